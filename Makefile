@@ -1,0 +1,44 @@
+# Two entry points on a fresh machine: `make train` and `make test`. Both build the
+# virtual environment first (once; again when pyproject.toml changes).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+BUNDLE ?= artifacts/router
+TIER   ?= static
+CONFIG ?=
+ARGS   ?=
+
+# Nothing may load from a model or dataset hub at run time.
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv train test ui data clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[train,test]'
+	touch $@
+
+train: $(STAMP)
+	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db --default-artifact-root mlruns/artifacts --host 127.0.0.1 --port 5000
+
+data: $(STAMP)
+	$(BIN)/python -m pipelines.fetch_data --dest data/raw/routellm
+
+clean:
+	rm -rf artifacts reports data/cache

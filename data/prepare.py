@@ -1,0 +1,56 @@
+"""From validated rows to a training table: merge duplicate prompts, split by prompt hash."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+QUALITY_AND_COSTS = ["edge_quality", "cloud_quality", "edge_latency_ms", "cloud_latency_ms",
+                     "edge_cost", "cloud_cost"]
+
+
+def prompt_hash(prompt: str) -> str:
+    """Stable content hash of a prompt (hex SHA-256 of its UTF-8 bytes)."""
+    return hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _most_common(values: pd.Series):
+    values = values.dropna()
+    return values.mode().iloc[0] if len(values) else None
+
+
+def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct prompt: outcomes averaged, labels by majority, `n_merged` counts rows."""
+    if frame.empty:
+        return frame.assign(n_merged=pd.Series(dtype=int))
+    grouped = frame.groupby("prompt", sort=False, dropna=False)
+    merged = grouped[QUALITY_AND_COSTS].mean()
+    merged["request_id"] = grouped["request_id"].first()
+    merged["source"] = grouped["source"].first()
+    for column in ("domain", "precision"):
+        merged[column] = grouped[column].agg(_most_common)
+    merged["n_merged"] = grouped.size()
+    merged = merged.reset_index()
+    return merged[list(frame.columns) + ["n_merged"]]
+
+
+def assign_splits(prompts: pd.Series, *, val_share: float, test_share: float,
+                  salt: str = "") -> np.ndarray:
+    """'train' / 'val' / 'test' per prompt from its hash: the same prompt always lands together."""
+    if not (0 <= val_share < 1 and 0 <= test_share < 1 and val_share + test_share < 1):
+        raise ValueError(f"bad split shares: val={val_share!r}, test={test_share!r}")
+    u = np.array([int(prompt_hash(salt + p)[:12], 16) / 16**12 for p in prompts])
+    return np.where(u < test_share, "test", np.where(u < test_share + val_share, "val", "train"))
+
+
+def fingerprint(frame: pd.DataFrame) -> dict:
+    """Rows per source and a content hash of the table, to tie a model to its data."""
+    digest = hashlib.sha256()
+    for row in frame[["prompt", "edge_quality", "cloud_quality"]].itertuples(index=False):
+        digest.update(f"{prompt_hash(row.prompt)}:{row.edge_quality:.6f}:{row.cloud_quality:.6f}\n".encode())
+    return {
+        "rows": int(len(frame)),
+        "rows_per_source": {str(k): int(v) for k, v in frame["source"].value_counts().sort_index().items()},
+        "content_sha256": digest.hexdigest(),
+    }

@@ -1,0 +1,149 @@
+"""Adapter for the public RouteLLM outcome logs (lm-sys/RouteLLM evaluation data).
+
+Folder layout (any subset may be present):
+    mmlu/mmlu_<subject>.csv      prompt, <edge model>, <cloud model>  (True/False correct)
+    gsm8k/gsm8k_responses.csv    prompt, <edge model>, <cloud model>, responses...
+    mt_bench/question.jsonl      question_id, category, turns
+    mt_bench/judgements.jsonl    question_id, model, turn, score (1-10, GPT-4 judge)
+
+Each file yields raw rows in the canonical schema plus where they came from; the
+caller validates them (data.schema.check_row) and collects rejects.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from data.readers import RawRow, read_table
+from data.schema import Reject
+
+EDGE_MODEL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+CLOUD_MODEL = "gpt-4-1106-preview"
+
+# MMLU subject -> domain group. Finance, medical and legal are the groups the hand
+# rule table knows; the rest follow MMLU's own STEM / humanities / social split.
+SUBJECT_DOMAIN = {
+    **dict.fromkeys(["international_law", "jurisprudence", "professional_law"], "legal"),
+    **dict.fromkeys(["anatomy", "clinical_knowledge", "college_medicine", "human_aging",
+                     "medical_genetics", "nutrition", "professional_medicine", "virology"], "medical"),
+    **dict.fromkeys(["professional_accounting", "econometrics", "high_school_macroeconomics",
+                     "high_school_microeconomics"], "finance"),
+    **dict.fromkeys(["business_ethics", "management", "marketing", "public_relations"], "business"),
+    **dict.fromkeys(["abstract_algebra", "college_mathematics", "elementary_mathematics",
+                     "high_school_mathematics", "high_school_statistics"], "math"),
+    **dict.fromkeys(["college_computer_science", "high_school_computer_science",
+                     "machine_learning", "computer_security"], "code"),
+    **dict.fromkeys(["astronomy", "college_biology", "college_chemistry", "college_physics",
+                     "conceptual_physics", "electrical_engineering", "high_school_biology",
+                     "high_school_chemistry", "high_school_physics"], "science"),
+    **dict.fromkeys(["formal_logic", "logical_fallacies"], "reasoning"),
+    **dict.fromkeys(["high_school_european_history", "high_school_us_history",
+                     "high_school_world_history", "philosophy", "prehistory", "world_religions",
+                     "moral_disputes", "moral_scenarios"], "humanities"),
+    **dict.fromkeys(["high_school_geography", "high_school_government_and_politics",
+                     "high_school_psychology", "professional_psychology", "sociology",
+                     "us_foreign_policy", "security_studies", "human_sexuality"], "social_science"),
+    **dict.fromkeys(["global_facts", "miscellaneous"], "general"),
+}
+
+# MT-Bench category -> (domain group, precision). Single-answer tasks are exact,
+# extraction and STEM explanations standard, open writing tolerant.
+MT_BENCH_CATEGORY = {
+    "math": ("math", "exact"),
+    "reasoning": ("reasoning", "exact"),
+    "coding": ("code", "exact"),
+    "extraction": ("general", "standard"),
+    "stem": ("science", "standard"),
+    "humanities": ("humanities", "tolerant"),
+    "writing": ("general", "tolerant"),
+    "roleplay": ("general", "tolerant"),
+}
+
+JUDGE_SCALE = (1.0, 10.0)
+
+
+def is_routellm_folder(path: Path) -> bool:
+    """True when `path` holds at least one of the RouteLLM sub-folders."""
+    return path.is_dir() and any((path / name).is_dir() for name in ("mmlu", "gsm8k", "mt_bench"))
+
+
+def _bool_quality(value, column: str) -> float:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "1.0"):
+        return 1.0
+    if text in ("false", "0", "0.0"):
+        return 0.0
+    return value  # left for check_row to reject with the column named
+    
+
+def _correctness_rows(path: Path, source: str, domain: str | None,
+                      rejects: list[Reject]) -> Iterator[RawRow]:
+    stem = path.stem.removeprefix("mmlu_")
+    for raw in read_table(path, rejects):
+        row = raw.row
+        missing = [c for c in (EDGE_MODEL, CLOUD_MODEL) if c not in row]
+        if missing:
+            rejects.append(Reject(str(path), "file", f"missing column(s): {', '.join(missing)}"))
+            return
+        yield RawRow(raw.file, raw.location, {
+            "request_id": f"{source}/{stem}/{raw.index}" if source == "mmlu" else f"{source}/{raw.index}",
+            "prompt": row.get("prompt"),
+            "domain": domain,
+            "precision": "exact",
+            "edge_quality": _bool_quality(row.get(EDGE_MODEL), EDGE_MODEL),
+            "cloud_quality": _bool_quality(row.get(CLOUD_MODEL), CLOUD_MODEL),
+            "source": source,
+        })
+
+
+def _mt_bench_rows(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    questions_path, judgements_path = folder / "question.jsonl", folder / "judgements.jsonl"
+    for p in (questions_path, judgements_path):
+        if not p.is_file():
+            rejects.append(Reject(str(p), "file", "MT-Bench file missing"))
+            return
+    scores: dict[tuple[int, int, str], float] = {}
+    for raw in read_table(judgements_path, rejects):
+        r = raw.row
+        try:
+            scores[(int(r["question_id"]), int(r["turn"]), str(r["model"]))] = float(r["score"])
+        except (KeyError, TypeError, ValueError) as exc:
+            rejects.append(Reject(raw.file, raw.location, f"bad judgement: {exc!r}"))
+    low, high = JUDGE_SCALE
+    for raw in read_table(questions_path, rejects):
+        q = raw.row
+        category = str(q.get("category", "")).lower()
+        domain, precision = MT_BENCH_CATEGORY.get(category, ("general", None))
+        turns = q.get("turns") or []
+        for turn in (1, 2):
+            if len(turns) < turn:
+                rejects.append(Reject(raw.file, raw.location, f"question has no turn {turn}"))
+                continue
+            # Turn 2 is asked with turn 1 in context, so its prompt carries both.
+            prompt = "\n\n".join(str(t) for t in turns[:turn])
+            qualities = {}
+            for field, model in (("edge_quality", EDGE_MODEL), ("cloud_quality", CLOUD_MODEL)):
+                score = scores.get((int(q.get("question_id", -1)), turn, model))
+                # A judge score outside 1-10 (RouteLLM uses -1 for "no verdict") stays out
+                # of range after scaling, so check_row rejects it with the value shown.
+                qualities[field] = None if score is None else (score - low) / (high - low)
+            yield RawRow(raw.file, f"{raw.location}, turn {turn}", {
+                "request_id": f"mt_bench/{q.get('question_id')}/turn{turn}",
+                "prompt": prompt, "domain": domain, "precision": precision,
+                "source": "mt_bench", **qualities,
+            })
+
+
+def iter_routellm(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """All rows of a RouteLLM-style folder, whichever of its sources are present."""
+    for path in sorted((folder / "mmlu").glob("mmlu_*.csv")):
+        subject = path.stem.removeprefix("mmlu_")
+        if subject not in SUBJECT_DOMAIN:
+            rejects.append(Reject(str(path), "file", f"unknown MMLU subject {subject!r}; domain left empty"))
+        yield from _correctness_rows(path, "mmlu", SUBJECT_DOMAIN.get(subject), rejects)
+    gsm8k = folder / "gsm8k" / "gsm8k_responses.csv"
+    if gsm8k.is_file():
+        yield from _correctness_rows(gsm8k, "gsm8k", "math", rejects)
+    if (folder / "mt_bench").is_dir():
+        yield from _mt_bench_rows(folder / "mt_bench", rejects)

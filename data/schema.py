@@ -1,0 +1,99 @@
+"""The canonical log row, and the checks every row passes before it is used.
+
+One row per request. Loaders for any format (canonical JSONL/CSV/Parquet, RouteLLM)
+turn their input into dicts with these fields and pass them through `check_row`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+PRECISIONS = ("exact", "standard", "tolerant")
+
+REQUIRED = ("prompt", "edge_quality", "cloud_quality")
+OPTIONAL_TEXT = ("request_id", "domain", "precision", "source")
+OPTIONAL_NUMBERS = ("edge_latency_ms", "cloud_latency_ms", "edge_cost", "cloud_cost")
+COLUMNS = ("request_id", "prompt", "domain", "precision", "edge_quality", "cloud_quality",
+           *OPTIONAL_NUMBERS, "source")
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A row or file that could not be used, with where it came from and why."""
+
+    file: str
+    location: str  # "line 12" (JSONL), "row 7" (CSV/Parquet), or "file"
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.file, "location": self.location, "reason": self.reason}
+
+
+class RowError(ValueError):
+    """A row breaks the schema; the message says which field and how."""
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _number(row: dict, field: str) -> float | None:
+    value = row.get(field)
+    if _missing(value) or value == "":
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise RowError(f"{field} is not a number: {value!r}") from None
+    if math.isnan(number) or math.isinf(number):
+        raise RowError(f"{field} is not a finite number: {value!r}")
+    return number
+
+
+def _text(row: dict, field: str) -> str | None:
+    value = row.get(field)
+    if _missing(value):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def check_row(row: dict, *, default_source: str) -> dict:
+    """Return the row in canonical form, or raise RowError saying what is wrong."""
+    prompt = row.get("prompt")
+    if _missing(prompt):
+        raise RowError("prompt is missing")
+    if not isinstance(prompt, str):
+        raise RowError(f"prompt is not text: {type(prompt).__name__}")
+    if not prompt.strip():
+        raise RowError("prompt is empty")
+
+    out: dict[str, Any] = {"prompt": prompt}
+    for field in ("edge_quality", "cloud_quality"):
+        value = _number(row, field)
+        if value is None:
+            raise RowError(f"{field} is missing")
+        if not 0.0 <= value <= 1.0:
+            raise RowError(f"{field} is out of range [0, 1]: {value!r}")
+        out[field] = value
+
+    precision = _text(row, "precision")
+    if precision is not None:
+        precision = precision.lower()
+        if precision not in PRECISIONS:
+            raise RowError(f"precision {row.get('precision')!r} is unknown; allowed: {', '.join(PRECISIONS)}")
+    out["precision"] = precision
+
+    domain = _text(row, "domain")
+    out["domain"] = domain.lower() if domain else None
+    out["request_id"] = _text(row, "request_id")
+    out["source"] = _text(row, "source") or default_source
+    for field in OPTIONAL_NUMBERS:
+        value = _number(row, field)
+        if value is not None and value < 0:
+            raise RowError(f"{field} is negative: {value!r}")
+        out[field] = value
+    return out

@@ -1,0 +1,131 @@
+"""Prompt text (+ declared precision) -> feature matrix. The one implementation that
+training and the SDK share; it needs only numpy, tokenizers and onnxruntime.
+
+Pipeline per batch: cut the text to `max_chars`, tokenize, keep `max_tokens` ids,
+encoder.onnx (token ids -> raw embedding), projection (PCA fitted at training time),
+then concatenate [n_tokens, text statistics, precision one-hot, projected embedding].
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from features.spec import FeatureSpec
+from features.text_stats import statistics_matrix
+
+
+class Encoder(Protocol):
+    """Token ids (padded) -> one raw embedding per row."""
+
+    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray,
+                 texts: Sequence[str]) -> np.ndarray: ...
+
+
+class OnnxEncoder:
+    """Runs an encoder.onnx with inputs `input_ids`, `attention_mask` and output `embedding`."""
+
+    def __init__(self, model: str | Path | bytes, *, threads: int = 1):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        source = model if isinstance(model, bytes) else str(model)
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, input_ids, attention_mask, texts=()):
+        return self.session.run(["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+
+
+class Projection:
+    """Affine projection (x - mean) @ components.T, computed in float64 so the result does
+    not depend on batch size (BLAS kernels differ between 1 row and many)."""
+
+    def __init__(self, mean: np.ndarray, components: np.ndarray):
+        self.mean = np.asarray(mean, dtype=np.float64)
+        self.components = np.asarray(components, dtype=np.float64)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return ((x.astype(np.float64) - self.mean) @ self.components.T).astype(np.float32)
+
+    def save(self, path: Path) -> None:
+        np.savez(path, mean=self.mean, components=self.components)
+
+    @classmethod
+    def load(cls, path: Path) -> "Projection":
+        with np.load(path, allow_pickle=False) as data:
+            return cls(data["mean"], data["components"])
+
+
+def load_tokenizer(path: str | Path):
+    """A `tokenizers.Tokenizer` with its own truncation and padding switched off (we do both)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+class FeatureExtractor:
+    """Builds the router's feature matrix from prompts; see the module doc."""
+
+    def __init__(self, spec: FeatureSpec, tokenizer, encoder: Encoder, projection: Projection | None):
+        self.spec, self.tokenizer, self.encoder, self.projection = spec, tokenizer, encoder, projection
+
+    def heads(self, prompts: Sequence[str]) -> list[str]:
+        return [p[: self.spec.max_chars] for p in prompts]
+
+    def token_ids(self, heads: Sequence[str], prompts: Sequence[str]):
+        """Padded ids and mask (int64) for the encoder, plus the estimated full-prompt token count."""
+        encodings = self.tokenizer.encode_batch(list(heads), add_special_tokens=self.spec.add_special_tokens)
+        limit = self.spec.max_tokens
+        rows, n_tokens = [], np.empty(len(heads), dtype=np.float32)
+        for i, (enc, head, prompt) in enumerate(zip(encodings, heads, prompts)):
+            ids = enc.ids
+            # The head stands for the whole prompt: scale its count by the share of text it covers.
+            n_tokens[i] = len(ids) * (len(prompt) / len(head) if len(head) < len(prompt) else 1.0)
+            if len(ids) > limit:
+                # Keep the closing special token ([SEP]) when the encoder expects one.
+                ids = ids[: limit - 1] + ids[-1:] if self.spec.add_special_tokens else ids[:limit]
+            rows.append(ids)
+        width = max((len(r) for r in rows), default=0) or 1
+        input_ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, ids in enumerate(rows):
+            input_ids[i, : len(ids)] = ids
+            mask[i, : len(ids)] = 1
+        return input_ids, mask, n_tokens
+
+    def raw_embeddings(self, heads: Sequence[str], input_ids, mask) -> np.ndarray:
+        return np.asarray(self.encoder(input_ids, mask, heads), dtype=np.float32)
+
+    def precision_matrix(self, precisions: Sequence[str | None]) -> np.ndarray:
+        out = np.zeros((len(precisions), len(self.spec.precisions)), dtype=np.float32)
+        for i, p in enumerate(precisions):
+            if p is not None:
+                out[i, self.spec.precisions.index(p)] = 1.0
+        return out
+
+    def transform(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None,
+                  *, batch_size: int = 256) -> np.ndarray:
+        """Feature matrix (float32, one row per prompt, columns = spec.feature_names)."""
+        precisions = list(precisions) if precisions is not None else [None] * len(prompts)
+        if len(precisions) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(precisions)} precisions")
+        parts = [self._transform_batch(prompts[i: i + batch_size], precisions[i: i + batch_size])
+                 for i in range(0, len(prompts), batch_size)]
+        if not parts:
+            return np.zeros((0, len(self.spec.feature_names)), dtype=np.float32)
+        return np.concatenate(parts, axis=0)
+
+    def _transform_batch(self, prompts, precisions) -> np.ndarray:
+        heads = self.heads(prompts)
+        input_ids, mask, n_tokens = self.token_ids(heads, prompts)
+        embedding = self.raw_embeddings(heads, input_ids, mask)
+        if self.projection is not None:
+            embedding = self.projection(embedding)
+        return np.concatenate([n_tokens[:, None], statistics_matrix(list(prompts), heads),
+                               self.precision_matrix(precisions), embedding], axis=1).astype(np.float32)

@@ -1,0 +1,92 @@
+"""Training configuration: typed defaults, loaded from YAML/JSON and CLI overrides, saved with the run."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training.model import CALIBRATIONS
+from training.thresholds import TARGETS
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of `make train`. Defaults work on the shipped RouteLLM logs."""
+
+    data: list[str] = field(default_factory=list)   # files, globs, folders; empty = default location
+    bundle: str = "artifacts/router"
+    tier: str = "static"
+    embedding_dim: int = 32                          # PCA components kept from the embedding
+    max_tokens: int | None = None                    # None: the tier's default
+    val_share: float = 0.15
+    test_share: float = 0.15
+    split_salt: str = ""
+    margin_binary: float = 0.0
+    margin_graded: float = 0.1                       # judge scores: 1 point on 1-10 is 0.11
+    max_reject_share: float = 0.05
+    precision_dropout: float = 0.2                   # train rows shown without a declared precision
+    lgbm: dict[str, Any] = field(default_factory=dict)
+    num_boost_round: int = 2000
+    early_stopping_rounds: int = 100
+    calibration: str = "sigmoid"
+    target: str = "quality"
+    max_quality_drop: float = 0.01
+    cloud_budget: float = 0.3
+    fallback_catch_rate: float = 0.5
+    min_rows_per_tag: int = 200
+    edge_context_tokens: int = 1024
+    seed: int = 0
+    tracking_uri: str = "sqlite:///mlruns/mlflow.db"
+    artifact_root: str = "mlruns/artifacts"
+    experiment: str = "edge-cloud-router"
+    registered_model: str = "edge-cloud-router"
+    cache_dir: str = "data/cache"
+    reports_dir: str = "reports/train"
+
+    def __post_init__(self):
+        def check(ok: bool, name: str, rule: str):
+            if not ok:
+                raise ValueError(f"config {name}={getattr(self, name)!r}: {rule}")
+
+        from training.encoders import TIERS
+
+        check(self.tier in TIERS, "tier", f"must be one of {', '.join(TIERS)}")
+        check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")
+        check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
+        for name in ("val_share", "test_share", "margin_binary", "margin_graded", "max_reject_share",
+                     "precision_dropout", "max_quality_drop", "cloud_budget", "fallback_catch_rate"):
+            check(isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
+                  name, "must be a number in [0, 1]")
+        check(self.val_share > 0 and self.val_share + self.test_share < 1, "val_share",
+              "needs val_share > 0 and val_share + test_share < 1")
+        check(isinstance(self.embedding_dim, int) and self.embedding_dim >= 1, "embedding_dim", "must be >= 1")
+        check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 8),
+              "max_tokens", "must be empty or an integer >= 8")
+        check(isinstance(self.data, list), "data", "must be a list of paths")
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides) -> "TrainConfig":
+        """Load YAML or JSON; unknown keys are an error naming the key."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(text) or {}
+        else:
+            values = json.loads(text)
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: expected a mapping of option -> value")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**{**values, **{k: v for k, v in overrides.items() if v is not None}})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")

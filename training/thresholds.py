@@ -1,0 +1,118 @@
+"""Pick the two fallback thresholds per precision tag from calibrated validation scores.
+
+Zones: edge when score < lo; cloud when score > hi; edge_with_cloud_fallback in between
+(inclusive, like the rule table). Offline, an edge-first request in the fallback zone
+is worth q_e + c * (1 - q_e) * q_c, where c (`catch_rate`) is the share of edge failures
+the app can see at run time (error, timeout, a rejecting check); it then costs
+c * (1 - q_e) cloud calls. Requests in the edge zone are not checked.
+
+Targets: `quality` (default) is the fewest expected cloud calls whose expected quality
+is within `max_quality_drop` of all-cloud; `budget` is the best expected quality with
+expected cloud calls <= `cloud_budget`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+TARGETS = ("quality", "budget")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    lo: float
+    hi: float
+    rows: int
+    expected_quality: float
+    all_cloud_quality: float
+    all_edge_quality: float
+    cloud_first_share: float
+    fallback_share: float
+    expected_cloud_calls: float
+    met_target: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _cut_points(sorted_scores: np.ndarray, max_points: int) -> np.ndarray:
+    """Positions (0..n) that split between distinct scores, thinned to at most max_points."""
+    n = len(sorted_scores)
+    cuts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_scores) != 0) + 1, [n]])
+    if len(cuts) > max_points:
+        keep = np.unique(np.round(np.linspace(0, len(cuts) - 1, max_points)).astype(int))
+        cuts = cuts[keep]
+    return cuts
+
+
+def _threshold_at(sorted_scores: np.ndarray, cut: int, *, empty: float) -> float:
+    """Midpoint between the scores either side of a cut; `empty` when the cut is at an end."""
+    if cut == 0 or cut == len(sorted_scores):
+        return empty
+    return float((sorted_scores[cut - 1] + sorted_scores[cut]) / 2)
+
+
+def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_quality_drop: float = 0.01,
+                      cloud_budget: float = 0.3, catch_rate: float = 0.5, max_points: int = 256) -> Thresholds:
+    """Search every pair of cut points (lo <= hi) for the target; see the module doc."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown threshold target {target!r}; choose one of {', '.join(TARGETS)}")
+    if not 0.0 <= catch_rate <= 1.0:
+        raise ValueError(f"catch_rate must be in [0, 1], got {catch_rate!r}")
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(scores) == 0:
+        raise ValueError("cannot pick thresholds from zero validation rows")
+    order = np.argsort(scores, kind="stable")
+    s = scores[order]
+    qe, qc = np.asarray(q_edge, float)[order], np.asarray(q_cloud, float)[order]
+    n = len(s)
+    fallback_quality = qe + catch_rate * (1 - qe) * qc
+    fallback_calls = catch_rate * (1 - qe)
+
+    def prefix(x):
+        return np.concatenate([[0.0], np.cumsum(x)])
+
+    p_edge, p_fb, p_fbc, p_cloud = prefix(qe), prefix(fallback_quality), prefix(fallback_calls), prefix(qc)
+    cuts = _cut_points(s, max_points)
+    a, b = np.meshgrid(cuts, cuts, indexing="ij")  # edge = [0, a), fallback = [a, b), cloud = [b, n)
+    valid = a <= b
+    quality = (p_edge[a] + (p_fb[b] - p_fb[a]) + (p_cloud[n] - p_cloud[b])) / n
+    calls = ((p_fbc[b] - p_fbc[a]) + (n - b)) / n
+    all_cloud = qc.mean()
+    if target == "quality":
+        ok = valid & (quality >= all_cloud - max_quality_drop - 1e-12)
+        objective = np.where(ok, -calls + 1e-9 * quality, -np.inf)  # ties: prefer quality
+    else:
+        ok = valid & (calls <= cloud_budget + 1e-12)
+        objective = np.where(ok, quality - 1e-9 * calls, -np.inf)
+    met = bool(ok.any())
+    if not met:  # unreachable target (e.g. budget below zero): the closest feasible policy
+        objective = np.where(valid, quality if target == "quality" else -calls, -np.inf)
+    i, j = np.unravel_index(np.argmax(objective), objective.shape)
+    lo_cut, hi_cut = int(a[i, j]), int(b[i, j])
+    return Thresholds(
+        lo=_threshold_at(s, lo_cut, empty=0.0 if lo_cut == 0 else 1.0),
+        hi=_threshold_at(s, hi_cut, empty=1.0 if hi_cut == n else 0.0),
+        rows=n, expected_quality=float(quality[i, j]), all_cloud_quality=float(all_cloud),
+        all_edge_quality=float(qe.mean()), cloud_first_share=(n - hi_cut) / n,
+        fallback_share=(hi_cut - lo_cut) / n, expected_cloud_calls=float(calls[i, j]), met_target=met)
+
+
+def select_per_precision(scores, q_edge, q_cloud, precisions, *, tags, min_rows: int = 200,
+                         **options) -> dict[str, dict]:
+    """Thresholds for every tag with at least `min_rows` validation rows; the rest (and
+    requests that declare no precision, key "default") use the thresholds of all rows."""
+    scores, q_edge, q_cloud = (np.asarray(x, dtype=np.float64) for x in (scores, q_edge, q_cloud))
+    precisions = np.asarray([p if p is not None else "" for p in precisions], dtype=object)
+    overall = select_thresholds(scores, q_edge, q_cloud, **options)
+    chosen = {"default": {**overall.as_dict(), "source": "all validation rows"}}
+    for tag in tags:
+        rows = precisions == tag
+        if rows.sum() >= min_rows:
+            t = select_thresholds(scores[rows], q_edge[rows], q_cloud[rows], **options)
+            chosen[tag] = {**t.as_dict(), "source": f"{int(rows.sum())} validation rows tagged {tag}"}
+        else:
+            chosen[tag] = {**overall.as_dict(), "source": f"only {int(rows.sum())} rows tagged {tag} "
+                                                          f"(< {min_rows}): default thresholds"}
+    return chosen
