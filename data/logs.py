@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from data.readers import FORMATS, RawRow, read_table
-from data.routellm import is_routellm_folder, iter_routellm
+from data.routellm import (is_correctness_csv, is_mt_bench_folder, is_routellm_folder, iter_correctness_csv,
+                           iter_mt_bench, iter_routellm)
 from data.schema import COLUMNS, Reject, RowError, check_row
 
 
@@ -22,18 +23,27 @@ class DataQualityError(RuntimeError):
     """Too many rows were rejected, or nothing usable was found."""
 
 
-def _canonical_files(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
-    files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS)
-    for file in files:
-        yield from read_table(file, rejects)
+def _folder(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """Every log inside a folder, each child dispatched through LOADERS again."""
+    for child in sorted(path.iterdir()):
+        if child.is_dir() or child.suffix.lower() in FORMATS:
+            yield from iter_path(child, rejects)
 
 
-# name -> (does this path belong to me?, rows of that path). First match wins.
+# (does this path belong to me?, its rows). First match wins; the last is the catch-all.
 LOADERS: dict[str, tuple[Callable[[Path], bool], Callable[[Path, list[Reject]], Iterator[RawRow]]]] = {
     "routellm": (is_routellm_folder, iter_routellm),
-    "canonical": (lambda p: p.is_file() or p.is_dir(), _canonical_files),
+    "routellm-mt-bench": (is_mt_bench_folder, iter_mt_bench),
+    "routellm-correctness-csv": (is_correctness_csv, iter_correctness_csv),
+    "folder": (Path.is_dir, _folder),
+    "canonical": (Path.is_file, read_table),
 }
+
+
+def iter_path(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """Rows of one file or folder, read by the first loader that claims it."""
+    _, read = next(loader for loader in LOADERS.values() if loader[0](path))
+    yield from read(path, rejects)
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -80,8 +90,7 @@ def load_logs(paths: Iterable[str | Path], *, max_reject_share: float = 0.05,
         raise ValueError(f"max_reject_share must be in [0, 1], got {max_reject_share!r}")
     result = LoadedLogs(rows=[])
     for path in expand(paths):
-        name, (_, iter_rows) = next((n, l) for n, l in LOADERS.items() if l[0](path))
-        for raw in iter_rows(path, result.rejects):
+        for raw in iter_path(path, result.rejects):
             result.n_read += 1
             try:
                 row = check_row(raw.row, default_source=Path(raw.file).stem)

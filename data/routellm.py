@@ -97,7 +97,7 @@ def _correctness_rows(path: Path, source: str, domain: str | None,
         })
 
 
-def _mt_bench_rows(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+def iter_mt_bench(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     questions_path, judgements_path = folder / "question.jsonl", folder / "judgements.jsonl"
     for p in (questions_path, judgements_path):
         if not p.is_file():
@@ -135,15 +135,38 @@ def _mt_bench_rows(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             })
 
 
-def iter_routellm(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
-    """All rows of a RouteLLM-style folder, whichever of its sources are present."""
-    for path in sorted((folder / "mmlu").glob("mmlu_*.csv")):
+def is_mt_bench_folder(path: Path) -> bool:
+    return path.is_dir() and (path / "question.jsonl").is_file() and (path / "judgements.jsonl").is_file()
+
+
+def is_correctness_csv(path: Path) -> bool:
+    """A CSV whose header names both models' correctness columns (MMLU, GSM8K layout)."""
+    if not (path.is_file() and path.suffix.lower() == ".csv"):
+        return False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        header = fh.readline()
+    return EDGE_MODEL in header and CLOUD_MODEL in header
+
+
+def iter_correctness_csv(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """One MMLU subject file (subject from the name) or the GSM8K file."""
+    if path.stem.startswith("mmlu_"):
         subject = path.stem.removeprefix("mmlu_")
         if subject not in SUBJECT_DOMAIN:
             rejects.append(Reject(str(path), "file", f"unknown MMLU subject {subject!r}; domain left empty"))
         yield from _correctness_rows(path, "mmlu", SUBJECT_DOMAIN.get(subject), rejects)
+    elif "gsm8k" in path.stem:
+        yield from _correctness_rows(path, "gsm8k", "math", rejects)
+    else:
+        yield from _correctness_rows(path, path.stem, None, rejects)
+
+
+def iter_routellm(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """All rows of a RouteLLM-style folder, whichever of its sources are present."""
+    for path in sorted((folder / "mmlu").glob("mmlu_*.csv")):
+        yield from iter_correctness_csv(path, rejects)
     gsm8k = folder / "gsm8k" / "gsm8k_responses.csv"
     if gsm8k.is_file():
-        yield from _correctness_rows(gsm8k, "gsm8k", "math", rejects)
+        yield from iter_correctness_csv(gsm8k, rejects)
     if (folder / "mt_bench").is_dir():
-        yield from _mt_bench_rows(folder / "mt_bench", rejects)
+        yield from iter_mt_bench(folder / "mt_bench", rejects)

@@ -11,7 +11,9 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
+
+import typer
 
 import numpy as np
 
@@ -28,6 +30,7 @@ class TrainResult:
     model_version: str
     metrics: dict
     timings: dict
+    held_out: object  # test-split rows: prompt, precision, score (pandas DataFrame)
 
 
 def prepare_frame(config: TrainConfig):
@@ -126,6 +129,7 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             n_tokens=n_tokens[rows], domains=frame["domain"].to_numpy()[rows], q_edge=q_edge[rows],
             q_cloud=q_cloud[rows], needed=y[rows], catch_rate=config.fallback_catch_rate)
     metrics["trees"] = booster.num_trees()
+    metrics["embedding_cache"] = {"hits": feats.cache_hits, "computed": feats.cache_misses}
 
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
                      experiment=config.experiment) as mlrun:
@@ -176,7 +180,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
         version = register_bundle(bundle, model_name=config.registered_model, run_id=run_id)
     timings["total_s"] = time.perf_counter() - t0
     mlflow.log_metrics({f"time.{k}": v for k, v in timings.items()}, run_id=run_id)
-    return TrainResult(bundle, run_id, version, metrics, timings)
+    held = frame.loc[test, ["request_id", "prompt", "precision"]].assign(score=scores[test])
+    return TrainResult(bundle, run_id, version, metrics, timings, held)
 
 
 def summary_table(result: TrainResult):
@@ -202,23 +207,46 @@ def summary_table(result: TrainResult):
     return table
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """["lgbm.num_leaves=63", "target=budget"] -> {"lgbm": {"num_leaves": 63}, "target": "budget"}."""
+    import yaml
+
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return out
+
+
+def build_config(config: Optional[Path], overrides: dict) -> TrainConfig:
+    """Config file (if any), then explicit overrides on top."""
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if config:
+        return TrainConfig.from_file(config, **overrides)
+    return TrainConfig(**overrides)
+
+
 def main(
-    bundle: str = "artifacts/router",
-    tier: str = "static",
-    config: Optional[Path] = None,
-    data: Optional[list[str]] = None,
-    target: Optional[str] = None,
-    cloud_budget: Optional[float] = None,
-    seed: Optional[int] = None,
+    bundle: Annotated[str, typer.Option(help="output folder of the bundle")] = "artifacts/router",
+    tier: Annotated[str, typer.Option(help="embedding tier: static | transformer")] = "static",
+    config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
+    data: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder (repeatable)")] = None,
+    target: Annotated[Optional[str], typer.Option(help="threshold target: quality | budget")] = None,
+    cloud_budget: Annotated[Optional[float], typer.Option(help="expected cloud-call share for target=budget")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="any option, KEY=VALUE (repeatable)")] = None,
 ) -> None:
     """Train the router on outcome logs and write a registered ONNX bundle."""
     from rich.console import Console
 
     logging.basicConfig(level=logging.WARNING)
-    overrides = {"bundle": bundle, "tier": tier, "data": data or None, "target": target,
-                 "cloud_budget": cloud_budget, "seed": seed}
-    cfg = (TrainConfig.from_file(config, **overrides) if config
-           else TrainConfig(**{k: v for k, v in overrides.items() if v is not None}))
+    cfg = build_config(config, {"bundle": bundle, "tier": tier, "data": data or None, "target": target,
+                                "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
     console = Console()
     result = run(cfg, console=console)
     console.print(summary_table(result))
@@ -228,6 +256,4 @@ def main(
 
 
 if __name__ == "__main__":
-    import typer
-
     typer.run(main)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +49,11 @@ class BuiltEncoder:
     tokenizer_path: Path
     max_tokens: int
     add_special_tokens: bool
-    key: str  # identifies the encoder's numbers, for the embedding cache
+
+    @cached_property
+    def key(self) -> str:
+        """Identifies the encoder's numbers (graph bytes and token limit), for the embedding cache."""
+        return f"{hashlib.sha256(self.onnx_bytes).hexdigest()[:16]}-{self.max_tokens}"
 
 
 def _load_sentence_transformer(folder: Path):
@@ -80,16 +85,20 @@ def static_encoder_graph(table: np.ndarray) -> bytes:
     """ONNX graph: Gather the ids' rows, masked mean over the sequence."""
     from onnx import TensorProto, helper, numpy_helper
 
+    # Sums run in float64: a float32 sum's rounding depends on the padded length, so the same
+    # prompt would embed differently alone and in a batch.
     nodes = [
-        helper.make_node("Gather", ["table", "input_ids"], ["rows"], axis=0),
-        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Gather", ["table", "input_ids"], ["rows32"], axis=0),
+        helper.make_node("Cast", ["rows32"], ["rows"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.DOUBLE),
         helper.make_node("Unsqueeze", ["mask", "axis_last"], ["mask3"]),
         helper.make_node("Mul", ["rows", "mask3"], ["masked"]),
         helper.make_node("ReduceSum", ["masked", "axis_seq"], ["total"], keepdims=0),
         helper.make_node("ReduceSum", ["mask", "axis_seq"], ["count"], keepdims=1),
         # An empty prompt has no tokens: divide by 1, giving the zero vector, not NaN.
         helper.make_node("Max", ["count", "one"], ["safe_count"]),
-        helper.make_node("Div", ["total", "safe_count"], ["embedding"]),
+        helper.make_node("Div", ["total", "safe_count"], ["mean"]),
+        helper.make_node("Cast", ["mean"], ["embedding"], to=TensorProto.FLOAT),
     ]
     graph = helper.make_graph(
         nodes, "static_encoder",
@@ -99,7 +108,7 @@ def static_encoder_graph(table: np.ndarray) -> bytes:
         initializer=[numpy_helper.from_array(table, "table"),
                      numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_last"),
                      numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_seq"),
-                     numpy_helper.from_array(np.array([1.0], dtype=np.float32), "one")],
+                     numpy_helper.from_array(np.array([1.0], dtype=np.float64), "one")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edge-cloud-router")
     model.ir_version = 8
@@ -120,7 +129,7 @@ def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
         tmp = table_path.with_suffix(".tmp.npy")
         np.save(tmp, table)
         tmp.replace(table_path)
-    return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False, key)
+    return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False)
 
 
 def export_transformer_onnx(folder: Path, path: Path) -> None:
@@ -164,8 +173,7 @@ def build_transformer(cache_dir: Path, *, max_tokens: int = 256) -> BuiltEncoder
         quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8)
         tmp.replace(int8_path)
         fp32_path.unlink()
-    return BuiltEncoder(int8_path.read_bytes(), folder / "tokenizer.json", max_tokens, True,
-                        f"{key}-{max_tokens}")
+    return BuiltEncoder(int8_path.read_bytes(), folder / "tokenizer.json", max_tokens, True)
 
 
 TIERS: dict[str, Callable[..., BuiltEncoder]] = {"static": build_static, "transformer": build_transformer}

@@ -80,12 +80,15 @@ def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_q
     quality = (p_edge[a] + (p_fb[b] - p_fb[a]) + (p_cloud[n] - p_cloud[b])) / n
     calls = ((p_fbc[b] - p_fbc[a]) + (n - b)) / n
     all_cloud = qc.mean()
+    # Ties are broken towards quality, then fewer cloud calls, then a smaller fallback zone
+    # (a fallback that cannot fire only adds the cost of checking the edge answer).
+    fallback = (b - a) / n
     if target == "quality":
         ok = valid & (quality >= all_cloud - max_quality_drop - 1e-12)
-        objective = np.where(ok, -calls + 1e-9 * quality, -np.inf)  # ties: prefer quality
+        objective = np.where(ok, -calls + 1e-9 * quality - 1e-10 * fallback, -np.inf)
     else:
         ok = valid & (calls <= cloud_budget + 1e-12)
-        objective = np.where(ok, quality - 1e-9 * calls, -np.inf)
+        objective = np.where(ok, quality - 1e-9 * calls - 1e-10 * fallback, -np.inf)
     met = bool(ok.any())
     if not met:  # unreachable target (e.g. budget below zero): the closest feasible policy
         objective = np.where(valid, quality if target == "quality" else -calls, -np.inf)

@@ -1,0 +1,52 @@
+"""Shared fixtures. Real-data tests read ROUTER_DATA_DIR (CI sets it) and fail loudly when
+it is set but missing; without it they fall back to ../shared/data/routellm."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_caches(tmp_path_factory):
+    """datasets' Arrow cache goes to a temporary folder, never the user's home."""
+    os.environ["ROUTER_HF_CACHE"] = str(tmp_path_factory.mktemp("hf_datasets"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> Path:
+    configured = os.environ.get("ROUTER_DATA_DIR")
+    if configured:
+        path = Path(configured)
+        if not (path / "mmlu").is_dir():
+            pytest.fail(f"ROUTER_DATA_DIR={configured} is set but holds no RouteLLM logs (no mmlu/ folder)")
+        return path
+    path = ROOT.parent / "shared" / "data" / "routellm"
+    if not path.is_dir():
+        pytest.skip("no RouteLLM logs: set ROUTER_DATA_DIR to run the real-data tests")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_routellm(real_data_dir, tmp_path_factory) -> Path:
+    """A RouteLLM-layout slice of the real logs: a few MMLU subjects, GSM8K and MT-Bench."""
+    dest = tmp_path_factory.mktemp("routellm_slice")
+    (dest / "mmlu").mkdir()
+    for subject in ("professional_law", "high_school_mathematics", "anatomy", "marketing",
+                    "college_physics", "high_school_us_history", "professional_accounting", "virology"):
+        shutil.copy(real_data_dir / "mmlu" / f"mmlu_{subject}.csv", dest / "mmlu")
+    shutil.copytree(real_data_dir / "gsm8k", dest / "gsm8k")
+    shutil.copytree(real_data_dir / "mt_bench", dest / "mt_bench")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def encoder_cache(tmp_path_factory) -> Path:
+    """One cache folder per test session: the static table is distilled once, then reused."""
+    return tmp_path_factory.mktemp("cache")

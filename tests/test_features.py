@@ -1,0 +1,95 @@
+"""The shared feature extractor: statistics, tokens, precision, embedding, cache."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from features.extractor import FeatureExtractor, OnnxEncoder, Projection, load_tokenizer
+from features.spec import FeatureSpec
+from features.text_stats import STAT_NAMES, text_statistics
+from training.embedding_cache import CachedEncoder, EmbeddingCache
+from training.encoders import minilm_dir, static_encoder_graph
+
+MCQ = "Which organ filters blood?\nA. Heart\nB. Kidney\nC. Lung\nD. Skin\nAnswer:"
+
+
+@pytest.fixture(scope="module")
+def extractor():
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(30522, 8)).astype(np.float32)
+    spec = FeatureSpec(tier="static", max_tokens=64, max_chars=400, embedding_dim=3)
+    projection = Projection(np.zeros(8), rng.normal(size=(3, 8)))
+    return FeatureExtractor(spec, load_tokenizer(minilm_dir() / "tokenizer.json"),
+                            OnnxEncoder(static_encoder_graph(table)), projection)
+
+
+def stats(text):
+    return dict(zip(STAT_NAMES, text_statistics(text, text)))
+
+
+def test_text_statistics_see_the_precision_signals():
+    mcq = stats(MCQ)
+    assert (mcq["n_options"], mcq["ends_with_answer_cue"], mcq["n_questions"]) == (4, 1.0, 1)
+    math = stats("If 3x + 5 = 20, what is x? Show $\\frac{15}{3}$.")
+    assert math["n_math_ops"] >= 2 and math["n_numbers"] >= 3 and math["n_latex"] >= 1
+    code = stats("```python\ndef add(a, b):\n    return a + b\n```")
+    assert code["n_code_markers"] >= 3
+    assert stats("Write a poem about autumn")["n_code_markers"] == 0
+    assert stats("")["mean_word_len"] == 0.0
+
+
+def test_feature_matrix_layout(extractor):
+    x = extractor.transform([MCQ, "hello"], ["exact", None])
+    names = extractor.spec.feature_names
+    assert x.shape == (2, len(names)) and x.dtype == np.float32
+    row = dict(zip(names, x[0]))
+    assert row["precision_exact"] == 1.0 and row["precision_tolerant"] == 0.0
+    assert x[1, names.index("precision_exact"):names.index("emb_0")].sum() == 0.0  # undeclared
+    assert row["n_tokens"] == len(extractor.tokenizer.encode(MCQ, add_special_tokens=False).ids)
+    assert row["n_options"] == 4
+
+
+def test_unknown_precision_is_rejected(extractor):
+    with pytest.raises(ValueError):
+        extractor.transform(["hi"], ["approximate"])
+    with pytest.raises(ValueError, match="2 prompts but 1 precisions"):
+        extractor.transform(["a", "b"], ["exact"])
+
+
+def test_long_prompts_are_cut_but_their_length_is_kept(extractor):
+    long = "word " * 20000  # 100k characters, far beyond max_chars
+    x = extractor.transform([long])[0]
+    names = extractor.spec.feature_names
+    assert x[names.index("n_chars")] == 100000
+    # Token count extrapolated from the head: about one token per word.
+    assert 18000 < x[names.index("n_tokens")] < 22000
+    ids, mask, _ = extractor.token_ids(extractor.heads([long]), [long])
+    assert ids.shape[1] == extractor.spec.max_tokens
+
+
+def test_rows_do_not_depend_on_their_batch(extractor):
+    prompts = [MCQ, "short", "a much longer prompt " * 30, ""]
+    together = extractor.transform(prompts, batch_size=4)
+    alone = np.concatenate([extractor.transform([p]) for p in prompts])
+    assert np.array_equal(together, alone)
+    assert np.isfinite(together).all()  # the empty prompt included
+
+
+def test_embedding_cache_skips_the_encoder_the_second_time(tmp_path):
+    calls = []
+
+    def encoder(ids, mask, texts):
+        calls.append(len(texts))
+        return np.tile(np.arange(4, dtype=np.float32), (len(texts), 1)) + mask.sum(1, keepdims=True)
+
+    cache = EmbeddingCache(tmp_path / "cache.sqlite", "enc-v1")
+    cached = CachedEncoder(encoder, cache)
+    ids = np.array([[5, 6, 0], [7, 0, 0]])
+    mask = (ids > 0).astype(np.int64)
+    first = cached(ids, mask, ["a", "b"])
+    second = cached(ids, mask, ["a", "b"])
+    assert calls == [2] and np.array_equal(first, second)
+    cached(ids, mask, ["a", "c"])
+    assert calls == [2, 1] and (cache.hits, cache.misses) == (3, 3)
+    other_model = EmbeddingCache(tmp_path / "cache.sqlite", "enc-v2").get_many(["a"])
+    assert other_model == [None]  # another encoder never reads these vectors
