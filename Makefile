@@ -9,6 +9,8 @@ BUNDLE ?= artifacts/router
 TIER   ?= static
 CONFIG ?=
 ARGS   ?=
+PORT   ?= 5000
+MLRUNS ?= mlruns
 
 # Nothing may load from a model or dataset hub at run time.
 export HF_HUB_OFFLINE := 1
@@ -35,7 +37,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db --default-artifact-root mlruns/artifacts --host 127.0.0.1 --port 5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(MLRUNS)/mlflow.db --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
 
 data: $(STAMP)
 	$(BIN)/python -m pipelines.fetch_data --dest data/raw/routellm

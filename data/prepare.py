@@ -21,18 +21,28 @@ def _most_common(values: pd.Series):
 
 
 def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct prompt: outcomes averaged, labels by majority, `n_merged` counts rows."""
-    if frame.empty:
-        return frame.assign(n_merged=pd.Series(dtype=int))
-    grouped = frame.groupby("prompt", sort=False, dropna=False)
+    """One row per distinct prompt: outcomes averaged, labels by majority, `n_merged` counts rows.
+
+    Only prompts that occur more than once go through the (slow, per-group) aggregation.
+    """
+    columns = list(frame.columns) + ["n_merged"]
+    repeated = frame["prompt"].duplicated(keep=False)
+    single = frame[~repeated].assign(n_merged=1)
+    if not repeated.any():
+        return single[columns].reset_index(drop=True)
+    grouped = frame[repeated].groupby("prompt", sort=False)
     merged = grouped[QUALITY_AND_COSTS].mean()
     merged["request_id"] = grouped["request_id"].first()
     merged["source"] = grouped["source"].first()
     for column in ("domain", "precision"):
         merged[column] = grouped[column].agg(_most_common)
     merged["n_merged"] = grouped.size()
-    merged = merged.reset_index()
-    return merged[list(frame.columns) + ["n_merged"]]
+    merged = merged.reset_index()[columns]
+    # Keep the order of first appearance, so results do not depend on which prompts repeat.
+    first_seen = frame.reset_index(drop=True).drop_duplicates("prompt")["prompt"]
+    order = pd.Series(range(len(first_seen)), index=first_seen.to_numpy())
+    out = pd.concat([single[columns], merged], ignore_index=True)
+    return out.iloc[order.loc[out["prompt"]].argsort(kind="stable")].reset_index(drop=True)
 
 
 def assign_splits(prompts: pd.Series, *, val_share: float, test_share: float,

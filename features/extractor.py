@@ -24,9 +24,14 @@ class Encoder(Protocol):
 
 
 class OnnxEncoder:
-    """Runs an encoder.onnx with inputs `input_ids`, `attention_mask` and output `embedding`."""
+    """Runs an encoder.onnx with inputs `input_ids`, `attention_mask` and output `embedding`.
 
-    def __init__(self, model: str | Path | bytes, *, threads: int = 1):
+    `row_wise` encodes one unpadded prompt per call. Encoders with dynamic int8
+    quantization need it: their activation scale comes from the whole input tensor,
+    so a batched prompt's embedding would depend on its neighbours.
+    """
+
+    def __init__(self, model: str | Path | bytes, *, threads: int = 1, row_wise: bool = False):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -34,9 +39,19 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         source = model if isinstance(model, bytes) else str(model)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.row_wise = row_wise
+
+    def _run(self, input_ids, attention_mask):
+        return self.session.run(["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
 
     def __call__(self, input_ids, attention_mask, texts=()):
-        return self.session.run(["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        if not self.row_wise:
+            return self._run(input_ids, attention_mask)
+        rows = []
+        for ids, mask in zip(input_ids, attention_mask):
+            n = max(int(mask.sum()), 1)
+            rows.append(self._run(ids[None, :n], mask[None, :n])[0])
+        return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
 
 class Projection:

@@ -16,6 +16,7 @@ class FeatureSpec:
     max_tokens: int = 512          # tokens fed to the encoder
     max_chars: int = 4096          # text scanned by the tokenizer and the patterns
     add_special_tokens: bool = False
+    encoder_row_wise: bool = False  # encode one prompt per call (see OnnxEncoder)
     embedding_dim: int = 32        # after projection
     stat_names: tuple[str, ...] = STAT_NAMES
     precisions: tuple[str, ...] = PRECISIONS

@@ -17,6 +17,8 @@ _CODE = re.compile(r"```|\bdef |\bclass |\breturn\b|\bimport |#include|\bfunctio
 _OPTION = re.compile(r"^\s*\(?[A-Ja-j][.)]\s", re.MULTILINE)
 _CURRENCY = re.compile(r"[$€£¥]|\b(?:USD|EUR|dollars?|cents?|percent)\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+_DIGIT = re.compile(r"\d")
+_UPPER = re.compile(r"[A-Z]")
 
 STAT_NAMES = (
     "n_chars", "n_lines", "n_spaces", "n_numbers", "digit_share", "n_math_ops", "n_latex",
@@ -34,7 +36,7 @@ def text_statistics(text: str, head: str) -> list[float]:
         float(text.count("\n") + 1),
         float(text.count(" ")),
         float(len(_NUMBER.findall(head))),
-        sum(c.isdigit() for c in head) / n_head,
+        len(_DIGIT.findall(head)) / n_head,
         float(len(_MATH_OP.findall(head))),
         float(len(_LATEX.findall(head))),
         float(len(_CODE.findall(head))),
@@ -42,7 +44,7 @@ def text_statistics(text: str, head: str) -> list[float]:
         float(head.count("?")),
         float(len(_SENTENCE_END.findall(head))),
         float(len(_CURRENCY.findall(head))),
-        sum(c.isupper() for c in head) / n_head,
+        len(_UPPER.findall(head)) / n_head,  # ASCII capitals
         (sum(len(w) for w in words) / len(words)) if words else 0.0,
         float(text.rstrip().lower().endswith(("answer:", "answer :", "a:"))),
     ]

@@ -24,7 +24,7 @@ class Scorer:
         projection = folder / "projection.npz"
         self.extractor = FeatureExtractor(
             self.spec, load_tokenizer(folder / "tokenizer.json"),
-            OnnxEncoder(folder / "encoder.onnx", threads=threads),
+            OnnxEncoder(folder / "encoder.onnx", threads=threads, row_wise=self.spec.encoder_row_wise),
             Projection.load(projection) if projection.exists() else None)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads

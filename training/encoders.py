@@ -49,11 +49,13 @@ class BuiltEncoder:
     tokenizer_path: Path
     max_tokens: int
     add_special_tokens: bool
+    row_wise: bool = False  # must run one prompt per call (dynamic quantization)
 
     @cached_property
     def key(self) -> str:
         """Identifies the encoder's numbers (graph bytes and token limit), for the embedding cache."""
-        return f"{hashlib.sha256(self.onnx_bytes).hexdigest()[:16]}-{self.max_tokens}"
+        mode = "rows" if self.row_wise else "batch"
+        return f"{hashlib.sha256(self.onnx_bytes).hexdigest()[:16]}-{self.max_tokens}-{mode}"
 
 
 def _load_sentence_transformer(folder: Path):
@@ -173,7 +175,7 @@ def build_transformer(cache_dir: Path, *, max_tokens: int = 256) -> BuiltEncoder
         quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8)
         tmp.replace(int8_path)
         fp32_path.unlink()
-    return BuiltEncoder(int8_path.read_bytes(), folder / "tokenizer.json", max_tokens, True)
+    return BuiltEncoder(int8_path.read_bytes(), folder / "tokenizer.json", max_tokens, True, row_wise=True)
 
 
 TIERS: dict[str, Callable[..., BuiltEncoder]] = {"static": build_static, "transformer": build_transformer}

@@ -41,8 +41,8 @@ def featurize(prompts: Sequence[str], precisions: Sequence[str | None], train_ro
     built = build_encoder(tier, cache_dir / "encoders", **options)
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite", built.key)
     spec = FeatureSpec(tier=tier, max_tokens=built.max_tokens, add_special_tokens=built.add_special_tokens,
-                       embedding_dim=embedding_dim)
-    encoder = CachedEncoder(OnnxEncoder(built.onnx_bytes, threads=2), cache)
+                       encoder_row_wise=built.row_wise, embedding_dim=embedding_dim)
+    encoder = CachedEncoder(OnnxEncoder(built.onnx_bytes, threads=2, row_wise=built.row_wise), cache)
     raw_extractor = FeatureExtractor(spec, load_tokenizer(built.tokenizer_path), encoder, projection=None)
     parts = []
     try:
