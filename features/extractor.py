@@ -74,6 +74,16 @@ class Projection:
             return cls(data["mean"], data["components"])
 
 
+def encodable(text: str) -> str:
+    """The text itself, or with lone surrogates replaced when it is not valid UTF-8
+    (the tokenizer, written in Rust, accepts only valid Unicode)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def load_tokenizer(path: str | Path):
     """A `tokenizers.Tokenizer` with its own truncation and padding switched off (we do both)."""
     from tokenizers import Tokenizer
@@ -91,7 +101,8 @@ class FeatureExtractor:
         self.spec, self.tokenizer, self.encoder, self.projection = spec, tokenizer, encoder, projection
 
     def heads(self, prompts: Sequence[str]) -> list[str]:
-        return [p[: self.spec.max_chars] for p in prompts]
+        """The part of each prompt that is tokenized and scanned (first max_chars, valid UTF-8)."""
+        return [encodable(p[: self.spec.max_chars]) for p in prompts]
 
     def token_ids(self, heads: Sequence[str], prompts: Sequence[str]):
         """Padded ids and mask (int64) for the encoder, plus the estimated full-prompt token count."""

@@ -21,6 +21,12 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def manifest_digest(manifest: dict) -> str:
+    """SHA-256 of the manifest's canonical JSON without its own `manifest_sha256` field."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
+
+
 def read_manifest(folder: str | Path, *, verify: bool = True) -> dict:
     """The manifest of a bundle folder, after checking its schema version and every file's hash."""
     folder = Path(folder)
@@ -38,6 +44,8 @@ def read_manifest(folder: str | Path, *, verify: bool = True) -> dict:
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{path}: no 'files' table")
     if verify:
+        if manifest.get("manifest_sha256") != manifest_digest(manifest):
+            raise BundleError(f"{path} does not match its manifest_sha256: edited after it was written")
         for name, expected in files.items():
             file = folder / name
             if not file.is_file():

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import re
 
+from features.extractor import encodable
+from serving.decision import Decision
+from serving.validation import check_batch, check_precision, check_prompt
+from serving.zones import zone_for
+
 RULE_DOMAINS = frozenset({"finance", "medical", "legal"})
 LONG_PROMPT_TOKENS = 1024
 RULE_LO, RULE_HI = 0.3, 0.7
@@ -36,3 +41,45 @@ def rule_score(seq_len: float, domain: str | None, precision: str | None) -> flo
     tenths = (4 if seq_len > LONG_PROMPT_TOKENS else 0) \
         + (3 if domain in RULE_DOMAINS else 0) + (3 if precision == "exact" else 0)
     return min(tenths, 10) / 10
+
+
+class RuleRouter:
+    """The rule table behind the Router interface. Domain comes from the text (keywords),
+    token count from the bundle's tokenizer when there is one, else ~4 characters a token."""
+
+    model_version = "rule-table"
+
+    def __init__(self, tokenizer=None, *, degraded_reason: str | None = None, max_chars: int = 4096):
+        self.tokenizer, self.degraded_reason, self.max_chars = tokenizer, degraded_reason, max_chars
+
+    def count_tokens(self, prompt: str) -> int:
+        head = prompt[: self.max_chars]
+        if self.tokenizer is None or not head:
+            return -(-len(prompt) // 4)
+        n = len(self.tokenizer.encode(encodable(head), add_special_tokens=False).ids)
+        return round(n * len(prompt) / len(head))
+
+    def decide(self, prompt: str, precision: str | None, *, degraded: bool = False, note: str = ""):
+        n_tokens = self.count_tokens(prompt)
+        domain = infer_rule_domain(prompt)
+        score = rule_score(n_tokens, domain, precision)
+        parts = [f"rule table score {score:.1f}"]
+        if n_tokens > LONG_PROMPT_TOKENS:
+            parts.append(f"~{n_tokens} tokens > {LONG_PROMPT_TOKENS}")
+        if domain:
+            parts.append(f"{domain} domain")
+        if precision == "exact":
+            parts.append("exact precision")
+        reason = ", ".join(parts) + (f" ({note})" if note else "")
+        return Decision.make(zone_for(score, RULE_LO, RULE_HI), score=score, reason=reason, degraded=degraded,
+                             model_version=self.model_version, precision=precision, n_tokens=n_tokens,
+                             truncated=len(prompt) > self.max_chars)
+
+    def route(self, prompt: str, *, precision: str | None = None):
+        """Decision of the rule table for one prompt."""
+        return self.decide(check_prompt(prompt), check_precision(precision))
+
+    def route_batch(self, prompts, precisions=None):
+        """Decisions for many prompts."""
+        prompts, precisions = check_batch(prompts, precisions)
+        return [self.decide(p, q) for p, q in zip(prompts, precisions)]

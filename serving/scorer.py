@@ -39,7 +39,10 @@ class Scorer:
         probabilities = self.session.run(["probabilities"], {self.input_name: features})[0]
         return probabilities[:, 1]
 
+    def calibrated(self, features: np.ndarray) -> np.ndarray:
+        """Calibrated scores from a feature matrix."""
+        return apply_calibration(self.calibration, self.raw_probability(features))
+
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""
-        features = self.extractor.transform(prompts, precisions)
-        return apply_calibration(self.calibration, self.raw_probability(features))
+        return self.calibrated(self.extractor.transform(prompts, precisions))

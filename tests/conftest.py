@@ -50,3 +50,27 @@ def small_routellm(real_data_dir, tmp_path_factory) -> Path:
 def encoder_cache(tmp_path_factory) -> Path:
     """One cache folder per test session: the static table is distilled once, then reused."""
     return tmp_path_factory.mktemp("cache")
+
+
+def config_for(tmp: Path, data: Path, cache: Path, **extra):
+    """A TrainConfig that writes everything (bundle, MLflow, reports) under `tmp`."""
+    from training.config import TrainConfig
+
+    options = dict(data=[str(data)], bundle=str(tmp / "bundle"), cache_dir=str(cache),
+                   tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db", artifact_root=str(tmp / "mlruns" / "art"),
+                   reports_dir=str(tmp / "reports"), min_rows_per_tag=50)
+    return TrainConfig(**{**options, **extra})
+
+
+@pytest.fixture(scope="session")
+def trained_small(small_routellm, encoder_cache, tmp_path_factory):
+    """(config, TrainResult) of one `make train` run on the real-data slice, shared by the session."""
+    from pipelines.train import run
+
+    cfg = config_for(tmp_path_factory.mktemp("train"), small_routellm, encoder_cache)
+    return cfg, run(cfg)
+
+
+@pytest.fixture(scope="session")
+def bundle(trained_small) -> Path:
+    return trained_small[1].bundle

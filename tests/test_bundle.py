@@ -58,6 +58,9 @@ def test_tampered_truncated_or_unknown_bundles_are_refused(tmp_path):
     with pytest.raises(BundleError, match="router.onnx is listed in the manifest but missing"):
         read_manifest(dest)
     manifest = json.loads((dest / "manifest.json").read_text())
+    (dest / "manifest.json").write_text(json.dumps({**manifest, "feature_spec": {"tier": "other"}}))
+    with pytest.raises(BundleError, match="edited after it was written"):
+        read_manifest(dest)
     (dest / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 99}))
     with pytest.raises(BundleError, match="schema_version 99 is not supported"):
         read_manifest(dest)

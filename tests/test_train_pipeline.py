@@ -12,23 +12,14 @@ import pytest
 from pipelines.train import run
 from serving.bundle import read_manifest
 from serving.scorer import Scorer
-from training.config import TrainConfig
+from tests.conftest import config_for
 
 pytestmark = [pytest.mark.real_data, pytest.mark.slow]
 
 
-def config_for(tmp, data, cache, **extra) -> TrainConfig:
-    options = dict(data=[str(data)], bundle=str(tmp / "bundle"), cache_dir=str(cache),
-                   tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db", artifact_root=str(tmp / "mlruns" / "art"),
-                   reports_dir=str(tmp / "reports"), min_rows_per_tag=50)
-    return TrainConfig(**{**options, **extra})
-
-
 @pytest.fixture(scope="module")
-def trained(small_routellm, encoder_cache, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("train")
-    cfg = config_for(tmp, small_routellm, encoder_cache)
-    return cfg, run(cfg)
+def trained(trained_small):
+    return trained_small
 
 
 def test_bundle_has_everything_serving_needs(trained):

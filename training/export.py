@@ -7,7 +7,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from serving.bundle import MANIFEST, sha256_file
+from serving.bundle import MANIFEST, manifest_digest, sha256_file
 
 
 def booster_to_onnx(booster, n_features: int) -> bytes:
@@ -39,8 +39,10 @@ def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: dict) -> 
             else:
                 target.write_bytes(content)
             checksums[name] = sha256_file(target)
+        complete = {**manifest, "files": checksums}
+        complete["manifest_sha256"] = manifest_digest(complete)
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
-            json.dump({**manifest, "files": checksums}, fh, indent=2, sort_keys=False)
+            json.dump(complete, fh, indent=2)
             fh.flush()
             os.fsync(fh.fileno())
         old = None

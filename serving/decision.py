@@ -1,0 +1,36 @@
+"""The one result type every router returns."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from serving.zones import first_target
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a request runs first, and why.
+
+    target: "edge" | "cloud" (where the request runs first)
+    zone: "edge" | "edge_with_cloud_fallback" | "cloud"
+    score: calibrated probability that the cloud is needed (rule table: its complexity score)
+    reason: short, human readable
+    degraded: True when the learned router was unavailable and the rule table decided
+    model_version: which model decided ("rule-table" for the rule table)
+    """
+
+    target: str
+    zone: str
+    score: float
+    reason: str
+    degraded: bool
+    model_version: str
+    precision: str | None = None
+    n_tokens: int = 0
+    truncated: bool = False
+
+    @classmethod
+    def make(cls, zone: str, **fields) -> "Decision":
+        return cls(target=first_target(zone), zone=zone, **fields)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,111 @@
+"""The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from serving.bundle import BundleError, read_manifest
+from serving.decision import Decision
+from serving.rules import RuleRouter
+from serving.validation import check_batch, check_precision, check_prompt
+from serving.zones import CLOUD, thresholds_for, zone_for
+
+log = logging.getLogger("serving")
+
+
+class Router:
+    """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
+
+    def __init__(self, scorer, manifest: dict, *, degraded_reason: str | None = None):
+        self._scorer = scorer
+        self.manifest = manifest
+        self.degraded_reason = degraded_reason
+        self.thresholds = manifest.get("thresholds", {})
+        self.edge_context_tokens = int(manifest.get("limits", {}).get("edge_context_tokens", 1024))
+        self.model_version = manifest.get("model_version", "unknown")
+        tokenizer = scorer.extractor.tokenizer if scorer is not None else None
+        max_chars = scorer.spec.max_chars if scorer is not None else 4096
+        self._rules = RuleRouter(tokenizer, max_chars=max_chars)
+
+    @classmethod
+    def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1) -> "Router":
+        """Load and verify a bundle folder (schema version, SHA-256 of every file).
+
+        strict=False: a missing, truncated, tampered or unknown bundle gives a router that
+        runs on the rule table, with one warning and `degraded_reason` set.
+        strict=True: the same problems raise BundleError.
+        """
+        from serving.scorer import Scorer
+
+        try:
+            manifest = read_manifest(path)
+            scorer = Scorer(path, manifest=manifest, threads=threads)
+        except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
+            error = exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}")
+            if strict:
+                raise error from exc
+            log.warning("routing bundle unavailable, using the rule table: %s", error)
+            return cls(None, {"model_version": RuleRouter.model_version}, degraded_reason=str(error))
+        return cls(scorer, manifest)
+
+    @property
+    def degraded(self) -> bool:
+        return self._scorer is None
+
+    def route(self, prompt: str, *, precision: str | None = None) -> Decision:
+        """Where one prompt should run; see Decision."""
+        check_prompt(prompt)
+        return self._route([prompt], [check_precision(precision)])[0]
+
+    def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]:
+        """Decisions for many prompts, scored in one onnxruntime call per model."""
+        prompts, precisions = check_batch(prompts, precisions)
+        return self._route(prompts, precisions) if prompts else []
+
+    def _route(self, prompts: list[str], precisions: list[str | None]) -> list[Decision]:
+        if self._scorer is None:
+            return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
+                    for p, q in zip(prompts, precisions)]
+        try:
+            features = self._scorer.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
+            scores = self._scorer.calibrated(features)
+        except Exception as exc:  # the host app must never see a scoring failure
+            log.warning("scoring failed, rule table decides: %r", exc)
+            return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
+                    for p, q in zip(prompts, precisions)]
+        n_tokens = features[:, 0]
+        return [self._decide(p, q, float(s), int(round(n)))
+                for p, q, s, n in zip(prompts, precisions, scores, n_tokens)]
+
+    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int) -> Decision:
+        lo, hi = thresholds_for(self.thresholds, precision)
+        zone = zone_for(score, lo, hi)
+        tag = precision or "undeclared precision"
+        if zone == CLOUD:
+            reason = f"score {score:.3f} > {hi:.3f} ({tag})"
+        elif score < lo:
+            reason = f"score {score:.3f} < {lo:.3f} ({tag})"
+        else:
+            reason = f"score {score:.3f} in [{lo:.3f}, {hi:.3f}] ({tag}): edge first, cloud fallback"
+        if n_tokens > self.edge_context_tokens and zone != CLOUD:
+            zone = CLOUD
+            reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
+        truncated = len(prompt) > self._scorer.spec.max_chars
+        if truncated:
+            reason += f"; features from the first {self._scorer.spec.max_chars} characters"
+        return Decision.make(zone, score=score, reason=reason, degraded=False, model_version=self.model_version,
+                             precision=precision, n_tokens=n_tokens, truncated=truncated)
+
+    def execute(self, prompt: str, edge, cloud, *, precision: str | None = None,
+                edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False):
+        """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute)."""
+        from serving.execute import execute
+
+        if not callable(edge) or not callable(cloud):
+            raise TypeError("edge and cloud must be callables taking the prompt")
+        decision = self.route(prompt, precision=precision)
+        return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=self.edge_context_tokens,
+                       edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone)

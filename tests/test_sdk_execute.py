@@ -1,0 +1,106 @@
+"""execute(): what runs, when the cloud takes over, and what the trace says."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from serving import CloudCallError, Decision, Router
+from serving.execute import execute
+
+
+def decision(zone: str, n_tokens: int = 10) -> Decision:
+    return Decision.make(zone, score=0.5, reason="test", degraded=False, model_version="t", n_tokens=n_tokens)
+
+
+def edge_ok(prompt):
+    return f"edge:{prompt}"
+
+
+def cloud_ok(prompt):
+    return f"cloud:{prompt}"
+
+
+def failing(prompt):
+    raise ConnectionError("device busy")
+
+
+def run(zone, **kwargs):
+    options = {"edge": edge_ok, "cloud": cloud_ok, "edge_context_tokens": 1024, **kwargs}
+    return execute(decision(zone, options.pop("n_tokens", 10)), "p", **options)
+
+
+def test_cloud_first_never_touches_the_edge():
+    result = run("cloud", edge=failing)
+    assert (result.response, result.served_by, result.fell_back) == ("cloud:p", "cloud", False)
+    assert [s.name for s in result.steps] == ["cloud"]
+
+
+@pytest.mark.parametrize("zone", ["edge", "edge_with_cloud_fallback"])
+def test_edge_first_answers_from_the_edge(zone):
+    result = run(zone)
+    assert (result.response, result.served_by, result.fallback_reason) == ("edge:p", "edge", None)
+    assert [(s.name, s.status) for s in result.steps] == [("edge", "ok")]
+    assert result.steps[0].seconds >= 0
+
+
+@pytest.mark.parametrize("zone", ["edge", "edge_with_cloud_fallback"])
+def test_edge_error_falls_back_with_the_reason(zone):
+    result = run(zone, edge=failing)
+    assert result.served_by == "cloud" and result.response == "cloud:p"
+    assert "device busy" in result.fallback_reason
+    assert [(s.name, s.status) for s in result.steps] == [("edge", "error"), ("cloud", "ok")]
+
+
+def test_edge_timeout_falls_back_without_waiting():
+    def slow(prompt):
+        time.sleep(2)
+        return "late"
+
+    start = time.perf_counter()
+    result = run("edge", edge=slow, edge_timeout_s=0.1)
+    assert time.perf_counter() - start < 1.5
+    assert result.served_by == "cloud" and "exceeded 0.1 s" in result.fallback_reason
+    assert result.steps[0].status == "timeout"
+
+
+def test_over_the_context_limit_skips_the_edge():
+    result = run("edge_with_cloud_fallback", n_tokens=5000, edge=failing)
+    assert result.served_by == "cloud" and "edge context limit of 1024" in result.fallback_reason
+    assert [(s.name, s.status) for s in result.steps] == [("edge", "skipped"), ("cloud", "ok")]
+
+
+def test_accept_check_applies_in_the_fallback_zone():
+    rejected = run("edge_with_cloud_fallback", accept=lambda r: False)
+    assert rejected.served_by == "cloud" and rejected.fallback_reason == "accept check rejected the edge answer"
+    assert [(s.name, s.status) for s in rejected.steps] == [("edge", "ok"), ("accept", "rejected"), ("cloud", "ok")]
+    accepted = run("edge_with_cloud_fallback", accept=lambda r: r.startswith("edge"))
+    assert accepted.served_by == "edge"
+    # Confident edge answers are not checked unless asked to be.
+    assert run("edge", accept=lambda r: False).served_by == "edge"
+    assert run("edge", accept=lambda r: False, verify_edge_zone=True).served_by == "cloud"
+
+
+def test_cloud_failure_is_raised_with_the_edge_error_attached():
+    def cloud_down(prompt):
+        raise RuntimeError("503 from cloud")
+
+    with pytest.raises(CloudCallError, match="503 from cloud.*device busy") as caught:
+        run("edge", edge=failing, cloud=cloud_down)
+    assert isinstance(caught.value.edge_error, ConnectionError)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert [s.status for s in caught.value.steps] == ["error", "error"]
+    with pytest.raises(CloudCallError) as cloud_first:
+        run("cloud", cloud=cloud_down)
+    assert cloud_first.value.edge_error is None
+
+
+@pytest.mark.real_data
+def test_router_execute_end_to_end(bundle):
+    router = Router.load(bundle, strict=True)
+    calls = []
+    result = router.execute("What is 2 + 2?", edge=lambda p: calls.append("edge") or "4",
+                            cloud=lambda p: calls.append("cloud") or "4", precision="exact")
+    assert result.decision.target == calls[0] and result.response == "4"
+    with pytest.raises(TypeError, match="callables"):
+        router.execute("hi", edge="not callable", cloud=cloud_ok)
