@@ -18,7 +18,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv train test ui data clean
+.PHONY: venv train test ui data bench clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,9 @@ test: $(STAMP)
 
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(MLRUNS)/mlflow.db --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
+
+bench: $(STAMP)
+	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE)
 
 data: $(STAMP)
 	$(BIN)/python -m pipelines.fetch_data --dest data/raw/routellm

@@ -104,3 +104,21 @@ def test_router_execute_end_to_end(bundle):
     assert result.decision.target == calls[0] and result.response == "4"
     with pytest.raises(TypeError, match="callables"):
         router.execute("hi", edge="not callable", cloud=cloud_ok)
+
+
+@pytest.mark.real_data
+def test_router_from_the_mlflow_registry(trained_small, tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from training.registry import router_from_mlflow
+
+    cfg, result = trained_small
+    mlflow.set_tracking_uri(cfg.tracking_uri)
+    MlflowClient().set_registered_model_alias(cfg.registered_model, "champion", result.model_version)
+    router = router_from_mlflow(f"models:/{cfg.registered_model}@champion", tracking_uri=cfg.tracking_uri,
+                                dest=tmp_path)
+    assert not router.degraded and router.manifest["mlflow"]["run_id"] == result.run_id
+    held = result.held_out.iloc[:20]
+    scores = [router.route(p, precision=q).score for p, q in zip(held["prompt"], held["precision"])]
+    assert max(abs(a - b) for a, b in zip(scores, held["score"])) <= 1e-5
