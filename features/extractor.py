@@ -125,15 +125,20 @@ class FeatureExtractor:
             mask[i, : len(ids)] = 1
         return input_ids, mask, n_tokens
 
-    def raw_embeddings(self, heads: Sequence[str], input_ids, mask) -> np.ndarray:
-        return np.asarray(self.encoder(input_ids, mask, heads), dtype=np.float32)
-
     def precision_matrix(self, precisions: Sequence[str | None]) -> np.ndarray:
         out = np.zeros((len(precisions), len(self.spec.precisions)), dtype=np.float32)
         for i, p in enumerate(precisions):
             if p is not None:
                 out[i, self.spec.precisions.index(p)] = 1.0
         return out
+
+    def prepare(self, prompts: Sequence[str], precisions: Sequence[str | None]):
+        """Encoder inputs (ids, mask) and the scalar features [n_tokens, statistics, precision]."""
+        heads = self.heads(prompts)
+        input_ids, mask, n_tokens = self.token_ids(heads, prompts)
+        scalars = np.concatenate([n_tokens[:, None], statistics_matrix(list(prompts), heads),
+                                  self.precision_matrix(precisions)], axis=1).astype(np.float32)
+        return input_ids, mask, scalars, heads
 
     def transform(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None,
                   *, batch_size: int = 256) -> np.ndarray:
@@ -148,10 +153,8 @@ class FeatureExtractor:
         return np.concatenate(parts, axis=0)
 
     def _transform_batch(self, prompts, precisions) -> np.ndarray:
-        heads = self.heads(prompts)
-        input_ids, mask, n_tokens = self.token_ids(heads, prompts)
-        embedding = self.raw_embeddings(heads, input_ids, mask)
+        input_ids, mask, scalars, heads = self.prepare(prompts, precisions)
+        embedding = np.asarray(self.encoder(input_ids, mask, heads), dtype=np.float32)
         if self.projection is not None:
             embedding = self.projection(embedding)
-        return np.concatenate([n_tokens[:, None], statistics_matrix(list(prompts), heads),
-                               self.precision_matrix(precisions), embedding], axis=1).astype(np.float32)
+        return np.concatenate([scalars, embedding], axis=1)

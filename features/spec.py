@@ -17,6 +17,7 @@ class FeatureSpec:
     max_chars: int = 4096          # text scanned by the tokenizer and the patterns
     add_special_tokens: bool = False
     encoder_row_wise: bool = False  # encode one prompt per call (see OnnxEncoder)
+    fused: bool = False             # one model.onnx from token ids + scalars to probability
     embedding_dim: int = 32        # after projection
     stat_names: tuple[str, ...] = STAT_NAMES
     precisions: tuple[str, ...] = PRECISIONS

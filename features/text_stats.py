@@ -1,7 +1,8 @@
 """Scalar features of a prompt: its size, and precision tags derived from the text.
 
-Sizes use the whole prompt (cheap C-level counts); pattern counts look only at the
-head (`head_chars`), so a 1 MB prompt costs no more than a long normal one.
+Sizes use the whole prompt (C-level counts, cheap even at 1 MB); everything else looks
+only at the head. Counting is done with str.count and one or two compiled patterns,
+not per-character Python loops: this runs on every request, in front of the edge model.
 """
 from __future__ import annotations
 
@@ -9,45 +10,50 @@ import re
 
 import numpy as np
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
-_MATH_OP = re.compile(r"[+\-*/=^<>%×÷±≤≥]")
-_LATEX = re.compile(r"\\(?:frac|sqrt|sum|int|cdot|times|pi|alpha|beta|theta|le|ge)|\$[^$]+\$")
-_CODE = re.compile(r"```|\bdef |\bclass |\breturn\b|\bimport |#include|\bfunction\b|;\s*$|\{\s*$|=>|\bSELECT\b",
-                   re.MULTILINE)
-_OPTION = re.compile(r"^\s*\(?[A-Ja-j][.)]\s", re.MULTILINE)
-_CURRENCY = re.compile(r"[$€£¥]|\b(?:USD|EUR|dollars?|cents?|percent)\b", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
-_DIGIT = re.compile(r"\d")
-_UPPER = re.compile(r"[A-Z]")
-
 STAT_NAMES = (
-    "n_chars", "n_lines", "n_spaces", "n_numbers", "digit_share", "n_math_ops", "n_latex",
+    "n_chars", "n_lines", "n_spaces", "n_digits", "digit_share", "n_math_ops", "n_latex",
     "n_code_markers", "n_options", "n_questions", "n_sentences", "n_currency",
     "upper_share", "mean_word_len", "ends_with_answer_cue",
 )
+
+_DIGITS = "0123456789"
+_MATH = "+-*/=^<>%×÷±≤≥"
+_CURRENCY = "$€£¥"
+_UPPER = re.compile(r"[A-Z]")  # ASCII capitals
+_CODE_MARKERS = ("```", "def ", "return ", "import ", "class ", ";\n", "{\n", "=>", "#include", "SELECT ")
+_LATEX_MARKERS = ("\\frac", "\\sqrt", "\\sum", "\\int", "\\cdot", "\\times", "\\pi", "^{", "_{")
+_SENTENCE_ENDS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
+_OPTION = re.compile(r"^\s*\(?[A-Ja-j][.)]\s", re.MULTILINE)
+_ANSWER_CUES = ("answer:", "answer :", "a:")
+
+
+def _count_all(text: str, needles) -> int:
+    return sum(map(text.count, needles))
 
 
 def text_statistics(text: str, head: str) -> list[float]:
     """The STAT_NAMES values for one prompt; `head` is the prefix the patterns scan."""
     n_head = max(len(head), 1)
-    words = head.split()
+    n_digits = _count_all(head, _DIGITS)
+    head_spaces = head.count(" ")
+    words = head_spaces + head.count("\n") + 1 if head.strip() else 0
     return [
         float(len(text)),
         float(text.count("\n") + 1),
         float(text.count(" ")),
-        float(len(_NUMBER.findall(head))),
-        len(_DIGIT.findall(head)) / n_head,
-        float(len(_MATH_OP.findall(head))),
-        float(len(_LATEX.findall(head))),
-        float(len(_CODE.findall(head))),
+        float(n_digits),
+        n_digits / n_head,
+        float(_count_all(head, _MATH)),
+        float(_count_all(head, _LATEX_MARKERS)),
+        float(_count_all(head, _CODE_MARKERS)),
         float(len(_OPTION.findall(head))),
         float(head.count("?")),
-        float(len(_SENTENCE_END.findall(head))),
-        float(len(_CURRENCY.findall(head))),
-        len(_UPPER.findall(head)) / n_head,  # ASCII capitals
-        (sum(len(w) for w in words) / len(words)) if words else 0.0,
+        float(_count_all(head, _SENTENCE_ENDS) + head.rstrip().endswith((".", "?", "!"))),
+        float(_count_all(head, _CURRENCY)),
+        len(_UPPER.findall(head)) / n_head,
+        (len(head) - head_spaces) / words if words else 0.0,
         # Only the tail: lower-casing a 1 MB prompt would cost more than the rest of routing.
-        float(text[-256:].rstrip().lower().endswith(("answer:", "answer :", "a:"))),
+        float(text[-256:].rstrip().lower().endswith(_ANSWER_CUES)),
     ]
 
 

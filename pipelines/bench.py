@@ -1,8 +1,8 @@
 """`make bench`: how fast the SDK routes, next to the floor of what it has to do.
 
 One thread unless said. route() latency at ~16 / ~128 / ~512-token prompts (p50, p99),
-each with its parts measured alone in the same run (tokenization, text statistics,
-encoder.onnx, router.onnx, an onnxruntime call that does nothing); route_batch
+each with its parts measured alone in the same run (tokenization, text statistics, the
+model on prepared inputs, an onnxruntime call that does nothing); route_batch
 throughput on 2 threads; import + Router.load time and RSS after load in a fresh
 process. Results go to bench/results.json.
 """
@@ -58,6 +58,18 @@ def noop_session():
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+def model_call(scorer, prompt: str) -> Callable[[], object]:
+    """The model alone on prepared inputs: model.onnx (fused) or encoder + router (staged)."""
+    if scorer.spec.fused:
+        ids, mask, scalars, _ = scorer.extractor.prepare([prompt], ["exact"])
+        feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
+        return lambda: scorer.session.run(["probabilities"], feeds)
+    features = scorer.extractor.transform([prompt], ["exact"])
+    ids, mask, _, heads = scorer.extractor.prepare([prompt], ["exact"])
+    encoder = scorer.extractor.encoder
+    return lambda: (encoder(ids, mask, heads), scorer.session.run(["probabilities"], {"features": features}))
+
+
 def route_figures(router, prompt: str, repeat: int) -> dict:
     """route() and each of its parts alone, for one prompt."""
     from features.text_stats import statistics_matrix
@@ -65,19 +77,16 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     scorer = router._scorer
     extractor = scorer.extractor
     heads = extractor.heads([prompt])
-    ids, mask, _ = extractor.token_ids(heads, [prompt])
-    features = extractor.transform([prompt], ["exact"])
     noop = noop_session()
     x = np.zeros((1, 1), dtype=np.float32)
     return {
-        "tokens": int(mask.sum()),
+        "tokens": len(extractor.tokenizer.encode(heads[0], add_special_tokens=False).ids),
         "route": timings_us(lambda: router.route(prompt, precision="exact"), repeat=repeat),
         "floor": {
-            "tokenize": timings_us(lambda: extractor.tokenizer.encode_batch(heads, add_special_tokens=False),
+            "tokenize": timings_us(lambda: extractor.tokenizer.encode(heads[0], add_special_tokens=False),
                                    repeat=repeat),
             "text_statistics": timings_us(lambda: statistics_matrix([prompt], heads), repeat=repeat),
-            "encoder_onnx": timings_us(lambda: extractor.encoder(ids, mask), repeat=repeat),
-            "router_onnx": timings_us(lambda: scorer.raw_probability(features), repeat=repeat),
+            "model": timings_us(model_call(scorer, prompt), repeat=repeat),
             "onnxruntime_noop": timings_us(lambda: noop.run(None, {"x": x}), repeat=repeat),
         },
     }
@@ -143,18 +152,18 @@ def print_report(results: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"route() on one thread ({results['tier']} tier), microseconds")
-    for column in ("prompt", "tokens", "route p50", "route p99", "tokenize", "text stats", "encoder.onnx",
-                   "router.onnx", "ort no-op", "sum of parts"):
+    for column in ("prompt", "tokens", "route p50", "route p99", "tokenize", "text stats", "model",
+                   "ort no-op", "sum of parts", "route - parts"):
         table.add_column(column, justify="right")
     for name, fig in results["route"].items():
         if "floor" not in fig:
             table.add_row(name, "", f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}", *[""] * 6)
             continue
         floor = {k: v["p50_us"] for k, v in fig["floor"].items()}
-        parts = floor["tokenize"] + floor["text_statistics"] + floor["encoder_onnx"] + floor["router_onnx"]
+        parts = floor["tokenize"] + floor["text_statistics"] + floor["model"]
         table.add_row(name, str(fig["tokens"]), f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}",
-                      *(f"{floor[k]:.0f}" for k in ("tokenize", "text_statistics", "encoder_onnx", "router_onnx",
-                                                     "onnxruntime_noop")), f"{parts:.0f}")
+                      *(f"{floor[k]:.0f}" for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")),
+                      f"{parts:.0f}", f"{fig['route']['p50_us'] - parts:.0f}")
     console = Console()
     console.print(table)
     for b in results["route_batch"]:

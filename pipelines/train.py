@@ -67,6 +67,20 @@ def _with_precision_dropout(matrix, spec, train_rows, share: float, seed: int) -
     return out
 
 
+def bundle_files(feats, trees: bytes) -> dict:
+    """The bundle's model files: one fused graph (static tier) or encoder + projection + trees."""
+    import io
+
+    from training.export import fuse
+
+    if feats.fused_prefix is not None:
+        return {"model.onnx": fuse(feats.fused_prefix, trees), "tokenizer.json": feats.encoder.tokenizer_path}
+    projection = io.BytesIO()
+    np.savez(projection, mean=feats.projection.mean, components=feats.projection.components)
+    return {"encoder.onnx": feats.encoder.onnx_bytes, "router.onnx": trees,
+            "projection.npz": projection.getvalue(), "tokenizer.json": feats.encoder.tokenizer_path}
+
+
 def run(config: TrainConfig, *, console=None) -> TrainResult:
     """Run every stage; returns where the bundle went and the figures."""
     import mlflow
@@ -145,6 +159,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             "target": {"kind": config.target, "max_quality_drop": config.max_quality_drop,
                        "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
             "label": {"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
+            # How rows were split, so evaluation can find the rows this model never saw.
+            "split": {"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt},
             "limits": {"edge_context_tokens": config.edge_context_tokens,
                        "max_chars": feats.spec.max_chars, "max_tokens": feats.spec.max_tokens},
             "metrics": {"test": metrics["test"], "val": metrics["val"]},
@@ -152,16 +168,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             "mlflow": {"run_id": run_id, "tracking_uri": config.tracking_uri,
                        "registered_model": config.registered_model},
         }
-        import io
-
-        projection = io.BytesIO()
-        np.savez(projection, mean=feats.projection.mean, components=feats.projection.components)
-        bundle = write_bundle(Path(config.bundle), {
-            "encoder.onnx": feats.encoder.onnx_bytes,
-            "router.onnx": booster_to_onnx(booster, x.shape[1]),
-            "projection.npz": projection.getvalue(),
-            "tokenizer.json": feats.encoder.tokenizer_path,
-        }, manifest)
+        bundle = write_bundle(Path(config.bundle), bundle_files(feats, booster_to_onnx(booster, x.shape[1])),
+                              manifest)
 
         # The bundle must score exactly like the pipeline that trained it, from raw text.
         held_out = np.flatnonzero(test)

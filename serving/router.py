@@ -70,13 +70,11 @@ class Router:
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
                     for p, q in zip(prompts, precisions)]
         try:
-            features = self._scorer.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
-            scores = self._scorer.calibrated(features)
+            scores, n_tokens = self._scorer.score_batch(prompts, precisions)
         except Exception as exc:  # the host app must never see a scoring failure
             log.warning("scoring failed, rule table decides: %r", exc)
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
                     for p, q in zip(prompts, precisions)]
-        n_tokens = features[:, 0]
         return [self._decide(p, q, float(s), int(round(n)))
                 for p, q, s, n in zip(prompts, precisions, scores, n_tokens)]
 

@@ -1,4 +1,12 @@
-"""Bundle -> calibrated scores with onnxruntime: features, router.onnx, calibration."""
+"""Bundle -> calibrated scores with onnxruntime.
+
+Two bundle layouts, chosen at training time and named in the manifest's feature spec:
+- fused (static tier): `model.onnx` takes token ids, mask and scalar features and runs
+  embedding + trees in one onnxruntime call;
+- staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`,
+  `router.onnx`.
+Calibration is applied here, from the manifest, for both.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,37 +20,50 @@ from serving.bundle import read_manifest
 from serving.calibration import apply_calibration
 
 
+def _session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
 class Scorer:
     """Everything a bundle needs to turn prompts into calibrated cloud-needed probabilities."""
 
     def __init__(self, folder: str | Path, *, manifest: dict | None = None, threads: int = 1):
-        import onnxruntime as ort
-
         folder = Path(folder)
         self.manifest = manifest if manifest is not None else read_manifest(folder)
         self.spec = FeatureSpec.from_dict(self.manifest["feature_spec"])
-        projection = folder / "projection.npz"
-        self.extractor = FeatureExtractor(
-            self.spec, load_tokenizer(folder / "tokenizer.json"),
-            OnnxEncoder(folder / "encoder.onnx", threads=threads, row_wise=self.spec.encoder_row_wise),
-            Projection.load(projection) if projection.exists() else None)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(folder / "router.onnx"), options,
-                                            providers=["CPUExecutionProvider"])
-        self.input_name = self.session.get_inputs()[0].name
         self.calibration = self.manifest["calibration"]
+        tokenizer = load_tokenizer(folder / "tokenizer.json")
+        if self.spec.fused:
+            self.session = _session(folder / "model.onnx", threads)
+            self.extractor = FeatureExtractor(self.spec, tokenizer, encoder=None, projection=None)
+        else:
+            self.session = _session(folder / "router.onnx", threads)
+            encoder = OnnxEncoder(folder / "encoder.onnx", threads=threads, row_wise=self.spec.encoder_row_wise)
+            self.extractor = FeatureExtractor(self.spec, tokenizer, encoder, Projection.load(folder / "projection.npz"))
 
-    def raw_probability(self, features: np.ndarray) -> np.ndarray:
-        """Probability of class 1 from router.onnx (before calibration)."""
-        probabilities = self.session.run(["probabilities"], {self.input_name: features})[0]
-        return probabilities[:, 1]
+    def raw_probability(self, prompts: Sequence[str], precisions: Sequence[str | None]):
+        """(uncalibrated P(cloud needed), estimated token counts) for a batch, one model call."""
+        if not self.spec.fused:
+            features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
+            feeds = {"features": features}
+            n_tokens = features[:, 0]
+        else:
+            ids, mask, scalars, _ = self.extractor.prepare(prompts, precisions)
+            feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
+            n_tokens = scalars[:, 0]
+        return self.session.run(["probabilities"], feeds)[0][:, 1], n_tokens
 
-    def calibrated(self, features: np.ndarray) -> np.ndarray:
-        """Calibrated scores from a feature matrix."""
-        return apply_calibration(self.calibration, self.raw_probability(features))
+    def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
+        """(calibrated scores, estimated token counts) for a batch."""
+        probability, n_tokens = self.raw_probability(prompts, precisions)
+        return apply_calibration(self.calibration, probability), n_tokens
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""
-        return self.calibrated(self.extractor.transform(prompts, precisions))
+        precisions = list(precisions) if precisions is not None else [None] * len(prompts)
+        return self.score_batch(list(prompts), precisions)[0]

@@ -31,7 +31,7 @@ def test_text_statistics_see_the_precision_signals():
     mcq = stats(MCQ)
     assert (mcq["n_options"], mcq["ends_with_answer_cue"], mcq["n_questions"]) == (4, 1.0, 1)
     math = stats("If 3x + 5 = 20, what is x? Show $\\frac{15}{3}$.")
-    assert math["n_math_ops"] >= 2 and math["n_numbers"] >= 3 and math["n_latex"] >= 1
+    assert math["n_math_ops"] >= 2 and math["n_digits"] >= 4 and math["n_latex"] >= 1
     code = stats("```python\ndef add(a, b):\n    return a + b\n```")
     assert code["n_code_markers"] >= 3
     assert stats("Write a poem about autumn")["n_code_markers"] == 0

@@ -45,16 +45,16 @@ def test_scores_match_the_training_pipeline(router, trained_small):
     assert np.max(np.abs(np.array([d.score for d in decisions]) - held["score"].to_numpy())) <= 1e-5
 
 
-def test_batch_equals_one_by_one_and_uses_one_call_per_model(router, trained_small, monkeypatch):
+def test_batch_equals_one_by_one_in_one_onnxruntime_call(router, trained_small, monkeypatch):
     prompts = trained_small[1].held_out["prompt"].tolist()[:40]
     single = [router.route(p) for p in prompts]
     calls = []
-    for session in (router._scorer.session, router._scorer.extractor.encoder.session):
-        real = session.run
-        monkeypatch.setattr(session, "run", lambda *a, _real=real, **k: calls.append(1) or _real(*a, **k))
+    session = router._scorer.session
+    real = session.run
+    monkeypatch.setattr(session, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
     batch = router.route_batch(prompts)
     assert batch == single
-    assert len(calls) == 2  # encoder + router, once each for the whole batch
+    assert len(calls) == 1  # the fused static graph: one onnxruntime call for the whole batch
     assert router.route_batch([]) == []
 
 
@@ -98,13 +98,13 @@ def broken_bundles(src, tmp_path):
     missing = tmp_path / "missing"
     truncated = tmp_path / "truncated"
     shutil.copytree(src, truncated)
-    data = (truncated / "router.onnx").read_bytes()
-    (truncated / "router.onnx").write_bytes(data[: len(data) // 2])
+    data = (truncated / "model.onnx").read_bytes()
+    (truncated / "model.onnx").write_bytes(data[: len(data) // 2])
     tampered = tmp_path / "tampered"
     shutil.copytree(src, tampered)
-    data = bytearray((tampered / "projection.npz").read_bytes())
-    data[len(data) // 2] ^= 0xFF  # one flipped byte
-    (tampered / "projection.npz").write_bytes(bytes(data))
+    data = bytearray((tampered / "tokenizer.json").read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit
+    (tampered / "tokenizer.json").write_bytes(bytes(data))
     edited = tmp_path / "edited"
     shutil.copytree(src, edited)
     manifest = json.loads((edited / "manifest.json").read_text())
@@ -114,8 +114,8 @@ def broken_bundles(src, tmp_path):
     shutil.copytree(src, unknown)
     manifest = json.loads((unknown / "manifest.json").read_text())
     (unknown / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 2}))
-    return {"missing": (missing, "no manifest.json"), "truncated": (truncated, "router.onnx does not match"),
-            "tampered": (tampered, "projection.npz does not match"), "edited": (edited, "manifest_sha256"),
+    return {"missing": (missing, "no manifest.json"), "truncated": (truncated, "model.onnx does not match"),
+            "tampered": (tampered, "tokenizer.json does not match"), "edited": (edited, "manifest_sha256"),
             "unknown": (unknown, "schema_version 2")}
 
 

@@ -43,13 +43,14 @@ def model_key(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BuiltEncoder:
     onnx_bytes: bytes
     tokenizer_path: Path
     max_tokens: int
     add_special_tokens: bool
     row_wise: bool = False  # must run one prompt per call (dynamic quantization)
+    table: np.ndarray | None = None  # static tier: the token table, for folding the projection in
 
     @cached_property
     def key(self) -> str:
@@ -83,8 +84,15 @@ def distill_token_table(folder: Path, *, batch_size: int = 1024) -> np.ndarray:
     return np.concatenate(rows).astype(np.float32)
 
 
-def static_encoder_graph(table: np.ndarray) -> bytes:
-    """ONNX graph: Gather the ids' rows, masked mean over the sequence."""
+GRAPH_OPSET = 15  # the LightGBM converter's opset: graphs merged with it must match
+
+
+def static_encoder_graph(table: np.ndarray, *, scalars: int = 0) -> bytes:
+    """ONNX graph: Gather the ids' rows, masked mean over the sequence -> `embedding`.
+
+    With `scalars` > 0 the graph also takes `scalars` [batch, scalars] and outputs
+    `features` = [scalars, embedding], ready to feed the tree model (the fused graph).
+    """
     from onnx import TensorProto, helper, numpy_helper
 
     # Sums run in float64: a float32 sum's rounding depends on the padded length, so the same
@@ -102,19 +110,30 @@ def static_encoder_graph(table: np.ndarray) -> bytes:
         helper.make_node("Div", ["total", "safe_count"], ["mean"]),
         helper.make_node("Cast", ["mean"], ["embedding"], to=TensorProto.FLOAT),
     ]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])]
+    output = helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", table.shape[1]])
+    if scalars:
+        nodes.append(helper.make_node("Concat", ["scalars", "embedding"], ["features"], axis=1))
+        inputs.append(helper.make_tensor_value_info("scalars", TensorProto.FLOAT, ["batch", scalars]))
+        output = helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", scalars + table.shape[1]])
     graph = helper.make_graph(
-        nodes, "static_encoder",
-        inputs=[helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-                helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        outputs=[helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", table.shape[1]])],
+        nodes, "static_encoder", inputs=inputs, outputs=[output],
         initializer=[numpy_helper.from_array(table, "table"),
                      numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_last"),
                      numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_seq"),
                      numpy_helper.from_array(np.array([1.0], dtype=np.float64), "one")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="edge-cloud-router")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", GRAPH_OPSET)],
+                              producer_name="edge-cloud-router")
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def fold_projection(table: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
+    """Project every table row once, so the masked mean of projected rows is the projected
+    mean (projection is affine and the weights sum to 1): the PCA costs nothing per request."""
+    return ((table.astype(np.float64) - mean) @ components.T).astype(np.float32)
 
 
 def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
@@ -131,7 +150,7 @@ def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
         tmp = table_path.with_suffix(".tmp.npy")
         np.save(tmp, table)
         tmp.replace(table_path)
-    return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False)
+    return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False, table=table)
 
 
 def export_transformer_onnx(folder: Path, path: Path) -> None:

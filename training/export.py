@@ -20,6 +20,25 @@ def booster_to_onnx(booster, n_features: int) -> bytes:
     return model.SerializeToString()
 
 
+def fuse(prefix: bytes, trees: bytes) -> bytes:
+    """One graph: the prefix's `features` output feeds the tree model's `features` input."""
+    import onnx
+    from onnx import compose
+
+    first, second = onnx.load_from_string(prefix), onnx.load_from_string(trees)
+    # The converter stamps an older IR version than the prefix; both opsets are valid in the newer one.
+    first.ir_version = second.ir_version = max(first.ir_version, second.ir_version)
+    # Likewise its default-domain opset (it only uses ops unchanged since): align it with the prefix.
+    default = {e.domain: e.version for e in first.opset_import}[""]
+    for entry in second.opset_import:
+        if entry.domain == "":
+            entry.version = default
+    first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
+    merged = compose.merge_models(first, second, io_map=[("features", "features")], outputs=["probabilities"])
+    onnx.checker.check_model(merged)
+    return merged.SerializeToString()
+
+
 def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: dict) -> Path:
     """Write files + manifest.json (with every file's SHA-256) into `dest`, atomically.
 

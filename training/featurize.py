@@ -11,7 +11,7 @@ import numpy as np
 from features.extractor import FeatureExtractor, OnnxEncoder, Projection, load_tokenizer
 from features.spec import FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
-from training.encoders import BuiltEncoder, build_encoder
+from training.encoders import BuiltEncoder, build_encoder, fold_projection, static_encoder_graph
 
 
 @dataclass
@@ -22,6 +22,7 @@ class TrainingFeatures:
     projection: Projection
     cache_hits: int
     cache_misses: int
+    fused_prefix: bytes | None = None  # static tier: ids + scalars -> features, PCA folded into the table
 
 
 def fit_projection(raw: np.ndarray, dim: int, *, seed: int) -> Projection:
@@ -58,5 +59,15 @@ def featurize(prompts: Sequence[str], precisions: Sequence[str | None], train_ro
     raw_embeddings = raw_matrix[:, n_base:]
     projection = fit_projection(raw_embeddings[train_rows], embedding_dim, seed=seed)
     spec = replace(spec, embedding_dim=projection.components.shape[0])
-    matrix = np.concatenate([raw_matrix[:, :n_base], projection(raw_embeddings)], axis=1)
-    return TrainingFeatures(spec, matrix, built, projection, cache.hits, cache.misses)
+    if built.table is None:
+        matrix = np.concatenate([raw_matrix[:, :n_base], projection(raw_embeddings)], axis=1)
+        return TrainingFeatures(spec, matrix, built, projection, cache.hits, cache.misses)
+    # Static tier: fold the projection into the table and compute the features exactly as
+    # the fused serving graph will (the same graph nodes on the same inputs).
+    table = fold_projection(built.table, projection.mean, projection.components)
+    spec = replace(spec, fused=True)
+    folded = FeatureExtractor(spec, raw_extractor.tokenizer, OnnxEncoder(static_encoder_graph(table), threads=2),
+                              projection=None)
+    matrix = folded.transform(list(prompts), list(precisions), batch_size=batch_size)
+    prefix = static_encoder_graph(table, scalars=n_base)
+    return TrainingFeatures(spec, matrix, built, projection, cache.hits, cache.misses, fused_prefix=prefix)
