@@ -101,3 +101,19 @@ def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_pat
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["schema_version"] == 1
     bad = subprocess.run(base + ["--set", "calibration=magic"], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "calibration='magic'" in bad.stderr
+
+
+def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_cache, tmp_path):
+    """The staged layout: int8 MiniLM encoder (one prompt per call), projection, trees."""
+    from serving import Router
+
+    result = run(config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, tier="transformer",
+                            min_rows_per_tag=10, val_share=0.25, test_share=0.25))
+    manifest = read_manifest(result.bundle)
+    assert set(manifest["files"]) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json"}
+    assert manifest["feature_spec"]["encoder_row_wise"] is True and manifest["feature_spec"]["fused"] is False
+    held = result.held_out
+    router = Router.load(result.bundle, strict=True)
+    batch = router.route_batch(held["prompt"].tolist(), held["precision"].tolist())
+    assert np.max(np.abs(np.array([d.score for d in batch]) - held["score"].to_numpy())) <= 1e-5
+    assert [router.route(p, precision=q) for p, q in zip(held["prompt"], held["precision"])] == batch
