@@ -67,14 +67,15 @@ def _with_precision_dropout(matrix, spec, train_rows, share: float, seed: int) -
     return out
 
 
-def bundle_files(feats, trees: bytes) -> dict:
+def bundle_files(feats, trees: bytes, calibration: dict) -> dict:
     """The bundle's model files: one fused graph (static tier) or encoder + projection + trees."""
     import io
 
     from training.export import fuse
 
     if feats.fused_prefix is not None:
-        return {"model.onnx": fuse(feats.fused_prefix, trees), "tokenizer.json": feats.encoder.tokenizer_path}
+        return {"model.onnx": fuse(feats.fused_prefix, trees, calibration),
+                "tokenizer.json": feats.encoder.tokenizer_path}
     projection = io.BytesIO()
     np.savez(projection, mean=feats.projection.mean, components=feats.projection.components)
     return {"encoder.onnx": feats.encoder.onnx_bytes, "router.onnx": trees,
@@ -168,7 +169,7 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             "mlflow": {"run_id": run_id, "tracking_uri": config.tracking_uri,
                        "registered_model": config.registered_model},
         }
-        bundle = write_bundle(Path(config.bundle), bundle_files(feats, booster_to_onnx(booster, x.shape[1])),
+        bundle = write_bundle(Path(config.bundle), bundle_files(feats, booster_to_onnx(booster, x.shape[1]), calibration),
                               manifest)
 
         # The bundle must score exactly like the pipeline that trained it, from raw text.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-_EPS = 1e-7
+EPSILON = 1e-6  # float32-safe: the fused graph clips with the same bound
 
 
 def logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), _EPS, 1 - _EPS)
+    p = np.clip(np.asarray(p, dtype=np.float64), EPSILON, 1 - EPSILON)
     return np.log(p / (1 - p))
 
 

@@ -5,7 +5,8 @@ Two bundle layouts, chosen at training time and named in the manifest's feature 
   embedding + trees in one onnxruntime call;
 - staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`,
   `router.onnx`.
-Calibration is applied here, from the manifest, for both.
+Calibration is the graph's last step when it is Platt scaling on the fused layout; otherwise
+it is applied here, from the manifest.
 """
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ class Scorer:
             self.session = _session(folder / "router.onnx", threads)
             encoder = OnnxEncoder(folder / "encoder.onnx", threads=threads, row_wise=self.spec.encoder_row_wise)
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder, Projection.load(folder / "projection.npz"))
+        self.calibrated_in_graph = "score" in {o.name for o in self.session.get_outputs()}
 
-    def raw_probability(self, prompts: Sequence[str], precisions: Sequence[str | None]):
-        """(uncalibrated P(cloud needed), estimated token counts) for a batch, one model call."""
+    def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
+        """(calibrated scores, estimated token counts) for a batch, in one model call."""
         if not self.spec.fused:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
@@ -56,11 +58,9 @@ class Scorer:
             ids, mask, scalars, _ = self.extractor.prepare(prompts, precisions)
             feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
             n_tokens = scalars[:, 0]
-        return self.session.run(["probabilities"], feeds)[0][:, 1], n_tokens
-
-    def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
-        """(calibrated scores, estimated token counts) for a batch."""
-        probability, n_tokens = self.raw_probability(prompts, precisions)
+        if self.calibrated_in_graph:  # the graph ends in the calibrated score
+            return self.session.run(["score"], feeds)[0].astype(np.float64), n_tokens
+        probability = self.session.run(["probabilities"], feeds)[0][:, 1]
         return apply_calibration(self.calibration, probability), n_tokens
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:

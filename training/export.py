@@ -20,8 +20,9 @@ def booster_to_onnx(booster, n_features: int) -> bytes:
     return model.SerializeToString()
 
 
-def fuse(prefix: bytes, trees: bytes) -> bytes:
-    """One graph: the prefix's `features` output feeds the tree model's `features` input."""
+def fuse(prefix: bytes, trees: bytes, calibration: dict) -> bytes:
+    """One graph: the prefix's `features` feed the tree model; with Platt calibration the
+    graph also ends in the calibrated `score`, so serving is a single onnxruntime call."""
     import onnx
     from onnx import compose
 
@@ -35,8 +36,36 @@ def fuse(prefix: bytes, trees: bytes) -> bytes:
             entry.version = default
     first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
     merged = compose.merge_models(first, second, io_map=[("features", "features")], outputs=["probabilities"])
+    if calibration.get("method") == "sigmoid":
+        _append_platt(merged.graph, a=calibration["a"], b=calibration["b"])
     onnx.checker.check_model(merged)
     return merged.SerializeToString()
+
+
+def _append_platt(graph, *, a: float, b: float) -> None:
+    """score = sigmoid(a * logit(clip(p1)) + b), the same formula as serving.calibration."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from serving.calibration import EPSILON
+
+    constants = {"cal_starts": np.array([1], np.int64), "cal_ends": np.array([2], np.int64),
+                 "cal_axes": np.array([1], np.int64), "cal_lo": np.array(EPSILON, np.float32),
+                 "cal_hi": np.array(1 - EPSILON, np.float32), "cal_one": np.array(1.0, np.float32),
+                 "cal_a": np.array(a, np.float32), "cal_b": np.array(b, np.float32)}
+    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+    graph.node.extend([
+        helper.make_node("Slice", ["probabilities", "cal_starts", "cal_ends", "cal_axes"], ["cal_p"]),
+        helper.make_node("Clip", ["cal_p", "cal_lo", "cal_hi"], ["cal_pc"]),
+        helper.make_node("Sub", ["cal_one", "cal_pc"], ["cal_q"]),
+        helper.make_node("Div", ["cal_pc", "cal_q"], ["cal_odds"]),
+        helper.make_node("Log", ["cal_odds"], ["cal_logit"]),
+        helper.make_node("Mul", ["cal_logit", "cal_a"], ["cal_scaled"]),
+        helper.make_node("Add", ["cal_scaled", "cal_b"], ["cal_z"]),
+        helper.make_node("Sigmoid", ["cal_z"], ["cal_score2d"]),
+        helper.make_node("Squeeze", ["cal_score2d", "cal_axes"], ["score"]),
+    ])
+    graph.output.append(helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch"]))
 
 
 def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: dict) -> Path:

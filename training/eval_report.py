@@ -1,0 +1,253 @@
+"""report.md and the PNG plots of an offline evaluation (pipelines/evaluate.py).
+
+Tables read the figures dict of training.policies.evaluate_policies (plus the extras the
+pipeline adds); plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
+no display and no global pyplot state are needed.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from training.policies import POLICIES
+
+LABELS = {
+    "learned": "learned router", "rule_table": "hand rule table (label domain)",
+    "rule_table_inferred": "hand rule table (inferred domain)", "tuned_rule_table": "tuned rule table",
+    "random": "random (matched share)", "all_edge": "all-edge", "all_cloud": "all-cloud", "oracle": "oracle",
+}
+SHORT = {"learned": "learned", "rule_table": "hand rule", "rule_table_inferred": "hand rule (inferred)",
+         "tuned_rule_table": "tuned rule"}
+PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png",
+         "reliability": "reliability.png"}
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _tidy(x: float) -> float:
+    return 0.0 if abs(x) < 1e-12 else x  # no "-0.0%" from float round-off
+
+
+def pct(x, digits: int = 1) -> str:
+    return "—" if _missing(x) else f"{_tidy(x):.{digits}%}"
+
+
+def num(x, fmt: str = ".3f") -> str:
+    return "—" if _missing(x) else format(_tidy(x), fmt)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; the first column left-aligned, the rest right-aligned."""
+    lines = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def headline_table(figures: dict) -> str:
+    """Policies at their operating point, at the learned router's cloud share, and over the curve."""
+    share = pct(figures["matched_cloud_share"])
+    header = ["policy", "cloud share", "misroute (under / over)", "quality", "vs all-cloud", "with fallback",
+              f"quality at {share} cloud", f"PGR at {share}", f"misroute at {share}", "APGR", "CPT(50%)",
+              "CPT(80%)"]
+    rows = []
+    for name, p in figures["policies"].items():
+        matched = p.get("at_matched_share") or {}
+        rows.append([LABELS[name], pct(p["cloud_share"]),
+                     f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
+                     num(p["quality"]), num(p["quality_vs_all_cloud"], "+.3f"), num(p["quality_with_fallback"]),
+                     num(matched.get("quality")), num(matched.get("pgr")), pct(matched.get("misroute_rate")),
+                     num(p["apgr"]),
+                     pct(p["cpt50"]), pct(p["cpt80"])])
+    return table(header, rows)
+
+
+def cost_latency_table(figures: dict) -> str:
+    first = next(iter(figures["policies"].values()))
+    prices, devices = list(first["cost"]), list(first["latency"])
+    header = ["policy", "expected cloud calls", *(f"$/request ({p})" for p in prices),
+              *(f"cost reduction vs all-cloud ({p})" for p in prices), *(f"latency {d} mean / p95 (ms)" for d in devices)]
+    rows = [[LABELS[name], pct(p["expected_cloud_calls"]), *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
+             *(pct(p["cost"][c]["reduction_vs_all_cloud"]) for c in prices),
+             *(f"{p['latency'][d]['mean_ms']:.0f} / {p['latency'][d]['p95_ms']:.0f}" for d in devices)]
+            for name, p in figures["policies"].items()]
+    return table(header, rows)
+
+
+def fallback_table(figures: dict) -> str:
+    header = ["policy", "fallback-zone share", "fallback fires (per request)", "fires per fallback-zone request",
+              "quality recovered"]
+    rows = [[LABELS[name], pct(p["fallback_share"]), pct(p["fallback_fires"]), pct(p["fallback_fires_in_zone"]),
+             num(p["fallback_recovered_quality"], "+.3f")] for name, p in figures["policies"].items()]
+    return table(header, rows)
+
+
+def breakdown_table(groups: dict) -> str:
+    names = [n for n in SHORT if n in next(iter(groups.values()))]
+    header = ["group", "rows", "cloud needed", "learned cloud share",
+              *(f"{SHORT[n]} misroute (under / over)" for n in names), "learned APGR"]
+    rows = [[group, str(g["rows"]), pct(g["cloud_needed_share"]), pct(g["learned"]["cloud_share"]),
+             *(f"{pct(g[n]['misroute_rate'])} ({pct(g[n]['under_routing'])} / {pct(g[n]['over_routing'])})"
+               for n in names), num(g["learned"]["apgr"])] for group, g in groups.items()]
+    return table(header, rows)
+
+
+def loso_table(loso: dict) -> str:
+    header = ["held-out source", "rows", "trained on", "learned APGR", "learned AUC", "cloud share",
+              "misroute (under / over)", "quality vs all-cloud", "with fallback vs all-cloud",
+              "hand rule APGR", "in-distribution APGR"]
+    rows = []
+    for source, r in loso.items():
+        if "error" in r:
+            rows.append([source, "—", "—", f"failed: {r['error']}", *["—"] * 7])
+            continue
+        p, ref = r["policies"]["learned"], r["all_cloud_quality"]
+        rows.append([source, str(r["rows"]), f"{r['trained_on_rows']} rows", num(p["apgr"]), num(p["auc"]),
+                     pct(p["cloud_share"]),
+                     f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
+                     num(p["quality_vs_all_cloud"], "+.3f"), num(p["quality_with_fallback"] - ref, "+.3f"),
+                     num(r["policies"]["rule_table"]["apgr"]), num(r.get("in_distribution_apgr"))])
+    return table(header, rows)
+
+
+def render(metrics: dict) -> str:
+    """The whole report.md: headline table first, then the details."""
+    f, setup, split = metrics["figures"], metrics["setup"], metrics["setup"]["split"]
+    parts = [
+        f"# Offline evaluation of {setup['model_version']}",
+        f"Bundle `{setup['bundle']}`; logs {', '.join(f'`{p}`' for p in setup['logs'])}: {setup['rows_read']} rows "
+        f"read, {setup['rejected']} rejected, {setup['prompts']} distinct prompts "
+        f"({_pairs(setup['rows_per_split'], '{k} {v}')}).",
+        f"Split `{split}`: {f['rows']} requests ({setup['split_note']}); cloud needed on "
+        f"{pct(f['cloud_needed_share'])}. All-edge quality {num(f['all_edge_quality'])}, all-cloud "
+        f"{num(f['all_cloud_quality'])}, oracle {num(f['oracle_quality'])}. Matched cloud share = the learned "
+        f"router's cloud-first share, {pct(f['matched_cloud_share'])}. Fallback catch rate "
+        f"{setup['catch_rate']}.",
+        headline_table(f),
+        "## Cost and latency\n\nExpectations under the cost model (edge "
+        f"${setup['cost']['edge']:g} a request, cloud {_pairs(setup['cost']['cloud'], '${v:g} ({k})')}) and the "
+        f"latency model (edge {_pairs(setup['latency']['edge_ms'], '{v:g} ms ({k})')}, cloud "
+        f"{setup['latency']['cloud_ms']:g} ms + {setup['latency']['network_ms']:g} ms network; a fired fallback "
+        "pays edge, then cloud).",
+        cost_latency_table(f),
+        f"## Fallback\n\nIn the fallback zone, a share {setup['catch_rate']} of edge failures is caught at run "
+        "time and answered by the cloud; edge-zone requests are not checked.",
+        fallback_table(f),
+        f"## Calibration of the learned score\n\nExpected calibration error {num(metrics['calibration']['ece'], '.4f')} "
+        f"over {len(metrics['calibration']['bins'])} non-empty bins.",
+        table(["score bin", "rows", "mean score", "observed cloud-needed rate"],
+              [[f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
+               for b in metrics["calibration"]["bins"]]),
+        "## Tuned rule table",
+        _tuned_text(metrics["tuned_rule_table"]),
+    ]
+    for dimension, title in (("domain", "domain group"), ("source", "source"), ("precision", "declared precision"),
+                             ("length", "prompt length")):
+        parts += [f"## By {title}", breakdown_table(metrics["breakdowns"][dimension])]
+    loso = metrics.get("leave_one_source_out")
+    if loso:
+        parts += ["## Leave-one-source-out (traffic shift)\n\nA router trained on every other source (same "
+                  "settings as the bundle), evaluated on all rows of the held-out source; in-distribution APGR "
+                  f"is the bundle's on that source's `{split}` rows.", loso_table(loso)]
+    parts += ["## Policies", "\n".join(f"- **{LABELS[n]}**: {POLICIES[n]}" for n in f["policies"])]
+    if metrics.get("notes"):
+        parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
+    parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
+    return "\n\n".join(parts) + "\n"
+
+
+def _pairs(values: dict, fmt: str) -> str:
+    return ", ".join(fmt.format(k=k, v=v) for k, v in values.items())
+
+
+def _tuned_text(tuned: dict) -> str:
+    if "skipped" in tuned:
+        return f"Skipped: {tuned['skipped']}"
+    w = tuned["weights"]
+    return (f"Weights: long prompt {w['long_prompt']:.2f}, finance/medical/legal {w['rule_domain']:.2f}, exact "
+            f"precision {w['exact_precision']:.2f} (sum capped at 1); edge below {tuned['lo']:.3f}, cloud above "
+            f"{tuned['hi']:.3f}, fallback in between. Fitted on {tuned['fit']['rows']} train-split rows for the bundle's target "
+            f"`{tuned['target']}` (met: {tuned['fit']['met_target']}).")
+
+
+def _figure(width: float = 7.5, height: float = 5.0):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    return fig, fig.subplots()
+
+
+def plot_quality_vs_share(figures: dict, curves: dict, path: Path) -> None:
+    """Every policy's quality curve on one chart, operating points marked."""
+    fig, ax = _figure()
+    for name, curve in curves.items():
+        line, = ax.plot(curve.f, curve.quality, label=LABELS[name], lw=1.4,
+                        ls="--" if name in ("random", "oracle") else "-")
+        p = figures["policies"][name]
+        ax.plot(p["cloud_share"], p["quality"], "o", color=line.get_color(), ms=8, mec="black", zorder=4)
+    for name, marker in (("all_edge", "s"), ("all_cloud", "D")):
+        if name in figures["policies"]:
+            p = figures["policies"][name]
+            ax.plot(p["cloud_share"], p["quality"], marker, color="black", ms=5, label=LABELS[name], zorder=5)
+    ax.axhline(figures["all_cloud_quality"], color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("cloud share (requests sent to the cloud first)")
+    ax.set_ylabel("quality (before fallback)")
+    ax.set_title(f"Quality vs cloud share ({figures['rows']} requests; dots = operating points)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def plot_misroute_by_domain(groups: dict, path: Path) -> None:
+    """Stacked under/over-routing per domain group, one bar per rule table and the learned router."""
+    import numpy as np
+
+    names = [n for n in ("learned", "rule_table", "tuned_rule_table") if n in next(iter(groups.values()))]
+    fig, ax = _figure(9.0, 5.0)
+    x, width = np.arange(len(groups)), 0.8 / len(names)
+    for i, name in enumerate(names):
+        under = [g[name]["under_routing"] for g in groups.values()]
+        over = [g[name]["over_routing"] for g in groups.values()]
+        bars = ax.bar(x + i * width, under, width, label=f"{LABELS[name]}: under")
+        ax.bar(x + i * width, over, width, bottom=under, color=bars.patches[0].get_facecolor(), alpha=0.45,
+               label=f"{LABELS[name]}: over")
+    ax.set_xticks(x + width * (len(names) - 1) / 2, list(groups), rotation=30, ha="right")
+    ax.set_ylabel("misroute rate (solid: under-routing, light: over-routing)")
+    ax.set_title("Misroute rate by domain group at each policy's operating point")
+    ax.set_ylim(0, 1.3)  # room for the legend above the bars
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.legend(fontsize=7, ncol=len(names), loc="upper center")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def plot_reliability(calibration: dict, path: Path) -> None:
+    """Observed cloud-needed rate per score bin against the mean score, with bin sizes."""
+    fig, ax = _figure(6.0, 5.0)
+    bins = calibration["bins"]
+    ax.plot([0, 1], [0, 1], color="grey", ls=":", label="perfect calibration")
+    ax.plot([b["mean_score"] for b in bins], [b["observed_rate"] for b in bins], "o-", label="learned router")
+    for b in bins:
+        ax.annotate(str(b["rows"]), (b["mean_score"], b["observed_rate"]), fontsize=7,
+                    textcoords="offset points", xytext=(4, -10))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("mean calibrated score in bin")
+    ax.set_ylabel("observed cloud-needed rate")
+    ax.set_title(f"Reliability (ECE {calibration['ece']:.3f}; numbers = rows)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:
+    """The three PNGs into `out`; returns their paths."""
+    paths = {key: out / file for key, file in PLOTS.items()}
+    plot_quality_vs_share(metrics["figures"], curves, paths["quality"])
+    plot_misroute_by_domain(metrics["breakdowns"]["domain"], paths["domain"])
+    plot_reliability(metrics["calibration"], paths["reliability"])
+    return list(paths.values())

@@ -1,0 +1,276 @@
+"""The routing policies compared offline on the same rows, and the figures of each.
+
+Policies (POLICIES): the learned router as the SDK ran it, the hand rule table of
+baseline.md with the domain from the log's label and inferred from the text, a tuned
+rule table (the same three rules, weights and thresholds grid-searched on training
+rows), random routing at the learned router's cloud-first and fallback shares (its
+expectation), all-edge, all-cloud and the oracle. Figures: training.evaluation's
+policy_figures plus training.policy_metrics (matched share, fallback, cost, latency).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from serving.rules import RULE_HI, RULE_LO, infer_rule_domain, rule_score
+from serving.zones import CLOUD, EDGE, zone_for
+from training.evaluation import policy_figures, rule_table_scores
+from training.metrics import curve_summary, quality_curve
+from training.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
+                                     latency_figures, pgr, random_zone_probabilities, zone_probabilities)
+from training.thresholds import Thresholds, select_thresholds
+
+POLICIES = {
+    "learned": "the bundle's router through the SDK, at its calibrated thresholds",
+    "rule_table": "hand rule table (baseline.md), domain from the log's label",
+    "rule_table_inferred": "hand rule table, domain inferred from the text (the SDK's degraded mode)",
+    "tuned_rule_table": "the same three rules, weights and thresholds grid-searched on the train split",
+    "random": "random routing at the learned router's cloud-first and fallback shares (expectation)",
+    "all_edge": "every request on the edge, no fallback",
+    "all_cloud": "every request to the cloud",
+    "oracle": "the cloud exactly when the cloud is needed (the label)",
+}
+FIXED_POINTS = ("all_edge", "all_cloud")  # no score curve to speak of
+CURVE_KEYS = ("auc", "apgr", "cpt50", "cpt80")
+
+
+def check_policies(names) -> list[str]:
+    """Known policy names in POLICIES order, `learned` always first (everything is compared to it)."""
+    names = [n.strip() for n in names if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}")
+    return [n for n in POLICIES if n == "learned" or n in names]
+
+
+@dataclass(frozen=True)
+class EvalRows:
+    """Everything every policy sees for a set of requests, as aligned arrays."""
+
+    prompts: np.ndarray
+    precisions: np.ndarray
+    domains: np.ndarray
+    sources: np.ndarray
+    n_tokens: np.ndarray  # as the SDK estimated them (Decision.n_tokens)
+    q_edge: np.ndarray
+    q_cloud: np.ndarray
+    needed: np.ndarray
+    scores: np.ndarray    # the learned router's calibrated score
+    zones: np.ndarray     # the learned router's zone (context limit included)
+    inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
+
+    @classmethod
+    def build(cls, *, prompts, precisions, domains, sources, n_tokens, q_edge, q_cloud, needed, scores,
+              zones) -> "EvalRows":
+        """Aligned arrays from sequences."""
+        return cls(_objects(prompts), _objects(precisions), _objects(domains), _objects(sources),
+                   np.asarray(n_tokens, float), np.asarray(q_edge, float), np.asarray(q_cloud, float),
+                   np.asarray(needed, np.int8), np.asarray(scores, float), _objects(zones))
+
+    @classmethod
+    def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "EvalRows":
+        """The rows of a prepared log frame (pipelines.train.prepare_frame), each routed by the
+        SDK's `route_batch`: score, zone and token count are exactly what clients get."""
+        prompts, precisions = frame["prompt"].tolist(), frame["precision"].tolist()
+        decisions = []
+        for start in range(0, len(prompts), batch_size):
+            decisions += router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])
+            if on_batch:
+                on_batch(min(batch_size, len(prompts) - start))
+        return cls.build(prompts=prompts, precisions=precisions, domains=frame["domain"], sources=frame["source"],
+                         n_tokens=[d.n_tokens for d in decisions], q_edge=frame["edge_quality"],
+                         q_cloud=frame["cloud_quality"], needed=frame["label"],
+                         scores=[d.score for d in decisions], zones=[d.zone for d in decisions])
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def subset(self, mask) -> "EvalRows":
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
+                                            if getattr(self, f.name) is not None})
+
+    def with_inferred_domains(self) -> "EvalRows":
+        """These rows with the rule table's text-inferred domain (a keyword scan: computed once,
+        on demand, and kept by `subset`)."""
+        if self.inferred_domains is not None:
+            return self
+        return dataclasses.replace(self, inferred_domains=_objects(infer_rule_domain(p) for p in self.prompts))
+
+
+def _objects(values) -> np.ndarray:
+    return np.array(list(values), dtype=object)
+
+
+def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
+    """(n, 3) 0/1: long prompt, rule-table domain, exact precision: the three conditions of
+    the hand rule table, read off serving.rules.rule_score itself so they cannot drift."""
+    return np.array([[rule_score(n, None, None) > 0, rule_score(0, d, None) > 0, rule_score(0, None, p) > 0]
+                     for n, d, p in zip(n_tokens, domains, precisions)], dtype=np.int64).reshape(-1, 3)
+
+
+@dataclass(frozen=True)
+class TunedRules:
+    """Rule weights (long prompt, domain, exact) on a grid of `1/units`, capped sum, and zones."""
+
+    units: int
+    weights: tuple[int, int, int]  # in grid units
+    lo: float
+    hi: float
+    fit: dict                       # the thresholds' figures on the rows it was fitted on
+
+    def scores(self, n_tokens, domains, precisions) -> np.ndarray:
+        bits = rule_bits(n_tokens, domains, precisions)
+        # Integer sums, divided once: no 0.1 + 0.2 float drift at the zone boundaries.
+        return np.minimum(bits @ np.array(self.weights), self.units) / self.units
+
+    def as_dict(self) -> dict:
+        return {"weights": {"long_prompt": self.weights[0] / self.units, "rule_domain": self.weights[1] / self.units,
+                            "exact_precision": self.weights[2] / self.units},
+                "lo": self.lo, "hi": self.hi, "fit": self.fit}
+
+
+def _rank(t: Thresholds, target: str) -> tuple:
+    """Larger is better, under the same target as the learned router's thresholds."""
+    if target == "quality":
+        return t.met_target, -t.expected_cloud_calls if t.met_target else t.expected_quality, \
+            t.expected_quality, -t.fallback_share
+    return t.met_target, t.expected_quality if t.met_target else -t.expected_cloud_calls, \
+        -t.expected_cloud_calls, -t.fallback_share
+
+
+def tune_rule_table(n_tokens, domains, precisions, q_edge, q_cloud, *, step: float = 0.1,
+                    target: str = "quality", **threshold_options) -> TunedRules:
+    """Grid-search the three weights (multiples of `step` in [0, 1]) and, for each, the two
+    thresholds (training.thresholds, every cut point) for `target`; the hand weights are tried
+    first, so they win ties."""
+    units = round(1 / step) if step > 0 else 0
+    if units < 1 or abs(units * step - 1) > 1e-9:
+        raise ValueError(f"rule weight step must divide 1 (e.g. 0.1, 0.05), got {step!r}")
+    bits = rule_bits(n_tokens, domains, precisions)
+    if len(bits) == 0:
+        raise ValueError("no rows to tune the rule table on")
+    hand = tuple(round(w * units) for w in (0.4, 0.3, 0.3))
+    grid = itertools.product(range(units + 1), repeat=3)
+    best, best_rank = None, None
+    for weights in itertools.chain([hand], grid):
+        scores = np.minimum(bits @ np.array(weights), units) / units
+        t = select_thresholds(scores, q_edge, q_cloud, target=target, **threshold_options)
+        rank = _rank(t, target)
+        if best_rank is None or rank > best_rank:
+            best, best_rank = (weights, t), rank
+    weights, t = best
+    return TunedRules(units, tuple(int(w) for w in weights), t.lo, t.hi, t.as_dict())
+
+
+def _rule_zones(scores, lo=RULE_LO, hi=RULE_HI) -> np.ndarray:
+    return np.array([zone_for(s, lo, hi) for s in scores], dtype=object)
+
+
+def _constant(zone: str, value: float):
+    return lambda rows, tuned: (np.full(len(rows), value), np.full(len(rows), zone, dtype=object))
+
+
+def _rule_table(rows: EvalRows, domains):
+    scores = rule_table_scores(rows.n_tokens, domains, rows.precisions)
+    return scores, _rule_zones(scores)
+
+
+def _tuned(rows: EvalRows, tuned: TunedRules | None):
+    if tuned is None:
+        raise ValueError("the tuned rule table was not fitted (no train rows); leave it out of the policies")
+    scores = tuned.scores(rows.n_tokens, rows.domains, rows.precisions)
+    return scores, _rule_zones(scores, tuned.lo, tuned.hi)
+
+
+# name -> (rows, tuned) -> (score, zone) per request. `random` is built from the learned shares.
+SCORERS = {
+    "learned": lambda rows, tuned: (rows.scores, rows.zones),
+    "rule_table": lambda rows, tuned: _rule_table(rows, rows.domains),
+    "rule_table_inferred": lambda rows, tuned: _rule_table(rows, rows.with_inferred_domains().inferred_domains),
+    "tuned_rule_table": _tuned,
+    "all_edge": _constant(EDGE, 0.0),
+    "all_cloud": _constant(CLOUD, 1.0),
+    "oracle": lambda rows, tuned: (rows.needed.astype(float), np.where(rows.needed == 1, CLOUD, EDGE).astype(object)),
+}
+
+
+def evaluate_policies(rows: EvalRows, names, *, tuned: TunedRules | None = None, catch_rate: float = 0.5,
+                      cost: CostModel | None = None, latency: LatencyModel | None = None):
+    """(figures, curves): reference qualities and every policy's figures on these rows, and
+    the quality curve of each policy that has a score. Matched share = the learned router's
+    cloud-first share."""
+    if len(rows) == 0:
+        raise ValueError("no requests to evaluate: the input is empty")
+    cost, latency = cost or CostModel(), latency or LatencyModel()
+    qe, qc, needed = rows.q_edge, rows.q_cloud, rows.needed
+    all_edge, all_cloud = float(qe.mean()), float(qc.mean())
+    learned = policy_figures(rows.scores, rows.zones, qe, qc, needed, catch_rate=catch_rate)
+    share, fallback_share = learned["cloud_share"], learned["fallback_share"]
+    figures, curves = {}, {}
+    for name in check_policies(names):
+        if name == "random":
+            scores = np.zeros(len(rows))  # one tied block: the expectation over random orders
+            probs = random_zone_probabilities(len(rows), cloud_share=share, fallback_share=fallback_share)
+            point = {**curve_summary(scores, qe, qc, needed), **at_share(scores, qe, qc, needed, share),
+                     "fallback_share": fallback_share}
+        else:
+            scores, zones = SCORERS[name](rows, tuned)
+            probs = zone_probabilities(zones)
+            point = policy_figures(scores, zones, qe, qc, needed, catch_rate=catch_rate)
+        point["pgr"] = pgr(point["quality"], all_edge, all_cloud)
+        point.update(fallback_figures(probs, qe, qc, catch_rate=catch_rate))
+        point["quality_with_fallback"] = point["quality"] + point["fallback_recovered_quality"]
+        point["expected_cloud_calls"] = point["cloud_share"] + point["fallback_fires"]
+        point["cost"] = cost_figures(probs, qe, catch_rate=catch_rate, model=cost)
+        point["latency"] = latency_figures(probs, qe, catch_rate=catch_rate, model=latency)
+        if name in FIXED_POINTS:
+            point.update(dict.fromkeys(CURVE_KEYS, float("nan")))
+        else:
+            point["at_matched_share"] = at_share(scores, qe, qc, needed, share)
+            curves[name] = quality_curve(scores, qe, qc)
+        figures[name] = point
+    return {"rows": len(rows), "cloud_needed_share": float(needed.mean()), "all_edge_quality": all_edge,
+            "all_cloud_quality": all_cloud, "oracle_quality": float(np.where(needed == 1, qc, qe).mean()),
+            "matched_cloud_share": share, "policies": figures}, curves
+
+
+# Labels double as MLflow metric-name parts, so only letters, digits, spaces and dashes.
+LENGTH_BUCKETS = ((64, "up to 64 tokens"), (256, "65-256 tokens"), (1024, "257-1024 tokens"),
+                  (float("inf"), "over 1024 tokens"))
+BREAKDOWN_POLICIES = ("learned", "rule_table", "rule_table_inferred", "tuned_rule_table")
+BREAKDOWN_KEYS = ("cloud_share", "quality", "quality_vs_all_cloud", "misroute_rate", "under_routing",
+                  "over_routing", "quality_with_fallback", "expected_cloud_calls", "auc", "apgr")
+
+
+def length_buckets(n_tokens) -> np.ndarray:
+    """Prompt-length bucket label per request (LENGTH_BUCKETS)."""
+    limits = np.array([limit for limit, _ in LENGTH_BUCKETS])
+    labels = np.array([label for _, label in LENGTH_BUCKETS], dtype=object)
+    return labels[np.searchsorted(limits, np.asarray(n_tokens, float), side="left")]
+
+
+def breakdowns(rows: EvalRows, names, **options) -> dict:
+    """{dimension: {group: figures}} by source, domain group, declared precision and prompt length,
+    for the rule tables and the learned router (BREAKDOWN_KEYS of each)."""
+    dimensions = {
+        "source": rows.sources,
+        "domain": np.array([d or "unknown" for d in rows.domains], dtype=object),
+        "precision": np.array([p or "undeclared" for p in rows.precisions], dtype=object),
+        "length": length_buckets(rows.n_tokens),
+    }
+    wanted = [n for n in check_policies(names) if n in BREAKDOWN_POLICIES]
+    out: dict = {}
+    for dimension, groups in dimensions.items():
+        out[dimension] = {}
+        present = set(groups.tolist())
+        ordered = [b for _, b in LENGTH_BUCKETS if b in present] if dimension == "length" else sorted(present)
+        for group in ordered:
+            figures, _ = evaluate_policies(rows.subset(groups == group), wanted, **options)
+            policies = figures.pop("policies")
+            figures.pop("matched_cloud_share")
+            out[dimension][str(group)] = {**figures, **{n: {k: policies[n][k] for k in BREAKDOWN_KEYS}
+                                                        for n in wanted}}
+    return out
