@@ -59,7 +59,7 @@ class Scorer:
             feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
             n_tokens = scalars[:, 0]
         if self.calibrated_in_graph:  # the graph ends in the calibrated score
-            return self.session.run(["score"], feeds)[0].astype(np.float64), n_tokens
+            return self.session.run(["score"], feeds)[0], n_tokens
         probability = self.session.run(["probabilities"], feeds)[0][:, 1]
         return apply_calibration(self.calibration, probability), n_tokens
 

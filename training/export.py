@@ -43,19 +43,23 @@ def fuse(prefix: bytes, trees: bytes, calibration: dict) -> bytes:
 
 
 def _append_platt(graph, *, a: float, b: float) -> None:
-    """score = sigmoid(a * logit(clip(p1)) + b), the same formula as serving.calibration."""
+    """score = sigmoid(a * logit(clip(p1)) + b), the same formula as serving.calibration.
+
+    Computed in float64: onnxruntime's vectorised float32 Log/Sigmoid round differently for
+    a batch than for one row, and route_batch must return exactly what route returns."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     from serving.calibration import EPSILON
 
     constants = {"cal_starts": np.array([1], np.int64), "cal_ends": np.array([2], np.int64),
-                 "cal_axes": np.array([1], np.int64), "cal_lo": np.array(EPSILON, np.float32),
-                 "cal_hi": np.array(1 - EPSILON, np.float32), "cal_one": np.array(1.0, np.float32),
-                 "cal_a": np.array(a, np.float32), "cal_b": np.array(b, np.float32)}
+                 "cal_axes": np.array([1], np.int64), "cal_lo": np.array(EPSILON, np.float64),
+                 "cal_hi": np.array(1 - EPSILON, np.float64), "cal_one": np.array(1.0, np.float64),
+                 "cal_a": np.array(a, np.float64), "cal_b": np.array(b, np.float64)}
     graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
     graph.node.extend([
-        helper.make_node("Slice", ["probabilities", "cal_starts", "cal_ends", "cal_axes"], ["cal_p"]),
+        helper.make_node("Slice", ["probabilities", "cal_starts", "cal_ends", "cal_axes"], ["cal_p32"]),
+        helper.make_node("Cast", ["cal_p32"], ["cal_p"], to=TensorProto.DOUBLE),
         helper.make_node("Clip", ["cal_p", "cal_lo", "cal_hi"], ["cal_pc"]),
         helper.make_node("Sub", ["cal_one", "cal_pc"], ["cal_q"]),
         helper.make_node("Div", ["cal_pc", "cal_q"], ["cal_odds"]),
@@ -65,7 +69,7 @@ def _append_platt(graph, *, a: float, b: float) -> None:
         helper.make_node("Sigmoid", ["cal_z"], ["cal_score2d"]),
         helper.make_node("Squeeze", ["cal_score2d", "cal_axes"], ["score"]),
     ])
-    graph.output.append(helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch"]))
+    graph.output.append(helper.make_tensor_value_info("score", TensorProto.DOUBLE, ["batch"]))
 
 
 def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: dict) -> Path:
