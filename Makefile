@@ -16,9 +16,8 @@ MLRUNS ?= mlruns
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv train test ui data bench clean
+.PHONY: venv train evaluate test ui data bench clean
 
 venv: $(STAMP)
 
@@ -32,6 +31,9 @@ $(STAMP): pyproject.toml
 
 train: $(STAMP)
 	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+
+evaluate: $(STAMP)
+	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --leave-one-source-out $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
