@@ -127,7 +127,8 @@ def load_figures(bundle: Path, repeat: int = 5) -> dict:
     return {**best, "rss_mb_after_load": max(r["rss_mb_after_load"] for r in runs)}
 
 
-def run(bundle: Path, *, repeat: int = 2000, lengths=(16, 128, 512)) -> dict:
+def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int = 5,
+        lengths=(16, 128, 512)) -> dict:
     from serving import Router
 
     router = Router.load(bundle, strict=True, threads=1)
@@ -135,15 +136,15 @@ def run(bundle: Path, *, repeat: int = 2000, lengths=(16, 128, 512)) -> dict:
     routes = {f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
               for n in lengths}
     huge = "x " * 500_000  # a 1 MB prompt
-    routes["1MB_prompt"] = {"route": timings_us(lambda: router.route(huge), repeat=50, warmup=3)}
-    batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(2048)]
+    routes["1MB_prompt"] = {"route": timings_us(lambda: router.route(huge), repeat=max(repeat // 40, 5), warmup=3)}
+    batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(batch)]
     return {
         "bundle": str(bundle), "tier": router.manifest["feature_spec"]["tier"],
         "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
                     "processor": platform.processor() or platform.machine()},
         "route": routes,
         "route_batch": [batch_throughput(bundle, batch_prompts, threads=t) for t in (1, 2)],
-        "load": load_figures(bundle),
+        "load": load_figures(bundle, repeat=load_runs),
     }
 
 
@@ -174,9 +175,10 @@ def print_report(results: dict) -> None:
                   f" = {load['import_plus_load_s']*1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB")
 
 
-def main(bundle: Path = Path("artifacts/router"), out: Path = Path("bench/results.json"), repeat: int = 2000) -> None:
+def main(bundle: Path = Path("artifacts/router"), out: Path = Path("bench/results.json"), repeat: int = 2000,
+         batch: int = 2048, load_runs: int = 5) -> None:
     """Measure the SDK and write the results JSON."""
-    results = run(bundle, repeat=repeat)
+    results = run(bundle, repeat=repeat, batch=batch, load_runs=load_runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print_report(results)

@@ -42,3 +42,24 @@ def test_make_ui_serves_the_registry(tmp_path):
 
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+@pytest.mark.real_data
+def test_bench_measures_every_figure(bundle, tmp_path):
+    """`make bench` on a tiny repeat count: every figure is there and plausible (not a timing test)."""
+    import json
+
+    from pipelines.bench import main
+
+    out = tmp_path / "results.json"
+    main(bundle=bundle, out=out, repeat=20, batch=128, load_runs=1)
+    results = json.loads(out.read_text())
+    assert set(results["route"]) == {"16_tokens", "128_tokens", "512_tokens", "1MB_prompt"}
+    for name in ("16_tokens", "128_tokens", "512_tokens"):
+        figure = results["route"][name]
+        assert abs(figure["tokens"] - int(name.split("_")[0])) <= 2
+        assert set(figure["floor"]) == {"tokenize", "text_statistics", "model", "onnxruntime_noop"}
+        assert 0 < figure["route"]["p50_us"] <= figure["route"]["p99_us"]
+    assert [b["threads"] for b in results["route_batch"]] == [1, 2]
+    assert all(b["prompts_per_s"] > 0 for b in results["route_batch"])
+    assert 0 < results["load"]["import_plus_load_s"] and results["load"]["rss_mb_after_load"] > 10
