@@ -1,7 +1,7 @@
 """The feature specification: everything needed to rebuild the features from a bundle."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from features.text_stats import STAT_NAMES
 
@@ -21,8 +21,6 @@ class FeatureSpec:
     embedding_dim: int = 32        # after projection
     stat_names: tuple[str, ...] = STAT_NAMES
     precisions: tuple[str, ...] = PRECISIONS
-    encoder_sha256: str = ""       # ties the spec to the encoder the features came from
-    extra: dict = field(default_factory=dict)
 
     @property
     def feature_names(self) -> list[str]:

@@ -80,11 +80,10 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     noop = noop_session()
     x = np.zeros((1, 1), dtype=np.float32)
     return {
-        "tokens": len(extractor.tokenizer.encode(heads[0], add_special_tokens=False).ids),
+        "tokens": len(extractor.tokenizer.ids(heads, add_special_tokens=False)[0]),
         "route": timings_us(lambda: router.route(prompt, precision="exact"), repeat=repeat),
         "floor": {
-            "tokenize": timings_us(lambda: extractor.tokenizer.encode(heads[0], add_special_tokens=False),
-                                   repeat=repeat),
+            "tokenize": timings_us(lambda: extractor.tokenizer.ids(heads, add_special_tokens=False), repeat=repeat),
             "text_statistics": timings_us(lambda: statistics_matrix([prompt], heads), repeat=repeat),
             "model": timings_us(model_call(scorer, prompt), repeat=repeat),
             "onnxruntime_noop": timings_us(lambda: noop.run(None, {"x": x}), repeat=repeat),
@@ -132,7 +131,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     from serving import Router
 
     router = Router.load(bundle, strict=True, threads=1)
-    tokenizer = router._scorer.extractor.tokenizer
+    tokenizer = router._scorer.extractor.tokenizer.full
     routes = {f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
               for n in lengths}
     huge = "x " * 500_000  # a 1 MB prompt

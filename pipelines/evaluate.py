@@ -95,18 +95,31 @@ class EvalResult:
     mlflow_run_id: str | None
 
 
+def bundle_train_config(manifest: dict, **options):
+    """A TrainConfig with the bundle's settings (tier, label margins, split, threshold target),
+    then `options` on top."""
+    from training.config import TrainConfig
+
+    spec, target, split, label = (manifest.get(k, {}) for k in ("feature_spec", "target", "split", "label"))
+    settings = dict(tier=spec.get("tier", "static"), embedding_dim=spec.get("embedding_dim", 32),
+                    max_tokens=spec.get("max_tokens"),
+                    calibration=manifest.get("calibration", {}).get("method", "sigmoid"),
+                    target=target.get("kind", "quality"), max_quality_drop=target.get("max_quality_drop", 0.01),
+                    cloud_budget=target.get("cloud_budget", 0.3),
+                    fallback_catch_rate=target.get("fallback_catch_rate", 0.5),
+                    val_share=split.get("val_share", 0.15), test_share=split.get("test_share", 0.15),
+                    split_salt=split.get("salt", ""), margin_binary=label.get("margin_binary", 0.0),
+                    margin_graded=label.get("margin_graded", 0.1),
+                    edge_context_tokens=manifest.get("limits", {}).get("edge_context_tokens", 1024))
+    return TrainConfig(**{**settings, **options})
+
+
 def load_frame(config: EvalConfig, manifest: dict):
     """Validated, merged rows with the bundle's split and label (pipelines.train.prepare_frame)."""
     from pipelines.train import prepare_frame
-    from training.config import TrainConfig
 
-    split, label = manifest.get("split", {}), manifest.get("label", {})
-    train_config = TrainConfig(data=list(config.logs), reports_dir=config.out,
-                               max_reject_share=config.max_reject_share,
-                               val_share=split.get("val_share", 0.15), test_share=split.get("test_share", 0.15),
-                               split_salt=split.get("salt", ""), margin_binary=label.get("margin_binary", 0.0),
-                               margin_graded=label.get("margin_graded", 0.1))
-    return prepare_frame(train_config)
+    return prepare_frame(bundle_train_config(manifest, data=list(config.logs), reports_dir=config.out,
+                                             max_reject_share=config.max_reject_share))
 
 
 def _json_ready(value):
@@ -248,24 +261,6 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     return EvalResult(out, metrics, files, run_id)
 
 
-def summary_table(metrics: dict):
-    """The headline figures for the terminal."""
-    from rich.table import Table
-
-    from training.eval_report import LABELS, num, pct
-
-    figures = metrics["figures"]
-    table = Table(title=f"{metrics['setup']['split']} split: {figures['rows']} requests; matched cloud share "
-                        f"{pct(figures['matched_cloud_share'])}")
-    for column in ("policy", "cloud share", "misroute", "under", "over", "quality", "at matched share", "APGR"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
-    for name, p in figures["policies"].items():
-        table.add_row(LABELS[name], pct(p["cloud_share"]), pct(p["misroute_rate"]), pct(p["under_routing"]),
-                      pct(p["over_routing"]), num(p["quality"]),
-                      num((p.get("at_matched_share") or {}).get("quality")), num(p["apgr"]))
-    return table
-
-
 def main(
     bundle: Annotated[str, typer.Option(help="bundle folder written by `make train`")] = "artifacts/router",
     logs: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder, any supported format "
@@ -287,6 +282,7 @@ def main(
     from data.logs import DataQualityError
     from pipelines.train import parse_overrides
     from serving.bundle import BundleError
+    from training.eval_report import summary_table
 
     logging.basicConfig(level=logging.WARNING)
     console = Console()

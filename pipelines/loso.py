@@ -16,26 +16,6 @@ log = logging.getLogger("pipelines.loso")
 LOSO_POLICIES = ("learned", "rule_table", "rule_table_inferred", "random", "oracle")
 
 
-def train_config_like(manifest: dict, data: Path, work: Path, *, cache_dir: str, overrides: dict | None = None):
-    """A TrainConfig with the bundle's tier, label, split and target, writing only under `work`."""
-    from training.config import TrainConfig
-
-    spec, target, split, label = (manifest.get(k, {}) for k in ("feature_spec", "target", "split", "label"))
-    options = dict(tier=spec.get("tier", "static"), embedding_dim=spec.get("embedding_dim", 32),
-                   max_tokens=spec.get("max_tokens"),
-                   calibration=manifest.get("calibration", {}).get("method", "sigmoid"),
-                   target=target.get("kind", "quality"), max_quality_drop=target.get("max_quality_drop", 0.01),
-                   cloud_budget=target.get("cloud_budget", 0.3),
-                   fallback_catch_rate=target.get("fallback_catch_rate", 0.5),
-                   val_share=split.get("val_share", 0.15), test_share=split.get("test_share", 0.15),
-                   split_salt=split.get("salt", ""), margin_binary=label.get("margin_binary", 0.0),
-                   margin_graded=label.get("margin_graded", 0.1),
-                   edge_context_tokens=manifest.get("limits", {}).get("edge_context_tokens", 1024))
-    return TrainConfig(**{**options, **(overrides or {}), "data": [str(data)], "bundle": str(work / "bundle"),
-                          "cache_dir": cache_dir, "tracking_uri": f"sqlite:///{work}/mlflow.db",
-                          "artifact_root": str(work / "mlruns"), "reports_dir": str(work / "reports")})
-
-
 def leave_one_source_out(frame, manifest: dict, *, sources=None, cache_dir: str = "data/cache",
                          overrides: dict | None = None, batch_size: int = 256, progress=None,
                          **options) -> dict:
@@ -48,6 +28,7 @@ def leave_one_source_out(frame, manifest: dict, *, sources=None, cache_dir: str 
     from rich.console import Console
 
     from data.schema import COLUMNS
+    from pipelines.evaluate import bundle_train_config
     from pipelines.train import run as train
     from serving import Router
     from training.policies import EvalRows, evaluate_policies
@@ -68,7 +49,11 @@ def leave_one_source_out(frame, manifest: dict, *, sources=None, cache_dir: str 
             # Merged rows, so a prompt is never on both sides of the split.
             rest, held = frame[frame["source"] != source], frame[frame["source"] == source]
             rest[list(COLUMNS)].to_json(work / "train.jsonl", orient="records", lines=True, force_ascii=False)
-            config = train_config_like(manifest, work / "train.jsonl", work, cache_dir=cache_dir, overrides=overrides)
+            config = bundle_train_config(manifest, **{
+                **(overrides or {}), "data": [str(work / "train.jsonl")], "bundle": str(work / "bundle"),
+                "cache_dir": cache_dir, "artifact_root": str(work / "mlruns"), "reports_dir": str(work / "reports"),
+                # One throw-away MLflow store for all of them: creating a store costs seconds.
+                "tracking_uri": f"sqlite:///{tmp}/mlflow.db"})
             try:
                 trained = train(config, console=Console(quiet=True))
             except Exception as exc:  # one failed training must not hide the other sources' figures

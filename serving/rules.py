@@ -56,7 +56,7 @@ class RuleRouter:
         head = prompt[: self.max_chars]
         if self.tokenizer is None or not head:
             return -(-len(prompt) // 4)
-        n = len(self.tokenizer.encode(encodable(head), add_special_tokens=False).ids)
+        n = len(self.tokenizer.ids([encodable(head)], add_special_tokens=False)[0])
         return round(n * len(prompt) / len(head))
 
     def decide(self, prompt: str, precision: str | None, *, degraded: bool = False, note: str = ""):

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from features.extractor import FeatureExtractor, OnnxEncoder, Projection, load_tokenizer
+from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from features.spec import FeatureSpec
 from serving.bundle import read_manifest
 from serving.calibration import apply_calibration
@@ -38,7 +38,7 @@ class Scorer:
         self.manifest = manifest if manifest is not None else read_manifest(folder)
         self.spec = FeatureSpec.from_dict(self.manifest["feature_spec"])
         self.calibration = self.manifest["calibration"]
-        tokenizer = load_tokenizer(folder / "tokenizer.json")
+        tokenizer = FastTokenizer(folder / "tokenizer.json")
         if self.spec.fused:
             self.session = _session(folder / "model.onnx", threads)
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder=None, projection=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from features.extractor import FeatureExtractor, OnnxEncoder, Projection, load_tokenizer
+from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from features.spec import FeatureSpec
 from features.text_stats import STAT_NAMES, text_statistics
 from training.embedding_cache import CachedEncoder, EmbeddingCache
@@ -19,7 +19,7 @@ def extractor():
     table = rng.normal(size=(30522, 8)).astype(np.float32)
     spec = FeatureSpec(tier="static", max_tokens=64, max_chars=400, embedding_dim=3)
     projection = Projection(np.zeros(8), rng.normal(size=(3, 8)))
-    return FeatureExtractor(spec, load_tokenizer(minilm_dir() / "tokenizer.json"),
+    return FeatureExtractor(spec, FastTokenizer(minilm_dir() / "tokenizer.json"),
                             OnnxEncoder(static_encoder_graph(table)), projection)
 
 
@@ -45,7 +45,7 @@ def test_feature_matrix_layout(extractor):
     row = dict(zip(names, x[0]))
     assert row["precision_exact"] == 1.0 and row["precision_tolerant"] == 0.0
     assert x[1, names.index("precision_exact"):names.index("emb_0")].sum() == 0.0  # undeclared
-    assert row["n_tokens"] == len(extractor.tokenizer.encode(MCQ, add_special_tokens=False).ids)
+    assert row["n_tokens"] == len(extractor.tokenizer.full.encode(MCQ, add_special_tokens=False).ids)
     assert row["n_options"] == 4
 
 
@@ -93,3 +93,24 @@ def test_embedding_cache_skips_the_encoder_the_second_time(tmp_path):
     assert calls == [2, 1] and (cache.hits, cache.misses) == (3, 3)
     other_model = EmbeddingCache(tmp_path / "cache.sqlite", "enc-v2").get_many(["a"])
     assert other_model == [None]  # another encoder never reads these vectors
+
+
+def test_fast_tokenizer_gives_the_full_tokenizers_ids(real_data_dir):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    tokenizer = FastTokenizer(minilm_dir() / "tokenizer.json")
+    prompts = [p for p in (real_data_dir / "mmlu" / "mmlu_professional_law.csv").read_text().split("\n\n")][:300]
+    prompts += [MCQ, "Ünïcode café 日本語", "tab\there\r\nnew", "ctrl\x01char\x7f", "", "   ", "UPPER lower 123 $%^"]
+    expected = [e.ids for e in tokenizer.full.encode_batch(prompts, add_special_tokens=False)]
+    assert tokenizer.ids(prompts, add_special_tokens=False) == expected
+    assert [tokenizer.ids([p], add_special_tokens=True)[0] for p in prompts[-7:]] == [
+        tokenizer.full.encode(p, add_special_tokens=True).ids for p in prompts[-7:]]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=200))
+    def same_on_any_ascii(text):
+        assert tokenizer.ids([text], add_special_tokens=False)[0] == tokenizer.full.encode(
+            text, add_special_tokens=False).ids
+
+    same_on_any_ascii()

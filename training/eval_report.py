@@ -1,4 +1,4 @@
-"""report.md and the PNG plots of an offline evaluation (pipelines/evaluate.py).
+"""report.md, the terminal summary and the PNG plots of an offline evaluation (pipelines/evaluate.py).
 
 Tables read the figures dict of training.policies.evaluate_policies (plus the extras the
 pipeline adds); plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
@@ -9,15 +9,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from training.policies import POLICIES
+from training.policies import BREAKDOWN_POLICIES, POLICIES
 
 LABELS = {
     "learned": "learned router", "rule_table": "hand rule table (label domain)",
     "rule_table_inferred": "hand rule table (inferred domain)", "tuned_rule_table": "tuned rule table",
     "random": "random (matched share)", "all_edge": "all-edge", "all_cloud": "all-cloud", "oracle": "oracle",
 }
-SHORT = {"learned": "learned", "rule_table": "hand rule", "rule_table_inferred": "hand rule (inferred)",
-         "tuned_rule_table": "tuned rule"}
+SHORT = {"learned": "learned", "rule_table": "hand rule", "rule_table_inferred": "hand rule (text)",
+         "tuned_rule_table": "tuned rule", "random": "random", "all_edge": "all-edge", "all_cloud": "all-cloud",
+         "oracle": "oracle"}
 PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png",
          "reliability": "reliability.png"}
 
@@ -84,7 +85,7 @@ def fallback_table(figures: dict) -> str:
 
 
 def breakdown_table(groups: dict) -> str:
-    names = [n for n in SHORT if n in next(iter(groups.values()))]
+    names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values()))]
     header = ["group", "rows", "cloud needed", "learned cloud share",
               *(f"{SHORT[n]} misroute (under / over)" for n in names), "learned APGR"]
     rows = [[group, str(g["rows"]), pct(g["cloud_needed_share"]), pct(g["learned"]["cloud_share"]),
@@ -117,7 +118,7 @@ def render(metrics: dict) -> str:
     parts = [
         f"# Offline evaluation of {setup['model_version']}",
         f"Bundle `{setup['bundle']}`; logs {', '.join(f'`{p}`' for p in setup['logs'])}: {setup['rows_read']} rows "
-        f"read, {setup['rejected']} rejected, {setup['prompts']} distinct prompts "
+        f"read, {setup['rejected']} rejected (listed in rejects.jsonl), {setup['prompts']} distinct prompts "
         f"({_pairs(setup['rows_per_split'], '{k} {v}')}).",
         f"Split `{split}`: {f['rows']} requests ({setup['split_note']}); cloud needed on "
         f"{pct(f['cloud_needed_share'])}. All-edge quality {num(f['all_edge_quality'])}, all-cloud "
@@ -169,6 +170,22 @@ def _tuned_text(tuned: dict) -> str:
             f"precision {w['exact_precision']:.2f} (sum capped at 1); edge below {tuned['lo']:.3f}, cloud above "
             f"{tuned['hi']:.3f}, fallback in between. Fitted on {tuned['fit']['rows']} train-split rows for the bundle's target "
             f"`{tuned['target']}` (met: {tuned['fit']['met_target']}).")
+
+
+def summary_table(metrics: dict):
+    """The headline figures as a rich Table, for the terminal."""
+    from rich.table import Table
+
+    figures = metrics["figures"]
+    table = Table(title=f"{metrics['setup']['split']} split: {figures['rows']} requests; matched cloud share "
+                        f"{pct(figures['matched_cloud_share'])}")
+    for column in ("policy", "cloud", "misroute", "under", "over", "quality", "matched", "APGR"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for name, p in figures["policies"].items():
+        table.add_row(SHORT[name], pct(p["cloud_share"]), pct(p["misroute_rate"]), pct(p["under_routing"]),
+                      pct(p["over_routing"]), num(p["quality"]),
+                      num((p.get("at_matched_share") or {}).get("quality")), num(p["apgr"]))
+    return table
 
 
 def _figure(width: float = 7.5, height: float = 5.0):

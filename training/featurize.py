@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from features.extractor import FeatureExtractor, OnnxEncoder, Projection, load_tokenizer
+from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from features.spec import FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import BuiltEncoder, build_encoder, fold_projection, static_encoder_graph
@@ -44,7 +44,7 @@ def featurize(prompts: Sequence[str], precisions: Sequence[str | None], train_ro
     spec = FeatureSpec(tier=tier, max_tokens=built.max_tokens, add_special_tokens=built.add_special_tokens,
                        encoder_row_wise=built.row_wise, embedding_dim=embedding_dim)
     encoder = CachedEncoder(OnnxEncoder(built.onnx_bytes, threads=2, row_wise=built.row_wise), cache)
-    raw_extractor = FeatureExtractor(spec, load_tokenizer(built.tokenizer_path), encoder, projection=None)
+    raw_extractor = FeatureExtractor(spec, FastTokenizer(built.tokenizer_path), encoder, projection=None)
     parts = []
     try:
         for start in range(0, len(prompts), batch_size):
