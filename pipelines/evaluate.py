@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -58,6 +57,10 @@ class EvalConfig:
     mlflow: bool = True
 
     def __post_init__(self):
+        # A single value (e.g. `--set policies=oracle,random`) stands for a list, not its characters.
+        for name in ("logs", "policies", "holdout_sources"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, getattr(self, name).split(",") if name == "policies" else [getattr(self, name)])
         if self.split not in SPLITS:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLITS)}")
         if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:
@@ -81,14 +84,18 @@ class EvalConfig:
         return cls(**options)
 
     def cost_model(self) -> CostModel:
+        """$ per request (training.policy_metrics.CostModel)."""
         return CostModel(edge=self.edge_cost, cloud=dict(self.cloud_cost))
 
     def latency_model(self) -> LatencyModel:
+        """Milliseconds per path (training.policy_metrics.LatencyModel)."""
         return LatencyModel(edge_ms=dict(self.edge_ms), cloud_ms=self.cloud_ms, network_ms=self.network_ms)
 
 
 @dataclass
 class EvalResult:
+    """Where the report went, the figures (as in metrics.json) and the MLflow run they went to."""
+
     out: Path
     metrics: dict
     files: list[Path]
@@ -120,17 +127,6 @@ def load_frame(config: EvalConfig, manifest: dict):
 
     return prepare_frame(bundle_train_config(manifest, data=list(config.logs), reports_dir=config.out,
                                              max_reject_share=config.max_reject_share))
-
-
-def _json_ready(value):
-    """NaN -> None (strict JSON), numpy scalars -> Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if hasattr(value, "item"):
-        value = value.item()
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def log_to_mlflow(manifest: dict, metrics: dict, files: list[Path], *, console) -> str | None:
@@ -200,7 +196,7 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     from pipelines.loso import leave_one_source_out
     from serving import Router
     from serving.bundle import read_manifest
-    from training.eval_report import render, write_plots
+    from training.eval_report import json_ready, render, write_plots
     from training.policies import EvalRows, breakdowns, evaluate_policies
     from training.policy_metrics import reliability
 
@@ -253,7 +249,7 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
         "cloud-first at the learned operating point whatever their score; curves rank by score alone."]
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    metrics = _json_ready(metrics)
+    metrics = json_ready(metrics)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False), encoding="utf-8")
     (out / "report.md").write_text(render(metrics), encoding="utf-8")
     files = [out / "report.md", out / "metrics.json", *write_plots(metrics, curves, out)]
@@ -278,6 +274,7 @@ def main(
 ) -> None:
     """Score logs through the SDK and compare the learned router with the rule tables and references."""
     from rich.console import Console
+    from rich.markup import escape
 
     from data.logs import DataQualityError
     from pipelines.train import parse_overrides
@@ -294,7 +291,7 @@ def main(
             options["policies"] = policies.split(",")
         result = run(EvalConfig.from_options(**options), console=console)
     except (ValueError, FileNotFoundError, DataQualityError, BundleError) as exc:
-        Console(stderr=True).print(f"[red]error[/]: {exc}", soft_wrap=True)
+        Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
     console.print(summary_table(result.metrics))
     logged = f"MLflow run {result.mlflow_run_id}" if result.mlflow_run_id else "not logged to MLflow"

@@ -74,3 +74,12 @@ def trained_small(small_routellm, encoder_cache, tmp_path_factory):
 @pytest.fixture(scope="session")
 def bundle(trained_small) -> Path:
     return trained_small[1].bundle
+
+
+@pytest.fixture(scope="session")
+def partial_routellm(small_routellm, tmp_path_factory) -> Path:
+    """A RouteLLM-style folder that holds only some of the sources: GSM8K and MT-Bench, no MMLU."""
+    dest = tmp_path_factory.mktemp("routellm_partial")
+    for part in ("gsm8k", "mt_bench"):
+        shutil.copytree(small_routellm / part, dest / part)
+    return dest

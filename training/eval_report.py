@@ -1,4 +1,4 @@
-"""report.md, the terminal summary and the PNG plots of an offline evaluation (pipelines/evaluate.py).
+"""report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation.
 
 Tables read the figures dict of training.policies.evaluate_policies (plus the extras the
 pipeline adds); plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
@@ -68,7 +68,8 @@ def cost_latency_table(figures: dict) -> str:
     first = next(iter(figures["policies"].values()))
     prices, devices = list(first["cost"]), list(first["latency"])
     header = ["policy", "expected cloud calls", *(f"$/request ({p})" for p in prices),
-              *(f"cost reduction vs all-cloud ({p})" for p in prices), *(f"latency {d} mean / p95 (ms)" for d in devices)]
+              *(f"cost reduction vs all-cloud ({p})" for p in prices),
+              *(f"latency {d} mean / p95 (ms)" for d in devices)]
     rows = [[LABELS[name], pct(p["expected_cloud_calls"]), *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
              *(pct(p["cost"][c]["reduction_vs_all_cloud"]) for c in prices),
              *(f"{p['latency'][d]['mean_ms']:.0f} / {p['latency'][d]['p95_ms']:.0f}" for d in devices)]
@@ -135,7 +136,8 @@ def render(metrics: dict) -> str:
         f"## Fallback\n\nIn the fallback zone, a share {setup['catch_rate']} of edge failures is caught at run "
         "time and answered by the cloud; edge-zone requests are not checked.",
         fallback_table(f),
-        f"## Calibration of the learned score\n\nExpected calibration error {num(metrics['calibration']['ece'], '.4f')} "
+        "## Calibration of the learned score\n\nExpected calibration error "
+        f"{num(metrics['calibration']['ece'], '.4f')} "
         f"over {len(metrics['calibration']['bins'])} non-empty bins.",
         table(["score bin", "rows", "mean score", "observed cloud-needed rate"],
               [[f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
@@ -168,8 +170,8 @@ def _tuned_text(tuned: dict) -> str:
     w = tuned["weights"]
     return (f"Weights: long prompt {w['long_prompt']:.2f}, finance/medical/legal {w['rule_domain']:.2f}, exact "
             f"precision {w['exact_precision']:.2f} (sum capped at 1); edge below {tuned['lo']:.3f}, cloud above "
-            f"{tuned['hi']:.3f}, fallback in between. Fitted on {tuned['fit']['rows']} train-split rows for the bundle's target "
-            f"`{tuned['target']}` (met: {tuned['fit']['met_target']}).")
+            f"{tuned['hi']:.3f}, fallback in between. Fitted on {tuned['fit']['rows']} train-split rows for the "
+            f"bundle's target `{tuned['target']}` (met: {tuned['fit']['met_target']}).")
 
 
 def summary_table(metrics: dict):
@@ -186,6 +188,17 @@ def summary_table(metrics: dict):
                       pct(p["over_routing"]), num(p["quality"]),
                       num((p.get("at_matched_share") or {}).get("quality")), num(p["apgr"]))
     return table
+
+
+def json_ready(value):
+    """For strict JSON (metrics.json): NaN -> None, numpy scalars -> Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "item"):
+        value = value.item()
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _figure(width: float = 7.5, height: float = 5.0):

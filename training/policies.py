@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from serving.rules import RULE_HI, RULE_LO, infer_rule_domain, rule_score
+from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, infer_rule_domain, rule_score
 from serving.zones import CLOUD, EDGE, zone_for
 from training.evaluation import policy_figures, rule_table_scores
 from training.metrics import curve_summary, quality_curve
@@ -111,6 +111,11 @@ def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
                      for n, d, p in zip(n_tokens, domains, precisions)], dtype=np.int64).reshape(-1, 3)
 
 
+def _capped(bits: np.ndarray, weights, units: int) -> np.ndarray:
+    # Integer sums, divided once: no 0.1 + 0.2 float drift at the zone boundaries.
+    return np.minimum(bits @ np.asarray(weights), units) / units
+
+
 @dataclass(frozen=True)
 class TunedRules:
     """Rule weights (long prompt, domain, exact) on a grid of `1/units`, capped sum, and zones."""
@@ -122,9 +127,7 @@ class TunedRules:
     fit: dict                       # the thresholds' figures on the rows it was fitted on
 
     def scores(self, n_tokens, domains, precisions) -> np.ndarray:
-        bits = rule_bits(n_tokens, domains, precisions)
-        # Integer sums, divided once: no 0.1 + 0.2 float drift at the zone boundaries.
-        return np.minimum(bits @ np.array(self.weights), self.units) / self.units
+        return _capped(rule_bits(n_tokens, domains, precisions), self.weights, self.units)
 
     def as_dict(self) -> dict:
         return {"weights": {"long_prompt": self.weights[0] / self.units, "rule_domain": self.weights[1] / self.units,
@@ -152,12 +155,13 @@ def tune_rule_table(n_tokens, domains, precisions, q_edge, q_cloud, *, step: flo
     bits = rule_bits(n_tokens, domains, precisions)
     if len(bits) == 0:
         raise ValueError("no rows to tune the rule table on")
-    hand = tuple(round(w * units) for w in (0.4, 0.3, 0.3))
+    # The hand table's weights, read off rule_score on rows that meet one condition each.
+    one_condition = ((LONG_PROMPT_TOKENS + 1, None, None), (0, min(RULE_DOMAINS), None), (0, None, "exact"))
+    hand = tuple(round(rule_score(*row) * units) for row in one_condition)
     grid = itertools.product(range(units + 1), repeat=3)
     best, best_rank = None, None
     for weights in itertools.chain([hand], grid):
-        scores = np.minimum(bits @ np.array(weights), units) / units
-        t = select_thresholds(scores, q_edge, q_cloud, target=target, **threshold_options)
+        t = select_thresholds(_capped(bits, weights, units), q_edge, q_cloud, target=target, **threshold_options)
         rank = _rank(t, target)
         if best_rank is None or rank > best_rank:
             best, best_rank = (weights, t), rank
