@@ -6,6 +6,9 @@ from dataclasses import asdict, dataclass
 from features.text_stats import STAT_NAMES
 
 PRECISIONS = ("exact", "standard", "tolerant")
+# Characters of a prompt that are tokenized and scanned: bounds the cost of routing any
+# prompt (~450 tokens of English); lengths are still counted on the whole text.
+DEFAULT_MAX_CHARS = 2048
 
 
 @dataclass(frozen=True)
@@ -14,7 +17,7 @@ class FeatureSpec:
 
     tier: str
     max_tokens: int = 512          # tokens fed to the encoder
-    max_chars: int = 4096          # text scanned by the tokenizer and the patterns
+    max_chars: int = DEFAULT_MAX_CHARS
     add_special_tokens: bool = False
     encoder_row_wise: bool = False  # encode one prompt per call (see OnnxEncoder)
     fused: bool = False             # one model.onnx from token ids + scalars to probability

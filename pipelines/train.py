@@ -112,7 +112,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"features ({config.tier} tier)", total=len(prompts))
         feats = featurize(prompts, precisions, train, tier=config.tier, embedding_dim=config.embedding_dim,
-                          max_tokens=config.max_tokens, cache_dir=Path(config.cache_dir), seed=config.seed,
+                          max_tokens=config.max_tokens, max_chars=config.max_chars, cache_dir=Path(config.cache_dir),
+                          seed=config.seed,
                           on_batch=lambda n: progress.advance(task, n))
     timings["features_s"] = time.perf_counter() - t1
     console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; embedding cache "

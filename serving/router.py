@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from features.spec import DEFAULT_MAX_CHARS
 from serving.bundle import BundleError, read_manifest
 from serving.decision import Decision
 from serving.rules import RuleRouter
@@ -27,7 +28,7 @@ class Router:
         self.edge_context_tokens = int(manifest.get("limits", {}).get("edge_context_tokens", 1024))
         self.model_version = manifest.get("model_version", "unknown")
         tokenizer = scorer.extractor.tokenizer if scorer is not None else None
-        max_chars = scorer.spec.max_chars if scorer is not None else 4096
+        max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
 
     @classmethod

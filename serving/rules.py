@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from features.extractor import encodable
+from features.spec import DEFAULT_MAX_CHARS
 from serving.decision import Decision
 from serving.validation import check_batch, check_precision, check_prompt
 from serving.zones import zone_for
@@ -24,7 +25,7 @@ _DOMAIN_WORDS = {
 _DOMAIN_RE = {d: re.compile(p, re.IGNORECASE) for d, p in _DOMAIN_WORDS.items()}
 
 
-def infer_rule_domain(text: str, *, head_chars: int = 4096) -> str | None:
+def infer_rule_domain(text: str, *, head_chars: int = DEFAULT_MAX_CHARS) -> str | None:
     """finance / medical / legal by keyword count in the text's head; None if no keyword."""
     head = text[:head_chars]
     counts = {d: len(r.findall(head)) for d, r in _DOMAIN_RE.items()}
@@ -49,7 +50,7 @@ class RuleRouter:
 
     model_version = "rule-table"
 
-    def __init__(self, tokenizer=None, *, degraded_reason: str | None = None, max_chars: int = 4096):
+    def __init__(self, tokenizer=None, *, degraded_reason: str | None = None, max_chars: int = DEFAULT_MAX_CHARS):
         self.tokenizer, self.degraded_reason, self.max_chars = tokenizer, degraded_reason, max_chars
 
     def count_tokens(self, prompt: str) -> int:

@@ -71,7 +71,7 @@ def test_any_string_gets_a_valid_decision(router, prompt):
     assert not d.degraded
     assert d.truncated == (len(prompt) > router._scorer.spec.max_chars)
     if d.truncated:
-        assert "first 4096 characters" in d.reason
+        assert f"first {router._scorer.spec.max_chars} characters" in d.reason
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from features.spec import DEFAULT_MAX_CHARS
 from training.model import CALIBRATIONS
 from training.thresholds import TARGETS
 
@@ -20,6 +21,7 @@ class TrainConfig:
     tier: str = "static"
     embedding_dim: int = 32                          # PCA components kept from the embedding
     max_tokens: int | None = None                    # None: the tier's default
+    max_chars: int = DEFAULT_MAX_CHARS               # text tokenized and scanned; bounds route() cost
     val_share: float = 0.15
     test_share: float = 0.15
     split_salt: str = ""
@@ -64,6 +66,7 @@ class TrainConfig:
         check(isinstance(self.embedding_dim, int) and self.embedding_dim >= 1, "embedding_dim", "must be >= 1")
         check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 8),
               "max_tokens", "must be empty or an integer >= 8")
+        check(isinstance(self.max_chars, int) and self.max_chars >= 64, "max_chars", "must be an integer >= 64")
         check(isinstance(self.data, list), "data", "must be a list of paths")
 
     @classmethod

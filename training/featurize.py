@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from features.spec import FeatureSpec
+from features.spec import DEFAULT_MAX_CHARS, FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import BuiltEncoder, build_encoder, fold_projection, static_encoder_graph
 
@@ -36,12 +36,14 @@ def fit_projection(raw: np.ndarray, dim: int, *, seed: int) -> Projection:
 
 def featurize(prompts: Sequence[str], precisions: Sequence[str | None], train_rows: np.ndarray, *,
               tier: str, embedding_dim: int, max_tokens: int | None, cache_dir: Path, seed: int = 0,
+              max_chars: int = DEFAULT_MAX_CHARS,
               batch_size: int = 512, on_batch: Callable[[int], None] | None = None) -> TrainingFeatures:
     """Features for every prompt, computed by the same FeatureExtractor the SDK uses."""
     options = {"max_tokens": max_tokens} if max_tokens else {}
     built = build_encoder(tier, cache_dir / "encoders", **options)
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite", built.key)
-    spec = FeatureSpec(tier=tier, max_tokens=built.max_tokens, add_special_tokens=built.add_special_tokens,
+    spec = FeatureSpec(tier=tier, max_tokens=built.max_tokens, max_chars=max_chars,
+                       add_special_tokens=built.add_special_tokens,
                        encoder_row_wise=built.row_wise, embedding_dim=embedding_dim)
     encoder = CachedEncoder(OnnxEncoder(built.onnx_bytes, threads=2, row_wise=built.row_wise), cache)
     raw_extractor = FeatureExtractor(spec, FastTokenizer(built.tokenizer_path), encoder, projection=None)
