@@ -50,8 +50,8 @@ class RuleRouter:
 
     model_version = "rule-table"
 
-    def __init__(self, tokenizer=None, *, degraded_reason: str | None = None, max_chars: int = DEFAULT_MAX_CHARS):
-        self.tokenizer, self.degraded_reason, self.max_chars = tokenizer, degraded_reason, max_chars
+    def __init__(self, tokenizer=None, *, max_chars: int = DEFAULT_MAX_CHARS):
+        self.tokenizer, self.max_chars = tokenizer, max_chars
 
     def count_tokens(self, prompt: str) -> int:
         head = prompt[: self.max_chars]
