@@ -157,6 +157,9 @@ class FeatureExtractor:
                 # Keep the closing special token ([SEP]) when the encoder expects one.
                 ids = ids[: limit - 1] + ids[-1:] if self.spec.add_special_tokens else ids[:limit]
             rows.append(ids)
+        if len(rows) == 1 and rows[0]:  # route(): one prompt, nothing to pad
+            input_ids = np.array(rows, dtype=np.int64)
+            return input_ids, np.ones_like(input_ids), n_tokens
         width = max((len(r) for r in rows), default=0) or 1
         input_ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
