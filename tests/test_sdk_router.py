@@ -53,7 +53,12 @@ def test_batch_equals_one_by_one_in_one_onnxruntime_call(router, trained_small, 
     real = session.run
     monkeypatch.setattr(session, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
     batch = router.route_batch(prompts)
-    assert batch == single
+    # Same decisions; scores agree to rounding (onnxruntime's float64 Log/Sigmoid vectorise
+    # differently for one row and for many: differences ~1e-16).
+    for b, one in zip(batch, single):
+        assert b.to_dict() | {"score": 0} == one.to_dict() | {"score": 0}
+        assert abs(b.score - one.score) <= 1e-12
+    assert len(batch) == len(single)
     assert len(calls) == 1  # the fused static graph: one onnxruntime call for the whole batch
     assert router.route_batch([]) == []
 
