@@ -11,13 +11,15 @@ CONFIG ?=
 ARGS   ?=
 PORT   ?= 5000
 MLRUNS ?= mlruns
+N      ?= 100000
+OUT    ?= data/simulated
 
 # Nothing may load from a model or dataset hub at run time.
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate test ui data bench clean
+.PHONY: venv train evaluate test ui data bench simulate clean
 
 venv: $(STAMP)
 
@@ -46,6 +48,10 @@ bench: $(STAMP)
 
 data: $(STAMP)
 	$(BIN)/python -m pipelines.fetch_data --dest data/raw/routellm
+
+# Synthetic logs (labelled synthetic; never used for headline figures).
+simulate: $(STAMP)
+	$(BIN)/python -m pipelines.simulate --n $(N) --out $(OUT) $(ARGS)
 
 clean:
 	rm -rf artifacts reports data/cache

@@ -72,9 +72,14 @@ class LoadedLogs:
         return len(self.rejects) / max(self.n_read, 1)
 
     def frame(self):
+        """The valid rows as a DataFrame; a missing optional text field stays None (not NaN)."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=list(COLUMNS))
+        frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
+        for column in ("request_id", "domain", "precision", "source"):
+            # pandas >= 3 stores text as a string dtype whose missing value is NaN.
+            frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+        return frame
 
     def write_rejects(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

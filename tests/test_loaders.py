@@ -171,3 +171,11 @@ def test_routellm_parts_can_be_passed_on_their_own(small_routellm):
         whole.sort_values("request_id").reset_index(drop=True))
     one_subject = load_logs([small_routellm / "mmlu" / "mmlu_anatomy.csv"]).frame()
     assert set(one_subject["domain"]) == {"medical"} and set(one_subject["source"]) == {"mmlu"}
+
+
+def test_missing_optional_text_stays_none(tmp_path):
+    rows = good_rows(3)
+    del rows[0]["precision"], rows[1]["domain"]
+    frame = load_logs([write_jsonl(tmp_path / "logs.jsonl", rows)]).frame()
+    assert frame["precision"].tolist() == [None, "exact", "exact"]
+    assert frame["domain"].tolist() == ["math", None, "math"]
