@@ -83,3 +83,10 @@ def partial_routellm(small_routellm, tmp_path_factory) -> Path:
     for part in ("gsm8k", "mt_bench"):
         shutil.copytree(small_routellm / part, dest / part)
     return dest
+
+
+def make_env() -> dict:
+    """The environment for running `make` from a test, without what the outer `make test`
+    passes down (its flags, and its command-line variables such as ARGS=...)."""
+    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "BUNDLE", "TIER", "CONFIG", "N", "OUT", "PORT", "MLRUNS")
+    return {k: v for k, v in os.environ.items() if k not in inherited}

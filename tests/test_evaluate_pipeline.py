@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pipelines.evaluate import EvalConfig, log_to_mlflow, run
-from tests.conftest import ROOT
+from tests.conftest import ROOT, make_env
 
 ALL_POLICIES = ["learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "random", "all_edge",
                 "all_cloud", "oracle"]
@@ -218,7 +218,7 @@ def test_config_errors_quote_the_value():
 
 def test_make_evaluate_target():
     done = subprocess.run(["make", "-n", "evaluate", "BUNDLE=some/bundle", "ARGS=--split all"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=make_env())
     assert done.returncode == 0, done.stderr
     assert ".venv/bin/python -m pipelines.evaluate --bundle some/bundle --leave-one-source-out --split all" \
         in done.stdout
