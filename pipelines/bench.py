@@ -63,7 +63,8 @@ def model_call(scorer, prompt: str) -> Callable[[], object]:
     if scorer.spec.fused:
         ids, mask, scalars, _ = scorer.extractor.prepare([prompt], ["exact"])
         feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-        return lambda: scorer.session.run(["probabilities"], feeds)
+        output = "score" if scorer.calibrated_in_graph else "probabilities"
+        return lambda: scorer.session.run([output], feeds)
     features = scorer.extractor.transform([prompt], ["exact"])
     ids, mask, _, heads = scorer.extractor.prepare([prompt], ["exact"])
     encoder = scorer.extractor.encoder
