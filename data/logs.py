@@ -24,8 +24,11 @@ class DataQualityError(RuntimeError):
 
 
 def _folder(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
-    """Every log inside a folder, each child dispatched through LOADERS again."""
+    """Every log inside a folder, each child dispatched through LOADERS again. Names that
+    start with "_" or "." are markers and metadata (_SUCCESS, _metadata.json, .crc), not logs."""
     for child in sorted(path.iterdir()):
+        if child.name.startswith(("_", ".")):
+            continue
         if child.is_dir() or child.suffix.lower() in FORMATS:
             yield from iter_path(child, rejects)
 

@@ -179,3 +179,12 @@ def test_missing_optional_text_stays_none(tmp_path):
     frame = load_logs([write_jsonl(tmp_path / "logs.jsonl", rows)]).frame()
     assert frame["precision"].tolist() == [None, "exact", "exact"]
     assert frame["domain"].tolist() == ["math", None, "math"]
+
+
+def test_folders_skip_marker_and_hidden_files(tmp_path):
+    write_jsonl(tmp_path / "part-0.jsonl", good_rows(4))
+    write_jsonl(tmp_path / "_metadata.json", [{"written_by": "spark"}])
+    (tmp_path / "_SUCCESS").write_text("")
+    write_jsonl(tmp_path / ".part-0.jsonl.crc", ["binary junk"])
+    loaded = load_logs([tmp_path])
+    assert len(loaded.rows) == 4 and loaded.rejects == []
