@@ -11,7 +11,6 @@ caller validates them (data.schema.check_row) and collects rejects.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
@@ -68,14 +67,14 @@ def is_routellm_folder(path: Path) -> bool:
     return path.is_dir() and any((path / name).is_dir() for name in ("mmlu", "gsm8k", "mt_bench"))
 
 
-def _bool_quality(value, column: str) -> float:
+def _bool_quality(value):
+    """True/False (as bool or text) -> 1.0/0.0; anything else is returned for check_row to reject."""
     text = str(value).strip().lower()
     if text in ("true", "1", "1.0"):
         return 1.0
     if text in ("false", "0", "0.0"):
         return 0.0
-    return value  # left for check_row to reject with the column named
-    
+    return value
 
 def _correctness_rows(path: Path, source: str, domain: str | None,
                       rejects: list[Reject]) -> Iterator[RawRow]:
@@ -91,8 +90,8 @@ def _correctness_rows(path: Path, source: str, domain: str | None,
             "prompt": row.get("prompt"),
             "domain": domain,
             "precision": "exact",
-            "edge_quality": _bool_quality(row.get(EDGE_MODEL), EDGE_MODEL),
-            "cloud_quality": _bool_quality(row.get(CLOUD_MODEL), CLOUD_MODEL),
+            "edge_quality": _bool_quality(row.get(EDGE_MODEL)),
+            "cloud_quality": _bool_quality(row.get(CLOUD_MODEL)),
             "source": source,
         })
 

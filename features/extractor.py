@@ -66,8 +66,13 @@ class Projection:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return ((x.astype(np.float64) - self.mean) @ self.components.T).astype(np.float32)
 
-    def save(self, path: Path) -> None:
-        np.savez(path, mean=self.mean, components=self.components)
+    def to_bytes(self) -> bytes:
+        """The .npz file content (arrays only: loading needs no pickle)."""
+        import io
+
+        buffer = io.BytesIO()
+        np.savez(buffer, mean=self.mean, components=self.components)
+        return buffer.getvalue()
 
     @classmethod
     def load(cls, path: Path) -> "Projection":

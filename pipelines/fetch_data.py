@@ -11,7 +11,6 @@ import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 from data.routellm import SUBJECT_DOMAIN
 

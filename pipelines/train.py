@@ -69,17 +69,13 @@ def _with_precision_dropout(matrix, spec, train_rows, share: float, seed: int) -
 
 def bundle_files(feats, trees: bytes, calibration: dict) -> dict:
     """The bundle's model files: one fused graph (static tier) or encoder + projection + trees."""
-    import io
-
     from training.export import fuse
 
     if feats.fused_prefix is not None:
         return {"model.onnx": fuse(feats.fused_prefix, trees, calibration),
                 "tokenizer.json": feats.encoder.tokenizer_path}
-    projection = io.BytesIO()
-    np.savez(projection, mean=feats.projection.mean, components=feats.projection.components)
     return {"encoder.onnx": feats.encoder.onnx_bytes, "router.onnx": trees,
-            "projection.npz": projection.getvalue(), "tokenizer.json": feats.encoder.tokenizer_path}
+            "projection.npz": feats.projection.to_bytes(), "tokenizer.json": feats.encoder.tokenizer_path}
 
 
 def run(config: TrainConfig, *, console=None) -> TrainResult:
@@ -184,6 +180,7 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
 
         mlflow.log_params({k: str(v)[:500] for k, v in config.to_dict().items()})
         mlflow.log_dict(data_report, "data_fingerprint.json")
+        mlflow.log_dict(config.to_dict(), "train_config.json")  # `make train CONFIG=` takes it back
         mlflow.log_metrics(flat_metrics(metrics))
         if Path(data_report["rejects_file"]).exists():
             mlflow.log_artifact(data_report["rejects_file"])

@@ -5,7 +5,6 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 
 from features.spec import DEFAULT_MAX_CHARS
 from serving.bundle import BundleError, read_manifest

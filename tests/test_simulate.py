@@ -16,7 +16,7 @@ import pytest
 from data import simulator
 from data.logs import load_logs
 from data.schema import COLUMNS, check_row
-from data.simulator import MANIFEST_NAME, DifficultyModel, generate_rows, write_shards
+from data.simulator import MANIFEST_NAME, generate_rows, write_shards
 from tests.conftest import ROOT, config_for, make_env
 
 

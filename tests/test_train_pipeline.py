@@ -13,6 +13,7 @@ from pipelines.train import run
 from serving.bundle import read_manifest
 from serving.scorer import Scorer
 from tests.conftest import config_for
+from training.config import TrainConfig
 
 pytestmark = [pytest.mark.real_data, pytest.mark.slow]
 
@@ -66,7 +67,10 @@ def test_run_is_tracked_and_registered(trained):
     assert run_data.params["tier"] == "static"
     assert "test.learned.apgr" in run_data.metrics and "parity_max_abs_diff" in run_data.metrics
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}
-    assert {"bundle", "data_fingerprint.json"} <= artifacts
+    assert {"bundle", "data_fingerprint.json", "train_config.json"} <= artifacts
+    saved = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="train_config.json",
+                                                dst_path=str(result.bundle.parent / "logged"))
+    assert TrainConfig.from_file(saved) == cfg  # the logged config reproduces the run
 
 
 def test_second_run_reuses_cached_embeddings(trained, small_routellm, encoder_cache, tmp_path):
