@@ -23,14 +23,18 @@ class DataQualityError(RuntimeError):
     """Too many rows were rejected, or nothing usable was found."""
 
 
-def _folder(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
-    """Every log inside a folder, each child dispatched through LOADERS again. Names that
-    start with "_" or "." are markers and metadata (_SUCCESS, _metadata.json, .crc), not logs."""
+def _children(path: Path) -> Iterator[Path]:
+    """The log files and sub-folders of a folder. Names that start with "_" or "." are
+    markers and metadata (_SUCCESS, _metadata.json, .crc), not logs."""
     for child in sorted(path.iterdir()):
-        if child.name.startswith(("_", ".")):
-            continue
-        if child.is_dir() or child.suffix.lower() in FORMATS:
-            yield from iter_path(child, rejects)
+        if not child.name.startswith(("_", ".")) and (child.is_dir() or child.suffix.lower() in FORMATS):
+            yield child
+
+
+def _folder(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """Every log inside a folder, each child dispatched through LOADERS again."""
+    for child in _children(path):
+        yield from iter_path(child, rejects)
 
 
 # (does this path belong to me?, its rows). First match wins; the last is the catch-all.
@@ -43,10 +47,31 @@ LOADERS: dict[str, tuple[Callable[[Path], bool], Callable[[Path, list[Reject]], 
 }
 
 
+def loader_for(path: Path) -> str:
+    """The name of the first loader in LOADERS that claims `path`."""
+    return next(name for name, (claims, _) in LOADERS.items() if claims(path))
+
+
 def iter_path(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     """Rows of one file or folder, read by the first loader that claims it."""
-    _, read = next(loader for loader in LOADERS.values() if loader[0](path))
-    yield from read(path, rejects)
+    yield from LOADERS[loader_for(path)][1](path, rejects)
+
+
+def loading_units(paths: Iterable[str | Path]) -> list[Path]:
+    """The independently readable pieces under `paths`: each log file, and each folder an
+    adapter reads as a whole (RouteLLM). The Dask engine makes one partition of each."""
+    units: list[Path] = []
+
+    def visit(path: Path) -> None:
+        if loader_for(path) == "folder":
+            for child in _children(path):
+                visit(child)
+        else:
+            units.append(path)
+
+    for path in expand(paths):
+        visit(path)
+    return units
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -78,11 +103,14 @@ class LoadedLogs:
         """The valid rows as a DataFrame; a missing optional text field stays None (not NaN)."""
         import pandas as pd
 
-        frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
-        for column in ("request_id", "domain", "precision", "source"):
-            # pandas >= 3 stores text as a string dtype whose missing value is NaN.
-            frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
-        return frame
+        from data.prepare import missing_text_as_none
+
+        return missing_text_as_none(pd.DataFrame(self.rows, columns=list(COLUMNS)))
+
+    def extend(self, other: "LoadedLogs") -> None:
+        self.rows.extend(other.rows)
+        self.rejects.extend(other.rejects)
+        self.n_read += other.n_read
 
     def write_rejects(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,33 +119,47 @@ class LoadedLogs:
                 fh.write(json.dumps(r.as_dict(), ensure_ascii=False) + "\n")
 
 
+def read_unit(path: Path) -> LoadedLogs:
+    """Read and validate one loading unit (a file, or a folder an adapter reads whole).
+    A whole-file reject counts as one row read, so an unreadable file is never free."""
+    result = LoadedLogs(rows=[])
+    for raw in iter_path(path, result.rejects):
+        result.n_read += 1
+        try:
+            row = check_row(raw.row, default_source=Path(raw.file).stem)
+        except RowError as exc:
+            result.rejects.append(Reject(raw.file, raw.location, str(exc)))
+            continue
+        row["request_id"] = row["request_id"] or f"{row['source']}/{raw.index}"
+        result.rows.append(row)
+    result.n_read += sum(r.location == "file" for r in result.rejects)
+    return result
+
+
 def load_logs(paths: Iterable[str | Path], *, max_reject_share: float = 0.05,
               rejects_path: Path | None = None) -> LoadedLogs:
     """Read and validate every row under `paths` (see module doc)."""
     if not 0.0 <= max_reject_share <= 1.0:
         raise ValueError(f"max_reject_share must be in [0, 1], got {max_reject_share!r}")
     result = LoadedLogs(rows=[])
-    for path in expand(paths):
-        for raw in iter_path(path, result.rejects):
-            result.n_read += 1
-            try:
-                row = check_row(raw.row, default_source=Path(raw.file).stem)
-            except RowError as exc:
-                result.rejects.append(Reject(raw.file, raw.location, str(exc)))
-                continue
-            row["request_id"] = row["request_id"] or f"{row['source']}/{raw.index}"
-            result.rows.append(row)
-    # Whole-file rejects count as one bad unit each, so an unreadable file is never free.
-    result.n_read += sum(r.location == "file" for r in result.rejects)
+    for unit in loading_units(paths):
+        result.extend(read_unit(unit))
     if rejects_path is not None:
         result.write_rejects(rejects_path)
-    where = f" (details: {rejects_path})" if rejects_path else ""
-    if not result.rows:
-        raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: "
-                               f"{len(result.rejects)} rejected{where}")
-    if result.reject_share > max_reject_share:
-        examples = "; ".join(f"{r.file} {r.location}: {r.reason}" for r in result.rejects[:3])
-        raise DataQualityError(
-            f"{len(result.rejects)} of {result.n_read} rows/files rejected "
-            f"({result.reject_share:.1%} > allowed {max_reject_share:.1%}){where}. First: {examples}")
+    check_reject_share(n_valid=len(result.rows), n_read=result.n_read, rejects=result.rejects,
+                       max_reject_share=max_reject_share, paths=paths, rejects_path=rejects_path)
     return result
+
+
+def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_reject_share: float,
+                       paths: Iterable[str | Path], rejects_path: Path | None) -> None:
+    """Stop the run when nothing is usable or more than `max_reject_share` of what was read is bad."""
+    where = f" (details: {rejects_path})" if rejects_path else ""
+    if not n_valid:
+        raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: {len(rejects)} rejected{where}")
+    share = len(rejects) / max(n_read, 1)
+    if share > max_reject_share:
+        examples = "; ".join(f"{r.file} {r.location}: {r.reason}" for r in rejects[:3])
+        raise DataQualityError(
+            f"{len(rejects)} of {n_read} rows/files rejected "
+            f"({share:.1%} > allowed {max_reject_share:.1%}){where}. First: {examples}")

@@ -15,6 +15,18 @@ def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+TEXT_COLUMNS = ("request_id", "domain", "precision", "source")
+
+
+def missing_text_as_none(frame: pd.DataFrame) -> pd.DataFrame:
+    """Optional text fields hold None when absent, never NaN (pandas >= 3 stores text as a
+    string dtype whose missing value is NaN; the feature code expects None)."""
+    for column in TEXT_COLUMNS:
+        if column in frame:
+            frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    return frame
+
+
 def _most_common(values: pd.Series):
     values = values.dropna()
     return values.mode().iloc[0] if len(values) else None
@@ -41,7 +53,7 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     # Keep the order of first appearance, so results do not depend on which prompts repeat.
     first_seen = frame.reset_index(drop=True).drop_duplicates("prompt")["prompt"]
     order = pd.Series(range(len(first_seen)), index=first_seen.to_numpy())
-    out = pd.concat([single[columns], merged], ignore_index=True)
+    out = missing_text_as_none(pd.concat([single[columns], merged], ignore_index=True))
     return out.iloc[order.loc[out["prompt"]].argsort(kind="stable")].reset_index(drop=True)
 
 

@@ -28,6 +28,16 @@ def test_duplicate_prompts_are_merged_and_outcomes_averaged():
     assert same.domain == "legal"
 
 
+def test_merged_duplicates_without_precision_keep_none_not_nan():
+    # Found at 1e5 simulated rows: a merged prompt with no declared precision came back as
+    # NaN (pandas >= 3 string columns) and crashed the feature extractor.
+    rows = [{"prompt": p, "edge_quality": 1.0, "cloud_quality": 1.0, "source": "x", "domain": "math",
+             "precision": "exact" if p == "declared" else None} for p in ("declared", "same", "same", "declared")]
+    merged = merge_duplicates(frame(rows)).set_index("prompt")
+    assert merged.loc["same", "precision"] is None
+    assert merged.loc["declared", "precision"] == "exact"
+
+
 def test_splits_follow_the_prompt_hash():
     prompts = pd.Series([f"prompt {i}" for i in range(5000)])
     splits = assign_splits(prompts, val_share=0.15, test_share=0.15)
