@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed
 
 BUNDLE ?= artifacts/router
 TIER   ?= static
+ENGINE ?= local
 CONFIG ?=
 ARGS   ?=
 PORT   ?= 5000
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 train: $(STAMP)
-	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
 evaluate: $(STAMP)
 	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --leave-one-source-out $(ARGS)

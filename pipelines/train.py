@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,7 +30,19 @@ class TrainResult:
     model_version: str
     metrics: dict
     timings: dict
-    held_out: object  # test-split rows: prompt, precision, score (pandas DataFrame)
+    held_out: object  # test-split rows: request_id, prompt, precision, score (pandas DataFrame)
+
+
+@dataclass
+class Fitted:
+    """What an engine (local or Dask) hands back; everything after it is shared."""
+
+    data_report: dict
+    plan: object               # training.featurize.FeaturePlan
+    booster: object            # lightgbm.Booster, cut at its best round
+    calibration: dict
+    splits: dict               # "val" / "test" -> training.evaluation.SplitRows
+    notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
 
 
 def prepare_frame(config: TrainConfig):
@@ -54,46 +66,15 @@ def prepare_frame(config: TrainConfig):
     return frame, report
 
 
-def _with_precision_dropout(matrix, spec, train_rows, share: float, seed: int) -> np.ndarray:
-    """Blank the declared-precision columns on a share of training rows, so the model also
-    learns to route requests whose client declares no precision."""
-    out = matrix.copy()
-    names = spec.feature_names
-    cols = [names.index(f"precision_{p}") for p in spec.precisions]
-    rng = np.random.default_rng(seed)
-    rows = np.flatnonzero(train_rows)
-    blank = rows[rng.random(len(rows)) < share]
-    out[np.ix_(blank, cols)] = 0.0
-    return out
-
-
-def bundle_files(feats, trees: bytes, calibration: dict) -> dict:
-    """The bundle's model files: one fused graph (static tier) or encoder + projection + trees."""
-    from training.export import fuse
-
-    if feats.fused_prefix is not None:
-        return {"model.onnx": fuse(feats.fused_prefix, trees, calibration),
-                "tokenizer.json": feats.encoder.tokenizer_path}
-    return {"encoder.onnx": feats.encoder.onnx_bytes, "router.onnx": trees,
-            "projection.npz": feats.projection.to_bytes(), "tokenizer.json": feats.encoder.tokenizer_path}
-
-
-def run(config: TrainConfig, *, console=None) -> TrainResult:
-    """Run every stage; returns where the bundle went and the figures."""
-    import mlflow
-    from rich.console import Console
+def fit_local(config: TrainConfig, console, timings: dict) -> Fitted:
+    """Every row in memory: pandas frame, feature matrix, LightGBM on this machine."""
     from rich.progress import Progress
 
-    from serving.scorer import Scorer
-    from training.evaluation import compare_on_split
-    from training.export import booster_to_onnx, write_bundle
+    from training.evaluation import SplitRows
     from training.featurize import featurize
-    from training.model import fit_booster, fit_calibration, predict_score
-    from training.thresholds import select_per_precision
-    from training.tracking import flat_metrics, register_bundle, tracked_run
+    from training.model import blank_declared_precision, fit_booster, fit_calibration, predict_score
 
-    console = console or Console()
-    timings, t0 = {}, time.perf_counter()
+    t0 = time.perf_counter()
     with console.status("loading and validating logs"):
         frame, data_report = prepare_frame(config)
     timings["load_s"] = time.perf_counter() - t0
@@ -103,56 +84,75 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
 
     prompts, precisions = frame["prompt"].tolist(), frame["precision"].tolist()
     split = frame["split"].to_numpy()
-    train, val, test = (split == "train"), (split == "val"), (split == "test")
+    train, val = (split == "train"), (split == "val")
     t1 = time.perf_counter()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"features ({config.tier} tier)", total=len(prompts))
         feats = featurize(prompts, precisions, train, tier=config.tier, embedding_dim=config.embedding_dim,
                           max_tokens=config.max_tokens, max_chars=config.max_chars, cache_dir=Path(config.cache_dir),
-                          seed=config.seed,
-                          on_batch=lambda n: progress.advance(task, n))
+                          seed=config.seed, on_batch=lambda n: progress.advance(task, n))
     timings["features_s"] = time.perf_counter() - t1
     console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; embedding cache "
                   f"{feats.cache_hits} hits / {feats.cache_misses} computed")
 
-    x, y = feats.matrix, frame["label"].to_numpy()
-    x_fit = _with_precision_dropout(x, feats.spec, train, config.precision_dropout, config.seed)
-    q_edge, q_cloud = frame["edge_quality"].to_numpy(), frame["cloud_quality"].to_numpy()
+    x, y, names = feats.matrix, frame["label"].to_numpy(), feats.spec.feature_names
+    x_train = blank_declared_precision(x[train], names, feats.spec.precisions, config.precision_dropout,
+                                       np.random.default_rng(config.seed))
     t2 = time.perf_counter()
     with console.status("LightGBM (early stopping on validation)"):
-        booster = fit_booster(x_fit[train], y[train], x[val], y[val], params=config.lgbm, seed=config.seed,
+        booster = fit_booster(x_train, y[train], x[val], y[val], params=config.lgbm, seed=config.seed,
                               num_boost_round=config.num_boost_round,
-                              early_stopping_rounds=config.early_stopping_rounds,
-                              feature_names=feats.spec.feature_names)
+                              early_stopping_rounds=config.early_stopping_rounds, feature_names=names)
         calibration = fit_calibration(booster.predict(x[val]), y[val], method=config.calibration)
         scores = predict_score(booster, x, calibration)
-        thresholds = select_per_precision(
-            scores[val], q_edge[val], q_cloud[val], np.array(precisions, dtype=object)[val],
-            tags=feats.spec.precisions, min_rows=config.min_rows_per_tag, target=config.target,
-            max_quality_drop=config.max_quality_drop, cloud_budget=config.cloud_budget,
-            catch_rate=config.fallback_catch_rate)
     timings["fit_s"] = time.perf_counter() - t2
+    n_tokens = x[:, names.index("n_tokens")]
+    splits = {name: SplitRows.from_frame(frame[split == name], n_tokens=n_tokens[split == name],
+                                         scores=scores[split == name]) for name in ("val", "test")}
+    return Fitted(data_report, feats.plan, booster, calibration, splits,
+                  notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})
 
-    n_tokens = x[:, feats.spec.feature_names.index("n_tokens")]
-    metrics = {}
-    for name, rows in (("val", val), ("test", test)):
-        metrics[name] = compare_on_split(
-            scores=scores[rows], precisions=np.array(precisions, dtype=object)[rows], thresholds=thresholds,
-            n_tokens=n_tokens[rows], domains=frame["domain"].to_numpy()[rows], q_edge=q_edge[rows],
-            q_cloud=q_cloud[rows], needed=y[rows], catch_rate=config.fallback_catch_rate)
-    metrics["trees"] = booster.num_trees()
-    metrics["embedding_cache"] = {"hits": feats.cache_hits, "computed": feats.cache_misses}
+
+def run(config: TrainConfig, *, console=None) -> TrainResult:
+    """Run every stage; returns where the bundle went and the figures."""
+    import mlflow
+    import pandas as pd
+    from rich.console import Console
+
+    from serving.scorer import Scorer
+    from training.export import booster_to_onnx, write_bundle
+    from training.thresholds import select_per_precision
+    from training.tracking import flat_metrics, register_bundle, tracked_run
+
+    console = console or Console()
+    timings, t0 = {}, time.perf_counter()
+    if config.engine == "dask":
+        from pipelines.train_dask import fit_dask
+
+        fitted = fit_dask(config, console, timings)
+    else:
+        fitted = fit_local(config, console, timings)
+    plan, val, test = fitted.plan, fitted.splits["val"], fitted.splits["test"]
+    thresholds = select_per_precision(
+        val.scores, val.q_edge, val.q_cloud, val.precisions, tags=plan.spec.precisions,
+        min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
+        cloud_budget=config.cloud_budget, catch_rate=config.fallback_catch_rate)
+    metrics = {name: rows.figures(thresholds, catch_rate=config.fallback_catch_rate)
+               for name, rows in fitted.splits.items()}
+    metrics["trees"] = fitted.booster.num_trees()
+    metrics.update(fitted.notes)
 
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
+        data_report = fitted.data_report
         manifest = {
             "schema_version": 1,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "model_version": f"{config.registered_model}@run:{run_id[:12]}",
-            "feature_spec": feats.spec.to_dict(),
-            "encoder": {"tier": config.tier, "key": feats.encoder.key},
-            "calibration": calibration,
+            "feature_spec": plan.spec.to_dict(),
+            "encoder": {"tier": config.tier, "key": plan.built.key},
+            "calibration": fitted.calibration,
             "thresholds": thresholds,
             "target": {"kind": config.target, "max_quality_drop": config.max_quality_drop,
                        "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
@@ -160,19 +160,20 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             # How rows were split, so evaluation can find the rows this model never saw.
             "split": {"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt},
             "limits": {"edge_context_tokens": config.edge_context_tokens,
-                       "max_chars": feats.spec.max_chars, "max_tokens": feats.spec.max_tokens},
+                       "max_chars": plan.spec.max_chars, "max_tokens": plan.spec.max_tokens},
             "metrics": {"test": metrics["test"], "val": metrics["val"]},
             "data": {k: v for k, v in data_report.items() if k != "paths"},
+            "training": {"engine": config.engine},
             "mlflow": {"run_id": run_id, "tracking_uri": config.tracking_uri,
                        "registered_model": config.registered_model},
         }
-        bundle = write_bundle(Path(config.bundle), bundle_files(feats, booster_to_onnx(booster, x.shape[1]), calibration),
-                              manifest)
+        trees = booster_to_onnx(fitted.booster, len(plan.spec.feature_names))
+        bundle = write_bundle(Path(config.bundle), plan.bundle_files(trees, fitted.calibration), manifest)
 
         # The bundle must score exactly like the pipeline that trained it, from raw text.
-        held_out = np.flatnonzero(test)
-        sdk_scores = Scorer(bundle).scores([prompts[i] for i in held_out], [precisions[i] for i in held_out])
-        parity = float(np.max(np.abs(sdk_scores - scores[held_out]))) if len(held_out) else 0.0
+        checked = slice(0, config.parity_rows)
+        sdk_scores = Scorer(bundle).scores(list(test.prompts[checked]), list(test.precisions[checked]))
+        parity = float(np.max(np.abs(sdk_scores - test.scores[checked]))) if len(sdk_scores) else 0.0
         metrics["parity_max_abs_diff"] = parity
         if parity > PARITY_TOLERANCE:
             raise RuntimeError(f"bundle scores differ from the training pipeline by {parity:.2e} "
@@ -187,7 +188,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
         version = register_bundle(bundle, model_name=config.registered_model, run_id=run_id)
     timings["total_s"] = time.perf_counter() - t0
     mlflow.log_metrics({f"time.{k}": v for k, v in timings.items()}, run_id=run_id)
-    held = frame.loc[test, ["request_id", "prompt", "precision"]].assign(score=scores[test])
+    held = pd.DataFrame({"request_id": test.request_ids, "prompt": test.prompts, "precision": test.precisions,
+                         "score": test.scores})
     return TrainResult(bundle, run_id, version, metrics, timings, held)
 
 
@@ -242,6 +244,7 @@ def build_config(config: Optional[Path], overrides: dict) -> TrainConfig:
 def main(
     bundle: Annotated[str, typer.Option(help="output folder of the bundle")] = "artifacts/router",
     tier: Annotated[str, typer.Option(help="embedding tier: static | transformer")] = "static",
+    engine: Annotated[Optional[str], typer.Option(help="local (in memory, default) | dask (partitions on a Dask cluster)")] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
     data: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder (repeatable)")] = None,
     target: Annotated[Optional[str], typer.Option(help="threshold target: quality | budget")] = None,
@@ -252,7 +255,7 @@ def main(
     from rich.console import Console
 
     logging.basicConfig(level=logging.WARNING)
-    cfg = build_config(config, {"bundle": bundle, "tier": tier, "data": data or None, "target": target,
+    cfg = build_config(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None, "target": target,
                                 "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
     console = Console()
     result = run(cfg, console=console)

@@ -11,6 +11,8 @@ from features.spec import DEFAULT_MAX_CHARS
 from training.model import CALIBRATIONS
 from training.thresholds import TARGETS
 
+ENGINES = ("local", "dask")
+
 
 @dataclass
 class TrainConfig:
@@ -40,6 +42,14 @@ class TrainConfig:
     min_rows_per_tag: int = 200
     edge_context_tokens: int = 1024
     seed: int = 0
+    parity_rows: int = 5000                          # test rows the bundle is checked against (from raw text)
+    # Scale-out (engine=dask): logs stay on the cluster in partitions; the client holds
+    # bounded, hash-chosen samples only.
+    engine: str = "local"                            # local | dask
+    dask_scheduler: str | None = None                # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
+    dask_workers: int | None = None                  # LocalCluster workers; empty: one per core
+    eval_sample_rows: int = 200_000                  # val / test rows collected for thresholds and figures
+    pca_sample_rows: int = 50_000                    # training rows whose raw embeddings fit the projection
     tracking_uri: str = "sqlite:///mlruns/mlflow.db"
     artifact_root: str = "mlruns/artifacts"
     experiment: str = "edge-cloud-router"
@@ -55,6 +65,11 @@ class TrainConfig:
         from training.encoders import TIERS
 
         check(self.tier in TIERS, "tier", f"must be one of {', '.join(TIERS)}")
+        check(self.engine in ENGINES, "engine", f"must be one of {', '.join(ENGINES)}")
+        for name in ("parity_rows", "eval_sample_rows", "pca_sample_rows"):
+            check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        check(self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
+              "dask_workers", "must be empty or an integer >= 1")
         check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")
         check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
         for name in ("val_share", "test_share", "margin_binary", "margin_graded", "max_reject_share",

@@ -2,6 +2,8 @@
 next to the hand rule table on the same rows."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from serving.rules import RULE_HI, RULE_LO, rule_score
@@ -50,3 +52,37 @@ def compare_on_split(*, scores, precisions, thresholds, n_tokens, domains, q_edg
                                   catch_rate=catch_rate),
         "rule_table": policy_figures(rules, rule_zones, q_edge, q_cloud, needed, catch_rate=catch_rate),
     }
+
+
+@dataclass
+class SplitRows:
+    """One split's rows as the figures, thresholds and parity check need them."""
+
+    request_ids: np.ndarray
+    prompts: np.ndarray
+    precisions: np.ndarray   # object: "exact" / "standard" / "tolerant" / None
+    domains: np.ndarray
+    n_tokens: np.ndarray
+    q_edge: np.ndarray
+    q_cloud: np.ndarray
+    needed: np.ndarray
+    scores: np.ndarray
+
+    @classmethod
+    def from_frame(cls, frame, *, n_tokens, scores) -> "SplitRows":
+        """From prepared rows (request_id, prompt, precision, domain, qualities, label)."""
+        from data.prepare import missing_text_as_none
+
+        frame = missing_text_as_none(frame.copy())
+        return cls(frame["request_id"].to_numpy(object), frame["prompt"].to_numpy(object),
+                   frame["precision"].to_numpy(object), frame["domain"].to_numpy(object),
+                   np.asarray(n_tokens, float), frame["edge_quality"].to_numpy(float),
+                   frame["cloud_quality"].to_numpy(float), frame["label"].to_numpy(int), np.asarray(scores, float))
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def figures(self, thresholds: dict, *, catch_rate: float) -> dict:
+        return compare_on_split(scores=self.scores, precisions=self.precisions, thresholds=thresholds,
+                                n_tokens=self.n_tokens, domains=self.domains, q_edge=self.q_edge,
+                                q_cloud=self.q_cloud, needed=self.needed, catch_rate=catch_rate)

@@ -1,4 +1,5 @@
-"""LightGBM router: fit with early stopping on validation, then calibrate its probability."""
+"""LightGBM router: fit with early stopping on validation (in memory or on a Dask cluster),
+then calibrate its probability."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,6 +33,64 @@ def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round
                         callbacks=[lgb.early_stopping(early_stopping_rounds, verbose=False)])
     # Keep only the trees up to the best round, so the ONNX export and predict() agree.
     return lgb.train(params, train, num_boost_round=booster.best_iteration or num_boost_round)
+
+
+def blank_declared_precision(matrix: np.ndarray, feature_names: list[str], precisions, share: float,
+                             rng: np.random.Generator) -> np.ndarray:
+    """A copy with the declared-precision columns zeroed on a random `share` of rows, so the
+    model also learns to route requests whose client declares no precision."""
+    out = matrix.copy()
+    cols = [feature_names.index(f"precision_{p}") for p in precisions]
+    blank = np.flatnonzero(rng.random(len(out)) < share)
+    out[np.ix_(blank, cols)] = 0.0
+    return out
+
+
+class SharedValidationStop:
+    """Early stopping for LightGBM's Dask interface, which has none of its own.
+
+    Each worker gets this callback with the same validation sample. After every round it
+    adds the newest tree's output to its running raw scores (one tree per round, so the
+    cost is linear), so all workers see the same log-loss on the same (shared) trees and
+    stop at the same round: no worker is left waiting on the others.
+    """
+
+    order = 30
+
+    def __init__(self, x_val: np.ndarray, y_val: np.ndarray, rounds: int):
+        self.x_val, self.y_val, self.rounds = np.asarray(x_val), np.asarray(y_val, dtype=np.float64), rounds
+        self.raw: np.ndarray | None = None
+        self.best_loss, self.best_round = np.inf, 0
+
+    def __call__(self, env) -> None:
+        import lightgbm as lgb
+
+        tree = env.model.predict(self.x_val, start_iteration=env.iteration, num_iteration=1, raw_score=True)
+        self.raw = tree if self.raw is None else self.raw + tree
+        p = np.clip(1.0 / (1.0 + np.exp(-self.raw)), 1e-15, 1 - 1e-15)
+        loss = float(-np.mean(self.y_val * np.log(p) + (1 - self.y_val) * np.log(1 - p)))
+        if loss < self.best_loss:
+            self.best_loss, self.best_round = loss, env.iteration + 1
+        elif env.iteration + 1 - self.best_round >= self.rounds:
+            raise lgb.callback.EarlyStopException(self.best_round - 1, [("val", "binary_logloss", self.best_loss,
+                                                                         False)])
+
+
+def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
+                     early_stopping_rounds: int = 100, seed: int = 0):
+    """`fit_booster` on a Dask cluster: `x_train`/`y_train` are Dask collections that stay on
+    the workers (lightgbm.dask, data-parallel); `x_val`/`y_val` are an in-memory sample that
+    every worker evaluates (SharedValidationStop). Returns the booster cut at its best round."""
+    import lightgbm as lgb
+    from lightgbm.dask import DaskLGBMClassifier
+
+    params = {k: v for k, v in {**DEFAULT_LGBM, **params}.items() if k not in ("num_threads", "n_jobs")}
+    params.update(seed=seed, deterministic=True, metric="binary_logloss")
+    model = DaskLGBMClassifier(client=client, n_estimators=num_boost_round, **params)
+    model.fit(x_train, y_train, callbacks=[SharedValidationStop(x_val, y_val, early_stopping_rounds)])
+    booster = model.to_local().booster_
+    best = booster.best_iteration or booster.current_iteration()
+    return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
 
 
 def fit_calibration(raw_probability, labels, *, method: str = "sigmoid") -> dict:

@@ -1,0 +1,183 @@
+"""The Dask engine's building blocks: a cluster to run on, logs as partitions, and the
+per-partition steps. Each step calls the code the local engine uses (read_unit,
+check_row, assign_splits, cloud_needed, FeatureRecipe), so both engines compute the
+same rows and features; only where the rows live differs.
+
+One partition per loading unit (a log file, or a folder an adapter reads whole): write
+large logs as many files (shards), as `make simulate` does.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+from data.logs import read_unit
+from data.prepare import QUALITY_AND_COSTS, assign_splits, missing_text_as_none, prompt_hash
+from data.schema import COLUMNS
+
+REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason")
+UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
+SPLIT_SALT_SAMPLE = "sample:"  # the sampling hash must not be the split hash
+
+
+class EngineError(RuntimeError):
+    """The cluster could not be reached, or lost a worker: the run stops with the cause."""
+
+
+def _text_columns() -> list[str]:
+    return [c for c in UNIT_COLUMNS if c not in QUALITY_AND_COSTS]
+
+
+def frame_meta(columns, **extra) -> pd.DataFrame:
+    """An empty frame of log columns (text as object, numbers as float) plus `extra` name=dtype."""
+    kinds = {c: (object if c in _text_columns() else float) for c in columns}
+    return pd.DataFrame({c: pd.Series(dtype=kind) for c, kind in {**kinds, **extra}.items()})
+
+
+def _kind(column: str):
+    return PREPARED.get(column, object if column in _text_columns() else float)
+
+
+def unit_meta() -> pd.DataFrame:
+    """The empty frame every unit partition looks like."""
+    return frame_meta(UNIT_COLUMNS)
+
+
+def unit_frame(path: str) -> pd.DataFrame:
+    """One loading unit read and validated (data.logs.read_unit): its valid rows, then one
+    row per reject carrying the file, location and reason. Rows = rows read."""
+    loaded = read_unit(Path(path))
+    valid = loaded.frame()
+    rejects = pd.DataFrame([r.as_dict() for r in loaded.rejects], columns=["file", "location", "reason"])
+    rejects.columns = list(REJECT_COLUMNS)
+    frame = pd.concat([valid, rejects], ignore_index=True) if len(rejects) else valid
+    frame = frame.reindex(columns=list(UNIT_COLUMNS))
+    for column in _text_columns():
+        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    return frame.astype({c: float for c in QUALITY_AND_COSTS})
+
+
+def prompt_keys(prompts: pd.Series) -> np.ndarray:
+    """64-bit content key of each prompt (for finding duplicates across partitions)."""
+    return np.array([int(prompt_hash(p)[:16], 16) for p in prompts], dtype=np.uint64)
+
+
+def with_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(key=prompt_keys(frame["prompt"]))
+
+
+def content_digest(frame: pd.DataFrame) -> pd.DataFrame:
+    """This partition's share of an order-free content hash: the sum, modulo 2**64, of each
+    row's hash of (prompt, edge quality, cloud quality). One row."""
+    total = 0
+    for prompt, edge, cloud in zip(frame["prompt"], frame["edge_quality"], frame["cloud_quality"]):
+        row = hashlib.sha256(f"{prompt_hash(prompt)}:{edge:.6f}:{cloud:.6f}".encode()).digest()
+        total = (total + int.from_bytes(row[:8], "big")) % 2**64
+    return pd.DataFrame({"digest": [str(total)]})
+
+
+def sample_uniform(prompts, salt: str) -> np.ndarray:
+    """A uniform number per prompt from its hash, independent of the split's: the same
+    prompt is always in or out of a sample, on any cluster and partitioning."""
+    prefix = SPLIT_SALT_SAMPLE + salt
+    return np.array([int(prompt_hash(prefix + p)[:12], 16) / 16**12 for p in prompts])
+
+
+def prepare_partition(frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str,
+                      margin_binary: float, margin_graded: float) -> pd.DataFrame:
+    """Split, label and sampling number for each row, as pipelines.train.prepare_frame does."""
+    from training.labels import cloud_needed
+
+    frame = missing_text_as_none(frame.copy())
+    return frame.assign(
+        split=assign_splits(frame["prompt"], val_share=val_share, test_share=test_share, salt=salt),
+        label=np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"],
+                                      margin_binary=margin_binary, margin_graded=margin_graded), dtype=np.int64),
+        sample_u=sample_uniform(frame["prompt"], salt))
+
+
+def raw_embedding_partition(frame: pd.DataFrame, recipe) -> pd.DataFrame:
+    """The raw (unprojected) embedding of each row, for fitting the projection."""
+    from training.featurize import n_scalar_features
+
+    matrix = recipe.transform(frame["prompt"].tolist(), frame["precision"].tolist())
+    embedding = matrix[:, n_scalar_features(recipe.spec):]
+    return pd.DataFrame(embedding, columns=[f"raw_{i}" for i in range(embedding.shape[1])], index=frame.index)
+
+
+def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = (), blank_precision: float = 0.0,
+                      seed: int = 0, partition_info: dict | None = None) -> pd.DataFrame:
+    """Serving features of each row (columns = spec.feature_names) plus the `keep` columns.
+    `blank_precision` zeroes the declared precision on that share of rows, drawn from a
+    generator seeded by (seed, partition number), as the local engine does on its train rows."""
+    from training.model import blank_declared_precision
+
+    names = recipe.spec.feature_names
+    matrix = recipe.transform(frame["prompt"].tolist(), frame["precision"].tolist())
+    if blank_precision:
+        number = (partition_info or {}).get("number", 0)
+        matrix = blank_declared_precision(matrix, names, recipe.spec.precisions, blank_precision,
+                                          np.random.default_rng([seed, number]))
+    out = pd.DataFrame(matrix, columns=names, index=frame.index)
+    for column in keep:
+        out[column] = frame[column].to_numpy()
+    return out
+
+
+PREPARED = {"n_merged": np.int64, "split": object, "label": np.int64, "sample_u": float}
+
+
+def feature_meta(recipe, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The empty frame feature_partition returns."""
+    return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep})
+
+
+@contextlib.contextmanager
+def cluster(scheduler: str | None = None, *, workers: int | None = None,
+            timeout_s: float = 10.0) -> Iterator[object]:
+    """A distributed.Client: on `scheduler` (else $DASK_SCHEDULER) when given, otherwise on
+    a LocalCluster sized to this machine (one single-threaded worker process per core),
+    closed on exit."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    dask.config.set({"dataframe.convert-string": False})  # keep None as None in text columns
+    logging.getLogger("distributed").setLevel(logging.ERROR)  # its INFO chatter would bury the run's output
+    address = scheduler or os.environ.get("DASK_SCHEDULER") or None
+    if address:
+        try:
+            client = Client(address, timeout=f"{timeout_s}s")
+        except (OSError, TimeoutError) as exc:
+            raise EngineError(f"cannot reach the Dask scheduler at {address!r} ({type(exc).__name__}: {exc}). "
+                              "Check DASK_SCHEDULER (or dask_scheduler in the config), or leave both empty "
+                              "to start a LocalCluster on this machine.") from exc
+        with client:
+            yield client
+        return
+    n_workers = workers or os.cpu_count() or 1
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      memory_limit="auto", silence_logs=logging.ERROR) as local, Client(local) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Turn a lost worker or a broken connection during `name` into an EngineError naming both."""
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    try:
+        yield
+    except KilledWorker as exc:
+        raise EngineError(f"{name}: a Dask worker died running {exc.task!r} (last worker: {exc.last_worker}); "
+                          "see the worker logs for the cause (often out of memory: fewer rows per file, "
+                          "or more memory per worker)") from exc
+    except (CommClosedError, TimeoutError) as exc:
+        raise EngineError(f"{name}: lost the connection to the Dask cluster ({type(exc).__name__}: {exc})") from exc
