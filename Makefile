@@ -14,13 +14,14 @@ PORT   ?= 5000
 MLRUNS ?= mlruns
 N      ?= 100000
 OUT    ?= data/simulated
+ROWS   ?= 1e4,1e5,1e6
 
 # Nothing may load from a model or dataset hub at run time.
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate test ui data bench simulate clean
+.PHONY: venv train evaluate test ui data bench simulate scale clean
 
 venv: $(STAMP)
 
@@ -36,7 +37,7 @@ train: $(STAMP)
 	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
 evaluate: $(STAMP)
-	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --leave-one-source-out $(ARGS)
+	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --engine $(ENGINE) --leave-one-source-out $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
@@ -53,6 +54,10 @@ data: $(STAMP)
 # Synthetic logs (labelled synthetic; never used for headline figures).
 simulate: $(STAMP)
 	$(BIN)/python -m pipelines.simulate --n $(N) --out $(OUT) $(ARGS)
+
+# Wall time, rows/s and peak memory of both engines on simulated logs (README: Scale-out).
+scale: $(STAMP)
+	$(BIN)/python -m pipelines.scale --rows $(ROWS) $(ARGS)
 
 clean:
 	rm -rf artifacts reports data/cache

@@ -121,10 +121,10 @@ class LoadedLogs:
 
 def read_unit(path: Path) -> LoadedLogs:
     """Read and validate one loading unit (a file, or a folder an adapter reads whole).
-    A whole-file reject counts as one row read, so an unreadable file is never free."""
+    Every reject counts as one unit read (a row, a line, or a whole unreadable file), so
+    nothing bad is ever free."""
     result = LoadedLogs(rows=[])
     for raw in iter_path(path, result.rejects):
-        result.n_read += 1
         try:
             row = check_row(raw.row, default_source=Path(raw.file).stem)
         except RowError as exc:
@@ -132,7 +132,7 @@ def read_unit(path: Path) -> LoadedLogs:
             continue
         row["request_id"] = row["request_id"] or f"{row['source']}/{raw.index}"
         result.rows.append(row)
-    result.n_read += sum(r.location == "file" for r in result.rejects)
+    result.n_read = len(result.rows) + len(result.rejects)
     return result
 
 

@@ -55,17 +55,25 @@ class EvalConfig:
     loso_overrides: dict = field(default_factory=dict)       # TrainConfig options for those trainings
     cache_dir: str = "data/cache"
     mlflow: bool = True
+    # engine=dask: logs read, validated and split on a Dask cluster; the rows scored here are
+    # a hash sample of at most `sample_rows` per split (the tuned rule table's train rows too).
+    engine: str = "local"
+    dask_scheduler: str | None = None                   # empty: $DASK_SCHEDULER, else a LocalCluster
+    dask_workers: int | None = None
+    sample_rows: int = 200_000
 
     def __post_init__(self):
         # A single value (e.g. `--set policies=oracle,random`) stands for a list, not its characters.
         for name in ("logs", "policies", "holdout_sources"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, getattr(self, name).split(",") if name == "policies" else [getattr(self, name)])
+        if self.engine not in ("local", "dask"):
+            raise ValueError(f"engine={self.engine!r} is unknown; choose local or dask")
         if self.split not in SPLITS:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLITS)}")
         if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:
             raise ValueError(f"catch_rate={self.catch_rate!r} must be a number in [0, 1]")
-        for name in ("calibration_bins", "batch_size"):
+        for name in ("calibration_bins", "batch_size", "sample_rows"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
         self.policies = check_policies(self.policies)
@@ -121,12 +129,19 @@ def bundle_train_config(manifest: dict, **options):
     return TrainConfig(**{**settings, **options})
 
 
-def load_frame(config: EvalConfig, manifest: dict):
-    """Validated, merged rows with the bundle's split and label (pipelines.train.prepare_frame)."""
+def load_frame(config: EvalConfig, manifest: dict, *, console):
+    """Validated, merged rows with the bundle's split and label (pipelines.train.prepare_frame),
+    or with the Dask engine, hash samples of the evaluated split and the train split."""
     from pipelines.train import prepare_frame
+    from pipelines.train_dask import sampled_frame
 
-    return prepare_frame(bundle_train_config(manifest, data=list(config.logs), reports_dir=config.out,
-                                             max_reject_share=config.max_reject_share))
+    train_config = bundle_train_config(manifest, data=list(config.logs), reports_dir=config.out,
+                                       max_reject_share=config.max_reject_share, engine=config.engine,
+                                       dask_scheduler=config.dask_scheduler, dask_workers=config.dask_workers)
+    if config.engine == "local":
+        return prepare_frame(train_config)
+    splits = ("all",) if config.split == "all" else tuple(dict.fromkeys((config.split, "train")))
+    return sampled_frame(train_config, console, max_rows=config.sample_rows, splits=splits)
 
 
 def log_to_mlflow(manifest: dict, metrics: dict, files: list[Path], *, console) -> str | None:
@@ -204,8 +219,11 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     manifest = read_manifest(config.bundle)
     router = Router.load(config.bundle, strict=True)  # a degraded router would evaluate the rule table
     with console.status("loading and validating logs"):
-        frame, data_report = load_frame(config, manifest)
+        frame, data_report = load_frame(config, manifest, console=console)
     notes = [] if "split" in manifest else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
+    if config.engine == "dask":
+        notes.append(f"Dask engine: {data_report['rows']} prompts read on the cluster; figures on hash samples of "
+                     f"at most about {config.sample_rows} rows per split ({len(frame)} rows here)")
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
         raise ValueError(f"no rows of split {config.split!r} in these logs (rows per split: "
@@ -263,6 +281,7 @@ def main(
                                                            "(repeatable); default: the training logs")] = None,
     out: Annotated[str, typer.Option(help="output folder")] = "reports/latest",
     split: Annotated[str, typer.Option(help="rows to score: test | val | train | all (bundle's hash split)")] = "test",
+    engine: Annotated[str, typer.Option(help="local (in memory) | dask (logs read on a Dask cluster, sampled)")] = "local",
     policies: Annotated[Optional[str], typer.Option(help=f"comma-separated subset of {','.join(POLICIES)}")] = None,
     catch_rate: Annotated[float, typer.Option(help="share of edge failures the fallback catches")] = 0.5,
     leave_one_source_out: Annotated[bool, typer.Option(
@@ -285,6 +304,7 @@ def main(
     console = Console()
     try:
         options = {"bundle": bundle, "logs": list(logs or []), "out": out, "split": split, "catch_rate": catch_rate,
+                   "engine": engine,
                    "leave_one_source_out": leave_one_source_out, "holdout_sources": list(holdout_source or []),
                    "loso_overrides": parse_overrides(loso_set or []), **parse_overrides(set_ or [])}
         if policies is not None:

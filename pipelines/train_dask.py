@@ -49,16 +49,19 @@ def _read_and_check(config: TrainConfig):
     rejects_path = Path(config.reports_dir) / "rejects.jsonl"
     reject_list = [Reject(*row) for row in rejects.itertuples(index=False)]
     LoadedLogs(rows=[], rejects=reject_list).write_rejects(rejects_path)
-    n_valid = int(per_source.sum())
+    n_valid = int(per_source.sum())  # before merging duplicates
     check_reject_share(n_valid=n_valid, n_read=int(n_read), rejects=reject_list,
                        max_reject_share=config.max_reject_share, paths=paths, rejects_path=rejects_path)
 
     dup_keys = duplicated.index.to_numpy(np.uint64)
     merged = pd.DataFrame(columns=[*COLUMNS, "n_merged"])
+    per_source = per_source.astype(np.int64)
     if len(dup_keys):
         with de.stage("merging duplicate prompts"):
             dup_rows = valid[valid["key"].isin(dup_keys)].compute()
         merged = merge_duplicates(dup_rows.drop(columns="key").reset_index(drop=True))
+        per_source = per_source.sub(dup_rows["source"].value_counts(), fill_value=0).add(
+            merged["source"].value_counts(), fill_value=0).astype(np.int64)
     singles = valid[~valid["key"].isin(dup_keys)].drop(columns="key").assign(n_merged=1)
     rows = dd.concat([singles, dd.from_pandas(merged.astype(singles.dtypes.to_dict()), npartitions=1)]) \
         if len(merged) else singles
@@ -66,21 +69,57 @@ def _read_and_check(config: TrainConfig):
     report = {"paths": [str(p) for p in paths], "units": len(units), "rows_read": int(n_read),
               "rejected": len(reject_list), "rejects_file": str(rejects_path),
               "duplicates_merged": int(duplicated.sum()) - len(merged), "rows": n_rows,
-              "rows_per_source": {str(k): int(v) for k, v in per_source.sort_index().items()},
+              "rows_per_source": {str(k): int(v) for k, v in per_source.sort_index().items() if v},
               # Order-free: the sum of row hashes (the local engine hashes the rows in order).
               "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}
     return rows, report
+
+
+def prepared_rows(config: TrainConfig, console):
+    """The logs as prepared partitions (split, label, sampling number), and the load report."""
+    from data.schema import COLUMNS
+    from training import dask_engine as de
+
+    rows, report = _read_and_check(config)
+    console.print(f"[bold]logs[/]: {report['rows']} prompts in {report['units']} partitions from "
+                  f"{report['rows_per_source']}, {report['rejected']} rejected (see {report['rejects_file']}), "
+                  f"{report['duplicates_merged']} duplicates merged")
+    prepared = rows.map_partitions(
+        de.prepare_partition, val_share=config.val_share, test_share=config.test_share,
+        salt=config.split_salt, margin_binary=config.margin_binary, margin_graded=config.margin_graded,
+        meta=de.frame_meta(COLUMNS, **de.PREPARED))
+    return prepared, report
 
 
 def _fraction(cap: int, expected_rows: float) -> float:
     return min(1.0, cap / max(expected_rows, 1.0))
 
 
+def sampled_frame(config: TrainConfig, console, *, max_rows: int, splits: tuple[str, ...]):
+    """For `make evaluate ENGINE=dask`: prepared rows of `splits` ("all" = every row), at most
+    about `max_rows` per split, chosen by prompt hash on the cluster and collected here."""
+    import dask
+
+    from training import dask_engine as de
+
+    shares = {"train": 1 - config.val_share - config.test_share, "val": config.val_share,
+              "test": config.test_share, "all": 1.0}
+    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as _:
+        prepared, report = prepared_rows(config, console)
+        parts = [(prepared if name == "all" else prepared[prepared["split"] == name])
+                 for name in splits]
+        parts = [part[part["sample_u"] < _fraction(max_rows, report["rows"] * shares[name])]
+                 for part, name in zip(parts, splits)]
+        with de.stage("collecting the evaluation samples"):
+            frames = dask.compute(*parts)
+    frame = pd.concat(frames, ignore_index=True).drop_duplicates("prompt").reset_index(drop=True)
+    return frame.drop(columns="sample_u"), report
+
+
 def fit_dask(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     import dask
 
-    from data.schema import COLUMNS
     from training import dask_engine as de
     from training.evaluation import SplitRows
     from training.featurize import fit_projection, n_scalar_features, plan_from, raw_stage
@@ -90,15 +129,8 @@ def fit_dask(config: TrainConfig, console, timings: dict) -> Fitted:
         workers = len(client.scheduler_info()["workers"])
         console.print(f"[bold]dask[/]: {workers} workers at {client.scheduler.address}")
         t0 = time.perf_counter()
-        rows, report = _read_and_check(config)
+        prepared, report = prepared_rows(config, console)
         timings["load_s"] = time.perf_counter() - t0
-        console.print(f"[bold]logs[/]: {report['rows']} prompts in {report['units']} partitions from "
-                      f"{report['rows_per_source']}, {report['rejected']} rejected (see {report['rejects_file']}), "
-                      f"{report['duplicates_merged']} duplicates merged")
-        prepared = rows.map_partitions(
-            de.prepare_partition, val_share=config.val_share, test_share=config.test_share,
-            salt=config.split_salt, margin_binary=config.margin_binary, margin_graded=config.margin_graded,
-            meta=de.frame_meta(COLUMNS, **de.PREPARED))
         train_share = 1 - config.val_share - config.test_share
 
         t1 = time.perf_counter()

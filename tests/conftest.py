@@ -88,5 +88,6 @@ def partial_routellm(small_routellm, tmp_path_factory) -> Path:
 def make_env() -> dict:
     """The environment for running `make` from a test, without what the outer `make test`
     passes down (its flags, and its command-line variables such as ARGS=...)."""
-    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "BUNDLE", "TIER", "CONFIG", "N", "OUT", "PORT", "MLRUNS")
+    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "BUNDLE", "TIER", "ENGINE", "CONFIG", "N", "OUT",
+                 "PORT", "MLRUNS", "ROWS")
     return {k: v for k, v in os.environ.items() if k not in inherited}

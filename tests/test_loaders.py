@@ -74,6 +74,7 @@ def test_unparsable_and_non_object_lines_are_rejected(tmp_path):
     assert len(loaded.rows) == 4
     assert [(r.location, r.reason.split(":")[0]) for r in loaded.rejects] == [
         ("line 3", "unparsable JSON"), ("line 4", "not a JSON object")]
+    assert loaded.n_read == 6, "a line that is not a row still counts as read (and against the reject share)"
 
 
 def test_csv_rows_are_located_by_row_number(tmp_path):

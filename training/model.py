@@ -2,6 +2,8 @@
 then calibrate its probability."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from serving.calibration import apply_calibration, logit
@@ -87,7 +89,9 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
     params = {k: v for k, v in {**DEFAULT_LGBM, **params}.items() if k not in ("num_threads", "n_jobs")}
     params.update(seed=seed, deterministic=True, metric="binary_logloss")
     model = DaskLGBMClassifier(client=client, n_estimators=num_boost_round, **params)
-    model.fit(x_train, y_train, callbacks=[SharedValidationStop(x_val, y_val, early_stopping_rounds)])
+    with warnings.catch_warnings():  # threads are set per worker by lightgbm.dask; its note says so
+        warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
+        model.fit(x_train, y_train, callbacks=[SharedValidationStop(x_val, y_val, early_stopping_rounds)])
     booster = model.to_local().booster_
     best = booster.best_iteration or booster.current_iteration()
     return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))

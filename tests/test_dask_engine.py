@@ -1,0 +1,131 @@
+"""ENGINE=dask: from logs read as partitions on a LocalCluster(2 workers), the same router
+as the local engine (APGR within 0.01), the same rejects and merged duplicates, a
+registered bundle that passes the parity check; and clear failures when the cluster
+cannot be reached or loses a worker."""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from data.simulator import write_shards
+from tests.conftest import config_for
+from training.dask_engine import EngineError, stage
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mixed_logs(tmp_path_factory):
+    """6,000 simulated rows in 3 Parquet shards, plus a JSONL file holding 20 repeats of
+    shard prompts (other outcomes), 2 rows that break the schema and 1 unparsable line."""
+    folder = tmp_path_factory.mktemp("mixed_logs")
+    shards = write_shards(folder, 6_000, rows_per_shard=2_000, seed=3)
+    repeats = pd.read_parquet(shards[0]).head(20).assign(edge_quality=1.0, request_id=None)
+    lines = [json.dumps({k: v for k, v in row.items() if v is not None}) for row in repeats.to_dict("records")]
+    lines += [json.dumps({"prompt": "no cloud outcome", "edge_quality": 1.0}),
+              json.dumps({"prompt": "impossible", "edge_quality": 2.0, "cloud_quality": 1.0}),
+              "{not json"]
+    (folder / "extra.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
+    from pipelines.train import run
+
+    results = {}
+    for engine in ("local", "dask"):
+        tmp = tmp_path_factory.mktemp(engine)
+        config = config_for(tmp, mixed_logs, encoder_cache, engine=engine, dask_workers=2, min_rows_per_tag=50)
+        results[engine] = (config, run(config))
+    return results
+
+
+def manifest(result) -> dict:
+    return json.loads((result.bundle / "manifest.json").read_text())
+
+
+def test_dask_engine_reaches_the_local_engines_apgr(both_engines):
+    local, dask = (both_engines[e][1].metrics["test"] for e in ("local", "dask"))
+    assert local["rows"] == dask["rows"], "the same test rows (all of them: below the sample cap)"
+    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.01, (local["learned"]["apgr"],
+                                                                              dask["learned"]["apgr"])
+    # ... and, like the local engine, it recovers the simulator's hidden difficulty.
+    assert dask["learned"]["apgr"] >= dask["rule_table"]["apgr"] + 0.1
+
+
+def test_dask_engine_reads_rejects_and_merges_duplicates_like_the_local_engine(both_engines):
+    local, dask = (manifest(both_engines[e][1])["data"] for e in ("local", "dask"))
+    assert (dask["rows_read"], dask["rejected"], dask["rows"]) == (local["rows_read"], local["rejected"], local["rows"])
+    assert dask["duplicates_merged"] == local["duplicates_merged"] >= 20
+    assert dask["rows_per_source"] == local["rows_per_source"]
+
+    def rejects(engine):
+        path = os.path.join(both_engines[engine][0].reports_dir, "rejects.jsonl")
+        return sorted(map(json.dumps, map(json.loads, open(path, encoding="utf-8"))))
+
+    found = rejects("dask")
+    assert found == rejects("local") and len(found) == 3
+    assert any('"line 21"' in r and "cloud_quality is missing" in r for r in found)
+    assert any('"line 23"' in r and "unparsable JSON" in r for r in found)
+
+
+def test_dask_bundle_is_checked_registered_and_routes(both_engines):
+    from serving import Router
+
+    config, result = both_engines["dask"]
+    assert manifest(result)["training"] == {"engine": "dask"}
+    assert result.metrics["parity_max_abs_diff"] <= 1e-5
+    assert result.metrics["dask"]["workers"] == 2 and result.metrics["dask"]["partitions"] == 4
+    assert result.model_version
+    router = Router.load(result.bundle, strict=True)
+    decision = router.route("What is 17 * 23?", precision="exact")
+    assert not decision.degraded and decision.model_version == manifest(result)["model_version"]
+
+
+def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(tmp_path, mixed_logs, encoder_cache,
+                                                                             monkeypatch):
+    from pipelines.train import run
+
+    monkeypatch.setenv("DASK_SCHEDULER", "tcp://127.0.0.1:9")
+    config = config_for(tmp_path, mixed_logs, encoder_cache, engine="dask")
+    with pytest.raises(EngineError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+        run(config)
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_a_worker_that_dies_stops_the_stage_with_the_cause():
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        with pytest.raises(EngineError, match="featurizing: a Dask worker died"):
+            with stage("featurizing"):
+                client.submit(os._exit, 1).result()
+
+
+def test_evaluate_with_the_dask_engine_on_an_existing_cluster(both_engines, tmp_path, monkeypatch):
+    """`make evaluate ENGINE=dask` with DASK_SCHEDULER naming a running cluster: below the
+    sample cap it scores the same test rows as the local engine, so the figures agree."""
+    from distributed import LocalCluster
+
+    from pipelines.evaluate import EvalConfig, run
+
+    config, result = both_engines["dask"]
+    options = dict(bundle=str(result.bundle), logs=list(config.data), mlflow=False,
+                   policies=["learned", "rule_table", "random", "oracle"])
+    local = run(EvalConfig(out=str(tmp_path / "local"), **options))
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        monkeypatch.setenv("DASK_SCHEDULER", cluster.scheduler_address)
+        dask = run(EvalConfig(out=str(tmp_path / "dask"), engine="dask", **options))
+    assert dask.metrics["figures"]["rows"] == local.metrics["figures"]["rows"] == result.metrics["test"]["rows"]
+    for policy in ("learned", "rule_table"):
+        for key in ("apgr", "misroute_rate", "cloud_share"):
+            assert dask.metrics["figures"]["policies"][policy][key] == pytest.approx(
+                local.metrics["figures"]["policies"][policy][key], abs=1e-9), (policy, key)
+    assert any("Dask engine" in note for note in dask.metrics["notes"])
