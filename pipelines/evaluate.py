@@ -281,7 +281,8 @@ def main(
                                                            "(repeatable); default: the training logs")] = None,
     out: Annotated[str, typer.Option(help="output folder")] = "reports/latest",
     split: Annotated[str, typer.Option(help="rows to score: test | val | train | all (bundle's hash split)")] = "test",
-    engine: Annotated[str, typer.Option(help="local (in memory) | dask (logs read on a Dask cluster, sampled)")] = "local",
+    engine: Annotated[str, typer.Option(help="local (in memory) | dask (logs read on a Dask cluster, sampled)")] = \
+        "local",
     policies: Annotated[Optional[str], typer.Option(help=f"comma-separated subset of {','.join(POLICIES)}")] = None,
     catch_rate: Annotated[float, typer.Option(help="share of edge failures the fallback catches")] = 0.5,
     leave_one_source_out: Annotated[bool, typer.Option(

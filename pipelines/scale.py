@@ -104,6 +104,11 @@ def main(
                 row.update(test_apgr=test["learned"]["apgr"], rule_apgr=test["rule_table"]["apgr"])
             results.append(row)
             console.print(row)
+    # Earlier results for other (rows, engine) pairs stay: sizes can be measured one at a time.
+    measured = {(r["rows"], r["engine"]) for r in results}
+    earlier = json.loads(out.read_text())["results"] if out.exists() else []
+    results = sorted([r for r in earlier if (r["rows"], r["engine"]) not in measured] + results,
+                     key=lambda r: (r["rows"], r["engine"] != "local"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"synthetic": True, "rows_per_shard": rows_per_shard, "results": results}, indent=2))
 
@@ -116,10 +121,11 @@ def main(
             continue
         ok = r["exit_code"] == 0
         table.add_row(f"{r['rows']:,}", r["engine"], f"{r['wall_s']:.0f} s" + ("" if ok else " (failed)"),
-                      f"{r['rows_per_s']:,.0f}", f"{r['peak_rss_total_mb']:,.0f} MB", f"{r['peak_rss_largest_mb']:,.0f} MB",
+                      f"{r['rows_per_s']:,.0f}", f"{r['peak_rss_total_mb']:,.0f} MB",
+                      f"{r['peak_rss_largest_mb']:,.0f} MB",
                       f"{r['test_apgr']:.3f}" if "test_apgr" in r else "")
     console.print(table)
-    for engine in names:
+    for engine in ("local", "dask"):
         done = [r for r in results if r["engine"] == engine and r.get("exit_code") == 0]
         if len(done) >= 2:
             a, b = done[0], done[-1]

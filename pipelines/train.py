@@ -244,7 +244,8 @@ def build_config(config: Optional[Path], overrides: dict) -> TrainConfig:
 def main(
     bundle: Annotated[str, typer.Option(help="output folder of the bundle")] = "artifacts/router",
     tier: Annotated[str, typer.Option(help="embedding tier: static | transformer")] = "static",
-    engine: Annotated[Optional[str], typer.Option(help="local (in memory, default) | dask (partitions on a Dask cluster)")] = None,
+    engine: Annotated[Optional[str], typer.Option(
+        help="local (in memory, default) | dask (partitions on a Dask cluster)")] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
     data: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder (repeatable)")] = None,
     target: Annotated[Optional[str], typer.Option(help="threshold target: quality | budget")] = None,
@@ -255,8 +256,8 @@ def main(
     from rich.console import Console
 
     logging.basicConfig(level=logging.WARNING)
-    cfg = build_config(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None, "target": target,
-                                "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
+    cfg = build_config(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None,
+                                "target": target, "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
     console = Console()
     result = run(cfg, console=console)
     console.print(summary_table(result))

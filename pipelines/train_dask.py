@@ -9,8 +9,10 @@ at most `pca_sample_rows` training rows (raw embeddings for the projection) and
 `eval_sample_rows` rows each of validation and test (calibration, thresholds, figures),
 plus duplicate rows, which it merges with the local engine's function.
 
-Passes over the logs: (1) validate + count + find duplicates, (2) raw embeddings of the
-projection sample, (3) features of the evaluation samples, (4) training features.
+Three passes over the logs, each streaming every file once: (1) validate, count, find
+repeated prompts; (2) gather the repeated rows and the raw embeddings of the projection
+sample; (3) features of every row: the validation and test samples come back to the
+client, the training rows stay on the workers (persisted) for LightGBM.
 """
 from __future__ import annotations
 
@@ -25,13 +27,13 @@ from training.config import TrainConfig
 
 
 def _read_and_check(config: TrainConfig):
-    """Pass 1: every unit read and validated; rejects written; duplicates merged on the client."""
+    """Pass 1: every unit read and validated on the workers; rejects written here; the run
+    stops on too many. Returns the valid rows (with a prompt key), the repeated keys and the report."""
     import dask
     import dask.dataframe as dd
 
     from data.location import default_data_paths
     from data.logs import LoadedLogs, check_reject_share, loading_units
-    from data.prepare import merge_duplicates
     from data.schema import COLUMNS, Reject
     from training import dask_engine as de
 
@@ -42,57 +44,78 @@ def _read_and_check(config: TrainConfig):
     valid = logs[~is_reject][list(COLUMNS)].map_partitions(de.with_keys, meta=de.frame_meta(COLUMNS, key=np.uint64))
     key_counts = valid["key"].value_counts()
     with de.stage("reading and validating logs"):
-        n_read, rejects, duplicated, per_source, digests = dask.compute(
+        n_read, rejects, repeated, per_source, digests = dask.compute(
             logs.shape[0], logs[is_reject][list(de.REJECT_COLUMNS)], key_counts[key_counts > 1],
             valid["source"].value_counts(), valid.map_partitions(de.content_digest, meta={"digest": object}))
 
     rejects_path = Path(config.reports_dir) / "rejects.jsonl"
     reject_list = [Reject(*row) for row in rejects.itertuples(index=False)]
     LoadedLogs(rows=[], rejects=reject_list).write_rejects(rejects_path)
-    n_valid = int(per_source.sum())  # before merging duplicates
-    check_reject_share(n_valid=n_valid, n_read=int(n_read), rejects=reject_list,
+    check_reject_share(n_valid=int(per_source.sum()), n_read=int(n_read), rejects=reject_list,
                        max_reject_share=config.max_reject_share, paths=paths, rejects_path=rejects_path)
-
-    dup_keys = duplicated.index.to_numpy(np.uint64)
-    merged = pd.DataFrame(columns=[*COLUMNS, "n_merged"])
-    per_source = per_source.astype(np.int64)
-    if len(dup_keys):
-        with de.stage("merging duplicate prompts"):
-            dup_rows = valid[valid["key"].isin(dup_keys)].compute()
-        merged = merge_duplicates(dup_rows.drop(columns="key").reset_index(drop=True))
-        per_source = per_source.sub(dup_rows["source"].value_counts(), fill_value=0).add(
-            merged["source"].value_counts(), fill_value=0).astype(np.int64)
-    singles = valid[~valid["key"].isin(dup_keys)].drop(columns="key").assign(n_merged=1)
-    rows = dd.concat([singles, dd.from_pandas(merged.astype(singles.dtypes.to_dict()), npartitions=1)]) \
-        if len(merged) else singles
-    n_rows = n_valid - int(duplicated.sum()) + len(merged)
     report = {"paths": [str(p) for p in paths], "units": len(units), "rows_read": int(n_read),
               "rejected": len(reject_list), "rejects_file": str(rejects_path),
-              "duplicates_merged": int(duplicated.sum()) - len(merged), "rows": n_rows,
-              "rows_per_source": {str(k): int(v) for k, v in per_source.sort_index().items() if v},
+              "rows_per_source": per_source.astype(np.int64),
               # Order-free: the sum of row hashes (the local engine hashes the rows in order).
               "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}
-    return rows, report
+    return valid, repeated, report
 
 
-def prepared_rows(config: TrainConfig, console):
-    """The logs as prepared partitions (split, label, sampling number), and the load report."""
+def _repeated_rows(valid, repeated):
+    """The rows whose prompt occurs more than once (a lazy collection), or None."""
+    return valid[valid["key"].isin(repeated.index.to_numpy(np.uint64))] if len(repeated) else None
+
+
+def _merge_repeated(valid, repeated, repeated_rows, report: dict):
+    """One row per prompt: repeated rows merged here by the local engine's merge_duplicates,
+    the rest untouched on the workers. Completes `report` (rows, per source, merged)."""
+    import dask.dataframe as dd
+
+    from data.prepare import merge_duplicates
+
+    per_source = report["rows_per_source"]
+    singles = valid.drop(columns="key").assign(n_merged=1)
+    rows, n_rows, merged_away = singles, int(per_source.sum()), 0
+    if repeated_rows is not None:
+        merged = merge_duplicates(repeated_rows.drop(columns="key").reset_index(drop=True))
+        singles = valid[~valid["key"].isin(repeated.index.to_numpy(np.uint64))].drop(columns="key").assign(n_merged=1)
+        rows = dd.concat([singles, dd.from_pandas(merged.astype(singles.dtypes.to_dict()), npartitions=1)])
+        per_source = per_source.sub(repeated_rows["source"].value_counts(), fill_value=0).add(
+            merged["source"].value_counts(), fill_value=0)
+        merged_away = len(repeated_rows) - len(merged)
+        n_rows -= merged_away
+    report.update(rows=n_rows, duplicates_merged=merged_away,
+                  rows_per_source={str(k): int(v) for k, v in per_source.sort_index().items() if v})
+    return rows
+
+
+def _prepare(rows, config: TrainConfig):
+    """Split, label and sampling number on every partition."""
     from data.schema import COLUMNS
     from training import dask_engine as de
 
-    rows, report = _read_and_check(config)
-    console.print(f"[bold]logs[/]: {report['rows']} prompts in {report['units']} partitions from "
-                  f"{report['rows_per_source']}, {report['rejected']} rejected (see {report['rejects_file']}), "
-                  f"{report['duplicates_merged']} duplicates merged")
-    prepared = rows.map_partitions(
+    return rows.map_partitions(
         de.prepare_partition, val_share=config.val_share, test_share=config.test_share,
         salt=config.split_salt, margin_binary=config.margin_binary, margin_graded=config.margin_graded,
         meta=de.frame_meta(COLUMNS, **de.PREPARED))
-    return prepared, report
+
+
+def _print_logs(console, report: dict) -> None:
+    console.print(f"[bold]logs[/]: {report['rows']} prompts in {report['units']} partitions from "
+                  f"{report['rows_per_source']}, {report['rejected']} rejected (see {report['rejects_file']}), "
+                  f"{report['duplicates_merged']} duplicates merged")
 
 
 def _fraction(cap: int, expected_rows: float) -> float:
     return min(1.0, cap / max(expected_rows, 1.0))
+
+
+def _sample(prepared, split: str, cap: int, report: dict, config: TrainConfig):
+    """At most about `cap` rows of a split ("all": every row), chosen by prompt hash."""
+    shares = {"train": 1 - config.val_share - config.test_share, "val": config.val_share,
+              "test": config.test_share, "all": 1.0}
+    rows = prepared if split == "all" else prepared[prepared["split"] == split]
+    return rows[rows["sample_u"] < _fraction(cap, report["rows"] * shares[split])]
 
 
 def sampled_frame(config: TrainConfig, console, *, max_rows: int, splits: tuple[str, ...]):
@@ -102,16 +125,16 @@ def sampled_frame(config: TrainConfig, console, *, max_rows: int, splits: tuple[
 
     from training import dask_engine as de
 
-    shares = {"train": 1 - config.val_share - config.test_share, "val": config.val_share,
-              "test": config.test_share, "all": 1.0}
-    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as _:
-        prepared, report = prepared_rows(config, console)
-        parts = [(prepared if name == "all" else prepared[prepared["split"] == name])
-                 for name in splits]
-        parts = [part[part["sample_u"] < _fraction(max_rows, report["rows"] * shares[name])]
-                 for part, name in zip(parts, splits)]
+    with de.cluster(config.dask_scheduler, workers=config.dask_workers):
+        valid, repeated, report = _read_and_check(config)
+        repeated_rows = _repeated_rows(valid, repeated)
+        if repeated_rows is not None:
+            with de.stage("gathering repeated prompts"):
+                repeated_rows = repeated_rows.compute()
+        prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
+        _print_logs(console, report)
         with de.stage("collecting the evaluation samples"):
-            frames = dask.compute(*parts)
+            frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
     frame = pd.concat(frames, ignore_index=True).drop_duplicates("prompt").reset_index(drop=True)
     return frame.drop(columns="sample_u"), report
 
@@ -129,37 +152,39 @@ def fit_dask(config: TrainConfig, console, timings: dict) -> Fitted:
         workers = len(client.scheduler_info()["workers"])
         console.print(f"[bold]dask[/]: {workers} workers at {client.scheduler.address}")
         t0 = time.perf_counter()
-        prepared, report = prepared_rows(config, console)
+        valid, repeated, report = _read_and_check(config)
         timings["load_s"] = time.perf_counter() - t0
-        train_share = 1 - config.val_share - config.test_share
 
+        # Pass 2: the repeated rows, and raw embeddings of the projection sample (drawn from
+        # the valid rows before merging: a repeated prompt in it weighs twice, harmlessly).
         t1 = time.perf_counter()
         built, raw = raw_stage(config.tier, embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
                                max_chars=config.max_chars, cache_dir=Path(config.cache_dir))
-        pca_rows = prepared[(prepared["split"] == "train") &
-                            (prepared["sample_u"] < _fraction(config.pca_sample_rows, report["rows"] * train_share))]
         raw_width = raw.transform(["width probe"], [None]).shape[1] - n_scalar_features(raw.spec)
-        raw_future = client.scatter(raw, broadcast=True)
-        with de.stage("raw embeddings for the projection"):
-            raw_sample = pca_rows.map_partitions(
-                de.raw_embedding_partition, raw_future,
-                meta={f"raw_{i}": np.float32 for i in range(raw_width)}).compute().to_numpy()
-        plan = plan_from(built, raw, fit_projection(raw_sample, config.embedding_dim, seed=config.seed))
+        report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
+        unmerged = _prepare(valid.drop(columns="key").assign(n_merged=1), config)
+        pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
+        raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, client.scatter(raw, broadcast=True),
+                                                 meta={f"raw_{i}": np.float32 for i in range(raw_width)})
+        with de.stage("raw embeddings for the projection, repeated prompts"):
+            raw_sample, repeated_rows = dask.compute(raw_embeddings, _repeated_rows(valid, repeated))
+        prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
+        _print_logs(console, report)
+        plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
         recipe = client.scatter(plan.serving, broadcast=True)
         names = plan.spec.feature_names
 
+        # Pass 3: every row's features; the samples come here, the training rows stay put.
         keep = ("request_id", "prompt", "precision", "domain", "edge_quality", "cloud_quality", "label", "split")
-        samples = {}
-        for name, share in (("val", config.val_share), ("test", config.test_share)):
-            chosen = prepared[(prepared["split"] == name) &
-                              (prepared["sample_u"] < _fraction(config.eval_sample_rows, report["rows"] * share))]
-            samples[name] = chosen.map_partitions(de.feature_partition, recipe, keep=keep,
-                                                  meta=de.feature_meta(plan.serving, keep))
-        with de.stage("features of the validation and test samples"):
-            val, test = dask.compute(samples["val"], samples["test"])
+        val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
+            de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
+            for name in ("val", "test"))
         train = prepared[prepared["split"] == "train"].map_partitions(
             de.feature_partition, recipe, keep=("label",), blank_precision=config.precision_dropout,
             seed=config.seed, meta=de.feature_meta(plan.serving, ("label",)))
+        with de.stage("features"):
+            train, val, test = client.persist([train, val, test])
+            val, test = dask.compute(val, test)
         timings["features_s"] = time.perf_counter() - t1
         console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {len(raw_sample)} "
                       f"training rows; samples: {len(val)} validation, {len(test)} test rows")
