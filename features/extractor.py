@@ -7,14 +7,16 @@ then concatenate [n_tokens, text statistics, precision one-hot, projected embedd
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
 
 from features.spec import FeatureSpec
-from features.text_stats import statistics_matrix
+from features.text_stats import text_statistics
+from features.tokenizer import FastTokenizer, encodable
+
+__all__ = ["Encoder", "FastTokenizer", "FeatureExtractor", "OnnxEncoder", "Projection", "encodable"]
 
 
 class Encoder(Protocol):
@@ -80,91 +82,41 @@ class Projection:
             return cls(data["mean"], data["components"])
 
 
-def encodable(text: str) -> str:
-    """The text itself, or with lone surrogates replaced when it is not valid UTF-8
-    (the tokenizer, written in Rust, accepts only valid Unicode)."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def load_tokenizer(path: str | Path):
-    """A `tokenizers.Tokenizer` with its own truncation and padding switched off (we do both)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(path))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
-
-
-# ASCII control characters that BERT's normalizer deletes (tab, newline, return become spaces).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-class FastTokenizer:
-    """The bundle's tokenizer, with a shortcut for plain ASCII text.
-
-    BERT's normalizer (clean text, CJK spacing, accent stripping via NFD, lower-casing) is
-    a third of the tokenizer's time. On ASCII text without control characters all but the
-    lower-casing are no-ops, so such text goes through a copy whose normalizer only
-    lower-cases: the same ids (tested), faster. Everything else takes the full path.
-    """
-
-    def __init__(self, path: str | Path):
-        from tokenizers import normalizers
-
-        self.full = load_tokenizer(path)
-        self.fast = load_tokenizer(path)
-        if type(self.full.normalizer).__name__ == "BertNormalizer":
-            self.fast.normalizer = normalizers.Lowercase()
-        else:  # an unknown normalizer: no shortcut
-            self.fast = self.full
-
-    @staticmethod
-    def plain(text: str) -> bool:
-        return text.isascii() and _CONTROL.search(text) is None
-
-    def ids(self, texts: Sequence[str], *, add_special_tokens: bool) -> list[list[int]]:
-        """Token ids of each text, as the full tokenizer would give them."""
-        plain = [self.plain(t) for t in texts]
-        if all(plain):
-            return [e.ids for e in self.fast.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
-        if not any(plain):
-            return [e.ids for e in self.full.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
-        fast = iter(self.fast.encode_batch([t for t, p in zip(texts, plain) if p], add_special_tokens=add_special_tokens))
-        full = iter(self.full.encode_batch([t for t, p in zip(texts, plain) if not p],
-                                           add_special_tokens=add_special_tokens))
-        return [next(fast).ids if p else next(full).ids for p in plain]
-
-
 class FeatureExtractor:
-    """Builds the router's feature matrix from prompts; see the module doc."""
+    """Builds the router's feature matrix from prompts; see the module doc.
+
+    This runs on every route() call, so the per-prompt work stays in plain Python lists and
+    each batch becomes numpy arrays once (a few arrays per call, whatever the batch size).
+    """
 
     def __init__(self, spec: FeatureSpec, tokenizer, encoder: Encoder, projection: Projection | None):
         self.spec, self.tokenizer, self.encoder, self.projection = spec, tokenizer, encoder, projection
+        self._one_hot = {None: [0.0] * len(spec.precisions)}
+        for p in spec.precisions:
+            self._one_hot[p] = [float(p == q) for q in spec.precisions]
+        # One prompt needs no padding: its mask is a read-only view of this row.
+        self._ones = np.ones((1, spec.max_tokens), dtype=np.int64)
+        self._ones.flags.writeable = False
 
     def heads(self, prompts: Sequence[str]) -> list[str]:
         """The part of each prompt that is tokenized and scanned (first max_chars, valid UTF-8)."""
         return [encodable(p[: self.spec.max_chars]) for p in prompts]
 
     def token_ids(self, heads: Sequence[str], prompts: Sequence[str]):
-        """Padded ids and mask (int64) for the encoder, plus the estimated full-prompt token count."""
+        """Padded ids and mask (int64) for the encoder, plus each prompt's estimated token count."""
         encoded = self.tokenizer.ids(heads, add_special_tokens=self.spec.add_special_tokens)
         limit = self.spec.max_tokens
-        rows, n_tokens = [], np.empty(len(heads), dtype=np.float32)
-        for i, (ids, head, prompt) in enumerate(zip(encoded, heads, prompts)):
+        rows, n_tokens = [], []
+        for ids, head, prompt in zip(encoded, heads, prompts):
             # The head stands for the whole prompt: scale its count by the share of text it covers.
-            n_tokens[i] = len(ids) * (len(prompt) / len(head) if len(head) < len(prompt) else 1.0)
+            n_tokens.append(len(ids) * (len(prompt) / len(head) if len(head) < len(prompt) else 1.0))
             if len(ids) > limit:
                 # Keep the closing special token ([SEP]) when the encoder expects one.
                 ids = ids[: limit - 1] + ids[-1:] if self.spec.add_special_tokens else ids[:limit]
             rows.append(ids)
         if len(rows) == 1 and rows[0]:  # route(): one prompt, nothing to pad
             input_ids = np.array(rows, dtype=np.int64)
-            return input_ids, np.ones_like(input_ids), n_tokens
+            return input_ids, self._ones[:, : input_ids.shape[1]], n_tokens
         width = max((len(r) for r in rows), default=0) or 1
         input_ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -173,19 +125,22 @@ class FeatureExtractor:
             mask[i, : len(ids)] = 1
         return input_ids, mask, n_tokens
 
-    def precision_matrix(self, precisions: Sequence[str | None]) -> np.ndarray:
-        out = np.zeros((len(precisions), len(self.spec.precisions)), dtype=np.float32)
-        for i, p in enumerate(precisions):
-            if p is not None:
-                out[i, self.spec.precisions.index(p)] = 1.0
-        return out
+    def precision_row(self, precision: str | None) -> list[float]:
+        """The precision one-hot (all zeros when undeclared)."""
+        try:
+            return self._one_hot[precision]
+        except KeyError:
+            raise ValueError(f"precision {precision!r} is not one of {list(self.spec.precisions)} or None") from None
 
     def prepare(self, prompts: Sequence[str], precisions: Sequence[str | None]):
         """Encoder inputs (ids, mask) and the scalar features [n_tokens, statistics, precision]."""
         heads = self.heads(prompts)
         input_ids, mask, n_tokens = self.token_ids(heads, prompts)
-        scalars = np.concatenate([n_tokens[:, None], statistics_matrix(list(prompts), heads),
-                                  self.precision_matrix(precisions)], axis=1).astype(np.float32)
+        rows = [[n, *text_statistics(prompt, head), *self.precision_row(precision)]
+                for n, prompt, head, precision in zip(n_tokens, prompts, heads, precisions)]
+        n_scalars = 1 + len(self.spec.stat_names) + len(self.spec.precisions)
+        # Each value is rounded to float32 once, as the training matrix is.
+        scalars = np.array(rows, dtype=np.float32).reshape(len(rows), n_scalars)
         return input_ids, mask, scalars, heads
 
     def transform(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None,

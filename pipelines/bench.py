@@ -1,10 +1,11 @@
 """`make bench`: how fast the SDK routes, next to the floor of what it has to do.
 
 One thread unless said. route() latency at ~16 / ~128 / ~512-token prompts (p50, p99),
-each with its parts measured alone in the same run (tokenization, text statistics, the
-model on prepared inputs, an onnxruntime call that does nothing); route_batch
-throughput on 2 threads; import + Router.load time and RSS after load in a fresh
-process. Results go to bench/results.json.
+each with its parts measured alone in the same run, interleaved with it (tokenization,
+text statistics, the model on prepared inputs, an onnxruntime call that does nothing),
+the glue alone (building the inputs, building the Decision) and the same stages timed
+inside route() calls; route_batch throughput on 1 and 2 threads; import + Router.load
+time and RSS after load in a fresh process. Results go to bench/results.json.
 """
 from __future__ import annotations
 
@@ -31,16 +32,22 @@ def prompt_of(tokenizer, n_tokens: int) -> str:
     return tokenizer.decode(ids)
 
 
-def timings_us(fn: Callable[[], object], *, repeat: int, warmup: int = 50) -> dict:
-    for _ in range(warmup):
-        fn()
-    samples = np.empty(repeat)
-    for i in range(repeat):
-        start = time.perf_counter_ns()
-        fn()
-        samples[i] = (time.perf_counter_ns() - start) / 1000
-    return {"p50_us": float(np.percentile(samples, 50)), "p99_us": float(np.percentile(samples, 99)),
-            "mean_us": float(samples.mean()), "n": repeat}
+def timings_us(fns: dict[str, Callable[[], object]], *, repeat: int, rounds: int = 10, warmup: int = 20) -> dict:
+    """p50 / p99 / mean of each function, `repeat` calls each, interleaved: `rounds` rounds
+    in which every function takes its turn, so that all of them see the same load from the
+    rest of the machine and route() stays comparable with its parts."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    per_round = max(repeat // rounds, 1)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            for _ in range(min(warmup, per_round)):  # caches and branch predictors, after the others ran
+                fn()
+            for _ in range(per_round):
+                start = time.perf_counter_ns()
+                fn()
+                samples[name].append((time.perf_counter_ns() - start) / 1000)
+    return {name: {"p50_us": float(np.percentile(v, 50)), "p99_us": float(np.percentile(v, 99)),
+                   "mean_us": float(np.mean(v)), "n": len(v)} for name, v in samples.items()}
 
 
 def noop_session():
@@ -59,36 +66,90 @@ def noop_session():
 
 
 def model_call(scorer, prompt: str) -> Callable[[], object]:
-    """The model alone on prepared inputs: model.onnx (fused) or encoder + router (staged)."""
+    """The model alone on prepared inputs, called as the SDK calls it, then calibrated:
+    model.onnx (fused) or encoder + router (staged)."""
+    ids, mask, scalars, heads = scorer.extractor.prepare([prompt], ["exact"])
     if scorer.spec.fused:
-        ids, mask, scalars, _ = scorer.extractor.prepare([prompt], ["exact"])
         feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-        output = "score" if scorer.calibrated_in_graph else "probabilities"
-        return lambda: scorer.session.run([output], feeds)
+        return lambda: scorer.calibrate(float(scorer.run_model(["probabilities"], feeds, None)[0][0, 1]))
     features = scorer.extractor.transform([prompt], ["exact"])
-    ids, mask, _, heads = scorer.extractor.prepare([prompt], ["exact"])
     encoder = scorer.extractor.encoder
-    return lambda: (encoder(ids, mask, heads), scorer.session.run(["probabilities"], {"features": features}))
+    return lambda: (encoder(ids, mask, heads),
+                    scorer.calibrate(float(scorer.run_model(["probabilities"], {"features": features}, None)[0][0, 1])))
+
+
+def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, list[float]]]:
+    """A route() call that times its stages (features, encoder if staged, model, decision) and
+    the rest of the call, and the samples it fills. Alone, a part runs with its code and data
+    hot in the CPU caches; inside route() the parts share them."""
+    scorer, extractor = router._scorer, router._scorer.extractor
+    stages = {"features": (extractor, "prepare"), "model": (scorer, "run_model"), "decision": (router, "_decide")}
+    if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
+        stages["encoder"] = (extractor, "encoder")
+    samples: dict[str, list[float]] = {name: [] for name in (*stages, "rest")}
+
+    def timed(name, fn):
+        def wrapper(*args):
+            start = time.perf_counter_ns()
+            out = fn(*args)
+            samples[name].append((time.perf_counter_ns() - start) / 1000)
+            return out
+        return wrapper
+
+    def call():
+        saved = {name: owner.__dict__.get(attr) for name, (owner, attr) in stages.items()}
+        for name, (owner, attr) in stages.items():
+            setattr(owner, attr, timed(name, getattr(owner, attr)))
+        try:
+            start = time.perf_counter_ns()
+            router.route(prompt, precision="exact")
+            total = (time.perf_counter_ns() - start) / 1000
+            samples["rest"].append(total - sum(samples[name][-1] for name in stages))
+        finally:
+            for name, (owner, attr) in stages.items():
+                if saved[name] is None:
+                    delattr(owner, attr)
+                else:
+                    setattr(owner, attr, saved[name])
+
+    return call, samples
 
 
 def route_figures(router, prompt: str, repeat: int) -> dict:
-    """route() and each of its parts alone, for one prompt."""
-    from features.text_stats import statistics_matrix
+    """route(), each of its parts alone (the floor), and the glue between them, for one prompt."""
+    from features.text_stats import text_statistics
 
     scorer = router._scorer
     extractor = scorer.extractor
+    special = extractor.spec.add_special_tokens
     heads = extractor.heads([prompt])
     noop = noop_session()
+    noop_run = getattr(noop, "_sess", noop).run  # called the way the SDK calls its model
     x = np.zeros((1, 1), dtype=np.float32)
+    decision = router.route(prompt, precision="exact")
+    staged, stage_samples = staged_route(router, prompt)
+    figures = timings_us({
+        "route": lambda: router.route(prompt, precision="exact"),
+        "tokenize": lambda: extractor.tokenizer.ids(heads, add_special_tokens=special),
+        "text_statistics": lambda: text_statistics(prompt, heads[0]),
+        "model": model_call(scorer, prompt),
+        "onnxruntime_noop": lambda: noop_run(["y"], {"x": x}, None),
+        # Features end to end (cut, tokenize, statistics, the input arrays): minus the
+        # tokenize and statistics floors, what building the inputs costs.
+        "features": lambda: extractor.prepare([prompt], ["exact"]),
+        # Score -> Decision (zone, reason text, the dataclass).
+        "decision": lambda: router._decide(prompt, "exact", decision.score, decision.n_tokens),
+        # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
+        "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
+        "staged_route": staged,
+    }, repeat=repeat)
     return {
-        "tokens": len(extractor.tokenizer.ids(heads, add_special_tokens=False)[0]),
-        "route": timings_us(lambda: router.route(prompt, precision="exact"), repeat=repeat),
-        "floor": {
-            "tokenize": timings_us(lambda: extractor.tokenizer.ids(heads, add_special_tokens=False), repeat=repeat),
-            "text_statistics": timings_us(lambda: statistics_matrix([prompt], heads), repeat=repeat),
-            "model": timings_us(model_call(scorer, prompt), repeat=repeat),
-            "onnxruntime_noop": timings_us(lambda: noop.run(None, {"x": x}), repeat=repeat),
-        },
+        "tokens": len(extractor.tokenizer.ids(heads, add_special_tokens=special)[0]),
+        "route": figures["route"],
+        "floor": {k: figures[k] for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")},
+        "glue": {k: figures[k] for k in ("features", "decision")},
+        "reference": {"tokenizers_library": figures["tokenizers_library"]},
+        "inside_route": {name: {"p50_us": float(np.percentile(v, 50))} for name, v in stage_samples.items()},
     }
 
 
@@ -136,7 +197,8 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     routes = {f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
               for n in lengths}
     huge = "x " * 500_000  # a 1 MB prompt
-    routes["1MB_prompt"] = {"route": timings_us(lambda: router.route(huge), repeat=max(repeat // 40, 5), warmup=3)}
+    routes["1MB_prompt"] = timings_us({"route": lambda: router.route(huge)}, repeat=max(repeat // 40, 5), rounds=5,
+                                      warmup=1)
     batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(batch)]
     return {
         "bundle": str(bundle), "tier": router.manifest["feature_spec"]["tier"],
@@ -152,21 +214,36 @@ def print_report(results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"route() on one thread ({results['tier']} tier), microseconds")
-    for column in ("prompt", "tokens", "route p50", "route p99", "tokenize", "text stats", "model",
-                   "ort no-op", "sum of parts", "route - parts"):
+    table = Table(title=f"route() on one thread ({results['tier']} tier), microseconds, p50 unless said")
+    for column in ("prompt", "tokens", "route p50", "route p99", "tokenize", "text stats", "model", "ort no-op",
+                   "floor (sum)", "route / floor", "in route(): features", "model", "decision", "rest"):
         table.add_column(column, justify="right")
     for name, fig in results["route"].items():
         if "floor" not in fig:
-            table.add_row(name, "", f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}", *[""] * 6)
+            table.add_row(name, "", f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}", *[""] * 10)
             continue
         floor = {k: v["p50_us"] for k, v in fig["floor"].items()}
+        inside = {k: v["p50_us"] for k, v in fig["inside_route"].items()}
+        route = fig["route"]["p50_us"]
         parts = floor["tokenize"] + floor["text_statistics"] + floor["model"]
-        table.add_row(name, str(fig["tokens"]), f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}",
+        table.add_row(name, str(fig["tokens"]), f"{route:.0f}", f"{fig['route']['p99_us']:.0f}",
                       *(f"{floor[k]:.0f}" for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")),
-                      f"{parts:.0f}", f"{fig['route']['p50_us'] - parts:.0f}")
-    console = Console()
+                      f"{parts:.0f}", f"{route / parts:.1f}x",
+                      f"{inside['features']:.0f}", f"{inside['model'] + inside.get('encoder', 0):.0f}",
+                      f"{inside['decision']:.0f}", f"{inside['rest']:.0f}")
+    console = Console(width=max(Console().width, 160))  # all 14 columns, even in a pipe
     console.print(table)
+    console.print("floor: each part alone on prepared inputs, interleaved with route() (model = the onnxruntime "
+                  "call(s) + calibration; ort no-op = the fixed cost of any call). in route(): the same stages timed "
+                  "inside route() calls (features = cut + tokenize + statistics + numpy inputs; model includes the "
+                  "encoder when staged; decision = zone, "
+                  "reason, Decision), slower than alone because they share the CPU caches there; rest = argument "
+                  "checks, calls and lists between them (per call).")
+    for name, fig in results["route"].items():
+        if "reference" in fig:
+            console.print(f"{name}: the `tokenizers` library alone takes "
+                          f"{fig['reference']['tokenizers_library']['p50_us']:.0f} us on the same text "
+                          f"(the SDK's tokenize: {fig['floor']['tokenize']['p50_us']:.0f} us)")
     for b in results["route_batch"]:
         console.print(f"route_batch: {b['prompts_per_s']:,.0f} prompts/s ({b['batch']} prompts of ~128 tokens, "
                       f"{b['threads']} thread(s))")

@@ -29,6 +29,8 @@ class Router:
         tokenizer = scorer.extractor.tokenizer if scorer is not None else None
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
+        self._max_chars = max_chars
+        self._bounds: dict[str | None, tuple[float, float]] = {}  # (lo, hi) by precision, filled on first use
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1) -> "Router":
@@ -75,11 +77,13 @@ class Router:
             log.warning("scoring failed, rule table decides: %r", exc)
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
                     for p, q in zip(prompts, precisions)]
-        return [self._decide(p, q, float(s), int(round(n)))
-                for p, q, s, n in zip(prompts, precisions, scores, n_tokens)]
+        return [self._decide(p, q, s, round(n)) for p, q, s, n in zip(prompts, precisions, scores, n_tokens)]
 
     def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int) -> Decision:
-        lo, hi = thresholds_for(self.thresholds, precision)
+        bounds = self._bounds.get(precision)
+        if bounds is None:
+            bounds = self._bounds[precision] = thresholds_for(self.thresholds, precision)
+        lo, hi = bounds
         zone = zone_for(score, lo, hi)
         tag = precision or "undeclared precision"
         if zone == CLOUD:
@@ -91,9 +95,9 @@ class Router:
         if n_tokens > self.edge_context_tokens and zone != CLOUD:
             zone = CLOUD
             reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
-        truncated = len(prompt) > self._scorer.spec.max_chars
+        truncated = len(prompt) > self._max_chars
         if truncated:
-            reason += f"; features from the first {self._scorer.spec.max_chars} characters"
+            reason += f"; features from the first {self._max_chars} characters"
         return Decision.make(zone, score=score, reason=reason, degraded=False, model_version=self.model_version,
                              precision=precision, n_tokens=n_tokens, truncated=truncated)
 

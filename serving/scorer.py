@@ -5,8 +5,10 @@ Two bundle layouts, chosen at training time and named in the manifest's feature 
   embedding + trees in one onnxruntime call;
 - staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`,
   `router.onnx`.
-Calibration is the graph's last step when it is Platt scaling on the fused layout; otherwise
-it is applied here, from the manifest.
+Both end in the model's `probabilities`; calibration is applied here, from the manifest
+(serving.calibration). A fused graph with Platt calibration also ends in the calibrated
+`score`, for runtimes that load model.onnx alone; asking onnxruntime for `probabilities`
+only skips those nodes (same numbers to ~1e-16).
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import numpy as np
 
 from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from features.spec import FeatureSpec
-from serving.bundle import read_manifest
-from serving.calibration import apply_calibration
+from serving.bundle import BundleError, read_manifest
+from serving.calibration import calibrator
 
 
 def _session(path: Path, threads: int):
@@ -42,28 +44,35 @@ class Scorer:
         if self.spec.fused:
             self.session = _session(folder / "model.onnx", threads)
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder=None, projection=None)
+            feeds = {"input_ids", "attention_mask", "scalars"}
         else:
             self.session = _session(folder / "router.onnx", threads)
             encoder = OnnxEncoder(folder / "encoder.onnx", threads=threads, row_wise=self.spec.encoder_row_wise)
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder, Projection.load(folder / "projection.npz"))
-        self.calibrated_in_graph = "score" in {o.name for o in self.session.get_outputs()}
+            feeds = {"features"}
+        inputs = {i.name for i in self.session.get_inputs()}
+        if inputs != feeds:
+            raise BundleError(f"the model's inputs are {sorted(inputs)}, expected {sorted(feeds)}")
+        self.calibrate = calibrator(self.calibration)
+        # InferenceSession.run re-checks the feed's names on every call, which costs about as
+        # much as the tree model itself; they were checked once above, so call the compiled
+        # session directly (the public method if a future onnxruntime hides it).
+        self.run_model = getattr(self.session, "_sess", self.session).run
 
     def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
-        """(calibrated scores, estimated token counts) for a batch, in one model call."""
+        """(calibrated scores, estimated token counts) as lists of floats, in one model call."""
         if not self.spec.fused:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
-            n_tokens = features[:, 0]
+            n_tokens = features[:, 0].tolist()
         else:
             ids, mask, scalars, _ = self.extractor.prepare(prompts, precisions)
             feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-            n_tokens = scalars[:, 0]
-        if self.calibrated_in_graph:  # the graph ends in the calibrated score
-            return self.session.run(["score"], feeds)[0], n_tokens
-        probability = self.session.run(["probabilities"], feeds)[0][:, 1]
-        return apply_calibration(self.calibration, probability), n_tokens
+            n_tokens = scalars[:, 0].tolist()
+        probabilities = self.run_model(["probabilities"], feeds, None)[0]
+        return [self.calibrate(p) for p in probabilities[:, 1].tolist()], n_tokens
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""
         precisions = list(precisions) if precisions is not None else [None] * len(prompts)
-        return self.score_batch(list(prompts), precisions)[0]
+        return np.array(self.score_batch(list(prompts), precisions)[0], dtype=np.float64)

@@ -220,5 +220,5 @@ def test_make_evaluate_target():
     done = subprocess.run(["make", "-n", "evaluate", "BUNDLE=some/bundle", "ARGS=--split all"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env=make_env())
     assert done.returncode == 0, done.stderr
-    assert ".venv/bin/python -m pipelines.evaluate --bundle some/bundle --leave-one-source-out --split all" \
-        in done.stdout
+    expected = "pipelines.evaluate --bundle some/bundle --engine local --leave-one-source-out --split all"
+    assert f".venv/bin/python -m {expected}" in done.stdout

@@ -107,10 +107,68 @@ def test_fast_tokenizer_gives_the_full_tokenizers_ids(real_data_dir):
     assert [tokenizer.ids([p], add_special_tokens=True)[0] for p in prompts[-7:]] == [
         tokenizer.full.encode(p, add_special_tokens=True).ids for p in prompts[-7:]]
 
-    @settings(max_examples=300, deadline=None)
-    @given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=200))
+    # The shortcut is really taken on plain ASCII, and not where an added token may hide.
+    assert tokenizer.shortcut and tokenizer.plain(MCQ) and tokenizer.plain("UPPER lower 123 $%^")
+    assert not any(map(tokenizer.plain, ["Ünïcode", "ctrl\x01char", "a [MASK] b", "[cls] lower-cased"]))
+
+    # Pieces that exercise each branch: vocabulary words, words split into sub-words, words
+    # over WordPiece's 100-character limit, added tokens in any case, punctuation, whitespace.
+    pieces = st.one_of(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=30),
+                       st.sampled_from(["The", "unaffable", "tokenization", "xqzv", "COVID-19", "e.g.", "a" * 101,
+                                        "[MASK]", "[cls]", "[SEP", " ", "\n", "\t", "\r\n", "___", "$12.50", "##ing"]))
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(pieces, max_size=12).map("".join))
     def same_on_any_ascii(text):
         assert tokenizer.ids([text], add_special_tokens=False)[0] == tokenizer.full.encode(
             text, add_special_tokens=False).ids
 
     same_on_any_ascii()
+
+
+def reference_statistics(text: str, head: str) -> list[float]:
+    """STAT_NAMES the obvious way (character loops, one marker at a time): the oracle of the
+    fast counting in features.text_stats."""
+    import re
+
+    def count(needles):
+        return sum(head.count(n) for n in needles)
+
+    n_head = max(len(head), 1)
+    digits = sum(c in "0123456789" for c in head)
+    spaces = sum(c == " " for c in head)
+    words = spaces + sum(c == "\n" for c in head) + 1 if head.strip() else 0
+    return [
+        float(len(text)), float(sum(c == "\n" for c in text) + 1), float(sum(c == " " for c in text)),
+        float(digits), digits / n_head,
+        float(sum(c in "+-*/=^<>%×÷±≤≥" for c in head)),
+        float(count(["\\frac", "\\sqrt", "\\sum", "\\int", "\\cdot", "\\times", "\\pi", "^{", "_{"])),
+        float(count(["```", "def ", "return ", "import ", "class ", ";\n", "{\n", "=>", "#include", "SELECT "])),
+        float(len(re.findall(r"^\s*\(?[A-Ja-j][.)]\s", head, flags=re.MULTILINE))),
+        float(head.count("?")),
+        float(count([". ", "? ", "! ", ".\n", "?\n", "!\n"]) + head.rstrip().endswith((".", "?", "!"))),
+        float(sum(c in "$€£¥" for c in head)),
+        sum("A" <= c <= "Z" for c in head) / n_head,
+        (len(head) - spaces) / words if words else 0.0,
+        float(text[-256:].rstrip().lower().endswith(("answer:", "answer :", "a:"))),
+    ]
+
+
+def test_text_statistics_equal_their_obvious_definition():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    alphabet = st.sampled_from(list("aZ09 \n\t.?!$€£¥+-*/=^<>%×÷±≤≥\\{}_#;`:()Ab日é") + ["\ud800", "\\frac", "def ",
+                                                                                       "SELECT ", "answer:"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(alphabet, max_size=60).map("".join), st.integers(0, 60))
+    def same(text, cut):
+        head = text[:cut]
+        assert text_statistics(text, head) == reference_statistics(text, head)
+
+    same()
+    assert text_statistics(MCQ, MCQ) == reference_statistics(MCQ, MCQ)
+    long = MCQ * 2000  # long prompts count their lines and spaces another way
+    assert text_statistics(long, long[:2048]) == reference_statistics(long, long[:2048])
+    assert text_statistics(long + "é", long[:2048]) == reference_statistics(long + "é", long[:2048])

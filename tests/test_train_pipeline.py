@@ -54,6 +54,18 @@ def test_sdk_scores_match_the_training_pipeline(trained):
     assert np.max(np.abs(one_by_one - held["score"].to_numpy()[:50])) <= 1e-5
 
 
+def test_fused_graph_alone_gives_the_calibrated_score(trained):
+    """model.onnx is one call from token ids and scalars to the calibrated `score`, for
+    runtimes that load it without this SDK; it equals what the SDK computes."""
+    _, result = trained
+    scorer = Scorer(result.bundle)  # the same session (tree sums in float32 depend on its threads)
+    prompts = result.held_out["prompt"].tolist()[:64]
+    precisions = result.held_out["precision"].tolist()[:64]
+    ids, mask, scalars, _ = scorer.extractor.prepare(prompts, precisions)
+    (graph_score,) = scorer.session.run(["score"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
+    assert np.max(np.abs(graph_score - scorer.scores(prompts, precisions))) <= 1e-12
+
+
 def test_run_is_tracked_and_registered(trained):
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -105,6 +117,8 @@ def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_pat
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["schema_version"] == 1
     bad = subprocess.run(base + ["--set", "calibration=magic"], capture_output=True, text=True, env=env)
     assert bad.returncode != 0 and "calibration='magic'" in bad.stderr
+    bad = subprocess.run(base + ["--engine", "spark"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "engine='spark'" in bad.stderr and "local, dask" in bad.stderr
 
 
 def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_cache, tmp_path):

@@ -21,10 +21,21 @@ def booster_to_onnx(booster, n_features: int) -> bytes:
 
 
 def fuse(prefix: bytes, trees: bytes, calibration: dict) -> bytes:
-    """One graph: the prefix's `features` feed the tree model; with Platt calibration the
-    graph also ends in the calibrated `score`, so serving is a single onnxruntime call."""
+    """One graph from token ids and scalars to `probabilities` and, with Platt calibration,
+    to the calibrated `score`: one onnxruntime call for any runtime that loads model.onnx.
+
+    The Python SDK asks for `probabilities` only (onnxruntime then skips the ten float64
+    calibration nodes, ~8 us a call) and applies the manifest's calibration to the one
+    float per prompt (serving.calibration), so a prompt gets the same bits alone and in a
+    batch; a test holds the graph's `score` to the SDK's. The calibration is checked here,
+    so no bundle ships one the SDK cannot apply.
+    """
     import onnx
     from onnx import compose
+
+    from serving.calibration import calibrator
+
+    calibrator(calibration)
 
     first, second = onnx.load_from_string(prefix), onnx.load_from_string(trees)
     # The converter stamps an older IR version than the prefix; both opsets are valid in the newer one.
@@ -45,8 +56,8 @@ def fuse(prefix: bytes, trees: bytes, calibration: dict) -> bytes:
 def _append_platt(graph, *, a: float, b: float) -> None:
     """score = sigmoid(a * logit(clip(p1)) + b), the same formula as serving.calibration.
 
-    Computed in float64: onnxruntime's vectorised float32 Log/Sigmoid round differently for
-    a batch than for one row, and route_batch must return exactly what route returns."""
+    Computed in float64, like the SDK's calibration, so the two agree to ~1e-16 (float32
+    Log/Sigmoid kernels would also round a batch differently from one row)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
