@@ -129,3 +129,15 @@ def test_evaluate_with_the_dask_engine_on_an_existing_cluster(both_engines, tmp_
             assert dask.metrics["figures"]["policies"][policy][key] == pytest.approx(
                 local.metrics["figures"]["policies"][policy][key], abs=1e-9), (policy, key)
     assert any("Dask engine" in note for note in dask.metrics["notes"])
+
+
+def test_make_targets_pass_the_engine():
+    import subprocess
+
+    from tests.conftest import ROOT, make_env
+
+    for target in ("train", "evaluate"):
+        done = subprocess.run(["make", "-n", target, "ENGINE=dask"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60, env=make_env())
+        assert done.returncode == 0 and f"pipelines.{target} " in done.stdout and "--engine dask" in done.stdout, \
+            done.stdout + done.stderr
