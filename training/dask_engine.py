@@ -24,7 +24,7 @@ from data.schema import COLUMNS
 
 REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason")
 UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
-SPLIT_SALT_SAMPLE = "sample:"  # the sampling hash must not be the split hash
+SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
 class EngineError(RuntimeError):
@@ -86,7 +86,7 @@ def content_digest(frame: pd.DataFrame) -> pd.DataFrame:
 def sample_uniform(prompts, salt: str) -> np.ndarray:
     """A uniform number per prompt from its hash, independent of the split's: the same
     prompt is always in or out of a sample, on any cluster and partitioning."""
-    prefix = SPLIT_SALT_SAMPLE + salt
+    prefix = SAMPLE_SALT + salt
     return np.array([int(prompt_hash(prefix + p)[:12], 16) / 16**12 for p in prompts])
 
 
