@@ -46,7 +46,8 @@ class FeatureRecipe:
     def extractor(self, *, threads: int = 1) -> FeatureExtractor:
         """This process's extractor for the recipe (built once, then reused)."""
         if (self.key, threads) not in _EXTRACTORS:
-            tokenizer_path = Path(tempfile.gettempdir()) / f"router-tokenizer-{self.key}.json"
+            digest = hashlib.sha256(self.tokenizer_json).hexdigest()[:16]  # one file per tokenizer
+            tokenizer_path = Path(tempfile.gettempdir()) / f"router-tokenizer-{digest}.json"
             if not tokenizer_path.exists():
                 tokenizer_path.write_bytes(self.tokenizer_json)
             encoder = OnnxEncoder(self.encoder_onnx, threads=threads, row_wise=self.spec.encoder_row_wise)
