@@ -10,6 +10,7 @@ same code the local engine and the SDK use.
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -48,8 +49,10 @@ class FeatureRecipe:
         if (self.key, threads) not in _EXTRACTORS:
             digest = hashlib.sha256(self.tokenizer_json).hexdigest()[:16]  # one file per tokenizer
             tokenizer_path = Path(tempfile.gettempdir()) / f"router-tokenizer-{digest}.json"
-            if not tokenizer_path.exists():
-                tokenizer_path.write_bytes(self.tokenizer_json)
+            if not tokenizer_path.exists():  # workers may race here: write aside, then rename
+                partial = tokenizer_path.with_suffix(f".{os.getpid()}.tmp")
+                partial.write_bytes(self.tokenizer_json)
+                os.replace(partial, tokenizer_path)
             encoder = OnnxEncoder(self.encoder_onnx, threads=threads, row_wise=self.spec.encoder_row_wise)
             _EXTRACTORS[self.key, threads] = FeatureExtractor(self.spec, FastTokenizer(tokenizer_path), encoder,
                                                               self.projection)
