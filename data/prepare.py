@@ -18,10 +18,10 @@ def prompt_hash(prompt: str) -> str:
 TEXT_COLUMNS = ("request_id", "domain", "precision", "source")
 
 
-def missing_text_as_none(frame: pd.DataFrame) -> pd.DataFrame:
+def missing_text_as_none(frame: pd.DataFrame, columns=TEXT_COLUMNS) -> pd.DataFrame:
     """Optional text fields hold None when absent, never NaN (pandas >= 3 stores text as a
     string dtype whose missing value is NaN; the feature code expects None)."""
-    for column in TEXT_COLUMNS:
+    for column in columns:
         if column in frame:
             frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame

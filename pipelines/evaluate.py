@@ -67,8 +67,10 @@ class EvalConfig:
         for name in ("logs", "policies", "holdout_sources"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, getattr(self, name).split(",") if name == "policies" else [getattr(self, name)])
-        if self.engine not in ("local", "dask"):
-            raise ValueError(f"engine={self.engine!r} is unknown; choose local or dask")
+        from training.config import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine={self.engine!r} is unknown; choose one of {', '.join(ENGINES)}")
         if self.split not in SPLITS:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLITS)}")
         if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:

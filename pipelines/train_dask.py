@@ -135,7 +135,7 @@ def sampled_frame(config: TrainConfig, console, *, max_rows: int, splits: tuple[
         _print_logs(console, report)
         with de.stage("collecting the evaluation samples"):
             frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
-    frame = pd.concat(frames, ignore_index=True).drop_duplicates("prompt").reset_index(drop=True)
+    frame = pd.concat(frames, ignore_index=True)  # distinct splits of merged rows: no prompt twice
     return frame.drop(columns="sample_u"), report
 
 

@@ -58,9 +58,7 @@ def unit_frame(path: str) -> pd.DataFrame:
     rejects = pd.DataFrame([r.as_dict() for r in loaded.rejects], columns=["file", "location", "reason"])
     rejects.columns = list(REJECT_COLUMNS)
     frame = pd.concat([valid, rejects], ignore_index=True) if len(rejects) else valid
-    frame = frame.reindex(columns=list(UNIT_COLUMNS))
-    for column in _text_columns():
-        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    frame = missing_text_as_none(frame.reindex(columns=list(UNIT_COLUMNS)), _text_columns())
     return frame.astype({c: float for c in QUALITY_AND_COSTS})
 
 
