@@ -97,6 +97,7 @@ class FeatureExtractor:
         # One prompt needs no padding: its mask is a read-only view of this row.
         self._ones = np.ones((1, spec.max_tokens), dtype=np.int64)
         self._ones.flags.writeable = False
+        self._n_scalars = 1 + len(spec.stat_names) + len(spec.precisions)
 
     def heads(self, prompts: Sequence[str]) -> list[str]:
         """The part of each prompt that is tokenized and scanned (first max_chars, valid UTF-8)."""
@@ -109,14 +110,13 @@ class FeatureExtractor:
         rows, n_tokens = [], []
         for ids, head, prompt in zip(encoded, heads, prompts):
             # The head stands for the whole prompt: scale its count by the share of text it covers.
-            n_tokens.append(len(ids) * (len(prompt) / len(head) if len(head) < len(prompt) else 1.0))
+            n_tokens.append(len(ids) * len(prompt) / len(head) if len(head) < len(prompt) else float(len(ids)))
             if len(ids) > limit:
                 # Keep the closing special token ([SEP]) when the encoder expects one.
                 ids = ids[: limit - 1] + ids[-1:] if self.spec.add_special_tokens else ids[:limit]
             rows.append(ids)
         if len(rows) == 1 and rows[0]:  # route(): one prompt, nothing to pad
-            input_ids = np.array(rows, dtype=np.int64)
-            return input_ids, self._ones[:, : input_ids.shape[1]], n_tokens
+            return np.array(rows, dtype=np.int64), self._ones[:, : len(rows[0])], n_tokens
         width = max((len(r) for r in rows), default=0) or 1
         input_ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -133,15 +133,18 @@ class FeatureExtractor:
             raise ValueError(f"precision {precision!r} is not one of {list(self.spec.precisions)} or None") from None
 
     def prepare(self, prompts: Sequence[str], precisions: Sequence[str | None]):
-        """Encoder inputs (ids, mask) and the scalar features [n_tokens, statistics, precision]."""
+        """(ids, mask, scalars, heads, n_tokens): the encoder's inputs, the scalar features
+        [n_tokens, statistics, precision] (float32), the scanned heads and the token counts."""
         heads = self.heads(prompts)
         input_ids, mask, n_tokens = self.token_ids(heads, prompts)
-        rows = [[n, *text_statistics(prompt, head), *self.precision_row(precision)]
-                for n, prompt, head, precision in zip(n_tokens, prompts, heads, precisions)]
-        n_scalars = 1 + len(self.spec.stat_names) + len(self.spec.precisions)
+        values: list[float] = []
+        for n, prompt, head, precision in zip(n_tokens, prompts, heads, precisions):
+            values.append(n)
+            values += text_statistics(prompt, head)
+            values += self.precision_row(precision)
         # Each value is rounded to float32 once, as the training matrix is.
-        scalars = np.array(rows, dtype=np.float32).reshape(len(rows), n_scalars)
-        return input_ids, mask, scalars, heads
+        scalars = np.array(values, dtype=np.float32).reshape(len(prompts), self._n_scalars)
+        return input_ids, mask, scalars, heads, n_tokens
 
     def transform(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None,
                   *, batch_size: int = 256) -> np.ndarray:
@@ -156,7 +159,7 @@ class FeatureExtractor:
         return np.concatenate(parts, axis=0)
 
     def _transform_batch(self, prompts, precisions) -> np.ndarray:
-        input_ids, mask, scalars, heads = self.prepare(prompts, precisions)
+        input_ids, mask, scalars, heads, _ = self.prepare(prompts, precisions)
         embedding = np.asarray(self.encoder(input_ids, mask, heads), dtype=np.float32)
         if self.projection is not None:
             embedding = self.projection(embedding)

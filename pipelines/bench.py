@@ -5,7 +5,9 @@ each with its parts measured alone in the same run, interleaved with it (tokeniz
 text statistics, the model on prepared inputs, an onnxruntime call that does nothing),
 the glue alone (building the inputs, building the Decision) and the same stages timed
 inside route() calls; route_batch throughput on 1 and 2 threads; import + Router.load
-time and RSS after load in a fresh process. Results go to bench/results.json.
+time and RSS after load in a fresh process. Next to each route() p99 / p50, the same ratio
+for a fixed Python loop as long as route(), interleaved with it: the machine's own jitter.
+Results go to bench/results.json.
 """
 from __future__ import annotations
 
@@ -65,10 +67,28 @@ def noop_session():
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+def constant_work(target_us: float) -> Callable[[], int]:
+    """A fixed pure-Python loop of about `target_us`: the same instructions every call, so its
+    p99 / p50 is the machine's own jitter (timer interrupts, other tenants of the host) at
+    that length, the best p99 / p50 any code of that length can show here."""
+    def spin(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    start = time.perf_counter_ns()
+    for _ in range(50):
+        spin(1000)
+    per_1000_us = (time.perf_counter_ns() - start) / 50 / 1000
+    n = max(int(1000 * target_us / per_1000_us), 1)
+    return lambda: spin(n)
+
+
 def model_call(scorer, prompt: str) -> Callable[[], object]:
     """The model alone on prepared inputs, called as the SDK calls it, then calibrated:
     model.onnx (fused) or encoder + router (staged)."""
-    ids, mask, scalars, heads = scorer.extractor.prepare([prompt], ["exact"])
+    ids, mask, scalars, heads, _ = scorer.extractor.prepare([prompt], ["exact"])
     if scorer.spec.fused:
         feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
         return lambda: scorer.calibrate(float(scorer.run_model(["probabilities"], feeds, None)[0][0, 1]))
@@ -128,6 +148,7 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     x = np.zeros((1, 1), dtype=np.float32)
     decision = router.route(prompt, precision="exact")
     staged, stage_samples = staged_route(router, prompt)
+    rough = timings_us({"route": lambda: router.route(prompt, precision="exact")}, repeat=200, rounds=1)
     figures = timings_us({
         "route": lambda: router.route(prompt, precision="exact"),
         "tokenize": lambda: extractor.tokenizer.ids(heads, add_special_tokens=special),
@@ -142,6 +163,7 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
         # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
         "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
         "staged_route": staged,
+        "constant_work": constant_work(rough["route"]["p50_us"]),
     }, repeat=repeat)
     return {
         "tokens": len(extractor.tokenizer.ids(heads, add_special_tokens=special)[0]),
@@ -149,6 +171,7 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
         "floor": {k: figures[k] for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")},
         "glue": {k: figures[k] for k in ("features", "decision")},
         "reference": {"tokenizers_library": figures["tokenizers_library"]},
+        "jitter": {"constant_work": figures["constant_work"]},
         "inside_route": {name: {"p50_us": float(np.percentile(v, 50))} for name, v in stage_samples.items()},
     }
 
@@ -215,30 +238,33 @@ def print_report(results: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"route() on one thread ({results['tier']} tier), microseconds, p50 unless said")
-    for column in ("prompt", "tokens", "route p50", "route p99", "tokenize", "text stats", "model", "ort no-op",
+    for column in ("prompt", "tokens", "route p50", "route p99", "p99 / p50", "constant work p99 / p50", "tokenize", "text stats", "model", "ort no-op",
                    "floor (sum)", "route / floor", "in route(): features", "model", "decision", "rest"):
         table.add_column(column, justify="right")
     for name, fig in results["route"].items():
         if "floor" not in fig:
-            table.add_row(name, "", f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}", *[""] * 10)
+            table.add_row(name, "", f"{fig['route']['p50_us']:.0f}", f"{fig['route']['p99_us']:.0f}", *[""] * 12)
             continue
         floor = {k: v["p50_us"] for k, v in fig["floor"].items()}
         inside = {k: v["p50_us"] for k, v in fig["inside_route"].items()}
         route = fig["route"]["p50_us"]
         parts = floor["tokenize"] + floor["text_statistics"] + floor["model"]
+        work = fig["jitter"]["constant_work"]
         table.add_row(name, str(fig["tokens"]), f"{route:.0f}", f"{fig['route']['p99_us']:.0f}",
+                      f"{fig['route']['p99_us'] / route:.1f}", f"{work['p99_us'] / work['p50_us']:.1f}",
                       *(f"{floor[k]:.0f}" for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")),
                       f"{parts:.0f}", f"{route / parts:.1f}x",
                       f"{inside['features']:.0f}", f"{inside['model'] + inside.get('encoder', 0):.0f}",
                       f"{inside['decision']:.0f}", f"{inside['rest']:.0f}")
-    console = Console(width=max(Console().width, 160))  # all 14 columns, even in a pipe
+    console = Console(width=max(Console().width, 180))  # all 16 columns, even in a pipe
     console.print(table)
     console.print("floor: each part alone on prepared inputs, interleaved with route() (model = the onnxruntime "
                   "call(s) + calibration; ort no-op = the fixed cost of any call). in route(): the same stages timed "
                   "inside route() calls (features = cut + tokenize + statistics + numpy inputs; model includes the "
                   "encoder when staged; decision = zone, "
                   "reason, Decision), slower than alone because they share the CPU caches there; rest = argument "
-                  "checks, calls and lists between them (per call).")
+                  "checks, calls and lists between them (per call). constant work: a fixed Python loop as long as "
+                  "route(), interleaved with it: its p99 / p50 is this machine's jitter at that length.")
     for name, fig in results["route"].items():
         if "reference" in fig:
             console.print(f"{name}: the `tokenizers` library alone takes "

@@ -120,7 +120,7 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
     from rich.console import Console
 
     from serving.scorer import Scorer
-    from training.export import booster_to_onnx, write_bundle
+    from training.export import booster_to_onnx, calibration_in_model, write_bundle
     from training.thresholds import select_per_precision
     from training.tracking import flat_metrics, register_bundle, tracked_run
 
@@ -152,7 +152,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             "model_version": f"{config.registered_model}@run:{run_id[:12]}",
             "feature_spec": plan.spec.to_dict(),
             "encoder": {"tier": config.tier, "key": plan.built.key},
-            "calibration": fitted.calibration,
+            # in_model: the trees already output the calibrated score (training.export)
+            "calibration": {**fitted.calibration, "in_model": calibration_in_model(fitted.calibration)},
             "thresholds": thresholds,
             "target": {"kind": config.target, "max_quality_drop": config.max_quality_drop,
                        "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
@@ -167,8 +168,8 @@ def run(config: TrainConfig, *, console=None) -> TrainResult:
             "mlflow": {"run_id": run_id, "tracking_uri": config.tracking_uri,
                        "registered_model": config.registered_model},
         }
-        trees = booster_to_onnx(fitted.booster, len(plan.spec.feature_names))
-        bundle = write_bundle(Path(config.bundle), plan.bundle_files(trees, fitted.calibration), manifest)
+        trees = booster_to_onnx(fitted.booster, len(plan.spec.feature_names), fitted.calibration)
+        bundle = write_bundle(Path(config.bundle), plan.bundle_files(trees), manifest)
 
         # The bundle must score exactly like the pipeline that trained it, from raw text.
         checked = slice(0, config.parity_rows)

@@ -11,7 +11,7 @@ from serving.bundle import BundleError, read_manifest
 from serving.decision import Decision
 from serving.rules import RuleRouter
 from serving.validation import check_batch, check_precision, check_prompt
-from serving.zones import CLOUD, thresholds_for, zone_for
+from serving.zones import CLOUD, EDGE, first_target, thresholds_for, zone_for
 
 log = logging.getLogger("serving")
 
@@ -30,7 +30,7 @@ class Router:
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
         self._max_chars = max_chars
-        self._bounds: dict[str | None, tuple[float, float]] = {}  # (lo, hi) by precision, filled on first use
+        self._bands: dict[str | None, tuple] = {}  # by precision, filled on first use (see _band)
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1) -> "Router":
@@ -80,26 +80,29 @@ class Router:
         return [self._decide(p, q, s, round(n)) for p, q, s, n in zip(prompts, precisions, scores, n_tokens)]
 
     def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int) -> Decision:
-        bounds = self._bounds.get(precision)
-        if bounds is None:
-            bounds = self._bounds[precision] = thresholds_for(self.thresholds, precision)
-        lo, hi = bounds
+        band = self._bands.get(precision) or self._band(precision)
+        lo, hi, lo_text, hi_text, tag = band
         zone = zone_for(score, lo, hi)
-        tag = precision or "undeclared precision"
         if zone == CLOUD:
-            reason = f"score {score:.3f} > {hi:.3f} ({tag})"
-        elif score < lo:
-            reason = f"score {score:.3f} < {lo:.3f} ({tag})"
+            reason = f"score {score:.3f} > {hi_text} ({tag})"
+        elif zone == EDGE:
+            reason = f"score {score:.3f} < {lo_text} ({tag})"
         else:
-            reason = f"score {score:.3f} in [{lo:.3f}, {hi:.3f}] ({tag}): edge first, cloud fallback"
+            reason = f"score {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
         if n_tokens > self.edge_context_tokens and zone != CLOUD:
             zone = CLOUD
             reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
         truncated = len(prompt) > self._max_chars
         if truncated:
             reason += f"; features from the first {self._max_chars} characters"
-        return Decision.make(zone, score=score, reason=reason, degraded=False, model_version=self.model_version,
-                             precision=precision, n_tokens=n_tokens, truncated=truncated)
+        return Decision(first_target(zone), zone, score, reason, False, self.model_version, precision, n_tokens,
+                        truncated)
+
+    def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
+        """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
+        lo, hi = thresholds_for(self.thresholds, precision)
+        band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
+        return band
 
     def execute(self, prompt: str, edge, cloud, *, precision: str | None = None,
                 edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False):

@@ -5,10 +5,9 @@ Two bundle layouts, chosen at training time and named in the manifest's feature 
   embedding + trees in one onnxruntime call;
 - staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`,
   `router.onnx`.
-Both end in the model's `probabilities`; calibration is applied here, from the manifest
-(serving.calibration). A fused graph with Platt calibration also ends in the calibrated
-`score`, for runtimes that load model.onnx alone; asking onnxruntime for `probabilities`
-only skips those nodes (same numbers to ~1e-16).
+Both end in the model's `probabilities`; column 1 is the calibrated score when the manifest's
+calibration says `in_model` (Platt, folded into the trees), and is calibrated here otherwise
+(serving.calibration, e.g. isotonic).
 """
 from __future__ import annotations
 
@@ -53,7 +52,8 @@ class Scorer:
         inputs = {i.name for i in self.session.get_inputs()}
         if inputs != feeds:
             raise BundleError(f"the model's inputs are {sorted(inputs)}, expected {sorted(feeds)}")
-        self.calibrate = calibrator(self.calibration)
+        # Platt calibration is folded into the trees (training.export); others are applied here.
+        self.calibrate = float if self.calibration.get("in_model") else calibrator(self.calibration)
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
@@ -61,16 +61,15 @@ class Scorer:
 
     def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
         """(calibrated scores, estimated token counts) as lists of floats, in one model call."""
-        if not self.spec.fused:
+        if self.spec.fused:
+            ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
+            feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
+        else:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
             n_tokens = features[:, 0].tolist()
-        else:
-            ids, mask, scalars, _ = self.extractor.prepare(prompts, precisions)
-            feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-            n_tokens = scalars[:, 0].tolist()
-        probabilities = self.run_model(["probabilities"], feeds, None)[0]
-        return [self.calibrate(p) for p in probabilities[:, 1].tolist()], n_tokens
+        calibrate = self.calibrate
+        return [calibrate(row[1]) for row in self.run_model(["probabilities"], feeds, None)[0].tolist()], n_tokens
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""

@@ -55,15 +55,21 @@ def test_sdk_scores_match_the_training_pipeline(trained):
 
 
 def test_fused_graph_alone_gives_the_calibrated_score(trained):
-    """model.onnx is one call from token ids and scalars to the calibrated `score`, for
-    runtimes that load it without this SDK; it equals what the SDK computes."""
+    """model.onnx is one call from token ids and scalars to the calibrated score (Platt folded
+    into the trees), for runtimes that load it without this SDK: a bare onnxruntime session
+    gives the training pipeline's scores."""
+    import onnxruntime as ort
+
     _, result = trained
-    scorer = Scorer(result.bundle)  # the same session (tree sums in float32 depend on its threads)
-    prompts = result.held_out["prompt"].tolist()[:64]
-    precisions = result.held_out["precision"].tolist()[:64]
-    ids, mask, scalars, _ = scorer.extractor.prepare(prompts, precisions)
-    (graph_score,) = scorer.session.run(["score"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
-    assert np.max(np.abs(graph_score - scorer.scores(prompts, precisions))) <= 1e-12
+    manifest = json.loads((result.bundle / "manifest.json").read_text())
+    assert manifest["calibration"]["method"] == "sigmoid" and manifest["calibration"]["in_model"] is True
+    session = ort.InferenceSession(str(result.bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["probabilities"]
+    held = result.held_out[:64]
+    ids, mask, scalars, _, _ = Scorer(result.bundle).extractor.prepare(held["prompt"].tolist(),
+                                                                       held["precision"].tolist())
+    (probabilities,) = session.run(["probabilities"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
+    assert np.max(np.abs(probabilities[:, 1] - held["score"].to_numpy())) <= 1e-5
 
 
 def test_run_is_tracked_and_registered(trained):

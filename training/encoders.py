@@ -95,20 +95,27 @@ def static_encoder_graph(table: np.ndarray, *, scalars: int = 0) -> bytes:
     """
     from onnx import TensorProto, helper, numpy_helper
 
-    # Sums run in float64: a float32 sum's rounding depends on the padded length, so the same
-    # prompt would embed differently alone and in a batch.
-    nodes = [
-        helper.make_node("Gather", ["table", "input_ids"], ["rows32"], axis=0),
-        helper.make_node("Cast", ["rows32"], ["rows"], to=TensorProto.DOUBLE),
+    # The masked sum runs in float64: summing float32 values there is exact in practice, so a
+    # prompt embeds to the same bits alone and in a padded batch. Few nodes: onnxruntime's cost
+    # per node (~1.5 us) is most of a short prompt's call, so a float64 table (the small one the
+    # SDK ships) is gathered as is, and only a float32 one (training's 384-wide table) is cast.
+    table = np.asarray(table)
+    if table.dtype not in (np.float32, np.float64):
+        raise ValueError(f"the token table must be float32 or float64, not {table.dtype}")
+    wide = table.dtype == np.float64
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["rows" if wide else "rows32"], axis=0)]
+    if not wide:
+        nodes.append(helper.make_node("Cast", ["rows32"], ["rows"], to=TensorProto.DOUBLE))
+    nodes += [
         helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.DOUBLE),
-        helper.make_node("Unsqueeze", ["mask", "axis_last"], ["mask3"]),
-        helper.make_node("Mul", ["rows", "mask3"], ["masked"]),
-        helper.make_node("ReduceSum", ["masked", "axis_seq"], ["total"], keepdims=0),
-        helper.make_node("ReduceSum", ["mask", "axis_seq"], ["count"], keepdims=1),
+        helper.make_node("Unsqueeze", ["mask", "axis_one"], ["mask_row"]),  # [batch, 1, seq]
+        helper.make_node("MatMul", ["mask_row", "rows"], ["total"]),  # [batch, 1, dim]
+        helper.make_node("ReduceSum", ["mask_row", "axis_two"], ["count"], keepdims=1),  # [batch, 1, 1]
         # An empty prompt has no tokens: divide by 1, giving the zero vector, not NaN.
         helper.make_node("Max", ["count", "one"], ["safe_count"]),
         helper.make_node("Div", ["total", "safe_count"], ["mean"]),
-        helper.make_node("Cast", ["mean"], ["embedding"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["mean"], ["mean32"], to=TensorProto.FLOAT),
+        helper.make_node("Squeeze", ["mean32", "axis_one"], ["embedding"]),
     ]
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
               helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])]
@@ -120,8 +127,8 @@ def static_encoder_graph(table: np.ndarray, *, scalars: int = 0) -> bytes:
     graph = helper.make_graph(
         nodes, "static_encoder", inputs=inputs, outputs=[output],
         initializer=[numpy_helper.from_array(table, "table"),
-                     numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_last"),
-                     numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_seq"),
+                     numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_one"),
+                     numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_two"),
                      numpy_helper.from_array(np.array([1.0], dtype=np.float64), "one")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", GRAPH_OPSET)],
@@ -132,8 +139,9 @@ def static_encoder_graph(table: np.ndarray, *, scalars: int = 0) -> bytes:
 
 def fold_projection(table: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:
     """Project every table row once, so the masked mean of projected rows is the projected
-    mean (projection is affine and the weights sum to 1): the PCA costs nothing per request."""
-    return ((table.astype(np.float64) - mean) @ components.T).astype(np.float32)
+    mean (projection is affine and the weights sum to 1): the PCA costs nothing per request.
+    Rows are rounded to float32 values and kept in float64 (see static_encoder_graph)."""
+    return ((table.astype(np.float64) - mean) @ components.T).astype(np.float32).astype(np.float64)
 
 
 def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
@@ -184,14 +192,16 @@ def build_transformer(cache_dir: Path, *, max_tokens: int = 256) -> BuiltEncoder
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     folder = minilm_dir()
-    key = f"transformer-int8-{model_key(folder)}"
+    key = f"transformer-int8-per-channel-{model_key(folder)}"
     int8_path = cache_dir / f"{key}.onnx"
     if not int8_path.exists():
         cache_dir.mkdir(parents=True, exist_ok=True)
         fp32_path = cache_dir / f"{key}.fp32.onnx"
         export_transformer_onnx(folder, fp32_path)
         tmp = cache_dir / f"{key}.tmp.onnx"
-        quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8)
+        # One weight scale per output channel: mean cosine to the fp32 embedding 0.992 (worst
+        # of 600 real prompts 0.981) instead of 0.952 (0.898) per tensor, at the same speed.
+        quantize_dynamic(str(fp32_path), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
         tmp.replace(int8_path)
         fp32_path.unlink()
     return BuiltEncoder(int8_path.read_bytes(), folder / "tokenizer.json", max_tokens, True, row_wise=True)

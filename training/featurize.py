@@ -76,12 +76,12 @@ class FeaturePlan:
     def spec(self) -> FeatureSpec:
         return self.serving.spec
 
-    def bundle_files(self, trees: bytes, calibration: dict) -> dict:
+    def bundle_files(self, trees: bytes) -> dict:
         """The bundle's model files: one fused graph (static tier) or encoder + projection + trees."""
         from training.export import fuse
 
         if self.fused_prefix is not None:
-            return {"model.onnx": fuse(self.fused_prefix, trees, calibration),
+            return {"model.onnx": fuse(self.fused_prefix, trees),
                     "tokenizer.json": self.built.tokenizer_path}
         return {"encoder.onnx": self.built.onnx_bytes, "router.onnx": trees,
                 "projection.npz": self.projection.to_bytes(), "tokenizer.json": self.built.tokenizer_path}

@@ -1,0 +1,60 @@
+"""The tree model's ONNX export: Platt calibration folded into the leaves, no no-op nodes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from serving.calibration import apply_calibration
+from training.export import booster_to_onnx, calibration_in_model
+from training.model import fit_calibration
+
+
+@pytest.fixture(scope="module")
+def booster_and_rows():
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 6)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] ** 2 + rng.normal(scale=0.8, size=len(x)) > 0.5).astype(int)
+    booster = lgb.train({"objective": "binary", "num_leaves": 15, "verbose": -1, "learning_rate": 0.2},
+                        lgb.Dataset(x, y), num_boost_round=40)
+    return booster, x, y
+
+
+def onnx_probability(model: bytes, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return session.run(["probabilities"], {"features": x})[0][:, 1]
+
+
+def test_platt_calibration_is_folded_into_the_trees(booster_and_rows):
+    booster, x, y = booster_and_rows
+    calibration = fit_calibration(booster.predict(x[:1000]), y[:1000], method="sigmoid")
+    assert abs(calibration["a"] - 1) > 0.01 or abs(calibration["b"]) > 0.01  # a real correction to fold
+    model = booster_to_onnx(booster, x.shape[1], calibration)
+    assert calibration_in_model(calibration)
+    expected = apply_calibration(calibration, booster.predict(x))
+    assert np.max(np.abs(onnx_probability(model, x) - expected)) <= 1e-5
+    # ...and differs from the uncalibrated probability, so the fold did something.
+    assert np.max(np.abs(onnx_probability(model, x) - booster.predict(x))) > 1e-3
+
+
+def test_other_calibrations_stay_with_the_sdk(booster_and_rows):
+    booster, x, y = booster_and_rows
+    calibration = fit_calibration(booster.predict(x[:1000]), y[:1000], method="isotonic")
+    model = booster_to_onnx(booster, x.shape[1], calibration)
+    assert not calibration_in_model(calibration)
+    assert np.max(np.abs(onnx_probability(model, x) - booster.predict(x))) <= 1e-5
+
+
+def test_export_has_no_no_op_nodes(booster_and_rows):
+    booster, x, y = booster_and_rows
+    graph = onnx.load_from_string(booster_to_onnx(booster, x.shape[1], {"method": "none"})).graph
+    assert [n.op_type for n in graph.node] == ["TreeEnsembleClassifier"]
+
+
+def test_unknown_calibration_is_refused(booster_and_rows):
+    booster, x, _ = booster_and_rows
+    with pytest.raises(ValueError, match="unknown calibration"):
+        booster_to_onnx(booster, x.shape[1], {"method": "beta"})
