@@ -79,9 +79,11 @@ def text_statistics(text: str, head: str) -> list[float]:
         float(_count_chars(raw, _MATH_ASCII, _MATH_WIDE)),
         float(_count_all(head, _LATEX_MARKERS) if "\\" in head or "{" in head else 0),
         float(_count_all(head, _CODE_MARKERS)),
-        float(len(_OPTION.findall(head))),
+        # An option needs "A." or "A)": without either character there is none to scan for.
+        float(len(_OPTION.findall(head)) if "." in head or ")" in head else 0),
         float(head.count("?")),
-        float(_count_all(head, _SENTENCE_ENDS) + head.rstrip().endswith((".", "?", "!"))),
+        float(_count_all(head, _SENTENCE_ENDS) + head.rstrip().endswith((".", "?", "!"))
+              if "." in head or "?" in head or "!" in head else 0),
         float(_count_chars(raw, _CURRENCY_ASCII, _CURRENCY_WIDE)),
         _count_chars(raw, _UPPER) / n_head,
         (len(head) - head_spaces) / words if words else 0.0,
