@@ -52,6 +52,7 @@ def test_export_has_no_no_op_nodes(booster_and_rows):
     booster, x, y = booster_and_rows
     graph = onnx.load_from_string(booster_to_onnx(booster, x.shape[1], {"method": "none"})).graph
     assert [n.op_type for n in graph.node] == ["TreeEnsembleClassifier"]
+    assert not graph.initializer  # the multiply-by-one constant went with its node
 
 
 def test_unknown_calibration_is_refused(booster_and_rows):

@@ -98,10 +98,8 @@ def _drop_no_op_tail(graph) -> None:
         source = producers[source].input[0]
     tree = producers[source]
     tree.output[list(tree.output).index(source)] = "probabilities"
-    for node in dropped:
+    for node in dropped:  # the factor's initializer goes with the extraction that follows
         graph.node.remove(node)
-    if not any(factor in node.input for node in graph.node):
-        graph.initializer.remove(next(i for i in graph.initializer if i.name == factor))
 
 
 def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: dict) -> Path:
