@@ -4,11 +4,18 @@ Sources are found by a registry of loaders (`LOADERS`): a RouteLLM-style folder 
 through its adapter, anything else is read as canonical-schema files. Every rejected
 row or file is reported (file, location, reason) and written to a rejects file; the
 run stops when more than `max_reject_share` of what was read is bad.
+
+Folders are walked by real path: each real file or folder is read once, however many
+symlinks, aliases or arguments lead to it (a symlink loop is entered once, with a
+warning). A path that is neither a file nor a folder (a dangling symlink) and a folder
+that cannot be listed are `file` rejects that say why.
 """
 from __future__ import annotations
 
 import glob
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -18,23 +25,66 @@ from data.routellm import (is_correctness_csv, is_mt_bench_folder, is_routellm_f
                            iter_mt_bench, iter_routellm)
 from data.schema import COLUMNS, Reject, RowError, check_row
 
+log = logging.getLogger(__name__)
+
 
 class DataQualityError(RuntimeError):
     """Too many rows were rejected, or nothing usable was found."""
 
 
-def _children(path: Path) -> Iterator[Path]:
+def _children(path: Path) -> list[Path]:
     """The log files and sub-folders of a folder. Names that start with "_" or "." are
-    markers and metadata (_SUCCESS, _metadata.json, .crc), not logs."""
-    for child in sorted(path.iterdir()):
-        if not child.name.startswith(("_", ".")) and (child.is_dir() or child.suffix.lower() in FORMATS):
-            yield child
+    markers and metadata (_SUCCESS, _metadata.json, .crc), not logs. A dangling symlink
+    with a log's name is kept: reading it reports it. Raises OSError if it cannot be listed."""
+    return [child for child in sorted(path.iterdir())
+            if not child.name.startswith(("_", ".")) and (child.is_dir() or child.suffix.lower() in FORMATS)]
+
+
+def _walk(path: Path, seen: set[str]) -> Iterator[Path]:
+    """The loading units under `path`: each real file or folder once, however many symlinks
+    or arguments lead to it (a symlink loop is entered once). `seen` holds the real paths
+    already visited. A folder that cannot be listed is a unit itself: reading it says why."""
+    real = os.path.realpath(path)
+    if real in seen:
+        log.warning("%s leads to %s, which is already read (a symlink loop or alias): skipped", path, real)
+        return
+    seen.add(real)
+    if loader_for(path) != "folder":
+        yield path
+        return
+    try:
+        children = _children(path)
+    except OSError:
+        yield path
+        return
+    for child in children:
+        yield from _walk(child, seen)
 
 
 def _folder(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
-    """Every log inside a folder, each child dispatched through LOADERS again."""
-    for child in _children(path):
-        yield from iter_path(child, rejects)
+    """Every log inside a folder, each real file once (see _walk), each dispatched through LOADERS."""
+    try:
+        children = _children(path)
+    except OSError as exc:
+        rejects.append(Reject(str(path), "file", f"cannot list folder: {exc.strerror or exc}"))
+        return
+    seen = {os.path.realpath(path)}
+    for child in children:
+        for unit in _walk(child, seen):
+            yield from iter_path(unit, rejects)
+
+
+def _not_a_log(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """Neither a file nor a folder: a dangling symlink, a path that vanished, a pipe or device."""
+    try:
+        os.stat(path)
+        reason = "not a regular file or folder"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if path.is_symlink():
+            reason = f"dangling symlink to {os.readlink(path)!r}: {reason}"
+    rejects.append(Reject(str(path), "file", reason))
+    yield from ()
 
 
 # (does this path belong to me?, its rows). First match wins; the last is the catch-all.
@@ -44,6 +94,7 @@ LOADERS: dict[str, tuple[Callable[[Path], bool], Callable[[Path, list[Reject]], 
     "routellm-correctness-csv": (is_correctness_csv, iter_correctness_csv),
     "folder": (Path.is_dir, _folder),
     "canonical": (Path.is_file, read_table),
+    "not-a-log": (lambda path: True, _not_a_log),
 }
 
 
@@ -59,28 +110,21 @@ def iter_path(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
 
 def loading_units(paths: Iterable[str | Path]) -> list[Path]:
     """The independently readable pieces under `paths`: each log file, and each folder an
-    adapter reads as a whole (RouteLLM). The Dask engine makes one partition of each."""
-    units: list[Path] = []
-
-    def visit(path: Path) -> None:
-        if loader_for(path) == "folder":
-            for child in _children(path):
-                visit(child)
-        else:
-            units.append(path)
-
-    for path in expand(paths):
-        visit(path)
-    return units
+    adapter reads as a whole (RouteLLM), each real one once (see _walk). Anything that is
+    not a log (a dangling symlink) is a unit too, so that reading it reports it. The Dask
+    engine makes one partition of each."""
+    seen: set[str] = set()
+    return [unit for path in expand(paths) for unit in _walk(path, seen)]
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
-    """Files, folders and glob patterns -> existing paths; a pattern matching nothing is an error."""
+    """Files, folders and glob patterns -> existing paths (a dangling symlink among them is
+    kept, to be reported); a pattern matching nothing is an error."""
     found: list[Path] = []
     for item in paths:
         text = str(item)
         matches = sorted(glob.glob(text, recursive=True)) if glob.has_magic(text) else [text]
-        existing = [Path(m) for m in matches if Path(m).exists()]
+        existing = [Path(m) for m in matches if os.path.lexists(m)]
         if not existing:
             raise FileNotFoundError(f"no log file or folder matches {text!r}")
         found.extend(existing)
