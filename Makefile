@@ -16,12 +16,15 @@ N      ?= 100000
 OUT    ?= data/simulated
 ROWS   ?= 1e4,1e5,1e6
 
+# Training, evaluation and the UI share one MLflow store: $(MLRUNS), unless MLFLOW_TRACKING_URI is set.
+export MLFLOW_TRACKING_URI ?= sqlite:///$(MLRUNS)/mlflow.db
+
 # Nothing may load from a model or dataset hub at run time.
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate test ui data bench simulate scale clean
+.PHONY: venv train evaluate results test ui data bench simulate scale clean
 
 venv: $(STAMP)
 
@@ -39,11 +42,15 @@ train: $(STAMP)
 evaluate: $(STAMP)
 	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --engine $(ENGINE) --leave-one-source-out $(ARGS)
 
+# The README's headline table: train, then write the bundle's test-split figures into README.md.
+results: train
+	$(BIN)/python -m pipelines.results --bundle $(BUNDLE) --write README.md
+
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(MLRUNS)/mlflow.db --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
+	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
 
 bench: $(STAMP)
 	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE)

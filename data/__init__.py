@@ -1,7 +1,2 @@
-"""Outcome logs: the canonical schema, loaders for canonical and RouteLLM files, preparation."""
-from data.logs import DataQualityError, LoadedLogs, load_logs
-from data.prepare import assign_splits, fingerprint, merge_duplicates, prompt_hash
-from data.schema import COLUMNS, PRECISIONS, Reject
-
-__all__ = ["COLUMNS", "PRECISIONS", "DataQualityError", "LoadedLogs", "Reject", "assign_splits",
-           "fingerprint", "load_logs", "merge_duplicates", "prompt_hash"]
+"""Outcome logs: the canonical schema (data.schema), readers and loaders (data.readers, data.logs,
+data.routellm), preparation (data.prepare: merge, hash split, fingerprint) and the simulator."""

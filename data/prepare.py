@@ -57,22 +57,37 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     return out.iloc[order.loc[out["prompt"]].argsort(kind="stable")].reset_index(drop=True)
 
 
+def hash_uniform(prompts, salt: str = "") -> np.ndarray:
+    """A number in [0, 1) per prompt from the hash of salt + prompt: the same prompt gets the
+    same number on any machine, in any order or partitioning (splits and samples use it)."""
+    return np.array([int(prompt_hash(salt + p)[:12], 16) / 16**12 for p in prompts])
+
+
 def assign_splits(prompts: pd.Series, *, val_share: float, test_share: float,
                   salt: str = "") -> np.ndarray:
     """'train' / 'val' / 'test' per prompt from its hash: the same prompt always lands together."""
     if not (0 <= val_share < 1 and 0 <= test_share < 1 and val_share + test_share < 1):
         raise ValueError(f"bad split shares: val={val_share!r}, test={test_share!r}")
-    u = np.array([int(prompt_hash(salt + p)[:12], 16) / 16**12 for p in prompts])
+    u = hash_uniform(prompts, salt)
     return np.where(u < test_share, "test", np.where(u < test_share + val_share, "val", "train"))
 
 
-def fingerprint(frame: pd.DataFrame) -> dict:
-    """Rows per source and a content hash of the table, to tie a model to its data."""
-    digest = hashlib.sha256()
-    for row in frame[["prompt", "edge_quality", "cloud_quality"]].itertuples(index=False):
-        digest.update(f"{prompt_hash(row.prompt)}:{row.edge_quality:.6f}:{row.cloud_quality:.6f}\n".encode())
-    return {
-        "rows": int(len(frame)),
-        "rows_per_source": {str(k): int(v) for k, v in frame["source"].value_counts().sort_index().items()},
-        "content_sha256": digest.hexdigest(),
-    }
+def content_sum64(frame: pd.DataFrame) -> int:
+    """An order-free content hash of log rows: the sum, modulo 2**64, of each row's hash of
+    (prompt, edge quality, cloud quality). Partial sums of any partitioning add up to it."""
+    total = 0
+    for prompt, edge, cloud in zip(frame["prompt"], frame["edge_quality"], frame["cloud_quality"]):
+        row = hashlib.sha256(f"{prompt_hash(prompt)}:{edge:.6f}:{cloud:.6f}".encode()).digest()
+        total = (total + int.from_bytes(row[:8], "big")) % 2**64
+    return total
+
+
+def rows_per_source(frame: pd.DataFrame) -> dict[str, int]:
+    return {str(k): int(v) for k, v in frame["source"].value_counts().sort_index().items()}
+
+
+def fingerprint(valid: pd.DataFrame, merged: pd.DataFrame) -> dict:
+    """What ties a model to its data: prompts after merging, rows per source, and the content
+    hash of the valid rows as read (before merging; both engines compute the same)."""
+    return {"rows": int(len(merged)), "rows_per_source": rows_per_source(merged),
+            "content_sum64": str(content_sum64(valid))}

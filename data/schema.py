@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-PRECISIONS = ("exact", "standard", "tolerant")
+from serving.contract import PRECISIONS
 
 REQUIRED = ("prompt", "edge_quality", "cloud_quality")
 OPTIONAL_TEXT = ("request_id", "domain", "precision", "source")
@@ -35,20 +35,25 @@ class RowError(ValueError):
 
 
 def _missing(value: Any) -> bool:
+    """None, or NaN: how pandas marks an empty text cell."""
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _number(row: dict, field: str) -> float | None:
+    """The field as a float (NaN stays NaN: the caller says what it means), or None when it
+    is absent, None or empty text. true/false, as JSON or as CSV text, are 1.0/0.0."""
     value = row.get(field)
-    if _missing(value) or value == "":
+    if value is None or value == "":
         return None
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        value = value.strip().lower() == "true"
     if isinstance(value, bool):
         return float(value)
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise RowError(f"{field} is not a number: {value!r}") from None
-    if math.isnan(number) or math.isinf(number):
+    if math.isinf(number):
         raise RowError(f"{field} is not a finite number: {value!r}")
     return number
 
@@ -76,6 +81,8 @@ def check_row(row: dict, *, default_source: str) -> dict:
         value = _number(row, field)
         if value is None:
             raise RowError(f"{field} is missing")
+        if math.isnan(value):
+            raise RowError(f"{field} is NaN, not a number in [0, 1]")
         if not 0.0 <= value <= 1.0:
             raise RowError(f"{field} is out of range [0, 1]: {value!r}")
         out[field] = value
@@ -93,6 +100,8 @@ def check_row(row: dict, *, default_source: str) -> dict:
     out["source"] = _text(row, "source") or default_source
     for field in OPTIONAL_NUMBERS:
         value = _number(row, field)
+        if value is not None and math.isnan(value):
+            value = None  # how pandas and Arrow mark an empty optional number
         if value is not None and value < 0:
             raise RowError(f"{field} is negative: {value!r}")
         out[field] = value

@@ -30,6 +30,8 @@ import numpy as np
 
 from data.schema import COLUMNS
 from data.simulator_text import DOMAIN_WEIGHTS, STEP_DIFFICULTY, SUBTOPICS, TASKS, PromptPlan, compose
+from serving import rules
+from serving.contract import PRECISIONS
 
 __all__ = ["DifficultyModel", "GENERATOR_VERSION", "MANIFEST_NAME", "generate_rows", "write_shards"]
 
@@ -41,8 +43,18 @@ SOURCE = "synthetic"
 # file must not become a rejected row. JSON text is valid YAML, so any reader parses it.
 MANIFEST_NAME = "_SIMULATED.yaml"
 SHARD_PATTERN = "part-{:05d}.parquet"
-RULE_DOMAINS = ("finance", "medical", "legal")  # as in serving.rules (not imported: no SDK import here)
-PRECISION_CHOICES = ("exact", "standard", "tolerant")
+RULE_DOMAINS = tuple(sorted(rules.RULE_DOMAINS))  # a sequence: np.isin treats a set as one value
+
+
+def parse_count(text: str) -> int:
+    """A row count: `100000`, `100_000` or `1e6`; anything not a positive integer is a ValueError."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise ValueError(f"must be a positive whole number, got {text!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,7 @@ def generate_block(seed: int, block: int, *, model: DifficultyModel = MODEL):
 
     declared = precision_u >= model.undeclared_share
     rescaled = (precision_u - model.undeclared_share) / max(1.0 - model.undeclared_share, 1e-12)
-    precision_idx = np.minimum((rescaled[:, None] > _PRECISION_CUM[task_idx]).sum(axis=1), len(PRECISION_CHOICES) - 1)
+    precision_idx = np.minimum((rescaled[:, None] > _PRECISION_CUM[task_idx]).sum(axis=1), len(PRECISIONS) - 1)
 
     prompts, domains, precisions, base = [], [], [], np.empty(n)
     for i in range(n):
@@ -116,7 +128,7 @@ def generate_block(seed: int, block: int, *, model: DifficultyModel = MODEL):
         else:
             paragraphs = int(context_n[i]) if context_u[i] < model.long_context_share else 0
         prompts.append(compose(text_rng, PromptPlan(domain, subtopic, task, steps, paragraphs)))
-        precisions.append(PRECISION_CHOICES[precision_idx[i]] if declared[i] else None)
+        precisions.append(PRECISIONS[precision_idx[i]] if declared[i] else None)
         domains.append(domain)
         base[i] = sub_offset + task_offset + STEP_DIFFICULTY * (steps - 1)
 

@@ -4,24 +4,23 @@ Policies (POLICIES): the learned router as the SDK ran it, the hand rule table o
 baseline.md with the domain from the log's label and inferred from the text, a tuned
 rule table (the same three rules, weights and thresholds grid-searched on training
 rows), random routing at the learned router's cloud-first and fallback shares (its
-expectation), all-edge, all-cloud and the oracle. Figures: training.evaluation's
-policy_figures plus training.policy_metrics (matched share, fallback, cost, latency).
+expectation), all-edge, all-cloud and the oracle. Figures: policy_figures (curve and
+operating point) plus evaluation.policy_metrics (matched share, fallback, cost, latency).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
-from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, infer_rule_domain, rule_score
-from serving.zones import CLOUD, EDGE, zone_for
-from training.evaluation import policy_figures, rule_table_scores
-from training.metrics import curve_summary, quality_curve
-from training.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
-                                     latency_figures, pgr, random_zone_probabilities, zone_probabilities)
-from training.thresholds import Thresholds, select_thresholds
+from evaluation.metrics import curve_summary, operating_point, quality_curve
+from evaluation.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
+                                       latency_figures, pgr, random_zone_probabilities, zone_probabilities)
+from evaluation.rows import Rows
+from evaluation.thresholds import Thresholds, select_thresholds
+from serving.contract import CLOUD, EDGE, FALLBACK, zone_for
+from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, rule_score
 
 POLICIES = {
     "learned": "the bundle's router through the SDK, at its calibrated thresholds",
@@ -46,62 +45,16 @@ def check_policies(names) -> list[str]:
     return [n for n in POLICIES if n == "learned" or n in names]
 
 
-@dataclass(frozen=True)
-class EvalRows:
-    """Everything every policy sees for a set of requests, as aligned arrays."""
-
-    prompts: np.ndarray
-    precisions: np.ndarray
-    domains: np.ndarray
-    sources: np.ndarray
-    n_tokens: np.ndarray  # as the SDK estimated them (Decision.n_tokens)
-    q_edge: np.ndarray
-    q_cloud: np.ndarray
-    needed: np.ndarray
-    scores: np.ndarray    # the learned router's calibrated score
-    zones: np.ndarray     # the learned router's zone (context limit included)
-    inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
-
-    @classmethod
-    def build(cls, *, prompts, precisions, domains, sources, n_tokens, q_edge, q_cloud, needed, scores,
-              zones) -> "EvalRows":
-        """Aligned arrays from sequences."""
-        return cls(_objects(prompts), _objects(precisions), _objects(domains), _objects(sources),
-                   np.asarray(n_tokens, float), np.asarray(q_edge, float), np.asarray(q_cloud, float),
-                   np.asarray(needed, np.int8), np.asarray(scores, float), _objects(zones))
-
-    @classmethod
-    def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "EvalRows":
-        """The rows of a prepared log frame (pipelines.train.prepare_frame), each routed by the
-        SDK's `route_batch`: score, zone and token count are exactly what clients get."""
-        prompts, precisions = frame["prompt"].tolist(), frame["precision"].tolist()
-        decisions = []
-        for start in range(0, len(prompts), batch_size):
-            decisions += router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])
-            if on_batch:
-                on_batch(min(batch_size, len(prompts) - start))
-        return cls.build(prompts=prompts, precisions=precisions, domains=frame["domain"], sources=frame["source"],
-                         n_tokens=[d.n_tokens for d in decisions], q_edge=frame["edge_quality"],
-                         q_cloud=frame["cloud_quality"], needed=frame["label"],
-                         scores=[d.score for d in decisions], zones=[d.zone for d in decisions])
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def subset(self, mask) -> "EvalRows":
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
-                                            if getattr(self, f.name) is not None})
-
-    def with_inferred_domains(self) -> "EvalRows":
-        """These rows with the rule table's text-inferred domain (a keyword scan: computed once,
-        on demand, and kept by `subset`)."""
-        if self.inferred_domains is not None:
-            return self
-        return dataclasses.replace(self, inferred_domains=_objects(infer_rule_domain(p) for p in self.prompts))
+def rule_table_scores(n_tokens, domains, precisions) -> np.ndarray:
+    """The hand rule table's score of each request (serving.rules.rule_score)."""
+    return np.array([rule_score(n, d, p) for n, d, p in zip(n_tokens, domains, precisions)])
 
 
-def _objects(values) -> np.ndarray:
-    return np.array(list(values), dtype=object)
+def policy_figures(scores, zones, q_edge, q_cloud, needed) -> dict:
+    """Curve summary, operating point and fallback-zone share of one deterministic policy."""
+    return {**curve_summary(scores, q_edge, q_cloud, needed),
+            **operating_point(np.asarray(zones) == CLOUD, q_edge, q_cloud, needed),
+            "fallback_share": float((np.asarray(zones) == FALLBACK).mean())}
 
 
 def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
@@ -147,7 +100,7 @@ def _rank(t: Thresholds, target: str) -> tuple:
 def tune_rule_table(n_tokens, domains, precisions, q_edge, q_cloud, *, step: float = 0.1,
                     target: str = "quality", **threshold_options) -> TunedRules:
     """Grid-search the three weights (multiples of `step` in [0, 1]) and, for each, the two
-    thresholds (training.thresholds, every cut point) for `target`; the hand weights are tried
+    thresholds (evaluation.thresholds, every cut point) for `target`; the hand weights are tried
     first, so they win ties."""
     units = round(1 / step) if step > 0 else 0
     if units < 1 or abs(units * step - 1) > 1e-9:
@@ -177,12 +130,12 @@ def _constant(zone: str, value: float):
     return lambda rows, tuned: (np.full(len(rows), value), np.full(len(rows), zone, dtype=object))
 
 
-def _rule_table(rows: EvalRows, domains):
+def _rule_table(rows: Rows, domains):
     scores = rule_table_scores(rows.n_tokens, domains, rows.precisions)
     return scores, _rule_zones(scores)
 
 
-def _tuned(rows: EvalRows, tuned: TunedRules | None):
+def _tuned(rows: Rows, tuned: TunedRules | None):
     if tuned is None:
         raise ValueError("the tuned rule table was not fitted (no train rows); leave it out of the policies")
     scores = tuned.scores(rows.n_tokens, rows.domains, rows.precisions)
@@ -201,7 +154,7 @@ SCORERS = {
 }
 
 
-def evaluate_policies(rows: EvalRows, names, *, tuned: TunedRules | None = None, catch_rate: float = 0.5,
+def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None, catch_rate: float = 0.5,
                       cost: CostModel | None = None, latency: LatencyModel | None = None):
     """(figures, curves): reference qualities and every policy's figures on these rows, and
     the quality curve of each policy that has a score. Matched share = the learned router's
@@ -211,7 +164,7 @@ def evaluate_policies(rows: EvalRows, names, *, tuned: TunedRules | None = None,
     cost, latency = cost or CostModel(), latency or LatencyModel()
     qe, qc, needed = rows.q_edge, rows.q_cloud, rows.needed
     all_edge, all_cloud = float(qe.mean()), float(qc.mean())
-    learned = policy_figures(rows.scores, rows.zones, qe, qc, needed, catch_rate=catch_rate)
+    learned = policy_figures(rows.scores, rows.zones, qe, qc, needed)
     share, fallback_share = learned["cloud_share"], learned["fallback_share"]
     figures, curves = {}, {}
     for name in check_policies(names):
@@ -223,7 +176,7 @@ def evaluate_policies(rows: EvalRows, names, *, tuned: TunedRules | None = None,
         else:
             scores, zones = SCORERS[name](rows, tuned)
             probs = zone_probabilities(zones)
-            point = policy_figures(scores, zones, qe, qc, needed, catch_rate=catch_rate)
+            point = policy_figures(scores, zones, qe, qc, needed)
         point["pgr"] = pgr(point["quality"], all_edge, all_cloud)
         point.update(fallback_figures(probs, qe, qc, catch_rate=catch_rate))
         point["quality_with_fallback"] = point["quality"] + point["fallback_recovered_quality"]
@@ -241,6 +194,20 @@ def evaluate_policies(rows: EvalRows, names, *, tuned: TunedRules | None = None,
             "matched_cloud_share": share, "policies": figures}, curves
 
 
+SUMMARY_POLICIES = ("learned", "rule_table")
+SUMMARY_KEYS = ("auc", "apgr", "cpt50", "cpt80", "cloud_share", "fallback_share", "misroute_rate", "under_routing",
+                "over_routing", "quality", "quality_vs_all_cloud", "quality_with_fallback", "expected_cloud_calls")
+
+
+def summary(rows: Rows, *, catch_rate: float) -> dict:
+    """The training run's figures for one split: reference qualities, and SUMMARY_KEYS of the
+    learned router (rows.zones) and of the hand rule table (the log's domain label)."""
+    figures, _ = evaluate_policies(rows, SUMMARY_POLICIES, catch_rate=catch_rate)
+    policies = figures.pop("policies")
+    figures.pop("matched_cloud_share")
+    return {**figures, **{name: {key: policies[name][key] for key in SUMMARY_KEYS} for name in SUMMARY_POLICIES}}
+
+
 # Labels double as MLflow metric-name parts, so only letters, digits, spaces and dashes.
 LENGTH_BUCKETS = ((64, "up to 64 tokens"), (256, "65-256 tokens"), (1024, "257-1024 tokens"),
                   (float("inf"), "over 1024 tokens"))
@@ -256,7 +223,7 @@ def length_buckets(n_tokens) -> np.ndarray:
     return labels[np.searchsorted(limits, np.asarray(n_tokens, float), side="left")]
 
 
-def breakdowns(rows: EvalRows, names, **options) -> dict:
+def breakdowns(rows: Rows, names, **options) -> dict:
     """{dimension: {group: figures}} by source, domain group, declared precision and prompt length,
     for the rule tables and the learned router (BREAKDOWN_KEYS of each)."""
     dimensions = {

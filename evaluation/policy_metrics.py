@@ -4,8 +4,7 @@ values at a given cloud share, the fallback, cost and latency models, calibratio
 A policy is described per request by its zone probabilities, an (n, 3) array over
 (edge, edge_with_cloud_fallback, cloud): one-hot for a deterministic router, constant
 rows for random routing. Every figure is an exact expectation, never a sample: in the
-fallback zone an edge failure (1 - q_e) is caught with probability `catch_rate` and
-the cloud then answers, as in training/thresholds.py; edge-zone requests are not
+fallback zone the fallback fires as evaluation.fallback says; edge-zone requests are not
 checked. The p95 latency is the inverted-CDF 95th percentile of the exact mixture.
 """
 from __future__ import annotations
@@ -14,10 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serving.zones import CLOUD, EDGE, FALLBACK
-from training.metrics import _arrays, quality_curve
+from evaluation import fallback
+from evaluation.metrics import _arrays, quality_curve
+from serving.contract import ZONES
 
-ZONE_ORDER = (EDGE, FALLBACK, CLOUD)
+ZONE_ORDER = ZONES  # columns of a zone-probability array
 DEFAULT_CLOUD_COSTS = {"fp8": 0.003, "fp16": 0.008}  # $ per request, baseline.md
 DEFAULT_EDGE_MS = {"phone": 120.0, "laptop": 50.0}    # baseline.md targets
 
@@ -85,9 +85,7 @@ def _check_probabilities(probs, n_rows: int) -> np.ndarray:
 
 def _fires(probs, q_edge, catch_rate: float) -> np.ndarray:
     """Per request: probability that the fallback fires (fallback zone, edge fails, failure caught)."""
-    if not 0.0 <= catch_rate <= 1.0:
-        raise ValueError(f"catch_rate must be in [0, 1], got {catch_rate!r}")
-    return probs[:, 1] * catch_rate * (1.0 - q_edge)
+    return probs[:, 1] * fallback.fires(q_edge, catch_rate)
 
 
 def pgr(quality: float, all_edge: float, all_cloud: float) -> float:

@@ -1,6 +1,6 @@
 """report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation.
 
-Tables read the figures dict of training.policies.evaluate_policies (plus the extras the
+Tables read the figures dict of evaluation.policies.evaluate_policies (plus the extras the
 pipeline adds); plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
 no display and no global pyplot state are needed.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from training.policies import BREAKDOWN_POLICIES, POLICIES
+from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 
 LABELS = {
     "learned": "learned router", "rule_table": "hand rule table (label domain)",
@@ -281,3 +281,14 @@ def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:
     plot_misroute_by_domain(metrics["breakdowns"]["domain"], paths["domain"])
     plot_reliability(metrics["calibration"], paths["reliability"])
     return list(paths.values())
+
+
+def write_report(metrics: dict, curves: dict, out: Path) -> tuple[dict, list[Path]]:
+    """metrics.json, report.md and the plots into `out`; returns the JSON-ready metrics and the files."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = json_ready(metrics)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False), encoding="utf-8")
+    (out / "report.md").write_text(render(metrics), encoding="utf-8")
+    return metrics, [out / "report.md", out / "metrics.json", *write_plots(metrics, curves, out)]

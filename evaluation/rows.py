@@ -1,88 +1,96 @@
-"""Figures for one split: the learned router at its thresholds and over its score curve,
-next to the hand rule table on the same rows."""
+"""The one row type of evaluation: a set of requests with their outcomes and a router's verdicts,
+as aligned arrays. Training builds it from its validation and test splits, `make evaluate`
+from the SDK's own decisions; every figure and threshold reads it."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from serving.rules import RULE_HI, RULE_LO, rule_score
-from serving.zones import CLOUD, FALLBACK, thresholds_for, zone_for
-from training.metrics import curve_summary, operating_point
+from serving.contract import CLOUD, zone_for
+from serving.rules import infer_rule_domain
 
 
-def learned_zones(scores, precisions, thresholds: dict) -> np.ndarray:
-    return np.array([zone_for(s, *thresholds_for(thresholds, p)) for s, p in zip(scores, precisions)])
+def _objects(values) -> np.ndarray:
+    return np.array(list(values), dtype=object)
 
 
-def rule_table_scores(n_tokens, domains, precisions) -> np.ndarray:
-    return np.array([rule_score(n, d, p) for n, d, p in zip(n_tokens, domains, precisions)])
+def learned_zones(scores, precisions, n_tokens, band, *, edge_context_tokens: int) -> np.ndarray:
+    """The zone the SDK gives each request: its precision's band (`band(precision)` -> (lo, hi)),
+    and the cloud for prompts over the edge context limit (serving.router does the same)."""
+    zones = [CLOUD if round(n) > edge_context_tokens else zone_for(s, *band(p))
+             for s, p, n in zip(scores, precisions, n_tokens)]
+    return _objects(zones)
 
 
-def policy_figures(scores, zones, q_edge, q_cloud, needed, *, catch_rate: float) -> dict:
-    """Curve summary + operating point + what the fallback zone adds at the given catch rate."""
-    q_edge, q_cloud = np.asarray(q_edge, float), np.asarray(q_cloud, float)
-    to_cloud = zones == CLOUD
-    in_fallback = zones == FALLBACK
-    with_fallback = np.where(to_cloud, q_cloud,
-                             np.where(in_fallback, q_edge + catch_rate * (1 - q_edge) * q_cloud, q_edge))
-    calls = np.where(to_cloud, 1.0, np.where(in_fallback, catch_rate * (1 - q_edge), 0.0))
-    return {
-        **curve_summary(scores, q_edge, q_cloud, needed),
-        **operating_point(to_cloud, q_edge, q_cloud, needed),
-        "fallback_share": float(in_fallback.mean()),
-        "quality_with_fallback": float(with_fallback.mean()),
-        "expected_cloud_calls": float(calls.mean()),
-    }
-
-
-def compare_on_split(*, scores, precisions, thresholds, n_tokens, domains, q_edge, q_cloud, needed,
-                     catch_rate: float) -> dict:
-    """{'learned': {...}, 'rule_table': {...}, 'all_edge_quality', 'all_cloud_quality', 'oracle_quality'}."""
-    rules = rule_table_scores(n_tokens, domains, precisions)
-    rule_zones = np.array([zone_for(s, RULE_LO, RULE_HI) for s in rules])
-    q_edge, q_cloud = np.asarray(q_edge, float), np.asarray(q_cloud, float)
-    return {
-        "rows": int(len(scores)),
-        "cloud_needed_share": float(np.mean(needed)),
-        "all_edge_quality": float(q_edge.mean()),
-        "all_cloud_quality": float(q_cloud.mean()),
-        "oracle_quality": float(np.where(needed == 1, q_cloud, q_edge).mean()),
-        "learned": policy_figures(scores, learned_zones(scores, precisions, thresholds), q_edge, q_cloud, needed,
-                                  catch_rate=catch_rate),
-        "rule_table": policy_figures(rules, rule_zones, q_edge, q_cloud, needed, catch_rate=catch_rate),
-    }
-
-
-@dataclass
-class SplitRows:
-    """One split's rows as the figures, thresholds and parity check need them."""
+@dataclass(frozen=True)
+class Rows:
+    """Everything every policy sees for a set of requests."""
 
     request_ids: np.ndarray
     prompts: np.ndarray
     precisions: np.ndarray   # object: "exact" / "standard" / "tolerant" / None
-    domains: np.ndarray
-    n_tokens: np.ndarray
+    domains: np.ndarray      # the log's domain label (None when absent)
+    sources: np.ndarray
+    n_tokens: np.ndarray     # as the SDK estimates them
     q_edge: np.ndarray
     q_cloud: np.ndarray
-    needed: np.ndarray
-    scores: np.ndarray
+    needed: np.ndarray       # the cloud-needed label
+    scores: np.ndarray       # the learned router's calibrated score
+    zones: np.ndarray | None = None             # the learned router's zone (with_zones, or the SDK's)
+    inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
 
     @classmethod
-    def from_frame(cls, frame, *, n_tokens, scores) -> "SplitRows":
-        """From prepared rows (request_id, prompt, precision, domain, qualities, label)."""
+    def build(cls, *, prompts, precisions, domains, sources, n_tokens, q_edge, q_cloud, needed, scores,
+              zones=None, request_ids=None) -> "Rows":
+        """Aligned arrays from sequences."""
+        prompts = _objects(prompts)
+        ids = _objects(request_ids) if request_ids is not None else np.full(len(prompts), None, dtype=object)
+        return cls(ids, prompts, _objects(precisions), _objects(domains), _objects(sources),
+                   np.asarray(n_tokens, float), np.asarray(q_edge, float), np.asarray(q_cloud, float),
+                   np.asarray(needed, np.int8), np.asarray(scores, float),
+                   _objects(zones) if zones is not None else None)
+
+    @classmethod
+    def from_frame(cls, frame, *, scores, n_tokens, zones=None) -> "Rows":
+        """From prepared log rows (request_id, prompt, precision, domain, source, qualities, label)."""
         from data.prepare import missing_text_as_none
 
         frame = missing_text_as_none(frame.copy())
-        return cls(frame["request_id"].to_numpy(object), frame["prompt"].to_numpy(object),
-                   frame["precision"].to_numpy(object), frame["domain"].to_numpy(object),
-                   np.asarray(n_tokens, float), frame["edge_quality"].to_numpy(float),
-                   frame["cloud_quality"].to_numpy(float), frame["label"].to_numpy(int), np.asarray(scores, float))
+        return cls.build(request_ids=frame["request_id"], prompts=frame["prompt"], precisions=frame["precision"],
+                         domains=frame["domain"], sources=frame["source"], n_tokens=n_tokens,
+                         q_edge=frame["edge_quality"], q_cloud=frame["cloud_quality"], needed=frame["label"],
+                         scores=scores, zones=zones)
+
+    @classmethod
+    def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "Rows":
+        """Prepared log rows, each routed by the SDK's `route_batch`: score, zone and token
+        count are exactly what clients get."""
+        prompts, precisions = frame["prompt"].tolist(), frame["precision"].tolist()
+        decisions = []
+        for start in range(0, len(prompts), batch_size):
+            decisions += router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])
+            if on_batch:
+                on_batch(min(batch_size, len(prompts) - start))
+        return cls.from_frame(frame, scores=[d.score for d in decisions], n_tokens=[d.n_tokens for d in decisions],
+                              zones=[d.zone for d in decisions])
 
     def __len__(self) -> int:
-        return len(self.scores)
+        return len(self.prompts)
 
-    def figures(self, thresholds: dict, *, catch_rate: float) -> dict:
-        return compare_on_split(scores=self.scores, precisions=self.precisions, thresholds=thresholds,
-                                n_tokens=self.n_tokens, domains=self.domains, q_edge=self.q_edge,
-                                q_cloud=self.q_cloud, needed=self.needed, catch_rate=catch_rate)
+    def subset(self, mask) -> "Rows":
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
+                                            if getattr(self, f.name) is not None})
+
+    def with_zones(self, band, *, edge_context_tokens: int) -> "Rows":
+        """These rows with the zones the SDK would give at these thresholds (learned_zones)."""
+        zones = learned_zones(self.scores, self.precisions, self.n_tokens, band, edge_context_tokens=edge_context_tokens)
+        return dataclasses.replace(self, zones=zones)
+
+    def with_inferred_domains(self) -> "Rows":
+        """These rows with the rule table's text-inferred domain (a keyword scan: computed once,
+        on demand, and kept by `subset`)."""
+        if self.inferred_domains is not None:
+            return self
+        return dataclasses.replace(self, inferred_domains=_objects(infer_rule_domain(p) for p in self.prompts))

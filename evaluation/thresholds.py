@@ -2,9 +2,8 @@
 
 Zones: edge when score < lo; cloud when score > hi; edge_with_cloud_fallback in between
 (inclusive, like the rule table). Offline, an edge-first request in the fallback zone
-is worth q_e + c * (1 - q_e) * q_c, where c (`catch_rate`) is the share of edge failures
-the app can see at run time (error, timeout, a rejecting check); it then costs
-c * (1 - q_e) cloud calls. Requests in the edge zone are not checked.
+is worth evaluation.fallback.fallback_quality and costs evaluation.fallback.fires cloud
+calls (c = `catch_rate`, the share of edge failures the app sees at run time).
 
 Targets: `quality` (default) is the fewest expected cloud calls whose expected quality
 is within `max_quality_drop` of all-cloud; `budget` is the best expected quality with
@@ -15,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from evaluation.fallback import fallback_quality, fires
 
 TARGETS = ("quality", "budget")
 
@@ -58,8 +59,6 @@ def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_q
     """Search every pair of cut points (lo <= hi) for the target; see the module doc."""
     if target not in TARGETS:
         raise ValueError(f"unknown threshold target {target!r}; choose one of {', '.join(TARGETS)}")
-    if not 0.0 <= catch_rate <= 1.0:
-        raise ValueError(f"catch_rate must be in [0, 1], got {catch_rate!r}")
     scores = np.asarray(scores, dtype=np.float64)
     if len(scores) == 0:
         raise ValueError("cannot pick thresholds from zero validation rows")
@@ -67,13 +66,12 @@ def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_q
     s = scores[order]
     qe, qc = np.asarray(q_edge, float)[order], np.asarray(q_cloud, float)[order]
     n = len(s)
-    fallback_quality = qe + catch_rate * (1 - qe) * qc
-    fallback_calls = catch_rate * (1 - qe)
+    fallback_calls, fallback_value = fires(qe, catch_rate), fallback_quality(qe, qc, catch_rate)
 
     def prefix(x):
         return np.concatenate([[0.0], np.cumsum(x)])
 
-    p_edge, p_fb, p_fbc, p_cloud = prefix(qe), prefix(fallback_quality), prefix(fallback_calls), prefix(qc)
+    p_edge, p_fb, p_fbc, p_cloud = prefix(qe), prefix(fallback_value), prefix(fallback_calls), prefix(qc)
     cuts = _cut_points(s, max_points)
     a, b = np.meshgrid(cuts, cuts, indexing="ij")  # edge = [0, a), fallback = [a, b), cloud = [b, n)
     valid = a <= b

@@ -137,7 +137,7 @@ def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, l
 
 def route_figures(router, prompt: str, repeat: int) -> dict:
     """route(), each of its parts alone (the floor), and the glue between them, for one prompt."""
-    from features.text_stats import text_statistics
+    from serving.features.text_stats import text_statistics
 
     scorer = router._scorer
     extractor = scorer.extractor
@@ -224,7 +224,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
                                       warmup=1)
     batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(batch)]
     return {
-        "bundle": str(bundle), "tier": router.manifest["feature_spec"]["tier"],
+        "bundle": str(bundle), "tier": router.manifest.feature_spec.tier,
         "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
                     "processor": platform.processor() or platform.machine()},
         "route": routes,

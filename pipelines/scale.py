@@ -20,7 +20,6 @@ from typing import Annotated
 
 import typer
 
-from pipelines.simulate import parse_count
 
 
 def tree_rss(process) -> tuple[int, int]:
@@ -75,10 +74,15 @@ def main(
     from rich.console import Console
     from rich.table import Table
 
+    from data.simulator import parse_count
+
     console = Console()
-    counts = [parse_count(r.strip()) for r in rows.split(",")]
+    try:
+        counts = [parse_count(r.strip()) for r in rows.split(",")]
+        local_cap = parse_count(local_max_rows)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--rows") from None
     names = [e.strip() for e in engines.split(",")]
-    local_cap = parse_count(local_max_rows)
     results = []
     for n in counts:
         logs = simulated(work / "logs" / f"n{n}", n, rows_per_shard)

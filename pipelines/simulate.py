@@ -6,23 +6,11 @@ quality figures.
 """
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-
-def parse_count(text: str) -> int:
-    """A row count: `100000`, `100_000` or `1e6`; anything not a positive integer is an error."""
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        raise typer.BadParameter(f"not a number: {text!r}", param_hint="--n") from None
-    if not math.isfinite(value) or value != int(value) or value < 1:
-        raise typer.BadParameter(f"must be a positive whole number, got {text!r}", param_hint="--n")
-    return int(value)
 
 
 def main(
@@ -37,9 +25,12 @@ def main(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from data.simulator import MANIFEST_NAME, DifficultyModel, write_shards
+    from data.simulator import MANIFEST_NAME, DifficultyModel, parse_count, write_shards
 
-    rows = parse_count(n)
+    try:
+        rows = parse_count(n)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--n") from None
     if rows_per_shard < 1:
         raise typer.BadParameter(f"must be a positive whole number, got {rows_per_shard!r}",
                                  param_hint="--rows-per-shard")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from serving.zones import first_target
+from serving.contract import first_target
 
 
 @dataclass(slots=True)

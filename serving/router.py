@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Sequence
 
 
-from features.spec import DEFAULT_MAX_CHARS
-from serving.bundle import BundleError, read_manifest
+from serving.bundle import BundleError, read_bundle
+from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, first_target, zone_for
 from serving.decision import Decision
+from serving.manifest import Manifest
 from serving.rules import RuleRouter
 from serving.validation import check_batch, check_precision, check_prompt
-from serving.zones import CLOUD, EDGE, first_target, thresholds_for, zone_for
 
 log = logging.getLogger("serving")
 
@@ -19,13 +19,12 @@ log = logging.getLogger("serving")
 class Router:
     """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
 
-    def __init__(self, scorer, manifest: dict, *, degraded_reason: str | None = None):
+    def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None):
         self._scorer = scorer
         self.manifest = manifest
         self.degraded_reason = degraded_reason
-        self.thresholds = manifest.get("thresholds", {})
-        self.edge_context_tokens = int(manifest.get("limits", {}).get("edge_context_tokens", 1024))
-        self.model_version = manifest.get("model_version", "unknown")
+        self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
+        self.model_version = manifest.model_version if manifest else RuleRouter.model_version
         tokenizer = scorer.extractor.tokenizer if scorer is not None else None
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
@@ -34,24 +33,23 @@ class Router:
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1) -> "Router":
-        """Load and verify a bundle folder (schema version, SHA-256 of every file).
+        """Load and verify a bundle folder (serving.bundle says what is checked).
 
-        strict=False: a missing, truncated, tampered or unknown bundle gives a router that
-        runs on the rule table, with one warning and `degraded_reason` set.
-        strict=True: the same problems raise BundleError.
+        strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
+        that runs on the rule table, with one warning and `degraded_reason` set; it never raises.
+        strict=True: the same problems raise BundleError, and only BundleError.
         """
         from serving.scorer import Scorer
 
         try:
-            manifest = read_manifest(path)
-            scorer = Scorer(path, manifest=manifest, threads=threads)
+            scorer = Scorer(read_bundle(path), threads=threads)
         except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
-            error = exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}")
+            error = exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500])
             if strict:
                 raise error from exc
             log.warning("routing bundle unavailable, using the rule table: %s", error)
-            return cls(None, {"model_version": RuleRouter.model_version}, degraded_reason=str(error))
-        return cls(scorer, manifest)
+            return cls(None, None, degraded_reason=str(error))
+        return cls(scorer, scorer.manifest)
 
     @property
     def degraded(self) -> bool:
@@ -100,7 +98,7 @@ class Router:
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
         """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
-        lo, hi = thresholds_for(self.thresholds, precision)
+        lo, hi = self.manifest.band(precision)
         band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
         return band
 

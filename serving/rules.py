@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import re
 
-from features.extractor import encodable
-from features.spec import DEFAULT_MAX_CHARS
+from serving.features.extractor import encodable
+from serving.contract import DEFAULT_MAX_CHARS
 from serving.decision import Decision
 from serving.validation import check_batch, check_precision, check_prompt
-from serving.zones import zone_for
+from serving.contract import zone_for
 
 RULE_DOMAINS = frozenset({"finance", "medical", "legal"})
 LONG_PROMPT_TOKENS = 1024

@@ -11,53 +11,50 @@ calibration says `in_model` (Platt, folded into the trees), and is calibrated he
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from features.spec import FeatureSpec
-from serving.bundle import BundleError, read_manifest
+from serving.bundle import Bundle, BundleError
 from serving.calibration import calibrator
-
-
-def _session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection, onnx_session
 
 
 class Scorer:
-    """Everything a bundle needs to turn prompts into calibrated cloud-needed probabilities."""
+    """Everything a bundle needs to turn prompts into calibrated cloud-needed probabilities.
+    Built from a verified Bundle: every file comes from its checked bytes, none from disk."""
 
-    def __init__(self, folder: str | Path, *, manifest: dict | None = None, threads: int = 1):
-        folder = Path(folder)
-        self.manifest = manifest if manifest is not None else read_manifest(folder)
-        self.spec = FeatureSpec.from_dict(self.manifest["feature_spec"])
-        self.calibration = self.manifest["calibration"]
-        tokenizer = FastTokenizer(folder / "tokenizer.json")
+    def __init__(self, bundle: Bundle, *, threads: int = 1):
+        self.manifest = bundle.manifest
+        self.spec = self.manifest.feature_spec
+        self.calibration = self.manifest.calibration
+        tokenizer = FastTokenizer(bundle.content("tokenizer.json"))
         if self.spec.fused:
-            self.session = _session(folder / "model.onnx", threads)
+            self.session = onnx_session(bundle.content("model.onnx"), threads=threads)
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder=None, projection=None)
             feeds = {"input_ids", "attention_mask", "scalars"}
         else:
-            self.session = _session(folder / "router.onnx", threads)
-            encoder = OnnxEncoder(folder / "encoder.onnx", threads=threads, row_wise=self.spec.encoder_row_wise)
-            self.extractor = FeatureExtractor(self.spec, tokenizer, encoder, Projection.load(folder / "projection.npz"))
+            self.session = onnx_session(bundle.content("router.onnx"), threads=threads)
+            encoder = OnnxEncoder(bundle.content("encoder.onnx"), threads=threads, row_wise=self.spec.encoder_row_wise)
+            projection = Projection.from_bytes(bundle.content("projection.npz"))
+            self.extractor = FeatureExtractor(self.spec, tokenizer, encoder, projection)
             feeds = {"features"}
         inputs = {i.name for i in self.session.get_inputs()}
         if inputs != feeds:
             raise BundleError(f"the model's inputs are {sorted(inputs)}, expected {sorted(feeds)}")
         # Platt calibration is folded into the trees (training.export); others are applied here.
-        self.calibrate = float if self.calibration.get("in_model") else calibrator(self.calibration)
+        self.calibrate = float if self.manifest.calibration_in_model else calibrator(self.calibration)
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
         self.run_model = getattr(self.session, "_sess", self.session).run
+
+    @classmethod
+    def load(cls, folder, *, threads: int = 1) -> "Scorer":
+        """Read, verify and load a bundle folder (BundleError when it cannot serve)."""
+        from serving.bundle import read_bundle
+
+        return cls(read_bundle(folder), threads=threads)
 
     def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
         """(calibrated scores, estimated token counts) as lists of floats, in one model call."""

@@ -1,7 +1,7 @@
 """Argument checks shared by every router's public methods."""
 from __future__ import annotations
 
-PRECISIONS = ("exact", "standard", "tolerant")
+from serving.contract import PRECISIONS
 
 
 def check_prompt(prompt, name: str = "prompt") -> str:

@@ -12,9 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _isolated_caches(tmp_path_factory):
-    """datasets' Arrow cache goes to a temporary folder, never the user's home."""
-    os.environ["ROUTER_HF_CACHE"] = str(tmp_path_factory.mktemp("hf_datasets"))
+def _offline():
+    """Nothing loads from a model or dataset hub, even when the tests run outside `make test`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -65,10 +64,19 @@ def config_for(tmp: Path, data: Path, cache: Path, **extra):
 @pytest.fixture(scope="session")
 def trained_small(small_routellm, encoder_cache, tmp_path_factory):
     """(config, TrainResult) of one `make train` run on the real-data slice, shared by the session."""
-    from pipelines.train import run
+    from training.engines.base import train as run
 
     cfg = config_for(tmp_path_factory.mktemp("train"), small_routellm, encoder_cache)
     return cfg, run(cfg)
+
+
+@pytest.fixture(scope="session")
+def trained_full(real_data_dir, encoder_cache, tmp_path_factory):
+    """TrainResult of `make train` with its default settings on all the real logs."""
+    from training.engines.base import train
+
+    cfg = config_for(tmp_path_factory.mktemp("train_full"), real_data_dir, encoder_cache, min_rows_per_tag=200)
+    return train(cfg)
 
 
 @pytest.fixture(scope="session")
@@ -89,5 +97,5 @@ def make_env() -> dict:
     """The environment for running `make` from a test, without what the outer `make test`
     passes down (its flags, and its command-line variables such as ARGS=...)."""
     inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "BUNDLE", "TIER", "ENGINE", "CONFIG", "N", "OUT",
-                 "PORT", "MLRUNS", "ROWS")
+                 "PORT", "MLRUNS", "ROWS", "MLFLOW_TRACKING_URI")
     return {k: v for k, v in os.environ.items() if k not in inherited}

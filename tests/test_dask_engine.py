@@ -12,7 +12,7 @@ import pytest
 
 from data.simulator import write_shards
 from tests.conftest import config_for
-from training.dask_engine import EngineError, stage
+from training.engines.dask_partitions import EngineError, stage
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def mixed_logs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
-    from pipelines.train import run
+    from training.engines.base import train as run
 
     results = {}
     for engine in ("local", "dask"):
@@ -88,7 +88,7 @@ def test_dask_bundle_is_checked_registered_and_routes(both_engines):
 
 def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(tmp_path, mixed_logs, encoder_cache,
                                                                              monkeypatch):
-    from pipelines.train import run
+    from training.engines.base import train as run
 
     monkeypatch.setenv("DASK_SCHEDULER", "tcp://127.0.0.1:9")
     config = config_for(tmp_path, mixed_logs, encoder_cache, engine="dask")

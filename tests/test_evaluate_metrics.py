@@ -1,4 +1,4 @@
-"""Offline-evaluation figures (training.policy_metrics, training.policies) on cases computed by hand,
+"""Offline-evaluation figures (evaluation.policy_metrics, evaluation.policies) on cases computed by hand,
 including the degenerate ones: one class, tied scores, zero and full cloud share, empty input."""
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from serving.zones import CLOUD, EDGE, FALLBACK
-from training.evaluation import policy_figures, rule_table_scores
-from training.policies import (EvalRows, TunedRules, check_policies, evaluate_policies, length_buckets,
-                               tune_rule_table)
-from training.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
+from evaluation.fallback import fallback_quality, fires
+from evaluation.policies import (TunedRules, check_policies, evaluate_policies, length_buckets, policy_figures,
+                                 rule_table_scores, tune_rule_table)
+from evaluation.rows import Rows
+from evaluation.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
                                      latency_figures, random_zone_probabilities, reliability, weighted_quantile,
                                      zone_probabilities)
+from serving.contract import CLOUD, EDGE, FALLBACK
 
 # 4 requests: edge right on 0 and 1, cloud right on 0, 2, 3; the cloud is needed on 2 and 3.
 Q_EDGE = np.array([1.0, 1.0, 0.0, 0.0])
@@ -75,10 +76,12 @@ def test_fallback_by_hand_and_consistent_with_policy_figures():
     # Only row 2 can fire (fallback zone, edge wrong): 0.5 of the time, and the cloud is right then.
     assert fb == pytest.approx({"fallback_fires": 0.125, "fallback_fires_in_zone": 0.25,
                                 "fallback_recovered_quality": 0.125})
-    point = policy_figures(SCORES, ZONES, Q_EDGE, Q_CLOUD, NEEDED, catch_rate=0.5)
-    assert point["quality"] == 0.75
-    assert point["quality_with_fallback"] == pytest.approx(point["quality"] + fb["fallback_recovered_quality"])
-    assert point["expected_cloud_calls"] == pytest.approx(point["cloud_share"] + fb["fallback_fires"])
+    assert policy_figures(SCORES, ZONES, Q_EDGE, Q_CLOUD, NEEDED)["quality"] == 0.75
+    # The same expectation the thresholds optimise (evaluation.fallback), summed over the zone.
+    in_zone = np.asarray(ZONES) == FALLBACK
+    assert fb["fallback_fires"] == pytest.approx((fires(Q_EDGE, 0.5) * in_zone).mean())
+    assert fb["fallback_recovered_quality"] == pytest.approx(
+        ((fallback_quality(Q_EDGE, Q_CLOUD, 0.5) - Q_EDGE) * in_zone).mean())
     assert fallback_figures(probs, Q_EDGE, Q_CLOUD, catch_rate=0.0)["fallback_fires"] == 0.0
     assert fallback_figures(probs, Q_EDGE, Q_CLOUD, catch_rate=1.0)["fallback_fires"] == 0.25
     no_zone = fallback_figures(zone_probabilities([EDGE] * 4), Q_EDGE, Q_CLOUD, catch_rate=0.5)
@@ -158,7 +161,7 @@ def test_reliability_degenerate():
 
 def rows_of(q_edge, q_cloud, needed, *, scores, zones, n_tokens=None, domains=None, precisions=None):
     n = len(q_edge)
-    return EvalRows.build(prompts=[f"prompt {i}" for i in range(n)], precisions=precisions or ["exact"] * n,
+    return Rows.build(prompts=[f"prompt {i}" for i in range(n)], precisions=precisions or ["exact"] * n,
                           domains=domains or [None] * n, sources=["s"] * n, n_tokens=n_tokens or [10] * n,
                           q_edge=q_edge, q_cloud=q_cloud, needed=needed, scores=scores, zones=zones)
 

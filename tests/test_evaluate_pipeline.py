@@ -2,7 +2,6 @@
 pipeline, MLflow, the CLI (partial RouteLLM folder, bad options), clear errors, leave-one-source-out."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -10,7 +9,9 @@ import sys
 
 import pytest
 
-from pipelines.evaluate import EvalConfig, log_to_mlflow, run
+from evaluation.config import EvalConfig
+from pipelines.evaluate import run
+from training.tracking import log_evaluation
 from tests.conftest import ROOT, make_env
 
 ALL_POLICIES = ["learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "random", "all_edge",
@@ -146,7 +147,7 @@ def test_cli_help_and_bad_options_quoting_them(tmp_path):
     done = cli("--bundle", str(tmp_path), "--policies", "learned,magic")
     assert done.returncode == 2 and "'magic'" in done.stderr
     done = cli("--bundle", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2 and "nowhere" in done.stderr and "manifest.json" in done.stderr
+    assert done.returncode == 2 and "nowhere" in done.stderr and "no bundle folder" in done.stderr
 
 
 @pytest.mark.real_data
@@ -167,7 +168,7 @@ def test_split_only_logs(bundle, small_routellm, tmp_path_factory):
     from data.prepare import assign_splits, merge_duplicates
     from serving.bundle import read_manifest
 
-    split = read_manifest(bundle)["split"]
+    split = read_manifest(bundle).split
     frame = merge_duplicates(load_logs([small_routellm / "mt_bench"]).frame())
     frame = frame[assign_splits(frame["prompt"], val_share=split["val_share"], test_share=split["test_share"],
                                 salt=split["salt"]) == "test"]
@@ -188,17 +189,18 @@ def test_logs_without_train_rows_skip_the_tuned_rule_table(bundle, test_split_on
         run(EvalConfig(bundle=str(bundle), logs=[str(path)], out=str(tmp_path / "o2"), split="val", mlflow=False))
 
 
-def test_mlflow_is_skipped_with_a_warning_for_a_bundle_from_elsewhere(tmp_path):
-    from rich.console import Console
+def test_mlflow_is_skipped_with_a_reason_for_a_bundle_from_elsewhere(bundle, tmp_path):
+    import dataclasses
+
+    from serving.bundle import read_manifest
 
     metrics = {"setup": {"split": "test"}, "figures": {"rows": 3}}
-    buffer = io.StringIO()
     store = tmp_path / "absent.db"
-    manifest = {"mlflow": {"run_id": "abc", "tracking_uri": f"sqlite:///{store}"}}
-    assert log_to_mlflow(manifest, metrics, [], console=Console(file=buffer)) is None
-    assert not store.exists() and "does not exist" in buffer.getvalue()
-    assert log_to_mlflow({}, metrics, [], console=Console(file=buffer)) is None
-    assert "names no MLflow run" in buffer.getvalue()
+    elsewhere = dataclasses.replace(read_manifest(bundle), mlflow={"run_id": "abc", "tracking_uri": f"sqlite:///{store}"})
+    run_id, why_not = log_evaluation(elsewhere, metrics, [])
+    assert run_id is None and not store.exists() and "does not exist" in why_not
+    run_id, why_not = log_evaluation(dataclasses.replace(elsewhere, mlflow={}), metrics, [])
+    assert run_id is None and "names no MLflow run" in why_not
 
 
 def test_config_errors_quote_the_value():

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from features.spec import FeatureSpec
-from features.text_stats import STAT_NAMES, text_statistics
+from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
+from serving.features.spec import FeatureSpec
+from serving.features.text_stats import STAT_NAMES, text_statistics
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import minilm_dir, static_encoder_graph
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.metrics import apgr, auc, cpt, operating_point, quality_curve
+from evaluation.metrics import apgr, auc, cpt, operating_point, quality_curve
 
 # 4 requests: edge right on 0 and 1, cloud right on 0, 2, 3.
 Q_EDGE = np.array([1.0, 1.0, 0.0, 0.0])

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data.prepare import assign_splits, fingerprint, merge_duplicates
+from data.prepare import assign_splits, content_sum64, fingerprint, merge_duplicates
 from data.schema import COLUMNS
 from training.labels import cloud_needed
 
@@ -53,10 +53,13 @@ def test_splits_follow_the_prompt_hash():
 def test_fingerprint_counts_sources_and_changes_with_content():
     rows = [{"prompt": "p", "edge_quality": 1.0, "cloud_quality": 0.0, "source": "a"},
             {"prompt": "q", "edge_quality": 0.0, "cloud_quality": 1.0, "source": "b"}]
-    fp = fingerprint(frame(rows))
-    assert fp["rows_per_source"] == {"a": 1, "b": 1}
+    fp = fingerprint(frame(rows), frame(rows))
+    assert fp["rows_per_source"] == {"a": 1, "b": 1} and fp["rows"] == 2
+    # Order-free, and additive over any partitioning (the Dask engine sums partitions).
+    assert fingerprint(frame(rows[::-1]), frame(rows))["content_sum64"] == fp["content_sum64"]
+    assert (content_sum64(frame(rows[:1])) + content_sum64(frame(rows[1:]))) % 2**64 == int(fp["content_sum64"])
     rows[0]["cloud_quality"] = 1.0
-    assert fingerprint(frame(rows))["content_sha256"] != fp["content_sha256"]
+    assert fingerprint(frame(rows), frame(rows))["content_sum64"] != fp["content_sum64"]
 
 
 def test_label_binary_rows():

@@ -118,7 +118,7 @@ def test_router_from_the_mlflow_registry(trained_small, tmp_path):
     MlflowClient().set_registered_model_alias(cfg.registered_model, "champion", result.model_version)
     router = router_from_mlflow(f"models:/{cfg.registered_model}@champion", tracking_uri=cfg.tracking_uri,
                                 dest=tmp_path)
-    assert not router.degraded and router.manifest["mlflow"]["run_id"] == result.run_id
+    assert not router.degraded and router.manifest.mlflow["run_id"] == result.run_id
     held = result.held_out.iloc[:20]
     scores = [router.route(p, precision=q).score for p, q in zip(held["prompt"], held["precision"])]
     assert max(abs(a - b) for a, b in zip(scores, held["score"])) <= 1e-5

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving import BundleError, Decision, Router
-from serving.zones import ZONES
+from serving.contract import ZONES
 
 pytestmark = pytest.mark.real_data
 HEAVY = ("torch", "sentence_transformers", "sklearn", "lightgbm", "mlflow", "datasets", "pandas")
@@ -35,7 +36,7 @@ def test_decision_fields(router):
     d = router.route("What is 17 * 23?", precision="exact")
     assert_valid(d)
     assert not d.degraded and router.degraded_reason is None
-    assert d.model_version == router.manifest["model_version"] and d.precision == "exact"
+    assert d.model_version == router.manifest.model_version and d.precision == "exact"
     assert json.loads(json.dumps(d.to_dict()))["zone"] == d.zone
 
 
@@ -114,9 +115,9 @@ def broken_bundles(src, tmp_path):
     shutil.copytree(src, unknown)
     manifest = json.loads((unknown / "manifest.json").read_text())
     (unknown / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 2}))
-    return {"missing": (missing, "no manifest.json"), "truncated": (truncated, "model.onnx does not match"),
+    return {"missing": (missing, "no bundle folder"), "truncated": (truncated, "model.onnx does not match"),
             "tampered": (tampered, "tokenizer.json does not match"), "edited": (edited, "manifest_sha256"),
-            "unknown": (unknown, "schema_version 2")}
+            "unknown": (unknown, "schema_version: is not supported (this SDK reads 1), got 2")}
 
 
 def test_broken_bundles_degrade_to_the_rule_table(bundle, tmp_path, caplog):
@@ -129,7 +130,7 @@ def test_broken_bundles_degrade_to_the_rule_table(bundle, tmp_path, caplog):
         d = router.route("The patient is bleeding. What dose of drug X?", precision="exact")
         assert d.degraded and d.model_version == "rule-table" and d.zone == "edge_with_cloud_fallback"
         assert "degraded" in d.reason
-        with pytest.raises(BundleError, match=why):
+        with pytest.raises(BundleError, match=re.escape(why)):
             Router.load(path, strict=True)
 
 
@@ -197,4 +198,4 @@ def test_cli_single_prompt_and_stream(bundle):
     assert degraded.returncode == 0 and json.loads(degraded.stdout)["degraded"] is True
     strict = subprocess.run([sys.executable, "-m", "serving", "route", "hi", "--bundle", "/nonexistent",
                              "--strict"], capture_output=True, text=True, timeout=120)
-    assert strict.returncode != 0 and "no manifest.json" in strict.stderr
+    assert strict.returncode != 0 and "no bundle folder" in strict.stderr

@@ -116,7 +116,7 @@ def test_rates_are_realistic_and_the_rule_table_sees_little_of_the_difficulty():
 
 @pytest.mark.slow
 def test_learned_router_recovers_the_hidden_difficulty(tmp_path, encoder_cache):
-    from pipelines.train import run
+    from training.engines.base import train as run
 
     out = tmp_path / "sim"
     write_shards(out, 3_000, rows_per_shard=1_000, seed=0)  # 10% of rows declare no precision
@@ -154,7 +154,7 @@ def test_cli_rejects_bad_arguments(tmp_path, args, message):
 
 
 def test_cli_accepts_scientific_counts():
-    from pipelines.simulate import parse_count
+    from data.simulator import parse_count
 
     assert (parse_count("1e6"), parse_count("100_000"), parse_count("2000")) == (1_000_000, 100_000, 2_000)
 

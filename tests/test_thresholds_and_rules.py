@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from serving.rules import infer_rule_domain, rule_score
-from serving.zones import thresholds_for, zone_for
-from training.thresholds import select_per_precision, select_thresholds
+from serving.contract import zone_for
+from serving.manifest import band_of as thresholds_for
+from evaluation.thresholds import select_per_precision, select_thresholds
 
 
 def synthetic(n=2000, seed=0):

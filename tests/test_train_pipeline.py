@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines.train import run
+from training.engines.base import train as run
 from serving.bundle import read_manifest
 from serving.scorer import Scorer
 from tests.conftest import config_for
@@ -27,26 +27,26 @@ def test_bundle_has_everything_serving_needs(trained):
     cfg, result = trained
     manifest = read_manifest(result.bundle)  # checks every file's SHA-256
     # Static tier: one fused graph from token ids and scalar features to the probability.
-    assert set(manifest["files"]) == {"model.onnx", "tokenizer.json"}
-    assert manifest["feature_spec"]["fused"] is True
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json"}
+    assert manifest.feature_spec.fused is True
     assert not any(p.suffix in (".pkl", ".pickle", ".joblib") for p in result.bundle.iterdir())
-    assert manifest["feature_spec"]["tier"] == "static"
-    assert manifest["limits"]["edge_context_tokens"] == 1024
-    assert manifest["mlflow"]["run_id"] == result.run_id
-    assert {"default", "exact", "standard", "tolerant"} <= set(manifest["thresholds"])
-    for t in manifest["thresholds"].values():
+    assert manifest.feature_spec.tier == "static"
+    assert manifest.limits.edge_context_tokens == 1024
+    assert manifest.mlflow["run_id"] == result.run_id
+    assert {"default", "exact", "standard", "tolerant"} <= set(manifest.thresholds)
+    for t in manifest.thresholds.values():
         assert 0.0 <= t["lo"] <= t["hi"] <= 1.0 and t["met_target"]
-    test = manifest["metrics"]["test"]
+    test = manifest.metrics["test"]
     assert {"auc", "apgr", "cpt50", "cpt80", "misroute_rate", "cloud_share"} <= set(test["learned"])
     assert set(test["rule_table"]) == set(test["learned"])
-    assert manifest["data"]["rows_per_source"].keys() == {"gsm8k", "mmlu", "mt_bench"}
+    assert manifest.data["rows_per_source"].keys() == {"gsm8k", "mmlu", "mt_bench"}
 
 
 def test_sdk_scores_match_the_training_pipeline(trained):
     _, result = trained
     held = result.held_out
     assert len(held) > 100
-    scorer = Scorer(result.bundle)
+    scorer = Scorer.load(result.bundle)
     batch = scorer.scores(held["prompt"].tolist(), held["precision"].tolist())
     assert np.max(np.abs(batch - held["score"].to_numpy())) <= 1e-5
     one_by_one = np.array([scorer.scores([p], [q])[0] for p, q in
@@ -66,7 +66,7 @@ def test_fused_graph_alone_gives_the_calibrated_score(trained):
     session = ort.InferenceSession(str(result.bundle / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == ["probabilities"]
     held = result.held_out[:64]
-    ids, mask, scalars, _, _ = Scorer(result.bundle).extractor.prepare(held["prompt"].tolist(),
+    ids, mask, scalars, _, _ = Scorer.load(result.bundle).extractor.prepare(held["prompt"].tolist(),
                                                                        held["precision"].tolist())
     (probabilities,) = session.run(["probabilities"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
     assert np.max(np.abs(probabilities[:, 1] - held["score"].to_numpy())) <= 1e-5
@@ -100,9 +100,9 @@ def test_second_run_reuses_cached_embeddings(trained, small_routellm, encoder_ca
     assert second.metrics["test"]["learned"]["apgr"] == pytest.approx(first.metrics["test"]["learned"]["apgr"])
 
 
-def test_full_logs_beat_the_rule_table(real_data_dir, encoder_cache, tmp_path):
+def test_full_logs_beat_the_rule_table(trained_full):
     """The headline claim: text-only features reach test APGR >= 0.62 on the shipped logs."""
-    result = run(config_for(tmp_path, real_data_dir, encoder_cache, min_rows_per_tag=200))
+    result = trained_full
     test = result.metrics["test"]
     assert test["learned"]["apgr"] >= 0.62, test["learned"]
     assert test["rule_table"]["apgr"] < test["learned"]["apgr"] - 0.05
@@ -134,8 +134,8 @@ def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_ca
     result = run(config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, tier="transformer",
                             min_rows_per_tag=10, val_share=0.25, test_share=0.25))
     manifest = read_manifest(result.bundle)
-    assert set(manifest["files"]) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json"}
-    assert manifest["feature_spec"]["encoder_row_wise"] is True and manifest["feature_spec"]["fused"] is False
+    assert set(manifest.files) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json"}
+    assert manifest.feature_spec.encoder_row_wise is True and manifest.feature_spec.fused is False
     held = result.held_out
     router = Router.load(result.bundle, strict=True)
     batch = router.route_batch(held["prompt"].tolist(), held["precision"].tolist())

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from features.spec import DEFAULT_MAX_CHARS
+from evaluation.thresholds import TARGETS
+from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
+from training.engines import ENGINES
 from training.model import CALIBRATIONS
-from training.thresholds import TARGETS
-
-ENGINES = ("local", "dask")
 
 
 @dataclass
@@ -40,7 +40,7 @@ class TrainConfig:
     cloud_budget: float = 0.3
     fallback_catch_rate: float = 0.5
     min_rows_per_tag: int = 200
-    edge_context_tokens: int = 1024
+    edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
     seed: int = 0
     parity_rows: int = 5000                          # test rows the bundle is checked against (from raw text)
     # Scale-out (engine=dask): logs stay on the cluster in partitions; the client holds
@@ -50,14 +50,21 @@ class TrainConfig:
     dask_workers: int | None = None                  # LocalCluster workers; empty: one per core
     eval_sample_rows: int = 200_000                  # val / test rows collected for thresholds and figures
     pca_sample_rows: int = 50_000                    # training rows whose raw embeddings fit the projection
-    tracking_uri: str = "sqlite:///mlruns/mlflow.db"
-    artifact_root: str = "mlruns/artifacts"
+    # MLflow store: $MLFLOW_TRACKING_URI when set (`make train MLRUNS=dir` sets it), else ./mlruns
+    tracking_uri: str = field(default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI")
+                              or "sqlite:///mlruns/mlflow.db")
+    artifact_root: str = ""                          # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
     experiment: str = "edge-cloud-router"
     registered_model: str = "edge-cloud-router"
     cache_dir: str = "data/cache"
     reports_dir: str = "reports/train"
 
     def __post_init__(self):
+        if not self.artifact_root:
+            store = self.tracking_uri.removeprefix("sqlite:///")
+            self.artifact_root = str(Path(store).parent / "artifacts") if store != self.tracking_uri \
+                else "mlruns/artifacts"
+
         def check(ok: bool, name: str, rule: str):
             if not ok:
                 raise ValueError(f"config {name}={getattr(self, name)!r}: {rule}")
@@ -103,5 +110,47 @@ class TrainConfig:
             raise ValueError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**{**values, **{k: v for k, v in overrides.items() if v is not None}})
 
+    @classmethod
+    def from_manifest(cls, manifest, **overrides) -> "TrainConfig":
+        """The settings a bundle was trained with (tier, label margins, split, calibration,
+        threshold target, limits), as read from its manifest, then `overrides` on top."""
+        spec, target, split, label = manifest.feature_spec, manifest.target, manifest.split, manifest.label
+        defaults = cls()
+        settings = dict(
+            tier=spec.tier, embedding_dim=spec.embedding_dim, max_tokens=spec.max_tokens, max_chars=spec.max_chars,
+            calibration=manifest.calibration["method"],
+            target=target.get("kind", defaults.target),
+            max_quality_drop=target.get("max_quality_drop", defaults.max_quality_drop),
+            cloud_budget=target.get("cloud_budget", defaults.cloud_budget),
+            fallback_catch_rate=target.get("fallback_catch_rate", defaults.fallback_catch_rate),
+            val_share=split.get("val_share", defaults.val_share), test_share=split.get("test_share", defaults.test_share),
+            split_salt=split.get("salt", defaults.split_salt),
+            margin_binary=label.get("margin_binary", defaults.margin_binary),
+            margin_graded=label.get("margin_graded", defaults.margin_graded),
+            edge_context_tokens=manifest.limits.edge_context_tokens)
+        return cls(**{**settings, **overrides})
+
+    @property
+    def rejects_path(self) -> Path:
+        """Where the rejected rows of this run are written."""
+        return Path(self.reports_dir) / "rejects.jsonl"
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`--set` pairs: ["lgbm.num_leaves=63", "target=budget"] -> {"lgbm": {"num_leaves": 63}, "target": "budget"}."""
+    import yaml
+
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return out

@@ -65,6 +65,9 @@ def _load_sentence_transformer(folder: Path):
     return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
 
 
+DISTILL_THREADS = 2
+
+
 def distill_token_table(folder: Path, *, batch_size: int = 1024) -> np.ndarray:
     """One row per vocabulary token: MiniLM's mean-pooled output for `[CLS] token [SEP]`."""
     import torch
@@ -75,12 +78,21 @@ def distill_token_table(folder: Path, *, batch_size: int = 1024) -> np.ndarray:
     vocab_size = tokenizer.vocab_size
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     rows = []
-    with torch.inference_mode():
-        for start in range(0, vocab_size, batch_size):
-            ids = torch.arange(start, min(start + batch_size, vocab_size))
-            batch = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
-            out = transformer(input_ids=batch, attention_mask=torch.ones_like(batch)).last_hidden_state
-            rows.append(out.mean(dim=1).numpy())
+    # The same table on every machine: a fixed thread count (a float sum's order depends on
+    # how the work is split) and torch's deterministic kernels.
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(DISTILL_THREADS)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.inference_mode():
+            for start in range(0, vocab_size, batch_size):
+                ids = torch.arange(start, min(start + batch_size, vocab_size))
+                batch = torch.stack([torch.full_like(ids, cls), ids, torch.full_like(ids, sep)], dim=1)
+                out = transformer(input_ids=batch, attention_mask=torch.ones_like(batch)).last_hidden_state
+                rows.append(out.mean(dim=1).numpy())
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
     return np.concatenate(rows).astype(np.float32)
 
 
@@ -147,7 +159,7 @@ def fold_projection(table: np.ndarray, mean: np.ndarray, components: np.ndarray)
 def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
     """The static tier; the distilled table is cached, since distillation runs MiniLM 30k times."""
     folder = minilm_dir()
-    key = f"static-{model_key(folder)}"
+    key = f"static-v2-{model_key(folder)}"  # v2: distilled deterministically (DISTILL_THREADS)
     table_path = cache_dir / f"{key}.npy"
     if table_path.exists():
         table = np.load(table_path, allow_pickle=False)

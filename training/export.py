@@ -1,13 +1,5 @@
-"""Export the LightGBM booster to ONNX and write the bundle folder atomically."""
+"""Export the LightGBM booster to ONNX (calibration folded in) and fuse it with the static encoder."""
 from __future__ import annotations
-
-import json
-import os
-import shutil
-import uuid
-from pathlib import Path
-
-from serving.bundle import MANIFEST, manifest_digest, sha256_file
 
 
 def booster_to_onnx(booster, n_features: int, calibration: dict) -> bytes:
@@ -100,41 +92,3 @@ def _drop_no_op_tail(graph) -> None:
     tree.output[list(tree.output).index(source)] = "probabilities"
     for node in dropped:  # the factor's initializer goes with the extraction that follows
         graph.node.remove(node)
-
-
-def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: dict) -> Path:
-    """Write files + manifest.json (with every file's SHA-256) into `dest`, atomically.
-
-    Everything goes to a temporary sibling folder first, which is renamed into place
-    only when complete: a crash leaves the previous bundle (or none), never half of one.
-    """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        checksums = {}
-        for name, content in files.items():
-            target = tmp / name
-            if isinstance(content, Path):
-                shutil.copyfile(content, target)
-            else:
-                target.write_bytes(content)
-            checksums[name] = sha256_file(target)
-        complete = {**manifest, "files": checksums}
-        complete["manifest_sha256"] = manifest_digest(complete)
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
-            json.dump(complete, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        old = None
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
-            dest.rename(old)
-        tmp.rename(dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest

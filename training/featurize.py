@@ -10,8 +10,6 @@ same code the local engine and the SDK use.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -19,8 +17,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from features.spec import DEFAULT_MAX_CHARS, FeatureSpec
+from serving.contract import DEFAULT_MAX_CHARS
+from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
+from serving.features.spec import FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import BuiltEncoder, build_encoder, fold_projection, static_encoder_graph
 
@@ -47,14 +46,8 @@ class FeatureRecipe:
     def extractor(self, *, threads: int = 1) -> FeatureExtractor:
         """This process's extractor for the recipe (built once, then reused)."""
         if (self.key, threads) not in _EXTRACTORS:
-            digest = hashlib.sha256(self.tokenizer_json).hexdigest()[:16]  # one file per tokenizer
-            tokenizer_path = Path(tempfile.gettempdir()) / f"router-tokenizer-{digest}.json"
-            if not tokenizer_path.exists():  # workers may race here: write aside, then rename
-                partial = tokenizer_path.with_suffix(f".{os.getpid()}.tmp")
-                partial.write_bytes(self.tokenizer_json)
-                os.replace(partial, tokenizer_path)
             encoder = OnnxEncoder(self.encoder_onnx, threads=threads, row_wise=self.spec.encoder_row_wise)
-            _EXTRACTORS[self.key, threads] = FeatureExtractor(self.spec, FastTokenizer(tokenizer_path), encoder,
+            _EXTRACTORS[self.key, threads] = FeatureExtractor(self.spec, FastTokenizer(self.tokenizer_json), encoder,
                                                               self.projection)
         return _EXTRACTORS[self.key, threads]
 

@@ -19,8 +19,17 @@ DEFAULT_LGBM = {
     "lambda_l2": 1.0,
     "verbose": -1,
     "num_threads": 2,
+    # With `deterministic`, the same rows give the same trees on every run and machine; LightGBM
+    # otherwise picks row- or column-wise histograms by timing them, which can change the trees.
+    "force_col_wise": True,
 }
 CALIBRATIONS = ("sigmoid", "isotonic", "none")
+
+
+def lgbm_params(overrides: dict, *, seed: int) -> dict:
+    """DEFAULT_LGBM, the user's options on top, then what every fit needs: the seed,
+    deterministic tree building and the log-loss that early stopping watches."""
+    return {**DEFAULT_LGBM, **overrides, "seed": seed, "deterministic": True, "metric": "binary_logloss"}
 
 
 def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
@@ -28,7 +37,7 @@ def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round
     """Train until validation log-loss stops improving; returns the booster at its best round."""
     import lightgbm as lgb
 
-    params = {**DEFAULT_LGBM, **params, "seed": seed, "deterministic": True, "metric": "binary_logloss"}
+    params = lgbm_params(params, seed=seed)
     train = lgb.Dataset(x_train, label=y_train, feature_name=feature_names or "auto", free_raw_data=False)
     val = lgb.Dataset(x_val, label=y_val, reference=train, free_raw_data=False)
     booster = lgb.train(params, train, num_boost_round=num_boost_round, valid_sets=[val], valid_names=["val"],
@@ -86,8 +95,8 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
     import lightgbm as lgb
     from lightgbm.dask import DaskLGBMClassifier
 
-    params = {k: v for k, v in {**DEFAULT_LGBM, **params}.items() if k not in ("num_threads", "n_jobs")}
-    params.update(seed=seed, deterministic=True, metric="binary_logloss")
+    # lightgbm.dask sets the threads of each worker itself
+    params = {k: v for k, v in lgbm_params(params, seed=seed).items() if k not in ("num_threads", "n_jobs")}
     model = DaskLGBMClassifier(client=client, n_estimators=num_boost_round, **params)
     with warnings.catch_warnings():  # threads are set per worker by lightgbm.dask; its note says so
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")

@@ -12,11 +12,11 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from features.spec import FeatureSpec
-from features.text_stats import text_statistics
-from features.tokenizer import FastTokenizer, encodable
+from serving.features.spec import FeatureSpec
+from serving.features.text_stats import text_statistics
+from serving.features.tokenizer import FastTokenizer, encodable
 
-__all__ = ["Encoder", "FastTokenizer", "FeatureExtractor", "OnnxEncoder", "Projection", "encodable"]
+__all__ = ["Encoder", "FastTokenizer", "FeatureExtractor", "OnnxEncoder", "Projection", "encodable", "onnx_session"]
 
 
 class Encoder(Protocol):
@@ -24,6 +24,27 @@ class Encoder(Protocol):
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray,
                  texts: Sequence[str]) -> np.ndarray: ...
+
+
+def onnx_session(model: str | Path | bytes, *, threads: int = 1):
+    """An onnxruntime CPU session on `threads` threads, from a graph's path or bytes.
+
+    Graphs given as bytes may not read external data from disk: the external-data folder is
+    set to an empty temporary folder for the session's creation, so a graph that points at
+    any file (an unverified weights file beside the bundle, or `../` anywhere) fails to load.
+    """
+    import tempfile
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    if not isinstance(model, bytes):
+        return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory(prefix="router-no-external-data-") as empty:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", empty)
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 class OnnxEncoder:
@@ -35,13 +56,7 @@ class OnnxEncoder:
     """
 
     def __init__(self, model: str | Path | bytes, *, threads: int = 1, row_wise: bool = False):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        source = model if isinstance(model, bytes) else str(model)
-        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.session = onnx_session(model, threads=threads)
         self.row_wise = row_wise
 
     def _run(self, input_ids, attention_mask):
@@ -77,8 +92,11 @@ class Projection:
         return buffer.getvalue()
 
     @classmethod
-    def load(cls, path: Path) -> "Projection":
-        with np.load(path, allow_pickle=False) as data:
+    def from_bytes(cls, content: bytes) -> "Projection":
+        """From the .npz content written by to_bytes (no pickle)."""
+        import io
+
+        with np.load(io.BytesIO(content), allow_pickle=False) as data:
             return cls(data["mean"], data["components"])
 
 

@@ -3,12 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from features.text_stats import STAT_NAMES
-
-PRECISIONS = ("exact", "standard", "tolerant")
-# Characters of a prompt that are tokenized and scanned: bounds the cost of routing any
-# prompt (~450 tokens of English); lengths are still counted on the whole text.
-DEFAULT_MAX_CHARS = 2048
+from serving.contract import DEFAULT_MAX_CHARS, PRECISIONS
+from serving.features.text_stats import STAT_NAMES
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,15 @@ def encodable(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def load_tokenizer(path: str | Path):
-    """A `tokenizers.Tokenizer` with its own truncation and padding switched off (we do both)."""
+def load_tokenizer(source: str | Path | bytes):
+    """A `tokenizers.Tokenizer` from a tokenizer.json path or its content (bytes), with its
+    own truncation and padding switched off (we do both)."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(path))
+    if isinstance(source, bytes):
+        tokenizer = Tokenizer.from_str(source.decode("utf-8"))
+    else:
+        tokenizer = Tokenizer.from_file(str(source))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
@@ -51,8 +55,8 @@ class FastTokenizer:
     on generated ASCII text.
     """
 
-    def __init__(self, path: str | Path):
-        self.full = load_tokenizer(path)
+    def __init__(self, source: str | Path | bytes):
+        self.full = load_tokenizer(source)
         config = json.loads(self.full.to_str())
         normalizer, pre, model = (config.get(k) or {} for k in ("normalizer", "pre_tokenizer", "model"))
         self.vocab = self.full.get_vocab(with_added_tokens=False)

@@ -1,6 +1,6 @@
-"""`make train ENGINE=dask`: the training stages on a Dask cluster, for logs larger than
-one machine. Returns the same `Fitted` as the local engine, so thresholds, figures,
-bundle, parity check and MLflow registration are shared code (pipelines.train.run).
+"""The Dask engine (`make train ENGINE=dask`): the training stages on a Dask cluster, for
+logs larger than one machine. Returns the same `Fitted` as the local engine, so thresholds,
+figures, bundle, parity check and MLflow registration are shared (training.engines.base).
 
 Where the rows live: every log file is a partition read, validated, split, labelled and
 featurized on the workers; LightGBM trains data-parallel through `lightgbm.dask` on the
@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.train import Fitted
+from evaluation.rows import Rows
 from training.config import TrainConfig
+from training.engines.base import Fitted, print_logs
 
 
 def _read_and_check(config: TrainConfig):
@@ -35,7 +36,7 @@ def _read_and_check(config: TrainConfig):
     from data.location import default_data_paths
     from data.logs import LoadedLogs, check_reject_share, loading_units
     from data.schema import COLUMNS, Reject
-    from training import dask_engine as de
+    from training.engines import dask_partitions as de
 
     paths = config.data or default_data_paths()
     units = [str(u) for u in loading_units(paths)]
@@ -48,7 +49,7 @@ def _read_and_check(config: TrainConfig):
             logs.shape[0], logs[is_reject][list(de.REJECT_COLUMNS)], key_counts[key_counts > 1],
             valid["source"].value_counts(), valid.map_partitions(de.content_digest, meta={"digest": object}))
 
-    rejects_path = Path(config.reports_dir) / "rejects.jsonl"
+    rejects_path = config.rejects_path
     reject_list = [Reject(*row) for row in rejects.itertuples(index=False)]
     LoadedLogs(rows=[], rejects=reject_list).write_rejects(rejects_path)
     check_reject_share(n_valid=int(per_source.sum()), n_read=int(n_read), rejects=reject_list,
@@ -56,8 +57,7 @@ def _read_and_check(config: TrainConfig):
     report = {"paths": [str(p) for p in paths], "units": len(units), "rows_read": int(n_read),
               "rejected": len(reject_list), "rejects_file": str(rejects_path),
               "rows_per_source": per_source.astype(np.int64),
-              # Order-free: the sum of row hashes (the local engine hashes the rows in order).
-              "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}
+              "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}  # as data.prepare's
     return valid, repeated, report
 
 
@@ -92,18 +92,9 @@ def _merge_repeated(valid, repeated, repeated_rows, report: dict):
 def _prepare(rows, config: TrainConfig):
     """Split, label and sampling number on every partition."""
     from data.schema import COLUMNS
-    from training import dask_engine as de
+    from training.engines import dask_partitions as de
 
-    return rows.map_partitions(
-        de.prepare_partition, val_share=config.val_share, test_share=config.test_share,
-        salt=config.split_salt, margin_binary=config.margin_binary, margin_graded=config.margin_graded,
-        meta=de.frame_meta(COLUMNS, **de.PREPARED))
-
-
-def _print_logs(console, report: dict) -> None:
-    console.print(f"[bold]logs[/]: {report['rows']} prompts in {report['units']} partitions from "
-                  f"{report['rows_per_source']}, {report['rejected']} rejected (see {report['rejects_file']}), "
-                  f"{report['duplicates_merged']} duplicates merged")
+    return rows.map_partitions(de.prepare_partition, config, meta=de.frame_meta(COLUMNS, **de.PREPARED))
 
 
 def _fraction(cap: int, expected_rows: float) -> float:
@@ -118,12 +109,12 @@ def _sample(prepared, split: str, cap: int, report: dict, config: TrainConfig):
     return rows[rows["sample_u"] < _fraction(cap, report["rows"] * shares[split])]
 
 
-def sampled_frame(config: TrainConfig, console, *, max_rows: int, splits: tuple[str, ...]):
+def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
     """For `make evaluate ENGINE=dask`: prepared rows of `splits` ("all" = every row), at most
     about `max_rows` per split, chosen by prompt hash on the cluster and collected here."""
     import dask
 
-    from training import dask_engine as de
+    from training.engines import dask_partitions as de
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers):
         valid, repeated, report = _read_and_check(config)
@@ -132,19 +123,18 @@ def sampled_frame(config: TrainConfig, console, *, max_rows: int, splits: tuple[
             with de.stage("gathering repeated prompts"):
                 repeated_rows = repeated_rows.compute()
         prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
-        _print_logs(console, report)
+        print_logs(console, report)
         with de.stage("collecting the evaluation samples"):
             frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
     frame = pd.concat(frames, ignore_index=True)  # distinct splits of merged rows: no prompt twice
     return frame.drop(columns="sample_u"), report
 
 
-def fit_dask(config: TrainConfig, console, timings: dict) -> Fitted:
+def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     import dask
 
-    from training import dask_engine as de
-    from training.evaluation import SplitRows
+    from training.engines import dask_partitions as de
     from training.featurize import fit_projection, n_scalar_features, plan_from, raw_stage
     from training.model import fit_booster_dask, fit_calibration, predict_score
 
@@ -169,13 +159,14 @@ def fit_dask(config: TrainConfig, console, timings: dict) -> Fitted:
         with de.stage("raw embeddings for the projection, repeated prompts"):
             raw_sample, repeated_rows = dask.compute(raw_embeddings, _repeated_rows(valid, repeated))
         prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
-        _print_logs(console, report)
+        print_logs(console, report)
         plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
         recipe = client.scatter(plan.serving, broadcast=True)
         names = plan.spec.feature_names
 
         # Pass 3: every row's features; the samples come here, the training rows stay put.
-        keep = ("request_id", "prompt", "precision", "domain", "edge_quality", "cloud_quality", "label", "split")
+        keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
+                "split")
         val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
             de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
             for name in ("val", "test"))
@@ -199,7 +190,7 @@ def fit_dask(config: TrainConfig, console, timings: dict) -> Fitted:
         calibration = fit_calibration(booster.predict(val[names].to_numpy()), val["label"].to_numpy(),
                                       method=config.calibration)
         timings["fit_s"] = time.perf_counter() - t2
-    splits = {name: SplitRows.from_frame(frame, n_tokens=frame["n_tokens"],
+    splits = {name: Rows.from_frame(frame, n_tokens=frame["n_tokens"],
                                          scores=predict_score(booster, frame[names].to_numpy(), calibration))
               for name, frame in (("val", val), ("test", test))}
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": len(raw_sample),

@@ -1,6 +1,6 @@
 """The Dask engine's building blocks: a cluster to run on, logs as partitions, and the
 per-partition steps. Each step calls the code the local engine uses (read_unit,
-check_row, assign_splits, cloud_needed, FeatureRecipe), so both engines compute the
+check_row, split_and_label, FeatureRecipe), so both engines compute the
 same rows and features; only where the rows live differs.
 
 One partition per loading unit (a log file, or a folder an adapter reads whole): write
@@ -9,7 +9,6 @@ large logs as many files (shards), as `make simulate` does.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from data.logs import read_unit
-from data.prepare import QUALITY_AND_COSTS, assign_splits, missing_text_as_none, prompt_hash
+from data.prepare import QUALITY_AND_COSTS, content_sum64, hash_uniform, missing_text_as_none, prompt_hash
 from data.schema import COLUMNS
 
 REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason")
@@ -72,33 +71,16 @@ def with_keys(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def content_digest(frame: pd.DataFrame) -> pd.DataFrame:
-    """This partition's share of an order-free content hash: the sum, modulo 2**64, of each
-    row's hash of (prompt, edge quality, cloud quality). One row."""
-    total = 0
-    for prompt, edge, cloud in zip(frame["prompt"], frame["edge_quality"], frame["cloud_quality"]):
-        row = hashlib.sha256(f"{prompt_hash(prompt)}:{edge:.6f}:{cloud:.6f}".encode()).digest()
-        total = (total + int.from_bytes(row[:8], "big")) % 2**64
-    return pd.DataFrame({"digest": [str(total)]})
+    """This partition's share of data.prepare.content_sum64, as one row."""
+    return pd.DataFrame({"digest": [str(content_sum64(frame))]})
 
 
-def sample_uniform(prompts, salt: str) -> np.ndarray:
-    """A uniform number per prompt from its hash, independent of the split's: the same
-    prompt is always in or out of a sample, on any cluster and partitioning."""
-    prefix = SAMPLE_SALT + salt
-    return np.array([int(prompt_hash(prefix + p)[:12], 16) / 16**12 for p in prompts])
-
-
-def prepare_partition(frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str,
-                      margin_binary: float, margin_graded: float) -> pd.DataFrame:
-    """Split, label and sampling number for each row, as pipelines.train.prepare_frame does."""
-    from training.labels import cloud_needed
+def prepare_partition(frame: pd.DataFrame, config) -> pd.DataFrame:
+    """Split, label (as the local engine) and sampling number of each row; `config` is the TrainConfig."""
+    from training.engines.base import split_and_label
 
     frame = missing_text_as_none(frame.copy())
-    return frame.assign(
-        split=assign_splits(frame["prompt"], val_share=val_share, test_share=test_share, salt=salt),
-        label=np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"],
-                                      margin_binary=margin_binary, margin_graded=margin_graded), dtype=np.int64),
-        sample_u=sample_uniform(frame["prompt"], salt))
+    return split_and_label(frame, config).assign(sample_u=hash_uniform(frame["prompt"], SAMPLE_SALT + config.split_salt))
 
 
 def raw_embedding_partition(frame: pd.DataFrame, recipe) -> pd.DataFrame:

@@ -1,0 +1,235 @@
+"""The bundle manifest as a typed, validated record: training writes it, the SDK,
+evaluation and `TrainConfig.from_manifest` read it.
+
+`Manifest.from_dict` checks every value before anything uses it (types, ranges,
+required keys, bounds from serving.contract) and raises ManifestError naming the key
+and the bad value; `to_dict` gives the JSON form back. Sections that only describe the
+run (metrics, data, training, mlflow) are kept as plain dicts.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
+
+from serving.contract import (DEFAULT_EDGE_CONTEXT_TOKENS, MAX_CALIBRATION_POINTS, MAX_CHARS_LIMIT,
+                              MAX_EMBEDDING_DIM, MAX_TOKENS_LIMIT, PRECISIONS, SCHEMA_VERSION)
+from serving.features.spec import FeatureSpec
+from serving.features.text_stats import STAT_NAMES
+
+CALIBRATION_METHODS = ("sigmoid", "isotonic", "none")
+# A bundle is one flat folder: a listed file is a plain name inside it, never a path.
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ManifestError(ValueError):
+    """A manifest value is missing, of the wrong type or out of range."""
+
+
+def _fail(key: str, rule: str, value: Any) -> ManifestError:
+    shown = repr(value)
+    return ManifestError(f"manifest {key}: {rule}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
+
+
+def _section(data: dict, key: str, *, required: bool = False) -> dict:
+    """A dict-valued section; absent optional sections are empty."""
+    if key not in data and not required:
+        return {}
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise _fail(key, "must be an object", value)
+    return value
+
+
+def _number(section: dict, key: str, path: str, *, lo: float = -math.inf, hi: float = math.inf,
+            default: float | None = None) -> float:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not lo <= value <= hi:
+        raise _fail(f"{path}.{key}", f"must be a finite number in [{lo:g}, {hi:g}]", value)
+    return float(value)
+
+
+def _integer(section: dict, key: str, path: str, *, lo: int, hi: int, default: int | None = None) -> int:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _fail(f"{path}.{key}", f"must be an integer in [{lo}, {hi}]", value)
+    return value
+
+
+class Band(NamedTuple):
+    """The fallback zone of one precision tag: edge below `lo`, cloud above `hi`."""
+
+    lo: float
+    hi: float
+
+
+def band_of(thresholds: dict, precision: str | None) -> Band:
+    """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
+    entry = thresholds.get(precision) if precision is not None else None
+    entry = entry or thresholds["default"]
+    return Band(float(entry["lo"]), float(entry["hi"]))
+
+
+@dataclass(frozen=True)
+class Limits:
+    edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS  # longer prompts go to the cloud first
+
+    def to_dict(self, spec: FeatureSpec) -> dict:
+        # max_chars and max_tokens are the feature spec's; repeated here for readers of the file
+        return {"edge_context_tokens": self.edge_context_tokens, "max_chars": spec.max_chars,
+                "max_tokens": spec.max_tokens}
+
+
+def check_calibration(data: Any) -> dict:
+    """The calibration section, validated (serving.calibration applies it)."""
+    if not isinstance(data, dict):
+        raise _fail("calibration", "must be an object", data)
+    method = data.get("method")
+    if method not in CALIBRATION_METHODS:
+        raise _fail("calibration.method", f"must be one of {', '.join(CALIBRATION_METHODS)}", method)
+    if "in_model" in data and not isinstance(data["in_model"], bool):
+        raise _fail("calibration.in_model", "must be true or false", data["in_model"])
+    if data.get("in_model") and method != "sigmoid":
+        raise _fail("calibration.in_model", "only sigmoid calibration can be folded into the model", True)
+    if method == "sigmoid":
+        _number(data, "a", "calibration", lo=-1e6, hi=1e6)
+        _number(data, "b", "calibration", lo=-1e6, hi=1e6)
+    elif method == "isotonic":
+        x, y = data.get("x"), data.get("y")
+        for key, points in (("x", x), ("y", y)):
+            if not isinstance(points, list) or not 1 <= len(points) <= MAX_CALIBRATION_POINTS or not all(
+                    not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1 for v in points):
+                raise _fail(f"calibration.{key}", f"must be 1 to {MAX_CALIBRATION_POINTS} numbers in [0, 1]",
+                            points)
+        if len(x) != len(y) or any(b < a for a, b in zip(x, x[1:])):
+            raise _fail("calibration.x", "must be increasing and as long as calibration.y", len(x))
+    return data
+
+
+def check_feature_spec(data: Any) -> FeatureSpec:
+    """The feature spec, with every field typed and bounded."""
+    if not isinstance(data, dict):
+        raise _fail("feature_spec", "must be an object", data)
+    known = {f.name for f in fields(FeatureSpec)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise _fail("feature_spec", f"has unknown field(s) {', '.join(unknown)}", unknown)
+    if not isinstance(data.get("tier"), str):
+        raise _fail("feature_spec.tier", "must be a string", data.get("tier"))
+    for key in ("add_special_tokens", "encoder_row_wise", "fused"):
+        if key in data and not isinstance(data[key], bool):
+            raise _fail(f"feature_spec.{key}", "must be true or false", data[key])
+    _integer(data, "max_tokens", "feature_spec", lo=1, hi=MAX_TOKENS_LIMIT, default=512)
+    _integer(data, "max_chars", "feature_spec", lo=1, hi=MAX_CHARS_LIMIT, default=2048)
+    _integer(data, "embedding_dim", "feature_spec", lo=1, hi=MAX_EMBEDDING_DIM, default=32)
+    if list(data.get("stat_names", STAT_NAMES)) != list(STAT_NAMES):
+        raise _fail("feature_spec.stat_names", f"must be this library's text statistics {list(STAT_NAMES)}",
+                    data.get("stat_names"))
+    precisions = data.get("precisions", list(PRECISIONS))
+    if not isinstance(precisions, list) or not set(precisions) <= set(PRECISIONS) \
+            or len(set(precisions)) != len(precisions):
+        raise _fail("feature_spec.precisions", f"must be distinct tags among {', '.join(PRECISIONS)}", precisions)
+    return FeatureSpec.from_dict(data)
+
+
+def check_thresholds(data: Any, tags) -> dict[str, dict]:
+    """Per precision tag (and "default"): lo <= hi, both in [0, 1]; extra figures are kept."""
+    if not isinstance(data, dict) or "default" not in data:
+        raise _fail("thresholds", 'must be an object with a "default" entry', data)
+    for key, entry in data.items():
+        if key != "default" and key not in tags:
+            raise _fail("thresholds", f"keys must be 'default' or a precision tag ({', '.join(tags)})", key)
+        if not isinstance(entry, dict):
+            raise _fail(f"thresholds.{key}", "must be an object with lo and hi", entry)
+        lo = _number(entry, "lo", f"thresholds.{key}", lo=0.0, hi=1.0)
+        hi = _number(entry, "hi", f"thresholds.{key}", lo=0.0, hi=1.0)
+        if lo > hi:
+            raise _fail(f"thresholds.{key}", "needs lo <= hi", (lo, hi))
+    return data
+
+
+def check_files(data: Any) -> dict[str, str]:
+    """File name -> SHA-256: plain names inside the bundle folder, hex digests."""
+    if not isinstance(data, dict) or not data:
+        raise _fail("files", "must be a non-empty object of file name -> SHA-256", data)
+    for name, digest in data.items():
+        if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+            raise _fail("files", "names must be plain file names inside the bundle (no path, no leading dot)",
+                        name)
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise _fail(f"files.{name}", "must be a lower-case hex SHA-256", digest)
+    return data
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a bundle says about itself. Build it with `from_dict` (validated)."""
+
+    model_version: str
+    feature_spec: FeatureSpec
+    calibration: dict
+    thresholds: dict[str, dict]
+    limits: Limits = field(default_factory=Limits)
+    files: dict[str, str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    created_at: str = ""
+    encoder: dict = field(default_factory=dict)
+    target: dict = field(default_factory=dict)   # threshold target: kind, max_quality_drop, cloud_budget, ...
+    label: dict = field(default_factory=dict)    # label margins
+    split: dict = field(default_factory=dict)    # val_share, test_share, salt of the training split
+    metrics: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    training: dict = field(default_factory=dict)
+    mlflow: dict = field(default_factory=dict)
+    manifest_sha256: str = ""
+
+    def band(self, precision: str | None) -> Band:
+        """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
+        return band_of(self.thresholds, precision)
+
+    @property
+    def calibration_in_model(self) -> bool:
+        return bool(self.calibration.get("in_model"))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Manifest":
+        """Validate and type a manifest's JSON object; ManifestError says what is wrong and where."""
+        if not isinstance(data, dict):
+            raise _fail("", "must be a JSON object", type(data).__name__)
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise _fail("schema_version", f"is not supported (this SDK reads {SCHEMA_VERSION})",
+                        data.get("schema_version"))
+        model_version = data.get("model_version", "unknown")
+        if not isinstance(model_version, str) or not 0 < len(model_version) <= 200:
+            raise _fail("model_version", "must be a string of 1 to 200 characters", model_version)
+        spec = check_feature_spec(data.get("feature_spec"))
+        limits = _section(data, "limits")
+        info = {key: _section(data, key) for key in
+                ("encoder", "target", "label", "split", "metrics", "data", "training", "mlflow")}
+        for key in ("created_at", "manifest_sha256"):
+            if not isinstance(data.get(key, ""), str):
+                raise _fail(key, "must be a string", data.get(key))
+        return cls(model_version=model_version, feature_spec=spec,
+                   calibration=check_calibration(data.get("calibration")),
+                   thresholds=check_thresholds(data.get("thresholds"), spec.precisions),
+                   limits=Limits(_integer(limits, "edge_context_tokens", "limits", lo=1, hi=10_000_000,
+                                          default=DEFAULT_EDGE_CONTEXT_TOKENS)),
+                   files=check_files(data.get("files")) if "files" in data else {},
+                   created_at=data.get("created_at", ""), manifest_sha256=data.get("manifest_sha256", ""), **info)
+
+    def to_dict(self) -> dict:
+        """The JSON form (what manifest.json holds)."""
+        out = {"schema_version": self.schema_version, "created_at": self.created_at,
+               "model_version": self.model_version, "feature_spec": self.feature_spec.to_dict(),
+               "encoder": self.encoder, "calibration": self.calibration, "thresholds": self.thresholds,
+               "target": self.target, "label": self.label, "split": self.split,
+               "limits": self.limits.to_dict(self.feature_spec), "metrics": self.metrics, "data": self.data,
+               "training": self.training, "mlflow": self.mlflow}
+        if self.files:
+            out["files"] = self.files
+        if self.manifest_sha256:
+            out["manifest_sha256"] = self.manifest_sha256
+        return out

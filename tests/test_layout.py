@@ -1,0 +1,108 @@
+"""The layout holds: no import cycles, every package imports only the ones below it, and
+importing the SDK or a command loads no heavy library."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+PACKAGES = ("serving", "data", "evaluation", "training", "pipelines")
+# What each package may import from the project (itself always): each only from below.
+ALLOWED = {
+    "serving": set(),
+    "data": {"serving"},
+    "evaluation": {"serving", "data"},
+    "training": {"serving", "data", "evaluation"},
+    "pipelines": {"serving", "data", "evaluation", "training"},
+}
+HEAVY = ("torch", "sentence_transformers", "lightgbm", "sklearn", "mlflow", "dask", "distributed", "pandas",
+         "datasets", "matplotlib", "onnx", "onnxmltools")
+
+
+def module_name(path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports() -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere (top level or inside functions)."""
+    modules = {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            found |= {t for t in targets if t in modules}
+        graph[name] = found - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan)."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(project_imports()) == []
+
+
+def test_each_package_imports_only_the_packages_below_it():
+    wrong = [(module, target) for module, targets in project_imports().items() for target in targets
+             if target.split(".")[0] != module.split(".")[0]
+             and target.split(".")[0] not in ALLOWED[module.split(".")[0]]]
+    assert wrong == []
+
+
+def test_commands_do_not_import_each_other():
+    graph = project_imports()
+    assert [(m, t) for m, ts in graph.items() for t in ts if m.startswith("pipelines.") and t.startswith("pipelines.")] \
+        == []
+
+
+def loaded_heavy(*modules: str) -> list[str]:
+    code = (f"import importlib, json, sys; [importlib.import_module(m) for m in {list(modules)!r}]; "
+            f"print(json.dumps(sorted(h for h in {list(HEAVY)!r} if h in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=True)
+    return json.loads(done.stdout)
+
+
+def test_importing_the_sdk_or_a_command_loads_no_heavy_library():
+    assert loaded_heavy("serving", "serving.router", "serving.scorer", "serving.cli") == []
+    commands = ["pipelines.train", "pipelines.evaluate", "pipelines.results", "pipelines.bench", "pipelines.scale",
+                "pipelines.simulate", "pipelines.fetch_data"]
+    assert loaded_heavy(*commands) == []

@@ -1,0 +1,172 @@
+"""What every engine shares: the prepared rows, the `Fitted` result, and the finish.
+
+`train(config)` runs the configured engine's fit, then `finish`: fallback thresholds on the
+validation scores, figures of both splits, the manifest, the bundle (written and verified
+in a temporary folder, then moved into place), the parity check against the SDK, and the
+MLflow run with its registered model version.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.rows import Rows
+from serving.manifest import Limits, Manifest, band_of
+from training.config import TrainConfig
+
+PARITY_TOLERANCE = 1e-5
+
+
+@dataclass
+class Fitted:
+    """What an engine hands back; everything after it is shared."""
+
+    data_report: dict
+    plan: object               # training.featurize.FeaturePlan
+    booster: object            # lightgbm.Booster, cut at its best round
+    calibration: dict
+    splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
+    notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
+
+
+@dataclass
+class TrainResult:
+    bundle: Path
+    run_id: str
+    model_version: str
+    metrics: dict
+    timings: dict
+    manifest: Manifest
+    test: Rows          # the test split with the training pipeline's scores
+
+    @property
+    def held_out(self):
+        """The test rows as a DataFrame: request_id, prompt, precision, score."""
+        import pandas as pd
+
+        return pd.DataFrame({"request_id": self.test.request_ids, "prompt": self.test.prompts,
+                             "precision": self.test.precisions, "score": self.test.scores})
+
+
+def split_and_label(frame, config: TrainConfig):
+    """The rows with their split (prompt hash) and cloud-needed label, for either engine."""
+    from data.prepare import assign_splits
+    from training.labels import cloud_needed
+
+    return frame.assign(
+        split=assign_splits(frame["prompt"], val_share=config.val_share, test_share=config.test_share,
+                            salt=config.split_salt),
+        label=np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"],
+                                      margin_binary=config.margin_binary, margin_graded=config.margin_graded),
+                         dtype=np.int64))
+
+
+def print_logs(console, report: dict) -> None:
+    """One line about the logs that were read."""
+    where = f" in {report['units']} partitions" if "units" in report else ""
+    console.print(f"[bold]logs[/]: {report['rows']} prompts{where} from {report['rows_per_source']}, "
+                  f"{report['rejected']} rejected (see {report['rejects_file']}), "
+                  f"{report['duplicates_merged']} duplicates merged")
+
+
+def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
+    """Per-precision fallback thresholds on the validation rows (evaluation.thresholds)."""
+    from evaluation.thresholds import select_per_precision
+
+    val = fitted.splits["val"]
+    return select_per_precision(
+        val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
+        min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
+        cloud_budget=config.cloud_budget, catch_rate=config.fallback_catch_rate)
+
+
+def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict:
+    """Validation and test figures of the learned router (zones as the SDK gives them) and
+    the hand rule table."""
+    from evaluation.policies import summary
+
+    metrics = {}
+    for name, rows in fitted.splits.items():
+        zoned = rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens)
+        metrics[name] = summary(zoned, catch_rate=config.fallback_catch_rate)
+    return metrics
+
+
+def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str) -> Manifest:
+    """The bundle's manifest (serving.manifest), without its file table."""
+    from training.export import calibration_in_model
+
+    spec = fitted.plan.spec
+    return Manifest(
+        model_version=f"{config.registered_model}@run:{run_id[:12]}", feature_spec=spec,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        encoder={"tier": config.tier, "key": fitted.plan.built.key},
+        # in_model: the trees already output the calibrated score (training.export)
+        calibration={**fitted.calibration, "in_model": calibration_in_model(fitted.calibration)},
+        thresholds=thresholds,
+        target={"kind": config.target, "max_quality_drop": config.max_quality_drop,
+                "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
+        label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
+        # How rows were split, so evaluation can find the rows this model never saw.
+        split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt},
+        limits=Limits(edge_context_tokens=config.edge_context_tokens),
+        metrics={"test": metrics["test"], "val": metrics["val"]},
+        data={k: v for k, v in fitted.data_report.items() if k != "paths"},
+        training={"engine": config.engine},
+        mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model})
+
+
+def check_parity(folder: Path, test: Rows, rows: int) -> float:
+    """Largest |score difference| between the SDK (from raw text) and the training pipeline on
+    the first `rows` test rows; RuntimeError above PARITY_TOLERANCE."""
+    from serving.scorer import Scorer
+
+    checked = slice(0, rows)
+    sdk_scores = Scorer.load(folder).scores(list(test.prompts[checked]), list(test.precisions[checked]))
+    parity = float(np.max(np.abs(sdk_scores - test.scores[checked]))) if len(sdk_scores) else 0.0
+    if parity > PARITY_TOLERANCE:
+        raise RuntimeError(f"bundle scores differ from the training pipeline by {parity:.2e} "
+                           f"(> {PARITY_TOLERANCE}); the bundle was not written")
+    return parity
+
+
+def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
+    """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
+    import mlflow
+
+    from training.export import booster_to_onnx
+    from training.tracking import log_training, register_bundle, tracked_run
+    from training.writer import staged_bundle
+
+    thresholds = choose_thresholds(config, fitted)
+    metrics = {**split_figures(config, fitted, thresholds), "trees": fitted.booster.num_trees(), **fitted.notes}
+    with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
+                     experiment=config.experiment) as mlrun:
+        run_id = mlrun.info.run_id
+        manifest = build_manifest(config, fitted, thresholds, metrics, run_id)
+        trees = booster_to_onnx(fitted.booster, len(fitted.plan.spec.feature_names), fitted.calibration)
+        with staged_bundle(Path(config.bundle), fitted.plan.bundle_files(trees), manifest) as staged:
+            # The bundle must score exactly like the pipeline that trained it, from raw text.
+            metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows)
+            staged.publish()  # still under the bundle's lock: what is registered is what was checked
+            log_training(config, fitted.data_report, metrics)
+            version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
+        timings["total_s"] = time.perf_counter() - timings["start"]
+    mlflow.log_metrics({f"time.{k}": v for k, v in timings.items() if k != "start"}, run_id=run_id)
+    return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest,
+                       fitted.splits["test"])
+
+
+def train(config: TrainConfig, *, console=None) -> TrainResult:
+    """`make train`: the configured engine, then the shared finish."""
+    from rich.console import Console
+
+    from training.engines import get_engine
+
+    console = console or Console()
+    timings = {"start": time.perf_counter()}
+    fitted = get_engine(config.engine).fit(config, console, timings)
+    return finish(config, fitted, timings)

@@ -1,0 +1,85 @@
+"""The local engine: every row in memory on this machine (pandas frame, feature matrix,
+LightGBM). The default, and the fastest below a few million rows."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.rows import Rows
+from training.config import TrainConfig
+from training.engines.base import Fitted, print_logs, split_and_label
+
+
+def prepare_frame(config: TrainConfig):
+    """Validated, de-duplicated rows with split and label columns, plus the load report."""
+    from data.location import default_data_paths
+    from data.logs import load_logs
+    from data.prepare import fingerprint, merge_duplicates
+
+    paths = config.data or default_data_paths()
+    logs = load_logs(paths, max_reject_share=config.max_reject_share, rejects_path=config.rejects_path)
+    valid = logs.frame()
+    frame = split_and_label(merge_duplicates(valid), config)
+    report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
+              "rejects_file": str(config.rejects_path), "duplicates_merged": int((frame["n_merged"] - 1).sum()),
+              **fingerprint(valid, frame)}
+    return frame, report
+
+
+def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
+    """Every prepared row (the local engine holds them all; `splits` and `max_rows` are the
+    Dask engine's sampling)."""
+    return prepare_frame(config)
+
+
+def _features(config: TrainConfig, frame, console):
+    from rich.progress import Progress
+
+    from training.featurize import featurize
+
+    train = (frame["split"] == "train").to_numpy()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"features ({config.tier} tier)", total=len(frame))
+        feats = featurize(frame["prompt"].tolist(), frame["precision"].tolist(), train, tier=config.tier,
+                          embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
+                          max_chars=config.max_chars, cache_dir=Path(config.cache_dir), seed=config.seed,
+                          on_batch=lambda n: progress.advance(task, n))
+    console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; embedding cache "
+                  f"{feats.cache_hits} hits / {feats.cache_misses} computed")
+    return feats
+
+
+def fit(config: TrainConfig, console, timings: dict) -> Fitted:
+    """Load, featurize and fit in this process."""
+    from training.model import blank_declared_precision, fit_booster, fit_calibration, predict_score
+
+    t0 = time.perf_counter()
+    with console.status("loading and validating logs"):
+        frame, data_report = prepare_frame(config)
+    timings["load_s"] = time.perf_counter() - t0
+    print_logs(console, data_report)
+
+    t1 = time.perf_counter()
+    feats = _features(config, frame, console)
+    timings["features_s"] = time.perf_counter() - t1
+
+    split = frame["split"].to_numpy()
+    train, val = (split == "train"), (split == "val")
+    x, y, names = feats.matrix, frame["label"].to_numpy(), feats.spec.feature_names
+    x_train = blank_declared_precision(x[train], names, feats.spec.precisions, config.precision_dropout,
+                                       np.random.default_rng(config.seed))
+    t2 = time.perf_counter()
+    with console.status("LightGBM (early stopping on validation)"):
+        booster = fit_booster(x_train, y[train], x[val], y[val], params=config.lgbm, seed=config.seed,
+                              num_boost_round=config.num_boost_round,
+                              early_stopping_rounds=config.early_stopping_rounds, feature_names=names)
+        calibration = fit_calibration(booster.predict(x[val]), y[val], method=config.calibration)
+        scores = predict_score(booster, x, calibration)
+    timings["fit_s"] = time.perf_counter() - t2
+    n_tokens = x[:, names.index("n_tokens")]
+    splits = {name: Rows.from_frame(frame[split == name], n_tokens=n_tokens[split == name],
+                                    scores=scores[split == name]) for name in ("val", "test")}
+    return Fitted(data_report, feats.plan, booster, calibration, splits,
+                  notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})
