@@ -103,12 +103,15 @@ class Router:
         return band
 
     def execute(self, prompt: str, edge, cloud, *, precision: str | None = None,
-                edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False):
-        """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute)."""
+                edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
+                edge_pool=None):
+        """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
+        `edge_pool`: the EdgePool for timed edge calls, default the process's shared one)."""
         from serving.execute import execute
 
         if not callable(edge) or not callable(cloud):
             raise TypeError("edge and cloud must be callables taking the prompt")
         decision = self.route(prompt, precision=precision)
         return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=self.edge_context_tokens,
-                       edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone)
+                       edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone,
+                       edge_pool=edge_pool)

@@ -199,3 +199,21 @@ def test_cli_single_prompt_and_stream(bundle):
     strict = subprocess.run([sys.executable, "-m", "serving", "route", "hi", "--bundle", "/nonexistent",
                              "--strict"], capture_output=True, text=True, timeout=120)
     assert strict.returncode != 0 and "no bundle folder" in strict.stderr
+
+
+def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle, tmp_path):
+    """Older and hand-made bundles: only schema_version, model_version, feature_spec, calibration,
+    thresholds and files are required; the rest describes the run."""
+    from serving.bundle import manifest_digest
+
+    folder = tmp_path / "minimal"
+    shutil.copytree(bundle, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    required = ("schema_version", "model_version", "feature_spec", "calibration", "thresholds", "files")
+    minimal = {k: manifest[k] for k in required}
+    minimal["manifest_sha256"] = manifest_digest(minimal)
+    (folder / "manifest.json").write_text(json.dumps(minimal))
+    router, original = Router.load(folder, strict=True), Router.load(bundle, strict=True)
+    prompts = ["What is 2+2?", "Draft a lease termination letter under California law. " * 20]
+    assert [d.to_dict() for d in router.route_batch(prompts)] == [d.to_dict() for d in original.route_batch(prompts)]
+    assert router.edge_context_tokens == 1024

@@ -130,12 +130,55 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
     return frame.drop(columns="sample_u"), report
 
 
-def fit(config: TrainConfig, console, timings: dict) -> Fitted:
-    """The Dask engine (see module doc)."""
+def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
+    """Pass 2: the repeated rows merged, and the projection fitted on raw embeddings of a
+    training sample (drawn before merging: a repeated prompt in it weighs twice, harmlessly).
+    Returns the feature plan, the prepared rows and the sample's size."""
     import dask
 
     from training.engines import dask_partitions as de
     from training.featurize import fit_projection, n_scalar_features, plan_from, raw_stage
+
+    built, raw = raw_stage(config.tier, embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
+                           max_chars=config.max_chars, cache_dir=Path(config.cache_dir))
+    raw_width = raw.transform(["width probe"], [None]).shape[1] - n_scalar_features(raw.spec)
+    report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
+    unmerged = _prepare(valid.drop(columns="key").assign(n_merged=1), config)
+    pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
+    raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, client.scatter(raw, broadcast=True),
+                                             meta={f"raw_{i}": np.float32 for i in range(raw_width)})
+    with de.stage("raw embeddings for the projection, repeated prompts"):
+        raw_sample, repeated_rows = dask.compute(raw_embeddings, _repeated_rows(valid, repeated))
+    prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
+    plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
+    return plan, prepared, len(raw_sample)
+
+
+def _features(client, config: TrainConfig, plan, prepared, report: dict):
+    """Pass 3: every row's features; the validation and test samples come here (pandas), the
+    training rows stay on the workers (persisted)."""
+    import dask
+
+    from training.engines import dask_partitions as de
+
+    recipe = client.scatter(plan.serving, broadcast=True)
+    keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
+            "split")
+    val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
+        de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
+        for name in ("val", "test"))
+    train = prepared[prepared["split"] == "train"].map_partitions(
+        de.feature_partition, recipe, keep=("label",), blank_precision=config.precision_dropout,
+        seed=config.seed, meta=de.feature_meta(plan.serving, ("label",)))
+    with de.stage("features"):
+        train, val, test = client.persist([train, val, test])
+        val, test = dask.compute(val, test)
+    return train, val, test
+
+
+def fit(config: TrainConfig, console, timings: dict) -> Fitted:
+    """The Dask engine (see module doc)."""
+    from training.engines import dask_partitions as de
     from training.model import fit_booster_dask, fit_calibration, predict_score
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client:
@@ -145,39 +188,13 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         valid, repeated, report = _read_and_check(config)
         timings["load_s"] = time.perf_counter() - t0
 
-        # Pass 2: the repeated rows, and raw embeddings of the projection sample (drawn from
-        # the valid rows before merging: a repeated prompt in it weighs twice, harmlessly).
         t1 = time.perf_counter()
-        built, raw = raw_stage(config.tier, embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
-                               max_chars=config.max_chars, cache_dir=Path(config.cache_dir))
-        raw_width = raw.transform(["width probe"], [None]).shape[1] - n_scalar_features(raw.spec)
-        report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
-        unmerged = _prepare(valid.drop(columns="key").assign(n_merged=1), config)
-        pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
-        raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, client.scatter(raw, broadcast=True),
-                                                 meta={f"raw_{i}": np.float32 for i in range(raw_width)})
-        with de.stage("raw embeddings for the projection, repeated prompts"):
-            raw_sample, repeated_rows = dask.compute(raw_embeddings, _repeated_rows(valid, repeated))
-        prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
+        plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
         print_logs(console, report)
-        plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
-        recipe = client.scatter(plan.serving, broadcast=True)
-        names = plan.spec.feature_names
-
-        # Pass 3: every row's features; the samples come here, the training rows stay put.
-        keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
-                "split")
-        val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
-            de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
-            for name in ("val", "test"))
-        train = prepared[prepared["split"] == "train"].map_partitions(
-            de.feature_partition, recipe, keep=("label",), blank_precision=config.precision_dropout,
-            seed=config.seed, meta=de.feature_meta(plan.serving, ("label",)))
-        with de.stage("features"):
-            train, val, test = client.persist([train, val, test])
-            val, test = dask.compute(val, test)
+        train, val, test = _features(client, config, plan, prepared, report)
         timings["features_s"] = time.perf_counter() - t1
-        console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {len(raw_sample)} "
+        names = plan.spec.feature_names
+        console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
                       f"training rows; samples: {len(val)} validation, {len(test)} test rows")
 
         t2 = time.perf_counter()
@@ -191,8 +208,8 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                                       method=config.calibration)
         timings["fit_s"] = time.perf_counter() - t2
     splits = {name: Rows.from_frame(frame, n_tokens=frame["n_tokens"],
-                                         scores=predict_score(booster, frame[names].to_numpy(), calibration))
+                                    scores=predict_score(booster, frame[names].to_numpy(), calibration))
               for name, frame in (("val", val), ("test", test))}
-    notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": len(raw_sample),
+    notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
     return Fitted(report, plan, booster, calibration, splits, notes=notes)
