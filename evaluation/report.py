@@ -136,12 +136,14 @@ def render(metrics: dict) -> str:
         f"## Fallback\n\nIn the fallback zone, a share {setup['catch_rate']} of edge failures is caught at run "
         "time and answered by the cloud; edge-zone requests are not checked.",
         fallback_table(f),
-        "## Calibration of the learned score\n\nExpected calibration error "
-        f"{num(metrics['calibration']['ece'], '.4f')} "
-        f"over {len(metrics['calibration']['bins'])} non-empty bins.",
-        table(["score bin", "rows", "mean score", "observed cloud-needed rate"],
-              [[f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
-               for b in metrics["calibration"]["bins"]]),
+        "## Calibration of the learned probabilities\n\nPer probability the router outputs: the mean "
+        "prediction in each bin against the mean observed outcome (quality, or the cloud-needed label).",
+        *(part for name, table_ in metrics["calibration"].items() for part in (
+            f"**{name}**: expected calibration error {num(table_['ece'], '.4f')} over {len(table_['bins'])} "
+            "non-empty bins.",
+            table(["bin", "rows", "mean prediction", "observed"],
+                  [[f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
+                   for b in table_["bins"]]))),
         "## Tuned rule table",
         _tuned_text(metrics["tuned_rule_table"]),
     ]
@@ -255,19 +257,21 @@ def plot_misroute_by_domain(groups: dict, path: Path) -> None:
 
 
 def plot_reliability(calibration: dict, path: Path) -> None:
-    """Observed cloud-needed rate per score bin against the mean score, with bin sizes."""
+    """Observed outcome per bin against the mean prediction, for each probability, with bin sizes."""
     fig, ax = _figure(6.0, 5.0)
-    bins = calibration["bins"]
     ax.plot([0, 1], [0, 1], color="grey", ls=":", label="perfect calibration")
-    ax.plot([b["mean_score"] for b in bins], [b["observed_rate"] for b in bins], "o-", label="learned router")
-    for b in bins:
-        ax.annotate(str(b["rows"]), (b["mean_score"], b["observed_rate"]), fontsize=7,
-                    textcoords="offset points", xytext=(4, -10))
+    for name, table_ in calibration.items():
+        bins = table_["bins"]
+        ax.plot([b["mean_score"] for b in bins], [b["observed_rate"] for b in bins], "o-",
+                label=f"{name} (ECE {table_['ece']:.3f})")
+        for b in bins:
+            ax.annotate(str(b["rows"]), (b["mean_score"], b["observed_rate"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, -10))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    ax.set_xlabel("mean calibrated score in bin")
-    ax.set_ylabel("observed cloud-needed rate")
-    ax.set_title(f"Reliability (ECE {calibration['ece']:.3f}; numbers = rows)")
+    ax.set_xlabel("mean predicted probability in bin")
+    ax.set_ylabel("observed mean outcome")
+    ax.set_title("Reliability (numbers = rows)")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -37,23 +37,26 @@ class Rows:
     q_edge: np.ndarray
     q_cloud: np.ndarray
     needed: np.ndarray       # the cloud-needed label
-    scores: np.ndarray       # the learned router's calibrated score
+    scores: np.ndarray       # the learned router's score (expected gain, or P(cloud needed))
     zones: np.ndarray | None = None             # the learned router's zone (with_zones, or the SDK's)
+    p_edge: np.ndarray | None = None            # P(edge good), P(cloud good) when the router has those heads
+    p_cloud: np.ndarray | None = None
     inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
 
     @classmethod
     def build(cls, *, prompts, precisions, domains, sources, n_tokens, q_edge, q_cloud, needed, scores,
-              zones=None, request_ids=None) -> "Rows":
-        """Aligned arrays from sequences."""
+              zones=None, request_ids=None, probabilities: dict | None = None) -> "Rows":
+        """Aligned arrays from sequences; `probabilities` maps a head ("edge", "cloud") to its values."""
         prompts = _objects(prompts)
         ids = _objects(request_ids) if request_ids is not None else np.full(len(prompts), None, dtype=object)
+        heads = {k: np.asarray(v, float) for k, v in (probabilities or {}).items() if k in ("edge", "cloud")}
         return cls(ids, prompts, _objects(precisions), _objects(domains), _objects(sources),
                    np.asarray(n_tokens, float), np.asarray(q_edge, float), np.asarray(q_cloud, float),
                    np.asarray(needed, np.int8), np.asarray(scores, float),
-                   _objects(zones) if zones is not None else None)
+                   _objects(zones) if zones is not None else None, heads.get("edge"), heads.get("cloud"))
 
     @classmethod
-    def from_frame(cls, frame, *, scores, n_tokens, zones=None) -> "Rows":
+    def from_frame(cls, frame, *, scores, n_tokens, zones=None, probabilities: dict | None = None) -> "Rows":
         """From prepared log rows (request_id, prompt, precision, domain, source, qualities, label)."""
         from data.prepare import missing_text_as_none
 
@@ -61,7 +64,7 @@ class Rows:
         return cls.build(request_ids=frame["request_id"], prompts=frame["prompt"], precisions=frame["precision"],
                          domains=frame["domain"], sources=frame["source"], n_tokens=n_tokens,
                          q_edge=frame["edge_quality"], q_cloud=frame["cloud_quality"], needed=frame["label"],
-                         scores=scores, zones=zones)
+                         scores=scores, zones=zones, probabilities=probabilities)
 
     @classmethod
     def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "Rows":
@@ -73,8 +76,10 @@ class Rows:
             decisions += router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])
             if on_batch:
                 on_batch(min(batch_size, len(prompts) - start))
+        heads = {"edge": [d.p_edge for d in decisions], "cloud": [d.p_cloud for d in decisions]}
+        heads = heads if all(d.p_edge is not None for d in decisions) else None
         return cls.from_frame(frame, scores=[d.score for d in decisions], n_tokens=[d.n_tokens for d in decisions],
-                              zones=[d.zone for d in decisions])
+                              zones=[d.zone for d in decisions], probabilities=heads)
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -47,6 +47,15 @@ def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame, row
             "latency": dataclasses.asdict(config.latency_model()), "policies": list(config.policies)}
 
 
+def calibration(rows: Rows, *, bins: int) -> dict:
+    """Reliability of each probability the router outputs, against what was observed: the
+    outcome heads against each endpoint's quality, or P(cloud needed) against the label."""
+    if rows.p_edge is not None:
+        return {"P(edge good)": reliability(rows.p_edge, rows.q_edge, bins=bins),
+                "P(cloud good)": reliability(rows.p_cloud, rows.q_cloud, bins=bins)}
+    return {"P(cloud needed)": reliability(rows.scores, rows.needed, bins=bins)}
+
+
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
@@ -77,7 +86,7 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
             notes.append("the tuned rule table was fitted on the train rows, which this split includes")
     figures, curves = evaluate_policies(rows, policies, tuned=tuned, **options)
     metrics = {"setup": _setup(config, manifest, data_report, frame, rows), "figures": figures,
-               "calibration": reliability(rows.scores, rows.needed, bins=config.calibration_bins),
+               "calibration": calibration(rows, bins=config.calibration_bins),
                "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info}
     if config.leave_one_source_out:
         if train is None:

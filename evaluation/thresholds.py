@@ -55,8 +55,10 @@ def _threshold_at(sorted_scores: np.ndarray, cut: int, *, empty: float) -> float
 
 
 def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_quality_drop: float = 0.01,
-                      cloud_budget: float = 0.3, catch_rate: float = 0.5, max_points: int = 256) -> Thresholds:
-    """Search every pair of cut points (lo <= hi) for the target; see the module doc."""
+                      cloud_budget: float = 0.3, catch_rate: float = 0.5, max_points: int = 256,
+                      bounds: tuple[float, float] = (0.0, 1.0)) -> Thresholds:
+    """Search every pair of cut points (lo <= hi) for the target; see the module doc. `bounds`
+    is the score's range: a zone that holds no request gets the bound beyond every score."""
     if target not in TARGETS:
         raise ValueError(f"unknown threshold target {target!r}; choose one of {', '.join(TARGETS)}")
     scores = np.asarray(scores, dtype=np.float64)
@@ -93,8 +95,8 @@ def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_q
     i, j = np.unravel_index(np.argmax(objective), objective.shape)
     lo_cut, hi_cut = int(a[i, j]), int(b[i, j])
     return Thresholds(
-        lo=_threshold_at(s, lo_cut, empty=0.0 if lo_cut == 0 else 1.0),
-        hi=_threshold_at(s, hi_cut, empty=1.0 if hi_cut == n else 0.0),
+        lo=_threshold_at(s, lo_cut, empty=bounds[0] if lo_cut == 0 else bounds[1]),
+        hi=_threshold_at(s, hi_cut, empty=bounds[1] if hi_cut == n else bounds[0]),
         rows=n, expected_quality=float(quality[i, j]), all_cloud_quality=float(all_cloud),
         all_edge_quality=float(qe.mean()), cloud_first_share=(n - hi_cut) / n,
         fallback_share=(hi_cut - lo_cut) / n, expected_cloud_calls=float(calls[i, j]), met_target=met)

@@ -86,16 +86,20 @@ def constant_work(target_us: float) -> Callable[[], int]:
 
 
 def model_call(scorer, prompt: str) -> Callable[[], object]:
-    """The model alone on prepared inputs, called as the SDK calls it, then calibrated:
-    model.onnx (fused) or encoder + router (staged)."""
+    """The model alone on prepared inputs, called as the SDK calls it, then each head
+    calibrated: model.onnx (fused) or encoder + router (staged)."""
     ids, mask, scalars, heads, _ = scorer.extractor.prepare([prompt], ["exact"])
+
+    def run(feeds):
+        outputs = scorer.run_model(scorer.outputs, feeds, None)
+        return [calibrate(float(out[0, 1])) for calibrate, out in zip(scorer.calibrators, outputs)]
+
     if scorer.spec.fused:
         feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-        return lambda: scorer.calibrate(float(scorer.run_model(["probabilities"], feeds, None)[0][0, 1]))
+        return lambda: run(feeds)
     features = scorer.extractor.transform([prompt], ["exact"])
     encoder = scorer.extractor.encoder
-    return lambda: (encoder(ids, mask, heads),
-                    scorer.calibrate(float(scorer.run_model(["probabilities"], {"features": features}, None)[0][0, 1])))
+    return lambda: (encoder(ids, mask, heads), run({"features": features}))
 
 
 def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, list[float]]]:
@@ -159,7 +163,8 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
         # tokenize and statistics floors, what building the inputs costs.
         "features": lambda: extractor.prepare([prompt], ["exact"]),
         # Score -> Decision (zone, reason text, the dataclass).
-        "decision": lambda: router._decide(prompt, "exact", decision.score, decision.n_tokens),
+        "decision": lambda: router._decide(prompt, "exact", decision.score, decision.n_tokens,
+                                              (decision.p_edge, decision.p_cloud)),
         # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
         "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
         "staged_route": staged,

@@ -12,7 +12,11 @@ class Decision:
 
     target: "edge" | "cloud" (where the request runs first)
     zone: "edge" | "edge_with_cloud_fallback" | "cloud"
-    score: calibrated probability that the cloud is needed (rule table: its complexity score)
+    score: what the thresholds cut. For bundles trained on expected gain (the default), the
+        cloud's expected gain p_cloud - p_edge, in [-1, 1]; for older bundles the calibrated
+        probability that the cloud is needed; for the rule table its complexity score
+    p_edge, p_cloud: calibrated P(edge answer good), P(cloud answer good) for the prompt
+        (None when the bundle has no such heads, or the rule table decided)
     reason: short, human readable
     degraded: True when the learned router was unavailable and the rule table decided
     model_version: which model decided ("rule-table" for the rule table)
@@ -30,6 +34,8 @@ class Decision:
     precision: str | None = None
     n_tokens: int = 0
     truncated: bool = False
+    p_edge: float | None = None
+    p_cloud: float | None = None
 
     @classmethod
     def make(cls, zone: str, **fields) -> "Decision":

@@ -83,30 +83,78 @@ class Limits:
                 "max_tokens": spec.max_tokens}
 
 
-def check_calibration(data: Any) -> dict:
-    """The calibration section, validated (serving.calibration applies it)."""
+def check_calibration(data: Any, path: str = "calibration") -> dict:
+    """One head's calibration, validated (serving.calibration applies it)."""
     if not isinstance(data, dict):
-        raise _fail("calibration", "must be an object", data)
+        raise _fail(path, "must be an object", data)
     method = data.get("method")
     if method not in CALIBRATION_METHODS:
-        raise _fail("calibration.method", f"must be one of {', '.join(CALIBRATION_METHODS)}", method)
+        raise _fail(f"{path}.method", f"must be one of {', '.join(CALIBRATION_METHODS)}", method)
     if "in_model" in data and not isinstance(data["in_model"], bool):
-        raise _fail("calibration.in_model", "must be true or false", data["in_model"])
+        raise _fail(f"{path}.in_model", "must be true or false", data["in_model"])
     if data.get("in_model") and method != "sigmoid":
-        raise _fail("calibration.in_model", "only sigmoid calibration can be folded into the model", True)
+        raise _fail(f"{path}.in_model", "only sigmoid calibration can be folded into the model", True)
     if method == "sigmoid":
-        _number(data, "a", "calibration", lo=-1e6, hi=1e6)
-        _number(data, "b", "calibration", lo=-1e6, hi=1e6)
+        _number(data, "a", path, lo=-1e6, hi=1e6)
+        _number(data, "b", path, lo=-1e6, hi=1e6)
     elif method == "isotonic":
         x, y = data.get("x"), data.get("y")
         for key, points in (("x", x), ("y", y)):
             if not isinstance(points, list) or not 1 <= len(points) <= MAX_CALIBRATION_POINTS or not all(
                     not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1 for v in points):
-                raise _fail(f"calibration.{key}", f"must be 1 to {MAX_CALIBRATION_POINTS} numbers in [0, 1]",
+                raise _fail(f"{path}.{key}", f"must be 1 to {MAX_CALIBRATION_POINTS} numbers in [0, 1]",
                             points)
         if len(x) != len(y) or any(b < a for a, b in zip(x, x[1:])):
-            raise _fail("calibration.x", "must be increasing and as long as calibration.y", len(x))
+            raise _fail(f"{path}.x", f"must be increasing and as long as {path}.y", len(x))
     return data
+
+
+@dataclass(frozen=True)
+class ScoreSpec:
+    """What the model outputs and how they make the routing score.
+
+    `expected_gain`: one head per endpoint, P(edge good) and P(cloud good); the score is
+    their difference, in [-1, 1]. `cloud_needed` (bundles from before expected gain, the
+    default when a manifest has no `score` section): one head, P(cloud needed), in [0, 1].
+    `outputs` are the graph's output names, one per head, whose column 1 is that head's
+    probability.
+    """
+
+    kind: str = "cloud_needed"
+    heads: tuple[str, ...] = ("cloud_needed",)
+    outputs: tuple[str, ...] = ("probabilities",)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return SCORE_KINDS[self.kind][1]
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "heads": list(self.heads), "outputs": list(self.outputs)}
+
+
+SCORE_KINDS = {"expected_gain": (("edge", "cloud"), (-1.0, 1.0)), "cloud_needed": (("cloud_needed",), (0.0, 1.0))}
+
+
+def check_score(data: Any) -> ScoreSpec:
+    if not isinstance(data, dict) or data.get("kind") not in SCORE_KINDS:
+        raise _fail("score.kind", f"must be one of {', '.join(SCORE_KINDS)}", data)
+    heads, outputs = data.get("heads"), data.get("outputs")
+    if heads != list(SCORE_KINDS[data["kind"]][0]):
+        raise _fail("score.heads", f"must be {list(SCORE_KINDS[data['kind']][0])} for {data['kind']}", heads)
+    if not isinstance(outputs, list) or len(outputs) != len(heads) or not all(
+            isinstance(o, str) and 0 < len(o) <= 64 for o in outputs) or len(set(outputs)) != len(outputs):
+        raise _fail("score.outputs", "must name one distinct graph output per head", outputs)
+    return ScoreSpec(data["kind"], tuple(heads), tuple(outputs))
+
+
+def check_calibrations(manifest: dict, score: ScoreSpec) -> dict[str, dict]:
+    """Head -> calibration. A manifest without a `score` section has one flat calibration."""
+    calibrations = manifest.get("calibration")
+    if "score" not in manifest:
+        return {score.heads[0]: check_calibration(calibrations)}
+    if not isinstance(calibrations, dict) or set(calibrations) != set(score.heads):
+        raise _fail("calibration", f"must hold one calibration per head ({', '.join(score.heads)})", calibrations)
+    return {head: check_calibration(calibrations[head], f"calibration.{head}") for head in score.heads}
 
 
 def check_feature_spec(data: Any) -> FeatureSpec:
@@ -135,8 +183,9 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     return FeatureSpec.from_dict(data)
 
 
-def check_thresholds(data: Any, tags) -> dict[str, dict]:
-    """Per precision tag (and "default"): lo <= hi, both in [0, 1]; extra figures are kept."""
+def check_thresholds(data: Any, tags, bounds: tuple[float, float] = (0.0, 1.0)) -> dict[str, dict]:
+    """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra
+    figures are kept."""
     if not isinstance(data, dict) or "default" not in data:
         raise _fail("thresholds", 'must be an object with a "default" entry', data)
     for key, entry in data.items():
@@ -144,8 +193,8 @@ def check_thresholds(data: Any, tags) -> dict[str, dict]:
             raise _fail("thresholds", f"keys must be 'default' or a precision tag ({', '.join(tags)})", key)
         if not isinstance(entry, dict):
             raise _fail(f"thresholds.{key}", "must be an object with lo and hi", entry)
-        lo = _number(entry, "lo", f"thresholds.{key}", lo=0.0, hi=1.0)
-        hi = _number(entry, "hi", f"thresholds.{key}", lo=0.0, hi=1.0)
+        lo = _number(entry, "lo", f"thresholds.{key}", lo=bounds[0], hi=bounds[1])
+        hi = _number(entry, "hi", f"thresholds.{key}", lo=bounds[0], hi=bounds[1])
         if lo > hi:
             raise _fail(f"thresholds.{key}", "needs lo <= hi", (lo, hi))
     return data
@@ -170,8 +219,9 @@ class Manifest:
 
     model_version: str
     feature_spec: FeatureSpec
-    calibration: dict
+    calibration: dict[str, dict]  # head -> its calibration (serving.calibration)
     thresholds: dict[str, dict]
+    score: ScoreSpec = field(default_factory=ScoreSpec)
     limits: Limits = field(default_factory=Limits)
     files: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -190,9 +240,6 @@ class Manifest:
         """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
         return band_of(self.thresholds, precision)
 
-    @property
-    def calibration_in_model(self) -> bool:
-        return bool(self.calibration.get("in_model"))
 
     @classmethod
     def from_dict(cls, data: Any) -> "Manifest":
@@ -206,6 +253,7 @@ class Manifest:
         if not isinstance(model_version, str) or not 0 < len(model_version) <= 200:
             raise _fail("model_version", "must be a string of 1 to 200 characters", model_version)
         spec = check_feature_spec(data.get("feature_spec"))
+        score = check_score(data["score"]) if "score" in data else ScoreSpec()
         limits = _section(data, "limits")
         info = {key: _section(data, key) for key in
                 ("encoder", "target", "label", "split", "metrics", "data", "training", "mlflow")}
@@ -213,8 +261,8 @@ class Manifest:
             if not isinstance(data.get(key, ""), str):
                 raise _fail(key, "must be a string", data.get(key))
         return cls(model_version=model_version, feature_spec=spec,
-                   calibration=check_calibration(data.get("calibration")),
-                   thresholds=check_thresholds(data.get("thresholds"), spec.precisions),
+                   calibration=check_calibrations(data, score), score=score,
+                   thresholds=check_thresholds(data.get("thresholds"), spec.precisions, score.bounds),
                    limits=Limits(_integer(limits, "edge_context_tokens", "limits", lo=1, hi=10_000_000,
                                           default=DEFAULT_EDGE_CONTEXT_TOKENS)),
                    files=check_files(data.get("files")) if "files" in data else {},
@@ -224,7 +272,8 @@ class Manifest:
         """The JSON form (what manifest.json holds)."""
         out = {"schema_version": self.schema_version, "created_at": self.created_at,
                "model_version": self.model_version, "feature_spec": self.feature_spec.to_dict(),
-               "encoder": self.encoder, "calibration": self.calibration, "thresholds": self.thresholds,
+               "encoder": self.encoder, "score": self.score.to_dict(), "calibration": self.calibration,
+               "thresholds": self.thresholds,
                "target": self.target, "label": self.label, "split": self.split,
                "limits": self.limits.to_dict(self.feature_spec), "metrics": self.metrics, "data": self.data,
                "training": self.training, "mlflow": self.mlflow}

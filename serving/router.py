@@ -30,6 +30,7 @@ class Router:
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
         self._max_chars = max_chars
         self._bands: dict[str | None, tuple] = {}  # by precision, filled on first use (see _band)
+        self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1) -> "Router":
@@ -70,31 +71,32 @@ class Router:
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
                     for p, q in zip(prompts, precisions)]
         try:
-            scores, n_tokens = self._scorer.score_batch(prompts, precisions)
+            scores, n_tokens, heads = self._scorer.score_batch(prompts, precisions)
         except Exception as exc:  # the host app must never see a scoring failure
             log.warning("scoring failed, rule table decides: %r", exc)
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
                     for p, q in zip(prompts, precisions)]
-        return [self._decide(p, q, s, round(n)) for p, q, s, n in zip(prompts, precisions, scores, n_tokens)]
+        return [self._decide(p, q, s, round(n), h) for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)]
 
-    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int) -> Decision:
+    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple) -> Decision:
         band = self._bands.get(precision) or self._band(precision)
         lo, hi, lo_text, hi_text, tag = band
         zone = zone_for(score, lo, hi)
         if zone == CLOUD:
-            reason = f"score {score:.3f} > {hi_text} ({tag})"
+            reason = f"{self._score_name} {score:.3f} > {hi_text} ({tag})"
         elif zone == EDGE:
-            reason = f"score {score:.3f} < {lo_text} ({tag})"
+            reason = f"{self._score_name} {score:.3f} < {lo_text} ({tag})"
         else:
-            reason = f"score {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
+            reason = f"{self._score_name} {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
         if n_tokens > self.edge_context_tokens and zone != CLOUD:
             zone = CLOUD
             reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
         truncated = len(prompt) > self._max_chars
         if truncated:
             reason += f"; features from the first {self._max_chars} characters"
+        p_edge, p_cloud = heads if len(heads) == 2 else (None, None)
         return Decision(first_target(zone), zone, score, reason, False, self.model_version, precision, n_tokens,
-                        truncated)
+                        truncated, p_edge, p_cloud)
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
         """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""

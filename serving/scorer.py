@@ -5,9 +5,10 @@ Two bundle layouts, chosen at training time and named in the manifest's feature 
   embedding + trees in one onnxruntime call;
 - staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`,
   `router.onnx`.
-Both end in the model's `probabilities`; column 1 is the calibrated score when the manifest's
-calibration says `in_model` (Platt, folded into the trees), and is calibrated here otherwise
-(serving.calibration, e.g. isotonic).
+Both end in one output per head (the manifest's `score.outputs`): column 1 is that head's
+probability, calibrated when its calibration says `in_model` (Platt, folded into the trees)
+and calibrated here otherwise (serving.calibration, e.g. isotonic). The routing score is
+P(cloud good) - P(edge good) for `expected_gain` bundles, P(cloud needed) for older ones.
 """
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ class Scorer:
         if inputs != feeds:
             raise BundleError(f"the model's inputs are {sorted(inputs)}, expected {sorted(feeds)}")
         # Platt calibration is folded into the trees (training.export); others are applied here.
-        self.calibrate = float if self.manifest.calibration_in_model else calibrator(self.calibration)
+        score = self.manifest.score
+        self.outputs, self.heads, self.gain = list(score.outputs), score.heads, score.kind == "expected_gain"
+        self.calibrators = [float if self.calibration[h].get("in_model") else calibrator(self.calibration[h])
+                            for h in score.heads]
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
@@ -57,7 +61,7 @@ class Scorer:
         return cls(read_bundle(folder), threads=threads)
 
     def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
-        """(calibrated scores, estimated token counts) as lists of floats, in one model call."""
+        """(scores, token counts, head probabilities as one tuple per prompt) as lists, in one model call."""
         if self.spec.fused:
             ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
             feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
@@ -65,8 +69,14 @@ class Scorer:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
             n_tokens = features[:, 0].tolist()
-        calibrate = self.calibrate
-        return [calibrate(row[1]) for row in self.run_model(["probabilities"], feeds, None)[0].tolist()], n_tokens
+        outputs = self.run_model(self.outputs, feeds, None)
+        if not self.gain:
+            calibrate = self.calibrators[0]
+            scores = [calibrate(row[1]) for row in outputs[0].tolist()]
+            return scores, n_tokens, [(s,) for s in scores]
+        (edge, cloud), (cal_edge, cal_cloud) = outputs, self.calibrators
+        heads = [(cal_edge(e[1]), cal_cloud(c[1])) for e, c in zip(edge.tolist(), cloud.tolist())]
+        return [c - e for e, c in heads], n_tokens, heads
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""

@@ -11,7 +11,7 @@ from serving.features.spec import FeatureSpec
 from serving.manifest import Manifest
 from training.writer import write_bundle
 
-MANIFEST = Manifest(model_version="test", feature_spec=FeatureSpec(tier="static"), calibration={"method": "none"},
+MANIFEST = Manifest(model_version="test", feature_spec=FeatureSpec(tier="static"), calibration={"cloud_needed": {"method": "none"}},
                     thresholds={"default": {"lo": 0.3, "hi": 0.7}})
 
 

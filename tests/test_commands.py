@@ -1,4 +1,5 @@
-"""README commands that are not covered elsewhere: `make ui` serves the tracking store."""
+"""README commands that are not covered elsewhere: `make ui` serves the tracking store, `make train
+MLRUNS=` and MLFLOW_TRACKING_URI choose the store training writes to."""
 from __future__ import annotations
 
 import json
@@ -67,3 +68,27 @@ def test_bench_measures_every_figure(bundle, tmp_path):
     assert [b["threads"] for b in results["route_batch"]] == [1, 2]
     assert all(b["prompts_per_s"] > 0 for b in results["route_batch"])
     assert 0 < results["load"]["import_plus_load_s"] and results["load"]["rss_mb_after_load"] > 10
+
+
+@pytest.mark.slow
+def test_make_train_writes_to_the_mlflow_store_mlruns_names(small_routellm, encoder_cache, tmp_path):
+    store = tmp_path / "store"
+    args = (f"--data {small_routellm / 'mt_bench'} --data {small_routellm / 'gsm8k'} --set cache_dir={encoder_cache} "
+            f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20")
+    done = subprocess.run(["make", "-s", "train", f"MLRUNS={store}", f"BUNDLE={tmp_path / 'bundle'}", f"ARGS={args}"],
+                          cwd=ROOT, env=make_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert manifest["mlflow"]["tracking_uri"] == f"sqlite:///{store}/mlflow.db"
+    assert (store / "mlflow.db").is_file() and (store / "artifacts").is_dir()
+
+
+def test_training_honours_mlflow_tracking_uri(monkeypatch, tmp_path):
+    from training.config import TrainConfig
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/elsewhere/mlflow.db")
+    config = TrainConfig()
+    assert config.tracking_uri == f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
+    assert config.artifact_root == f"{tmp_path}/elsewhere/artifacts"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert TrainConfig().tracking_uri == "sqlite:///mlruns/mlflow.db"

@@ -59,3 +59,27 @@ def test_unknown_calibration_is_refused(booster_and_rows):
     booster, x, _ = booster_and_rows
     with pytest.raises(ValueError, match="unknown calibration"):
         booster_to_onnx(booster, x.shape[1], {"method": "beta"})
+
+
+def test_outcome_heads_export_to_one_graph_with_graded_labels():
+    """Cross-entropy heads (qualities in [0, 1], judge scores included) export through the
+    binary converter to one graph, one output per head, each the calibrated probability."""
+    import lightgbm as lgb
+
+    from training.export import heads_to_onnx
+    from training.model import Head, routing_score
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3000, 5)).astype(np.float32)
+    heads = []
+    for name, column in (("edge", 0), ("cloud", 1)):
+        q = np.clip(0.5 + 0.3 * x[:, column] + rng.normal(scale=0.2, size=len(x)), 0, 1)  # graded outcomes
+        booster = lgb.train({"objective": "cross_entropy", "num_leaves": 7, "verbose": -1}, lgb.Dataset(x, q), 30)
+        heads.append(Head(name, booster, fit_calibration(booster.predict(x[:1000]), q[:1000], method="sigmoid")))
+    model, outputs = heads_to_onnx(heads, x.shape[1])
+    assert outputs == ["edge_probabilities", "cloud_probabilities"]
+    edge, cloud = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(outputs, {"features": x})
+    expected = {h.name: h.predict(x) for h in heads}
+    assert np.max(np.abs(edge[:, 1] - expected["edge"])) <= 1e-5
+    assert np.max(np.abs(cloud[:, 1] - expected["cloud"])) <= 1e-5
+    assert np.allclose(routing_score("expected_gain", expected), expected["cloud"] - expected["edge"])

@@ -28,7 +28,8 @@ def router(bundle) -> Router:
 
 def assert_valid(d: Decision):
     assert d.zone in ZONES and d.target == ("cloud" if d.zone == "cloud" else "edge")
-    assert 0.0 <= d.score <= 1.0 and isinstance(d.reason, str) and d.reason
+    assert -1.0 <= d.score <= 1.0 and isinstance(d.reason, str) and d.reason
+    assert 0.0 <= d.p_edge <= 1.0 and 0.0 <= d.p_cloud <= 1.0 and d.score == pytest.approx(d.p_cloud - d.p_edge)
     assert d.model_version
 
 
@@ -202,14 +203,14 @@ def test_cli_single_prompt_and_stream(bundle):
 
 
 def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle, tmp_path):
-    """Older and hand-made bundles: only schema_version, model_version, feature_spec, calibration,
+    """Hand-made bundles: only schema_version, model_version, feature_spec, score, calibration,
     thresholds and files are required; the rest describes the run."""
     from serving.bundle import manifest_digest
 
     folder = tmp_path / "minimal"
     shutil.copytree(bundle, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
-    required = ("schema_version", "model_version", "feature_spec", "calibration", "thresholds", "files")
+    required = ("schema_version", "model_version", "feature_spec", "score", "calibration", "thresholds", "files")
     minimal = {k: manifest[k] for k in required}
     minimal["manifest_sha256"] = manifest_digest(minimal)
     (folder / "manifest.json").write_text(json.dumps(minimal))
@@ -217,3 +218,28 @@ def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle,
     prompts = ["What is 2+2?", "Draft a lease termination letter under California law. " * 20]
     assert [d.to_dict() for d in router.route_batch(prompts)] == [d.to_dict() for d in original.route_batch(prompts)]
     assert router.edge_context_tokens == 1024
+
+
+def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routellm, encoder_cache, tmp_path):
+    """A `cloud_needed` bundle in the manifest format of before (no `score` section, one flat
+    calibration, output `probabilities`) routes on P(cloud needed), as it always did."""
+    from serving.bundle import manifest_digest
+    from tests.conftest import config_for
+    from training.engines.base import train
+
+    result = train(config_for(tmp_path / "run", small_routellm / "mt_bench", encoder_cache, objective="cloud_needed",
+                              min_rows_per_tag=20))
+    old = tmp_path / "old"
+    shutil.copytree(result.bundle, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    assert manifest["score"]["outputs"] == ["probabilities"]
+    del manifest["score"], manifest["manifest_sha256"]
+    manifest["calibration"] = manifest["calibration"]["cloud_needed"]
+    manifest["manifest_sha256"] = manifest_digest(manifest)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    router = Router.load(old, strict=True)
+    prompts = result.held_out["prompt"].tolist()[:30]
+    decisions = router.route_batch(prompts)
+    assert [d.to_dict() for d in decisions] == [d.to_dict() for d in Router.load(result.bundle).route_batch(prompts)]
+    assert all(0.0 <= d.score <= 1.0 and d.p_edge is None and d.reason.startswith("score") for d in decisions)
+    assert np.allclose([d.score for d in decisions], result.held_out["score"][:30], atol=1e-5)

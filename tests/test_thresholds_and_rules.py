@@ -101,3 +101,14 @@ def test_rule_domain_from_text():
     assert infer_rule_domain("Is the contract enforceable in court if the defendant was a minor?") == "legal"
     assert infer_rule_domain("What is the tax on dividend income from my stock portfolio?") == "finance"
     assert infer_rule_domain("Write a poem about the sea") is None
+
+
+def test_thresholds_of_an_expected_gain_score_use_its_range():
+    """With scores in [-1, 1], an empty zone's threshold is the bound beyond every score."""
+    scores = np.array([-0.4, -0.1, 0.2, 0.5])
+    q_edge, q_cloud = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.0, 0.0, 0.0, 0.0])  # the edge is always right
+    t = select_thresholds(scores, q_edge, q_cloud, bounds=(-1.0, 1.0))
+    assert t.cloud_first_share == 0.0 and t.fallback_share == 0.0  # all edge: lo above every score
+    assert t.lo == 1.0 and t.hi == 1.0
+    t = select_thresholds(scores, 1 - q_edge, 1 - q_cloud, bounds=(-1.0, 1.0))  # only the cloud is ever right
+    assert t.cloud_first_share == 1.0 and t.lo == -1.0 and t.hi == -1.0

@@ -35,7 +35,7 @@ def test_bundle_has_everything_serving_needs(trained):
     assert manifest.mlflow["run_id"] == result.run_id
     assert {"default", "exact", "standard", "tolerant"} <= set(manifest.thresholds)
     for t in manifest.thresholds.values():
-        assert 0.0 <= t["lo"] <= t["hi"] <= 1.0 and t["met_target"]
+        assert -1.0 <= t["lo"] <= t["hi"] <= 1.0 and t["met_target"]  # expected gain: [-1, 1]
     test = manifest.metrics["test"]
     assert {"auc", "apgr", "cpt50", "cpt80", "misroute_rate", "cloud_share"} <= set(test["learned"])
     assert set(test["rule_table"]) == set(test["learned"])
@@ -55,21 +55,23 @@ def test_sdk_scores_match_the_training_pipeline(trained):
 
 
 def test_fused_graph_alone_gives_the_calibrated_score(trained):
-    """model.onnx is one call from token ids and scalars to the calibrated score (Platt folded
+    """model.onnx is one call from token ids and scalars to both calibrated heads (Platt folded
     into the trees), for runtimes that load it without this SDK: a bare onnxruntime session
-    gives the training pipeline's scores."""
+    gives the training pipeline's scores, P(cloud good) - P(edge good)."""
     import onnxruntime as ort
 
     _, result = trained
     manifest = json.loads((result.bundle / "manifest.json").read_text())
-    assert manifest["calibration"]["method"] == "sigmoid" and manifest["calibration"]["in_model"] is True
+    assert manifest["score"] == {"kind": "expected_gain", "heads": ["edge", "cloud"],
+                                 "outputs": ["edge_probabilities", "cloud_probabilities"]}
+    assert all(c["method"] == "sigmoid" and c["in_model"] is True for c in manifest["calibration"].values())
     session = ort.InferenceSession(str(result.bundle / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert [o.name for o in session.get_outputs()] == ["probabilities"]
+    assert [o.name for o in session.get_outputs()] == ["edge_probabilities", "cloud_probabilities"]
     held = result.held_out[:64]
     ids, mask, scalars, _, _ = Scorer.load(result.bundle).extractor.prepare(held["prompt"].tolist(),
-                                                                       held["precision"].tolist())
-    (probabilities,) = session.run(["probabilities"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
-    assert np.max(np.abs(probabilities[:, 1] - held["score"].to_numpy())) <= 1e-5
+                                                                            held["precision"].tolist())
+    edge, cloud = session.run(None, {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
+    assert np.max(np.abs(cloud[:, 1] - edge[:, 1] - held["score"].to_numpy())) <= 1e-5
 
 
 def test_run_is_tracked_and_registered(trained):

@@ -11,7 +11,7 @@ from typing import Any
 from evaluation.thresholds import TARGETS
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from training.engines import ENGINES
-from training.model import CALIBRATIONS
+from training.model import CALIBRATIONS, OBJECTIVES
 
 
 @dataclass
@@ -31,6 +31,7 @@ class TrainConfig:
     margin_graded: float = 0.1                       # judge scores: 1 point on 1-10 is 0.11
     max_reject_share: float = 0.05
     precision_dropout: float = 0.2                   # train rows shown without a declared precision
+    objective: str = "expected_gain"                 # expected_gain (two outcome heads) | cloud_needed
     lgbm: dict[str, Any] = field(default_factory=dict)
     num_boost_round: int = 2000
     early_stopping_rounds: int = 100
@@ -78,6 +79,7 @@ class TrainConfig:
         check(self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
               "dask_workers", "must be empty or an integer >= 1")
         check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")
+        check(self.objective in OBJECTIVES, "objective", f"must be one of {', '.join(OBJECTIVES)}")
         check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
         for name in ("val_share", "test_share", "margin_binary", "margin_graded", "max_reject_share",
                      "precision_dropout", "max_quality_drop", "cloud_budget", "fallback_catch_rate"):
@@ -118,7 +120,7 @@ class TrainConfig:
         defaults = cls()
         settings = dict(
             tier=spec.tier, embedding_dim=spec.embedding_dim, max_tokens=spec.max_tokens, max_chars=spec.max_chars,
-            calibration=manifest.calibration["method"],
+            objective=manifest.score.kind, calibration=next(iter(manifest.calibration.values()))["method"],
             target=target.get("kind", defaults.target),
             max_quality_drop=target.get("max_quality_drop", defaults.max_quality_drop),
             cloud_budget=target.get("cloud_budget", defaults.cloud_budget),

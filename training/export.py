@@ -1,5 +1,42 @@
-"""Export the LightGBM booster to ONNX (calibration folded in) and fuse it with the static encoder."""
+"""Export the router's LightGBM heads to ONNX (calibration folded in) and fuse them with the
+static encoder."""
 from __future__ import annotations
+
+
+def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
+    """One graph from `features` to one output per head, `{name}_probabilities` [n, 2] (column 1
+    the head's probability), and those output names. A bundle from before heads had one
+    unnamed head whose output is `probabilities`; `cloud_needed` keeps that name."""
+    import onnx
+    from onnx import compose, helper
+
+    if [h.name for h in heads] == ["cloud_needed"]:
+        return booster_to_onnx(heads[0].booster, n_features, heads[0].calibration), ["probabilities"]
+    parts = [compose.add_prefix(onnx.load_from_string(booster_to_onnx(h.booster, n_features, h.calibration)),
+                                f"{h.name}_", rename_inputs=False) for h in heads]
+    for head, part in zip(heads, parts):  # every head reads the one shared `features` input
+        for node in part.graph.node:
+            node.input[:] = ["features" if i == f"{head.name}_features" else i for i in node.input]
+    features = helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features])
+    graph = helper.make_graph([n for p in parts for n in p.graph.node], "heads", [features],
+                              [p.graph.output[0] for p in parts],
+                              initializer=[i for p in parts for i in p.graph.initializer])
+    model = helper.make_model(graph, opset_imports=parts[0].opset_import, producer_name="edge-cloud-router")
+    model.ir_version = parts[0].ir_version
+    onnx.checker.check_model(model)
+    return model.SerializeToString(), [o.name for o in model.graph.output]
+
+
+def _as_binary(booster):
+    """A cross-entropy booster as the binary one it equals (same trees, same sigmoid link):
+    the ONNX converter knows only the binary objective."""
+    import lightgbm as lgb
+
+    text = booster.model_to_string()
+    if "objective=cross_entropy" not in text:
+        return booster
+    text = text.replace("objective=cross_entropy", "objective=binary sigmoid:1")
+    return lgb.Booster(model_str=text.replace("[objective: cross_entropy]", "[objective: binary]"))
 
 
 def booster_to_onnx(booster, n_features: int, calibration: dict) -> bytes:
@@ -18,7 +55,8 @@ def booster_to_onnx(booster, n_features: int, calibration: dict) -> bytes:
     from serving.calibration import calibrator
 
     calibrator(calibration)  # no bundle ships a calibration the SDK cannot apply
-    model = onnxmltools.convert_lightgbm(booster, initial_types=[("features", FloatTensorType([None, n_features]))],
+    model = onnxmltools.convert_lightgbm(_as_binary(booster),
+                                         initial_types=[("features", FloatTensorType([None, n_features]))],
                                          zipmap=False, target_opset=15)
     _drop_no_op_tail(model.graph)
     # Only `probabilities` is served; the label branch would cost two nodes per call.
@@ -51,8 +89,9 @@ def _fold_platt(graph, *, a: float, b: float) -> None:
 
 
 def fuse(prefix: bytes, trees: bytes) -> bytes:
-    """One graph from token ids and scalars to `probabilities` (column 1: the calibrated
-    score when the trees carry the calibration): one onnxruntime call for any runtime."""
+    """One graph from token ids and scalars to the heads' outputs (column 1: each head's
+    calibrated probability when the trees carry the calibration): one onnxruntime call for
+    any runtime."""
     import onnx
     from onnx import compose
 
@@ -65,7 +104,8 @@ def fuse(prefix: bytes, trees: bytes) -> bytes:
         if entry.domain == "":
             entry.version = default
     first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
-    merged = compose.merge_models(first, second, io_map=[("features", "features")], outputs=["probabilities"])
+    merged = compose.merge_models(first, second, io_map=[("features", "features")],
+                                  outputs=[o.name for o in second.graph.output])
     onnx.checker.check_model(merged)
     return merged.SerializeToString()
 

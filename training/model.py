@@ -1,8 +1,17 @@
-"""LightGBM router: fit with early stopping on validation (in memory or on a Dask cluster),
-then calibrate its probability."""
+"""LightGBM heads of the router: each fitted with early stopping on validation (in memory or
+on a Dask cluster), then calibrated.
+
+A head predicts one probability. With the default objective, `expected_gain`, there is one
+head per endpoint: P(edge good | prompt) and P(cloud good | prompt), each trained on that
+endpoint's observed quality in [0, 1] (LightGBM's cross-entropy objective, so judge scores
+count as the fractions they are), and the routing score is the cloud's expected gain,
+P(cloud good) - P(edge good). The `cloud_needed` objective (bundles before expected gain)
+has one binary head on the cloud-needed label. More endpoints are more heads.
+"""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,20 +33,47 @@ DEFAULT_LGBM = {
     "force_col_wise": True,
 }
 CALIBRATIONS = ("sigmoid", "isotonic", "none")
+# objective -> its heads, each with the column it learns and LightGBM's objective for it
+OBJECTIVES = {
+    "expected_gain": {"edge": ("edge_quality", "cross_entropy"), "cloud": ("cloud_quality", "cross_entropy")},
+    "cloud_needed": {"cloud_needed": ("label", "binary")},
+}
+_METRICS = {"binary": "binary_logloss", "cross_entropy": "cross_entropy"}
 
 
-def lgbm_params(overrides: dict, *, seed: int) -> dict:
-    """DEFAULT_LGBM, the user's options on top, then what every fit needs: the seed,
-    deterministic tree building and the log-loss that early stopping watches."""
-    return {**DEFAULT_LGBM, **overrides, "seed": seed, "deterministic": True, "metric": "binary_logloss"}
+@dataclass
+class Head:
+    """One fitted probability: its booster (cut at the best round) and its calibration."""
+
+    name: str
+    booster: object
+    calibration: dict
+
+    def predict(self, x) -> np.ndarray:
+        """The calibrated probability (the SDK must reproduce it)."""
+        return apply_calibration(self.calibration, self.booster.predict(x))
+
+
+def routing_score(objective: str, probabilities: dict[str, np.ndarray]) -> np.ndarray:
+    """The score thresholds cut: the cloud's expected gain, or P(cloud needed)."""
+    if objective == "expected_gain":
+        return probabilities["cloud"] - probabilities["edge"]
+    return probabilities["cloud_needed"]
+
+
+def lgbm_params(overrides: dict, *, seed: int, objective: str = "binary") -> dict:
+    """DEFAULT_LGBM, the user's options on top, then what every fit needs: the objective, the
+    seed, deterministic tree building and the log-loss that early stopping watches."""
+    return {**DEFAULT_LGBM, **overrides, "objective": objective, "seed": seed, "deterministic": True,
+            "metric": _METRICS[objective]}
 
 
 def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
-                early_stopping_rounds: int = 100, seed: int = 0, feature_names=None):
+                early_stopping_rounds: int = 100, seed: int = 0, feature_names=None, objective: str = "binary"):
     """Train until validation log-loss stops improving; returns the booster at its best round."""
     import lightgbm as lgb
 
-    params = lgbm_params(params, seed=seed)
+    params = lgbm_params(params, seed=seed, objective=objective)
     train = lgb.Dataset(x_train, label=y_train, feature_name=feature_names or "auto", free_raw_data=False)
     val = lgb.Dataset(x_val, label=y_val, reference=train, free_raw_data=False)
     booster = lgb.train(params, train, num_boost_round=num_boost_round, valid_sets=[val], valid_names=["val"],
@@ -88,16 +124,19 @@ class SharedValidationStop:
 
 
 def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
-                     early_stopping_rounds: int = 100, seed: int = 0):
+                     early_stopping_rounds: int = 100, seed: int = 0, objective: str = "binary"):
     """`fit_booster` on a Dask cluster: `x_train`/`y_train` are Dask collections that stay on
     the workers (lightgbm.dask, data-parallel); `x_val`/`y_val` are an in-memory sample that
     every worker evaluates (SharedValidationStop). Returns the booster cut at its best round."""
     import lightgbm as lgb
-    from lightgbm.dask import DaskLGBMClassifier
+    from lightgbm.dask import DaskLGBMClassifier, DaskLGBMRegressor
 
     # lightgbm.dask sets the threads of each worker itself
-    params = {k: v for k, v in lgbm_params(params, seed=seed).items() if k not in ("num_threads", "n_jobs")}
-    model = DaskLGBMClassifier(client=client, n_estimators=num_boost_round, **params)
+    params = {k: v for k, v in lgbm_params(params, seed=seed, objective=objective).items()
+              if k not in ("num_threads", "n_jobs")}
+    # cross-entropy learns fractions in [0, 1], which the classifier interface would take for classes
+    estimator = DaskLGBMClassifier if objective == "binary" else DaskLGBMRegressor
+    model = estimator(client=client, n_estimators=num_boost_round, **params)
     with warnings.catch_warnings():  # threads are set per worker by lightgbm.dask; its note says so
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
         model.fit(x_train, y_train, callbacks=[SharedValidationStop(x_val, y_val, early_stopping_rounds)])
@@ -110,17 +149,19 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid") -> dict
     """Parameters for serving.calibration.apply_calibration, fitted on validation rows."""
     if method not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {method!r}; choose one of {', '.join(CALIBRATIONS)}")
-    labels = np.asarray(labels)
+    labels = np.asarray(labels, dtype=np.float64)
     if method == "none":
         return {"method": "none"}
     if labels.min() == labels.max():
-        # One class only: nothing to calibrate against; keep the model's own probability.
-        return {"method": "none", "note": "validation labels have one class"}
+        # One value only: nothing to calibrate against; keep the model's own probability.
+        return {"method": "none", "note": "validation labels have one value"}
     if method == "sigmoid":
         from sklearn.linear_model import LogisticRegression
 
+        # A graded label q counts as q of a success and 1 - q of a failure.
+        z = logit(raw_probability)[:, None]
         lr = LogisticRegression(C=1e6, max_iter=1000)
-        lr.fit(logit(raw_probability)[:, None], labels)
+        lr.fit(np.r_[z, z], np.r_[np.ones(len(z)), np.zeros(len(z))], sample_weight=np.r_[labels, 1 - labels])
         return {"method": "sigmoid", "a": float(lr.coef_[0, 0]), "b": float(lr.intercept_[0])}
     from sklearn.isotonic import IsotonicRegression
 
@@ -128,6 +169,22 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid") -> dict
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
-def predict_score(booster, x, calibration: dict) -> np.ndarray:
-    """The training pipeline's calibrated score (the SDK must reproduce it)."""
-    return apply_calibration(calibration, booster.predict(x))
+def fit_heads(objective: str, x_train, targets_train: dict, x_val, targets_val: dict, *, config,
+              feature_names=None) -> list[Head]:
+    """Every head of `objective` (OBJECTIVES), fitted and calibrated on validation. `targets_*`
+    map a column name (edge_quality, cloud_quality, label) to its values."""
+    heads = []
+    for name, (column, lgbm_objective) in OBJECTIVES[objective].items():
+        booster = fit_booster(x_train, targets_train[column], x_val, targets_val[column], params=config.lgbm,
+                              seed=config.seed, num_boost_round=config.num_boost_round,
+                              early_stopping_rounds=config.early_stopping_rounds, feature_names=feature_names,
+                              objective=lgbm_objective)
+        heads.append(Head(name, booster, fit_calibration(booster.predict(x_val), targets_val[column],
+                                                         method=config.calibration)))
+    return heads
+
+
+def predict(objective: str, heads: list[Head], x) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(routing score, each head's calibrated probability) for the rows of `x`."""
+    probabilities = {head.name: head.predict(x) for head in heads}
+    return routing_score(objective, probabilities), probabilities

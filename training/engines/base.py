@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluation.rows import Rows
-from serving.manifest import Limits, Manifest, band_of
+from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
 from training.config import TrainConfig
 
 PARITY_TOLERANCE = 1e-5
@@ -26,8 +26,8 @@ class Fitted:
 
     data_report: dict
     plan: object               # training.featurize.FeaturePlan
-    booster: object            # lightgbm.Booster, cut at its best round
-    calibration: dict
+    objective: str             # training.model.OBJECTIVES
+    heads: list                # training.model.Head: booster cut at its best round, calibration
     splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
     notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
 
@@ -79,6 +79,7 @@ def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
     val = fitted.splits["val"]
     return select_per_precision(
         val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
+        bounds=SCORE_KINDS[fitted.objective][1],
         min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
         cloud_budget=config.cloud_budget, catch_rate=config.fallback_catch_rate)
 
@@ -95,17 +96,20 @@ def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict
     return metrics
 
 
-def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str) -> Manifest:
+def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
+                   outputs: list[str]) -> Manifest:
     """The bundle's manifest (serving.manifest), without its file table."""
     from training.export import calibration_in_model
 
     spec = fitted.plan.spec
+    heads = tuple(h.name for h in fitted.heads)
     return Manifest(
         model_version=f"{config.registered_model}@run:{run_id[:12]}", feature_spec=spec,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         encoder={"tier": config.tier, "key": fitted.plan.built.key},
-        # in_model: the trees already output the calibrated score (training.export)
-        calibration={**fitted.calibration, "in_model": calibration_in_model(fitted.calibration)},
+        score=ScoreSpec(fitted.objective, heads, tuple(outputs)),
+        # in_model: the trees already output the calibrated probability (training.export)
+        calibration={h.name: {**h.calibration, "in_model": calibration_in_model(h.calibration)} for h in fitted.heads},
         thresholds=thresholds,
         target={"kind": config.target, "max_quality_drop": config.max_quality_drop,
                 "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
@@ -137,17 +141,18 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
 
-    from training.export import booster_to_onnx
+    from training.export import heads_to_onnx
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
 
     thresholds = choose_thresholds(config, fitted)
-    metrics = {**split_figures(config, fitted, thresholds), "trees": fitted.booster.num_trees(), **fitted.notes}
+    metrics = {**split_figures(config, fitted, thresholds),
+               "trees": {h.name: h.booster.num_trees() for h in fitted.heads}, **fitted.notes}
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
-        manifest = build_manifest(config, fitted, thresholds, metrics, run_id)
-        trees = booster_to_onnx(fitted.booster, len(fitted.plan.spec.feature_names), fitted.calibration)
+        trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
+        manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs)
         with staged_bundle(Path(config.bundle), fitted.plan.bundle_files(trees), manifest) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
             metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows)

@@ -127,6 +127,8 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
         with de.stage("collecting the evaluation samples"):
             frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
     frame = pd.concat(frames, ignore_index=True)  # distinct splits of merged rows: no prompt twice
+    report["notes"] = [f"Dask engine: {report['rows']} prompts read on the cluster; figures on hash samples of "
+                       f"at most about {max_rows} rows per split ({len(frame)} rows here)"]
     return frame.drop(columns="sample_u"), report
 
 
@@ -154,7 +156,7 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
     return plan, prepared, len(raw_sample)
 
 
-def _features(client, config: TrainConfig, plan, prepared, report: dict):
+def _features(client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...]):
     """Pass 3: every row's features; the validation and test samples come here (pandas), the
     training rows stay on the workers (persisted)."""
     import dask
@@ -168,18 +170,35 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict):
         de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
         for name in ("val", "test"))
     train = prepared[prepared["split"] == "train"].map_partitions(
-        de.feature_partition, recipe, keep=("label",), blank_precision=config.precision_dropout,
-        seed=config.seed, meta=de.feature_meta(plan.serving, ("label",)))
+        de.feature_partition, recipe, keep=targets, blank_precision=config.precision_dropout,
+        seed=config.seed, meta=de.feature_meta(plan.serving, targets))
     with de.stage("features"):
         train, val, test = client.persist([train, val, test])
         val, test = dask.compute(val, test)
     return train, val, test
 
 
+def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
+    """Each head of the objective on the cluster, early-stopped and calibrated on the validation sample."""
+    from training.engines import dask_partitions as de
+    from training.model import OBJECTIVES, Head, fit_booster_dask, fit_calibration
+
+    heads = []
+    for name, (column, lgbm_objective) in OBJECTIVES[config.objective].items():
+        with de.stage(f"LightGBM training ({name})"):
+            booster = fit_booster_dask(client, train[names], train[column], val[names].to_numpy(),
+                                       val[column].to_numpy(), params=config.lgbm, seed=config.seed,
+                                       num_boost_round=config.num_boost_round,
+                                       early_stopping_rounds=config.early_stopping_rounds, objective=lgbm_objective)
+        heads.append(Head(name, booster, fit_calibration(booster.predict(val[names].to_numpy()),
+                                                         val[column].to_numpy(), method=config.calibration)))
+    return heads
+
+
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     from training.engines import dask_partitions as de
-    from training.model import fit_booster_dask, fit_calibration, predict_score
+    from training.model import OBJECTIVES, predict
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client:
         workers = len(client.scheduler_info()["workers"])
@@ -191,25 +210,21 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         t1 = time.perf_counter()
         plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
         print_logs(console, report)
-        train, val, test = _features(client, config, plan, prepared, report)
+        targets = tuple(dict.fromkeys(column for column, _ in OBJECTIVES[config.objective].values()))
+        train, val, test = _features(client, config, plan, prepared, report, targets)
         timings["features_s"] = time.perf_counter() - t1
         names = plan.spec.feature_names
         console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
                       f"training rows; samples: {len(val)} validation, {len(test)} test rows")
 
         t2 = time.perf_counter()
-        with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"), \
-                de.stage("LightGBM training"):
-            booster = fit_booster_dask(client, train[names], train["label"], val[names].to_numpy(),
-                                       val["label"].to_numpy(), params=config.lgbm, seed=config.seed,
-                                       num_boost_round=config.num_boost_round,
-                                       early_stopping_rounds=config.early_stopping_rounds)
-        calibration = fit_calibration(booster.predict(val[names].to_numpy()), val["label"].to_numpy(),
-                                      method=config.calibration)
+        with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
+            heads = _fit_heads(client, config, train, val, names)
         timings["fit_s"] = time.perf_counter() - t2
-    splits = {name: Rows.from_frame(frame, n_tokens=frame["n_tokens"],
-                                    scores=predict_score(booster, frame[names].to_numpy(), calibration))
-              for name, frame in (("val", val), ("test", test))}
+    splits = {}
+    for name, frame in (("val", val), ("test", test)):
+        scores, probabilities = predict(config.objective, heads, frame[names].to_numpy())
+        splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
-    return Fitted(report, plan, booster, calibration, splits, notes=notes)
+    return Fitted(report, plan, config.objective, heads, splits, notes=notes)

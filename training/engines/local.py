@@ -53,7 +53,7 @@ def _features(config: TrainConfig, frame, console):
 
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """Load, featurize and fit in this process."""
-    from training.model import blank_declared_precision, fit_booster, fit_calibration, predict_score
+    from training.model import OBJECTIVES, blank_declared_precision, fit_heads, predict
 
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
@@ -67,19 +67,20 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
 
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
-    x, y, names = feats.matrix, frame["label"].to_numpy(), feats.spec.feature_names
+    x, names = feats.matrix, feats.spec.feature_names
     x_train = blank_declared_precision(x[train], names, feats.spec.precisions, config.precision_dropout,
                                        np.random.default_rng(config.seed))
+    columns = {column for column, _ in OBJECTIVES[config.objective].values()}
     t2 = time.perf_counter()
-    with console.status("LightGBM (early stopping on validation)"):
-        booster = fit_booster(x_train, y[train], x[val], y[val], params=config.lgbm, seed=config.seed,
-                              num_boost_round=config.num_boost_round,
-                              early_stopping_rounds=config.early_stopping_rounds, feature_names=names)
-        calibration = fit_calibration(booster.predict(x[val]), y[val], method=config.calibration)
-        scores = predict_score(booster, x, calibration)
+    with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
+        heads = fit_heads(config.objective, x_train, {c: frame[c].to_numpy()[train] for c in columns}, x[val],
+                          {c: frame[c].to_numpy()[val] for c in columns}, config=config, feature_names=names)
+        scores, probabilities = predict(config.objective, heads, x)
     timings["fit_s"] = time.perf_counter() - t2
     n_tokens = x[:, names.index("n_tokens")]
     splits = {name: Rows.from_frame(frame[split == name], n_tokens=n_tokens[split == name],
-                                    scores=scores[split == name]) for name in ("val", "test")}
-    return Fitted(data_report, feats.plan, booster, calibration, splits,
+                                    scores=scores[split == name],
+                                    probabilities={k: v[split == name] for k, v in probabilities.items()})
+              for name in ("val", "test")}
+    return Fitted(data_report, feats.plan, config.objective, heads, splits,
                   notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})

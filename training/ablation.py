@@ -1,0 +1,145 @@
+"""The routing-score ablation behind the default objective (docs/routing-score.md): the label
+(cloud needed vs expected gain) crossed with the features (the router's own vs plus lexical
+evidence), each scored by test APGR and CPT(50%) over several hash splits.
+
+Lexical evidence: WordPiece unigrams and hashed bigrams of the token ids the SDK already
+computes, length-normalized counts, in a logistic regression per outcome (graded judge
+scores as fractional successes). Its out-of-fold margins on training rows (held-out margins
+elsewhere) enter LightGBM either as two extra features or as the boosting start
+(`init_score`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+VOCAB = 30522                 # MiniLM's WordPiece vocabulary: unigram columns
+BIGRAM_BUCKETS = 1 << 18      # hashed bigram columns
+VARIANTS = ("cloud needed, router features", "cloud needed, + lexical features",
+            "expected gain, router features", "expected gain, + lexical features",
+            "expected gain, lexical init_score", "expected gain, lexical model alone")
+
+
+def lexical_matrix(token_ids):
+    """Sparse rows of unigram and hashed-bigram counts, each row divided by its length."""
+    import scipy.sparse as sp
+
+    rows, cols, values = [], [], []
+    for r, ids in enumerate(token_ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        terms = np.concatenate([ids, VOCAB + (ids[:-1] * 1_000_003 + ids[1:]) % BIGRAM_BUCKETS])
+        unique, counts = np.unique(terms, return_counts=True)
+        rows.append(np.full(len(unique), r))
+        cols.append(unique)
+        values.append(counts / max(len(terms), 1))
+    return sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
+                         shape=(len(token_ids), VOCAB + BIGRAM_BUCKETS))
+
+
+def fit_lexical(x, q, *, c: float):
+    """Logistic regression of an outcome in [0, 1]: q counts as q of a success, 1 - q of a failure."""
+    import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
+
+    weights = np.r_[q, 1 - q]
+    keep = weights > 0
+    stacked = sp.vstack([x, x])[keep]
+    labels = np.r_[np.ones(x.shape[0]), np.zeros(x.shape[0])][keep]
+    return LogisticRegression(C=c, max_iter=2000).fit(stacked, labels, sample_weight=weights[keep])
+
+
+def lexical_margins(x, q, train: np.ndarray, *, c: float, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Out-of-fold margins on the training rows, the all-train model's margins elsewhere."""
+    from sklearn.model_selection import KFold
+
+    out = np.zeros(len(q))
+    rows = np.flatnonzero(train)
+    for fit_part, held in KFold(folds, shuffle=True, random_state=seed).split(rows):
+        out[rows[held]] = fit_lexical(x[rows[fit_part]], q[rows[fit_part]], c=c).decision_function(x[rows[held]])
+    out[~train] = fit_lexical(x[train], q[train], c=c).decision_function(x[~train])
+    return out
+
+
+@dataclass
+class Data:
+    features: np.ndarray
+    lexical: object          # scipy sparse matrix
+    q_edge: np.ndarray
+    q_cloud: np.ndarray
+    needed: np.ndarray
+    prompts: list[str]
+
+
+def _lightgbm(x, y, objective: str, train, val, *, init=None, seed: int = 0) -> np.ndarray:
+    """Probability of a LightGBM fitted on `train`, early-stopped on `val`, for every row."""
+    import lightgbm as lgb
+
+    from training.model import lgbm_params
+
+    params = lgbm_params({}, seed=seed, objective=objective)
+    start = (lambda rows: None) if init is None else (lambda rows: init[rows])
+    fit_set = lgb.Dataset(x[train], y[train], init_score=start(train))
+    val_set = lgb.Dataset(x[val], y[val], init_score=start(val), reference=fit_set)
+    booster = lgb.train(params, fit_set, 2000, valid_sets=[val_set], callbacks=[lgb.early_stopping(100, verbose=False)])
+    raw = booster.predict(x, raw_score=True, num_iteration=booster.best_iteration)
+    return 1 / (1 + np.exp(-(raw + (0 if init is None else init))))
+
+
+def variant_scores(data: Data, split: np.ndarray, *, c: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """The routing score of every variant, for every row, trained on this split."""
+    train, val = split == "train", split == "val"
+    margins = {q: lexical_margins(data.lexical, getattr(data, q), train, c=c, seed=seed) for q in ("q_edge", "q_cloud")}
+    with_lexical = np.c_[data.features, margins["q_edge"], margins["q_cloud"]]
+
+    def gain(x, init=None):
+        edge = _lightgbm(x, data.q_edge, "cross_entropy", train, val, init=None if init is None else init["q_edge"])
+        cloud = _lightgbm(x, data.q_cloud, "cross_entropy", train, val,
+                          init=None if init is None else init["q_cloud"])
+        return cloud - edge
+
+    def sigmoid(m):
+        return 1 / (1 + np.exp(-m))
+
+    return dict(zip(VARIANTS, (
+        _lightgbm(data.features, data.needed, "binary", train, val),
+        _lightgbm(with_lexical, data.needed, "binary", train, val),
+        gain(data.features), gain(with_lexical), gain(data.features, margins),
+        sigmoid(margins["q_cloud"]) - sigmoid(margins["q_edge"]))))
+
+
+def ablation(data: Data, salts, *, c: float = 64.0, test_share: float = 0.15, val_share: float = 0.15) -> dict:
+    """{variant: {"apgr": [per salt], "cpt50": [per salt]}} on each salt's test split."""
+    import pandas as pd
+
+    from data.prepare import assign_splits
+    from evaluation.metrics import apgr, cpt, quality_curve
+
+    out = {v: {"apgr": [], "cpt50": []} for v in VARIANTS}
+    for salt in salts:
+        split = assign_splits(pd.Series(data.prompts), val_share=val_share, test_share=test_share, salt=salt)
+        test = split == "test"
+        for variant, score in variant_scores(data, split, c=c).items():
+            curve = quality_curve(score[test], data.q_edge[test], data.q_cloud[test])
+            out[variant]["apgr"].append(apgr(curve))
+            out[variant]["cpt50"].append(cpt(curve, 0.5))
+    return out
+
+
+def load(config) -> Data:
+    """The logs and features `make train` would use (local engine, its default split for the PCA)."""
+    from pathlib import Path
+
+    from training.engines.local import prepare_frame
+    from training.featurize import featurize
+
+    frame, _ = prepare_frame(config)
+    prompts = frame["prompt"].tolist()
+    feats = featurize(prompts, frame["precision"].tolist(), (frame["split"] == "train").to_numpy(), tier=config.tier,
+                      embedding_dim=config.embedding_dim, max_tokens=config.max_tokens, max_chars=config.max_chars,
+                      cache_dir=Path(config.cache_dir), seed=config.seed)
+    extractor = feats.plan.serving.extractor()
+    ids = [i[:extractor.spec.max_tokens] for i in
+           extractor.tokenizer.ids(extractor.heads(prompts), add_special_tokens=extractor.spec.add_special_tokens)]
+    return Data(feats.matrix, lexical_matrix(ids), frame["edge_quality"].to_numpy(float),
+                frame["cloud_quality"].to_numpy(float), frame["label"].to_numpy(), prompts)
