@@ -57,7 +57,9 @@ def leave_one_source_out(frame, *, train: Trainer, sources=None, batch_size: int
             else:
                 rows = Rows.route(Router.load(bundle, strict=True), held, batch_size=batch_size)
                 figures, _ = evaluate_policies(rows.with_inferred_domains(), LOSO_POLICIES, **options)
-                results[source] = {**figures, "trained_on_rows": int(len(rest))}
+                results[source] = {**figures, "trained_on_rows": int(len(rest)),
+                                   "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None
+                                   else None}
             if progress:
                 progress.advance(task)
     return results

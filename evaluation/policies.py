@@ -50,6 +50,17 @@ def rule_table_scores(n_tokens, domains, precisions) -> np.ndarray:
     return np.array([rule_score(n, d, p) for n, d, p in zip(n_tokens, domains, precisions)])
 
 
+def unfamiliar_policy_zones(rows: Rows, policy: str):
+    """The zone the SDK gives an unfamiliar prompt under `policy` (serving.router), for every
+    row; None for `learned` (the learned zone stays)."""
+    if policy == "learned":
+        return None
+    if policy == "rule_table":  # as the SDK's rule table: the domain from the text
+        return _rule_zones(rule_table_scores(rows.n_tokens, rows.with_inferred_domains().inferred_domains,
+                                             rows.precisions))
+    return np.full(len(rows), FALLBACK, dtype=object)
+
+
 def policy_figures(scores, zones, q_edge, q_cloud, needed) -> dict:
     """Curve summary, operating point and fallback-zone share of one deterministic policy."""
     return {**curve_summary(scores, q_edge, q_cloud, needed),

@@ -147,6 +147,8 @@ def render(metrics: dict) -> str:
         "## Tuned rule table",
         _tuned_text(metrics["tuned_rule_table"]),
     ]
+    if metrics.get("novelty"):
+        parts += ["## Unfamiliar prompts", _novelty_text(metrics["novelty"], metrics.get("leave_one_source_out"))]
     for dimension, title in (("domain", "domain group"), ("source", "source"), ("precision", "declared precision"),
                              ("length", "prompt length")):
         parts += [f"## By {title}", breakdown_table(metrics["breakdowns"][dimension])]
@@ -160,6 +162,17 @@ def render(metrics: dict) -> str:
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
     return "\n\n".join(parts) + "\n"
+
+
+def _novelty_text(novelty: dict, loso: dict | None) -> str:
+    groups = [f"{name}: {g['rows']} rows, quality {num(g['quality'])} (all-edge {num(g['all_edge_quality'])}, "
+              f"all-cloud {num(g['all_cloud_quality'])})" for name in ("unfamiliar", "familiar")
+              if (g := novelty.get(name))]
+    shifted = [f"{source} {pct(r['unfamiliar_share'])}" for source, r in (loso or {}).items()
+               if r.get("unfamiliar_share") is not None]
+    return (f"{pct(novelty['unfamiliar_share'])} of the evaluated prompts are unfamiliar to the router. "
+            + "; ".join(groups) + "."
+            + (f" Held-out sources (leave-one-source-out routers): {', '.join(shifted)}." if shifted else ""))
 
 
 def _pairs(values: dict, fmt: str) -> str:

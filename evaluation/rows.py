@@ -16,12 +16,15 @@ def _objects(values) -> np.ndarray:
     return np.array(list(values), dtype=object)
 
 
-def learned_zones(scores, precisions, n_tokens, band, *, edge_context_tokens: int) -> np.ndarray:
+def learned_zones(scores, precisions, n_tokens, band, *, edge_context_tokens: int, unfamiliar=None,
+                  unfamiliar_zones=None) -> np.ndarray:
     """The zone the SDK gives each request: its precision's band (`band(precision)` -> (lo, hi)),
-    and the cloud for prompts over the edge context limit (serving.router does the same)."""
-    zones = [CLOUD if round(n) > edge_context_tokens else zone_for(s, *band(p))
-             for s, p, n in zip(scores, precisions, n_tokens)]
-    return _objects(zones)
+    the cloud for prompts over the edge context limit, and for an unfamiliar prompt the zone of
+    the unfamiliar policy (`unfamiliar_zones`, None: the learned zone). serving.router does the same."""
+    zones = [zone_for(s, *band(p)) for s, p in zip(scores, precisions)]
+    if unfamiliar is not None and unfamiliar_zones is not None:
+        zones = [z if not u else alt for z, u, alt in zip(zones, unfamiliar, unfamiliar_zones)]
+    return _objects([CLOUD if round(n) > edge_context_tokens else z for z, n in zip(zones, n_tokens)])
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Rows:
     zones: np.ndarray | None = None             # the learned router's zone (with_zones, or the SDK's)
     p_edge: np.ndarray | None = None            # P(edge good), P(cloud good) when the router has those heads
     p_cloud: np.ndarray | None = None
+    novelty: np.ndarray | None = None           # the familiarity measure, when the router has one
+    unfamiliar: np.ndarray | None = None
     inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
 
     @classmethod
@@ -78,8 +83,11 @@ class Rows:
                 on_batch(min(batch_size, len(prompts) - start))
         heads = {"edge": [d.p_edge for d in decisions], "cloud": [d.p_cloud for d in decisions]}
         heads = heads if all(d.p_edge is not None for d in decisions) else None
-        return cls.from_frame(frame, scores=[d.score for d in decisions], n_tokens=[d.n_tokens for d in decisions],
+        rows = cls.from_frame(frame, scores=[d.score for d in decisions], n_tokens=[d.n_tokens for d in decisions],
                               zones=[d.zone for d in decisions], probabilities=heads)
+        if decisions and all(d.novelty is not None for d in decisions):
+            rows = rows.with_novelty([d.novelty for d in decisions])
+        return rows
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -88,10 +96,15 @@ class Rows:
         return dataclasses.replace(self, **{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
                                             if getattr(self, f.name) is not None})
 
-    def with_zones(self, band, *, edge_context_tokens: int) -> "Rows":
+    def with_zones(self, band, *, edge_context_tokens: int, unfamiliar_zones=None) -> "Rows":
         """These rows with the zones the SDK would give at these thresholds (learned_zones)."""
-        zones = learned_zones(self.scores, self.precisions, self.n_tokens, band, edge_context_tokens=edge_context_tokens)
+        zones = learned_zones(self.scores, self.precisions, self.n_tokens, band, edge_context_tokens=edge_context_tokens,
+                              unfamiliar=self.unfamiliar, unfamiliar_zones=unfamiliar_zones)
         return dataclasses.replace(self, zones=zones)
+
+    def with_novelty(self, novelty) -> "Rows":
+        novelty = np.asarray(novelty, float)
+        return dataclasses.replace(self, novelty=novelty, unfamiliar=novelty > 1.0)
 
     def with_inferred_domains(self) -> "Rows":
         """These rows with the rule table's text-inferred domain (a keyword scan: computed once,

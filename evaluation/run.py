@@ -56,6 +56,21 @@ def calibration(rows: Rows, *, bins: int) -> dict:
     return {"P(cloud needed)": reliability(rows.scores, rows.needed, bins=bins)}
 
 
+def familiarity(rows: Rows) -> dict | None:
+    """How many evaluated prompts the router found unfamiliar, and how its decisions did on
+    them against the rest (quality before fallback, and the all-edge / all-cloud references)."""
+    if rows.unfamiliar is None:
+        return None
+    out = {"rows": len(rows), "unfamiliar_share": float(rows.unfamiliar.mean())}
+    for name, group in (("unfamiliar", rows.unfamiliar), ("familiar", ~rows.unfamiliar)):
+        if group.any():
+            routed = np.where(rows.zones[group] == "cloud", rows.q_cloud[group], rows.q_edge[group])
+            out[name] = {"rows": int(group.sum()), "quality": float(routed.mean()),
+                         "all_edge_quality": float(rows.q_edge[group].mean()),
+                         "all_cloud_quality": float(rows.q_cloud[group].mean())}
+    return out
+
+
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
@@ -87,7 +102,8 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     figures, curves = evaluate_policies(rows, policies, tuned=tuned, **options)
     metrics = {"setup": _setup(config, manifest, data_report, frame, rows), "figures": figures,
                "calibration": calibration(rows, bins=config.calibration_bins),
-               "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info}
+               "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info,
+               "novelty": familiarity(rows)}
     if config.leave_one_source_out:
         if train is None:
             raise ValueError("leave-one-source-out needs a way to train (the `train` argument)")

@@ -17,6 +17,9 @@ class Decision:
         probability that the cloud is needed; for the rule table its complexity score
     p_edge, p_cloud: calibrated P(edge answer good), P(cloud answer good) for the prompt
         (None when the bundle has no such heads, or the rule table decided)
+    novelty: how unlike the training data the prompt is (serving.novelty); above 1 the
+        prompt is `unfamiliar` and gets the unfamiliar policy, which the reason names
+        (None for bundles without a familiarity reference)
     reason: short, human readable
     degraded: True when the learned router was unavailable and the rule table decided
     model_version: which model decided ("rule-table" for the rule table)
@@ -36,6 +39,8 @@ class Decision:
     truncated: bool = False
     p_edge: float | None = None
     p_cloud: float | None = None
+    novelty: float | None = None
+    unfamiliar: bool = False
 
     @classmethod
     def make(cls, zone: str, **fields) -> "Decision":

@@ -147,6 +147,23 @@ def check_score(data: Any) -> ScoreSpec:
     return ScoreSpec(data["kind"], tuple(heads), tuple(outputs))
 
 
+def check_novelty(data: Any, files: dict) -> dict:
+    """The familiarity reference (serving.novelty): its file, thresholds and policy; {} when absent."""
+    from serving.novelty import POLICIES
+
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _fail("novelty", "must be an object", data)
+    if data.get("file") not in files:
+        raise _fail("novelty.file", "must name a file the manifest lists", data.get("file"))
+    _number(data, "embedding_threshold", "novelty", lo=1e-9, hi=1e9)
+    _number(data, "unseen_threshold", "novelty", lo=1e-9, hi=1.0)
+    if data.get("policy") not in POLICIES:
+        raise _fail("novelty.policy", f"must be one of {', '.join(POLICIES)}", data.get("policy"))
+    return data
+
+
 def check_calibrations(manifest: dict, score: ScoreSpec) -> dict[str, dict]:
     """Head -> calibration. A manifest without a `score` section has one flat calibration."""
     calibrations = manifest.get("calibration")
@@ -223,6 +240,7 @@ class Manifest:
     thresholds: dict[str, dict]
     score: ScoreSpec = field(default_factory=ScoreSpec)
     limits: Limits = field(default_factory=Limits)
+    novelty: dict = field(default_factory=dict)  # serving.novelty: file, thresholds, policy; {} for none
     files: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     created_at: str = ""
@@ -266,6 +284,7 @@ class Manifest:
                    limits=Limits(_integer(limits, "edge_context_tokens", "limits", lo=1, hi=10_000_000,
                                           default=DEFAULT_EDGE_CONTEXT_TOKENS)),
                    files=check_files(data.get("files")) if "files" in data else {},
+                   novelty=check_novelty(data.get("novelty"), data.get("files") or {}),
                    created_at=data.get("created_at", ""), manifest_sha256=data.get("manifest_sha256", ""), **info)
 
     def to_dict(self) -> dict:
@@ -275,7 +294,8 @@ class Manifest:
                "encoder": self.encoder, "score": self.score.to_dict(), "calibration": self.calibration,
                "thresholds": self.thresholds,
                "target": self.target, "label": self.label, "split": self.split,
-               "limits": self.limits.to_dict(self.feature_spec), "metrics": self.metrics, "data": self.data,
+               "limits": self.limits.to_dict(self.feature_spec), "novelty": self.novelty or None,
+               "metrics": self.metrics, "data": self.data,
                "training": self.training, "mlflow": self.mlflow}
         if self.files:
             out["files"] = self.files

@@ -7,7 +7,8 @@ from typing import Sequence
 
 
 from serving.bundle import BundleError, read_bundle
-from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, first_target, zone_for
+from serving.contract import (CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, first_target,
+                              zone_for)
 from serving.decision import Decision
 from serving.manifest import Manifest
 from serving.rules import RuleRouter
@@ -19,7 +20,8 @@ log = logging.getLogger("serving")
 class Router:
     """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
 
-    def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None):
+    def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None,
+                 unfamiliar_policy: str | None = None):
         self._scorer = scorer
         self.manifest = manifest
         self.degraded_reason = degraded_reason
@@ -31,16 +33,25 @@ class Router:
         self._max_chars = max_chars
         self._bands: dict[str | None, tuple] = {}  # by precision, filled on first use (see _band)
         self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
+        # What an unfamiliar prompt gets (serving.novelty.POLICIES): the caller's choice, else the bundle's.
+        self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
 
     @classmethod
-    def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1) -> "Router":
+    def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1,
+             unfamiliar_policy: str | None = None) -> "Router":
         """Load and verify a bundle folder (serving.bundle says what is checked).
 
         strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
         that runs on the rule table, with one warning and `degraded_reason` set; it never raises.
         strict=True: the same problems raise BundleError, and only BundleError.
+        unfamiliar_policy: what a prompt unlike the training data gets (serving.novelty.POLICIES:
+        edge_with_cloud_fallback, rule_table, learned); default: the bundle's own setting.
         """
+        from serving.novelty import POLICIES
         from serving.scorer import Scorer
+
+        if unfamiliar_policy is not None and unfamiliar_policy not in POLICIES:
+            raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(POLICIES)}")
 
         try:
             scorer = Scorer(read_bundle(path), threads=threads)
@@ -50,7 +61,7 @@ class Router:
                 raise error from exc
             log.warning("routing bundle unavailable, using the rule table: %s", error)
             return cls(None, None, degraded_reason=str(error))
-        return cls(scorer, scorer.manifest)
+        return cls(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy)
 
     @property
     def degraded(self) -> bool:
@@ -71,12 +82,37 @@ class Router:
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
                     for p, q in zip(prompts, precisions)]
         try:
-            scores, n_tokens, heads = self._scorer.score_batch(prompts, precisions)
+            scores, n_tokens, heads, novelty = self._scorer.score_batch(prompts, precisions)
         except Exception as exc:  # the host app must never see a scoring failure
             log.warning("scoring failed, rule table decides: %r", exc)
             return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
                     for p, q in zip(prompts, precisions)]
-        return [self._decide(p, q, s, round(n), h) for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)]
+        decisions = [self._decide(p, q, s, round(n), h)
+                     for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)]
+        if novelty is not None:
+            decisions = [self._familiar(d, p, v) for d, p, v in zip(decisions, prompts, novelty)]
+        return decisions
+
+    def _familiar(self, decision: Decision, prompt: str, novelty: float) -> Decision:
+        """Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts
+        over the edge context limit stay on the cloud whatever the policy."""
+        decision.novelty, decision.unfamiliar = novelty, novelty > 1.0
+        if not decision.unfamiliar or self.unfamiliar_policy == "learned":
+            if decision.unfamiliar:
+                decision.reason += f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
+            return decision
+        note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
+        if decision.n_tokens > self.edge_context_tokens:
+            decision.reason = f"{note}; {decision.reason}"
+            return decision
+        if self.unfamiliar_policy == "rule_table":
+            ruled = self._rules.decide(prompt, decision.precision, note=note)
+            decision.zone, decision.target = ruled.zone, ruled.target
+            decision.reason = f"{note}: {ruled.reason}"
+            return decision
+        decision.zone, decision.target = FALLBACK, first_target(FALLBACK)
+        decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
+        return decision
 
     def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple) -> Decision:
         band = self._bands.get(precision) or self._band(precision)

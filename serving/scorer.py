@@ -48,10 +48,22 @@ class Scorer:
         self.outputs, self.heads, self.gain = list(score.outputs), score.heads, score.kind == "expected_gain"
         self.calibrators = [float if self.calibration[h].get("in_model") else calibrator(self.calibration[h])
                             for h in score.heads]
+        self.novelty = self._novelty(bundle)
+        if self.novelty is not None and self.spec.fused:
+            self.outputs.append("features")  # the embedding, for the familiarity measure
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
         self.run_model = getattr(self.session, "_sess", self.session).run
+
+    def _novelty(self, bundle: Bundle):
+        from serving.novelty import Novelty
+
+        section = self.manifest.novelty
+        if not section:
+            return None
+        return Novelty.from_bytes(bundle.content(section["file"]), embedding_threshold=section["embedding_threshold"],
+                                  unseen_threshold=section["unseen_threshold"])
 
     @classmethod
     def load(cls, folder, *, threads: int = 1) -> "Scorer":
@@ -61,22 +73,26 @@ class Scorer:
         return cls(read_bundle(folder), threads=threads)
 
     def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
-        """(scores, token counts, head probabilities as one tuple per prompt) as lists, in one model call."""
+        """(scores, token counts, head probabilities as one tuple per prompt, novelty per prompt
+        or None) as lists, in one model call."""
+        ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
         if self.spec.fused:
-            ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
             feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
         else:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
-            n_tokens = features[:, 0].tolist()
         outputs = self.run_model(self.outputs, feeds, None)
+        novelty = None
+        if self.novelty is not None:
+            features = outputs.pop() if self.spec.fused else features
+            novelty = self.novelty.scores(features[:, -self.spec.embedding_dim:], ids, mask).tolist()
         if not self.gain:
             calibrate = self.calibrators[0]
             scores = [calibrate(row[1]) for row in outputs[0].tolist()]
-            return scores, n_tokens, [(s,) for s in scores]
+            return scores, n_tokens, [(s,) for s in scores], novelty
         (edge, cloud), (cal_edge, cal_cloud) = outputs, self.calibrators
         heads = [(cal_edge(e[1]), cal_cloud(c[1])) for e, c in zip(edge.tolist(), cloud.tolist())]
-        return [c - e for e, c in heads], n_tokens, heads
+        return [c - e for e, c in heads], n_tokens, heads, novelty
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""

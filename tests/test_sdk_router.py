@@ -203,14 +203,16 @@ def test_cli_single_prompt_and_stream(bundle):
 
 
 def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle, tmp_path):
-    """Hand-made bundles: only schema_version, model_version, feature_spec, score, calibration,
-    thresholds and files are required; the rest describes the run."""
+    """Hand-made bundles: schema_version, model_version, feature_spec, score, calibration,
+    thresholds, files (and novelty, when there is a familiarity reference) are all that
+    routing reads; the rest describes the run."""
     from serving.bundle import manifest_digest
 
     folder = tmp_path / "minimal"
     shutil.copytree(bundle, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
-    required = ("schema_version", "model_version", "feature_spec", "score", "calibration", "thresholds", "files")
+    required = ("schema_version", "model_version", "feature_spec", "score", "calibration", "thresholds", "novelty",
+                "files")
     minimal = {k: manifest[k] for k in required}
     minimal["manifest_sha256"] = manifest_digest(minimal)
     (folder / "manifest.json").write_text(json.dumps(minimal))
@@ -221,8 +223,9 @@ def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle,
 
 
 def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routellm, encoder_cache, tmp_path):
-    """A `cloud_needed` bundle in the manifest format of before (no `score` section, one flat
-    calibration, output `probabilities`) routes on P(cloud needed), as it always did."""
+    """A `cloud_needed` bundle in the manifest format of before (no `score` or `novelty`
+    section, one flat calibration, output `probabilities`) routes on P(cloud needed), as it
+    always did."""
     from serving.bundle import manifest_digest
     from tests.conftest import config_for
     from training.engines.base import train
@@ -233,13 +236,13 @@ def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routel
     shutil.copytree(result.bundle, old)
     manifest = json.loads((old / "manifest.json").read_text())
     assert manifest["score"]["outputs"] == ["probabilities"]
-    del manifest["score"], manifest["manifest_sha256"]
+    del manifest["score"], manifest["novelty"], manifest["manifest_sha256"]
     manifest["calibration"] = manifest["calibration"]["cloud_needed"]
     manifest["manifest_sha256"] = manifest_digest(manifest)
     (old / "manifest.json").write_text(json.dumps(manifest))
     router = Router.load(old, strict=True)
     prompts = result.held_out["prompt"].tolist()[:30]
     decisions = router.route_batch(prompts)
-    assert [d.to_dict() for d in decisions] == [d.to_dict() for d in Router.load(result.bundle).route_batch(prompts)]
-    assert all(0.0 <= d.score <= 1.0 and d.p_edge is None and d.reason.startswith("score") for d in decisions)
+    assert all(0.0 <= d.score <= 1.0 and d.p_edge is None and d.novelty is None and d.reason.startswith("score")
+               for d in decisions)
     assert np.allclose([d.score for d in decisions], result.held_out["score"][:30], atol=1e-5)

@@ -27,7 +27,7 @@ def test_bundle_has_everything_serving_needs(trained):
     cfg, result = trained
     manifest = read_manifest(result.bundle)  # checks every file's SHA-256
     # Static tier: one fused graph from token ids and scalar features to the probability.
-    assert set(manifest.files) == {"model.onnx", "tokenizer.json"}
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "novelty.npz"}
     assert manifest.feature_spec.fused is True
     assert not any(p.suffix in (".pkl", ".pickle", ".joblib") for p in result.bundle.iterdir())
     assert manifest.feature_spec.tier == "static"
@@ -66,11 +66,12 @@ def test_fused_graph_alone_gives_the_calibrated_score(trained):
                                  "outputs": ["edge_probabilities", "cloud_probabilities"]}
     assert all(c["method"] == "sigmoid" and c["in_model"] is True for c in manifest["calibration"].values())
     session = ort.InferenceSession(str(result.bundle / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert [o.name for o in session.get_outputs()] == ["edge_probabilities", "cloud_probabilities"]
+    assert {o.name for o in session.get_outputs()} == {"edge_probabilities", "cloud_probabilities", "features"}
     held = result.held_out[:64]
     ids, mask, scalars, _, _ = Scorer.load(result.bundle).extractor.prepare(held["prompt"].tolist(),
                                                                             held["precision"].tolist())
-    edge, cloud = session.run(None, {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
+    edge, cloud = session.run(["edge_probabilities", "cloud_probabilities"],
+                              {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
     assert np.max(np.abs(cloud[:, 1] - edge[:, 1] - held["score"].to_numpy())) <= 1e-5
 
 
@@ -136,7 +137,7 @@ def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_ca
     result = run(config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, tier="transformer",
                             min_rows_per_tag=10, val_share=0.25, test_share=0.25))
     manifest = read_manifest(result.bundle)
-    assert set(manifest.files) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json"}
+    assert set(manifest.files) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json", "novelty.npz"}
     assert manifest.feature_spec.encoder_row_wise is True and manifest.feature_spec.fused is False
     held = result.held_out
     router = Router.load(result.bundle, strict=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from evaluation.thresholds import TARGETS
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
+from serving.novelty import POLICIES as UNFAMILIAR_POLICIES
 from training.engines import ENGINES
 from training.model import CALIBRATIONS, OBJECTIVES
 
@@ -42,6 +43,9 @@ class TrainConfig:
     fallback_catch_rate: float = 0.5
     min_rows_per_tag: int = 200
     edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
+    novelty_share: float = 0.03                      # share of in-distribution prompts flagged unfamiliar
+    novelty_min_unseen_share: float = 0.3            # unseen-token share below this is never unfamiliar
+    unfamiliar_policy: str = "edge_with_cloud_fallback"  # or rule_table | learned (serving.novelty)
     seed: int = 0
     parity_rows: int = 5000                          # test rows the bundle is checked against (from raw text)
     # Scale-out (engine=dask): logs stay on the cluster in partitions; the client holds
@@ -80,9 +84,12 @@ class TrainConfig:
               "dask_workers", "must be empty or an integer >= 1")
         check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")
         check(self.objective in OBJECTIVES, "objective", f"must be one of {', '.join(OBJECTIVES)}")
+        check(self.unfamiliar_policy in UNFAMILIAR_POLICIES, "unfamiliar_policy",
+              f"must be one of {', '.join(UNFAMILIAR_POLICIES)}")
         check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
         for name in ("val_share", "test_share", "margin_binary", "margin_graded", "max_reject_share",
-                     "precision_dropout", "max_quality_drop", "cloud_budget", "fallback_catch_rate"):
+                     "precision_dropout", "max_quality_drop", "cloud_budget", "fallback_catch_rate",
+                     "novelty_share", "novelty_min_unseen_share"):
             check(isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
                   name, "must be a number in [0, 1]")
         check(self.val_share > 0 and self.val_share + self.test_share < 1, "val_share",
@@ -129,7 +136,9 @@ class TrainConfig:
             split_salt=split.get("salt", defaults.split_salt),
             margin_binary=label.get("margin_binary", defaults.margin_binary),
             margin_graded=label.get("margin_graded", defaults.margin_graded),
-            edge_context_tokens=manifest.limits.edge_context_tokens)
+            edge_context_tokens=manifest.limits.edge_context_tokens,
+            unfamiliar_policy=manifest.novelty.get("policy", defaults.unfamiliar_policy),
+            novelty_share=manifest.novelty.get("target_share", defaults.novelty_share))
         return cls(**{**settings, **overrides})
 
     @property

@@ -104,8 +104,9 @@ def fuse(prefix: bytes, trees: bytes) -> bytes:
         if entry.domain == "":
             entry.version = default
     first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
+    # `features` stays an output too: the SDK's familiarity measure reads the embedding part.
     merged = compose.merge_models(first, second, io_map=[("features", "features")],
-                                  outputs=[o.name for o in second.graph.output])
+                                  outputs=[o.name for o in second.graph.output] + ["features"])
     onnx.checker.check_model(merged)
     return merged.SerializeToString()
 

@@ -8,7 +8,7 @@ MLflow run with its registered model version.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
 from training.config import TrainConfig
 
 PARITY_TOLERANCE = 1e-5
+NOVELTY_FILE = "novelty.npz"
 
 
 @dataclass
@@ -85,15 +86,31 @@ def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
 
 
 def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict:
-    """Validation and test figures of the learned router (zones as the SDK gives them) and
-    the hand rule table."""
-    from evaluation.policies import summary
+    """Validation and test figures of the learned router (zones as the SDK gives them,
+    unfamiliar prompts included) and the hand rule table."""
+    from evaluation.policies import summary, unfamiliar_policy_zones
 
     metrics = {}
     for name, rows in fitted.splits.items():
-        zoned = rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens)
-        metrics[name] = summary(zoned, catch_rate=config.fallback_catch_rate)
+        zoned = rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens,
+                                unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
+        metrics[name] = {**summary(zoned, catch_rate=config.fallback_catch_rate),
+                         "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None}
     return metrics
+
+
+def familiarity(config: TrainConfig, fitted: Fitted) -> tuple[bytes, dict]:
+    """Fit the familiarity reference on the validation rows (training.novelty), flag the
+    validation and test rows with it; returns the reference file and its manifest section."""
+    from training.novelty import fit_novelty, scores
+
+    extractor = fitted.plan.serving.extractor()
+    val = fitted.splits["val"]
+    reference, info = fit_novelty(extractor, val.prompts, val.precisions, share=config.novelty_share,
+                                  min_unseen_share=config.novelty_min_unseen_share)
+    for name, rows in fitted.splits.items():
+        fitted.splits[name] = rows.with_novelty(scores(reference, extractor, rows.prompts, rows.precisions))
+    return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
 
 
 def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
@@ -146,14 +163,16 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     from training.writer import staged_bundle
 
     thresholds = choose_thresholds(config, fitted)
+    novelty_file, novelty = familiarity(config, fitted)
     metrics = {**split_figures(config, fitted, thresholds),
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads}, **fitted.notes}
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
-        manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs)
-        with staged_bundle(Path(config.bundle), fitted.plan.bundle_files(trees), manifest) as staged:
+        manifest = replace(build_manifest(config, fitted, thresholds, metrics, run_id, outputs), novelty=novelty)
+        files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file}
+        with staged_bundle(Path(config.bundle), files, manifest) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
             metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows)
             staged.publish()  # still under the bundle's lock: what is registered is what was checked

@@ -1,0 +1,55 @@
+"""How unlike its training data a prompt is: the router's answer is an extrapolation there.
+
+Two measures, each divided by its threshold, and the novelty is the larger:
+- the embedding's distance from the fitted prompts: the mean squared z-score of the
+  projected embedding's components (mean and spread fitted on in-distribution prompts);
+- the share of the prompt's tokens that never occurred in those prompts (other scripts,
+  unknown tokens, vocabulary of another domain).
+A prompt is unfamiliar when its novelty exceeds 1. The thresholds are chosen at training
+time so that a configured share of held-out in-distribution prompts is flagged. Both
+measures use what routing computes anyway (token ids, the embedding): a few microseconds.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+# What the router does with an unfamiliar prompt.
+POLICIES = ("edge_with_cloud_fallback", "rule_table", "learned")
+
+
+class Novelty:
+    """The fitted reference: embedding mean and spread, the tokens seen, the two thresholds."""
+
+    def __init__(self, mean, scale, seen, *, embedding_threshold: float, unseen_threshold: float):
+        self.mean = np.asarray(mean, dtype=np.float64)
+        self.inverse_scale = 1.0 / np.maximum(np.asarray(scale, dtype=np.float64), 1e-12)
+        self.seen = np.asarray(seen, dtype=np.float64)
+        self.embedding_threshold, self.unseen_threshold = float(embedding_threshold), float(unseen_threshold)
+
+    def components(self, embeddings: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(embedding distance, unseen-token share) per row; ids and mask padded [rows, tokens]."""
+        z = (np.asarray(embeddings, dtype=np.float64) - self.mean) * self.inverse_scale
+        distance = (z * z).mean(axis=1)
+        mask = np.asarray(mask, dtype=np.float64)
+        ids = np.minimum(np.asarray(ids, dtype=np.int64), len(self.seen) - 1)
+        counted = mask.sum(axis=1)
+        seen = (self.seen[ids] * mask).sum(axis=1)
+        unseen = np.where(counted > 0, 1.0 - seen / np.maximum(counted, 1.0), 0.0)
+        return distance, unseen
+
+    def scores(self, embeddings, ids, mask) -> np.ndarray:
+        distance, unseen = self.components(embeddings, ids, mask)
+        return np.maximum(distance / self.embedding_threshold, unseen / self.unseen_threshold)
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, mean=self.mean, scale=1.0 / self.inverse_scale, seen=self.seen.astype(np.uint8))
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, content: bytes, *, embedding_threshold: float, unseen_threshold: float) -> "Novelty":
+        with np.load(io.BytesIO(content), allow_pickle=False) as data:
+            return cls(data["mean"], data["scale"], data["seen"], embedding_threshold=embedding_threshold,
+                       unseen_threshold=unseen_threshold)

@@ -1,0 +1,52 @@
+"""Unfamiliar prompts: few in distribution, everyday and foreign-script requests recognised,
+and none sent to the cloud first merely for being unlike the training data."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serving import Router
+
+EVERYDAY = [
+    "hi", "Hello! How are you today?", "thanks a lot", "Thank you, that was helpful.", "good morning",
+    "What is 7 + 5?", "what's 12 times 9", "Convert 5 miles to kilometers.", "How many ounces in a pound?",
+    "Translate 'good night' into French.", "How do you say thank you in Spanish?",
+    "你好", "谢谢你的帮助", "今天天气怎么样？", "请把这句话翻译成英文：我喜欢学习。",
+    "Set a timer for 10 minutes", "What day is it tomorrow if today is Monday?",
+]
+
+
+@pytest.fixture(scope="module")
+def full_router(trained_full):
+    return Router.load(trained_full.bundle, strict=True)
+
+
+def test_few_in_distribution_prompts_are_unfamiliar(trained_full):
+    test = trained_full.metrics["test"]
+    assert 0.0 < test["unfamiliar_share"] <= 0.05, test["unfamiliar_share"]
+
+
+def test_sdk_novelty_is_the_training_pipelines(trained_full, full_router):
+    test = trained_full.test
+    decisions = full_router.route_batch(list(test.prompts[:300]), list(test.precisions[:300]))
+    assert np.max(np.abs(np.array([d.novelty for d in decisions]) - test.novelty[:300])) <= 1e-6
+    assert [d.unfamiliar for d in decisions] == list(test.unfamiliar[:300])
+
+
+def test_everyday_requests_are_never_cloud_first_for_being_unfamiliar(full_router):
+    decisions = [full_router.route(p) for p in EVERYDAY]
+    for prompt, d in zip(EVERYDAY, decisions):
+        if d.unfamiliar:
+            assert d.zone == "edge_with_cloud_fallback" and "unfamiliar prompt" in d.reason, (prompt, d)
+    chinese = [d for p, d in zip(EVERYDAY, decisions) if not p.isascii()]
+    assert all(d.unfamiliar for d in chinese), [(d.novelty, d.reason) for d in chinese]
+
+
+def test_the_unfamiliar_policy_is_the_callers_choice(trained_full):
+    prompt = "请把这句话翻译成英文：我喜欢学习。"
+    ruled = Router.load(trained_full.bundle, unfamiliar_policy="rule_table").route(prompt)
+    assert ruled.unfamiliar and "rule table score" in ruled.reason and ruled.zone == "edge"
+    learned = Router.load(trained_full.bundle, unfamiliar_policy="learned").route(prompt)
+    assert learned.unfamiliar and "learned zone kept" in learned.reason
+    with pytest.raises(ValueError, match="unfamiliar_policy"):
+        Router.load(trained_full.bundle, unfamiliar_policy="coin_flip")
