@@ -9,6 +9,8 @@ BUNDLE ?= artifacts/router
 TIER   ?= static
 ENGINE ?= local
 CONFIG ?=
+SIGNING_KEY ?=
+KEYS   ?= keys
 ARGS   ?=
 PORT   ?= 5000
 MLRUNS ?= mlruns
@@ -24,7 +26,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results test ui data bench simulate scale clean
+.PHONY: venv train evaluate results keys test ui data bench simulate scale clean
 
 venv: $(STAMP)
 
@@ -37,7 +39,11 @@ $(STAMP): pyproject.toml
 	touch $@
 
 train: $(STAMP)
-	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(if $(SIGNING_KEY),--set signing_key=$(SIGNING_KEY)) $(ARGS)
+
+# An Ed25519 key pair for signing bundles: $(KEYS)/router.key (keep it private), $(KEYS)/router.pub.
+keys: $(STAMP)
+	$(BIN)/python -m pipelines.keys --out $(KEYS)
 
 evaluate: $(STAMP)
 	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --engine $(ENGINE) --leave-one-source-out $(ARGS)

@@ -106,8 +106,9 @@ def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, l
     """A route() call that times its stages (features, encoder if staged, model, decision) and
     the rest of the call, and the samples it fills. Alone, a part runs with its code and data
     hot in the CPU caches; inside route() the parts share them."""
-    scorer, extractor = router._scorer, router._scorer.extractor
-    stages = {"features": (extractor, "prepare"), "model": (scorer, "run_model"), "decision": (router, "_decide")}
+    routing = router._routing
+    scorer, extractor = routing._scorer, routing._scorer.extractor
+    stages = {"features": (extractor, "prepare"), "model": (scorer, "run_model"), "decision": (routing, "_decide")}
     if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
         stages["encoder"] = (extractor, "encoder")
     samples: dict[str, list[float]] = {name: [] for name in (*stages, "rest")}
@@ -143,7 +144,7 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     """route(), each of its parts alone (the floor), and the glue between them, for one prompt."""
     from serving.features.text_stats import text_statistics
 
-    scorer = router._scorer
+    scorer = router._routing._scorer
     extractor = scorer.extractor
     special = extractor.spec.add_special_tokens
     heads = extractor.heads([prompt])
@@ -163,8 +164,8 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
         # tokenize and statistics floors, what building the inputs costs.
         "features": lambda: extractor.prepare([prompt], ["exact"]),
         # Score -> Decision (zone, reason text, the dataclass).
-        "decision": lambda: router._decide(prompt, "exact", decision.score, decision.n_tokens,
-                                              (decision.p_edge, decision.p_cloud)),
+        "decision": lambda: router._routing._decide(prompt, "exact", decision.score, decision.n_tokens,
+                                                      (decision.p_edge, decision.p_cloud)),
         # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
         "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
         "staged_route": staged,
@@ -221,7 +222,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     from serving import Router
 
     router = Router.load(bundle, strict=True, threads=1)
-    tokenizer = router._scorer.extractor.tokenizer.full
+    tokenizer = router._routing._scorer.extractor.tokenizer.full
     routes = {f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
               for n in lengths}
     huge = "x " * 500_000  # a 1 MB prompt

@@ -5,7 +5,9 @@ Runtime dependencies: numpy, onnxruntime, tokenizers.
 from serving.bundle import BundleError
 from serving.decision import Decision
 from serving.execute import CloudCallError, Execution, Step
-from serving.router import Router
+from serving.router import Router, Update
 from serving.rules import RuleRouter
+from serving.watcher import BundleWatcher
 
-__all__ = ["BundleError", "CloudCallError", "Decision", "Execution", "Router", "RuleRouter", "Step"]
+__all__ = ["BundleError", "BundleWatcher", "CloudCallError", "Decision", "Execution", "Router", "RuleRouter", "Step",
+           "Update"]

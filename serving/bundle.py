@@ -90,8 +90,23 @@ class Bundle:
             raise BundleError(f"{self.folder}: the model needs {name}, which the manifest does not list") from None
 
 
-def read_bundle(folder: str | Path) -> Bundle:
-    """Read, check and verify a bundle folder (see the module doc); BundleError on any problem."""
+def _check_signature(folder: Path, data: dict, public_key) -> None:
+    """With a pinned key, the bundle must carry that key's signature of its manifest."""
+    from serving.signing import SIGNATURE_NAME, SigningError, load_public_key, verify
+
+    try:
+        key = public_key if hasattr(public_key, "verify") else load_public_key(public_key)
+        if not (folder / SIGNATURE_NAME).exists():
+            raise SigningError(f"no {SIGNATURE_NAME}: the bundle is unsigned, but a public key is pinned")
+        verify(data, _read_plain_file(folder, SIGNATURE_NAME, 1024), key)
+    except (SigningError, OSError) as exc:
+        raise BundleError(f"{folder}: signature check failed: {exc}") from None
+
+
+def read_bundle(folder: str | Path, *, public_key=None) -> Bundle:
+    """Read, check and verify a bundle folder (see the module doc); BundleError on any problem.
+    With `public_key` (a path, PEM or raw bytes: serving.signing), the manifest must carry
+    that key's signature too."""
     folder = Path(folder)
     if not folder.is_dir():
         raise BundleError(f"no bundle folder at {folder} (is this a bundle written by `make train`?)")
@@ -113,6 +128,8 @@ def read_bundle(folder: str | Path) -> Bundle:
             raise BundleError(f"{folder}: {name} does not match its checksum "
                               f"(expected {expected[:12]}..., found {actual[:12]}...): modified or truncated")
         contents[name] = content
+    if public_key is not None:
+        _check_signature(folder, data, public_key)
     return Bundle(folder, manifest, contents)
 
 

@@ -1,44 +1,57 @@
-"""The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve."""
+"""The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve.
+
+A Router holds one bundle's Routing (serving.routing) and can replace it while the app runs
+(`update`): the new bundle is read, verified (checksums, values, the pinned signature),
+loaded and tried before the switch, which is one reference assignment, so every decision
+comes wholly from the old or wholly from the new bundle. A failed or refused update keeps
+the current bundle and says why.
+"""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-
 from serving.bundle import BundleError, read_bundle
-from serving.contract import (CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, first_target,
-                              zone_for)
 from serving.decision import Decision
-from serving.manifest import Manifest
-from serving.rules import RuleRouter
+from serving.routing import Routing
 from serving.validation import check_batch, check_precision, check_prompt
 
 log = logging.getLogger("serving")
 
 
+@dataclass(frozen=True)
+class Update:
+    """What `Router.update` did: `updated` or not, and why."""
+
+    updated: bool
+    reason: str
+    model_version: str
+
+
+def _routing(path, *, threads: int, unfamiliar_policy: str | None, public_key) -> Routing:
+    """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
+    from serving.scorer import Scorer
+
+    try:
+        scorer = Scorer(read_bundle(path, public_key=public_key), threads=threads)
+    except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
+        raise exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500]) from exc
+    return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy)
+
+
 class Router:
     """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
 
-    def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None,
-                 unfamiliar_policy: str | None = None):
-        self._scorer = scorer
-        self.manifest = manifest
-        self.degraded_reason = degraded_reason
-        self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
-        self.model_version = manifest.model_version if manifest else RuleRouter.model_version
-        tokenizer = scorer.extractor.tokenizer if scorer is not None else None
-        max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
-        self._rules = RuleRouter(tokenizer, max_chars=max_chars)
-        self._max_chars = max_chars
-        self._bands: dict[str | None, tuple] = {}  # by precision, filled on first use (see _band)
-        self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
-        # What an unfamiliar prompt gets (serving.novelty.POLICIES): the caller's choice, else the bundle's.
-        self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
+    def __init__(self, routing: Routing, *, threads: int = 1, unfamiliar_policy: str | None = None,
+                 public_key=None):
+        self._routing = routing
+        self._options = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1,
-             unfamiliar_policy: str | None = None) -> "Router":
+             unfamiliar_policy: str | None = None, public_key=None) -> "Router":
         """Load and verify a bundle folder (serving.bundle says what is checked).
 
         strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
@@ -46,99 +59,79 @@ class Router:
         strict=True: the same problems raise BundleError, and only BundleError.
         unfamiliar_policy: what a prompt unlike the training data gets (serving.novelty.POLICIES:
         edge_with_cloud_fallback, rule_table, learned); default: the bundle's own setting.
+        public_key: pin the team's Ed25519 key (a path to router.pub, or its bytes): a bundle
+        without that key's signature counts as tampered (serving.signing).
         """
         from serving.novelty import POLICIES
-        from serving.scorer import Scorer
 
         if unfamiliar_policy is not None and unfamiliar_policy not in POLICIES:
             raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(POLICIES)}")
-
+        options = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
         try:
-            scorer = Scorer(read_bundle(path), threads=threads)
-        except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
-            error = exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500])
+            routing = _routing(path, **options)
+        except BundleError as error:
             if strict:
-                raise error from exc
+                raise
             log.warning("routing bundle unavailable, using the rule table: %s", error)
-            return cls(None, None, degraded_reason=str(error))
-        return cls(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy)
+            routing = Routing(None, None, degraded_reason=str(error))
+        return cls(routing, **options)
+
+    def update(self, path: str | Path, *, force: bool = False) -> Update:
+        """Switch to the bundle at `path` once it is fully verified, loaded and has routed a
+        prompt; never raises. Refused: a bundle that fails any check, and one older than the
+        current (its `created_at`) unless `force`. The current bundle then stays."""
+        current = self._routing
+        try:
+            new = _routing(path, **self._options)
+            created, now = new.manifest.created_at, current.manifest.created_at if current.manifest else ""
+            if created < now and not force:
+                return self._refused(f"{path} is older ({created}) than the current bundle ({now}): a downgrade; "
+                                     "pass force=True to allow it")
+            new.decisions(["What is 2 + 2?"], [None])  # it must route before it serves
+        except Exception as exc:  # the app keeps routing with the current bundle
+            return self._refused(f"{path} not loaded: {exc}"[:500])
+        self._routing = new  # one reference: a decision comes wholly from the old or the new bundle
+        log.info("routing bundle updated to %s from %s", new.model_version, path)
+        return Update(True, f"now {new.model_version} from {path}", new.model_version)
+
+    def _refused(self, reason: str) -> Update:
+        log.warning("routing bundle update refused: %s", reason)
+        return Update(False, reason, self._routing.model_version)
+
+    # What the current bundle says.
+    @property
+    def manifest(self):
+        return self._routing.manifest
 
     @property
     def degraded(self) -> bool:
-        return self._scorer is None
+        return self._routing.degraded
+
+    @property
+    def degraded_reason(self) -> str | None:
+        return self._routing.degraded_reason
+
+    @property
+    def edge_context_tokens(self) -> int:
+        return self._routing.edge_context_tokens
+
+    @property
+    def model_version(self) -> str:
+        return self._routing.model_version
+
+    @property
+    def unfamiliar_policy(self) -> str | None:
+        return self._routing.unfamiliar_policy
 
     def route(self, prompt: str, *, precision: str | None = None) -> Decision:
         """Where one prompt should run; see Decision."""
         check_prompt(prompt)
-        return self._route([prompt], [check_precision(precision)])[0]
+        return self._routing.decisions([prompt], [check_precision(precision)])[0]
 
     def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]:
         """Decisions for many prompts, scored in one onnxruntime call per model."""
         prompts, precisions = check_batch(prompts, precisions)
-        return self._route(prompts, precisions) if prompts else []
-
-    def _route(self, prompts: list[str], precisions: list[str | None]) -> list[Decision]:
-        if self._scorer is None:
-            return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
-                    for p, q in zip(prompts, precisions)]
-        try:
-            scores, n_tokens, heads, novelty = self._scorer.score_batch(prompts, precisions)
-        except Exception as exc:  # the host app must never see a scoring failure
-            log.warning("scoring failed, rule table decides: %r", exc)
-            return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
-                    for p, q in zip(prompts, precisions)]
-        decisions = [self._decide(p, q, s, round(n), h)
-                     for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)]
-        if novelty is not None:
-            decisions = [self._familiar(d, p, v) for d, p, v in zip(decisions, prompts, novelty)]
-        return decisions
-
-    def _familiar(self, decision: Decision, prompt: str, novelty: float) -> Decision:
-        """Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts
-        over the edge context limit stay on the cloud whatever the policy."""
-        decision.novelty, decision.unfamiliar = novelty, novelty > 1.0
-        if not decision.unfamiliar or self.unfamiliar_policy == "learned":
-            if decision.unfamiliar:
-                decision.reason += f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
-            return decision
-        note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
-        if decision.n_tokens > self.edge_context_tokens:
-            decision.reason = f"{note}; {decision.reason}"
-            return decision
-        if self.unfamiliar_policy == "rule_table":
-            ruled = self._rules.decide(prompt, decision.precision, note=note)
-            decision.zone, decision.target = ruled.zone, ruled.target
-            decision.reason = f"{note}: {ruled.reason}"
-            return decision
-        decision.zone, decision.target = FALLBACK, first_target(FALLBACK)
-        decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
-        return decision
-
-    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple) -> Decision:
-        band = self._bands.get(precision) or self._band(precision)
-        lo, hi, lo_text, hi_text, tag = band
-        zone = zone_for(score, lo, hi)
-        if zone == CLOUD:
-            reason = f"{self._score_name} {score:.3f} > {hi_text} ({tag})"
-        elif zone == EDGE:
-            reason = f"{self._score_name} {score:.3f} < {lo_text} ({tag})"
-        else:
-            reason = f"{self._score_name} {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
-        if n_tokens > self.edge_context_tokens and zone != CLOUD:
-            zone = CLOUD
-            reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
-        truncated = len(prompt) > self._max_chars
-        if truncated:
-            reason += f"; features from the first {self._max_chars} characters"
-        p_edge, p_cloud = heads if len(heads) == 2 else (None, None)
-        return Decision(first_target(zone), zone, score, reason, False, self.model_version, precision, n_tokens,
-                        truncated, p_edge, p_cloud)
-
-    def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
-        """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
-        lo, hi = self.manifest.band(precision)
-        band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
-        return band
+        return self._routing.decisions(prompts, precisions) if prompts else []
 
     def execute(self, prompt: str, edge, cloud, *, precision: str | None = None,
                 edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
@@ -149,7 +142,8 @@ class Router:
 
         if not callable(edge) or not callable(cloud):
             raise TypeError("edge and cloud must be callables taking the prompt")
-        decision = self.route(prompt, precision=precision)
-        return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=self.edge_context_tokens,
+        routing = self._routing  # the decision and the context limit from the same bundle
+        decision = routing.decisions([check_prompt(prompt)], [check_precision(precision)])[0]
+        return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=routing.edge_context_tokens,
                        edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone,
                        edge_pool=edge_pool)

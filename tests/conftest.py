@@ -97,5 +97,5 @@ def make_env() -> dict:
     """The environment for running `make` from a test, without what the outer `make test`
     passes down (its flags, and its command-line variables such as ARGS=...)."""
     inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "BUNDLE", "TIER", "ENGINE", "CONFIG", "N", "OUT",
-                 "PORT", "MLRUNS", "ROWS", "MLFLOW_TRACKING_URI")
+                 "PORT", "MLRUNS", "ROWS", "MLFLOW_TRACKING_URI", "SIGNING_KEY", "KEYS")
     return {k: v for k, v in os.environ.items() if k not in inherited}

@@ -51,8 +51,8 @@ def test_batch_equals_one_by_one_in_one_onnxruntime_call(router, trained_small, 
     prompts = trained_small[1].held_out["prompt"].tolist()[:40]
     single = [router.route(p) for p in prompts]
     calls = []
-    real = router._scorer.run_model
-    monkeypatch.setattr(router._scorer, "run_model", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = router._routing._scorer.run_model
+    monkeypatch.setattr(router._routing._scorer, "run_model", lambda *a, **k: calls.append(1) or real(*a, **k))
     batch = router.route_batch(prompts)
     # Calibration runs per prompt on Python floats, after the graph: the very same decisions.
     assert [b.to_dict() for b in batch] == [one.to_dict() for one in single]
@@ -71,9 +71,9 @@ def test_any_string_gets_a_valid_decision(router, prompt):
     d = router.route(prompt)
     assert_valid(d)
     assert not d.degraded
-    assert d.truncated == (len(prompt) > router._scorer.spec.max_chars)
+    assert d.truncated == (len(prompt) > router._routing._scorer.spec.max_chars)
     if d.truncated:
-        assert f"first {router._scorer.spec.max_chars} characters" in d.reason
+        assert f"first {router._routing._scorer.spec.max_chars} characters" in d.reason
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -141,7 +141,7 @@ def test_scoring_failure_gives_a_degraded_decision(bundle, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("onnxruntime exploded")
 
-    monkeypatch.setattr(router._scorer, "run_model", boom)
+    monkeypatch.setattr(router._routing._scorer, "run_model", boom)
     d = router.route("What is the capital of France?")
     assert d.degraded and "onnxruntime exploded" in d.reason and d.zone in ZONES
 

@@ -61,6 +61,7 @@ class TrainConfig:
     artifact_root: str = ""                          # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
     experiment: str = "edge-cloud-router"
     registered_model: str = "edge-cloud-router"
+    signing_key: str | None = None                   # Ed25519 private key (make keys): the bundle is signed
     cache_dir: str = "data/cache"
     reports_dir: str = "reports/train"
 

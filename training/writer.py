@@ -25,6 +25,7 @@ from typing import Iterator
 from serving.bundle import manifest_digest, sha256_file
 from serving.contract import MANIFEST_NAME
 from serving.manifest import Manifest
+from serving.signing import SIGNATURE_NAME
 from training.locks import file_lock
 
 _RENAME_EXCHANGE = 2
@@ -64,7 +65,8 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(errno, f"cannot swap {a} and {b}: {os.strerror(errno)}")
 
 
-def _write_files(folder: Path, files: dict[str, bytes | Path], manifest: Manifest) -> Manifest:
+def _write_files(folder: Path, files: dict[str, bytes | Path], manifest: Manifest,
+                 signing_key: Path | None = None) -> Manifest:
     checksums = {}
     for name, content in files.items():
         target = folder / name
@@ -79,6 +81,10 @@ def _write_files(folder: Path, files: dict[str, bytes | Path], manifest: Manifes
         json.dump(data, fh, indent=2)
         fh.flush()
         os.fsync(fh.fileno())
+    if signing_key is not None:  # serving.signing: the signature of the manifest, beside it
+        from training.keys import sign
+
+        (folder / SIGNATURE_NAME).write_bytes(sign(data, signing_key))
     return replace(manifest, files=checksums, manifest_sha256=data["manifest_sha256"])
 
 
@@ -105,23 +111,26 @@ class StagedBundle:
 
 
 @contextlib.contextmanager
-def staged_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest) -> Iterator[StagedBundle]:
-    """Lock `dest`, write the bundle into a temporary folder and yield it; the caller checks
-    it and calls publish(). Anything raised leaves `dest` as it was."""
+def staged_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest, *,
+                  signing_key: Path | None = None) -> Iterator[StagedBundle]:
+    """Lock `dest`, write the bundle (signed with `signing_key` when given) into a temporary
+    folder and yield it; the caller checks it and calls publish(). Anything raised leaves
+    `dest` as it was."""
     dest = Path(dest)
     with bundle_lock(dest):
         clean_leftovers(dest)
         tmp = _sibling(dest, "tmp")
         tmp.mkdir()
         try:
-            yield StagedBundle(tmp, dest, _write_files(tmp, files, manifest))
+            yield StagedBundle(tmp, dest, _write_files(tmp, files, manifest, signing_key))
         finally:
             if tmp.exists():  # not published: an error, or the caller chose not to
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest) -> Path:
+def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest, *,
+                 signing_key: Path | None = None) -> Path:
     """Write and publish a bundle with no further checks (tests and tools)."""
-    with staged_bundle(dest, files, manifest) as staged:
+    with staged_bundle(dest, files, manifest, signing_key=signing_key) as staged:
         staged.publish()
     return Path(dest)

@@ -140,13 +140,24 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
         mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model})
 
 
-def check_parity(folder: Path, test: Rows, rows: int) -> float:
-    """Largest |score difference| between the SDK (from raw text) and the training pipeline on
-    the first `rows` test rows; RuntimeError above PARITY_TOLERANCE."""
+def _public_key(signing_key: Path | None):
+    """The public half of the signing key, so the parity check loads the bundle as a pinned SDK would."""
+    if signing_key is None:
+        return None
+    from cryptography.hazmat.primitives import serialization
+
+    return serialization.load_pem_private_key(signing_key.read_bytes(), password=None).public_key()
+
+
+def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> float:
+    """Largest |score difference| between the SDK (from raw text, signature verified when a
+    key is given) and the training pipeline on the first `rows` test rows; RuntimeError above
+    PARITY_TOLERANCE."""
+    from serving.bundle import read_bundle
     from serving.scorer import Scorer
 
     checked = slice(0, rows)
-    sdk_scores = Scorer.load(folder).scores(list(test.prompts[checked]), list(test.precisions[checked]))
+    sdk_scores = Scorer(read_bundle(folder, public_key=public_key)).scores(list(test.prompts[checked]), list(test.precisions[checked]))
     parity = float(np.max(np.abs(sdk_scores - test.scores[checked]))) if len(sdk_scores) else 0.0
     if parity > PARITY_TOLERANCE:
         raise RuntimeError(f"bundle scores differ from the training pipeline by {parity:.2e} "
@@ -172,9 +183,11 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
         manifest = replace(build_manifest(config, fitted, thresholds, metrics, run_id, outputs), novelty=novelty)
         files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file}
-        with staged_bundle(Path(config.bundle), files, manifest) as staged:
+        signing_key = Path(config.signing_key) if config.signing_key else None
+        with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
-            metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows)
+            metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows,
+                                                          public_key=_public_key(signing_key))
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)

@@ -1,0 +1,102 @@
+"""One bundle's routing: scores -> zones -> Decisions, with the unfamiliar-prompt policy and the
+rule table whenever the bundle cannot serve. serving.router.Router holds one and swaps it."""
+from __future__ import annotations
+
+import logging
+
+from serving.contract import (CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, first_target,
+                              zone_for)
+from serving.decision import Decision
+from serving.manifest import Manifest
+from serving.rules import RuleRouter
+
+log = logging.getLogger("serving")
+
+
+class Routing:
+    """Everything one bundle (or the rule table alone) needs to decide: built once per bundle
+    and never changed after, so a Router can swap it in one step (Router.update)."""
+
+    def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None,
+                 unfamiliar_policy: str | None = None):
+        self._scorer = scorer
+        self.manifest = manifest
+        self.degraded_reason = degraded_reason
+        self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
+        self.model_version = manifest.model_version if manifest else RuleRouter.model_version
+        tokenizer = scorer.extractor.tokenizer if scorer is not None else None
+        max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
+        self._rules = RuleRouter(tokenizer, max_chars=max_chars)
+        self._max_chars = max_chars
+        self._bands: dict[str | None, tuple] = {}  # by precision, filled on first use (see _band)
+        self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
+        # What an unfamiliar prompt gets (serving.novelty.POLICIES): the caller's choice, else the bundle's.
+        self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
+
+    @property
+    def degraded(self) -> bool:
+        return self._scorer is None
+
+    def decisions(self, prompts: list[str], precisions: list[str | None]) -> list[Decision]:
+        """Decisions for checked arguments; the rule table decides whenever scoring cannot."""
+        if self._scorer is None:
+            return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
+                    for p, q in zip(prompts, precisions)]
+        try:
+            scores, n_tokens, heads, novelty = self._scorer.score_batch(prompts, precisions)
+        except Exception as exc:  # the host app must never see a scoring failure
+            log.warning("scoring failed, rule table decides: %r", exc)
+            return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
+                    for p, q in zip(prompts, precisions)]
+        decisions = [self._decide(p, q, s, round(n), h)
+                     for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)]
+        if novelty is not None:
+            decisions = [self._familiar(d, p, v) for d, p, v in zip(decisions, prompts, novelty)]
+        return decisions
+
+    def _familiar(self, decision: Decision, prompt: str, novelty: float) -> Decision:
+        """Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts
+        over the edge context limit stay on the cloud whatever the policy."""
+        decision.novelty, decision.unfamiliar = novelty, novelty > 1.0
+        if not decision.unfamiliar or self.unfamiliar_policy == "learned":
+            if decision.unfamiliar:
+                decision.reason += f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
+            return decision
+        note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
+        if decision.n_tokens > self.edge_context_tokens:
+            decision.reason = f"{note}; {decision.reason}"
+            return decision
+        if self.unfamiliar_policy == "rule_table":
+            ruled = self._rules.decide(prompt, decision.precision, note=note)
+            decision.zone, decision.target = ruled.zone, ruled.target
+            decision.reason = f"{note}: {ruled.reason}"
+            return decision
+        decision.zone, decision.target = FALLBACK, first_target(FALLBACK)
+        decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
+        return decision
+
+    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple) -> Decision:
+        band = self._bands.get(precision) or self._band(precision)
+        lo, hi, lo_text, hi_text, tag = band
+        zone = zone_for(score, lo, hi)
+        if zone == CLOUD:
+            reason = f"{self._score_name} {score:.3f} > {hi_text} ({tag})"
+        elif zone == EDGE:
+            reason = f"{self._score_name} {score:.3f} < {lo_text} ({tag})"
+        else:
+            reason = f"{self._score_name} {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
+        if n_tokens > self.edge_context_tokens and zone != CLOUD:
+            zone = CLOUD
+            reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
+        truncated = len(prompt) > self._max_chars
+        if truncated:
+            reason += f"; features from the first {self._max_chars} characters"
+        p_edge, p_cloud = heads if len(heads) == 2 else (None, None)
+        return Decision(first_target(zone), zone, score, reason, False, self.model_version, precision, n_tokens,
+                        truncated, p_edge, p_cloud)
+
+    def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
+        """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
+        lo, hi = self.manifest.band(precision)
+        band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
+        return band
