@@ -43,6 +43,12 @@ class Novelty:
         distance, unseen = self.components(embeddings, ids, mask)
         return np.maximum(distance / self.embedding_threshold, unseen / self.unseen_threshold)
 
+    def score_one(self, embedding: np.ndarray, ids: np.ndarray) -> float:
+        """`scores` for one prompt's embedding row and its unpadded ids, with the fewest numpy calls."""
+        z = (embedding - self.mean) * self.inverse_scale
+        unseen = 1.0 - float(self.seen[np.minimum(ids, len(self.seen) - 1)].sum()) / len(ids) if len(ids) else 0.0
+        return max(float(z.dot(z)) / len(z) / self.embedding_threshold, unseen / self.unseen_threshold)
+
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()
         np.savez(buffer, mean=self.mean, scale=1.0 / self.inverse_scale, seen=self.seen.astype(np.uint8))

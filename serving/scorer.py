@@ -85,7 +85,10 @@ class Scorer:
         novelty = None
         if self.novelty is not None:
             features = outputs.pop() if self.spec.fused else features
-            novelty = self.novelty.scores(features[:, -self.spec.embedding_dim:], ids, mask).tolist()
+            if len(prompts) == 1 and mask[0, -1]:  # route(): one prompt, unpadded (its last id is real)
+                novelty = [self.novelty.score_one(features[0, -self.spec.embedding_dim:], ids[0])]
+            else:
+                novelty = self.novelty.scores(features[:, -self.spec.embedding_dim:], ids, mask).tolist()
         if not self.gain:
             calibrate = self.calibrators[0]
             scores = [calibrate(row[1]) for row in outputs[0].tolist()]
