@@ -135,6 +135,14 @@ class ScoreSpec:
 SCORE_KINDS = {"expected_gain": (("edge", "cloud"), (-1.0, 1.0)), "cloud_needed": (("cloud_needed",), (0.0, 1.0))}
 
 
+def routing_score(kind: str, probabilities: dict):
+    """The score thresholds cut, from each head's probability (numbers or numpy arrays): the
+    cloud's expected gain P(cloud good) - P(edge good), or P(cloud needed)."""
+    if kind == "expected_gain":
+        return probabilities["cloud"] - probabilities["edge"]
+    return probabilities["cloud_needed"]
+
+
 def check_score(data: Any) -> ScoreSpec:
     if not isinstance(data, dict) or data.get("kind") not in SCORE_KINDS:
         raise _fail("score.kind", f"must be one of {', '.join(SCORE_KINDS)}", data)

@@ -22,8 +22,8 @@ from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEnco
 
 
 class Scorer:
-    """Everything a bundle needs to turn prompts into calibrated cloud-needed probabilities.
-    Built from a verified Bundle: every file comes from its checked bytes, none from disk."""
+    """Everything a bundle needs to turn prompts into routing scores, head probabilities and
+    novelty. Built from a verified Bundle: every file comes from its checked bytes, none from disk."""
 
     def __init__(self, bundle: Bundle, *, threads: int = 1):
         self.manifest = bundle.manifest
@@ -45,7 +45,7 @@ class Scorer:
             raise BundleError(f"the model's inputs are {sorted(inputs)}, expected {sorted(feeds)}")
         # Platt calibration is folded into the trees (training.export); others are applied here.
         score = self.manifest.score
-        self.outputs, self.heads, self.gain = list(score.outputs), score.heads, score.kind == "expected_gain"
+        self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
         self.calibrators = [float if self.calibration[h].get("in_model") else calibrator(self.calibration[h])
                             for h in score.heads]
         self.novelty = self._novelty(bundle)
@@ -95,6 +95,7 @@ class Scorer:
             return scores, n_tokens, [(s,) for s in scores], novelty
         (edge, cloud), (cal_edge, cal_cloud) = outputs, self.calibrators
         heads = [(cal_edge(e[1]), cal_cloud(c[1])) for e, c in zip(edge.tolist(), cloud.tolist())]
+        # serving.manifest.routing_score, per prompt on plain floats (the hot path)
         return [c - e for e, c in heads], n_tokens, heads, novelty
 
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:

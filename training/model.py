@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from serving.calibration import apply_calibration, logit
+from serving.manifest import routing_score
 
 DEFAULT_LGBM = {
     "objective": "binary",
@@ -53,12 +54,6 @@ class Head:
         """The calibrated probability (the SDK must reproduce it)."""
         return apply_calibration(self.calibration, self.booster.predict(x))
 
-
-def routing_score(objective: str, probabilities: dict[str, np.ndarray]) -> np.ndarray:
-    """The score thresholds cut: the cloud's expected gain, or P(cloud needed)."""
-    if objective == "expected_gain":
-        return probabilities["cloud"] - probabilities["edge"]
-    return probabilities["cloud_needed"]
 
 
 def lgbm_params(overrides: dict, *, seed: int, objective: str = "binary") -> dict:
@@ -169,19 +164,21 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid") -> dict
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
-def fit_heads(objective: str, x_train, targets_train: dict, x_val, targets_val: dict, *, config,
-              feature_names=None) -> list[Head]:
-    """Every head of `objective` (OBJECTIVES), fitted and calibrated on validation. `targets_*`
-    map a column name (edge_quality, cloud_quality, label) to its values."""
+def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str) -> list[Head]:
+    """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(column,
+    lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster);
+    `targets_val` maps a column name (edge_quality, cloud_quality, label) to its validation values."""
     heads = []
     for name, (column, lgbm_objective) in OBJECTIVES[objective].items():
-        booster = fit_booster(x_train, targets_train[column], x_val, targets_val[column], params=config.lgbm,
-                              seed=config.seed, num_boost_round=config.num_boost_round,
-                              early_stopping_rounds=config.early_stopping_rounds, feature_names=feature_names,
-                              objective=lgbm_objective)
+        booster = fit_booster_for(column, lgbm_objective)
         heads.append(Head(name, booster, fit_calibration(booster.predict(x_val), targets_val[column],
-                                                         method=config.calibration)))
+                                                         method=calibration)))
     return heads
+
+
+def target_columns(objective: str) -> tuple[str, ...]:
+    """The log columns the heads of `objective` learn from."""
+    return tuple(dict.fromkeys(column for column, _ in OBJECTIVES[objective].values()))
 
 
 def predict(objective: str, heads: list[Head], x) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -13,18 +13,21 @@ import numpy as np
 from serving.novelty import Novelty
 
 
-def measures(extractor, prompts, precisions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(embeddings, padded ids, mask) of prompts, as the SDK computes them."""
-    ids, mask, _, _, _ = extractor.prepare(list(prompts), list(precisions))
-    features = extractor.transform(list(prompts), list(precisions))
-    return features[:, -extractor.spec.embedding_dim:], ids, mask
+def token_ids(extractor, prompts) -> tuple[np.ndarray, np.ndarray]:
+    """Padded ids and mask of prompts, as the SDK tokenizes them (the embeddings come from
+    the engine's feature matrix: the encoder does not run twice)."""
+    prompts = list(prompts)
+    ids, mask, _ = extractor.token_ids(extractor.heads(prompts), prompts)
+    return ids, mask
 
 
-def fit_novelty(extractor, prompts, precisions, *, share: float, min_unseen_share: float) -> tuple[Novelty, dict]:
-    """The reference and its manifest figures (thresholds, rows, flagged share on the calibration half)."""
+def fit_novelty(extractor, prompts, embeddings: np.ndarray, *, share: float,
+                min_unseen_share: float) -> tuple[Novelty, dict]:
+    """The reference fitted on held-out rows (their prompts and projected embeddings), and its
+    manifest figures (thresholds, rows, flagged share on the calibration half)."""
     from data.prepare import hash_uniform
 
-    embeddings, ids, mask = measures(extractor, prompts, precisions)
+    ids, mask = token_ids(extractor, prompts)
     first = hash_uniform(list(prompts), "novelty:") < 0.5
     if first.sum() < 10 or (~first).sum() < 10:
         raise ValueError(f"too few validation rows ({len(first)}) to fit the familiarity reference")
@@ -42,7 +45,7 @@ def fit_novelty(extractor, prompts, precisions, *, share: float, min_unseen_shar
                        "flagged_share_calibration": flagged}
 
 
-def scores(reference: Novelty, extractor, prompts, precisions) -> np.ndarray:
+def scores(reference: Novelty, extractor, prompts, embeddings: np.ndarray) -> np.ndarray:
     """Novelty of each prompt, as the SDK computes it."""
-    embeddings, ids, mask = measures(extractor, prompts, precisions)
+    ids, mask = token_ids(extractor, prompts)
     return reference.scores(embeddings, ids, mask)

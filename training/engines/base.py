@@ -8,7 +8,7 @@ MLflow run with its registered model version.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ class Fitted:
     objective: str             # training.model.OBJECTIVES
     heads: list                # training.model.Head: booster cut at its best round, calibration
     splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
+    embeddings: dict           # "val" / "test": the rows' projected embeddings (the feature matrix's last columns)
     notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
 
 
@@ -106,15 +107,15 @@ def familiarity(config: TrainConfig, fitted: Fitted) -> tuple[bytes, dict]:
 
     extractor = fitted.plan.serving.extractor()
     val = fitted.splits["val"]
-    reference, info = fit_novelty(extractor, val.prompts, val.precisions, share=config.novelty_share,
+    reference, info = fit_novelty(extractor, val.prompts, fitted.embeddings["val"], share=config.novelty_share,
                                   min_unseen_share=config.novelty_min_unseen_share)
     for name, rows in fitted.splits.items():
-        fitted.splits[name] = rows.with_novelty(scores(reference, extractor, rows.prompts, rows.precisions))
+        fitted.splits[name] = rows.with_novelty(scores(reference, extractor, rows.prompts, fitted.embeddings[name]))
     return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
 
 
 def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
-                   outputs: list[str]) -> Manifest:
+                   outputs: list[str], novelty: dict) -> Manifest:
     """The bundle's manifest (serving.manifest), without its file table."""
     from training.export import calibration_in_model
 
@@ -133,7 +134,7 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
         label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
         split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt},
-        limits=Limits(edge_context_tokens=config.edge_context_tokens),
+        limits=Limits(edge_context_tokens=config.edge_context_tokens), novelty=novelty,
         metrics={"test": metrics["test"], "val": metrics["val"]},
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
         training={"engine": config.engine},
@@ -181,7 +182,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
-        manifest = replace(build_manifest(config, fitted, thresholds, metrics, run_id, outputs), novelty=novelty)
+        manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty)
         files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file}
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:

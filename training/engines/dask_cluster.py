@@ -181,24 +181,24 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
 def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
     """Each head of the objective on the cluster, early-stopped and calibrated on the validation sample."""
     from training.engines import dask_partitions as de
-    from training.model import OBJECTIVES, Head, fit_booster_dask, fit_calibration
+    from training.model import fit_booster_dask, fit_heads, target_columns
 
-    heads = []
-    for name, (column, lgbm_objective) in OBJECTIVES[config.objective].items():
-        with de.stage(f"LightGBM training ({name})"):
-            booster = fit_booster_dask(client, train[names], train[column], val[names].to_numpy(),
-                                       val[column].to_numpy(), params=config.lgbm, seed=config.seed,
-                                       num_boost_round=config.num_boost_round,
-                                       early_stopping_rounds=config.early_stopping_rounds, objective=lgbm_objective)
-        heads.append(Head(name, booster, fit_calibration(booster.predict(val[names].to_numpy()),
-                                                         val[column].to_numpy(), method=config.calibration)))
-    return heads
+    x_val = val[names].to_numpy()
+
+    def fit_booster_for(column: str, objective: str):
+        with de.stage(f"LightGBM training ({column})"):
+            return fit_booster_dask(client, train[names], train[column], x_val, val[column].to_numpy(),
+                                    params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
+                                    early_stopping_rounds=config.early_stopping_rounds, objective=objective)
+
+    return fit_heads(config.objective, fit_booster_for, x_val,
+                     {c: val[c].to_numpy() for c in target_columns(config.objective)}, calibration=config.calibration)
 
 
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     from training.engines import dask_partitions as de
-    from training.model import OBJECTIVES, predict
+    from training.model import predict, target_columns
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client:
         workers = len(client.scheduler_info()["workers"])
@@ -210,8 +210,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         t1 = time.perf_counter()
         plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
         print_logs(console, report)
-        targets = tuple(dict.fromkeys(column for column, _ in OBJECTIVES[config.objective].values()))
-        train, val, test = _features(client, config, plan, prepared, report, targets)
+        train, val, test = _features(client, config, plan, prepared, report, target_columns(config.objective))
         timings["features_s"] = time.perf_counter() - t1
         names = plan.spec.feature_names
         console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
@@ -221,10 +220,12 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
             heads = _fit_heads(client, config, train, val, names)
         timings["fit_s"] = time.perf_counter() - t2
-    splits = {}
+    splits, embeddings = {}, {}
     for name, frame in (("val", val), ("test", test)):
-        scores, probabilities = predict(config.objective, heads, frame[names].to_numpy())
+        x = frame[names].to_numpy()
+        scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
+        embeddings[name] = x[:, -plan.spec.embedding_dim:]
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
-    return Fitted(report, plan, config.objective, heads, splits, notes=notes)
+    return Fitted(report, plan, config.objective, heads, splits, embeddings, notes=notes)

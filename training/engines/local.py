@@ -53,7 +53,7 @@ def _features(config: TrainConfig, frame, console):
 
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """Load, featurize and fit in this process."""
-    from training.model import OBJECTIVES, blank_declared_precision, fit_heads, predict
+    from training.model import blank_declared_precision, fit_booster, fit_heads, predict, target_columns
 
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
@@ -70,11 +70,18 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     x, names = feats.matrix, feats.spec.feature_names
     x_train = blank_declared_precision(x[train], names, feats.spec.precisions, config.precision_dropout,
                                        np.random.default_rng(config.seed))
-    columns = {column for column, _ in OBJECTIVES[config.objective].values()}
+    targets = {c: frame[c].to_numpy() for c in target_columns(config.objective)}
+
+    def fit_booster_for(column: str, objective: str):
+        return fit_booster(x_train, targets[column][train], x[val], targets[column][val], params=config.lgbm,
+                           seed=config.seed, num_boost_round=config.num_boost_round,
+                           early_stopping_rounds=config.early_stopping_rounds, feature_names=names,
+                           objective=objective)
+
     t2 = time.perf_counter()
     with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
-        heads = fit_heads(config.objective, x_train, {c: frame[c].to_numpy()[train] for c in columns}, x[val],
-                          {c: frame[c].to_numpy()[val] for c in columns}, config=config, feature_names=names)
+        heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
+                          calibration=config.calibration)
         scores, probabilities = predict(config.objective, heads, x)
     timings["fit_s"] = time.perf_counter() - t2
     n_tokens = x[:, names.index("n_tokens")]
@@ -82,5 +89,6 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                                     scores=scores[split == name],
                                     probabilities={k: v[split == name] for k, v in probabilities.items()})
               for name in ("val", "test")}
-    return Fitted(data_report, feats.plan, config.objective, heads, splits,
+    embeddings = {name: x[split == name][:, -feats.spec.embedding_dim:] for name in ("val", "test")}
+    return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings,
                   notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})
