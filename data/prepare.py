@@ -36,7 +36,12 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per distinct prompt: outcomes averaged, labels by majority, `n_merged` counts rows.
 
     Only prompts that occur more than once go through the (slow, per-group) aggregation.
+    Edge answers (data.schema.RESPONSE_COLUMNS) are dropped: an answer belongs to its own
+    row's outcome, so the acceptance check learns from the rows as logged (response_rows).
     """
+    from data.schema import RESPONSE_COLUMNS
+
+    frame = frame.drop(columns=[c for c in RESPONSE_COLUMNS if c in frame])
     columns = list(frame.columns) + ["n_merged"]
     repeated = frame["prompt"].duplicated(keep=False)
     single = frame[~repeated].assign(n_merged=1)
@@ -55,6 +60,16 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     order = pd.Series(range(len(first_seen)), index=first_seen.to_numpy())
     out = missing_text_as_none(pd.concat([single[columns], merged], ignore_index=True))
     return out.iloc[order.loc[out["prompt"]].argsort(kind="stable")].reset_index(drop=True)
+
+
+def response_rows(frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str = "") -> pd.DataFrame:
+    """The logged rows that carry an edge answer, each with its own outcome (not merged), with
+    the split of its prompt (assign_splits): what the acceptance check learns and is tested on."""
+    from data.schema import RESPONSE_COLUMNS
+
+    columns = ["request_id", "prompt", "precision", "source", "edge_quality", "cloud_quality", *RESPONSE_COLUMNS]
+    rows = frame.loc[frame["edge_response"].notna(), columns].reset_index(drop=True)
+    return rows.assign(split=assign_splits(rows["prompt"], val_share=val_share, test_share=test_share, salt=salt))
 
 
 def hash_uniform(prompts, salt: str = "") -> np.ndarray:

@@ -78,6 +78,7 @@ def _bool_quality(value):
 
 def _correctness_rows(path: Path, source: str, domain: str | None,
                       rejects: list[Reject]) -> Iterator[RawRow]:
+    """Rows of a correctness CSV; the edge model's answer when the file has it (GSM8K)."""
     stem = path.stem.removeprefix("mmlu_")
     for raw in read_table(path, rejects):
         row = raw.row
@@ -93,7 +94,24 @@ def _correctness_rows(path: Path, source: str, domain: str | None,
             "edge_quality": _bool_quality(row.get(EDGE_MODEL)),
             "cloud_quality": _bool_quality(row.get(CLOUD_MODEL)),
             "source": source,
+            "edge_response": row.get(f"{EDGE_MODEL}_response"),
         })
+
+
+def answer_in_judge_prompt(judge_prompt: str, turn: int) -> str | None:
+    """The judged model's answer inside an MT-Bench judge prompt: between the single-answer
+    markers (turn 1), or the last assistant turn of the quoted conversation (turn 2)."""
+    if turn == 1 and _ANSWER_START in judge_prompt:
+        answer = judge_prompt.split(_ANSWER_START, 1)[1].rsplit(_ANSWER_END, 1)[0]
+    elif turn == 2 and _CONVERSATION_TURN in judge_prompt:
+        answer = judge_prompt.rsplit(_CONVERSATION_TURN, 1)[1].split(_CONVERSATION_END, 1)[0]
+    else:
+        return None
+    return answer.strip() or None
+
+
+_ANSWER_START, _ANSWER_END = "[The Start of Assistant's Answer]", "[The End of Assistant's Answer]"
+_CONVERSATION_TURN, _CONVERSATION_END = "### Assistant A:", "<|The End of Assistant A's Conversation with User|>"
 
 
 def iter_mt_bench(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
@@ -103,12 +121,17 @@ def iter_mt_bench(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             rejects.append(Reject(str(p), "file", "MT-Bench file missing"))
             return
     scores: dict[tuple[int, int, str], float] = {}
+    answers: dict[tuple[int, int], str | None] = {}  # the edge model's answers, from the judge prompts
     for raw in read_table(judgements_path, rejects):
         r = raw.row
         try:
-            scores[(int(r["question_id"]), int(r["turn"]), str(r["model"]))] = float(r["score"])
+            key = (int(r["question_id"]), int(r["turn"]), str(r["model"]))
+            scores[key] = float(r["score"])
         except (KeyError, TypeError, ValueError) as exc:
             rejects.append(Reject(raw.file, raw.location, f"bad judgement: {exc!r}"))
+            continue
+        if key[2] == EDGE_MODEL and isinstance(r.get("user_prompt"), str):
+            answers[key[:2]] = answer_in_judge_prompt(r["user_prompt"], key[1])
     low, high = JUDGE_SCALE
     for raw in read_table(questions_path, rejects):
         q = raw.row
@@ -131,6 +154,7 @@ def iter_mt_bench(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 "request_id": f"mt_bench/{q.get('question_id')}/turn{turn}",
                 "prompt": prompt, "domain": domain, "precision": precision,
                 "source": "mt_bench", **qualities,
+                "edge_response": answers.get((int(q.get("question_id", -1)), turn)),
             })
 
 

@@ -14,8 +14,13 @@ from serving.contract import PRECISIONS
 REQUIRED = ("prompt", "edge_quality", "cloud_quality")
 OPTIONAL_TEXT = ("request_id", "domain", "precision", "source")
 OPTIONAL_NUMBERS = ("edge_latency_ms", "cloud_latency_ms", "edge_cost", "cloud_cost")
+# The edge's answer, for the acceptance check (training.acceptance): its text and, from edge
+# runtimes that return token log-probabilities, their mean and minimum over the answer.
+RESPONSE_TEXT = "edge_response"
+RESPONSE_NUMBERS = ("edge_logprob_mean", "edge_logprob_min")
+RESPONSE_COLUMNS = (RESPONSE_TEXT, *RESPONSE_NUMBERS)
 COLUMNS = ("request_id", "prompt", "domain", "precision", "edge_quality", "cloud_quality",
-           *OPTIONAL_NUMBERS, "source")
+           *OPTIONAL_NUMBERS, "source", *RESPONSE_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -104,5 +109,26 @@ def check_row(row: dict, *, default_source: str) -> dict:
             value = None  # how pandas and Arrow mark an empty optional number
         if value is not None and value < 0:
             raise RowError(f"{field} is negative: {value!r}")
+        out[field] = value
+    out.update(_response(row))
+    return out
+
+
+def _response(row: dict) -> dict:
+    """The optional edge answer and its log-probabilities (None when absent)."""
+    response = row.get(RESPONSE_TEXT)
+    if _missing(response) or response == "":
+        response = None
+    elif not isinstance(response, str):
+        raise RowError(f"{RESPONSE_TEXT} is not text: {type(response).__name__}")
+    out = {RESPONSE_TEXT: response}
+    for field in RESPONSE_NUMBERS:
+        value = _number(row, field)
+        if value is not None and math.isnan(value):
+            value = None
+        if value is not None and value > 0:
+            raise RowError(f"{field} is a log-probability and cannot be positive: {value!r}")
+        if value is not None and response is None:
+            raise RowError(f"{field} is given without {RESPONSE_TEXT}")
         out[field] = value
     return out

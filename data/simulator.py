@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from data.schema import COLUMNS
+from data.schema import COLUMNS, OPTIONAL_NUMBERS, RESPONSE_NUMBERS, RESPONSE_TEXT
 from data.simulator_text import DOMAIN_WEIGHTS, STEP_DIFFICULTY, SUBTOPICS, TASKS, PromptPlan, compose
 from serving import rules
 from serving.contract import PRECISIONS
@@ -175,7 +175,9 @@ def generate_rows(seed: int, start: int, stop: int, *, with_difficulty: bool = F
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     offset = first * BLOCK_ROWS
     frame = frame.iloc[start - offset: stop - offset].reset_index(drop=True)
-    return frame if with_difficulty else frame[list(COLUMNS)]
+    # Simulated rows carry no edge answers: those columns stay empty.
+    frame = frame.reindex(columns=[*COLUMNS, *(["difficulty"] if with_difficulty else [])])
+    return frame.astype({RESPONSE_TEXT: "str"})
 
 
 def _check_int(name: str, value, *, minimum: int) -> None:
@@ -186,7 +188,7 @@ def _check_int(name: str, value, *, minimum: int) -> None:
 def _arrow_schema():
     import pyarrow as pa
 
-    numbers = {"edge_quality", "cloud_quality", "edge_latency_ms", "cloud_latency_ms", "edge_cost", "cloud_cost"}
+    numbers = {"edge_quality", "cloud_quality", *OPTIONAL_NUMBERS, *RESPONSE_NUMBERS}
     return pa.schema([(c, pa.float64() if c in numbers else pa.string()) for c in COLUMNS])
 
 

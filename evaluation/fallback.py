@@ -1,14 +1,22 @@
 """What the fallback zone is worth: the one place its expectation is written.
 
-An edge-first request in the edge_with_cloud_fallback zone runs on the edge; when the
-edge answer is wrong (probability 1 - q_edge) the app notices with probability
-`catch_rate` (an error, a timeout, a rejecting accept check) and the cloud answers.
-So per request the fallback fires with probability catch_rate * (1 - q_edge), costing
-one cloud call, and the expected quality is q_edge + that probability * q_cloud.
-Requests in the edge zone are not checked. Thresholds, the training summary and the
-offline evaluation all use these two functions.
+An edge-first request in the edge_with_cloud_fallback zone runs on the edge; the app then
+rejects the answer (an error, a timeout, a rejecting accept check) and asks the cloud:
+- a wrong answer (probability 1 - q_edge) with probability `catch`, the catch rate;
+- a good answer (probability q_edge) with probability `false_reject`.
+So per request the fallback fires with probability catch * (1 - q_edge) + false_reject *
+q_edge, each firing costing one cloud call, and the expected quality is
+q_edge * (1 - false_reject) + that probability * q_cloud.
+
+Both rates are per request (`Catch`). Where the logs hold the edge's answer, the learned
+acceptance check's verdict on it is known, and both rates equal it (the share of that
+prompt's answers rejected): measured, not assumed. Elsewhere the configured catch rate is
+assumed, with no false rejects. Requests in the edge zone are not checked. Thresholds, the
+training summary and the offline evaluation all use the functions here.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,11 +27,57 @@ def check_catch_rate(catch_rate: float) -> float:
     return float(catch_rate)
 
 
-def fires(q_edge, catch_rate: float) -> np.ndarray:
-    """Per fallback-zone request: probability that the fallback fires (= expected cloud calls)."""
-    return check_catch_rate(catch_rate) * (1.0 - np.asarray(q_edge, dtype=np.float64))
+@dataclass(frozen=True)
+class Catch:
+    """Per request: P(reject | wrong edge answer) and P(reject | good edge answer); floats
+    apply to every request, arrays align with the requests. `measured` marks the requests
+    whose rates are the acceptance check's verdicts (None: all assumed)."""
+
+    catch: float | np.ndarray
+    false_reject: float | np.ndarray = 0.0
+    measured: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, value) -> "Catch":
+        """A Catch as is; a number is an assumed catch rate for every request."""
+        return value if isinstance(value, Catch) else cls(check_catch_rate(value))
+
+    @classmethod
+    def for_rows(cls, rejected, assumed_catch_rate: float) -> "Catch":
+        """Measured where `rejected` (share of the request's logged answers the check rejects)
+        is known, the assumed catch rate (and no false rejects) where it is NaN; all assumed
+        when `rejected` is None."""
+        assumed = check_catch_rate(assumed_catch_rate)
+        if rejected is None:
+            return cls(assumed)
+        rejected = np.asarray(rejected, dtype=np.float64)
+        known = ~np.isnan(rejected)
+        return cls(np.where(known, rejected, assumed), np.where(known, rejected, 0.0), known)
+
+    def take(self, index) -> "Catch":
+        """The rates of the requests `index` selects (a mask or an order)."""
+        def pick(x):
+            return x[index] if isinstance(x, np.ndarray) else x
+
+        return Catch(pick(self.catch), pick(self.false_reject), pick(self.measured))
+
+    def describe(self, n_rows: int) -> dict:
+        """How many of `n_rows` requests have measured rates, and the rate assumed for the rest."""
+        measured = int(self.measured.sum()) if self.measured is not None else 0
+        assumed = self.catch[~self.measured] if self.measured is not None else np.atleast_1d(self.catch)
+        return {"measured_rows": measured, "assumed_rows": n_rows - measured,
+                "assumed_catch_rate": float(assumed[0]) if len(assumed) else None}
 
 
-def fallback_quality(q_edge, q_cloud, catch_rate: float) -> np.ndarray:
-    """Per fallback-zone request: expected quality, the edge's plus what a fired fallback recovers."""
-    return np.asarray(q_edge, dtype=np.float64) + fires(q_edge, catch_rate) * np.asarray(q_cloud, dtype=np.float64)
+def fires(q_edge, catch_rate) -> np.ndarray:
+    """Per fallback-zone request: probability that the fallback fires (= expected cloud calls).
+    `catch_rate`: a Catch, or a number (assumed catch rate, no false rejects)."""
+    rates, q_edge = Catch.of(catch_rate), np.asarray(q_edge, dtype=np.float64)
+    return rates.catch * (1.0 - q_edge) + rates.false_reject * q_edge
+
+
+def fallback_quality(q_edge, q_cloud, catch_rate) -> np.ndarray:
+    """Per fallback-zone request: expected quality, the edge answers kept plus what the cloud
+    answers when the fallback fires."""
+    rates, q_edge = Catch.of(catch_rate), np.asarray(q_edge, dtype=np.float64)
+    return q_edge * (1.0 - rates.false_reject) + fires(q_edge, rates) * np.asarray(q_cloud, dtype=np.float64)

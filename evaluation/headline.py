@@ -16,7 +16,7 @@ ROWS = (
     ("  over-routing (cloud not needed, sent to the cloud)", "over_routing", "{:.1%}"),
     ("quality before fallback", "quality", "{:.3f}"),
     ("quality vs all-cloud", "quality_vs_all_cloud", "{:+.3f}"),
-    ("quality with fallback (at the configured catch rate)", "quality_with_fallback", "{:.3f}"),
+    ("quality with fallback (measured acceptance verdicts where answers exist, else the assumed catch rate)", "quality_with_fallback", "{:.3f}"),
     ("expected cloud calls", "expected_cloud_calls", "{:.1%}"),
 )
 POLICIES = (("learned", "learned router"), ("rule_table", "hand rule table"))

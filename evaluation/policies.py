@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluation.fallback import Catch
 from evaluation.metrics import curve_summary, operating_point, quality_curve
 from evaluation.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
                                        latency_figures, pgr, random_zone_probabilities, zone_probabilities)
@@ -169,9 +170,12 @@ def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None, cat
                       cost: CostModel | None = None, latency: LatencyModel | None = None):
     """(figures, curves): reference qualities and every policy's figures on these rows, and
     the quality curve of each policy that has a score. Matched share = the learned router's
-    cloud-first share."""
+    cloud-first share. The fallback's rates are the acceptance check's verdicts on the rows
+    with a logged edge answer (rows.rejected), `catch_rate` assumed on the rest
+    (evaluation.fallback); `fallback_rates` says how many of each."""
     if len(rows) == 0:
         raise ValueError("no requests to evaluate: the input is empty")
+    catch_rate = Catch.for_rows(rows.rejected, catch_rate)
     cost, latency = cost or CostModel(), latency or LatencyModel()
     qe, qc, needed = rows.q_edge, rows.q_cloud, rows.needed
     all_edge, all_cloud = float(qe.mean()), float(qc.mean())
@@ -202,7 +206,8 @@ def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None, cat
         figures[name] = point
     return {"rows": len(rows), "cloud_needed_share": float(needed.mean()), "all_edge_quality": all_edge,
             "all_cloud_quality": all_cloud, "oracle_quality": float(np.where(needed == 1, qc, qe).mean()),
-            "matched_cloud_share": share, "policies": figures}, curves
+            "fallback_rates": catch_rate.describe(len(rows)), "matched_cloud_share": share,
+            "policies": figures}, curves
 
 
 SUMMARY_POLICIES = ("learned", "rule_table")

@@ -83,7 +83,7 @@ def _check_probabilities(probs, n_rows: int) -> np.ndarray:
     return probs
 
 
-def _fires(probs, q_edge, catch_rate: float) -> np.ndarray:
+def _fires(probs, q_edge, catch_rate) -> np.ndarray:
     """Per request: probability that the fallback fires (fallback zone, edge fails, failure caught)."""
     return probs[:, 1] * fallback.fires(q_edge, catch_rate)
 
@@ -111,19 +111,20 @@ def at_share(scores, q_edge, q_cloud, needed, share: float) -> dict:
             "misroute_rate": under + over, "under_routing": under, "over_routing": float(over)}
 
 
-def fallback_figures(probs, q_edge, q_cloud, *, catch_rate: float) -> dict:
+def fallback_figures(probs, q_edge, q_cloud, *, catch_rate) -> dict:
     """How often the fallback fires (per request, and per fallback-zone request) and the
-    quality it recovers (added to the mean quality)."""
+    quality it recovers, net of good edge answers rejected (added to the mean quality)."""
     q_edge, q_cloud = _arrays(q_edge, q_cloud)
     probs = _check_probabilities(probs, len(q_edge))
     fires = _fires(probs, q_edge, catch_rate)
     in_zone = probs[:, 1].sum()
+    recovered = probs[:, 1] * (fallback.fallback_quality(q_edge, q_cloud, catch_rate) - q_edge)
     return {"fallback_fires": float(fires.mean()),
             "fallback_fires_in_zone": float(fires.sum() / in_zone) if in_zone > 0 else float("nan"),
-            "fallback_recovered_quality": float((fires * q_cloud).mean())}
+            "fallback_recovered_quality": float(recovered.mean())}
 
 
-def cost_figures(probs, q_edge, *, catch_rate: float, model: CostModel) -> dict:
+def cost_figures(probs, q_edge, *, catch_rate, model: CostModel) -> dict:
     """Per cloud price: mean $ per request, total $, and the reduction vs sending all to the cloud.
 
     Cloud-first costs the cloud price; edge-first costs the edge price plus the cloud price
@@ -152,7 +153,7 @@ def weighted_quantile(values, weights, q: float) -> float:
     return float(values[order][min(index, len(values) - 1)])
 
 
-def latency_figures(probs, q_edge, *, catch_rate: float, model: LatencyModel) -> dict:
+def latency_figures(probs, q_edge, *, catch_rate, model: LatencyModel) -> dict:
     """Per edge device: mean and p95 latency (ms). Edge-first = edge; cloud-first = cloud +
     network; a fired fallback = edge, then cloud + network."""
     (q_edge,) = _arrays(q_edge)

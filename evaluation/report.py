@@ -133,9 +133,9 @@ def render(metrics: dict) -> str:
         f"{setup['latency']['cloud_ms']:g} ms + {setup['latency']['network_ms']:g} ms network; a fired fallback "
         "pays edge, then cloud).",
         cost_latency_table(f),
-        f"## Fallback\n\nIn the fallback zone, a share {setup['catch_rate']} of edge failures is caught at run "
-        "time and answered by the cloud; edge-zone requests are not checked.",
+        "## Fallback\n\n" + _fallback_text(f["fallback_rates"], setup["catch_rate"]),
         fallback_table(f),
+        "## Acceptance check\n\n" + _acceptance_text(metrics.get("acceptance") or {}),
         "## Calibration of the learned probabilities\n\nPer probability the router outputs: the mean "
         "prediction in each bin against the mean observed outcome (quality, or the cloud-needed label).",
         *(part for name, table_ in metrics["calibration"].items() for part in (
@@ -162,6 +162,36 @@ def render(metrics: dict) -> str:
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
     return "\n\n".join(parts) + "\n"
+
+
+def _fallback_text(rates: dict, catch_rate: float) -> str:
+    measured, assumed = rates["measured_rows"], rates["assumed_rows"]
+    text = ("In the fallback zone the edge answers first; when its answer is rejected, the cloud answers. "
+            "Edge-zone requests are not checked. ")
+    if measured:
+        text += (f"For the {measured} evaluated requests whose edge answer is in the logs, the rejection is the "
+                 "bundle's acceptance check's verdict on that answer: failures it catches are recovered, and good "
+                 "answers it rejects cost a cloud call (measured). ")
+    if assumed:
+        text += (f"For the other {assumed} requests there is no answer to check, and a catch rate of {catch_rate} "
+                 "with no false rejects is assumed.")
+    return text
+
+
+def _acceptance_text(acceptance: dict) -> str:
+    if not acceptance.get("model"):
+        return f"The bundle has no acceptance model: {acceptance.get('reason', 'unknown reason')}."
+    if not acceptance.get("rows"):
+        return f"Not measured: {acceptance.get('reason')}."
+    rows = [[source, str(a["rows"]), str(a["failures"]), num(a["auc"]), pct(a["catch_rate"]),
+             pct(a["false_reject_rate"])]
+            for source, a in [("all", acceptance), *acceptance["per_source"].items()]]
+    return (f"The bundle's learned check, through the SDK, on the evaluated split's logged edge answers: accept "
+            f"when P(good) >= {acceptance['threshold']:.3f} (chosen in training for "
+            f"{pct(acceptance['false_reject_rate_target'])} false rejects). Catch rate = failures rejected; "
+            "false-reject rate = good answers rejected.\n\n"
+            + table(["source", "answers", "failures", "AUC", "catch rate", "false-reject rate"], rows)
+            + ("\n\n![acceptance ROC](acceptance_roc.png)" if acceptance.get("roc") else ""))
 
 
 def _novelty_text(novelty: dict, loso: dict | None) -> str:
@@ -291,12 +321,32 @@ def plot_reliability(calibration: dict, path: Path) -> None:
     fig.savefig(path)
 
 
+def plot_acceptance_roc(acceptance: dict, path: Path) -> None:
+    """Catch rate against false-reject rate over every threshold, the chosen one marked."""
+    fig, ax = _figure(6.0, 5.0)
+    roc = acceptance["roc"]
+    ax.plot(roc["false_reject_rate"], roc["catch_rate"], lw=1.6, label=f"learned check (AUC {acceptance['auc']:.3f})")
+    ax.plot([0, 1], [0, 1], color="grey", ls=":", label="chance")
+    ax.plot(acceptance["false_reject_rate"], acceptance["catch_rate"], "o", ms=8, mec="black",
+            label=f"threshold {acceptance['threshold']:.3f}")
+    ax.set_xlabel("false-reject rate (good edge answers rejected)")
+    ax.set_ylabel("catch rate (edge failures rejected)")
+    ax.set_title(f"Acceptance check ROC ({acceptance['rows']} answers, {acceptance['failures']} failures)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:
-    """The three PNGs into `out`; returns their paths."""
+    """The PNGs into `out` (the acceptance ROC when measured); returns their paths."""
     paths = {key: out / file for key, file in PLOTS.items()}
     plot_quality_vs_share(metrics["figures"], curves, paths["quality"])
     plot_misroute_by_domain(metrics["breakdowns"]["domain"], paths["domain"])
     plot_reliability(metrics["calibration"], paths["reliability"])
+    if (metrics.get("acceptance") or {}).get("roc"):
+        paths["acceptance_roc"] = out / "acceptance_roc.png"
+        plot_acceptance_roc(metrics["acceptance"], paths["acceptance_roc"])
     return list(paths.values())
 
 

@@ -47,6 +47,9 @@ class Rows:
     novelty: np.ndarray | None = None           # the familiarity measure, when the router has one
     unfamiliar: np.ndarray | None = None
     inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
+    # Share of the request's logged edge answers the acceptance check rejects; NaN where the
+    # logs hold no answer (evaluation.fallback.Catch.for_rows); None without a check.
+    rejected: np.ndarray | None = None
 
     @classmethod
     def build(cls, *, prompts, precisions, domains, sources, n_tokens, q_edge, q_cloud, needed, scores,
@@ -105,6 +108,9 @@ class Rows:
     def with_novelty(self, novelty) -> "Rows":
         novelty = np.asarray(novelty, float)
         return dataclasses.replace(self, novelty=novelty, unfamiliar=novelty > 1.0)
+
+    def with_rejections(self, rejected) -> "Rows":
+        return dataclasses.replace(self, rejected=None if rejected is None else np.asarray(rejected, float))
 
     def with_inferred_domains(self) -> "Rows":
         """These rows with the rule table's text-inferred domain (a keyword scan: computed once,

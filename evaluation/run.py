@@ -71,6 +71,29 @@ def familiarity(rows: Rows) -> dict | None:
     return out
 
 
+def acceptance(router, manifest: Manifest, responses, split: str) -> tuple[dict, dict | None, object]:
+    """The bundle's acceptance check on the evaluated split's logged edge answers, through the
+    SDK: (figures for metrics.json, ROC points or None, (prompts, rejected) or None)."""
+    from evaluation.acceptance import roc_points, separation_by_source
+
+    section = manifest.acceptance
+    if router.acceptor is None:
+        why = section.get("reason") if section else "the bundle was trained before acceptance checks"
+        return {"model": None, "reason": why}, None, None
+    rows = responses if split == "all" or responses is None else responses[responses["split"] == split]
+    if rows is None or len(rows) == 0:
+        return {"model": True, "rows": 0, "reason": f"no logged edge answers in the {split} rows"}, None, None
+    acceptor = router.acceptor
+    probability = acceptor.probabilities(rows["prompt"].tolist(), rows["edge_response"].tolist(),
+                                         rows["edge_logprob_mean"].tolist(), rows["edge_logprob_min"].tolist())
+    good = rows["edge_quality"].to_numpy() >= section.get("good_quality", 0.5)
+    figures = {"model": True, "threshold": acceptor.threshold,
+               "false_reject_rate_target": section.get("false_reject_rate_target"),
+               **separation_by_source(probability, good, rows["source"].to_numpy(object), acceptor.threshold)}
+    roc = roc_points(probability, good) if good.any() and (~good).any() else None
+    return figures, roc, (rows["prompt"].tolist(), probability < acceptor.threshold)
+
+
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
@@ -80,8 +103,10 @@ def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
 
 
 def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_report: dict,
-             train: Trainer | None = None, progress=None) -> Evaluation:
-    """Every figure of the report; `train` retrains without a source (leave-one-source-out)."""
+             train: Trainer | None = None, progress=None, responses=None) -> Evaluation:
+    """Every figure of the report; `train` retrains without a source (leave-one-source-out);
+    `responses`: the logged edge answers (data.prepare.response_rows), which measure the
+    acceptance check and, where they exist, the fallback's catch and false-reject rates."""
     notes = [] if manifest.split else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
     chosen, fit_rows = _chosen_rows(config, frame), (frame["split"] == "train").to_numpy()
     policies, tuned, tuned_info = list(config.policies), None, {"skipped": "not requested"}
@@ -95,6 +120,11 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     routed_rows = Rows.route(router, frame[routed], batch_size=config.batch_size,
                              on_batch=(lambda n: progress.advance(task, n)) if progress else None)
     rows = routed_rows.subset(chosen[routed]).with_inferred_domains()
+    accepted, roc, verdicts = acceptance(router, manifest, responses, config.split)
+    if verdicts is not None:
+        from evaluation.acceptance import rejected_share_by_prompt
+
+        rows = rows.with_rejections(rejected_share_by_prompt(*verdicts, rows.prompts))
     if "tuned_rule_table" in policies:
         tuned, tuned_info = fit_tuned_rules(routed_rows.subset(fit_rows[routed]), manifest, step=config.rule_weight_step)
         if config.split in ("train", "all"):
@@ -103,7 +133,7 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     metrics = {"setup": _setup(config, manifest, data_report, frame, rows), "figures": figures,
                "calibration": calibration(rows, bins=config.calibration_bins),
                "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info,
-               "novelty": familiarity(rows)}
+               "novelty": familiarity(rows), "acceptance": accepted}
     if config.leave_one_source_out:
         if train is None:
             raise ValueError("leave-one-source-out needs a way to train (the `train` argument)")
@@ -120,4 +150,6 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
         "Every figure is an exact expectation (over fallback catches and random routing), not a sample.",
         f"{over_limit} evaluated prompts exceed the edge context limit ({router.edge_context_tokens} tokens): "
         "cloud-first at the learned operating point whatever their score; curves rank by score alone."]
+    if roc is not None:
+        accepted["roc"] = roc
     return Evaluation(metrics, curves)

@@ -3,7 +3,8 @@
 Zones: edge when score < lo; cloud when score > hi; edge_with_cloud_fallback in between
 (inclusive, like the rule table). Offline, an edge-first request in the fallback zone
 is worth evaluation.fallback.fallback_quality and costs evaluation.fallback.fires cloud
-calls (c = `catch_rate`, the share of edge failures the app sees at run time).
+calls (`catch_rate`: a number, the share of edge failures the app is assumed to see at run
+time, or a per-request evaluation.fallback.Catch with the acceptance check's measured rates).
 
 Targets: `quality` (default) is the fewest expected cloud calls whose expected quality
 is within `max_quality_drop` of all-cloud; `budget` is the best expected quality with
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from evaluation.fallback import fallback_quality, fires
+from evaluation.fallback import Catch, fallback_quality, fires
 
 TARGETS = ("quality", "budget")
 
@@ -55,7 +56,7 @@ def _threshold_at(sorted_scores: np.ndarray, cut: int, *, empty: float) -> float
 
 
 def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_quality_drop: float = 0.01,
-                      cloud_budget: float = 0.3, catch_rate: float = 0.5, max_points: int = 256,
+                      cloud_budget: float = 0.3, catch_rate: "float | Catch" = 0.5, max_points: int = 256,
                       bounds: tuple[float, float] = (0.0, 1.0)) -> Thresholds:
     """Search every pair of cut points (lo <= hi) for the target; see the module doc. `bounds`
     is the score's range: a zone that holds no request gets the bound beyond every score."""
@@ -68,7 +69,8 @@ def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_q
     s = scores[order]
     qe, qc = np.asarray(q_edge, float)[order], np.asarray(q_cloud, float)[order]
     n = len(s)
-    fallback_calls, fallback_value = fires(qe, catch_rate), fallback_quality(qe, qc, catch_rate)
+    rates = Catch.of(catch_rate).take(order)
+    fallback_calls, fallback_value = fires(qe, rates), fallback_quality(qe, qc, rates)
 
     def prefix(x):
         return np.concatenate([[0.0], np.cumsum(x)])
@@ -108,12 +110,13 @@ def select_per_precision(scores, q_edge, q_cloud, precisions, *, tags, min_rows:
     requests that declare no precision, key "default") use the thresholds of all rows."""
     scores, q_edge, q_cloud = (np.asarray(x, dtype=np.float64) for x in (scores, q_edge, q_cloud))
     precisions = np.asarray([p if p is not None else "" for p in precisions], dtype=object)
-    overall = select_thresholds(scores, q_edge, q_cloud, **options)
+    rates = Catch.of(options.pop("catch_rate", 0.5))
+    overall = select_thresholds(scores, q_edge, q_cloud, catch_rate=rates, **options)
     chosen = {"default": {**overall.as_dict(), "source": "all validation rows"}}
     for tag in tags:
         rows = precisions == tag
         if rows.sum() >= min_rows:
-            t = select_thresholds(scores[rows], q_edge[rows], q_cloud[rows], **options)
+            t = select_thresholds(scores[rows], q_edge[rows], q_cloud[rows], catch_rate=rates.take(rows), **options)
             chosen[tag] = {**t.as_dict(), "source": f"{int(rows.sum())} validation rows tagged {tag}"}
         else:
             chosen[tag] = {**overall.as_dict(), "source": f"only {int(rows.sum())} rows tagged {tag} "

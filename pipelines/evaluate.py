@@ -29,7 +29,8 @@ def retrainer(manifest, config: EvalConfig):
     from training.engines.base import train
 
     def retrain(rows, work: Path) -> Path:
-        rows[list(COLUMNS)].to_json(work / "train.jsonl", orient="records", lines=True, force_ascii=False)
+        # Merged rows carry no edge answers: these routers have no acceptance check (routing is compared).
+        rows.reindex(columns=list(COLUMNS)).to_json(work / "train.jsonl", orient="records", lines=True, force_ascii=False)
         # One MLflow store for all of them, beside the work folders: creating a store costs seconds.
         options = {**config.loso_overrides, "data": [str(work / "train.jsonl")], "bundle": str(work / "bundle"),
                    "cache_dir": config.cache_dir, "artifact_root": str(work / "mlruns"),
@@ -40,17 +41,17 @@ def retrainer(manifest, config: EvalConfig):
 
 
 def load_rows(config: EvalConfig, manifest, console):
-    """(prepared frame, data report, notes) with the bundle's split and label, from the chosen engine."""
+    """(prepared frame, data report, notes, answer rows) with the bundle's split and label, from the chosen engine."""
     from training.engines import get_engine
 
     train_config = TrainConfig.from_manifest(manifest, data=list(config.logs), reports_dir=config.out,
                                              max_reject_share=config.max_reject_share, engine=config.engine,
                                              dask_scheduler=config.dask_scheduler, dask_workers=config.dask_workers)
     splits = ("all",) if config.split == "all" else tuple(dict.fromkeys((config.split, "train")))
-    frame, report = get_engine(config.engine).evaluation_frame(train_config, console, splits=splits,
-                                                               max_rows=config.sample_rows)
+    frame, report, responses = get_engine(config.engine).evaluation_frame(train_config, console, splits=splits,
+                                                                          max_rows=config.sample_rows)
     notes = report.pop("notes", [])  # what the engine's way of reading changes about the figures
-    return frame, report, notes
+    return frame, report, notes, responses
 
 
 @dataclass
@@ -77,10 +78,10 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     router = Router.load(config.bundle, strict=True)  # a degraded router would evaluate the rule table
     manifest = router.manifest
     with console.status("loading and validating logs"):
-        frame, data_report, notes = load_rows(config, manifest, console)
+        frame, data_report, notes, responses = load_rows(config, manifest, console)
     with Progress(console=console, transient=True) as progress:
         result = evaluate(config, router=router, manifest=manifest, frame=frame, data_report=data_report,
-                          train=retrainer(manifest, config), progress=progress)
+                          train=retrainer(manifest, config), progress=progress, responses=responses)
     result.metrics["notes"] = notes + result.metrics["notes"]
     metrics, files = write_report(result.metrics, result.curves, Path(config.out))
     run_id = None

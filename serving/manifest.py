@@ -172,6 +172,27 @@ def check_novelty(data: Any, files: dict) -> dict:
     return data
 
 
+def check_acceptance(data: Any, files: dict) -> dict:
+    """The acceptance check (serving.acceptance): its graph, feature count, calibration and
+    threshold; or `{"file": null, "reason": ...}` when training had no answers to learn from;
+    {} for bundles from before acceptance checks."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _fail("acceptance", "must be an object", data)
+    if data.get("file") is None:
+        if not isinstance(data.get("reason"), str):
+            raise _fail("acceptance.reason", "must say why the bundle has no acceptance model", data.get("reason"))
+        return data
+    if data["file"] not in files:
+        raise _fail("acceptance.file", "must name a file the manifest lists", data.get("file"))
+    _integer(data, "n_features", "acceptance", lo=1, hi=100_000)
+    _number(data, "threshold", "acceptance", lo=0.0, hi=1.0)
+    _integer(data, "max_response_chars", "acceptance", lo=1, hi=10_000_000)
+    check_calibration(data.get("calibration"), "acceptance.calibration")
+    return data
+
+
 def check_calibrations(manifest: dict, score: ScoreSpec) -> dict[str, dict]:
     """Head -> calibration. A manifest without a `score` section has one flat calibration."""
     calibrations = manifest.get("calibration")
@@ -249,6 +270,7 @@ class Manifest:
     score: ScoreSpec = field(default_factory=ScoreSpec)
     limits: Limits = field(default_factory=Limits)
     novelty: dict = field(default_factory=dict)  # serving.novelty: file, thresholds, policy; {} for none
+    acceptance: dict = field(default_factory=dict)  # serving.acceptance: file, threshold, ...; {} for none
     files: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     created_at: str = ""
@@ -293,6 +315,7 @@ class Manifest:
                                           default=DEFAULT_EDGE_CONTEXT_TOKENS)),
                    files=check_files(data.get("files")) if "files" in data else {},
                    novelty=check_novelty(data.get("novelty"), data.get("files") or {}),
+                   acceptance=check_acceptance(data.get("acceptance"), data.get("files") or {}),
                    created_at=data.get("created_at", ""), manifest_sha256=data.get("manifest_sha256", ""), **info)
 
     def to_dict(self) -> dict:
@@ -303,6 +326,7 @@ class Manifest:
                "thresholds": self.thresholds,
                "target": self.target, "label": self.label, "split": self.split,
                "limits": self.limits.to_dict(self.feature_spec), "novelty": self.novelty or None,
+               "acceptance": self.acceptance or None,
                "metrics": self.metrics, "data": self.data,
                "training": self.training, "mlflow": self.mlflow}
         if self.files:

@@ -32,13 +32,16 @@ class Update:
 
 def _routing(path, *, threads: int, unfamiliar_policy: str | None, public_key) -> Routing:
     """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
+    from serving.acceptance import Acceptor
     from serving.scorer import Scorer
 
     try:
-        scorer = Scorer(read_bundle(path, public_key=public_key), threads=threads)
+        bundle = read_bundle(path, public_key=public_key)
+        scorer = Scorer(bundle, threads=threads)
+        acceptor = Acceptor.from_bundle(bundle, scorer)
     except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
         raise exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500]) from exc
-    return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy)
+    return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
 
 
 class Router:
@@ -123,6 +126,12 @@ class Router:
     def unfamiliar_policy(self) -> str | None:
         return self._routing.unfamiliar_policy
 
+    @property
+    def acceptor(self):
+        """The bundle's learned acceptance check (serving.acceptance.Acceptor), or None when the
+        bundle has none (trained without edge answers, older, or the router is degraded)."""
+        return self._routing.acceptor
+
     def route(self, prompt: str, *, precision: str | None = None) -> Decision:
         """Where one prompt should run; see Decision."""
         check_prompt(prompt)
@@ -137,13 +146,22 @@ class Router:
                 edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
                 edge_pool=None):
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
-        `edge_pool`: the EdgePool for timed edge calls, default the process's shared one)."""
+        `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
+
+        accept: a callable(edge answer) -> bool, or "learned": the bundle's acceptance check on
+        the answer text (the edge callable must return a str; anything else counts as a failed
+        check, and the cloud answers). A bundle without an acceptance model checks nothing, with
+        one warning per bundle."""
         from serving.execute import execute
 
         if not callable(edge) or not callable(cloud):
             raise TypeError("edge and cloud must be callables taking the prompt")
-        routing = self._routing  # the decision and the context limit from the same bundle
+        if accept is not None and accept != "learned" and not callable(accept):
+            raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
+        routing = self._routing  # the decision, the context limit and the acceptor from the same bundle
         decision = routing.decisions([check_prompt(prompt)], [check_precision(precision)])[0]
+        if accept == "learned":
+            accept = routing.learned_accept(prompt)
         return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=routing.edge_context_tokens,
                        edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone,
                        edge_pool=edge_pool)

@@ -18,8 +18,10 @@ class Routing:
     and never changed after, so a Router can swap it in one step (Router.update)."""
 
     def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None,
-                 unfamiliar_policy: str | None = None):
+                 unfamiliar_policy: str | None = None, acceptor=None):
         self._scorer = scorer
+        self.acceptor = acceptor  # serving.acceptance.Acceptor, or None
+        self._warned_no_acceptor = False
         self.manifest = manifest
         self.degraded_reason = degraded_reason
         self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
@@ -36,6 +38,19 @@ class Routing:
     @property
     def degraded(self) -> bool:
         return self._scorer is None
+
+    def learned_accept(self, prompt: str):
+        """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
+        when this bundle has no acceptance model."""
+        acceptor = self.acceptor
+        if acceptor is None:
+            if not self._warned_no_acceptor:
+                self._warned_no_acceptor = True
+                why = self.degraded_reason or (self.manifest.acceptance.get("reason") if self.manifest else None)
+                log.warning('accept="learned": bundle %s has no acceptance model (%s); edge answers are not checked',
+                            self.model_version, why or "trained before acceptance checks")
+            return None
+        return lambda answer: acceptor.check(prompt, answer)
 
     def decisions(self, prompts: list[str], precisions: list[str | None]) -> list[Decision]:
         """Decisions for checked arguments; the rule table decides whenever scoring cannot."""

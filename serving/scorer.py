@@ -98,6 +98,15 @@ class Scorer:
         # serving.manifest.routing_score, per prompt on plain floats (the hot path)
         return [c - e for e, c in heads], n_tokens, heads, novelty
 
+    def features(self, texts: Sequence[str]) -> np.ndarray:
+        """The router's feature rows for texts (no precision declared), as the model sees them:
+        the acceptance check reads them for answers (serving.acceptance)."""
+        texts = list(texts)
+        if not self.spec.fused:
+            return self.extractor.transform(texts, [None] * len(texts), batch_size=max(len(texts), 1))
+        ids, mask, scalars, _, _ = self.extractor.prepare(texts, [None] * len(texts))
+        return self.run_model(["features"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars}, None)[0]
+
     def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
         """Calibrated scores for a batch of prompts."""
         precisions = list(precisions) if precisions is not None else [None] * len(prompts)

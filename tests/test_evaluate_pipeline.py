@@ -40,7 +40,7 @@ def evaluated(bundle, small_routellm, encoder_cache, tmp_path_factory):
 def test_run_writes_report_metrics_and_plots(evaluated):
     out = evaluated.out
     assert {p.name for p in evaluated.files} == {"report.md", "metrics.json", "quality_vs_cloud_share.png",
-                                                 "misroute_by_domain.png", "reliability.png"}
+                                                 "misroute_by_domain.png", "reliability.png", "acceptance_roc.png"}
     report = (out / "report.md").read_text()
     assert report.startswith("# Offline evaluation")
     headline = report.index("| policy | cloud share | misroute (under / over) |")
@@ -50,9 +50,27 @@ def test_run_writes_report_metrics_and_plots(evaluated):
         assert f"| {label} |" in report
     metrics = strict_json((out / "metrics.json").read_text())
     assert list(metrics["figures"]["policies"]) == ALL_POLICIES
-    for name in ("quality_vs_cloud_share.png", "misroute_by_domain.png", "reliability.png"):
+    for name in ("quality_vs_cloud_share.png", "misroute_by_domain.png", "reliability.png", "acceptance_roc.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 200_000
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_acceptance_is_measured_through_the_sdk(evaluated, trained_small):
+    """metrics.json `acceptance` on the test split's answers equals training's own test figures
+    (the SDK acceptor on raw text), and the fallback figures use those verdicts."""
+    metrics = strict_json((evaluated.out / "metrics.json").read_text())
+    acceptance, trained = metrics["acceptance"], trained_small[1].manifest.acceptance["test"]
+    for key in ("auc", "catch_rate", "false_reject_rate", "rows"):
+        assert acceptance[key] == pytest.approx(trained[key], abs=1e-6), key
+    assert set(acceptance["per_source"]) == {"gsm8k", "mt_bench"}
+    assert len(acceptance["roc"]["catch_rate"]) == len(acceptance["roc"]["false_reject_rate"]) > 2
+    rates = metrics["figures"]["fallback_rates"]
+    assert rates["measured_rows"] > 0 and rates["assumed_rows"] > 0 and rates["assumed_catch_rate"] == 0.5
+    report = (evaluated.out / "report.md").read_text()
+    assert "## Acceptance check" in report and "a catch rate of 0.5" in report
+    assert "acceptance's verdict" not in report and "acceptance check's verdict on that answer" in report
 
 
 @pytest.mark.real_data

@@ -27,7 +27,7 @@ def test_bundle_has_everything_serving_needs(trained):
     cfg, result = trained
     manifest = read_manifest(result.bundle)  # checks every file's SHA-256
     # Static tier: one fused graph from token ids and scalar features to the probability.
-    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "novelty.npz"}
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "novelty.npz", "acceptance.onnx"}
     assert manifest.feature_spec.fused is True
     assert not any(p.suffix in (".pkl", ".pickle", ".joblib") for p in result.bundle.iterdir())
     assert manifest.feature_spec.tier == "static"

@@ -40,7 +40,15 @@ class TrainConfig:
     target: str = "quality"
     max_quality_drop: float = 0.01
     cloud_budget: float = 0.3
-    fallback_catch_rate: float = 0.5
+    fallback_catch_rate: float = 0.5                 # assumed where no edge answers measure it (training.acceptance)
+    # The acceptance check, fitted when the logs carry edge answers (training.acceptance).
+    acceptance_false_reject_rate: float = 0.12       # share of good edge answers the threshold may reject
+    acceptance_good_quality: float = 0.5             # an edge answer with quality >= this is good
+    acceptance_min_rows: int = 200                   # fewer answers (or < 20 of each kind): no model
+    acceptance_folds: int = 5                        # cross-fitting: calibration and threshold held out
+    acceptance_rounds: int = 300
+    acceptance_lgbm: dict[str, Any] = field(default_factory=dict)
+    max_response_chars: int = 4000                   # answers are cut to their last N characters
     min_rows_per_tag: int = 200
     edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
     novelty_share: float = 0.03                      # share of in-distribution prompts flagged unfamiliar
@@ -79,7 +87,8 @@ class TrainConfig:
 
         check(self.tier in TIERS, "tier", f"must be one of {', '.join(TIERS)}")
         check(self.engine in ENGINES, "engine", f"must be one of {', '.join(ENGINES)}")
-        for name in ("parity_rows", "eval_sample_rows", "pca_sample_rows"):
+        for name in ("parity_rows", "eval_sample_rows", "pca_sample_rows", "acceptance_min_rows",
+                     "acceptance_rounds", "max_response_chars"):
             check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         check(self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
               "dask_workers", "must be empty or an integer >= 1")
@@ -90,7 +99,8 @@ class TrainConfig:
         check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
         for name in ("val_share", "test_share", "margin_binary", "margin_graded", "max_reject_share",
                      "precision_dropout", "max_quality_drop", "cloud_budget", "fallback_catch_rate",
-                     "novelty_share", "novelty_min_unseen_share"):
+                     "novelty_share", "novelty_min_unseen_share", "acceptance_false_reject_rate",
+                     "acceptance_good_quality"):
             check(isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
                   name, "must be a number in [0, 1]")
         check(self.val_share > 0 and self.val_share + self.test_share < 1, "val_share",
@@ -100,6 +110,8 @@ class TrainConfig:
               "max_tokens", "must be empty or an integer >= 8")
         check(isinstance(self.max_chars, int) and self.max_chars >= 64, "max_chars", "must be an integer >= 64")
         check(isinstance(self.data, list), "data", "must be a list of paths")
+        check(isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20, "acceptance_folds",
+              "must be an integer in [2, 20]")
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> "TrainConfig":

@@ -17,7 +17,7 @@ ENGINES = {
 
 def get_engine(name: str):
     """The engine module of `name`: it provides fit(config, console, timings) -> Fitted and
-    evaluation_frame(config, console, *, splits, max_rows) -> (frame, data report)."""
+    evaluation_frame(config, console, *, splits, max_rows) -> (frame, data report, answer rows)."""
     try:
         return importlib.import_module(ENGINES[name])
     except KeyError:

@@ -31,6 +31,7 @@ class Fitted:
     heads: list                # training.model.Head: booster cut at its best round, calibration
     splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
     embeddings: dict           # "val" / "test": the rows' projected embeddings (the feature matrix's last columns)
+    responses: object = None   # rows with an edge answer, as logged (data.prepare.response_rows), or None
     notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
 
 
@@ -75,7 +76,10 @@ def print_logs(console, report: dict) -> None:
 
 
 def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
-    """Per-precision fallback thresholds on the validation rows (evaluation.thresholds)."""
+    """Per-precision fallback thresholds on the validation rows (evaluation.thresholds), with
+    the acceptance check's out-of-fold verdicts as the fallback's rates where the rows have an
+    edge answer, and the configured catch rate elsewhere (evaluation.fallback)."""
+    from evaluation.fallback import Catch
     from evaluation.thresholds import select_per_precision
 
     val = fitted.splits["val"]
@@ -83,7 +87,7 @@ def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
         val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
         bounds=SCORE_KINDS[fitted.objective][1],
         min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
-        cloud_budget=config.cloud_budget, catch_rate=config.fallback_catch_rate)
+        cloud_budget=config.cloud_budget, catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate))
 
 
 def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict:
@@ -114,8 +118,19 @@ def familiarity(config: TrainConfig, fitted: Fitted) -> tuple[bytes, dict]:
     return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
 
 
+def acceptance_check(config: TrainConfig, fitted: Fitted):
+    """Fit the acceptance check on the logged edge answers (training.acceptance) and mark each
+    validation and test row with the share of its answers the check rejects (held out)."""
+    from training.acceptance import fit_acceptance
+
+    fit = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
+    for name, rows in fitted.splits.items():
+        fitted.splits[name] = rows.with_rejections(fit.rejected_share(name, rows.prompts))
+    return fit
+
+
 def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
-                   outputs: list[str], novelty: dict) -> Manifest:
+                   outputs: list[str], novelty: dict, acceptance: dict) -> Manifest:
     """The bundle's manifest (serving.manifest), without its file table."""
     from training.export import calibration_in_model
 
@@ -134,7 +149,7 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
         label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
         split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt},
-        limits=Limits(edge_context_tokens=config.edge_context_tokens), novelty=novelty,
+        limits=Limits(edge_context_tokens=config.edge_context_tokens), novelty=novelty, acceptance=acceptance,
         metrics={"test": metrics["test"], "val": metrics["val"]},
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
         training={"engine": config.engine},
@@ -170,25 +185,34 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
 
+    from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.export import heads_to_onnx
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
 
+    t0 = time.perf_counter()
+    acceptance = acceptance_check(config, fitted)
+    timings["acceptance_s"] = time.perf_counter() - t0
     thresholds = choose_thresholds(config, fitted)
     novelty_file, novelty = familiarity(config, fitted)
+    accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     metrics = {**split_figures(config, fitted, thresholds),
-               "trees": {h.name: h.booster.num_trees() for h in fitted.heads}, **fitted.notes}
+               "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
+               **({"acceptance": accepted} if accepted else {}), **fitted.notes}
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
-        manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty)
-        files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file}
+        manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
+        files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file,
+                 **({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})}
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
             metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows,
                                                           public_key=_public_key(signing_key))
+            metrics["acceptance_parity_max_abs_diff"] = check_acceptance_parity(
+                staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key))
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)

@@ -61,6 +61,16 @@ def _read_and_check(config: TrainConfig):
     return valid, repeated, report
 
 
+def _response_rows(valid, config: TrainConfig):
+    """The rows with an edge answer, collected here (data.prepare.response_rows)."""
+    from data.prepare import response_rows
+    from training.engines import dask_partitions as de
+
+    with de.stage("collecting the edge answers"):
+        answered = valid[valid["edge_response"].notnull()].drop(columns="key").compute()
+    return response_rows(answered, val_share=config.val_share, test_share=config.test_share, salt=config.split_salt)
+
+
 def _repeated_rows(valid, repeated):
     """The rows whose prompt occurs more than once (a lazy collection), or None."""
     return valid[valid["key"].isin(repeated.index.to_numpy(np.uint64))] if len(repeated) else None
@@ -73,7 +83,10 @@ def _merge_repeated(valid, repeated, repeated_rows, report: dict):
 
     from data.prepare import merge_duplicates
 
+    from data.schema import RESPONSE_COLUMNS
+
     per_source = report["rows_per_source"]
+    valid = valid.drop(columns=list(RESPONSE_COLUMNS))  # merge_duplicates drops them too
     singles = valid.drop(columns="key").assign(n_merged=1)
     rows, n_rows, merged_away = singles, int(per_source.sum()), 0
     if repeated_rows is not None:
@@ -91,10 +104,9 @@ def _merge_repeated(valid, repeated, repeated_rows, report: dict):
 
 def _prepare(rows, config: TrainConfig):
     """Split, label and sampling number on every partition."""
-    from data.schema import COLUMNS
     from training.engines import dask_partitions as de
 
-    return rows.map_partitions(de.prepare_partition, config, meta=de.frame_meta(COLUMNS, **de.PREPARED))
+    return rows.map_partitions(de.prepare_partition, config, meta=de.frame_meta(de.ROUTING_COLUMNS, **de.PREPARED))
 
 
 def _fraction(cap: int, expected_rows: float) -> float:
@@ -118,6 +130,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers):
         valid, repeated, report = _read_and_check(config)
+        responses = _response_rows(valid, config)
         repeated_rows = _repeated_rows(valid, repeated)
         if repeated_rows is not None:
             with de.stage("gathering repeated prompts"):
@@ -129,7 +142,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
     frame = pd.concat(frames, ignore_index=True)  # distinct splits of merged rows: no prompt twice
     report["notes"] = [f"Dask engine: {report['rows']} prompts read on the cluster; figures on hash samples of "
                        f"at most about {max_rows} rows per split ({len(frame)} rows here)"]
-    return frame.drop(columns="sample_u"), report
+    return frame.drop(columns="sample_u"), report, responses
 
 
 def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
@@ -145,7 +158,7 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
                            max_chars=config.max_chars, cache_dir=Path(config.cache_dir))
     raw_width = raw.transform(["width probe"], [None]).shape[1] - n_scalar_features(raw.spec)
     report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
-    unmerged = _prepare(valid.drop(columns="key").assign(n_merged=1), config)
+    unmerged = _prepare(valid[list(de.ROUTING_COLUMNS)].assign(n_merged=1), config)
     pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
     raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, client.scatter(raw, broadcast=True),
                                              meta={f"raw_{i}": np.float32 for i in range(raw_width)})
@@ -208,6 +221,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         timings["load_s"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
+        responses = _response_rows(valid, config)
         plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
         print_logs(console, report)
         train, val, test = _features(client, config, plan, prepared, report, target_columns(config.objective))
@@ -228,4 +242,4 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         embeddings[name] = x[:, -plan.spec.embedding_dim:]
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
-    return Fitted(report, plan, config.objective, heads, splits, embeddings, notes=notes)
+    return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes)

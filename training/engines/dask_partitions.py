@@ -19,10 +19,12 @@ import pandas as pd
 
 from data.logs import read_unit
 from data.prepare import QUALITY_AND_COSTS, content_sum64, hash_uniform, missing_text_as_none, prompt_hash
-from data.schema import COLUMNS
+from data.schema import COLUMNS, RESPONSE_COLUMNS, RESPONSE_NUMBERS
 
 REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason")
 UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
+# What the router's rows keep once repeats are merged: edge answers go to the acceptance check only.
+ROUTING_COLUMNS = tuple(c for c in COLUMNS if c not in RESPONSE_COLUMNS)
 SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
@@ -30,8 +32,11 @@ class EngineError(RuntimeError):
     """The cluster could not be reached, or lost a worker: the run stops with the cause."""
 
 
+NUMBER_COLUMNS = (*QUALITY_AND_COSTS, *RESPONSE_NUMBERS)
+
+
 def _text_columns() -> list[str]:
-    return [c for c in UNIT_COLUMNS if c not in QUALITY_AND_COSTS]
+    return [c for c in UNIT_COLUMNS if c not in NUMBER_COLUMNS]
 
 
 def frame_meta(columns, **extra) -> pd.DataFrame:
@@ -58,7 +63,7 @@ def unit_frame(path: str) -> pd.DataFrame:
     rejects.columns = list(REJECT_COLUMNS)
     frame = pd.concat([valid, rejects], ignore_index=True) if len(rejects) else valid
     frame = missing_text_as_none(frame.reindex(columns=list(UNIT_COLUMNS)), _text_columns())
-    return frame.astype({c: float for c in QUALITY_AND_COSTS})
+    return frame.astype({c: float for c in NUMBER_COLUMNS})
 
 
 def prompt_keys(prompts: pd.Series) -> np.ndarray:

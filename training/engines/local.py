@@ -13,10 +13,11 @@ from training.engines.base import Fitted, print_logs, split_and_label
 
 
 def prepare_frame(config: TrainConfig):
-    """Validated, de-duplicated rows with split and label columns, plus the load report."""
+    """Validated, de-duplicated rows with split and label columns, the load report, and the rows
+    that carry an edge answer (data.prepare.response_rows: as logged, not merged)."""
     from data.location import default_data_paths
     from data.logs import load_logs
-    from data.prepare import fingerprint, merge_duplicates
+    from data.prepare import fingerprint, merge_duplicates, response_rows
 
     paths = config.data or default_data_paths()
     logs = load_logs(paths, max_reject_share=config.max_reject_share, rejects_path=config.rejects_path)
@@ -25,12 +26,14 @@ def prepare_frame(config: TrainConfig):
     report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
               "rejects_file": str(config.rejects_path), "duplicates_merged": int((frame["n_merged"] - 1).sum()),
               **fingerprint(valid, frame)}
-    return frame, report
+    responses = response_rows(valid, val_share=config.val_share, test_share=config.test_share,
+                              salt=config.split_salt)
+    return frame, report, responses
 
 
 def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
-    """Every prepared row (the local engine holds them all; `splits` and `max_rows` are the
-    Dask engine's sampling)."""
+    """Every prepared row, the report and the answer rows (the local engine holds them all;
+    `splits` and `max_rows` are the Dask engine's sampling)."""
     return prepare_frame(config)
 
 
@@ -57,7 +60,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
 
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
-        frame, data_report = prepare_frame(config)
+        frame, data_report, responses = prepare_frame(config)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
 
@@ -90,5 +93,5 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                                     probabilities={k: v[split == name] for k, v in probabilities.items()})
               for name in ("val", "test")}
     embeddings = {name: x[split == name][:, -feats.spec.embedding_dim:] for name in ("val", "test")}
-    return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings,
+    return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses,
                   notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})

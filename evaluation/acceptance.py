@@ -1,0 +1,55 @@
+"""How well an acceptance check separates good edge answers from failures.
+
+A failure is an answer whose quality is below the good-quality bar (binary logs: wrong).
+At the check's threshold, the catch rate is the share of failures it rejects (the fallback
+then asks the cloud) and the false-reject rate the share of good answers it rejects (each
+costs a cloud call for nothing). AUC ranks failures against good answers over every
+threshold. Training (held-out folds, and its test split) and `make evaluate` (the SDK on
+held-out rows) report these same figures.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def separation(probability, good, threshold: float) -> dict:
+    """AUC, catch rate and false-reject rate of P(good) at `threshold` (accept when >= it)."""
+    probability, good = np.asarray(probability, float), np.asarray(good, bool)
+    rejected = probability < threshold
+    n_good, n_bad = int(good.sum()), int((~good).sum())
+    auc = None
+    if n_good and n_bad:
+        from sklearn.metrics import roc_auc_score
+
+        auc = float(roc_auc_score(~good, -probability))  # failures ranked by how doubtful the answer looks
+    return {"rows": len(good), "failures": n_bad, "auc": auc,
+            "catch_rate": float(rejected[~good].mean()) if n_bad else None,
+            "false_reject_rate": float(rejected[good].mean()) if n_good else None}
+
+
+def separation_by_source(probability, good, sources, threshold: float) -> dict:
+    """`separation` over all rows, and per source under "per_source"."""
+    probability, good, sources = np.asarray(probability, float), np.asarray(good, bool), np.asarray(sources, object)
+    out = separation(probability, good, threshold)
+    out["per_source"] = {str(s): separation(probability[sources == s], good[sources == s], threshold)
+                         for s in sorted(set(sources.tolist()), key=str)}
+    return out
+
+
+def roc_points(probability, good) -> dict:
+    """The ROC curve as false-reject rate (x) against catch rate (y), for the report's plot."""
+    from sklearn.metrics import roc_curve
+
+    false_reject, catch, _ = roc_curve(~np.asarray(good, bool), -np.asarray(probability, float))
+    return {"false_reject_rate": false_reject.tolist(), "catch_rate": catch.tolist()}
+
+
+def rejected_share_by_prompt(prompts, rejected, wanted) -> np.ndarray:
+    """Per prompt in `wanted`: the share of its logged answers the check rejects (a prompt may
+    be logged more than once), NaN for prompts without an answer."""
+    totals: dict[str, list[float]] = {}
+    for prompt, r in zip(prompts, rejected):
+        entry = totals.setdefault(prompt, [0.0, 0.0])
+        entry[0] += float(r)
+        entry[1] += 1.0
+    return np.array([totals[p][0] / totals[p][1] if p in totals else np.nan for p in wanted], dtype=float)

@@ -1,0 +1,150 @@
+"""Fit the acceptance check (serving.acceptance) on the logged edge answers.
+
+Rows: every logged row with an `edge_response` (data.prepare.response_rows), each with its
+own outcome; an answer is good when its edge quality reaches `acceptance_good_quality`.
+Answers of test-split prompts are kept out of everything below and only measured.
+
+Cross-fitting, because answers are few (hundreds, not the router's thousands): the
+non-test answers are cut into `acceptance_folds` folds by prompt hash; each fold is
+predicted by a model trained on the others. Those held-out predictions fit the Platt
+calibration and the threshold (the `acceptance_false_reject_rate` quantile of the good
+answers' calibrated probabilities), and are the validation figures. The shipped model is
+then trained on all non-test answers with the same settings, its calibration folded into
+the trees (training.export.booster_to_onnx).
+
+Without answers, or with too few (under `acceptance_min_rows`, or under 20 good or 20
+failed), no model is fitted and the manifest says why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evaluation.acceptance import rejected_share_by_prompt, roc_points, separation_by_source
+from serving.acceptance import answer_matrix
+from serving.calibration import apply_calibration
+from serving.response_features import RESPONSE_FEATURES
+from training.config import TrainConfig
+
+ACCEPTANCE_FILE = "acceptance.onnx"
+MIN_OF_EACH = 20
+# Small trees: a few hundred answers, ~70 features.
+ACCEPTANCE_LGBM = {"num_leaves": 15, "min_child_samples": 20, "learning_rate": 0.03, "feature_fraction": 0.8,
+                   "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0}
+
+
+@dataclass
+class AcceptanceFit:
+    """The fitted check (or why there is none) and its held-out verdicts."""
+
+    section: dict                      # the manifest's `acceptance` entry
+    file: bytes | None = None          # acceptance.onnx
+    held_out: dict = field(default_factory=dict)  # split -> (prompts, sources, good, probability): val = out-of-fold
+
+    @property
+    def fitted(self) -> bool:
+        return self.file is not None
+
+    def rejected_share(self, split: str, prompts) -> np.ndarray | None:
+        """Per prompt of a split: share of its answers rejected; NaN without an answer (None: no check)."""
+        if split not in self.held_out:
+            return None
+        answered, _, _, probability = self.held_out[split]
+        return rejected_share_by_prompt(answered, probability < self.section["threshold"], prompts)
+
+    def roc(self, split: str = "test") -> dict | None:
+        if split not in self.held_out:
+            return None
+        _, _, good, probability = self.held_out[split]
+        return roc_points(probability, good) if good.any() and (~good).any() else None
+
+
+def _absent(reason: str) -> AcceptanceFit:
+    return AcceptanceFit({"file": None, "reason": reason})
+
+
+def _folds(prompts, k: int) -> np.ndarray:
+    from data.prepare import hash_uniform
+
+    return np.minimum((hash_uniform(prompts, salt="acceptance-folds") * k).astype(int), k - 1)
+
+
+def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
+    """The check from response rows (data.prepare.response_rows; None or empty: no answers);
+    `extractor` computes the router's features of a text (training.featurize)."""
+    import lightgbm as lgb
+
+    from training.export import booster_to_onnx, calibration_in_model
+    from training.model import fit_calibration, lgbm_params
+
+    if rows is None or len(rows) == 0:
+        return _absent("the training logs carry no edge answers (edge_response)")
+    good = rows["edge_quality"].to_numpy() >= config.acceptance_good_quality
+    split = rows["split"].to_numpy()
+    fit = split != "test"
+    n_good, n_bad = int(good[fit].sum()), int((~good[fit]).sum())
+    if fit.sum() < config.acceptance_min_rows or min(n_good, n_bad) < MIN_OF_EACH:
+        return _absent(f"too few edge answers to learn from: {int(fit.sum())} outside the test split "
+                       f"({n_good} good, {n_bad} failed); needs {config.acceptance_min_rows}, "
+                       f"and {MIN_OF_EACH} of each")
+    prompts, answers = rows["prompt"].tolist(), rows["edge_response"].tolist()
+    x = answer_matrix(prompts, answers, rows["edge_logprob_mean"].tolist(), rows["edge_logprob_min"].tolist(),
+                      answer_features=lambda texts: extractor.transform(texts, [None] * len(texts)),
+                      max_chars=config.max_response_chars)
+    params = lgbm_params({**ACCEPTANCE_LGBM, **config.acceptance_lgbm}, seed=config.seed, objective="binary")
+
+    def booster(rows_mask):
+        return lgb.train(params, lgb.Dataset(x[rows_mask], label=good[rows_mask].astype(float)),
+                         num_boost_round=config.acceptance_rounds)
+
+    folds = _folds(rows["prompt"], config.acceptance_folds)
+    out_of_fold = np.zeros(len(rows))
+    for k in range(config.acceptance_folds):
+        held = fit & (folds == k)
+        if held.any():
+            out_of_fold[held] = booster(fit & ~held).predict(x[held])
+    calibration = fit_calibration(out_of_fold[fit], good[fit], method="sigmoid")
+    calibrated = apply_calibration(calibration, out_of_fold)
+    threshold = float(np.quantile(calibrated[fit & good], config.acceptance_false_reject_rate))
+    final = booster(fit)
+    test = split == "test"
+    p_test = apply_calibration(calibration, final.predict(x[test])) if test.any() else np.zeros(0)
+    sources = rows["source"].to_numpy(dtype=object)
+    val = split == "val"
+    held_out = {"val": (rows["prompt"].to_numpy(object)[val], sources[val], good[val], calibrated[val]),
+                "test": (rows["prompt"].to_numpy(object)[test], sources[test], good[test], p_test)}
+    section = {
+        "file": ACCEPTANCE_FILE, "n_features": int(x.shape[1]),
+        "features": [*RESPONSE_FEATURES, *(f"answer_{n}" for n in extractor.spec.feature_names)],
+        "calibration": {**calibration, "in_model": calibration_in_model(calibration)},
+        "threshold": threshold, "false_reject_rate_target": config.acceptance_false_reject_rate,
+        "good_quality": config.acceptance_good_quality, "max_response_chars": config.max_response_chars,
+        "trained_on": {"answers": int(fit.sum()), "good": n_good, "failed": n_bad,
+                       "per_source": {str(s): int((fit & (sources == s)).sum()) for s in sorted(set(sources[fit]))}},
+        # Held-out figures: every non-test answer out of fold, and the test split.
+        "cross_fitted": separation_by_source(calibrated[fit], good[fit], sources[fit], threshold),
+        "test": separation_by_source(p_test, good[test], sources[test], threshold),
+    }
+    return AcceptanceFit(section, booster_to_onnx(final, x.shape[1], calibration), held_out)
+
+
+def check_acceptance_parity(folder, fit: AcceptanceFit, rows, *, public_key=None, tolerance: float = 1e-5) -> float:
+    """Largest |P(good) difference| between the bundle's acceptor (SDK, from raw text) and
+    training on the test answers; RuntimeError above `tolerance`."""
+    from serving.acceptance import Acceptor
+    from serving.bundle import read_bundle
+    from serving.scorer import Scorer
+
+    test = rows[rows["split"] == "test"].head(500)
+    if not fit.fitted or len(test) == 0:
+        return 0.0
+    bundle = read_bundle(folder, public_key=public_key)
+    acceptor = Acceptor.from_bundle(bundle, Scorer(bundle))
+    sdk = acceptor.probabilities(test["prompt"].tolist(), test["edge_response"].tolist(),
+                                 test["edge_logprob_mean"].tolist(), test["edge_logprob_min"].tolist())
+    gap = float(np.max(np.abs(sdk - fit.held_out["test"][3][:len(test)])))
+    if gap > tolerance:
+        raise RuntimeError(f"the bundle's acceptance check differs from training by {gap:.2e} (> {tolerance}); "
+                           "the bundle was not written")
+    return gap
