@@ -217,6 +217,23 @@ def load_figures(bundle: Path, repeat: int = 5) -> dict:
     return {**best, "rss_mb_after_load": max(r["rss_mb_after_load"] for r in runs)}
 
 
+ANSWER = ("First, 12 + 15 = 27 marbles in the jar. Then she gives away 27 / 3 = 9 of them, so 27 - 9 = 18 "
+          "are left. I think that is right. ")
+
+
+def acceptance_figures(router, prompt: str, repeat: int) -> dict | None:
+    """The learned acceptance check on answers of ~100, ~1,000 and ~4,000+ characters (cut to the
+    bundle's max_response_chars), interleaved with route() on the prompt: what accept="learned"
+    adds to an edge-first request, next to what routing it cost."""
+    acceptor = router.acceptor
+    if acceptor is None:
+        return None
+    answers = {f"{n}_chars": (ANSWER * (n // len(ANSWER) + 1))[:n] + "\n#### 18" for n in (100, 1000, 4000, 100_000)}
+    fns = {"route": lambda: router.route(prompt),
+           **{f"check_{name}": (lambda a=answer: acceptor.check(prompt, a)) for name, answer in answers.items()}}
+    return timings_us(fns, repeat=repeat)
+
+
 def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int = 5,
         lengths=(16, 128, 512)) -> dict:
     from serving import Router
@@ -229,7 +246,9 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     routes["1MB_prompt"] = timings_us({"route": lambda: router.route(huge)}, repeat=max(repeat // 40, 5), rounds=5,
                                       warmup=1)
     batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(batch)]
+    accept = acceptance_figures(router, prompt_of(tokenizer, 128), max(repeat // 4, 50))
     return {
+        "acceptance": accept,
         "bundle": str(bundle), "tier": router.manifest.feature_spec.tier,
         "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
                     "processor": platform.processor() or platform.machine()},
@@ -279,6 +298,12 @@ def print_report(results: dict) -> None:
     for b in results["route_batch"]:
         console.print(f"route_batch: {b['prompts_per_s']:,.0f} prompts/s ({b['batch']} prompts of ~128 tokens, "
                       f"{b['threads']} thread(s))")
+    if results.get("acceptance"):
+        a = results["acceptance"]
+        checks = ", ".join(f"{k.removeprefix('check_').replace('_', ' ')} {v['p50_us']:.0f} us (p99 {v['p99_us']:.0f})"
+                           for k, v in a.items() if k.startswith("check_"))
+        console.print(f"acceptance check (accept=\"learned\"), p50: {checks}; route() on the ~128-token prompt "
+                      f"{a['route']['p50_us']:.0f} us in the same run")
     load = results["load"]
     console.print(f"fresh process: import {load['import_s']*1000:.0f} ms + Router.load {load['load_s']*1000:.0f} ms"
                   f" = {load['import_plus_load_s']*1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB")

@@ -31,24 +31,29 @@ RESPONSE_FEATURES = (
     "self_corrections", "repeated_trigram_share", "repeated_line_share", "ends_open", "open_code_fence",
     "prompt_numbers_used", "unexplained_numbers", "logprob_mean", "logprob_min",
 )
-DEFAULT_MAX_RESPONSE_CHARS = 4000
+DEFAULT_MAX_RESPONSE_CHARS = 2000
 
 _NUMBER = r"\$?\d[\d,]*(?:\.\d+)?%?"
-_OPERAND = rf"\(*\s*{_NUMBER}\s*\)*"
-# A whole chain such as "16 - 3 - 4 = 9" or "(2 + 3) x $4 = $20", not the tail of one.
-_STEP = re.compile(rf"(?<![\d.,*/+\-x×÷(])\s*((?:{_OPERAND}\s*[-+*/x×÷]\s*)+{_OPERAND})\s*=\s*(-?{_NUMBER})")
+_OPERAND = rf"\(*{_NUMBER}\)*"
+# A whole chain such as "16 - 3 - 4 = 9" or "(2 + 3) x $4 = $20", not the tail of one. The
+# lookahead lets the regex engine skip every position that cannot start a number (4x faster).
+_STEP = re.compile(rf"(?=[\d($])(?<![\d.,*/+\-x×÷(])((?:{_OPERAND}\s*[-+*/x×÷]\s*)+{_OPERAND})\s*=\s*(-?{_NUMBER})")
+_BINARY = re.compile(r"\s*(\d[\d,]*(?:\.\d+)?)\s*([-+*/x×÷])\s*(\d[\d,]*(?:\.\d+)?)\s*")
 _PERCENT = re.compile(r"(\d[\d,]*(?:\.\d+)?)%")
 _CALCULATOR = re.compile(r"<<([^<>=]{1,80})=([^<>]{1,40})>>")
 _NUMBERS = re.compile(r"\d[\d,]*(?:\.\d+)?")
-_FINAL_MARKERS = re.compile(r"####|\\boxed\{|\banswer is\b|\banswer:|\bfinal answer\b", re.IGNORECASE)
+# Matched on the lower-cased answer (IGNORECASE would make each scan several times slower).
+_FINAL_MARKERS = ("####", "\\boxed{", "answer is", "answer:", "final answer")  # substring tests: one C scan each
 _LAST_LINE_ANSWER = re.compile(r"\d|\(?\b[A-J]\)|\b[A-J]\.?$")
-_HEDGES = re.compile(r"\b(?:not sure|might be|may be|perhaps|possibly|probably|approximately|i think|i believe|"
-                     r"it seems|unclear|assum(?:e|ing)|cannot be determined|not enough information|"
-                     r"hard to say|i guess)\b", re.IGNORECASE)
-_REFUSALS = re.compile(r"\b(?:i'?m sorry|i apologi[sz]e|as an ai|i cannot|i can'?t|i am unable|i'?m unable|"
-                       r"unable to (?:provide|answer|help))\b", re.IGNORECASE)
-_CORRECTIONS = re.compile(r"\b(?:wait|actually|oops|mistake|correction|let me re|recalculat|re-?evaluat|"
-                          r"i made an error|that'?s not right)", re.IGNORECASE)
+# Doubt, in one scan: hedging, apologies and refusals, self-corrections.
+_PHRASES = re.compile(
+    r"\b(?:(?P<hedge>(?:not sure|might be|may be|perhaps|possibly|probably|approximately|i think|i believe|"
+    r"it seems|unclear|assum(?:e|ing)|cannot be determined|not enough information|hard to say|i guess)\b)"
+    r"|(?P<refusal>(?:i'?m sorry|i apologi[sz]e|as an ai|i cannot|i can'?t|i am unable|i'?m unable|"
+    r"unable to (?:provide|answer|help))\b)"
+    r"|(?P<correction>wait|actually|oops|mistake|correction|let me re|recalculat|re-?evaluat|i made an error|"
+    r"that'?s not right))")
+MAX_STEPS = 32  # arithmetic steps recomputed per answer (the last ones: the end carries the result)
 _WORDS = re.compile(r"\w+")
 _CLOSERS = tuple(".!?)]}\"'`*|>$") + ("。", "！", "？", "」", "）")
 _OPS = {ast.Add: float.__add__, ast.Sub: float.__sub__, ast.Mult: float.__mul__, ast.Div: float.__truediv__}
@@ -64,6 +69,12 @@ def _number(text: str) -> float | None:
 
 def _arithmetic(expr: str) -> float | None:
     """The value of + - * / over numbers and parentheses (nothing else is evaluated), or None."""
+    simple = _BINARY.fullmatch(expr)
+    if simple:  # most steps: one operation, computed without parsing
+        left, op, right = float(simple[1].replace(",", "")), simple[2], float(simple[3].replace(",", ""))
+        if op in "/÷":
+            return left / right if right else None
+        return left + right if op == "+" else left - right if op == "-" else left * right
     try:
         tree = ast.parse(expr.replace(",", "").replace("x", "*").replace("×", "*").replace("÷", "/"), mode="eval")
     except (SyntaxError, ValueError):
@@ -91,10 +102,13 @@ def _wrong(stated: float, computed: float) -> bool:
 
 
 def _steps(text: str) -> tuple[int, int, list[float]]:
-    """(arithmetic steps the answer states, how many of them are wrong, their stated results)."""
-    checked = [(_arithmetic(expr), _number(result.strip())) for expr, result in _CALCULATOR.findall(text)]
-    checked += [(_arithmetic(_PERCENT.sub(r"(\1/100)", expr.replace("$", ""))), _number(result))
-                for expr, result in _STEP.findall(_CALCULATOR.sub(" ", text))]
+    """(arithmetic steps the answer states, how many of them are wrong, their stated results);
+    at most MAX_STEPS of each kind, the last ones. Only lines holding "=" are scanned."""
+    stated = "\n".join(line for line in text.splitlines() if "=" in line)
+    checked = [(_arithmetic(expr), _number(result.strip())) for expr, result in _CALCULATOR.findall(stated)[-MAX_STEPS:]]
+    for expr, result in _STEP.findall(_CALCULATOR.sub(" ", stated))[-MAX_STEPS:]:
+        expr = expr.replace("$", "")
+        checked.append((_arithmetic(_PERCENT.sub(r"(\1/100)", expr) if "%" in expr else expr), _number(result)))
     checked = [(computed, stated) for computed, stated in checked if computed is not None and stated is not None]
     return len(checked), sum(_wrong(stated, computed) for computed, stated in checked), [s for _, s in checked]
 
@@ -121,7 +135,9 @@ def response_features(prompt: str, response: str, *, logprob_mean: float | None 
     stripped = text.rstrip()
     lines = stripped.splitlines() or [""]
     last_line = lines[-1].strip()
-    words = _WORDS.findall(text.lower())
+    lower = text.lower()
+    words = _WORDS.findall(lower)
+    phrases = [m.lastgroup for m in _PHRASES.finditer(lower)]
     numbers = {n.replace(",", "") for n in _NUMBERS.findall(text)}
     prompt_numbers = {n.replace(",", "") for n in _NUMBERS.findall(prompt[:max_chars])}
     n_steps, n_wrong, results = _steps(text)
@@ -130,11 +146,11 @@ def response_features(prompt: str, response: str, *, logprob_mean: float | None 
     values = (
         math.log1p(n_chars), math.log1p(len(lines)), math.log((n_chars + 1) / (len(prompt) + 1)),
         n_steps, n_wrong, n_wrong / n_steps if n_steps else 0.0,
-        float(bool(_FINAL_MARKERS.search(text))), float(bool(_LAST_LINE_ANSWER.search(last_line))),
+        float(any(marker in lower for marker in _FINAL_MARKERS)), float(bool(_LAST_LINE_ANSWER.search(last_line))),
         float(final is not None and any(not _wrong(final, r) for r in results)),
         float(final is not None and abs(final - round(final)) > 1e-9),
-        math.log1p(len(numbers)), len(_HEDGES.findall(text)), len(_REFUSALS.findall(text)),
-        len(_CORRECTIONS.findall(text)), repeated_trigrams, repeated_lines,
+        math.log1p(len(numbers)), phrases.count("hedge"), phrases.count("refusal"),
+        phrases.count("correction"), repeated_trigrams, repeated_lines,
         float(bool(stripped) and not stripped.endswith(_CLOSERS)), float(text.count("```") % 2 == 1),
         len(prompt_numbers & numbers) / len(prompt_numbers) if prompt_numbers else 0.0,
         len(numbers - prompt_numbers) / len(numbers) if numbers else 0.0,

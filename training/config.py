@@ -11,6 +11,7 @@ from typing import Any
 from evaluation.thresholds import TARGETS
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.novelty import POLICIES as UNFAMILIAR_POLICIES
+from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
 from training.engines import ENGINES
 from training.model import CALIBRATIONS, OBJECTIVES
 
@@ -48,7 +49,7 @@ class TrainConfig:
     acceptance_folds: int = 5                        # cross-fitting: calibration and threshold held out
     acceptance_rounds: int = 300
     acceptance_lgbm: dict[str, Any] = field(default_factory=dict)
-    max_response_chars: int = 4000                   # answers are cut to their last N characters
+    max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS  # answers are cut to their last N characters (2,000)
     min_rows_per_tag: int = 200
     edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
     novelty_share: float = 0.03                      # share of in-distribution prompts flagged unfamiliar
