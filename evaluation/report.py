@@ -191,7 +191,19 @@ def _acceptance_text(acceptance: dict) -> str:
             f"{pct(acceptance['false_reject_rate_target'])} false rejects). Catch rate = failures rejected; "
             "false-reject rate = good answers rejected.\n\n"
             + table(["source", "answers", "failures", "AUC", "catch rate", "false-reject rate"], rows)
+            + _assumption_text(acceptance.get("assumption_check"))
             + ("\n\n![acceptance ROC](acceptance_roc.png)" if acceptance.get("roc") else ""))
+
+
+def _assumption_text(check: dict | None) -> str:
+    if not check:
+        return ""
+    m, a = check["measured"], check["assumed"]
+    return (f"\n\nOn the {check['rows']} requests whose answer was checked, the learned router's quality with "
+            f"fallback is {num(m['quality_with_fallback'])} with {pct(m['expected_cloud_calls'])} expected cloud calls "
+            f"(the fallback fires on {pct(m['fallback_fires'])} of them); the assumed catch rate would have claimed "
+            f"{num(a['quality_with_fallback'])} with {pct(a['expected_cloud_calls'])} "
+            f"({pct(a['fallback_fires'])}).")
 
 
 def _novelty_text(novelty: dict, loso: dict | None) -> str:

@@ -94,6 +94,21 @@ def acceptance(router, manifest: Manifest, responses, split: str) -> tuple[dict,
     return figures, roc, (rows["prompt"].tolist(), probability < acceptor.threshold)
 
 
+def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
+    """On the requests whose edge answer the check judged: the learned router's fallback
+    figures with the measured verdicts against what the assumed catch rate (no false
+    rejects) would have claimed for the same requests."""
+    if rows.rejected is None or np.isnan(rows.rejected).all():
+        return None
+    answered = rows.subset(~np.isnan(rows.rejected))
+    keys = ("fallback_fires", "quality_with_fallback", "expected_cloud_calls")
+    out = {"rows": len(answered)}
+    for name, version in (("measured", answered), ("assumed", dataclasses.replace(answered, rejected=None))):
+        figures, _ = evaluate_policies(version, ["learned"], catch_rate=catch_rate)
+        out[name] = {k: figures["policies"]["learned"][k] for k in keys}
+    return out
+
+
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
@@ -134,6 +149,8 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
                "calibration": calibration(rows, bins=config.calibration_bins),
                "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info,
                "novelty": familiarity(rows), "acceptance": accepted}
+    if accepted.get("rows"):
+        accepted["assumption_check"] = assumption_check(rows, config.catch_rate)
     if config.leave_one_source_out:
         if train is None:
             raise ValueError("leave-one-source-out needs a way to train (the `train` argument)")

@@ -244,3 +244,15 @@ def test_make_evaluate_target():
     assert done.returncode == 0, done.stderr
     expected = "pipelines.evaluate --bundle some/bundle --engine local --leave-one-source-out --split all"
     assert f".venv/bin/python -m {expected}" in done.stdout
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_the_assumed_catch_rate_is_checked_against_the_measured_verdicts(evaluated):
+    acceptance = strict_json((evaluated.out / "metrics.json").read_text())["acceptance"]
+    check = acceptance["assumption_check"]
+    assert 0 < check["rows"] <= acceptance["rows"]  # requests with a checked answer (a prompt may repeat)
+    for version in ("measured", "assumed"):
+        assert 0 <= check[version]["fallback_fires"] <= check[version]["expected_cloud_calls"] <= 1
+    assert check["measured"] != check["assumed"]
+    assert "the assumed catch rate would have claimed" in (evaluated.out / "report.md").read_text()
