@@ -144,3 +144,27 @@ def test_make_targets_pass_the_engine():
                               timeout=60, env=make_env())
         assert done.returncode == 0 and f"pipelines.{target} " in done.stdout and "--engine dask" in done.stdout, \
             done.stdout + done.stderr
+
+
+@pytest.mark.real_data
+def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_routellm, encoder_cache,
+                                                                       tmp_path_factory):
+    """The Dask engine collects the rows with an edge answer from the cluster and fits the same
+    check as the local engine (same answers and splits; the projection may differ by rounding)."""
+    import shutil
+
+    from training.engines.base import train as run
+
+    data = tmp_path_factory.mktemp("answered_logs")
+    for source in ("gsm8k", "mt_bench"):
+        shutil.copytree(small_routellm / source, data / source)
+    sections = {}
+    for engine in ("local", "dask"):
+        config = config_for(tmp_path_factory.mktemp(f"acceptance_{engine}"), data, encoder_cache, engine=engine,
+                            dask_workers=2, min_rows_per_tag=50)
+        sections[engine] = run(config).manifest.acceptance
+    local, dask = sections["local"], sections["dask"]
+    assert local["file"] == dask["file"] == "acceptance.onnx"
+    assert local["trained_on"] == dask["trained_on"]
+    assert local["test"]["rows"] == dask["test"]["rows"] > 100
+    assert dask["test"]["auc"] == pytest.approx(local["test"]["auc"], abs=0.02)
