@@ -26,7 +26,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test ui data bench simulate scale clean
+.PHONY: venv train evaluate results keys test ui data bench label replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,17 @@ bench: $(STAMP)
 data: $(STAMP)
 	$(BIN)/python -m pipelines.fetch_data --dest data/raw/routellm
 
+# Grade the answers in an SDK outcome log with an LLM judge behind an OpenAI-compatible endpoint.
+LOGS       ?= logs
+JUDGE_URL  ?=
+JUDGE_MODEL ?=
+label: $(STAMP)
+	$(BIN)/python -m pipelines.label --logs $(LOGS) --base-url $(JUDGE_URL) --model $(JUDGE_MODEL) $(ARGS)
+
+# The training logs replayed as one-outcome traffic through the SDK: what retraining recovers (bench/replay.json).
+replay: $(STAMP)
+	$(BIN)/python -m pipelines.replay $(ARGS)
+
 # Synthetic logs (labelled synthetic; never used for headline figures).
 simulate: $(STAMP)
 	$(BIN)/python -m pipelines.simulate --n $(N) --out $(OUT) $(ARGS)
@@ -73,4 +84,4 @@ scale: $(STAMP)
 	$(BIN)/python -m pipelines.scale --rows $(ROWS) $(ARGS)
 
 clean:
-	rm -rf artifacts reports data/cache
+	rm -rf artifacts reports data/cache data/replay

@@ -1,4 +1,6 @@
-"""`python -m serving route ...`: routing decisions as JSON, for one prompt or a JSONL stream."""
+"""`python -m serving route ...`: routing decisions as JSON, for one prompt or a JSONL stream.
+`python -m serving serve ...`: the OpenAI-compatible routing proxy (serving.proxy; its server
+stack is imported only when it runs)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +9,7 @@ import sys
 from typing import BinaryIO
 
 from serving.contract import PRECISIONS
+from serving.proxy.config import SERVE_HELP, ConfigError, ProxyConfig, add_arguments
 from serving.router import Router
 
 STREAM_HELP = """\
@@ -83,7 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     route.add_argument("--precision", choices=PRECISIONS)
     route.add_argument("--jsonl", metavar="FILE", help='JSON lines {"prompt", "precision"?, "id"?}; - for stdin')
     route.add_argument("--strict", action="store_true", help="fail instead of falling back to the rule table")
+    serve = commands.add_parser("serve", help="an OpenAI-compatible routing proxy (the server extra)",
+                                description="An OpenAI-compatible routing proxy.", epilog=SERVE_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(serve)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(serve, args)
+    return _route(route, args)
+
+
+def _route(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if (args.prompt is None) == (args.jsonl is None):
         parser.error("give either a prompt or --jsonl FILE")
     router = Router.load(args.bundle, strict=args.strict)
@@ -95,3 +108,17 @@ def main(argv: list[str] | None = None) -> int:
             return _stream(router, fh, out)
     out.write(_encode(router.route(args.prompt, precision=args.precision).to_dict()))
     return 0
+
+
+def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Check the options (exit code 2 with the reason when they are wrong), then run the proxy."""
+    try:
+        config = ProxyConfig.from_args(args)
+        config.edge.endpoint(), config.cloud.endpoint()  # URLs, timeouts and prices checked before the start
+    except (ConfigError, ValueError) as exc:
+        parser.error(str(exc))
+    try:
+        from serving.proxy.serve import serve
+    except ImportError as exc:
+        parser.error(f"the proxy needs the server extra (pip install 'edge-cloud-router[server]'): {exc}")
+    return serve(config)

@@ -1,5 +1,10 @@
 """Run a request where the router says, falling back from the edge to the cloud.
 
+execute() runs plain callables, aexecute() coroutines; both follow the same rules, which live
+in one place (_Attempt: whether the edge is tried, whether its answer stands, what the trace and
+the fallback reason say), and return the same Execution. The routed chat client
+(serving.chat) uses both, and its streams too.
+
 Edge-first requests fall back to the cloud when the edge call raises, times out, finds
 every edge worker busy, or the prompt exceeds the edge context limit. In the
 edge_with_cloud_fallback zone the optional `accept(response)` check is also applied (the
@@ -40,8 +45,9 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from serving.decision import Decision
 from serving.contract import CLOUD, FALLBACK
@@ -66,6 +72,8 @@ class Execution:
     decision: Decision
     fallback_reason: str | None = None
     steps: list[Step] = field(default_factory=list)
+    edge_error: BaseException | None = None  # the edge failure the cloud answered after, if any
+    request_id: str | None = None  # set by Router.execute: the id router.feedback() takes
 
     @property
     def fell_back(self) -> bool:
@@ -73,11 +81,13 @@ class Execution:
 
 
 class CloudCallError(RuntimeError):
-    """The cloud call failed; `edge_error` holds the edge failure that led there, if any."""
+    """The cloud call failed; `edge_error` holds the edge failure that led there, if any,
+    `steps` the calls made and `decision` the routing decision carried out."""
 
-    def __init__(self, message: str, *, edge_error: BaseException | None, steps: list[Step]):
+    def __init__(self, message: str, *, edge_error: BaseException | None, steps: list[Step],
+                 decision: Decision | None = None):
         super().__init__(message)
-        self.edge_error, self.steps = edge_error, steps
+        self.edge_error, self.steps, self.decision = edge_error, steps, decision
 
 
 class EdgeBusy(RuntimeError):
@@ -162,10 +172,13 @@ def _serve(jobs: queue.SimpleQueue, free: threading.Semaphore) -> None:
 default_edge_pool = EdgePool()
 
 
-def _timed(steps: list[Step], name: str, fn, *args):
+@contextmanager
+def _step(steps: list[Step], name: str):
+    """Record the enclosed call as a Step: ok, timeout (TimeoutError), skipped (EdgeBusy) or error.
+    A plain context manager, so the sync and the async paths time their calls the same way."""
     start = time.perf_counter()
     try:
-        value = fn(*args)
+        yield
     except (TimeoutError, EdgeBusy) as exc:
         status = "timeout" if isinstance(exc, TimeoutError) else "skipped"
         steps.append(Step(name, status, time.perf_counter() - start, str(exc)))
@@ -174,7 +187,67 @@ def _timed(steps: list[Step], name: str, fn, *args):
         steps.append(Step(name, "error", time.perf_counter() - start, repr(exc)[:500]))
         raise
     steps.append(Step(name, "ok", time.perf_counter() - start))
-    return value
+
+
+class _Attempt:
+    """The fallback rules of one request, without the calls themselves.
+
+    execute() and aexecute() make the calls and report each outcome here; this class alone
+    decides whether the edge is tried, whether its answer stands, and what the trace and the
+    fallback reason say. So the rules have one home whatever the transport (a plain call, a
+    coroutine, or a stream opened up to its first token, as serving.chat does).
+    """
+
+    def __init__(self, decision: Decision, *, edge_context_tokens: int, accept: Callable[[Any], bool] | None = None,
+                 verify_edge_zone: bool = False):
+        self.decision = decision
+        self.steps: list[Step] = []
+        self.edge_error: BaseException | None = None
+        self.reason: str | None = None
+        self._edge_context_tokens = edge_context_tokens
+        self._accept = accept if decision.zone == FALLBACK or verify_edge_zone else None
+
+    def edge_first(self) -> bool:
+        """Whether to call the edge. An edge-first prompt over the edge context limit is not
+        sent there: the edge step is recorded as skipped, with the reason."""
+        if self.decision.zone == CLOUD:
+            return False
+        if self.decision.n_tokens > self._edge_context_tokens:
+            self.reason = (f"prompt of ~{self.decision.n_tokens} tokens exceeds the edge context limit of "
+                           f"{self._edge_context_tokens}")
+            self.steps.append(Step("edge", "skipped", 0.0, self.reason))
+            return False
+        return True
+
+    def edge_failed(self, error: BaseException) -> None:
+        """The edge call raised, timed out or found no free worker: the cloud serves."""
+        self.edge_error = error
+        self.reason = str(error) if isinstance(error, EdgeBusy) else f"edge call failed: {error!r}"[:300]
+
+    def edge_stands(self, response: Any) -> bool:
+        """Whether the edge answer is served: always outside the checked zones, else when
+        `accept(response)` holds. A rejection or a check that raises sends the request to the cloud."""
+        if self._accept is None:
+            return True
+        try:
+            with _step(self.steps, "accept"):
+                accepted = bool(self._accept(response))
+        except Exception as exc:
+            self.edge_error, self.reason = exc, f"accept check raised: {exc!r}"[:300]
+            return False
+        if not accepted:
+            self.steps[-1].status, self.reason = "rejected", "accept check rejected the edge answer"
+        return accepted
+
+    def served(self, response: Any, by: str) -> Execution:
+        """The Execution of a request answered by `by` ("edge" or "cloud")."""
+        fallback = (self.reason, self.edge_error) if by == "cloud" else (None, None)
+        return Execution(response, by, self.decision, fallback[0], self.steps, edge_error=fallback[1])
+
+    def cloud_failed(self, error: BaseException) -> CloudCallError:
+        """The error to raise when the cloud call failed, with the edge failure attached."""
+        return CloudCallError(f"cloud call failed: {error!r}" + (f" (after: {self.reason})" if self.reason else ""),
+                              edge_error=self.edge_error, steps=self.steps, decision=self.decision)
 
 
 def execute(decision: Decision, prompt: str, *, edge: Callable[[str], Any], cloud: Callable[[str], Any],
@@ -182,38 +255,65 @@ def execute(decision: Decision, prompt: str, *, edge: Callable[[str], Any], clou
             accept: Callable[[Any], bool] | None = None, verify_edge_zone: bool = False,
             edge_pool: EdgePool | None = None) -> Execution:
     """Carry out a routing decision; see the module doc."""
-    steps: list[Step] = []
-    edge_error: BaseException | None = None
-    reason: str | None = None
-    if decision.zone == CLOUD:
-        pass
-    elif decision.n_tokens > edge_context_tokens:
-        reason = f"prompt of ~{decision.n_tokens} tokens exceeds the edge context limit of {edge_context_tokens}"
-        steps.append(Step("edge", "skipped", 0.0, reason))
-    else:
+    attempt = _Attempt(decision, edge_context_tokens=edge_context_tokens, accept=accept,
+                       verify_edge_zone=verify_edge_zone)
+    if attempt.edge_first():
         try:
-            if edge_timeout_s is None:
-                response = _timed(steps, "edge", edge, prompt)
-            else:
-                response = _timed(steps, "edge", (edge_pool or default_edge_pool).call, edge, prompt, edge_timeout_s)
-        except EdgeBusy as exc:
-            edge_error, reason = exc, str(exc)
+            with _step(attempt.steps, "edge"):
+                if edge_timeout_s is None:
+                    response = edge(prompt)
+                else:
+                    response = (edge_pool or default_edge_pool).call(edge, prompt, edge_timeout_s)
         except Exception as exc:
-            edge_error, reason = exc, f"edge call failed: {exc!r}"[:300]
+            attempt.edge_failed(exc)
         else:
-            if accept is None or not (decision.zone == FALLBACK or verify_edge_zone):
-                return Execution(response, "edge", decision, None, steps)
-            try:
-                accepted = bool(_timed(steps, "accept", accept, response))
-            except Exception as exc:
-                edge_error, reason = exc, f"accept check raised: {exc!r}"[:300]
-            else:
-                if accepted:
-                    return Execution(response, "edge", decision, None, steps)
-                steps[-1].status, reason = "rejected", "accept check rejected the edge answer"
+            if attempt.edge_stands(response):
+                return attempt.served(response, "edge")
     try:
-        response = _timed(steps, "cloud", cloud, prompt)
+        with _step(attempt.steps, "cloud"):
+            response = cloud(prompt)
     except Exception as exc:
-        raise CloudCallError(f"cloud call failed: {exc!r}" + (f" (after: {reason})" if reason else ""),
-                             edge_error=edge_error, steps=steps) from exc
-    return Execution(response, "cloud", decision, reason, steps)
+        raise attempt.cloud_failed(exc) from exc
+    return attempt.served(response, "cloud")
+
+
+async def aexecute(decision: Decision, prompt: str, *, edge: Callable[[str], Awaitable[Any]],
+                   cloud: Callable[[str], Awaitable[Any]], edge_context_tokens: int,
+                   edge_timeout_s: float | None = None, accept: Callable[[Any], bool] | None = None,
+                   verify_edge_zone: bool = False) -> Execution:
+    """execute() for coroutines: `edge` and `cloud` are async callables taking the prompt.
+
+    The same rules (_Attempt) and the same Execution. With `edge_timeout_s` an edge call that
+    overruns is cancelled (a coroutine can be stopped, unlike a thread, so no worker pool is
+    needed) and the cloud serves. `accept` is a plain callable run in the event loop; keep it
+    quick. asyncio only.
+    """
+    attempt = _Attempt(decision, edge_context_tokens=edge_context_tokens, accept=accept,
+                       verify_edge_zone=verify_edge_zone)
+    if attempt.edge_first():
+        try:
+            with _step(attempt.steps, "edge"):
+                response = await _within(edge(prompt), edge_timeout_s)
+        except Exception as exc:
+            attempt.edge_failed(exc)
+        else:
+            if attempt.edge_stands(response):
+                return attempt.served(response, "edge")
+    try:
+        with _step(attempt.steps, "cloud"):
+            response = await cloud(prompt)
+    except Exception as exc:
+        raise attempt.cloud_failed(exc) from exc
+    return attempt.served(response, "cloud")
+
+
+async def _within(call: Awaitable[Any], timeout_s: float | None) -> Any:
+    """Await `call`, cancelled after `timeout_s` with the TimeoutError execute() raises for the edge."""
+    if timeout_s is None:
+        return await call
+    import asyncio  # here, not at the top: it would add ~70 ms to `import serving`
+
+    try:
+        return await asyncio.wait_for(call, max(0.0, timeout_s))
+    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on; another class before
+        raise TimeoutError(f"edge call exceeded {timeout_s:g} s") from None

@@ -1,31 +1,79 @@
-"""Poll a bundle folder and update a Router when a new bundle lands there (Router.update
-verifies it first; a refused bundle is reported once, then ignored until it changes again).
+"""Poll for new bundles and update a Router when one is published (Router.update verifies it
+first; a refused bundle is reported once, then ignored until it changes again).
 
-Deliver bundles to the folder atomically, as `make train` does (write beside, then rename):
-the watcher reads the manifest's own `manifest_sha256` to notice a change and leaves every
-check to Router.update.
+- BundleWatcher(router, folder): a folder. Deliver bundles to it atomically, as `make train`
+  does (write beside, then rename): the watcher reads the manifest's own `manifest_sha256` to
+  notice a change and leaves every check to Router.update.
+- BundleURLWatcher(router, base_url): a bundle folder published over HTTP(S) (BASE/manifest.json
+  and the files it lists). A new manifest is downloaded with its files into a private staging
+  folder (serving.bundle_download: bounded sizes, plain names only), Router.update verifies and
+  loads it from there, and the folder is removed: a loaded bundle is held in memory, nothing is
+  read from disk after it was checked. A download that fails is retried at the next poll.
 """
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 from pathlib import Path
+from typing import Mapping
 
 from serving.contract import MANIFEST_NAME, MAX_MANIFEST_BYTES
 
 log = logging.getLogger("serving")
 
 
-class BundleWatcher:
+class _Poller:
+    """Runs `check_now()` every `interval_s` on a daemon thread until `stop()`; never raises there."""
+
+    name = "bundle-watcher"
+
+    def __init__(self, interval_s: float):
+        if not interval_s > 0:
+            raise ValueError(f"interval_s={interval_s!r}: must be a positive number of seconds")
+        self.interval_s = interval_s
+        self.last_update = None               # the Router.Update of the latest change seen
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check_now(self):  # pragma: no cover - each watcher defines it
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.check_now()
+            except Exception as exc:  # the watcher never takes the app down
+                log.warning("%s: %s", self.name, exc)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 5)
+
+
+def _digest(raw: bytes | None) -> str | None:
+    """A manifest's own `manifest_sha256`, or None when `raw` is not a manifest that has one."""
+    try:
+        value = json.loads(raw).get("manifest_sha256") if raw is not None else None
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+class BundleWatcher(_Poller):
     """`BundleWatcher(router, folder).start()`; `stop()` ends the polling thread."""
 
     def __init__(self, router, folder: str | Path, *, interval_s: float = 30.0):
-        self.router, self.folder, self.interval_s = router, Path(folder), interval_s
-        self.last_update = None               # the Router.Update of the latest change seen
+        super().__init__(interval_s)
+        self.router, self.folder = router, Path(folder)
         self._seen: str | None = self._fingerprint()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _fingerprint(self) -> str | None:
         """The folder's manifest digest, or None when there is no readable manifest."""
@@ -33,9 +81,8 @@ class BundleWatcher:
             path = self.folder / MANIFEST_NAME
             if path.stat().st_size > MAX_MANIFEST_BYTES:
                 return None
-            value = json.loads(path.read_text(encoding="utf-8")).get("manifest_sha256")
-            return value if isinstance(value, str) else None
-        except (OSError, ValueError, AttributeError, RecursionError):
+            return _digest(path.read_bytes())
+        except OSError:
             return None
 
     def check_now(self):
@@ -47,19 +94,43 @@ class BundleWatcher:
         self.last_update = self.router.update(self.folder)
         return self.last_update
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.check_now()
-            except Exception as exc:  # the watcher never takes the app down
-                log.warning("bundle watcher: %r", exc)
 
-    def start(self) -> "BundleWatcher":
-        self._thread = threading.Thread(target=self._run, name="bundle-watcher", daemon=True)
-        self._thread.start()
-        return self
+class BundleURLWatcher(_Poller):
+    """`BundleURLWatcher(router, "https://host/bundles/live").start()` polls BASE/manifest.json.
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 5)
+    headers: sent with every download (e.g. an Authorization header for a private store).
+    timeout_s: for each request. staging_root: where the private staging folders are made
+    (default the system's temporary folder). A published bundle the router already runs is
+    not downloaded.
+    """
+
+    name = "bundle-url-watcher"
+
+    def __init__(self, router, base_url: str, *, interval_s: float = 300.0, headers: Mapping[str, str] | None = None,
+                 timeout_s: float = 60.0, staging_root: str | Path | None = None):
+        from serving.bundle_download import check_base_url
+
+        super().__init__(interval_s)
+        self.router, self.base_url = router, check_base_url(base_url)
+        self.headers, self.timeout_s, self.staging_root = dict(headers or {}), timeout_s, staging_root
+        self._seen: str | None = None
+
+    def check_now(self):
+        """Download and update to the published bundle if it is new; returns the Update or None.
+        Raises DownloadError when the manifest or a file cannot be fetched (the next poll retries)."""
+        from serving.bundle_download import download_bundle, fetch
+
+        raw = fetch(f"{self.base_url}/{MANIFEST_NAME}", MAX_MANIFEST_BYTES, headers=self.headers,
+                    timeout_s=self.timeout_s)
+        digest = _digest(raw)
+        running = getattr(self.router.manifest, "manifest_sha256", None)
+        if digest is None or digest in (self._seen, running):
+            return None
+        folder = download_bundle(self.base_url, raw, headers=self.headers, timeout_s=self.timeout_s,
+                                 staging_root=self.staging_root)
+        try:
+            self.last_update = self.router.update(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._seen = digest
+        return self.last_update

@@ -20,6 +20,8 @@ ALLOWED = {
 }
 HEAVY = ("torch", "sentence_transformers", "lightgbm", "sklearn", "mlflow", "dask", "distributed", "pandas",
          "datasets", "matplotlib", "onnx", "onnxmltools")
+# The client and server extras: only the routed chat client (serving.chat) and the proxy load them.
+NETWORK = ("httpx2", "httpcore2", "anyio", "starlette", "uvicorn", "prometheus_client", "openai", "h11", "asyncio")
 
 
 def module_name(path) -> str:
@@ -93,9 +95,9 @@ def test_commands_do_not_import_each_other():
         == []
 
 
-def loaded_heavy(*modules: str) -> list[str]:
+def loaded_heavy(*modules: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     code = (f"import importlib, json, sys; [importlib.import_module(m) for m in {list(modules)!r}]; "
-            f"print(json.dumps(sorted(h for h in {list(HEAVY)!r} if h in sys.modules)))")
+            f"print(json.dumps(sorted(h for h in {list(heavy)!r} if h in sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=True)
     return json.loads(done.stdout)
@@ -104,5 +106,11 @@ def loaded_heavy(*modules: str) -> list[str]:
 def test_importing_the_sdk_or_a_command_loads_no_heavy_library():
     assert loaded_heavy("serving", "serving.router", "serving.scorer", "serving.cli") == []
     commands = ["pipelines.train", "pipelines.evaluate", "pipelines.results", "pipelines.bench", "pipelines.scale",
-                "pipelines.simulate", "pipelines.fetch_data"]
+                "pipelines.simulate", "pipelines.fetch_data", "pipelines.proxy_load"]
     assert loaded_heavy(*commands) == []
+
+
+def test_importing_the_sdk_or_its_cli_loads_no_client_or_server_library():
+    """httpx2, the ASGI stack and even asyncio load only when the chat client or the proxy is used."""
+    assert loaded_heavy("serving", "serving.router", "serving.cli", "serving.watcher", "serving.proxy",
+                        "serving.proxy.config", heavy=NETWORK) == []

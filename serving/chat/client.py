@@ -1,0 +1,221 @@
+"""RoutedChat: an OpenAI-style chat client over two endpoints, the edge and the cloud, that asks
+the router where each conversation runs and carries the decision out with the cloud as fallback.
+
+    chat = RoutedChat(router, edge=Endpoint("http://127.0.0.1:8080/v1", "llama-3.2-3b"),
+                      cloud=Endpoint("https://api.example.com/v1", "big-model", api_key=key))
+    completion = chat.create([{"role": "user", "content": "What is 2 + 2?"}], precision="exact")
+    completion.text, completion.body, completion.routing.served_by
+
+One home for the rules: a non-streamed create() is Router.execute() with HTTP calls as the
+edge and cloud callables; acreate() is serving.execute.aexecute() with the same calls as
+coroutines; a stream is aexecute() whose calls open a stream up to its first token
+(serving.chat.streams). Every failure of an endpoint is an exception of serving.chat.errors:
+the edge falls back, and a cloud failure raises serving.CloudCallError with the edge's error
+attached (`.edge_error`).
+
+The router reads the conversation as one prompt (serving.chat.conversation: the latest user
+message first). The accept check, where it applies (the fallback zone, or every edge answer
+with verify_edge_zone=True), reads the assistant message text.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from serving.chat.conversation import check_messages, conversation_prompt
+from serving.chat.endpoint import Endpoint
+from serving.chat.routing_info import Completion, RoutingInfo
+from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
+from serving.chat.upstream import Answer, Upstream
+from serving.execute import Execution, aexecute
+
+log = logging.getLogger("serving.chat")
+
+_ROUTER_DEFAULT = object()  # accept not given: Router.execute's own default applies
+RESERVED = ("model", "messages")
+
+
+class RoutedChat:
+    """Chat completions from the edge or the cloud, as the router decides (see the module doc).
+
+    router: a serving.Router (or anything with its route / execute / edge_context_tokens).
+    edge, cloud: the two Endpoints.
+    verify_edge_zone: apply the accept check to confident edge answers too, not only in the
+        fallback zone (as Router.execute).
+    to_prompt: messages -> the text the router routes; default the rule of serving.chat.conversation.
+    on_routed: called with the RoutingInfo of every request that got an answer, once it is
+        final (a stream: when it ends or is closed). This is where outcome logging hooks in;
+        an exception it raises is logged, never passed to the caller.
+
+    Thread-safe; create() from many threads shares one connection pool per endpoint. acreate()
+    keeps one pool per event loop. Close with close() / aclose(), or use `with` / `async with`.
+    """
+
+    def __init__(self, router, *, edge: Endpoint, cloud: Endpoint, verify_edge_zone: bool = False,
+                 to_prompt: Callable[[Sequence[Mapping]], str] = conversation_prompt,
+                 on_routed: Callable[[RoutingInfo], None] | None = None):
+        if not isinstance(edge, Endpoint) or not isinstance(cloud, Endpoint):
+            raise TypeError("edge and cloud must be serving.chat.Endpoint objects")
+        self.router = router
+        self.edge, self.cloud = edge, cloud
+        self._edge, self._cloud = Upstream("edge", edge), Upstream("cloud", cloud)
+        self.verify_edge_zone, self.to_prompt, self.on_routed = verify_edge_zone, to_prompt, on_routed
+        self._loop: LoopThread | None = None
+        self._loop_lock = threading.Lock()
+        self._warned_no_acceptor = False
+
+    # Requests.
+    def create(self, messages: Sequence[Mapping], *, precision: str | None = None, stream: bool = False,
+               accept: Any = _ROUTER_DEFAULT, **params) -> Completion | ChatStream:
+        """The answer to a conversation, from the edge or the cloud (see the module doc).
+
+        precision: "exact" | "standard" | "tolerant" | None, as Router.route takes it.
+        stream: return a ChatStream of chunks instead (the accept check does not apply).
+        accept: the check of an edge answer in the fallback zone, given the assistant text: a
+            callable returning a bool, or "learned" for the bundle's acceptance check (as
+            Router.execute takes it); default Router.execute's.
+        params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
+            sent to whichever endpoint serves. `model` is set per Endpoint.
+        """
+        prompt = self._prompt(messages, params)
+        if stream:
+            _no_accept_for_streams(accept)
+            loop = self._stream_loop()
+            return ChatStream(loop.run(self._open_stream(messages, prompt, precision, params)), loop)
+        started, produced = time.perf_counter(), []
+
+        def call(upstream: Upstream):
+            return lambda _prompt: _kept(produced, upstream.complete(messages, params))
+
+        options = {} if accept is _ROUTER_DEFAULT else {"accept": accept}
+        execution = self.router.execute(prompt, call(self._edge), call(self._cloud), precision=precision,
+                                        verify_edge_zone=self.verify_edge_zone, **options)
+        return self._completed(execution, produced, started)
+
+    async def acreate(self, messages: Sequence[Mapping], *, precision: str | None = None, stream: bool = False,
+                      accept: Callable[[str], bool] | None = None, **params) -> Completion | AsyncChatStream:
+        """create() for asyncio: the same rules and results; a stream is an AsyncChatStream.
+        `accept`: a callable on the assistant text, or "learned" (the bundle's acceptance check,
+        as Router.execute takes it); it runs in the event loop, so keep it quick."""
+        prompt = self._prompt(messages, params)
+        if stream:
+            _no_accept_for_streams(accept)
+            return await self._open_stream(messages, prompt, precision, params)
+        accept = self._learned(prompt) if accept == "learned" else accept
+        if accept is not None and not callable(accept):
+            raise TypeError(f'accept must be a callable on the answer text, "learned" or None, not {accept!r}')
+        started, produced = time.perf_counter(), []
+
+        def call(upstream: Upstream):
+            async def run(_prompt):
+                return _kept(produced, await upstream.acomplete(messages, params))
+            return run
+
+        decision = self.router.route(prompt, precision=precision)
+        execution = await aexecute(decision, prompt, edge=call(self._edge), cloud=call(self._cloud),
+                                   edge_context_tokens=self.router.edge_context_tokens, accept=accept,
+                                   verify_edge_zone=self.verify_edge_zone)
+        return self._completed(execution, produced, started)
+
+    async def _open_stream(self, messages, prompt: str, precision: str | None, params) -> AsyncChatStream:
+        started = time.perf_counter()
+
+        def call(upstream: Upstream):
+            return lambda _prompt: upstream.open_stream(messages, params)
+
+        decision = self.router.route(prompt, precision=precision)
+        execution = await aexecute(decision, prompt, edge=call(self._edge), cloud=call(self._cloud),
+                                   edge_context_tokens=self.router.edge_context_tokens)
+        upstream = self._upstream(execution)
+        return AsyncChatStream(execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model),
+                               started, self._report)
+
+    def _learned(self, prompt: str):
+        """accept="learned" for acreate (Router.execute resolves it for create): the bundle's
+        acceptance check on the answer text, or None (no check) when the bundle has none."""
+        acceptor = getattr(self.router, "acceptor", None)
+        if acceptor is None:
+            if not self._warned_no_acceptor:
+                self._warned_no_acceptor = True
+                log.warning('accept="learned": the bundle %s has no acceptance model; edge answers are not checked',
+                            self.router.model_version)
+            return None
+        return lambda text: acceptor.check(prompt, text)
+
+    # Results.
+    def _prompt(self, messages, params: Mapping) -> str:
+        for name in RESERVED:
+            if name in params:
+                raise TypeError(f"{name}= is not a request parameter here: the model is set per Endpoint, "
+                                "the messages are the first argument")
+        return self.to_prompt(check_messages(messages))
+
+    def _upstream(self, execution: Execution) -> Upstream:
+        return self._edge if execution.served_by == "edge" else self._cloud
+
+    def _completed(self, execution: Execution, produced: list[Answer], started: float) -> Completion:
+        answer: Answer = execution.response
+        routing = RoutingInfo.of(execution, self._upstream(execution).endpoint.model)
+        costs = [(self._edge if a.endpoint == "edge" else self._cloud).endpoint.cost(a.body.get("usage"))
+                 for a in produced]
+        routing.estimated_cost = None if None in costs or not costs else sum(costs)
+        routing.seconds = time.perf_counter() - started
+        self._report(routing)
+        return Completion(answer.body, routing, str(answer))
+
+    def _report(self, routing: RoutingInfo) -> None:
+        if self.on_routed is None:
+            return
+        try:
+            self.on_routed(routing)
+        except Exception as exc:  # an observer must never break the app's request
+            log.warning("on_routed raised: %r", exc)
+
+    # Lifetime.
+    def _stream_loop(self) -> LoopThread:
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = LoopThread()
+            return self._loop
+
+    def close(self) -> None:
+        """Close the sync connection pools and the sync streams' event loop."""
+        self._edge.close()
+        self._cloud.close()
+        with self._loop_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.run(self._edge.aclose())
+            loop.run(self._cloud.aclose())
+            loop.close()
+
+    async def aclose(self) -> None:
+        """Close the current event loop's connection pools."""
+        await self._edge.aclose()
+        await self._cloud.aclose()
+
+    def __enter__(self) -> "RoutedChat":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "RoutedChat":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+def _kept(produced: list, answer: Answer) -> Answer:
+    """Remember every answer the request produced (for its cost), and pass it on."""
+    produced.append(answer)
+    return answer
+
+
+def _no_accept_for_streams(accept) -> None:
+    if accept is not _ROUTER_DEFAULT and accept is not None:
+        raise ValueError("accept does not apply to streams: an answer can only be judged once it is complete, "
+                         "and a stream has reached the caller by then")

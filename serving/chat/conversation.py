@@ -1,0 +1,68 @@
+"""What the router sees of a chat conversation: one prompt text built from the messages.
+
+The rule. The prompt is
+  1. the latest user message, as it is (no label);
+  2. then every other turn except the system messages, newest first, each as "role: text";
+  3. then the system (or developer) messages, as "system: text";
+joined by blank lines. Text parts of a multi-part content are joined; other parts (images,
+audio) are left out, as are tool calls (only their text content counts).
+
+Why. The router computes its features from the first `max_chars` characters of the prompt
+(2,048 by default) and counts the tokens of the whole text, and a prompt longer than the edge
+model's context limit goes to the cloud. So:
+  - what the user asks now decides: it always comes first and whole within the feature
+    window, and a single-turn conversation without a system message routes exactly as
+    `router.route(that message)` does, which is what the router was trained on;
+  - the recent context counts before the old: turns enter the window newest first, so a long
+    history cannot push the question out of it;
+  - the system message comes last: it is usually the same boilerplate for every request and
+    would otherwise make every short request look alike; it enters the features only when
+    the turns leave room;
+  - every character the edge model would have to read is counted, so the edge context limit
+    holds for the whole conversation (nothing is truncated here).
+Pass `to_prompt=` to the client for another rule.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+SYSTEM_ROLES = ("system", "developer")
+
+
+def check_messages(messages: Any) -> Sequence[Mapping]:
+    """`messages` if it is a non-empty list of {"role": str, "content": ...} objects; ValueError saying what is wrong."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} objects")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"messages[{i}] must be an object, not {type(message).__name__}")
+        if not isinstance(message.get("role"), str) or not message["role"]:
+            raise ValueError(f"messages[{i}] has no 'role' string")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise ValueError(f"messages[{i}].content must be a string, a list of parts or null")
+    return messages
+
+
+def message_text(message: Mapping) -> str:
+    """The text of one message: its content string, or its text parts joined by newlines."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(part["text"] for part in content
+                         if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str))
+    return ""
+
+
+def conversation_prompt(messages: Sequence[Mapping]) -> str:
+    """The text the router routes for a conversation (see the module doc for the rule and why)."""
+    check_messages(messages)
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    anchor = users[-1] if users else len(messages) - 1
+    others = [messages[i] for i in reversed(range(len(messages)))
+              if i != anchor and messages[i]["role"] not in SYSTEM_ROLES]
+    system = [m for i, m in enumerate(messages) if i != anchor and m["role"] in SYSTEM_ROLES]
+    parts = [message_text(messages[anchor])]
+    parts += [f"{m['role']}: {text}" for m in others + system if (text := message_text(m))]
+    return "\n\n".join(parts)

@@ -1,0 +1,87 @@
+"""Reading what an OpenAI-compatible server sent back: a chat completion, or the chunks of a
+streamed one. Anything that is not one is UpstreamMalformed, which falls back like any other
+edge failure."""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from serving.chat.errors import MAX_DETAIL_CHARS, UpstreamMalformed, redact
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json_object(endpoint: str, raw: bytes | str, what: str) -> dict:
+    """The JSON object in `raw`; UpstreamMalformed when it is not one (NaN and Infinity included,
+    which Python reads but JSON does not have)."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # ValueError covers JSONDecodeError and bad UTF-8
+        raise UpstreamMalformed(endpoint, f"{what} is not valid JSON ({exc})"[:MAX_DETAIL_CHARS]) from None
+    if not isinstance(value, dict):
+        raise UpstreamMalformed(endpoint, f"{what} is JSON but not an object")
+    return value
+
+
+def completion_text(endpoint: str, body: Mapping) -> str:
+    """The assistant text of a chat completion body (its first choice); "" for a tool-call-only
+    answer. UpstreamMalformed when the body has no choice with a message."""
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise UpstreamMalformed(endpoint, "the answer has no 'choices' (not a chat completion)")
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        raise UpstreamMalformed(endpoint, "the answer's first choice has no 'message'")
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    raise UpstreamMalformed(endpoint, "the answer's message content is neither text nor null")
+
+
+def check_chunk(endpoint: str, chunk: Mapping) -> Mapping:
+    """A stream event's object, if it is a chunk; UpstreamMalformed for an error event or a non-chunk."""
+    if "error" in chunk:
+        raise UpstreamMalformed(endpoint, f"the stream carried an error: {json.dumps(chunk['error'])}"[:MAX_DETAIL_CHARS])
+    if not isinstance(chunk.get("choices", []), list):
+        raise UpstreamMalformed(endpoint, "a stream chunk has 'choices' that is not a list")
+    return chunk
+
+
+def starts_answer(chunk: Mapping) -> bool:
+    """Whether a chunk carries the answer's first token: content, a tool call, or the finish
+    (an empty answer). A role-only chunk or a usage-only chunk does not."""
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, Mapping):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping) and (delta.get("content") or delta.get("tool_calls")):
+            return True
+        if choice.get("finish_reason"):
+            return True
+    return False
+
+
+def chunk_usage(chunk: Mapping) -> Any:
+    """The usage a chunk reports (the last chunk, when asked with stream_options.include_usage), or None."""
+    usage = chunk.get("usage")
+    return usage if isinstance(usage, Mapping) else None
+
+
+def error_detail(raw: bytes, secrets) -> str:
+    """The message of an HTTP error body ({"error": {"message": ...}}, {"error": "..."}, or text),
+    with the secrets redacted (before anything is cut, so no part of a key survives), shortened."""
+    text = redact(raw.decode("utf-8", "replace"), secrets)
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error", body.get("detail", body))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        text = error if isinstance(error, str) else json.dumps(error)
+    return " ".join(text.split())[:MAX_DETAIL_CHARS]

@@ -1,0 +1,156 @@
+"""Streamed answers of the routed chat client.
+
+A stream is opened by the same fallback rules as any request (serving.execute.aexecute): the
+"call" to an endpoint opens its stream and reads it up to the first chunk that carries the
+answer. So an edge-first stream falls back to the cloud when the edge refuses the connection,
+answers an HTTP error, sends something that is not a chunk, or has not sent its first token
+within `first_token_timeout_s`, all before anything has reached the caller.
+
+What cannot be checked mid-stream: once the first chunk has been handed to the caller there is
+no fallback. A stream that breaks later (connection lost, a malformed event, a read waiting
+longer than `timeout_s`) raises StreamInterrupted to the caller, and the accept check never
+applies to streams, since an answer can only be judged once it is complete and by then it has
+been shown.
+
+AsyncChatStream is the implementation; ChatStream gives the sync client the same stream by
+running it on an event loop thread of its own (one per client), so both share every rule.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, AsyncIterator, Callable
+
+import httpx2
+
+from serving.chat.errors import StreamInterrupted, UpstreamError, redact
+from serving.chat.responses import chunk_usage
+from serving.chat.routing_info import RoutingInfo
+from serving.chat.upstream import OpenStream, Upstream
+
+log = logging.getLogger("serving.chat")
+
+
+class AsyncChatStream:
+    """`async for chunk in stream`: the chunks (dicts) of the serving endpoint's stream, as it sent
+    them. `routing` says who serves it and why; its `seconds` and `estimated_cost` are set when the
+    stream ends. Close it (`aclose`, or `async with`) when not reading it to the end."""
+
+    def __init__(self, opened: OpenStream, upstream: Upstream, routing: RoutingInfo, started: float,
+                 on_end: Callable[[RoutingInfo], None]):
+        self.routing = routing
+        self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
+        self._head = deque(opened.head)
+        self._usage: Any = None
+        self._done = False
+
+    def __aiter__(self) -> "AsyncChatStream":
+        return self
+
+    async def __anext__(self) -> dict:
+        return (await self._next())[1]
+
+    async def raw(self) -> AsyncIterator[str]:
+        """The data of each event as the endpoint sent it (chunk JSON text), for relaying as is."""
+        while True:
+            try:
+                data, _ = await self._next()
+            except StopAsyncIteration:
+                return
+            yield data
+
+    async def _next(self) -> tuple[str, dict]:
+        if self._head:
+            item = self._head.popleft()
+        elif self._done:
+            raise StopAsyncIteration
+        else:
+            try:
+                item = await self._opened.events.__anext__()
+            except StopAsyncIteration:
+                await self._finish()
+                raise
+            except (UpstreamError, httpx2.HTTPError) as exc:
+                await self._finish(failed=True)
+                text = redact(f"{type(exc).__name__}: {exc}", (self._upstream.endpoint.api_key,))[:300]
+                raise StreamInterrupted(self._opened.endpoint, f"the stream of {self._upstream.endpoint.model} broke "
+                                                               f"after its first chunk: {text}") from None
+        usage = chunk_usage(item[1])
+        if usage is not None:
+            self._usage = usage
+        return item
+
+    async def aclose(self) -> None:
+        """Stop reading and release the connection (safe to call more than once)."""
+        if not self._done:
+            await self._finish(failed=True)
+
+    async def __aenter__(self) -> "AsyncChatStream":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def _finish(self, failed: bool = False) -> None:
+        self._done = True
+        try:
+            await self._opened.events.aclose()
+            await self._opened.response.aclose()
+        finally:
+            self.routing.seconds = time.perf_counter() - self._started
+            self.routing.estimated_cost = None if failed else self._upstream.endpoint.cost(self._usage)
+            self._on_end(self.routing)
+
+
+class ChatStream:
+    """`for chunk in stream`: the sync face of an AsyncChatStream (see the module doc). Close it
+    (`close`, or `with`) when not reading it to the end."""
+
+    def __init__(self, stream: AsyncChatStream, loop: "LoopThread"):
+        self._stream, self._loop = stream, loop
+
+    @property
+    def routing(self) -> RoutingInfo:
+        return self._stream.routing
+
+    def __iter__(self) -> "ChatStream":
+        return self
+
+    def __next__(self) -> dict:
+        try:
+            return self._loop.run(self._stream.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        self._loop.run(self._stream.aclose())
+
+    def __enter__(self) -> "ChatStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LoopThread:
+    """An asyncio event loop on a daemon thread, for running coroutines from sync code."""
+
+    def __init__(self, name: str = "routed-chat-streams"):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine):
+        """Run `coroutine` on the loop and wait for its result (or exception)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -1,0 +1,255 @@
+"""A stand-in OpenAI-compatible chat-completions server, for testing what talks to one: the
+routed chat client, the proxy, the load test, or an app's own integration tests.
+
+It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true`, ending with
+`data: [DONE]`, and a usage chunk when `stream_options.include_usage` is set) and GET
+/v1/models, with knobs (`Behaviour`) for the failures a client must survive: latency, an HTTP
+error status, a body that is not JSON, a slow first token, a stream that breaks after its first
+chunk. The answer names the stub ("answer from edge"), so a test can tell who served.
+
+    with StubUpstream("edge") as edge:          # a real HTTP server on 127.0.0.1, ephemeral port
+        edge.behaviour.status = 503              # change the knobs at any time
+        ... Endpoint(edge.url, "edge-model") ...
+
+`python -m serving.chat.stub --name edge --port 0` runs one in the foreground and prints its URL.
+Serving needs uvicorn (the `server` extra); the ASGI app itself needs nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Behaviour:
+    """How the stub answers (read at each request, so a test may change it between requests)."""
+
+    reply: str = ""                       # the answer text; default "answer from <name>"
+    delay_s: float = 0.0                  # before the response starts
+    first_token_delay_s: float = 0.0      # streams: after the role chunk, before the first token
+    chunk_delay_s: float = 0.0            # streams: between tokens
+    status: int = 200                     # another status answers an OpenAI-style error body
+    error_message: str = "stub failure"
+    malformed: bool = False               # 200 with a body (or a first stream event) that is not JSON
+    break_after_first_chunk: bool = False  # streams: drop the connection after the first token
+    echo_auth_in_errors: bool = False     # error bodies repeat the request's Authorization header
+
+
+@dataclass
+class Received:
+    """One request the stub got."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict | None
+
+
+@dataclass
+class StubUpstream:
+    """The stub as an ASGI app, and its own server on 127.0.0.1 (see the module doc)."""
+
+    name: str = "stub"
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    keep: int = 100  # requests remembered in `received`
+
+    def __post_init__(self):
+        self.received: list[Received] = []
+        self.port: int | None = None
+        self._server: LocalServer | None = None
+        self._count = 0
+
+    @property
+    def url(self) -> str:
+        """The API root to give a client, e.g. http://127.0.0.1:PORT/v1."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # Serving.
+    def start(self, port: int = 0) -> "StubUpstream":
+        """Serve on 127.0.0.1 (an ephemeral port by default) from a daemon thread."""
+        self._server = LocalServer(self, port=port, name=f"stub-{self.name}").start()
+        self.port = self._server.port
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> "StubUpstream":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # The ASGI app.
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self.received.append(Received(scope["path"], headers, body))
+        del self.received[:-self.keep]
+        if scope["path"].endswith("/models"):
+            return await _send_json(send, 200, {"object": "list", "data": [{"id": self.name, "object": "model"}]})
+        if not scope["path"].endswith("/chat/completions") or not isinstance(body, dict):
+            return await _send_json(send, 404 if isinstance(body, dict) else 400, {"error": {"message": "bad request"}})
+        b = self.behaviour
+        if await _client_left(receive, b.delay_s):
+            return
+        if b.status != 200:
+            message = b.error_message + (f" (got {headers.get('authorization', '')})" if b.echo_auth_in_errors else "")
+            return await _send_json(send, b.status, {"error": {"message": message, "type": "stub_error"}})
+        self._count += 1
+        answer = _Answer(self.name, self._count, body, b.reply or f"answer from {self.name}")
+        if body.get("stream"):
+            return await self._stream(receive, send, answer, body)
+        if b.malformed:
+            return await _send(send, 200, b"{this is not json", "application/json")
+        await _send_json(send, 200, answer.completion())
+
+    async def _stream(self, receive, send, answer: "_Answer", body: dict) -> None:
+        b = self.behaviour
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+
+        async def event(data: str) -> None:
+            await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+
+        await event(json.dumps(answer.chunk({"role": "assistant", "content": ""})))
+        if await _client_left(receive, b.first_token_delay_s):
+            return
+        if b.malformed:
+            await event("{this is not json")
+        for i, word in enumerate(answer.words):
+            await event(json.dumps(answer.chunk({"content": word if i == 0 else " " + word})))
+            if b.break_after_first_chunk:
+                raise ConnectionAbortedError("stub: dropping the stream after its first chunk, as asked")
+            if await _client_left(receive, b.chunk_delay_s):
+                return
+        await event(json.dumps(answer.chunk({}, finish="stop")))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await event(json.dumps({**answer.chunk({}), "choices": [], "usage": answer.usage()}))
+        await event("[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class LocalServer:
+    """An ASGI app served by uvicorn on 127.0.0.1 from a daemon thread: `LocalServer(app).start()`,
+    then `port`, and `stop()` (which waits for in-flight requests up to a second)."""
+
+    def __init__(self, app, *, port: int = 0, name: str = "local-server", lifespan: str = "off"):
+        self.app, self.name, self.lifespan = app, name, lifespan
+        # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
+        # without it every response waits ~40 ms for a delayed ACK (Nagle's algorithm)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port))
+        self.port: int = self._sock.getsockname()[1]
+        self._server = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "LocalServer":
+        import uvicorn
+
+        config = uvicorn.Config(self.app, lifespan=self.lifespan, log_config=None, access_log=False,
+                                timeout_graceful_shutdown=1, timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
+                                        name=self.name)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"{self.name} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = None
+        self._sock.close()
+
+
+class _Answer:
+    """The stub's answer to one request, as a completion or as chunks."""
+
+    def __init__(self, name: str, number: int, body: dict, text: str):
+        self.id, self.model, self.text = f"chatcmpl-{name}-{number}", body.get("model", name), text
+        self.words = text.split()
+        self.prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or []
+                                 if isinstance(m, dict))
+
+    def usage(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": len(self.words),
+                "total_tokens": self.prompt_tokens + len(self.words)}
+
+    def completion(self) -> dict:
+        return {"id": self.id, "object": "chat.completion", "created": int(time.time()), "model": self.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text},
+                             "finish_reason": "stop"}],
+                "usage": self.usage()}
+
+    def chunk(self, delta: dict, finish: str | None = None) -> dict:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+async def _client_left(receive, seconds: float) -> bool:
+    """Wait `seconds` (after the request body was read); True as soon as the client disconnects."""
+    if seconds <= 0:
+        return False
+    try:
+        return (await asyncio.wait_for(receive(), seconds))["type"] == "http.disconnect"
+    except asyncio.TimeoutError:
+        return False
+
+
+async def _send(send, status: int, body: bytes, content_type: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_json(send, status: int, value) -> None:
+    await _send(send, status, json.dumps(value).encode(), "application/json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m serving.chat.stub", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", default="stub", help="named in every answer")
+    parser.add_argument("--port", type=int, default=0, help="on 127.0.0.1; 0 for any free port")
+    parser.add_argument("--delay-s", type=float, default=0.0, help="latency before each response")
+    parser.add_argument("--chunk-delay-s", type=float, default=0.0, help="between streamed tokens")
+    parser.add_argument("--reply", default="", help="the answer text")
+    args = parser.parse_args(argv)
+    stub = StubUpstream(args.name, Behaviour(reply=args.reply, delay_s=args.delay_s, chunk_delay_s=args.chunk_delay_s))
+    stub.start(args.port)
+    print(f"stub {args.name} listening on {stub.url}", flush=True)
+    stop = threading.Event()
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    stub.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

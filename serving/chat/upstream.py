@@ -1,0 +1,264 @@
+"""HTTP to one OpenAI-compatible endpoint, with httpx2 (the `client` extra): a non-streamed
+chat completion (sync and async) and a stream opened up to its first chunk.
+
+Every way a call can fail becomes one of serving.chat.errors' exceptions, so that the fallback
+rules (serving.execute) treat an HTTP error status, a body that is not a chat completion, a
+timeout and a refused connection alike: the edge falls back, the cloud raises. Reads are
+bounded (`Endpoint.max_response_bytes`; 16 KiB of an error body) and so is time: a
+non-streamed answer must be complete within `timeout_s` (async: a hard deadline; sync: checked
+as bytes arrive, and a silent server is cut after `timeout_s`), a stream's first chunk within
+`first_token_timeout_s`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+try:
+    import httpx2
+except ImportError as exc:  # pragma: no cover - the client extra is installed in tests
+    raise ImportError("the routed chat client needs httpx2: pip install 'edge-cloud-router[client]'") from exc
+
+from serving.chat.endpoint import Endpoint
+from serving.chat.errors import (SlowFirstToken, UpstreamError, UpstreamHTTPError, UpstreamMalformed, UpstreamTimeout,
+                                 UpstreamUnreachable, redact)
+from serving.chat.responses import check_chunk, completion_text, error_detail, parse_json_object, starts_answer
+
+MAX_ERROR_BODY_BYTES = 16 << 10
+LIMITS = httpx2.Limits(max_connections=256, max_keepalive_connections=64)
+
+
+class Answer(str):
+    """A non-streamed answer as the fallback rules see it: the assistant text, so that an
+    accept check (a callable, or the router's own) reads the text; `body` is the whole chat
+    completion and `endpoint` who gave it ("edge" or "cloud")."""
+
+    body: dict
+    endpoint: str
+
+    def __new__(cls, text: str, body: dict, endpoint: str) -> "Answer":
+        answer = super().__new__(cls, text)
+        answer.body, answer.endpoint = body, endpoint
+        return answer
+
+
+@dataclass
+class OpenStream:
+    """A stream read up to its first chunk: `head` holds the (raw data, chunk) pairs read so far,
+    the last of them the first to carry the answer; `events` yields the rest."""
+
+    endpoint: str
+    response: "httpx2.Response"
+    events: AsyncIterator[tuple[str, dict]]
+    head: list[tuple[str, dict]]
+
+
+class Upstream:
+    """One endpoint's HTTP side: a pooled sync client, and one async client per event loop."""
+
+    def __init__(self, name: str, endpoint: Endpoint):
+        self.name, self.endpoint = name, endpoint
+        self._secrets = (endpoint.api_key,)
+        self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
+        self._client: httpx2.Client | None = None
+        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> AsyncClient
+        self._lock = threading.Lock()
+
+    # The request.
+    def _body(self, messages: Sequence[Mapping], params: Mapping[str, Any], stream: bool) -> bytes:
+        body = {**params, "model": self.endpoint.model, "messages": list(messages)}
+        if stream:
+            body["stream"] = True
+        try:
+            return json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the caller's JSON): sent escaped instead
+            return json.dumps(body).encode("ascii")
+
+    def _headers(self) -> dict[str, str]:
+        return {**self.endpoint.request_headers(), "Content-Type": "application/json"}
+
+    # Clients.
+    def _sync_client(self) -> "httpx2.Client":
+        with self._lock:
+            if self._client is None:
+                self._client = httpx2.Client(timeout=self._timeout, limits=LIMITS, follow_redirects=False)
+            return self._client
+
+    def _async_client(self) -> "httpx2.AsyncClient":
+        loop = asyncio.get_running_loop()
+        with self._lock:  # event loops in several threads may share this endpoint
+            client = self._aclients.get(loop)
+            if client is None:
+                client = self._aclients[loop] = httpx2.AsyncClient(timeout=self._timeout, limits=LIMITS,
+                                                                   follow_redirects=False)
+            return client
+
+    def close(self) -> None:
+        """Close the sync client (async clients close with `aclose`, in their own loop)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the current event loop's async client."""
+        with self._lock:
+            client = self._aclients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    # Non-streamed answers.
+    def complete(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> Answer:
+        """The endpoint's chat completion; an UpstreamError for anything else."""
+        deadline = time.monotonic() + self.endpoint.timeout_s
+        try:
+            with self._sync_client().stream("POST", self.endpoint.url, content=self._body(messages, params, False),
+                                            headers=self._headers()) as response:
+                body = _Body(self, response)
+                for chunk in response.iter_bytes():
+                    if not body.add(chunk):
+                        break
+                    if time.monotonic() > deadline:
+                        raise self._too_slow()
+                raw = body.content()
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        return self._answer(response.status_code, raw)
+
+    async def acomplete(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> Answer:
+        """complete() in the event loop, with a hard `timeout_s` deadline."""
+        try:
+            return await asyncio.wait_for(self._acomplete(messages, params), self.endpoint.timeout_s)
+        except asyncio.TimeoutError:
+            raise self._too_slow() from None
+
+    async def _acomplete(self, messages, params) -> Answer:
+        try:
+            async with self._async_client().stream("POST", self.endpoint.url,
+                                                   content=self._body(messages, params, False),
+                                                   headers=self._headers()) as response:
+                body = _Body(self, response)
+                async for chunk in response.aiter_bytes():
+                    if not body.add(chunk):
+                        break
+                raw = body.content()
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        return self._answer(response.status_code, raw)
+
+    def _answer(self, status: int, raw: bytes) -> Answer:
+        if status >= 400:
+            raise self._http_error(status, raw)
+        body = parse_json_object(self.name, raw, f"the answer of {self.endpoint.model}")
+        return Answer(completion_text(self.name, body), body, self.name)
+
+    def _http_error(self, status: int, raw: bytes) -> UpstreamHTTPError:
+        detail = error_detail(raw, self._secrets)
+        return UpstreamHTTPError(self.name, f"{self.endpoint.model} answered HTTP {status}" + (f": {detail}" if detail else ""),
+                                 status=status, detail=detail)
+
+    def _too_slow(self, detail: str = "") -> UpstreamTimeout:
+        return UpstreamTimeout(self.name, f"no complete answer from {self.endpoint.model} within "
+                                          f"{self.endpoint.timeout_s:g} s{detail}")
+
+    def _transport_error(self, exc: Exception) -> UpstreamError:
+        text = redact(f"{type(exc).__name__}: {exc}", self._secrets)[:300]
+        model = self.endpoint.model
+        if isinstance(exc, httpx2.TimeoutException):
+            return self._too_slow(f" ({text})")
+        if isinstance(exc, (httpx2.DecodingError, httpx2.SSEError)):
+            return UpstreamMalformed(self.name, f"unreadable answer from {model} ({text})")
+        return UpstreamUnreachable(self.name, f"connection to {model} failed ({text})")
+
+    # Streams.
+    async def open_stream(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> OpenStream:
+        """The endpoint's stream, read up to the first chunk that carries the answer, which must
+        arrive within `first_token_timeout_s` (else SlowFirstToken); closed again on any failure."""
+        limit = self.endpoint.first_chunk_timeout_s
+        try:
+            return await asyncio.wait_for(self._open_stream(messages, params), limit)
+        except asyncio.TimeoutError:
+            raise SlowFirstToken(self.name, f"no first token from {self.endpoint.model} within {limit:g} s") from None
+
+    async def _open_stream(self, messages, params) -> OpenStream:
+        client = self._async_client()
+        request = client.build_request("POST", self.endpoint.url, content=self._body(messages, params, True),
+                                       headers=self._headers())
+        try:
+            response = await client.send(request, stream=True)
+        except httpx2.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        events = None
+        try:
+            if response.status_code >= 400:
+                body = _Body(self, response)
+                async for chunk in response.aiter_bytes():
+                    if not body.add(chunk):
+                        break
+                raise self._http_error(response.status_code, body.content())
+            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if kind != "text/event-stream":
+                raise UpstreamMalformed(self.name, f"asked for a stream, {self.endpoint.model} answered "
+                                                   f"{kind or 'no content type'}")
+            events = self.chunks(response)
+            head = []
+            async for item in events:
+                head.append(item)
+                if starts_answer(item[1]):
+                    return OpenStream(self.name, response, events, head)
+            raise UpstreamMalformed(self.name, f"the stream of {self.endpoint.model} ended before its first token")
+        except BaseException as exc:  # includes the cancellation of a first chunk that came too late
+            if events is not None:
+                await events.aclose()
+            await response.aclose()
+            if isinstance(exc, httpx2.HTTPError):
+                raise self._transport_error(exc) from None
+            raise
+
+    async def chunks(self, response) -> AsyncIterator[tuple[str, dict]]:
+        """(raw data, chunk) of each event of an open stream, up to `data: [DONE]`; UpstreamMalformed
+        for an event that is not a chunk, httpx2 errors as they come."""
+        source = httpx2.EventSource(response, max_event_size=self.endpoint.max_response_bytes)
+        async for event in source:
+            if event.data == "[DONE]":
+                return
+            if not event.data:
+                continue
+            chunk = parse_json_object(self.name, event.data, f"a stream event of {self.endpoint.model}")
+            yield event.data, check_chunk(self.name, chunk)
+
+
+class _Body:
+    """A response body collected as it arrives, within bounds: an answer over the endpoint's
+    `max_response_bytes` is UpstreamMalformed (checked against Content-Length first); an error
+    body is cut at MAX_ERROR_BODY_BYTES and reading stops there."""
+
+    def __init__(self, upstream: Upstream, response):
+        self.upstream, self.parts, self.size = upstream, [], 0
+        self.is_error = response.status_code >= 400
+        self.limit = MAX_ERROR_BODY_BYTES if self.is_error else upstream.endpoint.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if not self.is_error and declared.isdigit() and int(declared) > self.limit:
+            self._refuse(int(declared))
+
+    def add(self, chunk: bytes) -> bool:
+        """Keep `chunk`; False when an error body is complete enough to stop reading."""
+        self.parts.append(chunk)
+        self.size += len(chunk)
+        if self.size > self.limit:
+            if self.is_error:
+                return False
+            self._refuse(self.size)
+        return True
+
+    def content(self) -> bytes:
+        return b"".join(self.parts)[:self.limit]
+
+    def _refuse(self, size: int):
+        raise UpstreamMalformed(self.upstream.name, f"the answer of {self.upstream.endpoint.model} is over "
+                                                    f"{self.limit:,} bytes ({size:,} so far)")

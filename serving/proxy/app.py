@@ -1,0 +1,301 @@
+"""The proxy's ASGI app (starlette): OpenAI's chat-completions API in front of a RoutedChat.
+
+    POST /v1/chat/completions   routed; JSON or a stream (SSE), the served model's answer as sent
+    GET  /v1/models             the one routed model name (default "router")
+    GET  /health                liveness and the bundle's state (open without a token)
+    GET  /metrics               Prometheus text (serving.proxy.metrics)
+
+Each answer says how it was served in headers: x-router-served-by (edge | cloud), x-router-zone,
+x-router-model (the upstream model), x-router-model-version (the bundle), and x-router-fallback
+(the reason's short name) when the cloud answered an edge-first request. A stream also ends with
+an SSE comment line `: routing {...}` (clients ignore comments) holding the whole RoutingInfo,
+timings and cost included, before `data: [DONE]`.
+
+Requests are bounded: at most max_concurrency at once (others wait up to queue_timeout_s, then
+get 503 with Retry-After), bodies at most max_body_bytes (413, checked on Content-Length and
+again while reading). Errors use OpenAI's format, {"error": {"message", "type", "param", "code"}}:
+400 a bad request, 401 no or a wrong token, 404 another model, 413, 503; when the cloud fails
+too, 502 (504 for a timeout), or the cloud's own 400/404/413/422/429 when it refused the request
+itself. Error messages name the endpoints and models, never a key or a URL.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from serving.chat.client import RoutedChat
+from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact
+from serving.chat.routing_info import RoutingInfo
+from serving.execute import CloudCallError
+from serving.proxy.config import ProxyConfig
+from serving.proxy.metrics import ProxyMetrics
+from serving.proxy.security import BearerAuth, error_body
+
+log = logging.getLogger("serving.proxy")
+
+PASSED_ON_STATUSES = (400, 404, 413, 422, 429)  # the cloud refusing the request itself: the client's to fix
+
+
+class RequestError(Exception):
+    """A request the proxy answers with an error: HTTP status, OpenAI error type and code, metrics reason."""
+
+    def __init__(self, status: int, message: str, kind: str, *, code: str | None = None, reason: str,
+                 headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.code, self.reason, self.headers = status, kind, code, reason, headers or {}
+        self.zone, self.steps = None, ()  # of a routed request whose cloud call failed
+
+    def response(self) -> Response:
+        return Response(error_body(str(self), self.kind, self.code), self.status, self.headers,
+                        media_type="application/json")
+
+
+class _Handlers:
+    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics):
+        self.chat, self.config, self.metrics = chat, config, metrics
+        self.slots = asyncio.Semaphore(config.max_concurrency)
+        self.created = int(time.time())
+
+    # Endpoints.
+    async def chat_completions(self, request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            await self._take_slot()
+        except RequestError as error:
+            self.metrics.failed(error.reason)
+            return error.response()
+        self.metrics.in_flight.inc()
+        release = _once(self._release)
+        try:
+            result, stream = await self._answer(request)
+        except RequestError as error:
+            release()
+            self.metrics.failed(error.reason, zone=error.zone, steps=error.steps)
+            return error.response()
+        except BaseException:
+            release()
+            raise
+        self._log_routed(result.routing)
+        self.metrics.routed(result.routing)
+        headers = routing_headers(result.routing)
+        if not stream:
+            release()
+            self.metrics.duration.labels(result.routing.served_by, "false").observe(time.perf_counter() - started)
+            return _json_response(result.body, headers)
+        self.metrics.first_chunk.labels(result.routing.served_by).observe(time.perf_counter() - started)
+
+        async def finish() -> None:  # however the response ends: sent, client gone, or never started
+            await result.aclose()
+            if release():
+                self.metrics.duration.labels(result.routing.served_by, "true").observe(time.perf_counter() - started)
+
+        return _Relay(self._relay(result), finish, headers={**headers, "cache-control": "no-cache",
+                                                             "x-accel-buffering": "no"})
+
+    async def _answer(self, request: Request):
+        """(the Completion or AsyncChatStream, whether it streams); RequestError for anything to refuse."""
+        body = await self._read_json(request)
+        messages, stream, precision, params = self._parse(body, request)
+        try:
+            return await self.chat.acreate(messages, precision=precision, stream=stream, **params), stream
+        except ValueError as exc:  # the messages or the precision
+            raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
+        except CloudCallError as exc:
+            raise self._cloud_failed(exc) from None
+
+    def _release(self) -> None:
+        self.slots.release()
+        self.metrics.in_flight.dec()
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.config.served_model, "object": "model",
+                                                         "created": self.created, "owned_by": "edge-cloud-router"}]})
+
+    async def health(self, request: Request) -> Response:
+        router = self.chat.router
+        return JSONResponse({"status": "ok", "degraded": router.degraded, "model_version": router.model_version})
+
+    async def metrics_page(self, request: Request) -> Response:
+        content, content_type = self.metrics.exposition(request.headers.get("accept", ""))
+        return Response(content, media_type=content_type)
+
+    # Steps.
+    async def _take_slot(self) -> None:
+        timeout = self.config.queue_timeout_s
+        try:
+            if timeout <= 0 and self.slots.locked():
+                raise asyncio.TimeoutError
+            await asyncio.wait_for(self.slots.acquire(), timeout if timeout > 0 else None)
+        except asyncio.TimeoutError:
+            raise RequestError(503, f"the router is serving {self.config.max_concurrency} requests; retry shortly",
+                               "server_overloaded", code="overloaded", reason="overloaded",
+                               headers={"retry-after": "1"}) from None
+
+    async def _read_json(self, request: Request) -> dict:
+        limit = self.config.max_body_bytes
+        too_large = RequestError(413, f"request body over {limit:,} bytes", "invalid_request_error",
+                                 code="request_too_large", reason="too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        parts, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            parts.append(chunk)
+        try:
+            body = json.loads(b"".join(parts))
+        except (ValueError, RecursionError):
+            raise RequestError(400, "the request body is not valid JSON", "invalid_request_error",
+                               reason="bad_request") from None
+        if not isinstance(body, dict):
+            raise RequestError(400, "the request body must be a JSON object", "invalid_request_error",
+                               reason="bad_request")
+        return body
+
+    def _parse(self, body: dict, request: Request):
+        """(messages, stream, precision, the other parameters) of a chat-completions request."""
+        model = body.pop("model", None)
+        if model is not None and model != self.config.served_model:
+            raise RequestError(404, f"the model {str(model)[:100]!r} does not exist here: this proxy serves "
+                               f"{self.config.served_model!r}", "invalid_request_error", code="model_not_found",
+                               reason="model_not_found")
+        stream = body.pop("stream", False)
+        if not isinstance(stream, bool):
+            raise RequestError(400, "stream must be true or false", "invalid_request_error", reason="bad_request")
+        precision = body.pop("precision", None) or request.headers.get("x-router-precision") or None
+        if "messages" not in body:
+            raise RequestError(400, "messages is required", "invalid_request_error", reason="bad_request")
+        return body.pop("messages"), stream, precision, body
+
+    def _cloud_failed(self, exc: CloudCallError) -> RequestError:
+        """The error answer when the cloud failed too (see the module doc for the statuses)."""
+        cause = exc.__cause__
+        message = redact(str(exc), self.config.secrets)
+        reason = f"cloud_{failure_kind(cause)}"
+        if isinstance(cause, UpstreamHTTPError) and cause.status in PASSED_ON_STATUSES:
+            error = RequestError(cause.status, message, "rate_limit_error" if cause.status == 429 else
+                                 "invalid_request_error", code="upstream_refused", reason=reason)
+        elif isinstance(cause, TimeoutError):
+            error = RequestError(504, message, "upstream_error", code="upstream_timeout", reason=reason)
+        else:
+            error = RequestError(502, message, "upstream_error", code="upstream_failed", reason=reason)
+        error.zone, error.steps = exc.decision.zone if exc.decision else None, exc.steps
+        log.warning("request failed: %s", message)
+        return error
+
+    async def _relay(self, stream):
+        """The SSE body of a streamed answer: its chunks as sent, the routing comment, [DONE]."""
+        try:
+            async for data in stream.raw():
+                yield f"data: {data}\n\n".encode()
+            yield f": routing {json.dumps(stream.routing.to_dict(), default=str)}\n\ndata: [DONE]\n\n".encode()
+        except StreamInterrupted as exc:
+            self.metrics.failed("stream_interrupted")
+            message = redact(str(exc), self.config.secrets)
+            log.warning("stream broke: %s", message)
+            yield b"data: " + error_body(message, "upstream_error", "stream_interrupted") + b"\n\ndata: [DONE]\n\n"
+
+    def _log_routed(self, routing: RoutingInfo) -> None:
+        if routing.fallback_kind is not None:
+            log.info("edge-first request served by the cloud (%s): %s", routing.fallback_kind,
+                     redact(routing.fallback_reason or "", self.config.secrets))
+
+
+def _json_response(body: dict, headers: dict) -> Response:
+    """The upstream's answer as JSON; with ASCII escapes when it holds a lone surrogate (which
+    UTF-8 cannot carry)."""
+    try:
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        content = json.dumps(body, separators=(",", ":")).encode("ascii")
+    return Response(content, headers=headers, media_type="application/json")
+
+
+def routing_headers(routing: RoutingInfo) -> dict[str, str]:
+    """How the answer was served, as response headers (see the module doc)."""
+    headers = {"x-router-served-by": routing.served_by, "x-router-zone": routing.decision.zone,
+               "x-router-model": _header_text(routing.model),
+               "x-router-model-version": _header_text(routing.decision.model_version)}
+    if routing.fallback_kind is not None:
+        headers["x-router-fallback"] = routing.fallback_kind
+    return headers
+
+
+def _header_text(value: str) -> str:
+    """Printable ASCII only, at most 200 characters: safe as a header value."""
+    return "".join(c if " " <= c <= "~" else "?" for c in value[:200])
+
+
+def _once(fn):
+    """`fn` that runs on the first call only (a slot is released exactly once); True on that call."""
+    done = []
+
+    def call() -> bool:
+        if done:
+            return False
+        done.append(True)
+        fn()
+        return True
+    return call
+
+
+class _Relay(StreamingResponse):
+    """A streamed answer that always runs `finish` (close the upstream stream, free the slot) when
+    the response ends, also when the client left before the first byte and the body never started."""
+
+    def __init__(self, body, finish, *, headers: dict):
+        super().__init__(body, media_type="text/event-stream", headers=headers)
+        self._finish = finish
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._finish()
+
+
+def build_app(chat: RoutedChat, config: ProxyConfig, *, metrics: ProxyMetrics | None = None,
+              on_shutdown=()) -> Starlette:
+    """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
+    connections are closed then too)."""
+    metrics = metrics or ProxyMetrics(chat.router)
+    handlers = _Handlers(chat, config, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        for stop in on_shutdown:
+            stop()
+        await chat.aclose()
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return Response(error_body(str(exc.detail), kind), exc.status_code, media_type="application/json")
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.error("internal error: %s", redact(repr(exc), config.secrets))
+        return Response(error_body("internal error in the router proxy", "server_error"), 500,
+                        media_type="application/json")
+
+    app = Starlette(
+        routes=[Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+                Route("/v1/models", handlers.models, methods=["GET"]),
+                Route("/health", handlers.health, methods=["GET"]),
+                Route("/metrics", handlers.metrics_page, methods=["GET"])],
+        middleware=[Middleware(BearerAuth, token=config.token, on_reject=lambda reason: metrics.failed(reason))],
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan)
+    app.state.metrics = metrics
+    return app

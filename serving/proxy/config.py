@@ -1,0 +1,174 @@
+"""The proxy's options: the command line of `python -m serving serve`, checked into a ProxyConfig
+before anything starts. Loads nothing heavy (the CLI imports it to build its help).
+
+Security rules enforced here:
+- it binds 127.0.0.1 unless told otherwise, and refuses any address beyond the loopback
+  without a client token (bearer auth), so it cannot become an open relay for the cloud key;
+- tokens and upstream keys come from environment variables, never from the command line, where
+  any local user can read them (`ps`), and none of them is ever printed.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+TOKEN_ENV = "ROUTER_PROXY_TOKEN"
+MIN_TOKEN_CHARS = 16
+SERVED_MODEL = "router"
+
+
+class ConfigError(ValueError):
+    """An option is missing or wrong; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class UpstreamOptions:
+    """One endpoint's options, as serving.chat.Endpoint takes them."""
+
+    url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0
+    first_token_timeout_s: float | None = None
+    input_price_per_1m: float | None = None
+    output_price_per_1m: float | None = None
+
+    def endpoint(self):
+        from serving.chat.endpoint import Endpoint
+
+        return Endpoint(self.url, self.model, api_key=self.api_key, timeout_s=self.timeout_s,
+                        first_token_timeout_s=self.first_token_timeout_s,
+                        input_price_per_1m=self.input_price_per_1m, output_price_per_1m=self.output_price_per_1m)
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Everything the proxy needs; `from_args` builds it from the command line."""
+
+    bundle: str
+    edge: UpstreamOptions
+    cloud: UpstreamOptions
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = field(default=None, repr=False)
+    served_model: str = SERVED_MODEL
+    max_body_bytes: int = 4 << 20
+    max_concurrency: int = 64
+    queue_timeout_s: float = 1.0
+    shutdown_timeout_s: float = 10.0
+    strict: bool = False
+    public_key: str | None = None
+    watch: str | None = None
+    watch_interval_s: float = 60.0
+    access_log: bool = True
+
+    def __post_init__(self):
+        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
+                              "python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+        if not is_loopback(self.host) and not self.token:
+            raise ConfigError(f"refusing to listen on {self.host}: beyond the loopback the proxy needs a client token, "
+                              f"or anyone who reaches it spends your cloud key. Set {TOKEN_ENV} (or --token-env NAME) "
+                              "to a random token of 16+ characters, or listen on 127.0.0.1")
+        for name in ("max_body_bytes", "max_concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} is not a TCP port")
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never appear in a log line, a response or /metrics."""
+        return tuple(s for s in (self.edge.api_key, self.cloud.api_key, self.token) if s)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "ProxyConfig":
+        def secret(variable: str | None, what: str, required: bool) -> str | None:
+            if not variable:
+                return None
+            value = environ.get(variable, "")
+            if not value and required:
+                raise ConfigError(f"{what}: the environment variable {variable} is not set or empty")
+            return value or None
+
+        def upstream(side: str) -> UpstreamOptions:
+            get = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
+            return UpstreamOptions(get("url"), get("model"), secret(get("key_env"), f"--{side}-key-env", True),
+                                   get("timeout_s"), get("first_token_timeout_s"), get("price_in"), get("price_out"))
+
+        token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
+        return cls(bundle=args.bundle, edge=upstream("edge"), cloud=upstream("cloud"), host=args.host, port=args.port,
+                   token=token, served_model=args.served_model, max_body_bytes=args.max_body_bytes,
+                   max_concurrency=args.max_concurrency, queue_timeout_s=args.queue_timeout_s,
+                   shutdown_timeout_s=args.shutdown_timeout_s, strict=args.strict, public_key=args.public_key,
+                   watch=args.watch, watch_interval_s=args.watch_interval_s, access_log=args.access_log)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1) or "localhost"."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+SERVE_HELP = f"""\
+An OpenAI-compatible server in front of the two endpoints: POST /v1/chat/completions (JSON or
+stream), GET /v1/models, /health, /metrics (Prometheus). Point any OpenAI client at
+http://HOST:PORT/v1 with the model name "{SERVED_MODEL}"; a request may declare its precision in
+the body ("precision": "exact") or the x-router-precision header.
+
+Keys are read from environment variables, never from the command line: --edge-key-env NAME,
+--cloud-key-env NAME, and the client token from {TOKEN_ENV} (or --token-env NAME). With a
+token, every request but /health needs "Authorization: Bearer TOKEN". Beyond the loopback the
+proxy refuses to start without one (exit code 2).
+
+Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight requests finish, up to
+--shutdown-timeout-s); 1 when it cannot start (the address is taken; with --strict, the bundle
+cannot load); 2 for bad options."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m serving serve`."""
+    parser.add_argument("--bundle", required=True, help="bundle folder written by `make train`")
+    for side, timeout, first in (("edge", 30.0, 2.0), ("cloud", 120.0, None)):
+        group = parser.add_argument_group(f"{side} endpoint")
+        group.add_argument(f"--{side}-url", required=True, metavar="URL",
+                           help=f"OpenAI-compatible API root of the {side} model, e.g. http://127.0.0.1:8080/v1")
+        group.add_argument(f"--{side}-model", required=True, metavar="NAME", help="model name the server expects")
+        group.add_argument(f"--{side}-key-env", metavar="VAR", help="environment variable holding its API key")
+        group.add_argument(f"--{side}-timeout-s", type=float, default=timeout, metavar="S",
+                           help=f"a non-streamed answer must be complete within this (default {timeout:g})")
+        group.add_argument(f"--{side}-first-token-timeout-s", type=float, default=first, metavar="S",
+                           help="a stream's first token must arrive within this"
+                                + (f" (default {first:g}; later: cloud fallback)" if first else
+                                   " (default: the timeout)"))
+        group.add_argument(f"--{side}-price-in", type=float, metavar="PRICE", help="price of 1M prompt tokens")
+        group.add_argument(f"--{side}-price-out", type=float, metavar="PRICE", help="price of 1M completion tokens")
+    net = parser.add_argument_group("server")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    net.add_argument("--port", type=int, default=8000, help="0 for any free port (default 8000)")
+    net.add_argument("--token-env", default=TOKEN_ENV, metavar="VAR",
+                     help=f"environment variable holding the client token (default {TOKEN_ENV})")
+    net.add_argument("--served-model", default=SERVED_MODEL, metavar="NAME",
+                     help=f"model name clients ask for (default {SERVED_MODEL})")
+    net.add_argument("--max-body-bytes", type=int, default=4 << 20, metavar="N",
+                     help="larger requests get 413 (default 4 MiB)")
+    net.add_argument("--max-concurrency", type=int, default=64, metavar="N",
+                     help="requests served at once; more wait up to --queue-timeout-s, then get 503 (default 64)")
+    net.add_argument("--queue-timeout-s", type=float, default=1.0, metavar="S", help="(default 1)")
+    net.add_argument("--shutdown-timeout-s", type=float, default=10.0, metavar="S",
+                     help="on SIGTERM, how long in-flight requests may take to finish (default 10)")
+    net.add_argument("--no-access-log", dest="access_log", action="store_false", help="no line per request")
+    bundle = parser.add_argument_group("bundle")
+    bundle.add_argument("--strict", action="store_true", help="refuse to start when the bundle cannot load")
+    bundle.add_argument("--public-key", metavar="FILE", help="accept only bundles signed with this key")
+    bundle.add_argument("--watch", metavar="DIR_OR_URL",
+                        help="poll a folder or an http(s) URL for new bundles and switch to them (verified)")
+    bundle.add_argument("--watch-interval-s", type=float, default=60.0, metavar="S", help="(default 60)")
+

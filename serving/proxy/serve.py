@@ -1,0 +1,113 @@
+"""`python -m serving serve`: load the bundle, build the app, and serve it with uvicorn until
+SIGTERM or Ctrl-C, after which in-flight requests get up to shutdown_timeout_s to finish.
+
+The socket is bound here, before uvicorn starts, so that port 0 works (the log line
+"serving on http://HOST:PORT" gives the port taken) and a refused bind fails before anything
+else. Logging goes to stderr, every handler behind a RedactingFilter that knows the keys and the
+token.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import logging.config
+import signal
+import socket
+import threading
+
+from serving.proxy.config import ProxyConfig
+
+log = logging.getLogger("serving.proxy")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (IPv4 or IPv6)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    # IPPROTO_TCP, never 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
+    # without it responses written in two parts wait ~40 ms for a delayed ACK (Nagle's algorithm)
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(2048)
+    return sock
+
+
+def log_config(level: str = "INFO") -> dict:
+    """uvicorn's logging setup, plus the root logger (the router's own lines) on the same handler."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["default"]["fmt"] = "%(asctime)s %(levelprefix)s %(name)s: %(message)s"
+    config["loggers"][""] = {"handlers": ["default"], "level": level}
+    config["loggers"]["uvicorn"]["propagate"] = False
+    config["loggers"]["httpx2"] = config["loggers"]["httpcore2"] = {"level": "WARNING"}
+    return config
+
+
+def watcher_for(router, config: ProxyConfig):
+    """A started bundle watcher for --watch (a folder or an http(s) URL), or None."""
+    if not config.watch:
+        return None
+    from serving.watcher import BundleURLWatcher, BundleWatcher
+
+    if config.watch.startswith(("http://", "https://")):
+        return BundleURLWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
+    return BundleWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
+
+
+@contextlib.contextmanager
+def _quiet_exit_signals():
+    """SIGTERM and SIGINT while serving mean a clean shutdown and exit code 0. uvicorn shuts down on
+    them, then raises the signal again for the handler it found; this is that handler, and it
+    does nothing, so the process is not killed after its clean shutdown."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve(config: ProxyConfig) -> int:
+    """Run the proxy until it is told to stop: 0 after a clean shutdown, 1 when it cannot start
+    (the address is taken, or with --strict the bundle cannot load)."""
+    import uvicorn
+
+    from serving.bundle import BundleError
+    from serving.chat.client import RoutedChat
+    from serving.proxy.app import build_app
+    from serving.proxy.security import RedactingFilter
+    from serving.router import Router
+
+    logging_setup = log_config()
+    logging.config.dictConfig(logging_setup)
+    redacting = RedactingFilter(config.secrets)
+    redacting.install()
+    try:
+        sock = bind(config.host, config.port)
+        router = Router.load(config.bundle, strict=config.strict, public_key=config.public_key)
+    except (OSError, BundleError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    chat = RoutedChat(router, edge=config.edge.endpoint(), cloud=config.cloud.endpoint())
+    watcher = watcher_for(router, config)
+    app = build_app(chat, config, on_shutdown=[watcher.stop] if watcher else [])
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_config=logging_setup, access_log=config.access_log, server_header=False,
+        timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)), timeout_keep_alive=5))
+    redacting.install()  # uvicorn.Config set the handlers up again
+    shown = f"[{host}]" if ":" in host else host
+    log.info("serving on http://%s:%s/v1 (model %r; edge %s, cloud %s; bundle %s%s; %s)", shown, port,
+             config.served_model, config.edge.model, config.cloud.model, router.model_version,
+             ", degraded" if router.degraded else "", "token required" if config.token else "no token")
+    with _quiet_exit_signals():
+        server.run(sockets=[sock])
+    chat.close()
+    log.info("shutdown complete")
+    return 0
