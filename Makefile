@@ -17,6 +17,8 @@ MLRUNS ?= mlruns
 N      ?= 100000
 OUT    ?= data/simulated
 ROWS   ?= 1e4,1e5,1e6
+CLIENTS ?= 16
+REQUESTS ?= 2000
 
 # Training, evaluation and the UI share one MLflow store: $(MLRUNS), unless MLFLOW_TRACKING_URI is set.
 export MLFLOW_TRACKING_URI ?= sqlite:///$(MLRUNS)/mlflow.db
@@ -26,7 +28,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test ui data bench label replay simulate scale clean
+.PHONY: venv train evaluate results keys test ui data bench loadtest label promote replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -35,7 +37,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[train,test]'
+	$(BIN)/pip install --quiet -e '.[train,test,client,server]'
 	touch $@
 
 train: $(STAMP)
@@ -61,6 +63,10 @@ ui: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE)
 
+# The routing proxy under load on loopback: added latency over calling the stub directly; writes bench/proxy_load.json.
+loadtest: $(STAMP)
+	$(BIN)/python -m pipelines.proxy_load --bundle $(BUNDLE) --clients $(CLIENTS) --requests $(REQUESTS) $(ARGS)
+
 data: $(STAMP)
 	$(BIN)/python -m pipelines.fetch_data --dest data/raw/routellm
 
@@ -71,9 +77,13 @@ JUDGE_MODEL ?=
 label: $(STAMP)
 	$(BIN)/python -m pipelines.label --logs $(LOGS) --base-url $(JUDGE_URL) --model $(JUDGE_MODEL) $(ARGS)
 
+# Move the MLflow alias `champion` to BUNDLE if it is at least as good on the same logs: ARGS="--logs logs/ [--full-logs dir] [--dry-run]".
+promote: $(STAMP)
+	$(BIN)/python -m pipelines.promote --bundle $(BUNDLE) $(ARGS)
+
 # The training logs replayed as one-outcome traffic through the SDK: what retraining recovers (bench/replay.json).
 replay: $(STAMP)
-	$(BIN)/python -m pipelines.replay $(ARGS)
+	$(BIN)/python -m pipelines.replay --out $(if $(filter command line,$(origin OUT)),$(OUT),reports/replay) $(ARGS)
 
 # Synthetic logs (labelled synthetic; never used for headline figures).
 simulate: $(STAMP)

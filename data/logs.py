@@ -1,7 +1,8 @@
 """Load outcome logs from files, globs or folders into one validated table.
 
-Sources are found by a registry of loaders (`LOADERS`): a RouteLLM-style folder goes
-through its adapter, anything else is read as canonical-schema files. Every rejected
+Sources are found by a registry of loaders (`LOADERS`): a RouteLLM-style folder and an SDK
+outcome-log folder (data.sdk_logs) go through their adapters, anything else is read as
+canonical-schema files. Every rejected
 row or file is reported (file, location, reason) and written to a rejects file; the
 run stops when more than `max_reject_share` of what was read is bad.
 
@@ -23,7 +24,8 @@ from typing import Callable, Iterable, Iterator
 from data.readers import FORMATS, RawRow, read_table
 from data.routellm import (is_correctness_csv, is_mt_bench_folder, is_routellm_folder, iter_correctness_csv,
                            iter_mt_bench, iter_routellm)
-from data.schema import COLUMNS, Reject, RowError, check_row
+from data.sdk_logs import is_outcome_log_folder, iter_outcome_log
+from data.schema import COLUMNS, Reject, RowError, Unlabelled, check_row
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ def _not_a_log(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
 # (does this path belong to me?, its rows). First match wins; the last is the catch-all.
 LOADERS: dict[str, tuple[Callable[[Path], bool], Callable[[Path, list[Reject]], Iterator[RawRow]]]] = {
     "routellm": (is_routellm_folder, iter_routellm),
+    "sdk-outcome-log": (is_outcome_log_folder, iter_outcome_log),
     "routellm-mt-bench": (is_mt_bench_folder, iter_mt_bench),
     "routellm-correctness-csv": (is_correctness_csv, iter_correctness_csv),
     "folder": (Path.is_dir, _folder),
@@ -172,7 +175,8 @@ def read_unit(path: Path) -> LoadedLogs:
         try:
             row = check_row(raw.row, default_source=Path(raw.file).stem)
         except RowError as exc:
-            result.rejects.append(Reject(raw.file, raw.location, str(exc)))
+            kind = "unlabelled" if isinstance(exc, Unlabelled) else "invalid"
+            result.rejects.append(Reject(raw.file, raw.location, str(exc), kind))
             continue
         row["request_id"] = row["request_id"] or f"{row['source']}/{raw.index}"
         result.rows.append(row)
@@ -199,11 +203,15 @@ def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_
                        paths: Iterable[str | Path], rejects_path: Path | None) -> None:
     """Stop the run when nothing is usable or more than `max_reject_share` of what was read is bad."""
     where = f" (details: {rejects_path})" if rejects_path else ""
+    unlabelled = sum(r.kind == "unlabelled" for r in rejects)
+    invalid = [r for r in rejects if r.kind != "unlabelled"]
     if not n_valid:
-        raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: {len(rejects)} rejected{where}")
-    share = len(rejects) / max(n_read, 1)
+        waiting = f", {unlabelled} of them requests with no outcome yet" if unlabelled else ""
+        raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: {len(rejects)} rejected{waiting}{where}")
+    # Requests still waiting for an outcome are reported, not counted as bad data.
+    share = len(invalid) / max(n_read - unlabelled, 1)
     if share > max_reject_share:
-        examples = "; ".join(f"{r.file} {r.location}: {r.reason}" for r in rejects[:3])
+        examples = "; ".join(f"{r.file} {r.location}: {r.reason}" for r in invalid[:3])
         raise DataQualityError(
-            f"{len(rejects)} of {n_read} rows/files rejected "
+            f"{len(invalid)} of {n_read - unlabelled} rows/files rejected "
             f"({share:.1%} > allowed {max_reject_share:.1%}){where}. First: {examples}")

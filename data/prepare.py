@@ -48,11 +48,14 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     if not repeated.any():
         return single[columns].reset_index(drop=True)
     grouped = frame[repeated].groupby("prompt", sort=False)
-    merged = grouped[QUALITY_AND_COSTS].mean()
-    merged["request_id"] = grouped["request_id"].first()
-    merged["source"] = grouped["source"].first()
+    merged = grouped[QUALITY_AND_COSTS].mean()  # of the observed values: a missing outcome stays missing
+    if "weight_edge" in frame:
+        _merge_weighted_outcomes(frame[repeated], merged)
     for column in ("domain", "precision"):
         merged[column] = grouped[column].agg(_most_common)
+    for column in columns:  # request_id, source and the rest: the first row's
+        if column not in merged and column not in ("prompt", "n_merged"):
+            merged[column] = grouped[column].first()
     merged["n_merged"] = grouped.size()
     merged = merged.reset_index()[columns]
     # Keep the order of first appearance, so results do not depend on which prompts repeat.
@@ -70,6 +73,19 @@ def response_rows(frame: pd.DataFrame, *, val_share: float, test_share: float, s
     columns = ["request_id", "prompt", "precision", "source", "edge_quality", "cloud_quality", *RESPONSE_COLUMNS]
     rows = frame.loc[frame["edge_response"].notna(), columns].reset_index(drop=True)
     return rows.assign(split=assign_splits(rows["prompt"], val_share=val_share, test_share=test_share, salt=salt))
+
+
+def _merge_weighted_outcomes(rows: pd.DataFrame, merged: pd.DataFrame) -> None:
+    """Per side, for a repeated prompt: the outcome is the mean of the observed ones weighted by
+    their inverse-propensity weights (`weight_edge`, `weight_cloud`: 0 where not observed), and
+    the weight the mean of the observed rows' weights: the prompt still counts once."""
+    by_prompt = rows["prompt"]
+    for side in ("edge", "cloud"):
+        quality, weight = rows[f"{side}_quality"], rows[f"weight_{side}"]
+        total = weight.groupby(by_prompt, sort=False).sum()
+        weighted = (quality.fillna(0.0) * weight).groupby(by_prompt, sort=False).sum()
+        merged[f"{side}_quality"] = (weighted / total).where(total > 0)
+        merged[f"weight_{side}"] = weight.where(weight > 0).groupby(by_prompt, sort=False).mean().fillna(0.0)
 
 
 def hash_uniform(prompts, salt: str = "") -> np.ndarray:

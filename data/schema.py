@@ -19,8 +19,11 @@ OPTIONAL_NUMBERS = ("edge_latency_ms", "cloud_latency_ms", "edge_cost", "cloud_c
 RESPONSE_TEXT = "edge_response"
 RESPONSE_NUMBERS = ("edge_logprob_mean", "edge_logprob_min")
 RESPONSE_COLUMNS = (RESPONSE_TEXT, *RESPONSE_NUMBERS)
+# Rows from traffic where each request ran on one model: which side ran first, and the
+# probability with which the logging policy chose it (training.partial weighs by it).
+LOGGING_COLUMNS = ("routed_to", "propensity")
 COLUMNS = ("request_id", "prompt", "domain", "precision", "edge_quality", "cloud_quality",
-           *OPTIONAL_NUMBERS, "source", *RESPONSE_COLUMNS)
+           *OPTIONAL_NUMBERS, "source", *RESPONSE_COLUMNS, *LOGGING_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -30,13 +33,21 @@ class Reject:
     file: str
     location: str  # "line 12" (JSONL), "row 7" (CSV/Parquet), or "file"
     reason: str
+    # "invalid": the row breaks the schema (counts against max_reject_share); "unlabelled": a
+    # well-formed request whose outcome is not known yet (feedback or `make label` pending).
+    kind: str = "invalid"
 
     def as_dict(self) -> dict[str, str]:
-        return {"file": self.file, "location": self.location, "reason": self.reason}
+        out = {"file": self.file, "location": self.location, "reason": self.reason}
+        return out if self.kind == "invalid" else {**out, "kind": self.kind}
 
 
 class RowError(ValueError):
     """A row breaks the schema; the message says which field and how."""
+
+
+class Unlabelled(RowError):
+    """A well-formed row with no outcome yet: reported, not counted as bad data."""
 
 
 def _missing(value: Any) -> bool:
@@ -84,13 +95,12 @@ def check_row(row: dict, *, default_source: str) -> dict:
     out: dict[str, Any] = {"prompt": prompt}
     for field in ("edge_quality", "cloud_quality"):
         value = _number(row, field)
-        if value is None:
-            raise RowError(f"{field} is missing")
-        if math.isnan(value):
+        if value is not None and math.isnan(value):
             raise RowError(f"{field} is NaN, not a number in [0, 1]")
-        if not 0.0 <= value <= 1.0:
+        if value is not None and not 0.0 <= value <= 1.0:
             raise RowError(f"{field} is out of range [0, 1]: {value!r}")
         out[field] = value
+    out.update(_logging(row, out["edge_quality"], out["cloud_quality"]))
 
     precision = _text(row, "precision")
     if precision is not None:
@@ -112,6 +122,33 @@ def check_row(row: dict, *, default_source: str) -> dict:
         out[field] = value
     out.update(_response(row))
     return out
+
+
+def _logging(row: dict, edge: float | None, cloud: float | None) -> dict:
+    """routed_to and propensity; a row may lack one outcome only when they say how the side
+    whose outcome is known was chosen."""
+    routed_to = _text(row, "routed_to")
+    if routed_to is not None and routed_to not in ("edge", "cloud"):
+        raise RowError(f"routed_to {routed_to!r} is unknown; allowed: edge, cloud")
+    propensity = _number(row, "propensity")
+    if propensity is not None and math.isnan(propensity):
+        propensity = None  # how pandas and Arrow mark an empty optional number
+    if propensity is not None and not 0.0 < propensity <= 1.0:
+        raise RowError(f"propensity must be a probability in (0, 1], got {row.get('propensity')!r}")
+    if edge is None and cloud is None:
+        raise Unlabelled("edge_quality and cloud_quality are both missing: no outcome known yet "
+                         "(router.feedback or make label gives one)")
+    if edge is None or cloud is None:
+        known = "edge" if edge is not None else "cloud"
+        missing = "cloud_quality" if known == "edge" else "edge_quality"
+        if propensity is None or routed_to is None:
+            raise RowError(f"{missing} is missing; a row with one outcome needs `routed_to` and `propensity` (the "
+                           "probability with which the logging policy chose that side), otherwise its outcome "
+                           "cannot be weighed against the traffic it stands for")
+        if routed_to != known:
+            raise RowError(f"only the {known} outcome is known but the request was routed to {routed_to} first: "
+                           f"the {known} ran as a fallback, with no logged probability")
+    return {"routed_to": routed_to, "propensity": propensity}
 
 
 def _response(row: dict) -> dict:

@@ -177,7 +177,7 @@ def generate_rows(seed: int, start: int, stop: int, *, with_difficulty: bool = F
     frame = frame.iloc[start - offset: stop - offset].reset_index(drop=True)
     # Simulated rows carry no edge answers: those columns stay empty.
     frame = frame.reindex(columns=[*COLUMNS, *(["difficulty"] if with_difficulty else [])])
-    return frame.astype({RESPONSE_TEXT: "str"})
+    return frame.astype({RESPONSE_TEXT: "str", "routed_to": "str"})
 
 
 def _check_int(name: str, value, *, minimum: int) -> None:
@@ -188,7 +188,7 @@ def _check_int(name: str, value, *, minimum: int) -> None:
 def _arrow_schema():
     import pyarrow as pa
 
-    numbers = {"edge_quality", "cloud_quality", *OPTIONAL_NUMBERS, *RESPONSE_NUMBERS}
+    numbers = {"edge_quality", "cloud_quality", "propensity", *OPTIONAL_NUMBERS, *RESPONSE_NUMBERS}
     return pa.schema([(c, pa.float64() if c in numbers else pa.string()) for c in COLUMNS])
 
 

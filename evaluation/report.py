@@ -114,7 +114,10 @@ def loso_table(loso: dict) -> str:
 
 
 def render(metrics: dict) -> str:
-    """The whole report.md: headline table first, then the details."""
+    """The whole report.md: headline table first, then the details (on logs where no request
+    has both outcomes: the off-policy estimates alone)."""
+    if "figures" not in metrics:
+        return render_off_policy_only(metrics)
     f, setup, split = metrics["figures"], metrics["setup"], metrics["setup"]["split"]
     parts = [
         f"# Offline evaluation of {setup['model_version']}",
@@ -157,11 +160,46 @@ def render(metrics: dict) -> str:
         parts += ["## Leave-one-source-out (traffic shift)\n\nA router trained on every other source (same "
                   "settings as the bundle), evaluated on all rows of the held-out source; in-distribution APGR "
                   f"is the bundle's on that source's `{split}` rows.", loso_table(loso)]
+    if metrics.get("off_policy"):
+        parts += ["## Logged traffic (off-policy)", off_policy_text(metrics["off_policy"])]
     parts += ["## Policies", "\n".join(f"- **{LABELS[n]}**: {POLICIES[n]}" for n in f["policies"])]
     if metrics.get("notes"):
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
     return "\n\n".join(parts) + "\n"
+
+
+def render_off_policy_only(metrics: dict) -> str:
+    setup = metrics["setup"]
+    parts = [f"# Off-policy evaluation of {setup['model_version']}",
+             f"Bundle `{setup['bundle']}`; logs {', '.join(f'`{p}`' for p in setup['logs'])}: {setup['rows_read']} "
+             f"rows read, {setup['rejected']} rejected or waiting for an outcome (rejects.jsonl). Split `{setup['split']}`.",
+             off_policy_text(metrics.get("off_policy"))]
+    if metrics.get("notes"):
+        parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
+    return "\n\n".join(parts) + "\n"
+
+
+def off_policy_text(ope: dict | None) -> str:
+    if not ope:
+        return "No logged request carries the side it ran on, its propensity and its outcome."
+    if "skipped" in ope:
+        return f"Skipped: {ope['skipped']}."
+
+    def ci(x):
+        return f"[{num(x[0])}, {num(x[1])}]" if x else "—"
+
+    q = ope["quality"]
+    rows = [[name.upper(), num(q[name]["estimate"]), ci(q[name]["ci95"])] for name in ("ips", "snips", "dr")]
+    m = ope["misroute_rate"]["model_completed"]
+    return (f"{ope['requests']} logged requests (side that ran first, its propensity, its outcome). The bundle "
+            f"picks the logged side on {pct(ope['agreement'])} of them. Logging policy, observed: quality "
+            f"{num(ope['logging_policy']['quality'])}, cloud-first share {pct(ope['logging_policy']['cloud_share'])}."
+            "\n\n" + table(["estimator", "bundle's quality (first answer)", "95% interval"], rows)
+            + f"\n\nThe bundle's cloud-first share on these prompts: {pct(ope['cloud_share']['exact'])} (its own "
+            f"decisions, exact). Misroute rate {pct(m['estimate'])} (95% {ci(m['ci95'])}), exact on the "
+            f"{ope['misroute_rate']['both_outcomes_known']} requests with both outcomes, completed with the bundle's "
+            f"heads elsewhere. Assumptions: {ope['assumptions']}.")
 
 
 def _fallback_text(rates: dict, catch_rate: float) -> str:
@@ -235,6 +273,15 @@ def summary_table(metrics: dict):
     """The headline figures as a rich Table, for the terminal."""
     from rich.table import Table
 
+    if "figures" not in metrics:
+        table = Table(title="off-policy estimates on logged traffic")
+        for column in ("estimator", "quality", "95% interval"):
+            table.add_column(column)
+        for name, value in ((metrics.get("off_policy") or {}).get("quality") or {}).items():
+            interval = value["ci95"]
+            table.add_row(name.upper(), num(value["estimate"]),
+                          f"[{num(interval[0])}, {num(interval[1])}]" if interval else "—")
+        return table
     figures = metrics["figures"]
     table = Table(title=f"{metrics['setup']['split']} split: {figures['rows']} requests; matched cloud share "
                         f"{pct(figures['matched_cloud_share'])}")
@@ -352,6 +399,8 @@ def plot_acceptance_roc(acceptance: dict, path: Path) -> None:
 
 def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:
     """The PNGs into `out` (the acceptance ROC when measured); returns their paths."""
+    if "figures" not in metrics:
+        return []
     paths = {key: out / file for key, file in PLOTS.items()}
     plot_quality_vs_share(metrics["figures"], curves, paths["quality"])
     plot_misroute_by_domain(metrics["breakdowns"]["domain"], paths["domain"])

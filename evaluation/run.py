@@ -109,6 +109,32 @@ def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
     return out
 
 
+def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0) -> dict | None:
+    """Off-policy estimates (evaluation.off_policy) of the bundle on the rows an SDK logged:
+    those with the side that ran first, its propensity and its outcome; None when there are none."""
+    from evaluation.off_policy import off_policy
+
+    if "propensity" not in frame or "routed_to" not in frame:
+        return None
+    side_quality = np.where(frame["routed_to"] == "cloud", frame["cloud_quality"], frame["edge_quality"])
+    logged = (frame["propensity"].notna() & frame["routed_to"].notna()).to_numpy() & ~np.isnan(
+        side_quality.astype(float))
+    if not logged.any():
+        return None
+    rows = frame[logged]
+    prompts, precisions = rows["prompt"].tolist(), rows["precision"].tolist()
+    decisions = [d for start in range(0, len(prompts), batch_size)
+                 for d in router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])]
+    heads = [(d.p_edge, d.p_cloud) for d in decisions]
+    if any(e is None for e, _ in heads):  # a bundle without outcome heads: its score stands in for neither
+        return {"skipped": "the bundle has no outcome heads (P(edge good), P(cloud good)) for the DR estimate"}
+    return off_policy(routed_to=rows["routed_to"].tolist(), propensity=rows["propensity"].to_numpy(float),
+                      reward=side_quality[logged].astype(float), target=[d.target for d in decisions],
+                      p_edge=[e for e, _ in heads], p_cloud=[c for _, c in heads],
+                      edge_quality=rows["edge_quality"].to_numpy(float),
+                      cloud_quality=rows["cloud_quality"].to_numpy(float), margin=margin)
+
+
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
@@ -123,6 +149,19 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     `responses`: the logged edge answers (data.prepare.response_rows), which measure the
     acceptance check and, where they exist, the fallback's catch and false-reject rates."""
     notes = [] if manifest.split else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
+    traffic = logged_traffic(router, frame[_chosen_rows(config, frame)], batch_size=config.batch_size,
+                             margin=manifest.label.get("margin_binary", 0.0))
+    both = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
+    if not both.any() or not both[_chosen_rows(config, frame)].any():
+        notes.append("no evaluated request has both outcomes: only the off-policy estimates are reported")
+        return Evaluation({"setup": {"bundle": str(config.bundle), "model_version": manifest.model_version,
+                                     "mlflow_run_id": manifest.mlflow.get("run_id"), "logs": data_report["paths"],
+                                     "rows_read": data_report["rows_read"], "rejected": data_report["rejected"],
+                                     "split": config.split, "evaluated_rows": 0},
+                           "off_policy": traffic, "notes": notes}, {})
+    if not both.all():
+        notes.append(f"{int((~both).sum())} requests with one outcome: in the off-policy estimates only")
+        frame = frame[both]
     chosen, fit_rows = _chosen_rows(config, frame), (frame["split"] == "train").to_numpy()
     policies, tuned, tuned_info = list(config.policies), None, {"skipped": "not requested"}
     if "tuned_rule_table" in policies and not fit_rows.any():
@@ -148,7 +187,7 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     metrics = {"setup": _setup(config, manifest, data_report, frame, rows), "figures": figures,
                "calibration": calibration(rows, bins=config.calibration_bins),
                "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info,
-               "novelty": familiarity(rows), "acceptance": accepted}
+               "novelty": familiarity(rows), "acceptance": accepted, "off_policy": traffic}
     if accepted.get("rows"):
         accepted["assumption_check"] = assumption_check(rows, config.catch_rate)
     if config.leave_one_source_out:

@@ -234,6 +234,40 @@ def acceptance_figures(router, prompt: str, repeat: int) -> dict | None:
     return timings_us(fns, repeat=repeat)
 
 
+def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 0.002) -> dict:
+    """route() + execute() with trivial edge/cloud callables, with and without an OutcomeLog,
+    alternating. Paced (`pause_s` between requests, as real LLM traffic is: each request waits
+    on a model for far longer), the writer thread does its work between requests, and the
+    added p50 is what recording costs the request itself; back to back, the writer's JSON
+    encoding competes with the requests for the GIL and shows up in their latency too."""
+    import tempfile
+
+    from serving import Router
+    from serving.outcome_log import OutcomeLog
+
+    answer = "An answer of a few words."
+    with tempfile.TemporaryDirectory(prefix="bench-outcome-log-") as folder:
+        log = OutcomeLog(folder)
+        plain, logged = Router.load(bundle, strict=True), Router.load(bundle, strict=True, log=log)
+        calls = {"execute": lambda: plain.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer),
+                 "execute_logged": lambda: logged.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer)}
+        paced: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(repeat // 4):
+            for name, call in calls.items():
+                time.sleep(pause_s)
+                start = time.perf_counter_ns()
+                call()
+                paced[name].append((time.perf_counter_ns() - start) / 1000)
+        back_to_back = timings_us(calls, repeat=repeat)
+        log.close()
+    figures = {f"paced_{name}": {"p50_us": float(np.percentile(v, 50)), "p99_us": float(np.percentile(v, 99))}
+               for name, v in paced.items()}
+    return {**figures, "back_to_back": back_to_back, "pause_s": pause_s,
+            "added_p50_us_paced": figures["paced_execute_logged"]["p50_us"] - figures["paced_execute"]["p50_us"],
+            "added_p50_us_back_to_back": back_to_back["execute_logged"]["p50_us"] - back_to_back["execute"]["p50_us"],
+            "records_written": log.written, "records_dropped": log.dropped}
+
+
 def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int = 5,
         lengths=(16, 128, 512)) -> dict:
     from serving import Router
@@ -248,6 +282,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(batch)]
     accept = acceptance_figures(router, prompt_of(tokenizer, 128), max(repeat // 4, 50))
     return {
+        "outcome_log": logging_figures(bundle, prompt_of(tokenizer, 16), repeat),
         "acceptance": accept,
         "bundle": str(bundle), "tier": router.manifest.feature_spec.tier,
         "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
@@ -304,6 +339,12 @@ def print_report(results: dict) -> None:
                            for k, v in a.items() if k.startswith("check_"))
         console.print(f"acceptance check (accept=\"learned\"), p50: {checks}; route() on the ~128-token prompt "
                       f"{a['route']['p50_us']:.0f} us in the same run")
+    if results.get("outcome_log"):
+        o = results["outcome_log"]
+        console.print(f"execute() p50 {o['paced_execute']['p50_us']:.0f} us without a log, "
+                      f"{o['paced_execute_logged']['p50_us']:.0f} us with an OutcomeLog: +{o['added_p50_us_paced']:.0f} us "
+                      f"paced {o['pause_s'] * 1000:g} ms apart, +{o['added_p50_us_back_to_back']:.0f} us back to back "
+                      f"({o['records_written']} records written, {o['records_dropped']} dropped)")
     load = results["load"]
     console.print(f"fresh process: import {load['import_s']*1000:.0f} ms + Router.load {load['load_s']*1000:.0f} ms"
                   f" = {load['import_plus_load_s']*1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB")

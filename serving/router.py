@@ -18,7 +18,7 @@ from serving.decision import Decision
 from serving.routing import Routing
 from serving.validation import check_batch, check_precision, check_prompt
 
-log = logging.getLogger("serving")
+logger = logging.getLogger("serving")
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,17 @@ class Router:
     """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
 
     def __init__(self, routing: Routing, *, threads: int = 1, unfamiliar_policy: str | None = None,
-                 public_key=None):
+                 public_key=None, traffic=None):
+        from serving.traffic import Traffic
+
         self._routing = routing
         self._options = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
+        self._traffic = traffic or Traffic(None)
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1,
-             unfamiliar_policy: str | None = None, public_key=None) -> "Router":
+             unfamiliar_policy: str | None = None, public_key=None, log=None, explore_rate: float = 0.0,
+             shadow_rate: float = 0.0, seed: int | None = None) -> "Router":
         """Load and verify a bundle folder (serving.bundle says what is checked).
 
         strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
@@ -64,9 +68,13 @@ class Router:
         edge_with_cloud_fallback, rule_table, learned); default: the bundle's own setting.
         public_key: pin the team's Ed25519 key (a path to router.pub, or its bytes): a bundle
         without that key's signature counts as tampered (serving.signing).
+        log: a serving.outcome_log.OutcomeLog; every execute() then appends its outcome record.
+        explore_rate, shadow_rate, seed: exploration and shadow runs (serving.traffic); both need a log.
         """
         from serving.novelty import POLICIES
+        from serving.traffic import Traffic
 
+        traffic = Traffic(log, explore_rate=explore_rate, shadow_rate=shadow_rate, seed=seed)
         if unfamiliar_policy is not None and unfamiliar_policy not in POLICIES:
             raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(POLICIES)}")
         options = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
@@ -75,9 +83,9 @@ class Router:
         except BundleError as error:
             if strict:
                 raise
-            log.warning("routing bundle unavailable, using the rule table: %s", error)
+            logger.warning("routing bundle unavailable, using the rule table: %s", error)
             routing = Routing(None, None, degraded_reason=str(error))
-        return cls(routing, **options)
+        return cls(routing, **options, traffic=traffic)
 
     def update(self, path: str | Path, *, force: bool = False) -> Update:
         """Switch to the bundle at `path` once it is fully verified, loaded and has routed a
@@ -94,11 +102,11 @@ class Router:
         except Exception as exc:  # the app keeps routing with the current bundle
             return self._refused(f"{path} not loaded: {exc}"[:500])
         self._routing = new  # one reference: a decision comes wholly from the old or the new bundle
-        log.info("routing bundle updated to %s from %s", new.model_version, path)
+        logger.info("routing bundle updated to %s from %s", new.model_version, path)
         return Update(True, f"now {new.model_version} from {path}", new.model_version)
 
     def _refused(self, reason: str) -> Update:
-        log.warning("routing bundle update refused: %s", reason)
+        logger.warning("routing bundle update refused: %s", reason)
         return Update(False, reason, self._routing.model_version)
 
     # What the current bundle says.
@@ -142,26 +150,72 @@ class Router:
         prompts, precisions = check_batch(prompts, precisions)
         return self._routing.decisions(prompts, precisions) if prompts else []
 
+    @property
+    def log(self):
+        """The OutcomeLog execute() writes to, or None."""
+        return self._traffic.log
+
+    def feedback(self, request_id: str, *, edge_quality: float | None = None, cloud_quality: float | None = None,
+                 source: str | None = None) -> bool:
+        """Record a later outcome of an executed request (a rating, a downstream check, a judge's
+        score; qualities in [0, 1]); training joins it to the request. False without a log.
+        ValueError for a missing id or a quality outside [0, 1]."""
+        return self._traffic.feedback(request_id, edge_quality=edge_quality, cloud_quality=cloud_quality,
+                                      source=source)
+
     def execute(self, prompt: str, edge, cloud, *, precision: str | None = None,
                 edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
-                edge_pool=None):
+                edge_pool=None, request_id: str | None = None):
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
         `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
 
         accept: a callable(edge answer) -> bool, or "learned": the bundle's acceptance check on
         the answer text (the edge callable must return a str; anything else counts as a failed
         check, and the cloud answers). A bundle without an acceptance model checks nothing, with
-        one warning per bundle."""
-        from serving.execute import execute
+        one warning per bundle.
+
+        With an outcome log (Router.load(log=...)), the request is recorded, explored and
+        shadowed as serving.traffic says; `request_id` (default: a new one, returned as
+        `Execution.request_id`) is what router.feedback() takes."""
+        from serving.execute import CloudCallError, execute
 
         if not callable(edge) or not callable(cloud):
             raise TypeError("edge and cloud must be callables taking the prompt")
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
-        routing = self._routing  # the decision, the context limit and the acceptor from the same bundle
-        decision = routing.decisions([check_prompt(prompt)], [check_precision(precision)])[0]
+        routing, traffic = self._routing, self._traffic  # decision, context limit, acceptor: one bundle
+        precision = check_precision(precision)
+        decision = routing.decisions([check_prompt(prompt)], [precision])[0]
         if accept == "learned":
             accept = routing.learned_accept(prompt)
-        return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=routing.edge_context_tokens,
-                       edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone,
-                       edge_pool=edge_pool)
+        if traffic.log is None:
+            return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=routing.edge_context_tokens,
+                           edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone,
+                           edge_pool=edge_pool)
+        request_id = request_id or traffic.new_request_id()
+        decision, explored, propensity = traffic.explore(decision, routing.edge_context_tokens)
+        verdicts: list = []
+        if accept is not None:
+            check = accept
+
+            def accept(answer):  # noqa: F811 - the same check, its verdict kept for the record
+                verdict = check(answer)
+                verdicts.append(verdict)
+                return verdict
+
+        execution = error = None
+        try:
+            execution = execute(decision, prompt, edge=edge, cloud=cloud,
+                                edge_context_tokens=routing.edge_context_tokens, edge_timeout_s=edge_timeout_s,
+                                accept=accept, verify_edge_zone=verify_edge_zone, edge_pool=edge_pool)
+            execution.request_id = request_id
+            return execution
+        except CloudCallError as exc:
+            error = exc
+            raise
+        finally:
+            traffic.record(request_id=request_id, prompt=prompt, precision=precision, decision=decision,
+                           execution=execution, error=error, explored=explored, propensity=propensity,
+                           verdicts=verdicts, features=None if traffic.log.store_prompts else
+                           routing.model_inputs(prompt, precision))
+            traffic.maybe_shadow(request_id=request_id, prompt=prompt, execution=execution, edge=edge, cloud=cloud)

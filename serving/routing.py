@@ -39,6 +39,18 @@ class Routing:
     def degraded(self) -> bool:
         return self._scorer is None
 
+    def model_inputs(self, prompt: str, precision: str | None) -> dict | None:
+        """What training needs of a prompt whose text is not kept: the token ids and scalar
+        inputs this bundle computes for it (None when degraded)."""
+        if self._scorer is None:
+            return None
+        try:
+            ids, mask, scalars, _, _ = self._scorer.extractor.prepare([prompt], [precision])
+        except Exception:  # never let the record cost the request
+            return None
+        return {"model_version": self.model_version, "input_ids": ids[0][mask[0] > 0].tolist(),
+                "scalars": scalars[0].tolist(), "feature_names": self._scorer.spec.feature_names[:scalars.shape[1]]}
+
     def learned_accept(self, prompt: str):
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
         when this bundle has no acceptance model."""

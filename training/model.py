@@ -64,13 +64,16 @@ def lgbm_params(overrides: dict, *, seed: int, objective: str = "binary") -> dic
 
 
 def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
-                early_stopping_rounds: int = 100, seed: int = 0, feature_names=None, objective: str = "binary"):
-    """Train until validation log-loss stops improving; returns the booster at its best round."""
+                early_stopping_rounds: int = 100, seed: int = 0, feature_names=None, objective: str = "binary",
+                weight=None, val_weight=None):
+    """Train until validation log-loss stops improving; returns the booster at its best round.
+    `weight`, `val_weight`: per-row weights (training.partial), None for equal weights."""
     import lightgbm as lgb
 
     params = lgbm_params(params, seed=seed, objective=objective)
-    train = lgb.Dataset(x_train, label=y_train, feature_name=feature_names or "auto", free_raw_data=False)
-    val = lgb.Dataset(x_val, label=y_val, reference=train, free_raw_data=False)
+    train = lgb.Dataset(x_train, label=y_train, weight=weight, feature_name=feature_names or "auto",
+                        free_raw_data=False)
+    val = lgb.Dataset(x_val, label=y_val, weight=val_weight, reference=train, free_raw_data=False)
     booster = lgb.train(params, train, num_boost_round=num_boost_round, valid_sets=[val], valid_names=["val"],
                         callbacks=[lgb.early_stopping(early_stopping_rounds, verbose=False)])
     # Keep only the trees up to the best round, so the ONNX export and predict() agree.
@@ -140,11 +143,13 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
     return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
 
 
-def fit_calibration(raw_probability, labels, *, method: str = "sigmoid") -> dict:
-    """Parameters for serving.calibration.apply_calibration, fitted on validation rows."""
+def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_weight=None) -> dict:
+    """Parameters for serving.calibration.apply_calibration, fitted on validation rows
+    (weighted by `sample_weight` when given)."""
     if method not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {method!r}; choose one of {', '.join(CALIBRATIONS)}")
     labels = np.asarray(labels, dtype=np.float64)
+    weight = np.ones(len(labels)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     if method == "none":
         return {"method": "none"}
     if labels.min() == labels.max():
@@ -156,23 +161,31 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid") -> dict
         # A graded label q counts as q of a success and 1 - q of a failure.
         z = logit(raw_probability)[:, None]
         lr = LogisticRegression(C=1e6, max_iter=1000)
-        lr.fit(np.r_[z, z], np.r_[np.ones(len(z)), np.zeros(len(z))], sample_weight=np.r_[labels, 1 - labels])
+        lr.fit(np.r_[z, z], np.r_[np.ones(len(z)), np.zeros(len(z))],
+               sample_weight=np.r_[labels * weight, (1 - labels) * weight])
         return {"method": "sigmoid", "a": float(lr.coef_[0, 0]), "b": float(lr.intercept_[0])}
     from sklearn.isotonic import IsotonicRegression
 
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(raw_probability, labels)
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(raw_probability, labels,
+                                                                           sample_weight=weight)
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
-def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str) -> list[Head]:
+def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str,
+              weights_val: dict | None = None) -> list[Head]:
     """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(column,
     lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster);
-    `targets_val` maps a column name (edge_quality, cloud_quality, label) to its validation values."""
+    `targets_val` maps a column name (edge_quality, cloud_quality, label) to its validation values
+    (NaN where unknown: those rows are left out of that head's calibration), `weights_val` to
+    their weights (training.partial; None: equal)."""
     heads = []
     for name, (column, lgbm_objective) in OBJECTIVES[objective].items():
         booster = fit_booster_for(column, lgbm_objective)
-        heads.append(Head(name, booster, fit_calibration(booster.predict(x_val), targets_val[column],
-                                                         method=calibration)))
+        target = np.asarray(targets_val[column], dtype=np.float64)
+        weight = np.ones(len(target)) if not weights_val else np.asarray(weights_val[column], dtype=np.float64)
+        known = ~np.isnan(target) & (weight > 0)
+        heads.append(Head(name, booster, fit_calibration(booster.predict(x_val[known]), target[known],
+                                                         method=calibration, sample_weight=weight[known])))
     return heads
 
 

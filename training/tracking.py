@@ -137,7 +137,8 @@ def log_evaluation(manifest, metrics: dict, files: list[Path]) -> tuple[str | No
         client.get_run(run_id)
     except Exception as exc:  # MlflowException for an unknown run, or an unreadable store
         return None, f"run {run_id} not found in {uri}: {exc}"
-    view = {**metrics["figures"], **{k: v for k, v in metrics.items() if k not in ("setup", "notes", "figures")}}
+    view = {**metrics.get("figures", {}),
+            **{k: v for k, v in metrics.items() if k not in ("setup", "notes", "figures")}}
     flat = flat_metrics({f"evaluate.{metrics['setup']['split']}": view})
     stamp = int(time.time() * 1000)
     items = [Metric(re.sub(r"[^\w\-. /:]", "_", k), v, stamp, 0) for k, v in flat.items()]

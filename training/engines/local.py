@@ -18,14 +18,17 @@ def prepare_frame(config: TrainConfig):
     from data.location import default_data_paths
     from data.logs import load_logs
     from data.prepare import fingerprint, merge_duplicates, response_rows
+    from training.partial import partial_report, with_outcome_weights
 
     paths = config.data or default_data_paths()
     logs = load_logs(paths, max_reject_share=config.max_reject_share, rejects_path=config.rejects_path)
     valid = logs.frame()
-    frame = split_and_label(merge_duplicates(valid), config)
+    weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
+    frame = split_and_label(merge_duplicates(with_outcome_weights(valid, **weighing)), config)
     report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
-              "rejects_file": str(config.rejects_path), "duplicates_merged": int((frame["n_merged"] - 1).sum()),
-              **fingerprint(valid, frame)}
+              "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects), "rejects_file": str(config.rejects_path),
+              "duplicates_merged": int((frame["n_merged"] - 1).sum()),
+              **fingerprint(valid, frame), "outcomes": partial_report(valid, **weighing)}
     responses = response_rows(valid, val_share=config.val_share, test_share=config.test_share,
                               salt=config.split_salt)
     return frame, report, responses
@@ -54,9 +57,15 @@ def _features(config: TrainConfig, frame, console):
     return feats
 
 
+def _unless_equal(weights: np.ndarray):
+    """None when every weight is 1 (LightGBM then builds exactly the unweighted model), else the weights."""
+    return None if np.all(weights == 1.0) else weights
+
+
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """Load, featurize and fit in this process."""
     from training.model import blank_declared_precision, fit_booster, fit_heads, predict, target_columns
+    from training.partial import both_known, head_rows
 
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
@@ -73,25 +82,33 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     x, names = feats.matrix, feats.spec.feature_names
     x_train = blank_declared_precision(x[train], names, feats.spec.precisions, config.precision_dropout,
                                        np.random.default_rng(config.seed))
-    targets = {c: frame[c].to_numpy() for c in target_columns(config.objective)}
+    columns = target_columns(config.objective)
+    targets = {c: frame[c].to_numpy() for c in columns}
+    # Each head learns from the rows where its outcome is known (training.partial).
+    known = {c: head_rows(frame, c) for c in columns}
 
     def fit_booster_for(column: str, objective: str):
-        return fit_booster(x_train, targets[column][train], x[val], targets[column][val], params=config.lgbm,
-                           seed=config.seed, num_boost_round=config.num_boost_round,
+        rows, weights = known[column]
+        fit_rows, val_rows = rows[train], rows & val
+        return fit_booster(x_train[fit_rows], targets[column][train][fit_rows], x[val_rows], targets[column][val_rows],
+                           params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
                            early_stopping_rounds=config.early_stopping_rounds, feature_names=names,
-                           objective=objective)
+                           objective=objective, weight=_unless_equal(weights[train][fit_rows]),
+                           val_weight=_unless_equal(weights[val_rows]))
 
     t2 = time.perf_counter()
     with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
         heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
-                          calibration=config.calibration)
+                          calibration=config.calibration,
+                          weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns})
         scores, probabilities = predict(config.objective, heads, x)
     timings["fit_s"] = time.perf_counter() - t2
     n_tokens = x[:, names.index("n_tokens")]
-    splits = {name: Rows.from_frame(frame[split == name], n_tokens=n_tokens[split == name],
-                                    scores=scores[split == name],
-                                    probabilities={k: v[split == name] for k, v in probabilities.items()})
-              for name in ("val", "test")}
-    embeddings = {name: x[split == name][:, -feats.spec.embedding_dim:] for name in ("val", "test")}
+    # Thresholds and figures compare both outcomes of a request: the rows that have both.
+    chosen = {name: (split == name) & both_known(frame) for name in ("val", "test")}
+    splits = {name: Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores[rows],
+                                    probabilities={k: v[rows] for k, v in probabilities.items()})
+              for name, rows in chosen.items()}
+    embeddings = {name: x[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
     return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses,
                   notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})

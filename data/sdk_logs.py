@@ -1,0 +1,124 @@
+"""Reader for the SDK's outcome log (serving.outcome_log): a folder of `outcomes-*.jsonl`
+files, read as a whole because a request's later outcomes (feedback, shadow runs, judge
+labels) may sit in other files than the request itself.
+
+Each `request` record becomes one canonical row (data.schema): the prompt, the declared
+precision, `routed_to` (the side that ran first) and `propensity` (the probability with
+which the logging policy chose it), the edge's answer when it served, and the outcomes
+known so far, from:
+- the request itself: an edge call that failed or timed out is an edge failure (0);
+- `shadow` records: a failed shadow edge run likewise; a shadow answer is kept for grading;
+- `feedback` records (router.feedback, `make label`), applied in time order, later ones
+  overriding earlier ones per side.
+data.schema.check_row then decides: a row with no outcome yet is reported as unlabelled
+(not counted as bad data), a row with one outcome needs its propensity, and so on.
+Unparsable lines, records of an unknown type, a request id logged twice and feedback for a
+request the folder does not hold are rejects with their file, line and reason.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from data.readers import RawRow
+from data.schema import Reject
+from serving.outcome_log import LOG_FORMAT
+
+PATTERN = "outcomes-*.jsonl"
+
+
+def is_outcome_log_folder(path: Path) -> bool:
+    """A folder whose outcome files say, on their first line, that the SDK wrote them."""
+    if not path.is_dir():
+        return False
+    for file in sorted(path.glob(PATTERN))[:1]:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as fh:
+                return json.loads(fh.readline() or "{}").get("log") == LOG_FORMAT
+        except (OSError, ValueError, AttributeError):
+            return False
+    return False
+
+
+def _records(folder: Path, rejects: list[Reject]) -> Iterator[tuple[str, str, dict]]:
+    """(file, location, record) of every parsable line, files in name (time) order."""
+    for file in sorted(folder.glob(PATTERN)):
+        try:
+            fh = open(file, encoding="utf-8", errors="surrogateescape")
+        except OSError as exc:
+            rejects.append(Reject(str(file), "file", f"cannot read: {exc.strerror or exc}"))
+            continue
+        with fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as exc:
+                    # A process killed mid-write leaves at most its last line cut short.
+                    rejects.append(Reject(str(file), f"line {number}", f"not JSON: {exc}"))
+                    continue
+                if not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
+                    rejects.append(Reject(str(file), f"line {number}", f"not an outcome record of {LOG_FORMAT}"))
+                    continue
+                yield str(file), f"line {number}", record
+
+
+def _apply(outcomes: dict, record: dict, fields: tuple[str, str]) -> None:
+    for field, side in zip(fields, ("edge_quality", "cloud_quality")):
+        if record.get(field) is not None:
+            outcomes[side] = record[field]
+
+
+def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
+    """Canonical rows of an SDK outcome-log folder (see the module doc)."""
+    requests: dict[str, tuple[str, str, dict]] = {}
+    outcomes: dict[str, dict] = {}
+    answers: dict[str, dict] = {}
+    later: list[tuple[str, str, dict]] = []
+    for file, location, record in _records(folder, rejects):
+        kind, request_id = record.get("type"), record.get("request_id")
+        if not isinstance(request_id, str) or not request_id:
+            rejects.append(Reject(file, location, f"record without a request_id: {request_id!r}"))
+        elif kind == "request":
+            if request_id in requests:
+                rejects.append(Reject(file, location, f"request_id {request_id} logged twice (first at "
+                                                      f"{requests[request_id][0]} {requests[request_id][1]})"))
+                continue
+            requests[request_id] = (file, location, record)
+            _apply(outcomes.setdefault(request_id, {}), record, ("edge_quality", "cloud_quality"))
+        elif kind in ("feedback", "shadow"):
+            later.append((file, location, record))
+        else:
+            rejects.append(Reject(file, location, f"unknown record type {kind!r}"))
+    for file, location, record in sorted(later, key=lambda item: _time(item[2])):
+        request_id = record["request_id"]
+        if request_id not in requests:
+            rejects.append(Reject(file, location, f"{record['type']} for request_id {request_id}, which this "
+                                                  "log does not hold"))
+            continue
+        if record["type"] == "feedback":
+            _apply(outcomes[request_id], record, ("edge_quality", "cloud_quality"))
+        else:
+            side = record.get("side")
+            if record.get("quality") is not None and side in ("edge", "cloud"):
+                outcomes[request_id].setdefault(f"{side}_quality", record["quality"])
+            if isinstance(record.get("response"), str):
+                answers.setdefault(request_id, {})[side] = record["response"]
+    for index, (request_id, (file, location, record)) in enumerate(requests.items()):
+        if record.get("prompt") is None and record.get("features") is not None:
+            rejects.append(Reject(file, location, "prompt not stored (the log has store_prompts=False): training "
+                                                  "from the stored token ids is not supported yet"))
+            continue
+        edge_answer = record.get("edge_response") or answers.get(request_id, {}).get("edge")
+        yield RawRow(file, location, {
+            "request_id": request_id, "prompt": record.get("prompt"), "precision": record.get("precision"),
+            "source": "sdk", "routed_to": record.get("target"), "propensity": record.get("propensity"),
+            "edge_response": edge_answer, **outcomes[request_id],
+        }, index)
+
+
+def _time(record: dict) -> float:
+    value = record.get("time")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0

@@ -1,0 +1,104 @@
+"""Off-policy evaluation: what a bundle would do on traffic that another router logged.
+
+Each logged request ran first on one side `a` (routed_to), chosen by the logging policy
+with probability `p` (propensity), and its outcome `r` on that side is known (feedback,
+judge). The bundle under evaluation would send the same prompt first to `b`. Its expected
+quality (of the first answer, before any fallback) is estimated three ways:
+
+- **IPS** (inverse propensity scoring): mean over requests of 1[a = b] r / p. Unbiased
+  when the propensities are right and every side the bundle picks had p > 0; its variance
+  grows with 1 / p.
+- **SNIPS** (self-normalised IPS): the same sum divided by the sum of 1[a = b] / p instead
+  of the request count: a little bias, much less variance.
+- **DR** (doubly robust): mean of q̂_b(x) + 1[a = b] (r - q̂_a(x)) / p, where q̂ are the
+  bundle's own outcome heads (P(edge good), P(cloud good)): right if either the heads or
+  the propensities are.
+
+All three assume that the logging policy chose from what it logged (the SDK's decision is
+a function of the prompt and a logged exploration coin) and positivity: the side the
+bundle picks had a non-zero probability under the logging policy. Without exploration the
+requests where the bundle disagrees with the logging router carry no information (p of
+the other side is 0) and the estimates say so through their width.
+
+The cloud share is the bundle's own decision on each prompt: known exactly, not estimated.
+The misroute rate needs both outcomes of a request: it is exact where both are known and,
+for requests with one, completed with the bundle's head for the side that did not run
+(so it leans on the heads, like DR); IPS and SNIPS cannot estimate it.
+95% intervals: percentile bootstrap over requests (`rounds` resamples, fixed seed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SIDES = ("edge", "cloud")
+
+
+def _arrays(routed_to, propensity, reward, target):
+    a = np.asarray([s == "cloud" for s in routed_to], dtype=bool)
+    b = np.asarray([s == "cloud" for s in target], dtype=bool)
+    p = np.asarray(propensity, dtype=np.float64)
+    r = np.asarray(reward, dtype=np.float64)
+    if np.isnan(p).any() or (p <= 0).any() or (p > 1).any():
+        raise ValueError("every logged request needs a propensity in (0, 1]")
+    if np.isnan(r).any():
+        raise ValueError("every logged request needs the outcome of the side it ran on")
+    return a, b, p, r
+
+
+def _estimates(a, b, p, r, q_a, q_b) -> dict:
+    match = (a == b).astype(np.float64)
+    weighted = match / p
+    n = len(a)
+    return {"ips": float((weighted * r).sum() / n),
+            "snips": float((weighted * r).sum() / weighted.sum()) if weighted.sum() > 0 else float("nan"),
+            "dr": float((q_b + weighted * (r - q_a)).mean())}
+
+
+def _bootstrap(fn, n: int, rounds: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    draws = [fn(rng.integers(0, n, n)) for _ in range(rounds)]
+    out = {}
+    for key in draws[0]:
+        values = np.array([d[key] for d in draws], dtype=np.float64)
+        values = values[~np.isnan(values)]
+        out[key] = [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))] if len(values) else None
+    return out
+
+
+def off_policy(*, routed_to, propensity, reward, target, p_edge, p_cloud, edge_quality=None, cloud_quality=None,
+               margin: float = 0.0, rounds: int = 1000, seed: int = 0) -> dict:
+    """The bundle's estimated figures on logged traffic, with 95% intervals, next to the
+    logging policy's observed ones (see the module doc). `reward`: the logged outcome of the
+    side that ran (`routed_to`); `target`: the bundle's first side per request; `p_edge`,
+    `p_cloud`: its heads; `edge_quality`, `cloud_quality`: both outcomes where known (NaN else)."""
+    a, b, p, r = _arrays(routed_to, propensity, reward, target)
+    q_edge, q_cloud = np.asarray(p_edge, np.float64), np.asarray(p_cloud, np.float64)
+    q_a, q_b = np.where(a, q_cloud, q_edge), np.where(b, q_cloud, q_edge)
+    n = len(a)
+    edge_known = np.asarray(edge_quality if edge_quality is not None else np.full(n, np.nan), np.float64)
+    cloud_known = np.asarray(cloud_quality if cloud_quality is not None else np.full(n, np.nan), np.float64)
+    # P(cloud needed) per request: observed sides as observed, the other from the heads.
+    edge = np.where(np.isnan(edge_known), q_edge, edge_known)
+    cloud = np.where(np.isnan(cloud_known), q_cloud, cloud_known)
+    needed = np.where(~np.isnan(edge_known) & ~np.isnan(cloud_known), (cloud - edge > margin).astype(float),
+                      cloud * (1.0 - edge))
+    misroute = np.where(b, 1.0 - needed, needed)
+
+    def figures(index):
+        return _estimates(a[index], b[index], p[index], r[index], q_a[index], q_b[index])
+
+    point = figures(np.arange(n))
+    intervals = _bootstrap(figures, n, rounds, seed)
+    misroute_interval = _bootstrap(lambda i: {"m": float(misroute[i].mean())}, n, rounds, seed + 1)["m"]
+    agree = a == b
+    return {
+        "requests": n, "agreement": float(agree.mean()),
+        "min_propensity_where_agreeing": float(p[agree].min()) if agree.any() else None,
+        "quality": {name: {"estimate": point[name], "ci95": intervals[name]} for name in ("ips", "snips", "dr")},
+        "cloud_share": {"exact": float(b.mean())},
+        "misroute_rate": {"model_completed": {"estimate": float(misroute.mean()), "ci95": misroute_interval},
+                          "both_outcomes_known": int((~np.isnan(edge_known) & ~np.isnan(cloud_known)).sum())},
+        "logging_policy": {"quality": float(r.mean()), "cloud_share": float(a.mean())},
+        "assumptions": "the logging policy chose from what it logged; the side the bundle picks had a non-zero "
+                       "propensity (positivity); quality is that of the first answer, before any fallback",
+    }

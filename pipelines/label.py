@@ -1,0 +1,178 @@
+"""`make label`: grade the answers in an SDK outcome log with an LLM judge.
+
+For every logged answer whose quality is not known yet (the answer that served a request,
+and a shadow run's answer), the judge model, behind any OpenAI-compatible
+chat-completions endpoint, grades it with MT-Bench's single-answer template (a 1-10
+rating in "[[ ]]"); the rating becomes a quality in [0, 1], (rating - 1) / 9, written back
+to the same log folder as a `feedback` record with `source` "judge:<model>", which
+training joins like any other feedback.
+
+The judge's key is read from an environment variable (`--api-key-env`), never from the
+command line. An answer the judge could not grade (an HTTP error after retries, a reply
+without a rating) gets no record and is counted; the run ends with how many were graded,
+skipped as already known, and failed, and exits 1 when any failed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+# MT-Bench's single-answer grading prompt (lm-sys/FastChat, judge_prompts "single-v1").
+JUDGE_SYSTEM = "You are a helpful assistant."
+JUDGE_TEMPLATE = (
+    "[Instruction]\nPlease act as an impartial judge and evaluate the quality of the response provided by an AI "
+    "assistant to the user question displayed below. Your evaluation should consider factors such as the "
+    "helpfulness, relevance, accuracy, depth, creativity, and level of detail of the response. Begin your "
+    "evaluation by providing a short explanation. Be as objective as possible. After providing your explanation, "
+    "you must rate the response on a scale of 1 to 10 by strictly following this format: \"[[rating]]\", for "
+    "example: \"Rating: [[5]]\".\n\n[Question]\n{question}\n\n[The Start of Assistant's Answer]\n{answer}\n"
+    "[The End of Assistant's Answer]")
+RATING = re.compile(r"\[\[(\d+(?:\.\d+)?)\]\]")
+
+
+def rating_quality(reply: str) -> float | None:
+    """(rating - 1) / 9 from the judge's reply ("[[7]]" -> 0.667); None without a 1-10 rating."""
+    found = RATING.findall(reply or "")
+    if not found:
+        return None
+    rating = float(found[-1])
+    return (rating - 1.0) / 9.0 if 1.0 <= rating <= 10.0 else None
+
+
+def pending_answers(folder: Path) -> tuple[list[dict], int]:
+    """(answers to grade: request_id, side, question, answer; how many already have a quality)."""
+    from data.sdk_logs import PATTERN
+    from serving.outcome_log import LOG_FORMAT
+
+    requests, known, shadows = {}, set(), []
+    for file in sorted(folder.glob(PATTERN)):
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # training reports unparsable lines; grading skips them
+                if not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
+                    continue
+                kind, request_id = record.get("type"), record.get("request_id")
+                if kind == "request":
+                    requests[request_id] = record
+                    for side in ("edge", "cloud"):
+                        if record.get(f"{side}_quality") is not None:
+                            known.add((request_id, side))
+                elif kind == "feedback":
+                    for side in ("edge", "cloud"):
+                        if record.get(f"{side}_quality") is not None:
+                            known.add((request_id, side))
+                elif kind == "shadow":
+                    shadows.append(record)
+    answers = []
+    for request_id, record in requests.items():
+        for side in ("edge", "cloud"):
+            if isinstance(record.get(f"{side}_response"), str):
+                answers.append({"request_id": request_id, "side": side, "answer": record[f"{side}_response"],
+                                "question": record.get("prompt")})
+    for shadow in shadows:
+        request = requests.get(shadow.get("request_id"))
+        if request is not None and isinstance(shadow.get("response"), str):
+            answers.append({"request_id": shadow["request_id"], "side": shadow.get("side"),
+                            "answer": shadow["response"], "question": request.get("prompt")})
+    todo = [a for a in answers if a["question"] and (a["request_id"], a["side"]) not in known]
+    return todo, len(answers) - len(todo)
+
+
+class Judge:
+    """One OpenAI-compatible chat-completions endpoint, with retries on 429/5xx and timeouts."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None, timeout_s: float = 60.0,
+                 retries: int = 2):
+        import httpx2
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.model, self.retries = model, retries
+        self._client = httpx2.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def grade(self, question: str, answer: str) -> tuple[float | None, str | None]:
+        """(quality, None) or (None, why not)."""
+        body = {"model": self.model, "temperature": 0, "max_tokens": 1024,
+                "messages": [{"role": "system", "content": JUDGE_SYSTEM},
+                             {"role": "user", "content": JUDGE_TEMPLATE.format(question=question, answer=answer)}]}
+        why = "no attempt"
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._client.post("/chat/completions", json=body)
+            except Exception as exc:  # connection refused, timeout: retried
+                why = f"{type(exc).__name__}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        reply = response.json()["choices"][0]["message"]["content"]
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        return None, "malformed chat-completions body"
+                    quality = rating_quality(reply)
+                    return (quality, None) if quality is not None else (None, "no [[rating]] in the judge's reply")
+                why = f"HTTP {response.status_code}"
+                if response.status_code not in (408, 429) and response.status_code < 500:
+                    return None, why  # a client error will not go away by retrying
+            time.sleep(min(0.5 * 2 ** attempt, 4.0))
+        return None, why
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None = None) -> dict:
+    """Grade the pending answers of `folder` and append their feedback records; returns the counts."""
+    from serving.outcome_log import LOG_FORMAT, OutcomeLog
+
+    todo, known = pending_answers(folder)
+    todo = todo[:limit] if limit else todo
+    log = OutcomeLog(folder)
+    failures: dict[str, int] = {}
+    graded = 0
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for item, (quality, why) in zip(todo, pool.map(lambda a: judge.grade(a["question"], a["answer"]), todo)):
+            if quality is None:
+                failures[why] = failures.get(why, 0) + 1
+                continue
+            log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": item["request_id"], "time": time.time(),
+                        f"{item['side']}_quality": quality, "source": f"judge:{judge.model}"})
+            graded += 1
+    log.close()
+    return {"graded": graded, "already_known": known, "failed": sum(failures.values()), "failures": failures,
+            "written": log.written, "dropped": log.dropped}
+
+
+def main(folder: Annotated[Path, typer.Option("--logs", help="the SDK's outcome-log folder")],
+         base_url: Annotated[str, typer.Option(help="the judge's OpenAI-compatible base URL, e.g. http://host/v1")],
+         model: Annotated[str, typer.Option(help="the judge model's name")],
+         api_key_env: Annotated[str, typer.Option(help="environment variable holding the judge's API key")] =
+         "JUDGE_API_KEY",
+         concurrency: int = 4, timeout_s: float = 60.0, limit: Annotated[int, typer.Option(help="grade at most N")] = 0
+         ) -> None:
+    """Grade logged answers with an LLM judge and write their qualities back to the log (module doc)."""
+    from rich.console import Console
+
+    if not folder.is_dir():
+        Console(stderr=True).print(f"[red]error[/]: {folder} is not an outcome-log folder")
+        raise typer.Exit(2)
+    judge = Judge(base_url, model, api_key=os.environ.get(api_key_env), timeout_s=timeout_s)
+    try:
+        result = label(folder, judge, concurrency=concurrency, limit=limit or None)
+    finally:
+        judge.close()
+    Console().print(f"graded {result['graded']}, already known {result['already_known']}, failed {result['failed']}"
+                    + (f" ({', '.join(f'{k}: {v}' for k, v in result['failures'].items())})" if result["failed"] else ""))
+    if result["failed"]:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    typer.run(main)

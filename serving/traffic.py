@@ -1,0 +1,155 @@
+"""Learning from the app's own traffic, on the SDK side: exploration, shadow runs, and the
+outcome records of serving.outcome_log.
+
+Exploration (`explore_rate`, default 0): with that probability a request goes to the side
+the router did not choose first: an edge-first request to the cloud, a cloud-first one to
+the edge with the cloud as fallback (prompts over the edge context limit are never
+explored). Each record carries the probability with which the logging policy chose the
+side it ran first (`propensity`: 1 - explore_rate, or explore_rate when explored, 1 when
+exploration was impossible), which training's inverse-propensity weights and the
+off-policy estimators need: both sides must have a non-zero probability for a learned
+router to be judged on what it would do differently. 0.05-0.1 is a reasonable start: it
+costs at most that share of requests a less suitable first model.
+
+Shadow runs (`shadow_rate`, default 0): on that share of requests, after the answer was
+served, the side that did not answer runs too, on a background thread (at most
+`max_shadows` at once; when busy the shadow run is skipped), and its answer is logged
+(`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from typing import Any, Callable
+
+from serving.contract import CLOUD, EDGE, FALLBACK, first_target
+from serving.decision import Decision
+from serving.outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
+
+
+def _rate(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r}: must be a number in [0, 1]")
+    return float(value)
+
+
+def _quality(name: str, value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r}: must be a number in [0, 1] (1 = a good answer)")
+    return float(value)
+
+
+class Traffic:
+    """A router's exploration, shadow runs and outcome records (module doc)."""
+
+    def __init__(self, log: OutcomeLog | None, *, explore_rate: float = 0.0, shadow_rate: float = 0.0,
+                 max_shadows: int = 4, seed: int | None = None):
+        if log is not None and not isinstance(log, OutcomeLog):
+            raise TypeError(f"log must be a serving.outcome_log.OutcomeLog, got {type(log).__name__}")
+        self.log = log
+        self.explore_rate, self.shadow_rate = _rate("explore_rate", explore_rate), _rate("shadow_rate", shadow_rate)
+        if (self.explore_rate or self.shadow_rate) and log is None:
+            raise ValueError("explore_rate and shadow_rate need an outcome log (log=OutcomeLog(folder)): "
+                             "exploring without recording what happened teaches nothing")
+        self._random = random.Random(seed)
+        self._shadows = threading.BoundedSemaphore(max_shadows)
+        self.shadows_skipped = 0
+
+    def explore(self, decision: Decision, edge_context_tokens: int) -> tuple[Decision, bool, float]:
+        """(the decision to carry out, whether it was explored, its propensity)."""
+        possible = self.explore_rate > 0 and decision.n_tokens <= edge_context_tokens
+        if not possible:
+            return decision, False, 1.0
+        if self._random.random() >= self.explore_rate:
+            return decision, False, 1.0 - self.explore_rate
+        zone = CLOUD if decision.target == EDGE else FALLBACK
+        explored = dataclasses.replace(decision, zone=zone, target=first_target(zone),
+                                       reason=f"explored ({self.explore_rate:g}): {first_target(zone)} first "
+                                              f"instead of {decision.target}; {decision.reason}")
+        return explored, True, self.explore_rate
+
+    def record(self, *, request_id: str, prompt: str, precision: str | None, decision: Decision, execution,
+               error: BaseException | None, explored: bool, propensity: float, verdicts: list, features) -> None:
+        """Append the request's record (never raises: the log counts what it could not write)."""
+        if self.log is None:
+            return
+        steps = execution.steps if execution is not None else getattr(error, "steps", [])
+        served_by = execution.served_by if execution is not None else None
+        response = execution.response if execution is not None else None
+        edge_step = next((s for s in steps if s.name == "edge"), None)
+        record = {
+            "log": LOG_FORMAT, "type": "request", "request_id": request_id, "time": time.time(),
+            "prompt": prompt if self.log.store_prompts else None,
+            "features": None if self.log.store_prompts else features,
+            "precision": precision, "model_version": decision.model_version, "score": decision.score,
+            "zone": decision.zone, "target": decision.target, "p_edge": decision.p_edge, "p_cloud": decision.p_cloud,
+            "novelty": decision.novelty, "explored": explored, "propensity": propensity,
+            "served_by": served_by, "fallback_reason": execution.fallback_reason if execution is not None else None,
+            "error": repr(error)[:300] if error is not None else None,
+            "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],
+            "accept": _verdict(verdicts[-1]) if verdicts else None,
+            "edge_response": _kept(answer_text(response)) if served_by == EDGE and self.log.store_prompts else None,
+            "cloud_response": _kept(answer_text(response)) if served_by == CLOUD and self.log.store_prompts else None,
+            # An edge call that failed or timed out is an observed edge failure; everything
+            # else is known only from later feedback (router.feedback, make label).
+            "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
+            "cloud_quality": None,
+        }
+        self.log.append(record)
+
+    def feedback(self, request_id: str, *, edge_quality=None, cloud_quality=None, source: str | None = None) -> bool:
+        """Append a later outcome for a request; False when there is no log or it dropped the record."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
+        edge, cloud = _quality("edge_quality", edge_quality), _quality("cloud_quality", cloud_quality)
+        if edge is None and cloud is None:
+            raise ValueError("feedback needs edge_quality or cloud_quality")
+        if self.log is None:
+            return False
+        return self.log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time(),
+                                "edge_quality": edge, "cloud_quality": cloud, "source": source})
+
+    def maybe_shadow(self, *, request_id: str, prompt: str, execution, edge: Callable, cloud: Callable) -> bool:
+        """Run the side that did not answer, off the request path, on a sampled share of requests."""
+        if self.log is None or not self.shadow_rate or execution is None or self._random.random() >= self.shadow_rate:
+            return False
+        ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
+        side = CLOUD if execution.served_by == EDGE else EDGE
+        if side in ran:
+            return False  # both already ran (a fallback): nothing to shadow
+        if not self._shadows.acquire(blocking=False):
+            self.shadows_skipped += 1
+            return False
+        thread = threading.Thread(target=self._shadow, args=(request_id, prompt, side, edge if side == EDGE else cloud),
+                                  daemon=True, name="router-shadow")
+        thread.start()
+        return True
+
+    def _shadow(self, request_id: str, prompt: str, side: str, fn: Callable[[str], Any]) -> None:
+        start, response, error = time.perf_counter(), None, None
+        try:
+            response = fn(prompt)
+        except BaseException as exc:  # a shadow run never reaches the app
+            error = repr(exc)[:300]
+        finally:
+            self._shadows.release()
+        self.log.append({"log": LOG_FORMAT, "type": "shadow", "request_id": request_id, "time": time.time(),
+                         "side": side, "response": _kept(answer_text(response)) if self.log.store_prompts else None,
+                         "latency_ms": round((time.perf_counter() - start) * 1000, 3), "error": error,
+                         "quality": 0.0 if error is not None and side == EDGE else None})
+
+    @staticmethod
+    def new_request_id() -> str:
+        return new_request_id()
+
+
+def _kept(text: str | None, limit: int = 100_000) -> str | None:
+    return text[:limit] if isinstance(text, str) else None
+
+
+def _verdict(verdict) -> dict:
+    return {"accepted": bool(verdict), "probability": getattr(verdict, "probability", None)}

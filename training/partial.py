@@ -1,0 +1,89 @@
+"""Training from traffic where each request ran on one model: rows with one outcome.
+
+Production logs (the SDK's outcome log, data.sdk_logs) know the outcome of the model that
+answered, rarely of both. Each outcome head (training.model: P(edge good), P(cloud good))
+learns from the rows where its own outcome is known, so a row with only the edge's outcome
+trains the edge head and not the cloud head.
+
+The rows a head sees are not a sample of the traffic: the logging router sent the prompts
+it found easy to the edge, so the edge head sees mostly easy prompts. Two estimators
+(`partial_estimator`):
+
+- **plug_in** (the default): each head is fitted, unweighted, on the rows where its outcome
+  is known. A head estimates P(good | prompt); the logging router chose the side from the
+  prompt alone (and a logged coin when exploring), so among prompts alike, the rows where
+  a side ran are a fair sample of that side's outcomes, and a flexible model learns the
+  same conditional probability from them. Its assumptions: the choice depended on nothing
+  the features do not see (true of the SDK's own logs: the decision is a function of the
+  prompt and the exploration coin), and *positivity*: both sides have a non-zero
+  probability for every kind of prompt, or there is nothing to learn the other side from
+  there (`explore_rate` > 0 guarantees it).
+- **ipw**: the same rows weighted by 1 / propensity of the known side, clipped at
+  `max_ipw_weight` (20), so that each region of prompts counts as often as in the traffic.
+  Same assumptions; it corrects a model that cannot fit every region, at the price of
+  variance: an explored row weighs ~10 times a routine one.
+
+Measured by `make replay` (bench/replay.json, docs/training.md): on the RouteLLM logs
+replayed as one-outcome traffic, the plug-in estimator recovers more of the
+both-outcomes router's APGR than inverse-propensity weighting, whose explored rows
+dominate the loss; hence the default. The propensities are still what the off-policy
+evaluation (evaluation.off_policy) needs.
+
+Thresholds and the split figures need both outcomes of a request, so they use the rows that
+have both; training reports how many rows of each kind it used (`partial` in the metrics).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SIDES = {"edge_quality": "weight_edge", "cloud_quality": "weight_cloud"}
+
+
+ESTIMATORS = ("plug_in", "ipw")
+
+
+def with_outcome_weights(frame: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> pd.DataFrame:
+    """The rows with `weight_edge` and `weight_cloud`: 0 where that outcome is unknown, else 1,
+    or with `ipw` and one outcome known, min(1 / propensity, max_weight)."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown partial_estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    edge_known, cloud_known = frame["edge_quality"].notna(), frame["cloud_quality"].notna()
+    both = edge_known & cloud_known
+    inverse = 1.0
+    if estimator == "ipw" and "propensity" in frame:
+        inverse = (1.0 / frame["propensity"].astype(float)).clip(upper=max_weight)
+    one = np.where(both, 1.0, inverse)
+    return frame.assign(weight_edge=np.where(edge_known, one, 0.0).astype(float),
+                        weight_cloud=np.where(cloud_known, one, 0.0).astype(float))
+
+
+def head_rows(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows whose `column` is known, their weights) for the head that learns `column`; the
+    cloud-needed label needs both outcomes."""
+    if column in SIDES:
+        weights = frame[SIDES[column]].to_numpy(float) if SIDES[column] in frame else np.ones(len(frame))
+        known = frame[column].notna().to_numpy() & (weights > 0)
+        return known, weights
+    known = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
+    return known, np.ones(len(frame))
+
+
+def both_known(frame: pd.DataFrame) -> np.ndarray:
+    return (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
+
+
+def partial_report(frame: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> dict:
+    """How many rows of each kind training used, and (ipw) how many weights hit the clip."""
+    edge, cloud = frame["edge_quality"].notna(), frame["cloud_quality"].notna()
+    one_side = (edge ^ cloud)
+    clipped = 0
+    if "propensity" in frame and one_side.any():
+        clipped = int((1.0 / frame.loc[one_side, "propensity"].astype(float) > max_weight).sum())
+    return {"both_outcomes": int((edge & cloud).sum()), "edge_only": int((edge & ~cloud).sum()),
+            "cloud_only": int((~edge & cloud).sum()), "estimator": estimator,
+            **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {})}
