@@ -1,10 +1,25 @@
-"""`make scale`'s measuring: peak memory over a whole process tree (a Dask run's client,
-scheduler and worker processes), wall time and exit code."""
+"""Training at scale: the streamed, chunked featurization gives the SDK's features bit for bit
+(in one process or a pool, in any chunking), the projection fitted block by block is the
+PCA's, the local engine's per-unit reading and lean merge give load_logs + merge_duplicates'
+frame, the embedding cache stays bounded, and `make scale` records each stage's wall time,
+memory and floor, with peak memory over a whole process tree."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 
-from pipelines.scale import measure
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines.scale import measure, stage_figures
+from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
+from serving.features.spec import FeatureSpec
+from training.embedding_cache import EmbeddingCache
+from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph
+from training.featurize import (ChunkFeaturizer, FeatureRecipe, ProjectionFitter, TokenRows, fit_projection,
+                                table_features)
 
 # A parent holding ~100 MB and a child holding ~300 MB at the same time.
 TREE = """
@@ -15,10 +30,172 @@ child.wait()
 sys.exit(3)
 """
 
+PROMPTS = ["Which organ filters blood?\nA. Heart\nB. Kidney\nC. Lung\nD. Skin\nAnswer:", "", "   ", "short",
+           "Ünïcode café 日本語 and ASCII", "What is 12.5% of $1,240? Show the steps.", "word " * 3000,
+           "```python\ndef add(a, b):\n    return a + b\n```", "tab\there\r\nnew line"]
+
+
+@pytest.fixture(scope="module")
+def static_like():
+    """A static-tier encoder with a random 384-wide token table (the real one is distilled from
+    MiniLM, which takes a minute), and many prompts of varied size and script."""
+    rng = np.random.default_rng(0)
+    table = rng.normal(scale=0.05, size=(30522, 384)).astype(np.float32)
+    tokenizer = minilm_dir() / "tokenizer.json"
+    built = BuiltEncoder(static_encoder_graph(table), tokenizer, 64, False, table=table)
+    spec = FeatureSpec(tier="static", max_tokens=64, max_chars=400, embedding_dim=8)
+    raw = FeatureRecipe(spec, tokenizer.read_bytes(), built.onnx_bytes, table=table)
+    words = ["alpha", "beta", "gamma", "12.5%", "north,", "café", "Zürich", "x=3", "?", "Answer:", "\n"]
+    prompts = PROMPTS + [" ".join(rng.choice(words, size=rng.integers(1, 120))) for _ in range(300)]
+    precisions = [("exact", "standard", "tolerant", None)[i % 4] for i in range(len(prompts))]
+    return built, raw, prompts, precisions
+
+
+def test_chunk_featurizer_gives_the_sdk_extractors_features_bit_for_bit(static_like):
+    built, raw, prompts, precisions = static_like
+    onnx_path = FeatureExtractor(raw.spec, FastTokenizer(built.tokenizer_path), OnnxEncoder(built.onnx_bytes), None)
+    expected = onnx_path.transform(prompts, precisions)
+    assert np.array_equal(ChunkFeaturizer(raw).transform(prompts, precisions), expected)
+    alone = np.concatenate([ChunkFeaturizer(raw).transform([p], [q]) for p, q in zip(prompts[:12], precisions)])
+    assert np.array_equal(alone, expected[:12])
+
+
+def test_streamed_features_equal_one_shot_features_and_the_bundles(static_like):
+    """Chunks of 7 rows featurized in a pool of 2 processes give the bits of one chunk in this
+    process, and the serving recipe's ONNX graph (what the bundle runs) gives them too."""
+    built, raw, prompts, precisions = static_like
+    train = np.arange(len(prompts)) % 10 < 7
+    options = dict(embedding_dim=8, seed=0)
+    plan, one_shot = table_features(built, raw, prompts, precisions, train, chunk_rows=10_000, workers=1, **options)
+    seen = []
+    _, streamed = table_features(built, raw, np.array(prompts, dtype=object), np.array(precisions, dtype=object),
+                                 train, chunk_rows=7, workers=2, pool_min_rows=0, on_batch=seen.append, **options)
+    assert np.array_equal(streamed, one_shot) and sum(seen) == len(prompts) and max(seen) == 7
+    assert np.array_equal(plan.serving.extractor().transform(prompts, precisions), one_shot)
+    # The projection is the PCA of the training rows' raw embeddings, as scikit-learn fits it.
+    raw_rows = ChunkFeaturizer(raw).transform([p for p, t in zip(prompts, train) if t],
+                                              [q for q, t in zip(precisions, train) if t])[:, -384:]
+    expected = fit_projection(raw_rows, 8, seed=0)
+    assert np.array_equal(plan.projection.components, expected.components)
+
+
+def test_token_rows_keep_each_prompts_ids():
+    ids = np.array([[5, 6, 7], [8, 0, 0], [0, 0, 0], [9, 10, 0]])
+    tokens = TokenRows.from_padded(ids, (ids > 0).astype(np.int64))
+    assert tokens.ids.dtype == np.uint16 and tokens.lengths.tolist() == [3, 1, 0, 2]
+    assert tokens.subset(np.array([True, False, True, True])).ids.tolist() == [5, 6, 7, 9, 10]
+    assert tokens.slice(1, 4).ids.tolist() == [8, 9, 10]
+    both = TokenRows.concat([tokens.slice(0, 2), tokens.slice(2, 4)])
+    assert both.ids.tolist() == tokens.ids.tolist() and both.lengths.tolist() == tokens.lengths.tolist()
+    assert tokens.counts(11).toarray()[0, 5:8].tolist() == [1, 1, 1]
+
+
+def test_projection_fitted_block_by_block_is_the_pca():
+    rng = np.random.default_rng(1)
+    raw = (rng.normal(size=(3_000, 24)) @ rng.normal(size=(24, 24)) + 3.0).astype(np.float32)
+    exact = ProjectionFitter(5, seed=0, exact_rows=3_000)
+    for block in np.array_split(raw, 7):
+        exact.add(block)
+    reference = fit_projection(raw, 5, seed=0)
+    assert np.array_equal(exact.projection().components, reference.components)  # held: scikit-learn itself
+    streamed = ProjectionFitter(5, seed=0, exact_rows=400)
+    for block in np.array_split(raw, 7):
+        streamed.add(block)
+    projection = streamed.projection()
+    assert streamed.n_folded == 3_000 and not streamed.held
+    assert np.allclose(projection.mean, reference.mean, rtol=0, atol=1e-12)
+    assert np.allclose(projection.components, reference.components, rtol=0, atol=1e-9)  # signs included
+
+
+def test_the_embedding_cache_is_bounded_and_keeps_the_newest(tmp_path):
+    cache = EmbeddingCache(tmp_path / "cache.sqlite", "enc-v1", max_rows=5)
+    texts = [f"prompt {i}" for i in range(12)]
+    for start in range(0, 12, 4):
+        cache.put_many(texts[start:start + 4], np.tile(np.arange(4, dtype=np.float32), (4, 1)) + start)
+    assert len(cache) == 5
+    found = cache.get_many(texts)
+    assert [v is not None for v in found] == [False] * 7 + [True] * 5
+    assert found[-1].tolist() == [8.0, 9.0, 10.0, 11.0]
+    assert EmbeddingCache(tmp_path / "cache.sqlite", "enc-v2").get_many(texts[-1:]) == [None]
+
+
+def test_local_engine_reads_and_merges_like_load_logs_and_merge_duplicates(tmp_path):
+    """Per-unit reading (one frame per file, types as one frame would have them) and the lean
+    merge give the frame of load_logs + merge_duplicates, row for row, on files of different
+    formats and columns with repeated prompts across them."""
+    from data.logs import load_logs
+    from data.prepare import merge_duplicates
+    from data.simulator import write_shards
+    from training.config import TrainConfig
+    from training.engines.local import merge_repeats, read_valid_rows
+
+    shards = write_shards(tmp_path / "logs", 3_000, rows_per_shard=1_000, seed=5)
+    repeats = pd.read_parquet(shards[0]).head(30)[["prompt", "edge_quality", "cloud_quality", "precision"]]
+    repeats = repeats.assign(edge_quality=1.0, cloud_quality=0.0)
+    lines = [json.dumps({k: v for k, v in row.items() if v is not None}) for row in repeats.to_dict("records")]
+    (tmp_path / "logs" / "extra.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = TrainConfig(data=[str(tmp_path / "logs")], reports_dir=str(tmp_path / "reports"))
+    valid, logs = read_valid_rows(config.data, config)
+    expected = load_logs(config.data).frame()
+    assert logs.n_read == 3_030 and (tmp_path / "reports" / "rejects.jsonl").exists()
+    assert valid["prompt"].dtype == object
+    pd.testing.assert_frame_equal(valid.astype({"prompt": expected["prompt"].dtype}), expected)
+    merged = merge_repeats(valid)
+    assert (merged["n_merged"] > 1).sum() >= 30
+    pd.testing.assert_frame_equal(merged.astype({"prompt": expected["prompt"].dtype}), merge_duplicates(expected))
+
 
 def test_measure_sums_the_process_tree_and_keeps_the_exit_code(tmp_path):
     figures = measure([sys.executable, "-c", TREE], tmp_path / "log.txt", interval=0.05)
-    assert figures["exit_code"] == 3
+    assert figures["exit_code"] == 3 and not figures["timed_out"]
     assert figures["wall_s"] >= 1.5
     assert 300 <= figures["peak_rss_largest_mb"] < 420
     assert figures["peak_rss_total_mb"] >= figures["peak_rss_largest_mb"] + 90  # parent and child together
+    stopped = measure([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log2.txt", interval=0.05,
+                      time_limit=0.5)
+    assert stopped["timed_out"] and stopped["wall_s"] < 20
+
+
+def test_stage_clock_records_each_stages_time_and_its_own_peak(tmp_path):
+    """Each stage's peak is its own (the high-water mark is reset when a stage begins), the
+    stage log says when each ran, and make scale attributes its memory samples to them."""
+    code = ("import time; from training.stages import StageClock; t = {}; c = StageClock(t); c.begin('big'); "
+            "x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.5); del x; "
+            "c.begin('small'); time.sleep(0.5); c.end(); print(t)")
+    log = tmp_path / "stages.jsonl"
+    figures = measure([sys.executable, "-c", code], tmp_path / "out.txt", interval=0.05,
+                      env={**os.environ, "ROUTER_STAGE_LOG": str(log)})
+    stages = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [s["stage"] for s in stages] == ["big", "small"]
+    by_name = stage_figures(stages, figures["samples"])
+    assert by_name["big"]["peak_rss_main_mb"] > 300 > by_name["small"]["peak_rss_main_mb"]
+    assert by_name["big"]["peak_rss_total_mb"] > 300 > by_name["small"]["peak_rss_total_mb"]
+    assert all(s["wall_s"] >= 0.5 for s in by_name.values())
+
+
+@pytest.mark.slow
+def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
+    """`make scale` on 2,000 simulated rows, local engine: per run and per stage, wall time,
+    peak memory (tree and largest process) and the stage floors measured in the same run."""
+    from typer.testing import CliRunner
+    import typer
+
+    from pipelines.scale import main
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "encoders").symlink_to(encoder_cache / "encoders", target_is_directory=True)
+    (encoder_cache / "encoders").mkdir(exist_ok=True)
+    app = typer.Typer()
+    app.command()(main)
+    out = tmp_path / "scale.json"
+    done = CliRunner().invoke(app, ["--rows", "2000", "--engines", "local", "--work", str(tmp_path),
+                                    "--rows-per-shard", "1000", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    [run] = json.loads(out.read_text())["results"]
+    assert run["exit_code"] == 0 and run["test_apgr"] > 0.5 and run["cpu_s"] > 0
+    stages = run["stages"]
+    assert {"read_validate", "merge", "featurize", "fit", "thresholds", "export_parity", "mlflow"} <= set(stages)
+    for name in ("read_validate", "merge", "featurize", "fit", "export_parity", "mlflow"):
+        assert stages[name]["floor_s"] > 0, name
+    assert all(s["wall_s"] >= 0 and s["peak_rss_total_mb"] >= s["peak_rss_largest_mb"] > 50 for s in stages.values())
+    assert "featurize" in done.output and "floor" in done.output

@@ -94,13 +94,14 @@ def test_run_is_tracked_and_registered(trained):
     assert TrainConfig.from_file(saved) == cfg  # the logged config reproduces the run
 
 
-def test_second_run_reuses_cached_embeddings(trained, small_routellm, encoder_cache, tmp_path):
+def test_second_run_recomputes_static_embeddings_to_the_same_router(trained, small_routellm, encoder_cache, tmp_path):
+    """The static tier keeps no embedding cache (recomputing is cheaper than reading 1.5 KB back;
+    the transformer tier's cache: test_scale and the transformer test below): a second run gives
+    the same figures."""
     cfg, first = trained
     second = run(config_for(tmp_path, small_routellm, encoder_cache))
-    rows = first.metrics["test"]["rows"] + first.metrics["val"]["rows"]
-    assert second.metrics["embedding_cache"]["computed"] == 0
-    assert second.metrics["embedding_cache"]["hits"] > rows
-    assert second.metrics["test"]["learned"]["apgr"] == pytest.approx(first.metrics["test"]["learned"]["apgr"])
+    assert second.metrics["embedding_cache"] == {"used": False, "hits": 0, "computed": 0}
+    assert second.metrics["test"]["learned"]["apgr"] == first.metrics["test"]["learned"]["apgr"]
 
 
 def test_full_logs_beat_the_rule_table(trained_full):

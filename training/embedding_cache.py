@@ -1,8 +1,15 @@
-"""On-disk cache of raw embeddings, keyed by encoder and text hash (SQLite, one table).
+"""On-disk cache of raw embeddings for encoders that are slow to run (the transformer tier).
 
-A second `make train` on the same logs reads every embedding from here instead of
-running the encoder again. The key includes the encoder's identity (weights hash, tier,
-token limit), so a different model never reads stale vectors.
+A second `make train` on the same logs reads every transformer embedding from here instead
+of running MiniLM again (~20 ms a prompt). The static tier does not use it: recomputing a
+static embedding (a sparse product over the prompt's token ids, training.featurize) costs
+less than reading 1.5 KB back from SQLite.
+
+Compact: one SQLite table keyed by 16 bytes, the SHA-256 of the encoder's identity (weights
+hash, tier, token limit) and the text, so a different model never reads stale vectors and
+no row repeats the encoder's name; the vector is its float32 bytes. Bounded: at most
+`max_rows` vectors (default 500,000: ~0.8 GB for 384-wide vectors); past it the oldest
+written are deleted first.
 """
 from __future__ import annotations
 
@@ -13,41 +20,56 @@ from typing import Sequence
 
 import numpy as np
 
+DEFAULT_MAX_ROWS = 500_000
+_BATCH = 500  # SQLite caps bound parameters per statement
+
 
 class EmbeddingCache:
-    """get/put float32 vectors by (encoder key, text)."""
+    """get/put float32 vectors by (encoder key, text), keeping the newest `max_rows`."""
 
-    def __init__(self, path: Path, encoder_key: str):
+    def __init__(self, path: Path, encoder_key: str, *, max_rows: int = DEFAULT_MAX_ROWS):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.path, self.encoder_key = path, encoder_key
+        self.path, self.encoder_key, self.max_rows = path, encoder_key, max_rows
         self.db = sqlite3.connect(str(path))
-        self.db.execute("CREATE TABLE IF NOT EXISTS embeddings (encoder TEXT, text_hash TEXT, "
-                        "vector BLOB, PRIMARY KEY (encoder, text_hash))")
+        self.db.execute("DROP TABLE IF EXISTS embeddings")  # the earlier layout (hex keys, encoder per row)
+        # `age` (the rowid) orders rows by when they were written, for eviction.
+        self.db.execute("CREATE TABLE IF NOT EXISTS vectors (age INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, "
+                        "vector BLOB NOT NULL)")
+        self.db.commit()
         self.hits = self.misses = 0
 
-    @staticmethod
-    def text_hash(text: str) -> str:
-        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    def key(self, text: str) -> bytes:
+        digest = hashlib.sha256(self.encoder_key.encode())
+        digest.update(b"\0")
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        return digest.digest()[:16]
+
+    def __len__(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
 
     def get_many(self, texts: Sequence[str]) -> list[np.ndarray | None]:
-        hashes = [self.text_hash(t) for t in texts]
-        found: dict[str, bytes] = {}
-        for start in range(0, len(hashes), 500):  # SQLite caps bound parameters
-            chunk = hashes[start: start + 500]
+        keys = [self.key(t) for t in texts]
+        found: dict[bytes, bytes] = {}
+        for start in range(0, len(keys), _BATCH):
+            chunk = keys[start: start + _BATCH]
             marks = ",".join("?" * len(chunk))
-            found.update(self.db.execute(
-                f"SELECT text_hash, vector FROM embeddings WHERE encoder = ? AND text_hash IN ({marks})",
-                [self.encoder_key, *chunk]))
-        out = [np.frombuffer(found[h], dtype=np.float32) if h in found else None for h in hashes]
+            found.update(self.db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk))
+        out = [np.frombuffer(found[k], dtype=np.float32) if k in found else None for k in keys]
         hit = sum(v is not None for v in out)
         self.hits, self.misses = self.hits + hit, self.misses + len(out) - hit
         return out
 
     def put_many(self, texts: Sequence[str], vectors: np.ndarray) -> None:
-        rows = [(self.encoder_key, self.text_hash(t), np.asarray(v, dtype=np.float32).tobytes())
-                for t, v in zip(texts, vectors)]
+        rows = [(self.key(t), np.asarray(v, dtype=np.float32).tobytes()) for t, v in zip(texts, vectors)]
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)", rows)
+            self.db.executemany("INSERT OR REPLACE INTO vectors (key, vector) VALUES (?, ?)", rows)
+            self._evict()
+
+    def _evict(self) -> None:
+        """Delete the oldest vectors beyond `max_rows`."""
+        extra = len(self) - self.max_rows
+        if extra > 0:
+            self.db.execute("DELETE FROM vectors WHERE age IN (SELECT age FROM vectors ORDER BY age LIMIT ?)", (extra,))
 
     def close(self) -> None:
         self.db.close()

@@ -7,6 +7,7 @@ MLflow run with its registered model version.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,13 @@ from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
 from training.config import TrainConfig
 
 PARITY_TOLERANCE = 1e-5
+
+# LightGBM's OpenMP threads spin while they wait for each other. Where other processes compete
+# for the cores (a shared 2-core VM), a spinning thread waits for one that is not running: a
+# boosting round on 70,000 rows took 364 ms instead of 31 ms (docs/performance.md, "Training at
+# scale"). Passive waiting leaves the trees as they are. Set before LightGBM is loaded (engines
+# import it on use; Dask's LocalCluster workers inherit it); a value already set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 NOVELTY_FILE = "novelty.npz"
 
 
@@ -187,21 +195,26 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
 
     from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.export import heads_to_onnx
+    from training.stages import StageClock, metrics_of
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
 
-    t0 = time.perf_counter()
+    clock = StageClock(timings)
+    clock.begin("acceptance")
     acceptance = acceptance_check(config, fitted)
-    timings["acceptance_s"] = time.perf_counter() - t0
+    clock.begin("thresholds")
     thresholds = choose_thresholds(config, fitted)
+    clock.begin("familiarity")
     novelty_file, novelty = familiarity(config, fitted)
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     metrics = {**split_figures(config, fitted, thresholds),
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
                **({"acceptance": accepted} if accepted else {}), **fitted.notes}
+    clock.begin("mlflow")
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
+        clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file,
@@ -213,11 +226,13 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
                                                           public_key=_public_key(signing_key))
             metrics["acceptance_parity_max_abs_diff"] = check_acceptance_parity(
                 staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key))
+            clock.begin("mlflow")
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
-        timings["total_s"] = time.perf_counter() - timings["start"]
-    mlflow.log_metrics({f"time.{k}": v for k, v in timings.items() if k != "start"}, run_id=run_id)
+    clock.end()
+    timings["total_s"] = time.perf_counter() - timings["start"]
+    mlflow.log_metrics(metrics_of(timings), run_id=run_id)
     return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest,
                        fitted.splits["test"])
 

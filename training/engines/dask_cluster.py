@@ -152,16 +152,17 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
     import dask
 
     from training.engines import dask_partitions as de
-    from training.featurize import fit_projection, n_scalar_features, plan_from, raw_stage
+    from training.featurize import fit_projection, plan_from, raw_stage, raw_width
 
     built, raw = raw_stage(config.tier, embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
                            max_chars=config.max_chars, cache_dir=Path(config.cache_dir))
-    raw_width = raw.transform(["width probe"], [None]).shape[1] - n_scalar_features(raw.spec)
+    width = raw_width(raw)
     report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
     unmerged = _prepare(valid[list(de.ROUTING_COLUMNS)].assign(n_merged=1), config)
     pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
-    raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, client.scatter(raw, broadcast=True),
-                                             meta={f"raw_{i}": np.float32 for i in range(raw_width)})
+    recipe = client.scatter(raw.for_workers(), broadcast=True)
+    raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, recipe,
+                                             meta={f"raw_{i}": np.float32 for i in range(width)})
     with de.stage("raw embeddings for the projection, repeated prompts"):
         raw_sample, repeated_rows = dask.compute(raw_embeddings, _repeated_rows(valid, repeated))
     prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
@@ -176,7 +177,7 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
 
     from training.engines import dask_partitions as de
 
-    recipe = client.scatter(plan.serving, broadcast=True)
+    recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
     keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
             "split")
     val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
@@ -212,18 +213,24 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     from training.engines import dask_partitions as de
     from training.model import predict, target_columns
+    from training.stages import StageClock
 
+    clock = StageClock(timings)
+    clock.begin("cluster")
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client:
         workers = len(client.scheduler_info()["workers"])
         console.print(f"[bold]dask[/]: {workers} workers at {client.scheduler.address}")
         t0 = time.perf_counter()
+        clock.begin("read_validate")
         valid, repeated, report = _read_and_check(config)
         timings["load_s"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
+        clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
         responses = _response_rows(valid, config)
         plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
         print_logs(console, report)
+        clock.begin("featurize")
         train, val, test = _features(client, config, plan, prepared, report, target_columns(config.objective))
         timings["features_s"] = time.perf_counter() - t1
         names = plan.spec.feature_names
@@ -231,6 +238,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                       f"training rows; samples: {len(val)} validation, {len(test)} test rows")
 
         t2 = time.perf_counter()
+        clock.begin("fit")
         with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
             heads = _fit_heads(client, config, train, val, names)
         timings["fit_s"] = time.perf_counter() - t2
@@ -240,6 +248,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
         embeddings[name] = x[:, -plan.spec.embedding_dim:]
+    clock.end()
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
     return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes)

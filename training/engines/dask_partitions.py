@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from data.logs import read_unit
-from data.prepare import QUALITY_AND_COSTS, content_sum64, hash_uniform, missing_text_as_none, prompt_hash
+from data.prepare import QUALITY_AND_COSTS, content_sum64, hash_uniform, missing_text_as_none
 from data.schema import COLUMNS, RESPONSE_COLUMNS, RESPONSE_NUMBERS
 
 REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason")
@@ -67,8 +67,9 @@ def unit_frame(path: str) -> pd.DataFrame:
 
 
 def prompt_keys(prompts: pd.Series) -> np.ndarray:
-    """64-bit content key of each prompt (for finding duplicates across partitions)."""
-    return np.array([int(prompt_hash(p)[:16], 16) for p in prompts], dtype=np.uint64)
+    """64-bit content key of each prompt (for finding duplicates across partitions): pandas'
+    vectorised SipHash with its fixed key, the same on every worker and machine."""
+    return pd.util.hash_array(prompts.to_numpy(dtype=object)).astype(np.uint64)
 
 
 def with_keys(frame: pd.DataFrame) -> pd.DataFrame:

@@ -10,21 +10,24 @@ import numpy as np
 from evaluation.rows import Rows
 from training.config import TrainConfig
 from training.engines.base import Fitted, print_logs, split_and_label
+from training.stages import StageClock
 
 
-def prepare_frame(config: TrainConfig):
+def prepare_frame(config: TrainConfig, clock=None):
     """Validated, de-duplicated rows with split and label columns, the load report, and the rows
-    that carry an edge answer (data.prepare.response_rows: as logged, not merged)."""
+    that carry an edge answer (data.prepare.response_rows: as logged, not merged). `clock`
+    (training.stages.StageClock) times reading and merging as two stages."""
     from data.location import default_data_paths
-    from data.logs import load_logs
-    from data.prepare import fingerprint, merge_duplicates, response_rows
+    from data.prepare import fingerprint, response_rows
     from training.partial import partial_report, with_outcome_weights
 
+    clock = clock or StageClock({})
     paths = config.data or default_data_paths()
-    logs = load_logs(paths, max_reject_share=config.max_reject_share, rejects_path=config.rejects_path)
-    valid = logs.frame()
+    clock.begin("read_validate")
+    valid, logs = read_valid_rows(paths, config)
+    clock.begin("merge")
     weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
-    frame = split_and_label(merge_duplicates(with_outcome_weights(valid, **weighing)), config)
+    frame = split_and_label(merge_repeats(with_outcome_weights(valid, **weighing)), config)
     report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
               "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects), "rejects_file": str(config.rejects_path),
               "duplicates_merged": int((frame["n_merged"] - 1).sum()),
@@ -32,6 +35,73 @@ def prepare_frame(config: TrainConfig):
     responses = response_rows(valid, val_share=config.val_share, test_share=config.test_share,
                               salt=config.split_salt)
     return frame, report, responses
+
+
+def read_valid_rows(paths, config: TrainConfig):
+    """The valid rows as one frame, and a LoadedLogs with the rejects and the count of what was
+    read: load_logs' result, read one loading unit at a time (data.logs.read_unit) and each
+    turned into a frame at once, so the rows never exist as one list of dicts (~2 KB a row,
+    more than the frame). Rejects are written and the reject share checked as load_logs does."""
+    from data.logs import LoadedLogs, check_reject_share, loading_units, read_unit
+
+    if not 0.0 <= config.max_reject_share <= 1.0:
+        raise ValueError(f"max_reject_share must be in [0, 1], got {config.max_reject_share!r}")
+    logs, frames = LoadedLogs(rows=[]), []
+    for unit in loading_units(paths):
+        loaded = read_unit(unit)
+        frames.append(_prompts_as_objects(loaded.frame()))
+        logs.rejects.extend(loaded.rejects)
+        logs.n_read += loaded.n_read
+    logs.write_rejects(config.rejects_path)
+    check_reject_share(n_valid=sum(map(len, frames)), n_read=logs.n_read, rejects=logs.rejects,
+                       max_reject_share=config.max_reject_share, paths=paths, rejects_path=config.rejects_path)
+    return concat_like_one_frame(frames), logs
+
+
+def _prompts_as_objects(frame):
+    """Prompts as Python strings (object column), not an Arrow string column: filtering and
+    merging then copy 8-byte references instead of every prompt's text, and a featurized
+    chunk's list of prompts is free."""
+    frame["prompt"] = frame["prompt"].astype(object)
+    return frame
+
+
+def concat_like_one_frame(frames):
+    """The units' frames as one, with the column types one frame of all their rows would have
+    had: a column absent from a unit is all None there (object), and takes the type of the
+    units that have values in it (float, or pandas' string type)."""
+    import pandas as pd
+
+    whole = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+    for column in whole.columns:
+        kinds = {f[column].dtype for f in frames if f[column].notna().any()}
+        if len(kinds) == 1 and whole[column].dtype not in kinds:
+            whole[column] = whole[column].astype(kinds.pop())
+    return whole
+
+
+def merge_repeats(valid):
+    """data.prepare.merge_duplicates' result, the same rows in the same order, with only the
+    repeated prompts going through it: each prompt's first row stands in place, and the merged
+    values are written over the repeated ones. The frame is filtered once instead of copied
+    several times (it holds every prompt)."""
+    import pandas as pd
+
+    from data.prepare import merge_duplicates, missing_text_as_none
+    from data.schema import RESPONSE_COLUMNS
+
+    valid = valid.drop(columns=[c for c in RESPONSE_COLUMNS if c in valid])  # as merge_duplicates does
+    codes, _ = pd.factorize(valid["prompt"])
+    repeated = np.bincount(codes)[codes] > 1
+    first = np.zeros(len(codes), dtype=bool)
+    first[np.unique(codes, return_index=True)[1]] = True
+    out = valid[first].assign(n_merged=1)
+    if repeated.any():
+        merged = merge_duplicates(valid[repeated])  # in order of first appearance, like their rows in `out`
+        at = np.flatnonzero(repeated[first])
+        for column in merged.columns.drop("prompt"):
+            out.iloc[at, out.columns.get_loc(column)] = merged[column].to_numpy()
+    return missing_text_as_none(out.reset_index(drop=True))
 
 
 def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
@@ -43,17 +113,19 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 def _features(config: TrainConfig, frame, console):
     from rich.progress import Progress
 
-    from training.featurize import featurize
+    from training.featurize import default_workers, featurize
 
     train = (frame["split"] == "train").to_numpy()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"features ({config.tier} tier)", total=len(frame))
-        feats = featurize(frame["prompt"].tolist(), frame["precision"].tolist(), train, tier=config.tier,
+        # The columns as they are (no list copies): each chunk is read from them while it is featurized.
+        feats = featurize(frame["prompt"].to_numpy(), frame["precision"].to_numpy(), train, tier=config.tier,
                           embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
                           max_chars=config.max_chars, cache_dir=Path(config.cache_dir), seed=config.seed,
-                          on_batch=lambda n: progress.advance(task, n))
-    console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; embedding cache "
-                  f"{feats.cache_hits} hits / {feats.cache_misses} computed")
+                          workers=default_workers(), on_batch=lambda n: progress.advance(task, n))
+    cache = (f"embedding cache {feats.cache_hits} hits / {feats.cache_misses} computed" if feats.cache_used
+             else "no embedding cache (recomputing a static embedding is cheaper than reading it)")
+    console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; {cache}")
     return feats
 
 
@@ -67,15 +139,18 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     from training.model import blank_declared_precision, fit_booster, fit_heads, predict, target_columns
     from training.partial import both_known, head_rows
 
+    clock = StageClock(timings)
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
-        frame, data_report, responses = prepare_frame(config)
+        frame, data_report, responses = prepare_frame(config, clock)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
 
     t1 = time.perf_counter()
+    clock.begin("featurize")
     feats = _features(config, frame, console)
     timings["features_s"] = time.perf_counter() - t1
+    clock.begin("fit")
 
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
@@ -110,5 +185,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                                     probabilities={k: v[rows] for k, v in probabilities.items()})
               for name, rows in chosen.items()}
     embeddings = {name: x[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
+    clock.end()
     return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses,
-                  notes={"embedding_cache": {"hits": feats.cache_hits, "computed": feats.cache_misses}})
+                  notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
+                                             "computed": feats.cache_misses}})
