@@ -7,8 +7,8 @@ that training joins to it later (a user rating, a downstream check, a judge's sc
 other model's answer. The folder is a training input as is: `make train --data logs/`
 detects the format (data.sdk_logs).
 
-Writing never holds up a request: records go into a bounded queue and one daemon thread
-serialises and appends them to JSON-lines files, flushed after every batch, rotated at
+Writing never holds up a request: records (or callables that build them) go into a bounded
+queue and one daemon thread builds, serialises and appends them to JSON-lines files, flushed after every batch, rotated at
 `max_file_bytes`. So a killed process loses only the records still queued. When the queue
 is full, a record is dropped and counted; when the disk refuses a write (full, read-only,
 gone), the log warns once, counts the records it could not write, and keeps trying with
@@ -63,8 +63,10 @@ class OutcomeLog:
         self._thread.start()
 
     # The request path: never blocks, never raises.
-    def append(self, record: dict) -> bool:
-        """Queue one record; False (and counted in `dropped`) when the queue is full or closed."""
+    def append(self, record: dict | Callable[[], dict]) -> bool:
+        """Queue one record, or a callable that returns it: the writer thread calls it, so the
+        request pays only for queueing. False (and counted in `dropped`) when the queue is
+        full or closed."""
         if self._closed:
             self._count_dropped(1)
             return False
@@ -112,11 +114,13 @@ class OutcomeLog:
                     self._file.close()
                 return
 
-    def _line(self, record: dict) -> bytes | None:
+    def _line(self, record: dict | Callable[[], dict]) -> bytes | None:
         try:
+            if callable(record):
+                record = record()
             return (json.dumps(self._redacted(record), ensure_ascii=False, allow_nan=False) + "\n").encode(
                 "utf-8", "surrogatepass")
-        except Exception as exc:  # a redact hook that raised, a value JSON cannot hold
+        except Exception as exc:  # a redact hook or record builder that raised, a value JSON cannot hold
             self._count_dropped(1)
             self._warn_once(f"outcome record not written: {exc!r}"[:300])
             return None

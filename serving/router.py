@@ -177,45 +177,49 @@ class Router:
         With an outcome log (Router.load(log=...)), the request is recorded, explored and
         shadowed as serving.traffic says; `request_id` (default: a new one, returned as
         `Execution.request_id`) is what router.feedback() takes."""
-        from serving.execute import CloudCallError, execute
+        from serving.execute import execute
 
+        routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
+        options = {"edge_context_tokens": routing.edge_context_tokens, "edge_timeout_s": edge_timeout_s,
+                   "verify_edge_zone": verify_edge_zone, "edge_pool": edge_pool}
+        request = self._traffic.request(routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud,
+                                        request_id=request_id)
+        if request is None:
+            return execute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
+        with request:  # recorded on the way out, a CloudCallError included
+            request.execution = execute(request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept,
+                                        **options)
+        return request.execution
+
+    async def aexecute(self, prompt: str, edge, cloud, *, precision: str | None = None,
+                       edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
+                       request_id: str | None = None, shadow: bool = True):
+        """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt
+        (serving.execute.aexecute: an overrunning edge call is cancelled). The same decision,
+        accept check, outcome record, exploration and shadow runs (as a task on this loop;
+        shadow=False for calls whose answers are not plain values, such as streams)."""
+        from serving.execute import aexecute
+
+        routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
+        options = {"edge_context_tokens": routing.edge_context_tokens, "edge_timeout_s": edge_timeout_s,
+                   "verify_edge_zone": verify_edge_zone}
+        request = self._traffic.request(routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud,
+                                        request_id=request_id, asynchronous=True, shadow=shadow)
+        if request is None:
+            return await aexecute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
+        with request:
+            request.execution = await aexecute(request.decision, prompt, edge=edge, cloud=cloud,
+                                               accept=request.accept, **options)
+        return request.execution
+
+    def _prepared(self, prompt: str, edge, cloud, precision: str | None, accept):
+        """(the bundle serving this request, its decision, the accept check): all from one
+        Routing, so an update() meanwhile changes none of them."""
         if not callable(edge) or not callable(cloud):
             raise TypeError("edge and cloud must be callables taking the prompt")
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
-        routing, traffic = self._routing, self._traffic  # decision, context limit, acceptor: one bundle
+        routing = self._routing
         precision = check_precision(precision)
         decision = routing.decisions([check_prompt(prompt)], [precision])[0]
-        if accept == "learned":
-            accept = routing.learned_accept(prompt)
-        if traffic.log is None:
-            return execute(decision, prompt, edge=edge, cloud=cloud, edge_context_tokens=routing.edge_context_tokens,
-                           edge_timeout_s=edge_timeout_s, accept=accept, verify_edge_zone=verify_edge_zone,
-                           edge_pool=edge_pool)
-        request_id = request_id or traffic.new_request_id()
-        decision, explored, propensity = traffic.explore(decision, routing.edge_context_tokens)
-        verdicts: list = []
-        if accept is not None:
-            check = accept
-
-            def accept(answer):  # noqa: F811 - the same check, its verdict kept for the record
-                verdict = check(answer)
-                verdicts.append(verdict)
-                return verdict
-
-        execution = error = None
-        try:
-            execution = execute(decision, prompt, edge=edge, cloud=cloud,
-                                edge_context_tokens=routing.edge_context_tokens, edge_timeout_s=edge_timeout_s,
-                                accept=accept, verify_edge_zone=verify_edge_zone, edge_pool=edge_pool)
-            execution.request_id = request_id
-            return execution
-        except CloudCallError as exc:
-            error = exc
-            raise
-        finally:
-            traffic.record(request_id=request_id, prompt=prompt, precision=precision, decision=decision,
-                           execution=execution, error=error, explored=explored, propensity=propensity,
-                           verdicts=verdicts, features=None if traffic.log.store_prompts else
-                           routing.model_inputs(prompt, precision))
-            traffic.maybe_shadow(request_id=request_id, prompt=prompt, execution=execution, edge=edge, cloud=cloud)
+        return routing, decision, routing.learned_accept(prompt) if accept == "learned" else accept

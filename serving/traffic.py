@@ -18,11 +18,13 @@ served, the side that did not answer runs too, on a background thread (at most
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import random
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from serving.contract import CLOUD, EDGE, FALLBACK, first_target
 from serving.decision import Decision
@@ -57,6 +59,7 @@ class Traffic:
                              "exploring without recording what happened teaches nothing")
         self._random = random.Random(seed)
         self._shadows = threading.BoundedSemaphore(max_shadows)
+        self._tasks: set = set()
         self.shadows_skipped = 0
 
     def explore(self, decision: Decision, edge_context_tokens: int) -> tuple[Decision, bool, float]:
@@ -72,34 +75,14 @@ class Traffic:
                                               f"instead of {decision.target}; {decision.reason}")
         return explored, True, self.explore_rate
 
-    def record(self, *, request_id: str, prompt: str, precision: str | None, decision: Decision, execution,
-               error: BaseException | None, explored: bool, propensity: float, verdicts: list, features) -> None:
-        """Append the request's record (never raises: the log counts what it could not write)."""
+    def request(self, routing, prompt: str, precision: str | None, decision: Decision, *, accept, edge: Callable,
+                cloud: Callable, request_id: str | None, asynchronous: bool = False,
+                shadow: bool = True) -> "Request | None":
+        """The logged request for one execute() (None without a log: nothing to record)."""
         if self.log is None:
-            return
-        steps = execution.steps if execution is not None else getattr(error, "steps", [])
-        served_by = execution.served_by if execution is not None else None
-        response = execution.response if execution is not None else None
-        edge_step = next((s for s in steps if s.name == "edge"), None)
-        record = {
-            "log": LOG_FORMAT, "type": "request", "request_id": request_id, "time": time.time(),
-            "prompt": prompt if self.log.store_prompts else None,
-            "features": None if self.log.store_prompts else features,
-            "precision": precision, "model_version": decision.model_version, "score": decision.score,
-            "zone": decision.zone, "target": decision.target, "p_edge": decision.p_edge, "p_cloud": decision.p_cloud,
-            "novelty": decision.novelty, "explored": explored, "propensity": propensity,
-            "served_by": served_by, "fallback_reason": execution.fallback_reason if execution is not None else None,
-            "error": repr(error)[:300] if error is not None else None,
-            "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],
-            "accept": _verdict(verdicts[-1]) if verdicts else None,
-            "edge_response": _kept(answer_text(response)) if served_by == EDGE and self.log.store_prompts else None,
-            "cloud_response": _kept(answer_text(response)) if served_by == CLOUD and self.log.store_prompts else None,
-            # An edge call that failed or timed out is an observed edge failure; everything
-            # else is known only from later feedback (router.feedback, make label).
-            "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
-            "cloud_quality": None,
-        }
-        self.log.append(record)
+            return None
+        return Request(self, routing, prompt, precision, decision, accept=accept,
+                       calls=(edge, cloud) if shadow else None, request_id=request_id, asynchronous=asynchronous)
 
     def feedback(self, request_id: str, *, edge_quality=None, cloud_quality=None, source: str | None = None) -> bool:
         """Append a later outcome for a request; False when there is no log or it dropped the record."""
@@ -113,9 +96,10 @@ class Traffic:
         return self.log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time(),
                                 "edge_quality": edge, "cloud_quality": cloud, "source": source})
 
-    def maybe_shadow(self, *, request_id: str, prompt: str, execution, edge: Callable, cloud: Callable) -> bool:
-        """Run the side that did not answer, off the request path, on a sampled share of requests."""
-        if self.log is None or not self.shadow_rate or execution is None or self._random.random() >= self.shadow_rate:
+    def maybe_shadow(self, request: "Request", execution, edge: Callable, cloud: Callable) -> bool:
+        """Run the side that did not answer, off the request path, on a sampled share of requests:
+        on a thread, or for an async request as a task on its event loop."""
+        if not self.shadow_rate or execution is None or self._random.random() >= self.shadow_rate:
             return False
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
         side = CLOUD if execution.served_by == EDGE else EDGE
@@ -124,9 +108,14 @@ class Traffic:
         if not self._shadows.acquire(blocking=False):
             self.shadows_skipped += 1
             return False
-        thread = threading.Thread(target=self._shadow, args=(request_id, prompt, side, edge if side == EDGE else cloud),
-                                  daemon=True, name="router-shadow")
-        thread.start()
+        fn = edge if side == EDGE else cloud
+        if request.asynchronous:
+            task = asyncio.get_running_loop().create_task(self._ashadow(request.request_id, request.prompt, side, fn))
+            self._tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._tasks.discard)
+        else:
+            threading.Thread(target=self._shadow, args=(request.request_id, request.prompt, side, fn), daemon=True,
+                             name="router-shadow").start()
         return True
 
     def _shadow(self, request_id: str, prompt: str, side: str, fn: Callable[[str], Any]) -> None:
@@ -137,14 +126,91 @@ class Traffic:
             error = repr(exc)[:300]
         finally:
             self._shadows.release()
+        self._shadow_record(request_id, side, start, response, error)
+
+    async def _ashadow(self, request_id: str, prompt: str, side: str, fn: Callable[[str], Awaitable[Any]]) -> None:
+        start, response, error = time.perf_counter(), None, None
+        try:
+            response = await fn(prompt)
+        except BaseException as exc:  # cancelled with its loop, or failed: never reaches the app
+            error = repr(exc)[:300]
+        finally:
+            self._shadows.release()
+        self._shadow_record(request_id, side, start, response, error)
+
+    def _shadow_record(self, request_id: str, side: str, start: float, response, error: str | None) -> None:
         self.log.append({"log": LOG_FORMAT, "type": "shadow", "request_id": request_id, "time": time.time(),
                          "side": side, "response": _kept(answer_text(response)) if self.log.store_prompts else None,
                          "latency_ms": round((time.perf_counter() - start) * 1000, 3), "error": error,
                          "quality": 0.0 if error is not None and side == EDGE else None})
 
-    @staticmethod
-    def new_request_id() -> str:
-        return new_request_id()
+
+class Request:
+    """One execute() under an outcome log: the decision as carried out (explored or not), the
+    accept check wrapped so that its verdict is kept, and on leaving `with request:` its record
+    and perhaps a shadow run.
+
+    The request pays only for queueing the record: it is a callable that the log's writer
+    thread turns into the record dict and encodes (with store_prompts=False, the writer also
+    computes the prompt's model inputs, with the bundle that routed it).
+    """
+
+    def __init__(self, traffic: Traffic, routing, prompt: str, precision: str | None, decision: Decision, *,
+                 accept, calls: tuple[Callable, Callable] | None, request_id: str | None,
+                 asynchronous: bool = False):
+        self.traffic, self.routing, self.prompt, self.precision = traffic, routing, prompt, precision
+        self.request_id = request_id or new_request_id()
+        self.decision, self.explored, self.propensity = traffic.explore(decision, routing.edge_context_tokens)
+        self.asynchronous = asynchronous
+        self.verdicts: list = []
+        self.accept = None if accept is None else self._keeping_verdicts(accept)
+        self.execution = None
+        self._calls = calls  # (edge, cloud) for a shadow run; None: no shadow run
+
+    def _keeping_verdicts(self, check: Callable):
+        def accept(answer):
+            verdict = check(answer)
+            self.verdicts.append(verdict)
+            return verdict
+        return accept
+
+    def __enter__(self) -> "Request":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if self.execution is not None:
+            self.execution.request_id = self.request_id
+        self.traffic.log.append(functools.partial(self._record, time.time(), self.execution, error))
+        if self._calls is not None:
+            self.traffic.maybe_shadow(self, self.execution, *self._calls)
+        return False  # an exception goes on to the caller
+
+    def _record(self, when: float, execution, error: BaseException | None) -> dict:
+        """The request record (in the writer thread)."""
+        store = self.traffic.log.store_prompts
+        decision = self.decision
+        steps = execution.steps if execution is not None else getattr(error, "steps", [])
+        served_by = execution.served_by if execution is not None else None
+        response = execution.response if execution is not None else None
+        edge_step = next((s for s in steps if s.name == "edge"), None)
+        return {
+            "log": LOG_FORMAT, "type": "request", "request_id": self.request_id, "time": when,
+            "prompt": self.prompt if store else None,
+            "features": None if store else self.routing.model_inputs(self.prompt, self.precision),
+            "precision": self.precision, "model_version": decision.model_version, "score": decision.score,
+            "zone": decision.zone, "target": decision.target, "p_edge": decision.p_edge, "p_cloud": decision.p_cloud,
+            "novelty": decision.novelty, "explored": self.explored, "propensity": self.propensity,
+            "served_by": served_by, "fallback_reason": execution.fallback_reason if execution is not None else None,
+            "error": repr(error)[:300] if error is not None else None,
+            "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],
+            "accept": _verdict(self.verdicts[-1]) if self.verdicts else None,
+            "edge_response": _kept(answer_text(response)) if served_by == EDGE and store else None,
+            "cloud_response": _kept(answer_text(response)) if served_by == CLOUD and store else None,
+            # An edge call that failed or timed out is an observed edge failure; everything
+            # else is known only from later feedback (router.feedback, make label).
+            "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
+            "cloud_quality": None,
+        }
 
 
 def _kept(text: str | None, limit: int = 100_000) -> str | None:

@@ -1,5 +1,5 @@
 """ENGINE=dask: from logs read as partitions on a LocalCluster(2 workers), the same router
-as the local engine (APGR within 0.01), the same rejects and merged duplicates, a
+as the local engine (APGR within 0.02), the same rejects and merged duplicates, a
 registered bundle that passes the parity check; and clear failures when the cluster
 cannot be reached or loses a worker."""
 from __future__ import annotations
@@ -51,10 +51,11 @@ def manifest(result) -> dict:
 def test_dask_engine_reaches_the_local_engines_apgr(both_engines):
     local, dask = (both_engines[e][1].metrics["test"] for e in ("local", "dask"))
     assert local["rows"] == dask["rows"], "the same test rows (all of them: below the sample cap)"
-    # Two heads, each bagged per worker on the cluster, and which worker gets which partition
-    # varies by run: close, not equal. Measured on these ~900 test rows: local 0.687, Dask
-    # 0.666-0.673 over three runs.
-    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.03, (local["learned"]["apgr"],
+    # Close, not equal: on the cluster each worker bins and bags its own rows. The rows each
+    # worker holds are fixed (training.model._placed), but which worker is LightGBM's rank 0 is
+    # not, so there are two possible Dask routers. Measured on these ~900 test rows: local
+    # 0.687; Dask 0.690 or 0.678 (before the fixed placement: 0.656-0.691 over seven runs).
+    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.02, (local["learned"]["apgr"],
                                                                               dask["learned"]["apgr"])
     # ... and, like the local engine, it recovers the simulator's hidden difficulty.
     assert dask["learned"]["apgr"] >= dask["rule_table"]["apgr"] + 0.1
@@ -168,3 +169,28 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_rou
     assert local["trained_on"] == dask["trained_on"]
     assert local["test"]["rows"] == dask["test"]["rows"] > 100
     assert dask["test"]["auc"] == pytest.approx(local["test"]["auc"], abs=0.02)
+
+
+def test_the_training_rows_are_placed_the_same_way_on_every_run():
+    """Partitions 0, 2, 4 joined in that order on the first worker, 1 and 3 on the second:
+    each worker's rows, and their order, never depend on where the scheduler put them."""
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster, wait
+
+    from training.model import _placed
+
+    frame = pd.DataFrame({"row": range(50)})
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        x = client.persist(dd.from_pandas(frame, npartitions=5))
+        x_placed, y_placed = _placed(client, x, x["row"])
+        names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
+        parts = [client.compute(part) for part in x_placed.to_delayed()]
+        wait(parts)
+        held = [names[next(iter(client.who_has(part)[part.key]))] for part in parts]
+        rows = [part.result()["row"].tolist() for part in parts]
+        labels = [part.compute().tolist() for part in y_placed.to_delayed()]
+    assert held == sorted(names.values())
+    assert rows == [list(range(0, 10)) + list(range(20, 30)) + list(range(40, 50)),
+                    list(range(10, 20)) + list(range(30, 40))]
+    assert labels == rows

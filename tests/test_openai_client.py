@@ -283,3 +283,39 @@ def test_on_routed_sees_every_answer_and_never_breaks_the_request(router, stubs,
     with RoutedChat(router, **endpoints(stubs), on_routed=broken) as chat, caplog.at_level(logging.WARNING):
         assert chat.create(ASK).text == "answer from edge"
     assert "on_routed raised" in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "stream", "async_stream"])
+def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, stubs, tmp_path, mode):
+    """create(), acreate() and both kinds of stream go through Router.execute/aexecute: each
+    leaves one request record with what ran and why it fell back (here the edge returns 502)."""
+    import json
+
+    from serving import Router
+    from serving.chat.stub import Behaviour
+    from serving.outcome_log import OutcomeLog
+
+    stubs[0].behaviour = Behaviour(status=502)
+    log = OutcomeLog(tmp_path / "logs")
+    with RoutedChat(Router.load(bundle, strict=True, log=log), **endpoints(stubs)) as chat:
+        if mode in ("sync", "async"):
+            answer = create(chat, mode, ASK)
+            assert answer.text == "answer from cloud"
+        elif mode == "stream":
+            with chat.create(ASK, stream=True) as stream:
+                assert text_of(list(stream)) == "answer from cloud"
+        else:
+            async def run():
+                stream = await chat.acreate(ASK, stream=True)
+                async with stream:
+                    chunks = [chunk async for chunk in stream]
+                await chat.aclose()
+                return chunks
+            assert text_of(asyncio.run(run())) == "answer from cloud"
+    log.close()
+    (record,) = [json.loads(line) for f in (tmp_path / "logs").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert (record["type"], record["prompt"], record["target"], record["served_by"]) == \
+        ("request", "What is 2+2?", "edge", "cloud")
+    assert record["fallback_reason"].startswith("edge") and record["edge_quality"] == 0.0
+    assert [s["name"] for s in record["steps"]] == ["edge", "cloud"] and record["propensity"] == 1.0
+    assert record["cloud_response"] == ("answer from cloud" if mode in ("sync", "async") else None)

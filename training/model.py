@@ -135,12 +135,39 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
     # cross-entropy learns fractions in [0, 1], which the classifier interface would take for classes
     estimator = DaskLGBMClassifier if objective == "binary" else DaskLGBMRegressor
     model = estimator(client=client, n_estimators=num_boost_round, **params)
+    x_train, y_train = _placed(client, x_train, y_train)
     with warnings.catch_warnings():  # threads are set per worker by lightgbm.dask; its note says so
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
         model.fit(x_train, y_train, callbacks=[SharedValidationStop(x_val, y_val, early_stopping_rounds)])
     booster = model.to_local().booster_
     best = booster.best_iteration or booster.current_iteration()
     return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
+
+
+def _placed(client, x, y):
+    """`x` and `y` as one partition per worker: partitions i, i + n, i + 2n, ... joined in that
+    order on worker i (workers in name order). lightgbm.dask trains each worker on the parts it
+    holds, in the order the scheduler lists them, and that changes the histogram bins and the
+    bagging: left to the scheduler, the same rows gave test APGR 0.656-0.691 over seven runs."""
+    import dask.dataframe as dd
+
+    workers = sorted(client.scheduler_info()["workers"].items(), key=lambda item: str(item[1].get("name", item[0])))
+    addresses = [address for address, _ in workers]
+
+    def joined(collection):
+        parts = client.compute(collection.to_delayed())
+        return dd.from_delayed([client.submit(_joined, *parts[i::len(addresses)], workers=[address],
+                                              allow_other_workers=False, pure=False)
+                                for i, address in enumerate(addresses) if parts[i::len(addresses)]],
+                               meta=collection._meta, verify_meta=False)
+    return joined(x), joined(y)
+
+
+def _joined(*parts):
+    """Partitions as one (on the worker that is to hold them)."""
+    import pandas as pd
+
+    return pd.concat(parts) if len(parts) > 1 else parts[0]
 
 
 def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_weight=None) -> dict:

@@ -7,9 +7,10 @@ the router where each conversation runs and carries the decision out with the cl
     completion.text, completion.body, completion.routing.served_by
 
 One home for the rules: a non-streamed create() is Router.execute() with HTTP calls as the
-edge and cloud callables; acreate() is serving.execute.aexecute() with the same calls as
-coroutines; a stream is aexecute() whose calls open a stream up to its first token
-(serving.chat.streams). Every failure of an endpoint is an exception of serving.chat.errors:
+edge and cloud callables; acreate() is Router.aexecute() with the same calls as coroutines; a
+stream is Router.aexecute() whose calls open a stream up to its first token
+(serving.chat.streams). So the router's outcome log, exploration and shadow runs apply to
+all three (a stream's record carries no answer text, and streams get no shadow run). Every failure of an endpoint is an exception of serving.chat.errors:
 the edge falls back, and a cloud failure raises serving.CloudCallError with the edge's error
 attached (`.edge_error`).
 
@@ -29,7 +30,7 @@ from serving.chat.endpoint import Endpoint
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat.upstream import Answer, Upstream
-from serving.execute import Execution, aexecute
+from serving.execute import Execution
 
 log = logging.getLogger("serving.chat")
 
@@ -40,7 +41,8 @@ RESERVED = ("model", "messages")
 class RoutedChat:
     """Chat completions from the edge or the cloud, as the router decides (see the module doc).
 
-    router: a serving.Router (or anything with its route / execute / edge_context_tokens).
+    router: a serving.Router (create() runs Router.execute, acreate() and streams Router.aexecute,
+        so an outcome log on the router records every request).
     edge, cloud: the two Endpoints.
     verify_edge_zone: apply the accept check to confident edge answers too, not only in the
         fallback zone (as Router.execute).
@@ -64,7 +66,6 @@ class RoutedChat:
         self.verify_edge_zone, self.to_prompt, self.on_routed = verify_edge_zone, to_prompt, on_routed
         self._loop: LoopThread | None = None
         self._loop_lock = threading.Lock()
-        self._warned_no_acceptor = False
 
     # Requests.
     def create(self, messages: Sequence[Mapping], *, precision: str | None = None, stream: bool = False,
@@ -95,17 +96,14 @@ class RoutedChat:
         return self._completed(execution, produced, started)
 
     async def acreate(self, messages: Sequence[Mapping], *, precision: str | None = None, stream: bool = False,
-                      accept: Callable[[str], bool] | None = None, **params) -> Completion | AsyncChatStream:
-        """create() for asyncio: the same rules and results; a stream is an AsyncChatStream.
-        `accept`: a callable on the assistant text, or "learned" (the bundle's acceptance check,
-        as Router.execute takes it); it runs in the event loop, so keep it quick."""
+                      accept: Any = _ROUTER_DEFAULT, **params) -> Completion | AsyncChatStream:
+        """create() for asyncio (Router.aexecute): the same rules, results and outcome record; a
+        stream is an AsyncChatStream. `accept` as create() takes it; it runs in the event loop,
+        so keep it quick."""
         prompt = self._prompt(messages, params)
         if stream:
             _no_accept_for_streams(accept)
             return await self._open_stream(messages, prompt, precision, params)
-        accept = self._learned(prompt) if accept == "learned" else accept
-        if accept is not None and not callable(accept):
-            raise TypeError(f'accept must be a callable on the answer text, "learned" or None, not {accept!r}')
         started, produced = time.perf_counter(), []
 
         def call(upstream: Upstream):
@@ -113,10 +111,9 @@ class RoutedChat:
                 return _kept(produced, await upstream.acomplete(messages, params))
             return run
 
-        decision = self.router.route(prompt, precision=precision)
-        execution = await aexecute(decision, prompt, edge=call(self._edge), cloud=call(self._cloud),
-                                   edge_context_tokens=self.router.edge_context_tokens, accept=accept,
-                                   verify_edge_zone=self.verify_edge_zone)
+        options = {} if accept is _ROUTER_DEFAULT else {"accept": accept}
+        execution = await self.router.aexecute(prompt, call(self._edge), call(self._cloud), precision=precision,
+                                               verify_edge_zone=self.verify_edge_zone, **options)
         return self._completed(execution, produced, started)
 
     async def _open_stream(self, messages, prompt: str, precision: str | None, params) -> AsyncChatStream:
@@ -125,24 +122,12 @@ class RoutedChat:
         def call(upstream: Upstream):
             return lambda _prompt: upstream.open_stream(messages, params)
 
-        decision = self.router.route(prompt, precision=precision)
-        execution = await aexecute(decision, prompt, edge=call(self._edge), cloud=call(self._cloud),
-                                   edge_context_tokens=self.router.edge_context_tokens)
+        # No shadow run: the other side would open a stream that nobody reads.
+        execution = await self.router.aexecute(prompt, call(self._edge), call(self._cloud), precision=precision,
+                                               shadow=False)
         upstream = self._upstream(execution)
         return AsyncChatStream(execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model),
                                started, self._report)
-
-    def _learned(self, prompt: str):
-        """accept="learned" for acreate (Router.execute resolves it for create): the bundle's
-        acceptance check on the answer text, or None (no check) when the bundle has none."""
-        acceptor = getattr(self.router, "acceptor", None)
-        if acceptor is None:
-            if not self._warned_no_acceptor:
-                self._warned_no_acceptor = True
-                log.warning('accept="learned": the bundle %s has no acceptance model; edge answers are not checked',
-                            self.router.model_version)
-            return None
-        return lambda text: acceptor.check(prompt, text)
 
     # Results.
     def _prompt(self, messages, params: Mapping) -> str:
