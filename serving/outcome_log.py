@@ -8,7 +8,8 @@ other model's answer. The folder is a training input as is: `make train --data l
 detects the format (data.sdk_logs).
 
 Writing never holds up a request: records (or callables that build them) go into a bounded
-queue and one daemon thread builds, serialises and appends them to JSON-lines files, flushed after every batch, rotated at
+queue, and one daemon thread takes what has gathered every `flush_interval_s` (50 ms), builds,
+serialises and appends it to JSON-lines files, flushed after every batch, rotated at
 `max_file_bytes`. So a killed process loses only the records still queued. When the queue
 is full, a record is dropped and counted; when the disk refuses a write (full, read-only,
 gone), the log warns once, counts the records it could not write, and keeps trying with
@@ -21,10 +22,11 @@ for the prompt (`features`), with the bundle that computed them.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
-import queue
+import random
 import threading
 import time
 from pathlib import Path
@@ -40,16 +42,25 @@ class OutcomeLog:
     """A folder of rotating JSONL outcome files, written by one background thread."""
 
     def __init__(self, folder: str | Path, *, store_prompts: bool = True, redact: Callable[[str], str] | None = None,
-                 max_queue: int = 10_000, max_file_bytes: int = 64 << 20):
+                 max_queue: int = 10_000, max_file_bytes: int = 64 << 20, flush_interval_s: float = 0.05):
         if not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue={max_queue!r}: must be an integer >= 1")
         if not isinstance(max_file_bytes, int) or max_file_bytes < 1024:
             raise ValueError(f"max_file_bytes={max_file_bytes!r}: must be an integer >= 1024")
+        if isinstance(flush_interval_s, bool) or not isinstance(flush_interval_s, (int, float)) \
+                or not 0 < flush_interval_s <= 60:
+            raise ValueError(f"flush_interval_s={flush_interval_s!r}: must be a number of seconds in (0, 60]")
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable text -> text")
         self.folder, self.store_prompts, self.redact = Path(folder), bool(store_prompts), redact
-        self.max_file_bytes = max_file_bytes
-        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.max_queue, self.max_file_bytes, self.flush_interval_s = max_queue, max_file_bytes, flush_interval_s
+        # A deque, not a queue.Queue: appending takes no lock and wakes no thread (~0.1 us
+        # instead of ~1-3 us), and the writer takes what has gathered every flush_interval_s.
+        # Woken per record instead, the writer took the GIL from the request thread on every
+        # request: +85 us p50 back to back, measured, against +13 us for the record itself.
+        self._pending: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._busy = False        # the writer holds records it took from _pending
         self._lock = threading.Lock()
         self.written = 0
         self.dropped = 0          # queue full, disk refused, or a record that could not be serialised
@@ -70,48 +81,48 @@ class OutcomeLog:
         if self._closed:
             self._count_dropped(1)
             return False
-        try:
-            self._queue.put_nowait(record)
-            return True
-        except queue.Full:
+        if len(self._pending) >= self.max_queue:
             self._count_dropped(1)
-            self._warn_once(f"outcome log queue full ({self._queue.maxsize} records): records are dropped")
+            self._warn_once(f"outcome log queue full ({self.max_queue} records): records are dropped")
             return False
+        self._pending.append(record)
+        return True
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every queued record is written or dropped; False if `timeout` passed first."""
+        """Write what is queued now; False if `timeout` passed first."""
         deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return not self._queue.unfinished_tasks
+        self._wake.set()
+        while (self._pending or self._busy) and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.002)
+            self._wake.set()
+        return not (self._pending or self._busy)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, then stop the writer."""
-        self.flush(timeout)
         self._closed = True
-        self._queue.put(None)
+        self._wake.set()
         self._thread.join(timeout)
+        if not self._thread.is_alive():  # appended while closing: counted, not silently lost
+            self._count_dropped(len(self._pending))
+            self._pending.clear()
 
     # The writer thread.
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
-            batch = [first]
-            while len(batch) < 512:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            closing = self._closed
+            while self._pending:
+                self._busy = True
+                batch = [self._pending.popleft() for _ in range(min(len(self._pending), 512))]
                 try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            stop = any(r is None for r in batch)
-            records = [r for r in batch if r is not None]
-            try:
-                self._write([line for line in map(self._line, records) if line is not None])
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
-            if stop:
-                if self._file is not None:
-                    self._file.close()
+                    self._write([line for line in map(self._line, batch) if line is not None])
+                except Exception as exc:  # never let the writer die: count the batch and go on
+                    self._count_dropped(len(batch))
+                    self._warn_once(f"outcome log writer failed: {exc!r}"[:300])
+            self._busy = False
+            if closing:
+                self._close_file()
                 return
 
     def _line(self, record: dict | Callable[[], dict]) -> bytes | None:
@@ -185,9 +196,15 @@ class OutcomeLog:
             log.warning(message)
 
 
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))  # forked workers never share ids
+
+
 def new_request_id() -> str:
-    """128 random bits as hex (os.urandom directly: uuid4() costs ~7 us, a third of a record)."""
-    return os.urandom(16).hex()
+    """128 random bits as hex, unique across threads, processes and forks. From a generator
+    seeded once from os.urandom: asking the kernel per request (uuid4, os.urandom) measured
+    5-7 us here, more than the rest of the record. Not a secret: ids only join records."""
+    return f"{_ids.getrandbits(128):032x}"
 
 
 def answer_text(response) -> str | None:

@@ -172,17 +172,18 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_rou
 
 
 def test_the_training_rows_are_placed_the_same_way_on_every_run():
-    """Partitions 0, 2, 4 joined in that order on the first worker, 1 and 3 on the second:
-    each worker's rows, and their order, never depend on where the scheduler put them."""
+    """The non-empty partitions 0, 2, 5 joined in that order on the first worker, 1 and 4 on
+    the second: each worker's rows, and their order, never depend on where the scheduler put them."""
     import dask.dataframe as dd
     from distributed import Client, LocalCluster, wait
 
     from training.model import _placed
 
-    frame = pd.DataFrame({"row": range(50)})
+    frame = pd.DataFrame({"row": range(60)})
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        x = client.persist(dd.from_pandas(frame, npartitions=5))
+        x = client.persist(dd.from_pandas(frame, npartitions=6))
+        x = x[(x["row"] < 30) | (x["row"] >= 40)]  # partition 3 (rows 30-39) is now empty
         x_placed, y_placed = _placed(client, x, x["row"])
         names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
         parts = [client.compute(part) for part in x_placed.to_delayed()]
@@ -191,6 +192,6 @@ def test_the_training_rows_are_placed_the_same_way_on_every_run():
         rows = [part.result()["row"].tolist() for part in parts]
         labels = [part.compute().tolist() for part in y_placed.to_delayed()]
     assert held == sorted(names.values())
-    assert rows == [list(range(0, 10)) + list(range(20, 30)) + list(range(40, 50)),
-                    list(range(10, 20)) + list(range(30, 40))]
+    assert rows == [list(range(0, 10)) + list(range(20, 30)) + list(range(50, 60)),  # partitions 0, 2, 5
+                    list(range(10, 20)) + list(range(40, 50))]                         # 1, 4
     assert labels == rows

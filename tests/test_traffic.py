@@ -47,11 +47,27 @@ def test_records_are_written_off_the_request_path_and_rotated(tmp_path):
 
 
 def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path):
-    log = OutcomeLog(tmp_path / "logs", max_queue=1)
-    log._queue.put({"hold": "the writer is busy with this"})  # noqa: SLF001 - fill the one slot
-    results = [log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": "x"}) for _ in range(50)]
-    assert results.count(False) >= 49 - 1 and log.dropped >= 48
+    log = OutcomeLog(tmp_path / "logs", max_queue=1, flush_interval_s=60)  # the writer waits: one slot, taken
+    results = [log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": f"r{i}"}) for i in range(50)]
+    assert results == [True] + [False] * 49 and log.dropped == 49
     log.close()
+    assert [r["request_id"] for r in records(tmp_path / "logs")] == ["r0"] and log.written == 1
+    assert not log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": "late"}) and log.dropped == 50
+
+
+def test_request_ids_are_unique_and_differ_in_a_forked_child(tmp_path):
+    from serving.outcome_log import new_request_id
+
+    ids = {new_request_id() for _ in range(10_000)}
+    assert len(ids) == 10_000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child's first id must not be the parent's next one
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    in_child = os.read(read, 64).decode()
+    assert in_child != new_request_id() and in_child not in ids
 
 
 def test_an_unwritable_folder_warns_once_counts_and_routing_continues(bundle, tmp_path, caplog):
@@ -406,15 +422,16 @@ def replayed(bundle, small_routellm, tmp_path_factory):
 
 @pytest.mark.real_data
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["local", "dask"])
 def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(replayed, small_routellm, encoder_cache,
-                                                                           tmp_path):
+                                                                           tmp_path, engine):
     from tests.conftest import config_for
     from training.engines.base import train
 
     folder, summary = replayed
     assert summary["written"] == 2 * summary["requests"] and summary["dropped"] == 0
     assert 0.1 < summary["explored"] / summary["requests"] < 0.3
-    config = config_for(tmp_path, small_routellm, encoder_cache)
+    config = config_for(tmp_path, small_routellm, encoder_cache, engine=engine, dask_workers=2)
     config.data.append(str(folder))  # the benchmark slice (both outcomes) and the SDK's outcome log
     result = train(config)
     outcomes = result.manifest.data["outcomes"]
@@ -422,6 +439,21 @@ def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(repla
     assert outcomes["cloud_only"] > 100 and outcomes["estimator"] == "plug_in"
     assert result.manifest.data["duplicates_merged"] >= 1500  # replayed prompts joined their benchmark rows
     assert result.metrics["test"]["learned"]["apgr"] > 0.5  # figures on the rows with both outcomes
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_the_dask_engine_reads_a_request_without_outcome_as_unlabelled_not_invalid(bundle, tmp_path):
+    from training.engines.dask_partitions import unit_frame
+
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(bundle, log=log)
+    router.execute("What is 2 + 2?", edge=edge, cloud=cloud)  # no feedback: no outcome yet
+    log.close()
+    (file,) = (tmp_path / "logs").glob("*.jsonl")
+    frame = unit_frame(str(tmp_path / "logs"))
+    assert len(frame) == 1 and frame["reject_kind"].tolist() == ["unlabelled"]
+    assert frame["reject_reason"].iloc[0] and frame["prompt"].isna().all()
 
 
 @pytest.mark.real_data

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SIDES = {"edge_quality": "weight_edge", "cloud_quality": "weight_cloud"}
+WEIGHT_COLUMNS = tuple(SIDES.values())
+COUNTED = ("both_outcomes", "edge_only", "cloud_only", "weights_clipped")  # partial_report's counts
 
 
 ESTIMATORS = ("plug_in", "ipw")
@@ -65,16 +67,30 @@ def with_outcome_weights(frame: pd.DataFrame, *, estimator: str = "plug_in", max
 def head_rows(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     """(rows whose `column` is known, their weights) for the head that learns `column`; the
     cloud-needed label needs both outcomes."""
-    if column in SIDES:
-        weights = frame[SIDES[column]].to_numpy(float) if SIDES[column] in frame else np.ones(len(frame))
-        known = frame[column].notna().to_numpy() & (weights > 0)
-        return known, weights
-    known = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
+    known = known_rows(frame, column).to_numpy()
+    if column in SIDES and SIDES[column] in frame:
+        return known, frame[SIDES[column]].to_numpy(float)
     return known, np.ones(len(frame))
+
+
+def known_rows(frame, column: str):
+    """Which rows teach the head that learns `column` (a boolean Series; a pandas or a Dask frame)."""
+    if column in SIDES:
+        known = frame[column].notnull()  # notnull: Dask's Series has no notna
+        return known & (frame[SIDES[column]] > 0) if SIDES[column] in frame else known
+    return frame["edge_quality"].notnull() & frame["cloud_quality"].notnull()
 
 
 def both_known(frame: pd.DataFrame) -> np.ndarray:
     return (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
+
+
+def combined_report(counts: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> dict:
+    """partial_report of a whole log from its parts' counts (one row per part, COUNTED columns)."""
+    totals = {k: int(counts[k].sum()) for k in COUNTED if k in counts}
+    clipped = totals.pop("weights_clipped", 0)
+    return {**totals, "estimator": estimator,
+            **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {})}
 
 
 def partial_report(frame: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> dict:

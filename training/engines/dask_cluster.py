@@ -37,17 +37,22 @@ def _read_and_check(config: TrainConfig):
     from data.logs import LoadedLogs, check_reject_share, loading_units
     from data.schema import COLUMNS, Reject
     from training.engines import dask_partitions as de
+    from training.partial import COUNTED, WEIGHT_COLUMNS, combined_report
 
     paths = config.data or default_data_paths()
     units = [str(u) for u in loading_units(paths)]
     logs = dd.from_map(de.unit_frame, units, meta=de.unit_meta(), enforce_metadata=False)
     is_reject = logs["reject_reason"].notnull()
+    weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
     valid = logs[~is_reject][list(COLUMNS)].map_partitions(de.with_keys, meta=de.frame_meta(COLUMNS, key=np.uint64))
+    valid = valid.map_partitions(de.with_weights, **weighing,
+                                 meta=de.frame_meta(COLUMNS, key=np.uint64, **dict.fromkeys(WEIGHT_COLUMNS, float)))
     key_counts = valid["key"].value_counts()
     with de.stage("reading and validating logs"):
-        n_read, rejects, repeated, per_source, digests = dask.compute(
+        n_read, rejects, repeated, per_source, digests, outcomes = dask.compute(
             logs.shape[0], logs[is_reject][list(de.REJECT_COLUMNS)], key_counts[key_counts > 1],
-            valid["source"].value_counts(), valid.map_partitions(de.content_digest, meta={"digest": object}))
+            valid["source"].value_counts(), valid.map_partitions(de.content_digest, meta={"digest": object}),
+            valid.map_partitions(de.outcome_counts, **weighing, meta={k: np.int64 for k in COUNTED}))
 
     rejects_path = config.rejects_path
     reject_list = [Reject(*row) for row in rejects.itertuples(index=False)]
@@ -55,7 +60,8 @@ def _read_and_check(config: TrainConfig):
     check_reject_share(n_valid=int(per_source.sum()), n_read=int(n_read), rejects=reject_list,
                        max_reject_share=config.max_reject_share, paths=paths, rejects_path=rejects_path)
     report = {"paths": [str(p) for p in paths], "units": len(units), "rows_read": int(n_read),
-              "rejected": len(reject_list), "rejects_file": str(rejects_path),
+              "rejected": len(reject_list), "unlabelled": sum(r.kind == "unlabelled" for r in reject_list),
+              "rejects_file": str(rejects_path), "outcomes": combined_report(outcomes, **weighing),
               "rows_per_source": per_source.astype(np.int64),
               "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}  # as data.prepare's
     return valid, repeated, report
@@ -176,16 +182,17 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
     import dask
 
     from training.engines import dask_partitions as de
+    from training.partial import WEIGHT_COLUMNS
 
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
     keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
-            "split")
+            "split", *WEIGHT_COLUMNS)
     val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
         de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
         for name in ("val", "test"))
     train = prepared[prepared["split"] == "train"].map_partitions(
-        de.feature_partition, recipe, keep=targets, blank_precision=config.precision_dropout,
-        seed=config.seed, meta=de.feature_meta(plan.serving, targets))
+        de.feature_partition, recipe, keep=(*targets, *WEIGHT_COLUMNS), blank_precision=config.precision_dropout,
+        seed=config.seed, meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)))
     with de.stage("features"):
         train, val, test = client.persist([train, val, test])
         val, test = dask.compute(val, test)
@@ -193,26 +200,37 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
 
 
 def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
-    """Each head of the objective on the cluster, early-stopped and calibrated on the validation sample."""
+    """Each head of the objective on the cluster, from the rows where its outcome is known
+    (training.partial, as the local engine), early-stopped and calibrated on the validation sample."""
     from training.engines import dask_partitions as de
     from training.model import fit_booster_dask, fit_heads, target_columns
+    from training.partial import SIDES, head_rows, known_rows
 
     x_val = val[names].to_numpy()
+    columns = target_columns(config.objective)
+    known_val = {c: head_rows(val, c) for c in columns}
 
     def fit_booster_for(column: str, objective: str):
+        rows = train[known_rows(train, column)]
+        val_rows, val_weights = known_val[column]
+        weighted = config.partial_estimator == "ipw" and column in SIDES
         with de.stage(f"LightGBM training ({column})"):
-            return fit_booster_dask(client, train[names], train[column], x_val, val[column].to_numpy(),
+            return fit_booster_dask(client, rows[names], rows[column], x_val[val_rows], val[column].to_numpy()[val_rows],
+                                    weight=rows[SIDES[column]] if weighted else None,
+                                    val_weight=val_weights[val_rows] if weighted else None,
                                     params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
                                     early_stopping_rounds=config.early_stopping_rounds, objective=objective)
 
-    return fit_heads(config.objective, fit_booster_for, x_val,
-                     {c: val[c].to_numpy() for c in target_columns(config.objective)}, calibration=config.calibration)
+    return fit_heads(config.objective, fit_booster_for, x_val, {c: val[c].to_numpy() for c in columns},
+                     calibration=config.calibration,
+                     weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()})
 
 
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     from training.engines import dask_partitions as de
     from training.model import predict, target_columns
+    from training.partial import both_known
     from training.stages import StageClock
 
     clock = StageClock(timings)
@@ -244,6 +262,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         timings["fit_s"] = time.perf_counter() - t2
     splits, embeddings = {}, {}
     for name, frame in (("val", val), ("test", test)):
+        frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request
         x = frame[names].to_numpy()
         scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)

@@ -20,11 +20,13 @@ import pandas as pd
 from data.logs import read_unit
 from data.prepare import QUALITY_AND_COSTS, content_sum64, hash_uniform, missing_text_as_none
 from data.schema import COLUMNS, RESPONSE_COLUMNS, RESPONSE_NUMBERS
+from training.partial import COUNTED, WEIGHT_COLUMNS, partial_report, with_outcome_weights
 
-REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason")
+REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason", "reject_kind")
 UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
-# What the router's rows keep once repeats are merged: edge answers go to the acceptance check only.
-ROUTING_COLUMNS = tuple(c for c in COLUMNS if c not in RESPONSE_COLUMNS)
+# What the router's rows keep once repeats are merged: edge answers go to the acceptance check
+# only; each outcome's weight (training.partial) comes along.
+ROUTING_COLUMNS = (*(c for c in COLUMNS if c not in RESPONSE_COLUMNS), *WEIGHT_COLUMNS)
 SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
@@ -32,7 +34,7 @@ class EngineError(RuntimeError):
     """The cluster could not be reached, or lost a worker: the run stops with the cause."""
 
 
-NUMBER_COLUMNS = (*QUALITY_AND_COSTS, *RESPONSE_NUMBERS)
+NUMBER_COLUMNS = (*QUALITY_AND_COSTS, *RESPONSE_NUMBERS, "propensity")
 
 
 def _text_columns() -> list[str]:
@@ -59,8 +61,8 @@ def unit_frame(path: str) -> pd.DataFrame:
     row per reject carrying the file, location and reason. Rows = rows read."""
     loaded = read_unit(Path(path))
     valid = loaded.frame()
-    rejects = pd.DataFrame([r.as_dict() for r in loaded.rejects], columns=["file", "location", "reason"])
-    rejects.columns = list(REJECT_COLUMNS)
+    rejects = pd.DataFrame([(r.file, r.location, r.reason, r.kind) for r in loaded.rejects],
+                           columns=list(REJECT_COLUMNS))
     frame = pd.concat([valid, rejects], ignore_index=True) if len(rejects) else valid
     frame = missing_text_as_none(frame.reindex(columns=list(UNIT_COLUMNS)), _text_columns())
     return frame.astype({c: float for c in NUMBER_COLUMNS})
@@ -74,6 +76,17 @@ def prompt_keys(prompts: pd.Series) -> np.ndarray:
 
 def with_keys(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(key=prompt_keys(frame["prompt"]))
+
+
+def with_weights(frame: pd.DataFrame, estimator: str, max_weight: float) -> pd.DataFrame:
+    """training.partial.with_outcome_weights on one partition (the weights are row by row)."""
+    return with_outcome_weights(frame, estimator=estimator, max_weight=max_weight)
+
+
+def outcome_counts(frame: pd.DataFrame, estimator: str, max_weight: float) -> pd.DataFrame:
+    """This partition's training.partial.partial_report counts, as one row."""
+    report = partial_report(frame, estimator=estimator, max_weight=max_weight)
+    return pd.DataFrame({k: [report.get(k, 0)] for k in COUNTED})
 
 
 def content_digest(frame: pd.DataFrame) -> pd.DataFrame:
