@@ -83,3 +83,24 @@ def test_outcome_heads_export_to_one_graph_with_graded_labels():
     assert np.max(np.abs(edge[:, 1] - expected["edge"])) <= 1e-5
     assert np.max(np.abs(cloud[:, 1] - expected["cloud"])) <= 1e-5
     assert np.allclose(routing_score("expected_gain", expected), expected["cloud"] - expected["edge"])
+
+
+def test_the_early_stopped_booster_is_cut_to_the_trees_a_retrain_would_grow():
+    """fit_booster keeps the best round's trees of its one early-stopped run: the same trees,
+    and so the same scores, as training again for exactly that many rounds."""
+    import lightgbm as lgb
+
+    from training.model import fit_booster, lgbm_params
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(6000, 8)).astype(np.float32)
+    y = (x[:, 0] - x[:, 2] + rng.normal(size=len(x)) > 0).astype(float)
+    x_val, y_val = x[5000:], y[5000:]
+    cut = fit_booster(x[:5000], y[:5000], x_val, y_val, params={}, num_boost_round=600, early_stopping_rounds=20)
+    assert 20 < cut.current_iteration() < 600  # it did stop early
+    again = lgb.train(lgbm_params({}, seed=0), lgb.Dataset(x[:5000], label=y[:5000]),
+                      num_boost_round=cut.current_iteration())
+    assert np.array_equal(cut.predict(x_val), again.predict(x_val))
+    none = {"method": "none"}
+    assert np.array_equal(onnx_probability(booster_to_onnx(cut, 8, none), x_val),
+                          onnx_probability(booster_to_onnx(again, 8, none), x_val))

@@ -319,3 +319,22 @@ def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, st
     assert record["fallback_reason"].startswith("edge") and record["edge_quality"] == 0.0
     assert [s["name"] for s in record["steps"]] == ["edge", "cloud"] and record["propensity"] == 1.0
     assert record["cloud_response"] == ("answer from cloud" if mode in ("sync", "async") else None)
+
+
+def test_the_readme_example_runs_against_two_local_servers(bundle, stubs, monkeypatch):
+    """README's routed-client example as written, with its two URLs pointed at the stubs."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (example,) = [block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "RoutedChat(" in block]
+    edge, cloud = stubs
+    example = example.replace("http://127.0.0.1:11434/v1", edge.url).replace("https://api.example.com/v1", cloud.url)
+    example = example.replace('Router.load("artifacts/router")', f"Router.load({str(bundle)!r})")
+    monkeypatch.setenv("CLOUD_KEY", CLOUD_KEY)
+    printed = []
+    exec(compile(example, "README.md", "exec"), {"print": lambda *args: printed.append(args)})
+    (text, served_by, reason), = printed
+    assert text == f"answer from {served_by}" and served_by in ("edge", "cloud")
+    assert reason is None  # both answered: nothing to fall back from
+    assert len(example.strip().splitlines()) <= 10

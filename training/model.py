@@ -76,8 +76,10 @@ def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round
     val = lgb.Dataset(x_val, label=y_val, weight=val_weight, reference=train, free_raw_data=False)
     booster = lgb.train(params, train, num_boost_round=num_boost_round, valid_sets=[val], valid_names=["val"],
                         callbacks=[lgb.early_stopping(early_stopping_rounds, verbose=False)])
-    # Keep only the trees up to the best round, so the ONNX export and predict() agree.
-    return lgb.train(params, train, num_boost_round=booster.best_iteration or num_boost_round)
+    # Keep only the trees up to the best round, so the ONNX export and predict() agree. Cut,
+    # not retrained: with `deterministic` the first rounds of a longer run are the same trees
+    # (tests/test_export.py checks), and a retrain cost ~45% of the fit again.
+    return lgb.Booster(model_str=booster.model_to_string(num_iteration=booster.best_iteration or num_boost_round))
 
 
 def blank_declared_precision(matrix: np.ndarray, feature_names: list[str], precisions, share: float,
