@@ -25,7 +25,7 @@ from data.readers import FORMATS, RawRow, read_table
 from data.routellm import (is_correctness_csv, is_mt_bench_folder, is_routellm_folder, iter_correctness_csv,
                            iter_mt_bench, iter_routellm)
 from data.sdk_logs import is_outcome_log_folder, iter_outcome_log
-from data.schema import COLUMNS, Reject, RowError, Unlabelled, check_row
+from data.schema import COLUMNS, TOKENS, Reject, RowError, Unlabelled, check_row
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,11 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
+NO_TEXT = ("prompt logged without its text (OutcomeLog(store_prompts=False)): only `make train` with the "
+           "local engine learns from its token ids")
+WELL_FORMED = ("unlabelled", "no_text")  # reject kinds that are not bad data
+
+
 @dataclass
 class LoadedLogs:
     """Valid rows (canonical columns) plus everything that was rejected."""
@@ -141,6 +146,9 @@ class LoadedLogs:
     rows: list[dict]
     rejects: list[Reject] = field(default_factory=list)
     n_read: int = 0
+    # Rows logged without their text (data.schema.TOKENS): kept apart, because only the local
+    # training engine can use them; `without_token_rows` turns them into `no_text` rejects.
+    token_rows: list[dict] = field(default_factory=list)
 
     @property
     def reject_share(self) -> float:
@@ -154,9 +162,23 @@ class LoadedLogs:
 
         return missing_text_as_none(pd.DataFrame(self.rows, columns=list(COLUMNS)))
 
+    def token_frame(self):
+        """The rows logged without text, as a DataFrame (COLUMNS and TOKENS)."""
+        import pandas as pd
+
+        from data.prepare import missing_text_as_none
+
+        return missing_text_as_none(pd.DataFrame(self.token_rows, columns=[*COLUMNS, TOKENS]))
+
+    def without_token_rows(self, why: str = NO_TEXT) -> "LoadedLogs":
+        """These logs with each row logged without text as a `no_text` reject saying `why`."""
+        kept = [Reject(row["_file"], row["_location"], why, "no_text") for row in self.token_rows]
+        return LoadedLogs(self.rows, self.rejects + kept, self.n_read)
+
     def extend(self, other: "LoadedLogs") -> None:
         self.rows.extend(other.rows)
         self.rejects.extend(other.rejects)
+        self.token_rows.extend(other.token_rows)
         self.n_read += other.n_read
 
     def write_rejects(self, path: Path) -> None:
@@ -179,19 +201,24 @@ def read_unit(path: Path) -> LoadedLogs:
             result.rejects.append(Reject(raw.file, raw.location, str(exc), kind))
             continue
         row["request_id"] = row["request_id"] or f"{row['source']}/{raw.index}"
-        result.rows.append(row)
-    result.n_read = len(result.rows) + len(result.rejects)
+        if row["prompt"] is None:  # logged without its text
+            result.token_rows.append({**row, "_file": raw.file, "_location": raw.location})
+        else:
+            result.rows.append(row)
+    result.n_read = len(result.rows) + len(result.token_rows) + len(result.rejects)
     return result
 
 
 def load_logs(paths: Iterable[str | Path], *, max_reject_share: float = 0.05,
               rejects_path: Path | None = None) -> LoadedLogs:
-    """Read and validate every row under `paths` (see module doc)."""
+    """Read and validate every row under `paths` (see module doc). Rows logged without their
+    text are `no_text` rejects here: only the local training engine reads them (read_unit)."""
     if not 0.0 <= max_reject_share <= 1.0:
         raise ValueError(f"max_reject_share must be in [0, 1], got {max_reject_share!r}")
     result = LoadedLogs(rows=[])
     for unit in loading_units(paths):
         result.extend(read_unit(unit))
+    result = result.without_token_rows()
     if rejects_path is not None:
         result.write_rejects(rejects_path)
     check_reject_share(n_valid=len(result.rows), n_read=result.n_read, rejects=result.rejects,
@@ -204,11 +231,12 @@ def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_
     """Stop the run when nothing is usable or more than `max_reject_share` of what was read is bad."""
     where = f" (details: {rejects_path})" if rejects_path else ""
     unlabelled = sum(r.kind == "unlabelled" for r in rejects)
-    invalid = [r for r in rejects if r.kind != "unlabelled"]
+    invalid = [r for r in rejects if r.kind not in WELL_FORMED]
     if not n_valid:
         waiting = f", {unlabelled} of them requests with no outcome yet" if unlabelled else ""
         raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: {len(rejects)} rejected{waiting}{where}")
-    # Requests still waiting for an outcome are reported, not counted as bad data.
+    # Requests still waiting for an outcome, and rows this reader cannot use although they
+    # are well formed (logged without text), are reported, not counted as bad data.
     share = len(invalid) / max(n_read - unlabelled, 1)
     if share > max_reject_share:
         examples = "; ".join(f"{r.file} {r.location}: {r.reason}" for r in invalid[:3])

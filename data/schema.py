@@ -24,6 +24,13 @@ RESPONSE_COLUMNS = (RESPONSE_TEXT, *RESPONSE_NUMBERS)
 LOGGING_COLUMNS = ("routed_to", "propensity")
 COLUMNS = ("request_id", "prompt", "domain", "precision", "edge_quality", "cloud_quality",
            *OPTIONAL_NUMBERS, "source", *RESPONSE_COLUMNS, *LOGGING_COLUMNS)
+# A prompt logged without its text (OutcomeLog(store_prompts=False)): the token ids and scalar
+# inputs the logging bundle computed, with what identifies them (serving.routing.model_inputs).
+# Such a row has `prompt` None and this field instead; only the local training engine reads
+# them (training.token_rows), everything else reports them as `no_text`.
+TOKENS = "prompt_tokens"
+TOKEN_FIELDS = {"tokenizer_sha256": str, "max_tokens": int, "add_special_tokens": bool, "input_ids": list,
+                "scalars": list, "feature_names": list}
 
 
 @dataclass(frozen=True)
@@ -83,16 +90,19 @@ def _text(row: dict, field: str) -> str | None:
 
 
 def check_row(row: dict, *, default_source: str) -> dict:
-    """Return the row in canonical form, or raise RowError saying what is wrong."""
+    """Return the row in canonical form, or raise RowError saying what is wrong. A row with
+    `prompt_tokens` instead of a prompt (TOKENS) comes back with prompt None and them checked."""
     prompt = row.get("prompt")
-    if _missing(prompt):
+    out: dict[str, Any] = {"prompt": prompt}
+    if _missing(prompt) and not _missing(row.get(TOKENS)):
+        out.update(prompt=None, **{TOKENS: check_prompt_tokens(row[TOKENS])})
+    elif _missing(prompt):
         raise RowError("prompt is missing")
-    if not isinstance(prompt, str):
+    elif not isinstance(prompt, str):
         raise RowError(f"prompt is not text: {type(prompt).__name__}")
-    if not prompt.strip():
+    elif not prompt.strip():
         raise RowError("prompt is empty")
 
-    out: dict[str, Any] = {"prompt": prompt}
     for field in ("edge_quality", "cloud_quality"):
         value = _number(row, field)
         if value is not None and math.isnan(value):
@@ -122,6 +132,25 @@ def check_row(row: dict, *, default_source: str) -> dict:
         out[field] = value
     out.update(_response(row))
     return out
+
+
+def check_prompt_tokens(value: Any) -> dict:
+    """A prompt's logged model inputs (TOKENS), or RowError naming the field that is wrong."""
+    if not isinstance(value, dict):
+        raise RowError(f"{TOKENS} is not an object: {type(value).__name__}")
+    for name, kind in TOKEN_FIELDS.items():
+        if not isinstance(value.get(name), kind) or (kind is int and isinstance(value[name], bool)):
+            raise RowError(f"{TOKENS}.{name} is missing or not {kind.__name__}: {value.get(name)!r}"[:300])
+    ids, scalars, names = value["input_ids"], value["scalars"], value["feature_names"]
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise RowError(f"{TOKENS}.input_ids must be a non-empty list of token ids (integers >= 0)")
+    if len(ids) > value["max_tokens"]:
+        raise RowError(f"{TOKENS}.input_ids holds {len(ids)} ids, more than its max_tokens {value['max_tokens']}")
+    if not all(isinstance(n, str) for n in names) or len(names) != len(scalars):
+        raise RowError(f"{TOKENS}.feature_names must name each of the {len(scalars)} scalars")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scalars):
+        raise RowError(f"{TOKENS}.scalars must be finite numbers")
+    return {name: value[name] for name in TOKEN_FIELDS}
 
 
 def _logging(row: dict, edge: float | None, cloud: float | None) -> dict:

@@ -11,7 +11,9 @@ known so far, from:
 - `feedback` records (router.feedback, `make label`), applied in time order, later ones
   overriding earlier ones per side.
 data.schema.check_row then decides: a row with no outcome yet is reported as unlabelled
-(not counted as bad data), a row with one outcome needs its propensity, and so on.
+(not counted as bad data), a row with one outcome needs its propensity, and so on. A request
+logged with store_prompts=False becomes a row without text that carries the logged model
+inputs instead (data.schema.TOKENS; training.token_rows).
 Unparsable lines, records of an unknown type, a request id logged twice and feedback for a
 request the folder does not hold are rejects with their file, line and reason.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from data.readers import RawRow
-from data.schema import Reject
+from data.schema import TOKENS, Reject
 from serving.outcome_log import LOG_FORMAT
 
 PATTERN = "outcomes-*.jsonl"
@@ -107,15 +109,13 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             if isinstance(record.get("response"), str):
                 answers.setdefault(request_id, {})[side] = record["response"]
     for index, (request_id, (file, location, record)) in enumerate(requests.items()):
-        if record.get("prompt") is None and record.get("features") is not None:
-            rejects.append(Reject(file, location, "prompt not stored (the log has store_prompts=False): training "
-                                                  "from the stored token ids is not supported yet"))
-            continue
         edge_answer = record.get("edge_response") or answers.get(request_id, {}).get("edge")
         yield RawRow(file, location, {
             "request_id": request_id, "prompt": record.get("prompt"), "precision": record.get("precision"),
             "source": "sdk", "routed_to": record.get("target"), "propensity": record.get("propensity"),
             "edge_response": edge_answer, **outcomes[request_id],
+            # store_prompts=False: the model inputs the logging bundle computed (data.schema.TOKENS)
+            **({TOKENS: record.get("features")} if record.get("prompt") is None else {}),
         }, index)
 
 

@@ -66,12 +66,13 @@ def _train(work: Path, name: str, data: list[str], *, bundle: Path | None = None
                     "outcomes": result.manifest.data.get("outcomes") or {}}
 
 
-def replay(frame, bundle: Path, folder: Path, *, explore_rate: float, seed: int) -> dict:
-    """Stream `frame`'s prompts through Router.execute with an outcome log (module doc, step 2)."""
+def replay(frame, bundle: Path, folder: Path, *, explore_rate: float, seed: int, store_prompts: bool = True) -> dict:
+    """Stream `frame`'s prompts through Router.execute with an outcome log (module doc, step 2);
+    store_prompts=False logs token ids and scalar inputs instead of text (training.token_rows)."""
     from serving import Router
     from serving.outcome_log import OutcomeLog
 
-    log = OutcomeLog(folder)
+    log = OutcomeLog(folder, store_prompts=store_prompts)
     router = Router.load(bundle, strict=True, log=log, explore_rate=explore_rate, seed=seed)
     first = {"edge": 0, "cloud": 0}
     explored = caught = 0

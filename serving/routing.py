@@ -48,8 +48,13 @@ class Routing:
             ids, mask, scalars, _, _ = self._scorer.extractor.prepare([prompt], [precision])
         except Exception:  # never let the record cost the request
             return None
-        return {"model_version": self.model_version, "input_ids": ids[0][mask[0] > 0].tolist(),
-                "scalars": scalars[0].tolist(), "feature_names": self._scorer.spec.feature_names[:scalars.shape[1]]}
+        spec = self._scorer.spec
+        # What a later training run checks before it uses them (training.token_rows): the
+        # same tokenizer (its SHA-256 in this bundle's manifest), token limit and scalars.
+        return {"model_version": self.model_version, "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
+                "max_tokens": spec.max_tokens, "add_special_tokens": spec.add_special_tokens,
+                "input_ids": ids[0][mask[0] > 0].tolist(), "scalars": scalars[0].tolist(),
+                "feature_names": spec.feature_names[:scalars.shape[1]]}
 
     def learned_accept(self, prompt: str):
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)

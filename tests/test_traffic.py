@@ -536,3 +536,41 @@ def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_rout
     assert str(client.get_model_version_by_alias("edge-cloud-router", "champion").version) == expected
     tags = client.get_run(second.run_id).data.tags
     assert tags["promotion.decision"].startswith("promoted" if real["promote"] else "kept champion")
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_make_train_learns_from_a_log_that_kept_no_text(bundle, small_routellm, encoder_cache, tmp_path):
+    """store_prompts=False: the log holds token ids and scalars, not one prompt; training uses
+    them, and they are exactly what the new bundle computes from the text."""
+    from data.logs import load_logs, read_unit
+    from data.prepare import merge_duplicates
+    from pipelines.replay import replay
+    from tests.conftest import config_for
+    from training.engines.base import train
+    from training.engines.dask_partitions import unit_frame
+
+    frame = merge_duplicates(load_logs([small_routellm]).frame()).sample(n=600, random_state=1)
+    folder = tmp_path / "private"
+    replay(frame, bundle, folder, explore_rate=0.2, seed=0, store_prompts=False)
+    text = "".join(f.read_text(encoding="utf-8") for f in folder.glob("*.jsonl"))
+    assert not any(prompt in text for prompt in frame["prompt"])
+
+    config = config_for(tmp_path, small_routellm, encoder_cache)
+    config.data.append(str(folder))
+    result = train(config)
+    assert result.manifest.data["token_rows"] == {"read": 600, "used": 600, "skipped": {}}
+    outcomes = result.manifest.data["outcomes"]
+    assert outcomes["edge_only"] + outcomes["cloud_only"] >= 600 and outcomes["edge_only"] > 100
+
+    # What was logged (in replay order) is what the new bundle computes from each prompt's text.
+    logged = read_unit(folder).token_frame()["prompt_tokens"].tolist()
+    assert len(logged) == 600
+    new = Router.load(result.bundle, strict=True)._routing._scorer.extractor  # noqa: SLF001
+    for tokens, prompt, precision in zip(logged, frame["prompt"], frame["precision"]):
+        ids, mask, scalars, _, _ = new.prepare([prompt], [precision])
+        assert tokens["input_ids"] == ids[0][mask[0] > 0].tolist() and tokens["scalars"] == scalars[0].tolist()
+
+    # The Dask engine reads text rows only, and says so without counting them as bad data.
+    rejects = unit_frame(str(folder))
+    assert set(rejects["reject_kind"]) == {"no_text"} and "ENGINE=local" in rejects["reject_reason"].iloc[0]

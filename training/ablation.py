@@ -133,7 +133,7 @@ def load(config) -> Data:
     from training.engines.local import prepare_frame
     from training.featurize import featurize
 
-    frame, _, _ = prepare_frame(config)
+    frame = prepare_frame(config).frame
     prompts = frame["prompt"].tolist()
     feats = featurize(prompts, frame["precision"].tolist(), (frame["split"] == "train").to_numpy(), tier=config.tier,
                       embedding_dim=config.embedding_dim, max_tokens=config.max_tokens, max_chars=config.max_chars,

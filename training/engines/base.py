@@ -65,14 +65,19 @@ class TrainResult:
 def split_and_label(frame, config: TrainConfig):
     """The rows with their split (prompt hash) and cloud-needed label, for either engine."""
     from data.prepare import assign_splits
-    from training.labels import cloud_needed
 
     return frame.assign(
         split=assign_splits(frame["prompt"], val_share=config.val_share, test_share=config.test_share,
                             salt=config.split_salt),
-        label=np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"],
-                                      margin_binary=config.margin_binary, margin_graded=config.margin_graded),
-                         dtype=np.int64))
+        label=label_of(frame, config))
+
+
+def label_of(frame, config: TrainConfig) -> np.ndarray:
+    """Each row's cloud-needed label (training.labels)."""
+    from training.labels import cloud_needed
+
+    return np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"], margin_binary=config.margin_binary,
+                                   margin_graded=config.margin_graded), dtype=np.int64)
 
 
 def print_logs(console, report: dict) -> None:

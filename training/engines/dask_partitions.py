@@ -30,6 +30,10 @@ ROUTING_COLUMNS = (*(c for c in COLUMNS if c not in RESPONSE_COLUMNS), *WEIGHT_C
 SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
+NO_TEXT = ("prompt logged without its text (OutcomeLog(store_prompts=False)): the Dask engine reads text rows "
+           "only; train with ENGINE=local to learn from its token ids")
+
+
 class EngineError(RuntimeError):
     """The cluster could not be reached, or lost a worker: the run stops with the cause."""
 
@@ -59,7 +63,7 @@ def unit_meta() -> pd.DataFrame:
 def unit_frame(path: str) -> pd.DataFrame:
     """One loading unit read and validated (data.logs.read_unit): its valid rows, then one
     row per reject carrying the file, location and reason. Rows = rows read."""
-    loaded = read_unit(Path(path))
+    loaded = read_unit(Path(path)).without_token_rows(NO_TEXT)
     valid = loaded.frame()
     rejects = pd.DataFrame([(r.file, r.location, r.reason, r.kind) for r in loaded.rejects],
                            columns=list(REJECT_COLUMNS))

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import Fitted, print_logs, split_and_label
+from training.engines.base import Fitted, label_of, print_logs, split_and_label
 from training.stages import StageClock
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def prepare_frame(config: TrainConfig, clock=None):
-    """Validated, de-duplicated rows with split and label columns, the load report, and the rows
-    that carry an edge answer (data.prepare.response_rows: as logged, not merged). `clock`
-    (training.stages.StageClock) times reading and merging as two stages."""
+
+class Prepared(NamedTuple):
+    frame: "pd.DataFrame"       # one row per prompt, with split, label and outcome weights
+    report: dict                # the data report
+    responses: "pd.DataFrame"   # rows with an edge answer (data.prepare.response_rows), as logged
+    token_rows: "pd.DataFrame"  # rows logged without text (training.token_rows), labelled and weighted
+
+
+def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
+    """Validated, de-duplicated rows with split and label columns, the load report, the rows
+    that carry an edge answer (as logged, not merged) and the rows logged without text.
+    `clock` (training.stages.StageClock) times reading and merging as two stages."""
     from data.location import default_data_paths
     from data.prepare import fingerprint, response_rows
-    from training.partial import partial_report, with_outcome_weights
+    import pandas as pd
+
+    from training.partial import COUNTED, combined_report, partial_report, with_outcome_weights
 
     clock = clock or StageClock({})
     paths = config.data or default_data_paths()
@@ -28,20 +41,26 @@ def prepare_frame(config: TrainConfig, clock=None):
     clock.begin("merge")
     weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
     frame = split_and_label(merge_repeats(with_outcome_weights(valid, **weighing)), config)
+    tokens = with_outcome_weights(logs.token_frame(), **weighing)
+    tokens = tokens.assign(split="train", label=label_of(tokens, config))  # token_rows: never held out
+    outcomes = combined_report(pd.DataFrame([{k: part.get(k, 0) for k in COUNTED}
+                                             for part in (partial_report(f, **weighing) for f in (valid, tokens))]),
+                               **weighing)
     report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
               "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects), "rejects_file": str(config.rejects_path),
               "duplicates_merged": int((frame["n_merged"] - 1).sum()),
-              **fingerprint(valid, frame), "outcomes": partial_report(valid, **weighing)}
+              **fingerprint(valid, frame), "outcomes": outcomes, "token_rows": {"read": len(tokens)}}
     responses = response_rows(valid, val_share=config.val_share, test_share=config.test_share,
                               salt=config.split_salt)
-    return frame, report, responses
+    return Prepared(frame, report, responses, tokens)
 
 
 def read_valid_rows(paths, config: TrainConfig):
-    """The valid rows as one frame, and a LoadedLogs with the rejects and the count of what was
-    read: load_logs' result, read one loading unit at a time (data.logs.read_unit) and each
-    turned into a frame at once, so the rows never exist as one list of dicts (~2 KB a row,
-    more than the frame). Rejects are written and the reject share checked as load_logs does."""
+    """The valid rows as one frame, and a LoadedLogs with the rejects, the rows logged without
+    text and the count of what was read: load_logs' result, read one loading unit at a time
+    (data.logs.read_unit) and each turned into a frame at once, so the rows never exist as one
+    list of dicts (~2 KB a row, more than the frame). Rejects are written and the reject share
+    checked as load_logs does."""
     from data.logs import LoadedLogs, check_reject_share, loading_units, read_unit
 
     if not 0.0 <= config.max_reject_share <= 1.0:
@@ -51,10 +70,12 @@ def read_valid_rows(paths, config: TrainConfig):
         loaded = read_unit(unit)
         frames.append(_prompts_as_objects(loaded.frame()))
         logs.rejects.extend(loaded.rejects)
+        logs.token_rows.extend(loaded.token_rows)
         logs.n_read += loaded.n_read
     logs.write_rejects(config.rejects_path)
-    check_reject_share(n_valid=sum(map(len, frames)), n_read=logs.n_read, rejects=logs.rejects,
-                       max_reject_share=config.max_reject_share, paths=paths, rejects_path=config.rejects_path)
+    check_reject_share(n_valid=sum(map(len, frames)) + len(logs.token_rows), n_read=logs.n_read,
+                       rejects=logs.rejects, max_reject_share=config.max_reject_share, paths=paths,
+                       rejects_path=config.rejects_path)
     return concat_like_one_frame(frames), logs
 
 
@@ -106,8 +127,13 @@ def merge_repeats(valid):
 
 def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
     """Every prepared row, the report and the answer rows (the local engine holds them all;
-    `splits` and `max_rows` are the Dask engine's sampling)."""
-    return prepare_frame(config)
+    `splits` and `max_rows` are the Dask engine's sampling). Rows logged without text cannot
+    be scored from their text: they are counted and left out."""
+    prepared = prepare_frame(config)
+    if len(prepared.token_rows):
+        console.print(f"[yellow]{len(prepared.token_rows)} rows logged without text (store_prompts=False) are "
+                      "left out: the evaluation scores prompts from their text[/]")
+    return prepared.frame, prepared.report, prepared.responses
 
 
 def _features(config: TrainConfig, frame, console):
@@ -129,6 +155,21 @@ def _features(config: TrainConfig, frame, console):
     return feats
 
 
+def _token_rows(plan, token_rows, data_report: dict, console):
+    """(features of the usable rows logged without text, those rows); the data report says how
+    many were read, used and left out, and why (training.token_rows)."""
+    from training.token_rows import token_features
+
+    if not len(token_rows):
+        return np.zeros((0, len(plan.spec.feature_names)), dtype=np.float32), token_rows
+    matrix, usable, skipped = token_features(plan.serving, token_rows)
+    data_report["token_rows"].update(used=int(usable.sum()), skipped=skipped)
+    left = f"; left out: {skipped}" if skipped else ""
+    console.print(f"[bold]rows logged without text[/]: {int(usable.sum())} of {len(token_rows)} train from their "
+                  f"token ids{left}")
+    return matrix, token_rows[usable].reset_index(drop=True)
+
+
 def _unless_equal(weights: np.ndarray):
     """None when every weight is 1 (LightGBM then builds exactly the unweighted model), else the weights."""
     return None if np.all(weights == 1.0) else weights
@@ -142,7 +183,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     clock = StageClock(timings)
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
-        frame, data_report, responses = prepare_frame(config, clock)
+        frame, data_report, responses, token_rows = prepare_frame(config, clock)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
 
@@ -155,21 +196,26 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
     x, names = feats.matrix, feats.spec.feature_names
-    x_train = blank_declared_precision(x[train], names, feats.spec.precisions, config.precision_dropout,
-                                       np.random.default_rng(config.seed))
     columns = target_columns(config.objective)
+    # Each head learns from the rows where its outcome is known (training.partial): the text
+    # rows of the training split, then the usable rows logged without text (training.token_rows).
+    x_tokens, token_rows = _token_rows(feats.plan, token_rows, data_report, console)
+    x_train = blank_declared_precision(np.concatenate([x[train], x_tokens]), names, feats.spec.precisions,
+                                       config.precision_dropout, np.random.default_rng(config.seed))
     targets = {c: frame[c].to_numpy() for c in columns}
-    # Each head learns from the rows where its outcome is known (training.partial).
     known = {c: head_rows(frame, c) for c in columns}
+    known_train = {c: tuple(np.concatenate([part[train], from_tokens]) for part, from_tokens
+                            in zip(known[c], head_rows(token_rows, c)))
+                   for c in columns}
+    targets_train = {c: np.concatenate([targets[c][train], token_rows[c].to_numpy(float)]) for c in columns}
 
     def fit_booster_for(column: str, objective: str):
-        rows, weights = known[column]
-        fit_rows, val_rows = rows[train], rows & val
-        return fit_booster(x_train[fit_rows], targets[column][train][fit_rows], x[val_rows], targets[column][val_rows],
+        (fit_rows, weights), val_rows = known_train[column], known[column][0] & val
+        return fit_booster(x_train[fit_rows], targets_train[column][fit_rows], x[val_rows], targets[column][val_rows],
                            params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
                            early_stopping_rounds=config.early_stopping_rounds, feature_names=names,
-                           objective=objective, weight=_unless_equal(weights[train][fit_rows]),
-                           val_weight=_unless_equal(weights[val_rows]))
+                           objective=objective, weight=_unless_equal(weights[fit_rows]),
+                           val_weight=_unless_equal(known[column][1][val_rows]))
 
     t2 = time.perf_counter()
     with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
