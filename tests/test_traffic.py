@@ -230,6 +230,42 @@ def test_shadow_runs_log_the_other_sides_answer_off_the_request_path(bundle, tmp
                       "response": "cloud answer", "error": None}
 
 
+def test_aexecute_records_and_shadows_on_the_event_loop(bundle, tmp_path):
+    """Router.aexecute: the same record as execute(); the shadow run is a task on the caller's
+    loop that finishes after the answer was returned."""
+    import asyncio
+
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(bundle, log=log, shadow_rate=1.0, seed=0)
+    shadowed = []
+
+    async def edge_call(prompt):
+        return "edge answer"
+
+    async def cloud_call(prompt):
+        await asyncio.sleep(0.2)
+        shadowed.append(prompt)
+        return "cloud answer"
+
+    async def run():
+        execution = await router.aexecute("What is 2 + 2?", edge_call, cloud_call)
+        before = list(shadowed)
+        for _ in range(100):  # the shadow task runs on this loop meanwhile
+            if shadowed:
+                break
+            await asyncio.sleep(0.05)
+        return execution, before
+
+    execution, before = asyncio.run(run())
+    assert execution.served_by == "edge" and before == [] and shadowed == ["What is 2 + 2?"]
+    log.close()
+    request, shadow = records(tmp_path / "logs")
+    assert (request["type"], request["request_id"], request["served_by"], request["edge_response"]) == \
+        ("request", execution.request_id, "edge", "edge answer")
+    assert shadow == {**shadow, "type": "shadow", "request_id": execution.request_id, "side": "cloud",
+                      "response": "cloud answer", "error": None}
+
+
 # --- reading the log for training ----------------------------------------------------------
 
 
