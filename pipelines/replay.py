@@ -18,6 +18,8 @@ what a router retrained from that traffic recovers:
 4. v1 is evaluated off-policy on the outcome log's test-split requests, which no training
    fitted (evaluation.off_policy): IPS, SNIPS and DR estimates of its quality with 95%
    intervals, next to the true value, which the replay knows from the full logs.
+5. `make promote` decides (pipelines.promote): v0 becomes the champion, then v1 is compared
+   with it on the test prompts with both outcomes, and the alias moves or stays.
 Every training keeps the same test split (prompt hash) with both outcomes. Written to OUT:
 metrics.json, v1's bundle (OUT/bundle), the outcome log (OUT/outcomes).
 """
@@ -91,6 +93,20 @@ def replay(frame, bundle: Path, folder: Path, *, explore_rate: float, seed: int,
             "written": log.written, "dropped": log.dropped}
 
 
+def promote_v1(work: Path, v0: Path, v1: Path, frame) -> dict:
+    """`make promote` as a team would run it: the first bundle (v0) becomes champion, then v1
+    is compared with it on the test prompts with both outcomes (no router trained on them;
+    the outcome log itself holds v1's training prompts, which would flatter it)."""
+    from pipelines.promote import promote
+
+    test = _write(frame[frame["split"] == "test"], work / "test.jsonl")
+    tracking = f"sqlite:///{work}/mlflow.db"
+    first = promote(v0, logs=[], full_logs=[str(test)], tracking_uri=tracking)
+    second = promote(v1, logs=[], full_logs=[str(test)], tracking_uri=tracking)
+    return {"v0": {k: first[k] for k in ("promote", "why")},
+            "v1": {k: second[k] for k in ("promote", "why", "challenger", "champion")}}
+
+
 def off_policy_check(bundle: Path, outcomes: Path, truth) -> dict:
     """v1's off-policy estimates on the outcome log's test-split requests (v1 was fitted on the
     others: judging a router on the requests it learned from flatters it), next to its true
@@ -156,7 +172,9 @@ def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (
         _, routers["full_information"] = _train(out, "full_information", [str(_write(frame, out / "all.jsonl"))])
     with console.status("off-policy estimates of v1 on the outcome log"):
         ope = off_policy_check(v1.bundle, out / "outcomes", frame)
-    metrics = {**routers, "ope": ope, "traffic": traffic, "v0_rows": int((rest["u"] < v0_share).sum()),
+    with console.status("make promote: v0 becomes champion, then v1 is judged against it"):
+        promotion = promote_v1(out, v0.bundle, v1.bundle, frame)
+    metrics = {**routers, "ope": ope, "promotion": promotion, "traffic": traffic, "v0_rows": int((rest["u"] < v0_share).sum()),
                "explore_rate": explore_rate, "seed": seed, "wall_s": time.perf_counter() - started}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     bench.parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +202,10 @@ def print_summary(console, metrics: dict) -> None:
         console.print(f"v1 off-policy {name.upper()}: {e['estimate']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
                       f" (true {ope['truth']['quality']:.3f}{'' if e['covers_truth'] else ', outside'})")
     console.print(f"v1 cloud-first share on the logged prompts: {ope['cloud_share']['exact']:.1%} (exact)")
+    if "promotion" in metrics:
+        v1 = metrics["promotion"]["v1"]
+        console.print(f"make promote: v0 {'became champion' if metrics['promotion']['v0']['promote'] else 'not promoted'}"
+                      f"; v1 {'promoted' if v1['promote'] else 'not promoted'}: {v1['why']}")
 
 
 if __name__ == "__main__":
