@@ -18,7 +18,7 @@ what a router retrained from that traffic recovers:
 4. v1 is evaluated off-policy on the outcome log's test-split requests, which no training
    fitted (evaluation.off_policy): IPS, SNIPS and DR estimates of its quality with 95%
    intervals, next to the true value, which the replay knows from the full logs.
-5. `make promote` decides (pipelines.promote): v0 becomes the champion, then v1 is compared
+5. `make promote` decides (training.promotion): v0 becomes the champion, then v1 is compared
    with it on the test prompts with both outcomes, and the alias moves or stays.
 Every training keeps the same test split (prompt hash) with both outcomes. Written to OUT:
 metrics.json, v1's bundle (OUT/bundle), the outcome log (OUT/outcomes).
@@ -97,7 +97,7 @@ def promote_v1(work: Path, v0: Path, v1: Path, frame) -> dict:
     """`make promote` as a team would run it: the first bundle (v0) becomes champion, then v1
     is compared with it on the test prompts with both outcomes (no router trained on them;
     the outcome log itself holds v1's training prompts, which would flatter it)."""
-    from pipelines.promote import promote
+    from training.promotion import promote
 
     test = _write(frame[frame["split"] == "test"], work / "test.jsonl")
     tracking = f"sqlite:///{work}/mlflow.db"

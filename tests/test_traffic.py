@@ -527,7 +527,7 @@ def test_make_targets_run_the_commands():
 
 
 def test_the_promotion_rule_both_ways():
-    from pipelines.promote import decide
+    from training.promotion import decide
 
     champion = {"logged": {"quality": 0.80, "cloud_share": 0.40}}
     cheaper_same = {"logged": {"quality": 0.797, "cloud_share": 0.35}}
@@ -549,7 +549,7 @@ def test_the_promotion_rule_both_ways():
 def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_routellm, encoder_cache, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from pipelines.promote import decide, promote
+    from training.promotion import decide, promote
     from tests.conftest import config_for
     from training.engines.base import train
 
