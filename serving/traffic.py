@@ -18,7 +18,6 @@ served, the side that did not answer runs too, on a background thread (at most
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import random
@@ -96,9 +95,10 @@ class Traffic:
         return self.log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time(),
                                 "edge_quality": edge, "cloud_quality": cloud, "source": source})
 
-    def maybe_shadow(self, request: "Request", execution, edge: Callable, cloud: Callable) -> bool:
+    def maybe_shadow(self, request: "Request") -> bool:
         """Run the side that did not answer, off the request path, on a sampled share of requests:
         on a thread, or for an async request as a task on its event loop."""
+        execution = request.execution
         if not self.shadow_rate or execution is None or self._random.random() >= self.shadow_rate:
             return False
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
@@ -108,8 +108,11 @@ class Traffic:
         if not self._shadows.acquire(blocking=False):
             self.shadows_skipped += 1
             return False
+        edge, cloud = request.calls
         fn = edge if side == EDGE else cloud
         if request.asynchronous:
+            import asyncio  # here, not at the top: it would add ~30 ms to Router.load
+
             task = asyncio.get_running_loop().create_task(self._ashadow(request.request_id, request.prompt, side, fn))
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
@@ -165,7 +168,7 @@ class Request:
         self.verdicts: list = []
         self.accept = None if accept is None else self._keeping_verdicts(accept)
         self.execution = None
-        self._calls = calls  # (edge, cloud) for a shadow run; None: no shadow run
+        self.calls = calls  # (edge, cloud) for a shadow run; None: no shadow run
 
     def _keeping_verdicts(self, check: Callable):
         def accept(answer):
@@ -181,8 +184,8 @@ class Request:
         if self.execution is not None:
             self.execution.request_id = self.request_id
         self.traffic.log.append(functools.partial(self._record, time.time(), self.execution, error))
-        if self._calls is not None:
-            self.traffic.maybe_shadow(self, self.execution, *self._calls)
+        if self.calls is not None:
+            self.traffic.maybe_shadow(self)
         return False  # an exception goes on to the caller
 
     def _record(self, when: float, execution, error: BaseException | None) -> dict:

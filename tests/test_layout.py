@@ -112,5 +112,5 @@ def test_importing_the_sdk_or_a_command_loads_no_heavy_library():
 
 def test_importing_the_sdk_or_its_cli_loads_no_client_or_server_library():
     """httpx2, the ASGI stack and even asyncio load only when the chat client or the proxy is used."""
-    assert loaded_heavy("serving", "serving.router", "serving.cli", "serving.watcher", "serving.proxy",
-                        "serving.proxy.config", heavy=NETWORK) == []
+    assert loaded_heavy("serving", "serving.router", "serving.traffic", "serving.outcome_log", "serving.cli",
+                        "serving.watcher", "serving.proxy", "serving.proxy.config", heavy=NETWORK) == []

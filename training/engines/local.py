@@ -28,11 +28,11 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     """Validated, de-duplicated rows with split and label columns, the load report, the rows
     that carry an edge answer (as logged, not merged) and the rows logged without text.
     `clock` (training.stages.StageClock) times reading and merging as two stages."""
-    from data.location import default_data_paths
-    from data.prepare import fingerprint, response_rows
     import pandas as pd
 
-    from training.partial import COUNTED, combined_report, partial_report, with_outcome_weights
+    from data.location import default_data_paths
+    from data.prepare import fingerprint, response_rows
+    from training.partial import partial_report, with_outcome_weights
 
     clock = clock or StageClock({})
     paths = config.data or default_data_paths()
@@ -43,9 +43,8 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     frame = split_and_label(merge_repeats(with_outcome_weights(valid, **weighing)), config)
     tokens = with_outcome_weights(logs.token_frame(), **weighing)
     tokens = tokens.assign(split="train", label=label_of(tokens, config))  # token_rows: never held out
-    outcomes = combined_report(pd.DataFrame([{k: part.get(k, 0) for k in COUNTED}
-                                             for part in (partial_report(f, **weighing) for f in (valid, tokens))]),
-                               **weighing)
+    logged = ["edge_quality", "cloud_quality", "propensity"]
+    outcomes = partial_report(pd.concat([valid[logged], tokens[logged]], ignore_index=True), **weighing)
     report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
               "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects), "rejects_file": str(config.rejects_path),
               "duplicates_merged": int((frame["n_merged"] - 1).sum()),
