@@ -12,9 +12,9 @@ what a router retrained from that traffic recovers:
    accept check, as a real one would, and the cloud answers. `router.feedback` then
    reveals the outcome of the side that ran first, and nothing else.
 3. **partial_feedback** (v1) is trained on v0's rows plus the outcome-log folder, read as
-   is (data.sdk_logs), with the default estimator (training.partial); with `--compare-ipw`
-   also with inverse-propensity weights. **full_information** is trained with both
-   outcomes of every non-test prompt: the ceiling.
+   is (data.sdk_logs), with the default estimator and head sharing (training.partial;
+   `--head-sharing` to choose); with `--compare-ipw` also with inverse-propensity weights.
+   **full_information** is trained with both outcomes of every non-test prompt: the ceiling.
 4. v1 is evaluated off-policy on the outcome log's test-split requests, which no training
    fitted (evaluation.off_policy): IPS, SNIPS and DR estimates of its quality with 95%
    intervals, next to the true value, which the replay knows from the full logs.
@@ -64,7 +64,7 @@ def _train(work: Path, name: str, data: list[str], *, bundle: Path | None = None
     return result, {"test_rows": test["rows"], "test_apgr": learned["apgr"], "cpt50": learned["cpt50"],
                     "cloud_share": learned["cloud_share"], "quality": learned["quality"],
                     "quality_with_fallback": learned["quality_with_fallback"],
-                    "expected_cloud_calls": learned["expected_cloud_calls"],
+                    "expected_cloud_calls": learned["expected_cloud_calls"], "heads": result.metrics["heads"],
                     "outcomes": result.manifest.data.get("outcomes") or {}}
 
 
@@ -136,6 +136,7 @@ def off_policy_check(bundle: Path, outcomes: Path, truth) -> dict:
 def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (default: the training logs)")] = None,
          out: Annotated[Path, typer.Option(help="output folder")] = Path("reports/replay"),
          v0_share: float = 0.15, explore_rate: float = 0.1, seed: int = 0,
+         head_sharing: Annotated[str, typer.Option(help="v1's heads: auto | separate | shared (training.partial)")] = "auto",
          compare_ipw: Annotated[bool, typer.Option(help="also train v1 with inverse-propensity weights")] = True,
          bench: Annotated[Path, typer.Option(help="copy of metrics.json for the repository")] = Path(
              "bench/replay.json")) -> None:
@@ -163,11 +164,12 @@ def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (
         traffic = replay(stream, v0.bundle, out / "outcomes", explore_rate=explore_rate, seed=seed)
     with console.status("partial_feedback (v1): v0's rows + the outcome log"):
         v1, routers["partial_feedback"] = _train(out, "partial_feedback", [str(v0_data), str(out / "outcomes")],
-                                                 bundle=out / "bundle")
+                                                 bundle=out / "bundle", head_sharing=head_sharing)
     if compare_ipw:
         with console.status("partial_feedback with inverse-propensity weights"):
             _, routers["partial_feedback_ipw"] = _train(out, "partial_feedback_ipw",
-                                                        [str(v0_data), str(out / "outcomes")], partial_estimator="ipw")
+                                                        [str(v0_data), str(out / "outcomes")], partial_estimator="ipw",
+                                                        head_sharing=head_sharing)
     with console.status("full_information: both outcomes of every prompt (the ceiling)"):
         _, routers["full_information"] = _train(out, "full_information", [str(_write(frame, out / "all.jsonl"))])
     with console.status("off-policy estimates of v1 on the outcome log"):
@@ -175,7 +177,7 @@ def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (
     with console.status("make promote: v0 becomes champion, then v1 is judged against it"):
         promotion = promote_v1(out, v0.bundle, v1.bundle, frame)
     metrics = {**routers, "ope": ope, "promotion": promotion, "traffic": traffic, "v0_rows": int((rest["u"] < v0_share).sum()),
-               "explore_rate": explore_rate, "seed": seed, "wall_s": time.perf_counter() - started}
+               "explore_rate": explore_rate, "seed": seed, "head_sharing": head_sharing, "wall_s": time.perf_counter() - started}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     bench.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "metrics.json", bench)

@@ -104,3 +104,33 @@ def test_the_early_stopped_booster_is_cut_to_the_trees_a_retrain_would_grow():
     none = {"method": "none"}
     assert np.array_equal(onnx_probability(booster_to_onnx(cut, 8, none), x_val),
                           onnx_probability(booster_to_onnx(again, 8, none), x_val))
+
+
+def test_shared_heads_export_with_their_side_appended_in_the_graph():
+    """One shared booster (training.model.SIDE_FEATURE) is two heads: each head's graph pads
+    `features` with its side, so the SDK feeds both the same input and gets each head's
+    calibrated probability."""
+    from training.export import heads_to_onnx
+    from training.model import fit_booster, fit_heads, stack_sides
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(4000, 5)).astype(np.float32)
+    hard = x[:, 0] + rng.normal(scale=0.5, size=len(x))
+    outcome = {"edge_quality": (hard < 0).astype(float), "cloud_quality": (hard < 1.0).astype(float)}
+    train, val = slice(0, 3000), slice(3000, None)
+
+    def fit_booster_for(columns, objective):
+        assert columns == ("edge_quality", "cloud_quality")
+        xt, yt, _ = stack_sides([(x[train], outcome[c][train], None) for c in columns])
+        xv, yv, _ = stack_sides([(x[val], outcome[c][val], None) for c in columns])
+        return fit_booster(xt, yt, xv, yv, params={"num_leaves": 7}, objective=objective, early_stopping_rounds=10)
+
+    heads = fit_heads("expected_gain", fit_booster_for, x[val], {c: v[val] for c, v in outcome.items()},
+                      calibration="sigmoid", shared=True)
+    assert [(h.name, h.side) for h in heads] == [("edge", 0), ("cloud", 1)] and heads[0].booster is heads[1].booster
+    expected = {h.name: h.predict(x) for h in heads}
+    assert expected["cloud"].mean() > expected["edge"].mean() + 0.2  # the side changes the prediction
+    model, outputs = heads_to_onnx(heads, x.shape[1])
+    edge, cloud = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(outputs, {"features": x})
+    assert np.max(np.abs(edge[:, 1] - expected["edge"])) <= 1e-5
+    assert np.max(np.abs(cloud[:, 1] - expected["cloud"])) <= 1e-5

@@ -461,13 +461,16 @@ def replayed(bundle, small_routellm, tmp_path_factory):
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(replayed, small_routellm, encoder_cache,
                                                                            tmp_path, engine):
+    """Both engines, with shared heads (training.partial.share_heads): `auto` would keep them
+    separate here, as the replayed prompts join their benchmark rows, which know both outcomes."""
     from tests.conftest import config_for
     from training.engines.base import train
 
     folder, summary = replayed
     assert summary["written"] == 2 * summary["requests"] and summary["dropped"] == 0
     assert 0.1 < summary["explored"] / summary["requests"] < 0.3
-    config = config_for(tmp_path, small_routellm, encoder_cache, engine=engine, dask_workers=2)
+    config = config_for(tmp_path, small_routellm, encoder_cache, engine=engine, dask_workers=2,
+                        head_sharing="shared")
     config.data.append(str(folder))  # the benchmark slice (both outcomes) and the SDK's outcome log
     result = train(config)
     outcomes = result.manifest.data["outcomes"]
@@ -475,6 +478,8 @@ def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(repla
     assert outcomes["cloud_only"] > 100 and outcomes["estimator"] == "plug_in"
     assert result.manifest.data["duplicates_merged"] >= 1500  # replayed prompts joined their benchmark rows
     assert result.metrics["test"]["learned"]["apgr"] > 0.5  # figures on the rows with both outcomes
+    # one booster, two heads; the training checked the bundle scores as it does (parity, from raw text)
+    assert result.metrics["heads"] == "shared" and result.metrics["parity_max_abs_diff"] <= 1e-4
 
 
 @pytest.mark.real_data
@@ -610,3 +615,22 @@ def test_make_train_learns_from_a_log_that_kept_no_text(bundle, small_routellm, 
     # The Dask engine reads text rows only, and says so without counting them as bad data.
     rejects = unit_frame(str(folder))
     assert set(rejects["reject_kind"]) == {"no_text"} and "ENGINE=local" in rejects["reject_reason"].iloc[0]
+
+
+def test_heads_are_shared_when_one_outcome_rows_outnumber_rows_with_both():
+    import pandas as pd
+
+    from training.partial import share_heads, sides_known
+
+    edge = pd.Series([True, True, True, False, True])
+    cloud = pd.Series([True, False, False, True, True])
+    counts = sides_known(edge, cloud)
+    assert {k: int(v) for k, v in counts.items()} == {"both": 2, "one": 3}
+    assert share_heads("auto", heads=2, **counts)
+    assert not share_heads("auto", heads=2, both=3, one=3)  # a tie: separate heads, as with full information
+    assert not share_heads("auto", heads=1, both=0, one=5)  # one head (cloud_needed): nothing to share
+    assert share_heads("shared", heads=2, both=5, one=0) and not share_heads("separate", heads=2, both=0, one=5)
+    with pytest.raises(ValueError, match="needs an objective with two or more heads"):
+        share_heads("shared", heads=1, both=0, one=0)
+    with pytest.raises(ValueError, match="unknown head_sharing"):
+        share_heads("always", heads=2, both=0, one=0)

@@ -51,6 +51,7 @@ class TrainConfig:
     acceptance_lgbm: dict[str, Any] = field(default_factory=dict)
     partial_estimator: str = "plug_in"               # rows with one outcome: plug_in | ipw (training.partial)
     max_ipw_weight: float = 20.0                     # ipw: 1 / propensity, clipped here
+    head_sharing: str = "auto"                       # auto | separate | shared outcome heads (training.partial)
     max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS  # answers are cut to their last N characters (2,000)
     min_rows_per_tag: int = 200
     edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
@@ -113,9 +114,12 @@ class TrainConfig:
               "max_tokens", "must be empty or an integer >= 8")
         check(isinstance(self.max_chars, int) and self.max_chars >= 64, "max_chars", "must be an integer >= 64")
         check(isinstance(self.data, list), "data", "must be a list of paths")
-        from training.partial import ESTIMATORS
+        from training.partial import ESTIMATORS, HEAD_SHARING
 
         check(self.partial_estimator in ESTIMATORS, "partial_estimator", f"must be one of {', '.join(ESTIMATORS)}")
+        check(self.head_sharing in HEAD_SHARING, "head_sharing", f"must be one of {', '.join(HEAD_SHARING)}")
+        check(self.head_sharing != "shared" or len(OBJECTIVES.get(self.objective, ())) > 1, "head_sharing",
+              f"shared needs an objective with two or more heads, not {self.objective!r}")
         check(isinstance(self.max_ipw_weight, (int, float)) and self.max_ipw_weight >= 1, "max_ipw_weight",
               "must be a number >= 1")
         check(isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20, "acceptance_folds",

@@ -12,7 +12,8 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
 
     if [h.name for h in heads] == ["cloud_needed"]:
         return booster_to_onnx(heads[0].booster, n_features, heads[0].calibration), ["probabilities"]
-    parts = [compose.add_prefix(onnx.load_from_string(booster_to_onnx(h.booster, n_features, h.calibration)),
+    parts = [compose.add_prefix(onnx.load_from_string(booster_to_onnx(h.booster, n_features, h.calibration,
+                                                                      side=h.side)),
                                 f"{h.name}_", rename_inputs=False) for h in heads]
     for head, part in zip(heads, parts):  # every head reads the one shared `features` input
         for node in part.graph.node:
@@ -39,8 +40,11 @@ def _as_binary(booster):
     return lgb.Booster(model_str=text.replace("[objective: cross_entropy]", "[objective: binary]"))
 
 
-def booster_to_onnx(booster, n_features: int, calibration: dict) -> bytes:
+def booster_to_onnx(booster, n_features: int, calibration: dict, *, side: int | None = None) -> bytes:
     """TreeEnsembleClassifier graph with input `features` and output `probabilities` [n, 2].
+
+    A shared head's booster (training.model.SIDE_FEATURE) reads one more column, its `side`:
+    one `Pad` node appends it to `features`, so the SDK feeds every head the same input.
 
     With Platt calibration, column 1 is already the calibrated score: LightGBM's probability
     is sigmoid(raw), and Platt's sigmoid(a * logit(p) + b) is then sigmoid(a * raw + b), so
@@ -55,16 +59,40 @@ def booster_to_onnx(booster, n_features: int, calibration: dict) -> bytes:
     from serving.calibration import calibrator
 
     calibrator(calibration)  # no bundle ships a calibration the SDK cannot apply
+    width = n_features + (side is not None)
     model = onnxmltools.convert_lightgbm(_as_binary(booster),
-                                         initial_types=[("features", FloatTensorType([None, n_features]))],
+                                         initial_types=[("features", FloatTensorType([None, width]))],
                                          zipmap=False, target_opset=15)
     _drop_no_op_tail(model.graph)
+    if side is not None:
+        _append_side(model, side, n_features)
     # Only `probabilities` is served; the label branch would cost two nodes per call.
     model = onnx.utils.Extractor(model).extract_model(["features"], ["probabilities"])
     if calibration_in_model(calibration):
         _fold_platt(model.graph, a=float(calibration["a"]), b=float(calibration["b"]))
     onnx.checker.check_model(model)
     return model.SerializeToString()
+
+
+def _append_side(model, side: int, n_features: int) -> None:
+    """`features` [n, n_features] padded with a last column of `side` before the trees."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    default = [entry for entry in model.opset_import if entry.domain in ("", "ai.onnx")]
+    if default:  # Pad takes its pads and value as inputs from opset 11
+        default[0].version = max(default[0].version, 13)
+    else:
+        model.opset_import.append(helper.make_opsetid("", 13))
+    for node in graph.node:
+        node.input[:] = ["features_with_side" if i == "features" else i for i in node.input]
+    graph.initializer.extend([numpy_helper.from_array(np.array([0, 0, 0, 1], dtype=np.int64), "side_pads"),
+                              numpy_helper.from_array(np.array(side, dtype=np.float32), "side_value")])
+    graph.node.insert(0, helper.make_node("Pad", ["features", "side_pads", "side_value"], ["features_with_side"],
+                                          mode="constant"))
+    graph.input[0].CopyFrom(helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features]))
 
 
 def calibration_in_model(calibration: dict) -> bool:

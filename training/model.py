@@ -7,6 +7,12 @@ endpoint's observed quality in [0, 1] (LightGBM's cross-entropy objective, so ju
 count as the fractions they are), and the routing score is the cloud's expected gain,
 P(cloud good) - P(edge good). The `cloud_needed` objective (bundles before expected gain)
 has one binary head on the cloud-needed label. More endpoints are more heads.
+
+The outcome heads are *separate* boosters, or one *shared* booster that reads which endpoint
+it predicts as one more feature (`SIDE_FEATURE`, appended last: 0 for the first head, 1 for
+the next). Sharing lets what the edge's outcomes teach about a prompt (is it hard?) inform
+the cloud's head; it pays when one endpoint's outcomes are scarce, as in traffic where each
+request ran on one model (training.partial.share_heads decides).
 """
 from __future__ import annotations
 
@@ -39,20 +45,45 @@ OBJECTIVES = {
     "expected_gain": {"edge": ("edge_quality", "cross_entropy"), "cloud": ("cloud_quality", "cross_entropy")},
     "cloud_needed": {"cloud_needed": ("label", "binary")},
 }
+SIDE_FEATURE = "outcome_side"  # a shared head's last input: which endpoint's outcome (0, 1, ...)
 _METRICS = {"binary": "binary_logloss", "cross_entropy": "cross_entropy"}
 
 
 @dataclass
 class Head:
-    """One fitted probability: its booster (cut at the best round) and its calibration."""
+    """One fitted probability: its booster (cut at the best round) and its calibration; with
+    a shared booster, `side` is the SIDE_FEATURE value that makes it this head."""
 
     name: str
     booster: object
     calibration: dict
+    side: int | None = None
+
+    def raw(self, x) -> np.ndarray:
+        """The booster's probability before calibration."""
+        return self.booster.predict(x if self.side is None else with_side(x, self.side))
 
     def predict(self, x) -> np.ndarray:
         """The calibrated probability (the SDK must reproduce it)."""
-        return apply_calibration(self.calibration, self.booster.predict(x))
+        return apply_calibration(self.calibration, self.raw(x))
+
+
+def with_side(x, side: int) -> np.ndarray:
+    """`x` with the SIDE_FEATURE column appended, all `side`."""
+    x = np.asarray(x)
+    return np.concatenate([x, np.full((len(x), 1), side, dtype=x.dtype)], axis=1)
+
+
+def stack_sides(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One shared head's rows from each side's (x, y, weight or None), in side order: x with
+    SIDE_FEATURE appended, y, and the weights (None when no side has any)."""
+    x = np.concatenate([with_side(xs, side) for side, (xs, _, _) in enumerate(parts)])
+    y = np.concatenate([np.asarray(ys, dtype=np.float64) for _, ys, _ in parts])
+    weights = None
+    if any(w is not None for _, _, w in parts):
+        weights = np.concatenate([np.ones(len(ys)) if w is None else np.asarray(w, dtype=np.float64)
+                                  for _, ys, w in parts])
+    return x, y, weights
 
 
 
@@ -210,20 +241,32 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
 
 
 def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str,
-              weights_val: dict | None = None) -> list[Head]:
-    """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(column,
-    lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster);
-    `targets_val` maps a column name (edge_quality, cloud_quality, label) to its validation values
-    (NaN where unknown: those rows are left out of that head's calibration), `weights_val` to
-    their weights (training.partial; None: equal)."""
+              weights_val: dict | None = None, shared: bool = False) -> list[Head]:
+    """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(columns,
+    lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
+    on one column's known rows, or with `shared` on every head's column, its rows stacked in
+    that order with SIDE_FEATURE appended (stack_sides). `targets_val` maps a column name
+    (edge_quality, cloud_quality, label) to its validation values (NaN where unknown: those
+    rows are left out of that head's calibration), `weights_val` to their weights
+    (training.partial; None: equal)."""
+    specs = OBJECTIVES[objective]
+    if shared and len({lgbm_objective for _, lgbm_objective in specs.values()}) != 1:
+        raise ValueError(f"objective {objective!r}: its heads cannot share one booster")
+    if shared:
+        (lgbm_objective,) = {lgbm_objective for _, lgbm_objective in specs.values()}
+        booster = fit_booster_for(tuple(column for column, _ in specs.values()), lgbm_objective)
+        unfitted = [Head(name, booster, {}, side) for side, name in enumerate(specs)]
+    else:
+        unfitted = [Head(name, fit_booster_for((column,), lgbm_objective), {})
+                    for name, (column, lgbm_objective) in specs.items()]
     heads = []
-    for name, (column, lgbm_objective) in OBJECTIVES[objective].items():
-        booster = fit_booster_for(column, lgbm_objective)
+    for head, (column, _) in zip(unfitted, specs.values()):
         target = np.asarray(targets_val[column], dtype=np.float64)
         weight = np.ones(len(target)) if not weights_val else np.asarray(weights_val[column], dtype=np.float64)
         known = ~np.isnan(target) & (weight > 0)
-        heads.append(Head(name, booster, fit_calibration(booster.predict(x_val[known]), target[known],
-                                                         method=calibration, sample_weight=weight[known])))
+        head.calibration = fit_calibration(head.raw(x_val[known]), target[known], method=calibration,
+                                           sample_weight=weight[known])
+        heads.append(head)
     return heads
 
 

@@ -29,6 +29,14 @@ both-outcomes router's APGR than inverse-propensity weighting, whose explored ro
 dominate the loss; hence the default. The propensities are still what the off-policy
 evaluation (evaluation.off_policy) needs.
 
+The heads are fitted separately or as one shared booster (training.model, `head_sharing`):
+with `auto`, shared when the training rows that know one outcome outnumber those that know
+both (share_heads). A separate cloud head learns only from the prompts the logging router
+sent to the cloud, mostly hard ones, plus the explored few; shared, it also learns from
+every edge outcome what makes a prompt hard. Measured by `make replay` on three seeds
+(docs/traffic.md): shared heads 0.690-0.696 test APGR against 0.659-0.685 separate; with
+both outcomes of every prompt, separate heads win (0.709 against 0.697).
+
 Thresholds and the split figures need both outcomes of a request, so they use the rows that
 have both; training reports how many rows of each kind it used (`partial` in the metrics).
 """
@@ -47,6 +55,18 @@ COUNTED = ("both_outcomes", "edge_only", "cloud_only", "weights_clipped")  # par
 
 
 ESTIMATORS = ("plug_in", "ipw")
+HEAD_SHARING = ("auto", "separate", "shared")
+
+
+def share_heads(option: str, *, heads: int, both: int, one: int) -> bool:
+    """Whether the outcome heads share one booster (module doc): `option` is `head_sharing`,
+    `heads` how many the objective has, `both` / `one` how many training rows know both
+    outcomes / one."""
+    if option not in HEAD_SHARING:
+        raise ValueError(f"unknown head_sharing {option!r}; choose one of {', '.join(HEAD_SHARING)}")
+    if option == "shared" and heads < 2:
+        raise ValueError("head_sharing=shared needs an objective with two or more heads (expected_gain)")
+    return option == "shared" or (option == "auto" and heads > 1 and one > both)
 
 
 def with_outcome_weights(frame: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> pd.DataFrame:
@@ -62,6 +82,15 @@ def with_outcome_weights(frame: pd.DataFrame, *, estimator: str = "plug_in", max
     one = np.where(both, 1.0, inverse)
     return frame.assign(weight_edge=np.where(edge_known, one, 0.0).astype(float),
                         weight_cloud=np.where(cloud_known, one, 0.0).astype(float))
+
+
+def sides_known(*known) -> dict:
+    """{"both": rows every head learns from, "one": rows that teach one head only}, from each
+    head's known-rows mask (numpy or pandas: numbers; Dask: lazy sums); share_heads' counts."""
+    if len(known) < 2:
+        return {"both": 0, "one": 0}
+    count = sum(k.astype(int) for k in known)
+    return {"both": (count == len(known)).sum(), "one": (count == 1).sum()}
 
 
 def head_rows(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:

@@ -201,28 +201,47 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
 
 def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
     """Each head of the objective on the cluster, from the rows where its outcome is known
-    (training.partial, as the local engine), early-stopped and calibrated on the validation sample."""
+    (training.partial, as the local engine), early-stopped and calibrated on the validation
+    sample; separate or shared as the local engine decides (training.partial.share_heads)."""
+    import dask.dataframe as dd
+
     from training.engines import dask_partitions as de
-    from training.model import fit_booster_dask, fit_heads, target_columns
-    from training.partial import SIDES, head_rows, known_rows
+    from training.model import SIDE_FEATURE, fit_booster_dask, fit_heads, stack_sides, target_columns
+    from training.partial import SIDES, head_rows, known_rows, share_heads, sides_known
 
     x_val = val[names].to_numpy()
     columns = target_columns(config.objective)
     known_val = {c: head_rows(val, c) for c in columns}
+    weighted = config.partial_estimator == "ipw" and all(c in SIDES for c in columns)
 
-    def fit_booster_for(column: str, objective: str):
+    def rows_of(column: str, side: int | None):
+        """The head's training rows (x, y and weight as the last three columns; one more before
+        them, SIDE_FEATURE, for a shared head) and its validation (x, y, weight or None)."""
         rows = train[known_rows(train, column)]
+        extra = {} if side is None else {SIDE_FEATURE: np.float32(side)}
+        weight = rows[SIDES[column]] if weighted else 1.0
+        part = rows[names].assign(**extra, target_y=rows[column], target_weight=weight)
         val_rows, val_weights = known_val[column]
-        weighted = config.partial_estimator == "ipw" and column in SIDES
-        with de.stage(f"LightGBM training ({column})"):
-            return fit_booster_dask(client, rows[names], rows[column], x_val[val_rows], val[column].to_numpy()[val_rows],
-                                    weight=rows[SIDES[column]] if weighted else None,
-                                    val_weight=val_weights[val_rows] if weighted else None,
+        return part, (x_val[val_rows], val[column].to_numpy()[val_rows], val_weights[val_rows] if weighted else None)
+
+    def fit_booster_for(heads: tuple[str, ...], objective: str):
+        shared = len(heads) > 1
+        parts = [rows_of(c, side if shared else None) for side, c in enumerate(heads)]
+        rows = dd.concat([part for part, _ in parts]) if shared else parts[0][0]
+        x_v, y_v, w_v = stack_sides([v for _, v in parts]) if shared else parts[0][1]
+        with de.stage(f"LightGBM training ({', '.join(heads)})"):
+            return fit_booster_dask(client, rows[list(names) + [SIDE_FEATURE] * shared], rows["target_y"], x_v, y_v,
+                                    weight=rows["target_weight"] if weighted else None,
+                                    val_weight=w_v if weighted else None,
                                     params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
                                     early_stopping_rounds=config.early_stopping_rounds, objective=objective)
 
+    counts = sides_known(*[known_rows(train, c) for c in columns])
+    if len(columns) > 1:  # lazy sums over the cluster's rows
+        counts = dict(zip(counts, client.compute(list(counts.values()), sync=True)))
+    shared = share_heads(config.head_sharing, heads=len(columns), **counts)
     return fit_heads(config.objective, fit_booster_for, x_val, {c: val[c].to_numpy() for c in columns},
-                     calibration=config.calibration,
+                     calibration=config.calibration, shared=shared,
                      weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()})
 
 

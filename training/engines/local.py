@@ -176,8 +176,9 @@ def _unless_equal(weights: np.ndarray):
 
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """Load, featurize and fit in this process."""
-    from training.model import blank_declared_precision, fit_booster, fit_heads, predict, target_columns
-    from training.partial import both_known, head_rows
+    from training.model import (SIDE_FEATURE, blank_declared_precision, fit_booster, fit_heads, predict,
+                                stack_sides, target_columns)
+    from training.partial import both_known, head_rows, share_heads, sides_known
 
     clock = StageClock(timings)
     t0 = time.perf_counter()
@@ -208,19 +209,29 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                    for c in columns}
     targets_train = {c: np.concatenate([targets[c][train], token_rows[c].to_numpy(float)]) for c in columns}
 
-    def fit_booster_for(column: str, objective: str):
+    def rows_of(column: str):
+        """(train x, y, weights), (validation x, y, weights) of the head that learns `column`."""
         (fit_rows, weights), val_rows = known_train[column], known[column][0] & val
-        return fit_booster(x_train[fit_rows], targets_train[column][fit_rows], x[val_rows], targets[column][val_rows],
+        return ((x_train[fit_rows], targets_train[column][fit_rows], _unless_equal(weights[fit_rows])),
+                (x[val_rows], targets[column][val_rows], _unless_equal(known[column][1][val_rows])))
+
+    def fit_booster_for(columns: tuple[str, ...], objective: str):
+        train_part, val_part = rows_of(columns[0]) if len(columns) == 1 else (
+            stack_sides(parts) for parts in zip(*(rows_of(c) for c in columns)))
+        return fit_booster(*train_part[:2], *val_part[:2], weight=train_part[2], val_weight=val_part[2],
                            params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
-                           early_stopping_rounds=config.early_stopping_rounds, feature_names=names,
-                           objective=objective, weight=_unless_equal(weights[fit_rows]),
-                           val_weight=_unless_equal(known[column][1][val_rows]))
+                           early_stopping_rounds=config.early_stopping_rounds,
+                           feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1), objective=objective)
+
+    counts = sides_known(*(known_train[c][0] for c in columns))
+    shared = share_heads(config.head_sharing, heads=len(columns), **{k: int(v) for k, v in counts.items()})
 
     t2 = time.perf_counter()
     with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
         heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
                           calibration=config.calibration,
-                          weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns})
+                          weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
+                          shared=shared)
     timings["fit_s"] = time.perf_counter() - t2
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
