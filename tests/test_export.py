@@ -134,3 +134,22 @@ def test_shared_heads_export_with_their_side_appended_in_the_graph():
     edge, cloud = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(outputs, {"features": x})
     assert np.max(np.abs(edge[:, 1] - expected["edge"])) <= 1e-5
     assert np.max(np.abs(cloud[:, 1] - expected["cloud"])) <= 1e-5
+
+
+def test_large_logs_learn_faster_and_small_ones_as_before():
+    """learning_rate_for: 0.03 up to 100,000 rows, 0.1 from 500,000, log-linear between; a
+    learning rate the user sets wins."""
+    from training.model import fit_booster, learning_rate_for, lgbm_params
+
+    assert learning_rate_for(12_000) == learning_rate_for(100_000) == 0.03
+    assert learning_rate_for(500_000) == pytest.approx(0.1) and learning_rate_for(10_000_000) == pytest.approx(0.1)
+    middle = learning_rate_for(int(np.sqrt(100_000 * 500_000)))
+    assert middle == pytest.approx(np.sqrt(0.03 * 0.1), rel=1e-5)
+    assert lgbm_params({}, seed=0, rows=1_000_000)["learning_rate"] == pytest.approx(0.1)
+    assert lgbm_params({"learning_rate": 0.05}, seed=0, rows=1_000_000)["learning_rate"] == 0.05
+    assert lgbm_params({}, seed=0)["learning_rate"] == 0.03
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1200, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(float)
+    booster = fit_booster(x[:1000], y[:1000], x[1000:], y[1000:], params={}, num_boost_round=5)
+    assert float(booster.params["learning_rate"]) == 0.03  # what the bundle's metrics report

@@ -214,6 +214,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     metrics = {**split_figures(config, fitted, thresholds),
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
+               "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
                "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
                **({"acceptance": accepted} if accepted else {}), **fitted.notes}
     clock.begin("mlflow")
