@@ -86,7 +86,6 @@ def stack_sides(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     return x, y, weights
 
 
-
 # The learning rate for large logs (learning_rate_for): DEFAULT_LGBM's up to the first row
 # count, LARGE_LOG_LEARNING_RATE from the second, log-linear in the rows between.
 LARGE_LOG_ROWS = (100_000, 500_000)
