@@ -274,11 +274,11 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
     rows are left out of that head's calibration), `weights_val` to their weights
     (training.partial; None: equal)."""
     specs = OBJECTIVES[objective]
-    if shared and len({lgbm_objective for _, lgbm_objective in specs.values()}) != 1:
-        raise ValueError(f"objective {objective!r}: its heads cannot share one booster")
     if shared:
-        (lgbm_objective,) = {lgbm_objective for _, lgbm_objective in specs.values()}
-        booster = fit_booster_for(tuple(column for column, _ in specs.values()), lgbm_objective)
+        kinds = {lgbm_objective for _, lgbm_objective in specs.values()}
+        if len(kinds) != 1:
+            raise ValueError(f"objective {objective!r}: its heads cannot share one booster")
+        booster = fit_booster_for(tuple(column for column, _ in specs.values()), kinds.pop())
         unfitted = [Head(name, booster, {}, side) for side, name in enumerate(specs)]
     else:
         unfitted = [Head(name, fit_booster_for((column,), lgbm_objective), {})

@@ -215,12 +215,12 @@ def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
     weighted = config.partial_estimator == "ipw" and all(c in SIDES for c in columns)
 
     def rows_of(column: str, side: int | None):
-        """The head's training rows (x, y and weight as the last three columns; one more before
-        them, SIDE_FEATURE, for a shared head) and its validation (x, y, weight or None)."""
+        """The head's training rows (features, SIDE_FEATURE for a shared head, target_y and,
+        weighted, target_weight) and its validation (x, y, weight or None)."""
         rows = train[known_rows(train, column)]
         extra = {} if side is None else {SIDE_FEATURE: np.float32(side)}
-        weight = rows[SIDES[column]] if weighted else 1.0
-        part = rows[names].assign(**extra, target_y=rows[column], target_weight=weight)
+        weight = {"target_weight": rows[SIDES[column]]} if weighted else {}
+        part = rows[names].assign(**extra, target_y=rows[column], **weight)
         val_rows, val_weights = known_val[column]
         return part, (x_val[val_rows], val[column].to_numpy()[val_rows], val_weights[val_rows] if weighted else None)
 

@@ -216,8 +216,9 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                 (x[val_rows], targets[column][val_rows], _unless_equal(known[column][1][val_rows])))
 
     def fit_booster_for(columns: tuple[str, ...], objective: str):
-        train_part, val_part = rows_of(columns[0]) if len(columns) == 1 else (
-            stack_sides(parts) for parts in zip(*(rows_of(c) for c in columns)))
+        parts = [rows_of(c) for c in columns]  # shared: each side's rows, stacked
+        train_part, val_part = parts[0] if len(parts) == 1 else (stack_sides([t for t, _ in parts]),
+                                                                 stack_sides([v for _, v in parts]))
         return fit_booster(*train_part[:2], *val_part[:2], weight=train_part[2], val_weight=val_part[2],
                            params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
                            early_stopping_rounds=config.early_stopping_rounds,
