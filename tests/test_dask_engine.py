@@ -39,7 +39,8 @@ def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
     results = {}
     for engine in ("local", "dask"):
         tmp = tmp_path_factory.mktemp(engine)
-        config = config_for(tmp, mixed_logs, encoder_cache, engine=engine, dask_workers=2, min_rows_per_tag=50)
+        config = config_for(tmp, mixed_logs, encoder_cache, engine=engine, dask_workers=2, min_rows_per_tag=50,
+                            dask_scratch=str(tmp / "scratch"))
         results[engine] = (config, run(config))
     return results
 
@@ -75,6 +76,28 @@ def test_dask_engine_reads_rejects_and_merges_duplicates_like_the_local_engine(b
     assert found == rejects("local") and len(found) == 3
     assert any('"line 21"' in r and "cloud_quality is missing" in r for r in found)
     assert any('"line 23"' in r and "unparsable JSON" in r for r in found)
+
+
+def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_removed(both_engines, mixed_logs,
+                                                                                   tmp_path):
+    from training.engines import dask_partitions as de
+
+    scratch = both_engines["dask"][0].dask_scratch
+    assert os.path.isdir(scratch) and os.listdir(scratch) == [], "the run's checkpoint folder is gone"
+
+    unit = de.unit_frame(str(mixed_logs / "extra.jsonl"))  # text and numbers missing in places
+    rows = de.with_weights(de.with_keys(unit[unit["reject_reason"].isna()]), "plug_in", 20.0)
+    rows = rows.assign(domain=None).reset_index(drop=True)
+    assert len(rows) == 20 and rows["request_id"].notna().all()
+    de.checkpoint_partition(rows, str(tmp_path), partition_info={"number": 7})
+    back = de.read_checkpoint(de.checkpoint_file(str(tmp_path), 7))
+    expected = rows[list(de.CHECKPOINT_COLUMNS)]
+    pd.testing.assert_frame_equal(back, expected)
+    assert back["domain"].map(type).eq(type(None)).all() and back["key"].dtype == "uint64"
+
+    (tmp_path / "not-a-folder").write_text("")
+    with pytest.raises(EngineError, match=r"cannot write the validated rows to .*not-a-folder/part-00000.parquet"):
+        de.checkpoint_partition(rows, str(tmp_path / "not-a-folder"))
 
 
 def test_dask_bundle_is_checked_registered_and_routes(both_engines):

@@ -65,6 +65,7 @@ class TrainConfig:
     engine: str = "local"                            # local | dask
     dask_scheduler: str | None = None                # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
     dask_workers: int | None = None                  # LocalCluster workers; empty: one per core
+    dask_scratch: str | None = None                  # validated rows between passes; empty: cache_dir/dask-scratch
     eval_sample_rows: int = 200_000                  # val / test rows collected for thresholds and figures
     pca_sample_rows: int = 50_000                    # training rows whose raw embeddings fit the projection
     # MLflow store: $MLFLOW_TRACKING_URI when set (`make train MLRUNS=dir` sets it), else ./mlruns

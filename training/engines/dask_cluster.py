@@ -27,14 +27,17 @@ from training.config import TrainConfig
 from training.engines.base import Fitted, print_logs
 
 
-def _read_and_check(config: TrainConfig):
-    """Pass 1: every unit read and validated on the workers; rejects written here; the run
-    stops on too many. Returns the valid rows (with a prompt key), the repeated keys and the report."""
+def _read_and_check(config: TrainConfig, folder: str):
+    """Pass 1: every unit read and validated on the workers, its valid rows written to
+    `folder` (checkpoint_partition) for the later passes; rejects written here; the run
+    stops on too many. Returns the valid rows (read back, with a prompt key), the repeated
+    keys, the report and the rows with an edge answer (data.prepare.response_rows)."""
     import dask
     import dask.dataframe as dd
 
     from data.location import default_data_paths
     from data.logs import LoadedLogs, check_reject_share, loading_units
+    from data.prepare import response_rows
     from data.schema import COLUMNS, Reject
     from training.engines import dask_partitions as de
     from training.partial import COUNTED, WEIGHT_COLUMNS, combined_report
@@ -49,10 +52,12 @@ def _read_and_check(config: TrainConfig):
                                  meta=de.frame_meta(COLUMNS, key=np.uint64, **dict.fromkeys(WEIGHT_COLUMNS, float)))
     key_counts = valid["key"].value_counts()
     with de.stage("reading and validating logs"):
-        n_read, rejects, repeated, per_source, digests, outcomes = dask.compute(
+        n_read, rejects, repeated, per_source, digests, outcomes, answered, _ = dask.compute(
             logs.shape[0], logs[is_reject][list(de.REJECT_COLUMNS)], key_counts[key_counts > 1],
             valid["source"].value_counts(), valid.map_partitions(de.content_digest, meta={"digest": object}),
-            valid.map_partitions(de.outcome_counts, **weighing, meta={k: np.int64 for k in COUNTED}))
+            valid.map_partitions(de.outcome_counts, **weighing, meta={k: np.int64 for k in COUNTED}),
+            valid[valid["edge_response"].notnull()].drop(columns="key"),
+            valid.map_partitions(de.checkpoint_partition, folder, meta={"rows": np.int64}))
 
     rejects_path = config.rejects_path
     reject_list = [Reject(*row) for row in rejects.itertuples(index=False)]
@@ -64,17 +69,11 @@ def _read_and_check(config: TrainConfig):
               "rejects_file": str(rejects_path), "outcomes": combined_report(outcomes, **weighing),
               "rows_per_source": per_source.astype(np.int64),
               "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}  # as data.prepare's
-    return valid, repeated, report
-
-
-def _response_rows(valid, config: TrainConfig):
-    """The rows with an edge answer, collected here (data.prepare.response_rows)."""
-    from data.prepare import response_rows
-    from training.engines import dask_partitions as de
-
-    with de.stage("collecting the edge answers"):
-        answered = valid[valid["edge_response"].notnull()].drop(columns="key").compute()
-    return response_rows(answered, val_share=config.val_share, test_share=config.test_share, salt=config.split_salt)
+    checkpoint = dd.from_map(de.read_checkpoint, [de.checkpoint_file(folder, i) for i in range(len(units))],
+                             meta=de.checkpoint_meta(), enforce_metadata=False)
+    responses = response_rows(answered, val_share=config.val_share, test_share=config.test_share,
+                              salt=config.split_salt)
+    return checkpoint, repeated, report, responses
 
 
 def _repeated_rows(valid, repeated):
@@ -89,10 +88,7 @@ def _merge_repeated(valid, repeated, repeated_rows, report: dict):
 
     from data.prepare import merge_duplicates
 
-    from data.schema import RESPONSE_COLUMNS
-
     per_source = report["rows_per_source"]
-    valid = valid.drop(columns=list(RESPONSE_COLUMNS))  # merge_duplicates drops them too
     singles = valid.drop(columns="key").assign(n_merged=1)
     rows, n_rows, merged_away = singles, int(per_source.sum()), 0
     if repeated_rows is not None:
@@ -134,9 +130,8 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 
     from training.engines import dask_partitions as de
 
-    with de.cluster(config.dask_scheduler, workers=config.dask_workers):
-        valid, repeated, report = _read_and_check(config)
-        responses = _response_rows(valid, config)
+    with de.cluster(config.dask_scheduler, workers=config.dask_workers), de.scratch(config) as folder:
+        valid, repeated, report, responses = _read_and_check(config, folder)
         repeated_rows = _repeated_rows(valid, repeated)
         if repeated_rows is not None:
             with de.stage("gathering repeated prompts"):
@@ -254,17 +249,16 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
 
     clock = StageClock(timings)
     clock.begin("cluster")
-    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client:
+    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
         workers = len(client.scheduler_info()["workers"])
         console.print(f"[bold]dask[/]: {workers} workers at {client.scheduler.address}")
         t0 = time.perf_counter()
         clock.begin("read_validate")
-        valid, repeated, report = _read_and_check(config)
+        valid, repeated, report, responses = _read_and_check(config, folder)
         timings["load_s"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
         clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
-        responses = _response_rows(valid, config)
         plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
         print_logs(console, report)
         clock.begin("featurize")

@@ -135,6 +135,34 @@ def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = ()
 
 
 PREPARED = {"n_merged": np.int64, "split": object, "label": np.int64, "sample_u": float}
+CHECKPOINT_COLUMNS = (*ROUTING_COLUMNS, "key")  # what the later passes read of each validated row
+
+
+def checkpoint_partition(frame: pd.DataFrame, folder: str, partition_info: dict | None = None) -> pd.DataFrame:
+    """Write this partition's validated rows (CHECKPOINT_COLUMNS) to `folder`/part-NNNNN.parquet,
+    so that the later passes read them back instead of reading and validating the logs
+    again; returns one row: how many were written."""
+    path = checkpoint_file(folder, (partition_info or {}).get("number", 0))
+    try:
+        frame[list(CHECKPOINT_COLUMNS)].reset_index(drop=True).to_parquet(path, index=False)
+    except OSError as exc:
+        raise EngineError(f"cannot write the validated rows to {path} ({type(exc).__name__}: {exc}); set "
+                          "dask_scratch to writable storage that every worker sees") from exc
+    return pd.DataFrame({"rows": [len(frame)]})
+
+
+def checkpoint_file(folder: str, number: int) -> str:
+    return str(Path(folder) / f"part-{number:05d}.parquet")
+
+
+def read_checkpoint(path: str) -> pd.DataFrame:
+    """One partition written by checkpoint_partition, with the dtypes the rows had."""
+    frame = missing_text_as_none(pd.read_parquet(path), _text_columns())
+    return frame.astype({c: float for c in CHECKPOINT_COLUMNS if c in NUMBER_COLUMNS or c in WEIGHT_COLUMNS})
+
+
+def checkpoint_meta() -> pd.DataFrame:
+    return frame_meta(ROUTING_COLUMNS, key=np.uint64)
 
 
 def feature_meta(recipe, keep: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -168,6 +196,23 @@ def cluster(scheduler: str | None = None, *, workers: int | None = None,
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                       memory_limit="auto", silence_logs=logging.ERROR) as local, Client(local) as client:
         yield client
+
+
+@contextlib.contextmanager
+def scratch(config) -> Iterator[str]:
+    """A new folder for this run's checkpoint (checkpoint_partition) under `dask_scratch`
+    (default: `cache_dir`/dask-scratch), removed when the run ends, however it ends. Every
+    worker writes and reads it: on a remote cluster it must be storage they all see."""
+    import shutil
+    import tempfile
+
+    root = Path(config.dask_scratch or Path(config.cache_dir) / "dask-scratch")
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="run-", dir=root)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
