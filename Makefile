@@ -28,7 +28,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test ui data bench loadtest label promote replay simulate scale clean
+.PHONY: venv train evaluate results keys test ui data bench loadtest label promote compare replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -80,6 +80,11 @@ label: $(STAMP)
 # Move the MLflow alias `champion` to BUNDLE if it is at least as good on the same logs: ARGS="--logs logs/ [--full-logs dir] [--dry-run]".
 promote: $(STAMP)
 	$(BIN)/python -m pipelines.promote --bundle $(BUNDLE) $(ARGS)
+
+# How many decisions change when bundle NEW replaces OLD, on a fixed sample of LOGS' prompts.
+NEW ?= $(BUNDLE)
+compare: $(STAMP)
+	$(BIN)/python -m pipelines.compare --old $(OLD) --new $(NEW) --logs '$(LOGS)' $(ARGS)
 
 # The training logs replayed as one-outcome traffic through the SDK: what retraining recovers (bench/replay.json).
 replay: $(STAMP)

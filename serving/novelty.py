@@ -30,17 +30,27 @@ class Novelty:
 
     def components(self, embeddings: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(embedding distance, unseen-token share) per row; ids and mask padded [rows, tokens]."""
+        mask = np.asarray(mask, dtype=bool)
+        return self.components_flat(embeddings, np.asarray(ids)[mask], mask.sum(axis=1))
+
+    def components_flat(self, embeddings: np.ndarray, ids: np.ndarray,
+                        lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`components` with the rows' ids one after another (`lengths` ids each), unpadded."""
         z = (np.asarray(embeddings, dtype=np.float64) - self.mean) * self.inverse_scale
         distance = (z * z).mean(axis=1)
-        mask = np.asarray(mask, dtype=np.float64)
+        lengths = np.asarray(lengths, dtype=np.int64)
         ids = np.minimum(np.asarray(ids, dtype=np.int64), len(self.seen) - 1)
-        counted = mask.sum(axis=1)
-        seen = (self.seen[ids] * mask).sum(axis=1)
-        unseen = np.where(counted > 0, 1.0 - seen / np.maximum(counted, 1.0), 0.0)
+        seen = np.bincount(np.repeat(np.arange(len(lengths)), lengths), weights=self.seen[ids], minlength=len(lengths))
+        unseen = np.where(lengths > 0, 1.0 - seen / np.maximum(lengths, 1), 0.0)
         return distance, unseen
 
     def scores(self, embeddings, ids, mask) -> np.ndarray:
-        distance, unseen = self.components(embeddings, ids, mask)
+        """Novelty per row; ids and mask padded [rows, tokens]."""
+        mask = np.asarray(mask, dtype=bool)
+        return self.scores_flat(embeddings, np.asarray(ids)[mask], mask.sum(axis=1))
+
+    def scores_flat(self, embeddings, ids, lengths) -> np.ndarray:
+        distance, unseen = self.components_flat(embeddings, ids, lengths)
         return np.maximum(distance / self.embedding_threshold, unseen / self.unseen_threshold)
 
     def score_one(self, embedding: np.ndarray, ids: np.ndarray) -> float:

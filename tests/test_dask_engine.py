@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -111,6 +112,10 @@ def test_dask_bundle_is_checked_registered_and_routes(both_engines):
     router = Router.load(result.bundle, strict=True)
     decision = router.route("What is 17 * 23?", precision="exact")
     assert not decision.degraded and decision.model_version == manifest(result)["model_version"]
+    # The familiarity fit read the token ids the workers computed while featurizing: the same as the SDK's.
+    test = result.test
+    decisions = router.route_batch(list(test.prompts[:300]), list(test.precisions[:300]))
+    assert np.max(np.abs(np.array([d.novelty for d in decisions]) - test.novelty[:300])) <= 1e-6
 
 
 def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(tmp_path, mixed_logs, encoder_cache,

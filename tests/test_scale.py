@@ -20,6 +20,7 @@ from training.embedding_cache import EmbeddingCache
 from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph
 from training.featurize import (ChunkFeaturizer, FeatureRecipe, ProjectionFitter, TokenRows, fit_projection,
                                 table_features)
+from training.novelty import token_rows
 
 # A parent holding ~100 MB and a child holding ~300 MB at the same time.
 TREE = """
@@ -66,11 +67,17 @@ def test_streamed_features_equal_one_shot_features_and_the_bundles(static_like):
     built, raw, prompts, precisions = static_like
     train = np.arange(len(prompts)) % 10 < 7
     options = dict(embedding_dim=8, seed=0)
-    plan, one_shot = table_features(built, raw, prompts, precisions, train, chunk_rows=10_000, workers=1, **options)
+    plan, one_shot, _ = table_features(built, raw, prompts, precisions, train, chunk_rows=10_000, workers=1,
+                                       **options)
     seen = []
-    _, streamed = table_features(built, raw, np.array(prompts, dtype=object), np.array(precisions, dtype=object),
-                                 train, chunk_rows=7, workers=2, pool_min_rows=0, on_batch=seen.append, **options)
+    _, streamed, kept = table_features(built, raw, np.array(prompts, dtype=object),
+                                       np.array(precisions, dtype=object), train, chunk_rows=7, workers=2,
+                                       pool_min_rows=0, on_batch=seen.append, keep_tokens=~train, **options)
     assert np.array_equal(streamed, one_shot) and sum(seen) == len(prompts) and max(seen) == 7
+    # The ids kept for the familiarity fit are the held-out rows' ids as the SDK tokenizes them.
+    held_out = [p for p, t in zip(prompts, train) if not t]
+    assert np.array_equal(kept.ids, token_rows(plan.serving.extractor(), held_out).ids)
+    assert np.array_equal(kept.lengths, token_rows(plan.serving.extractor(), held_out).lengths)
     assert np.array_equal(plan.serving.extractor().transform(prompts, precisions), one_shot)
     # The projection is the PCA of the training rows' raw embeddings, as scikit-learn fits it.
     raw_rows = ChunkFeaturizer(raw).transform([p for p, t in zip(prompts, train) if t],
@@ -88,6 +95,11 @@ def test_token_rows_keep_each_prompts_ids():
     both = TokenRows.concat([tokens.slice(0, 2), tokens.slice(2, 4)])
     assert both.ids.tolist() == tokens.ids.tolist() and both.lengths.tolist() == tokens.lengths.tolist()
     assert tokens.counts(11).toarray()[0, 5:8].tolist() == [1, 1, 1]
+    rows = tokens.per_row()  # one array a row, as the Dask engine sends them back
+    assert [r.tolist() for r in rows] == [[5, 6, 7], [8], [], [9, 10]]
+    back = TokenRows.from_rows(rows)
+    assert back.ids.tolist() == tokens.ids.tolist() and back.lengths.tolist() == tokens.lengths.tolist()
+    assert tokens.slice(2, 2).per_row() == [] and len(TokenRows.from_rows([])) == 0
 
 
 def test_projection_fitted_block_by_block_is_the_pca():

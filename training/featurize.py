@@ -129,6 +129,16 @@ class TokenRows:
         """The prompts where the boolean `rows` is true."""
         return TokenRows(self.ids[np.repeat(rows, self.lengths)], self.lengths[rows])
 
+    def per_row(self) -> list[np.ndarray]:
+        """Each prompt's ids as its own array (views into `ids`)."""
+        return np.split(self.ids, self.offsets()[1:-1]) if len(self) else []
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[np.ndarray]) -> "TokenRows":
+        """The inverse of `per_row`."""
+        lengths = np.array([len(r) for r in rows], dtype=np.int32)
+        return cls(np.concatenate(rows) if len(rows) else np.zeros(0, np.uint16), lengths)
+
     def slice(self, start: int, stop: int) -> "TokenRows":
         offsets = self.offsets()
         return TokenRows(self.ids[offsets[start]: offsets[stop]], self.lengths[start:stop])
@@ -179,10 +189,14 @@ class ChunkFeaturizer:
 
     def transform(self, prompts: list[str], precisions: list) -> np.ndarray:
         """The features (columns = spec.feature_names), one row per prompt."""
+        return self.transform_with_tokens(prompts, precisions)[0]
+
+    def transform_with_tokens(self, prompts: list[str], precisions: list) -> tuple[np.ndarray, TokenRows | None]:
+        """`transform`, and the prompts' token ids where the recipe computes them (a token table)."""
         if self.table is None:
-            return self.extractor.transform(prompts, precisions)
+            return self.extractor.transform(prompts, precisions), None
         scalars, tokens = self.prepare(prompts, precisions)
-        return np.concatenate([scalars, self.embed(tokens)], axis=1)
+        return np.concatenate([scalars, self.embed(tokens)], axis=1), tokens
 
 
 @dataclass
@@ -217,6 +231,7 @@ class TrainingFeatures:
     cache_hits: int
     cache_misses: int
     cache_used: bool = False    # only the transformer tier caches embeddings
+    tokens: TokenRows | None = None  # ids of the rows asked for (keep_tokens), where the tier keeps them
 
     @property
     def spec(self) -> FeatureSpec:
@@ -396,10 +411,11 @@ def _first_passes(recipe: FeatureRecipe, prompts, precisions, train_rows: np.nda
 
 
 def table_features(built, raw, prompts, precisions, train_rows, *, embedding_dim, seed, chunk_rows=CHUNK_ROWS,
-                   workers=1, pool_min_rows=POOL_MIN_ROWS, on_batch=None) -> tuple[FeaturePlan, np.ndarray]:
+                   workers=1, pool_min_rows=POOL_MIN_ROWS, on_batch=None,
+                   keep_tokens=None) -> tuple[FeaturePlan, np.ndarray, TokenRows | None]:
     """A token-table tier (static), in two passes: (1) scalars and token ids of every row, raw
     embeddings of the training rows into the projection; (2) the serving embedding of every
-    row from its ids."""
+    row from its ids. Also returns the ids of the rows where `keep_tokens` is true, if given."""
     n, n_scalars = len(prompts), n_scalar_features(raw.spec)
     matrix = np.empty((n, n_scalars + embedding_dim), dtype=np.float32)
     fitter, tokens, start = ProjectionFitter(embedding_dim, seed=seed), [], 0
@@ -413,11 +429,13 @@ def table_features(built, raw, prompts, precisions, train_rows, *, embedding_dim
     plan = plan_from(built, raw, fitter.projection())
     matrix = matrix[:, : len(plan.spec.feature_names)]  # fewer components than asked on tiny data
     featurizer = plan.serving.featurizer()
-    start = 0
+    start, kept = 0, []
     for part in tokens:
         matrix[start: start + len(part), n_scalars:] = featurizer.embed(part)
+        if keep_tokens is not None:
+            kept.append(part.subset(keep_tokens[start: start + len(part)]))
         start += len(part)
-    return plan, matrix
+    return plan, matrix, None if keep_tokens is None else TokenRows.concat(kept)
 
 
 def _encoder_features(built, raw, prompts, precisions, train_rows, *, embedding_dim, seed, chunk_rows, cache,
@@ -448,19 +466,22 @@ def _encoder_features(built, raw, prompts, precisions, train_rows, *, embedding_
 def featurize(prompts: Sequence[str], precisions: Sequence[str | None], train_rows: np.ndarray, *,
               tier: str, embedding_dim: int, max_tokens: int | None, cache_dir: Path, seed: int = 0,
               max_chars: int = DEFAULT_MAX_CHARS, chunk_rows: int = CHUNK_ROWS, workers: int = 1,
-              pool_min_rows: int = POOL_MIN_ROWS, on_batch: Callable[[int], None] | None = None) -> TrainingFeatures:
+              pool_min_rows: int = POOL_MIN_ROWS, on_batch: Callable[[int], None] | None = None,
+              keep_tokens: np.ndarray | None = None) -> TrainingFeatures:
     """Features of every prompt (local engine), streamed in chunks of `chunk_rows` into one
     float32 matrix; `prompts` and `precisions` need only len() and slicing (a list, a pandas
     array), so a chunk's text exists as Python strings only while it is featurized. The
-    static tier's first pass runs in `workers` processes from `pool_min_rows` rows on."""
+    static tier's first pass runs in `workers` processes from `pool_min_rows` rows on, and
+    keeps the token ids of the rows where `keep_tokens` is true (for the familiarity fit)."""
     built, raw = raw_stage(tier, embedding_dim=embedding_dim, max_tokens=max_tokens, max_chars=max_chars,
                            cache_dir=cache_dir)
     train_rows = np.asarray(train_rows, dtype=bool)
     if built.table is not None:
-        plan, matrix = table_features(built, raw, prompts, precisions, train_rows, embedding_dim=embedding_dim,
-                                       seed=seed, chunk_rows=chunk_rows, workers=workers, pool_min_rows=pool_min_rows,
-                                       on_batch=on_batch)
-        return TrainingFeatures(plan, matrix, 0, 0)
+        plan, matrix, tokens = table_features(built, raw, prompts, precisions, train_rows,
+                                               embedding_dim=embedding_dim, seed=seed, chunk_rows=chunk_rows,
+                                               workers=workers, pool_min_rows=pool_min_rows, on_batch=on_batch,
+                                               keep_tokens=None if keep_tokens is None else np.asarray(keep_tokens, bool))
+        return TrainingFeatures(plan, matrix, 0, 0, tokens=tokens)
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite", built.key)
     try:
         plan, matrix = _encoder_features(built, raw, prompts, precisions, train_rows, embedding_dim=embedding_dim,

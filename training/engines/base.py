@@ -40,6 +40,7 @@ class Fitted:
     splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
     embeddings: dict           # "val" / "test": the rows' projected embeddings (the feature matrix's last columns)
     responses: object = None   # rows with an edge answer, as logged (data.prepare.response_rows), or None
+    tokens: dict | None = None  # "val" / "test": the rows' token ids (training.featurize.TokenRows), if kept
     notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
 
 
@@ -120,14 +121,16 @@ def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict
 def familiarity(config: TrainConfig, fitted: Fitted) -> tuple[bytes, dict]:
     """Fit the familiarity reference on the validation rows (training.novelty), flag the
     validation and test rows with it; returns the reference file and its manifest section."""
-    from training.novelty import fit_novelty, scores
+    from training.novelty import fit_novelty, token_rows
 
-    extractor = fitted.plan.serving.extractor()
-    val = fitted.splits["val"]
-    reference, info = fit_novelty(extractor, val.prompts, fitted.embeddings["val"], share=config.novelty_share,
+    extractor = fitted.plan.serving.featurizer().extractor
+    tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in fitted.splits.items()}
+    reference, info = fit_novelty(fitted.splits["val"].prompts, tokens["val"], fitted.embeddings["val"],
+                                  vocabulary=extractor.tokenizer.full.get_vocab_size(), share=config.novelty_share,
                                   min_unseen_share=config.novelty_min_unseen_share)
     for name, rows in fitted.splits.items():
-        fitted.splits[name] = rows.with_novelty(scores(reference, extractor, rows.prompts, fitted.embeddings[name]))
+        novelty = reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths)
+        fitted.splits[name] = rows.with_novelty(novelty)
     return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
 
 

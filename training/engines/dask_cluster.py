@@ -183,7 +183,7 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
     keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
             "split", *WEIGHT_COLUMNS)
     val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
-        de.feature_partition, recipe, keep=keep, meta=de.feature_meta(plan.serving, keep))
+        de.feature_partition, recipe, keep=keep, with_tokens=True, meta=de.feature_meta(plan.serving, keep, True))
         for name in ("val", "test"))
     train = prepared[prepared["split"] == "train"].map_partitions(
         de.feature_partition, recipe, keep=(*targets, *WEIGHT_COLUMNS), blank_precision=config.precision_dropout,
@@ -243,6 +243,7 @@ def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
 def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     """The Dask engine (see module doc)."""
     from training.engines import dask_partitions as de
+    from training.featurize import TokenRows
     from training.model import predict, target_columns
     from training.partial import both_known
     from training.stages import StageClock
@@ -273,14 +274,17 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
             heads = _fit_heads(client, config, train, val, names)
         timings["fit_s"] = time.perf_counter() - t2
-    splits, embeddings = {}, {}
+    splits, embeddings, tokens = {}, {}, {}
     for name, frame in (("val", val), ("test", test)):
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request
         x = frame[names].to_numpy()
         scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
         embeddings[name] = x[:, -plan.spec.embedding_dim:]
+        ids = frame[de.TOKEN_IDS].tolist()
+        tokens[name] = None if ids and ids[0] is None else TokenRows.from_rows(ids)
     clock.end()
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
-    return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes)
+    return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes,
+                  tokens=tokens if all(t is not None for t in tokens.values()) else None)

@@ -115,15 +115,19 @@ def raw_embedding_partition(frame: pd.DataFrame, recipe) -> pd.DataFrame:
     return pd.DataFrame(embedding, columns=[f"raw_{i}" for i in range(embedding.shape[1])], index=frame.index)
 
 
+TOKEN_IDS = "token_ids"  # feature_partition(with_tokens=True): each row's token ids, one array a row
+
+
 def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = (), blank_precision: float = 0.0,
-                      seed: int = 0, partition_info: dict | None = None) -> pd.DataFrame:
-    """Serving features of each row (columns = spec.feature_names) plus the `keep` columns.
+                      seed: int = 0, with_tokens: bool = False, partition_info: dict | None = None) -> pd.DataFrame:
+    """Serving features of each row (columns = spec.feature_names) plus the `keep` columns and,
+    `with_tokens`, TOKEN_IDS (None where the recipe computes no ids: only a token table does).
     `blank_precision` zeroes the declared precision on that share of rows, drawn from a
     generator seeded by (seed, partition number), as the local engine does on its train rows."""
     from training.model import blank_declared_precision
 
     names = recipe.spec.feature_names
-    matrix = recipe.transform(frame["prompt"].tolist(), frame["precision"].tolist())
+    matrix, tokens = recipe.featurizer().transform_with_tokens(frame["prompt"].tolist(), frame["precision"].tolist())
     if blank_precision:
         number = (partition_info or {}).get("number", 0)
         matrix = blank_declared_precision(matrix, names, recipe.spec.precisions, blank_precision,
@@ -131,6 +135,9 @@ def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = ()
     out = pd.DataFrame(matrix, columns=names, index=frame.index)
     for column in keep:
         out[column] = frame[column].to_numpy()
+    if with_tokens:
+        out[TOKEN_IDS] = pd.Series(tokens.per_row() if tokens is not None else [None] * len(frame),
+                                   index=frame.index, dtype=object)
     return out
 
 
@@ -165,9 +172,10 @@ def checkpoint_meta() -> pd.DataFrame:
     return frame_meta(ROUTING_COLUMNS, key=np.uint64)
 
 
-def feature_meta(recipe, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+def feature_meta(recipe, keep: tuple[str, ...] = (), with_tokens: bool = False) -> pd.DataFrame:
     """The empty frame feature_partition returns."""
-    return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep})
+    return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep},
+                      **({TOKEN_IDS: object} if with_tokens else {}))
 
 
 @contextlib.contextmanager

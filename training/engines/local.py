@@ -147,7 +147,8 @@ def _features(config: TrainConfig, frame, console):
         feats = featurize(frame["prompt"].to_numpy(), frame["precision"].to_numpy(), train, tier=config.tier,
                           embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
                           max_chars=config.max_chars, cache_dir=Path(config.cache_dir), seed=config.seed,
-                          workers=default_workers(), on_batch=lambda n: progress.advance(task, n))
+                          workers=default_workers(), on_batch=lambda n: progress.advance(task, n),
+                          keep_tokens=~train)  # the held-out rows' ids: the familiarity fit reads them
     cache = (f"embedding cache {feats.cache_hits} hits / {feats.cache_misses} computed" if feats.cache_used
              else "no embedding cache (recomputing a static embedding is cheaper than reading it)")
     console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; {cache}")
@@ -244,7 +245,8 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores,
                                        probabilities=probabilities)
     embeddings = {name: x[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
+    tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[~train]) for name, rows in chosen.items()}
     clock.end()
-    return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses,
+    return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
                   notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
                                              "computed": feats.cache_misses}})
