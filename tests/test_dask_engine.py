@@ -101,6 +101,27 @@ def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_remov
         de.checkpoint_partition(rows, str(tmp_path / "not-a-folder"))
 
 
+def test_repeated_prompts_gathered_out_of_order_merge_as_the_local_engine_merges_them(mixed_logs):
+    from data.prepare import merge_duplicates
+    from training.engines import dask_partitions as de
+
+    shard = de.with_weights(de.with_keys(de.unit_frame(str(sorted(mixed_logs.glob("*.parquet"))[0]))), "plug_in", 20.0)
+    extra = de.unit_frame(str(mixed_logs / "extra.jsonl"))
+    extra = de.with_weights(de.with_keys(extra[extra["reject_reason"].isna()]), "plug_in", 20.0)
+    parts = [frame[list(de.CHECKPOINT_COLUMNS)].reset_index(drop=True) for frame in (shard, extra)]
+    read = [de.with_read_order(part, partition_info={"number": n}) for n, part in enumerate(parts)]
+    repeated = pd.concat(read)[lambda f: f["prompt"].duplicated(keep=False)]
+    # 20 prompts once in the shard and again in the JSONL file, one twice in the shard
+    assert len(repeated) == 42 and repeated["prompt"].nunique() == 21
+    shuffled = repeated.sample(frac=1.0, random_state=0)  # as a shuffle may deliver them
+    dtypes = parts[0].drop(columns="key").assign(n_merged=1).dtypes.to_dict()
+    merged = de.merge_partition(shuffled, dtypes)
+    expected = merge_duplicates(repeated.drop(columns=["read_order", "key"]).reset_index(drop=True)).astype(dtypes)
+    pd.testing.assert_frame_equal(merged, expected)
+    assert (merged["n_merged"] == 2).all() and len(merged) == 21
+    assert merged["request_id"].tolist() == repeated.drop_duplicates("prompt")["request_id"].tolist(), "first read"
+
+
 def test_dask_bundle_is_checked_registered_and_routes(both_engines):
     from serving import Router
 

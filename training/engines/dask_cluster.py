@@ -6,13 +6,14 @@ Where the rows live: every log file is a partition read, validated, split, label
 featurized on the workers; LightGBM trains data-parallel through `lightgbm.dask` on the
 workers' partitions. The client only ever holds bounded samples chosen by prompt hash:
 at most `pca_sample_rows` training rows (raw embeddings for the projection) and
-`eval_sample_rows` rows each of validation and test (calibration, thresholds, figures),
-plus duplicate rows, which it merges with the local engine's function.
+`eval_sample_rows` rows each of validation and test (calibration, thresholds, figures).
 
-Three passes over the logs, each streaming every file once: (1) validate, count, find
-repeated prompts; (2) gather the repeated rows and the raw embeddings of the projection
-sample; (3) features of every row: the validation and test samples come back to the
-client, the training rows stay on the workers (persisted) for LightGBM.
+The logs are read once: (1) every file read and validated, its valid rows written to a
+per-run checkpoint (Parquet, `dask_scratch`), counted, repeated prompts found. The later
+passes read the checkpoint: (2) the raw embeddings of the projection sample, and the
+repeated prompts gathered by key on the workers (a shuffle) and merged there; (3) features
+of every row: the validation and test samples come back to the client, the training rows
+stay on the workers (persisted) for LightGBM.
 """
 from __future__ import annotations
 
@@ -76,29 +77,33 @@ def _read_and_check(config: TrainConfig, folder: str):
     return checkpoint, repeated, report, responses
 
 
-def _repeated_rows(valid, repeated):
-    """The rows whose prompt occurs more than once (a lazy collection), or None."""
-    return valid[valid["key"].isin(repeated.index.to_numpy(np.uint64))] if len(repeated) else None
-
-
-def _merge_repeated(valid, repeated, repeated_rows, report: dict):
-    """One row per prompt: repeated rows merged here by the local engine's merge_duplicates,
-    the rest untouched on the workers. Completes `report` (rows, per source, merged)."""
+def _merge_repeated(client, valid, repeated, report: dict):
+    """One row per prompt. The rows of repeated prompts are gathered by prompt key on the
+    workers (a shuffle), put back in the order they were read and merged there by the local
+    engine's merge_duplicates; the merged rows stay on the workers, after the untouched
+    ones. Completes `report` (rows, per source, merged)."""
+    import dask
     import dask.dataframe as dd
 
-    from data.prepare import merge_duplicates
+    from training.engines import dask_partitions as de
 
-    per_source = report["rows_per_source"]
-    singles = valid.drop(columns="key").assign(n_merged=1)
-    rows, n_rows, merged_away = singles, int(per_source.sum()), 0
-    if repeated_rows is not None:
-        merged = merge_duplicates(repeated_rows.drop(columns="key").reset_index(drop=True))
-        singles = valid[~valid["key"].isin(repeated.index.to_numpy(np.uint64))].drop(columns="key").assign(n_merged=1)
-        rows = dd.concat([singles, dd.from_pandas(merged.astype(singles.dtypes.to_dict()), npartitions=1)])
-        per_source = per_source.sub(repeated_rows["source"].value_counts(), fill_value=0).add(
-            merged["source"].value_counts(), fill_value=0)
-        merged_away = len(repeated_rows) - len(merged)
+    per_source, n_rows, merged_away = report["rows_per_source"], int(report["rows_per_source"].sum()), 0
+    keys = repeated.index.to_numpy(np.uint64)
+    is_repeated = valid["key"].isin(keys)
+    singles = valid[~is_repeated].drop(columns="key").assign(n_merged=1)
+    rows = singles
+    if len(keys):
+        gathered = valid[is_repeated].map_partitions(de.with_read_order, meta=de.checkpoint_meta(read_order=np.int64))
+        merged = gathered.shuffle("key").map_partitions(de.merge_partition, singles.dtypes.to_dict(),
+                                                         meta=singles._meta)
+        with de.stage("merging repeated prompts"):
+            merged = client.persist(merged)
+            before, after, n_merged = dask.compute(gathered["source"].value_counts(),
+                                                   merged["source"].value_counts(), merged.shape[0])
+        per_source = per_source.sub(before, fill_value=0).add(after, fill_value=0)
+        merged_away = int(repeated.sum()) - int(n_merged)
         n_rows -= merged_away
+        rows = dd.concat([singles, merged])
     report.update(rows=n_rows, duplicates_merged=merged_away,
                   rows_per_source={str(k): int(v) for k, v in per_source.sort_index().items() if v})
     return rows
@@ -130,13 +135,9 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 
     from training.engines import dask_partitions as de
 
-    with de.cluster(config.dask_scheduler, workers=config.dask_workers), de.scratch(config) as folder:
+    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
         valid, repeated, report, responses = _read_and_check(config, folder)
-        repeated_rows = _repeated_rows(valid, repeated)
-        if repeated_rows is not None:
-            with de.stage("gathering repeated prompts"):
-                repeated_rows = repeated_rows.compute()
-        prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
+        prepared = _prepare(_merge_repeated(client, valid, repeated, report), config)
         print_logs(console, report)
         with de.stage("collecting the evaluation samples"):
             frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
@@ -147,11 +148,9 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 
 
 def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
-    """Pass 2: the repeated rows merged, and the projection fitted on raw embeddings of a
-    training sample (drawn before merging: a repeated prompt in it weighs twice, harmlessly).
+    """Pass 2: the projection fitted on raw embeddings of a training sample (drawn before
+    merging: a repeated prompt in it weighs twice, harmlessly), and the repeated rows merged.
     Returns the feature plan, the prepared rows and the sample's size."""
-    import dask
-
     from training.engines import dask_partitions as de
     from training.featurize import fit_projection, plan_from, raw_stage, raw_width
 
@@ -164,9 +163,9 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
     recipe = client.scatter(raw.for_workers(), broadcast=True)
     raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, recipe,
                                              meta={f"raw_{i}": np.float32 for i in range(width)})
-    with de.stage("raw embeddings for the projection, repeated prompts"):
-        raw_sample, repeated_rows = dask.compute(raw_embeddings, _repeated_rows(valid, repeated))
-    prepared = _prepare(_merge_repeated(valid, repeated, repeated_rows, report), config)
+    with de.stage("raw embeddings for the projection"):
+        raw_sample = raw_embeddings.compute()
+    prepared = _prepare(_merge_repeated(client, valid, repeated, report), config)
     plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
     return plan, prepared, len(raw_sample)
 

@@ -168,8 +168,24 @@ def read_checkpoint(path: str) -> pd.DataFrame:
     return frame.astype({c: float for c in CHECKPOINT_COLUMNS if c in NUMBER_COLUMNS or c in WEIGHT_COLUMNS})
 
 
-def checkpoint_meta() -> pd.DataFrame:
-    return frame_meta(ROUTING_COLUMNS, key=np.uint64)
+def checkpoint_meta(**extra) -> pd.DataFrame:
+    return frame_meta(ROUTING_COLUMNS, key=np.uint64, **extra)
+
+
+def with_read_order(frame: pd.DataFrame, partition_info: dict | None = None) -> pd.DataFrame:
+    """The rows with `read_order`: where each was read (partition number, then row), so that
+    rows gathered from many partitions can be put back in that order."""
+    number = (partition_info or {}).get("number", 0)
+    return frame.assign(read_order=(np.int64(number) << 32) + np.arange(len(frame), dtype=np.int64))
+
+
+def merge_partition(frame: pd.DataFrame, dtypes: dict) -> pd.DataFrame:
+    """data.prepare.merge_duplicates on rows gathered by prompt key (every row of a prompt is in
+    this partition), in the order they were read: the merged rows the local engine would make."""
+    from data.prepare import merge_duplicates
+
+    frame = frame.sort_values("read_order", kind="stable").drop(columns=["read_order", "key"])
+    return merge_duplicates(frame.reset_index(drop=True)).astype(dtypes)
 
 
 def feature_meta(recipe, keep: tuple[str, ...] = (), with_tokens: bool = False) -> pd.DataFrame:
