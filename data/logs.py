@@ -192,10 +192,12 @@ def read_unit(path: Path) -> LoadedLogs:
     """Read and validate one loading unit (a file, or a folder an adapter reads whole).
     Every reject counts as one unit read (a row, a line, or a whole unreadable file), so
     nothing bad is ever free."""
-    result = LoadedLogs(rows=[])
+    result, sources = LoadedLogs(rows=[]), {}
     for raw in iter_path(path, result.rejects):
+        if raw.file not in sources:  # a folder adapter reads several files
+            sources[raw.file] = Path(raw.file).stem
         try:
-            row = check_row(raw.row, default_source=Path(raw.file).stem)
+            row = check_row(raw.row, default_source=sources[raw.file])
         except RowError as exc:
             kind = "unlabelled" if isinstance(exc, Unlabelled) else "invalid"
             result.rejects.append(Reject(raw.file, raw.location, str(exc), kind))

@@ -122,6 +122,28 @@ def test_repeated_prompts_gathered_out_of_order_merge_as_the_local_engine_merges
     assert merged["request_id"].tolist() == repeated.drop_duplicates("prompt")["request_id"].tolist(), "first read"
 
 
+def test_the_shared_validation_stop_stops_where_lightgbms_early_stopping_does():
+    import lightgbm as lgb
+
+    from training.model import SharedValidationStop
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6000, 8)).astype(np.float32)
+    y = np.clip(0.5 + 0.3 * x[:, 0] + 0.2 * rng.normal(size=6000), 0, 1)  # fractions: cross-entropy
+    weight = rng.uniform(0.5, 2.0, size=2000)
+    params = {"objective": "cross_entropy", "metric": "cross_entropy", "learning_rate": 0.3, "verbose": -1,
+              "num_threads": 1, "deterministic": True}
+    train = lgb.Dataset(x[:4000], y[:4000])
+    expected = lgb.train(params, train, 500, valid_sets=[lgb.Dataset(x[4000:], y[4000:], weight=weight,
+                                                                      reference=train)],
+                         callbacks=[lgb.early_stopping(10, verbose=False)])
+    stop = SharedValidationStop(x[4000:], y[4000:], 10, weight)
+    shared = lgb.train(params, lgb.Dataset(x[:4000], y[:4000]), 500, callbacks=stop.callbacks())
+    assert 10 < expected.best_iteration < 490
+    assert shared.best_iteration == stop.best_round == expected.best_iteration
+    assert stop.best_loss == pytest.approx(expected.best_score["valid_0"]["cross_entropy"], rel=1e-12)
+
+
 def test_dask_bundle_is_checked_registered_and_routes(both_engines):
     from serving import Router
 

@@ -148,32 +148,43 @@ def blank_declared_precision(matrix: np.ndarray, feature_names: list[str], preci
 class SharedValidationStop:
     """Early stopping for LightGBM's Dask interface, which has none of its own.
 
-    Each worker gets this callback with the same validation sample. After every round it
-    adds the newest tree's output to its running raw scores (one tree per round, so the
-    cost is linear), so all workers see the same log-loss on the same (shared) trees and
-    stop at the same round: no worker is left waiting on the others.
+    Each worker gets these callbacks (`callbacks()`) with the same validation sample. Before
+    the first round the sample joins the worker's booster as a validation set, binned with
+    the training set's bins, so LightGBM adds each new tree's output to its scores itself;
+    after every round the stop reads the booster's metric on it. All workers see the same
+    loss on the same (shared) trees and stop at the same round: none is left waiting.
     """
 
     order = 30
 
     def __init__(self, x_val: np.ndarray, y_val: np.ndarray, rounds: int, weight: np.ndarray | None = None):
         self.x_val, self.y_val, self.rounds = np.asarray(x_val), np.asarray(y_val, dtype=np.float64), rounds
-        self.weight = np.ones(len(self.y_val)) if weight is None else np.asarray(weight, dtype=np.float64)
-        self.raw: np.ndarray | None = None
-        self.best_loss, self.best_round = np.inf, 0
+        self.weight = None if weight is None else np.asarray(weight, dtype=np.float64)
+        self.best_loss, self.best_round, self.best_result = np.inf, 0, None
+
+    def callbacks(self) -> list:
+        """The callback that adds the sample before the first round, then this stop."""
+        import lightgbm as lgb
+
+        def add_sample(env) -> None:
+            if env.iteration == env.begin_iteration:
+                env.model.add_valid(lgb.Dataset(self.x_val, self.y_val, weight=self.weight,
+                                                reference=env.model.train_set), SHARED_VALIDATION)
+
+        add_sample.before_iteration, add_sample.order = True, 0
+        return [add_sample, self]
 
     def __call__(self, env) -> None:
         import lightgbm as lgb
 
-        tree = env.model.predict(self.x_val, start_iteration=env.iteration, num_iteration=1, raw_score=True)
-        self.raw = tree if self.raw is None else self.raw + tree
-        p = np.clip(1.0 / (1.0 + np.exp(-self.raw)), 1e-15, 1 - 1e-15)
-        loss = float(-np.average(self.y_val * np.log(p) + (1 - self.y_val) * np.log(1 - p), weights=self.weight))
-        if loss < self.best_loss:
-            self.best_loss, self.best_round = loss, env.iteration + 1
+        result = next(r for r in env.model.eval_valid() if r[0] == SHARED_VALIDATION)
+        if result[2] < self.best_loss:
+            self.best_loss, self.best_round, self.best_result = result[2], env.iteration + 1, result
         elif env.iteration + 1 - self.best_round >= self.rounds:
-            raise lgb.callback.EarlyStopException(self.best_round - 1, [("val", "binary_logloss", self.best_loss,
-                                                                         False)])
+            raise lgb.callback.EarlyStopException(self.best_round - 1, [self.best_result])
+
+
+SHARED_VALIDATION = "shared_validation"
 
 
 def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
@@ -197,7 +208,7 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
     with warnings.catch_warnings():  # threads are set per worker by lightgbm.dask; its note says so
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
         model.fit(placed[0], placed[1], sample_weight=placed[2] if weight is not None else None,
-                  callbacks=[SharedValidationStop(x_val, y_val, early_stopping_rounds, val_weight)])
+                  callbacks=SharedValidationStop(x_val, y_val, early_stopping_rounds, val_weight).callbacks())
     booster = model.to_local().booster_
     best = booster.best_iteration or booster.current_iteration()
     return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))

@@ -94,14 +94,14 @@ def _merge_repeated(client, valid, repeated, report: dict):
     rows = singles
     if len(keys):
         gathered = valid[is_repeated].map_partitions(de.with_read_order, meta=de.checkpoint_meta(read_order=np.int64))
-        merged = gathered.shuffle("key").map_partitions(de.merge_partition, singles.dtypes.to_dict(),
-                                                         meta=singles._meta)
+        partitions = -(-int(repeated.sum()) // de.MERGE_PARTITION_ROWS)
         with de.stage("merging repeated prompts"):
-            merged = client.persist(merged)
-            before, after, n_merged = dask.compute(gathered["source"].value_counts(),
-                                                   merged["source"].value_counts(), merged.shape[0])
+            shuffled = client.persist(gathered.shuffle("key", npartitions=partitions, shuffle_method="tasks"))
+            merged = client.persist(shuffled.map_partitions(de.merge_partition, singles.dtypes.to_dict(),
+                                                            meta=singles._meta))
+            before, after = dask.compute(shuffled["source"].value_counts(), merged["source"].value_counts())
         per_source = per_source.sub(before, fill_value=0).add(after, fill_value=0)
-        merged_away = int(repeated.sum()) - int(n_merged)
+        merged_away = int(repeated.sum()) - int(after.sum())
         n_rows -= merged_away
         rows = dd.concat([singles, merged])
     report.update(rows=n_rows, duplicates_merged=merged_away,
