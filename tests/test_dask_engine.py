@@ -79,6 +79,33 @@ def test_dask_engine_reads_rejects_and_merges_duplicates_like_the_local_engine(b
     assert any('"line 23"' in r and "unparsable JSON" in r for r in found)
 
 
+def test_a_killed_runs_checkpoint_is_removed_by_the_next_run_and_a_living_runs_is_kept(tmp_path):
+    import subprocess
+    import sys
+
+    from training.config import TrainConfig
+    from training.engines import dask_partitions as de
+
+    config = TrainConfig(dask_scratch=str(tmp_path))
+    holder = ("import sys, time; from training.config import TrainConfig; from training.engines import "
+              "dask_partitions as de\nwith de.scratch(TrainConfig(dask_scratch=sys.argv[1])) as f:\n"
+              "    open(f + '/part-00000.parquet', 'w').close(); print(f, flush=True); time.sleep(60)")
+    killed = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    living = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        killed_folder, living_folder = killed.stdout.readline().strip(), living.stdout.readline().strip()
+        killed.kill()
+        killed.wait()
+        assert os.path.exists(killed_folder + "/part-00000.parquet"), "a killed run leaves its checkpoint"
+        with de.scratch(config) as folder:
+            assert not os.path.exists(killed_folder) and os.path.exists(living_folder + "/part-00000.parquet")
+            assert os.path.isdir(folder) and os.path.basename(folder).startswith("run-")
+        assert not os.path.exists(folder)
+    finally:
+        living.kill()
+        living.wait()
+
+
 def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_removed(both_engines, mixed_logs,
                                                                                    tmp_path):
     from training.engines import dask_partitions as de

@@ -27,3 +27,21 @@ def file_lock(path: Path, *, what: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def held_lock(path: Path) -> Iterator[bool]:
+    """Try once to take the lock file `path` (created if needed): yields whether this process
+    now holds it (False: another process does), and releases it on exit."""
+    import fcntl
+
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -232,18 +232,31 @@ def cluster(scheduler: str | None = None, *, workers: int | None = None,
 @contextlib.contextmanager
 def scratch(config) -> Iterator[str]:
     """A new folder for this run's checkpoint (checkpoint_partition) under `dask_scratch`
-    (default: `cache_dir`/dask-scratch), removed when the run ends, however it ends. Every
-    worker writes and reads it: on a remote cluster it must be storage they all see."""
+    (default: `cache_dir`/dask-scratch), removed when the run ends. Every worker writes and
+    reads it: on a remote cluster it must be storage they all see. The run holds the
+    folder's lock file while it lives; the folders of runs that were killed (no holder)
+    are removed when the next run starts."""
     import shutil
     import tempfile
 
+    from training.locks import held_lock
+
     root = Path(config.dask_scratch or Path(config.cache_dir) / "dask-scratch")
     root.mkdir(parents=True, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="run-", dir=root)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    for folder in root.glob("run-*/"):
+        with held_lock(folder / SCRATCH_LOCK) as abandoned:
+            if abandoned:
+                shutil.rmtree(folder, ignore_errors=True)
+    new = Path(tempfile.mkdtemp(prefix="new-", dir=root))  # not a run-* folder until its lock is held
+    with held_lock(new / SCRATCH_LOCK):
+        folder = new.rename(root / new.name.replace("new-", "run-", 1))
+        try:
+            yield str(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+SCRATCH_LOCK = ".lock"
 
 
 @contextlib.contextmanager
