@@ -145,6 +145,12 @@ def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = ()
     return out
 
 
+def feature_meta(recipe, keep: tuple[str, ...] = (), with_tokens: bool = False) -> pd.DataFrame:
+    """The empty frame feature_partition returns."""
+    return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep},
+                      **({TOKEN_IDS: object} if with_tokens else {}))
+
+
 PREPARED = {"n_merged": np.int64, "split": object, "label": np.int64, "sample_u": float}
 CHECKPOINT_COLUMNS = (*ROUTING_COLUMNS, "key")  # what the later passes read of each validated row
 
@@ -176,7 +182,7 @@ def checkpoint_meta(**extra) -> pd.DataFrame:
     return frame_meta(ROUTING_COLUMNS, key=np.uint64, **extra)
 
 
-MERGE_PARTITION_ROWS = 100_000  # repeated rows gathered into one partition (at most) to be merged
+MERGE_PARTITION_ROWS = 100_000  # repeated rows gathered into one partition (about) to be merged
 
 
 def with_read_order(frame: pd.DataFrame, partition_info: dict | None = None) -> pd.DataFrame:
@@ -193,12 +199,6 @@ def merge_partition(frame: pd.DataFrame, dtypes: dict) -> pd.DataFrame:
 
     frame = frame.sort_values("read_order", kind="stable").drop(columns=["read_order", "key"])
     return merge_duplicates(frame.reset_index(drop=True)).astype(dtypes)
-
-
-def feature_meta(recipe, keep: tuple[str, ...] = (), with_tokens: bool = False) -> pd.DataFrame:
-    """The empty frame feature_partition returns."""
-    return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep},
-                      **({TOKEN_IDS: object} if with_tokens else {}))
 
 
 @contextlib.contextmanager
