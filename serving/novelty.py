@@ -28,14 +28,10 @@ class Novelty:
         self.seen = np.asarray(seen, dtype=np.float64)
         self.embedding_threshold, self.unseen_threshold = float(embedding_threshold), float(unseen_threshold)
 
-    def components(self, embeddings: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(embedding distance, unseen-token share) per row; ids and mask padded [rows, tokens]."""
-        mask = np.asarray(mask, dtype=bool)
-        return self.components_flat(embeddings, np.asarray(ids)[mask], mask.sum(axis=1))
-
     def components_flat(self, embeddings: np.ndarray, ids: np.ndarray,
                         lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`components` with the rows' ids one after another (`lengths` ids each), unpadded."""
+        """(embedding distance, unseen-token share) per row, from the rows' ids one after
+        another (`lengths` ids each), unpadded."""
         z = (np.asarray(embeddings, dtype=np.float64) - self.mean) * self.inverse_scale
         distance = (z * z).mean(axis=1)
         lengths = np.asarray(lengths, dtype=np.int64)

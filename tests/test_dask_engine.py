@@ -128,7 +128,7 @@ def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_remov
         de.checkpoint_partition(rows, str(tmp_path / "not-a-folder"))
 
 
-def test_repeated_prompts_gathered_out_of_order_merge_as_the_local_engine_merges_them(mixed_logs):
+def test_repeated_prompts_gathered_out_of_order_merge_as_the_local_engine_merges_them(mixed_logs, tmp_path):
     from data.prepare import merge_duplicates
     from training.engines import dask_partitions as de
 
@@ -147,6 +147,9 @@ def test_repeated_prompts_gathered_out_of_order_merge_as_the_local_engine_merges
     pd.testing.assert_frame_equal(merged, expected)
     assert (merged["n_merged"] == 2).all() and len(merged) == 21
     assert merged["request_id"].tolist() == repeated.drop_duplicates("prompt")["request_id"].tolist(), "first read"
+    # The merged rows wait in the checkpoint, not in a worker's memory: read back as they were.
+    de.checkpoint_partition(merged, str(tmp_path / "merged"), tuple(merged.columns), partition_info={"number": 3})
+    pd.testing.assert_frame_equal(de.read_checkpoint(de.checkpoint_file(str(tmp_path / "merged"), 3)), merged)
 
 
 def test_the_shared_validation_stop_stops_where_lightgbms_early_stopping_does():

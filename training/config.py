@@ -59,6 +59,7 @@ class TrainConfig:
     novelty_min_unseen_share: float = 0.3            # unseen-token share below this is never unfamiliar
     unfamiliar_policy: str = "edge_with_cloud_fallback"  # or rule_table | learned (serving.novelty)
     seed: int = 0
+    max_train_rows: int | None = 1_000_000           # training prompts fitted (a prompt-hash sample); empty: all
     parity_rows: int = 5000                          # test rows the bundle is checked against (from raw text)
     # Scale-out (engine=dask): logs stay on the cluster in partitions; the client holds
     # bounded, hash-chosen samples only.
@@ -95,6 +96,8 @@ class TrainConfig:
         for name in ("parity_rows", "eval_sample_rows", "pca_sample_rows", "acceptance_min_rows",
                      "acceptance_rounds", "max_response_chars"):
             check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        check(self.max_train_rows is None or (isinstance(self.max_train_rows, int) and self.max_train_rows >= 1),
+              "max_train_rows", "must be empty or an integer >= 1")
         check(self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
               "dask_workers", "must be empty or an integer >= 1")
         check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")

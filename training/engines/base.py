@@ -27,6 +27,7 @@ PARITY_TOLERANCE = 1e-5
 # import it on use; Dask's LocalCluster workers inherit it); a value already set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 NOVELTY_FILE = "novelty.npz"
+SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
 @dataclass
@@ -79,6 +80,38 @@ def label_of(frame, config: TrainConfig) -> np.ndarray:
 
     return np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"], margin_binary=config.margin_binary,
                                    margin_graded=config.margin_graded), dtype=np.int64)
+
+
+def sample_numbers(prompts, config: TrainConfig) -> np.ndarray:
+    """Each prompt's sampling number in [0, 1): its hash, salted apart from the split's. A
+    sample of about n of `rows` rows keeps the numbers below sample_fraction(n, rows): the
+    same prompts in either engine, in any order or partitioning, and a smaller sample inside
+    a larger one."""
+    from data.prepare import hash_uniform
+
+    return hash_uniform(prompts, SAMPLE_SALT + config.split_salt)
+
+
+def sample_fraction(cap: int | None, expected_rows: float) -> float:
+    """The share of `expected_rows` that keeps about `cap` of them (None: all)."""
+    return 1.0 if cap is None else min(1.0, cap / max(expected_rows, 1.0))
+
+
+def training_share(config: TrainConfig) -> float:
+    return 1.0 - config.val_share - config.test_share
+
+
+def note_training_sample(console, report: dict, config: TrainConfig, fraction: float, kept: int | None = None) -> None:
+    """Record (report["training_sample"]) and say how many training prompts the fit reads
+    when `max_train_rows` cuts them."""
+    if fraction >= 1.0:
+        return
+    expected = report["rows"] * training_share(config)
+    report["training_sample"] = {"max_train_rows": config.max_train_rows, "fraction": fraction,
+                                 "rows": kept if kept is not None else round(expected * fraction)}
+    console.print(f"[bold]training sample[/]: {'about ' if kept is None else ''}"
+                  f"{report['training_sample']['rows']} of ~{round(expected)} training prompts "
+                  f"(max_train_rows={config.max_train_rows}, chosen by prompt hash)")
 
 
 def print_logs(console, report: dict) -> None:

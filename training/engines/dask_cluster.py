@@ -25,7 +25,8 @@ import pandas as pd
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import Fitted, print_logs
+from training.engines.base import (Fitted, note_training_sample, print_logs, sample_fraction,
+                                   training_share)
 
 
 def _read_and_check(config: TrainConfig, folder: str):
@@ -77,11 +78,12 @@ def _read_and_check(config: TrainConfig, folder: str):
     return checkpoint, repeated, report, responses
 
 
-def _merge_repeated(client, valid, repeated, report: dict):
+def _merge_repeated(valid, repeated, report: dict, folder: str):
     """One row per prompt. The rows of repeated prompts are gathered by prompt key on the
     workers (a shuffle), put back in the order they were read and merged there by the local
-    engine's merge_duplicates; the merged rows stay on the workers, after the untouched
-    ones. Completes `report` (rows, per source, merged)."""
+    engine's merge_duplicates; the merged rows are written to the checkpoint (`folder`/merged)
+    and read from there after the untouched ones, so no worker holds them between passes.
+    Completes `report` (rows, per source, merged)."""
     import dask
     import dask.dataframe as dd
 
@@ -95,11 +97,16 @@ def _merge_repeated(client, valid, repeated, report: dict):
     if len(keys):
         gathered = valid[is_repeated].map_partitions(de.with_read_order, meta=de.checkpoint_meta(read_order=np.int64))
         partitions = -(-int(repeated.sum()) // de.MERGE_PARTITION_ROWS)
-        with de.stage("merging repeated prompts"):
-            shuffled = client.persist(gathered.shuffle("key", npartitions=partitions, shuffle_method="tasks"))
-            merged = client.persist(shuffled.map_partitions(de.merge_partition, singles.dtypes.to_dict(),
-                                                            meta=singles._meta))
-            before, after = dask.compute(shuffled["source"].value_counts(), merged["source"].value_counts())
+        shuffled = gathered.shuffle("key", npartitions=partitions, shuffle_method="tasks")
+        merged = shuffled.map_partitions(de.merge_partition, singles.dtypes.to_dict(), meta=singles._meta)
+        merged_folder = str(Path(folder) / "merged")
+        with de.stage("merging repeated prompts"):  # one computation: the shuffle runs once
+            before, after, _ = dask.compute(
+                shuffled["source"].value_counts(), merged["source"].value_counts(),
+                merged.map_partitions(de.checkpoint_partition, merged_folder, tuple(singles.columns),
+                                      meta={"rows": np.int64}))
+        merged = dd.from_map(de.read_checkpoint, [de.checkpoint_file(merged_folder, i) for i in range(partitions)],
+                             meta=singles._meta, enforce_metadata=False)
         per_source = per_source.sub(before, fill_value=0).add(after, fill_value=0)
         merged_away = int(repeated.sum()) - int(after.sum())
         n_rows -= merged_away
@@ -116,16 +123,13 @@ def _prepare(rows, config: TrainConfig):
     return rows.map_partitions(de.prepare_partition, config, meta=de.frame_meta(de.ROUTING_COLUMNS, **de.PREPARED))
 
 
-def _fraction(cap: int, expected_rows: float) -> float:
-    return min(1.0, cap / max(expected_rows, 1.0))
-
-
 def _sample(prepared, split: str, cap: int, report: dict, config: TrainConfig):
-    """At most about `cap` rows of a split ("all": every row), chosen by prompt hash."""
-    shares = {"train": 1 - config.val_share - config.test_share, "val": config.val_share,
-              "test": config.test_share, "all": 1.0}
+    """At most about `cap` rows of a split ("all": every row; cap None: no limit), chosen by
+    prompt hash (training.engines.base.sample_numbers)."""
+    shares = {"train": training_share(config), "val": config.val_share, "test": config.test_share, "all": 1.0}
     rows = prepared if split == "all" else prepared[prepared["split"] == split]
-    return rows[rows["sample_u"] < _fraction(cap, report["rows"] * shares[split])]
+    fraction = sample_fraction(cap, report["rows"] * shares[split])
+    return rows if fraction >= 1.0 else rows[rows["sample_u"] < fraction]
 
 
 def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
@@ -137,7 +141,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
         valid, repeated, report, responses = _read_and_check(config, folder)
-        prepared = _prepare(_merge_repeated(client, valid, repeated, report), config)
+        prepared = _prepare(_merge_repeated(valid, repeated, report, folder), config)
         print_logs(console, report)
         with de.stage("collecting the evaluation samples"):
             frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
@@ -147,7 +151,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
     return frame.drop(columns="sample_u"), report, responses
 
 
-def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
+def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, folder: str):
     """Pass 2: the projection fitted on raw embeddings of a training sample (drawn before
     merging: a repeated prompt in it weighs twice, harmlessly), and the repeated rows merged.
     Returns the feature plan, the prepared rows and the sample's size."""
@@ -165,14 +169,14 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict):
                                              meta={f"raw_{i}": np.float32 for i in range(width)})
     with de.stage("raw embeddings for the projection"):
         raw_sample = raw_embeddings.compute()
-    prepared = _prepare(_merge_repeated(client, valid, repeated, report), config)
+    prepared = _prepare(_merge_repeated(valid, repeated, report, folder), config)
     plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
     return plan, prepared, len(raw_sample)
 
 
 def _features(client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...]):
-    """Pass 3: every row's features; the validation and test samples come here (pandas), the
-    training rows stay on the workers (persisted)."""
+    """Pass 3: features of the validation and test samples, which come here (pandas), and of
+    the training rows (at most about `max_train_rows`), which stay on the workers (persisted)."""
     import dask
 
     from training.engines import dask_partitions as de
@@ -184,7 +188,7 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
     val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
         de.feature_partition, recipe, keep=keep, with_tokens=True, meta=de.feature_meta(plan.serving, keep, True))
         for name in ("val", "test"))
-    train = prepared[prepared["split"] == "train"].map_partitions(
+    train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
         de.feature_partition, recipe, keep=(*targets, *WEIGHT_COLUMNS), blank_precision=config.precision_dropout,
         seed=config.seed, meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)))
     with de.stage("features"):
@@ -259,8 +263,10 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
 
         t1 = time.perf_counter()
         clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
-        plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report)
+        plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report, folder)
         print_logs(console, report)
+        note_training_sample(console, report, config,
+                             sample_fraction(config.max_train_rows, report["rows"] * training_share(config)))
         clock.begin("featurize")
         train, val, test = _features(client, config, plan, prepared, report, target_columns(config.objective))
         timings["features_s"] = time.perf_counter() - t1
@@ -272,7 +278,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         clock.begin("fit")
         with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
             heads = _fit_heads(client, config, train, val, names)
-        timings["fit_s"] = time.perf_counter() - t2
+        timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
     splits, embeddings, tokens = {}, {}, {}
     for name, frame in (("val", val), ("test", test)):
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from data.logs import read_unit
-from data.prepare import QUALITY_AND_COSTS, content_sum64, hash_uniform, missing_text_as_none
+from data.prepare import QUALITY_AND_COSTS, content_sum64, missing_text_as_none
 from data.schema import COLUMNS, RESPONSE_COLUMNS, RESPONSE_NUMBERS
 from training.partial import COUNTED, WEIGHT_COLUMNS, partial_report, with_outcome_weights
 
@@ -27,7 +27,6 @@ UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
 # What the router's rows keep once repeats are merged: edge answers go to the acceptance check
 # only; each outcome's weight (training.partial) comes along.
 ROUTING_COLUMNS = (*(c for c in COLUMNS if c not in RESPONSE_COLUMNS), *WEIGHT_COLUMNS)
-SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
 NO_TEXT = ("prompt logged without its text (OutcomeLog(store_prompts=False)): the Dask engine reads text rows "
@@ -104,10 +103,10 @@ def content_digest(frame: pd.DataFrame) -> pd.DataFrame:
 
 def prepare_partition(frame: pd.DataFrame, config) -> pd.DataFrame:
     """Split, label (as the local engine) and sampling number of each row; `config` is the TrainConfig."""
-    from training.engines.base import split_and_label
+    from training.engines.base import sample_numbers, split_and_label
 
     frame = missing_text_as_none(frame.copy())
-    return split_and_label(frame, config).assign(sample_u=hash_uniform(frame["prompt"], SAMPLE_SALT + config.split_salt))
+    return split_and_label(frame, config).assign(sample_u=sample_numbers(frame["prompt"], config))
 
 
 def raw_embedding_partition(frame: pd.DataFrame, recipe) -> pd.DataFrame:
@@ -155,13 +154,16 @@ PREPARED = {"n_merged": np.int64, "split": object, "label": np.int64, "sample_u"
 CHECKPOINT_COLUMNS = (*ROUTING_COLUMNS, "key")  # what the later passes read of each validated row
 
 
-def checkpoint_partition(frame: pd.DataFrame, folder: str, partition_info: dict | None = None) -> pd.DataFrame:
-    """Write this partition's validated rows (CHECKPOINT_COLUMNS) to `folder`/part-NNNNN.parquet,
-    so that the later passes read them back instead of reading and validating the logs
-    again; returns one row: how many were written."""
+def checkpoint_partition(frame: pd.DataFrame, folder: str, columns: tuple[str, ...] = CHECKPOINT_COLUMNS,
+                         partition_info: dict | None = None) -> pd.DataFrame:
+    """Write this partition's rows (`columns`: by default the validated rows' CHECKPOINT_COLUMNS)
+    to `folder`/part-NNNNN.parquet, so that the later passes read them back instead of
+    reading and validating the logs again, or of holding them in memory; returns one row:
+    how many were written."""
     path = checkpoint_file(folder, (partition_info or {}).get("number", 0))
     try:
-        frame[list(CHECKPOINT_COLUMNS)].reset_index(drop=True).to_parquet(path, index=False)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        frame[list(columns)].reset_index(drop=True).to_parquet(path, index=False)
     except OSError as exc:
         raise EngineError(f"cannot write the validated rows to {path} ({type(exc).__name__}: {exc}); set "
                           "dask_scratch to writable storage that every worker sees") from exc
@@ -175,7 +177,7 @@ def checkpoint_file(folder: str, number: int) -> str:
 def read_checkpoint(path: str) -> pd.DataFrame:
     """One partition written by checkpoint_partition, with the dtypes the rows had."""
     frame = missing_text_as_none(pd.read_parquet(path), _text_columns())
-    return frame.astype({c: float for c in CHECKPOINT_COLUMNS if c in NUMBER_COLUMNS or c in WEIGHT_COLUMNS})
+    return frame.astype({c: float for c in frame.columns if c in NUMBER_COLUMNS or c in WEIGHT_COLUMNS})
 
 
 def checkpoint_meta(**extra) -> pd.DataFrame:

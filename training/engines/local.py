@@ -10,7 +10,8 @@ import numpy as np
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import Fitted, label_of, print_logs, split_and_label
+from training.engines.base import (Fitted, label_of, note_training_sample, print_logs, sample_fraction,
+                                   sample_numbers, split_and_label, training_share)
 from training.stages import StageClock
 
 if TYPE_CHECKING:
@@ -135,6 +136,19 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
     return prepared.frame, prepared.report, prepared.responses
 
 
+def _training_sample(frame, config: TrainConfig, report: dict, console):
+    """The frame with its training rows cut to about `max_train_rows`, the same prompts the
+    Dask engine keeps (training.engines.base.sample_numbers); validation and test untouched."""
+    fraction = sample_fraction(config.max_train_rows, len(frame) * training_share(config))
+    if fraction >= 1.0:
+        return frame
+    train = (frame["split"] == "train").to_numpy()
+    keep = ~train
+    keep[train] = sample_numbers(frame["prompt"].to_numpy()[train], config) < fraction
+    note_training_sample(console, report, config, fraction, kept=int((keep & train).sum()))
+    return frame[keep].reset_index(drop=True)
+
+
 def _features(config: TrainConfig, frame, console):
     from rich.progress import Progress
 
@@ -187,6 +201,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         frame, data_report, responses, token_rows = prepare_frame(config, clock)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
+    frame = _training_sample(frame, config, data_report, console)
 
     t1 = time.perf_counter()
     clock.begin("featurize")
@@ -234,7 +249,7 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                           calibration=config.calibration,
                           weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
                           shared=shared)
-    timings["fit_s"] = time.perf_counter() - t2
+    timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
     # (scored here, not the training rows: at a million rows those took a minute).
