@@ -32,12 +32,13 @@ export TRANSFORMERS_OFFLINE := 1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every version, so a fresh clone installs what its figures were measured with.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[train,test,client,server]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server]'
 	touch $@
 
 train: $(STAMP)
