@@ -235,7 +235,8 @@ def floors_after(bundle: Path, logs: Path, work: Path, parity_rows: int = 5000) 
 
 def stage_floors(per_row: dict, after: dict, *, rows: int, rows_read: int, train_rows: int, trees: int,
                  cores: int) -> dict[str, float]:
-    """Each stage's floor in seconds for this run (module doc); stages without one are absent."""
+    """Each stage's floor in seconds for this run (module doc); stages without one are absent.
+    `rows` are the rows featurized, `train_rows` those the boosters fit."""
     floors = {"read_validate": per_row["read_validate_s_per_row"] * rows_read / cores,
               "merge": per_row["merge_s_per_row"] * rows_read,
               "featurize": per_row["featurize_s_per_row"] * rows / cores}
@@ -282,14 +283,19 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
         row.update(rows_per_s=None, unfinished=_unfinished(logged, samples))
     manifest = run_dir / "bundle" / "manifest.json"
     metrics = _mlflow_metrics(run_dir / "mlflow.db")
-    after = {}
+    after, train_rows, featurized = {}, int(rows * 0.7), rows
     if figures["exit_code"] == 0 and manifest.exists():
         data = json.loads(manifest.read_text())
         test = data["metrics"]["test"]
         row.update(test_apgr=test["learned"]["apgr"], rule_apgr=test["rule_table"]["apgr"])
         after = floors_after(run_dir / "bundle", logs, work)
+        # What the run featurized and fit: its training sample (max_train_rows) and its
+        # validation and test rows (the Dask engine's are samples: eval_sample_rows).
+        train_rows = data["data"].get("training_sample", {}).get("rows", train_rows)
+        featurized = train_rows + data["metrics"]["val"]["rows"] + test["rows"]
+        row.update(featurized_rows=featurized, fitted_rows=train_rows)
     trees = int(sum(v for k, v in metrics.items() if k.startswith("trees.")))
-    floors = stage_floors(per_row, after, rows=rows, rows_read=rows, train_rows=int(rows * 0.7), trees=trees,
+    floors = stage_floors(per_row, after, rows=featurized, rows_read=rows, train_rows=train_rows, trees=trees,
                           cores=os.cpu_count() or 1)
     for name, stage in stages.items():
         stage["floor_s"] = floors.get(name)

@@ -50,10 +50,12 @@ class Novelty:
         return np.maximum(distance / self.embedding_threshold, unseen / self.unseen_threshold)
 
     def score_one(self, embedding: np.ndarray, ids: np.ndarray) -> float:
-        """`scores` for one prompt's embedding row and its unpadded ids, with the fewest numpy calls."""
+        """`scores` for one prompt's embedding row and its unpadded ids, with the fewest numpy calls.
+        The squares are summed as `mean(axis=1)` sums a row (pairwise), not by `dot` (BLAS, another
+        order), so a prompt scores to the last bit as it does in a batch."""
         z = (embedding - self.mean) * self.inverse_scale
         unseen = 1.0 - float(self.seen[np.minimum(ids, len(self.seen) - 1)].sum()) / len(ids) if len(ids) else 0.0
-        return max(float(z.dot(z)) / len(z) / self.embedding_threshold, unseen / self.unseen_threshold)
+        return max(float((z * z).sum()) / len(z) / self.embedding_threshold, unseen / self.unseen_threshold)
 
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()

@@ -117,7 +117,7 @@ class Routing:
             reason = f"{self._score_name} {score:.3f} < {lo_text} ({tag})"
         else:
             reason = f"{self._score_name} {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
-        if n_tokens > self.edge_context_tokens and zone != CLOUD:
+        if n_tokens > self.edge_context_tokens:  # said even when the score alone sends it to the cloud
             zone = CLOUD
             reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
         truncated = len(prompt) > self._max_chars

@@ -50,3 +50,20 @@ def test_the_unfamiliar_policy_is_the_callers_choice(trained_full):
     assert learned.unfamiliar and "learned zone kept" in learned.reason
     with pytest.raises(ValueError, match="unfamiliar_policy"):
         Router.load(trained_full.bundle, unfamiliar_policy="coin_flip")
+
+
+def test_one_prompt_scores_to_the_last_bit_as_in_a_batch():
+    """route() and route_batch() must agree exactly: the one-prompt path sums as the batch does."""
+    from serving.novelty import Novelty
+
+    rng = np.random.default_rng(0)
+    dim, vocab = 32, 500
+    reference = Novelty(rng.normal(size=dim), rng.uniform(0.1, 3.0, size=dim), rng.integers(0, 2, size=vocab),
+                        embedding_threshold=1.7, unseen_threshold=0.4)
+    embeddings = rng.normal(scale=2.0, size=(400, dim)).astype(np.float32)
+    lengths = rng.integers(0, 60, size=400)
+    ids = rng.integers(0, vocab + 50, size=int(lengths.sum()))  # ids past the table are clipped
+    batch = reference.scores_flat(embeddings, ids, lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    one_by_one = [reference.score_one(embeddings[i], ids[s:s + n]) for i, (s, n) in enumerate(zip(starts, lengths))]
+    assert one_by_one == batch.tolist()

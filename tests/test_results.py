@@ -1,6 +1,8 @@
-"""README's headline table is what a fresh `make train` measures: the same figures, to the digit."""
+"""README's headline table is what a fresh `make train` measures: the same figures, to the
+digit, on the machine that wrote it; within the spread between CPUs elsewhere."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -8,11 +10,42 @@ from evaluation import headline
 from pipelines.results import readme_table
 from tests.conftest import ROOT
 
+# Training is deterministic on one machine, but the learned router's figures move a little
+# between CPUs (float kernels differ in the last bits, and trees then split elsewhere):
+# measured between two machines of this workplace, with the same pinned install, AUC 0.620 /
+# 0.623, CPT(50%) 27.5% / 26.3%, cloud share 46.5% / 45.0%. The data and the rule table do not.
+LEARNED_SPREAD = {"ratio": 0.006, "percent": 2.0}
+
+
+def _figures(table: str) -> list[tuple[str, list[str]]]:
+    return [(cells[0], cells[1:]) for cells in (
+        [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])]
+
+
+def _close(written: str, measured: str) -> bool:
+    number = re.compile(r"^[+-]?\d+(\.\d+)?%?$")
+    if not (number.match(written) and number.match(measured)):
+        return written == measured
+    spread = LEARNED_SPREAD["percent" if written.endswith("%") else "ratio"]
+    return abs(float(written.rstrip("%")) - float(measured.rstrip("%"))) <= spread + 1e-9
+
 
 def test_readme_headline_table_is_what_training_measures(trained_full):
     in_readme = readme_table((ROOT / "README.md").read_text(encoding="utf-8"))
     assert in_readme is not None, "README.md has no results block"
-    assert in_readme == headline.markdown(trained_full.metrics["test"]), "run `make results` and commit README.md"
+    measured = headline.markdown(trained_full.metrics["test"])
+    assert in_readme.splitlines()[:2] == measured.splitlines()[:2], "run `make results` and commit README.md"
+    for (label, written), (label_now, now) in zip(_figures(in_readme), _figures(measured), strict=True):
+        assert label == label_now, "run `make results` and commit README.md"
+        learned, rule_table = written
+        assert rule_table == now[1], f"{label}: rule table {rule_table} in README, {now[1]} measured"
+        assert _close(learned, now[0]), f"{label}: learned {learned} in README, {now[0]} measured (make results)"
+
+
+def test_a_stale_readme_figure_is_caught():
+    """The spread is not a blanket: a figure off by more than it, or a changed rule-table cell, fails."""
+    assert _close("0.620", "0.623") and _close("27.5%", "26.3%")
+    assert not _close("0.620", "0.630") and not _close("27.5%", "24.9%") and not _close("0.62", "n/a")
 
 
 def test_the_same_training_twice_gives_the_same_figures(trained_full, real_data_dir, encoder_cache, tmp_path):
