@@ -67,3 +67,17 @@ def test_one_prompt_scores_to_the_last_bit_as_in_a_batch():
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     one_by_one = [reference.score_one(embeddings[i], ids[s:s + n]) for i, (s, n) in enumerate(zip(starts, lengths))]
     assert one_by_one == batch.tolist()
+
+
+def test_scoring_in_chunks_gives_each_row_the_same_figures():
+    from serving.novelty import Novelty
+
+    rng = np.random.default_rng(1)
+    reference = Novelty(rng.normal(size=8), rng.uniform(0.5, 2.0, size=8), rng.integers(0, 2, size=100),
+                        embedding_threshold=1.0, unseen_threshold=0.5)
+    embeddings, lengths = rng.normal(size=(101, 8)), rng.integers(0, 9, size=101)
+    ids = rng.integers(0, 120, size=int(lengths.sum())).astype(np.uint16)
+    whole = reference.components_flat(embeddings, ids, lengths)
+    for chunk_rows in (1, 7, 100, 101):
+        chunked = reference.components_flat(embeddings, ids, lengths, chunk_rows=chunk_rows)
+        assert [c.tolist() for c in chunked] == [w.tolist() for w in whole]
