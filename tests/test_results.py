@@ -10,11 +10,13 @@ from evaluation import headline
 from pipelines.results import readme_table
 from tests.conftest import ROOT
 
-# Training is deterministic on one machine, but the learned router's figures move a little
-# between CPUs (float kernels differ in the last bits, and trees then split elsewhere):
+# Training is deterministic on one machine, but the learned models' figures move a little
+# between CPUs (float results differ in the last bits, and trees then split elsewhere):
 # measured between two machines of this workplace, with the same pinned install, AUC 0.620 /
-# 0.623, CPT(50%) 27.5% / 26.3%, cloud share 46.5% / 45.0%. The data and the rule table do not.
-LEARNED_SPREAD = {"ratio": 0.006, "percent": 2.0}
+# 0.623, CPT(50%) 27.5% / 26.3%, cloud share 46.5% / 45.0%, and the rule table's quality with
+# fallback 0.778 / 0.779 (it counts the learned acceptance check's verdicts). The title's
+# data figures do not move.
+SPREAD = {"ratio": 0.006, "percent": 2.0}
 
 
 def _figures(table: str) -> list[tuple[str, list[str]]]:
@@ -26,7 +28,7 @@ def _close(written: str, measured: str) -> bool:
     number = re.compile(r"^[+-]?\d+(\.\d+)?%?$")
     if not (number.match(written) and number.match(measured)):
         return written == measured
-    spread = LEARNED_SPREAD["percent" if written.endswith("%") else "ratio"]
+    spread = SPREAD["percent" if written.endswith("%") else "ratio"]
     return abs(float(written.rstrip("%")) - float(measured.rstrip("%"))) <= spread + 1e-9
 
 
@@ -37,13 +39,13 @@ def test_readme_headline_table_is_what_training_measures(trained_full):
     assert in_readme.splitlines()[:2] == measured.splitlines()[:2], "run `make results` and commit README.md"
     for (label, written), (label_now, now) in zip(_figures(in_readme), _figures(measured), strict=True):
         assert label == label_now, "run `make results` and commit README.md"
-        learned, rule_table = written
-        assert rule_table == now[1], f"{label}: rule table {rule_table} in README, {now[1]} measured"
-        assert _close(learned, now[0]), f"{label}: learned {learned} in README, {now[0]} measured (make results)"
+        for policy, in_readme_cell, measured_cell in zip(("learned", "rule table"), written, now, strict=True):
+            assert _close(in_readme_cell, measured_cell), \
+                f"{label}: {policy} {in_readme_cell} in README, {measured_cell} measured (make results)"
 
 
 def test_a_stale_readme_figure_is_caught():
-    """The spread is not a blanket: a figure off by more than it, or a changed rule-table cell, fails."""
+    """The spread is not a blanket: a figure off by more than it, or a cell that is no number, fails."""
     assert _close("0.620", "0.623") and _close("27.5%", "26.3%")
     assert not _close("0.620", "0.630") and not _close("27.5%", "24.9%") and not _close("0.62", "n/a")
 
