@@ -296,3 +296,39 @@ def test_the_training_rows_are_placed_the_same_way_on_every_run():
     assert rows == [list(range(0, 10)) + list(range(20, 30)) + list(range(50, 60)),  # partitions 0, 2, 5
                     list(range(10, 20)) + list(range(40, 50))]                         # 1, 4
     assert labels == rows
+
+
+def test_collected_frames_equal_compute_and_no_worker_holds_a_whole_one():
+    """The validation and test samples come to the client partition by partition: equal to
+    .compute() (rows, order, index, dtypes; an empty partition too), while no task's result
+    on a worker is more than one partition, where .compute() makes one holding the frame."""
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from training.engines.dask_partitions import collected
+
+    class LargestResult(SchedulerPlugin):
+        def __init__(self, scheduler):
+            self.scheduler, self.nbytes = scheduler, 0
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "memory":
+                self.nbytes = max(self.nbytes, self.scheduler.tasks[key].nbytes)
+
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"row": range(6_000), "prompt": [f"prompt {i} " * int(rng.integers(1, 30)) for i in range(6_000)],
+                          "tokens": [np.arange(i % 50, dtype=np.int32) for i in range(6_000)]})
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        rows = dd.from_pandas(frame, npartitions=6)
+        rows = rows[(rows["row"] < 2_000) | (rows["row"] >= 3_000)]  # partition 2 is now empty
+        largest = LargestResult(cluster.scheduler)
+        cluster.scheduler.add_plugin(largest)
+        kept, even = collected(client, rows, rows[rows["row"] % 2 == 0])
+        partition_bytes, largest.nbytes = largest.nbytes, 0
+        whole = rows.compute()
+        pd.testing.assert_frame_equal(kept, whole)
+        pd.testing.assert_frame_equal(even, whole[whole["row"] % 2 == 0])
+        assert sum(len(v) for v in client.has_what().values()) == 0  # nothing left on the workers
+    assert largest.nbytes > 4 * partition_bytes  # .compute(): one result holds all 5 partitions

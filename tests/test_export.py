@@ -106,6 +106,34 @@ def test_the_early_stopped_booster_is_cut_to_the_trees_a_retrain_would_grow():
                           onnx_probability(booster_to_onnx(again, 8, none), x_val))
 
 
+def test_a_split_between_neighbouring_float32_values_routes_the_same_in_the_bundle():
+    """LightGBM splits midway between two neighbouring float32 values it saw, and that double
+    rounds (to even) onto the upper one in the ONNX trees' float32 thresholds: the upper value
+    then took the other branch in the bundle (here 0.32 against 0.69). final_booster rounds
+    every threshold down to a float32 instead, which changes no LightGBM prediction."""
+    import lightgbm as lgb
+
+    from training.model import final_booster
+
+    rng = np.random.default_rng(0)
+    a = np.float32(0.3)
+    neighbours = np.array([np.nextafter(a, np.float32(0)), a, np.nextafter(a, np.float32(1)),
+                           np.nextafter(np.nextafter(a, np.float32(1)), np.float32(1))], dtype=np.float32)
+    column = rng.choice(neighbours, size=4000)
+    x = np.stack([column, rng.random(4000, dtype=np.float32)], axis=1)
+    y = (column > a).astype(int) ^ (rng.random(4000) < 0.05)
+    booster = lgb.train({"objective": "binary", "verbose": -1, "min_data_in_leaf": 5, "num_leaves": 4},
+                        lgb.Dataset(x, y), num_boost_round=5)
+    rows = np.stack([neighbours, np.full(4, 0.5, dtype=np.float32)], axis=1)
+    none = {"method": "none"}
+    raw_onnx = onnx_probability(booster_to_onnx(booster, 2, none), rows)
+    assert np.abs(raw_onnx - booster.predict(rows)).max() > 0.1  # the rounding this guards against
+    final = final_booster(booster, booster.current_iteration())
+    assert np.array_equal(final.predict(rows), booster.predict(rows))
+    assert np.array_equal(final.predict(x), booster.predict(x))
+    assert np.abs(onnx_probability(booster_to_onnx(final, 2, none), rows) - final.predict(rows)).max() < 1e-6
+
+
 def test_shared_heads_export_with_their_side_appended_in_the_graph():
     """One shared booster (training.model.SIDE_FEATURE) is two heads: each head's graph pads
     `features` with its side, so the SDK feeds both the same input and gets each head's

@@ -135,8 +135,6 @@ def _sample(prepared, split: str, cap: int, report: dict, config: TrainConfig):
 def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
     """For `make evaluate ENGINE=dask`: prepared rows of `splits` ("all" = every row), at most
     about `max_rows` per split, chosen by prompt hash on the cluster and collected here."""
-    import dask
-
     from training.engines import dask_partitions as de
 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
@@ -144,7 +142,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
         prepared = _prepare(_merge_repeated(valid, repeated, report, folder), config)
         print_logs(console, report)
         with de.stage("collecting the evaluation samples"):
-            frames = dask.compute(*(_sample(prepared, name, max_rows, report, config) for name in splits))
+            frames = de.collected(client, *(_sample(prepared, name, max_rows, report, config) for name in splits))
     frame = pd.concat(frames, ignore_index=True)  # distinct splits of merged rows: no prompt twice
     report["notes"] = [f"Dask engine: {report['rows']} prompts read on the cluster; figures on hash samples of "
                        f"at most about {max_rows} rows per split ({len(frame)} rows here)"]
@@ -193,8 +191,8 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
         train, val, test = client.persist([train, val, test])  # one graph: each partition is read once
         # One sample at a time: its partitions and their concatenation are here together, and
         # both samples' at once were most of the client's peak (~1 GB at 200,000 rows each).
-        val = val.compute()
-        test = test.compute()
+        [val] = de.collected(client, val)
+        [test] = de.collected(client, test)
     return train, val, test
 
 

@@ -231,6 +231,19 @@ def cluster(scheduler: str | None = None, *, workers: int | None = None,
         yield client
 
 
+def collected(client, *frames) -> list[pd.DataFrame]:
+    """Each Dask frame as one pandas frame here, equal to its `.compute()`, computed together
+    (the frames share their reads). The partitions come here one by one and are joined here,
+    one frame at a time: `.compute()` joins them on a worker first, so that one worker holds
+    the whole frame, and a copy of it to send; with the validation sample that was the
+    largest worker's peak."""
+    persisted, out = client.persist(list(frames)), []
+    for i, frame in enumerate(persisted):
+        persisted[i] = None  # once this frame is here, its partitions leave the workers
+        out.append(pd.concat(client.compute(frame.to_delayed(optimize_graph=False), sync=True)))
+    return out
+
+
 @contextlib.contextmanager
 def scratch(config) -> Iterator[str]:
     """A new folder for this run's checkpoint (checkpoint_partition) under `dask_scratch`
