@@ -287,8 +287,10 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         embeddings[name] = x[:, -plan.spec.embedding_dim:]
         ids = frame[de.TOKEN_IDS].tolist()
         tokens[name] = None if ids and ids[0] is None else TokenRows.from_rows(ids)
-    clock.end()
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
                       "val_rows": len(val), "test_rows": len(test)}}
+    del frame, val, test, ids  # the token arrays were copied into `tokens`
+    de.return_freed_memory()
+    clock.end()
     return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes,
                   tokens=tokens if all(t is not None for t in tokens.values()) else None)

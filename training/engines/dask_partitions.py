@@ -244,6 +244,20 @@ def collected(client, *frames) -> list[pd.DataFrame]:
     return out
 
 
+def return_freed_memory() -> None:
+    """Give the memory the C heap holds free back to the system (glibc's malloc_trim; a
+    no-op elsewhere). The samples arrive as many partitions of a few MB each; once the
+    frames built from them are dropped, glibc keeps most of that space in its heap, and the
+    client's RSS stayed ~0.4 GB higher through the rest of the run (measured at 1e6 rows)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 @contextlib.contextmanager
 def scratch(config) -> Iterator[str]:
     """A new folder for this run's checkpoint (checkpoint_partition) under `dask_scratch`
