@@ -28,16 +28,36 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     return model.SerializeToString(), [o.name for o in model.graph.output]
 
 
-def _as_binary(booster):
-    """A cross-entropy booster as the binary one it equals (same trees, same sigmoid link):
-    the ONNX converter knows only the binary objective."""
-    import lightgbm as lgb
+def _for_onnx(booster):
+    """The booster as the ONNX converter should see it: the same trees, each split threshold t
+    replaced by the largest float32 value at or below it, and a cross-entropy booster as the
+    binary one it equals (same sigmoid link; the converter knows only the binary objective).
 
-    text = booster.model_to_string()
-    if "objective=cross_entropy" not in text:
-        return booster
-    text = text.replace("objective=cross_entropy", "objective=binary sigmoid:1")
-    return lgb.Booster(model_str=text.replace("[objective: cross_entropy]", "[objective: binary]"))
+    The ONNX trees hold thresholds as float32, and LightGBM sets t midway between two
+    neighbouring values it saw: rounded to the nearest float32, t can land on the upper value,
+    which then took the other branch in the bundle (a whole leaf's worth of score). The
+    features are float32 and no float32 value lies between t and its rounded-down value, so
+    the graph splits exactly where LightGBM does. Categorical splits keep theirs (indices,
+    exact in float32)."""
+    import re
+
+    import lightgbm as lgb
+    import numpy as np
+
+    def rounded_down(match: re.Match) -> str:
+        exact = np.array(match.group(1).split(), dtype=np.float64)
+        single = exact.astype(np.float32)
+        single = np.where(single.astype(np.float64) > exact, np.nextafter(single, np.float32(-np.inf)), single)
+        return "threshold=" + " ".join(repr(float(value)) for value in single)
+
+    text = re.sub(r"^threshold=(.*)$", rounded_down, booster.model_to_string(), flags=re.MULTILINE)
+    # `tree_sizes` gives each tree's length in characters, which the new thresholds change;
+    # without it LightGBM reads the trees one after another.
+    text = re.sub(r"^tree_sizes=.*\n", "", text, count=1, flags=re.MULTILINE)
+    if "objective=cross_entropy" in text:
+        text = text.replace("objective=cross_entropy", "objective=binary sigmoid:1")
+        text = text.replace("[objective: cross_entropy]", "[objective: binary]")
+    return lgb.Booster(model_str=text)
 
 
 def booster_to_onnx(booster, n_features: int, calibration: dict, *, side: int | None = None) -> bytes:
@@ -60,7 +80,7 @@ def booster_to_onnx(booster, n_features: int, calibration: dict, *, side: int | 
 
     calibrator(calibration)  # no bundle ships a calibration the SDK cannot apply
     width = n_features + (side is not None)
-    model = onnxmltools.convert_lightgbm(_as_binary(booster),
+    model = onnxmltools.convert_lightgbm(_for_onnx(booster),
                                          initial_types=[("features", FloatTensorType([None, width]))],
                                          zipmap=False, target_opset=15)
     _drop_no_op_tail(model.graph)

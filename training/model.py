@@ -131,31 +131,7 @@ def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round
     # Keep only the trees up to the best round, so the ONNX export and predict() agree. Cut,
     # not retrained: with `deterministic` the first rounds of a longer run are the same trees
     # (tests/test_export.py checks), and a retrain cost ~45% of the fit again.
-    return final_booster(booster, booster.best_iteration or num_boost_round)
-
-
-def final_booster(booster, rounds: int):
-    """The booster's first `rounds` trees, each split threshold t replaced by the largest
-    float32 value at or below it. The features are float32, and no float32 value lies between
-    the two, so LightGBM's predictions stay the same to the last bit; but the ONNX trees the
-    SDK runs hold thresholds as float32, and t rounded to the nearest float32 can land above a
-    feature value that LightGBM sends right (LightGBM sets t midway between two neighbouring
-    values it saw): that row then scores differently in the bundle, by a whole leaf's worth.
-    Categorical splits keep theirs: indices, exact in float32."""
-    import re
-
-    import lightgbm as lgb
-
-    def rounded_down(match: re.Match) -> str:
-        exact = np.array(match.group(1).split(), dtype=np.float64)
-        single = exact.astype(np.float32)
-        single = np.where(single.astype(np.float64) > exact, np.nextafter(single, np.float32(-np.inf)), single)
-        return "threshold=" + " ".join(repr(float(value)) for value in single)
-
-    text = re.sub(r"^threshold=(.*)$", rounded_down, booster.model_to_string(num_iteration=rounds), flags=re.MULTILINE)
-    # `tree_sizes` gives each tree's length in characters, which the new thresholds change;
-    # without it LightGBM reads the trees one after another.
-    return lgb.Booster(model_str=re.sub(r"^tree_sizes=.*\n", "", text, count=1, flags=re.MULTILINE))
+    return lgb.Booster(model_str=booster.model_to_string(num_iteration=booster.best_iteration or num_boost_round))
 
 
 def blank_declared_precision(matrix: np.ndarray, feature_names: list[str], precisions, share: float,
@@ -218,6 +194,7 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
     that stay on the workers (lightgbm.dask, data-parallel); `x_val`/`y_val` (`val_weight`) are
     an in-memory sample that every worker evaluates (SharedValidationStop). Returns the
     booster cut at its best round."""
+    import lightgbm as lgb
     from lightgbm.dask import DaskLGBMClassifier, DaskLGBMRegressor
 
     sizes = client.compute(y_train.map_partitions(len)).result()  # rows per partition
@@ -233,7 +210,8 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
         model.fit(placed[0], placed[1], sample_weight=placed[2] if weight is not None else None,
                   callbacks=SharedValidationStop(x_val, y_val, early_stopping_rounds, val_weight).callbacks())
     booster = model.to_local().booster_
-    return final_booster(booster, booster.best_iteration or booster.current_iteration())
+    best = booster.best_iteration or booster.current_iteration()
+    return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
 
 
 def _placed(client, *collections, sizes=None) -> list:
