@@ -31,16 +31,29 @@ PATTERN = "outcomes-*.jsonl"
 
 
 def is_outcome_log_folder(path: Path) -> bool:
-    """A folder whose outcome files say, on their first line, that the SDK wrote them."""
+    """A folder of outcome files whose records say that the SDK wrote them: the first line
+    that is not blank, in any of the files (a file may be empty: a full disk refused its first
+    batch). A bounded read: at most RECOGNISE_BYTES of each file."""
     if not path.is_dir():
         return False
-    for file in sorted(path.glob(PATTERN))[:1]:
-        try:
-            with open(file, encoding="utf-8", errors="replace") as fh:
-                return json.loads(fh.readline() or "{}").get("log") == LOG_FORMAT
-        except (OSError, ValueError, AttributeError):
-            return False
-    return False
+    return any(_first_record_is_ours(file) for file in sorted(path.glob(PATTERN)))
+
+
+RECOGNISE_BYTES = 1 << 20  # a request record with a long prompt and answer fits; a stray large file costs 1 MiB
+
+
+def _first_record_is_ours(file: Path) -> bool:
+    try:
+        with open(file, "rb") as fh:
+            head = fh.read(RECOGNISE_BYTES)
+    except OSError:
+        return False
+    line = next((line for line in head.split(b"\n") if line.strip()), b"")
+    try:
+        record = json.loads(line.decode("utf-8", "replace"))
+    except ValueError:  # nothing, or a line longer than the bound or cut short: not proof either way
+        return False
+    return isinstance(record, dict) and record.get("log") == LOG_FORMAT
 
 
 def _records(folder: Path, rejects: list[Reject]) -> Iterator[tuple[str, str, dict]]:

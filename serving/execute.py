@@ -52,6 +52,8 @@ from typing import Any, Awaitable, Callable
 from serving.decision import Decision
 from serving.contract import CLOUD, FALLBACK
 
+REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the outcome log redacts it whole first)
+
 
 @dataclass
 class Step:
@@ -74,6 +76,9 @@ class Execution:
     steps: list[Step] = field(default_factory=list)
     edge_error: BaseException | None = None  # the edge failure the cloud answered after, if any
     request_id: str | None = None  # set by Router.execute: the id router.feedback() takes
+    # The fallback reason without anything from the request: an exception is named by its
+    # class ("edge call failed (ConnectionError)"). The outcome log writes this one.
+    fallback_code: str | None = None
 
     @property
     def fell_back(self) -> bool:
@@ -203,7 +208,8 @@ class _Attempt:
         self.decision = decision
         self.steps: list[Step] = []
         self.edge_error: BaseException | None = None
-        self.reason: str | None = None
+        self.reason: str | None = None  # whole: cut to REASON_CHARS where it is shown (Execution)
+        self.code: str | None = None    # the reason without anything from the request
         self._edge_context_tokens = edge_context_tokens
         self._accept = accept if decision.zone == FALLBACK or verify_edge_zone else None
 
@@ -213,8 +219,8 @@ class _Attempt:
         if self.decision.zone == CLOUD:
             return False
         if self.decision.n_tokens > self._edge_context_tokens:
-            self.reason = (f"prompt of ~{self.decision.n_tokens} tokens exceeds the edge context limit of "
-                           f"{self._edge_context_tokens}")
+            self.reason = self.code = (f"prompt of ~{self.decision.n_tokens} tokens exceeds the edge context limit "
+                                       f"of {self._edge_context_tokens}")
             self.steps.append(Step("edge", "skipped", 0.0, self.reason))
             return False
         return True
@@ -222,7 +228,14 @@ class _Attempt:
     def edge_failed(self, error: BaseException) -> None:
         """The edge call raised, timed out or found no free worker: the cloud serves."""
         self.edge_error = error
-        self.reason = str(error) if isinstance(error, EdgeBusy) else f"edge call failed: {error!r}"[:300]
+        if isinstance(error, EdgeBusy):
+            self.reason, self.code = str(error), "edge busy"
+        else:
+            self._because("edge call failed", error)
+
+    def _because(self, what: str, error: BaseException) -> None:
+        """The reason with the error's text, and its code with the error's class only."""
+        self.reason, self.code = f"{what}: {error!r}", f"{what} ({type(error).__name__})"
 
     def edge_stands(self, response: Any) -> bool:
         """Whether the edge answer is served: always outside the checked zones, else when
@@ -233,16 +246,20 @@ class _Attempt:
             with _step(self.steps, "accept"):
                 accepted = bool(self._accept(response))
         except Exception as exc:
-            self.edge_error, self.reason = exc, f"accept check raised: {exc!r}"[:300]
+            self.edge_error = exc
+            self._because("accept check raised", exc)
             return False
         if not accepted:
-            self.steps[-1].status, self.reason = "rejected", "accept check rejected the edge answer"
+            self.steps[-1].status = "rejected"
+            self.reason = self.code = "accept check rejected the edge answer"
         return accepted
 
     def served(self, response: Any, by: str) -> Execution:
         """The Execution of a request answered by `by` ("edge" or "cloud")."""
-        fallback = (self.reason, self.edge_error) if by == "cloud" else (None, None)
-        return Execution(response, by, self.decision, fallback[0], self.steps, edge_error=fallback[1])
+        if by != "cloud" or self.reason is None:
+            return Execution(response, by, self.decision, None, self.steps)
+        return Execution(response, by, self.decision, self.reason[:REASON_CHARS], self.steps,
+                         edge_error=self.edge_error, fallback_code=self.code)
 
     def cloud_failed(self, error: BaseException) -> CloudCallError:
         """The error to raise when the cloud call failed, with the edge failure attached."""

@@ -9,16 +9,29 @@ detects the format (data.sdk_logs).
 
 Writing never holds up a request: records (or callables that build them) go into a bounded
 queue, and one daemon thread takes what has gathered every `flush_interval_s` (50 ms), builds,
-serialises and appends it to JSON-lines files, flushed after every batch, rotated at
-`max_file_bytes`. So a killed process loses only the records still queued. When the queue
-is full, a record is dropped and counted; when the disk refuses a write (full, read-only,
-gone), the log warns once, counts the records it could not write, and keeps trying with
-the next batch: routing goes on either way. `dropped` and `written` say what happened.
+serialises and appends it to JSON-lines files with write(2), rotated at `max_file_bytes`. So
+a killed process loses only the records still queued. `written` counts a record once the
+kernel has taken its whole line (with `fsync=True`, once it is on stable storage);
+`dropped` counts every other: a full queue, a record that could not be built, and what the
+disk refused (full, read-only, gone). A refused write is cut back to the last whole record,
+the log warns once and keeps the same file for the next batch: routing goes on either way.
 
-Privacy: `redact(text) -> text` is applied to the prompt and the answers before anything
-is written (in the writer thread). With `store_prompts=False` no text is written at all,
-only what training needs from it: the token ids and the scalar inputs the bundle computed
-for the prompt (`features`), with the bundle that computed them.
+Privacy (`privacy=`, one of PRIVACY_MODES): every string a record holds is declared in
+STRING_FIELDS with what it is, and the writer applies the mode to each before anything is
+encoded; a record with a string anywhere else is refused and counted, so no field can carry
+request text past the mode.
+- "text" (the default; `store_prompts=True`): the prompt and answers are kept, and with
+  them every message that may quote them (exceptions, feedback sources), all through the
+  `redact(text) -> text` hook when one is given, whole, before a message is cut to length.
+- "token_ids" (`store_prompts=False`): no text; `features` holds the prompt's token ids
+  and scalar inputs as the bundle computed them. Token ids decode back to the prompt with
+  the bundle's tokenizer: this hides the text from a casual reader, not from anyone with
+  the bundle.
+- "embedding": no text and no ids; `features` holds the bundle encoder's pooled embedding
+  of the prompt before the run's projection, and its scalar inputs, with what identifies the
+  encoder. Only a training run with the same encoder and tokenizer can use the rows.
+In the modes without text, an exception is written as its class (and its cause's), a feedback
+`source` only when it is a label (LABEL), a fallback as its fixed reason.
 """
 from __future__ import annotations
 
@@ -27,6 +40,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -36,13 +50,58 @@ log = logging.getLogger("serving")
 
 LOG_FORMAT = "edge-cloud-router/outcome/1"  # every record's "log" field: how readers detect the format
 RECORD_TYPES = ("request", "feedback", "shadow")
+PRIVACY_MODES = ("text", "token_ids", "embedding")
+MESSAGE_CHARS = 300  # an error message is cut to this, after redaction
+
+# What each string of a record is, by its path ("steps[].name": the name of each step).
+TEXT = "text"        # what was asked and answered: kept in mode "text" (redacted), else null
+MESSAGE = "message"  # an exception, whose text may quote the request: redacted, or its class
+LABEL = "label"      # the app's own words (a feedback source): redacted, or kept only as a label
+CODE = "code"        # written by the SDK from a closed set, or an id: written as is
+STRING_FIELDS = {
+    "prompt": TEXT, "edge_response": TEXT, "cloud_response": TEXT, "response": TEXT,
+    "fallback_error": MESSAGE, "error": MESSAGE,
+    "source": LABEL,
+    "log": CODE, "type": CODE, "request_id": CODE, "precision": CODE, "model_version": CODE, "zone": CODE,
+    "target": CODE, "served_by": CODE, "side": CODE, "fallback_reason": CODE, "steps[].name": CODE,
+    "steps[].status": CODE, "features.model_version": CODE, "features.tokenizer_sha256": CODE,
+    "features.encoder_sha256": CODE, "features.feature_names[]": CODE,
+}
+_LABEL_SHAPE = re.compile(r"[A-Za-z0-9_.:/+-]{1,64}")  # "thumbs", "judge:gpt-4o"; no spaces, no "@"
+
+
+class RecordError(ValueError):
+    """A record the log does not write: the message says which field and why (never its value)."""
+
+
+class UndeclaredText(RecordError):
+    """A record holds a string where STRING_FIELDS declares none."""
+
+
+def error_code(error: BaseException) -> str:
+    """An exception without its text: its class, and its cause's ("CloudCallError from ConnectionError")."""
+    cause = error.__cause__
+    return type(error).__name__ + (f" from {type(cause).__name__}" if cause is not None else "")
+
+
+def _privacy(privacy: str | None, store_prompts: bool | None) -> str:
+    """The mode named by `privacy`, or by the older `store_prompts` flag (True: "text", False: "token_ids")."""
+    if privacy is not None and privacy not in PRIVACY_MODES:
+        raise ValueError(f"privacy={privacy!r}: use one of {', '.join(PRIVACY_MODES)}")
+    if store_prompts is None:
+        return privacy or "text"
+    implied = "text" if store_prompts else "token_ids"
+    if privacy is not None and privacy != implied:
+        raise ValueError(f"store_prompts={store_prompts!r} contradicts privacy={privacy!r}: give privacy= alone")
+    return implied
 
 
 class OutcomeLog:
     """A folder of rotating JSONL outcome files, written by one background thread."""
 
-    def __init__(self, folder: str | Path, *, store_prompts: bool = True, redact: Callable[[str], str] | None = None,
-                 max_queue: int = 10_000, max_file_bytes: int = 64 << 20, flush_interval_s: float = 0.05):
+    def __init__(self, folder: str | Path, *, privacy: str | None = None, store_prompts: bool | None = None,
+                 redact: Callable[[str], str] | None = None, max_queue: int = 10_000, max_file_bytes: int = 64 << 20,
+                 flush_interval_s: float = 0.05, fsync: bool = False):
         if not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue={max_queue!r}: must be an integer >= 1")
         if not isinstance(max_file_bytes, int) or max_file_bytes < 1024:
@@ -52,8 +111,9 @@ class OutcomeLog:
             raise ValueError(f"flush_interval_s={flush_interval_s!r}: must be a number of seconds in (0, 60]")
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable text -> text")
-        self.folder, self.store_prompts, self.redact = Path(folder), bool(store_prompts), redact
+        self.folder, self.privacy, self.redact = Path(folder), _privacy(privacy, store_prompts), redact
         self.max_queue, self.max_file_bytes, self.flush_interval_s = max_queue, max_file_bytes, flush_interval_s
+        self.fsync = bool(fsync)
         # A deque, not a queue.Queue: appending takes no lock and wakes no thread (~0.1 us
         # instead of ~1-3 us), and the writer takes what has gathered every flush_interval_s.
         # Woken per record instead, the writer took the GIL from the request thread on every
@@ -62,16 +122,22 @@ class OutcomeLog:
         self._wake = threading.Event()
         self._busy = False        # the writer holds records it took from _pending
         self._lock = threading.Lock()
-        self.written = 0
-        self.dropped = 0          # queue full, disk refused, or a record that could not be serialised
+        self.written = 0          # records whose whole line the kernel took (fsync=True: synced)
+        self.dropped = 0          # queue full, disk refused, or a record that could not be built or encoded
         self.last_error: str | None = None
-        self._warned = False
-        self._file = None
-        self._file_bytes = 0
+        self._warned: set[str] = set()
+        self._fd: int | None = None
+        self._path: Path | None = None
+        self._file_bytes = 0      # the whole records in the open file
         self._files = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="outcome-log-writer")
         self._thread.start()
+
+    @property
+    def store_prompts(self) -> bool:
+        """Whether the prompt and answers are kept (privacy "text")."""
+        return self.privacy == "text"
 
     # The request path: never blocks, never raises.
     def append(self, record: dict | Callable[[], dict]) -> bool:
@@ -83,7 +149,7 @@ class OutcomeLog:
             return False
         if len(self._pending) >= self.max_queue:
             self._count_dropped(1)
-            self._warn_once(f"outcome log queue full ({self.max_queue} records): records are dropped")
+            self._warn_once("queue", f"outcome log queue full ({self.max_queue} records): records are dropped")
             return False
         self._pending.append(record)
         return True
@@ -119,7 +185,7 @@ class OutcomeLog:
                     self._write([line for line in map(self._line, batch) if line is not None])
                 except Exception as exc:  # never let the writer die: count the batch and go on
                     self._count_dropped(len(batch))
-                    self._warn_once(f"outcome log writer failed: {exc!r}"[:300])
+                    self._warn_once("writer", f"outcome log writer failed: {exc!r}"[:300])
             self._busy = False
             if closing:
                 self._close_file()
@@ -129,71 +195,183 @@ class OutcomeLog:
         try:
             if callable(record):
                 record = record()
-            return (json.dumps(self._redacted(record), ensure_ascii=False, allow_nan=False) + "\n").encode(
-                "utf-8", "surrogatepass")
-        except Exception as exc:  # a redact hook or record builder that raised, a value JSON cannot hold
-            self._count_dropped(1)
-            self._warn_once(f"outcome record not written: {exc!r}"[:300])
-            return None
+            private = self._private(record)
+        except RecordError as exc:
+            return self._not_written(type(exc).__name__, str(exc))
+        except Exception as exc:  # a record builder or redact hook that raised: its text may quote the request
+            return self._not_written(type(exc).__name__, f"{error_code(exc)} raised while building it")
+        try:
+            return (json.dumps(private, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError) as exc:  # a value JSON cannot hold (NaN, an object): json names its type
+            return self._not_written("json", str(exc))
 
-    def _redacted(self, record: dict) -> dict:
-        if self.redact is None:
-            return record
-        out = dict(record)
-        for key in ("prompt", "edge_response", "cloud_response", "response"):
-            if isinstance(out.get(key), str):
-                out[key] = self.redact(out[key])
+    def _not_written(self, kind: str, why: str) -> None:
+        self._count_dropped(1)
+        self._warn_once(kind, f"outcome record not written: {why}"[:400])
+        return None
+
+    # Privacy: every string of a record passes here (module doc).
+    def _private(self, record: dict) -> dict:
+        """The record as this log's privacy mode writes it; UndeclaredText for a string that
+        STRING_FIELDS does not declare."""
+        out = {}
+        for key, value in record.items():
+            kind = STRING_FIELDS.get(key)
+            if value is None or kind in (None, CODE):
+                _codes_only(value, key)
+            elif kind == TEXT:
+                value = self._redacted(_text(key, value)) if self.privacy == "text" else None
+            elif kind == MESSAGE:
+                value = self._message(key, value)
+            else:
+                value = self._label(_text(key, value))
+            out[key] = value
         return out
 
+    def _redacted(self, text: str) -> str:
+        if self.redact is None:
+            return text
+        redacted = self.redact(text)
+        if not isinstance(redacted, str):
+            raise RecordError(f"redact returned {type(redacted).__name__}, not text")
+        return redacted
+
+    def _message(self, key: str, value) -> str | None:
+        """An exception (or a message) as this mode writes it: its text redacted whole, then cut;
+        or, without text, its class."""
+        if self.privacy != "text":
+            return error_code(value) if isinstance(value, BaseException) else None
+        text = repr(value) if isinstance(value, BaseException) else _text(key, value)
+        return self._redacted(text)[:MESSAGE_CHARS]
+
+    def _label(self, text: str) -> str | None:
+        if self.privacy == "text":
+            return self._redacted(text)
+        return text if _LABEL_SHAPE.fullmatch(text) else None
+
+    # Appending to the files.
     def _write(self, lines: list[bytes]) -> None:
-        if not lines:
-            return
+        """Append the lines, file by file; at the first refusal the rest of the batch is dropped
+        and counted, and the file stays open for the next batch (a full disk creates no files)."""
+        at = 0
+        while at < len(lines):
+            try:
+                if self._fd is None or self._file_bytes >= self.max_file_bytes:
+                    self._open_next()
+            except OSError as exc:
+                self._refused(len(lines) - at, exc)
+                return
+            end = self._fitting(lines, at)
+            kept, error = self._append(lines[at:end])
+            with self._lock:
+                self.written += kept
+            at += kept
+            if error is not None:
+                self._refused(len(lines) - at, error)
+                return
+
+    def _fitting(self, lines: list[bytes], at: int) -> int:
+        """The end of the lines from `at` that go into the open file: at least one, and more while
+        the file is under max_file_bytes."""
+        size, end = self._file_bytes + len(lines[at]), at + 1
+        while end < len(lines) and size < self.max_file_bytes:
+            size += len(lines[end])
+            end += 1
+        return end
+
+    def _append(self, chunk: list[bytes]) -> tuple[int, OSError | None]:
+        """(how many of the chunk's lines are now in the file whole, the error that stopped the
+        rest). A refused write leaves no part of a line behind: the file is cut back to its
+        last whole record (or, when it cannot be, closed, and the next batch starts a new one)."""
+        data = memoryview(b"".join(chunk))
         done = 0
         try:
-            for line in lines:
-                if self._file is None or self._file_bytes >= self.max_file_bytes:
-                    self._rotate()
-                self._file.write(line)
-                self._file_bytes += len(line)
-                done += 1
-            self._file.flush()
-            with self._lock:
-                self.written += done
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+            if self.fsync:
+                os.fsync(self._fd)
         except OSError as exc:
-            self._count_dropped(len(lines) - done)
-            with self._lock:
-                self.written += done
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            self._warn_once(f"outcome log cannot write to {self.folder}: {self.last_error}; routing continues, "
-                            "records are dropped and counted")
-            self._close_file()
+            kept, size = 0, 0
+            if done < len(data):  # whole lines before the refusal stay; after a failed fsync none is promised
+                while kept < len(chunk) and size + len(chunk[kept]) <= done:
+                    size += len(chunk[kept])
+                    kept += 1
+            if size < done:
+                try:
+                    os.ftruncate(self._fd, self._file_bytes + size)
+                except OSError:
+                    self._file_bytes += size
+                    self._close_file(cut_short=True)
+                    return kept, exc
+            self._file_bytes += size
+            return kept, exc
+        self._file_bytes += len(data)
+        return len(chunk), None
 
-    def _rotate(self) -> None:
-        if self._file is not None:
-            self._file.flush()
+    def _open_next(self) -> None:
         self._close_file()
         self.folder.mkdir(parents=True, exist_ok=True)
         self._files += 1
         name = f"outcomes-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{self._files:04d}.jsonl"
-        self._file = open(self.folder / name, "ab")
-        self._file_bytes = 0
+        self._fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+        self._path, self._file_bytes = self.folder / name, 0
 
-    def _close_file(self) -> None:
-        if self._file is not None:
+    def _close_file(self, *, cut_short: bool = False) -> None:
+        """Close the open file; one that holds no whole record (a first write refused) is removed."""
+        if self._fd is None:
+            return
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        if self._file_bytes == 0:
             try:
-                self._file.close()
+                self._path.unlink(missing_ok=True)
             except OSError:
                 pass
-            self._file = None
+        if cut_short:
+            self._warn_once("cut", f"outcome log could not cut {self._path} back to its last whole record: its last "
+                                   "line is partial (the reader reports it); writing goes on in a new file")
+        self._fd = self._path = None
+
+    def _refused(self, n: int, exc: OSError) -> None:
+        self._count_dropped(n)
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self._warn_once("disk", f"outcome log cannot write to {self.folder}: {self.last_error}; routing continues, "
+                                "records are dropped and counted")
 
     def _count_dropped(self, n: int) -> None:
         with self._lock:
             self.dropped += n
 
-    def _warn_once(self, message: str) -> None:
-        if not self._warned:
-            self._warned = True
+    def _warn_once(self, kind: str, message: str) -> None:
+        """One warning per kind of trouble, so that a full disk does not hide a refused record."""
+        if kind not in self._warned:
+            self._warned.add(kind)
             log.warning(message)
+
+
+def _text(key: str, value) -> str:
+    if not isinstance(value, str):
+        raise RecordError(f"record field {key!r} must be text or null, not {type(value).__name__}")
+    return value
+
+
+_NUMBERS = frozenset({int, float, bool, type(None)})
+
+
+def _codes_only(value, path: str) -> None:
+    """Raise UndeclaredText when `value` holds a string at a path STRING_FIELDS does not declare a code."""
+    if isinstance(value, str):
+        if STRING_FIELDS.get(path) != CODE:
+            raise UndeclaredText(f"record field {path!r} holds text, and serving.outcome_log.STRING_FIELDS does not "
+                                 "say what it is: the record is not written (declare the field there)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _codes_only(item, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)) and not _NUMBERS.issuperset(map(type, value)):
+        for item in value:
+            _codes_only(item, f"{path}[]")
 
 
 _ids = random.Random(os.urandom(32))

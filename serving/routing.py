@@ -22,6 +22,7 @@ class Routing:
         self._scorer = scorer
         self.acceptor = acceptor  # serving.acceptance.Acceptor, or None
         self._warned_no_acceptor = False
+        self._warned_no_encoder = False
         self.manifest = manifest
         self.degraded_reason = degraded_reason
         self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
@@ -39,22 +40,40 @@ class Routing:
     def degraded(self) -> bool:
         return self._scorer is None
 
-    def model_inputs(self, prompt: str, precision: str | None) -> dict | None:
-        """What training needs of a prompt whose text is not kept: the token ids and scalar
-        inputs this bundle computes for it (None when degraded)."""
+    def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> dict | None:
+        """What training needs of a prompt whose text is not kept (serving.outcome_log's privacy
+        modes): the scalar inputs this bundle computes for it and either its token ids or, for
+        "embedding", its encoder's pooled embedding before the projection, with what identifies
+        them. None when degraded, or for "embedding" when the bundle holds no such encoder."""
         if self._scorer is None:
             return None
         try:
             ids, mask, scalars, _, _ = self._scorer.extractor.prepare([prompt], [precision])
+            embedding = self._scorer.pooled_embedding(ids, mask) if privacy == "embedding" else None
         except Exception:  # never let the record cost the request
             return None
         spec = self._scorer.spec
         # What a later training run checks before it uses them (training.token_rows): the
-        # same tokenizer (its SHA-256 in this bundle's manifest), token limit and scalars.
-        return {"model_version": self.model_version, "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
-                "max_tokens": spec.max_tokens, "add_special_tokens": spec.add_special_tokens,
-                "input_ids": ids[0][mask[0] > 0].tolist(), "scalars": scalars[0].tolist(),
-                "feature_names": spec.feature_names[:scalars.shape[1]]}
+        # same tokenizer (its SHA-256 in this bundle's manifest), token limit and scalars, and
+        # for an embedding the same encoder.
+        inputs = {"model_version": self.model_version, "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
+                  "max_tokens": spec.max_tokens, "add_special_tokens": spec.add_special_tokens}
+        names = {"scalars": scalars[0].tolist(), "feature_names": spec.feature_names[:scalars.shape[1]]}
+        if privacy != "embedding":
+            return {**inputs, "input_ids": ids[0][mask[0] > 0].tolist(), **names}
+        if embedding is None:
+            self._warn_no_encoder()
+            return None
+        return {**inputs, "encoder_sha256": self.manifest.files["encoder.onnx"], "embedding": embedding[0].tolist(),
+                **names}
+
+    def _warn_no_encoder(self) -> None:
+        if not self._warned_no_encoder:
+            self._warned_no_encoder = True
+            log.warning('OutcomeLog(privacy="embedding"): bundle %s holds no encoder before its projection '
+                        "(encoder.onnx; a static-tier bundle carries it when trained with `--set bundle_encoder=true`):"
+                        " its requests are logged without model inputs, and no training can use them",
+                        self.model_version)
 
     def learned_accept(self, prompt: str):
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)

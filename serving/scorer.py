@@ -49,6 +49,12 @@ class Scorer:
         self.calibrators = [float if self.calibration[h].get("in_model") else calibrator(self.calibration[h])
                             for h in score.heads]
         self.novelty = self._novelty(bundle)
+        # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle
+        # runs it anyway; a fused one carries it (encoder.onnx) when trained with bundle_encoder,
+        # and its session is built on first use.
+        self._raw_encoder = None if self.spec.fused else self.extractor.encoder
+        self._encoder_onnx = bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in \
+            self.manifest.files else None
         if self.novelty is not None and self.spec.fused:
             self.outputs.append("features")  # the embedding, for the familiarity measure
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
@@ -64,6 +70,13 @@ class Scorer:
             return None
         return Novelty.from_bytes(bundle.content(section["file"]), embedding_threshold=section["embedding_threshold"],
                                   unseen_threshold=section["unseen_threshold"])
+
+    def pooled_embedding(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+        """The encoder's pooled embedding of prepared ids, before the projection (the bundle's
+        encoder.onnx); None when the bundle holds no such encoder."""
+        if self._raw_encoder is None and self._encoder_onnx is not None:
+            self._raw_encoder = OnnxEncoder(self._encoder_onnx, row_wise=self.spec.encoder_row_wise)
+        return None if self._raw_encoder is None else np.asarray(self._raw_encoder(ids, mask), dtype=np.float32)
 
     @classmethod
     def load(cls, folder, *, threads: int = 1) -> "Scorer":

@@ -126,7 +126,7 @@ class Traffic:
         try:
             response = fn(prompt)
         except BaseException as exc:  # a shadow run never reaches the app
-            error = repr(exc)[:300]
+            error = exc
         finally:
             self._shadows.release()
         self._shadow_record(request_id, side, start, response, error)
@@ -136,14 +136,16 @@ class Traffic:
         try:
             response = await fn(prompt)
         except BaseException as exc:  # cancelled with its loop, or failed: never reaches the app
-            error = repr(exc)[:300]
+            error = exc
         finally:
             self._shadows.release()
         self._shadow_record(request_id, side, start, response, error)
 
-    def _shadow_record(self, request_id: str, side: str, start: float, response, error: str | None) -> None:
+    def _shadow_record(self, request_id: str, side: str, start: float, response, error: BaseException | None) -> None:
+        """The shadow record; its answer and error go to the log as they are, which writes them
+        as its privacy mode says (serving.outcome_log.STRING_FIELDS)."""
         self.log.append({"log": LOG_FORMAT, "type": "shadow", "request_id": request_id, "time": time.time(),
-                         "side": side, "response": _kept(answer_text(response)) if self.log.store_prompts else None,
+                         "side": side, "response": _kept(answer_text(response)),
                          "latency_ms": round((time.perf_counter() - start) * 1000, 3), "error": error,
                          "quality": 0.0 if error is not None and side == EDGE else None})
 
@@ -154,8 +156,8 @@ class Request:
     and perhaps a shadow run.
 
     The request pays only for queueing the record: it is a callable that the log's writer
-    thread turns into the record dict and encodes (with store_prompts=False, the writer also
-    computes the prompt's model inputs, with the bundle that routed it).
+    thread turns into the record dict and encodes (in the privacy modes without text, the
+    writer also computes the prompt's model inputs, with the bundle that routed it).
     """
 
     def __init__(self, traffic: Traffic, routing, prompt: str, precision: str | None, decision: Decision, *,
@@ -189,8 +191,9 @@ class Request:
         return False  # an exception goes on to the caller
 
     def _record(self, when: float, execution, error: BaseException | None) -> dict:
-        """The request record (in the writer thread)."""
-        store = self.traffic.log.store_prompts
+        """The request record (in the writer thread). Texts and exceptions go in as they are: the
+        log writes them as its privacy mode says (serving.outcome_log.STRING_FIELDS)."""
+        privacy = self.traffic.log.privacy
         decision = self.decision
         steps = execution.steps if execution is not None else getattr(error, "steps", [])
         served_by = execution.served_by if execution is not None else None
@@ -198,17 +201,18 @@ class Request:
         edge_step = next((s for s in steps if s.name == "edge"), None)
         return {
             "log": LOG_FORMAT, "type": "request", "request_id": self.request_id, "time": when,
-            "prompt": self.prompt if store else None,
-            "features": None if store else self.routing.model_inputs(self.prompt, self.precision),
+            "prompt": self.prompt,
+            "features": None if privacy == "text" else self.routing.model_inputs(self.prompt, self.precision, privacy),
             "precision": self.precision, "model_version": decision.model_version, "score": decision.score,
             "zone": decision.zone, "target": decision.target, "p_edge": decision.p_edge, "p_cloud": decision.p_cloud,
             "novelty": decision.novelty, "explored": self.explored, "propensity": self.propensity,
-            "served_by": served_by, "fallback_reason": execution.fallback_reason if execution is not None else None,
-            "error": repr(error)[:300] if error is not None else None,
+            "served_by": served_by, "fallback_reason": execution.fallback_code if execution is not None else None,
+            "fallback_error": execution.edge_error if execution is not None else None,
+            "error": error,
             "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],
             "accept": _verdict(self.verdicts[-1]) if self.verdicts else None,
-            "edge_response": _kept(answer_text(response)) if served_by == EDGE and store else None,
-            "cloud_response": _kept(answer_text(response)) if served_by == CLOUD and store else None,
+            "edge_response": _kept(answer_text(response)) if served_by == EDGE else None,
+            "cloud_response": _kept(answer_text(response)) if served_by == CLOUD else None,
             # An edge call that failed or timed out is an observed edge failure; everything
             # else is known only from later feedback (router.feedback, make label).
             "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,

@@ -92,7 +92,7 @@ log = OutcomeLog({folder!r})
 i = 0
 while True:
     log.append({{"log": LOG_FORMAT, "type": "feedback", "request_id": f"r{{i}}", "edge_quality": 1.0,
-                "pad": "x" * 2000}})
+                "source": "x" * 2000}})
     i += 1
     if i % 100 == 0:
         print(i, flush=True)
@@ -407,7 +407,7 @@ def test_make_label_grades_logged_answers_with_a_judge(bundle, tmp_path, monkeyp
     log.close()
     judge = JudgeStub()
     monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "sk-judge-very-secret")
-    monkeypatch.setattr(label_command.time, "sleep", lambda s: None)  # no back-off waits in the test
+    monkeypatch.setattr(label_command, "BACKOFF_S", 0)  # no back-off waits in the test
     try:
         result = CliRunner().invoke(label_command_app(label_command),
                                     ["--logs", str(tmp_path / "logs"), "--base-url", judge.url, "--model", "judge-1",
