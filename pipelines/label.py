@@ -8,19 +8,23 @@ to the same log folder as a `feedback` record with `source` "judge:<model>", whi
 training joins like any other feedback.
 
 The judge's key is read from an environment variable (`--api-key-env`), never from the
-command line. An answer the judge could not grade (an HTTP error after retries, a reply
-without a rating) gets no record and is counted; the run ends with how many were graded,
-skipped as already known, and failed, and exits 1 when any failed.
+command line. The judge is called through the routed chat client's HTTP side
+(serving.chat.upstream): reads are bounded, a key the judge echoes is redacted from errors,
+and each request must be complete within `--timeout-s`, however slowly the judge sends. An
+answer the judge could not grade (an HTTP error or no complete answer after retries, a reply
+that is not a chat completion, holds no text or no rating) gets no record and is counted by
+reason; the run ends with how many were graded, skipped as already known, and failed, and
+exits 1 when any failed.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Callable
 
 import typer
 
@@ -35,6 +39,7 @@ JUDGE_TEMPLATE = (
     "example: \"Rating: [[5]]\".\n\n[Question]\n{question}\n\n[The Start of Assistant's Answer]\n{answer}\n"
     "[The End of Assistant's Answer]")
 RATING = re.compile(r"\[\[(\d+(?:\.\d+)?)\]\]")
+BACKOFF_S = 0.5  # before the first retry; doubled before each next one, at most 4 s
 
 
 def rating_quality(reply: str) -> float | None:
@@ -89,43 +94,69 @@ def pending_answers(folder: Path) -> tuple[list[dict], int]:
 
 
 class Judge:
-    """One OpenAI-compatible chat-completions endpoint, with retries on 429/5xx and timeouts."""
+    """One OpenAI-compatible chat-completions endpoint; each request complete within `timeout_s`
+    or abandoned, and retried (`retries` times) after a timeout, a failed connection, 408, 429
+    or 5xx. Used from one event loop at a time (`label` runs one)."""
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None, timeout_s: float = 60.0,
                  retries: int = 2):
-        import httpx2
+        from serving.chat.endpoint import Endpoint
+        from serving.chat.upstream import Upstream
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model, self.retries = model, retries
-        self._client = httpx2.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self._upstream = Upstream("judge", Endpoint(base_url, model, api_key=api_key, timeout_s=timeout_s))
 
-    def grade(self, question: str, answer: str) -> tuple[float | None, str | None]:
+    async def grade(self, question: str, answer: str) -> tuple[float | None, str | None]:
         """(quality, None) or (None, why not)."""
-        body = {"model": self.model, "temperature": 0, "max_tokens": 1024,
-                "messages": [{"role": "system", "content": JUDGE_SYSTEM},
-                             {"role": "user", "content": JUDGE_TEMPLATE.format(question=question, answer=answer)}]}
+        from serving.chat.errors import UpstreamError, UpstreamHTTPError, UpstreamMalformed
+
+        messages = [{"role": "system", "content": JUDGE_SYSTEM},
+                    {"role": "user", "content": JUDGE_TEMPLATE.format(question=question, answer=answer)}]
         why = "no attempt"
         for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(min(BACKOFF_S * 2 ** (attempt - 1), 4.0))
             try:
-                response = self._client.post("/chat/completions", json=body)
-            except Exception as exc:  # connection refused, timeout: retried
-                why = f"{type(exc).__name__}"
-            else:
-                if response.status_code == 200:
-                    try:
-                        reply = response.json()["choices"][0]["message"]["content"]
-                    except (ValueError, KeyError, IndexError, TypeError):
-                        return None, "malformed chat-completions body"
-                    quality = rating_quality(reply)
-                    return (quality, None) if quality is not None else (None, "no [[rating]] in the judge's reply")
-                why = f"HTTP {response.status_code}"
-                if response.status_code not in (408, 429) and response.status_code < 500:
+                reply = await self._upstream.acomplete(messages, {"temperature": 0, "max_tokens": 1024})
+            except UpstreamHTTPError as exc:
+                why = f"HTTP {exc.status}"
+                if exc.status not in (408, 429) and exc.status < 500:
                     return None, why  # a client error will not go away by retrying
-            time.sleep(min(0.5 * 2 ** attempt, 4.0))
+            except UpstreamMalformed as exc:  # not a chat completion, or content neither text nor null
+                return None, _reason(exc)
+            except UpstreamError as exc:  # no complete answer in time, no connection: retried
+                why = _reason(exc)
+            else:
+                if not reply.strip():
+                    return None, "no text in the judge's reply"
+                quality = rating_quality(reply)
+                return (quality, None) if quality is not None else (None, "no [[rating]] in the judge's reply")
         return None, why
 
-    def close(self) -> None:
-        self._client.close()
+    async def aclose(self) -> None:
+        """Close the connections of the running event loop."""
+        await self._upstream.aclose()
+
+
+def _reason(error) -> str:
+    """An UpstreamError's message without the endpoint's name in front."""
+    return str(error).removeprefix(f"{error.endpoint}: ")
+
+
+async def _grade_all(judge: Judge, todo: list[dict], concurrency: int,
+                     record: Callable[[dict, float | None, str | None], None]) -> None:
+    """Grade every answer of `todo`, `concurrency` requests at a time; `record(item, quality, why)`
+    as each grade ends, so that what was graded is kept if the run stops."""
+    pending = iter(todo)
+
+    async def worker() -> None:
+        for item in pending:  # one iterator shared by the workers: each answer is graded once
+            record(item, *await judge.grade(item["question"], item["answer"]))
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await judge.aclose()
 
 
 def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None = None) -> dict:
@@ -137,15 +168,20 @@ def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None
     log = OutcomeLog(folder)
     failures: dict[str, int] = {}
     graded = 0
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for item, (quality, why) in zip(todo, pool.map(lambda a: judge.grade(a["question"], a["answer"]), todo)):
-            if quality is None:
-                failures[why] = failures.get(why, 0) + 1
-                continue
-            log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": item["request_id"], "time": time.time(),
-                        f"{item['side']}_quality": quality, "source": f"judge:{judge.model}"})
-            graded += 1
-    log.close()
+
+    def record(item: dict, quality: float | None, why: str | None) -> None:
+        nonlocal graded
+        if quality is None:
+            failures[why] = failures.get(why, 0) + 1
+            return
+        log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": item["request_id"], "time": time.time(),
+                    f"{item['side']}_quality": quality, "source": f"judge:{judge.model}"})
+        graded += 1
+
+    try:
+        asyncio.run(_grade_all(judge, todo, concurrency, record))
+    finally:
+        log.close()
     return {"graded": graded, "already_known": known, "failed": sum(failures.values()), "failures": failures,
             "written": log.written, "dropped": log.dropped}
 
@@ -155,21 +191,26 @@ def main(folder: Annotated[Path, typer.Option("--logs", help="the SDK's outcome-
          model: Annotated[str, typer.Option(help="the judge model's name")],
          api_key_env: Annotated[str, typer.Option(help="environment variable holding the judge's API key")] =
          "JUDGE_API_KEY",
-         concurrency: int = 4, timeout_s: float = 60.0, limit: Annotated[int, typer.Option(help="grade at most N")] = 0
+         concurrency: Annotated[int, typer.Option(min=1, help="judge requests at a time")] = 4,
+         timeout_s: Annotated[float, typer.Option(help="each judge request's deadline, whole answer included")] = 60.0,
+         limit: Annotated[int, typer.Option(help="grade at most N")] = 0
          ) -> None:
     """Grade logged answers with an LLM judge and write their qualities back to the log (module doc)."""
     from rich.console import Console
+    from rich.markup import escape
 
     if not folder.is_dir():
-        Console(stderr=True).print(f"[red]error[/]: {folder} is not an outcome-log folder")
+        Console(stderr=True).print(f"[red]error[/]: {escape(str(folder))} is not an outcome-log folder")
         raise typer.Exit(2)
-    judge = Judge(base_url, model, api_key=os.environ.get(api_key_env), timeout_s=timeout_s)
     try:
-        result = label(folder, judge, concurrency=concurrency, limit=limit or None)
-    finally:
-        judge.close()
+        judge = Judge(base_url, model, api_key=os.environ.get(api_key_env), timeout_s=timeout_s)
+    except ValueError as exc:  # the URL or the timeout
+        Console(stderr=True).print(f"[red]error[/]: {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    result = label(folder, judge, concurrency=concurrency, limit=limit or None)
+    reasons = ", ".join(f"{escape(why)}: {count}" for why, count in result["failures"].items())
     Console().print(f"graded {result['graded']}, already known {result['already_known']}, failed {result['failed']}"
-                    + (f" ({', '.join(f'{k}: {v}' for k, v in result['failures'].items())})" if result["failed"] else ""))
+                    + (f" ({reasons})" if result["failed"] else ""))
     if result["failed"]:
         raise typer.Exit(1)
 

@@ -4,22 +4,30 @@ A published bundle is a base URL serving the bundle folder's files: BASE/manifes
 file the manifest lists (BASE/model.onnx, ...), and BASE/manifest.sig when the bundle is
 signed. Nothing here trusts what it downloads: the file names are checked to be plain names
 (serving.manifest's rule) before any is fetched, every read is capped (the manifest at
-MAX_MANIFEST_BYTES, each file at MAX_FILE_BYTES, the whole bundle at MAX_BUNDLE_BYTES), only
-http and https are followed (also on redirects), and everything else (checksums, values, the
-pinned signature) is left to Router.update, which verifies the staged folder before using it.
-Standard library only, so the SDK's core needs nothing more for it.
+MAX_MANIFEST_BYTES, each file at MAX_FILE_BYTES, the whole bundle at MAX_BUNDLE_BYTES), and so
+is time: `timeout_s` is the deadline of a whole request (connecting, the headers, the body,
+redirects included), not of each read. Redirects are followed to http and https only, never
+from https down to http, and the caller's headers (the store's credentials) are sent only to
+the origin of the URL they were given for, never to another host a redirect names.
+Everything else (checksums, values, the pinned signature) is left to Router.update, which
+verifies the staged folder before using it. Standard library only, so the SDK's core needs
+nothing more for it.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Mapping
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from serving.contract import MANIFEST_NAME, MAX_FILE_BYTES
 from serving.manifest import ManifestError, check_files
@@ -33,14 +41,120 @@ class DownloadError(RuntimeError):
     """The bundle could not be fetched; the message says which file and why."""
 
 
-class _HTTPOnlyRedirects(urllib.request.HTTPRedirectHandler):
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port): two URLs with the same origin are the same server, as browsers judge it."""
+    parts = urlsplit(url)
+    return parts.scheme, parts.hostname or "", parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
+
+
+def _shown(url: str) -> str:
+    """`url` as messages show it: without user info, query or fragment (a presigned URL's signature)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+class _SafeRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects to http(s) only, never from https down to http; and a redirect to another origin
+    goes without the caller's headers (urllib would copy them, Authorization included, to any
+    host the redirect names)."""
+
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urlsplit(newurl).scheme not in ("http", "https"):
-            raise DownloadError(f"{req.full_url} redirects to {newurl}: only http and https are followed")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        scheme = urlsplit(newurl).scheme
+        if scheme not in ("http", "https"):
+            raise DownloadError(f"{req.full_url} redirects to {_shown(newurl)}: only http and https are followed")
+        if urlsplit(req.full_url).scheme == "https" and scheme == "http":
+            raise DownloadError(f"{req.full_url} redirects to {_shown(newurl)}: a redirect from https down to "
+                                "http is refused")
+        redirected = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if redirected is not None and _origin(redirected.full_url) != _origin(req.full_url):
+            redirected.headers.clear()  # only the caller's headers; urllib adds Host and User-Agent itself
+        return redirected
 
 
-_opener = urllib.request.build_opener(_HTTPOnlyRedirects)
+class _Deadline:
+    """The end of one request, redirects included: connecting, the headers and the whole body.
+
+    A socket timeout bounds each read, so a server that sends a byte now and then could hold a
+    request for ever. At the deadline every connection the request opened is shut down, which
+    ends whatever read is waiting on it, TLS or not. Each connection is watched through a
+    duplicate of its socket: the duplicate stays valid when TLS takes the socket over, and its
+    descriptor cannot be reused by another connection before the request ends."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s, self.end = timeout_s, time.monotonic() + timeout_s
+        self.expired = False
+        self._watched: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._timer.cancel()
+        with self._lock:
+            watched, self._watched = self._watched, []
+        for sock in watched:
+            sock.close()
+        return False
+
+    @property
+    def passed(self) -> bool:
+        return self.expired or time.monotonic() >= self.end
+
+    def connect(self, address, timeout=None, source_address=None) -> socket.socket:
+        """socket.create_connection within what is left of the deadline, the connection watched."""
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the deadline of {self.timeout_s:g} s passed before connecting")
+        limit = min(timeout, left) if isinstance(timeout, (int, float)) else left
+        sock = socket.create_connection(address, limit, source_address)
+        with self._lock:
+            if not self.expired:
+                self._watched.append(sock.dup())
+                return sock
+        sock.close()
+        raise TimeoutError(f"the deadline of {self.timeout_s:g} s passed while connecting")
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._watched:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already closed by the other side
+                    pass
+
+    def watched(self, connection_class):
+        """A factory of `connection_class` (http.client's) whose connections this deadline watches."""
+        def connection(host, **kwargs):
+            conn = connection_class(host, **kwargs)
+            conn._create_connection = self.connect  # http.client's hook for opening the socket
+            return conn
+        return connection
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(self.deadline.watched(http.client.HTTPConnection), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(self.deadline.watched(http.client.HTTPSConnection), req, context=self._context)
 
 
 def check_base_url(url: str) -> str:
@@ -53,21 +167,33 @@ def check_base_url(url: str) -> str:
 
 def fetch(url: str, cap: int, *, headers: Mapping[str, str], timeout_s: float, missing_ok: bool = False,
           into: Path | None = None) -> bytes | None:
-    """The body at `url`, at most `cap` bytes (written to `into` instead, when given); None for a
-    404 when `missing_ok`. DownloadError for anything else that is not a complete 200."""
+    """The body at `url`, at most `cap` bytes (written to `into` instead, when given), complete
+    within `timeout_s`; None for a 404 when `missing_ok`. DownloadError for anything else that is
+    not a complete 200."""
     request = urllib.request.Request(url, headers=dict(headers))
-    try:
-        with _opener.open(request, timeout=timeout_s) as response:
-            declared = response.headers.get("Content-Length", "")
-            if declared.isdigit() and int(declared) > cap:
-                raise DownloadError(f"{url} is {int(declared):,} bytes, over the limit of {cap:,}")
-            return _read(response, url, cap, into)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404 and missing_ok:
-            return None
-        raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+    with _Deadline(timeout_s) as deadline:
+        opener = urllib.request.build_opener(_SafeRedirects, _HTTPHandler(deadline), _HTTPSHandler(deadline))
+        try:
+            with opener.open(request, timeout=timeout_s) as response:
+                declared = response.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > cap:
+                    raise DownloadError(f"{url} is {int(declared):,} bytes, over the limit of {cap:,}")
+                body = _read(response, url, cap, into)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404 and missing_ok:
+                return None
+            raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+            if deadline.passed:
+                raise _too_slow(url, timeout_s) from None
+            raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+        if deadline.expired:  # a body cut at the deadline can end like a complete one
+            raise _too_slow(url, timeout_s)
+    return body
+
+
+def _too_slow(url: str, timeout_s: float) -> DownloadError:
+    return DownloadError(f"{url}: not complete within timeout_s={timeout_s:g} s")
 
 
 def _read(response, url: str, cap: int, into: Path | None) -> bytes | None:

@@ -6,7 +6,8 @@ first; a refused bundle is reported once, then ignored until it changes again).
   notice a change and leaves every check to Router.update.
 - BundleURLWatcher(router, base_url): a bundle folder published over HTTP(S) (BASE/manifest.json
   and the files it lists). A new manifest is downloaded with its files into a private staging
-  folder (serving.bundle_download: bounded sizes, plain names only), Router.update verifies and
+  folder (serving.bundle_download: bounded sizes and time, plain names only, the store's
+  credentials kept to its origin), Router.update verifies and
   loads it from there, and the folder is removed: a loaded bundle is held in memory, nothing is
   read from disk after it was checked. A download that fails is retried at the next poll.
 """
@@ -98,10 +99,12 @@ class BundleWatcher(_Poller):
 class BundleURLWatcher(_Poller):
     """`BundleURLWatcher(router, "https://host/bundles/live").start()` polls BASE/manifest.json.
 
-    headers: sent with every download (e.g. an Authorization header for a private store).
-    timeout_s: for each request. staging_root: where the private staging folders are made
-    (default the system's temporary folder). A published bundle the router already runs is
-    not downloaded.
+    headers: sent with every download (e.g. an Authorization header for a private store), to
+    the base URL's origin only: a redirect to another scheme, host or port goes without them.
+    timeout_s: the deadline of each request, from connecting to the body's last byte
+    (redirects included), however slowly a server sends. staging_root: where the private
+    staging folders are made (default the system's temporary folder). A published bundle the
+    router already runs is not downloaded.
     """
 
     name = "bundle-url-watcher"
@@ -111,6 +114,8 @@ class BundleURLWatcher(_Poller):
         from serving.bundle_download import check_base_url
 
         super().__init__(interval_s)
+        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
+            raise ValueError(f"timeout_s={timeout_s!r}: must be a positive number of seconds")
         self.router, self.base_url = router, check_base_url(base_url)
         self.headers, self.timeout_s, self.staging_root = dict(headers or {}), timeout_s, staging_root
         self._seen: str | None = None

@@ -3,8 +3,11 @@ folder, verified by Router.update, and the staging folder removed; hostile or br
 are refused without touching the running bundle or anything outside the staging folder."""
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import shutil
+import ssl
 import threading
 import time
 from functools import partial
@@ -17,23 +20,28 @@ from serving import Router
 from serving.bundle import manifest_digest
 from serving.bundle_download import DownloadError
 from serving.watcher import BundleURLWatcher
+from tests.dripping import DrippingServer, elapsed
 
 pytestmark = pytest.mark.real_data  # the session's trained test bundle
 
 
 class Site:
-    """A folder served over HTTP on 127.0.0.1, remembering the paths asked for."""
+    """A folder served over HTTP (or HTTPS, given a TLS context) on 127.0.0.1, remembering the
+    paths asked for and the headers that came with each; `redirect` sends every request
+    elsewhere, `redirects` {path: location} only those paths."""
 
-    def __init__(self, folder: Path):
-        self.folder, self.paths, self.redirect = folder, [], None
+    def __init__(self, folder: Path, tls: ssl.SSLContext | None = None):
+        self.folder, self.paths, self.headers, self.redirect, self.redirects = folder, [], [], None, {}
         site = self
 
         class Handler(SimpleHTTPRequestHandler):
             def do_GET(self):
                 site.paths.append(self.path)
-                if site.redirect:
+                site.headers.append(dict(self.headers))
+                location = site.redirects.get(self.path, site.redirect)
+                if location:
                     self.send_response(302)
-                    self.send_header("Location", site.redirect)
+                    self.send_header("Location", location)
                     self.end_headers()
                     return
                 super().do_GET()
@@ -42,8 +50,11 @@ class Site:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(folder)))
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/live"
+        self.port = self.server.server_address[1]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/live"
 
     def publish(self, bundle: Path) -> None:
         live = self.folder / "live"
@@ -183,3 +194,107 @@ def test_the_polling_thread_picks_up_a_publication(watcher, site, newer):
     finally:
         watcher.stop()
     assert watcher.router.model_version == "edge-cloud-router@run:newer" and watcher.last_update.updated
+
+
+# --- a hostile or slow store: its credentials stay with it, and every request has a deadline ---
+
+
+STORE_HEADERS = {"Authorization": "Bearer store-token-SECRET", "X-Store-Key": "store-key-SECRET"}
+
+
+@pytest.fixture
+def any_router(tmp_path):
+    """A router on the rule table: these tests end before a downloaded bundle would be loaded."""
+    return Router.load(tmp_path / "no-bundle")
+
+
+def served(folder: Path, tls: ssl.SSLContext | None = None) -> Site:
+    folder.mkdir()
+    return Site(folder, tls)
+
+
+def carries_credentials(headers: dict) -> bool:
+    return any(name.lower() in ("authorization", "x-store-key") for name in headers)
+
+
+@pytest.mark.parametrize("target", ["same origin", "another port", "another host"])
+def test_the_store_credentials_go_to_its_origin_only(any_router, tmp_path, target):
+    """The headers given to the watcher (a store's token) follow a redirect within the store's
+    origin, never to another port or host a redirect names (urllib copies them to any)."""
+    store, other = served(tmp_path / "store"), served(tmp_path / "other")
+    try:
+        store.redirects["/live/manifest.json"] = {
+            "same origin": "/moved/manifest.json",
+            "another port": f"http://127.0.0.1:{other.port}/moved/manifest.json",
+            "another host": f"http://localhost:{store.port}/moved/manifest.json"}[target]
+        with pytest.raises(DownloadError, match="HTTP 404"):  # nothing is published there
+            BundleURLWatcher(any_router, store.url, headers=STORE_HEADERS, timeout_s=5).check_now()
+    finally:
+        store.close()
+        other.close()
+    assert store.paths[0] == "/live/manifest.json" and carries_credentials(store.headers[0])
+    (redirected,) = other.headers if target == "another port" else store.headers[1:]
+    assert carries_credentials(redirected) == (target == "same origin")
+
+
+def self_signed_tls(folder: Path) -> tuple[ssl.SSLContext, Path]:
+    """(a server context, its certificate's file): a certificate for 127.0.0.1 signed by its own key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return context, cert_file
+
+
+def test_a_redirect_from_https_down_to_http_is_refused(any_router, tmp_path, monkeypatch):
+    """An https store that redirects to plain http would send the token, and take the bundle,
+    in clear text: refused, and nothing is sent to the http address."""
+    tls, cert_file = self_signed_tls(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # the client trusts this certificate alone
+    store, plain = served(tmp_path / "store", tls), served(tmp_path / "plain")
+    try:
+        (store.folder / "live").mkdir()
+        (store.folder / "live" / "manifest.json").write_text("{}")
+        watcher = BundleURLWatcher(any_router, store.url, headers=STORE_HEADERS, timeout_s=5)
+        assert watcher.check_now() is None  # over TLS, trusted: a manifest without a digest is no bundle
+        assert store.paths == ["/live/manifest.json"] and carries_credentials(store.headers[0])
+        store.redirect = f"http://127.0.0.1:{plain.port}/live/manifest.json?X-Signature=abc"
+        with pytest.raises(DownloadError, match="redirects to http://127.0.0.1:[0-9]+/live/manifest.json: a "
+                                                "redirect from https down to http is refused") as refused:
+            watcher.check_now()
+    finally:
+        store.close()
+        plain.close()
+    assert plain.paths == [] and "X-Signature" not in str(refused.value)
+
+
+@pytest.mark.parametrize("drip", ["headers", "body"])
+def test_timeout_s_is_the_deadline_of_a_whole_request(any_router, drip):
+    """A store that sends a byte every 0.3 s never trips a per-read timeout of 2 s; the deadline
+    ends the request at 2 s however the bytes come (before this, check_now waited 12 s and more)."""
+    with DrippingServer(b'{"manifest_sha256": "not a bundle, slowly"}', drip=drip, interval_s=0.3) as store:
+        watcher = BundleURLWatcher(any_router, f"{store.url}/live", timeout_s=2)
+        took, outcome = elapsed(watcher.check_now)
+    assert isinstance(outcome, DownloadError), outcome
+    assert "manifest.json: not complete within timeout_s=2 s" in str(outcome)
+    assert took < 6
+    for bad in (0, -1, float("inf"), "2"):
+        with pytest.raises(ValueError, match="timeout_s=.*positive number of seconds"):
+            BundleURLWatcher(any_router, "http://127.0.0.1:9/live", timeout_s=bad)
