@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from serving.chat.conversation import check_messages, conversation_prompt
 from serving.chat.endpoint import Endpoint
+from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat.upstream import Answer, Upstream
@@ -62,7 +63,8 @@ class RoutedChat:
             raise TypeError("edge and cloud must be serving.chat.Endpoint objects")
         self.router = router
         self.edge, self.cloud = edge, cloud
-        self._edge, self._cloud = Upstream("edge", edge), Upstream("cloud", cloud)
+        keys = (edge.api_key, cloud.api_key)
+        self._edge, self._cloud = Upstream("edge", edge, secrets=keys), Upstream("cloud", cloud, secrets=keys)
         self.verify_edge_zone, self.to_prompt, self.on_routed = verify_edge_zone, to_prompt, on_routed
         self._loop: LoopThread | None = None
         self._loop_lock = threading.Lock()
@@ -79,6 +81,8 @@ class RoutedChat:
             Router.execute takes it); default Router.execute's.
         params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
             sent to whichever endpoint serves. `model` is set per Endpoint.
+        Bad messages, or a NaN or infinite number anywhere in the request (JSON has none), are a
+        ValueError naming where, before any call.
         """
         prompt = self._prompt(messages, params)
         if stream:
@@ -131,11 +135,14 @@ class RoutedChat:
 
     # Results.
     def _prompt(self, messages, params: Mapping) -> str:
+        """The text the router routes; TypeError / ValueError for a request no endpoint should get."""
         for name in RESERVED:
             if name in params:
                 raise TypeError(f"{name}= is not a request parameter here: the model is set per Endpoint, "
                                 "the messages are the first argument")
-        return self.to_prompt(check_messages(messages))
+        check_json_numbers(check_messages(messages), "messages")
+        check_json_numbers(params)
+        return self.to_prompt(messages)
 
     def _upstream(self, execution: Execution) -> Upstream:
         return self._edge if execution.served_by == "edge" else self._cloud

@@ -4,10 +4,15 @@ understand, and the short names (`kind`) that metrics and response headers use f
 Every failure of an edge call, whatever its cause, falls back to the cloud (serving.execute);
 a timeout is a TimeoutError, so the execution trace marks its step "timeout". Messages name
 the endpoint ("edge"/"cloud") and its model, never its URL or key, and any text an upstream
-sent back passes through `redact` with that endpoint's key first, so a server that echoes the
-key cannot put it into an error, a log line or a proxy response.
+sent back passes through `redact` with the client's keys, so a server that echoes a key cannot
+put it into an error, a log line or a proxy response. Redaction applies to the text as it will
+be read: a JSON value is redacted once decoded (`redact_value`), where an escaped `sk\\u002d...`
+reads as the key.
 """
 from __future__ import annotations
+
+import json
+from typing import Any
 
 REDACTED = "[redacted]"
 MAX_DETAIL_CHARS = 300  # of an upstream's error text kept in a message
@@ -79,9 +84,55 @@ def failure_kind(error: BaseException | None) -> str:
     return "error"
 
 
-def redact(text: str, secrets) -> str:
-    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted]."""
-    for secret in secrets:
-        if secret and len(secret) >= MIN_SECRET_CHARS:
-            text = text.replace(secret, REDACTED)
+def redact(text: str, secrets, *, cut: bool = False) -> str:
+    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted].
+
+    cut: `text` may end where a read stopped (a body read up to a limit), so an end that begins
+    a secret (its first MIN_SECRET_CHARS characters or more) is replaced too."""
+    for secret in _hunted(secrets):
+        text = text.replace(secret, REDACTED)
+        if cut:
+            for length in range(len(secret) - 1, MIN_SECRET_CHARS - 1, -1):
+                if text.endswith(secret[:length]):
+                    text = text[:-length] + REDACTED
+                    break
     return text
+
+
+def redact_value(value: Any, secrets) -> Any:
+    """A decoded JSON value (dicts, lists, strings, numbers) with every secret in its strings and
+    keys replaced; `value` itself when none holds one (so a caller can tell nothing changed)."""
+    secrets = _hunted(secrets)
+    return _redacted(value, secrets) if secrets else value
+
+
+def redact_decoded(text: str, value: Any, secrets) -> Any:
+    """redact_value(value), where `value` was decoded from the JSON text `text` (a str: bytes may
+    be UTF-16): a text holding no secret and no escape decodes to strings holding none either, so
+    it is not walked."""
+    secrets = _hunted(secrets)
+    if not secrets or ("\\" not in text and not any(s in text for s in secrets)):
+        return value
+    return _redacted(value, secrets)
+
+
+def redacted_json(value: Any, secrets) -> str:
+    """`value` as JSON text (ASCII) holding no secret: redacted as decoded, then as written."""
+    return redact(json.dumps(redact_value(value, secrets), default=str), secrets)
+
+
+def _hunted(secrets) -> tuple[str, ...]:
+    return tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
+
+
+def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets) if any(s in value for s in secrets) else value
+    if isinstance(value, dict):
+        items = [(_redacted(k, secrets), _redacted(v, secrets)) for k, v in value.items()]
+        changed = any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(items, value.items()))
+        return dict(items) if changed else value
+    if isinstance(value, list):
+        items = [_redacted(v, secrets) for v in value]
+        return items if any(v is not v0 for v, v0 in zip(items, value)) else value
+    return value

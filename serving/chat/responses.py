@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from serving.chat.errors import MAX_DETAIL_CHARS, UpstreamMalformed, redact
+from serving.chat.errors import MAX_DETAIL_CHARS, UpstreamMalformed, redact, redacted_json
 
 
 def _no_constant(name: str):
@@ -42,10 +42,12 @@ def completion_text(endpoint: str, body: Mapping) -> str:
     raise UpstreamMalformed(endpoint, "the answer's message content is neither text nor null")
 
 
-def check_chunk(endpoint: str, chunk: Mapping) -> Mapping:
-    """A stream event's object, if it is a chunk; UpstreamMalformed for an error event or a non-chunk."""
+def check_chunk(endpoint: str, chunk: Mapping, secrets=()) -> Mapping:
+    """A stream event's object, if it is a chunk; UpstreamMalformed for an error event (its text
+    redacted of the secrets) or a non-chunk."""
     if "error" in chunk:
-        raise UpstreamMalformed(endpoint, f"the stream carried an error: {json.dumps(chunk['error'])}"[:MAX_DETAIL_CHARS])
+        detail = redacted_json(chunk["error"], secrets)
+        raise UpstreamMalformed(endpoint, f"the stream carried an error: {detail}"[:MAX_DETAIL_CHARS])
     if not isinstance(chunk.get("choices", []), list):
         raise UpstreamMalformed(endpoint, "a stream chunk has 'choices' that is not a list")
     return chunk
@@ -73,8 +75,10 @@ def chunk_usage(chunk: Mapping) -> Any:
 
 def error_detail(raw: bytes, secrets) -> str:
     """The message of an HTTP error body ({"error": {"message": ...}}, {"error": "..."}, or text),
-    with the secrets redacted (before anything is cut, so no part of a key survives), shortened."""
-    text = redact(raw.decode("utf-8", "replace"), secrets)
+    with the secrets redacted, shortened. Redacted as the message reads: after the JSON escapes
+    are decoded (`sk\\u002d...` is the key), before anything is cut, and an end that begins a key
+    goes too (`raw` may stop where the read of a long body stopped), so no part of a key survives."""
+    text = raw.decode(json.detect_encoding(raw), "replace")  # as json.loads reads bytes: UTF-8, -16 or -32
     try:
         body = json.loads(text)
     except (ValueError, RecursionError):
@@ -83,5 +87,5 @@ def error_detail(raw: bytes, secrets) -> str:
         error = body.get("error", body.get("detail", body))
         if isinstance(error, dict):
             error = error.get("message", error)
-        text = error if isinstance(error, str) else json.dumps(error)
-    return " ".join(text.split())[:MAX_DETAIL_CHARS]
+        text = error if isinstance(error, str) else redacted_json(error, secrets)
+    return redact(" ".join(text.split()), secrets, cut=body is None)[:MAX_DETAIL_CHARS]

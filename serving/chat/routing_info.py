@@ -69,7 +69,8 @@ class RoutingInfo:
 @dataclass
 class Completion:
     """A non-streamed answer: `body` is the chat completion JSON of whichever model served it,
-    exactly as that server sent it (a dict), `routing` how it was served, `text` the assistant text."""
+    exactly as that server sent it (a dict; a key of the client in it reads [redacted]), `routing`
+    how it was served, `text` the assistant text."""
 
     body: dict
     routing: RoutingInfo

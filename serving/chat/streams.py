@@ -54,7 +54,8 @@ class AsyncChatStream:
         return (await self._next())[1]
 
     async def raw(self) -> AsyncIterator[str]:
-        """The data of each event as the endpoint sent it (chunk JSON text), for relaying as is."""
+        """The data of each event as the endpoint sent it (chunk JSON text), for relaying as is;
+        written again from the redacted chunk when it held a key (serving.chat.upstream)."""
         while True:
             try:
                 data, _ = await self._next()
@@ -75,7 +76,7 @@ class AsyncChatStream:
                 raise
             except (UpstreamError, httpx2.HTTPError) as exc:
                 await self._finish(failed=True)
-                text = redact(f"{type(exc).__name__}: {exc}", (self._upstream.endpoint.api_key,))[:300]
+                text = redact(f"{type(exc).__name__}: {exc}", self._upstream.secrets)[:300]
                 raise StreamInterrupted(self._opened.endpoint, f"the stream of {self._upstream.endpoint.model} broke "
                                                                f"after its first chunk: {text}") from None
         usage = chunk_usage(item[1])

@@ -3,7 +3,9 @@ routed chat client, the proxy, the load test, or an app's own integration tests.
 
 It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true`, ending with
 `data: [DONE]`, and a usage chunk when `stream_options.include_usage` is set) and GET
-/v1/models, with knobs (`Behaviour`) for the failures a client must survive: latency, an HTTP
+/v1/models; a malformed request (not a JSON object, NaN in it, `messages` not a list of objects,
+`stream` not a boolean, `stream_options` not an object) gets 400 naming the parameter, as a real
+server answers it. Knobs (`Behaviour`) for the failures a client must survive: latency, an HTTP
 error status, a body that is not JSON, a slow first token, a stream that breaks after its first
 chunk. The answer names the stub ("answer from edge"), so a test can tell who served.
 
@@ -98,15 +100,20 @@ class StubUpstream:
                 break
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+            body, problem = (json.loads(raw, parse_constant=_not_json) if raw else None), None
+        except (ValueError, RecursionError) as exc:
+            body, problem = None, (None, f"the request body is not valid JSON ({exc})")
         self.received.append(Received(scope["path"], headers, body))
         del self.received[:-self.keep]
         if scope["path"].endswith("/models"):
             return await _send_json(send, 200, {"object": "list", "data": [{"id": self.name, "object": "model"}]})
-        if not scope["path"].endswith("/chat/completions") or not isinstance(body, dict):
-            return await _send_json(send, 404 if isinstance(body, dict) else 400, {"error": {"message": "bad request"}})
+        if not scope["path"].endswith("/chat/completions"):
+            return await _send_json(send, 404, {"error": {"message": f"no route {scope['path']}"}})
+        problem = problem or _request_problem(body)
+        if problem is not None:
+            param, message = problem
+            return await _send_json(send, 400, {"error": {"message": message, "type": "invalid_request_error",
+                                                          "param": param, "code": None}})
         b = self.behaviour
         if await _client_left(receive, b.delay_s):
             return
@@ -208,6 +215,25 @@ class _Answer:
     def chunk(self, delta: dict, finish: str | None = None) -> dict:
         return {"id": self.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _request_problem(body) -> tuple[str | None, str] | None:
+    """(the parameter, what is wrong) when a chat-completions request is malformed, as a real server
+    answers it with 400; None when it is well formed enough to answer."""
+    if not isinstance(body, dict):
+        return None, "the request body must be a JSON object"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return "messages", "messages must be a list of objects"
+    if not isinstance(body.get("stream", False), bool):
+        return "stream", "stream must be true or false"
+    if not isinstance(body.get("stream_options") or {}, dict):
+        return "stream_options", "stream_options must be an object"
+    return None
 
 
 async def _client_left(receive, seconds: float) -> bool:

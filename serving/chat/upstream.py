@@ -8,6 +8,10 @@ bounded (`Endpoint.max_response_bytes`; 16 KiB of an error body) and so is time:
 non-streamed answer must be complete within `timeout_s` (async: a hard deadline; sync: checked
 as bytes arrive, and a silent server is cut after `timeout_s`), a stream's first chunk within
 `first_token_timeout_s`.
+
+What an endpoint sends back never carries a key of the client out: an answer, each stream chunk,
+an error body, an error event, a header quoted in a message and a transport error's text are
+redacted of every key the client holds (both endpoints'), as decoded (serving.chat.errors).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - the client extra is installed i
 
 from serving.chat.endpoint import Endpoint
 from serving.chat.errors import (SlowFirstToken, UpstreamError, UpstreamHTTPError, UpstreamMalformed, UpstreamTimeout,
-                                 UpstreamUnreachable, redact)
+                                 UpstreamUnreachable, redact, redact_decoded, redact_value)
 from serving.chat.responses import check_chunk, completion_text, error_detail, parse_json_object, starts_answer
 
 MAX_ERROR_BODY_BYTES = 16 << 10
@@ -59,11 +63,14 @@ class OpenStream:
 
 
 class Upstream:
-    """One endpoint's HTTP side: a pooled sync client, and one async client per event loop."""
+    """One endpoint's HTTP side: a pooled sync client, and one async client per event loop.
 
-    def __init__(self, name: str, endpoint: Endpoint):
+    secrets: the other keys the client holds (the other endpoint's); they and this endpoint's
+    own key are redacted from everything this endpoint sends back (see the module doc)."""
+
+    def __init__(self, name: str, endpoint: Endpoint, *, secrets: Sequence[str | None] = ()):
         self.name, self.endpoint = name, endpoint
-        self._secrets = (endpoint.api_key,)
+        self.secrets = tuple(s for s in (endpoint.api_key, *secrets) if s)
         self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
         self._client: httpx2.Client | None = None
         self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> AsyncClient
@@ -154,11 +161,11 @@ class Upstream:
     def _answer(self, status: int, raw: bytes) -> Answer:
         if status >= 400:
             raise self._http_error(status, raw)
-        body = parse_json_object(self.name, raw, f"the answer of {self.endpoint.model}")
+        body = redact_value(parse_json_object(self.name, raw, f"the answer of {self.endpoint.model}"), self.secrets)
         return Answer(completion_text(self.name, body), body, self.name)
 
     def _http_error(self, status: int, raw: bytes) -> UpstreamHTTPError:
-        detail = error_detail(raw, self._secrets)
+        detail = error_detail(raw, self.secrets)
         return UpstreamHTTPError(self.name, f"{self.endpoint.model} answered HTTP {status}" + (f": {detail}" if detail else ""),
                                  status=status, detail=detail)
 
@@ -167,7 +174,7 @@ class Upstream:
                                           f"{self.endpoint.timeout_s:g} s{detail}")
 
     def _transport_error(self, exc: Exception) -> UpstreamError:
-        text = redact(f"{type(exc).__name__}: {exc}", self._secrets)[:300]
+        text = redact(f"{type(exc).__name__}: {exc}", self.secrets)[:300]
         model = self.endpoint.model
         if isinstance(exc, httpx2.TimeoutException):
             return self._too_slow(f" ({text})")
@@ -201,10 +208,10 @@ class Upstream:
                     if not body.add(chunk):
                         break
                 raise self._http_error(response.status_code, body.content())
-            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if kind != "text/event-stream":
-                raise UpstreamMalformed(self.name, f"asked for a stream, {self.endpoint.model} answered "
-                                                   f"{kind or 'no content type'}")
+            content_type = response.headers.get("content-type", "")
+            if content_type.partition(";")[0].strip().lower() != "text/event-stream":
+                shown = redact(content_type, self.secrets)[:100] or "no content type"  # before any case change
+                raise UpstreamMalformed(self.name, f"asked for a stream, {self.endpoint.model} answered {shown}")
             events = self.chunks(response)
             head = []
             async for item in events:
@@ -221,8 +228,9 @@ class Upstream:
             raise
 
     async def chunks(self, response) -> AsyncIterator[tuple[str, dict]]:
-        """(raw data, chunk) of each event of an open stream, up to `data: [DONE]`; UpstreamMalformed
-        for an event that is not a chunk, httpx2 errors as they come."""
+        """(data, chunk) of each event of an open stream, up to `data: [DONE]`: the data as sent, or
+        written again from the redacted chunk when it held a key. UpstreamMalformed for an event
+        that is not a chunk, httpx2 errors as they come."""
         source = httpx2.EventSource(response, max_event_size=self.endpoint.max_response_bytes)
         async for event in source:
             if event.data == "[DONE]":
@@ -230,7 +238,8 @@ class Upstream:
             if not event.data:
                 continue
             chunk = parse_json_object(self.name, event.data, f"a stream event of {self.endpoint.model}")
-            yield event.data, check_chunk(self.name, chunk)
+            clean = check_chunk(self.name, redact_decoded(event.data, chunk, self.secrets), self.secrets)
+            yield (event.data if clean is chunk else json.dumps(clean)), clean
 
 
 class _Body:

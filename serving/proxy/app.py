@@ -11,12 +11,16 @@ x-router-model (the upstream model), x-router-model-version (the bundle), and x-
 an SSE comment line `: routing {...}` (clients ignore comments) holding the whole RoutingInfo,
 timings and cost included, before `data: [DONE]`.
 
-Requests are bounded: at most max_concurrency at once (others wait up to queue_timeout_s, then
-get 503 with Retry-After), bodies at most max_body_bytes (413, checked on Content-Length and
-again while reading). Errors use OpenAI's format, {"error": {"message", "type", "param", "code"}}:
-400 a bad request, 401 no or a wrong token, 404 another model, 413, 503; when the cloud fails
-too, 502 (504 for a timeout), or the cloud's own 400/404/413/422/429 when it refused the request
-itself. Error messages name the endpoints and models, never a key or a URL.
+Requests are bounded: a body must arrive whole within body_timeout_s (408 and the connection
+closed, else), and is read before the request takes one of max_concurrency slots, so a client
+that sends its body slowly holds only its own connection; at most max_concurrency requests at
+once (others wait up to queue_timeout_s, then get 503 with Retry-After); bodies at most
+max_body_bytes (413, checked on Content-Length and again while reading). A body must be a JSON
+object with no NaN or Infinity (400). Errors use OpenAI's format, {"error": {"message", "type",
+"param", "code"}}: 400 a bad request, 401 no or a wrong token, 404 another model, 408, 413, 503;
+when the cloud fails too, 502 (504 for a timeout), or the cloud's own 400/404/413/422/429 when it
+refused the request itself. Error messages and the routing comment name the endpoints and
+models, never a URL, and hold no key or token (redacted where an upstream's text enters them).
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from serving.chat.client import RoutedChat
-from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact
+from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact, redacted_json
+from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import RoutingInfo
 from serving.execute import CloudCallError
 from serving.proxy.config import ProxyConfig
@@ -70,6 +75,7 @@ class _Handlers:
     async def chat_completions(self, request: Request) -> Response:
         started = time.perf_counter()
         try:
+            body = await self._read_body(request)  # before a slot: a slow sender holds only its own connection
             await self._take_slot()
         except RequestError as error:
             self.metrics.failed(error.reason)
@@ -77,7 +83,7 @@ class _Handlers:
         self.metrics.in_flight.inc()
         release = _once(self._release)
         try:
-            result, stream = await self._answer(request)
+            result, stream = await self._answer(body, request)
         except RequestError as error:
             release()
             self.metrics.failed(error.reason, zone=error.zone, steps=error.steps)
@@ -102,9 +108,8 @@ class _Handlers:
         return _Relay(self._relay(result), finish, headers={**headers, "cache-control": "no-cache",
                                                              "x-accel-buffering": "no"})
 
-    async def _answer(self, request: Request):
+    async def _answer(self, body: dict, request: Request):
         """(the Completion or AsyncChatStream, whether it streams); RequestError for anything to refuse."""
-        body = await self._read_json(request)
         messages, stream, precision, params = self._parse(body, request)
         try:
             return await self.chat.acreate(messages, precision=precision, stream=stream, **params), stream
@@ -141,6 +146,17 @@ class _Handlers:
                                "server_overloaded", code="overloaded", reason="overloaded",
                                headers={"retry-after": "1"}) from None
 
+    async def _read_body(self, request: Request) -> dict:
+        """The request's JSON object, read whole within body_timeout_s: else 408, and the connection
+        is closed (the rest of the body is not waited for)."""
+        limit = self.config.body_timeout_s
+        try:
+            return await asyncio.wait_for(self._read_json(request), limit)
+        except asyncio.TimeoutError:
+            raise RequestError(408, f"the request body did not arrive whole within {limit:g} s",
+                               "invalid_request_error", code="request_timeout", reason="body_timeout",
+                               headers={"connection": "close"}) from None
+
     async def _read_json(self, request: Request) -> dict:
         limit = self.config.max_body_bytes
         too_large = RequestError(413, f"request body over {limit:,} bytes", "invalid_request_error",
@@ -156,12 +172,13 @@ class _Handlers:
             parts.append(chunk)
         try:
             body = json.loads(b"".join(parts))
-        except (ValueError, RecursionError):
-            raise RequestError(400, "the request body is not valid JSON", "invalid_request_error",
-                               reason="bad_request") from None
+            check_json_numbers(body)  # json reads NaN, Infinity and 1e999; none is JSON, nor forwardable as such
+        except RecursionError:
+            raise _bad_request("the request body is not valid JSON: nested too deeply") from None
+        except ValueError as exc:  # JSONDecodeError (with its line and column), bad UTF-8, NaN / Infinity
+            raise _bad_request(f"the request body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
-            raise RequestError(400, "the request body must be a JSON object", "invalid_request_error",
-                               reason="bad_request")
+            raise _bad_request("the request body must be a JSON object")
         return body
 
     def _parse(self, body: dict, request: Request):
@@ -200,7 +217,8 @@ class _Handlers:
         try:
             async for data in stream.raw():
                 yield f"data: {data}\n\n".encode()
-            yield f": routing {json.dumps(stream.routing.to_dict(), default=str)}\n\ndata: [DONE]\n\n".encode()
+            routing = redacted_json(stream.routing.to_dict(), self.config.secrets)  # no key, whatever an upstream sent
+            yield f": routing {routing}\n\ndata: [DONE]\n\n".encode()
         except StreamInterrupted as exc:
             self.metrics.failed("stream_interrupted")
             message = redact(str(exc), self.config.secrets)
@@ -211,6 +229,10 @@ class _Handlers:
         if routing.fallback_kind is not None:
             log.info("edge-first request served by the cloud (%s): %s", routing.fallback_kind,
                      redact(routing.fallback_reason or "", self.config.secrets))
+
+
+def _bad_request(message: str) -> RequestError:
+    return RequestError(400, message, "invalid_request_error", reason="bad_request")
 
 
 def _json_response(body: dict, headers: dict) -> Response:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -58,6 +59,7 @@ class ProxyConfig:
     max_body_bytes: int = 4 << 20
     max_concurrency: int = 64
     queue_timeout_s: float = 1.0
+    body_timeout_s: float = 10.0
     shutdown_timeout_s: float = 10.0
     strict: bool = False
     public_key: str | None = None
@@ -76,6 +78,9 @@ class ProxyConfig:
         for name in ("max_body_bytes", "max_concurrency"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        if not 0 < self.body_timeout_s < math.inf:
+            raise ConfigError(f"body_timeout_s={self.body_timeout_s!r} (--body-timeout-s): must be a positive number "
+                              "of seconds")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not a TCP port")
 
@@ -103,6 +108,7 @@ class ProxyConfig:
         return cls(bundle=args.bundle, edge=upstream("edge"), cloud=upstream("cloud"), host=args.host, port=args.port,
                    token=token, served_model=args.served_model, max_body_bytes=args.max_body_bytes,
                    max_concurrency=args.max_concurrency, queue_timeout_s=args.queue_timeout_s,
+                   body_timeout_s=args.body_timeout_s,
                    shutdown_timeout_s=args.shutdown_timeout_s, strict=args.strict, public_key=args.public_key,
                    watch=args.watch, watch_interval_s=args.watch_interval_s, access_log=args.access_log)
 
@@ -162,6 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--max-concurrency", type=int, default=64, metavar="N",
                      help="requests served at once; more wait up to --queue-timeout-s, then get 503 (default 64)")
     net.add_argument("--queue-timeout-s", type=float, default=1.0, metavar="S", help="(default 1)")
+    net.add_argument("--body-timeout-s", type=float, default=10.0, metavar="S",
+                     help="a request's whole body must arrive within this, else 408; it holds no slot while it "
+                          "arrives (default 10)")
     net.add_argument("--shutdown-timeout-s", type=float, default=10.0, metavar="S",
                      help="on SIGTERM, how long in-flight requests may take to finish (default 10)")
     net.add_argument("--no-access-log", dest="access_log", action="store_false", help="no line per request")
