@@ -4,7 +4,8 @@ Sources are found by a registry of loaders (`LOADERS`): a RouteLLM-style folder 
 outcome-log folder (data.sdk_logs) go through their adapters, anything else is read as
 canonical-schema files. Every rejected
 row or file is reported (file, location, reason) and written to a rejects file; the
-run stops when more than `max_reject_share` of what was read is bad.
+run stops when more than `max_reject_share` of what was read is bad. Readers of off-policy
+estimates also reject a row whose propensity is below their floor (`min_propensity`).
 
 Folders are walked by real path: each real file or folder is read once, however many
 symlinks, aliases or arguments lead to it (a symlink loop is entered once, with a
@@ -137,6 +138,19 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
 NO_TEXT = ("prompt logged without its text (OutcomeLog(store_prompts=False)): only `make train` with the "
            "local engine learns from its token ids")
 WELL_FORMED = ("unlabelled", "no_text")  # reject kinds that are not bad data
+# What to do when only rows without text are left, for a command that reads prompts from their text.
+TEXT_NEEDED = ("give it logs kept with their text (OutcomeLog(store_prompts=True)); only `make train` with the "
+               "local engine learns from token ids")
+
+
+def below_propensity_floor(propensity: float | None, floor: float) -> str | None:
+    """Why a row cannot enter off-policy estimates whose propensity floor is `floor`, or None
+    if it can. Weighted by 1 / propensity, one such row would outweigh the rest of the log."""
+    if propensity is None or propensity >= floor:
+        return None
+    return (f"propensity {propensity!r} is below the floor {floor} of the off-policy estimates (min_propensity): "
+            f"weighted by 1/propensity, this one request would count for more than {floor ** -1:.0f} requests "
+            "logged with propensity 1 (a wrong propensity, or a side the logging policy almost never chose)")
 
 
 @dataclass
@@ -188,10 +202,11 @@ class LoadedLogs:
                 fh.write(json.dumps(r.as_dict(), ensure_ascii=False) + "\n")
 
 
-def read_unit(path: Path) -> LoadedLogs:
+def read_unit(path: Path, *, min_propensity: float = 0.0) -> LoadedLogs:
     """Read and validate one loading unit (a file, or a folder an adapter reads whole).
     Every reject counts as one unit read (a row, a line, or a whole unreadable file), so
-    nothing bad is ever free."""
+    nothing bad is ever free. A row whose propensity is below `min_propensity` is a reject
+    (below_propensity_floor)."""
     result, sources = LoadedLogs(rows=[]), {}
     for raw in iter_path(path, result.rejects):
         if raw.file not in sources:  # a folder adapter reads several files
@@ -201,6 +216,10 @@ def read_unit(path: Path) -> LoadedLogs:
         except RowError as exc:
             kind = "unlabelled" if isinstance(exc, Unlabelled) else "invalid"
             result.rejects.append(Reject(raw.file, raw.location, str(exc), kind))
+            continue
+        below = below_propensity_floor(row["propensity"], min_propensity)
+        if below:
+            result.rejects.append(Reject(raw.file, raw.location, below))
             continue
         row["request_id"] = row["request_id"] or f"{row['source']}/{raw.index}"
         if row["prompt"] is None:  # logged without its text
@@ -212,14 +231,15 @@ def read_unit(path: Path) -> LoadedLogs:
 
 
 def load_logs(paths: Iterable[str | Path], *, max_reject_share: float = 0.05,
-              rejects_path: Path | None = None) -> LoadedLogs:
+              rejects_path: Path | None = None, min_propensity: float = 0.0) -> LoadedLogs:
     """Read and validate every row under `paths` (see module doc). Rows logged without their
-    text are `no_text` rejects here: only the local training engine reads them (read_unit)."""
+    text are `no_text` rejects here: only the local training engine reads them (read_unit).
+    Rows with a propensity below `min_propensity` (the floor of an off-policy reader) are rejects."""
     if not 0.0 <= max_reject_share <= 1.0:
         raise ValueError(f"max_reject_share must be in [0, 1], got {max_reject_share!r}")
     result = LoadedLogs(rows=[])
     for unit in loading_units(paths):
-        result.extend(read_unit(unit))
+        result.extend(read_unit(unit, min_propensity=min_propensity))
     result = result.without_token_rows()
     if rejects_path is not None:
         result.write_rejects(rejects_path)
@@ -236,6 +256,10 @@ def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_
     invalid = [r for r in rejects if r.kind not in WELL_FORMED]
     if not n_valid:
         waiting = f", {unlabelled} of them requests with no outcome yet" if unlabelled else ""
+        no_text = [r for r in rejects if r.kind == "no_text"]
+        if no_text:  # well formed, but this command reads prompts from their text
+            waiting += (f", {len(no_text)} of them logged without their text (OutcomeLog(store_prompts=False)): "
+                        f"this command reads prompts from their text; {TEXT_NEEDED}")
         raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: {len(rejects)} rejected{waiting}{where}")
     # Requests still waiting for an outcome, and rows this reader cannot use although they
     # are well formed (logged without text), are reported, not counted as bad data.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import POLICIES, check_policies
 from evaluation.policy_metrics import DEFAULT_CLOUD_COSTS, DEFAULT_EDGE_MS, CostModel, LatencyModel
 
@@ -32,6 +33,7 @@ class EvalConfig:
     calibration_bins: int = 10
     rule_weight_step: float = 0.1
     max_reject_share: float = 0.05
+    min_propensity: float = MIN_PROPENSITY              # off-policy estimates leave out requests below it
     batch_size: int = 256
     leave_one_source_out: bool = False
     holdout_sources: list[str] = field(default_factory=list)  # empty = every source
@@ -56,6 +58,8 @@ class EvalConfig:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLITS)}")
         if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:
             raise ValueError(f"catch_rate={self.catch_rate!r} must be a number in [0, 1]")
+        if not isinstance(self.min_propensity, (int, float)) or not 0 < self.min_propensity <= 1:
+            raise ValueError(f"min_propensity={self.min_propensity!r} must be a number in (0, 1]")
         for name in ("calibration_bins", "batch_size", "sample_rows"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be an integer >= 1")

@@ -20,6 +20,19 @@ bundle picks had a non-zero probability under the logging policy. Without explor
 requests where the bundle disagrees with the logging router carry no information (p of
 the other side is 0) and the estimates say so through their width.
 
+**Propensity floor** (`min_propensity`, MIN_PROPENSITY = 0.01): a request logged with a
+smaller propensity is left out and reported by the reader (data.logs.below_propensity_floor),
+never weighted. One request at p = 1e-300 made IPS 2.5e297; at 5e-324, 1 / p overflows and
+every estimate was NaN. With the floor no weight exceeds 1 / min_propensity, so every
+estimate is finite. The SDK logs 1 - explore_rate or explore_rate: from explore_rate 0.01
+up, nothing it logs is below the floor. Leaving a request out is biased where the
+bundle picks a side that the logging policy chose with probability below the floor: IPS
+and SNIPS lose those requests' outcomes, DR falls back on the bundle's heads for them.
+Clipping the weight to 1 / min_propensity would bias less if the propensity were right,
+but a wrong one (the cases above) would still count 1 / min_propensity times, unseen;
+a rejected request is listed with its reason, and the floor can be lowered for a logging
+policy that explores that rarely, at the variance it costs.
+
 The cloud share is the bundle's own decision on each prompt: known exactly, not estimated.
 The misroute rate needs both outcomes of a request: it is exact where both are known and,
 for requests with one, completed with the bundle's head for the side that did not run
@@ -31,15 +44,19 @@ from __future__ import annotations
 import numpy as np
 
 SIDES = ("edge", "cloud")
+MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out (module doc)
 
 
-def _arrays(routed_to, propensity, reward, target):
+def _arrays(routed_to, propensity, reward, target, min_propensity: float):
     a = np.asarray([s == "cloud" for s in routed_to], dtype=bool)
     b = np.asarray([s == "cloud" for s in target], dtype=bool)
     p = np.asarray(propensity, dtype=np.float64)
     r = np.asarray(reward, dtype=np.float64)
-    if np.isnan(p).any() or (p <= 0).any() or (p > 1).any():
-        raise ValueError("every logged request needs a propensity in (0, 1]")
+    if not 0 < min_propensity <= 1:
+        raise ValueError(f"min_propensity={min_propensity!r} must be in (0, 1]")
+    if np.isnan(p).any() or (p < min_propensity).any() or (p > 1).any():
+        raise ValueError(f"every logged request needs a propensity in [{min_propensity}, 1] (min_propensity): "
+                         "leave out and report the others first")
     if np.isnan(r).any():
         raise ValueError("every logged request needs the outcome of the side it ran on")
     return a, b, p, r
@@ -66,12 +83,15 @@ def _bootstrap(fn, n: int, rounds: int, seed: int) -> dict:
 
 
 def off_policy(*, routed_to, propensity, reward, target, p_edge, p_cloud, edge_quality=None, cloud_quality=None,
-               margin: float = 0.0, rounds: int = 1000, seed: int = 0) -> dict:
+               margin: float = 0.0, rounds: int = 1000, seed: int = 0,
+               min_propensity: float = MIN_PROPENSITY) -> dict:
     """The bundle's estimated figures on logged traffic, with 95% intervals, next to the
     logging policy's observed ones (see the module doc). `reward`: the logged outcome of the
     side that ran (`routed_to`); `target`: the bundle's first side per request; `p_edge`,
-    `p_cloud`: its heads; `edge_quality`, `cloud_quality`: both outcomes where known (NaN else)."""
-    a, b, p, r = _arrays(routed_to, propensity, reward, target)
+    `p_cloud`: its heads; `edge_quality`, `cloud_quality`: both outcomes where known (NaN else).
+    ValueError when a propensity is below `min_propensity`: callers leave such requests out
+    and report them."""
+    a, b, p, r = _arrays(routed_to, propensity, reward, target, min_propensity)
     q_edge, q_cloud = np.asarray(p_edge, np.float64), np.asarray(p_cloud, np.float64)
     q_a, q_b = np.where(a, q_cloud, q_edge), np.where(b, q_cloud, q_edge)
     n = len(a)

@@ -180,11 +180,22 @@ def render_off_policy_only(metrics: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _left_out_text(ope: dict) -> str:
+    """The requests left out below the propensity floor (evaluation.run.logged_traffic), or ""."""
+    left = ope.get("below_min_propensity")
+    if not left:
+        return ""
+    ids = ", ".join(f"`{i}`" for i in left["request_ids"])
+    more = f" (the first {len(left['request_ids'])})" if left["rows"] > len(left["request_ids"]) else ""
+    return (f"\n\n{left['rows']} logged requests left out, the lowest: {left['reason']}. Request ids{more}: "
+            f"{ids}.")
+
+
 def off_policy_text(ope: dict | None) -> str:
     if not ope:
         return "No logged request carries the side it ran on, its propensity and its outcome."
     if "skipped" in ope:
-        return f"Skipped: {ope['skipped']}."
+        return f"Skipped: {ope['skipped']}." + _left_out_text(ope)
 
     def ci(x):
         return f"[{num(x[0])}, {num(x[1])}]" if x else "—"
@@ -199,7 +210,7 @@ def off_policy_text(ope: dict | None) -> str:
             + f"\n\nThe bundle's cloud-first share on these prompts: {pct(ope['cloud_share']['exact'])} (its own "
             f"decisions, exact). Misroute rate {pct(m['estimate'])} (95% {ci(m['ci95'])}), exact on the "
             f"{ope['misroute_rate']['both_outcomes_known']} requests with both outcomes, completed with the bundle's "
-            f"heads elsewhere. Assumptions: {ope['assumptions']}.")
+            f"heads elsewhere. Assumptions: {ope['assumptions']}." + _left_out_text(ope))
 
 
 def _fallback_text(rates: dict, catch_rate: float) -> str:

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from data.logs import below_propensity_floor
 from evaluation.config import SPLIT_NOTES, EvalConfig
 from evaluation.loso import Trainer, leave_one_source_out
+from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import TunedRules, breakdowns, evaluate_policies, tune_rule_table
 from evaluation.policy_metrics import reliability
 from evaluation.rows import Rows
@@ -109,9 +111,15 @@ def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
     return out
 
 
-def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0) -> dict | None:
+LISTED_IDS = 20  # request ids listed of the requests left out below the propensity floor
+
+
+def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0,
+                   min_propensity: float = MIN_PROPENSITY) -> dict | None:
     """Off-policy estimates (evaluation.off_policy) of the bundle on the rows an SDK logged:
-    those with the side that ran first, its propensity and its outcome; None when there are none."""
+    those with the side that ran first, its propensity and its outcome; None when there are none.
+    Requests logged with a propensity below `min_propensity` are left out and listed
+    (`below_min_propensity`: how many, the first request ids, why)."""
     from evaluation.off_policy import off_policy
 
     if "propensity" not in frame or "routed_to" not in frame:
@@ -121,6 +129,16 @@ def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0) -> di
         side_quality.astype(float))
     if not logged.any():
         return None
+    below = logged & (frame["propensity"] < min_propensity).to_numpy()
+    left_out = {}
+    if below.any():
+        low = frame[below]
+        left_out = {"below_min_propensity": {
+            "rows": int(below.sum()), "request_ids": low["request_id"].tolist()[:LISTED_IDS],
+            "reason": below_propensity_floor(float(low["propensity"].min()), min_propensity)}}
+        logged &= ~below
+        if not logged.any():
+            return {"skipped": f"every logged request is below the propensity floor {min_propensity}", **left_out}
     rows = frame[logged]
     prompts, precisions = rows["prompt"].tolist(), rows["precision"].tolist()
     decisions = [d for start in range(0, len(prompts), batch_size)
@@ -128,11 +146,12 @@ def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0) -> di
     heads = [(d.p_edge, d.p_cloud) for d in decisions]
     if any(e is None for e, _ in heads):  # a bundle without outcome heads: its score stands in for neither
         return {"skipped": "the bundle has no outcome heads (P(edge good), P(cloud good)) for the DR estimate"}
-    return off_policy(routed_to=rows["routed_to"].tolist(), propensity=rows["propensity"].to_numpy(float),
-                      reward=side_quality[logged].astype(float), target=[d.target for d in decisions],
-                      p_edge=[e for e, _ in heads], p_cloud=[c for _, c in heads],
-                      edge_quality=rows["edge_quality"].to_numpy(float),
-                      cloud_quality=rows["cloud_quality"].to_numpy(float), margin=margin)
+    return {**off_policy(routed_to=rows["routed_to"].tolist(), propensity=rows["propensity"].to_numpy(float),
+                         reward=side_quality[logged].astype(float), target=[d.target for d in decisions],
+                         p_edge=[e for e, _ in heads], p_cloud=[c for _, c in heads],
+                         edge_quality=rows["edge_quality"].to_numpy(float),
+                         cloud_quality=rows["cloud_quality"].to_numpy(float), margin=margin,
+                         min_propensity=min_propensity), **left_out}
 
 
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
@@ -150,7 +169,7 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     acceptance check and, where they exist, the fallback's catch and false-reject rates."""
     notes = [] if manifest.split else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
     traffic = logged_traffic(router, frame[_chosen_rows(config, frame)], batch_size=config.batch_size,
-                             margin=manifest.label.get("margin_binary", 0.0))
+                             margin=manifest.label.get("margin_binary", 0.0), min_propensity=config.min_propensity)
     both = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
     if not both.any() or not both[_chosen_rows(config, frame)].any():
         notes.append("no evaluated request has both outcomes: only the off-policy estimates are reported")

@@ -36,7 +36,9 @@ def main(
 ) -> None:
     """Train the router on outcome logs and write a registered ONNX bundle."""
     from rich.console import Console
+    from rich.markup import escape
 
+    from data.logs import DataQualityError
     from evaluation import headline
     from training.engines.base import train
 
@@ -44,7 +46,11 @@ def main(
     cfg = build_config(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None,
                                 "target": target, "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
     console = Console()
-    result = train(cfg, console=console)
+    try:
+        result = train(cfg, console=console)
+    except DataQualityError as exc:  # the logs cannot train a router: the reason is the message, not a traceback
+        Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
+        raise typer.Exit(2) from exc
     console.print(headline.rich_table(result.metrics["test"]))
     console.print(f"bundle: {result.bundle}  |  MLflow run {result.run_id}, registered "
                   f"{cfg.registered_model} version {result.model_version}  |  parity max |diff| "

@@ -19,6 +19,23 @@ from serving.novelty import Novelty
 from training.featurize import TokenRows
 
 CHUNK_ROWS = 4096  # prompts tokenized at a time: the padded ids of every held-out prompt at once took GBs
+MIN_HALF_ROWS = 10  # validation rows in each half of the hash split, at least
+
+
+def first_half(prompts) -> np.ndarray:
+    """True for the validation prompts that give the reference, False for those that calibrate it."""
+    from data.prepare import hash_uniform
+
+    return hash_uniform(list(prompts), "novelty:") < 0.5
+
+
+def too_few_rows(prompts) -> str | None:
+    """Why these validation prompts cannot fit the reference (too few in a half), or None."""
+    first = first_half(prompts)
+    if first.sum() >= MIN_HALF_ROWS and (~first).sum() >= MIN_HALF_ROWS:
+        return None
+    return (f"{len(first)} validation rows with both outcomes ({int(first.sum())} and {int((~first).sum())} in the "
+            f"two halves of the familiarity reference's hash split; at least {MIN_HALF_ROWS} in each half are needed)")
 
 
 def token_rows(extractor, prompts) -> TokenRows:
@@ -36,11 +53,13 @@ def fit_novelty(prompts, tokens: TokenRows, embeddings: np.ndarray, *, vocabular
                 min_unseen_share: float) -> tuple[Novelty, dict]:
     """The reference fitted on held-out rows (their prompts, token ids and projected
     embeddings), and its manifest figures (thresholds, rows, flagged share on the calibration half)."""
-    from data.prepare import hash_uniform
+    from data.logs import DataQualityError
+    from training.partial import BOTH_OUTCOMES_NEEDED
 
-    first = hash_uniform(list(prompts), "novelty:") < 0.5
-    if first.sum() < 10 or (~first).sum() < 10:
-        raise ValueError(f"too few validation rows ({len(first)}) to fit the familiarity reference")
+    short = too_few_rows(prompts)
+    if short:
+        raise DataQualityError(f"cannot fit the familiarity reference: {short}. {BOTH_OUTCOMES_NEEDED}")
+    first = first_half(prompts)
     seen = np.zeros(vocabulary, dtype=np.float64)
     seen[np.unique(tokens.subset(first).ids).astype(np.int64)] = 1.0
     reference = Novelty(embeddings[first].mean(axis=0), embeddings[first].std(axis=0), seen,

@@ -39,6 +39,7 @@ both outcomes of every prompt, separate heads win (0.709 against 0.697).
 
 Thresholds and the split figures need both outcomes of a request, so they use the rows that
 have both; training reports how many rows of each kind it used (`partial` in the metrics).
+Logs without enough of them stop training with BOTH_OUTCOMES_NEEDED (training.engines.base).
 """
 from __future__ import annotations
 
@@ -53,6 +54,13 @@ SIDES = {"edge_quality": "weight_edge", "cloud_quality": "weight_cloud"}
 WEIGHT_COLUMNS = tuple(SIDES.values())
 COUNTED = ("both_outcomes", "edge_only", "cloud_only", "weights_clipped")  # partial_report's counts
 
+
+# What to do when the validation or test rows with both outcomes are too few (training.engines.base).
+BOTH_OUTCOMES_NEEDED = (
+    "Rows that know one outcome (feedback for the side that ran) train the outcome heads, but only rows that "
+    "know both can set the thresholds and measure a router: add logs with both outcomes (--data with a "
+    "benchmark log such as data/raw/routellm, or an outcome log with shadow runs, Router.load(..., "
+    "shadow_rate=...), whose answers make label grades)")
 
 ESTIMATORS = ("plug_in", "ipw")
 HEAD_SHARING = ("auto", "separate", "shared")

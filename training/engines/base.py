@@ -122,6 +122,29 @@ def print_logs(console, report: dict) -> None:
                   f"{report['duplicates_merged']} duplicates merged")
 
 
+MIN_TEST_ROWS = 10  # test rows with both outcomes, at least: the figures and the parity check are computed on them
+
+
+def check_held_out_rows(val_prompts, test_rows: int) -> None:
+    """DataQualityError, saying what is missing and what to add, unless the validation and
+    test splits hold enough rows with both outcomes: the thresholds, the familiarity
+    reference (training.novelty), the figures and the parity check compare both outcomes
+    of a request. Each engine asks before fitting when it can, and `finish` asks again."""
+    from data.logs import DataQualityError
+    from training.novelty import MIN_HALF_ROWS, first_half, too_few_rows
+    from training.partial import BOTH_OUTCOMES_NEEDED
+
+    if too_few_rows(val_prompts) is None and test_rows >= MIN_TEST_ROWS:
+        return
+    first = first_half(val_prompts)
+    raise DataQualityError(
+        f"too few rows with both outcomes to validate and test a router: the validation split has {len(first)} "
+        f"({int(first.sum())} and {int((~first).sum())} in the two halves of the familiarity reference's hash "
+        f"split: at least {MIN_HALF_ROWS} in each half are needed, for it and the fallback thresholds), the test "
+        f"split {test_rows} (at least {MIN_TEST_ROWS}, for the figures and the bundle's parity check). "
+        f"{BOTH_OUTCOMES_NEEDED}")
+
+
 def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
     """Per-precision fallback thresholds on the validation rows (evaluation.thresholds), with
     the acceptance check's out-of-fold verdicts as the fallback's rates where the rows have an
@@ -240,6 +263,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
 
+    check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
     clock = StageClock(timings)
     clock.begin("acceptance")
     acceptance = acceptance_check(config, fitted)

@@ -10,8 +10,8 @@ import numpy as np
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import (Fitted, label_of, note_training_sample, print_logs, sample_fraction,
-                                   sample_numbers, split_and_label, training_share)
+from training.engines.base import (Fitted, check_held_out_rows, label_of, note_training_sample, print_logs,
+                                   sample_fraction, sample_numbers, split_and_label, training_share)
 from training.stages import StageClock
 
 if TYPE_CHECKING:
@@ -128,8 +128,17 @@ def merge_repeats(valid):
 def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], max_rows: int):
     """Every prepared row, the report and the answer rows (the local engine holds them all;
     `splits` and `max_rows` are the Dask engine's sampling). Rows logged without text cannot
-    be scored from their text: they are counted and left out."""
+    be scored from their text: they are counted and left out; DataQualityError when nothing
+    else is left."""
+    from data.logs import TEXT_NEEDED, DataQualityError
+
     prepared = prepare_frame(config)
+    if len(prepared.token_rows) and not len(prepared.frame):
+        n = len(prepared.token_rows)
+        raise DataQualityError(
+            f"nothing to evaluate in {', '.join(prepared.report['paths'])}: {n} rows logged without their text "
+            "(OutcomeLog(store_prompts=False)) and none with it, and the evaluation routes prompts from their "
+            f"text; {TEXT_NEEDED}")
     if len(prepared.token_rows):
         console.print(f"[yellow]{len(prepared.token_rows)} rows logged without text (store_prompts=False) are "
                       "left out: the evaluation scores prompts from their text[/]")
@@ -201,6 +210,8 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         frame, data_report, responses, token_rows = prepare_frame(config, clock)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
+    both, split = both_known(frame), frame["split"].to_numpy()  # too few to validate: stop before fitting
+    check_held_out_rows(frame["prompt"][both & (split == "val")], int((both & (split == "test")).sum()))
     frame = _training_sample(frame, config, data_report, console)
 
     t1 = time.perf_counter()
