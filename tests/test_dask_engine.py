@@ -56,7 +56,8 @@ def test_dask_engine_reaches_the_local_engines_apgr(both_engines):
     # Close, not equal: on the cluster each worker bins and bags its own rows. The rows each
     # worker holds are fixed (training.model._placed), but which worker is LightGBM's rank 0 is
     # not, so there are two possible Dask routers. Measured on these ~900 test rows: local
-    # 0.687; Dask 0.690 or 0.678 (before the fixed placement: 0.656-0.691 over seven runs).
+    # 0.687; Dask 0.690 dealt by row (placed by partition: 0.690 or 0.678; left to the
+    # scheduler: 0.656-0.691 over seven runs).
     assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.02, (local["learned"]["apgr"],
                                                                               dask["learned"]["apgr"])
     # ... and, like the local engine, it recovers the simulator's hidden difficulty.
@@ -191,6 +192,44 @@ def test_dask_bundle_is_checked_registered_and_routes(both_engines):
     assert np.max(np.abs(np.array([d.novelty for d in decisions]) - test.novelty[:300])) <= 1e-6
 
 
+@pytest.fixture(scope="module")
+def log_with_repeats(tmp_path_factory) -> pd.DataFrame:
+    """4,000 simulated rows (distinct prompts), then 8 of them asked again and answered well
+    both times, as repeated easy prompts are: merged, they are a partition of their own,
+    whose training rows all have both outcomes 1."""
+    folder = tmp_path_factory.mktemp("simulated")
+    [shard] = write_shards(folder, 4_000, rows_per_shard=4_000, seed=5)
+    frame = pd.read_parquet(shard).drop_duplicates("prompt", ignore_index=True)
+    good = frame[(frame["edge_quality"] == 1.0) & (frame["cloud_quality"] == 1.0)].head(8)
+    return pd.concat([frame, good.assign(request_id=[f"again-{i}" for i in range(len(good))])], ignore_index=True)
+
+
+@pytest.mark.parametrize("files", [1, 2, 5])
+def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(files, log_with_repeats, encoder_cache,
+                                                                      tmp_path):
+    """One file was one big partition and the merged repeats another: placed by partition,
+    one worker trained on 3 rows all answered well, LightGBM started the boosters from the mean
+    of the two workers' starting scores (logit 34.5 and 0.7), no tree could split, and the
+    bundle failed the parity check by 1.95e-2 (20,000 rows). Dealt out by row, each worker
+    holds half of every partition."""
+    from training.engines.base import train as run
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    bounds = np.linspace(0, len(log_with_repeats), files + 1).astype(int)
+    for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        log_with_repeats.iloc[start:stop].to_parquet(logs / f"part-{number:05d}.parquet", index=False)
+    config = config_for(tmp_path, logs, encoder_cache, engine="dask", dask_workers=2,
+                        dask_scratch=str(tmp_path / "scratch"))
+    result = run(config)
+    assert result.metrics["dask"]["partitions"] == files and manifest(result)["data"]["duplicates_merged"] == 8
+    assert result.metrics["parity_max_abs_diff"] <= 1e-5
+    assert min(result.metrics["trees"].values()) >= 20, result.metrics["trees"]
+    test = result.metrics["test"]
+    assert test["learned"]["apgr"] >= test["rule_table"]["apgr"] + 0.08, (test["learned"]["apgr"],
+                                                                         test["rule_table"]["apgr"])
+
+
 def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(tmp_path, mixed_logs, encoder_cache,
                                                                              monkeypatch):
     from training.engines.base import train as run
@@ -272,30 +311,37 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_rou
     assert dask["test"]["auc"] == pytest.approx(local["test"]["auc"], abs=0.02)
 
 
-def test_the_training_rows_are_placed_the_same_way_on_every_run():
-    """The non-empty partitions 0, 2, 5 joined in that order on the first worker, 1 and 4 on
-    the second: each worker's rows, and their order, never depend on where the scheduler put them."""
+def test_the_training_rows_are_dealt_to_the_workers_in_equal_shares_the_same_way_on_every_run():
+    """Row g of the training rows (partitions in order, an empty one too) goes to worker g mod 2:
+    each worker's rows, and their order, never depend on where the scheduler put them, and a
+    big partition next to a small one still leaves each worker half the rows of each."""
     import dask.dataframe as dd
     from distributed import Client, LocalCluster, wait
 
     from training.model import _placed
 
+    def held_rows(client, x) -> list[list[int]]:
+        """The rows each worker holds once placed, workers in name order (checked)."""
+        names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
+        x_placed, y_placed = _placed(client, x, x["row"])
+        parts = [client.compute(part) for part in x_placed.to_delayed()]
+        wait(parts)
+        assert [names[next(iter(client.who_has(part)[part.key]))] for part in parts] == sorted(names.values())
+        rows = [part.result()["row"].tolist() for part in parts]
+        assert [part.compute().tolist() for part in y_placed.to_delayed()] == rows, "x and y stay aligned"
+        return rows
+
     frame = pd.DataFrame({"row": range(60)})
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        x = client.persist(dd.from_pandas(frame, npartitions=6))
-        x = x[(x["row"] < 30) | (x["row"] >= 40)]  # partition 3 (rows 30-39) is now empty
-        x_placed, y_placed = _placed(client, x, x["row"])
-        names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
-        parts = [client.compute(part) for part in x_placed.to_delayed()]
-        wait(parts)
-        held = [names[next(iter(client.who_has(part)[part.key]))] for part in parts]
-        rows = [part.result()["row"].tolist() for part in parts]
-        labels = [part.compute().tolist() for part in y_placed.to_delayed()]
-    assert held == sorted(names.values())
-    assert rows == [list(range(0, 10)) + list(range(20, 30)) + list(range(50, 60)),  # partitions 0, 2, 5
-                    list(range(10, 20)) + list(range(40, 50))]                         # 1, 4
-    assert labels == rows
+        six = client.persist(dd.from_pandas(frame, npartitions=6))
+        gapped = held_rows(client, six[(six["row"] < 30) | (six["row"] >= 40)])  # partition 3 is now empty
+        # a partition of 57 rows, then one of 3: a log in one file, then its merged repeats
+        uneven = held_rows(client, client.persist(dd.concat([dd.from_pandas(frame.iloc[:57], npartitions=1),
+                                                             dd.from_pandas(frame.iloc[57:], npartitions=1)])))
+    kept = [*range(0, 30), *range(40, 60)]
+    assert gapped == [kept[0::2], kept[1::2]]
+    assert uneven == [list(range(0, 60, 2)), list(range(1, 60, 2))]
 
 
 def test_collected_frames_equal_compute_and_no_worker_holds_a_whole_one():
