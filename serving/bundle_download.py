@@ -6,10 +6,11 @@ signed. Nothing here trusts what it downloads: the file names are checked to be 
 (serving.manifest's rule) before any is fetched, every read is capped (the manifest at
 MAX_MANIFEST_BYTES, each file at MAX_FILE_BYTES, the whole bundle at MAX_BUNDLE_BYTES), and so
 is time: `timeout_s` is the deadline of a whole request (connecting, the headers, the body,
-redirects included), not of each read. Redirects are followed to http and https only, never
-from https down to http, and the caller's headers (the store's credentials) are sent only to
-the origin of the URL they were given for, never to another host a redirect names.
-Everything else (checksums, values, the pinned signature) is left to Router.update, which
+redirects included), not of each read. A body is complete only when it is as long as its
+Content-Length says (a connection closed early is an error, not the end of the body).
+Redirects are followed to http and https only, never from https down to http, and the
+caller's headers (the store's credentials) are sent only to the origin of the URL they were
+given for, never to another host a redirect names. Everything else (checksums, values, the pinned signature) is left to Router.update, which
 verifies the staged folder before using it. Standard library only, so the SDK's core needs
 nothing more for it.
 """
@@ -168,8 +169,8 @@ def check_base_url(url: str) -> str:
 def fetch(url: str, cap: int, *, headers: Mapping[str, str], timeout_s: float, missing_ok: bool = False,
           into: Path | None = None) -> bytes | None:
     """The body at `url`, at most `cap` bytes (written to `into` instead, when given), complete
-    within `timeout_s`; None for a 404 when `missing_ok`. DownloadError for anything else that is
-    not a complete 200."""
+    within `timeout_s` and as long as its Content-Length says; None for a 404 when `missing_ok`.
+    DownloadError for anything else that is not a complete 200."""
     request = urllib.request.Request(url, headers=dict(headers))
     with _Deadline(timeout_s) as deadline:
         opener = urllib.request.build_opener(_SafeRedirects, _HTTPHandler(deadline), _HTTPSHandler(deadline))
@@ -178,7 +179,7 @@ def fetch(url: str, cap: int, *, headers: Mapping[str, str], timeout_s: float, m
                 declared = response.headers.get("Content-Length", "")
                 if declared.isdigit() and int(declared) > cap:
                     raise DownloadError(f"{url} is {int(declared):,} bytes, over the limit of {cap:,}")
-                body = _read(response, url, cap, into)
+                size, body = _read(response, url, cap, into)
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and missing_ok:
                 return None
@@ -189,6 +190,9 @@ def fetch(url: str, cap: int, *, headers: Mapping[str, str], timeout_s: float, m
             raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from None
         if deadline.expired:  # a body cut at the deadline can end like a complete one
             raise _too_slow(url, timeout_s)
+    if declared.isdigit() and size < int(declared):  # http.client ends a read at the close, without an error
+        raise DownloadError(f"{url}: the connection closed after {size:,} of its {int(declared):,} bytes "
+                            "(Content-Length)")
     return body
 
 
@@ -196,7 +200,8 @@ def _too_slow(url: str, timeout_s: float) -> DownloadError:
     return DownloadError(f"{url}: not complete within timeout_s={timeout_s:g} s")
 
 
-def _read(response, url: str, cap: int, into: Path | None) -> bytes | None:
+def _read(response, url: str, cap: int, into: Path | None) -> tuple[int, bytes | None]:
+    """(bytes read, the body or None when written to `into`), until the server ends the body."""
     size, parts = 0, []
     with (open(into, "xb") if into is not None else _NoFile()) as out:
         while block := response.read(READ_BLOCK):
@@ -207,7 +212,7 @@ def _read(response, url: str, cap: int, into: Path | None) -> bytes | None:
                 out.write(block)
             else:
                 parts.append(block)
-    return None if into is not None else b"".join(parts)
+    return size, None if into is not None else b"".join(parts)
 
 
 class _NoFile:

@@ -28,10 +28,12 @@ pytestmark = pytest.mark.real_data  # the session's trained test bundle
 class Site:
     """A folder served over HTTP (or HTTPS, given a TLS context) on 127.0.0.1, remembering the
     paths asked for and the headers that came with each; `redirect` sends every request
-    elsewhere, `redirects` {path: location} only those paths."""
+    elsewhere, `redirects` {path: location} only those paths; `cut` {path: n} sends only the first
+    n bytes of those files, with the whole file's Content-Length, and closes the connection."""
 
     def __init__(self, folder: Path, tls: ssl.SSLContext | None = None):
         self.folder, self.paths, self.headers, self.redirect, self.redirects = folder, [], [], None, {}
+        self.cut: dict[str, int] = {}
         site = self
 
         class Handler(SimpleHTTPRequestHandler):
@@ -43,6 +45,14 @@ class Site:
                     self.send_response(302)
                     self.send_header("Location", location)
                     self.end_headers()
+                    return
+                if self.path in site.cut:
+                    content = (site.folder / self.path.lstrip("/")).read_bytes()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(content)))
+                    self.end_headers()
+                    self.wfile.write(content[:site.cut[self.path]])
+                    self.close_connection = True
                     return
                 super().do_GET()
 
@@ -153,6 +163,24 @@ def test_a_failed_download_is_retried_at_the_next_poll(watcher, site, newer):
         watcher.check_now()
     shutil.copy(newer / "tokenizer.json", site.folder / "live")
     assert watcher.check_now().updated
+
+
+def test_a_body_shorter_than_its_content_length_is_refused(watcher, site, newer, tmp_path):
+    """A connection closed before the Content-Length is complete: http.client ends the read there,
+    without an error. A cut manifest read as "nothing new", a cut file was handed to the verifier,
+    which refused the bundle as tampered and never fetched it again. Both are a DownloadError
+    now (the bundle is fetched again at the next poll)."""
+    site.publish(newer)
+    site.cut["/live/manifest.json"] = 100
+    with pytest.raises(DownloadError, match=r"manifest.json: the connection closed after 100 of its [0-9,]+ "
+                                            r"bytes \(Content-Length\)"):
+        watcher.check_now()
+    site.cut = {"/live/model.onnx": 1000}
+    with pytest.raises(DownloadError, match=r"model.onnx: the connection closed after 1,000 of its"):
+        watcher.check_now()
+    assert list((tmp_path / "staging").iterdir()) == []
+    site.cut = {}
+    assert watcher.check_now().updated and watcher.router.model_version == "edge-cloud-router@run:newer"
 
 
 def test_only_http_is_followed(watcher, site, bundle):
