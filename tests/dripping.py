@@ -10,9 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class DrippingServer:
     """Answers any GET or POST with 200 and `body`, sending one byte every `interval_s`: the whole
     response (`drip="headers"`: the status line and headers come that slowly too), or the headers
-    at once and then the body (`drip="body"`). `answered` counts the requests it began to answer."""
+    at once and then the body (`drip="body"`; its first `at_once` bytes come with the headers, as
+    a stream's first event would). `answered` counts the requests it began to answer."""
 
-    def __init__(self, body: bytes, *, drip: str = "body", interval_s: float = 0.5):
+    def __init__(self, body: bytes, *, drip: str = "body", interval_s: float = 0.5,
+                 content_type: str = "application/json", at_once: int = 0):
         if drip not in ("headers", "body"):
             raise ValueError(f"drip={drip!r}: 'headers' or 'body'")
         self.answered = 0
@@ -24,11 +26,11 @@ class DrippingServer:
             def do_GET(self):  # noqa: N802 - the http.server interface
                 with counting:
                     server.answered += 1
-                head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                head = (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
                         "Connection: close\r\n\r\n").encode()
-                slow = head + body if drip == "headers" else body
+                slow = head + body if drip == "headers" else body[at_once:]
                 if drip == "body":
-                    self.wfile.write(head)
+                    self.wfile.write(head + body[:at_once])
                 try:
                     for i in range(len(slow)):
                         if stop.wait(interval_s):

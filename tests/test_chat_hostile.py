@@ -1,7 +1,8 @@
 """Hostile peers of the routed chat client and the proxy, all real servers and sockets on 127.0.0.1:
 upstreams that put the caller's key into what they send back (plainly, JSON-escaped, in a header,
-in an error event, in an answer, at the cut of a long error body), clients whose request bodies
-crawl, and requests holding numbers JSON does not have."""
+in an error event, in an answer, at the cut of a long error body), upstreams that answer a byte at a
+time, clients whose request headers or bodies crawl, and requests holding numbers JSON does not
+have."""
 from __future__ import annotations
 
 import contextlib
@@ -22,12 +23,13 @@ import pytest
 
 from serving import CloudCallError, cli
 from serving.chat import Endpoint, RoutedChat
-from serving.chat.errors import MIN_SECRET_CHARS
+from serving.chat.errors import MIN_SECRET_CHARS, SlowFirstToken, StreamInterrupted, UpstreamTimeout
 from serving.chat.upstream import MAX_ERROR_BODY_BYTES
 from serving.proxy.config import UpstreamOptions
 from tests.chat_stubs import (ASK, CLOUD_KEY, EDGE_KEY, LONG, EchoingUpstream, fresh_stubs, router,  # noqa: F401
                               stubs)
 from tests.conftest import ROOT
+from tests.dripping import DrippingServer, elapsed
 from tests.test_proxy import TOKEN, client, config_for, running_proxy
 
 pytestmark = pytest.mark.real_data  # routing is the session's trained test bundle
@@ -58,11 +60,14 @@ def completion_json(content: str) -> str:
                                     "finish_reason": "stop"}]}).replace("CONTENT", content)
 
 
-def chunk_events(content: str) -> str:
+def chunk_event(content: str, finish: str | None = None) -> str:
     chunk = {"id": "chatcmpl-hostile", "object": "chat.completion.chunk", "model": "cloud-model",
-             "choices": [{"index": 0, "delta": {"content": "CONTENT"}, "finish_reason": None}]}
-    end = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-    return f"data: {json.dumps(chunk).replace('CONTENT', content)}\n\ndata: {json.dumps(end)}\n\ndata: [DONE]\n\n"
+             "choices": [{"index": 0, "delta": {"content": "CONTENT"} if content else {}, "finish_reason": finish}]}
+    return f"data: {json.dumps(chunk).replace('CONTENT', content)}\n\n"
+
+
+def chunk_events(content: str) -> str:
+    return chunk_event(content) + chunk_event("", "stop") + "data: [DONE]\n\n"
 
 
 def edge_options(url: str) -> UpstreamOptions:
@@ -170,6 +175,71 @@ def test_the_proxy_carries_no_key_in_its_routing_comment_answers_or_logs(router,
     assert not leaks(EDGE_KEY, *texts, caplog.text) and not leaks(CLOUD_KEY, *texts, caplog.text)
 
 
+# Deadlines: slow upstreams.
+def chat_with_cloud(router, stubs, cloud_url: str) -> RoutedChat:
+    """A chat client whose cloud (LONG goes there first) is at `cloud_url`, with timeout_s=2."""
+    return RoutedChat(router, edge=Endpoint(stubs[0].url, "edge-model"),
+                      cloud=Endpoint(cloud_url, "cloud-model", timeout_s=2))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("drip", ["headers", "body"])
+def test_a_non_streamed_answer_is_complete_within_timeout_s_however_slowly_it_comes(router, stubs, drip, mode):
+    """A cloud that sends a byte every 0.3 s never lets a read wait long: timeout_s=2 ends the call
+    at 2 s whether its headers or its body crawl (the sync call used to wait for the headers as long
+    as they came: about 30 s here, then checked the deadline on the body's first bytes)."""
+    answer = completion_json("an answer sent a byte at a time").encode()
+    with DrippingServer(answer, drip=drip, interval_s=0.3) as cloud, chat_with_cloud(router, stubs, cloud.url) as chat:
+        create = chat.create if mode == "sync" else (lambda messages: asyncio_run(chat.acreate(messages)))
+        took, outcome = elapsed(create, LONG)
+    assert isinstance(outcome, CloudCallError) and isinstance(outcome.__cause__, UpstreamTimeout), outcome
+    assert "no complete answer from cloud-model within 2 s" in str(outcome)
+    assert took < 6
+
+
+def read_stream(chat: RoutedChat, mode: str, received: list[str]) -> None:
+    """Read a stream of LONG to its end, keeping each chunk's content in `received`."""
+    def keep(chunk: dict) -> None:
+        received.extend(choice["delta"].get("content") or "" for choice in chunk["choices"])
+
+    if mode == "sync":
+        with chat.create(LONG, stream=True) as stream:
+            for chunk in stream:
+                keep(chunk)
+        return
+
+    async def run() -> None:
+        try:
+            async with await chat.acreate(LONG, stream=True) as stream:
+                async for chunk in stream:
+                    keep(chunk)
+        finally:
+            await chat.aclose()
+    asyncio_run(run())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("drip", ["headers", "body"])
+def test_a_stream_is_complete_within_timeout_s_however_slowly_it_comes(router, stubs, drip, mode):
+    """A stream whose headers crawl has no first token in time (SlowFirstToken); one whose first
+    token comes at once and the rest a byte every 0.3 s is cut at timeout_s=2 with StreamInterrupted
+    (every read used to get a byte in time, and the stream went on for its whole 145 s)."""
+    first = chunk_event("the first token")
+    rest = chunk_event("then a crawl, " * 10) + chunk_event("", "stop") + "data: [DONE]\n\n"
+    received: list[str] = []
+    with DrippingServer((first + rest).encode(), drip=drip, interval_s=0.3, content_type="text/event-stream",
+                        at_once=len(first)) as cloud, chat_with_cloud(router, stubs, cloud.url) as chat:
+        took, outcome = elapsed(read_stream, chat, mode, received)
+    if drip == "headers":
+        assert isinstance(outcome, CloudCallError) and isinstance(outcome.__cause__, SlowFirstToken), outcome
+        assert received == []
+    else:
+        assert isinstance(outcome, StreamInterrupted), outcome
+        assert "no complete answer from cloud-model within 2 s" in str(outcome)
+        assert received == ["the first token"]
+    assert took < 6
+
+
 # Request validation.
 NOT_JSON_NUMBERS = {  # body -> where the message must say the number is
     b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}': "temperature",
@@ -254,6 +324,55 @@ def response_of(sock: socket.socket) -> tuple[int, str]:
     return int(head.split(b" ", 2)[1]), body.decode()
 
 
+def one_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of the next response on a raw connection that may stay open (the body
+    by its Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = sock.recv(65536)
+        assert part, f"the connection closed before a response: {data!r}"
+        data += part
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    while len(body) < int(headers.get("content-length", 0)):
+        part = sock.recv(65536)
+        assert part, "the connection closed in the middle of a response"
+        body += part
+    return int(status_line.split(" ", 2)[1]), headers, body
+
+
+def closed_by_the_server(sock: socket.socket) -> None:
+    """Return once the server has closed the connection (whatever else it sends is dropped); the
+    socket's timeout (10 s) raises if it does not."""
+    with sock:
+        try:
+            while sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+
+
+@contextlib.contextmanager
+def dripping(sock: socket.socket, byte: bytes = b" ", interval_s: float = 0.25):
+    """Send `byte` on `sock` every `interval_s` while the block runs (until the connection fails)."""
+    stop = threading.Event()
+
+    def drip():
+        while not stop.wait(interval_s):
+            try:
+                sock.send(byte)
+            except OSError:
+                return
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 @contextlib.contextmanager
 def serving_process(bundle, stubs, *options: str):
     """`python -m serving serve` on an ephemeral port of 127.0.0.1: yields (base URL, port)."""
@@ -301,22 +420,9 @@ def test_a_dripping_body_gets_408_at_the_deadline_not_per_read(router, stubs):
     whole body ends it."""
     with running_proxy(router, config_for(stubs, body_timeout_s=2.0)) as url:
         sock = slow_body(int(url.rsplit(":", 1)[1]))
-        stop = threading.Event()
-
-        def drip():
-            while not stop.wait(0.25):
-                try:
-                    sock.send(b" ")
-                except OSError:
-                    return
-        dripping = threading.Thread(target=drip, daemon=True)
         started = time.perf_counter()
-        dripping.start()
-        try:
+        with dripping(sock):
             status, body = response_of(sock)
-        finally:
-            stop.set()
-            dripping.join()
         elapsed = time.perf_counter() - started
         assert httpx2.get(f"{url}/health").status_code == 200
     assert status == 408 and json.loads(body)["error"]["code"] == "request_timeout"
@@ -324,8 +430,85 @@ def test_a_dripping_body_gets_408_at_the_deadline_not_per_read(router, stubs):
     assert stubs[0].received == [] and stubs[1].received == []
 
 
-def test_the_body_deadline_must_be_positive(capsys):
+@pytest.mark.parametrize("option, value, name", [("--body-timeout-s", "0", "body_timeout_s"),
+                                                 ("--header-timeout-s", "-1", "header_timeout_s"),
+                                                 ("--max-body-reads", "0", "max_body_reads")])
+def test_the_request_limits_must_be_positive(capsys, option, value, name):
     with pytest.raises(SystemExit) as caught:
         cli.main(["serve", "--bundle", "unused", "--edge-url", "http://127.0.0.1:9/v1", "--edge-model", "e",
-                  "--cloud-url", "http://127.0.0.1:9/v1", "--cloud-model", "c", "--body-timeout-s", "0"])
-    assert caught.value.code == 2 and "body_timeout_s" in capsys.readouterr().err
+                  "--cloud-url", "http://127.0.0.1:9/v1", "--cloud-model", "c", option, value])
+    assert caught.value.code == 2 and name in capsys.readouterr().err
+
+
+# Deadlines: slow request headers, bodies nobody reads, and how many bodies are read at once.
+REQUEST_LINE = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+
+
+def raw_connection(port: int, sent: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(sent)
+    return sock
+
+
+def test_request_headers_that_crawl_or_never_end_get_408_at_the_deadline(bundle, stubs):
+    """uvicorn reads a request's headers with no deadline, and its keep-alive timer stops at a
+    request's first byte: a connection that sends nothing, one that sends half its headers and
+    stalls, one that drips them a byte every 0.25 s, and one that does that after a first request
+    on the same connection each held a socket for ever. With --header-timeout-s 2 each gets 408
+    and is closed, and the proxy serves on."""
+    with serving_process(bundle, stubs, "--header-timeout-s", "2") as (url, port):
+        started = time.perf_counter()
+        silent, stalled, crawling = raw_connection(port), raw_connection(port, REQUEST_LINE), \
+            raw_connection(port, REQUEST_LINE)
+        kept = raw_connection(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert one_response(kept)[0] == 200
+        kept.sendall(REQUEST_LINE)
+        with dripping(crawling, b"x"), dripping(kept, b"x"):
+            answers = [response_of(sock) for sock in (silent, stalled, crawling, kept)]
+        took = time.perf_counter() - started
+        assert client(url).chat.completions.create(model="router", messages=ASK).choices[0].message.content == \
+            "answer from edge"
+    assert [status for status, _ in answers] == [408] * 4, answers
+    assert all(json.loads(body)["error"]["code"] == "request_timeout" for _, body in answers)
+    assert took < 6
+
+
+def test_a_body_the_proxy_does_not_read_cannot_hold_the_connection(bundle, stubs):
+    """A request answered without its body being read (no token: 401; /health) gets its answer at
+    once; the rest of the body must then arrive within --body-timeout-s, or the connection is
+    closed. Each byte of it used to put uvicorn's keep-alive timer off, so a client dripping it
+    held the connection for as long as it liked."""
+    declared = b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+    with serving_process(bundle, stubs, "--body-timeout-s", "2") as (url, port):
+        unauthorized = raw_connection(port, REQUEST_LINE + declared)
+        health = raw_connection(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + declared)
+        statuses = [one_response(sock)[0] for sock in (unauthorized, health)]
+        started = time.perf_counter()
+        with dripping(unauthorized), dripping(health):
+            closed_by_the_server(unauthorized)
+            closed_by_the_server(health)
+        took = time.perf_counter() - started
+    assert statuses == [401, 200]
+    assert took < 6
+
+
+def test_the_bodies_read_at_once_are_bounded(bundle, stubs):
+    """A body being read holds up to --max-body-bytes; --max-body-reads (2 here) bounds how many are
+    read at once, so a thousand slow senders cannot make the proxy hold a thousand bodies. A
+    request past the limit waits up to --queue-timeout-s for its turn, then gets 503 with
+    Retry-After; the bodies being read still end with 408 at their deadline, and then the proxy
+    serves again."""
+    with serving_process(bundle, stubs, "--max-body-reads", "2", "--queue-timeout-s", "0.2",
+                         "--body-timeout-s", "3") as (url, port):
+        reading = [slow_body(port) for _ in range(2)]
+        time.sleep(0.5)  # both are being read
+        turned_away = [slow_body(port) for _ in range(3)]
+        refusals = [one_response(sock) for sock in turned_away]
+        timed_out = [response_of(sock) for sock in reading]
+        answer = client(url).chat.completions.create(model="router", messages=ASK)
+        for sock in turned_away:
+            sock.close()
+    assert [(status, headers.get("retry-after")) for status, headers, _ in refusals] == [(503, "1")] * 3
+    assert all("request bodies" in json.loads(body)["error"]["message"] for _, _, body in refusals)
+    assert [status for status, _ in timed_out] == [408, 408]
+    assert answer.choices[0].message.content == "answer from edge"

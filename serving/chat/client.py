@@ -52,7 +52,8 @@ class RoutedChat:
         final (a stream: when it ends or is closed). This is where outcome logging hooks in;
         an exception it raises is logged, never passed to the caller.
 
-    Thread-safe; create() from many threads shares one connection pool per endpoint. acreate()
+    Thread-safe; create() from many threads shares one connection pool per endpoint, on the
+    client's event loop thread, where its calls run with the async calls' deadlines. acreate()
     keeps one pool per event loop. Close with close() / aclose(), or use `with` / `async with`.
     """
 
@@ -85,14 +86,14 @@ class RoutedChat:
         ValueError naming where, before any call.
         """
         prompt = self._prompt(messages, params)
+        loop = self._sync_loop()
         if stream:
             _no_accept_for_streams(accept)
-            loop = self._stream_loop()
             return ChatStream(loop.run(self._open_stream(messages, prompt, precision, params)), loop)
         started, produced = time.perf_counter(), []
 
         def call(upstream: Upstream):
-            return lambda _prompt: _kept(produced, upstream.complete(messages, params))
+            return lambda _prompt: _kept(produced, loop.run(upstream.acomplete(messages, params)))
 
         options = {} if accept is _ROUTER_DEFAULT else {"accept": accept}
         execution = self.router.execute(prompt, call(self._edge), call(self._cloud), precision=precision,
@@ -166,16 +167,14 @@ class RoutedChat:
             log.warning("on_routed raised: %r", exc)
 
     # Lifetime.
-    def _stream_loop(self) -> LoopThread:
+    def _sync_loop(self) -> LoopThread:
         with self._loop_lock:
             if self._loop is None:
                 self._loop = LoopThread()
             return self._loop
 
     def close(self) -> None:
-        """Close the sync connection pools and the sync streams' event loop."""
-        self._edge.close()
-        self._cloud.close()
+        """Close the sync calls' connection pools and their event loop thread."""
         with self._loop_lock:
             loop, self._loop = self._loop, None
         if loop is not None:

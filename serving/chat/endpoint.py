@@ -16,11 +16,12 @@ class Endpoint:
         requests go to `base_url + "/chat/completions"`. No credentials in it: put the key in
         `api_key`, which is sent as `Authorization: Bearer ...` and never printed (repr hides it).
     model: the model name the server expects in the request.
-    timeout_s: a non-streamed answer must be complete within this; a streamed one's first
-        chunk too (unless `first_token_timeout_s`), and no read of a stream may wait longer.
+    timeout_s: an answer, streamed or not, must be complete within this, from the call to its
+        last byte (connecting, the headers and the whole body), however slowly the server sends;
+        a stream's first chunk too, unless `first_token_timeout_s` is shorter.
     connect_timeout_s: for opening the connection.
-    first_token_timeout_s: a stream's first chunk must arrive within this. An edge stream that
-        misses it falls back to the cloud; a cloud stream that misses it fails.
+    first_token_timeout_s: a stream's first chunk must arrive within this (at most `timeout_s`).
+        An edge stream that misses it falls back to the cloud; a cloud stream that misses it fails.
     input_price_per_1m, output_price_per_1m: price of a million prompt / completion tokens, in
         any currency; both set to get `routing.estimated_cost`. 0 for a model on the device.
     max_response_bytes: a larger non-streamed answer (or streamed event) is refused as malformed.

@@ -7,13 +7,14 @@ answers an HTTP error, sends something that is not a chunk, or has not sent its 
 within `first_token_timeout_s`, all before anything has reached the caller.
 
 What cannot be checked mid-stream: once the first chunk has been handed to the caller there is
-no fallback. A stream that breaks later (connection lost, a malformed event, a read waiting
-longer than `timeout_s`) raises StreamInterrupted to the caller, and the accept check never
-applies to streams, since an answer can only be judged once it is complete and by then it has
-been shown.
+no fallback. A stream that breaks later (connection lost, a malformed event, not complete
+within `timeout_s` of its request) raises StreamInterrupted to the caller, and the accept check
+never applies to streams, since an answer can only be judged once it is complete and by then it
+has been shown.
 
 AsyncChatStream is the implementation; ChatStream gives the sync client the same stream by
-running it on an event loop thread of its own (one per client), so both share every rule.
+running it on the client's event loop thread (LoopThread, one per client, which runs its
+non-streamed sync calls too), so both share every rule.
 """
 from __future__ import annotations
 
@@ -137,16 +138,28 @@ class ChatStream:
 
 
 class LoopThread:
-    """An asyncio event loop on a daemon thread, for running coroutines from sync code."""
+    """An asyncio event loop on a daemon thread, for running coroutines from sync code: the sync
+    calls get the async calls' deadlines, which cancel a call however slowly its server sends."""
 
-    def __init__(self, name: str = "routed-chat-streams"):
+    def __init__(self, name: str = "routed-chat-sync"):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
     def run(self, coroutine):
-        """Run `coroutine` on the loop and wait for its result (or exception)."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        """Run `coroutine` on the loop and wait for its result (or exception); a caller interrupted
+        while waiting (KeyboardInterrupt) cancels it. Not from the loop's own thread (a hook such
+        as on_routed run by a stream), which would wait for itself: RuntimeError there."""
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise RuntimeError("a sync call of the routed chat client on its own event loop thread would wait for "
+                               "itself: use acreate() there")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # nothing once the call is done; else the call stops with its caller
+            raise
 
     def close(self) -> None:
         if self._loop.is_closed():

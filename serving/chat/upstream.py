@@ -1,13 +1,16 @@
 """HTTP to one OpenAI-compatible endpoint, with httpx2 (the `client` extra): a non-streamed
-chat completion (sync and async) and a stream opened up to its first chunk.
+chat completion and a stream opened up to its first chunk, both in an event loop (the routed
+chat client's sync calls run them on an event loop thread, serving.chat.streams.LoopThread).
 
 Every way a call can fail becomes one of serving.chat.errors' exceptions, so that the fallback
 rules (serving.execute) treat an HTTP error status, a body that is not a chat completion, a
 timeout and a refused connection alike: the edge falls back, the cloud raises. Reads are
-bounded (`Endpoint.max_response_bytes`; 16 KiB of an error body) and so is time: a
-non-streamed answer must be complete within `timeout_s` (async: a hard deadline; sync: checked
-as bytes arrive, and a silent server is cut after `timeout_s`), a stream's first chunk within
-`first_token_timeout_s`.
+bounded (`Endpoint.max_response_bytes`; 16 KiB of an error body) and so is time: an answer,
+streamed or not, must be complete within `timeout_s` of the call, connecting, the headers and the
+whole body included, and a stream's first token within `first_token_timeout_s`. httpx2's own
+timeouts bound each read, which a server sending a byte now and then never trips; these are
+deadlines of the whole, enforced by cancelling the call (asyncio.wait_for), which closes its
+connection.
 
 What an endpoint sends back never carries a key of the client out: an answer, each stream chunk,
 an error body, an error event, a header quoted in a message and a transport error's text are
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping, Sequence
@@ -54,7 +56,8 @@ class Answer(str):
 @dataclass
 class OpenStream:
     """A stream read up to its first chunk: `head` holds the (raw data, chunk) pairs read so far,
-    the last of them the first to carry the answer; `events` yields the rest."""
+    the last of them the first to carry the answer; `events` yields the rest, each within the
+    stream's deadline."""
 
     endpoint: str
     response: "httpx2.Response"
@@ -63,7 +66,7 @@ class OpenStream:
 
 
 class Upstream:
-    """One endpoint's HTTP side: a pooled sync client, and one async client per event loop.
+    """One endpoint's HTTP side: one pooled async client per event loop.
 
     secrets: the other keys the client holds (the other endpoint's); they and this endpoint's
     own key are redacted from everything this endpoint sends back (see the module doc)."""
@@ -72,7 +75,6 @@ class Upstream:
         self.name, self.endpoint = name, endpoint
         self.secrets = tuple(s for s in (endpoint.api_key, *secrets) if s)
         self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
-        self._client: httpx2.Client | None = None
         self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> AsyncClient
         self._lock = threading.Lock()
 
@@ -90,12 +92,6 @@ class Upstream:
         return {**self.endpoint.request_headers(), "Content-Type": "application/json"}
 
     # Clients.
-    def _sync_client(self) -> "httpx2.Client":
-        with self._lock:
-            if self._client is None:
-                self._client = httpx2.Client(timeout=self._timeout, limits=LIMITS, follow_redirects=False)
-            return self._client
-
     def _async_client(self) -> "httpx2.AsyncClient":
         loop = asyncio.get_running_loop()
         with self._lock:  # event loops in several threads may share this endpoint
@@ -105,13 +101,6 @@ class Upstream:
                                                                    follow_redirects=False)
             return client
 
-    def close(self) -> None:
-        """Close the sync client (async clients close with `aclose`, in their own loop)."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
-
     async def aclose(self) -> None:
         """Close the current event loop's async client."""
         with self._lock:
@@ -120,35 +109,18 @@ class Upstream:
             await client.aclose()
 
     # Non-streamed answers.
-    def complete(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> Answer:
-        """The endpoint's chat completion; an UpstreamError for anything else."""
-        deadline = time.monotonic() + self.endpoint.timeout_s
-        try:
-            with self._sync_client().stream("POST", self.endpoint.url, content=self._body(messages, params, False),
-                                            headers=self._headers()) as response:
-                body = _Body(self, response)
-                for chunk in response.iter_bytes():
-                    if not body.add(chunk):
-                        break
-                    if time.monotonic() > deadline:
-                        raise self._too_slow()
-                raw = body.content()
-        except httpx2.HTTPError as exc:
-            raise self._transport_error(exc) from None
-        return self._answer(response.status_code, raw)
-
     async def acomplete(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> Answer:
-        """complete() in the event loop, with a hard `timeout_s` deadline."""
+        """The endpoint's chat completion, complete within `timeout_s`; an UpstreamError for anything else."""
+        client = self._async_client()  # outside the deadline: the first one of a loop takes a while to make
         try:
-            return await asyncio.wait_for(self._acomplete(messages, params), self.endpoint.timeout_s)
+            return await asyncio.wait_for(self._acomplete(client, messages, params), self.endpoint.timeout_s)
         except asyncio.TimeoutError:
             raise self._too_slow() from None
 
-    async def _acomplete(self, messages, params) -> Answer:
+    async def _acomplete(self, client: "httpx2.AsyncClient", messages, params) -> Answer:
         try:
-            async with self._async_client().stream("POST", self.endpoint.url,
-                                                   content=self._body(messages, params, False),
-                                                   headers=self._headers()) as response:
+            async with client.stream("POST", self.endpoint.url, content=self._body(messages, params, False),
+                                     headers=self._headers()) as response:
                 body = _Body(self, response)
                 async for chunk in response.aiter_bytes():
                     if not body.add(chunk):
@@ -185,15 +157,17 @@ class Upstream:
     # Streams.
     async def open_stream(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> OpenStream:
         """The endpoint's stream, read up to the first chunk that carries the answer, which must
-        arrive within `first_token_timeout_s` (else SlowFirstToken); closed again on any failure."""
-        limit = self.endpoint.first_chunk_timeout_s
+        arrive within `first_token_timeout_s` (else SlowFirstToken); closed again on any failure.
+        The rest must arrive within `timeout_s` of this call (else UpstreamTimeout from `events`)."""
+        client = self._async_client()  # outside the deadlines, as for acomplete
+        deadline = asyncio.get_running_loop().time() + self.endpoint.timeout_s
+        limit = min(self.endpoint.first_chunk_timeout_s, self.endpoint.timeout_s)
         try:
-            return await asyncio.wait_for(self._open_stream(messages, params), limit)
+            return await asyncio.wait_for(self._open_stream(client, messages, params, deadline), limit)
         except asyncio.TimeoutError:
             raise SlowFirstToken(self.name, f"no first token from {self.endpoint.model} within {limit:g} s") from None
 
-    async def _open_stream(self, messages, params) -> OpenStream:
-        client = self._async_client()
+    async def _open_stream(self, client: "httpx2.AsyncClient", messages, params, deadline: float) -> OpenStream:
         request = client.build_request("POST", self.endpoint.url, content=self._body(messages, params, True),
                                        headers=self._headers())
         try:
@@ -212,7 +186,7 @@ class Upstream:
             if content_type.partition(";")[0].strip().lower() != "text/event-stream":
                 shown = redact(content_type, self.secrets)[:100] or "no content type"  # before any case change
                 raise UpstreamMalformed(self.name, f"asked for a stream, {self.endpoint.model} answered {shown}")
-            events = self.chunks(response)
+            events = self.chunks(response, deadline)
             head = []
             async for item in events:
                 head.append(item)
@@ -227,12 +201,20 @@ class Upstream:
                 raise self._transport_error(exc) from None
             raise
 
-    async def chunks(self, response) -> AsyncIterator[tuple[str, dict]]:
+    async def chunks(self, response, deadline: float) -> AsyncIterator[tuple[str, dict]]:
         """(data, chunk) of each event of an open stream, up to `data: [DONE]`: the data as sent, or
         written again from the redacted chunk when it held a key. UpstreamMalformed for an event
-        that is not a chunk, httpx2 errors as they come."""
-        source = httpx2.EventSource(response, max_event_size=self.endpoint.max_response_bytes)
-        async for event in source:
+        that is not a chunk, UpstreamTimeout for one not arrived whole by `deadline` (the event
+        loop's clock), httpx2 errors as they come."""
+        events = httpx2.EventSource(response, max_event_size=self.endpoint.max_response_bytes).__aiter__()
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                event = await asyncio.wait_for(events.__anext__(), max(0.0, deadline - loop.time()))
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise self._too_slow() from None
             if event.data == "[DONE]":
                 return
             if not event.data:

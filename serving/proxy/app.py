@@ -13,9 +13,12 @@ timings and cost included, before `data: [DONE]`.
 
 Requests are bounded: a body must arrive whole within body_timeout_s (408 and the connection
 closed, else), and is read before the request takes one of max_concurrency slots, so a client
-that sends its body slowly holds only its own connection; at most max_concurrency requests at
-once (others wait up to queue_timeout_s, then get 503 with Retry-After); bodies at most
-max_body_bytes (413, checked on Content-Length and again while reading). A body must be a JSON
+that sends its body slowly holds only its own connection; at most `body_reads` bodies are read at
+once and at most max_concurrency requests served at once (others wait up to queue_timeout_s for
+their turn, then get 503 with Retry-After), so bodies being read take at most body_reads x
+max_body_bytes however many clients send slowly; bodies at most max_body_bytes (413, checked on
+Content-Length and again while reading). Headers, and bodies answered without being read, have
+their deadlines in the connection (serving.proxy.protocol). A body must be a JSON
 object with no NaN or Infinity (400). Errors use OpenAI's format, {"error": {"message", "type",
 "param", "code"}}: 400 a bad request, 401 no or a wrong token, 404 another model, 408, 413, 503;
 when the cloud fails too, 502 (504 for a timeout), or the cloud's own 400/404/413/422/429 when it
@@ -69,6 +72,7 @@ class _Handlers:
     def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics):
         self.chat, self.config, self.metrics = chat, config, metrics
         self.slots = asyncio.Semaphore(config.max_concurrency)
+        self.body_reads = asyncio.Semaphore(config.body_reads)
         self.created = int(time.time())
 
     # Endpoints.
@@ -136,19 +140,26 @@ class _Handlers:
 
     # Steps.
     async def _take_slot(self) -> None:
+        await self._wait_for_turn(self.slots, f"the router is serving {self.config.max_concurrency} requests",
+                                  reason="overloaded")
+
+    async def _wait_for_turn(self, turns: asyncio.Semaphore, busy: str, *, reason: str) -> None:
+        """Take one of `turns` within queue_timeout_s; else 503 with Retry-After, saying `busy`."""
         timeout = self.config.queue_timeout_s
         try:
-            if timeout <= 0 and self.slots.locked():
+            if timeout <= 0 and turns.locked():
                 raise asyncio.TimeoutError
-            await asyncio.wait_for(self.slots.acquire(), timeout if timeout > 0 else None)
+            await asyncio.wait_for(turns.acquire(), timeout if timeout > 0 else None)
         except asyncio.TimeoutError:
-            raise RequestError(503, f"the router is serving {self.config.max_concurrency} requests; retry shortly",
-                               "server_overloaded", code="overloaded", reason="overloaded",
+            raise RequestError(503, f"{busy}; retry shortly", "server_overloaded", code="overloaded", reason=reason,
                                headers={"retry-after": "1"}) from None
 
     async def _read_body(self, request: Request) -> dict:
         """The request's JSON object, read whole within body_timeout_s: else 408, and the connection
-        is closed (the rest of the body is not waited for)."""
+        is closed (the rest of the body is not waited for). At most `body_reads` bodies are read at
+        once: a request waits its turn like one waiting for a slot (503 past queue_timeout_s)."""
+        await self._wait_for_turn(self.body_reads, f"the router is reading {self.config.body_reads} request bodies",
+                                  reason="too_many_bodies")
         limit = self.config.body_timeout_s
         try:
             return await asyncio.wait_for(self._read_json(request), limit)
@@ -156,6 +167,8 @@ class _Handlers:
             raise RequestError(408, f"the request body did not arrive whole within {limit:g} s",
                                "invalid_request_error", code="request_timeout", reason="body_timeout",
                                headers={"connection": "close"}) from None
+        finally:
+            self.body_reads.release()
 
     async def _read_json(self, request: Request) -> dict:
         limit = self.config.max_body_bytes

@@ -60,6 +60,8 @@ class ProxyConfig:
     max_concurrency: int = 64
     queue_timeout_s: float = 1.0
     body_timeout_s: float = 10.0
+    header_timeout_s: float = 10.0
+    max_body_reads: int | None = None  # None: twice max_concurrency
     shutdown_timeout_s: float = 10.0
     strict: bool = False
     public_key: str | None = None
@@ -75,14 +77,23 @@ class ProxyConfig:
             raise ConfigError(f"refusing to listen on {self.host}: beyond the loopback the proxy needs a client token, "
                               f"or anyone who reaches it spends your cloud key. Set {TOKEN_ENV} (or --token-env NAME) "
                               "to a random token of 16+ characters, or listen on 127.0.0.1")
-        for name in ("max_body_bytes", "max_concurrency"):
-            if getattr(self, name) < 1:
+        for name in ("max_body_bytes", "max_concurrency", "max_body_reads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
                 raise ConfigError(f"{name} must be at least 1")
-        if not 0 < self.body_timeout_s < math.inf:
-            raise ConfigError(f"body_timeout_s={self.body_timeout_s!r} (--body-timeout-s): must be a positive number "
-                              "of seconds")
+        for name in ("body_timeout_s", "header_timeout_s"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ConfigError(f"{name}={value!r} (--{name.replace('_', '-')}): must be a positive number "
+                                  "of seconds")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not a TCP port")
+
+    @property
+    def body_reads(self) -> int:
+        """How many request bodies may be read at once (each up to max_body_bytes): by default twice
+        the slots, so that as many slow senders as there are slots leave turns for the others."""
+        return self.max_body_reads or 2 * self.max_concurrency
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -108,9 +119,10 @@ class ProxyConfig:
         return cls(bundle=args.bundle, edge=upstream("edge"), cloud=upstream("cloud"), host=args.host, port=args.port,
                    token=token, served_model=args.served_model, max_body_bytes=args.max_body_bytes,
                    max_concurrency=args.max_concurrency, queue_timeout_s=args.queue_timeout_s,
-                   body_timeout_s=args.body_timeout_s,
-                   shutdown_timeout_s=args.shutdown_timeout_s, strict=args.strict, public_key=args.public_key,
-                   watch=args.watch, watch_interval_s=args.watch_interval_s, access_log=args.access_log)
+                   body_timeout_s=args.body_timeout_s, header_timeout_s=args.header_timeout_s,
+                   max_body_reads=args.max_body_reads, shutdown_timeout_s=args.shutdown_timeout_s,
+                   strict=args.strict, public_key=args.public_key, watch=args.watch,
+                   watch_interval_s=args.watch_interval_s, access_log=args.access_log)
 
 
 def is_loopback(host: str) -> bool:
@@ -149,7 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{side}-model", required=True, metavar="NAME", help="model name the server expects")
         group.add_argument(f"--{side}-key-env", metavar="VAR", help="environment variable holding its API key")
         group.add_argument(f"--{side}-timeout-s", type=float, default=timeout, metavar="S",
-                           help=f"a non-streamed answer must be complete within this (default {timeout:g})")
+                           help=f"an answer, streamed or not, must be complete within this (default {timeout:g})")
         group.add_argument(f"--{side}-first-token-timeout-s", type=float, default=first, metavar="S",
                            help="a stream's first token must arrive within this"
                                 + (f" (default {first:g}; later: cloud fallback)" if first else
@@ -170,7 +182,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--queue-timeout-s", type=float, default=1.0, metavar="S", help="(default 1)")
     net.add_argument("--body-timeout-s", type=float, default=10.0, metavar="S",
                      help="a request's whole body must arrive within this, else 408; it holds no slot while it "
-                          "arrives (default 10)")
+                          "arrives; a body answered without being read, within this of the answer, else the "
+                          "connection is closed (default 10)")
+    net.add_argument("--header-timeout-s", type=float, default=10.0, metavar="S",
+                     help="a request's headers must arrive whole within this of the connection (or of their first "
+                          "byte on a kept-alive one), else 408 (default 10)")
+    net.add_argument("--max-body-reads", type=int, metavar="N",
+                     help="request bodies read at once, each up to --max-body-bytes; more wait up to "
+                          "--queue-timeout-s, then get 503 (default: twice --max-concurrency)")
     net.add_argument("--shutdown-timeout-s", type=float, default=10.0, metavar="S",
                      help="on SIGTERM, how long in-flight requests may take to finish (default 10)")
     net.add_argument("--no-access-log", dest="access_log", action="store_false", help="no line per request")

@@ -6,8 +6,8 @@
                                                  serving.chat.routing_info.fallback_kind
     router_failed_requests_total{reason}         requests answered with an error: cloud_<kind> when
                                                  the cloud failed too, bad_request, unauthorized,
-                                                 too_large, body_timeout, overloaded, model_not_found,
-                                                 stream_interrupted
+                                                 too_large, body_timeout, header_timeout, overloaded,
+                                                 too_many_bodies, model_not_found, stream_interrupted
     router_request_duration_seconds{served_by,stream}   request to complete answer (a stream: to its end)
     router_time_to_first_chunk_seconds{served_by}       streams: request to the first chunk sent
     router_upstream_call_duration_seconds{step,status}  each edge / accept / cloud call (streams: to the first token)

@@ -3,8 +3,9 @@ SIGTERM or Ctrl-C, after which in-flight requests get up to shutdown_timeout_s t
 
 The socket is bound here, before uvicorn starts, so that port 0 works (the log line
 "serving on http://HOST:PORT" gives the port taken) and a refused bind fails before anything
-else. Logging goes to stderr, every handler behind a RedactingFilter that knows the keys and the
-token.
+else. Connections speak HTTP/1.1 through serving.proxy.protocol (uvicorn's h11 protocol with
+deadlines on request headers and on bodies answered without being read). Logging goes to
+stderr, every handler behind a RedactingFilter that knows the keys and the token.
 """
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ def serve(config: ProxyConfig) -> int:
     from serving.bundle import BundleError
     from serving.chat.client import RoutedChat
     from serving.proxy.app import build_app
+    from serving.proxy.protocol import with_deadlines
     from serving.proxy.security import RedactingFilter
     from serving.router import Router
 
@@ -98,8 +100,10 @@ def serve(config: ProxyConfig) -> int:
     watcher = watcher_for(router, config)
     app = build_app(chat, config, on_shutdown=[watcher.stop] if watcher else [])
     host, port = sock.getsockname()[:2]
+    protocol = with_deadlines(config.header_timeout_s, config.body_timeout_s,
+                              on_header_timeout=lambda: app.state.metrics.failed("header_timeout"))
     server = uvicorn.Server(uvicorn.Config(
-        app, log_config=logging_setup, access_log=config.access_log, server_header=False,
+        app, http=protocol, log_config=logging_setup, access_log=config.access_log, server_header=False,
         timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)), timeout_keep_alive=5))
     redacting.install()  # uvicorn.Config set the handlers up again
     shown = f"[{host}]" if ":" in host else host
