@@ -24,13 +24,16 @@ RESPONSE_COLUMNS = (RESPONSE_TEXT, *RESPONSE_NUMBERS)
 LOGGING_COLUMNS = ("routed_to", "propensity")
 COLUMNS = ("request_id", "prompt", "domain", "precision", "edge_quality", "cloud_quality",
            *OPTIONAL_NUMBERS, "source", *RESPONSE_COLUMNS, *LOGGING_COLUMNS)
-# A prompt logged without its text (OutcomeLog(store_prompts=False)): the token ids and scalar
-# inputs the logging bundle computed, with what identifies them (serving.routing.model_inputs).
-# Such a row has `prompt` None and this field instead; only the local training engine reads
-# them (training.token_rows), everything else reports them as `no_text`.
+# A prompt logged without its text (serving.outcome_log's privacy modes): the scalar inputs the
+# logging bundle computed and either the prompt's token ids (privacy "token_ids") or its
+# encoder's pooled embedding before the projection ("embedding"), with what identifies them
+# (serving.routing.model_inputs). Such a row has `prompt` None and this field instead; only the
+# local training engine reads them (training.token_rows), everything else reports them as `no_text`.
 TOKENS = "prompt_tokens"
-TOKEN_FIELDS = {"tokenizer_sha256": str, "max_tokens": int, "add_special_tokens": bool, "input_ids": list,
-                "scalars": list, "feature_names": list}
+_MODEL_INPUTS = {"tokenizer_sha256": str, "max_tokens": int, "add_special_tokens": bool, "scalars": list,
+                 "feature_names": list}
+TOKEN_FIELDS = {**_MODEL_INPUTS, "input_ids": list}
+EMBEDDING_FIELDS = {**_MODEL_INPUTS, "encoder_sha256": str, "embedding": list}
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ def check_row(row: dict, *, default_source: str) -> dict:
     out: dict[str, Any] = {"prompt": prompt}
     if _missing(prompt) and not _missing(row.get(TOKENS)):
         out.update(prompt=None, **{TOKENS: check_prompt_tokens(row[TOKENS])})
+    elif _missing(prompt) and TOKENS in row:
+        raise RowError(f"logged without its text and without model inputs ({TOKENS} is null): the logging router "
+                       "could not compute them (no bundle, or privacy='embedding' with a bundle without its encoder)")
     elif _missing(prompt):
         raise RowError("prompt is missing")
     elif not isinstance(prompt, str):
@@ -135,22 +141,34 @@ def check_row(row: dict, *, default_source: str) -> dict:
 
 
 def check_prompt_tokens(value: Any) -> dict:
-    """A prompt's logged model inputs (TOKENS), or RowError naming the field that is wrong."""
+    """A prompt's logged model inputs (TOKENS): token ids (TOKEN_FIELDS) or an embedding
+    (EMBEDDING_FIELDS), or RowError naming the field that is wrong."""
     if not isinstance(value, dict):
         raise RowError(f"{TOKENS} is not an object: {type(value).__name__}")
-    for name, kind in TOKEN_FIELDS.items():
+    if "input_ids" in value and "embedding" in value:
+        raise RowError(f"{TOKENS} holds both input_ids and an embedding: a logging bundle writes one")
+    fields = EMBEDDING_FIELDS if "embedding" in value else TOKEN_FIELDS
+    for name, kind in fields.items():
         if not isinstance(value.get(name), kind) or (kind is int and isinstance(value[name], bool)):
             raise RowError(f"{TOKENS}.{name} is missing or not {kind.__name__}: {value.get(name)!r}"[:300])
-    ids, scalars, names = value["input_ids"], value["scalars"], value["feature_names"]
-    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise RowError(f"{TOKENS}.input_ids must be a non-empty list of token ids (integers >= 0)")
-    if len(ids) > value["max_tokens"]:
-        raise RowError(f"{TOKENS}.input_ids holds {len(ids)} ids, more than its max_tokens {value['max_tokens']}")
+    scalars, names = value["scalars"], value["feature_names"]
+    if fields is TOKEN_FIELDS:
+        ids = value["input_ids"]
+        if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise RowError(f"{TOKENS}.input_ids must be a non-empty list of token ids (integers >= 0)")
+        if len(ids) > value["max_tokens"]:
+            raise RowError(f"{TOKENS}.input_ids holds {len(ids)} ids, more than its max_tokens {value['max_tokens']}")
+    elif not value["embedding"] or not _finite_numbers(value["embedding"]):
+        raise RowError(f"{TOKENS}.embedding must be a non-empty list of finite numbers")
     if not all(isinstance(n, str) for n in names) or len(names) != len(scalars):
         raise RowError(f"{TOKENS}.feature_names must name each of the {len(scalars)} scalars")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scalars):
+    if not _finite_numbers(scalars):
         raise RowError(f"{TOKENS}.scalars must be finite numbers")
-    return {name: value[name] for name in TOKEN_FIELDS}
+    return {name: value[name] for name in fields}
+
+
+def _finite_numbers(values: list) -> bool:
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in values)
 
 
 def _logging(row: dict, edge: float | None, cloud: float | None) -> dict:

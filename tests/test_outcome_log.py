@@ -63,10 +63,11 @@ def traffic_with_failures(router: Router) -> None:
                    accept=lambda answer: quoting(answer))
     with pytest.raises(Exception, match="cloud call failed"):
         router.execute(PROMPT, edge=quoting, cloud=quoting)
-    # The secret straddles the 300th character of the fallback reason, where it used to be cut
-    # before redaction saw it.
-    cut = "x" * (300 - len("edge call failed: ValueError('upstream refused the request ") - 6)
-    router.execute(cut + PROMPT, edge=quoting, cloud=lambda p: "4")
+    # The SSN straddles the 300th character of the fallback reason, where it used to be cut
+    # ("... 078-05") before a redact hook saw it.
+    reason = f"edge call failed: {ValueError(f'upstream refused the request {PROMPT!r}')!r}"
+    padded = "x" * (294 - reason.index(SSN)) + PROMPT
+    router.execute(padded, edge=quoting, cloud=lambda p: "4")
     run = router.execute(PROMPT, edge=lambda p: "4", cloud=quoting)  # the shadow (cloud) run fails
     router.feedback(run.request_id, edge_quality=1.0, source=f"user wrote: {EMAIL}")
     router.feedback(run.request_id, edge_quality=1.0, source="judge:gpt-4o")
@@ -266,3 +267,65 @@ def test_a_log_folder_is_recognised_from_any_record_even_when_its_first_file_is_
     other.mkdir()
     (other / "outcomes-1.jsonl").write_text('{"prompt": "p", "edge_quality": 1, "cloud_quality": 0}\n')
     assert not is_outcome_log_folder(other)  # outcome-like names, but not the SDK's records
+
+
+# --- privacy="embedding", end to end --------------------------------------------------------
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, encoder_cache, tmp_path, caplog):
+    """A bundle trained with bundle_encoder logs each prompt as its encoder's pooled embedding and
+    scalars: no text and no token ids on disk. The next training run uses every row whose
+    encoder is its own, and counts the others with the reason. A bundle without its encoder
+    warns, and its rows are rejected saying why."""
+    from data.logs import load_logs, read_unit
+    from data.prepare import merge_duplicates
+    from tests.conftest import config_for
+    from training.engines.base import train
+
+    v0 = train(config_for(tmp_path / "v0", small_routellm, encoder_cache, bundle_encoder=True))
+    assert "encoder.onnx" in v0.manifest.files
+    frame = merge_duplicates(load_logs([small_routellm]).frame()).sample(n=300, random_state=2)
+    folder = tmp_path / "private"
+    log = OutcomeLog(folder, privacy="embedding")
+    router = Router.load(v0.bundle, strict=True, log=log, explore_rate=0.2, seed=0)
+    for prompt, precision, edge_q, cloud_q in zip(frame["prompt"], frame["precision"], frame["edge_quality"],
+                                                  frame["cloud_quality"]):
+        run = router.execute(prompt, edge=lambda p: "edge answer", cloud=lambda p: "cloud answer",
+                             precision=precision)
+        side = run.decision.target
+        router.feedback(run.request_id, **{f"{side}_quality": float(edge_q if side == "edge" else cloud_q)})
+    log.close()
+    assert (log.written, log.dropped) == (600, 0)
+    text = on_disk(folder)
+    assert not any(prompt in text for prompt in frame["prompt"]) and "input_ids" not in text
+    assert "edge answer" not in text and "cloud answer" not in text
+    requests = [r for r in records(folder) if r["type"] == "request"]
+    assert all(r["features"]["encoder_sha256"] == v0.manifest.files["encoder.onnx"]
+               and len(r["features"]["embedding"]) == 384 for r in requests)
+    # Ten rows as if logged by a bundle with another encoder.
+    (file,) = files(folder)
+    lines = file.read_text(encoding="utf-8").splitlines()
+    for i in [i for i, line in enumerate(lines) if '"type": "request"' in line][:10]:
+        lines[i] = lines[i].replace(v0.manifest.files["encoder.onnx"], "0" * 64)
+    file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    config = config_for(tmp_path / "v1", small_routellm, encoder_cache)
+    config.data.append(str(folder))
+    v1 = train(config)
+    assert v1.manifest.data["token_rows"] == {
+        "read": 300, "used": 290, "skipped": {"logged by a bundle with another encoder_sha256 than this run's": 10}}
+    outcomes = v1.manifest.data["outcomes"]
+    assert outcomes["edge_only"] + outcomes["cloud_only"] >= 290
+
+    # v1 was trained without bundle_encoder: logging embeddings with it warns, and says why its rows cannot train.
+    log = OutcomeLog(tmp_path / "no-encoder", privacy="embedding")
+    router = Router.load(v1.bundle, strict=True, log=log)
+    with caplog.at_level(logging.WARNING, logger="serving"):
+        run = router.execute(PROMPT, edge=lambda p: "4", cloud=lambda p: "4")
+        router.feedback(run.request_id, edge_quality=1.0, cloud_quality=1.0)
+        log.close()
+    assert any("holds no encoder before its projection" in r.getMessage() for r in caplog.records)
+    (reject,) = read_unit(tmp_path / "no-encoder").rejects
+    assert "logged without its text and without model inputs" in reject.reason and SSN not in on_disk(log.folder)

@@ -23,6 +23,10 @@ class TrainConfig:
     data: list[str] = field(default_factory=list)   # files, globs, folders; empty = default location
     bundle: str = "artifacts/router"
     tier: str = "static"
+    # The static tier's bundle also carries its encoder before the projection (encoder.onnx, the
+    # 384-wide token table: +47 MB), which OutcomeLog(privacy="embedding") needs; the
+    # transformer tier's bundle always carries it.
+    bundle_encoder: bool = False
     embedding_dim: int = 32                          # PCA components kept from the embedding
     max_tokens: int | None = None                    # None: the tier's default
     max_chars: int = DEFAULT_MAX_CHARS               # text tokenized and scanned; bounds route() cost
@@ -92,6 +96,7 @@ class TrainConfig:
         from training.encoders import TIERS
 
         check(self.tier in TIERS, "tier", f"must be one of {', '.join(TIERS)}")
+        check(isinstance(self.bundle_encoder, bool), "bundle_encoder", "must be true or false")
         check(self.engine in ENGINES, "engine", f"must be one of {', '.join(ENGINES)}")
         for name in ("parity_rows", "eval_sample_rows", "pca_sample_rows", "acceptance_min_rows",
                      "acceptance_rounds", "max_response_chars"):

@@ -213,13 +213,15 @@ class FeaturePlan:
     def spec(self) -> FeatureSpec:
         return self.serving.spec
 
-    def bundle_files(self, trees: bytes) -> dict:
-        """The bundle's model files: one fused graph (static tier) or encoder + projection + trees."""
+    def bundle_files(self, trees: bytes, *, with_encoder: bool = False) -> dict:
+        """The bundle's model files: one fused graph (static tier) or encoder + projection + trees.
+        `with_encoder`: a fused bundle also carries the encoder before the projection
+        (encoder.onnx), for OutcomeLog(privacy="embedding"); a staged one always does."""
         from training.export import fuse
 
         if self.fused_prefix is not None:
-            return {"model.onnx": fuse(self.fused_prefix, trees),
-                    "tokenizer.json": self.built.tokenizer_path}
+            return {"model.onnx": fuse(self.fused_prefix, trees), "tokenizer.json": self.built.tokenizer_path,
+                    **({"encoder.onnx": self.built.onnx_bytes} if with_encoder else {})}
         return {"encoder.onnx": self.built.onnx_bytes, "router.onnx": trees,
                 "projection.npz": self.projection.to_bytes(), "tokenizer.json": self.built.tokenizer_path}
 

@@ -284,7 +284,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
         clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
-        files = {**fitted.plan.bundle_files(trees), NOVELTY_FILE: novelty_file,
+        files = {**fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), NOVELTY_FILE: novelty_file,
                  **({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})}
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:

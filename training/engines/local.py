@@ -185,7 +185,7 @@ def _token_rows(plan, token_rows, data_report: dict, console):
 
     if not len(token_rows):
         return np.zeros((0, len(plan.spec.feature_names)), dtype=np.float32), token_rows
-    matrix, usable, skipped = token_features(plan.serving, token_rows)
+    matrix, usable, skipped = token_features(plan, token_rows)
     data_report["token_rows"].update(used=int(usable.sum()), skipped=skipped)
     left = f"; left out: {skipped}" if skipped else ""
     console.print(f"[bold]rows logged without text[/]: {int(usable.sum())} of {len(token_rows)} train from their "
