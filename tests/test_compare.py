@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from evaluation.agreement import agreement
@@ -21,11 +23,11 @@ def test_a_bundle_agrees_with_itself_and_moves_are_counted_against_another(bundl
 
     other = agreement(small, full, prompts, precisions)
     moved = sum(other["moves"].values())
-    assert 0 < moved < 400 and other["zones_equal"] == 1 - moved / 400
+    assert 0 < moved < 400 and other["zones_equal"] == pytest.approx(1 - moved / 400)
     # Edge and edge-with-fallback both run the edge first: equal zones imply an equal first side.
     assert other["first_side_equal"] >= other["zones_equal"]
     across = sum(n for move, n in other["moves"].items() if changes_first_side(move))
-    assert other["first_side_equal"] == 1 - across / 400
+    assert other["first_side_equal"] == pytest.approx(1 - across / 400)
 
 
 def changes_first_side(move: str) -> bool:

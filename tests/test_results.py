@@ -10,13 +10,15 @@ from evaluation import headline
 from pipelines.results import readme_table
 from tests.conftest import ROOT
 
-# Training is deterministic on one machine, but the learned models' figures move a little
-# between CPUs (float results differ in the last bits, and trees then split elsewhere):
-# measured between two machines of this workplace, with the same pinned install, AUC 0.620 /
-# 0.623, CPT(50%) 27.5% / 26.3%, cloud share 46.5% / 45.0%, and the rule table's quality with
-# fallback 0.778 / 0.779 (it counts the learned acceptance check's verdicts). The title's
-# data figures do not move.
-SPREAD = {"ratio": 0.006, "percent": 2.0}
+# Training is deterministic on one machine, but the learned models' figures move between
+# CPUs (float results differ in the last bits, trees then split elsewhere, and the operating
+# point chosen on validation moves with them). Measured with the same pinned install on three
+# machines of this workplace: AUC 0.620 / 0.623 / 0.628, APGR 0.709 / 0.709 / 0.716, quality
+# before fallback 0.777 / 0.786, cloud share at the operating point 45.0% / 46.5% / 49.0%,
+# fallback-zone share 54.1% / 48.9% (docs/training.md#reproducibility). The spread below covers
+# the largest of these moves; the title's data figures do not move and are checked exactly.
+# A cross-validated interval per figure replaces this measured spread (issue 26).
+SPREAD = {"ratio": 0.010, "percent": 6.0}
 
 
 def _figures(table: str) -> list[tuple[str, list[str]]]:
@@ -46,8 +48,8 @@ def test_readme_headline_table_is_what_training_measures(trained_full):
 
 def test_a_stale_readme_figure_is_caught():
     """The spread is not a blanket: a figure off by more than it, or a cell that is no number, fails."""
-    assert _close("0.620", "0.623") and _close("27.5%", "26.3%")
-    assert not _close("0.620", "0.630") and not _close("27.5%", "24.9%") and not _close("0.62", "n/a")
+    assert _close("0.709", "0.716") and _close("54.1%", "48.9%")
+    assert not _close("0.620", "0.632") and not _close("27.5%", "21.3%") and not _close("0.62", "n/a")
 
 
 def test_the_same_training_twice_gives_the_same_figures(trained_full, real_data_dir, encoder_cache, tmp_path):
