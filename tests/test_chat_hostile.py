@@ -9,12 +9,9 @@ import contextlib
 import json
 import logging
 import math
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -28,9 +25,8 @@ from serving.chat.upstream import MAX_ERROR_BODY_BYTES
 from serving.proxy.config import UpstreamOptions
 from tests.chat_stubs import (ASK, CLOUD_KEY, EDGE_KEY, LONG, EchoingUpstream, fresh_stubs, router,  # noqa: F401
                               stubs)
-from tests.conftest import ROOT
 from tests.dripping import DrippingServer, elapsed
-from tests.test_proxy import TOKEN, client, config_for, running_proxy
+from tests.test_proxy import TOKEN, client, config_for, running_proxy, start_serving
 
 pytestmark = pytest.mark.real_data  # routing is the session's trained test bundle
 
@@ -376,21 +372,10 @@ def dripping(sock: socket.socket, byte: bytes = b" ", interval_s: float = 0.25):
 @contextlib.contextmanager
 def serving_process(bundle, stubs, *options: str):
     """`python -m serving serve` on an ephemeral port of 127.0.0.1: yields (base URL, port)."""
-    edge, cloud = stubs
-    env = {**os.environ, "TEST_CLOUD_KEY": CLOUD_KEY, "ROUTER_PROXY_TOKEN": TOKEN}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "serving", "serve", "--bundle", str(bundle), "--port", "0", "--no-access-log",
-         "--edge-url", edge.url, "--edge-model", "edge-model", "--cloud-url", cloud.url, "--cloud-model", "cloud-model",
-         "--cloud-key-env", "TEST_CLOUD_KEY", *options],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process, port, _ = start_serving(bundle, stubs, "--no-access-log", *options)
     try:
-        lines = []
-        while not (match := re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", lines[-1] if lines else "")):
-            line = process.stderr.readline()
-            assert line, "".join(lines)
-            lines.append(line)
         threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe from filling
-        yield f"http://127.0.0.1:{match.group(1)}", int(match.group(1))
+        yield f"http://127.0.0.1:{port}", port
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -3,18 +3,15 @@ cannot grade is counted with its reason, printed as written, and no judge reques
 `--timeout-s` (the happy path is tests/test_traffic.py::test_make_label_grades_logged_answers_with_a_judge)."""
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from serving import Router
 from serving.outcome_log import OutcomeLog
 from tests.dripping import DrippingServer, elapsed
+from tests.judge import JudgeServer, completion, make_label
 
 
 def outcome_log(folder: Path, answers: dict[str, str]) -> Path:
@@ -27,50 +24,10 @@ def outcome_log(folder: Path, answers: dict[str, str]) -> Path:
     return folder
 
 
-def completion(content) -> bytes:
-    return json.dumps({"id": "x", "object": "chat.completion", "model": "judge-1",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                    "finish_reason": "stop"}]}).encode()
-
-
-class Judge:
-    """A chat-completions server on 127.0.0.1 whose reply content, for a graded answer holding
-    one of `replies`' keys, is that key's value (any JSON value)."""
-
-    def __init__(self, replies: dict[str, object]):
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - the http.server interface
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][-1]["content"]
-                data = completion(next(value for key, value in replies.items() if key in prompt))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def __enter__(self) -> "Judge":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def make_label(logs: Path, url: str, *extra: str):
-    """`make label` (pipelines.label's command) in this process; its printed output is captured."""
-    import pipelines.label as label_command
-
-    app = typer.Typer()
-    app.command()(label_command.main)
-    return CliRunner().invoke(app, ["--logs", str(logs), "--base-url", url, "--model", "judge-1", *extra])
+def judging(replies: dict[str, object]) -> JudgeServer:
+    """A judge whose reply content, for a graded answer holding one of `replies`' keys, is that
+    key's value (any JSON value)."""
+    return JudgeServer(lambda prompt: next(value for key, value in replies.items() if key in prompt))
 
 
 def printed(result) -> str:
@@ -91,7 +48,7 @@ def test_a_reply_whose_content_is_not_text_is_a_failed_grade_with_its_reason(tmp
                                            "Use parts.": "parts-answer"})
     replies = {"number-answer": 8, "list-answer": ["Rating: [[8]]"],
                "parts-answer": [{"type": "text", "text": "Fine. Rating: "}, {"type": "text", "text": "[[8]]"}]}
-    with Judge(replies) as judge:
+    with judging(replies) as judge:
         result = make_label(logs, judge.url)
     assert result.exit_code == 1 and not isinstance(result.exception, TypeError), result.exception
     out = printed(result)
@@ -106,7 +63,7 @@ def test_failure_reasons_and_names_are_printed_as_written(tmp_path):
     """Reasons and paths reach the terminal literally, not as rich markup ("no [[rating]]"
     printed as "no []"; a folder named with "[/x]" raised rich's MarkupError)."""
     logs = outcome_log(tmp_path / "logs", {"Decide.": "ramble", "Decide again.": "ramble on"})
-    with Judge({"ramble": "I cannot decide."}) as judge:
+    with judging({"ramble": "I cannot decide."}) as judge:
         result = make_label(logs, judge.url)
         missing = make_label(tmp_path / "logs[/x] [bold]", judge.url)
     assert result.exit_code == 1
@@ -136,6 +93,6 @@ def test_timeout_s_is_the_deadline_of_each_judge_request(tmp_path, drip):
 def test_a_bad_judge_url_or_timeout_is_refused_before_any_request(tmp_path, args, message):
     """A clear error and exit 2 (both were tried, failed and retried for every answer before)."""
     logs = outcome_log(tmp_path / "logs", {"Decide.": "an answer"})
-    with Judge({"answer": "Rating: [[8]]"}) as judge:
+    with judging({"answer": "Rating: [[8]]"}) as judge:
         result = make_label(logs, judge.url, *args)  # the later --base-url wins
     assert result.exit_code == 2 and message in printed(result) and feedback(logs) == []

@@ -329,21 +329,33 @@ def test_the_cloud_key_never_reaches_a_response_or_a_log_line(router, stubs, cap
     assert CLOUD_KEY not in captured.out + captured.err
 
 
-def test_the_command_serves_until_sigterm_then_shuts_down_cleanly(bundle, stubs, tmp_path):
+def start_serving(bundle, stubs, *options: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, int, list[str]]:
+    """`python -m serving serve` on an ephemeral port of 127.0.0.1 in front of the stubs: (the
+    process, its port, the lines it wrote to stderr up to "serving on ..."). The caller ends it."""
     edge, cloud = stubs
     env = {**os.environ, "TEST_CLOUD_KEY": CLOUD_KEY, "ROUTER_PROXY_TOKEN": TOKEN}
     process = subprocess.Popen(
         [sys.executable, "-m", "serving", "serve", "--bundle", str(bundle), "--port", "0",
          "--edge-url", edge.url, "--edge-model", "edge-model", "--cloud-url", cloud.url, "--cloud-model", "cloud-model",
-         "--cloud-key-env", "TEST_CLOUD_KEY"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--cloud-key-env", "TEST_CLOUD_KEY", *options],
+        cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
     try:
-        lines = []
         while not (match := re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", lines[-1] if lines else "")):
             line = process.stderr.readline()
             assert line, "".join(lines)
             lines.append(line)
-        url = f"http://127.0.0.1:{match.group(1)}"
+    except BaseException:
+        process.kill()
+        raise
+    return process, int(match.group(1)), lines
+
+
+def test_the_command_serves_until_sigterm_then_shuts_down_cleanly(bundle, stubs, tmp_path):
+    edge, cloud = stubs
+    process, port, lines = start_serving(bundle, stubs, stdout=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
         assert client(url).chat.completions.create(model="router", messages=LONG).choices[0].message.content == \
             "answer from cloud"
         cloud.behaviour.status, cloud.behaviour.echo_auth_in_errors = 500, True

@@ -17,6 +17,7 @@ import pytest
 from serving import Router
 from serving.outcome_log import LOG_FORMAT, OutcomeLog
 from tests.conftest import ROOT
+from tests.judge import JudgeServer, make_label
 
 
 def records(folder: Path) -> list[dict]:
@@ -354,50 +355,14 @@ def test_off_policy_estimates_recover_a_known_policy_value():
 # --- make label: an LLM judge over an OpenAI-compatible endpoint -----------------------------
 
 
-class JudgeStub:
-    """A chat-completions server on 127.0.0.1 that grades like a judge: [[8]] for most answers,
-    no rating for answers holding "ramble", HTTP 500 for answers holding "crash"."""
-
-    def __init__(self):
-        import http.server
-        import threading
-
-        stub = self
-        self.requests: list[dict] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - the http.server interface
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                prompt = body["messages"][-1]["content"]
-                if "crash" in prompt:
-                    self.send_response(500)
-                    self.end_headers()
-                    return
-                reply = "Fine.\nRating: [[8]]" if "ramble" not in prompt else "I cannot decide."
-                data = json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
-                                   "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
-                                                "finish_reason": "stop"}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
+def graded_like_a_judge(prompt: str) -> str | None:
+    """[[8]] for most answers, no rating for answers holding "ramble", HTTP 500 for "crash"."""
+    if "crash" in prompt:
+        return None
+    return "Fine.\nRating: [[8]]" if "ramble" not in prompt else "I cannot decide."
 
 
 def test_make_label_grades_logged_answers_with_a_judge(bundle, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
     import pipelines.label as label_command
 
     log = OutcomeLog(tmp_path / "logs")
@@ -405,13 +370,11 @@ def test_make_label_grades_logged_answers_with_a_judge(bundle, tmp_path, monkeyp
     answers = {"What is 2 + 2?": "4", "Name a prime number.": "7 ramble", "Spell cat.": "c-a-t crash"}
     runs = {p: router.execute(p, edge=lambda p: answers[p], cloud=lambda p: answers[p]) for p in answers}
     log.close()
-    judge = JudgeStub()
+    judge = JudgeServer(graded_like_a_judge)
     monkeypatch.setenv("JUDGE_KEY_FOR_TEST", "sk-judge-very-secret")
     monkeypatch.setattr(label_command, "BACKOFF_S", 0)  # no back-off waits in the test
     try:
-        result = CliRunner().invoke(label_command_app(label_command),
-                                    ["--logs", str(tmp_path / "logs"), "--base-url", judge.url, "--model", "judge-1",
-                                     "--api-key-env", "JUDGE_KEY_FOR_TEST"])
+        result = make_label(tmp_path / "logs", judge.url, "--api-key-env", "JUDGE_KEY_FOR_TEST")
     finally:
         judge.close()
     assert result.exit_code == 1, result.output  # one answer could not be graded
@@ -429,14 +392,6 @@ def test_make_label_grades_logged_answers_with_a_judge(bundle, tmp_path, monkeyp
 
     todo, known = pending_answers(tmp_path / "logs")
     assert known == 1 and len(todo) == 2
-
-
-def label_command_app(module):
-    import typer
-
-    app = typer.Typer()
-    app.command()(module.main)
-    return app
 
 
 # --- training from, and evaluating on, the SDK's own logs -----------------------------------
