@@ -33,6 +33,10 @@ class TrainConfig:
     val_share: float = 0.15
     test_share: float = 0.15
     split_salt: str = ""
+    # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
+    # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
+    # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one split).
+    cv_folds: int = 0
     margin_binary: float = 0.0
     margin_graded: float = 0.1                       # judge scores: 1 point on 1-10 is 0.11
     max_reject_share: float = 0.05
@@ -133,6 +137,8 @@ class TrainConfig:
               "must be a number >= 1")
         check(isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20, "acceptance_folds",
               "must be an integer in [2, 20]")
+        check(isinstance(self.cv_folds, int) and (self.cv_folds == 0 or 3 <= self.cv_folds <= 20), "cv_folds",
+              "must be 0 (a single split) or an integer in [3, 20]")
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> "TrainConfig":
