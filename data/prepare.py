@@ -65,14 +65,16 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     return out.iloc[order.loc[out["prompt"]].argsort(kind="stable")].reset_index(drop=True)
 
 
-def response_rows(frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str = "") -> pd.DataFrame:
+def response_rows(frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str = "",
+                  offset: float = 0.0) -> pd.DataFrame:
     """The logged rows that carry an edge answer, each with its own outcome (not merged), with
     the split of its prompt (assign_splits): what the acceptance check learns and is tested on."""
     from data.schema import RESPONSE_COLUMNS
 
     columns = ["request_id", "prompt", "precision", "source", "edge_quality", "cloud_quality", *RESPONSE_COLUMNS]
     rows = frame.loc[frame["edge_response"].notna(), columns].reset_index(drop=True)
-    return rows.assign(split=assign_splits(rows["prompt"], val_share=val_share, test_share=test_share, salt=salt))
+    return rows.assign(split=assign_splits(rows["prompt"], val_share=val_share, test_share=test_share, salt=salt,
+                                           offset=offset))
 
 
 def _merge_weighted_outcomes(rows: pd.DataFrame, merged: pd.DataFrame) -> None:
@@ -95,11 +97,19 @@ def hash_uniform(prompts, salt: str = "") -> np.ndarray:
 
 
 def assign_splits(prompts: pd.Series, *, val_share: float, test_share: float,
-                  salt: str = "") -> np.ndarray:
-    """'train' / 'val' / 'test' per prompt from its hash: the same prompt always lands together."""
+                  salt: str = "", offset: float = 0.0) -> np.ndarray:
+    """'train' / 'val' / 'test' per prompt from its hash: the same prompt always lands together.
+    The prompts whose hash number, shifted down by `offset` (mod 1), falls below `test_share`
+    are the test split, the next `val_share` the validation split: with test_share = 1/K,
+    the offsets 0, 1/K, ... 1 - 1/K give K disjoint test folds that cover every prompt
+    (training.crossval)."""
     if not (0 <= val_share < 1 and 0 <= test_share < 1 and val_share + test_share < 1):
         raise ValueError(f"bad split shares: val={val_share!r}, test={test_share!r}")
+    if not 0 <= offset < 1:
+        raise ValueError(f"bad split offset: {offset!r} (must be in [0, 1))")
     u = hash_uniform(prompts, salt)
+    if offset:
+        u = (u - offset) % 1.0
     return np.where(u < test_share, "test", np.where(u < test_share + val_share, "val", "train"))
 
 

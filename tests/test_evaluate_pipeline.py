@@ -191,7 +191,7 @@ def test_split_only_logs(bundle, small_routellm, tmp_path_factory):
     split = read_manifest(bundle).split
     frame = merge_duplicates(load_logs([small_routellm / "mt_bench"]).frame())
     frame = frame[assign_splits(frame["prompt"], val_share=split["val_share"], test_share=split["test_share"],
-                                salt=split["salt"]) == "test"]
+                                salt=split["salt"], offset=split.get("offset", 0.0)) == "test"]
     path = tmp_path_factory.mktemp("canonical") / "test_rows.jsonl"
     frame.to_json(path, orient="records", lines=True)
     return path, len(frame)

@@ -33,6 +33,7 @@ class TrainConfig:
     val_share: float = 0.15
     test_share: float = 0.15
     split_salt: str = ""
+    split_offset: float = 0.0                        # where the test split starts on the hash scale
     # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
     # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
     # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one split).
@@ -122,6 +123,8 @@ class TrainConfig:
                   name, "must be a number in [0, 1]")
         check(self.val_share > 0 and self.val_share + self.test_share < 1, "val_share",
               "needs val_share > 0 and val_share + test_share < 1")
+        check(isinstance(self.split_offset, (int, float)) and 0 <= self.split_offset < 1, "split_offset",
+              "must be a number in [0, 1)")
         check(isinstance(self.embedding_dim, int) and self.embedding_dim >= 1, "embedding_dim", "must be >= 1")
         check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 8),
               "max_tokens", "must be empty or an integer >= 8")
@@ -173,7 +176,7 @@ class TrainConfig:
             cloud_budget=target.get("cloud_budget", defaults.cloud_budget),
             fallback_catch_rate=target.get("fallback_catch_rate", defaults.fallback_catch_rate),
             val_share=split.get("val_share", defaults.val_share), test_share=split.get("test_share", defaults.test_share),
-            split_salt=split.get("salt", defaults.split_salt),
+            split_salt=split.get("salt", defaults.split_salt), split_offset=split.get("offset", defaults.split_offset),
             margin_binary=label.get("margin_binary", defaults.margin_binary),
             margin_graded=label.get("margin_graded", defaults.margin_graded),
             edge_context_tokens=manifest.limits.edge_context_tokens,

@@ -43,6 +43,9 @@ class Fitted:
     responses: object = None   # rows with an edge answer, as logged (data.prepare.response_rows), or None
     tokens: dict | None = None  # "val" / "test": the rows' token ids (training.featurize.TokenRows), if kept
     notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
+    # The training rows (unscored; outcomes NaN where unknown), or a hash sample of them: what
+    # the reference policy and the tuned rule table are fitted on (training.crossval).
+    train_rows: Rows | None = None
 
 
 @dataclass
@@ -70,7 +73,7 @@ def split_and_label(frame, config: TrainConfig):
 
     return frame.assign(
         split=assign_splits(frame["prompt"], val_share=config.val_share, test_share=config.test_share,
-                            salt=config.split_salt),
+                            salt=config.split_salt, offset=config.split_offset),
         label=label_of(frame, config))
 
 
@@ -160,15 +163,22 @@ def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
         cloud_budget=config.cloud_budget, catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate))
 
 
+def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Rows:
+    """The rows with the zones the SDK gives them at these thresholds, unfamiliar prompts included."""
+    from evaluation.policies import unfamiliar_policy_zones
+
+    return rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens,
+                           unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
+
+
 def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict:
     """Validation and test figures of the learned router (zones as the SDK gives them,
     unfamiliar prompts included) and the hand rule table."""
-    from evaluation.policies import summary, unfamiliar_policy_zones
+    from evaluation.policies import summary
 
     metrics = {}
     for name, rows in fitted.splits.items():
-        zoned = rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens,
-                                unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
+        zoned = with_learned_zones(config, rows, thresholds)
         metrics[name] = {**summary(zoned, catch_rate=config.fallback_catch_rate),
                          "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None}
     return metrics
@@ -220,7 +230,8 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
                 "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
         label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
-        split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt},
+        split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt,
+               "offset": config.split_offset},
         limits=Limits(edge_context_tokens=config.edge_context_tokens), novelty=novelty, acceptance=acceptance,
         metrics={"test": metrics["test"], "val": metrics["val"]},
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
@@ -253,6 +264,32 @@ def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> flo
     return parity
 
 
+@dataclass
+class HeldOutStages:
+    """What the stages after the heads fit on the held-out rows (see fit_held_out_stages)."""
+
+    acceptance: object        # training.acceptance.AcceptanceFit
+    thresholds: dict          # per-precision fallback thresholds (evaluation.thresholds)
+    novelty_file: bytes       # the familiarity reference (serving.novelty)
+    novelty: dict             # its manifest section
+
+
+def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutStages:
+    """The acceptance check, the fallback thresholds and the familiarity reference, in the
+    order they depend on each other: the acceptance check's held-out verdicts mark the rows
+    (the thresholds count them as the fallback's rates), then the familiarity reference flags
+    them. `fitted.splits` is rewritten with those marks. `make train` and every
+    cross-validation fold (training.crossval) run exactly this."""
+    check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
+    clock.begin("acceptance")
+    acceptance = acceptance_check(config, fitted)
+    clock.begin("thresholds")
+    thresholds = choose_thresholds(config, fitted)
+    clock.begin("familiarity")
+    novelty_file, novelty = familiarity(config, fitted)
+    return HeldOutStages(acceptance, thresholds, novelty_file, novelty)
+
+
 def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
@@ -263,14 +300,10 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
 
-    check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
     clock = StageClock(timings)
-    clock.begin("acceptance")
-    acceptance = acceptance_check(config, fitted)
-    clock.begin("thresholds")
-    thresholds = choose_thresholds(config, fitted)
-    clock.begin("familiarity")
-    novelty_file, novelty = familiarity(config, fitted)
+    held_out = fit_held_out_stages(config, fitted, clock)
+    acceptance, thresholds = held_out.acceptance, held_out.thresholds
+    novelty_file, novelty = held_out.novelty_file, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     metrics = {**split_figures(config, fitted, thresholds),
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads},

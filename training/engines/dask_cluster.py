@@ -74,7 +74,7 @@ def _read_and_check(config: TrainConfig, folder: str):
     checkpoint = dd.from_map(de.read_checkpoint, [de.checkpoint_file(folder, i) for i in range(len(units))],
                              meta=de.checkpoint_meta(), enforce_metadata=False)
     responses = response_rows(answered, val_share=config.val_share, test_share=config.test_share,
-                              salt=config.split_salt)
+                              salt=config.split_salt, offset=config.split_offset)
     return checkpoint, repeated, report, responses
 
 

@@ -51,7 +51,7 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
               "duplicates_merged": int((frame["n_merged"] - 1).sum()),
               **fingerprint(valid, frame), "outcomes": outcomes, "token_rows": {"read": len(tokens)}}
     responses = response_rows(valid, val_share=config.val_share, test_share=config.test_share,
-                              salt=config.split_salt)
+                              salt=config.split_salt, offset=config.split_offset)
     return Prepared(frame, report, responses, tokens)
 
 
@@ -272,7 +272,8 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                                        probabilities=probabilities)
     embeddings = {name: x[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
     tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[~train]) for name, rows in chosen.items()}
+    train_rows = Rows.from_frame(frame[train], n_tokens=n_tokens[train], scores=np.zeros(int(train.sum())))
     clock.end()
     return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
                   notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
-                                             "computed": feats.cache_misses}})
+                                             "computed": feats.cache_misses}}, train_rows=train_rows)
