@@ -38,6 +38,7 @@ def main(
     from rich.console import Console
     from rich.markup import escape
 
+    from data.location import NoLogsError
     from data.logs import DataQualityError
     from evaluation import headline
     from training.engines.base import train
@@ -48,7 +49,7 @@ def main(
     console = Console()
     try:
         result = train(cfg, console=console)
-    except DataQualityError as exc:  # the logs cannot train a router: the reason is the message, not a traceback
+    except (DataQualityError, NoLogsError) as exc:  # no logs, or logs that cannot train: the message says why
         Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
     console.print(headline.rich_table(result.metrics["test"]))

@@ -160,8 +160,11 @@ def test_data_location_prefers_env_and_explains_absence(tmp_path, monkeypatch):
         default_data_paths()
     monkeypatch.delenv("ROUTER_DATA_DIR")
     monkeypatch.chdir(tmp_path)  # neither data/raw/routellm nor ../shared/data/routellm here
-    with pytest.raises(FileNotFoundError, match="make data"):
+    monkeypatch.setenv("ROUTER_ROUTELLM_URL", "http://127.0.0.1:9")  # and the public logs out of reach
+    monkeypatch.setenv("ROUTER_FASTCHAT_URL", "http://127.0.0.1:9")
+    with pytest.raises(FileNotFoundError, match="could not download http://127.0.0.1:9/.*make data"):
         default_data_paths()
+    assert not (tmp_path / "data" / "raw" / "routellm").exists()
 
 
 def test_routellm_parts_can_be_passed_on_their_own(small_routellm):
