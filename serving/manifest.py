@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from serving.contract import (DEFAULT_EDGE_CONTEXT_TOKENS, MAX_CALIBRATION_POINTS, MAX_CHARS_LIMIT,
                               MAX_EMBEDDING_DIM, MAX_TOKENS_LIMIT, PRECISIONS, SCHEMA_VERSION)
-from serving.features.spec import FeatureSpec
+from serving.features.spec import LEXICAL_MODES, FeatureSpec
 from serving.features.text_stats import STAT_NAMES
 
 CALIBRATION_METHODS = ("sigmoid", "isotonic", "none")
@@ -226,6 +226,10 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     if not isinstance(precisions, list) or not set(precisions) <= set(PRECISIONS) \
             or len(set(precisions)) != len(precisions):
         raise _fail("feature_spec.precisions", f"must be distinct tags among {', '.join(PRECISIONS)}", precisions)
+    if data.get("lexical", "none") not in LEXICAL_MODES:
+        raise _fail("feature_spec.lexical", f"must be one of {', '.join(LEXICAL_MODES)}", data.get("lexical"))
+    if data.get("lexical", "none") != "none" and not data.get("fused"):
+        raise _fail("feature_spec.lexical", "needs the fused layout (model.onnx computes the margins)", data["lexical"])
     return FeatureSpec.from_dict(data)
 
 

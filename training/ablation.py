@@ -2,11 +2,11 @@
 (cloud needed vs expected gain) crossed with the features (the router's own vs plus lexical
 evidence), each scored by test APGR and CPT(50%) over several hash splits.
 
-Lexical evidence: WordPiece unigrams and hashed bigrams of the token ids the SDK already
-computes, length-normalized counts, in a logistic regression per outcome (graded judge
-scores as fractional successes). Its out-of-fold margins on training rows (held-out margins
-elsewhere) enter LightGBM either as two extra features or as the boosting start
-(`init_score`).
+Lexical evidence (training.lexical, what `make train --set lexical=features` ships): WordPiece
+unigrams and hashed bigrams of the token ids the SDK already computes, length-normalized
+counts, in a logistic regression per outcome (graded judge scores as fractional successes).
+Its out-of-fold margins on training rows (held-out margins elsewhere) enter LightGBM either
+as two extra features or as the boosting start (`init_score`).
 """
 from __future__ import annotations
 
@@ -14,57 +14,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-VOCAB = 30522                 # MiniLM's WordPiece vocabulary: unigram columns
-BIGRAM_BUCKETS = 1 << 18      # hashed bigram columns
+from training.lexical import Terms, cross_fitted, fold_numbers
+
 VARIANTS = ("cloud needed, router features", "cloud needed, + lexical features",
             "expected gain, router features", "expected gain, + lexical features",
             "expected gain, lexical init_score", "expected gain, lexical model alone")
 
 
-def lexical_matrix(token_ids):
-    """Sparse rows of unigram and hashed-bigram counts, each row divided by its length."""
-    import scipy.sparse as sp
-
-    rows, cols, values = [], [], []
-    for r, ids in enumerate(token_ids):
-        ids = np.asarray(ids, dtype=np.int64)
-        terms = np.concatenate([ids, VOCAB + (ids[:-1] * 1_000_003 + ids[1:]) % BIGRAM_BUCKETS])
-        unique, counts = np.unique(terms, return_counts=True)
-        rows.append(np.full(len(unique), r))
-        cols.append(unique)
-        values.append(counts / max(len(terms), 1))
-    return sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
-                         shape=(len(token_ids), VOCAB + BIGRAM_BUCKETS))
-
-
-def fit_lexical(x, q, *, c: float):
-    """Logistic regression of an outcome in [0, 1]: q counts as q of a success, 1 - q of a failure."""
-    import scipy.sparse as sp
-    from sklearn.linear_model import LogisticRegression
-
-    weights = np.r_[q, 1 - q]
-    keep = weights > 0
-    stacked = sp.vstack([x, x])[keep]
-    labels = np.r_[np.ones(x.shape[0]), np.zeros(x.shape[0])][keep]
-    return LogisticRegression(C=c, max_iter=2000).fit(stacked, labels, sample_weight=weights[keep])
-
-
-def lexical_margins(x, q, train: np.ndarray, *, c: float, folds: int = 5, seed: int = 0) -> np.ndarray:
-    """Out-of-fold margins on the training rows, the all-train model's margins elsewhere."""
-    from sklearn.model_selection import KFold
-
-    out = np.zeros(len(q))
-    rows = np.flatnonzero(train)
-    for fit_part, held in KFold(folds, shuffle=True, random_state=seed).split(rows):
-        out[rows[held]] = fit_lexical(x[rows[fit_part]], q[rows[fit_part]], c=c).decision_function(x[rows[held]])
-    out[~train] = fit_lexical(x[train], q[train], c=c).decision_function(x[~train])
-    return out
+def lexical_margins(data: "Data", train: np.ndarray, *, c: float, folds: int = 5) -> dict[str, np.ndarray]:
+    """{outcome: margins}: out of fold on the training rows (folds by prompt hash), the
+    all-train model's elsewhere (training.lexical.cross_fitted)."""
+    outcomes = np.c_[data.q_edge, data.q_cloud]
+    _, margins = cross_fitted(data.lexical, outcomes, np.ones_like(outcomes), train,
+                              fold_numbers(np.asarray(data.prompts, dtype=object)[train], folds), c=c)
+    return {"q_edge": margins[:, 0].astype(np.float64), "q_cloud": margins[:, 1].astype(np.float64)}
 
 
 @dataclass
 class Data:
     features: np.ndarray
-    lexical: object          # scipy sparse matrix
+    lexical: Terms
     q_edge: np.ndarray
     q_cloud: np.ndarray
     needed: np.ndarray
@@ -89,7 +58,7 @@ def _lightgbm(x, y, objective: str, train, val, *, init=None, seed: int = 0) -> 
 def variant_scores(data: Data, split: np.ndarray, *, c: float, seed: int = 0) -> dict[str, np.ndarray]:
     """The routing score of every variant, for every row, trained on this split."""
     train, val = split == "train", split == "val"
-    margins = {q: lexical_margins(data.lexical, getattr(data, q), train, c=c, seed=seed) for q in ("q_edge", "q_cloud")}
+    margins = lexical_margins(data, train, c=c)
     with_lexical = np.c_[data.features, margins["q_edge"], margins["q_cloud"]]
 
     def gain(x, init=None):
@@ -137,9 +106,8 @@ def load(config) -> Data:
     prompts = frame["prompt"].tolist()
     feats = featurize(prompts, frame["precision"].tolist(), (frame["split"] == "train").to_numpy(), tier=config.tier,
                       embedding_dim=config.embedding_dim, max_tokens=config.max_tokens, max_chars=config.max_chars,
-                      cache_dir=Path(config.cache_dir), seed=config.seed)
-    extractor = feats.plan.serving.extractor()
-    ids = [i[:extractor.spec.max_tokens] for i in
-           extractor.tokenizer.ids(extractor.heads(prompts), add_special_tokens=extractor.spec.add_special_tokens)]
-    return Data(feats.matrix, lexical_matrix(ids), frame["edge_quality"].to_numpy(float),
-                frame["cloud_quality"].to_numpy(float), frame["label"].to_numpy(), prompts)
+                      cache_dir=Path(config.cache_dir), seed=config.seed, keep_tokens=np.ones(len(prompts), bool))
+    vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
+    return Data(feats.matrix, Terms.of(feats.tokens.ids, feats.tokens.lengths, vocabulary),
+                frame["edge_quality"].to_numpy(float), frame["cloud_quality"].to_numpy(float),
+                frame["label"].to_numpy(), prompts)

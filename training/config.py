@@ -10,6 +10,7 @@ from typing import Any
 
 from evaluation.thresholds import TARGETS
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
+from serving.features.spec import LEXICAL_MODES
 from serving.novelty import POLICIES as UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
 from training.engines import ENGINES
@@ -43,6 +44,12 @@ class TrainConfig:
     max_reject_share: float = 0.05
     precision_dropout: float = 0.2                   # train rows shown without a declared precision
     objective: str = "expected_gain"                 # expected_gain (two outcome heads) | cloud_needed
+    # Lexical evidence (training.lexical): "features" adds each outcome's logistic-regression margin
+    # over the prompt's unigrams and hashed bigrams to the trees' inputs, computed in model.onnx
+    # (+2.3 MB); training rows get out-of-fold margins (lexical_folds folds by prompt hash).
+    lexical: str = "none"                            # none | features
+    lexical_c: float = 64.0                          # the regressions' inverse L2 regularization
+    lexical_folds: int = 5
     lgbm: dict[str, Any] = field(default_factory=dict)
     num_boost_round: int = 2000
     early_stopping_rounds: int = 100
@@ -140,6 +147,16 @@ class TrainConfig:
               "must be a number >= 1")
         check(isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20, "acceptance_folds",
               "must be an integer in [2, 20]")
+        check(self.lexical in LEXICAL_MODES, "lexical", f"must be one of {', '.join(LEXICAL_MODES)}")
+        check(self.lexical == "none" or self.tier == "static", "lexical",
+              f"needs tier=static, not {self.tier!r}: the margins are computed inside the fused model.onnx from the "
+              "token ids, and the transformer tier's router.onnx reads only the projected features")
+        check(self.lexical == "none" or self.engine == "local", "lexical",
+              f"needs engine=local, not {self.engine!r}: the regressions are fitted on the training rows' token ids "
+              "held in this process, which the Dask engine does not collect")
+        check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")
+        check(isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20, "lexical_folds",
+              "must be an integer in [2, 20]")
         check(isinstance(self.cv_folds, int) and (self.cv_folds == 0 or 3 <= self.cv_folds <= 20), "cv_folds",
               "must be 0 (a single split) or an integer in [3, 20]")
 
@@ -181,7 +198,7 @@ class TrainConfig:
             margin_graded=label.get("margin_graded", defaults.margin_graded),
             edge_context_tokens=manifest.limits.edge_context_tokens,
             unfamiliar_policy=manifest.novelty.get("policy", defaults.unfamiliar_policy),
-            novelty_share=manifest.novelty.get("target_share", defaults.novelty_share))
+            novelty_share=manifest.novelty.get("target_share", defaults.novelty_share), lexical=spec.lexical)
         return cls(**{**settings, **overrides})
 
     @property

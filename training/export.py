@@ -136,10 +136,11 @@ def _fold_platt(graph, *, a: float, b: float) -> None:
             x.floats.extend(weights)
 
 
-def fuse(prefix: bytes, trees: bytes) -> bytes:
+def fuse(prefix: bytes, trees: bytes, *, trees_read: str = "features") -> bytes:
     """One graph from token ids and scalars to the heads' outputs (column 1: each head's
     calibrated probability when the trees carry the calibration): one onnxruntime call for
-    any runtime."""
+    any runtime. The trees read the prefix's output `trees_read` (`model_features` when the
+    prefix appends lexical margins, training.lexical)."""
     import onnx
     from onnx import compose
 
@@ -153,7 +154,7 @@ def fuse(prefix: bytes, trees: bytes) -> bytes:
             entry.version = default
     first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
     # `features` stays an output too: the SDK's familiarity measure reads the embedding part.
-    merged = compose.merge_models(first, second, io_map=[("features", "features")],
+    merged = compose.merge_models(first, second, io_map=[(trees_read, "features")],
                                   outputs=[o.name for o in second.graph.output] + ["features"])
     onnx.checker.check_model(merged)
     return merged.SerializeToString()

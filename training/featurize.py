@@ -36,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEnco
 from serving.features.spec import FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import BuiltEncoder, build_encoder, fold_projection, static_encoder_graph
+
+if TYPE_CHECKING:
+    from training.lexical import LexicalModel
 
 CHUNK_ROWS = 4096        # prompts featurized at a time: bounds the temporaries (padded ids: ~33 MB at 512 tokens)
 POOL_MIN_ROWS = 50_000   # fewer rows are featurized in this process: starting the pool costs seconds
@@ -208,10 +211,19 @@ class FeaturePlan:
     projection: Projection
     serving: FeatureRecipe
     fused_prefix: bytes | None = None  # static tier: ids + scalars -> features, PCA folded into the table
+    lexical: "LexicalModel | None" = None  # training.lexical: its margins follow the features in the graph
 
     @property
     def spec(self) -> FeatureSpec:
         return self.serving.spec
+
+    def with_lexical(self, model: "LexicalModel") -> "FeaturePlan":
+        """This plan with lexical evidence: the spec says so and the fused graph computes its margins."""
+        if self.fused_prefix is None:
+            raise ValueError("lexical evidence needs the fused layout (the static tier): the margins are computed "
+                             "in model.onnx from the token ids")
+        spec = replace(self.serving.spec, lexical="features")
+        return replace(self, serving=replace(self.serving, spec=spec), lexical=model)
 
     def bundle_files(self, trees: bytes, *, with_encoder: bool = False) -> dict:
         """The bundle's model files: one fused graph (static tier) or encoder + projection + trees.
@@ -220,7 +232,10 @@ class FeaturePlan:
         from training.export import fuse
 
         if self.fused_prefix is not None:
-            return {"model.onnx": fuse(self.fused_prefix, trees), "tokenizer.json": self.built.tokenizer_path,
+            prefix, trees_read = self.fused_prefix, "features"
+            if self.lexical is not None:
+                prefix, trees_read = self.lexical.append_to_graph(prefix), "model_features"
+            return {"model.onnx": fuse(prefix, trees, trees_read=trees_read), "tokenizer.json": self.built.tokenizer_path,
                     **({"encoder.onnx": self.built.onnx_bytes} if with_encoder else {})}
         return {"encoder.onnx": self.built.onnx_bytes, "router.onnx": trees,
                 "projection.npz": self.projection.to_bytes(), "tokenizer.json": self.built.tokenizer_path}

@@ -6,6 +6,11 @@ from dataclasses import asdict, dataclass
 from serving.contract import DEFAULT_MAX_CHARS, PRECISIONS
 from serving.features.text_stats import STAT_NAMES
 
+# Lexical evidence (training.lexical): "features" appends one logistic-regression margin per
+# outcome to the trees' inputs, computed inside the fused model.onnx from the token ids.
+LEXICAL_MODES = ("none", "features")
+LEXICAL_NAMES = ("lexical_edge", "lexical_cloud")
+
 
 @dataclass(frozen=True)
 class FeatureSpec:
@@ -20,15 +25,24 @@ class FeatureSpec:
     embedding_dim: int = 32        # after projection
     stat_names: tuple[str, ...] = STAT_NAMES
     precisions: tuple[str, ...] = PRECISIONS
+    lexical: str = "none"           # LEXICAL_MODES; not "none" only in a fused bundle
 
     @property
     def feature_names(self) -> list[str]:
+        """The extractor's columns (the fused graph's `features` output): scalars, then the embedding."""
         return (["n_tokens", *self.stat_names, *(f"precision_{p}" for p in self.precisions)]
                 + [f"emb_{i}" for i in range(self.embedding_dim)])
+
+    @property
+    def model_feature_names(self) -> list[str]:
+        """The trees' columns: feature_names, then the lexical margins when the bundle has them."""
+        return self.feature_names + (list(LEXICAL_NAMES) if self.lexical == "features" else [])
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["stat_names"], data["precisions"] = list(self.stat_names), list(self.precisions)
+        if self.lexical == "none":  # the manifests of bundles without lexical evidence stay as before
+            del data["lexical"]
         return data
 
     @classmethod

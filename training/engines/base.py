@@ -315,7 +315,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
                      experiment=config.experiment) as mlrun:
         run_id = mlrun.info.run_id
         clock.begin("export_parity")
-        trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.feature_names))
+        trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.model_feature_names))
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files = {**fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), NOVELTY_FILE: novelty_file,
                  **({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})}

@@ -158,7 +158,7 @@ def _training_sample(frame, config: TrainConfig, report: dict, console):
     return frame[keep].reset_index(drop=True)
 
 
-def _features(config: TrainConfig, frame, console):
+def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray):
     from rich.progress import Progress
 
     from training.featurize import default_workers, featurize
@@ -171,7 +171,7 @@ def _features(config: TrainConfig, frame, console):
                           embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
                           max_chars=config.max_chars, cache_dir=Path(config.cache_dir), seed=config.seed,
                           workers=default_workers(), on_batch=lambda n: progress.advance(task, n),
-                          keep_tokens=~train)  # the held-out rows' ids: the familiarity fit reads them
+                          keep_tokens=keep_tokens)
     cache = (f"embedding cache {feats.cache_hits} hits / {feats.cache_misses} computed" if feats.cache_used
              else "no embedding cache (recomputing a static embedding is cheaper than reading it)")
     console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; {cache}")
@@ -180,17 +180,46 @@ def _features(config: TrainConfig, frame, console):
 
 def _token_rows(plan, token_rows, data_report: dict, console):
     """(features of the usable rows logged without text, those rows); the data report says how
-    many were read, used and left out, and why (training.token_rows)."""
+    many were read, used and left out, and why (training.token_rows). With lexical evidence,
+    a row's margins come from its logged ids (missing for a row logged as an embedding)."""
+    from data.schema import TOKENS
     from training.token_rows import token_features
 
     if not len(token_rows):
-        return np.zeros((0, len(plan.spec.feature_names)), dtype=np.float32), token_rows
+        return np.zeros((0, len(plan.spec.model_feature_names)), dtype=np.float32), token_rows
     matrix, usable, skipped = token_features(plan, token_rows)
+    if plan.lexical is not None:
+        logged = token_rows[TOKENS][usable]
+        matrix = np.concatenate([matrix, plan.lexical.margins_of_rows([r.get("input_ids") for r in logged])], axis=1)
     data_report["token_rows"].update(used=int(usable.sum()), skipped=skipped)
     left = f"; left out: {skipped}" if skipped else ""
     console.print(f"[bold]rows logged without text[/]: {int(usable.sum())} of {len(token_rows)} train from their "
                   f"token ids{left}")
     return matrix, token_rows[usable].reset_index(drop=True)
+
+
+def _with_lexical(config: TrainConfig, frame, feats, train: np.ndarray, console):
+    """(the plan with lexical evidence, the feature matrix with its margins appended):
+    training.lexical, out of fold on the training rows."""
+    from training.lexical import for_training
+
+    t0 = time.perf_counter()
+    with console.status(f"lexical evidence: {config.lexical_folds} + 1 logistic regressions per outcome"):
+        vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
+        model, margins = for_training(config, frame, feats.tokens, train, vocabulary=vocabulary)
+    console.print(f"[bold]lexical evidence[/]: {config.lexical}, training rows' margins out of "
+                  f"{config.lexical_folds} folds ({time.perf_counter() - t0:.1f} s)")
+    return feats.plan.with_lexical(model), np.concatenate([feats.matrix, margins], axis=1)
+
+
+def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens) -> np.ndarray:
+    """The features of `rows` as the bundle computes them: a training row's lexical margins
+    are out of fold in `x`, the bundle's come from the model fitted on every training row."""
+    if plan.lexical is None:
+        return x[rows]
+    served = x[rows]
+    served[:, -len(plan.lexical.bias):] = plan.lexical.margins_of_tokens(tokens.subset(rows))
+    return served
 
 
 def _unless_equal(weights: np.ndarray):
@@ -216,17 +245,23 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
 
     t1 = time.perf_counter()
     clock.begin("featurize")
-    feats = _features(config, frame, console)
-    timings["features_s"] = time.perf_counter() - t1
-    clock.begin("fit")
-
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
-    x, names = feats.matrix, feats.spec.feature_names
+    # The ids kept: the held-out rows' (the familiarity fit reads them), every row's for lexical evidence.
+    keep_tokens = np.ones(len(frame), dtype=bool) if config.lexical != "none" else ~train
+    feats = _features(config, frame, console, keep_tokens)
+    timings["features_s"] = time.perf_counter() - t1
+    x, plan = feats.matrix, feats.plan
+    if config.lexical != "none":
+        clock.begin("lexical")
+        plan, x = _with_lexical(config, frame, feats, train, console)
+    clock.begin("fit")
+
+    names = plan.spec.model_feature_names
     columns = target_columns(config.objective)
     # Each head learns from the rows where its outcome is known (training.partial): the text
     # rows of the training split, then the usable rows logged without text (training.token_rows).
-    x_tokens, token_rows = _token_rows(feats.plan, token_rows, data_report, console)
+    x_tokens, token_rows = _token_rows(plan, token_rows, data_report, console)
     x_train = blank_declared_precision(np.concatenate([x[train], x_tokens]), names, feats.spec.precisions,
                                        config.precision_dropout, np.random.default_rng(config.seed))
     targets = {c: frame[c].to_numpy() for c in columns}
@@ -267,13 +302,14 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     chosen = {name: (split == name) & both_known(frame) for name in ("val", "test")}
     splits = {}
     for name, rows in chosen.items():
-        scores, probabilities = predict(config.objective, heads, x[rows])
+        scores, probabilities = predict(config.objective, heads, _as_served(x, rows, plan, feats.tokens))
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores,
                                        probabilities=probabilities)
-    embeddings = {name: x[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
-    tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[~train]) for name, rows in chosen.items()}
+    embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
+    tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[keep_tokens])
+                                                for name, rows in chosen.items()}
     train_rows = Rows.from_frame(frame[train], n_tokens=n_tokens[train], scores=np.zeros(int(train.sum())))
     clock.end()
-    return Fitted(data_report, feats.plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
+    return Fitted(data_report, plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
                   notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
                                              "computed": feats.cache_misses}}, train_rows=train_rows)

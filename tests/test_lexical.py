@@ -1,0 +1,210 @@
+"""Lexical evidence (training.lexical, TrainConfig.lexical): the graph's margins are the
+training matrix's, the training rows' margins are out of fold, and a bundle trained with it
+scores like its training pipeline from raw text."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import config_for
+
+HARD = ["", "   \n\t  ", "a", "Why?", "日本語のテキストを要約してください。", "🤖🎉🔥 emoji only 🚀",
+        "x " * 3000, "word " * 100 + "日本 🤖", "What is 2+2? Answer with one digit."]
+
+
+@pytest.fixture(scope="module")
+def extractor():
+    """The static tier's tokenizer and spec (only `prepare` is used: no encoder)."""
+    from serving.features.extractor import FastTokenizer, FeatureExtractor
+    from serving.features.spec import FeatureSpec
+    from training.encoders import minilm_dir
+
+    tokenizer = FastTokenizer((minilm_dir() / "tokenizer.json").read_bytes())
+    return FeatureExtractor(FeatureSpec(tier="static", fused=True, embedding_dim=4), tokenizer, None, None)
+
+
+def _terms(extractor, prompts):
+    """The prompts' terms from the ids training keeps (training.featurize.TokenRows)."""
+    from training.featurize import TokenRows
+    from training.lexical import Terms
+
+    ids, mask, _, _, _ = extractor.prepare(prompts, [None] * len(prompts))
+    tokens = TokenRows.from_padded(ids, mask)
+    return Terms.of(tokens.ids, tokens.lengths, extractor.tokenizer.full.get_vocab_size())
+
+
+def test_terms_are_unigrams_and_hashed_bigrams_divided_by_their_number():
+    from training.lexical import BIGRAM_BUCKETS, VOCABULARY, Terms, lexical_matrix
+
+    terms = Terms.of_rows([[5, 6, 5], [], [7]])
+    assert terms.n_terms.tolist() == [5, 0, 1]  # n ids: 2n - 1 terms
+    row = terms.counts[0].toarray().ravel()
+    assert row[5] == 2 and row[6] == 1
+    assert row[VOCABULARY + (5 * 1_000_003 + 6) % BIGRAM_BUCKETS] == 1
+    assert row[VOCABULARY + (6 * 1_000_003 + 5) % BIGRAM_BUCKETS] == 1
+    assert terms.counts[1].nnz == 0 and terms.counts[2].nnz == 1
+    assert lexical_matrix([[5, 6, 5]])[0, 5] == pytest.approx(2 / 5)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 30522\)"):
+        Terms.of_rows([[30522]])
+
+
+def test_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
+    """The fused graph's margins, from the ids the SDK feeds it (one unpadded prompt, and
+    padded in a batch), against numpy's from the ids training keeps: an empty prompt gets
+    the bias, a long one is cut where the SDK cuts it."""
+    from serving.features.extractor import onnx_session
+    from training.encoders import static_encoder_graph
+    from training.featurize import n_scalar_features
+    from training.lexical import BIGRAM_BUCKETS, LexicalModel, on_grid
+
+    vocabulary = extractor.tokenizer.full.get_vocab_size()
+    rng = np.random.default_rng(0)
+    # weights over seven orders of magnitude: the sums must still agree
+    coefficients = rng.normal(size=(2, vocabulary + BIGRAM_BUCKETS)) * 10 ** rng.uniform(-6, 1, size=(2, 1))
+    model = LexicalModel(np.stack([on_grid(c) for c in coefficients], axis=1), np.array([0.25, -1.5]), vocabulary)
+    table = rng.normal(size=(vocabulary, 4)).astype(np.float32).astype(np.float64)
+    graph = model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
+    session = onnx_session(graph)
+
+    def run(prompts):
+        ids, mask, scalars, _, _ = extractor.prepare(prompts, [None] * len(prompts))
+        return session.run(["model_features"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})[0]
+
+    expected = model.margins(_terms(extractor, HARD))
+    batch = run(HARD)
+    alone = np.concatenate([run([p]) for p in HARD])
+    assert batch.shape == (len(HARD), n_scalar_features(extractor.spec) + 4 + 2)
+    np.testing.assert_allclose(batch[:, -2:], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(alone[:, -2:], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(expected[:2], [[0.25, -1.5]] * 2, rtol=0, atol=1e-7)  # no terms: the bias
+    assert _terms(extractor, ["x " * 3000]).n_terms[0] == 2 * extractor.spec.max_tokens - 1
+    assert np.isfinite(batch).all()
+
+
+def _memorizable(n: int = 600):
+    """Prompts whose only signal is one token of their own, with a random outcome: an
+    in-sample model learns each outcome; a held-out one cannot."""
+    from training.lexical import Terms
+
+    rng = np.random.default_rng(1)
+    ids = [[1000 + i, 1000 + i, 1000 + i] for i in range(n)]
+    outcome = (rng.random(n) < 0.5).astype(float)
+    return Terms.of_rows(ids), np.c_[outcome, 1 - outcome], [f"prompt {i}" for i in range(n)]
+
+
+def test_training_rows_get_out_of_fold_margins():
+    from training.lexical import cross_fitted, fold_numbers
+
+    terms, outcomes, prompts = _memorizable()
+    train = np.arange(len(prompts)) < 450
+    folds = fold_numbers(np.array(prompts, dtype=object)[train], 5)
+    assert sorted(set(folds.tolist())) == [0, 1, 2, 3, 4] and np.bincount(folds).min() > 60
+    model, margins = cross_fitted(terms, outcomes, np.ones_like(outcomes), train, folds, c=64.0)
+
+    in_sample = model.margins(terms.subset(train))[:, 0]
+    assert np.corrcoef(in_sample, outcomes[train, 0])[0, 1] > 0.9  # the all-train model memorized them
+    assert abs(np.corrcoef(margins[train, 0], outcomes[train, 0])[0, 1]) < 0.2  # their own margins did not
+    assert np.max(np.abs(margins[train, 0] - in_sample)) > 0.5
+    # every other row: the all-train model's margins, the ones the bundle computes
+    np.testing.assert_allclose(margins[~train], model.margins(terms.subset(~train)), rtol=0, atol=1e-6)
+
+
+def test_an_outcome_without_failures_is_its_smoothed_log_odds():
+    from training.lexical import LexicalModel, Terms
+
+    terms = Terms.of_rows([[1, 2], [3], [4, 5, 6]])
+    model = LexicalModel.fit(terms, np.c_[np.ones(3), [1.0, 0.0, np.nan]], np.c_[np.ones(3), [1.0, 1.0, 1.0]], c=1.0)
+    assert not model.weights[:, 0].any() and model.bias[0] == pytest.approx(np.log(3.5 / 0.5))
+    assert np.isnan(model.margins_of_rows([[1, 2], None])[1]).all()  # logged as an embedding: missing
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"lexical": "bigrams"}, "config lexical='bigrams': must be one of none, features"),
+    ({"lexical": "features", "tier": "transformer"}, "needs tier=static, not 'transformer'"),
+    ({"lexical": "features", "engine": "dask"}, "needs engine=local, not 'dask'"),
+    ({"lexical_folds": 1}, "config lexical_folds=1: must be an integer in [2, 20]"),
+    ({"lexical_c": 0}, "config lexical_c=0: must be a number > 0"),
+])
+def test_bad_lexical_options_are_rejected(options, message):
+    from training.config import TrainConfig
+
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        TrainConfig(**options)
+
+
+def test_manifest_spec_lexical_is_checked_and_absent_when_none():
+    from serving.features.spec import FeatureSpec
+    from serving.manifest import ManifestError, check_feature_spec
+
+    assert "lexical" not in FeatureSpec(tier="static", fused=True).to_dict()  # old manifests, as before
+    assert check_feature_spec({"tier": "static", "fused": True}).lexical == "none"
+    spec = check_feature_spec({"tier": "static", "fused": True, "lexical": "features"})
+    assert spec.model_feature_names[-2:] == ["lexical_edge", "lexical_cloud"]
+    assert spec.feature_names == FeatureSpec(tier="static", fused=True).feature_names
+    with pytest.raises(ManifestError, match="feature_spec.lexical: must be one of none, features"):
+        check_feature_spec({"tier": "static", "fused": True, "lexical": "yes"})
+    with pytest.raises(ManifestError, match="feature_spec.lexical: needs the fused layout"):
+        check_feature_spec({"tier": "transformer", "lexical": "features"})
+
+
+@pytest.fixture(scope="module")
+def trained_lexical(small_routellm, encoder_cache, tmp_path_factory):
+    """(config, the engine's Fitted, TrainResult) of a training with lexical=features on the
+    real-data slice, its training rows cut to a hash sample."""
+    from rich.console import Console
+
+    from training.engines import get_engine
+    from training.engines.base import finish
+
+    config = config_for(tmp_path_factory.mktemp("lexical"), small_routellm, encoder_cache, lexical="features",
+                        lexical_folds=3, max_train_rows=1500)
+    timings = {"start": 0.0}
+    console = Console(quiet=True)
+    fitted = get_engine("local").fit(config, console, timings)
+    return config, fitted, finish(config, fitted, timings)
+
+
+def test_lexical_bundle_scores_like_its_training_pipeline(trained_lexical):
+    """The training's parity check passed on the test rows; the same holds on hard strings,
+    the training pipeline's score computed from its own parts (features, lexical margins,
+    boosters) against the SDK's from raw text."""
+    from serving.scorer import Scorer
+    from training.lexical import Terms
+    from training.model import predict
+
+    config, fitted, result = trained_lexical
+    assert result.metrics["parity_max_abs_diff"] <= 1e-5
+    manifest = json.loads((result.bundle / "manifest.json").read_text())
+    assert manifest["feature_spec"]["lexical"] == "features" and manifest["feature_spec"]["fused"]
+
+    recipe = fitted.plan.serving
+    prompts, precisions = HARD + list(result.test.prompts[:50]), [None] * len(HARD) + list(result.test.precisions[:50])
+    features, tokens = recipe.featurizer().transform_with_tokens(prompts, precisions)
+    margins = fitted.plan.lexical.margins(Terms.of(tokens.ids, tokens.lengths, fitted.plan.lexical.vocabulary))
+    expected, _ = predict(config.objective, fitted.heads, np.concatenate([features, margins], axis=1))
+    sdk = Scorer.load(result.bundle).scores(prompts, precisions)
+    assert np.max(np.abs(sdk - expected)) <= 1e-5
+
+
+def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexical, trained_small):
+    """The lexical bundle is another router than the default one trained on the same slice
+    (its trees read the margins), and the default bundle still loads with no lexical spec."""
+    import onnx
+
+    from serving.scorer import Scorer
+
+    _, _, lexical = trained_lexical
+    _, default = trained_small
+    prompts = list(default.test.prompts[:200])
+    with_lexical, without = Scorer.load(lexical.bundle), Scorer.load(default.bundle)
+    assert without.spec.lexical == "none" and with_lexical.spec.lexical == "features"
+    assert np.mean(np.abs(with_lexical.scores(prompts) - without.scores(prompts))) > 0.01
+    graph = onnx.load(str(lexical.bundle / "model.onnx"))
+    weights = next(i for i in graph.graph.initializer if i.name.endswith("lexical_weights"))
+    assert list(weights.dims) == [30522 + (1 << 18), 2]
+    trees = [n for n in graph.graph.node if n.op_type == "TreeEnsembleClassifier"]
+    features_read = {int(f) for t in trees for a in t.attribute if a.name == "nodes_featureids" for f in a.ints}
+    width = len(with_lexical.spec.feature_names)
+    assert {width, width + 1} & features_read  # the trees split on the margins

@@ -1,0 +1,272 @@
+"""Lexical evidence (`TrainConfig.lexical`): a logistic regression per outcome over the
+prompt's WordPiece unigrams and hashed bigrams, whose margins the trees read as two more
+features, computed inside the bundle's one ONNX graph.
+
+Terms. The token ids the SDK already computes (the static tier's, after the `max_chars`
+cut and the `max_tokens` limit, padding left out): each id is a unigram term, and each pair
+of neighbouring ids (a, b) the bigram term `vocabulary + (a * 1_000_003 + b) mod 2^18`. A
+prompt's row holds its terms' counts divided by its number of terms (n ids give 2n - 1
+terms; an empty prompt has none).
+
+Model. One logistic regression per outcome (edge, cloud), an outcome q in [0, 1] counted
+as q of a success and 1 - q of a failure (judge scores), fitted on the training rows where
+that outcome is known. Its margin is b + (sum of w[term] over the prompt's terms) / (number
+of terms), or b for an empty prompt.
+
+No leak into the trees. The training rows' margins are out of fold: the training prompts
+are cut into K folds by prompt hash, and each fold's margins come from the regression
+fitted on the other folds. Every other row (validation, test, rows logged without text)
+gets the margins of the regression fitted on all training rows, the one the bundle ships.
+
+The same numbers in the graph. The weights are rounded to a grid of 2^-23 of the largest
+weight's power of two (float32 values, 24 significant bits), so every sum of a prompt's
+weights is exact in float64 whatever the order of its terms: numpy's sparse product here and
+the graph's MatMul give the same sum, then the same correctly rounded division, addition
+and float32 cast. So the training matrix and the bundle hold the same float32 margins, bit
+for bit, and the trees split them alike (held by tests/test_lexical.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
+
+VOCABULARY = 30522            # MiniLM's WordPiece vocabulary: the unigram terms
+BIGRAM_BUCKETS = 1 << 18      # hashed bigram terms
+BIGRAM_MULTIPLIER = 1_000_003
+OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_NAMES' order
+FOLD_SALT = "lexical:"        # the folds' hash must not be the split's
+WEIGHT_BITS = 23              # a weight is an integer of at most 23 bits times its column's step
+
+__all__ = ["LEXICAL_MODES", "LEXICAL_NAMES", "LexicalModel", "Terms", "cross_fitted", "fit_outcome", "fold_numbers",
+           "lexical_matrix"]
+
+
+@dataclass
+class Terms:
+    """Each prompt's term counts (a sparse [prompts, vocabulary + BIGRAM_BUCKETS] matrix of
+    integers) and number of terms."""
+
+    counts: object           # scipy.sparse.csr_matrix, float64 counts
+    n_terms: np.ndarray      # int64 per prompt
+    vocabulary: int = VOCABULARY
+
+    @classmethod
+    def of(cls, ids: np.ndarray, lengths: np.ndarray, vocabulary: int = VOCABULARY) -> "Terms":
+        """From prompts' ids laid end to end (`ids`) and each prompt's length, as in
+        training.featurize.TokenRows."""
+        from scipy.sparse import coo_matrix
+
+        ids, lengths = np.asarray(ids, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
+            raise ValueError(f"token ids must lie in [0, {vocabulary}) (the tokenizer's vocabulary), "
+                             f"got {ids.min()}..{ids.max()}")
+        row_of = np.repeat(np.arange(len(lengths)), lengths)
+        pair = np.ones(len(ids), dtype=bool)  # position i starts a bigram when i + 1 is in its prompt
+        ends = np.cumsum(lengths)[lengths > 0] - 1
+        pair[ends] = False
+        starts = np.flatnonzero(pair)
+        bigrams = vocabulary + (ids[starts] * BIGRAM_MULTIPLIER + ids[starts + 1]) % BIGRAM_BUCKETS
+        rows, cols = np.concatenate([row_of, row_of[starts]]), np.concatenate([ids, bigrams])
+        counts = coo_matrix((np.ones(len(rows)), (rows, cols)),
+                            shape=(len(lengths), vocabulary + BIGRAM_BUCKETS)).tocsr()  # repeats are summed
+        return cls(counts, lengths + np.maximum(lengths - 1, 0), vocabulary)
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Sequence[int]], vocabulary: int = VOCABULARY) -> "Terms":
+        """From one sequence of ids per prompt."""
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        flat = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]) if len(rows) else np.zeros(0, np.int64)
+        return cls.of(flat, lengths, vocabulary)
+
+    def __len__(self) -> int:
+        return len(self.n_terms)
+
+    def normalized(self):
+        """The regression's rows: counts divided by the number of terms (an empty prompt: zeros)."""
+        from scipy.sparse import diags
+
+        return diags(1.0 / np.maximum(self.n_terms, 1)) @ self.counts
+
+    def subset(self, rows: np.ndarray) -> "Terms":
+        return Terms(self.counts[rows], self.n_terms[rows], self.vocabulary)
+
+
+def lexical_matrix(token_ids: Sequence[Sequence[int]], vocabulary: int = VOCABULARY):
+    """Sparse rows of unigram and hashed-bigram counts, each row divided by its number of terms."""
+    return Terms.of_rows(token_ids, vocabulary).normalized()
+
+
+def fit_outcome(x, q: np.ndarray, weight: np.ndarray | None = None, *, c: float) -> tuple[np.ndarray, float]:
+    """(coefficients, intercept) of a logistic regression of an outcome in [0, 1] on the rows
+    of `x`: q counts as q of a success and 1 - q of a failure, each times the row's weight.
+    An outcome with no successes or no failures gets its smoothed log-odds and no terms."""
+    import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
+
+    q = np.asarray(q, dtype=np.float64)
+    weight = np.ones(len(q)) if weight is None else np.asarray(weight, dtype=np.float64)
+    success, failure = float(np.sum(weight * q)), float(np.sum(weight * (1 - q)))
+    if success <= 0 or failure <= 0:
+        return np.zeros(x.shape[1]), float(np.log((success + 0.5) / (failure + 0.5)))
+    weights = np.r_[weight * q, weight * (1 - q)]
+    keep = weights > 0
+    stacked = sp.vstack([x, x]).tocsr()[keep]
+    labels = np.r_[np.ones(x.shape[0]), np.zeros(x.shape[0])][keep]
+    # Newton-CG: on the shipped logs' 8,700 training rows it reaches lbfgs' optimum (loss within
+    # 1e-6 of a 1e-8-tolerance fit) in 2 s; lbfgs at its default tolerance took 12-20 s and
+    # stopped 0.6% above it, its margins up to 0.59 off.
+    model = LogisticRegression(C=c, solver="newton-cg", max_iter=2000).fit(stacked, labels,
+                                                                           sample_weight=weights[keep])
+    return model.coef_[0].astype(np.float64), float(model.intercept_[0])
+
+
+def on_grid(coefficients: np.ndarray) -> np.ndarray:
+    """The coefficients rounded to multiples of 2^(e - WEIGHT_BITS), 2^e the smallest power
+    of two at or above the largest |coefficient|: float32 values whose sums are exact in
+    float64 (module doc)."""
+    largest = float(np.max(np.abs(coefficients))) if coefficients.size else 0.0
+    step = 2.0 ** (np.ceil(np.log2(largest)) - WEIGHT_BITS) if largest > 0 else 1.0
+    return (np.round(coefficients / step) * step).astype(np.float32)
+
+
+@dataclass
+class LexicalModel:
+    """The regressions of every outcome, as the bundle's graph holds them."""
+
+    weights: np.ndarray      # float32 [vocabulary + BIGRAM_BUCKETS, outcomes], on the grid (on_grid)
+    bias: np.ndarray         # float64 [outcomes]
+    vocabulary: int = VOCABULARY
+
+    @classmethod
+    def fit(cls, terms: Terms, outcomes: np.ndarray, weights: np.ndarray, *, c: float) -> "LexicalModel":
+        """One regression per column of `outcomes` [rows, outcomes] (NaN: unknown), each on the
+        rows whose weight for it is > 0 (training.partial's outcome weights)."""
+        x = terms.normalized()
+        columns, biases = [], []
+        for q, w in zip(np.asarray(outcomes, dtype=np.float64).T, np.asarray(weights, dtype=np.float64).T):
+            known = (w > 0) & ~np.isnan(q)
+            coefficients, intercept = fit_outcome(x[known], q[known], w[known], c=c)
+            columns.append(on_grid(coefficients))
+            biases.append(intercept)
+        return cls(np.stack(columns, axis=1), np.array(biases, dtype=np.float64), terms.vocabulary)
+
+    def margins(self, terms: Terms) -> np.ndarray:
+        """float32 [prompts, outcomes]: b + (sum of the terms' weights) / (number of terms),
+        the float64 steps of the graph in the same order (module doc)."""
+        total = terms.counts @ self.weights.astype(np.float64)
+        return (np.asarray(total) / np.maximum(terms.n_terms, 1)[:, None] + self.bias).astype(np.float32)
+
+    def margins_of_tokens(self, tokens) -> np.ndarray:
+        """`margins` of prompts given as training.featurize.TokenRows."""
+        return self.margins(Terms.of(tokens.ids, tokens.lengths, self.vocabulary))
+
+    def margins_of_rows(self, rows: Sequence[Sequence[int] | None]) -> np.ndarray:
+        """`margins` of prompts given as token ids; a row without ids (None: logged as an
+        embedding only) gets NaN, which LightGBM treats as missing."""
+        out = np.full((len(rows), len(self.bias)), np.nan, dtype=np.float32)
+        at = [i for i, r in enumerate(rows) if r is not None]
+        if at:
+            out[at] = self.margins(Terms.of_rows([rows[i] for i in at], self.vocabulary))
+        return out
+
+    def append_to_graph(self, prefix: bytes, *, features: str = "features", output: str = "model_features") -> bytes:
+        """The fused prefix graph (inputs input_ids, attention_mask, scalars; output
+        `features`) with a second output `output` = [features, one margin per outcome]:
+        the terms from the masked ids (bigrams in int64), one Gather of their weights, a
+        masked float64 sum, divided by the number of terms (at least 1), plus the bias."""
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        model = onnx.load_from_string(prefix)
+        graph = model.graph
+        width = next(o for o in graph.output if o.name == features).type.tensor_type.shape.dim[1].dim_value
+
+        def constant(name: str, value, dtype) -> str:
+            graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"lexical_{name}"))
+            return f"lexical_{name}"
+
+        start, stop, last = constant("start", [0], np.int64), constant("stop", [-1], np.int64), \
+            constant("end", [np.iinfo(np.int64).max], np.int64)
+        second, sequence = constant("second", [1], np.int64), constant("axis", [1], np.int64)
+        nodes = [
+            helper.make_node("Slice", ["input_ids", start, stop, sequence], ["lexical_left"]),
+            helper.make_node("Slice", ["input_ids", second, last, sequence], ["lexical_right"]),
+            helper.make_node("Mul", ["lexical_left", constant("multiplier", BIGRAM_MULTIPLIER, np.int64)],
+                             ["lexical_scaled"]),
+            helper.make_node("Add", ["lexical_scaled", "lexical_right"], ["lexical_pair"]),
+            helper.make_node("Mod", ["lexical_pair", constant("buckets", BIGRAM_BUCKETS, np.int64)],
+                             ["lexical_bucket"]),
+            helper.make_node("Add", ["lexical_bucket", constant("vocabulary", self.vocabulary, np.int64)],
+                             ["lexical_bigram"]),
+            helper.make_node("Concat", ["input_ids", "lexical_bigram"], ["lexical_terms"], axis=1),
+            # A bigram counts when both its ids are real tokens (not padding).
+            helper.make_node("Slice", ["attention_mask", start, stop, sequence], ["lexical_mask_left"]),
+            helper.make_node("Slice", ["attention_mask", second, last, sequence], ["lexical_mask_right"]),
+            helper.make_node("Mul", ["lexical_mask_left", "lexical_mask_right"], ["lexical_pair_mask"]),
+            helper.make_node("Concat", ["attention_mask", "lexical_pair_mask"], ["lexical_term_mask"], axis=1),
+            helper.make_node("Cast", ["lexical_term_mask"], ["lexical_mask"], to=TensorProto.DOUBLE),
+            helper.make_node("Unsqueeze", ["lexical_mask", sequence], ["lexical_mask_row"]),  # [batch, 1, terms]
+            helper.make_node("Gather", ["lexical_weights", "lexical_terms"], ["lexical_rows32"], axis=0),
+            helper.make_node("Cast", ["lexical_rows32"], ["lexical_rows"], to=TensorProto.DOUBLE),
+            helper.make_node("MatMul", ["lexical_mask_row", "lexical_rows"], ["lexical_total"]),  # [batch, 1, outcomes]
+            helper.make_node("ReduceSum", ["lexical_mask_row", constant("terms_axis", [2], np.int64)],
+                             ["lexical_count"], keepdims=1),
+            # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN.
+            helper.make_node("Max", ["lexical_count", constant("one", [1.0], np.float64)], ["lexical_safe_count"]),
+            helper.make_node("Div", ["lexical_total", "lexical_safe_count"], ["lexical_mean"]),
+            helper.make_node("Add", ["lexical_mean", "lexical_bias"], ["lexical_margin64"]),
+            helper.make_node("Cast", ["lexical_margin64"], ["lexical_margin32"], to=TensorProto.FLOAT),
+            helper.make_node("Squeeze", ["lexical_margin32", sequence], ["lexical_margins"]),
+            helper.make_node("Concat", [features, "lexical_margins"], [output], axis=1),
+        ]
+        graph.node.extend(nodes)
+        graph.initializer.extend([numpy_helper.from_array(np.ascontiguousarray(self.weights, np.float32),
+                                                          "lexical_weights"),
+                                  numpy_helper.from_array(self.bias.astype(np.float64), "lexical_bias")])
+        graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT,
+                                                          ["batch", width + len(self.bias)]))
+        onnx.checker.check_model(model)
+        return model.SerializeToString()
+
+
+def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:
+    """Each prompt's fold in 0..folds-1, from its hash (salted apart from the split's)."""
+    from data.prepare import hash_uniform
+
+    return np.minimum((hash_uniform(prompts, FOLD_SALT + salt) * folds).astype(np.int64), folds - 1)
+
+
+def cross_fitted(terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train: np.ndarray, folds: np.ndarray, *,
+                 c: float) -> tuple[LexicalModel, np.ndarray]:
+    """(the model fitted on every training row, float32 margins [rows, outcomes]): out of
+    fold on the training rows (`folds`: each training row's fold), that model's elsewhere
+    (module doc)."""
+    train = np.asarray(train, dtype=bool)
+    rows = np.flatnonzero(train)
+    model = LexicalModel.fit(terms.subset(rows), outcomes[rows], weights[rows], c=c)
+    margins = np.empty((len(terms), len(model.bias)), dtype=np.float32)
+    margins[~train] = model.margins(terms.subset(~train))
+    for fold in np.unique(folds):
+        held, fit_rows = rows[folds == fold], rows[folds != fold]
+        part = LexicalModel.fit(terms.subset(fit_rows), outcomes[fit_rows], weights[fit_rows], c=c)
+        margins[held] = part.margins(terms.subset(held))
+    return model, margins
+
+
+def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -> tuple[LexicalModel, np.ndarray]:
+    """The local engine's lexical stage: `cross_fitted` on the prepared rows (`frame`, with
+    their outcome weights) from their token ids (`tokens`, training.featurize.TokenRows, one
+    per row of `frame`), the training rows cut into `config.lexical_folds` folds by prompt hash."""
+    from training.partial import head_rows
+
+    terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
+    outcomes = np.stack([frame[c].to_numpy(float) for c in OUTCOMES], axis=1)
+    weights = np.stack([np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)],
+                       axis=1)
+    folds = np.full(len(frame), -1)
+    folds[train] = fold_numbers(frame["prompt"].to_numpy()[train], config.lexical_folds, config.split_salt)
+    return cross_fitted(terms, outcomes, weights, train, folds[train], c=config.lexical_c)
