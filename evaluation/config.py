@@ -41,7 +41,8 @@ class EvalConfig:
     cache_dir: str = "data/cache"
     mlflow: bool = True
     # engine=dask: logs read, validated and split on a Dask cluster; the rows scored here are
-    # a hash sample of at most `sample_rows` per split (the tuned rule table's train rows too).
+    # a hash sample of at most `sample_rows` per split (the train and val rows that fit the tuned
+    # rule table and the reference too).
     engine: str = "local"
     dask_scheduler: str | None = None                   # empty: $DASK_SCHEDULER, else a LocalCluster
     dask_workers: int | None = None

@@ -5,7 +5,8 @@ routes every row of the held-out source, which it never saw. Training is passed 
 (`train`: rows of the other sources and a work folder -> a bundle folder), so this module
 needs nothing of the training stack; `make evaluate` passes one that retrains with the
 bundle's own settings, in a temporary folder with its own MLflow store, so neither the
-user's bundle nor their registry is touched.
+user's bundle nor their registry is touched. The reference (evaluation.reference) is fitted
+on the same rows of the other sources (their train split, thresholds on their val split).
 """
 from __future__ import annotations
 
@@ -16,20 +17,22 @@ from pathlib import Path
 from typing import Callable
 
 from evaluation.policies import evaluate_policies
+from evaluation.reference import ReferencePolicy
 from evaluation.rows import Rows
 
 log = logging.getLogger(__name__)
-LOSO_POLICIES = ("learned", "rule_table", "rule_table_inferred", "random", "oracle")
+LOSO_POLICIES = ("learned", "rule_table", "rule_table_inferred", "reference", "random", "oracle")
 # (rows of the other sources as a prepared frame, an empty work folder) -> the trained bundle's folder
 Trainer = Callable[[object, Path], Path]
 
 
 def leave_one_source_out(frame, *, train: Trainer, sources=None, batch_size: int = 256, progress=None,
-                         **options) -> dict:
+                         reference_target: dict | None = None, **options) -> dict:
     """{source: figures of LOSO_POLICIES on its rows (evaluate_policies) and `trained_on_rows`,
     or {"error": ...} when that training failed}. Empty with one source.
 
-    `frame` is a prepared log frame (merged rows with split and label); `options` go to
+    `frame` is a prepared log frame (merged rows with split and label); `reference_target`
+    the threshold options of the reference (None: no reference); `options` go to
     evaluate_policies (catch_rate, cost, latency).
     """
     from serving import Router
@@ -56,7 +59,9 @@ def leave_one_source_out(frame, *, train: Trainer, sources=None, batch_size: int
                 results[source] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             else:
                 rows = Rows.route(Router.load(bundle, strict=True), held, batch_size=batch_size)
-                figures, _ = evaluate_policies(rows.with_inferred_domains(), LOSO_POLICIES, **options)
+                reference = ReferencePolicy.fit_frame(rest, **reference_target) if reference_target else None
+                names = [n for n in LOSO_POLICIES if n != "reference" or reference is not None]
+                figures, _ = evaluate_policies(rows.with_inferred_domains(), names, reference=reference, **options)
                 results[source] = {**figures, "trained_on_rows": int(len(rest)),
                                    "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None
                                    else None}

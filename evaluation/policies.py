@@ -3,14 +3,16 @@
 Policies (POLICIES): the learned router as the SDK ran it, the hand rule table of
 baseline.md with the domain from the log's label and inferred from the text, a tuned
 rule table (the same three rules, weights and thresholds grid-searched on training
-rows), random routing at the learned router's cloud-first and fallback shares (its
-expectation), all-edge, all-cloud and the oracle. Figures: policy_figures (curve and
+rows), the reference (evaluation.reference: TF-IDF + logistic regression per outcome, the
+baseline a learned router must beat), random routing at the learned router's cloud-first and
+fallback shares (its expectation), all-edge, all-cloud and the oracle. Figures: policy_figures (curve and
 operating point) plus evaluation.policy_metrics (matched share, fallback, cost, latency).
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,11 +25,16 @@ from evaluation.thresholds import Thresholds, select_thresholds
 from serving.contract import CLOUD, EDGE, FALLBACK, zone_for
 from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, rule_score
 
+if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
+    from evaluation.reference import ReferencePolicy
+
 POLICIES = {
     "learned": "the bundle's router through the SDK, at its calibrated thresholds",
     "rule_table": "hand rule table (baseline.md), domain from the log's label",
     "rule_table_inferred": "hand rule table, domain inferred from the text (the SDK's degraded mode)",
     "tuned_rule_table": "the same three rules, weights and thresholds grid-searched on the train split",
+    "reference": "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train "
+                 "split, thresholds on the val split: the ten-minute baseline to beat",
     "random": "random routing at the learned router's cloud-first and fallback shares (expectation)",
     "all_edge": "every request on the edge, no fallback",
     "all_cloud": "every request to the cloud",
@@ -139,7 +146,7 @@ def _rule_zones(scores, lo=RULE_LO, hi=RULE_HI) -> np.ndarray:
 
 
 def _constant(zone: str, value: float):
-    return lambda rows, tuned: (np.full(len(rows), value), np.full(len(rows), zone, dtype=object))
+    return lambda rows, fitted: (np.full(len(rows), value), np.full(len(rows), zone, dtype=object))
 
 
 def _rule_table(rows: Rows, domains):
@@ -147,29 +154,41 @@ def _rule_table(rows: Rows, domains):
     return scores, _rule_zones(scores)
 
 
-def _tuned(rows: Rows, tuned: TunedRules | None):
+def _tuned(rows: Rows, fitted: dict):
+    tuned = fitted["tuned_rule_table"]
     if tuned is None:
         raise ValueError("the tuned rule table was not fitted (no train rows); leave it out of the policies")
     scores = tuned.scores(rows.n_tokens, rows.domains, rows.precisions)
     return scores, _rule_zones(scores, tuned.lo, tuned.hi)
 
 
-# name -> (rows, tuned) -> (score, zone) per request. `random` is built from the learned shares.
+def _reference(rows: Rows, fitted: dict):
+    reference = fitted["reference"]
+    if reference is None:
+        raise ValueError("the reference policy was not fitted: pass reference=ReferencePolicy.fit(train_rows, "
+                         "val_rows, ...) (evaluation.reference), or leave `reference` out of the policies")
+    return reference.route(rows)
+
+
+# name -> (rows, fitted policies by name) -> (score, zone) per request. `random` is built from the learned shares.
 SCORERS = {
-    "learned": lambda rows, tuned: (rows.scores, rows.zones),
-    "rule_table": lambda rows, tuned: _rule_table(rows, rows.domains),
-    "rule_table_inferred": lambda rows, tuned: _rule_table(rows, rows.with_inferred_domains().inferred_domains),
+    "learned": lambda rows, fitted: (rows.scores, rows.zones),
+    "rule_table": lambda rows, fitted: _rule_table(rows, rows.domains),
+    "rule_table_inferred": lambda rows, fitted: _rule_table(rows, rows.with_inferred_domains().inferred_domains),
     "tuned_rule_table": _tuned,
+    "reference": _reference,
     "all_edge": _constant(EDGE, 0.0),
     "all_cloud": _constant(CLOUD, 1.0),
-    "oracle": lambda rows, tuned: (rows.needed.astype(float), np.where(rows.needed == 1, CLOUD, EDGE).astype(object)),
+    "oracle": lambda rows, fitted: (rows.needed.astype(float), np.where(rows.needed == 1, CLOUD, EDGE).astype(object)),
 }
 
 
-def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None, catch_rate: float = 0.5,
+def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None,
+                      reference: "ReferencePolicy | None" = None, catch_rate: float = 0.5,
                       cost: CostModel | None = None, latency: LatencyModel | None = None):
-    """(figures, curves): reference qualities and every policy's figures on these rows, and
-    the quality curve of each policy that has a score. Matched share = the learned router's
+    """(figures, curves): all-edge, all-cloud and oracle qualities and every policy's figures on
+    these rows, and the quality curve of each policy that has a score. `tuned` and `reference` are the fitted
+    tuned rule table and reference policy, needed when those names are asked for. Matched share = the learned router's
     cloud-first share. The fallback's rates are the acceptance check's verdicts on the rows
     with a logged edge answer (rows.rejected), `catch_rate` assumed on the rest
     (evaluation.fallback); `fallback_rates` says how many of each."""
@@ -181,7 +200,7 @@ def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None, cat
     all_edge, all_cloud = float(qe.mean()), float(qc.mean())
     learned = policy_figures(rows.scores, rows.zones, qe, qc, needed)
     share, fallback_share = learned["cloud_share"], learned["fallback_share"]
-    figures, curves = {}, {}
+    figures, curves, fitted = {}, {}, {"tuned_rule_table": tuned, "reference": reference}
     for name in check_policies(names):
         if name == "random":
             scores = np.zeros(len(rows))  # one tied block: the expectation over random orders
@@ -189,7 +208,7 @@ def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None, cat
             point = {**curve_summary(scores, qe, qc, needed), **at_share(scores, qe, qc, needed, share),
                      "fallback_share": fallback_share}
         else:
-            scores, zones = SCORERS[name](rows, tuned)
+            scores, zones = SCORERS[name](rows, fitted)
             probs = zone_probabilities(zones)
             point = policy_figures(scores, zones, qe, qc, needed)
         point["pgr"] = pgr(point["quality"], all_edge, all_cloud)
@@ -227,7 +246,7 @@ def summary(rows: Rows, *, catch_rate: float) -> dict:
 # Labels double as MLflow metric-name parts, so only letters, digits, spaces and dashes.
 LENGTH_BUCKETS = ((64, "up to 64 tokens"), (256, "65-256 tokens"), (1024, "257-1024 tokens"),
                   (float("inf"), "over 1024 tokens"))
-BREAKDOWN_POLICIES = ("learned", "rule_table", "rule_table_inferred", "tuned_rule_table")
+BREAKDOWN_POLICIES = ("learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "reference")
 BREAKDOWN_KEYS = ("cloud_share", "quality", "quality_vs_all_cloud", "misroute_rate", "under_routing",
                   "over_routing", "quality_with_fallback", "expected_cloud_calls", "auc", "apgr")
 
@@ -241,7 +260,7 @@ def length_buckets(n_tokens) -> np.ndarray:
 
 def breakdowns(rows: Rows, names, **options) -> dict:
     """{dimension: {group: figures}} by source, domain group, declared precision and prompt length,
-    for the rule tables and the learned router (BREAKDOWN_KEYS of each)."""
+    for the learned router, the rule tables and the reference (BREAKDOWN_KEYS of each)."""
     dimensions = {
         "source": rows.sources,
         "domain": np.array([d or "unknown" for d in rows.domains], dtype=object),

@@ -14,11 +14,12 @@ from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 LABELS = {
     "learned": "learned router", "rule_table": "hand rule table (label domain)",
     "rule_table_inferred": "hand rule table (inferred domain)", "tuned_rule_table": "tuned rule table",
+    "reference": "reference (TF-IDF + logistic regression)",
     "random": "random (matched share)", "all_edge": "all-edge", "all_cloud": "all-cloud", "oracle": "oracle",
 }
 SHORT = {"learned": "learned", "rule_table": "hand rule", "rule_table_inferred": "hand rule (text)",
-         "tuned_rule_table": "tuned rule", "random": "random", "all_edge": "all-edge", "all_cloud": "all-cloud",
-         "oracle": "oracle"}
+         "tuned_rule_table": "tuned rule", "reference": "reference", "random": "random", "all_edge": "all-edge",
+         "all_cloud": "all-cloud", "oracle": "oracle"}
 PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png",
          "reliability": "reliability.png"}
 
@@ -87,29 +88,31 @@ def fallback_table(figures: dict) -> str:
 
 def breakdown_table(groups: dict) -> str:
     names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values()))]
+    ranked = [n for n in ("learned", "reference") if n in names]  # the APGR to beat next to the router's
     header = ["group", "rows", "cloud needed", "learned cloud share",
-              *(f"{SHORT[n]} misroute (under / over)" for n in names), "learned APGR"]
+              *(f"{SHORT[n]} misroute (under / over)" for n in names), *(f"{SHORT[n]} APGR" for n in ranked)]
     rows = [[group, str(g["rows"]), pct(g["cloud_needed_share"]), pct(g["learned"]["cloud_share"]),
              *(f"{pct(g[n]['misroute_rate'])} ({pct(g[n]['under_routing'])} / {pct(g[n]['over_routing'])})"
-               for n in names), num(g["learned"]["apgr"])] for group, g in groups.items()]
+               for n in names), *(num(g[n]["apgr"]) for n in ranked)] for group, g in groups.items()]
     return table(header, rows)
 
 
 def loso_table(loso: dict) -> str:
     header = ["held-out source", "rows", "trained on", "learned APGR", "learned AUC", "cloud share",
               "misroute (under / over)", "quality vs all-cloud", "with fallback vs all-cloud",
-              "hand rule APGR", "in-distribution APGR"]
+              "reference APGR", "hand rule APGR", "in-distribution APGR"]
     rows = []
     for source, r in loso.items():
         if "error" in r:
-            rows.append([source, "—", "—", f"failed: {r['error']}", *["—"] * 7])
+            rows.append([source, "—", "—", f"failed: {r['error']}", *["—"] * 8])
             continue
         p, ref = r["policies"]["learned"], r["all_cloud_quality"]
         rows.append([source, str(r["rows"]), f"{r['trained_on_rows']} rows", num(p["apgr"]), num(p["auc"]),
                      pct(p["cloud_share"]),
                      f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
                      num(p["quality_vs_all_cloud"], "+.3f"), num(p["quality_with_fallback"] - ref, "+.3f"),
-                     num(r["policies"]["rule_table"]["apgr"]), num(r.get("in_distribution_apgr"))])
+                     num((r["policies"].get("reference") or {}).get("apgr")), num(r["policies"]["rule_table"]["apgr"]),
+                     num(r.get("in_distribution_apgr"))])
     return table(header, rows)
 
 
@@ -149,6 +152,8 @@ def render(metrics: dict) -> str:
                    for b in table_["bins"]]))),
         "## Tuned rule table",
         _tuned_text(metrics["tuned_rule_table"]),
+        "## Reference",
+        _reference_text(metrics.get("reference") or {"skipped": "not requested"}),
     ]
     if metrics.get("novelty"):
         parts += ["## Unfamiliar prompts", _novelty_text(metrics["novelty"], metrics.get("leave_one_source_out"))]
@@ -280,6 +285,19 @@ def _tuned_text(tuned: dict) -> str:
             f"bundle's target `{tuned['target']}` (met: {tuned['fit']['met_target']}).")
 
 
+def _reference_text(reference: dict) -> str:
+    if "skipped" in reference:
+        return f"Skipped: {reference['skipped']}"
+    rows = reference["trained_on_rows"]
+    left_out = f", {rows['without_text']} rows without text left out" if rows.get("without_text") else ""
+    return (f"The baseline a learned router must beat: {reference['features']}, a logistic regression per outcome "
+            f"(C {reference['c']:g}; graded outcomes as fractional successes), fitted on {rows['edge']} train-split "
+            f"rows (edge) and {rows['cloud']} (cloud){left_out} in {reference['fit_seconds']:.1f} s; score "
+            f"P(cloud good) - P(edge good); edge below {reference['lo']:.3f}, cloud above {reference['hi']:.3f}, "
+            f"fallback in between, picked on {reference['fit']['rows']} val-split rows for the bundle's target "
+            f"`{reference['target']}` (met: {reference['fit']['met_target']}).")
+
+
 def summary_table(metrics: dict):
     """The headline figures as a rich Table, for the terminal."""
     from rich.table import Table
@@ -346,10 +364,12 @@ def plot_quality_vs_share(figures: dict, curves: dict, path: Path) -> None:
 
 
 def plot_misroute_by_domain(groups: dict, path: Path) -> None:
-    """Stacked under/over-routing per domain group, one bar per rule table and the learned router."""
+    """Stacked under/over-routing per domain group, one bar per policy: the learned router, the
+    reference and the rule tables."""
     import numpy as np
 
-    names = [n for n in ("learned", "rule_table", "tuned_rule_table") if n in next(iter(groups.values()))]
+    shown = ("learned", "reference", "rule_table", "tuned_rule_table")
+    names = [n for n in shown if n in next(iter(groups.values()))]
     fig, ax = _figure(9.0, 5.0)
     x, width = np.arange(len(groups)), 0.8 / len(names)
     for i, name in enumerate(names):

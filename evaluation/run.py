@@ -1,6 +1,7 @@
 """The offline evaluation of one bundle on prepared log rows (what `make evaluate` computes).
 
-Route the chosen split through the SDK, fit the tuned rule table on the train rows, compare
+Route the chosen split through the SDK, fit the tuned rule table on the train rows and the
+reference (evaluation.reference) on the train rows with thresholds on the val rows, compare
 every policy, calibration, breakdowns, and optionally leave-one-source-out. Loading the
 logs, retraining for leave-one-source-out and MLflow are the caller's (pipelines.evaluate),
 so this module runs on any frame of prepared rows.
@@ -8,7 +9,9 @@ so this module runs on any frame of prepared rows.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +24,9 @@ from evaluation.policy_metrics import reliability
 from evaluation.rows import Rows
 from serving.manifest import Manifest
 
+if TYPE_CHECKING:
+    from evaluation.reference import ReferencePolicy
+
 
 @dataclass
 class Evaluation:
@@ -28,15 +34,29 @@ class Evaluation:
     curves: dict    # policy -> quality curve, for the plots
 
 
+def threshold_target(manifest: Manifest) -> dict:
+    """The bundle's own threshold target, as evaluation.thresholds options: the tuned rule
+    table and the reference are thresholded for what the learned router was."""
+    target = manifest.target
+    return {"target": target.get("kind", "quality"), "max_quality_drop": target.get("max_quality_drop", 0.01),
+            "cloud_budget": target.get("cloud_budget", 0.3), "catch_rate": target.get("fallback_catch_rate", 0.5)}
+
+
 def fit_tuned_rules(rows: Rows, manifest: Manifest, *, step: float) -> tuple[TunedRules, dict]:
     """The tuned rule table for the bundle's own threshold target."""
-    target = manifest.target
-    kind = target.get("kind", "quality")
+    target = threshold_target(manifest)
     tuned = tune_rule_table(rows.n_tokens, rows.domains, rows.precisions, rows.q_edge, rows.q_cloud, step=step,
-                            target=kind, max_quality_drop=target.get("max_quality_drop", 0.01),
-                            cloud_budget=target.get("cloud_budget", 0.3),
-                            catch_rate=target.get("fallback_catch_rate", 0.5))
-    return tuned, {**tuned.as_dict(), "target": kind}
+                            **target)
+    return tuned, {**tuned.as_dict(), "target": target["target"]}
+
+
+def fit_reference(train: Rows, val: Rows, manifest: Manifest) -> tuple["ReferencePolicy", dict]:
+    """The reference on the train rows, thresholded on the val rows for the bundle's own target."""
+    from evaluation.reference import ReferencePolicy
+
+    started = time.perf_counter()
+    reference = ReferencePolicy.fit(train, val, **threshold_target(manifest))
+    return reference, {**reference.as_dict(), "fit_seconds": round(time.perf_counter() - started, 2)}
 
 
 def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame, rows: Rows) -> dict:
@@ -168,6 +188,10 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     `responses`: the logged edge answers (data.prepare.response_rows), which measure the
     acceptance check and, where they exist, the fallback's catch and false-reject rates."""
     notes = [] if manifest.split else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
+    if manifest.split.get("cv_folds"):
+        notes.append(f"the bundle was cross-fitted ({manifest.split['cv_folds']} folds) and trained on every row of its "
+                     "training logs: none of those rows is unseen, so figures on them are in sample; its estimates "
+                     "are the cross-validated ones (manifest metrics.cv, `make evaluate CV=5`)")
     traffic = logged_traffic(router, frame[_chosen_rows(config, frame)], batch_size=config.batch_size,
                              margin=manifest.label.get("margin_binary", 0.0), min_propensity=config.min_propensity)
     both = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
@@ -182,12 +206,23 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
         notes.append(f"{int((~both).sum())} requests with one outcome: in the off-policy estimates only")
         frame = frame[both]
     chosen, fit_rows = _chosen_rows(config, frame), (frame["split"] == "train").to_numpy()
+    val_rows = (frame["split"] == "val").to_numpy()
     policies, tuned, tuned_info = list(config.policies), None, {"skipped": "not requested"}
     if "tuned_rule_table" in policies and not fit_rows.any():
         policies.remove("tuned_rule_table")
         tuned_info = {"skipped": "the logs have no rows in the bundle's train split to grid-search it on"}
         notes.append(f"tuned rule table: {tuned_info['skipped']}")
-    routed = chosen | fit_rows if "tuned_rule_table" in policies else chosen
+    reference, reference_info = None, {"skipped": "not requested"}
+    if "reference" in policies and not (fit_rows.any() and val_rows.any()):
+        policies.remove("reference")
+        missing = " and ".join(name for name, rows in (("train", fit_rows), ("val", val_rows)) if not rows.any())
+        reference_info = {"skipped": f"the logs have no rows in the bundle's {missing} split to fit it on"}
+        notes.append(f"reference: {reference_info['skipped']}")
+    routed = chosen.copy()
+    if "tuned_rule_table" in policies or "reference" in policies:
+        routed |= fit_rows
+    if "reference" in policies:
+        routed |= val_rows
     options = dict(catch_rate=config.catch_rate, cost=config.cost_model(), latency=config.latency_model())
     task = progress.add_task("routing through the SDK", total=int(routed.sum())) if progress else None
     routed_rows = Rows.route(router, frame[routed], batch_size=config.batch_size,
@@ -202,17 +237,26 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
         tuned, tuned_info = fit_tuned_rules(routed_rows.subset(fit_rows[routed]), manifest, step=config.rule_weight_step)
         if config.split in ("train", "all"):
             notes.append("the tuned rule table was fitted on the train rows, which this split includes")
-    figures, curves = evaluate_policies(rows, policies, tuned=tuned, **options)
+    if "reference" in policies:
+        reference, reference_info = fit_reference(routed_rows.subset(fit_rows[routed]),
+                                                  routed_rows.subset(val_rows[routed]), manifest)
+        if config.split != "test":
+            notes.append("the reference was fitted on the train rows and thresholded on the val rows: this split "
+                         "includes some of them")
+    fitted = dict(tuned=tuned, reference=reference)
+    figures, curves = evaluate_policies(rows, policies, **fitted, **options)
     metrics = {"setup": _setup(config, manifest, data_report, frame, rows), "figures": figures,
                "calibration": calibration(rows, bins=config.calibration_bins),
-               "breakdowns": breakdowns(rows, policies, tuned=tuned, **options), "tuned_rule_table": tuned_info,
-               "novelty": familiarity(rows), "acceptance": accepted, "off_policy": traffic}
+               "breakdowns": breakdowns(rows, policies, **fitted, **options), "tuned_rule_table": tuned_info,
+               "reference": reference_info, "novelty": familiarity(rows), "acceptance": accepted,
+               "off_policy": traffic}
     if accepted.get("rows"):
         accepted["assumption_check"] = assumption_check(rows, config.catch_rate)
     if config.leave_one_source_out:
         if train is None:
             raise ValueError("leave-one-source-out needs a way to train (the `train` argument)")
         loso = leave_one_source_out(frame, train=train, sources=config.holdout_sources,
+                                    reference_target=threshold_target(manifest) if reference else None,
                                     batch_size=config.batch_size, progress=progress, **options)
         for source, result in loso.items():
             result["in_distribution_apgr"] = metrics["breakdowns"]["source"].get(source, {}).get(

@@ -47,7 +47,8 @@ def load_rows(config: EvalConfig, manifest, console):
     train_config = TrainConfig.from_manifest(manifest, data=list(config.logs), reports_dir=config.out,
                                              max_reject_share=config.max_reject_share, engine=config.engine,
                                              dask_scheduler=config.dask_scheduler, dask_workers=config.dask_workers)
-    splits = ("all",) if config.split == "all" else tuple(dict.fromkeys((config.split, "train")))
+    # The train rows fit the tuned rule table and the reference, the val rows the reference's thresholds.
+    splits = ("all",) if config.split == "all" else tuple(dict.fromkeys((config.split, "train", "val")))
     frame, report, responses = get_engine(config.engine).evaluation_frame(train_config, console, splits=splits,
                                                                           max_rows=config.sample_rows)
     notes = report.pop("notes", [])  # what the engine's way of reading changes about the figures

@@ -14,8 +14,8 @@ from pipelines.evaluate import run
 from training.tracking import log_evaluation
 from tests.conftest import ROOT, make_env
 
-ALL_POLICIES = ["learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "random", "all_edge",
-                "all_cloud", "oracle"]
+ALL_POLICIES = ["learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "reference", "random",
+                "all_edge", "all_cloud", "oracle"]
 
 
 def strict_json(text: str) -> dict:
@@ -46,7 +46,8 @@ def test_run_writes_report_metrics_and_plots(evaluated):
     headline = report.index("| policy | cloud share | misroute (under / over) |")
     assert headline < report.index("\n## ")  # the headline table comes first
     for label in ("learned router", "hand rule table (label domain)", "hand rule table (inferred domain)",
-                  "tuned rule table", "random (matched share)", "all-edge", "all-cloud", "oracle"):
+                  "tuned rule table", "reference (TF-IDF + logistic regression)", "random (matched share)", "all-edge",
+                  "all-cloud", "oracle"):
         assert f"| {label} |" in report
     metrics = strict_json((out / "metrics.json").read_text())
     assert list(metrics["figures"]["policies"]) == ALL_POLICIES
@@ -111,6 +112,27 @@ def test_policies_breakdowns_and_calibration_are_sane(evaluated):
 
 @pytest.mark.real_data
 @pytest.mark.slow
+def test_the_reference_is_fitted_on_the_train_split_and_shown_next_to_the_router(evaluated):
+    """The ten-minute baseline in every report: fitted on the bundle's train rows, thresholded on
+    its val rows for the bundle's own target, in the headline table, the breakdowns and the plot."""
+    m = evaluated.metrics
+    reference, per_split = m["reference"], m["setup"]["rows_per_split"]
+    assert reference["trained_on_rows"] == {"edge": per_split["train"], "cloud": per_split["train"],
+                                            "without_text": 0}
+    assert reference["fit"]["rows"] == per_split["val"] and reference["target"] == "quality"
+    assert reference["fit_seconds"] > 0 and reference["lo"] <= reference["hi"]
+    p = m["figures"]["policies"]["reference"]
+    assert p["apgr"] > m["figures"]["policies"]["random"]["apgr"] + 0.05
+    assert p["at_matched_share"]["cloud_share"] == pytest.approx(m["figures"]["policies"]["learned"]["cloud_share"])
+    assert 0.0 < p["cloud_share"] < 1.0 and p["fallback_share"] > 0.0
+    assert all("reference" in group for group in m["breakdowns"]["source"].values())
+    report = (evaluated.out / "report.md").read_text()
+    assert "## Reference\n\nThe baseline a learned router must beat" in report
+    assert "| reference APGR |" in report and "fitted on " in report
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
 def test_logged_to_mlflow_under_the_bundle_run(evaluated, trained_small):
     from mlflow.tracking import MlflowClient
 
@@ -134,7 +156,8 @@ def test_leave_one_source_out_on_the_slice(evaluated):
     held = loso["mt_bench"]
     assert held["rows"] == 160  # every MT-Bench row (80 questions x 2 turns), none seen in training
     assert held["trained_on_rows"] == evaluated.metrics["setup"]["prompts"] - 160
-    assert set(held["policies"]) == {"learned", "rule_table", "rule_table_inferred", "random", "oracle"}
+    assert set(held["policies"]) == {"learned", "rule_table", "rule_table_inferred", "reference", "random", "oracle"}
+    assert held["policies"]["reference"]["apgr"] is not None  # fitted on the other sources' rows
     assert 0.0 <= held["policies"]["learned"]["auc"] <= 1.0
     assert held["in_distribution_apgr"] == evaluated.metrics["breakdowns"]["source"]["mt_bench"]["learned"]["apgr"]
     assert "## Leave-one-source-out" in (evaluated.out / "report.md").read_text()
@@ -204,6 +227,8 @@ def test_logs_without_train_rows_skip_the_tuned_rule_table(bundle, test_split_on
     assert result.metrics["figures"]["rows"] == n > 5
     assert "tuned_rule_table" not in result.metrics["figures"]["policies"]
     assert "train split" in result.metrics["tuned_rule_table"]["skipped"]
+    assert "reference" not in result.metrics["figures"]["policies"]
+    assert "no rows in the bundle's train and val split" in result.metrics["reference"]["skipped"]
     assert "Skipped: the logs have no rows in the bundle's train split" in (tmp_path / "out" / "report.md").read_text()
     with pytest.raises(ValueError, match="no rows of split 'val'"):
         run(EvalConfig(bundle=str(bundle), logs=[str(path)], out=str(tmp_path / "o2"), split="val", mlflow=False))
