@@ -52,13 +52,39 @@ def encoder_cache(tmp_path_factory) -> Path:
 
 
 def config_for(tmp: Path, data: Path, cache: Path, **extra):
-    """A TrainConfig that writes everything (bundle, MLflow, reports) under `tmp`."""
+    """A TrainConfig that writes everything (bundle, MLflow, reports) under `tmp`. It trains on
+    the quick single split (cv_folds=0, one fit instead of one per fold and a final one): a test
+    of cross-fitting asks for its folds in `extra`."""
     from training.config import TrainConfig
 
     options = dict(data=[str(data)], bundle=str(tmp / "bundle"), cache_dir=str(cache),
                    tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db", artifact_root=str(tmp / "mlruns" / "art"),
-                   reports_dir=str(tmp / "reports"), min_rows_per_tag=50)
-    return TrainConfig(**{**options, **extra})
+                   reports_dir=str(tmp / "reports"), min_rows_per_tag=50, cv_folds=0)
+    config = TrainConfig(**{**options, **extra})
+    seed_store(config.tracking_uri, cache)
+    return config
+
+
+def seed_store(tracking_uri: str, cache: Path) -> None:
+    """A new SQLite MLflow store starts as a copy of an empty one, made once per cache folder by
+    MLflow itself: its schema migrations take 6-9 s per new store on 2 cores, which each training
+    in the suite paid again. A store that exists is left alone; the commands the tests run as
+    processes (make train, the crash tests) still create theirs from nothing."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    store = Path(tracking_uri.removeprefix("sqlite:///"))
+    if store.exists():
+        return
+    empty = Path(cache) / "mlflow-empty.db"
+    if not empty.exists():
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        making = empty.with_name("mlflow-empty.making.db")
+        making.unlink(missing_ok=True)
+        SqlAlchemyStore(f"sqlite:///{making}", (empty.parent / "mlflow-empty-artifacts").as_uri()).engine.dispose()
+        making.rename(empty)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(empty, store)
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +98,7 @@ def trained_small(small_routellm, encoder_cache, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_full(real_data_dir, encoder_cache, tmp_path_factory):
-    """TrainResult of `make train` with its default settings on all the real logs."""
+    """TrainResult of `make train` on all the real logs, single split (config_for), otherwise its defaults."""
     from training.engines.base import train
 
     cfg = config_for(tmp_path_factory.mktemp("train_full"), real_data_dir, encoder_cache, min_rows_per_tag=200)
