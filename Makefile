@@ -28,7 +28,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test ui data bench loadtest label promote compare replay simulate scale clean
+.PHONY: venv train evaluate results keys test ui data bench loadtest label promote compare compare-configs replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -48,8 +48,22 @@ train: $(STAMP)
 keys: $(STAMP)
 	$(BIN)/python -m pipelines.keys --out $(KEYS)
 
+# CV=K: cross-validate the training configuration instead (every stage refit in each of K
+# prompt-hash folds; figures with 95% intervals; REPEATS=R cuts the folds again with other salts).
+CV      ?=
+REPEATS ?= 1
 evaluate: $(STAMP)
+ifeq ($(CV),)
 	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --engine $(ENGINE) --leave-one-source-out $(ARGS)
+else
+	$(BIN)/python -m pipelines.crossval --folds $(CV) --repeats $(REPEATS) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
+endif
+
+# Paired comparison of two training configurations on the same folds: B - A with 95% intervals.
+A ?=
+B ?=
+compare-configs: $(STAMP)
+	$(BIN)/python -m pipelines.crossval --compare $(A) --compare $(B) --folds $(or $(CV),5) --repeats $(REPEATS) --engine $(ENGINE) $(ARGS)
 
 # The README's headline table: train, then write the bundle's test-split figures into README.md.
 results: train

@@ -1,6 +1,11 @@
-"""The headline figures of a training run (its test split: learned router next to the hand
-rule table), as the terminal table `make train` prints and as the Markdown in README.md
-(`make results`). One list of rows, so the two never disagree."""
+"""The headline figures of a training run, as the terminal table `make train` prints and as the
+Markdown in README.md (`make results`). One list of rows, so the two never disagree.
+
+A cross-fitted run (cv_folds > 0, the default) shows each figure's cross-validated mean and 95%
+interval (training.crossval) for the learned router, the reference (TF-IDF + logistic
+regression) and the hand rule table, and the router's paired difference with the reference. A
+single-split run (cv_folds = 0) shows its test split's figures for the router and the rule table.
+"""
 from __future__ import annotations
 
 # (label, key in the split's policy figures, format)
@@ -19,35 +24,75 @@ ROWS = (
     ("quality with fallback (measured acceptance verdicts where answers exist, else the assumed catch rate)", "quality_with_fallback", "{:.3f}"),
     ("expected cloud calls", "expected_cloud_calls", "{:.1%}"),
 )
-POLICIES = (("learned", "learned router"), ("rule_table", "hand rule table"))
+SPLIT_POLICIES = (("learned", "learned router"), ("rule_table", "hand rule table"))
+CV_POLICIES = (("learned", "learned router"), ("reference", "reference (TF-IDF + LR)"),
+               ("rule_table", "hand rule table"))
+PAIRED = ("learned - reference", "router - reference (paired)")
 
 
-def title(split: dict) -> str:
-    return (f"test split: {split['rows']:,} prompts; all-edge quality {split['all_edge_quality']:.3f}, "
-            f"all-cloud {split['all_cloud_quality']:.3f}, oracle {split['oracle_quality']:.3f}")
+def title(metrics: dict) -> str:
+    split = metrics["test"]
+    qualities = (f"all-edge quality {split['all_edge_quality']:.3f}, all-cloud {split['all_cloud_quality']:.3f}, "
+                 f"oracle {split['oracle_quality']:.3f}")
+    if "cv" not in metrics:
+        return f"test split: {split['rows']:,} prompts; {qualities}"
+    cv = metrics["cv"]
+    repeats = f" x {cv['repeats']}" if cv["repeats"] > 1 else ""
+    return (f"{cv['folds']}-fold cross-validation{repeats} over {split['rows']:,} prompts, mean [95% interval]; "
+            f"{qualities}")
 
 
-def cells(split: dict) -> list[list[str]]:
-    """[label, learned, rule table] per row."""
-    return [[label, *(fmt.format(split[name][key]) for name, _ in POLICIES)] for label, key, fmt in ROWS]
+def _with_interval(estimate: dict, fmt: str) -> str:
+    if not estimate["n"]:
+        return "n/a"
+    if estimate["n"] < 2:
+        return fmt.format(estimate["mean"])
+    return f"{fmt.format(estimate['mean'])} [{fmt.format(estimate['low'])}, {fmt.format(estimate['high'])}]"
 
 
-def markdown(split: dict) -> str:
+def _signed(fmt: str) -> str:
+    return fmt if "+" in fmt else fmt.replace("{:", "{:+")
+
+
+def heads(metrics: dict) -> list[str]:
+    if "cv" not in metrics:
+        return [head for _, head in SPLIT_POLICIES]
+    shown = [head for name, head in CV_POLICIES if name in metrics["cv"]["policies"]]
+    return shown + ([PAIRED[1]] if PAIRED[0] in metrics["cv"]["differences"] else [])
+
+
+def cells(metrics: dict) -> list[list[str]]:
+    """[label, one cell per column of `heads`] per row."""
+    if "cv" not in metrics:
+        return [[label, *(fmt.format(metrics["test"][name][key]) for name, _ in SPLIT_POLICIES)]
+                for label, key, fmt in ROWS]
+    cv, rows = metrics["cv"], []
+    for label, key, fmt in ROWS:
+        row = [label, *(_with_interval(cv["policies"][name][key], fmt) for name, _ in CV_POLICIES
+                        if name in cv["policies"])]
+        if PAIRED[0] in cv["differences"]:
+            row.append(_with_interval(cv["differences"][PAIRED[0]][key], _signed(fmt)))
+        rows.append(row)
+    return rows
+
+
+def markdown(metrics: dict) -> str:
     """The README table (rows and header line included)."""
-    lines = [f"| {title(split)} | {' | '.join(head for _, head in POLICIES)} |", "| --- | ---: | ---: |"]
+    columns = heads(metrics)
+    lines = [f"| {title(metrics)} | {' | '.join(columns)} |", "| --- |" + " ---: |" * len(columns)]
     lines += [f"| {label.strip() if not label.startswith('  ') else '&nbsp;&nbsp;' + label.strip()} | "
-              f"{' | '.join(values)} |" for label, *values in cells(split)]
+              f"{' | '.join(values)} |" for label, *values in cells(metrics)]
     return "\n".join(lines)
 
 
-def rich_table(split: dict):
+def rich_table(metrics: dict):
     """The same figures for the terminal."""
     from rich.table import Table
 
-    table = Table(title=title(split))
+    table = Table(title=title(metrics))
     table.add_column("figure")
-    for _, head in POLICIES:
+    for head in heads(metrics):
         table.add_column(head, justify="right")
-    for label, *values in cells(split):
+    for label, *values in cells(metrics):
         table.add_row(label.replace("**", ""), *values)
     return table

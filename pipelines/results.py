@@ -36,7 +36,7 @@ def main(
     from evaluation import headline
     from serving.bundle import read_manifest
 
-    table = headline.markdown(read_manifest(bundle).metrics["test"])
+    table = headline.markdown(read_manifest(bundle).metrics)
     print(table)
     for path in (write, check):
         if path is not None and readme_table(path.read_text(encoding="utf-8")) is None:

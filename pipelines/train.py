@@ -15,14 +15,6 @@ import typer
 from training.config import TrainConfig, parse_overrides
 
 
-def build_config(config: Optional[Path], overrides: dict) -> TrainConfig:
-    """Config file (if any), then explicit overrides on top."""
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if config:
-        return TrainConfig.from_file(config, **overrides)
-    return TrainConfig(**overrides)
-
-
 def main(
     bundle: Annotated[str, typer.Option(help="output folder of the bundle")] = "artifacts/router",
     tier: Annotated[str, typer.Option(help="embedding tier: static | transformer")] = "static",
@@ -44,7 +36,7 @@ def main(
     from training.engines.base import train
 
     logging.basicConfig(level=logging.WARNING)
-    cfg = build_config(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None,
+    cfg = TrainConfig.from_options(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None,
                                 "target": target, "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
     console = Console()
     try:
@@ -52,7 +44,7 @@ def main(
     except (DataQualityError, NoLogsError) as exc:  # no logs, or logs that cannot train: the message says why
         Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
-    console.print(headline.rich_table(result.metrics["test"]))
+    console.print(headline.rich_table(result.metrics))
     console.print(f"bundle: {result.bundle}  |  MLflow run {result.run_id}, registered "
                   f"{cfg.registered_model} version {result.model_version}  |  parity max |diff| "
                   f"{result.metrics['parity_max_abs_diff']:.1e}  |  wall time {result.timings['total_s']:.1f}s")

@@ -29,6 +29,7 @@ from training.config import TrainConfig
 
 ACCEPTANCE_FILE = "acceptance.onnx"
 MIN_OF_EACH = 20
+PARITY_ANSWERS = 500  # answers the bundle's acceptance check is compared on
 # Small trees: a few hundred answers, ~70 features.
 ACCEPTANCE_LGBM = {"num_leaves": 15, "min_child_samples": 20, "learning_rate": 0.03, "feature_fraction": 0.8,
                    "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0}
@@ -41,6 +42,8 @@ class AcceptanceFit:
     section: dict                      # the manifest's `acceptance` entry
     file: bytes | None = None          # acceptance.onnx
     held_out: dict = field(default_factory=dict)  # split -> (prompts, sources, good, probability): val = out-of-fold
+    # (answer row positions, the shipped model's P(good)): what the bundle's parity check compares
+    parity: tuple = (np.zeros(0, dtype=np.int64), np.zeros(0))
 
     @property
     def fitted(self) -> bool:
@@ -110,6 +113,10 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
     final = booster(fit)
     test = split == "test"
     p_test = apply_calibration(calibration, final.predict(x[test])) if test.any() else np.zeros(0)
+    # The parity check compares the test answers, or (cross-fitting's refit has no test split)
+    # the first fitted ones: the shipped model is checked either way.
+    checked = np.flatnonzero(test if test.any() else fit)[:PARITY_ANSWERS]
+    parity = (checked, apply_calibration(calibration, final.predict(x[checked])))
     sources = rows["source"].to_numpy(dtype=object)
     val = split == "val"
     held_out = {"val": (rows["prompt"].to_numpy(object)[val], sources[val], good[val], calibrated[val]),
@@ -124,26 +131,27 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
                        "per_source": {str(s): int((fit & (sources == s)).sum()) for s in sorted(set(sources[fit]))}},
         # Held-out figures: every non-test answer out of fold, and the test split.
         "cross_fitted": separation_by_source(calibrated[fit], good[fit], sources[fit], threshold),
-        "test": separation_by_source(p_test, good[test], sources[test], threshold),
+        **({"test": separation_by_source(p_test, good[test], sources[test], threshold)} if test.any() else {}),
     }
-    return AcceptanceFit(section, booster_to_onnx(final, x.shape[1], calibration), held_out)
+    return AcceptanceFit(section, booster_to_onnx(final, x.shape[1], calibration), held_out, parity)
 
 
 def check_acceptance_parity(folder, fit: AcceptanceFit, rows, *, public_key=None, tolerance: float = 1e-5) -> float:
     """Largest |P(good) difference| between the bundle's acceptor (SDK, from raw text) and
-    training on the test answers; RuntimeError above `tolerance`."""
+    training on the answers `fit.parity` names; RuntimeError above `tolerance`."""
     from serving.acceptance import Acceptor
     from serving.bundle import read_bundle
     from serving.scorer import Scorer
 
-    test = rows[rows["split"] == "test"].head(500)
-    if not fit.fitted or len(test) == 0:
+    positions, expected = fit.parity
+    if not fit.fitted or len(positions) == 0:
         return 0.0
+    test = rows.iloc[positions]
     bundle = read_bundle(folder, public_key=public_key)
     acceptor = Acceptor.from_bundle(bundle, Scorer(bundle))
     sdk = acceptor.probabilities(test["prompt"].tolist(), test["edge_response"].tolist(),
                                  test["edge_logprob_mean"].tolist(), test["edge_logprob_min"].tolist())
-    gap = float(np.max(np.abs(sdk - fit.held_out["test"][3][:len(test)])))
+    gap = float(np.max(np.abs(sdk - expected)))
     if gap > tolerance:
         raise RuntimeError(f"the bundle's acceptance check differs from training by {gap:.2e} (> {tolerance}); "
                            "the bundle was not written")

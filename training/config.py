@@ -17,6 +17,9 @@ from training.engines import ENGINES
 from training.model import CALIBRATIONS, OBJECTIVES
 
 
+DEFAULT_CV_FOLDS = 5
+
+
 @dataclass
 class TrainConfig:
     """Every knob of `make train`. Defaults work on the shipped RouteLLM logs."""
@@ -37,8 +40,9 @@ class TrainConfig:
     split_offset: float = 0.0                        # where the test split starts on the hash scale
     # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
     # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
-    # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one split).
-    cv_folds: int = 0
+    # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one
+    # split). Empty: 5 with the local engine, 0 with Dask (cross-fitting needs the local engine).
+    cv_folds: int | None = None
     margin_binary: float = 0.0
     margin_graded: float = 0.1                       # judge scores: 1 point on 1-10 is 0.11
     max_reject_share: float = 0.05
@@ -157,8 +161,12 @@ class TrainConfig:
         check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")
         check(isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20, "lexical_folds",
               "must be an integer in [2, 20]")
+        if self.cv_folds is None:
+            self.cv_folds = DEFAULT_CV_FOLDS if self.engine == "local" else 0
         check(isinstance(self.cv_folds, int) and (self.cv_folds == 0 or 3 <= self.cv_folds <= 20), "cv_folds",
               "must be 0 (a single split) or an integer in [3, 20]")
+        check(self.cv_folds == 0 or self.engine == "local", "cv_folds",
+              f"cross-fitting needs the local engine; set cv_folds=0 with engine={self.engine}")
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> "TrainConfig":
@@ -180,6 +188,12 @@ class TrainConfig:
         return cls(**{**values, **{k: v for k, v in overrides.items() if v is not None}})
 
     @classmethod
+    def from_options(cls, path: str | Path | None, overrides: dict) -> "TrainConfig":
+        """A command's options: the config file (if any), then the options given (None: not given) on top."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        return cls.from_file(path, **overrides) if path else cls(**overrides)
+
+    @classmethod
     def from_manifest(cls, manifest, **overrides) -> "TrainConfig":
         """The settings a bundle was trained with (tier, label margins, split, calibration,
         threshold target, limits), as read from its manifest, then `overrides` on top."""
@@ -194,6 +208,8 @@ class TrainConfig:
             fallback_catch_rate=target.get("fallback_catch_rate", defaults.fallback_catch_rate),
             val_share=split.get("val_share", defaults.val_share), test_share=split.get("test_share", defaults.test_share),
             split_salt=split.get("salt", defaults.split_salt), split_offset=split.get("offset", defaults.split_offset),
+            # retraining from a bundle (leave-one-source-out) needs its split, not its cross-fitting
+            cv_folds=0,
             margin_binary=label.get("margin_binary", defaults.margin_binary),
             margin_graded=label.get("margin_graded", defaults.margin_graded),
             edge_context_tokens=manifest.limits.edge_context_tokens,

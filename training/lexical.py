@@ -32,6 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
+from evaluation.reference import fit_outcome
+
 from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
 
 VOCABULARY = 30522            # MiniLM's WordPiece vocabulary: the unigram terms
@@ -41,7 +43,7 @@ OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_
 FOLD_SALT = "lexical:"        # the folds' hash must not be the split's
 WEIGHT_BITS = 23              # a weight is an integer of at most 23 bits times its column's step
 
-__all__ = ["LEXICAL_MODES", "LEXICAL_NAMES", "LexicalModel", "Terms", "cross_fitted", "fit_outcome", "fold_numbers",
+__all__ = ["LEXICAL_MODES", "LEXICAL_NAMES", "LexicalModel", "Terms", "cross_fitted", "fold_numbers",
            "lexical_matrix"]
 
 
@@ -98,30 +100,6 @@ class Terms:
 def lexical_matrix(token_ids: Sequence[Sequence[int]], vocabulary: int = VOCABULARY):
     """Sparse rows of unigram and hashed-bigram counts, each row divided by its number of terms."""
     return Terms.of_rows(token_ids, vocabulary).normalized()
-
-
-def fit_outcome(x, q: np.ndarray, weight: np.ndarray | None = None, *, c: float) -> tuple[np.ndarray, float]:
-    """(coefficients, intercept) of a logistic regression of an outcome in [0, 1] on the rows
-    of `x`: q counts as q of a success and 1 - q of a failure, each times the row's weight.
-    An outcome with no successes or no failures gets its smoothed log-odds and no terms."""
-    import scipy.sparse as sp
-    from sklearn.linear_model import LogisticRegression
-
-    q = np.asarray(q, dtype=np.float64)
-    weight = np.ones(len(q)) if weight is None else np.asarray(weight, dtype=np.float64)
-    success, failure = float(np.sum(weight * q)), float(np.sum(weight * (1 - q)))
-    if success <= 0 or failure <= 0:
-        return np.zeros(x.shape[1]), float(np.log((success + 0.5) / (failure + 0.5)))
-    weights = np.r_[weight * q, weight * (1 - q)]
-    keep = weights > 0
-    stacked = sp.vstack([x, x]).tocsr()[keep]
-    labels = np.r_[np.ones(x.shape[0]), np.zeros(x.shape[0])][keep]
-    # Newton-CG: on the shipped logs' 8,700 training rows it reaches lbfgs' optimum (loss within
-    # 1e-6 of a 1e-8-tolerance fit) in 2 s; lbfgs at its default tolerance took 12-20 s and
-    # stopped 0.6% above it, its margins up to 0.59 off.
-    model = LogisticRegression(C=c, solver="newton-cg", max_iter=2000).fit(stacked, labels,
-                                                                           sample_weight=weights[keep])
-    return model.coef_[0].astype(np.float64), float(model.intercept_[0])
 
 
 def on_grid(coefficients: np.ndarray) -> np.ndarray:

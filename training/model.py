@@ -117,14 +117,18 @@ def lgbm_params(overrides: dict, *, seed: int, objective: str = "binary", rows: 
 
 def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
                 early_stopping_rounds: int = 100, seed: int = 0, feature_names=None, objective: str = "binary",
-                weight=None, val_weight=None):
+                weight=None, val_weight=None, rounds: int | None = None):
     """Train until validation log-loss stops improving; returns the booster at its best round.
-    `weight`, `val_weight`: per-row weights (training.partial), None for equal weights."""
+    `weight`, `val_weight`: per-row weights (training.partial), None for equal weights. With
+    `rounds` (cross-fitting's refit on every row: training.crossval), exactly that many
+    rounds and no validation rows (x_val, y_val None)."""
     import lightgbm as lgb
 
     params = lgbm_params(params, seed=seed, objective=objective, rows=len(y_train))
     train = lgb.Dataset(x_train, label=y_train, weight=weight, feature_name=feature_names or "auto",
                         free_raw_data=False)
+    if rounds is not None:
+        return lgb.train(params, train, num_boost_round=rounds)
     val = lgb.Dataset(x_val, label=y_val, weight=val_weight, reference=train, free_raw_data=False)
     booster = lgb.train(params, train, num_boost_round=num_boost_round, valid_sets=[val], valid_names=["val"],
                         callbacks=[lgb.early_stopping(early_stopping_rounds, verbose=False)])
@@ -299,14 +303,15 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
 
 
 def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str,
-              weights_val: dict | None = None, shared: bool = False) -> list[Head]:
+              weights_val: dict | None = None, shared: bool = False, calibrations: dict | None = None) -> list[Head]:
     """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(columns,
     lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
     on one column's known rows, or with `shared` on every head's column, its rows stacked in
     that order with SIDE_FEATURE appended (stack_sides). `targets_val` maps a column name
     (edge_quality, cloud_quality, label) to its validation values (NaN where unknown: those
     rows are left out of that head's calibration), `weights_val` to their weights
-    (training.partial; None: equal)."""
+    (training.partial; None: equal). `calibrations` (head name -> parameters) are taken as
+    they are instead: cross-fitting fits them on out-of-fold outputs (training.crossval)."""
     specs = OBJECTIVES[objective]
     if shared:
         kinds = {lgbm_objective for _, lgbm_objective in specs.values()}
@@ -317,6 +322,10 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
     else:
         unfitted = [Head(name, fit_booster_for((column,), lgbm_objective), {})
                     for name, (column, lgbm_objective) in specs.items()]
+    if calibrations is not None:
+        for head in unfitted:
+            head.calibration = calibrations[head.name]
+        return unfitted
     heads = []
     for head, (column, _) in zip(unfitted, specs.values()):
         target = np.asarray(targets_val[column], dtype=np.float64)

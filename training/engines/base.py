@@ -17,6 +17,7 @@ import numpy as np
 from evaluation.rows import Rows
 from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
 from training.config import TrainConfig
+from training.held_out import NOVELTY_FILE, fit_held_out_stages, with_learned_zones
 
 PARITY_TOLERANCE = 1e-5
 
@@ -26,7 +27,6 @@ PARITY_TOLERANCE = 1e-5
 # scale"). Passive waiting leaves the trees as they are. Set before LightGBM is loaded (engines
 # import it on use; Dask's LocalCluster workers inherit it); a value already set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-NOVELTY_FILE = "novelty.npz"
 SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
@@ -46,6 +46,9 @@ class Fitted:
     # The training rows (unscored; outcomes NaN where unknown), or a hash sample of them: what
     # the reference policy and the tuned rule table are fitted on (training.crossval).
     train_rows: Rows | None = None
+    # split -> head -> the booster's probability before calibration, for the rows of `splits`:
+    # cross-fitting calibrates the refit on every row with the folds' (training.crossval).
+    raw: dict | None = None
 
 
 @dataclass
@@ -125,52 +128,6 @@ def print_logs(console, report: dict) -> None:
                   f"{report['duplicates_merged']} duplicates merged")
 
 
-MIN_TEST_ROWS = 10  # test rows with both outcomes, at least: the figures and the parity check are computed on them
-
-
-def check_held_out_rows(val_prompts, test_rows: int) -> None:
-    """DataQualityError, saying what is missing and what to add, unless the validation and
-    test splits hold enough rows with both outcomes: the thresholds, the familiarity
-    reference (training.novelty), the figures and the parity check compare both outcomes
-    of a request. Each engine asks before fitting when it can, and `finish` asks again."""
-    from data.logs import DataQualityError
-    from training.novelty import MIN_HALF_ROWS, first_half, too_few_rows
-    from training.partial import BOTH_OUTCOMES_NEEDED
-
-    if too_few_rows(val_prompts) is None and test_rows >= MIN_TEST_ROWS:
-        return
-    first = first_half(val_prompts)
-    raise DataQualityError(
-        f"too few rows with both outcomes to validate and test a router: the validation split has {len(first)} "
-        f"({int(first.sum())} and {int((~first).sum())} in the two halves of the familiarity reference's hash "
-        f"split: at least {MIN_HALF_ROWS} in each half are needed, for it and the fallback thresholds), the test "
-        f"split {test_rows} (at least {MIN_TEST_ROWS}, for the figures and the bundle's parity check). "
-        f"{BOTH_OUTCOMES_NEEDED}")
-
-
-def choose_thresholds(config: TrainConfig, fitted: Fitted) -> dict:
-    """Per-precision fallback thresholds on the validation rows (evaluation.thresholds), with
-    the acceptance check's out-of-fold verdicts as the fallback's rates where the rows have an
-    edge answer, and the configured catch rate elsewhere (evaluation.fallback)."""
-    from evaluation.fallback import Catch
-    from evaluation.thresholds import select_per_precision
-
-    val = fitted.splits["val"]
-    return select_per_precision(
-        val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
-        bounds=SCORE_KINDS[fitted.objective][1],
-        min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
-        cloud_budget=config.cloud_budget, catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate))
-
-
-def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Rows:
-    """The rows with the zones the SDK gives them at these thresholds, unfamiliar prompts included."""
-    from evaluation.policies import unfamiliar_policy_zones
-
-    return rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens,
-                           unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
-
-
 def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict:
     """Validation and test figures of the learned router (zones as the SDK gives them,
     unfamiliar prompts included) and the hand rule table."""
@@ -184,31 +141,13 @@ def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict
     return metrics
 
 
-def familiarity(config: TrainConfig, fitted: Fitted) -> tuple[bytes, dict]:
-    """Fit the familiarity reference on the validation rows (training.novelty), flag the
-    validation and test rows with it; returns the reference file and its manifest section."""
-    from training.novelty import fit_novelty, token_rows
+def cross_fitted_figures(config: TrainConfig, fitted: Fitted, thresholds: dict, cv) -> dict:
+    """A cross-fitted bundle's figures: the folds' estimates (means as "test", every interval
+    as "cv") and the out-of-fold rows at the bundle's thresholds ("val": the thresholds were
+    chosen on them). The refit's own rows are in sample and give no figure."""
+    from training.crossval import headline_means
 
-    extractor = fitted.plan.serving.featurizer().extractor
-    tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in fitted.splits.items()}
-    reference, info = fit_novelty(fitted.splits["val"].prompts, tokens["val"], fitted.embeddings["val"],
-                                  vocabulary=extractor.tokenizer.full.get_vocab_size(), share=config.novelty_share,
-                                  min_unseen_share=config.novelty_min_unseen_share)
-    for name, rows in fitted.splits.items():
-        novelty = reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths)
-        fitted.splits[name] = rows.with_novelty(novelty)
-    return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
-
-
-def acceptance_check(config: TrainConfig, fitted: Fitted):
-    """Fit the acceptance check on the logged edge answers (training.acceptance) and mark each
-    validation and test row with the share of its answers the check rejects (held out)."""
-    from training.acceptance import fit_acceptance
-
-    fit = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
-    for name, rows in fitted.splits.items():
-        fitted.splits[name] = rows.with_rejections(fit.rejected_share(name, rows.prompts))
-    return fit
+    return {"test": headline_means(cv), "val": split_figures(config, fitted, thresholds)["val"], "cv": cv.summary()}
 
 
 def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
@@ -230,10 +169,11 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
                 "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
         label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
+        # cv_folds > 0: the bundle was fitted on every row, and no split of these logs is unseen.
         split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt,
-               "offset": config.split_offset},
+               "offset": config.split_offset, "cv_folds": config.cv_folds},
         limits=Limits(edge_context_tokens=config.edge_context_tokens), novelty=novelty, acceptance=acceptance,
-        metrics={"test": metrics["test"], "val": metrics["val"]},
+        metrics={k: metrics[k] for k in ("test", "val", "cv") if k in metrics},
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
         training={"engine": config.engine},
         mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model})
@@ -264,33 +204,7 @@ def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> flo
     return parity
 
 
-@dataclass
-class HeldOutStages:
-    """What the stages after the heads fit on the held-out rows (see fit_held_out_stages)."""
-
-    acceptance: object        # training.acceptance.AcceptanceFit
-    thresholds: dict          # per-precision fallback thresholds (evaluation.thresholds)
-    novelty_file: bytes       # the familiarity reference (serving.novelty)
-    novelty: dict             # its manifest section
-
-
-def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutStages:
-    """The acceptance check, the fallback thresholds and the familiarity reference, in the
-    order they depend on each other: the acceptance check's held-out verdicts mark the rows
-    (the thresholds count them as the fallback's rates), then the familiarity reference flags
-    them. `fitted.splits` is rewritten with those marks. `make train` and every
-    cross-validation fold (training.crossval) run exactly this."""
-    check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
-    clock.begin("acceptance")
-    acceptance = acceptance_check(config, fitted)
-    clock.begin("thresholds")
-    thresholds = choose_thresholds(config, fitted)
-    clock.begin("familiarity")
-    novelty_file, novelty = familiarity(config, fitted)
-    return HeldOutStages(acceptance, thresholds, novelty_file, novelty)
-
-
-def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
+def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> TrainResult:
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
 
@@ -305,7 +219,9 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict) -> TrainResult:
     acceptance, thresholds = held_out.acceptance, held_out.thresholds
     novelty_file, novelty = held_out.novelty_file, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
-    metrics = {**split_figures(config, fitted, thresholds),
+    figures = split_figures(config, fitted, thresholds) if cv is None else \
+        cross_fitted_figures(config, fitted, thresholds, cv)
+    metrics = {**figures,
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
                "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
                "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
@@ -345,5 +261,10 @@ def train(config: TrainConfig, *, console=None) -> TrainResult:
 
     console = console or Console()
     timings = {"start": time.perf_counter()}
+    if config.cv_folds:
+        from training.crossval import cross_fit
+
+        cv, fitted = cross_fit(config, console=console, timings=timings)
+        return finish(config, fitted, timings, cv=cv)
     fitted = get_engine(config.engine).fit(config, console, timings)
     return finish(config, fitted, timings)

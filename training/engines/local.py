@@ -10,8 +10,10 @@ import numpy as np
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import (Fitted, check_held_out_rows, label_of, note_training_sample, print_logs,
-                                   sample_fraction, sample_numbers, split_and_label, training_share)
+from training.crossval import Refit
+from training.engines.base import (Fitted, label_of, note_training_sample, print_logs, sample_fraction,
+                                   sample_numbers, split_and_label, training_share)
+from training.held_out import check_held_out_rows
 from training.stages import StageClock
 
 if TYPE_CHECKING:
@@ -227,8 +229,11 @@ def _unless_equal(weights: np.ndarray):
     return None if np.all(weights == 1.0) else weights
 
 
-def fit(config: TrainConfig, console, timings: dict) -> Fitted:
-    """Load, featurize and fit in this process."""
+def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = None) -> Fitted:
+    """Load, featurize and fit in this process. With `refit` (cross-fitting, training.crossval),
+    every row trains, for the rounds and with the calibrations the folds chose, and both
+    `splits` are every row with both outcomes, scored in sample: cross-fitting puts the
+    out-of-fold scores in "val" and keeps "test" for the parity check."""
     from training.model import (SIDE_FEATURE, blank_declared_precision, fit_booster, fit_heads, predict,
                                 stack_sides, target_columns)
     from training.partial import both_known, head_rows, share_heads, sides_known
@@ -239,16 +244,22 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         frame, data_report, responses, token_rows = prepare_frame(config, clock)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
-    both, split = both_known(frame), frame["split"].to_numpy()  # too few to validate: stop before fitting
-    check_held_out_rows(frame["prompt"][both & (split == "val")], int((both & (split == "test")).sum()))
+    if refit is None:
+        both, split = both_known(frame), frame["split"].to_numpy()  # too few to validate: stop before fitting
+        check_held_out_rows(frame["prompt"][both & (split == "val")], int((both & (split == "test")).sum()))
+    else:
+        frame = frame.assign(split="train")
+        # every answer is cross-fitted by the acceptance check, none held out as a test
+        responses = responses.assign(split="val") if responses is not None else None
     frame = _training_sample(frame, config, data_report, console)
+    both = both_known(frame)
 
     t1 = time.perf_counter()
     clock.begin("featurize")
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
     # The ids kept: the held-out rows' (the familiarity fit reads them), every row's for lexical evidence.
-    keep_tokens = np.ones(len(frame), dtype=bool) if config.lexical != "none" else ~train
+    keep_tokens = np.ones(len(frame), dtype=bool) if config.lexical != "none" else ~train if refit is None else both
     feats = _features(config, frame, console, keep_tokens)
     timings["features_s"] = time.perf_counter() - t1
     x, plan = feats.matrix, feats.plan
@@ -281,30 +292,37 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         parts = [rows_of(c) for c in columns]  # shared: each side's rows, stacked
         train_part, val_part = parts[0] if len(parts) == 1 else (stack_sides([t for t, _ in parts]),
                                                                  stack_sides([v for _, v in parts]))
+        if refit is not None:  # no validation rows: the rounds the folds' early stopping chose
+            val_part = (None, None, None)
         return fit_booster(*train_part[:2], *val_part[:2], weight=train_part[2], val_weight=val_part[2],
                            params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
                            early_stopping_rounds=config.early_stopping_rounds,
-                           feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1), objective=objective)
+                           feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1), objective=objective,
+                           rounds=None if refit is None else refit.rounds[columns[0]])
 
     counts = sides_known(*(known_train[c][0] for c in columns))
     shared = share_heads(config.head_sharing, heads=len(columns), **{k: int(v) for k, v in counts.items()})
+    if refit is not None:
+        shared = refit.shared
 
     t2 = time.perf_counter()
     with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
         heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
                           calibration=config.calibration,
                           weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
-                          shared=shared)
+                          shared=shared, calibrations=None if refit is None else refit.calibrations)
     timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
     # (scored here, not the training rows: at a million rows those took a minute).
-    chosen = {name: (split == name) & both_known(frame) for name in ("val", "test")}
-    splits = {}
+    chosen = {name: (split == name) & both if refit is None else both for name in ("val", "test")}
+    splits, raw = {}, {}
     for name, rows in chosen.items():
-        scores, probabilities = predict(config.objective, heads, _as_served(x, rows, plan, feats.tokens))
+        served = _as_served(x, rows, plan, feats.tokens)
+        scores, probabilities = predict(config.objective, heads, served)
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores,
                                        probabilities=probabilities)
+        raw[name] = {h.name: h.raw(served) for h in heads}
     embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
     tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[keep_tokens])
                                                 for name, rows in chosen.items()}
@@ -312,4 +330,4 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
     clock.end()
     return Fitted(data_report, plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
                   notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
-                                             "computed": feats.cache_misses}}, train_rows=train_rows)
+                                             "computed": feats.cache_misses}}, train_rows=train_rows, raw=raw)

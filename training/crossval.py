@@ -1,0 +1,345 @@
+"""Cross-validation: every headline figure as an estimate with an interval, and paired
+comparisons of two configurations on the same folds.
+
+Folds. The prompts' hash numbers (data.prepare.hash_uniform, salted with `split_salt`) are
+cut into K equal slices. Fold k is the test split of a training whose configuration differs
+from the user's only in `test_share = 1/K` and `split_offset = k/K`; its validation split
+(early stopping, calibration, thresholds, familiarity reference) is the next `val_share` of
+the hash scale, and the rest trains. So in each fold every stage is refit exactly as
+`make train` fits it (features and projection, heads, calibration, acceptance check,
+thresholds, familiarity), by the same code, on rows that exclude the fold: nothing the
+fold's figures are computed on was seen. Repeats cut the folds again with other salts.
+
+Figures. On each fold's test rows: every policy's figures (evaluation.policies), the learned
+router at the zones the SDK would give, the reference (TF-IDF + logistic regression,
+evaluation.reference) and the tuned rule table fitted on the fold's training rows, the hand
+rule tables, random routing at the router's shares and the oracle; per source too.
+
+Interval. The 95% interval of a figure is the corrected resampled t interval over its
+n = K x repeats fold values (Nadeau & Bengio, 2003): mean +- t(n-1) * sd * sqrt(1/n +
+n_test/n_train). The correction widens the naive t interval because the folds' training sets
+overlap, so their figures are correlated; without it, repeated cross-validation claims
+intervals that do not hold. A paired comparison is the same interval over the per-fold
+differences: both sides are scored on the same test rows, so the rows' own variation cancels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from training.config import TrainConfig
+
+# The figures estimated per policy: the training summary's (evaluation.policies.SUMMARY_KEYS).
+FIGURES = ("auc", "apgr", "cpt50", "cpt80", "cloud_share", "fallback_share", "misroute_rate", "under_routing",
+           "over_routing", "quality", "quality_vs_all_cloud", "quality_with_fallback", "expected_cloud_calls")
+REFERENCE_QUALITIES = ("all_edge_quality", "all_cloud_quality", "oracle_quality", "cloud_needed_share")
+# Compared with the learned router on every fold: the ten-minute reference and the rule tables.
+COMPARED = ("reference", "rule_table", "tuned_rule_table")
+POLICIES = ("learned", "reference", "rule_table", "rule_table_inferred", "tuned_rule_table", "random", "oracle",
+            "all_edge", "all_cloud")
+LEVEL = 0.95
+INTERVAL = ("corrected resampled t over the fold figures (Nadeau & Bengio 2003): "
+            "mean +- t(n-1) * sd * sqrt(1/n + n_test/n_train)")
+
+
+def repeat_salt(config: TrainConfig, repeat: int) -> str:
+    """The split salt of repeat `repeat`: the configuration's own for the first."""
+    return config.split_salt if repeat == 0 else f"{config.split_salt}cv{repeat}"
+
+
+def fold_config(config: TrainConfig, *, folds: int, fold: int, repeat: int = 0) -> TrainConfig:
+    """The configuration whose test split is fold `fold` of `folds` (module doc)."""
+    if not 0 <= fold < folds:
+        raise ValueError(f"fold {fold} is not one of 0..{folds - 1}")
+    return dataclasses.replace(config, test_share=1.0 / folds, split_offset=fold / folds,
+                               split_salt=repeat_salt(config, repeat), cv_folds=0)
+
+
+def check_folds(config: TrainConfig, folds: int, repeats: int) -> None:
+    """ValueError naming the option unless `folds` and `repeats` can cross-validate `config`."""
+    if not isinstance(folds, int) or not 3 <= folds <= 20:
+        raise ValueError(f"cross-validation folds={folds!r}: must be an integer in [3, 20]")
+    if not isinstance(repeats, int) or not 1 <= repeats <= 10:
+        raise ValueError(f"cross-validation repeats={repeats!r}: must be an integer in [1, 10]")
+    if config.val_share + 1.0 / folds >= 1.0:
+        raise ValueError(f"folds={folds} with val_share={config.val_share}: a fold's test share (1/{folds}) and "
+                         "the validation share leave no training rows")
+
+
+def test_over_train(config: TrainConfig, folds: int) -> float:
+    """n_test / n_train of one fold, for the interval's correction."""
+    return (1.0 / folds) / (1.0 - 1.0 / folds - config.val_share)
+
+
+def interval(values, *, test_over_train: float, level: float = LEVEL) -> dict:
+    """Mean and corrected resampled t interval of per-fold values (module doc); NaN values
+    (a figure a fold cannot define) are left out and counted."""
+    from scipy import stats
+
+    values = np.asarray(values, dtype=float)
+    finite = values[np.isfinite(values)]
+    n = len(finite)
+    out = {"mean": float(finite.mean()) if n else float("nan"), "n": n, "undefined": int(len(values) - n)}
+    if n < 2:
+        return {**out, "sd": float("nan"), "low": float("nan"), "high": float("nan")}
+    sd = float(finite.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd * math.sqrt(1.0 / n + test_over_train)
+    return {**out, "sd": sd, "low": out["mean"] - half, "high": out["mean"] + half}
+
+
+@dataclass
+class Refit:
+    """What cross-fitting's folds chose for the bundle's fit on every row (training.crossval):
+    the rounds of each booster (by the first log column it learns), whether the heads share
+    one booster, and each head's calibration, fitted on the folds' out-of-fold outputs."""
+
+    rounds: dict[str, int]
+    shared: bool
+    calibrations: dict[str, dict]
+
+
+@dataclass
+class FoldResult:
+    """One fold's figures on its test rows."""
+
+    repeat: int
+    fold: int
+    test_rows: int                      # test rows with both outcomes: the figures' rows
+    train_rows: int
+    figures: dict                       # policy -> {figure: value}, plus "reference_qualities"
+    by_source: dict                     # source -> policy -> {figure: value}
+    trees: dict                         # head -> trees kept by early stopping
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    shared: bool = False                # the heads shared one booster
+    # The test rows (prompt, outcomes) and each head's booster output before calibration on
+    # them: cross-fitting calibrates the refit on every row with these (cross_fit).
+    out_of_fold: tuple | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "out_of_fold"}
+
+
+def _policy_table(rows, names, *, tuned, reference, catch_rate: float) -> dict:
+    """{policy: {figure: value}} and the reference qualities of these rows."""
+    from evaluation.policies import evaluate_policies
+
+    figures, _ = evaluate_policies(rows, names, tuned=tuned, reference=reference, catch_rate=catch_rate)
+    table = {name: {k: float(v[k]) for k in FIGURES if k in v} for name, v in figures["policies"].items()}
+    table["reference_qualities"] = {k: float(figures[k]) for k in REFERENCE_QUALITIES}
+    return table
+
+
+def _fitted_policies(config: TrainConfig, fitted, notes: list[str]):
+    """The tuned rule table and the reference policy, fitted on the fold's training rows and
+    thresholded on its validation rows, as the learned router is; None (with a note) when
+    the engine did not hand back training rows."""
+    from evaluation.policies import tune_rule_table
+    from evaluation.reference import ReferencePolicy
+
+    train = fitted.train_rows
+    if train is None or not len(train):
+        notes.append(f"the {config.engine} engine returned no training rows: reference and tuned rule table left out")
+        return None, None
+    options = dict(target=config.target, max_quality_drop=config.max_quality_drop, cloud_budget=config.cloud_budget,
+                   catch_rate=config.fallback_catch_rate)
+    both = np.isfinite(train.q_edge) & np.isfinite(train.q_cloud)
+    complete = train.subset(both)
+    tuned = tune_rule_table(complete.n_tokens, complete.domains, complete.precisions, complete.q_edge,
+                            complete.q_cloud, **options) if len(complete) else None
+    reference = ReferencePolicy.fit(train, fitted.splits["val"], **options)
+    return tuned, reference
+
+
+def run_fold(config: TrainConfig, *, repeat: int, fold: int, console=None) -> FoldResult:
+    """Train fold `fold`'s configuration (every stage, as `make train` does, without writing a
+    bundle) and score every policy on its test rows."""
+    from rich.console import Console
+
+    from training.engines import get_engine
+    from training.held_out import fit_held_out_stages, with_learned_zones
+    from training.stages import StageClock
+
+    started = time.perf_counter()
+    timings = {"start": started}
+    quiet = Console(quiet=True)
+    fitted = get_engine(config.engine).fit(config, quiet, timings)
+    held = fit_held_out_stages(config, fitted, StageClock(timings))
+    test = with_learned_zones(config, fitted.splits["test"], held.thresholds).with_inferred_domains()
+    notes: list[str] = []
+    tuned, reference = _fitted_policies(config, fitted, notes)
+    names = [n for n in POLICIES if (n != "tuned_rule_table" or tuned) and (n != "reference" or reference)]
+    table = _policy_table(test, names, tuned=tuned, reference=reference, catch_rate=config.fallback_catch_rate)
+    by_source = {}
+    for source in sorted(set(test.sources.tolist())):
+        part = test.subset(test.sources == source)
+        by_source[str(source)] = _policy_table(part, names, tuned=tuned, reference=reference,
+                                               catch_rate=config.fallback_catch_rate)
+    raw = (fitted.raw or {}).get("test")
+    return FoldResult(repeat, fold, len(test), len(fitted.train_rows) if fitted.train_rows is not None else 0,
+                      table, by_source, {h.name: h.booster.num_trees() for h in fitted.heads},
+                      time.perf_counter() - started, notes, shared=any(h.side is not None for h in fitted.heads),
+                      out_of_fold=None if raw is None else (fitted.splits["test"], raw))
+
+
+@dataclass
+class CrossValidation:
+    """Every fold's result of one configuration, and the estimates over them."""
+
+    config: TrainConfig
+    folds: int
+    repeats: int
+    results: list[FoldResult]
+
+    @property
+    def correction(self) -> float:
+        return test_over_train(self.config, self.folds)
+
+    def values(self, policy: str, figure: str, *, source: str | None = None) -> np.ndarray:
+        """The figure of `policy` on every fold (NaN where a fold lacks it), in fold order."""
+        tables = [r.figures if source is None else r.by_source.get(source, {}) for r in self.results]
+        return np.array([t.get(policy, {}).get(figure, np.nan) for t in tables], dtype=float)
+
+    def estimate(self, policy: str, figure: str, *, source: str | None = None) -> dict:
+        return interval(self.values(policy, figure, source=source), test_over_train=self.correction)
+
+    def difference(self, a: str, b: str, figure: str, *, other: "CrossValidation | None" = None) -> dict:
+        """Paired: `a`'s figure minus `b`'s on the same folds (b of `other` when given)."""
+        second = other or self
+        return interval(self.values(a, figure) - second.values(b, figure), test_over_train=self.correction)
+
+    def policies(self) -> list[str]:
+        return [p for p in POLICIES if any(p in r.figures for r in self.results)]
+
+    def sources(self) -> list[str]:
+        return sorted({s for r in self.results for s in r.by_source})
+
+    def summary(self) -> dict:
+        """Estimates of every figure per policy, per source, and the learned router's paired
+        differences with the compared policies: JSON-ready."""
+        policies = self.policies()
+        compared = [p for p in COMPARED if p in policies]
+        return {
+            "folds": self.folds, "repeats": self.repeats, "interval": INTERVAL, "level": LEVEL,
+            "test_over_train": self.correction,
+            "rows": {"test_per_fold": [r.test_rows for r in self.results],
+                     "train_per_fold": [r.train_rows for r in self.results]},
+            "policies": {p: {f: self.estimate(p, f) for f in FIGURES} for p in policies},
+            "differences": {f"learned - {p}": {f: self.difference("learned", p, f) for f in FIGURES}
+                            for p in compared},
+            "by_source": {s: {p: {f: self.estimate(p, f, source=s) for f in FIGURES} for p in policies}
+                          for s in self.sources()},
+            "trees": {h: [r.trees[h] for r in self.results] for h in self.results[0].trees},
+            "pooled_reference_qualities": {k: float(np.mean([r.figures["reference_qualities"][k]
+                                                             for r in self.results])) for k in REFERENCE_QUALITIES},
+            "seconds": [r.seconds for r in self.results],
+            "per_fold": [{"repeat": r.repeat, "fold": r.fold, "test_rows": r.test_rows, "trees": r.trees,
+                          "figures": r.figures} for r in self.results],
+            "notes": sorted({n for r in self.results for n in r.notes}),
+        }
+
+
+def cross_validate(config: TrainConfig, *, folds: int = 5, repeats: int = 1, console=None,
+                   on_fold=None) -> CrossValidation:
+    """Cross-validate `config` (module doc). `on_fold(result)` is called after each fold."""
+    check_folds(config, folds, repeats)
+    results = []
+    for repeat in range(repeats):
+        for fold in range(folds):
+            if console is not None:
+                console.print(f"[bold]fold {fold + 1}/{folds}[/] of repeat {repeat + 1}/{repeats} "
+                              f"(salt {repeat_salt(config, repeat)!r})")
+            result = run_fold(fold_config(config, folds=folds, fold=fold, repeat=repeat), repeat=repeat, fold=fold)
+            results.append(result)
+            if on_fold is not None:
+                on_fold(result)
+    return CrossValidation(config, folds, repeats, results)
+
+
+def compare(a: CrossValidation, b: CrossValidation) -> dict:
+    """Paired differences B - A of the learned router's figures, fold by fold (the two must
+    have been cut the same way: same folds, repeats and salt)."""
+    if (a.folds, a.repeats, a.config.split_salt) != (b.folds, b.repeats, b.config.split_salt):
+        raise ValueError("the two cross-validations were not cut the same way: compare needs the same folds, "
+                         f"repeats and split salt (A: {a.folds}, {a.repeats}, {a.config.split_salt!r}; "
+                         f"B: {b.folds}, {b.repeats}, {b.config.split_salt!r})")
+    return {f: b.difference("learned", "learned", f, other=a) for f in FIGURES}
+
+
+HEADLINE_POLICIES = ("learned", "reference", "rule_table")
+
+
+def headline_means(cv: CrossValidation) -> dict:
+    """The cross-validated means in the shape of a split's training figures (the test split's
+    keys: reference qualities, then SUMMARY_KEYS per policy), for what reads a manifest's
+    `metrics["test"]` (evaluation.headline, make promote)."""
+    summary = cv.summary()
+    return {"rows": int(sum(summary["rows"]["test_per_fold"])), "cross_validated": True,
+            **summary["pooled_reference_qualities"],
+            **{p: {f: summary["policies"][p][f]["mean"] for f in FIGURES}
+               for p in HEADLINE_POLICIES if p in summary["policies"]}}
+
+
+def out_of_fold_rows(cv: CrossValidation, rows, calibrations: dict, objective: str):
+    """`rows` (the refit's rows with both outcomes) with the folds' out-of-fold scores instead of
+    the refit's in-sample ones, calibrated with `calibrations`: what the thresholds are chosen on."""
+    from serving.calibration import apply_calibration
+    from serving.manifest import routing_score
+
+    position = {}
+    for result in cv.results:
+        tested, raw = result.out_of_fold
+        for i, prompt in enumerate(tested.prompts):
+            position[prompt] = (result, i)
+    missing = [p for p in rows.prompts if p not in position]
+    if missing:
+        raise RuntimeError(f"{len(missing)} rows have no out-of-fold score (first: {missing[0][:80]!r}): the folds "
+                           "and the refit read different rows")
+    probabilities = {head: np.array([apply_calibration(calibrations[head], r.out_of_fold[1][head][i:i + 1])[0]
+                                     for r, i in (position[p] for p in rows.prompts)])
+                     for head in calibrations}
+    scores = routing_score(objective, probabilities)
+    return dataclasses.replace(rows, scores=np.asarray(scores, float), p_edge=probabilities.get("edge"),
+                               p_cloud=probabilities.get("cloud"))
+
+
+def refit_choices(cv: CrossValidation, config: TrainConfig):
+    """The rounds (median of the folds' early-stopped rounds), head sharing (the folds') and
+    calibrations (fitted on the pooled out-of-fold outputs) of the refit on every row."""
+    from training.model import OBJECTIVES, fit_calibration
+
+    if any(r.out_of_fold is None for r in cv.results):
+        raise ValueError(f"the {config.engine} engine does not hand back out-of-fold outputs: cross-fitting "
+                         "(cv_folds > 0) needs the local engine; use cv_folds=0 with this engine")
+    heads = OBJECTIVES[config.objective]
+    rounds = {column: int(np.median([r.trees[head] for r in cv.results])) for head, (column, _) in heads.items()}
+    calibrations = {}
+    for head, (column, _) in heads.items():
+        raw = np.concatenate([r.out_of_fold[1][head] for r in cv.results])
+        target = np.concatenate([getattr(r.out_of_fold[0], _OUTCOME[column]) for r in cv.results])
+        calibrations[head] = fit_calibration(raw, target, method=config.calibration)
+    shared = sum(r.shared for r in cv.results) * 2 > len(cv.results)
+    return Refit(rounds, shared, calibrations)
+
+
+_OUTCOME = {"edge_quality": "q_edge", "cloud_quality": "q_cloud", "label": "needed"}
+
+
+def cross_fit(config: TrainConfig, *, console, timings: dict):
+    """`make train` with cv_folds = K: K folds cross-validate the configuration (the figures),
+    then the bundle's heads are fitted on every row for the folds' rounds, calibrated on the
+    folds' out-of-fold outputs, and its thresholds chosen on the out-of-fold scores.
+    Returns (the cross-validation, the refit's Fitted with the out-of-fold rows as "val")."""
+    from training.engines import get_engine
+
+    cv = cross_validate(config, folds=config.cv_folds, console=console)
+    refit = refit_choices(cv, config)
+    console.print(f"[bold]refit on every row[/]: rounds {refit.rounds} (the folds' median), calibration on "
+                  f"{sum(r.test_rows for r in cv.results)} out-of-fold outputs")
+    fitted = get_engine(config.engine).fit(config, console, timings, refit=refit)
+    fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit.calibrations, config.objective)
+    return cv, fitted

@@ -1,0 +1,113 @@
+"""The stages fitted on held-out rows after the heads, in the order they depend on each other:
+the acceptance check (its held-out verdicts mark the rows), the fallback thresholds (which
+count those verdicts as the fallback's rates), the familiarity reference (which flags the
+rows). `make train` and every cross-validation fold (training.crossval) run exactly these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evaluation.rows import Rows
+from serving.manifest import SCORE_KINDS, band_of
+from training.config import TrainConfig
+
+NOVELTY_FILE = "novelty.npz"
+MIN_TEST_ROWS = 10  # test rows with both outcomes, at least: the figures and the parity check are computed on them
+
+
+def check_held_out_rows(val_prompts, test_rows: int) -> None:
+    """DataQualityError, saying what is missing and what to add, unless the validation and
+    test splits hold enough rows with both outcomes: the thresholds, the familiarity
+    reference (training.novelty), the figures and the parity check compare both outcomes
+    of a request. Each engine asks before fitting when it can, and `finish` asks again."""
+    from data.logs import DataQualityError
+    from training.novelty import MIN_HALF_ROWS, first_half, too_few_rows
+    from training.partial import BOTH_OUTCOMES_NEEDED
+
+    if too_few_rows(val_prompts) is None and test_rows >= MIN_TEST_ROWS:
+        return
+    first = first_half(val_prompts)
+    raise DataQualityError(
+        f"too few rows with both outcomes to validate and test a router: the validation split has {len(first)} "
+        f"({int(first.sum())} and {int((~first).sum())} in the two halves of the familiarity reference's hash "
+        f"split: at least {MIN_HALF_ROWS} in each half are needed, for it and the fallback thresholds), the test "
+        f"split {test_rows} (at least {MIN_TEST_ROWS}, for the figures and the bundle's parity check). "
+        f"{BOTH_OUTCOMES_NEEDED}")
+
+
+def choose_thresholds(config: TrainConfig, fitted: "Fitted") -> dict:
+    """Per-precision fallback thresholds on the validation rows (evaluation.thresholds), with
+    the acceptance check's out-of-fold verdicts as the fallback's rates where the rows have an
+    edge answer, and the configured catch rate elsewhere (evaluation.fallback)."""
+    from evaluation.fallback import Catch
+    from evaluation.thresholds import select_per_precision
+
+    val = fitted.splits["val"]
+    return select_per_precision(
+        val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
+        bounds=SCORE_KINDS[fitted.objective][1],
+        min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
+        cloud_budget=config.cloud_budget, catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate))
+
+
+def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Rows:
+    """The rows with the zones the SDK gives them at these thresholds, unfamiliar prompts included."""
+    from evaluation.policies import unfamiliar_policy_zones
+
+    return rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens,
+                           unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
+
+
+def familiarity(config: TrainConfig, fitted: "Fitted") -> tuple[bytes, dict]:
+    """Fit the familiarity reference on the validation rows (training.novelty), flag the
+    validation and test rows with it; returns the reference file and its manifest section."""
+    from training.novelty import fit_novelty, token_rows
+
+    extractor = fitted.plan.serving.featurizer().extractor
+    tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in fitted.splits.items()}
+    reference, info = fit_novelty(fitted.splits["val"].prompts, tokens["val"], fitted.embeddings["val"],
+                                  vocabulary=extractor.tokenizer.full.get_vocab_size(), share=config.novelty_share,
+                                  min_unseen_share=config.novelty_min_unseen_share)
+    for name, rows in fitted.splits.items():
+        novelty = reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths)
+        fitted.splits[name] = rows.with_novelty(novelty)
+    return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
+
+
+def acceptance_check(config: TrainConfig, fitted: "Fitted"):
+    """Fit the acceptance check on the logged edge answers (training.acceptance) and mark each
+    validation and test row with the share of its answers the check rejects (held out)."""
+    from training.acceptance import fit_acceptance
+
+    fit = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
+    for name, rows in fitted.splits.items():
+        fitted.splits[name] = rows.with_rejections(fit.rejected_share(name, rows.prompts))
+    return fit
+
+
+@dataclass
+class HeldOutStages:
+    """What the stages after the heads fit on the held-out rows (see fit_held_out_stages)."""
+
+    acceptance: object        # training.acceptance.AcceptanceFit
+    thresholds: dict          # per-precision fallback thresholds (evaluation.thresholds)
+    novelty_file: bytes       # the familiarity reference (serving.novelty)
+    novelty: dict             # its manifest section
+
+
+def fit_held_out_stages(config: TrainConfig, fitted: "Fitted", clock) -> HeldOutStages:
+    """The acceptance check, the fallback thresholds and the familiarity reference, in the
+    order they depend on each other: the acceptance check's held-out verdicts mark the rows
+    (the thresholds count them as the fallback's rates), then the familiarity reference flags
+    them. `fitted.splits` is rewritten with those marks. `make train` and every
+    cross-validation fold (training.crossval) run exactly this."""
+    check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
+    clock.begin("acceptance")
+    acceptance = acceptance_check(config, fitted)
+    clock.begin("thresholds")
+    thresholds = choose_thresholds(config, fitted)
+    clock.begin("familiarity")
+    novelty_file, novelty = familiarity(config, fitted)
+    return HeldOutStages(acceptance, thresholds, novelty_file, novelty)
+
+
