@@ -28,10 +28,12 @@ def trained_readme(real_data_dir, encoder_cache, tmp_path_factory):
     """TrainResult of `make train` as the README's quick start runs it (default options, among
     them five-fold cross-fitting), on all the real logs."""
     from tests.conftest import config_for
+    from training.config import TrainConfig
     from training.engines.base import train
 
+    defaults = TrainConfig()
     return train(config_for(tmp_path_factory.mktemp("train_readme"), real_data_dir, encoder_cache,
-                            min_rows_per_tag=200))
+                            min_rows_per_tag=defaults.min_rows_per_tag, cv_folds=defaults.cv_folds))
 
 
 def _figures(table: str) -> list[tuple[str, list[str]]]:
