@@ -57,8 +57,10 @@ def _train(work: Path, name: str, data: list[str], *, bundle: Path | None = None
     from training.engines.base import train
 
     folder = work / "runs" / name
+    # cv_folds=0: the single split, whose test rows the replayed traffic is scored on
     config = TrainConfig(data=data, bundle=str(bundle or folder / "bundle"), reports_dir=str(folder / "reports"),
-                         tracking_uri=f"sqlite:///{work}/mlflow.db", artifact_root=str(work / "artifacts"), **options)
+                         tracking_uri=f"sqlite:///{work}/mlflow.db", artifact_root=str(work / "artifacts"),
+                         **{"cv_folds": 0, **options})
     result = train(config, console=Console(quiet=True))
     test, learned = result.metrics["test"], result.metrics["test"]["learned"]
     return result, {"test_rows": test["rows"], "test_apgr": learned["apgr"], "cpt50": learned["cpt50"],

@@ -269,6 +269,7 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
     command = [sys.executable, "-m", "pipelines.train", "--engine", engine, "--data", str(logs),
                "--bundle", str(run_dir / "bundle"), "--set", f"cache_dir={work / 'cache'}",
                "--set", f"reports_dir={run_dir / 'reports'}",
+               "--set", "cv_folds=0",  # one fit per run in both engines (the Dask engine does not cross-fit)
                "--set", f"tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
                "--set", f"artifact_root={run_dir / 'artifacts'}"]
     env = {**os.environ, "ROUTER_STAGE_LOG": str(run_dir / "stages.jsonl")}
