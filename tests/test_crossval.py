@@ -14,7 +14,7 @@ import pytest
 
 from data.prepare import assign_splits
 from tests.conftest import config_for, make_env
-from training.crossval import CrossValidation, FoldResult, compare, fold_config, interval
+from training.crossval import REFERENCE_QUALITIES, CrossValidation, FoldResult, compare, fold_config, interval
 
 
 def test_the_folds_cover_every_prompt_once_and_fold_zero_is_the_plain_split():
@@ -92,33 +92,17 @@ def test_the_folds_partition_the_rows_with_both_outcomes(small_routellm, encoder
     assert (seen[both] == 1).all()
 
 
-@pytest.fixture(scope="module")
-def cv_summary(real_data_dir, tmp_path_factory):
-    """`make evaluate CV=3` (pipelines.crossval) on the GSM8K and MT-Bench logs: cv.json and stdout."""
-    tmp = tmp_path_factory.mktemp("cv")
-    out = tmp / "cv"
-    cmd = [sys.executable, "-m", "pipelines.crossval", "--folds", "3", "--data", str(real_data_dir / "gsm8k"),
-           "--data", str(real_data_dir / "mt_bench"), "--out", str(out), "--set", f"cache_dir={tmp / 'cache'}",
-           "--set", f"reports_dir={tmp / 'r'}", "--set", "min_rows_per_tag=50"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=make_env(), timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((out / "cv.json").read_text()), done.stdout
-
-
 @pytest.mark.real_data
-def test_make_evaluate_cv_estimates_every_policy_with_an_interval(cv_summary):
-    summary, stdout = cv_summary
-    assert summary["folds"] == 3 and "Nadeau" in summary["interval"] and len(summary["per_fold"]) == 3
-    assert all(n > 100 for n in summary["rows"]["test_per_fold"])
-    for policy in ("learned", "reference", "rule_table", "tuned_rule_table", "random", "oracle"):
-        apgr = summary["policies"][policy]["apgr"]
-        assert apgr["n"] == 3 and apgr["low"] <= apgr["mean"] <= apgr["high"], policy
-    policies = summary["policies"]
-    assert policies["oracle"]["apgr"]["mean"] > policies["learned"]["apgr"]["mean"] > 0.55  # random: 0.5
-    per_fold = [f["figures"]["learned"]["apgr"] - f["figures"]["reference"]["apgr"] for f in summary["per_fold"]]
-    assert summary["differences"]["learned - reference"]["apgr"]["mean"] == pytest.approx(np.mean(per_fold))
-    assert set(summary["by_source"]) == {"gsm8k", "mt_bench"}
-    assert "APGR" in stdout and "reference" in stdout
+def test_the_logs_read_once_give_each_fold_what_reading_them_for_it_gives(small_routellm, encoder_cache, tmp_path):
+    from training.engines.local import prepare_frame, resplit
+
+    config = config_for(tmp_path, small_routellm, encoder_cache)
+    once = prepare_frame(config)
+    fold = fold_config(config, folds=3, fold=2)
+    direct, reused = prepare_frame(fold), resplit(once, fold)
+    pd.testing.assert_frame_equal(direct.frame, reused.frame)
+    pd.testing.assert_frame_equal(direct.responses, reused.responses)
+    assert direct.report == reused.report and reused.report is not once.report
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +119,41 @@ def compared(real_data_dir, tmp_path_factory):
     done = subprocess.run(cmd, capture_output=True, text=True, env=make_env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((tmp / "out" / "compare.json").read_text()), tmp
+
+
+@pytest.mark.real_data
+def test_cross_validation_estimates_every_policy_with_an_interval(compared):
+    result, tmp = compared
+    summary = result["summaries"][str(tmp / "a.yaml")]
+    assert summary["folds"] == 3 and "Nadeau" in summary["interval"] and len(summary["per_fold"]) == 3
+    assert all(n > 100 for n in summary["rows"]["test_per_fold"])
+    for policy in ("learned", "reference", "rule_table", "tuned_rule_table", "random", "oracle"):
+        apgr = summary["policies"][policy]["apgr"]
+        assert apgr["n"] == 3 and apgr["low"] <= apgr["mean"] <= apgr["high"], policy
+    policies = summary["policies"]
+    assert policies["oracle"]["apgr"]["mean"] > policies["learned"]["apgr"]["mean"] > 0.55  # random: 0.5
+    per_fold = [f["figures"]["learned"]["apgr"] - f["figures"]["reference"]["apgr"] for f in summary["per_fold"]]
+    assert summary["differences"]["learned - reference"]["apgr"]["mean"] == pytest.approx(np.mean(per_fold))
+    assert set(summary["by_source"]) == {"gsm8k", "mt_bench"}
+
+
+def test_make_evaluate_cv_prints_and_writes_the_estimates(tmp_path, monkeypatch, capsys):
+    """The command's part (tables, cv.json) on fold figures set by hand: the folds themselves
+    are trained in the tests above."""
+    import pipelines.crossval as command
+    folds = [FoldResult(0, k, 100, 300, {"learned": {"apgr": v, "cpt50": 0.3}, "reference": {"apgr": v - 0.02},
+                                         "reference_qualities": dict.fromkeys(REFERENCE_QUALITIES, 0.5)},
+                        {}, {"edge": 10}, 1.0)
+             for k, v in enumerate((0.68, 0.70, 0.66))]
+    monkeypatch.setattr("training.crossval.cross_validate",
+                        lambda config, **_: CrossValidation(config, 3, 1, folds))
+    command.main(folds=3, repeats=1, config=None, compare=None, data=None, engine=None, out=tmp_path,
+                 set_=[f"reports_dir={tmp_path}"])
+    written = json.loads((tmp_path / "cv.json").read_text())
+    assert written["policies"]["learned"]["apgr"]["mean"] == pytest.approx(0.68)
+    assert written["differences"]["learned - reference"]["apgr"]["mean"] == pytest.approx(0.02)
+    shown = capsys.readouterr().out
+    assert "0.680 [" in shown and "+0.020 [" in shown and "Nadeau" in shown
 
 
 @pytest.mark.real_data
@@ -155,14 +174,15 @@ def test_make_evaluate_cv_refuses_bad_folds_naming_the_option(tmp_path):
 
 
 @pytest.mark.real_data
-def test_make_train_cross_fits_the_bundle_on_every_row(small_routellm, encoder_cache, tmp_path):
+def test_make_train_cross_fits_the_bundle_on_every_row(real_data_dir, encoder_cache, tmp_path):
     """cv_folds=3: the folds' estimates are the figures, the bundle's heads see every row for
     the folds' median rounds, and its thresholds come from every row's out-of-fold score."""
     from serving import Router
     from serving.bundle import read_manifest
     from training.engines.base import train
 
-    result = train(config_for(tmp_path, small_routellm, encoder_cache, cv_folds=3))
+    result = train(config_for(tmp_path, real_data_dir / "gsm8k", encoder_cache, cv_folds=3,
+                              data=[str(real_data_dir / "gsm8k"), str(real_data_dir / "mt_bench")]))
     manifest = read_manifest(result.bundle)
     cv, metrics = manifest.metrics["cv"], result.metrics
     assert cv["folds"] == 3 and manifest.split["cv_folds"] == 3

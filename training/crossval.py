@@ -155,9 +155,10 @@ def _fitted_policies(config: TrainConfig, fitted, notes: list[str]):
     return tuned, reference
 
 
-def run_fold(config: TrainConfig, *, repeat: int, fold: int, console=None) -> FoldResult:
+def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> FoldResult:
     """Train fold `fold`'s configuration (every stage, as `make train` does, without writing a
-    bundle) and score every policy on its test rows."""
+    bundle) and score every policy on its test rows. `prepared`: the logs as the local engine
+    read them once for every fold (training.engines.local.prepare_frame)."""
     from rich.console import Console
 
     from training.engines import get_engine
@@ -167,7 +168,8 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, console=None) -> Fo
     started = time.perf_counter()
     timings = {"start": started}
     quiet = Console(quiet=True)
-    fitted = get_engine(config.engine).fit(config, quiet, timings)
+    engine = get_engine(config.engine)
+    fitted = engine.fit(config, quiet, timings, **({"prepared": prepared} if prepared is not None else {}))
     held = fit_held_out_stages(config, fitted, StageClock(timings))
     test = with_learned_zones(config, fitted.splits["test"], held.thresholds).with_inferred_domains()
     notes: list[str] = []
@@ -243,17 +245,27 @@ class CrossValidation:
         }
 
 
+def read_once(config: TrainConfig):
+    """The logs read and validated once for every fold (the local engine; None for others)."""
+    from training.engines import get_engine
+
+    return get_engine("local").prepare_frame(config) if config.engine == "local" else None
+
+
 def cross_validate(config: TrainConfig, *, folds: int = 5, repeats: int = 1, console=None,
-                   on_fold=None) -> CrossValidation:
-    """Cross-validate `config` (module doc). `on_fold(result)` is called after each fold."""
+                   on_fold=None, prepared=None) -> CrossValidation:
+    """Cross-validate `config` (module doc). `on_fold(result)` is called after each fold;
+    `prepared`: the logs already read (read_once)."""
     check_folds(config, folds, repeats)
+    prepared = prepared if prepared is not None else read_once(config)
     results = []
     for repeat in range(repeats):
         for fold in range(folds):
             if console is not None:
                 console.print(f"[bold]fold {fold + 1}/{folds}[/] of repeat {repeat + 1}/{repeats} "
                               f"(salt {repeat_salt(config, repeat)!r})")
-            result = run_fold(fold_config(config, folds=folds, fold=fold, repeat=repeat), repeat=repeat, fold=fold)
+            result = run_fold(fold_config(config, folds=folds, fold=fold, repeat=repeat), repeat=repeat, fold=fold,
+                              prepared=prepared)
             results.append(result)
             if on_fold is not None:
                 on_fold(result)
@@ -336,10 +348,11 @@ def cross_fit(config: TrainConfig, *, console, timings: dict):
     Returns (the cross-validation, the refit's Fitted with the out-of-fold rows as "val")."""
     from training.engines import get_engine
 
-    cv = cross_validate(config, folds=config.cv_folds, console=console)
+    prepared = read_once(config)
+    cv = cross_validate(config, folds=config.cv_folds, console=console, prepared=prepared)
     refit = refit_choices(cv, config)
     console.print(f"[bold]refit on every row[/]: rounds {refit.rounds} (the folds' median), calibration on "
                   f"{sum(r.test_rows for r in cv.results)} out-of-fold outputs")
-    fitted = get_engine(config.engine).fit(config, console, timings, refit=refit)
+    fitted = get_engine(config.engine).fit(config, console, timings, refit=refit, prepared=prepared)
     fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit.calibrations, config.objective)
     return cv, fitted

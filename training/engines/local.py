@@ -27,6 +27,23 @@ class Prepared(NamedTuple):
     token_rows: "pd.DataFrame"  # rows logged without text (training.token_rows), labelled and weighted
 
 
+def resplit(prepared: Prepared, config: TrainConfig) -> Prepared:
+    """`prepared` (read once) with the split of `config`: what prepare_frame(config) returns for
+    a configuration that differs only in its split, without reading the logs again (the folds
+    of training.crossval)."""
+    import copy
+
+    from data.prepare import assign_splits
+
+    frame = split_and_label(prepared.frame.drop(columns=["split", "label"]), config)
+    responses = prepared.responses
+    if responses is not None and len(responses):
+        responses = responses.assign(split=assign_splits(responses["prompt"], val_share=config.val_share,
+                                                         test_share=config.test_share, salt=config.split_salt,
+                                                         offset=config.split_offset))
+    return Prepared(frame, copy.deepcopy(prepared.report), responses, prepared.token_rows)
+
+
 def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     """Validated, de-duplicated rows with split and label columns, the load report, the rows
     that carry an edge answer (as logged, not merged) and the rows logged without text.
@@ -229,11 +246,13 @@ def _unless_equal(weights: np.ndarray):
     return None if np.all(weights == 1.0) else weights
 
 
-def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = None) -> Fitted:
+def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = None,
+        prepared: Prepared | None = None) -> Fitted:
     """Load, featurize and fit in this process. With `refit` (cross-fitting, training.crossval),
     every row trains, for the rounds and with the calibrations the folds chose, and both
     `splits` are every row with both outcomes, scored in sample: cross-fitting puts the
-    out-of-fold scores in "val" and keeps "test" for the parity check."""
+    out-of-fold scores in "val" and keeps "test" for the parity check. `prepared`: the logs as
+    prepare_frame read them for another split (resplit puts this configuration's split on them)."""
     from training.model import (SIDE_FEATURE, blank_declared_precision, fit_booster, fit_heads, predict,
                                 stack_sides, target_columns)
     from training.partial import both_known, head_rows, share_heads, sides_known
@@ -241,7 +260,8 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     clock = StageClock(timings)
     t0 = time.perf_counter()
     with console.status("loading and validating logs"):
-        frame, data_report, responses, token_rows = prepare_frame(config, clock)
+        frame, data_report, responses, token_rows = prepare_frame(config, clock) if prepared is None \
+            else resplit(prepared, config)
     timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
     if refit is None:
