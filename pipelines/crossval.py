@@ -48,6 +48,21 @@ def policy_table(summary: dict, title: str):
     return table
 
 
+def source_table(summary: dict, key: str = "apgr"):
+    """One figure per source (rows) and policy (columns)."""
+    from rich.table import Table
+
+    label, form = SHOWN[key]
+    table = Table(title=f"{label} per source")
+    table.add_column("source")
+    shown = [p for p in TABLE_POLICIES if p in summary["policies"]]
+    for policy in shown:
+        table.add_column(policy, justify="right")
+    for source, policies in summary["by_source"].items():
+        table.add_row(source, *(cell(policies[p][key], form) for p in shown))
+    return table
+
+
 def difference_table(differences: dict, title: str):
     from rich.table import Table
 
@@ -108,6 +123,7 @@ def main(
     summary = cross_validate(cfg, folds=folds, repeats=repeats, console=console).summary()
     console.print(policy_table(summary, f"{folds}-fold cross-validation x {repeats}: every stage refit per fold"))
     console.print(difference_table(summary["differences"], "the learned router minus each policy, paired by fold"))
+    console.print(source_table(summary))
     (out / "cv.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     console.print(f"interval: {summary['interval']}\nwritten: {out / 'cv.json'}")
 

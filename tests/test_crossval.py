@@ -143,7 +143,7 @@ def test_make_evaluate_cv_prints_and_writes_the_estimates(tmp_path, monkeypatch,
     import pipelines.crossval as command
     folds = [FoldResult(0, k, 100, 300, {"learned": {"apgr": v, "cpt50": 0.3}, "reference": {"apgr": v - 0.02},
                                          "reference_qualities": dict.fromkeys(REFERENCE_QUALITIES, 0.5)},
-                        {}, {"edge": 10}, 1.0)
+                        {"gsm8k": {"learned": {"apgr": v + 0.1}, "reference": {"apgr": 0.5}}}, {"edge": 10}, 1.0)
              for k, v in enumerate((0.68, 0.70, 0.66))]
     monkeypatch.setattr("training.crossval.cross_validate",
                         lambda config, **_: CrossValidation(config, 3, 1, folds))
@@ -154,6 +154,7 @@ def test_make_evaluate_cv_prints_and_writes_the_estimates(tmp_path, monkeypatch,
     assert written["differences"]["learned - reference"]["apgr"]["mean"] == pytest.approx(0.02)
     shown = capsys.readouterr().out
     assert "0.680 [" in shown and "+0.020 [" in shown and "Nadeau" in shown
+    assert "APGR per source" in shown and "0.780 [" in shown  # gsm8k: 0.1 above the fold figures
 
 
 @pytest.mark.real_data
