@@ -51,6 +51,16 @@ def encoder_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+@pytest.fixture(scope="session")
+def static_encoder_cache(encoder_cache) -> Path:
+    """encoder_cache with the static tier's table already distilled: for tests that time a
+    training run, which should not count the once-per-session distillation."""
+    from training.encoders import build_encoder
+
+    build_encoder("static", encoder_cache / "encoders")
+    return encoder_cache
+
+
 def config_for(tmp: Path, data: Path, cache: Path, **extra):
     """A TrainConfig that writes everything (bundle, MLflow, reports) under `tmp`. It trains on
     the quick single split (cv_folds=0, one fit instead of one per fold and a final one): a test
