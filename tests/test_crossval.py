@@ -182,8 +182,11 @@ def test_make_train_cross_fits_the_bundle_on_every_row(real_data_dir, encoder_ca
     from serving.bundle import read_manifest
     from training.engines.base import train
 
-    result = train(config_for(tmp_path, real_data_dir / "gsm8k", encoder_cache, cv_folds=3,
-                              data=[str(real_data_dir / "gsm8k"), str(real_data_dir / "mt_bench")]))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for source in ("gsm8k", "mt_bench"):
+        (logs / source).symlink_to(real_data_dir / source)
+    result = train(config_for(tmp_path, logs, encoder_cache, cv_folds=3))
     manifest = read_manifest(result.bundle)
     cv, metrics = manifest.metrics["cv"], result.metrics
     assert cv["folds"] == 3 and manifest.split["cv_folds"] == 3
