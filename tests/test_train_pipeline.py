@@ -120,7 +120,7 @@ def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_pat
             "--data", str(small_routellm / "gsm8k"), "--bundle", str(tmp_path / "b"),
             "--set", f"tracking_uri=sqlite:///{tmp_path}/mlflow.db", "--set", f"artifact_root={tmp_path}/art",
             "--set", f"cache_dir={encoder_cache}", "--set", f"reports_dir={tmp_path}/reports",
-            "--set", "min_rows_per_tag=20", "--set", "lgbm.num_leaves=7"]
+            "--set", "min_rows_per_tag=20", "--set", "lgbm.num_leaves=7", "--set", "cv_folds=0"]
     done = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "APGR" in done.stdout and "hand rule table" in done.stdout
