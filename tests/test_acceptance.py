@@ -188,9 +188,11 @@ def test_too_few_answers_give_no_model_and_say_why(small_routellm, encoder_cache
     from tests.conftest import config_for
     from training.engines.base import train
 
-    result = train(config_for(tmp_path, small_routellm, encoder_cache, acceptance_min_rows=5000))
+    result = train(config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, acceptance_min_rows=5000,
+                              min_rows_per_tag=20))
     assert result.manifest.acceptance["file"] is None
     assert "too few edge answers" in result.manifest.acceptance["reason"]
+    assert "needs 5000" in result.manifest.acceptance["reason"]  # the run's acceptance_min_rows
 
 
 @pytest.mark.parametrize("edit, message", [

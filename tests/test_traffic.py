@@ -552,7 +552,7 @@ def test_make_train_learns_from_a_log_that_kept_no_text(bundle, small_routellm, 
     text = "".join(f.read_text(encoding="utf-8") for f in folder.glob("*.jsonl"))
     assert not any(prompt in text for prompt in frame["prompt"])
 
-    config = config_for(tmp_path, small_routellm, encoder_cache)
+    config = config_for(tmp_path, small_routellm / "mmlu", encoder_cache)  # no edge answers: no acceptance fit
     config.data.append(str(folder))
     result = train(config)
     assert result.manifest.data["token_rows"] == {"read": 600, "used": 600, "skipped": {}}
