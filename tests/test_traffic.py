@@ -515,8 +515,9 @@ def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_rout
 
     folder, _ = replayed
     store = f"sqlite:///{tmp_path}/mlflow.db"
-    first = train(config_for(tmp_path / "a", small_routellm, encoder_cache, tracking_uri=store))
-    second = train(config_for(tmp_path / "b", small_routellm, encoder_cache, tracking_uri=store,
+    # Both fitted on the slice's MMLU rows (no edge answers: no acceptance check to fit), judged on all of it.
+    first = train(config_for(tmp_path / "a", small_routellm / "mmlu", encoder_cache, tracking_uri=store))
+    second = train(config_for(tmp_path / "b", small_routellm / "mmlu", encoder_cache, tracking_uri=store,
                               num_boost_round=3, early_stopping_rounds=1))
     client = MlflowClient(tracking_uri=store)
     options = {"logs": [str(folder)], "full_logs": [str(small_routellm)]}
