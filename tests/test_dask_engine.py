@@ -397,3 +397,38 @@ def test_memory_freed_in_the_c_heap_goes_back_to_the_system():
     return_freed_memory()
     assert freed_but_held - rss_mb() > 150
     assert len(pinned) == 64 * 1024
+
+
+@pytest.mark.real_data
+def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_local_engines_folds(
+        real_data_dir, encoder_cache, tmp_path_factory):
+    """3-fold cross-validation with the Dask engine on the GSM8K + MT-Bench logs: each fold
+    hands back a prompt-hash sample of its training rows (all of them, below eval_sample_rows),
+    so the reference and the tuned rule table are fitted and scored on every fold, as with the
+    local engine; the folds' test rows are the local engine's (each row with both outcomes in
+    exactly one fold), and every fold's training rows are the local engine's training split."""
+    from training.crossval import cross_validate, fold_config
+    from training.engines.local import prepare_frame
+    from training.partial import both_known
+
+    data = tmp_path_factory.mktemp("gsm8k_mt_bench")
+    for source in ("gsm8k", "mt_bench"):
+        (data / source).symlink_to(real_data_dir / source)
+    tmp = tmp_path_factory.mktemp("dask_cv")
+    config = config_for(tmp, data, encoder_cache, engine="dask", dask_workers=2, dask_scratch=str(tmp / "scratch"))
+    summary = cross_validate(config, folds=3).summary()
+
+    assert not any("no training rows" in note for note in summary["notes"]), summary["notes"]
+    for policy in ("reference", "tuned_rule_table"):
+        for figure in ("apgr", "cpt50", "quality"):
+            assert summary["policies"][policy][figure]["n"] == 3, (policy, figure)
+    assert summary["differences"]["learned - reference"]["apgr"]["n"] == 3
+    local_test, local_train, both = [], [], None
+    for fold in range(3):
+        frame = prepare_frame(fold_config(config, folds=3, fold=fold)).frame
+        both = both_known(frame)
+        local_test.append(int(((frame["split"] == "test") & both).sum()))
+        local_train.append(int((frame["split"] == "train").sum()))
+    assert summary["rows"]["test_per_fold"] == local_test
+    assert sum(local_test) == int(both.sum()), "the folds' test rows partition the rows with both outcomes"
+    assert summary["rows"]["train_per_fold"] == local_train

@@ -172,28 +172,38 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
     return plan, prepared, len(raw_sample)
 
 
+# What evaluation.rows.Rows.from_frame reads of a prepared row (with its token count).
+ROW_COLUMNS = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label")
+
+
 def _features(client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...]):
     """Pass 3: features of the validation and test samples, which come here (pandas), and of
-    the training rows (at most about `max_train_rows`), which stay on the workers (persisted)."""
+    the training rows (at most about `max_train_rows`), which stay on the workers (persisted).
+    A sample of the training rows (at most about `eval_sample_rows`, by prompt hash) comes
+    here too, as rows with their token count and no features: what the reference policy and
+    the tuned rule table are fitted on (training.crossval)."""
     from training.engines import dask_partitions as de
     from training.partial import WEIGHT_COLUMNS
 
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
-    keep = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label",
-            "split", *WEIGHT_COLUMNS)
+    keep = (*ROW_COLUMNS, "split", *WEIGHT_COLUMNS)
     val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
         de.feature_partition, recipe, keep=keep, with_tokens=True, meta=de.feature_meta(plan.serving, keep, True))
         for name in ("val", "test"))
     train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
         de.feature_partition, recipe, keep=(*targets, *WEIGHT_COLUMNS), blank_precision=config.precision_dropout,
         seed=config.seed, meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)))
+    train_sample = _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
+        de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS))
     with de.stage("features"):
-        train, val, test = client.persist([train, val, test])  # one graph: each partition is read once
+        # one graph: each partition is read once
+        train, val, test, train_sample = client.persist([train, val, test, train_sample])
         # One sample at a time: its partitions and their concatenation are here together, and
         # both samples' at once were most of the client's peak (~1 GB at 200,000 rows each).
         [val] = de.collected(client, val)
         [test] = de.collected(client, test)
-    return train, val, test
+        [train_sample] = de.collected(client, train_sample)
+    return train, val, test, train_sample
 
 
 def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
@@ -267,30 +277,36 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         note_training_sample(console, report, config,
                              sample_fraction(config.max_train_rows, report["rows"] * training_share(config)))
         clock.begin("featurize")
-        train, val, test = _features(client, config, plan, prepared, report, target_columns(config.objective))
+        train, val, test, train_sample = _features(client, config, plan, prepared, report,
+                                                   target_columns(config.objective))
         timings["features_s"] = time.perf_counter() - t1
         names = plan.spec.feature_names
         console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
-                      f"training rows; samples: {len(val)} validation, {len(test)} test rows")
+                      f"training rows; samples: {len(val)} validation, {len(test)} test, "
+                      f"{len(train_sample)} training rows")
 
         t2 = time.perf_counter()
         clock.begin("fit")
         with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
             heads = _fit_heads(client, config, train, val, names)
         timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
-    splits, embeddings, tokens = {}, {}, {}
+    splits, embeddings, tokens, raw = {}, {}, {}, {}
     for name, frame in (("val", val), ("test", test)):
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request
         x = frame[names].to_numpy()
         scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
+        raw[name] = {h.name: h.raw(x) for h in heads}
         embeddings[name] = x[:, -plan.spec.embedding_dim:]
         ids = frame[de.TOKEN_IDS].tolist()
         tokens[name] = None if ids and ids[0] is None else TokenRows.from_rows(ids)
+    train_rows = Rows.from_frame(train_sample, n_tokens=train_sample["n_tokens"].to_numpy(),
+                                 scores=np.zeros(len(train_sample)))
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
-                      "val_rows": len(val), "test_rows": len(test)}}
-    del frame, val, test, ids  # the token arrays were copied into `tokens`
+                      "val_rows": len(val), "test_rows": len(test), "train_sample_rows": len(train_rows)}}
+    del frame, val, test, ids, train_sample  # the token arrays were copied into `tokens`
     de.return_freed_memory()
     clock.end()
     return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes,
-                  tokens=tokens if all(t is not None for t in tokens.values()) else None)
+                  tokens=tokens if all(t is not None for t in tokens.values()) else None,
+                  train_rows=train_rows, raw=raw)

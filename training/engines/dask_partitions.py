@@ -144,6 +144,21 @@ def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = ()
     return out
 
 
+def counted_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...]) -> pd.DataFrame:
+    """The `keep` columns of each row and its token count (the n_tokens feature, as
+    feature_partition computes it), without the embedding: for rows the client needs as
+    rows rather than as features (the training sample the reference policy is fitted on)."""
+    scalars, _ = recipe.featurizer().prepare(frame["prompt"].tolist(), frame["precision"].tolist())
+    out = frame[list(keep)].copy()
+    out["n_tokens"] = scalars[:, recipe.spec.feature_names.index("n_tokens")]
+    return out
+
+
+def counted_meta(keep: tuple[str, ...]) -> pd.DataFrame:
+    """The empty frame counted_partition returns."""
+    return frame_meta((), **{c: _kind(c) for c in keep}, n_tokens=np.float32)
+
+
 def feature_meta(recipe, keep: tuple[str, ...] = (), with_tokens: bool = False) -> pd.DataFrame:
     """The empty frame feature_partition returns."""
     return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep},
