@@ -169,7 +169,8 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     timings = {"start": started}
     quiet = Console(quiet=True)
     engine = get_engine(config.engine)
-    fitted = engine.fit(config, quiet, timings, **({"prepared": prepared} if prepared is not None else {}))
+    fitted = engine.fit(config, quiet, timings, keep_train_rows=True,
+                        **({"prepared": prepared} if prepared is not None else {}))
     held = fit_held_out_stages(config, fitted, StageClock(timings))
     test = with_learned_zones(config, fitted.splits["test"], held.thresholds).with_inferred_domains()
     notes: list[str] = []

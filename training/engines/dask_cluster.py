@@ -176,12 +176,13 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
 ROW_COLUMNS = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label")
 
 
-def _features(client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...]):
+def _features(client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...],
+              keep_train_rows: bool = False):
     """Pass 3: features of the validation and test samples, which come here (pandas), and of
     the training rows (at most about `max_train_rows`), which stay on the workers (persisted).
-    A sample of the training rows (at most about `eval_sample_rows`, by prompt hash) comes
-    here too, as rows with their token count and no features: what the reference policy and
-    the tuned rule table are fitted on (training.crossval)."""
+    With `keep_train_rows`, a sample of the training rows (at most about `eval_sample_rows`, by
+    prompt hash) comes here too, as rows with their token count and no features: what the
+    reference policy and the tuned rule table are fitted on (training.crossval); else None."""
     from training.engines import dask_partitions as de
     from training.partial import WEIGHT_COLUMNS
 
@@ -193,16 +194,16 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
     train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
         de.feature_partition, recipe, keep=(*targets, *WEIGHT_COLUMNS), blank_precision=config.precision_dropout,
         seed=config.seed, meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)))
-    train_sample = _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
-        de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS))
+    samples = [_sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
+        de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS))] if keep_train_rows else []
     with de.stage("features"):
         # one graph: each partition is read once
-        train, val, test, train_sample = client.persist([train, val, test, train_sample])
+        train, val, test, *samples = client.persist([train, val, test, *samples])
         # One sample at a time: its partitions and their concatenation are here together, and
         # both samples' at once were most of the client's peak (~1 GB at 200,000 rows each).
         [val] = de.collected(client, val)
         [test] = de.collected(client, test)
-        [train_sample] = de.collected(client, train_sample)
+        train_sample = de.collected(client, samples[0])[0] if samples else None
     return train, val, test, train_sample
 
 
@@ -252,8 +253,9 @@ def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
                      weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()})
 
 
-def fit(config: TrainConfig, console, timings: dict) -> Fitted:
-    """The Dask engine (see module doc)."""
+def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = False) -> Fitted:
+    """The Dask engine (see module doc). `keep_train_rows`: hand back a sample of the training
+    rows (Fitted.train_rows), which cross-validation fits the reference on."""
     from training.engines import dask_partitions as de
     from training.featurize import TokenRows
     from training.model import predict, target_columns
@@ -278,12 +280,12 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
                              sample_fraction(config.max_train_rows, report["rows"] * training_share(config)))
         clock.begin("featurize")
         train, val, test, train_sample = _features(client, config, plan, prepared, report,
-                                                   target_columns(config.objective))
+                                                   target_columns(config.objective), keep_train_rows)
         timings["features_s"] = time.perf_counter() - t1
         names = plan.spec.feature_names
         console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
-                      f"training rows; samples: {len(val)} validation, {len(test)} test, "
-                      f"{len(train_sample)} training rows")
+                      f"training rows; samples: {len(val)} validation, {len(test)} test rows"
+                      + (f", {len(train_sample)} training rows" if train_sample is not None else ""))
 
         t2 = time.perf_counter()
         clock.begin("fit")
@@ -300,10 +302,11 @@ def fit(config: TrainConfig, console, timings: dict) -> Fitted:
         embeddings[name] = x[:, -plan.spec.embedding_dim:]
         ids = frame[de.TOKEN_IDS].tolist()
         tokens[name] = None if ids and ids[0] is None else TokenRows.from_rows(ids)
-    train_rows = Rows.from_frame(train_sample, n_tokens=train_sample["n_tokens"].to_numpy(),
-                                 scores=np.zeros(len(train_sample)))
+    train_rows = None if train_sample is None else Rows.from_frame(
+        train_sample, n_tokens=train_sample["n_tokens"].to_numpy(), scores=np.zeros(len(train_sample)))
     notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
-                      "val_rows": len(val), "test_rows": len(test), "train_sample_rows": len(train_rows)}}
+                      "val_rows": len(val), "test_rows": len(test),
+                      **({"train_sample_rows": len(train_rows)} if train_rows is not None else {})}}
     del frame, val, test, ids, train_sample  # the token arrays were copied into `tokens`
     de.return_freed_memory()
     clock.end()

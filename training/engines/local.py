@@ -247,12 +247,14 @@ def _unless_equal(weights: np.ndarray):
 
 
 def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = None,
-        prepared: Prepared | None = None) -> Fitted:
+        prepared: Prepared | None = None, keep_train_rows: bool = False) -> Fitted:
     """Load, featurize and fit in this process. With `refit` (cross-fitting, training.crossval),
     every row trains, for the rounds and with the calibrations the folds chose, and both
     `splits` are every row with both outcomes, scored in sample: cross-fitting puts the
     out-of-fold scores in "val" and keeps "test" for the parity check. `prepared`: the logs as
-    prepare_frame read them for another split (resplit puts this configuration's split on them)."""
+    prepare_frame read them for another split (resplit puts this configuration's split on them).
+    `keep_train_rows`: hand back the training rows (Fitted.train_rows), which cross-validation
+    fits the reference and the tuned rule table on."""
     from training.model import (SIDE_FEATURE, blank_declared_precision, fit_booster, fit_heads, predict,
                                 stack_sides, target_columns)
     from training.partial import both_known, head_rows, share_heads, sides_known
@@ -346,7 +348,8 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
     tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[keep_tokens])
                                                 for name, rows in chosen.items()}
-    train_rows = Rows.from_frame(frame[train], n_tokens=n_tokens[train], scores=np.zeros(int(train.sum())))
+    train_rows = Rows.from_frame(frame[train], n_tokens=n_tokens[train], scores=np.zeros(int(train.sum()))) \
+        if keep_train_rows else None
     clock.end()
     return Fitted(data_report, plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
                   notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
