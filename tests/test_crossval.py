@@ -106,7 +106,7 @@ def test_the_logs_read_once_give_each_fold_what_reading_them_for_it_gives(small_
 
 
 @pytest.fixture(scope="module")
-def compared(real_data_dir, tmp_path_factory):
+def compared(real_data_dir, encoder_cache, tmp_path_factory):
     """`make compare-configs` (pipelines.crossval --compare) of the defaults and a configuration
     without precision dropout, 3 folds of the GSM8K and MT-Bench logs: compare.json."""
     tmp = tmp_path_factory.mktemp("compare")
@@ -114,7 +114,7 @@ def compared(real_data_dir, tmp_path_factory):
     (tmp / "b.yaml").write_text("precision_dropout: 0.0\n")
     cmd = [sys.executable, "-m", "pipelines.crossval", "--folds", "3", "--compare", str(tmp / "a.yaml"),
            "--compare", str(tmp / "b.yaml"), "--data", str(real_data_dir / "gsm8k"), "--data",
-           str(real_data_dir / "mt_bench"), "--out", str(tmp / "out"), "--set", f"cache_dir={tmp / 'cache'}",
+           str(real_data_dir / "mt_bench"), "--out", str(tmp / "out"), "--set", f"cache_dir={encoder_cache}",
            "--set", f"reports_dir={tmp / 'r'}", "--set", "min_rows_per_tag=50"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=make_env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
