@@ -132,6 +132,8 @@ def main(
         Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
     console.print(summary_table(result.metrics))
+    for note in result.metrics.get("notes", []):  # e.g. a cross-fitted bundle scored on its own training logs
+        console.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     logged = f"MLflow run {result.mlflow_run_id}" if result.mlflow_run_id else "not logged to MLflow"
     console.print(f"report: {result.out / 'report.md'}  |  {logged}")
 

@@ -199,3 +199,10 @@ def test_make_train_cross_fits_the_bundle_on_every_row(real_data_dir, encoder_ca
     assert metrics["parity_max_abs_diff"] <= 1e-5
     router = Router.load(result.bundle, strict=True)
     assert router.route("What is 17 * 23?").zone in ("edge", "edge_with_cloud_fallback", "cloud")
+    # make evaluate on the logs it was trained on says its figures there are in sample
+    from evaluation.config import EvalConfig
+    from pipelines.evaluate import run
+
+    evaluated = run(EvalConfig(bundle=str(result.bundle), logs=[str(logs)], out=str(tmp_path / "eval"), mlflow=False,
+                               cache_dir=str(encoder_cache)))
+    assert any("cross-fitted" in note and "in sample" in note for note in evaluated.metrics["notes"])
