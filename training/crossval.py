@@ -303,17 +303,15 @@ def out_of_fold_rows(cv: CrossValidation, rows, calibrations: dict, objective: s
     from serving.calibration import apply_calibration
     from serving.manifest import routing_score
 
-    position = {}
-    for result in cv.results:
-        tested, raw = result.out_of_fold
-        for i, prompt in enumerate(tested.prompts):
-            position[prompt] = (result, i)
+    tested = np.concatenate([r.out_of_fold[0].prompts for r in cv.results])
+    position = {prompt: i for i, prompt in enumerate(tested)}
     missing = [p for p in rows.prompts if p not in position]
     if missing:
         raise RuntimeError(f"{len(missing)} rows have no out-of-fold score (first: {missing[0][:80]!r}): the folds "
                            "and the refit read different rows")
-    probabilities = {head: np.array([apply_calibration(calibrations[head], r.out_of_fold[1][head][i:i + 1])[0]
-                                     for r, i in (position[p] for p in rows.prompts)])
+    order = np.array([position[p] for p in rows.prompts], dtype=np.int64)
+    probabilities = {head: apply_calibration(calibrations[head],
+                                             np.concatenate([r.out_of_fold[1][head] for r in cv.results])[order])
                      for head in calibrations}
     scores = routing_score(objective, probabilities)
     return dataclasses.replace(rows, scores=np.asarray(scores, float), p_edge=probabilities.get("edge"),
