@@ -121,7 +121,9 @@ def test_an_outcome_without_failures_is_its_smoothed_log_odds():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"lexical": "bigrams"}, "config lexical='bigrams': must be one of none, features"),
+    ({"lexical": "bigrams"}, "config lexical='bigrams': must be one of none, features, blend"),
+    ({"lexical": "blend", "objective": "cloud_needed"}, "blend needs objective=expected_gain, not 'cloud_needed'"),
+    ({"lexical": "blend", "calibration": "isotonic"}, "blend needs calibration=sigmoid or none, not 'isotonic'"),
     ({"lexical": "features", "tier": "transformer"}, "needs tier=static, not 'transformer'"),
     ({"lexical": "features", "engine": "dask"}, "needs engine=local, not 'dask'"),
     ({"lexical_folds": 1}, "config lexical_folds=1: must be an integer in [2, 20]"),
@@ -143,7 +145,7 @@ def test_manifest_spec_lexical_is_checked_and_absent_when_none():
     spec = check_feature_spec({"tier": "static", "fused": True, "lexical": "features"})
     assert spec.model_feature_names[-2:] == ["lexical_edge", "lexical_cloud"]
     assert spec.feature_names == FeatureSpec(tier="static", fused=True).feature_names
-    with pytest.raises(ManifestError, match="feature_spec.lexical: must be one of none, features"):
+    with pytest.raises(ManifestError, match="feature_spec.lexical: must be one of none, features, blend"):
         check_feature_spec({"tier": "static", "fused": True, "lexical": "yes"})
     with pytest.raises(ManifestError, match="feature_spec.lexical: needs the fused layout"):
         check_feature_spec({"tier": "transformer", "lexical": "features"})
@@ -208,6 +210,74 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     features_read = {int(f) for t in trees for a in t.attribute if a.name == "nodes_featureids" for f in a.ints}
     width = len(with_lexical.spec.feature_names)
     assert {width, width + 1} & features_read  # the trees split on the margins
+
+
+@pytest.fixture(scope="module")
+def trained_blend(small_routellm, encoder_cache, tmp_path_factory):
+    """(config, the engine's Fitted, TrainResult) of a training with lexical=blend on the
+    real-data slice, its training rows cut to a hash sample."""
+    from rich.console import Console
+
+    from training.engines import get_engine
+    from training.engines.base import finish
+
+    config = config_for(tmp_path_factory.mktemp("blend"), small_routellm, encoder_cache, lexical="blend",
+                        max_train_rows=1500)
+    timings = {"start": 0.0}
+    fitted = get_engine("local").fit(config, Console(quiet=True), timings)
+    return config, fitted, finish(config, fitted, timings)
+
+
+def test_a_blend_bundle_computes_each_head_as_its_two_models_mixed(trained_blend):
+    """lexical=blend: the SDK's probabilities, from raw text, are w * (the calibrated trees,
+    which do not read the margins) + (1 - w) * sigmoid(the head's own outcome margin), w the
+    manifest's tree weight, recomputed here from the parts (boosters, calibration, regressions)."""
+    import onnx
+    from scipy.special import expit
+
+    from serving.calibration import apply_calibration
+    from serving.scorer import Scorer
+    from training.lexical import Terms
+
+    config, fitted, result = trained_blend
+    assert result.metrics["parity_max_abs_diff"] <= 1e-5
+    manifest = json.loads((result.bundle / "manifest.json").read_text())
+    assert manifest["feature_spec"]["lexical"] == "blend"
+    blends = {head: manifest["calibration"][head]["lexical_blend"] for head in ("edge", "cloud")}
+    assert {b["margin"] for b in blends.values()} == {"lexical_edge", "lexical_cloud"}
+    assert all(0 <= b["tree_weight"] <= 1 for b in blends.values())
+    assert result.metrics["lexical_tree_weight"] == {h: b["tree_weight"] for h, b in blends.items()}
+
+    recipe = fitted.plan.serving
+    prompts, precisions = HARD + list(result.test.prompts[:50]), [None] * len(HARD) + list(result.test.precisions[:50])
+    features, tokens = recipe.featurizer().transform_with_tokens(prompts, precisions)
+    margins = fitted.plan.lexical.margins(Terms.of(tokens.ids, tokens.lengths, fitted.plan.lexical.vocabulary))
+    expected = {}
+    for head in fitted.heads:
+        trees = apply_calibration(head.calibration, head.booster.predict(features))
+        w, outcome = blends[head.name]["tree_weight"], ("lexical_edge", "lexical_cloud").index(blends[head.name]["margin"])
+        expected[head.name] = w * trees + (1 - w) * expit(margins[:, outcome].astype(np.float64))
+    sdk = Scorer.load(result.bundle).scores(prompts, precisions)
+    assert np.max(np.abs(sdk - (expected["cloud"] - expected["edge"]))) <= 1e-5
+    trees = [n for n in onnx.load(str(result.bundle / "model.onnx")).graph.node if n.op_type == "TreeEnsembleClassifier"]
+    read = {int(f) for t in trees for a in t.attribute if a.name == "nodes_featureids" for f in a.ints}
+    assert max(read) < len(fitted.plan.spec.feature_names)  # the trees do not read the margins
+
+
+def test_the_blend_weight_goes_to_the_model_that_knows_the_outcome():
+    """fit_blend: outcomes drawn from the trees' probabilities give the trees all the weight;
+    drawn from the lexical model's, the lexical model; both informative, a mixture in between."""
+    from scipy.special import expit
+
+    from training.model import BLEND_GRID, fit_blend
+
+    rng = np.random.default_rng(0)
+    trees, margin = rng.uniform(0.05, 0.95, 20_000), rng.normal(0, 2, 20_000)
+    lexical = expit(margin)
+    assert fit_blend(trees, margin, rng.binomial(1, trees), outcome=0).tree_weight == 1.0
+    assert fit_blend(trees, margin, rng.binomial(1, lexical), outcome=1).tree_weight == 0.0
+    mixed = fit_blend(trees, margin, rng.binomial(1, 0.5 * trees + 0.5 * lexical), outcome=0)
+    assert 0.3 <= mixed.tree_weight <= 0.7 and mixed.tree_weight in BLEND_GRID and mixed.outcome == 0
 
 
 def test_rows_logged_as_token_ids_train_with_the_bundles_margins(trained_lexical, tmp_path):

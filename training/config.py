@@ -48,10 +48,12 @@ class TrainConfig:
     max_reject_share: float = 0.05
     precision_dropout: float = 0.2                   # train rows shown without a declared precision
     objective: str = "expected_gain"                 # expected_gain (two outcome heads) | cloud_needed
-    # Lexical evidence (training.lexical): "features" adds each outcome's logistic-regression margin
-    # over the prompt's unigrams and hashed bigrams to the trees' inputs, computed in model.onnx
-    # (+2.3 MB); training rows get out-of-fold margins (lexical_folds folds by prompt hash).
-    lexical: str = "none"                            # none | features
+    # Lexical evidence (training.lexical): each outcome's logistic-regression margin over the
+    # prompt's unigrams and hashed bigrams, computed in model.onnx (+2.3 MB). "features" adds the
+    # margins to the trees' inputs (training rows get out-of-fold margins: lexical_folds folds by
+    # prompt hash); "blend" mixes each head's calibrated probability with sigmoid(margin), the
+    # weight chosen on validation (training.model.fit_blend).
+    lexical: str = "none"                            # none | features | blend
     lexical_c: float = 64.0                          # the regressions' inverse L2 regularization
     lexical_folds: int = 5
     lgbm: dict[str, Any] = field(default_factory=dict)
@@ -158,6 +160,12 @@ class TrainConfig:
         check(self.lexical == "none" or self.engine == "local", "lexical",
               f"needs engine=local, not {self.engine!r}: the regressions are fitted on the training rows' token ids "
               "held in this process, which the Dask engine does not collect")
+        check(self.lexical != "blend" or self.objective == "expected_gain", "lexical",
+              f"blend needs objective=expected_gain, not {self.objective!r}: it mixes each outcome head with the "
+              "lexical regression of the same outcome")
+        check(self.lexical != "blend" or self.calibration in ("sigmoid", "none"), "lexical",
+              f"blend needs calibration=sigmoid or none, not {self.calibration!r}: the graph mixes the calibrated "
+              "probabilities, and only those calibrations are inside it")
         check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")
         check(isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20, "lexical_folds",
               "must be an integer in [2, 20]")

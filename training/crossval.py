@@ -95,11 +95,13 @@ def interval(values, *, test_over_train: float, level: float = LEVEL) -> dict:
 class Refit:
     """What cross-fitting's folds chose for the bundle's fit on every row (training.crossval):
     the rounds of each booster (by the first log column it learns), whether the heads share
-    one booster, and each head's calibration, fitted on the folds' out-of-fold outputs."""
+    one booster, and each head's calibration and lexical blend (training.model.LexicalBlend),
+    fitted on the folds' out-of-fold outputs."""
 
     rounds: dict[str, int]
     shared: bool
     calibrations: dict[str, dict]
+    blends: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -297,11 +299,27 @@ def headline_means(cv: CrossValidation) -> dict:
                for p in HEADLINE_POLICIES if p in summary["policies"]}}
 
 
-def out_of_fold_rows(cv: CrossValidation, rows, calibrations: dict, objective: str):
-    """`rows` (the refit's rows with both outcomes) with the folds' out-of-fold scores instead of
-    the refit's in-sample ones, calibrated with `calibrations`: what the thresholds are chosen on."""
+def _pooled(cv: CrossValidation, key: str) -> np.ndarray:
+    """The folds' out-of-fold outputs `key` (a head, or the lexical margins), in fold order."""
+    return np.concatenate([r.out_of_fold[1][key] for r in cv.results])
+
+
+def _refit_probability(refit: Refit, head: str, raw: np.ndarray, margins: np.ndarray | None) -> np.ndarray:
+    """A head's probability from its booster's output `raw` as the refit computes it:
+    calibrated, then blended with its lexical margin when it has a blend."""
     from serving.calibration import apply_calibration
+
+    calibrated = apply_calibration(refit.calibrations[head], raw)
+    blend = refit.blends.get(head)
+    return calibrated if blend is None else blend.apply(calibrated, margins)
+
+
+def out_of_fold_rows(cv: CrossValidation, rows, refit: Refit, objective: str):
+    """`rows` (the refit's rows with both outcomes) with the folds' out-of-fold scores instead of
+    the refit's in-sample ones, calibrated (and blended) as `refit` says: what the thresholds
+    are chosen on."""
     from serving.manifest import routing_score
+    from training.lexical import MARGINS_OUTPUT
 
     tested = np.concatenate([r.out_of_fold[0].prompts for r in cv.results])
     position = {prompt: i for i, prompt in enumerate(tested)}
@@ -310,31 +328,38 @@ def out_of_fold_rows(cv: CrossValidation, rows, calibrations: dict, objective: s
         raise RuntimeError(f"{len(missing)} rows have no out-of-fold score (first: {missing[0][:80]!r}): the folds "
                            "and the refit read different rows")
     order = np.array([position[p] for p in rows.prompts], dtype=np.int64)
-    probabilities = {head: apply_calibration(calibrations[head],
-                                             np.concatenate([r.out_of_fold[1][head] for r in cv.results])[order])
-                     for head in calibrations}
+    margins = _pooled(cv, MARGINS_OUTPUT)[order] if refit.blends else None
+    probabilities = {head: _refit_probability(refit, head, _pooled(cv, head)[order], margins)
+                     for head in refit.calibrations}
     scores = routing_score(objective, probabilities)
     return dataclasses.replace(rows, scores=np.asarray(scores, float), p_edge=probabilities.get("edge"),
                                p_cloud=probabilities.get("cloud"))
 
 
 def refit_choices(cv: CrossValidation, config: TrainConfig):
-    """The rounds (median of the folds' early-stopped rounds), head sharing (the folds') and
-    calibrations (fitted on the pooled out-of-fold outputs) of the refit on every row."""
-    from training.model import OBJECTIVES, fit_calibration
+    """The rounds (median of the folds' early-stopped rounds), head sharing (the folds'),
+    calibrations and lexical blends (fitted on the pooled out-of-fold outputs) of the refit on
+    every row."""
+    from training.lexical import MARGINS_OUTPUT, OUTCOMES
+    from training.model import OBJECTIVES, fit_blend, fit_calibration
 
     if any(r.out_of_fold is None for r in cv.results):
         raise ValueError(f"the {config.engine} engine does not hand back out-of-fold outputs: cross-fitting "
                          "(cv_folds > 0) needs the local engine; use cv_folds=0 with this engine")
     heads = OBJECTIVES[config.objective]
     rounds = {column: int(np.median([r.trees[head] for r in cv.results])) for head, (column, _) in heads.items()}
-    calibrations = {}
-    for head, (column, _) in heads.items():
-        raw = np.concatenate([r.out_of_fold[1][head] for r in cv.results])
-        target = np.concatenate([getattr(r.out_of_fold[0], _OUTCOME[column]) for r in cv.results])
-        calibrations[head] = fit_calibration(raw, target, method=config.calibration)
     shared = sum(r.shared for r in cv.results) * 2 > len(cv.results)
-    return Refit(rounds, shared, calibrations)
+    refit = Refit(rounds, shared, {})
+    for head, (column, _) in heads.items():
+        raw = _pooled(cv, head)
+        target = np.concatenate([getattr(r.out_of_fold[0], _OUTCOME[column]) for r in cv.results])
+        refit.calibrations[head] = fit_calibration(raw, target, method=config.calibration)
+        if config.lexical == "blend":
+            outcome = OUTCOMES.index(column)
+            calibrated = _refit_probability(refit, head, raw, None)
+            refit.blends[head] = fit_blend(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target,
+                                           outcome=outcome)
+    return refit
 
 
 _OUTCOME = {"edge_quality": "q_edge", "cloud_quality": "q_cloud", "label": "needed"}
@@ -353,5 +378,5 @@ def cross_fit(config: TrainConfig, *, console, timings: dict):
     console.print(f"[bold]refit on every row[/]: rounds {refit.rounds} (the folds' median), calibration on "
                   f"{sum(r.test_rows for r in cv.results)} out-of-fold outputs")
     fitted = get_engine(config.engine).fit(config, console, timings, refit=refit, prepared=prepared)
-    fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit.calibrations, config.objective)
+    fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit, config.objective)
     return cv, fitted

@@ -6,7 +6,9 @@ from __future__ import annotations
 def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     """One graph from `features` to one output per head, `{name}_probabilities` [n, 2] (column 1
     the head's probability), and those output names. A bundle from before heads had one
-    unnamed head whose output is `probabilities`; `cloud_needed` keeps that name."""
+    unnamed head whose output is `probabilities`; `cloud_needed` keeps that name. Heads with a
+    lexical blend (training.model.LexicalBlend) read a second input, the lexical margins
+    (training.lexical.MARGINS_OUTPUT), and mix them in (`_blend_nodes`)."""
     import onnx
     from onnx import compose, helper
 
@@ -19,13 +21,64 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
         for node in part.graph.node:
             node.input[:] = ["features" if i == f"{head.name}_features" else i for i in node.input]
     features = helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features])
-    graph = helper.make_graph([n for p in parts for n in p.graph.node], "heads", [features],
-                              [p.graph.output[0] for p in parts],
-                              initializer=[i for p in parts for i in p.graph.initializer])
+    inputs, nodes = [features], [n for p in parts for n in p.graph.node]
+    initializers = [i for p in parts for i in p.graph.initializer]
+    blended = [(head, part) for head, part in zip(heads, parts) if head.blend is not None]
+    if blended:
+        from training.lexical import LEXICAL_NAMES, MARGINS_OUTPUT
+
+        inputs.append(helper.make_tensor_value_info(MARGINS_OUTPUT, onnx.TensorProto.FLOAT,
+                                                    [None, len(LEXICAL_NAMES)]))
+        for head, part in blended:
+            output = part.graph.output[0].name
+            _rename_output(part.graph, output, f"{head.name}_trees")
+            new_nodes, new_initializers = _blend_nodes(head, output, MARGINS_OUTPUT)
+            nodes.extend(new_nodes)
+            initializers.extend(new_initializers)
+    graph = helper.make_graph(nodes, "heads", inputs, [p.graph.output[0] for p in parts], initializer=initializers)
     model = helper.make_model(graph, opset_imports=parts[0].opset_import, producer_name="edge-cloud-router")
     model.ir_version = parts[0].ir_version
+    if blended:  # Slice takes its bounds as inputs from opset 10
+        _default_opset_at_least(model, 13)
     onnx.checker.check_model(model)
     return model.SerializeToString(), [o.name for o in model.graph.output]
+
+
+def _blend_nodes(head, output: str, margins: str):
+    """(nodes, initializers) that turn the trees' `output` [n, 2] into the head's blend,
+    [1 - q, q] with q = w * p + (1 - w) * sigmoid(m): p the trees' (calibrated) column 1, m the
+    head's margin, w its tree weight; float32, as the trees. The trees' tensor is renamed."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    index = head.blend.outcome
+    prefix, trees = f"{head.name}_blend", f"{head.name}_trees"
+    initializers: list = []
+
+    def constant(name: str, value, dtype) -> str:
+        initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"{prefix}_{name}"))
+        return f"{prefix}_{name}"
+
+    axis, w = constant("axis", [1], np.int64), float(head.blend.tree_weight)
+    nodes = [
+        helper.make_node("Slice", [trees, constant("p_start", [1], np.int64), constant("p_stop", [2], np.int64),
+                                   axis], [f"{prefix}_p"]),
+        helper.make_node("Slice", [margins, constant("m_start", [index], np.int64),
+                                   constant("m_stop", [index + 1], np.int64), axis], [f"{prefix}_m"]),
+        helper.make_node("Sigmoid", [f"{prefix}_m"], [f"{prefix}_lexical"]),
+        helper.make_node("Mul", [f"{prefix}_p", constant("w", w, np.float32)], [f"{prefix}_wp"]),
+        helper.make_node("Mul", [f"{prefix}_lexical", constant("one_minus_w", 1.0 - w, np.float32)],
+                         [f"{prefix}_wl"]),
+        helper.make_node("Add", [f"{prefix}_wp", f"{prefix}_wl"], [f"{prefix}_q"]),
+        helper.make_node("Sub", [constant("one", 1.0, np.float32), f"{prefix}_q"], [f"{prefix}_not_q"]),
+        helper.make_node("Concat", [f"{prefix}_not_q", f"{prefix}_q"], [output], axis=1),
+    ]
+    return nodes, initializers
+
+
+def _rename_output(graph, old: str, new: str) -> None:
+    for node in graph.node:
+        node.output[:] = [new if o == old else o for o in node.output]
 
 
 def _for_onnx(booster):
@@ -101,11 +154,7 @@ def _append_side(model, side: int, n_features: int) -> None:
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    default = [entry for entry in model.opset_import if entry.domain in ("", "ai.onnx")]
-    if default:  # Pad takes its pads and value as inputs from opset 11
-        default[0].version = max(default[0].version, 13)
-    else:
-        model.opset_import.append(helper.make_opsetid("", 13))
+    _default_opset_at_least(model, 13)  # Pad takes its pads and value as inputs from opset 11
     for node in graph.node:
         node.input[:] = ["features_with_side" if i == "features" else i for i in node.input]
     graph.initializer.extend([numpy_helper.from_array(np.array([0, 0, 0, 1], dtype=np.int64), "side_pads"),
@@ -113,6 +162,18 @@ def _append_side(model, side: int, n_features: int) -> None:
     graph.node.insert(0, helper.make_node("Pad", ["features", "side_pads", "side_value"], ["features_with_side"],
                                           mode="constant"))
     graph.input[0].CopyFrom(helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features]))
+
+
+def _default_opset_at_least(model, version: int) -> None:
+    """The model's default-domain opset raised to `version` (the converter's trees use only ops
+    unchanged since)."""
+    from onnx import helper
+
+    default = [entry for entry in model.opset_import if entry.domain in ("", "ai.onnx")]
+    if default:
+        default[0].version = max(default[0].version, version)
+    else:
+        model.opset_import.append(helper.make_opsetid("", version))
 
 
 def calibration_in_model(calibration: dict) -> bool:
@@ -153,8 +214,10 @@ def fuse(prefix: bytes, trees: bytes, *, trees_read: str = "features") -> bytes:
         if entry.domain == "":
             entry.version = default
     first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
+    # A blend's trees also read the prefix's lexical margins (training.lexical.MARGINS_OUTPUT).
+    io_map = [(trees_read, "features")] + [(i.name, i.name) for i in second.graph.input if i.name != "features"]
     # `features` stays an output too: the SDK's familiarity measure reads the embedding part.
-    merged = compose.merge_models(first, second, io_map=[(trees_read, "features")],
+    merged = compose.merge_models(first, second, io_map=io_map,
                                   outputs=[o.name for o in second.graph.output] + ["features"])
     onnx.checker.check_model(merged)
     return merged.SerializeToString()

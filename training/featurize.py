@@ -217,12 +217,13 @@ class FeaturePlan:
     def spec(self) -> FeatureSpec:
         return self.serving.spec
 
-    def with_lexical(self, model: "LexicalModel") -> "FeaturePlan":
-        """This plan with lexical evidence: the spec says so and the fused graph computes its margins."""
+    def with_lexical(self, model: "LexicalModel", mode: str = "features") -> "FeaturePlan":
+        """This plan with lexical evidence in `mode` (LEXICAL_MODES): the spec says so and the
+        fused graph computes its margins."""
         if self.fused_prefix is None:
             raise ValueError("lexical evidence needs the fused layout (the static tier): the margins are computed "
                              "in model.onnx from the token ids")
-        spec = replace(self.serving.spec, lexical="features")
+        spec = replace(self.serving.spec, lexical=mode)
         return replace(self, serving=replace(self.serving, spec=spec), lexical=model)
 
     def bundle_files(self, trees: bytes, *, with_encoder: bool = False) -> dict:
@@ -234,7 +235,8 @@ class FeaturePlan:
         if self.fused_prefix is not None:
             prefix, trees_read = self.fused_prefix, "features"
             if self.lexical is not None:
-                prefix, trees_read = self.lexical.append_to_graph(prefix), "model_features"
+                prefix = self.lexical.append_to_graph(prefix)
+                trees_read = "model_features" if self.spec.lexical == "features" else "features"
             return {"model.onnx": fuse(prefix, trees, trees_read=trees_read), "tokenizer.json": self.built.tokenizer_path,
                     **({"encoder.onnx": self.built.onnx_bytes} if with_encoder else {})}
         return {"encoder.onnx": self.built.onnx_bytes, "router.onnx": trees,

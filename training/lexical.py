@@ -13,10 +13,12 @@ as q of a success and 1 - q of a failure (judge scores), fitted on the training 
 that outcome is known. Its margin is b + (sum of w[term] over the prompt's terms) / (number
 of terms), or b for an empty prompt.
 
-No leak into the trees. The training rows' margins are out of fold: the training prompts
+No leak into the trees ("features" mode). The training rows' margins are out of fold: the training prompts
 are cut into K folds by prompt hash, and each fold's margins come from the regression
 fitted on the other folds. Every other row (validation, test, rows logged without text)
 gets the margins of the regression fitted on all training rows, the one the bundle ships.
+In "blend" mode the trees do not read the margins and only that one regression is fitted:
+the blend's weight is chosen on validation rows, whose margins it never saw.
 
 The same numbers in the graph. The weights are rounded to a grid of 2^-23 of the largest
 weight's power of two (float32 values, 24 significant bits), so every sum of a prompt's
@@ -42,9 +44,10 @@ BIGRAM_MULTIPLIER = 1_000_003
 OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_NAMES' order
 FOLD_SALT = "lexical:"        # the folds' hash must not be the split's
 WEIGHT_BITS = 23              # a weight is an integer of at most 23 bits times its column's step
+MARGINS_OUTPUT = "lexical_margins"  # the graph's tensor of the margins alone (what a blend reads)
 
-__all__ = ["LEXICAL_MODES", "LEXICAL_NAMES", "LexicalModel", "Terms", "cross_fitted", "fold_numbers",
-           "lexical_matrix"]
+__all__ = ["LEXICAL_MODES", "LEXICAL_NAMES", "MARGINS_OUTPUT", "LexicalModel", "Terms", "cross_fitted",
+           "fold_numbers", "lexical_matrix"]
 
 
 @dataclass
@@ -153,7 +156,8 @@ class LexicalModel:
 
     def append_to_graph(self, prefix: bytes, *, features: str = "features", output: str = "model_features") -> bytes:
         """The fused prefix graph (inputs input_ids, attention_mask, scalars; output
-        `features`) with a second output `output` = [features, one margin per outcome]:
+        `features`) with two more outputs: `output` = [features, one margin per outcome] and
+        MARGINS_OUTPUT, the margins alone [batch, outcomes]:
         the terms from the masked ids (bigrams in int64), one Gather of their weights, a
         masked float64 sum, divided by the number of terms (at least 1), plus the bias."""
         import onnx
@@ -207,6 +211,8 @@ class LexicalModel:
                                   numpy_helper.from_array(self.bias.astype(np.float64), "lexical_bias")])
         graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT,
                                                           ["batch", width + len(self.bias)]))
+        graph.output.append(helper.make_tensor_value_info(MARGINS_OUTPUT, TensorProto.FLOAT,
+                                                          ["batch", len(self.bias)]))
         onnx.checker.check_model(model)
         return model.SerializeToString()
 
@@ -218,15 +224,17 @@ def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:
     return np.minimum((hash_uniform(prompts, FOLD_SALT + salt) * folds).astype(np.int64), folds - 1)
 
 
-def cross_fitted(terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train: np.ndarray, folds: np.ndarray, *,
-                 c: float) -> tuple[LexicalModel, np.ndarray]:
+def cross_fitted(terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train: np.ndarray,
+                 folds: np.ndarray | None, *, c: float) -> tuple[LexicalModel, np.ndarray]:
     """(the model fitted on every training row, float32 margins [rows, outcomes]): out of
     fold on the training rows (`folds`: each training row's fold), that model's elsewhere
-    (module doc)."""
+    (module doc). `folds` None: that model's on every row (blend mode: no tree reads them)."""
     train = np.asarray(train, dtype=bool)
     rows = np.flatnonzero(train)
     model = LexicalModel.fit(terms.subset(rows), outcomes[rows], weights[rows], c=c)
     margins = np.empty((len(terms), len(model.bias)), dtype=np.float32)
+    if folds is None:
+        return model, model.margins(terms)
     margins[~train] = model.margins(terms.subset(~train))
     for fold in np.unique(folds):
         held, fit_rows = rows[folds == fold], rows[folds != fold]
@@ -238,13 +246,16 @@ def cross_fitted(terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train:
 def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -> tuple[LexicalModel, np.ndarray]:
     """The local engine's lexical stage: `cross_fitted` on the prepared rows (`frame`, with
     their outcome weights) from their token ids (`tokens`, training.featurize.TokenRows, one
-    per row of `frame`), the training rows cut into `config.lexical_folds` folds by prompt hash."""
+    per row of `frame`), the training rows cut into `config.lexical_folds` folds by prompt hash
+    for the trees' inputs ("features"); a blend needs the all-training-rows model only."""
     from training.partial import head_rows
 
     terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
     outcomes = np.stack([frame[c].to_numpy(float) for c in OUTCOMES], axis=1)
     weights = np.stack([np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)],
                        axis=1)
+    if config.lexical == "blend":
+        return cross_fitted(terms, outcomes, weights, train, None, c=config.lexical_c)
     folds = np.full(len(frame), -1)
     folds[train] = fold_numbers(frame["prompt"].to_numpy()[train], config.lexical_folds, config.split_salt)
     return cross_fitted(terms, outcomes, weights, train, folds[train], c=config.lexical_c)

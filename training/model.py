@@ -13,6 +13,12 @@ it predicts as one more feature (`SIDE_FEATURE`, appended last: 0 for the first 
 the next). Sharing lets what the edge's outcomes teach about a prompt (is it hard?) inform
 the cloud's head; it pays when one endpoint's outcomes are scarce, as in traffic where each
 request ran on one model (training.partial.share_heads decides).
+
+With lexical evidence blended in (`TrainConfig.lexical = "blend"`, training.lexical), a head's
+probability is a mixture of two outcome models: w * (the calibrated trees) + (1 - w) *
+sigmoid(the lexical regression's margin for the same outcome), w chosen on validation rows
+(out-of-fold rows when cross-fitting) by log loss (`fit_blend`). The trees do not read the
+margins; the bundle's graph computes the same mixture (training.export).
 """
 from __future__ import annotations
 
@@ -49,23 +55,51 @@ SIDE_FEATURE = "outcome_side"  # a shared head's last input: which endpoint's ou
 _METRICS = {"binary": "binary_logloss", "cross_entropy": "cross_entropy"}
 
 
+@dataclass(frozen=True)
+class LexicalBlend:
+    """A head's mixture with lexical evidence: tree_weight * (calibrated trees) + (1 -
+    tree_weight) * sigmoid(margin), the margin of lexical outcome `outcome` (an index into
+    training.lexical.OUTCOMES, the head's own column). A blend's rows end with the margins,
+    in that order (the served matrix of a blend: features, then LEXICAL_NAMES)."""
+
+    outcome: int
+    tree_weight: float
+
+    def margin(self, x) -> np.ndarray:
+        from training.lexical import OUTCOMES
+
+        x = np.asarray(x)
+        return np.asarray(x[:, x.shape[1] - len(OUTCOMES) + self.outcome], dtype=np.float64)
+
+    def apply(self, trees: np.ndarray, x) -> np.ndarray:
+        from scipy.special import expit
+
+        return self.tree_weight * np.asarray(trees, dtype=np.float64) + (1 - self.tree_weight) * expit(self.margin(x))
+
+
 @dataclass
 class Head:
     """One fitted probability: its booster (cut at the best round) and its calibration; with
-    a shared booster, `side` is the SIDE_FEATURE value that makes it this head."""
+    a shared booster, `side` is the SIDE_FEATURE value that makes it this head; with `blend`,
+    the calibrated trees mixed with lexical evidence (module doc)."""
 
     name: str
     booster: object
     calibration: dict
     side: int | None = None
+    blend: LexicalBlend | None = None
 
     def raw(self, x) -> np.ndarray:
-        """The booster's probability before calibration."""
+        """The booster's probability before calibration. `x` may hold more columns than the
+        booster reads (the lexical margins a blend mixes in, last): it reads its first ones."""
+        x = np.asarray(x)
+        x = x[:, :self.booster.num_feature() - (self.side is not None)]
         return self.booster.predict(x if self.side is None else with_side(x, self.side))
 
     def predict(self, x) -> np.ndarray:
-        """The calibrated probability (the SDK must reproduce it)."""
-        return apply_calibration(self.calibration, self.raw(x))
+        """The calibrated probability, blended when the head has a blend (the SDK must reproduce it)."""
+        calibrated = apply_calibration(self.calibration, self.raw(x))
+        return calibrated if self.blend is None else self.blend.apply(calibrated, x)
 
 
 def with_side(x, side: int) -> np.ndarray:
@@ -302,8 +336,43 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
+def blend_for(head: Head, column: str, x, target, weight=None) -> LexicalBlend:
+    """`head`'s blend with the lexical margin of its own log column, fitted on rows `x` (which
+    end with the margins) with outcomes `target`."""
+    from training.lexical import OUTCOMES
+
+    outcome = OUTCOMES.index(column)
+    trees = apply_calibration(head.calibration, head.raw(x))
+    return fit_blend(trees, LexicalBlend(outcome, 1.0).margin(x), target, outcome=outcome, sample_weight=weight)
+
+
+BLEND_GRID = np.linspace(0.0, 1.0, 21)  # the trees' weights a blend chooses among
+
+
+def fit_blend(trees, lexical_margin, target, *, outcome: int, sample_weight=None) -> LexicalBlend:
+    """The tree weight w on BLEND_GRID whose mixture w * trees + (1 - w) * sigmoid(margin) has
+    the least (weighted) log loss against `target` in [0, 1] (graded: fractional successes);
+    the largest such w on ties (the trees alone when lexical evidence adds nothing)."""
+    from scipy.special import expit
+
+    trees, target = np.asarray(trees, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    lexical = expit(np.asarray(lexical_margin, dtype=np.float64))
+    weight = np.ones(len(target)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if not len(target):
+        raise ValueError("no validation rows to choose the lexical blend on")
+
+    def loss(w: float) -> float:
+        p = np.clip(w * trees + (1 - w) * lexical, 1e-9, 1 - 1e-9)
+        return float(-np.sum(weight * (target * np.log(p) + (1 - target) * np.log(1 - p))))
+
+    losses = np.array([loss(w) for w in BLEND_GRID])
+    best = np.flatnonzero(losses <= losses.min() + 1e-12 * max(1.0, abs(losses.min())))[-1]
+    return LexicalBlend(outcome, float(BLEND_GRID[best]))
+
+
 def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str,
-              weights_val: dict | None = None, shared: bool = False, calibrations: dict | None = None) -> list[Head]:
+              weights_val: dict | None = None, shared: bool = False, calibrations: dict | None = None,
+              blend: bool = False, blends: dict | None = None) -> list[Head]:
     """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(columns,
     lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
     on one column's known rows, or with `shared` on every head's column, its rows stacked in
@@ -311,7 +380,11 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
     (edge_quality, cloud_quality, label) to its validation values (NaN where unknown: those
     rows are left out of that head's calibration), `weights_val` to their weights
     (training.partial; None: equal). `calibrations` (head name -> parameters) are taken as
-    they are instead: cross-fitting fits them on out-of-fold outputs (training.crossval)."""
+    they are instead: cross-fitting fits them on out-of-fold outputs (training.crossval).
+    `blend`: the rows of `x_val` end with the lexical margins (training.lexical.OUTCOMES) and
+    each head's blend with its own column's margin is fitted on validation after its
+    calibration (fit_blend); `blends` (head name -> LexicalBlend) are taken as they are, with
+    `calibrations`."""
     specs = OBJECTIVES[objective]
     if shared:
         kinds = {lgbm_objective for _, lgbm_objective in specs.values()}
@@ -325,6 +398,7 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
     if calibrations is not None:
         for head in unfitted:
             head.calibration = calibrations[head.name]
+            head.blend = (blends or {}).get(head.name)
         return unfitted
     heads = []
     for head, (column, _) in zip(unfitted, specs.values()):
@@ -333,6 +407,8 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
         known = ~np.isnan(target) & (weight > 0)
         head.calibration = fit_calibration(head.raw(x_val[known]), target[known], method=calibration,
                                            sample_weight=weight[known])
+        if blend:
+            head.blend = blend_for(head, column, x_val[known], target[known], weight[known])
         heads.append(head)
     return heads
 

@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass
 from serving.contract import DEFAULT_MAX_CHARS, PRECISIONS
 from serving.features.text_stats import STAT_NAMES
 
-# Lexical evidence (training.lexical): "features" appends one logistic-regression margin per
-# outcome to the trees' inputs, computed inside the fused model.onnx from the token ids.
-LEXICAL_MODES = ("none", "features")
+# Lexical evidence (training.lexical), one logistic-regression margin per outcome computed
+# inside the fused model.onnx from the token ids: "features" appends the margins to the trees'
+# inputs; "blend" mixes each head's calibrated probability with sigmoid(its outcome's margin).
+LEXICAL_MODES = ("none", "features", "blend")
 LEXICAL_NAMES = ("lexical_edge", "lexical_cloud")
 
 
@@ -37,6 +38,12 @@ class FeatureSpec:
     def model_feature_names(self) -> list[str]:
         """The trees' columns: feature_names, then the lexical margins when the bundle has them."""
         return self.feature_names + (list(LEXICAL_NAMES) if self.lexical == "features" else [])
+
+    @property
+    def served_names(self) -> list[str]:
+        """The columns training scores rows with: the trees' columns, then the lexical margins a
+        blend mixes in (training.model.LexicalBlend)."""
+        return self.model_feature_names + (list(LEXICAL_NAMES) if self.lexical == "blend" else [])
 
     def to_dict(self) -> dict:
         data = asdict(self)

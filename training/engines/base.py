@@ -153,7 +153,6 @@ def cross_fitted_figures(config: TrainConfig, fitted: Fitted, thresholds: dict, 
 def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
                    outputs: list[str], novelty: dict, acceptance: dict) -> Manifest:
     """The bundle's manifest (serving.manifest), without its file table."""
-    from training.export import calibration_in_model
 
     spec = fitted.plan.spec
     heads = tuple(h.name for h in fitted.heads)
@@ -163,7 +162,7 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
         encoder={"tier": config.tier, "key": fitted.plan.built.key},
         score=ScoreSpec(fitted.objective, heads, tuple(outputs)),
         # in_model: the trees already output the calibrated probability (training.export)
-        calibration={h.name: {**h.calibration, "in_model": calibration_in_model(h.calibration)} for h in fitted.heads},
+        calibration={h.name: _calibration_section(h) for h in fitted.heads},
         thresholds=thresholds,
         target={"kind": config.target, "max_quality_drop": config.max_quality_drop,
                 "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
@@ -177,6 +176,18 @@ def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metric
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
         training={"engine": config.engine},
         mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model})
+
+
+def _calibration_section(head) -> dict:
+    """A head's manifest calibration: its parameters, whether the graph applies them, and
+    the lexical blend the graph computes after them (for readers; the SDK runs the graph)."""
+    from training.export import calibration_in_model
+    from training.lexical import LEXICAL_NAMES
+
+    section = {**head.calibration, "in_model": calibration_in_model(head.calibration)}
+    if head.blend is not None:
+        section["lexical_blend"] = {"tree_weight": head.blend.tree_weight, "margin": LEXICAL_NAMES[head.blend.outcome]}
+    return section
 
 
 def _public_key(signing_key: Path | None):
@@ -225,6 +236,8 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
                "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
                "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
+               **({"lexical_tree_weight": {h.name: h.blend.tree_weight for h in fitted.heads}}
+                  if any(h.blend is not None for h in fitted.heads) else {}),
                **({"acceptance": accepted} if accepted else {}), **fitted.notes}
     clock.begin("mlflow")
     with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,

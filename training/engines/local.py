@@ -14,6 +14,7 @@ from training.crossval import Refit
 from training.engines.base import (Fitted, label_of, note_training_sample, print_logs, sample_fraction,
                                    sample_numbers, split_and_label, training_share)
 from training.held_out import check_held_out_rows
+from training.lexical import MARGINS_OUTPUT
 from training.stages import StageClock
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def _token_rows(plan, token_rows, data_report: dict, console):
     from training.token_rows import token_features
 
     if not len(token_rows):
-        return np.zeros((0, len(plan.spec.model_feature_names)), dtype=np.float32), token_rows
+        return np.zeros((0, len(plan.spec.served_names)), dtype=np.float32), token_rows
     matrix, usable, skipped = token_features(plan, token_rows)
     if plan.lexical is not None:
         logged = token_rows[TOKENS][usable]
@@ -219,22 +220,25 @@ def _token_rows(plan, token_rows, data_report: dict, console):
 
 def _with_lexical(config: TrainConfig, frame, feats, train: np.ndarray, console):
     """(the plan with lexical evidence, the feature matrix with its margins appended):
-    training.lexical, out of fold on the training rows."""
+    training.lexical, out of fold on the training rows when the trees read them."""
     from training.lexical import for_training
 
     t0 = time.perf_counter()
-    with console.status(f"lexical evidence: {config.lexical_folds} + 1 logistic regressions per outcome"):
+    fits = 1 if config.lexical == "blend" else config.lexical_folds + 1
+    with console.status(f"lexical evidence: {fits} logistic regression(s) per outcome"):
         vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
         model, margins = for_training(config, frame, feats.tokens, train, vocabulary=vocabulary)
-    console.print(f"[bold]lexical evidence[/]: {config.lexical}, training rows' margins out of "
-                  f"{config.lexical_folds} folds ({time.perf_counter() - t0:.1f} s)")
-    return feats.plan.with_lexical(model), np.concatenate([feats.matrix, margins], axis=1)
+    how = "blended into the heads" if config.lexical == "blend" else \
+        f"trees' inputs, training rows' margins out of {config.lexical_folds} folds"
+    console.print(f"[bold]lexical evidence[/]: {how} ({time.perf_counter() - t0:.1f} s)")
+    return feats.plan.with_lexical(model, config.lexical), np.concatenate([feats.matrix, margins], axis=1)
 
 
 def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens) -> np.ndarray:
     """The features of `rows` as the bundle computes them: a training row's lexical margins
-    are out of fold in `x`, the bundle's come from the model fitted on every training row."""
-    if plan.lexical is None:
+    are out of fold in `x` when the trees read them, the bundle's come from the model fitted on
+    every training row (a blend's `x` holds those already)."""
+    if plan.lexical is None or plan.spec.lexical != "features":
         return x[rows]
     served = x[rows]
     served[:, -len(plan.lexical.bias):] = plan.lexical.margins_of_tokens(tokens.subset(rows))
@@ -304,11 +308,13 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
                    for c in columns}
     targets_train = {c: np.concatenate([targets[c][train], token_rows[c].to_numpy(float)]) for c in columns}
 
+    trees = slice(0, len(names))  # the trees' columns: a blend's margins follow them
+
     def rows_of(column: str):
         """(train x, y, weights), (validation x, y, weights) of the head that learns `column`."""
         (fit_rows, weights), val_rows = known_train[column], known[column][0] & val
-        return ((x_train[fit_rows], targets_train[column][fit_rows], _unless_equal(weights[fit_rows])),
-                (x[val_rows], targets[column][val_rows], _unless_equal(known[column][1][val_rows])))
+        return ((x_train[fit_rows, trees], targets_train[column][fit_rows], _unless_equal(weights[fit_rows])),
+                (x[val_rows, trees], targets[column][val_rows], _unless_equal(known[column][1][val_rows])))
 
     def fit_booster_for(columns: tuple[str, ...], objective: str):
         parts = [rows_of(c) for c in columns]  # shared: each side's rows, stacked
@@ -332,7 +338,8 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
         heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
                           calibration=config.calibration,
                           weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
-                          shared=shared, calibrations=None if refit is None else refit.calibrations)
+                          shared=shared, calibrations=None if refit is None else refit.calibrations,
+                          blend=config.lexical == "blend", blends=None if refit is None else refit.blends)
     timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
@@ -345,6 +352,8 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores,
                                        probabilities=probabilities)
         raw[name] = {h.name: h.raw(served) for h in heads}
+        if config.lexical == "blend":  # what cross-fitting fits the refit's blends on
+            raw[name][MARGINS_OUTPUT] = served[:, len(names):]
     embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
     tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[keep_tokens])
                                                 for name, rows in chosen.items()}
