@@ -190,18 +190,31 @@ def test_lexical_bundle_scores_like_its_training_pipeline(trained_lexical):
     assert np.max(np.abs(sdk - expected)) <= 1e-5
 
 
-def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexical, trained_small):
-    """The lexical bundle is another router than the default one trained on the same slice
-    (its trees read the margins), and the default bundle still loads with no lexical spec."""
+@pytest.fixture(scope="module")
+def trained_plain(small_routellm, encoder_cache, tmp_path_factory):
+    """TrainResult of a training without lexical evidence (lexical=none, the form of every
+    bundle from before the option) on the same rows as trained_lexical."""
+    from training.engines.base import train
+
+    return train(config_for(tmp_path_factory.mktemp("plain"), small_routellm, encoder_cache, lexical="none",
+                            max_train_rows=1500))
+
+
+def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexical, trained_plain):
+    """The lexical bundle is another router than one trained without it on the same rows (its
+    trees read the margins), and a bundle without lexical evidence loads with no lexical spec
+    and no margins in its graph."""
     import onnx
 
     from serving.scorer import Scorer
 
     _, _, lexical = trained_lexical
-    _, default = trained_small
-    prompts = list(default.test.prompts[:200])
-    with_lexical, without = Scorer.load(lexical.bundle), Scorer.load(default.bundle)
+    prompts = list(trained_plain.test.prompts[:200])
+    with_lexical, without = Scorer.load(lexical.bundle), Scorer.load(trained_plain.bundle)
     assert without.spec.lexical == "none" and with_lexical.spec.lexical == "features"
+    assert "lexical" not in json.loads((trained_plain.bundle / "manifest.json").read_text())["feature_spec"]
+    assert not any(i.name.endswith("lexical_weights")
+                   for i in onnx.load(str(trained_plain.bundle / "model.onnx")).graph.initializer)
     assert np.mean(np.abs(with_lexical.scores(prompts) - without.scores(prompts))) > 0.01
     graph = onnx.load(str(lexical.bundle / "model.onnx"))
     weights = next(i for i in graph.graph.initializer if i.name.endswith("lexical_weights"))
@@ -210,6 +223,24 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     features_read = {int(f) for t in trees for a in t.attribute if a.name == "nodes_featureids" for f in a.ints}
     width = len(with_lexical.spec.feature_names)
     assert {width, width + 1} & features_read  # the trees split on the margins
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({}, "blend"),
+    ({"engine": "dask", "cv_folds": 0}, "none"),
+    ({"tier": "transformer"}, "none"),
+    ({"objective": "cloud_needed"}, "none"),
+    ({"calibration": "isotonic"}, "none"),
+    ({"lexical": "features"}, "features"),
+    ({"lexical": "none"}, "none"),
+])
+def test_the_default_blends_lexical_evidence_where_it_can_run(options, expected):
+    """lexical left empty: blend on the static tier with the local engine, expected gain and a
+    calibration the graph holds (what paired cross-validation chose); none elsewhere, where a
+    blend cannot run; an explicit choice is kept."""
+    from training.config import TrainConfig
+
+    assert TrainConfig(**options).lexical == expected
 
 
 @pytest.fixture(scope="module")

@@ -52,8 +52,10 @@ class TrainConfig:
     # prompt's unigrams and hashed bigrams, computed in model.onnx (+2.3 MB). "features" adds the
     # margins to the trees' inputs (training rows get out-of-fold margins: lexical_folds folds by
     # prompt hash); "blend" mixes each head's calibrated probability with sigmoid(margin), the
-    # weight chosen on validation (training.model.fit_blend).
-    lexical: str = "none"                            # none | features | blend
+    # weight chosen on validation (training.model.fit_blend). Empty: blend where it can run (the
+    # static tier, local engine, expected gain, sigmoid or no calibration), else none; paired
+    # cross-validation chose it (docs/routing-score.md#decisions-by-paired-cross-validation).
+    lexical: str | None = None                       # none | features | blend
     lexical_c: float = 64.0                          # the regressions' inverse L2 regularization
     lexical_folds: int = 5
     lgbm: dict[str, Any] = field(default_factory=dict)
@@ -153,6 +155,9 @@ class TrainConfig:
               "must be a number >= 1")
         check(isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20, "acceptance_folds",
               "must be an integer in [2, 20]")
+        if self.lexical is None:
+            self.lexical = "blend" if (self.tier, self.engine, self.objective) == ("static", "local", "expected_gain") \
+                and self.calibration in ("sigmoid", "none") else "none"
         check(self.lexical in LEXICAL_MODES, "lexical", f"must be one of {', '.join(LEXICAL_MODES)}")
         check(self.lexical == "none" or self.tier == "static", "lexical",
               f"needs tier=static, not {self.tier!r}: the margins are computed inside the fused model.onnx from the "
