@@ -1,2 +1,2 @@
 """Outcome logs: the canonical schema (data.schema), readers and loaders (data.readers, data.logs,
-data.routellm), preparation (data.prepare: merge, hash split, fingerprint) and the simulator."""
+data.routellm, data.hf_datasets), preparation (data.prepare: merge, hash split, fingerprint) and the simulator."""

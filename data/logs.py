@@ -1,6 +1,7 @@
 """Load outcome logs from files, globs or folders into one validated table.
 
-Sources are found by a registry of loaders (`LOADERS`): a RouteLLM-style folder and an SDK
+Sources are found by a registry of loaders (`LOADERS`): a Hugging Face dataset (data.hf_datasets:
+a save_to_disk folder, a hub dataset, a Dataset object), a RouteLLM-style folder and an SDK
 outcome-log folder (data.sdk_logs) go through their adapters, anything else is read as
 canonical-schema files. Every rejected
 row or file is reported (file, location, reason) and written to a rejects file; the
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from data.hf_datasets import DatasetLog, iter_dataset, names_dataset, open_dataset, source_name
 from data.readers import FORMATS, RawRow, read_table
 from data.routellm import (is_correctness_csv, is_mt_bench_folder, is_routellm_folder, iter_correctness_csv,
                            iter_mt_bench, iter_routellm)
@@ -35,6 +37,11 @@ class DataQualityError(RuntimeError):
     """Too many rows were rejected, or nothing usable was found."""
 
 
+# What a command's --data (or --logs) takes: docs/log-format.md says how each is read.
+SOURCES_HELP = ("log file, glob, folder, or Hugging Face dataset: a save_to_disk folder (PATH::SPLIT for a "
+                "DatasetDict) or hf://OWNER/NAME@REVISION::SPLIT from the local HF cache")
+
+
 def _children(path: Path) -> list[Path]:
     """The log files and sub-folders of a folder. Names that start with "_" or "." are
     markers and metadata (_SUCCESS, _metadata.json, .crc), not logs. A dangling symlink
@@ -43,11 +50,12 @@ def _children(path: Path) -> list[Path]:
             if not child.name.startswith(("_", ".")) and (child.is_dir() or child.suffix.lower() in FORMATS)]
 
 
-def _walk(path: Path, seen: set[str]) -> Iterator[Path]:
+def _walk(path: Path | DatasetLog, seen: set[str]) -> Iterator[Path | DatasetLog]:
     """The loading units under `path`: each real file or folder once, however many symlinks
-    or arguments lead to it (a symlink loop is entered once). `seen` holds the real paths
-    already visited. A folder that cannot be listed is a unit itself: reading it says why."""
-    real = os.path.realpath(path)
+    or arguments lead to it (a symlink loop is entered once); each dataset once too. `seen` holds
+    the real paths (and dataset keys) already visited. A folder that cannot be listed is a unit
+    itself: reading it says why."""
+    real = path.key if isinstance(path, DatasetLog) else os.path.realpath(path)
     if real in seen:
         log.warning("%s leads to %s, which is already read (a symlink loop or alias): skipped", path, real)
         return
@@ -90,8 +98,10 @@ def _not_a_log(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     yield from ()
 
 
-# (does this path belong to me?, its rows). First match wins; the last is the catch-all.
+# (does this unit belong to me?, its rows). First match wins; the last is the catch-all. A unit is a
+# Path, or a dataset opened from what the user named (data.hf_datasets), which only the first claims.
 LOADERS: dict[str, tuple[Callable[[Path], bool], Callable[[Path, list[Reject]], Iterator[RawRow]]]] = {
+    "hf-dataset": (names_dataset, iter_dataset),
     "routellm": (is_routellm_folder, iter_routellm),
     "sdk-outcome-log": (is_outcome_log_folder, iter_outcome_log),
     "routellm-mt-bench": (is_mt_bench_folder, iter_mt_bench),
@@ -112,20 +122,26 @@ def iter_path(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     yield from LOADERS[loader_for(path)][1](path, rejects)
 
 
-def loading_units(paths: Iterable[str | Path]) -> list[Path]:
-    """The independently readable pieces under `paths`: each log file, and each folder an
-    adapter reads as a whole (RouteLLM), each real one once (see _walk). Anything that is
-    not a log (a dangling symlink) is a unit too, so that reading it reports it. The Dask
-    engine makes one partition of each."""
+def loading_units(paths: Iterable) -> list[Path | DatasetLog]:
+    """The independently readable pieces under `paths`: each log file, each folder an adapter
+    reads as a whole (RouteLLM), and each dataset (data.hf_datasets), each real one once (see
+    _walk). Anything that is not a log (a dangling symlink) is a unit too, so that reading it
+    reports it. The Dask engine makes one partition of each."""
     seen: set[str] = set()
     return [unit for path in expand(paths) for unit in _walk(path, seen)]
 
 
-def expand(paths: Iterable[str | Path]) -> list[Path]:
+def expand(paths: Iterable) -> list[Path | DatasetLog]:
     """Files, folders and glob patterns -> existing paths (a dangling symlink among them is
-    kept, to be reported); a pattern matching nothing is an error."""
-    found: list[Path] = []
+    kept, to be reported); a pattern matching nothing is an error. A dataset (a save_to_disk
+    folder, PATH::SPLIT, hf://..., a Dataset object) is opened here, so that one that cannot
+    be read stops the run before anything is read (data.hf_datasets.DatasetSourceError)."""
+    found: list[Path | DatasetLog] = []
     for item in paths:
+        dataset = open_dataset(item)
+        if dataset is not None:
+            found.append(dataset)
+            continue
         text = str(item)
         matches = sorted(glob.glob(text, recursive=True)) if glob.has_magic(text) else [text]
         existing = [Path(m) for m in matches if os.path.lexists(m)]
@@ -202,8 +218,8 @@ class LoadedLogs:
                 fh.write(json.dumps(r.as_dict(), ensure_ascii=False) + "\n")
 
 
-def read_unit(path: Path, *, min_propensity: float = 0.0) -> LoadedLogs:
-    """Read and validate one loading unit (a file, or a folder an adapter reads whole).
+def read_unit(path: Path | DatasetLog, *, min_propensity: float = 0.0) -> LoadedLogs:
+    """Read and validate one loading unit (a file, a folder an adapter reads whole, or a dataset).
     Every reject counts as one unit read (a row, a line, or a whole unreadable file), so
     nothing bad is ever free. A row whose propensity is below `min_propensity` is a reject
     (below_propensity_floor)."""
@@ -260,7 +276,8 @@ def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_
         if no_text:  # well formed, but this command reads prompts from their text
             waiting += (f", {len(no_text)} of them logged without their text (OutcomeLog(store_prompts=False)): "
                         f"this command reads prompts from their text; {TEXT_NEEDED}")
-        raise DataQualityError(f"no valid rows in {', '.join(map(str, paths))}: {len(rejects)} rejected{waiting}{where}")
+        raise DataQualityError(f"no valid rows in {', '.join(map(source_name, paths))}: {len(rejects)} rejected"
+                               f"{waiting}{where}")
     # Requests still waiting for an outcome, and rows this reader cannot use although they
     # are well formed (logged without text), are reported, not counted as bad data.
     share = len(invalid) / max(n_read - unlabelled, 1)

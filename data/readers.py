@@ -87,9 +87,15 @@ def read_table(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 yield RawRow(str(path), location, row, index)
                 index += 1
     except Exception as exc:  # the file (or the rest of it) is unusable; rows already read stay
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-        after = f" after {index} rows" if index else ""
-        rejects.append(Reject(str(path), "file", f"cannot read {fmt}{after}: {reason}"))
+        rejects.append(unreadable(str(path), fmt, index, exc))
+
+
+def unreadable(name: str, what: str, rows_read: int, exc: Exception) -> Reject:
+    """The `file` reject of a log (a file, or a dataset: data.hf_datasets) that cannot be read,
+    or stops being readable after `rows_read` rows, which are kept."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+    after = f" after {rows_read} rows" if rows_read else ""
+    return Reject(name, "file", f"cannot read {what}{after}: {reason}")
 
 
 def _jsonl(path: Path) -> Iterator[tuple[str, dict | _BadRow]]:

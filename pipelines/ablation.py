@@ -6,10 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from data.logs import SOURCES_HELP
+
 
 def main(
     salts: Annotated[str, typer.Option(help="comma-separated split salts; '' is make train's split")] = ",a,b,c,d",
-    data: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder (default: the training logs)")]
+    data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (default: the training logs)")]
     = None,
     c: Annotated[float, typer.Option(help="inverse regularization of the lexical logistic regressions")] = 64.0,
 ) -> None:

@@ -16,6 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from data.logs import SOURCES_HELP
+
 # The figures the tables show, with how to print them.
 SHOWN = {"apgr": ("APGR", "{:.3f}"), "cpt50": ("CPT(50%)", "{:.1%}"), "cpt80": ("CPT(80%)", "{:.1%}"),
          "auc": ("AUC (cloud needed)", "{:.3f}"), "quality": ("quality at the operating point", "{:.3f}"),
@@ -87,7 +89,7 @@ def main(
     config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
     compare: Annotated[Optional[list[Path]], typer.Option(
         help="config files A, B, ... (repeat the option): paired B - A, C - A, ... on the same folds")] = None,
-    data: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder (repeatable)")] = None,
+    data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable)")] = None,
     engine: Annotated[Optional[str], typer.Option(help="local | dask")] = None,
     out: Annotated[Path, typer.Option(help="folder for cv.json / compare.json")] = Path("reports/cv"),
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="any training option, KEY=VALUE")] = None,

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from data.logs import SOURCES_HELP
 from evaluation.config import EvalConfig
 from evaluation.policies import POLICIES
 from training.config import TrainConfig, parse_overrides
@@ -95,8 +96,8 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
 
 def main(
     bundle: Annotated[str, typer.Option(help="bundle folder written by `make train`")] = "artifacts/router",
-    logs: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder, any supported format "
-                                                           "(repeatable); default: the training logs")] = None,
+    logs: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable); default: "
+                                                           "the training logs")] = None,
     out: Annotated[str, typer.Option(help="output folder")] = "reports/latest",
     split: Annotated[str, typer.Option(help="rows to score: test | val | train | all (bundle's hash split)")] = "test",
     engine: Annotated[str, typer.Option(help="local (in memory) | dask (logs read on a Dask cluster, sampled)")] = \

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from data.logs import SOURCES_HELP
 from training.config import TrainConfig, parse_overrides
 
 
@@ -21,7 +22,7 @@ def main(
     engine: Annotated[Optional[str], typer.Option(
         help="local (in memory, default) | dask (partitions on a Dask cluster)")] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
-    data: Annotated[Optional[list[str]], typer.Option(help="log file, glob or folder (repeatable)")] = None,
+    data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable)")] = None,
     target: Annotated[Optional[str], typer.Option(help="threshold target: quality | budget")] = None,
     cloud_budget: Annotated[Optional[float], typer.Option(help="expected cloud-call share for target=budget")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="any option, KEY=VALUE (repeatable)")] = None,

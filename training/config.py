@@ -236,7 +236,9 @@ class TrainConfig:
         return Path(self.reports_dir) / "rejects.jsonl"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        from data.hf_datasets import source_name  # a Dataset object among the logs is saved by its name
+
+        return dataclasses.asdict(dataclasses.replace(self, data=[source_name(item) for item in self.data]))
 
 
 def parse_overrides(items: list[str]) -> dict:
