@@ -156,14 +156,23 @@ def check_score(data: Any) -> ScoreSpec:
 
 
 def check_novelty(data: Any, files: dict) -> dict:
-    """The familiarity reference (serving.novelty): its file, thresholds and policy; {} when absent."""
+    """The familiarity reference (serving.novelty): its file, or `in_model` and the graph
+    output that computes it; thresholds and policy; {} when absent."""
     from serving.novelty import POLICIES
 
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise _fail("novelty", "must be an object", data)
-    if data.get("file") not in files:
+    if "in_model" in data and not isinstance(data["in_model"], bool):
+        raise _fail("novelty.in_model", "must be true or false", data["in_model"])
+    if data.get("in_model"):
+        if not isinstance(data.get("output"), str) or not data["output"]:
+            raise _fail("novelty.output", "must name the model output that computes the novelty", data.get("output"))
+        if "file" in data:
+            raise _fail("novelty.file", "must be absent when novelty.in_model is true (the model computes it)",
+                        data["file"])
+    elif data.get("file") not in files:
         raise _fail("novelty.file", "must name a file the manifest lists", data.get("file"))
     _number(data, "embedding_threshold", "novelty", lo=1e-9, hi=1e9)
     _number(data, "unseen_threshold", "novelty", lo=1e-9, hi=1.0)

@@ -9,6 +9,10 @@ Both end in one output per head (the manifest's `score.outputs`): column 1 is th
 probability, calibrated when its calibration says `in_model` (Platt, folded into the trees)
 and calibrated here otherwise (serving.calibration, e.g. isotonic). The routing score is
 P(cloud good) - P(edge good) for `expected_gain` bundles, P(cloud needed) for older ones.
+
+Novelty (serving.novelty): a fused bundle whose manifest says `novelty.in_model` computes it
+in the graph (one more output, `novelty.output`); older fused bundles and staged ones carry
+the reference as a file, and it is computed here from the graph's features and the ids.
 """
 from __future__ import annotations
 
@@ -48,14 +52,21 @@ class Scorer:
         self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
         self.calibrators = [float if self.calibration[h].get("in_model") else calibrator(self.calibration[h])
                             for h in score.heads]
-        self.novelty = self._novelty(bundle)
+        section = self.manifest.novelty
+        # novelty from the graph (`in_model`), from the reference file here, or none
+        self.novelty_output = section.get("output") if section.get("in_model") else None
+        self.novelty = self._novelty(bundle) if self.novelty_output is None else None
         # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle
         # runs it anyway; a fused one carries it (encoder.onnx) when trained with bundle_encoder,
         # and its session is built on first use.
         self._raw_encoder = None if self.spec.fused else self.extractor.encoder
         self._encoder_onnx = bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in \
             self.manifest.files else None
-        if self.novelty is not None and self.spec.fused:
+        if self.novelty_output is not None:
+            if self.novelty_output not in {o.name for o in self.session.get_outputs()}:
+                raise BundleError(f"the manifest's novelty output {self.novelty_output!r} is not an output of the model")
+            self.outputs.append(self.novelty_output)
+        elif self.novelty is not None and self.spec.fused:
             self.outputs.append("features")  # the embedding, for the familiarity measure
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
@@ -96,7 +107,9 @@ class Scorer:
             feeds = {"features": features}
         outputs = self.run_model(self.outputs, feeds, None)
         novelty = None
-        if self.novelty is not None:
+        if self.novelty_output is not None:
+            novelty = outputs.pop().tolist()
+        elif self.novelty is not None:
             features = outputs.pop() if self.spec.fused else features
             if len(prompts) == 1 and mask[0, -1]:  # route(): one prompt, unpadded (its last id is real)
                 novelty = [self.novelty.score_one(features[0, -self.spec.embedding_dim:], ids[0])]

@@ -81,3 +81,66 @@ def test_scoring_in_chunks_gives_each_row_the_same_figures():
     for chunk_rows in (1, 7, 100, 101):
         chunked = reference.components_flat(embeddings, ids, lengths, chunk_rows=chunk_rows)
         assert [c.tolist() for c in chunked] == [w.tolist() for w in whole]
+
+
+def _reference_in_graph(model_path):
+    """The familiarity reference a bundle's graph holds (training.novelty.append_to_graph's
+    constants), as serving.novelty.Novelty."""
+    import onnx
+    from onnx import numpy_helper
+
+    from serving.novelty import Novelty
+
+    values = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(model_path)).graph.initializer
+              if i.name.startswith("novelty_")}
+    return Novelty(values["novelty_mean"], 1.0 / values["novelty_inverse_scale"], values["novelty_seen"],
+                   embedding_threshold=float(values["novelty_embedding_threshold"]),
+                   unseen_threshold=float(values["novelty_unseen_threshold"]))
+
+
+def test_a_bundle_with_the_reference_as_a_file_decides_as_the_one_graph(trained_small, tmp_path):
+    """The fused bundle computes the novelty in its graph; the same reference written the older
+    way (novelty.npz beside a graph without the novelty output, as bundles before it were)
+    loads and gives every prompt the same novelty and the same decision, hard strings included."""
+    import dataclasses
+
+    import onnx
+
+    from serving.bundle import read_manifest
+    from training.writer import write_bundle
+
+    _, result = trained_small
+    manifest = read_manifest(result.bundle)
+    reference = _reference_in_graph(result.bundle / "model.onnx")
+    graph = onnx.load(str(result.bundle / "model.onnx"))
+    kept = [o.name for o in graph.graph.output if o.name != manifest.novelty["output"]]
+    older = onnx.utils.Extractor(graph).extract_model([i.name for i in graph.graph.input], kept)
+    section = {k: v for k, v in manifest.novelty.items() if k not in ("in_model", "output")}
+    files = {name: result.bundle / name for name in manifest.files if name != "model.onnx"}
+    files.update({"model.onnx": older.SerializeToString(), "novelty.npz": reference.to_bytes()})
+    folder = write_bundle(tmp_path / "older", files,
+                          dataclasses.replace(manifest, novelty={**section, "file": "novelty.npz"}))
+
+    prompts = ["", "   ", "hi", "你好", "🤖" * 40, "x" * 5000, *EVERYDAY, *list(result.test.prompts[:100])]
+    one_graph, with_file = Router.load(result.bundle, strict=True), Router.load(folder, strict=True)
+    assert with_file._routing._scorer.novelty is not None and one_graph._routing._scorer.novelty is None
+    for batch in (one_graph.route_batch(prompts), [one_graph.route(p) for p in prompts]):
+        older_decisions = with_file.route_batch(prompts)
+        assert np.max(np.abs(np.array([d.novelty for d in batch]) -
+                             np.array([d.novelty for d in older_decisions]))) <= 1e-9
+        assert [(d.zone, d.unfamiliar) for d in batch] == [(d.zone, d.unfamiliar) for d in older_decisions]
+
+
+def test_a_manifest_whose_novelty_output_the_graph_lacks_is_refused(trained_small, tmp_path):
+    import dataclasses
+
+    from serving.bundle import BundleError, read_bundle, read_manifest
+    from serving.scorer import Scorer
+    from training.writer import write_bundle
+
+    _, result = trained_small
+    manifest = read_manifest(result.bundle)
+    folder = write_bundle(tmp_path / "renamed", {name: result.bundle / name for name in manifest.files},
+                          dataclasses.replace(manifest, novelty={**manifest.novelty, "output": "familiarity"}))
+    with pytest.raises(BundleError, match="novelty output 'familiarity' is not an output of the model"):
+        Scorer(read_bundle(folder))

@@ -26,8 +26,10 @@ def trained(trained_small):
 def test_bundle_has_everything_serving_needs(trained):
     cfg, result = trained
     manifest = read_manifest(result.bundle)  # checks every file's SHA-256
-    # Static tier: one fused graph from token ids and scalar features to the probability.
-    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "novelty.npz", "acceptance.onnx"}
+    # Static tier: one fused graph from token ids and scalar features to the probabilities and
+    # the novelty (no familiarity file: the reference is in the graph).
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "acceptance.onnx"}
+    assert manifest.novelty["in_model"] and manifest.novelty["output"] == "novelty" and "file" not in manifest.novelty
     assert manifest.feature_spec.fused is True
     assert not any(p.suffix in (".pkl", ".pickle", ".joblib") for p in result.bundle.iterdir())
     assert manifest.feature_spec.tier == "static"

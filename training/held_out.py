@@ -74,6 +74,22 @@ def familiarity(config: TrainConfig, fitted: "Fitted") -> tuple[bytes, dict]:
     return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
 
 
+def familiarity_in_bundle(plan, files: dict, novelty_file: bytes, section: dict) -> tuple[dict, dict]:
+    """The bundle's model files and manifest novelty section with the familiarity reference:
+    computed in the fused model.onnx (section `in_model`, its `output`; no file), or as
+    NOVELTY_FILE beside a staged bundle, whose router.onnx never sees the token ids."""
+    from serving.novelty import Novelty
+    from training.novelty import NOVELTY_OUTPUT, append_to_graph
+
+    if plan.fused_prefix is None:
+        return {**files, NOVELTY_FILE: novelty_file}, section
+    reference = Novelty.from_bytes(novelty_file, embedding_threshold=section["embedding_threshold"],
+                                   unseen_threshold=section["unseen_threshold"])
+    model = append_to_graph(files["model.onnx"], reference, embedding_dim=plan.spec.embedding_dim)
+    in_model = {k: v for k, v in section.items() if k != "file"}
+    return {**files, "model.onnx": model}, {**in_model, "in_model": True, "output": NOVELTY_OUTPUT}
+
+
 def acceptance_check(config: TrainConfig, fitted: "Fitted"):
     """Fit the acceptance check on the logged edge answers (training.acceptance) and mark each
     validation and test row with the share of its answers the check rejects (held out)."""

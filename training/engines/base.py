@@ -17,7 +17,7 @@ import numpy as np
 from evaluation.rows import Rows
 from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
 from training.config import TrainConfig
-from training.held_out import NOVELTY_FILE, fit_held_out_stages, with_learned_zones
+from training.held_out import familiarity_in_bundle, fit_held_out_stages, with_learned_zones
 
 PARITY_TOLERANCE = 1e-5
 
@@ -245,9 +245,10 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         run_id = mlrun.info.run_id
         clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.model_feature_names))
+        files, novelty = familiarity_in_bundle(fitted.plan, fitted.plan.bundle_files(
+            trees, with_encoder=config.bundle_encoder), novelty_file, novelty)
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
-        files = {**fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), NOVELTY_FILE: novelty_file,
-                 **({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})}
+        files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
