@@ -37,6 +37,7 @@ def _read_and_check(config: TrainConfig, folder: str):
     import dask
     import dask.dataframe as dd
 
+    from data.hf_datasets import source_name
     from data.location import default_data_paths
     from data.logs import LoadedLogs, check_reject_share, loading_units
     from data.prepare import response_rows
@@ -66,7 +67,7 @@ def _read_and_check(config: TrainConfig, folder: str):
     LoadedLogs(rows=[], rejects=reject_list).write_rejects(rejects_path)
     check_reject_share(n_valid=int(per_source.sum()), n_read=int(n_read), rejects=reject_list,
                        max_reject_share=config.max_reject_share, paths=paths, rejects_path=rejects_path)
-    report = {"paths": [str(p) for p in paths], "units": len(units), "rows_read": int(n_read),
+    report = {"paths": [source_name(p) for p in paths], "units": len(units), "rows_read": int(n_read),
               "rejected": len(reject_list), "unlabelled": sum(r.kind == "unlabelled" for r in reject_list),
               "rejects_file": str(rejects_path), "outcomes": combined_report(outcomes, **weighing),
               "rows_per_source": per_source.astype(np.int64),

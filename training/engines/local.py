@@ -51,6 +51,7 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     `clock` (training.stages.StageClock) times reading and merging as two stages."""
     import pandas as pd
 
+    from data.hf_datasets import source_name
     from data.location import default_data_paths
     from data.prepare import fingerprint, response_rows
     from training.partial import partial_report, with_outcome_weights
@@ -66,7 +67,7 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     tokens = tokens.assign(split="train", label=label_of(tokens, config))  # token_rows: never held out
     logged = ["edge_quality", "cloud_quality", "propensity"]
     outcomes = partial_report(pd.concat([valid[logged], tokens[logged]], ignore_index=True), **weighing)
-    report = {"paths": [str(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
+    report = {"paths": [source_name(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
               "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects), "rejects_file": str(config.rejects_path),
               "duplicates_merged": int((frame["n_merged"] - 1).sum()),
               **fingerprint(valid, frame), "outcomes": outcomes, "token_rows": {"read": len(tokens)}}
