@@ -10,6 +10,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# OpenMP threads (LightGBM's, torch's, scikit-learn's) wait for work by sleeping, not spinning.
+# Spinning is the default: on the 2 cores this suite runs on, beside other processes (a Dask
+# worker, a `make train` subprocess, another job), a spinning thread takes the core its partner
+# needs, and a LightGBM round took 3x as long (a 300-round acceptance booster: 4.2 s spinning,
+# 1.5 s sleeping, under load). Results do not change (every fit is deterministic). Set here, at
+# import, before any of those libraries starts its threads; the commands the tests run inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _offline():
@@ -78,8 +86,8 @@ def config_for(tmp: Path, data: Path, cache: Path, **extra):
 def seed_store(tracking_uri: str, cache: Path) -> None:
     """A new SQLite MLflow store starts as a copy of an empty one, made once per cache folder by
     MLflow itself: its schema migrations take 6-9 s per new store on 2 cores, which each training
-    in the suite paid again. A store that exists is left alone; the commands the tests run as
-    processes (make train, the crash tests) still create theirs from nothing."""
+    in the suite paid again. A store that exists is left alone; some commands the tests run as
+    processes (`make train MLRUNS=`, the race of two trainings) still create theirs from nothing."""
     if not tracking_uri.startswith("sqlite:///"):
         return
     store = Path(tracking_uri.removeprefix("sqlite:///"))
@@ -113,6 +121,19 @@ def trained_full(real_data_dir, encoder_cache, tmp_path_factory):
 
     cfg = config_for(tmp_path_factory.mktemp("train_full"), real_data_dir, encoder_cache, min_rows_per_tag=200)
     return train(cfg)
+
+
+@pytest.fixture(scope="session")
+def trained_readme(real_data_dir, encoder_cache, tmp_path_factory):
+    """TrainResult of `make train` as the README's quick start runs it (default options, among
+    them five-fold cross-fitting), on all the real logs: the README check's training, and the
+    session's one cross-fitted bundle (its tests assert on it instead of fitting another)."""
+    from training.config import TrainConfig
+    from training.engines.base import train
+
+    defaults = TrainConfig()
+    return train(config_for(tmp_path_factory.mktemp("train_readme"), real_data_dir, encoder_cache,
+                            min_rows_per_tag=defaults.min_rows_per_tag, cv_folds=defaults.cv_folds))
 
 
 @pytest.fixture(scope="session")

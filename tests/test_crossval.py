@@ -175,21 +175,18 @@ def test_make_evaluate_cv_refuses_bad_folds_naming_the_option(tmp_path):
 
 
 @pytest.mark.real_data
-def test_make_train_cross_fits_the_bundle_on_every_row(real_data_dir, encoder_cache, tmp_path):
-    """cv_folds=3: the folds' estimates are the figures, the bundle's heads see every row for
-    the folds' median rounds, and its thresholds come from every row's out-of-fold score."""
+def test_make_train_cross_fits_the_bundle_on_every_row(trained_readme, real_data_dir, encoder_cache, tmp_path):
+    """cv_folds=K (the README's default training, shared with its check): the folds' estimates
+    are the figures, the bundle's heads see every row for the folds' median rounds, and its
+    thresholds come from every row's out-of-fold score."""
     from serving import Router
     from serving.bundle import read_manifest
-    from training.engines.base import train
+    from training.config import TrainConfig
 
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    for source in ("gsm8k", "mt_bench"):
-        (logs / source).symlink_to(real_data_dir / source)
-    result = train(config_for(tmp_path, logs, encoder_cache, cv_folds=3))
+    result, folds = trained_readme, TrainConfig().cv_folds
     manifest = read_manifest(result.bundle)
     cv, metrics = manifest.metrics["cv"], result.metrics
-    assert cv["folds"] == 3 and manifest.split["cv_folds"] == 3
+    assert folds >= 3 and cv["folds"] == folds and manifest.split["cv_folds"] == folds
     tested = sum(cv["rows"]["test_per_fold"])
     assert manifest.metrics["test"]["cross_validated"] and manifest.metrics["test"]["rows"] == tested
     assert manifest.metrics["test"]["learned"]["apgr"] == pytest.approx(cv["policies"]["learned"]["apgr"]["mean"])
@@ -199,10 +196,11 @@ def test_make_train_cross_fits_the_bundle_on_every_row(real_data_dir, encoder_ca
     assert metrics["parity_max_abs_diff"] <= 1e-5
     router = Router.load(result.bundle, strict=True)
     assert router.route("What is 17 * 23?").zone in ("edge", "edge_with_cloud_fallback", "cloud")
-    # make evaluate on the logs it was trained on says its figures there are in sample
+    # make evaluate on logs it was trained on (its GSM8K and MT-Bench logs) says its figures there are in sample
     from evaluation.config import EvalConfig
     from pipelines.evaluate import run
 
-    evaluated = run(EvalConfig(bundle=str(result.bundle), logs=[str(logs)], out=str(tmp_path / "eval"), mlflow=False,
+    logs = [str(real_data_dir / source) for source in ("gsm8k", "mt_bench")]
+    evaluated = run(EvalConfig(bundle=str(result.bundle), logs=logs, out=str(tmp_path / "eval"), mlflow=False,
                                cache_dir=str(encoder_cache)))
     assert any("cross-fitted" in note and "in sample" in note for note in evaluated.metrics["notes"])

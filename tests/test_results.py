@@ -6,8 +6,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from evaluation import headline
 from pipelines.results import readme_table
 from tests.conftest import ROOT
@@ -26,19 +24,6 @@ from tests.conftest import ROOT
 SHARE_OF_WIDTH = 0.25
 HALF_WIDTH_RATIO = 2.0
 CELL = re.compile(r"^(?P<mean>[+-]?\d+(\.\d+)?)%? \[(?P<low>[+-]?\d+(\.\d+)?)%?, (?P<high>[+-]?\d+(\.\d+)?)%?\]$")
-
-
-@pytest.fixture(scope="module")
-def trained_readme(real_data_dir, encoder_cache, tmp_path_factory):
-    """TrainResult of `make train` as the README's quick start runs it (default options, among
-    them five-fold cross-fitting), on all the real logs."""
-    from tests.conftest import config_for
-    from training.config import TrainConfig
-    from training.engines.base import train
-
-    defaults = TrainConfig()
-    return train(config_for(tmp_path_factory.mktemp("train_readme"), real_data_dir, encoder_cache,
-                            min_rows_per_tag=defaults.min_rows_per_tag, cv_folds=defaults.cv_folds))
 
 
 def _figures(table: str) -> list[tuple[str, list[str]]]:
