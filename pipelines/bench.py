@@ -85,57 +85,44 @@ def constant_work(target_us: float) -> Callable[[], int]:
     return lambda: spin(n)
 
 
-def model_call(scorer, prompt: str) -> Callable[[], object]:
+def model_call(stages, prompt: str) -> Callable[[], object]:
     """The model alone on prepared inputs, called as the SDK calls it, then each head
-    calibrated: model.onnx (fused) or encoder + router (staged)."""
-    ids, mask, scalars, heads, _ = scorer.extractor.prepare([prompt], ["exact"])
+    calibrated: model.onnx (fused) or encoder + router (staged). `stages`: Router.stages."""
+    scorer = stages.scorer
+    ids, mask, scalars, heads, _ = stages.features([prompt], ["exact"])
 
     def run(feeds):
-        outputs = scorer.run_model(scorer.outputs, feeds, None)
+        outputs = stages.model(scorer.outputs, feeds, None)
         return [calibrate(float(out[0, 1])) for calibrate, out in zip(scorer.calibrators, outputs)]
 
-    if scorer.spec.fused:
+    if stages.encoder is None:  # fused
         feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
         return lambda: run(feeds)
     features = scorer.extractor.transform([prompt], ["exact"])
-    encoder = scorer.extractor.encoder
-    return lambda: (encoder(ids, mask, heads), run({"features": features}))
+    return lambda: (stages.encoder(ids, mask, heads), run({"features": features}))
 
 
 def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, list[float]]]:
-    """A route() call that times its stages (features, encoder if staged, model, decision) and
-    the rest of the call, and the samples it fills. Alone, a part runs with its code and data
-    hot in the CPU caches; inside route() the parts share them."""
-    routing = router._routing
-    scorer, extractor = routing._scorer, routing._scorer.extractor
-    stages = {"features": (extractor, "prepare"), "model": (scorer, "run_model"), "decision": (routing, "_decide")}
-    if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
-        stages["encoder"] = (extractor, "encoder")
-    samples: dict[str, list[float]] = {name: [] for name in (*stages, "rest")}
+    """A route() call that times its stages (Router.stages: features, encoder if staged, model,
+    decision) and the rest of the call, and the samples it fills (microseconds, one per call
+    and stage: a stage called twice in one route() counts both). Alone, a part runs with its
+    code and data hot in the CPU caches; inside route() the parts share them."""
+    stages = router.stages
+    samples: dict[str, list[float]] = {name: [] for name in (*stages.names, "rest")}
+    this_call: dict[str, int] = {}
 
-    def timed(name, fn):
-        def wrapper(*args):
-            start = time.perf_counter_ns()
-            out = fn(*args)
-            samples[name].append((time.perf_counter_ns() - start) / 1000)
-            return out
-        return wrapper
+    def record(name: str, ns: int) -> None:
+        this_call[name] = this_call.get(name, 0) + ns
 
     def call():
-        saved = {name: owner.__dict__.get(attr) for name, (owner, attr) in stages.items()}
-        for name, (owner, attr) in stages.items():
-            setattr(owner, attr, timed(name, getattr(owner, attr)))
-        try:
+        this_call.clear()
+        with stages.timed(record):
             start = time.perf_counter_ns()
             router.route(prompt, precision="exact")
-            total = (time.perf_counter_ns() - start) / 1000
-            samples["rest"].append(total - sum(samples[name][-1] for name in stages))
-        finally:
-            for name, (owner, attr) in stages.items():
-                if saved[name] is None:
-                    delattr(owner, attr)
-                else:
-                    setattr(owner, attr, saved[name])
+            total = time.perf_counter_ns() - start
+        for name in stages.names:
+            samples[name].append(this_call.get(name, 0) / 1000)
+        samples["rest"].append((total - sum(this_call.values())) / 1000)
 
     return call, samples
 
@@ -144,8 +131,8 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     """route(), each of its parts alone (the floor), and the glue between them, for one prompt."""
     from serving.features.text_stats import text_statistics
 
-    scorer = router._routing._scorer
-    extractor = scorer.extractor
+    stages = router.stages
+    extractor = stages.scorer.extractor
     special = extractor.spec.add_special_tokens
     heads = extractor.heads([prompt])
     noop = noop_session()
@@ -158,14 +145,14 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
         "route": lambda: router.route(prompt, precision="exact"),
         "tokenize": lambda: extractor.tokenizer.ids(heads, add_special_tokens=special),
         "text_statistics": lambda: text_statistics(prompt, heads[0]),
-        "model": model_call(scorer, prompt),
+        "model": model_call(stages, prompt),
         "onnxruntime_noop": lambda: noop_run(["y"], {"x": x}, None),
         # Features end to end (cut, tokenize, statistics, the input arrays): minus the
         # tokenize and statistics floors, what building the inputs costs.
-        "features": lambda: extractor.prepare([prompt], ["exact"]),
+        "features": lambda: stages.features([prompt], ["exact"]),
         # Score -> Decision (zone, reason text, the dataclass).
-        "decision": lambda: router._routing._decide(prompt, "exact", decision.score, decision.n_tokens,
-                                                      (decision.p_edge, decision.p_cloud)),
+        "decision": lambda: stages.decision(prompt, "exact", decision.score, decision.n_tokens,
+                                            (decision.p_edge, decision.p_cloud)),
         # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
         "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
         "staged_route": staged,
@@ -273,7 +260,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     from serving import Router
 
     router = Router.load(bundle, strict=True, threads=1)
-    tokenizer = router._routing._scorer.extractor.tokenizer.full
+    tokenizer = router.stages.scorer.extractor.tokenizer.full
     routes = {f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
               for n in lengths}
     huge = "x " * 500_000  # a 1 MB prompt

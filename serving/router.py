@@ -135,6 +135,13 @@ class Router:
         return self._routing.unfamiliar_policy
 
     @property
+    def stages(self):
+        """The stages route() runs on the current bundle, as callables, with a way to time them
+        inside route() calls (serving.routing.RouteStages; what `make bench` reports); None when
+        degraded. For profiling: route() does not pay for it."""
+        return self._routing.stages
+
+    @property
     def acceptor(self):
         """The bundle's learned acceptance check (serving.acceptance.Acceptor), or None when the
         bundle has none (trained without edge answers, older, or the router is degraded)."""

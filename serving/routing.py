@@ -3,6 +3,9 @@ rule table whenever the bundle cannot serve. serving.router.Router holds one and
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
+from time import perf_counter_ns
+from typing import Callable, Iterator
 
 from serving.contract import (CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, first_target,
                               zone_for)
@@ -39,6 +42,12 @@ class Routing:
     @property
     def degraded(self) -> bool:
         return self._scorer is None
+
+    @property
+    def stages(self) -> "RouteStages | None":
+        """The stages route() runs on this bundle, for profiling (RouteStages); None when
+        degraded (the rule table decides)."""
+        return None if self._scorer is None else RouteStages(self)
 
     def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> dict | None:
         """What training needs of a prompt whose text is not kept (serving.outcome_log's privacy
@@ -151,3 +160,59 @@ class Routing:
         lo, hi = self.manifest.band(precision)
         band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
         return band
+
+
+class RouteStages:
+    """The stages one route() call runs on a bundle, as the callables it calls, so that a
+    profiler (`make bench`) can time each alone and inside route() without reaching into the
+    SDK. Nothing here is on route()'s path: route() pays for none of it unless `timed` is active.
+
+    features(prompts, precisions) -> (ids, mask, scalars, heads, n_tokens): the cut, the
+        tokenizer, the text statistics and the input arrays (FeatureExtractor.prepare)
+    encoder(ids, mask, texts) -> embeddings: the staged layout's encoder; None when fused
+    model(output_names, feeds, None) -> outputs: the onnxruntime call (Scorer.run_model)
+    decision(prompt, precision, score, n_tokens, head_probabilities) -> Decision: zone,
+        reason and the Decision of one scored prompt
+    scorer: the Scorer they belong to (spec, extractor, outputs, calibrators)
+    names: the stages route() runs, in order
+    What route() does between them (argument checks, calibration, familiarity) is no stage.
+    """
+
+    def __init__(self, routing: Routing):
+        scorer = routing._scorer
+        extractor = scorer.extractor
+        self.scorer = scorer
+        self._owners = {"features": (extractor, "prepare")}  # where route() finds each stage
+        if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
+            self._owners["encoder"] = (extractor, "encoder")
+        self._owners.update(model=(scorer, "run_model"), decision=(routing, "_decide"))
+        self.names = tuple(self._owners)
+        self.features, self.model, self.decision = extractor.prepare, scorer.run_model, routing._decide
+        self.encoder = extractor.encoder if "encoder" in self._owners else None
+
+    @contextmanager
+    def timed(self, record: Callable[[str, int], object]) -> Iterator[None]:
+        """While the block runs, each call of a stage on this bundle also calls
+        record(stage name, nanoseconds it took): route() and route_batch() calls, from any
+        thread. Profiling only: the stages are swapped on the bundle's objects for the block's
+        duration, and put back as they were when it ends."""
+        saved = {name: owner.__dict__.get(attr) for name, (owner, attr) in self._owners.items()}
+        for name, (owner, attr) in self._owners.items():
+            setattr(owner, attr, _recorded(name, getattr(owner, attr), record))
+        try:
+            yield
+        finally:
+            for name, (owner, attr) in self._owners.items():
+                if saved[name] is None:
+                    delattr(owner, attr)  # a method: the class's own is found again
+                else:
+                    setattr(owner, attr, saved[name])
+
+
+def _recorded(name: str, stage: Callable, record: Callable[[str, int], object]) -> Callable:
+    def call(*args, **kwargs):
+        start = perf_counter_ns()
+        out = stage(*args, **kwargs)
+        record(name, perf_counter_ns() - start)
+        return out
+    return call
