@@ -3,21 +3,10 @@ simulated (synthetic) logs of growing size, stage by stage, each stage next to i
 measured in the same run; the table of docs/scale-out.md.
 
 Each run is a fresh `python -m pipelines.train` process with its own MLflow store and bundle
-folder under `--work` (the distilled static table stays cached). Memory is sampled every
-0.2 s over the whole process tree (the Dask client with its LocalCluster's scheduler and
-workers, or the local engine with its featurizing processes): the figures are the peak of
-the tree's summed RSS and the peak of the largest single process. The run writes when each
-stage starts and ends (training.stages, ROUTER_STAGE_LOG), so each stage gets its own wall
-time and peaks.
-
-Floors: right before each run, the work of the main stages is measured alone, on a fixed
-sample of the run's logs, in one process: reading and validating one shard
-(data.logs.read_unit), finding repeated prompts (pandas.factorize), featurizing 4,096
-prompts through the training featurizer (training.featurize.ChunkFeaturizer), and LightGBM
-building trees with the run's parameters on random features. After the run, its bundle
-scoring the parity rows through the SDK, and registering it in a fresh MLflow store. Scaled
-to the run's rows (per row, per row and tree) and divided by the cores where the work is
-split by rows, they say what the stage would cost at the speed of its parts.
+folder under `--work` (the distilled static table stays cached), profiled from outside by
+training.profiling: its whole process tree's memory and CPU sampled every 0.2 s and matched
+with the stages the run logs (training.stages). The floors come from training.floors. This
+command parses the options, runs the sizes and engines, and reports.
 """
 from __future__ import annotations
 
@@ -25,9 +14,7 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -35,104 +22,6 @@ import typer
 
 STAGES = ("cluster", "read_validate", "merge", "featurize", "fit", "acceptance", "thresholds", "familiarity",
           "export_parity", "mlflow")
-FLOOR_SAMPLE_ROWS = 4096
-
-
-def tree_rss(process) -> tuple[int, int]:
-    """(sum, max) RSS in bytes over a process and all its descendants."""
-    import psutil
-
-    sizes = []
-    for p in [process, *process.children(recursive=True)]:
-        try:
-            sizes.append(p.memory_info().rss)
-        except psutil.Error:  # exited between listing and reading
-            pass
-    return sum(sizes), max(sizes, default=0)
-
-
-def _tree_cpu(process, seen: dict[int, float]) -> None:
-    """Record each live process's CPU seconds so far (a process that has exited keeps its last)."""
-    import psutil
-
-    for p in [process, *process.children(recursive=True)]:
-        try:
-            times = p.cpu_times()
-            seen[p.pid] = times.user + times.system
-        except psutil.Error:
-            pass
-
-
-def measure(command: list[str], log_path: Path, *, interval: float = 0.2, env: dict | None = None,
-            time_limit: float | None = None) -> dict:
-    """Run `command`, sampling its process tree's memory and CPU; its output goes to `log_path`.
-    Past `time_limit` seconds the tree is stopped and the figures say so."""
-    import psutil
-
-    start, samples, cpu = time.perf_counter(), [], {}
-    timed_out = False
-    with open(log_path, "w", encoding="utf-8") as log:
-        process = psutil.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        while process.poll() is None:
-            total, largest = tree_rss(process)
-            samples.append((time.time(), total / 2**20, largest / 2**20))
-            _tree_cpu(process, cpu)
-            if time_limit is not None and time.perf_counter() - start > time_limit:
-                timed_out = True
-                _stop_tree(process)
-                break
-            time.sleep(interval)
-    return {"exit_code": process.returncode, "wall_s": time.perf_counter() - start, "timed_out": timed_out,
-            "cpu_s": sum(cpu.values()),
-            "peak_rss_total_mb": max((s[1] for s in samples), default=0.0),
-            "peak_rss_largest_mb": max((s[2] for s in samples), default=0.0), "samples": samples}
-
-
-def _stop_tree(process) -> None:
-    import psutil
-
-    tree = [process, *process.children(recursive=True)]
-    for p in tree:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(tree, timeout=15)
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    process.wait()
-
-
-def stage_figures(stages: list[dict], samples: list[tuple[float, float, float]]) -> dict[str, dict]:
-    """Per stage (a stage logged twice adds up): wall time, this process's peak (VmHWM), and
-    the peaks of the tree's summed RSS and of its largest process among the samples taken
-    while it ran (the nearest sample when it was shorter than the sampling interval)."""
-    out: dict[str, dict] = {}
-    for stage in stages:
-        inside = [s for s in samples if stage["start"] <= s[0] <= stage["end"]]
-        if not inside and samples:
-            inside = [min(samples, key=lambda s: abs(s[0] - (stage["start"] + stage["end"]) / 2))]
-        figures = out.setdefault(stage["stage"], {"wall_s": 0.0, "peak_rss_main_mb": 0.0,
-                                                  "peak_rss_total_mb": 0.0, "peak_rss_largest_mb": 0.0})
-        figures["wall_s"] += stage["wall_s"]
-        figures["peak_rss_main_mb"] = max(figures["peak_rss_main_mb"], stage["peak_rss_mb"])
-        figures["peak_rss_total_mb"] = max([figures["peak_rss_total_mb"], *(s[1] for s in inside)])
-        figures["peak_rss_largest_mb"] = max([figures["peak_rss_largest_mb"], *(s[2] for s in inside)])
-    return out
-
-
-def _unfinished(logged: list[dict], samples: list[tuple[float, float, float]]) -> dict:
-    """A stopped run: how long the stage that was running had run, and the memory peaks since
-    the last stage ended (that stage is not in the stage log: it never ended)."""
-    since = max((s["end"] for s in logged), default=samples[0][0] if samples else 0.0)
-    after = [s for s in samples if s[0] >= since] or samples[-1:]
-    return {"after_stage": logged[-1]["stage"] if logged else None,
-            "wall_s": (samples[-1][0] - since) if samples else 0.0,
-            "peak_rss_total_mb": max((s[1] for s in after), default=0.0),
-            "peak_rss_largest_mb": max((s[2] for s in after), default=0.0)}
 
 
 def simulated(folder: Path, rows: int, rows_per_shard: int) -> Path:
@@ -145,106 +34,6 @@ def simulated(folder: Path, rows: int, rows_per_shard: int) -> Path:
     return folder
 
 
-# --- floors: each main stage's work alone, on a fixed sample, in this process -----------------
-
-def _best_of(runs: int, work) -> float:
-    """The fastest of `runs` timed calls, after one untimed call (imports, caches)."""
-    work()
-    best = math.inf
-    for _ in range(runs):
-        start = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def floors_before(logs: Path, work: Path) -> dict[str, float]:
-    """Seconds per row (per row and tree for LightGBM) of the main stages' work alone."""
-    import numpy as np
-    import pandas as pd
-
-    from data.logs import read_unit
-    from training.featurize import ChunkFeaturizer, masked_mean, raw_stage
-
-    shard = sorted(logs.glob("*.parquet"))[0]
-    read_s = _best_of(2, lambda: read_unit(shard))
-    frame = read_unit(shard).frame()
-    prompts = frame["prompt"].astype(object).to_numpy()
-    factorize_s = _best_of(3, lambda: pd.factorize(prompts))
-    sample = frame.head(FLOOR_SAMPLE_ROWS)
-    texts, precisions = sample["prompt"].astype(object).tolist(), sample["precision"].tolist()
-    _, raw = raw_stage("static", embedding_dim=32, max_tokens=None, max_chars=2048, cache_dir=work / "cache")
-    featurizer = ChunkFeaturizer(raw)
-    folded = np.random.default_rng(0).normal(size=(len(raw.table), 32)).astype(np.float32).astype(np.float64)
-    train = np.random.default_rng(0).random(len(texts)) < 0.7
-
-    def featurize():
-        _, tokens = featurizer.prepare(texts, precisions)
-        featurizer.embed(tokens.subset(train))
-        masked_mean(tokens, folded)
-
-    featurize_s = _best_of(3, featurize)
-    return {"read_validate_s_per_row": read_s / len(frame), "merge_s_per_row": factorize_s / len(frame),
-            "featurize_s_per_row": featurize_s / len(texts), "fit_s_per_row_tree": _lightgbm_per_row_tree()}
-
-
-def _lightgbm_per_row_tree(rows: int = 30_000, columns: int = 51, trees: int = 30) -> float:
-    """LightGBM with the training parameters (training.model.lgbm_params) on random features."""
-    import lightgbm as lgb
-    import numpy as np
-
-    from training.model import lgbm_params
-
-    rng = np.random.default_rng(0)
-    x = rng.random((rows, columns), dtype=np.float32)
-    y = 1 / (1 + np.exp(-(x[:, 0] - x[:, 1] + rng.normal(0, 0.5, rows))))
-    data = lgb.Dataset(x, label=y, free_raw_data=False).construct()
-    params = lgbm_params({}, seed=0, objective="cross_entropy")
-    return _best_of(2, lambda: lgb.train(params, data, num_boost_round=trees)) / (rows * trees)
-
-
-def floors_after(bundle: Path, logs: Path, work: Path, parity_rows: int = 5000) -> dict[str, float]:
-    """Seconds of the run's parity check and MLflow registration done alone, with its bundle."""
-    import pandas as pd
-
-    from serving.bundle import read_bundle
-    from serving.scorer import Scorer
-    from training.tracking import register_bundle, tracked_run
-
-    shards = sorted(logs.glob("*.parquet"))
-    frame = pd.read_parquet(shards[-1], columns=["prompt", "precision"]).head(parity_rows)
-    prompts = frame["prompt"].tolist()
-    precisions = [p if isinstance(p, str) else None for p in frame["precision"]]
-    scorer = Scorer(read_bundle(bundle))
-    parity_s = _best_of(2, lambda: scorer.scores(prompts, precisions))
-    # A new store each time, as each run has: MLflow keeps a connection per store address in the process.
-    store = work / f"floor-mlflow-{time.time_ns()}"
-    store.mkdir(parents=True)
-
-    def register():
-        with tracked_run(tracking_uri=f"sqlite:///{(store / 'mlflow.db').resolve()}",
-                         artifact_root=str(store / "artifacts"), experiment="floor") as run:
-            register_bundle(bundle, model_name="floor", run_id=run.info.run_id)
-
-    start = time.perf_counter()
-    register()  # once: a second registration in the same store would not create it again
-    mlflow_s = time.perf_counter() - start
-    shutil.rmtree(store, ignore_errors=True)
-    return {"export_parity": parity_s, "mlflow": mlflow_s}
-
-
-def stage_floors(per_row: dict, after: dict, *, rows: int, rows_read: int, train_rows: int, trees: int,
-                 cores: int) -> dict[str, float]:
-    """Each stage's floor in seconds for this run (module doc); stages without one are absent.
-    `rows` are the rows featurized, `train_rows` those the boosters fit."""
-    floors = {"read_validate": per_row["read_validate_s_per_row"] * rows_read / cores,
-              "merge": per_row["merge_s_per_row"] * rows_read,
-              "featurize": per_row["featurize_s_per_row"] * rows / cores}
-    if trees:
-        floors["fit"] = per_row["fit_s_per_row_tree"] * train_rows * trees
-    return {**floors, **after}
-
-
 def _mlflow_metrics(db: Path) -> dict[str, float]:
     import sqlite3
 
@@ -254,37 +43,36 @@ def _mlflow_metrics(db: Path) -> dict[str, float]:
         return dict(conn.execute("SELECT key, value FROM metrics"))
 
 
-def _read_stages(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: float | None = None) -> dict:
     """One `make train` on simulated logs: wall time, CPU, peak memory, rows/s, test APGR, and
     per stage: wall time, peaks and floor."""
+    from training.config import TrainConfig
+    from training.engines.base import training_share
+    from training.floors import floors_after, floors_before, stage_floors
+    from training.profiling import profile_training
+
     run_dir = work / "runs" / f"{engine}-n{rows}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     (work / "cache" / "embeddings.sqlite").unlink(missing_ok=True)  # cold: nothing cached from an earlier run
-    per_row = floors_before(logs, work)
+    share = training_share(TrainConfig())  # the run trains with the defaults but for the options below
+    per_row = floors_before(logs, work, train_share=share)
     command = [sys.executable, "-m", "pipelines.train", "--engine", engine, "--data", str(logs),
                "--bundle", str(run_dir / "bundle"), "--set", f"cache_dir={work / 'cache'}",
                "--set", f"reports_dir={run_dir / 'reports'}",
                "--set", "cv_folds=0",  # one fit per run in both engines (the Dask engine does not cross-fit)
                "--set", f"tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
                "--set", f"artifact_root={run_dir / 'artifacts'}"]
-    env = {**os.environ, "ROUTER_STAGE_LOG": str(run_dir / "stages.jsonl")}
     load_before = os.getloadavg()[0]
-    figures = measure(command, run_dir / "train.log", env=env, time_limit=time_limit)
-    samples = figures.pop("samples")
+    profile = profile_training(command, run_dir / "train.log", run_dir / "stages.jsonl", time_limit=time_limit)
+    figures = profile.figures
     row = {"rows": rows, "engine": engine, **figures, "rows_per_s": rows / figures["wall_s"],
            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "cores": os.cpu_count()}
-    logged = _read_stages(run_dir / "stages.jsonl")
-    stages = stage_figures(logged, samples)
-    if figures["timed_out"]:
-        row.update(rows_per_s=None, unfinished=_unfinished(logged, samples))
+    if profile.unfinished is not None:
+        row.update(rows_per_s=None, unfinished=profile.unfinished)
     manifest = run_dir / "bundle" / "manifest.json"
     metrics = _mlflow_metrics(run_dir / "mlflow.db")
-    after, train_rows, featurized = {}, int(rows * 0.7), rows
+    after, train_rows, featurized = {}, round(rows * share), rows
     if figures["exit_code"] == 0 and manifest.exists():
         data = json.loads(manifest.read_text())
         test = data["metrics"]["test"]
@@ -298,9 +86,9 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
     trees = int(sum(v for k, v in metrics.items() if k.startswith("trees.")))
     floors = stage_floors(per_row, after, rows=featurized, rows_read=rows, train_rows=train_rows, trees=trees,
                           cores=os.cpu_count() or 1)
-    for name, stage in stages.items():
+    for name, stage in profile.stages.items():
         stage["floor_s"] = floors.get(name)
-    row.update(stages=stages, floors_per_row=per_row, trees=trees)
+    row.update(stages=profile.stages, floors_per_row=per_row, trees=trees)
     return row
 
 

@@ -2,18 +2,15 @@
 (in one process or a pool, in any chunking), the projection fitted block by block is the
 PCA's, the local engine's per-unit reading and lean merge give load_logs + merge_duplicates'
 frame, the embedding cache stays bounded, and `make scale` records each stage's wall time,
-memory and floor, with peak memory over a whole process tree."""
+memory and floor (the process-tree profiler and the stage clock: tests/test_profiling.py)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.scale import measure, stage_figures
 from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from serving.features.spec import FeatureSpec
 from training.embedding_cache import EmbeddingCache
@@ -21,15 +18,6 @@ from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph
 from training.featurize import (ChunkFeaturizer, FeatureRecipe, ProjectionFitter, TokenRows, fit_projection,
                                 table_features)
 from training.novelty import token_rows
-
-# A parent holding ~100 MB and a child holding ~300 MB at the same time.
-TREE = """
-import subprocess, sys, time
-held = bytearray(100 * 2**20)
-child = subprocess.Popen([sys.executable, "-c", "import time; x = bytearray(300 * 2**20); time.sleep(1.5)"])
-child.wait()
-sys.exit(3)
-"""
 
 PROMPTS = ["Which organ filters blood?\nA. Heart\nB. Kidney\nC. Lung\nD. Skin\nAnswer:", "", "   ", "short",
            "Ünïcode café 日本語 and ASCII", "What is 12.5% of $1,240? Show the steps.", "word " * 3000,
@@ -155,34 +143,6 @@ def test_local_engine_reads_and_merges_like_load_logs_and_merge_duplicates(tmp_p
     merged = merge_repeats(valid)
     assert (merged["n_merged"] > 1).sum() >= 30
     pd.testing.assert_frame_equal(merged.astype({"prompt": expected["prompt"].dtype}), merge_duplicates(expected))
-
-
-def test_measure_sums_the_process_tree_and_keeps_the_exit_code(tmp_path):
-    figures = measure([sys.executable, "-c", TREE], tmp_path / "log.txt", interval=0.05)
-    assert figures["exit_code"] == 3 and not figures["timed_out"]
-    assert figures["wall_s"] >= 1.5
-    assert 300 <= figures["peak_rss_largest_mb"] < 420
-    assert figures["peak_rss_total_mb"] >= figures["peak_rss_largest_mb"] + 90  # parent and child together
-    stopped = measure([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log2.txt", interval=0.05,
-                      time_limit=0.5)
-    assert stopped["timed_out"] and stopped["wall_s"] < 20
-
-
-def test_stage_clock_records_each_stages_time_and_its_own_peak(tmp_path):
-    """Each stage's peak is its own (the high-water mark is reset when a stage begins), the
-    stage log says when each ran, and make scale attributes its memory samples to them."""
-    code = ("import time; from training.stages import StageClock; t = {}; c = StageClock(t); c.begin('big'); "
-            "x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.5); del x; "
-            "c.begin('small'); time.sleep(0.5); c.end(); print(t)")
-    log = tmp_path / "stages.jsonl"
-    figures = measure([sys.executable, "-c", code], tmp_path / "out.txt", interval=0.05,
-                      env={**os.environ, "ROUTER_STAGE_LOG": str(log)})
-    stages = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [s["stage"] for s in stages] == ["big", "small"]
-    by_name = stage_figures(stages, figures["samples"])
-    assert by_name["big"]["peak_rss_main_mb"] > 300 > by_name["small"]["peak_rss_main_mb"]
-    assert by_name["big"]["peak_rss_total_mb"] > 300 > by_name["small"]["peak_rss_total_mb"]
-    assert all(s["wall_s"] >= 0.5 for s in by_name.values())
 
 
 @pytest.mark.slow

@@ -5,12 +5,21 @@ memory of each, so that a slow or large run says where its time and memory went.
 run's `timings` (`<stage>_s`, logged to MLflow as `time.<stage>_s`; `peak_mb[<stage>]`,
 logged as `memory.<stage>_peak_mb`). When `ROUTER_STAGE_LOG` names a file, each stage is
 also appended to it as a JSON line with its start and end (epoch seconds): `make scale`
-matches them with the memory it samples over the whole process tree (Dask workers, the
-local engine's featurizing processes), which this process alone cannot see.
+(training.profiling) matches them with the memory it samples over the whole process tree
+(Dask workers, the local engine's featurizing processes), which this process alone cannot see.
 
 Peak memory per stage: Linux lets a process reset its own high-water mark (VmHWM, by
 writing 5 to /proc/self/clear_refs), so each stage's peak is its own, not the run's so far.
 Elsewhere the figure is the peak so far (ru_maxrss).
+
+StageClock is the one timer of a training run (the engines and the shared finish keep no
+clock of their own). Besides the consecutive stages it times spans (`StageClock.span(name)`):
+wall time only, into `<name>_s`, for a figure that is not one stage but that MLflow has
+logged since before the stages existed, under the same names: `lightgbm_s`, the boosters
+alone inside the "fit" stage; `load_s`, reading up to the rows' split (the local engine's
+"read_validate" and "merge", the Dask engine's "read_validate"); `features_s`, the
+featurizer (the Dask engine's "merge" and "featurize"). Spans are not in the stage log and
+have no peak. `total_s` is the run's wall time since run_timings() (StageClock.end_run).
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 STAGE_LOG_ENV = "ROUTER_STAGE_LOG"
@@ -43,6 +53,12 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_timings() -> dict:
+    """A training run's timings, started now: every StageClock of the run fills it, and the
+    last one's end_run() sets its total."""
+    return {"start": time.perf_counter()}
 
 
 class StageClock:
@@ -79,6 +95,28 @@ class StageClock:
             yield
         finally:
             self.end()
+
+    def end_run(self) -> None:
+        """End the running stage and set `total_s`: the run's wall time since the start that
+        run_timings() took (cross-validation's folds, any engine's fit and the finish included)."""
+        self.end()
+        self.timings["total_s"] = time.perf_counter() - self.timings["start"]
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        """Time the block into `timings["<name>_s"]` (added up if timed again) without
+        beginning or ending a stage: stages begun inside it run and are timed as usual."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[f"{name}_s"] = self.timings.get(f"{name}_s", 0.0) + time.perf_counter() - started
+
+
+def read_stage_log(path: Path) -> list[dict]:
+    """The stages a run appended to its stage log (STAGE_LOG_ENV), in order; [] when it wrote
+    none. Each: stage, start and end (epoch seconds), wall_s, peak_rss_mb."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def metrics_of(timings: dict) -> dict[str, float]:

@@ -260,8 +260,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
-    clock.end()
-    timings["total_s"] = time.perf_counter() - timings["start"]
+    clock.end_run()
     mlflow.log_metrics(metrics_of(timings), run_id=run_id)
     return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest,
                        fitted.splits["test"])
@@ -272,9 +271,10 @@ def train(config: TrainConfig, *, console=None) -> TrainResult:
     from rich.console import Console
 
     from training.engines import get_engine
+    from training.stages import run_timings
 
     console = console or Console()
-    timings = {"start": time.perf_counter()}
+    timings = run_timings()
     if config.cv_folds:
         from training.crossval import cross_fit
 

@@ -17,7 +17,6 @@ stay on the workers (persisted) for LightGBM.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -268,31 +267,28 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
     with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
         workers = len(client.scheduler_info()["workers"])
         console.print(f"[bold]dask[/]: {workers} workers at {client.scheduler.address}")
-        t0 = time.perf_counter()
         clock.begin("read_validate")
-        valid, repeated, report, responses = _read_and_check(config, folder)
-        timings["load_s"] = time.perf_counter() - t0
+        with clock.span("load"):
+            valid, repeated, report, responses = _read_and_check(config, folder)
 
-        t1 = time.perf_counter()
-        clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
-        plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report, folder)
-        print_logs(console, report)
-        note_training_sample(console, report, config,
-                             sample_fraction(config.max_train_rows, report["rows"] * training_share(config)))
-        clock.begin("featurize")
-        train, val, test, train_sample = _features(client, config, plan, prepared, report,
-                                                   target_columns(config.objective), keep_train_rows)
-        timings["features_s"] = time.perf_counter() - t1
+        with clock.span("features"):  # merging and featurizing
+            clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
+            plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report, folder)
+            print_logs(console, report)
+            note_training_sample(console, report, config,
+                                 sample_fraction(config.max_train_rows, report["rows"] * training_share(config)))
+            clock.begin("featurize")
+            train, val, test, train_sample = _features(client, config, plan, prepared, report,
+                                                       target_columns(config.objective), keep_train_rows)
         names = plan.spec.feature_names
         console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
                       f"training rows; samples: {len(val)} validation, {len(test)} test rows"
                       + (f", {len(train_sample)} training rows" if train_sample is not None else ""))
 
-        t2 = time.perf_counter()
         clock.begin("fit")
-        with console.status("LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"):
+        status = "LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"
+        with clock.span("lightgbm"), console.status(status):  # the boosters alone; the "fit" stage adds scoring
             heads = _fit_heads(client, config, train, val, names)
-        timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
     splits, embeddings, tokens, raw = {}, {}, {}, {}
     for name, frame in (("val", val), ("test", test)):
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request

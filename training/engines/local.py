@@ -265,11 +265,9 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     from training.partial import both_known, head_rows, share_heads, sides_known
 
     clock = StageClock(timings)
-    t0 = time.perf_counter()
-    with console.status("loading and validating logs"):
+    with clock.span("load"), console.status("loading and validating logs"):
         frame, data_report, responses, token_rows = prepare_frame(config, clock) if prepared is None \
             else resplit(prepared, config)
-    timings["load_s"] = time.perf_counter() - t0
     print_logs(console, data_report)
     if refit is None:
         both, split = both_known(frame), frame["split"].to_numpy()  # too few to validate: stop before fitting
@@ -281,14 +279,13 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     frame = _training_sample(frame, config, data_report, console)
     both = both_known(frame)
 
-    t1 = time.perf_counter()
     clock.begin("featurize")
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
     # The ids kept: the held-out rows' (the familiarity fit reads them), every row's for lexical evidence.
     keep_tokens = np.ones(len(frame), dtype=bool) if config.lexical != "none" else ~train if refit is None else both
-    feats = _features(config, frame, console, keep_tokens)
-    timings["features_s"] = time.perf_counter() - t1
+    with clock.span("features"):
+        feats = _features(config, frame, console, keep_tokens)
     x, plan = feats.matrix, feats.plan
     if config.lexical != "none":
         clock.begin("lexical")
@@ -334,14 +331,13 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     if refit is not None:
         shared = refit.shared
 
-    t2 = time.perf_counter()
-    with console.status(f"LightGBM heads for {config.objective} (early stopping on validation)"):
+    status = f"LightGBM heads for {config.objective} (early stopping on validation)"
+    with clock.span("lightgbm"), console.status(status):  # the boosters alone; the "fit" stage adds scoring
         heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
                           calibration=config.calibration,
                           weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
                           shared=shared, calibrations=None if refit is None else refit.calibrations,
                           blend=config.lexical == "blend", blends=None if refit is None else refit.blends)
-    timings["lightgbm_s"] = time.perf_counter() - t2  # the boosters alone; the "fit" stage adds scoring
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
     # (scored here, not the training rows: at a million rows those took a minute).
