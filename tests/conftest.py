@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # import, before any of those libraries starts its threads; the commands the tests run inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# The acceptance check's boosting rounds in the trainings whose subject is something else
+# (cross-validation's command, outcome logs, the training CLI, where a run writes, a fetch, a
+# capped sample): the check is fitted there as in every training, on the same answers, in 50
+# rounds instead of the default 300; it was six 300-round boosters a fit, a fold or a run,
+# about 8 s of each on 2 cores. The tests of the check itself, and the session's trainings
+# (trained_small, trained_full, trained_readme), keep the default.
+QUICK_ACCEPTANCE_ROUNDS = 50
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _offline():
@@ -112,6 +120,16 @@ def trained_small(small_routellm, encoder_cache, tmp_path_factory):
 
     cfg = config_for(tmp_path_factory.mktemp("train"), small_routellm, encoder_cache)
     return cfg, run(cfg)
+
+
+@pytest.fixture(scope="session")
+def trained_small_again(small_routellm, encoder_cache, tmp_path_factory):
+    """TrainResult of trained_small's run made a second time (its own folder and store, the
+    encoder table already distilled): what the determinism tests compare with the first, one
+    retraining for all of them."""
+    from training.engines.base import train
+
+    return train(config_for(tmp_path_factory.mktemp("train_again"), small_routellm, encoder_cache))
 
 
 @pytest.fixture(scope="session")

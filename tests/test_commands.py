@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, make_env
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, make_env
 
 
 def free_port() -> int:
@@ -77,7 +77,8 @@ def test_bench_measures_every_figure(bundle, tmp_path):
 def test_make_train_writes_to_the_mlflow_store_mlruns_names(small_routellm, encoder_cache, tmp_path):
     store = tmp_path / "store"
     args = (f"--data {small_routellm / 'mt_bench'} --data {small_routellm / 'gsm8k'} --set cache_dir={encoder_cache} "
-            f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0")
+            f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0 "
+            f"--set acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}")
     done = subprocess.run(["make", "-s", "train", f"MLRUNS={store}", f"BUNDLE={tmp_path / 'bundle'}", f"ARGS={args}"],
                           cwd=ROOT, env=make_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from data.prepare import assign_splits
-from tests.conftest import config_for, make_env
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for, make_env
 from training.crossval import REFERENCE_QUALITIES, CrossValidation, FoldResult, compare, fold_config, interval
 
 
@@ -108,14 +108,16 @@ def test_the_logs_read_once_give_each_fold_what_reading_them_for_it_gives(small_
 @pytest.fixture(scope="module")
 def compared(real_data_dir, encoder_cache, tmp_path_factory):
     """`make compare-configs` (pipelines.crossval --compare) of the defaults and a configuration
-    without precision dropout, 3 folds of the GSM8K and MT-Bench logs: compare.json."""
+    without precision dropout, 3 folds of the GSM8K and MT-Bench logs: compare.json. The
+    acceptance check, fitted in every fold, is not what is compared: QUICK_ACCEPTANCE_ROUNDS."""
     tmp = tmp_path_factory.mktemp("compare")
     (tmp / "a.yaml").write_text("{}\n")
     (tmp / "b.yaml").write_text("precision_dropout: 0.0\n")
     cmd = [sys.executable, "-m", "pipelines.crossval", "--folds", "3", "--compare", str(tmp / "a.yaml"),
            "--compare", str(tmp / "b.yaml"), "--data", str(real_data_dir / "gsm8k"), "--data",
            str(real_data_dir / "mt_bench"), "--out", str(tmp / "out"), "--set", f"cache_dir={encoder_cache}",
-           "--set", f"reports_dir={tmp / 'r'}", "--set", "min_rows_per_tag=50"]
+           "--set", f"reports_dir={tmp / 'r'}", "--set", "min_rows_per_tag=50",
+           "--set", f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=make_env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((tmp / "out" / "compare.json").read_text()), tmp

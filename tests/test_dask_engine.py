@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from data.simulator import write_shards
-from tests.conftest import config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
 from training.engines.dask_partitions import EngineError, stage
 
 pytestmark = pytest.mark.slow
@@ -232,9 +232,15 @@ def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(files, lo
 
 def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(tmp_path, mixed_logs, encoder_cache,
                                                                              monkeypatch):
+    import functools
+
+    from training.engines import dask_partitions as de
     from training.engines.base import train as run
 
     monkeypatch.setenv("DASK_SCHEDULER", "tcp://127.0.0.1:9")
+    # The client retries a refused connection for timeout_s (10 s by default); how long it
+    # waits is not the subject, what it says when it gives up is.
+    monkeypatch.setattr(de, "cluster", functools.partial(de.cluster, timeout_s=1.0))
     config = config_for(tmp_path, mixed_logs, encoder_cache, engine="dask")
     with pytest.raises(EngineError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
         run(config)
@@ -415,7 +421,8 @@ def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_
     for source in ("gsm8k", "mt_bench"):
         (data / source).symlink_to(real_data_dir / source)
     tmp = tmp_path_factory.mktemp("dask_cv")
-    config = config_for(tmp, data, encoder_cache, engine="dask", dask_workers=2, dask_scratch=str(tmp / "scratch"))
+    config = config_for(tmp, data, encoder_cache, engine="dask", dask_workers=2, dask_scratch=str(tmp / "scratch"),
+                        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)  # fitted in every fold, not the subject
     summary = cross_validate(config, folds=3).summary()
 
     assert not any("no training rows" in note for note in summary["notes"]), summary["notes"]

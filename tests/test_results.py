@@ -71,14 +71,10 @@ def test_a_stale_readme_figure_is_caught():
     assert not _close("0.709 [0.702, 0.716]", "0.712 [0.682, 0.742]") and not _close("0.62", "n/a")
 
 
-def test_the_same_training_twice_gives_the_same_figures(trained_small, small_routellm, encoder_cache, tmp_path):
+def test_the_same_training_twice_gives_the_same_figures(trained_small, trained_small_again):
     """Deterministic end to end on one machine: a second run (warm embedding cache) gives
     identical figures."""
-    from tests.conftest import config_for
-    from training.engines.base import train
-
-    again = train(config_for(tmp_path, small_routellm, encoder_cache))
-    assert again.metrics["test"] == trained_small[1].metrics["test"]
+    assert trained_small_again.metrics["test"] == trained_small[1].metrics["test"]
 
 
 def test_results_command_checks_and_writes_the_block(trained_full, tmp_path):

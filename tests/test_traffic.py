@@ -418,14 +418,14 @@ def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(repla
                                                                            tmp_path, engine):
     """Both engines, with shared heads (training.partial.share_heads): `auto` would keep them
     separate here, as the replayed prompts join their benchmark rows, which know both outcomes."""
-    from tests.conftest import config_for
+    from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
     from training.engines.base import train
 
     folder, summary = replayed
     assert summary["written"] == 2 * summary["requests"] and summary["dropped"] == 0
     assert 0.1 < summary["explored"] / summary["requests"] < 0.3
     config = config_for(tmp_path, small_routellm, encoder_cache, engine=engine, dask_workers=2,
-                        head_sharing="shared")
+                        head_sharing="shared", acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)
     config.data.append(str(folder))  # the benchmark slice (both outcomes) and the SDK's outcome log
     result = train(config)
     outcomes = result.manifest.data["outcomes"]

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, config_for
 
 MODEL = "edge-cloud-router"
 
@@ -29,7 +29,7 @@ def registry(small_routellm, encoder_cache, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("registry")
     store = f"sqlite:///{tmp}/mlflow.db"
-    options = dict(tracking_uri=store, min_rows_per_tag=20)
+    options = dict(tracking_uri=store, min_rows_per_tag=20, acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)
     first = train(config_for(tmp / "first", small_routellm / "gsm8k", encoder_cache, **options))
     second = train(config_for(tmp / "second", small_routellm / "gsm8k", encoder_cache, num_boost_round=3,
                               early_stopping_rounds=1, **options))

@@ -12,7 +12,7 @@ import pytest
 from training.engines.base import train as run
 from serving.bundle import read_manifest
 from serving.scorer import Scorer
-from tests.conftest import config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
 from training.config import TrainConfig
 
 pytestmark = [pytest.mark.real_data, pytest.mark.slow]
@@ -96,12 +96,12 @@ def test_run_is_tracked_and_registered(trained):
     assert TrainConfig.from_file(saved) == cfg  # the logged config reproduces the run
 
 
-def test_second_run_recomputes_static_embeddings_to_the_same_router(trained, small_routellm, encoder_cache, tmp_path):
+def test_second_run_recomputes_static_embeddings_to_the_same_router(trained, trained_small_again):
     """The static tier keeps no embedding cache (recomputing is cheaper than reading 1.5 KB back;
     the transformer tier's cache: test_scale and the transformer test below): a second run gives
     the same figures."""
     cfg, first = trained
-    second = run(config_for(tmp_path, small_routellm, encoder_cache))
+    second = trained_small_again
     assert second.metrics["embedding_cache"] == {"used": False, "hits": 0, "computed": 0}
     assert second.metrics["test"]["learned"]["apgr"] == first.metrics["test"]["learned"]["apgr"]
 
@@ -122,7 +122,8 @@ def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_pat
             "--data", str(small_routellm / "gsm8k"), "--bundle", str(tmp_path / "b"),
             "--set", f"tracking_uri=sqlite:///{tmp_path}/mlflow.db", "--set", f"artifact_root={tmp_path}/art",
             "--set", f"cache_dir={encoder_cache}", "--set", f"reports_dir={tmp_path}/reports",
-            "--set", "min_rows_per_tag=20", "--set", "lgbm.num_leaves=7", "--set", "cv_folds=0"]
+            "--set", "min_rows_per_tag=20", "--set", "lgbm.num_leaves=7", "--set", "cv_folds=0",
+            "--set", f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}"]
     done = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "APGR" in done.stdout and "hand rule table" in done.stdout

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from data.simulator import write_shards
-from tests.conftest import config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
 from training.config import TrainConfig
 
 
@@ -82,7 +82,8 @@ def test_a_capped_run_trains_on_the_sample_and_records_it_in_the_bundle(small_ro
 
     full = json.loads((trained_small[1].bundle / "manifest.json").read_text())
     train_rows = round(full["data"]["rows"] * 0.7)
-    result = train(config_for(tmp_path, small_routellm, encoder_cache, max_train_rows=train_rows // 2))
+    result = train(config_for(tmp_path, small_routellm, encoder_cache, max_train_rows=train_rows // 2,
+                              acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS))
     data = json.loads((result.bundle / "manifest.json").read_text())["data"]
     assert data["training_sample"]["max_train_rows"] == train_rows // 2
     assert abs(data["training_sample"]["rows"] - train_rows // 2) <= 0.1 * train_rows
