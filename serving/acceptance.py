@@ -19,23 +19,37 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from serving.calibration import calibrator
 from serving.response_features import response_features
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
+    from onnxruntime import InferenceSession  # no types of its own: Any to the checker
+
+    from serving.bundle import Bundle
+    from serving.manifest import AcceptanceSection
+    from serving.scorer import RunModel, Scorer
+
+    # texts -> the router's feature rows for them (Scorer.features)
+    AnswerFeatures = Callable[[list[str]], ArrayLike]
+
 log = logging.getLogger("serving")
 
 
-def answer_matrix(prompts, answers, logprob_means=None, logprob_mins=None, *, answer_features,
-                  max_chars: int) -> np.ndarray:
+def answer_matrix(prompts: Sequence[str], answers: Sequence[str],
+                  logprob_means: Sequence[float | None] | None = None,
+                  logprob_mins: Sequence[float | None] | None = None, *, answer_features: AnswerFeatures,
+                  max_chars: int) -> NDArray[np.float32]:
     """The acceptance model's input rows (float32): serving.response_features of each answer
     (cut to its last `max_chars` characters), then `answer_features(cut answers)`, the
     router's feature rows of their text. Training and the SDK both build rows here."""
     n = len(answers)
-    means = [None] * n if logprob_means is None else list(logprob_means)
-    mins = [None] * n if logprob_mins is None else list(logprob_mins)
+    means: list[float | None] = [None] * n if logprob_means is None else list(logprob_means)
+    mins: list[float | None] = [None] * n if logprob_mins is None else list(logprob_mins)
     cut = [a[-max_chars:] for a in answers]
     own = np.stack([response_features(p, a, logprob_mean=m, logprob_min=lo, max_chars=max_chars)
                     for p, a, m, lo in zip(prompts, cut, means, mins)])
@@ -57,31 +71,33 @@ class Verdict:
 class Acceptor:
     """A bundle's acceptance check. Build it with `Acceptor.from_bundle`; None when the bundle has none."""
 
-    def __init__(self, session, section: dict, answer_features):
-        self._run = getattr(session, "_sess", session).run  # see serving.scorer: names checked once
+    def __init__(self, session: InferenceSession, section: AcceptanceSection, answer_features: AnswerFeatures) -> None:
+        self._run: RunModel = getattr(session, "_sess", session).run  # see serving.scorer: names checked once
         self._answer_features = answer_features  # texts -> the router's feature rows for them
         self.threshold = float(section["threshold"])
         self.max_response_chars = int(section["max_response_chars"])
         self.n_features = int(section["n_features"])
         calibration = section["calibration"]
-        self._calibrate = float if calibration.get("in_model") else calibrator(calibration)
+        self._calibrate: Callable[[float], float] = float if calibration.get("in_model") else calibrator(calibration)
         self.section = section
 
     @classmethod
-    def from_bundle(cls, bundle, scorer) -> "Acceptor | None":
+    def from_bundle(cls, bundle: Bundle, scorer: Scorer) -> "Acceptor | None":
         """The check a verified bundle ships (BundleError-free: the caller wraps load failures)."""
         from serving.features.extractor import onnx_session
 
         section = bundle.manifest.acceptance
-        if not section or section.get("file") is None:
+        file = section.get("file")
+        if not section or file is None:
             return None
-        session = onnx_session(bundle.content(section["file"]))
+        session = onnx_session(bundle.content(file))
         inputs = [(i.name, i.shape[-1]) for i in session.get_inputs()]
         if inputs != [("features", section["n_features"])]:
             raise ValueError(f"acceptance model inputs are {inputs}, expected [('features', {section['n_features']})]")
         return cls(session, section, scorer.features)
 
-    def features(self, prompts: list[str], answers: list[str], logprob_means=None, logprob_mins=None) -> np.ndarray:
+    def features(self, prompts: list[str], answers: list[str], logprob_means: Sequence[float | None] | None = None,
+                 logprob_mins: Sequence[float | None] | None = None) -> NDArray[np.float32]:
         """The model's input rows (float32) for answers to prompts."""
         x = answer_matrix(prompts, answers, logprob_means, logprob_mins, answer_features=self._answer_features,
                           max_chars=self.max_response_chars)
@@ -89,8 +105,8 @@ class Acceptor:
             raise ValueError(f"acceptance features have {x.shape[1]} columns, the model takes {self.n_features}")
         return x
 
-    def probabilities(self, prompts: list[str], answers: list[str], logprob_means=None,
-                      logprob_mins=None) -> np.ndarray:
+    def probabilities(self, prompts: list[str], answers: list[str], logprob_means: Sequence[float | None] | None = None,
+                      logprob_mins: Sequence[float | None] | None = None) -> NDArray[np.float64]:
         """Calibrated P(good) per answer, in one model call."""
         if not answers:
             return np.zeros(0)
@@ -107,5 +123,5 @@ class Acceptor:
         p = float(self.probabilities([prompt], [answer], [logprob_mean], [logprob_min])[0])
         return Verdict(p, self.threshold, p >= self.threshold)
 
-    def accept(self, prompt: str, answer: str, **logprobs) -> bool:
+    def accept(self, prompt: str, answer: str, **logprobs: float | None) -> bool:
         return self.check(prompt, answer, **logprobs).accepted

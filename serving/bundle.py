@@ -18,9 +18,16 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from serving.contract import MANIFEST_NAME, MAX_FILE_BYTES, MAX_MANIFEST_BYTES, SCHEMA_VERSION
 from serving.manifest import Manifest, ManifestError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from serving.json_types import JSONObject
+    from serving.signing import PinnedKey
 
 
 class BundleError(RuntimeError):
@@ -35,7 +42,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def manifest_digest(manifest: dict) -> str:
+def manifest_digest(manifest: JSONObject) -> str:
     """SHA-256 of the manifest's canonical JSON without its own `manifest_sha256` field."""
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
@@ -64,7 +71,7 @@ def _read_plain_file(folder: Path, name: str, cap: int) -> bytes:
     return content
 
 
-def _parse_manifest(folder: Path, raw: bytes) -> dict:
+def _parse_manifest(folder: Path, raw: bytes) -> JSONObject:
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -90,12 +97,13 @@ class Bundle:
             raise BundleError(f"{self.folder}: the model needs {name}, which the manifest does not list") from None
 
 
-def _check_signature(folder: Path, data: dict, public_key) -> None:
+def _check_signature(folder: Path, data: JSONObject, public_key: PinnedKey) -> None:
     """With a pinned key, the bundle must carry that key's signature of its manifest."""
     from serving.signing import SIGNATURE_NAME, SigningError, load_public_key, verify
 
     try:
-        key = public_key if hasattr(public_key, "verify") else load_public_key(public_key)
+        # a loaded key (it has `verify`) is used as it is; a path or bytes is read first
+        key = cast("Ed25519PublicKey", public_key) if hasattr(public_key, "verify") else load_public_key(public_key)
         if not (folder / SIGNATURE_NAME).exists():
             raise SigningError(f"no {SIGNATURE_NAME}: the bundle is unsigned, but a public key is pinned")
         verify(data, _read_plain_file(folder, SIGNATURE_NAME, 1024), key)
@@ -103,7 +111,7 @@ def _check_signature(folder: Path, data: dict, public_key) -> None:
         raise BundleError(f"{folder}: signature check failed: {exc}") from None
 
 
-def read_bundle(folder: str | Path, *, public_key=None) -> Bundle:
+def read_bundle(folder: str | Path, *, public_key: PinnedKey | None = None) -> Bundle:
     """Read, check and verify a bundle folder (see the module doc); BundleError on any problem.
     With `public_key` (a path, PEM or raw bytes: serving.signing), the manifest must carry
     that key's signature too."""

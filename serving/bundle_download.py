@@ -27,12 +27,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from serving.contract import MANIFEST_NAME, MAX_FILE_BYTES
 from serving.manifest import ManifestError, check_files
 from serving.signing import SIGNATURE_NAME
+
+if TYPE_CHECKING:
+    from typing import IO, Literal
 
 MAX_BUNDLE_BYTES = 2 << 30
 READ_BLOCK = 1 << 20
@@ -62,7 +65,8 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
     goes without the caller's headers (urllib would copy them, Authorization included, to any
     host the redirect names)."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         scheme = urlsplit(newurl).scheme
         if scheme not in ("http", "https"):
             raise DownloadError(f"{req.full_url} redirects to {_shown(newurl)}: only http and https are followed")
@@ -84,7 +88,7 @@ class _Deadline:
     duplicate of its socket: the duplicate stays valid when TLS takes the socket over, and its
     descriptor cannot be reused by another connection before the request ends."""
 
-    def __init__(self, timeout_s: float):
+    def __init__(self, timeout_s: float) -> None:
         self.timeout_s, self.end = timeout_s, time.monotonic() + timeout_s
         self.expired = False
         self._watched: list[socket.socket] = []
@@ -96,7 +100,7 @@ class _Deadline:
         self._timer.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._timer.cancel()
         with self._lock:
             watched, self._watched = self._watched, []
@@ -108,7 +112,9 @@ class _Deadline:
     def passed(self) -> bool:
         return self.expired or time.monotonic() >= self.end
 
-    def connect(self, address, timeout=None, source_address=None) -> socket.socket:
+    def connect(self, address: tuple[str, int], timeout: object = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
+        # timeout: seconds, None, or socket's "global default" sentinel, as http.client passes it
         """socket.create_connection within what is left of the deadline, the connection watched."""
         left = self.end - time.monotonic()
         if left <= 0:
@@ -131,31 +137,34 @@ class _Deadline:
                 except OSError:  # already closed by the other side
                     pass
 
-    def watched(self, connection_class):
+    def watched(self, connection_class: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
         """A factory of `connection_class` (http.client's) whose connections this deadline watches."""
-        def connection(host, **kwargs):
+        def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
             conn = connection_class(host, **kwargs)
-            conn._create_connection = self.connect  # http.client's hook for opening the socket
+            # http.client's hook for opening the socket; typeshed does not declare it
+            conn._create_connection = self.connect  # type: ignore[attr-defined]
             return conn
         return connection
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline):
+    def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self.deadline = deadline
 
-    def http_open(self, req):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self.deadline.watched(http.client.HTTPConnection), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline):
+    def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self.deadline = deadline
 
-    def https_open(self, req):
-        return self.do_open(self.deadline.watched(http.client.HTTPSConnection), req, context=self._context)
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        # urllib's HTTPSHandler keeps its SSL context in _context, which typeshed does not declare
+        context = self._context  # type: ignore[attr-defined]
+        return self.do_open(self.deadline.watched(http.client.HTTPSConnection), req, context=context)
 
 
 def check_base_url(url: str) -> str:
@@ -200,7 +209,7 @@ def _too_slow(url: str, timeout_s: float) -> DownloadError:
     return DownloadError(f"{url}: not complete within timeout_s={timeout_s:g} s")
 
 
-def _read(response, url: str, cap: int, into: Path | None) -> tuple[int, bytes | None]:
+def _read(response: http.client.HTTPResponse, url: str, cap: int, into: Path | None) -> tuple[int, bytes | None]:
     """(bytes read, the body or None when written to `into`), until the server ends the body."""
     size, parts = 0, []
     with (open(into, "xb") if into is not None else _NoFile()) as out:
@@ -208,7 +217,7 @@ def _read(response, url: str, cap: int, into: Path | None) -> tuple[int, bytes |
             size += len(block)
             if size > cap:
                 raise DownloadError(f"{url} is over the limit of {cap:,} bytes")
-            if into is not None:
+            if out is not None:  # writing to `into`
                 out.write(block)
             else:
                 parts.append(block)
@@ -216,10 +225,10 @@ def _read(response, url: str, cap: int, into: Path | None) -> tuple[int, bytes |
 
 
 class _NoFile:
-    def __enter__(self):
+    def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 

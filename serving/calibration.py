@@ -3,19 +3,25 @@ training applies the same function, so SDK and training scores agree."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
+
+    from serving.manifest import CalibrationParams
 
 EPSILON = 1e-6  # float32-safe: older bundles' fused graphs clip with the same bound
 
 
-def logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), EPSILON, 1 - EPSILON)
-    return np.log(p / (1 - p))
+def logit(p: ArrayLike) -> NDArray[np.float64]:
+    clipped = np.clip(np.asarray(p, dtype=np.float64), EPSILON, 1 - EPSILON)
+    odds: NDArray[np.float64] = np.log(clipped / (1 - clipped))
+    return odds
 
 
-def calibrator(params: dict) -> Callable[[float], float]:
+def calibrator(params: CalibrationParams) -> Callable[[float], float]:
     """The calibration as a function of one float: `sigmoid`: 1 / (1 + exp(-(a * logit(p) + b)))
     (Platt); `isotonic`: piecewise linear through the fitted points; `none`: p unchanged.
 
@@ -39,7 +45,7 @@ def calibrator(params: dict) -> Callable[[float], float]:
     raise ValueError(f"unknown calibration method {method!r} (expected sigmoid, isotonic or none)")
 
 
-def apply_calibration(params: dict, raw_probability: np.ndarray) -> np.ndarray:
+def apply_calibration(params: CalibrationParams, raw_probability: ArrayLike) -> NDArray[np.float64]:
     """`calibrator(params)` on every element (float64)."""
     p = np.asarray(raw_probability, dtype=np.float64)
     calibrate = calibrator(params)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from serving.contract import PRECISIONS
 from serving.proxy.config import SERVE_HELP, ConfigError, ProxyConfig, add_arguments
 from serving.router import Router
+
+if TYPE_CHECKING:
+    from serving.json_types import JSONObject
 
 STREAM_HELP = """\
 --jsonl: each input line is a JSON object {"prompt": str, "precision"?: str, "id"?: any},
@@ -30,7 +33,7 @@ other lines are still answered) or, with --strict, when the bundle cannot load; 
 bad arguments."""
 
 
-def _encode(record: dict) -> bytes:
+def _encode(record: JSONObject) -> bytes:
     """One output line: UTF-8 JSON; with ASCII escapes instead if the record holds a lone surrogate."""
     text = json.dumps(record, ensure_ascii=False, allow_nan=False)
     try:

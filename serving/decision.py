@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from serving.contract import first_target
+
+if TYPE_CHECKING:
+    from serving.json_types import JSONObject
 
 
 @dataclass(slots=True)
@@ -43,8 +47,8 @@ class Decision:
     unfamiliar: bool = False
 
     @classmethod
-    def make(cls, zone: str, **fields) -> "Decision":
+    def make(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
         return cls(target=first_target(zone), zone=zone, **fields)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return asdict(self)

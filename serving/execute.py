@@ -47,10 +47,21 @@ import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from serving.decision import Decision
 from serving.contract import CLOUD, FALLBACK
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from typing_extensions import TypeAlias
+
+    # An edge call queued for a worker: the callable, its prompt, and where its answer goes.
+    # Answers are Any here and below: an edge or cloud callable returns whatever the app's client does.
+    Job: TypeAlias = tuple[Callable[[str], Any], str, Future[Any]]
+    # The accept check: answer -> its verdict, read by its truth (a bool, or serving.acceptance's Verdict).
+    AcceptCheck: TypeAlias = Callable[[Any], object]
 
 REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the outcome log redacts it whole first)
 
@@ -112,7 +123,7 @@ class EdgePool:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._free = threading.Semaphore(self.size)  # workers not running a call
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._overrunning = 0  # calls whose caller timed out; each still holds a worker
 
@@ -121,7 +132,7 @@ class EdgePool:
         """How many workers are held by calls that overran their timeout."""
         return self._overrunning
 
-    def call(self, fn: Callable[[str], Any], prompt: str, timeout_s: float):
+    def call(self, fn: Callable[[str], Any], prompt: str, timeout_s: float) -> Any:
         """fn(prompt) on a worker. TimeoutError if it has not returned within timeout_s (the
         worker stays with it), EdgeBusy if no worker came free in that time."""
         if self._pid != os.getpid():  # a forked child inherits this state but none of the threads
@@ -135,7 +146,7 @@ class EdgePool:
         except BaseException:
             self._free.release()
             raise
-        future: Future = Future()
+        future: Future[Any] = Future()
         self._jobs.put((fn, prompt, future))
         try:
             future.exception(timeout=max(0.0, deadline - time.monotonic()))  # waits; raises only on timeout
@@ -146,7 +157,7 @@ class EdgePool:
             raise TimeoutError(f"edge call exceeded {timeout_s:g} s") from None
         return future.result()
 
-    def _overrun_ended(self, _future: Future) -> None:
+    def _overrun_ended(self, _future: Future[Any]) -> None:
         with self._lock:
             self._overrunning -= 1
 
@@ -161,7 +172,7 @@ class EdgePool:
                 self._workers.append(worker)
 
 
-def _serve(jobs: queue.SimpleQueue, free: threading.Semaphore) -> None:
+def _serve(jobs: queue.SimpleQueue[Job], free: threading.Semaphore) -> None:
     """An edge worker: runs queued calls one after another, for the life of the process."""
     while True:
         fn, prompt, future = jobs.get()
@@ -178,7 +189,7 @@ default_edge_pool = EdgePool()
 
 
 @contextmanager
-def _step(steps: list[Step], name: str):
+def _step(steps: list[Step], name: str) -> Iterator[None]:
     """Record the enclosed call as a Step: ok, timeout (TimeoutError), skipped (EdgeBusy) or error.
     A plain context manager, so the sync and the async paths time their calls the same way."""
     start = time.perf_counter()
@@ -203,8 +214,8 @@ class _Attempt:
     coroutine, or a stream opened up to its first token, as serving.chat does).
     """
 
-    def __init__(self, decision: Decision, *, edge_context_tokens: int, accept: Callable[[Any], bool] | None = None,
-                 verify_edge_zone: bool = False):
+    def __init__(self, decision: Decision, *, edge_context_tokens: int, accept: AcceptCheck | None = None,
+                 verify_edge_zone: bool = False) -> None:
         self.decision = decision
         self.steps: list[Step] = []
         self.edge_error: BaseException | None = None
@@ -269,7 +280,7 @@ class _Attempt:
 
 def execute(decision: Decision, prompt: str, *, edge: Callable[[str], Any], cloud: Callable[[str], Any],
             edge_context_tokens: int, edge_timeout_s: float | None = None,
-            accept: Callable[[Any], bool] | None = None, verify_edge_zone: bool = False,
+            accept: AcceptCheck | None = None, verify_edge_zone: bool = False,
             edge_pool: EdgePool | None = None) -> Execution:
     """Carry out a routing decision; see the module doc."""
     attempt = _Attempt(decision, edge_context_tokens=edge_context_tokens, accept=accept,
@@ -296,7 +307,7 @@ def execute(decision: Decision, prompt: str, *, edge: Callable[[str], Any], clou
 
 async def aexecute(decision: Decision, prompt: str, *, edge: Callable[[str], Awaitable[Any]],
                    cloud: Callable[[str], Awaitable[Any]], edge_context_tokens: int,
-                   edge_timeout_s: float | None = None, accept: Callable[[Any], bool] | None = None,
+                   edge_timeout_s: float | None = None, accept: AcceptCheck | None = None,
                    verify_edge_zone: bool = False) -> Execution:
     """execute() for coroutines: `edge` and `cloud` are async callables taking the prompt.
 

@@ -11,12 +11,23 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 from serving.contract import (DEFAULT_EDGE_CONTEXT_TOKENS, MAX_CALIBRATION_POINTS, MAX_CHARS_LIMIT,
                               MAX_EMBEDDING_DIM, MAX_TOKENS_LIMIT, PRECISIONS, SCHEMA_VERSION)
 from serving.features.spec import LEXICAL_MODES, FeatureSpec
 from serving.features.text_stats import STAT_NAMES
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+    from typing import TypeVar
+
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from serving.json_types import JSONObject
+
+    Probability = TypeVar("Probability", float, NDArray[np.float64])  # one prompt's, or a batch's
 
 CALIBRATION_METHODS = ("sigmoid", "isotonic", "none")
 # A bundle is one flat folder: a listed file is a plain name inside it, never a path.
@@ -33,7 +44,7 @@ def _fail(key: str, rule: str, value: Any) -> ManifestError:
     return ManifestError(f"manifest {key}: {rule}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
-def _section(data: dict, key: str, *, required: bool = False) -> dict:
+def _section(data: JSONObject, key: str, *, required: bool = False) -> JSONObject:
     """A dict-valued section; absent optional sections are empty."""
     if key not in data and not required:
         return {}
@@ -43,7 +54,7 @@ def _section(data: dict, key: str, *, required: bool = False) -> dict:
     return value
 
 
-def _number(section: dict, key: str, path: str, *, lo: float = -math.inf, hi: float = math.inf,
+def _number(section: JSONObject, key: str, path: str, *, lo: float = -math.inf, hi: float = math.inf,
             default: float | None = None) -> float:
     value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -52,7 +63,7 @@ def _number(section: dict, key: str, path: str, *, lo: float = -math.inf, hi: fl
     return float(value)
 
 
-def _integer(section: dict, key: str, path: str, *, lo: int, hi: int, default: int | None = None) -> int:
+def _integer(section: JSONObject, key: str, path: str, *, lo: int, hi: int, default: int | None = None) -> int:
     value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise _fail(f"{path}.{key}", f"must be an integer in [{lo}, {hi}]", value)
@@ -66,7 +77,7 @@ class Band(NamedTuple):
     hi: float
 
 
-def band_of(thresholds: dict, precision: str | None) -> Band:
+def band_of(thresholds: dict[str, JSONObject], precision: str | None) -> Band:
     """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
     entry = thresholds.get(precision) if precision is not None else None
     entry = entry or thresholds["default"]
@@ -77,13 +88,51 @@ def band_of(thresholds: dict, precision: str | None) -> Band:
 class Limits:
     edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS  # longer prompts go to the cloud first
 
-    def to_dict(self, spec: FeatureSpec) -> dict:
+    def to_dict(self, spec: FeatureSpec) -> dict[str, int]:
         # max_chars and max_tokens are the feature spec's; repeated here for readers of the file
         return {"edge_context_tokens": self.edge_context_tokens, "max_chars": spec.max_chars,
                 "max_tokens": spec.max_tokens}
 
 
-def check_calibration(data: Any, path: str = "calibration") -> dict:
+class CalibrationParams(TypedDict, total=False):
+    """One head's calibration, as serving.calibration reads it (`method` is always there); the
+    manifest may hold more figures about it (`lexical_blend`), kept as they are."""
+
+    method: str                      # CALIBRATION_METHODS
+    a: float                         # sigmoid: 1 / (1 + exp(-(a * logit(p) + b)))
+    b: float
+    x: list[float]                   # isotonic: the fitted points
+    y: list[float]
+    in_model: bool                   # sigmoid folded into the model's graph
+    lexical_blend: JSONObject        # the blend's weight and margin (training.lexical)
+
+
+class NoveltySection(TypedDict, total=False):
+    """The manifest's `novelty` (serving.novelty), the keys the SDK reads; {} for none. Training
+    adds figures about the fit (target_share, fitted_rows, ...), kept as they are."""
+
+    file: str                        # the reference's file, unless in_model
+    in_model: bool                   # the graph computes the novelty, as output `output`
+    output: str
+    embedding_threshold: float
+    unseen_threshold: float
+    policy: str                      # serving.novelty.POLICIES
+
+
+class AcceptanceSection(TypedDict, total=False):
+    """The manifest's `acceptance` (serving.acceptance), the keys the SDK reads; {} for none, and
+    `{"file": None, "reason": ...}` for a bundle trained without answers. Training adds the
+    feature names and figures, kept as they are."""
+
+    file: str | None
+    reason: str
+    n_features: int
+    threshold: float
+    max_response_chars: int
+    calibration: CalibrationParams
+
+
+def check_calibration(data: Any, path: str = "calibration") -> CalibrationParams:
     """One head's calibration, validated (serving.calibration applies it)."""
     if not isinstance(data, dict):
         raise _fail(path, "must be an object", data)
@@ -98,15 +147,16 @@ def check_calibration(data: Any, path: str = "calibration") -> dict:
         _number(data, "a", path, lo=-1e6, hi=1e6)
         _number(data, "b", path, lo=-1e6, hi=1e6)
     elif method == "isotonic":
-        x, y = data.get("x"), data.get("y")
-        for key, points in (("x", x), ("y", y)):
+        for key in ("x", "y"):
+            points = data.get(key)
             if not isinstance(points, list) or not 1 <= len(points) <= MAX_CALIBRATION_POINTS or not all(
                     not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1 for v in points):
                 raise _fail(f"{path}.{key}", f"must be 1 to {MAX_CALIBRATION_POINTS} numbers in [0, 1]",
                             points)
+        x, y = data["x"], data["y"]  # lists of numbers, as just checked
         if len(x) != len(y) or any(b < a for a, b in zip(x, x[1:])):
             raise _fail(f"{path}.x", f"must be increasing and as long as {path}.y", len(x))
-    return data
+    return cast("CalibrationParams", data)
 
 
 @dataclass(frozen=True)
@@ -128,14 +178,14 @@ class ScoreSpec:
     def bounds(self) -> tuple[float, float]:
         return SCORE_KINDS[self.kind][1]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         return {"kind": self.kind, "heads": list(self.heads), "outputs": list(self.outputs)}
 
 
 SCORE_KINDS = {"expected_gain": (("edge", "cloud"), (-1.0, 1.0)), "cloud_needed": (("cloud_needed",), (0.0, 1.0))}
 
 
-def routing_score(kind: str, probabilities: dict):
+def routing_score(kind: str, probabilities: Mapping[str, Probability]) -> Probability:
     """The score thresholds cut, from each head's probability (numbers or numpy arrays): the
     cloud's expected gain P(cloud good) - P(edge good), or P(cloud needed)."""
     if kind == "expected_gain":
@@ -155,7 +205,7 @@ def check_score(data: Any) -> ScoreSpec:
     return ScoreSpec(data["kind"], tuple(heads), tuple(outputs))
 
 
-def check_novelty(data: Any, files: dict) -> dict:
+def check_novelty(data: Any, files: Collection[str]) -> NoveltySection:
     """The familiarity reference (serving.novelty): its file, or `in_model` and the graph
     output that computes it; thresholds and policy; {} when absent."""
     from serving.novelty import POLICIES
@@ -178,10 +228,10 @@ def check_novelty(data: Any, files: dict) -> dict:
     _number(data, "unseen_threshold", "novelty", lo=1e-9, hi=1.0)
     if data.get("policy") not in POLICIES:
         raise _fail("novelty.policy", f"must be one of {', '.join(POLICIES)}", data.get("policy"))
-    return data
+    return cast("NoveltySection", data)
 
 
-def check_acceptance(data: Any, files: dict) -> dict:
+def check_acceptance(data: Any, files: Collection[str]) -> AcceptanceSection:
     """The acceptance check (serving.acceptance): its graph, feature count, calibration and
     threshold; or `{"file": null, "reason": ...}` when training had no answers to learn from;
     {} for bundles from before acceptance checks."""
@@ -192,17 +242,17 @@ def check_acceptance(data: Any, files: dict) -> dict:
     if data.get("file") is None:
         if not isinstance(data.get("reason"), str):
             raise _fail("acceptance.reason", "must say why the bundle has no acceptance model", data.get("reason"))
-        return data
+        return cast("AcceptanceSection", data)
     if data["file"] not in files:
         raise _fail("acceptance.file", "must name a file the manifest lists", data.get("file"))
     _integer(data, "n_features", "acceptance", lo=1, hi=100_000)
     _number(data, "threshold", "acceptance", lo=0.0, hi=1.0)
     _integer(data, "max_response_chars", "acceptance", lo=1, hi=10_000_000)
     check_calibration(data.get("calibration"), "acceptance.calibration")
-    return data
+    return cast("AcceptanceSection", data)
 
 
-def check_calibrations(manifest: dict, score: ScoreSpec) -> dict[str, dict]:
+def check_calibrations(manifest: JSONObject, score: ScoreSpec) -> dict[str, CalibrationParams]:
     """Head -> calibration. A manifest without a `score` section has one flat calibration."""
     calibrations = manifest.get("calibration")
     if "score" not in manifest:
@@ -242,7 +292,8 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     return FeatureSpec.from_dict(data)
 
 
-def check_thresholds(data: Any, tags, bounds: tuple[float, float] = (0.0, 1.0)) -> dict[str, dict]:
+def check_thresholds(data: Any, tags: Sequence[str],
+                     bounds: tuple[float, float] = (0.0, 1.0)) -> dict[str, JSONObject]:
     """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra
     figures are kept."""
     if not isinstance(data, dict) or "default" not in data:
@@ -278,23 +329,24 @@ class Manifest:
 
     model_version: str
     feature_spec: FeatureSpec
-    calibration: dict[str, dict]  # head -> its calibration (serving.calibration)
-    thresholds: dict[str, dict]
+    calibration: dict[str, CalibrationParams]  # head -> its calibration (serving.calibration)
+    thresholds: dict[str, JSONObject]  # precision tag or "default" -> lo, hi and the figures behind them
     score: ScoreSpec = field(default_factory=ScoreSpec)
     limits: Limits = field(default_factory=Limits)
-    novelty: dict = field(default_factory=dict)  # serving.novelty: file, thresholds, policy; {} for none
-    acceptance: dict = field(default_factory=dict)  # serving.acceptance: file, threshold, ...; {} for none
+    novelty: NoveltySection = field(default_factory=NoveltySection)  # serving.novelty; {} for none
+    acceptance: AcceptanceSection = field(default_factory=AcceptanceSection)  # serving.acceptance; {} for none
     files: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     created_at: str = ""
-    encoder: dict = field(default_factory=dict)
-    target: dict = field(default_factory=dict)   # threshold target: kind, max_quality_drop, cloud_budget, ...
-    label: dict = field(default_factory=dict)    # label margins
-    split: dict = field(default_factory=dict)    # val_share, test_share, salt of the training split
-    metrics: dict = field(default_factory=dict)
-    data: dict = field(default_factory=dict)
-    training: dict = field(default_factory=dict)
-    mlflow: dict = field(default_factory=dict)
+    # Sections that describe the run, as training wrote them.
+    encoder: JSONObject = field(default_factory=dict)
+    target: JSONObject = field(default_factory=dict)   # threshold target: kind, max_quality_drop, cloud_budget, ...
+    label: JSONObject = field(default_factory=dict)    # label margins
+    split: JSONObject = field(default_factory=dict)    # val_share, test_share, salt of the training split
+    metrics: JSONObject = field(default_factory=dict)
+    data: JSONObject = field(default_factory=dict)
+    training: JSONObject = field(default_factory=dict)
+    mlflow: JSONObject = field(default_factory=dict)
     manifest_sha256: str = ""
 
     def band(self, precision: str | None) -> Band:
@@ -316,8 +368,9 @@ class Manifest:
         spec = check_feature_spec(data.get("feature_spec"))
         score = check_score(data["score"]) if "score" in data else ScoreSpec()
         limits = _section(data, "limits")
-        info = {key: _section(data, key) for key in
-                ("encoder", "target", "label", "split", "metrics", "data", "training", "mlflow")}
+        # The sections that describe the run; Any: mypy checks **info against every field of Manifest
+        info: dict[str, Any] = {key: _section(data, key) for key in
+                                ("encoder", "target", "label", "split", "metrics", "data", "training", "mlflow")}
         for key in ("created_at", "manifest_sha256"):
             if not isinstance(data.get(key, ""), str):
                 raise _fail(key, "must be a string", data.get(key))
@@ -331,17 +384,17 @@ class Manifest:
                    acceptance=check_acceptance(data.get("acceptance"), data.get("files") or {}),
                    created_at=data.get("created_at", ""), manifest_sha256=data.get("manifest_sha256", ""), **info)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         """The JSON form (what manifest.json holds)."""
-        out = {"schema_version": self.schema_version, "created_at": self.created_at,
-               "model_version": self.model_version, "feature_spec": self.feature_spec.to_dict(),
-               "encoder": self.encoder, "score": self.score.to_dict(), "calibration": self.calibration,
-               "thresholds": self.thresholds,
-               "target": self.target, "label": self.label, "split": self.split,
-               "limits": self.limits.to_dict(self.feature_spec), "novelty": self.novelty or None,
-               "acceptance": self.acceptance or None,
-               "metrics": self.metrics, "data": self.data,
-               "training": self.training, "mlflow": self.mlflow}
+        out: JSONObject = {"schema_version": self.schema_version, "created_at": self.created_at,
+                           "model_version": self.model_version, "feature_spec": self.feature_spec.to_dict(),
+                           "encoder": self.encoder, "score": self.score.to_dict(), "calibration": self.calibration,
+                           "thresholds": self.thresholds,
+                           "target": self.target, "label": self.label, "split": self.split,
+                           "limits": self.limits.to_dict(self.feature_spec), "novelty": self.novelty or None,
+                           "acceptance": self.acceptance or None,
+                           "metrics": self.metrics, "data": self.data,
+                           "training": self.training, "mlflow": self.mlflow}
         if self.files:
             out["files"] = self.files
         if self.manifest_sha256:

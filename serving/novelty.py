@@ -12,8 +12,12 @@ measures use what routing computes anyway (token ids, the embedding): a few micr
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
 
 # What the router does with an unfamiliar prompt.
 POLICIES = ("edge_with_cloud_fallback", "rule_table", "learned")
@@ -23,14 +27,15 @@ CHUNK_ROWS = 16_384  # rows scored at a time by components_flat
 class Novelty:
     """The fitted reference: embedding mean and spread, the tokens seen, the two thresholds."""
 
-    def __init__(self, mean, scale, seen, *, embedding_threshold: float, unseen_threshold: float):
+    def __init__(self, mean: ArrayLike, scale: ArrayLike, seen: ArrayLike, *, embedding_threshold: float,
+                 unseen_threshold: float) -> None:
         self.mean = np.asarray(mean, dtype=np.float64)
         self.inverse_scale = 1.0 / np.maximum(np.asarray(scale, dtype=np.float64), 1e-12)
         self.seen = np.asarray(seen, dtype=np.float64)
         self.embedding_threshold, self.unseen_threshold = float(embedding_threshold), float(unseen_threshold)
 
-    def components_flat(self, embeddings: np.ndarray, ids: np.ndarray, lengths: np.ndarray,
-                        chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    def components_flat(self, embeddings: ArrayLike, ids: ArrayLike, lengths: ArrayLike,
+                        chunk_rows: int = CHUNK_ROWS) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(embedding distance, unseen-token share) per row, from the rows' ids one after
         another (`lengths` ids each), unpadded. Rows go `chunk_rows` at a time: the per-token
         temporaries of 200,000 prompts at once took ~0.8 GB. Each row's figures are the same
@@ -49,16 +54,16 @@ class Novelty:
             unseen[start:stop] = np.where(n > 0, 1.0 - seen / np.maximum(n, 1), 0.0)
         return distance, unseen
 
-    def scores(self, embeddings, ids, mask) -> np.ndarray:
+    def scores(self, embeddings: ArrayLike, ids: ArrayLike, mask: ArrayLike) -> NDArray[np.float64]:
         """Novelty per row; ids and mask padded [rows, tokens]."""
         mask = np.asarray(mask, dtype=bool)
         return self.scores_flat(embeddings, np.asarray(ids)[mask], mask.sum(axis=1))
 
-    def scores_flat(self, embeddings, ids, lengths) -> np.ndarray:
+    def scores_flat(self, embeddings: ArrayLike, ids: ArrayLike, lengths: ArrayLike) -> NDArray[np.float64]:
         distance, unseen = self.components_flat(embeddings, ids, lengths)
         return np.maximum(distance / self.embedding_threshold, unseen / self.unseen_threshold)
 
-    def score_one(self, embedding: np.ndarray, ids: np.ndarray) -> float:
+    def score_one(self, embedding: NDArray[np.floating[Any]], ids: NDArray[np.integer[Any]]) -> float:
         """`scores` for one prompt's embedding row and its unpadded ids, with the fewest numpy calls.
         The squares are summed as `mean(axis=1)` sums a row (pairwise), not by `dot` (BLAS, another
         order), so a prompt scores to the last bit as it does in a batch."""

@@ -44,7 +44,17 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias
+
+    # A record as the router or the app hands it in: field -> a JSON value, or an exception
+    # that the writer turns into text as the privacy mode says (Any: the writer checks every
+    # value itself, see _private and _codes_only).
+    Record: TypeAlias = dict[str, Any]
+    # A record, or a callable the writer thread calls to build it (the request pays for queueing only).
+    RecordSource: TypeAlias = Union[Record, Callable[[], Record]]
 
 log = logging.getLogger("serving")
 
@@ -118,7 +128,7 @@ class OutcomeLog:
         # instead of ~1-3 us), and the writer takes what has gathered every flush_interval_s.
         # Woken per record instead, the writer took the GIL from the request thread on every
         # request: +85 us p50 back to back, measured, against +13 us for the record itself.
-        self._pending: collections.deque = collections.deque()
+        self._pending: collections.deque[RecordSource] = collections.deque()
         self._wake = threading.Event()
         self._busy = False        # the writer holds records it took from _pending
         self._lock = threading.Lock()
@@ -140,7 +150,7 @@ class OutcomeLog:
         return self.privacy == "text"
 
     # The request path: never blocks, never raises.
-    def append(self, record: dict | Callable[[], dict]) -> bool:
+    def append(self, record: RecordSource) -> bool:
         """Queue one record, or a callable that returns it: the writer thread calls it, so the
         request pays only for queueing. False (and counted in `dropped`) when the queue is
         full or closed."""
@@ -191,30 +201,32 @@ class OutcomeLog:
                 self._close_file()
                 return
 
-    def _line(self, record: dict | Callable[[], dict]) -> bytes | None:
+    def _line(self, record: RecordSource) -> bytes | None:
         try:
             if callable(record):
                 record = record()
             private = self._private(record)
         except RecordError as exc:
-            return self._not_written(type(exc).__name__, str(exc))
+            self._not_written(type(exc).__name__, str(exc))
+            return None
         except Exception as exc:  # a record builder or redact hook that raised: its text may quote the request
-            return self._not_written(type(exc).__name__, f"{error_code(exc)} raised while building it")
+            self._not_written(type(exc).__name__, f"{error_code(exc)} raised while building it")
+            return None
         try:
             return (json.dumps(private, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
         except (TypeError, ValueError) as exc:  # a value JSON cannot hold (NaN, an object): json names its type
-            return self._not_written("json", str(exc))
+            self._not_written("json", str(exc))
+            return None
 
     def _not_written(self, kind: str, why: str) -> None:
         self._count_dropped(1)
         self._warn_once(kind, f"outcome record not written: {why}"[:400])
-        return None
 
     # Privacy: every string of a record passes here (module doc).
-    def _private(self, record: dict) -> dict:
+    def _private(self, record: Record) -> Record:
         """The record as this log's privacy mode writes it; UndeclaredText for a string that
         STRING_FIELDS does not declare."""
-        out = {}
+        out: Record = {}
         for key, value in record.items():
             kind = STRING_FIELDS.get(key)
             if value is None or kind in (None, CODE):
@@ -236,7 +248,7 @@ class OutcomeLog:
             raise RecordError(f"redact returned {type(redacted).__name__}, not text")
         return redacted
 
-    def _message(self, key: str, value) -> str | None:
+    def _message(self, key: str, value: object) -> str | None:
         """An exception (or a message) as this mode writes it: its text redacted whole, then cut;
         or, without text, its class."""
         if self.privacy != "text":
@@ -283,6 +295,7 @@ class OutcomeLog:
         """(how many of the chunk's lines are now in the file whole, the error that stopped the
         rest). A refused write leaves no part of a line behind: the file is cut back to its
         last whole record (or, when it cannot be, closed, and the next batch starts a new one)."""
+        assert self._fd is not None  # _write opened the file
         data = memoryview(b"".join(chunk))
         done = 0
         try:
@@ -324,7 +337,7 @@ class OutcomeLog:
             os.close(self._fd)
         except OSError:
             pass
-        if self._file_bytes == 0:
+        if self._file_bytes == 0 and self._path is not None:  # set with _fd: never None here
             try:
                 self._path.unlink(missing_ok=True)
             except OSError:
@@ -351,7 +364,7 @@ class OutcomeLog:
             log.warning(message)
 
 
-def _text(key: str, value) -> str:
+def _text(key: str, value: object) -> str:
     if not isinstance(value, str):
         raise RecordError(f"record field {key!r} must be text or null, not {type(value).__name__}")
     return value
@@ -360,7 +373,7 @@ def _text(key: str, value) -> str:
 _NUMBERS = frozenset({int, float, bool, type(None)})
 
 
-def _codes_only(value, path: str) -> None:
+def _codes_only(value: object, path: str) -> None:
     """Raise UndeclaredText when `value` holds a string at a path STRING_FIELDS does not declare a code."""
     if isinstance(value, str):
         if STRING_FIELDS.get(path) != CODE:
@@ -385,7 +398,7 @@ def new_request_id() -> str:
     return f"{_ids.getrandbits(128):032x}"
 
 
-def answer_text(response) -> str | None:
+def answer_text(response: object) -> str | None:
     """The text of an answer for the log: a str as is, the message of a chat-completions body,
     else None (the log keeps no opaque objects)."""
     if isinstance(response, str):

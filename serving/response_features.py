@@ -22,8 +22,12 @@ from __future__ import annotations
 import ast
 import math
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 RESPONSE_FEATURES = (
     "log_chars", "log_lines", "log_length_ratio", "n_steps", "n_wrong_steps", "wrong_step_share",
@@ -80,7 +84,7 @@ def _arithmetic(expr: str) -> float | None:
     except (SyntaxError, ValueError):
         return None
 
-    def value(node) -> float:
+    def value(node: ast.expr) -> float:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return float(node.value)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -105,11 +109,11 @@ def _steps(text: str) -> tuple[int, int, list[float]]:
     """(arithmetic steps the answer states, how many of them are wrong, their stated results);
     at most MAX_STEPS of each kind, the last ones. Only lines holding "=" are scanned."""
     stated = "\n".join(line for line in text.splitlines() if "=" in line)
-    checked = [(_arithmetic(expr), _number(result.strip())) for expr, result in _CALCULATOR.findall(stated)[-MAX_STEPS:]]
+    parsed = [(_arithmetic(expr), _number(result.strip())) for expr, result in _CALCULATOR.findall(stated)[-MAX_STEPS:]]
     for expr, result in _STEP.findall(_CALCULATOR.sub(" ", stated))[-MAX_STEPS:]:
         expr = expr.replace("$", "")
-        checked.append((_arithmetic(_PERCENT.sub(r"(\1/100)", expr) if "%" in expr else expr), _number(result)))
-    checked = [(computed, stated) for computed, stated in checked if computed is not None and stated is not None]
+        parsed.append((_arithmetic(_PERCENT.sub(r"(\1/100)", expr) if "%" in expr else expr), _number(result)))
+    checked = [(computed, stated) for computed, stated in parsed if computed is not None and stated is not None]
     return len(checked), sum(_wrong(stated, computed) for computed, stated in checked), [s for _, s in checked]
 
 
@@ -128,7 +132,7 @@ def _repetition(words: list[str], lines: list[str]) -> tuple[float, float]:
 
 def response_features(prompt: str, response: str, *, logprob_mean: float | None = None,
                       logprob_min: float | None = None,
-                      max_chars: int = DEFAULT_MAX_RESPONSE_CHARS) -> np.ndarray:
+                      max_chars: int = DEFAULT_MAX_RESPONSE_CHARS) -> NDArray[np.float32]:
     """RESPONSE_FEATURES of one answer to `prompt`, as float32 (see the module doc)."""
     n_chars = len(response)
     text = response[-max_chars:] if n_chars > max_chars else response

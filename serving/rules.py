@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from serving.features.extractor import encodable
 from serving.contract import DEFAULT_MAX_CHARS
 from serving.decision import Decision
 from serving.validation import check_batch, check_precision, check_prompt
 from serving.contract import zone_for
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from serving.features.tokenizer import FastTokenizer
 
 RULE_DOMAINS = frozenset({"finance", "medical", "legal"})
 LONG_PROMPT_TOKENS = 1024
@@ -29,7 +35,7 @@ def infer_rule_domain(text: str, *, head_chars: int = DEFAULT_MAX_CHARS) -> str 
     """finance / medical / legal by keyword count in the text's head; None if no keyword."""
     head = text[:head_chars]
     counts = {d: len(r.findall(head)) for d, r in _DOMAIN_RE.items()}
-    best = max(counts, key=counts.get)
+    best = max(counts, key=counts.__getitem__)
     return best if counts[best] > 0 else None
 
 
@@ -50,7 +56,7 @@ class RuleRouter:
 
     model_version = "rule-table"
 
-    def __init__(self, tokenizer=None, *, max_chars: int = DEFAULT_MAX_CHARS):
+    def __init__(self, tokenizer: FastTokenizer | None = None, *, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self.tokenizer, self.max_chars = tokenizer, max_chars
 
     def count_tokens(self, prompt: str) -> int:
@@ -60,7 +66,7 @@ class RuleRouter:
         n = len(self.tokenizer.ids([encodable(head)], add_special_tokens=False)[0])
         return round(n * len(prompt) / len(head))
 
-    def decide(self, prompt: str, precision: str | None, *, degraded: bool = False, note: str = ""):
+    def decide(self, prompt: str, precision: str | None, *, degraded: bool = False, note: str = "") -> Decision:
         n_tokens = self.count_tokens(prompt)
         domain = infer_rule_domain(prompt)
         score = rule_score(n_tokens, domain, precision)
@@ -76,11 +82,12 @@ class RuleRouter:
                              model_version=self.model_version, precision=precision, n_tokens=n_tokens,
                              truncated=len(prompt) > self.max_chars)
 
-    def route(self, prompt: str, *, precision: str | None = None):
+    def route(self, prompt: str, *, precision: str | None = None) -> Decision:
         """Decision of the rule table for one prompt."""
         return self.decide(check_prompt(prompt), check_precision(precision))
 
-    def route_batch(self, prompts, precisions=None):
+    def route_batch(self, prompts: Sequence[str],
+                    precisions: Sequence[str | None] | None = None) -> list[Decision]:
         """Decisions for many prompts."""
         prompts, precisions = check_batch(prompts, precisions)
         return [self.decide(p, q) for p, q in zip(prompts, precisions)]

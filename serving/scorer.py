@@ -16,7 +16,7 @@ the reference as a file, and it is computed here from the graph's features and t
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,16 +24,31 @@ from serving.bundle import Bundle, BundleError
 from serving.calibration import calibrator
 from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection, onnx_session
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from numpy.typing import NDArray
+    from typing_extensions import TypeAlias
+
+    from serving.novelty import Novelty
+
+    # An onnxruntime session's run: (output names, feeds by input name, run options) -> the outputs.
+    RunModel: TypeAlias = Callable[[list[str], dict[str, NDArray[Any]], None], list[NDArray[Any]]]
+
 
 class Scorer:
     """Everything a bundle needs to turn prompts into routing scores, head probabilities and
     novelty. Built from a verified Bundle: every file comes from its checked bytes, none from disk."""
 
-    def __init__(self, bundle: Bundle, *, threads: int = 1):
+    def __init__(self, bundle: Bundle, *, threads: int = 1) -> None:
         self.manifest = bundle.manifest
         self.spec = self.manifest.feature_spec
         self.calibration = self.manifest.calibration
         tokenizer = FastTokenizer(bundle.content("tokenizer.json"))
+        # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle
+        # runs it anyway; a fused one carries it (encoder.onnx) when trained with bundle_encoder,
+        # and its session is built on first use.
+        self._raw_encoder: OnnxEncoder | None = None
         if self.spec.fused:
             self.session = onnx_session(bundle.content("model.onnx"), threads=threads)
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder=None, projection=None)
@@ -43,6 +58,7 @@ class Scorer:
             encoder = OnnxEncoder(bundle.content("encoder.onnx"), threads=threads, row_wise=self.spec.encoder_row_wise)
             projection = Projection.from_bytes(bundle.content("projection.npz"))
             self.extractor = FeatureExtractor(self.spec, tokenizer, encoder, projection)
+            self._raw_encoder = encoder
             feeds = {"features"}
         inputs = {i.name for i in self.session.get_inputs()}
         if inputs != feeds:
@@ -50,16 +66,12 @@ class Scorer:
         # Platt calibration is folded into the trees (training.export); others are applied here.
         score = self.manifest.score
         self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
-        self.calibrators = [float if self.calibration[h].get("in_model") else calibrator(self.calibration[h])
-                            for h in score.heads]
+        self.calibrators: list[Callable[[float], float]] = [
+            float if self.calibration[h].get("in_model") else calibrator(self.calibration[h]) for h in score.heads]
         section = self.manifest.novelty
         # novelty from the graph (`in_model`), from the reference file here, or none
         self.novelty_output = section.get("output") if section.get("in_model") else None
         self.novelty = self._novelty(bundle) if self.novelty_output is None else None
-        # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle
-        # runs it anyway; a fused one carries it (encoder.onnx) when trained with bundle_encoder,
-        # and its session is built on first use.
-        self._raw_encoder = None if self.spec.fused else self.extractor.encoder
         self._encoder_onnx = bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in \
             self.manifest.files else None
         if self.novelty_output is not None:
@@ -71,9 +83,9 @@ class Scorer:
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
-        self.run_model = getattr(self.session, "_sess", self.session).run
+        self.run_model: RunModel = getattr(self.session, "_sess", self.session).run
 
-    def _novelty(self, bundle: Bundle):
+    def _novelty(self, bundle: Bundle) -> Novelty | None:
         from serving.novelty import Novelty
 
         section = self.manifest.novelty
@@ -82,7 +94,7 @@ class Scorer:
         return Novelty.from_bytes(bundle.content(section["file"]), embedding_threshold=section["embedding_threshold"],
                                   unseen_threshold=section["unseen_threshold"])
 
-    def pooled_embedding(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+    def pooled_embedding(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32] | None:
         """The encoder's pooled embedding of prepared ids, before the projection (the bundle's
         encoder.onnx); None when the bundle holds no such encoder."""
         if self._raw_encoder is None and self._encoder_onnx is not None:
@@ -90,23 +102,25 @@ class Scorer:
         return None if self._raw_encoder is None else np.asarray(self._raw_encoder(ids, mask), dtype=np.float32)
 
     @classmethod
-    def load(cls, folder, *, threads: int = 1) -> "Scorer":
+    def load(cls, folder: str | Path, *, threads: int = 1) -> "Scorer":
         """Read, verify and load a bundle folder (BundleError when it cannot serve)."""
         from serving.bundle import read_bundle
 
         return cls(read_bundle(folder), threads=threads)
 
-    def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]):
+    def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]) \
+            -> tuple[list[float], list[float], list[tuple[float, ...]], list[float] | None]:
         """(scores, token counts, head probabilities as one tuple per prompt, novelty per prompt
         or None) as lists, in one model call."""
         ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
+        feeds: dict[str, NDArray[Any]]
         if self.spec.fused:
             feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
         else:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
         outputs = self.run_model(self.outputs, feeds, None)
-        novelty = None
+        novelty: list[float] | None = None
         if self.novelty_output is not None:
             novelty = outputs.pop().tolist()
         elif self.novelty is not None:
@@ -120,11 +134,12 @@ class Scorer:
             scores = [calibrate(row[1]) for row in outputs[0].tolist()]
             return scores, n_tokens, [(s,) for s in scores], novelty
         (edge, cloud), (cal_edge, cal_cloud) = outputs, self.calibrators
-        heads = [(cal_edge(e[1]), cal_cloud(c[1])) for e, c in zip(edge.tolist(), cloud.tolist())]
+        heads: list[tuple[float, ...]] = [(cal_edge(e[1]), cal_cloud(c[1]))
+                                          for e, c in zip(edge.tolist(), cloud.tolist())]
         # serving.manifest.routing_score, per prompt on plain floats (the hot path)
         return [c - e for e, c in heads], n_tokens, heads, novelty
 
-    def features(self, texts: Sequence[str]) -> np.ndarray:
+    def features(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """The router's feature rows for texts (no precision declared), as the model sees them:
         the acceptance check reads them for answers (serving.acceptance)."""
         texts = list(texts)
@@ -133,7 +148,7 @@ class Scorer:
         ids, mask, scalars, _, _ = self.extractor.prepare(texts, [None] * len(texts))
         return self.run_model(["features"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars}, None)[0]
 
-    def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> np.ndarray:
+    def scores(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> NDArray[np.float64]:
         """Calibrated scores for a batch of prompts."""
         precisions = list(precisions) if precisions is not None else [None] * len(prompts)
         return np.array(self.score_batch(list(prompts), precisions)[0], dtype=np.float64)

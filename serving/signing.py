@@ -12,6 +12,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from typing_extensions import TypeAlias
+
+    from serving.json_types import JSONObject
+
+    # A key an app pins: a PEM file's path, PEM bytes, the 32 raw key bytes, or a loaded key.
+    PinnedKey: TypeAlias = Union[str, Path, bytes, Ed25519PublicKey]
 
 SIGNATURE_NAME = "manifest.sig"
 SIGNATURE_BYTES = 64
@@ -21,25 +31,27 @@ class SigningError(ValueError):
     """A key could not be read, or a signature does not verify."""
 
 
-def _crypto():
+def _crypto() -> None:
+    """SigningError unless the `cryptography` package is installed; the callers then import
+    what they use of it (imported there, so that each name keeps its type)."""
     try:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ed25519
+        import cryptography  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the [signing] extra is installed in tests
         raise SigningError("verifying signed bundles needs the `cryptography` package: "
                            "pip install 'edge-cloud-router[signing]'") from exc
-    return InvalidSignature, serialization, ed25519
 
 
-def signed_bytes(manifest: dict) -> bytes:
+def signed_bytes(manifest: JSONObject) -> bytes:
     """What is signed: the manifest's canonical JSON (it lists every file's SHA-256)."""
     return json.dumps(manifest, sort_keys=True, ensure_ascii=True).encode()
 
 
-def load_public_key(key: str | Path | bytes):
+def load_public_key(key: str | Path | bytes) -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file's path, PEM bytes, or the 32 raw key bytes."""
-    _, serialization, ed25519 = _crypto()
+    _crypto()
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     data = key if isinstance(key, bytes) else Path(key).read_bytes()
     try:
         if len(data) == 32:
@@ -52,12 +64,14 @@ def load_public_key(key: str | Path | bytes):
     return loaded
 
 
-def verify(manifest: dict, signature: bytes, public_key) -> None:
+def verify(manifest: JSONObject, signature: bytes, public_key: Ed25519PublicKey) -> None:
     """SigningError unless `signature` is `public_key`'s signature of the manifest."""
-    invalid_signature, _, _ = _crypto()
+    _crypto()
+    from cryptography.exceptions import InvalidSignature
+
     if len(signature) != SIGNATURE_BYTES:
         raise SigningError(f"{SIGNATURE_NAME} holds {len(signature)} bytes, not an Ed25519 signature")
     try:
         public_key.verify(signature, signed_bytes(manifest))
-    except invalid_signature:
+    except InvalidSignature:
         raise SigningError(f"{SIGNATURE_NAME} is not a signature of this manifest by the pinned key") from None

@@ -23,20 +23,35 @@ import functools
 import random
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from serving.contract import CLOUD, EDGE, FALLBACK, first_target
 from serving.decision import Decision
 from serving.outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
 
+if TYPE_CHECKING:
+    import asyncio
+    from types import TracebackType
+    from typing import Literal
 
-def _rate(name: str, value) -> float:
+    from typing_extensions import TypeAlias
+
+    from serving.execute import AcceptCheck, Execution
+    from serving.outcome_log import Record
+    from serving.routing import Routing
+
+    # An edge or cloud call: prompt -> the answer, whatever the app's client returns (or, with
+    # aexecute, an awaitable of it); Any, as serving.execute takes them.
+    Call: TypeAlias = Callable[[str], Any]
+
+
+def _rate(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name}={value!r}: must be a number in [0, 1]")
     return float(value)
 
 
-def _quality(name: str, value) -> float | None:
+def _quality(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
@@ -48,7 +63,7 @@ class Traffic:
     """A router's exploration, shadow runs and outcome records (module doc)."""
 
     def __init__(self, log: OutcomeLog | None, *, explore_rate: float = 0.0, shadow_rate: float = 0.0,
-                 max_shadows: int = 4, seed: int | None = None):
+                 max_shadows: int = 4, seed: int | None = None) -> None:
         if log is not None and not isinstance(log, OutcomeLog):
             raise TypeError(f"log must be a serving.outcome_log.OutcomeLog, got {type(log).__name__}")
         self.log = log
@@ -58,7 +73,7 @@ class Traffic:
                              "exploring without recording what happened teaches nothing")
         self._random = random.Random(seed)
         self._shadows = threading.BoundedSemaphore(max_shadows)
-        self._tasks: set = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.shadows_skipped = 0
 
     def explore(self, decision: Decision, edge_context_tokens: int) -> tuple[Decision, bool, float]:
@@ -74,16 +89,17 @@ class Traffic:
                                               f"instead of {decision.target}; {decision.reason}")
         return explored, True, self.explore_rate
 
-    def request(self, routing, prompt: str, precision: str | None, decision: Decision, *, accept, edge: Callable,
-                cloud: Callable, request_id: str | None, asynchronous: bool = False,
-                shadow: bool = True) -> "Request | None":
+    def request(self, routing: Routing, prompt: str, precision: str | None, decision: Decision, *,
+                accept: AcceptCheck | None, edge: Call, cloud: Call, request_id: str | None,
+                asynchronous: bool = False, shadow: bool = True) -> "Request | None":
         """The logged request for one execute() (None without a log: nothing to record)."""
         if self.log is None:
             return None
-        return Request(self, routing, prompt, precision, decision, accept=accept,
+        return Request(self, routing, prompt, precision, decision, log=self.log, accept=accept,
                        calls=(edge, cloud) if shadow else None, request_id=request_id, asynchronous=asynchronous)
 
-    def feedback(self, request_id: str, *, edge_quality=None, cloud_quality=None, source: str | None = None) -> bool:
+    def feedback(self, request_id: str, *, edge_quality: float | None = None, cloud_quality: float | None = None,
+                 source: str | None = None) -> bool:
         """Append a later outcome for a request; False when there is no log or it dropped the record."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
@@ -99,7 +115,8 @@ class Traffic:
         """Run the side that did not answer, off the request path, on a sampled share of requests:
         on a thread, or for an async request as a task on its event loop."""
         execution = request.execution
-        if not self.shadow_rate or execution is None or self._random.random() >= self.shadow_rate:
+        if request.calls is None or not self.shadow_rate or execution is None \
+                or self._random.random() >= self.shadow_rate:
             return False
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
         side = CLOUD if execution.served_by == EDGE else EDGE
@@ -141,9 +158,11 @@ class Traffic:
             self._shadows.release()
         self._shadow_record(request_id, side, start, response, error)
 
-    def _shadow_record(self, request_id: str, side: str, start: float, response, error: BaseException | None) -> None:
+    def _shadow_record(self, request_id: str, side: str, start: float, response: Any,
+                       error: BaseException | None) -> None:
         """The shadow record; its answer and error go to the log as they are, which writes them
         as its privacy mode says (serving.outcome_log.STRING_FIELDS)."""
+        assert self.log is not None  # shadow runs need a log (checked in __init__)
         self.log.append({"log": LOG_FORMAT, "type": "shadow", "request_id": request_id, "time": time.time(),
                          "side": side, "response": _kept(answer_text(response)),
                          "latency_ms": round((time.perf_counter() - start) * 1000, 3), "error": error,
@@ -160,20 +179,21 @@ class Request:
     writer also computes the prompt's model inputs, with the bundle that routed it).
     """
 
-    def __init__(self, traffic: Traffic, routing, prompt: str, precision: str | None, decision: Decision, *,
-                 accept, calls: tuple[Callable, Callable] | None, request_id: str | None,
-                 asynchronous: bool = False):
+    def __init__(self, traffic: Traffic, routing: Routing, prompt: str, precision: str | None, decision: Decision, *,
+                 log: OutcomeLog, accept: AcceptCheck | None, calls: tuple[Call, Call] | None,
+                 request_id: str | None, asynchronous: bool = False) -> None:
         self.traffic, self.routing, self.prompt, self.precision = traffic, routing, prompt, precision
+        self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
         self.decision, self.explored, self.propensity = traffic.explore(decision, routing.edge_context_tokens)
         self.asynchronous = asynchronous
-        self.verdicts: list = []
+        self.verdicts: list[object] = []  # what the accept check returned: a bool or a Verdict
         self.accept = None if accept is None else self._keeping_verdicts(accept)
-        self.execution = None
+        self.execution: Execution | None = None
         self.calls = calls  # (edge, cloud) for a shadow run; None: no shadow run
 
-    def _keeping_verdicts(self, check: Callable):
-        def accept(answer):
+    def _keeping_verdicts(self, check: AcceptCheck) -> AcceptCheck:
+        def accept(answer: Any) -> object:
             verdict = check(answer)
             self.verdicts.append(verdict)
             return verdict
@@ -182,18 +202,19 @@ class Request:
     def __enter__(self) -> "Request":
         return self
 
-    def __exit__(self, kind, error, traceback) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> Literal[False]:
         if self.execution is not None:
             self.execution.request_id = self.request_id
-        self.traffic.log.append(functools.partial(self._record, time.time(), self.execution, error))
+        self.log.append(functools.partial(self._record, time.time(), self.execution, error))
         if self.calls is not None:
             self.traffic.maybe_shadow(self)
         return False  # an exception goes on to the caller
 
-    def _record(self, when: float, execution, error: BaseException | None) -> dict:
+    def _record(self, when: float, execution: Execution | None, error: BaseException | None) -> Record:
         """The request record (in the writer thread). Texts and exceptions go in as they are: the
         log writes them as its privacy mode says (serving.outcome_log.STRING_FIELDS)."""
-        privacy = self.traffic.log.privacy
+        privacy = self.log.privacy
         decision = self.decision
         steps = execution.steps if execution is not None else getattr(error, "steps", [])
         served_by = execution.served_by if execution is not None else None
@@ -224,5 +245,5 @@ def _kept(text: str | None, limit: int = 100_000) -> str | None:
     return text[:limit] if isinstance(text, str) else None
 
 
-def _verdict(verdict) -> dict:
+def _verdict(verdict: object) -> dict[str, bool | float | None]:
     return {"accepted": bool(verdict), "probability": getattr(verdict, "probability", None)}

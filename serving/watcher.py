@@ -18,9 +18,14 @@ import logging
 import shutil
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from serving.contract import MANIFEST_NAME, MAX_MANIFEST_BYTES
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from serving.router import Router, Update
 
 log = logging.getLogger("serving")
 
@@ -30,15 +35,15 @@ class _Poller:
 
     name = "bundle-watcher"
 
-    def __init__(self, interval_s: float):
+    def __init__(self, interval_s: float) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s={interval_s!r}: must be a positive number of seconds")
         self.interval_s = interval_s
-        self.last_update = None               # the Router.Update of the latest change seen
+        self.last_update: Update | None = None  # the Router.Update of the latest change seen
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def check_now(self):  # pragma: no cover - each watcher defines it
+    def check_now(self) -> Update | None:  # pragma: no cover - each watcher defines it
         raise NotImplementedError
 
     def _run(self) -> None:
@@ -48,7 +53,7 @@ class _Poller:
             except Exception as exc:  # the watcher never takes the app down
                 log.warning("%s: %s", self.name, exc)
 
-    def start(self):
+    def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         return self
@@ -71,7 +76,7 @@ def _digest(raw: bytes | None) -> str | None:
 class BundleWatcher(_Poller):
     """`BundleWatcher(router, folder).start()`; `stop()` ends the polling thread."""
 
-    def __init__(self, router, folder: str | Path, *, interval_s: float = 30.0):
+    def __init__(self, router: Router, folder: str | Path, *, interval_s: float = 30.0) -> None:
         super().__init__(interval_s)
         self.router, self.folder = router, Path(folder)
         self._seen: str | None = self._fingerprint()
@@ -86,7 +91,7 @@ class BundleWatcher(_Poller):
         except OSError:
             return None
 
-    def check_now(self):
+    def check_now(self) -> Update | None:
         """Update the router if the folder holds a bundle not seen before; returns the Update or None."""
         current = self._fingerprint()
         if current is None or current == self._seen:
@@ -109,8 +114,9 @@ class BundleURLWatcher(_Poller):
 
     name = "bundle-url-watcher"
 
-    def __init__(self, router, base_url: str, *, interval_s: float = 300.0, headers: Mapping[str, str] | None = None,
-                 timeout_s: float = 60.0, staging_root: str | Path | None = None):
+    def __init__(self, router: Router, base_url: str, *, interval_s: float = 300.0,
+                 headers: Mapping[str, str] | None = None, timeout_s: float = 60.0,
+                 staging_root: str | Path | None = None) -> None:
         from serving.bundle_download import check_base_url
 
         super().__init__(interval_s)
@@ -120,7 +126,7 @@ class BundleURLWatcher(_Poller):
         self.headers, self.timeout_s, self.staging_root = dict(headers or {}), timeout_s, staging_root
         self._seen: str | None = None
 
-    def check_now(self):
+    def check_now(self) -> Update | None:
         """Download and update to the published bundle if it is new; returns the Update or None.
         Raises DownloadError when the manifest or a file cannot be fetched (the next poll retries)."""
         from serving.bundle_download import download_bundle, fetch
@@ -129,7 +135,7 @@ class BundleURLWatcher(_Poller):
                     timeout_s=self.timeout_s)
         digest = _digest(raw)
         running = getattr(self.router.manifest, "manifest_sha256", None)
-        if digest is None or digest in (self._seen, running):
+        if raw is None or digest is None or digest in (self._seen, running):  # raw None: digest None too
             return None
         folder = download_bundle(self.base_url, raw, headers=self.headers, timeout_s=self.timeout_s,
                                  staging_root=self.staging_root)

@@ -8,7 +8,7 @@ then concatenate [n_tokens, text statistics, precision one-hot, projected embedd
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import numpy as np
 
@@ -16,17 +16,21 @@ from serving.features.spec import FeatureSpec
 from serving.features.text_stats import text_statistics
 from serving.features.tokenizer import FastTokenizer, encodable
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, NDArray
+    from onnxruntime import InferenceSession  # no types of its own: Any to the checker
+
 __all__ = ["Encoder", "FastTokenizer", "FeatureExtractor", "OnnxEncoder", "Projection", "encodable", "onnx_session"]
 
 
 class Encoder(Protocol):
     """Token ids (padded) -> one raw embedding per row."""
 
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray,
-                 texts: Sequence[str]) -> np.ndarray: ...
+    def __call__(self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64],
+                 texts: Sequence[str]) -> NDArray[np.floating[Any]]: ...
 
 
-def onnx_session(model: str | Path | bytes, *, threads: int = 1):
+def onnx_session(model: str | Path | bytes, *, threads: int = 1) -> InferenceSession:
     """An onnxruntime CPU session on `threads` threads, from a graph's path or bytes.
 
     Graphs given as bytes may not read external data from disk: the external-data folder is
@@ -55,14 +59,17 @@ class OnnxEncoder:
     so a batched prompt's embedding would depend on its neighbours.
     """
 
-    def __init__(self, model: str | Path | bytes, *, threads: int = 1, row_wise: bool = False):
+    def __init__(self, model: str | Path | bytes, *, threads: int = 1, row_wise: bool = False) -> None:
         self.session = onnx_session(model, threads=threads)
         self.row_wise = row_wise
 
-    def _run(self, input_ids, attention_mask):
-        return self.session.run(["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+    def _run(self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64]) -> NDArray[np.float32]:
+        embedding: NDArray[np.float32] = self.session.run(["embedding"], {"input_ids": input_ids,
+                                                                          "attention_mask": attention_mask})[0]
+        return embedding
 
-    def __call__(self, input_ids, attention_mask, texts=()):
+    def __call__(self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64],
+                 texts: Sequence[str] = ()) -> NDArray[np.float32]:
         if not self.row_wise:
             return self._run(input_ids, attention_mask)
         rows = []
@@ -76,12 +83,13 @@ class Projection:
     """Affine projection (x - mean) @ components.T, computed in float64 so the result does
     not depend on batch size (BLAS kernels differ between 1 row and many)."""
 
-    def __init__(self, mean: np.ndarray, components: np.ndarray):
+    def __init__(self, mean: ArrayLike, components: ArrayLike) -> None:
         self.mean = np.asarray(mean, dtype=np.float64)
         self.components = np.asarray(components, dtype=np.float64)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return ((x.astype(np.float64) - self.mean) @ self.components.T).astype(np.float32)
+    def __call__(self, x: NDArray[np.floating[Any]]) -> NDArray[np.float32]:
+        projected: NDArray[np.float64] = (x.astype(np.float64) - self.mean) @ self.components.T
+        return projected.astype(np.float32)
 
     def to_bytes(self) -> bytes:
         """The .npz file content (arrays only: loading needs no pickle)."""
@@ -107,9 +115,11 @@ class FeatureExtractor:
     each batch becomes numpy arrays once (a few arrays per call, whatever the batch size).
     """
 
-    def __init__(self, spec: FeatureSpec, tokenizer, encoder: Encoder, projection: Projection | None):
+    def __init__(self, spec: FeatureSpec, tokenizer: FastTokenizer, encoder: Encoder | None,
+                 projection: Projection | None) -> None:
+        """`encoder` None: a fused bundle, whose graph embeds the ids itself (prepare() only)."""
         self.spec, self.tokenizer, self.encoder, self.projection = spec, tokenizer, encoder, projection
-        self._one_hot = {None: [0.0] * len(spec.precisions)}
+        self._one_hot: dict[str | None, list[float]] = {None: [0.0] * len(spec.precisions)}
         for p in spec.precisions:
             self._one_hot[p] = [float(p == q) for q in spec.precisions]
         # One prompt needs no padding: its mask is a read-only view of this row.
@@ -121,11 +131,13 @@ class FeatureExtractor:
         """The part of each prompt that is tokenized and scanned (first max_chars, valid UTF-8)."""
         return [encodable(p[: self.spec.max_chars]) for p in prompts]
 
-    def token_ids(self, heads: Sequence[str], prompts: Sequence[str]):
+    def token_ids(self, heads: Sequence[str],
+                  prompts: Sequence[str]) -> tuple[NDArray[np.int64], NDArray[np.int64], list[float]]:
         """Padded ids and mask (int64) for the encoder, plus each prompt's estimated token count."""
         encoded = self.tokenizer.ids(heads, add_special_tokens=self.spec.add_special_tokens)
         limit = self.spec.max_tokens
-        rows, n_tokens = [], []
+        rows: list[list[int]] = []
+        n_tokens: list[float] = []
         for ids, head, prompt in zip(encoded, heads, prompts):
             # The head stands for the whole prompt: scale its count by the share of text it covers.
             n_tokens.append(len(ids) * len(prompt) / len(head) if len(head) < len(prompt) else float(len(ids)))
@@ -150,7 +162,8 @@ class FeatureExtractor:
         except KeyError:
             raise ValueError(f"precision {precision!r} is not one of {list(self.spec.precisions)} or None") from None
 
-    def prepare(self, prompts: Sequence[str], precisions: Sequence[str | None]):
+    def prepare(self, prompts: Sequence[str], precisions: Sequence[str | None]) \
+            -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float32], list[str], list[float]]:
         """(ids, mask, scalars, heads, n_tokens): the encoder's inputs, the scalar features
         [n_tokens, statistics, precision] (float32), the scanned heads and the token counts."""
         heads = self.heads(prompts)
@@ -165,7 +178,7 @@ class FeatureExtractor:
         return input_ids, mask, scalars, heads, n_tokens
 
     def transform(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None,
-                  *, batch_size: int = 256) -> np.ndarray:
+                  *, batch_size: int = 256) -> NDArray[np.float32]:
         """Feature matrix (float32, one row per prompt, columns = spec.feature_names)."""
         precisions = list(precisions) if precisions is not None else [None] * len(prompts)
         if len(precisions) != len(prompts):
@@ -176,7 +189,9 @@ class FeatureExtractor:
             return np.zeros((0, len(self.spec.feature_names)), dtype=np.float32)
         return np.concatenate(parts, axis=0)
 
-    def _transform_batch(self, prompts, precisions) -> np.ndarray:
+    def _transform_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]) -> NDArray[np.float32]:
+        if self.encoder is None:
+            raise TypeError("this extractor has no encoder (a fused bundle's graph embeds the ids): use prepare()")
         input_ids, mask, scalars, heads, _ = self.prepare(prompts, precisions)
         embedding = np.asarray(self.encoder(input_ids, mask, heads), dtype=np.float32)
         if self.projection is not None:

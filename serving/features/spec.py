@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from serving.contract import DEFAULT_MAX_CHARS, PRECISIONS
 from serving.features.text_stats import STAT_NAMES
+
+if TYPE_CHECKING:
+    from serving.json_types import JSONObject
 
 # Lexical evidence (training.lexical), one logistic-regression margin per outcome computed
 # inside the fused model.onnx from the token ids: "features" appends the margins to the trees'
@@ -45,7 +49,7 @@ class FeatureSpec:
         blend mixes in (training.model.LexicalBlend)."""
         return self.model_feature_names + (list(LEXICAL_NAMES) if self.lexical == "blend" else [])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> JSONObject:
         data = asdict(self)
         data["stat_names"], data["precisions"] = list(self.stat_names), list(self.precisions)
         if self.lexical == "none":  # the manifests of bundles without lexical evidence stay as before
@@ -53,7 +57,7 @@ class FeatureSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "FeatureSpec":
+    def from_dict(cls, data: JSONObject) -> "FeatureSpec":
         data = dict(data)
         data["stat_names"] = tuple(data.get("stat_names", STAT_NAMES))
         data["precisions"] = tuple(data.get("precisions", PRECISIONS))

@@ -10,8 +10,13 @@ compiled regex each; markers whose telltale character is absent are not searched
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import AnyStr
 
 STAT_NAMES = (
     "n_chars", "n_lines", "n_spaces", "n_digits", "digit_share", "n_math_ops", "n_latex",
@@ -43,7 +48,7 @@ _MATH_ASCII, _MATH_WIDE = _ascii_bytes(_MATH), _wide(_MATH)
 _CURRENCY_ASCII, _CURRENCY_WIDE = _ascii_bytes(_CURRENCY), _wide(_CURRENCY)
 
 
-def _count_all(text, needles) -> int:
+def _count_all(text: AnyStr, needles: Iterable[AnyStr]) -> int:
     return sum(map(text.count, needles))
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, cast
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 def encodable(text: str) -> str:
@@ -19,7 +22,7 @@ def encodable(text: str) -> str:
         return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def load_tokenizer(source: str | Path | bytes):
+def load_tokenizer(source: str | Path | bytes) -> Tokenizer:
     """A `tokenizers.Tokenizer` from a tokenizer.json path or its content (bytes), with its
     own truncation and padding switched off (we do both)."""
     from tokenizers import Tokenizer
@@ -55,7 +58,7 @@ class FastTokenizer:
     on generated ASCII text.
     """
 
-    def __init__(self, source: str | Path | bytes):
+    def __init__(self, source: str | Path | bytes) -> None:
         self.full = load_tokenizer(source)
         config = json.loads(self.full.to_str())
         normalizer, pre, model = (config.get(k) or {} for k in ("normalizer", "pre_tokenizer", "model"))
@@ -90,16 +93,16 @@ class FastTokenizer:
         chunks = (text.lower() if self.lowercase else text).split()
         ids = list(map(self._whole.get, chunks))
         if None not in ids:  # most prompts: every chunk is a plain word or a lone punctuation mark
-            return ids
+            return cast("list[int]", ids)
         # Splice the pieces of the few other chunks in; list.index keeps the scan in C.
         out: list[int] = []
         done = 0
         for _ in range(ids.count(None)):
             k = ids.index(None, done)
-            out += ids[done:k]
+            out += cast("list[int]", ids[done:k])  # the first None from `done` is at k
             out += self._chunk_ids(chunks[k])
             done = k + 1
-        out += ids[done:]
+        out += cast("list[int]", ids[done:])  # after the last None
         return out
 
     def _chunk_ids(self, chunk: str) -> list[int]:
@@ -121,9 +124,9 @@ class FastTokenizer:
         """Token ids of each text, as the full tokenizer would give them."""
         if add_special_tokens:
             return [e.ids for e in self.full.encode_batch(list(texts), add_special_tokens=True)]
-        out: list = [self._shortcut_ids(t) if self.plain(t) else None for t in texts]
+        out: list[list[int] | None] = [self._shortcut_ids(t) if self.plain(t) else None for t in texts]
         rest = [t for t, ids in zip(texts, out) if ids is None]
         if rest:  # one batched call: `tokenizers` runs it on every core
             encoded = iter(self.full.encode_batch(rest, add_special_tokens=False))
             out = [ids if ids is not None else next(encoded).ids for ids in out]
-        return out
+        return cast("list[list[int]]", out)  # every None was filled in above
