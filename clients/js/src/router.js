@@ -1,0 +1,75 @@
+// The learned router (serving/router.py): bundle in, Decision out; the rule table whenever the
+// bundle cannot serve. Loading and routing never throw for valid arguments: a bad bundle gives a
+// router on the rule table (degraded), unless `strict`, which throws BundleError and only that.
+import { BundleError, readBundle } from "./bundle.js";
+import { UNFAMILIAR_POLICIES } from "./contract.js";
+import { Routing } from "./routing.js";
+import { Scorer } from "./scorer.js";
+import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
+
+/** A verified, loaded bundle's Routing; BundleError for anything wrong with the bundle,
+ * onnxruntime refusing it included. */
+async function loadRouting(source, { threads, unfamiliarPolicy, publicKey, logger }) {
+  let scorer;
+  try {
+    scorer = await Scorer.create(await readBundle(source, { publicKey }), { threads });
+  } catch (error) {
+    if (error instanceof BundleError) throw error;
+    throw new BundleError(`cannot load bundle ${source}: ${error?.message ?? error}`.slice(0, 500), { cause: error });
+  }
+  return new Routing(scorer, { unfamiliarPolicy, logger });
+}
+
+export class Router {
+  /** Use Router.load. */
+  constructor(routing) {
+    this.routing = routing;
+  }
+
+  /**
+   * Load and verify a bundle folder.
+   * @param {string} source the bundle folder
+   * @param {{strict?: boolean, threads?: number, unfamiliarPolicy?: string | null, publicKey?: any,
+   *   logger?: {warn(message: string): void}}} [options]
+   */
+  static async load(source, { strict = false, threads = 1, unfamiliarPolicy = null, publicKey = null, logger = console } = {}) {
+    if (unfamiliarPolicy !== null && !UNFAMILIAR_POLICIES.includes(unfamiliarPolicy)) {
+      throw new RangeError(`unfamiliarPolicy=${JSON.stringify(unfamiliarPolicy)}; use one of ${UNFAMILIAR_POLICIES.join(", ")}`);
+    }
+    if (!Number.isInteger(threads) || threads < 1) throw new RangeError(`threads must be a positive integer, got ${threads}`);
+    try {
+      return new Router(await loadRouting(source, { threads, unfamiliarPolicy, publicKey, logger }));
+    } catch (error) {
+      if (strict) throw error;
+      logger.warn(`routing bundle unavailable, using the rule table: ${error.message}`);
+      return new Router(new Routing(null, { degradedReason: error.message, logger }));
+    }
+  }
+
+  /** True when the rule table decides. */
+  get degraded() { return this.routing.degraded; }
+  /** Why the rule table decides, or null. */
+  get degradedReason() { return this.routing.degradedReason; }
+  get modelVersion() { return this.routing.modelVersion; }
+  get edgeContextTokens() { return this.routing.edgeContextTokens; }
+  get unfamiliarPolicy() { return this.routing.unfamiliarPolicy; }
+  /** The validated manifest (null when degraded); `.raw` is the manifest as parsed. */
+  get manifest() { return this.routing.manifest; }
+
+  /** Where one prompt should run. Rejects only for argument errors (TypeError, RangeError). */
+  async route(prompt, { precision = null } = {}) {
+    checkPrompt(prompt);
+    return (await this.routing.decisions([prompt], [checkPrecision(precision)]))[0];
+  }
+
+  /** Decisions for many prompts, scored in one onnxruntime call. */
+  async routeBatch(prompts, precisions = null) {
+    const [checked, tags] = checkBatch(prompts, precisions);
+    return checked.length ? this.routing.decisions(checked, tags) : [];
+  }
+
+  /** Release the onnxruntime session; the router must not be used after. */
+  async close() {
+    if (this.routing.scorer) await this.routing.scorer.release();
+  }
+}

@@ -1,0 +1,99 @@
+// One bundle's routing (serving/routing.py): scores -> zones -> Decisions, with the
+// unfamiliar-prompt policy and the rule table whenever the bundle cannot serve. Reasons are the
+// Python SDK's strings, number formatting included (pytext.formatFixed).
+import { CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, firstTarget, zoneFor } from "./contract.js";
+import { makeDecision } from "./decision.js";
+import { bandOf } from "./manifest.js";
+import { codePointLength, formatFixed, roundHalfEven } from "./pytext.js";
+import { RuleRouter } from "./rules.js";
+
+export class Routing {
+  /**
+   * @param {import("./scorer.js").Scorer | null} scorer null: the rule table decides (degraded)
+   * @param {{degradedReason?: string | null, unfamiliarPolicy?: string | null, logger?: {warn: Function}}} options
+   */
+  constructor(scorer, { degradedReason = null, unfamiliarPolicy = null, logger = console } = {}) {
+    const manifest = scorer ? scorer.manifest : null;
+    this.scorer = scorer;
+    this.manifest = manifest;
+    this.degradedReason = degradedReason;
+    this.logger = logger;
+    this.edgeContextTokens = manifest ? manifest.limits.edgeContextTokens : DEFAULT_EDGE_CONTEXT_TOKENS;
+    this.modelVersion = manifest ? manifest.modelVersion : RuleRouter.modelVersion;
+    this.maxChars = scorer ? scorer.spec.maxChars : DEFAULT_MAX_CHARS;
+    this.rules = new RuleRouter(scorer ? scorer.extractor.tokenizer : null, { maxChars: this.maxChars });
+    this.scoreName = manifest && manifest.score.kind === "expected_gain" ? "expected gain" : "score";
+    this.unfamiliarPolicy = unfamiliarPolicy || (manifest && manifest.novelty ? manifest.novelty.policy : null);
+  }
+
+  get degraded() {
+    return this.scorer === null;
+  }
+
+  /** Decisions for checked arguments; the rule table decides whenever scoring cannot. */
+  async decisions(prompts, precisions) {
+    if (this.scorer === null) {
+      return prompts.map((p, i) => this.rules.decide(p, precisions[i], { degraded: true, note: `degraded: ${this.degradedReason}` }));
+    }
+    let scored;
+    try {
+      scored = await this.scorer.scoreBatch(prompts, precisions);
+    } catch (error) {  // the host app must never see a scoring failure
+      this.logger.warn(`scoring failed, rule table decides: ${error}`);
+      const note = `degraded: scoring failed: ${error}`.slice(0, 300);
+      return prompts.map((p, i) => this.rules.decide(p, precisions[i], { degraded: true, note }));
+    }
+    const { scores, nTokens, heads, novelty } = scored;
+    return prompts.map((p, i) => {
+      const decision = this.decide(p, precisions[i], scores[i], roundHalfEven(nTokens[i]), heads[i]);
+      return novelty ? this.familiar(decision, p, novelty[i]) : decision;
+    });
+  }
+
+  /** The learned zone and reason of one scored prompt. */
+  decide(prompt, precision, score, nTokens, heads) {
+    const { lo, hi } = bandOf(this.manifest, precision);
+    const [loText, hiText, tag] = [formatFixed(lo, 3), formatFixed(hi, 3), precision || "undeclared precision"];
+    let zone = zoneFor(score, lo, hi);
+    const scoreText = `${this.scoreName} ${formatFixed(score, 3)}`;
+    let reason = zone === CLOUD ? `${scoreText} > ${hiText} (${tag})`
+      : zone === EDGE ? `${scoreText} < ${loText} (${tag})`
+        : `${scoreText} in [${loText}, ${hiText}] (${tag}): edge first, cloud fallback`;
+    if (nTokens > this.edgeContextTokens) {  // said even when the score alone sends it to the cloud
+      zone = CLOUD;
+      reason = `~${nTokens} tokens exceed the edge context limit of ${this.edgeContextTokens}; ${reason}`;
+    }
+    const truncated = codePointLength(prompt) > this.maxChars;
+    if (truncated) reason += `; features from the first ${this.maxChars} characters`;
+    const [pEdge, pCloud] = heads.length === 2 ? heads : [null, null];
+    return makeDecision(zone, { score, reason, degraded: false, model_version: this.modelVersion, precision,
+      n_tokens: nTokens, truncated, p_edge: pEdge, p_cloud: pCloud });
+  }
+
+  /** Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts over
+   * the edge context limit stay on the cloud whatever the policy. */
+  familiar(decision, prompt, novelty) {
+    decision.novelty = novelty;
+    decision.unfamiliar = novelty > 1.0;
+    if (!decision.unfamiliar || this.unfamiliarPolicy === "learned") {
+      if (decision.unfamiliar) decision.reason += `; unfamiliar prompt (novelty ${formatFixed(novelty, 2)}), learned zone kept`;
+      return decision;
+    }
+    const note = `unfamiliar prompt (novelty ${formatFixed(novelty, 2)} > 1)`;
+    if (decision.n_tokens > this.edgeContextTokens) {
+      decision.reason = `${note}; ${decision.reason}`;
+      return decision;
+    }
+    if (this.unfamiliarPolicy === "rule_table") {
+      const ruled = this.rules.decide(prompt, decision.precision, { note });
+      decision.zone = ruled.zone;
+      decision.target = ruled.target;
+      decision.reason = `${note}: ${ruled.reason}`;
+      return decision;
+    }
+    decision.zone = FALLBACK;
+    decision.target = firstTarget(FALLBACK);
+    decision.reason = `${note}: edge first, cloud fallback (learned: ${decision.reason})`;
+    return decision;
+  }
+}

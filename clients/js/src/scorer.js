@@ -1,0 +1,120 @@
+// Bundle -> head probabilities, routing scores and novelty with onnxruntime-node
+// (serving/scorer.py, the fused layout). The static tier's model.onnx takes the token ids, the
+// mask and the scalars and computes everything after them: each head's probability (calibration
+// and lexical blend folded in) and the novelty. Other layouts (the transformer tier's staged
+// encoder + router, a familiarity reference kept as novelty.npz) are refused with a BundleError,
+// so the router runs degraded on them rather than deciding differently from Python.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import ort from "onnxruntime-node";
+import { BundleError, content } from "./bundle.js";
+import { FeatureExtractor } from "./features.js";
+import { BundleTokenizer } from "./tokenizer.js";
+
+const EPSILON = 1e-6;  // serving/calibration.py
+
+/** A head's calibration as a function of one probability (serving.calibration.calibrator). */
+export function calibrator(params) {
+  if (params.inModel || params.method === "none") return (p) => p;
+  if (params.method === "sigmoid") {
+    const { a, b } = params;
+    return (p) => {
+      const q = Math.min(Math.max(p, EPSILON), 1 - EPSILON);
+      return 1 / (1 + Math.exp(-(a * Math.log(q / (1 - q)) + b)));
+    };
+  }
+  const { x, y } = params;  // isotonic: numpy.interp through the fitted points
+  return (p) => {
+    if (!(p > x[0])) return y[0];
+    if (p >= x[x.length - 1]) return y[y.length - 1];
+    let lo = 0, hi = x.length - 1;  // the last j with x[j] <= p
+    while (hi - lo > 1) { const mid = (lo + hi) >> 1; if (x[mid] <= p) lo = mid; else hi = mid; }
+    return ((y[lo + 1] - y[lo]) / (x[lo + 1] - x[lo])) * (p - x[lo]) + y[lo];
+  };
+}
+
+/** An onnxruntime session on `threads` threads from a graph's bytes. External data may only come
+ * from an empty temporary folder, so a graph pointing at any file (an unverified weights file
+ * beside the bundle, or ../ anywhere) fails to load, as in Python. */
+async function session(bytes, threads) {
+  const empty = mkdtempSync(path.join(tmpdir(), "router-no-external-data-"));
+  try {
+    return await ort.InferenceSession.create(bytes, {
+      executionProviders: ["cpu"], intraOpNumThreads: threads, interOpNumThreads: 1,
+      extra: { session: { model_external_initializers_file_folder_path: empty } },
+    });
+  } finally {
+    rmSync(empty, { recursive: true, force: true });
+  }
+}
+
+export class Scorer {
+  /** Use Scorer.create: building a session is asynchronous. */
+  constructor(manifest, modelSession, extractor) {
+    this.manifest = manifest;
+    this.session = modelSession;
+    this.extractor = extractor;
+    this.spec = manifest.featureSpec;
+    this.gain = manifest.score.kind === "expected_gain";
+    this.outputs = [...manifest.score.outputs];
+    this.calibrators = manifest.score.heads.map((h) => calibrator(manifest.calibration[h]));
+    this.noveltyOutput = manifest.novelty ? manifest.novelty.output : null;
+    if (this.noveltyOutput) this.outputs.push(this.noveltyOutput);
+  }
+
+  /** A verified bundle's Scorer; BundleError when this runtime cannot run it. */
+  static async create(bundle, { threads = 1 } = {}) {
+    const { manifest } = bundle;
+    if (!manifest.featureSpec.fused) {
+      throw new BundleError(`${bundle.folder}: a ${manifest.featureSpec.tier}-tier bundle (staged encoder and router); ` +
+        "this client runs fused bundles (model.onnx) only");
+    }
+    if (manifest.novelty && !manifest.novelty.inModel) {
+      throw new BundleError(`${bundle.folder}: its familiarity reference is a file (${manifest.novelty.file}); ` +
+        "this client reads the novelty from the model (bundles trained since it is computed in model.onnx)");
+    }
+    const tokenizer = new BundleTokenizer(content(bundle, "tokenizer.json").toString("utf8"));
+    const modelSession = await session(content(bundle, "model.onnx"), threads);
+    const inputs = [...modelSession.inputNames].sort();
+    if (inputs.join() !== "attention_mask,input_ids,scalars") {
+      await modelSession.release();
+      throw new BundleError(`the model's inputs are ${JSON.stringify(inputs)}, expected ["attention_mask","input_ids","scalars"]`);
+    }
+    const scorer = new Scorer(manifest, modelSession, new FeatureExtractor(manifest.featureSpec, tokenizer));
+    const missing = scorer.outputs.filter((o) => !modelSession.outputNames.includes(o));
+    if (missing.length) {
+      await modelSession.release();
+      throw new BundleError(`the manifest names model output(s) ${JSON.stringify(missing)} that model.onnx does not have`);
+    }
+    return scorer;
+  }
+
+  /**
+   * Scores, token counts, head probabilities and novelty of a batch, in one onnxruntime call.
+   * @returns {Promise<{scores: number[], nTokens: number[], heads: number[][], novelty: number[] | null}>}
+   */
+  async scoreBatch(prompts, precisions) {
+    const { ids, mask, width, scalars, nTokens } = this.extractor.prepare(prompts, precisions);
+    const rows = prompts.length;
+    const feeds = {
+      input_ids: new ort.Tensor("int64", ids, [rows, width]),
+      attention_mask: new ort.Tensor("int64", mask, [rows, width]),
+      scalars: new ort.Tensor("float32", scalars, [rows, this.extractor.nScalars]),
+    };
+    const results = await this.session.run(feeds, this.outputs);
+    const column1 = (name) => Array.from({ length: rows }, (_, r) => Number(results[name].data[r * 2 + 1]));
+    const novelty = this.noveltyOutput ? Array.from(results[this.noveltyOutput].data, Number) : null;
+    if (!this.gain) {
+      const scores = column1(this.outputs[0]).map(this.calibrators[0]);
+      return { scores, nTokens, heads: scores.map((s) => [s]), novelty };
+    }
+    const edge = column1(this.outputs[0]).map(this.calibrators[0]);
+    const cloud = column1(this.outputs[1]).map(this.calibrators[1]);
+    return { scores: cloud.map((c, r) => c - edge[r]), nTokens, heads: edge.map((e, r) => [e, cloud[r]]), novelty };
+  }
+
+  async release() {
+    await this.session.release();
+  }
+}

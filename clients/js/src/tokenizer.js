@@ -1,0 +1,66 @@
+// The bundle's tokenizer.json through @huggingface/tokenizers (Tokenizers.js, the Hugging Face
+// team's JS implementation), made to give the Rust library's ids, which the Python SDK and
+// training use.
+//
+// The two libraries share the algorithms but not their Unicode tables. Rust's BertNormalizer
+// lower-cases character by character, removes what its (older) Unicode tables call "other",
+// and puts spaces around the CJK ideographs of extension B and later; JS lower-cases with the
+// final-sigma rule and classifies with the engine's newer ICU tables. So each text first goes
+// through a pass that makes the JS library see what Rust sees: the differing code points
+// (tokenizer-compat.js, generated from the Python tokenizer's ids of every code point by
+// scripts/tokenizer-compat.mjs) are deleted, made a space, isolated between spaces, or replaced
+// by a letter that is in no vocabulary entry, whichever gives Rust's ids; and Σ is lower-cased
+// alone. The parity tests check every code point and every vector against the Python ids.
+import { Tokenizer } from "@huggingface/tokenizers";
+import { COMPAT_FIXES, COMPAT_RANGES } from "./tokenizer-compat.js";
+
+/** Replacements by fix kind (COMPAT_FIXES names them); "$" stands for the character itself. */
+const REPLACEMENTS = { delete: "", space: " ", isolate: " $ ", unknown: "\ua500", isolate_unknown: " \ua500 " };
+const RANGE_STARTS = Int32Array.from(COMPAT_RANGES, (r) => r[0]);
+
+/** The fix of a code point, or undefined: a binary search over the sorted ranges. */
+function fixOf(code) {
+  let lo = 0, hi = RANGE_STARTS.length - 1, found = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (RANGE_STARTS[mid] <= code) { found = mid; lo = mid + 1; } else hi = mid - 1;
+  }
+  if (found < 0 || code > COMPAT_RANGES[found][1]) return undefined;
+  return COMPAT_FIXES[COMPAT_RANGES[found][2]];
+}
+
+const FIRST_FIXED = COMPAT_RANGES.length ? COMPAT_RANGES[0][0] : Infinity;
+
+/** The text as the Rust tokenizer's normaliser would have it classified (module doc). */
+export function rustCompatible(text) {
+  let out = "", done = 0;
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    if (unit < FIRST_FIXED && unit !== 0x3a3) continue;  // ASCII and most of the BMP: nothing to do
+    const code = text.codePointAt(i);
+    const width = code > 0xffff ? 2 : 1;
+    const fix = code === 0x3a3 ? "sigma" : fixOf(code);
+    if (fix !== undefined) {
+      const char = text.slice(i, i + width);
+      out += text.slice(done, i) + (fix === "sigma" ? "σ" : REPLACEMENTS[fix].replace("$", char));
+      done = i + width;
+    }
+    i += width - 1;
+  }
+  return done === 0 ? text : out + text.slice(done);
+}
+
+/** Token ids of texts, as the Python SDK's FastTokenizer.ids gives them. */
+export class BundleTokenizer {
+  /** @param {string} json the content of tokenizer.json */
+  constructor(json) {
+    const config = JSON.parse(json);
+    // Truncation and padding are the SDK's (features.js), as in Python's load_tokenizer.
+    this.tokenizer = new Tokenizer({ ...config, truncation: null, padding: null }, {});
+  }
+
+  /** @param {string} text @param {boolean} addSpecialTokens @returns {number[]} */
+  ids(text, addSpecialTokens) {
+    return this.tokenizer.encode(rustCompatible(text), { add_special_tokens: addSpecialTokens }).ids;
+  }
+}
