@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, make_env
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, make_env, seed_store
 
 
 def free_port() -> int:
@@ -20,9 +20,11 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_make_ui_serves_the_registry(tmp_path):
+def test_make_ui_serves_the_registry(encoder_cache, tmp_path):
     """MLFLOW_WORKERS=1 (the `mlflow ui` option's variable): one server process to start, where
-    the default four took 35 s of imports on 2 cores; how many serve is not what is tested."""
+    the default four took 35 s of imports on 2 cores; how many serve is not what is tested. The
+    store MLRUNS names is made already (conftest.seed_store): `make train MLRUNS=` below makes one."""
+    seed_store(f"sqlite:///{tmp_path}/mlflow.db", encoder_cache)
     port = free_port()
     proc = subprocess.Popen(["make", "-s", "ui", f"PORT={port}", f"MLRUNS={tmp_path}"], cwd=ROOT,
                             env={**make_env(), "MLFLOW_WORKERS": "1"},

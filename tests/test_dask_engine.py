@@ -46,6 +46,22 @@ def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
     return results
 
 
+@pytest.fixture(scope="module")
+def running_cluster():
+    """A LocalCluster of two single-threaded worker processes, as `make train ENGINE=dask`
+    starts one, started once for the tests that name a running scheduler (dask_scheduler,
+    DASK_SCHEDULER): each started its own, and its workers imported the training libraries
+    again, about 8 s a run on 2 cores. The tests of the engine's own LocalCluster are
+    test_dask_engine_reaches_the_local_engines_apgr and the acceptance test below."""
+    import logging
+
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster:
+        yield cluster
+
+
 def manifest(result) -> dict:
     return json.loads((result.bundle / "manifest.json").read_text())
 
@@ -206,12 +222,12 @@ def log_with_repeats(tmp_path_factory) -> pd.DataFrame:
 
 @pytest.mark.parametrize("files", [1, 2, 5])
 def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(files, log_with_repeats, encoder_cache,
-                                                                      tmp_path):
+                                                                      running_cluster, tmp_path):
     """One file was one big partition and the merged repeats another: placed by partition,
     one worker trained on 3 rows all answered well, LightGBM started the boosters from the mean
     of the two workers' starting scores (logit 34.5 and 0.7), no tree could split, and the
     bundle failed the parity check by 1.95e-2 (20,000 rows). Dealt out by row, each worker
-    holds half of every partition."""
+    holds half of every partition. (On the module's running cluster of two workers.)"""
     from training.engines.base import train as run
 
     logs = tmp_path / "logs"
@@ -219,7 +235,7 @@ def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(files, lo
     bounds = np.linspace(0, len(log_with_repeats), files + 1).astype(int)
     for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
         log_with_repeats.iloc[start:stop].to_parquet(logs / f"part-{number:05d}.parquet", index=False)
-    config = config_for(tmp_path, logs, encoder_cache, engine="dask", dask_workers=2,
+    config = config_for(tmp_path, logs, encoder_cache, engine="dask", dask_scheduler=running_cluster.scheduler_address,
                         dask_scratch=str(tmp_path / "scratch"))
     result = run(config)
     assert result.metrics["dask"]["partitions"] == files and manifest(result)["data"]["duplicates_merged"] == 8
@@ -259,20 +275,17 @@ def test_a_worker_that_dies_stops_the_stage_with_the_cause():
                 client.submit(os._exit, 1).result()
 
 
-def test_evaluate_with_the_dask_engine_on_an_existing_cluster(both_engines, tmp_path, monkeypatch):
+def test_evaluate_with_the_dask_engine_on_an_existing_cluster(both_engines, running_cluster, tmp_path, monkeypatch):
     """`make evaluate ENGINE=dask` with DASK_SCHEDULER naming a running cluster: below the
     sample cap it scores the same test rows as the local engine, so the figures agree."""
-    from distributed import LocalCluster
-
     from pipelines.evaluate import EvalConfig, run
 
     config, result = both_engines["dask"]
     options = dict(bundle=str(result.bundle), logs=list(config.data), mlflow=False,
                    policies=["learned", "rule_table", "random", "oracle"])
     local = run(EvalConfig(out=str(tmp_path / "local"), **options))
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
-        monkeypatch.setenv("DASK_SCHEDULER", cluster.scheduler_address)
-        dask = run(EvalConfig(out=str(tmp_path / "dask"), engine="dask", **options))
+    monkeypatch.setenv("DASK_SCHEDULER", running_cluster.scheduler_address)
+    dask = run(EvalConfig(out=str(tmp_path / "dask"), engine="dask", **options))
     assert dask.metrics["figures"]["rows"] == local.metrics["figures"]["rows"] == result.metrics["test"]["rows"]
     for policy in ("learned", "rule_table"):
         for key in ("apgr", "misroute_rate", "cloud_share"):
