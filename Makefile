@@ -113,5 +113,18 @@ simulate: $(STAMP)
 scale: $(STAMP)
 	$(BIN)/python -m pipelines.scale --rows $(ROWS) $(ARGS)
 
+# The Python SDK's decisions on the logs' test prompts and generated hard cases (pipelines/vectors.py), which other runtimes are held to.
+JS_BUNDLE  ?= artifacts/js/bundle
+JS_VECTORS ?= artifacts/js/vectors.json
+.PHONY: vectors test-js
+vectors: $(STAMP)
+	$(BIN)/python -m pipelines.vectors --bundle $(BUNDLE) --out $(if $(filter command line,$(origin OUT)),$(OUT),$(JS_VECTORS))
+
+# The Node SDK's tests (clients/js): trains JS_BUNDLE when it is missing, writes the vectors on it, installs clients/js from its lock file, runs npm test.
+test-js: $(STAMP)
+	test -f $(JS_BUNDLE)/manifest.json || $(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0
+	$(BIN)/python -m pipelines.vectors --bundle $(JS_BUNDLE) --out $(JS_VECTORS)
+	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) npm test
+
 clean:
 	rm -rf artifacts reports data/cache data/replay

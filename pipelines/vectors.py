@@ -15,6 +15,9 @@ What the file holds, so that a mismatch can be traced to its stage:
   hand rule table without a tokenizer: what a degraded router decides);
 - `canonical_json`: JSON texts with their canonical form as the manifest's checksum and
   signature see it (json.dumps(sort_keys=True, ensure_ascii=True)), the bundle's manifest first;
+- `signature`: the bundle's manifest signed by training.keys with a key made for the file (the
+  public key as PEM and raw hex, the signature hex): a runtime must accept it from the bundle's
+  folder as manifest.sig, and refuse it under any other key;
 - `codepoints`: the bundle tokenizer's ids of "x" + c + "x" for every code point c but the
   surrogates, as runs [first, last, ids] of equal ids: where another tokenizer's Unicode tables
   (categories, CJK ranges, lower-casing) differ from the Rust library's, this finds it.
@@ -162,6 +165,23 @@ def codepoint_runs(tokenizer) -> list[list]:
     return runs
 
 
+def signature_case(manifest: dict) -> dict:
+    """The manifest signed by a throw-away key, as `make train SIGNING_KEY=...` signs it."""
+    import tempfile
+
+    from cryptography.hazmat.primitives import serialization
+
+    from training.keys import generate, sign
+
+    with tempfile.TemporaryDirectory(prefix="vectors-key-") as folder:
+        private, public = generate(Path(folder))
+        pem = public.read_bytes()
+        signature = sign(manifest, private)
+    raw = serialization.load_pem_public_key(pem).public_bytes(serialization.Encoding.Raw,
+                                                              serialization.PublicFormat.Raw)
+    return {"public_key_pem": pem.decode("ascii"), "public_key_hex": raw.hex(), "signature_hex": signature.hex()}
+
+
 def decision_rows(router, cases: list[tuple[str, str]], name: str, first: int = 0) -> list[dict]:
     """One row per case and precision: the router's Decision for it."""
     rows = []
@@ -192,6 +212,7 @@ def build(bundle: Path, logs: list[str], max_log_prompts: int | None = None) -> 
     hard = checked_round_trip(hard_cases() + fuzz_cases())
     cases = case_rows(router, logged, "log") + case_rows(router, hard, "hard")
     everything = logged + hard
+    manifest_text = (bundle / "manifest.json").read_text(encoding="utf-8")
     decisions = (decision_rows(router, everything, "bundle")
                  + decision_rows(Router.load(bundle, strict=True, unfamiliar_policy="rule_table"), hard,
                                  "unfamiliar_rule_table", first=len(logged))
@@ -199,7 +220,8 @@ def build(bundle: Path, logs: list[str], max_log_prompts: int | None = None) -> 
     return {"format": FORMAT, "bundle": {"model_version": router.model_version,
                                          "manifest_sha256": router.manifest.manifest_sha256},
             "precisions": list(PRECISIONS), "cases": cases, "decisions": decisions,
-            "canonical_json": canonical_json_cases((bundle / "manifest.json").read_text(encoding="utf-8")),
+            "canonical_json": canonical_json_cases(manifest_text),
+            "signature": signature_case(json.loads(manifest_text)),
             "codepoints": codepoint_runs(router.stages.scorer.extractor.tokenizer.full)}
 
 

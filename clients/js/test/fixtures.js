@@ -1,0 +1,35 @@
+// Where the tests find the bundle and the Python SDK's vectors on it: ROUTER_BUNDLE and
+// ROUTER_VECTORS, else what `make test-js` writes (artifacts/js/ in the repository). A missing
+// file fails the tests with the command that makes it: parity is never skipped.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+export const BUNDLE = process.env.ROUTER_BUNDLE || path.join(REPO, "artifacts/js/bundle");
+export const VECTORS = process.env.ROUTER_VECTORS || path.join(REPO, "artifacts/js/vectors.json");
+
+let cached;
+/** The vectors document (pipelines/vectors.py), read once per test file. */
+export function vectors() {
+  if (!fs.existsSync(VECTORS) || !fs.existsSync(path.join(BUNDLE, "manifest.json"))) {
+    throw new Error(`no parity vectors at ${VECTORS} or no bundle at ${BUNDLE}: run \`make test-js\` from the ` +
+      "repository root (or set ROUTER_BUNDLE and ROUTER_VECTORS; `make vectors BUNDLE=dir OUT=file` writes the vectors)");
+  }
+  cached ??= JSON.parse(fs.readFileSync(VECTORS, "utf8"));
+  return cached;
+}
+
+/** A logger that keeps what it was told, for tests that check the one warning. */
+export function quietLogger() {
+  const messages = [];
+  return { messages, warn: (message) => messages.push(String(message)) };
+}
+
+/** A copy of the bundle folder in a fresh temporary folder, for tests that break it. */
+export function bundleCopy() {
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "router-js-bundle-"));
+  for (const name of fs.readdirSync(BUNDLE)) fs.copyFileSync(path.join(BUNDLE, name), path.join(folder, name));
+  return folder;
+}
