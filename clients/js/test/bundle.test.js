@@ -12,6 +12,10 @@ import { canonicalJson, parsePythonJson } from "../src/canonical-json.js";
 import { manifestDigest } from "../src/bundle.js";
 import { BUNDLE, bundleCopy, quietLogger, vectors } from "./fixtures.js";
 
+// A graph with the fused layout's inputs and outputs whose initializer "w" lives in weights.bin
+// (onnx.external_data_helper.set_external_data, made once with the onnx package).
+const EXTERNAL_DATA_MODEL = Buffer.from("CAg6vAQKMQoHc2NhbGFycwoGc3RhcnRzCgRlbmRzCgRheGVzEgtzY2FsYXJzX3JvdyIFU2xpY2UKGAoLc2NhbGFyc19yb3cKAXcSAXAiA0FkZAohCgFwEhJlZGdlX3Byb2JhYmlsaXRpZXMiCElkZW50aXR5CiIKAXASE2Nsb3VkX3Byb2JhYmlsaXRpZXMiCElkZW50aXR5CiMKCWlucHV0X2lkcxIFaWRzX2YiBENhc3QqCQoCdG8YC6ABAgopCg5hdHRlbnRpb25fbWFzaxIGbWFza19mIgRDYXN0KgkKAnRvGAugAQIKLAoFaWRzX2YSB25vdmVsdHkiCVJlZHVjZVN1bSoPCghrZWVwZGltcxgAoAECEgFnKiIIAhABQgF3ahcKCGxvY2F0aW9uEgt3ZWlnaHRzLmJpbnABKhYIARAHQgZzdGFydHNKCAAAAAAAAAAAKhQIARAHQgRlbmRzSggCAAAAAAAAACoUCAEQB0IEYXhlc0oIAQAAAAAAAABaHQoJaW5wdXRfaWRzEhAKDggHEgoKAxIBbgoDEgF0WiIKDmF0dGVudGlvbl9tYXNrEhAKDggHEgoKAxIBbgoDEgF0WhoKB3NjYWxhcnMSDwoNCAESCQoDEgFuCgIIE2IlChJlZGdlX3Byb2JhYmlsaXRpZXMSDwoNCAESCQoDEgFuCgIIAmImChNjbG91ZF9wcm9iYWJpbGl0aWVzEg8KDQgBEgkKAxIBbgoCCAJiDwoHbm92ZWx0eRIECgIIC0IECgAQDw==", "base64");
+
 const manifestPath = (folder) => path.join(folder, "manifest.json");
 const readManifest = (folder) => parsePythonJson(fs.readFileSync(manifestPath(folder), "utf8"));
 
@@ -109,6 +113,13 @@ describe("a bundle that cannot serve", () => {
     manifest.novelty.output = "elsewhere";
     reseal(folder, manifest);
   }, /model output\(s\) \["elsewhere"\]/));
+  test("a model that reads external data beside it, unlisted, fails to load", () => refused((folder) => {
+    fs.writeFileSync(path.join(folder, "model.onnx"), EXTERNAL_DATA_MODEL);
+    fs.writeFileSync(path.join(folder, "weights.bin"), Buffer.alloc(8));  // exists, never read
+    const manifest = readManifest(folder);
+    manifest.files["model.onnx"] = createHash("sha256").update(EXTERNAL_DATA_MODEL).digest("hex");
+    reseal(folder, manifest);
+  }, /External data path/));
   test("the transformer tier's staged layout", () => refused((folder) => {
     const manifest = readManifest(folder);
     manifest.feature_spec.fused = false;
