@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from serving.chat.conversation import check_messages, conversation_prompt
 from serving.chat.endpoint import Endpoint
@@ -32,6 +32,11 @@ from serving.chat.routing_info import Completion, RoutingInfo
 from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat.upstream import Answer, Upstream
 from serving.execute import Execution
+
+if TYPE_CHECKING:
+    from serving.chat.conversation import Message
+    from serving.chat.upstream import OpenStream
+    from serving.router import Router
 
 log = logging.getLogger("serving.chat")
 
@@ -57,9 +62,9 @@ class RoutedChat:
     keeps one pool per event loop. Close with close() / aclose(), or use `with` / `async with`.
     """
 
-    def __init__(self, router, *, edge: Endpoint, cloud: Endpoint, verify_edge_zone: bool = False,
-                 to_prompt: Callable[[Sequence[Mapping]], str] = conversation_prompt,
-                 on_routed: Callable[[RoutingInfo], None] | None = None):
+    def __init__(self, router: Router, *, edge: Endpoint, cloud: Endpoint, verify_edge_zone: bool = False,
+                 to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
+                 on_routed: Callable[[RoutingInfo], None] | None = None) -> None:
         if not isinstance(edge, Endpoint) or not isinstance(cloud, Endpoint):
             raise TypeError("edge and cloud must be serving.chat.Endpoint objects")
         self.router = router
@@ -71,8 +76,10 @@ class RoutedChat:
         self._loop_lock = threading.Lock()
 
     # Requests.
-    def create(self, messages: Sequence[Mapping], *, precision: str | None = None, stream: bool = False,
-               accept: Any = _ROUTER_DEFAULT, **params) -> Completion | ChatStream:
+    # Any: **params are chat-completions parameters, JSON values of any shape. accept: a callable,
+    # "learned", None, or _ROUTER_DEFAULT (as Router.execute takes it).
+    def create(self, messages: Sequence[Message], *, precision: str | None = None, stream: bool = False,
+               accept: object = _ROUTER_DEFAULT, **params: Any) -> Completion | ChatStream:
         """The answer to a conversation, from the edge or the cloud (see the module doc).
 
         precision: "exact" | "standard" | "tolerant" | None, as Router.route takes it.
@@ -90,18 +97,19 @@ class RoutedChat:
         if stream:
             _no_accept_for_streams(accept)
             return ChatStream(loop.run(self._open_stream(messages, prompt, precision, params)), loop)
-        started, produced = time.perf_counter(), []
+        started = time.perf_counter()
+        produced: list[Answer] = []
 
-        def call(upstream: Upstream):
+        def call(upstream: Upstream) -> Callable[[str], Answer]:
             return lambda _prompt: _kept(produced, loop.run(upstream.acomplete(messages, params)))
 
-        options = {} if accept is _ROUTER_DEFAULT else {"accept": accept}
+        options: dict[str, Any] = {} if accept is _ROUTER_DEFAULT else {"accept": accept}  # Router.execute checks it
         execution = self.router.execute(prompt, call(self._edge), call(self._cloud), precision=precision,
                                         verify_edge_zone=self.verify_edge_zone, **options)
         return self._completed(execution, produced, started)
 
-    async def acreate(self, messages: Sequence[Mapping], *, precision: str | None = None, stream: bool = False,
-                      accept: Any = _ROUTER_DEFAULT, **params) -> Completion | AsyncChatStream:
+    async def acreate(self, messages: Sequence[Message], *, precision: str | None = None, stream: bool = False,
+                      accept: object = _ROUTER_DEFAULT, **params: Any) -> Completion | AsyncChatStream:
         """create() for asyncio (Router.aexecute): the same rules, results and outcome record; a
         stream is an AsyncChatStream. `accept` as create() takes it; it runs in the event loop,
         so keep it quick."""
@@ -109,22 +117,24 @@ class RoutedChat:
         if stream:
             _no_accept_for_streams(accept)
             return await self._open_stream(messages, prompt, precision, params)
-        started, produced = time.perf_counter(), []
+        started = time.perf_counter()
+        produced: list[Answer] = []
 
-        def call(upstream: Upstream):
-            async def run(_prompt):
+        def call(upstream: Upstream) -> Callable[[str], Awaitable[Answer]]:
+            async def run(_prompt: str) -> Answer:
                 return _kept(produced, await upstream.acomplete(messages, params))
             return run
 
-        options = {} if accept is _ROUTER_DEFAULT else {"accept": accept}
+        options: dict[str, Any] = {} if accept is _ROUTER_DEFAULT else {"accept": accept}  # Router.execute checks it
         execution = await self.router.aexecute(prompt, call(self._edge), call(self._cloud), precision=precision,
                                                verify_edge_zone=self.verify_edge_zone, **options)
         return self._completed(execution, produced, started)
 
-    async def _open_stream(self, messages, prompt: str, precision: str | None, params) -> AsyncChatStream:
+    async def _open_stream(self, messages: Sequence[Message], prompt: str, precision: str | None,
+                           params: Mapping[str, Any]) -> AsyncChatStream:
         started = time.perf_counter()
 
-        def call(upstream: Upstream):
+        def call(upstream: Upstream) -> Callable[[str], Awaitable[OpenStream]]:
             return lambda _prompt: upstream.open_stream(messages, params)
 
         # No shadow run: the other side would open a stream that nobody reads.
@@ -135,7 +145,7 @@ class RoutedChat:
                                started, self._report)
 
     # Results.
-    def _prompt(self, messages, params: Mapping) -> str:
+    def _prompt(self, messages: Sequence[Message], params: Mapping[str, Any]) -> str:
         """The text the router routes; TypeError / ValueError for a request no endpoint should get."""
         for name in RESERVED:
             if name in params:
@@ -153,7 +163,8 @@ class RoutedChat:
         routing = RoutingInfo.of(execution, self._upstream(execution).endpoint.model)
         costs = [(self._edge if a.endpoint == "edge" else self._cloud).endpoint.cost(a.body.get("usage"))
                  for a in produced]
-        routing.estimated_cost = None if None in costs or not costs else sum(costs)
+        known = [cost for cost in costs if cost is not None]
+        routing.estimated_cost = sum(known) if known and len(known) == len(costs) else None
         routing.seconds = time.perf_counter() - started
         self._report(routing)
         return Completion(answer.body, routing, str(answer))
@@ -190,23 +201,23 @@ class RoutedChat:
     def __enter__(self) -> "RoutedChat":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     async def __aenter__(self) -> "RoutedChat":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
-def _kept(produced: list, answer: Answer) -> Answer:
+def _kept(produced: list[Answer], answer: Answer) -> Answer:
     """Remember every answer the request produced (for its cost), and pass it on."""
     produced.append(answer)
     return answer
 
 
-def _no_accept_for_streams(accept) -> None:
+def _no_accept_for_streams(accept: object) -> None:
     if accept is not _ROUTER_DEFAULT and accept is not None:
         raise ValueError("accept does not apply to streams: an answer can only be judged once it is complete, "
                          "and a stream has reached the caller by then")

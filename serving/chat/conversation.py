@@ -24,12 +24,19 @@ Pass `to_prompt=` to the client for another rule.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias
+
+    # One chat message: "role", "content" (text, or a list of parts) and whatever else the API
+    # carries (tool calls, names); JSON values, checked where they are read.
+    Message: TypeAlias = Mapping[str, Any]
 
 SYSTEM_ROLES = ("system", "developer")
 
 
-def check_messages(messages: Any) -> Sequence[Mapping]:
+def check_messages(messages: Any) -> Sequence[Message]:  # Any: the caller's value, checked here
     """`messages` if it is a non-empty list of {"role": str, "content": ...} objects; ValueError saying what is wrong."""
     if not isinstance(messages, (list, tuple)) or not messages:
         raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} objects")
@@ -44,7 +51,7 @@ def check_messages(messages: Any) -> Sequence[Mapping]:
     return messages
 
 
-def message_text(message: Mapping) -> str:
+def message_text(message: Message) -> str:
     """The text of one message: its content string, or its text parts joined by newlines."""
     content = message.get("content")
     if isinstance(content, str):
@@ -55,7 +62,7 @@ def message_text(message: Mapping) -> str:
     return ""
 
 
-def conversation_prompt(messages: Sequence[Mapping]) -> str:
+def conversation_prompt(messages: Sequence[Message]) -> str:
     """The text the router routes for a conversation (see the module doc for the rule and why)."""
     check_messages(messages)
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]

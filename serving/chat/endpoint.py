@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Endpoint:
     max_response_bytes: int = 8 << 20
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         parts = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url={self.base_url!r}: expected an http:// or https:// URL such as "
@@ -83,6 +86,11 @@ class Endpoint:
         if self.input_price_per_1m is None or self.output_price_per_1m is None or not isinstance(usage, Mapping):
             return None
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (prompt, completion)):
+        if not (_is_count(prompt) and _is_count(completion)):
             return None
         return (prompt * self.input_price_per_1m + completion * self.output_price_per_1m) / 1e6
+
+
+def _is_count(n: object) -> TypeGuard[int]:
+    """A token count: a non-negative integer (JSON's true is not one)."""
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0

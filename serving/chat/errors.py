@@ -12,7 +12,10 @@ reads as the key.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 REDACTED = "[redacted]"
 MAX_DETAIL_CHARS = 300  # of an upstream's error text kept in a message
@@ -84,7 +87,7 @@ def failure_kind(error: BaseException | None) -> str:
     return "error"
 
 
-def redact(text: str, secrets, *, cut: bool = False) -> str:
+def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:
     """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted].
 
     cut: `text` may end where a read stopped (a body read up to a limit), so an end that begins
@@ -99,14 +102,14 @@ def redact(text: str, secrets, *, cut: bool = False) -> str:
     return text
 
 
-def redact_value(value: Any, secrets) -> Any:
+def redact_value(value: Any, secrets: Sequence[str]) -> Any:  # Any: a decoded JSON value, of any shape
     """A decoded JSON value (dicts, lists, strings, numbers) with every secret in its strings and
     keys replaced; `value` itself when none holds one (so a caller can tell nothing changed)."""
     secrets = _hunted(secrets)
     return _redacted(value, secrets) if secrets else value
 
 
-def redact_decoded(text: str, value: Any, secrets) -> Any:
+def redact_decoded(text: str, value: Any, secrets: Sequence[str]) -> Any:
     """redact_value(value), where `value` was decoded from the JSON text `text` (a str: bytes may
     be UTF-16): a text holding no secret and no escape decodes to strings holding none either, so
     it is not walked."""
@@ -116,12 +119,12 @@ def redact_decoded(text: str, value: Any, secrets) -> Any:
     return _redacted(value, secrets)
 
 
-def redacted_json(value: Any, secrets) -> str:
+def redacted_json(value: Any, secrets: Sequence[str]) -> str:
     """`value` as JSON text (ASCII) holding no secret: redacted as decoded, then as written."""
     return redact(json.dumps(redact_value(value, secrets), default=str), secrets)
 
 
-def _hunted(secrets) -> tuple[str, ...]:
+def _hunted(secrets: Sequence[str]) -> tuple[str, ...]:
     return tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
 
 

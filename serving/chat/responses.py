@@ -4,16 +4,24 @@ edge failure."""
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from serving.chat.errors import MAX_DETAIL_CHARS, UpstreamMalformed, redact, redacted_json
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn, TypeVar
 
-def _no_constant(name: str):
+    from serving.json_types import JSONObject
+
+    Chunk = TypeVar("Chunk", bound=Mapping[str, Any])  # a stream event's object, as decoded
+
+
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json_object(endpoint: str, raw: bytes | str, what: str) -> dict:
+def parse_json_object(endpoint: str, raw: bytes | str, what: str) -> JSONObject:
     """The JSON object in `raw`; UpstreamMalformed when it is not one (NaN and Infinity included,
     which Python reads but JSON does not have)."""
     try:
@@ -25,7 +33,7 @@ def parse_json_object(endpoint: str, raw: bytes | str, what: str) -> dict:
     return value
 
 
-def completion_text(endpoint: str, body: Mapping) -> str:
+def completion_text(endpoint: str, body: Mapping[str, Any]) -> str:
     """The assistant text of a chat completion body (its first choice); "" for a tool-call-only
     answer. UpstreamMalformed when the body has no choice with a message."""
     choices = body.get("choices")
@@ -42,7 +50,7 @@ def completion_text(endpoint: str, body: Mapping) -> str:
     raise UpstreamMalformed(endpoint, "the answer's message content is neither text nor null")
 
 
-def check_chunk(endpoint: str, chunk: Mapping, secrets=()) -> Mapping:
+def check_chunk(endpoint: str, chunk: Chunk, secrets: Sequence[str] = ()) -> Chunk:
     """A stream event's object, if it is a chunk; UpstreamMalformed for an error event (its text
     redacted of the secrets) or a non-chunk."""
     if "error" in chunk:
@@ -53,7 +61,7 @@ def check_chunk(endpoint: str, chunk: Mapping, secrets=()) -> Mapping:
     return chunk
 
 
-def starts_answer(chunk: Mapping) -> bool:
+def starts_answer(chunk: Mapping[str, Any]) -> bool:
     """Whether a chunk carries the answer's first token: content, a tool call, or the finish
     (an empty answer). A role-only chunk or a usage-only chunk does not."""
     for choice in chunk.get("choices") or ():
@@ -67,13 +75,13 @@ def starts_answer(chunk: Mapping) -> bool:
     return False
 
 
-def chunk_usage(chunk: Mapping) -> Any:
+def chunk_usage(chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The usage a chunk reports (the last chunk, when asked with stream_options.include_usage), or None."""
     usage = chunk.get("usage")
     return usage if isinstance(usage, Mapping) else None
 
 
-def error_detail(raw: bytes, secrets) -> str:
+def error_detail(raw: bytes, secrets: Sequence[str]) -> str:
     """The message of an HTTP error body ({"error": {"message": ...}}, {"error": "..."}, or text),
     with the secrets redacted, shortened. Redacted as the message reads: after the JSON escapes
     are decoded (`sk\\u002d...` is the key), before anything is cut, and an end that begins a key

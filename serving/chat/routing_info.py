@@ -3,11 +3,14 @@ call's time, and what it cost. The proxy turns the same record into headers and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving.chat.errors import failure_kind
 from serving.decision import Decision
 from serving.execute import Execution, Step
+
+if TYPE_CHECKING:
+    from serving.json_types import JSONObject
 
 
 def fallback_kind(execution: Execution) -> str | None:
@@ -72,6 +75,6 @@ class Completion:
     exactly as that server sent it (a dict; a key of the client in it reads [redacted]), `routing`
     how it was served, `text` the assistant text."""
 
-    body: dict
+    body: JSONObject
     routing: RoutingInfo
     text: str = field(default="", repr=False)

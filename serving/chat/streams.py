@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import httpx2
 
@@ -31,6 +31,14 @@ from serving.chat.errors import StreamInterrupted, UpstreamError, redact
 from serving.chat.responses import chunk_usage
 from serving.chat.routing_info import RoutingInfo
 from serving.chat.upstream import OpenStream, Upstream
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Mapping
+    from typing import TypeVar
+
+    from serving.json_types import JSONObject
+
+    T = TypeVar("T")
 
 log = logging.getLogger("serving.chat")
 
@@ -41,17 +49,17 @@ class AsyncChatStream:
     stream ends. Close it (`aclose`, or `async with`) when not reading it to the end."""
 
     def __init__(self, opened: OpenStream, upstream: Upstream, routing: RoutingInfo, started: float,
-                 on_end: Callable[[RoutingInfo], None]):
+                 on_end: Callable[[RoutingInfo], None]) -> None:
         self.routing = routing
         self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
         self._head = deque(opened.head)
-        self._usage: Any = None
+        self._usage: Mapping[str, Any] | None = None  # the latest usage a chunk reported (Endpoint.cost reads it)
         self._done = False
 
     def __aiter__(self) -> "AsyncChatStream":
         return self
 
-    async def __anext__(self) -> dict:
+    async def __anext__(self) -> JSONObject:
         return (await self._next())[1]
 
     async def raw(self) -> AsyncIterator[str]:
@@ -64,7 +72,7 @@ class AsyncChatStream:
                 return
             yield data
 
-    async def _next(self) -> tuple[str, dict]:
+    async def _next(self) -> tuple[str, JSONObject]:
         if self._head:
             item = self._head.popleft()
         elif self._done:
@@ -93,7 +101,7 @@ class AsyncChatStream:
     async def __aenter__(self) -> "AsyncChatStream":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def _finish(self, failed: bool = False) -> None:
@@ -111,7 +119,7 @@ class ChatStream:
     """`for chunk in stream`: the sync face of an AsyncChatStream (see the module doc). Close it
     (`close`, or `with`) when not reading it to the end."""
 
-    def __init__(self, stream: AsyncChatStream, loop: "LoopThread"):
+    def __init__(self, stream: AsyncChatStream, loop: "LoopThread") -> None:
         self._stream, self._loop = stream, loop
 
     @property
@@ -121,7 +129,7 @@ class ChatStream:
     def __iter__(self) -> "ChatStream":
         return self
 
-    def __next__(self) -> dict:
+    def __next__(self) -> JSONObject:
         try:
             return self._loop.run(self._stream.__anext__())
         except StopAsyncIteration:
@@ -133,7 +141,7 @@ class ChatStream:
     def __enter__(self) -> "ChatStream":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -141,12 +149,12 @@ class LoopThread:
     """An asyncio event loop on a daemon thread, for running coroutines from sync code: the sync
     calls get the async calls' deadlines, which cancel a call however slowly its server sends."""
 
-    def __init__(self, name: str = "routed-chat-sync"):
+    def __init__(self, name: str = "routed-chat-sync") -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, coroutine):
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` on the loop and wait for its result (or exception); a caller interrupted
         while waiting (KeyboardInterrupt) cancels it. Not from the loop's own thread (a hook such
         as on_routed run by a stream), which would wait for itself: RuntimeError there."""

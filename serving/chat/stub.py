@@ -25,6 +25,15 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import Literal, NoReturn
+
+    import uvicorn
+    from starlette.types import ASGIApp, Receive, Scope, Send  # the ASGI interface's types, nothing of starlette
+
+    from serving.json_types import JSONObject
 
 
 @dataclass
@@ -48,7 +57,7 @@ class Received:
 
     path: str
     headers: dict[str, str]
-    body: dict | None
+    body: Any  # the decoded JSON body, whatever its shape (a malformed request's too); None if not JSON
 
 
 @dataclass
@@ -59,7 +68,7 @@ class StubUpstream:
     behaviour: Behaviour = field(default_factory=Behaviour)
     keep: int = 100  # requests remembered in `received`
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.received: list[Received] = []
         self.port: int | None = None
         self._server: LocalServer | None = None
@@ -85,20 +94,22 @@ class StubUpstream:
     def __enter__(self) -> "StubUpstream":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # The ASGI app.
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         raw = b""
         while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
+            event = await receive()
+            raw += event.get("body", b"")
+            if not event.get("more_body"):
                 break
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        body: Any  # decoded JSON: checked by _request_problem before the answer reads it
+        problem: tuple[str | None, str] | None
         try:
             body, problem = (json.loads(raw, parse_constant=_not_json) if raw else None), None
         except (ValueError, RecursionError) as exc:
@@ -128,7 +139,7 @@ class StubUpstream:
             return await _send(send, 200, b"{this is not json", "application/json")
         await _send_json(send, 200, answer.completion())
 
-    async def _stream(self, receive, send, answer: "_Answer", body: dict) -> None:
+    async def _stream(self, receive: Receive, send: Send, answer: "_Answer", body: JSONObject) -> None:
         b = self.behaviour
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
@@ -158,7 +169,8 @@ class LocalServer:
     """An ASGI app served by uvicorn on 127.0.0.1 from a daemon thread: `LocalServer(app).start()`,
     then `port`, and `stop()` (which waits for in-flight requests up to a second)."""
 
-    def __init__(self, app, *, port: int = 0, name: str = "local-server", lifespan: str = "off"):
+    def __init__(self, app: ASGIApp, *, port: int = 0, name: str = "local-server",
+                 lifespan: Literal["auto", "on", "off"] = "off") -> None:
         self.app, self.name, self.lifespan = app, name, lifespan
         # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
         # without it every response waits ~40 ms for a delayed ACK (Nagle's algorithm)
@@ -166,7 +178,7 @@ class LocalServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port))
         self.port: int = self._sock.getsockname()[1]
-        self._server = None
+        self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> "LocalServer":
@@ -174,13 +186,13 @@ class LocalServer:
 
         config = uvicorn.Config(self.app, lifespan=self.lifespan, log_config=None, access_log=False,
                                 timeout_graceful_shutdown=1, timeout_keep_alive=30)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
-                                        name=self.name)
-        self._thread.start()
+        server = self._server = uvicorn.Server(config)
+        thread = self._thread = threading.Thread(target=server.run, kwargs={"sockets": [self._sock]}, daemon=True,
+                                                 name=self.name)
+        thread.start()
         deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
                 raise RuntimeError(f"{self.name} did not start")
             time.sleep(0.01)
         return self
@@ -188,7 +200,8 @@ class LocalServer:
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
-            self._thread.join(timeout=10)
+            if self._thread is not None:  # started with the server
+                self._thread.join(timeout=10)
             self._server = None
         self._sock.close()
 
@@ -196,32 +209,32 @@ class LocalServer:
 class _Answer:
     """The stub's answer to one request, as a completion or as chunks."""
 
-    def __init__(self, name: str, number: int, body: dict, text: str):
+    def __init__(self, name: str, number: int, body: JSONObject, text: str) -> None:
         self.id, self.model, self.text = f"chatcmpl-{name}-{number}", body.get("model", name), text
         self.words = text.split()
         self.prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or []
                                  if isinstance(m, dict))
 
-    def usage(self) -> dict:
+    def usage(self) -> dict[str, int]:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": len(self.words),
                 "total_tokens": self.prompt_tokens + len(self.words)}
 
-    def completion(self) -> dict:
+    def completion(self) -> JSONObject:
         return {"id": self.id, "object": "chat.completion", "created": int(time.time()), "model": self.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text},
                              "finish_reason": "stop"}],
                 "usage": self.usage()}
 
-    def chunk(self, delta: dict, finish: str | None = None) -> dict:
+    def chunk(self, delta: JSONObject, finish: str | None = None) -> JSONObject:
         return {"id": self.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
-def _not_json(name: str):
+def _not_json(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _request_problem(body) -> tuple[str | None, str] | None:
+def _request_problem(body: object) -> tuple[str | None, str] | None:
     """(the parameter, what is wrong) when a chat-completions request is malformed, as a real server
     answers it with 400; None when it is well formed enough to answer."""
     if not isinstance(body, dict):
@@ -236,23 +249,25 @@ def _request_problem(body) -> tuple[str | None, str] | None:
     return None
 
 
-async def _client_left(receive, seconds: float) -> bool:
+async def _client_left(receive: Receive, seconds: float) -> bool:
     """Wait `seconds` (after the request body was read); True as soon as the client disconnects."""
     if seconds <= 0:
         return False
     try:
-        return (await asyncio.wait_for(receive(), seconds))["type"] == "http.disconnect"
+        message = await asyncio.wait_for(receive(), seconds)
+        left: bool = message["type"] == "http.disconnect"
+        return left
     except asyncio.TimeoutError:
         return False
 
 
-async def _send(send, status: int, body: bytes, content_type: str) -> None:
+async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_json(send, status: int, value) -> None:
+async def _send_json(send: Send, status: int, value: object) -> None:
     await _send(send, status, json.dumps(value).encode(), "application/json")
 
 

@@ -23,7 +23,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Mapping, Sequence
 
 try:
     import httpx2
@@ -35,6 +35,17 @@ from serving.chat.errors import (SlowFirstToken, UpstreamError, UpstreamHTTPErro
                                  UpstreamUnreachable, redact, redact_decoded, redact_value)
 from serving.chat.responses import check_chunk, completion_text, error_detail, parse_json_object, starts_answer
 
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from typing_extensions import TypeAlias
+
+    from serving.chat.conversation import Message
+    from serving.json_types import JSONObject
+
+    # A stream's events after the first chunk: (the data as sent, the chunk), each within the deadline.
+    Events: TypeAlias = AsyncGenerator[tuple[str, JSONObject], None]
+
 MAX_ERROR_BODY_BYTES = 16 << 10
 LIMITS = httpx2.Limits(max_connections=256, max_keepalive_connections=64)
 
@@ -44,10 +55,10 @@ class Answer(str):
     accept check (a callable, or the router's own) reads the text; `body` is the whole chat
     completion and `endpoint` who gave it ("edge" or "cloud")."""
 
-    body: dict
+    body: JSONObject
     endpoint: str
 
-    def __new__(cls, text: str, body: dict, endpoint: str) -> "Answer":
+    def __new__(cls, text: str, body: JSONObject, endpoint: str) -> "Answer":
         answer = super().__new__(cls, text)
         answer.body, answer.endpoint = body, endpoint
         return answer
@@ -60,9 +71,9 @@ class OpenStream:
     stream's deadline."""
 
     endpoint: str
-    response: "httpx2.Response"
-    events: AsyncIterator[tuple[str, dict]]
-    head: list[tuple[str, dict]]
+    response: httpx2.Response
+    events: Events
+    head: list[tuple[str, JSONObject]]
 
 
 class Upstream:
@@ -71,15 +82,16 @@ class Upstream:
     secrets: the other keys the client holds (the other endpoint's); they and this endpoint's
     own key are redacted from everything this endpoint sends back (see the module doc)."""
 
-    def __init__(self, name: str, endpoint: Endpoint, *, secrets: Sequence[str | None] = ()):
+    def __init__(self, name: str, endpoint: Endpoint, *, secrets: Sequence[str | None] = ()) -> None:
         self.name, self.endpoint = name, endpoint
         self.secrets = tuple(s for s in (endpoint.api_key, *secrets) if s)
         self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
-        self._aclients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> AsyncClient
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = \
+            weakref.WeakKeyDictionary()  # event loop -> its AsyncClient
         self._lock = threading.Lock()
 
     # The request.
-    def _body(self, messages: Sequence[Mapping], params: Mapping[str, Any], stream: bool) -> bytes:
+    def _body(self, messages: Sequence[Message], params: Mapping[str, Any], stream: bool) -> bytes:
         body = {**params, "model": self.endpoint.model, "messages": list(messages)}
         if stream:
             body["stream"] = True
@@ -92,7 +104,7 @@ class Upstream:
         return {**self.endpoint.request_headers(), "Content-Type": "application/json"}
 
     # Clients.
-    def _async_client(self) -> "httpx2.AsyncClient":
+    def _async_client(self) -> httpx2.AsyncClient:
         loop = asyncio.get_running_loop()
         with self._lock:  # event loops in several threads may share this endpoint
             client = self._aclients.get(loop)
@@ -109,7 +121,7 @@ class Upstream:
             await client.aclose()
 
     # Non-streamed answers.
-    async def acomplete(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> Answer:
+    async def acomplete(self, messages: Sequence[Message], params: Mapping[str, Any]) -> Answer:
         """The endpoint's chat completion, complete within `timeout_s`; an UpstreamError for anything else."""
         client = self._async_client()  # outside the deadline: the first one of a loop takes a while to make
         try:
@@ -117,7 +129,8 @@ class Upstream:
         except asyncio.TimeoutError:
             raise self._too_slow() from None
 
-    async def _acomplete(self, client: "httpx2.AsyncClient", messages, params) -> Answer:
+    async def _acomplete(self, client: httpx2.AsyncClient, messages: Sequence[Message],
+                         params: Mapping[str, Any]) -> Answer:
         try:
             async with client.stream("POST", self.endpoint.url, content=self._body(messages, params, False),
                                      headers=self._headers()) as response:
@@ -155,7 +168,7 @@ class Upstream:
         return UpstreamUnreachable(self.name, f"connection to {model} failed ({text})")
 
     # Streams.
-    async def open_stream(self, messages: Sequence[Mapping], params: Mapping[str, Any]) -> OpenStream:
+    async def open_stream(self, messages: Sequence[Message], params: Mapping[str, Any]) -> OpenStream:
         """The endpoint's stream, read up to the first chunk that carries the answer, which must
         arrive within `first_token_timeout_s` (else SlowFirstToken); closed again on any failure.
         The rest must arrive within `timeout_s` of this call (else UpstreamTimeout from `events`)."""
@@ -167,14 +180,15 @@ class Upstream:
         except asyncio.TimeoutError:
             raise SlowFirstToken(self.name, f"no first token from {self.endpoint.model} within {limit:g} s") from None
 
-    async def _open_stream(self, client: "httpx2.AsyncClient", messages, params, deadline: float) -> OpenStream:
+    async def _open_stream(self, client: httpx2.AsyncClient, messages: Sequence[Message], params: Mapping[str, Any],
+                           deadline: float) -> OpenStream:
         request = client.build_request("POST", self.endpoint.url, content=self._body(messages, params, True),
                                        headers=self._headers())
         try:
             response = await client.send(request, stream=True)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
-        events = None
+        events: Events | None = None
         try:
             if response.status_code >= 400:
                 body = _Body(self, response)
@@ -187,7 +201,7 @@ class Upstream:
                 shown = redact(content_type, self.secrets)[:100] or "no content type"  # before any case change
                 raise UpstreamMalformed(self.name, f"asked for a stream, {self.endpoint.model} answered {shown}")
             events = self.chunks(response, deadline)
-            head = []
+            head: list[tuple[str, JSONObject]] = []
             async for item in events:
                 head.append(item)
                 if starts_answer(item[1]):
@@ -201,7 +215,7 @@ class Upstream:
                 raise self._transport_error(exc) from None
             raise
 
-    async def chunks(self, response, deadline: float) -> AsyncIterator[tuple[str, dict]]:
+    async def chunks(self, response: httpx2.Response, deadline: float) -> Events:
         """(data, chunk) of each event of an open stream, up to `data: [DONE]`: the data as sent, or
         written again from the redacted chunk when it held a key. UpstreamMalformed for an event
         that is not a chunk, UpstreamTimeout for one not arrived whole by `deadline` (the event
@@ -229,8 +243,9 @@ class _Body:
     `max_response_bytes` is UpstreamMalformed (checked against Content-Length first); an error
     body is cut at MAX_ERROR_BODY_BYTES and reading stops there."""
 
-    def __init__(self, upstream: Upstream, response):
-        self.upstream, self.parts, self.size = upstream, [], 0
+    def __init__(self, upstream: Upstream, response: httpx2.Response) -> None:
+        self.upstream, self.size = upstream, 0
+        self.parts: list[bytes] = []
         self.is_error = response.status_code >= 400
         self.limit = MAX_ERROR_BODY_BYTES if self.is_error else upstream.endpoint.max_response_bytes
         declared = response.headers.get("content-length", "")
@@ -250,6 +265,6 @@ class _Body:
     def content(self) -> bytes:
         return b"".join(self.parts)[:self.limit]
 
-    def _refuse(self, size: int):
+    def _refuse(self, size: int) -> NoReturn:
         raise UpstreamMalformed(self.upstream.name, f"the answer of {self.upstream.endpoint.model} is over "
                                                     f"{self.limit:,} bytes ({size:,} so far)")
