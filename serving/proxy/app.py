@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import time
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -43,11 +44,20 @@ from starlette.routing import Route
 from serving.chat.client import RoutedChat
 from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact, redacted_json
 from serving.chat.request import check_json_numbers
-from serving.chat.routing_info import RoutingInfo
+from serving.chat.routing_info import Completion, RoutingInfo
 from serving.execute import CloudCallError
 from serving.proxy.config import ProxyConfig
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.security import BearerAuth, error_body
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+
+    from starlette.types import Receive, Scope, Send
+
+    from serving.chat.streams import AsyncChatStream
+    from serving.execute import Step
+    from serving.json_types import JSONObject
 
 log = logging.getLogger("serving.proxy")
 
@@ -58,10 +68,12 @@ class RequestError(Exception):
     """A request the proxy answers with an error: HTTP status, OpenAI error type and code, metrics reason."""
 
     def __init__(self, status: int, message: str, kind: str, *, code: str | None = None, reason: str,
-                 headers: dict | None = None):
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.kind, self.code, self.reason, self.headers = status, kind, code, reason, headers or {}
-        self.zone, self.steps = None, ()  # of a routed request whose cloud call failed
+        # the zone and the calls of a routed request whose cloud call failed
+        self.zone: str | None = None
+        self.steps: Sequence[Step] = ()
 
     def response(self) -> Response:
         return Response(error_body(str(self), self.kind, self.code), self.status, self.headers,
@@ -69,7 +81,7 @@ class RequestError(Exception):
 
 
 class _Handlers:
-    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics):
+    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics) -> None:
         self.chat, self.config, self.metrics = chat, config, metrics
         self.slots = asyncio.Semaphore(config.max_concurrency)
         self.body_reads = asyncio.Semaphore(config.body_reads)
@@ -87,7 +99,7 @@ class _Handlers:
         self.metrics.in_flight.inc()
         release = _once(self._release)
         try:
-            result, stream = await self._answer(body, request)
+            result = await self._answer(body, request)
         except RequestError as error:
             release()
             self.metrics.failed(error.reason, zone=error.zone, steps=error.steps)
@@ -98,7 +110,7 @@ class _Handlers:
         self._log_routed(result.routing)
         self.metrics.routed(result.routing)
         headers = routing_headers(result.routing)
-        if not stream:
+        if isinstance(result, Completion):  # not streamed
             release()
             self.metrics.duration.labels(result.routing.served_by, "false").observe(time.perf_counter() - started)
             return _json_response(result.body, headers)
@@ -112,11 +124,11 @@ class _Handlers:
         return _Relay(self._relay(result), finish, headers={**headers, "cache-control": "no-cache",
                                                              "x-accel-buffering": "no"})
 
-    async def _answer(self, body: dict, request: Request):
-        """(the Completion or AsyncChatStream, whether it streams); RequestError for anything to refuse."""
+    async def _answer(self, body: JSONObject, request: Request) -> Completion | AsyncChatStream:
+        """The Completion, or the AsyncChatStream when the request streams; RequestError for anything to refuse."""
         messages, stream, precision, params = self._parse(body, request)
         try:
-            return await self.chat.acreate(messages, precision=precision, stream=stream, **params), stream
+            return await self.chat.acreate(messages, precision=precision, stream=stream, **params)
         except ValueError as exc:  # the messages or the precision
             raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
         except CloudCallError as exc:
@@ -154,7 +166,7 @@ class _Handlers:
             raise RequestError(503, f"{busy}; retry shortly", "server_overloaded", code="overloaded", reason=reason,
                                headers={"retry-after": "1"}) from None
 
-    async def _read_body(self, request: Request) -> dict:
+    async def _read_body(self, request: Request) -> JSONObject:
         """The request's JSON object, read whole within body_timeout_s: else 408, and the connection
         is closed (the rest of the body is not waited for). At most `body_reads` bodies are read at
         once: a request waits its turn like one waiting for a slot (503 past queue_timeout_s)."""
@@ -170,14 +182,15 @@ class _Handlers:
         finally:
             self.body_reads.release()
 
-    async def _read_json(self, request: Request) -> dict:
+    async def _read_json(self, request: Request) -> JSONObject:
         limit = self.config.max_body_bytes
         too_large = RequestError(413, f"request body over {limit:,} bytes", "invalid_request_error",
                                  code="request_too_large", reason="too_large")
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise too_large
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
@@ -194,8 +207,9 @@ class _Handlers:
             raise _bad_request("the request body must be a JSON object")
         return body
 
-    def _parse(self, body: dict, request: Request):
-        """(messages, stream, precision, the other parameters) of a chat-completions request."""
+    def _parse(self, body: JSONObject, request: Request) -> tuple[Any, bool, Any, JSONObject]:
+        """(messages, stream, precision, the other parameters) of a chat-completions request. The
+        messages and the precision are as the client sent them (Any: the chat client checks them)."""
         model = body.pop("model", None)
         if model is not None and model != self.config.served_model:
             raise RequestError(404, f"the model {str(model)[:100]!r} does not exist here: this proxy serves "
@@ -225,7 +239,7 @@ class _Handlers:
         log.warning("request failed: %s", message)
         return error
 
-    async def _relay(self, stream):
+    async def _relay(self, stream: AsyncChatStream) -> AsyncIterator[bytes]:
         """The SSE body of a streamed answer: its chunks as sent, the routing comment, [DONE]."""
         try:
             async for data in stream.raw():
@@ -248,7 +262,7 @@ def _bad_request(message: str) -> RequestError:
     return RequestError(400, message, "invalid_request_error", reason="bad_request")
 
 
-def _json_response(body: dict, headers: dict) -> Response:
+def _json_response(body: JSONObject, headers: dict[str, str]) -> Response:
     """The upstream's answer as JSON; with ASCII escapes when it holds a lone surrogate (which
     UTF-8 cannot carry)."""
     try:
@@ -273,9 +287,9 @@ def _header_text(value: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in value[:200])
 
 
-def _once(fn):
+def _once(fn: Callable[[], None]) -> Callable[[], bool]:
     """`fn` that runs on the first call only (a slot is released exactly once); True on that call."""
-    done = []
+    done: list[bool] = []
 
     def call() -> bool:
         if done:
@@ -290,11 +304,12 @@ class _Relay(StreamingResponse):
     """A streamed answer that always runs `finish` (close the upstream stream, free the slot) when
     the response ends, also when the client left before the first byte and the body never started."""
 
-    def __init__(self, body, finish, *, headers: dict):
+    def __init__(self, body: AsyncIterator[bytes], finish: Callable[[], Awaitable[None]], *,
+                 headers: dict[str, str]) -> None:
         super().__init__(body, media_type="text/event-stream", headers=headers)
         self._finish = finish
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
@@ -302,14 +317,14 @@ class _Relay(StreamingResponse):
 
 
 def build_app(chat: RoutedChat, config: ProxyConfig, *, metrics: ProxyMetrics | None = None,
-              on_shutdown=()) -> Starlette:
+              on_shutdown: Iterable[Callable[[], None]] = ()) -> Starlette:
     """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
     connections are closed then too)."""
     metrics = metrics or ProxyMetrics(chat.router)
     handlers = _Handlers(chat, config, metrics)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         for stop in on_shutdown:
             stop()
@@ -330,7 +345,8 @@ def build_app(chat: RoutedChat, config: ProxyConfig, *, metrics: ProxyMetrics | 
                 Route("/health", handlers.health, methods=["GET"]),
                 Route("/metrics", handlers.metrics_page, methods=["GET"])],
         middleware=[Middleware(BearerAuth, token=config.token, on_reject=lambda reason: metrics.failed(reason))],
-        exception_handlers={HTTPException: http_error, Exception: server_error},
+        # starlette types every handler as taking an Exception; it calls http_error with HTTPExceptions only
+        exception_handlers={HTTPException: http_error, Exception: server_error},  # type: ignore[dict-item]
         lifespan=lifespan)
     app.state.metrics = metrics
     return app

@@ -14,7 +14,12 @@ import ipaddress
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from serving.chat.endpoint import Endpoint
 
 TOKEN_ENV = "ROUTER_PROXY_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -37,7 +42,7 @@ class UpstreamOptions:
     input_price_per_1m: float | None = None
     output_price_per_1m: float | None = None
 
-    def endpoint(self):
+    def endpoint(self) -> Endpoint:
         from serving.chat.endpoint import Endpoint
 
         return Endpoint(self.url, self.model, api_key=self.api_key, timeout_s=self.timeout_s,
@@ -69,7 +74,7 @@ class ProxyConfig:
     watch_interval_s: float = 60.0
     access_log: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
             raise ConfigError(f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
                               "python -c 'import secrets; print(secrets.token_urlsafe(32))'")
@@ -111,7 +116,8 @@ class ProxyConfig:
             return value or None
 
         def upstream(side: str) -> UpstreamOptions:
-            get = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
+            # Any: an argparse option, of the type add_arguments gave it
+            get: Callable[[str], Any] = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
             return UpstreamOptions(get("url"), get("model"), secret(get("key_env"), f"--{side}-key-env", True),
                                    get("timeout_s"), get("first_token_timeout_s"), get("price_in"), get("price_out"))
 

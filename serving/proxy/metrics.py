@@ -19,11 +19,21 @@ Labels take only fixed names and model versions, never a prompt, a key or a URL.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from serving.chat.routing_info import RoutingInfo
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from prometheus_client.metrics_core import Metric
+
+    from serving.execute import Step
+    from serving.router import Router
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -31,10 +41,10 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 class _BundleState:
     """Collects the router's state at scrape time, so an update or a degraded load shows at once."""
 
-    def __init__(self, router):
+    def __init__(self, router: Router) -> None:
         self.router = router
 
-    def collect(self):
+    def collect(self) -> list[Metric]:
         degraded = GaugeMetricFamily("router_degraded", "1 while the rule table decides (no usable bundle)")
         degraded.add_metric([], 1.0 if self.router.degraded else 0.0)
         info = InfoMetricFamily("router_bundle", "The routing bundle in use")
@@ -45,7 +55,7 @@ class _BundleState:
 class ProxyMetrics:
     """The proxy's counters and histograms (see the module doc)."""
 
-    def __init__(self, router):
+    def __init__(self, router: Router) -> None:
         self.registry = registry = CollectorRegistry()
         self.decisions = Counter("router_decisions", "Routing decisions by zone", ["zone"], registry=registry)
         self.served = Counter("router_served", "Answers by the endpoint that served them", ["served_by"],
@@ -73,7 +83,7 @@ class ProxyMetrics:
         for step in routing.steps:
             self.upstream.labels(step.name, step.status).observe(step.seconds)
 
-    def failed(self, reason: str, *, zone: str | None = None, steps=()) -> None:
+    def failed(self, reason: str, *, zone: str | None = None, steps: Iterable[Step] = ()) -> None:
         """A request answered with an error; a routed one counts its decision and calls too."""
         self.failures.labels(reason).inc()
         if zone is not None:

@@ -19,7 +19,7 @@ stops reading a connection past 64 KiB of body the app has not taken.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Any, Callable
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -45,12 +45,13 @@ class DeadlineH11Protocol(H11Protocol):
     body_timeout_s: float = 10.0
     on_header_timeout: Callable[[], None] = staticmethod(lambda: None)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # uvicorn's arguments, passed on as they are
         super().__init__(*args, **kwargs)
         self._waiting_for: str | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    # uvicorn's H11Protocol narrows the transport to asyncio.Transport, with the same ignore
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._update_deadline(request_began=True)
 

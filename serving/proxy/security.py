@@ -13,9 +13,12 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from serving.chat.errors import MIN_SECRET_CHARS, redact
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 def error_body(message: str, kind: str, code: str | None = None, param: str | None = None) -> bytes:
@@ -26,12 +29,12 @@ def error_body(message: str, kind: str, code: str | None = None, param: str | No
 class BearerAuth:
     """ASGI middleware: 401 unless the request carries the bearer token (see the module doc)."""
 
-    def __init__(self, app, *, token: str | None, open_paths: Iterable[str] = ("/health",),
-                 on_reject: Callable[[str], None] = lambda reason: None):
+    def __init__(self, app: ASGIApp, *, token: str | None, open_paths: Iterable[str] = ("/health",),
+                 on_reject: Callable[[str], None] = lambda reason: None) -> None:
         self.app, self.open_paths, self.on_reject = app, frozenset(open_paths), on_reject
         self.token = token.encode() if token else None
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.token is None or scope["type"] != "http" or scope["path"] in self.open_paths:
             return await self.app(scope, receive, send)
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
@@ -50,14 +53,15 @@ class BearerAuth:
 class RedactingFilter(logging.Filter):
     """A handler filter that replaces the secrets in every record passing through (see the module doc)."""
 
-    def __init__(self, secrets: Iterable[str]):
+    def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
         self.secrets = tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
             return True
-        clean = lambda value: redact(value, self.secrets) if isinstance(value, str) else value  # noqa: E731
+        clean: Callable[[object], object] = \
+            lambda value: redact(value, self.secrets) if isinstance(value, str) else value  # noqa: E731
         record.msg = clean(record.msg)
         if isinstance(record.args, tuple):
             record.args = tuple(clean(a) for a in record.args)

@@ -16,8 +16,16 @@ import logging.config
 import signal
 import socket
 import threading
+from typing import TYPE_CHECKING
 
 from serving.proxy.config import ProxyConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from serving.json_types import JSONObject
+    from serving.router import Router
+    from serving.watcher import BundleURLWatcher, BundleWatcher
 
 log = logging.getLogger("serving.proxy")
 
@@ -35,7 +43,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def log_config(level: str = "INFO") -> dict:
+def log_config(level: str = "INFO") -> JSONObject:
     """uvicorn's logging setup, plus the root logger (the router's own lines) on the same handler."""
     from uvicorn.config import LOGGING_CONFIG
 
@@ -47,7 +55,7 @@ def log_config(level: str = "INFO") -> dict:
     return config
 
 
-def watcher_for(router, config: ProxyConfig):
+def watcher_for(router: Router, config: ProxyConfig) -> BundleWatcher | BundleURLWatcher | None:
     """A started bundle watcher for --watch (a folder or an http(s) URL), or None."""
     if not config.watch:
         return None
@@ -59,7 +67,7 @@ def watcher_for(router, config: ProxyConfig):
 
 
 @contextlib.contextmanager
-def _quiet_exit_signals():
+def _quiet_exit_signals() -> Iterator[None]:
     """SIGTERM and SIGINT while serving mean a clean shutdown and exit code 0. uvicorn shuts down on
     them, then raises the signal again for the handler it found; this is that handler, and it
     does nothing, so the process is not killed after its clean shutdown."""
