@@ -8,6 +8,8 @@ single-split run (cv_folds = 0) shows its test split's figures for the router an
 """
 from __future__ import annotations
 
+from evaluation.policies import POLICIES
+
 # (label, key in the split's policy figures, format)
 ROWS = (
     ("AUC (cloud needed)", "auc", "{:.3f}"),
@@ -24,9 +26,8 @@ ROWS = (
     ("quality with fallback (measured acceptance verdicts where answers exist, else the assumed catch rate)", "quality_with_fallback", "{:.3f}"),
     ("expected cloud calls", "expected_cloud_calls", "{:.1%}"),
 )
-SPLIT_POLICIES = (("learned", "learned router"), ("rule_table", "hand rule table"))
-CV_POLICIES = (("learned", "learned router"), ("reference", "reference (TF-IDF + LR)"),
-               ("rule_table", "hand rule table"))
+SPLIT_POLICIES = ("learned", "rule_table")
+CV_POLICIES = ("learned", "reference", "rule_table")
 PAIRED = ("learned - reference", "router - reference (paired)")
 
 
@@ -56,19 +57,19 @@ def _signed(fmt: str) -> str:
 
 def heads(metrics: dict) -> list[str]:
     if "cv" not in metrics:
-        return [head for _, head in SPLIT_POLICIES]
-    shown = [head for name, head in CV_POLICIES if name in metrics["cv"]["policies"]]
+        return [POLICIES[name].label for name in SPLIT_POLICIES]
+    shown = [POLICIES[name].label for name in CV_POLICIES if name in metrics["cv"]["policies"]]
     return shown + ([PAIRED[1]] if PAIRED[0] in metrics["cv"]["differences"] else [])
 
 
 def cells(metrics: dict) -> list[list[str]]:
     """[label, one cell per column of `heads`] per row."""
     if "cv" not in metrics:
-        return [[label, *(fmt.format(metrics["test"][name][key]) for name, _ in SPLIT_POLICIES)]
+        return [[label, *(fmt.format(metrics["test"][name][key]) for name in SPLIT_POLICIES)]
                 for label, key, fmt in ROWS]
     cv, rows = metrics["cv"], []
     for label, key, fmt in ROWS:
-        row = [label, *(_with_interval(cv["policies"][name][key], fmt) for name, _ in CV_POLICIES
+        row = [label, *(_with_interval(cv["policies"][name][key], fmt) for name in CV_POLICIES
                         if name in cv["policies"])]
         if PAIRED[0] in cv["differences"]:
             row.append(_with_interval(cv["differences"][PAIRED[0]][key], _signed(fmt)))

@@ -28,18 +28,36 @@ from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, ru
 if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
     from evaluation.reference import ReferencePolicy
 
-POLICIES = {
-    "learned": "the bundle's router through the SDK, at its calibrated thresholds",
-    "rule_table": "hand rule table (baseline.md), domain from the log's label",
-    "rule_table_inferred": "hand rule table, domain inferred from the text (the SDK's degraded mode)",
-    "tuned_rule_table": "the same three rules, weights and thresholds grid-searched on the train split",
-    "reference": "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train "
-                 "split, thresholds on the val split: the ten-minute baseline to beat",
-    "random": "random routing at the learned router's cloud-first and fallback shares (expectation)",
-    "all_edge": "every request on the edge, no fallback",
-    "all_cloud": "every request to the cloud",
-    "oracle": "the cloud exactly when the cloud is needed (the label)",
-}
+@dataclass(frozen=True)
+class Policy:
+    """A routing policy compared offline: its name in figures and files, its label in tables
+    and plots, a short label for narrow columns, and what it is."""
+
+    name: str
+    label: str
+    short: str
+    description: str
+
+
+# Every policy, in the order tables list them: the one home of their names and labels.
+POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("learned", "learned router", "learned",
+           "the bundle's router through the SDK, at its calibrated thresholds"),
+    Policy("rule_table", "hand rule table (label domain)", "hand rule",
+           "hand rule table (baseline.md), domain from the log's label"),
+    Policy("rule_table_inferred", "hand rule table (inferred domain)", "hand rule (text)",
+           "hand rule table, domain inferred from the text (the SDK's degraded mode)"),
+    Policy("tuned_rule_table", "tuned rule table", "tuned rule",
+           "the same three rules, weights and thresholds grid-searched on the train split"),
+    Policy("reference", "reference (TF-IDF + logistic regression)", "reference",
+           "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train split, "
+           "thresholds on the val split: the ten-minute baseline to beat"),
+    Policy("random", "random (matched share)", "random",
+           "random routing at the learned router's cloud-first and fallback shares (expectation)"),
+    Policy("all_edge", "all-edge", "all-edge", "every request on the edge, no fallback"),
+    Policy("all_cloud", "all-cloud", "all-cloud", "every request to the cloud"),
+    Policy("oracle", "oracle", "oracle", "the cloud exactly when the cloud is needed (the label)"),
+)}
 FIXED_POINTS = ("all_edge", "all_cloud")  # no score curve to speak of
 CURVE_KEYS = ("auc", "apgr", "cpt50", "cpt80")
 

@@ -11,15 +11,6 @@ from pathlib import Path
 
 from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 
-LABELS = {
-    "learned": "learned router", "rule_table": "hand rule table (label domain)",
-    "rule_table_inferred": "hand rule table (inferred domain)", "tuned_rule_table": "tuned rule table",
-    "reference": "reference (TF-IDF + logistic regression)",
-    "random": "random (matched share)", "all_edge": "all-edge", "all_cloud": "all-cloud", "oracle": "oracle",
-}
-SHORT = {"learned": "learned", "rule_table": "hand rule", "rule_table_inferred": "hand rule (text)",
-         "tuned_rule_table": "tuned rule", "reference": "reference", "random": "random", "all_edge": "all-edge",
-         "all_cloud": "all-cloud", "oracle": "oracle"}
 PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png",
          "reliability": "reliability.png"}
 
@@ -56,7 +47,7 @@ def headline_table(figures: dict) -> str:
     rows = []
     for name, p in figures["policies"].items():
         matched = p.get("at_matched_share") or {}
-        rows.append([LABELS[name], pct(p["cloud_share"]),
+        rows.append([POLICIES[name].label, pct(p["cloud_share"]),
                      f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
                      num(p["quality"]), num(p["quality_vs_all_cloud"], "+.3f"), num(p["quality_with_fallback"]),
                      num(matched.get("quality")), num(matched.get("pgr")), pct(matched.get("misroute_rate")),
@@ -71,7 +62,7 @@ def cost_latency_table(figures: dict) -> str:
     header = ["policy", "expected cloud calls", *(f"$/request ({p})" for p in prices),
               *(f"cost reduction vs all-cloud ({p})" for p in prices),
               *(f"latency {d} mean / p95 (ms)" for d in devices)]
-    rows = [[LABELS[name], pct(p["expected_cloud_calls"]), *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
+    rows = [[POLICIES[name].label, pct(p["expected_cloud_calls"]), *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
              *(pct(p["cost"][c]["reduction_vs_all_cloud"]) for c in prices),
              *(f"{p['latency'][d]['mean_ms']:.0f} / {p['latency'][d]['p95_ms']:.0f}" for d in devices)]
             for name, p in figures["policies"].items()]
@@ -81,7 +72,7 @@ def cost_latency_table(figures: dict) -> str:
 def fallback_table(figures: dict) -> str:
     header = ["policy", "fallback-zone share", "fallback fires (per request)", "fires per fallback-zone request",
               "quality recovered"]
-    rows = [[LABELS[name], pct(p["fallback_share"]), pct(p["fallback_fires"]), pct(p["fallback_fires_in_zone"]),
+    rows = [[POLICIES[name].label, pct(p["fallback_share"]), pct(p["fallback_fires"]), pct(p["fallback_fires_in_zone"]),
              num(p["fallback_recovered_quality"], "+.3f")] for name, p in figures["policies"].items()]
     return table(header, rows)
 
@@ -90,7 +81,7 @@ def breakdown_table(groups: dict) -> str:
     names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values()))]
     ranked = [n for n in ("learned", "reference") if n in names]  # the APGR to beat next to the router's
     header = ["group", "rows", "cloud needed", "learned cloud share",
-              *(f"{SHORT[n]} misroute (under / over)" for n in names), *(f"{SHORT[n]} APGR" for n in ranked)]
+              *(f"{POLICIES[n].short} misroute (under / over)" for n in names), *(f"{POLICIES[n].short} APGR" for n in ranked)]
     rows = [[group, str(g["rows"]), pct(g["cloud_needed_share"]), pct(g["learned"]["cloud_share"]),
              *(f"{pct(g[n]['misroute_rate'])} ({pct(g[n]['under_routing'])} / {pct(g[n]['over_routing'])})"
                for n in names), *(num(g[n]["apgr"]) for n in ranked)] for group, g in groups.items()]
@@ -167,7 +158,7 @@ def render(metrics: dict) -> str:
                   f"is the bundle's on that source's `{split}` rows.", loso_table(loso)]
     if metrics.get("off_policy"):
         parts += ["## Logged traffic (off-policy)", off_policy_text(metrics["off_policy"])]
-    parts += ["## Policies", "\n".join(f"- **{LABELS[n]}**: {POLICIES[n]}" for n in f["policies"])]
+    parts += ["## Policies", "\n".join(f"- **{POLICIES[n].label}**: {POLICIES[n].description}" for n in f["policies"])]
     if metrics.get("notes"):
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
@@ -317,7 +308,7 @@ def summary_table(metrics: dict):
     for column in ("policy", "cloud", "misroute", "under", "over", "quality", "matched", "APGR"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for name, p in figures["policies"].items():
-        table.add_row(SHORT[name], pct(p["cloud_share"]), pct(p["misroute_rate"]), pct(p["under_routing"]),
+        table.add_row(POLICIES[name].short, pct(p["cloud_share"]), pct(p["misroute_rate"]), pct(p["under_routing"]),
                       pct(p["over_routing"]), num(p["quality"]),
                       num((p.get("at_matched_share") or {}).get("quality")), num(p["apgr"]))
     return table
@@ -345,14 +336,14 @@ def plot_quality_vs_share(figures: dict, curves: dict, path: Path) -> None:
     """Every policy's quality curve on one chart, operating points marked."""
     fig, ax = _figure()
     for name, curve in curves.items():
-        line, = ax.plot(curve.f, curve.quality, label=LABELS[name], lw=1.4,
+        line, = ax.plot(curve.f, curve.quality, label=POLICIES[name].label, lw=1.4,
                         ls="--" if name in ("random", "oracle") else "-")
         p = figures["policies"][name]
         ax.plot(p["cloud_share"], p["quality"], "o", color=line.get_color(), ms=8, mec="black", zorder=4)
     for name, marker in (("all_edge", "s"), ("all_cloud", "D")):
         if name in figures["policies"]:
             p = figures["policies"][name]
-            ax.plot(p["cloud_share"], p["quality"], marker, color="black", ms=5, label=LABELS[name], zorder=5)
+            ax.plot(p["cloud_share"], p["quality"], marker, color="black", ms=5, label=POLICIES[name].label, zorder=5)
     ax.axhline(figures["all_cloud_quality"], color="grey", lw=0.8, ls=":")
     ax.set_xlabel("cloud share (requests sent to the cloud first)")
     ax.set_ylabel("quality (before fallback)")
@@ -375,9 +366,9 @@ def plot_misroute_by_domain(groups: dict, path: Path) -> None:
     for i, name in enumerate(names):
         under = [g[name]["under_routing"] for g in groups.values()]
         over = [g[name]["over_routing"] for g in groups.values()]
-        bars = ax.bar(x + i * width, under, width, label=f"{LABELS[name]}: under")
+        bars = ax.bar(x + i * width, under, width, label=f"{POLICIES[name].label}: under")
         ax.bar(x + i * width, over, width, bottom=under, color=bars.patches[0].get_facecolor(), alpha=0.45,
-               label=f"{LABELS[name]}: over")
+               label=f"{POLICIES[name].label}: over")
     ax.set_xticks(x + width * (len(names) - 1) / 2, list(groups), rotation=30, ha="right")
     ax.set_ylabel("misroute rate (solid: under-routing, light: over-routing)")
     ax.set_title("Misroute rate by domain group at each policy's operating point")
