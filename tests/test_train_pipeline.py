@@ -68,7 +68,8 @@ def test_fused_graph_alone_gives_the_calibrated_score(trained):
                                  "outputs": ["edge_probabilities", "cloud_probabilities"]}
     assert all(c["method"] == "sigmoid" and c["in_model"] is True for c in manifest["calibration"].values())
     session = ort.InferenceSession(str(result.bundle / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert {o.name for o in session.get_outputs()} == {"edge_probabilities", "cloud_probabilities", "features"}
+    assert {o.name for o in session.get_outputs()} == {"edge_probabilities", "cloud_probabilities", "features",
+                                                       "novelty"}
     held = result.held_out[:64]
     ids, mask, scalars, _, _ = Scorer.load(result.bundle).extractor.prepare(held["prompt"].tolist(),
                                                                             held["precision"].tolist())

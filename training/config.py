@@ -13,8 +13,10 @@ from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.features.spec import LEXICAL_MODES
 from serving.novelty import POLICIES as UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
-from training.engines import ENGINES
 from training.model import CALIBRATIONS, OBJECTIVES
+
+# Where the logs are read, featurized and fitted (training.engines maps each to its module).
+ENGINES = ("local", "dask")
 
 
 DEFAULT_CV_FOLDS = 5

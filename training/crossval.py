@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evaluation.headline import CV_POLICIES
+from evaluation.policies import POLICIES
 from training.config import TrainConfig
 
 # The figures estimated per policy: the training summary's (evaluation.policies.SUMMARY_KEYS).
@@ -39,8 +41,6 @@ FIGURES = ("auc", "apgr", "cpt50", "cpt80", "cloud_share", "fallback_share", "mi
 REFERENCE_QUALITIES = ("all_edge_quality", "all_cloud_quality", "oracle_quality", "cloud_needed_share")
 # Compared with the learned router on every fold: the ten-minute reference and the rule tables.
 COMPARED = ("reference", "rule_table", "tuned_rule_table")
-POLICIES = ("learned", "reference", "rule_table", "rule_table_inferred", "tuned_rule_table", "random", "oracle",
-            "all_edge", "all_cloud")
 LEVEL = 0.95
 INTERVAL = ("corrected resampled t over the fold figures (Nadeau & Bengio 2003): "
             "mean +- t(n-1) * sd * sqrt(1/n + n_test/n_train)")
@@ -136,7 +136,7 @@ def _policy_table(rows, names, *, tuned, reference, catch_rate: float) -> dict:
     return table
 
 
-def _fitted_policies(config: TrainConfig, fitted, notes: list[str]):
+def _fitted_policies(config: TrainConfig, fitted, val, notes: list[str]):
     """The tuned rule table and the reference policy, fitted on the fold's training rows and
     thresholded on its validation rows, as the learned router is; None (with a note) when
     the engine did not hand back training rows."""
@@ -153,7 +153,7 @@ def _fitted_policies(config: TrainConfig, fitted, notes: list[str]):
     complete = train.subset(both)
     tuned = tune_rule_table(complete.n_tokens, complete.domains, complete.precisions, complete.q_edge,
                             complete.q_cloud, **options) if len(complete) else None
-    reference = ReferencePolicy.fit(train, fitted.splits["val"], **options)
+    reference = ReferencePolicy.fit(train, val, **options)
     return tuned, reference
 
 
@@ -174,9 +174,9 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     fitted = engine.fit(config, quiet, timings, keep_train_rows=True,
                         **({"prepared": prepared} if prepared is not None else {}))
     held = fit_held_out_stages(config, fitted, StageClock(timings))
-    test = with_learned_zones(config, fitted.splits["test"], held.thresholds).with_inferred_domains()
+    test = with_learned_zones(config, held.splits["test"], held.thresholds).with_inferred_domains()
     notes: list[str] = []
-    tuned, reference = _fitted_policies(config, fitted, notes)
+    tuned, reference = _fitted_policies(config, fitted, held.splits["val"], notes)
     names = [n for n in POLICIES if (n != "tuned_rule_table" or tuned) and (n != "reference" or reference)]
     table = _policy_table(test, names, tuned=tuned, reference=reference, catch_rate=config.fallback_catch_rate)
     by_source = {}
@@ -285,8 +285,6 @@ def compare(a: CrossValidation, b: CrossValidation) -> dict:
     return {f: b.difference("learned", "learned", f, other=a) for f in FIGURES}
 
 
-HEADLINE_POLICIES = ("learned", "reference", "rule_table")
-
 
 def headline_means(cv: CrossValidation) -> dict:
     """The cross-validated means in the shape of a split's training figures (the test split's
@@ -296,7 +294,7 @@ def headline_means(cv: CrossValidation) -> dict:
     return {"rows": int(sum(summary["rows"]["test_per_fold"])), "cross_validated": True,
             **summary["pooled_reference_qualities"],
             **{p: {f: summary["policies"][p][f]["mean"] for f in FIGURES}
-               for p in HEADLINE_POLICIES if p in summary["policies"]}}
+               for p in CV_POLICIES if p in summary["policies"]}}
 
 
 def _pooled(cv: CrossValidation, key: str) -> np.ndarray:

@@ -71,11 +71,12 @@ def floors_before(logs: Path, work: Path, *, train_share: float) -> dict[str, fl
 
 def lightgbm_per_row_tree(rows: int = 30_000, columns: int = 51, trees: int = 30) -> float:
     """Seconds per row and tree of LightGBM with the training parameters
-    (training.model.lgbm_params) and the engines' OpenMP wait policy (training.engines.base
-    sets it before LightGBM loads) on random features: no early-stopping overshoot, and random
-    features make each tree dearer than the real ones, so a fit can beat this floor."""
-    import training.engines.base  # noqa: F401  (OMP_WAIT_POLICY, as the training runs LightGBM)
+    (training.model.lgbm_params) and the engines' OpenMP wait policy (set before LightGBM
+    loads, as choosing an engine does) on random features: no early-stopping overshoot, and
+    random features make each tree dearer than the real ones, so a fit can beat this floor."""
+    from training.engines import passive_openmp_waits
 
+    passive_openmp_waits()
     import lightgbm as lgb
     import numpy as np
 

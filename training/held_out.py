@@ -1,15 +1,24 @@
 """The stages fitted on held-out rows after the heads, in the order they depend on each other:
 the acceptance check (its held-out verdicts mark the rows), the fallback thresholds (which
 count those verdicts as the fallback's rates), the familiarity reference (which flags the
-rows). `make train` and every cross-validation fold (training.crossval) run exactly these.
+rows). Each step takes the rows it reads and returns what it produces, the rows it marked
+among them; `make train` and every cross-validation fold (training.crossval) run exactly
+these, through fit_held_out_stages.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from evaluation.rows import Rows
 from serving.manifest import SCORE_KINDS, band_of
 from training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from training.acceptance import AcceptanceFit
+    from training.fitted import Fitted
+
+Splits = dict[str, Rows]  # "val" / "test": the held-out rows with both outcomes
 
 NOVELTY_FILE = "novelty.npz"
 MIN_TEST_ROWS = 10  # test rows with both outcomes, at least: the figures and the parity check are computed on them
@@ -35,14 +44,13 @@ def check_held_out_rows(val_prompts, test_rows: int) -> None:
         f"{BOTH_OUTCOMES_NEEDED}")
 
 
-def choose_thresholds(config: TrainConfig, fitted: "Fitted") -> dict:
-    """Per-precision fallback thresholds on the validation rows (evaluation.thresholds), with
-    the acceptance check's out-of-fold verdicts as the fallback's rates where the rows have an
-    edge answer, and the configured catch rate elsewhere (evaluation.fallback)."""
+def choose_thresholds(config: TrainConfig, fitted: Fitted, val: Rows) -> dict:
+    """Per-precision fallback thresholds on the validation rows `val` (evaluation.thresholds),
+    with the acceptance check's out-of-fold verdicts as the fallback's rates where the rows
+    have an edge answer, and the configured catch rate elsewhere (evaluation.fallback)."""
     from evaluation.fallback import Catch
     from evaluation.thresholds import select_per_precision
 
-    val = fitted.splits["val"]
     return select_per_precision(
         val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
         bounds=SCORE_KINDS[fitted.objective][1],
@@ -58,20 +66,20 @@ def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Row
                            unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
 
 
-def familiarity(config: TrainConfig, fitted: "Fitted") -> tuple[bytes, dict]:
-    """Fit the familiarity reference on the validation rows (training.novelty), flag the
-    validation and test rows with it; returns the reference file and its manifest section."""
+def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[bytes, dict, Splits]:
+    """Fit the familiarity reference on the validation rows (training.novelty); returns the
+    reference file, its manifest section, and `splits` flagged with it."""
     from training.novelty import fit_novelty, token_rows
 
     extractor = fitted.plan.serving.featurizer().extractor
-    tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in fitted.splits.items()}
-    reference, info = fit_novelty(fitted.splits["val"].prompts, tokens["val"], fitted.embeddings["val"],
+    tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in splits.items()}
+    reference, info = fit_novelty(splits["val"].prompts, tokens["val"], fitted.embeddings["val"],
                                   vocabulary=extractor.tokenizer.full.get_vocab_size(), share=config.novelty_share,
                                   min_unseen_share=config.novelty_min_unseen_share)
-    for name, rows in fitted.splits.items():
-        novelty = reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths)
-        fitted.splits[name] = rows.with_novelty(novelty)
-    return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}
+    flagged = {name: rows.with_novelty(reference.scores_flat(fitted.embeddings[name], tokens[name].ids,
+                                                             tokens[name].lengths))
+               for name, rows in splits.items()}
+    return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}, flagged
 
 
 def familiarity_in_bundle(plan, files: dict, novelty_file: bytes, section: dict) -> tuple[dict, dict]:
@@ -90,40 +98,41 @@ def familiarity_in_bundle(plan, files: dict, novelty_file: bytes, section: dict)
     return {**files, "model.onnx": model}, {**in_model, "in_model": True, "output": NOVELTY_OUTPUT}
 
 
-def acceptance_check(config: TrainConfig, fitted: "Fitted"):
-    """Fit the acceptance check on the logged edge answers (training.acceptance) and mark each
-    validation and test row with the share of its answers the check rejects (held out)."""
+def acceptance_check(config: TrainConfig, fitted: Fitted) -> tuple[AcceptanceFit, Splits]:
+    """Fit the acceptance check on the logged edge answers (training.acceptance); returns it and
+    the engine's validation and test rows, each marked with the share of its answers the check
+    rejects (held out)."""
     from training.acceptance import fit_acceptance
 
     fit = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
-    for name, rows in fitted.splits.items():
-        fitted.splits[name] = rows.with_rejections(fit.rejected_share(name, rows.prompts))
-    return fit
+    return fit, {name: rows.with_rejections(fit.rejected_share(name, rows.prompts))
+                 for name, rows in fitted.splits.items()}
 
 
 @dataclass
 class HeldOutStages:
     """What the stages after the heads fit on the held-out rows (see fit_held_out_stages)."""
 
-    acceptance: object        # training.acceptance.AcceptanceFit
+    acceptance: AcceptanceFit
     thresholds: dict          # per-precision fallback thresholds (evaluation.thresholds)
     novelty_file: bytes       # the familiarity reference (serving.novelty)
     novelty: dict             # its manifest section
+    splits: Splits            # the engine's val / test rows with the acceptance verdicts and novelty
 
 
-def fit_held_out_stages(config: TrainConfig, fitted: "Fitted", clock) -> HeldOutStages:
+def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutStages:
     """The acceptance check, the fallback thresholds and the familiarity reference, in the
     order they depend on each other: the acceptance check's held-out verdicts mark the rows
     (the thresholds count them as the fallback's rates), then the familiarity reference flags
-    them. `fitted.splits` is rewritten with those marks. `make train` and every
-    cross-validation fold (training.crossval) run exactly this."""
+    them. The engine's `fitted.splits` stay as they were; the marked rows are `splits` of the
+    result. `make train` and every cross-validation fold (training.crossval) run exactly this."""
     check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
     clock.begin("acceptance")
-    acceptance = acceptance_check(config, fitted)
+    acceptance, verdicts = acceptance_check(config, fitted)
     clock.begin("thresholds")
-    thresholds = choose_thresholds(config, fitted)
+    thresholds = choose_thresholds(config, fitted, verdicts["val"])
     clock.begin("familiarity")
-    novelty_file, novelty = familiarity(config, fitted)
-    return HeldOutStages(acceptance, thresholds, novelty_file, novelty)
+    novelty_file, novelty, flagged = familiarity(config, fitted, verdicts)
+    return HeldOutStages(acceptance, thresholds, novelty_file, novelty, flagged)
 
 

@@ -2,23 +2,59 @@
 `Fitted`, and everything after it (thresholds, figures, bundle, parity, MLflow) is shared
 (training.engines.base.finish).
 
-ENGINES maps a name to the module that implements it; modules are imported on use, so
-choosing `local` never imports Dask.
+ENGINES maps a name to the module that implements it (the `Engine` protocol); modules are
+imported on use, so choosing `local` never imports Dask.
 """
 from __future__ import annotations
 
 import importlib
+import os
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-ENGINES = {
+from training.config import ENGINES as NAMES
+from training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from training.fitted import Fitted
+
+MODULES = {
     "local": "training.engines.local",          # every row in memory on this machine
     "dask": "training.engines.dask_cluster",    # logs as partitions on a Dask cluster
 }
+ENGINES = {name: MODULES[name] for name in NAMES}  # every engine TrainConfig accepts has its module
 
 
-def get_engine(name: str):
-    """The engine module of `name`: it provides fit(config, console, timings) -> Fitted and
-    evaluation_frame(config, console, *, splits, max_rows) -> (frame, data report, answer rows)."""
+class Engine(Protocol):
+    """What an engine module provides: where the rows are read, featurized and fitted."""
+
+    def fit(self, config: TrainConfig, console: Any, timings: dict, *, keep_train_rows: bool = False,
+            **options: Any) -> Fitted:
+        """Read, featurize and fit the heads; `keep_train_rows`: hand back the training rows
+        (cross-validation fits the reference on them). The local engine also takes `refit`
+        and `prepared` (training.crossval)."""
+        ...
+
+    def evaluation_frame(self, config: TrainConfig, console: Any, *, splits: tuple[str, ...],
+                         max_rows: int) -> tuple:
+        """(prepared rows of `splits`, at most `max_rows` each; data report; rows with an edge answer)."""
+        ...
+
+
+def passive_openmp_waits() -> None:
+    """LightGBM's OpenMP threads spin while they wait for each other. Where other processes
+    compete for the cores (a shared 2-core VM), a spinning thread waits for one that is not
+    running: a boosting round on 70,000 rows took 364 ms instead of 31 ms (docs/performance.md,
+    "Training at scale"). Passive waiting leaves the trees as they are. Called when an engine
+    is chosen, before it loads LightGBM (Dask's LocalCluster workers inherit it); a value
+    already set wins."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def get_engine(name: str) -> Engine:
+    """The engine module of `name` (the Engine protocol)."""
     try:
-        return importlib.import_module(ENGINES[name])
+        module = ENGINES[name]
     except KeyError:
         raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}") from None
+    passive_openmp_waits()
+    return cast(Engine, importlib.import_module(module))

@@ -7,48 +7,21 @@ MLflow run with its registered model version.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evaluation.rows import Rows
 from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
 from training.config import TrainConfig
-from training.held_out import familiarity_in_bundle, fit_held_out_stages, with_learned_zones
+from training.fitted import Fitted
+from training.held_out import Splits, familiarity_in_bundle, fit_held_out_stages, with_learned_zones
 
 PARITY_TOLERANCE = 1e-5
-
-# LightGBM's OpenMP threads spin while they wait for each other. Where other processes compete
-# for the cores (a shared 2-core VM), a spinning thread waits for one that is not running: a
-# boosting round on 70,000 rows took 364 ms instead of 31 ms (docs/performance.md, "Training at
-# scale"). Passive waiting leaves the trees as they are. Set before LightGBM is loaded (engines
-# import it on use; Dask's LocalCluster workers inherit it); a value already set wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
-
-
-@dataclass
-class Fitted:
-    """What an engine hands back; everything after it is shared."""
-
-    data_report: dict
-    plan: object               # training.featurize.FeaturePlan
-    objective: str             # training.model.OBJECTIVES
-    heads: list                # training.model.Head: booster cut at its best round, calibration
-    splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
-    embeddings: dict           # "val" / "test": the rows' projected embeddings (the feature matrix's last columns)
-    responses: object = None   # rows with an edge answer, as logged (data.prepare.response_rows), or None
-    tokens: dict | None = None  # "val" / "test": the rows' token ids (training.featurize.TokenRows), if kept
-    notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics
-    # The training rows (unscored; outcomes NaN where unknown), or a hash sample of them: what
-    # the reference policy and the tuned rule table are fitted on (training.crossval).
-    train_rows: Rows | None = None
-    # split -> head -> the booster's probability before calibration, for the rows of `splits`:
-    # cross-fitting calibrates the refit on every row with the folds' (training.crossval).
-    raw: dict | None = None
 
 
 @dataclass
@@ -128,26 +101,26 @@ def print_logs(console, report: dict) -> None:
                   f"{report['duplicates_merged']} duplicates merged")
 
 
-def split_figures(config: TrainConfig, fitted: Fitted, thresholds: dict) -> dict:
+def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict:
     """Validation and test figures of the learned router (zones as the SDK gives them,
-    unfamiliar prompts included) and the hand rule table."""
+    unfamiliar prompts included) and the hand rule table, on the held-out rows `splits`."""
     from evaluation.policies import summary
 
     metrics = {}
-    for name, rows in fitted.splits.items():
+    for name, rows in splits.items():
         zoned = with_learned_zones(config, rows, thresholds)
         metrics[name] = {**summary(zoned, catch_rate=config.fallback_catch_rate),
                          "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None}
     return metrics
 
 
-def cross_fitted_figures(config: TrainConfig, fitted: Fitted, thresholds: dict, cv) -> dict:
+def cross_fitted_figures(config: TrainConfig, splits: Splits, thresholds: dict, cv) -> dict:
     """A cross-fitted bundle's figures: the folds' estimates (means as "test", every interval
     as "cv") and the out-of-fold rows at the bundle's thresholds ("val": the thresholds were
     chosen on them). The refit's own rows are in sample and give no figure."""
     from training.crossval import headline_means
 
-    return {"test": headline_means(cv), "val": split_figures(config, fitted, thresholds)["val"], "cv": cv.summary()}
+    return {"test": headline_means(cv), "val": split_figures(config, splits, thresholds)["val"], "cv": cv.summary()}
 
 
 def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
@@ -230,8 +203,8 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     acceptance, thresholds = held_out.acceptance, held_out.thresholds
     novelty_file, novelty = held_out.novelty_file, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
-    figures = split_figures(config, fitted, thresholds) if cv is None else \
-        cross_fitted_figures(config, fitted, thresholds, cv)
+    figures = split_figures(config, held_out.splits, thresholds) if cv is None else \
+        cross_fitted_figures(config, held_out.splits, thresholds, cv)
     metrics = {**figures,
                "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
                "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
@@ -252,7 +225,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
-            metrics["parity_max_abs_diff"] = check_parity(staged.folder, fitted.splits["test"], config.parity_rows,
+            metrics["parity_max_abs_diff"] = check_parity(staged.folder, held_out.splits["test"], config.parity_rows,
                                                           public_key=_public_key(signing_key))
             metrics["acceptance_parity_max_abs_diff"] = check_acceptance_parity(
                 staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key))
@@ -263,7 +236,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     clock.end_run()
     mlflow.log_metrics(metrics_of(timings), run_id=run_id)
     return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest,
-                       fitted.splits["test"])
+                       held_out.splits["test"])
 
 
 def train(config: TrainConfig, *, console=None) -> TrainResult:

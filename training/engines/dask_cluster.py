@@ -24,7 +24,8 @@ import pandas as pd
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import (Fitted, note_training_sample, print_logs, sample_fraction,
+from training.fitted import Fitted
+from training.engines.base import (note_training_sample, print_logs, sample_fraction,
                                    training_share)
 
 

@@ -10,8 +10,9 @@ import numpy as np
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
+from training.fitted import Fitted
 from training.crossval import Refit
-from training.engines.base import (Fitted, label_of, note_training_sample, print_logs, sample_fraction,
+from training.engines.base import (label_of, note_training_sample, print_logs, sample_fraction,
                                    sample_numbers, split_and_label, training_share)
 from training.held_out import check_held_out_rows
 from training.lexical import MARGINS_OUTPUT
