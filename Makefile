@@ -28,7 +28,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test ui data bench loadtest label promote compare compare-configs replay simulate scale clean
+.PHONY: venv train evaluate results keys test lint ui data bench loadtest label promote compare compare-configs replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint]'
 	touch $@
 
 train: $(STAMP)
@@ -71,6 +71,12 @@ results: train
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
+
+# Formatting, lint (ruff: pycodestyle, pyflakes, imports, bugbear) and strict types on the SDK (mypy); .ci/run runs it.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
