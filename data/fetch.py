@@ -9,6 +9,7 @@ so a failed or interrupted fetch never leaves a folder that looks like logs. `ma
 elsewhere (a mirror, or a local server in tests) with ROUTER_ROUTELLM_URL and
 ROUTER_FASTCHAT_URL.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,25 +73,36 @@ def download(url: str, target: Path, *, sha256: str | None = None, timeout: floa
                 out.write(chunk)
             received = out.tell()
         if announced is not None and received != int(announced):
-            raise DownloadError(f"could not download {url}: incomplete: {received} of {announced} bytes arrived. "
-                                "Run the command again; if it keeps failing, the server or a proxy cuts the transfer.")
+            raise DownloadError(
+                f"could not download {url}: incomplete: {received} of {announced} bytes arrived. "
+                "Run the command again; if it keeps failing, the server or a proxy cuts the transfer."
+            )
         if sha256 is not None and digest.hexdigest() != sha256:
-            raise DownloadError(f"{url} (saved as {target.name}) has SHA-256 {digest.hexdigest()}, not the pinned "
-                                f"{sha256}: the server does not hold the pinned files (a changed mirror, or a proxy "
-                                "that rewrites them). Use the default URL or a faithful mirror.")
+            raise DownloadError(
+                f"{url} (saved as {target.name}) has SHA-256 {digest.hexdigest()}, not the pinned "
+                f"{sha256}: the server does not hold the pinned files (a changed mirror, or a proxy "
+                "that rewrites them). Use the default URL or a faithful mirror."
+            )
     except (urllib.error.URLError, OSError) as exc:
         target.unlink(missing_ok=True)
         raise DownloadError(
             f"could not download {url}: {exc}. If this machine is offline, copy a RouteLLM data "
-            "folder to it by hand and set ROUTER_DATA_DIR to that folder.") from exc
+            "folder to it by hand and set ROUTER_DATA_DIR to that folder."
+        ) from exc
     except DownloadError:
         target.unlink(missing_ok=True)
         raise
 
 
-def fetch(dest: Path, *, routellm_url: str = ROUTELLM_URL, fastchat_url: str = FASTCHAT_URL,
-          force: bool = False, checksums: Mapping[str, str] = PINNED_SHA256,
-          progress: Callable[[], None] | None = None) -> list[Path]:
+def fetch(
+    dest: Path,
+    *,
+    routellm_url: str = ROUTELLM_URL,
+    fastchat_url: str = FASTCHAT_URL,
+    force: bool = False,
+    checksums: Mapping[str, str] = PINNED_SHA256,
+    progress: Callable[[], None] | None = None,
+) -> list[Path]:
     """Download every planned file that is missing from `dest` (all of them with force) and
     return where they were written. Files arrive in `dest`.part and move into `dest` only
     when all of them are complete and verified; on any failure `dest` stays as it was and the

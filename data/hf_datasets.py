@@ -26,6 +26,7 @@ readable part-way is one `file` reject, the rows before it kept.
 `datasets` is imported only when a dataset is opened, so the SDK and the commands that never
 read one do not pay for it.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,10 @@ class DatasetLog:
 def is_saved_dataset(path: str | PurePath) -> bool:
     """A folder written by Dataset.save_to_disk or DatasetDict.save_to_disk, told by its files."""
     path = Path(path)
-    return path.is_dir() and (((path / "dataset_info.json").is_file() and (path / "state.json").is_file())
-                              or (path / "dataset_dict.json").is_file())
+    return path.is_dir() and (
+        ((path / "dataset_info.json").is_file() and (path / "state.json").is_file())
+        or (path / "dataset_dict.json").is_file()
+    )
 
 
 def is_dataset_object(item: Any) -> bool:
@@ -76,7 +79,8 @@ def is_dataset_object(item: Any) -> bool:
     unless `datasets` is imported, so this never imports it."""
     datasets = sys.modules.get("datasets")
     return datasets is not None and isinstance(
-        item, (datasets.Dataset, datasets.IterableDataset, datasets.DatasetDict, datasets.IterableDatasetDict))
+        item, (datasets.Dataset, datasets.IterableDataset, datasets.DatasetDict, datasets.IterableDatasetDict)
+    )
 
 
 def _spec(item: Any) -> str | None:
@@ -115,17 +119,20 @@ def open_dataset(item: Any) -> DatasetLog | None:
     if text.startswith(HUB):
         return _hub(text)
     if text.startswith(OBJECT):
-        raise DatasetSourceError(f"{text}: a dataset given as a Python object cannot be opened again from its name "
-                                 "(the Dask engine reads each log in another process); save it with save_to_disk "
-                                 "and give the folder")
+        raise DatasetSourceError(
+            f"{text}: a dataset given as a Python object cannot be opened again from its name "
+            "(the Dask engine reads each log in another process); save it with save_to_disk "
+            "and give the folder"
+        )
     folder, _, split = text.rpartition(SPLIT) if SPLIT in text else (text, "", None)
     from datasets import load_from_disk
 
     try:
         loaded = load_from_disk(folder)
     except Exception as exc:
-        raise DatasetSourceError(f"{text}: cannot open {folder} as a folder written by save_to_disk: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        raise DatasetSourceError(
+            f"{text}: cannot open {folder} as a folder written by save_to_disk: {type(exc).__name__}: {exc}"
+        ) from exc
     dataset = one_split(loaded, split, text)
     return DatasetLog(text, f"{os.path.realpath(folder)}{SPLIT}{split or ''}", dataset)
 
@@ -136,14 +143,19 @@ def one_split(loaded: Any, split: str | None, name: str) -> Any:
     not have, and a split named of a single dataset are errors saying what there is."""
     if not isinstance(loaded, dict):  # DatasetDict and IterableDatasetDict are dicts of splits
         if split is not None:
-            raise DatasetSourceError(f"{name}: a single dataset (saved with Dataset.save_to_disk), not a DatasetDict: "
-                                     f"it has no split {split!r}; name it without {SPLIT}{split}")
+            raise DatasetSourceError(
+                f"{name}: a single dataset (saved with Dataset.save_to_disk), not a DatasetDict: "
+                f"it has no split {split!r}; name it without {SPLIT}{split}"
+            )
         return loaded
     splits = ", ".join(loaded)
     if split is None:
         first = next(iter(loaded), "SPLIT")
-        how = f"pass one of them, e.g. dataset[{first!r}]" if name.startswith(OBJECT) else \
-            f"name the one to read, e.g. {name}{SPLIT}{first}"
+        how = (
+            f"pass one of them, e.g. dataset[{first!r}]"
+            if name.startswith(OBJECT)
+            else f"name the one to read, e.g. {name}{SPLIT}{first}"
+        )
         raise DatasetSourceError(f"{name} is a DatasetDict of splits {splits}: {how}")
     if split not in loaded:
         raise DatasetSourceError(f"{name}: no split {split!r}; its splits: {splits}")
@@ -161,12 +173,17 @@ def _hub(spec: str) -> DatasetLog:
     try:
         loaded = datasets.load_dataset(repo, revision=revision, split=split)
     except Exception as exc:
-        hint = (f"Offline (HF_HUB_OFFLINE=1), a hub dataset is read from the local cache "
-                f"({datasets.config.HF_DATASETS_CACHE}) only: load it there once on a connected machine, or save "
-                "it with save_to_disk and give the folder" if datasets.config.HF_HUB_OFFLINE
-                else "Is the hub reachable from this machine?")
-        raise DatasetSourceError(f"{spec}: datasets.load_dataset({repo!r}, revision={revision!r}, split={split!r}) "
-                                 f"failed: {type(exc).__name__}: {exc}. {hint}") from exc
+        hint = (
+            f"Offline (HF_HUB_OFFLINE=1), a hub dataset is read from the local cache "
+            f"({datasets.config.HF_DATASETS_CACHE}) only: load it there once on a connected machine, or save "
+            "it with save_to_disk and give the folder"
+            if datasets.config.HF_HUB_OFFLINE
+            else "Is the hub reachable from this machine?"
+        )
+        raise DatasetSourceError(
+            f"{spec}: datasets.load_dataset({repo!r}, revision={revision!r}, split={split!r}) "
+            f"failed: {type(exc).__name__}: {exc}. {hint}"
+        ) from exc
     dataset = one_split(loaded, None, spec) if split is None else loaded
     if revision is not None:
         check_revision(spec, repo, revision, loaded_commit(dataset))
@@ -199,9 +216,11 @@ def check_revision(spec: str, repo: str, revision: str, loaded: str | None) -> N
     if expected is not None and loaded is not None and loaded.startswith(expected):
         return
     known = f"is commit {expected}" if expected else "is not recorded in the local hub cache"
-    raise DatasetSourceError(f"{spec}: the cached rows of {repo} come from commit {loaded}, and revision {revision!r} "
-                             f"{known}. Offline, datasets serves the latest cached version whatever revision is "
-                             "asked: load that revision once on a connected machine, or name the commit you have")
+    raise DatasetSourceError(
+        f"{spec}: the cached rows of {repo} come from commit {loaded}, and revision {revision!r} "
+        f"{known}. Offline, datasets serves the latest cached version whatever revision is "
+        "asked: load that revision once on a connected machine, or name the commit you have"
+    )
 
 
 def object_name(item: Any) -> str:

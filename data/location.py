@@ -1,4 +1,5 @@
 """Where the outcome logs are, when the user names none."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,10 @@ def default_data_paths() -> list[Path]:
     env = os.environ.get("ROUTER_DATA_DIR")
     if env:
         if not Path(env).exists():
-            raise FileNotFoundError(f"ROUTER_DATA_DIR={env} does not exist. Point it at a folder of logs "
-                                    "(canonical JSONL/CSV/Parquet or RouteLLM layout), or unset it.")
+            raise FileNotFoundError(
+                f"ROUTER_DATA_DIR={env} does not exist. Point it at a folder of logs "
+                "(canonical JSONL/CSV/Parquet or RouteLLM layout), or unset it."
+            )
         return [Path(env)]
     for path in FALLBACKS:
         if path.exists():
@@ -38,10 +41,13 @@ def fetch_public_logs(say: Callable[[str], None]) -> Path:
     from data.fetch import PINNED_SHA256, DownloadError, fastchat_url, fetch, routellm_url
 
     urls = {"routellm_url": routellm_url(), "fastchat_url": fastchat_url()}
-    searched = (f"ROUTER_DATA_DIR is not set, and neither {FALLBACKS[0]} nor {FALLBACKS[1]} exists "
-                f"(relative to {Path.cwd()})")
-    say(f"no outcome logs in the default places ({searched}): downloading the pinned public RouteLLM logs from "
-        f"{urls['routellm_url']} and {urls['fastchat_url']} into {FETCHED}, as `make data` does")
+    searched = (
+        f"ROUTER_DATA_DIR is not set, and neither {FALLBACKS[0]} nor {FALLBACKS[1]} exists (relative to {Path.cwd()})"
+    )
+    say(
+        f"no outcome logs in the default places ({searched}): downloading the pinned public RouteLLM logs from "
+        f"{urls['routellm_url']} and {urls['fastchat_url']} into {FETCHED}, as `make data` does"
+    )
     try:
         written = fetch(FETCHED, **urls)
     except DownloadError as exc:
@@ -49,9 +55,12 @@ def fetch_public_logs(say: Callable[[str], None]) -> Path:
             f"no outcome logs found: {searched}. Downloading the pinned public RouteLLM logs into {FETCHED} "
             f"failed, and nothing of it was kept: {exc} To train, connect this machine and run again (or run "
             f"`make data`), pass --data PATH, set ROUTER_DATA_DIR=/path/to/logs, or place the RouteLLM folder at "
-            f"{FALLBACKS[1]}.") from exc
+            f"{FALLBACKS[1]}."
+        ) from exc
     size = sum(path.stat().st_size for path in written)
     pinned = sum(str(path.relative_to(FETCHED)) in PINNED_SHA256 for path in written)
-    say(f"downloaded {len(written)} files ({size / 1e6:.1f} MB) into {FETCHED}, each with all the bytes the server "
-        f"announced" + (f", {pinned} matching their pinned SHA-256" if pinned else ""))
+    say(
+        f"downloaded {len(written)} files ({size / 1e6:.1f} MB) into {FETCHED}, each with all the bytes the server "
+        f"announced" + (f", {pinned} matching their pinned SHA-256" if pinned else "")
+    )
     return FETCHED

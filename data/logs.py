@@ -13,6 +13,7 @@ symlinks, aliases or arguments lead to it (a symlink loop is entered once, with 
 warning). A path that is neither a file nor a folder (a dangling symlink) and a folder
 that cannot be listed are `file` rejects that say why.
 """
+
 from __future__ import annotations
 
 import glob
@@ -25,10 +26,16 @@ from typing import Callable, Iterable, Iterator
 
 from data.hf_datasets import DatasetLog, iter_dataset, names_dataset, open_dataset, source_name
 from data.readers import FORMATS, RawRow, read_table
-from data.routellm import (is_correctness_csv, is_mt_bench_folder, is_routellm_folder, iter_correctness_csv,
-                           iter_mt_bench, iter_routellm)
-from data.sdk_logs import is_outcome_log_folder, iter_outcome_log
+from data.routellm import (
+    is_correctness_csv,
+    is_mt_bench_folder,
+    is_routellm_folder,
+    iter_correctness_csv,
+    iter_mt_bench,
+    iter_routellm,
+)
 from data.schema import COLUMNS, TOKENS, Reject, RowError, Unlabelled, check_row
+from data.sdk_logs import is_outcome_log_folder, iter_outcome_log
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +45,21 @@ class DataQualityError(RuntimeError):
 
 
 # What a command's --data (or --logs) takes: docs/log-format.md says how each is read.
-SOURCES_HELP = ("log file, glob, folder, or Hugging Face dataset: a save_to_disk folder (PATH::SPLIT for a "
-                "DatasetDict) or hf://OWNER/NAME@REVISION::SPLIT from the local HF cache")
+SOURCES_HELP = (
+    "log file, glob, folder, or Hugging Face dataset: a save_to_disk folder (PATH::SPLIT for a "
+    "DatasetDict) or hf://OWNER/NAME@REVISION::SPLIT from the local HF cache"
+)
 
 
 def _children(path: Path) -> list[Path]:
     """The log files and sub-folders of a folder. Names that start with "_" or "." are
     markers and metadata (_SUCCESS, _metadata.json, .crc), not logs. A dangling symlink
     with a log's name is kept: reading it reports it. Raises OSError if it cannot be listed."""
-    return [child for child in sorted(path.iterdir())
-            if not child.name.startswith(("_", ".")) and (child.is_dir() or child.suffix.lower() in FORMATS)]
+    return [
+        child
+        for child in sorted(path.iterdir())
+        if not child.name.startswith(("_", ".")) and (child.is_dir() or child.suffix.lower() in FORMATS)
+    ]
 
 
 def _walk(path: Path | DatasetLog, seen: set[str]) -> Iterator[Path | DatasetLog]:
@@ -151,12 +163,16 @@ def expand(paths: Iterable) -> list[Path | DatasetLog]:
     return found
 
 
-NO_TEXT = ("prompt logged without its text (OutcomeLog(store_prompts=False)): only `make train` with the "
-           "local engine learns from its token ids")
+NO_TEXT = (
+    "prompt logged without its text (OutcomeLog(store_prompts=False)): only `make train` with the "
+    "local engine learns from its token ids"
+)
 WELL_FORMED = ("unlabelled", "no_text")  # reject kinds that are not bad data
 # What to do when only rows without text are left, for a command that reads prompts from their text.
-TEXT_NEEDED = ("give it logs kept with their text (OutcomeLog(store_prompts=True)); only `make train` with the "
-               "local engine learns from token ids")
+TEXT_NEEDED = (
+    "give it logs kept with their text (OutcomeLog(store_prompts=True)); only `make train` with the "
+    "local engine learns from token ids"
+)
 
 
 def below_propensity_floor(propensity: float | None, floor: float) -> str | None:
@@ -164,9 +180,11 @@ def below_propensity_floor(propensity: float | None, floor: float) -> str | None
     if it can. Weighted by 1 / propensity, one such row would outweigh the rest of the log."""
     if propensity is None or propensity >= floor:
         return None
-    return (f"propensity {propensity!r} is below the floor {floor} of the off-policy estimates (min_propensity): "
-            f"weighted by 1/propensity, this one request would count for more than {floor ** -1:.0f} requests "
-            "logged with propensity 1 (a wrong propensity, or a side the logging policy almost never chose)")
+    return (
+        f"propensity {propensity!r} is below the floor {floor} of the off-policy estimates (min_propensity): "
+        f"weighted by 1/propensity, this one request would count for more than {floor**-1:.0f} requests "
+        "logged with propensity 1 (a wrong propensity, or a side the logging policy almost never chose)"
+    )
 
 
 @dataclass
@@ -246,8 +264,13 @@ def read_unit(path: Path | DatasetLog, *, min_propensity: float = 0.0) -> Loaded
     return result
 
 
-def load_logs(paths: Iterable[str | Path], *, max_reject_share: float = 0.05,
-              rejects_path: Path | None = None, min_propensity: float = 0.0) -> LoadedLogs:
+def load_logs(
+    paths: Iterable[str | Path],
+    *,
+    max_reject_share: float = 0.05,
+    rejects_path: Path | None = None,
+    min_propensity: float = 0.0,
+) -> LoadedLogs:
     """Read and validate every row under `paths` (see module doc). Rows logged without their
     text are `no_text` rejects here: only the local training engine reads them (read_unit).
     Rows with a propensity below `min_propensity` (the floor of an off-policy reader) are rejects."""
@@ -259,13 +282,26 @@ def load_logs(paths: Iterable[str | Path], *, max_reject_share: float = 0.05,
     result = result.without_token_rows()
     if rejects_path is not None:
         result.write_rejects(rejects_path)
-    check_reject_share(n_valid=len(result.rows), n_read=result.n_read, rejects=result.rejects,
-                       max_reject_share=max_reject_share, paths=paths, rejects_path=rejects_path)
+    check_reject_share(
+        n_valid=len(result.rows),
+        n_read=result.n_read,
+        rejects=result.rejects,
+        max_reject_share=max_reject_share,
+        paths=paths,
+        rejects_path=rejects_path,
+    )
     return result
 
 
-def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_reject_share: float,
-                       paths: Iterable[str | Path], rejects_path: Path | None) -> None:
+def check_reject_share(
+    *,
+    n_valid: int,
+    n_read: int,
+    rejects: list[Reject],
+    max_reject_share: float,
+    paths: Iterable[str | Path],
+    rejects_path: Path | None,
+) -> None:
     """Stop the run when nothing is usable or more than `max_reject_share` of what was read is bad."""
     where = f" (details: {rejects_path})" if rejects_path else ""
     unlabelled = sum(r.kind == "unlabelled" for r in rejects)
@@ -274,10 +310,13 @@ def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_
         waiting = f", {unlabelled} of them requests with no outcome yet" if unlabelled else ""
         no_text = [r for r in rejects if r.kind == "no_text"]
         if no_text:  # well formed, but this command reads prompts from their text
-            waiting += (f", {len(no_text)} of them logged without their text (OutcomeLog(store_prompts=False)): "
-                        f"this command reads prompts from their text; {TEXT_NEEDED}")
-        raise DataQualityError(f"no valid rows in {', '.join(map(source_name, paths))}: {len(rejects)} rejected"
-                               f"{waiting}{where}")
+            waiting += (
+                f", {len(no_text)} of them logged without their text (OutcomeLog(store_prompts=False)): "
+                f"this command reads prompts from their text; {TEXT_NEEDED}"
+            )
+        raise DataQualityError(
+            f"no valid rows in {', '.join(map(source_name, paths))}: {len(rejects)} rejected{waiting}{where}"
+        )
     # Requests still waiting for an outcome, and rows this reader cannot use although they
     # are well formed (logged without text), are reported, not counted as bad data.
     share = len(invalid) / max(n_read - unlabelled, 1)
@@ -285,4 +324,5 @@ def check_reject_share(*, n_valid: int, n_read: int, rejects: list[Reject], max_
         examples = "; ".join(f"{r.file} {r.location}: {r.reason}" for r in invalid[:3])
         raise DataQualityError(
             f"{len(invalid)} of {n_read - unlabelled} rows/files rejected "
-            f"({share:.1%} > allowed {max_reject_share:.1%}){where}. First: {examples}")
+            f"({share:.1%} > allowed {max_reject_share:.1%}){where}. First: {examples}"
+        )

@@ -1,4 +1,5 @@
 """From validated rows to a training table: merge duplicate prompts, split by prompt hash."""
+
 from __future__ import annotations
 
 import hashlib
@@ -6,8 +7,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-QUALITY_AND_COSTS = ["edge_quality", "cloud_quality", "edge_latency_ms", "cloud_latency_ms",
-                     "edge_cost", "cloud_cost"]
+QUALITY_AND_COSTS = ["edge_quality", "cloud_quality", "edge_latency_ms", "cloud_latency_ms", "edge_cost", "cloud_cost"]
 
 
 def prompt_hash(prompt: str) -> str:
@@ -65,16 +65,18 @@ def merge_duplicates(frame: pd.DataFrame) -> pd.DataFrame:
     return out.iloc[order.loc[out["prompt"]].argsort(kind="stable")].reset_index(drop=True)
 
 
-def response_rows(frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str = "",
-                  offset: float = 0.0) -> pd.DataFrame:
+def response_rows(
+    frame: pd.DataFrame, *, val_share: float, test_share: float, salt: str = "", offset: float = 0.0
+) -> pd.DataFrame:
     """The logged rows that carry an edge answer, each with its own outcome (not merged), with
     the split of its prompt (assign_splits): what the acceptance check learns and is tested on."""
     from data.schema import RESPONSE_COLUMNS
 
     columns = ["request_id", "prompt", "precision", "source", "edge_quality", "cloud_quality", *RESPONSE_COLUMNS]
     rows = frame.loc[frame["edge_response"].notna(), columns].reset_index(drop=True)
-    return rows.assign(split=assign_splits(rows["prompt"], val_share=val_share, test_share=test_share, salt=salt,
-                                           offset=offset))
+    return rows.assign(
+        split=assign_splits(rows["prompt"], val_share=val_share, test_share=test_share, salt=salt, offset=offset)
+    )
 
 
 def _merge_weighted_outcomes(rows: pd.DataFrame, merged: pd.DataFrame) -> None:
@@ -96,8 +98,9 @@ def hash_uniform(prompts, salt: str = "") -> np.ndarray:
     return np.array([int(prompt_hash(salt + p)[:12], 16) / 16**12 for p in prompts])
 
 
-def assign_splits(prompts: pd.Series, *, val_share: float, test_share: float,
-                  salt: str = "", offset: float = 0.0) -> np.ndarray:
+def assign_splits(
+    prompts: pd.Series, *, val_share: float, test_share: float, salt: str = "", offset: float = 0.0
+) -> np.ndarray:
     """'train' / 'val' / 'test' per prompt from its hash: the same prompt always lands together.
     The prompts whose hash number, shifted down by `offset` (mod 1), falls below `test_share`
     are the test split, the next `val_share` the validation split: with test_share = 1/K,
@@ -130,5 +133,8 @@ def rows_per_source(frame: pd.DataFrame) -> dict[str, int]:
 def fingerprint(valid: pd.DataFrame, merged: pd.DataFrame) -> dict:
     """What ties a model to its data: prompts after merging, rows per source, and the content
     hash of the valid rows as read (before merging; both engines compute the same)."""
-    return {"rows": int(len(merged)), "rows_per_source": rows_per_source(merged),
-            "content_sum64": str(content_sum64(valid))}
+    return {
+        "rows": int(len(merged)),
+        "rows_per_source": rows_per_source(merged),
+        "content_sum64": str(content_sum64(valid)),
+    }

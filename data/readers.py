@@ -28,6 +28,7 @@ the rows an unterminated quote swallowed are read (and checked) as rows of their
 
 Parquet, read with pyarrow: "row N" is the 1-based row in the file.
 """
+
 from __future__ import annotations
 
 import csv
@@ -67,8 +68,9 @@ def format_of(path: Path) -> str:
     try:
         return FORMATS[path.suffix.lower()]
     except KeyError:
-        raise ValueError(f"{path}: unsupported log format {path.suffix!r}; "
-                         f"use one of {', '.join(sorted(FORMATS))}") from None
+        raise ValueError(
+            f"{path}: unsupported log format {path.suffix!r}; use one of {', '.join(sorted(FORMATS))}"
+        ) from None
 
 
 def read_table(path: Path, rejects: list[Reject]) -> Iterator[RawRow]:
@@ -113,8 +115,10 @@ def _json_line(raw: bytes, offset: int, first: bool) -> dict | _BadRow | None:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _BadRow(f"invalid UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} "
-                       f"(byte offset {offset + exc.start} in the file)")
+        return _BadRow(
+            f"invalid UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} "
+            f"(byte offset {offset + exc.start} in the file)"
+        )
     if first:
         line = line.removeprefix(BOM)
     if not line.strip():
@@ -158,9 +162,11 @@ def _csv(path: Path) -> Iterator[tuple[str, dict | _BadRow]]:
             return f"malformed CSV (line {first + 1}): {len(fields)} fields, the header has {len(header)}"
         swallowed = _swallowed_row(fields)
         if swallowed is not None:
-            return (f"malformed CSV (line {first + 1}): unterminated quote? The quoted value that starts on "
-                    f"this line spans lines, and line {first + 1 + swallowed} in it holds the rest of a row; "
-                    "not merged into one value")
+            return (
+                f"malformed CSV (line {first + 1}): unterminated quote? The quoted value that starts on "
+                f"this line spans lines, and line {first + 1 + swallowed} in it holds the rest of a row; "
+                "not merged into one value"
+            )
         return None
 
     number = 0
@@ -181,12 +187,16 @@ def _csv(path: Path) -> Iterator[tuple[str, dict | _BadRow]]:
 def _csv_row(header: list[str], fields: list[str]) -> dict:
     """A record as a row: markers of a missing value that spreadsheet and data-frame tools
     write (NA, null, ...) are missing in every column but the prompt, whose text is kept as is."""
-    return {name: None if name != "prompt" and value.strip() in MISSING_MARKERS else value
-            for name, value in zip(header, fields)}
+    return {
+        name: None if name != "prompt" and value.strip() in MISSING_MARKERS else value
+        for name, value in zip(header, fields)
+    }
 
 
-def _csv_records(lines: list[str], malformed: Callable[[list[str], int, int], str | None],
-                 ) -> Iterator[list[str] | _BadRow]:
+def _csv_records(
+    lines: list[str],
+    malformed: Callable[[list[str], int, int], str | None],
+) -> Iterator[list[str] | _BadRow]:
     """Each record's fields, or why it is malformed; blank lines skipped. After a malformed
     record, parsing resumes on the line after the one it started on, so what it swallowed
     is read again as records of their own."""
@@ -221,14 +231,15 @@ def _swallowed_row(fields: list[str]) -> int | None:
         parts = line.split(",")
         if len(parts) == len(fields) - start:
             kinds = [(_kind(part), _kind(fields[c])) for c, part in enumerate(parts, start) if c != column]
-            if (any(a == b in ("bool", "number") for a, b in kinds)
-                    and all(a == b or "empty" in (a, b) for a, b in kinds)):
+            if any(a == b in ("bool", "number") for a, b in kinds) and all(
+                a == b or "empty" in (a, b) for a, b in kinds
+            ):
                 return k
     return None
 
 
 def _kind(cell: str) -> str:
-    """"empty", "bool" (true/false), "number" or "text"."""
+    """ "empty", "bool" (true/false), "number" or "text"."""
     cell = cell.strip()
     if not cell:
         return "empty"

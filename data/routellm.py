@@ -9,6 +9,7 @@ Folder layout (any subset may be present):
 Each file yields raw rows in the canonical schema plus where they came from; the
 caller validates them (data.schema.check_row) and collects rejects.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,25 +25,78 @@ CLOUD_MODEL = "gpt-4-1106-preview"
 # rule table knows; the rest follow MMLU's own STEM / humanities / social split.
 SUBJECT_DOMAIN = {
     **dict.fromkeys(["international_law", "jurisprudence", "professional_law"], "legal"),
-    **dict.fromkeys(["anatomy", "clinical_knowledge", "college_medicine", "human_aging",
-                     "medical_genetics", "nutrition", "professional_medicine", "virology"], "medical"),
-    **dict.fromkeys(["professional_accounting", "econometrics", "high_school_macroeconomics",
-                     "high_school_microeconomics"], "finance"),
+    **dict.fromkeys(
+        [
+            "anatomy",
+            "clinical_knowledge",
+            "college_medicine",
+            "human_aging",
+            "medical_genetics",
+            "nutrition",
+            "professional_medicine",
+            "virology",
+        ],
+        "medical",
+    ),
+    **dict.fromkeys(
+        ["professional_accounting", "econometrics", "high_school_macroeconomics", "high_school_microeconomics"],
+        "finance",
+    ),
     **dict.fromkeys(["business_ethics", "management", "marketing", "public_relations"], "business"),
-    **dict.fromkeys(["abstract_algebra", "college_mathematics", "elementary_mathematics",
-                     "high_school_mathematics", "high_school_statistics"], "math"),
-    **dict.fromkeys(["college_computer_science", "high_school_computer_science",
-                     "machine_learning", "computer_security"], "code"),
-    **dict.fromkeys(["astronomy", "college_biology", "college_chemistry", "college_physics",
-                     "conceptual_physics", "electrical_engineering", "high_school_biology",
-                     "high_school_chemistry", "high_school_physics"], "science"),
+    **dict.fromkeys(
+        [
+            "abstract_algebra",
+            "college_mathematics",
+            "elementary_mathematics",
+            "high_school_mathematics",
+            "high_school_statistics",
+        ],
+        "math",
+    ),
+    **dict.fromkeys(
+        ["college_computer_science", "high_school_computer_science", "machine_learning", "computer_security"], "code"
+    ),
+    **dict.fromkeys(
+        [
+            "astronomy",
+            "college_biology",
+            "college_chemistry",
+            "college_physics",
+            "conceptual_physics",
+            "electrical_engineering",
+            "high_school_biology",
+            "high_school_chemistry",
+            "high_school_physics",
+        ],
+        "science",
+    ),
     **dict.fromkeys(["formal_logic", "logical_fallacies"], "reasoning"),
-    **dict.fromkeys(["high_school_european_history", "high_school_us_history",
-                     "high_school_world_history", "philosophy", "prehistory", "world_religions",
-                     "moral_disputes", "moral_scenarios"], "humanities"),
-    **dict.fromkeys(["high_school_geography", "high_school_government_and_politics",
-                     "high_school_psychology", "professional_psychology", "sociology",
-                     "us_foreign_policy", "security_studies", "human_sexuality"], "social_science"),
+    **dict.fromkeys(
+        [
+            "high_school_european_history",
+            "high_school_us_history",
+            "high_school_world_history",
+            "philosophy",
+            "prehistory",
+            "world_religions",
+            "moral_disputes",
+            "moral_scenarios",
+        ],
+        "humanities",
+    ),
+    **dict.fromkeys(
+        [
+            "high_school_geography",
+            "high_school_government_and_politics",
+            "high_school_psychology",
+            "professional_psychology",
+            "sociology",
+            "us_foreign_policy",
+            "security_studies",
+            "human_sexuality",
+        ],
+        "social_science",
+    ),
     **dict.fromkeys(["global_facts", "miscellaneous"], "general"),
 }
 
@@ -76,8 +130,8 @@ def _bool_quality(value):
         return 0.0
     return value
 
-def _correctness_rows(path: Path, source: str, domain: str | None,
-                      rejects: list[Reject]) -> Iterator[RawRow]:
+
+def _correctness_rows(path: Path, source: str, domain: str | None, rejects: list[Reject]) -> Iterator[RawRow]:
     """Rows of a correctness CSV; the edge model's answer when the file has it (GSM8K)."""
     stem = path.stem.removeprefix("mmlu_")
     for raw in read_table(path, rejects):
@@ -86,16 +140,20 @@ def _correctness_rows(path: Path, source: str, domain: str | None,
         if missing:
             rejects.append(Reject(str(path), "file", f"missing column(s): {', '.join(missing)}"))
             return
-        yield RawRow(raw.file, raw.location, {
-            "request_id": f"{source}/{stem}/{raw.index}" if source == "mmlu" else f"{source}/{raw.index}",
-            "prompt": row.get("prompt"),
-            "domain": domain,
-            "precision": "exact",
-            "edge_quality": _bool_quality(row.get(EDGE_MODEL)),
-            "cloud_quality": _bool_quality(row.get(CLOUD_MODEL)),
-            "source": source,
-            "edge_response": row.get(f"{EDGE_MODEL}_response"),
-        })
+        yield RawRow(
+            raw.file,
+            raw.location,
+            {
+                "request_id": f"{source}/{stem}/{raw.index}" if source == "mmlu" else f"{source}/{raw.index}",
+                "prompt": row.get("prompt"),
+                "domain": domain,
+                "precision": "exact",
+                "edge_quality": _bool_quality(row.get(EDGE_MODEL)),
+                "cloud_quality": _bool_quality(row.get(CLOUD_MODEL)),
+                "source": source,
+                "edge_response": row.get(f"{EDGE_MODEL}_response"),
+            },
+        )
 
 
 def answer_in_judge_prompt(judge_prompt: str, turn: int) -> str | None:
@@ -150,12 +208,19 @@ def iter_mt_bench(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 # A judge score outside 1-10 (RouteLLM uses -1 for "no verdict") stays out
                 # of range after scaling, so check_row rejects it with the value shown.
                 qualities[field] = None if score is None else (score - low) / (high - low)
-            yield RawRow(raw.file, f"{raw.location}, turn {turn}", {
-                "request_id": f"mt_bench/{q.get('question_id')}/turn{turn}",
-                "prompt": prompt, "domain": domain, "precision": precision,
-                "source": "mt_bench", **qualities,
-                "edge_response": answers.get((int(q.get("question_id", -1)), turn)),
-            })
+            yield RawRow(
+                raw.file,
+                f"{raw.location}, turn {turn}",
+                {
+                    "request_id": f"mt_bench/{q.get('question_id')}/turn{turn}",
+                    "prompt": prompt,
+                    "domain": domain,
+                    "precision": precision,
+                    "source": "mt_bench",
+                    **qualities,
+                    "edge_response": answers.get((int(q.get("question_id", -1)), turn)),
+                },
+            )
 
 
 def is_mt_bench_folder(path: Path) -> bool:

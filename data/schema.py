@@ -3,6 +3,7 @@
 One row per request. Loaders for any format (canonical JSONL/CSV/Parquet, RouteLLM)
 turn their input into dicts with these fields and pass them through `check_row`.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,16 +23,31 @@ RESPONSE_COLUMNS = (RESPONSE_TEXT, *RESPONSE_NUMBERS)
 # Rows from traffic where each request ran on one model: which side ran first, and the
 # probability with which the logging policy chose it (training.partial weighs by it).
 LOGGING_COLUMNS = ("routed_to", "propensity")
-COLUMNS = ("request_id", "prompt", "domain", "precision", "edge_quality", "cloud_quality",
-           *OPTIONAL_NUMBERS, "source", *RESPONSE_COLUMNS, *LOGGING_COLUMNS)
+COLUMNS = (
+    "request_id",
+    "prompt",
+    "domain",
+    "precision",
+    "edge_quality",
+    "cloud_quality",
+    *OPTIONAL_NUMBERS,
+    "source",
+    *RESPONSE_COLUMNS,
+    *LOGGING_COLUMNS,
+)
 # A prompt logged without its text (serving.outcome_log's privacy modes): the scalar inputs the
 # logging bundle computed and either the prompt's token ids (privacy "token_ids") or its
 # encoder's pooled embedding before the projection ("embedding"), with what identifies them
 # (serving.routing.model_inputs). Such a row has `prompt` None and this field instead; only the
 # local training engine reads them (training.token_rows), everything else reports them as `no_text`.
 TOKENS = "prompt_tokens"
-_MODEL_INPUTS = {"tokenizer_sha256": str, "max_tokens": int, "add_special_tokens": bool, "scalars": list,
-                 "feature_names": list}
+_MODEL_INPUTS = {
+    "tokenizer_sha256": str,
+    "max_tokens": int,
+    "add_special_tokens": bool,
+    "scalars": list,
+    "feature_names": list,
+}
 TOKEN_FIELDS = {**_MODEL_INPUTS, "input_ids": list}
 EMBEDDING_FIELDS = {**_MODEL_INPUTS, "encoder_sha256": str, "embedding": list}
 
@@ -100,8 +116,10 @@ def check_row(row: dict, *, default_source: str) -> dict:
     if _missing(prompt) and not _missing(row.get(TOKENS)):
         out.update(prompt=None, **{TOKENS: check_prompt_tokens(row[TOKENS])})
     elif _missing(prompt) and TOKENS in row:
-        raise RowError(f"logged without its text and without model inputs ({TOKENS} is null): the logging router "
-                       "could not compute them (no bundle, or privacy='embedding' with a bundle without its encoder)")
+        raise RowError(
+            f"logged without its text and without model inputs ({TOKENS} is null): the logging router "
+            "could not compute them (no bundle, or privacy='embedding' with a bundle without its encoder)"
+        )
     elif _missing(prompt):
         raise RowError("prompt is missing")
     elif not isinstance(prompt, str):
@@ -183,18 +201,24 @@ def _logging(row: dict, edge: float | None, cloud: float | None) -> dict:
     if propensity is not None and not 0.0 < propensity <= 1.0:
         raise RowError(f"propensity must be a probability in (0, 1], got {row.get('propensity')!r}")
     if edge is None and cloud is None:
-        raise Unlabelled("edge_quality and cloud_quality are both missing: no outcome known yet "
-                         "(router.feedback or make label gives one)")
+        raise Unlabelled(
+            "edge_quality and cloud_quality are both missing: no outcome known yet "
+            "(router.feedback or make label gives one)"
+        )
     if edge is None or cloud is None:
         known = "edge" if edge is not None else "cloud"
         missing = "cloud_quality" if known == "edge" else "edge_quality"
         if propensity is None or routed_to is None:
-            raise RowError(f"{missing} is missing; a row with one outcome needs `routed_to` and `propensity` (the "
-                           "probability with which the logging policy chose that side), otherwise its outcome "
-                           "cannot be weighed against the traffic it stands for")
+            raise RowError(
+                f"{missing} is missing; a row with one outcome needs `routed_to` and `propensity` (the "
+                "probability with which the logging policy chose that side), otherwise its outcome "
+                "cannot be weighed against the traffic it stands for"
+            )
         if routed_to != known:
-            raise RowError(f"only the {known} outcome is known but the request was routed to {routed_to} first: "
-                           f"the {known} ran as a fallback, with no logged probability")
+            raise RowError(
+                f"only the {known} outcome is known but the request was routed to {routed_to} first: "
+                f"the {known} ran as a fallback, with no logged probability"
+            )
     return {"routed_to": routed_to, "propensity": propensity}
 
 

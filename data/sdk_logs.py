@@ -17,6 +17,7 @@ inputs instead (data.schema.TOKENS; training.token_rows).
 Unparsable lines, records of an unknown type, a request id logged twice and feedback for a
 request the folder does not hold are rejects with their file, line and reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,14 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             rejects.append(Reject(file, location, f"record without a request_id: {request_id!r}"))
         elif kind == "request":
             if request_id in requests:
-                rejects.append(Reject(file, location, f"request_id {request_id} logged twice (first at "
-                                                      f"{requests[request_id][0]} {requests[request_id][1]})"))
+                rejects.append(
+                    Reject(
+                        file,
+                        location,
+                        f"request_id {request_id} logged twice (first at "
+                        f"{requests[request_id][0]} {requests[request_id][1]})",
+                    )
+                )
                 continue
             requests[request_id] = (file, location, record)
             _apply(outcomes.setdefault(request_id, {}), record, ("edge_quality", "cloud_quality"))
@@ -110,8 +117,9 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     for file, location, record in sorted(later, key=lambda item: _time(item[2])):
         request_id = record["request_id"]
         if request_id not in requests:
-            rejects.append(Reject(file, location, f"{record['type']} for request_id {request_id}, which this "
-                                                  "log does not hold"))
+            rejects.append(
+                Reject(file, location, f"{record['type']} for request_id {request_id}, which this log does not hold")
+            )
             continue
         if record["type"] == "feedback":
             _apply(outcomes[request_id], record, ("edge_quality", "cloud_quality"))
@@ -123,13 +131,23 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 answers.setdefault(request_id, {})[side] = record["response"]
     for index, (request_id, (file, location, record)) in enumerate(requests.items()):
         edge_answer = record.get("edge_response") or answers.get(request_id, {}).get("edge")
-        yield RawRow(file, location, {
-            "request_id": request_id, "prompt": record.get("prompt"), "precision": record.get("precision"),
-            "source": "sdk", "routed_to": record.get("target"), "propensity": record.get("propensity"),
-            "edge_response": edge_answer, **outcomes[request_id],
-            # store_prompts=False: the model inputs the logging bundle computed (data.schema.TOKENS)
-            **({TOKENS: record.get("features")} if record.get("prompt") is None else {}),
-        }, index)
+        yield RawRow(
+            file,
+            location,
+            {
+                "request_id": request_id,
+                "prompt": record.get("prompt"),
+                "precision": record.get("precision"),
+                "source": "sdk",
+                "routed_to": record.get("target"),
+                "propensity": record.get("propensity"),
+                "edge_response": edge_answer,
+                **outcomes[request_id],
+                # store_prompts=False: the model inputs the logging bundle computed (data.schema.TOKENS)
+                **({TOKENS: record.get("features")} if record.get("prompt") is None else {}),
+            },
+            index,
+        )
 
 
 def _time(record: dict) -> float:

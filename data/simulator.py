@@ -16,6 +16,7 @@ from its own generator seeded by (seed, block index), so a row's content depends
 the seed and its global index, never on the shard size. `write_shards` holds at most
 `ROW_GROUP_ROWS` rows in memory, whatever N is.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,8 @@ from serving.contract import PRECISIONS
 __all__ = ["DifficultyModel", "GENERATOR_VERSION", "MANIFEST_NAME", "generate_rows", "write_shards"]
 
 GENERATOR_VERSION = "1"
-BLOCK_ROWS = 1_000        # unit of seeding: never change without bumping GENERATOR_VERSION
-ROW_GROUP_ROWS = 20_000   # rows held in memory (and written as one Parquet row group) at a time
+BLOCK_ROWS = 1_000  # unit of seeding: never change without bumping GENERATOR_VERSION
+ROW_GROUP_ROWS = 20_000  # rows held in memory (and written as one Parquet row group) at a time
 SOURCE = "synthetic"
 # Not `.json`: load_logs reads every .json file in a folder as JSONL logs, and this
 # file must not become a rejected row. JSON text is valid YAML, so any reader parses it.
@@ -62,16 +63,16 @@ class DifficultyModel:
     """The hidden model: difficulty terms and the logistic outcome curves of both models."""
 
     noise_sd: float = 0.55
-    rule_domain_shift: float = 0.15   # what the finance/medical/legal label adds (weak on purpose)
-    long_prompt_shift: float = 0.10   # what > 1,024 tokens adds
-    exact_shift: float = 0.10         # what a declared `exact` adds
+    rule_domain_shift: float = 0.15  # what the finance/medical/legal label adds (weak on purpose)
+    long_prompt_shift: float = 0.10  # what > 1,024 tokens adds
+    exact_shift: float = 0.10  # what a declared `exact` adds
     edge_intercept: float = 1.6
     edge_slope: float = 1.5
     cloud_intercept: float = 2.4
     cloud_slope: float = 1.0
-    coupling: float = 0.7             # share of rows where both models face the same luck
+    coupling: float = 0.7  # share of rows where both models face the same luck
     long_context_share: float = 0.12  # non-summary rows that carry background paragraphs
-    undeclared_share: float = 0.10    # rows whose client declares no precision
+    undeclared_share: float = 0.10  # rows whose client declares no precision
 
     def __post_init__(self):
         for name in ("noise_sd", "edge_slope", "cloud_slope"):
@@ -87,9 +88,16 @@ _DOMAINS = tuple(DOMAIN_WEIGHTS)
 _DOMAIN_P = np.array([DOMAIN_WEIGHTS[d] for d in _DOMAINS]) / sum(DOMAIN_WEIGHTS.values())
 _TASK_P = np.array([t[1] for t in TASKS]) / sum(t[1] for t in TASKS)
 # Declared precision by task form: answer-checkable tasks are mostly `exact`, open ones `tolerant`.
-_PRECISION_P = {"recall": (0.55, 0.33, 0.12), "mcq": (0.83, 0.11, 0.06), "explain": (0.22, 0.45, 0.33),
-                "summarize": (0.11, 0.39, 0.5), "calculate": (0.78, 0.17, 0.05), "multistep": (0.67, 0.22, 0.11),
-                "code": (0.67, 0.28, 0.05), "prove": (0.78, 0.17, 0.05)}
+_PRECISION_P = {
+    "recall": (0.55, 0.33, 0.12),
+    "mcq": (0.83, 0.11, 0.06),
+    "explain": (0.22, 0.45, 0.33),
+    "summarize": (0.11, 0.39, 0.5),
+    "calculate": (0.78, 0.17, 0.05),
+    "multistep": (0.67, 0.22, 0.11),
+    "code": (0.67, 0.28, 0.05),
+    "prove": (0.78, 0.17, 0.05),
+}
 
 _PRECISION_CUM = np.array([np.cumsum(_PRECISION_P[t[0]]) / sum(_PRECISION_P[t[0]]) for t in TASKS])
 
@@ -134,9 +142,13 @@ def generate_block(seed: int, block: int, *, model: DifficultyModel = MODEL):
 
     # ~4.2 characters a token for this vocabulary; only the > 1,024 flag and latency use it.
     tokens = np.array([len(p) for p in prompts]) / 4.2
-    difficulty = (base + noise + model.rule_domain_shift * np.isin(domains, RULE_DOMAINS)
-                  + model.long_prompt_shift * (tokens > 1024)
-                  + model.exact_shift * (np.array(precisions, dtype=object) == "exact"))
+    difficulty = (
+        base
+        + noise
+        + model.rule_domain_shift * np.isin(domains, RULE_DOMAINS)
+        + model.long_prompt_shift * (tokens > 1024)
+        + model.exact_shift * (np.array(precisions, dtype=object) == "exact")
+    )
     p_edge = _sigmoid(model.edge_intercept - model.edge_slope * difficulty)
     p_cloud = _sigmoid(model.cloud_intercept - model.cloud_slope * difficulty)
     shared = coupled < model.coupling
@@ -144,21 +156,23 @@ def generate_block(seed: int, block: int, *, model: DifficultyModel = MODEL):
     cloud_right = np.where(shared, luck_shared, luck_cloud) < p_cloud
 
     start = block * BLOCK_ROWS
-    return pd.DataFrame({
-        "request_id": [f"sim-{seed}-{start + i}" for i in range(n)],
-        "prompt": prompts,
-        "domain": domains,
-        "precision": precisions,
-        "edge_quality": edge_right.astype(float),
-        "cloud_quality": cloud_right.astype(float),
-        # Phone edge model ~120 ms + prefill; cloud 200 ms + 50 ms network (shared/docs/baseline.md).
-        "edge_latency_ms": np.round((120.0 + 0.15 * tokens) * latency_noise[0], 1),
-        "cloud_latency_ms": np.round((250.0 + 0.02 * tokens) * latency_noise[1], 1),
-        "edge_cost": 0.0,
-        "cloud_cost": 0.003,
-        "source": SOURCE,
-        "difficulty": difficulty,
-    })
+    return pd.DataFrame(
+        {
+            "request_id": [f"sim-{seed}-{start + i}" for i in range(n)],
+            "prompt": prompts,
+            "domain": domains,
+            "precision": precisions,
+            "edge_quality": edge_right.astype(float),
+            "cloud_quality": cloud_right.astype(float),
+            # Phone edge model ~120 ms + prefill; cloud 200 ms + 50 ms network (shared/docs/baseline.md).
+            "edge_latency_ms": np.round((120.0 + 0.15 * tokens) * latency_noise[0], 1),
+            "cloud_latency_ms": np.round((250.0 + 0.02 * tokens) * latency_noise[1], 1),
+            "edge_cost": 0.0,
+            "cloud_cost": 0.003,
+            "source": SOURCE,
+            "difficulty": difficulty,
+        }
+    )
 
 
 def generate_rows(seed: int, start: int, stop: int, *, with_difficulty: bool = False, model: DifficultyModel = MODEL):
@@ -174,7 +188,7 @@ def generate_rows(seed: int, start: int, stop: int, *, with_difficulty: bool = F
     frames = [generate_block(seed, b, model=model) for b in range(first, last + 1)]
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     offset = first * BLOCK_ROWS
-    frame = frame.iloc[start - offset: stop - offset].reset_index(drop=True)
+    frame = frame.iloc[start - offset : stop - offset].reset_index(drop=True)
     # Simulated rows carry no edge answers: those columns stay empty.
     frame = frame.reindex(columns=[*COLUMNS, *(["difficulty"] if with_difficulty else [])])
     return frame.astype({RESPONSE_TEXT: "str", "routed_to": "str"})
@@ -192,8 +206,9 @@ def _arrow_schema():
     return pa.schema([(c, pa.float64() if c in numbers else pa.string()) for c in COLUMNS])
 
 
-def _write_shard(path: Path, seed: int, start: int, stop: int, model: DifficultyModel,
-                 on_rows: Callable[[int], None] | None) -> None:
+def _write_shard(
+    path: Path, seed: int, start: int, stop: int, model: DifficultyModel, on_rows: Callable[[int], None] | None
+) -> None:
     """One shard, written to a temporary name and renamed when complete; block by block."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -220,10 +235,16 @@ def _write_shard(path: Path, seed: int, start: int, stop: int, model: Difficulty
         tmp.unlink(missing_ok=True)
 
 
-def write_shards(out: str | Path, n: int, *, rows_per_shard: int = 100_000, seed: int = 0,
-                 model: DifficultyModel = MODEL,
-                 on_shard: Callable[[Path, int], None] | None = None,
-                 on_rows: Callable[[int], None] | None = None) -> list[Path]:
+def write_shards(
+    out: str | Path,
+    n: int,
+    *,
+    rows_per_shard: int = 100_000,
+    seed: int = 0,
+    model: DifficultyModel = MODEL,
+    on_shard: Callable[[Path, int], None] | None = None,
+    on_rows: Callable[[int], None] | None = None,
+) -> list[Path]:
     """Write `n` simulated rows into `out` as Parquet shards plus the manifest; return the shard paths.
 
     Earlier `part-*.parquet` shards and manifest in `out` are removed first (a smaller
@@ -251,10 +272,17 @@ def write_shards(out: str | Path, n: int, *, rows_per_shard: int = 100_000, seed
             on_shard(path, stop)
     manifest = {
         "description": "synthetic data: simulated edge/cloud outcome logs, not real requests; "
-                       "do not use for headline quality figures",
-        "synthetic": True, "source": SOURCE, "generator": "data.simulator",
-        "generator_version": GENERATOR_VERSION, "seed": seed, "n": n, "rows_per_shard": rows_per_shard,
-        "block_rows": BLOCK_ROWS, "shards": [p.name for p in shards], "difficulty_model": asdict(model),
+        "do not use for headline quality figures",
+        "synthetic": True,
+        "source": SOURCE,
+        "generator": "data.simulator",
+        "generator_version": GENERATOR_VERSION,
+        "seed": seed,
+        "n": n,
+        "rows_per_shard": rows_per_shard,
+        "block_rows": BLOCK_ROWS,
+        "shards": [p.name for p in shards],
+        "difficulty_model": asdict(model),
     }
     tmp = out / f".{MANIFEST_NAME}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -7,6 +7,7 @@ costs a cloud call for nothing). AUC ranks failures against good answers over ev
 threshold. Training (held-out folds, and its test split) and `make evaluate` (the SDK on
 held-out rows) report these same figures.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,17 +23,23 @@ def separation(probability, good, threshold: float) -> dict:
         from sklearn.metrics import roc_auc_score
 
         auc = float(roc_auc_score(~good, -probability))  # failures ranked by how doubtful the answer looks
-    return {"rows": len(good), "failures": n_bad, "auc": auc,
-            "catch_rate": float(rejected[~good].mean()) if n_bad else None,
-            "false_reject_rate": float(rejected[good].mean()) if n_good else None}
+    return {
+        "rows": len(good),
+        "failures": n_bad,
+        "auc": auc,
+        "catch_rate": float(rejected[~good].mean()) if n_bad else None,
+        "false_reject_rate": float(rejected[good].mean()) if n_good else None,
+    }
 
 
 def separation_by_source(probability, good, sources, threshold: float) -> dict:
     """`separation` over all rows, and per source under "per_source"."""
     probability, good, sources = np.asarray(probability, float), np.asarray(good, bool), np.asarray(sources, object)
     out = separation(probability, good, threshold)
-    out["per_source"] = {str(s): separation(probability[sources == s], good[sources == s], threshold)
-                         for s in sorted(set(sources.tolist()), key=str)}
+    out["per_source"] = {
+        str(s): separation(probability[sources == s], good[sources == s], threshold)
+        for s in sorted(set(sources.tolist()), key=str)
+    }
     return out
 
 

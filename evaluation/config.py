@@ -1,4 +1,5 @@
 """`make evaluate`'s options: typed, validated, with the defaults of docs/baseline.md."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +10,12 @@ from evaluation.policies import POLICIES, check_policies
 from evaluation.policy_metrics import DEFAULT_CLOUD_COSTS, DEFAULT_EDGE_MS, CostModel, LatencyModel
 
 SPLITS = ("test", "val", "train", "all")
-SPLIT_NOTES = {"test": "rows the bundle never saw: same hash split as its training",
-               "val": "the bundle's validation rows, used for early stopping, calibration and thresholds",
-               "train": "the rows the bundle was fitted on: optimistic",
-               "all": "every row, including those the bundle was fitted on: optimistic when the logs overlap"}
+SPLIT_NOTES = {
+    "test": "rows the bundle never saw: same hash split as its training",
+    "val": "the bundle's validation rows, used for early stopping, calibration and thresholds",
+    "train": "the rows the bundle was fitted on: optimistic",
+    "all": "every row, including those the bundle was fitted on: optimistic when the logs overlap",
+}
 
 
 @dataclass
@@ -20,11 +23,11 @@ class EvalConfig:
     """Every knob of `make evaluate`; defaults follow docs/baseline.md."""
 
     bundle: str = "artifacts/router"
-    logs: list[str] = field(default_factory=list)       # files, globs, folders; empty = default location
+    logs: list[str] = field(default_factory=list)  # files, globs, folders; empty = default location
     out: str = "reports/latest"
     split: str = "test"
     policies: list[str] = field(default_factory=lambda: list(POLICIES))
-    catch_rate: float = 0.5                             # share of edge failures visible at run time
+    catch_rate: float = 0.5  # share of edge failures visible at run time
     edge_cost: float = 0.0
     cloud_cost: dict = field(default_factory=lambda: dict(DEFAULT_CLOUD_COSTS))
     edge_ms: dict = field(default_factory=lambda: dict(DEFAULT_EDGE_MS))
@@ -33,18 +36,18 @@ class EvalConfig:
     calibration_bins: int = 10
     rule_weight_step: float = 0.1
     max_reject_share: float = 0.05
-    min_propensity: float = MIN_PROPENSITY              # off-policy estimates leave out requests below it
+    min_propensity: float = MIN_PROPENSITY  # off-policy estimates leave out requests below it
     batch_size: int = 256
     leave_one_source_out: bool = False
     holdout_sources: list[str] = field(default_factory=list)  # empty = every source
-    loso_overrides: dict = field(default_factory=dict)       # TrainConfig options for those trainings
+    loso_overrides: dict = field(default_factory=dict)  # TrainConfig options for those trainings
     cache_dir: str = "data/cache"
     mlflow: bool = True
     # engine=dask: logs read, validated and split on a Dask cluster; the rows scored here are
     # a hash sample of at most `sample_rows` per split (the train and val rows that fit the tuned
     # rule table and the reference too).
     engine: str = "local"
-    dask_scheduler: str | None = None                   # empty: $DASK_SCHEDULER, else a LocalCluster
+    dask_scheduler: str | None = None  # empty: $DASK_SCHEDULER, else a LocalCluster
     dask_workers: int | None = None
     sample_rows: int = 200_000
 

@@ -14,6 +14,7 @@ prompt's answers rejected): measured, not assumed. Elsewhere the configured catc
 assumed, with no false rejects. Requests in the edge zone are not checked. Thresholds, the
 training summary and the offline evaluation all use the functions here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class Catch:
 
     def take(self, index) -> "Catch":
         """The rates of the requests `index` selects (a mask or an order)."""
+
         def pick(x):
             return x[index] if isinstance(x, np.ndarray) else x
 
@@ -65,8 +67,11 @@ class Catch:
         """How many of `n_rows` requests have measured rates, and the rate assumed for the rest."""
         measured = int(self.measured.sum()) if self.measured is not None else 0
         assumed = self.catch[~self.measured] if self.measured is not None else np.atleast_1d(self.catch)
-        return {"measured_rows": measured, "assumed_rows": n_rows - measured,
-                "assumed_catch_rate": float(assumed[0]) if len(assumed) else None}
+        return {
+            "measured_rows": measured,
+            "assumed_rows": n_rows - measured,
+            "assumed_catch_rate": float(assumed[0]) if len(assumed) else None,
+        }
 
 
 def fires(q_edge, catch_rate) -> np.ndarray:

@@ -6,6 +6,7 @@ interval (training.crossval) for the learned router, the reference (TF-IDF + log
 regression) and the hand rule table, and the router's paired difference with the reference. A
 single-split run (cv_folds = 0) shows its test split's figures for the router and the rule table.
 """
+
 from __future__ import annotations
 
 from evaluation.policies import POLICIES
@@ -23,7 +24,11 @@ ROWS = (
     ("  over-routing (cloud not needed, sent to the cloud)", "over_routing", "{:.1%}"),
     ("quality before fallback", "quality", "{:.3f}"),
     ("quality vs all-cloud", "quality_vs_all_cloud", "{:+.3f}"),
-    ("quality with fallback (measured acceptance verdicts where answers exist, else the assumed catch rate)", "quality_with_fallback", "{:.3f}"),
+    (
+        "quality with fallback (measured acceptance verdicts where answers exist, else the assumed catch rate)",
+        "quality_with_fallback",
+        "{:.3f}",
+    ),
     ("expected cloud calls", "expected_cloud_calls", "{:.1%}"),
 )
 SPLIT_POLICIES = ("learned", "rule_table")
@@ -33,14 +38,17 @@ PAIRED = ("learned - reference", "router - reference (paired)")
 
 def title(metrics: dict) -> str:
     split = metrics["test"]
-    qualities = (f"all-edge quality {split['all_edge_quality']:.3f}, all-cloud {split['all_cloud_quality']:.3f}, "
-                 f"oracle {split['oracle_quality']:.3f}")
+    qualities = (
+        f"all-edge quality {split['all_edge_quality']:.3f}, all-cloud {split['all_cloud_quality']:.3f}, "
+        f"oracle {split['oracle_quality']:.3f}"
+    )
     if "cv" not in metrics:
         return f"test split: {split['rows']:,} prompts; {qualities}"
     cv = metrics["cv"]
     repeats = f" x {cv['repeats']}" if cv["repeats"] > 1 else ""
-    return (f"{cv['folds']}-fold cross-validation{repeats} over {split['rows']:,} prompts, mean [95% interval]; "
-            f"{qualities}")
+    return (
+        f"{cv['folds']}-fold cross-validation{repeats} over {split['rows']:,} prompts, mean [95% interval]; {qualities}"
+    )
 
 
 def _with_interval(estimate: dict, fmt: str) -> str:
@@ -65,12 +73,15 @@ def heads(metrics: dict) -> list[str]:
 def cells(metrics: dict) -> list[list[str]]:
     """[label, one cell per column of `heads`] per row."""
     if "cv" not in metrics:
-        return [[label, *(fmt.format(metrics["test"][name][key]) for name in SPLIT_POLICIES)]
-                for label, key, fmt in ROWS]
+        return [
+            [label, *(fmt.format(metrics["test"][name][key]) for name in SPLIT_POLICIES)] for label, key, fmt in ROWS
+        ]
     cv, rows = metrics["cv"], []
     for label, key, fmt in ROWS:
-        row = [label, *(_with_interval(cv["policies"][name][key], fmt) for name in CV_POLICIES
-                        if name in cv["policies"])]
+        row = [
+            label,
+            *(_with_interval(cv["policies"][name][key], fmt) for name in CV_POLICIES if name in cv["policies"]),
+        ]
         if PAIRED[0] in cv["differences"]:
             row.append(_with_interval(cv["differences"][PAIRED[0]][key], _signed(fmt)))
         rows.append(row)
@@ -81,8 +92,10 @@ def markdown(metrics: dict) -> str:
     """The README table (rows and header line included)."""
     columns = heads(metrics)
     lines = [f"| {title(metrics)} | {' | '.join(columns)} |", "| --- |" + " ---: |" * len(columns)]
-    lines += [f"| {label.strip() if not label.startswith('  ') else '&nbsp;&nbsp;' + label.strip()} | "
-              f"{' | '.join(values)} |" for label, *values in cells(metrics)]
+    lines += [
+        f"| {label.strip() if not label.startswith('  ') else '&nbsp;&nbsp;' + label.strip()} | {' | '.join(values)} |"
+        for label, *values in cells(metrics)
+    ]
     return "\n".join(lines)
 
 

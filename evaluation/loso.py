@@ -8,6 +8,7 @@ bundle's own settings, in a temporary folder with its own MLflow store, so neith
 user's bundle nor their registry is touched. The reference (evaluation.reference) is fitted
 on the same rows of the other sources (their train split, thresholds on their val split).
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,16 @@ LOSO_POLICIES = ("learned", "rule_table", "rule_table_inferred", "reference", "r
 Trainer = Callable[[object, Path], Path]
 
 
-def leave_one_source_out(frame, *, train: Trainer, sources=None, batch_size: int = 256, progress=None,
-                         reference_target: dict | None = None, **options) -> dict:
+def leave_one_source_out(
+    frame,
+    *,
+    train: Trainer,
+    sources=None,
+    batch_size: int = 256,
+    progress=None,
+    reference_target: dict | None = None,
+    **options,
+) -> dict:
     """{source: figures of LOSO_POLICIES on its rows (evaluate_policies) and `trained_on_rows`,
     or {"error": ...} when that training failed}. Empty with one source.
 
@@ -62,9 +71,11 @@ def leave_one_source_out(frame, *, train: Trainer, sources=None, batch_size: int
                 reference = ReferencePolicy.fit_frame(rest, **reference_target) if reference_target else None
                 names = [n for n in LOSO_POLICIES if n != "reference" or reference is not None]
                 figures, _ = evaluate_policies(rows.with_inferred_domains(), names, reference=reference, **options)
-                results[source] = {**figures, "trained_on_rows": int(len(rest)),
-                                   "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None
-                                   else None}
+                results[source] = {
+                    **figures,
+                    "trained_on_rows": int(len(rest)),
+                    "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
+                }
             if progress:
                 progress.advance(task)
     return results

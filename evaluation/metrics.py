@@ -3,6 +3,7 @@
 All functions take per-request arrays: `q_edge`, `q_cloud` in [0, 1], a router score
 (higher = more cloud) or a boolean `to_cloud` (first target is the cloud).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,5 +103,4 @@ def operating_point(to_cloud, q_edge, q_cloud, needed) -> dict:
 def curve_summary(scores, q_edge, q_cloud, needed) -> dict:
     """AUC, APGR, CPT(50%), CPT(80%) of one score."""
     curve = quality_curve(scores, q_edge, q_cloud)
-    return {"auc": auc(needed, scores), "apgr": apgr(curve),
-            "cpt50": cpt(curve, 0.5), "cpt80": cpt(curve, 0.8)}
+    return {"auc": auc(needed, scores), "apgr": apgr(curve), "cpt50": cpt(curve, 0.5), "cpt80": cpt(curve, 0.8)}

@@ -39,6 +39,7 @@ for requests with one, completed with the bundle's head for the side that did no
 (so it leans on the heads, like DR); IPS and SNIPS cannot estimate it.
 95% intervals: percentile bootstrap over requests (`rounds` resamples, fixed seed).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,8 +56,10 @@ def _arrays(routed_to, propensity, reward, target, min_propensity: float):
     if not 0 < min_propensity <= 1:
         raise ValueError(f"min_propensity={min_propensity!r} must be in (0, 1]")
     if np.isnan(p).any() or (p < min_propensity).any() or (p > 1).any():
-        raise ValueError(f"every logged request needs a propensity in [{min_propensity}, 1] (min_propensity): "
-                         "leave out and report the others first")
+        raise ValueError(
+            f"every logged request needs a propensity in [{min_propensity}, 1] (min_propensity): "
+            "leave out and report the others first"
+        )
     if np.isnan(r).any():
         raise ValueError("every logged request needs the outcome of the side it ran on")
     return a, b, p, r
@@ -66,9 +69,11 @@ def _estimates(a, b, p, r, q_a, q_b) -> dict:
     match = (a == b).astype(np.float64)
     weighted = match / p
     n = len(a)
-    return {"ips": float((weighted * r).sum() / n),
-            "snips": float((weighted * r).sum() / weighted.sum()) if weighted.sum() > 0 else float("nan"),
-            "dr": float((q_b + weighted * (r - q_a)).mean())}
+    return {
+        "ips": float((weighted * r).sum() / n),
+        "snips": float((weighted * r).sum() / weighted.sum()) if weighted.sum() > 0 else float("nan"),
+        "dr": float((q_b + weighted * (r - q_a)).mean()),
+    }
 
 
 def _bootstrap(fn, n: int, rounds: int, seed: int) -> dict:
@@ -82,9 +87,21 @@ def _bootstrap(fn, n: int, rounds: int, seed: int) -> dict:
     return out
 
 
-def off_policy(*, routed_to, propensity, reward, target, p_edge, p_cloud, edge_quality=None, cloud_quality=None,
-               margin: float = 0.0, rounds: int = 1000, seed: int = 0,
-               min_propensity: float = MIN_PROPENSITY) -> dict:
+def off_policy(
+    *,
+    routed_to,
+    propensity,
+    reward,
+    target,
+    p_edge,
+    p_cloud,
+    edge_quality=None,
+    cloud_quality=None,
+    margin: float = 0.0,
+    rounds: int = 1000,
+    seed: int = 0,
+    min_propensity: float = MIN_PROPENSITY,
+) -> dict:
     """The bundle's estimated figures on logged traffic, with 95% intervals, next to the
     logging policy's observed ones (see the module doc). `reward`: the logged outcome of the
     side that ran (`routed_to`); `target`: the bundle's first side per request; `p_edge`,
@@ -100,8 +117,9 @@ def off_policy(*, routed_to, propensity, reward, target, p_edge, p_cloud, edge_q
     # P(cloud needed) per request: observed sides as observed, the other from the heads.
     edge = np.where(np.isnan(edge_known), q_edge, edge_known)
     cloud = np.where(np.isnan(cloud_known), q_cloud, cloud_known)
-    needed = np.where(~np.isnan(edge_known) & ~np.isnan(cloud_known), (cloud - edge > margin).astype(float),
-                      cloud * (1.0 - edge))
+    needed = np.where(
+        ~np.isnan(edge_known) & ~np.isnan(cloud_known), (cloud - edge > margin).astype(float), cloud * (1.0 - edge)
+    )
     misroute = np.where(b, 1.0 - needed, needed)
 
     def figures(index):
@@ -112,13 +130,16 @@ def off_policy(*, routed_to, propensity, reward, target, p_edge, p_cloud, edge_q
     misroute_interval = _bootstrap(lambda i: {"m": float(misroute[i].mean())}, n, rounds, seed + 1)["m"]
     agree = a == b
     return {
-        "requests": n, "agreement": float(agree.mean()),
+        "requests": n,
+        "agreement": float(agree.mean()),
         "min_propensity_where_agreeing": float(p[agree].min()) if agree.any() else None,
         "quality": {name: {"estimate": point[name], "ci95": intervals[name]} for name in ("ips", "snips", "dr")},
         "cloud_share": {"exact": float(b.mean())},
-        "misroute_rate": {"model_completed": {"estimate": float(misroute.mean()), "ci95": misroute_interval},
-                          "both_outcomes_known": int((~np.isnan(edge_known) & ~np.isnan(cloud_known)).sum())},
+        "misroute_rate": {
+            "model_completed": {"estimate": float(misroute.mean()), "ci95": misroute_interval},
+            "both_outcomes_known": int((~np.isnan(edge_known) & ~np.isnan(cloud_known)).sum()),
+        },
         "logging_policy": {"quality": float(r.mean()), "cloud_share": float(a.mean())},
         "assumptions": "the logging policy chose from what it logged; the side the bundle picks had a non-zero "
-                       "propensity (positivity); quality is that of the first answer, before any fallback",
+        "propensity (positivity); quality is that of the first answer, before any fallback",
     }

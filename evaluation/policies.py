@@ -8,6 +8,7 @@ baseline a learned router must beat), random routing at the learned router's clo
 fallback shares (its expectation), all-edge, all-cloud and the oracle. Figures: policy_figures (curve and
 operating point) plus evaluation.policy_metrics (matched share, fallback, cost, latency).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -18,8 +19,17 @@ import numpy as np
 
 from evaluation.fallback import Catch
 from evaluation.metrics import curve_summary, operating_point, quality_curve
-from evaluation.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
-                                       latency_figures, pgr, random_zone_probabilities, zone_probabilities)
+from evaluation.policy_metrics import (
+    CostModel,
+    LatencyModel,
+    at_share,
+    cost_figures,
+    fallback_figures,
+    latency_figures,
+    pgr,
+    random_zone_probabilities,
+    zone_probabilities,
+)
 from evaluation.rows import Rows
 from evaluation.thresholds import Thresholds, select_thresholds
 from serving.contract import CLOUD, EDGE, FALLBACK, zone_for
@@ -27,6 +37,7 @@ from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, ru
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
     from evaluation.reference import ReferencePolicy
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -40,24 +51,48 @@ class Policy:
 
 
 # Every policy, in the order tables list them: the one home of their names and labels.
-POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("learned", "learned router", "learned",
-           "the bundle's router through the SDK, at its calibrated thresholds"),
-    Policy("rule_table", "hand rule table (label domain)", "hand rule",
-           "hand rule table (baseline.md), domain from the log's label"),
-    Policy("rule_table_inferred", "hand rule table (inferred domain)", "hand rule (text)",
-           "hand rule table, domain inferred from the text (the SDK's degraded mode)"),
-    Policy("tuned_rule_table", "tuned rule table", "tuned rule",
-           "the same three rules, weights and thresholds grid-searched on the train split"),
-    Policy("reference", "reference (TF-IDF + logistic regression)", "reference",
-           "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train split, "
-           "thresholds on the val split: the ten-minute baseline to beat"),
-    Policy("random", "random (matched share)", "random",
-           "random routing at the learned router's cloud-first and fallback shares (expectation)"),
-    Policy("all_edge", "all-edge", "all-edge", "every request on the edge, no fallback"),
-    Policy("all_cloud", "all-cloud", "all-cloud", "every request to the cloud"),
-    Policy("oracle", "oracle", "oracle", "the cloud exactly when the cloud is needed (the label)"),
-)}
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy(
+            "learned", "learned router", "learned", "the bundle's router through the SDK, at its calibrated thresholds"
+        ),
+        Policy(
+            "rule_table",
+            "hand rule table (label domain)",
+            "hand rule",
+            "hand rule table (baseline.md), domain from the log's label",
+        ),
+        Policy(
+            "rule_table_inferred",
+            "hand rule table (inferred domain)",
+            "hand rule (text)",
+            "hand rule table, domain inferred from the text (the SDK's degraded mode)",
+        ),
+        Policy(
+            "tuned_rule_table",
+            "tuned rule table",
+            "tuned rule",
+            "the same three rules, weights and thresholds grid-searched on the train split",
+        ),
+        Policy(
+            "reference",
+            "reference (TF-IDF + logistic regression)",
+            "reference",
+            "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train split, "
+            "thresholds on the val split: the ten-minute baseline to beat",
+        ),
+        Policy(
+            "random",
+            "random (matched share)",
+            "random",
+            "random routing at the learned router's cloud-first and fallback shares (expectation)",
+        ),
+        Policy("all_edge", "all-edge", "all-edge", "every request on the edge, no fallback"),
+        Policy("all_cloud", "all-cloud", "all-cloud", "every request to the cloud"),
+        Policy("oracle", "oracle", "oracle", "the cloud exactly when the cloud is needed (the label)"),
+    )
+}
 FIXED_POINTS = ("all_edge", "all_cloud")  # no score curve to speak of
 CURVE_KEYS = ("auc", "apgr", "cpt50", "cpt80")
 
@@ -82,23 +117,31 @@ def unfamiliar_policy_zones(rows: Rows, policy: str):
     if policy == "learned":
         return None
     if policy == "rule_table":  # as the SDK's rule table: the domain from the text
-        return _rule_zones(rule_table_scores(rows.n_tokens, rows.with_inferred_domains().inferred_domains,
-                                             rows.precisions))
+        return _rule_zones(
+            rule_table_scores(rows.n_tokens, rows.with_inferred_domains().inferred_domains, rows.precisions)
+        )
     return np.full(len(rows), FALLBACK, dtype=object)
 
 
 def policy_figures(scores, zones, q_edge, q_cloud, needed) -> dict:
     """Curve summary, operating point and fallback-zone share of one deterministic policy."""
-    return {**curve_summary(scores, q_edge, q_cloud, needed),
-            **operating_point(np.asarray(zones) == CLOUD, q_edge, q_cloud, needed),
-            "fallback_share": float((np.asarray(zones) == FALLBACK).mean())}
+    return {
+        **curve_summary(scores, q_edge, q_cloud, needed),
+        **operating_point(np.asarray(zones) == CLOUD, q_edge, q_cloud, needed),
+        "fallback_share": float((np.asarray(zones) == FALLBACK).mean()),
+    }
 
 
 def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
     """(n, 3) 0/1: long prompt, rule-table domain, exact precision: the three conditions of
     the hand rule table, read off serving.rules.rule_score itself so they cannot drift."""
-    return np.array([[rule_score(n, None, None) > 0, rule_score(0, d, None) > 0, rule_score(0, None, p) > 0]
-                     for n, d, p in zip(n_tokens, domains, precisions)], dtype=np.int64).reshape(-1, 3)
+    return np.array(
+        [
+            [rule_score(n, None, None) > 0, rule_score(0, d, None) > 0, rule_score(0, None, p) > 0]
+            for n, d, p in zip(n_tokens, domains, precisions)
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 3)
 
 
 def _capped(bits: np.ndarray, weights, units: int) -> np.ndarray:
@@ -114,28 +157,44 @@ class TunedRules:
     weights: tuple[int, int, int]  # in grid units
     lo: float
     hi: float
-    fit: dict                       # the thresholds' figures on the rows it was fitted on
+    fit: dict  # the thresholds' figures on the rows it was fitted on
 
     def scores(self, n_tokens, domains, precisions) -> np.ndarray:
         return _capped(rule_bits(n_tokens, domains, precisions), self.weights, self.units)
 
     def as_dict(self) -> dict:
-        return {"weights": {"long_prompt": self.weights[0] / self.units, "rule_domain": self.weights[1] / self.units,
-                            "exact_precision": self.weights[2] / self.units},
-                "lo": self.lo, "hi": self.hi, "fit": self.fit}
+        return {
+            "weights": {
+                "long_prompt": self.weights[0] / self.units,
+                "rule_domain": self.weights[1] / self.units,
+                "exact_precision": self.weights[2] / self.units,
+            },
+            "lo": self.lo,
+            "hi": self.hi,
+            "fit": self.fit,
+        }
 
 
 def _rank(t: Thresholds, target: str) -> tuple:
     """Larger is better, under the same target as the learned router's thresholds."""
     if target == "quality":
-        return t.met_target, -t.expected_cloud_calls if t.met_target else t.expected_quality, \
-            t.expected_quality, -t.fallback_share
-    return t.met_target, t.expected_quality if t.met_target else -t.expected_cloud_calls, \
-        -t.expected_cloud_calls, -t.fallback_share
+        return (
+            t.met_target,
+            -t.expected_cloud_calls if t.met_target else t.expected_quality,
+            t.expected_quality,
+            -t.fallback_share,
+        )
+    return (
+        t.met_target,
+        t.expected_quality if t.met_target else -t.expected_cloud_calls,
+        -t.expected_cloud_calls,
+        -t.fallback_share,
+    )
 
 
-def tune_rule_table(n_tokens, domains, precisions, q_edge, q_cloud, *, step: float = 0.1,
-                    target: str = "quality", **threshold_options) -> TunedRules:
+def tune_rule_table(
+    n_tokens, domains, precisions, q_edge, q_cloud, *, step: float = 0.1, target: str = "quality", **threshold_options
+) -> TunedRules:
     """Grid-search the three weights (multiples of `step` in [0, 1]) and, for each, the two
     thresholds (evaluation.thresholds, every cut point) for `target`; the hand weights are tried
     first, so they win ties."""
@@ -183,8 +242,10 @@ def _tuned(rows: Rows, fitted: dict):
 def _reference(rows: Rows, fitted: dict):
     reference = fitted["reference"]
     if reference is None:
-        raise ValueError("the reference policy was not fitted: pass reference=ReferencePolicy.fit(train_rows, "
-                         "val_rows, ...) (evaluation.reference), or leave `reference` out of the policies")
+        raise ValueError(
+            "the reference policy was not fitted: pass reference=ReferencePolicy.fit(train_rows, "
+            "val_rows, ...) (evaluation.reference), or leave `reference` out of the policies"
+        )
     return reference.route(rows)
 
 
@@ -201,9 +262,16 @@ SCORERS = {
 }
 
 
-def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None,
-                      reference: "ReferencePolicy | None" = None, catch_rate: float = 0.5,
-                      cost: CostModel | None = None, latency: LatencyModel | None = None):
+def evaluate_policies(
+    rows: Rows,
+    names,
+    *,
+    tuned: TunedRules | None = None,
+    reference: "ReferencePolicy | None" = None,
+    catch_rate: float = 0.5,
+    cost: CostModel | None = None,
+    latency: LatencyModel | None = None,
+):
     """(figures, curves): all-edge, all-cloud and oracle qualities and every policy's figures on
     these rows, and the quality curve of each policy that has a score. `tuned` and `reference` are the fitted
     tuned rule table and reference policy, needed when those names are asked for. Matched share = the learned router's
@@ -223,8 +291,11 @@ def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None,
         if name == "random":
             scores = np.zeros(len(rows))  # one tied block: the expectation over random orders
             probs = random_zone_probabilities(len(rows), cloud_share=share, fallback_share=fallback_share)
-            point = {**curve_summary(scores, qe, qc, needed), **at_share(scores, qe, qc, needed, share),
-                     "fallback_share": fallback_share}
+            point = {
+                **curve_summary(scores, qe, qc, needed),
+                **at_share(scores, qe, qc, needed, share),
+                "fallback_share": fallback_share,
+            }
         else:
             scores, zones = SCORERS[name](rows, fitted)
             probs = zone_probabilities(zones)
@@ -241,15 +312,34 @@ def evaluate_policies(rows: Rows, names, *, tuned: TunedRules | None = None,
             point["at_matched_share"] = at_share(scores, qe, qc, needed, share)
             curves[name] = quality_curve(scores, qe, qc)
         figures[name] = point
-    return {"rows": len(rows), "cloud_needed_share": float(needed.mean()), "all_edge_quality": all_edge,
-            "all_cloud_quality": all_cloud, "oracle_quality": float(np.where(needed == 1, qc, qe).mean()),
-            "fallback_rates": catch_rate.describe(len(rows)), "matched_cloud_share": share,
-            "policies": figures}, curves
+    return {
+        "rows": len(rows),
+        "cloud_needed_share": float(needed.mean()),
+        "all_edge_quality": all_edge,
+        "all_cloud_quality": all_cloud,
+        "oracle_quality": float(np.where(needed == 1, qc, qe).mean()),
+        "fallback_rates": catch_rate.describe(len(rows)),
+        "matched_cloud_share": share,
+        "policies": figures,
+    }, curves
 
 
 SUMMARY_POLICIES = ("learned", "rule_table")
-SUMMARY_KEYS = ("auc", "apgr", "cpt50", "cpt80", "cloud_share", "fallback_share", "misroute_rate", "under_routing",
-                "over_routing", "quality", "quality_vs_all_cloud", "quality_with_fallback", "expected_cloud_calls")
+SUMMARY_KEYS = (
+    "auc",
+    "apgr",
+    "cpt50",
+    "cpt80",
+    "cloud_share",
+    "fallback_share",
+    "misroute_rate",
+    "under_routing",
+    "over_routing",
+    "quality",
+    "quality_vs_all_cloud",
+    "quality_with_fallback",
+    "expected_cloud_calls",
+)
 
 
 def summary(rows: Rows, *, catch_rate: float) -> dict:
@@ -262,11 +352,25 @@ def summary(rows: Rows, *, catch_rate: float) -> dict:
 
 
 # Labels double as MLflow metric-name parts, so only letters, digits, spaces and dashes.
-LENGTH_BUCKETS = ((64, "up to 64 tokens"), (256, "65-256 tokens"), (1024, "257-1024 tokens"),
-                  (float("inf"), "over 1024 tokens"))
+LENGTH_BUCKETS = (
+    (64, "up to 64 tokens"),
+    (256, "65-256 tokens"),
+    (1024, "257-1024 tokens"),
+    (float("inf"), "over 1024 tokens"),
+)
 BREAKDOWN_POLICIES = ("learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "reference")
-BREAKDOWN_KEYS = ("cloud_share", "quality", "quality_vs_all_cloud", "misroute_rate", "under_routing",
-                  "over_routing", "quality_with_fallback", "expected_cloud_calls", "auc", "apgr")
+BREAKDOWN_KEYS = (
+    "cloud_share",
+    "quality",
+    "quality_vs_all_cloud",
+    "misroute_rate",
+    "under_routing",
+    "over_routing",
+    "quality_with_fallback",
+    "expected_cloud_calls",
+    "auc",
+    "apgr",
+)
 
 
 def length_buckets(n_tokens) -> np.ndarray:
@@ -295,6 +399,5 @@ def breakdowns(rows: Rows, names, **options) -> dict:
             figures, _ = evaluate_policies(rows.subset(groups == group), wanted, **options)
             policies = figures.pop("policies")
             figures.pop("matched_cloud_share")
-            out[dimension][str(group)] = {**figures, **{n: {k: policies[n][k] for k in BREAKDOWN_KEYS}
-                                                        for n in wanted}}
+            out[dimension][str(group)] = {**figures, **{n: {k: policies[n][k] for k in BREAKDOWN_KEYS} for n in wanted}}
     return out

@@ -7,6 +7,7 @@ rows for random routing. Every figure is an exact expectation, never a sample: i
 fallback zone the fallback fires as evaluation.fallback says; edge-zone requests are not
 checked. The p95 latency is the inverted-CDF 95th percentile of the exact mixture.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from serving.contract import ZONES
 
 ZONE_ORDER = ZONES  # columns of a zone-probability array
 DEFAULT_CLOUD_COSTS = {"fp8": 0.003, "fp16": 0.008}  # $ per request, baseline.md
-DEFAULT_EDGE_MS = {"phone": 120.0, "laptop": 50.0}    # baseline.md targets
+DEFAULT_EDGE_MS = {"phone": 120.0, "laptop": 50.0}  # baseline.md targets
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,11 @@ class LatencyModel:
     network_ms: float = 50.0
 
     def __post_init__(self):
-        values = {"cloud_ms": self.cloud_ms, "network_ms": self.network_ms,
-                  **{f"edge_ms.{k}": v for k, v in self.edge_ms.items()}}
+        values = {
+            "cloud_ms": self.cloud_ms,
+            "network_ms": self.network_ms,
+            **{f"edge_ms.{k}": v for k, v in self.edge_ms.items()},
+        }
         for name, value in values.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
                 raise ValueError(f"latency {name}={value!r} must be a number >= 0")
@@ -106,9 +110,15 @@ def at_share(scores, q_edge, q_cloud, needed, share: float) -> dict:
     missed = quality_curve(scores, needed, np.zeros_like(needed))
     under = float(np.interp(share, missed.f, missed.quality))
     over = share - (needed.mean() - under)
-    return {"cloud_share": float(share), "quality": quality, "quality_vs_all_cloud": quality - q_cloud.mean(),
-            "pgr": pgr(quality, q_edge.mean(), q_cloud.mean()),
-            "misroute_rate": under + over, "under_routing": under, "over_routing": float(over)}
+    return {
+        "cloud_share": float(share),
+        "quality": quality,
+        "quality_vs_all_cloud": quality - q_cloud.mean(),
+        "pgr": pgr(quality, q_edge.mean(), q_cloud.mean()),
+        "misroute_rate": under + over,
+        "under_routing": under,
+        "over_routing": float(over),
+    }
 
 
 def fallback_figures(probs, q_edge, q_cloud, *, catch_rate) -> dict:
@@ -119,9 +129,11 @@ def fallback_figures(probs, q_edge, q_cloud, *, catch_rate) -> dict:
     fires = _fires(probs, q_edge, catch_rate)
     in_zone = probs[:, 1].sum()
     recovered = probs[:, 1] * (fallback.fallback_quality(q_edge, q_cloud, catch_rate) - q_edge)
-    return {"fallback_fires": float(fires.mean()),
-            "fallback_fires_in_zone": float(fires.sum() / in_zone) if in_zone > 0 else float("nan"),
-            "fallback_recovered_quality": float(recovered.mean())}
+    return {
+        "fallback_fires": float(fires.mean()),
+        "fallback_fires_in_zone": float(fires.sum() / in_zone) if in_zone > 0 else float("nan"),
+        "fallback_recovered_quality": float(recovered.mean()),
+    }
 
 
 def cost_figures(probs, q_edge, *, catch_rate, model: CostModel) -> dict:
@@ -137,8 +149,11 @@ def cost_figures(probs, q_edge, *, catch_rate, model: CostModel) -> dict:
     for name, cloud in model.cloud.items():
         per_row = probs[:, 2] * cloud + (probs[:, 0] + probs[:, 1]) * model.edge + fires * cloud
         total, all_cloud = float(per_row.sum()), cloud * len(per_row)
-        out[name] = {"per_request": float(per_row.mean()), "total": total,
-                     "reduction_vs_all_cloud": 1.0 - total / all_cloud if all_cloud > 0 else float("nan")}
+        out[name] = {
+            "per_request": float(per_row.mean()),
+            "total": total,
+            "reduction_vs_all_cloud": 1.0 - total / all_cloud if all_cloud > 0 else float("nan"),
+        }
     return out
 
 
@@ -164,8 +179,10 @@ def latency_figures(probs, q_edge, *, catch_rate, model: LatencyModel) -> dict:
     out = {}
     for device, edge in model.edge_ms.items():
         values = np.broadcast_to([edge, cloud, edge + cloud], weights.shape)
-        out[device] = {"mean_ms": float((weights * values).sum() / len(q_edge)),
-                       "p95_ms": weighted_quantile(values, weights, 0.95)}
+        out[device] = {
+            "mean_ms": float((weights * values).sum() / len(q_edge)),
+            "p95_ms": weighted_quantile(values, weights, 0.95),
+        }
     return out
 
 
@@ -186,6 +203,13 @@ def reliability(scores, labels, *, bins: int = 10) -> dict:
             continue
         mean_score, rate = float(scores[rows].mean()), float(labels[rows].mean())
         ece += rows.mean() * abs(mean_score - rate)
-        table.append({"lo": float(edges[b]), "hi": float(edges[b + 1]), "rows": int(rows.sum()),
-                      "mean_score": mean_score, "observed_rate": rate})
+        table.append(
+            {
+                "lo": float(edges[b]),
+                "hi": float(edges[b + 1]),
+                "rows": int(rows.sum()),
+                "mean_score": mean_score,
+                "observed_rate": rate,
+            }
+        )
     return {"ece": float(ece), "bins": table}

@@ -11,6 +11,7 @@ home of that fit); each outcome model learns from the rows where that outcome is
 (NaN: unknown). Rows logged without text (privacy="embedding") cannot teach a text model:
 they are left out of the fit and counted (`rows["without_text"]`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from serving.contract import zone_for
 from serving.manifest import SCORE_KINDS, routing_score
 
 SCORE_KIND = "expected_gain"
-C = 1.0                 # inverse L2 strength of both outcome models: scikit-learn's default, not tuned
+C = 1.0  # inverse L2 strength of both outcome models: scikit-learn's default, not tuned
 MAX_FEATURES = 200_000  # word 1-2-grams kept (the most frequent); the shipped logs have fewer
 
 
@@ -32,8 +33,10 @@ def _text(prompts) -> list[str]:
     prompts = list(prompts)
     missing = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
     if missing:
-        raise ValueError(f"{len(missing)} of {len(prompts)} rows have no prompt text (first: row {missing[0]}, "
-                         f"{prompts[missing[0]]!r}); the reference reads the text")
+        raise ValueError(
+            f"{len(missing)} of {len(prompts)} rows have no prompt text (first: row {missing[0]}, "
+            f"{prompts[missing[0]]!r}); the reference reads the text"
+        )
     return prompts
 
 
@@ -66,8 +69,7 @@ def fit_outcome(x, q: np.ndarray, weight: np.ndarray | None = None, *, c: float)
     # Newton-CG: on the shipped logs' 8,700 training rows it reaches lbfgs' optimum (loss within
     # 1e-6 of a 1e-8-tolerance fit) in 2 s; lbfgs at its default tolerance took 12-20 s and
     # stopped 0.6% above it, its margins up to 0.59 off.
-    model = LogisticRegression(C=c, solver="newton-cg", max_iter=2000).fit(stacked, labels,
-                                                                           sample_weight=weights[keep])
+    model = LogisticRegression(C=c, solver="newton-cg", max_iter=2000).fit(stacked, labels, sample_weight=weights[keep])
     return model.coef_[0].astype(np.float64), float(model.intercept_[0])
 
 
@@ -81,7 +83,7 @@ class ReferenceModel:
     length_std: float
     edge: tuple[np.ndarray, float] | None
     cloud: tuple[np.ndarray, float] | None
-    rows: dict          # {"edge": rows its model learned from, "cloud": ..., "without_text": rows left out}
+    rows: dict  # {"edge": rows its model learned from, "cloud": ..., "without_text": rows left out}
 
     @classmethod
     def fit(cls, prompts, q_edge, q_cloud, *, c: float = C) -> "ReferenceModel":
@@ -89,29 +91,39 @@ class ReferenceModel:
         outcome with no success or no failure among them gets its smoothed log-odds)."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-
         prompts = list(prompts)
-        q_edge, q_cloud = (_outcome(name, q, len(prompts)) for name, q in (("edge_quality", q_edge),
-                                                                           ("cloud_quality", q_cloud)))
+        q_edge, q_cloud = (
+            _outcome(name, q, len(prompts)) for name, q in (("edge_quality", q_edge), ("cloud_quality", q_cloud))
+        )
         has_text = np.array([isinstance(p, str) for p in prompts], dtype=bool)
         known = {"edge": ~np.isnan(q_edge) & has_text, "cloud": ~np.isnan(q_cloud) & has_text}
         for side, rows in known.items():
             if not rows.any():
-                raise ValueError(f"no row with text has a known {side}_quality ({int((~has_text).sum())} of "
-                                 f"{len(prompts)} rows have no text): the reference's {side} model has nothing "
-                                 "to learn from")
-        vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2, max_features=MAX_FEATURES,
-                                     dtype=np.float64)
+                raise ValueError(
+                    f"no row with text has a known {side}_quality ({int((~has_text).sum())} of "
+                    f"{len(prompts)} rows have no text): the reference's {side} model has nothing "
+                    "to learn from"
+                )
+        vectorizer = TfidfVectorizer(
+            ngram_range=(1, 2), sublinear_tf=True, min_df=2, max_features=MAX_FEATURES, dtype=np.float64
+        )
         taught = known["edge"] | known["cloud"]
         texts = [p for p, k in zip(prompts, taught) if k]
         terms = vectorizer.fit_transform(texts)  # one pass over the text: vocabulary and rows
         lengths = _log_lengths(texts)
-        model = cls(vectorizer, float(lengths.mean()), float(lengths.std()) or 1.0, None, None,
-                    {**{side: int(rows.sum()) for side, rows in known.items()},
-                     "without_text": int((~has_text).sum())})
+        model = cls(
+            vectorizer,
+            float(lengths.mean()),
+            float(lengths.std()) or 1.0,
+            None,
+            None,
+            {**{side: int(rows.sum()) for side, rows in known.items()}, "without_text": int((~has_text).sum())},
+        )
         x = model._with_length(terms, texts)
-        model.edge, model.cloud = (fit_outcome(x[known[side][taught]], q[known[side]], c=c)
-                                   for side, q in (("edge", q_edge), ("cloud", q_cloud)))
+        model.edge, model.cloud = (
+            fit_outcome(x[known[side][taught]], q[known[side]], c=c)
+            for side, q in (("edge", q_edge), ("cloud", q_cloud))
+        )
         return model
 
     def features(self, prompts):
@@ -148,7 +160,7 @@ class ReferencePolicy:
 
     model: ReferenceModel
     thresholds: Thresholds
-    target: str         # the threshold target it was fitted for (evaluation.thresholds.TARGETS)
+    target: str  # the threshold target it was fitted for (evaluation.thresholds.TARGETS)
 
     @classmethod
     def fit(cls, train_rows: Rows, val_rows: Rows, **threshold_options) -> "ReferencePolicy":
@@ -161,13 +173,21 @@ class ReferencePolicy:
         model = ReferenceModel.fit(train_rows.prompts, train_rows.q_edge, train_rows.q_cloud)
         both = ~np.isnan(val_rows.q_edge) & ~np.isnan(val_rows.q_cloud)
         if not both.any():
-            raise ValueError(f"none of the {len(val_rows)} validation rows has both outcomes: the reference's "
-                             "thresholds cannot be picked")
+            raise ValueError(
+                f"none of the {len(val_rows)} validation rows has both outcomes: the reference's "
+                "thresholds cannot be picked"
+            )
         val = val_rows.subset(both)
         options = dict(threshold_options)
         catch = Catch.for_rows(val.rejected, options.pop("catch_rate", 0.5))
-        thresholds = select_thresholds(model.scores(val.prompts), val.q_edge, val.q_cloud, catch_rate=catch,
-                                       bounds=SCORE_KINDS[SCORE_KIND][1], **options)
+        thresholds = select_thresholds(
+            model.scores(val.prompts),
+            val.q_edge,
+            val.q_cloud,
+            catch_rate=catch,
+            bounds=SCORE_KINDS[SCORE_KIND][1],
+            **options,
+        )
         return cls(model, thresholds, options.get("target", "quality"))
 
     @classmethod
@@ -180,8 +200,7 @@ class ReferencePolicy:
             rows = frame[(frame["split"] == split).to_numpy()]
             if len(rows) == 0:
                 raise ValueError(f"no {split}-split rows to fit the reference on")
-            parts[split] = Rows.from_frame(rows, scores=np.full(len(rows), np.nan),
-                                           n_tokens=np.full(len(rows), np.nan))
+            parts[split] = Rows.from_frame(rows, scores=np.full(len(rows), np.nan), n_tokens=np.full(len(rows), np.nan))
         return cls.fit(parts["train"], parts["val"], **threshold_options)
 
     def route(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +211,13 @@ class ReferencePolicy:
 
     def as_dict(self) -> dict:
         """What metrics.json says about it: the rows each model learned from, the thresholds and their fit."""
-        return {"features": f"TF-IDF word 1-2-grams (min_df 2, sublinear tf, {len(self.model.vectorizer.vocabulary_)} "
-                            "terms) + log length",
-                "trained_on_rows": self.model.rows, "c": C, "lo": self.thresholds.lo, "hi": self.thresholds.hi,
-                "target": self.target, "fit": self.thresholds.as_dict()}
+        return {
+            "features": f"TF-IDF word 1-2-grams (min_df 2, sublinear tf, {len(self.model.vectorizer.vocabulary_)} "
+            "terms) + log length",
+            "trained_on_rows": self.model.rows,
+            "c": C,
+            "lo": self.thresholds.lo,
+            "hi": self.thresholds.hi,
+            "target": self.target,
+            "fit": self.thresholds.as_dict(),
+        }

@@ -4,6 +4,7 @@ Tables read the figures dict of evaluation.policies.evaluate_policies (plus the 
 pipeline adds); plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
 no display and no global pyplot state are needed.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,7 @@ from pathlib import Path
 
 from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 
-PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png",
-         "reliability": "reliability.png"}
+PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png", "reliability": "reliability.png"}
 
 
 def _missing(x) -> bool:
@@ -41,69 +41,151 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def headline_table(figures: dict) -> str:
     """Policies at their operating point, at the learned router's cloud share, and over the curve."""
     share = pct(figures["matched_cloud_share"])
-    header = ["policy", "cloud share", "misroute (under / over)", "quality", "vs all-cloud", "with fallback",
-              f"quality at {share} cloud", f"PGR at {share}", f"misroute at {share}", "APGR", "CPT(50%)",
-              "CPT(80%)"]
+    header = [
+        "policy",
+        "cloud share",
+        "misroute (under / over)",
+        "quality",
+        "vs all-cloud",
+        "with fallback",
+        f"quality at {share} cloud",
+        f"PGR at {share}",
+        f"misroute at {share}",
+        "APGR",
+        "CPT(50%)",
+        "CPT(80%)",
+    ]
     rows = []
     for name, p in figures["policies"].items():
         matched = p.get("at_matched_share") or {}
-        rows.append([POLICIES[name].label, pct(p["cloud_share"]),
-                     f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
-                     num(p["quality"]), num(p["quality_vs_all_cloud"], "+.3f"), num(p["quality_with_fallback"]),
-                     num(matched.get("quality")), num(matched.get("pgr")), pct(matched.get("misroute_rate")),
-                     num(p["apgr"]),
-                     pct(p["cpt50"]), pct(p["cpt80"])])
+        rows.append(
+            [
+                POLICIES[name].label,
+                pct(p["cloud_share"]),
+                f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
+                num(p["quality"]),
+                num(p["quality_vs_all_cloud"], "+.3f"),
+                num(p["quality_with_fallback"]),
+                num(matched.get("quality")),
+                num(matched.get("pgr")),
+                pct(matched.get("misroute_rate")),
+                num(p["apgr"]),
+                pct(p["cpt50"]),
+                pct(p["cpt80"]),
+            ]
+        )
     return table(header, rows)
 
 
 def cost_latency_table(figures: dict) -> str:
     first = next(iter(figures["policies"].values()))
     prices, devices = list(first["cost"]), list(first["latency"])
-    header = ["policy", "expected cloud calls", *(f"$/request ({p})" for p in prices),
-              *(f"cost reduction vs all-cloud ({p})" for p in prices),
-              *(f"latency {d} mean / p95 (ms)" for d in devices)]
-    rows = [[POLICIES[name].label, pct(p["expected_cloud_calls"]), *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
-             *(pct(p["cost"][c]["reduction_vs_all_cloud"]) for c in prices),
-             *(f"{p['latency'][d]['mean_ms']:.0f} / {p['latency'][d]['p95_ms']:.0f}" for d in devices)]
-            for name, p in figures["policies"].items()]
+    header = [
+        "policy",
+        "expected cloud calls",
+        *(f"$/request ({p})" for p in prices),
+        *(f"cost reduction vs all-cloud ({p})" for p in prices),
+        *(f"latency {d} mean / p95 (ms)" for d in devices),
+    ]
+    rows = [
+        [
+            POLICIES[name].label,
+            pct(p["expected_cloud_calls"]),
+            *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
+            *(pct(p["cost"][c]["reduction_vs_all_cloud"]) for c in prices),
+            *(f"{p['latency'][d]['mean_ms']:.0f} / {p['latency'][d]['p95_ms']:.0f}" for d in devices),
+        ]
+        for name, p in figures["policies"].items()
+    ]
     return table(header, rows)
 
 
 def fallback_table(figures: dict) -> str:
-    header = ["policy", "fallback-zone share", "fallback fires (per request)", "fires per fallback-zone request",
-              "quality recovered"]
-    rows = [[POLICIES[name].label, pct(p["fallback_share"]), pct(p["fallback_fires"]), pct(p["fallback_fires_in_zone"]),
-             num(p["fallback_recovered_quality"], "+.3f")] for name, p in figures["policies"].items()]
+    header = [
+        "policy",
+        "fallback-zone share",
+        "fallback fires (per request)",
+        "fires per fallback-zone request",
+        "quality recovered",
+    ]
+    rows = [
+        [
+            POLICIES[name].label,
+            pct(p["fallback_share"]),
+            pct(p["fallback_fires"]),
+            pct(p["fallback_fires_in_zone"]),
+            num(p["fallback_recovered_quality"], "+.3f"),
+        ]
+        for name, p in figures["policies"].items()
+    ]
     return table(header, rows)
 
 
 def breakdown_table(groups: dict) -> str:
     names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values()))]
     ranked = [n for n in ("learned", "reference") if n in names]  # the APGR to beat next to the router's
-    header = ["group", "rows", "cloud needed", "learned cloud share",
-              *(f"{POLICIES[n].short} misroute (under / over)" for n in names), *(f"{POLICIES[n].short} APGR" for n in ranked)]
-    rows = [[group, str(g["rows"]), pct(g["cloud_needed_share"]), pct(g["learned"]["cloud_share"]),
-             *(f"{pct(g[n]['misroute_rate'])} ({pct(g[n]['under_routing'])} / {pct(g[n]['over_routing'])})"
-               for n in names), *(num(g[n]["apgr"]) for n in ranked)] for group, g in groups.items()]
+    header = [
+        "group",
+        "rows",
+        "cloud needed",
+        "learned cloud share",
+        *(f"{POLICIES[n].short} misroute (under / over)" for n in names),
+        *(f"{POLICIES[n].short} APGR" for n in ranked),
+    ]
+    rows = [
+        [
+            group,
+            str(g["rows"]),
+            pct(g["cloud_needed_share"]),
+            pct(g["learned"]["cloud_share"]),
+            *(
+                f"{pct(g[n]['misroute_rate'])} ({pct(g[n]['under_routing'])} / {pct(g[n]['over_routing'])})"
+                for n in names
+            ),
+            *(num(g[n]["apgr"]) for n in ranked),
+        ]
+        for group, g in groups.items()
+    ]
     return table(header, rows)
 
 
 def loso_table(loso: dict) -> str:
-    header = ["held-out source", "rows", "trained on", "learned APGR", "learned AUC", "cloud share",
-              "misroute (under / over)", "quality vs all-cloud", "with fallback vs all-cloud",
-              "reference APGR", "hand rule APGR", "in-distribution APGR"]
+    header = [
+        "held-out source",
+        "rows",
+        "trained on",
+        "learned APGR",
+        "learned AUC",
+        "cloud share",
+        "misroute (under / over)",
+        "quality vs all-cloud",
+        "with fallback vs all-cloud",
+        "reference APGR",
+        "hand rule APGR",
+        "in-distribution APGR",
+    ]
     rows = []
     for source, r in loso.items():
         if "error" in r:
             rows.append([source, "—", "—", f"failed: {r['error']}", *["—"] * 8])
             continue
         p, ref = r["policies"]["learned"], r["all_cloud_quality"]
-        rows.append([source, str(r["rows"]), f"{r['trained_on_rows']} rows", num(p["apgr"]), num(p["auc"]),
-                     pct(p["cloud_share"]),
-                     f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
-                     num(p["quality_vs_all_cloud"], "+.3f"), num(p["quality_with_fallback"] - ref, "+.3f"),
-                     num((r["policies"].get("reference") or {}).get("apgr")), num(r["policies"]["rule_table"]["apgr"]),
-                     num(r.get("in_distribution_apgr"))])
+        rows.append(
+            [
+                source,
+                str(r["rows"]),
+                f"{r['trained_on_rows']} rows",
+                num(p["apgr"]),
+                num(p["auc"]),
+                pct(p["cloud_share"]),
+                f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
+                num(p["quality_vs_all_cloud"], "+.3f"),
+                num(p["quality_with_fallback"] - ref, "+.3f"),
+                num((r["policies"].get("reference") or {}).get("apgr")),
+                num(r["policies"]["rule_table"]["apgr"]),
+                num(r.get("in_distribution_apgr")),
+            ]
+        )
     return table(header, rows)
 
 
@@ -135,12 +217,21 @@ def render(metrics: dict) -> str:
         "## Acceptance check\n\n" + _acceptance_text(metrics.get("acceptance") or {}),
         "## Calibration of the learned probabilities\n\nPer probability the router outputs: the mean "
         "prediction in each bin against the mean observed outcome (quality, or the cloud-needed label).",
-        *(part for name, table_ in metrics["calibration"].items() for part in (
-            f"**{name}**: expected calibration error {num(table_['ece'], '.4f')} over {len(table_['bins'])} "
-            "non-empty bins.",
-            table(["bin", "rows", "mean prediction", "observed"],
-                  [[f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
-                   for b in table_["bins"]]))),
+        *(
+            part
+            for name, table_ in metrics["calibration"].items()
+            for part in (
+                f"**{name}**: expected calibration error {num(table_['ece'], '.4f')} over {len(table_['bins'])} "
+                "non-empty bins.",
+                table(
+                    ["bin", "rows", "mean prediction", "observed"],
+                    [
+                        [f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
+                        for b in table_["bins"]
+                    ],
+                ),
+            )
+        ),
         "## Tuned rule table",
         _tuned_text(metrics["tuned_rule_table"]),
         "## Reference",
@@ -148,14 +239,21 @@ def render(metrics: dict) -> str:
     ]
     if metrics.get("novelty"):
         parts += ["## Unfamiliar prompts", _novelty_text(metrics["novelty"], metrics.get("leave_one_source_out"))]
-    for dimension, title in (("domain", "domain group"), ("source", "source"), ("precision", "declared precision"),
-                             ("length", "prompt length")):
+    for dimension, title in (
+        ("domain", "domain group"),
+        ("source", "source"),
+        ("precision", "declared precision"),
+        ("length", "prompt length"),
+    ):
         parts += [f"## By {title}", breakdown_table(metrics["breakdowns"][dimension])]
     loso = metrics.get("leave_one_source_out")
     if loso:
-        parts += ["## Leave-one-source-out (traffic shift)\n\nA router trained on every other source (same "
-                  "settings as the bundle), evaluated on all rows of the held-out source; in-distribution APGR "
-                  f"is the bundle's on that source's `{split}` rows.", loso_table(loso)]
+        parts += [
+            "## Leave-one-source-out (traffic shift)\n\nA router trained on every other source (same "
+            "settings as the bundle), evaluated on all rows of the held-out source; in-distribution APGR "
+            f"is the bundle's on that source's `{split}` rows.",
+            loso_table(loso),
+        ]
     if metrics.get("off_policy"):
         parts += ["## Logged traffic (off-policy)", off_policy_text(metrics["off_policy"])]
     parts += ["## Policies", "\n".join(f"- **{POLICIES[n].label}**: {POLICIES[n].description}" for n in f["policies"])]
@@ -167,10 +265,12 @@ def render(metrics: dict) -> str:
 
 def render_off_policy_only(metrics: dict) -> str:
     setup = metrics["setup"]
-    parts = [f"# Off-policy evaluation of {setup['model_version']}",
-             f"Bundle `{setup['bundle']}`; logs {', '.join(f'`{p}`' for p in setup['logs'])}: {setup['rows_read']} "
-             f"rows read, {setup['rejected']} rejected or waiting for an outcome (rejects.jsonl). Split `{setup['split']}`.",
-             off_policy_text(metrics.get("off_policy"))]
+    parts = [
+        f"# Off-policy evaluation of {setup['model_version']}",
+        f"Bundle `{setup['bundle']}`; logs {', '.join(f'`{p}`' for p in setup['logs'])}: {setup['rows_read']} "
+        f"rows read, {setup['rejected']} rejected or waiting for an outcome (rejects.jsonl). Split `{setup['split']}`.",
+        off_policy_text(metrics.get("off_policy")),
+    ]
     if metrics.get("notes"):
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     return "\n\n".join(parts) + "\n"
@@ -183,8 +283,7 @@ def _left_out_text(ope: dict) -> str:
         return ""
     ids = ", ".join(f"`{i}`" for i in left["request_ids"])
     more = f" (the first {len(left['request_ids'])})" if left["rows"] > len(left["request_ids"]) else ""
-    return (f"\n\n{left['rows']} logged requests left out, the lowest: {left['reason']}. Request ids{more}: "
-            f"{ids}.")
+    return f"\n\n{left['rows']} logged requests left out, the lowest: {left['reason']}. Request ids{more}: {ids}."
 
 
 def off_policy_text(ope: dict | None) -> str:
@@ -199,27 +298,36 @@ def off_policy_text(ope: dict | None) -> str:
     q = ope["quality"]
     rows = [[name.upper(), num(q[name]["estimate"]), ci(q[name]["ci95"])] for name in ("ips", "snips", "dr")]
     m = ope["misroute_rate"]["model_completed"]
-    return (f"{ope['requests']} logged requests (side that ran first, its propensity, its outcome). The bundle "
-            f"picks the logged side on {pct(ope['agreement'])} of them. Logging policy, observed: quality "
-            f"{num(ope['logging_policy']['quality'])}, cloud-first share {pct(ope['logging_policy']['cloud_share'])}."
-            "\n\n" + table(["estimator", "bundle's quality (first answer)", "95% interval"], rows)
-            + f"\n\nThe bundle's cloud-first share on these prompts: {pct(ope['cloud_share']['exact'])} (its own "
-            f"decisions, exact). Misroute rate {pct(m['estimate'])} (95% {ci(m['ci95'])}), exact on the "
-            f"{ope['misroute_rate']['both_outcomes_known']} requests with both outcomes, completed with the bundle's "
-            f"heads elsewhere. Assumptions: {ope['assumptions']}." + _left_out_text(ope))
+    return (
+        f"{ope['requests']} logged requests (side that ran first, its propensity, its outcome). The bundle "
+        f"picks the logged side on {pct(ope['agreement'])} of them. Logging policy, observed: quality "
+        f"{num(ope['logging_policy']['quality'])}, cloud-first share {pct(ope['logging_policy']['cloud_share'])}."
+        "\n\n"
+        + table(["estimator", "bundle's quality (first answer)", "95% interval"], rows)
+        + f"\n\nThe bundle's cloud-first share on these prompts: {pct(ope['cloud_share']['exact'])} (its own "
+        f"decisions, exact). Misroute rate {pct(m['estimate'])} (95% {ci(m['ci95'])}), exact on the "
+        f"{ope['misroute_rate']['both_outcomes_known']} requests with both outcomes, completed with the bundle's "
+        f"heads elsewhere. Assumptions: {ope['assumptions']}." + _left_out_text(ope)
+    )
 
 
 def _fallback_text(rates: dict, catch_rate: float) -> str:
     measured, assumed = rates["measured_rows"], rates["assumed_rows"]
-    text = ("In the fallback zone the edge answers first; when its answer is rejected, the cloud answers. "
-            "Edge-zone requests are not checked. ")
+    text = (
+        "In the fallback zone the edge answers first; when its answer is rejected, the cloud answers. "
+        "Edge-zone requests are not checked. "
+    )
     if measured:
-        text += (f"For the {measured} evaluated requests whose edge answer is in the logs, the rejection is the "
-                 "bundle's acceptance check's verdict on that answer: failures it catches are recovered, and good "
-                 "answers it rejects cost a cloud call (measured). ")
+        text += (
+            f"For the {measured} evaluated requests whose edge answer is in the logs, the rejection is the "
+            "bundle's acceptance check's verdict on that answer: failures it catches are recovered, and good "
+            "answers it rejects cost a cloud call (measured). "
+        )
     if assumed:
-        text += (f"For the other {assumed} requests there is no answer to check, and a catch rate of {catch_rate} "
-                 "with no false rejects is assumed.")
+        text += (
+            f"For the other {assumed} requests there is no answer to check, and a catch rate of {catch_rate} "
+            "with no false rejects is assumed."
+        )
     return text
 
 
@@ -228,38 +336,52 @@ def _acceptance_text(acceptance: dict) -> str:
         return f"The bundle has no acceptance model: {acceptance.get('reason', 'unknown reason')}."
     if not acceptance.get("rows"):
         return f"Not measured: {acceptance.get('reason')}."
-    rows = [[source, str(a["rows"]), str(a["failures"]), num(a["auc"]), pct(a["catch_rate"]),
-             pct(a["false_reject_rate"])]
-            for source, a in [("all", acceptance), *acceptance["per_source"].items()]]
-    return (f"The bundle's learned check, through the SDK, on the evaluated split's logged edge answers: accept "
-            f"when P(good) >= {acceptance['threshold']:.3f} (chosen in training for "
-            f"{pct(acceptance['false_reject_rate_target'])} false rejects). Catch rate = failures rejected; "
-            "false-reject rate = good answers rejected.\n\n"
-            + table(["source", "answers", "failures", "AUC", "catch rate", "false-reject rate"], rows)
-            + _assumption_text(acceptance.get("assumption_check"))
-            + ("\n\n![acceptance ROC](acceptance_roc.png)" if acceptance.get("roc") else ""))
+    rows = [
+        [source, str(a["rows"]), str(a["failures"]), num(a["auc"]), pct(a["catch_rate"]), pct(a["false_reject_rate"])]
+        for source, a in [("all", acceptance), *acceptance["per_source"].items()]
+    ]
+    return (
+        f"The bundle's learned check, through the SDK, on the evaluated split's logged edge answers: accept "
+        f"when P(good) >= {acceptance['threshold']:.3f} (chosen in training for "
+        f"{pct(acceptance['false_reject_rate_target'])} false rejects). Catch rate = failures rejected; "
+        "false-reject rate = good answers rejected.\n\n"
+        + table(["source", "answers", "failures", "AUC", "catch rate", "false-reject rate"], rows)
+        + _assumption_text(acceptance.get("assumption_check"))
+        + ("\n\n![acceptance ROC](acceptance_roc.png)" if acceptance.get("roc") else "")
+    )
 
 
 def _assumption_text(check: dict | None) -> str:
     if not check:
         return ""
     m, a = check["measured"], check["assumed"]
-    return (f"\n\nOn the {check['rows']} requests whose answer was checked, the learned router's quality with "
-            f"fallback is {num(m['quality_with_fallback'])} with {pct(m['expected_cloud_calls'])} expected cloud calls "
-            f"(the fallback fires on {pct(m['fallback_fires'])} of them); the assumed catch rate would have claimed "
-            f"{num(a['quality_with_fallback'])} with {pct(a['expected_cloud_calls'])} "
-            f"({pct(a['fallback_fires'])}).")
+    return (
+        f"\n\nOn the {check['rows']} requests whose answer was checked, the learned router's quality with "
+        f"fallback is {num(m['quality_with_fallback'])} with {pct(m['expected_cloud_calls'])} expected cloud calls "
+        f"(the fallback fires on {pct(m['fallback_fires'])} of them); the assumed catch rate would have claimed "
+        f"{num(a['quality_with_fallback'])} with {pct(a['expected_cloud_calls'])} "
+        f"({pct(a['fallback_fires'])})."
+    )
 
 
 def _novelty_text(novelty: dict, loso: dict | None) -> str:
-    groups = [f"{name}: {g['rows']} rows, quality {num(g['quality'])} (all-edge {num(g['all_edge_quality'])}, "
-              f"all-cloud {num(g['all_cloud_quality'])})" for name in ("unfamiliar", "familiar")
-              if (g := novelty.get(name))]
-    shifted = [f"{source} {pct(r['unfamiliar_share'])}" for source, r in (loso or {}).items()
-               if r.get("unfamiliar_share") is not None]
-    return (f"{pct(novelty['unfamiliar_share'])} of the evaluated prompts are unfamiliar to the router. "
-            + "; ".join(groups) + "."
-            + (f" Held-out sources (leave-one-source-out routers): {', '.join(shifted)}." if shifted else ""))
+    groups = [
+        f"{name}: {g['rows']} rows, quality {num(g['quality'])} (all-edge {num(g['all_edge_quality'])}, "
+        f"all-cloud {num(g['all_cloud_quality'])})"
+        for name in ("unfamiliar", "familiar")
+        if (g := novelty.get(name))
+    ]
+    shifted = [
+        f"{source} {pct(r['unfamiliar_share'])}"
+        for source, r in (loso or {}).items()
+        if r.get("unfamiliar_share") is not None
+    ]
+    return (
+        f"{pct(novelty['unfamiliar_share'])} of the evaluated prompts are unfamiliar to the router. "
+        + "; ".join(groups)
+        + "."
+        + (f" Held-out sources (leave-one-source-out routers): {', '.join(shifted)}." if shifted else "")
+    )
 
 
 def _pairs(values: dict, fmt: str) -> str:
@@ -270,10 +392,12 @@ def _tuned_text(tuned: dict) -> str:
     if "skipped" in tuned:
         return f"Skipped: {tuned['skipped']}"
     w = tuned["weights"]
-    return (f"Weights: long prompt {w['long_prompt']:.2f}, finance/medical/legal {w['rule_domain']:.2f}, exact "
-            f"precision {w['exact_precision']:.2f} (sum capped at 1); edge below {tuned['lo']:.3f}, cloud above "
-            f"{tuned['hi']:.3f}, fallback in between. Fitted on {tuned['fit']['rows']} train-split rows for the "
-            f"bundle's target `{tuned['target']}` (met: {tuned['fit']['met_target']}).")
+    return (
+        f"Weights: long prompt {w['long_prompt']:.2f}, finance/medical/legal {w['rule_domain']:.2f}, exact "
+        f"precision {w['exact_precision']:.2f} (sum capped at 1); edge below {tuned['lo']:.3f}, cloud above "
+        f"{tuned['hi']:.3f}, fallback in between. Fitted on {tuned['fit']['rows']} train-split rows for the "
+        f"bundle's target `{tuned['target']}` (met: {tuned['fit']['met_target']})."
+    )
 
 
 def _reference_text(reference: dict) -> str:
@@ -281,12 +405,14 @@ def _reference_text(reference: dict) -> str:
         return f"Skipped: {reference['skipped']}"
     rows = reference["trained_on_rows"]
     left_out = f", {rows['without_text']} rows without text left out" if rows.get("without_text") else ""
-    return (f"The baseline a learned router must beat: {reference['features']}, a logistic regression per outcome "
-            f"(C {reference['c']:g}; graded outcomes as fractional successes), fitted on {rows['edge']} train-split "
-            f"rows (edge) and {rows['cloud']} (cloud){left_out} in {reference['fit_seconds']:.1f} s; score "
-            f"P(cloud good) - P(edge good); edge below {reference['lo']:.3f}, cloud above {reference['hi']:.3f}, "
-            f"fallback in between, picked on {reference['fit']['rows']} val-split rows for the bundle's target "
-            f"`{reference['target']}` (met: {reference['fit']['met_target']}).")
+    return (
+        f"The baseline a learned router must beat: {reference['features']}, a logistic regression per outcome "
+        f"(C {reference['c']:g}; graded outcomes as fractional successes), fitted on {rows['edge']} train-split "
+        f"rows (edge) and {rows['cloud']} (cloud){left_out} in {reference['fit_seconds']:.1f} s; score "
+        f"P(cloud good) - P(edge good); edge below {reference['lo']:.3f}, cloud above {reference['hi']:.3f}, "
+        f"fallback in between, picked on {reference['fit']['rows']} val-split rows for the bundle's target "
+        f"`{reference['target']}` (met: {reference['fit']['met_target']})."
+    )
 
 
 def summary_table(metrics: dict):
@@ -299,18 +425,28 @@ def summary_table(metrics: dict):
             table.add_column(column)
         for name, value in ((metrics.get("off_policy") or {}).get("quality") or {}).items():
             interval = value["ci95"]
-            table.add_row(name.upper(), num(value["estimate"]),
-                          f"[{num(interval[0])}, {num(interval[1])}]" if interval else "—")
+            table.add_row(
+                name.upper(), num(value["estimate"]), f"[{num(interval[0])}, {num(interval[1])}]" if interval else "—"
+            )
         return table
     figures = metrics["figures"]
-    table = Table(title=f"{metrics['setup']['split']} split: {figures['rows']} requests; matched cloud share "
-                        f"{pct(figures['matched_cloud_share'])}")
+    table = Table(
+        title=f"{metrics['setup']['split']} split: {figures['rows']} requests; matched cloud share "
+        f"{pct(figures['matched_cloud_share'])}"
+    )
     for column in ("policy", "cloud", "misroute", "under", "over", "quality", "matched", "APGR"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for name, p in figures["policies"].items():
-        table.add_row(POLICIES[name].short, pct(p["cloud_share"]), pct(p["misroute_rate"]), pct(p["under_routing"]),
-                      pct(p["over_routing"]), num(p["quality"]),
-                      num((p.get("at_matched_share") or {}).get("quality")), num(p["apgr"]))
+        table.add_row(
+            POLICIES[name].short,
+            pct(p["cloud_share"]),
+            pct(p["misroute_rate"]),
+            pct(p["under_routing"]),
+            pct(p["over_routing"]),
+            num(p["quality"]),
+            num((p.get("at_matched_share") or {}).get("quality")),
+            num(p["apgr"]),
+        )
     return table
 
 
@@ -336,8 +472,9 @@ def plot_quality_vs_share(figures: dict, curves: dict, path: Path) -> None:
     """Every policy's quality curve on one chart, operating points marked."""
     fig, ax = _figure()
     for name, curve in curves.items():
-        line, = ax.plot(curve.f, curve.quality, label=POLICIES[name].label, lw=1.4,
-                        ls="--" if name in ("random", "oracle") else "-")
+        (line,) = ax.plot(
+            curve.f, curve.quality, label=POLICIES[name].label, lw=1.4, ls="--" if name in ("random", "oracle") else "-"
+        )
         p = figures["policies"][name]
         ax.plot(p["cloud_share"], p["quality"], "o", color=line.get_color(), ms=8, mec="black", zorder=4)
     for name, marker in (("all_edge", "s"), ("all_cloud", "D")):
@@ -367,8 +504,15 @@ def plot_misroute_by_domain(groups: dict, path: Path) -> None:
         under = [g[name]["under_routing"] for g in groups.values()]
         over = [g[name]["over_routing"] for g in groups.values()]
         bars = ax.bar(x + i * width, under, width, label=f"{POLICIES[name].label}: under")
-        ax.bar(x + i * width, over, width, bottom=under, color=bars.patches[0].get_facecolor(), alpha=0.45,
-               label=f"{POLICIES[name].label}: over")
+        ax.bar(
+            x + i * width,
+            over,
+            width,
+            bottom=under,
+            color=bars.patches[0].get_facecolor(),
+            alpha=0.45,
+            label=f"{POLICIES[name].label}: over",
+        )
     ax.set_xticks(x + width * (len(names) - 1) / 2, list(groups), rotation=30, ha="right")
     ax.set_ylabel("misroute rate (solid: under-routing, light: over-routing)")
     ax.set_title("Misroute rate by domain group at each policy's operating point")
@@ -386,11 +530,20 @@ def plot_reliability(calibration: dict, path: Path) -> None:
     ax.plot([0, 1], [0, 1], color="grey", ls=":", label="perfect calibration")
     for name, table_ in calibration.items():
         bins = table_["bins"]
-        ax.plot([b["mean_score"] for b in bins], [b["observed_rate"] for b in bins], "o-",
-                label=f"{name} (ECE {table_['ece']:.3f})")
+        ax.plot(
+            [b["mean_score"] for b in bins],
+            [b["observed_rate"] for b in bins],
+            "o-",
+            label=f"{name} (ECE {table_['ece']:.3f})",
+        )
         for b in bins:
-            ax.annotate(str(b["rows"]), (b["mean_score"], b["observed_rate"]), fontsize=7,
-                        textcoords="offset points", xytext=(4, -10))
+            ax.annotate(
+                str(b["rows"]),
+                (b["mean_score"], b["observed_rate"]),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(4, -10),
+            )
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("mean predicted probability in bin")
@@ -408,8 +561,14 @@ def plot_acceptance_roc(acceptance: dict, path: Path) -> None:
     roc = acceptance["roc"]
     ax.plot(roc["false_reject_rate"], roc["catch_rate"], lw=1.6, label=f"learned check (AUC {acceptance['auc']:.3f})")
     ax.plot([0, 1], [0, 1], color="grey", ls=":", label="chance")
-    ax.plot(acceptance["false_reject_rate"], acceptance["catch_rate"], "o", ms=8, mec="black",
-            label=f"threshold {acceptance['threshold']:.3f}")
+    ax.plot(
+        acceptance["false_reject_rate"],
+        acceptance["catch_rate"],
+        "o",
+        ms=8,
+        mec="black",
+        label=f"threshold {acceptance['threshold']:.3f}",
+    )
     ax.set_xlabel("false-reject rate (good edge answers rejected)")
     ax.set_ylabel("catch rate (edge failures rejected)")
     ax.set_title(f"Acceptance check ROC ({acceptance['rows']} answers, {acceptance['failures']} failures)")

@@ -1,6 +1,7 @@
 """The one row type of evaluation: a set of requests with their outcomes and a router's verdicts,
 as aligned arrays. Training builds it from its validation and test splits, `make evaluate`
 from the SDK's own decisions; every figure and threshold reads it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,9 @@ def _objects(values) -> np.ndarray:
     return np.array(list(values), dtype=object)
 
 
-def learned_zones(scores, precisions, n_tokens, band, *, edge_context_tokens: int, unfamiliar=None,
-                  unfamiliar_zones=None) -> np.ndarray:
+def learned_zones(
+    scores, precisions, n_tokens, band, *, edge_context_tokens: int, unfamiliar=None, unfamiliar_zones=None
+) -> np.ndarray:
     """The zone the SDK gives each request: its precision's band (`band(precision)` -> (lo, hi)),
     the cloud for prompts over the edge context limit, and for an unfamiliar prompt the zone of
     the unfamiliar policy (`unfamiliar_zones`, None: the learned zone). serving.router does the same."""
@@ -33,18 +35,18 @@ class Rows:
 
     request_ids: np.ndarray
     prompts: np.ndarray
-    precisions: np.ndarray   # object: "exact" / "standard" / "tolerant" / None
-    domains: np.ndarray      # the log's domain label (None when absent)
+    precisions: np.ndarray  # object: "exact" / "standard" / "tolerant" / None
+    domains: np.ndarray  # the log's domain label (None when absent)
     sources: np.ndarray
-    n_tokens: np.ndarray     # as the SDK estimates them
+    n_tokens: np.ndarray  # as the SDK estimates them
     q_edge: np.ndarray
     q_cloud: np.ndarray
-    needed: np.ndarray       # the cloud-needed label
-    scores: np.ndarray       # the learned router's score (expected gain, or P(cloud needed))
-    zones: np.ndarray | None = None             # the learned router's zone (with_zones, or the SDK's)
-    p_edge: np.ndarray | None = None            # P(edge good), P(cloud good) when the router has those heads
+    needed: np.ndarray  # the cloud-needed label
+    scores: np.ndarray  # the learned router's score (expected gain, or P(cloud needed))
+    zones: np.ndarray | None = None  # the learned router's zone (with_zones, or the SDK's)
+    p_edge: np.ndarray | None = None  # P(edge good), P(cloud good) when the router has those heads
     p_cloud: np.ndarray | None = None
-    novelty: np.ndarray | None = None           # the familiarity measure, when the router has one
+    novelty: np.ndarray | None = None  # the familiarity measure, when the router has one
     unfamiliar: np.ndarray | None = None
     inferred_domains: np.ndarray | None = None  # the rule table's domain from the text (with_inferred_domains)
     # Share of the request's logged edge answers the acceptance check rejects; NaN where the
@@ -52,16 +54,41 @@ class Rows:
     rejected: np.ndarray | None = None
 
     @classmethod
-    def build(cls, *, prompts, precisions, domains, sources, n_tokens, q_edge, q_cloud, needed, scores,
-              zones=None, request_ids=None, probabilities: dict | None = None) -> "Rows":
+    def build(
+        cls,
+        *,
+        prompts,
+        precisions,
+        domains,
+        sources,
+        n_tokens,
+        q_edge,
+        q_cloud,
+        needed,
+        scores,
+        zones=None,
+        request_ids=None,
+        probabilities: dict | None = None,
+    ) -> "Rows":
         """Aligned arrays from sequences; `probabilities` maps a head ("edge", "cloud") to its values."""
         prompts = _objects(prompts)
         ids = _objects(request_ids) if request_ids is not None else np.full(len(prompts), None, dtype=object)
         heads = {k: np.asarray(v, float) for k, v in (probabilities or {}).items() if k in ("edge", "cloud")}
-        return cls(ids, prompts, _objects(precisions), _objects(domains), _objects(sources),
-                   np.asarray(n_tokens, float), np.asarray(q_edge, float), np.asarray(q_cloud, float),
-                   np.asarray(needed, np.int8), np.asarray(scores, float),
-                   _objects(zones) if zones is not None else None, heads.get("edge"), heads.get("cloud"))
+        return cls(
+            ids,
+            prompts,
+            _objects(precisions),
+            _objects(domains),
+            _objects(sources),
+            np.asarray(n_tokens, float),
+            np.asarray(q_edge, float),
+            np.asarray(q_cloud, float),
+            np.asarray(needed, np.int8),
+            np.asarray(scores, float),
+            _objects(zones) if zones is not None else None,
+            heads.get("edge"),
+            heads.get("cloud"),
+        )
 
     @classmethod
     def from_frame(cls, frame, *, scores, n_tokens, zones=None, probabilities: dict | None = None) -> "Rows":
@@ -69,10 +96,20 @@ class Rows:
         from data.prepare import missing_text_as_none
 
         frame = missing_text_as_none(frame.copy())
-        return cls.build(request_ids=frame["request_id"], prompts=frame["prompt"], precisions=frame["precision"],
-                         domains=frame["domain"], sources=frame["source"], n_tokens=n_tokens,
-                         q_edge=frame["edge_quality"], q_cloud=frame["cloud_quality"], needed=frame["label"],
-                         scores=scores, zones=zones, probabilities=probabilities)
+        return cls.build(
+            request_ids=frame["request_id"],
+            prompts=frame["prompt"],
+            precisions=frame["precision"],
+            domains=frame["domain"],
+            sources=frame["source"],
+            n_tokens=n_tokens,
+            q_edge=frame["edge_quality"],
+            q_cloud=frame["cloud_quality"],
+            needed=frame["label"],
+            scores=scores,
+            zones=zones,
+            probabilities=probabilities,
+        )
 
     @classmethod
     def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "Rows":
@@ -81,13 +118,18 @@ class Rows:
         prompts, precisions = frame["prompt"].tolist(), frame["precision"].tolist()
         decisions = []
         for start in range(0, len(prompts), batch_size):
-            decisions += router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])
+            decisions += router.route_batch(prompts[start : start + batch_size], precisions[start : start + batch_size])
             if on_batch:
                 on_batch(min(batch_size, len(prompts) - start))
         heads = {"edge": [d.p_edge for d in decisions], "cloud": [d.p_cloud for d in decisions]}
         heads = heads if all(d.p_edge is not None for d in decisions) else None
-        rows = cls.from_frame(frame, scores=[d.score for d in decisions], n_tokens=[d.n_tokens for d in decisions],
-                              zones=[d.zone for d in decisions], probabilities=heads)
+        rows = cls.from_frame(
+            frame,
+            scores=[d.score for d in decisions],
+            n_tokens=[d.n_tokens for d in decisions],
+            zones=[d.zone for d in decisions],
+            probabilities=heads,
+        )
         if decisions and all(d.novelty is not None for d in decisions):
             rows = rows.with_novelty([d.novelty for d in decisions])
         return rows
@@ -96,13 +138,26 @@ class Rows:
         return len(self.prompts)
 
     def subset(self, mask) -> "Rows":
-        return dataclasses.replace(self, **{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
-                                            if getattr(self, f.name) is not None})
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: getattr(self, f.name)[mask]
+                for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None
+            },
+        )
 
     def with_zones(self, band, *, edge_context_tokens: int, unfamiliar_zones=None) -> "Rows":
         """These rows with the zones the SDK would give at these thresholds (learned_zones)."""
-        zones = learned_zones(self.scores, self.precisions, self.n_tokens, band, edge_context_tokens=edge_context_tokens,
-                              unfamiliar=self.unfamiliar, unfamiliar_zones=unfamiliar_zones)
+        zones = learned_zones(
+            self.scores,
+            self.precisions,
+            self.n_tokens,
+            band,
+            edge_context_tokens=edge_context_tokens,
+            unfamiliar=self.unfamiliar,
+            unfamiliar_zones=unfamiliar_zones,
+        )
         return dataclasses.replace(self, zones=zones)
 
     def with_novelty(self, novelty) -> "Rows":

@@ -6,6 +6,7 @@ every policy, calibration, breakdowns, and optionally leave-one-source-out. Load
 logs, retraining for leave-one-source-out and MLflow are the caller's (pipelines.evaluate),
 so this module runs on any frame of prepared rows.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,23 +31,28 @@ if TYPE_CHECKING:
 
 @dataclass
 class Evaluation:
-    metrics: dict   # as in metrics.json
-    curves: dict    # policy -> quality curve, for the plots
+    metrics: dict  # as in metrics.json
+    curves: dict  # policy -> quality curve, for the plots
 
 
 def threshold_target(manifest: Manifest) -> dict:
     """The bundle's own threshold target, as evaluation.thresholds options: the tuned rule
     table and the reference are thresholded for what the learned router was."""
     target = manifest.target
-    return {"target": target.get("kind", "quality"), "max_quality_drop": target.get("max_quality_drop", 0.01),
-            "cloud_budget": target.get("cloud_budget", 0.3), "catch_rate": target.get("fallback_catch_rate", 0.5)}
+    return {
+        "target": target.get("kind", "quality"),
+        "max_quality_drop": target.get("max_quality_drop", 0.01),
+        "cloud_budget": target.get("cloud_budget", 0.3),
+        "catch_rate": target.get("fallback_catch_rate", 0.5),
+    }
 
 
 def fit_tuned_rules(rows: Rows, manifest: Manifest, *, step: float) -> tuple[TunedRules, dict]:
     """The tuned rule table for the bundle's own threshold target."""
     target = threshold_target(manifest)
-    tuned = tune_rule_table(rows.n_tokens, rows.domains, rows.precisions, rows.q_edge, rows.q_cloud, step=step,
-                            **target)
+    tuned = tune_rule_table(
+        rows.n_tokens, rows.domains, rows.precisions, rows.q_edge, rows.q_cloud, step=step, **target
+    )
     return tuned, {**tuned.as_dict(), "target": target["target"]}
 
 
@@ -60,21 +66,33 @@ def fit_reference(train: Rows, val: Rows, manifest: Manifest) -> tuple["Referenc
 
 
 def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame, rows: Rows) -> dict:
-    return {"bundle": str(config.bundle), "model_version": manifest.model_version,
-            "mlflow_run_id": manifest.mlflow.get("run_id"), "logs": data_report["paths"],
-            "rows_read": data_report["rows_read"], "rejected": data_report["rejected"],
-            "prompts": int(len(frame)), "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
-            "split": config.split, "split_note": SPLIT_NOTES[config.split], "evaluated_rows": len(rows),
-            "catch_rate": config.catch_rate, "cost": dataclasses.asdict(config.cost_model()),
-            "latency": dataclasses.asdict(config.latency_model()), "policies": list(config.policies)}
+    return {
+        "bundle": str(config.bundle),
+        "model_version": manifest.model_version,
+        "mlflow_run_id": manifest.mlflow.get("run_id"),
+        "logs": data_report["paths"],
+        "rows_read": data_report["rows_read"],
+        "rejected": data_report["rejected"],
+        "prompts": int(len(frame)),
+        "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
+        "split": config.split,
+        "split_note": SPLIT_NOTES[config.split],
+        "evaluated_rows": len(rows),
+        "catch_rate": config.catch_rate,
+        "cost": dataclasses.asdict(config.cost_model()),
+        "latency": dataclasses.asdict(config.latency_model()),
+        "policies": list(config.policies),
+    }
 
 
 def calibration(rows: Rows, *, bins: int) -> dict:
     """Reliability of each probability the router outputs, against what was observed: the
     outcome heads against each endpoint's quality, or P(cloud needed) against the label."""
     if rows.p_edge is not None:
-        return {"P(edge good)": reliability(rows.p_edge, rows.q_edge, bins=bins),
-                "P(cloud good)": reliability(rows.p_cloud, rows.q_cloud, bins=bins)}
+        return {
+            "P(edge good)": reliability(rows.p_edge, rows.q_edge, bins=bins),
+            "P(cloud good)": reliability(rows.p_cloud, rows.q_cloud, bins=bins),
+        }
     return {"P(cloud needed)": reliability(rows.scores, rows.needed, bins=bins)}
 
 
@@ -87,9 +105,12 @@ def familiarity(rows: Rows) -> dict | None:
     for name, group in (("unfamiliar", rows.unfamiliar), ("familiar", ~rows.unfamiliar)):
         if group.any():
             routed = np.where(rows.zones[group] == "cloud", rows.q_cloud[group], rows.q_edge[group])
-            out[name] = {"rows": int(group.sum()), "quality": float(routed.mean()),
-                         "all_edge_quality": float(rows.q_edge[group].mean()),
-                         "all_cloud_quality": float(rows.q_cloud[group].mean())}
+            out[name] = {
+                "rows": int(group.sum()),
+                "quality": float(routed.mean()),
+                "all_edge_quality": float(rows.q_edge[group].mean()),
+                "all_cloud_quality": float(rows.q_cloud[group].mean()),
+            }
     return out
 
 
@@ -106,12 +127,19 @@ def acceptance(router, manifest: Manifest, responses, split: str) -> tuple[dict,
     if rows is None or len(rows) == 0:
         return {"model": True, "rows": 0, "reason": f"no logged edge answers in the {split} rows"}, None, None
     acceptor = router.acceptor
-    probability = acceptor.probabilities(rows["prompt"].tolist(), rows["edge_response"].tolist(),
-                                         rows["edge_logprob_mean"].tolist(), rows["edge_logprob_min"].tolist())
+    probability = acceptor.probabilities(
+        rows["prompt"].tolist(),
+        rows["edge_response"].tolist(),
+        rows["edge_logprob_mean"].tolist(),
+        rows["edge_logprob_min"].tolist(),
+    )
     good = rows["edge_quality"].to_numpy() >= section.get("good_quality", 0.5)
-    figures = {"model": True, "threshold": acceptor.threshold,
-               "false_reject_rate_target": section.get("false_reject_rate_target"),
-               **separation_by_source(probability, good, rows["source"].to_numpy(object), acceptor.threshold)}
+    figures = {
+        "model": True,
+        "threshold": acceptor.threshold,
+        "false_reject_rate_target": section.get("false_reject_rate_target"),
+        **separation_by_source(probability, good, rows["source"].to_numpy(object), acceptor.threshold),
+    }
     roc = roc_points(probability, good) if good.any() and (~good).any() else None
     return figures, roc, (rows["prompt"].tolist(), probability < acceptor.threshold)
 
@@ -134,8 +162,9 @@ def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
 LISTED_IDS = 20  # request ids listed of the requests left out below the propensity floor
 
 
-def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0,
-                   min_propensity: float = MIN_PROPENSITY) -> dict | None:
+def logged_traffic(
+    router, frame, *, batch_size: int, margin: float = 0.0, min_propensity: float = MIN_PROPENSITY
+) -> dict | None:
     """Off-policy estimates (evaluation.off_policy) of the bundle on the rows an SDK logged:
     those with the side that ran first, its propensity and its outcome; None when there are none.
     Requests logged with a propensity below `min_propensity` are left out and listed
@@ -146,62 +175,109 @@ def logged_traffic(router, frame, *, batch_size: int, margin: float = 0.0,
         return None
     side_quality = np.where(frame["routed_to"] == "cloud", frame["cloud_quality"], frame["edge_quality"])
     logged = (frame["propensity"].notna() & frame["routed_to"].notna()).to_numpy() & ~np.isnan(
-        side_quality.astype(float))
+        side_quality.astype(float)
+    )
     if not logged.any():
         return None
     below = logged & (frame["propensity"] < min_propensity).to_numpy()
     left_out = {}
     if below.any():
         low = frame[below]
-        left_out = {"below_min_propensity": {
-            "rows": int(below.sum()), "request_ids": low["request_id"].tolist()[:LISTED_IDS],
-            "reason": below_propensity_floor(float(low["propensity"].min()), min_propensity)}}
+        left_out = {
+            "below_min_propensity": {
+                "rows": int(below.sum()),
+                "request_ids": low["request_id"].tolist()[:LISTED_IDS],
+                "reason": below_propensity_floor(float(low["propensity"].min()), min_propensity),
+            }
+        }
         logged &= ~below
         if not logged.any():
             return {"skipped": f"every logged request is below the propensity floor {min_propensity}", **left_out}
     rows = frame[logged]
     prompts, precisions = rows["prompt"].tolist(), rows["precision"].tolist()
-    decisions = [d for start in range(0, len(prompts), batch_size)
-                 for d in router.route_batch(prompts[start:start + batch_size], precisions[start:start + batch_size])]
+    decisions = [
+        d
+        for start in range(0, len(prompts), batch_size)
+        for d in router.route_batch(prompts[start : start + batch_size], precisions[start : start + batch_size])
+    ]
     heads = [(d.p_edge, d.p_cloud) for d in decisions]
     if any(e is None for e, _ in heads):  # a bundle without outcome heads: its score stands in for neither
         return {"skipped": "the bundle has no outcome heads (P(edge good), P(cloud good)) for the DR estimate"}
-    return {**off_policy(routed_to=rows["routed_to"].tolist(), propensity=rows["propensity"].to_numpy(float),
-                         reward=side_quality[logged].astype(float), target=[d.target for d in decisions],
-                         p_edge=[e for e, _ in heads], p_cloud=[c for _, c in heads],
-                         edge_quality=rows["edge_quality"].to_numpy(float),
-                         cloud_quality=rows["cloud_quality"].to_numpy(float), margin=margin,
-                         min_propensity=min_propensity), **left_out}
+    return {
+        **off_policy(
+            routed_to=rows["routed_to"].tolist(),
+            propensity=rows["propensity"].to_numpy(float),
+            reward=side_quality[logged].astype(float),
+            target=[d.target for d in decisions],
+            p_edge=[e for e, _ in heads],
+            p_cloud=[c for _, c in heads],
+            edge_quality=rows["edge_quality"].to_numpy(float),
+            cloud_quality=rows["cloud_quality"].to_numpy(float),
+            margin=margin,
+            min_propensity=min_propensity,
+        ),
+        **left_out,
+    }
 
 
 def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
     chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
     if not chosen.any():
-        raise ValueError(f"no rows of split {config.split!r} in these logs (rows per split: "
-                         f"{frame['split'].value_counts().to_dict()}); try --split all")
+        raise ValueError(
+            f"no rows of split {config.split!r} in these logs (rows per split: "
+            f"{frame['split'].value_counts().to_dict()}); try --split all"
+        )
     return chosen
 
 
-def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_report: dict,
-             train: Trainer | None = None, progress=None, responses=None) -> Evaluation:
+def evaluate(
+    config: EvalConfig,
+    *,
+    router,
+    manifest: Manifest,
+    frame,
+    data_report: dict,
+    train: Trainer | None = None,
+    progress=None,
+    responses=None,
+) -> Evaluation:
     """Every figure of the report; `train` retrains without a source (leave-one-source-out);
     `responses`: the logged edge answers (data.prepare.response_rows), which measure the
     acceptance check and, where they exist, the fallback's catch and false-reject rates."""
     notes = [] if manifest.split else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
     if manifest.split.get("cv_folds"):
-        notes.append(f"the bundle was cross-fitted ({manifest.split['cv_folds']} folds) and trained on every row of its "
-                     "training logs: none of those rows is unseen, so figures on them are in sample; its estimates "
-                     "are the cross-validated ones (manifest metrics.cv, `make evaluate CV=5`)")
-    traffic = logged_traffic(router, frame[_chosen_rows(config, frame)], batch_size=config.batch_size,
-                             margin=manifest.label.get("margin_binary", 0.0), min_propensity=config.min_propensity)
+        notes.append(
+            f"the bundle was cross-fitted ({manifest.split['cv_folds']} folds) and trained on every row of its "
+            "training logs: none of those rows is unseen, so figures on them are in sample; its estimates "
+            "are the cross-validated ones (manifest metrics.cv, `make evaluate CV=5`)"
+        )
+    traffic = logged_traffic(
+        router,
+        frame[_chosen_rows(config, frame)],
+        batch_size=config.batch_size,
+        margin=manifest.label.get("margin_binary", 0.0),
+        min_propensity=config.min_propensity,
+    )
     both = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
     if not both.any() or not both[_chosen_rows(config, frame)].any():
         notes.append("no evaluated request has both outcomes: only the off-policy estimates are reported")
-        return Evaluation({"setup": {"bundle": str(config.bundle), "model_version": manifest.model_version,
-                                     "mlflow_run_id": manifest.mlflow.get("run_id"), "logs": data_report["paths"],
-                                     "rows_read": data_report["rows_read"], "rejected": data_report["rejected"],
-                                     "split": config.split, "evaluated_rows": 0},
-                           "off_policy": traffic, "notes": notes}, {})
+        return Evaluation(
+            {
+                "setup": {
+                    "bundle": str(config.bundle),
+                    "model_version": manifest.model_version,
+                    "mlflow_run_id": manifest.mlflow.get("run_id"),
+                    "logs": data_report["paths"],
+                    "rows_read": data_report["rows_read"],
+                    "rejected": data_report["rejected"],
+                    "split": config.split,
+                    "evaluated_rows": 0,
+                },
+                "off_policy": traffic,
+                "notes": notes,
+            },
+            {},
+        )
     if not both.all():
         notes.append(f"{int((~both).sum())} requests with one outcome: in the off-policy estimates only")
         frame = frame[both]
@@ -225,8 +301,12 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
         routed |= val_rows
     options = dict(catch_rate=config.catch_rate, cost=config.cost_model(), latency=config.latency_model())
     task = progress.add_task("routing through the SDK", total=int(routed.sum())) if progress else None
-    routed_rows = Rows.route(router, frame[routed], batch_size=config.batch_size,
-                             on_batch=(lambda n: progress.advance(task, n)) if progress else None)
+    routed_rows = Rows.route(
+        router,
+        frame[routed],
+        batch_size=config.batch_size,
+        on_batch=(lambda n: progress.advance(task, n)) if progress else None,
+    )
     rows = routed_rows.subset(chosen[routed]).with_inferred_domains()
     accepted, roc, verdicts = acceptance(router, manifest, responses, config.split)
     if verdicts is not None:
@@ -234,33 +314,51 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
 
         rows = rows.with_rejections(rejected_share_by_prompt(*verdicts, rows.prompts))
     if "tuned_rule_table" in policies:
-        tuned, tuned_info = fit_tuned_rules(routed_rows.subset(fit_rows[routed]), manifest, step=config.rule_weight_step)
+        tuned, tuned_info = fit_tuned_rules(
+            routed_rows.subset(fit_rows[routed]), manifest, step=config.rule_weight_step
+        )
         if config.split in ("train", "all"):
             notes.append("the tuned rule table was fitted on the train rows, which this split includes")
     if "reference" in policies:
-        reference, reference_info = fit_reference(routed_rows.subset(fit_rows[routed]),
-                                                  routed_rows.subset(val_rows[routed]), manifest)
+        reference, reference_info = fit_reference(
+            routed_rows.subset(fit_rows[routed]), routed_rows.subset(val_rows[routed]), manifest
+        )
         if config.split != "test":
-            notes.append("the reference was fitted on the train rows and thresholded on the val rows: this split "
-                         "includes some of them")
+            notes.append(
+                "the reference was fitted on the train rows and thresholded on the val rows: this split "
+                "includes some of them"
+            )
     fitted = dict(tuned=tuned, reference=reference)
     figures, curves = evaluate_policies(rows, policies, **fitted, **options)
-    metrics = {"setup": _setup(config, manifest, data_report, frame, rows), "figures": figures,
-               "calibration": calibration(rows, bins=config.calibration_bins),
-               "breakdowns": breakdowns(rows, policies, **fitted, **options), "tuned_rule_table": tuned_info,
-               "reference": reference_info, "novelty": familiarity(rows), "acceptance": accepted,
-               "off_policy": traffic}
+    metrics = {
+        "setup": _setup(config, manifest, data_report, frame, rows),
+        "figures": figures,
+        "calibration": calibration(rows, bins=config.calibration_bins),
+        "breakdowns": breakdowns(rows, policies, **fitted, **options),
+        "tuned_rule_table": tuned_info,
+        "reference": reference_info,
+        "novelty": familiarity(rows),
+        "acceptance": accepted,
+        "off_policy": traffic,
+    }
     if accepted.get("rows"):
         accepted["assumption_check"] = assumption_check(rows, config.catch_rate)
     if config.leave_one_source_out:
         if train is None:
             raise ValueError("leave-one-source-out needs a way to train (the `train` argument)")
-        loso = leave_one_source_out(frame, train=train, sources=config.holdout_sources,
-                                    reference_target=threshold_target(manifest) if reference else None,
-                                    batch_size=config.batch_size, progress=progress, **options)
+        loso = leave_one_source_out(
+            frame,
+            train=train,
+            sources=config.holdout_sources,
+            reference_target=threshold_target(manifest) if reference else None,
+            batch_size=config.batch_size,
+            progress=progress,
+            **options,
+        )
         for source, result in loso.items():
-            result["in_distribution_apgr"] = metrics["breakdowns"]["source"].get(source, {}).get(
-                "learned", {}).get("apgr")
+            result["in_distribution_apgr"] = (
+                metrics["breakdowns"]["source"].get(source, {}).get("learned", {}).get("apgr")
+            )
         metrics["leave_one_source_out"] = loso
         if not loso:
             notes.append("leave-one-source-out skipped: the logs hold a single source")
@@ -268,7 +366,8 @@ def evaluate(config: EvalConfig, *, router, manifest: Manifest, frame, data_repo
     metrics["notes"] = notes + [
         "Every figure is an exact expectation (over fallback catches and random routing), not a sample.",
         f"{over_limit} evaluated prompts exceed the edge context limit ({router.edge_context_tokens} tokens): "
-        "cloud-first at the learned operating point whatever their score; curves rank by score alone."]
+        "cloud-first at the learned operating point whatever their score; curves rank by score alone.",
+    ]
     if roc is not None:
         accepted["roc"] = roc
     return Evaluation(metrics, curves)

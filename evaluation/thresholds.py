@@ -10,6 +10,7 @@ Targets: `quality` (default) is the fewest expected cloud calls whose expected q
 is within `max_quality_drop` of all-cloud; `budget` is the best expected quality with
 expected cloud calls <= `cloud_budget`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -55,9 +56,18 @@ def _threshold_at(sorted_scores: np.ndarray, cut: int, *, empty: float) -> float
     return float((sorted_scores[cut - 1] + sorted_scores[cut]) / 2)
 
 
-def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_quality_drop: float = 0.01,
-                      cloud_budget: float = 0.3, catch_rate: "float | Catch" = 0.5, max_points: int = 256,
-                      bounds: tuple[float, float] = (0.0, 1.0)) -> Thresholds:
+def select_thresholds(
+    scores,
+    q_edge,
+    q_cloud,
+    *,
+    target: str = "quality",
+    max_quality_drop: float = 0.01,
+    cloud_budget: float = 0.3,
+    catch_rate: "float | Catch" = 0.5,
+    max_points: int = 256,
+    bounds: tuple[float, float] = (0.0, 1.0),
+) -> Thresholds:
     """Search every pair of cut points (lo <= hi) for the target; see the module doc. `bounds`
     is the score's range: a zone that holds no request gets the bound beyond every score."""
     if target not in TARGETS:
@@ -99,13 +109,20 @@ def select_thresholds(scores, q_edge, q_cloud, *, target: str = "quality", max_q
     return Thresholds(
         lo=_threshold_at(s, lo_cut, empty=bounds[0] if lo_cut == 0 else bounds[1]),
         hi=_threshold_at(s, hi_cut, empty=bounds[1] if hi_cut == n else bounds[0]),
-        rows=n, expected_quality=float(quality[i, j]), all_cloud_quality=float(all_cloud),
-        all_edge_quality=float(qe.mean()), cloud_first_share=(n - hi_cut) / n,
-        fallback_share=(hi_cut - lo_cut) / n, expected_cloud_calls=float(calls[i, j]), met_target=met)
+        rows=n,
+        expected_quality=float(quality[i, j]),
+        all_cloud_quality=float(all_cloud),
+        all_edge_quality=float(qe.mean()),
+        cloud_first_share=(n - hi_cut) / n,
+        fallback_share=(hi_cut - lo_cut) / n,
+        expected_cloud_calls=float(calls[i, j]),
+        met_target=met,
+    )
 
 
-def select_per_precision(scores, q_edge, q_cloud, precisions, *, tags, min_rows: int = 200,
-                         **options) -> dict[str, dict]:
+def select_per_precision(
+    scores, q_edge, q_cloud, precisions, *, tags, min_rows: int = 200, **options
+) -> dict[str, dict]:
     """Thresholds for every tag with at least `min_rows` validation rows; the rest (and
     requests that declare no precision, key "default") use the thresholds of all rows."""
     scores, q_edge, q_cloud = (np.asarray(x, dtype=np.float64) for x in (scores, q_edge, q_cloud))
@@ -119,6 +136,8 @@ def select_per_precision(scores, q_edge, q_cloud, precisions, *, tags, min_rows:
             t = select_thresholds(scores[rows], q_edge[rows], q_cloud[rows], catch_rate=rates.take(rows), **options)
             chosen[tag] = {**t.as_dict(), "source": f"{int(rows.sum())} validation rows tagged {tag}"}
         else:
-            chosen[tag] = {**overall.as_dict(), "source": f"only {int(rows.sum())} rows tagged {tag} "
-                                                          f"(< {min_rows}): default thresholds"}
+            chosen[tag] = {
+                **overall.as_dict(),
+                "source": f"only {int(rows.sum())} rows tagged {tag} (< {min_rows}): default thresholds",
+            }
     return chosen

@@ -1,5 +1,6 @@
 """`python -m pipelines.ablation`: the routing-score ablation of docs/routing-score.md (label x
 features, test APGR and CPT(50%) per hash split, mean and spread), on the training logs."""
+
 from __future__ import annotations
 
 from typing import Annotated, Optional
@@ -11,8 +12,7 @@ from data.logs import SOURCES_HELP
 
 def main(
     salts: Annotated[str, typer.Option(help="comma-separated split salts; '' is make train's split")] = ",a,b,c,d",
-    data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (default: the training logs)")]
-    = None,
+    data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (default: the training logs)")] = None,
     c: Annotated[float, typer.Option(help="inverse regularization of the lexical logistic regressions")] = 64.0,
 ) -> None:
     """Print the ablation table."""

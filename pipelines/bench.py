@@ -9,6 +9,7 @@ time and RSS after load in a fresh process. Next to each route() p99 / p50, the 
 for a fixed Python loop as long as route(), interleaved with it: the machine's own jitter.
 Results go to bench/results.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,12 @@ from typing import Callable
 
 import numpy as np
 
-TEXT = ("The committee reviewed the quarterly report and noted that revenue grew in every region "
-        "except the north, where supply problems delayed two large orders. Which of the following "
-        "best explains the difference between gross margin and operating margin, and how would a "
-        "one-time restructuring charge affect each of them? Show the calculation with 12.5% and 8%. ")
+TEXT = (
+    "The committee reviewed the quarterly report and noted that revenue grew in every region "
+    "except the north, where supply problems delayed two large orders. Which of the following "
+    "best explains the difference between gross margin and operating margin, and how would a "
+    "one-time restructuring charge affect each of them? Show the calculation with 12.5% and 8%. "
+)
 
 
 def prompt_of(tokenizer, n_tokens: int) -> str:
@@ -48,8 +51,15 @@ def timings_us(fns: dict[str, Callable[[], object]], *, repeat: int, rounds: int
                 start = time.perf_counter_ns()
                 fn()
                 samples[name].append((time.perf_counter_ns() - start) / 1000)
-    return {name: {"p50_us": float(np.percentile(v, 50)), "p99_us": float(np.percentile(v, 99)),
-                   "mean_us": float(np.mean(v)), "n": len(v)} for name, v in samples.items()}
+    return {
+        name: {
+            "p50_us": float(np.percentile(v, 50)),
+            "p99_us": float(np.percentile(v, 99)),
+            "mean_us": float(np.mean(v)),
+            "n": len(v),
+        }
+        for name, v in samples.items()
+    }
 
 
 def noop_session():
@@ -57,9 +67,12 @@ def noop_session():
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "noop",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "noop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     options = ort.SessionOptions()
@@ -71,6 +84,7 @@ def constant_work(target_us: float) -> Callable[[], int]:
     """A fixed pure-Python loop of about `target_us`: the same instructions every call, so its
     p99 / p50 is the machine's own jitter (timer interrupts, other tenants of the host) at
     that length, the best p99 / p50 any code of that length can show here."""
+
     def spin(n: int) -> int:
         total = 0
         for i in range(n):
@@ -141,23 +155,27 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     decision = router.route(prompt, precision="exact")
     staged, stage_samples = staged_route(router, prompt)
     rough = timings_us({"route": lambda: router.route(prompt, precision="exact")}, repeat=200, rounds=1)
-    figures = timings_us({
-        "route": lambda: router.route(prompt, precision="exact"),
-        "tokenize": lambda: extractor.tokenizer.ids(heads, add_special_tokens=special),
-        "text_statistics": lambda: text_statistics(prompt, heads[0]),
-        "model": model_call(stages, prompt),
-        "onnxruntime_noop": lambda: noop_run(["y"], {"x": x}, None),
-        # Features end to end (cut, tokenize, statistics, the input arrays): minus the
-        # tokenize and statistics floors, what building the inputs costs.
-        "features": lambda: stages.features([prompt], ["exact"]),
-        # Score -> Decision (zone, reason text, the dataclass).
-        "decision": lambda: stages.decision(prompt, "exact", decision.score, decision.n_tokens,
-                                            (decision.p_edge, decision.p_cloud)),
-        # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
-        "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
-        "staged_route": staged,
-        "constant_work": constant_work(rough["route"]["p50_us"]),
-    }, repeat=repeat)
+    figures = timings_us(
+        {
+            "route": lambda: router.route(prompt, precision="exact"),
+            "tokenize": lambda: extractor.tokenizer.ids(heads, add_special_tokens=special),
+            "text_statistics": lambda: text_statistics(prompt, heads[0]),
+            "model": model_call(stages, prompt),
+            "onnxruntime_noop": lambda: noop_run(["y"], {"x": x}, None),
+            # Features end to end (cut, tokenize, statistics, the input arrays): minus the
+            # tokenize and statistics floors, what building the inputs costs.
+            "features": lambda: stages.features([prompt], ["exact"]),
+            # Score -> Decision (zone, reason text, the dataclass).
+            "decision": lambda: stages.decision(
+                prompt, "exact", decision.score, decision.n_tokens, (decision.p_edge, decision.p_cloud)
+            ),
+            # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
+            "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
+            "staged_route": staged,
+            "constant_work": constant_work(rough["route"]["p50_us"]),
+        },
+        repeat=repeat,
+    )
     return {
         "tokens": len(extractor.tokenizer.ids(heads, add_special_tokens=special)[0]),
         "route": figures["route"],
@@ -198,14 +216,22 @@ print(json.dumps({"import_s": imported - start, "load_s": loaded - imported,
 
 def load_figures(bundle: Path, repeat: int = 5) -> dict:
     """Fresh-process import + load time (best of `repeat`) and RSS after load."""
-    runs = [json.loads(subprocess.run([sys.executable, "-c", LOAD_PROBE, str(bundle)], capture_output=True,
-                                      text=True, check=True).stdout) for _ in range(repeat)]
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", LOAD_PROBE, str(bundle)], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(repeat)
+    ]
     best = min(runs, key=lambda r: r["import_plus_load_s"])
     return {**best, "rss_mb_after_load": max(r["rss_mb_after_load"] for r in runs)}
 
 
-ANSWER = ("First, 12 + 15 = 27 marbles in the jar. Then she gives away 27 / 3 = 9 of them, so 27 - 9 = 18 "
-          "are left. I think that is right. ")
+ANSWER = (
+    "First, 12 + 15 = 27 marbles in the jar. Then she gives away 27 / 3 = 9 of them, so 27 - 9 = 18 "
+    "are left. I think that is right. "
+)
 
 
 def acceptance_figures(router, prompt: str, repeat: int) -> dict | None:
@@ -216,8 +242,10 @@ def acceptance_figures(router, prompt: str, repeat: int) -> dict | None:
     if acceptor is None:
         return None
     answers = {f"{n}_chars": (ANSWER * (n // len(ANSWER) + 1))[:n] + "\n#### 18" for n in (100, 1000, 4000, 100_000)}
-    fns = {"route": lambda: router.route(prompt),
-           **{f"check_{name}": (lambda a=answer: acceptor.check(prompt, a)) for name, answer in answers.items()}}
+    fns = {
+        "route": lambda: router.route(prompt),
+        **{f"check_{name}": (lambda a=answer: acceptor.check(prompt, a)) for name, answer in answers.items()},
+    }
     return timings_us(fns, repeat=repeat)
 
 
@@ -236,8 +264,10 @@ def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 
     with tempfile.TemporaryDirectory(prefix="bench-outcome-log-") as folder:
         log = OutcomeLog(folder)
         plain, logged = Router.load(bundle, strict=True), Router.load(bundle, strict=True, log=log)
-        calls = {"execute": lambda: plain.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer),
-                 "execute_logged": lambda: logged.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer)}
+        calls = {
+            "execute": lambda: plain.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer),
+            "execute_logged": lambda: logged.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer),
+        }
         paced: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(repeat // 4):
             for name, call in calls.items():
@@ -247,33 +277,46 @@ def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 
                 paced[name].append((time.perf_counter_ns() - start) / 1000)
         back_to_back = timings_us(calls, repeat=repeat)
         log.close()
-    figures = {f"paced_{name}": {"p50_us": float(np.percentile(v, 50)), "p99_us": float(np.percentile(v, 99))}
-               for name, v in paced.items()}
-    return {**figures, "back_to_back": back_to_back, "pause_s": pause_s,
-            "added_p50_us_paced": figures["paced_execute_logged"]["p50_us"] - figures["paced_execute"]["p50_us"],
-            "added_p50_us_back_to_back": back_to_back["execute_logged"]["p50_us"] - back_to_back["execute"]["p50_us"],
-            "records_written": log.written, "records_dropped": log.dropped}
+    figures = {
+        f"paced_{name}": {"p50_us": float(np.percentile(v, 50)), "p99_us": float(np.percentile(v, 99))}
+        for name, v in paced.items()
+    }
+    return {
+        **figures,
+        "back_to_back": back_to_back,
+        "pause_s": pause_s,
+        "added_p50_us_paced": figures["paced_execute_logged"]["p50_us"] - figures["paced_execute"]["p50_us"],
+        "added_p50_us_back_to_back": back_to_back["execute_logged"]["p50_us"] - back_to_back["execute"]["p50_us"],
+        "records_written": log.written,
+        "records_dropped": log.dropped,
+    }
 
 
-def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int = 5,
-        lengths=(16, 128, 512)) -> dict:
+def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int = 5, lengths=(16, 128, 512)) -> dict:
     from serving import Router
 
     router = Router.load(bundle, strict=True, threads=1)
     tokenizer = router.stages.scorer.extractor.tokenizer.full
-    routes = {f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
-              for n in lengths}
+    routes = {
+        f"{n}_tokens": route_figures(router, prompt_of(tokenizer, n), repeat if n < 512 else repeat // 2)
+        for n in lengths
+    }
     huge = "x " * 500_000  # a 1 MB prompt
-    routes["1MB_prompt"] = timings_us({"route": lambda: router.route(huge)}, repeat=max(repeat // 40, 5), rounds=5,
-                                      warmup=1)
+    routes["1MB_prompt"] = timings_us(
+        {"route": lambda: router.route(huge)}, repeat=max(repeat // 40, 5), rounds=5, warmup=1
+    )
     batch_prompts = [prompt_of(tokenizer, 128)[: 400 + i % 97] + f" #{i}" for i in range(batch)]
     accept = acceptance_figures(router, prompt_of(tokenizer, 128), max(repeat // 4, 50))
     return {
         "outcome_log": logging_figures(bundle, prompt_of(tokenizer, 16), repeat),
         "acceptance": accept,
-        "bundle": str(bundle), "tier": router.manifest.feature_spec.tier,
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine()},
+        "bundle": str(bundle),
+        "tier": router.manifest.feature_spec.tier,
+        "machine": {
+            "cpus": __import__("os").cpu_count(),
+            "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(),
+        },
         "route": routes,
         "route_batch": [batch_throughput(bundle, batch_prompts, threads=t) for t in (1, 2)],
         "load": load_figures(bundle, repeat=load_runs),
@@ -285,8 +328,24 @@ def print_report(results: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"route() on one thread ({results['tier']} tier), microseconds, p50 unless said")
-    for column in ("prompt", "tokens", "route p50", "route p99", "p99 / p50", "constant work p99 / p50", "tokenize", "text stats", "model", "ort no-op",
-                   "floor (sum)", "route / floor", "in route(): features", "model", "decision", "rest"):
+    for column in (
+        "prompt",
+        "tokens",
+        "route p50",
+        "route p99",
+        "p99 / p50",
+        "constant work p99 / p50",
+        "tokenize",
+        "text stats",
+        "model",
+        "ort no-op",
+        "floor (sum)",
+        "route / floor",
+        "in route(): features",
+        "model",
+        "decision",
+        "rest",
+    ):
         table.add_column(column, justify="right")
     for name, fig in results["route"].items():
         if "floor" not in fig:
@@ -297,48 +356,77 @@ def print_report(results: dict) -> None:
         route = fig["route"]["p50_us"]
         parts = floor["tokenize"] + floor["text_statistics"] + floor["model"]
         work = fig["jitter"]["constant_work"]
-        table.add_row(name, str(fig["tokens"]), f"{route:.0f}", f"{fig['route']['p99_us']:.0f}",
-                      f"{fig['route']['p99_us'] / route:.1f}", f"{work['p99_us'] / work['p50_us']:.1f}",
-                      *(f"{floor[k]:.0f}" for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")),
-                      f"{parts:.0f}", f"{route / parts:.1f}x",
-                      f"{inside['features']:.0f}", f"{inside['model'] + inside.get('encoder', 0):.0f}",
-                      f"{inside['decision']:.0f}", f"{inside['rest']:.0f}")
+        table.add_row(
+            name,
+            str(fig["tokens"]),
+            f"{route:.0f}",
+            f"{fig['route']['p99_us']:.0f}",
+            f"{fig['route']['p99_us'] / route:.1f}",
+            f"{work['p99_us'] / work['p50_us']:.1f}",
+            *(f"{floor[k]:.0f}" for k in ("tokenize", "text_statistics", "model", "onnxruntime_noop")),
+            f"{parts:.0f}",
+            f"{route / parts:.1f}x",
+            f"{inside['features']:.0f}",
+            f"{inside['model'] + inside.get('encoder', 0):.0f}",
+            f"{inside['decision']:.0f}",
+            f"{inside['rest']:.0f}",
+        )
     console = Console(width=max(Console().width, 180))  # all 16 columns, even in a pipe
     console.print(table)
-    console.print("floor: each part alone on prepared inputs, interleaved with route() (model = the onnxruntime "
-                  "call(s) + calibration; ort no-op = the fixed cost of any call). in route(): the same stages timed "
-                  "inside route() calls (features = cut + tokenize + statistics + numpy inputs; model includes the "
-                  "encoder when staged; decision = zone, "
-                  "reason, Decision), slower than alone because they share the CPU caches there; rest = argument "
-                  "checks, calls and lists between them (per call). constant work: a fixed Python loop as long as "
-                  "route(), interleaved with it: its p99 / p50 is this machine's jitter at that length.")
+    console.print(
+        "floor: each part alone on prepared inputs, interleaved with route() (model = the onnxruntime "
+        "call(s) + calibration; ort no-op = the fixed cost of any call). in route(): the same stages timed "
+        "inside route() calls (features = cut + tokenize + statistics + numpy inputs; model includes the "
+        "encoder when staged; decision = zone, "
+        "reason, Decision), slower than alone because they share the CPU caches there; rest = argument "
+        "checks, calls and lists between them (per call). constant work: a fixed Python loop as long as "
+        "route(), interleaved with it: its p99 / p50 is this machine's jitter at that length."
+    )
     for name, fig in results["route"].items():
         if "reference" in fig:
-            console.print(f"{name}: the `tokenizers` library alone takes "
-                          f"{fig['reference']['tokenizers_library']['p50_us']:.0f} us on the same text "
-                          f"(the SDK's tokenize: {fig['floor']['tokenize']['p50_us']:.0f} us)")
+            console.print(
+                f"{name}: the `tokenizers` library alone takes "
+                f"{fig['reference']['tokenizers_library']['p50_us']:.0f} us on the same text "
+                f"(the SDK's tokenize: {fig['floor']['tokenize']['p50_us']:.0f} us)"
+            )
     for b in results["route_batch"]:
-        console.print(f"route_batch: {b['prompts_per_s']:,.0f} prompts/s ({b['batch']} prompts of ~128 tokens, "
-                      f"{b['threads']} thread(s))")
+        console.print(
+            f"route_batch: {b['prompts_per_s']:,.0f} prompts/s ({b['batch']} prompts of ~128 tokens, "
+            f"{b['threads']} thread(s))"
+        )
     if results.get("acceptance"):
         a = results["acceptance"]
-        checks = ", ".join(f"{k.removeprefix('check_').replace('_', ' ')} {v['p50_us']:.0f} us (p99 {v['p99_us']:.0f})"
-                           for k, v in a.items() if k.startswith("check_"))
-        console.print(f"acceptance check (accept=\"learned\"), p50: {checks}; route() on the ~128-token prompt "
-                      f"{a['route']['p50_us']:.0f} us in the same run")
+        checks = ", ".join(
+            f"{k.removeprefix('check_').replace('_', ' ')} {v['p50_us']:.0f} us (p99 {v['p99_us']:.0f})"
+            for k, v in a.items()
+            if k.startswith("check_")
+        )
+        console.print(
+            f'acceptance check (accept="learned"), p50: {checks}; route() on the ~128-token prompt '
+            f"{a['route']['p50_us']:.0f} us in the same run"
+        )
     if results.get("outcome_log"):
         o = results["outcome_log"]
-        console.print(f"execute() p50 {o['paced_execute']['p50_us']:.0f} us without a log, "
-                      f"{o['paced_execute_logged']['p50_us']:.0f} us with an OutcomeLog: +{o['added_p50_us_paced']:.0f} us "
-                      f"paced {o['pause_s'] * 1000:g} ms apart, +{o['added_p50_us_back_to_back']:.0f} us back to back "
-                      f"({o['records_written']} records written, {o['records_dropped']} dropped)")
+        console.print(
+            f"execute() p50 {o['paced_execute']['p50_us']:.0f} us without a log, "
+            f"{o['paced_execute_logged']['p50_us']:.0f} us with an OutcomeLog: +{o['added_p50_us_paced']:.0f} us "
+            f"paced {o['pause_s'] * 1000:g} ms apart, +{o['added_p50_us_back_to_back']:.0f} us back to back "
+            f"({o['records_written']} records written, {o['records_dropped']} dropped)"
+        )
     load = results["load"]
-    console.print(f"fresh process: import {load['import_s']*1000:.0f} ms + Router.load {load['load_s']*1000:.0f} ms"
-                  f" = {load['import_plus_load_s']*1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB")
+    console.print(
+        f"fresh process: import {load['import_s'] * 1000:.0f} ms + Router.load {load['load_s'] * 1000:.0f} ms"
+        f" = {load['import_plus_load_s'] * 1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB"
+    )
 
 
-def main(bundle: Path = Path("artifacts/router"), out: Path = Path("bench/results.json"), repeat: int = 2000,
-         batch: int = 2048, load_runs: int = 5) -> None:
+def main(
+    bundle: Path = Path("artifacts/router"),
+    out: Path = Path("bench/results.json"),
+    repeat: int = 2000,
+    batch: int = 2048,
+    load_runs: int = 5,
+) -> None:
     """Measure the SDK and write the results JSON."""
     results = run(bundle, repeat=repeat, batch=batch, load_runs=load_runs)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """`make compare OLD=dir NEW=dir LOGS=path`: how many routing decisions change when bundle NEW
 replaces OLD, on a fixed sample of the logs' prompts (evaluation.agreement)."""
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,13 @@ def sample(logs: list[str], rows: int) -> tuple[list[str], list]:
     return chosen["prompt"].tolist(), chosen["precision"].tolist()
 
 
-def main(old: Annotated[Path, typer.Option(help="the bundle in use")],
-         new: Annotated[Path, typer.Option(help="the bundle that would replace it")],
-         logs: Annotated[list[str], typer.Option(help="log file, glob or folder whose prompts are routed (repeatable)")],
-         rows: Annotated[int, typer.Option(help="prompts in the sample")] = 4000,
-         out: Annotated[Optional[Path], typer.Option(help="also write the figures here (JSON)")] = None) -> None:
+def main(
+    old: Annotated[Path, typer.Option(help="the bundle in use")],
+    new: Annotated[Path, typer.Option(help="the bundle that would replace it")],
+    logs: Annotated[list[str], typer.Option(help="log file, glob or folder whose prompts are routed (repeatable)")],
+    rows: Annotated[int, typer.Option(help="prompts in the sample")] = 4000,
+    out: Annotated[Optional[Path], typer.Option(help="also write the figures here (JSON)")] = None,
+) -> None:
     """Route the same prompts through both bundles and report what changes."""
     from rich.console import Console
 
@@ -34,12 +37,17 @@ def main(old: Annotated[Path, typer.Option(help="the bundle in use")],
     from serving import Router
 
     prompts, precisions = sample(logs, rows)
-    figures = {"old": str(old), "new": str(new), **agreement(Router.load(old, strict=True),
-                                                          Router.load(new, strict=True), prompts, precisions)}
+    figures = {
+        "old": str(old),
+        "new": str(new),
+        **agreement(Router.load(old, strict=True), Router.load(new, strict=True), prompts, precisions),
+    }
     console = Console()
-    console.print(f"{figures['prompts']} prompts: zones equal {figures['zones_equal']:.1%}, first side equal "
-                  f"{figures['first_side_equal']:.1%}, score correlation {figures['score_correlation']:.3f}; "
-                  f"cloud first {figures['cloud_first_share']['old']:.1%} -> {figures['cloud_first_share']['new']:.1%}")
+    console.print(
+        f"{figures['prompts']} prompts: zones equal {figures['zones_equal']:.1%}, first side equal "
+        f"{figures['first_side_equal']:.1%}, score correlation {figures['score_correlation']:.3f}; "
+        f"cloud first {figures['cloud_first_share']['old']:.1%} -> {figures['cloud_first_share']['new']:.1%}"
+    )
     console.print_json(json.dumps(figures["moves"]))
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

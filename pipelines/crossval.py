@@ -8,6 +8,7 @@ source too; written to OUT/cv.json. Two or more (`--compare A --compare B [--com
 each cross-validated on the same folds, and B - A (C - A, ...) of the learned router's
 figures, A cross-validated once; written to OUT/compare.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,16 @@ import typer
 from data.logs import SOURCES_HELP
 
 # The figures the tables show, with how to print them.
-SHOWN = {"apgr": ("APGR", "{:.3f}"), "cpt50": ("CPT(50%)", "{:.1%}"), "cpt80": ("CPT(80%)", "{:.1%}"),
-         "auc": ("AUC (cloud needed)", "{:.3f}"), "quality": ("quality at the operating point", "{:.3f}"),
-         "cloud_share": ("cloud share at the operating point", "{:.1%}"),
-         "quality_with_fallback": ("quality with fallback", "{:.3f}"),
-         "expected_cloud_calls": ("expected cloud calls", "{:.1%}")}
+SHOWN = {
+    "apgr": ("APGR", "{:.3f}"),
+    "cpt50": ("CPT(50%)", "{:.1%}"),
+    "cpt80": ("CPT(80%)", "{:.1%}"),
+    "auc": ("AUC (cloud needed)", "{:.3f}"),
+    "quality": ("quality at the operating point", "{:.3f}"),
+    "cloud_share": ("cloud share at the operating point", "{:.1%}"),
+    "quality_with_fallback": ("quality with fallback", "{:.3f}"),
+    "expected_cloud_calls": ("expected cloud calls", "{:.1%}"),
+}
 TABLE_POLICIES = ("learned", "reference", "rule_table", "tuned_rule_table", "random", "oracle")
 
 
@@ -87,8 +93,10 @@ def main(
     folds: Annotated[int, typer.Option(help="prompt-hash folds")] = 5,
     repeats: Annotated[int, typer.Option(help="cut the folds again with other salts, this many times in all")] = 1,
     config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
-    compare: Annotated[Optional[list[Path]], typer.Option(
-        help="config files A, B, ... (repeat the option): paired B - A, C - A, ... on the same folds")] = None,
+    compare: Annotated[
+        Optional[list[Path]],
+        typer.Option(help="config files A, B, ... (repeat the option): paired B - A, C - A, ... on the same folds"),
+    ] = None,
     data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable)")] = None,
     engine: Annotated[Optional[str], typer.Option(help="local | dask")] = None,
     out: Annotated[Path, typer.Option(help="folder for cv.json / compare.json")] = Path("reports/cv"),
@@ -98,7 +106,8 @@ def main(
     from rich.console import Console
 
     from training.config import parse_overrides
-    from training.crossval import check_folds, compare as paired, cross_validate
+    from training.crossval import check_folds, cross_validate
+    from training.crossval import compare as paired
 
     console = Console()
     overrides = parse_overrides(set_ or [])
@@ -114,8 +123,12 @@ def main(
             console.print(f"[bold]{path}[/]")
             runs.append(cross_validate(cfg, folds=folds, repeats=repeats, console=console))
         differences = {f"{path} - {compare[0]}": paired(runs[0], run) for path, run in zip(compare[1:], runs[1:])}
-        result = {"A": str(compare[0]), "compared": [str(p) for p in compare[1:]], "differences": differences,
-                  "summaries": {str(p): run.summary() for p, run in zip(compare, runs)}}
+        result = {
+            "A": str(compare[0]),
+            "compared": [str(p) for p in compare[1:]],
+            "differences": differences,
+            "summaries": {str(p): run.summary() for p, run in zip(compare, runs)},
+        }
         console.print(difference_table(differences, f"the learned router, paired over {folds} folds x {repeats}"))
         (out / "compare.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
         console.print(f"written: {out / 'compare.json'}")

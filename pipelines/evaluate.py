@@ -6,6 +6,7 @@ calibration, breakdowns, optionally leave-one-source-out with retraining), write
 report.md, metrics.json and PNGs into `--out`, and logs them to MLflow under the
 bundle's run.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,18 +25,26 @@ from training.config import TrainConfig, parse_overrides
 def retrainer(manifest, config: EvalConfig):
     """Leave-one-source-out's `train`: the bundle's settings on the other sources' rows, in the
     work folder with a throw-away MLflow store (the user's bundle and registry stay untouched)."""
-    from data.schema import COLUMNS
     from rich.console import Console
 
+    from data.schema import COLUMNS
     from training.engines.base import train
 
     def retrain(rows, work: Path) -> Path:
         # Merged rows carry no edge answers: these routers have no acceptance check (routing is compared).
-        rows.reindex(columns=list(COLUMNS)).to_json(work / "train.jsonl", orient="records", lines=True, force_ascii=False)
+        rows.reindex(columns=list(COLUMNS)).to_json(
+            work / "train.jsonl", orient="records", lines=True, force_ascii=False
+        )
         # One MLflow store for all of them, beside the work folders: creating a store costs seconds.
-        options = {**config.loso_overrides, "data": [str(work / "train.jsonl")], "bundle": str(work / "bundle"),
-                   "cache_dir": config.cache_dir, "artifact_root": str(work / "mlruns"),
-                   "reports_dir": str(work / "reports"), "tracking_uri": f"sqlite:///{work.parent}/mlflow.db"}
+        options = {
+            **config.loso_overrides,
+            "data": [str(work / "train.jsonl")],
+            "bundle": str(work / "bundle"),
+            "cache_dir": config.cache_dir,
+            "artifact_root": str(work / "mlruns"),
+            "reports_dir": str(work / "reports"),
+            "tracking_uri": f"sqlite:///{work.parent}/mlflow.db",
+        }
         return train(TrainConfig.from_manifest(manifest, **options), console=Console(quiet=True)).bundle
 
     return retrain
@@ -45,13 +54,20 @@ def load_rows(config: EvalConfig, manifest, console):
     """(prepared frame, data report, notes, answer rows) with the bundle's split and label, from the chosen engine."""
     from training.engines import get_engine
 
-    train_config = TrainConfig.from_manifest(manifest, data=list(config.logs), reports_dir=config.out,
-                                             max_reject_share=config.max_reject_share, engine=config.engine,
-                                             dask_scheduler=config.dask_scheduler, dask_workers=config.dask_workers)
+    train_config = TrainConfig.from_manifest(
+        manifest,
+        data=list(config.logs),
+        reports_dir=config.out,
+        max_reject_share=config.max_reject_share,
+        engine=config.engine,
+        dask_scheduler=config.dask_scheduler,
+        dask_workers=config.dask_workers,
+    )
     # The train rows fit the tuned rule table and the reference, the val rows the reference's thresholds.
     splits = ("all",) if config.split == "all" else tuple(dict.fromkeys((config.split, "train", "val")))
-    frame, report, responses = get_engine(config.engine).evaluation_frame(train_config, console, splits=splits,
-                                                                          max_rows=config.sample_rows)
+    frame, report, responses = get_engine(config.engine).evaluation_frame(
+        train_config, console, splits=splits, max_rows=config.sample_rows
+    )
     notes = report.pop("notes", [])  # what the engine's way of reading changes about the figures
     return frame, report, notes, responses
 
@@ -82,8 +98,16 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     with console.status("loading and validating logs"):
         frame, data_report, notes, responses = load_rows(config, manifest, console)
     with Progress(console=console, transient=True) as progress:
-        result = evaluate(config, router=router, manifest=manifest, frame=frame, data_report=data_report,
-                          train=retrainer(manifest, config), progress=progress, responses=responses)
+        result = evaluate(
+            config,
+            router=router,
+            manifest=manifest,
+            frame=frame,
+            data_report=data_report,
+            train=retrainer(manifest, config),
+            progress=progress,
+            responses=responses,
+        )
     result.metrics["notes"] = notes + result.metrics["notes"]
     metrics, files = write_report(result.metrics, result.curves, Path(config.out))
     run_id = None
@@ -96,20 +120,25 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
 
 def main(
     bundle: Annotated[str, typer.Option(help="bundle folder written by `make train`")] = "artifacts/router",
-    logs: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable); default: "
-                                                           "the training logs")] = None,
+    logs: Annotated[
+        Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable); default: the training logs")
+    ] = None,
     out: Annotated[str, typer.Option(help="output folder")] = "reports/latest",
     split: Annotated[str, typer.Option(help="rows to score: test | val | train | all (bundle's hash split)")] = "test",
-    engine: Annotated[str, typer.Option(help="local (in memory) | dask (logs read on a Dask cluster, sampled)")] = \
-        "local",
+    engine: Annotated[
+        str, typer.Option(help="local (in memory) | dask (logs read on a Dask cluster, sampled)")
+    ] = "local",
     policies: Annotated[Optional[str], typer.Option(help=f"comma-separated subset of {','.join(POLICIES)}")] = None,
     catch_rate: Annotated[float, typer.Option(help="share of edge failures the fallback catches")] = 0.5,
-    leave_one_source_out: Annotated[bool, typer.Option(
-        "--leave-one-source-out/--no-leave-one-source-out", help="retrain without each source, score it")] = False,
+    leave_one_source_out: Annotated[
+        bool,
+        typer.Option("--leave-one-source-out/--no-leave-one-source-out", help="retrain without each source, score it"),
+    ] = False,
     holdout_source: Annotated[Optional[list[str]], typer.Option(help="only these held-out sources")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="any EvalConfig option, KEY=VALUE")] = None,
-    loso_set: Annotated[Optional[list[str]], typer.Option(help="TrainConfig option of the leave-one-source-out "
-                                                               "trainings, KEY=VALUE")] = None,
+    loso_set: Annotated[
+        Optional[list[str]], typer.Option(help="TrainConfig option of the leave-one-source-out trainings, KEY=VALUE")
+    ] = None,
 ) -> None:
     """Score logs through the SDK and compare the learned router with the rule tables and references."""
     from rich.console import Console
@@ -122,10 +151,18 @@ def main(
     logging.basicConfig(level=logging.WARNING)
     console = Console()
     try:
-        options = {"bundle": bundle, "logs": list(logs or []), "out": out, "split": split, "catch_rate": catch_rate,
-                   "engine": engine, "leave_one_source_out": leave_one_source_out,
-                   "holdout_sources": list(holdout_source or []),
-                   "loso_overrides": parse_overrides(loso_set or []), **parse_overrides(set_ or [])}
+        options = {
+            "bundle": bundle,
+            "logs": list(logs or []),
+            "out": out,
+            "split": split,
+            "catch_rate": catch_rate,
+            "engine": engine,
+            "leave_one_source_out": leave_one_source_out,
+            "holdout_sources": list(holdout_source or []),
+            "loso_overrides": parse_overrides(loso_set or []),
+            **parse_overrides(set_ or []),
+        }
         if policies is not None:
             options["policies"] = policies.split(",")
         result = run(EvalConfig.from_options(**options), console=console)

@@ -3,6 +3,7 @@
 The plan, the download and its checks live in data.fetch (`make train` on a machine with
 no logs fetches through the same code); files already present are kept unless --force.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,12 +15,18 @@ import typer
 from data.fetch import DownloadError, fastchat_url, fetch, file_plan, routellm_url
 
 
-def main(dest: Path = Path("data/raw/routellm"),
-         routellm: Annotated[Optional[str], typer.Option(
-             "--routellm-url", help="RouteLLM base URL (default: ROUTER_ROUTELLM_URL, else the pinned commit)")] = None,
-         fastchat: Annotated[Optional[str], typer.Option(
-             "--fastchat-url", help="FastChat base URL (default: ROUTER_FASTCHAT_URL, else the pinned commit)")] = None,
-         force: bool = False) -> None:
+def main(
+    dest: Path = Path("data/raw/routellm"),
+    routellm: Annotated[
+        Optional[str],
+        typer.Option("--routellm-url", help="RouteLLM base URL (default: ROUTER_ROUTELLM_URL, else the pinned commit)"),
+    ] = None,
+    fastchat: Annotated[
+        Optional[str],
+        typer.Option("--fastchat-url", help="FastChat base URL (default: ROUTER_FASTCHAT_URL, else the pinned commit)"),
+    ] = None,
+    force: bool = False,
+) -> None:
     """Download the pinned public RouteLLM logs."""
     from rich.progress import Progress
 

@@ -1,4 +1,5 @@
 """`make keys KEYS=dir`: a new Ed25519 key pair for signing bundles, dir/router.key and dir/router.pub."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,7 @@ def main(out: Annotated[Path, typer.Option(help="folder for router.key and route
     except FileExistsError as exc:
         raise typer.BadParameter(str(exc), param_hint="--out") from None
     print(f"private key: {private} (keep it out of bundles and git: `make train SIGNING_KEY={private}`)")
-    print(f"public key: {public} (ship it with the app: `Router.load(path, public_key=\"{public}\")`)")
+    print(f'public key: {public} (ship it with the app: `Router.load(path, public_key="{public}")`)')
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ that is not a chat completion, holds no text or no rating) gets no record and is
 reason; the run ends with how many were graded, skipped as already known, and failed, and
 exits 1 when any failed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,9 +36,10 @@ JUDGE_TEMPLATE = (
     "assistant to the user question displayed below. Your evaluation should consider factors such as the "
     "helpfulness, relevance, accuracy, depth, creativity, and level of detail of the response. Begin your "
     "evaluation by providing a short explanation. Be as objective as possible. After providing your explanation, "
-    "you must rate the response on a scale of 1 to 10 by strictly following this format: \"[[rating]]\", for "
-    "example: \"Rating: [[5]]\".\n\n[Question]\n{question}\n\n[The Start of Assistant's Answer]\n{answer}\n"
-    "[The End of Assistant's Answer]")
+    'you must rate the response on a scale of 1 to 10 by strictly following this format: "[[rating]]", for '
+    'example: "Rating: [[5]]".\n\n[Question]\n{question}\n\n[The Start of Assistant\'s Answer]\n{answer}\n'
+    "[The End of Assistant's Answer]"
+)
 RATING = re.compile(r"\[\[(\d+(?:\.\d+)?)\]\]")
 BACKOFF_S = 0.5  # before the first retry; doubled before each next one, at most 4 s
 
@@ -82,13 +84,25 @@ def pending_answers(folder: Path) -> tuple[list[dict], int]:
     for request_id, record in requests.items():
         for side in ("edge", "cloud"):
             if isinstance(record.get(f"{side}_response"), str):
-                answers.append({"request_id": request_id, "side": side, "answer": record[f"{side}_response"],
-                                "question": record.get("prompt")})
+                answers.append(
+                    {
+                        "request_id": request_id,
+                        "side": side,
+                        "answer": record[f"{side}_response"],
+                        "question": record.get("prompt"),
+                    }
+                )
     for shadow in shadows:
         request = requests.get(shadow.get("request_id"))
         if request is not None and isinstance(shadow.get("response"), str):
-            answers.append({"request_id": shadow["request_id"], "side": shadow.get("side"),
-                            "answer": shadow["response"], "question": request.get("prompt")})
+            answers.append(
+                {
+                    "request_id": shadow["request_id"],
+                    "side": shadow.get("side"),
+                    "answer": shadow["response"],
+                    "question": request.get("prompt"),
+                }
+            )
     todo = [a for a in answers if a["question"] and (a["request_id"], a["side"]) not in known]
     return todo, len(answers) - len(todo)
 
@@ -98,8 +112,7 @@ class Judge:
     or abandoned, and retried (`retries` times) after a timeout, a failed connection, 408, 429
     or 5xx. Used from one event loop at a time (`label` runs one)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None, timeout_s: float = 60.0,
-                 retries: int = 2):
+    def __init__(self, base_url: str, model: str, *, api_key: str | None, timeout_s: float = 60.0, retries: int = 2):
         from serving.chat.endpoint import Endpoint
         from serving.chat.upstream import Upstream
 
@@ -110,8 +123,10 @@ class Judge:
         """(quality, None) or (None, why not)."""
         from serving.chat.errors import UpstreamError, UpstreamHTTPError, UpstreamMalformed
 
-        messages = [{"role": "system", "content": JUDGE_SYSTEM},
-                    {"role": "user", "content": JUDGE_TEMPLATE.format(question=question, answer=answer)}]
+        messages = [
+            {"role": "system", "content": JUDGE_SYSTEM},
+            {"role": "user", "content": JUDGE_TEMPLATE.format(question=question, answer=answer)},
+        ]
         why = "no attempt"
         for attempt in range(self.retries + 1):
             if attempt:
@@ -143,8 +158,9 @@ def _reason(error) -> str:
     return str(error).removeprefix(f"{error.endpoint}: ")
 
 
-async def _grade_all(judge: Judge, todo: list[dict], concurrency: int,
-                     record: Callable[[dict, float | None, str | None], None]) -> None:
+async def _grade_all(
+    judge: Judge, todo: list[dict], concurrency: int, record: Callable[[dict, float | None, str | None], None]
+) -> None:
     """Grade every answer of `todo`, `concurrency` requests at a time; `record(item, quality, why)`
     as each grade ends, so that what was graded is kept if the run stops."""
     pending = iter(todo)
@@ -174,27 +190,43 @@ def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None
         if quality is None:
             failures[why] = failures.get(why, 0) + 1
             return
-        log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": item["request_id"], "time": time.time(),
-                    f"{item['side']}_quality": quality, "source": f"judge:{judge.model}"})
+        log.append(
+            {
+                "log": LOG_FORMAT,
+                "type": "feedback",
+                "request_id": item["request_id"],
+                "time": time.time(),
+                f"{item['side']}_quality": quality,
+                "source": f"judge:{judge.model}",
+            }
+        )
         graded += 1
 
     try:
         asyncio.run(_grade_all(judge, todo, concurrency, record))
     finally:
         log.close()
-    return {"graded": graded, "already_known": known, "failed": sum(failures.values()), "failures": failures,
-            "written": log.written, "dropped": log.dropped}
+    return {
+        "graded": graded,
+        "already_known": known,
+        "failed": sum(failures.values()),
+        "failures": failures,
+        "written": log.written,
+        "dropped": log.dropped,
+    }
 
 
-def main(folder: Annotated[Path, typer.Option("--logs", help="the SDK's outcome-log folder")],
-         base_url: Annotated[str, typer.Option(help="the judge's OpenAI-compatible base URL, e.g. http://host/v1")],
-         model: Annotated[str, typer.Option(help="the judge model's name")],
-         api_key_env: Annotated[str, typer.Option(help="environment variable holding the judge's API key")] =
-         "JUDGE_API_KEY",
-         concurrency: Annotated[int, typer.Option(min=1, help="judge requests at a time")] = 4,
-         timeout_s: Annotated[float, typer.Option(help="each judge request's deadline, whole answer included")] = 60.0,
-         limit: Annotated[int, typer.Option(help="grade at most N")] = 0
-         ) -> None:
+def main(
+    folder: Annotated[Path, typer.Option("--logs", help="the SDK's outcome-log folder")],
+    base_url: Annotated[str, typer.Option(help="the judge's OpenAI-compatible base URL, e.g. http://host/v1")],
+    model: Annotated[str, typer.Option(help="the judge model's name")],
+    api_key_env: Annotated[
+        str, typer.Option(help="environment variable holding the judge's API key")
+    ] = "JUDGE_API_KEY",
+    concurrency: Annotated[int, typer.Option(min=1, help="judge requests at a time")] = 4,
+    timeout_s: Annotated[float, typer.Option(help="each judge request's deadline, whole answer included")] = 60.0,
+    limit: Annotated[int, typer.Option(help="grade at most N")] = 0,
+) -> None:
     """Grade logged answers with an LLM judge and write their qualities back to the log (module doc)."""
     from rich.console import Console
     from rich.markup import escape
@@ -209,8 +241,10 @@ def main(folder: Annotated[Path, typer.Option("--logs", help="the SDK's outcome-
         raise typer.Exit(2) from None
     result = label(folder, judge, concurrency=concurrency, limit=limit or None)
     reasons = ", ".join(f"{escape(why)}: {count}" for why, count in result["failures"].items())
-    Console().print(f"graded {result['graded']}, already known {result['already_known']}, failed {result['failed']}"
-                    + (f" ({reasons})" if result["failed"] else ""))
+    Console().print(
+        f"graded {result['graded']}, already known {result['already_known']}, failed {result['failed']}"
+        + (f" ({reasons})" if result["failed"] else "")
+    )
     if result["failed"]:
         raise typer.Exit(1)
 

@@ -1,6 +1,7 @@
 """`make promote BUNDLE=dir`: move the MLflow alias `champion` to the challenger bundle only
 when it is at least as good on the same traffic (training.promotion says how it decides, and
 when it refuses to)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,15 +13,20 @@ from evaluation.off_policy import MIN_PROPENSITY
 from training.promotion import MIN_ROWS
 
 
-def main(bundle: Annotated[Path, typer.Option(help="the challenger bundle (trained and registered by make train)")],
-         logs: Annotated[Optional[list[str]], typer.Option(help="SDK outcome logs to compare on (repeatable)")] = None,
-         full_logs: Annotated[Optional[list[str]], typer.Option(help="logs with both outcomes (repeatable)")] = None,
-         margin: float = 0.005, dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
-         model: str = "edge-cloud-router",
-         min_rows: Annotated[int, typer.Option(help="refuse figures that rest on fewer logged requests or prompts "
-                                                    "with both outcomes")] = MIN_ROWS,
-         min_propensity: Annotated[float, typer.Option(help="reject logged requests with a smaller propensity "
-                                                            "(off-policy estimates)")] = MIN_PROPENSITY) -> None:
+def main(
+    bundle: Annotated[Path, typer.Option(help="the challenger bundle (trained and registered by make train)")],
+    logs: Annotated[Optional[list[str]], typer.Option(help="SDK outcome logs to compare on (repeatable)")] = None,
+    full_logs: Annotated[Optional[list[str]], typer.Option(help="logs with both outcomes (repeatable)")] = None,
+    margin: float = 0.005,
+    dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
+    model: str = "edge-cloud-router",
+    min_rows: Annotated[
+        int, typer.Option(help="refuse figures that rest on fewer logged requests or prompts with both outcomes")
+    ] = MIN_ROWS,
+    min_propensity: Annotated[
+        float, typer.Option(help="reject logged requests with a smaller propensity (off-policy estimates)")
+    ] = MIN_PROPENSITY,
+) -> None:
     """Promote the challenger to `champion` if it is at least as good (training.promotion says how it decides)."""
     import json
 
@@ -32,15 +38,26 @@ def main(bundle: Annotated[Path, typer.Option(help="the challenger bundle (train
     from training.promotion import promote
 
     try:
-        result = promote(bundle, logs=list(logs or []), full_logs=list(full_logs or []), margin=margin,
-                         dry_run=dry_run, model=model, min_rows=min_rows, min_propensity=min_propensity)
+        result = promote(
+            bundle,
+            logs=list(logs or []),
+            full_logs=list(full_logs or []),
+            margin=margin,
+            dry_run=dry_run,
+            model=model,
+            min_rows=min_rows,
+            min_propensity=min_propensity,
+        )
     except (ValueError, FileNotFoundError, DataQualityError, BundleError) as exc:  # PromotionRefused included
         Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
     console = Console()
     verdict = "promote" if result["promote"] else "keep the champion"
-    console.print(f"{escape('[dry run] ') if dry_run else ''}{verdict}: version {result['challenger_version']} vs "
-                  f"champion {result['champion_version']}: {escape(result['why'])}", soft_wrap=True)
+    console.print(
+        f"{escape('[dry run] ') if dry_run else ''}{verdict}: version {result['challenger_version']} vs "
+        f"champion {result['champion_version']}: {escape(result['why'])}",
+        soft_wrap=True,
+    )
     rejected = result["rejected"]
     if rejected and rejected["rows"]:
         kinds = ", ".join(f"{n} {kind}" for kind, n in rejected["by_kind"].items())

@@ -12,6 +12,7 @@ stub's). Non-streamed and streamed
 time, after which it stops; both processes are stopped at the end. Writes bench/proxy_load.json.
 Exit code 0 when every request succeeded, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-PROMPTS = ["What is 2+2?", "Translate 'good morning' into French.",
-           "A train leaves at 3pm going 60 mph; when does it cover 150 miles?",
-           "Summarise the plot of Hamlet in two sentences.", "Write a haiku about rain.",
-           "Which of the following best explains the difference between gross margin and operating margin?",
-           "Name three prime numbers larger than 100.", "Explain recursion to a ten-year-old. " * 200]  # the last: cloud
+PROMPTS = [
+    "What is 2+2?",
+    "Translate 'good morning' into French.",
+    "A train leaves at 3pm going 60 mph; when does it cover 150 miles?",
+    "Summarise the plot of Hamlet in two sentences.",
+    "Write a haiku about rain.",
+    "Which of the following best explains the difference between gross margin and operating margin?",
+    "Name three prime numbers larger than 100.",
+    "Explain recursion to a ten-year-old. " * 200,
+]  # the last: cloud
 
 
 def _start(command: list[str], pattern: str, log: Path, timeout_s: float = 60.0) -> tuple[subprocess.Popen, str]:
@@ -72,8 +78,12 @@ def _cpu_seconds(pid: int) -> float | None:
 
 
 def _body(i: int, model: str, stream: bool) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "max_tokens": 32,
-            **({"stream": True} if stream else {})}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+        "max_tokens": 32,
+        **({"stream": True} if stream else {}),
+    }
 
 
 def _check(response, raw: bytes, stream: bool) -> str | None:
@@ -124,10 +134,15 @@ def _summary(latencies: list[float], wall_s: float) -> dict:
     if not latencies:
         return {"n": 0}
     ms = np.asarray(latencies) * 1000
-    return {"n": len(latencies), "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p90_ms": round(float(np.percentile(ms, 90)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
-            "mean_ms": round(float(ms.mean()), 3), "max_ms": round(float(ms.max()), 3),
-            "requests_per_s": round(len(latencies) / wall_s, 1) if wall_s else None}
+    return {
+        "n": len(latencies),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p90_ms": round(float(np.percentile(ms, 90)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "mean_ms": round(float(ms.mean()), 3),
+        "max_ms": round(float(ms.max()), 3),
+        "requests_per_s": round(len(latencies) / wall_s, 1) if wall_s else None,
+    }
 
 
 async def _measure(stub_url: str, proxy_url: str, args, stream: bool, deadline: float, pids: dict) -> dict:
@@ -135,12 +150,16 @@ async def _measure(stub_url: str, proxy_url: str, args, stream: bool, deadline: 
     import httpx2
 
     limits = httpx2.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
-    targets = {"direct": (f"{stub_url}/chat/completions", "edge-model"),
-               "proxy": (f"{proxy_url}/chat/completions", "router")}
-    results = {name: {"latencies": [], "failures": [], "served": Counter(), "wall_s": 0.0, "cpu": Counter()}
-               for name in targets}
+    targets = {
+        "direct": (f"{stub_url}/chat/completions", "edge-model"),
+        "proxy": (f"{proxy_url}/chat/completions", "router"),
+    }
+    results = {
+        name: {"latencies": [], "failures": [], "served": Counter(), "wall_s": 0.0, "cpu": Counter()}
+        for name in targets
+    }
     async with httpx2.AsyncClient(limits=limits, timeout=60) as client:
-        for name, (url, model) in targets.items():  # warm-up: connections, caches, the router's first calls
+        for _name, (url, model) in targets.items():  # warm-up: connections, caches, the router's first calls
             await _phase(client, url, model, 2 * args.clients, args.clients, stream, deadline)
         per_round = max(1, args.requests // args.rounds)
         for _ in range(args.rounds):
@@ -158,9 +177,13 @@ async def _measure(stub_url: str, proxy_url: str, args, stream: bool, deadline: 
     out = {}
     for name, got in results.items():
         n = max(1, len(got["latencies"]))
-        out[name] = {**_summary(got["latencies"], got["wall_s"]), "failed": len(got["failures"]),
-                     "failure_examples": sorted(set(got["failures"]))[:5], "served_by": dict(got["served"]),
-                     "cpu_ms_per_request": {who: round(1000 * seconds / n, 3) for who, seconds in got["cpu"].items()}}
+        out[name] = {
+            **_summary(got["latencies"], got["wall_s"]),
+            "failed": len(got["failures"]),
+            "failure_examples": sorted(set(got["failures"]))[:5],
+            "served_by": dict(got["served"]),
+            "cpu_ms_per_request": {who: round(1000 * seconds / n, 3) for who, seconds in got["cpu"].items()},
+        }
     direct, proxy = out["direct"], out["proxy"]
     if direct.get("n") and proxy.get("n"):
         out["added_by_proxy_ms"] = {q: round(proxy[f"{q}_ms"] - direct[f"{q}_ms"], 3) for q in ("p50", "p90", "p99")}
@@ -170,60 +193,115 @@ async def _measure(stub_url: str, proxy_url: str, args, stream: bool, deadline: 
 def run(args) -> dict:
     deadline = time.monotonic() + args.max_seconds
     logs = Path(tempfile.mkdtemp(prefix="proxy-load-"))
-    stub, stub_url = _start([sys.executable, "-m", "serving.chat.stub", "--name", "stub", "--port", "0",
-                             "--delay-s", str(args.stub_delay_ms / 1000)],
-                            r"listening on (http://127\.0\.0\.1:\d+/v1)", logs / "stub.log")
+    stub, stub_url = _start(
+        [
+            sys.executable,
+            "-m",
+            "serving.chat.stub",
+            "--name",
+            "stub",
+            "--port",
+            "0",
+            "--delay-s",
+            str(args.stub_delay_ms / 1000),
+        ],
+        r"listening on (http://127\.0\.0\.1:\d+/v1)",
+        logs / "stub.log",
+    )
     try:
-        proxy, proxy_url = _start([sys.executable, "-m", "serving", "serve", "--bundle", args.bundle, "--port", "0",
-                                   "--edge-url", stub_url, "--edge-model", "edge-model", "--cloud-url", stub_url,
-                                   "--cloud-model", "cloud-model", "--max-concurrency", str(max(64, 2 * args.clients)),
-                                   "--no-access-log"],
-                                  r"serving on (http://127\.0\.0\.1:\d+/v1)", logs / "proxy.log")
+        proxy, proxy_url = _start(
+            [
+                sys.executable,
+                "-m",
+                "serving",
+                "serve",
+                "--bundle",
+                args.bundle,
+                "--port",
+                "0",
+                "--edge-url",
+                stub_url,
+                "--edge-model",
+                "edge-model",
+                "--cloud-url",
+                stub_url,
+                "--cloud-model",
+                "cloud-model",
+                "--max-concurrency",
+                str(max(64, 2 * args.clients)),
+                "--no-access-log",
+            ],
+            r"serving on (http://127\.0\.0\.1:\d+/v1)",
+            logs / "proxy.log",
+        )
         try:
             modes = ["json", "stream"] if args.mode == "both" else [args.mode]
             pids = {"stub": stub.pid, "proxy": proxy.pid}
-            results = {mode: asyncio.run(_measure(stub_url, proxy_url, args, mode == "stream", deadline, pids))
-                       for mode in modes}
+            results = {
+                mode: asyncio.run(_measure(stub_url, proxy_url, args, mode == "stream", deadline, pids))
+                for mode in modes
+            }
         finally:
             proxy_exit = _stop(proxy)
         bundle_line = re.search(r"bundle ([^;]+);", (logs / "proxy.log").read_text(errors="replace"))
     finally:
         _stop(stub)
     failed = sum(r[t]["failed"] for r in results.values() for t in ("direct", "proxy"))
-    return {"command": "python -m pipelines.proxy_load " + " ".join(sys.argv[1:]) if __name__ == "__main__" else None,
-            "clients": args.clients, "requests_per_target": args.requests, "rounds": args.rounds,
-            "stub_delay_ms": args.stub_delay_ms, "bundle": args.bundle,
-            "bundle_state": bundle_line.group(1) if bundle_line else None,
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.machine()},
-            "results": results, "failed_requests": failed, "proxy_exit_code": proxy_exit,
-            "completed": time.monotonic() <= deadline, "logs": str(logs)}
+    return {
+        "command": "python -m pipelines.proxy_load " + " ".join(sys.argv[1:]) if __name__ == "__main__" else None,
+        "clients": args.clients,
+        "requests_per_target": args.requests,
+        "rounds": args.rounds,
+        "stub_delay_ms": args.stub_delay_ms,
+        "bundle": args.bundle,
+        "bundle_state": bundle_line.group(1) if bundle_line else None,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "processor": platform.machine()},
+        "results": results,
+        "failed_requests": failed,
+        "proxy_exit_code": proxy_exit,
+        "completed": time.monotonic() <= deadline,
+        "logs": str(logs),
+    }
 
 
 def print_report(report: dict) -> None:
-    print(f"{report['clients']} concurrent clients, {report['requests_per_target']} requests per target and mode, "
-          f"stub latency {report['stub_delay_ms']} ms; bundle {report['bundle_state']}")
-    print(f"{'mode':8} {'target':7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'req/s':>8} {'failed':>7}  "
-          f"{'CPU ms/request':>22}  served by")
+    print(
+        f"{report['clients']} concurrent clients, {report['requests_per_target']} requests per target and mode, "
+        f"stub latency {report['stub_delay_ms']} ms; bundle {report['bundle_state']}"
+    )
+    print(
+        f"{'mode':8} {'target':7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'req/s':>8} {'failed':>7}  "
+        f"{'CPU ms/request':>22}  served by"
+    )
     for mode, result in report["results"].items():
         for target in ("direct", "proxy"):
             r = result[target]
             cpu = " ".join(f"{who} {ms}" for who, ms in r["cpu_ms_per_request"].items())
-            print(f"{mode:8} {target:7} {r.get('p50_ms', '-'):>8} {r.get('p90_ms', '-'):>8} {r.get('p99_ms', '-'):>8} "
-                  f"{r.get('requests_per_s', '-'):>8} {r['failed']:>7}  {cpu:>22}  {r['served_by']}")
+            print(
+                f"{mode:8} {target:7} {r.get('p50_ms', '-'):>8} {r.get('p90_ms', '-'):>8} {r.get('p99_ms', '-'):>8} "
+                f"{r.get('requests_per_s', '-'):>8} {r['failed']:>7}  {cpu:>22}  {r['served_by']}"
+            )
         if "added_by_proxy_ms" in result:
             print(f"{mode:8} added   " + "  ".join(f"{q} +{v} ms" for q, v in result["added_by_proxy_ms"].items()))
     print(f"failed requests: {report['failed_requests']}; proxy exit code {report['proxy_exit_code']}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.proxy_load", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", default="artifacts/router", help="bundle the proxy loads (default %(default)s; "
-                        "a missing one runs the rule table)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.proxy_load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--bundle",
+        default="artifacts/router",
+        help="bundle the proxy loads (default %(default)s; a missing one runs the rule table)",
+    )
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default %(default)s)")
-    parser.add_argument("--requests", type=int, default=2000,
-                        help="requests per target (direct, proxy) and mode (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=4, help="alternations of direct and proxied (default %(default)s)")
+    parser.add_argument(
+        "--requests", type=int, default=2000, help="requests per target (direct, proxy) and mode (default %(default)s)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="alternations of direct and proxied (default %(default)s)"
+    )
     parser.add_argument("--mode", choices=("json", "stream", "both"), default="both")
     parser.add_argument("--stub-delay-ms", type=float, default=0.0, help="the stub's latency per request")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="stop after this much wall time")

@@ -23,6 +23,7 @@ what a router retrained from that traffic recovers:
 Every training keeps the same test split (prompt hash) with both outcomes. Written to OUT:
 metrics.json, v1's bundle (OUT/bundle), the outcome log (OUT/outcomes).
 """
+
 from __future__ import annotations
 
 import json
@@ -58,16 +59,27 @@ def _train(work: Path, name: str, data: list[str], *, bundle: Path | None = None
 
     folder = work / "runs" / name
     # cv_folds=0: the single split, whose test rows the replayed traffic is scored on
-    config = TrainConfig(data=data, bundle=str(bundle or folder / "bundle"), reports_dir=str(folder / "reports"),
-                         tracking_uri=f"sqlite:///{work}/mlflow.db", artifact_root=str(work / "artifacts"),
-                         **{"cv_folds": 0, **options})
+    config = TrainConfig(
+        data=data,
+        bundle=str(bundle or folder / "bundle"),
+        reports_dir=str(folder / "reports"),
+        tracking_uri=f"sqlite:///{work}/mlflow.db",
+        artifact_root=str(work / "artifacts"),
+        **{"cv_folds": 0, **options},
+    )
     result = train(config, console=Console(quiet=True))
     test, learned = result.metrics["test"], result.metrics["test"]["learned"]
-    return result, {"test_rows": test["rows"], "test_apgr": learned["apgr"], "cpt50": learned["cpt50"],
-                    "cloud_share": learned["cloud_share"], "quality": learned["quality"],
-                    "quality_with_fallback": learned["quality_with_fallback"],
-                    "expected_cloud_calls": learned["expected_cloud_calls"], "heads": result.metrics["heads"],
-                    "outcomes": result.manifest.data.get("outcomes") or {}}
+    return result, {
+        "test_rows": test["rows"],
+        "test_apgr": learned["apgr"],
+        "cpt50": learned["cpt50"],
+        "cloud_share": learned["cloud_share"],
+        "quality": learned["quality"],
+        "quality_with_fallback": learned["quality_with_fallback"],
+        "expected_cloud_calls": learned["expected_cloud_calls"],
+        "heads": result.metrics["heads"],
+        "outcomes": result.manifest.data.get("outcomes") or {},
+    }
 
 
 def replay(frame, bundle: Path, folder: Path, *, explore_rate: float, seed: int, store_prompts: bool = True) -> dict:
@@ -80,19 +92,31 @@ def replay(frame, bundle: Path, folder: Path, *, explore_rate: float, seed: int,
     router = Router.load(bundle, strict=True, log=log, explore_rate=explore_rate, seed=seed)
     first = {"edge": 0, "cloud": 0}
     explored = caught = 0
-    for prompt, precision, edge_q, cloud_q in zip(frame["prompt"], frame["precision"], frame["edge_quality"],
-                                                  frame["cloud_quality"]):
+    for prompt, precision, edge_q, cloud_q in zip(
+        frame["prompt"], frame["precision"], frame["edge_quality"], frame["cloud_quality"]
+    ):
         answers = {"edge": "good" if edge_q >= 0.5 else "bad", "cloud": "good" if cloud_q >= 0.5 else "bad"}
-        run = router.execute(prompt, edge=lambda p: answers["edge"], cloud=lambda p: answers["cloud"],
-                             precision=precision, accept=lambda answer: answer == "good")
+        run = router.execute(
+            prompt,
+            edge=lambda p, answer=answers["edge"]: answer,
+            cloud=lambda p, answer=answers["cloud"]: answer,
+            precision=precision,
+            accept=lambda answer: answer == "good",
+        )
         side = run.decision.target
         first[side] += 1
         explored += run.decision.reason.startswith("explored")
         caught += run.fallback_reason == "accept check rejected the edge answer"
         router.feedback(run.request_id, **{f"{side}_quality": float(edge_q if side == "edge" else cloud_q)})
     log.close()
-    return {"requests": len(frame), "first_side": first, "explored": explored, "edge_failures_caught": caught,
-            "written": log.written, "dropped": log.dropped}
+    return {
+        "requests": len(frame),
+        "first_side": first,
+        "explored": explored,
+        "edge_failures_caught": caught,
+        "written": log.written,
+        "dropped": log.dropped,
+    }
 
 
 def promote_v1(work: Path, v0: Path, v1: Path, frame) -> dict:
@@ -105,8 +129,10 @@ def promote_v1(work: Path, v0: Path, v1: Path, frame) -> dict:
     tracking = f"sqlite:///{work}/mlflow.db"
     first = promote(v0, logs=[], full_logs=[str(test)], tracking_uri=tracking)
     second = promote(v1, logs=[], full_logs=[str(test)], tracking_uri=tracking)
-    return {"v0": {k: first[k] for k in ("promote", "why")},
-            "v1": {k: second[k] for k in ("promote", "why", "challenger", "champion")}}
+    return {
+        "v0": {k: first[k] for k in ("promote", "why")},
+        "v1": {k: second[k] for k in ("promote", "why", "challenger", "champion")},
+    }
 
 
 def off_policy_check(bundle: Path, outcomes: Path, truth) -> dict:
@@ -135,13 +161,16 @@ def off_policy_check(bundle: Path, outcomes: Path, truth) -> dict:
     return {**ope, "truth": {"quality": true_quality, "cloud_share": true_cloud}}
 
 
-def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (default: the training logs)")] = None,
-         out: Annotated[Path, typer.Option(help="output folder")] = Path("reports/replay"),
-         v0_share: float = 0.15, explore_rate: float = 0.1, seed: int = 0,
-         head_sharing: Annotated[str, typer.Option(help="v1's heads: auto | separate | shared (training.partial)")] = "auto",
-         compare_ipw: Annotated[bool, typer.Option(help="also train v1 with inverse-propensity weights")] = True,
-         bench: Annotated[Path, typer.Option(help="copy of metrics.json for the repository")] = Path(
-             "bench/replay.json")) -> None:
+def main(
+    data: Annotated[list[str], typer.Option(help="logs with both outcomes (default: the training logs)")] = None,
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("reports/replay"),
+    v0_share: float = 0.15,
+    explore_rate: float = 0.1,
+    seed: int = 0,
+    head_sharing: Annotated[str, typer.Option(help="v1's heads: auto | separate | shared (training.partial)")] = "auto",
+    compare_ipw: Annotated[bool, typer.Option(help="also train v1 with inverse-propensity weights")] = True,
+    bench: Annotated[Path, typer.Option(help="copy of metrics.json for the repository")] = Path("bench/replay.json"),
+) -> None:
     """Replay labelled logs as one-outcome traffic, retrain, and measure (module doc)."""
     import shutil
 
@@ -165,21 +194,39 @@ def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (
     with console.status(f"replaying {len(stream)} requests through Router.execute (explore_rate {explore_rate})"):
         traffic = replay(stream, v0.bundle, out / "outcomes", explore_rate=explore_rate, seed=seed)
     with console.status("partial_feedback (v1): v0's rows + the outcome log"):
-        v1, routers["partial_feedback"] = _train(out, "partial_feedback", [str(v0_data), str(out / "outcomes")],
-                                                 bundle=out / "bundle", head_sharing=head_sharing)
+        v1, routers["partial_feedback"] = _train(
+            out,
+            "partial_feedback",
+            [str(v0_data), str(out / "outcomes")],
+            bundle=out / "bundle",
+            head_sharing=head_sharing,
+        )
     if compare_ipw:
         with console.status("partial_feedback with inverse-propensity weights"):
-            _, routers["partial_feedback_ipw"] = _train(out, "partial_feedback_ipw",
-                                                        [str(v0_data), str(out / "outcomes")], partial_estimator="ipw",
-                                                        head_sharing=head_sharing)
+            _, routers["partial_feedback_ipw"] = _train(
+                out,
+                "partial_feedback_ipw",
+                [str(v0_data), str(out / "outcomes")],
+                partial_estimator="ipw",
+                head_sharing=head_sharing,
+            )
     with console.status("full_information: both outcomes of every prompt (the ceiling)"):
         _, routers["full_information"] = _train(out, "full_information", [str(_write(frame, out / "all.jsonl"))])
     with console.status("off-policy estimates of v1 on the outcome log"):
         ope = off_policy_check(v1.bundle, out / "outcomes", frame)
     with console.status("make promote: v0 becomes champion, then v1 is judged against it"):
         promotion = promote_v1(out, v0.bundle, v1.bundle, frame)
-    metrics = {**routers, "ope": ope, "promotion": promotion, "traffic": traffic, "v0_rows": int((rest["u"] < v0_share).sum()),
-               "explore_rate": explore_rate, "seed": seed, "head_sharing": head_sharing, "wall_s": time.perf_counter() - started}
+    metrics = {
+        **routers,
+        "ope": ope,
+        "promotion": promotion,
+        "traffic": traffic,
+        "v0_rows": int((rest["u"] < v0_share).sum()),
+        "explore_rate": explore_rate,
+        "seed": seed,
+        "head_sharing": head_sharing,
+        "wall_s": time.perf_counter() - started,
+    }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     bench.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "metrics.json", bench)
@@ -190,26 +237,38 @@ def main(data: Annotated[list[str], typer.Option(help="logs with both outcomes (
 def print_summary(console, metrics: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"test split ({metrics['initial']['test_rows']} prompts); v0 on {metrics['v0_rows']} "
-                        f"labelled prompts, {metrics['traffic']['requests']} replayed, explore_rate "
-                        f"{metrics['explore_rate']}")
+    table = Table(
+        title=f"test split ({metrics['initial']['test_rows']} prompts); v0 on {metrics['v0_rows']} "
+        f"labelled prompts, {metrics['traffic']['requests']} replayed, explore_rate "
+        f"{metrics['explore_rate']}"
+    )
     for column in ("router", "test APGR", "CPT(50%)", "cloud share", "quality", "with fallback"):
         table.add_column(column, justify="left" if column == "router" else "right")
     for name in ("initial", "partial_feedback", "partial_feedback_ipw", "full_information"):
         if name in metrics:
             r = metrics[name]
-            table.add_row(name, f"{r['test_apgr']:.3f}", f"{r['cpt50']:.1%}", f"{r['cloud_share']:.1%}",
-                          f"{r['quality']:.3f}", f"{r['quality_with_fallback']:.3f}")
+            table.add_row(
+                name,
+                f"{r['test_apgr']:.3f}",
+                f"{r['cpt50']:.1%}",
+                f"{r['cloud_share']:.1%}",
+                f"{r['quality']:.3f}",
+                f"{r['quality_with_fallback']:.3f}",
+            )
     console.print(table)
     ope = metrics["ope"]
     for name, e in ope["quality"].items():
-        console.print(f"v1 off-policy {name.upper()}: {e['estimate']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
-                      f" (true {ope['truth']['quality']:.3f}{'' if e['covers_truth'] else ', outside'})")
+        console.print(
+            f"v1 off-policy {name.upper()}: {e['estimate']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
+            f" (true {ope['truth']['quality']:.3f}{'' if e['covers_truth'] else ', outside'})"
+        )
     console.print(f"v1 cloud-first share on the logged prompts: {ope['cloud_share']['exact']:.1%} (exact)")
     if "promotion" in metrics:
         v1 = metrics["promotion"]["v1"]
-        console.print(f"make promote: v0 {'became champion' if metrics['promotion']['v0']['promote'] else 'not promoted'}"
-                      f"; v1 {'promoted' if v1['promote'] else 'not promoted'}: {v1['why']}")
+        console.print(
+            f"make promote: v0 {'became champion' if metrics['promotion']['v0']['promote'] else 'not promoted'}"
+            f"; v1 {'promoted' if v1['promote'] else 'not promoted'}: {v1['why']}"
+        )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ exits 1 when the README's table differs from what the bundle measured. The figur
 a deterministic training (LightGBM deterministic, fixed threads, deterministic distillation),
 so a fresh clone's `make train` reproduces them exactly.
 """
+
 from __future__ import annotations
 
 import re

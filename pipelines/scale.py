@@ -8,6 +8,7 @@ training.profiling: its whole process tree's memory and CPU sampled every 0.2 s 
 with the stages the run logs (training.stages). The floors come from training.floors. This
 command parses the options, runs the sizes and engines, and reports.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,18 @@ from typing import Annotated
 
 import typer
 
-STAGES = ("cluster", "read_validate", "merge", "featurize", "fit", "acceptance", "thresholds", "familiarity",
-          "export_parity", "mlflow")
+STAGES = (
+    "cluster",
+    "read_validate",
+    "merge",
+    "featurize",
+    "fit",
+    "acceptance",
+    "thresholds",
+    "familiarity",
+    "export_parity",
+    "mlflow",
+)
 
 
 def simulated(folder: Path, rows: int, rows_per_shard: int) -> Path:
@@ -57,17 +68,38 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
     (work / "cache" / "embeddings.sqlite").unlink(missing_ok=True)  # cold: nothing cached from an earlier run
     share = training_share(TrainConfig())  # the run trains with the defaults but for the options below
     per_row = floors_before(logs, work, train_share=share)
-    command = [sys.executable, "-m", "pipelines.train", "--engine", engine, "--data", str(logs),
-               "--bundle", str(run_dir / "bundle"), "--set", f"cache_dir={work / 'cache'}",
-               "--set", f"reports_dir={run_dir / 'reports'}",
-               "--set", "cv_folds=0",  # one fit per run in both engines (the Dask engine does not cross-fit)
-               "--set", f"tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
-               "--set", f"artifact_root={run_dir / 'artifacts'}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.train",
+        "--engine",
+        engine,
+        "--data",
+        str(logs),
+        "--bundle",
+        str(run_dir / "bundle"),
+        "--set",
+        f"cache_dir={work / 'cache'}",
+        "--set",
+        f"reports_dir={run_dir / 'reports'}",
+        "--set",
+        "cv_folds=0",  # one fit per run in both engines (the Dask engine does not cross-fit)
+        "--set",
+        f"tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
+        "--set",
+        f"artifact_root={run_dir / 'artifacts'}",
+    ]
     load_before = os.getloadavg()[0]
     profile = profile_training(command, run_dir / "train.log", run_dir / "stages.jsonl", time_limit=time_limit)
     figures = profile.figures
-    row = {"rows": rows, "engine": engine, **figures, "rows_per_s": rows / figures["wall_s"],
-           "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "cores": os.cpu_count()}
+    row = {
+        "rows": rows,
+        "engine": engine,
+        **figures,
+        "rows_per_s": rows / figures["wall_s"],
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "cores": os.cpu_count(),
+    }
     if profile.unfinished is not None:
         row.update(rows_per_s=None, unfinished=profile.unfinished)
     manifest = run_dir / "bundle" / "manifest.json"
@@ -84,8 +116,9 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
         featurized = train_rows + data["metrics"]["val"]["rows"] + test["rows"]
         row.update(featurized_rows=featurized, fitted_rows=train_rows)
     trees = int(sum(v for k, v in metrics.items() if k.startswith("trees.")))
-    floors = stage_floors(per_row, after, rows=featurized, rows_read=rows, train_rows=train_rows, trees=trees,
-                          cores=os.cpu_count() or 1)
+    floors = stage_floors(
+        per_row, after, rows=featurized, rows_read=rows, train_rows=train_rows, trees=trees, cores=os.cpu_count() or 1
+    )
     for name, stage in profile.stages.items():
         stage["floor_s"] = floors.get(name)
     row.update(stages=profile.stages, floors_per_row=per_row, trees=trees)
@@ -96,8 +129,10 @@ def merged_with_earlier(results: list[dict], out: Path) -> list[dict]:
     """Earlier results for other (rows, engine) pairs stay: sizes can be measured one at a time."""
     measured = {(r["rows"], r["engine"]) for r in results}
     earlier = json.loads(out.read_text())["results"] if out.exists() else []
-    return sorted([r for r in earlier if (r["rows"], r["engine"]) not in measured] + results,
-                  key=lambda r: (r["rows"], r["engine"] != "local"))
+    return sorted(
+        [r for r in earlier if (r["rows"], r["engine"]) not in measured] + results,
+        key=lambda r: (r["rows"], r["engine"] != "local"),
+    )
 
 
 def _mb(value) -> str:
@@ -109,19 +144,34 @@ def report(results: list[dict], console) -> None:
     from rich.table import Table
 
     table = Table(title="make train on simulated logs (synthetic), static tier")
-    for column in ("rows", "engine", "wall", "CPU", "rows/s", "peak RSS, all processes", "largest process",
-                   "test APGR", "load avg"):
+    for column in (
+        "rows",
+        "engine",
+        "wall",
+        "CPU",
+        "rows/s",
+        "peak RSS, all processes",
+        "largest process",
+        "test APGR",
+        "load avg",
+    ):
         table.add_column(column, justify="right")
     for r in results:
         if "skipped" in r:
             table.add_row(f"{r['rows']:,}", r["engine"], "skipped", "", "", "", "", "", "")
             continue
         state = "" if r["exit_code"] == 0 else (" (stopped)" if r.get("timed_out") else " (failed)")
-        table.add_row(f"{r['rows']:,}", r["engine"], f"{r['wall_s']:.0f} s{state}", f"{r.get('cpu_s', 0):.0f} s",
-                      f"{r['rows_per_s']:,.0f}" if r.get("rows_per_s") else "", _mb(r["peak_rss_total_mb"]),
-                      _mb(r["peak_rss_largest_mb"]),
-                      f"{r['test_apgr']:.3f}" if "test_apgr" in r else "",
-                      "-".join(f"{v:.1f}" for v in r.get("load_average", [])))
+        table.add_row(
+            f"{r['rows']:,}",
+            r["engine"],
+            f"{r['wall_s']:.0f} s{state}",
+            f"{r.get('cpu_s', 0):.0f} s",
+            f"{r['rows_per_s']:,.0f}" if r.get("rows_per_s") else "",
+            _mb(r["peak_rss_total_mb"]),
+            _mb(r["peak_rss_largest_mb"]),
+            f"{r['test_apgr']:.3f}" if "test_apgr" in r else "",
+            "-".join(f"{v:.1f}" for v in r.get("load_average", [])),
+        )
     console.print(table)
     for r in results:
         if r.get("stages"):
@@ -143,20 +193,33 @@ def stage_table(r: dict):
     for name in sorted(r["stages"], key=lambda n: STAGES.index(n) if n in STAGES else len(STAGES)):
         s = r["stages"][name]
         floor = f"{s['floor_s']:.1f} s" if s.get("floor_s") is not None else ""
-        table.add_row(name, f"{s['wall_s']:.1f} s", floor, _mb(s["peak_rss_total_mb"]),
-                      _mb(s["peak_rss_largest_mb"]), _mb(s["peak_rss_main_mb"]))
+        table.add_row(
+            name,
+            f"{s['wall_s']:.1f} s",
+            floor,
+            _mb(s["peak_rss_total_mb"]),
+            _mb(s["peak_rss_largest_mb"]),
+            _mb(s["peak_rss_main_mb"]),
+        )
     if r.get("unfinished"):
         u = r["unfinished"]
-        table.add_row("(stopped, running)", f"{u['wall_s']:.1f} s", "", _mb(u["peak_rss_total_mb"]),
-                      _mb(u["peak_rss_largest_mb"]), "")
+        table.add_row(
+            "(stopped, running)",
+            f"{u['wall_s']:.1f} s",
+            "",
+            _mb(u["peak_rss_total_mb"]),
+            _mb(u["peak_rss_largest_mb"]),
+            "",
+        )
     return table
 
 
 def main(
     rows: Annotated[str, typer.Option(help="comma-separated row counts")] = "1e4,1e5,1e6",
     engines: Annotated[str, typer.Option(help="comma-separated: local,dask")] = "local,dask",
-    work: Annotated[Path, typer.Option(help="simulated logs, bundles, MLflow store and logs go here")] =
-        Path("data/cache/scale"),
+    work: Annotated[Path, typer.Option(help="simulated logs, bundles, MLflow store and logs go here")] = Path(
+        "data/cache/scale"
+    ),
     rows_per_shard: Annotated[int, typer.Option(help="rows per Parquet shard (= per Dask partition)")] = 25_000,
     local_max_rows: Annotated[str, typer.Option(help="skip the local engine above this many rows")] = "1e6",
     time_limit: Annotated[float, typer.Option(help="stop a run after this many seconds (0: never)")] = 0,

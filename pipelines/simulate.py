@@ -4,6 +4,7 @@ A thin command over `data.simulator.write_shards`; see that module for the diffi
 model. The output is synthetic data, for scale and recovery tests, never for headline
 quality figures.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,9 @@ import typer
 
 def main(
     n: Annotated[str, typer.Option("--n", help="rows to write: 100000, 100_000 or 1e6")] = "100000",
-    out: Annotated[Path, typer.Option(help="output folder (its part-*.parquet shards are replaced)")] =
-        Path("data/simulated"),
+    out: Annotated[Path, typer.Option(help="output folder (its part-*.parquet shards are replaced)")] = Path(
+        "data/simulated"
+    ),
     rows_per_shard: Annotated[int, typer.Option(help="rows per Parquet shard")] = 100_000,
     seed: Annotated[int, typer.Option(help="same seed and n give the same rows, whatever the shard size")] = 0,
     undeclared_share: Annotated[float, typer.Option(help="share of rows with no declared precision")] = 0.1,
@@ -32,8 +34,9 @@ def main(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--n") from None
     if rows_per_shard < 1:
-        raise typer.BadParameter(f"must be a positive whole number, got {rows_per_shard!r}",
-                                 param_hint="--rows-per-shard")
+        raise typer.BadParameter(
+            f"must be a positive whole number, got {rows_per_shard!r}", param_hint="--rows-per-shard"
+        )
     if seed < 0:
         raise typer.BadParameter(f"must be >= 0, got {seed!r}", param_hint="--seed")
     try:
@@ -42,14 +45,23 @@ def main(
         raise typer.BadParameter(str(exc), param_hint="--undeclared-share") from None
     console = Console()
     start = time.perf_counter()
-    with Progress(TextColumn("simulating (synthetic)"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("simulating (synthetic)"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("rows", total=rows)
-        shards = write_shards(out, rows, rows_per_shard=rows_per_shard, seed=seed, model=model,
-                              on_rows=lambda k: bar.advance(task, k))
+        shards = write_shards(
+            out, rows, rows_per_shard=rows_per_shard, seed=seed, model=model, on_rows=lambda k: bar.advance(task, k)
+        )
     seconds = time.perf_counter() - start
-    console.print(f"{rows:,} synthetic rows in {len(shards)} shard(s) under {out} (manifest {MANIFEST_NAME}), "
-                  f"seed {seed}, {seconds:.1f}s ({rows / max(seconds, 1e-9):,.0f} rows/s)")
+    console.print(
+        f"{rows:,} synthetic rows in {len(shards)} shard(s) under {out} (manifest {MANIFEST_NAME}), "
+        f"seed {seed}, {seconds:.1f}s ({rows / max(seconds, 1e-9):,.0f} rows/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The stages live in training/ (training.engines.base.train: the chosen engine, th
 thresholds, figures, bundle, parity check and MLflow); this command parses options and
 prints the test-split figures.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,9 @@ from training.config import TrainConfig, parse_overrides
 def main(
     bundle: Annotated[str, typer.Option(help="output folder of the bundle")] = "artifacts/router",
     tier: Annotated[str, typer.Option(help="embedding tier: static | transformer")] = "static",
-    engine: Annotated[Optional[str], typer.Option(
-        help="local (in memory, default) | dask (partitions on a Dask cluster)")] = None,
+    engine: Annotated[
+        Optional[str], typer.Option(help="local (in memory, default) | dask (partitions on a Dask cluster)")
+    ] = None,
     config: Annotated[Optional[Path], typer.Option(help="YAML/JSON file of TrainConfig options")] = None,
     data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable)")] = None,
     target: Annotated[Optional[str], typer.Option(help="threshold target: quality | budget")] = None,
@@ -37,8 +39,18 @@ def main(
     from training.engines.base import train
 
     logging.basicConfig(level=logging.WARNING)
-    cfg = TrainConfig.from_options(config, {"bundle": bundle, "tier": tier, "engine": engine, "data": data or None,
-                                "target": target, "cloud_budget": cloud_budget, **parse_overrides(set_ or [])})
+    cfg = TrainConfig.from_options(
+        config,
+        {
+            "bundle": bundle,
+            "tier": tier,
+            "engine": engine,
+            "data": data or None,
+            "target": target,
+            "cloud_budget": cloud_budget,
+            **parse_overrides(set_ or []),
+        },
+    )
     console = Console()
     try:
         result = train(cfg, console=console)
@@ -46,9 +58,11 @@ def main(
         Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
     console.print(headline.rich_table(result.metrics))
-    console.print(f"bundle: {result.bundle}  |  MLflow run {result.run_id}, registered "
-                  f"{cfg.registered_model} version {result.model_version}  |  parity max |diff| "
-                  f"{result.metrics['parity_max_abs_diff']:.1e}  |  wall time {result.timings['total_s']:.1f}s")
+    console.print(
+        f"bundle: {result.bundle}  |  MLflow run {result.run_id}, registered "
+        f"{cfg.registered_model} version {result.model_version}  |  parity max |diff| "
+        f"{result.metrics['parity_max_abs_diff']:.1e}  |  wall time {result.timings['total_s']:.1f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 Runtime dependencies: numpy, onnxruntime, tokenizers.
 """
+
 from serving.bundle import BundleError
 from serving.decision import Decision
 from serving.execute import CloudCallError, Execution, Step
@@ -9,5 +10,14 @@ from serving.router import Router, Update
 from serving.rules import RuleRouter
 from serving.watcher import BundleWatcher
 
-__all__ = ["BundleError", "BundleWatcher", "CloudCallError", "Decision", "Execution", "Router", "RuleRouter", "Step",
-           "Update"]
+__all__ = [
+    "BundleError",
+    "BundleWatcher",
+    "CloudCallError",
+    "Decision",
+    "Execution",
+    "Router",
+    "RuleRouter",
+    "Step",
+    "Update",
+]

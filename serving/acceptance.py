@@ -15,6 +15,7 @@ check costs about one route() call whatever the edge returned. The probability i
 calibrated on held-out answers; the answer is accepted when it reaches the threshold that
 training chose for the configured false-reject rate.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,10 +41,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("serving")
 
 
-def answer_matrix(prompts: Sequence[str], answers: Sequence[str],
-                  logprob_means: Sequence[float | None] | None = None,
-                  logprob_mins: Sequence[float | None] | None = None, *, answer_features: AnswerFeatures,
-                  max_chars: int) -> NDArray[np.float32]:
+def answer_matrix(
+    prompts: Sequence[str],
+    answers: Sequence[str],
+    logprob_means: Sequence[float | None] | None = None,
+    logprob_mins: Sequence[float | None] | None = None,
+    *,
+    answer_features: AnswerFeatures,
+    max_chars: int,
+) -> NDArray[np.float32]:
     """The acceptance model's input rows (float32): serving.response_features of each answer
     (cut to its last `max_chars` characters), then `answer_features(cut answers)`, the
     router's feature rows of their text. Training and the SDK both build rows here."""
@@ -51,8 +57,12 @@ def answer_matrix(prompts: Sequence[str], answers: Sequence[str],
     means: list[float | None] = [None] * n if logprob_means is None else list(logprob_means)
     mins: list[float | None] = [None] * n if logprob_mins is None else list(logprob_mins)
     cut = [a[-max_chars:] for a in answers]
-    own = np.stack([response_features(p, a, logprob_mean=m, logprob_min=lo, max_chars=max_chars)
-                    for p, a, m, lo in zip(prompts, cut, means, mins)])
+    own = np.stack(
+        [
+            response_features(p, a, logprob_mean=m, logprob_min=lo, max_chars=max_chars)
+            for p, a, m, lo in zip(prompts, cut, means, mins)
+        ]
+    )
     return np.concatenate([own, np.asarray(answer_features(cut), dtype=np.float32)], axis=1).astype(np.float32)
 
 
@@ -96,30 +106,49 @@ class Acceptor:
             raise ValueError(f"acceptance model inputs are {inputs}, expected [('features', {section['n_features']})]")
         return cls(session, section, scorer.features)
 
-    def features(self, prompts: list[str], answers: list[str], logprob_means: Sequence[float | None] | None = None,
-                 logprob_mins: Sequence[float | None] | None = None) -> NDArray[np.float32]:
+    def features(
+        self,
+        prompts: list[str],
+        answers: list[str],
+        logprob_means: Sequence[float | None] | None = None,
+        logprob_mins: Sequence[float | None] | None = None,
+    ) -> NDArray[np.float32]:
         """The model's input rows (float32) for answers to prompts."""
-        x = answer_matrix(prompts, answers, logprob_means, logprob_mins, answer_features=self._answer_features,
-                          max_chars=self.max_response_chars)
+        x = answer_matrix(
+            prompts,
+            answers,
+            logprob_means,
+            logprob_mins,
+            answer_features=self._answer_features,
+            max_chars=self.max_response_chars,
+        )
         if x.shape[1] != self.n_features:
             raise ValueError(f"acceptance features have {x.shape[1]} columns, the model takes {self.n_features}")
         return x
 
-    def probabilities(self, prompts: list[str], answers: list[str], logprob_means: Sequence[float | None] | None = None,
-                      logprob_mins: Sequence[float | None] | None = None) -> NDArray[np.float64]:
+    def probabilities(
+        self,
+        prompts: list[str],
+        answers: list[str],
+        logprob_means: Sequence[float | None] | None = None,
+        logprob_mins: Sequence[float | None] | None = None,
+    ) -> NDArray[np.float64]:
         """Calibrated P(good) per answer, in one model call."""
         if not answers:
             return np.zeros(0)
-        (out,) = self._run(["probabilities"], {"features": self.features(prompts, answers, logprob_means,
-                                                                           logprob_mins)}, None)
+        (out,) = self._run(
+            ["probabilities"], {"features": self.features(prompts, answers, logprob_means, logprob_mins)}, None
+        )
         return np.array([self._calibrate(p) for p in out[:, 1].tolist()])
 
-    def check(self, prompt: str, answer: str, *, logprob_mean: float | None = None,
-              logprob_min: float | None = None) -> Verdict:
+    def check(
+        self, prompt: str, answer: str, *, logprob_mean: float | None = None, logprob_min: float | None = None
+    ) -> Verdict:
         """The verdict on one answer. Raises TypeError for an answer that is not text."""
         if not isinstance(answer, str) or not isinstance(prompt, str):
-            raise TypeError(f"the acceptance check reads text; got prompt {type(prompt).__name__}, "
-                            f"answer {type(answer).__name__}")
+            raise TypeError(
+                f"the acceptance check reads text; got prompt {type(prompt).__name__}, answer {type(answer).__name__}"
+            )
         p = float(self.probabilities([prompt], [answer], [logprob_mean], [logprob_min])[0])
         return Verdict(p, self.threshold, p >= self.threshold)
 

@@ -10,6 +10,7 @@ What loading checks, before anything of the bundle is used:
   read from disk after it was checked, and nothing unlisted is read at all (an ONNX
   graph that points at external data fails to load from memory).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -133,8 +134,10 @@ def read_bundle(folder: str | Path, *, public_key: PinnedKey | None = None) -> B
         content = _read_plain_file(folder, name, MAX_FILE_BYTES)
         actual = hashlib.sha256(content).hexdigest()
         if actual != expected:
-            raise BundleError(f"{folder}: {name} does not match its checksum "
-                              f"(expected {expected[:12]}..., found {actual[:12]}...): modified or truncated")
+            raise BundleError(
+                f"{folder}: {name} does not match its checksum "
+                f"(expected {expected[:12]}..., found {actual[:12]}...): modified or truncated"
+            )
         contents[name] = content
     if public_key is not None:
         _check_signature(folder, data, public_key)

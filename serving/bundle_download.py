@@ -14,6 +14,7 @@ given for, never to another host a redirect names. Everything else (checksums, v
 verifies the staged folder before using it. Standard library only, so the SDK's core needs
 nothing more for it.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -65,14 +66,22 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
     goes without the caller's headers (urllib would copy them, Authorization included, to any
     host the redirect names)."""
 
-    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
-                         headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         scheme = urlsplit(newurl).scheme
         if scheme not in ("http", "https"):
             raise DownloadError(f"{req.full_url} redirects to {_shown(newurl)}: only http and https are followed")
         if urlsplit(req.full_url).scheme == "https" and scheme == "http":
-            raise DownloadError(f"{req.full_url} redirects to {_shown(newurl)}: a redirect from https down to "
-                                "http is refused")
+            raise DownloadError(
+                f"{req.full_url} redirects to {_shown(newurl)}: a redirect from https down to http is refused"
+            )
         redirected = super().redirect_request(req, fp, code, msg, headers, newurl)
         if redirected is not None and _origin(redirected.full_url) != _origin(req.full_url):
             redirected.headers.clear()  # only the caller's headers; urllib adds Host and User-Agent itself
@@ -112,8 +121,9 @@ class _Deadline:
     def passed(self) -> bool:
         return self.expired or time.monotonic() >= self.end
 
-    def connect(self, address: tuple[str, int], timeout: object = None,
-                source_address: tuple[str, int] | None = None) -> socket.socket:
+    def connect(
+        self, address: tuple[str, int], timeout: object = None, source_address: tuple[str, int] | None = None
+    ) -> socket.socket:
         # timeout: seconds, None, or socket's "global default" sentinel, as http.client passes it
         """socket.create_connection within what is left of the deadline, the connection watched."""
         left = self.end - time.monotonic()
@@ -139,11 +149,13 @@ class _Deadline:
 
     def watched(self, connection_class: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
         """A factory of `connection_class` (http.client's) whose connections this deadline watches."""
+
         def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
             conn = connection_class(host, **kwargs)
             # http.client's hook for opening the socket; typeshed does not declare it
             conn._create_connection = self.connect  # type: ignore[attr-defined]
             return conn
+
         return connection
 
 
@@ -175,8 +187,15 @@ def check_base_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def fetch(url: str, cap: int, *, headers: Mapping[str, str], timeout_s: float, missing_ok: bool = False,
-          into: Path | None = None) -> bytes | None:
+def fetch(
+    url: str,
+    cap: int,
+    *,
+    headers: Mapping[str, str],
+    timeout_s: float,
+    missing_ok: bool = False,
+    into: Path | None = None,
+) -> bytes | None:
     """The body at `url`, at most `cap` bytes (written to `into` instead, when given), complete
     within `timeout_s` and as long as its Content-Length says; None for a 404 when `missing_ok`.
     DownloadError for anything else that is not a complete 200."""
@@ -200,8 +219,9 @@ def fetch(url: str, cap: int, *, headers: Mapping[str, str], timeout_s: float, m
         if deadline.expired:  # a body cut at the deadline can end like a complete one
             raise _too_slow(url, timeout_s)
     if declared.isdigit() and size < int(declared):  # http.client ends a read at the close, without an error
-        raise DownloadError(f"{url}: the connection closed after {size:,} of its {int(declared):,} bytes "
-                            "(Content-Length)")
+        raise DownloadError(
+            f"{url}: the connection closed after {size:,} of its {int(declared):,} bytes (Content-Length)"
+        )
     return body
 
 
@@ -212,7 +232,7 @@ def _too_slow(url: str, timeout_s: float) -> DownloadError:
 def _read(response: http.client.HTTPResponse, url: str, cap: int, into: Path | None) -> tuple[int, bytes | None]:
     """(bytes read, the body or None when written to `into`), until the server ends the body."""
     size, parts = 0, []
-    with (open(into, "xb") if into is not None else _NoFile()) as out:
+    with open(into, "xb") if into is not None else _NoFile() as out:
         while block := response.read(READ_BLOCK):
             size += len(block)
             if size > cap:
@@ -232,8 +252,14 @@ class _NoFile:
         return False
 
 
-def download_bundle(base_url: str, manifest_raw: bytes, *, headers: Mapping[str, str] = {},
-                    timeout_s: float = 60.0, staging_root: str | Path | None = None) -> Path:
+def download_bundle(
+    base_url: str,
+    manifest_raw: bytes,
+    *,
+    headers: Mapping[str, str] = {},
+    timeout_s: float = 60.0,
+    staging_root: str | Path | None = None,
+) -> Path:
     """A private folder (mode 700) holding `manifest_raw` (already fetched from base_url) and every
     file it lists, downloaded from base_url, plus manifest.sig when published. The caller loads
     it (Router.update) and removes it. DownloadError for any failure; nothing is left behind then."""
@@ -247,11 +273,15 @@ def download_bundle(base_url: str, manifest_raw: bytes, *, headers: Mapping[str,
         (folder / MANIFEST_NAME).write_bytes(manifest_raw)
         total = len(manifest_raw)
         for name in names:
-            fetch(f"{base_url}/{quote(name)}", min(MAX_FILE_BYTES, MAX_BUNDLE_BYTES - total), headers=headers,
-                  timeout_s=timeout_s, into=folder / name)
+            fetch(
+                f"{base_url}/{quote(name)}",
+                min(MAX_FILE_BYTES, MAX_BUNDLE_BYTES - total),
+                headers=headers,
+                timeout_s=timeout_s,
+                into=folder / name,
+            )
             total += os.path.getsize(folder / name)
-        signature = fetch(f"{base_url}/{SIGNATURE_NAME}", 1024, headers=headers, timeout_s=timeout_s,
-                          missing_ok=True)
+        signature = fetch(f"{base_url}/{SIGNATURE_NAME}", 1024, headers=headers, timeout_s=timeout_s, missing_ok=True)
         if signature is not None:
             (folder / SIGNATURE_NAME).write_bytes(signature)
     except BaseException:

@@ -1,5 +1,6 @@
 """Calibrated probability from the model's raw probability. Parameters live in the manifest;
 training applies the same function, so SDK and training scores agree."""
+
 from __future__ import annotations
 
 import math

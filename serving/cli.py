@@ -1,6 +1,7 @@
 """`python -m serving route ...`: routing decisions as JSON, for one prompt or a JSONL stream.
 `python -m serving serve ...`: the OpenAI-compatible routing proxy (serving.proxy; its server
 stack is imported only when it runs)."""
+
 from __future__ import annotations
 
 import argparse
@@ -82,16 +83,24 @@ def _stream(router: Router, source: BinaryIO, out: BinaryIO) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    route = commands.add_parser("route", help="print routing decisions as JSON", epilog=STREAM_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    route = commands.add_parser(
+        "route",
+        help="print routing decisions as JSON",
+        epilog=STREAM_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     route.add_argument("prompt", nargs="?", help="the prompt (or use --jsonl)")
     route.add_argument("--bundle", required=True, help="bundle folder written by `make train`")
     route.add_argument("--precision", choices=PRECISIONS)
     route.add_argument("--jsonl", metavar="FILE", help='JSON lines {"prompt", "precision"?, "id"?}; - for stdin')
     route.add_argument("--strict", action="store_true", help="fail instead of falling back to the rule table")
-    serve = commands.add_parser("serve", help="an OpenAI-compatible routing proxy (the server extra)",
-                                description="An OpenAI-compatible routing proxy.", epilog=SERVE_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve = commands.add_parser(
+        "serve",
+        help="an OpenAI-compatible routing proxy (the server extra)",
+        description="An OpenAI-compatible routing proxy.",
+        epilog=SERVE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(serve)
     args = parser.parse_args(argv)
     if args.command == "serve":

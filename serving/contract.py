@@ -3,6 +3,7 @@
 Training writes bundles with these values; the SDK, evaluation and the log loaders read
 them from here. Nothing in this module imports anything of the project.
 """
+
 from __future__ import annotations
 
 # Bundle layout

@@ -1,4 +1,5 @@
 """The one result type every router returns."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

@@ -38,19 +38,21 @@ overrun frees its worker:
               tokens.append(token)
           return "".join(tokens)
 """
+
 from __future__ import annotations
 
 import os
 import queue
 import threading
 import time
-from concurrent.futures import Future, TimeoutError as FutureTimeout
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from serving.decision import Decision
 from serving.contract import CLOUD, FALLBACK
+from serving.decision import Decision
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -70,8 +72,8 @@ REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the out
 class Step:
     """One thing that ran: which call, how it ended, how long it took."""
 
-    name: str          # "edge" | "accept" | "cloud"
-    status: str        # "ok" | "error" | "timeout" | "rejected" | "skipped"
+    name: str  # "edge" | "accept" | "cloud"
+    status: str  # "ok" | "error" | "timeout" | "rejected" | "skipped"
     seconds: float
     detail: str = ""
 
@@ -81,7 +83,7 @@ class Execution:
     """The response and how it was obtained."""
 
     response: Any
-    served_by: str                     # "edge" | "cloud"
+    served_by: str  # "edge" | "cloud"
     decision: Decision
     fallback_reason: str | None = None
     steps: list[Step] = field(default_factory=list)
@@ -100,8 +102,9 @@ class CloudCallError(RuntimeError):
     """The cloud call failed; `edge_error` holds the edge failure that led there, if any,
     `steps` the calls made and `decision` the routing decision carried out."""
 
-    def __init__(self, message: str, *, edge_error: BaseException | None, steps: list[Step],
-                 decision: Decision | None = None):
+    def __init__(
+        self, message: str, *, edge_error: BaseException | None, steps: list[Step], decision: Decision | None = None
+    ):
         super().__init__(message)
         self.edge_error, self.steps, self.decision = edge_error, steps, decision
 
@@ -139,8 +142,10 @@ class EdgePool:
             self._reset()
         deadline = time.monotonic() + max(0.0, timeout_s)
         if self._overrunning >= self.size or not self._free.acquire(timeout=max(0.0, timeout_s)):
-            raise EdgeBusy(f"edge busy: all {self.size} edge workers are running earlier calls"
-                           f" ({self._overrunning} past their timeout)")
+            raise EdgeBusy(
+                f"edge busy: all {self.size} edge workers are running earlier calls"
+                f" ({self._overrunning} past their timeout)"
+            )
         try:
             self._start_workers()
         except BaseException:
@@ -166,8 +171,9 @@ class EdgePool:
             return
         with self._lock:
             while len(self._workers) < self.size:
-                worker = threading.Thread(target=_serve, args=(self._jobs, self._free), daemon=True,
-                                          name=f"edge-worker-{len(self._workers)}")
+                worker = threading.Thread(
+                    target=_serve, args=(self._jobs, self._free), daemon=True, name=f"edge-worker-{len(self._workers)}"
+                )
                 worker.start()
                 self._workers.append(worker)
 
@@ -214,13 +220,19 @@ class _Attempt:
     coroutine, or a stream opened up to its first token, as serving.chat does).
     """
 
-    def __init__(self, decision: Decision, *, edge_context_tokens: int, accept: AcceptCheck | None = None,
-                 verify_edge_zone: bool = False) -> None:
+    def __init__(
+        self,
+        decision: Decision,
+        *,
+        edge_context_tokens: int,
+        accept: AcceptCheck | None = None,
+        verify_edge_zone: bool = False,
+    ) -> None:
         self.decision = decision
         self.steps: list[Step] = []
         self.edge_error: BaseException | None = None
         self.reason: str | None = None  # whole: cut to REASON_CHARS where it is shown (Execution)
-        self.code: str | None = None    # the reason without anything from the request
+        self.code: str | None = None  # the reason without anything from the request
         self._edge_context_tokens = edge_context_tokens
         self._accept = accept if decision.zone == FALLBACK or verify_edge_zone else None
 
@@ -230,8 +242,10 @@ class _Attempt:
         if self.decision.zone == CLOUD:
             return False
         if self.decision.n_tokens > self._edge_context_tokens:
-            self.reason = self.code = (f"prompt of ~{self.decision.n_tokens} tokens exceeds the edge context limit "
-                                       f"of {self._edge_context_tokens}")
+            self.reason = self.code = (
+                f"prompt of ~{self.decision.n_tokens} tokens exceeds the edge context limit "
+                f"of {self._edge_context_tokens}"
+            )
             self.steps.append(Step("edge", "skipped", 0.0, self.reason))
             return False
         return True
@@ -269,22 +283,42 @@ class _Attempt:
         """The Execution of a request answered by `by` ("edge" or "cloud")."""
         if by != "cloud" or self.reason is None:
             return Execution(response, by, self.decision, None, self.steps)
-        return Execution(response, by, self.decision, self.reason[:REASON_CHARS], self.steps,
-                         edge_error=self.edge_error, fallback_code=self.code)
+        return Execution(
+            response,
+            by,
+            self.decision,
+            self.reason[:REASON_CHARS],
+            self.steps,
+            edge_error=self.edge_error,
+            fallback_code=self.code,
+        )
 
     def cloud_failed(self, error: BaseException) -> CloudCallError:
         """The error to raise when the cloud call failed, with the edge failure attached."""
-        return CloudCallError(f"cloud call failed: {error!r}" + (f" (after: {self.reason})" if self.reason else ""),
-                              edge_error=self.edge_error, steps=self.steps, decision=self.decision)
+        return CloudCallError(
+            f"cloud call failed: {error!r}" + (f" (after: {self.reason})" if self.reason else ""),
+            edge_error=self.edge_error,
+            steps=self.steps,
+            decision=self.decision,
+        )
 
 
-def execute(decision: Decision, prompt: str, *, edge: Callable[[str], Any], cloud: Callable[[str], Any],
-            edge_context_tokens: int, edge_timeout_s: float | None = None,
-            accept: AcceptCheck | None = None, verify_edge_zone: bool = False,
-            edge_pool: EdgePool | None = None) -> Execution:
+def execute(
+    decision: Decision,
+    prompt: str,
+    *,
+    edge: Callable[[str], Any],
+    cloud: Callable[[str], Any],
+    edge_context_tokens: int,
+    edge_timeout_s: float | None = None,
+    accept: AcceptCheck | None = None,
+    verify_edge_zone: bool = False,
+    edge_pool: EdgePool | None = None,
+) -> Execution:
     """Carry out a routing decision; see the module doc."""
-    attempt = _Attempt(decision, edge_context_tokens=edge_context_tokens, accept=accept,
-                       verify_edge_zone=verify_edge_zone)
+    attempt = _Attempt(
+        decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
+    )
     if attempt.edge_first():
         try:
             with _step(attempt.steps, "edge"):
@@ -305,10 +339,17 @@ def execute(decision: Decision, prompt: str, *, edge: Callable[[str], Any], clou
     return attempt.served(response, "cloud")
 
 
-async def aexecute(decision: Decision, prompt: str, *, edge: Callable[[str], Awaitable[Any]],
-                   cloud: Callable[[str], Awaitable[Any]], edge_context_tokens: int,
-                   edge_timeout_s: float | None = None, accept: AcceptCheck | None = None,
-                   verify_edge_zone: bool = False) -> Execution:
+async def aexecute(
+    decision: Decision,
+    prompt: str,
+    *,
+    edge: Callable[[str], Awaitable[Any]],
+    cloud: Callable[[str], Awaitable[Any]],
+    edge_context_tokens: int,
+    edge_timeout_s: float | None = None,
+    accept: AcceptCheck | None = None,
+    verify_edge_zone: bool = False,
+) -> Execution:
     """execute() for coroutines: `edge` and `cloud` are async callables taking the prompt.
 
     The same rules (_Attempt) and the same Execution. With `edge_timeout_s` an edge call that
@@ -316,8 +357,9 @@ async def aexecute(decision: Decision, prompt: str, *, edge: Callable[[str], Awa
     needed) and the cloud serves. `accept` is a plain callable run in the event loop; keep it
     quick. asyncio only.
     """
-    attempt = _Attempt(decision, edge_context_tokens=edge_context_tokens, accept=accept,
-                       verify_edge_zone=verify_edge_zone)
+    attempt = _Attempt(
+        decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
+    )
     if attempt.edge_first():
         try:
             with _step(attempt.steps, "edge"):

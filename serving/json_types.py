@@ -2,6 +2,7 @@
 
 Modules import it under `if TYPE_CHECKING:` only, so it adds nothing to `import serving`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict

@@ -6,6 +6,7 @@ required keys, bounds from serving.contract) and raises ManifestError naming the
 and the bad value; `to_dict` gives the JSON form back. Sections that only describe the
 run (metrics, data, training, mlflow) are kept as plain dicts.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,15 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
-from serving.contract import (DEFAULT_EDGE_CONTEXT_TOKENS, MAX_CALIBRATION_POINTS, MAX_CHARS_LIMIT,
-                              MAX_EMBEDDING_DIM, MAX_TOKENS_LIMIT, PRECISIONS, SCHEMA_VERSION)
+from serving.contract import (
+    DEFAULT_EDGE_CONTEXT_TOKENS,
+    MAX_CALIBRATION_POINTS,
+    MAX_CHARS_LIMIT,
+    MAX_EMBEDDING_DIM,
+    MAX_TOKENS_LIMIT,
+    PRECISIONS,
+    SCHEMA_VERSION,
+)
 from serving.features.spec import LEXICAL_MODES, FeatureSpec
 from serving.features.text_stats import STAT_NAMES
 
@@ -54,11 +62,22 @@ def _section(data: JSONObject, key: str, *, required: bool = False) -> JSONObjec
     return value
 
 
-def _number(section: JSONObject, key: str, path: str, *, lo: float = -math.inf, hi: float = math.inf,
-            default: float | None = None) -> float:
+def _number(
+    section: JSONObject,
+    key: str,
+    path: str,
+    *,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+    default: float | None = None,
+) -> float:
     value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo <= value <= hi:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not lo <= value <= hi
+    ):
         raise _fail(f"{path}.{key}", f"must be a finite number in [{lo:g}, {hi:g}]", value)
     return float(value)
 
@@ -90,33 +109,36 @@ class Limits:
 
     def to_dict(self, spec: FeatureSpec) -> dict[str, int]:
         # max_chars and max_tokens are the feature spec's; repeated here for readers of the file
-        return {"edge_context_tokens": self.edge_context_tokens, "max_chars": spec.max_chars,
-                "max_tokens": spec.max_tokens}
+        return {
+            "edge_context_tokens": self.edge_context_tokens,
+            "max_chars": spec.max_chars,
+            "max_tokens": spec.max_tokens,
+        }
 
 
 class CalibrationParams(TypedDict, total=False):
     """One head's calibration, as serving.calibration reads it (`method` is always there); the
     manifest may hold more figures about it (`lexical_blend`), kept as they are."""
 
-    method: str                      # CALIBRATION_METHODS
-    a: float                         # sigmoid: 1 / (1 + exp(-(a * logit(p) + b)))
+    method: str  # CALIBRATION_METHODS
+    a: float  # sigmoid: 1 / (1 + exp(-(a * logit(p) + b)))
     b: float
-    x: list[float]                   # isotonic: the fitted points
+    x: list[float]  # isotonic: the fitted points
     y: list[float]
-    in_model: bool                   # sigmoid folded into the model's graph
-    lexical_blend: JSONObject        # the blend's weight and margin (training.lexical)
+    in_model: bool  # sigmoid folded into the model's graph
+    lexical_blend: JSONObject  # the blend's weight and margin (training.lexical)
 
 
 class NoveltySection(TypedDict, total=False):
     """The manifest's `novelty` (serving.novelty), the keys the SDK reads; {} for none. Training
     adds figures about the fit (target_share, fitted_rows, ...), kept as they are."""
 
-    file: str                        # the reference's file, unless in_model
-    in_model: bool                   # the graph computes the novelty, as output `output`
+    file: str  # the reference's file, unless in_model
+    in_model: bool  # the graph computes the novelty, as output `output`
     output: str
     embedding_threshold: float
     unseen_threshold: float
-    policy: str                      # serving.novelty.POLICIES
+    policy: str  # serving.novelty.POLICIES
 
 
 class AcceptanceSection(TypedDict, total=False):
@@ -149,10 +171,12 @@ def check_calibration(data: Any, path: str = "calibration") -> CalibrationParams
     elif method == "isotonic":
         for key in ("x", "y"):
             points = data.get(key)
-            if not isinstance(points, list) or not 1 <= len(points) <= MAX_CALIBRATION_POINTS or not all(
-                    not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1 for v in points):
-                raise _fail(f"{path}.{key}", f"must be 1 to {MAX_CALIBRATION_POINTS} numbers in [0, 1]",
-                            points)
+            if (
+                not isinstance(points, list)
+                or not 1 <= len(points) <= MAX_CALIBRATION_POINTS
+                or not all(not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v <= 1 for v in points)
+            ):
+                raise _fail(f"{path}.{key}", f"must be 1 to {MAX_CALIBRATION_POINTS} numbers in [0, 1]", points)
         x, y = data["x"], data["y"]  # lists of numbers, as just checked
         if len(x) != len(y) or any(b < a for a, b in zip(x, x[1:])):
             raise _fail(f"{path}.x", f"must be increasing and as long as {path}.y", len(x))
@@ -199,8 +223,12 @@ def check_score(data: Any) -> ScoreSpec:
     heads, outputs = data.get("heads"), data.get("outputs")
     if heads != list(SCORE_KINDS[data["kind"]][0]):
         raise _fail("score.heads", f"must be {list(SCORE_KINDS[data['kind']][0])} for {data['kind']}", heads)
-    if not isinstance(outputs, list) or len(outputs) != len(heads) or not all(
-            isinstance(o, str) and 0 < len(o) <= 64 for o in outputs) or len(set(outputs)) != len(outputs):
+    if (
+        not isinstance(outputs, list)
+        or len(outputs) != len(heads)
+        or not all(isinstance(o, str) and 0 < len(o) <= 64 for o in outputs)
+        or len(set(outputs)) != len(outputs)
+    ):
         raise _fail("score.outputs", "must name one distinct graph output per head", outputs)
     return ScoreSpec(data["kind"], tuple(heads), tuple(outputs))
 
@@ -220,8 +248,9 @@ def check_novelty(data: Any, files: Collection[str]) -> NoveltySection:
         if not isinstance(data.get("output"), str) or not data["output"]:
             raise _fail("novelty.output", "must name the model output that computes the novelty", data.get("output"))
         if "file" in data:
-            raise _fail("novelty.file", "must be absent when novelty.in_model is true (the model computes it)",
-                        data["file"])
+            raise _fail(
+                "novelty.file", "must be absent when novelty.in_model is true (the model computes it)", data["file"]
+            )
     elif data.get("file") not in files:
         raise _fail("novelty.file", "must name a file the manifest lists", data.get("file"))
     _number(data, "embedding_threshold", "novelty", lo=1e-9, hi=1e9)
@@ -279,11 +308,17 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     _integer(data, "max_chars", "feature_spec", lo=1, hi=MAX_CHARS_LIMIT, default=2048)
     _integer(data, "embedding_dim", "feature_spec", lo=1, hi=MAX_EMBEDDING_DIM, default=32)
     if list(data.get("stat_names", STAT_NAMES)) != list(STAT_NAMES):
-        raise _fail("feature_spec.stat_names", f"must be this library's text statistics {list(STAT_NAMES)}",
-                    data.get("stat_names"))
+        raise _fail(
+            "feature_spec.stat_names",
+            f"must be this library's text statistics {list(STAT_NAMES)}",
+            data.get("stat_names"),
+        )
     precisions = data.get("precisions", list(PRECISIONS))
-    if not isinstance(precisions, list) or not set(precisions) <= set(PRECISIONS) \
-            or len(set(precisions)) != len(precisions):
+    if (
+        not isinstance(precisions, list)
+        or not set(precisions) <= set(PRECISIONS)
+        or len(set(precisions)) != len(precisions)
+    ):
         raise _fail("feature_spec.precisions", f"must be distinct tags among {', '.join(PRECISIONS)}", precisions)
     if data.get("lexical", "none") not in LEXICAL_MODES:
         raise _fail("feature_spec.lexical", f"must be one of {', '.join(LEXICAL_MODES)}", data.get("lexical"))
@@ -292,8 +327,7 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     return FeatureSpec.from_dict(data)
 
 
-def check_thresholds(data: Any, tags: Sequence[str],
-                     bounds: tuple[float, float] = (0.0, 1.0)) -> dict[str, JSONObject]:
+def check_thresholds(data: Any, tags: Sequence[str], bounds: tuple[float, float] = (0.0, 1.0)) -> dict[str, JSONObject]:
     """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra
     figures are kept."""
     if not isinstance(data, dict) or "default" not in data:
@@ -316,8 +350,7 @@ def check_files(data: Any) -> dict[str, str]:
         raise _fail("files", "must be a non-empty object of file name -> SHA-256", data)
     for name, digest in data.items():
         if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
-            raise _fail("files", "names must be plain file names inside the bundle (no path, no leading dot)",
-                        name)
+            raise _fail("files", "names must be plain file names inside the bundle (no path, no leading dot)", name)
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             raise _fail(f"files.{name}", "must be a lower-case hex SHA-256", digest)
     return data
@@ -340,9 +373,9 @@ class Manifest:
     created_at: str = ""
     # Sections that describe the run, as training wrote them.
     encoder: JSONObject = field(default_factory=dict)
-    target: JSONObject = field(default_factory=dict)   # threshold target: kind, max_quality_drop, cloud_budget, ...
-    label: JSONObject = field(default_factory=dict)    # label margins
-    split: JSONObject = field(default_factory=dict)    # val_share, test_share, salt of the training split
+    target: JSONObject = field(default_factory=dict)  # threshold target: kind, max_quality_drop, cloud_budget, ...
+    label: JSONObject = field(default_factory=dict)  # label margins
+    split: JSONObject = field(default_factory=dict)  # val_share, test_share, salt of the training split
     metrics: JSONObject = field(default_factory=dict)
     data: JSONObject = field(default_factory=dict)
     training: JSONObject = field(default_factory=dict)
@@ -353,15 +386,15 @@ class Manifest:
         """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
         return band_of(self.thresholds, precision)
 
-
     @classmethod
     def from_dict(cls, data: Any) -> "Manifest":
         """Validate and type a manifest's JSON object; ManifestError says what is wrong and where."""
         if not isinstance(data, dict):
             raise _fail("", "must be a JSON object", type(data).__name__)
         if data.get("schema_version") != SCHEMA_VERSION:
-            raise _fail("schema_version", f"is not supported (this SDK reads {SCHEMA_VERSION})",
-                        data.get("schema_version"))
+            raise _fail(
+                "schema_version", f"is not supported (this SDK reads {SCHEMA_VERSION})", data.get("schema_version")
+            )
         model_version = data.get("model_version", "unknown")
         if not isinstance(model_version, str) or not 0 < len(model_version) <= 200:
             raise _fail("model_version", "must be a string of 1 to 200 characters", model_version)
@@ -369,32 +402,54 @@ class Manifest:
         score = check_score(data["score"]) if "score" in data else ScoreSpec()
         limits = _section(data, "limits")
         # The sections that describe the run; Any: mypy checks **info against every field of Manifest
-        info: dict[str, Any] = {key: _section(data, key) for key in
-                                ("encoder", "target", "label", "split", "metrics", "data", "training", "mlflow")}
+        info: dict[str, Any] = {
+            key: _section(data, key)
+            for key in ("encoder", "target", "label", "split", "metrics", "data", "training", "mlflow")
+        }
         for key in ("created_at", "manifest_sha256"):
             if not isinstance(data.get(key, ""), str):
                 raise _fail(key, "must be a string", data.get(key))
-        return cls(model_version=model_version, feature_spec=spec,
-                   calibration=check_calibrations(data, score), score=score,
-                   thresholds=check_thresholds(data.get("thresholds"), spec.precisions, score.bounds),
-                   limits=Limits(_integer(limits, "edge_context_tokens", "limits", lo=1, hi=10_000_000,
-                                          default=DEFAULT_EDGE_CONTEXT_TOKENS)),
-                   files=check_files(data.get("files")) if "files" in data else {},
-                   novelty=check_novelty(data.get("novelty"), data.get("files") or {}),
-                   acceptance=check_acceptance(data.get("acceptance"), data.get("files") or {}),
-                   created_at=data.get("created_at", ""), manifest_sha256=data.get("manifest_sha256", ""), **info)
+        return cls(
+            model_version=model_version,
+            feature_spec=spec,
+            calibration=check_calibrations(data, score),
+            score=score,
+            thresholds=check_thresholds(data.get("thresholds"), spec.precisions, score.bounds),
+            limits=Limits(
+                _integer(
+                    limits, "edge_context_tokens", "limits", lo=1, hi=10_000_000, default=DEFAULT_EDGE_CONTEXT_TOKENS
+                )
+            ),
+            files=check_files(data.get("files")) if "files" in data else {},
+            novelty=check_novelty(data.get("novelty"), data.get("files") or {}),
+            acceptance=check_acceptance(data.get("acceptance"), data.get("files") or {}),
+            created_at=data.get("created_at", ""),
+            manifest_sha256=data.get("manifest_sha256", ""),
+            **info,
+        )
 
     def to_dict(self) -> JSONObject:
         """The JSON form (what manifest.json holds)."""
-        out: JSONObject = {"schema_version": self.schema_version, "created_at": self.created_at,
-                           "model_version": self.model_version, "feature_spec": self.feature_spec.to_dict(),
-                           "encoder": self.encoder, "score": self.score.to_dict(), "calibration": self.calibration,
-                           "thresholds": self.thresholds,
-                           "target": self.target, "label": self.label, "split": self.split,
-                           "limits": self.limits.to_dict(self.feature_spec), "novelty": self.novelty or None,
-                           "acceptance": self.acceptance or None,
-                           "metrics": self.metrics, "data": self.data,
-                           "training": self.training, "mlflow": self.mlflow}
+        out: JSONObject = {
+            "schema_version": self.schema_version,
+            "created_at": self.created_at,
+            "model_version": self.model_version,
+            "feature_spec": self.feature_spec.to_dict(),
+            "encoder": self.encoder,
+            "score": self.score.to_dict(),
+            "calibration": self.calibration,
+            "thresholds": self.thresholds,
+            "target": self.target,
+            "label": self.label,
+            "split": self.split,
+            "limits": self.limits.to_dict(self.feature_spec),
+            "novelty": self.novelty or None,
+            "acceptance": self.acceptance or None,
+            "metrics": self.metrics,
+            "data": self.data,
+            "training": self.training,
+            "mlflow": self.mlflow,
+        }
         if self.files:
             out["files"] = self.files
         if self.manifest_sha256:

@@ -9,6 +9,7 @@ A prompt is unfamiliar when its novelty exceeds 1. The thresholds are chosen at 
 time so that a configured share of held-out in-distribution prompts is flagged. Both
 measures use what routing computes anyway (token ids, the embedding): a few microseconds.
 """
+
 from __future__ import annotations
 
 import io
@@ -27,15 +28,17 @@ CHUNK_ROWS = 16_384  # rows scored at a time by components_flat
 class Novelty:
     """The fitted reference: embedding mean and spread, the tokens seen, the two thresholds."""
 
-    def __init__(self, mean: ArrayLike, scale: ArrayLike, seen: ArrayLike, *, embedding_threshold: float,
-                 unseen_threshold: float) -> None:
+    def __init__(
+        self, mean: ArrayLike, scale: ArrayLike, seen: ArrayLike, *, embedding_threshold: float, unseen_threshold: float
+    ) -> None:
         self.mean = np.asarray(mean, dtype=np.float64)
         self.inverse_scale = 1.0 / np.maximum(np.asarray(scale, dtype=np.float64), 1e-12)
         self.seen = np.asarray(seen, dtype=np.float64)
         self.embedding_threshold, self.unseen_threshold = float(embedding_threshold), float(unseen_threshold)
 
-    def components_flat(self, embeddings: ArrayLike, ids: ArrayLike, lengths: ArrayLike,
-                        chunk_rows: int = CHUNK_ROWS) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    def components_flat(
+        self, embeddings: ArrayLike, ids: ArrayLike, lengths: ArrayLike, chunk_rows: int = CHUNK_ROWS
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(embedding distance, unseen-token share) per row, from the rows' ids one after
         another (`lengths` ids each), unpadded. Rows go `chunk_rows` at a time: the per-token
         temporaries of 200,000 prompts at once took ~0.8 GB. Each row's figures are the same
@@ -49,7 +52,7 @@ class Novelty:
             z = (np.asarray(embeddings[start:stop], dtype=np.float64) - self.mean) * self.inverse_scale
             distance[start:stop] = (z * z).mean(axis=1)
             n = lengths[start:stop]
-            chunk_ids = np.minimum(ids[offsets[start]:offsets[stop]].astype(np.int64), len(self.seen) - 1)
+            chunk_ids = np.minimum(ids[offsets[start] : offsets[stop]].astype(np.int64), len(self.seen) - 1)
             seen = np.bincount(np.repeat(np.arange(len(n)), n), weights=self.seen[chunk_ids], minlength=len(n))
             unseen[start:stop] = np.where(n > 0, 1.0 - seen / np.maximum(n, 1), 0.0)
         return distance, unseen
@@ -79,5 +82,10 @@ class Novelty:
     @classmethod
     def from_bytes(cls, content: bytes, *, embedding_threshold: float, unseen_threshold: float) -> "Novelty":
         with np.load(io.BytesIO(content), allow_pickle=False) as data:
-            return cls(data["mean"], data["scale"], data["seen"], embedding_threshold=embedding_threshold,
-                       unseen_threshold=unseen_threshold)
+            return cls(
+                data["mean"],
+                data["scale"],
+                data["seen"],
+                embedding_threshold=embedding_threshold,
+                unseen_threshold=unseen_threshold,
+            )

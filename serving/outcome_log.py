@@ -33,6 +33,7 @@ request text past the mode.
 In the modes without text, an exception is written as its class (and its cause's), a feedback
 `source` only when it is a label (LABEL), a fallback as its fixed reason.
 """
+
 from __future__ import annotations
 
 import collections
@@ -64,18 +65,34 @@ PRIVACY_MODES = ("text", "token_ids", "embedding")
 MESSAGE_CHARS = 300  # an error message is cut to this, after redaction
 
 # What each string of a record is, by its path ("steps[].name": the name of each step).
-TEXT = "text"        # what was asked and answered: kept in mode "text" (redacted), else null
+TEXT = "text"  # what was asked and answered: kept in mode "text" (redacted), else null
 MESSAGE = "message"  # an exception, whose text may quote the request: redacted, or its class
-LABEL = "label"      # the app's own words (a feedback source): redacted, or kept only as a label
-CODE = "code"        # written by the SDK from a closed set, or an id: written as is
+LABEL = "label"  # the app's own words (a feedback source): redacted, or kept only as a label
+CODE = "code"  # written by the SDK from a closed set, or an id: written as is
 STRING_FIELDS = {
-    "prompt": TEXT, "edge_response": TEXT, "cloud_response": TEXT, "response": TEXT,
-    "fallback_error": MESSAGE, "error": MESSAGE,
+    "prompt": TEXT,
+    "edge_response": TEXT,
+    "cloud_response": TEXT,
+    "response": TEXT,
+    "fallback_error": MESSAGE,
+    "error": MESSAGE,
     "source": LABEL,
-    "log": CODE, "type": CODE, "request_id": CODE, "precision": CODE, "model_version": CODE, "zone": CODE,
-    "target": CODE, "served_by": CODE, "side": CODE, "fallback_reason": CODE, "steps[].name": CODE,
-    "steps[].status": CODE, "features.model_version": CODE, "features.tokenizer_sha256": CODE,
-    "features.encoder_sha256": CODE, "features.feature_names[]": CODE,
+    "log": CODE,
+    "type": CODE,
+    "request_id": CODE,
+    "precision": CODE,
+    "model_version": CODE,
+    "zone": CODE,
+    "target": CODE,
+    "served_by": CODE,
+    "side": CODE,
+    "fallback_reason": CODE,
+    "steps[].name": CODE,
+    "steps[].status": CODE,
+    "features.model_version": CODE,
+    "features.tokenizer_sha256": CODE,
+    "features.encoder_sha256": CODE,
+    "features.feature_names[]": CODE,
 }
 _LABEL_SHAPE = re.compile(r"[A-Za-z0-9_.:/+-]{1,64}")  # "thumbs", "judge:gpt-4o"; no spaces, no "@"
 
@@ -109,15 +126,27 @@ def _privacy(privacy: str | None, store_prompts: bool | None) -> str:
 class OutcomeLog:
     """A folder of rotating JSONL outcome files, written by one background thread."""
 
-    def __init__(self, folder: str | Path, *, privacy: str | None = None, store_prompts: bool | None = None,
-                 redact: Callable[[str], str] | None = None, max_queue: int = 10_000, max_file_bytes: int = 64 << 20,
-                 flush_interval_s: float = 0.05, fsync: bool = False):
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        privacy: str | None = None,
+        store_prompts: bool | None = None,
+        redact: Callable[[str], str] | None = None,
+        max_queue: int = 10_000,
+        max_file_bytes: int = 64 << 20,
+        flush_interval_s: float = 0.05,
+        fsync: bool = False,
+    ):
         if not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue={max_queue!r}: must be an integer >= 1")
         if not isinstance(max_file_bytes, int) or max_file_bytes < 1024:
             raise ValueError(f"max_file_bytes={max_file_bytes!r}: must be an integer >= 1024")
-        if isinstance(flush_interval_s, bool) or not isinstance(flush_interval_s, (int, float)) \
-                or not 0 < flush_interval_s <= 60:
+        if (
+            isinstance(flush_interval_s, bool)
+            or not isinstance(flush_interval_s, (int, float))
+            or not 0 < flush_interval_s <= 60
+        ):
             raise ValueError(f"flush_interval_s={flush_interval_s!r}: must be a number of seconds in (0, 60]")
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable text -> text")
@@ -130,15 +159,15 @@ class OutcomeLog:
         # request: +85 us p50 back to back, measured, against +13 us for the record itself.
         self._pending: collections.deque[RecordSource] = collections.deque()
         self._wake = threading.Event()
-        self._busy = False        # the writer holds records it took from _pending
+        self._busy = False  # the writer holds records it took from _pending
         self._lock = threading.Lock()
-        self.written = 0          # records whose whole line the kernel took (fsync=True: synced)
-        self.dropped = 0          # queue full, disk refused, or a record that could not be built or encoded
+        self.written = 0  # records whose whole line the kernel took (fsync=True: synced)
+        self.dropped = 0  # queue full, disk refused, or a record that could not be built or encoded
         self.last_error: str | None = None
         self._warned: set[str] = set()
         self._fd: int | None = None
         self._path: Path | None = None
-        self._file_bytes = 0      # the whole records in the open file
+        self._file_bytes = 0  # the whole records in the open file
         self._files = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="outcome-log-writer")
@@ -343,15 +372,21 @@ class OutcomeLog:
             except OSError:
                 pass
         if cut_short:
-            self._warn_once("cut", f"outcome log could not cut {self._path} back to its last whole record: its last "
-                                   "line is partial (the reader reports it); writing goes on in a new file")
+            self._warn_once(
+                "cut",
+                f"outcome log could not cut {self._path} back to its last whole record: its last "
+                "line is partial (the reader reports it); writing goes on in a new file",
+            )
         self._fd = self._path = None
 
     def _refused(self, n: int, exc: OSError) -> None:
         self._count_dropped(n)
         self.last_error = f"{type(exc).__name__}: {exc}"
-        self._warn_once("disk", f"outcome log cannot write to {self.folder}: {self.last_error}; routing continues, "
-                                "records are dropped and counted")
+        self._warn_once(
+            "disk",
+            f"outcome log cannot write to {self.folder}: {self.last_error}; routing continues, "
+            "records are dropped and counted",
+        )
 
     def _count_dropped(self, n: int) -> None:
         with self._lock:
@@ -377,8 +412,10 @@ def _codes_only(value: object, path: str) -> None:
     """Raise UndeclaredText when `value` holds a string at a path STRING_FIELDS does not declare a code."""
     if isinstance(value, str):
         if STRING_FIELDS.get(path) != CODE:
-            raise UndeclaredText(f"record field {path!r} holds text, and serving.outcome_log.STRING_FIELDS does not "
-                                 "say what it is: the record is not written (declare the field there)")
+            raise UndeclaredText(
+                f"record field {path!r} holds text, and serving.outcome_log.STRING_FIELDS does not "
+                "say what it is: the record is not written (declare the field there)"
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             _codes_only(item, f"{path}.{key}")

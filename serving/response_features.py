@@ -17,6 +17,7 @@ What a reader looks at to doubt an answer, none specific to one dataset:
 The answer is cut to `max_chars` first (its end is kept: the end carries the final answer
 and the truncation), so the cost is bounded whatever the edge returned.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,10 +31,28 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 RESPONSE_FEATURES = (
-    "log_chars", "log_lines", "log_length_ratio", "n_steps", "n_wrong_steps", "wrong_step_share",
-    "has_final_marker", "last_line_has_answer", "final_number_derived", "final_number_fractional", "log_distinct_numbers", "hedges", "refusals",
-    "self_corrections", "repeated_trigram_share", "repeated_line_share", "ends_open", "open_code_fence",
-    "prompt_numbers_used", "unexplained_numbers", "logprob_mean", "logprob_min",
+    "log_chars",
+    "log_lines",
+    "log_length_ratio",
+    "n_steps",
+    "n_wrong_steps",
+    "wrong_step_share",
+    "has_final_marker",
+    "last_line_has_answer",
+    "final_number_derived",
+    "final_number_fractional",
+    "log_distinct_numbers",
+    "hedges",
+    "refusals",
+    "self_corrections",
+    "repeated_trigram_share",
+    "repeated_line_share",
+    "ends_open",
+    "open_code_fence",
+    "prompt_numbers_used",
+    "unexplained_numbers",
+    "logprob_mean",
+    "logprob_min",
 )
 DEFAULT_MAX_RESPONSE_CHARS = 2000
 
@@ -56,7 +75,8 @@ _PHRASES = re.compile(
     r"|(?P<refusal>(?:i'?m sorry|i apologi[sz]e|as an ai|i cannot|i can'?t|i am unable|i'?m unable|"
     r"unable to (?:provide|answer|help))\b)"
     r"|(?P<correction>wait|actually|oops|mistake|correction|let me re|recalculat|re-?evaluat|i made an error|"
-    r"that'?s not right))")
+    r"that'?s not right))"
+)
 MAX_STEPS = 32  # arithmetic steps recomputed per answer (the last ones: the end carries the result)
 _WORDS = re.compile(r"\w+")
 _CLOSERS = tuple(".!?)]}\"'`*|>$") + ("。", "！", "？", "」", "）")
@@ -130,9 +150,14 @@ def _repetition(words: list[str], lines: list[str]) -> tuple[float, float]:
     return repeated_trigrams, repeated_lines
 
 
-def response_features(prompt: str, response: str, *, logprob_mean: float | None = None,
-                      logprob_min: float | None = None,
-                      max_chars: int = DEFAULT_MAX_RESPONSE_CHARS) -> NDArray[np.float32]:
+def response_features(
+    prompt: str,
+    response: str,
+    *,
+    logprob_mean: float | None = None,
+    logprob_min: float | None = None,
+    max_chars: int = DEFAULT_MAX_RESPONSE_CHARS,
+) -> NDArray[np.float32]:
     """RESPONSE_FEATURES of one answer to `prompt`, as float32 (see the module doc)."""
     n_chars = len(response)
     text = response[-max_chars:] if n_chars > max_chars else response
@@ -148,14 +173,24 @@ def response_features(prompt: str, response: str, *, logprob_mean: float | None 
     final = _final_number(last_line)
     repeated_trigrams, repeated_lines = _repetition(words, lines)
     values = (
-        math.log1p(n_chars), math.log1p(len(lines)), math.log((n_chars + 1) / (len(prompt) + 1)),
-        n_steps, n_wrong, n_wrong / n_steps if n_steps else 0.0,
-        float(any(marker in lower for marker in _FINAL_MARKERS)), float(bool(_LAST_LINE_ANSWER.search(last_line))),
+        math.log1p(n_chars),
+        math.log1p(len(lines)),
+        math.log((n_chars + 1) / (len(prompt) + 1)),
+        n_steps,
+        n_wrong,
+        n_wrong / n_steps if n_steps else 0.0,
+        float(any(marker in lower for marker in _FINAL_MARKERS)),
+        float(bool(_LAST_LINE_ANSWER.search(last_line))),
         float(final is not None and any(not _wrong(final, r) for r in results)),
         float(final is not None and abs(final - round(final)) > 1e-9),
-        math.log1p(len(numbers)), phrases.count("hedge"), phrases.count("refusal"),
-        phrases.count("correction"), repeated_trigrams, repeated_lines,
-        float(bool(stripped) and not stripped.endswith(_CLOSERS)), float(text.count("```") % 2 == 1),
+        math.log1p(len(numbers)),
+        phrases.count("hedge"),
+        phrases.count("refusal"),
+        phrases.count("correction"),
+        repeated_trigrams,
+        repeated_lines,
+        float(bool(stripped) and not stripped.endswith(_CLOSERS)),
+        float(text.count("```") % 2 == 1),
         len(prompt_numbers & numbers) / len(prompt_numbers) if prompt_numbers else 0.0,
         len(numbers - prompt_numbers) / len(numbers) if numbers else 0.0,
         math.nan if logprob_mean is None else float(logprob_mean),

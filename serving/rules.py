@@ -1,14 +1,14 @@
 """The hand rule table (shared docs/baseline.md), exactly: the baseline and the degraded mode."""
+
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
 
-from serving.features.extractor import encodable
-from serving.contract import DEFAULT_MAX_CHARS
+from serving.contract import DEFAULT_MAX_CHARS, zone_for
 from serving.decision import Decision
+from serving.features.extractor import encodable
 from serving.validation import check_batch, check_precision, check_prompt
-from serving.contract import zone_for
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -22,11 +22,11 @@ RULE_LO, RULE_HI = 0.3, 0.7
 # Keyword detector for when no domain label exists (serving sees text only).
 _DOMAIN_WORDS = {
     "finance": r"financ|invest|stock|bond|loan|interest rate|tax|accounting|revenue|budget|"
-               r"portfolio|dividend|inflation|gdp|bank|mortgage|profit|asset|liabilit|equity",
+    r"portfolio|dividend|inflation|gdp|bank|mortgage|profit|asset|liabilit|equity",
     "medical": r"patient|diagnos|symptom|disease|clinical|medic|drug|dose|therap|surgery|"
-               r"physician|hospital|syndrome|infection|cancer|blood|nerve|anatom|vaccine|virus",
+    r"physician|hospital|syndrome|infection|cancer|blood|nerve|anatom|vaccine|virus",
     "legal": r"\blaw\b|legal|court|statute|contract|plaintiff|defendant|attorney|lawsuit|"
-             r"jurisdiction|constitution|liabilit|tort|felony|verdict|judge|regulation|legislat",
+    r"jurisdiction|constitution|liabilit|tort|felony|verdict|judge|regulation|legislat",
 }
 _DOMAIN_RE = {d: re.compile(p, re.IGNORECASE) for d, p in _DOMAIN_WORDS.items()}
 
@@ -45,8 +45,11 @@ def rule_score(seq_len: float, domain: str | None, precision: str | None) -> flo
     Summed in tenths and divided once: 0.4 + 0.3 in floats is 0.7000000000000001, which
     would wrongly leave the inclusive 0.3-0.7 band.
     """
-    tenths = (4 if seq_len > LONG_PROMPT_TOKENS else 0) \
-        + (3 if domain in RULE_DOMAINS else 0) + (3 if precision == "exact" else 0)
+    tenths = (
+        (4 if seq_len > LONG_PROMPT_TOKENS else 0)
+        + (3 if domain in RULE_DOMAINS else 0)
+        + (3 if precision == "exact" else 0)
+    )
     return min(tenths, 10) / 10
 
 
@@ -78,16 +81,22 @@ class RuleRouter:
         if precision == "exact":
             parts.append("exact precision")
         reason = ", ".join(parts) + (f" ({note})" if note else "")
-        return Decision.make(zone_for(score, RULE_LO, RULE_HI), score=score, reason=reason, degraded=degraded,
-                             model_version=self.model_version, precision=precision, n_tokens=n_tokens,
-                             truncated=len(prompt) > self.max_chars)
+        return Decision.make(
+            zone_for(score, RULE_LO, RULE_HI),
+            score=score,
+            reason=reason,
+            degraded=degraded,
+            model_version=self.model_version,
+            precision=precision,
+            n_tokens=n_tokens,
+            truncated=len(prompt) > self.max_chars,
+        )
 
     def route(self, prompt: str, *, precision: str | None = None) -> Decision:
         """Decision of the rule table for one prompt."""
         return self.decide(check_prompt(prompt), check_precision(precision))
 
-    def route_batch(self, prompts: Sequence[str],
-                    precisions: Sequence[str | None] | None = None) -> list[Decision]:
+    def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]:
         """Decisions for many prompts."""
         prompts, precisions = check_batch(prompts, precisions)
         return [self.decide(p, q) for p, q in zip(prompts, precisions)]

@@ -14,6 +14,7 @@ Novelty (serving.novelty): a fused bundle whose manifest says `novelty.in_model`
 in the graph (one more output, `novelty.output`); older fused bundles and staged ones carry
 the reference as a file, and it is computed here from the graph's features and the ids.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -67,16 +68,20 @@ class Scorer:
         score = self.manifest.score
         self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
         self.calibrators: list[Callable[[float], float]] = [
-            float if self.calibration[h].get("in_model") else calibrator(self.calibration[h]) for h in score.heads]
+            float if self.calibration[h].get("in_model") else calibrator(self.calibration[h]) for h in score.heads
+        ]
         section = self.manifest.novelty
         # novelty from the graph (`in_model`), from the reference file here, or none
         self.novelty_output = section.get("output") if section.get("in_model") else None
         self.novelty = self._novelty(bundle) if self.novelty_output is None else None
-        self._encoder_onnx = bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in \
-            self.manifest.files else None
+        self._encoder_onnx = (
+            bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in self.manifest.files else None
+        )
         if self.novelty_output is not None:
             if self.novelty_output not in {o.name for o in self.session.get_outputs()}:
-                raise BundleError(f"the manifest's novelty output {self.novelty_output!r} is not an output of the model")
+                raise BundleError(
+                    f"the manifest's novelty output {self.novelty_output!r} is not an output of the model"
+                )
             self.outputs.append(self.novelty_output)
         elif self.novelty is not None and self.spec.fused:
             self.outputs.append("features")  # the embedding, for the familiarity measure
@@ -91,8 +96,11 @@ class Scorer:
         section = self.manifest.novelty
         if not section:
             return None
-        return Novelty.from_bytes(bundle.content(section["file"]), embedding_threshold=section["embedding_threshold"],
-                                  unseen_threshold=section["unseen_threshold"])
+        return Novelty.from_bytes(
+            bundle.content(section["file"]),
+            embedding_threshold=section["embedding_threshold"],
+            unseen_threshold=section["unseen_threshold"],
+        )
 
     def pooled_embedding(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32] | None:
         """The encoder's pooled embedding of prepared ids, before the projection (the bundle's
@@ -108,8 +116,9 @@ class Scorer:
 
         return cls(read_bundle(folder), threads=threads)
 
-    def score_batch(self, prompts: Sequence[str], precisions: Sequence[str | None]) \
-            -> tuple[list[float], list[float], list[tuple[float, ...]], list[float] | None]:
+    def score_batch(
+        self, prompts: Sequence[str], precisions: Sequence[str | None]
+    ) -> tuple[list[float], list[float], list[tuple[float, ...]], list[float] | None]:
         """(scores, token counts, head probabilities as one tuple per prompt, novelty per prompt
         or None) as lists, in one model call."""
         ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
@@ -126,16 +135,17 @@ class Scorer:
         elif self.novelty is not None:
             features = outputs.pop() if self.spec.fused else features
             if len(prompts) == 1 and mask[0, -1]:  # route(): one prompt, unpadded (its last id is real)
-                novelty = [self.novelty.score_one(features[0, -self.spec.embedding_dim:], ids[0])]
+                novelty = [self.novelty.score_one(features[0, -self.spec.embedding_dim :], ids[0])]
             else:
-                novelty = self.novelty.scores(features[:, -self.spec.embedding_dim:], ids, mask).tolist()
+                novelty = self.novelty.scores(features[:, -self.spec.embedding_dim :], ids, mask).tolist()
         if not self.gain:
             calibrate = self.calibrators[0]
             scores = [calibrate(row[1]) for row in outputs[0].tolist()]
             return scores, n_tokens, [(s,) for s in scores], novelty
         (edge, cloud), (cal_edge, cal_cloud) = outputs, self.calibrators
-        heads: list[tuple[float, ...]] = [(cal_edge(e[1]), cal_cloud(c[1]))
-                                          for e, c in zip(edge.tolist(), cloud.tolist())]
+        heads: list[tuple[float, ...]] = [
+            (cal_edge(e[1]), cal_cloud(c[1])) for e, c in zip(edge.tolist(), cloud.tolist())
+        ]
         # serving.manifest.routing_score, per prompt on plain floats (the hot path)
         return [c - e for e, c in heads], n_tokens, heads, novelty
 

@@ -8,6 +8,7 @@ bundles that carry a valid signature. The cryptography is the `cryptography` pac
 (OpenSSL's Ed25519), never written here; it is needed only where a key is used (the
 `[signing]` extra), so apps that pin no key keep the three core dependencies.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def _crypto() -> None:
     try:
         import cryptography  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the [signing] extra is installed in tests
-        raise SigningError("verifying signed bundles needs the `cryptography` package: "
-                           "pip install 'edge-cloud-router[signing]'") from exc
+        raise SigningError(
+            "verifying signed bundles needs the `cryptography` package: pip install 'edge-cloud-router[signing]'"
+        ) from exc
 
 
 def signed_bytes(manifest: JSONObject) -> bytes:

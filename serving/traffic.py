@@ -16,6 +16,7 @@ served, the side that did not answer runs too, on a background thread (at most
 `max_shadows` at once; when busy the shadow run is skipped), and its answer is logged
 (`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,15 +63,24 @@ def _quality(name: str, value: object) -> float | None:
 class Traffic:
     """A router's exploration, shadow runs and outcome records (module doc)."""
 
-    def __init__(self, log: OutcomeLog | None, *, explore_rate: float = 0.0, shadow_rate: float = 0.0,
-                 max_shadows: int = 4, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        log: OutcomeLog | None,
+        *,
+        explore_rate: float = 0.0,
+        shadow_rate: float = 0.0,
+        max_shadows: int = 4,
+        seed: int | None = None,
+    ) -> None:
         if log is not None and not isinstance(log, OutcomeLog):
             raise TypeError(f"log must be a serving.outcome_log.OutcomeLog, got {type(log).__name__}")
         self.log = log
         self.explore_rate, self.shadow_rate = _rate("explore_rate", explore_rate), _rate("shadow_rate", shadow_rate)
         if (self.explore_rate or self.shadow_rate) and log is None:
-            raise ValueError("explore_rate and shadow_rate need an outcome log (log=OutcomeLog(folder)): "
-                             "exploring without recording what happened teaches nothing")
+            raise ValueError(
+                "explore_rate and shadow_rate need an outcome log (log=OutcomeLog(folder)): "
+                "exploring without recording what happened teaches nothing"
+            )
         self._random = random.Random(seed)
         self._shadows = threading.BoundedSemaphore(max_shadows)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -84,22 +94,53 @@ class Traffic:
         if self._random.random() >= self.explore_rate:
             return decision, False, 1.0 - self.explore_rate
         zone = CLOUD if decision.target == EDGE else FALLBACK
-        explored = dataclasses.replace(decision, zone=zone, target=first_target(zone),
-                                       reason=f"explored ({self.explore_rate:g}): {first_target(zone)} first "
-                                              f"instead of {decision.target}; {decision.reason}")
+        explored = dataclasses.replace(
+            decision,
+            zone=zone,
+            target=first_target(zone),
+            reason=f"explored ({self.explore_rate:g}): {first_target(zone)} first "
+            f"instead of {decision.target}; {decision.reason}",
+        )
         return explored, True, self.explore_rate
 
-    def request(self, routing: Routing, prompt: str, precision: str | None, decision: Decision, *,
-                accept: AcceptCheck | None, edge: Call, cloud: Call, request_id: str | None,
-                asynchronous: bool = False, shadow: bool = True) -> "Request | None":
+    def request(
+        self,
+        routing: Routing,
+        prompt: str,
+        precision: str | None,
+        decision: Decision,
+        *,
+        accept: AcceptCheck | None,
+        edge: Call,
+        cloud: Call,
+        request_id: str | None,
+        asynchronous: bool = False,
+        shadow: bool = True,
+    ) -> "Request | None":
         """The logged request for one execute() (None without a log: nothing to record)."""
         if self.log is None:
             return None
-        return Request(self, routing, prompt, precision, decision, log=self.log, accept=accept,
-                       calls=(edge, cloud) if shadow else None, request_id=request_id, asynchronous=asynchronous)
+        return Request(
+            self,
+            routing,
+            prompt,
+            precision,
+            decision,
+            log=self.log,
+            accept=accept,
+            calls=(edge, cloud) if shadow else None,
+            request_id=request_id,
+            asynchronous=asynchronous,
+        )
 
-    def feedback(self, request_id: str, *, edge_quality: float | None = None, cloud_quality: float | None = None,
-                 source: str | None = None) -> bool:
+    def feedback(
+        self,
+        request_id: str,
+        *,
+        edge_quality: float | None = None,
+        cloud_quality: float | None = None,
+        source: str | None = None,
+    ) -> bool:
         """Append a later outcome for a request; False when there is no log or it dropped the record."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
@@ -108,15 +149,28 @@ class Traffic:
             raise ValueError("feedback needs edge_quality or cloud_quality")
         if self.log is None:
             return False
-        return self.log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time(),
-                                "edge_quality": edge, "cloud_quality": cloud, "source": source})
+        return self.log.append(
+            {
+                "log": LOG_FORMAT,
+                "type": "feedback",
+                "request_id": request_id,
+                "time": time.time(),
+                "edge_quality": edge,
+                "cloud_quality": cloud,
+                "source": source,
+            }
+        )
 
     def maybe_shadow(self, request: "Request") -> bool:
         """Run the side that did not answer, off the request path, on a sampled share of requests:
         on a thread, or for an async request as a task on its event loop."""
         execution = request.execution
-        if request.calls is None or not self.shadow_rate or execution is None \
-                or self._random.random() >= self.shadow_rate:
+        if (
+            request.calls is None
+            or not self.shadow_rate
+            or execution is None
+            or self._random.random() >= self.shadow_rate
+        ):
             return False
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
         side = CLOUD if execution.served_by == EDGE else EDGE
@@ -134,8 +188,12 @@ class Traffic:
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
         else:
-            threading.Thread(target=self._shadow, args=(request.request_id, request.prompt, side, fn), daemon=True,
-                             name="router-shadow").start()
+            threading.Thread(
+                target=self._shadow,
+                args=(request.request_id, request.prompt, side, fn),
+                daemon=True,
+                name="router-shadow",
+            ).start()
         return True
 
     def _shadow(self, request_id: str, prompt: str, side: str, fn: Callable[[str], Any]) -> None:
@@ -158,15 +216,25 @@ class Traffic:
             self._shadows.release()
         self._shadow_record(request_id, side, start, response, error)
 
-    def _shadow_record(self, request_id: str, side: str, start: float, response: Any,
-                       error: BaseException | None) -> None:
+    def _shadow_record(
+        self, request_id: str, side: str, start: float, response: Any, error: BaseException | None
+    ) -> None:
         """The shadow record; its answer and error go to the log as they are, which writes them
         as its privacy mode says (serving.outcome_log.STRING_FIELDS)."""
         assert self.log is not None  # shadow runs need a log (checked in __init__)
-        self.log.append({"log": LOG_FORMAT, "type": "shadow", "request_id": request_id, "time": time.time(),
-                         "side": side, "response": _kept(answer_text(response)),
-                         "latency_ms": round((time.perf_counter() - start) * 1000, 3), "error": error,
-                         "quality": 0.0 if error is not None and side == EDGE else None})
+        self.log.append(
+            {
+                "log": LOG_FORMAT,
+                "type": "shadow",
+                "request_id": request_id,
+                "time": time.time(),
+                "side": side,
+                "response": _kept(answer_text(response)),
+                "latency_ms": round((time.perf_counter() - start) * 1000, 3),
+                "error": error,
+                "quality": 0.0 if error is not None and side == EDGE else None,
+            }
+        )
 
 
 class Request:
@@ -179,9 +247,20 @@ class Request:
     writer also computes the prompt's model inputs, with the bundle that routed it).
     """
 
-    def __init__(self, traffic: Traffic, routing: Routing, prompt: str, precision: str | None, decision: Decision, *,
-                 log: OutcomeLog, accept: AcceptCheck | None, calls: tuple[Call, Call] | None,
-                 request_id: str | None, asynchronous: bool = False) -> None:
+    def __init__(
+        self,
+        traffic: Traffic,
+        routing: Routing,
+        prompt: str,
+        precision: str | None,
+        decision: Decision,
+        *,
+        log: OutcomeLog,
+        accept: AcceptCheck | None,
+        calls: tuple[Call, Call] | None,
+        request_id: str | None,
+        asynchronous: bool = False,
+    ) -> None:
         self.traffic, self.routing, self.prompt, self.precision = traffic, routing, prompt, precision
         self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
@@ -197,13 +276,15 @@ class Request:
             verdict = check(answer)
             self.verdicts.append(verdict)
             return verdict
+
         return accept
 
     def __enter__(self) -> "Request":
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> Literal[False]:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> Literal[False]:
         if self.execution is not None:
             self.execution.request_id = self.request_id
         self.log.append(functools.partial(self._record, time.time(), self.execution, error))
@@ -221,13 +302,24 @@ class Request:
         response = execution.response if execution is not None else None
         edge_step = next((s for s in steps if s.name == "edge"), None)
         return {
-            "log": LOG_FORMAT, "type": "request", "request_id": self.request_id, "time": when,
+            "log": LOG_FORMAT,
+            "type": "request",
+            "request_id": self.request_id,
+            "time": when,
             "prompt": self.prompt,
             "features": None if privacy == "text" else self.routing.model_inputs(self.prompt, self.precision, privacy),
-            "precision": self.precision, "model_version": decision.model_version, "score": decision.score,
-            "zone": decision.zone, "target": decision.target, "p_edge": decision.p_edge, "p_cloud": decision.p_cloud,
-            "novelty": decision.novelty, "explored": self.explored, "propensity": self.propensity,
-            "served_by": served_by, "fallback_reason": execution.fallback_code if execution is not None else None,
+            "precision": self.precision,
+            "model_version": decision.model_version,
+            "score": decision.score,
+            "zone": decision.zone,
+            "target": decision.target,
+            "p_edge": decision.p_edge,
+            "p_cloud": decision.p_cloud,
+            "novelty": decision.novelty,
+            "explored": self.explored,
+            "propensity": self.propensity,
+            "served_by": served_by,
+            "fallback_reason": execution.fallback_code if execution is not None else None,
             "fallback_error": execution.edge_error if execution is not None else None,
             "error": error,
             "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],

@@ -1,4 +1,5 @@
 """Argument checks shared by every router's public methods."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -23,8 +24,7 @@ def check_precision(precision: object, name: str = "precision") -> str | None:
     return precision
 
 
-def check_batch(prompts: Iterable[object],
-                precisions: Iterable[object] | None) -> tuple[list[str], list[str | None]]:
+def check_batch(prompts: Iterable[object], precisions: Iterable[object] | None) -> tuple[list[str], list[str | None]]:
     if isinstance(prompts, str) or not hasattr(prompts, "__iter__"):
         raise TypeError(f"prompts must be a list of str, got {type(prompts).__name__}")
     checked = [check_prompt(p, f"prompts[{i}]") for i, p in enumerate(prompts)]

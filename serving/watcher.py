@@ -11,6 +11,7 @@ first; a refused bundle is reported once, then ignored until it changes again).
   loads it from there, and the folder is removed: a loaded bundle is held in memory, nothing is
   read from disk after it was checked. A download that fails is retried at the next poll.
 """
+
 from __future__ import annotations
 
 import json
@@ -114,9 +115,16 @@ class BundleURLWatcher(_Poller):
 
     name = "bundle-url-watcher"
 
-    def __init__(self, router: Router, base_url: str, *, interval_s: float = 300.0,
-                 headers: Mapping[str, str] | None = None, timeout_s: float = 60.0,
-                 staging_root: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        base_url: str,
+        *,
+        interval_s: float = 300.0,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 60.0,
+        staging_root: str | Path | None = None,
+    ) -> None:
         from serving.bundle_download import check_base_url
 
         super().__init__(interval_s)
@@ -131,14 +139,16 @@ class BundleURLWatcher(_Poller):
         Raises DownloadError when the manifest or a file cannot be fetched (the next poll retries)."""
         from serving.bundle_download import download_bundle, fetch
 
-        raw = fetch(f"{self.base_url}/{MANIFEST_NAME}", MAX_MANIFEST_BYTES, headers=self.headers,
-                    timeout_s=self.timeout_s)
+        raw = fetch(
+            f"{self.base_url}/{MANIFEST_NAME}", MAX_MANIFEST_BYTES, headers=self.headers, timeout_s=self.timeout_s
+        )
         digest = _digest(raw)
         running = getattr(self.router.manifest, "manifest_sha256", None)
         if raw is None or digest is None or digest in (self._seen, running):  # raw None: digest None too
             return None
-        folder = download_bundle(self.base_url, raw, headers=self.headers, timeout_s=self.timeout_s,
-                                 staging_root=self.staging_root)
+        folder = download_bundle(
+            self.base_url, raw, headers=self.headers, timeout_s=self.timeout_s, staging_root=self.staging_root
+        )
         try:
             self.last_update = self.router.update(folder)
         finally:

@@ -1,6 +1,7 @@
 """Shared by the chat client and proxy tests: two stub upstreams on 127.0.0.1 (serving.chat.stub),
 a hostile upstream that puts the caller's key into its answers, the router of the session's test
 bundle, and prompts whose zone the tests rely on."""
+
 from __future__ import annotations
 
 import socket
@@ -12,8 +13,8 @@ from serving.chat.stub import Behaviour, LocalServer, StubUpstream
 
 CLOUD_KEY = "sk-cloud-7f3a9c1e5b2d4086-SECRET"
 EDGE_KEY = "sk-edge-51d0c2b7e94a6f38-SECRET"
-ASK = [{"role": "user", "content": "What is 2+2?"}]          # edge first
-LONG = [{"role": "user", "content": "word " * 1500}]          # over the edge context limit: cloud first
+ASK = [{"role": "user", "content": "What is 2+2?"}]  # edge first
+LONG = [{"role": "user", "content": "word " * 1500}]  # over the edge context limit: cloud first
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +64,9 @@ class EchoingUpstream:
             ... Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY) ...
     """
 
-    def __init__(self, status: int = 200, body: str = "", headers: dict[str, str] | None = None,
-                 encoding: str = "utf-8"):
+    def __init__(
+        self, status: int = 200, body: str = "", headers: dict[str, str] | None = None, encoding: str = "utf-8"
+    ):
         self.status, self.body, self.encoding = status, body, encoding
         self.headers = headers or {"content-type": "application/json"}
         self._server: LocalServer | None = None
@@ -90,8 +92,14 @@ class EchoingUpstream:
 
         def filled(text: str) -> str:
             return text.replace("{key_escaped}", json_escaped(key)).replace("{key}", key)
+
         body = filled(self.body).encode(self.encoding)
         headers = [(name.encode(), filled(value).encode("latin-1")) for name, value in self.headers.items()]
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

@@ -1,5 +1,6 @@
 """Shared fixtures. Real-data tests read ROUTER_DATA_DIR (CI sets it) and fail loudly when
 it is set but missing; without it they fall back to ../shared/data/routellm."""
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,16 @@ def small_routellm(real_data_dir, tmp_path_factory) -> Path:
     """A RouteLLM-layout slice of the real logs: a few MMLU subjects, GSM8K and MT-Bench."""
     dest = tmp_path_factory.mktemp("routellm_slice")
     (dest / "mmlu").mkdir()
-    for subject in ("professional_law", "high_school_mathematics", "anatomy", "marketing",
-                    "college_physics", "high_school_us_history", "professional_accounting", "virology"):
+    for subject in (
+        "professional_law",
+        "high_school_mathematics",
+        "anatomy",
+        "marketing",
+        "college_physics",
+        "high_school_us_history",
+        "professional_accounting",
+        "virology",
+    ):
         shutil.copy(real_data_dir / "mmlu" / f"mmlu_{subject}.csv", dest / "mmlu")
     shutil.copytree(real_data_dir / "gsm8k", dest / "gsm8k")
     shutil.copytree(real_data_dir / "mt_bench", dest / "mt_bench")
@@ -83,9 +92,16 @@ def config_for(tmp: Path, data: Path, cache: Path, **extra):
     of cross-fitting asks for its folds in `extra`."""
     from training.config import TrainConfig
 
-    options = dict(data=[str(data)], bundle=str(tmp / "bundle"), cache_dir=str(cache),
-                   tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db", artifact_root=str(tmp / "mlruns" / "art"),
-                   reports_dir=str(tmp / "reports"), min_rows_per_tag=50, cv_folds=0)
+    options = dict(
+        data=[str(data)],
+        bundle=str(tmp / "bundle"),
+        cache_dir=str(cache),
+        tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db",
+        artifact_root=str(tmp / "mlruns" / "art"),
+        reports_dir=str(tmp / "reports"),
+        min_rows_per_tag=50,
+        cv_folds=0,
+    )
     config = TrainConfig(**{**options, **extra})
     seed_store(config.tracking_uri, cache)
     return config
@@ -150,8 +166,15 @@ def trained_readme(real_data_dir, encoder_cache, tmp_path_factory):
     from training.engines.base import train
 
     defaults = TrainConfig()
-    return train(config_for(tmp_path_factory.mktemp("train_readme"), real_data_dir, encoder_cache,
-                            min_rows_per_tag=defaults.min_rows_per_tag, cv_folds=defaults.cv_folds))
+    return train(
+        config_for(
+            tmp_path_factory.mktemp("train_readme"),
+            real_data_dir,
+            encoder_cache,
+            min_rows_per_tag=defaults.min_rows_per_tag,
+            cv_folds=defaults.cv_folds,
+        )
+    )
 
 
 @pytest.fixture(scope="session")
@@ -171,6 +194,22 @@ def partial_routellm(small_routellm, tmp_path_factory) -> Path:
 def make_env() -> dict:
     """The environment for running `make` from a test, without what the outer `make test`
     passes down (its flags, and its command-line variables such as ARGS=...)."""
-    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS", "BUNDLE", "TIER", "ENGINE", "CONFIG", "N", "OUT",
-                 "PORT", "MLRUNS", "ROWS", "MLFLOW_TRACKING_URI", "SIGNING_KEY", "KEYS")
+    inherited = (
+        "MAKEFLAGS",
+        "MFLAGS",
+        "MAKELEVEL",
+        "ARGS",
+        "BUNDLE",
+        "TIER",
+        "ENGINE",
+        "CONFIG",
+        "N",
+        "OUT",
+        "PORT",
+        "MLRUNS",
+        "ROWS",
+        "MLFLOW_TRACKING_URI",
+        "SIGNING_KEY",
+        "KEYS",
+    )
     return {k: v for k, v in os.environ.items() if k not in inherited}

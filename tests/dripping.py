@@ -1,5 +1,6 @@
 """A server on 127.0.0.1 that answers every request a byte at a time: the peer that a socket
 timeout (which bounds each read, not the whole) cannot stop. Shared by the deadline tests."""
+
 from __future__ import annotations
 
 import threading
@@ -13,8 +14,15 @@ class DrippingServer:
     at once and then the body (`drip="body"`; its first `at_once` bytes come with the headers, as
     a stream's first event would). `answered` counts the requests it began to answer."""
 
-    def __init__(self, body: bytes, *, drip: str = "body", interval_s: float = 0.5,
-                 content_type: str = "application/json", at_once: int = 0):
+    def __init__(
+        self,
+        body: bytes,
+        *,
+        drip: str = "body",
+        interval_s: float = 0.5,
+        content_type: str = "application/json",
+        at_once: int = 0,
+    ):
         if drip not in ("headers", "body"):
             raise ValueError(f"drip={drip!r}: 'headers' or 'body'")
         self.answered = 0
@@ -26,8 +34,10 @@ class DrippingServer:
             def do_GET(self):  # noqa: N802 - the http.server interface
                 with counting:
                     server.answered += 1
-                head = (f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                        "Connection: close\r\n\r\n").encode()
+                head = (
+                    f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n"
+                ).encode()
                 slow = head + body if drip == "headers" else body[at_once:]
                 if drip == "body":
                     self.wfile.write(head + body[:at_once])
@@ -35,7 +45,7 @@ class DrippingServer:
                     for i in range(len(slow)):
                         if stop.wait(interval_s):
                             return
-                        self.wfile.write(slow[i:i + 1])
+                        self.wfile.write(slow[i : i + 1])
                 except OSError:  # the client gave up
                     pass
 

@@ -1,4 +1,5 @@
 """An LLM judge on 127.0.0.1 for `make label`'s tests, and the command run in-process."""
+
 from __future__ import annotations
 
 import http.server
@@ -10,9 +11,14 @@ from typing import Any, Callable
 
 def completion(content: Any, model: str = "judge-1") -> bytes:
     """A chat.completion body whose message content is `content` (any JSON value)."""
-    return json.dumps({"id": "x", "object": "chat.completion", "model": model,
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                    "finish_reason": "stop"}]}).encode()
+    return json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        }
+    ).encode()
 
 
 class JudgeServer:

@@ -1,4 +1,5 @@
 """The routing-score ablation runs every variant on any logs (here: small synthetic data)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,9 +20,14 @@ def test_every_variant_is_scored_on_the_test_split():
     n = 900
     difficulty = rng.random(n)
     ids = [list(rng.integers(0, 50, size=8) + (100 if d > 0.6 else 0)) for d in difficulty]
-    data = Data(features=np.c_[difficulty + rng.normal(scale=0.3, size=n), rng.random(n)].astype(np.float32),
-                lexical=Terms.of_rows(ids), q_edge=(rng.random(n) > difficulty).astype(float),
-                q_cloud=(rng.random(n) > difficulty / 3).astype(float), needed=None, prompts=[f"p{i}" for i in range(n)])
+    data = Data(
+        features=np.c_[difficulty + rng.normal(scale=0.3, size=n), rng.random(n)].astype(np.float32),
+        lexical=Terms.of_rows(ids),
+        q_edge=(rng.random(n) > difficulty).astype(float),
+        q_cloud=(rng.random(n) > difficulty / 3).astype(float),
+        needed=None,
+        prompts=[f"p{i}" for i in range(n)],
+    )
     data.needed = ((data.q_cloud - data.q_edge) > 0).astype(int)
     results = ablation(data, [""], c=1.0)
     assert list(results) == list(VARIANTS)

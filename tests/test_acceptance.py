@@ -1,5 +1,6 @@
 """The learned acceptance check: answer features, log fields, training, the SDK's
 accept="learned", the fallback figures it measures, and bundles without one."""
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,18 @@ def feature(values, name):
 # --- answer features --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("answer, steps, wrong", [
-    ("16 - 3 - 4 = 9 eggs, so 9 * $2 = $18.", 2, 0),              # a chain is checked whole
-    ("She has 3 + 4 = 8 apples.", 1, 1),
-    ("That is 9 * 2 = <<9*2=18>>18 dollars.", 2, 0),                # calculator annotation and the step
-    ("Total <<12*3=38>>38", 1, 1),                                  # a wrong calculator result
-    ("(2 + 3) x 4 = 20 and 20% * 50 = 10", 2, 0),                   # parentheses, x, percent
-    ("Solve 2x + 3 = 7 for x.", 0, 0),                               # algebra is not arithmetic
-    ("1/0 = 5", 0, 0),                                              # nothing evaluable is skipped
-])
+@pytest.mark.parametrize(
+    "answer, steps, wrong",
+    [
+        ("16 - 3 - 4 = 9 eggs, so 9 * $2 = $18.", 2, 0),  # a chain is checked whole
+        ("She has 3 + 4 = 8 apples.", 1, 1),
+        ("That is 9 * 2 = <<9*2=18>>18 dollars.", 2, 0),  # calculator annotation and the step
+        ("Total <<12*3=38>>38", 1, 1),  # a wrong calculator result
+        ("(2 + 3) x 4 = 20 and 20% * 50 = 10", 2, 0),  # parentheses, x, percent
+        ("Solve 2x + 3 = 7 for x.", 0, 0),  # algebra is not arithmetic
+        ("1/0 = 5", 0, 0),  # nothing evaluable is skipped
+    ],
+)
 def test_stated_arithmetic_is_recomputed(answer, steps, wrong):
     values = response_features("", answer)
     assert (feature(values, "n_steps"), feature(values, "n_wrong_steps")) == (steps, wrong)
@@ -49,7 +53,9 @@ def test_generic_signals_of_doubt_degeneration_and_truncation():
     assert np.isnan(feature(clean, "logprob_mean"))
     with_logprobs = response_features(prompt, "17.", logprob_mean=-0.4, logprob_min=-3.5)
     assert (feature(with_logprobs, "logprob_mean"), feature(with_logprobs, "logprob_min")) == (
-        pytest.approx(-0.4), pytest.approx(-3.5))
+        pytest.approx(-0.4),
+        pytest.approx(-3.5),
+    )
 
 
 def test_the_cost_is_bounded_by_the_answers_tail():
@@ -70,13 +76,16 @@ def test_answer_fields_are_validated_with_reasons():
     from data.schema import RowError, check_row
 
     base = {"prompt": "p", "edge_quality": 1, "cloud_quality": 0}
-    row = check_row({**base, "edge_response": "42", "edge_logprob_mean": -0.2, "edge_logprob_min": "-4"},
-                    default_source="s")
+    row = check_row(
+        {**base, "edge_response": "42", "edge_logprob_mean": -0.2, "edge_logprob_min": "-4"}, default_source="s"
+    )
     assert (row["edge_response"], row["edge_logprob_mean"], row["edge_logprob_min"]) == ("42", -0.2, -4.0)
     assert check_row(base, default_source="s")["edge_response"] is None
-    for bad, reason in [({"edge_response": 42}, "edge_response is not text"),
-                        ({"edge_response": "a", "edge_logprob_mean": 0.5}, "cannot be positive"),
-                        ({"edge_logprob_min": -1.0}, "without edge_response")]:
+    for bad, reason in [
+        ({"edge_response": 42}, "edge_response is not text"),
+        ({"edge_response": "a", "edge_logprob_mean": 0.5}, "cannot be positive"),
+        ({"edge_logprob_min": -1.0}, "without edge_response"),
+    ]:
         with pytest.raises(RowError, match=reason):
             check_row({**base, **bad}, default_source="s")
 
@@ -135,14 +144,16 @@ def test_execute_accept_learned_rejects_a_wrong_answer(bundle):
     assert not verdict_wrong.accepted
 
     decision = router.route(prompt)
-    run = router.execute(prompt, edge=lambda p: wrong, cloud=lambda p: "cloud: 27", accept="learned",
-                         verify_edge_zone=True)
+    run = router.execute(
+        prompt, edge=lambda p: wrong, cloud=lambda p: "cloud: 27", accept="learned", verify_edge_zone=True
+    )
     if decision.zone != "cloud":
         assert run.served_by == "cloud" and run.fallback_reason == "accept check rejected the edge answer"
         assert [s.name for s in run.steps] == ["edge", "accept", "cloud"]
     # An edge callable that returns something other than text cannot be checked: the cloud answers.
-    odd = router.execute(prompt, edge=lambda p: {"text": right}, cloud=lambda p: "cloud", accept="learned",
-                         verify_edge_zone=True)
+    odd = router.execute(
+        prompt, edge=lambda p: {"text": right}, cloud=lambda p: "cloud", accept="learned", verify_edge_zone=True
+    )
     if decision.zone != "cloud":
         assert odd.served_by == "cloud" and "accept check raised" in odd.fallback_reason
     with pytest.raises(TypeError, match="accept must be"):
@@ -166,16 +177,19 @@ def test_training_without_answers_says_the_bundle_has_no_check(trained_without_a
     from serving import Router
 
     manifest = json.loads((trained_without_answers.bundle / "manifest.json").read_text())
-    assert manifest["acceptance"] == {"file": None,
-                                      "reason": "the training logs carry no edge answers (edge_response)"}
+    assert manifest["acceptance"] == {"file": None, "reason": "the training logs carry no edge answers (edge_response)"}
     assert not (trained_without_answers.bundle / "acceptance.onnx").exists()
     assert trained_without_answers.metrics["test"]["fallback_rates"]["measured_rows"] == 0
     router = Router.load(trained_without_answers.bundle, strict=True)
     assert router.acceptor is None
     prompt = "What is the capital of France?"
     with caplog.at_level(logging.WARNING, logger="serving"):
-        runs = [router.execute(prompt, edge=lambda p: "Paris", cloud=lambda p: "cloud", accept="learned",
-                               verify_edge_zone=True) for _ in range(3)]
+        runs = [
+            router.execute(
+                prompt, edge=lambda p: "Paris", cloud=lambda p: "cloud", accept="learned", verify_edge_zone=True
+            )
+            for _ in range(3)
+        ]
     warnings = [r for r in caplog.records if "no acceptance model" in r.getMessage()]
     assert len(warnings) == 1 and "no edge answers" in warnings[0].getMessage()
     if router.route(prompt).zone != "cloud":
@@ -188,25 +202,34 @@ def test_too_few_answers_give_no_model_and_say_why(small_routellm, encoder_cache
     from tests.conftest import config_for
     from training.engines.base import train
 
-    result = train(config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, acceptance_min_rows=5000,
-                              min_rows_per_tag=20))
+    result = train(
+        config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, acceptance_min_rows=5000, min_rows_per_tag=20)
+    )
     assert result.manifest.acceptance["file"] is None
     assert "too few edge answers" in result.manifest.acceptance["reason"]
     assert "needs 5000" in result.manifest.acceptance["reason"]  # the run's acceptance_min_rows
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda a: a.update(threshold=1.5), "acceptance.threshold"),
-    (lambda a: a.update(file="missing.onnx"), "acceptance.file"),
-    (lambda a: a.update(n_features=0), "acceptance.n_features"),
-    (lambda a: a.update(calibration={"method": "magic"}), "acceptance.calibration.method"),
-    (lambda a: a.update(file=None, reason=None), "acceptance.reason"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda a: a.update(threshold=1.5), "acceptance.threshold"),
+        (lambda a: a.update(file="missing.onnx"), "acceptance.file"),
+        (lambda a: a.update(n_features=0), "acceptance.n_features"),
+        (lambda a: a.update(calibration={"method": "magic"}), "acceptance.calibration.method"),
+        (lambda a: a.update(file=None, reason=None), "acceptance.reason"),
+    ],
+)
 def test_a_bad_acceptance_entry_is_refused_naming_the_field(edit, message):
     from serving.manifest import ManifestError, check_acceptance
 
-    section = {"file": "acceptance.onnx", "n_features": 73, "threshold": 0.5, "max_response_chars": 4000,
-               "calibration": {"method": "sigmoid", "a": 1.0, "b": 0.0, "in_model": True}}
+    section = {
+        "file": "acceptance.onnx",
+        "n_features": 73,
+        "threshold": 0.5,
+        "max_response_chars": 4000,
+        "calibration": {"method": "sigmoid", "a": 1.0, "b": 0.0, "in_model": True},
+    }
     check_acceptance(dict(section), {"acceptance.onnx": "0" * 64})
     edit(section)
     with pytest.raises(ManifestError, match=message.replace(".", r"\.")):

@@ -1,5 +1,6 @@
 """aexecute() applies execute()'s rules to coroutines: every scenario gives the same Execution
 (or the same CloudCallError) whether the calls are plain functions or coroutines."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,27 +22,34 @@ def answer(name):
 def failing(message):
     def call(prompt):
         raise ConnectionError(message)
+
     return call
 
 
 def as_coroutine(fn):
     async def call(prompt):
         return fn(prompt)
+
     return call
 
 
-def run(mode: str, zone: str, *, edge=answer("edge"), cloud=answer("cloud"), n_tokens: int = 10, **options):
+def run(mode: str, zone: str, *, edge=answer("edge"), cloud=answer("cloud"), n_tokens: int = 10, **options):  # noqa: B008
     """execute() or aexecute() on the same plain callables (wrapped as coroutines for the async one)."""
     args = dict(edge_context_tokens=1024, **options)
     if mode == "sync":
         return execute(decision(zone, n_tokens), "p", edge=edge, cloud=cloud, **args)
-    return asyncio.run(aexecute(decision(zone, n_tokens), "p", edge=as_coroutine(edge), cloud=as_coroutine(cloud),
-                                **args))
+    return asyncio.run(
+        aexecute(decision(zone, n_tokens), "p", edge=as_coroutine(edge), cloud=as_coroutine(cloud), **args)
+    )
 
 
 def trace(result):
-    return (result.response, result.served_by, result.fallback_reason,
-            [(s.name, s.status, s.detail) for s in result.steps])
+    return (
+        result.response,
+        result.served_by,
+        result.fallback_reason,
+        [(s.name, s.status, s.detail) for s in result.steps],
+    )
 
 
 SCENARIOS = {
@@ -90,8 +98,18 @@ def test_an_overrunning_async_edge_is_cancelled_and_the_cloud_serves():
         return "late"
 
     async def main():
-        return await aexecute(decision("edge"), "p", edge=slow, cloud=as_coroutine(answer("cloud")),
-                              edge_context_tokens=1024, edge_timeout_s=0.05)
+        return await aexecute(
+            decision("edge"),
+            "p",
+            edge=slow,
+            cloud=as_coroutine(answer("cloud")),
+            edge_context_tokens=1024,
+            edge_timeout_s=0.05,
+        )
+
     result = asyncio.run(main())
-    assert result.served_by == "cloud" and result.fallback_reason == "edge call failed: TimeoutError('edge call exceeded 0.05 s')"
+    assert (
+        result.served_by == "cloud"
+        and result.fallback_reason == "edge call failed: TimeoutError('edge call exceeded 0.05 s')"
+    )
     assert result.steps[0].status == "timeout" and cancelled == [True]

@@ -1,4 +1,5 @@
 """Bundle writing is atomic and serialized; reading checks schema version and every file's checksum."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,12 @@ from serving.features.spec import FeatureSpec
 from serving.manifest import Manifest
 from training.writer import write_bundle
 
-MANIFEST = Manifest(model_version="test", feature_spec=FeatureSpec(tier="static"), calibration={"cloud_needed": {"method": "none"}},
-                    thresholds={"default": {"lo": 0.3, "hi": 0.7}})
+MANIFEST = Manifest(
+    model_version="test",
+    feature_spec=FeatureSpec(tier="static"),
+    calibration={"cloud_needed": {"method": "none"}},
+    thresholds={"default": {"lo": 0.3, "hi": 0.7}},
+)
 
 
 def files():

@@ -1,6 +1,7 @@
 """Hostile bundles: edited and re-sealed with correct checksums, so only the SDK's own checks
 stand between them and the host app. Router.load(strict=False) never raises and degrades to
 the rule table; route() never raises; strict mode raises BundleError and nothing else."""
+
 from __future__ import annotations
 
 import copy
@@ -66,6 +67,7 @@ def set_path(*keys, value):
         for key in keys[:-1]:
             node = node[key]
         node[keys[-1]] = value
+
     return edit
 
 
@@ -75,6 +77,7 @@ def delete(*keys):
         for key in keys[:-1]:
             node = node[key]
         del node[keys[-1]]
+
     return edit
 
 
@@ -129,6 +132,7 @@ def test_a_symlinked_file_is_refused_even_inside_the_bundle(bundle, tmp_path):
     def link(manifest, folder):
         (folder / "tokenizer.json").unlink()
         (folder / "tokenizer.json").symlink_to(outside)
+
     folder = forged(bundle, tmp_path, "linked", link)
     router = assert_contained(folder)
     assert router.degraded and "symlink" in router.degraded_reason
@@ -170,24 +174,32 @@ def test_a_model_that_reads_unlisted_external_data_is_refused(bundle, tmp_path):
         (folder / "weights.bin").write_bytes(weights.raw_data)
         set_external_data(weights, location="weights.bin")
         weights.ClearField("raw_data")
-        graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["probabilities"])], "g",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                                  [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [4])],
-                                  initializer=[weights])
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["probabilities"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [4])],
+            initializer=[weights],
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
         model.ir_version = 8
         (folder / "model.onnx").write_bytes(model.SerializeToString())
         assert onnx.load(str(folder / "model.onnx"), load_external_data=True)  # valid from its path
+
     folder = forged(bundle, tmp_path, "external", swap_model)
     router = assert_contained(folder)
     assert router.degraded and "External data path" in router.degraded_reason
 
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**12, 10**12)
-                           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                         max_size=3),
-                           max_leaves=6)
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 def leaf_paths(node, prefix=()):
@@ -214,4 +226,5 @@ def test_any_resealed_edit_of_one_manifest_value_is_contained(bundle, tmp_path_f
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = copy.deepcopy(value)
+
     assert_contained(forged(bundle, tmp_path_factory.mktemp("fuzz"), "f", edit))

@@ -3,6 +3,7 @@ upstreams that put the caller's key into what they send back (plainly, JSON-esca
 in an error event, in an answer, at the cut of a long error body), upstreams that answer a byte at a
 time, clients whose request headers or bodies crawl, and requests holding numbers JSON does not
 have."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,7 @@ from serving.chat import Endpoint, RoutedChat
 from serving.chat.errors import MIN_SECRET_CHARS, SlowFirstToken, StreamInterrupted, UpstreamTimeout
 from serving.chat.upstream import MAX_ERROR_BODY_BYTES
 from serving.proxy.config import UpstreamOptions
-from tests.chat_stubs import (ASK, CLOUD_KEY, EDGE_KEY, LONG, EchoingUpstream, fresh_stubs, router,  # noqa: F401
-                              stubs)
+from tests.chat_stubs import ASK, CLOUD_KEY, EDGE_KEY, LONG, EchoingUpstream, fresh_stubs, router, stubs  # noqa: F401
 from tests.dripping import DrippingServer, elapsed
 from tests.test_proxy import TOKEN, client, config_for, running_proxy, start_serving
 
@@ -46,19 +46,28 @@ def readings(text: str) -> list[str]:
 
 def leaks(key: str, *texts: str) -> list[str]:
     """The readings of `texts` that hold `key` (or any part of it MIN_SECRET_CHARS * 2 long)."""
-    parts = {key[i:i + 2 * MIN_SECRET_CHARS] for i in range(len(key) - 2 * MIN_SECRET_CHARS + 1)}
+    parts = {key[i : i + 2 * MIN_SECRET_CHARS] for i in range(len(key) - 2 * MIN_SECRET_CHARS + 1)}
     return [r for text in texts for r in readings(text) if any(p.lower() in r.lower() for p in parts)]
 
 
 def completion_json(content: str) -> str:
-    return json.dumps({"id": "chatcmpl-hostile", "object": "chat.completion", "model": "cloud-model",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "CONTENT"},
-                                    "finish_reason": "stop"}]}).replace("CONTENT", content)
+    return json.dumps(
+        {
+            "id": "chatcmpl-hostile",
+            "object": "chat.completion",
+            "model": "cloud-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "CONTENT"}, "finish_reason": "stop"}],
+        }
+    ).replace("CONTENT", content)
 
 
 def chunk_event(content: str, finish: str | None = None) -> str:
-    chunk = {"id": "chatcmpl-hostile", "object": "chat.completion.chunk", "model": "cloud-model",
-             "choices": [{"index": 0, "delta": {"content": "CONTENT"} if content else {}, "finish_reason": finish}]}
+    chunk = {
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion.chunk",
+        "model": "cloud-model",
+        "choices": [{"index": 0, "delta": {"content": "CONTENT"} if content else {}, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(chunk).replace('CONTENT', content)}\n\n"
 
 
@@ -86,9 +95,12 @@ def test_a_cloud_error_that_echoes_the_key_in_any_form_never_shows_it(router, st
     edge, _ = stubs
     edge.behaviour.status = 503
     text, encoding = ERROR_BODIES[body]
-    with EchoingUpstream(401, text, encoding=encoding) as cloud, \
-            RoutedChat(router, edge=Endpoint(edge.url, "edge-model"),
-                       cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY)) as chat:
+    with (
+        EchoingUpstream(401, text, encoding=encoding) as cloud,
+        RoutedChat(
+            router, edge=Endpoint(edge.url, "edge-model"), cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY)
+        ) as chat,
+    ):
         with pytest.raises(CloudCallError) as caught:
             chat.create(ASK)
     error = caught.value
@@ -102,12 +114,15 @@ def test_a_cloud_error_that_echoes_the_key_in_any_form_never_shows_it(router, st
 def test_an_edge_stream_whose_first_event_is_an_error_echoing_the_key(router, stubs, form):
     _, cloud = stubs
     event = 'data: {"error": {"message": "invalid key FORM", "type": "auth"}}\n\n'.replace("FORM", form)
-    with EchoingUpstream(200, event, SSE) as edge, \
-            RoutedChat(router, edge=edge_options(edge.url).endpoint(),
-                       cloud=Endpoint(cloud.url, "cloud-model")) as chat:
+    with (
+        EchoingUpstream(200, event, SSE) as edge,
+        RoutedChat(router, edge=edge_options(edge.url).endpoint(), cloud=Endpoint(cloud.url, "cloud-model")) as chat,
+    ):
         with chat.create(ASK, stream=True) as stream:
-            assert "".join(c["choices"][0]["delta"].get("content") or "" for c in stream if c["choices"]) == \
-                "answer from cloud"
+            assert (
+                "".join(c["choices"][0]["delta"].get("content") or "" for c in stream if c["choices"])
+                == "answer from cloud"
+            )
     routing = stream.routing
     assert routing.fallback_kind == "malformed" and "invalid key [redacted]" in routing.fallback_reason
     assert not leaks(EDGE_KEY, json.dumps(routing.to_dict()), repr(routing))
@@ -115,9 +130,10 @@ def test_an_edge_stream_whose_first_event_is_an_error_echoing_the_key(router, st
 
 def test_a_content_type_carrying_the_key_is_not_quoted(router, stubs):
     _, cloud = stubs  # the header is shown lowercased: redacting after that would miss the key
-    with EchoingUpstream(200, "{}", {"content-type": "Text/Plain-{key}"}) as edge, \
-            RoutedChat(router, edge=edge_options(edge.url).endpoint(),
-                       cloud=Endpoint(cloud.url, "cloud-model")) as chat:
+    with (
+        EchoingUpstream(200, "{}", {"content-type": "Text/Plain-{key}"}) as edge,
+        RoutedChat(router, edge=edge_options(edge.url).endpoint(), cloud=Endpoint(cloud.url, "cloud-model")) as chat,
+    ):
         with chat.create(ASK, stream=True) as stream:
             list(stream)
     assert stream.routing.fallback_kind == "malformed" and "[redacted]" in stream.routing.fallback_reason
@@ -128,15 +144,21 @@ def test_a_content_type_carrying_the_key_is_not_quoted(router, stubs):
 def test_an_answer_that_echoes_the_key_reaches_the_caller_redacted(router, stubs, form):
     edge, _ = stubs
     content = f"your key is {form}"
-    with EchoingUpstream(200, completion_json(content)) as cloud, \
-            RoutedChat(router, edge=Endpoint(edge.url, "edge-model"),
-                       cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY)) as chat:
+    with (
+        EchoingUpstream(200, completion_json(content)) as cloud,
+        RoutedChat(
+            router, edge=Endpoint(edge.url, "edge-model"), cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY)
+        ) as chat,
+    ):
         completion = chat.create(LONG)
     assert completion.text == "your key is [redacted]" and completion.routing.served_by == "cloud"
     assert not leaks(CLOUD_KEY, json.dumps(completion.body), completion.text)
-    with EchoingUpstream(200, chunk_events(content), SSE) as cloud, \
-            RoutedChat(router, edge=Endpoint(edge.url, "edge-model"),
-                       cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY)) as chat:
+    with (
+        EchoingUpstream(200, chunk_events(content), SSE) as cloud,
+        RoutedChat(
+            router, edge=Endpoint(edge.url, "edge-model"), cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY)
+        ) as chat,
+    ):
         with chat.create(LONG, stream=True) as stream:
             chunks = list(stream)
     assert chunks[0]["choices"][0]["delta"]["content"] == "your key is [redacted]"
@@ -150,8 +172,12 @@ def test_the_proxy_carries_no_key_in_its_routing_comment_answers_or_logs(router,
     texts = []
 
     def call(url: str, messages, stream: bool) -> str:
-        with httpx2.stream("POST", f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {TOKEN}"},
-                           json={"messages": messages, "stream": stream}) as response:
+        with httpx2.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            headers={"authorization": f"Bearer {TOKEN}"},
+            json={"messages": messages, "stream": stream},
+        ) as response:
             text = response.read().decode()
         texts.append(str(response.headers) + text)
         return text
@@ -161,11 +187,21 @@ def test_the_proxy_carries_no_key_in_its_routing_comment_answers_or_logs(router,
             text = call(url, ASK, True)  # the edge's first event is the error: the cloud streams
         comment = json.loads(re.search(r"^: routing (.*)$", text, re.M).group(1))
         assert comment["served_by"] == "cloud" and "[redacted]" in comment["fallback_reason"]
-        for body, headers, stream in ((completion_json("key {key_escaped}"), None, False),
-                                      (chunk_events("key {key_escaped}"), SSE, True)):
-            with EchoingUpstream(200, body, headers) as cloud, running_proxy(router, config_for(
-                    stubs, edge=edge_options(edge.url),
-                    cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY))) as url:
+        for body, headers, stream in (
+            (completion_json("key {key_escaped}"), None, False),
+            (chunk_events("key {key_escaped}"), SSE, True),
+        ):
+            with (
+                EchoingUpstream(200, body, headers) as cloud,
+                running_proxy(
+                    router,
+                    config_for(
+                        stubs,
+                        edge=edge_options(edge.url),
+                        cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY),
+                    ),
+                ) as url,
+            ):
                 assert "key [redacted]" in "".join(readings(call(url, LONG, stream)))
     assert stub_cloud.received[-1].body["stream"] is True
     assert not leaks(EDGE_KEY, *texts, caplog.text) and not leaks(CLOUD_KEY, *texts, caplog.text)
@@ -174,8 +210,9 @@ def test_the_proxy_carries_no_key_in_its_routing_comment_answers_or_logs(router,
 # Deadlines: slow upstreams.
 def chat_with_cloud(router, stubs, cloud_url: str) -> RoutedChat:
     """A chat client whose cloud (LONG goes there first) is at `cloud_url`, with timeout_s=2."""
-    return RoutedChat(router, edge=Endpoint(stubs[0].url, "edge-model"),
-                      cloud=Endpoint(cloud_url, "cloud-model", timeout_s=2))
+    return RoutedChat(
+        router, edge=Endpoint(stubs[0].url, "edge-model"), cloud=Endpoint(cloud_url, "cloud-model", timeout_s=2)
+    )
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -195,6 +232,7 @@ def test_a_non_streamed_answer_is_complete_within_timeout_s_however_slowly_it_co
 
 def read_stream(chat: RoutedChat, mode: str, received: list[str]) -> None:
     """Read a stream of LONG to its end, keeping each chunk's content in `received`."""
+
     def keep(chunk: dict) -> None:
         received.extend(choice["delta"].get("content") or "" for choice in chunk["choices"])
 
@@ -211,6 +249,7 @@ def read_stream(chat: RoutedChat, mode: str, received: list[str]) -> None:
                     keep(chunk)
         finally:
             await chat.aclose()
+
     asyncio_run(run())
 
 
@@ -223,8 +262,12 @@ def test_a_stream_is_complete_within_timeout_s_however_slowly_it_comes(router, s
     first = chunk_event("the first token")
     rest = chunk_event("then a crawl, " * 10) + chunk_event("", "stop") + "data: [DONE]\n\n"
     received: list[str] = []
-    with DrippingServer((first + rest).encode(), drip=drip, interval_s=0.3, content_type="text/event-stream",
-                        at_once=len(first)) as cloud, chat_with_cloud(router, stubs, cloud.url) as chat:
+    with (
+        DrippingServer(
+            (first + rest).encode(), drip=drip, interval_s=0.3, content_type="text/event-stream", at_once=len(first)
+        ) as cloud,
+        chat_with_cloud(router, stubs, cloud.url) as chat,
+    ):
         took, outcome = elapsed(read_stream, chat, mode, received)
     if drip == "headers":
         assert isinstance(outcome, CloudCallError) and isinstance(outcome.__cause__, SlowFirstToken), outcome
@@ -247,8 +290,11 @@ NOT_JSON_NUMBERS = {  # body -> where the message must say the number is
 
 def test_the_proxy_refuses_numbers_json_does_not_have(proxy_url, stubs):
     for body, where in NOT_JSON_NUMBERS.items():
-        response = httpx2.post(f"{proxy_url}/v1/chat/completions", content=body,
-                               headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+        response = httpx2.post(
+            f"{proxy_url}/v1/chat/completions",
+            content=body,
+            headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
         message = response.json()["error"]["message"]
         assert response.status_code == 400 and where in message and "JSON" in message, (body, message)
     assert stubs[0].received == [] and stubs[1].received == []  # nothing went upstream
@@ -277,13 +323,16 @@ def asyncio_run(coroutine):
     return asyncio.run(coroutine)
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"messages": ASK, "stream": True, "stream_options": "x"}, "stream_options"),
-    ({"messages": ASK, "stream_options": ["include_usage"]}, "stream_options"),
-    ({"messages": "hi"}, "messages"),
-    ({"messages": [5]}, "messages"),
-    ({"messages": ASK, "stream": "yes"}, "stream"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": ASK, "stream": True, "stream_options": "x"}, "stream_options"),
+        ({"messages": ASK, "stream_options": ["include_usage"]}, "stream_options"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [5]}, "messages"),
+        ({"messages": ASK, "stream": "yes"}, "stream"),
+    ],
+)
 def test_the_stub_answers_a_bad_request_with_400_like_a_real_server(stubs, body, param):
     edge, _ = stubs
     response = httpx2.post(f"{edge.url}/chat/completions", json=body)
@@ -298,9 +347,11 @@ def test_the_stub_answers_a_bad_request_with_400_like_a_real_server(stubs, body,
 def slow_body(port: int, declared: int = 1000) -> socket.socket:
     """A raw connection that sends a request's headers and the first byte of its body, then stalls."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                 b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(declared).encode() + b"\r\n\r\n{")
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(declared).encode() + b"\r\n\r\n{"
+    )
     return sock
 
 
@@ -360,6 +411,7 @@ def dripping(sock: socket.socket, byte: bytes = b" ", interval_s: float = 0.25):
                 sock.send(byte)
             except OSError:
                 return
+
     thread = threading.Thread(target=drip, daemon=True)
     thread.start()
     try:
@@ -415,13 +467,33 @@ def test_a_dripping_body_gets_408_at_the_deadline_not_per_read(router, stubs):
     assert stubs[0].received == [] and stubs[1].received == []
 
 
-@pytest.mark.parametrize("option, value, name", [("--body-timeout-s", "0", "body_timeout_s"),
-                                                 ("--header-timeout-s", "-1", "header_timeout_s"),
-                                                 ("--max-body-reads", "0", "max_body_reads")])
+@pytest.mark.parametrize(
+    "option, value, name",
+    [
+        ("--body-timeout-s", "0", "body_timeout_s"),
+        ("--header-timeout-s", "-1", "header_timeout_s"),
+        ("--max-body-reads", "0", "max_body_reads"),
+    ],
+)
 def test_the_request_limits_must_be_positive(capsys, option, value, name):
     with pytest.raises(SystemExit) as caught:
-        cli.main(["serve", "--bundle", "unused", "--edge-url", "http://127.0.0.1:9/v1", "--edge-model", "e",
-                  "--cloud-url", "http://127.0.0.1:9/v1", "--cloud-model", "c", option, value])
+        cli.main(
+            [
+                "serve",
+                "--bundle",
+                "unused",
+                "--edge-url",
+                "http://127.0.0.1:9/v1",
+                "--edge-model",
+                "e",
+                "--cloud-url",
+                "http://127.0.0.1:9/v1",
+                "--cloud-model",
+                "c",
+                option,
+                value,
+            ]
+        )
     assert caught.value.code == 2 and name in capsys.readouterr().err
 
 
@@ -443,16 +515,21 @@ def test_request_headers_that_crawl_or_never_end_get_408_at_the_deadline(bundle,
     and is closed, and the proxy serves on."""
     with serving_process(bundle, stubs, "--header-timeout-s", "2") as (url, port):
         started = time.perf_counter()
-        silent, stalled, crawling = raw_connection(port), raw_connection(port, REQUEST_LINE), \
-            raw_connection(port, REQUEST_LINE)
+        silent, stalled, crawling = (
+            raw_connection(port),
+            raw_connection(port, REQUEST_LINE),
+            raw_connection(port, REQUEST_LINE),
+        )
         kept = raw_connection(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert one_response(kept)[0] == 200
         kept.sendall(REQUEST_LINE)
         with dripping(crawling, b"x"), dripping(kept, b"x"):
             answers = [response_of(sock) for sock in (silent, stalled, crawling, kept)]
         took = time.perf_counter() - started
-        assert client(url).chat.completions.create(model="router", messages=ASK).choices[0].message.content == \
-            "answer from edge"
+        assert (
+            client(url).chat.completions.create(model="router", messages=ASK).choices[0].message.content
+            == "answer from edge"
+        )
     assert [status for status, _ in answers] == [408] * 4, answers
     assert all(json.loads(body)["error"]["code"] == "request_timeout" for _, body in answers)
     assert took < 6
@@ -483,8 +560,9 @@ def test_the_bodies_read_at_once_are_bounded(bundle, stubs):
     request past the limit waits up to --queue-timeout-s for its turn, then gets 503 with
     Retry-After; the bodies being read still end with 408 at their deadline, and then the proxy
     serves again."""
-    with serving_process(bundle, stubs, "--max-body-reads", "2", "--queue-timeout-s", "0.2",
-                         "--body-timeout-s", "3") as (url, port):
+    with serving_process(
+        bundle, stubs, "--max-body-reads", "2", "--queue-timeout-s", "0.2", "--body-timeout-s", "3"
+    ) as (url, port):
         reading = [slow_body(port) for _ in range(2)]
         time.sleep(0.5)  # both are being read
         turned_away = [slow_body(port) for _ in range(3)]

@@ -1,5 +1,6 @@
 """The routed chat client's and the proxy's parts that need no server: endpoint checks and costs,
 error texts, redaction (before anything is cut), the log filter, and which hosts are loopback."""
+
 from __future__ import annotations
 
 import logging
@@ -18,24 +19,37 @@ KEY = "sk-test-0123456789abcdef"
 def test_cost_needs_both_prices_and_the_usage():
     priced = Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=3.0, output_price_per_1m=15.0)
     assert priced.cost({"prompt_tokens": 1000, "completion_tokens": 100}) == pytest.approx(0.0045)
-    for usage in (None, {}, {"prompt_tokens": 10}, {"prompt_tokens": "10", "completion_tokens": 1},
-                  {"prompt_tokens": True, "completion_tokens": 1}, {"prompt_tokens": -1, "completion_tokens": 1}):
+    for usage in (
+        None,
+        {},
+        {"prompt_tokens": 10},
+        {"prompt_tokens": "10", "completion_tokens": 1},
+        {"prompt_tokens": True, "completion_tokens": 1},
+        {"prompt_tokens": -1, "completion_tokens": 1},
+    ):
         assert priced.cost(usage) is None
-    assert Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=3.0).cost(
-        {"prompt_tokens": 1, "completion_tokens": 1}) is None
+    assert (
+        Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=3.0).cost(
+            {"prompt_tokens": 1, "completion_tokens": 1}
+        )
+        is None
+    )
     free = Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=0, output_price_per_1m=0)
     assert free.cost({"prompt_tokens": 5, "completion_tokens": 5}) == 0.0
 
 
-@pytest.mark.parametrize("options, text", [
-    (dict(base_url="127.0.0.1:8080/v1"), "http:// or https://"),
-    (dict(base_url="http://h/v1?key=abc"), "query"),
-    (dict(model=""), "model"),
-    (dict(timeout_s=0), "timeout_s"),
-    (dict(first_token_timeout_s=float("inf")), "first_token_timeout_s"),
-    (dict(input_price_per_1m=-1), "input_price_per_1m"),
-    (dict(headers={"Authorization": "Bearer x"}), "api_key"),
-])
+@pytest.mark.parametrize(
+    "options, text",
+    [
+        (dict(base_url="127.0.0.1:8080/v1"), "http:// or https://"),
+        (dict(base_url="http://h/v1?key=abc"), "query"),
+        (dict(model=""), "model"),
+        (dict(timeout_s=0), "timeout_s"),
+        (dict(first_token_timeout_s=float("inf")), "first_token_timeout_s"),
+        (dict(input_price_per_1m=-1), "input_price_per_1m"),
+        (dict(headers={"Authorization": "Bearer x"}), "api_key"),
+    ],
+)
 def test_endpoint_settings_are_checked(options, text):
     with pytest.raises(ValueError, match=text):
         Endpoint(**{"base_url": "http://127.0.0.1:8080/v1", "model": "m", **options})
@@ -60,8 +74,13 @@ def test_error_bodies_are_redacted_before_they_are_cut():
 def test_what_counts_as_a_chat_completion():
     assert completion_text("edge", {"choices": [{"message": {"content": "hi"}}]}) == "hi"
     assert completion_text("edge", {"choices": [{"message": {"content": None, "tool_calls": []}}]}) == ""
-    assert completion_text("edge", {"choices": [{"message": {"content": [{"type": "text", "text": "a"},
-                                                                          {"type": "text", "text": "b"}]}}]}) == "ab"
+    assert (
+        completion_text(
+            "edge",
+            {"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}]},
+        )
+        == "ab"
+    )
     for body in ({}, {"choices": []}, {"choices": [{}]}, {"choices": [{"message": {"content": 5}}]}):
         with pytest.raises(UpstreamMalformed):
             completion_text("edge", body)
@@ -94,9 +113,20 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks(caplog):
     assert records[0] == "key [redacted] in {'auth': '[redacted]'}" and "boom [redacted]" in records[2]
 
 
-@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
-                                            ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
-                                            ("::", False), ("10.0.0.5", False), ("myhost.local", False)])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("myhost.local", False),
+    ],
+)
 def test_which_hosts_are_loopback(host, loopback):
     assert is_loopback(host) is loopback
 
@@ -109,8 +139,13 @@ def test_the_proxy_watches_a_folder_or_a_url(tmp_path):
     from serving.watcher import BundleURLWatcher, BundleWatcher
 
     router = SimpleNamespace(manifest=None, update=lambda path: None)  # all a watcher uses of a Router
-    config = lambda watch: ProxyConfig(bundle="b", edge=UpstreamOptions("http://h/v1", "e"),  # noqa: E731
-                                       cloud=UpstreamOptions("http://h/v1", "c"), watch=watch, watch_interval_s=60)
+    config = lambda watch: ProxyConfig(  # noqa: E731
+        bundle="b",
+        edge=UpstreamOptions("http://h/v1", "e"),
+        cloud=UpstreamOptions("http://h/v1", "c"),
+        watch=watch,
+        watch_interval_s=60,
+    )
     assert watcher_for(router, config(None)) is None
     for source, kind in ((str(tmp_path), BundleWatcher), ("http://127.0.0.1:9/bundles/live", BundleURLWatcher)):
         watcher = watcher_for(router, config(source))
@@ -130,8 +165,28 @@ def test_the_proxy_exits_1_when_it_cannot_listen(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        done = subprocess.run([sys.executable, "-m", "serving", "serve", "--bundle", str(tmp_path),
-                               "--port", str(taken.getsockname()[1]), "--edge-url", "http://127.0.0.1:9/v1",
-                               "--edge-model", "e", "--cloud-url", "http://127.0.0.1:9/v1", "--cloud-model", "c"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "serving",
+                "serve",
+                "--bundle",
+                str(tmp_path),
+                "--port",
+                str(taken.getsockname()[1]),
+                "--edge-url",
+                "http://127.0.0.1:9/v1",
+                "--edge-model",
+                "e",
+                "--cloud-url",
+                "http://127.0.0.1:9/v1",
+                "--cloud-model",
+                "c",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert done.returncode == 1 and "cannot start" in done.stderr and "Address already in use" in done.stderr

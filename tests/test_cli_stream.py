@@ -1,4 +1,5 @@
 """`python -m serving route --jsonl`: whatever a line holds, it gets one valid JSON answer, in order."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,9 @@ DEEP = 10_000
 BAD = [
     (b"[" * DEEP + b"]" * DEEP, "nested too deeply"),
     (b'{"prompt": "x", "id": ' + b'{"a": ' * DEEP + b"1" + b"}" * DEEP + b"}", "nested too deeply"),
-    (b'{"prompt": "caf\xe9"}', "invalid UTF-8"),                      # Latin-1, not UTF-8
-    (b'{"prompt": "\xe2\x82"}', "invalid UTF-8"),                     # truncated sequence
-    (b'{"prompt": "\xed\xa0\x80"}', "invalid UTF-8"),                 # an encoded surrogate
+    (b'{"prompt": "caf\xe9"}', "invalid UTF-8"),  # Latin-1, not UTF-8
+    (b'{"prompt": "\xe2\x82"}', "invalid UTF-8"),  # truncated sequence
+    (b'{"prompt": "\xed\xa0\x80"}', "invalid UTF-8"),  # an encoded surrogate
     (b"\xff\xfe{}", "invalid UTF-8"),
     (b"not json", "unparsable JSON"),
     (b'{"prompt": "x"', "unparsable JSON"),
@@ -36,9 +37,9 @@ BAD = [
 
 # Odd but answerable lines: (line, the id the answer must carry).
 ODD = [
-    (b'{"prompt": "x", "id": "\\ud800"}', "\ud800"),                 # lone surrogate: escaped on output
+    (b'{"prompt": "x", "id": "\\ud800"}', "\ud800"),  # lone surrogate: escaped on output
     (b'{"prompt": "\\udfff tail", "id": "surrogate prompt"}', "surrogate prompt"),
-    (b'{"prompt": "x", "id": "\\ud83d\\ude00"}', "\U0001F600"),      # a proper pair is fine
+    (b'{"prompt": "x", "id": "\\ud83d\\ude00"}', "\U0001f600"),  # a proper pair is fine
     ('{"prompt": "café ☕ 日本語", "id": "ключ"}'.encode(), "ключ"),
     (b'{"prompt": "crlf", "id": "crlf"}\r', "crlf"),
 ]
@@ -64,6 +65,7 @@ def stream() -> tuple[bytes, dict[int, str], dict[int, object]]:
 def strict_json(text: str):
     def reject(constant):
         raise ValueError(f"{constant} is not JSON")
+
     return json.loads(text, parse_constant=reject)
 
 
@@ -73,10 +75,22 @@ def test_hostile_lines_get_numbered_errors_and_the_rest_is_answered(source, tmp_
     assert set(b for b, _ in BAD) <= set(data.split(b"\n"))  # every hostile kind is in the stream
     path = tmp_path / "in.jsonl"
     path.write_bytes(data)
-    done = subprocess.run([sys.executable, "-m", "serving", "route", "--bundle", "/nonexistent", "--jsonl",
-                           "-" if source == "stdin" else str(path)],
-                          input=data if source == "stdin" else None, capture_output=True, timeout=300,
-                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "serving",
+            "route",
+            "--bundle",
+            "/nonexistent",
+            "--jsonl",
+            "-" if source == "stdin" else str(path),
+        ],
+        input=data if source == "stdin" else None,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
     assert b"Traceback" not in done.stderr, done.stderr[-3000:].decode(errors="replace")
     assert done.returncode == 1  # some lines failed
     out = [strict_json(line) for line in done.stdout.decode("utf-8").split("\n")[:-1]]
@@ -91,7 +105,8 @@ def test_hostile_lines_get_numbered_errors_and_the_rest_is_answered(source, tmp_
 
 
 def test_help_states_the_exit_code_and_output_encoding():
-    done = subprocess.run([sys.executable, "-m", "serving", "route", "--help"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "serving", "route", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0
     assert "1 when any line got an error record" in done.stdout and "surrogate" in done.stdout

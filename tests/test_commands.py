@@ -1,5 +1,6 @@
 """README commands that are not covered elsewhere: `make ui` serves the tracking store, `make train
 MLRUNS=` and MLFLOW_TRACKING_URI choose the store training writes to."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,14 @@ def test_make_ui_serves_the_registry(encoder_cache, tmp_path):
     store MLRUNS names is made already (conftest.seed_store): `make train MLRUNS=` below makes one."""
     seed_store(f"sqlite:///{tmp_path}/mlflow.db", encoder_cache)
     port = free_port()
-    proc = subprocess.Popen(["make", "-s", "ui", f"PORT={port}", f"MLRUNS={tmp_path}"], cwd=ROOT,
-                            env={**make_env(), "MLFLOW_WORKERS": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "-s", "ui", f"PORT={port}", f"MLRUNS={tmp_path}"],
+        cwd=ROOT,
+        env={**make_env(), "MLFLOW_WORKERS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline, body = time.monotonic() + 120, None
         while time.monotonic() < deadline and body is None:
@@ -78,11 +84,19 @@ def test_bench_measures_every_figure(bundle, tmp_path):
 @pytest.mark.slow
 def test_make_train_writes_to_the_mlflow_store_mlruns_names(small_routellm, encoder_cache, tmp_path):
     store = tmp_path / "store"
-    args = (f"--data {small_routellm / 'mt_bench'} --data {small_routellm / 'gsm8k'} --set cache_dir={encoder_cache} "
-            f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0 "
-            f"--set acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}")
-    done = subprocess.run(["make", "-s", "train", f"MLRUNS={store}", f"BUNDLE={tmp_path / 'bundle'}", f"ARGS={args}"],
-                          cwd=ROOT, env=make_env(), capture_output=True, text=True, timeout=900)
+    args = (
+        f"--data {small_routellm / 'mt_bench'} --data {small_routellm / 'gsm8k'} --set cache_dir={encoder_cache} "
+        f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0 "
+        f"--set acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}"
+    )
+    done = subprocess.run(
+        ["make", "-s", "train", f"MLRUNS={store}", f"BUNDLE={tmp_path / 'bundle'}", f"ARGS={args}"],
+        cwd=ROOT,
+        env=make_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest["mlflow"]["tracking_uri"] == f"sqlite:///{store}/mlflow.db"

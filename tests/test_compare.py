@@ -1,11 +1,11 @@
 """`make compare`: what changes for the traffic when one bundle replaces another, on a fixed
 sample of logged prompts."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from typer.testing import CliRunner
 
 from evaluation.agreement import agreement
@@ -43,9 +43,21 @@ def test_the_sample_does_not_depend_on_the_order_of_the_files(small_routellm):
 
 def test_the_command_prints_and_writes_the_figures(bundle, trained_full, small_routellm, tmp_path):
     out = tmp_path / "compare.json"
-    result = CliRunner().invoke(typer_app(), ["--old", str(bundle), "--new", str(trained_full.bundle),
-                                              "--logs", str(small_routellm / "gsm8k"), "--rows", "200",
-                                              "--out", str(out)])
+    result = CliRunner().invoke(
+        typer_app(),
+        [
+            "--old",
+            str(bundle),
+            "--new",
+            str(trained_full.bundle),
+            "--logs",
+            str(small_routellm / "gsm8k"),
+            "--rows",
+            "200",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     figures = json.loads(out.read_text())
     assert figures["prompts"] == 200 and f"zones equal {figures['zones_equal']:.1%}" in result.output

@@ -1,6 +1,7 @@
 """Cross-validation (training.crossval, `make evaluate CV=K`, `make compare-configs`): folds by
 prompt hash that cover every prompt once, every stage refit per fold, intervals that widen for
 the folds' overlap, and paired differences on the same folds."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def test_a_fold_config_changes_only_the_split(tmp_path):
     base = TrainConfig(reports_dir=str(tmp_path), cv_folds=5, split_salt="s")
     fold = fold_config(base, folds=5, fold=3, repeat=0)
     assert (fold.test_share, fold.split_offset, fold.split_salt, fold.cv_folds) == (0.2, 0.6, "s", 0)
-    assert {k: v for k, v in fold.to_dict().items() if k not in ("test_share", "split_offset", "cv_folds")} == \
-        {k: v for k, v in base.to_dict().items() if k not in ("test_share", "split_offset", "cv_folds")}
+    assert {k: v for k, v in fold.to_dict().items() if k not in ("test_share", "split_offset", "cv_folds")} == {
+        k: v for k, v in base.to_dict().items() if k not in ("test_share", "split_offset", "cv_folds")
+    }
     assert fold_config(base, folds=5, fold=0, repeat=2).split_salt != "s"
     with pytest.raises(ValueError, match="fold 5"):
         fold_config(base, folds=5, fold=5)
@@ -72,7 +74,9 @@ def test_paired_comparison_is_b_minus_a_on_the_same_folds():
     diff = compare(a, b)["apgr"]
     assert diff["mean"] == pytest.approx(0.02) and diff["n"] == 3
     # the folds' own spread (sd 0.05) cancels in the pairing: the interval is that of 0.02, 0.01, 0.03
-    assert diff["high"] - diff["low"] < 0.25 * (a.estimate("learned", "apgr")["high"] - a.estimate("learned", "apgr")["low"])
+    assert diff["high"] - diff["low"] < 0.25 * (
+        a.estimate("learned", "apgr")["high"] - a.estimate("learned", "apgr")["low"]
+    )
     with pytest.raises(ValueError, match="not cut the same way"):
         compare(a, CrossValidation(config, 4, 1, b.results))
 
@@ -113,11 +117,31 @@ def compared(real_data_dir, encoder_cache, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("compare")
     (tmp / "a.yaml").write_text("{}\n")
     (tmp / "b.yaml").write_text("precision_dropout: 0.0\n")
-    cmd = [sys.executable, "-m", "pipelines.crossval", "--folds", "3", "--compare", str(tmp / "a.yaml"),
-           "--compare", str(tmp / "b.yaml"), "--data", str(real_data_dir / "gsm8k"), "--data",
-           str(real_data_dir / "mt_bench"), "--out", str(tmp / "out"), "--set", f"cache_dir={encoder_cache}",
-           "--set", f"reports_dir={tmp / 'r'}", "--set", "min_rows_per_tag=50",
-           "--set", f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.crossval",
+        "--folds",
+        "3",
+        "--compare",
+        str(tmp / "a.yaml"),
+        "--compare",
+        str(tmp / "b.yaml"),
+        "--data",
+        str(real_data_dir / "gsm8k"),
+        "--data",
+        str(real_data_dir / "mt_bench"),
+        "--out",
+        str(tmp / "out"),
+        "--set",
+        f"cache_dir={encoder_cache}",
+        "--set",
+        f"reports_dir={tmp / 'r'}",
+        "--set",
+        "min_rows_per_tag=50",
+        "--set",
+        f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=make_env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((tmp / "out" / "compare.json").read_text()), tmp
@@ -143,14 +167,35 @@ def test_make_evaluate_cv_prints_and_writes_the_estimates(tmp_path, monkeypatch,
     """The command's part (tables, cv.json) on fold figures set by hand: the folds themselves
     are trained in the tests above."""
     import pipelines.crossval as command
-    folds = [FoldResult(0, k, 100, 300, {"learned": {"apgr": v, "cpt50": 0.3}, "reference": {"apgr": v - 0.02},
-                                         "reference_qualities": dict.fromkeys(REFERENCE_QUALITIES, 0.5)},
-                        {"gsm8k": {"learned": {"apgr": v + 0.1}, "reference": {"apgr": 0.5}}}, {"edge": 10}, 1.0)
-             for k, v in enumerate((0.68, 0.70, 0.66))]
-    monkeypatch.setattr("training.crossval.cross_validate",
-                        lambda config, **_: CrossValidation(config, 3, 1, folds))
-    command.main(folds=3, repeats=1, config=None, compare=None, data=None, engine=None, out=tmp_path,
-                 set_=[f"reports_dir={tmp_path}"])
+
+    folds = [
+        FoldResult(
+            0,
+            k,
+            100,
+            300,
+            {
+                "learned": {"apgr": v, "cpt50": 0.3},
+                "reference": {"apgr": v - 0.02},
+                "reference_qualities": dict.fromkeys(REFERENCE_QUALITIES, 0.5),
+            },
+            {"gsm8k": {"learned": {"apgr": v + 0.1}, "reference": {"apgr": 0.5}}},
+            {"edge": 10},
+            1.0,
+        )
+        for k, v in enumerate((0.68, 0.70, 0.66))
+    ]
+    monkeypatch.setattr("training.crossval.cross_validate", lambda config, **_: CrossValidation(config, 3, 1, folds))
+    command.main(
+        folds=3,
+        repeats=1,
+        config=None,
+        compare=None,
+        data=None,
+        engine=None,
+        out=tmp_path,
+        set_=[f"reports_dir={tmp_path}"],
+    )
     written = json.loads((tmp_path / "cv.json").read_text())
     assert written["policies"]["learned"]["apgr"]["mean"] == pytest.approx(0.68)
     assert written["differences"]["learned - reference"]["apgr"]["mean"] == pytest.approx(0.02)
@@ -164,15 +209,22 @@ def test_make_compare_configs_pairs_b_with_a_fold_by_fold(compared):
     result, tmp = compared
     a, b = (result["summaries"][str(tmp / name)] for name in ("a.yaml", "b.yaml"))
     diff = result["differences"][f"{tmp / 'b.yaml'} - {tmp / 'a.yaml'}"]["apgr"]
-    per_fold = [fb["figures"]["learned"]["apgr"] - fa["figures"]["learned"]["apgr"]
-                for fa, fb in zip(a["per_fold"], b["per_fold"], strict=True)]
+    per_fold = [
+        fb["figures"]["learned"]["apgr"] - fa["figures"]["learned"]["apgr"]
+        for fa, fb in zip(a["per_fold"], b["per_fold"], strict=True)
+    ]
     assert diff["n"] == 3 and diff["mean"] == pytest.approx(np.mean(per_fold))
     assert [f["test_rows"] for f in a["per_fold"]] == [f["test_rows"] for f in b["per_fold"]]  # the same rows
 
 
 def test_make_evaluate_cv_refuses_bad_folds_naming_the_option(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pipelines.crossval", "--folds", "2", "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=make_env(), timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.crossval", "--folds", "2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=make_env(),
+        timeout=120,
+    )
     assert done.returncode != 0 and "folds=2" in done.stderr
 
 
@@ -203,6 +255,9 @@ def test_make_train_cross_fits_the_bundle_on_every_row(trained_readme, real_data
     from pipelines.evaluate import run
 
     logs = [str(real_data_dir / source) for source in ("gsm8k", "mt_bench")]
-    evaluated = run(EvalConfig(bundle=str(result.bundle), logs=logs, out=str(tmp_path / "eval"), mlflow=False,
-                               cache_dir=str(encoder_cache)))
+    evaluated = run(
+        EvalConfig(
+            bundle=str(result.bundle), logs=logs, out=str(tmp_path / "eval"), mlflow=False, cache_dir=str(encoder_cache)
+        )
+    )
     assert any("cross-fitted" in note and "in sample" in note for note in evaluated.metrics["notes"])

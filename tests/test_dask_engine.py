@@ -2,6 +2,7 @@
 as the local engine (APGR within 0.02), the same rejects and merged duplicates, a
 registered bundle that passes the parity check; and clear failures when the cluster
 cannot be reached or loses a worker."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,11 @@ def mixed_logs(tmp_path_factory):
     shards = write_shards(folder, 6_000, rows_per_shard=2_000, seed=3)
     repeats = pd.read_parquet(shards[0]).head(20).assign(edge_quality=1.0, request_id=None)
     lines = [json.dumps({k: v for k, v in row.items() if v is not None}) for row in repeats.to_dict("records")]
-    lines += [json.dumps({"prompt": "no cloud outcome", "edge_quality": 1.0}),
-              json.dumps({"prompt": "impossible", "edge_quality": 2.0, "cloud_quality": 1.0}),
-              "{not json"]
+    lines += [
+        json.dumps({"prompt": "no cloud outcome", "edge_quality": 1.0}),
+        json.dumps({"prompt": "impossible", "edge_quality": 2.0, "cloud_quality": 1.0}),
+        "{not json",
+    ]
     (folder / "extra.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
@@ -40,8 +43,15 @@ def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
     results = {}
     for engine in ("local", "dask"):
         tmp = tmp_path_factory.mktemp(engine)
-        config = config_for(tmp, mixed_logs, encoder_cache, engine=engine, dask_workers=2, min_rows_per_tag=50,
-                            dask_scratch=str(tmp / "scratch"))
+        config = config_for(
+            tmp,
+            mixed_logs,
+            encoder_cache,
+            engine=engine,
+            dask_workers=2,
+            min_rows_per_tag=50,
+            dask_scratch=str(tmp / "scratch"),
+        )
         results[engine] = (config, run(config))
     return results
 
@@ -57,8 +67,9 @@ def running_cluster():
 
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    ) as cluster:
         yield cluster
 
 
@@ -74,8 +85,10 @@ def test_dask_engine_reaches_the_local_engines_apgr(both_engines):
     # not, so there are two possible Dask routers. Measured on these ~900 test rows: local
     # 0.687; Dask 0.690 dealt by row (placed by partition: 0.690 or 0.678; left to the
     # scheduler: 0.656-0.691 over seven runs).
-    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.02, (local["learned"]["apgr"],
-                                                                              dask["learned"]["apgr"])
+    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.02, (
+        local["learned"]["apgr"],
+        dask["learned"]["apgr"],
+    )
     # ... and, like the local engine, it recovers the simulator's hidden difficulty.
     assert dask["learned"]["apgr"] >= dask["rule_table"]["apgr"] + 0.1
 
@@ -104,9 +117,11 @@ def test_a_killed_runs_checkpoint_is_removed_by_the_next_run_and_a_living_runs_i
     from training.engines import dask_partitions as de
 
     config = TrainConfig(dask_scratch=str(tmp_path))
-    holder = ("import sys, time; from training.config import TrainConfig; from training.engines import "
-              "dask_partitions as de\nwith de.scratch(TrainConfig(dask_scratch=sys.argv[1])) as f:\n"
-              "    open(f + '/part-00000.parquet', 'w').close(); print(f, flush=True); time.sleep(60)")
+    holder = (
+        "import sys, time; from training.config import TrainConfig; from training.engines import "
+        "dask_partitions as de\nwith de.scratch(TrainConfig(dask_scratch=sys.argv[1])) as f:\n"
+        "    open(f + '/part-00000.parquet', 'w').close(); print(f, flush=True); time.sleep(60)"
+    )
     killed = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     living = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -123,8 +138,7 @@ def test_a_killed_runs_checkpoint_is_removed_by_the_next_run_and_a_living_runs_i
         living.wait()
 
 
-def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_removed(both_engines, mixed_logs,
-                                                                                   tmp_path):
+def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_removed(both_engines, mixed_logs, tmp_path):
     from training.engines import dask_partitions as de
 
     scratch = both_engines["dask"][0].dask_scratch
@@ -178,12 +192,22 @@ def test_the_shared_validation_stop_stops_where_lightgbms_early_stopping_does():
     x = rng.normal(size=(6000, 8)).astype(np.float32)
     y = np.clip(0.5 + 0.3 * x[:, 0] + 0.2 * rng.normal(size=6000), 0, 1)  # fractions: cross-entropy
     weight = rng.uniform(0.5, 2.0, size=2000)
-    params = {"objective": "cross_entropy", "metric": "cross_entropy", "learning_rate": 0.3, "verbose": -1,
-              "num_threads": 1, "deterministic": True}
+    params = {
+        "objective": "cross_entropy",
+        "metric": "cross_entropy",
+        "learning_rate": 0.3,
+        "verbose": -1,
+        "num_threads": 1,
+        "deterministic": True,
+    }
     train = lgb.Dataset(x[:4000], y[:4000])
-    expected = lgb.train(params, train, 500, valid_sets=[lgb.Dataset(x[4000:], y[4000:], weight=weight,
-                                                                      reference=train)],
-                         callbacks=[lgb.early_stopping(10, verbose=False)])
+    expected = lgb.train(
+        params,
+        train,
+        500,
+        valid_sets=[lgb.Dataset(x[4000:], y[4000:], weight=weight, reference=train)],
+        callbacks=[lgb.early_stopping(10, verbose=False)],
+    )
     stop = SharedValidationStop(x[4000:], y[4000:], 10, weight)
     shared = lgb.train(params, lgb.Dataset(x[:4000], y[:4000]), 500, callbacks=stop.callbacks())
     assert 10 < expected.best_iteration < 490
@@ -221,8 +245,9 @@ def log_with_repeats(tmp_path_factory) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("files", [1, 2, 5])
-def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(files, log_with_repeats, encoder_cache,
-                                                                      running_cluster, tmp_path):
+def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(
+    files, log_with_repeats, encoder_cache, running_cluster, tmp_path
+):
     """One file was one big partition and the merged repeats another: placed by partition,
     one worker trained on 3 rows all answered well, LightGBM started the boosters from the mean
     of the two workers' starting scores (logit 34.5 and 0.7), no tree could split, and the
@@ -235,19 +260,28 @@ def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(files, lo
     bounds = np.linspace(0, len(log_with_repeats), files + 1).astype(int)
     for number, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
         log_with_repeats.iloc[start:stop].to_parquet(logs / f"part-{number:05d}.parquet", index=False)
-    config = config_for(tmp_path, logs, encoder_cache, engine="dask", dask_scheduler=running_cluster.scheduler_address,
-                        dask_scratch=str(tmp_path / "scratch"))
+    config = config_for(
+        tmp_path,
+        logs,
+        encoder_cache,
+        engine="dask",
+        dask_scheduler=running_cluster.scheduler_address,
+        dask_scratch=str(tmp_path / "scratch"),
+    )
     result = run(config)
     assert result.metrics["dask"]["partitions"] == files and manifest(result)["data"]["duplicates_merged"] == 8
     assert result.metrics["parity_max_abs_diff"] <= 1e-5
     assert min(result.metrics["trees"].values()) >= 20, result.metrics["trees"]
     test = result.metrics["test"]
-    assert test["learned"]["apgr"] >= test["rule_table"]["apgr"] + 0.08, (test["learned"]["apgr"],
-                                                                         test["rule_table"]["apgr"])
+    assert test["learned"]["apgr"] >= test["rule_table"]["apgr"] + 0.08, (
+        test["learned"]["apgr"],
+        test["rule_table"]["apgr"],
+    )
 
 
-def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(tmp_path, mixed_logs, encoder_cache,
-                                                                             monkeypatch):
+def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(
+    tmp_path, mixed_logs, encoder_cache, monkeypatch
+):
     import functools
 
     from training.engines import dask_partitions as de
@@ -267,9 +301,11 @@ def test_a_worker_that_dies_stops_the_stage_with_the_cause():
     import dask
     from distributed import Client, LocalCluster
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         with pytest.raises(EngineError, match="featurizing: a Dask worker died"):
             with stage("featurizing"):
                 client.submit(os._exit, 1).result()
@@ -281,8 +317,12 @@ def test_evaluate_with_the_dask_engine_on_an_existing_cluster(both_engines, runn
     from pipelines.evaluate import EvalConfig, run
 
     config, result = both_engines["dask"]
-    options = dict(bundle=str(result.bundle), logs=list(config.data), mlflow=False,
-                   policies=["learned", "rule_table", "random", "oracle"])
+    options = dict(
+        bundle=str(result.bundle),
+        logs=list(config.data),
+        mlflow=False,
+        policies=["learned", "rule_table", "random", "oracle"],
+    )
     local = run(EvalConfig(out=str(tmp_path / "local"), **options))
     monkeypatch.setenv("DASK_SCHEDULER", running_cluster.scheduler_address)
     dask = run(EvalConfig(out=str(tmp_path / "dask"), engine="dask", **options))
@@ -290,7 +330,8 @@ def test_evaluate_with_the_dask_engine_on_an_existing_cluster(both_engines, runn
     for policy in ("learned", "rule_table"):
         for key in ("apgr", "misroute_rate", "cloud_share"):
             assert dask.metrics["figures"]["policies"][policy][key] == pytest.approx(
-                local.metrics["figures"]["policies"][policy][key], abs=1e-9), (policy, key)
+                local.metrics["figures"]["policies"][policy][key], abs=1e-9
+            ), (policy, key)
     assert any("Dask engine" in note for note in dask.metrics["notes"])
 
 
@@ -300,15 +341,16 @@ def test_make_targets_pass_the_engine():
     from tests.conftest import ROOT, make_env
 
     for target in ("train", "evaluate"):
-        done = subprocess.run(["make", "-n", target, "ENGINE=dask"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=60, env=make_env())
-        assert done.returncode == 0 and f"pipelines.{target} " in done.stdout and "--engine dask" in done.stdout, \
+        done = subprocess.run(
+            ["make", "-n", target, "ENGINE=dask"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=make_env()
+        )
+        assert done.returncode == 0 and f"pipelines.{target} " in done.stdout and "--engine dask" in done.stdout, (
             done.stdout + done.stderr
+        )
 
 
 @pytest.mark.real_data
-def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_routellm, encoder_cache,
-                                                                       tmp_path_factory):
+def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_routellm, encoder_cache, tmp_path_factory):
     """The Dask engine collects the rows with an edge answer from the cluster and fits the same
     check as the local engine (same answers and splits; the projection may differ by rounding)."""
     import shutil
@@ -320,8 +362,14 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_rou
         shutil.copytree(small_routellm / source, data / source)
     sections = {}
     for engine in ("local", "dask"):
-        config = config_for(tmp_path_factory.mktemp(f"acceptance_{engine}"), data, encoder_cache, engine=engine,
-                            dask_workers=2, min_rows_per_tag=50)
+        config = config_for(
+            tmp_path_factory.mktemp(f"acceptance_{engine}"),
+            data,
+            encoder_cache,
+            engine=engine,
+            dask_workers=2,
+            min_rows_per_tag=50,
+        )
         sections[engine] = run(config).manifest.acceptance
     local, dask = sections["local"], sections["dask"]
     assert local["file"] == dask["file"] == "acceptance.onnx"
@@ -351,13 +399,21 @@ def test_the_training_rows_are_dealt_to_the_workers_in_equal_shares_the_same_way
         return rows
 
     frame = pd.DataFrame({"row": range(60)})
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         six = client.persist(dd.from_pandas(frame, npartitions=6))
         gapped = held_rows(client, six[(six["row"] < 30) | (six["row"] >= 40)])  # partition 3 is now empty
         # a partition of 57 rows, then one of 3: a log in one file, then its merged repeats
-        uneven = held_rows(client, client.persist(dd.concat([dd.from_pandas(frame.iloc[:57], npartitions=1),
-                                                             dd.from_pandas(frame.iloc[57:], npartitions=1)])))
+        uneven = held_rows(
+            client,
+            client.persist(
+                dd.concat(
+                    [dd.from_pandas(frame.iloc[:57], npartitions=1), dd.from_pandas(frame.iloc[57:], npartitions=1)]
+                )
+            ),
+        )
     kept = [*range(0, 30), *range(40, 60)]
     assert gapped == [kept[0::2], kept[1::2]]
     assert uneven == [list(range(0, 60, 2)), list(range(1, 60, 2))]
@@ -382,10 +438,17 @@ def test_collected_frames_equal_compute_and_no_worker_holds_a_whole_one():
                 self.nbytes = max(self.nbytes, self.scheduler.tasks[key].nbytes)
 
     rng = np.random.default_rng(5)
-    frame = pd.DataFrame({"row": range(6_000), "prompt": [f"prompt {i} " * int(rng.integers(1, 30)) for i in range(6_000)],
-                          "tokens": [np.arange(i % 50, dtype=np.int32) for i in range(6_000)]})
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    frame = pd.DataFrame(
+        {
+            "row": range(6_000),
+            "prompt": [f"prompt {i} " * int(rng.integers(1, 30)) for i in range(6_000)],
+            "tokens": [np.arange(i % 50, dtype=np.int32) for i in range(6_000)],
+        }
+    )
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         rows = dd.from_pandas(frame, npartitions=6)
         rows = rows[(rows["row"] < 2_000) | (rows["row"] >= 3_000)]  # partition 2 is now empty
         largest = LargestResult(cluster.scheduler)
@@ -420,7 +483,8 @@ def test_memory_freed_in_the_c_heap_goes_back_to_the_system():
 
 @pytest.mark.real_data
 def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_local_engines_folds(
-        real_data_dir, encoder_cache, tmp_path_factory):
+    real_data_dir, encoder_cache, tmp_path_factory
+):
     """3-fold cross-validation with the Dask engine on the GSM8K + MT-Bench logs: each fold
     hands back a prompt-hash sample of its training rows (all of them, below eval_sample_rows),
     so the reference and the tuned rule table are fitted and scored on every fold, as with the
@@ -434,8 +498,15 @@ def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_
     for source in ("gsm8k", "mt_bench"):
         (data / source).symlink_to(real_data_dir / source)
     tmp = tmp_path_factory.mktemp("dask_cv")
-    config = config_for(tmp, data, encoder_cache, engine="dask", dask_workers=2, dask_scratch=str(tmp / "scratch"),
-                        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)  # fitted in every fold, not the subject
+    config = config_for(
+        tmp,
+        data,
+        encoder_cache,
+        engine="dask",
+        dask_workers=2,
+        dask_scratch=str(tmp / "scratch"),
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+    )  # fitted in every fold, not the subject
     summary = cross_validate(config, folds=3).summary()
 
     assert not any("no training rows" in note for note in summary["notes"]), summary["notes"]

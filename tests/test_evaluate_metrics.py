@@ -1,5 +1,6 @@
 """Offline-evaluation figures (evaluation.policy_metrics, evaluation.policies) on cases computed by hand,
 including the degenerate ones: one class, tied scores, zero and full cloud share, empty input."""
+
 from __future__ import annotations
 
 import math
@@ -8,29 +9,55 @@ import numpy as np
 import pytest
 
 from evaluation.fallback import fallback_quality, fires
-from evaluation.policies import (TunedRules, check_policies, evaluate_policies, length_buckets, policy_figures,
-                                 rule_table_scores, tune_rule_table)
+from evaluation.policies import (
+    TunedRules,
+    check_policies,
+    evaluate_policies,
+    length_buckets,
+    policy_figures,
+    rule_table_scores,
+    tune_rule_table,
+)
+from evaluation.policy_metrics import (
+    CostModel,
+    LatencyModel,
+    at_share,
+    cost_figures,
+    fallback_figures,
+    latency_figures,
+    random_zone_probabilities,
+    reliability,
+    weighted_quantile,
+    zone_probabilities,
+)
 from evaluation.rows import Rows
-from evaluation.policy_metrics import (CostModel, LatencyModel, at_share, cost_figures, fallback_figures,
-                                     latency_figures, random_zone_probabilities, reliability, weighted_quantile,
-                                     zone_probabilities)
 from serving.contract import CLOUD, EDGE, FALLBACK
 
 # 4 requests: edge right on 0 and 1, cloud right on 0, 2, 3; the cloud is needed on 2 and 3.
 Q_EDGE = np.array([1.0, 1.0, 0.0, 0.0])
 Q_CLOUD = np.array([1.0, 0.0, 1.0, 1.0])
 NEEDED = np.array([0, 0, 1, 1])
-SCORES = np.array([0.1, 0.0, 0.9, 0.8])        # ranks 2, 3, 0, 1
+SCORES = np.array([0.1, 0.0, 0.9, 0.8])  # ranks 2, 3, 0, 1
 ZONES = np.array([EDGE, FALLBACK, FALLBACK, CLOUD], dtype=object)
 PHONE = LatencyModel(edge_ms={"phone": 120.0}, cloud_ms=200.0, network_ms=50.0)
 
 
 # --- value at a cloud share -------------------------------------------------------------------------
 
+
 def test_at_share_by_hand():
     half = at_share(SCORES, Q_EDGE, Q_CLOUD, NEEDED, 0.5)  # rows 2 and 3 to the cloud: the oracle's choice
-    assert half == pytest.approx({"cloud_share": 0.5, "quality": 1.0, "quality_vs_all_cloud": 0.25, "pgr": 2.0,
-                                  "misroute_rate": 0.0, "under_routing": 0.0, "over_routing": 0.0})
+    assert half == pytest.approx(
+        {
+            "cloud_share": 0.5,
+            "quality": 1.0,
+            "quality_vs_all_cloud": 0.25,
+            "pgr": 2.0,
+            "misroute_rate": 0.0,
+            "under_routing": 0.0,
+            "over_routing": 0.0,
+        }
+    )
     quarter = at_share(SCORES, Q_EDGE, Q_CLOUD, NEEDED, 0.25)  # row 2 only: row 3 under-routed
     assert (quarter["quality"], quarter["under_routing"], quarter["over_routing"]) == pytest.approx((0.75, 0.25, 0))
     between = at_share(SCORES, Q_EDGE, Q_CLOUD, NEEDED, 0.375)  # interpolated between k=1 and k=2
@@ -39,11 +66,21 @@ def test_at_share_by_hand():
 
 def test_at_share_zero_and_full():
     zero = at_share(SCORES, Q_EDGE, Q_CLOUD, NEEDED, 0.0)
-    assert zero == pytest.approx({"cloud_share": 0.0, "quality": 0.5, "quality_vs_all_cloud": -0.25, "pgr": 0.0,
-                                  "misroute_rate": 0.5, "under_routing": 0.5, "over_routing": 0.0})
+    assert zero == pytest.approx(
+        {
+            "cloud_share": 0.0,
+            "quality": 0.5,
+            "quality_vs_all_cloud": -0.25,
+            "pgr": 0.0,
+            "misroute_rate": 0.5,
+            "under_routing": 0.5,
+            "over_routing": 0.0,
+        }
+    )
     full = at_share(SCORES, Q_EDGE, Q_CLOUD, NEEDED, 1.0)
-    assert (full["quality"], full["pgr"], full["under_routing"], full["over_routing"]) == \
-        pytest.approx((0.75, 1, 0, 0.5))
+    assert (full["quality"], full["pgr"], full["under_routing"], full["over_routing"]) == pytest.approx(
+        (0.75, 1, 0, 0.5)
+    )
 
 
 def test_at_share_tied_scores_is_the_random_expectation():
@@ -58,7 +95,9 @@ def test_at_share_one_class():
     assert (nothing["under_routing"], nothing["over_routing"]) == pytest.approx((0.0, 0.25))
     assert math.isnan(nothing["pgr"])  # no gap between all-edge and all-cloud to close
     everything = at_share(SCORES, np.zeros(4), np.ones(4), np.ones(4), 0.25)
-    assert (everything["under_routing"], everything["over_routing"], everything["pgr"]) == pytest.approx((.75, 0, .25))
+    assert (everything["under_routing"], everything["over_routing"], everything["pgr"]) == pytest.approx(
+        (0.75, 0, 0.25)
+    )
 
 
 def test_at_share_rejects_bad_input():
@@ -70,18 +109,21 @@ def test_at_share_rejects_bad_input():
 
 # --- fallback, cost, latency -------------------------------------------------------------------------
 
+
 def test_fallback_by_hand_and_consistent_with_policy_figures():
     probs = zone_probabilities(ZONES)
     fb = fallback_figures(probs, Q_EDGE, Q_CLOUD, catch_rate=0.5)
     # Only row 2 can fire (fallback zone, edge wrong): 0.5 of the time, and the cloud is right then.
-    assert fb == pytest.approx({"fallback_fires": 0.125, "fallback_fires_in_zone": 0.25,
-                                "fallback_recovered_quality": 0.125})
+    assert fb == pytest.approx(
+        {"fallback_fires": 0.125, "fallback_fires_in_zone": 0.25, "fallback_recovered_quality": 0.125}
+    )
     assert policy_figures(SCORES, ZONES, Q_EDGE, Q_CLOUD, NEEDED)["quality"] == 0.75
     # The same expectation the thresholds optimise (evaluation.fallback), summed over the zone.
     in_zone = np.asarray(ZONES) == FALLBACK
     assert fb["fallback_fires"] == pytest.approx((fires(Q_EDGE, 0.5) * in_zone).mean())
     assert fb["fallback_recovered_quality"] == pytest.approx(
-        ((fallback_quality(Q_EDGE, Q_CLOUD, 0.5) - Q_EDGE) * in_zone).mean())
+        ((fallback_quality(Q_EDGE, Q_CLOUD, 0.5) - Q_EDGE) * in_zone).mean()
+    )
     assert fallback_figures(probs, Q_EDGE, Q_CLOUD, catch_rate=0.0)["fallback_fires"] == 0.0
     assert fallback_figures(probs, Q_EDGE, Q_CLOUD, catch_rate=1.0)["fallback_fires"] == 0.25
     no_zone = fallback_figures(zone_probabilities([EDGE] * 4), Q_EDGE, Q_CLOUD, catch_rate=0.5)
@@ -136,12 +178,16 @@ def test_random_zone_probabilities():
 
 # --- calibration ------------------------------------------------------------------------------------
 
+
 def test_reliability_by_hand():
     table = reliability([0.05, 0.15, 0.15, 0.95], [0, 0, 1, 1], bins=10)
     # |0.05 - 0| * 1/4 + |0.15 - 0.5| * 2/4 + |0.95 - 1| * 1/4
     assert table["ece"] == pytest.approx(0.2)
     assert [(round(b["lo"], 9), b["rows"], b["observed_rate"]) for b in table["bins"]] == [
-        (0.0, 1, 0.0), (0.1, 2, 0.5), (0.9, 1, 1.0)]
+        (0.0, 1, 0.0),
+        (0.1, 2, 0.5),
+        (0.9, 1, 1.0),
+    ]
     assert reliability([0.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], bins=4)["bins"][-1]["rows"] == 2  # 1.0 in the last bin
     assert reliability([0.0, 0.0, 1.0, 1.0], [0, 0, 1, 1])["ece"] == 0.0
 
@@ -159,18 +205,37 @@ def test_reliability_degenerate():
 
 # --- policies on the same rows ------------------------------------------------------------------------
 
+
 def rows_of(q_edge, q_cloud, needed, *, scores, zones, n_tokens=None, domains=None, precisions=None):
     n = len(q_edge)
-    return Rows.build(prompts=[f"prompt {i}" for i in range(n)], precisions=precisions or ["exact"] * n,
-                          domains=domains or [None] * n, sources=["s"] * n, n_tokens=n_tokens or [10] * n,
-                          q_edge=q_edge, q_cloud=q_cloud, needed=needed, scores=scores, zones=zones)
+    return Rows.build(
+        prompts=[f"prompt {i}" for i in range(n)],
+        precisions=precisions or ["exact"] * n,
+        domains=domains or [None] * n,
+        sources=["s"] * n,
+        n_tokens=n_tokens or [10] * n,
+        q_edge=q_edge,
+        q_cloud=q_cloud,
+        needed=needed,
+        scores=scores,
+        zones=zones,
+    )
 
 
 def test_policies_by_hand():
-    rows = rows_of(Q_EDGE, Q_CLOUD, NEEDED, scores=SCORES, zones=ZONES, n_tokens=[10, 2000, 10, 10],
-                   domains=["legal", None, "math", None], precisions=["exact", None, "standard", "exact"])
-    figures, curves = evaluate_policies(rows, ["rule_table", "random", "all_edge", "all_cloud", "oracle"],
-                                        catch_rate=0.5)
+    rows = rows_of(
+        Q_EDGE,
+        Q_CLOUD,
+        NEEDED,
+        scores=SCORES,
+        zones=ZONES,
+        n_tokens=[10, 2000, 10, 10],
+        domains=["legal", None, "math", None],
+        precisions=["exact", None, "standard", "exact"],
+    )
+    figures, curves = evaluate_policies(
+        rows, ["rule_table", "random", "all_edge", "all_cloud", "oracle"], catch_rate=0.5
+    )
     assert (figures["all_edge_quality"], figures["all_cloud_quality"], figures["oracle_quality"]) == (0.5, 0.75, 1.0)
     p = figures["policies"]
     assert list(p) == ["learned", "rule_table", "random", "all_edge", "all_cloud", "oracle"]
@@ -182,7 +247,7 @@ def test_policies_by_hand():
     assert (p["random"]["under_routing"], p["random"]["over_routing"]) == pytest.approx((0.75 * 0.5, 0.25 * 0.5))
     assert p["random"]["apgr"] == pytest.approx(0.5)
     assert p["random"]["fallback_fires"] == pytest.approx(0.5 * 0.5 * 0.5)  # zone share x catch x edge wrong
-    assert (p["all_edge"]["cloud_share"], p["all_edge"]["misroute_rate"], p["all_edge"]["quality"]) == (0.0, .5, .5)
+    assert (p["all_edge"]["cloud_share"], p["all_edge"]["misroute_rate"], p["all_edge"]["quality"]) == (0.0, 0.5, 0.5)
     assert (p["all_cloud"]["cloud_share"], p["all_cloud"]["over_routing"]) == (1.0, 0.5)
     assert math.isnan(p["all_edge"]["apgr"]) and "all_edge" not in curves and "at_matched_share" not in p["all_cloud"]
     assert (p["oracle"]["misroute_rate"], p["oracle"]["quality"], p["oracle"]["pgr"]) == (0.0, 1.0, 2.0)
@@ -190,8 +255,7 @@ def test_policies_by_hand():
 
 
 def test_policies_degenerate_rows():
-    one_class = rows_of([1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0, 0, 0], scores=[0.2, 0.2, 0.2],
-                        zones=[EDGE, EDGE, EDGE])
+    one_class = rows_of([1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0, 0, 0], scores=[0.2, 0.2, 0.2], zones=[EDGE, EDGE, EDGE])
     figures, _ = evaluate_policies(one_class, ["oracle", "random"])
     learned = figures["policies"]["learned"]
     assert math.isnan(learned["apgr"]) and math.isnan(learned["auc"]) and learned["misroute_rate"] == 0.0
@@ -211,11 +275,17 @@ def test_policy_names_are_checked():
 
 def test_length_buckets():
     assert length_buckets([1, 64, 65, 256, 1024, 1025]).tolist() == [
-        "up to 64 tokens", "up to 64 tokens", "65-256 tokens", "65-256 tokens", "257-1024 tokens",
-        "over 1024 tokens"]
+        "up to 64 tokens",
+        "up to 64 tokens",
+        "65-256 tokens",
+        "65-256 tokens",
+        "257-1024 tokens",
+        "over 1024 tokens",
+    ]
 
 
 # --- tuned rule table ---------------------------------------------------------------------------------
+
 
 def test_tuned_rules_with_hand_weights_are_the_rule_table():
     n_tokens, domains = [10, 2000, 2000, 10, 2000], ["legal", "legal", None, None, "finance"]
@@ -231,12 +301,15 @@ def test_tuned_rules_find_what_the_hand_weights_miss():
     domains = [None] * 4 + ["legal"] * 4 + [None] * 12
     q_edge = np.array([1.0] * 4 + [0.0] * 4 + [1.0] * 12)
     q_cloud = np.ones(20)
-    tuned = tune_rule_table(n_tokens, domains, ["exact"] * 20, q_edge, q_cloud, target="quality",
-                            max_quality_drop=0.0, catch_rate=0.0)
+    tuned = tune_rule_table(
+        n_tokens, domains, ["exact"] * 20, q_edge, q_cloud, target="quality", max_quality_drop=0.0, catch_rate=0.0
+    )
     weights = tuned.as_dict()["weights"]
     assert weights["rule_domain"] > weights["long_prompt"]
-    zones = [CLOUD if s > tuned.hi else EDGE if s < tuned.lo else FALLBACK
-             for s in tuned.scores(n_tokens, domains, ["exact"] * 20)]
+    zones = [
+        CLOUD if s > tuned.hi else EDGE if s < tuned.lo else FALLBACK
+        for s in tuned.scores(n_tokens, domains, ["exact"] * 20)
+    ]
     assert zones == [EDGE] * 4 + [CLOUD] * 4 + [EDGE] * 12  # exactly the oracle
     assert tuned.fit["expected_cloud_calls"] == pytest.approx(0.2) and tuned.fit["met_target"]
 

@@ -1,5 +1,6 @@
 """`make evaluate` on a slice of the real RouteLLM logs: outputs, agreement with the training
 pipeline, MLflow, the CLI (partial RouteLLM folder, bad options), clear errors, leave-one-source-out."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,20 @@ import pytest
 
 from evaluation.config import EvalConfig
 from pipelines.evaluate import run
-from training.tracking import log_evaluation
 from tests.conftest import ROOT, make_env
+from training.tracking import log_evaluation
 
-ALL_POLICIES = ["learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "reference", "random",
-                "all_edge", "all_cloud", "oracle"]
+ALL_POLICIES = [
+    "learned",
+    "rule_table",
+    "rule_table_inferred",
+    "tuned_rule_table",
+    "reference",
+    "random",
+    "all_edge",
+    "all_cloud",
+    "oracle",
+]
 
 
 def strict_json(text: str) -> dict:
@@ -29,9 +39,15 @@ def strict_json(text: str) -> dict:
 def evaluated(bundle, small_routellm, encoder_cache, tmp_path_factory):
     """One evaluation of the slice bundle on the slice, test split, with MT-Bench held out once."""
     out = tmp_path_factory.mktemp("evaluate") / "report"
-    config = EvalConfig(bundle=str(bundle), logs=[str(small_routellm)], out=str(out), leave_one_source_out=True,
-                        holdout_sources=["mt_bench"], cache_dir=str(encoder_cache),
-                        loso_overrides={"min_rows_per_tag": 50})
+    config = EvalConfig(
+        bundle=str(bundle),
+        logs=[str(small_routellm)],
+        out=str(out),
+        leave_one_source_out=True,
+        holdout_sources=["mt_bench"],
+        cache_dir=str(encoder_cache),
+        loso_overrides={"min_rows_per_tag": 50},
+    )
     return run(config)
 
 
@@ -39,15 +55,29 @@ def evaluated(bundle, small_routellm, encoder_cache, tmp_path_factory):
 @pytest.mark.slow
 def test_run_writes_report_metrics_and_plots(evaluated):
     out = evaluated.out
-    assert {p.name for p in evaluated.files} == {"report.md", "metrics.json", "quality_vs_cloud_share.png",
-                                                 "misroute_by_domain.png", "reliability.png", "acceptance_roc.png"}
+    assert {p.name for p in evaluated.files} == {
+        "report.md",
+        "metrics.json",
+        "quality_vs_cloud_share.png",
+        "misroute_by_domain.png",
+        "reliability.png",
+        "acceptance_roc.png",
+    }
     report = (out / "report.md").read_text()
     assert report.startswith("# Offline evaluation")
     headline = report.index("| policy | cloud share | misroute (under / over) |")
     assert headline < report.index("\n## ")  # the headline table comes first
-    for label in ("learned router", "hand rule table (label domain)", "hand rule table (inferred domain)",
-                  "tuned rule table", "reference (TF-IDF + logistic regression)", "random (matched share)", "all-edge",
-                  "all-cloud", "oracle"):
+    for label in (
+        "learned router",
+        "hand rule table (label domain)",
+        "hand rule table (inferred domain)",
+        "tuned rule table",
+        "reference (TF-IDF + logistic regression)",
+        "random (matched share)",
+        "all-edge",
+        "all-cloud",
+        "oracle",
+    ):
         assert f"| {label} |" in report
     metrics = strict_json((out / "metrics.json").read_text())
     assert list(metrics["figures"]["policies"]) == ALL_POLICIES
@@ -117,8 +147,7 @@ def test_the_reference_is_fitted_on_the_train_split_and_shown_next_to_the_router
     its val rows for the bundle's own target, in the headline table, the breakdowns and the plot."""
     m = evaluated.metrics
     reference, per_split = m["reference"], m["setup"]["rows_per_split"]
-    assert reference["trained_on_rows"] == {"edge": per_split["train"], "cloud": per_split["train"],
-                                            "without_text": 0}
+    assert reference["trained_on_rows"] == {"edge": per_split["train"], "cloud": per_split["train"], "without_text": 0}
     assert reference["fit"]["rows"] == per_split["val"] and reference["target"] == "quality"
     assert reference["fit_seconds"] > 0 and reference["lo"] <= reference["hi"]
     p = m["figures"]["policies"]["reference"]
@@ -141,7 +170,8 @@ def test_logged_to_mlflow_under_the_bundle_run(evaluated, trained_small):
     client = MlflowClient(tracking_uri=cfg.tracking_uri)
     logged = client.get_run(result.run_id).data.metrics
     assert logged["evaluate.test.policies.learned.apgr"] == pytest.approx(
-        evaluated.metrics["figures"]["policies"]["learned"]["apgr"])
+        evaluated.metrics["figures"]["policies"]["learned"]["apgr"]
+    )
     assert "evaluate.test.breakdowns.length.up to 64 tokens.learned.misroute_rate" in logged
     assert "evaluate.test.leave_one_source_out.mt_bench.policies.learned.apgr" in logged
     artifacts = {a.path for a in client.list_artifacts(result.run_id, "evaluation")}
@@ -165,16 +195,35 @@ def test_leave_one_source_out_on_the_slice(evaluated):
 
 def cli(*args: str, cwd=ROOT):
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "pipelines.evaluate", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.evaluate", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
 
 
 @pytest.mark.real_data
 @pytest.mark.slow
 def test_cli_with_a_partial_routellm_folder(bundle, partial_routellm, tmp_path):
-    done = cli("--bundle", str(bundle), "--logs", str(partial_routellm), "--out", str(tmp_path / "out"),
-               "--policies", "rule_table,tuned_rule_table,oracle", "--catch-rate", "0.8", "--set", "mlflow=false",
-               "--set", "cloud_cost.fp8=0.004")
+    done = cli(
+        "--bundle",
+        str(bundle),
+        "--logs",
+        str(partial_routellm),
+        "--out",
+        str(tmp_path / "out"),
+        "--policies",
+        "rule_table,tuned_rule_table,oracle",
+        "--catch-rate",
+        "0.8",
+        "--set",
+        "mlflow=false",
+        "--set",
+        "cloud_cost.fp8=0.004",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "APGR" in done.stdout and "tuned rule" in done.stdout and "not logged to MLflow" in done.stdout
     metrics = strict_json((tmp_path / "out" / "metrics.json").read_text())
@@ -213,8 +262,16 @@ def test_split_only_logs(bundle, small_routellm, tmp_path_factory):
 
     split = read_manifest(bundle).split
     frame = merge_duplicates(load_logs([small_routellm / "mt_bench"]).frame())
-    frame = frame[assign_splits(frame["prompt"], val_share=split["val_share"], test_share=split["test_share"],
-                                salt=split["salt"], offset=split.get("offset", 0.0)) == "test"]
+    frame = frame[
+        assign_splits(
+            frame["prompt"],
+            val_share=split["val_share"],
+            test_share=split["test_share"],
+            salt=split["salt"],
+            offset=split.get("offset", 0.0),
+        )
+        == "test"
+    ]
     path = tmp_path_factory.mktemp("canonical") / "test_rows.jsonl"
     frame.to_json(path, orient="records", lines=True)
     return path, len(frame)
@@ -241,7 +298,9 @@ def test_mlflow_is_skipped_with_a_reason_for_a_bundle_from_elsewhere(bundle, tmp
 
     metrics = {"setup": {"split": "test"}, "figures": {"rows": 3}}
     store = tmp_path / "absent.db"
-    elsewhere = dataclasses.replace(read_manifest(bundle), mlflow={"run_id": "abc", "tracking_uri": f"sqlite:///{store}"})
+    elsewhere = dataclasses.replace(
+        read_manifest(bundle), mlflow={"run_id": "abc", "tracking_uri": f"sqlite:///{store}"}
+    )
     run_id, why_not = log_evaluation(elsewhere, metrics, [])
     assert run_id is None and not store.exists() and "does not exist" in why_not
     run_id, why_not = log_evaluation(dataclasses.replace(elsewhere, mlflow={}), metrics, [])
@@ -264,8 +323,14 @@ def test_config_errors_quote_the_value():
 
 
 def test_make_evaluate_target():
-    done = subprocess.run(["make", "-n", "evaluate", "BUNDLE=some/bundle", "ARGS=--split all"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, env=make_env())
+    done = subprocess.run(
+        ["make", "-n", "evaluate", "BUNDLE=some/bundle", "ARGS=--split all"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=make_env(),
+    )
     assert done.returncode == 0, done.stderr
     expected = "pipelines.evaluate --bundle some/bundle --engine local --leave-one-source-out --split all"
     assert f".venv/bin/python -m {expected}" in done.stdout

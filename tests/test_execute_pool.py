@@ -1,4 +1,5 @@
 """execute() runs timed edge calls on a small pool: a hanging edge costs a few threads, not one per call."""
+
 from __future__ import annotations
 
 import threading
@@ -26,8 +27,12 @@ def served_by_edge_again(deadline_s: float = 10.0) -> bool:
     """A normal edge call is served by the edge once the pool has recovered."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        if execute(decision(), "p", edge=edge_ok, cloud=cloud_ok, edge_context_tokens=1024,
-                   edge_timeout_s=1.0).served_by == "edge":
+        if (
+            execute(
+                decision(), "p", edge=edge_ok, cloud=cloud_ok, edge_context_tokens=1024, edge_timeout_s=1.0
+            ).served_by
+            == "edge"
+        ):
             return True
         time.sleep(0.05)
     return False
@@ -46,8 +51,11 @@ def test_a_hanging_edge_holds_a_bounded_number_of_threads_and_the_pool_recovers(
     peak, results = baseline, []
     try:
         for i in range(2000):
-            results.append(execute(decision(), f"p{i}", edge=hanging, cloud=cloud_ok, edge_context_tokens=1024,
-                                   edge_timeout_s=0.005))
+            results.append(
+                execute(
+                    decision(), f"p{i}", edge=hanging, cloud=cloud_ok, edge_context_tokens=1024, edge_timeout_s=0.005
+                )
+            )
             peak = max(peak, threading.active_count())
     finally:
         release.set()
@@ -57,8 +65,12 @@ def test_a_hanging_edge_holds_a_bounded_number_of_threads_and_the_pool_recovers(
     busy = [r for r in results if r.steps[0].status == "skipped"]
     assert len(timed_out) + len(busy) == 2000 and len(timed_out) == len(calls) <= 8
     assert all("exceeded 0.005 s" in r.fallback_reason for r in timed_out)
-    assert all(r.fallback_reason.startswith("edge busy") and r.steps[0].detail == r.fallback_reason
-               and [s.name for s in r.steps] == ["edge", "cloud"] for r in busy)
+    assert all(
+        r.fallback_reason.startswith("edge busy")
+        and r.steps[0].detail == r.fallback_reason
+        and [s.name for s in r.steps] == ["edge", "cloud"]
+        for r in busy
+    )
     assert served_by_edge_again()
 
 
@@ -77,8 +89,15 @@ def test_more_concurrent_calls_than_workers_wait_for_one_instead_of_skipping_the
     results = [None] * 6
 
     def request(k):
-        results[k] = execute(decision(), f"p{k}", edge=slow_edge, cloud=cloud_ok, edge_context_tokens=1024,
-                             edge_timeout_s=5.0, edge_pool=pool)
+        results[k] = execute(
+            decision(),
+            f"p{k}",
+            edge=slow_edge,
+            cloud=cloud_ok,
+            edge_context_tokens=1024,
+            edge_timeout_s=5.0,
+            edge_pool=pool,
+        )
 
     threads = [threading.Thread(target=request, args=(k,)) for k in range(6)]
     for t in threads:
@@ -95,12 +114,23 @@ def test_an_edge_that_times_out_by_itself_is_its_own_error_and_holds_no_worker()
     def client_timeout(prompt):
         raise TimeoutError("read timed out after 0.2 s")
 
-    result = execute(decision(), "p", edge=client_timeout, cloud=cloud_ok, edge_context_tokens=1024,
-                     edge_timeout_s=5.0, edge_pool=pool)
+    result = execute(
+        decision(),
+        "p",
+        edge=client_timeout,
+        cloud=cloud_ok,
+        edge_context_tokens=1024,
+        edge_timeout_s=5.0,
+        edge_pool=pool,
+    )
     assert result.served_by == "cloud" and "read timed out" in result.fallback_reason
     assert pool.overrunning == 0
-    assert execute(decision(), "p", edge=edge_ok, cloud=cloud_ok, edge_context_tokens=1024, edge_timeout_s=5.0,
-                   edge_pool=pool).served_by == "edge"
+    assert (
+        execute(
+            decision(), "p", edge=edge_ok, cloud=cloud_ok, edge_context_tokens=1024, edge_timeout_s=5.0, edge_pool=pool
+        ).served_by
+        == "edge"
+    )
 
 
 def test_pool_size_must_be_positive():

@@ -1,4 +1,5 @@
 """The tree model's ONNX export: Platt calibration folded into the leaves, no no-op nodes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,11 @@ def booster_and_rows():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(2000, 6)).astype(np.float32)
     y = (x[:, 0] + 0.5 * x[:, 1] ** 2 + rng.normal(scale=0.8, size=len(x)) > 0.5).astype(int)
-    booster = lgb.train({"objective": "binary", "num_leaves": 15, "verbose": -1, "learning_rate": 0.2},
-                        lgb.Dataset(x, y), num_boost_round=40)
+    booster = lgb.train(
+        {"objective": "binary", "num_leaves": 15, "verbose": -1, "learning_rate": 0.2},
+        lgb.Dataset(x, y),
+        num_boost_round=40,
+    )
     return booster, x, y
 
 
@@ -98,12 +102,14 @@ def test_the_early_stopped_booster_is_cut_to_the_trees_a_retrain_would_grow():
     x_val, y_val = x[5000:], y[5000:]
     cut = fit_booster(x[:5000], y[:5000], x_val, y_val, params={}, num_boost_round=600, early_stopping_rounds=20)
     assert 20 < cut.current_iteration() < 600  # it did stop early
-    again = lgb.train(lgbm_params({}, seed=0), lgb.Dataset(x[:5000], label=y[:5000]),
-                      num_boost_round=cut.current_iteration())
+    again = lgb.train(
+        lgbm_params({}, seed=0), lgb.Dataset(x[:5000], label=y[:5000]), num_boost_round=cut.current_iteration()
+    )
     assert np.array_equal(cut.predict(x_val), again.predict(x_val))
     none = {"method": "none"}
-    assert np.array_equal(onnx_probability(booster_to_onnx(cut, 8, none), x_val),
-                          onnx_probability(booster_to_onnx(again, 8, none), x_val))
+    assert np.array_equal(
+        onnx_probability(booster_to_onnx(cut, 8, none), x_val), onnx_probability(booster_to_onnx(again, 8, none), x_val)
+    )
 
 
 def test_a_split_between_neighbouring_float32_values_routes_the_same_in_the_bundle():
@@ -119,18 +125,30 @@ def test_a_split_between_neighbouring_float32_values_routes_the_same_in_the_bund
 
     rng = np.random.default_rng(0)
     a = np.float32(0.3)
-    neighbours = np.array([np.nextafter(a, np.float32(0)), a, np.nextafter(a, np.float32(1)),
-                           np.nextafter(np.nextafter(a, np.float32(1)), np.float32(1))], dtype=np.float32)
+    neighbours = np.array(
+        [
+            np.nextafter(a, np.float32(0)),
+            a,
+            np.nextafter(a, np.float32(1)),
+            np.nextafter(np.nextafter(a, np.float32(1)), np.float32(1)),
+        ],
+        dtype=np.float32,
+    )
     column = rng.choice(neighbours, size=4000)
     x = np.stack([column, rng.random(4000, dtype=np.float32)], axis=1)
     y = (column > a).astype(int) ^ (rng.random(4000) < 0.05)
-    booster = lgb.train({"objective": "binary", "verbose": -1, "min_data_in_leaf": 5, "num_leaves": 4},
-                        lgb.Dataset(x, y), num_boost_round=5)
+    booster = lgb.train(
+        {"objective": "binary", "verbose": -1, "min_data_in_leaf": 5, "num_leaves": 4},
+        lgb.Dataset(x, y),
+        num_boost_round=5,
+    )
     rows = np.stack([neighbours, np.full(4, 0.5, dtype=np.float32)], axis=1)
-    converted = onnxmltools.convert_lightgbm(booster, initial_types=[("features", FloatTensorType([None, 2]))],
-                                             zipmap=False, target_opset=15)
+    converted = onnxmltools.convert_lightgbm(
+        booster, initial_types=[("features", FloatTensorType([None, 2]))], zipmap=False, target_opset=15
+    )
     raw_onnx = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"features": rows})[1][:, 1]
+        None, {"features": rows}
+    )[1][:, 1]
     assert np.abs(raw_onnx - booster.predict(rows)).max() > 0.1  # the rounding this guards against
     final = _for_onnx(booster)
     assert np.array_equal(final.predict(rows), booster.predict(rows))
@@ -158,8 +176,14 @@ def test_shared_heads_export_with_their_side_appended_in_the_graph():
         xv, yv, _ = stack_sides([(x[val], outcome[c][val], None) for c in columns])
         return fit_booster(xt, yt, xv, yv, params={"num_leaves": 7}, objective=objective, early_stopping_rounds=10)
 
-    heads = fit_heads("expected_gain", fit_booster_for, x[val], {c: v[val] for c, v in outcome.items()},
-                      calibration="sigmoid", shared=True)
+    heads = fit_heads(
+        "expected_gain",
+        fit_booster_for,
+        x[val],
+        {c: v[val] for c, v in outcome.items()},
+        calibration="sigmoid",
+        shared=True,
+    )
     assert [(h.name, h.side) for h in heads] == [("edge", 0), ("cloud", 1)] and heads[0].booster is heads[1].booster
     expected = {h.name: h.predict(x) for h in heads}
     assert expected["cloud"].mean() > expected["edge"].mean() + 0.2  # the side changes the prediction

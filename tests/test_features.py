@@ -1,4 +1,5 @@
 """The shared feature extractor: statistics, tokens, precision, embedding, cache."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,9 @@ def extractor():
     table = rng.normal(size=(30522, 8)).astype(np.float32)
     spec = FeatureSpec(tier="static", max_tokens=64, max_chars=400, embedding_dim=3)
     projection = Projection(np.zeros(8), rng.normal(size=(3, 8)))
-    return FeatureExtractor(spec, FastTokenizer(minilm_dir() / "tokenizer.json"),
-                            OnnxEncoder(static_encoder_graph(table)), projection)
+    return FeatureExtractor(
+        spec, FastTokenizer(minilm_dir() / "tokenizer.json"), OnnxEncoder(static_encoder_graph(table)), projection
+    )
 
 
 def stats(text):
@@ -44,7 +46,7 @@ def test_feature_matrix_layout(extractor):
     assert x.shape == (2, len(names)) and x.dtype == np.float32
     row = dict(zip(names, x[0]))
     assert row["precision_exact"] == 1.0 and row["precision_tolerant"] == 0.0
-    assert x[1, names.index("precision_exact"):names.index("emb_0")].sum() == 0.0  # undeclared
+    assert x[1, names.index("precision_exact") : names.index("emb_0")].sum() == 0.0  # undeclared
     assert row["n_tokens"] == len(extractor.tokenizer.full.encode(MCQ, add_special_tokens=False).ids)
     assert row["n_options"] == 4
 
@@ -105,7 +107,8 @@ def test_fast_tokenizer_gives_the_full_tokenizers_ids(real_data_dir):
     expected = [e.ids for e in tokenizer.full.encode_batch(prompts, add_special_tokens=False)]
     assert tokenizer.ids(prompts, add_special_tokens=False) == expected
     assert [tokenizer.ids([p], add_special_tokens=True)[0] for p in prompts[-7:]] == [
-        tokenizer.full.encode(p, add_special_tokens=True).ids for p in prompts[-7:]]
+        tokenizer.full.encode(p, add_special_tokens=True).ids for p in prompts[-7:]
+    ]
 
     # The shortcut is really taken on plain ASCII, and not where an added token may hide.
     assert tokenizer.shortcut and tokenizer.plain(MCQ) and tokenizer.plain("UPPER lower 123 $%^")
@@ -113,15 +116,38 @@ def test_fast_tokenizer_gives_the_full_tokenizers_ids(real_data_dir):
 
     # Pieces that exercise each branch: vocabulary words, words split into sub-words, words
     # over WordPiece's 100-character limit, added tokens in any case, punctuation, whitespace.
-    pieces = st.one_of(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=30),
-                       st.sampled_from(["The", "unaffable", "tokenization", "xqzv", "COVID-19", "e.g.", "a" * 101,
-                                        "[MASK]", "[cls]", "[SEP", " ", "\n", "\t", "\r\n", "___", "$12.50", "##ing"]))
+    pieces = st.one_of(
+        st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=30),
+        st.sampled_from(
+            [
+                "The",
+                "unaffable",
+                "tokenization",
+                "xqzv",
+                "COVID-19",
+                "e.g.",
+                "a" * 101,
+                "[MASK]",
+                "[cls]",
+                "[SEP",
+                " ",
+                "\n",
+                "\t",
+                "\r\n",
+                "___",
+                "$12.50",
+                "##ing",
+            ]
+        ),
+    )
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(pieces, max_size=12).map("".join))
     def same_on_any_ascii(text):
-        assert tokenizer.ids([text], add_special_tokens=False)[0] == tokenizer.full.encode(
-            text, add_special_tokens=False).ids
+        assert (
+            tokenizer.ids([text], add_special_tokens=False)[0]
+            == tokenizer.full.encode(text, add_special_tokens=False).ids
+        )
 
     same_on_any_ascii()
 
@@ -139,8 +165,11 @@ def reference_statistics(text: str, head: str) -> list[float]:
     spaces = sum(c == " " for c in head)
     words = spaces + sum(c == "\n" for c in head) + 1 if head.strip() else 0
     return [
-        float(len(text)), float(sum(c == "\n" for c in text) + 1), float(sum(c == " " for c in text)),
-        float(digits), digits / n_head,
+        float(len(text)),
+        float(sum(c == "\n" for c in text) + 1),
+        float(sum(c == " " for c in text)),
+        float(digits),
+        digits / n_head,
         float(sum(c in "+-*/=^<>%×÷±≤≥" for c in head)),
         float(count(["\\frac", "\\sqrt", "\\sum", "\\int", "\\cdot", "\\times", "\\pi", "^{", "_{"])),
         float(count(["```", "def ", "return ", "import ", "class ", ";\n", "{\n", "=>", "#include", "SELECT "])),
@@ -158,8 +187,9 @@ def test_text_statistics_equal_their_obvious_definition():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    alphabet = st.sampled_from(list("aZ09 \n\t.?!$€£¥+-*/=^<>%×÷±≤≥\\{}_#;`:()Ab日é") + ["\ud800", "\\frac", "def ",
-                                                                                       "SELECT ", "answer:"])
+    alphabet = st.sampled_from(
+        list("aZ09 \n\t.?!$€£¥+-*/=^<>%×÷±≤≥\\{}_#;`:()Ab日é") + ["\ud800", "\\frac", "def ", "SELECT ", "answer:"]
+    )
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(alphabet, max_size=60).map("".join), st.integers(0, 60))

@@ -1,5 +1,6 @@
 """`make data`, and `make train` on a fresh clone that has no logs, against a local HTTP
 server laid out like the upstream repositories."""
+
 from __future__ import annotations
 
 import csv
@@ -26,6 +27,7 @@ from tests.conftest import ROOT
 @dataclass
 class Upstream:
     """The local server: its folder (delete a file there for a 404) and the paths it cuts short."""
+
     root: Path
     routellm_url: str
     fastchat_url: str
@@ -45,16 +47,19 @@ def lay_out(real_data_dir: Path, root: Path, rows: int | None = None) -> None:
     """The real files under the upstream paths (RouteLLM and FastChat) in `root`; with `rows`,
     the MMLU and GSM8K files cut to their first `rows` rows (a quicker training)."""
     evals = root / "RouteLLM" / "routellm" / "evals"
-    copies = {real_data_dir / "mmlu" / f"mmlu_{s}.csv": evals / "mmlu" / "responses" / f"mmlu_{s}.csv"
-              for s in SUBJECT_DOMAIN}
+    copies = {
+        real_data_dir / "mmlu" / f"mmlu_{s}.csv": evals / "mmlu" / "responses" / f"mmlu_{s}.csv" for s in SUBJECT_DOMAIN
+    }
     copies[real_data_dir / "gsm8k" / "gsm8k_responses.csv"] = evals / "gsm8k" / "gsm8k_responses.csv"
     for source, target in copies.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         if rows is None:
             shutil.copy(source, target)
         else:
-            with open(source, newline="", encoding="utf-8") as whole, open(target, "w", newline="",
-                                                                         encoding="utf-8") as cut:
+            with (
+                open(source, newline="", encoding="utf-8") as whole,
+                open(target, "w", newline="", encoding="utf-8") as cut,
+            ):
                 csv.writer(cut).writerows(itertools.islice(csv.reader(whole), rows + 1))
     (evals / "mt_bench").mkdir()
     shutil.copy(real_data_dir / "mt_bench" / "judgements.jsonl", evals / "mt_bench")
@@ -145,12 +150,15 @@ def test_a_cut_download_is_an_error(upstream, tmp_path):
 
 
 def test_each_file_is_checked_against_its_pinned_sha256(upstream, real_data_dir, tmp_path):
-    digests = {relative: hashlib.sha256((real_data_dir / relative).read_bytes()).hexdigest()
-               for relative, _ in file_plan()}
+    digests = {
+        relative: hashlib.sha256((real_data_dir / relative).read_bytes()).hexdigest() for relative, _ in file_plan()
+    }
     assert len(fetch(tmp_path / "good", checksums=digests, **upstream.urls)) == 61
     wrong = {**digests, "mt_bench/judgements.jsonl": "0" * 64}
-    with pytest.raises(DownloadError, match=f"mt_bench/judgements.jsonl.*SHA-256 "
-                                            f"{digests['mt_bench/judgements.jsonl']}.*pinned {'0' * 64}"):
+    with pytest.raises(
+        DownloadError,
+        match=f"mt_bench/judgements.jsonl.*SHA-256 {digests['mt_bench/judgements.jsonl']}.*pinned {'0' * 64}",
+    ):
         fetch(tmp_path / "bad", checksums=wrong, **upstream.urls)
     assert leftovers(tmp_path / "bad") == [] and not (tmp_path / "bad.part").exists()
 
@@ -168,24 +176,46 @@ def fresh_clone_train(clone: Path, upstream: Upstream, *args: str) -> subprocess
     assert not (clone.parent / "shared").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("ROUTER_DATA_DIR", "MLFLOW_TRACKING_URI")}
     env.update(upstream.env, PYTHONPATH=str(ROOT), COLUMNS="400", HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "pipelines.train", *args], cwd=clone, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.train", *args],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def test_train_on_a_fresh_clone_fetches_the_pinned_logs(small_upstream, encoder_cache, tmp_path):
     upstream = small_upstream
     clone = tmp_path / "clone"
-    done = fresh_clone_train(clone, upstream, "--bundle", str(tmp_path / "bundle"),
-                             "--set", f"cache_dir={encoder_cache}", "--set", f"tracking_uri=sqlite:///{tmp_path}/m.db",
-                             "--set", f"artifact_root={tmp_path}/art", "--set", "min_rows_per_tag=20",
-                             "--set", "cv_folds=0")  # the subject is the fetch: one fit, not six
+    done = fresh_clone_train(
+        clone,
+        upstream,
+        "--bundle",
+        str(tmp_path / "bundle"),
+        "--set",
+        f"cache_dir={encoder_cache}",
+        "--set",
+        f"tracking_uri=sqlite:///{tmp_path}/m.db",
+        "--set",
+        f"artifact_root={tmp_path}/art",
+        "--set",
+        "min_rows_per_tag=20",
+        "--set",
+        "cv_folds=0",
+    )  # the subject is the fetch: one fit, not six
     assert done.returncode == 0, done.stderr[-3000:]
     said = done.stdout + done.stderr
-    assert "no outcome logs in" in said and f"downloading the pinned public RouteLLM logs from {upstream.routellm_url}" \
-        in said and "61 files" in said
+    assert (
+        "no outcome logs in" in said
+        and f"downloading the pinned public RouteLLM logs from {upstream.routellm_url}" in said
+        and "61 files" in said
+    )
     fetched = clone / "data" / "raw" / "routellm"
-    assert sorted(str(p.relative_to(fetched)) for p in fetched.rglob("*") if p.is_file()) \
-        == sorted(relative for relative, _ in file_plan())
+    assert sorted(str(p.relative_to(fetched)) for p in fetched.rglob("*") if p.is_file()) == sorted(
+        relative for relative, _ in file_plan()
+    )
     assert not (clone / "data" / "raw" / "routellm.part").exists()
     prompts = {row["prompt"] for row in load_logs([fetched]).rows}
     assert f"logs: {len(prompts)} prompts" in done.stdout  # the training read what was fetched
@@ -198,8 +228,15 @@ def test_train_says_what_it_tried_when_the_fetch_fails(upstream, tmp_path):
     done = fresh_clone_train(clone, upstream, "--bundle", str(tmp_path / "bundle"))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     error = " ".join(done.stderr.split())
-    for searched in ("ROUTER_DATA_DIR is not set", "data/raw/routellm", "../shared/data/routellm",
-                     f"{upstream.routellm_url}/LICENSE", "404", "--data PATH", "make data"):
+    for searched in (
+        "ROUTER_DATA_DIR is not set",
+        "data/raw/routellm",
+        "../shared/data/routellm",
+        f"{upstream.routellm_url}/LICENSE",
+        "404",
+        "--data PATH",
+        "make data",
+    ):
         assert searched in error, (searched, error)
     assert leftovers(clone / "data" / "raw") == []
 

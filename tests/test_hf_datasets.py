@@ -1,6 +1,7 @@
 """Hugging Face datasets as logs (data.hf_datasets): save_to_disk folders, hub datasets from the
 local cache, Dataset and IterableDataset objects, each read row by row through the checks every
 file goes through, and a saved dataset training the same bundle as its rows in JSONL."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,15 @@ from data.hf_datasets import BATCH_ROWS, DatasetSourceError, iter_dataset
 from data.logs import DataQualityError, load_logs, loading_units, read_unit
 from tests.conftest import ROOT, config_for
 
-GOOD = {"request_id": "r1", "prompt": "What is 2+2?", "domain": "math", "precision": "exact",
-        "edge_quality": 1.0, "cloud_quality": 0.0, "source": "app"}
+GOOD = {
+    "request_id": "r1",
+    "prompt": "What is 2+2?",
+    "domain": "math",
+    "precision": "exact",
+    "edge_quality": 1.0,
+    "cloud_quality": 0.0,
+    "source": "app",
+}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -93,8 +101,12 @@ def test_an_iterable_dataset_is_read_in_batches_not_whole():
     def stream():
         for i in range(5 * BATCH_ROWS):
             produced.append(i)
-            yield {"prompt": f"streamed question {i}?", "edge_quality": 1.0, "cloud_quality": 0.0,
-                   **({"domain": "math"} if i % 2 else {})}
+            yield {
+                "prompt": f"streamed question {i}?",
+                "edge_quality": 1.0,
+                "cloud_quality": 0.0,
+                **({"domain": "math"} if i % 2 else {}),
+            }
 
     dataset = datasets.IterableDataset.from_generator(stream)
     rows = iter_dataset(loading_units([dataset])[0], [])
@@ -138,9 +150,18 @@ def test_an_empty_dataset_is_a_file_reject():
 
 def test_the_dataset_own_output_format_is_set_aside():
     """A dataset formatted for numpy still gives Python values: prompt_tokens ids stay a list."""
-    row = {**GOOD, "prompt": None, "prompt_tokens": {
-        "input_ids": [1, 2, 3], "scalars": [0.5], "feature_names": ["n"], "tokenizer_sha256": "ab",
-        "max_tokens": 8, "add_special_tokens": True}}
+    row = {
+        **GOOD,
+        "prompt": None,
+        "prompt_tokens": {
+            "input_ids": [1, 2, 3],
+            "scalars": [0.5],
+            "feature_names": ["n"],
+            "tokenizer_sha256": "ab",
+            "max_tokens": 8,
+            "add_special_tokens": True,
+        },
+    }
     unit = loading_units([datasets.Dataset.from_list([row]).with_format("numpy")])[0]
     loaded = read_unit(unit)
     assert loaded.rejects == [] and loaded.token_rows[0]["prompt_tokens"]["input_ids"] == [1, 2, 3]
@@ -151,8 +172,11 @@ def test_the_dataset_own_output_format_is_set_aside():
 
 def test_a_dataset_dict_without_a_split_is_an_error_listing_its_splits(tmp_path):
     folder = saved(tmp_path, "logs", {"train": good_rows(3), "validation": good_rows(2)})
-    with pytest.raises(DatasetSourceError, match=r"DatasetDict of splits train, validation: name the one to "
-                                                 r"read, e.g. .*logs::train"):
+    with pytest.raises(
+        DatasetSourceError,
+        match=r"DatasetDict of splits train, validation: name the one to "
+        r"read, e.g. .*logs::train",
+    ):
         load_logs([folder])
     with pytest.raises(DatasetSourceError, match="no split 'test'; its splits: train, validation"):
         load_logs([f"{folder}::test"])
@@ -177,8 +201,10 @@ def test_units_sent_as_text_to_another_process_read_the_same(tmp_path):
 
 def test_reading_files_does_not_import_datasets(tmp_path):
     jsonl = write_jsonl(tmp_path / "a.jsonl", good_rows(3))
-    code = ("import sys; from data.logs import load_logs; assert len(load_logs([sys.argv[1]]).rows) == 3; "
-            "assert 'datasets' not in sys.modules, 'datasets imported'")
+    code = (
+        "import sys; from data.logs import load_logs; assert len(load_logs([sys.argv[1]]).rows) == 3; "
+        "assert 'datasets' not in sys.modules, 'datasets imported'"
+    )
     subprocess.run([sys.executable, "-c", code, str(jsonl)], cwd=ROOT, check=True)
 
 
@@ -199,11 +225,17 @@ def hub_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     rows = with_bad_row(good_rows(30))
-    builder = Json(cache_dir=str(tmp_path / "build"), dataset_name="router_logs",
-                   data_files={"train": str(write_jsonl(tmp_path / "train.jsonl", rows)),
-                               "test": str(write_jsonl(tmp_path / "test.jsonl", good_rows(5)))})
-    builder.download_and_prepare(output_dir=str(tmp_path / "datasets" / "acme___router_logs" / "default" / "0.0.0"
-                                                / COMMIT))
+    builder = Json(
+        cache_dir=str(tmp_path / "build"),
+        dataset_name="router_logs",
+        data_files={
+            "train": str(write_jsonl(tmp_path / "train.jsonl", rows)),
+            "test": str(write_jsonl(tmp_path / "test.jsonl", good_rows(5))),
+        },
+    )
+    builder.download_and_prepare(
+        output_dir=str(tmp_path / "datasets" / "acme___router_logs" / "default" / "0.0.0" / COMMIT)
+    )
     ref = tmp_path / "hub" / "datasets--acme--router_logs" / "refs" / "main"
     ref.parent.mkdir(parents=True)
     ref.write_text(COMMIT)
@@ -227,8 +259,11 @@ def test_a_hub_revision_the_cache_does_not_hold_is_an_error_not_other_rows(hub_c
 
 
 def test_a_hub_dataset_without_a_split_is_an_error_listing_its_splits(hub_cache):
-    with pytest.raises(DatasetSourceError, match=r"DatasetDict of splits .*: name the one to read, "
-                                                 r"e.g. hf://acme/router_logs@main::"):
+    with pytest.raises(
+        DatasetSourceError,
+        match=r"DatasetDict of splits .*: name the one to read, "
+        r"e.g. hf://acme/router_logs@main::",
+    ):
         load_logs(["hf://acme/router_logs@main"])
 
 
@@ -236,8 +271,9 @@ def test_an_uncached_hub_dataset_is_an_error_naming_it(hub_cache):
     with pytest.raises(DatasetSourceError) as caught:
         load_logs(["hf://acme/not_cached@v1::train"])
     message = str(caught.value)
-    assert message.startswith("hf://acme/not_cached@v1::train: datasets.load_dataset('acme/not_cached', "
-                              "revision='v1', split='train') failed")
+    assert message.startswith(
+        "hf://acme/not_cached@v1::train: datasets.load_dataset('acme/not_cached', revision='v1', split='train') failed"
+    )
     assert "read from the local cache" in message and str(datasets.config.HF_DATASETS_CACHE) in message
 
 
@@ -251,8 +287,13 @@ def real_rows(small_routellm) -> list[dict]:
     rows = load_logs([small_routellm]).rows
     rows = [rows[i * len(rows) // 400] for i in range(400)]  # evenly spaced: MMLU, GSM8K and MT-Bench
     bad = {**rows[0], "request_id": "bad-1", "prompt": "an invalid row", "cloud_quality": 1.7}
-    waiting = {**rows[1], "request_id": "waiting-1", "prompt": "no outcome yet", "edge_quality": None,
-               "cloud_quality": None}
+    waiting = {
+        **rows[1],
+        "request_id": "waiting-1",
+        "prompt": "no outcome yet",
+        "edge_quality": None,
+        "cloud_quality": None,
+    }
     return rows[:200] + [bad] + rows[200:300] + [waiting] + rows[300:]
 
 
@@ -278,19 +319,25 @@ def test_a_saved_dataset_trains_the_same_bundle_as_its_jsonl(real_rows, encoder_
 
     reports = {k: {f: v for f, v in r.manifest.data.items() if f != "rejects_file"} for k, r in results.items()}
     assert reports["dataset"] == reports["jsonl"] and reports["object"] == reports["jsonl"]
-    assert (reports["jsonl"]["rows_read"], reports["jsonl"]["rejected"], reports["jsonl"]["unlabelled"]) == \
-        (len(real_rows), 2, 1)
+    assert (reports["jsonl"]["rows_read"], reports["jsonl"]["rejected"], reports["jsonl"]["unlabelled"]) == (
+        len(real_rows),
+        2,
+        1,
+    )
     rejects = {k: [json.loads(line) for line in (tmp_path / k / "reports" / "rejects.jsonl").open()] for k in results}
     for kind, file in (("dataset", str(folder)), ("object", "dataset:unnamed")):
-        assert [(r["file"], r["location"], r["reason"]) for r in rejects[kind]] == \
-            [(file, r["location"].replace("line", "row"), r["reason"]) for r in rejects["jsonl"]]
+        assert [(r["file"], r["location"], r["reason"]) for r in rejects[kind]] == [
+            (file, r["location"].replace("line", "row"), r["reason"]) for r in rejects["jsonl"]
+        ]
 
     prompts = [r["prompt"] for r in real_rows[::8]]
     precisions = [r["precision"] for r in real_rows[::8]]
     scores = {k: Scorer.load(r.bundle).scores(prompts, precisions) for k, r in results.items()}
     assert np.ptp(scores["jsonl"]) > 0.01  # the prompts are told apart: the comparison is not of constants
-    decisions = {k: [(d.target, d.zone) for d in Router.load(r.bundle).route_batch(prompts, precisions)]
-                 for k, r in results.items()}
+    decisions = {
+        k: [(d.target, d.zone) for d in Router.load(r.bundle).route_batch(prompts, precisions)]
+        for k, r in results.items()
+    }
     assert len(set(decisions["jsonl"])) > 1
     for kind in ("dataset", "object"):
         np.testing.assert_allclose(scores[kind], scores["jsonl"], rtol=0, atol=1e-9)

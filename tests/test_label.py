@@ -1,6 +1,7 @@
 """`make label` against judges on 127.0.0.1 that answer badly or slowly: every answer the judge
 cannot grade is counted with its reason, printed as written, and no judge request outlives
 `--timeout-s` (the happy path is tests/test_traffic.py::test_make_label_grades_logged_answers_with_a_judge)."""
+
 from __future__ import annotations
 
 import json
@@ -36,18 +37,26 @@ def printed(result) -> str:
 
 
 def feedback(folder: Path) -> list[dict]:
-    return [r for f in sorted(folder.glob("*.jsonl")) for r in map(json.loads, f.read_text().splitlines())
-            if r["type"] == "feedback"]
+    return [
+        r
+        for f in sorted(folder.glob("*.jsonl"))
+        for r in map(json.loads, f.read_text().splitlines())
+        if r["type"] == "feedback"
+    ]
 
 
 def test_a_reply_whose_content_is_not_text_is_a_failed_grade_with_its_reason(tmp_path):
     """A number, or a list that holds no text parts, in the judge's `content` is counted as a
     failed grade (it ended the whole run with a TypeError); a list of text parts, as OpenAI
     servers may send, is read as its text."""
-    logs = outcome_log(tmp_path / "logs", {"Pick a number.": "number-answer", "List it.": "list-answer",
-                                           "Use parts.": "parts-answer"})
-    replies = {"number-answer": 8, "list-answer": ["Rating: [[8]]"],
-               "parts-answer": [{"type": "text", "text": "Fine. Rating: "}, {"type": "text", "text": "[[8]]"}]}
+    logs = outcome_log(
+        tmp_path / "logs", {"Pick a number.": "number-answer", "List it.": "list-answer", "Use parts.": "parts-answer"}
+    )
+    replies = {
+        "number-answer": 8,
+        "list-answer": ["Rating: [[8]]"],
+        "parts-answer": [{"type": "text", "text": "Fine. Rating: "}, {"type": "text", "text": "[[8]]"}],
+    }
     with judging(replies) as judge:
         result = make_label(logs, judge.url)
     assert result.exit_code == 1 and not isinstance(result.exception, TypeError), result.exception
@@ -86,10 +95,16 @@ def test_timeout_s_is_the_deadline_of_each_judge_request(tmp_path, drip):
     assert took < 12  # 3 attempts of 1 s and 1.5 s of back-off, the 4 answers side by side
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--base-url", "ftp://judge.example/[/v1]"],
-     "base_url='ftp://judge.example/[/v1]': expected an http:// or https:// URL"),
-    (["--timeout-s", "0"], "timeout_s=0.0: must be a positive number of seconds")])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--base-url", "ftp://judge.example/[/v1]"],
+            "base_url='ftp://judge.example/[/v1]': expected an http:// or https:// URL",
+        ),
+        (["--timeout-s", "0"], "timeout_s=0.0: must be a positive number of seconds"),
+    ],
+)
 def test_a_bad_judge_url_or_timeout_is_refused_before_any_request(tmp_path, args, message):
     """A clear error and exit 2 (both were tried, failed and retried for every answer before)."""
     logs = outcome_log(tmp_path / "logs", {"Decide.": "an answer"})

@@ -1,5 +1,6 @@
 """The layout holds: no import cycles, every package imports only the ones below it, and
 importing the SDK or a command loads no heavy library."""
+
 from __future__ import annotations
 
 import ast
@@ -18,8 +19,20 @@ ALLOWED = {
     "training": {"serving", "data", "evaluation"},
     "pipelines": {"serving", "data", "evaluation", "training"},
 }
-HEAVY = ("torch", "sentence_transformers", "lightgbm", "sklearn", "mlflow", "dask", "distributed", "pandas",
-         "datasets", "matplotlib", "onnx", "onnxmltools")
+HEAVY = (
+    "torch",
+    "sentence_transformers",
+    "lightgbm",
+    "sklearn",
+    "mlflow",
+    "dask",
+    "distributed",
+    "pandas",
+    "datasets",
+    "matplotlib",
+    "onnx",
+    "onnxmltools",
+)
 # The client and server extras: only the routed chat client (serving.chat) and the proxy load them.
 NETWORK = ("httpx2", "httpcore2", "anyio", "starlette", "uvicorn", "prometheus_client", "openai", "h11", "asyncio")
 
@@ -83,34 +96,61 @@ def test_no_import_cycles():
 
 
 def test_each_package_imports_only_the_packages_below_it():
-    wrong = [(module, target) for module, targets in project_imports().items() for target in targets
-             if target.split(".")[0] != module.split(".")[0]
-             and target.split(".")[0] not in ALLOWED[module.split(".")[0]]]
+    wrong = [
+        (module, target)
+        for module, targets in project_imports().items()
+        for target in targets
+        if target.split(".")[0] != module.split(".")[0] and target.split(".")[0] not in ALLOWED[module.split(".")[0]]
+    ]
     assert wrong == []
 
 
 def test_commands_do_not_import_each_other():
     graph = project_imports()
-    assert [(m, t) for m, ts in graph.items() for t in ts if m.startswith("pipelines.") and t.startswith("pipelines.")] \
-        == []
+    assert [
+        (m, t) for m, ts in graph.items() for t in ts if m.startswith("pipelines.") and t.startswith("pipelines.")
+    ] == []
 
 
 def loaded_heavy(*modules: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
-    code = (f"import importlib, json, sys; [importlib.import_module(m) for m in {list(modules)!r}]; "
-            f"print(json.dumps(sorted(h for h in {list(heavy)!r} if h in sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=True)
+    code = (
+        f"import importlib, json, sys; [importlib.import_module(m) for m in {list(modules)!r}]; "
+        f"print(json.dumps(sorted(h for h in {list(heavy)!r} if h in sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     return json.loads(done.stdout)
 
 
 def test_importing_the_sdk_or_a_command_loads_no_heavy_library():
     assert loaded_heavy("serving", "serving.router", "serving.scorer", "serving.cli") == []
-    commands = ["pipelines.train", "pipelines.evaluate", "pipelines.results", "pipelines.bench", "pipelines.scale",
-                "pipelines.simulate", "pipelines.fetch_data", "pipelines.proxy_load"]
+    commands = [
+        "pipelines.train",
+        "pipelines.evaluate",
+        "pipelines.results",
+        "pipelines.bench",
+        "pipelines.scale",
+        "pipelines.simulate",
+        "pipelines.fetch_data",
+        "pipelines.proxy_load",
+    ]
     assert loaded_heavy(*commands) == []
 
 
 def test_importing_the_sdk_or_its_cli_loads_no_client_or_server_library():
     """httpx2, the ASGI stack and even asyncio load only when the chat client or the proxy is used."""
-    assert loaded_heavy("serving", "serving.router", "serving.traffic", "serving.outcome_log", "serving.cli",
-                        "serving.watcher", "serving.proxy", "serving.proxy.config", heavy=NETWORK) == []
+    assert (
+        loaded_heavy(
+            "serving",
+            "serving.router",
+            "serving.traffic",
+            "serving.outcome_log",
+            "serving.cli",
+            "serving.watcher",
+            "serving.proxy",
+            "serving.proxy.config",
+            heavy=NETWORK,
+        )
+        == []
+    )

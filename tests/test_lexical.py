@@ -1,6 +1,7 @@
 """Lexical evidence (training.lexical, TrainConfig.lexical): the graph's margins are the
 training matrix's, the training rows' margins are out of fold, and a bundle trained with it
 scores like its training pipeline from raw text."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,17 @@ import pytest
 
 from tests.conftest import config_for
 
-HARD = ["", "   \n\t  ", "a", "Why?", "日本語のテキストを要約してください。", "🤖🎉🔥 emoji only 🚀",
-        "x " * 3000, "word " * 100 + "日本 🤖", "What is 2+2? Answer with one digit."]
+HARD = [
+    "",
+    "   \n\t  ",
+    "a",
+    "Why?",
+    "日本語のテキストを要約してください。",
+    "🤖🎉🔥 emoji only 🚀",
+    "x " * 3000,
+    "word " * 100 + "日本 🤖",
+    "What is 2+2? Answer with one digit.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -120,15 +130,18 @@ def test_an_outcome_without_failures_is_its_smoothed_log_odds():
     assert np.isnan(model.margins_of_rows([[1, 2], None])[1]).all()  # logged as an embedding: missing
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"lexical": "bigrams"}, "config lexical='bigrams': must be one of none, features, blend"),
-    ({"lexical": "blend", "objective": "cloud_needed"}, "blend needs objective=expected_gain, not 'cloud_needed'"),
-    ({"lexical": "blend", "calibration": "isotonic"}, "blend needs calibration=sigmoid or none, not 'isotonic'"),
-    ({"lexical": "features", "tier": "transformer"}, "needs tier=static, not 'transformer'"),
-    ({"lexical": "features", "engine": "dask"}, "needs engine=local, not 'dask'"),
-    ({"lexical_folds": 1}, "config lexical_folds=1: must be an integer in [2, 20]"),
-    ({"lexical_c": 0}, "config lexical_c=0: must be a number > 0"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"lexical": "bigrams"}, "config lexical='bigrams': must be one of none, features, blend"),
+        ({"lexical": "blend", "objective": "cloud_needed"}, "blend needs objective=expected_gain, not 'cloud_needed'"),
+        ({"lexical": "blend", "calibration": "isotonic"}, "blend needs calibration=sigmoid or none, not 'isotonic'"),
+        ({"lexical": "features", "tier": "transformer"}, "needs tier=static, not 'transformer'"),
+        ({"lexical": "features", "engine": "dask"}, "needs engine=local, not 'dask'"),
+        ({"lexical_folds": 1}, "config lexical_folds=1: must be an integer in [2, 20]"),
+        ({"lexical_c": 0}, "config lexical_c=0: must be a number > 0"),
+    ],
+)
 def test_bad_lexical_options_are_rejected(options, message):
     from training.config import TrainConfig
 
@@ -160,8 +173,14 @@ def trained_lexical(small_routellm, encoder_cache, tmp_path_factory):
     from training.engines import get_engine
     from training.engines.base import finish
 
-    config = config_for(tmp_path_factory.mktemp("lexical"), small_routellm, encoder_cache, lexical="features",
-                        lexical_folds=3, max_train_rows=1500)
+    config = config_for(
+        tmp_path_factory.mktemp("lexical"),
+        small_routellm,
+        encoder_cache,
+        lexical="features",
+        lexical_folds=3,
+        max_train_rows=1500,
+    )
     timings = {"start": 0.0}
     console = Console(quiet=True)
     fitted = get_engine("local").fit(config, console, timings)
@@ -196,8 +215,9 @@ def trained_plain(small_routellm, encoder_cache, tmp_path_factory):
     bundle from before the option) on the same rows as trained_lexical."""
     from training.engines.base import train
 
-    return train(config_for(tmp_path_factory.mktemp("plain"), small_routellm, encoder_cache, lexical="none",
-                            max_train_rows=1500))
+    return train(
+        config_for(tmp_path_factory.mktemp("plain"), small_routellm, encoder_cache, lexical="none", max_train_rows=1500)
+    )
 
 
 def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexical, trained_plain):
@@ -213,8 +233,10 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     with_lexical, without = Scorer.load(lexical.bundle), Scorer.load(trained_plain.bundle)
     assert without.spec.lexical == "none" and with_lexical.spec.lexical == "features"
     assert "lexical" not in json.loads((trained_plain.bundle / "manifest.json").read_text())["feature_spec"]
-    assert not any(i.name.endswith("lexical_weights")
-                   for i in onnx.load(str(trained_plain.bundle / "model.onnx")).graph.initializer)
+    assert not any(
+        i.name.endswith("lexical_weights")
+        for i in onnx.load(str(trained_plain.bundle / "model.onnx")).graph.initializer
+    )
     assert np.mean(np.abs(with_lexical.scores(prompts) - without.scores(prompts))) > 0.01
     graph = onnx.load(str(lexical.bundle / "model.onnx"))
     weights = next(i for i in graph.graph.initializer if i.name.endswith("lexical_weights"))
@@ -225,15 +247,18 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     assert {width, width + 1} & features_read  # the trees split on the margins
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({}, "blend"),
-    ({"engine": "dask", "cv_folds": 0}, "none"),
-    ({"tier": "transformer"}, "none"),
-    ({"objective": "cloud_needed"}, "none"),
-    ({"calibration": "isotonic"}, "none"),
-    ({"lexical": "features"}, "features"),
-    ({"lexical": "none"}, "none"),
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ({}, "blend"),
+        ({"engine": "dask", "cv_folds": 0}, "none"),
+        ({"tier": "transformer"}, "none"),
+        ({"objective": "cloud_needed"}, "none"),
+        ({"calibration": "isotonic"}, "none"),
+        ({"lexical": "features"}, "features"),
+        ({"lexical": "none"}, "none"),
+    ],
+)
 def test_the_default_blends_lexical_evidence_where_it_can_run(options, expected):
     """lexical left empty: blend on the static tier with the local engine, expected gain and a
     calibration the graph holds (what paired cross-validation chose); none elsewhere, where a
@@ -252,8 +277,9 @@ def trained_blend(small_routellm, encoder_cache, tmp_path_factory):
     from training.engines import get_engine
     from training.engines.base import finish
 
-    config = config_for(tmp_path_factory.mktemp("blend"), small_routellm, encoder_cache, lexical="blend",
-                        max_train_rows=1500)
+    config = config_for(
+        tmp_path_factory.mktemp("blend"), small_routellm, encoder_cache, lexical="blend", max_train_rows=1500
+    )
     timings = {"start": 0.0}
     fitted = get_engine("local").fit(config, Console(quiet=True), timings)
     return config, fitted, finish(config, fitted, timings)
@@ -286,11 +312,16 @@ def test_a_blend_bundle_computes_each_head_as_its_two_models_mixed(trained_blend
     expected = {}
     for head in fitted.heads:
         trees = apply_calibration(head.calibration, head.booster.predict(features))
-        w, outcome = blends[head.name]["tree_weight"], ("lexical_edge", "lexical_cloud").index(blends[head.name]["margin"])
+        w, outcome = (
+            blends[head.name]["tree_weight"],
+            ("lexical_edge", "lexical_cloud").index(blends[head.name]["margin"]),
+        )
         expected[head.name] = w * trees + (1 - w) * expit(margins[:, outcome].astype(np.float64))
     sdk = Scorer.load(result.bundle).scores(prompts, precisions)
     assert np.max(np.abs(sdk - (expected["cloud"] - expected["edge"]))) <= 1e-5
-    trees = [n for n in onnx.load(str(result.bundle / "model.onnx")).graph.node if n.op_type == "TreeEnsembleClassifier"]
+    trees = [
+        n for n in onnx.load(str(result.bundle / "model.onnx")).graph.node if n.op_type == "TreeEnsembleClassifier"
+    ]
     read = {int(f) for t in trees for a in t.attribute if a.name == "nodes_featureids" for f in a.ints}
     assert max(read) < len(fitted.plan.spec.feature_names)  # the trees do not read the margins
 

@@ -1,4 +1,5 @@
 """Log loaders: canonical formats, the RouteLLM adapter, and every kind of bad row."""
+
 from __future__ import annotations
 
 import json
@@ -6,16 +7,23 @@ import json
 import pandas as pd
 import pytest
 
-from data.logs import DataQualityError, load_logs
 from data.location import default_data_paths
+from data.logs import DataQualityError, load_logs
 from data.routellm import SUBJECT_DOMAIN
 
-GOOD = {"request_id": "r1", "prompt": "What is 2+2?", "domain": "Math", "precision": "exact",
-        "edge_quality": 1, "cloud_quality": 1, "source": "app"}
+GOOD = {
+    "request_id": "r1",
+    "prompt": "What is 2+2?",
+    "domain": "Math",
+    "precision": "exact",
+    "edge_quality": 1,
+    "cloud_quality": 1,
+    "source": "app",
+}
 
 
 def write_jsonl(path, lines):
-    path.write_text("\n".join(l if isinstance(l, str) else json.dumps(l) for l in lines) + "\n")
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
     return path
 
 
@@ -44,17 +52,20 @@ def test_globs_and_folders_expand(tmp_path):
         load_logs([str(tmp_path / "nothing-here*.jsonl")])
 
 
-@pytest.mark.parametrize("bad, reason", [
-    ({"prompt": None}, "prompt is missing"),
-    ({"prompt": "   "}, "prompt is empty"),
-    ({"prompt": 42}, "prompt is not text"),
-    ({"edge_quality": 1.5}, "edge_quality is out of range"),
-    ({"cloud_quality": -0.1}, "cloud_quality is out of range"),
-    ({"cloud_quality": "high"}, "cloud_quality is not a number"),
-    ({"edge_quality": None}, "edge_quality is missing"),
-    ({"precision": "approximate"}, "precision 'approximate' is unknown"),
-    ({"edge_cost": -1}, "edge_cost is negative"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ({"prompt": None}, "prompt is missing"),
+        ({"prompt": "   "}, "prompt is empty"),
+        ({"prompt": 42}, "prompt is not text"),
+        ({"edge_quality": 1.5}, "edge_quality is out of range"),
+        ({"cloud_quality": -0.1}, "cloud_quality is out of range"),
+        ({"cloud_quality": "high"}, "cloud_quality is not a number"),
+        ({"edge_quality": None}, "edge_quality is missing"),
+        ({"precision": "approximate"}, "precision 'approximate' is unknown"),
+        ({"edge_cost": -1}, "edge_cost is negative"),
+    ],
+)
 def test_each_bad_row_is_rejected_with_file_line_and_reason(tmp_path, bad, reason):
     rows = good_rows(30)
     rows[4] = {**rows[4], **bad}
@@ -64,7 +75,7 @@ def test_each_bad_row_is_rejected_with_file_line_and_reason(tmp_path, bad, reaso
     [reject] = loaded.rejects
     assert (reject.file, reject.location) == (str(path), "line 5")
     assert reason in reject.reason
-    written = [json.loads(l) for l in (tmp_path / "rejects.jsonl").read_text().splitlines()]
+    written = [json.loads(line) for line in (tmp_path / "rejects.jsonl").read_text().splitlines()]
     assert written == [reject.as_dict()]
 
 
@@ -73,7 +84,9 @@ def test_unparsable_and_non_object_lines_are_rejected(tmp_path):
     loaded = load_logs([path], max_reject_share=1.0)
     assert len(loaded.rows) == 4
     assert [(r.location, r.reason.split(":")[0]) for r in loaded.rejects] == [
-        ("line 3", "unparsable JSON"), ("line 4", "not a JSON object")]
+        ("line 3", "unparsable JSON"),
+        ("line 4", "not a JSON object"),
+    ]
     assert loaded.n_read == 6, "a line that is not a row still counts as read (and against the reject share)"
 
 
@@ -169,10 +182,14 @@ def test_data_location_prefers_env_and_explains_absence(tmp_path, monkeypatch):
 
 def test_routellm_parts_can_be_passed_on_their_own(small_routellm):
     whole = load_logs([small_routellm]).frame()
-    parts = load_logs([small_routellm / "mt_bench", small_routellm / "gsm8k" / "gsm8k_responses.csv",
-                       small_routellm / "mmlu"]).frame()
-    assert parts.sort_values("request_id").reset_index(drop=True).equals(
-        whole.sort_values("request_id").reset_index(drop=True))
+    parts = load_logs(
+        [small_routellm / "mt_bench", small_routellm / "gsm8k" / "gsm8k_responses.csv", small_routellm / "mmlu"]
+    ).frame()
+    assert (
+        parts.sort_values("request_id")
+        .reset_index(drop=True)
+        .equals(whole.sort_values("request_id").reset_index(drop=True))
+    )
     one_subject = load_logs([small_routellm / "mmlu" / "mmlu_anatomy.csv"]).frame()
     assert set(one_subject["domain"]) == {"medical"} and set(one_subject["source"]) == {"mmlu"}
 

@@ -1,5 +1,6 @@
 """Hostile log files: each bad row or file is reported (file, location, clear reason) and
 every good row beside it is kept; nothing is dropped, merged or read twice silently."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,15 @@ import pytest
 
 from data.logs import load_logs, loading_units, read_unit
 
-GOOD = {"request_id": "r1", "prompt": "What is 2+2?", "domain": "Math", "precision": "exact",
-        "edge_quality": 1, "cloud_quality": 1, "source": "app"}
+GOOD = {
+    "request_id": "r1",
+    "prompt": "What is 2+2?",
+    "domain": "Math",
+    "precision": "exact",
+    "edge_quality": 1,
+    "cloud_quality": 1,
+    "source": "app",
+}
 
 
 def good_rows(n, start=0):
@@ -35,8 +43,9 @@ def test_invalid_utf8_in_jsonl_rejects_only_that_line(tmp_path):
     [reject] = loaded.rejects
     assert (reject.file, reject.location) == (str(path), "line 5")
     column = lines[4].index(b"\xff")
-    assert reject.reason == (f"invalid UTF-8: byte 0xff at column {column + 1} "
-                             f"(byte offset {sum(map(len, lines[:4])) + column} in the file)")
+    assert reject.reason == (
+        f"invalid UTF-8: byte 0xff at column {column + 1} (byte offset {sum(map(len, lines[:4])) + column} in the file)"
+    )
 
 
 def test_invalid_utf8_in_csv_rejects_only_that_row(tmp_path):
@@ -56,23 +65,36 @@ def test_empty_file_is_a_clear_file_reject(tmp_path, name):
     loaded = load_logs([tmp_path], max_reject_share=0.5)
     assert len(loaded.rows) == 30
     assert [r.as_dict() for r in loaded.rejects] == [
-        {"file": str(tmp_path / name), "location": "file", "reason": "empty file (0 bytes)"}]
+        {"file": str(tmp_path / name), "location": "file", "reason": "empty file (0 bytes)"}
+    ]
 
 
 HEADER = "prompt,edge_quality,cloud_quality\n"
 
 
-@pytest.mark.parametrize("body, bad_row, kept, reason", [
-    # The quote is never closed: it would run to the end of the file.
-    ('q0,1,1\n"q1 cut off,1,1\nq2,1,1\nq3,1,1\n', 2, ["q0", "q2", "q3"], "unexpected end of data"),
-    # Closed by the opening quote of a later quoted field.
-    ('q0,1,1\n"q1 cut off,1,1\nq2,1,1\n"q3, quoted",1,1\nq4,1,1\n', 2,
-     ["q0", "q2", "q3, quoted", "q4"], "',' expected after '\"'"),
-    # Closed by a stray quote in a later row: valid CSV, but the quoted value holds whole rows.
-    ('q0,1,1\n"q1 cut off,1,0\nq2,0,1\nq3 stray",1,1\nq4,1,1\n', 2,
-     ['q0', 'q2', 'q3 stray"', 'q4'], "holds the rest of a row"),
-    ('q0,1,1\n"q1 cut off,1,0\nq2 stray",0,1\nq3,1,1\n', 2, ['q0', 'q2 stray"', 'q3'], "holds the rest of a row"),
-], ids=["never-closed", "closed-by-a-later-quoted-field", "stray-quote-two-rows-later", "stray-quote-in-next-row"])
+@pytest.mark.parametrize(
+    "body, bad_row, kept, reason",
+    [
+        # The quote is never closed: it would run to the end of the file.
+        ('q0,1,1\n"q1 cut off,1,1\nq2,1,1\nq3,1,1\n', 2, ["q0", "q2", "q3"], "unexpected end of data"),
+        # Closed by the opening quote of a later quoted field.
+        (
+            'q0,1,1\n"q1 cut off,1,1\nq2,1,1\n"q3, quoted",1,1\nq4,1,1\n',
+            2,
+            ["q0", "q2", "q3, quoted", "q4"],
+            "',' expected after '\"'",
+        ),
+        # Closed by a stray quote in a later row: valid CSV, but the quoted value holds whole rows.
+        (
+            'q0,1,1\n"q1 cut off,1,0\nq2,0,1\nq3 stray",1,1\nq4,1,1\n',
+            2,
+            ["q0", "q2", 'q3 stray"', "q4"],
+            "holds the rest of a row",
+        ),
+        ('q0,1,1\n"q1 cut off,1,0\nq2 stray",0,1\nq3,1,1\n', 2, ["q0", 'q2 stray"', "q3"], "holds the rest of a row"),
+    ],
+    ids=["never-closed", "closed-by-a-later-quoted-field", "stray-quote-two-rows-later", "stray-quote-in-next-row"],
+)
 def test_unterminated_csv_quote_is_reported_never_merged(tmp_path, body, bad_row, kept, reason):
     path = tmp_path / "logs.csv"
     path.write_text(HEADER + body)
@@ -104,17 +126,21 @@ def test_csv_with_a_wrong_number_of_fields_rejects_that_row(tmp_path):
     assert prompts(loaded) == ["q0", "q3"]
     assert [(r.location, r.reason) for r in loaded.rejects] == [
         ("row 2", "malformed CSV (line 3): 4 fields, the header has 3"),
-        ("row 3", "malformed CSV (line 4): 2 fields, the header has 3")]
+        ("row 3", "malformed CSV (line 4): 2 fields, the header has 3"),
+    ]
 
 
 def test_multi_line_quoted_prompts_are_kept(tmp_path):
     """Prompts span lines and carry commas and numbers (as in MMLU): legal CSV, not a swallowed row."""
-    rows = [{**GOOD, "prompt": text} for text in (
-        "Which of these, if any, is prime?\nA. 4, 6, 8\nB. 7\nAnswer:",
-        "Add 1, 2, 3\nthen 1, 2, 3\n",
-        'He said "no", then\n"yes", 1, 1',
-        "Line one\r\nline two, 0.5, 1",
-    )]
+    rows = [
+        {**GOOD, "prompt": text}
+        for text in (
+            "Which of these, if any, is prime?\nA. 4, 6, 8\nB. 7\nAnswer:",
+            "Add 1, 2, 3\nthen 1, 2, 3\n",
+            'He said "no", then\n"yes", 1, 1',
+            "Line one\r\nline two, 0.5, 1",
+        )
+    ]
     path = tmp_path / "logs.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     loaded = load_logs([path])
@@ -144,8 +170,8 @@ def test_symlink_loops_and_aliases_read_each_file_once(tmp_path):
     (logs / "sub").mkdir(parents=True)
     (logs / "a.jsonl").write_bytes(jsonl_bytes(good_rows(3)))
     (logs / "sub" / "b.jsonl").write_bytes(jsonl_bytes(good_rows(2, start=3)))
-    (logs / "sub" / "loop").symlink_to(logs, target_is_directory=True)   # sub/loop -> logs -> sub -> ...
-    (logs / "self").symlink_to("self")                                     # a link to itself
+    (logs / "sub" / "loop").symlink_to(logs, target_is_directory=True)  # sub/loop -> logs -> sub -> ...
+    (logs / "self").symlink_to("self")  # a link to itself
     (logs / "alias.jsonl").symlink_to(logs / "a.jsonl")
     units = loading_units([logs, logs / "sub", str(logs / "**" / "*.jsonl")])
     assert [u.name for u in units] == ["a.jsonl", "b.jsonl"]
@@ -156,8 +182,13 @@ def test_symlink_loops_and_aliases_read_each_file_once(tmp_path):
 def test_dangling_symlink_is_a_file_reject_in_both_engines(tmp_path):
     (tmp_path / "good.jsonl").write_bytes(jsonl_bytes(good_rows(30)))
     (tmp_path / "gone.jsonl").symlink_to(tmp_path / "deleted.jsonl")
-    expected = [{"file": str(tmp_path / "gone.jsonl"), "location": "file",
-                 "reason": f"dangling symlink to {str(tmp_path / 'deleted.jsonl')!r}: No such file or directory"}]
+    expected = [
+        {
+            "file": str(tmp_path / "gone.jsonl"),
+            "location": "file",
+            "reason": f"dangling symlink to {str(tmp_path / 'deleted.jsonl')!r}: No such file or directory",
+        }
+    ]
     loaded = load_logs([tmp_path], max_reject_share=0.5)
     assert len(loaded.rows) == 30 and [r.as_dict() for r in loaded.rejects] == expected
     # The Dask engine reads each loading unit on its own with read_unit.
@@ -183,7 +214,8 @@ def test_unlistable_folder_is_a_file_reject(tmp_path, monkeypatch):
     loaded = load_logs([tmp_path], max_reject_share=0.5)
     assert len(loaded.rows) == 30
     assert [r.as_dict() for r in loaded.rejects] == [
-        {"file": str(tmp_path / "locked"), "location": "file", "reason": "cannot list folder: Permission denied"}]
+        {"file": str(tmp_path / "locked"), "location": "file", "reason": "cannot list folder: Permission denied"}
+    ]
 
 
 @pytest.mark.parametrize("field", ["edge_quality", "cloud_quality"])
@@ -203,9 +235,10 @@ def test_csv_missing_markers_and_long_prompts_are_read(tmp_path):
     """R and pandas write NA / null for a missing value; a 1 MB prompt is one cell."""
     path = tmp_path / "logs.csv"
     long_prompt = "word " * 200_000
-    path.write_text("prompt,edge_quality,cloud_quality,edge_latency_ms,domain\n"
-                    "NA,1,0,NA,null\n"
-                    f"{long_prompt},0,1,12.5,finance\n", encoding="utf-8")
+    path.write_text(
+        f"prompt,edge_quality,cloud_quality,edge_latency_ms,domain\nNA,1,0,NA,null\n{long_prompt},0,1,12.5,finance\n",
+        encoding="utf-8",
+    )
     loaded = load_logs([path])
     assert loaded.rejects == []
     assert prompts(loaded) == ["NA", long_prompt]  # the prompt's text is never a missing marker

@@ -1,4 +1,5 @@
 """Routing metrics on small cases computed by hand."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,8 +54,14 @@ def test_auc_with_ties_and_one_class():
 def test_operating_point_splits_misroutes():
     needed = np.array([0, 0, 1, 1])
     point = operating_point([True, False, False, True], Q_EDGE, Q_CLOUD, needed)
-    assert point == {"cloud_share": 0.5, "quality": 0.75, "quality_vs_all_cloud": 0.0,
-                     "misroute_rate": 0.5, "under_routing": 0.25, "over_routing": 0.25}
+    assert point == {
+        "cloud_share": 0.5,
+        "quality": 0.75,
+        "quality_vs_all_cloud": 0.0,
+        "misroute_rate": 0.5,
+        "under_routing": 0.25,
+        "over_routing": 0.25,
+    }
     everything_edge = operating_point([False] * 4, Q_EDGE, Q_CLOUD, needed)
     assert (everything_edge["cloud_share"], everything_edge["misroute_rate"]) == (0.0, 0.5)
     everything_cloud = operating_point([True] * 4, Q_EDGE, Q_CLOUD, needed)

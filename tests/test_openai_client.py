@@ -1,6 +1,7 @@
 """The routed chat client against real HTTP stub servers on 127.0.0.1: who answers, every fallback
 path (HTTP 5xx, malformed JSON, timeout, slow first token, refused connection), streams, the async
 client, costs, and the cloud key kept out of every error."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,8 +11,14 @@ import time
 import pytest
 
 from serving import CloudCallError
-from serving.chat import (Endpoint, RoutedChat, StreamInterrupted, UpstreamHTTPError, UpstreamUnreachable,
-                          conversation_prompt)
+from serving.chat import (
+    Endpoint,
+    RoutedChat,
+    StreamInterrupted,
+    UpstreamHTTPError,
+    UpstreamUnreachable,
+    conversation_prompt,
+)
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, dead_url, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.real_data  # routing is the session's trained test bundle
@@ -19,10 +26,19 @@ pytestmark = pytest.mark.real_data  # routing is the session's trained test bund
 
 def endpoints(stubs, *, edge_url=None):
     edge, cloud = stubs
-    return dict(edge=Endpoint(edge_url or edge.url, "edge-model", timeout_s=0.6, first_token_timeout_s=0.3,
-                              input_price_per_1m=0.0, output_price_per_1m=0.0),
-                cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5,
-                               input_price_per_1m=1.0, output_price_per_1m=2.0))
+    return dict(
+        edge=Endpoint(
+            edge_url or edge.url,
+            "edge-model",
+            timeout_s=0.6,
+            first_token_timeout_s=0.3,
+            input_price_per_1m=0.0,
+            output_price_per_1m=0.0,
+        ),
+        cloud=Endpoint(
+            cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5, input_price_per_1m=1.0, output_price_per_1m=2.0
+        ),
+    )
 
 
 @pytest.fixture
@@ -41,6 +57,7 @@ def create(chat, mode: str, messages, **kwargs):
             return await chat.acreate(messages, **kwargs)
         finally:
             await chat.aclose()
+
     return asyncio.run(run())
 
 
@@ -51,8 +68,12 @@ def test_an_edge_first_conversation_is_answered_by_the_edge(chat, stubs, mode):
     completion = create(chat, mode, messages, temperature=0.2, max_tokens=20)
     assert completion.text == "answer from edge" and completion.body["id"].startswith("chatcmpl-edge")
     routing = completion.routing
-    assert (routing.served_by, routing.model, routing.fallback_reason, routing.fallback_kind) == \
-        ("edge", "edge-model", None, None)
+    assert (routing.served_by, routing.model, routing.fallback_reason, routing.fallback_kind) == (
+        "edge",
+        "edge-model",
+        None,
+        None,
+    )
     assert routing.decision.target == "edge" and [(s.name, s.status) for s in routing.steps] == [("edge", "ok")]
     assert routing.estimated_cost == 0.0 and routing.seconds > 0
     sent = edge.received[-1]
@@ -69,7 +90,9 @@ def test_a_cloud_first_conversation_goes_to_the_cloud_only(chat, stubs, mode):
     assert completion.routing.decision.zone == "cloud" and completion.routing.fallback_reason is None
     assert edge.received == [] and cloud.received[-1].headers["authorization"] == f"Bearer {CLOUD_KEY}"
     usage = completion.body["usage"]
-    assert completion.routing.estimated_cost == pytest.approx((usage["prompt_tokens"] + 2 * usage["completion_tokens"]) / 1e6)
+    assert completion.routing.estimated_cost == pytest.approx(
+        (usage["prompt_tokens"] + 2 * usage["completion_tokens"]) / 1e6
+    )
 
 
 FAILURES = {  # how the edge fails -> (fallback kind, edge step status, text in the reason)
@@ -116,15 +139,21 @@ def test_the_accept_check_reads_the_assistant_text(checked_chat):
     completion = chat.create(ASK, accept=lambda text: seen.append(text) or False)
     assert seen == ["answer from edge"] and isinstance(seen[0], str)
     assert completion.routing.served_by == "cloud" and completion.routing.fallback_kind == "rejected"
-    assert [(s.name, s.status) for s in completion.routing.steps] == [("edge", "ok"), ("accept", "rejected"),
-                                                                     ("cloud", "ok")]
+    assert [(s.name, s.status) for s in completion.routing.steps] == [
+        ("edge", "ok"),
+        ("accept", "rejected"),
+        ("cloud", "ok"),
+    ]
     # The rejected edge answer (price 0) and the cloud's both count in the cost.
     usage = completion.body["usage"]
-    assert completion.routing.estimated_cost == pytest.approx((usage["prompt_tokens"] + 2 * usage["completion_tokens"]) / 1e6)
+    assert completion.routing.estimated_cost == pytest.approx(
+        (usage["prompt_tokens"] + 2 * usage["completion_tokens"]) / 1e6
+    )
     assert chat.create(ASK, accept=lambda text: text.startswith("answer from")).routing.served_by == "edge"
 
     def broken(text):
         raise RuntimeError("checker down")
+
     assert chat.create(ASK, accept=broken).routing.fallback_kind == "accept_error"
     assert create(chat, "async", ASK, accept=lambda text: False).routing.fallback_kind == "rejected"
 
@@ -198,14 +227,18 @@ def test_an_edge_stream_falls_back_before_anything_reaches_the_caller(chat, stub
         stream = chat.create(ASK, stream=True)
         routing, chunks = stream.routing, list(stream)
     else:
+
         async def run():
             async with await chat.acreate(ASK, stream=True) as stream:
                 return stream.routing, [c async for c in stream]
+
         routing, chunks = asyncio.run(run())
     assert time.perf_counter() - start < 1.5  # the 0.3 s first-token limit, not the edge's 2 s
     assert text_of(chunks) == "answer from cloud" and routing.served_by == "cloud"
-    assert routing.fallback_kind == kind and [(s.name, s.status) for s in routing.steps] == [("edge", status),
-                                                                                            ("cloud", "ok")]
+    assert routing.fallback_kind == kind and [(s.name, s.status) for s in routing.steps] == [
+        ("edge", status),
+        ("cloud", "ok"),
+    ]
 
 
 def test_a_stream_from_a_refused_edge_comes_from_the_cloud(router, stubs):
@@ -231,6 +264,7 @@ def test_an_async_stream_reports_its_cost_when_usage_is_sent(chat, stubs):
         chunks = [c async for c in stream]
         await chat.aclose()
         return stream.routing, chunks
+
     routing, chunks = asyncio.run(run())
     usage = chunks[-1]["usage"]
     assert routing.served_by == "cloud" and text_of(chunks) == "answer from cloud"
@@ -244,13 +278,22 @@ def test_streams_refuse_an_accept_check(chat):
 
 # The conversation, the arguments, the hook.
 def test_the_router_reads_the_latest_user_turn_first_then_newer_turns_then_the_system():
-    messages = [{"role": "system", "content": "You are terse."},
-                {"role": "user", "content": "Name a prime."},
-                {"role": "assistant", "content": "7"},
-                {"role": "user", "content": [{"type": "text", "text": "And a larger one?"},
-                                             {"type": "image_url", "image_url": {"url": "data:,"}}]}]
-    assert conversation_prompt(messages) == \
-        "And a larger one?\n\nassistant: 7\n\nuser: Name a prime.\n\nsystem: You are terse."
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Name a prime."},
+        {"role": "assistant", "content": "7"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "And a larger one?"},
+                {"type": "image_url", "image_url": {"url": "data:,"}},
+            ],
+        },
+    ]
+    assert (
+        conversation_prompt(messages)
+        == "And a larger one?\n\nassistant: 7\n\nuser: Name a prime.\n\nsystem: You are terse."
+    )
     assert conversation_prompt(ASK) == "What is 2+2?"  # one turn routes exactly as router.route(text)
     assert conversation_prompt([{"role": "system", "content": "only a system turn"}]) == "only a system turn"
     assert conversation_prompt([*ASK, {"role": "assistant", "content": None, "tool_calls": []}]) == "What is 2+2?"
@@ -280,6 +323,7 @@ def test_on_routed_sees_every_answer_and_never_breaks_the_request(router, stubs,
 
     def broken(routing):
         raise RuntimeError("log store down")
+
     with RoutedChat(router, **endpoints(stubs), on_routed=broken) as chat, caplog.at_level(logging.WARNING):
         assert chat.create(ASK).text == "answer from edge"
     assert "on_routed raised" in caplog.text
@@ -305,17 +349,23 @@ def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, st
             with chat.create(ASK, stream=True) as stream:
                 assert text_of(list(stream)) == "answer from cloud"
         else:
+
             async def run():
                 stream = await chat.acreate(ASK, stream=True)
                 async with stream:
                     chunks = [chunk async for chunk in stream]
                 await chat.aclose()
                 return chunks
+
             assert text_of(asyncio.run(run())) == "answer from cloud"
     log.close()
     (record,) = [json.loads(line) for f in (tmp_path / "logs").glob("*.jsonl") for line in f.read_text().splitlines()]
-    assert (record["type"], record["prompt"], record["target"], record["served_by"]) == \
-        ("request", "What is 2+2?", "edge", "cloud")
+    assert (record["type"], record["prompt"], record["target"], record["served_by"]) == (
+        "request",
+        "What is 2+2?",
+        "edge",
+        "cloud",
+    )
     assert record["fallback_reason"].startswith("edge") and record["edge_quality"] == 0.0
     assert [s["name"] for s in record["steps"]] == ["edge", "cloud"] and record["propensity"] == 1.0
     assert record["cloud_response"] == ("answer from cloud" if mode in ("sync", "async") else None)
@@ -334,7 +384,7 @@ def test_the_readme_example_runs_against_two_local_servers(bundle, stubs, monkey
     monkeypatch.setenv("CLOUD_KEY", CLOUD_KEY)
     printed = []
     exec(compile(example, "README.md", "exec"), {"print": lambda *args: printed.append(args)})
-    (text, served_by, reason), = printed
+    ((text, served_by, reason),) = printed
     assert text == f"answer from {served_by}" and served_by in ("edge", "cloud")
     assert reason is None  # both answered: nothing to fall back from
     assert len(example.strip().splitlines()) <= 10

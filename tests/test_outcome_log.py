@@ -1,6 +1,7 @@
 """The outcome log's promises: what each privacy mode keeps on disk (no request text escapes
 through an error message), what `written` and `dropped` count on a real full disk, and that a
 log folder is recognised from any of its records."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,12 @@ def files(folder: Path) -> list[Path]:
 
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(line) for file in files(folder) for line in file.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    return [
+        json.loads(line)
+        for file in files(folder)
+        for line in file.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def on_disk(folder: Path) -> str:
@@ -59,8 +64,13 @@ def traffic_with_failures(router: Router) -> None:
     accept check that raises, a cloud call that fails after both (CloudCallError), a shadow run
     that fails, feedback; each exception quotes the prompt or the answer."""
     router.execute(PROMPT, edge=quoting, cloud=lambda p: "4")
-    router.execute(PROMPT, edge=lambda p: f"You said {p}", cloud=lambda p: "4", verify_edge_zone=True,
-                   accept=lambda answer: quoting(answer))
+    router.execute(
+        PROMPT,
+        edge=lambda p: f"You said {p}",
+        cloud=lambda p: "4",
+        verify_edge_zone=True,
+        accept=lambda answer: quoting(answer),
+    )
     with pytest.raises(Exception, match="cloud call failed"):
         router.execute(PROMPT, edge=quoting, cloud=quoting)
     # The SSN straddles the 300th character of the fallback reason, where it used to be cut
@@ -102,8 +112,10 @@ def test_with_a_redact_hook_no_free_text_field_carries_the_secret(tmp_path):
     assert requests[0]["fallback_reason"] == "edge call failed (ValueError)"
     assert "[ssn]" in requests[0]["fallback_error"] and requests[0]["prompt"].startswith("My SSN is [ssn]")
     assert requests[1]["fallback_reason"] == "accept check raised (ValueError)"
-    assert requests[2]["error"].startswith("CloudCallError('cloud call failed: ValueError(") and \
-        "[ssn]" in requests[2]["error"]
+    assert (
+        requests[2]["error"].startswith("CloudCallError('cloud call failed: ValueError(")
+        and "[ssn]" in requests[2]["error"]
+    )
     (shadow,) = [r for r in logged if r["type"] == "shadow"]
     assert shadow["error"].startswith("ValueError(") and "[ssn]" in shadow["error"]
     assert [r["source"] for r in logged if r["type"] == "feedback"] == ["user wrote: [email]", "judge:gpt-4o"]
@@ -123,8 +135,10 @@ def test_without_text_error_messages_become_codes(tmp_path, mode):
     assert log.dropped == 0
     logged = records(log.folder)
     requests = [r for r in logged if r["type"] == "request"]
-    assert [r["fallback_reason"] for r in requests[:2]] == ["edge call failed (ValueError)",
-                                                            "accept check raised (ValueError)"]
+    assert [r["fallback_reason"] for r in requests[:2]] == [
+        "edge call failed (ValueError)",
+        "accept check raised (ValueError)",
+    ]
     assert [r["fallback_error"] for r in requests[:2]] == ["ValueError", "ValueError"]
     assert requests[2]["error"] == "CloudCallError from ValueError"
     assert all(r["prompt"] is None and r["edge_response"] is None and r["cloud_response"] is None for r in requests)
@@ -151,8 +165,14 @@ def test_every_string_a_record_holds_is_declared_and_an_undeclared_one_is_refuse
     written = log.written
     with caplog.at_level(logging.WARNING, logger="serving"):
         assert log.append({"log": LOG_FORMAT, "type": "feedback", "request_id": "r1", "note": f"from {EMAIL}"})
-        assert log.append({"log": LOG_FORMAT, "type": "request", "request_id": "r2",
-                           "steps": [{"name": "edge", "status": "ok", "detail": PROMPT}]})
+        assert log.append(
+            {
+                "log": LOG_FORMAT,
+                "type": "request",
+                "request_id": "r2",
+                "steps": [{"name": "edge", "status": "ok", "detail": PROMPT}],
+            }
+        )
         log.close()
     assert log.written == written and log.dropped == 2 and EMAIL not in on_disk(log.folder)
     assert any("'note'" in r.getMessage() and "STRING_FIELDS" in r.getMessage() for r in caplog.records)
@@ -163,8 +183,12 @@ def test_privacy_options_are_checked():
         OutcomeLog("unused", privacy="words")
     with pytest.raises(ValueError, match="store_prompts=True contradicts privacy='token_ids'"):
         OutcomeLog("unused", store_prompts=True, privacy="token_ids")
-    for options, mode in [({}, "text"), ({"store_prompts": True}, "text"), ({"store_prompts": False}, "token_ids"),
-                          ({"privacy": "embedding"}, "embedding")]:
+    for options, mode in [
+        ({}, "text"),
+        ({"store_prompts": True}, "text"),
+        ({"store_prompts": False}, "token_ids"),
+        ({"privacy": "embedding"}, "embedding"),
+    ]:
         log = OutcomeLog("unused", **options)
         assert (log.privacy, log.store_prompts) == (mode, mode == "text")
         log.close()
@@ -210,8 +234,10 @@ def small_disk(tmp_path):
     real tmpfs where this process may mount one, else RLIMIT_FSIZE in the writing process."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode
+        == 0
+    )
     if mounted:
         filler = mount / "filler"
         filler.write_bytes(b"f" * 16384)
@@ -241,7 +267,7 @@ def test_on_a_full_disk_written_counts_what_is_on_it_and_no_file_is_left_empty(s
     ids = [json.loads(line)["request_id"] for line in lines[:-1]]  # every line is whole
     assert counts["written"] == len(ids) and counts["dropped"] == 620 - len(ids)
     assert ids[-20:] == [f"r{i:04d}" for i in range(600, 620)]  # room again: the same file goes on
-    assert ids[:full["written"]] == [f"r{i:04d}" for i in range(full["written"])]
+    assert ids[: full["written"]] == [f"r{i:04d}" for i in range(full["written"])]
 
 
 # --- recognising the folder -----------------------------------------------------------------
@@ -254,11 +280,21 @@ def test_a_log_folder_is_recognised_from_any_record_even_when_its_first_file_is_
     folder = tmp_path / "logs"
     log = OutcomeLog(folder)
     for i in range(30):
-        log.append({"log": LOG_FORMAT, "type": "request", "request_id": f"r{i}", "prompt": f"What is {i} + {i}?",
-                    "target": "edge", "propensity": 0.9, "edge_quality": 1.0, "cloud_quality": 0.0})
+        log.append(
+            {
+                "log": LOG_FORMAT,
+                "type": "request",
+                "request_id": f"r{i}",
+                "prompt": f"What is {i} + {i}?",
+                "target": "edge",
+                "propensity": 0.9,
+                "edge_quality": 1.0,
+                "cloud_quality": 0.0,
+            }
+        )
     log.close()
-    (folder / "outcomes-00000000T000000-1-0001.jsonl").write_bytes(b"")         # a batch refused by a full disk
-    (folder / "outcomes-00000000T000000-1-0002.jsonl").write_bytes(b"\n\n")     # blank lines first
+    (folder / "outcomes-00000000T000000-1-0001.jsonl").write_bytes(b"")  # a batch refused by a full disk
+    (folder / "outcomes-00000000T000000-1-0002.jsonl").write_bytes(b"\n\n")  # blank lines first
     assert is_outcome_log_folder(folder) and loader_for(folder) == "sdk-outcome-log"
     loaded = load_logs([folder])
     assert len(loaded.rows) == 30 and loaded.rejects == []
@@ -291,10 +327,10 @@ def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, 
     folder = tmp_path / "private"
     log = OutcomeLog(folder, privacy="embedding")
     router = Router.load(v0.bundle, strict=True, log=log, explore_rate=0.2, seed=0)
-    for prompt, precision, edge_q, cloud_q in zip(frame["prompt"], frame["precision"], frame["edge_quality"],
-                                                  frame["cloud_quality"]):
-        run = router.execute(prompt, edge=lambda p: "edge answer", cloud=lambda p: "cloud answer",
-                             precision=precision)
+    for prompt, precision, edge_q, cloud_q in zip(
+        frame["prompt"], frame["precision"], frame["edge_quality"], frame["cloud_quality"]
+    ):
+        run = router.execute(prompt, edge=lambda p: "edge answer", cloud=lambda p: "cloud answer", precision=precision)
         side = run.decision.target
         router.feedback(run.request_id, **{f"{side}_quality": float(edge_q if side == "edge" else cloud_q)})
     log.close()
@@ -303,8 +339,10 @@ def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, 
     assert not any(prompt in text for prompt in frame["prompt"]) and "input_ids" not in text
     assert "edge answer" not in text and "cloud answer" not in text
     requests = [r for r in records(folder) if r["type"] == "request"]
-    assert all(r["features"]["encoder_sha256"] == v0.manifest.files["encoder.onnx"]
-               and len(r["features"]["embedding"]) == 384 for r in requests)
+    assert all(
+        r["features"]["encoder_sha256"] == v0.manifest.files["encoder.onnx"] and len(r["features"]["embedding"]) == 384
+        for r in requests
+    )
     # Ten rows as if logged by a bundle with another encoder.
     (file,) = files(folder)
     lines = file.read_text(encoding="utf-8").splitlines()
@@ -316,7 +354,10 @@ def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, 
     config.data.append(str(folder))
     v1 = train(config)
     assert v1.manifest.data["token_rows"] == {
-        "read": 300, "used": 290, "skipped": {"logged by a bundle with another encoder_sha256 than this run's": 10}}
+        "read": 300,
+        "used": 290,
+        "skipped": {"logged by a bundle with another encoder_sha256 than this run's": 10},
+    }
     outcomes = v1.manifest.data["outcomes"]
     assert outcomes["edge_only"] + outcomes["cloud_only"] >= 290
 

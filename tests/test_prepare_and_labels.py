@@ -1,4 +1,5 @@
 """Duplicate merging, hash splits, fingerprints, and the cloud-needed label."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,13 +16,29 @@ def frame(rows):
 
 
 def test_duplicate_prompts_are_merged_and_outcomes_averaged():
-    merged = merge_duplicates(frame([
-        {"request_id": "a", "prompt": "same", "edge_quality": 1.0, "cloud_quality": 1.0, "domain": "legal",
-         "source": "x"},
-        {"request_id": "b", "prompt": "same", "edge_quality": 0.0, "cloud_quality": 1.0, "domain": "legal",
-         "source": "y"},
-        {"request_id": "c", "prompt": "other", "edge_quality": 0.0, "cloud_quality": 0.0, "source": "x"},
-    ]))
+    merged = merge_duplicates(
+        frame(
+            [
+                {
+                    "request_id": "a",
+                    "prompt": "same",
+                    "edge_quality": 1.0,
+                    "cloud_quality": 1.0,
+                    "domain": "legal",
+                    "source": "x",
+                },
+                {
+                    "request_id": "b",
+                    "prompt": "same",
+                    "edge_quality": 0.0,
+                    "cloud_quality": 1.0,
+                    "domain": "legal",
+                    "source": "y",
+                },
+                {"request_id": "c", "prompt": "other", "edge_quality": 0.0, "cloud_quality": 0.0, "source": "x"},
+            ]
+        )
+    )
     assert len(merged) == 2
     same = merged.set_index("prompt").loc["same"]
     assert (same.edge_quality, same.cloud_quality, same.n_merged, same.request_id) == (0.5, 1.0, 2, "a")
@@ -31,8 +48,17 @@ def test_duplicate_prompts_are_merged_and_outcomes_averaged():
 def test_merged_duplicates_without_precision_keep_none_not_nan():
     # Found at 1e5 simulated rows: a merged prompt with no declared precision came back as
     # NaN (pandas >= 3 string columns) and crashed the feature extractor.
-    rows = [{"prompt": p, "edge_quality": 1.0, "cloud_quality": 1.0, "source": "x", "domain": "math",
-             "precision": "exact" if p == "declared" else None} for p in ("declared", "same", "same", "declared")]
+    rows = [
+        {
+            "prompt": p,
+            "edge_quality": 1.0,
+            "cloud_quality": 1.0,
+            "source": "x",
+            "domain": "math",
+            "precision": "exact" if p == "declared" else None,
+        }
+        for p in ("declared", "same", "same", "declared")
+    ]
     merged = merge_duplicates(frame(rows)).set_index("prompt")
     assert merged.loc["same", "precision"] is None
     assert merged.loc["declared", "precision"] == "exact"
@@ -51,8 +77,10 @@ def test_splits_follow_the_prompt_hash():
 
 
 def test_fingerprint_counts_sources_and_changes_with_content():
-    rows = [{"prompt": "p", "edge_quality": 1.0, "cloud_quality": 0.0, "source": "a"},
-            {"prompt": "q", "edge_quality": 0.0, "cloud_quality": 1.0, "source": "b"}]
+    rows = [
+        {"prompt": "p", "edge_quality": 1.0, "cloud_quality": 0.0, "source": "a"},
+        {"prompt": "q", "edge_quality": 0.0, "cloud_quality": 1.0, "source": "b"},
+    ]
     fp = fingerprint(frame(rows), frame(rows))
     assert fp["rows_per_source"] == {"a": 1, "b": 1} and fp["rows"] == 2
     # Order-free, and additive over any partitioning (the Dask engine sums partitions).

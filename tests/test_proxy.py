@@ -2,6 +2,7 @@
 the right model, fallbacks, OpenAI-format errors, /v1/models, /health, /metrics, and its security:
 no open relay (token required beyond the loopback, 401 without it or with a wrong one), 413 for a
 huge body, 503 when full, and the cloud key absent from every response and log line."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,9 +34,12 @@ TOKEN = "proxy-token-0123456789abcdef"
 
 def config_for(stubs, **overrides) -> ProxyConfig:
     edge, cloud = stubs
-    options = dict(bundle="(loaded by the test)", token=TOKEN,
-                   edge=UpstreamOptions(edge.url, "edge-model", timeout_s=0.6, first_token_timeout_s=0.3),
-                   cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5.0))
+    options = dict(
+        bundle="(loaded by the test)",
+        token=TOKEN,
+        edge=UpstreamOptions(edge.url, "edge-model", timeout_s=0.6, first_token_timeout_s=0.3),
+        cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5.0),
+    )
     return ProxyConfig(**{**options, **overrides})
 
 
@@ -86,8 +90,9 @@ def test_a_cloud_first_request_reaches_the_cloud_with_its_key(proxy, stubs):
     assert cloud.received[-1].headers["authorization"] == f"Bearer {CLOUD_KEY}" and edge.received == []
 
 
-@pytest.mark.parametrize("knobs, kind", [({"status": 503}, "http_error"), ({"malformed": True}, "malformed"),
-                                         ({"delay_s": 5.0}, "timeout")])
+@pytest.mark.parametrize(
+    "knobs, kind", [({"status": 503}, "http_error"), ({"malformed": True}, "malformed"), ({"delay_s": 5.0}, "timeout")]
+)
 def test_an_edge_failure_is_answered_by_the_cloud(proxy, stubs, knobs, kind):
     edge, _ = stubs
     for name, value in knobs.items():
@@ -99,21 +104,24 @@ def test_an_edge_failure_is_answered_by_the_cloud(proxy, stubs, knobs, kind):
 
 def test_streams_through_the_proxy_with_the_openai_client(proxy, stubs):
     edge, _ = stubs
-    with client(proxy).chat.completions.with_streaming_response.create(model="router", messages=ASK,
-                                                                        stream=True) as response:
+    with client(proxy).chat.completions.with_streaming_response.create(
+        model="router", messages=ASK, stream=True
+    ) as response:
         assert response.headers["x-router-served-by"] == "edge"
         assert content_of(response.parse()) == "answer from edge"
     # A slow first token (2 s against the 0.3 s limit): the cloud streams instead.
     edge.behaviour.first_token_delay_s = 2.0
     start = time.perf_counter()
-    with client(proxy).chat.completions.with_streaming_response.create(model="router", messages=ASK,
-                                                                        stream=True) as response:
+    with client(proxy).chat.completions.with_streaming_response.create(
+        model="router", messages=ASK, stream=True
+    ) as response:
         assert response.headers["x-router-fallback"] == "slow_first_token"
         assert content_of(response.parse()) == "answer from cloud"
     assert time.perf_counter() - start < 1.5
     # The plain stream interface, with usage asked for.
-    stream = client(proxy).chat.completions.create(model="router", messages=LONG, stream=True,
-                                                   stream_options={"include_usage": True})
+    stream = client(proxy).chat.completions.create(
+        model="router", messages=LONG, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "answer from cloud"
     assert chunks[-1].usage.completion_tokens == 3
@@ -130,15 +138,19 @@ def test_a_stream_that_breaks_after_its_first_token_ends_with_an_error_event(pro
 
 
 def test_a_stream_ends_with_the_routing_comment_and_done(proxy):
-    with httpx2.stream("POST", f"{proxy}/v1/chat/completions", headers={"authorization": f"Bearer {TOKEN}"},
-                       json={"model": "router", "messages": ASK, "stream": True}) as response:
+    with httpx2.stream(
+        "POST",
+        f"{proxy}/v1/chat/completions",
+        headers={"authorization": f"Bearer {TOKEN}"},
+        json={"model": "router", "messages": ASK, "stream": True},
+    ) as response:
         text = response.read().decode()
     assert response.headers["content-type"].startswith("text/event-stream")
     events = text.strip().split("\n\n")
     assert events[-1] == "data: [DONE]" and events[-2].startswith(": routing ")
-    routing = json.loads(events[-2][len(": routing "):])
+    routing = json.loads(events[-2][len(": routing ") :])
     assert routing["served_by"] == "edge" and routing["seconds"] > 0 and routing["steps"][0]["name"] == "edge"
-    assert all(json.loads(e[len("data: "):])["object"] == "chat.completion.chunk" for e in events[:-2])
+    assert all(json.loads(e[len("data: ") :])["object"] == "chat.completion.chunk" for e in events[:-2])
 
 
 def test_a_cloud_failure_is_an_openai_error_naming_both_failures(proxy, stubs):
@@ -163,11 +175,14 @@ def test_models_health_and_bad_requests(proxy):
         client(proxy).chat.completions.create(model="gpt-4o", messages=ASK)
     assert caught.value.body["code"] == "model_not_found"
     auth = {"authorization": f"Bearer {TOKEN}"}
-    for body, text in ((b"{not json", "not valid JSON"), (b"[1]", "JSON object"),
-                       (json.dumps({"model": "router"}).encode(), "messages is required"),
-                       (json.dumps({"model": "router", "messages": []}).encode(), "messages must be a non-empty"),
-                       (json.dumps({"messages": ASK, "precision": "fuzzy"}).encode(), "precision"),
-                       (json.dumps({"messages": ASK, "stream": "yes"}).encode(), "stream must be")):
+    for body, text in (
+        (b"{not json", "not valid JSON"),
+        (b"[1]", "JSON object"),
+        (json.dumps({"model": "router"}).encode(), "messages is required"),
+        (json.dumps({"model": "router", "messages": []}).encode(), "messages must be a non-empty"),
+        (json.dumps({"messages": ASK, "precision": "fuzzy"}).encode(), "precision"),
+        (json.dumps({"messages": ASK, "stream": "yes"}).encode(), "stream must be"),
+    ):
         response = httpx2.post(f"{proxy}/v1/chat/completions", content=body, headers=auth)
         assert response.status_code == 400 and text in response.json()["error"]["message"], body
     assert httpx2.get(f"{proxy}/v1/nowhere", headers=auth).json()["error"]["type"] == "not_found_error"
@@ -176,10 +191,14 @@ def test_models_health_and_bad_requests(proxy):
 def test_precision_is_taken_from_the_body_or_a_header(proxy):
     auth = {"authorization": f"Bearer {TOKEN}"}
     for extra, headers in (({"precision": "exact"}, {}), ({}, {"x-router-precision": "exact"})):
-        with httpx2.stream("POST", f"{proxy}/v1/chat/completions", headers={**auth, **headers},
-                           json={"messages": ASK, "stream": True, **extra}) as response:
+        with httpx2.stream(
+            "POST",
+            f"{proxy}/v1/chat/completions",
+            headers={**auth, **headers},
+            json={"messages": ASK, "stream": True, **extra},
+        ) as response:
             comment = [e for e in response.read().decode().split("\n\n") if e.startswith(": routing ")][0]
-        assert json.loads(comment[len(": routing "):])["decision"]["precision"] == "exact"
+        assert json.loads(comment[len(": routing ") :])["decision"]["precision"] == "exact"
 
 
 def test_metrics_count_decisions_fallbacks_and_failures(router, stubs):
@@ -198,8 +217,11 @@ def test_metrics_count_decisions_fallbacks_and_failures(router, stubs):
             client(url, "wrong-token-0123456789").models.list()
         response = httpx2.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-    metrics = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in response.text.splitlines()
-               if line and not line.startswith("#")}
+    metrics = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in response.text.splitlines()
+        if line and not line.startswith("#")
+    }
     zone = router.route(ASK[0]["content"]).zone
     assert metrics[f'router_decisions_total{{zone="{zone}"}}'] == 4
     assert metrics['router_decisions_total{zone="cloud"}'] == 1
@@ -243,8 +265,12 @@ def test_a_huge_body_gets_413(router, stubs):
             for _ in range(100):
                 yield b"x" * 1024
             yield b'"}]}'
-        response = httpx2.post(f"{url}/v1/chat/completions", content=chunked(),
-                               headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+
+        response = httpx2.post(
+            f"{url}/v1/chat/completions",
+            content=chunked(),
+            headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
         assert response.status_code == 413
     assert stubs[0].received == [] and stubs[1].received == []
 
@@ -258,8 +284,9 @@ def test_a_full_proxy_answers_503_with_retry_after(router, stubs):
         slow = threading.Thread(target=lambda: client(url).chat.completions.create(model="router", messages=ASK))
         slow.start()
         time.sleep(0.3)
-        response = httpx2.post(f"{url}/v1/chat/completions", json={"messages": ASK},
-                               headers={"authorization": f"Bearer {TOKEN}"})
+        response = httpx2.post(
+            f"{url}/v1/chat/completions", json={"messages": ASK}, headers={"authorization": f"Bearer {TOKEN}"}
+        )
         slow.join()
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
         assert response.json()["error"]["code"] == "overloaded"
@@ -267,8 +294,19 @@ def test_a_full_proxy_answers_503_with_retry_after(router, stubs):
         assert client(url).chat.completions.create(model="router", messages=ASK).choices[0].message.content
 
 
-SERVE = ["serve", "--bundle", "unused", "--edge-url", "http://127.0.0.1:9/v1", "--edge-model", "e",
-         "--cloud-url", "http://127.0.0.1:9/v1", "--cloud-model", "c"]
+SERVE = [
+    "serve",
+    "--bundle",
+    "unused",
+    "--edge-url",
+    "http://127.0.0.1:9/v1",
+    "--edge-model",
+    "e",
+    "--cloud-url",
+    "http://127.0.0.1:9/v1",
+    "--cloud-model",
+    "c",
+]
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "example.com"])
@@ -293,8 +331,16 @@ def test_token_and_key_options_are_checked_before_anything_starts(capsys, monkey
         cli.main([*SERVE, "--edge-url", "ftp://127.0.0.1/v1"])
     assert "http:// or https://" in capsys.readouterr().err
     # With a token any address is accepted.
-    assert ProxyConfig(bundle="b", edge=UpstreamOptions("http://h/v1", "e"), cloud=UpstreamOptions("http://h/v1", "c"),
-                       host="0.0.0.0", token=TOKEN).host == "0.0.0.0"
+    assert (
+        ProxyConfig(
+            bundle="b",
+            edge=UpstreamOptions("http://h/v1", "e"),
+            cloud=UpstreamOptions("http://h/v1", "c"),
+            host="0.0.0.0",
+            token=TOKEN,
+        ).host
+        == "0.0.0.0"
+    )
 
 
 def test_the_cloud_key_never_reaches_a_response_or_a_log_line(router, stubs, caplog, capfd):
@@ -307,6 +353,7 @@ def test_the_cloud_key_never_reaches_a_response_or_a_log_line(router, stubs, cap
         def call(**body):
             response = httpx2.post(f"{url}/v1/chat/completions", json={"messages": ASK, **body}, headers=auth)
             bodies.append(str(response.headers) + response.text)
+
         call()
         call(messages=LONG)
         call(stream=True)
@@ -335,10 +382,33 @@ def start_serving(bundle, stubs, *options: str, stdout=subprocess.DEVNULL) -> tu
     edge, cloud = stubs
     env = {**os.environ, "TEST_CLOUD_KEY": CLOUD_KEY, "ROUTER_PROXY_TOKEN": TOKEN}
     process = subprocess.Popen(
-        [sys.executable, "-m", "serving", "serve", "--bundle", str(bundle), "--port", "0",
-         "--edge-url", edge.url, "--edge-model", "edge-model", "--cloud-url", cloud.url, "--cloud-model", "cloud-model",
-         "--cloud-key-env", "TEST_CLOUD_KEY", *options],
-        cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "serving",
+            "serve",
+            "--bundle",
+            str(bundle),
+            "--port",
+            "0",
+            "--edge-url",
+            edge.url,
+            "--edge-model",
+            "edge-model",
+            "--cloud-url",
+            cloud.url,
+            "--cloud-model",
+            "cloud-model",
+            "--cloud-key-env",
+            "TEST_CLOUD_KEY",
+            *options,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     try:
         while not (match := re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", lines[-1] if lines else "")):
@@ -356,8 +426,10 @@ def test_the_command_serves_until_sigterm_then_shuts_down_cleanly(bundle, stubs,
     process, port, lines = start_serving(bundle, stubs, stdout=subprocess.PIPE)
     try:
         url = f"http://127.0.0.1:{port}"
-        assert client(url).chat.completions.create(model="router", messages=LONG).choices[0].message.content == \
-            "answer from cloud"
+        assert (
+            client(url).chat.completions.create(model="router", messages=LONG).choices[0].message.content
+            == "answer from cloud"
+        )
         cloud.behaviour.status, cloud.behaviour.echo_auth_in_errors = 500, True
         with pytest.raises(openai.InternalServerError):
             client(url).chat.completions.create(model="router", messages=LONG)

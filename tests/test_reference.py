@@ -1,5 +1,6 @@
 """The reference policy (evaluation.reference): TF-IDF + logistic regression per outcome, fitted
 on the train split of the shipped logs, thresholded on its val split, scored on its test split."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -79,7 +80,7 @@ def test_graded_outcomes_are_fractional_successes():
     q_cloud = np.r_[np.full(1000, 0.9), 1 - passes, np.full(1000, 0.6)]
     model = ReferenceModel.fit(prompts, q_edge, q_cloud)
     p_edge, p_cloud = model.probabilities(prompts)
-    graded, binary, high = (p_edge[k * 1000:(k + 1) * 1000].mean() for k in range(3))
+    graded, binary, high = (p_edge[k * 1000 : (k + 1) * 1000].mean() for k in range(3))
     assert abs(graded - binary) < 0.02, (graded, binary)
     np.testing.assert_allclose([graded, high], [0.25, 0.75], atol=0.05)  # L2 shrinks a little towards 0.5
     np.testing.assert_allclose([p_cloud[:1000].mean(), p_cloud[2000:].mean()], [0.9, 0.6], atol=0.05)
@@ -109,8 +110,9 @@ def test_unknown_outcomes_are_left_out_of_that_outcome_only():
     assert p_edge.mean() > 0.8  # the edge model did learn the gamma rows
     assert abs(p_cloud.mean() - 0.5) < 0.1  # the cloud model never saw one: no evidence either way
     # A row with neither outcome teaches nothing, not even the vocabulary.
-    both_unknown = ReferenceModel.fit(prompts + ["delta words", "delta words"], np.r_[q_edge, np.nan, np.nan],
-                                      np.r_[q_cloud, np.nan, np.nan])
+    both_unknown = ReferenceModel.fit(
+        prompts + ["delta words", "delta words"], np.r_[q_edge, np.nan, np.nan], np.r_[q_cloud, np.nan, np.nan]
+    )
     assert both_unknown.rows == {"edge": 600, "cloud": 400, "without_text": 0}
     assert "delta" not in both_unknown.vectorizer.vocabulary_
 

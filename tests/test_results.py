@@ -1,5 +1,6 @@
 """README's headline table is what a fresh `make train` measures: the same figures, to the
 digit, on the machine that wrote it; within the spread between CPUs elsewhere."""
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,10 @@ CELL = re.compile(r"^(?P<mean>[+-]?\d+(\.\d+)?)%? \[(?P<low>[+-]?\d+(\.\d+)?)%?,
 
 
 def _figures(table: str) -> list[tuple[str, list[str]]]:
-    return [(cells[0], cells[1:]) for cells in (
-        [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])]
+    return [
+        (cells[0], cells[1:])
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])
+    ]
 
 
 def _close(written: str, measured: str) -> bool:
@@ -37,8 +40,7 @@ def _close(written: str, measured: str) -> bool:
     w, m = CELL.match(written), CELL.match(measured)
     if not (w and m):
         return written == measured
-    (w_mean, w_low, w_high), (m_mean, m_low, m_high) = ([float(c[k]) for k in ("mean", "low", "high")]
-                                                        for c in (w, m))
+    (w_mean, w_low, w_high), (m_mean, m_low, m_high) = ([float(c[k]) for k in ("mean", "low", "high")] for c in (w, m))
     width = m_high - m_low
     if width == 0 or w_high - w_low == 0:
         return written == measured
@@ -54,17 +56,20 @@ def test_readme_headline_table_is_what_training_measures(trained_readme):
     assert in_readme.splitlines()[0].split("|")[2:] == measured.splitlines()[0].split("|")[2:]
     for (label, written), (label_now, now) in zip(_figures(in_readme), _figures(measured), strict=True):
         assert label == label_now, "run `make results` and commit README.md"
-        for column, in_readme_cell, measured_cell in zip(headline.heads(trained_readme.metrics), written, now,
-                                                         strict=True):
-            assert _close(in_readme_cell, measured_cell), \
+        for column, in_readme_cell, measured_cell in zip(
+            headline.heads(trained_readme.metrics), written, now, strict=True
+        ):
+            assert _close(in_readme_cell, measured_cell), (
                 f"{label}: {column} {in_readme_cell} in README, {measured_cell} measured (make results)"
+            )
 
 
 def test_a_stale_readme_figure_is_caught():
     """The tolerance is not a blanket: a mean off by more than it, an interval more than twice
     as wide or narrow, or a cell that is no number, fails."""
-    assert _close("0.709 [0.680, 0.738]", "0.712 [0.682, 0.742]") and _close("54.1% [50.0%, 58.2%]",
-                                                                            "53.0% [49.5%, 57.0%]")
+    assert _close("0.709 [0.680, 0.738]", "0.712 [0.682, 0.742]") and _close(
+        "54.1% [50.0%, 58.2%]", "53.0% [49.5%, 57.0%]"
+    )
     assert _close("+0.1% [-4.1%, +4.2%]", "+0.1% [-2.7%, +2.8%]")  # fold CPTs moved a step
     assert not _close("0.690 [0.680, 0.738]", "0.712 [0.682, 0.742]")
     assert not _close("0.709 [0.600, 0.818]", "0.712 [0.682, 0.742]")

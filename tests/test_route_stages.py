@@ -1,6 +1,7 @@
 """Router.stages: the stages route() runs, public for profiling (`make bench`): each callable
 gives what route() gets from it, `timed` records every stage of the calls made inside it and
 nothing after, and a degraded router has none."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,8 +40,15 @@ def test_timed_records_each_stage_of_each_call_inside_it_and_nothing_after(route
     with stages.timed(lambda name, ns: records.append((name, ns))):
         timed = router.route(PROMPT, precision="exact")
         router.route_batch([PROMPT, "What is 2 + 2?"])
-    assert [name for name, _ in records] == ["features", "model", "decision", "features", "model", "decision",
-                                             "decision"]  # route_batch: one model call, a decision per prompt
+    assert [name for name, _ in records] == [
+        "features",
+        "model",
+        "decision",
+        "features",
+        "model",
+        "decision",
+        "decision",
+    ]  # route_batch: one model call, a decision per prompt
     assert all(isinstance(ns, int) and ns > 0 for _, ns in records)
     assert timed.to_dict() == untimed.to_dict()  # timing changes no decision
     router.route(PROMPT, precision="exact")

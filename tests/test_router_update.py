@@ -1,5 +1,6 @@
 """Bundles updated while the app runs: verified before the switch, refused with a reason when
 anything is wrong or older, and atomic for concurrent callers."""
+
 from __future__ import annotations
 
 import shutil
@@ -10,8 +11,12 @@ import pytest
 from serving import Router
 from tests.conftest import config_for
 
-PROMPTS = ["What is 2+2?", "Summarise the plot of Hamlet in two sentences.", "谢谢你的帮助",
-           "A train leaves at 3pm going 60 mph; when does it cover 150 miles?"]
+PROMPTS = [
+    "What is 2+2?",
+    "Summarise the plot of Hamlet in two sentences.",
+    "谢谢你的帮助",
+    "A train leaves at 3pm going 60 mph; when does it cover 150 miles?",
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +25,9 @@ def newer(small_routellm, encoder_cache, bundle, tmp_path_factory):
     edge answers to fit an acceptance check, which is not what these tests update)."""
     from training.engines.base import train
 
-    return train(config_for(tmp_path_factory.mktemp("newer"), small_routellm / "mt_bench", encoder_cache,
-                            min_rows_per_tag=20)).bundle
+    return train(
+        config_for(tmp_path_factory.mktemp("newer"), small_routellm / "mt_bench", encoder_cache, min_rows_per_tag=20)
+    ).bundle
 
 
 def decisions(router) -> list[dict]:

@@ -3,6 +3,7 @@
 PCA's, the local engine's per-unit reading and lean merge give load_logs + merge_duplicates'
 frame, the embedding cache stays bounded, and `make scale` records each stage's wall time,
 memory and floor (the process-tree profiler and the stage clock: tests/test_profiling.py)."""
+
 from __future__ import annotations
 
 import json
@@ -15,13 +16,27 @@ from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEnco
 from serving.features.spec import FeatureSpec
 from training.embedding_cache import EmbeddingCache
 from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph
-from training.featurize import (ChunkFeaturizer, FeatureRecipe, ProjectionFitter, TokenRows, fit_projection,
-                                table_features)
+from training.featurize import (
+    ChunkFeaturizer,
+    FeatureRecipe,
+    ProjectionFitter,
+    TokenRows,
+    fit_projection,
+    table_features,
+)
 from training.novelty import token_rows
 
-PROMPTS = ["Which organ filters blood?\nA. Heart\nB. Kidney\nC. Lung\nD. Skin\nAnswer:", "", "   ", "short",
-           "Ünïcode café 日本語 and ASCII", "What is 12.5% of $1,240? Show the steps.", "word " * 3000,
-           "```python\ndef add(a, b):\n    return a + b\n```", "tab\there\r\nnew line"]
+PROMPTS = [
+    "Which organ filters blood?\nA. Heart\nB. Kidney\nC. Lung\nD. Skin\nAnswer:",
+    "",
+    "   ",
+    "short",
+    "Ünïcode café 日本語 and ASCII",
+    "What is 12.5% of $1,240? Show the steps.",
+    "word " * 3000,
+    "```python\ndef add(a, b):\n    return a + b\n```",
+    "tab\there\r\nnew line",
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +70,21 @@ def test_streamed_features_equal_one_shot_features_and_the_bundles(static_like):
     built, raw, prompts, precisions = static_like
     train = np.arange(len(prompts)) % 10 < 7
     options = dict(embedding_dim=8, seed=0)
-    plan, one_shot, _ = table_features(built, raw, prompts, precisions, train, chunk_rows=10_000, workers=1,
-                                       **options)
+    plan, one_shot, _ = table_features(built, raw, prompts, precisions, train, chunk_rows=10_000, workers=1, **options)
     seen = []
-    _, streamed, kept = table_features(built, raw, np.array(prompts, dtype=object),
-                                       np.array(precisions, dtype=object), train, chunk_rows=7, workers=2,
-                                       pool_min_rows=0, on_batch=seen.append, keep_tokens=~train, **options)
+    _, streamed, kept = table_features(
+        built,
+        raw,
+        np.array(prompts, dtype=object),
+        np.array(precisions, dtype=object),
+        train,
+        chunk_rows=7,
+        workers=2,
+        pool_min_rows=0,
+        on_batch=seen.append,
+        keep_tokens=~train,
+        **options,
+    )
     assert np.array_equal(streamed, one_shot) and sum(seen) == len(prompts) and max(seen) == 7
     # The ids kept for the familiarity fit are the held-out rows' ids as the SDK tokenizes them.
     held_out = [p for p, t in zip(prompts, train) if not t]
@@ -68,8 +92,9 @@ def test_streamed_features_equal_one_shot_features_and_the_bundles(static_like):
     assert np.array_equal(kept.lengths, token_rows(plan.serving.extractor(), held_out).lengths)
     assert np.array_equal(plan.serving.extractor().transform(prompts, precisions), one_shot)
     # The projection is the PCA of the training rows' raw embeddings, as scikit-learn fits it.
-    raw_rows = ChunkFeaturizer(raw).transform([p for p, t in zip(prompts, train) if t],
-                                              [q for q, t in zip(precisions, train) if t])[:, -384:]
+    raw_rows = ChunkFeaturizer(raw).transform(
+        [p for p, t in zip(prompts, train) if t], [q for q, t in zip(precisions, train) if t]
+    )[:, -384:]
     expected = fit_projection(raw_rows, 8, seed=0)
     assert np.array_equal(plan.projection.components, expected.components)
 
@@ -111,7 +136,7 @@ def test_the_embedding_cache_is_bounded_and_keeps_the_newest(tmp_path):
     cache = EmbeddingCache(tmp_path / "cache.sqlite", "enc-v1", max_rows=5)
     texts = [f"prompt {i}" for i in range(12)]
     for start in range(0, 12, 4):
-        cache.put_many(texts[start:start + 4], np.tile(np.arange(4, dtype=np.float32), (4, 1)) + start)
+        cache.put_many(texts[start : start + 4], np.tile(np.arange(4, dtype=np.float32), (4, 1)) + start)
     assert len(cache) == 5
     found = cache.get_many(texts)
     assert [v is not None for v in found] == [False] * 7 + [True] * 5
@@ -149,8 +174,8 @@ def test_local_engine_reads_and_merges_like_load_logs_and_merge_duplicates(tmp_p
 def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
     """`make scale` on 2,000 simulated rows, local engine: per run and per stage, wall time,
     peak memory (tree and largest process) and the stage floors measured in the same run."""
-    from typer.testing import CliRunner
     import typer
+    from typer.testing import CliRunner
 
     from pipelines.scale import main
 
@@ -160,8 +185,21 @@ def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
     app = typer.Typer()
     app.command()(main)
     out = tmp_path / "scale.json"
-    done = CliRunner().invoke(app, ["--rows", "2000", "--engines", "local", "--work", str(tmp_path),
-                                    "--rows-per-shard", "1000", "--out", str(out)])
+    done = CliRunner().invoke(
+        app,
+        [
+            "--rows",
+            "2000",
+            "--engines",
+            "local",
+            "--work",
+            str(tmp_path),
+            "--rows-per-shard",
+            "1000",
+            "--out",
+            str(out),
+        ],
+    )
     assert done.exit_code == 0, done.output
     [run] = json.loads(out.read_text())["results"]
     assert run["exit_code"] == 0 and run["test_apgr"] > 0.5 and run["cpu_s"] > 0

@@ -1,4 +1,5 @@
 """execute(): what runs, when the cloud takes over, and what the trace says."""
+
 from __future__ import annotations
 
 import time
@@ -99,8 +100,12 @@ def test_cloud_failure_is_raised_with_the_edge_error_attached():
 def test_router_execute_end_to_end(bundle):
     router = Router.load(bundle, strict=True)
     calls = []
-    result = router.execute("What is 2 + 2?", edge=lambda p: calls.append("edge") or "4",
-                            cloud=lambda p: calls.append("cloud") or "4", precision="exact")
+    result = router.execute(
+        "What is 2 + 2?",
+        edge=lambda p: calls.append("edge") or "4",
+        cloud=lambda p: calls.append("cloud") or "4",
+        precision="exact",
+    )
     assert result.decision.target == calls[0] and result.response == "4"
     with pytest.raises(TypeError, match="callables"):
         router.execute("hi", edge="not callable", cloud=cloud_ok)
@@ -116,8 +121,9 @@ def test_router_from_the_mlflow_registry(trained_small, tmp_path):
     cfg, result = trained_small
     mlflow.set_tracking_uri(cfg.tracking_uri)
     MlflowClient().set_registered_model_alias(cfg.registered_model, "champion", result.model_version)
-    router = router_from_mlflow(f"models:/{cfg.registered_model}@champion", tracking_uri=cfg.tracking_uri,
-                                dest=tmp_path)
+    router = router_from_mlflow(
+        f"models:/{cfg.registered_model}@champion", tracking_uri=cfg.tracking_uri, dest=tmp_path
+    )
     assert not router.degraded and router.manifest.mlflow["run_id"] == result.run_id
     held = result.held_out.iloc[:20]
     scores = [router.route(p, precision=q).score for p, q in zip(held["prompt"], held["precision"])]

@@ -1,4 +1,5 @@
 """The embedded SDK: Router.load / route / route_batch, failure behaviour, threads, light imports."""
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,20 @@ def test_context_limit_sends_long_prompts_to_the_cloud(router):
     assert d.zone == "cloud" and "edge context limit" in d.reason and d.n_tokens > 1024
 
 
-@pytest.mark.parametrize("prompt", ["", "   \n\t ", "x" * 1_000_000, "a\ud800b\udfff", "\x00\x01\x1b[31m\x7f",
-                                    "日本語の質問ですか？", "مرحبا بالعالم", "🙂" * 5000, "\u202e\u200b" * 100])
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "",
+        "   \n\t ",
+        "x" * 1_000_000,
+        "a\ud800b\udfff",
+        "\x00\x01\x1b[31m\x7f",
+        "日本語の質問ですか？",
+        "مرحبا بالعالم",
+        "🙂" * 5000,
+        "\u202e\u200b" * 100,
+    ],
+)
 def test_any_string_gets_a_valid_decision(router, prompt):
     d = router.route(prompt)
     assert_valid(d)
@@ -77,8 +90,10 @@ def test_any_string_gets_a_valid_decision(router, prompt):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(prompt=st.text(alphabet=st.characters(codec=None), max_size=3000),
-       precision=st.sampled_from([None, "exact", "standard", "tolerant"]))
+@given(
+    prompt=st.text(alphabet=st.characters(codec=None), max_size=3000),
+    precision=st.sampled_from([None, "exact", "standard", "tolerant"]),
+)
 def test_hypothesis_prompts(router, prompt, precision):
     d = router.route(prompt, precision=precision)
     assert_valid(d)
@@ -116,9 +131,13 @@ def broken_bundles(src, tmp_path):
     shutil.copytree(src, unknown)
     manifest = json.loads((unknown / "manifest.json").read_text())
     (unknown / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 2}))
-    return {"missing": (missing, "no bundle folder"), "truncated": (truncated, "model.onnx does not match"),
-            "tampered": (tampered, "tokenizer.json does not match"), "edited": (edited, "manifest_sha256"),
-            "unknown": (unknown, "schema_version: is not supported (this SDK reads 1), got 2")}
+    return {
+        "missing": (missing, "no bundle folder"),
+        "truncated": (truncated, "model.onnx does not match"),
+        "tampered": (tampered, "tokenizer.json does not match"),
+        "edited": (edited, "manifest_sha256"),
+        "unknown": (unknown, "schema_version: is not supported (this SDK reads 1), got 2"),
+    }
 
 
 def test_broken_bundles_degrade_to_the_rule_table(bundle, tmp_path, caplog):
@@ -180,25 +199,42 @@ def test_serving_imports_nothing_heavy(bundle):
 
 
 def test_cli_single_prompt_and_stream(bundle):
-    one = subprocess.run([sys.executable, "-m", "serving", "route", "What is 17*23?", "--bundle", str(bundle),
-                          "--precision", "exact"], capture_output=True, text=True, timeout=120)
+    one = subprocess.run(
+        [sys.executable, "-m", "serving", "route", "What is 17*23?", "--bundle", str(bundle), "--precision", "exact"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert one.returncode == 0, one.stderr
     decision = json.loads(one.stdout)
     assert decision["precision"] == "exact" and decision["zone"] in ZONES
     lines = '{"prompt": "hi", "id": 7}\nnot json\n{"prompt": "x", "precision": "fuzzy"}\n{"prompt": 3}\n'
-    stream = subprocess.run([sys.executable, "-m", "serving", "route", "--bundle", str(bundle), "--jsonl", "-"],
-                            input=lines, capture_output=True, text=True, timeout=120)
-    out = [json.loads(l) for l in stream.stdout.splitlines()]
+    stream = subprocess.run(
+        [sys.executable, "-m", "serving", "route", "--bundle", str(bundle), "--jsonl", "-"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = [json.loads(line) for line in stream.stdout.splitlines()]
     assert stream.returncode == 1  # some lines failed
     assert out[0]["id"] == 7 and out[0]["zone"] in ZONES
     assert out[1] == {"line": 2, "error": "unparsable JSON: Expecting value at column 1"}
     assert out[2]["line"] == 3 and "not allowed" in out[2]["error"]
     assert out[3]["line"] == 4 and "must be str" in out[3]["error"]
-    degraded = subprocess.run([sys.executable, "-m", "serving", "route", "hi", "--bundle", "/nonexistent"],
-                              capture_output=True, text=True, timeout=120)
+    degraded = subprocess.run(
+        [sys.executable, "-m", "serving", "route", "hi", "--bundle", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert degraded.returncode == 0 and json.loads(degraded.stdout)["degraded"] is True
-    strict = subprocess.run([sys.executable, "-m", "serving", "route", "hi", "--bundle", "/nonexistent",
-                             "--strict"], capture_output=True, text=True, timeout=120)
+    strict = subprocess.run(
+        [sys.executable, "-m", "serving", "route", "hi", "--bundle", "/nonexistent", "--strict"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert strict.returncode != 0 and "no bundle folder" in strict.stderr
 
 
@@ -211,8 +247,16 @@ def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle,
     folder = tmp_path / "minimal"
     shutil.copytree(bundle, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
-    required = ("schema_version", "model_version", "feature_spec", "score", "calibration", "thresholds", "novelty",
-                "files")
+    required = (
+        "schema_version",
+        "model_version",
+        "feature_spec",
+        "score",
+        "calibration",
+        "thresholds",
+        "novelty",
+        "files",
+    )
     minimal = {k: manifest[k] for k in required}
     minimal["manifest_sha256"] = manifest_digest(minimal)
     (folder / "manifest.json").write_text(json.dumps(minimal))
@@ -230,8 +274,11 @@ def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routel
     from tests.conftest import config_for
     from training.engines.base import train
 
-    result = train(config_for(tmp_path / "run", small_routellm / "mt_bench", encoder_cache, objective="cloud_needed",
-                              min_rows_per_tag=20))
+    result = train(
+        config_for(
+            tmp_path / "run", small_routellm / "mt_bench", encoder_cache, objective="cloud_needed", min_rows_per_tag=20
+        )
+    )
     old = tmp_path / "old"
     shutil.copytree(result.bundle, old)
     manifest = json.loads((old / "manifest.json").read_text())
@@ -243,6 +290,8 @@ def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routel
     router = Router.load(old, strict=True)
     prompts = result.held_out["prompt"].tolist()[:30]
     decisions = router.route_batch(prompts)
-    assert all(0.0 <= d.score <= 1.0 and d.p_edge is None and d.novelty is None and d.reason.startswith("score")
-               for d in decisions)
+    assert all(
+        0.0 <= d.score <= 1.0 and d.p_edge is None and d.novelty is None and d.reason.startswith("score")
+        for d in decisions
+    )
     assert np.allclose([d.score for d in decisions], result.held_out["score"][:30], atol=1e-5)

@@ -1,5 +1,6 @@
 """Signed bundles: with a pinned public key, only bundles that key signed are loaded; a forger
 who can rewrite files and checksums, swap manifests or sign with another key is refused."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,13 @@ def signed(small_routellm, encoder_cache, keys, tmp_path_factory):
     from training.engines.base import train
 
     private, _ = keys
-    config = config_for(tmp_path_factory.mktemp("signed"), small_routellm / "mt_bench", encoder_cache,
-                        min_rows_per_tag=20, signing_key=str(private))
+    config = config_for(
+        tmp_path_factory.mktemp("signed"),
+        small_routellm / "mt_bench",
+        encoder_cache,
+        min_rows_per_tag=20,
+        signing_key=str(private),
+    )
     return train(config).bundle
 
 
@@ -56,7 +62,8 @@ def test_keys_are_written_private_and_never_overwritten(keys):
 def test_a_bundle_training_signed_loads_under_its_key(signed, keys):
     _, public = keys
     assert (signed / "manifest.sig").is_file() and "manifest.sig" not in json.loads(
-        (signed / "manifest.json").read_text())["files"]
+        (signed / "manifest.json").read_text()
+    )["files"]
     for key in (public, public.read_bytes()):
         router = Router.load(signed, public_key=key, strict=True)
         assert not router.degraded
@@ -106,10 +113,21 @@ def test_the_signature_covers_exactly_what_training_wrote(signed, keys):
 def test_make_keys(tmp_path):
     from tests.conftest import make_env
 
-    done = subprocess.run(["make", "-s", "keys", f"KEYS={tmp_path / 'k'}"], cwd=ROOT, env=make_env(),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        ["make", "-s", "keys", f"KEYS={tmp_path / 'k'}"],
+        cwd=ROOT,
+        env=make_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "k" / "router.key").is_file() and (tmp_path / "k" / "router.pub").is_file()
-    again = subprocess.run([sys.executable, "-m", "pipelines.keys", "--out", str(tmp_path / "k")], cwd=ROOT,
-                           capture_output=True, text=True, env={**make_env(), "COLUMNS": "400"})
+    again = subprocess.run(
+        [sys.executable, "-m", "pipelines.keys", "--out", str(tmp_path / "k")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**make_env(), "COLUMNS": "400"},
+    )
     assert again.returncode != 0 and "refusing to replace" in again.stderr

@@ -1,6 +1,7 @@
 """The synthetic log simulator (`make simulate`): data contract, determinism, streaming,
 realistic rates, CLI, and the behavioural check that a learned router recovers the
 hidden difficulty the hand rule table cannot see."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,7 @@ from tests.conftest import ROOT, config_for, make_env
 
 def read_folder(folder) -> pd.DataFrame:
     """Every shard of a simulated folder, in shard order."""
-    return pd.concat([pq.read_table(p).to_pandas() for p in sorted(folder.glob("part-*.parquet"))],
-                     ignore_index=True)
+    return pd.concat([pq.read_table(p).to_pandas() for p in sorted(folder.glob("part-*.parquet"))], ignore_index=True)
 
 
 def cloud_needed(frame: pd.DataFrame) -> np.ndarray:
@@ -55,8 +55,10 @@ def test_rows_pass_the_schema_and_load_logs_reads_the_folder_without_rejects(tmp
 
 
 def test_same_rows_whatever_the_shard_size_and_on_rerun(tmp_path):
-    a, b, c = (write_shards(tmp_path / name, 5_000, rows_per_shard=size, seed=7)
-               for name, size in (("a", 1_000), ("b", 2_500), ("c", 1_000)))
+    a, b, c = (
+        write_shards(tmp_path / name, 5_000, rows_per_shard=size, seed=7)
+        for name, size in (("a", 1_000), ("b", 2_500), ("c", 1_000))
+    )
     assert (len(a), len(b)) == (5, 2)
     rows = read_folder(tmp_path / "a")
     pd.testing.assert_frame_equal(rows, read_folder(tmp_path / "b"))
@@ -128,8 +130,15 @@ def test_learned_router_recovers_the_hidden_difficulty(tmp_path, encoder_cache):
 
 def run_cli(*args, **kw):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "pipelines.simulate", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.simulate", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kw,
+    )
 
 
 def test_cli_writes_synthetic_shards(tmp_path):
@@ -139,14 +148,17 @@ def test_cli_writes_synthetic_shards(tmp_path):
     pd.testing.assert_frame_equal(read_folder(tmp_path / "sim"), generate_rows(3, 0, 2_000))
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--n", "0"), "positive whole number"),
-    (("--n", "1.5"), "positive whole number"),
-    (("--n", "many"), "not a number"),
-    (("--n", "10", "--rows-per-shard", "0"), "--rows-per-shard"),
-    (("--n", "10", "--seed", "-1"), "--seed"),
-    (("--n", "10", "--undeclared-share", "2"), "undeclared_share"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--n", "0"), "positive whole number"),
+        (("--n", "1.5"), "positive whole number"),
+        (("--n", "many"), "not a number"),
+        (("--n", "10", "--rows-per-shard", "0"), "--rows-per-shard"),
+        (("--n", "10", "--seed", "-1"), "--seed"),
+        (("--n", "10", "--undeclared-share", "2"), "undeclared_share"),
+    ],
+)
 def test_cli_rejects_bad_arguments(tmp_path, args, message):
     done = run_cli(*args, "--out", str(tmp_path / "sim"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
@@ -159,12 +171,15 @@ def test_cli_accepts_scientific_counts():
     assert (parse_count("1e6"), parse_count("100_000"), parse_count("2000")) == (1_000_000, 100_000, 2_000)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(n=0), "n must be an integer >= 1, got 0"),
-    (dict(n=1.5), "n must be an integer >= 1, got 1.5"),
-    (dict(n=10, rows_per_shard=0), "rows_per_shard must be an integer >= 1, got 0"),
-    (dict(n=10, seed=-1), "seed must be an integer >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n=0), "n must be an integer >= 1, got 0"),
+        (dict(n=1.5), "n must be an integer >= 1, got 1.5"),
+        (dict(n=10, rows_per_shard=0), "rows_per_shard must be an integer >= 1, got 0"),
+        (dict(n=10, seed=-1), "seed must be an integer >= 0, got -1"),
+    ],
+)
 def test_library_rejects_bad_arguments(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.")):
         write_shards(tmp_path / "sim", **kwargs)
@@ -173,7 +188,13 @@ def test_library_rejects_bad_arguments(tmp_path, kwargs, message):
 
 def test_make_simulate(tmp_path):
     """The README command, as written."""
-    done = subprocess.run(["make", "-s", "simulate", "N=1000", f"OUT={tmp_path / 'sim'}", "ARGS="], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900, env=make_env())
+    done = subprocess.run(
+        ["make", "-s", "simulate", "N=1000", f"OUT={tmp_path / 'sim'}", "ARGS="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=make_env(),
+    )
     assert done.returncode == 0, done.stderr
     assert len(load_logs([tmp_path / "sim"]).rows) == 1_000

@@ -1,13 +1,14 @@
 """Fallback threshold selection, the zone logic, and the hand rule table exactly as specified."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from serving.rules import infer_rule_domain, rule_score
+from evaluation.thresholds import select_per_precision, select_thresholds
 from serving.contract import zone_for
 from serving.manifest import band_of as thresholds_for
-from evaluation.thresholds import select_per_precision, select_thresholds
+from serving.rules import infer_rule_domain, rule_score
 
 
 def synthetic(n=2000, seed=0):
@@ -53,8 +54,9 @@ def test_unreachable_target_is_reported():
     score, q_edge, q_cloud = synthetic()
     t = select_thresholds(score, q_edge, q_cloud, target="budget", cloud_budget=0.0, catch_rate=1.0)
     assert t.expected_cloud_calls == 0.0 and t.met_target  # all edge-only is within a zero budget
-    worse = select_thresholds(score, np.zeros_like(q_edge), np.ones_like(q_cloud), target="quality",
-                              max_quality_drop=0.0, catch_rate=0.0)
+    worse = select_thresholds(
+        score, np.zeros_like(q_edge), np.ones_like(q_cloud), target="quality", max_quality_drop=0.0, catch_rate=0.0
+    )
     assert worse.met_target and worse.cloud_first_share == 1.0
 
 
@@ -68,29 +70,39 @@ def test_bad_options_are_clear_errors():
 def test_per_precision_thresholds_fall_back_when_a_tag_is_rare():
     score, q_edge, q_cloud = synthetic(3000)
     tags = np.array(["exact"] * 2500 + ["tolerant"] * 100 + [None] * 400, dtype=object)
-    chosen = select_per_precision(score, q_edge, q_cloud, tags, tags=("exact", "standard", "tolerant"),
-                                  min_rows=200)
+    chosen = select_per_precision(score, q_edge, q_cloud, tags, tags=("exact", "standard", "tolerant"), min_rows=200)
     assert chosen["exact"]["rows"] == 2500
     assert chosen["tolerant"]["lo"] == chosen["default"]["lo"] and "only 100 rows" in chosen["tolerant"]["source"]
-    assert thresholds_for(chosen, None) == thresholds_for(chosen, "standard") == (
-        chosen["default"]["lo"], chosen["default"]["hi"])
+    assert (
+        thresholds_for(chosen, None)
+        == thresholds_for(chosen, "standard")
+        == (chosen["default"]["lo"], chosen["default"]["hi"])
+    )
 
 
 def test_zone_boundaries_are_inclusive_in_the_middle():
     assert [zone_for(s, 0.3, 0.7) for s in (0.29, 0.3, 0.5, 0.7, 0.71)] == [
-        "edge", "edge_with_cloud_fallback", "edge_with_cloud_fallback", "edge_with_cloud_fallback", "cloud"]
+        "edge",
+        "edge_with_cloud_fallback",
+        "edge_with_cloud_fallback",
+        "edge_with_cloud_fallback",
+        "cloud",
+    ]
 
 
-@pytest.mark.parametrize("seq_len, domain, precision, score, zone", [
-    (100, None, "standard", 0.0, "edge"),
-    (100, "general", "exact", 0.3, "edge_with_cloud_fallback"),
-    (100, "medical", "exact", 0.6, "edge_with_cloud_fallback"),
-    (2000, None, "exact", 0.7, "edge_with_cloud_fallback"),  # 0.4 + 0.3 is exactly 0.7: inclusive
-    (2000, "legal", None, 0.7, "edge_with_cloud_fallback"),
-    (2000, "finance", "exact", 1.0, "cloud"),
-    (1024, "legal", "exact", 0.6, "edge_with_cloud_fallback"),  # > 1024, not >=
-    (1025, None, None, 0.4, "edge_with_cloud_fallback"),
-])
+@pytest.mark.parametrize(
+    "seq_len, domain, precision, score, zone",
+    [
+        (100, None, "standard", 0.0, "edge"),
+        (100, "general", "exact", 0.3, "edge_with_cloud_fallback"),
+        (100, "medical", "exact", 0.6, "edge_with_cloud_fallback"),
+        (2000, None, "exact", 0.7, "edge_with_cloud_fallback"),  # 0.4 + 0.3 is exactly 0.7: inclusive
+        (2000, "legal", None, 0.7, "edge_with_cloud_fallback"),
+        (2000, "finance", "exact", 1.0, "cloud"),
+        (1024, "legal", "exact", 0.6, "edge_with_cloud_fallback"),  # > 1024, not >=
+        (1025, None, None, 0.4, "edge_with_cloud_fallback"),
+    ],
+)
 def test_rule_table_exactly(seq_len, domain, precision, score, zone):
     assert rule_score(seq_len, domain, precision) == score
     assert zone_for(score, 0.3, 0.7) == zone

@@ -1,5 +1,6 @@
 """Learning from the app's own traffic: the SDK's outcome log, exploration and shadow runs,
 feedback, reading the log back for training, and off-policy evaluation."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,12 @@ from tests.judge import JudgeServer, make_label
 
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(line) for file in sorted(folder.glob("outcomes-*.jsonl"))
-            for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for file in sorted(folder.glob("outcomes-*.jsonl"))
+        for line in file.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def edge(prompt):
@@ -43,7 +48,7 @@ def test_records_are_written_off_the_request_path_and_rotated(tmp_path):
     log.close()
     written = records(tmp_path / "logs")
     assert [r["request_id"] for r in written] == [f"r{i}" for i in range(200)]  # all, in order
-    assert len(list((tmp_path / "logs").glob("outcomes-*.jsonl"))) > 3          # rotated
+    assert len(list((tmp_path / "logs").glob("outcomes-*.jsonl"))) > 3  # rotated
     assert (log.written, log.dropped) == (200, 0)
 
 
@@ -107,8 +112,10 @@ def test_a_killed_process_leaves_only_whole_records_but_perhaps_a_cut_last_line(
     from data.sdk_logs import iter_outcome_log
 
     folder = tmp_path / "logs"
-    process = subprocess.Popen([sys.executable, "-c", KILLED_WRITER.format(root=str(ROOT), folder=str(folder))],
-                               stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER.format(root=str(ROOT), folder=str(folder))], stdout=subprocess.DEVNULL
+    )
+
     def on_disk() -> int:
         return sum(f.read_bytes().count(b"\n") for f in folder.glob("outcomes-*.jsonl"))
 
@@ -175,14 +182,22 @@ def test_execute_records_what_was_decided_and_what_ran(bundle, tmp_path):
     decision = router.route("What is the capital of France?")
     assert request["type"] == "request" and request["request_id"] == "req-1"
     assert (request["zone"], request["score"], request["model_version"]) == (
-        decision.zone, pytest.approx(decision.score), router.model_version)
+        decision.zone,
+        pytest.approx(decision.score),
+        router.model_version,
+    )
     assert request["propensity"] == 1.0 and request["explored"] is False
     if decision.target == "edge":  # the failed edge call is an observed edge failure
         assert request["served_by"] == "cloud" and request["edge_quality"] == 0.0
         assert request["fallback_reason"].startswith("edge call failed") and request["cloud_response"] == "cloud answer"
         assert [s["name"] for s in request["steps"]] == ["edge", "cloud"]
-    assert feedback == {**feedback, "type": "feedback", "request_id": "req-1", "cloud_quality": 1.0,
-                        "source": "thumbs up"}
+    assert feedback == {
+        **feedback,
+        "type": "feedback",
+        "request_id": "req-1",
+        "cloud_quality": 1.0,
+        "source": "thumbs up",
+    }
 
 
 def test_exploration_flips_the_first_side_at_the_rate_and_logs_the_propensity(bundle, tmp_path):
@@ -227,8 +242,14 @@ def test_shadow_runs_log_the_other_sides_answer_off_the_request_path(bundle, tmp
     time.sleep(0.05)
     log.close()
     request, shadow = records(tmp_path / "logs")
-    assert shadow == {**shadow, "type": "shadow", "request_id": run.request_id, "side": "cloud",
-                      "response": "cloud answer", "error": None}
+    assert shadow == {
+        **shadow,
+        "type": "shadow",
+        "request_id": run.request_id,
+        "side": "cloud",
+        "response": "cloud answer",
+        "error": None,
+    }
 
 
 def test_aexecute_records_and_shadows_on_the_event_loop(bundle, tmp_path):
@@ -261,10 +282,20 @@ def test_aexecute_records_and_shadows_on_the_event_loop(bundle, tmp_path):
     assert execution.served_by == "edge" and before == [] and shadowed == ["What is 2 + 2?"]
     log.close()
     request, shadow = records(tmp_path / "logs")
-    assert (request["type"], request["request_id"], request["served_by"], request["edge_response"]) == \
-        ("request", execution.request_id, "edge", "edge answer")
-    assert shadow == {**shadow, "type": "shadow", "request_id": execution.request_id, "side": "cloud",
-                      "response": "cloud answer", "error": None}
+    assert (request["type"], request["request_id"], request["served_by"], request["edge_response"]) == (
+        "request",
+        execution.request_id,
+        "edge",
+        "edge answer",
+    )
+    assert shadow == {
+        **shadow,
+        "type": "shadow",
+        "request_id": execution.request_id,
+        "side": "cloud",
+        "response": "cloud answer",
+        "error": None,
+    }
 
 
 # --- reading the log for training ----------------------------------------------------------
@@ -314,8 +345,14 @@ def test_outcome_weights_per_estimator():
 
     from training.partial import head_rows, with_outcome_weights
 
-    frame = pd.DataFrame({"prompt": ["a", "b", "c"], "edge_quality": [1.0, 0.0, np.nan],
-                          "cloud_quality": [1.0, np.nan, 1.0], "propensity": [np.nan, 0.1, 0.01]})
+    frame = pd.DataFrame(
+        {
+            "prompt": ["a", "b", "c"],
+            "edge_quality": [1.0, 0.0, np.nan],
+            "cloud_quality": [1.0, np.nan, 1.0],
+            "propensity": [np.nan, 0.1, 0.01],
+        }
+    )
     plug_in = with_outcome_weights(frame)
     assert plug_in["weight_edge"].tolist() == [1.0, 1.0, 0.0] and plug_in["weight_cloud"].tolist() == [1.0, 0.0, 1.0]
     ipw = with_outcome_weights(frame, estimator="ipw", max_weight=20)
@@ -341,8 +378,15 @@ def test_off_policy_estimates_recover_a_known_policy_value():
     p_cloud_true = np.clip(p_edge_true + 0.15, 0, 1)
     routed = np.where(rng.uniform(size=n) < 0.5, "edge", "cloud")
     reward = np.where(routed == "edge", rng.uniform(size=n) < p_edge_true, rng.uniform(size=n) < p_cloud_true)
-    out = off_policy(routed_to=routed, propensity=np.full(n, 0.5), reward=reward.astype(float), target=["edge"] * n,
-                     p_edge=p_edge_true + rng.normal(0, 0.05, n), p_cloud=p_cloud_true, rounds=300)
+    out = off_policy(
+        routed_to=routed,
+        propensity=np.full(n, 0.5),
+        reward=reward.astype(float),
+        target=["edge"] * n,
+        p_edge=p_edge_true + rng.normal(0, 0.05, n),
+        p_cloud=p_cloud_true,
+        rounds=300,
+    )
     truth = p_edge_true.mean()
     for name in ("ips", "snips", "dr"):
         estimate, (lo, hi) = out["quality"][name]["estimate"], out["quality"][name]["ci95"]
@@ -414,8 +458,9 @@ def replayed(bundle, small_routellm, tmp_path_factory):
 @pytest.mark.real_data
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["local", "dask"])
-def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(replayed, small_routellm, encoder_cache,
-                                                                           tmp_path, engine):
+def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(
+    replayed, small_routellm, encoder_cache, tmp_path, engine
+):
     """Both engines, with shared heads (training.partial.share_heads): `auto` would keep them
     separate here, as the replayed prompts join their benchmark rows, which know both outcomes."""
     from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
@@ -424,8 +469,15 @@ def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(repla
     folder, summary = replayed
     assert summary["written"] == 2 * summary["requests"] and summary["dropped"] == 0
     assert 0.1 < summary["explored"] / summary["requests"] < 0.3
-    config = config_for(tmp_path, small_routellm, encoder_cache, engine=engine, dask_workers=2,
-                        head_sharing="shared", acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)
+    config = config_for(
+        tmp_path,
+        small_routellm,
+        encoder_cache,
+        engine=engine,
+        dask_workers=2,
+        head_sharing="shared",
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+    )
     config.data.append(str(folder))  # the benchmark slice (both outcomes) and the SDK's outcome log
     result = train(config)
     outcomes = result.manifest.data["outcomes"]
@@ -459,8 +511,16 @@ def test_make_evaluate_on_sdk_logs_gives_off_policy_estimates(replayed, bundle, 
     from pipelines.evaluate import run
 
     folder, _ = replayed
-    result = run(EvalConfig(bundle=str(bundle), logs=[str(folder)], out=str(tmp_path / "report"), split="all",
-                            cache_dir=str(encoder_cache), mlflow=False))
+    result = run(
+        EvalConfig(
+            bundle=str(bundle),
+            logs=[str(folder)],
+            out=str(tmp_path / "report"),
+            split="all",
+            cache_dir=str(encoder_cache),
+            mlflow=False,
+        )
+    )
     ope = result.metrics["off_policy"]
     assert "figures" not in result.metrics and ope["requests"] == 1500
     # The logging policy was this very bundle, exploring 20%: it agrees with itself on ~80%,
@@ -477,8 +537,13 @@ def test_make_evaluate_on_sdk_logs_gives_off_policy_estimates(replayed, bundle, 
 
 
 def test_make_targets_run_the_commands():
-    out = subprocess.run(["make", "-n", "label", "replay", "LOGS=my/logs", "JUDGE_URL=http://127.0.0.1:9/v1",
-                          "JUDGE_MODEL=judge-1"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "-n", "label", "replay", "LOGS=my/logs", "JUDGE_URL=http://127.0.0.1:9/v1", "JUDGE_MODEL=judge-1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "-m pipelines.label --logs my/logs --base-url http://127.0.0.1:9/v1 --model judge-1" in out
     assert "-m pipelines.replay" in out
 
@@ -509,16 +574,24 @@ def test_the_promotion_rule_both_ways():
 def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_routellm, encoder_cache, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from training.promotion import decide, promote
     from tests.conftest import config_for
     from training.engines.base import train
+    from training.promotion import decide, promote
 
     folder, _ = replayed
     store = f"sqlite:///{tmp_path}/mlflow.db"
     # Both fitted on the slice's MMLU rows (no edge answers: no acceptance check to fit), judged on all of it.
     first = train(config_for(tmp_path / "a", small_routellm / "mmlu", encoder_cache, tracking_uri=store))
-    second = train(config_for(tmp_path / "b", small_routellm / "mmlu", encoder_cache, tracking_uri=store,
-                              num_boost_round=3, early_stopping_rounds=1))
+    second = train(
+        config_for(
+            tmp_path / "b",
+            small_routellm / "mmlu",
+            encoder_cache,
+            tracking_uri=store,
+            num_boost_round=3,
+            early_stopping_rounds=1,
+        )
+    )
     client = MlflowClient(tracking_uri=store)
     options = {"logs": [str(folder)], "full_logs": [str(small_routellm)]}
     made = promote(first.bundle, **options)

@@ -2,6 +2,7 @@
 the off-policy estimates, promotion figures that are not finite or rest on too few rows, logs
 kept without text, and training logs without rows that know both outcomes. Each refusal says
 what is missing and what to do, exits non-zero without a traceback, and changes nothing."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,16 @@ def registry(small_routellm, encoder_cache, tmp_path_factory):
     store = f"sqlite:///{tmp}/mlflow.db"
     options = dict(tracking_uri=store, min_rows_per_tag=20, acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)
     first = train(config_for(tmp / "first", small_routellm / "gsm8k", encoder_cache, **options))
-    second = train(config_for(tmp / "second", small_routellm / "gsm8k", encoder_cache, num_boost_round=3,
-                              early_stopping_rounds=1, **options))
+    second = train(
+        config_for(
+            tmp / "second",
+            small_routellm / "gsm8k",
+            encoder_cache,
+            num_boost_round=3,
+            early_stopping_rounds=1,
+            **options,
+        )
+    )
     return SimpleNamespace(store=store, first=first, second=second)
 
 
@@ -60,8 +69,9 @@ def private_log(registry, small_routellm, tmp_path_factory) -> Path:
     from pipelines.replay import replay
 
     folder = tmp_path_factory.mktemp("private") / "outcomes"
-    replay(gsm8k_prompts(small_routellm, 100), registry.first.bundle, folder, explore_rate=0.2, seed=0,
-           store_prompts=False)
+    replay(
+        gsm8k_prompts(small_routellm, 100), registry.first.bundle, folder, explore_rate=0.2, seed=0, store_prompts=False
+    )
     return folder
 
 
@@ -69,8 +79,14 @@ def command(module: str, *args, timeout: float = 900) -> subprocess.CompletedPro
     """`python -m <module> args`, as make runs it, with a wide terminal (no wrapped messages)."""
     env = {**os.environ, "COLUMNS": "400", "HF_HUB_OFFLINE": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)  # the bundle's manifest names its store
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def crown(registry, version: str) -> None:
@@ -87,12 +103,16 @@ def champion(registry) -> str:
 
 def printed_json(stdout: str) -> dict:
     """The figures `make promote` prints after its verdict line."""
-    return json.loads(stdout[stdout.index("{"):])
+    return json.loads(stdout[stdout.index("{") :])
 
 
 def log_lines(folder: Path) -> list[tuple[Path, int, dict]]:
-    return [(file, number, json.loads(line)) for file in sorted(folder.glob("outcomes-*.jsonl"))
-            for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
+    return [
+        (file, number, json.loads(line))
+        for file in sorted(folder.glob("outcomes-*.jsonl"))
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1)
+        if line.strip()
+    ]
 
 
 def rewrite(source: Path, dest: Path, change) -> Path:
@@ -111,7 +131,8 @@ def agreeing_request(registry, folder: Path) -> tuple[Path, int, dict]:
     routers = [Router.load(r.bundle, strict=True) for r in (registry.first, registry.second)]
     for file, number, record in log_lines(folder):
         if record["type"] == "request" and all(
-                r.route(record["prompt"], precision=record["precision"]).target == record["target"] for r in routers):
+            r.route(record["prompt"], precision=record["precision"]).target == record["target"] for r in routers
+        ):
             return file, number, record
     raise AssertionError("no request on which both bundles pick the logged side")
 
@@ -131,9 +152,13 @@ def test_a_propensity_below_the_floor_is_a_reject_not_a_weight(registry, traffic
     from training.promotion import promote
 
     file, line, chosen = agreeing_request(registry, traffic)
-    corrupt = rewrite(traffic, tmp_path / "corrupt",
-                      lambda r: {**r, "propensity": propensity} if r["request_id"] == chosen["request_id"]
-                      and r["type"] == "request" else r)
+    corrupt = rewrite(
+        traffic,
+        tmp_path / "corrupt",
+        lambda r: (
+            {**r, "propensity": propensity} if r["request_id"] == chosen["request_id"] and r["type"] == "request" else r
+        ),
+    )
     without = rewrite(traffic, tmp_path / "without", lambda r: None if r["request_id"] == chosen["request_id"] else r)
     crown(registry, registry.first.model_version)
     expected = promote(registry.second.bundle, logs=[str(without)], full_logs=[], dry_run=True)
@@ -158,8 +183,14 @@ def test_the_estimator_itself_refuses_a_propensity_below_its_floor():
     is an error, never a weight (callers leave such rows out first and report them)."""
     from evaluation.off_policy import MIN_PROPENSITY, off_policy
 
-    row = dict(routed_to=["edge", "cloud"], reward=[1.0, 0.0], target=["edge", "edge"], p_edge=[0.5, 0.5],
-               p_cloud=[0.5, 0.5], rounds=10)
+    row = dict(
+        routed_to=["edge", "cloud"],
+        reward=[1.0, 0.0],
+        target=["edge", "edge"],
+        p_edge=[0.5, 0.5],
+        p_cloud=[0.5, 0.5],
+        rounds=10,
+    )
     for tiny in (1e-300, 5e-324, MIN_PROPENSITY / 2):
         with pytest.raises(ValueError, match=r"propensity in \[0.01, 1\]"):
             off_policy(propensity=[tiny, 0.5], **row)
@@ -176,17 +207,31 @@ def test_make_evaluate_leaves_out_requests_below_the_propensity_floor_and_lists_
     from pipelines.evaluate import run
 
     _, _, chosen = agreeing_request(registry, traffic)
-    corrupt = rewrite(traffic, tmp_path / "corrupt",
-                      lambda r: {**r, "propensity": 1e-300} if r["request_id"] == chosen["request_id"]
-                      and r["type"] == "request" else r)
-    result = run(EvalConfig(bundle=str(registry.second.bundle), logs=[str(corrupt)], out=str(tmp_path / "report"),
-                            split="all", mlflow=False))
+    corrupt = rewrite(
+        traffic,
+        tmp_path / "corrupt",
+        lambda r: (
+            {**r, "propensity": 1e-300} if r["request_id"] == chosen["request_id"] and r["type"] == "request" else r
+        ),
+    )
+    result = run(
+        EvalConfig(
+            bundle=str(registry.second.bundle),
+            logs=[str(corrupt)],
+            out=str(tmp_path / "report"),
+            split="all",
+            mlflow=False,
+        )
+    )
     ope = result.metrics["off_policy"]
     assert ope["below_min_propensity"]["rows"] == 1 and ope["below_min_propensity"]["request_ids"] == [
-        chosen["request_id"]]
+        chosen["request_id"]
+    ]
     assert ope["requests"] == 599
-    assert all(math.isfinite(ope["quality"][name]["estimate"]) and abs(ope["quality"][name]["estimate"]) < 2
-               for name in ("ips", "snips", "dr"))
+    assert all(
+        math.isfinite(ope["quality"][name]["estimate"]) and abs(ope["quality"][name]["estimate"]) < 2
+        for name in ("ips", "snips", "dr")
+    )
     assert chosen["request_id"] in (tmp_path / "report" / "report.md").read_text()
 
 
@@ -222,8 +267,9 @@ def test_promotion_refuses_figures_that_rest_on_too_few_rows(registry, traffic, 
 
     assert recorded() == before
 
-    done = command("pipelines.promote", "--bundle", registry.second.bundle, "--logs", few, "--min-rows", 20,
-                   "--dry-run")
+    done = command(
+        "pipelines.promote", "--bundle", registry.second.bundle, "--logs", few, "--min-rows", 20, "--dry-run"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert printed_json(done.stdout)["challenger"]["logged"]["requests"] == 30
 
@@ -253,8 +299,19 @@ def test_promotion_refuses_a_figure_that_is_not_finite():
 def test_make_evaluate_on_a_log_without_text_says_what_is_missing(registry, private_log, tmp_path, split):
     """store_prompts=False: every row lacks the text the evaluation routes. Exit code 2, no
     traceback, and the message says what is missing, why, and what to do."""
-    done = command("pipelines.evaluate", "--bundle", registry.first.bundle, "--logs", private_log, "--out",
-                   tmp_path / "report", "--split", split, "--set", "mlflow=false")
+    done = command(
+        "pipelines.evaluate",
+        "--bundle",
+        registry.first.bundle,
+        "--logs",
+        private_log,
+        "--out",
+        tmp_path / "report",
+        "--split",
+        split,
+        "--set",
+        "mlflow=false",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     message = " ".join(done.stderr.split())
     assert "100 rows logged without their text (OutcomeLog(store_prompts=False))" in message
@@ -284,10 +341,27 @@ def test_make_train_on_an_outcome_log_alone_says_what_is_missing(traffic, encode
     need them. Exit code 2 without a traceback, saying how many there are, how many are
     needed and what to add; no bundle written. The local engine stops before fitting."""
     bundle = tmp_path / "bundle"
-    done = command("pipelines.train", "--data", traffic, "--bundle", bundle, "--engine", engine,
-                   "--set", f"tracking_uri=sqlite:///{tmp_path}/mlflow.db", "--set", f"artifact_root={tmp_path}/art",
-                   "--set", f"cache_dir={encoder_cache}", "--set", f"reports_dir={tmp_path}/reports",
-                   "--set", "dask_workers=1", "--set", "min_rows_per_tag=20")
+    done = command(
+        "pipelines.train",
+        "--data",
+        traffic,
+        "--bundle",
+        bundle,
+        "--engine",
+        engine,
+        "--set",
+        f"tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        "--set",
+        f"artifact_root={tmp_path}/art",
+        "--set",
+        f"cache_dir={encoder_cache}",
+        "--set",
+        f"reports_dir={tmp_path}/reports",
+        "--set",
+        "dask_workers=1",
+        "--set",
+        "min_rows_per_tag=20",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     message = " ".join(done.stderr.split())
     assert "too few rows with both outcomes" in message
@@ -315,7 +389,16 @@ def test_make_train_prints_a_data_quality_error_without_a_traceback(tmp_path):
     """Bad data stops `make train` with the reason and exit code 2, as `make evaluate` does."""
     logs = tmp_path / "logs.jsonl"
     logs.write_text('{"prompt": "p", "edge_quality": 7}\n', encoding="utf-8")
-    done = command("pipelines.train", "--data", logs, "--bundle", tmp_path / "bundle",
-                   "--set", f"reports_dir={tmp_path}/reports", "--set", f"tracking_uri=sqlite:///{tmp_path}/m.db")
+    done = command(
+        "pipelines.train",
+        "--data",
+        logs,
+        "--bundle",
+        tmp_path / "bundle",
+        "--set",
+        f"reports_dir={tmp_path}/reports",
+        "--set",
+        f"tracking_uri=sqlite:///{tmp_path}/m.db",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "no valid rows" in done.stderr and not (tmp_path / "bundle").exists()

@@ -1,6 +1,7 @@
 """Training runs killed or run side by side: BUNDLE always holds a complete, verified bundle
 (or the previous one), every registered version is the bundle its own run verified, and no
 MLflow run is left RUNNING once the next training has started."""
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,27 @@ def mmlu_logs(small_routellm, tmp_path_factory) -> Path:
 def command(work, logs, cache) -> list[str]:
     """`make train` on MMLU rows, single split: logs without edge answers fit no acceptance
     check, which cut a run from 30 s to 18 s on 2 cores."""
-    return [sys.executable, "-m", "pipelines.train", "--data", str(logs),
-            "--bundle", str(work / "bundle"), "--set", f"cache_dir={cache}", "--set", f"reports_dir={work / 'reports'}",
-            "--set", f"tracking_uri=sqlite:///{work / 'mlflow.db'}", "--set", f"artifact_root={work / 'artifacts'}",
-            "--set", "min_rows_per_tag=50", "--set", "cv_folds=0"]
+    return [
+        sys.executable,
+        "-m",
+        "pipelines.train",
+        "--data",
+        str(logs),
+        "--bundle",
+        str(work / "bundle"),
+        "--set",
+        f"cache_dir={cache}",
+        "--set",
+        f"reports_dir={work / 'reports'}",
+        "--set",
+        f"tracking_uri=sqlite:///{work / 'mlflow.db'}",
+        "--set",
+        f"artifact_root={work / 'artifacts'}",
+        "--set",
+        "min_rows_per_tag=50",
+        "--set",
+        "cv_folds=0",
+    ]
 
 
 def registered_versions_match_their_runs(work) -> int:
@@ -76,8 +94,9 @@ def test_sigkill_at_random_points_never_leaves_a_broken_or_wrong_bundle(mmlu_log
     first = json.loads((work / "bundle" / "manifest.json").read_text())["mlflow"]["run_id"]
     rng = random.Random(7)
     for _ in range(10):
-        process = subprocess.Popen(command(work, mmlu_logs, encoder_cache), cwd=ROOT,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            command(work, mmlu_logs, encoder_cache), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(rng.uniform(0.3, duration))
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -93,8 +112,16 @@ def test_sigkill_at_random_points_never_leaves_a_broken_or_wrong_bundle(mmlu_log
 
 
 def test_two_trainings_on_one_bundle_path_each_register_their_own_bundle(mmlu_logs, encoder_cache, tmp_path):
-    runs = [subprocess.Popen(command(tmp_path, mmlu_logs, encoder_cache), cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            command(tmp_path, mmlu_logs, encoder_cache),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for process in runs:
         _, err = process.communicate(timeout=900)
         assert process.returncode == 0, err

@@ -1,4 +1,5 @@
 """`make train` end to end on real RouteLLM rows: bundle, MLflow, parity, cache, quality."""
+
 from __future__ import annotations
 
 import json
@@ -9,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from training.engines.base import train as run
 from serving.bundle import read_manifest
 from serving.scorer import Scorer
 from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
 from training.config import TrainConfig
+from training.engines.base import train as run
 
 pytestmark = [pytest.mark.real_data, pytest.mark.slow]
 
@@ -51,8 +52,7 @@ def test_sdk_scores_match_the_training_pipeline(trained):
     scorer = Scorer.load(result.bundle)
     batch = scorer.scores(held["prompt"].tolist(), held["precision"].tolist())
     assert np.max(np.abs(batch - held["score"].to_numpy())) <= 1e-5
-    one_by_one = np.array([scorer.scores([p], [q])[0] for p, q in
-                           zip(held["prompt"][:50], held["precision"][:50])])
+    one_by_one = np.array([scorer.scores([p], [q])[0] for p, q in zip(held["prompt"][:50], held["precision"][:50])])
     assert np.max(np.abs(one_by_one - held["score"].to_numpy()[:50])) <= 1e-5
 
 
@@ -64,17 +64,26 @@ def test_fused_graph_alone_gives_the_calibrated_score(trained):
 
     _, result = trained
     manifest = json.loads((result.bundle / "manifest.json").read_text())
-    assert manifest["score"] == {"kind": "expected_gain", "heads": ["edge", "cloud"],
-                                 "outputs": ["edge_probabilities", "cloud_probabilities"]}
+    assert manifest["score"] == {
+        "kind": "expected_gain",
+        "heads": ["edge", "cloud"],
+        "outputs": ["edge_probabilities", "cloud_probabilities"],
+    }
     assert all(c["method"] == "sigmoid" and c["in_model"] is True for c in manifest["calibration"].values())
     session = ort.InferenceSession(str(result.bundle / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert {o.name for o in session.get_outputs()} == {"edge_probabilities", "cloud_probabilities", "features",
-                                                       "novelty"}
+    assert {o.name for o in session.get_outputs()} == {
+        "edge_probabilities",
+        "cloud_probabilities",
+        "features",
+        "novelty",
+    }
     held = result.held_out[:64]
-    ids, mask, scalars, _, _ = Scorer.load(result.bundle).extractor.prepare(held["prompt"].tolist(),
-                                                                            held["precision"].tolist())
-    edge, cloud = session.run(["edge_probabilities", "cloud_probabilities"],
-                              {"input_ids": ids, "attention_mask": mask, "scalars": scalars})
+    ids, mask, scalars, _, _ = Scorer.load(result.bundle).extractor.prepare(
+        held["prompt"].tolist(), held["precision"].tolist()
+    )
+    edge, cloud = session.run(
+        ["edge_probabilities", "cloud_probabilities"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
+    )
     assert np.max(np.abs(cloud[:, 1] - edge[:, 1] - held["score"].to_numpy())) <= 1e-5
 
 
@@ -92,8 +101,9 @@ def test_run_is_tracked_and_registered(trained):
     assert "test.learned.apgr" in run_data.metrics and "parity_max_abs_diff" in run_data.metrics
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}
     assert {"bundle", "data_fingerprint.json", "train_config.json"} <= artifacts
-    saved = mlflow.artifacts.download_artifacts(run_id=result.run_id, artifact_path="train_config.json",
-                                                dst_path=str(result.bundle.parent / "logged"))
+    saved = mlflow.artifacts.download_artifacts(
+        run_id=result.run_id, artifact_path="train_config.json", dst_path=str(result.bundle.parent / "logged")
+    )
     assert TrainConfig.from_file(saved) == cfg  # the logged config reproduces the run
 
 
@@ -119,12 +129,33 @@ def test_full_logs_beat_the_rule_table(trained_full):
 
 def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_path):
     env = {**os.environ, "COLUMNS": "160"}
-    base = [sys.executable, "-m", "pipelines.train", "--data", str(small_routellm / "mt_bench"),
-            "--data", str(small_routellm / "gsm8k"), "--bundle", str(tmp_path / "b"),
-            "--set", f"tracking_uri=sqlite:///{tmp_path}/mlflow.db", "--set", f"artifact_root={tmp_path}/art",
-            "--set", f"cache_dir={encoder_cache}", "--set", f"reports_dir={tmp_path}/reports",
-            "--set", "min_rows_per_tag=20", "--set", "lgbm.num_leaves=7", "--set", "cv_folds=0",
-            "--set", f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}"]
+    base = [
+        sys.executable,
+        "-m",
+        "pipelines.train",
+        "--data",
+        str(small_routellm / "mt_bench"),
+        "--data",
+        str(small_routellm / "gsm8k"),
+        "--bundle",
+        str(tmp_path / "b"),
+        "--set",
+        f"tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        "--set",
+        f"artifact_root={tmp_path}/art",
+        "--set",
+        f"cache_dir={encoder_cache}",
+        "--set",
+        f"reports_dir={tmp_path}/reports",
+        "--set",
+        "min_rows_per_tag=20",
+        "--set",
+        "lgbm.num_leaves=7",
+        "--set",
+        "cv_folds=0",
+        "--set",
+        f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}",
+    ]
     done = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "APGR" in done.stdout and "hand rule table" in done.stdout
@@ -139,8 +170,17 @@ def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_ca
     """The staged layout: int8 MiniLM encoder (one prompt per call), projection, trees."""
     from serving import Router
 
-    result = run(config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, tier="transformer",
-                            min_rows_per_tag=10, val_share=0.25, test_share=0.25))
+    result = run(
+        config_for(
+            tmp_path,
+            small_routellm / "mt_bench",
+            encoder_cache,
+            tier="transformer",
+            min_rows_per_tag=10,
+            val_share=0.25,
+            test_share=0.25,
+        )
+    )
     manifest = read_manifest(result.bundle)
     assert set(manifest.files) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json", "novelty.npz"}
     assert manifest.feature_spec.encoder_row_wise is True and manifest.feature_spec.fused is False

@@ -1,5 +1,6 @@
 """`max_train_rows`: the boosters read a prompt-hash sample of the training rows, the same
 prompts in both engines; validation and test rows are never cut, and the run says so."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ def _local_sample(prepared, config, cap):
     from training.engines.local import _training_sample
 
     frame, report = prepared[0].frame, dict(prepared[0].report)
-    return _training_sample(frame, TrainConfig(**{**config.to_dict(), "max_train_rows": cap}), report,
-                            Console(quiet=True)), report
+    return _training_sample(
+        frame, TrainConfig(**{**config.to_dict(), "max_train_rows": cap}), report, Console(quiet=True)
+    ), report
 
 
 def test_both_engines_sample_the_same_training_prompts_and_keep_every_held_out_row(prepared):
@@ -54,8 +56,11 @@ def test_both_engines_sample_the_same_training_prompts_and_keep_every_held_out_r
     train = local[local["split"] == "train"]
     assert set(train["prompt"]) == set(sampled["prompt"])
     assert abs(len(train) - cap) <= 0.1 * cap, len(train)
-    assert report["training_sample"] == {"max_train_rows": cap, "rows": len(train),
-                                         "fraction": pytest.approx(cap / (len(frame) * 0.7))}
+    assert report["training_sample"] == {
+        "max_train_rows": cap,
+        "rows": len(train),
+        "fraction": pytest.approx(cap / (len(frame) * 0.7)),
+    }
     for split in ("val", "test"):
         assert (local["split"] == split).sum() == (frame["split"] == split).sum()
 
@@ -76,14 +81,22 @@ def test_max_train_rows_must_be_a_positive_integer():
             TrainConfig(max_train_rows=bad)
 
 
-def test_a_capped_run_trains_on_the_sample_and_records_it_in_the_bundle(small_routellm, encoder_cache, trained_small,
-                                                                      tmp_path):
+def test_a_capped_run_trains_on_the_sample_and_records_it_in_the_bundle(
+    small_routellm, encoder_cache, trained_small, tmp_path
+):
     from training.engines.base import train
 
     full = json.loads((trained_small[1].bundle / "manifest.json").read_text())
     train_rows = round(full["data"]["rows"] * 0.7)
-    result = train(config_for(tmp_path, small_routellm, encoder_cache, max_train_rows=train_rows // 2,
-                              acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS))
+    result = train(
+        config_for(
+            tmp_path,
+            small_routellm,
+            encoder_cache,
+            max_train_rows=train_rows // 2,
+            acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+        )
+    )
     data = json.loads((result.bundle / "manifest.json").read_text())["data"]
     assert data["training_sample"]["max_train_rows"] == train_rows // 2
     assert abs(data["training_sample"]["rows"] - train_rows // 2) <= 0.1 * train_rows

@@ -1,6 +1,7 @@
 """BundleURLWatcher: bundles published over HTTP on 127.0.0.1 are downloaded into a private staging
 folder, verified by Router.update, and the staging folder removed; hostile or broken publications
 are refused without touching the running bundle or anything outside the staging folder."""
+
 from __future__ import annotations
 
 import datetime
@@ -51,7 +52,7 @@ class Site:
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(content)))
                     self.end_headers()
-                    self.wfile.write(content[:site.cut[self.path]])
+                    self.wfile.write(content[: site.cut[self.path]])
                     self.close_connection = True
                     return
                 super().do_GET()
@@ -96,23 +97,29 @@ def reseal(folder: Path, **changes) -> Path:
 @pytest.fixture
 def newer(bundle, tmp_path) -> Path:
     """The test bundle as a later version: another model_version, a later created_at."""
-    return reseal(shutil.copytree(bundle, tmp_path / "newer"), model_version="edge-cloud-router@run:newer",
-                  created_at="2999-01-01T00:00:00+00:00")
+    return reseal(
+        shutil.copytree(bundle, tmp_path / "newer"),
+        model_version="edge-cloud-router@run:newer",
+        created_at="2999-01-01T00:00:00+00:00",
+    )
 
 
 @pytest.fixture
 def watcher(bundle, site, tmp_path):
     (tmp_path / "staging").mkdir()
-    return BundleURLWatcher(Router.load(bundle, strict=True), site.url, interval_s=0.1,
-                            staging_root=tmp_path / "staging")
+    return BundleURLWatcher(
+        Router.load(bundle, strict=True), site.url, interval_s=0.1, staging_root=tmp_path / "staging"
+    )
 
 
 def test_a_newly_published_bundle_is_downloaded_verified_and_loaded(watcher, site, newer, tmp_path):
     site.publish(newer)
     update = watcher.check_now()
     assert update.updated and watcher.router.model_version == "edge-cloud-router@run:newer"
-    assert sorted(site.paths) == sorted(["/live/manifest.json", "/live/manifest.sig"] +
-                                        [f"/live/{name}" for name in json.loads((newer / "manifest.json").read_text())["files"]])
+    assert sorted(site.paths) == sorted(
+        ["/live/manifest.json", "/live/manifest.sig"]
+        + [f"/live/{name}" for name in json.loads((newer / "manifest.json").read_text())["files"]]
+    )
     assert list((tmp_path / "staging").iterdir()) == []  # loaded from memory; the staging folder is gone
     site.paths.clear()
     assert watcher.check_now() is None and site.paths == ["/live/manifest.json"]  # nothing new: nothing fetched
@@ -172,8 +179,11 @@ def test_a_body_shorter_than_its_content_length_is_refused(watcher, site, newer,
     now (the bundle is fetched again at the next poll)."""
     site.publish(newer)
     site.cut["/live/manifest.json"] = 100
-    with pytest.raises(DownloadError, match=r"manifest.json: the connection closed after 100 of its [0-9,]+ "
-                                            r"bytes \(Content-Length\)"):
+    with pytest.raises(
+        DownloadError,
+        match=r"manifest.json: the connection closed after 100 of its [0-9,]+ "
+        r"bytes \(Content-Length\)",
+    ):
         watcher.check_now()
     site.cut = {"/live/model.onnx": 1000}
     with pytest.raises(DownloadError, match=r"model.onnx: the connection closed after 1,000 of its"):
@@ -254,7 +264,8 @@ def test_the_store_credentials_go_to_its_origin_only(any_router, tmp_path, targe
         store.redirects["/live/manifest.json"] = {
             "same origin": "/moved/manifest.json",
             "another port": f"http://127.0.0.1:{other.port}/moved/manifest.json",
-            "another host": f"http://localhost:{store.port}/moved/manifest.json"}[target]
+            "another host": f"http://localhost:{store.port}/moved/manifest.json",
+        }[target]
         with pytest.raises(DownloadError, match="HTTP 404"):  # nothing is published there
             BundleURLWatcher(any_router, store.url, headers=STORE_HEADERS, timeout_s=5).check_now()
     finally:
@@ -275,17 +286,23 @@ def self_signed_tls(folder: Path) -> tuple[ssl.SSLContext, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = folder / "cert.pem", folder / "key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     return context, cert_file
@@ -304,8 +321,11 @@ def test_a_redirect_from_https_down_to_http_is_refused(any_router, tmp_path, mon
         assert watcher.check_now() is None  # over TLS, trusted: a manifest without a digest is no bundle
         assert store.paths == ["/live/manifest.json"] and carries_credentials(store.headers[0])
         store.redirect = f"http://127.0.0.1:{plain.port}/live/manifest.json?X-Signature=abc"
-        with pytest.raises(DownloadError, match="redirects to http://127.0.0.1:[0-9]+/live/manifest.json: a "
-                                                "redirect from https down to http is refused") as refused:
+        with pytest.raises(
+            DownloadError,
+            match="redirects to http://127.0.0.1:[0-9]+/live/manifest.json: a "
+            "redirect from https down to http is refused",
+        ) as refused:
             watcher.check_now()
     finally:
         store.close()

@@ -1,6 +1,7 @@
 """pipelines/vectors.py writes what other runtimes are held to (clients/js): the logs' test split
 as the bundle's own split assigns it, the hard cases intact, the Python SDK's decisions, the
 features behind them, the canonical JSON, a signature and every code point's token ids."""
+
 from __future__ import annotations
 
 import bisect
@@ -29,7 +30,10 @@ def test_the_file_is_ascii_json_of_this_bundle(written, bundle):
     out.read_bytes().decode("ascii")  # ensure_ascii: lone surrogates travel as escapes
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert document["format"] == vectors_command.FORMAT
-    assert document["bundle"] == {"model_version": manifest["model_version"], "manifest_sha256": manifest["manifest_sha256"]}
+    assert document["bundle"] == {
+        "model_version": manifest["model_version"],
+        "manifest_sha256": manifest["manifest_sha256"],
+    }
     assert not out.with_name(out.name + ".partial").exists()
 
 
@@ -71,8 +75,11 @@ def test_the_decisions_are_the_sdks(written, bundle):
     assert {r["precision"] for r in rows} == {None, "exact", "standard", "tolerant"}
     for name, route in (("bundle", router.route), ("rule_table", rules.route), ("unfamiliar_rule_table", ruled.route)):
         for row in by_router[name]:
-            assert row["decision"] == route(cases[row["case"]]["prompt"], precision=row["precision"]).to_dict(), \
-                (name, cases[row["case"]]["id"], row["precision"])
+            assert row["decision"] == route(cases[row["case"]]["prompt"], precision=row["precision"]).to_dict(), (
+                name,
+                cases[row["case"]]["id"],
+                row["precision"],
+            )
     assert any(r["decision"]["unfamiliar"] for r in by_router["bundle"])
     assert any(r["decision"]["truncated"] for r in by_router["bundle"])
 
@@ -80,7 +87,9 @@ def test_the_decisions_are_the_sdks(written, bundle):
 def test_the_features_are_the_ones_the_model_is_fed(written, bundle):
     _, document = written
     features = Router.load(bundle, strict=True).stages.features
-    for case in document["cases"][::50] + [c for c in document["cases"] if c["id"] in ("empty", "lone_high", "one_mb_emoji")]:
+    for case in document["cases"][::50] + [
+        c for c in document["cases"] if c["id"] in ("empty", "lone_high", "one_mb_emoji")
+    ]:
         ids, mask, scalars, _, _ = features([case["prompt"]], [None])
         assert case["input_ids"] == ids[0][mask[0] > 0].tolist(), case["id"]
         assert case["scalars"] == scalars[0].tolist(), case["id"]
@@ -127,11 +136,23 @@ def test_every_code_point_has_its_ids(written, bundle):
 def test_make_vectors_and_test_js_run_these_commands():
     """The Makefile targets (dry run): vectors writes OUT from BUNDLE; test-js trains only a
     missing bundle, writes the vectors, installs clients/js from its lock file, runs npm test."""
-    dry = subprocess.run(["make", "-n", "vectors", "BUNDLE=some/bundle", "OUT=some/vectors.json"], cwd=ROOT,
-                         capture_output=True, text=True, env=make_env(), check=True).stdout
+    dry = subprocess.run(
+        ["make", "-n", "vectors", "BUNDLE=some/bundle", "OUT=some/vectors.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=make_env(),
+        check=True,
+    ).stdout
     assert "-m pipelines.vectors --bundle some/bundle --out some/vectors.json" in dry
-    dry = subprocess.run(["make", "-n", "test-js", "JS_BUNDLE=b", "JS_VECTORS=v.json"], cwd=ROOT,
-                         capture_output=True, text=True, env=make_env(), check=True).stdout
+    dry = subprocess.run(
+        ["make", "-n", "test-js", "JS_BUNDLE=b", "JS_VECTORS=v.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=make_env(),
+        check=True,
+    ).stdout
     assert "test -f b/manifest.json || " in dry and "-m pipelines.train --bundle b" in dry
     assert "-m pipelines.vectors --bundle b --out v.json" in dry
     assert "npm ci --ignore-scripts" in dry and "npm test" in dry

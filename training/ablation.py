@@ -8,6 +8,7 @@ counts, in a logistic regression per outcome (graded judge scores as fractional 
 Its out-of-fold margins on training rows (held-out margins elsewhere) enter LightGBM either
 as two extra features or as the boosting start (`init_score`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,17 +17,28 @@ import numpy as np
 
 from training.lexical import Terms, cross_fitted, fold_numbers
 
-VARIANTS = ("cloud needed, router features", "cloud needed, + lexical features",
-            "expected gain, router features", "expected gain, + lexical features",
-            "expected gain, lexical init_score", "expected gain, lexical model alone")
+VARIANTS = (
+    "cloud needed, router features",
+    "cloud needed, + lexical features",
+    "expected gain, router features",
+    "expected gain, + lexical features",
+    "expected gain, lexical init_score",
+    "expected gain, lexical model alone",
+)
 
 
 def lexical_margins(data: "Data", train: np.ndarray, *, c: float, folds: int = 5) -> dict[str, np.ndarray]:
     """{outcome: margins}: out of fold on the training rows (folds by prompt hash), the
     all-train model's elsewhere (training.lexical.cross_fitted)."""
     outcomes = np.c_[data.q_edge, data.q_cloud]
-    _, margins = cross_fitted(data.lexical, outcomes, np.ones_like(outcomes), train,
-                              fold_numbers(np.asarray(data.prompts, dtype=object)[train], folds), c=c)
+    _, margins = cross_fitted(
+        data.lexical,
+        outcomes,
+        np.ones_like(outcomes),
+        train,
+        fold_numbers(np.asarray(data.prompts, dtype=object)[train], folds),
+        c=c,
+    )
     return {"q_edge": margins[:, 0].astype(np.float64), "q_cloud": margins[:, 1].astype(np.float64)}
 
 
@@ -63,18 +75,25 @@ def variant_scores(data: Data, split: np.ndarray, *, c: float, seed: int = 0) ->
 
     def gain(x, init=None):
         edge = _lightgbm(x, data.q_edge, "cross_entropy", train, val, init=None if init is None else init["q_edge"])
-        cloud = _lightgbm(x, data.q_cloud, "cross_entropy", train, val,
-                          init=None if init is None else init["q_cloud"])
+        cloud = _lightgbm(x, data.q_cloud, "cross_entropy", train, val, init=None if init is None else init["q_cloud"])
         return cloud - edge
 
     def sigmoid(m):
         return 1 / (1 + np.exp(-m))
 
-    return dict(zip(VARIANTS, (
-        _lightgbm(data.features, data.needed, "binary", train, val),
-        _lightgbm(with_lexical, data.needed, "binary", train, val),
-        gain(data.features), gain(with_lexical), gain(data.features, margins),
-        sigmoid(margins["q_cloud"]) - sigmoid(margins["q_edge"]))))
+    return dict(
+        zip(
+            VARIANTS,
+            (
+                _lightgbm(data.features, data.needed, "binary", train, val),
+                _lightgbm(with_lexical, data.needed, "binary", train, val),
+                gain(data.features),
+                gain(with_lexical),
+                gain(data.features, margins),
+                sigmoid(margins["q_cloud"]) - sigmoid(margins["q_edge"]),
+            ),
+        )
+    )
 
 
 def ablation(data: Data, salts, *, c: float = 64.0, test_share: float = 0.15, val_share: float = 0.15) -> dict:
@@ -104,10 +123,24 @@ def load(config) -> Data:
 
     frame = prepare_frame(config).frame
     prompts = frame["prompt"].tolist()
-    feats = featurize(prompts, frame["precision"].tolist(), (frame["split"] == "train").to_numpy(), tier=config.tier,
-                      embedding_dim=config.embedding_dim, max_tokens=config.max_tokens, max_chars=config.max_chars,
-                      cache_dir=Path(config.cache_dir), seed=config.seed, keep_tokens=np.ones(len(prompts), bool))
+    feats = featurize(
+        prompts,
+        frame["precision"].tolist(),
+        (frame["split"] == "train").to_numpy(),
+        tier=config.tier,
+        embedding_dim=config.embedding_dim,
+        max_tokens=config.max_tokens,
+        max_chars=config.max_chars,
+        cache_dir=Path(config.cache_dir),
+        seed=config.seed,
+        keep_tokens=np.ones(len(prompts), bool),
+    )
     vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
-    return Data(feats.matrix, Terms.of(feats.tokens.ids, feats.tokens.lengths, vocabulary),
-                frame["edge_quality"].to_numpy(float), frame["cloud_quality"].to_numpy(float),
-                frame["label"].to_numpy(), prompts)
+    return Data(
+        feats.matrix,
+        Terms.of(feats.tokens.ids, feats.tokens.lengths, vocabulary),
+        frame["edge_quality"].to_numpy(float),
+        frame["cloud_quality"].to_numpy(float),
+        frame["label"].to_numpy(),
+        prompts,
+    )

@@ -15,6 +15,7 @@ the trees (training.export.booster_to_onnx).
 Without answers, or with too few (under `acceptance_min_rows`, or under 20 good or 20
 failed), no model is fitted and the manifest says why.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,16 +32,23 @@ ACCEPTANCE_FILE = "acceptance.onnx"
 MIN_OF_EACH = 20
 PARITY_ANSWERS = 500  # answers the bundle's acceptance check is compared on
 # Small trees: a few hundred answers, ~70 features.
-ACCEPTANCE_LGBM = {"num_leaves": 15, "min_child_samples": 20, "learning_rate": 0.03, "feature_fraction": 0.8,
-                   "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0}
+ACCEPTANCE_LGBM = {
+    "num_leaves": 15,
+    "min_child_samples": 20,
+    "learning_rate": 0.03,
+    "feature_fraction": 0.8,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "lambda_l2": 1.0,
+}
 
 
 @dataclass
 class AcceptanceFit:
     """The fitted check (or why there is none) and its held-out verdicts."""
 
-    section: dict                      # the manifest's `acceptance` entry
-    file: bytes | None = None          # acceptance.onnx
+    section: dict  # the manifest's `acceptance` entry
+    file: bytes | None = None  # acceptance.onnx
     held_out: dict = field(default_factory=dict)  # split -> (prompts, sources, good, probability): val = out-of-fold
     # (answer row positions, the shipped model's P(good)): what the bundle's parity check compares
     parity: tuple = (np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -88,18 +96,28 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
     fit = split != "test"
     n_good, n_bad = int(good[fit].sum()), int((~good[fit]).sum())
     if fit.sum() < config.acceptance_min_rows or min(n_good, n_bad) < MIN_OF_EACH:
-        return _absent(f"too few edge answers to learn from: {int(fit.sum())} outside the test split "
-                       f"({n_good} good, {n_bad} failed); needs {config.acceptance_min_rows}, "
-                       f"and {MIN_OF_EACH} of each")
+        return _absent(
+            f"too few edge answers to learn from: {int(fit.sum())} outside the test split "
+            f"({n_good} good, {n_bad} failed); needs {config.acceptance_min_rows}, "
+            f"and {MIN_OF_EACH} of each"
+        )
     prompts, answers = rows["prompt"].tolist(), rows["edge_response"].tolist()
-    x = answer_matrix(prompts, answers, rows["edge_logprob_mean"].tolist(), rows["edge_logprob_min"].tolist(),
-                      answer_features=lambda texts: extractor.transform(texts, [None] * len(texts)),
-                      max_chars=config.max_response_chars)
+    x = answer_matrix(
+        prompts,
+        answers,
+        rows["edge_logprob_mean"].tolist(),
+        rows["edge_logprob_min"].tolist(),
+        answer_features=lambda texts: extractor.transform(texts, [None] * len(texts)),
+        max_chars=config.max_response_chars,
+    )
     params = lgbm_params({**ACCEPTANCE_LGBM, **config.acceptance_lgbm}, seed=config.seed, objective="binary")
 
     def booster(rows_mask):
-        return lgb.train(params, lgb.Dataset(x[rows_mask], label=good[rows_mask].astype(float)),
-                         num_boost_round=config.acceptance_rounds)
+        return lgb.train(
+            params,
+            lgb.Dataset(x[rows_mask], label=good[rows_mask].astype(float)),
+            num_boost_round=config.acceptance_rounds,
+        )
 
     folds = _folds(rows["prompt"], config.acceptance_folds)
     out_of_fold = np.zeros(len(rows))
@@ -119,16 +137,25 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
     parity = (checked, apply_calibration(calibration, final.predict(x[checked])))
     sources = rows["source"].to_numpy(dtype=object)
     val = split == "val"
-    held_out = {"val": (rows["prompt"].to_numpy(object)[val], sources[val], good[val], calibrated[val]),
-                "test": (rows["prompt"].to_numpy(object)[test], sources[test], good[test], p_test)}
+    held_out = {
+        "val": (rows["prompt"].to_numpy(object)[val], sources[val], good[val], calibrated[val]),
+        "test": (rows["prompt"].to_numpy(object)[test], sources[test], good[test], p_test),
+    }
     section = {
-        "file": ACCEPTANCE_FILE, "n_features": int(x.shape[1]),
+        "file": ACCEPTANCE_FILE,
+        "n_features": int(x.shape[1]),
         "features": [*RESPONSE_FEATURES, *(f"answer_{n}" for n in extractor.spec.feature_names)],
         "calibration": {**calibration, "in_model": calibration_in_model(calibration)},
-        "threshold": threshold, "false_reject_rate_target": config.acceptance_false_reject_rate,
-        "good_quality": config.acceptance_good_quality, "max_response_chars": config.max_response_chars,
-        "trained_on": {"answers": int(fit.sum()), "good": n_good, "failed": n_bad,
-                       "per_source": {str(s): int((fit & (sources == s)).sum()) for s in sorted(set(sources[fit]))}},
+        "threshold": threshold,
+        "false_reject_rate_target": config.acceptance_false_reject_rate,
+        "good_quality": config.acceptance_good_quality,
+        "max_response_chars": config.max_response_chars,
+        "trained_on": {
+            "answers": int(fit.sum()),
+            "good": n_good,
+            "failed": n_bad,
+            "per_source": {str(s): int((fit & (sources == s)).sum()) for s in sorted(set(sources[fit]))},
+        },
         # Held-out figures: every non-test answer out of fold, and the test split.
         "cross_fitted": separation_by_source(calibrated[fit], good[fit], sources[fit], threshold),
         **({"test": separation_by_source(p_test, good[test], sources[test], threshold)} if test.any() else {}),
@@ -149,10 +176,16 @@ def check_acceptance_parity(folder, fit: AcceptanceFit, rows, *, public_key=None
     test = rows.iloc[positions]
     bundle = read_bundle(folder, public_key=public_key)
     acceptor = Acceptor.from_bundle(bundle, Scorer(bundle))
-    sdk = acceptor.probabilities(test["prompt"].tolist(), test["edge_response"].tolist(),
-                                 test["edge_logprob_mean"].tolist(), test["edge_logprob_min"].tolist())
+    sdk = acceptor.probabilities(
+        test["prompt"].tolist(),
+        test["edge_response"].tolist(),
+        test["edge_logprob_mean"].tolist(),
+        test["edge_logprob_min"].tolist(),
+    )
     gap = float(np.max(np.abs(sdk - expected)))
     if gap > tolerance:
-        raise RuntimeError(f"the bundle's acceptance check differs from training by {gap:.2e} (> {tolerance}); "
-                           "the bundle was not written")
+        raise RuntimeError(
+            f"the bundle's acceptance check differs from training by {gap:.2e} (> {tolerance}); "
+            "the bundle was not written"
+        )
     return gap

@@ -1,4 +1,5 @@
 """Training configuration: typed defaults, loaded from YAML/JSON and CLI overrides, saved with the run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,30 +27,30 @@ DEFAULT_CV_FOLDS = 5
 class TrainConfig:
     """Every knob of `make train`. Defaults work on the shipped RouteLLM logs."""
 
-    data: list[str] = field(default_factory=list)   # files, globs, folders; empty = default location
+    data: list[str] = field(default_factory=list)  # files, globs, folders; empty = default location
     bundle: str = "artifacts/router"
     tier: str = "static"
     # The static tier's bundle also carries its encoder before the projection (encoder.onnx, the
     # 384-wide token table: +47 MB), which OutcomeLog(privacy="embedding") needs; the
     # transformer tier's bundle always carries it.
     bundle_encoder: bool = False
-    embedding_dim: int = 32                          # PCA components kept from the embedding
-    max_tokens: int | None = None                    # None: the tier's default
-    max_chars: int = DEFAULT_MAX_CHARS               # text tokenized and scanned; bounds route() cost
+    embedding_dim: int = 32  # PCA components kept from the embedding
+    max_tokens: int | None = None  # None: the tier's default
+    max_chars: int = DEFAULT_MAX_CHARS  # text tokenized and scanned; bounds route() cost
     val_share: float = 0.15
     test_share: float = 0.15
     split_salt: str = ""
-    split_offset: float = 0.0                        # where the test split starts on the hash scale
+    split_offset: float = 0.0  # where the test split starts on the hash scale
     # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
     # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
     # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one
     # split). Empty: 5 with the local engine, 0 with Dask (cross-fitting needs the local engine).
     cv_folds: int | None = None
     margin_binary: float = 0.0
-    margin_graded: float = 0.1                       # judge scores: 1 point on 1-10 is 0.11
+    margin_graded: float = 0.1  # judge scores: 1 point on 1-10 is 0.11
     max_reject_share: float = 0.05
-    precision_dropout: float = 0.2                   # train rows shown without a declared precision
-    objective: str = "expected_gain"                 # expected_gain (two outcome heads) | cloud_needed
+    precision_dropout: float = 0.2  # train rows shown without a declared precision
+    objective: str = "expected_gain"  # expected_gain (two outcome heads) | cloud_needed
     # Lexical evidence (training.lexical): each outcome's logistic-regression margin over the
     # prompt's unigrams and hashed bigrams, computed in model.onnx (+2.3 MB). "features" adds the
     # margins to the trees' inputs (training rows get out-of-fold margins: lexical_folds folds by
@@ -57,8 +58,8 @@ class TrainConfig:
     # weight chosen on validation (training.model.fit_blend). Empty: blend where it can run (the
     # static tier, local engine, expected gain, sigmoid or no calibration), else none; paired
     # cross-validation chose it (docs/routing-score.md#decisions-by-paired-cross-validation).
-    lexical: str | None = None                       # none | features | blend
-    lexical_c: float = 64.0                          # the regressions' inverse L2 regularization
+    lexical: str | None = None  # none | features | blend
+    lexical_c: float = 64.0  # the regressions' inverse L2 regularization
     lexical_folds: int = 5
     lgbm: dict[str, Any] = field(default_factory=dict)
     num_boost_round: int = 2000
@@ -67,49 +68,51 @@ class TrainConfig:
     target: str = "quality"
     max_quality_drop: float = 0.01
     cloud_budget: float = 0.3
-    fallback_catch_rate: float = 0.5                 # assumed where no edge answers measure it (training.acceptance)
+    fallback_catch_rate: float = 0.5  # assumed where no edge answers measure it (training.acceptance)
     # The acceptance check, fitted when the logs carry edge answers (training.acceptance).
-    acceptance_false_reject_rate: float = 0.12       # share of good edge answers the threshold may reject
-    acceptance_good_quality: float = 0.5             # an edge answer with quality >= this is good
-    acceptance_min_rows: int = 200                   # fewer answers (or < 20 of each kind): no model
-    acceptance_folds: int = 5                        # cross-fitting: calibration and threshold held out
+    acceptance_false_reject_rate: float = 0.12  # share of good edge answers the threshold may reject
+    acceptance_good_quality: float = 0.5  # an edge answer with quality >= this is good
+    acceptance_min_rows: int = 200  # fewer answers (or < 20 of each kind): no model
+    acceptance_folds: int = 5  # cross-fitting: calibration and threshold held out
     acceptance_rounds: int = 300
     acceptance_lgbm: dict[str, Any] = field(default_factory=dict)
-    partial_estimator: str = "plug_in"               # rows with one outcome: plug_in | ipw (training.partial)
-    max_ipw_weight: float = 20.0                     # ipw: 1 / propensity, clipped here
-    head_sharing: str = "auto"                       # auto | separate | shared outcome heads (training.partial)
+    partial_estimator: str = "plug_in"  # rows with one outcome: plug_in | ipw (training.partial)
+    max_ipw_weight: float = 20.0  # ipw: 1 / propensity, clipped here
+    head_sharing: str = "auto"  # auto | separate | shared outcome heads (training.partial)
     max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS  # answers are cut to their last N characters (2,000)
     min_rows_per_tag: int = 200
     edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
-    novelty_share: float = 0.03                      # share of in-distribution prompts flagged unfamiliar
-    novelty_min_unseen_share: float = 0.3            # unseen-token share below this is never unfamiliar
+    novelty_share: float = 0.03  # share of in-distribution prompts flagged unfamiliar
+    novelty_min_unseen_share: float = 0.3  # unseen-token share below this is never unfamiliar
     unfamiliar_policy: str = "edge_with_cloud_fallback"  # or rule_table | learned (serving.novelty)
     seed: int = 0
-    max_train_rows: int | None = 1_000_000           # training prompts fitted (a prompt-hash sample); empty: all
-    parity_rows: int = 5000                          # test rows the bundle is checked against (from raw text)
+    max_train_rows: int | None = 1_000_000  # training prompts fitted (a prompt-hash sample); empty: all
+    parity_rows: int = 5000  # test rows the bundle is checked against (from raw text)
     # Scale-out (engine=dask): logs stay on the cluster in partitions; the client holds
     # bounded, hash-chosen samples only.
-    engine: str = "local"                            # local | dask
-    dask_scheduler: str | None = None                # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
-    dask_workers: int | None = None                  # LocalCluster workers; empty: one per core
-    dask_scratch: str | None = None                  # validated rows between passes; empty: cache_dir/dask-scratch
-    eval_sample_rows: int = 200_000                  # val / test rows collected for thresholds and figures
-    pca_sample_rows: int = 50_000                    # training rows whose raw embeddings fit the projection
+    engine: str = "local"  # local | dask
+    dask_scheduler: str | None = None  # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
+    dask_workers: int | None = None  # LocalCluster workers; empty: one per core
+    dask_scratch: str | None = None  # validated rows between passes; empty: cache_dir/dask-scratch
+    eval_sample_rows: int = 200_000  # val / test rows collected for thresholds and figures
+    pca_sample_rows: int = 50_000  # training rows whose raw embeddings fit the projection
     # MLflow store: $MLFLOW_TRACKING_URI when set (`make train MLRUNS=dir` sets it), else ./mlruns
-    tracking_uri: str = field(default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI")
-                              or "sqlite:///mlruns/mlflow.db")
-    artifact_root: str = ""                          # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
+    tracking_uri: str = field(
+        default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns/mlflow.db"
+    )
+    artifact_root: str = ""  # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
     experiment: str = "edge-cloud-router"
     registered_model: str = "edge-cloud-router"
-    signing_key: str | None = None                   # Ed25519 private key (make keys): the bundle is signed
+    signing_key: str | None = None  # Ed25519 private key (make keys): the bundle is signed
     cache_dir: str = "data/cache"
     reports_dir: str = "reports/train"
 
     def __post_init__(self):
         if not self.artifact_root:
             store = self.tracking_uri.removeprefix("sqlite:///")
-            self.artifact_root = str(Path(store).parent / "artifacts") if store != self.tracking_uri \
-                else "mlruns/artifacts"
+            self.artifact_root = (
+                str(Path(store).parent / "artifacts") if store != self.tracking_uri else "mlruns/artifacts"
+            )
 
         def check(ok: bool, name: str, rule: str):
             if not ok:
@@ -120,68 +123,140 @@ class TrainConfig:
         check(self.tier in TIERS, "tier", f"must be one of {', '.join(TIERS)}")
         check(isinstance(self.bundle_encoder, bool), "bundle_encoder", "must be true or false")
         check(self.engine in ENGINES, "engine", f"must be one of {', '.join(ENGINES)}")
-        for name in ("parity_rows", "eval_sample_rows", "pca_sample_rows", "acceptance_min_rows",
-                     "acceptance_rounds", "max_response_chars"):
+        for name in (
+            "parity_rows",
+            "eval_sample_rows",
+            "pca_sample_rows",
+            "acceptance_min_rows",
+            "acceptance_rounds",
+            "max_response_chars",
+        ):
             check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
-        check(self.max_train_rows is None or (isinstance(self.max_train_rows, int) and self.max_train_rows >= 1),
-              "max_train_rows", "must be empty or an integer >= 1")
-        check(self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
-              "dask_workers", "must be empty or an integer >= 1")
+        check(
+            self.max_train_rows is None or (isinstance(self.max_train_rows, int) and self.max_train_rows >= 1),
+            "max_train_rows",
+            "must be empty or an integer >= 1",
+        )
+        check(
+            self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
+            "dask_workers",
+            "must be empty or an integer >= 1",
+        )
         check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")
         check(self.objective in OBJECTIVES, "objective", f"must be one of {', '.join(OBJECTIVES)}")
-        check(self.unfamiliar_policy in UNFAMILIAR_POLICIES, "unfamiliar_policy",
-              f"must be one of {', '.join(UNFAMILIAR_POLICIES)}")
+        check(
+            self.unfamiliar_policy in UNFAMILIAR_POLICIES,
+            "unfamiliar_policy",
+            f"must be one of {', '.join(UNFAMILIAR_POLICIES)}",
+        )
         check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
-        for name in ("val_share", "test_share", "margin_binary", "margin_graded", "max_reject_share",
-                     "precision_dropout", "max_quality_drop", "cloud_budget", "fallback_catch_rate",
-                     "novelty_share", "novelty_min_unseen_share", "acceptance_false_reject_rate",
-                     "acceptance_good_quality"):
-            check(isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
-                  name, "must be a number in [0, 1]")
-        check(self.val_share > 0 and self.val_share + self.test_share < 1, "val_share",
-              "needs val_share > 0 and val_share + test_share < 1")
-        check(isinstance(self.split_offset, (int, float)) and 0 <= self.split_offset < 1, "split_offset",
-              "must be a number in [0, 1)")
+        for name in (
+            "val_share",
+            "test_share",
+            "margin_binary",
+            "margin_graded",
+            "max_reject_share",
+            "precision_dropout",
+            "max_quality_drop",
+            "cloud_budget",
+            "fallback_catch_rate",
+            "novelty_share",
+            "novelty_min_unseen_share",
+            "acceptance_false_reject_rate",
+            "acceptance_good_quality",
+        ):
+            check(
+                isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
+                name,
+                "must be a number in [0, 1]",
+            )
+        check(
+            self.val_share > 0 and self.val_share + self.test_share < 1,
+            "val_share",
+            "needs val_share > 0 and val_share + test_share < 1",
+        )
+        check(
+            isinstance(self.split_offset, (int, float)) and 0 <= self.split_offset < 1,
+            "split_offset",
+            "must be a number in [0, 1)",
+        )
         check(isinstance(self.embedding_dim, int) and self.embedding_dim >= 1, "embedding_dim", "must be >= 1")
-        check(self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 8),
-              "max_tokens", "must be empty or an integer >= 8")
+        check(
+            self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 8),
+            "max_tokens",
+            "must be empty or an integer >= 8",
+        )
         check(isinstance(self.max_chars, int) and self.max_chars >= 64, "max_chars", "must be an integer >= 64")
         check(isinstance(self.data, list), "data", "must be a list of paths")
         from training.partial import ESTIMATORS, HEAD_SHARING
 
         check(self.partial_estimator in ESTIMATORS, "partial_estimator", f"must be one of {', '.join(ESTIMATORS)}")
         check(self.head_sharing in HEAD_SHARING, "head_sharing", f"must be one of {', '.join(HEAD_SHARING)}")
-        check(self.head_sharing != "shared" or len(OBJECTIVES.get(self.objective, ())) > 1, "head_sharing",
-              f"shared needs an objective with two or more heads, not {self.objective!r}")
-        check(isinstance(self.max_ipw_weight, (int, float)) and self.max_ipw_weight >= 1, "max_ipw_weight",
-              "must be a number >= 1")
-        check(isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20, "acceptance_folds",
-              "must be an integer in [2, 20]")
+        check(
+            self.head_sharing != "shared" or len(OBJECTIVES.get(self.objective, ())) > 1,
+            "head_sharing",
+            f"shared needs an objective with two or more heads, not {self.objective!r}",
+        )
+        check(
+            isinstance(self.max_ipw_weight, (int, float)) and self.max_ipw_weight >= 1,
+            "max_ipw_weight",
+            "must be a number >= 1",
+        )
+        check(
+            isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20,
+            "acceptance_folds",
+            "must be an integer in [2, 20]",
+        )
         if self.lexical is None:
-            self.lexical = "blend" if (self.tier, self.engine, self.objective) == ("static", "local", "expected_gain") \
-                and self.calibration in ("sigmoid", "none") else "none"
+            self.lexical = (
+                "blend"
+                if (self.tier, self.engine, self.objective) == ("static", "local", "expected_gain")
+                and self.calibration in ("sigmoid", "none")
+                else "none"
+            )
         check(self.lexical in LEXICAL_MODES, "lexical", f"must be one of {', '.join(LEXICAL_MODES)}")
-        check(self.lexical == "none" or self.tier == "static", "lexical",
-              f"needs tier=static, not {self.tier!r}: the margins are computed inside the fused model.onnx from the "
-              "token ids, and the transformer tier's router.onnx reads only the projected features")
-        check(self.lexical == "none" or self.engine == "local", "lexical",
-              f"needs engine=local, not {self.engine!r}: the regressions are fitted on the training rows' token ids "
-              "held in this process, which the Dask engine does not collect")
-        check(self.lexical != "blend" or self.objective == "expected_gain", "lexical",
-              f"blend needs objective=expected_gain, not {self.objective!r}: it mixes each outcome head with the "
-              "lexical regression of the same outcome")
-        check(self.lexical != "blend" or self.calibration in ("sigmoid", "none"), "lexical",
-              f"blend needs calibration=sigmoid or none, not {self.calibration!r}: the graph mixes the calibrated "
-              "probabilities, and only those calibrations are inside it")
+        check(
+            self.lexical == "none" or self.tier == "static",
+            "lexical",
+            f"needs tier=static, not {self.tier!r}: the margins are computed inside the fused model.onnx from the "
+            "token ids, and the transformer tier's router.onnx reads only the projected features",
+        )
+        check(
+            self.lexical == "none" or self.engine == "local",
+            "lexical",
+            f"needs engine=local, not {self.engine!r}: the regressions are fitted on the training rows' token ids "
+            "held in this process, which the Dask engine does not collect",
+        )
+        check(
+            self.lexical != "blend" or self.objective == "expected_gain",
+            "lexical",
+            f"blend needs objective=expected_gain, not {self.objective!r}: it mixes each outcome head with the "
+            "lexical regression of the same outcome",
+        )
+        check(
+            self.lexical != "blend" or self.calibration in ("sigmoid", "none"),
+            "lexical",
+            f"blend needs calibration=sigmoid or none, not {self.calibration!r}: the graph mixes the calibrated "
+            "probabilities, and only those calibrations are inside it",
+        )
         check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")
-        check(isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20, "lexical_folds",
-              "must be an integer in [2, 20]")
+        check(
+            isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20,
+            "lexical_folds",
+            "must be an integer in [2, 20]",
+        )
         if self.cv_folds is None:
             self.cv_folds = DEFAULT_CV_FOLDS if self.engine == "local" else 0
-        check(isinstance(self.cv_folds, int) and (self.cv_folds == 0 or 3 <= self.cv_folds <= 20), "cv_folds",
-              "must be 0 (a single split) or an integer in [3, 20]")
-        check(self.cv_folds == 0 or self.engine == "local", "cv_folds",
-              f"cross-fitting needs the local engine; set cv_folds=0 with engine={self.engine}")
+        check(
+            isinstance(self.cv_folds, int) and (self.cv_folds == 0 or 3 <= self.cv_folds <= 20),
+            "cv_folds",
+            "must be 0 (a single split) or an integer in [3, 20]",
+        )
+        check(
+            self.cv_folds == 0 or self.engine == "local",
+            "cv_folds",
+            f"cross-fitting needs the local engine; set cv_folds=0 with engine={self.engine}",
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> "TrainConfig":
@@ -215,21 +290,29 @@ class TrainConfig:
         spec, target, split, label = manifest.feature_spec, manifest.target, manifest.split, manifest.label
         defaults = cls()
         settings = dict(
-            tier=spec.tier, embedding_dim=spec.embedding_dim, max_tokens=spec.max_tokens, max_chars=spec.max_chars,
-            objective=manifest.score.kind, calibration=next(iter(manifest.calibration.values()))["method"],
+            tier=spec.tier,
+            embedding_dim=spec.embedding_dim,
+            max_tokens=spec.max_tokens,
+            max_chars=spec.max_chars,
+            objective=manifest.score.kind,
+            calibration=next(iter(manifest.calibration.values()))["method"],
             target=target.get("kind", defaults.target),
             max_quality_drop=target.get("max_quality_drop", defaults.max_quality_drop),
             cloud_budget=target.get("cloud_budget", defaults.cloud_budget),
             fallback_catch_rate=target.get("fallback_catch_rate", defaults.fallback_catch_rate),
-            val_share=split.get("val_share", defaults.val_share), test_share=split.get("test_share", defaults.test_share),
-            split_salt=split.get("salt", defaults.split_salt), split_offset=split.get("offset", defaults.split_offset),
+            val_share=split.get("val_share", defaults.val_share),
+            test_share=split.get("test_share", defaults.test_share),
+            split_salt=split.get("salt", defaults.split_salt),
+            split_offset=split.get("offset", defaults.split_offset),
             # retraining from a bundle (leave-one-source-out) needs its split, not its cross-fitting
             cv_folds=0,
             margin_binary=label.get("margin_binary", defaults.margin_binary),
             margin_graded=label.get("margin_graded", defaults.margin_graded),
             edge_context_tokens=manifest.limits.edge_context_tokens,
             unfamiliar_policy=manifest.novelty.get("policy", defaults.unfamiliar_policy),
-            novelty_share=manifest.novelty.get("target_share", defaults.novelty_share), lexical=spec.lexical)
+            novelty_share=manifest.novelty.get("target_share", defaults.novelty_share),
+            lexical=spec.lexical,
+        )
         return cls(**{**settings, **overrides})
 
     @property

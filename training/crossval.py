@@ -22,6 +22,7 @@ overlap, so their figures are correlated; without it, repeated cross-validation 
 intervals that do not hold. A paired comparison is the same interval over the per-fold
 differences: both sides are scored on the same test rows, so the rows' own variation cancels.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,14 +37,29 @@ from evaluation.policies import POLICIES
 from training.config import TrainConfig
 
 # The figures estimated per policy: the training summary's (evaluation.policies.SUMMARY_KEYS).
-FIGURES = ("auc", "apgr", "cpt50", "cpt80", "cloud_share", "fallback_share", "misroute_rate", "under_routing",
-           "over_routing", "quality", "quality_vs_all_cloud", "quality_with_fallback", "expected_cloud_calls")
+FIGURES = (
+    "auc",
+    "apgr",
+    "cpt50",
+    "cpt80",
+    "cloud_share",
+    "fallback_share",
+    "misroute_rate",
+    "under_routing",
+    "over_routing",
+    "quality",
+    "quality_vs_all_cloud",
+    "quality_with_fallback",
+    "expected_cloud_calls",
+)
 REFERENCE_QUALITIES = ("all_edge_quality", "all_cloud_quality", "oracle_quality", "cloud_needed_share")
 # Compared with the learned router on every fold: the ten-minute reference and the rule tables.
 COMPARED = ("reference", "rule_table", "tuned_rule_table")
 LEVEL = 0.95
-INTERVAL = ("corrected resampled t over the fold figures (Nadeau & Bengio 2003): "
-            "mean +- t(n-1) * sd * sqrt(1/n + n_test/n_train)")
+INTERVAL = (
+    "corrected resampled t over the fold figures (Nadeau & Bengio 2003): "
+    "mean +- t(n-1) * sd * sqrt(1/n + n_test/n_train)"
+)
 
 
 def repeat_salt(config: TrainConfig, repeat: int) -> str:
@@ -55,8 +71,9 @@ def fold_config(config: TrainConfig, *, folds: int, fold: int, repeat: int = 0) 
     """The configuration whose test split is fold `fold` of `folds` (module doc)."""
     if not 0 <= fold < folds:
         raise ValueError(f"fold {fold} is not one of 0..{folds - 1}")
-    return dataclasses.replace(config, test_share=1.0 / folds, split_offset=fold / folds,
-                               split_salt=repeat_salt(config, repeat), cv_folds=0)
+    return dataclasses.replace(
+        config, test_share=1.0 / folds, split_offset=fold / folds, split_salt=repeat_salt(config, repeat), cv_folds=0
+    )
 
 
 def check_folds(config: TrainConfig, folds: int, repeats: int) -> None:
@@ -66,8 +83,10 @@ def check_folds(config: TrainConfig, folds: int, repeats: int) -> None:
     if not isinstance(repeats, int) or not 1 <= repeats <= 10:
         raise ValueError(f"cross-validation repeats={repeats!r}: must be an integer in [1, 10]")
     if config.val_share + 1.0 / folds >= 1.0:
-        raise ValueError(f"folds={folds} with val_share={config.val_share}: a fold's test share (1/{folds}) and "
-                         "the validation share leave no training rows")
+        raise ValueError(
+            f"folds={folds} with val_share={config.val_share}: a fold's test share (1/{folds}) and "
+            "the validation share leave no training rows"
+        )
 
 
 def test_over_train(config: TrainConfig, folds: int) -> float:
@@ -110,14 +129,14 @@ class FoldResult:
 
     repeat: int
     fold: int
-    test_rows: int                      # test rows with both outcomes: the figures' rows
+    test_rows: int  # test rows with both outcomes: the figures' rows
     train_rows: int
-    figures: dict                       # policy -> {figure: value}, plus "reference_qualities"
-    by_source: dict                     # source -> policy -> {figure: value}
-    trees: dict                         # head -> trees kept by early stopping
+    figures: dict  # policy -> {figure: value}, plus "reference_qualities"
+    by_source: dict  # source -> policy -> {figure: value}
+    trees: dict  # head -> trees kept by early stopping
     seconds: float
     notes: list[str] = field(default_factory=list)
-    shared: bool = False                # the heads shared one booster
+    shared: bool = False  # the heads shared one booster
     # The test rows (prompt, outcomes) and each head's booster output before calibration on
     # them: cross-fitting calibrates the refit on every row with these (cross_fit).
     out_of_fold: tuple | None = field(default=None, repr=False)
@@ -147,12 +166,21 @@ def _fitted_policies(config: TrainConfig, fitted, val, notes: list[str]):
     if train is None or not len(train):
         notes.append(f"the {config.engine} engine returned no training rows: reference and tuned rule table left out")
         return None, None
-    options = dict(target=config.target, max_quality_drop=config.max_quality_drop, cloud_budget=config.cloud_budget,
-                   catch_rate=config.fallback_catch_rate)
+    options = dict(
+        target=config.target,
+        max_quality_drop=config.max_quality_drop,
+        cloud_budget=config.cloud_budget,
+        catch_rate=config.fallback_catch_rate,
+    )
     both = np.isfinite(train.q_edge) & np.isfinite(train.q_cloud)
     complete = train.subset(both)
-    tuned = tune_rule_table(complete.n_tokens, complete.domains, complete.precisions, complete.q_edge,
-                            complete.q_cloud, **options) if len(complete) else None
+    tuned = (
+        tune_rule_table(
+            complete.n_tokens, complete.domains, complete.precisions, complete.q_edge, complete.q_cloud, **options
+        )
+        if len(complete)
+        else None
+    )
     reference = ReferencePolicy.fit(train, val, **options)
     return tuned, reference
 
@@ -171,8 +199,9 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     timings = {"start": started}
     quiet = Console(quiet=True)
     engine = get_engine(config.engine)
-    fitted = engine.fit(config, quiet, timings, keep_train_rows=True,
-                        **({"prepared": prepared} if prepared is not None else {}))
+    fitted = engine.fit(
+        config, quiet, timings, keep_train_rows=True, **({"prepared": prepared} if prepared is not None else {})
+    )
     held = fit_held_out_stages(config, fitted, StageClock(timings))
     test = with_learned_zones(config, held.splits["test"], held.thresholds).with_inferred_domains()
     notes: list[str] = []
@@ -182,13 +211,23 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     by_source = {}
     for source in sorted(set(test.sources.tolist())):
         part = test.subset(test.sources == source)
-        by_source[str(source)] = _policy_table(part, names, tuned=tuned, reference=reference,
-                                               catch_rate=config.fallback_catch_rate)
+        by_source[str(source)] = _policy_table(
+            part, names, tuned=tuned, reference=reference, catch_rate=config.fallback_catch_rate
+        )
     raw = (fitted.raw or {}).get("test")
-    return FoldResult(repeat, fold, len(test), len(fitted.train_rows) if fitted.train_rows is not None else 0,
-                      table, by_source, {h.name: h.booster.num_trees() for h in fitted.heads},
-                      time.perf_counter() - started, notes, shared=any(h.side is not None for h in fitted.heads),
-                      out_of_fold=None if raw is None else (fitted.splits["test"], raw))
+    return FoldResult(
+        repeat,
+        fold,
+        len(test),
+        len(fitted.train_rows) if fitted.train_rows is not None else 0,
+        table,
+        by_source,
+        {h.name: h.booster.num_trees() for h in fitted.heads},
+        time.perf_counter() - started,
+        notes,
+        shared=any(h.side is not None for h in fitted.heads),
+        out_of_fold=None if raw is None else (fitted.splits["test"], raw),
+    )
 
 
 @dataclass
@@ -229,21 +268,30 @@ class CrossValidation:
         policies = self.policies()
         compared = [p for p in COMPARED if p in policies]
         return {
-            "folds": self.folds, "repeats": self.repeats, "interval": INTERVAL, "level": LEVEL,
+            "folds": self.folds,
+            "repeats": self.repeats,
+            "interval": INTERVAL,
+            "level": LEVEL,
             "test_over_train": self.correction,
-            "rows": {"test_per_fold": [r.test_rows for r in self.results],
-                     "train_per_fold": [r.train_rows for r in self.results]},
+            "rows": {
+                "test_per_fold": [r.test_rows for r in self.results],
+                "train_per_fold": [r.train_rows for r in self.results],
+            },
             "policies": {p: {f: self.estimate(p, f) for f in FIGURES} for p in policies},
-            "differences": {f"learned - {p}": {f: self.difference("learned", p, f) for f in FIGURES}
-                            for p in compared},
-            "by_source": {s: {p: {f: self.estimate(p, f, source=s) for f in FIGURES} for p in policies}
-                          for s in self.sources()},
+            "differences": {f"learned - {p}": {f: self.difference("learned", p, f) for f in FIGURES} for p in compared},
+            "by_source": {
+                s: {p: {f: self.estimate(p, f, source=s) for f in FIGURES} for p in policies} for s in self.sources()
+            },
             "trees": {h: [r.trees[h] for r in self.results] for h in self.results[0].trees},
-            "pooled_reference_qualities": {k: float(np.mean([r.figures["reference_qualities"][k]
-                                                             for r in self.results])) for k in REFERENCE_QUALITIES},
+            "pooled_reference_qualities": {
+                k: float(np.mean([r.figures["reference_qualities"][k] for r in self.results]))
+                for k in REFERENCE_QUALITIES
+            },
             "seconds": [r.seconds for r in self.results],
-            "per_fold": [{"repeat": r.repeat, "fold": r.fold, "test_rows": r.test_rows, "trees": r.trees,
-                          "figures": r.figures} for r in self.results],
+            "per_fold": [
+                {"repeat": r.repeat, "fold": r.fold, "test_rows": r.test_rows, "trees": r.trees, "figures": r.figures}
+                for r in self.results
+            ],
             "notes": sorted({n for r in self.results for n in r.notes}),
         }
 
@@ -255,8 +303,9 @@ def read_once(config: TrainConfig):
     return get_engine("local").prepare_frame(config) if config.engine == "local" else None
 
 
-def cross_validate(config: TrainConfig, *, folds: int = 5, repeats: int = 1, console=None,
-                   on_fold=None, prepared=None) -> CrossValidation:
+def cross_validate(
+    config: TrainConfig, *, folds: int = 5, repeats: int = 1, console=None, on_fold=None, prepared=None
+) -> CrossValidation:
     """Cross-validate `config` (module doc). `on_fold(result)` is called after each fold;
     `prepared`: the logs already read (read_once)."""
     check_folds(config, folds, repeats)
@@ -265,10 +314,13 @@ def cross_validate(config: TrainConfig, *, folds: int = 5, repeats: int = 1, con
     for repeat in range(repeats):
         for fold in range(folds):
             if console is not None:
-                console.print(f"[bold]fold {fold + 1}/{folds}[/] of repeat {repeat + 1}/{repeats} "
-                              f"(salt {repeat_salt(config, repeat)!r})")
-            result = run_fold(fold_config(config, folds=folds, fold=fold, repeat=repeat), repeat=repeat, fold=fold,
-                              prepared=prepared)
+                console.print(
+                    f"[bold]fold {fold + 1}/{folds}[/] of repeat {repeat + 1}/{repeats} "
+                    f"(salt {repeat_salt(config, repeat)!r})"
+                )
+            result = run_fold(
+                fold_config(config, folds=folds, fold=fold, repeat=repeat), repeat=repeat, fold=fold, prepared=prepared
+            )
             results.append(result)
             if on_fold is not None:
                 on_fold(result)
@@ -279,11 +331,12 @@ def compare(a: CrossValidation, b: CrossValidation) -> dict:
     """Paired differences B - A of the learned router's figures, fold by fold (the two must
     have been cut the same way: same folds, repeats and salt)."""
     if (a.folds, a.repeats, a.config.split_salt) != (b.folds, b.repeats, b.config.split_salt):
-        raise ValueError("the two cross-validations were not cut the same way: compare needs the same folds, "
-                         f"repeats and split salt (A: {a.folds}, {a.repeats}, {a.config.split_salt!r}; "
-                         f"B: {b.folds}, {b.repeats}, {b.config.split_salt!r})")
+        raise ValueError(
+            "the two cross-validations were not cut the same way: compare needs the same folds, "
+            f"repeats and split salt (A: {a.folds}, {a.repeats}, {a.config.split_salt!r}; "
+            f"B: {b.folds}, {b.repeats}, {b.config.split_salt!r})"
+        )
     return {f: b.difference("learned", "learned", f, other=a) for f in FIGURES}
-
 
 
 def headline_means(cv: CrossValidation) -> dict:
@@ -291,10 +344,12 @@ def headline_means(cv: CrossValidation) -> dict:
     keys: reference qualities, then SUMMARY_KEYS per policy), for what reads a manifest's
     `metrics["test"]` (evaluation.headline, make promote)."""
     summary = cv.summary()
-    return {"rows": int(sum(summary["rows"]["test_per_fold"])), "cross_validated": True,
-            **summary["pooled_reference_qualities"],
-            **{p: {f: summary["policies"][p][f]["mean"] for f in FIGURES}
-               for p in CV_POLICIES if p in summary["policies"]}}
+    return {
+        "rows": int(sum(summary["rows"]["test_per_fold"])),
+        "cross_validated": True,
+        **summary["pooled_reference_qualities"],
+        **{p: {f: summary["policies"][p][f]["mean"] for f in FIGURES} for p in CV_POLICIES if p in summary["policies"]},
+    }
 
 
 def _pooled(cv: CrossValidation, key: str) -> np.ndarray:
@@ -323,15 +378,19 @@ def out_of_fold_rows(cv: CrossValidation, rows, refit: Refit, objective: str):
     position = {prompt: i for i, prompt in enumerate(tested)}
     missing = [p for p in rows.prompts if p not in position]
     if missing:
-        raise RuntimeError(f"{len(missing)} rows have no out-of-fold score (first: {missing[0][:80]!r}): the folds "
-                           "and the refit read different rows")
+        raise RuntimeError(
+            f"{len(missing)} rows have no out-of-fold score (first: {missing[0][:80]!r}): the folds "
+            "and the refit read different rows"
+        )
     order = np.array([position[p] for p in rows.prompts], dtype=np.int64)
     margins = _pooled(cv, MARGINS_OUTPUT)[order] if refit.blends else None
-    probabilities = {head: _refit_probability(refit, head, _pooled(cv, head)[order], margins)
-                     for head in refit.calibrations}
+    probabilities = {
+        head: _refit_probability(refit, head, _pooled(cv, head)[order], margins) for head in refit.calibrations
+    }
     scores = routing_score(objective, probabilities)
-    return dataclasses.replace(rows, scores=np.asarray(scores, float), p_edge=probabilities.get("edge"),
-                               p_cloud=probabilities.get("cloud"))
+    return dataclasses.replace(
+        rows, scores=np.asarray(scores, float), p_edge=probabilities.get("edge"), p_cloud=probabilities.get("cloud")
+    )
 
 
 def refit_choices(cv: CrossValidation, config: TrainConfig):
@@ -342,8 +401,10 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
     from training.model import OBJECTIVES, fit_blend, fit_calibration
 
     if any(r.out_of_fold is None for r in cv.results):
-        raise ValueError(f"the {config.engine} engine does not hand back out-of-fold outputs: cross-fitting "
-                         "(cv_folds > 0) needs the local engine; use cv_folds=0 with this engine")
+        raise ValueError(
+            f"the {config.engine} engine does not hand back out-of-fold outputs: cross-fitting "
+            "(cv_folds > 0) needs the local engine; use cv_folds=0 with this engine"
+        )
     heads = OBJECTIVES[config.objective]
     rounds = {column: int(np.median([r.trees[head] for r in cv.results])) for head, (column, _) in heads.items()}
     shared = sum(r.shared for r in cv.results) * 2 > len(cv.results)
@@ -355,8 +416,7 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
         if config.lexical == "blend":
             outcome = OUTCOMES.index(column)
             calibrated = _refit_probability(refit, head, raw, None)
-            refit.blends[head] = fit_blend(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target,
-                                           outcome=outcome)
+            refit.blends[head] = fit_blend(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target, outcome=outcome)
     return refit
 
 
@@ -373,8 +433,10 @@ def cross_fit(config: TrainConfig, *, console, timings: dict):
     prepared = read_once(config)
     cv = cross_validate(config, folds=config.cv_folds, console=console, prepared=prepared)
     refit = refit_choices(cv, config)
-    console.print(f"[bold]refit on every row[/]: rounds {refit.rounds} (the folds' median), calibration on "
-                  f"{sum(r.test_rows for r in cv.results)} out-of-fold outputs")
+    console.print(
+        f"[bold]refit on every row[/]: rounds {refit.rounds} (the folds' median), calibration on "
+        f"{sum(r.test_rows for r in cv.results)} out-of-fold outputs"
+    )
     fitted = get_engine(config.engine).fit(config, console, timings, refit=refit, prepared=prepared)
     fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit, config.objective)
     return cv, fitted

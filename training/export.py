@@ -1,5 +1,6 @@
 """Export the router's LightGBM heads to ONNX (calibration folded in) and fuse them with the
 static encoder."""
+
 from __future__ import annotations
 
 
@@ -14,9 +15,14 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
 
     if [h.name for h in heads] == ["cloud_needed"]:
         return booster_to_onnx(heads[0].booster, n_features, heads[0].calibration), ["probabilities"]
-    parts = [compose.add_prefix(onnx.load_from_string(booster_to_onnx(h.booster, n_features, h.calibration,
-                                                                      side=h.side)),
-                                f"{h.name}_", rename_inputs=False) for h in heads]
+    parts = [
+        compose.add_prefix(
+            onnx.load_from_string(booster_to_onnx(h.booster, n_features, h.calibration, side=h.side)),
+            f"{h.name}_",
+            rename_inputs=False,
+        )
+        for h in heads
+    ]
     for head, part in zip(heads, parts):  # every head reads the one shared `features` input
         for node in part.graph.node:
             node.input[:] = ["features" if i == f"{head.name}_features" else i for i in node.input]
@@ -27,8 +33,7 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     if blended:
         from training.lexical import LEXICAL_NAMES, MARGINS_OUTPUT
 
-        inputs.append(helper.make_tensor_value_info(MARGINS_OUTPUT, onnx.TensorProto.FLOAT,
-                                                    [None, len(LEXICAL_NAMES)]))
+        inputs.append(helper.make_tensor_value_info(MARGINS_OUTPUT, onnx.TensorProto.FLOAT, [None, len(LEXICAL_NAMES)]))
         for head, part in blended:
             output = part.graph.output[0].name
             _rename_output(part.graph, output, f"{head.name}_trees")
@@ -61,14 +66,19 @@ def _blend_nodes(head, output: str, margins: str):
 
     axis, w = constant("axis", [1], np.int64), float(head.blend.tree_weight)
     nodes = [
-        helper.make_node("Slice", [trees, constant("p_start", [1], np.int64), constant("p_stop", [2], np.int64),
-                                   axis], [f"{prefix}_p"]),
-        helper.make_node("Slice", [margins, constant("m_start", [index], np.int64),
-                                   constant("m_stop", [index + 1], np.int64), axis], [f"{prefix}_m"]),
+        helper.make_node(
+            "Slice",
+            [trees, constant("p_start", [1], np.int64), constant("p_stop", [2], np.int64), axis],
+            [f"{prefix}_p"],
+        ),
+        helper.make_node(
+            "Slice",
+            [margins, constant("m_start", [index], np.int64), constant("m_stop", [index + 1], np.int64), axis],
+            [f"{prefix}_m"],
+        ),
         helper.make_node("Sigmoid", [f"{prefix}_m"], [f"{prefix}_lexical"]),
         helper.make_node("Mul", [f"{prefix}_p", constant("w", w, np.float32)], [f"{prefix}_wp"]),
-        helper.make_node("Mul", [f"{prefix}_lexical", constant("one_minus_w", 1.0 - w, np.float32)],
-                         [f"{prefix}_wl"]),
+        helper.make_node("Mul", [f"{prefix}_lexical", constant("one_minus_w", 1.0 - w, np.float32)], [f"{prefix}_wl"]),
         helper.make_node("Add", [f"{prefix}_wp", f"{prefix}_wl"], [f"{prefix}_q"]),
         helper.make_node("Sub", [constant("one", 1.0, np.float32), f"{prefix}_q"], [f"{prefix}_not_q"]),
         helper.make_node("Concat", [f"{prefix}_not_q", f"{prefix}_q"], [output], axis=1),
@@ -133,9 +143,9 @@ def booster_to_onnx(booster, n_features: int, calibration: dict, *, side: int | 
 
     calibrator(calibration)  # no bundle ships a calibration the SDK cannot apply
     width = n_features + (side is not None)
-    model = onnxmltools.convert_lightgbm(_for_onnx(booster),
-                                         initial_types=[("features", FloatTensorType([None, width]))],
-                                         zipmap=False, target_opset=15)
+    model = onnxmltools.convert_lightgbm(
+        _for_onnx(booster), initial_types=[("features", FloatTensorType([None, width]))], zipmap=False, target_opset=15
+    )
     _drop_no_op_tail(model.graph)
     if side is not None:
         _append_side(model, side, n_features)
@@ -157,10 +167,15 @@ def _append_side(model, side: int, n_features: int) -> None:
     _default_opset_at_least(model, 13)  # Pad takes its pads and value as inputs from opset 11
     for node in graph.node:
         node.input[:] = ["features_with_side" if i == "features" else i for i in node.input]
-    graph.initializer.extend([numpy_helper.from_array(np.array([0, 0, 0, 1], dtype=np.int64), "side_pads"),
-                              numpy_helper.from_array(np.array(side, dtype=np.float32), "side_value")])
-    graph.node.insert(0, helper.make_node("Pad", ["features", "side_pads", "side_value"], ["features_with_side"],
-                                          mode="constant"))
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([0, 0, 0, 1], dtype=np.int64), "side_pads"),
+            numpy_helper.from_array(np.array(side, dtype=np.float32), "side_value"),
+        ]
+    )
+    graph.node.insert(
+        0, helper.make_node("Pad", ["features", "side_pads", "side_value"], ["features_with_side"], mode="constant")
+    )
     graph.input[0].CopyFrom(helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features]))
 
 
@@ -186,11 +201,17 @@ def _fold_platt(graph, *, a: float, b: float) -> None:
 
     (tree,) = [n for n in graph.node if n.op_type == "TreeEnsembleClassifier"]
     attributes = {x.name: helper.get_attribute_value(x) for x in tree.attribute}
-    if attributes.get("post_transform") != b"LOGISTIC" or "base_values" in attributes or set(attributes["class_ids"]) != {0}:
+    if (
+        attributes.get("post_transform") != b"LOGISTIC"
+        or "base_values" in attributes
+        or set(attributes["class_ids"]) != {0}
+    ):
         raise ValueError("cannot fold Platt calibration: expected one logistic score (LightGBM binary)")
     first_tree = min(attributes["class_treeids"])
-    weights = [a * w + (b if t == first_tree else 0.0)
-               for w, t in zip(attributes["class_weights"], attributes["class_treeids"])]
+    weights = [
+        a * w + (b if t == first_tree else 0.0)
+        for w, t in zip(attributes["class_weights"], attributes["class_treeids"])
+    ]
     for x in tree.attribute:
         if x.name == "class_weights":
             del x.floats[:]
@@ -217,8 +238,9 @@ def fuse(prefix: bytes, trees: bytes, *, trees_read: str = "features") -> bytes:
     # A blend's trees also read the prefix's lexical margins (training.lexical.MARGINS_OUTPUT).
     io_map = [(trees_read, "features")] + [(i.name, i.name) for i in second.graph.input if i.name != "features"]
     # `features` stays an output too: the SDK's familiarity measure reads the embedding part.
-    merged = compose.merge_models(first, second, io_map=io_map,
-                                  outputs=[o.name for o in second.graph.output] + ["features"])
+    merged = compose.merge_models(
+        first, second, io_map=io_map, outputs=[o.name for o in second.graph.output] + ["features"]
+    )
     onnx.checker.check_model(merged)
     return merged.SerializeToString()
 

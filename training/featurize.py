@@ -28,6 +28,7 @@ Why it is shaped like this (measured in docs/performance.md, "Training at scale"
   embedding cache (training.embedding_cache); recomputing a static embedding is cheaper
   than reading one back.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,12 +50,12 @@ from training.encoders import BuiltEncoder, build_encoder, fold_projection, stat
 if TYPE_CHECKING:
     from training.lexical import LexicalModel
 
-CHUNK_ROWS = 4096        # prompts featurized at a time: bounds the temporaries (padded ids: ~33 MB at 512 tokens)
-POOL_MIN_ROWS = 50_000   # fewer rows are featurized in this process: starting the pool costs seconds
+CHUNK_ROWS = 4096  # prompts featurized at a time: bounds the temporaries (padded ids: ~33 MB at 512 tokens)
+POOL_MIN_ROWS = 50_000  # fewer rows are featurized in this process: starting the pool costs seconds
 EXACT_PCA_ROWS = 100_000  # training rows held for scikit-learn's PCA (150 MB); more are folded into a covariance
 
 _EXTRACTORS: dict[tuple[str, int], FeatureExtractor] = {}  # per process, by (recipe key, threads)
-_FEATURIZERS: dict[str, "ChunkFeaturizer"] = {}            # per process, by recipe key
+_FEATURIZERS: dict[str, "ChunkFeaturizer"] = {}  # per process, by recipe key
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,9 +73,12 @@ class FeatureRecipe:
     @cached_property
     def key(self) -> str:
         digest = hashlib.sha256(repr(self.spec.to_dict()).encode())
-        for part in (self.tokenizer_json, self.encoder_onnx,
-                     self.projection.to_bytes() if self.projection is not None else b"",
-                     np.ascontiguousarray(self.table).tobytes() if self.table is not None else b""):
+        for part in (
+            self.tokenizer_json,
+            self.encoder_onnx,
+            self.projection.to_bytes() if self.projection is not None else b"",
+            np.ascontiguousarray(self.table).tobytes() if self.table is not None else b"",
+        ):
             digest.update(hashlib.sha256(part).digest())
         return digest.hexdigest()[:24]
 
@@ -87,8 +91,9 @@ class FeatureRecipe:
         """This process's SDK extractor for the recipe (built once, then reused)."""
         if (self.key, threads) not in _EXTRACTORS:
             encoder = OnnxEncoder(self.encoder_onnx, threads=threads, row_wise=self.spec.encoder_row_wise)
-            _EXTRACTORS[self.key, threads] = FeatureExtractor(self.spec, FastTokenizer(self.tokenizer_json), encoder,
-                                                              self.projection)
+            _EXTRACTORS[self.key, threads] = FeatureExtractor(
+                self.spec, FastTokenizer(self.tokenizer_json), encoder, self.projection
+            )
         return _EXTRACTORS[self.key, threads]
 
     def featurizer(self) -> "ChunkFeaturizer":
@@ -107,7 +112,7 @@ class TokenRows:
     """Each prompt's token ids as its encoder sees them (cut to max_tokens), flat: 2 bytes a
     token instead of a padded int64 matrix (8 bytes a token and the padding)."""
 
-    ids: np.ndarray      # uint16 while the vocabulary fits, else int32
+    ids: np.ndarray  # uint16 while the vocabulary fits, else int32
     lengths: np.ndarray  # int32, tokens per prompt
 
     @classmethod
@@ -144,14 +149,15 @@ class TokenRows:
 
     def slice(self, start: int, stop: int) -> "TokenRows":
         offsets = self.offsets()
-        return TokenRows(self.ids[offsets[start]: offsets[stop]], self.lengths[start:stop])
+        return TokenRows(self.ids[offsets[start] : offsets[stop]], self.lengths[start:stop])
 
     def counts(self, vocabulary: int):
         """A sparse [prompts, vocabulary] matrix: how often each token occurs in each prompt."""
         from scipy.sparse import csr_matrix
 
-        return csr_matrix((np.ones(len(self.ids)), self.ids.astype(np.int32), self.offsets()),
-                          shape=(len(self), vocabulary))
+        return csr_matrix(
+            (np.ones(len(self.ids)), self.ids.astype(np.int32), self.offsets()), shape=(len(self), vocabulary)
+        )
 
 
 def masked_mean(tokens: TokenRows, table: np.ndarray) -> np.ndarray:
@@ -221,8 +227,10 @@ class FeaturePlan:
         """This plan with lexical evidence in `mode` (LEXICAL_MODES): the spec says so and the
         fused graph computes its margins."""
         if self.fused_prefix is None:
-            raise ValueError("lexical evidence needs the fused layout (the static tier): the margins are computed "
-                             "in model.onnx from the token ids")
+            raise ValueError(
+                "lexical evidence needs the fused layout (the static tier): the margins are computed "
+                "in model.onnx from the token ids"
+            )
         spec = replace(self.serving.spec, lexical=mode)
         return replace(self, serving=replace(self.serving, spec=spec), lexical=model)
 
@@ -237,19 +245,26 @@ class FeaturePlan:
             if self.lexical is not None:
                 prefix = self.lexical.append_to_graph(prefix)
                 trees_read = "model_features" if self.spec.lexical == "features" else "features"
-            return {"model.onnx": fuse(prefix, trees, trees_read=trees_read), "tokenizer.json": self.built.tokenizer_path,
-                    **({"encoder.onnx": self.built.onnx_bytes} if with_encoder else {})}
-        return {"encoder.onnx": self.built.onnx_bytes, "router.onnx": trees,
-                "projection.npz": self.projection.to_bytes(), "tokenizer.json": self.built.tokenizer_path}
+            return {
+                "model.onnx": fuse(prefix, trees, trees_read=trees_read),
+                "tokenizer.json": self.built.tokenizer_path,
+                **({"encoder.onnx": self.built.onnx_bytes} if with_encoder else {}),
+            }
+        return {
+            "encoder.onnx": self.built.onnx_bytes,
+            "router.onnx": trees,
+            "projection.npz": self.projection.to_bytes(),
+            "tokenizer.json": self.built.tokenizer_path,
+        }
 
 
 @dataclass
 class TrainingFeatures:
     plan: FeaturePlan
-    matrix: np.ndarray          # float32, columns = plan.spec.feature_names
+    matrix: np.ndarray  # float32, columns = plan.spec.feature_names
     cache_hits: int
     cache_misses: int
-    cache_used: bool = False    # only the transformer tier caches embeddings
+    cache_used: bool = False  # only the transformer tier caches embeddings
     tokens: TokenRows | None = None  # ids of the rows asked for (keep_tokens), where the tier keeps them
 
     @property
@@ -257,14 +272,20 @@ class TrainingFeatures:
         return self.plan.spec
 
 
-def raw_stage(tier: str, *, embedding_dim: int, max_tokens: int | None, max_chars: int,
-              cache_dir: Path) -> tuple[BuiltEncoder, FeatureRecipe]:
+def raw_stage(
+    tier: str, *, embedding_dim: int, max_tokens: int | None, max_chars: int, cache_dir: Path
+) -> tuple[BuiltEncoder, FeatureRecipe]:
     """The tier's encoder and the recipe of its raw (unprojected) features."""
     options = {"max_tokens": max_tokens} if max_tokens else {}
     built = build_encoder(tier, cache_dir / "encoders", **options)
-    spec = FeatureSpec(tier=tier, max_tokens=built.max_tokens, max_chars=max_chars,
-                       add_special_tokens=built.add_special_tokens,
-                       encoder_row_wise=built.row_wise, embedding_dim=embedding_dim)
+    spec = FeatureSpec(
+        tier=tier,
+        max_tokens=built.max_tokens,
+        max_chars=max_chars,
+        add_special_tokens=built.add_special_tokens,
+        encoder_row_wise=built.row_wise,
+        embedding_dim=embedding_dim,
+    )
     return built, FeatureRecipe(spec, Path(built.tokenizer_path).read_bytes(), built.onnx_bytes, table=built.table)
 
 
@@ -355,11 +376,13 @@ def plan_from(built: BuiltEncoder, raw: FeatureRecipe, projection: Projection) -
     # same nodes on the same inputs.
     table = fold_projection(built.table, projection.mean, projection.components)
     serving = FeatureRecipe(replace(spec, fused=True), raw.tokenizer_json, static_encoder_graph(table), table=table)
-    return FeaturePlan(built, raw, projection, serving,
-                       fused_prefix=static_encoder_graph(table, scalars=n_scalar_features(spec)))
+    return FeaturePlan(
+        built, raw, projection, serving, fused_prefix=static_encoder_graph(table, scalars=n_scalar_features(spec))
+    )
 
 
 # --- the local engine: every row, streamed in chunks through a pool of processes -------------
+
 
 def default_workers() -> int:
     """Featurizing processes for the local engine: one per core."""
@@ -377,8 +400,7 @@ class FirstPass:
     raw_train: np.ndarray
 
 
-def table_first_pass(recipe: FeatureRecipe, prompts: list[str], precisions: list,
-                     train: np.ndarray) -> FirstPass:
+def table_first_pass(recipe: FeatureRecipe, prompts: list[str], precisions: list, train: np.ndarray) -> FirstPass:
     """Static tier: scalars and token ids of every row, raw embeddings of the training rows only."""
     featurizer = recipe.featurizer()
     scalars, tokens = featurizer.prepare(prompts, precisions)
@@ -410,8 +432,12 @@ def _ordered_in_pool(workers: int, recipe: FeatureRecipe, jobs: Iterable[tuple])
     from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: the parent holds threads (Arrow, tokenizers) that a fork would copy mid-lock.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker, initargs=(recipe.for_workers(),)) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(recipe.for_workers(),),
+    ) as pool:
         pending: deque = deque()
         for job in jobs:
             pending.append(pool.submit(_pool_first_pass, *job))
@@ -421,17 +447,36 @@ def _ordered_in_pool(workers: int, recipe: FeatureRecipe, jobs: Iterable[tuple])
             yield pending.popleft().result()
 
 
-def _first_passes(recipe: FeatureRecipe, prompts, precisions, train_rows: np.ndarray, chunk_rows: int,
-                  workers: int, pool_min_rows: int) -> Iterator[FirstPass]:
+def _first_passes(
+    recipe: FeatureRecipe,
+    prompts,
+    precisions,
+    train_rows: np.ndarray,
+    chunk_rows: int,
+    workers: int,
+    pool_min_rows: int,
+) -> Iterator[FirstPass]:
     jobs = ((list(prompts[a:b]), list(precisions[a:b]), train_rows[a:b]) for a, b in _chunks(len(prompts), chunk_rows))
     if workers <= 1 or len(prompts) < max(pool_min_rows, 2 * chunk_rows):
         return (table_first_pass(recipe, *job) for job in jobs)
     return _ordered_in_pool(workers, recipe, jobs)
 
 
-def table_features(built, raw, prompts, precisions, train_rows, *, embedding_dim, seed, chunk_rows=CHUNK_ROWS,
-                   workers=1, pool_min_rows=POOL_MIN_ROWS, on_batch=None,
-                   keep_tokens=None) -> tuple[FeaturePlan, np.ndarray, TokenRows | None]:
+def table_features(
+    built,
+    raw,
+    prompts,
+    precisions,
+    train_rows,
+    *,
+    embedding_dim,
+    seed,
+    chunk_rows=CHUNK_ROWS,
+    workers=1,
+    pool_min_rows=POOL_MIN_ROWS,
+    on_batch=None,
+    keep_tokens=None,
+) -> tuple[FeaturePlan, np.ndarray, TokenRows | None]:
     """A token-table tier (static), in two passes: (1) scalars and token ids of every row, raw
     embeddings of the training rows into the projection; (2) the serving embedding of every
     row from its ids. Also returns the ids of the rows where `keep_tokens` is true, if given."""
@@ -439,7 +484,7 @@ def table_features(built, raw, prompts, precisions, train_rows, *, embedding_dim
     matrix = np.empty((n, n_scalars + embedding_dim), dtype=np.float32)
     fitter, tokens, start = ProjectionFitter(embedding_dim, seed=seed), [], 0
     for part in _first_passes(raw, prompts, precisions, train_rows, chunk_rows, workers, pool_min_rows):
-        matrix[start: start + len(part.scalars), :n_scalars] = part.scalars
+        matrix[start : start + len(part.scalars), :n_scalars] = part.scalars
         fitter.add(part.raw_train)
         tokens.append(part.tokens)
         start += len(part.scalars)
@@ -450,15 +495,16 @@ def table_features(built, raw, prompts, precisions, train_rows, *, embedding_dim
     featurizer = plan.serving.featurizer()
     start, kept = 0, []
     for part in tokens:
-        matrix[start: start + len(part), n_scalars:] = featurizer.embed(part)
+        matrix[start : start + len(part), n_scalars:] = featurizer.embed(part)
         if keep_tokens is not None:
-            kept.append(part.subset(keep_tokens[start: start + len(part)]))
+            kept.append(part.subset(keep_tokens[start : start + len(part)]))
         start += len(part)
     return plan, matrix, None if keep_tokens is None else TokenRows.concat(kept)
 
 
-def _encoder_features(built, raw, prompts, precisions, train_rows, *, embedding_dim, seed, chunk_rows, cache,
-                      on_batch) -> tuple[FeaturePlan, np.ndarray]:
+def _encoder_features(
+    built, raw, prompts, precisions, train_rows, *, embedding_dim, seed, chunk_rows, cache, on_batch
+) -> tuple[FeaturePlan, np.ndarray]:
     """Transformer tier: the raw features once (encoder behind the embedding cache), then the projection."""
     encoder = CachedEncoder(OnnxEncoder(built.onnx_bytes, threads=2, row_wise=built.row_wise), cache)
     extractor = FeatureExtractor(raw.spec, FastTokenizer(built.tokenizer_path), encoder, projection=None)
@@ -482,29 +528,62 @@ def _encoder_features(built, raw, prompts, precisions, train_rows, *, embedding_
     return plan, matrix
 
 
-def featurize(prompts: Sequence[str], precisions: Sequence[str | None], train_rows: np.ndarray, *,
-              tier: str, embedding_dim: int, max_tokens: int | None, cache_dir: Path, seed: int = 0,
-              max_chars: int = DEFAULT_MAX_CHARS, chunk_rows: int = CHUNK_ROWS, workers: int = 1,
-              pool_min_rows: int = POOL_MIN_ROWS, on_batch: Callable[[int], None] | None = None,
-              keep_tokens: np.ndarray | None = None) -> TrainingFeatures:
+def featurize(
+    prompts: Sequence[str],
+    precisions: Sequence[str | None],
+    train_rows: np.ndarray,
+    *,
+    tier: str,
+    embedding_dim: int,
+    max_tokens: int | None,
+    cache_dir: Path,
+    seed: int = 0,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chunk_rows: int = CHUNK_ROWS,
+    workers: int = 1,
+    pool_min_rows: int = POOL_MIN_ROWS,
+    on_batch: Callable[[int], None] | None = None,
+    keep_tokens: np.ndarray | None = None,
+) -> TrainingFeatures:
     """Features of every prompt (local engine), streamed in chunks of `chunk_rows` into one
     float32 matrix; `prompts` and `precisions` need only len() and slicing (a list, a pandas
     array), so a chunk's text exists as Python strings only while it is featurized. The
     static tier's first pass runs in `workers` processes from `pool_min_rows` rows on, and
     keeps the token ids of the rows where `keep_tokens` is true (for the familiarity fit)."""
-    built, raw = raw_stage(tier, embedding_dim=embedding_dim, max_tokens=max_tokens, max_chars=max_chars,
-                           cache_dir=cache_dir)
+    built, raw = raw_stage(
+        tier, embedding_dim=embedding_dim, max_tokens=max_tokens, max_chars=max_chars, cache_dir=cache_dir
+    )
     train_rows = np.asarray(train_rows, dtype=bool)
     if built.table is not None:
-        plan, matrix, tokens = table_features(built, raw, prompts, precisions, train_rows,
-                                               embedding_dim=embedding_dim, seed=seed, chunk_rows=chunk_rows,
-                                               workers=workers, pool_min_rows=pool_min_rows, on_batch=on_batch,
-                                               keep_tokens=None if keep_tokens is None else np.asarray(keep_tokens, bool))
+        plan, matrix, tokens = table_features(
+            built,
+            raw,
+            prompts,
+            precisions,
+            train_rows,
+            embedding_dim=embedding_dim,
+            seed=seed,
+            chunk_rows=chunk_rows,
+            workers=workers,
+            pool_min_rows=pool_min_rows,
+            on_batch=on_batch,
+            keep_tokens=None if keep_tokens is None else np.asarray(keep_tokens, bool),
+        )
         return TrainingFeatures(plan, matrix, 0, 0, tokens=tokens)
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite", built.key)
     try:
-        plan, matrix = _encoder_features(built, raw, prompts, precisions, train_rows, embedding_dim=embedding_dim,
-                                         seed=seed, chunk_rows=chunk_rows, cache=cache, on_batch=on_batch)
+        plan, matrix = _encoder_features(
+            built,
+            raw,
+            prompts,
+            precisions,
+            train_rows,
+            embedding_dim=embedding_dim,
+            seed=seed,
+            chunk_rows=chunk_rows,
+            cache=cache,
+            on_batch=on_batch,
+        )
     finally:
         cache.close()
     return TrainingFeatures(plan, matrix, cache.hits, cache.misses, cache_used=True)

@@ -1,6 +1,7 @@
 """`Fitted`: what a training engine hands back (training.engines), and everything after it
 reads: the held-out stages (training.held_out), cross-validation (training.crossval) and the
 shared finish (training.engines.base)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,10 +24,12 @@ class Fitted:
 
     data_report: dict
     plan: FeaturePlan
-    objective: str             # training.model.OBJECTIVES
-    heads: list[Head]          # booster cut at its best round, calibration (and lexical blend)
-    splits: dict[str, Rows]    # "val" / "test" rows with the training pipeline's scores
-    embeddings: dict[str, np.ndarray]  # "val" / "test": the rows' projected embeddings (the feature matrix's last columns)
+    objective: str  # training.model.OBJECTIVES
+    heads: list[Head]  # booster cut at its best round, calibration (and lexical blend)
+    splits: dict[str, Rows]  # "val" / "test" rows with the training pipeline's scores
+    embeddings: dict[
+        str, np.ndarray
+    ]  # "val" / "test": the rows' projected embeddings (the feature matrix's last columns)
     responses: pd.DataFrame | None = None  # rows with an edge answer, as logged (data.prepare.response_rows)
     tokens: dict[str, TokenRows] | None = None  # "val" / "test": the rows' token ids, if kept
     notes: dict = field(default_factory=dict)  # engine-specific figures, logged with the metrics

@@ -13,6 +13,7 @@ tree) and divides by the cores where the work splits by rows.
 
 Heavy libraries (pandas, LightGBM, MLflow) are imported on use.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,12 @@ def floors_before(logs: Path, work: Path, *, train_share: float) -> dict[str, fl
         masked_mean(tokens, folded)
 
     featurize_s = best_of(3, featurize)
-    return {"read_validate_s_per_row": read_s / len(frame), "merge_s_per_row": factorize_s / len(frame),
-            "featurize_s_per_row": featurize_s / len(texts), "fit_s_per_row_tree": lightgbm_per_row_tree()}
+    return {
+        "read_validate_s_per_row": read_s / len(frame),
+        "merge_s_per_row": factorize_s / len(frame),
+        "featurize_s_per_row": featurize_s / len(texts),
+        "fit_s_per_row_tree": lightgbm_per_row_tree(),
+    }
 
 
 def lightgbm_per_row_tree(rows: int = 30_000, columns: int = 51, trees: int = 30) -> float:
@@ -110,8 +115,11 @@ def floors_after(bundle: Path, logs: Path, work: Path, parity_rows: int = 5000) 
     store.mkdir(parents=True)
 
     def register():
-        with tracked_run(tracking_uri=f"sqlite:///{(store / 'mlflow.db').resolve()}",
-                         artifact_root=str(store / "artifacts"), experiment="floor") as run:
+        with tracked_run(
+            tracking_uri=f"sqlite:///{(store / 'mlflow.db').resolve()}",
+            artifact_root=str(store / "artifacts"),
+            experiment="floor",
+        ) as run:
             register_bundle(bundle, model_name="floor", run_id=run.info.run_id)
 
     start = time.perf_counter()
@@ -121,16 +129,19 @@ def floors_after(bundle: Path, logs: Path, work: Path, parity_rows: int = 5000) 
     return {"export_parity": parity_s, "mlflow": mlflow_s}
 
 
-def stage_floors(per_row: dict, after: dict, *, rows: int, rows_read: int, train_rows: int, trees: int,
-                 cores: int) -> dict[str, float]:
+def stage_floors(
+    per_row: dict, after: dict, *, rows: int, rows_read: int, train_rows: int, trees: int, cores: int
+) -> dict[str, float]:
     """Each stage's floor in seconds for one run (module doc); stages without one are absent.
     `per_row` from floors_before, `after` from floors_after (or {}); `rows_read` are the rows
     read and merged, `rows` those featurized, `train_rows` those the boosters fit, `trees`
     the trees they built. Reading and featurizing split by rows over the cores; merging
     (one factorize) and the fit (already timed on every core) do not."""
-    floors = {"read_validate": per_row["read_validate_s_per_row"] * rows_read / cores,
-              "merge": per_row["merge_s_per_row"] * rows_read,
-              "featurize": per_row["featurize_s_per_row"] * rows / cores}
+    floors = {
+        "read_validate": per_row["read_validate_s_per_row"] * rows_read / cores,
+        "merge": per_row["merge_s_per_row"] * rows_read,
+        "featurize": per_row["featurize_s_per_row"] * rows / cores,
+    }
     if trees:
         floors["fit"] = per_row["fit_s_per_row_tree"] * train_rows * trees
     return {**floors, **after}

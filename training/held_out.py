@@ -5,6 +5,7 @@ rows). Each step takes the rows it reads and returns what it produces, the rows 
 among them; `make train` and every cross-validation fold (training.crossval) run exactly
 these, through fit_held_out_stages.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ def check_held_out_rows(val_prompts, test_rows: int) -> None:
         f"({int(first.sum())} and {int((~first).sum())} in the two halves of the familiarity reference's hash "
         f"split: at least {MIN_HALF_ROWS} in each half are needed, for it and the fallback thresholds), the test "
         f"split {test_rows} (at least {MIN_TEST_ROWS}, for the figures and the bundle's parity check). "
-        f"{BOTH_OUTCOMES_NEEDED}")
+        f"{BOTH_OUTCOMES_NEEDED}"
+    )
 
 
 def choose_thresholds(config: TrainConfig, fitted: Fitted, val: Rows) -> dict:
@@ -52,18 +54,29 @@ def choose_thresholds(config: TrainConfig, fitted: Fitted, val: Rows) -> dict:
     from evaluation.thresholds import select_per_precision
 
     return select_per_precision(
-        val.scores, val.q_edge, val.q_cloud, val.precisions, tags=fitted.plan.spec.precisions,
+        val.scores,
+        val.q_edge,
+        val.q_cloud,
+        val.precisions,
+        tags=fitted.plan.spec.precisions,
         bounds=SCORE_KINDS[fitted.objective][1],
-        min_rows=config.min_rows_per_tag, target=config.target, max_quality_drop=config.max_quality_drop,
-        cloud_budget=config.cloud_budget, catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate))
+        min_rows=config.min_rows_per_tag,
+        target=config.target,
+        max_quality_drop=config.max_quality_drop,
+        cloud_budget=config.cloud_budget,
+        catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate),
+    )
 
 
 def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Rows:
     """The rows with the zones the SDK gives them at these thresholds, unfamiliar prompts included."""
     from evaluation.policies import unfamiliar_policy_zones
 
-    return rows.with_zones(lambda p: band_of(thresholds, p), edge_context_tokens=config.edge_context_tokens,
-                           unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy))
+    return rows.with_zones(
+        lambda p: band_of(thresholds, p),
+        edge_context_tokens=config.edge_context_tokens,
+        unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy),
+    )
 
 
 def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[bytes, dict, Splits]:
@@ -73,12 +86,18 @@ def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[by
 
     extractor = fitted.plan.serving.featurizer().extractor
     tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in splits.items()}
-    reference, info = fit_novelty(splits["val"].prompts, tokens["val"], fitted.embeddings["val"],
-                                  vocabulary=extractor.tokenizer.full.get_vocab_size(), share=config.novelty_share,
-                                  min_unseen_share=config.novelty_min_unseen_share)
-    flagged = {name: rows.with_novelty(reference.scores_flat(fitted.embeddings[name], tokens[name].ids,
-                                                             tokens[name].lengths))
-               for name, rows in splits.items()}
+    reference, info = fit_novelty(
+        splits["val"].prompts,
+        tokens["val"],
+        fitted.embeddings["val"],
+        vocabulary=extractor.tokenizer.full.get_vocab_size(),
+        share=config.novelty_share,
+        min_unseen_share=config.novelty_min_unseen_share,
+    )
+    flagged = {
+        name: rows.with_novelty(reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths))
+        for name, rows in splits.items()
+    }
     return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}, flagged
 
 
@@ -91,8 +110,9 @@ def familiarity_in_bundle(plan, files: dict, novelty_file: bytes, section: dict)
 
     if plan.fused_prefix is None:
         return {**files, NOVELTY_FILE: novelty_file}, section
-    reference = Novelty.from_bytes(novelty_file, embedding_threshold=section["embedding_threshold"],
-                                   unseen_threshold=section["unseen_threshold"])
+    reference = Novelty.from_bytes(
+        novelty_file, embedding_threshold=section["embedding_threshold"], unseen_threshold=section["unseen_threshold"]
+    )
     model = append_to_graph(files["model.onnx"], reference, embedding_dim=plan.spec.embedding_dim)
     in_model = {k: v for k, v in section.items() if k != "file"}
     return {**files, "model.onnx": model}, {**in_model, "in_model": True, "output": NOVELTY_OUTPUT}
@@ -105,8 +125,9 @@ def acceptance_check(config: TrainConfig, fitted: Fitted) -> tuple[AcceptanceFit
     from training.acceptance import fit_acceptance
 
     fit = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
-    return fit, {name: rows.with_rejections(fit.rejected_share(name, rows.prompts))
-                 for name, rows in fitted.splits.items()}
+    return fit, {
+        name: rows.with_rejections(fit.rejected_share(name, rows.prompts)) for name, rows in fitted.splits.items()
+    }
 
 
 @dataclass
@@ -114,10 +135,10 @@ class HeldOutStages:
     """What the stages after the heads fit on the held-out rows (see fit_held_out_stages)."""
 
     acceptance: AcceptanceFit
-    thresholds: dict          # per-precision fallback thresholds (evaluation.thresholds)
-    novelty_file: bytes       # the familiarity reference (serving.novelty)
-    novelty: dict             # its manifest section
-    splits: Splits            # the engine's val / test rows with the acceptance verdicts and novelty
+    thresholds: dict  # per-precision fallback thresholds (evaluation.thresholds)
+    novelty_file: bytes  # the familiarity reference (serving.novelty)
+    novelty: dict  # its manifest section
+    splits: Splits  # the engine's val / test rows with the acceptance verdicts and novelty
 
 
 def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutStages:
@@ -134,5 +155,3 @@ def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutSt
     clock.begin("familiarity")
     novelty_file, novelty, flagged = familiarity(config, fitted, verdicts)
     return HeldOutStages(acceptance, thresholds, novelty_file, novelty, flagged)
-
-

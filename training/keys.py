@@ -1,6 +1,7 @@
 """The team's bundle-signing key pair (Ed25519, the `cryptography` package): generate it,
 and sign a manifest with its private half. The SDK verifies with the public half
 (serving.signing). The private key stays with whoever trains: it never enters a bundle."""
+
 from __future__ import annotations
 
 import os
@@ -21,13 +22,13 @@ def generate(folder: Path, *, overwrite: bool = False) -> tuple[Path, Path]:
     if private.exists() and not overwrite:
         raise FileExistsError(f"{private} exists; refusing to replace a signing key (remove it first)")
     key = ed25519.Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     descriptor = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as fh:
         fh.write(pem)
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return private, public
 
 

@@ -1,4 +1,5 @@
 """The training label: does this request need the cloud? (definition: shared docs/metrics.md)"""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,7 @@ def is_graded(edge_quality: np.ndarray, cloud_quality: np.ndarray) -> np.ndarray
     return ~binary
 
 
-def cloud_needed(edge_quality, cloud_quality, *, margin_binary: float = 0.0,
-                 margin_graded: float = 0.1) -> np.ndarray:
+def cloud_needed(edge_quality, cloud_quality, *, margin_binary: float = 0.0, margin_graded: float = 0.1) -> np.ndarray:
     """1 where the cloud beats the edge by more than the margin; both right or both wrong is 0.
 
     Right/wrong rows use `margin_binary` (0: any win counts); judge scores use

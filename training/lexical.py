@@ -27,6 +27,7 @@ the graph's MatMul give the same sum, then the same correctly rounded division, 
 and float32 cast. So the training matrix and the bundle hold the same float32 margins, bit
 for bit, and the trees split them alike (held by tests/test_lexical.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,19 +36,26 @@ from typing import Sequence
 import numpy as np
 
 from evaluation.reference import fit_outcome
-
 from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
 
-VOCABULARY = 30522            # MiniLM's WordPiece vocabulary: the unigram terms
-BIGRAM_BUCKETS = 1 << 18      # hashed bigram terms
+VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
+BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms
 BIGRAM_MULTIPLIER = 1_000_003
 OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_NAMES' order
-FOLD_SALT = "lexical:"        # the folds' hash must not be the split's
-WEIGHT_BITS = 23              # a weight is an integer of at most 23 bits times its column's step
+FOLD_SALT = "lexical:"  # the folds' hash must not be the split's
+WEIGHT_BITS = 23  # a weight is an integer of at most 23 bits times its column's step
 MARGINS_OUTPUT = "lexical_margins"  # the graph's tensor of the margins alone (what a blend reads)
 
-__all__ = ["LEXICAL_MODES", "LEXICAL_NAMES", "MARGINS_OUTPUT", "LexicalModel", "Terms", "cross_fitted",
-           "fold_numbers", "lexical_matrix"]
+__all__ = [
+    "LEXICAL_MODES",
+    "LEXICAL_NAMES",
+    "MARGINS_OUTPUT",
+    "LexicalModel",
+    "Terms",
+    "cross_fitted",
+    "fold_numbers",
+    "lexical_matrix",
+]
 
 
 @dataclass
@@ -55,8 +63,8 @@ class Terms:
     """Each prompt's term counts (a sparse [prompts, vocabulary + BIGRAM_BUCKETS] matrix of
     integers) and number of terms."""
 
-    counts: object           # scipy.sparse.csr_matrix, float64 counts
-    n_terms: np.ndarray      # int64 per prompt
+    counts: object  # scipy.sparse.csr_matrix, float64 counts
+    n_terms: np.ndarray  # int64 per prompt
     vocabulary: int = VOCABULARY
 
     @classmethod
@@ -67,8 +75,9 @@ class Terms:
 
         ids, lengths = np.asarray(ids, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
-            raise ValueError(f"token ids must lie in [0, {vocabulary}) (the tokenizer's vocabulary), "
-                             f"got {ids.min()}..{ids.max()}")
+            raise ValueError(
+                f"token ids must lie in [0, {vocabulary}) (the tokenizer's vocabulary), got {ids.min()}..{ids.max()}"
+            )
         row_of = np.repeat(np.arange(len(lengths)), lengths)
         pair = np.ones(len(ids), dtype=bool)  # position i starts a bigram when i + 1 is in its prompt
         ends = np.cumsum(lengths)[lengths > 0] - 1
@@ -76,8 +85,9 @@ class Terms:
         starts = np.flatnonzero(pair)
         bigrams = vocabulary + (ids[starts] * BIGRAM_MULTIPLIER + ids[starts + 1]) % BIGRAM_BUCKETS
         rows, cols = np.concatenate([row_of, row_of[starts]]), np.concatenate([ids, bigrams])
-        counts = coo_matrix((np.ones(len(rows)), (rows, cols)),
-                            shape=(len(lengths), vocabulary + BIGRAM_BUCKETS)).tocsr()  # repeats are summed
+        counts = coo_matrix(
+            (np.ones(len(rows)), (rows, cols)), shape=(len(lengths), vocabulary + BIGRAM_BUCKETS)
+        ).tocsr()  # repeats are summed
         return cls(counts, lengths + np.maximum(lengths - 1, 0), vocabulary)
 
     @classmethod
@@ -118,8 +128,8 @@ def on_grid(coefficients: np.ndarray) -> np.ndarray:
 class LexicalModel:
     """The regressions of every outcome, as the bundle's graph holds them."""
 
-    weights: np.ndarray      # float32 [vocabulary + BIGRAM_BUCKETS, outcomes], on the grid (on_grid)
-    bias: np.ndarray         # float64 [outcomes]
+    weights: np.ndarray  # float32 [vocabulary + BIGRAM_BUCKETS, outcomes], on the grid (on_grid)
+    bias: np.ndarray  # float64 [outcomes]
     vocabulary: int = VOCABULARY
 
     @classmethod
@@ -171,19 +181,25 @@ class LexicalModel:
             graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"lexical_{name}"))
             return f"lexical_{name}"
 
-        start, stop, last = constant("start", [0], np.int64), constant("stop", [-1], np.int64), \
-            constant("end", [np.iinfo(np.int64).max], np.int64)
+        start, stop, last = (
+            constant("start", [0], np.int64),
+            constant("stop", [-1], np.int64),
+            constant("end", [np.iinfo(np.int64).max], np.int64),
+        )
         second, sequence = constant("second", [1], np.int64), constant("axis", [1], np.int64)
         nodes = [
             helper.make_node("Slice", ["input_ids", start, stop, sequence], ["lexical_left"]),
             helper.make_node("Slice", ["input_ids", second, last, sequence], ["lexical_right"]),
-            helper.make_node("Mul", ["lexical_left", constant("multiplier", BIGRAM_MULTIPLIER, np.int64)],
-                             ["lexical_scaled"]),
+            helper.make_node(
+                "Mul", ["lexical_left", constant("multiplier", BIGRAM_MULTIPLIER, np.int64)], ["lexical_scaled"]
+            ),
             helper.make_node("Add", ["lexical_scaled", "lexical_right"], ["lexical_pair"]),
-            helper.make_node("Mod", ["lexical_pair", constant("buckets", BIGRAM_BUCKETS, np.int64)],
-                             ["lexical_bucket"]),
-            helper.make_node("Add", ["lexical_bucket", constant("vocabulary", self.vocabulary, np.int64)],
-                             ["lexical_bigram"]),
+            helper.make_node(
+                "Mod", ["lexical_pair", constant("buckets", BIGRAM_BUCKETS, np.int64)], ["lexical_bucket"]
+            ),
+            helper.make_node(
+                "Add", ["lexical_bucket", constant("vocabulary", self.vocabulary, np.int64)], ["lexical_bigram"]
+            ),
             helper.make_node("Concat", ["input_ids", "lexical_bigram"], ["lexical_terms"], axis=1),
             # A bigram counts when both its ids are real tokens (not padding).
             helper.make_node("Slice", ["attention_mask", start, stop, sequence], ["lexical_mask_left"]),
@@ -195,8 +211,9 @@ class LexicalModel:
             helper.make_node("Gather", ["lexical_weights", "lexical_terms"], ["lexical_rows32"], axis=0),
             helper.make_node("Cast", ["lexical_rows32"], ["lexical_rows"], to=TensorProto.DOUBLE),
             helper.make_node("MatMul", ["lexical_mask_row", "lexical_rows"], ["lexical_total"]),  # [batch, 1, outcomes]
-            helper.make_node("ReduceSum", ["lexical_mask_row", constant("terms_axis", [2], np.int64)],
-                             ["lexical_count"], keepdims=1),
+            helper.make_node(
+                "ReduceSum", ["lexical_mask_row", constant("terms_axis", [2], np.int64)], ["lexical_count"], keepdims=1
+            ),
             # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN.
             helper.make_node("Max", ["lexical_count", constant("one", [1.0], np.float64)], ["lexical_safe_count"]),
             helper.make_node("Div", ["lexical_total", "lexical_safe_count"], ["lexical_mean"]),
@@ -206,13 +223,14 @@ class LexicalModel:
             helper.make_node("Concat", [features, "lexical_margins"], [output], axis=1),
         ]
         graph.node.extend(nodes)
-        graph.initializer.extend([numpy_helper.from_array(np.ascontiguousarray(self.weights, np.float32),
-                                                          "lexical_weights"),
-                                  numpy_helper.from_array(self.bias.astype(np.float64), "lexical_bias")])
-        graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT,
-                                                          ["batch", width + len(self.bias)]))
-        graph.output.append(helper.make_tensor_value_info(MARGINS_OUTPUT, TensorProto.FLOAT,
-                                                          ["batch", len(self.bias)]))
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.ascontiguousarray(self.weights, np.float32), "lexical_weights"),
+                numpy_helper.from_array(self.bias.astype(np.float64), "lexical_bias"),
+            ]
+        )
+        graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", width + len(self.bias)]))
+        graph.output.append(helper.make_tensor_value_info(MARGINS_OUTPUT, TensorProto.FLOAT, ["batch", len(self.bias)]))
         onnx.checker.check_model(model)
         return model.SerializeToString()
 
@@ -224,8 +242,9 @@ def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:
     return np.minimum((hash_uniform(prompts, FOLD_SALT + salt) * folds).astype(np.int64), folds - 1)
 
 
-def cross_fitted(terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train: np.ndarray,
-                 folds: np.ndarray | None, *, c: float) -> tuple[LexicalModel, np.ndarray]:
+def cross_fitted(
+    terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train: np.ndarray, folds: np.ndarray | None, *, c: float
+) -> tuple[LexicalModel, np.ndarray]:
     """(the model fitted on every training row, float32 margins [rows, outcomes]): out of
     fold on the training rows (`folds`: each training row's fold), that model's elsewhere
     (module doc). `folds` None: that model's on every row (blend mode: no tree reads them)."""
@@ -252,8 +271,9 @@ def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -
 
     terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
     outcomes = np.stack([frame[c].to_numpy(float) for c in OUTCOMES], axis=1)
-    weights = np.stack([np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)],
-                       axis=1)
+    weights = np.stack(
+        [np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)], axis=1
+    )
     if config.lexical == "blend":
         return cross_fitted(terms, outcomes, weights, train, None, c=config.lexical_c)
     folds = np.full(len(frame), -1)

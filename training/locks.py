@@ -1,5 +1,6 @@
 """An exclusive lock between processes: an OS file lock that dies with its holder, so a
 killed process never leaves a stale lock behind."""
+
 from __future__ import annotations
 
 import contextlib

@@ -20,6 +20,7 @@ sigmoid(the lexical regression's margin for the same outcome), w chosen on valid
 (out-of-fold rows when cross-fitting) by log loss (`fit_blend`). The trees do not read the
 margins; the bundle's graph computes the same mixture (training.export).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -93,7 +94,7 @@ class Head:
         """The booster's probability before calibration. `x` may hold more columns than the
         booster reads (the lexical margins a blend mixes in, last): it reads its first ones."""
         x = np.asarray(x)
-        x = x[:, :self.booster.num_feature() - (self.side is not None)]
+        x = x[:, : self.booster.num_feature() - (self.side is not None)]
         return self.booster.predict(x if self.side is None else with_side(x, self.side))
 
     def predict(self, x) -> np.ndarray:
@@ -115,8 +116,9 @@ def stack_sides(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     y = np.concatenate([np.asarray(ys, dtype=np.float64) for _, ys, _ in parts])
     weights = None
     if any(w is not None for _, _, w in parts):
-        weights = np.concatenate([np.ones(len(ys)) if w is None else np.asarray(w, dtype=np.float64)
-                                  for _, ys, w in parts])
+        weights = np.concatenate(
+            [np.ones(len(ys)) if w is None else np.asarray(w, dtype=np.float64) for _, ys, w in parts]
+        )
     return x, y, weights
 
 
@@ -145,13 +147,33 @@ def lgbm_params(overrides: dict, *, seed: int, objective: str = "binary", rows: 
     options on top, then what every fit needs: the objective, the seed, deterministic tree
     building and the log-loss that early stopping watches."""
     scaled = {} if rows is None else {"learning_rate": learning_rate_for(rows)}
-    return {**DEFAULT_LGBM, **scaled, **overrides, "objective": objective, "seed": seed, "deterministic": True,
-            "metric": _METRICS[objective]}
+    return {
+        **DEFAULT_LGBM,
+        **scaled,
+        **overrides,
+        "objective": objective,
+        "seed": seed,
+        "deterministic": True,
+        "metric": _METRICS[objective],
+    }
 
 
-def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
-                early_stopping_rounds: int = 100, seed: int = 0, feature_names=None, objective: str = "binary",
-                weight=None, val_weight=None, rounds: int | None = None):
+def fit_booster(
+    x_train,
+    y_train,
+    x_val,
+    y_val,
+    *,
+    params: dict,
+    num_boost_round: int = 2000,
+    early_stopping_rounds: int = 100,
+    seed: int = 0,
+    feature_names=None,
+    objective: str = "binary",
+    weight=None,
+    val_weight=None,
+    rounds: int | None = None,
+):
     """Train until validation log-loss stops improving; returns the booster at its best round.
     `weight`, `val_weight`: per-row weights (training.partial), None for equal weights. With
     `rounds` (cross-fitting's refit on every row: training.crossval), exactly that many
@@ -159,21 +181,29 @@ def fit_booster(x_train, y_train, x_val, y_val, *, params: dict, num_boost_round
     import lightgbm as lgb
 
     params = lgbm_params(params, seed=seed, objective=objective, rows=len(y_train))
-    train = lgb.Dataset(x_train, label=y_train, weight=weight, feature_name=feature_names or "auto",
-                        free_raw_data=False)
+    train = lgb.Dataset(
+        x_train, label=y_train, weight=weight, feature_name=feature_names or "auto", free_raw_data=False
+    )
     if rounds is not None:
         return lgb.train(params, train, num_boost_round=rounds)
     val = lgb.Dataset(x_val, label=y_val, weight=val_weight, reference=train, free_raw_data=False)
-    booster = lgb.train(params, train, num_boost_round=num_boost_round, valid_sets=[val], valid_names=["val"],
-                        callbacks=[lgb.early_stopping(early_stopping_rounds, verbose=False)])
+    booster = lgb.train(
+        params,
+        train,
+        num_boost_round=num_boost_round,
+        valid_sets=[val],
+        valid_names=["val"],
+        callbacks=[lgb.early_stopping(early_stopping_rounds, verbose=False)],
+    )
     # Keep only the trees up to the best round, so the ONNX export and predict() agree. Cut,
     # not retrained: with `deterministic` the first rounds of a longer run are the same trees
     # (tests/test_export.py checks), and a retrain cost ~45% of the fit again.
     return lgb.Booster(model_str=booster.model_to_string(num_iteration=booster.best_iteration or num_boost_round))
 
 
-def blank_declared_precision(matrix: np.ndarray, feature_names: list[str], precisions, share: float,
-                             rng: np.random.Generator) -> np.ndarray:
+def blank_declared_precision(
+    matrix: np.ndarray, feature_names: list[str], precisions, share: float, rng: np.random.Generator
+) -> np.ndarray:
     """A copy with the declared-precision columns zeroed on a random `share` of rows, so the
     model also learns to route requests whose client declares no precision."""
     out = matrix.copy()
@@ -206,8 +236,10 @@ class SharedValidationStop:
 
         def add_sample(env) -> None:
             if env.iteration == env.begin_iteration:
-                env.model.add_valid(lgb.Dataset(self.x_val, self.y_val, weight=self.weight,
-                                                reference=env.model.train_set), SHARED_VALIDATION)
+                env.model.add_valid(
+                    lgb.Dataset(self.x_val, self.y_val, weight=self.weight, reference=env.model.train_set),
+                    SHARED_VALIDATION,
+                )
 
         add_sample.before_iteration, add_sample.order = True, 0
         return [add_sample, self]
@@ -225,9 +257,21 @@ class SharedValidationStop:
 SHARED_VALIDATION = "shared_validation"
 
 
-def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, num_boost_round: int = 2000,
-                     early_stopping_rounds: int = 100, seed: int = 0, objective: str = "binary", weight=None,
-                     val_weight=None):
+def fit_booster_dask(
+    client,
+    x_train,
+    y_train,
+    x_val,
+    y_val,
+    *,
+    params: dict,
+    num_boost_round: int = 2000,
+    early_stopping_rounds: int = 100,
+    seed: int = 0,
+    objective: str = "binary",
+    weight=None,
+    val_weight=None,
+):
     """`fit_booster` on a Dask cluster: `x_train`/`y_train` (and `weight`) are Dask collections
     that stay on the workers (lightgbm.dask, data-parallel); `x_val`/`y_val` (`val_weight`) are
     an in-memory sample that every worker evaluates (SharedValidationStop). Returns the
@@ -237,16 +281,23 @@ def fit_booster_dask(client, x_train, y_train, x_val, y_val, *, params: dict, nu
 
     sizes = client.compute(y_train.map_partitions(len)).result()  # rows per partition
     # lightgbm.dask sets the threads of each worker itself
-    params = {k: v for k, v in lgbm_params(params, seed=seed, objective=objective, rows=int(sizes.sum())).items()
-              if k not in ("num_threads", "n_jobs")}
+    params = {
+        k: v
+        for k, v in lgbm_params(params, seed=seed, objective=objective, rows=int(sizes.sum())).items()
+        if k not in ("num_threads", "n_jobs")
+    }
     # cross-entropy learns fractions in [0, 1], which the classifier interface would take for classes
     estimator = DaskLGBMClassifier if objective == "binary" else DaskLGBMRegressor
     model = estimator(client=client, n_estimators=num_boost_round, **params)
     placed = _placed(client, x_train, y_train, *([] if weight is None else [weight]), sizes=sizes)
     with warnings.catch_warnings():  # threads are set per worker by lightgbm.dask; its note says so
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
-        model.fit(placed[0], placed[1], sample_weight=placed[2] if weight is not None else None,
-                  callbacks=SharedValidationStop(x_val, y_val, early_stopping_rounds, val_weight).callbacks())
+        model.fit(
+            placed[0],
+            placed[1],
+            sample_weight=placed[2] if weight is not None else None,
+            callbacks=SharedValidationStop(x_val, y_val, early_stopping_rounds, val_weight).callbacks(),
+        )
     booster = model.to_local().booster_
     best = booster.best_iteration or booster.current_iteration()
     return lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
@@ -280,11 +331,22 @@ def _placed(client, *collections, sizes=None) -> list:
 
     def placed(collection):
         parts, step = client.compute(collection.to_delayed()), len(addresses)
-        return dd.from_delayed([client.submit(_joined, *[client.submit(_every_nth, parts[i], first, step)
-                                                         for i, first in share],
-                                              workers=[address], allow_other_workers=False, pure=False)
-                                for address, share in zip(addresses, shares) if share],
-                               meta=collection._meta, verify_meta=False)
+        return dd.from_delayed(
+            [
+                client.submit(
+                    _joined,
+                    *[client.submit(_every_nth, parts[i], first, step) for i, first in share],
+                    workers=[address],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+                for address, share in zip(addresses, shares)
+                if share
+            ],
+            meta=collection._meta,
+            verify_meta=False,
+        )
+
     return [placed(collection) for collection in collections]
 
 
@@ -292,8 +354,14 @@ def _dealt(sizes: np.ndarray, workers: int) -> list[list[tuple[int, int]]]:
     """For each worker w, the (partition, first row) of its slices: rows first, first + n, ...
     of each partition that holds a row g with g mod n == w (g counted over all partitions)."""
     starts = np.cumsum(sizes) - sizes
-    return [[(i, int((w - start) % workers)) for i, (start, size) in enumerate(zip(starts, sizes))
-             if (w - start) % workers < size] for w in range(workers)]
+    return [
+        [
+            (i, int((w - start) % workers))
+            for i, (start, size) in enumerate(zip(starts, sizes))
+            if (w - start) % workers < size
+        ]
+        for w in range(workers)
+    ]
 
 
 def _every_nth(part, first: int, step: int):
@@ -326,13 +394,17 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
         # A graded label q counts as q of a success and 1 - q of a failure.
         z = logit(raw_probability)[:, None]
         lr = LogisticRegression(C=1e6, max_iter=1000)
-        lr.fit(np.r_[z, z], np.r_[np.ones(len(z)), np.zeros(len(z))],
-               sample_weight=np.r_[labels * weight, (1 - labels) * weight])
+        lr.fit(
+            np.r_[z, z],
+            np.r_[np.ones(len(z)), np.zeros(len(z))],
+            sample_weight=np.r_[labels * weight, (1 - labels) * weight],
+        )
         return {"method": "sigmoid", "a": float(lr.coef_[0, 0]), "b": float(lr.intercept_[0])}
     from sklearn.isotonic import IsotonicRegression
 
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(raw_probability, labels,
-                                                                           sample_weight=weight)
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(
+        raw_probability, labels, sample_weight=weight
+    )
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
@@ -370,9 +442,19 @@ def fit_blend(trees, lexical_margin, target, *, outcome: int, sample_weight=None
     return LexicalBlend(outcome, float(BLEND_GRID[best]))
 
 
-def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, calibration: str,
-              weights_val: dict | None = None, shared: bool = False, calibrations: dict | None = None,
-              blend: bool = False, blends: dict | None = None) -> list[Head]:
+def fit_heads(
+    objective: str,
+    fit_booster_for,
+    x_val,
+    targets_val: dict,
+    *,
+    calibration: str,
+    weights_val: dict | None = None,
+    shared: bool = False,
+    calibrations: dict | None = None,
+    blend: bool = False,
+    blends: dict | None = None,
+) -> list[Head]:
     """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(columns,
     lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
     on one column's known rows, or with `shared` on every head's column, its rows stacked in
@@ -393,8 +475,10 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
         booster = fit_booster_for(tuple(column for column, _ in specs.values()), kinds.pop())
         unfitted = [Head(name, booster, {}, side) for side, name in enumerate(specs)]
     else:
-        unfitted = [Head(name, fit_booster_for((column,), lgbm_objective), {})
-                    for name, (column, lgbm_objective) in specs.items()]
+        unfitted = [
+            Head(name, fit_booster_for((column,), lgbm_objective), {})
+            for name, (column, lgbm_objective) in specs.items()
+        ]
     if calibrations is not None:
         for head in unfitted:
             head.calibration = calibrations[head.name]
@@ -405,8 +489,9 @@ def fit_heads(objective: str, fit_booster_for, x_val, targets_val: dict, *, cali
         target = np.asarray(targets_val[column], dtype=np.float64)
         weight = np.ones(len(target)) if not weights_val else np.asarray(weights_val[column], dtype=np.float64)
         known = ~np.isnan(target) & (weight > 0)
-        head.calibration = fit_calibration(head.raw(x_val[known]), target[known], method=calibration,
-                                           sample_weight=weight[known])
+        head.calibration = fit_calibration(
+            head.raw(x_val[known]), target[known], method=calibration, sample_weight=weight[known]
+        )
         if blend:
             head.blend = blend_for(head, column, x_val[known], target[known], weight[known])
         heads.append(head)

@@ -41,6 +41,7 @@ Thresholds and the split figures need both outcomes of a request, so they use th
 have both; training reports how many rows of each kind it used (`partial` in the metrics).
 Logs without enough of them stop training with BOTH_OUTCOMES_NEEDED (training.engines.base).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -60,7 +61,8 @@ BOTH_OUTCOMES_NEEDED = (
     "Rows that know one outcome (feedback for the side that ran) train the outcome heads, but only rows that "
     "know both can set the thresholds and measure a router: add logs with both outcomes (--data with a "
     "benchmark log such as data/raw/routellm, or an outcome log with shadow runs, Router.load(..., "
-    "shadow_rate=...), whose answers make label grades)")
+    "shadow_rate=...), whose answers make label grades)"
+)
 
 ESTIMATORS = ("plug_in", "ipw")
 HEAD_SHARING = ("auto", "separate", "shared")
@@ -88,8 +90,10 @@ def with_outcome_weights(frame: pd.DataFrame, *, estimator: str = "plug_in", max
     if estimator == "ipw" and "propensity" in frame:
         inverse = (1.0 / frame["propensity"].astype(float)).clip(upper=max_weight)
     one = np.where(both, 1.0, inverse)
-    return frame.assign(weight_edge=np.where(edge_known, one, 0.0).astype(float),
-                        weight_cloud=np.where(cloud_known, one, 0.0).astype(float))
+    return frame.assign(
+        weight_edge=np.where(edge_known, one, 0.0).astype(float),
+        weight_cloud=np.where(cloud_known, one, 0.0).astype(float),
+    )
 
 
 def sides_known(*known) -> dict:
@@ -126,17 +130,24 @@ def combined_report(counts: pd.DataFrame, *, estimator: str = "plug_in", max_wei
     """partial_report of a whole log from its parts' counts (one row per part, COUNTED columns)."""
     totals = {k: int(counts[k].sum()) for k in COUNTED if k in counts}
     clipped = totals.pop("weights_clipped", 0)
-    return {**totals, "estimator": estimator,
-            **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {})}
+    return {
+        **totals,
+        "estimator": estimator,
+        **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {}),
+    }
 
 
 def partial_report(frame: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> dict:
     """How many rows of each kind training used, and (ipw) how many weights hit the clip."""
     edge, cloud = frame["edge_quality"].notna(), frame["cloud_quality"].notna()
-    one_side = (edge ^ cloud)
+    one_side = edge ^ cloud
     clipped = 0
     if "propensity" in frame and one_side.any():
         clipped = int((1.0 / frame.loc[one_side, "propensity"].astype(float) > max_weight).sum())
-    return {"both_outcomes": int((edge & cloud).sum()), "edge_only": int((edge & ~cloud).sum()),
-            "cloud_only": int((~edge & cloud).sum()), "estimator": estimator,
-            **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {})}
+    return {
+        "both_outcomes": int((edge & cloud).sum()),
+        "edge_only": int((edge & ~cloud).sum()),
+        "cloud_only": int((~edge & cloud).sum()),
+        "estimator": estimator,
+        **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {}),
+    }

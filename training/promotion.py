@@ -20,6 +20,7 @@ The decision and its figures are recorded on the challenger's MLflow run (tag
 `promotion.decision`, metrics `promotion.*`); `dry_run` changes nothing. When
 the registered model has no champion yet, the challenger becomes it.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,12 +61,24 @@ def rejected(rejects) -> dict:
     kinds: dict[str, int] = {}
     for r in rejects:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
-    return {"rows": len(rejects), "by_kind": kinds,
-            "first": [f"{r.file} {r.location}: {r.reason}" for r in invalid[:LISTED_REJECTS]]}
+    return {
+        "rows": len(rejects),
+        "by_kind": kinds,
+        "first": [f"{r.file} {r.location}: {r.reason}" for r in invalid[:LISTED_REJECTS]],
+    }
 
 
-def figures(router, *, logged=None, full=None, logs: list[str] = (), full_logs: list[str] = (),
-            min_rows: int = MIN_ROWS, min_propensity: float = MIN_PROPENSITY, one_outcome: int = 0) -> dict:
+def figures(
+    router,
+    *,
+    logged=None,
+    full=None,
+    logs: list[str] = (),
+    full_logs: list[str] = (),
+    min_rows: int = MIN_ROWS,
+    min_propensity: float = MIN_PROPENSITY,
+    one_outcome: int = 0,
+) -> dict:
     """{"logged": {quality, cloud_share, requests}, "full": {...}} of one router on the rows
     loaded from `logs` (`logged`) and `full_logs` (`full`, rows with both outcomes);
     PromotionRefused when either rests on fewer than `min_rows` rows."""
@@ -84,14 +97,20 @@ def figures(router, *, logged=None, full=None, logs: list[str] = (), full_logs: 
             raise PromotionRefused(
                 f"--logs {where}: the estimates would rest on {ope['requests']} logged requests (side that ran "
                 f"first, its propensity and its outcome), fewer than the {min_rows} required (--min-rows): "
-                "log more traffic, or lower --min-rows knowing that the figures are that uncertain")
-        out["logged"] = {"quality": ope["quality"]["dr"]["estimate"], "quality_ci95": ope["quality"]["dr"]["ci95"],
-                         "cloud_share": ope["cloud_share"]["exact"], "requests": ope["requests"]}
+                "log more traffic, or lower --min-rows knowing that the figures are that uncertain"
+            )
+        out["logged"] = {
+            "quality": ope["quality"]["dr"]["estimate"],
+            "quality_ci95": ope["quality"]["dr"]["ci95"],
+            "cloud_share": ope["cloud_share"]["exact"],
+            "requests": ope["requests"],
+        }
     if full is not None:
         if len(full) < min_rows:
             raise PromotionRefused(
                 f"--full-logs {', '.join(full_logs)}: {len(full)} prompts with both outcomes ({one_outcome} rows "
-                f"with one: those belong in --logs), fewer than the {min_rows} required (--min-rows)")
+                f"with one: those belong in --logs), fewer than the {min_rows} required (--min-rows)"
+            )
         decisions = router.route_batch(full["prompt"].tolist(), full["precision"].tolist())
         cloud = np.array([d.target == "cloud" for d in decisions])
         quality = np.where(cloud, full["cloud_quality"], full["edge_quality"])
@@ -105,8 +124,10 @@ def check_finite(figures: dict, who: str) -> None:
         for key in ("quality", "cloud_share"):
             value = values[key]
             if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise PromotionRefused(f"{kind}: the {who}'s {key} is {value}, not a finite number: nothing to "
-                                       "compare (check the logs it was computed on)")
+                raise PromotionRefused(
+                    f"{kind}: the {who}'s {key} is {value}, not a finite number: nothing to "
+                    "compare (check the logs it was computed on)"
+                )
 
 
 def decide(challenger: dict, champion: dict | None, *, margin: float) -> tuple[bool, str]:
@@ -137,9 +158,18 @@ def model_version_of(client, model: str, run_id: str):
     return max(versions, key=lambda v: int(v.version))
 
 
-def promote(bundle: Path, *, logs: list[str], full_logs: list[str], margin: float = 0.005, dry_run: bool = False,
-            model: str = "edge-cloud-router", tracking_uri: str | None = None, min_rows: int = MIN_ROWS,
-            min_propensity: float = MIN_PROPENSITY) -> dict:
+def promote(
+    bundle: Path,
+    *,
+    logs: list[str],
+    full_logs: list[str],
+    margin: float = 0.005,
+    dry_run: bool = False,
+    model: str = "edge-cloud-router",
+    tracking_uri: str | None = None,
+    min_rows: int = MIN_ROWS,
+    min_propensity: float = MIN_PROPENSITY,
+) -> dict:
     """Compare, decide, record; returns the decision with its figures and the --logs' rejects.
     PromotionRefused (module doc) before anything is recorded or moved."""
     import mlflow
@@ -155,8 +185,15 @@ def promote(bundle: Path, *, logs: list[str], full_logs: list[str], margin: floa
     if not 0 < min_propensity <= 1:
         raise ValueError(f"min_propensity={min_propensity!r} must be in (0, 1]")
     logged, rejects, full, one_outcome = load(logs, full_logs, min_propensity=min_propensity)
-    options = dict(logged=logged, full=full, logs=logs, full_logs=full_logs, min_rows=min_rows,
-                   min_propensity=min_propensity, one_outcome=one_outcome)
+    options = dict(
+        logged=logged,
+        full=full,
+        logs=logs,
+        full_logs=full_logs,
+        min_rows=min_rows,
+        min_propensity=min_propensity,
+        one_outcome=one_outcome,
+    )
     challenger_router = Router.load(bundle, strict=True)
     manifest = challenger_router.manifest
     tracking_uri = tracking_uri or manifest.mlflow.get("tracking_uri")
@@ -171,10 +208,16 @@ def promote(bundle: Path, *, logs: list[str], full_logs: list[str], margin: floa
     if current is not None:
         champion = figures(router_from_mlflow(f"models:/{model}@{ALIAS}", tracking_uri=tracking_uri), **options)
     promoted, why = decide(challenger, champion, margin=margin)
-    result = {"challenger_version": str(version.version),
-              "champion_version": str(current.version) if current else None, "promote": promoted, "why": why,
-              "dry_run": dry_run, "challenger": challenger, "champion": champion,
-              "rejected": rejected(rejects) if logs else None}
+    result = {
+        "challenger_version": str(version.version),
+        "champion_version": str(current.version) if current else None,
+        "promote": promoted,
+        "why": why,
+        "dry_run": dry_run,
+        "challenger": challenger,
+        "champion": champion,
+        "rejected": rejected(rejects) if logs else None,
+    }
     if not dry_run:
         if promoted:
             client.set_registered_model_alias(model, ALIAS, version.version)

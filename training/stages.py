@@ -21,6 +21,7 @@ alone inside the "fit" stage; `load_s`, reading up to the rows' split (the local
 featurizer (the Dask engine's "merge" and "featurize"). Spans are not in the stage log and
 have no peak. `total_s` is the run's wall time since run_timings() (StageClock.end_run).
 """
+
 from __future__ import annotations
 
 import json
@@ -85,8 +86,18 @@ class StageClock:
         path = os.environ.get(STAGE_LOG_ENV)
         if path:
             with open(path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"stage": name, "start": started_at, "end": started_at + wall,
-                                     "wall_s": wall, "peak_rss_mb": peak}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "stage": name,
+                            "start": started_at,
+                            "end": started_at + wall,
+                            "wall_s": wall,
+                            "peak_rss_mb": peak,
+                        }
+                    )
+                    + "\n"
+                )
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:

@@ -20,6 +20,7 @@ table, domains), so these rows always train: they are never validation or test r
 repeats among them are not merged (the local engine only; the Dask engine reports them as
 `no_text`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,11 +38,16 @@ def token_features(plan, frame) -> tuple[np.ndarray, np.ndarray, dict[str, int]]
     from training.featurize import n_scalar_features
 
     spec = plan.serving.spec
-    inputs = {"tokenizer_sha256": hashlib.sha256(plan.serving.tokenizer_json).hexdigest(),
-              "max_tokens": spec.max_tokens, "add_special_tokens": spec.add_special_tokens,
-              "feature_names": list(spec.feature_names[:n_scalar_features(spec)])}
-    expected = {"input_ids": inputs,
-                "embedding": {**inputs, "encoder_sha256": hashlib.sha256(plan.raw.encoder_onnx).hexdigest()}}
+    inputs = {
+        "tokenizer_sha256": hashlib.sha256(plan.serving.tokenizer_json).hexdigest(),
+        "max_tokens": spec.max_tokens,
+        "add_special_tokens": spec.add_special_tokens,
+        "feature_names": list(spec.feature_names[: n_scalar_features(spec)]),
+    }
+    expected = {
+        "input_ids": inputs,
+        "embedding": {**inputs, "encoder_sha256": hashlib.sha256(plan.raw.encoder_onnx).hexdigest()},
+    }
     skipped: Counter = Counter()
     usable = np.zeros(len(frame), dtype=bool)
     for i, logged in enumerate(frame[TOKENS]):
@@ -51,18 +57,21 @@ def token_features(plan, frame) -> tuple[np.ndarray, np.ndarray, dict[str, int]]
         else:
             usable[i] = True
     matrix = np.zeros((len(frame), len(spec.feature_names)), dtype=np.float32)
-    for kind, compute in (("input_ids", lambda rows: embed_ids(plan.serving, rows)),
-                          ("embedding", lambda rows: plan.projection(np.array(rows, dtype=np.float32)))):
+    for kind, compute in (
+        ("input_ids", lambda rows: embed_ids(plan.serving, rows)),
+        ("embedding", lambda rows: plan.projection(np.array(rows, dtype=np.float32))),
+    ):
         at = [i for i, logged in enumerate(frame[TOKENS]) if usable[i] and _kind(logged) == kind]
         if at:
             rows = [frame[TOKENS].iloc[i] for i in at]
-            matrix[at] = np.concatenate([np.array([r["scalars"] for r in rows], dtype=np.float32),
-                                         compute([r[kind] for r in rows])], axis=1)
+            matrix[at] = np.concatenate(
+                [np.array([r["scalars"] for r in rows], dtype=np.float32), compute([r[kind] for r in rows])], axis=1
+            )
     return matrix[usable], usable, dict(skipped)
 
 
 def _kind(logged: dict) -> str:
-    """"embedding" for a row logged with privacy="embedding", else "input_ids"."""
+    """ "embedding" for a row logged with privacy="embedding", else "input_ids"."""
     return "embedding" if "embedding" in logged else "input_ids"
 
 
@@ -80,6 +89,6 @@ def embed_ids(recipe, ids: list[list[int]]) -> np.ndarray:
     input_ids = np.zeros((len(ids), int(lengths.max())), np.int64)
     mask = np.zeros_like(input_ids)
     for i, row in enumerate(ids):
-        input_ids[i, :len(row)], mask[i, :len(row)] = row, 1
+        input_ids[i, : len(row)], mask[i, : len(row)] = row, 1
     embedding = np.asarray(extractor.encoder(input_ids, mask, ()), dtype=np.float32)
     return embedding if extractor.projection is None else extractor.projection(embedding)

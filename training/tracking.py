@@ -4,6 +4,7 @@ an evaluation's figures logged under the run of the bundle it evaluated.
 Every run records the host and process that own it. A run still RUNNING whose process is
 gone (a killed training) is marked FAILED when the next training starts on that store.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -137,13 +138,15 @@ def log_evaluation(manifest, metrics: dict, files: list[Path]) -> tuple[str | No
         client.get_run(run_id)
     except Exception as exc:  # MlflowException for an unknown run, or an unreadable store
         return None, f"run {run_id} not found in {uri}: {exc}"
-    view = {**metrics.get("figures", {}),
-            **{k: v for k, v in metrics.items() if k not in ("setup", "notes", "figures")}}
+    view = {
+        **metrics.get("figures", {}),
+        **{k: v for k, v in metrics.items() if k not in ("setup", "notes", "figures")},
+    }
     flat = flat_metrics({f"evaluate.{metrics['setup']['split']}": view})
     stamp = int(time.time() * 1000)
     items = [Metric(re.sub(r"[^\w\-. /:]", "_", k), v, stamp, 0) for k, v in flat.items()]
     for start in range(0, len(items), 1000):  # MLflow caps a batch at 1000 metrics
-        client.log_batch(run_id, metrics=items[start:start + 1000])
+        client.log_batch(run_id, metrics=items[start : start + 1000])
     for path in files:
         client.log_artifact(run_id, str(path), artifact_path="evaluation")
     return run_id, None

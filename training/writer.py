@@ -9,6 +9,7 @@
    one atomic exchange of the two folders on Linux (renameat2 RENAME_EXCHANGE), two
    renames elsewhere.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,8 +66,9 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(errno, f"cannot swap {a} and {b}: {os.strerror(errno)}")
 
 
-def _write_files(folder: Path, files: dict[str, bytes | Path], manifest: Manifest,
-                 signing_key: Path | None = None) -> Manifest:
+def _write_files(
+    folder: Path, files: dict[str, bytes | Path], manifest: Manifest, signing_key: Path | None = None
+) -> Manifest:
     checksums = {}
     for name, content in files.items():
         target = folder / name
@@ -111,8 +113,9 @@ class StagedBundle:
 
 
 @contextlib.contextmanager
-def staged_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest, *,
-                  signing_key: Path | None = None) -> Iterator[StagedBundle]:
+def staged_bundle(
+    dest: Path, files: dict[str, bytes | Path], manifest: Manifest, *, signing_key: Path | None = None
+) -> Iterator[StagedBundle]:
     """Lock `dest`, write the bundle (signed with `signing_key` when given) into a temporary
     folder and yield it; the caller checks it and calls publish(). Anything raised leaves
     `dest` as it was."""
@@ -128,8 +131,9 @@ def staged_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_bundle(dest: Path, files: dict[str, bytes | Path], manifest: Manifest, *,
-                 signing_key: Path | None = None) -> Path:
+def write_bundle(
+    dest: Path, files: dict[str, bytes | Path], manifest: Manifest, *, signing_key: Path | None = None
+) -> Path:
     """Write and publish a bundle with no further checks (tests and tools)."""
     with staged_bundle(dest, files, manifest, signing_key=signing_key) as staged:
         staged.publish()

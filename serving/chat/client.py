@@ -18,6 +18,7 @@ The router reads the conversation as one prompt (serving.chat.conversation: the 
 message first). The accept check, where it applies (the fallback zone, or every edge answer
 with verify_edge_zone=True), reads the assistant message text.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,9 +63,16 @@ class RoutedChat:
     keeps one pool per event loop. Close with close() / aclose(), or use `with` / `async with`.
     """
 
-    def __init__(self, router: Router, *, edge: Endpoint, cloud: Endpoint, verify_edge_zone: bool = False,
-                 to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
-                 on_routed: Callable[[RoutingInfo], None] | None = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        edge: Endpoint,
+        cloud: Endpoint,
+        verify_edge_zone: bool = False,
+        to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
+        on_routed: Callable[[RoutingInfo], None] | None = None,
+    ) -> None:
         if not isinstance(edge, Endpoint) or not isinstance(cloud, Endpoint):
             raise TypeError("edge and cloud must be serving.chat.Endpoint objects")
         self.router = router
@@ -78,8 +86,15 @@ class RoutedChat:
     # Requests.
     # Any: **params are chat-completions parameters, JSON values of any shape. accept: a callable,
     # "learned", None, or _ROUTER_DEFAULT (as Router.execute takes it).
-    def create(self, messages: Sequence[Message], *, precision: str | None = None, stream: bool = False,
-               accept: object = _ROUTER_DEFAULT, **params: Any) -> Completion | ChatStream:
+    def create(
+        self,
+        messages: Sequence[Message],
+        *,
+        precision: str | None = None,
+        stream: bool = False,
+        accept: object = _ROUTER_DEFAULT,
+        **params: Any,
+    ) -> Completion | ChatStream:
         """The answer to a conversation, from the edge or the cloud (see the module doc).
 
         precision: "exact" | "standard" | "tolerant" | None, as Router.route takes it.
@@ -104,12 +119,25 @@ class RoutedChat:
             return lambda _prompt: _kept(produced, loop.run(upstream.acomplete(messages, params)))
 
         options: dict[str, Any] = {} if accept is _ROUTER_DEFAULT else {"accept": accept}  # Router.execute checks it
-        execution = self.router.execute(prompt, call(self._edge), call(self._cloud), precision=precision,
-                                        verify_edge_zone=self.verify_edge_zone, **options)
+        execution = self.router.execute(
+            prompt,
+            call(self._edge),
+            call(self._cloud),
+            precision=precision,
+            verify_edge_zone=self.verify_edge_zone,
+            **options,
+        )
         return self._completed(execution, produced, started)
 
-    async def acreate(self, messages: Sequence[Message], *, precision: str | None = None, stream: bool = False,
-                      accept: object = _ROUTER_DEFAULT, **params: Any) -> Completion | AsyncChatStream:
+    async def acreate(
+        self,
+        messages: Sequence[Message],
+        *,
+        precision: str | None = None,
+        stream: bool = False,
+        accept: object = _ROUTER_DEFAULT,
+        **params: Any,
+    ) -> Completion | AsyncChatStream:
         """create() for asyncio (Router.aexecute): the same rules, results and outcome record; a
         stream is an AsyncChatStream. `accept` as create() takes it; it runs in the event loop,
         so keep it quick."""
@@ -123,34 +151,46 @@ class RoutedChat:
         def call(upstream: Upstream) -> Callable[[str], Awaitable[Answer]]:
             async def run(_prompt: str) -> Answer:
                 return _kept(produced, await upstream.acomplete(messages, params))
+
             return run
 
         options: dict[str, Any] = {} if accept is _ROUTER_DEFAULT else {"accept": accept}  # Router.execute checks it
-        execution = await self.router.aexecute(prompt, call(self._edge), call(self._cloud), precision=precision,
-                                               verify_edge_zone=self.verify_edge_zone, **options)
+        execution = await self.router.aexecute(
+            prompt,
+            call(self._edge),
+            call(self._cloud),
+            precision=precision,
+            verify_edge_zone=self.verify_edge_zone,
+            **options,
+        )
         return self._completed(execution, produced, started)
 
-    async def _open_stream(self, messages: Sequence[Message], prompt: str, precision: str | None,
-                           params: Mapping[str, Any]) -> AsyncChatStream:
+    async def _open_stream(
+        self, messages: Sequence[Message], prompt: str, precision: str | None, params: Mapping[str, Any]
+    ) -> AsyncChatStream:
         started = time.perf_counter()
 
         def call(upstream: Upstream) -> Callable[[str], Awaitable[OpenStream]]:
             return lambda _prompt: upstream.open_stream(messages, params)
 
         # No shadow run: the other side would open a stream that nobody reads.
-        execution = await self.router.aexecute(prompt, call(self._edge), call(self._cloud), precision=precision,
-                                               shadow=False)
+        execution = await self.router.aexecute(
+            prompt, call(self._edge), call(self._cloud), precision=precision, shadow=False
+        )
         upstream = self._upstream(execution)
-        return AsyncChatStream(execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model),
-                               started, self._report)
+        return AsyncChatStream(
+            execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model), started, self._report
+        )
 
     # Results.
     def _prompt(self, messages: Sequence[Message], params: Mapping[str, Any]) -> str:
         """The text the router routes; TypeError / ValueError for a request no endpoint should get."""
         for name in RESERVED:
             if name in params:
-                raise TypeError(f"{name}= is not a request parameter here: the model is set per Endpoint, "
-                                "the messages are the first argument")
+                raise TypeError(
+                    f"{name}= is not a request parameter here: the model is set per Endpoint, "
+                    "the messages are the first argument"
+                )
         check_json_numbers(check_messages(messages), "messages")
         check_json_numbers(params)
         return self.to_prompt(messages)
@@ -161,8 +201,9 @@ class RoutedChat:
     def _completed(self, execution: Execution, produced: list[Answer], started: float) -> Completion:
         answer: Answer = execution.response
         routing = RoutingInfo.of(execution, self._upstream(execution).endpoint.model)
-        costs = [(self._edge if a.endpoint == "edge" else self._cloud).endpoint.cost(a.body.get("usage"))
-                 for a in produced]
+        costs = [
+            (self._edge if a.endpoint == "edge" else self._cloud).endpoint.cost(a.body.get("usage")) for a in produced
+        ]
         known = [cost for cost in costs if cost is not None]
         routing.estimated_cost = sum(known) if known and len(known) == len(costs) else None
         routing.seconds = time.perf_counter() - started
@@ -219,5 +260,7 @@ def _kept(produced: list[Answer], answer: Answer) -> Answer:
 
 def _no_accept_for_streams(accept: object) -> None:
     if accept is not _ROUTER_DEFAULT and accept is not None:
-        raise ValueError("accept does not apply to streams: an answer can only be judged once it is complete, "
-                         "and a stream has reached the caller by then")
+        raise ValueError(
+            "accept does not apply to streams: an answer can only be judged once it is complete, "
+            "and a stream has reached the caller by then"
+        )

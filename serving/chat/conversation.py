@@ -22,6 +22,7 @@ model's context limit goes to the cloud. So:
     holds for the whole conversation (nothing is truncated here).
 Pass `to_prompt=` to the client for another rule.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -57,8 +58,11 @@ def message_text(message: Message) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part["text"] for part in content
-                         if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str))
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
     return ""
 
 
@@ -67,8 +71,9 @@ def conversation_prompt(messages: Sequence[Message]) -> str:
     check_messages(messages)
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
     anchor = users[-1] if users else len(messages) - 1
-    others = [messages[i] for i in reversed(range(len(messages)))
-              if i != anchor and messages[i]["role"] not in SYSTEM_ROLES]
+    others = [
+        messages[i] for i in reversed(range(len(messages))) if i != anchor and messages[i]["role"] not in SYSTEM_ROLES
+    ]
     system = [m for i, m in enumerate(messages) if i != anchor and m["role"] in SYSTEM_ROLES]
     parts = [message_text(messages[anchor])]
     parts += [f"{m['role']}: {text}" for m in others + system if (text := message_text(m))]

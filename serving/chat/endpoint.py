@@ -1,5 +1,6 @@
 """One OpenAI-compatible chat-completions server, as the routed chat client sees it: where it
 is, which model, how long to wait for it, and what its tokens cost."""
+
 from __future__ import annotations
 
 import math
@@ -45,11 +46,11 @@ class Endpoint:
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"base_url={self.base_url!r}: expected an http:// or https:// URL such as "
-                             "'http://127.0.0.1:8080/v1'")
+            raise ValueError(
+                f"base_url={self.base_url!r}: expected an http:// or https:// URL such as 'http://127.0.0.1:8080/v1'"
+            )
         if parts.username or parts.password or parts.query or parts.fragment:
-            raise ValueError("base_url must not carry credentials, a query or a fragment: "
-                             "put the key in api_key")
+            raise ValueError("base_url must not carry credentials, a query or a fragment: put the key in api_key")
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model={self.model!r}: give the model name the server expects")
         for name in ("timeout_s", "connect_timeout_s", "first_token_timeout_s"):

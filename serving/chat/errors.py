@@ -9,6 +9,7 @@ put it into an error, a log line or a proxy response. Redaction applies to the t
 be read: a JSON value is redacted once decoded (`redact_value`), where an escaped `sk\\u002d...`
 reads as the key.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 REDACTED = "[redacted]"
 MAX_DETAIL_CHARS = 300  # of an upstream's error text kept in a message
-MIN_SECRET_CHARS = 4    # shorter "keys" (a local server's placeholder such as "x") are not hunted in text
+MIN_SECRET_CHARS = 4  # shorter "keys" (a local server's placeholder such as "x") are not hunted in text
 
 
 class UpstreamError(Exception):

@@ -5,6 +5,7 @@ Python's json module reads NaN, Infinity and -Infinity, and a number too large f
 server refuses such a request, a lax one reads something else. So a request holding one is
 the caller's error, named with where it is, before any call (the proxy answers it with 400).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,10 @@ def check_json_numbers(value: Any, where: str = "") -> None:
         path, number = found
         shown = path if len(path) <= MAX_PATH_CHARS else path[:MAX_PATH_CHARS] + "..."
         name = "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"
-        raise ValueError(f"{shown or 'the value'} is {name}: JSON has no NaN or Infinity (a number beyond "
-                         "±1.8e308 reads as Infinity too); send a finite number")
+        raise ValueError(
+            f"{shown or 'the value'} is {name}: JSON has no NaN or Infinity (a number beyond "
+            "±1.8e308 reads as Infinity too); send a finite number"
+        )
 
 
 def non_json_number(value: Any, where: str = "") -> tuple[str, float] | None:

@@ -1,6 +1,7 @@
 """Reading what an OpenAI-compatible server sent back: a chat completion, or the chunks of a
 streamed one. Anything that is not one is UpstreamMalformed, which falls back like any other
 edge failure."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """What the routed chat client tells the caller about a request: where it went and why, each
 call's time, and what it cost. The proxy turns the same record into headers and metrics."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -58,15 +59,31 @@ class RoutingInfo:
 
     @classmethod
     def of(cls, execution: Execution, model: str) -> "RoutingInfo":
-        return cls(execution.decision, execution.served_by, model, execution.fallback_reason,
-                   fallback_kind(execution), execution.steps, request_id=getattr(execution, "request_id", None))
+        return cls(
+            execution.decision,
+            execution.served_by,
+            model,
+            execution.fallback_reason,
+            fallback_kind(execution),
+            execution.steps,
+            request_id=getattr(execution, "request_id", None),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"decision": self.decision.to_dict(), "served_by": self.served_by, "model": self.model,
-                "fallback_reason": self.fallback_reason, "fallback_kind": self.fallback_kind,
-                "steps": [{"name": s.name, "status": s.status, "seconds": round(s.seconds, 6), "detail": s.detail}
-                          for s in self.steps],
-                "estimated_cost": self.estimated_cost, "seconds": self.seconds, "request_id": self.request_id}
+        return {
+            "decision": self.decision.to_dict(),
+            "served_by": self.served_by,
+            "model": self.model,
+            "fallback_reason": self.fallback_reason,
+            "fallback_kind": self.fallback_kind,
+            "steps": [
+                {"name": s.name, "status": s.status, "seconds": round(s.seconds, 6), "detail": s.detail}
+                for s in self.steps
+            ],
+            "estimated_cost": self.estimated_cost,
+            "seconds": self.seconds,
+            "request_id": self.request_id,
+        }
 
 
 @dataclass

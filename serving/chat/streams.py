@@ -16,6 +16,7 @@ AsyncChatStream is the implementation; ChatStream gives the sync client the same
 running it on the client's event loop thread (LoopThread, one per client, which runs its
 non-streamed sync calls too), so both share every rule.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,8 +49,14 @@ class AsyncChatStream:
     them. `routing` says who serves it and why; its `seconds` and `estimated_cost` are set when the
     stream ends. Close it (`aclose`, or `async with`) when not reading it to the end."""
 
-    def __init__(self, opened: OpenStream, upstream: Upstream, routing: RoutingInfo, started: float,
-                 on_end: Callable[[RoutingInfo], None]) -> None:
+    def __init__(
+        self,
+        opened: OpenStream,
+        upstream: Upstream,
+        routing: RoutingInfo,
+        started: float,
+        on_end: Callable[[RoutingInfo], None],
+    ) -> None:
         self.routing = routing
         self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
         self._head = deque(opened.head)
@@ -86,8 +93,10 @@ class AsyncChatStream:
             except (UpstreamError, httpx2.HTTPError) as exc:
                 await self._finish(failed=True)
                 text = redact(f"{type(exc).__name__}: {exc}", self._upstream.secrets)[:300]
-                raise StreamInterrupted(self._opened.endpoint, f"the stream of {self._upstream.endpoint.model} broke "
-                                                               f"after its first chunk: {text}") from None
+                raise StreamInterrupted(
+                    self._opened.endpoint,
+                    f"the stream of {self._upstream.endpoint.model} broke after its first chunk: {text}",
+                ) from None
         usage = chunk_usage(item[1])
         if usage is not None:
             self._usage = usage
@@ -160,8 +169,10 @@ class LoopThread:
         as on_routed run by a stream), which would wait for itself: RuntimeError there."""
         if threading.current_thread() is self._thread:
             coroutine.close()
-            raise RuntimeError("a sync call of the routed chat client on its own event loop thread would wait for "
-                               "itself: use acreate() there")
+            raise RuntimeError(
+                "a sync call of the routed chat client on its own event loop thread would wait for "
+                "itself: use acreate() there"
+            )
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         try:
             return future.result()

@@ -16,6 +16,7 @@ chunk. The answer names the stub ("answer from edge"), so a test can tell who se
 `python -m serving.chat.stub --name edge --port 0` runs one in the foreground and prints its URL.
 Serving needs uvicorn (the `server` extra); the ASGI app itself needs nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,15 +41,15 @@ if TYPE_CHECKING:
 class Behaviour:
     """How the stub answers (read at each request, so a test may change it between requests)."""
 
-    reply: str = ""                       # the answer text; default "answer from <name>"
-    delay_s: float = 0.0                  # before the response starts
-    first_token_delay_s: float = 0.0      # streams: after the role chunk, before the first token
-    chunk_delay_s: float = 0.0            # streams: between tokens
-    status: int = 200                     # another status answers an OpenAI-style error body
+    reply: str = ""  # the answer text; default "answer from <name>"
+    delay_s: float = 0.0  # before the response starts
+    first_token_delay_s: float = 0.0  # streams: after the role chunk, before the first token
+    chunk_delay_s: float = 0.0  # streams: between tokens
+    status: int = 200  # another status answers an OpenAI-style error body
     error_message: str = "stub failure"
-    malformed: bool = False               # 200 with a body (or a first stream event) that is not JSON
+    malformed: bool = False  # 200 with a body (or a first stream event) that is not JSON
     break_after_first_chunk: bool = False  # streams: drop the connection after the first token
-    echo_auth_in_errors: bool = False     # error bodies repeat the request's Authorization header
+    echo_auth_in_errors: bool = False  # error bodies repeat the request's Authorization header
 
 
 @dataclass
@@ -115,7 +116,7 @@ class StubUpstream:
         except (ValueError, RecursionError) as exc:
             body, problem = None, (None, f"the request body is not valid JSON ({exc})")
         self.received.append(Received(scope["path"], headers, body))
-        del self.received[:-self.keep]
+        del self.received[: -self.keep]
         if scope["path"].endswith("/models"):
             return await _send_json(send, 200, {"object": "list", "data": [{"id": self.name, "object": "model"}]})
         if not scope["path"].endswith("/chat/completions"):
@@ -123,8 +124,11 @@ class StubUpstream:
         problem = problem or _request_problem(body)
         if problem is not None:
             param, message = problem
-            return await _send_json(send, 400, {"error": {"message": message, "type": "invalid_request_error",
-                                                          "param": param, "code": None}})
+            return await _send_json(
+                send,
+                400,
+                {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}},
+            )
         b = self.behaviour
         if await _client_left(receive, b.delay_s):
             return
@@ -141,8 +145,13 @@ class StubUpstream:
 
     async def _stream(self, receive: Receive, send: Send, answer: "_Answer", body: JSONObject) -> None:
         b = self.behaviour
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+            }
+        )
 
         async def event(data: str) -> None:
             await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
@@ -169,8 +178,9 @@ class LocalServer:
     """An ASGI app served by uvicorn on 127.0.0.1 from a daemon thread: `LocalServer(app).start()`,
     then `port`, and `stop()` (which waits for in-flight requests up to a second)."""
 
-    def __init__(self, app: ASGIApp, *, port: int = 0, name: str = "local-server",
-                 lifespan: Literal["auto", "on", "off"] = "off") -> None:
+    def __init__(
+        self, app: ASGIApp, *, port: int = 0, name: str = "local-server", lifespan: Literal["auto", "on", "off"] = "off"
+    ) -> None:
         self.app, self.name, self.lifespan = app, name, lifespan
         # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
         # without it every response waits ~40 ms for a delayed ACK (Nagle's algorithm)
@@ -184,11 +194,18 @@ class LocalServer:
     def start(self) -> "LocalServer":
         import uvicorn
 
-        config = uvicorn.Config(self.app, lifespan=self.lifespan, log_config=None, access_log=False,
-                                timeout_graceful_shutdown=1, timeout_keep_alive=30)
+        config = uvicorn.Config(
+            self.app,
+            lifespan=self.lifespan,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=1,
+            timeout_keep_alive=30,
+        )
         server = self._server = uvicorn.Server(config)
-        thread = self._thread = threading.Thread(target=server.run, kwargs={"sockets": [self._sock]}, daemon=True,
-                                                 name=self.name)
+        thread = self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [self._sock]}, daemon=True, name=self.name
+        )
         thread.start()
         deadline = time.monotonic() + 10
         while not server.started:
@@ -212,22 +229,35 @@ class _Answer:
     def __init__(self, name: str, number: int, body: JSONObject, text: str) -> None:
         self.id, self.model, self.text = f"chatcmpl-{name}-{number}", body.get("model", name), text
         self.words = text.split()
-        self.prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or []
-                                 if isinstance(m, dict))
+        self.prompt_tokens = sum(
+            len(str(m.get("content", "")).split()) for m in body.get("messages") or [] if isinstance(m, dict)
+        )
 
     def usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": len(self.words),
-                "total_tokens": self.prompt_tokens + len(self.words)}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": len(self.words),
+            "total_tokens": self.prompt_tokens + len(self.words),
+        }
 
     def completion(self) -> JSONObject:
-        return {"id": self.id, "object": "chat.completion", "created": int(time.time()), "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text},
-                             "finish_reason": "stop"}],
-                "usage": self.usage()}
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text}, "finish_reason": "stop"}],
+            "usage": self.usage(),
+        }
 
     def chunk(self, delta: JSONObject, finish: str | None = None) -> JSONObject:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
 
 def _not_json(name: str) -> NoReturn:
@@ -262,8 +292,13 @@ async def _client_left(receive: Receive, seconds: float) -> bool:
 
 
 async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

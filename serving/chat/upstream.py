@@ -16,6 +16,7 @@ What an endpoint sends back never carries a key of the client out: an answer, ea
 an error body, an error event, a header quoted in a message and a transport error's text are
 redacted of every key the client holds (both endpoints'), as decoded (serving.chat.errors).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,17 @@ except ImportError as exc:  # pragma: no cover - the client extra is installed i
     raise ImportError("the routed chat client needs httpx2: pip install 'edge-cloud-router[client]'") from exc
 
 from serving.chat.endpoint import Endpoint
-from serving.chat.errors import (SlowFirstToken, UpstreamError, UpstreamHTTPError, UpstreamMalformed, UpstreamTimeout,
-                                 UpstreamUnreachable, redact, redact_decoded, redact_value)
+from serving.chat.errors import (
+    SlowFirstToken,
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamMalformed,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    redact,
+    redact_decoded,
+    redact_value,
+)
 from serving.chat.responses import check_chunk, completion_text, error_detail, parse_json_object, starts_answer
 
 if TYPE_CHECKING:
@@ -86,8 +96,9 @@ class Upstream:
         self.name, self.endpoint = name, endpoint
         self.secrets = tuple(s for s in (endpoint.api_key, *secrets) if s)
         self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
-        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = \
-            weakref.WeakKeyDictionary()  # event loop -> its AsyncClient
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )  # event loop -> its AsyncClient
         self._lock = threading.Lock()
 
     # The request.
@@ -109,8 +120,9 @@ class Upstream:
         with self._lock:  # event loops in several threads may share this endpoint
             client = self._aclients.get(loop)
             if client is None:
-                client = self._aclients[loop] = httpx2.AsyncClient(timeout=self._timeout, limits=LIMITS,
-                                                                   follow_redirects=False)
+                client = self._aclients[loop] = httpx2.AsyncClient(
+                    timeout=self._timeout, limits=LIMITS, follow_redirects=False
+                )
             return client
 
     async def aclose(self) -> None:
@@ -129,11 +141,13 @@ class Upstream:
         except asyncio.TimeoutError:
             raise self._too_slow() from None
 
-    async def _acomplete(self, client: httpx2.AsyncClient, messages: Sequence[Message],
-                         params: Mapping[str, Any]) -> Answer:
+    async def _acomplete(
+        self, client: httpx2.AsyncClient, messages: Sequence[Message], params: Mapping[str, Any]
+    ) -> Answer:
         try:
-            async with client.stream("POST", self.endpoint.url, content=self._body(messages, params, False),
-                                     headers=self._headers()) as response:
+            async with client.stream(
+                "POST", self.endpoint.url, content=self._body(messages, params, False), headers=self._headers()
+            ) as response:
                 body = _Body(self, response)
                 async for chunk in response.aiter_bytes():
                     if not body.add(chunk):
@@ -151,12 +165,17 @@ class Upstream:
 
     def _http_error(self, status: int, raw: bytes) -> UpstreamHTTPError:
         detail = error_detail(raw, self.secrets)
-        return UpstreamHTTPError(self.name, f"{self.endpoint.model} answered HTTP {status}" + (f": {detail}" if detail else ""),
-                                 status=status, detail=detail)
+        return UpstreamHTTPError(
+            self.name,
+            f"{self.endpoint.model} answered HTTP {status}" + (f": {detail}" if detail else ""),
+            status=status,
+            detail=detail,
+        )
 
     def _too_slow(self, detail: str = "") -> UpstreamTimeout:
-        return UpstreamTimeout(self.name, f"no complete answer from {self.endpoint.model} within "
-                                          f"{self.endpoint.timeout_s:g} s{detail}")
+        return UpstreamTimeout(
+            self.name, f"no complete answer from {self.endpoint.model} within {self.endpoint.timeout_s:g} s{detail}"
+        )
 
     def _transport_error(self, exc: Exception) -> UpstreamError:
         text = redact(f"{type(exc).__name__}: {exc}", self.secrets)[:300]
@@ -180,10 +199,12 @@ class Upstream:
         except asyncio.TimeoutError:
             raise SlowFirstToken(self.name, f"no first token from {self.endpoint.model} within {limit:g} s") from None
 
-    async def _open_stream(self, client: httpx2.AsyncClient, messages: Sequence[Message], params: Mapping[str, Any],
-                           deadline: float) -> OpenStream:
-        request = client.build_request("POST", self.endpoint.url, content=self._body(messages, params, True),
-                                       headers=self._headers())
+    async def _open_stream(
+        self, client: httpx2.AsyncClient, messages: Sequence[Message], params: Mapping[str, Any], deadline: float
+    ) -> OpenStream:
+        request = client.build_request(
+            "POST", self.endpoint.url, content=self._body(messages, params, True), headers=self._headers()
+        )
         try:
             response = await client.send(request, stream=True)
         except httpx2.HTTPError as exc:
@@ -263,8 +284,10 @@ class _Body:
         return True
 
     def content(self) -> bytes:
-        return b"".join(self.parts)[:self.limit]
+        return b"".join(self.parts)[: self.limit]
 
     def _refuse(self, size: int) -> NoReturn:
-        raise UpstreamMalformed(self.upstream.name, f"the answer of {self.upstream.endpoint.model} is over "
-                                                    f"{self.limit:,} bytes ({size:,} so far)")
+        raise UpstreamMalformed(
+            self.upstream.name,
+            f"the answer of {self.upstream.endpoint.model} is over {self.limit:,} bytes ({size:,} so far)",
+        )

@@ -5,6 +5,7 @@ Pipeline per batch: cut the text to `max_chars`, tokenize, keep `max_tokens` ids
 encoder.onnx (token ids -> raw embedding), projection (PCA fitted at training time),
 then concatenate [n_tokens, text statistics, precision one-hot, projected embedding].
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,9 @@ __all__ = ["Encoder", "FastTokenizer", "FeatureExtractor", "OnnxEncoder", "Proje
 class Encoder(Protocol):
     """Token ids (padded) -> one raw embedding per row."""
 
-    def __call__(self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64],
-                 texts: Sequence[str]) -> NDArray[np.floating[Any]]: ...
+    def __call__(
+        self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64], texts: Sequence[str]
+    ) -> NDArray[np.floating[Any]]: ...
 
 
 def onnx_session(model: str | Path | bytes, *, threads: int = 1) -> InferenceSession:
@@ -64,12 +66,14 @@ class OnnxEncoder:
         self.row_wise = row_wise
 
     def _run(self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64]) -> NDArray[np.float32]:
-        embedding: NDArray[np.float32] = self.session.run(["embedding"], {"input_ids": input_ids,
-                                                                          "attention_mask": attention_mask})[0]
+        embedding: NDArray[np.float32] = self.session.run(
+            ["embedding"], {"input_ids": input_ids, "attention_mask": attention_mask}
+        )[0]
         return embedding
 
-    def __call__(self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64],
-                 texts: Sequence[str] = ()) -> NDArray[np.float32]:
+    def __call__(
+        self, input_ids: NDArray[np.int64], attention_mask: NDArray[np.int64], texts: Sequence[str] = ()
+    ) -> NDArray[np.float32]:
         if not self.row_wise:
             return self._run(input_ids, attention_mask)
         rows = []
@@ -115,8 +119,9 @@ class FeatureExtractor:
     each batch becomes numpy arrays once (a few arrays per call, whatever the batch size).
     """
 
-    def __init__(self, spec: FeatureSpec, tokenizer: FastTokenizer, encoder: Encoder | None,
-                 projection: Projection | None) -> None:
+    def __init__(
+        self, spec: FeatureSpec, tokenizer: FastTokenizer, encoder: Encoder | None, projection: Projection | None
+    ) -> None:
         """`encoder` None: a fused bundle, whose graph embeds the ids itself (prepare() only)."""
         self.spec, self.tokenizer, self.encoder, self.projection = spec, tokenizer, encoder, projection
         self._one_hot: dict[str | None, list[float]] = {None: [0.0] * len(spec.precisions)}
@@ -131,8 +136,9 @@ class FeatureExtractor:
         """The part of each prompt that is tokenized and scanned (first max_chars, valid UTF-8)."""
         return [encodable(p[: self.spec.max_chars]) for p in prompts]
 
-    def token_ids(self, heads: Sequence[str],
-                  prompts: Sequence[str]) -> tuple[NDArray[np.int64], NDArray[np.int64], list[float]]:
+    def token_ids(
+        self, heads: Sequence[str], prompts: Sequence[str]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], list[float]]:
         """Padded ids and mask (int64) for the encoder, plus each prompt's estimated token count."""
         encoded = self.tokenizer.ids(heads, add_special_tokens=self.spec.add_special_tokens)
         limit = self.spec.max_tokens
@@ -162,8 +168,9 @@ class FeatureExtractor:
         except KeyError:
             raise ValueError(f"precision {precision!r} is not one of {list(self.spec.precisions)} or None") from None
 
-    def prepare(self, prompts: Sequence[str], precisions: Sequence[str | None]) \
-            -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float32], list[str], list[float]]:
+    def prepare(
+        self, prompts: Sequence[str], precisions: Sequence[str | None]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float32], list[str], list[float]]:
         """(ids, mask, scalars, heads, n_tokens): the encoder's inputs, the scalar features
         [n_tokens, statistics, precision] (float32), the scanned heads and the token counts."""
         heads = self.heads(prompts)
@@ -177,14 +184,17 @@ class FeatureExtractor:
         scalars = np.array(values, dtype=np.float32).reshape(len(prompts), self._n_scalars)
         return input_ids, mask, scalars, heads, n_tokens
 
-    def transform(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None,
-                  *, batch_size: int = 256) -> NDArray[np.float32]:
+    def transform(
+        self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None, *, batch_size: int = 256
+    ) -> NDArray[np.float32]:
         """Feature matrix (float32, one row per prompt, columns = spec.feature_names)."""
         precisions = list(precisions) if precisions is not None else [None] * len(prompts)
         if len(precisions) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(precisions)} precisions")
-        parts = [self._transform_batch(prompts[i: i + batch_size], precisions[i: i + batch_size])
-                 for i in range(0, len(prompts), batch_size)]
+        parts = [
+            self._transform_batch(prompts[i : i + batch_size], precisions[i : i + batch_size])
+            for i in range(0, len(prompts), batch_size)
+        ]
         if not parts:
             return np.zeros((0, len(self.spec.feature_names)), dtype=np.float32)
         return np.concatenate(parts, axis=0)

@@ -7,6 +7,7 @@ done in C: single characters by deleting them from the head's UTF-8 bytes
 character, so the counts are the characters'), markers with str.count, patterns with one
 compiled regex each; markers whose telltale character is absent are not searched at all.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,21 @@ if TYPE_CHECKING:
     from typing import AnyStr
 
 STAT_NAMES = (
-    "n_chars", "n_lines", "n_spaces", "n_digits", "digit_share", "n_math_ops", "n_latex",
-    "n_code_markers", "n_options", "n_questions", "n_sentences", "n_currency",
-    "upper_share", "mean_word_len", "ends_with_answer_cue",
+    "n_chars",
+    "n_lines",
+    "n_spaces",
+    "n_digits",
+    "digit_share",
+    "n_math_ops",
+    "n_latex",
+    "n_code_markers",
+    "n_options",
+    "n_questions",
+    "n_sentences",
+    "n_currency",
+    "upper_share",
+    "mean_word_len",
+    "ends_with_answer_cue",
 )
 
 _DIGITS = b"0123456789"
@@ -87,12 +100,14 @@ def text_statistics(text: str, head: str) -> list[float]:
         # An option needs "A." or "A)": without either character there is none to scan for.
         float(len(_OPTION.findall(head)) if "." in head or ")" in head else 0),
         float(head.count("?")),
-        float(_count_all(head, _SENTENCE_ENDS) + head.rstrip().endswith((".", "?", "!"))
-              if "." in head or "?" in head or "!" in head else 0),
+        float(
+            _count_all(head, _SENTENCE_ENDS) + head.rstrip().endswith((".", "?", "!"))
+            if "." in head or "?" in head or "!" in head
+            else 0
+        ),
         float(_count_chars(raw, _CURRENCY_ASCII, _CURRENCY_WIDE)),
         _count_chars(raw, _UPPER) / n_head,
         (len(head) - head_spaces) / words if words else 0.0,
         # Only the tail: lower-casing a 1 MB prompt would cost more than the rest of routing.
         float(text[-256:].rstrip().lower().endswith(_ANSWER_CUES)),
     ]
-

@@ -1,4 +1,5 @@
 """Token ids for the router: the bundle's `tokenizers` tokenizer, with a shortcut for plain ASCII."""
+
 from __future__ import annotations
 
 import json
@@ -63,10 +64,13 @@ class FastTokenizer:
         config = json.loads(self.full.to_str())
         normalizer, pre, model = (config.get(k) or {} for k in ("normalizer", "pre_tokenizer", "model"))
         self.vocab = self.full.get_vocab(with_added_tokens=False)
-        self.shortcut = (normalizer.get("type") == "BertNormalizer" and pre.get("type") == "BertPreTokenizer"
-                         and model.get("type") == "WordPiece"
-                         # a vocabulary hit is then never over WordPiece's per-word length limit
-                         and max(map(len, self.vocab), default=0) <= model.get("max_input_chars_per_word", 0))
+        self.shortcut = (
+            normalizer.get("type") == "BertNormalizer"
+            and pre.get("type") == "BertPreTokenizer"
+            and model.get("type") == "WordPiece"
+            # a vocabulary hit is then never over WordPiece's per-word length limit
+            and max(map(len, self.vocab), default=0) <= model.get("max_input_chars_per_word", 0)
+        )
         self.lowercase = bool(normalizer.get("lowercase"))
         # Whitespace-separated chunks the pre-tokeniser keeps whole (letters and digits only, or
         # one punctuation mark) and that are vocabulary words: one dict look-up, no regex.

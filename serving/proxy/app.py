@@ -25,6 +25,7 @@ when the cloud fails too, 502 (504 for a timeout), or the cloud's own 400/404/41
 refused the request itself. Error messages and the routing comment name the endpoints and
 models, never a URL, and hold no key or token (redacted where an upstream's text enters them).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -67,8 +68,16 @@ PASSED_ON_STATUSES = (400, 404, 413, 422, 429)  # the cloud refusing the request
 class RequestError(Exception):
     """A request the proxy answers with an error: HTTP status, OpenAI error type and code, metrics reason."""
 
-    def __init__(self, status: int, message: str, kind: str, *, code: str | None = None, reason: str,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        *,
+        code: str | None = None,
+        reason: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.kind, self.code, self.reason, self.headers = status, kind, code, reason, headers or {}
         # the zone and the calls of a routed request whose cloud call failed
@@ -76,8 +85,9 @@ class RequestError(Exception):
         self.steps: Sequence[Step] = ()
 
     def response(self) -> Response:
-        return Response(error_body(str(self), self.kind, self.code), self.status, self.headers,
-                        media_type="application/json")
+        return Response(
+            error_body(str(self), self.kind, self.code), self.status, self.headers, media_type="application/json"
+        )
 
 
 class _Handlers:
@@ -121,8 +131,9 @@ class _Handlers:
             if release():
                 self.metrics.duration.labels(result.routing.served_by, "true").observe(time.perf_counter() - started)
 
-        return _Relay(self._relay(result), finish, headers={**headers, "cache-control": "no-cache",
-                                                             "x-accel-buffering": "no"})
+        return _Relay(
+            self._relay(result), finish, headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
+        )
 
     async def _answer(self, body: JSONObject, request: Request) -> Completion | AsyncChatStream:
         """The Completion, or the AsyncChatStream when the request streams; RequestError for anything to refuse."""
@@ -139,8 +150,19 @@ class _Handlers:
         self.metrics.in_flight.dec()
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": self.config.served_model, "object": "model",
-                                                         "created": self.created, "owned_by": "edge-cloud-router"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.served_model,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "edge-cloud-router",
+                    }
+                ],
+            }
+        )
 
     async def health(self, request: Request) -> Response:
         router = self.chat.router
@@ -152,8 +174,9 @@ class _Handlers:
 
     # Steps.
     async def _take_slot(self) -> None:
-        await self._wait_for_turn(self.slots, f"the router is serving {self.config.max_concurrency} requests",
-                                  reason="overloaded")
+        await self._wait_for_turn(
+            self.slots, f"the router is serving {self.config.max_concurrency} requests", reason="overloaded"
+        )
 
     async def _wait_for_turn(self, turns: asyncio.Semaphore, busy: str, *, reason: str) -> None:
         """Take one of `turns` within queue_timeout_s; else 503 with Retry-After, saying `busy`."""
@@ -163,29 +186,46 @@ class _Handlers:
                 raise asyncio.TimeoutError
             await asyncio.wait_for(turns.acquire(), timeout if timeout > 0 else None)
         except asyncio.TimeoutError:
-            raise RequestError(503, f"{busy}; retry shortly", "server_overloaded", code="overloaded", reason=reason,
-                               headers={"retry-after": "1"}) from None
+            raise RequestError(
+                503,
+                f"{busy}; retry shortly",
+                "server_overloaded",
+                code="overloaded",
+                reason=reason,
+                headers={"retry-after": "1"},
+            ) from None
 
     async def _read_body(self, request: Request) -> JSONObject:
         """The request's JSON object, read whole within body_timeout_s: else 408, and the connection
         is closed (the rest of the body is not waited for). At most `body_reads` bodies are read at
         once: a request waits its turn like one waiting for a slot (503 past queue_timeout_s)."""
-        await self._wait_for_turn(self.body_reads, f"the router is reading {self.config.body_reads} request bodies",
-                                  reason="too_many_bodies")
+        await self._wait_for_turn(
+            self.body_reads, f"the router is reading {self.config.body_reads} request bodies", reason="too_many_bodies"
+        )
         limit = self.config.body_timeout_s
         try:
             return await asyncio.wait_for(self._read_json(request), limit)
         except asyncio.TimeoutError:
-            raise RequestError(408, f"the request body did not arrive whole within {limit:g} s",
-                               "invalid_request_error", code="request_timeout", reason="body_timeout",
-                               headers={"connection": "close"}) from None
+            raise RequestError(
+                408,
+                f"the request body did not arrive whole within {limit:g} s",
+                "invalid_request_error",
+                code="request_timeout",
+                reason="body_timeout",
+                headers={"connection": "close"},
+            ) from None
         finally:
             self.body_reads.release()
 
     async def _read_json(self, request: Request) -> JSONObject:
         limit = self.config.max_body_bytes
-        too_large = RequestError(413, f"request body over {limit:,} bytes", "invalid_request_error",
-                                 code="request_too_large", reason="too_large")
+        too_large = RequestError(
+            413,
+            f"request body over {limit:,} bytes",
+            "invalid_request_error",
+            code="request_too_large",
+            reason="too_large",
+        )
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise too_large
@@ -212,9 +252,13 @@ class _Handlers:
         messages and the precision are as the client sent them (Any: the chat client checks them)."""
         model = body.pop("model", None)
         if model is not None and model != self.config.served_model:
-            raise RequestError(404, f"the model {str(model)[:100]!r} does not exist here: this proxy serves "
-                               f"{self.config.served_model!r}", "invalid_request_error", code="model_not_found",
-                               reason="model_not_found")
+            raise RequestError(
+                404,
+                f"the model {str(model)[:100]!r} does not exist here: this proxy serves {self.config.served_model!r}",
+                "invalid_request_error",
+                code="model_not_found",
+                reason="model_not_found",
+            )
         stream = body.pop("stream", False)
         if not isinstance(stream, bool):
             raise RequestError(400, "stream must be true or false", "invalid_request_error", reason="bad_request")
@@ -229,8 +273,13 @@ class _Handlers:
         message = redact(str(exc), self.config.secrets)
         reason = f"cloud_{failure_kind(cause)}"
         if isinstance(cause, UpstreamHTTPError) and cause.status in PASSED_ON_STATUSES:
-            error = RequestError(cause.status, message, "rate_limit_error" if cause.status == 429 else
-                                 "invalid_request_error", code="upstream_refused", reason=reason)
+            error = RequestError(
+                cause.status,
+                message,
+                "rate_limit_error" if cause.status == 429 else "invalid_request_error",
+                code="upstream_refused",
+                reason=reason,
+            )
         elif isinstance(cause, TimeoutError):
             error = RequestError(504, message, "upstream_error", code="upstream_timeout", reason=reason)
         else:
@@ -254,8 +303,11 @@ class _Handlers:
 
     def _log_routed(self, routing: RoutingInfo) -> None:
         if routing.fallback_kind is not None:
-            log.info("edge-first request served by the cloud (%s): %s", routing.fallback_kind,
-                     redact(routing.fallback_reason or "", self.config.secrets))
+            log.info(
+                "edge-first request served by the cloud (%s): %s",
+                routing.fallback_kind,
+                redact(routing.fallback_reason or "", self.config.secrets),
+            )
 
 
 def _bad_request(message: str) -> RequestError:
@@ -274,9 +326,12 @@ def _json_response(body: JSONObject, headers: dict[str, str]) -> Response:
 
 def routing_headers(routing: RoutingInfo) -> dict[str, str]:
     """How the answer was served, as response headers (see the module doc)."""
-    headers = {"x-router-served-by": routing.served_by, "x-router-zone": routing.decision.zone,
-               "x-router-model": _header_text(routing.model),
-               "x-router-model-version": _header_text(routing.decision.model_version)}
+    headers = {
+        "x-router-served-by": routing.served_by,
+        "x-router-zone": routing.decision.zone,
+        "x-router-model": _header_text(routing.model),
+        "x-router-model-version": _header_text(routing.decision.model_version),
+    }
     if routing.fallback_kind is not None:
         headers["x-router-fallback"] = routing.fallback_kind
     return headers
@@ -297,6 +352,7 @@ def _once(fn: Callable[[], None]) -> Callable[[], bool]:
         done.append(True)
         fn()
         return True
+
     return call
 
 
@@ -304,8 +360,9 @@ class _Relay(StreamingResponse):
     """A streamed answer that always runs `finish` (close the upstream stream, free the slot) when
     the response ends, also when the client left before the first byte and the body never started."""
 
-    def __init__(self, body: AsyncIterator[bytes], finish: Callable[[], Awaitable[None]], *,
-                 headers: dict[str, str]) -> None:
+    def __init__(
+        self, body: AsyncIterator[bytes], finish: Callable[[], Awaitable[None]], *, headers: dict[str, str]
+    ) -> None:
         super().__init__(body, media_type="text/event-stream", headers=headers)
         self._finish = finish
 
@@ -316,8 +373,13 @@ class _Relay(StreamingResponse):
             await self._finish()
 
 
-def build_app(chat: RoutedChat, config: ProxyConfig, *, metrics: ProxyMetrics | None = None,
-              on_shutdown: Iterable[Callable[[], None]] = ()) -> Starlette:
+def build_app(
+    chat: RoutedChat,
+    config: ProxyConfig,
+    *,
+    metrics: ProxyMetrics | None = None,
+    on_shutdown: Iterable[Callable[[], None]] = (),
+) -> Starlette:
     """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
     connections are closed then too)."""
     metrics = metrics or ProxyMetrics(chat.router)
@@ -336,17 +398,21 @@ def build_app(chat: RoutedChat, config: ProxyConfig, *, metrics: ProxyMetrics | 
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.error("internal error: %s", redact(repr(exc), config.secrets))
-        return Response(error_body("internal error in the router proxy", "server_error"), 500,
-                        media_type="application/json")
+        return Response(
+            error_body("internal error in the router proxy", "server_error"), 500, media_type="application/json"
+        )
 
     app = Starlette(
-        routes=[Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
-                Route("/v1/models", handlers.models, methods=["GET"]),
-                Route("/health", handlers.health, methods=["GET"]),
-                Route("/metrics", handlers.metrics_page, methods=["GET"])],
+        routes=[
+            Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+            Route("/v1/models", handlers.models, methods=["GET"]),
+            Route("/health", handlers.health, methods=["GET"]),
+            Route("/metrics", handlers.metrics_page, methods=["GET"]),
+        ],
         middleware=[Middleware(BearerAuth, token=config.token, on_reject=lambda reason: metrics.failed(reason))],
         # starlette types every handler as taking an Exception; it calls http_error with HTTPExceptions only
         exception_handlers={HTTPException: http_error, Exception: server_error},  # type: ignore[dict-item]
-        lifespan=lifespan)
+        lifespan=lifespan,
+    )
     app.state.metrics = metrics
     return app

@@ -7,6 +7,7 @@ Security rules enforced here:
 - tokens and upstream keys come from environment variables, never from the command line, where
   any local user can read them (`ps`), and none of them is ever printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,15 @@ class UpstreamOptions:
     def endpoint(self) -> Endpoint:
         from serving.chat.endpoint import Endpoint
 
-        return Endpoint(self.url, self.model, api_key=self.api_key, timeout_s=self.timeout_s,
-                        first_token_timeout_s=self.first_token_timeout_s,
-                        input_price_per_1m=self.input_price_per_1m, output_price_per_1m=self.output_price_per_1m)
+        return Endpoint(
+            self.url,
+            self.model,
+            api_key=self.api_key,
+            timeout_s=self.timeout_s,
+            first_token_timeout_s=self.first_token_timeout_s,
+            input_price_per_1m=self.input_price_per_1m,
+            output_price_per_1m=self.output_price_per_1m,
+        )
 
 
 @dataclass(frozen=True)
@@ -76,12 +83,16 @@ class ProxyConfig:
 
     def __post_init__(self) -> None:
         if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
-                              "python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+            raise ConfigError(
+                f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
         if not is_loopback(self.host) and not self.token:
-            raise ConfigError(f"refusing to listen on {self.host}: beyond the loopback the proxy needs a client token, "
-                              f"or anyone who reaches it spends your cloud key. Set {TOKEN_ENV} (or --token-env NAME) "
-                              "to a random token of 16+ characters, or listen on 127.0.0.1")
+            raise ConfigError(
+                f"refusing to listen on {self.host}: beyond the loopback the proxy needs a client token, "
+                f"or anyone who reaches it spends your cloud key. Set {TOKEN_ENV} (or --token-env NAME) "
+                "to a random token of 16+ characters, or listen on 127.0.0.1"
+            )
         for name in ("max_body_bytes", "max_concurrency", "max_body_reads"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -89,8 +100,9 @@ class ProxyConfig:
         for name in ("body_timeout_s", "header_timeout_s"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
-                raise ConfigError(f"{name}={value!r} (--{name.replace('_', '-')}): must be a positive number "
-                                  "of seconds")
+                raise ConfigError(
+                    f"{name}={value!r} (--{name.replace('_', '-')}): must be a positive number of seconds"
+                )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not a TCP port")
 
@@ -118,17 +130,38 @@ class ProxyConfig:
         def upstream(side: str) -> UpstreamOptions:
             # Any: an argparse option, of the type add_arguments gave it
             get: Callable[[str], Any] = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
-            return UpstreamOptions(get("url"), get("model"), secret(get("key_env"), f"--{side}-key-env", True),
-                                   get("timeout_s"), get("first_token_timeout_s"), get("price_in"), get("price_out"))
+            return UpstreamOptions(
+                get("url"),
+                get("model"),
+                secret(get("key_env"), f"--{side}-key-env", True),
+                get("timeout_s"),
+                get("first_token_timeout_s"),
+                get("price_in"),
+                get("price_out"),
+            )
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
-        return cls(bundle=args.bundle, edge=upstream("edge"), cloud=upstream("cloud"), host=args.host, port=args.port,
-                   token=token, served_model=args.served_model, max_body_bytes=args.max_body_bytes,
-                   max_concurrency=args.max_concurrency, queue_timeout_s=args.queue_timeout_s,
-                   body_timeout_s=args.body_timeout_s, header_timeout_s=args.header_timeout_s,
-                   max_body_reads=args.max_body_reads, shutdown_timeout_s=args.shutdown_timeout_s,
-                   strict=args.strict, public_key=args.public_key, watch=args.watch,
-                   watch_interval_s=args.watch_interval_s, access_log=args.access_log)
+        return cls(
+            bundle=args.bundle,
+            edge=upstream("edge"),
+            cloud=upstream("cloud"),
+            host=args.host,
+            port=args.port,
+            token=token,
+            served_model=args.served_model,
+            max_body_bytes=args.max_body_bytes,
+            max_concurrency=args.max_concurrency,
+            queue_timeout_s=args.queue_timeout_s,
+            body_timeout_s=args.body_timeout_s,
+            header_timeout_s=args.header_timeout_s,
+            max_body_reads=args.max_body_reads,
+            shutdown_timeout_s=args.shutdown_timeout_s,
+            strict=args.strict,
+            public_key=args.public_key,
+            watch=args.watch,
+            watch_interval_s=args.watch_interval_s,
+            access_log=args.access_log,
+        )
 
 
 def is_loopback(host: str) -> bool:
@@ -162,47 +195,95 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", required=True, help="bundle folder written by `make train`")
     for side, timeout, first in (("edge", 30.0, 2.0), ("cloud", 120.0, None)):
         group = parser.add_argument_group(f"{side} endpoint")
-        group.add_argument(f"--{side}-url", required=True, metavar="URL",
-                           help=f"OpenAI-compatible API root of the {side} model, e.g. http://127.0.0.1:8080/v1")
+        group.add_argument(
+            f"--{side}-url",
+            required=True,
+            metavar="URL",
+            help=f"OpenAI-compatible API root of the {side} model, e.g. http://127.0.0.1:8080/v1",
+        )
         group.add_argument(f"--{side}-model", required=True, metavar="NAME", help="model name the server expects")
         group.add_argument(f"--{side}-key-env", metavar="VAR", help="environment variable holding its API key")
-        group.add_argument(f"--{side}-timeout-s", type=float, default=timeout, metavar="S",
-                           help=f"an answer, streamed or not, must be complete within this (default {timeout:g})")
-        group.add_argument(f"--{side}-first-token-timeout-s", type=float, default=first, metavar="S",
-                           help="a stream's first token must arrive within this"
-                                + (f" (default {first:g}; later: cloud fallback)" if first else
-                                   " (default: the timeout)"))
+        group.add_argument(
+            f"--{side}-timeout-s",
+            type=float,
+            default=timeout,
+            metavar="S",
+            help=f"an answer, streamed or not, must be complete within this (default {timeout:g})",
+        )
+        group.add_argument(
+            f"--{side}-first-token-timeout-s",
+            type=float,
+            default=first,
+            metavar="S",
+            help="a stream's first token must arrive within this"
+            + (f" (default {first:g}; later: cloud fallback)" if first else " (default: the timeout)"),
+        )
         group.add_argument(f"--{side}-price-in", type=float, metavar="PRICE", help="price of 1M prompt tokens")
         group.add_argument(f"--{side}-price-out", type=float, metavar="PRICE", help="price of 1M completion tokens")
     net = parser.add_argument_group("server")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     net.add_argument("--port", type=int, default=8000, help="0 for any free port (default 8000)")
-    net.add_argument("--token-env", default=TOKEN_ENV, metavar="VAR",
-                     help=f"environment variable holding the client token (default {TOKEN_ENV})")
-    net.add_argument("--served-model", default=SERVED_MODEL, metavar="NAME",
-                     help=f"model name clients ask for (default {SERVED_MODEL})")
-    net.add_argument("--max-body-bytes", type=int, default=4 << 20, metavar="N",
-                     help="larger requests get 413 (default 4 MiB)")
-    net.add_argument("--max-concurrency", type=int, default=64, metavar="N",
-                     help="requests served at once; more wait up to --queue-timeout-s, then get 503 (default 64)")
+    net.add_argument(
+        "--token-env",
+        default=TOKEN_ENV,
+        metavar="VAR",
+        help=f"environment variable holding the client token (default {TOKEN_ENV})",
+    )
+    net.add_argument(
+        "--served-model",
+        default=SERVED_MODEL,
+        metavar="NAME",
+        help=f"model name clients ask for (default {SERVED_MODEL})",
+    )
+    net.add_argument(
+        "--max-body-bytes", type=int, default=4 << 20, metavar="N", help="larger requests get 413 (default 4 MiB)"
+    )
+    net.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=64,
+        metavar="N",
+        help="requests served at once; more wait up to --queue-timeout-s, then get 503 (default 64)",
+    )
     net.add_argument("--queue-timeout-s", type=float, default=1.0, metavar="S", help="(default 1)")
-    net.add_argument("--body-timeout-s", type=float, default=10.0, metavar="S",
-                     help="a request's whole body must arrive within this, else 408; it holds no slot while it "
-                          "arrives; a body answered without being read, within this of the answer, else the "
-                          "connection is closed (default 10)")
-    net.add_argument("--header-timeout-s", type=float, default=10.0, metavar="S",
-                     help="a request's headers must arrive whole within this of the connection (or of their first "
-                          "byte on a kept-alive one), else 408 (default 10)")
-    net.add_argument("--max-body-reads", type=int, metavar="N",
-                     help="request bodies read at once, each up to --max-body-bytes; more wait up to "
-                          "--queue-timeout-s, then get 503 (default: twice --max-concurrency)")
-    net.add_argument("--shutdown-timeout-s", type=float, default=10.0, metavar="S",
-                     help="on SIGTERM, how long in-flight requests may take to finish (default 10)")
+    net.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a request's whole body must arrive within this, else 408; it holds no slot while it "
+        "arrives; a body answered without being read, within this of the answer, else the "
+        "connection is closed (default 10)",
+    )
+    net.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a request's headers must arrive whole within this of the connection (or of their first "
+        "byte on a kept-alive one), else 408 (default 10)",
+    )
+    net.add_argument(
+        "--max-body-reads",
+        type=int,
+        metavar="N",
+        help="request bodies read at once, each up to --max-body-bytes; more wait up to "
+        "--queue-timeout-s, then get 503 (default: twice --max-concurrency)",
+    )
+    net.add_argument(
+        "--shutdown-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM, how long in-flight requests may take to finish (default 10)",
+    )
     net.add_argument("--no-access-log", dest="access_log", action="store_false", help="no line per request")
     bundle = parser.add_argument_group("bundle")
     bundle.add_argument("--strict", action="store_true", help="refuse to start when the bundle cannot load")
     bundle.add_argument("--public-key", metavar="FILE", help="accept only bundles signed with this key")
-    bundle.add_argument("--watch", metavar="DIR_OR_URL",
-                        help="poll a folder or an http(s) URL for new bundles and switch to them (verified)")
+    bundle.add_argument(
+        "--watch",
+        metavar="DIR_OR_URL",
+        help="poll a folder or an http(s) URL for new bundles and switch to them (verified)",
+    )
     bundle.add_argument("--watch-interval-s", type=float, default=60.0, metavar="S", help="(default 60)")
-

@@ -17,6 +17,7 @@
 
 Labels take only fixed names and model versions, never a prompt, a key or a URL.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -58,19 +59,36 @@ class ProxyMetrics:
     def __init__(self, router: Router) -> None:
         self.registry = registry = CollectorRegistry()
         self.decisions = Counter("router_decisions", "Routing decisions by zone", ["zone"], registry=registry)
-        self.served = Counter("router_served", "Answers by the endpoint that served them", ["served_by"],
-                              registry=registry)
-        self.fallbacks = Counter("router_fallbacks", "Edge-first requests the cloud answered, by reason", ["reason"],
-                                 registry=registry)
-        self.failures = Counter("router_failed_requests", "Requests answered with an error, by reason", ["reason"],
-                                registry=registry)
-        self.duration = Histogram("router_request_duration_seconds", "From the request to the complete answer",
-                                  ["served_by", "stream"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.first_chunk = Histogram("router_time_to_first_chunk_seconds", "Streams: from the request to the first chunk",
-                                     ["served_by"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.upstream = Histogram("router_upstream_call_duration_seconds",
-                                  "Each edge, accept and cloud call (streams: to the first token)", ["step", "status"],
-                                  buckets=LATENCY_BUCKETS, registry=registry)
+        self.served = Counter(
+            "router_served", "Answers by the endpoint that served them", ["served_by"], registry=registry
+        )
+        self.fallbacks = Counter(
+            "router_fallbacks", "Edge-first requests the cloud answered, by reason", ["reason"], registry=registry
+        )
+        self.failures = Counter(
+            "router_failed_requests", "Requests answered with an error, by reason", ["reason"], registry=registry
+        )
+        self.duration = Histogram(
+            "router_request_duration_seconds",
+            "From the request to the complete answer",
+            ["served_by", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.first_chunk = Histogram(
+            "router_time_to_first_chunk_seconds",
+            "Streams: from the request to the first chunk",
+            ["served_by"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.upstream = Histogram(
+            "router_upstream_call_duration_seconds",
+            "Each edge, accept and cloud call (streams: to the first token)",
+            ["step", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.in_flight = Gauge("router_in_flight_requests", "Chat requests being served", registry=registry)
         registry.register(_BundleState(router))
 

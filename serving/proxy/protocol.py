@@ -16,6 +16,7 @@ A body the app reads has the app's own deadline (serving.proxy.app, 408). The me
 client can hold is bounded too: h11 keeps at most 16 KiB of incomplete headers, and uvicorn
 stops reading a connection past 64 KiB of body the app has not taken.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,13 +28,20 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from serving.proxy.security import error_body
 
 
-def with_deadlines(header_timeout_s: float, body_timeout_s: float,
-                   on_header_timeout: Callable[[], None] = lambda: None) -> type[H11Protocol]:
+def with_deadlines(
+    header_timeout_s: float, body_timeout_s: float, on_header_timeout: Callable[[], None] = lambda: None
+) -> type[H11Protocol]:
     """The protocol class to give uvicorn (`uvicorn.Config(http=...)`); `on_header_timeout` is
     called for each 408 it sends (the proxy counts them)."""
-    return type("DeadlineH11Protocol", (DeadlineH11Protocol,),
-                {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s,
-                 "on_header_timeout": staticmethod(on_header_timeout)})
+    return type(
+        "DeadlineH11Protocol",
+        (DeadlineH11Protocol,),
+        {
+            "header_timeout_s": header_timeout_s,
+            "body_timeout_s": body_timeout_s,
+            "on_header_timeout": staticmethod(on_header_timeout),
+        },
+    )
 
 
 class DeadlineH11Protocol(H11Protocol):
@@ -92,9 +100,14 @@ class DeadlineH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         if self._waiting_for == "headers":  # no request was read: h11 cannot answer it, so the bytes go as they are
-            body = error_body(f"the request headers did not arrive whole within {self.header_timeout_s:g} s",
-                              "invalid_request_error", "request_timeout")
-            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                                 b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+            body = error_body(
+                f"the request headers did not arrive whole within {self.header_timeout_s:g} s",
+                "invalid_request_error",
+                "request_timeout",
+            )
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            )
             self.on_header_timeout()
         self.transport.close()

@@ -8,6 +8,7 @@
   line in the first place (errors are redacted where they are made, serving.chat.errors);
   this is the second line.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -29,8 +30,14 @@ def error_body(message: str, kind: str, code: str | None = None, param: str | No
 class BearerAuth:
     """ASGI middleware: 401 unless the request carries the bearer token (see the module doc)."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, open_paths: Iterable[str] = ("/health",),
-                 on_reject: Callable[[str], None] = lambda reason: None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        open_paths: Iterable[str] = ("/health",),
+        on_reject: Callable[[str], None] = lambda reason: None,
+    ) -> None:
         self.app, self.open_paths, self.on_reject = app, frozenset(open_paths), on_reject
         self.token = token.encode() if token else None
 
@@ -44,9 +51,17 @@ class BearerAuth:
         self.on_reject("unauthorized")
         message = "missing bearer token" if not header else "invalid bearer token"
         body = error_body(f"{message}: send 'Authorization: Bearer <token>'", "authentication_error", "invalid_api_key")
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b'Bearer realm="router"')]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="router"'),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -60,8 +75,10 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
             return True
-        clean: Callable[[object], object] = \
-            lambda value: redact(value, self.secrets) if isinstance(value, str) else value  # noqa: E731
+
+        def clean(value: object) -> object:
+            return redact(value, self.secrets) if isinstance(value, str) else value
+
         record.msg = clean(record.msg)
         if isinstance(record.args, tuple):
             record.args = tuple(clean(a) for a in record.args)

@@ -7,6 +7,7 @@ else. Connections speak HTTP/1.1 through serving.proxy.protocol (uvicorn's h11 p
 deadlines on request headers and on bodies answered without being read). Logging goes to
 stderr, every handler behind a RedactingFilter that knows the keys and the token.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,9 @@ log = logging.getLogger("serving.proxy")
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (IPv4 or IPv6)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
     # IPPROTO_TCP, never 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
     # without it responses written in two parts wait ~40 ms for a delayed ACK (Nagle's algorithm)
     sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
@@ -108,16 +110,35 @@ def serve(config: ProxyConfig) -> int:
     watcher = watcher_for(router, config)
     app = build_app(chat, config, on_shutdown=[watcher.stop] if watcher else [])
     host, port = sock.getsockname()[:2]
-    protocol = with_deadlines(config.header_timeout_s, config.body_timeout_s,
-                              on_header_timeout=lambda: app.state.metrics.failed("header_timeout"))
-    server = uvicorn.Server(uvicorn.Config(
-        app, http=protocol, log_config=logging_setup, access_log=config.access_log, server_header=False,
-        timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)), timeout_keep_alive=5))
+    protocol = with_deadlines(
+        config.header_timeout_s,
+        config.body_timeout_s,
+        on_header_timeout=lambda: app.state.metrics.failed("header_timeout"),
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            http=protocol,
+            log_config=logging_setup,
+            access_log=config.access_log,
+            server_header=False,
+            timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)),
+            timeout_keep_alive=5,
+        )
+    )
     redacting.install()  # uvicorn.Config set the handlers up again
     shown = f"[{host}]" if ":" in host else host
-    log.info("serving on http://%s:%s/v1 (model %r; edge %s, cloud %s; bundle %s%s; %s)", shown, port,
-             config.served_model, config.edge.model, config.cloud.model, router.model_version,
-             ", degraded" if router.degraded else "", "token required" if config.token else "no token")
+    log.info(
+        "serving on http://%s:%s/v1 (model %r; edge %s, cloud %s; bundle %s%s; %s)",
+        shown,
+        port,
+        config.served_model,
+        config.edge.model,
+        config.cloud.model,
+        router.model_version,
+        ", degraded" if router.degraded else "",
+        "token required" if config.token else "no token",
+    )
     with _quiet_exit_signals():
         server.run(sockets=[sock])
     chat.close()

@@ -5,6 +5,7 @@
 ENGINES maps a name to the module that implements it (the `Engine` protocol); modules are
 imported on use, so choosing `local` never imports Dask.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
     from training.fitted import Fitted
 
 MODULES = {
-    "local": "training.engines.local",          # every row in memory on this machine
-    "dask": "training.engines.dask_cluster",    # logs as partitions on a Dask cluster
+    "local": "training.engines.local",  # every row in memory on this machine
+    "dask": "training.engines.dask_cluster",  # logs as partitions on a Dask cluster
 }
 ENGINES = {name: MODULES[name] for name in NAMES}  # every engine TrainConfig accepts has its module
 
@@ -27,15 +28,15 @@ ENGINES = {name: MODULES[name] for name in NAMES}  # every engine TrainConfig ac
 class Engine(Protocol):
     """What an engine module provides: where the rows are read, featurized and fitted."""
 
-    def fit(self, config: TrainConfig, console: Any, timings: dict, *, keep_train_rows: bool = False,
-            **options: Any) -> Fitted:
+    def fit(
+        self, config: TrainConfig, console: Any, timings: dict, *, keep_train_rows: bool = False, **options: Any
+    ) -> Fitted:
         """Read, featurize and fit the heads; `keep_train_rows`: hand back the training rows
         (cross-validation fits the reference on them). The local engine also takes `refit`
         and `prepared` (training.crossval)."""
         ...
 
-    def evaluation_frame(self, config: TrainConfig, console: Any, *, splits: tuple[str, ...],
-                         max_rows: int) -> tuple:
+    def evaluation_frame(self, config: TrainConfig, console: Any, *, splits: tuple[str, ...], max_rows: int) -> tuple:
         """(prepared rows of `splits`, at most `max_rows` each; data report; rows with an edge answer)."""
         ...
 

@@ -5,17 +5,17 @@ validation scores, figures of both splits, the manifest, the bundle (written and
 in a temporary folder, then moved into place), the parity check against the SDK, and the
 MLflow run with its registered model version.
 """
+
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evaluation.rows import Rows
-from serving.manifest import SCORE_KINDS, Limits, Manifest, ScoreSpec, band_of
+from serving.manifest import Limits, Manifest, ScoreSpec
 from training.config import TrainConfig
 from training.fitted import Fitted
 from training.held_out import Splits, familiarity_in_bundle, fit_held_out_stages, with_learned_zones
@@ -32,15 +32,21 @@ class TrainResult:
     metrics: dict
     timings: dict
     manifest: Manifest
-    test: Rows          # the test split with the training pipeline's scores
+    test: Rows  # the test split with the training pipeline's scores
 
     @property
     def held_out(self):
         """The test rows as a DataFrame: request_id, prompt, precision, score."""
         import pandas as pd
 
-        return pd.DataFrame({"request_id": self.test.request_ids, "prompt": self.test.prompts,
-                             "precision": self.test.precisions, "score": self.test.scores})
+        return pd.DataFrame(
+            {
+                "request_id": self.test.request_ids,
+                "prompt": self.test.prompts,
+                "precision": self.test.precisions,
+                "score": self.test.scores,
+            }
+        )
 
 
 def split_and_label(frame, config: TrainConfig):
@@ -48,17 +54,30 @@ def split_and_label(frame, config: TrainConfig):
     from data.prepare import assign_splits
 
     return frame.assign(
-        split=assign_splits(frame["prompt"], val_share=config.val_share, test_share=config.test_share,
-                            salt=config.split_salt, offset=config.split_offset),
-        label=label_of(frame, config))
+        split=assign_splits(
+            frame["prompt"],
+            val_share=config.val_share,
+            test_share=config.test_share,
+            salt=config.split_salt,
+            offset=config.split_offset,
+        ),
+        label=label_of(frame, config),
+    )
 
 
 def label_of(frame, config: TrainConfig) -> np.ndarray:
     """Each row's cloud-needed label (training.labels)."""
     from training.labels import cloud_needed
 
-    return np.asarray(cloud_needed(frame["edge_quality"], frame["cloud_quality"], margin_binary=config.margin_binary,
-                                   margin_graded=config.margin_graded), dtype=np.int64)
+    return np.asarray(
+        cloud_needed(
+            frame["edge_quality"],
+            frame["cloud_quality"],
+            margin_binary=config.margin_binary,
+            margin_graded=config.margin_graded,
+        ),
+        dtype=np.int64,
+    )
 
 
 def sample_numbers(prompts, config: TrainConfig) -> np.ndarray:
@@ -86,19 +105,26 @@ def note_training_sample(console, report: dict, config: TrainConfig, fraction: f
     if fraction >= 1.0:
         return
     expected = report["rows"] * training_share(config)
-    report["training_sample"] = {"max_train_rows": config.max_train_rows, "fraction": fraction,
-                                 "rows": kept if kept is not None else round(expected * fraction)}
-    console.print(f"[bold]training sample[/]: {'about ' if kept is None else ''}"
-                  f"{report['training_sample']['rows']} of ~{round(expected)} training prompts "
-                  f"(max_train_rows={config.max_train_rows}, chosen by prompt hash)")
+    report["training_sample"] = {
+        "max_train_rows": config.max_train_rows,
+        "fraction": fraction,
+        "rows": kept if kept is not None else round(expected * fraction),
+    }
+    console.print(
+        f"[bold]training sample[/]: {'about ' if kept is None else ''}"
+        f"{report['training_sample']['rows']} of ~{round(expected)} training prompts "
+        f"(max_train_rows={config.max_train_rows}, chosen by prompt hash)"
+    )
 
 
 def print_logs(console, report: dict) -> None:
     """One line about the logs that were read."""
     where = f" in {report['units']} partitions" if "units" in report else ""
-    console.print(f"[bold]logs[/]: {report['rows']} prompts{where} from {report['rows_per_source']}, "
-                  f"{report['rejected']} rejected (see {report['rejects_file']}), "
-                  f"{report['duplicates_merged']} duplicates merged")
+    console.print(
+        f"[bold]logs[/]: {report['rows']} prompts{where} from {report['rows_per_source']}, "
+        f"{report['rejected']} rejected (see {report['rejects_file']}), "
+        f"{report['duplicates_merged']} duplicates merged"
+    )
 
 
 def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict:
@@ -109,8 +135,10 @@ def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict
     metrics = {}
     for name, rows in splits.items():
         zoned = with_learned_zones(config, rows, thresholds)
-        metrics[name] = {**summary(zoned, catch_rate=config.fallback_catch_rate),
-                         "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None}
+        metrics[name] = {
+            **summary(zoned, catch_rate=config.fallback_catch_rate),
+            "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
+        }
     return metrics
 
 
@@ -123,32 +151,53 @@ def cross_fitted_figures(config: TrainConfig, splits: Splits, thresholds: dict, 
     return {"test": headline_means(cv), "val": split_figures(config, splits, thresholds)["val"], "cv": cv.summary()}
 
 
-def build_manifest(config: TrainConfig, fitted: Fitted, thresholds: dict, metrics: dict, run_id: str,
-                   outputs: list[str], novelty: dict, acceptance: dict) -> Manifest:
+def build_manifest(
+    config: TrainConfig,
+    fitted: Fitted,
+    thresholds: dict,
+    metrics: dict,
+    run_id: str,
+    outputs: list[str],
+    novelty: dict,
+    acceptance: dict,
+) -> Manifest:
     """The bundle's manifest (serving.manifest), without its file table."""
 
     spec = fitted.plan.spec
     heads = tuple(h.name for h in fitted.heads)
     return Manifest(
-        model_version=f"{config.registered_model}@run:{run_id[:12]}", feature_spec=spec,
+        model_version=f"{config.registered_model}@run:{run_id[:12]}",
+        feature_spec=spec,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         encoder={"tier": config.tier, "key": fitted.plan.built.key},
         score=ScoreSpec(fitted.objective, heads, tuple(outputs)),
         # in_model: the trees already output the calibrated probability (training.export)
         calibration={h.name: _calibration_section(h) for h in fitted.heads},
         thresholds=thresholds,
-        target={"kind": config.target, "max_quality_drop": config.max_quality_drop,
-                "cloud_budget": config.cloud_budget, "fallback_catch_rate": config.fallback_catch_rate},
+        target={
+            "kind": config.target,
+            "max_quality_drop": config.max_quality_drop,
+            "cloud_budget": config.cloud_budget,
+            "fallback_catch_rate": config.fallback_catch_rate,
+        },
         label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
         # cv_folds > 0: the bundle was fitted on every row, and no split of these logs is unseen.
-        split={"val_share": config.val_share, "test_share": config.test_share, "salt": config.split_salt,
-               "offset": config.split_offset, "cv_folds": config.cv_folds},
-        limits=Limits(edge_context_tokens=config.edge_context_tokens), novelty=novelty, acceptance=acceptance,
+        split={
+            "val_share": config.val_share,
+            "test_share": config.test_share,
+            "salt": config.split_salt,
+            "offset": config.split_offset,
+            "cv_folds": config.cv_folds,
+        },
+        limits=Limits(edge_context_tokens=config.edge_context_tokens),
+        novelty=novelty,
+        acceptance=acceptance,
         metrics={k: metrics[k] for k in ("test", "val", "cv") if k in metrics},
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
         training={"engine": config.engine},
-        mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model})
+        mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model},
+    )
 
 
 def _calibration_section(head) -> dict:
@@ -180,11 +229,15 @@ def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> flo
     from serving.scorer import Scorer
 
     checked = slice(0, rows)
-    sdk_scores = Scorer(read_bundle(folder, public_key=public_key)).scores(list(test.prompts[checked]), list(test.precisions[checked]))
+    sdk_scores = Scorer(read_bundle(folder, public_key=public_key)).scores(
+        list(test.prompts[checked]), list(test.precisions[checked])
+    )
     parity = float(np.max(np.abs(sdk_scores - test.scores[checked]))) if len(sdk_scores) else 0.0
     if parity > PARITY_TOLERANCE:
-        raise RuntimeError(f"bundle scores differ from the training pipeline by {parity:.2e} "
-                           f"(> {PARITY_TOLERANCE}); the bundle was not written")
+        raise RuntimeError(
+            f"bundle scores differ from the training pipeline by {parity:.2e} "
+            f"(> {PARITY_TOLERANCE}); the bundle was not written"
+        )
     return parity
 
 
@@ -203,40 +256,52 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     acceptance, thresholds = held_out.acceptance, held_out.thresholds
     novelty_file, novelty = held_out.novelty_file, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
-    figures = split_figures(config, held_out.splits, thresholds) if cv is None else \
-        cross_fitted_figures(config, held_out.splits, thresholds, cv)
-    metrics = {**figures,
-               "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
-               "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
-               "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
-               **({"lexical_tree_weight": {h.name: h.blend.tree_weight for h in fitted.heads}}
-                  if any(h.blend is not None for h in fitted.heads) else {}),
-               **({"acceptance": accepted} if accepted else {}), **fitted.notes}
+    figures = (
+        split_figures(config, held_out.splits, thresholds)
+        if cv is None
+        else cross_fitted_figures(config, held_out.splits, thresholds, cv)
+    )
+    metrics = {
+        **figures,
+        "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
+        "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
+        "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
+        **(
+            {"lexical_tree_weight": {h.name: h.blend.tree_weight for h in fitted.heads}}
+            if any(h.blend is not None for h in fitted.heads)
+            else {}
+        ),
+        **({"acceptance": accepted} if accepted else {}),
+        **fitted.notes,
+    }
     clock.begin("mlflow")
-    with tracked_run(tracking_uri=config.tracking_uri, artifact_root=config.artifact_root,
-                     experiment=config.experiment) as mlrun:
+    with tracked_run(
+        tracking_uri=config.tracking_uri, artifact_root=config.artifact_root, experiment=config.experiment
+    ) as mlrun:
         run_id = mlrun.info.run_id
         clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.model_feature_names))
-        files, novelty = familiarity_in_bundle(fitted.plan, fitted.plan.bundle_files(
-            trees, with_encoder=config.bundle_encoder), novelty_file, novelty)
+        files, novelty = familiarity_in_bundle(
+            fitted.plan, fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), novelty_file, novelty
+        )
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
-            metrics["parity_max_abs_diff"] = check_parity(staged.folder, held_out.splits["test"], config.parity_rows,
-                                                          public_key=_public_key(signing_key))
+            metrics["parity_max_abs_diff"] = check_parity(
+                staged.folder, held_out.splits["test"], config.parity_rows, public_key=_public_key(signing_key)
+            )
             metrics["acceptance_parity_max_abs_diff"] = check_acceptance_parity(
-                staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key))
+                staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key)
+            )
             clock.begin("mlflow")
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
     clock.end_run()
     mlflow.log_metrics(metrics_of(timings), run_id=run_id)
-    return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest,
-                       held_out.splits["test"])
+    return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest, held_out.splits["test"])
 
 
 def train(config: TrainConfig, *, console=None) -> TrainResult:

@@ -15,6 +15,7 @@ repeated prompts gathered by key on the workers (a shuffle) and merged there; (3
 of every row: the validation and test samples come back to the client, the training rows
 stay on the workers (persisted) for LightGBM.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,9 +25,8 @@ import pandas as pd
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
+from training.engines.base import note_training_sample, print_logs, sample_fraction, training_share
 from training.fitted import Fitted
-from training.engines.base import (note_training_sample, print_logs, sample_fraction,
-                                   training_share)
 
 
 def _read_and_check(config: TrainConfig, folder: str):
@@ -51,31 +51,57 @@ def _read_and_check(config: TrainConfig, folder: str):
     is_reject = logs["reject_reason"].notnull()
     weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
     valid = logs[~is_reject][list(COLUMNS)].map_partitions(de.with_keys, meta=de.frame_meta(COLUMNS, key=np.uint64))
-    valid = valid.map_partitions(de.with_weights, **weighing,
-                                 meta=de.frame_meta(COLUMNS, key=np.uint64, **dict.fromkeys(WEIGHT_COLUMNS, float)))
+    valid = valid.map_partitions(
+        de.with_weights, **weighing, meta=de.frame_meta(COLUMNS, key=np.uint64, **dict.fromkeys(WEIGHT_COLUMNS, float))
+    )
     key_counts = valid["key"].value_counts()
     with de.stage("reading and validating logs"):
         n_read, rejects, repeated, per_source, digests, outcomes, answered, _ = dask.compute(
-            logs.shape[0], logs[is_reject][list(de.REJECT_COLUMNS)], key_counts[key_counts > 1],
-            valid["source"].value_counts(), valid.map_partitions(de.content_digest, meta={"digest": object}),
+            logs.shape[0],
+            logs[is_reject][list(de.REJECT_COLUMNS)],
+            key_counts[key_counts > 1],
+            valid["source"].value_counts(),
+            valid.map_partitions(de.content_digest, meta={"digest": object}),
             valid.map_partitions(de.outcome_counts, **weighing, meta={k: np.int64 for k in COUNTED}),
             valid[valid["edge_response"].notnull()].drop(columns="key"),
-            valid.map_partitions(de.checkpoint_partition, folder, meta={"rows": np.int64}))
+            valid.map_partitions(de.checkpoint_partition, folder, meta={"rows": np.int64}),
+        )
 
     rejects_path = config.rejects_path
     reject_list = [Reject(*row) for row in rejects.itertuples(index=False)]
     LoadedLogs(rows=[], rejects=reject_list).write_rejects(rejects_path)
-    check_reject_share(n_valid=int(per_source.sum()), n_read=int(n_read), rejects=reject_list,
-                       max_reject_share=config.max_reject_share, paths=paths, rejects_path=rejects_path)
-    report = {"paths": [source_name(p) for p in paths], "units": len(units), "rows_read": int(n_read),
-              "rejected": len(reject_list), "unlabelled": sum(r.kind == "unlabelled" for r in reject_list),
-              "rejects_file": str(rejects_path), "outcomes": combined_report(outcomes, **weighing),
-              "rows_per_source": per_source.astype(np.int64),
-              "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64)}  # as data.prepare's
-    checkpoint = dd.from_map(de.read_checkpoint, [de.checkpoint_file(folder, i) for i in range(len(units))],
-                             meta=de.checkpoint_meta(), enforce_metadata=False)
-    responses = response_rows(answered, val_share=config.val_share, test_share=config.test_share,
-                              salt=config.split_salt, offset=config.split_offset)
+    check_reject_share(
+        n_valid=int(per_source.sum()),
+        n_read=int(n_read),
+        rejects=reject_list,
+        max_reject_share=config.max_reject_share,
+        paths=paths,
+        rejects_path=rejects_path,
+    )
+    report = {
+        "paths": [source_name(p) for p in paths],
+        "units": len(units),
+        "rows_read": int(n_read),
+        "rejected": len(reject_list),
+        "unlabelled": sum(r.kind == "unlabelled" for r in reject_list),
+        "rejects_file": str(rejects_path),
+        "outcomes": combined_report(outcomes, **weighing),
+        "rows_per_source": per_source.astype(np.int64),
+        "content_sum64": str(sum(int(d) for d in digests["digest"]) % 2**64),
+    }  # as data.prepare's
+    checkpoint = dd.from_map(
+        de.read_checkpoint,
+        [de.checkpoint_file(folder, i) for i in range(len(units))],
+        meta=de.checkpoint_meta(),
+        enforce_metadata=False,
+    )
+    responses = response_rows(
+        answered,
+        val_share=config.val_share,
+        test_share=config.test_share,
+        salt=config.split_salt,
+        offset=config.split_offset,
+    )
     return checkpoint, repeated, report, responses
 
 
@@ -103,17 +129,27 @@ def _merge_repeated(valid, repeated, report: dict, folder: str):
         merged_folder = str(Path(folder) / "merged")
         with de.stage("merging repeated prompts"):  # one computation: the shuffle runs once
             before, after, _ = dask.compute(
-                shuffled["source"].value_counts(), merged["source"].value_counts(),
-                merged.map_partitions(de.checkpoint_partition, merged_folder, tuple(singles.columns),
-                                      meta={"rows": np.int64}))
-        merged = dd.from_map(de.read_checkpoint, [de.checkpoint_file(merged_folder, i) for i in range(partitions)],
-                             meta=singles._meta, enforce_metadata=False)
+                shuffled["source"].value_counts(),
+                merged["source"].value_counts(),
+                merged.map_partitions(
+                    de.checkpoint_partition, merged_folder, tuple(singles.columns), meta={"rows": np.int64}
+                ),
+            )
+        merged = dd.from_map(
+            de.read_checkpoint,
+            [de.checkpoint_file(merged_folder, i) for i in range(partitions)],
+            meta=singles._meta,
+            enforce_metadata=False,
+        )
         per_source = per_source.sub(before, fill_value=0).add(after, fill_value=0)
         merged_away = int(repeated.sum()) - int(after.sum())
         n_rows -= merged_away
         rows = dd.concat([singles, merged])
-    report.update(rows=n_rows, duplicates_merged=merged_away,
-                  rows_per_source={str(k): int(v) for k, v in per_source.sort_index().items() if v})
+    report.update(
+        rows=n_rows,
+        duplicates_merged=merged_away,
+        rows_per_source={str(k): int(v) for k, v in per_source.sort_index().items() if v},
+    )
     return rows
 
 
@@ -145,8 +181,10 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
         with de.stage("collecting the evaluation samples"):
             frames = de.collected(client, *(_sample(prepared, name, max_rows, report, config) for name in splits))
     frame = pd.concat(frames, ignore_index=True)  # distinct splits of merged rows: no prompt twice
-    report["notes"] = [f"Dask engine: {report['rows']} prompts read on the cluster; figures on hash samples of "
-                       f"at most about {max_rows} rows per split ({len(frame)} rows here)"]
+    report["notes"] = [
+        f"Dask engine: {report['rows']} prompts read on the cluster; figures on hash samples of "
+        f"at most about {max_rows} rows per split ({len(frame)} rows here)"
+    ]
     return frame.drop(columns="sample_u"), report, responses
 
 
@@ -157,15 +195,21 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
     from training.engines import dask_partitions as de
     from training.featurize import fit_projection, plan_from, raw_stage, raw_width
 
-    built, raw = raw_stage(config.tier, embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
-                           max_chars=config.max_chars, cache_dir=Path(config.cache_dir))
+    built, raw = raw_stage(
+        config.tier,
+        embedding_dim=config.embedding_dim,
+        max_tokens=config.max_tokens,
+        max_chars=config.max_chars,
+        cache_dir=Path(config.cache_dir),
+    )
     width = raw_width(raw)
     report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
     unmerged = _prepare(valid[list(de.ROUTING_COLUMNS)].assign(n_merged=1), config)
     pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
     recipe = client.scatter(raw.for_workers(), broadcast=True)
-    raw_embeddings = pca_rows.map_partitions(de.raw_embedding_partition, recipe,
-                                             meta={f"raw_{i}": np.float32 for i in range(width)})
+    raw_embeddings = pca_rows.map_partitions(
+        de.raw_embedding_partition, recipe, meta={f"raw_{i}": np.float32 for i in range(width)}
+    )
     with de.stage("raw embeddings for the projection"):
         raw_sample = raw_embeddings.compute()
     prepared = _prepare(_merge_repeated(valid, repeated, report, folder), config)
@@ -177,8 +221,9 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
 ROW_COLUMNS = ("request_id", "prompt", "precision", "domain", "source", "edge_quality", "cloud_quality", "label")
 
 
-def _features(client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...],
-              keep_train_rows: bool = False):
+def _features(
+    client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...], keep_train_rows: bool = False
+):
     """Pass 3: features of the validation and test samples, which come here (pandas), and of
     the training rows (at most about `max_train_rows`), which stay on the workers (persisted).
     With `keep_train_rows`, a sample of the training rows (at most about `eval_sample_rows`, by
@@ -189,14 +234,29 @@ def _features(client, config: TrainConfig, plan, prepared, report: dict, targets
 
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
     keep = (*ROW_COLUMNS, "split", *WEIGHT_COLUMNS)
-    val, test = (_sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
-        de.feature_partition, recipe, keep=keep, with_tokens=True, meta=de.feature_meta(plan.serving, keep, True))
-        for name in ("val", "test"))
+    val, test = (
+        _sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
+            de.feature_partition, recipe, keep=keep, with_tokens=True, meta=de.feature_meta(plan.serving, keep, True)
+        )
+        for name in ("val", "test")
+    )
     train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
-        de.feature_partition, recipe, keep=(*targets, *WEIGHT_COLUMNS), blank_precision=config.precision_dropout,
-        seed=config.seed, meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)))
-    samples = [_sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
-        de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS))] if keep_train_rows else []
+        de.feature_partition,
+        recipe,
+        keep=(*targets, *WEIGHT_COLUMNS),
+        blank_precision=config.precision_dropout,
+        seed=config.seed,
+        meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)),
+    )
+    samples = (
+        [
+            _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
+                de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS)
+            )
+        ]
+        if keep_train_rows
+        else []
+    )
     with de.stage("features"):
         # one graph: each partition is read once
         train, val, test, *samples = client.persist([train, val, test, *samples])
@@ -239,19 +299,34 @@ def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
         rows = dd.concat([part for part, _ in parts]) if shared else parts[0][0]
         x_v, y_v, w_v = stack_sides([v for _, v in parts]) if shared else parts[0][1]
         with de.stage(f"LightGBM training ({', '.join(heads)})"):
-            return fit_booster_dask(client, rows[list(names) + [SIDE_FEATURE] * shared], rows["target_y"], x_v, y_v,
-                                    weight=rows["target_weight"] if weighted else None,
-                                    val_weight=w_v if weighted else None,
-                                    params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
-                                    early_stopping_rounds=config.early_stopping_rounds, objective=objective)
+            return fit_booster_dask(
+                client,
+                rows[list(names) + [SIDE_FEATURE] * shared],
+                rows["target_y"],
+                x_v,
+                y_v,
+                weight=rows["target_weight"] if weighted else None,
+                val_weight=w_v if weighted else None,
+                params=config.lgbm,
+                seed=config.seed,
+                num_boost_round=config.num_boost_round,
+                early_stopping_rounds=config.early_stopping_rounds,
+                objective=objective,
+            )
 
     counts = sides_known(*[known_rows(train, c) for c in columns])
     if len(columns) > 1:  # lazy sums over the cluster's rows
         counts = dict(zip(counts, client.compute(list(counts.values()), sync=True)))
     shared = share_heads(config.head_sharing, heads=len(columns), **counts)
-    return fit_heads(config.objective, fit_booster_for, x_val, {c: val[c].to_numpy() for c in columns},
-                     calibration=config.calibration, shared=shared,
-                     weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()})
+    return fit_heads(
+        config.objective,
+        fit_booster_for,
+        x_val,
+        {c: val[c].to_numpy() for c in columns},
+        calibration=config.calibration,
+        shared=shared,
+        weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()},
+    )
 
 
 def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = False) -> Fitted:
@@ -276,15 +351,19 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
             clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
             plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report, folder)
             print_logs(console, report)
-            note_training_sample(console, report, config,
-                                 sample_fraction(config.max_train_rows, report["rows"] * training_share(config)))
+            note_training_sample(
+                console, report, config, sample_fraction(config.max_train_rows, report["rows"] * training_share(config))
+            )
             clock.begin("featurize")
-            train, val, test, train_sample = _features(client, config, plan, prepared, report,
-                                                       target_columns(config.objective), keep_train_rows)
+            train, val, test, train_sample = _features(
+                client, config, plan, prepared, report, target_columns(config.objective), keep_train_rows
+            )
         names = plan.spec.feature_names
-        console.print(f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
-                      f"training rows; samples: {len(val)} validation, {len(test)} test rows"
-                      + (f", {len(train_sample)} training rows" if train_sample is not None else ""))
+        console.print(
+            f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
+            f"training rows; samples: {len(val)} validation, {len(test)} test rows"
+            + (f", {len(train_sample)} training rows" if train_sample is not None else "")
+        )
 
         clock.begin("fit")
         status = "LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"
@@ -297,17 +376,39 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
         scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
         raw[name] = {h.name: h.raw(x) for h in heads}
-        embeddings[name] = x[:, -plan.spec.embedding_dim:]
+        embeddings[name] = x[:, -plan.spec.embedding_dim :]
         ids = frame[de.TOKEN_IDS].tolist()
         tokens[name] = None if ids and ids[0] is None else TokenRows.from_rows(ids)
-    train_rows = None if train_sample is None else Rows.from_frame(
-        train_sample, n_tokens=train_sample["n_tokens"].to_numpy(), scores=np.zeros(len(train_sample)))
-    notes = {"dask": {"workers": workers, "partitions": report["units"], "pca_rows": pca_rows,
-                      "val_rows": len(val), "test_rows": len(test),
-                      **({"train_sample_rows": len(train_rows)} if train_rows is not None else {})}}
+    train_rows = (
+        None
+        if train_sample is None
+        else Rows.from_frame(
+            train_sample, n_tokens=train_sample["n_tokens"].to_numpy(), scores=np.zeros(len(train_sample))
+        )
+    )
+    notes = {
+        "dask": {
+            "workers": workers,
+            "partitions": report["units"],
+            "pca_rows": pca_rows,
+            "val_rows": len(val),
+            "test_rows": len(test),
+            **({"train_sample_rows": len(train_rows)} if train_rows is not None else {}),
+        }
+    }
     del frame, val, test, ids, train_sample  # the token arrays were copied into `tokens`
     de.return_freed_memory()
     clock.end()
-    return Fitted(report, plan, config.objective, heads, splits, embeddings, responses, notes=notes,
-                  tokens=tokens if all(t is not None for t in tokens.values()) else None,
-                  train_rows=train_rows, raw=raw)
+    return Fitted(
+        report,
+        plan,
+        config.objective,
+        heads,
+        splits,
+        embeddings,
+        responses,
+        notes=notes,
+        tokens=tokens if all(t is not None for t in tokens.values()) else None,
+        train_rows=train_rows,
+        raw=raw,
+    )

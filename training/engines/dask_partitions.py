@@ -6,6 +6,7 @@ same rows and features; only where the rows live differs.
 One partition per loading unit (a log file, or a folder an adapter reads whole): write
 large logs as many files (shards), as `make simulate` does.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,10 @@ UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
 ROUTING_COLUMNS = (*(c for c in COLUMNS if c not in RESPONSE_COLUMNS), *WEIGHT_COLUMNS)
 
 
-NO_TEXT = ("prompt logged without its text (OutcomeLog(store_prompts=False)): the Dask engine reads text rows "
-           "only; train with ENGINE=local to learn from its token ids")
+NO_TEXT = (
+    "prompt logged without its text (OutcomeLog(store_prompts=False)): the Dask engine reads text rows "
+    "only; train with ENGINE=local to learn from its token ids"
+)
 
 
 class EngineError(RuntimeError):
@@ -64,8 +67,9 @@ def unit_frame(path: str) -> pd.DataFrame:
     row per reject carrying the file, location and reason. Rows = rows read."""
     loaded = read_unit(Path(path)).without_token_rows(NO_TEXT)
     valid = loaded.frame()
-    rejects = pd.DataFrame([(r.file, r.location, r.reason, r.kind) for r in loaded.rejects],
-                           columns=list(REJECT_COLUMNS))
+    rejects = pd.DataFrame(
+        [(r.file, r.location, r.reason, r.kind) for r in loaded.rejects], columns=list(REJECT_COLUMNS)
+    )
     frame = pd.concat([valid, rejects], ignore_index=True) if len(rejects) else valid
     frame = missing_text_as_none(frame.reindex(columns=list(UNIT_COLUMNS)), _text_columns())
     return frame.astype({c: float for c in NUMBER_COLUMNS})
@@ -114,15 +118,23 @@ def raw_embedding_partition(frame: pd.DataFrame, recipe) -> pd.DataFrame:
     from training.featurize import n_scalar_features
 
     matrix = recipe.transform(frame["prompt"].tolist(), frame["precision"].tolist())
-    embedding = matrix[:, n_scalar_features(recipe.spec):]
+    embedding = matrix[:, n_scalar_features(recipe.spec) :]
     return pd.DataFrame(embedding, columns=[f"raw_{i}" for i in range(embedding.shape[1])], index=frame.index)
 
 
 TOKEN_IDS = "token_ids"  # feature_partition(with_tokens=True): each row's token ids, one array a row
 
 
-def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = (), blank_precision: float = 0.0,
-                      seed: int = 0, with_tokens: bool = False, partition_info: dict | None = None) -> pd.DataFrame:
+def feature_partition(
+    frame: pd.DataFrame,
+    recipe,
+    *,
+    keep: tuple[str, ...] = (),
+    blank_precision: float = 0.0,
+    seed: int = 0,
+    with_tokens: bool = False,
+    partition_info: dict | None = None,
+) -> pd.DataFrame:
     """Serving features of each row (columns = spec.feature_names) plus the `keep` columns and,
     `with_tokens`, TOKEN_IDS (None where the recipe computes no ids: only a token table does).
     `blank_precision` zeroes the declared precision on that share of rows, drawn from a
@@ -133,14 +145,16 @@ def feature_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...] = ()
     matrix, tokens = recipe.featurizer().transform_with_tokens(frame["prompt"].tolist(), frame["precision"].tolist())
     if blank_precision:
         number = (partition_info or {}).get("number", 0)
-        matrix = blank_declared_precision(matrix, names, recipe.spec.precisions, blank_precision,
-                                          np.random.default_rng([seed, number]))
+        matrix = blank_declared_precision(
+            matrix, names, recipe.spec.precisions, blank_precision, np.random.default_rng([seed, number])
+        )
     out = pd.DataFrame(matrix, columns=names, index=frame.index)
     for column in keep:
         out[column] = frame[column].to_numpy()
     if with_tokens:
-        out[TOKEN_IDS] = pd.Series(tokens.per_row() if tokens is not None else [None] * len(frame),
-                                   index=frame.index, dtype=object)
+        out[TOKEN_IDS] = pd.Series(
+            tokens.per_row() if tokens is not None else [None] * len(frame), index=frame.index, dtype=object
+        )
     return out
 
 
@@ -161,16 +175,21 @@ def counted_meta(keep: tuple[str, ...]) -> pd.DataFrame:
 
 def feature_meta(recipe, keep: tuple[str, ...] = (), with_tokens: bool = False) -> pd.DataFrame:
     """The empty frame feature_partition returns."""
-    return frame_meta((), **{n: np.float32 for n in recipe.spec.feature_names}, **{c: _kind(c) for c in keep},
-                      **({TOKEN_IDS: object} if with_tokens else {}))
+    return frame_meta(
+        (),
+        **{n: np.float32 for n in recipe.spec.feature_names},
+        **{c: _kind(c) for c in keep},
+        **({TOKEN_IDS: object} if with_tokens else {}),
+    )
 
 
 PREPARED = {"n_merged": np.int64, "split": object, "label": np.int64, "sample_u": float}
 CHECKPOINT_COLUMNS = (*ROUTING_COLUMNS, "key")  # what the later passes read of each validated row
 
 
-def checkpoint_partition(frame: pd.DataFrame, folder: str, columns: tuple[str, ...] = CHECKPOINT_COLUMNS,
-                         partition_info: dict | None = None) -> pd.DataFrame:
+def checkpoint_partition(
+    frame: pd.DataFrame, folder: str, columns: tuple[str, ...] = CHECKPOINT_COLUMNS, partition_info: dict | None = None
+) -> pd.DataFrame:
     """Write this partition's rows (`columns`: by default the validated rows' CHECKPOINT_COLUMNS)
     to `folder`/part-NNNNN.parquet, so that the later passes read them back instead of
     reading and validating the logs again, or of holding them in memory; returns one row:
@@ -180,8 +199,10 @@ def checkpoint_partition(frame: pd.DataFrame, folder: str, columns: tuple[str, .
         Path(folder).mkdir(parents=True, exist_ok=True)
         frame[list(columns)].reset_index(drop=True).to_parquet(path, index=False)
     except OSError as exc:
-        raise EngineError(f"cannot write the validated rows to {path} ({type(exc).__name__}: {exc}); set "
-                          "dask_scratch to writable storage that every worker sees") from exc
+        raise EngineError(
+            f"cannot write the validated rows to {path} ({type(exc).__name__}: {exc}); set "
+            "dask_scratch to writable storage that every worker sees"
+        ) from exc
     return pd.DataFrame({"rows": [len(frame)]})
 
 
@@ -219,8 +240,7 @@ def merge_partition(frame: pd.DataFrame, dtypes: dict) -> pd.DataFrame:
 
 
 @contextlib.contextmanager
-def cluster(scheduler: str | None = None, *, workers: int | None = None,
-            timeout_s: float = 10.0) -> Iterator[object]:
+def cluster(scheduler: str | None = None, *, workers: int | None = None, timeout_s: float = 10.0) -> Iterator[object]:
     """A distributed.Client: on `scheduler` (else $DASK_SCHEDULER) when given, otherwise on
     a LocalCluster sized to this machine (one single-threaded worker process per core),
     closed on exit."""
@@ -234,15 +254,26 @@ def cluster(scheduler: str | None = None, *, workers: int | None = None,
         try:
             client = Client(address, timeout=f"{timeout_s}s")
         except (OSError, TimeoutError) as exc:
-            raise EngineError(f"cannot reach the Dask scheduler at {address!r} ({type(exc).__name__}: {exc}). "
-                              "Check DASK_SCHEDULER (or dask_scheduler in the config), or leave both empty "
-                              "to start a LocalCluster on this machine.") from exc
+            raise EngineError(
+                f"cannot reach the Dask scheduler at {address!r} ({type(exc).__name__}: {exc}). "
+                "Check DASK_SCHEDULER (or dask_scheduler in the config), or leave both empty "
+                "to start a LocalCluster on this machine."
+            ) from exc
         with client:
             yield client
         return
     n_workers = workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit="auto", silence_logs=logging.ERROR) as local, Client(local) as client:
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit="auto",
+            silence_logs=logging.ERROR,
+        ) as local,
+        Client(local) as client,
+    ):
         yield client
 
 
@@ -312,8 +343,10 @@ def stage(name: str) -> Iterator[None]:
     try:
         yield
     except KilledWorker as exc:
-        raise EngineError(f"{name}: a Dask worker died running {exc.task!r} (last worker: {exc.last_worker}); "
-                          "see the worker logs for the cause (often out of memory: fewer rows per file, "
-                          "or more memory per worker)") from exc
+        raise EngineError(
+            f"{name}: a Dask worker died running {exc.task!r} (last worker: {exc.last_worker}); "
+            "see the worker logs for the cause (often out of memory: fewer rows per file, "
+            "or more memory per worker)"
+        ) from exc
     except (CommClosedError, TimeoutError) as exc:
         raise EngineError(f"{name}: lost the connection to the Dask cluster ({type(exc).__name__}: {exc})") from exc

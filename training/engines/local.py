@@ -1,5 +1,6 @@
 """The local engine: every row in memory on this machine (pandas frame, feature matrix,
 LightGBM). The default, and the fastest below a few million rows."""
+
 from __future__ import annotations
 
 import time
@@ -10,10 +11,17 @@ import numpy as np
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.fitted import Fitted
 from training.crossval import Refit
-from training.engines.base import (label_of, note_training_sample, print_logs, sample_fraction,
-                                   sample_numbers, split_and_label, training_share)
+from training.engines.base import (
+    label_of,
+    note_training_sample,
+    print_logs,
+    sample_fraction,
+    sample_numbers,
+    split_and_label,
+    training_share,
+)
+from training.fitted import Fitted
 from training.held_out import check_held_out_rows
 from training.lexical import MARGINS_OUTPUT
 from training.stages import StageClock
@@ -23,9 +31,9 @@ if TYPE_CHECKING:
 
 
 class Prepared(NamedTuple):
-    frame: "pd.DataFrame"       # one row per prompt, with split, label and outcome weights
-    report: dict                # the data report
-    responses: "pd.DataFrame"   # rows with an edge answer (data.prepare.response_rows), as logged
+    frame: "pd.DataFrame"  # one row per prompt, with split, label and outcome weights
+    report: dict  # the data report
+    responses: "pd.DataFrame"  # rows with an edge answer (data.prepare.response_rows), as logged
     token_rows: "pd.DataFrame"  # rows logged without text (training.token_rows), labelled and weighted
 
 
@@ -40,9 +48,15 @@ def resplit(prepared: Prepared, config: TrainConfig) -> Prepared:
     frame = split_and_label(prepared.frame.drop(columns=["split", "label"]), config)
     responses = prepared.responses
     if responses is not None and len(responses):
-        responses = responses.assign(split=assign_splits(responses["prompt"], val_share=config.val_share,
-                                                         test_share=config.test_share, salt=config.split_salt,
-                                                         offset=config.split_offset))
+        responses = responses.assign(
+            split=assign_splits(
+                responses["prompt"],
+                val_share=config.val_share,
+                test_share=config.test_share,
+                salt=config.split_salt,
+                offset=config.split_offset,
+            )
+        )
     return Prepared(frame, copy.deepcopy(prepared.report), responses, prepared.token_rows)
 
 
@@ -68,12 +82,24 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     tokens = tokens.assign(split="train", label=label_of(tokens, config))  # token_rows: never held out
     logged = ["edge_quality", "cloud_quality", "propensity"]
     outcomes = partial_report(pd.concat([valid[logged], tokens[logged]], ignore_index=True), **weighing)
-    report = {"paths": [source_name(p) for p in paths], "rows_read": logs.n_read, "rejected": len(logs.rejects),
-              "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects), "rejects_file": str(config.rejects_path),
-              "duplicates_merged": int((frame["n_merged"] - 1).sum()),
-              **fingerprint(valid, frame), "outcomes": outcomes, "token_rows": {"read": len(tokens)}}
-    responses = response_rows(valid, val_share=config.val_share, test_share=config.test_share,
-                              salt=config.split_salt, offset=config.split_offset)
+    report = {
+        "paths": [source_name(p) for p in paths],
+        "rows_read": logs.n_read,
+        "rejected": len(logs.rejects),
+        "unlabelled": sum(r.kind == "unlabelled" for r in logs.rejects),
+        "rejects_file": str(config.rejects_path),
+        "duplicates_merged": int((frame["n_merged"] - 1).sum()),
+        **fingerprint(valid, frame),
+        "outcomes": outcomes,
+        "token_rows": {"read": len(tokens)},
+    }
+    responses = response_rows(
+        valid,
+        val_share=config.val_share,
+        test_share=config.test_share,
+        salt=config.split_salt,
+        offset=config.split_offset,
+    )
     return Prepared(frame, report, responses, tokens)
 
 
@@ -95,9 +121,14 @@ def read_valid_rows(paths, config: TrainConfig):
         logs.token_rows.extend(loaded.token_rows)
         logs.n_read += loaded.n_read
     logs.write_rejects(config.rejects_path)
-    check_reject_share(n_valid=sum(map(len, frames)) + len(logs.token_rows), n_read=logs.n_read,
-                       rejects=logs.rejects, max_reject_share=config.max_reject_share, paths=paths,
-                       rejects_path=config.rejects_path)
+    check_reject_share(
+        n_valid=sum(map(len, frames)) + len(logs.token_rows),
+        n_read=logs.n_read,
+        rejects=logs.rejects,
+        max_reject_share=config.max_reject_share,
+        paths=paths,
+        rejects_path=config.rejects_path,
+    )
     return concat_like_one_frame(frames), logs
 
 
@@ -160,10 +191,13 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
         raise DataQualityError(
             f"nothing to evaluate in {', '.join(prepared.report['paths'])}: {n} rows logged without their text "
             "(OutcomeLog(store_prompts=False)) and none with it, and the evaluation routes prompts from their "
-            f"text; {TEXT_NEEDED}")
+            f"text; {TEXT_NEEDED}"
+        )
     if len(prepared.token_rows):
-        console.print(f"[yellow]{len(prepared.token_rows)} rows logged without text (store_prompts=False) are "
-                      "left out: the evaluation scores prompts from their text[/]")
+        console.print(
+            f"[yellow]{len(prepared.token_rows)} rows logged without text (store_prompts=False) are "
+            "left out: the evaluation scores prompts from their text[/]"
+        )
     return prepared.frame, prepared.report, prepared.responses
 
 
@@ -189,13 +223,25 @@ def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray):
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"features ({config.tier} tier)", total=len(frame))
         # The columns as they are (no list copies): each chunk is read from them while it is featurized.
-        feats = featurize(frame["prompt"].to_numpy(), frame["precision"].to_numpy(), train, tier=config.tier,
-                          embedding_dim=config.embedding_dim, max_tokens=config.max_tokens,
-                          max_chars=config.max_chars, cache_dir=Path(config.cache_dir), seed=config.seed,
-                          workers=default_workers(), on_batch=lambda n: progress.advance(task, n),
-                          keep_tokens=keep_tokens)
-    cache = (f"embedding cache {feats.cache_hits} hits / {feats.cache_misses} computed" if feats.cache_used
-             else "no embedding cache (recomputing a static embedding is cheaper than reading it)")
+        feats = featurize(
+            frame["prompt"].to_numpy(),
+            frame["precision"].to_numpy(),
+            train,
+            tier=config.tier,
+            embedding_dim=config.embedding_dim,
+            max_tokens=config.max_tokens,
+            max_chars=config.max_chars,
+            cache_dir=Path(config.cache_dir),
+            seed=config.seed,
+            workers=default_workers(),
+            on_batch=lambda n: progress.advance(task, n),
+            keep_tokens=keep_tokens,
+        )
+    cache = (
+        f"embedding cache {feats.cache_hits} hits / {feats.cache_misses} computed"
+        if feats.cache_used
+        else "no embedding cache (recomputing a static embedding is cheaper than reading it)"
+    )
     console.print(f"[bold]features[/]: {feats.matrix.shape[1]} columns; {cache}")
     return feats
 
@@ -215,8 +261,9 @@ def _token_rows(plan, token_rows, data_report: dict, console):
         matrix = np.concatenate([matrix, plan.lexical.margins_of_rows([r.get("input_ids") for r in logged])], axis=1)
     data_report["token_rows"].update(used=int(usable.sum()), skipped=skipped)
     left = f"; left out: {skipped}" if skipped else ""
-    console.print(f"[bold]rows logged without text[/]: {int(usable.sum())} of {len(token_rows)} train from their "
-                  f"token ids{left}")
+    console.print(
+        f"[bold]rows logged without text[/]: {int(usable.sum())} of {len(token_rows)} train from their token ids{left}"
+    )
     return matrix, token_rows[usable].reset_index(drop=True)
 
 
@@ -230,8 +277,11 @@ def _with_lexical(config: TrainConfig, frame, feats, train: np.ndarray, console)
     with console.status(f"lexical evidence: {fits} logistic regression(s) per outcome"):
         vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
         model, margins = for_training(config, frame, feats.tokens, train, vocabulary=vocabulary)
-    how = "blended into the heads" if config.lexical == "blend" else \
-        f"trees' inputs, training rows' margins out of {config.lexical_folds} folds"
+    how = (
+        "blended into the heads"
+        if config.lexical == "blend"
+        else f"trees' inputs, training rows' margins out of {config.lexical_folds} folds"
+    )
     console.print(f"[bold]lexical evidence[/]: {how} ({time.perf_counter() - t0:.1f} s)")
     return feats.plan.with_lexical(model, config.lexical), np.concatenate([feats.matrix, margins], axis=1)
 
@@ -243,7 +293,7 @@ def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens) -> np.ndarray:
     if plan.lexical is None or plan.spec.lexical != "features":
         return x[rows]
     served = x[rows]
-    served[:, -len(plan.lexical.bias):] = plan.lexical.margins_of_tokens(tokens.subset(rows))
+    served[:, -len(plan.lexical.bias) :] = plan.lexical.margins_of_tokens(tokens.subset(rows))
     return served
 
 
@@ -252,8 +302,15 @@ def _unless_equal(weights: np.ndarray):
     return None if np.all(weights == 1.0) else weights
 
 
-def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = None,
-        prepared: Prepared | None = None, keep_train_rows: bool = False) -> Fitted:
+def fit(
+    config: TrainConfig,
+    console,
+    timings: dict,
+    *,
+    refit: Refit | None = None,
+    prepared: Prepared | None = None,
+    keep_train_rows: bool = False,
+) -> Fitted:
     """Load, featurize and fit in this process. With `refit` (cross-fitting, training.crossval),
     every row trains, for the rounds and with the calibrations the folds chose, and both
     `splits` are every row with both outcomes, scored in sample: cross-fitting puts the
@@ -261,14 +318,22 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     prepare_frame read them for another split (resplit puts this configuration's split on them).
     `keep_train_rows`: hand back the training rows (Fitted.train_rows), which cross-validation
     fits the reference and the tuned rule table on."""
-    from training.model import (SIDE_FEATURE, blank_declared_precision, fit_booster, fit_heads, predict,
-                                stack_sides, target_columns)
+    from training.model import (
+        SIDE_FEATURE,
+        blank_declared_precision,
+        fit_booster,
+        fit_heads,
+        predict,
+        stack_sides,
+        target_columns,
+    )
     from training.partial import both_known, head_rows, share_heads, sides_known
 
     clock = StageClock(timings)
     with clock.span("load"), console.status("loading and validating logs"):
-        frame, data_report, responses, token_rows = prepare_frame(config, clock) if prepared is None \
-            else resplit(prepared, config)
+        frame, data_report, responses, token_rows = (
+            prepare_frame(config, clock) if prepared is None else resplit(prepared, config)
+        )
     print_logs(console, data_report)
     if refit is None:
         both, split = both_known(frame), frame["split"].to_numpy()  # too few to validate: stop before fitting
@@ -298,13 +363,21 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     # Each head learns from the rows where its outcome is known (training.partial): the text
     # rows of the training split, then the usable rows logged without text (training.token_rows).
     x_tokens, token_rows = _token_rows(plan, token_rows, data_report, console)
-    x_train = blank_declared_precision(np.concatenate([x[train], x_tokens]), names, feats.spec.precisions,
-                                       config.precision_dropout, np.random.default_rng(config.seed))
+    x_train = blank_declared_precision(
+        np.concatenate([x[train], x_tokens]),
+        names,
+        feats.spec.precisions,
+        config.precision_dropout,
+        np.random.default_rng(config.seed),
+    )
     targets = {c: frame[c].to_numpy() for c in columns}
     known = {c: head_rows(frame, c) for c in columns}
-    known_train = {c: tuple(np.concatenate([part[train], from_tokens]) for part, from_tokens
-                            in zip(known[c], head_rows(token_rows, c)))
-                   for c in columns}
+    known_train = {
+        c: tuple(
+            np.concatenate([part[train], from_tokens]) for part, from_tokens in zip(known[c], head_rows(token_rows, c))
+        )
+        for c in columns
+    }
     targets_train = {c: np.concatenate([targets[c][train], token_rows[c].to_numpy(float)]) for c in columns}
 
     trees = slice(0, len(names))  # the trees' columns: a blend's margins follow them
@@ -312,20 +385,31 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     def rows_of(column: str):
         """(train x, y, weights), (validation x, y, weights) of the head that learns `column`."""
         (fit_rows, weights), val_rows = known_train[column], known[column][0] & val
-        return ((x_train[fit_rows, trees], targets_train[column][fit_rows], _unless_equal(weights[fit_rows])),
-                (x[val_rows, trees], targets[column][val_rows], _unless_equal(known[column][1][val_rows])))
+        return (
+            (x_train[fit_rows, trees], targets_train[column][fit_rows], _unless_equal(weights[fit_rows])),
+            (x[val_rows, trees], targets[column][val_rows], _unless_equal(known[column][1][val_rows])),
+        )
 
     def fit_booster_for(columns: tuple[str, ...], objective: str):
         parts = [rows_of(c) for c in columns]  # shared: each side's rows, stacked
-        train_part, val_part = parts[0] if len(parts) == 1 else (stack_sides([t for t, _ in parts]),
-                                                                 stack_sides([v for _, v in parts]))
+        train_part, val_part = (
+            parts[0] if len(parts) == 1 else (stack_sides([t for t, _ in parts]), stack_sides([v for _, v in parts]))
+        )
         if refit is not None:  # no validation rows: the rounds the folds' early stopping chose
             val_part = (None, None, None)
-        return fit_booster(*train_part[:2], *val_part[:2], weight=train_part[2], val_weight=val_part[2],
-                           params=config.lgbm, seed=config.seed, num_boost_round=config.num_boost_round,
-                           early_stopping_rounds=config.early_stopping_rounds,
-                           feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1), objective=objective,
-                           rounds=None if refit is None else refit.rounds[columns[0]])
+        return fit_booster(
+            *train_part[:2],
+            *val_part[:2],
+            weight=train_part[2],
+            val_weight=val_part[2],
+            params=config.lgbm,
+            seed=config.seed,
+            num_boost_round=config.num_boost_round,
+            early_stopping_rounds=config.early_stopping_rounds,
+            feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1),
+            objective=objective,
+            rounds=None if refit is None else refit.rounds[columns[0]],
+        )
 
     counts = sides_known(*(known_train[c][0] for c in columns))
     shared = share_heads(config.head_sharing, heads=len(columns), **{k: int(v) for k, v in counts.items()})
@@ -334,11 +418,18 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
 
     status = f"LightGBM heads for {config.objective} (early stopping on validation)"
     with clock.span("lightgbm"), console.status(status):  # the boosters alone; the "fit" stage adds scoring
-        heads = fit_heads(config.objective, fit_booster_for, x[val], {c: v[val] for c, v in targets.items()},
-                          calibration=config.calibration,
-                          weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
-                          shared=shared, calibrations=None if refit is None else refit.calibrations,
-                          blend=config.lexical == "blend", blends=None if refit is None else refit.blends)
+        heads = fit_heads(
+            config.objective,
+            fit_booster_for,
+            x[val],
+            {c: v[val] for c, v in targets.items()},
+            calibration=config.calibration,
+            weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
+            shared=shared,
+            calibrations=None if refit is None else refit.calibrations,
+            blend=config.lexical == "blend",
+            blends=None if refit is None else refit.blends,
+        )
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
     # (scored here, not the training rows: at a million rows those took a minute).
@@ -347,17 +438,32 @@ def fit(config: TrainConfig, console, timings: dict, *, refit: Refit | None = No
     for name, rows in chosen.items():
         served = _as_served(x, rows, plan, feats.tokens)
         scores, probabilities = predict(config.objective, heads, served)
-        splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores,
-                                       probabilities=probabilities)
+        splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores, probabilities=probabilities)
         raw[name] = {h.name: h.raw(served) for h in heads}
         if config.lexical == "blend":  # what cross-fitting fits the refit's blends on
-            raw[name][MARGINS_OUTPUT] = served[:, len(names):]
-    embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim:] for name, rows in chosen.items()}
-    tokens = None if feats.tokens is None else {name: feats.tokens.subset(rows[keep_tokens])
-                                                for name, rows in chosen.items()}
-    train_rows = Rows.from_frame(frame[train], n_tokens=n_tokens[train], scores=np.zeros(int(train.sum()))) \
-        if keep_train_rows else None
+            raw[name][MARGINS_OUTPUT] = served[:, len(names) :]
+    embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim :] for name, rows in chosen.items()}
+    tokens = (
+        None
+        if feats.tokens is None
+        else {name: feats.tokens.subset(rows[keep_tokens]) for name, rows in chosen.items()}
+    )
+    train_rows = (
+        Rows.from_frame(frame[train], n_tokens=n_tokens[train], scores=np.zeros(int(train.sum())))
+        if keep_train_rows
+        else None
+    )
     clock.end()
-    return Fitted(data_report, plan, config.objective, heads, splits, embeddings, responses, tokens=tokens,
-                  notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits,
-                                             "computed": feats.cache_misses}}, train_rows=train_rows, raw=raw)
+    return Fitted(
+        data_report,
+        plan,
+        config.objective,
+        heads,
+        splits,
+        embeddings,
+        responses,
+        tokens=tokens,
+        notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits, "computed": feats.cache_misses}},
+        train_rows=train_rows,
+        raw=raw,
+    )
