@@ -1,6 +1,32 @@
-// The edge-cloud router's SDK for Node: the Python SDK's Router contract (docs/sdk.md).
-export { Router } from "./router.js";
+// The edge-cloud router's SDK for Node: the Python SDK's Router contract (docs/sdk.md) on a
+// bundle folder, node:crypto and onnxruntime-node. Browsers import web.js instead.
+import { BaseRouter } from "./router.js";
+import { nodeCrypto, nodePlatform } from "./node/platform.js";
+import { createHash } from "node:crypto";
+import { canonicalBytes, verifiedBundle, withoutDigest } from "./bundle.js";
+
+export class Router extends BaseRouter {
+  /**
+   * Load and verify a bundle folder; see index.d.ts.
+   * @param {string} folder
+   * @param {import("./index.js").LoadOptions} [options]
+   */
+  static load(folder, options) {
+    return this.loadWith(nodePlatform, folder, options);
+  }
+}
+
+/** Read and verify a bundle folder without loading its model (BundleError on any problem). */
+export function readBundle(folder, { publicKey = null } = {}) {
+  return verifiedBundle(String(folder), nodePlatform.files(folder), nodeCrypto, { publicKey });
+}
+
+/** The SHA-256 a manifest's manifest_sha256 must hold (of Python's canonical JSON without it). */
+export function manifestDigest(manifest) {
+  return createHash("sha256").update(canonicalBytes(withoutDigest(manifest))).digest("hex");
+}
+
+export { loadPublicKey } from "./node/platform.js";
+export { BundleError, SigningError } from "./bundle.js";
 export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
-export { BundleError, manifestDigest, readBundle } from "./bundle.js";
-export { SigningError, loadPublicKey } from "./signing.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";

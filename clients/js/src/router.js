@@ -1,7 +1,7 @@
 // The learned router (serving/router.py): bundle in, Decision out; the rule table whenever the
 // bundle cannot serve. Loading and routing never throw for valid arguments: a bad bundle gives a
 // router on the rule table (degraded), unless `strict`, which throws BundleError and only that.
-import { BundleError, readBundle } from "./bundle.js";
+import { BundleError, verifiedBundle } from "./bundle.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
@@ -9,10 +9,11 @@ import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
 
 /** A verified, loaded bundle's Routing; BundleError for anything wrong with the bundle,
  * onnxruntime refusing it included. */
-async function loadRouting(source, { threads, unfamiliarPolicy, publicKey, logger }) {
+async function loadRouting(platform, source, { threads, unfamiliarPolicy, publicKey, logger }) {
   let scorer;
   try {
-    scorer = await Scorer.create(await readBundle(source, { publicKey }), { threads });
+    const bundle = await verifiedBundle(String(source), platform.files(source), platform.crypto, { publicKey });
+    scorer = await Scorer.create(bundle, platform.runtime, { threads });
   } catch (error) {
     if (error instanceof BundleError) throw error;
     throw new BundleError(`cannot load bundle ${source}: ${error?.message ?? error}`.slice(0, 500), { cause: error });
@@ -20,29 +21,31 @@ async function loadRouting(source, { threads, unfamiliarPolicy, publicKey, logge
   return new Routing(scorer, { unfamiliarPolicy, logger });
 }
 
-export class Router {
+/** The Router of every platform; index.js (Node) and web.js (browsers) give it theirs. */
+export class BaseRouter {
   /** Use Router.load. */
   constructor(routing) {
     this.routing = routing;
   }
 
   /**
-   * Load and verify a bundle folder.
-   * @param {string} source the bundle folder
+   * Load and verify a bundle with `platform` (node/platform.js, web/platform.js).
+   * @param {string} source the bundle: a folder, or a base URL in a browser
    * @param {{strict?: boolean, threads?: number, unfamiliarPolicy?: string | null, publicKey?: any,
    *   logger?: {warn(message: string): void}}} [options]
    */
-  static async load(source, { strict = false, threads = 1, unfamiliarPolicy = null, publicKey = null, logger = console } = {}) {
+  static async loadWith(platform, source, { strict = false, threads = 1, unfamiliarPolicy = null, publicKey = null,
+    logger = console } = {}) {
     if (unfamiliarPolicy !== null && !UNFAMILIAR_POLICIES.includes(unfamiliarPolicy)) {
       throw new RangeError(`unfamiliarPolicy=${JSON.stringify(unfamiliarPolicy)}; use one of ${UNFAMILIAR_POLICIES.join(", ")}`);
     }
     if (!Number.isInteger(threads) || threads < 1) throw new RangeError(`threads must be a positive integer, got ${threads}`);
     try {
-      return new Router(await loadRouting(source, { threads, unfamiliarPolicy, publicKey, logger }));
+      return new this(await loadRouting(platform, source, { threads, unfamiliarPolicy, publicKey, logger }));
     } catch (error) {
       if (strict) throw error;
       logger.warn(`routing bundle unavailable, using the rule table: ${error.message}`);
-      return new Router(new Routing(null, { degradedReason: error.message, logger }));
+      return new this(new Routing(null, { degradedReason: error.message, logger }));
     }
   }
 

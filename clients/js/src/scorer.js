@@ -1,13 +1,10 @@
-// Bundle -> head probabilities, routing scores and novelty with onnxruntime-node
+// Bundle -> head probabilities, routing scores and novelty with onnxruntime
 // (serving/scorer.py, the fused layout). The static tier's model.onnx takes the token ids, the
 // mask and the scalars and computes everything after them: each head's probability (calibration
 // and lexical blend folded in) and the novelty. Other layouts (the transformer tier's staged
 // encoder + router, a familiarity reference kept as novelty.npz) are refused with a BundleError,
-// so the router runs degraded on them rather than deciding differently from Python.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import path from "node:path";
-import ort from "onnxruntime-node";
+// so the router runs degraded on them rather than deciding differently from Python. The
+// onnxruntime is the platform's (onnxruntime-node, onnxruntime-web).
 import { BundleError, content } from "./bundle.js";
 import { FeatureExtractor } from "./features.js";
 import { BundleTokenizer } from "./tokenizer.js";
@@ -34,24 +31,10 @@ export function calibrator(params) {
   };
 }
 
-/** An onnxruntime session on `threads` threads from a graph's bytes. External data may only come
- * from an empty temporary folder, so a graph pointing at any file (an unverified weights file
- * beside the bundle, or ../ anywhere) fails to load, as in Python. */
-async function session(bytes, threads) {
-  const empty = mkdtempSync(path.join(tmpdir(), "router-no-external-data-"));
-  try {
-    return await ort.InferenceSession.create(bytes, {
-      executionProviders: ["cpu"], intraOpNumThreads: threads, interOpNumThreads: 1,
-      extra: { session: { model_external_initializers_file_folder_path: empty } },
-    });
-  } finally {
-    rmSync(empty, { recursive: true, force: true });
-  }
-}
-
 export class Scorer {
   /** Use Scorer.create: building a session is asynchronous. */
-  constructor(manifest, modelSession, extractor) {
+  constructor(manifest, modelSession, extractor, Tensor) {
+    this.Tensor = Tensor;
     this.manifest = manifest;
     this.session = modelSession;
     this.extractor = extractor;
@@ -63,8 +46,11 @@ export class Scorer {
     if (this.noveltyOutput) this.outputs.push(this.noveltyOutput);
   }
 
-  /** A verified bundle's Scorer; BundleError when this runtime cannot run it. */
-  static async create(bundle, { threads = 1 } = {}) {
+  /**
+   * A verified bundle's Scorer; BundleError when this runtime cannot run it.
+   * @param {{createSession(bytes: Uint8Array, threads: number): Promise<any>, Tensor: any}} runtime
+   */
+  static async create(bundle, runtime, { threads = 1 } = {}) {
     const { manifest } = bundle;
     if (!manifest.featureSpec.fused) {
       throw new BundleError(`${bundle.folder}: a ${manifest.featureSpec.tier}-tier bundle (staged encoder and router); ` +
@@ -74,14 +60,14 @@ export class Scorer {
       throw new BundleError(`${bundle.folder}: its familiarity reference is a file (${manifest.novelty.file}); ` +
         "this client reads the novelty from the model (bundles trained since it is computed in model.onnx)");
     }
-    const tokenizer = new BundleTokenizer(content(bundle, "tokenizer.json").toString("utf8"));
-    const modelSession = await session(content(bundle, "model.onnx"), threads);
+    const tokenizer = new BundleTokenizer(new TextDecoder().decode(content(bundle, "tokenizer.json")));
+    const modelSession = await runtime.createSession(content(bundle, "model.onnx"), threads);
     const inputs = [...modelSession.inputNames].sort();
     if (inputs.join() !== "attention_mask,input_ids,scalars") {
       await modelSession.release();
       throw new BundleError(`the model's inputs are ${JSON.stringify(inputs)}, expected ["attention_mask","input_ids","scalars"]`);
     }
-    const scorer = new Scorer(manifest, modelSession, new FeatureExtractor(manifest.featureSpec, tokenizer));
+    const scorer = new Scorer(manifest, modelSession, new FeatureExtractor(manifest.featureSpec, tokenizer), runtime.Tensor);
     const missing = scorer.outputs.filter((o) => !modelSession.outputNames.includes(o));
     if (missing.length) {
       await modelSession.release();
@@ -98,9 +84,9 @@ export class Scorer {
     const { ids, mask, width, scalars, nTokens } = this.extractor.prepare(prompts, precisions);
     const rows = prompts.length;
     const feeds = {
-      input_ids: new ort.Tensor("int64", ids, [rows, width]),
-      attention_mask: new ort.Tensor("int64", mask, [rows, width]),
-      scalars: new ort.Tensor("float32", scalars, [rows, this.extractor.nScalars]),
+      input_ids: new this.Tensor("int64", ids, [rows, width]),
+      attention_mask: new this.Tensor("int64", mask, [rows, width]),
+      scalars: new this.Tensor("float32", scalars, [rows, this.extractor.nScalars]),
     };
     const results = await this.session.run(feeds, this.outputs);
     const column1 = (name) => Array.from({ length: rows }, (_, r) => Number(results[name].data[r * 2 + 1]));

@@ -9,7 +9,7 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import { BundleError, Router } from "../src/index.js";
 import { canonicalJson, parsePythonJson } from "../src/canonical-json.js";
-import { manifestDigest } from "../src/bundle.js";
+import { manifestDigest } from "../src/index.js";
 import { BUNDLE, bundleCopy, quietLogger, vectors } from "./fixtures.js";
 
 // A graph with the fused layout's inputs and outputs whose initializer "w" lives in weights.bin

@@ -8,7 +8,7 @@ import { Router, RuleRouter } from "../src/index.js";
 import { canonicalJson, parsePythonJson } from "../src/canonical-json.js";
 import { FeatureExtractor } from "../src/features.js";
 import { BundleTokenizer } from "../src/tokenizer.js";
-import { readBundle } from "../src/bundle.js";
+import { readBundle } from "../src/index.js";
 import { BUNDLE, vectors } from "./fixtures.js";
 
 const SCORE_TOLERANCE = 1e-5;

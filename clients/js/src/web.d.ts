@@ -1,0 +1,26 @@
+// Types of the browser build (src/web.js): the Router of index.d.ts, loaded from a base URL.
+import type { Decision, LoadOptions, Manifest, Precision, UnfamiliarPolicy } from "./index.js";
+export type { Decision, LoadOptions, Manifest, Precision, UnfamiliarPolicy, Zone, Target } from "./index.js";
+export { BundleError, SigningError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
+  UNFAMILIAR_POLICIES } from "./index.js";
+
+export interface WebLoadOptions extends Omit<LoadOptions, "publicKey"> {
+  /** PEM text (SubjectPublicKeyInfo), the 32 raw bytes, or a WebCrypto CryptoKey */
+  publicKey?: string | Uint8Array | CryptoKey | null;
+  /** passed to every fetch of the bundle's files (credentials, headers) */
+  fetchOptions?: RequestInit;
+}
+
+export class Router {
+  /** Load and verify the bundle whose files are under `baseUrl` (fetch, WebCrypto, onnxruntime-web). */
+  static load(baseUrl: string | URL, options?: WebLoadOptions): Promise<Router>;
+  route(prompt: string, options?: { precision?: Precision | null }): Promise<Decision>;
+  routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null): Promise<Decision[]>;
+  close(): Promise<void>;
+  readonly degraded: boolean;
+  readonly degradedReason: string | null;
+  readonly modelVersion: string;
+  readonly edgeContextTokens: number;
+  readonly unfamiliarPolicy: UnfamiliarPolicy | null;
+  readonly manifest: Manifest | null;
+}

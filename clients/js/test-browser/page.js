@@ -1,0 +1,64 @@
+// In the browser: the web build routes the vectors (pipelines/vectors.py) and posts a summary
+// to /result, which browser.test.js checks. The bundle is served at /bundle/, the same bundle
+// with training.keys' signature at /signed/.
+import * as ort from "onnxruntime-web";
+import { Router, RuleRouter } from "/pkg/src/web.js";
+
+ort.env.wasm.wasmPaths = "/pkg/node_modules/onnxruntime-web/dist/";
+ort.env.wasm.numThreads = 1;
+
+const FIELDS = ["zone", "target", "reason", "n_tokens", "truncated", "unfamiliar", "degraded", "model_version", "precision"];
+const TOLERANCES = { score: 1e-5, p_edge: 1e-5, p_cloud: 1e-5, novelty: 1e-6 };
+
+/** Mismatches of one decision against Python's (field names), and its numeric differences. */
+function compare(js, py) {
+  const wrong = FIELDS.filter((f) => js[f] !== py[f]);
+  const diffs = {};
+  for (const [field, tolerance] of Object.entries(TOLERANCES)) {
+    if (py[field] === null) { if (js[field] !== null) wrong.push(field); continue; }
+    diffs[field] = Math.abs(js[field] - py[field]);
+    if (!(diffs[field] <= tolerance)) wrong.push(field);
+  }
+  return { wrong, diffs };
+}
+
+async function run() {
+  const vectors = await (await fetch("/vectors.json")).json();
+  const rows = vectors.decisions.filter((d) => d.router === "bundle");
+  const summary = { decisions: rows.length, batched: 0, mismatches: [], worst: { score: 0, novelty: 0 }, ruleMismatches: 0 };
+  const note = (row, result, how) => {
+    if (result.wrong.length && summary.mismatches.length < 20) {
+      summary.mismatches.push({ how, id: vectors.cases[row.case].id, precision: row.precision, fields: result.wrong });
+    }
+    summary.worst.score = Math.max(summary.worst.score, result.diffs.score ?? 0);
+    summary.worst.novelty = Math.max(summary.worst.novelty, result.diffs.novelty ?? 0);
+  };
+  const started = performance.now();
+  const router = await Router.load(`${location.origin}/bundle/`, { strict: true });
+  summary.loadMs = performance.now() - started;
+  summary.modelVersion = router.modelVersion;
+  for (const row of rows) note(row, compare(await router.route(vectors.cases[row.case].prompt, { precision: row.precision }), row.decision), "route");
+  summary.routeMs = performance.now() - started - summary.loadMs;
+  for (let i = 0; i < rows.length; i += 64) {
+    const chunk = rows.slice(i, i + 64);
+    const decisions = await router.routeBatch(chunk.map((r) => vectors.cases[r.case].prompt), chunk.map((r) => r.precision));
+    chunk.forEach((row, k) => note(row, compare(decisions[k], row.decision), "routeBatch"));
+    summary.batched += chunk.length;
+  }
+  const rules = new RuleRouter();
+  for (const row of vectors.decisions.filter((d) => d.router === "rule_table")) {
+    const js = rules.route(vectors.cases[row.case].prompt, { precision: row.precision });
+    if (JSON.stringify(js) !== JSON.stringify({ ...js, ...row.decision })) summary.ruleMismatches++;
+  }
+  const pem = vectors.signature.public_key_pem;
+  summary.signedLoads = !(await Router.load(`${location.origin}/signed/`, { strict: true, publicKey: pem })).degraded;
+  const quiet = { warn: () => {} };
+  const unsigned = await Router.load(`${location.origin}/bundle/`, { publicKey: pem, logger: quiet });
+  summary.unsignedRefused = unsigned.degraded && /unsigned/.test(unsigned.degradedReason);
+  const missing = await Router.load(`${location.origin}/nothing-here/`, { logger: quiet });
+  summary.missingDegraded = missing.degraded && (await missing.route("What is a loan?")).degraded;
+  return summary;
+}
+
+run().then((summary) => fetch("/result", { method: "POST", body: JSON.stringify(summary) }),
+  (error) => fetch("/result", { method: "POST", body: JSON.stringify({ error: `${error}\n${error.stack}` }) }));
