@@ -11,12 +11,42 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 from serving.bundle import BundleError, read_bundle
 from serving.decision import Decision
 from serving.routing import Routing
 from serving.validation import check_batch, check_precision, check_prompt
+
+if TYPE_CHECKING:
+    from typing import Literal, TypedDict
+
+    from serving.acceptance import Acceptor
+    from serving.execute import AcceptCheck, EdgePool, Execution
+    from serving.manifest import Manifest
+    from serving.outcome_log import OutcomeLog
+    from serving.routing import RouteStages
+    from serving.signing import PinnedKey
+    from serving.traffic import Traffic
+
+    class _LoadOptions(TypedDict):
+        """How a Router loads its bundles: kept so that update() loads the next one alike."""
+
+        threads: int
+        unfamiliar_policy: str | None
+        public_key: PinnedKey | None
+
+    class _AttemptOptions(TypedDict):
+        """What execute() and aexecute() both pass on to serving.execute."""
+
+        edge_context_tokens: int
+        edge_timeout_s: float | None
+        verify_edge_zone: bool
+
+    class _ExecuteOptions(_AttemptOptions):
+        """execute() also names the pool its timed edge calls run on."""
+
+        edge_pool: EdgePool | None
 
 logger = logging.getLogger("serving")
 
@@ -30,7 +60,8 @@ class Update:
     model_version: str
 
 
-def _routing(path, *, threads: int, unfamiliar_policy: str | None, public_key) -> Routing:
+def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None,
+             public_key: PinnedKey | None) -> Routing:
     """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
     from serving.acceptance import Acceptor
     from serving.scorer import Scorer
@@ -48,16 +79,17 @@ class Router:
     """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
 
     def __init__(self, routing: Routing, *, threads: int = 1, unfamiliar_policy: str | None = None,
-                 public_key=None, traffic=None):
+                 public_key: PinnedKey | None = None, traffic: Traffic | None = None) -> None:
         from serving.traffic import Traffic
 
         self._routing = routing
-        self._options = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
+        self._options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
         self._traffic = traffic or Traffic(None)
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1,
-             unfamiliar_policy: str | None = None, public_key=None, log=None, explore_rate: float = 0.0,
+             unfamiliar_policy: str | None = None, public_key: PinnedKey | None = None,
+             log: OutcomeLog | None = None, explore_rate: float = 0.0,
              shadow_rate: float = 0.0, seed: int | None = None) -> "Router":
         """Load and verify a bundle folder (serving.bundle says what is checked).
 
@@ -77,7 +109,7 @@ class Router:
         traffic = Traffic(log, explore_rate=explore_rate, shadow_rate=shadow_rate, seed=seed)
         if unfamiliar_policy is not None and unfamiliar_policy not in POLICIES:
             raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(POLICIES)}")
-        options = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
+        options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
         try:
             routing = _routing(path, **options)
         except BundleError as error:
@@ -94,6 +126,7 @@ class Router:
         current = self._routing
         try:
             new = _routing(path, **self._options)
+            assert new.manifest is not None  # _routing builds it from a loaded bundle's Scorer
             created, now = new.manifest.created_at, current.manifest.created_at if current.manifest else ""
             if created < now and not force:
                 return self._refused(f"{path} is older ({created}) than the current bundle ({now}): a downgrade; "
@@ -111,7 +144,7 @@ class Router:
 
     # What the current bundle says.
     @property
-    def manifest(self):
+    def manifest(self) -> Manifest | None:
         return self._routing.manifest
 
     @property
@@ -135,14 +168,14 @@ class Router:
         return self._routing.unfamiliar_policy
 
     @property
-    def stages(self):
+    def stages(self) -> RouteStages | None:
         """The stages route() runs on the current bundle, as callables, with a way to time them
         inside route() calls (serving.routing.RouteStages; what `make bench` reports); None when
         degraded. For profiling: route() does not pay for it."""
         return self._routing.stages
 
     @property
-    def acceptor(self):
+    def acceptor(self) -> Acceptor | None:
         """The bundle's learned acceptance check (serving.acceptance.Acceptor), or None when the
         bundle has none (trained without edge answers, older, or the router is degraded)."""
         return self._routing.acceptor
@@ -158,7 +191,7 @@ class Router:
         return self._routing.decisions(prompts, precisions) if prompts else []
 
     @property
-    def log(self):
+    def log(self) -> OutcomeLog | None:
         """The OutcomeLog execute() writes to, or None."""
         return self._traffic.log
 
@@ -170,9 +203,10 @@ class Router:
         return self._traffic.feedback(request_id, edge_quality=edge_quality, cloud_quality=cloud_quality,
                                       source=source)
 
-    def execute(self, prompt: str, edge, cloud, *, precision: str | None = None,
-                edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
-                edge_pool=None, request_id: str | None = None):
+    def execute(self, prompt: str, edge: Callable[[str], Any], cloud: Callable[[str], Any], *,
+                precision: str | None = None, edge_timeout_s: float | None = None,
+                accept: AcceptCheck | Literal["learned"] | None = None, verify_edge_zone: bool = False,
+                edge_pool: EdgePool | None = None, request_id: str | None = None) -> Execution:
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
         `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
 
@@ -187,8 +221,9 @@ class Router:
         from serving.execute import execute
 
         routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
-        options = {"edge_context_tokens": routing.edge_context_tokens, "edge_timeout_s": edge_timeout_s,
-                   "verify_edge_zone": verify_edge_zone, "edge_pool": edge_pool}
+        options: _ExecuteOptions = {"edge_context_tokens": routing.edge_context_tokens,
+                                    "edge_timeout_s": edge_timeout_s, "verify_edge_zone": verify_edge_zone,
+                                    "edge_pool": edge_pool}
         request = self._traffic.request(routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud,
                                         request_id=request_id)
         if request is None:
@@ -198,9 +233,11 @@ class Router:
                                         **options)
         return request.execution
 
-    async def aexecute(self, prompt: str, edge, cloud, *, precision: str | None = None,
-                       edge_timeout_s: float | None = None, accept=None, verify_edge_zone: bool = False,
-                       request_id: str | None = None, shadow: bool = True):
+    async def aexecute(self, prompt: str, edge: Callable[[str], Awaitable[Any]],
+                       cloud: Callable[[str], Awaitable[Any]], *, precision: str | None = None,
+                       edge_timeout_s: float | None = None, accept: AcceptCheck | Literal["learned"] | None = None,
+                       verify_edge_zone: bool = False, request_id: str | None = None,
+                       shadow: bool = True) -> Execution:
         """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt
         (serving.execute.aexecute: an overrunning edge call is cancelled). The same decision,
         accept check, outcome record, exploration and shadow runs (as a task on this loop;
@@ -208,8 +245,8 @@ class Router:
         from serving.execute import aexecute
 
         routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
-        options = {"edge_context_tokens": routing.edge_context_tokens, "edge_timeout_s": edge_timeout_s,
-                   "verify_edge_zone": verify_edge_zone}
+        options: _AttemptOptions = {"edge_context_tokens": routing.edge_context_tokens,
+                                    "edge_timeout_s": edge_timeout_s, "verify_edge_zone": verify_edge_zone}
         request = self._traffic.request(routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud,
                                         request_id=request_id, asynchronous=True, shadow=shadow)
         if request is None:
@@ -219,7 +256,8 @@ class Router:
                                                accept=request.accept, **options)
         return request.execution
 
-    def _prepared(self, prompt: str, edge, cloud, precision: str | None, accept):
+    def _prepared(self, prompt: str, edge: object, cloud: object, precision: str | None,
+                  accept: AcceptCheck | Literal["learned"] | None) -> tuple[Routing, Decision, AcceptCheck | None]:
         """(the bundle serving this request, its decision, the accept check): all from one
         Routing, so an update() meanwhile changes none of them."""
         if not callable(edge) or not callable(cloud):

@@ -5,13 +5,19 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from time import perf_counter_ns
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from serving.contract import (CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, first_target,
                               zone_for)
 from serving.decision import Decision
 from serving.manifest import Manifest
 from serving.rules import RuleRouter
+
+if TYPE_CHECKING:
+    from serving.acceptance import Acceptor
+    from serving.execute import AcceptCheck
+    from serving.json_types import JSONObject
+    from serving.scorer import Scorer
 
 log = logging.getLogger("serving")
 
@@ -20,10 +26,10 @@ class Routing:
     """Everything one bundle (or the rule table alone) needs to decide: built once per bundle
     and never changed after, so a Router can swap it in one step (Router.update)."""
 
-    def __init__(self, scorer, manifest: Manifest | None, *, degraded_reason: str | None = None,
-                 unfamiliar_policy: str | None = None, acceptor=None):
+    def __init__(self, scorer: Scorer | None, manifest: Manifest | None, *, degraded_reason: str | None = None,
+                 unfamiliar_policy: str | None = None, acceptor: Acceptor | None = None) -> None:
         self._scorer = scorer
-        self.acceptor = acceptor  # serving.acceptance.Acceptor, or None
+        self.acceptor = acceptor
         self._warned_no_acceptor = False
         self._warned_no_encoder = False
         self.manifest = manifest
@@ -34,7 +40,7 @@ class Routing:
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
         self._max_chars = max_chars
-        self._bands: dict[str | None, tuple] = {}  # by precision, filled on first use (see _band)
+        self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}  # by precision, filled on first use (see _band)
         self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
         # What an unfamiliar prompt gets (serving.novelty.POLICIES): the caller's choice, else the bundle's.
         self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
@@ -49,12 +55,12 @@ class Routing:
         degraded (the rule table decides)."""
         return None if self._scorer is None else RouteStages(self)
 
-    def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> dict | None:
+    def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> JSONObject | None:
         """What training needs of a prompt whose text is not kept (serving.outcome_log's privacy
         modes): the scalar inputs this bundle computes for it and either its token ids or, for
         "embedding", its encoder's pooled embedding before the projection, with what identifies
         them. None when degraded, or for "embedding" when the bundle holds no such encoder."""
-        if self._scorer is None:
+        if self._scorer is None or self.manifest is None:  # degraded: both or neither (Router)
             return None
         try:
             ids, mask, scalars, _, _ = self._scorer.extractor.prepare([prompt], [precision])
@@ -84,7 +90,7 @@ class Routing:
                         " its requests are logged without model inputs, and no training can use them",
                         self.model_version)
 
-    def learned_accept(self, prompt: str):
+    def learned_accept(self, prompt: str) -> AcceptCheck | None:
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
         when this bundle has no acceptance model."""
         acceptor = self.acceptor
@@ -135,7 +141,7 @@ class Routing:
         decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
         return decision
 
-    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple) -> Decision:
+    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple[float, ...]) -> Decision:
         band = self._bands.get(precision) or self._band(precision)
         lo, hi, lo_text, hi_text, tag = band
         zone = zone_for(score, lo, hi)
@@ -157,6 +163,8 @@ class Routing:
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
         """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
+        if self.manifest is None:  # only a scored prompt has a band, and only a bundle scores
+            raise RuntimeError("a degraded Routing has no score bands")
         lo, hi = self.manifest.band(precision)
         band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
         return band
@@ -178,11 +186,14 @@ class RouteStages:
     What route() does between them (argument checks, calibration, familiarity) is no stage.
     """
 
-    def __init__(self, routing: Routing):
+    def __init__(self, routing: Routing) -> None:
         scorer = routing._scorer
+        if scorer is None:  # Routing.stages builds none when degraded
+            raise ValueError("a degraded Routing runs the rule table: it has no stages")
         extractor = scorer.extractor
         self.scorer = scorer
-        self._owners = {"features": (extractor, "prepare")}  # where route() finds each stage
+        # where route() finds each stage: (the object it is an attribute of, its name)
+        self._owners: dict[str, tuple[object, str]] = {"features": (extractor, "prepare")}
         if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
             self._owners["encoder"] = (extractor, "encoder")
         self._owners.update(model=(scorer, "run_model"), decision=(routing, "_decide"))
@@ -209,8 +220,8 @@ class RouteStages:
                     setattr(owner, attr, saved[name])
 
 
-def _recorded(name: str, stage: Callable, record: Callable[[str, int], object]) -> Callable:
-    def call(*args, **kwargs):
+def _recorded(name: str, stage: Callable[..., Any], record: Callable[[str, int], object]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
         start = perf_counter_ns()
         out = stage(*args, **kwargs)
         record(name, perf_counter_ns() - start)
