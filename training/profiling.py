@@ -74,8 +74,9 @@ def measure(command: list[str], log_path: Path, *, interval: float = 0.2, env: d
             time_limit: float | None = None) -> dict:
     """Run `command` with its output in `log_path`, sampling its process tree's memory and CPU
     every `interval` seconds. Past `time_limit` seconds the tree is stopped and `timed_out`
-    says so. Returns exit_code, wall_s, timed_out, cpu_s (the tree's, children that exited
-    included), the peaks of the summed and the largest RSS in MB, and the samples (Sample)."""
+    says so. Returns exit_code, wall_s, timed_out, cpu_s (the tree's; a process that exited
+    counts with its last reading, one that lived less than `interval` may be missed), the
+    peaks of the summed and the largest RSS in MB, and the samples (Sample)."""
     import psutil
 
     start, samples, cpu = time.perf_counter(), [], {}
