@@ -9,22 +9,24 @@ from pathlib import Path
 
 import pytest
 
+from training.engines import passive_openmp_waits
+
 ROOT = Path(__file__).resolve().parents[1]
 
-# OpenMP threads (LightGBM's, torch's, scikit-learn's) wait for work by sleeping, not spinning.
-# Spinning is the default: on the 2 cores this suite runs on, beside other processes (a Dask
-# worker, a `make train` subprocess, another job), a spinning thread takes the core its partner
-# needs, and a LightGBM round took 3x as long (a 300-round acceptance booster: 4.2 s spinning,
-# 1.5 s sleeping, under load). Results do not change (every fit is deterministic). Set here, at
-# import, before any of those libraries starts its threads; the commands the tests run inherit it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP threads wait for work sleeping, not spinning (training.engines.passive_openmp_waits),
+# from the start of the session: each OpenMP runtime (LightGBM's, scikit-learn's, torch's)
+# reads the policy once, when it loads, and tests load some before any training chooses an
+# engine, which is where the engines set it. Spinning, a 300-round acceptance booster took
+# 4.2 s instead of 1.5 s on these 2 cores under load; the trees are the same. The commands
+# the tests run inherit it.
+passive_openmp_waits()
 
 # The acceptance check's boosting rounds in the trainings whose subject is something else
-# (cross-validation's command, outcome logs, the training CLI, where a run writes, a fetch, a
-# capped sample): the check is fitted there as in every training, on the same answers, in 50
-# rounds instead of the default 300; it was six 300-round boosters a fit, a fold or a run,
-# about 8 s of each on 2 cores. The tests of the check itself, and the session's trainings
-# (trained_small, trained_full, trained_readme), keep the default.
+# (`make compare-configs`, the Dask engine's folds, outcome logs, the training CLI, a capped
+# sample, the registry the promotion tests fill): the check is fitted there as in every
+# training, on the same answers, in 50 rounds instead of the default 300; it was six 300-round
+# boosters a fit, a fold or a run, about 8 s of each on 2 cores. The tests of the check itself,
+# and the session's trainings (trained_small, trained_full, trained_readme), keep the default.
 QUICK_ACCEPTANCE_ROUNDS = 50
 
 

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, make_env, seed_store
+from tests.conftest import ROOT, make_env, seed_store
 
 
 def free_port() -> int:
@@ -83,11 +83,12 @@ def test_bench_measures_every_figure(bundle, tmp_path):
 
 @pytest.mark.slow
 def test_make_train_writes_to_the_mlflow_store_mlruns_names(small_routellm, encoder_cache, tmp_path):
+    """On MT-Bench's rows alone (too few edge answers for an acceptance check): what is tested
+    is where the run writes, which any training does alike."""
     store = tmp_path / "store"
     args = (
-        f"--data {small_routellm / 'mt_bench'} --data {small_routellm / 'gsm8k'} --set cache_dir={encoder_cache} "
-        f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0 "
-        f"--set acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}"
+        f"--data {small_routellm / 'mt_bench'} --set cache_dir={encoder_cache} "
+        f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0"
     )
     done = subprocess.run(
         ["make", "-s", "train", f"MLRUNS={store}", f"BUNDLE={tmp_path / 'bundle'}", f"ARGS={args}"],
