@@ -80,6 +80,10 @@ export class Router {
   route(prompt: string, options?: { precision?: Precision | null }): Promise<Decision>;
   /** Decisions for many prompts, scored in one onnxruntime call. */
   routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null): Promise<Decision[]>;
+  /** Route, then run: edge or cloud first as decided, the cloud as fallback. Throws
+   * CloudCallError when the cloud fails. */
+  execute<T>(prompt: string, edge: EdgeCall<T>, cloud: (prompt: string) => T | Promise<T>, options?: ExecuteOptions<T>):
+    Promise<Execution<T>>;
   /** Release the onnxruntime session. */
   close(): Promise<void>;
   readonly degraded: boolean;
@@ -89,6 +93,50 @@ export class Router {
   readonly unfamiliarPolicy: UnfamiliarPolicy | null;
   readonly manifest: Manifest | null;
 }
+
+/** An edge call: its signal is aborted when edgeTimeoutMs passes. */
+export type EdgeCall<T> = (prompt: string, options: { signal: AbortSignal }) => T | Promise<T>;
+
+export interface ExecuteOptions<T> {
+  precision?: Precision | null;
+  /** fall back to the cloud when the edge has not answered by then (its signal is aborted) */
+  edgeTimeoutMs?: number | null;
+  /** checks an edge answer in the edge_with_cloud_fallback zone; false or a throw falls back */
+  accept?: ((answer: T) => unknown) | null;
+  /** check confident edge answers too */
+  verifyEdgeZone?: boolean;
+}
+
+/** One call that ran. */
+export interface Step {
+  name: "edge" | "accept" | "cloud";
+  status: "ok" | "error" | "timeout" | "rejected" | "skipped";
+  seconds: number;
+  detail: string;
+}
+
+/** The answer and how it was obtained (the Python SDK's Execution, field for field). */
+export interface Execution<T> {
+  response: T;
+  served_by: "edge" | "cloud";
+  decision: Decision;
+  fallback_reason: string | null;
+  fell_back: boolean;
+  /** the edge failure the cloud answered after, if any */
+  edge_error: unknown;
+  steps: Step[];
+  /** the fallback reason without anything from the request */
+  fallback_code: string | null;
+}
+
+/** The cloud call failed. */
+export class CloudCallError extends Error {
+  edge_error: unknown;
+  steps: Step[];
+  decision: Decision;
+}
+/** The edge call did not answer within edgeTimeoutMs. */
+export class EdgeTimeoutError extends Error {}
 
 /** The hand rule table (docs/baseline.md): the baseline, and what a degraded router uses. */
 export class RuleRouter {

@@ -29,4 +29,5 @@ export function manifestDigest(manifest) {
 export { loadPublicKey } from "./node/platform.js";
 export { BundleError, SigningError } from "./bundle.js";
 export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
+export { CloudCallError, EdgeTimeoutError } from "./execute.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";

@@ -3,6 +3,7 @@
 // router on the rule table (degraded), unless `strict`, which throws BundleError and only that.
 import { BundleError, verifiedBundle } from "./bundle.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
+import { execute } from "./execute.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
 import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
@@ -69,6 +70,29 @@ export class BaseRouter {
   async routeBatch(prompts, precisions = null) {
     const [checked, tags] = checkBatch(prompts, precisions);
     return checked.length ? this.routing.decisions(checked, tags) : [];
+  }
+
+  /**
+   * Route, then run: edge or cloud first as decided, the cloud as fallback (execute.js).
+   * `edge(prompt, {signal})` and `cloud(prompt)` return the answer or a Promise of it; the edge's
+   * signal is aborted when `edgeTimeoutMs` passes. `accept(answer)` checks an edge answer in the
+   * edge_with_cloud_fallback zone (every edge answer with `verifyEdgeZone`). Throws
+   * CloudCallError when the cloud fails; argument errors as route() does.
+   */
+  async execute(prompt, edge, cloud, { precision = null, edgeTimeoutMs = null, accept = null, verifyEdgeZone = false } = {}) {
+    if (typeof edge !== "function" || typeof cloud !== "function") throw new TypeError("edge and cloud must be functions taking the prompt");
+    if (accept === "learned") {
+      throw new RangeError('accept: "learned" (the bundle\'s acceptance check) is not in this client yet; pass a function');
+    }
+    if (accept !== null && typeof accept !== "function") throw new TypeError(`accept must be a function or null, got ${typeof accept}`);
+    if (edgeTimeoutMs !== null && !(Number.isFinite(edgeTimeoutMs) && edgeTimeoutMs >= 0)) {
+      throw new RangeError(`edgeTimeoutMs must be a non-negative number or null, got ${edgeTimeoutMs}`);
+    }
+    const routing = this.routing;  // one bundle for the decision and the limits it is carried out with
+    checkPrompt(prompt);
+    const [decision] = await routing.decisions([prompt], [checkPrecision(precision)]);
+    return execute(decision, prompt, { edge, cloud, edgeContextTokens: routing.edgeContextTokens, edgeTimeoutMs, accept,
+      verifyEdgeZone });
   }
 
   /** Release the onnxruntime session; the router must not be used after. */

@@ -1,7 +1,8 @@
 // Types of the browser build (src/web.js): the Router of index.d.ts, loaded from a base URL.
-import type { Decision, LoadOptions, Manifest, Precision, UnfamiliarPolicy } from "./index.js";
-export type { Decision, LoadOptions, Manifest, Precision, UnfamiliarPolicy, Zone, Target } from "./index.js";
-export { BundleError, SigningError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
+import type { Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, UnfamiliarPolicy } from "./index.js";
+export type { Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, Step, UnfamiliarPolicy, Zone,
+  Target } from "./index.js";
+export { BundleError, SigningError, CloudCallError, EdgeTimeoutError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
   UNFAMILIAR_POLICIES } from "./index.js";
 
 export interface WebLoadOptions extends Omit<LoadOptions, "publicKey"> {
@@ -16,6 +17,8 @@ export class Router {
   static load(baseUrl: string | URL, options?: WebLoadOptions): Promise<Router>;
   route(prompt: string, options?: { precision?: Precision | null }): Promise<Decision>;
   routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null): Promise<Decision[]>;
+  execute<T>(prompt: string, edge: EdgeCall<T>, cloud: (prompt: string) => T | Promise<T>, options?: ExecuteOptions<T>):
+    Promise<Execution<T>>;
   close(): Promise<void>;
   readonly degraded: boolean;
   readonly degradedReason: string | null;

@@ -17,4 +17,5 @@ export class Router extends BaseRouter {
 
 export { BundleError, SigningError } from "./bundle.js";
 export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
+export { CloudCallError, EdgeTimeoutError } from "./execute.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";

@@ -13,6 +13,10 @@ async function main(): Promise<void> {
   } catch (error) {
     if (error instanceof BundleError) console.log(error.message);
   }
+  const run = await router.execute("hi", async (p, { signal }) => (signal.aborted ? "" : p), (p) => p.toUpperCase(),
+    { edgeTimeoutMs: 500, accept: (answer) => answer !== "" });
+  const served: "edge" | "cloud" = run.served_by;
+  console.log(served, run.steps.map((s) => s.status), run.fallback_reason);
   await router.close();
 }
 void main;
