@@ -46,3 +46,23 @@ describe("any string", () => {
     }
   });
 });
+
+describe("concurrent calls", () => {
+  test("route() calls in flight together give the decisions they give one by one", async () => {
+    const { vectors } = await import("./fixtures.js");
+    const router = await Router.load(BUNDLE, { strict: true });
+    const prompts = vectors().cases.filter((c) => c.kind === "log").slice(0, 200).map((c) => c.prompt);
+    const alone = [];
+    for (const prompt of prompts) alone.push(await router.route(prompt, { precision: "standard" }));
+    const together = await Promise.all(prompts.map((prompt) => router.route(prompt, { precision: "standard" })));
+    const batches = await Promise.all([0, 50, 100, 150].map((i) =>
+      router.routeBatch(prompts.slice(i, i + 50), prompts.slice(i, i + 50).map(() => "standard"))));
+    assert.deepEqual(together, alone);
+    batches.flat().forEach((d, i) => {
+      assert.equal(d.zone, alone[i].zone);
+      assert.equal(d.reason, alone[i].reason);
+      assert.ok(Math.abs(d.score - alone[i].score) <= 1e-5);
+    });
+    await router.close();
+  });
+});
