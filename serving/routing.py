@@ -40,7 +40,8 @@ class Routing:
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
         self._max_chars = max_chars
-        self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}  # by precision, filled on first use (see _band)
+        # (lo, hi, their printed forms, tag) by precision, filled on first use (see _band)
+        self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}
         self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
         # What an unfamiliar prompt gets (serving.novelty.POLICIES): the caller's choice, else the bundle's.
         self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
@@ -141,7 +142,8 @@ class Routing:
         decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
         return decision
 
-    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple[float, ...]) -> Decision:
+    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int,
+                heads: tuple[float, ...]) -> Decision:
         band = self._bands.get(precision) or self._band(precision)
         lo, hi, lo_text, hi_text, tag = band
         zone = zone_for(score, lo, hi)
