@@ -483,7 +483,7 @@ def test_memory_freed_in_the_c_heap_goes_back_to_the_system():
 
 @pytest.mark.real_data
 def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_local_engines_folds(
-    real_data_dir, encoder_cache, tmp_path_factory
+    real_data_dir, encoder_cache, running_cluster, tmp_path_factory
 ):
     """3-fold cross-validation with the Dask engine on the GSM8K + MT-Bench logs: each fold
     hands back a prompt-hash sample of its training rows (all of them, below eval_sample_rows),
@@ -503,10 +503,10 @@ def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_
         data,
         encoder_cache,
         engine="dask",
-        dask_workers=2,
+        dask_scheduler=running_cluster.scheduler_address,  # each fold started a cluster of its own
         dask_scratch=str(tmp / "scratch"),
-        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
-    )  # fitted in every fold, not the subject
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,  # fitted in every fold, not the subject
+    )
     summary = cross_validate(config, folds=3).summary()
 
     assert not any("no training rows" in note for note in summary["notes"]), summary["notes"]
