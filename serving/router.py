@@ -83,7 +83,8 @@ class Router:
         from serving.traffic import Traffic
 
         self._routing = routing
-        self._options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
+        self._options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy,
+                                       "public_key": public_key}
         self._traffic = traffic or Traffic(None)
 
     @classmethod
