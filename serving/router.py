@@ -6,6 +6,7 @@ loaded and tried before the switch, which is one reference assignment, so every 
 comes wholly from the old or wholly from the new bundle. A failed or refused update keeps
 the current bundle and says why.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
         edge_pool: EdgePool | None
 
+
 logger = logging.getLogger("serving")
 
 
@@ -60,8 +62,7 @@ class Update:
     model_version: str
 
 
-def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None,
-             public_key: PinnedKey | None) -> Routing:
+def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, public_key: PinnedKey | None) -> Routing:
     """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
     from serving.acceptance import Acceptor
     from serving.scorer import Scorer
@@ -78,20 +79,39 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None,
 class Router:
     """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
 
-    def __init__(self, routing: Routing, *, threads: int = 1, unfamiliar_policy: str | None = None,
-                 public_key: PinnedKey | None = None, traffic: Traffic | None = None) -> None:
+    def __init__(
+        self,
+        routing: Routing,
+        *,
+        threads: int = 1,
+        unfamiliar_policy: str | None = None,
+        public_key: PinnedKey | None = None,
+        traffic: Traffic | None = None,
+    ) -> None:
         from serving.traffic import Traffic
 
         self._routing = routing
-        self._options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy,
-                                       "public_key": public_key}
+        self._options: _LoadOptions = {
+            "threads": threads,
+            "unfamiliar_policy": unfamiliar_policy,
+            "public_key": public_key,
+        }
         self._traffic = traffic or Traffic(None)
 
     @classmethod
-    def load(cls, path: str | Path, *, strict: bool = False, threads: int = 1,
-             unfamiliar_policy: str | None = None, public_key: PinnedKey | None = None,
-             log: OutcomeLog | None = None, explore_rate: float = 0.0,
-             shadow_rate: float = 0.0, seed: int | None = None) -> "Router":
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        strict: bool = False,
+        threads: int = 1,
+        unfamiliar_policy: str | None = None,
+        public_key: PinnedKey | None = None,
+        log: OutcomeLog | None = None,
+        explore_rate: float = 0.0,
+        shadow_rate: float = 0.0,
+        seed: int | None = None,
+    ) -> "Router":
         """Load and verify a bundle folder (serving.bundle says what is checked).
 
         strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
@@ -130,8 +150,10 @@ class Router:
             assert new.manifest is not None  # _routing builds it from a loaded bundle's Scorer
             created, now = new.manifest.created_at, current.manifest.created_at if current.manifest else ""
             if created < now and not force:
-                return self._refused(f"{path} is older ({created}) than the current bundle ({now}): a downgrade; "
-                                     "pass force=True to allow it")
+                return self._refused(
+                    f"{path} is older ({created}) than the current bundle ({now}): a downgrade; "
+                    "pass force=True to allow it"
+                )
             new.decisions(["What is 2 + 2?"], [None])  # it must route before it serves
         except Exception as exc:  # the app keeps routing with the current bundle
             return self._refused(f"{path} not loaded: {exc}"[:500])
@@ -196,18 +218,32 @@ class Router:
         """The OutcomeLog execute() writes to, or None."""
         return self._traffic.log
 
-    def feedback(self, request_id: str, *, edge_quality: float | None = None, cloud_quality: float | None = None,
-                 source: str | None = None) -> bool:
+    def feedback(
+        self,
+        request_id: str,
+        *,
+        edge_quality: float | None = None,
+        cloud_quality: float | None = None,
+        source: str | None = None,
+    ) -> bool:
         """Record a later outcome of an executed request (a rating, a downstream check, a judge's
         score; qualities in [0, 1]); training joins it to the request. False without a log.
         ValueError for a missing id or a quality outside [0, 1]."""
-        return self._traffic.feedback(request_id, edge_quality=edge_quality, cloud_quality=cloud_quality,
-                                      source=source)
+        return self._traffic.feedback(request_id, edge_quality=edge_quality, cloud_quality=cloud_quality, source=source)
 
-    def execute(self, prompt: str, edge: Callable[[str], Any], cloud: Callable[[str], Any], *,
-                precision: str | None = None, edge_timeout_s: float | None = None,
-                accept: AcceptCheck | Literal["learned"] | None = None, verify_edge_zone: bool = False,
-                edge_pool: EdgePool | None = None, request_id: str | None = None) -> Execution:
+    def execute(
+        self,
+        prompt: str,
+        edge: Callable[[str], Any],
+        cloud: Callable[[str], Any],
+        *,
+        precision: str | None = None,
+        edge_timeout_s: float | None = None,
+        accept: AcceptCheck | Literal["learned"] | None = None,
+        verify_edge_zone: bool = False,
+        edge_pool: EdgePool | None = None,
+        request_id: str | None = None,
+    ) -> Execution:
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
         `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
 
@@ -222,23 +258,36 @@ class Router:
         from serving.execute import execute
 
         routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
-        options: _ExecuteOptions = {"edge_context_tokens": routing.edge_context_tokens,
-                                    "edge_timeout_s": edge_timeout_s, "verify_edge_zone": verify_edge_zone,
-                                    "edge_pool": edge_pool}
-        request = self._traffic.request(routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud,
-                                        request_id=request_id)
+        options: _ExecuteOptions = {
+            "edge_context_tokens": routing.edge_context_tokens,
+            "edge_timeout_s": edge_timeout_s,
+            "verify_edge_zone": verify_edge_zone,
+            "edge_pool": edge_pool,
+        }
+        request = self._traffic.request(
+            routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud, request_id=request_id
+        )
         if request is None:
             return execute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
         with request:  # recorded on the way out, a CloudCallError included
-            request.execution = execute(request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept,
-                                        **options)
+            request.execution = execute(
+                request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+            )
         return request.execution
 
-    async def aexecute(self, prompt: str, edge: Callable[[str], Awaitable[Any]],
-                       cloud: Callable[[str], Awaitable[Any]], *, precision: str | None = None,
-                       edge_timeout_s: float | None = None, accept: AcceptCheck | Literal["learned"] | None = None,
-                       verify_edge_zone: bool = False, request_id: str | None = None,
-                       shadow: bool = True) -> Execution:
+    async def aexecute(
+        self,
+        prompt: str,
+        edge: Callable[[str], Awaitable[Any]],
+        cloud: Callable[[str], Awaitable[Any]],
+        *,
+        precision: str | None = None,
+        edge_timeout_s: float | None = None,
+        accept: AcceptCheck | Literal["learned"] | None = None,
+        verify_edge_zone: bool = False,
+        request_id: str | None = None,
+        shadow: bool = True,
+    ) -> Execution:
         """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt
         (serving.execute.aexecute: an overrunning edge call is cancelled). The same decision,
         accept check, outcome record, exploration and shadow runs (as a task on this loop;
@@ -246,19 +295,39 @@ class Router:
         from serving.execute import aexecute
 
         routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
-        options: _AttemptOptions = {"edge_context_tokens": routing.edge_context_tokens,
-                                    "edge_timeout_s": edge_timeout_s, "verify_edge_zone": verify_edge_zone}
-        request = self._traffic.request(routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud,
-                                        request_id=request_id, asynchronous=True, shadow=shadow)
+        options: _AttemptOptions = {
+            "edge_context_tokens": routing.edge_context_tokens,
+            "edge_timeout_s": edge_timeout_s,
+            "verify_edge_zone": verify_edge_zone,
+        }
+        request = self._traffic.request(
+            routing,
+            prompt,
+            precision,
+            decision,
+            accept=accept,
+            edge=edge,
+            cloud=cloud,
+            request_id=request_id,
+            asynchronous=True,
+            shadow=shadow,
+        )
         if request is None:
             return await aexecute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
         with request:
-            request.execution = await aexecute(request.decision, prompt, edge=edge, cloud=cloud,
-                                               accept=request.accept, **options)
+            request.execution = await aexecute(
+                request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+            )
         return request.execution
 
-    def _prepared(self, prompt: str, edge: object, cloud: object, precision: str | None,
-                  accept: AcceptCheck | Literal["learned"] | None) -> tuple[Routing, Decision, AcceptCheck | None]:
+    def _prepared(
+        self,
+        prompt: str,
+        edge: object,
+        cloud: object,
+        precision: str | None,
+        accept: AcceptCheck | Literal["learned"] | None,
+    ) -> tuple[Routing, Decision, AcceptCheck | None]:
         """(the bundle serving this request, its decision, the accept check): all from one
         Routing, so an update() meanwhile changes none of them."""
         if not callable(edge) or not callable(cloud):

@@ -1,5 +1,6 @@
 """One bundle's routing: scores -> zones -> Decisions, with the unfamiliar-prompt policy and the
 rule table whenever the bundle cannot serve. serving.router.Router holds one and swaps it."""
+
 from __future__ import annotations
 
 import logging
@@ -7,8 +8,15 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from serving.contract import (CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, first_target,
-                              zone_for)
+from serving.contract import (
+    CLOUD,
+    DEFAULT_EDGE_CONTEXT_TOKENS,
+    DEFAULT_MAX_CHARS,
+    EDGE,
+    FALLBACK,
+    first_target,
+    zone_for,
+)
 from serving.decision import Decision
 from serving.manifest import Manifest
 from serving.rules import RuleRouter
@@ -26,8 +34,15 @@ class Routing:
     """Everything one bundle (or the rule table alone) needs to decide: built once per bundle
     and never changed after, so a Router can swap it in one step (Router.update)."""
 
-    def __init__(self, scorer: Scorer | None, manifest: Manifest | None, *, degraded_reason: str | None = None,
-                 unfamiliar_policy: str | None = None, acceptor: Acceptor | None = None) -> None:
+    def __init__(
+        self,
+        scorer: Scorer | None,
+        manifest: Manifest | None,
+        *,
+        degraded_reason: str | None = None,
+        unfamiliar_policy: str | None = None,
+        acceptor: Acceptor | None = None,
+    ) -> None:
         self._scorer = scorer
         self.acceptor = acceptor
         self._warned_no_acceptor = False
@@ -72,24 +87,34 @@ class Routing:
         # What a later training run checks before it uses them (training.token_rows): the
         # same tokenizer (its SHA-256 in this bundle's manifest), token limit and scalars, and
         # for an embedding the same encoder.
-        inputs = {"model_version": self.model_version, "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
-                  "max_tokens": spec.max_tokens, "add_special_tokens": spec.add_special_tokens}
-        names = {"scalars": scalars[0].tolist(), "feature_names": spec.feature_names[:scalars.shape[1]]}
+        inputs = {
+            "model_version": self.model_version,
+            "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
+            "max_tokens": spec.max_tokens,
+            "add_special_tokens": spec.add_special_tokens,
+        }
+        names = {"scalars": scalars[0].tolist(), "feature_names": spec.feature_names[: scalars.shape[1]]}
         if privacy != "embedding":
             return {**inputs, "input_ids": ids[0][mask[0] > 0].tolist(), **names}
         if embedding is None:
             self._warn_no_encoder()
             return None
-        return {**inputs, "encoder_sha256": self.manifest.files["encoder.onnx"], "embedding": embedding[0].tolist(),
-                **names}
+        return {
+            **inputs,
+            "encoder_sha256": self.manifest.files["encoder.onnx"],
+            "embedding": embedding[0].tolist(),
+            **names,
+        }
 
     def _warn_no_encoder(self) -> None:
         if not self._warned_no_encoder:
             self._warned_no_encoder = True
-            log.warning('OutcomeLog(privacy="embedding"): bundle %s holds no encoder before its projection '
-                        "(encoder.onnx; a static-tier bundle carries it when trained with `--set bundle_encoder=true`):"
-                        " its requests are logged without model inputs, and no training can use them",
-                        self.model_version)
+            log.warning(
+                'OutcomeLog(privacy="embedding"): bundle %s holds no encoder before its projection '
+                "(encoder.onnx; a static-tier bundle carries it when trained with `--set bundle_encoder=true`):"
+                " its requests are logged without model inputs, and no training can use them",
+                self.model_version,
+            )
 
     def learned_accept(self, prompt: str) -> AcceptCheck | None:
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
@@ -99,24 +124,32 @@ class Routing:
             if not self._warned_no_acceptor:
                 self._warned_no_acceptor = True
                 why = self.degraded_reason or (self.manifest.acceptance.get("reason") if self.manifest else None)
-                log.warning('accept="learned": bundle %s has no acceptance model (%s); edge answers are not checked',
-                            self.model_version, why or "trained before acceptance checks")
+                log.warning(
+                    'accept="learned": bundle %s has no acceptance model (%s); edge answers are not checked',
+                    self.model_version,
+                    why or "trained before acceptance checks",
+                )
             return None
         return lambda answer: acceptor.check(prompt, answer)
 
     def decisions(self, prompts: list[str], precisions: list[str | None]) -> list[Decision]:
         """Decisions for checked arguments; the rule table decides whenever scoring cannot."""
         if self._scorer is None:
-            return [self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
-                    for p, q in zip(prompts, precisions)]
+            return [
+                self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
+                for p, q in zip(prompts, precisions)
+            ]
         try:
             scores, n_tokens, heads, novelty = self._scorer.score_batch(prompts, precisions)
         except Exception as exc:  # the host app must never see a scoring failure
             log.warning("scoring failed, rule table decides: %r", exc)
-            return [self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
-                    for p, q in zip(prompts, precisions)]
-        decisions = [self._decide(p, q, s, round(n), h)
-                     for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)]
+            return [
+                self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
+                for p, q in zip(prompts, precisions)
+            ]
+        decisions = [
+            self._decide(p, q, s, round(n), h) for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)
+        ]
         if novelty is not None:
             decisions = [self._familiar(d, p, v) for d, p, v in zip(decisions, prompts, novelty)]
         return decisions
@@ -142,8 +175,9 @@ class Routing:
         decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
         return decision
 
-    def _decide(self, prompt: str, precision: str | None, score: float, n_tokens: int,
-                heads: tuple[float, ...]) -> Decision:
+    def _decide(
+        self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple[float, ...]
+    ) -> Decision:
         band = self._bands.get(precision) or self._band(precision)
         lo, hi, lo_text, hi_text, tag = band
         zone = zone_for(score, lo, hi)
@@ -160,8 +194,19 @@ class Routing:
         if truncated:
             reason += f"; features from the first {self._max_chars} characters"
         p_edge, p_cloud = heads if len(heads) == 2 else (None, None)
-        return Decision(first_target(zone), zone, score, reason, False, self.model_version, precision, n_tokens,
-                        truncated, p_edge, p_cloud)
+        return Decision(
+            first_target(zone),
+            zone,
+            score,
+            reason,
+            False,
+            self.model_version,
+            precision,
+            n_tokens,
+            truncated,
+            p_edge,
+            p_cloud,
+        )
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
         """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
@@ -228,4 +273,5 @@ def _recorded(name: str, stage: Callable[..., Any], record: Callable[[str, int],
         out = stage(*args, **kwargs)
         record(name, perf_counter_ns() - start)
         return out
+
     return call

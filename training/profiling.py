@@ -11,6 +11,7 @@ adds what the other processes held meanwhile. `make scale` (pipelines/scale.py) 
 psutil, which this needs, comes with the training extra (Dask's `distributed` requires it); it
 is imported on use, like every heavy library of the project.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,8 +71,14 @@ def _stop_tree(process) -> None:
     process.wait()
 
 
-def measure(command: list[str], log_path: Path, *, interval: float = 0.2, env: dict | None = None,
-            time_limit: float | None = None) -> dict:
+def measure(
+    command: list[str],
+    log_path: Path,
+    *,
+    interval: float = 0.2,
+    env: dict | None = None,
+    time_limit: float | None = None,
+) -> dict:
     """Run `command` with its output in `log_path`, sampling its process tree's memory and CPU
     every `interval` seconds. Past `time_limit` seconds the tree is stopped and `timed_out`
     says so. Returns exit_code, wall_s, timed_out, cpu_s (the tree's; a process that exited
@@ -92,10 +99,15 @@ def measure(command: list[str], log_path: Path, *, interval: float = 0.2, env: d
                 _stop_tree(process)
                 break
             time.sleep(interval)
-    return {"exit_code": process.returncode, "wall_s": time.perf_counter() - start, "timed_out": timed_out,
-            "cpu_s": sum(cpu.values()),
-            "peak_rss_total_mb": max((s[1] for s in samples), default=0.0),
-            "peak_rss_largest_mb": max((s[2] for s in samples), default=0.0), "samples": samples}
+    return {
+        "exit_code": process.returncode,
+        "wall_s": time.perf_counter() - start,
+        "timed_out": timed_out,
+        "cpu_s": sum(cpu.values()),
+        "peak_rss_total_mb": max((s[1] for s in samples), default=0.0),
+        "peak_rss_largest_mb": max((s[2] for s in samples), default=0.0),
+        "samples": samples,
+    }
 
 
 def stage_figures(stages: list[dict], samples: list[Sample]) -> dict[str, dict]:
@@ -108,8 +120,10 @@ def stage_figures(stages: list[dict], samples: list[Sample]) -> dict[str, dict]:
         inside = [s for s in samples if stage["start"] <= s[0] <= stage["end"]]
         if not inside and samples:
             inside = [min(samples, key=lambda s: abs(s[0] - (stage["start"] + stage["end"]) / 2))]
-        figures = out.setdefault(stage["stage"], {"wall_s": 0.0, "peak_rss_main_mb": 0.0,
-                                                  "peak_rss_total_mb": 0.0, "peak_rss_largest_mb": 0.0})
+        figures = out.setdefault(
+            stage["stage"],
+            {"wall_s": 0.0, "peak_rss_main_mb": 0.0, "peak_rss_total_mb": 0.0, "peak_rss_largest_mb": 0.0},
+        )
         figures["wall_s"] += stage["wall_s"]
         figures["peak_rss_main_mb"] = max(figures["peak_rss_main_mb"], stage["peak_rss_mb"])
         figures["peak_rss_total_mb"] = max([figures["peak_rss_total_mb"], *(s[1] for s in inside)])
@@ -123,10 +137,12 @@ def unfinished_stage(logged: list[dict], samples: list[Sample]) -> dict:
     the only figure it gets; `after_stage` names the last one that did end."""
     since = max((s["end"] for s in logged), default=samples[0][0] if samples else 0.0)
     after = [s for s in samples if s[0] >= since] or samples[-1:]
-    return {"after_stage": logged[-1]["stage"] if logged else None,
-            "wall_s": (samples[-1][0] - since) if samples else 0.0,
-            "peak_rss_total_mb": max((s[1] for s in after), default=0.0),
-            "peak_rss_largest_mb": max((s[2] for s in after), default=0.0)}
+    return {
+        "after_stage": logged[-1]["stage"] if logged else None,
+        "wall_s": (samples[-1][0] - since) if samples else 0.0,
+        "peak_rss_total_mb": max((s[1] for s in after), default=0.0),
+        "peak_rss_largest_mb": max((s[2] for s in after), default=0.0),
+    }
 
 
 @dataclass
@@ -140,8 +156,15 @@ class Profile:
     samples: list[Sample] = field(default_factory=list, repr=False)
 
 
-def profile_training(command: list[str], log_path: Path, stage_log: Path, *, interval: float = 0.2,
-                     time_limit: float | None = None, env: dict | None = None) -> Profile:
+def profile_training(
+    command: list[str],
+    log_path: Path,
+    stage_log: Path,
+    *,
+    interval: float = 0.2,
+    time_limit: float | None = None,
+    env: dict | None = None,
+) -> Profile:
     """Run a training command (measure()) with its stage log at `stage_log`, which is started
     empty, and attribute the samples to the stages it logged."""
     stage_log.unlink(missing_ok=True)
@@ -149,5 +172,9 @@ def profile_training(command: list[str], log_path: Path, stage_log: Path, *, int
     figures = measure(command, log_path, interval=interval, env=env, time_limit=time_limit)
     samples = figures.pop("samples")
     logged = read_stage_log(stage_log)
-    return Profile(figures, stage_figures(logged, samples),
-                   unfinished_stage(logged, samples) if figures["timed_out"] else None, samples)
+    return Profile(
+        figures,
+        stage_figures(logged, samples),
+        unfinished_stage(logged, samples) if figures["timed_out"] else None,
+        samples,
+    )
