@@ -33,25 +33,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.headline import CV_POLICIES
-from evaluation.policies import POLICIES
+from evaluation.policies import POLICIES, SUMMARY_KEYS
 from training.config import TrainConfig
 
-# The figures estimated per policy: the training summary's (evaluation.policies.SUMMARY_KEYS).
-FIGURES = (
-    "auc",
-    "apgr",
-    "cpt50",
-    "cpt80",
-    "cloud_share",
-    "fallback_share",
-    "misroute_rate",
-    "under_routing",
-    "over_routing",
-    "quality",
-    "quality_vs_all_cloud",
-    "quality_with_fallback",
-    "expected_cloud_calls",
-)
+# The figures estimated per policy: the training summary's.
+FIGURES = SUMMARY_KEYS
 REFERENCE_QUALITIES = ("all_edge_quality", "all_cloud_quality", "oracle_quality", "cloud_needed_share")
 # Compared with the learned router on every fold: the ten-minute reference and the rule tables.
 COMPARED = ("reference", "rule_table", "tuned_rule_table")
