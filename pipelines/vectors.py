@@ -18,6 +18,9 @@ What the file holds, so that a mismatch can be traced to its stage:
 - `signature`: the bundle's manifest signed by training.keys with a key made for the file (the
   public key as PEM and raw hex, the signature hex): a runtime must accept it from the bundle's
   folder as manifest.sig, and refuse it under any other key;
+- `acceptance` (bundles with an acceptance check): the logs' edge answers and generated hard
+  answers with their prompts and log-probabilities, the acceptance model's input row
+  (serving.acceptance.Acceptor.features, float32) and Python's verdict (probability, accepted);
 - `codepoints`: the bundle tokenizer's ids of "x" + c + "x" for every code point c but the
   surrogates, as runs [first, last, ids] of equal ids: where another tokenizer's Unicode tables
   (categories, CJK ranges, lower-casing) differ from the Rust library's, this finds it.
@@ -185,6 +188,164 @@ def fuzz_cases(n: int = 200, seed: int = 28) -> list[tuple[str, str]]:
     return cases
 
 
+def hard_answers() -> list[str]:
+    """Answers that exercise serving/response_features.py's rules: calculator annotations and
+    arithmetic steps (valid, wrong, Python-only literal forms, Unicode digits), final-answer
+    markers, doubt phrases, repetition, truncation, every kind of line break, and sizes."""
+    return [
+        "",
+        " ",
+        "\n\n",
+        "#### 18",
+        "The answer is 42.",
+        "I think the answer is (B)",
+        "B.",
+        "answer: C",
+        "Janet has 16 - 3 - 4 = 9 eggs.\nShe sells them for 9 * $2 = $<<9*2=18>>18.\n#### 18",
+        "<<0x10+1=17>> <<1_000*2=2000>> <<2**3=8>> <<(1+2)*3=9>> <<7/0=0>> <<1e400*1=1>> <<10/3=3.33>> <<3=3>>",
+        "<<٣+٤=٧>> <<1 # note=1>> <<-(-2)=2>> <<+5 - -5=10>> <<1.5e3/3=500>> <<007+1=8>> <<.5*4=2>> <<5.*2=10>>",
+        "<<1__0+1=11>> <<(1+2=3>> <<1<2=1>> <<2 x 3=6>> <<6 ÷ 3=2>> <<4×5=20>> <<1,000+1=1001>> <<a+1=2>>",
+        "<<2*3=6 eggs>> <<2*3= 6 >> <<2*3=$6>> <<2*3=6%>> <<50%*2=1>> <<1/3=0.33>> <<1e308*10=1>> <<1j+1=1>>",
+        "٣ + ٤ = ٧ and ١٢ × ٣ = ٣٦ so ٣٦",
+        "１２ + ３ = １５",
+        "$5 + $3 = $8",
+        "50% x 20 = 10",
+        "(2 + 3) x $4 = $20",
+        "16 - 3 - 4 = 9\n9 * 2 = 19\n19 / 0 = 0\n1,000,000.50 + 0.5 = 1,000,001\n-5 + 3 = -2",
+        "\n".join(f"{i} + {i} = {2 * i + (i % 3 == 0)}" for i in range(60)),
+        "I'm not sure, but perhaps it might be 7. Actually, wait, let me recalculate: I made an error. 8",
+        "I'm sorry, as an AI I cannot help with that. I am unable to provide an answer.",
+        "Hmm \u0130 ΟΔΟΣ İstanbul AŞK final answer: ΣΟΦΙΑΣ",
+        "the same line again and again\n" * 12,
+        "buffalo " * 300,
+        "open code\n```python\nprint(1)\n",
+        "lines\rwith\x0bodd\x0cbreaks\x1cand\x1dseparators\x1e\x85here\u2028and\u2029there 3 + 4 = 7",
+        "trailing CJK punctuation。",
+        "（答案）",
+        "ends with a quote'",
+        "ends with an open comma,",
+        "12.5",
+        "The result is 3.0000000001",
+        "x" * 5000 + " 2 + 2 = 4",
+        "9 " * 1500,
+        "😀 " * 800 + "#### 5",
+        "lone \ud800 surrogate 1 + 1 = 2",
+        "control\x00chars\x07 2 * 2 = 4",
+        "\\boxed{12}",
+        "Final Answer: 3 (C)",
+        "a" * 70 + " = 5 + 5 = 10",
+        "3 * (4 + 5) = 27\n(2 + 3) * (4 - 1) = 15\n((1)) + 2 = 3",
+        "=" * 50,
+    ]
+
+
+def arithmetic_answers(n: int = 300, seed: int = 30) -> list[str]:
+    """Answers stating random arithmetic, in calculator annotations and as steps: expressions
+    drawn from a grammar of Python's literal forms (hex, octal, binary, underscores, exponents,
+    leading zeros, imaginary), unary signs, parentheses, comments, continuations and line breaks,
+    one in five with a token Python does not evaluate (**, //, %, names, Unicode digits); what a
+    port of its parser gets wrong first."""
+    import random
+
+    rng = random.Random(seed)
+    literals = [
+        "1",
+        "7",
+        "12",
+        "250",
+        "0x1f",
+        "0X1F",
+        "0b101",
+        "0o17",
+        "1_000",
+        "09.5",
+        "00",
+        "1e5",
+        "2E-3",
+        ".5",
+        "5.",
+        "3.25",
+        "1e400",
+        "0",
+    ]
+    junk = ["**", "//", "%", "1j", "09", "if", "٣", "１２", "_", "1__0", "\x0b", "\xa0", ",", "$"]
+    spaces = ["", "", " ", "  ", "\t", "\f", " #c\n", "\\\n"]
+
+    def expression(depth: int) -> str:
+        out = [operand(depth)]
+        for _ in range(rng.randint(0, 3)):
+            out += [rng.choice(spaces), rng.choice("+-*/x×÷"), rng.choice(spaces), operand(depth)]
+        return "".join(out)
+
+    def operand(depth: int) -> str:
+        roll = rng.random()
+        if roll < 0.15 and depth < 2:
+            inner = expression(depth + 1).replace("\n", rng.choice(["\n", "\r\n", " "]))
+            return f"({inner})"
+        if roll < 0.25:
+            return rng.choice("+-") + operand(depth)
+        return rng.choice(literals)
+
+    answers = []
+    for i in range(n):
+        expr = expression(0)
+        if i % 5 == 0:
+            cut = rng.randint(0, len(expr))
+            expr = expr[:cut] + rng.choice(junk) + expr[cut:]
+        stated = rng.choice(["1", "12", "0", "-3", "8.5", "1,000", "$5", "15%", "abc", " 7 ", "١٢", "1e5", "nan"])
+        answers.append(f"<<{expr}={stated}>>" if i % 2 else f"so {expr} = {stated}\n#### {stated}")
+    return answers
+
+
+def acceptance_rows(router, logs: list[str]) -> list[dict]:
+    """The acceptance model's inputs and Python's verdicts on the logs' edge answers and
+    `hard_answers()` (each paired with a few prompts, with and without log-probabilities)."""
+    from data.logs import load_logs
+
+    acceptor = router.acceptor
+    if acceptor is None:
+        return []
+    frame = load_logs(logs, max_reject_share=1.0).frame()
+    answered = frame[frame["edge_response"].notna()]
+    pairs = [
+        (p, a, m if m == m else None, lo if lo == lo else None)
+        for p, a, m, lo in zip(
+            answered["prompt"], answered["edge_response"], answered["edge_logprob_mean"], answered["edge_logprob_min"]
+        )
+    ]
+    prompts = [
+        "What is 3 + 4? Give 12 and 36 as well.",
+        "",
+        "Natalia sold clips to 48 of her friends in April, and "
+        "then she sold half as many clips in May. How many clips did Natalia sell altogether?",
+    ]
+    for i, answer in enumerate(hard_answers() + arithmetic_answers() + [text for _, text in fuzz_cases(120, seed=29)]):
+        pairs.append((prompts[i % len(prompts)], answer, -0.25 if i % 2 else None, -3.5 if i % 2 else None))
+    rows = []
+    for prompt, answer, mean, low in checked_round_trip_pairs(pairs):
+        verdict = acceptor.check(prompt, answer, logprob_mean=mean, logprob_min=low)
+        rows.append(
+            {
+                "prompt": prompt,
+                "answer": answer,
+                "logprob_mean": mean,
+                "logprob_min": low,
+                # NaN (a log-probability not given) as null: JSON has no NaN
+                "features": [
+                    None if v != v else v for v in acceptor.features([prompt], [answer], [mean], [low])[0].tolist()
+                ],
+                "probability": verdict.probability,
+                "accepted": verdict.accepted,
+            }
+        )
+    return rows
+
+
+def checked_round_trip_pairs(pairs: list[tuple]) -> list[tuple]:
+    """The pairs whose texts read back from JSON as themselves (the others are left out)."""
+    return [pair for pair in pairs if all(json.loads(json.dumps(t)) == t for t in pair[:2])]
+
+
 def canonical_json_cases(manifest_text: str) -> list[dict]:
     """JSON texts and their canonical form (what the manifest's checksum and signature hash):
     the bundle's manifest, then values whose Python form a JSON parser loses (1.0 against 1,
@@ -300,6 +461,7 @@ def build(bundle: Path, logs: list[str], max_log_prompts: int | None = None) -> 
         "decisions": decisions,
         "canonical_json": canonical_json_cases(manifest_text),
         "signature": signature_case(json.loads(manifest_text)),
+        "acceptance": acceptance_rows(router, logs),
         "codepoints": codepoint_runs(router.stages.scorer.extractor.tokenizer.full),
     }
 

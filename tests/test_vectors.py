@@ -95,6 +95,30 @@ def test_the_features_are_the_ones_the_model_is_fed(written, bundle):
         assert case["scalars"] == scalars[0].tolist(), case["id"]
 
 
+def test_the_acceptance_rows_are_the_acceptors(written, bundle):
+    """Every generated answer is there (with the logs' edge answers), each with the acceptance
+    model's input row and the verdict the SDK's acceptor gives."""
+    _, document = written
+    acceptor = Router.load(bundle, strict=True).acceptor
+    assert acceptor is not None, "the session's bundle was trained with edge answers"
+    rows = document["acceptance"]
+    answers = {row["answer"] for row in rows}
+    generated = (
+        vectors_command.hard_answers()
+        + vectors_command.arithmetic_answers()
+        + [text for _, text in vectors_command.fuzz_cases(120, seed=29)]
+    )
+    assert {a for a in generated if json.loads(json.dumps(a)) == a} <= answers
+    assert len(rows) > len(generated)  # and the logs' edge answers
+    for row in rows:
+        options = {"logprob_mean": row["logprob_mean"], "logprob_min": row["logprob_min"]}
+        features = acceptor.features([row["prompt"]], [row["answer"]], [row["logprob_mean"]], [row["logprob_min"]])
+        assert row["features"] == [None if v != v else v for v in features[0].tolist()]
+        verdict = acceptor.check(row["prompt"], row["answer"], **options)
+        assert (row["probability"], row["accepted"]) == (verdict.probability, verdict.accepted)
+    assert {row["accepted"] for row in rows} == {True, False}
+
+
 def test_the_canonical_json_is_what_the_checksum_and_signature_hash(written, bundle):
     _, document = written
     manifest = json.loads((bundle / "manifest.json").read_text())

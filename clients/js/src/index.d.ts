@@ -92,6 +92,24 @@ export class Router {
   readonly edgeContextTokens: number;
   readonly unfamiliarPolicy: UnfamiliarPolicy | null;
   readonly manifest: Manifest | null;
+  /** The bundle's learned acceptance check, or null (trained without edge answers, older, degraded). */
+  readonly acceptor: Acceptor | null;
+}
+
+/** One checked answer. */
+export interface Verdict {
+  probability: number;
+  threshold: number;
+  accepted: boolean;
+}
+
+export interface Acceptor {
+  readonly threshold: number;
+  /** P(the edge answer is good), calibrated, against the bundle's threshold. TypeError for non-text. */
+  check(prompt: string, answer: string, options?: { logprobMean?: number | null; logprobMin?: number | null }): Promise<Verdict>;
+  /** The acceptance model's input row (float32). */
+  features(prompt: string, answer: string, options?: { logprobMean?: number | null; logprobMin?: number | null }):
+    Promise<Float32Array>;
 }
 
 /** An edge call: its signal is aborted when edgeTimeoutMs passes. */
@@ -101,8 +119,9 @@ export interface ExecuteOptions<T> {
   precision?: Precision | null;
   /** fall back to the cloud when the edge has not answered by then (its signal is aborted) */
   edgeTimeoutMs?: number | null;
-  /** checks an edge answer in the edge_with_cloud_fallback zone; false or a throw falls back */
-  accept?: ((answer: T) => unknown) | null;
+  /** checks an edge answer in the edge_with_cloud_fallback zone; false or a throw falls back.
+   * "learned": the bundle's acceptance check (the edge must answer a string). */
+  accept?: ((answer: T) => unknown) | "learned" | null;
   /** check confident edge answers too */
   verifyEdgeZone?: boolean;
 }

@@ -3,6 +3,7 @@
 // router on the rule table (degraded), unless `strict`, which throws BundleError and only that.
 import { BundleError, verifiedBundle } from "./bundle.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
+import { Acceptor } from "./acceptance.js";
 import { execute } from "./execute.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
@@ -11,15 +12,17 @@ import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
 /** A verified, loaded bundle's Routing; BundleError for anything wrong with the bundle,
  * onnxruntime refusing it included. */
 async function loadRouting(platform, source, { threads, unfamiliarPolicy, publicKey, logger }) {
-  let scorer;
+  let scorer, acceptor;
   try {
     const bundle = await verifiedBundle(String(source), platform.files(source), platform.crypto, { publicKey });
     scorer = await Scorer.create(bundle, platform.runtime, { threads });
+    acceptor = await Acceptor.fromBundle(bundle, scorer, platform.runtime);
   } catch (error) {
+    await scorer?.release();
     if (error instanceof BundleError) throw error;
     throw new BundleError(`cannot load bundle ${source}: ${error?.message ?? error}`.slice(0, 500), { cause: error });
   }
-  return new Routing(scorer, { unfamiliarPolicy, logger });
+  return new Routing(scorer, { unfamiliarPolicy, logger, acceptor });
 }
 
 /** The Router of every platform; index.js (Node) and web.js (browsers) give it theirs. */
@@ -59,6 +62,9 @@ export class BaseRouter {
   get unfamiliarPolicy() { return this.routing.unfamiliarPolicy; }
   /** The validated manifest (null when degraded); `.raw` is the manifest as parsed. */
   get manifest() { return this.routing.manifest; }
+  /** The bundle's learned acceptance check ({check(prompt, answer, {logprobMean, logprobMin})}),
+   * or null when it has none (trained without edge answers, older, or degraded). */
+  get acceptor() { return this.routing.acceptor; }
 
   /** Where one prompt should run. Rejects only for argument errors (TypeError, RangeError). */
   async route(prompt, { precision = null } = {}) {
@@ -76,27 +82,30 @@ export class BaseRouter {
    * Route, then run: edge or cloud first as decided, the cloud as fallback (execute.js).
    * `edge(prompt, {signal})` and `cloud(prompt)` return the answer or a Promise of it; the edge's
    * signal is aborted when `edgeTimeoutMs` passes. `accept(answer)` checks an edge answer in the
-   * edge_with_cloud_fallback zone (every edge answer with `verifyEdgeZone`). Throws
+   * edge_with_cloud_fallback zone (every edge answer with `verifyEdgeZone`); "learned" uses the
+   * bundle's acceptance check (the edge must then answer a string; anything else counts as a
+   * check that threw), and checks nothing, with one warning, when the bundle has none. Throws
    * CloudCallError when the cloud fails; argument errors as route() does.
    */
   async execute(prompt, edge, cloud, { precision = null, edgeTimeoutMs = null, accept = null, verifyEdgeZone = false } = {}) {
     if (typeof edge !== "function" || typeof cloud !== "function") throw new TypeError("edge and cloud must be functions taking the prompt");
-    if (accept === "learned") {
-      throw new RangeError('accept: "learned" (the bundle\'s acceptance check) is not in this client yet; pass a function');
+    if (accept !== null && accept !== "learned" && typeof accept !== "function") {
+      throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
     }
-    if (accept !== null && typeof accept !== "function") throw new TypeError(`accept must be a function or null, got ${typeof accept}`);
     if (edgeTimeoutMs !== null && !(Number.isFinite(edgeTimeoutMs) && edgeTimeoutMs >= 0)) {
       throw new RangeError(`edgeTimeoutMs must be a non-negative number or null, got ${edgeTimeoutMs}`);
     }
     const routing = this.routing;  // one bundle for the decision and the limits it is carried out with
     checkPrompt(prompt);
     const [decision] = await routing.decisions([prompt], [checkPrecision(precision)]);
-    return execute(decision, prompt, { edge, cloud, edgeContextTokens: routing.edgeContextTokens, edgeTimeoutMs, accept,
-      verifyEdgeZone });
+    const check = accept === "learned" ? routing.learnedAccept(prompt) : accept;
+    return execute(decision, prompt, { edge, cloud, edgeContextTokens: routing.edgeContextTokens, edgeTimeoutMs,
+      accept: check, verifyEdgeZone });
   }
 
   /** Release the onnxruntime session; the router must not be used after. */
   async close() {
     if (this.routing.scorer) await this.routing.scorer.release();
+    if (this.routing.acceptor) await this.routing.acceptor.release();
   }
 }

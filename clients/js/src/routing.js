@@ -12,9 +12,11 @@ export class Routing {
    * @param {import("./scorer.js").Scorer | null} scorer null: the rule table decides (degraded)
    * @param {{degradedReason?: string | null, unfamiliarPolicy?: string | null, logger?: {warn: Function}}} options
    */
-  constructor(scorer, { degradedReason = null, unfamiliarPolicy = null, logger = console } = {}) {
+  constructor(scorer, { degradedReason = null, unfamiliarPolicy = null, logger = console, acceptor = null } = {}) {
     const manifest = scorer ? scorer.manifest : null;
     this.scorer = scorer;
+    this.acceptor = acceptor;  // acceptance.js's Acceptor, or null
+    this.warnedNoAcceptor = false;
     this.manifest = manifest;
     this.degradedReason = degradedReason;
     this.logger = logger;
@@ -28,6 +30,21 @@ export class Routing {
 
   get degraded() {
     return this.scorer === null;
+  }
+
+  /** accept: "learned" for one request: answer -> accepted, or null (nothing checked, one warning
+   * per bundle) when the bundle has no acceptance model. A non-string answer throws, which
+   * execute() counts as a check that raised: the cloud answers. */
+  learnedAccept(prompt) {
+    if (this.acceptor === null) {
+      if (!this.warnedNoAcceptor) {
+        this.warnedNoAcceptor = true;
+        const why = this.degradedReason || this.manifest?.acceptance?.reason || "trained before acceptance checks";
+        this.logger.warn(`accept="learned": bundle ${this.modelVersion} has no acceptance model (${why}); edge answers are not checked`);
+      }
+      return null;
+    }
+    return async (answer) => (await this.acceptor.check(prompt, answer)).accepted;
   }
 
   /** Decisions for checked arguments; the rule table decides whenever scoring cannot. */

@@ -100,6 +100,19 @@ export class Scorer {
     return { scores: cloud.map((c, r) => c - edge[r]), nTokens, heads: edge.map((e, r) => [e, cloud[r]]), novelty };
   }
 
+  /** The router's feature rows of texts (no precision declared), as the fused model computes
+   * them (its `features` output): what the acceptance check reads of an answer. */
+  async features(texts) {
+    const { ids, mask, width, scalars } = this.extractor.prepare(texts, texts.map(() => null));
+    const rows = texts.length;
+    const results = await this.session.run({
+      input_ids: new this.Tensor("int64", ids, [rows, width]),
+      attention_mask: new this.Tensor("int64", mask, [rows, width]),
+      scalars: new this.Tensor("float32", scalars, [rows, this.extractor.nScalars]),
+    }, ["features"]);
+    return Float32Array.from(results.features.data);
+  }
+
   async release() {
     await this.session.release();
   }

@@ -1,6 +1,6 @@
 // Types of the browser build (src/web.js): the Router of index.d.ts, loaded from a base URL.
-import type { Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, UnfamiliarPolicy } from "./index.js";
-export type { Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, Step, UnfamiliarPolicy, Zone,
+import type { Acceptor, Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, UnfamiliarPolicy } from "./index.js";
+export type { Acceptor, Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, Step, UnfamiliarPolicy, Zone,
   Target } from "./index.js";
 export { BundleError, SigningError, CloudCallError, EdgeTimeoutError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
   UNFAMILIAR_POLICIES } from "./index.js";
@@ -26,4 +26,5 @@ export class Router {
   readonly edgeContextTokens: number;
   readonly unfamiliarPolicy: UnfamiliarPolicy | null;
   readonly manifest: Manifest | null;
+  readonly acceptor: Acceptor | null;
 }

@@ -71,6 +71,10 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
       `max |score - python| ${summary.worst.score}, max |novelty - python| ${summary.worst.novelty}; ` +
       `load ${summary.loadMs.toFixed(0)} ms, route() ${(summary.routeMs / summary.decisions).toFixed(2)} ms each`);
     assert.deepEqual(summary.mismatches, []);
+    console.log(`browser: acceptance check on ${summary.acceptance.answers} answers, max |probability - python| ${summary.acceptance.worst}`);
+    assert.equal(summary.acceptance.answers, vectors().acceptance.length);
+    assert.equal(summary.acceptance.verdictsDiffering, 0);
+    assert.ok(summary.acceptance.worst <= 1e-5);
     assert.equal(summary.decisions, vectors().decisions.filter((d) => d.router === "bundle").length);
     assert.equal(summary.batched, summary.decisions);
     assert.equal(summary.ruleMismatches, 0);

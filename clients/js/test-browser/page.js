@@ -50,6 +50,13 @@ async function run() {
     const js = rules.route(vectors.cases[row.case].prompt, { precision: row.precision });
     if (JSON.stringify(js) !== JSON.stringify({ ...js, ...row.decision })) summary.ruleMismatches++;
   }
+  summary.acceptance = { answers: 0, verdictsDiffering: 0, worst: 0 };
+  for (const row of vectors.acceptance) {
+    const verdict = await router.acceptor.check(row.prompt, row.answer, { logprobMean: row.logprob_mean, logprobMin: row.logprob_min });
+    summary.acceptance.answers++;
+    summary.acceptance.worst = Math.max(summary.acceptance.worst, Math.abs(verdict.probability - row.probability));
+    if (verdict.accepted !== row.accepted) summary.acceptance.verdictsDiffering++;
+  }
   const pem = vectors.signature.public_key_pem;
   summary.signedLoads = !(await Router.load(`${location.origin}/signed/`, { strict: true, publicKey: pem })).degraded;
   const quiet = { warn: () => {} };

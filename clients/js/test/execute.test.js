@@ -119,9 +119,46 @@ describe("execute()", () => {
     assert.deepEqual(statuses(run), ["edge:skipped", "cloud:ok"]);
   });
 
+  test('accept: "learned" serves the answers the bundle\'s check accepts, and falls back on the others', async () => {
+    // Python's verdicts on the logs' edge answers (the vectors): one it accepts, one it rejects.
+    const rows = vectors().acceptance.filter((r) => r.logprob_mean === null);
+    const good = rows.find((r) => r.accepted), bad = rows.find((r) => !r.accepted);
+    const prompt = promptIn("edge_with_cloud_fallback");
+    // The check reads the answer with the request's prompt: Python's verdicts hold for their own prompt.
+    const verdictGood = await router.acceptor.check(prompt, good.answer);
+    const verdictBad = await router.acceptor.check(prompt, bad.answer);
+    const served = await router.execute(prompt, recorded(good.answer), recorded("cloud"), { accept: "learned" });
+    assert.equal(served.served_by, verdictGood.accepted ? "edge" : "cloud");
+    const fallen = await router.execute(prompt, recorded(bad.answer), recorded("cloud"), { accept: "learned" });
+    assert.equal(fallen.served_by, verdictBad.accepted ? "edge" : "cloud");
+    assert.notEqual(verdictGood.accepted, verdictBad.accepted, "one accepted, one rejected");
+    assert.deepEqual(statuses(verdictGood.accepted ? served : fallen), ["edge:ok", "accept:ok"]);
+    assert.deepEqual(statuses(verdictGood.accepted ? fallen : served), ["edge:ok", "accept:rejected", "cloud:ok"]);
+  });
+
+  test('accept: "learned" with an answer that is not text counts as a check that threw', async () => {
+    const run = await router.execute(promptIn("edge_with_cloud_fallback"), recorded({ text: "an object" }), recorded("cloud"),
+      { accept: "learned" });
+    assert.equal(run.served_by, "cloud");
+    assert.equal(run.fallback_code, "accept check raised (TypeError)");
+  });
+
+  test('accept: "learned" on a bundle without a check checks nothing, with one warning', async () => {
+    const logger = quietLogger();
+    const degraded = await Router.load("/nonexistent", { logger });
+    assert.equal(degraded.acceptor, null);
+    const prompt = "What is the interest rate on a loan?";  // the rule table's fallback band (finance 0.3)
+    for (let i = 0; i < 2; i++) {
+      const run = await degraded.execute(prompt, recorded("anything"), recorded("cloud"), { accept: "learned" });
+      assert.equal(run.decision.zone, "edge_with_cloud_fallback");
+      assert.equal(run.served_by, "edge");
+    }
+    assert.equal(logger.messages.filter((m) => m.includes('accept="learned"')).length, 1);
+  });
+
   test("argument errors are the caller's", async () => {
     await assert.rejects(router.execute("hi", "not a function", recorded("c")), TypeError);
-    await assert.rejects(router.execute("hi", recorded("e"), recorded("c"), { accept: "learned" }), RangeError);
+    await assert.rejects(router.execute("hi", recorded("e"), recorded("c"), { accept: "nice" }), TypeError);
     await assert.rejects(router.execute("hi", recorded("e"), recorded("c"), { edgeTimeoutMs: -1 }), RangeError);
     await assert.rejects(router.execute(7, recorded("e"), recorded("c")), TypeError);
   });

@@ -80,6 +80,26 @@ describe("features, stage by stage", () => {
   });
 });
 
+describe("the acceptance check", () => {
+  test("its input rows equal Python's bit for bit, and its verdicts Python's", async () => {
+    const rows = vectors().acceptance;
+    assert.ok(rows.length >= 1000, "the logs' edge answers and the generated ones");
+    const router = await Router.load(BUNDLE, { strict: true });
+    let worst = 0;
+    for (const [i, row] of rows.entries()) {
+      const options = { logprobMean: row.logprob_mean, logprobMin: row.logprob_min };
+      const features = Array.from(await router.acceptor.features(row.prompt, row.answer, options), (v) => (Number.isNaN(v) ? null : v));
+      assert.deepEqual(features, row.features, `answer ${i}: ${JSON.stringify(row.answer.slice(0, 60))}`);
+      const verdict = await router.acceptor.check(row.prompt, row.answer, options);
+      assert.equal(verdict.accepted, row.accepted, `answer ${i}`);
+      worst = Math.max(worst, Math.abs(verdict.probability - row.probability));
+    }
+    assert.ok(worst <= SCORE_TOLERANCE, `max |probability - python| ${worst}`);
+    console.log(`acceptance: ${rows.length} answers, rows equal, verdicts equal, max |probability - python| ${worst}`);
+    await router.close();
+  });
+});
+
 describe("canonical JSON and signatures", () => {
   test("the manifest's canonical JSON is Python's, on the manifest and on tricky values", () => {
     for (const { text, canonical } of vectors().canonical_json) assert.equal(canonicalJson(parsePythonJson(text)), canonical);

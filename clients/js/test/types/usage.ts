@@ -17,6 +17,9 @@ async function main(): Promise<void> {
     { edgeTimeoutMs: 500, accept: (answer) => answer !== "" });
   const served: "edge" | "cloud" = run.served_by;
   console.log(served, run.steps.map((s) => s.status), run.fallback_reason);
+  const verdict = await router.acceptor?.check("What is 2 + 2?", "4", { logprobMean: -0.2 });
+  const learned = await router.execute("What is 2 + 2?", () => "4", () => "4", { accept: "learned" });
+  console.log(verdict?.accepted, learned.served_by);
   await router.close();
 }
 void main;
