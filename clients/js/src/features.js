@@ -3,7 +3,7 @@
 // max_chars code points, make it valid Unicode, tokenize, keep max_tokens ids, and the scalars
 // [n_tokens, text statistics, precision one-hot], each rounded to float32 once.
 import { codePointLength, encodable, firstCodePoints } from "./pytext.js";
-import { textStatistics } from "./text-stats.js";
+import { STAT_NAMES, textStatistics } from "./text-stats.js";
 
 export class FeatureExtractor {
   /**
@@ -13,7 +13,7 @@ export class FeatureExtractor {
   constructor(spec, tokenizer) {
     this.spec = spec;
     this.tokenizer = tokenizer;
-    this.nScalars = 1 + 15 + spec.precisions.length;
+    this.nScalars = 1 + STAT_NAMES.length + spec.precisions.length;  // n_tokens, statistics, precision
   }
 
   /** The part of a prompt that is tokenized and scanned (first max_chars, valid UTF-16). */

@@ -14,8 +14,19 @@
 import { Tokenizer } from "@huggingface/tokenizers";
 import { COMPAT_FIXES, COMPAT_RANGES } from "./tokenizer-compat.js";
 
-/** Replacements by fix kind (COMPAT_FIXES names them); "$" stands for the character itself. */
-const REPLACEMENTS = { delete: "", space: " ", isolate: " $ ", unknown: "\ua500", isolate_unknown: " \ua500 " };
+/** Replacements by fix kind, in the order scripts/tokenizer-compat.mjs tries them (COMPAT_FIXES
+ * names them); "$" stands for the character itself. U+A500 (a Vai syllable) is a letter that no
+ * vocabulary entry holds: a word with it is [UNK], as with the character Rust did not know. */
+export const REPLACEMENTS = Object.freeze({ delete: "", space: " ", isolate: " $ ", unknown: "\ua500", isolate_unknown: " \ua500 " });
+
+/** A fix applied to one character. */
+export const fixed = (fix, char) => REPLACEMENTS[fix].replace("$", char);
+
+/** The JS library's tokenizer of a tokenizer.json, without its truncation and padding (the SDK
+ * does both, as Python's load_tokenizer switches them off). */
+export function libraryTokenizer(config) {
+  return new Tokenizer({ ...config, truncation: null, padding: null }, {});
+}
 const RANGE_STARTS = Int32Array.from(COMPAT_RANGES, (r) => r[0]);
 
 /** The fix of a code point, or undefined: a binary search over the sorted ranges. */
@@ -42,7 +53,7 @@ export function rustCompatible(text) {
     const fix = code === 0x3a3 ? "sigma" : fixOf(code);
     if (fix !== undefined) {
       const char = text.slice(i, i + width);
-      out += text.slice(done, i) + (fix === "sigma" ? "σ" : REPLACEMENTS[fix].replace("$", char));
+      out += text.slice(done, i) + (fix === "sigma" ? "σ" : fixed(fix, char));
       done = i + width;
     }
     i += width - 1;
@@ -54,9 +65,7 @@ export function rustCompatible(text) {
 export class BundleTokenizer {
   /** @param {string} json the content of tokenizer.json */
   constructor(json) {
-    const config = JSON.parse(json);
-    // Truncation and padding are the SDK's (features.js), as in Python's load_tokenizer.
-    this.tokenizer = new Tokenizer({ ...config, truncation: null, padding: null }, {});
+    this.tokenizer = libraryTokenizer(JSON.parse(json));
   }
 
   /** @param {string} text @param {boolean} addSpecialTokens @returns {number[]} */
