@@ -165,7 +165,9 @@ def test_a_training_run_logs_the_same_timing_metrics_from_the_one_clock(trained_
         assert logged[f"time.{name}_s"] == pytest.approx(result.timings[f"{name}_s"]) and logged[f"time.{name}_s"] > 0
     assert all(f"memory.{name}_peak_mb" in logged for name in stages)
     t = result.timings
-    assert t["load_s"] >= t["read_validate_s"] + t["merge_s"]  # the span holds both stages
+    # The load span holds the read_validate stage (which ends when merge begins, inside the span;
+    # merge itself runs on until featurize begins, after the span: no relation to assert there).
+    assert t["read_validate_s"] <= t["load_s"]
     assert t["lightgbm_s"] <= t["fit_s"] and t["features_s"] <= t["featurize_s"]  # spans inside one stage
     assert t["total_s"] >= sum(t[f"{name}_s"] for name in stages)
 
