@@ -16,6 +16,7 @@ from serving.manifest import SCORE_KINDS, band_of
 from training.config import TrainConfig
 
 if TYPE_CHECKING:
+    from serving.novelty import Novelty
     from training.acceptance import AcceptanceFit
     from training.fitted import Fitted
 
@@ -79,9 +80,10 @@ def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Row
     )
 
 
-def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[bytes, dict, Splits]:
+def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[Novelty, dict, Splits]:
     """Fit the familiarity reference on the validation rows (training.novelty); returns the
-    reference file, its manifest section, and `splits` flagged with it."""
+    reference, its manifest figures (where it lives is familiarity_in_bundle's), and `splits`
+    flagged with it."""
     from training.novelty import fit_novelty, token_rows
 
     extractor = fitted.plan.serving.featurizer().extractor
@@ -98,24 +100,19 @@ def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[by
         name: rows.with_novelty(reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths))
         for name, rows in splits.items()
     }
-    return reference.to_bytes(), {"file": NOVELTY_FILE, **info, "policy": config.unfamiliar_policy}, flagged
+    return reference, {**info, "policy": config.unfamiliar_policy}, flagged
 
 
-def familiarity_in_bundle(plan, files: dict, novelty_file: bytes, section: dict) -> tuple[dict, dict]:
+def familiarity_in_bundle(plan, files: dict, reference: Novelty, section: dict) -> tuple[dict, dict]:
     """The bundle's model files and manifest novelty section with the familiarity reference:
     computed in the fused model.onnx (section `in_model`, its `output`; no file), or as
     NOVELTY_FILE beside a staged bundle, whose router.onnx never sees the token ids."""
-    from serving.novelty import Novelty
     from training.novelty import NOVELTY_OUTPUT, append_to_graph
 
     if plan.fused_prefix is None:
-        return {**files, NOVELTY_FILE: novelty_file}, section
-    reference = Novelty.from_bytes(
-        novelty_file, embedding_threshold=section["embedding_threshold"], unseen_threshold=section["unseen_threshold"]
-    )
+        return {**files, NOVELTY_FILE: reference.to_bytes()}, {"file": NOVELTY_FILE, **section}
     model = append_to_graph(files["model.onnx"], reference, embedding_dim=plan.spec.embedding_dim)
-    in_model = {k: v for k, v in section.items() if k != "file"}
-    return {**files, "model.onnx": model}, {**in_model, "in_model": True, "output": NOVELTY_OUTPUT}
+    return {**files, "model.onnx": model}, {**section, "in_model": True, "output": NOVELTY_OUTPUT}
 
 
 def acceptance_check(config: TrainConfig, fitted: Fitted) -> tuple[AcceptanceFit, Splits]:
@@ -136,8 +133,8 @@ class HeldOutStages:
 
     acceptance: AcceptanceFit
     thresholds: dict  # per-precision fallback thresholds (evaluation.thresholds)
-    novelty_file: bytes  # the familiarity reference (serving.novelty)
-    novelty: dict  # its manifest section
+    reference: Novelty  # the familiarity reference (serving.novelty)
+    novelty: dict  # its manifest figures (familiarity_in_bundle adds where it lives)
     splits: Splits  # the engine's val / test rows with the acceptance verdicts and novelty
 
 
@@ -153,5 +150,5 @@ def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutSt
     clock.begin("thresholds")
     thresholds = choose_thresholds(config, fitted, verdicts["val"])
     clock.begin("familiarity")
-    novelty_file, novelty, flagged = familiarity(config, fitted, verdicts)
-    return HeldOutStages(acceptance, thresholds, novelty_file, novelty, flagged)
+    reference, novelty, flagged = familiarity(config, fitted, verdicts)
+    return HeldOutStages(acceptance, thresholds, reference, novelty, flagged)

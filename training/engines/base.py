@@ -254,7 +254,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     clock = StageClock(timings)
     held_out = fit_held_out_stages(config, fitted, clock)
     acceptance, thresholds = held_out.acceptance, held_out.thresholds
-    novelty_file, novelty = held_out.novelty_file, held_out.novelty
+    reference, novelty = held_out.reference, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     figures = (
         split_figures(config, held_out.splits, thresholds)
@@ -282,7 +282,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.model_feature_names))
         files, novelty = familiarity_in_bundle(
-            fitted.plan, fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), novelty_file, novelty
+            fitted.plan, fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), reference, novelty
         )
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
