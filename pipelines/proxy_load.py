@@ -1,6 +1,6 @@
 """`make loadtest`: what the routing proxy adds to a request's latency, on loopback.
 
-Starts a stub chat-completions server (serving.chat.stub) and the proxy
+Starts a stub chat-completions server (serving.testing) and the proxy
 (`python -m serving serve`, with the stub as both edge and cloud) as processes on 127.0.0.1,
 then sends the same requests with N concurrent clients to the stub directly and through the
 proxy, in alternating rounds so that both see the same machine, and reports p50 / p90 / p99
@@ -197,7 +197,7 @@ def run(args) -> dict:
         [
             sys.executable,
             "-m",
-            "serving.chat.stub",
+            "serving.testing",
             "--name",
             "stub",
             "--port",

@@ -1,15 +1,13 @@
-"""Shared by the chat client and proxy tests: two stub upstreams on 127.0.0.1 (serving.chat.stub),
+"""Shared by the chat client and proxy tests: two stub upstreams on 127.0.0.1 (serving.testing),
 a hostile upstream that puts the caller's key into its answers, the router of the session's test
 bundle, and prompts whose zone the tests rely on."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from serving import Router
-from serving.chat.stub import Behaviour, LocalServer, StubUpstream
+from serving.testing import Behaviour, LocalServer, StubUpstream
 
 CLOUD_KEY = "sk-cloud-7f3a9c1e5b2d4086-SECRET"
 EDGE_KEY = "sk-edge-51d0c2b7e94a6f38-SECRET"
@@ -38,14 +36,6 @@ def router(bundle):
     assert router.route(ASK[0]["content"]).target == "edge"
     assert router.route(LONG[0]["content"]).zone == "cloud"
     return router
-
-
-def dead_url() -> str:
-    """An http URL on 127.0.0.1 where nothing listens: connections are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
 
 
 def json_escaped(text: str) -> str:

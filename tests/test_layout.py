@@ -1,5 +1,5 @@
 """The layout holds: no import cycles, every package imports only the ones below it, and
-importing the SDK or a command loads no heavy library."""
+importing the SDK or a command loads no heavy library, nor the SDK's test doubles (serving.testing)."""
 
 from __future__ import annotations
 
@@ -154,3 +154,19 @@ def test_importing_the_sdk_or_its_cli_loads_no_client_or_server_library():
         )
         == []
     )
+
+
+def test_the_sdk_never_loads_its_test_doubles():
+    """serving.testing is for tests and examples: the router, the chat client, the proxy and the CLI
+    run without it."""
+    product = ("serving", "serving.chat", "serving.proxy.app", "serving.proxy.serve", "serving.cli")
+    assert loaded_heavy(*product, heavy=("serving.testing",)) == []
+
+
+def test_the_test_doubles_without_the_server_extra_say_which_extra_to_install():
+    code = "import sys; sys.modules['uvicorn'] = None; import serving.testing"  # as if uvicorn were not installed
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith(
+        "ImportError: serving.testing serves with uvicorn: pip install 'edge-cloud-router[server]'"
+    ), done.stderr[-2000:]

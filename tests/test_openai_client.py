@@ -19,7 +19,8 @@ from serving.chat import (
     UpstreamUnreachable,
     conversation_prompt,
 )
-from tests.chat_stubs import ASK, CLOUD_KEY, LONG, dead_url, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
+from serving.testing import dead_url
+from tests.chat_stubs import ASK, CLOUD_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.real_data  # routing is the session's trained test bundle
 
@@ -336,8 +337,8 @@ def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, st
     import json
 
     from serving import Router
-    from serving.chat.stub import Behaviour
     from serving.outcome_log import OutcomeLog
+    from serving.testing import Behaviour
 
     stubs[0].behaviour = Behaviour(status=502)
     log = OutcomeLog(tmp_path / "logs")

@@ -21,9 +21,9 @@ import pytest
 
 from serving import cli
 from serving.chat import RoutedChat
-from serving.chat.stub import LocalServer
 from serving.proxy.app import build_app
 from serving.proxy.config import ProxyConfig, UpstreamOptions
+from serving.testing import LocalServer
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 from tests.conftest import ROOT
 

@@ -81,3 +81,11 @@ def test_sdk_installs_and_routes_on_its_own(bundle, tmp_path):
     )  # not the repo: the installed package must suffice
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() in ("edge", "edge_with_cloud_fallback", "cloud")
+    doubles = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import serving.testing"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )  # the test doubles serve with uvicorn, which only the server extra installs
+    assert doubles.returncode != 0 and "pip install 'edge-cloud-router[server]'" in doubles.stderr, doubles.stderr

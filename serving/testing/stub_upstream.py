@@ -1,5 +1,4 @@
-"""A stand-in OpenAI-compatible chat-completions server, for testing what talks to one: the
-routed chat client, the proxy, the load test, or an app's own integration tests.
+"""StubUpstream: a stand-in OpenAI-compatible chat-completions server on 127.0.0.1.
 
 It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true`, ending with
 `data: [DONE]`, and a usage chunk when `stream_options.include_usage` is set) and GET
@@ -8,31 +7,22 @@ It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true`, e
 server answers it. Knobs (`Behaviour`) for the failures a client must survive: latency, an HTTP
 error status, a body that is not JSON, a slow first token, a stream that breaks after its first
 chunk. The answer names the stub ("answer from edge"), so a test can tell who served.
-
-    with StubUpstream("edge") as edge:          # a real HTTP server on 127.0.0.1, ephemeral port
-        edge.behaviour.status = 503              # change the knobs at any time
-        ... Endpoint(edge.url, "edge-model") ...
-
-`python -m serving.chat.stub --name edge --port 0` runs one in the foreground and prints its URL.
-Serving needs uvicorn (the `server` extra); the ASGI app itself needs nothing.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from typing import Literal, NoReturn
+from serving.testing.local_server import LocalServer
 
-    import uvicorn
-    from starlette.types import ASGIApp, Receive, Scope, Send  # the ASGI interface's types, nothing of starlette
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from starlette.types import Receive, Scope, Send  # the ASGI interface's types, nothing of starlette
 
     from serving.json_types import JSONObject
 
@@ -174,55 +164,6 @@ class StubUpstream:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-class LocalServer:
-    """An ASGI app served by uvicorn on 127.0.0.1 from a daemon thread: `LocalServer(app).start()`,
-    then `port`, and `stop()` (which waits for in-flight requests up to a second)."""
-
-    def __init__(
-        self, app: ASGIApp, *, port: int = 0, name: str = "local-server", lifespan: Literal["auto", "on", "off"] = "off"
-    ) -> None:
-        self.app, self.name, self.lifespan = app, name, lifespan
-        # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
-        # without it every response waits ~40 ms for a delayed ACK (Nagle's algorithm)
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self.port: int = self._sock.getsockname()[1]
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "LocalServer":
-        import uvicorn
-
-        config = uvicorn.Config(
-            self.app,
-            lifespan=self.lifespan,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=1,
-            timeout_keep_alive=30,
-        )
-        server = self._server = uvicorn.Server(config)
-        thread = self._thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [self._sock]}, daemon=True, name=self.name
-        )
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError(f"{self.name} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            if self._thread is not None:  # started with the server
-                self._thread.join(timeout=10)
-            self._server = None
-        self._sock.close()
-
-
 class _Answer:
     """The stub's answer to one request, as a completion or as chunks."""
 
@@ -304,28 +245,3 @@ async def _send(send: Send, status: int, body: bytes, content_type: str) -> None
 
 async def _send_json(send: Send, status: int, value: object) -> None:
     await _send(send, status, json.dumps(value).encode(), "application/json")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m serving.chat.stub", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", default="stub", help="named in every answer")
-    parser.add_argument("--port", type=int, default=0, help="on 127.0.0.1; 0 for any free port")
-    parser.add_argument("--delay-s", type=float, default=0.0, help="latency before each response")
-    parser.add_argument("--chunk-delay-s", type=float, default=0.0, help="between streamed tokens")
-    parser.add_argument("--reply", default="", help="the answer text")
-    args = parser.parse_args(argv)
-    stub = StubUpstream(args.name, Behaviour(reply=args.reply, delay_s=args.delay_s, chunk_delay_s=args.chunk_delay_s))
-    stub.start(args.port)
-    print(f"stub {args.name} listening on {stub.url}", flush=True)
-    stop = threading.Event()
-    import signal
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    stub.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
