@@ -9,6 +9,7 @@ single-split run (cv_folds = 0) shows its test split's figures for the router an
 
 from __future__ import annotations
 
+from evaluation.figures import SplitSummary
 from evaluation.policies import POLICIES
 
 # (label, key in the split's policy figures, format)
@@ -37,18 +38,16 @@ PAIRED = ("learned - reference", "router - reference (paired)")
 
 
 def title(metrics: dict) -> str:
-    split = metrics["test"]
+    split = SplitSummary.from_dict(metrics["test"]).population
     qualities = (
-        f"all-edge quality {split['all_edge_quality']:.3f}, all-cloud {split['all_cloud_quality']:.3f}, "
-        f"oracle {split['oracle_quality']:.3f}"
+        f"all-edge quality {split.all_edge_quality:.3f}, all-cloud {split.all_cloud_quality:.3f}, "
+        f"oracle {split.oracle_quality:.3f}"
     )
     if "cv" not in metrics:
-        return f"test split: {split['rows']:,} prompts; {qualities}"
+        return f"test split: {split.rows:,} prompts; {qualities}"
     cv = metrics["cv"]
     repeats = f" x {cv['repeats']}" if cv["repeats"] > 1 else ""
-    return (
-        f"{cv['folds']}-fold cross-validation{repeats} over {split['rows']:,} prompts, mean [95% interval]; {qualities}"
-    )
+    return f"{cv['folds']}-fold cross-validation{repeats} over {split.rows:,} prompts, mean [95% interval]; {qualities}"
 
 
 def _with_interval(estimate: dict, fmt: str) -> str:
@@ -73,9 +72,8 @@ def heads(metrics: dict) -> list[str]:
 def cells(metrics: dict) -> list[list[str]]:
     """[label, one cell per column of `heads`] per row."""
     if "cv" not in metrics:
-        return [
-            [label, *(fmt.format(metrics["test"][name][key]) for name in SPLIT_POLICIES)] for label, key, fmt in ROWS
-        ]
+        test = SplitSummary.from_dict(metrics["test"]).policies
+        return [[label, *(fmt.format(getattr(test[name], key)) for name in SPLIT_POLICIES)] for label, key, fmt in ROWS]
     cv, rows = metrics["cv"], []
     for label, key, fmt in ROWS:
         row = [

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from evaluation.figures import HeldOutSource
 from evaluation.policies import evaluate_policies
 from evaluation.reference import ReferencePolicy
 from evaluation.rows import Rows
@@ -36,9 +37,9 @@ def leave_one_source_out(
     progress=None,
     reference_target: dict | None = None,
     **options,
-) -> dict:
-    """{source: figures of LOSO_POLICIES on its rows (evaluate_policies) and `trained_on_rows`,
-    or {"error": ...} when that training failed}. Empty with one source.
+) -> dict[str, HeldOutSource]:
+    """{source: HeldOutSource: LOSO_POLICIES compared on its rows (evaluate_policies) by a router
+    trained on the other sources, or the error when that training failed}. Empty with one source.
 
     `frame` is a prepared log frame (merged rows with split and label); `reference_target`
     the threshold options of the reference (None: no reference); `options` go to
@@ -65,17 +66,17 @@ def leave_one_source_out(
                 bundle = train(rest, work)
             except Exception as exc:  # one failed training must not hide the other sources' figures
                 log.warning("leave-one-source-out: training without %s failed: %s", source, exc)
-                results[source] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                results[source] = HeldOutSource(None, error=f"{type(exc).__name__}: {exc}"[:300])
             else:
                 rows = Rows.route(Router.load(bundle, strict=True), held, batch_size=batch_size)
                 reference = ReferencePolicy.fit_frame(rest, **reference_target) if reference_target else None
                 names = [n for n in LOSO_POLICIES if n != "reference" or reference is not None]
                 figures, _ = evaluate_policies(rows.with_inferred_domains(), names, reference=reference, **options)
-                results[source] = {
-                    **figures,
-                    "trained_on_rows": int(len(rest)),
-                    "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
-                }
+                results[source] = HeldOutSource(
+                    figures,
+                    trained_on_rows=int(len(rest)),
+                    unfamiliar_share=float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
+                )
             if progress:
                 progress.advance(task)
     return results

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evaluation.fallback import Catch
+from evaluation.figures import AtShare, Comparison, Cost, KeyFigures, Latency, PolicyFigures, Population, SplitSummary
 from evaluation.metrics import curve_summary, operating_point, quality_curve
 from evaluation.policy_metrics import (
     CostModel,
@@ -271,7 +272,7 @@ def evaluate_policies(
     catch_rate: float = 0.5,
     cost: CostModel | None = None,
     latency: LatencyModel | None = None,
-):
+) -> tuple[Comparison, dict]:
     """(figures, curves): all-edge, all-cloud and oracle qualities and every policy's figures on
     these rows, and the quality curve of each policy that has a score. `tuned` and `reference` are the fitted
     tuned rule table and reference policy, needed when those names are asked for. Matched share = the learned router's
@@ -286,7 +287,8 @@ def evaluate_policies(
     all_edge, all_cloud = float(qe.mean()), float(qc.mean())
     learned = policy_figures(rows.scores, rows.zones, qe, qc, needed)
     share, fallback_share = learned["cloud_share"], learned["fallback_share"]
-    figures, curves, fitted = {}, {}, {"tuned_rule_table": tuned, "reference": reference}
+    figures: dict[str, PolicyFigures] = {}
+    curves, fitted = {}, {"tuned_rule_table": tuned, "reference": reference}
     for name in check_policies(names):
         if name == "random":
             scores = np.zeros(len(rows))  # one tied block: the expectation over random orders
@@ -304,51 +306,36 @@ def evaluate_policies(
         point.update(fallback_figures(probs, qe, qc, catch_rate=catch_rate))
         point["quality_with_fallback"] = point["quality"] + point["fallback_recovered_quality"]
         point["expected_cloud_calls"] = point["cloud_share"] + point["fallback_fires"]
-        point["cost"] = cost_figures(probs, qe, catch_rate=catch_rate, model=cost)
-        point["latency"] = latency_figures(probs, qe, catch_rate=catch_rate, model=latency)
+        point["cost"] = {k: Cost(**v) for k, v in cost_figures(probs, qe, catch_rate=catch_rate, model=cost).items()}
+        point["latency"] = {
+            k: Latency(**v) for k, v in latency_figures(probs, qe, catch_rate=catch_rate, model=latency).items()
+        }
         if name in FIXED_POINTS:
-            point.update(dict.fromkeys(CURVE_KEYS, float("nan")))
+            point.update(dict.fromkeys(CURVE_KEYS, float("nan")), at_matched_share=None)
         else:
-            point["at_matched_share"] = at_share(scores, qe, qc, needed, share)
+            point["at_matched_share"] = AtShare(**at_share(scores, qe, qc, needed, share))
             curves[name] = quality_curve(scores, qe, qc)
-        figures[name] = point
-    return {
-        "rows": len(rows),
-        "cloud_needed_share": float(needed.mean()),
-        "all_edge_quality": all_edge,
-        "all_cloud_quality": all_cloud,
-        "oracle_quality": float(np.where(needed == 1, qc, qe).mean()),
-        "fallback_rates": catch_rate.describe(len(rows)),
-        "matched_cloud_share": share,
-        "policies": figures,
-    }, curves
+        figures[name] = PolicyFigures(**point)
+    population = Population(
+        rows=len(rows),
+        cloud_needed_share=float(needed.mean()),
+        all_edge_quality=all_edge,
+        all_cloud_quality=all_cloud,
+        oracle_quality=float(np.where(needed == 1, qc, qe).mean()),
+        fallback_rates=catch_rate.describe(len(rows)),
+    )
+    return Comparison(population, share, figures), curves
 
 
 SUMMARY_POLICIES = ("learned", "rule_table")
-SUMMARY_KEYS = (
-    "auc",
-    "apgr",
-    "cpt50",
-    "cpt80",
-    "cloud_share",
-    "fallback_share",
-    "misroute_rate",
-    "under_routing",
-    "over_routing",
-    "quality",
-    "quality_vs_all_cloud",
-    "quality_with_fallback",
-    "expected_cloud_calls",
-)
+SUMMARY_KEYS = KeyFigures.names()
 
 
-def summary(rows: Rows, *, catch_rate: float) -> dict:
-    """The training run's figures for one split: reference qualities, and SUMMARY_KEYS of the
-    learned router (rows.zones) and of the hand rule table (the log's domain label)."""
+def summary(rows: Rows, *, catch_rate: float) -> SplitSummary:
+    """The training run's figures for one split: the rows' reference qualities, and the key
+    figures of the learned router (rows.zones) and of the hand rule table (the log's domain label)."""
     figures, _ = evaluate_policies(rows, SUMMARY_POLICIES, catch_rate=catch_rate)
-    policies = figures.pop("policies")
-    figures.pop("matched_cloud_share")
-    return {**figures, **{name: {key: policies[name][key] for key in SUMMARY_KEYS} for name in SUMMARY_POLICIES}}
+    return figures.summary()
 
 
 # Labels double as MLflow metric-name parts, so only letters, digits, spaces and dashes.
@@ -359,18 +346,6 @@ LENGTH_BUCKETS = (
     (float("inf"), "over 1024 tokens"),
 )
 BREAKDOWN_POLICIES = ("learned", "rule_table", "rule_table_inferred", "tuned_rule_table", "reference")
-BREAKDOWN_KEYS = (
-    "cloud_share",
-    "quality",
-    "quality_vs_all_cloud",
-    "misroute_rate",
-    "under_routing",
-    "over_routing",
-    "quality_with_fallback",
-    "expected_cloud_calls",
-    "auc",
-    "apgr",
-)
 
 
 def length_buckets(n_tokens) -> np.ndarray:
@@ -380,9 +355,9 @@ def length_buckets(n_tokens) -> np.ndarray:
     return labels[np.searchsorted(limits, np.asarray(n_tokens, float), side="left")]
 
 
-def breakdowns(rows: Rows, names, **options) -> dict:
-    """{dimension: {group: figures}} by source, domain group, declared precision and prompt length,
-    for the learned router, the rule tables and the reference (BREAKDOWN_KEYS of each)."""
+def breakdowns(rows: Rows, names, **options) -> dict[str, dict[str, SplitSummary]]:
+    """{dimension: {group: summary}} by source, domain group, declared precision and prompt length,
+    for the learned router, the rule tables and the reference (their key figures)."""
     dimensions = {
         "source": rows.sources,
         "domain": np.array([d or "unknown" for d in rows.domains], dtype=object),
@@ -390,14 +365,12 @@ def breakdowns(rows: Rows, names, **options) -> dict:
         "length": length_buckets(rows.n_tokens),
     }
     wanted = [n for n in check_policies(names) if n in BREAKDOWN_POLICIES]
-    out: dict = {}
+    out: dict[str, dict[str, SplitSummary]] = {}
     for dimension, groups in dimensions.items():
         out[dimension] = {}
         present = set(groups.tolist())
         ordered = [b for _, b in LENGTH_BUCKETS if b in present] if dimension == "length" else sorted(present)
         for group in ordered:
             figures, _ = evaluate_policies(rows.subset(groups == group), wanted, **options)
-            policies = figures.pop("policies")
-            figures.pop("matched_cloud_share")
-            out[dimension][str(group)] = {**figures, **{n: {k: policies[n][k] for k in BREAKDOWN_KEYS} for n in wanted}}
+            out[dimension][str(group)] = figures.summary()
     return out

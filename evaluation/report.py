@@ -1,7 +1,7 @@
 """report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation.
 
-Tables read the figures dict of evaluation.policies.evaluate_policies (plus the extras the
-pipeline adds); plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
+Tables read the typed figures of evaluation.figures (a Comparison, SplitSummary per breakdown
+group, HeldOutSource per left-out source) and the evaluation's other sections; plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
 no display and no global pyplot state are needed.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from evaluation.figures import Comparison, HeldOutSource, KeyFigures, SplitSummary
 from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 
 PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png", "reliability": "reliability.png"}
@@ -38,9 +39,14 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def headline_table(figures: dict) -> str:
+def misroute_cell(p: KeyFigures) -> str:
+    """ "total (under / over)": the misroute rate and its two halves."""
+    return f"{pct(p.misroute_rate)} ({pct(p.under_routing)} / {pct(p.over_routing)})"
+
+
+def headline_table(figures: Comparison) -> str:
     """Policies at their operating point, at the learned router's cloud share, and over the curve."""
-    share = pct(figures["matched_cloud_share"])
+    share = pct(figures.matched_cloud_share)
     header = [
         "policy",
         "cloud share",
@@ -56,30 +62,30 @@ def headline_table(figures: dict) -> str:
         "CPT(80%)",
     ]
     rows = []
-    for name, p in figures["policies"].items():
-        matched = p.get("at_matched_share") or {}
+    for name, p in figures.policies.items():
+        matched = p.at_matched_share
         rows.append(
             [
                 POLICIES[name].label,
-                pct(p["cloud_share"]),
-                f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
-                num(p["quality"]),
-                num(p["quality_vs_all_cloud"], "+.3f"),
-                num(p["quality_with_fallback"]),
-                num(matched.get("quality")),
-                num(matched.get("pgr")),
-                pct(matched.get("misroute_rate")),
-                num(p["apgr"]),
-                pct(p["cpt50"]),
-                pct(p["cpt80"]),
+                pct(p.cloud_share),
+                misroute_cell(p),
+                num(p.quality),
+                num(p.quality_vs_all_cloud, "+.3f"),
+                num(p.quality_with_fallback),
+                num(matched.quality if matched else None),
+                num(matched.pgr if matched else None),
+                pct(matched.misroute_rate if matched else None),
+                num(p.apgr),
+                pct(p.cpt50),
+                pct(p.cpt80),
             ]
         )
     return table(header, rows)
 
 
-def cost_latency_table(figures: dict) -> str:
-    first = next(iter(figures["policies"].values()))
-    prices, devices = list(first["cost"]), list(first["latency"])
+def cost_latency_table(figures: Comparison) -> str:
+    first = next(iter(figures.policies.values()))
+    prices, devices = list(first.cost), list(first.latency)
     header = [
         "policy",
         "expected cloud calls",
@@ -90,17 +96,17 @@ def cost_latency_table(figures: dict) -> str:
     rows = [
         [
             POLICIES[name].label,
-            pct(p["expected_cloud_calls"]),
-            *(f"{p['cost'][c]['per_request']:.5f}" for c in prices),
-            *(pct(p["cost"][c]["reduction_vs_all_cloud"]) for c in prices),
-            *(f"{p['latency'][d]['mean_ms']:.0f} / {p['latency'][d]['p95_ms']:.0f}" for d in devices),
+            pct(p.expected_cloud_calls),
+            *(f"{p.cost[c].per_request:.5f}" for c in prices),
+            *(pct(p.cost[c].reduction_vs_all_cloud) for c in prices),
+            *(f"{p.latency[d].mean_ms:.0f} / {p.latency[d].p95_ms:.0f}" for d in devices),
         ]
-        for name, p in figures["policies"].items()
+        for name, p in figures.policies.items()
     ]
     return table(header, rows)
 
 
-def fallback_table(figures: dict) -> str:
+def fallback_table(figures: Comparison) -> str:
     header = [
         "policy",
         "fallback-zone share",
@@ -111,18 +117,18 @@ def fallback_table(figures: dict) -> str:
     rows = [
         [
             POLICIES[name].label,
-            pct(p["fallback_share"]),
-            pct(p["fallback_fires"]),
-            pct(p["fallback_fires_in_zone"]),
-            num(p["fallback_recovered_quality"], "+.3f"),
+            pct(p.fallback_share),
+            pct(p.fallback_fires),
+            pct(p.fallback_fires_in_zone),
+            num(p.fallback_recovered_quality, "+.3f"),
         ]
-        for name, p in figures["policies"].items()
+        for name, p in figures.policies.items()
     ]
     return table(header, rows)
 
 
-def breakdown_table(groups: dict) -> str:
-    names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values()))]
+def breakdown_table(groups: dict[str, SplitSummary]) -> str:
+    names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values())).policies]
     ranked = [n for n in ("learned", "reference") if n in names]  # the APGR to beat next to the router's
     header = [
         "group",
@@ -135,21 +141,18 @@ def breakdown_table(groups: dict) -> str:
     rows = [
         [
             group,
-            str(g["rows"]),
-            pct(g["cloud_needed_share"]),
-            pct(g["learned"]["cloud_share"]),
-            *(
-                f"{pct(g[n]['misroute_rate'])} ({pct(g[n]['under_routing'])} / {pct(g[n]['over_routing'])})"
-                for n in names
-            ),
-            *(num(g[n]["apgr"]) for n in ranked),
+            str(g.population.rows),
+            pct(g.population.cloud_needed_share),
+            pct(g.policies["learned"].cloud_share),
+            *(misroute_cell(g.policies[n]) for n in names),
+            *(num(g.policies[n].apgr) for n in ranked),
         ]
         for group, g in groups.items()
     ]
     return table(header, rows)
 
 
-def loso_table(loso: dict) -> str:
+def loso_table(loso: dict[str, HeldOutSource]) -> str:
     header = [
         "held-out source",
         "rows",
@@ -166,24 +169,25 @@ def loso_table(loso: dict) -> str:
     ]
     rows = []
     for source, r in loso.items():
-        if "error" in r:
-            rows.append([source, "—", "—", f"failed: {r['error']}", *["—"] * 8])
+        if r.figures is None:
+            rows.append([source, "—", "—", f"failed: {r.error}", *["—"] * 8])
             continue
-        p, ref = r["policies"]["learned"], r["all_cloud_quality"]
+        policies, population = r.figures.policies, r.figures.population
+        p, reference = policies["learned"], policies.get("reference")
         rows.append(
             [
                 source,
-                str(r["rows"]),
-                f"{r['trained_on_rows']} rows",
-                num(p["apgr"]),
-                num(p["auc"]),
-                pct(p["cloud_share"]),
-                f"{pct(p['misroute_rate'])} ({pct(p['under_routing'])} / {pct(p['over_routing'])})",
-                num(p["quality_vs_all_cloud"], "+.3f"),
-                num(p["quality_with_fallback"] - ref, "+.3f"),
-                num((r["policies"].get("reference") or {}).get("apgr")),
-                num(r["policies"]["rule_table"]["apgr"]),
-                num(r.get("in_distribution_apgr")),
+                str(population.rows),
+                f"{r.trained_on_rows} rows",
+                num(p.apgr),
+                num(p.auc),
+                pct(p.cloud_share),
+                misroute_cell(p),
+                num(p.quality_vs_all_cloud, "+.3f"),
+                num(p.quality_with_fallback - population.all_cloud_quality, "+.3f"),
+                num(reference.apgr if reference else None),
+                num(policies["rule_table"].apgr),
+                num(r.in_distribution_apgr),
             ]
         )
     return table(header, rows)
@@ -194,16 +198,17 @@ def render(metrics: dict) -> str:
     has both outcomes: the off-policy estimates alone)."""
     if "figures" not in metrics:
         return render_off_policy_only(metrics)
-    f, setup, split = metrics["figures"], metrics["setup"], metrics["setup"]["split"]
+    f: Comparison = metrics["figures"]
+    setup, split, population = metrics["setup"], metrics["setup"]["split"], f.population
     parts = [
         f"# Offline evaluation of {setup['model_version']}",
         f"Bundle `{setup['bundle']}`; logs {', '.join(f'`{p}`' for p in setup['logs'])}: {setup['rows_read']} rows "
         f"read, {setup['rejected']} rejected (listed in rejects.jsonl), {setup['prompts']} distinct prompts "
         f"({_pairs(setup['rows_per_split'], '{k} {v}')}).",
-        f"Split `{split}`: {f['rows']} requests ({setup['split_note']}); cloud needed on "
-        f"{pct(f['cloud_needed_share'])}. All-edge quality {num(f['all_edge_quality'])}, all-cloud "
-        f"{num(f['all_cloud_quality'])}, oracle {num(f['oracle_quality'])}. Matched cloud share = the learned "
-        f"router's cloud-first share, {pct(f['matched_cloud_share'])}. Fallback catch rate "
+        f"Split `{split}`: {population.rows} requests ({setup['split_note']}); cloud needed on "
+        f"{pct(population.cloud_needed_share)}. All-edge quality {num(population.all_edge_quality)}, all-cloud "
+        f"{num(population.all_cloud_quality)}, oracle {num(population.oracle_quality)}. Matched cloud share = the "
+        f"learned router's cloud-first share, {pct(f.matched_cloud_share)}. Fallback catch rate "
         f"{setup['catch_rate']}.",
         headline_table(f),
         "## Cost and latency\n\nExpectations under the cost model (edge "
@@ -212,7 +217,7 @@ def render(metrics: dict) -> str:
         f"{setup['latency']['cloud_ms']:g} ms + {setup['latency']['network_ms']:g} ms network; a fired fallback "
         "pays edge, then cloud).",
         cost_latency_table(f),
-        "## Fallback\n\n" + _fallback_text(f["fallback_rates"], setup["catch_rate"]),
+        "## Fallback\n\n" + _fallback_text(population.fallback_rates, setup["catch_rate"]),
         fallback_table(f),
         "## Acceptance check\n\n" + _acceptance_text(metrics.get("acceptance") or {}),
         "## Calibration of the learned probabilities\n\nPer probability the router outputs: the mean "
@@ -256,7 +261,7 @@ def render(metrics: dict) -> str:
         ]
     if metrics.get("off_policy"):
         parts += ["## Logged traffic (off-policy)", off_policy_text(metrics["off_policy"])]
-    parts += ["## Policies", "\n".join(f"- **{POLICIES[n].label}**: {POLICIES[n].description}" for n in f["policies"])]
+    parts += ["## Policies", "\n".join(f"- **{POLICIES[n].label}**: {POLICIES[n].description}" for n in f.policies)]
     if metrics.get("notes"):
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
@@ -364,7 +369,7 @@ def _assumption_text(check: dict | None) -> str:
     )
 
 
-def _novelty_text(novelty: dict, loso: dict | None) -> str:
+def _novelty_text(novelty: dict, loso: dict[str, HeldOutSource] | None) -> str:
     groups = [
         f"{name}: {g['rows']} rows, quality {num(g['quality'])} (all-edge {num(g['all_edge_quality'])}, "
         f"all-cloud {num(g['all_cloud_quality'])})"
@@ -372,9 +377,7 @@ def _novelty_text(novelty: dict, loso: dict | None) -> str:
         if (g := novelty.get(name))
     ]
     shifted = [
-        f"{source} {pct(r['unfamiliar_share'])}"
-        for source, r in (loso or {}).items()
-        if r.get("unfamiliar_share") is not None
+        f"{source} {pct(r.unfamiliar_share)}" for source, r in (loso or {}).items() if r.unfamiliar_share is not None
     ]
     return (
         f"{pct(novelty['unfamiliar_share'])} of the evaluated prompts are unfamiliar to the router. "
@@ -416,7 +419,7 @@ def _reference_text(reference: dict) -> str:
 
 
 def summary_table(metrics: dict):
-    """The headline figures as a rich Table, for the terminal."""
+    """The headline figures of an evaluation's metrics.json as a rich Table, for the terminal."""
     from rich.table import Table
 
     if "figures" not in metrics:
@@ -429,29 +432,32 @@ def summary_table(metrics: dict):
                 name.upper(), num(value["estimate"]), f"[{num(interval[0])}, {num(interval[1])}]" if interval else "—"
             )
         return table
-    figures = metrics["figures"]
+    figures = Comparison.from_dict(metrics["figures"])
     table = Table(
-        title=f"{metrics['setup']['split']} split: {figures['rows']} requests; matched cloud share "
-        f"{pct(figures['matched_cloud_share'])}"
+        title=f"{metrics['setup']['split']} split: {figures.population.rows} requests; matched cloud share "
+        f"{pct(figures.matched_cloud_share)}"
     )
     for column in ("policy", "cloud", "misroute", "under", "over", "quality", "matched", "APGR"):
         table.add_column(column, justify="left" if column == "policy" else "right")
-    for name, p in figures["policies"].items():
+    for name, p in figures.policies.items():
         table.add_row(
             POLICIES[name].short,
-            pct(p["cloud_share"]),
-            pct(p["misroute_rate"]),
-            pct(p["under_routing"]),
-            pct(p["over_routing"]),
-            num(p["quality"]),
-            num((p.get("at_matched_share") or {}).get("quality")),
-            num(p["apgr"]),
+            pct(p.cloud_share),
+            pct(p.misroute_rate),
+            pct(p.under_routing),
+            pct(p.over_routing),
+            num(p.quality),
+            num(p.at_matched_share.quality if p.at_matched_share else None),
+            num(p.apgr),
         )
     return table
 
 
 def json_ready(value):
-    """For strict JSON (metrics.json): NaN -> None, numpy scalars -> Python numbers."""
+    """For strict JSON (metrics.json): typed figures as their dicts, NaN -> None, numpy scalars ->
+    Python numbers."""
+    if hasattr(value, "as_dict"):
+        return json_ready(value.as_dict())
     if isinstance(value, dict):
         return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -468,41 +474,41 @@ def _figure(width: float = 7.5, height: float = 5.0):
     return fig, fig.subplots()
 
 
-def plot_quality_vs_share(figures: dict, curves: dict, path: Path) -> None:
+def plot_quality_vs_share(figures: Comparison, curves: dict, path: Path) -> None:
     """Every policy's quality curve on one chart, operating points marked."""
     fig, ax = _figure()
     for name, curve in curves.items():
         (line,) = ax.plot(
             curve.f, curve.quality, label=POLICIES[name].label, lw=1.4, ls="--" if name in ("random", "oracle") else "-"
         )
-        p = figures["policies"][name]
-        ax.plot(p["cloud_share"], p["quality"], "o", color=line.get_color(), ms=8, mec="black", zorder=4)
+        p = figures.policies[name]
+        ax.plot(p.cloud_share, p.quality, "o", color=line.get_color(), ms=8, mec="black", zorder=4)
     for name, marker in (("all_edge", "s"), ("all_cloud", "D")):
-        if name in figures["policies"]:
-            p = figures["policies"][name]
-            ax.plot(p["cloud_share"], p["quality"], marker, color="black", ms=5, label=POLICIES[name].label, zorder=5)
-    ax.axhline(figures["all_cloud_quality"], color="grey", lw=0.8, ls=":")
+        if name in figures.policies:
+            p = figures.policies[name]
+            ax.plot(p.cloud_share, p.quality, marker, color="black", ms=5, label=POLICIES[name].label, zorder=5)
+    ax.axhline(figures.population.all_cloud_quality, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("cloud share (requests sent to the cloud first)")
     ax.set_ylabel("quality (before fallback)")
-    ax.set_title(f"Quality vs cloud share ({figures['rows']} requests; dots = operating points)")
+    ax.set_title(f"Quality vs cloud share ({figures.population.rows} requests; dots = operating points)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path)
 
 
-def plot_misroute_by_domain(groups: dict, path: Path) -> None:
+def plot_misroute_by_domain(groups: dict[str, SplitSummary], path: Path) -> None:
     """Stacked under/over-routing per domain group, one bar per policy: the learned router, the
     reference and the rule tables."""
     import numpy as np
 
     shown = ("learned", "reference", "rule_table", "tuned_rule_table")
-    names = [n for n in shown if n in next(iter(groups.values()))]
+    names = [n for n in shown if n in next(iter(groups.values())).policies]
     fig, ax = _figure(9.0, 5.0)
     x, width = np.arange(len(groups)), 0.8 / len(names)
     for i, name in enumerate(names):
-        under = [g[name]["under_routing"] for g in groups.values()]
-        over = [g[name]["over_routing"] for g in groups.values()]
+        under = [g.policies[name].under_routing for g in groups.values()]
+        over = [g.policies[name].over_routing for g in groups.values()]
         bars = ax.bar(x + i * width, under, width, label=f"{POLICIES[name].label}: under")
         ax.bar(
             x + i * width,
@@ -597,7 +603,7 @@ def write_report(metrics: dict, curves: dict, out: Path) -> tuple[dict, list[Pat
     import json
 
     out.mkdir(parents=True, exist_ok=True)
-    metrics = json_ready(metrics)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False), encoding="utf-8")
+    ready = json_ready(metrics)
+    (out / "metrics.json").write_text(json.dumps(ready, indent=2, allow_nan=False), encoding="utf-8")
     (out / "report.md").write_text(render(metrics), encoding="utf-8")
-    return metrics, [out / "report.md", out / "metrics.json", *write_plots(metrics, curves, out)]
+    return ready, [out / "report.md", out / "metrics.json", *write_plots(metrics, curves, out)]

@@ -155,7 +155,8 @@ def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
     out = {"rows": len(answered)}
     for name, version in (("measured", answered), ("assumed", dataclasses.replace(answered, rejected=None))):
         figures, _ = evaluate_policies(version, ["learned"], catch_rate=catch_rate)
-        out[name] = {k: figures["policies"]["learned"][k] for k in keys}
+        learned = figures.policies["learned"]
+        out[name] = {k: getattr(learned, k) for k in keys}
     return out
 
 
@@ -355,11 +356,13 @@ def evaluate(
             progress=progress,
             **options,
         )
-        for source, result in loso.items():
-            result["in_distribution_apgr"] = (
-                metrics["breakdowns"]["source"].get(source, {}).get("learned", {}).get("apgr")
+        by_source = metrics["breakdowns"]["source"]
+        metrics["leave_one_source_out"] = {
+            source: dataclasses.replace(
+                result, in_distribution_apgr=by_source[source].policies["learned"].apgr if source in by_source else None
             )
-        metrics["leave_one_source_out"] = loso
+            for source, result in loso.items()
+        }
         if not loso:
             notes.append("leave-one-source-out skipped: the logs hold a single source")
     over_limit = int((rows.n_tokens > router.edge_context_tokens).sum())

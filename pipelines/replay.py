@@ -68,15 +68,16 @@ def _train(work: Path, name: str, data: list[str], *, bundle: Path | None = None
         **{"cv_folds": 0, **options},
     )
     result = train(config, console=Console(quiet=True))
-    test, learned = result.metrics["test"], result.metrics["test"]["learned"]
+    test = result.summary("test")
+    learned = test.policies["learned"]
     return result, {
-        "test_rows": test["rows"],
-        "test_apgr": learned["apgr"],
-        "cpt50": learned["cpt50"],
-        "cloud_share": learned["cloud_share"],
-        "quality": learned["quality"],
-        "quality_with_fallback": learned["quality_with_fallback"],
-        "expected_cloud_calls": learned["expected_cloud_calls"],
+        "test_rows": test.population.rows,
+        "test_apgr": learned.apgr,
+        "cpt50": learned.cpt50,
+        "cloud_share": learned.cloud_share,
+        "quality": learned.quality,
+        "quality_with_fallback": learned.quality_with_fallback,
+        "expected_cloud_calls": learned.expected_cloud_calls,
         "heads": result.metrics["heads"],
         "outcomes": result.manifest.data.get("outcomes") or {},
     }

@@ -21,6 +21,8 @@ from typing import Annotated
 
 import typer
 
+from evaluation.figures import SplitSummary
+
 STAGES = (
     "cluster",
     "read_validate",
@@ -107,13 +109,13 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
     after, train_rows, featurized = {}, round(rows * share), rows
     if figures["exit_code"] == 0 and manifest.exists():
         data = json.loads(manifest.read_text())
-        test = data["metrics"]["test"]
-        row.update(test_apgr=test["learned"]["apgr"], rule_apgr=test["rule_table"]["apgr"])
+        test = SplitSummary.from_dict(data["metrics"]["test"])
+        row.update(test_apgr=test.policies["learned"].apgr, rule_apgr=test.policies["rule_table"].apgr)
         after = floors_after(run_dir / "bundle", logs, work)
         # What the run featurized and fit: its training sample (max_train_rows) and its
         # validation and test rows (the Dask engine's are samples: eval_sample_rows).
         train_rows = data["data"].get("training_sample", {}).get("rows", train_rows)
-        featurized = train_rows + data["metrics"]["val"]["rows"] + test["rows"]
+        featurized = train_rows + SplitSummary.from_dict(data["metrics"]["val"]).population.rows + test.population.rows
         row.update(featurized_rows=featurized, fitted_rows=train_rows)
     trees = int(sum(v for k, v in metrics.items() if k.startswith("trees.")))
     floors = stage_floors(

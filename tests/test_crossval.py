@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from data.prepare import assign_splits
+from evaluation.figures import KeyFigures, Population, SplitSummary
 from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for, make_env
 from training.crossval import REFERENCE_QUALITIES, CrossValidation, FoldResult, compare, fold_config, interval
 
@@ -60,8 +61,15 @@ def test_the_interval_is_the_corrected_t_interval_and_skips_undefined_folds():
     assert single["n"] == 1 and math.isnan(single["low"])
 
 
+def _summary(policies: dict[str, dict[str, float]]) -> SplitSummary:
+    """Fold figures set by hand: the figures given, NaN for the rest (as a fold lacking them)."""
+    population = Population(100, **dict.fromkeys(REFERENCE_QUALITIES, 0.5), fallback_rates=None)
+    blank = dict.fromkeys(KeyFigures.names(), float("nan"))
+    return SplitSummary(population, {name: KeyFigures(**{**blank, **given}) for name, given in policies.items()})
+
+
 def _fold(fold: int, apgr: float) -> FoldResult:
-    return FoldResult(0, fold, 100, 300, {"learned": {"apgr": apgr}}, {}, {"edge": 10, "cloud": 10}, 1.0)
+    return FoldResult(0, fold, 100, 300, _summary({"learned": {"apgr": apgr}}), {}, {"edge": 10, "cloud": 10}, 1.0)
 
 
 def test_paired_comparison_is_b_minus_a_on_the_same_folds():
@@ -174,12 +182,8 @@ def test_make_evaluate_cv_prints_and_writes_the_estimates(tmp_path, monkeypatch,
             k,
             100,
             300,
-            {
-                "learned": {"apgr": v, "cpt50": 0.3},
-                "reference": {"apgr": v - 0.02},
-                "reference_qualities": dict.fromkeys(REFERENCE_QUALITIES, 0.5),
-            },
-            {"gsm8k": {"learned": {"apgr": v + 0.1}, "reference": {"apgr": 0.5}}},
+            _summary({"learned": {"apgr": v, "cpt50": 0.3}, "reference": {"apgr": v - 0.02}}),
+            {"gsm8k": _summary({"learned": {"apgr": v + 0.1}, "reference": {"apgr": 0.5}})},
             {"edge": 10},
             1.0,
         )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from evaluation.fallback import fallback_quality, fires
+from evaluation.figures import Comparison, Cost, KeyFigures, SplitSummary
 from evaluation.policies import (
     TunedRules,
     check_policies,
@@ -236,33 +237,62 @@ def test_policies_by_hand():
     figures, curves = evaluate_policies(
         rows, ["rule_table", "random", "all_edge", "all_cloud", "oracle"], catch_rate=0.5
     )
-    assert (figures["all_edge_quality"], figures["all_cloud_quality"], figures["oracle_quality"]) == (0.5, 0.75, 1.0)
-    p = figures["policies"]
+    assert (
+        figures.population.all_edge_quality,
+        figures.population.all_cloud_quality,
+        figures.population.oracle_quality,
+    ) == (0.5, 0.75, 1.0)
+    p = figures.policies
     assert list(p) == ["learned", "rule_table", "random", "all_edge", "all_cloud", "oracle"]
-    assert figures["matched_cloud_share"] == 0.25 and p["learned"]["misroute_rate"] == 0.25  # row 2 under
+    assert figures.matched_cloud_share == 0.25 and p["learned"].misroute_rate == 0.25  # row 2 under
     # Rule scores 0.6, 0.4, 0.0, 0.3: fallback, fallback, edge, fallback (0.3 is inclusive).
-    assert (p["rule_table"]["cloud_share"], p["rule_table"]["fallback_share"]) == (0.0, 0.75)
+    assert (p["rule_table"].cloud_share, p["rule_table"].fallback_share) == (0.0, 0.75)
     # Random at the learned shares (cloud 1/4, fallback 1/2): the expectation, exactly.
-    assert p["random"]["quality"] == pytest.approx(0.75 * 0.5 + 0.25 * 0.75)
-    assert (p["random"]["under_routing"], p["random"]["over_routing"]) == pytest.approx((0.75 * 0.5, 0.25 * 0.5))
-    assert p["random"]["apgr"] == pytest.approx(0.5)
-    assert p["random"]["fallback_fires"] == pytest.approx(0.5 * 0.5 * 0.5)  # zone share x catch x edge wrong
-    assert (p["all_edge"]["cloud_share"], p["all_edge"]["misroute_rate"], p["all_edge"]["quality"]) == (0.0, 0.5, 0.5)
-    assert (p["all_cloud"]["cloud_share"], p["all_cloud"]["over_routing"]) == (1.0, 0.5)
-    assert math.isnan(p["all_edge"]["apgr"]) and "all_edge" not in curves and "at_matched_share" not in p["all_cloud"]
-    assert (p["oracle"]["misroute_rate"], p["oracle"]["quality"], p["oracle"]["pgr"]) == (0.0, 1.0, 2.0)
-    assert p["oracle"]["at_matched_share"]["quality"] == pytest.approx(0.75)
+    assert p["random"].quality == pytest.approx(0.75 * 0.5 + 0.25 * 0.75)
+    assert (p["random"].under_routing, p["random"].over_routing) == pytest.approx((0.75 * 0.5, 0.25 * 0.5))
+    assert p["random"].apgr == pytest.approx(0.5)
+    assert p["random"].fallback_fires == pytest.approx(0.5 * 0.5 * 0.5)  # zone share x catch x edge wrong
+    assert (p["all_edge"].cloud_share, p["all_edge"].misroute_rate, p["all_edge"].quality) == (0.0, 0.5, 0.5)
+    assert (p["all_cloud"].cloud_share, p["all_cloud"].over_routing) == (1.0, 0.5)
+    assert math.isnan(p["all_edge"].apgr) and "all_edge" not in curves and p["all_cloud"].at_matched_share is None
+    assert (p["oracle"].misroute_rate, p["oracle"].quality, p["oracle"].pgr) == (0.0, 1.0, 2.0)
+    assert p["oracle"].at_matched_share.quality == pytest.approx(0.75)
+
+
+def test_typed_figures_read_back_from_their_json(tmp_path):
+    """Comparison and SplitSummary as metrics.json and manifests hold them: JSON and back gives
+    the same figures; a missing or unknown key is an error that names it."""
+    import json
+
+    rows = rows_of(Q_EDGE, Q_CLOUD, NEEDED, scores=SCORES, zones=ZONES)
+    figures, _ = evaluate_policies(rows, ["rule_table", "random", "all_edge", "oracle"], catch_rate=0.5)
+    text = json.dumps(figures.as_dict())
+    again = Comparison.from_dict(json.loads(text))
+    assert json.dumps(again.as_dict()) == text and isinstance(again.policies["random"].cost["fp8"], Cost)
+    assert again.policies["all_edge"].at_matched_share is None and again.population.rows == 4
+    summary = figures.summary()
+    assert set(summary.policies) == set(figures.policies)
+    assert (
+        SplitSummary.from_dict(json.loads(json.dumps(summary.as_dict()))).as_dict().keys() == summary.as_dict().keys()
+    )
+    assert summary.as_dict()["rule_table"]["apgr"] == figures.policies["rule_table"].apgr
+    broken = summary.as_dict()
+    del broken["learned"]["misroute_rate"]
+    with pytest.raises(ValueError, match="policy figures: missing misroute_rate"):
+        SplitSummary.from_dict(broken)
+    with pytest.raises(ValueError, match="unknown key 'quality_at'"):
+        KeyFigures.from_dict({**summary.policies["learned"].as_dict(), "quality_at": 0.1})
 
 
 def test_policies_degenerate_rows():
     one_class = rows_of([1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0, 0, 0], scores=[0.2, 0.2, 0.2], zones=[EDGE, EDGE, EDGE])
     figures, _ = evaluate_policies(one_class, ["oracle", "random"])
-    learned = figures["policies"]["learned"]
-    assert math.isnan(learned["apgr"]) and math.isnan(learned["auc"]) and learned["misroute_rate"] == 0.0
+    learned = figures.policies["learned"]
+    assert math.isnan(learned.apgr) and math.isnan(learned.auc) and learned.misroute_rate == 0.0
     full = rows_of(Q_EDGE, Q_CLOUD, NEEDED, scores=[0.9] * 4, zones=[CLOUD] * 4)
     figures, _ = evaluate_policies(full, ["random"])
-    assert figures["matched_cloud_share"] == 1.0
-    assert figures["policies"]["random"]["quality"] == pytest.approx(0.75)
+    assert figures.matched_cloud_share == 1.0
+    assert figures.policies["random"].quality == pytest.approx(0.75)
     with pytest.raises(ValueError, match="empty"):
         evaluate_policies(full.subset(np.zeros(4, bool)), ["random"])
 

@@ -40,15 +40,15 @@ def fitted(shipped) -> ReferencePolicy:
 def test_the_reference_beats_random_on_the_shipped_logs(shipped, fitted):
     test = shipped["test"]
     figures, curves = evaluate_policies(test, ["reference", "random", "oracle"], reference=fitted, catch_rate=0.5)
-    reference, random = figures["policies"]["reference"], figures["policies"]["random"]
-    assert reference["apgr"] > random["apgr"] + 0.1, (reference["apgr"], random["apgr"])
-    assert reference["auc"] > random["auc"] and "reference" in curves
+    reference, random = figures.policies["reference"], figures.policies["random"]
+    assert reference.apgr > random.apgr + 0.1, (reference.apgr, random.apgr)
+    assert reference.auc > random.auc and "reference" in curves
     # An operating point with zones, not only a curve: thresholds met the target on the val rows.
     assert fitted.thresholds.met_target and fitted.thresholds.rows == len(shipped["val"])
     assert -1.0 <= fitted.thresholds.lo <= fitted.thresholds.hi <= 1.0
-    assert 0.0 < reference["cloud_share"] < 1.0 and 0.0 < reference["fallback_share"] < 1.0
-    assert reference["quality_with_fallback"] > figures["all_cloud_quality"] - 0.03
-    assert reference["fallback_fires"] > 0 and "at_matched_share" in reference
+    assert 0.0 < reference.cloud_share < 1.0 and 0.0 < reference.fallback_share < 1.0
+    assert reference.quality_with_fallback > figures.population.all_cloud_quality - 0.03
+    assert reference.fallback_fires > 0 and reference.at_matched_share is not None
     scores, zones = fitted.route(test)
     assert set(zones.tolist()) == {EDGE, FALLBACK, CLOUD}
     assert ((zones == CLOUD) == (scores > fitted.thresholds.hi)).all()

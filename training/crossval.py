@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evaluation.figures import KeyFigures, Population, SplitSummary
 from evaluation.headline import CV_POLICIES
 from evaluation.policies import POLICIES, SUMMARY_KEYS
 from training.config import TrainConfig
@@ -117,8 +118,8 @@ class FoldResult:
     fold: int
     test_rows: int  # test rows with both outcomes: the figures' rows
     train_rows: int
-    figures: dict  # policy -> {figure: value}, plus "reference_qualities"
-    by_source: dict  # source -> policy -> {figure: value}
+    figures: SplitSummary  # the test rows and every policy's key figures on them
+    by_source: dict[str, SplitSummary]
     trees: dict  # head -> trees kept by early stopping
     seconds: float
     notes: list[str] = field(default_factory=list)
@@ -127,18 +128,13 @@ class FoldResult:
     # them: cross-fitting calibrates the refit on every row with these (cross_fit).
     out_of_fold: tuple | None = field(default=None, repr=False)
 
-    def to_dict(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "out_of_fold"}
 
-
-def _policy_table(rows, names, *, tuned, reference, catch_rate: float) -> dict:
-    """{policy: {figure: value}} and the reference qualities of these rows."""
+def _policy_table(rows, names, *, tuned, reference, catch_rate: float) -> SplitSummary:
+    """The rows' reference qualities and every policy's key figures on them."""
     from evaluation.policies import evaluate_policies
 
     figures, _ = evaluate_policies(rows, names, tuned=tuned, reference=reference, catch_rate=catch_rate)
-    table = {name: {k: float(v[k]) for k in FIGURES if k in v} for name, v in figures["policies"].items()}
-    table["reference_qualities"] = {k: float(figures[k]) for k in REFERENCE_QUALITIES}
-    return table
+    return figures.summary()
 
 
 def _fitted_policies(config: TrainConfig, fitted, val, notes: list[str]):
@@ -231,8 +227,8 @@ class CrossValidation:
 
     def values(self, policy: str, figure: str, *, source: str | None = None) -> np.ndarray:
         """The figure of `policy` on every fold (NaN where a fold lacks it), in fold order."""
-        tables = [r.figures if source is None else r.by_source.get(source, {}) for r in self.results]
-        return np.array([t.get(policy, {}).get(figure, np.nan) for t in tables], dtype=float)
+        tables = [r.figures if source is None else r.by_source.get(source) for r in self.results]
+        return np.array([getattr(t.policies.get(policy) if t else None, figure, np.nan) for t in tables], dtype=float)
 
     def estimate(self, policy: str, figure: str, *, source: str | None = None) -> dict:
         return interval(self.values(policy, figure, source=source), test_over_train=self.correction)
@@ -243,7 +239,7 @@ class CrossValidation:
         return interval(self.values(a, figure) - second.values(b, figure), test_over_train=self.correction)
 
     def policies(self) -> list[str]:
-        return [p for p in POLICIES if any(p in r.figures for r in self.results)]
+        return [p for p in POLICIES if any(p in r.figures.policies for r in self.results)]
 
     def sources(self) -> list[str]:
         return sorted({s for r in self.results for s in r.by_source})
@@ -270,12 +266,17 @@ class CrossValidation:
             },
             "trees": {h: [r.trees[h] for r in self.results] for h in self.results[0].trees},
             "pooled_reference_qualities": {
-                k: float(np.mean([r.figures["reference_qualities"][k] for r in self.results]))
-                for k in REFERENCE_QUALITIES
+                k: float(np.mean([getattr(r.figures.population, k) for r in self.results])) for k in REFERENCE_QUALITIES
             },
             "seconds": [r.seconds for r in self.results],
             "per_fold": [
-                {"repeat": r.repeat, "fold": r.fold, "test_rows": r.test_rows, "trees": r.trees, "figures": r.figures}
+                {
+                    "repeat": r.repeat,
+                    "fold": r.fold,
+                    "test_rows": r.test_rows,
+                    "trees": r.trees,
+                    "figures": r.figures.as_dict(),
+                }
                 for r in self.results
             ],
             "notes": sorted({n for r in self.results for n in r.notes}),
@@ -325,17 +326,19 @@ def compare(a: CrossValidation, b: CrossValidation) -> dict:
     return {f: b.difference("learned", "learned", f, other=a) for f in FIGURES}
 
 
-def headline_means(cv: CrossValidation) -> dict:
-    """The cross-validated means in the shape of a split's training figures (the test split's
-    keys: reference qualities, then SUMMARY_KEYS per policy), for what reads a manifest's
+def headline_means(cv: CrossValidation) -> SplitSummary:
+    """The cross-validated means as a split's training figures, for what reads a manifest's
     `metrics["test"]` (evaluation.headline, make promote)."""
     summary = cv.summary()
-    return {
-        "rows": int(sum(summary["rows"]["test_per_fold"])),
-        "cross_validated": True,
-        **summary["pooled_reference_qualities"],
-        **{p: {f: summary["policies"][p][f]["mean"] for f in FIGURES} for p in CV_POLICIES if p in summary["policies"]},
+    population = Population(
+        rows=int(sum(summary["rows"]["test_per_fold"])), fallback_rates=None, **summary["pooled_reference_qualities"]
+    )
+    means = {
+        p: KeyFigures(**{f: summary["policies"][p][f]["mean"] for f in FIGURES})
+        for p in CV_POLICIES
+        if p in summary["policies"]
     }
+    return SplitSummary(population, means, cross_validated=True)
 
 
 def _pooled(cv: CrossValidation, key: str) -> np.ndarray:

@@ -8,12 +8,14 @@ MLflow run with its registered model version.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from evaluation.figures import SplitSummary
 from evaluation.rows import Rows
 from serving.manifest import Limits, Manifest, ScoreSpec
 from training.config import TrainConfig
@@ -33,6 +35,10 @@ class TrainResult:
     timings: dict
     manifest: Manifest
     test: Rows  # the test split with the training pipeline's scores
+
+    def summary(self, split: str = "test") -> SplitSummary:
+        """The figures the run kept of `split` ("test", or "val"), typed."""
+        return SplitSummary.from_dict(self.metrics[split])
 
     @property
     def held_out(self):
@@ -127,28 +133,27 @@ def print_logs(console, report: dict) -> None:
     )
 
 
-def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict:
+def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict[str, SplitSummary]:
     """Validation and test figures of the learned router (zones as the SDK gives them,
     unfamiliar prompts included) and the hand rule table, on the held-out rows `splits`."""
     from evaluation.policies import summary
 
-    metrics = {}
-    for name, rows in splits.items():
-        zoned = with_learned_zones(config, rows, thresholds)
-        metrics[name] = {
-            **summary(zoned, catch_rate=config.fallback_catch_rate),
-            "unfamiliar_share": float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
-        }
-    return metrics
+    return {
+        name: dataclasses.replace(
+            summary(with_learned_zones(config, rows, thresholds), catch_rate=config.fallback_catch_rate),
+            unfamiliar_share=float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
+        )
+        for name, rows in splits.items()
+    }
 
 
-def cross_fitted_figures(config: TrainConfig, splits: Splits, thresholds: dict, cv) -> dict:
-    """A cross-fitted bundle's figures: the folds' estimates (means as "test", every interval
-    as "cv") and the out-of-fold rows at the bundle's thresholds ("val": the thresholds were
+def cross_fitted_figures(config: TrainConfig, splits: Splits, thresholds: dict, cv) -> dict[str, SplitSummary]:
+    """A cross-fitted bundle's figures: the folds' means as "test" (cv.summary() has every
+    interval) and the out-of-fold rows at the bundle's thresholds as "val" (the thresholds were
     chosen on them). The refit's own rows are in sample and give no figure."""
     from training.crossval import headline_means
 
-    return {"test": headline_means(cv), "val": split_figures(config, splits, thresholds)["val"], "cv": cv.summary()}
+    return {"test": headline_means(cv), "val": split_figures(config, splits, thresholds)["val"]}
 
 
 def build_manifest(
@@ -256,13 +261,14 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     acceptance, thresholds = held_out.acceptance, held_out.thresholds
     reference, novelty = held_out.reference, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
-    figures = (
+    summaries = (
         split_figures(config, held_out.splits, thresholds)
         if cv is None
         else cross_fitted_figures(config, held_out.splits, thresholds, cv)
     )
     metrics = {
-        **figures,
+        **{split: s.as_dict() for split, s in summaries.items()},
+        **({"cv": cv.summary()} if cv is not None else {}),
         "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
         "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
         "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",

@@ -1,0 +1,260 @@
+"""The typed figures of an offline comparison: what evaluation.policies computes and every
+reader (report tables, plots, the training summary, cross-validation, the scale and replay
+commands) reads, by attribute rather than by string key.
+
+- Population: the evaluated rows' fixed references (all-edge, all-cloud, oracle quality).
+- PolicyFigures: one policy's figures on those rows (curve, operating point, fallback, cost,
+  latency, and the point at the learned router's cloud share).
+- Comparison: a Population and the PolicyFigures of every policy compared on it.
+- KeyFigures / SplitSummary: the few figures a training run keeps per split (and an
+  evaluation per breakdown group) of each policy.
+
+Each has as_dict() for JSON and MLflow, in the shapes metrics.json and bundle manifests have
+always had, and from_dict() to read those back (a missing or unknown key is an error that
+names it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+R = TypeVar("R", bound="Record")
+
+
+class Record:
+    """as_dict / from_dict for a flat dataclass of plain values."""
+
+    what: ClassVar[str] = "figures"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        return cls(**_fields_of(cls, data))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+
+def _fields_of(cls, data: dict[str, Any], *, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`data`'s values of cls's fields: a clear error for a missing or unknown key."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.what}: expected a JSON object, got {type(data).__name__}")
+    names = cls.names()
+    missing = [n for n in names if n not in data]
+    unknown = [k for k in data if k not in names and k not in extra]
+    if missing or unknown:
+        problem = f"missing {', '.join(missing)}" if missing else f"unknown key {unknown[0]!r}"
+        raise ValueError(f"{cls.what}: {problem} (expected {', '.join(names)})")
+    return {n: data[n] for n in names}
+
+
+@dataclass(frozen=True)
+class Population(Record):
+    """The evaluated rows: how many, how often the cloud was needed, the qualities every policy
+    is measured against, and where the fallback's catch rates came from (evaluation.fallback)."""
+
+    what: ClassVar[str] = "evaluated rows"
+    rows: int
+    cloud_needed_share: float
+    all_edge_quality: float
+    all_cloud_quality: float
+    oracle_quality: float
+    # measured_rows, assumed_rows, assumed_catch_rate (evaluation.fallback); None for pooled folds
+    fallback_rates: dict[str, Any] | None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Population:
+        return cls(**_fields_of(cls, {"fallback_rates": None, **data}))
+
+
+@dataclass(frozen=True)
+class AtShare(Record):
+    """A score's figures when its top `cloud_share` of requests go to the cloud."""
+
+    what: ClassVar[str] = "figures at a cloud share"
+    cloud_share: float
+    quality: float
+    quality_vs_all_cloud: float
+    pgr: float
+    misroute_rate: float
+    under_routing: float
+    over_routing: float
+
+
+@dataclass(frozen=True)
+class Cost(Record):
+    """Expected $ under one cloud price: per request, in total, and against sending all to the cloud."""
+
+    what: ClassVar[str] = "cost figures"
+    per_request: float
+    total: float
+    reduction_vs_all_cloud: float
+
+
+@dataclass(frozen=True)
+class Latency(Record):
+    """Expected latency on one edge device (ms)."""
+
+    what: ClassVar[str] = "latency figures"
+    mean_ms: float
+    p95_ms: float
+
+
+@dataclass(frozen=True)
+class KeyFigures(Record):
+    """The figures a training run keeps of a policy per split, and an evaluation per breakdown
+    group (docs/metrics.md defines each)."""
+
+    what: ClassVar[str] = "policy figures"
+    auc: float
+    apgr: float
+    cpt50: float
+    cpt80: float
+    cloud_share: float
+    fallback_share: float
+    misroute_rate: float
+    under_routing: float
+    over_routing: float
+    quality: float
+    quality_vs_all_cloud: float
+    quality_with_fallback: float
+    expected_cloud_calls: float
+
+
+@dataclass(frozen=True)
+class PolicyFigures(KeyFigures):
+    """Everything evaluation.policies measures of one policy on one set of rows. The curve
+    figures are NaN for the fixed points (all-edge, all-cloud), which have no
+    `at_matched_share` either."""
+
+    pgr: float
+    fallback_fires: float
+    fallback_fires_in_zone: float
+    fallback_recovered_quality: float
+    cost: dict[str, Cost]  # by cloud price name
+    latency: dict[str, Latency]  # by edge device
+    at_matched_share: AtShare | None
+
+    def key_figures(self) -> KeyFigures:
+        return KeyFigures(**{name: getattr(self, name) for name in KeyFigures.names()})
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {
+            **super().as_dict(),
+            "cost": {k: v.as_dict() for k, v in self.cost.items()},
+            "latency": {k: v.as_dict() for k, v in self.latency.items()},
+        }
+        if self.at_matched_share is None:
+            del out["at_matched_share"]
+        else:
+            out["at_matched_share"] = self.at_matched_share.as_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PolicyFigures:
+        data = {"at_matched_share": None, **data}
+        values = _fields_of(cls, data)
+        matched = values["at_matched_share"]
+        return cls(
+            **{
+                **values,
+                "cost": {k: Cost.from_dict(v) for k, v in values["cost"].items()},
+                "latency": {k: Latency.from_dict(v) for k, v in values["latency"].items()},
+                "at_matched_share": AtShare.from_dict(matched) if matched is not None else None,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every compared policy's figures on one Population; `matched_cloud_share` is the learned
+    router's cloud-first share, where `at_matched_share` puts every scored policy."""
+
+    population: Population
+    matched_cloud_share: float
+    policies: dict[str, PolicyFigures]  # in evaluation.policies.POLICIES order
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.population.as_dict(),
+            "matched_cloud_share": self.matched_cloud_share,
+            "policies": {name: p.as_dict() for name, p in self.policies.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Comparison:
+        if not isinstance(data, dict) or "policies" not in data or "matched_cloud_share" not in data:
+            raise ValueError("a policy comparison needs `matched_cloud_share` and `policies`")
+        rest = {k: v for k, v in data.items() if k not in ("matched_cloud_share", "policies")}
+        return cls(
+            Population.from_dict(rest),
+            data["matched_cloud_share"],
+            {name: PolicyFigures.from_dict(p) for name, p in data["policies"].items()},
+        )
+
+    def summary(self) -> SplitSummary:
+        return SplitSummary(self.population, {name: p.key_figures() for name, p in self.policies.items()})
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    """A split's (or breakdown group's) Population and the KeyFigures of each policy; a training
+    run adds the share of the split its router found unfamiliar, and marks figures that are the
+    means of cross-validation folds. As a dict (bundle manifests, metrics.json) the policies sit
+    beside the population's keys: {"rows": ..., "learned": {"apgr": ...}}."""
+
+    population: Population
+    policies: dict[str, KeyFigures]
+    unfamiliar_share: float | None = None
+    cross_validated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        population = self.population.as_dict()
+        if population["fallback_rates"] is None:
+            del population["fallback_rates"]
+        return {
+            **population,
+            **({"cross_validated": True} if self.cross_validated else {}),
+            **({"unfamiliar_share": self.unfamiliar_share} if self.unfamiliar_share is not None else {}),
+            **{name: p.as_dict() for name, p in self.policies.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SplitSummary:
+        if not isinstance(data, dict):
+            raise TypeError(f"a split summary must be a JSON object, got {type(data).__name__}")
+        own = (*Population.names(), "unfamiliar_share", "cross_validated")
+        policies = {k: v for k, v in data.items() if k not in own}
+        return cls(
+            Population.from_dict({k: v for k, v in data.items() if k in Population.names()}),
+            {name: KeyFigures.from_dict(p) for name, p in policies.items()},
+            unfamiliar_share=data.get("unfamiliar_share"),
+            cross_validated=bool(data.get("cross_validated", False)),
+        )
+
+
+@dataclass(frozen=True)
+class HeldOutSource:
+    """Leave-one-source-out: the policies compared on one source's rows by a router trained on
+    every other source, or the error that stopped its training."""
+
+    figures: Comparison | None
+    trained_on_rows: int | None = None
+    unfamiliar_share: float | None = None
+    in_distribution_apgr: float | None = None  # the bundle's own APGR on this source's rows
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.figures is None:
+            return {"error": self.error}
+        return {
+            **self.figures.as_dict(),
+            "trained_on_rows": self.trained_on_rows,
+            "unfamiliar_share": self.unfamiliar_share,
+            "in_distribution_apgr": self.in_distribution_apgr,
+        }
