@@ -32,6 +32,10 @@ export class EdgeTimeoutError extends Error {
 
 const now = () => performance.now();
 
+/** A timeout, as Python's TimeoutError: EdgeTimeoutError, a DOMException named TimeoutError
+ * (AbortSignal.timeout), or an error marked `isTimeout` (the chat client's UpstreamTimeout). */
+const isTimeout = (error) => error instanceof EdgeTimeoutError || error?.name === "TimeoutError" || error?.isTimeout === true;
+
 /** Run `call` as a step named `name`: ok, timeout or error, with its duration in seconds. */
 async function step(steps, name, call) {
   const start = now();
@@ -40,7 +44,7 @@ async function step(steps, name, call) {
     steps.push({ name, status: "ok", seconds: (now() - start) / 1000, detail: "" });
     return result;
   } catch (error) {
-    const status = error instanceof EdgeTimeoutError ? "timeout" : "error";
+    const status = isTimeout(error) ? "timeout" : "error";
     steps.push({ name, status, seconds: (now() - start) / 1000, detail: String(error).slice(0, 500) });
     throw error;
   }

@@ -179,3 +179,194 @@ export function readBundle(folder: string, options?: { publicKey?: PublicKeyInpu
 /** SHA-256 of the manifest's canonical JSON (Python's json.dumps(sort_keys=True, ensure_ascii=True)) without manifest_sha256. */
 export function manifestDigest(manifest: Record<string, unknown>): string;
 export function loadPublicKey(key: PublicKeyInput): KeyObject;
+
+// The routed chat client (src/chat.js): OpenAI-compatible chat calls with fetch, routed.
+
+/** One chat message: role, content (text, an array of parts, or null) and whatever else the API carries. */
+export interface ChatMessage {
+  role: string;
+  content?: string | Array<{ type: string; text?: string; [key: string]: unknown }> | null;
+  [key: string]: unknown;
+}
+
+/** A chat completion as the serving model sent it (a key of the client in it reads [redacted]). */
+export interface ChatCompletion {
+  choices: Array<{ index?: number; message: { role?: string; content: string | null; [key: string]: unknown };
+    finish_reason?: string | null; [key: string]: unknown }>;
+  usage?: { prompt_tokens?: number; completion_tokens?: number; [key: string]: unknown };
+  [key: string]: unknown;
+}
+
+/** One chat.completion.chunk of a stream. */
+export interface ChatCompletionChunk {
+  choices?: Array<{ index?: number; delta?: { role?: string; content?: string | null; tool_calls?: unknown[]; [key: string]: unknown };
+    finish_reason?: string | null; [key: string]: unknown }>;
+  usage?: { prompt_tokens?: number; completion_tokens?: number; [key: string]: unknown } | null;
+  [key: string]: unknown;
+}
+
+interface Priced {
+  readonly model: string;
+  readonly timeoutMs: number;
+  readonly firstTokenTimeoutMs: number | null;
+  readonly inputPricePer1M: number | null;
+  readonly outputPricePer1M: number | null;
+  /** The price of one answer from its usage; null when a price or the usage is missing. */
+  cost(usage: unknown): number | null;
+}
+
+export interface EndpointOptions {
+  /** the API root as OpenAI clients take it ("http://127.0.0.1:11434/v1" for Ollama); no credentials, query or fragment */
+  baseUrl: string | URL;
+  /** the model name the server expects */
+  model: string;
+  /** sent as `Authorization: Bearer ...`; never shown (not in the object, errors or results) */
+  apiKey?: string | null;
+  /** the whole answer, streamed or not, within this of the call (default 60000) */
+  timeoutMs?: number;
+  /** a stream's first token within this (default and at most timeoutMs) */
+  firstTokenTimeoutMs?: number | null;
+  /** price of a million prompt / completion tokens; both set for routing.estimated_cost */
+  inputPricePer1M?: number | null;
+  outputPricePer1M?: number | null;
+  /** a larger answer (or stream event) counts as malformed (default 8 MiB, at least 1024) */
+  maxResponseBytes?: number;
+  /** extra headers for every request (not the key: Authorization is refused); never shown */
+  headers?: Record<string, string>;
+}
+
+/** An OpenAI-compatible chat-completions server and model (llama.cpp's server, Ollama, vLLM, a cloud API). */
+export class Endpoint implements Priced {
+  constructor(options: EndpointOptions);
+  readonly baseUrl: string;
+  readonly model: string;
+  readonly timeoutMs: number;
+  readonly firstTokenTimeoutMs: number | null;
+  readonly inputPricePer1M: number | null;
+  readonly outputPricePer1M: number | null;
+  readonly maxResponseBytes: number;
+  /** where chat completions are posted: baseUrl + "/chat/completions" */
+  readonly url: string;
+  readonly hasApiKey: boolean;
+  cost(usage: unknown): number | null;
+}
+
+/** What a LocalModel is called with. */
+export interface LocalCallOptions {
+  /** the chat-completions parameters of the request (temperature, max_tokens, ...) */
+  params: Record<string, unknown>;
+  stream: boolean;
+  /** aborted at the deadline, or when the caller aborts */
+  signal: AbortSignal;
+}
+
+/** A model the page or process runs itself; answers text, a chat completion, or for a stream an
+ * async iterable of text pieces or chunks. */
+export type LocalCall = (messages: ChatMessage[], options: LocalCallOptions) =>
+  string | ChatCompletion | AsyncIterable<string | ChatCompletionChunk> | Promise<string | ChatCompletion | AsyncIterable<string | ChatCompletionChunk>>;
+
+export class LocalModel implements Priced {
+  constructor(call: LocalCall, options?: { model?: string; timeoutMs?: number; firstTokenTimeoutMs?: number | null;
+    inputPricePer1M?: number | null; outputPricePer1M?: number | null });
+  readonly call: LocalCall;
+  readonly model: string;
+  readonly timeoutMs: number;
+  readonly firstTokenTimeoutMs: number | null;
+  readonly inputPricePer1M: number | null;
+  readonly outputPricePer1M: number | null;
+  cost(usage: unknown): number | null;
+}
+
+export type FallbackKind = "context_limit" | "rejected" | "accept_error" | "connection_error" | "timeout" | "slow_first_token"
+  | "http_error" | "malformed" | "error";
+
+/** How one request was served (the Python SDK's RoutingInfo, field for field, without request_id). */
+export interface RoutingInfo {
+  decision: Decision;
+  served_by: "edge" | "cloud";
+  /** the model that answered */
+  model: string;
+  /** why the cloud answered an edge-first request; null when nothing fell back */
+  fallback_reason: string | null;
+  fallback_kind: FallbackKind | null;
+  /** each call; for a stream a step's seconds run to its first token */
+  steps: Step[];
+  /** the price of every answer the request produced; null when any is unknown (a stream: set when it ends) */
+  estimated_cost: number | null;
+  /** from the call to the complete answer (a stream: set when it ends) */
+  seconds: number | null;
+}
+
+/** A non-streamed answer. */
+export interface Completion {
+  /** the chat completion of whichever model served, as it sent it (a key of the client in it reads [redacted]) */
+  body: ChatCompletion;
+  routing: RoutingInfo;
+  /** the assistant text */
+  text: string;
+}
+
+/** A streamed answer: `for await (const chunk of stream)`. No fallback once the first chunk is
+ * out: a later break throws StreamInterrupted. `break` or close() releases the connection. */
+export class ChatStream implements AsyncIterableIterator<ChatCompletionChunk> {
+  readonly routing: RoutingInfo;
+  next(): Promise<IteratorResult<ChatCompletionChunk>>;
+  return(): Promise<IteratorResult<ChatCompletionChunk>>;
+  close(): void;
+  [Symbol.asyncIterator](): ChatStream;
+}
+
+export interface CreateOptions {
+  precision?: Precision | null;
+  /** the caller's abort: stops every call and rejects with its reason */
+  signal?: AbortSignal | null;
+  /** any other chat-completions parameter, sent as is (not `model` or `messages`) */
+  [param: string]: unknown;
+}
+
+export interface RoutedChatOptions {
+  edge: Endpoint | LocalModel | LocalCall;
+  cloud: Endpoint | LocalModel | LocalCall;
+  /** apply the accept check to confident edge answers too */
+  verifyEdgeZone?: boolean;
+  /** messages -> the text the router routes (default: conversationPrompt) */
+  toPrompt?: (messages: ChatMessage[]) => string;
+  /** called with the routing of every answered request once it is final; a throw is logged */
+  onRouted?: ((routing: RoutingInfo) => void) | null;
+  logger?: { warn(message: string): void };
+}
+
+/** Routed OpenAI-compatible chat: the router decides, the edge answers first where it may, the cloud is the fallback. */
+export class RoutedChat {
+  constructor(router: Router, options: RoutedChatOptions);
+  readonly edge: Endpoint | LocalModel;
+  readonly cloud: Endpoint | LocalModel;
+  create(messages: ChatMessage[], options: CreateOptions & { stream: true; accept?: null }): Promise<ChatStream>;
+  create(messages: ChatMessage[], options?: CreateOptions & { stream?: false;
+    accept?: ((text: string, body: ChatCompletion) => unknown) | "learned" | null }): Promise<Completion>;
+}
+
+/** The text the router routes for a conversation: the latest user message, the other turns newest first, system messages last. */
+export function conversationPrompt(messages: ChatMessage[]): string;
+
+/** An endpoint did not give a usable answer. */
+export class UpstreamError extends Error {
+  constructor(endpoint: "edge" | "cloud", message: string);
+  readonly endpoint: "edge" | "cloud";
+  readonly kind: string;
+}
+/** No connection, or it broke before a complete answer. */
+export class UpstreamUnreachable extends UpstreamError {}
+/** No complete answer within timeoutMs. */
+export class UpstreamTimeout extends UpstreamError {}
+/** A stream's first token later than firstTokenTimeoutMs. */
+export class SlowFirstToken extends UpstreamTimeout {}
+/** An HTTP error status; `detail` is the server's message, redacted of the client's keys. */
+export class UpstreamHTTPError extends UpstreamError {
+  readonly status: number;
+  readonly detail: string;
+}
+/** 2xx, but not a chat completion (not JSON, no choices, an error event, too large, a redirect). */
+export class UpstreamMalformed extends UpstreamError {}
+/** A stream broke after its first chunk had reached the caller. */
+export class StreamInterrupted extends UpstreamError {}

@@ -1,7 +1,12 @@
 // Types of the browser build (src/web.js): the Router of index.d.ts, loaded from a base URL.
-import type { Acceptor, Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, UnfamiliarPolicy } from "./index.js";
+import type { Acceptor, ChatCompletion, ChatMessage, ChatStream, Completion, CreateOptions, Decision, EdgeCall, Endpoint, ExecuteOptions,
+  Execution, LoadOptions, LocalModel, Manifest, Precision, RoutedChatOptions, UnfamiliarPolicy } from "./index.js";
 export type { Acceptor, Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, Step, UnfamiliarPolicy, Zone,
   Target } from "./index.js";
+export type { ChatCompletion, ChatCompletionChunk, ChatMessage, Completion, CreateOptions, EndpointOptions, FallbackKind, LocalCall,
+  LocalCallOptions, RoutedChatOptions, RoutingInfo } from "./index.js";
+export { ChatStream, Endpoint, LocalModel, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError, UpstreamMalformed,
+  UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./index.js";
 export { BundleError, SigningError, CloudCallError, EdgeTimeoutError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
   UNFAMILIAR_POLICIES } from "./index.js";
 
@@ -27,4 +32,14 @@ export class Router {
   readonly unfamiliarPolicy: UnfamiliarPolicy | null;
   readonly manifest: Manifest | null;
   readonly acceptor: Acceptor | null;
+}
+
+/** RoutedChat of index.d.ts, on this build's Router. */
+export class RoutedChat {
+  constructor(router: Router, options: RoutedChatOptions);
+  readonly edge: Endpoint | LocalModel;
+  readonly cloud: Endpoint | LocalModel;
+  create(messages: ChatMessage[], options: CreateOptions & { stream: true; accept?: null }): Promise<ChatStream>;
+  create(messages: ChatMessage[], options?: CreateOptions & { stream?: false;
+    accept?: ((text: string, body: ChatCompletion) => unknown) | "learned" | null }): Promise<Completion>;
 }

@@ -4,14 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { CloudCallError, EdgeTimeoutError, Router } from "../src/index.js";
-import { BUNDLE, quietLogger, vectors } from "./fixtures.js";
-
-/** A prompt whose undeclared-precision decision, in Python, is in `zone` and familiar. */
-function promptIn(zone) {
-  const row = vectors().decisions.find((d) => d.router === "bundle" && d.precision === null && d.decision.zone === zone
-    && !d.decision.unfamiliar && !d.decision.truncated);
-  return vectors().cases[row.case].prompt;
-}
+import { BUNDLE, promptIn, quietLogger, vectors } from "./fixtures.js";
 
 /** A call that records its prompts and answers (or throws) as told. */
 function recorded(answer) {

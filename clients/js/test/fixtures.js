@@ -21,6 +21,13 @@ export function vectors() {
   return cached;
 }
 
+/** A prompt whose undeclared-precision decision, in Python, is in `zone`, familiar and not truncated. */
+export function promptIn(zone) {
+  const row = vectors().decisions.find((d) => d.router === "bundle" && d.precision === null && d.decision.zone === zone
+    && !d.decision.unfamiliar && !d.decision.truncated);
+  return vectors().cases[row.case].prompt;
+}
+
 /** A logger that keeps what it was told, for tests that check the one warning. */
 export function quietLogger() {
   const messages = [];

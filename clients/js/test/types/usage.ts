@@ -1,5 +1,6 @@
 // Compiled by `npm run typecheck` only: the declarations describe how the package is used.
-import { BundleError, Router, RuleRouter, type Decision } from "../../src/index.js";
+import { BundleError, CloudCallError, Endpoint, LocalModel, RoutedChat, Router, RuleRouter, StreamInterrupted, UpstreamHTTPError,
+  type ChatCompletionChunk, type Completion, type Decision, type RoutingInfo } from "../../src/index.js";
 
 async function main(): Promise<void> {
   const router = await Router.load("artifacts/js/bundle", { strict: false, publicKey: "keys/router.pub", threads: 1 });
@@ -20,6 +21,32 @@ async function main(): Promise<void> {
   const verdict = await router.acceptor?.check("What is 2 + 2?", "4", { logprobMean: -0.2 });
   const learned = await router.execute("What is 2 + 2?", () => "4", () => "4", { accept: "learned" });
   console.log(verdict?.accepted, learned.served_by);
+  const chat = new RoutedChat(router, {
+    edge: new Endpoint({ baseUrl: "http://127.0.0.1:11434/v1", model: "llama3.2:3b", timeoutMs: 20_000, firstTokenTimeoutMs: 1500,
+      inputPricePer1M: 0, outputPricePer1M: 0 }),
+    cloud: new Endpoint({ baseUrl: new URL("https://api.example.com/v1"), model: "big-model", apiKey: "sk-...", headers: { "OpenAI-Organization": "org" } }),
+    onRouted: (routing: RoutingInfo) => console.log(routing.served_by, routing.fallback_kind),
+  });
+  const messages = [{ role: "user", content: "What is 2 + 2?" }];
+  const completion: Completion = await chat.create(messages, { precision: "exact", temperature: 0, signal: AbortSignal.timeout(30_000),
+    accept: (text: string, body) => text.length > 0 && body.choices.length > 0 });
+  console.log(completion.text, completion.routing.estimated_cost, completion.body.usage?.completion_tokens);
+  const stream = await chat.create(messages, { stream: true, stream_options: { include_usage: true } });
+  try {
+    for await (const chunk of stream) {
+      const piece: ChatCompletionChunk = chunk;
+      console.log(piece.choices?.[0]?.delta?.content ?? "");
+    }
+  } catch (error) {
+    if (error instanceof StreamInterrupted) console.log(error.kind, error.endpoint);
+  }
+  const local = new RoutedChat(router, { edge: new LocalModel(async (msgs, { signal, params }) => (signal.aborted ? "" : `${msgs.length} ${Object.keys(params)}`),
+    { model: "in-page", timeoutMs: 5000 }), cloud: async function* () { yield "cloud piece"; } });
+  try {
+    await local.create(messages, { accept: "learned" });
+  } catch (error) {
+    if (error instanceof CloudCallError && error.cause instanceof UpstreamHTTPError) console.log(error.cause.status, error.cause.detail);
+  }
   await router.close();
 }
 void main;

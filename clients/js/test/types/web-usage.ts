@@ -1,10 +1,14 @@
 // Compiled by `npm run typecheck` only: the browser build's declarations as a page uses them.
-import { Router, type Decision } from "../../src/web.js";
+import { Endpoint, LocalModel, RoutedChat, Router, type Decision } from "../../src/web.js";
 
 async function page(): Promise<void> {
   const router = await Router.load(new URL("/bundle/", "https://example.test"), { publicKey: "-----BEGIN PUBLIC KEY-----",
     fetchOptions: { credentials: "include" } });
   const decision: Decision = await router.route("Bonjour", { precision: "tolerant" });
   console.log(decision.zone, router.degraded);
+  const chat = new RoutedChat(router, { edge: new LocalModel(async () => "on the page", { model: "webllm" }),
+    cloud: new Endpoint({ baseUrl: "https://my-backend.example/v1", model: "big-model" }) });
+  const stream = await chat.create([{ role: "user", content: "Bonjour" }], { stream: true });
+  for await (const chunk of stream) console.log(chunk.choices?.[0]?.delta?.content, stream.routing.served_by);
 }
 void page;

@@ -1,0 +1,76 @@
+// A streamed answer of the routed chat client (serving/chat/streams.py): `for await (const chunk
+// of stream)` gives the chunks of the serving endpoint's stream as it sent them (redacted of the
+// client's keys). `stream.routing` says who serves it and why from the start; its `seconds` and
+// `estimated_cost` are set when the stream ends.
+//
+// Once the first chunk has reached the caller there is no fallback: a stream that breaks later
+// (connection lost, a malformed event, not complete within timeoutMs of its request) throws
+// StreamInterrupted from the iteration. The caller's own abort throws its signal's reason. A
+// `break` out of the loop, or close(), releases the connection.
+import { StreamInterrupted, redact } from "./errors.js";
+
+export class ChatStream {
+  /**
+   * @param {import("./upstream.js").OpenStream} opened
+   * @param {object} routing
+   * @param {{started: number, signal: AbortSignal | null, onEnd: (routing: object) => void}} options
+   */
+  constructor(opened, routing, { started, signal, onEnd }) {
+    this.routing = routing;
+    this.opened = opened;
+    this.started = started;
+    this.signal = signal;
+    this.onEnd = onEnd;
+    this.head = [...opened.head];
+    this.usage = null;  // the latest usage a chunk reported
+    this.done = false;
+  }
+
+  [Symbol.asyncIterator]() {
+    return this;
+  }
+
+  /** The next chunk. */
+  async next() {
+    let chunk;
+    if (this.head.length) chunk = this.head.shift();
+    else if (this.done) return { done: true, value: undefined };
+    else {
+      try {
+        chunk = await this.opened.next();
+      } catch (error) {
+        this.finish(true);
+        if (this.signal?.aborted) throw this.signal.reason;
+        const upstream = this.opened.upstream;
+        const text = redact(String(error), upstream.secrets).slice(0, 300);
+        throw new StreamInterrupted(upstream.name, `the stream of ${upstream.model} broke after its first chunk: ${text}`);
+      }
+      if (chunk === null) {
+        this.finish(false);
+        return { done: true, value: undefined };
+      }
+    }
+    if (chunk.usage !== null && typeof chunk.usage === "object") this.usage = chunk.usage;
+    return { done: false, value: chunk };
+  }
+
+  /** `break` in a for-await loop: close. */
+  async return() {
+    this.close();
+    return { done: true, value: undefined };
+  }
+
+  /** Stop reading and release the connection (safe to call more than once). */
+  close() {
+    if (!this.done) this.finish(true);
+  }
+
+  finish(failed) {
+    this.done = true;
+    this.head = [];
+    this.opened.close();
+    this.routing.seconds = (performance.now() - this.started) / 1000;
+    this.routing.estimated_cost = failed ? null : this.opened.upstream.endpoint.cost(this.usage);
+    this.onEnd(this.routing);
+  }
+}

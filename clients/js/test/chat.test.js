@@ -1,0 +1,646 @@
+// RoutedChat: routed OpenAI-compatible chat calls with fetch, against real HTTP servers on
+// 127.0.0.1 (node:http) that answer as OpenAI-compatible servers do, fail, crawl, break mid-stream,
+// or echo the caller's key back; each records what it received, so a test can say the cloud got
+// nothing when the edge answered. Routing is the real bundle's (test/fixtures.js).
+import assert from "node:assert/strict";
+import http from "node:http";
+import util from "node:util";
+import { after, before, describe, test } from "node:test";
+import {
+  CloudCallError, Endpoint, LocalModel, RoutedChat, Router, SlowFirstToken, StreamInterrupted, UpstreamHTTPError,
+  UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt,
+} from "../src/index.js";
+import { MAX_ERROR_BODY_BYTES } from "../src/chat/upstream.js";
+import { BUNDLE, promptIn, quietLogger } from "./fixtures.js";
+
+const CLOUD_KEY = "sk-cloud-7f3a9c1e5b2d4086-SECRET";
+const EDGE_KEY = "sk-edge-51d0c2b7e94a6f38-SECRET";
+const ask = (content) => [{ role: "user", content }];
+
+// Servers.
+
+/** An HTTP server on 127.0.0.1 whose requests go to `handler(request, res)`; `received` holds
+ * each request ({headers, body}) and `closed` counts connections the client closed early. */
+async function upstream(handler) {
+  const received = [];
+  const state = { closedEarly: 0 };
+  const server = http.createServer(async (req, res) => {
+    const parts = [];
+    for await (const part of req) parts.push(part);
+    const text = Buffer.concat(parts).toString("utf8");
+    const request = { headers: req.headers, body: text ? JSON.parse(text) : null, path: req.url };
+    received.push(request);
+    res.on("close", () => { if (!res.writableFinished) state.closedEarly++; });
+    await handler(request, res);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    received, state, url: `http://127.0.0.1:${server.address().port}/v1`,
+    close: () => { server.closeAllConnections(); return new Promise((resolve) => server.close(resolve)); },
+  };
+}
+
+const completion = (content, model, usage = { prompt_tokens: 10, completion_tokens: 5 }) => ({
+  id: "chatcmpl-test", object: "chat.completion", model,
+  choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: "stop" }], usage,
+});
+const chunk = (delta, finish = null, extra = {}) => ({
+  id: "chatcmpl-test", object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }], ...extra,
+});
+const event = (value) => `data: ${typeof value === "string" ? value : JSON.stringify(value)}\n\n`;
+
+/** Answers "answer from NAME" as a chat completion, or as a stream when asked. */
+const answering = (name) => (request, res) => {
+  if (request.body.stream) {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.write(event(chunk({ role: "assistant" })));
+    for (const piece of ["answer ", "from ", name]) res.write(event(chunk({ content: piece })));
+    res.write(event(chunk({}, "stop", { usage: { prompt_tokens: 10, completion_tokens: 3 } })));
+    res.end(event("[DONE]"));
+    return;
+  }
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify(completion(`answer from ${name}`, request.body.model)));
+};
+const failing = (status, body = '{"error": {"message": "overloaded"}}', headers = { "content-type": "application/json" }) =>
+  (request, res) => { res.writeHead(status, headers); res.end(body); };
+const silent = () => () => {};  // takes the request and never answers
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The edge and cloud servers of one test, closed after it. */
+async function servers(edgeHandler, cloudHandler = answering("cloud")) {
+  const edge = await upstream(edgeHandler), cloud = await upstream(cloudHandler);
+  return { edge, cloud, close: () => Promise.all([edge.close(), cloud.close()]) };
+}
+
+/** An http URL on 127.0.0.1 where nothing listens. */
+async function deadUrl() {
+  const server = http.createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = `http://127.0.0.1:${server.address().port}/v1`;
+  await new Promise((resolve) => server.close(resolve));
+  return url;
+}
+
+const statuses = (routing) => routing.steps.map((s) => `${s.name}:${s.status}`);
+async function collect(stream) {
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  return chunks;
+}
+const text = (chunks) => chunks.map((c) => c.choices?.[0]?.delta?.content ?? "").join("");
+
+/** The texts in which `key` (or any 8 characters of it) can be read: as given, without NULs
+ * (UTF-16 read as bytes), and as JSON decodes them. */
+function leaks(key, ...texts) {
+  const parts = new Set();
+  for (let i = 0; i + 8 <= key.length; i++) parts.add(key.slice(i, i + 8).toLowerCase());
+  const readings = texts.flatMap((t) => {
+    const found = [t, t.replaceAll("\0", "")];
+    try { found.push(JSON.stringify(JSON.parse(t))); } catch { /* not JSON */ }
+    return found;
+  });
+  return readings.filter((r) => [...parts].some((p) => r.toLowerCase().includes(p)));
+}
+const escaped = (s) => [...s].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`).join("");
+
+describe("RoutedChat", () => {
+  let router, EDGE_ASK, CLOUD_ASK, FALLBACK_ASK;
+  before(async () => {
+    router = await Router.load(BUNDLE, { strict: true });
+    EDGE_ASK = ask(promptIn("edge"));
+    CLOUD_ASK = ask(promptIn("cloud"));
+    FALLBACK_ASK = ask(promptIn("edge_with_cloud_fallback"));
+  });
+  after(() => router.close());
+
+  const chatFor = (s, { edge = {}, cloud = {}, ...options } = {}) => new RoutedChat(router, {
+    edge: new Endpoint({ baseUrl: s.edge.url, model: "edge-model", ...edge }),
+    cloud: new Endpoint({ baseUrl: s.cloud.url, model: "cloud-model", apiKey: CLOUD_KEY, ...cloud }), ...options });
+
+  describe("the prompt routed", () => {
+    test("is Python's conversation_prompt: the latest user message, other turns newest first, system last", () => {
+      const messages = [
+        { role: "system", content: "You are terse." }, { role: "user", content: "Hi" },
+        { role: "assistant", content: [{ type: "text", text: "Hello" }, { type: "image_url", image_url: { url: "x" } }, { type: "text", text: "there" }] },
+        { role: "tool", content: null }, { role: "user", content: [{ type: "text", text: "What is 2+2?" }] },
+        { role: "developer", content: "Be exact." }];
+      // serving.chat.conversation.conversation_prompt on the same messages (printed by the venv's Python)
+      assert.equal(conversationPrompt(messages),
+        "What is 2+2?\n\nassistant: Hello\nthere\n\nuser: Hi\n\nsystem: You are terse.\n\ndeveloper: Be exact.");
+      assert.equal(conversationPrompt([{ role: "assistant", content: "only me" }, { role: "system", content: "sys" }]),
+        "sys\n\nassistant: only me");
+    });
+
+    test("a single user message routes as router.route(that message)", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const result = await chatFor(s).create(FALLBACK_ASK);
+        assert.deepEqual(result.routing.decision, await router.route(FALLBACK_ASK[0].content));
+      } finally { await s.close(); }
+    });
+  });
+
+  describe("non-streamed", () => {
+    test("an edge-first request is answered by the edge; the cloud gets nothing", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const result = await chatFor(s).create(EDGE_ASK, { temperature: 0, max_tokens: 20 });
+        assert.equal(result.text, "answer from edge");
+        assert.equal(result.body.object, "chat.completion");
+        const { routing } = result;
+        assert.equal(routing.served_by, "edge");
+        assert.equal(routing.model, "edge-model");
+        assert.equal(routing.decision.zone, "edge");
+        assert.equal(routing.fallback_reason, null);
+        assert.equal(routing.fallback_kind, null);
+        assert.deepEqual(statuses(routing), ["edge:ok"]);
+        assert.ok(routing.seconds > 0);
+        assert.equal(s.cloud.received.length, 0);
+        const [sent] = s.edge.received;
+        assert.equal(sent.path, "/v1/chat/completions");
+        assert.deepEqual(sent.body, { temperature: 0, max_tokens: 20, model: "edge-model", messages: EDGE_ASK });
+        assert.equal(sent.headers.authorization, undefined, "the cloud's key never goes to the edge");
+      } finally { await s.close(); }
+    });
+
+    test("a cloud-first request goes to the cloud only, with its key", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const { text, routing } = await chatFor(s).create(CLOUD_ASK);
+        assert.equal(text, "answer from cloud");
+        assert.equal(routing.served_by, "cloud");
+        assert.equal(routing.fallback_reason, null);
+        assert.deepEqual(statuses(routing), ["cloud:ok"]);
+        assert.equal(s.edge.received.length, 0);
+        assert.equal(s.cloud.received[0].headers.authorization, `Bearer ${CLOUD_KEY}`);
+        assert.equal(s.cloud.received[0].body.model, "cloud-model");
+      } finally { await s.close(); }
+    });
+
+    test("an edge HTTP error falls back to the cloud; the cost counts every answer with prices", async () => {
+      const s = await servers(failing(503));
+      try {
+        const chat = chatFor(s, { edge: { inputPricePer1M: 0, outputPricePer1M: 0 }, cloud: { inputPricePer1M: 3, outputPricePer1M: 15 } });
+        const { text, routing } = await chat.create(EDGE_ASK);
+        assert.equal(text, "answer from cloud");
+        assert.equal(routing.served_by, "cloud");
+        assert.equal(routing.fallback_kind, "http_error");
+        assert.match(routing.fallback_reason, /^edge call failed: UpstreamHTTPError: edge: edge-model answered HTTP 503: overloaded$/);
+        assert.deepEqual(statuses(routing), ["edge:error", "cloud:ok"]);
+        assert.equal(routing.estimated_cost, (10 * 3 + 5 * 15) / 1e6);
+      } finally { await s.close(); }
+    });
+
+    test("an edge nobody listens at, or that answers what is not a chat completion, falls back", async () => {
+      const cloud = await upstream(answering("cloud"));
+      const malformed = await upstream(failing(200, '{"id": "x"}'));
+      const notJson = await upstream(failing(200, "<html>busy</html>", { "content-type": "text/html" }));
+      try {
+        const cases = [[await deadUrl(), "connection_error"], [malformed.url, "malformed"], [notJson.url, "malformed"]];
+        for (const [url, kind] of cases) {
+          const chat = new RoutedChat(router, { edge: new Endpoint({ baseUrl: url, model: "edge-model" }),
+            cloud: new Endpoint({ baseUrl: cloud.url, model: "cloud-model" }) });
+          const { routing } = await chat.create(EDGE_ASK);
+          assert.equal(routing.served_by, "cloud", url);
+          assert.equal(routing.fallback_kind, kind, url);
+        }
+      } finally { await Promise.all([cloud.close(), malformed.close(), notJson.close()]); }
+    });
+
+    test("an edge past its timeoutMs is cut off (its connection closed) and the cloud answers", async () => {
+      const s = await servers(silent());
+      try {
+        const { routing } = await chatFor(s, { edge: { timeoutMs: 150 } }).create(EDGE_ASK);
+        assert.equal(routing.served_by, "cloud");
+        assert.equal(routing.fallback_kind, "timeout");
+        assert.deepEqual(statuses(routing), ["edge:timeout", "cloud:ok"]);
+        assert.match(routing.fallback_reason, /UpstreamTimeout: edge: no complete answer from edge-model within 150 ms/);
+        await sleep(50);
+        assert.equal(s.edge.state.closedEarly, 1, "the edge request was aborted");
+      } finally { await s.close(); }
+    });
+
+    test("an answer whose body drips past timeoutMs is cut at the deadline, not per read", async () => {
+      const dripping = async (request, res) => {
+        res.writeHead(200, { "content-type": "application/json" });
+        for (let i = 0; i < 100 && !res.destroyed; i++) { res.write(" "); await sleep(20); }
+        res.end(JSON.stringify(completion("too late", "edge-model")));
+      };
+      const s = await servers(dripping);
+      try {
+        const { routing } = await chatFor(s, { edge: { timeoutMs: 300 } }).create(EDGE_ASK);
+        assert.equal(routing.fallback_kind, "timeout");
+        assert.equal(routing.served_by, "cloud");
+      } finally { await s.close(); }
+    });
+
+    test("in the fallback zone accept(text, body) decides; a rejection sends the request to the cloud", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const seen = [];
+        const chat = chatFor(s);
+        const kept = await chat.create(FALLBACK_ASK, { accept: (t, body) => { seen.push([t, body.object]); return true; } });
+        assert.equal(kept.routing.served_by, "edge");
+        assert.deepEqual(seen, [["answer from edge", "chat.completion"]]);
+        const rejected = await chat.create(FALLBACK_ASK, { accept: () => false });
+        assert.equal(rejected.routing.served_by, "cloud");
+        assert.equal(rejected.routing.fallback_kind, "rejected");
+        assert.deepEqual(statuses(rejected.routing), ["edge:ok", "accept:rejected", "cloud:ok"]);
+        const raising = await chat.create(FALLBACK_ASK, { accept: () => { throw new Error("no"); } });
+        assert.equal(raising.routing.fallback_kind, "accept_error");
+        const verified = await chatFor(s, { verifyEdgeZone: true }).create(EDGE_ASK, { accept: () => false });
+        assert.equal(verified.routing.served_by, "cloud", "verifyEdgeZone checks confident edge answers too");
+      } finally { await s.close(); }
+    });
+
+    test('accept: "learned" reads the assistant text with the bundle\'s check', async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const verdict = await router.acceptor.check(conversationPrompt(FALLBACK_ASK), "answer from edge");
+        const { routing } = await chatFor(s).create(FALLBACK_ASK, { accept: "learned" });
+        assert.equal(routing.served_by, verdict.accepted ? "edge" : "cloud");
+        assert.deepEqual(statuses(routing).slice(0, 2), ["edge:ok", verdict.accepted ? "accept:ok" : "accept:rejected"]);
+      } finally { await s.close(); }
+    });
+
+    test("a conversation over the edge context limit skips the edge", async () => {
+      const degraded = await Router.load("/nonexistent", { logger: quietLogger() });  // keeps a long prompt edge-first
+      const s = await servers(answering("edge"));
+      try {
+        const chat = new RoutedChat(degraded, { edge: new Endpoint({ baseUrl: s.edge.url, model: "e" }),
+          cloud: new Endpoint({ baseUrl: s.cloud.url, model: "c" }) });
+        const { routing } = await chat.create(ask("tell me more, ".repeat(1000)));
+        assert.equal(routing.decision.zone, "edge_with_cloud_fallback");
+        assert.equal(routing.fallback_kind, "context_limit");
+        assert.deepEqual(statuses(routing), ["edge:skipped", "cloud:ok"]);
+        assert.equal(s.edge.received.length, 0);
+      } finally { await s.close(); }
+    });
+
+    test("a cloud failure throws CloudCallError with both failures", async () => {
+      const s = await servers(failing(503), failing(500, "boom"));
+      try {
+        await assert.rejects(chatFor(s).create(EDGE_ASK), (error) => error instanceof CloudCallError
+          && error.cause instanceof UpstreamHTTPError && error.cause.status === 500
+          && error.edge_error instanceof UpstreamHTTPError && error.edge_error.status === 503
+          && /HTTP 500: boom/.test(error.message) && /HTTP 503/.test(error.message));
+      } finally { await s.close(); }
+    });
+
+    test("onRouted sees every answered request; one that throws is logged, not raised", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const seen = [], logger = quietLogger();
+        await chatFor(s, { onRouted: (r) => seen.push(r.served_by) }).create(EDGE_ASK);
+        assert.deepEqual(seen, ["edge"]);
+        const result = await chatFor(s, { onRouted: () => { throw new Error("observer bug"); }, logger }).create(EDGE_ASK);
+        assert.equal(result.text, "answer from edge");
+        assert.deepEqual(logger.messages, ["onRouted threw: Error: observer bug"]);
+      } finally { await s.close(); }
+    });
+  });
+
+  describe("streamed", () => {
+    test("an edge stream reaches the caller chunk by chunk; the cloud gets nothing", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const stream = await chatFor(s, { edge: { inputPricePer1M: 1, outputPricePer1M: 2 } }).create(EDGE_ASK, { stream: true });
+        assert.equal(stream.routing.served_by, "edge");
+        assert.equal(stream.routing.seconds, null, "set when the stream ends");
+        const chunks = await collect(stream);
+        assert.equal(text(chunks), "answer from edge");
+        assert.deepEqual(chunks[0].choices[0].delta, { role: "assistant" }, "the role-only chunk is passed on too");
+        assert.equal(s.edge.received[0].body.stream, true);
+        assert.equal(s.cloud.received.length, 0);
+        assert.ok(stream.routing.seconds > 0);
+        assert.equal(stream.routing.estimated_cost, (10 * 1 + 3 * 2) / 1e6);
+      } finally { await s.close(); }
+    });
+
+    test("an edge that fails before its first token falls back: HTTP error, error event, wrong content type", async () => {
+      const errorEvent = (request, res) => { res.writeHead(200, { "content-type": "text/event-stream" }); res.end(event({ error: { message: "model not loaded" } })); };
+      const json = (request, res) => { res.writeHead(200, { "content-type": "application/json" }); res.end("{}"); };
+      for (const [handler, kind] of [[failing(503), "http_error"], [errorEvent, "malformed"], [json, "malformed"]]) {
+        const s = await servers(handler);
+        try {
+          const stream = await chatFor(s).create(EDGE_ASK, { stream: true });
+          assert.equal(stream.routing.served_by, "cloud");
+          assert.equal(stream.routing.fallback_kind, kind);
+          assert.equal(text(await collect(stream)), "answer from cloud");
+        } finally { await s.close(); }
+      }
+    });
+
+    test("an edge whose first token is later than firstTokenTimeoutMs falls back (slow_first_token)", async () => {
+      const roleThenNothing = (request, res) => { res.writeHead(200, { "content-type": "text/event-stream" }); res.write(event(chunk({ role: "assistant" }))); };
+      const s = await servers(roleThenNothing);
+      try {
+        const stream = await chatFor(s, { edge: { firstTokenTimeoutMs: 150 } }).create(EDGE_ASK, { stream: true });
+        assert.equal(stream.routing.served_by, "cloud");
+        assert.equal(stream.routing.fallback_kind, "slow_first_token");
+        assert.deepEqual(statuses(stream.routing), ["edge:timeout", "cloud:ok"]);
+        assert.match(stream.routing.fallback_reason, /SlowFirstToken: edge: no first token from edge-model within 150 ms/);
+        assert.equal(text(await collect(stream)), "answer from cloud");
+      } finally { await s.close(); }
+    });
+
+    test("after the first token there is no fallback: a break throws StreamInterrupted and the cloud gets nothing", async () => {
+      const breaking = (request, res) => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(event(chunk({ content: "The answer is" })));
+        setTimeout(() => res.socket.destroy(), 50);
+      };
+      const s = await servers(breaking);
+      try {
+        const stream = await chatFor(s).create(EDGE_ASK, { stream: true });
+        const got = [];
+        await assert.rejects(async () => { for await (const c of stream) got.push(c); }, (error) => error instanceof StreamInterrupted
+          && error.endpoint === "edge" && /the stream of edge-model broke after its first chunk/.test(error.message));
+        assert.equal(text(got), "The answer is");
+        assert.equal(stream.routing.served_by, "edge");
+        assert.equal(stream.routing.estimated_cost, null);
+        assert.equal(s.cloud.received.length, 0);
+      } finally { await s.close(); }
+    });
+
+    test("a stream whose rest crawls is cut at timeoutMs of the request", async () => {
+      const crawling = async (request, res) => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write(event(chunk({ content: "first" })));
+        for (let i = 0; i < 200 && !res.destroyed; i++) { res.write(": keep-alive\n"); await sleep(20); }
+        res.end(event("[DONE]"));
+      };
+      const s = await servers(crawling);
+      try {
+        const stream = await chatFor(s, { edge: { timeoutMs: 400 } }).create(EDGE_ASK, { stream: true });
+        await assert.rejects(collect(stream), (error) => error instanceof StreamInterrupted && /UpstreamTimeout/.test(error.message));
+      } finally { await s.close(); }
+    });
+
+    test("events split anywhere (CRLF across reads, several data lines, comments) are read as SSE", async () => {
+      const split = async (request, res) => {
+        res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8" });
+        const whole = `: hello\r\n${event(chunk({ content: "a" })).replace("\n\n", "\r\n\r\n")}`
+          + `data: {"choices": [{"index": 0,\ndata: "delta": {"content": "b"}}]}\n\n` + event(chunk({}, "stop")) + event("[DONE]");
+        for (let i = 0; i < whole.length; i += 7) { res.write(whole.slice(i, i + 7)); await sleep(1); }
+        res.end();
+      };
+      const s = await servers(split);
+      try {
+        const stream = await chatFor(s).create(EDGE_ASK, { stream: true });
+        assert.equal(text(await collect(stream)), "ab");
+        assert.equal(stream.routing.served_by, "edge");
+      } finally { await s.close(); }
+    });
+
+    test("break out of the loop closes the stream and its connection", async () => {
+      const endless = async (request, res) => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        for (let i = 0; i < 500 && !res.destroyed; i++) { res.write(event(chunk({ content: `${i} ` }))); await sleep(10); }
+        res.end();
+      };
+      const s = await servers(endless);
+      try {
+        const seen = [];
+        const stream = await chatFor(s, { onRouted: (r) => seen.push(r.served_by) }).create(EDGE_ASK, { stream: true });
+        for await (const c of stream) if (c.choices[0].delta.content === "2 ") break;
+        await sleep(100);
+        assert.equal(s.edge.state.closedEarly, 1);
+        assert.deepEqual(seen, ["edge"]);
+        assert.ok(stream.routing.seconds > 0);
+      } finally { await s.close(); }
+    });
+
+    test("a cloud stream that fails throws CloudCallError", async () => {
+      const s = await servers(failing(503), failing(502, "bad gateway"));
+      try {
+        await assert.rejects(chatFor(s).create(EDGE_ASK, { stream: true }), (error) => error instanceof CloudCallError
+          && error.cause instanceof UpstreamHTTPError && error.edge_error instanceof UpstreamHTTPError);
+      } finally { await s.close(); }
+    });
+  });
+
+  describe("the caller's AbortSignal", () => {
+    test("an abort while the edge answers stops the call, calls no cloud, and rejects with its reason", async () => {
+      const s = await servers(silent());
+      try {
+        const controller = new AbortController();
+        setTimeout(() => controller.abort(), 100);
+        await assert.rejects(chatFor(s).create(EDGE_ASK, { signal: controller.signal }), (error) => error.name === "AbortError");
+        await sleep(50);
+        assert.equal(s.edge.state.closedEarly, 1);
+        assert.equal(s.cloud.received.length, 0);
+        await assert.rejects(chatFor(s).create(EDGE_ASK, { signal: AbortSignal.abort() }), (error) => error.name === "AbortError");
+        assert.equal(s.edge.received.length, 1, "an aborted signal sends nothing");
+      } finally { await s.close(); }
+    });
+
+    test("an abort during a stream ends the iteration with its reason", async () => {
+      const crawling = async (request, res) => {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        for (let i = 0; i < 200 && !res.destroyed; i++) { res.write(event(chunk({ content: "x" }))); await sleep(20); }
+        res.end();
+      };
+      const s = await servers(crawling);
+      try {
+        const controller = new AbortController();
+        const stream = await chatFor(s).create(EDGE_ASK, { stream: true, signal: controller.signal });
+        setTimeout(() => controller.abort(), 100);
+        await assert.rejects(collect(stream), (error) => error.name === "AbortError");
+        assert.equal(s.cloud.received.length, 0);
+      } finally { await s.close(); }
+    });
+  });
+
+  describe("an in-page edge (LocalModel)", () => {
+    test("its text is the answer; it gets the messages, the parameters and a signal", async () => {
+      const cloud = await upstream(answering("cloud"));
+      try {
+        const calls = [];
+        const edge = async (messages, options) => { calls.push([messages, options]); return "local answer"; };
+        const chat = new RoutedChat(router, { edge, cloud: new Endpoint({ baseUrl: cloud.url, model: "c" }) });
+        const result = await chat.create(EDGE_ASK, { temperature: 0.2 });
+        assert.equal(result.text, "local answer");
+        assert.equal(result.body.choices[0].message.content, "local answer");
+        assert.equal(result.routing.model, "local");
+        assert.deepEqual(calls[0][0], EDGE_ASK);
+        assert.deepEqual(calls[0][1].params, { temperature: 0.2 });
+        assert.ok(calls[0][1].signal instanceof AbortSignal);
+        assert.equal(cloud.received.length, 0);
+      } finally { await cloud.close(); }
+    });
+
+    test("a stream of text pieces, and one that throws or overruns falls back", async () => {
+      const cloud = await upstream(answering("cloud"));
+      try {
+        const pieces = new LocalModel(async function* () { yield "local "; yield "stream"; }, { model: "webllm" });
+        const streamed = await new RoutedChat(router, { edge: pieces, cloud: new Endpoint({ baseUrl: cloud.url, model: "c" }) })
+          .create(EDGE_ASK, { stream: true });
+        const chunks = await collect(streamed);
+        assert.equal(text(chunks), "local stream");
+        assert.equal(chunks.at(-1).choices[0].finish_reason, "stop");
+        assert.equal(streamed.routing.model, "webllm");
+
+        const throwing = new RoutedChat(router, { edge: () => { throw new Error("GPU lost"); }, cloud: new Endpoint({ baseUrl: cloud.url, model: "c" }) });
+        const fallen = await throwing.create(EDGE_ASK);
+        assert.equal(fallen.routing.served_by, "cloud");
+        assert.equal(fallen.routing.fallback_kind, "error");
+        assert.equal(fallen.routing.fallback_reason, "edge call failed: Error: GPU lost");
+
+        let aborted = false;
+        const stuck = new LocalModel((messages, { signal }) => new Promise(() => { signal.addEventListener("abort", () => { aborted = true; }); }),
+          { timeoutMs: 100 });
+        const late = await new RoutedChat(router, { edge: stuck, cloud: new Endpoint({ baseUrl: cloud.url, model: "c" }) }).create(EDGE_ASK);
+        assert.equal(late.routing.fallback_kind, "timeout");
+        assert.ok(aborted, "the model's signal is aborted at its deadline");
+        assert.equal(cloud.received.length, 2);
+      } finally { await cloud.close(); }
+    });
+  });
+
+  describe("the key is never shown", () => {
+    // What a cloud answering 401 echoes back, as careless servers do (tests/test_chat_hostile.py's forms).
+    const bodies = {
+      plain: [(key) => `{"error": {"message": "invalid key ${key}"}}`, "utf8"],
+      json_escaped_message: [(key) => `{"error": {"message": "invalid key ${escaped(key)}"}}`, "utf8"],
+      json_escaped_in_an_object: [(key) => `{"error": {"code": "bad_key", "param": "${escaped(key)}"}}`, "utf8"],
+      json_escaped_in_a_list: [(key) => `{"detail": ["invalid key", "${escaped(key)}"]}`, "utf8"],
+      utf16_text: [(key) => `invalid key ${key}`, "utf16le"],
+      cut_through_the_key: [(key) => " ".repeat(MAX_ERROR_BODY_BYTES - 12) + key, "utf8"],
+    };
+    const echoing = (status, makeBody, encoding = "utf8", headers = { "content-type": "application/json" }) => (request, res) => {
+      const key = (request.headers.authorization ?? "").replace(/^Bearer /, "");
+      const fill = (s) => s.replaceAll("{key}", key);
+      res.writeHead(status, Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, fill(v)])));
+      res.end(Buffer.from(makeBody(key), encoding));
+    };
+
+    for (const [name, [makeBody, encoding]] of Object.entries(bodies)) {
+      test(`a cloud error that echoes the key (${name}) does not show it`, async () => {
+        const s = await servers(failing(503), echoing(401, makeBody, encoding));
+        try {
+          const error = await chatFor(s).create(EDGE_ASK).then(() => null, (e) => e);
+          assert.ok(error instanceof CloudCallError);
+          assert.match(error.message, /HTTP 401/);
+          assert.match(error.message, /HTTP 503/);
+          assert.deepEqual(leaks(CLOUD_KEY, error.message, String(error), error.cause.detail, JSON.stringify(error.steps),
+            util.inspect(error, { depth: Infinity, showHidden: true }), error.stack), []);
+          if (name !== "cut_through_the_key") assert.match(error.cause.detail, /\[redacted\]/);
+        } finally { await s.close(); }
+      });
+    }
+
+    test("an answer and stream chunks that echo the key reach the caller redacted", async () => {
+      const s = await servers(answering("edge"), (request, res) => {
+        const key = request.headers.authorization.replace(/^Bearer /, "");
+        if (!request.body.stream) {
+          res.writeHead(200, { "content-type": "application/json" });
+          res.end(JSON.stringify(completion(`your key is ${key}`, "cloud-model")).replace(key, escaped(key)));
+          return;
+        }
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.end(event(chunk({ content: `your key is ${key}` })) + event(chunk({}, "stop")) + event("[DONE]"));
+      });
+      try {
+        const chat = chatFor(s);
+        const result = await chat.create(CLOUD_ASK);
+        assert.equal(result.text, "your key is [redacted]");
+        const chunks = await collect(await chat.create(CLOUD_ASK, { stream: true }));
+        assert.equal(text(chunks), "your key is [redacted]");
+        assert.deepEqual(leaks(CLOUD_KEY, JSON.stringify(result), JSON.stringify(chunks)), []);
+      } finally { await s.close(); }
+    });
+
+    test("an edge with a key whose content type or error event echoes it falls back with the reason redacted", async () => {
+      const handlers = [
+        echoing(200, () => "{}", "utf8", { "content-type": "Text/Plain-{key}" }),
+        echoing(200, (key) => event(`{"error": {"message": "invalid key ${escaped(key)}"}}`), "utf8", { "content-type": "text/event-stream" }),
+      ];
+      for (const handler of handlers) {
+        const s = await servers(handler);
+        try {
+          const stream = await chatFor(s, { edge: { apiKey: EDGE_KEY } }).create(EDGE_ASK, { stream: true });
+          assert.equal(stream.routing.fallback_kind, "malformed");
+          assert.match(stream.routing.fallback_reason, /\[redacted\]/);
+          assert.deepEqual(leaks(EDGE_KEY, JSON.stringify(stream.routing), util.inspect(stream, { depth: Infinity })), []);
+          await collect(stream);
+        } finally { await s.close(); }
+      }
+    });
+
+    test("an Endpoint, the client and its results do not show the key when printed or serialised", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const chat = chatFor(s, { cloud: { headers: { "OpenAI-Organization": "org-1234567890" } } });
+        const shown = [JSON.stringify(chat.cloud), util.inspect(chat.cloud, { depth: Infinity }), String(chat.cloud),
+          util.inspect(chat, { depth: Infinity }), JSON.stringify(await chat.create(CLOUD_ASK))];
+        assert.deepEqual(leaks(CLOUD_KEY, ...shown), []);
+        assert.ok(!shown.some((t) => t.includes("org-1234567890")), "extra headers are not shown either");
+        assert.equal(chat.cloud.hasApiKey, true);
+        assert.equal(s.cloud.received[0].headers["openai-organization"], "org-1234567890");
+      } finally { await s.close(); }
+    });
+  });
+
+  describe("bad input is the caller's, before any call", () => {
+    test("messages, options and parameters", async () => {
+      const s = await servers(answering("edge"));
+      try {
+        const chat = chatFor(s);
+        const bad = [
+          [undefined, {}, TypeError, /messages must be a non-empty array/],
+          [[], {}, TypeError, /messages must be a non-empty array/],
+          ["hello", {}, TypeError, /messages must be a non-empty array/],
+          [[null], {}, TypeError, /messages\[0\] must be an object/],
+          [[{ content: "hi" }], {}, TypeError, /messages\[0\] has no 'role' string/],
+          [[{ role: "user", content: 42 }], {}, TypeError, /messages\[0\]\.content must be a string, an array of parts or null/],
+          [[{ role: "user", content: [{ type: "text", text: 7 }] }], {}, TypeError, /messages\[0\]\.content\[0\] is a text part/],
+          [EDGE_ASK, { model: "gpt" }, TypeError, /model is not a request option here/],
+          [EDGE_ASK, { temperature: NaN }, RangeError, /^temperature is NaN: JSON has no NaN or Infinity/],
+          [[{ role: "user", content: "hi", weight: -Infinity }], {}, RangeError, /^messages\[0\]\.weight is -Infinity/],
+          [EDGE_ASK, { logit_bias: { 42: 10n } }, TypeError, /cannot be sent as JSON/],
+          [EDGE_ASK, { precision: "very" }, RangeError, /precision="very" is not allowed/],
+          [EDGE_ASK, { stream: true, accept: () => true }, TypeError, /accept does not apply to streams/],
+          [EDGE_ASK, { accept: "nice" }, TypeError, /accept must be a function/],
+          [EDGE_ASK, { signal: "stop" }, TypeError, /signal must be an AbortSignal/],
+          [EDGE_ASK, { stream: "yes" }, TypeError, /stream must be true or false/],
+        ];
+        for (const [messages, options, type, message] of bad) {
+          await assert.rejects(chat.create(messages, options), (error) => error instanceof type && message.test(error.message),
+            `${JSON.stringify(messages)} ${String(Object.keys(options))}`);
+        }
+        assert.equal(s.edge.received.length + s.cloud.received.length, 0);
+      } finally { await s.close(); }
+    });
+
+    test("endpoints", () => {
+      const bad = [
+        [{ baseUrl: "ftp://127.0.0.1/v1", model: "m" }, RangeError, /expected an http:\/\/ or https:\/\/ URL/],
+        [{ baseUrl: "not a url", model: "m" }, RangeError, /expected an http:\/\/ or https:\/\/ URL/],
+        [{ baseUrl: 8080, model: "m" }, TypeError, /baseUrl must be a string or a URL/],
+        [{ baseUrl: "http://user:pw@127.0.0.1/v1", model: "m" }, RangeError, /must not carry credentials, a query or a fragment/],
+        [{ baseUrl: "http://127.0.0.1/v1?key=x", model: "m" }, RangeError, /must not carry credentials/],
+        [{ baseUrl: "http://127.0.0.1/v1", model: "" }, TypeError, /model must be the model name/],
+        [{ baseUrl: "http://127.0.0.1/v1", model: "m", timeoutMs: 0 }, RangeError, /timeoutMs must be a positive number/],
+        [{ baseUrl: "http://127.0.0.1/v1", model: "m", headers: { Authorization: "Bearer x" } }, RangeError, /must not carry Authorization/],
+        [{ baseUrl: "http://127.0.0.1/v1", model: "m", maxResponseBytes: 10 }, RangeError, /maxResponseBytes/],
+      ];
+      for (const [options, type, message] of bad) assert.throws(() => new Endpoint(options), (e) => e instanceof type && message.test(e.message));
+      assert.equal(new Endpoint({ baseUrl: "http://127.0.0.1:11434/v1/", model: "m" }).url, "http://127.0.0.1:11434/v1/chat/completions");
+      assert.throws(() => new RoutedChat(router, { edge: "http://127.0.0.1/v1", cloud: () => "" }), /edge must be an Endpoint, a LocalModel or a function/);
+      assert.throws(() => new LocalModel("not a function"), TypeError);
+    });
+  });
+});
+
+// The error classes are part of the contract: each failure has its own.
+test("the error classes say what happened", () => {
+  for (const [cls, kind] of [[UpstreamUnreachable, "connection_error"], [UpstreamTimeout, "timeout"], [SlowFirstToken, "slow_first_token"],
+    [UpstreamMalformed, "malformed"], [StreamInterrupted, "stream_interrupted"]]) {
+    const error = new cls("edge", "what happened");
+    assert.equal(error.kind, kind);
+    assert.equal(String(error), `${cls.name}: edge: what happened`);
+  }
+  assert.ok(new SlowFirstToken("edge", "x") instanceof UpstreamTimeout);
+});
