@@ -96,7 +96,57 @@ class Band(NamedTuple):
     hi: float
 
 
-def band_of(thresholds: dict[str, JSONObject], precision: str | None) -> Band:
+class ThresholdEntry(TypedDict, total=False):
+    """One precision tag's fallback zone (evaluation.thresholds chose it) and the validation
+    figures behind the choice (expected_quality, expected_cloud_calls, met_target, ...)."""
+
+    lo: float
+    hi: float
+
+
+class TargetSection(TypedDict, total=False):
+    """What the thresholds were chosen for (training.config: target)."""
+
+    kind: str  # "quality" | "budget"
+    max_quality_drop: float
+    cloud_budget: float
+    fallback_catch_rate: float
+
+
+class SplitSection(TypedDict, total=False):
+    """How the training rows were split by prompt hash, so evaluation finds the unseen ones;
+    cv_folds > 0: the bundle was cross-fitted on every row."""
+
+    val_share: float
+    test_share: float
+    salt: str
+    offset: float
+    cv_folds: int
+
+
+class LabelSection(TypedDict, total=False):
+    """The margins that turned outcome pairs into cloud-needed labels (training.labels)."""
+
+    margin_binary: float
+    margin_graded: float
+
+
+class MlflowSection(TypedDict, total=False):
+    """The MLflow run that trained the bundle and the registered model it became a version of."""
+
+    run_id: str
+    tracking_uri: str
+    registered_model: str
+
+
+class EncoderSection(TypedDict, total=False):
+    """The sentence encoder tier and the key of the projection fitted on it."""
+
+    tier: str
+    key: str
+
+
+def band_of(thresholds: Mapping[str, ThresholdEntry], precision: str | None) -> Band:
     """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
     entry = thresholds.get(precision) if precision is not None else None
     entry = entry or thresholds["default"]
@@ -327,7 +377,9 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     return FeatureSpec.from_dict(data)
 
 
-def check_thresholds(data: Any, tags: Sequence[str], bounds: tuple[float, float] = (0.0, 1.0)) -> dict[str, JSONObject]:
+def check_thresholds(
+    data: Any, tags: Sequence[str], bounds: tuple[float, float] = (0.0, 1.0)
+) -> dict[str, ThresholdEntry]:
     """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra
     figures are kept."""
     if not isinstance(data, dict) or "default" not in data:
@@ -341,7 +393,7 @@ def check_thresholds(data: Any, tags: Sequence[str], bounds: tuple[float, float]
         hi = _number(entry, "hi", f"thresholds.{key}", lo=bounds[0], hi=bounds[1])
         if lo > hi:
             raise _fail(f"thresholds.{key}", "needs lo <= hi", (lo, hi))
-    return data
+    return cast("dict[str, ThresholdEntry]", data)
 
 
 def check_files(data: Any) -> dict[str, str]:
@@ -363,7 +415,7 @@ class Manifest:
     model_version: str
     feature_spec: FeatureSpec
     calibration: dict[str, CalibrationParams]  # head -> its calibration (serving.calibration)
-    thresholds: dict[str, JSONObject]  # precision tag or "default" -> lo, hi and the figures behind them
+    thresholds: dict[str, ThresholdEntry]  # precision tag or "default" -> lo, hi and the figures behind them
     score: ScoreSpec = field(default_factory=ScoreSpec)
     limits: Limits = field(default_factory=Limits)
     novelty: NoveltySection = field(default_factory=NoveltySection)  # serving.novelty; {} for none
@@ -372,14 +424,16 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
     created_at: str = ""
     # Sections that describe the run, as training wrote them.
-    encoder: JSONObject = field(default_factory=dict)
-    target: JSONObject = field(default_factory=dict)  # threshold target: kind, max_quality_drop, cloud_budget, ...
-    label: JSONObject = field(default_factory=dict)  # label margins
-    split: JSONObject = field(default_factory=dict)  # val_share, test_share, salt of the training split
+    encoder: EncoderSection = field(default_factory=EncoderSection)
+    target: TargetSection = field(default_factory=TargetSection)
+    label: LabelSection = field(default_factory=LabelSection)
+    split: SplitSection = field(default_factory=SplitSection)
+    # The run's figures per split, in evaluation.figures.SplitSummary's JSON form (its
+    # from_dict reads them), and "cv": the cross-validation estimates when cross-fitted.
     metrics: JSONObject = field(default_factory=dict)
-    data: JSONObject = field(default_factory=dict)
-    training: JSONObject = field(default_factory=dict)
-    mlflow: JSONObject = field(default_factory=dict)
+    data: JSONObject = field(default_factory=dict)  # the logs' report: rows, sources, rejects, ...
+    training: JSONObject = field(default_factory=dict)  # engine
+    mlflow: MlflowSection = field(default_factory=MlflowSection)
     manifest_sha256: str = ""
 
     def band(self, precision: str | None) -> Band:
