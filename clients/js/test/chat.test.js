@@ -507,13 +507,15 @@ describe("RoutedChat", () => {
       json_escaped_in_an_object: [(key) => `{"error": {"code": "bad_key", "param": "${escaped(key)}"}}`, "utf8"],
       json_escaped_in_a_list: [(key) => `{"detail": ["invalid key", "${escaped(key)}"]}`, "utf8"],
       utf16_text: [(key) => `invalid key ${key}`, "utf16le"],
+      utf32_text: [(key) => `invalid key ${key}`, "utf32le"],
       cut_through_the_key: [(key) => " ".repeat(MAX_ERROR_BODY_BYTES - 12) + key, "utf8"],
     };
     const echoing = (status, makeBody, encoding = "utf8", headers = { "content-type": "application/json" }) => (request, res) => {
       const key = (request.headers.authorization ?? "").replace(/^Bearer /, "");
       const fill = (s) => s.replaceAll("{key}", key);
       res.writeHead(status, Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, fill(v)])));
-      res.end(Buffer.from(makeBody(key), encoding));
+      const body = makeBody(key);
+      res.end(encoding === "utf32le" ? Buffer.from(new Uint32Array([...body].map((c) => c.codePointAt(0))).buffer) : Buffer.from(body, encoding));
     };
 
     for (const [name, [makeBody, encoding]] of Object.entries(bodies)) {
