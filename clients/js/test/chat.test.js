@@ -204,8 +204,21 @@ describe("RoutedChat", () => {
           const { routing } = await chat.create(EDGE_ASK);
           assert.equal(routing.served_by, "cloud", url);
           assert.equal(routing.fallback_kind, kind, url);
+          assert.ok(!routing.fallback_reason.includes("127.0.0.1"), `no URL in ${routing.fallback_reason}`);
         }
       } finally { await Promise.all([cloud.close(), malformed.close(), notJson.close()]); }
+    });
+
+    test("a redirect is not followed (the key would go with it): the edge falls back", async () => {
+      const elsewhere = await upstream(answering("elsewhere"));
+      const s = await servers((request, res) => { res.writeHead(307, { location: `${elsewhere.url}/chat/completions` }); res.end(); });
+      try {
+        const { routing } = await chatFor(s, { edge: { apiKey: EDGE_KEY } }).create(EDGE_ASK);
+        assert.equal(routing.served_by, "cloud");
+        assert.equal(routing.fallback_kind, "malformed");
+        assert.match(routing.fallback_reason, /answered HTTP 307, not a chat completion \(redirects are not followed\)/);
+        assert.equal(elsewhere.received.length, 0);
+      } finally { await Promise.all([s.close(), elsewhere.close()]); }
     });
 
     test("an edge past its timeoutMs is cut off (its connection closed) and the cloud answers", async () => {

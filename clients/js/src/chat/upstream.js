@@ -102,7 +102,9 @@ class Upstream {
 /** An OpenAI-compatible server, with fetch. */
 export class HttpUpstream extends Upstream {
   other(error) {
-    const cause = error?.cause ? ` (${[error.cause.code, error.cause.message].filter(Boolean).join(": ")})` : "";
+    // The cause's code (ECONNREFUSED, UND_ERR_SOCKET), not its message, which names the host and port.
+    const code = error?.cause?.code ?? error?.cause?.name;
+    const cause = code ? ` (${code})` : "";
     const text = redact(`${error?.name ?? "Error"}: ${error?.message ?? error}${cause}`, this.secrets).slice(0, MAX_DETAIL_CHARS);
     return new UpstreamUnreachable(this.name, `connection to ${this.model} failed (${text})`);
   }
