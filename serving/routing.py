@@ -195,17 +195,17 @@ class Routing:
             reason += f"; features from the first {self._max_chars} characters"
         p_edge, p_cloud = heads if len(heads) == 2 else (None, None)
         return Decision(
-            first_target(zone),
-            zone,
-            score,
-            reason,
-            False,
-            self.model_version,
-            precision,
-            n_tokens,
-            truncated,
-            p_edge,
-            p_cloud,
+            target=first_target(zone),
+            zone=zone,
+            score=score,
+            reason=reason,
+            degraded=False,
+            model_version=self.model_version,
+            precision=precision,
+            n_tokens=n_tokens,
+            truncated=truncated,
+            p_edge=p_edge,
+            p_cloud=p_cloud,
         )
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
