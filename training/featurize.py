@@ -20,7 +20,7 @@ Why it is shaped like this (measured in docs/performance.md, "Training at scale"
 - Each prompt is tokenized once. Its ids are kept (2 bytes a token) until the projection
   is known, then the serving embedding is the same product with the folded 32-wide table:
   the encoder never runs twice on a row, and no raw embedding is kept beyond the PCA's need.
-- The projection is scikit-learn's PCA on the training rows, as before, while they fit in
+- The projection is scikit-learn's PCA on the training rows while they fit in
   `EXACT_PCA_ROWS`; beyond that the same solver (eigenvectors of the covariance) runs on a
   covariance accumulated block by block, so memory stays bounded and the result differs
   only by float summation order.
@@ -313,8 +313,8 @@ def fit_projection(raw: np.ndarray, dim: int, *, seed: int) -> Projection:
 class ProjectionFitter:
     """The PCA of training rows' raw embeddings, fed block by block (module doc).
 
-    Up to `exact_rows` rows are held and fitted by scikit-learn exactly as before, so
-    bundles trained on up to that many rows are bit-identical. Past it, rows are folded
+    Up to `exact_rows` rows are held and fitted by scikit-learn's PCA itself, so bundles
+    trained on up to that many rows are the same as a plain PCA fit would make. Past it, rows are folded
     into a float64 sum and Gram matrix (width x width) and the components come from the
     eigenvectors of the covariance: scikit-learn's own solver for many more rows than
     columns (`covariance_eigh`), whose Gram matrix it computes in one product instead."""

@@ -54,7 +54,7 @@ class FeatureSpec:
     def to_dict(self) -> JSONObject:
         data = asdict(self)
         data["stat_names"], data["precisions"] = list(self.stat_names), list(self.precisions)
-        if self.lexical == "none":  # the manifests of bundles without lexical evidence stay as before
+        if self.lexical == "none":  # no `lexical` key: the form bundles without lexical evidence always had
             del data["lexical"]
         return data
 
