@@ -201,17 +201,20 @@ describe("RoutedChat", () => {
       const cloud = await upstream(answering("cloud"));
       const malformed = await upstream(failing(200, '{"id": "x"}'));
       const notJson = await upstream(failing(200, "<html>busy</html>", { "content-type": "text/html" }));
+      const large = await upstream(failing(200, JSON.stringify(completion("x".repeat(2000), "edge-model"))));
       try {
-        const cases = [[await deadUrl(), "connection_error"], [malformed.url, "malformed"], [notJson.url, "malformed"]];
-        for (const [url, kind] of cases) {
-          const chat = new RoutedChat(router, { edge: new Endpoint({ baseUrl: url, model: "edge-model" }),
+        const cases = [[await deadUrl(), "connection_error"], [malformed.url, "malformed"], [notJson.url, "malformed"],
+          [large.url, "malformed", { maxResponseBytes: 1024 }]];
+        for (const [url, kind, options = {}] of cases) {
+          const chat = new RoutedChat(router, { edge: new Endpoint({ baseUrl: url, model: "edge-model", ...options }),
             cloud: new Endpoint({ baseUrl: cloud.url, model: "cloud-model" }) });
           const { routing } = await chat.create(EDGE_ASK);
           assert.equal(routing.served_by, "cloud", url);
           assert.equal(routing.fallback_kind, kind, url);
           assert.ok(!routing.fallback_reason.includes("127.0.0.1"), `no URL in ${routing.fallback_reason}`);
+          if (options.maxResponseBytes) assert.match(routing.fallback_reason, /the answer of edge-model is over 1024 bytes/);
         }
-      } finally { await Promise.all([cloud.close(), malformed.close(), notJson.close()]); }
+      } finally { await Promise.all([cloud.close(), malformed.close(), notJson.close(), large.close()]); }
     });
 
     test("a redirect is not followed (the key would go with it): the edge falls back", async () => {

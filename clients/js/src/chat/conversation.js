@@ -9,9 +9,10 @@
 // the question asked now always sits first in the feature window, and every character the edge
 // model would read counts against its context limit. docs/clients.md says why at length.
 
+import { isObject } from "./responses.js";
+
 const SYSTEM_ROLES = ["system", "developer"];
 const MAX_PATH_CHARS = 200;
-const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
 
 /** `messages` if it is a non-empty array of {role: string, content: string | parts | null};
  * TypeError saying what is wrong. A text part ({type: "text"}) must hold a string `text`. */

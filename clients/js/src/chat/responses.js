@@ -3,7 +3,8 @@
 // falls back like any other edge failure.
 import { MAX_DETAIL_CHARS, UpstreamMalformed, redact, redactValue, redactedJson } from "./errors.js";
 
-const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+/** A JSON object (not an array, not null). */
+export const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
 
 /** Bytes of JSON text as Python's json.loads reads them: UTF-8, -16 or -32, told by a BOM or the
  * zero bytes of the first characters (json.detect_encoding); malformed sequences become U+FFFD. */

@@ -8,6 +8,7 @@
 // StreamInterrupted from the iteration. The caller's own abort throws its signal's reason. A
 // `break` out of the loop, or close(), releases the connection.
 import { StreamInterrupted, redact } from "./errors.js";
+import { chunkUsage } from "./responses.js";
 
 export class ChatStream {
   /**
@@ -50,7 +51,7 @@ export class ChatStream {
         return { done: true, value: undefined };
       }
     }
-    if (chunk.usage !== null && typeof chunk.usage === "object") this.usage = chunk.usage;
+    this.usage = chunkUsage(chunk) ?? this.usage;
     return { done: false, value: chunk };
   }
 

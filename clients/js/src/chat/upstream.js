@@ -18,10 +18,9 @@ import { CallClock } from "./clock.js";
 import { credentials, Endpoint } from "./endpoint.js";
 import { MAX_DETAIL_CHARS, SlowFirstToken, UpstreamError, UpstreamHTTPError, UpstreamMalformed, UpstreamTimeout,
   UpstreamUnreachable, redact, redactValue } from "./errors.js";
-import { cleanChunk, checkChunk, completionText, errorDetail, parseJsonObject, startsAnswer } from "./responses.js";
+import { cleanChunk, checkChunk, completionText, errorDetail, isObject, parseJsonObject, startsAnswer } from "./responses.js";
 
 export const MAX_ERROR_BODY_BYTES = 16 << 10;
-const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
 
 /** A stream read up to its first token: `head` holds the chunks read so far (the last of them the
  * first to carry the answer); next() gives the rest (null at the end) within the call's deadline. */
