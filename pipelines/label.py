@@ -122,17 +122,19 @@ class Judge:
     async def grade(self, question: str, answer: str) -> tuple[float | None, str | None]:
         """(quality, None) or (None, why not)."""
         from serving.chat.errors import UpstreamError, UpstreamHTTPError, UpstreamMalformed
+        from serving.chat.request import ChatRequest
 
         messages = [
             {"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": JUDGE_TEMPLATE.format(question=question, answer=answer)},
         ]
+        request = ChatRequest.build(messages, {"temperature": 0, "max_tokens": 1024})
         why = "no attempt"
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(min(BACKOFF_S * 2 ** (attempt - 1), 4.0))
             try:
-                reply = await self._upstream.acomplete(messages, {"temperature": 0, "max_tokens": 1024})
+                reply = await self._upstream.acomplete(request)
             except UpstreamHTTPError as exc:
                 why = f"HTTP {exc.status}"
                 if exc.status not in (408, 429) and exc.status < 500:

@@ -5,6 +5,11 @@ in one place (_Attempt: whether the edge is tried, whether its answer stands, wh
 the fallback reason say), and return the same Execution. The routed chat client
 (serving.chat) uses both, and its streams too.
 
+What the calls get: the prompt text, or a request object with a `prompt` attribute (Routable,
+such as serving.chat's ChatRequest), passed to edge and cloud as given; Router.execute routes
+and logs its text (`prompt_text`). Each edge and cloud Step keeps what its call returned
+(`Step.result`), so a caller can read every answer a request produced, a rejected one too.
+
 Edge-first requests fall back to the cloud when the edge call raises, times out, finds
 every edge worker busy, or the prompt exceeds the edge context limit. In the
 edge_with_cloud_fallback zone the optional `accept(response)` check is also applied (the
@@ -49,7 +54,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar, Union
 
 from serving.contract import CLOUD, FALLBACK
 from serving.decision import Decision
@@ -59,23 +64,50 @@ if TYPE_CHECKING:
 
     from typing_extensions import TypeAlias
 
-    # An edge call queued for a worker: the callable, its prompt, and where its answer goes.
+    # An edge call queued for a worker: the callable, its prompt (or request), and where its answer goes.
     # Answers are Any here and below: an edge or cloud callable returns whatever the app's client does.
-    Job: TypeAlias = tuple[Callable[[str], Any], str, Future[Any]]
+    Job: TypeAlias = tuple[Callable[[Any], Any], Any, Future[Any]]
     # The accept check: answer -> its verdict, read by its truth (a bool, or serving.acceptance's Verdict).
     AcceptCheck: TypeAlias = Callable[[Any], object]
+
+
+class Routable(Protocol):
+    """A request the router routes by its text: `prompt`. Router.execute passes the object itself
+    to the edge and cloud calls, so they get everything the request carries (serving.chat.ChatRequest)."""
+
+    @property
+    def prompt(self) -> str: ...
+
+
+# What execute() hands the edge and cloud calls: the prompt text, or a Routable request.
+Subject = TypeVar("Subject", bound=Union[str, Routable])
+
+
+def prompt_text(subject: object) -> str:
+    """The text routed for `subject`: the string itself, or a Routable's `prompt`; TypeError for anything else."""
+    text = subject if isinstance(subject, str) else getattr(subject, "prompt", None)
+    if not isinstance(text, str):
+        raise TypeError(
+            f"prompt must be str, or a request whose .prompt is str (serving.execute.Routable), "
+            f"got {type(subject).__name__}"
+        )
+    return text
+
 
 REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the outcome log redacts it whole first)
 
 
 @dataclass
 class Step:
-    """One thing that ran: which call, how it ended, how long it took."""
+    """One thing that ran: which call, how it ended, how long it took; for an edge or cloud call
+    that returned, `result`: what it returned (a rejected edge answer too). `result` is never
+    shown (repr), compared, logged or sent: the outcome log and the proxy read name, status and seconds."""
 
     name: str  # "edge" | "accept" | "cloud"
     status: str  # "ok" | "error" | "timeout" | "rejected" | "skipped"
     seconds: float
     detail: str = ""
+    result: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -135,7 +167,7 @@ class EdgePool:
         """How many workers are held by calls that overran their timeout."""
         return self._overrunning
 
-    def call(self, fn: Callable[[str], Any], prompt: str, timeout_s: float) -> Any:
+    def call(self, fn: Callable[[Subject], Any], prompt: Subject, timeout_s: float) -> Any:
         """fn(prompt) on a worker. TimeoutError if it has not returned within timeout_s (the
         worker stays with it), EdgeBusy if no worker came free in that time."""
         if self._pid != os.getpid():  # a forked child inherits this state but none of the threads
@@ -195,12 +227,13 @@ default_edge_pool = EdgePool()
 
 
 @contextmanager
-def _step(steps: list[Step], name: str) -> Iterator[None]:
+def _step(steps: list[Step], name: str) -> Iterator[Step]:
     """Record the enclosed call as a Step: ok, timeout (TimeoutError), skipped (EdgeBusy) or error.
-    A plain context manager, so the sync and the async paths time their calls the same way."""
-    start = time.perf_counter()
+    A plain context manager, so the sync and the async paths time their calls the same way. The
+    call sets the yielded step's `result`; that step is the one recorded when the call returns."""
+    start, step = time.perf_counter(), Step(name, "ok", 0.0)
     try:
-        yield
+        yield step
     except (TimeoutError, EdgeBusy) as exc:
         status = "timeout" if isinstance(exc, TimeoutError) else "skipped"
         steps.append(Step(name, status, time.perf_counter() - start, str(exc)))
@@ -208,7 +241,8 @@ def _step(steps: list[Step], name: str) -> Iterator[None]:
     except Exception as exc:
         steps.append(Step(name, "error", time.perf_counter() - start, repr(exc)[:500]))
         raise
-    steps.append(Step(name, "ok", time.perf_counter() - start))
+    step.seconds = time.perf_counter() - start
+    steps.append(step)
 
 
 class _Attempt:
@@ -305,35 +339,36 @@ class _Attempt:
 
 def execute(
     decision: Decision,
-    prompt: str,
+    prompt: Subject,
     *,
-    edge: Callable[[str], Any],
-    cloud: Callable[[str], Any],
+    edge: Callable[[Subject], Any],
+    cloud: Callable[[Subject], Any],
     edge_context_tokens: int,
     edge_timeout_s: float | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
     edge_pool: EdgePool | None = None,
 ) -> Execution:
-    """Carry out a routing decision; see the module doc."""
+    """Carry out a routing decision: edge(prompt) and cloud(prompt) as it says (the prompt text
+    or a Routable request, passed as given); see the module doc."""
     attempt = _Attempt(
         decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
     )
     if attempt.edge_first():
         try:
-            with _step(attempt.steps, "edge"):
+            with _step(attempt.steps, "edge") as step:
                 if edge_timeout_s is None:
-                    response = edge(prompt)
+                    step.result = response = edge(prompt)
                 else:
-                    response = (edge_pool or default_edge_pool).call(edge, prompt, edge_timeout_s)
+                    step.result = response = (edge_pool or default_edge_pool).call(edge, prompt, edge_timeout_s)
         except Exception as exc:
             attempt.edge_failed(exc)
         else:
             if attempt.edge_stands(response):
                 return attempt.served(response, "edge")
     try:
-        with _step(attempt.steps, "cloud"):
-            response = cloud(prompt)
+        with _step(attempt.steps, "cloud") as step:
+            step.result = response = cloud(prompt)
     except Exception as exc:
         raise attempt.cloud_failed(exc) from exc
     return attempt.served(response, "cloud")
@@ -341,16 +376,16 @@ def execute(
 
 async def aexecute(
     decision: Decision,
-    prompt: str,
+    prompt: Subject,
     *,
-    edge: Callable[[str], Awaitable[Any]],
-    cloud: Callable[[str], Awaitable[Any]],
+    edge: Callable[[Subject], Awaitable[Any]],
+    cloud: Callable[[Subject], Awaitable[Any]],
     edge_context_tokens: int,
     edge_timeout_s: float | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
 ) -> Execution:
-    """execute() for coroutines: `edge` and `cloud` are async callables taking the prompt.
+    """execute() for coroutines: `edge` and `cloud` are async callables taking the prompt (or request).
 
     The same rules (_Attempt) and the same Execution. With `edge_timeout_s` an edge call that
     overruns is cancelled (a coroutine can be stopped, unlike a thread, so no worker pool is
@@ -362,16 +397,16 @@ async def aexecute(
     )
     if attempt.edge_first():
         try:
-            with _step(attempt.steps, "edge"):
-                response = await _within(edge(prompt), edge_timeout_s)
+            with _step(attempt.steps, "edge") as step:
+                step.result = response = await _within(edge(prompt), edge_timeout_s)
         except Exception as exc:
             attempt.edge_failed(exc)
         else:
             if attempt.edge_stands(response):
                 return attempt.served(response, "edge")
     try:
-        with _step(attempt.steps, "cloud"):
-            response = await cloud(prompt)
+        with _step(attempt.steps, "cloud") as step:
+            step.result = response = await cloud(prompt)
     except Exception as exc:
         raise attempt.cloud_failed(exc) from exc
     return attempt.served(response, "cloud")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Literal, TypedDict
 
     from serving.acceptance import Acceptor
-    from serving.execute import AcceptCheck, EdgePool, Execution
+    from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.manifest import Manifest
     from serving.outcome_log import OutcomeLog
     from serving.routing import RouteStages
@@ -233,9 +233,9 @@ class Router:
 
     def execute(
         self,
-        prompt: str,
-        edge: Callable[[str], Any],
-        cloud: Callable[[str], Any],
+        prompt: Subject,
+        edge: Callable[[Subject], Any],
+        cloud: Callable[[Subject], Any],
         *,
         precision: str | None = None,
         edge_timeout_s: float | None = None,
@@ -247,6 +247,10 @@ class Router:
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
         `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
 
+        prompt: the prompt text, or a request object whose `prompt` attribute is the text
+        (serving.execute.Routable, such as serving.chat's ChatRequest): that text is routed and
+        logged, and edge and cloud are called with `prompt` as given.
+
         accept: a callable(edge answer) -> bool, or "learned": the bundle's acceptance check on
         the answer text (the edge callable must return a str; anything else counts as a failed
         check, and the cloud answers). A bundle without an acceptance model checks nothing, with
@@ -257,7 +261,7 @@ class Router:
         `Execution.request_id`) is what router.feedback() takes."""
         from serving.execute import execute
 
-        routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
+        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
         options: _ExecuteOptions = {
             "edge_context_tokens": routing.edge_context_tokens,
             "edge_timeout_s": edge_timeout_s,
@@ -265,7 +269,15 @@ class Router:
             "edge_pool": edge_pool,
         }
         request = self._traffic.request(
-            routing, prompt, precision, decision, accept=accept, edge=edge, cloud=cloud, request_id=request_id
+            routing,
+            text,
+            precision,
+            decision,
+            accept=accept,
+            edge=edge,
+            cloud=cloud,
+            request_id=request_id,
+            subject=prompt,
         )
         if request is None:
             return execute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
@@ -277,9 +289,9 @@ class Router:
 
     async def aexecute(
         self,
-        prompt: str,
-        edge: Callable[[str], Awaitable[Any]],
-        cloud: Callable[[str], Awaitable[Any]],
+        prompt: Subject,
+        edge: Callable[[Subject], Awaitable[Any]],
+        cloud: Callable[[Subject], Awaitable[Any]],
         *,
         precision: str | None = None,
         edge_timeout_s: float | None = None,
@@ -288,13 +300,14 @@ class Router:
         request_id: str | None = None,
         shadow: bool = True,
     ) -> Execution:
-        """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt
-        (serving.execute.aexecute: an overrunning edge call is cancelled). The same decision,
-        accept check, outcome record, exploration and shadow runs (as a task on this loop;
-        shadow=False for calls whose answers are not plain values, such as streams)."""
+        """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt (text
+        or request object, as execute() takes it; serving.execute.aexecute: an overrunning edge
+        call is cancelled). The same decision, accept check, outcome record, exploration and
+        shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
+        values, such as streams)."""
         from serving.execute import aexecute
 
-        routing, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
+        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
         options: _AttemptOptions = {
             "edge_context_tokens": routing.edge_context_tokens,
             "edge_timeout_s": edge_timeout_s,
@@ -302,7 +315,7 @@ class Router:
         }
         request = self._traffic.request(
             routing,
-            prompt,
+            text,
             precision,
             decision,
             accept=accept,
@@ -311,6 +324,7 @@ class Router:
             request_id=request_id,
             asynchronous=True,
             shadow=shadow,
+            subject=prompt,
         )
         if request is None:
             return await aexecute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
@@ -322,19 +336,21 @@ class Router:
 
     def _prepared(
         self,
-        prompt: str,
+        prompt: object,
         edge: object,
         cloud: object,
         precision: str | None,
         accept: AcceptCheck | Literal["learned"] | None,
-    ) -> tuple[Routing, Decision, AcceptCheck | None]:
-        """(the bundle serving this request, its decision, the accept check): all from one
-        Routing, so an update() meanwhile changes none of them."""
+    ) -> tuple[Routing, str, Decision, AcceptCheck | None]:
+        """(the bundle serving this request, the text it routes, its decision, the accept check):
+        all from one Routing, so an update() meanwhile changes none of them."""
+        from serving.execute import prompt_text
+
         if not callable(edge) or not callable(cloud):
-            raise TypeError("edge and cloud must be callables taking the prompt")
+            raise TypeError("edge and cloud must be callables taking the prompt (or request)")
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing
-        precision = check_precision(precision)
-        decision = routing.decisions([check_prompt(prompt)], [precision])[0]
-        return routing, decision, routing.learned_accept(prompt) if accept == "learned" else accept
+        precision, text = check_precision(precision), prompt_text(prompt)
+        decision = routing.decisions([text], [precision])[0]
+        return routing, text, decision, routing.learned_accept(text) if accept == "learned" else accept

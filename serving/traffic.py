@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from serving.outcome_log import Record
     from serving.routing import Routing
 
-    # An edge or cloud call: prompt -> the answer, whatever the app's client returns (or, with
-    # aexecute, an awaitable of it); Any, as serving.execute takes them.
-    Call: TypeAlias = Callable[[str], Any]
+    # An edge or cloud call: prompt (or request) -> the answer, whatever the app's client returns
+    # (or, with aexecute, an awaitable of it); Any, as serving.execute takes them.
+    Call: TypeAlias = Callable[[Any], Any]
 
 
 def _rate(name: str, value: object) -> float:
@@ -116,8 +116,10 @@ class Traffic:
         request_id: str | None,
         asynchronous: bool = False,
         shadow: bool = True,
+        subject: object = None,
     ) -> "Request | None":
-        """The logged request for one execute() (None without a log: nothing to record)."""
+        """The logged request for one execute() (None without a log: nothing to record). `prompt`
+        is the routed text; `subject` what the calls take (a Routable request), default the prompt."""
         if self.log is None:
             return None
         return Request(
@@ -131,6 +133,7 @@ class Traffic:
             calls=(edge, cloud) if shadow else None,
             request_id=request_id,
             asynchronous=asynchronous,
+            subject=prompt if subject is None else subject,
         )
 
     def feedback(
@@ -184,19 +187,19 @@ class Traffic:
         if request.asynchronous:
             import asyncio  # here, not at the top: it would add ~30 ms to Router.load
 
-            task = asyncio.get_running_loop().create_task(self._ashadow(request.request_id, request.prompt, side, fn))
+            task = asyncio.get_running_loop().create_task(self._ashadow(request.request_id, request.subject, side, fn))
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
         else:
             threading.Thread(
                 target=self._shadow,
-                args=(request.request_id, request.prompt, side, fn),
+                args=(request.request_id, request.subject, side, fn),
                 daemon=True,
                 name="router-shadow",
             ).start()
         return True
 
-    def _shadow(self, request_id: str, prompt: str, side: str, fn: Callable[[str], Any]) -> None:
+    def _shadow(self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Any]) -> None:
         start, response, error = time.perf_counter(), None, None
         try:
             response = fn(prompt)
@@ -206,7 +209,7 @@ class Traffic:
             self._shadows.release()
         self._shadow_record(request_id, side, start, response, error)
 
-    async def _ashadow(self, request_id: str, prompt: str, side: str, fn: Callable[[str], Awaitable[Any]]) -> None:
+    async def _ashadow(self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Awaitable[Any]]) -> None:
         start, response, error = time.perf_counter(), None, None
         try:
             response = await fn(prompt)
@@ -260,8 +263,10 @@ class Request:
         calls: tuple[Call, Call] | None,
         request_id: str | None,
         asynchronous: bool = False,
+        subject: object = None,
     ) -> None:
         self.traffic, self.routing, self.prompt, self.precision = traffic, routing, prompt, precision
+        self.subject = prompt if subject is None else subject  # what a shadow call takes
         self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
         self.decision, self.explored, self.propensity = traffic.explore(decision, routing.edge_context_tokens)

@@ -48,7 +48,7 @@ def trace(result):
         result.response,
         result.served_by,
         result.fallback_reason,
-        [(s.name, s.status, s.detail) for s in result.steps],
+        [(s.name, s.status, s.detail, s.result) for s in result.steps],
     )
 
 
@@ -113,3 +113,21 @@ def test_an_overrunning_async_edge_is_cancelled_and_the_cloud_serves():
         and result.fallback_reason == "edge call failed: TimeoutError('edge call exceeded 0.05 s')"
     )
     assert result.steps[0].status == "timeout" and cancelled == [True]
+
+
+@pytest.mark.real_data
+def test_router_aexecute_routes_a_request_objects_prompt_and_awaits_the_calls_with_it(bundle):
+    from serving import Router
+    from tests.test_sdk_execute import Asked
+
+    router, request, seen = Router.load(bundle, strict=True), Asked("What is 2 + 2?"), []
+
+    async def call(got):
+        seen.append(got)
+        return "answer"
+
+    result = asyncio.run(router.aexecute(request, call, call, accept=lambda answer: False, verify_edge_zone=True))
+    expected = router.route(request.prompt)
+    assert (result.decision.zone, result.decision.score) == (expected.zone, expected.score)
+    assert len(seen) == 2 and all(got is request for got in seen)  # edge, rejected, then the cloud
+    assert [(s.name, s.result) for s in result.steps] == [("edge", "answer"), ("accept", None), ("cloud", "answer")]

@@ -5,6 +5,8 @@ client, costs, and the cloud key kept out of every error."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import time
 
@@ -157,6 +159,29 @@ def test_the_accept_check_reads_the_assistant_text(checked_chat):
 
     assert chat.create(ASK, accept=broken).routing.fallback_kind == "accept_error"
     assert create(chat, "async", ASK, accept=lambda text: False).routing.fallback_kind == "rejected"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_cost_counts_the_rejected_edge_answer_and_the_cloud_answer(router, stubs, mode):
+    """estimated_cost is read from the Execution's steps: the answer each call returned, priced
+    at its own endpoint's prices, a rejected edge answer included."""
+    options = endpoints(stubs)
+    options["edge"] = dataclasses.replace(options["edge"], input_price_per_1m=0.5, output_price_per_1m=0.25)
+    with RoutedChat(router, **options, verify_edge_zone=True) as chat:
+        completion = create(chat, mode, ASK, accept=lambda text: False)
+    edge_step, _, cloud_step = completion.routing.steps
+    assert (edge_step.result, edge_step.result.endpoint, cloud_step.result) == (
+        "answer from edge",
+        "edge",
+        completion.text,
+    )
+    edge_usage, cloud_usage = edge_step.result.body["usage"], completion.body["usage"]
+    edge_cost = (edge_usage["prompt_tokens"] * 0.5 + edge_usage["completion_tokens"] * 0.25) / 1e6
+    cloud_cost = (cloud_usage["prompt_tokens"] + 2 * cloud_usage["completion_tokens"]) / 1e6
+    assert edge_cost > 0 and completion.routing.estimated_cost == pytest.approx(edge_cost + cloud_cost)
+    # The answers stay out of what the routing info shows and sends (repr, to_dict: the proxy's JSON).
+    shown = repr(completion.routing) + json.dumps(completion.routing.to_dict())
+    assert "answer from" not in shown
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -334,8 +359,6 @@ def test_on_routed_sees_every_answer_and_never_breaks_the_request(router, stubs,
 def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, stubs, tmp_path, mode):
     """create(), acreate() and both kinds of stream go through Router.execute/aexecute: each
     leaves one request record with what ran and why it fell back (here the edge returns 502)."""
-    import json
-
     from serving import Router
     from serving.outcome_log import OutcomeLog
     from serving.testing import Behaviour

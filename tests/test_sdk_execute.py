@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
 from serving import CloudCallError, Decision, Router
-from serving.execute import execute
+from serving.execute import Step, execute
 
 
 def decision(zone: str, n_tokens: int = 10) -> Decision:
@@ -128,3 +129,99 @@ def test_router_from_the_mlflow_registry(trained_small, tmp_path):
     held = result.held_out.iloc[:20]
     scores = [router.route(p, precision=q).score for p, q in zip(held["prompt"], held["precision"])]
     assert max(abs(a - b) for a, b in zip(scores, held["score"])) <= 1e-5
+
+
+# --- a request object instead of the prompt text ------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """A Routable request: the router reads `prompt`; the calls get the whole object."""
+
+    prompt: str
+    payload: str = "carried to the calls"
+
+
+def test_a_request_object_reaches_the_calls_unchanged_and_each_step_keeps_its_answer():
+    request, seen = Asked("p"), []
+
+    def answering(name):
+        def call(got):
+            seen.append((name, got))
+            return f"{name.upper()}-ANSWER"
+
+        return call
+
+    result = execute(
+        decision("edge_with_cloud_fallback"),
+        request,
+        edge=answering("edge"),
+        cloud=answering("cloud"),
+        edge_context_tokens=1024,
+        accept=lambda answer: False,
+    )
+    assert [(name, got is request) for name, got in seen] == [("edge", True), ("cloud", True)]
+    assert result.response == "CLOUD-ANSWER" and result.fallback_reason == "accept check rejected the edge answer"
+    # Each call's Step keeps what it returned, the rejected edge answer too; the accept check keeps nothing.
+    assert [(s.name, s.status, s.result) for s in result.steps] == [
+        ("edge", "ok", "EDGE-ANSWER"),
+        ("accept", "rejected", None),
+        ("cloud", "ok", "CLOUD-ANSWER"),
+    ]
+    # Never shown: not in a Step's repr, nor the Execution's (whose response is the cloud answer).
+    assert "EDGE-ANSWER" not in repr(result) and "CLOUD-ANSWER" not in repr(result.steps)
+    assert result.steps[0] == Step("edge", "ok", result.steps[0].seconds)  # nor compared
+
+
+def test_a_failed_call_keeps_no_result():
+    result = run("edge", edge=failing)
+    assert [(s.name, s.status, s.result) for s in result.steps] == [("edge", "error", None), ("cloud", "ok", "cloud:p")]
+
+
+@pytest.mark.real_data
+def test_router_routes_and_logs_a_request_objects_prompt_and_calls_with_the_object(bundle, tmp_path):
+    """Router.execute(request, ...): request.prompt is what is routed and what the outcome log
+    records; edge, cloud and the shadow run get the request object itself; a rejected edge
+    answer (a Step result) is nowhere in the log."""
+    import json
+
+    from serving.outcome_log import OutcomeLog
+
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(bundle, strict=True, log=log, shadow_rate=1.0, seed=0)
+    request, seen = Asked("What is 2 + 2?", payload="x" * 50), []
+    assert router.route(request.prompt).target == "edge"
+
+    def call(name, answer):
+        return lambda got: seen.append((name, got)) or answer
+
+    result = router.execute(
+        request,
+        call("edge", "REJECTED-EDGE-ANSWER"),
+        call("cloud", "4"),
+        accept=lambda answer: False,
+        verify_edge_zone=True,
+    )
+    served = router.execute(request, call("edge", "4"), call("cloud", "SHADOW-CLOUD-ANSWER"))
+    deadline = time.monotonic() + 5
+    while len(seen) < 4 and time.monotonic() < deadline:  # the shadow (cloud) run of the second request
+        time.sleep(0.02)
+    log.close()
+    assert [name for name, _ in seen] == ["edge", "cloud", "edge", "cloud"]
+    assert all(got is request for _, got in seen)
+    expected = router.route(request.prompt)
+    assert (result.decision.zone, result.decision.score) == (expected.zone, expected.score)
+    assert (result.served_by, result.steps[0].result, served.served_by) == ("cloud", "REJECTED-EDGE-ANSWER", "edge")
+    on_disk = "".join(f.read_text() for f in sorted((tmp_path / "logs").glob("*.jsonl")))
+    records = [json.loads(line) for line in on_disk.splitlines()]
+    assert [(r["type"], r.get("prompt")) for r in records] == [
+        ("request", "What is 2 + 2?"),
+        ("request", "What is 2 + 2?"),
+        ("shadow", None),
+    ]
+    assert records[2]["response"] == "SHADOW-CLOUD-ANSWER"
+    assert "REJECTED-EDGE-ANSWER" not in on_disk and "x" * 50 not in on_disk
+    with pytest.raises(TypeError, match=r"prompt must be str, or a request whose \.prompt is str"):
+        router.execute(Asked(None), edge_ok, cloud_ok)
+    with pytest.raises(TypeError, match="prompt must be str"):
+        router.execute(b"bytes", edge_ok, cloud_ok)

@@ -6,43 +6,52 @@ the router where each conversation runs and carries the decision out with the cl
     completion = chat.create([{"role": "user", "content": "What is 2 + 2?"}], precision="exact")
     completion.text, completion.body, completion.routing.served_by
 
-One home for the rules: a non-streamed create() is Router.execute() with HTTP calls as the
-edge and cloud callables; acreate() is Router.aexecute() with the same calls as coroutines; a
-stream is Router.aexecute() whose calls open a stream up to its first token
-(serving.chat.streams). So the router's outcome log, exploration and shadow runs apply to
-all three (a stream's record carries no answer text, and streams get no shadow run). Every failure of an endpoint is an exception of serving.chat.errors:
-the edge falls back, and a cloud failure raises serving.CloudCallError with the edge's error
-attached (`.edge_error`).
+The path of one request, in order:
+  1. RoutedChat.create(messages, **params) (acreate() for asyncio; stream=True for a stream);
+  2. ChatRequest.build (serving.chat.request) checks the messages and params, once, and reads the
+     prompt the router routes from the messages (serving.chat.conversation: the latest user
+     message first);
+  3. Router.execute(request, edge.acomplete, cloud.acomplete) (Router.aexecute for acreate()
+     and streams) routes and logs request.prompt, and calls the edge and/or the cloud with the
+     request itself, by the fallback rules of serving.execute;
+  4. Upstream.acomplete(request) (serving.chat.upstream) is one endpoint's HTTP call; create()
+     runs it on the client's event loop thread (LoopThread.call); a stream's call is
+     Upstream.open_stream(request), which opens the stream up to its first token;
+  5. Completion (serving.chat.routing_info): the answer that stands, and its RoutingInfo, read
+     from the Execution: each step's time, and the cost of every answer a step returned (a
+     rejected edge answer too). A stream is an AsyncChatStream / ChatStream (serving.chat.streams).
 
-The router reads the conversation as one prompt (serving.chat.conversation: the latest user
-message first). The accept check, where it applies (the fallback zone, or every edge answer
-with verify_edge_zone=True), reads the assistant message text.
+So the router's outcome log, exploration and shadow runs apply to all three kinds of request (a
+stream's record carries no answer text, and streams get no shadow run). Every failure of an
+endpoint is an exception of serving.chat.errors: the edge falls back, and a cloud failure raises
+serving.CloudCallError with the edge's error attached (`.edge_error`). The accept check, where
+it applies (the fallback zone, or every edge answer with verify_edge_zone=True), reads the
+assistant message text.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from serving.chat.conversation import check_messages, conversation_prompt
+from serving.chat.conversation import conversation_prompt
 from serving.chat.endpoint import Endpoint
-from serving.chat.request import check_json_numbers
+from serving.chat.request import ChatRequest
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat.upstream import Answer, Upstream
-from serving.execute import Execution
 
 if TYPE_CHECKING:
     from serving.chat.conversation import Message
-    from serving.chat.upstream import OpenStream
+    from serving.execute import Execution, Step
     from serving.router import Router
 
 log = logging.getLogger("serving.chat")
 
 _ROUTER_DEFAULT = object()  # accept not given: Router.execute's own default applies
-RESERVED = ("model", "messages")
 
 
 class RoutedChat:
@@ -105,29 +114,20 @@ class RoutedChat:
         params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
             sent to whichever endpoint serves. `model` is set per Endpoint.
         Bad messages, or a NaN or infinite number anywhere in the request (JSON has none), are a
-        ValueError naming where, before any call.
+        ValueError naming where, before any call (ChatRequest.build).
         """
-        prompt = self._prompt(messages, params)
+        request = ChatRequest.build(messages, params, self.to_prompt)
         loop = self._sync_loop()
         if stream:
-            _no_accept_for_streams(accept)
-            return ChatStream(loop.run(self._open_stream(messages, prompt, precision, params)), loop)
+            return ChatStream(loop.run(self._open_stream(request, precision, accept)), loop)
         started = time.perf_counter()
-        produced: list[Answer] = []
-
-        def call(upstream: Upstream) -> Callable[[str], Answer]:
-            return lambda _prompt: _kept(produced, loop.run(upstream.acomplete(messages, params)))
-
-        options: dict[str, Any] = {} if accept is _ROUTER_DEFAULT else {"accept": accept}  # Router.execute checks it
         execution = self.router.execute(
-            prompt,
-            call(self._edge),
-            call(self._cloud),
-            precision=precision,
-            verify_edge_zone=self.verify_edge_zone,
-            **options,
+            request,
+            functools.partial(loop.call, self._edge.acomplete),
+            functools.partial(loop.call, self._cloud.acomplete),
+            **self._options(precision, accept),
         )
-        return self._completed(execution, produced, started)
+        return self._completed(execution, started)
 
     async def acreate(
         self,
@@ -141,74 +141,58 @@ class RoutedChat:
         """create() for asyncio (Router.aexecute): the same rules, results and outcome record; a
         stream is an AsyncChatStream. `accept` as create() takes it; it runs in the event loop,
         so keep it quick."""
-        prompt = self._prompt(messages, params)
+        request = ChatRequest.build(messages, params, self.to_prompt)
         if stream:
-            _no_accept_for_streams(accept)
-            return await self._open_stream(messages, prompt, precision, params)
+            return await self._open_stream(request, precision, accept)
         started = time.perf_counter()
-        produced: list[Answer] = []
-
-        def call(upstream: Upstream) -> Callable[[str], Awaitable[Answer]]:
-            async def run(_prompt: str) -> Answer:
-                return _kept(produced, await upstream.acomplete(messages, params))
-
-            return run
-
-        options: dict[str, Any] = {} if accept is _ROUTER_DEFAULT else {"accept": accept}  # Router.execute checks it
         execution = await self.router.aexecute(
-            prompt,
-            call(self._edge),
-            call(self._cloud),
-            precision=precision,
-            verify_edge_zone=self.verify_edge_zone,
-            **options,
+            request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept)
         )
-        return self._completed(execution, produced, started)
+        return self._completed(execution, started)
 
-    async def _open_stream(
-        self, messages: Sequence[Message], prompt: str, precision: str | None, params: Mapping[str, Any]
-    ) -> AsyncChatStream:
+    async def _open_stream(self, request: ChatRequest, precision: str | None, accept: object) -> AsyncChatStream:
+        if accept is not _ROUTER_DEFAULT and accept is not None:
+            raise ValueError(
+                "accept does not apply to streams: an answer can only be judged once it is complete, "
+                "and a stream has reached the caller by then"
+            )
         started = time.perf_counter()
-
-        def call(upstream: Upstream) -> Callable[[str], Awaitable[OpenStream]]:
-            return lambda _prompt: upstream.open_stream(messages, params)
-
         # No shadow run: the other side would open a stream that nobody reads.
         execution = await self.router.aexecute(
-            prompt, call(self._edge), call(self._cloud), precision=precision, shadow=False
+            request, self._edge.open_stream, self._cloud.open_stream, precision=precision, shadow=False
         )
-        upstream = self._upstream(execution)
+        upstream = self._upstream(execution.served_by)
         return AsyncChatStream(
             execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model), started, self._report
         )
 
+    def _options(self, precision: str | None, accept: object) -> dict[str, Any]:
+        """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed request."""
+        options = {"precision": precision, "verify_edge_zone": self.verify_edge_zone}
+        return options if accept is _ROUTER_DEFAULT else {**options, "accept": accept}
+
     # Results.
-    def _prompt(self, messages: Sequence[Message], params: Mapping[str, Any]) -> str:
-        """The text the router routes; TypeError / ValueError for a request no endpoint should get."""
-        for name in RESERVED:
-            if name in params:
-                raise TypeError(
-                    f"{name}= is not a request parameter here: the model is set per Endpoint, "
-                    "the messages are the first argument"
-                )
-        check_json_numbers(check_messages(messages), "messages")
-        check_json_numbers(params)
-        return self.to_prompt(messages)
+    def _upstream(self, name: str) -> Upstream:
+        return self._edge if name == "edge" else self._cloud
 
-    def _upstream(self, execution: Execution) -> Upstream:
-        return self._edge if execution.served_by == "edge" else self._cloud
-
-    def _completed(self, execution: Execution, produced: list[Answer], started: float) -> Completion:
+    def _completed(self, execution: Execution, started: float) -> Completion:
         answer: Answer = execution.response
-        routing = RoutingInfo.of(execution, self._upstream(execution).endpoint.model)
-        costs = [
-            (self._edge if a.endpoint == "edge" else self._cloud).endpoint.cost(a.body.get("usage")) for a in produced
-        ]
-        known = [cost for cost in costs if cost is not None]
-        routing.estimated_cost = sum(known) if known and len(known) == len(costs) else None
+        routing = RoutingInfo.of(execution, self._upstream(execution.served_by).endpoint.model)
+        routing.estimated_cost = self._cost(execution.steps)
         routing.seconds = time.perf_counter() - started
         self._report(routing)
         return Completion(answer.body, routing, str(answer))
+
+    def _cost(self, steps: Sequence[Step]) -> float | None:
+        """The price of every answer the request produced (each call's Step.result: a rejected edge
+        answer too), by its endpoint's prices; None when any is unknown."""
+        costs = [
+            self._upstream(step.name).endpoint.cost(step.result.body.get("usage"))
+            for step in steps
+            if isinstance(step.result, Answer)
+        ]
+        known = [cost for cost in costs if cost is not None]
+        return sum(known) if known and len(known) == len(costs) else None
 
     def _report(self, routing: RoutingInfo) -> None:
         if self.on_routed is None:
@@ -250,17 +234,3 @@ class RoutedChat:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _kept(produced: list[Answer], answer: Answer) -> Answer:
-    """Remember every answer the request produced (for its cost), and pass it on."""
-    produced.append(answer)
-    return answer
-
-
-def _no_accept_for_streams(accept: object) -> None:
-    if accept is not _ROUTER_DEFAULT and accept is not None:
-        raise ValueError(
-            "accept does not apply to streams: an answer can only be judged once it is complete, "
-            "and a stream has reached the caller by then"
-        )

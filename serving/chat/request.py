@@ -1,6 +1,12 @@
-"""What a chat request must hold before anything is sent: numbers JSON can carry.
+"""One chat request, checked once before anything is sent: ChatRequest.
 
-Python's json module reads NaN, Infinity and -Infinity, and a number too large for a double
+RoutedChat builds it (ChatRequest.build: the messages, the other chat-completions parameters,
+and the prompt the router routes, serving.chat.conversation), Router.execute routes it by its
+`prompt` and hands it whole to the edge and cloud calls, and serving.chat.upstream sends its
+messages and params to one endpoint.
+
+What it must hold: messages the API takes, no `model` or `messages` among the parameters, and
+only numbers JSON can carry. Python's json module reads NaN, Infinity and -Infinity, and a number too large for a double
 (1e999) as infinity, and writes them all back as NaN / Infinity, which is not JSON: a strict
 server refuses such a request, a lax one reads something else. So a request holding one is
 the caller's error, named with where it is, before any call (the proxy answers it with 400).
@@ -9,9 +15,51 @@ the caller's error, named with where it is, before any call (the proxy answers i
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from serving.chat.conversation import check_messages, conversation_prompt
+
+if TYPE_CHECKING:
+    from serving.chat.conversation import Message
 
 MAX_PATH_CHARS = 200  # of where the number is, in a message
+RESERVED = ("model", "messages")  # set by the client, never a request parameter
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A chat request as checked: `messages`, `params` (every other chat-completions parameter,
+    JSON values sent as they are) and `prompt`, the text the router routes (a
+    serving.execute.Routable). Build it with ChatRequest.build."""
+
+    messages: Sequence[Message]
+    params: Mapping[str, Any]  # Any: JSON values of any shape
+    prompt: str
+
+    @classmethod
+    def build(
+        cls,
+        messages: Sequence[Message],
+        params: Mapping[str, Any],
+        to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
+    ) -> "ChatRequest":
+        """The checked request, its prompt read by `to_prompt`. A request no endpoint should get
+        is the caller's error, before any call: TypeError for `model=` or `messages=` among the
+        params (or a prompt that is not a str), ValueError naming what is wrong with the messages
+        or where a number JSON cannot carry is."""
+        for name in RESERVED:
+            if name in params:
+                raise TypeError(
+                    f"{name}= is not a request parameter here: the model is set per Endpoint, "
+                    "the messages are the first argument"
+                )
+        check_json_numbers(check_messages(messages), "messages")
+        check_json_numbers(params)
+        prompt = to_prompt(messages)
+        if not isinstance(prompt, str):
+            raise TypeError(f"to_prompt must return the prompt as a str, got {type(prompt).__name__}")
+        return cls(messages, params, prompt)
 
 
 def check_json_numbers(value: Any, where: str = "") -> None:

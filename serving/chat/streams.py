@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from serving.json_types import JSONObject
 
+    A = TypeVar("A")
     T = TypeVar("T")
 
 log = logging.getLogger("serving.chat")
@@ -179,6 +180,11 @@ class LoopThread:
         except BaseException:
             future.cancel()  # nothing once the call is done; else the call stops with its caller
             raise
+
+    def call(self, fn: Callable[[A], Coroutine[Any, Any, T]], argument: A) -> T:
+        """fn(argument) run on the loop, as run() runs it: a coroutine function called as a plain
+        one (`functools.partial(loop.call, upstream.acomplete)` is a sync edge or cloud call)."""
+        return self.run(fn(argument))
 
     def close(self) -> None:
         if self._loop.is_closed():

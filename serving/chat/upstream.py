@@ -1,6 +1,8 @@
-"""HTTP to one OpenAI-compatible endpoint, with httpx2 (the `client` extra): a non-streamed
-chat completion and a stream opened up to its first chunk, both in an event loop (the routed
-chat client's sync calls run them on an event loop thread, serving.chat.streams.LoopThread).
+"""HTTP to one OpenAI-compatible endpoint, with httpx2 (the `client` extra): the chat completion
+of a ChatRequest (serving.chat.request), non-streamed (acomplete) or as a stream opened up to
+its first chunk (open_stream), both in an event loop (the routed chat client's sync calls run
+them on an event loop thread, serving.chat.streams.LoopThread). These two methods are the edge
+and cloud calls Router.execute / aexecute makes, given the request.
 
 Every way a call can fail becomes one of serving.chat.errors' exceptions, so that the fallback
 rules (serving.execute) treat an HTTP error status, a body that is not a chat completion, a
@@ -24,7 +26,7 @@ import json
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Mapping, Sequence
+from typing import TYPE_CHECKING, AsyncGenerator, Sequence
 
 try:
     import httpx2
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import TypeAlias
 
-    from serving.chat.conversation import Message
+    from serving.chat.request import ChatRequest
     from serving.json_types import JSONObject
 
     # A stream's events after the first chunk: (the data as sent, the chunk), each within the deadline.
@@ -102,8 +104,8 @@ class Upstream:
         self._lock = threading.Lock()
 
     # The request.
-    def _body(self, messages: Sequence[Message], params: Mapping[str, Any], stream: bool) -> bytes:
-        body = {**params, "model": self.endpoint.model, "messages": list(messages)}
+    def _body(self, request: ChatRequest, stream: bool) -> bytes:
+        body = {**request.params, "model": self.endpoint.model, "messages": list(request.messages)}
         if stream:
             body["stream"] = True
         try:
@@ -133,20 +135,18 @@ class Upstream:
             await client.aclose()
 
     # Non-streamed answers.
-    async def acomplete(self, messages: Sequence[Message], params: Mapping[str, Any]) -> Answer:
-        """The endpoint's chat completion, complete within `timeout_s`; an UpstreamError for anything else."""
+    async def acomplete(self, request: ChatRequest) -> Answer:
+        """The endpoint's chat completion of `request`, complete within `timeout_s`; an UpstreamError for anything else."""
         client = self._async_client()  # outside the deadline: the first one of a loop takes a while to make
         try:
-            return await asyncio.wait_for(self._acomplete(client, messages, params), self.endpoint.timeout_s)
+            return await asyncio.wait_for(self._acomplete(client, request), self.endpoint.timeout_s)
         except asyncio.TimeoutError:
             raise self._too_slow() from None
 
-    async def _acomplete(
-        self, client: httpx2.AsyncClient, messages: Sequence[Message], params: Mapping[str, Any]
-    ) -> Answer:
+    async def _acomplete(self, client: httpx2.AsyncClient, request: ChatRequest) -> Answer:
         try:
             async with client.stream(
-                "POST", self.endpoint.url, content=self._body(messages, params, False), headers=self._headers()
+                "POST", self.endpoint.url, content=self._body(request, False), headers=self._headers()
             ) as response:
                 body = _Body(self, response)
                 async for chunk in response.aiter_bytes():
@@ -187,26 +187,24 @@ class Upstream:
         return UpstreamUnreachable(self.name, f"connection to {model} failed ({text})")
 
     # Streams.
-    async def open_stream(self, messages: Sequence[Message], params: Mapping[str, Any]) -> OpenStream:
-        """The endpoint's stream, read up to the first chunk that carries the answer, which must
+    async def open_stream(self, request: ChatRequest) -> OpenStream:
+        """The endpoint's stream of `request`, read up to the first chunk that carries the answer, which must
         arrive within `first_token_timeout_s` (else SlowFirstToken); closed again on any failure.
         The rest must arrive within `timeout_s` of this call (else UpstreamTimeout from `events`)."""
         client = self._async_client()  # outside the deadlines, as for acomplete
         deadline = asyncio.get_running_loop().time() + self.endpoint.timeout_s
         limit = min(self.endpoint.first_chunk_timeout_s, self.endpoint.timeout_s)
         try:
-            return await asyncio.wait_for(self._open_stream(client, messages, params, deadline), limit)
+            return await asyncio.wait_for(self._open_stream(client, request, deadline), limit)
         except asyncio.TimeoutError:
             raise SlowFirstToken(self.name, f"no first token from {self.endpoint.model} within {limit:g} s") from None
 
-    async def _open_stream(
-        self, client: httpx2.AsyncClient, messages: Sequence[Message], params: Mapping[str, Any], deadline: float
-    ) -> OpenStream:
-        request = client.build_request(
-            "POST", self.endpoint.url, content=self._body(messages, params, True), headers=self._headers()
+    async def _open_stream(self, client: httpx2.AsyncClient, request: ChatRequest, deadline: float) -> OpenStream:
+        sent = client.build_request(
+            "POST", self.endpoint.url, content=self._body(request, True), headers=self._headers()
         )
         try:
-            response = await client.send(request, stream=True)
+            response = await client.send(sent, stream=True)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         events: Events | None = None
