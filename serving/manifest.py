@@ -188,7 +188,7 @@ class NoveltySection(TypedDict, total=False):
     output: str
     embedding_threshold: float
     unseen_threshold: float
-    policy: str  # serving.novelty.POLICIES
+    policy: str  # serving.novelty.UNFAMILIAR_POLICIES
 
 
 class AcceptanceSection(TypedDict, total=False):
@@ -286,7 +286,7 @@ def check_score(data: Any) -> ScoreSpec:
 def check_novelty(data: Any, files: Collection[str]) -> NoveltySection:
     """The familiarity reference (serving.novelty): its file, or `in_model` and the graph
     output that computes it; thresholds and policy; {} when absent."""
-    from serving.novelty import POLICIES
+    from serving.novelty import UNFAMILIAR_POLICIES
 
     if data is None:
         return {}
@@ -305,8 +305,8 @@ def check_novelty(data: Any, files: Collection[str]) -> NoveltySection:
         raise _fail("novelty.file", "must name a file the manifest lists", data.get("file"))
     _number(data, "embedding_threshold", "novelty", lo=1e-9, hi=1e9)
     _number(data, "unseen_threshold", "novelty", lo=1e-9, hi=1.0)
-    if data.get("policy") not in POLICIES:
-        raise _fail("novelty.policy", f"must be one of {', '.join(POLICIES)}", data.get("policy"))
+    if data.get("policy") not in UNFAMILIAR_POLICIES:
+        raise _fail("novelty.policy", f"must be one of {', '.join(UNFAMILIAR_POLICIES)}", data.get("policy"))
     return cast("NoveltySection", data)
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
 
 # What the router does with an unfamiliar prompt.
-POLICIES = ("edge_with_cloud_fallback", "rule_table", "learned")
+UNFAMILIAR_POLICIES = ("edge_with_cloud_fallback", "rule_table", "learned")
 CHUNK_ROWS = 16_384  # rows scored at a time by components_flat
 
 

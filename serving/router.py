@@ -117,19 +117,19 @@ class Router:
         strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
         that runs on the rule table, with one warning and `degraded_reason` set; it never raises.
         strict=True: the same problems raise BundleError, and only BundleError.
-        unfamiliar_policy: what a prompt unlike the training data gets (serving.novelty.POLICIES:
+        unfamiliar_policy: what a prompt unlike the training data gets (serving.novelty.UNFAMILIAR_POLICIES:
         edge_with_cloud_fallback, rule_table, learned); default: the bundle's own setting.
         public_key: pin the team's Ed25519 key (a path to router.pub, or its bytes): a bundle
         without that key's signature counts as tampered (serving.signing).
         log: a serving.outcome_log.OutcomeLog; every execute() then appends its outcome record.
         explore_rate, shadow_rate, seed: exploration and shadow runs (serving.traffic); both need a log.
         """
-        from serving.novelty import POLICIES
+        from serving.novelty import UNFAMILIAR_POLICIES
         from serving.traffic import Traffic
 
         traffic = Traffic(log, explore_rate=explore_rate, shadow_rate=shadow_rate, seed=seed)
-        if unfamiliar_policy is not None and unfamiliar_policy not in POLICIES:
-            raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(POLICIES)}")
+        if unfamiliar_policy is not None and unfamiliar_policy not in UNFAMILIAR_POLICIES:
+            raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(UNFAMILIAR_POLICIES)}")
         options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
         try:
             routing = _routing(path, **options)

@@ -58,7 +58,7 @@ class Routing:
         # (lo, hi, their printed forms, tag) by precision, filled on first use (see _band)
         self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}
         self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
-        # What an unfamiliar prompt gets (serving.novelty.POLICIES): the caller's choice, else the bundle's.
+        # What an unfamiliar prompt gets (serving.novelty.UNFAMILIAR_POLICIES): the caller's choice, else the bundle's.
         self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
 
     @property

@@ -12,7 +12,7 @@ from typing import Any
 from evaluation.thresholds import TARGETS
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.features.spec import LEXICAL_MODES
-from serving.novelty import POLICIES as UNFAMILIAR_POLICIES
+from serving.novelty import UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
 from training.model import CALIBRATIONS, OBJECTIVES
 
