@@ -119,6 +119,16 @@ simulate: $(STAMP)
 scale: $(STAMP)
 	$(BIN)/python -m pipelines.scale --rows $(ROWS) $(ARGS)
 
+# The content detectors (serving/policy): per-detector precision and recall with Wilson 95% intervals on the
+# shipped labelled set (data/policy/pii_labelled.jsonl), and their speed; writes reports/pii/metrics.json
+# (docs/policies.md#content-detectors). pii-set rewrites the labelled set from its seed.
+.PHONY: pii-set pii-eval
+pii-set: $(STAMP)
+	$(BIN)/python -m pipelines.pii_set $(ARGS)
+
+pii-eval: $(STAMP)
+	$(BIN)/python -m pipelines.pii_eval $(ARGS)
+
 # The Python SDK's decisions on the logs' test prompts and generated hard cases (pipelines/vectors.py), which other runtimes are held to.
 JS_BUNDLE  ?= artifacts/js/bundle
 JS_VECTORS ?= artifacts/js/vectors.json

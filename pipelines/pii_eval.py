@@ -1,0 +1,179 @@
+"""`make pii-eval`: the content detectors' precision and recall on the shipped labelled set, and their speed.
+
+Per detector, span-level precision and recall with Wilson 95% intervals, under two matchings (overlap:
+a found span counts when it overlaps a labelled span of its detector; exact: equal spans). Speed, one
+thread: p50 of detect() and any_detected() on a ~128-token prompt (with and without personal data), and
+of detect() on a 1 MB prompt of prose with scattered values, and the slowest of a few adversarial 1 MB
+inputs (long digit runs, separators, repeated prefixes), each also at 250 kB (linear time: a quarter
+of the time). Writes reports/pii/metrics.json.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+PROMPT_PII = (
+    "Hi! Please draft a short, friendly email to our new supplier confirming the delivery on Thursday. "
+    "Mention that invoices should go to accounts.kalomi@renvo-tek.net and that they can call me on "
+    "+44 20 7946 0321 if the truck is late. Also ask whether they accept payment by bank transfer, and "
+    "if so which details they need from us; keep it under 150 words and sign it from the purchasing "
+    "team. Add a line thanking them for the quick quote last week."
+)
+PROMPT_CLEAN = (
+    "Hi! Please draft a short, friendly email to our new supplier confirming the delivery on Thursday. "
+    "Mention that invoices should go to the accounts team and that they can call the front desk if the "
+    "truck is late. Also ask whether they accept payment by bank transfer, and if so which details they "
+    "need from us; keep it under 150 words and sign it from the purchasing team. Add a line thanking "
+    "them for the quick quote last week, and one about the 12 pallets on order 2024-118."
+)
+PROSE = (
+    "The committee reviewed the quarterly report and noted that revenue grew in every region except the "
+    "north, where supply problems delayed two large orders (order 2024-5581, 12 pallets, v3.2.1 of the "
+    "spec). Which of the following best explains the difference between gross margin and operating "
+    "margin? Show the calculation with 12.5% and 8%. "
+)
+VALUES = (
+    "Contact renkalo.mi@solvo-tek.de or +49 30 1234567. IBAN DE89 3704 0044 0532 0130 00, "
+    "card 4111 1111 1111 1111, api_key = 'Zx81!kqP0wL3'. "
+)
+ADVERSARIAL = {
+    "digits": "7" * 1_000_000,
+    "digit_groups": "1234 " * 200_000,
+    "hyphenated_digits": "12-" * 333_334,
+    "letters": "a" * 1_000_000,
+    "at_signs": "a@" * 500_000,
+    "dotted_numbers": "1.2." * 250_000,
+    "plus_digits": "+1 2" * 250_000,
+    "jwt_prefix": "eyJ" * 333_334,
+    "iban_like": "DE12 " * 200_000,
+    "keyword_assignments": "password=" * 111_112,
+}
+
+
+def p50_ms(fn: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return statistics.median(samples)
+
+
+def token_count(text: str, tokenizer: Path) -> int | None:
+    """Tokens of text under a bundle's tokenizer, when one is there (only to state the prompt's size)."""
+    if not tokenizer.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return len(Tokenizer.from_file(str(tokenizer)).encode(text, add_special_tokens=False).ids)
+
+
+def speed(repeat: int, tokenizer: Path) -> dict[str, object]:
+    from serving.policy import any_detected, detect
+
+    megabyte = (PROSE * 2 + VALUES) * (1_000_000 // len(PROSE * 2 + VALUES) + 1)
+    megabyte = megabyte[:1_000_000]
+    for _ in range(50):  # warm the regex caches and the interpreter
+        detect(PROMPT_PII)
+    adversarial = {name: p50_ms(lambda t=text: detect(t), 3) for name, text in ADVERSARIAL.items()}
+    # linear time: a quarter of each input should take about a quarter of the time
+    quarters = {name: text[: len(text) // 4] for name, text in ADVERSARIAL.items()}
+    quarter = {name: p50_ms(lambda t=text: detect(t), 3) for name, text in quarters.items()}
+    return {
+        "prompt_128": {
+            "chars": len(PROMPT_PII),
+            "tokens": token_count(PROMPT_PII, tokenizer),
+            "detect_p50_us": p50_ms(lambda: detect(PROMPT_PII), repeat) * 1000,
+            "detect_clean_p50_us": p50_ms(lambda: detect(PROMPT_CLEAN), repeat) * 1000,
+            "any_detected_p50_us": p50_ms(lambda: any_detected(PROMPT_PII), repeat) * 1000,
+            "any_detected_clean_p50_us": p50_ms(lambda: any_detected(PROMPT_CLEAN), repeat) * 1000,
+        },
+        "prompt_1mb": {
+            "chars": len(megabyte),
+            "findings": len(detect(megabyte)),
+            "detect_p50_ms": p50_ms(lambda: detect(megabyte), 5),
+            "any_detected_clean_p50_ms": p50_ms(lambda: any_detected(PROSE * (1_000_000 // len(PROSE))), 5),
+        },
+        "adversarial_1mb_p50_ms": adversarial,
+        "adversarial_1mb_slowest": max(adversarial, key=adversarial.__getitem__),
+        "adversarial_1mb_over_250kb": {name: adversarial[name] / quarter[name] for name in ADVERSARIAL},
+    }
+
+
+def print_report(results: dict) -> None:
+    print(
+        f"labelled set {results['set']['path']}: {results['set']['prompts']} prompts, {results['set']['labels']} labels"
+    )
+    print(f"{'detector':<14}{'matching':<9}{'precision [95% Wilson]':>34}{'recall [95% Wilson]':>34}")
+    for matching, per in results["figures"].items():
+        for name, fig in per.items():
+            cells = []
+            for key in ("precision", "recall"):
+                f = fig[key]
+                value = "n/a" if f["value"] is None else f"{f['value']:.3f}"
+                lo, hi = f["wilson95"]
+                cells.append(f"{value} [{lo:.3f}, {hi:.3f}] ({f['successes']}/{f['n']})")
+            print(f"{name:<14}{matching:<9}{cells[0]:>34}{cells[1]:>34}")
+    s = results["speed"]
+    p = s["prompt_128"]
+    print(
+        f"~128-token prompt ({p['chars']} chars, {p['tokens']} tokens): detect p50 {p['detect_p50_us']:.0f} us "
+        f"(no personal data: {p['detect_clean_p50_us']:.0f} us), any_detected p50 {p['any_detected_p50_us']:.0f} us "
+        f"(no personal data: {p['any_detected_clean_p50_us']:.0f} us)"
+    )
+    m = s["prompt_1mb"]
+    print(
+        f"1 MB prompt: detect p50 {m['detect_p50_ms']:.0f} ms ({m['findings']} findings), any_detected on 1 MB "
+        f"without personal data {m['any_detected_clean_p50_ms']:.0f} ms"
+    )
+    slowest = s["adversarial_1mb_slowest"]
+    ratios = s["adversarial_1mb_over_250kb"].values()
+    print(
+        f"adversarial 1 MB inputs: slowest {slowest} {s['adversarial_1mb_p50_ms'][slowest]:.0f} ms; "
+        f"time at 1 MB over time at 250 kB: {min(ratios):.1f} to {max(ratios):.1f} (linear: 4)"
+    )
+
+
+def main(
+    labelled: Annotated[Path, typer.Option(help="the labelled set (JSONL)")] = Path("data/policy/pii_labelled.jsonl"),
+    out: Annotated[Path, typer.Option(help="where the figures go")] = Path("reports/pii/metrics.json"),
+    repeat: Annotated[int, typer.Option(help="calls per ~128-token timing")] = 2000,
+    tokenizer: Annotated[Path, typer.Option(help="a bundle's tokenizer, to count the prompt's tokens")] = Path(
+        "artifacts/router/tokenizer.json"
+    ),
+    show_errors: Annotated[bool, typer.Option(help="print every wrong or missed span of the set")] = False,
+) -> None:
+    """Measure the content detectors: precision and recall on the labelled set, and speed."""
+    from data.pii_synthetic import read
+    from evaluation.detection import figures, score
+
+    if not labelled.is_file():
+        raise typer.BadParameter(f"no labelled set at {labelled} (python -m pipelines.pii_set writes it)")
+    lines = read(labelled)
+    counts, misses = score(lines)
+    results = {
+        "set": {"path": str(labelled), "prompts": len(lines), "labels": sum(len(line["labels"]) for line in lines)},
+        "figures": figures(counts),
+        "speed": speed(repeat, tokenizer),
+        "machine": {"python": platform.python_version(), "processor": platform.machine()},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print_report(results)
+    if show_errors:
+        for miss in misses:
+            text = lines[miss.line - 1]["text"]
+            print(f"line {miss.line} {miss.kind} {miss.detector}: {text[miss.start : miss.end]!r}")
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,457 @@
+"""Content detectors: personal data, national ids and credentials in a prompt, found locally.
+
+`DETECTORS` maps a name to a `Detector`; `detect(text, names)` returns every `Finding` (detector name and
+span, never the matched text), `any_detected(text, names)` stops at the first one. Each detector is a few
+precompiled regular expressions that propose candidates and a check that accepts or rejects each one
+(checksums, length tables, invalid ranges, placeholders). Spans are Python string indices (code points).
+
+Speed: every pattern opens with a literal or a narrow character class (a digit, "+", "@", "eyJ", "=")
+so that the regex engine skips the rest of the text in C, and a rule with a required literal (an email's
+"@") is skipped when the text has none. Linear time: right after its first character each pattern looks
+behind and refuses to start inside a run of its own characters, its repetitions are bounded, and a
+rejected candidate costs at most its bounded length, so the whole text is scanned in time linear in its
+length, however long (no cap: a cap would let personal data past it through).
+
+What each detector does and does not find, and its measured precision, recall and speed:
+docs/policies.md#content-detectors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from serving.policy.checksums import IBAN_LENGTHS, bsn_valid, dni_valid, iban_valid, luhn_valid
+from serving.validation import check_prompt
+
+Span = tuple[int, int]
+Accept = Callable[[str, "re.Match[str]"], "Span | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Where a detector found something: its name and the span [start, end) in the text. It holds no
+    text, so that logging a finding cannot leak what was found."""
+
+    detector: str
+    start: int
+    end: int
+
+
+def whole(text: str, match: re.Match[str]) -> Span | None:
+    return match.span()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A pattern proposing candidates and the check that accepts one (returning the span to report)."""
+
+    pattern: re.Pattern[str]
+    accept: Accept = whole
+    needs: str = ""  # a literal every match contains: without it in the text the rule is skipped
+
+    def spans(self, text: str) -> Iterator[Span]:
+        if self.needs not in text:
+            return
+        pos, search = 0, self.pattern.search
+        while (match := search(text, pos)) is not None:
+            span = self.accept(text, match)
+            if span is None:  # a rejected candidate may hide a good one starting inside it
+                pos = match.start() + 1
+            else:
+                yield span
+                pos = max(span[1], match.start() + 1)
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    description: str
+    rules: tuple[Rule, ...]
+
+    def spans(self, text: str) -> list[Span]:
+        """Every span any rule accepts, overlapping ones merged, in text order."""
+        found = sorted(span for rule in self.rules for span in rule.spans(text))
+        merged: list[Span] = []
+        for start, end in found:
+            if merged and start < merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+            else:
+                merged.append((start, end))
+        return merged
+
+    def found_in(self, text: str) -> bool:
+        return any(next(rule.spans(text), None) is not None for rule in self.rules)
+
+
+def compile_ascii(pattern: str) -> re.Pattern[str]:
+    """\\d, \\w, \\s and \\b mean their ASCII classes: a digit is 0-9 and CJK or accented letters next to
+    a value end it as spaces would."""
+    return re.compile(pattern, re.ASCII)
+
+
+# ---- email ------------------------------------------------------------------------------------------
+
+_EMAIL = compile_ascii(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}"
+    r"@(?P<domain>(?:[A-Za-z0-9-]{1,63}\.){1,8}[A-Za-z]{2,24})(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
+)
+_RESERVED_TLDS = frozenset({"test", "example", "invalid", "localhost", "local"})  # RFC 2606, RFC 6762
+_RESERVED_DOMAINS = ("example.com", "example.org", "example.net")
+_ASSET_SUFFIXES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "css", "js"})
+_SCP_PATH = compile_ascii(r":[\w~/.-]")  # git@github.com:org/repo.git is an address, not a mailbox
+
+
+def accept_email(text: str, match: re.Match[str]) -> Span | None:
+    domain = match["domain"].lower()
+    tld = domain.rsplit(".", 1)[1]
+    if tld in _RESERVED_TLDS or tld in _ASSET_SUFFIXES:
+        return None
+    if any(domain == d or domain.endswith("." + d) for d in _RESERVED_DOMAINS):
+        return None
+    if _SCP_PATH.match(text, match.end()):
+        return None
+    return match.span()
+
+
+# ---- phone ------------------------------------------------------------------------------------------
+
+_PHONE_INTERNATIONAL = compile_ascii(
+    r"\+(?<![0-9A-Za-z+]\+)(?:[1-9][0-9]{6,14}"
+    r"|[1-9][0-9]{0,3}(?:[ .-]?\(0?[0-9]{0,4}\))?[ .-]?[0-9]{1,5}(?:[ .-][0-9]{1,8}){0,6})"
+    r"(?![0-9]|[ .-][0-9])"
+)
+_PHONE_NANP = compile_ascii(
+    r"[(2-9](?<![0-9A-Za-z+(./-][(2-9])"
+    r"(?:(?<=\()[2-9][0-9]{2}\) ?[2-9][0-9]{2}[ .-][0-9]{4}|(?<=[2-9])[0-9]{2}([ .-])[2-9][0-9]{2}\1[0-9]{4})"
+    r"(?![0-9]|[ .-][0-9])"
+)
+_PHONE_TRUNK = compile_ascii(
+    r"[(0](?<![0-9A-Za-z+./-][(0])(?<![0-9][ -][(0])"  # not a group of a longer number (an IBAN's tail)
+    r"(?:(?<=0)[1-9][0-9]{0,4}([ /-])[0-9]{2,8}(?:\1[0-9]{2,8}){0,3}"
+    r"|(?<=\()0[1-9][0-9]{0,4}\) ?[0-9]{2,8}(?:[ -][0-9]{2,8}){0,3}"
+    r"|(?<=0)[1-9](?:\.[0-9]{2}){4})"
+    r"(?![0-9]|[ ./-][0-9])"
+)
+_DATE_SHAPE = compile_ascii(r"[0-3][0-9][ ./-][01][0-9][ ./-](?:19|20)[0-9]{2}")
+
+
+def digit_count(value: str) -> int:
+    return sum(ch.isdigit() for ch in value)
+
+
+def accept_international_phone(text: str, match: re.Match[str]) -> Span | None:
+    digits = digit_count(match[0].replace("(0)", ""))
+    return match.span() if 8 <= digits <= 15 else None
+
+
+def accept_trunk_phone(text: str, match: re.Match[str]) -> Span | None:
+    if _DATE_SHAPE.match(match[0]):
+        return None
+    return match.span() if 10 <= digit_count(match[0]) <= 12 else None
+
+
+# ---- payment_card -----------------------------------------------------------------------------------
+
+# Compact (13-19 digits, not inside a longer run; other numbers may follow), or grouped: a first group of
+# four not right after another group. "4111 1111 1111 1111 12/29" (expiry after the number) is a grouped
+# candidate of 18 digits that accept_card cuts back to its first four groups.
+_CARD = compile_ascii(
+    r"[0-9](?<![0-9A-Za-z][0-9])"
+    r"(?:[0-9]{12,18}(?![0-9])|(?<![0-9][ -][0-9])[0-9]{3}(?:[ -]?[0-9]){9,15}(?![0-9]))"
+)
+_NEXT_GROUP = compile_ascii(r"[ -][0-9]{4}")
+# Issuer identification number ranges: (first, last, digits compared, card lengths).
+_IIN_RANGES: tuple[tuple[int, int, int, frozenset[int]], ...] = (
+    (4, 4, 1, frozenset({13, 16, 19})),  # Visa
+    (51, 55, 2, frozenset({16})),  # Mastercard
+    (2221, 2720, 4, frozenset({16})),  # Mastercard 2-series
+    (34, 34, 2, frozenset({15})),  # American Express
+    (37, 37, 2, frozenset({15})),
+    (6011, 6011, 4, frozenset(range(16, 20))),  # Discover
+    (644, 649, 3, frozenset(range(16, 20))),
+    (65, 65, 2, frozenset(range(16, 20))),
+    (3528, 3589, 4, frozenset(range(16, 20))),  # JCB
+    (300, 305, 3, frozenset(range(14, 20))),  # Diners Club
+    (36, 36, 2, frozenset(range(14, 20))),
+    (38, 39, 2, frozenset(range(16, 20))),
+    (62, 62, 2, frozenset(range(16, 20))),  # UnionPay
+    (2200, 2204, 4, frozenset(range(16, 20))),  # Mir
+    (50, 50, 2, frozenset(range(13, 20))),  # Maestro
+    (56, 58, 2, frozenset(range(13, 20))),
+    (63, 63, 2, frozenset(range(13, 20))),
+    (67, 67, 2, frozenset(range(13, 20))),
+)
+_CARD_GROUPINGS = ((4, 6, 5), (4, 6, 4))  # American Express, Diners; every other grouping is by fours
+
+
+def known_issuer(digits: str) -> bool:
+    return any(
+        first <= int(digits[:width]) <= last and len(digits) in lengths for first, last, width, lengths in _IIN_RANGES
+    )
+
+
+def valid_card(digits: str) -> bool:
+    return 13 <= len(digits) <= 19 and known_issuer(digits) and luhn_valid(digits)
+
+
+def accept_card(text: str, match: re.Match[str]) -> Span | None:
+    """One kind of separator or none; grouped by fours (or Amex / Diners 4-6-5 / 4-6-4); the longest
+    run of whole groups from the start that is a valid card and not followed by one more group of four
+    (then it is part of a longer grouped number)."""
+    value, start = match[0], match.start()
+    separators = {ch for ch in value if ch in " -"}
+    if len(separators) > 1:
+        return None
+    groups = value.split(separators.pop()) if separators else [value]
+    for n in range(len(groups), 0, -1):
+        sizes = tuple(len(g) for g in groups[:n])
+        end = start + sum(sizes) + n - 1
+        if n > 1:
+            by_fours = all(g == 4 for g in sizes[:-1]) and 1 <= sizes[-1] <= 4
+            if _NEXT_GROUP.match(text, end) or not (by_fours or sizes in _CARD_GROUPINGS):
+                continue
+        if valid_card("".join(groups[:n])):
+            return (start, end)
+    return None
+
+
+# ---- iban -------------------------------------------------------------------------------------------
+
+_IBAN = compile_ascii(r"[0-9](?<=(?<![A-Za-z0-9])[A-Za-z]{2}[0-9])[0-9](?: ?[A-Za-z0-9]){11,30}")  # at the check digits
+_ALNUM = compile_ascii(r"[A-Za-z0-9]")
+
+
+def accept_iban(text: str, match: re.Match[str]) -> Span | None:
+    """The candidate may run on into the next word: it is cut at its country's length (compact, or in
+    groups of four after the first), which must end a word."""
+    start = match.start() - 2  # the country code, looked behind
+    length = IBAN_LENGTHS.get(text[start : start + 2].upper())
+    if length is None:
+        return None
+    grouped = text[start + 4 : start + 5] == " "
+    end = start + length + ((length - 1) // 4 if grouped else 0)
+    value = text[start:end]
+    if end > match.end() or _ALNUM.match(text, end):
+        return None
+    if grouped and any(len(g) != 4 for g in value.split(" ")[:-1]):
+        return None
+    compact = value.replace(" ", "")
+    return (start, end) if len(compact) == length and iban_valid(compact.upper()) else None
+
+
+# ---- national_id ------------------------------------------------------------------------------------
+
+_SSN = compile_ascii(r"([0-9](?<![0-9A-Za-z-][0-9])[0-9]{2})([ -])([0-9]{2})\2([0-9]{4})(?![0-9A-Za-z]|\2[0-9])")
+_NINO = compile_ascii(
+    r"([A-CEGHJ-PR-TW-Z](?<![A-Za-z0-9][A-Z])[A-CEGHJ-NPR-TW-Z])( ?)[0-9]{2}\2[0-9]{2}\2[0-9]{2}\2[A-D](?![A-Za-z0-9])"
+)
+_NINO_UNUSED_PREFIXES = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
+_DNI = compile_ascii(r"([0-9XYZ](?<![A-Za-z0-9][0-9XYZ])[0-9]{7})-?([A-Z])(?![A-Za-z0-9])")
+# Nine plain digits (a BSN, also written 1234.56.789; an SSN without dashes) count only named just before.
+_NINE_DIGITS = compile_ascii(r"[0-9](?<![0-9A-Za-z.][0-9])[0-9]{3}(\.?)[0-9]{2}\1[0-9]{3}(?![0-9A-Za-z]|\.[0-9])")
+_BSN_NAME = compile_ascii(r"(?i)\b(?:bsn|burgerservicenummer|sofi-?nummer)\b")
+_SSN_NAME = compile_ascii(r"(?i)\b(?:ssn|social security(?: number| no\.?)?)\b")
+NAME_BEFORE_CHARS = 40  # how close after its name a nine-digit number must be
+
+
+def valid_ssn(area: str, group: str, serial: str) -> bool:
+    """Never issued: area 000, 666 or 900-999, group 00, serial 0000."""
+    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+def accept_ssn(text: str, match: re.Match[str]) -> Span | None:
+    return match.span() if valid_ssn(match[1], match[3], match[4]) else None
+
+
+def accept_nino(text: str, match: re.Match[str]) -> Span | None:
+    return None if match[1] in _NINO_UNUSED_PREFIXES else match.span()
+
+
+def accept_dni(text: str, match: re.Match[str]) -> Span | None:
+    """Eight digits or an NIE (X, Y or Z and seven digits), and the control letter."""
+    return match.span() if dni_valid(match[1], match[2]) else None
+
+
+def accept_nine_digits(text: str, match: re.Match[str]) -> Span | None:
+    """A BSN passing the 11-test after "BSN" (or its long names), or a valid SSN after "SSN" / "social
+    security", within NAME_BEFORE_CHARS before it."""
+    digits = match[0].replace(".", "")
+    before = max(0, match.start() - NAME_BEFORE_CHARS)
+    if bsn_valid(digits) and _BSN_NAME.search(text, before, match.start()):
+        return match.span()
+    if "." not in match[0] and valid_ssn(digits[:3], digits[3:5], digits[5:]):
+        return match.span() if _SSN_NAME.search(text, before, match.start()) else None
+    return None
+
+
+# ---- credential -------------------------------------------------------------------------------------
+
+_TOKEN_END = r"(?![A-Za-z0-9_-])"
+
+
+def token_pattern(prefix: str, body: str) -> re.Pattern[str]:
+    """prefix (fixed width) + body, not inside a longer token on either side."""
+    return compile_ascii(rf"{prefix}(?<![A-Za-z0-9_-]{prefix}){body}{_TOKEN_END}")
+
+
+_AWS_KEY_ID = compile_ascii(
+    r"A(?<![A-Za-z0-9]A)(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA|SCA)[A-Z2-7]{16}(?![A-Za-z0-9])"
+)
+_PREFIXED_TOKENS = (
+    (token_pattern("gh[pousr]_", "[A-Za-z0-9]{36}"), "_"),  # GitHub
+    (token_pattern("github_pat_", "[A-Za-z0-9_]{82}"), "github_pat_"),
+    (token_pattern("glpat-", "[A-Za-z0-9_-]{20}"), "glpat-"),  # GitLab
+    (token_pattern("xox[abposr]-", "[A-Za-z0-9-]{10,200}"), "xox"),  # Slack
+    (token_pattern("[sr]k_(?:live|test)_", "[A-Za-z0-9]{24,99}"), "k_"),  # Stripe secret and restricted keys
+    (token_pattern("AIza", "[A-Za-z0-9_-]{35}"), "AIza"),  # Google API key
+    (token_pattern("eyJ", r"[A-Za-z0-9_-]{10,8000}\.eyJ[A-Za-z0-9_-]{10,8000}\.[A-Za-z0-9_-]{10,8000}"), "eyJ"),  # JWT
+)
+_SK_TOKEN = token_pattern("sk-", "[A-Za-z0-9_-]{32,300}")  # OpenAI, Anthropic
+_SLACK_WEBHOOK = compile_ascii(r"https://hooks\.slack\.com/services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}/[A-Za-z0-9]{16,32}")
+_PEM = compile_ascii(r"-----BEGIN (?:[A-Z0-9]{1,12} ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = compile_ascii(r"-----END (?:[A-Z0-9]{1,12} ){0,3}PRIVATE KEY(?: BLOCK)?-----")
+PEM_MAX_CHARS = 20_000  # the longest key body looked through for its END line (RSA 8192 is ~6,400)
+# A secret assigned: the value after "=" or ":" (found first), the name just before it (looked back at).
+_ASSIGNED_VALUE = compile_ascii(
+    r"[=:](?<![=:!<>][=:])(?!=)[ \t]{0,5}(?:\"([^\"\n]{4,200})\"|'([^'\n]{4,200})'|([^\s\"',;)}\]]{8,200}))"
+)
+_SECRET_NAME = compile_ascii(
+    r"(?i)(?<![A-Za-z0-9])(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey"
+    r"|access[_-]?key|secret[_-]?key|private[_-]?key|access[_-]?token|auth[_-]?token|bearer[_-]?token)"
+    r"[\"']?[ \t]{0,5}\Z"
+)
+SECRET_NAME_CHARS = 40  # the longest name and spacing looked back at before "=" or ":"
+_PLACEHOLDER = compile_ascii(r"(?i)^[<{$%*\[(]|your|example|placeholder|redacted|dummy|xxx|\.\.\.|^(?:none|null|nil)$")
+_IDENTIFIER = compile_ascii(r"[A-Za-z_][A-Za-z_.]*")  # `password=password`, `api_key=settings.API_KEY`
+
+
+def accept_aws_key_id(text: str, match: re.Match[str]) -> Span | None:
+    return None if "EXAMPLE" in match[0] else match.span()  # AWS's documentation key, AKIAIOSFODNN7EXAMPLE
+
+
+def accept_sk_token(text: str, match: re.Match[str]) -> Span | None:
+    return match.span() if any(ch.isdigit() for ch in match[0]) else None  # not sk-a-long-branch-name
+
+
+def accept_pem(text: str, match: re.Match[str]) -> Span | None:
+    end = _PEM_END.search(text, match.end(), match.end() + PEM_MAX_CHARS)
+    return (match.start(), end.end() if end else match.end())
+
+
+def accept_assignment(text: str, match: re.Match[str]) -> Span | None:
+    if not _SECRET_NAME.search(text, max(0, match.start() - SECRET_NAME_CHARS), match.start()):
+        return None
+    group = next(g for g in (1, 2, 3) if match[g] is not None)
+    value = match[group]
+    if _PLACEHOLDER.search(value) or len(set(value)) == 1:
+        return None
+    if group == 3 and ("(" in value or "[" in value or _IDENTIFIER.fullmatch(value)):
+        return None
+    return match.span(group)
+
+
+# ---- ip_address -------------------------------------------------------------------------------------
+
+_IPV4 = compile_ascii(r"[0-9](?<![0-9A-Za-z.][0-9])[0-9]{0,2}(?:\.[0-9]{1,3}){3}(?![0-9A-Za-z]|\.[0-9])")
+
+
+_VERSION_BEFORE = compile_ascii(r"(?i)\b(?:version|release|build|ver\.?)[ \t]{0,3}\Z")
+
+
+def accept_ipv4(text: str, match: re.Match[str]) -> Span | None:
+    """Four octets 0-255 without leading zeros, not right after "version" (or release, build)."""
+    octets = match[0].split(".")
+    if not all(int(o) <= 255 and (o == "0" or o[0] != "0") for o in octets):
+        return None
+    return None if _VERSION_BEFORE.search(text, max(0, match.start() - 12), match.start()) else match.span()
+
+
+DETECTORS: dict[str, Detector] = {
+    d.name: d
+    for d in (
+        Detector(
+            "email",
+            "email addresses (not RFC 2606 reserved domains, not git@host:path)",
+            (Rule(_EMAIL, accept_email, needs="@"),),
+        ),
+        Detector(
+            "phone",
+            "+country numbers (8-15 digits); US/Canada (NXX) NXX-XXXX; trunk-0 national numbers with separators",
+            (
+                Rule(_PHONE_INTERNATIONAL, accept_international_phone, needs="+"),
+                Rule(_PHONE_NANP),
+                Rule(_PHONE_TRUNK, accept_trunk_phone),
+            ),
+        ),
+        Detector(
+            "payment_card", "13-19 digit card numbers of a known issuer that pass Luhn", (Rule(_CARD, accept_card),)
+        ),
+        Detector(
+            "iban",
+            "IBANs of the registry's countries at their length, mod-97 valid, any case",
+            (Rule(_IBAN, accept_iban),),
+        ),
+        Detector(
+            "national_id",
+            "US SSN, UK NINO, Spanish DNI/NIE (control letter), Dutch BSN (11-test, named)",
+            (
+                Rule(_SSN, accept_ssn),
+                Rule(_NINE_DIGITS, accept_nine_digits),
+                Rule(_NINO, accept_nino),
+                Rule(_DNI, accept_dni),
+            ),
+        ),
+        Detector(
+            "credential",
+            "cloud and SaaS key formats, JWTs, private key PEM blocks, secret assignments with a value",
+            (
+                Rule(_AWS_KEY_ID, accept_aws_key_id),
+                *(Rule(pattern, needs=needs) for pattern, needs in _PREFIXED_TOKENS),
+                Rule(_SK_TOKEN, accept_sk_token, needs="sk-"),
+                Rule(_SLACK_WEBHOOK, needs="hooks.slack.com"),
+                Rule(_PEM, accept_pem, needs="PRIVATE KEY"),
+                Rule(_ASSIGNED_VALUE, accept_assignment),
+            ),
+        ),
+        Detector("ip_address", "IPv4 addresses in dotted-quad form", (Rule(_IPV4, accept_ipv4, needs="."),)),
+    )
+}
+
+
+def chosen(names: Iterable[str] | None) -> list[Detector]:
+    """The detectors named (all when None), or a clear error naming what was wrong."""
+    if names is None:
+        return list(DETECTORS.values())
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"names must be a list of detector names or None, got {type(names).__name__}")
+    picked = []
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"detector names must be str, got {type(name).__name__}")
+        if name not in DETECTORS:
+            raise ValueError(f"unknown detector {name!r}; known detectors: {', '.join(DETECTORS)}")
+        picked.append(DETECTORS[name])
+    return picked
+
+
+def detect(text: str, names: Iterable[str] | None = None) -> list[Finding]:
+    """Every finding of the named detectors (all when None) in text, ordered by position. A finding inside
+    another detector's finding is dropped: the larger one explains that text (the digits of an IBAN's
+    tail are not also a phone number); equal spans of two detectors are both kept."""
+    check_prompt(text, "text")
+    findings = [Finding(d.name, start, end) for d in chosen(names) for start, end in d.spans(text)]
+    findings.sort(key=lambda f: (f.start, -f.end, f.detector))
+    kept: list[Finding] = []
+    for f in findings:
+        # sorted by start, longest first: a finding can only lie inside one kept before it
+        if not any(k.start <= f.start and f.end <= k.end and k.end - k.start > f.end - f.start for k in kept[-8:]):
+            kept.append(f)
+    return kept
+
+
+def any_detected(text: str, names: Iterable[str] | None = None) -> bool:
+    """Whether any of the named detectors (all when None) finds anything: stops at the first finding."""
+    check_prompt(text, "text")
+    return any(d.found_in(text) for d in chosen(names))
