@@ -132,15 +132,28 @@ pii-eval: $(STAMP)
 # The Python SDK's decisions on the logs' test prompts and generated hard cases (pipelines/vectors.py), which other runtimes are held to.
 JS_BUNDLE  ?= artifacts/js/bundle
 JS_VECTORS ?= artifacts/js/vectors.json
-.PHONY: vectors test-js
+.PHONY: vectors test-js bench-js
 vectors: $(STAMP)
 	$(BIN)/python -m pipelines.vectors --bundle $(BUNDLE) --out $(if $(filter command line,$(origin OUT)),$(OUT),$(JS_VECTORS))
 
-# The Node SDK's tests (clients/js): trains JS_BUNDLE when it is missing, writes the vectors on it, installs clients/js from its lock file, runs npm test.
-test-js: $(STAMP)
-	test -f $(JS_BUNDLE)/manifest.json || $(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0
+# The JS SDK's bundle: trained when it is missing (not retrained when it is older than anything).
+$(JS_BUNDLE)/manifest.json: | $(STAMP)
+	$(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0
+
+# The JS SDK's tests (clients/js): trains JS_BUNDLE when it is missing, writes the vectors on it, installs clients/js
+# from its lock file, runs npm test (Node) and npm run test:browser (headless Chromium: CHROMIUM, else
+# /usr/bin/chromium; none fails the browser tests, `.ci/run` installs Debian's).
+test-js: $(STAMP) $(JS_BUNDLE)/manifest.json
 	$(BIN)/python -m pipelines.vectors --bundle $(JS_BUNDLE) --out $(JS_VECTORS)
 	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) npm test
+	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) npm run test:browser
+
+# The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at
+# pipelines/bench.py's ~16- and ~128-token prompts next to the Python SDK's on the same prompts in the same run, load
+# times, the npm package's size; writes bench/js.json. ARGS="--repeat N --rounds R".
+bench-js: $(STAMP) $(JS_BUNDLE)/manifest.json
+	test -d clients/js/node_modules || (cd clients/js && npm ci --ignore-scripts --no-audit --no-fund)
+	cd clients/js && node scripts/bench.mjs --bundle $(abspath $(JS_BUNDLE)) --python $(abspath $(BIN)/python) --out $(abspath bench/js.json) $(ARGS)
 
 clean:
 	rm -rf artifacts reports data/cache data/replay
