@@ -357,6 +357,35 @@ def off_by_one(value: str, rng: random.Random) -> str:
     return value[:i] + str((int(value[i]) + rng.randint(1, 9)) % 10) + value[i + 1 :]
 
 
+def checksum_negative(rng: random.Random) -> Piece:
+    """A value of the right shape that fails its own check, in a prompt: a card or an IBAN one digit
+    off, a named BSN one digit off, a DNI with another letter, a never-issued SSN, an unallocated NINO."""
+    kind = rng.choice(["card", "iban", "bsn", "dni", "ssn", "nino"])
+    if kind == "card":
+        value = group_card(rng, off_by_one(card_digits(rng), rng))
+    elif kind == "iban":
+        value = group_iban(rng, off_by_one(iban_compact(rng), rng))
+    elif kind == "bsn":
+        value = "BSN " + off_by_one(bsn_digits(rng), rng)
+    elif kind == "dni":
+        n = rng.randint(0, 99_999_999)
+        value = f"{n:08d}{dni_letter(n + rng.randint(1, 22))}"
+    elif kind == "ssn":
+        area, group, serial = f"{rng.randint(1, 665):03d}", f"{rng.randint(1, 99):02d}", f"{rng.randint(1, 9999):04d}"
+        broken = rng.choice(["area", "group", "serial"])
+        if broken == "area":
+            area = rng.choice(["000", "666", f"9{rng.randint(0, 99):02d}"])
+        elif broken == "group":
+            group = "00"
+        else:
+            serial = "0000"
+        value = f"{area}-{group}-{serial}"
+    else:
+        prefix = rng.choice(["QQ", "GB", "NK", "TN", "ZZ", "DA", "FA", "AO"])
+        value = f"{prefix}{digits(rng, 6)}{rng.choice('ABCD')}"
+    return in_carrier(rng, [(value, None)])
+
+
 def negative(rng: random.Random) -> str:
     card_bad = card_digits(rng)
     card_bad = card_bad[:-1] + str((int(card_bad[-1]) + rng.randint(1, 9)) % 10)
@@ -441,14 +470,22 @@ DETECTOR_NAMES = tuple(POSITIVES)
 
 
 def generate(
-    seed: int = 29, *, per_detector: int = 40, hard_positives: int = 20, negatives: int = 160, mixed_lines: int = 30
+    seed: int = 29,
+    *,
+    per_detector: int = 40,
+    hard_positives: int = 20,
+    negatives: int = 160,
+    checksum_negatives: int = 60,
+    mixed_lines: int = 30,
 ) -> list[dict[str, object]]:
-    """The labelled set: per_detector positive prompts for each detector, hard positives, hard negatives
-    and prompts mixing several values, shuffled; the same seed gives the same lines."""
+    """The labelled set: per_detector positive prompts for each detector, hard positives, hard negatives,
+    values failing their check, and prompts mixing several values, shuffled; the same seed gives the same
+    lines."""
     rng = random.Random(seed)
     lines = [build(positive(rng, name)) for name in DETECTOR_NAMES for _ in range(per_detector)]
     lines += [build(hard_positive(rng)) for _ in range(hard_positives)]
     lines += [build([(negative(rng), None)]) for _ in range(negatives)]
+    lines += [build(checksum_negative(rng)) for _ in range(checksum_negatives)]
     lines += [build(mixed(rng)) for _ in range(mixed_lines)]
     rng.shuffle(lines)
     return lines

@@ -5,7 +5,9 @@ a found span counts when it overlaps a labelled span of its detector; exact: equ
 thread: p50 of detect() and any_detected() on a ~128-token prompt (with and without personal data), and
 of detect() on a 1 MB prompt of prose with scattered values, and the slowest of a few adversarial 1 MB
 inputs (long digit runs, separators, repeated prefixes), each also at 250 kB (linear time: a quarter
-of the time). Writes reports/pii/metrics.json.
+of the time). And, when the training logs are at hand (ROUTER_DATA_DIR, data/raw/routellm or
+../shared/data/routellm; never downloaded here), the share of their distinct prompts, public benchmark
+questions taken to hold no personal data, on which any detector fires. Writes reports/pii/metrics.json.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -83,10 +85,10 @@ def speed(repeat: int, tokenizer: Path) -> dict[str, object]:
     megabyte = megabyte[:1_000_000]
     for _ in range(50):  # warm the regex caches and the interpreter
         detect(PROMPT_PII)
-    adversarial = {name: p50_ms(lambda t=text: detect(t), 3) for name, text in ADVERSARIAL.items()}
+    adversarial = {name: p50_ms(lambda t=text: detect(t), 5) for name, text in ADVERSARIAL.items()}
     # linear time: a quarter of each input should take about a quarter of the time
     quarters = {name: text[: len(text) // 4] for name, text in ADVERSARIAL.items()}
-    quarter = {name: p50_ms(lambda t=text: detect(t), 3) for name, text in quarters.items()}
+    quarter = {name: p50_ms(lambda t=text: detect(t), 5) for name, text in quarters.items()}
     return {
         "prompt_128": {
             "chars": len(PROMPT_PII),
@@ -106,6 +108,38 @@ def speed(repeat: int, tokenizer: Path) -> dict[str, object]:
         "adversarial_1mb_slowest": max(adversarial, key=adversarial.__getitem__),
         "adversarial_1mb_over_250kb": {name: adversarial[name] / quarter[name] for name in ADVERSARIAL},
     }
+
+
+def benchmark_prompts(paths: list[Path] | None) -> tuple[list[str], str] | None:
+    """The distinct prompts of the given logs, else of the first default log folder that exists."""
+    import os
+
+    from data.location import FALLBACKS
+    from data.logs import load_logs
+
+    if not paths:
+        env = os.environ.get("ROUTER_DATA_DIR")
+        found = [p for p in ([Path(env)] if env else []) + list(FALLBACKS) if p.exists()][:1]
+        if not found:
+            return None
+        paths = found
+    rows = load_logs(paths).rows
+    return sorted({row["prompt"] for row in rows}), ", ".join(map(str, paths))
+
+
+def flagged(prompts: list[str]) -> dict[str, object]:
+    """How many prompts any detector fires on, overall and per detector, with the Wilson interval."""
+    from evaluation.detection import Proportion
+    from serving.policy import detect
+
+    per: dict[str, int] = {}
+    any_finding = 0
+    for prompt in prompts:
+        names = {f.detector for f in detect(prompt)}
+        any_finding += bool(names)
+        for name in names:
+            per[name] = per.get(name, 0) + 1
+    return {"prompts_flagged": Proportion(any_finding, len(prompts)).as_dict(), "per_detector": per}
 
 
 def print_report(results: dict) -> None:
@@ -134,6 +168,13 @@ def print_report(results: dict) -> None:
         f"1 MB prompt: detect p50 {m['detect_p50_ms']:.0f} ms ({m['findings']} findings), any_detected on 1 MB "
         f"without personal data {m['any_detected_clean_p50_ms']:.0f} ms"
     )
+    if results.get("benchmark_prompts"):
+        b = results["benchmark_prompts"]
+        f = b["prompts_flagged"]
+        print(
+            f"{f['n']} distinct prompts of {b['logs']} (public benchmarks, no personal data): {f['successes']} "
+            f"flagged, share {f['value']:.5f} [{f['wilson95'][0]:.5f}, {f['wilson95'][1]:.5f}] {b['per_detector']}"
+        )
     slowest = s["adversarial_1mb_slowest"]
     ratios = s["adversarial_1mb_over_250kb"].values()
     print(
@@ -150,6 +191,10 @@ def main(
         "artifacts/router/tokenizer.json"
     ),
     show_errors: Annotated[bool, typer.Option(help="print every wrong or missed span of the set")] = False,
+    benchmark_logs: Annotated[
+        Optional[list[Path]],
+        typer.Option(help="logs whose prompts hold no personal data (default: the training logs, when present)"),
+    ] = None,
 ) -> None:
     """Measure the content detectors: precision and recall on the labelled set, and speed."""
     from data.pii_synthetic import read
@@ -163,8 +208,12 @@ def main(
         "set": {"path": str(labelled), "prompts": len(lines), "labels": sum(len(line["labels"]) for line in lines)},
         "figures": figures(counts),
         "speed": speed(repeat, tokenizer),
+        "benchmark_prompts": None,
         "machine": {"python": platform.python_version(), "processor": platform.machine()},
     }
+    benchmark = benchmark_prompts(benchmark_logs)
+    if benchmark is not None:
+        results["benchmark_prompts"] = {"logs": benchmark[1], **flagged(benchmark[0])}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print_report(results)

@@ -239,3 +239,34 @@ def test_wilson_interval():
     assert hi == 1.0 and 0.92 < lo < 0.93  # 0.9287
     lo, hi = wilson(45, 50)
     assert 0.78 < lo < 0.79 and 0.95 < hi < 0.96  # 0.7864, 0.9565
+
+
+@pytest.mark.real_data
+def test_nothing_is_found_in_the_benchmark_prompts(real_data_dir):
+    """The RouteLLM logs' prompts (MMLU, GSM8K, MT-Bench questions: numbers, arithmetic, code, dates,
+    no personal data) give no finding: the real prompts' side of precision."""
+    from data.logs import load_logs
+
+    prompts = sorted({row["prompt"] for row in load_logs([real_data_dir]).rows})
+    assert len(prompts) > 10_000
+    assert [p[:120] for p in prompts if any_detected(p)] == []
+
+
+@pytest.mark.parametrize(
+    ("check", "off", "detector"),
+    [
+        ("luhn_valid", lambda digits: True, "payment_card"),
+        ("iban_valid", lambda iban: True, "iban"),
+        ("bsn_valid", lambda digits: len(digits) == 9, "national_id"),
+        ("dni_valid", lambda number, letter: True, "national_id"),
+        ("valid_ssn", lambda area, group, serial: True, "national_id"),
+        ("_NINO_UNUSED_PREFIXES", frozenset(), "national_id"),
+    ],
+)
+def test_each_check_is_needed_on_the_labelled_set(monkeypatch, check, off, detector):
+    """Switched off, each check lets the set's values that fail it through: precision falls under the floor."""
+    import serving.policy.detectors as detectors
+
+    monkeypatch.setattr(detectors, check, off)
+    c = score(read(LABELLED))[0]["overlap"][detector]
+    assert c.found_right / c.found < PRECISION_FLOOR
