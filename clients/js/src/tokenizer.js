@@ -11,7 +11,11 @@
 // scripts/tokenizer-compat.mjs) are deleted, made a space, isolated between spaces, or replaced
 // by a letter that is in no vocabulary entry, whichever gives Rust's ids; and Σ is lower-cased
 // alone. The parity tests check every code point and every vector against the Python ids.
+//
+// Plain ASCII text skips all that: it takes the Python SDK's own shortcut (fast-tokenizer.js),
+// with the same rule for which texts take it and the same ids.
 import { Tokenizer } from "@huggingface/tokenizers";
+import { AsciiShortcut } from "./fast-tokenizer.js";
 import { COMPAT_FIXES, COMPAT_RANGES } from "./tokenizer-compat.js";
 
 /** Replacements by fix kind, in the order scripts/tokenizer-compat.mjs tries them (COMPAT_FIXES
@@ -61,15 +65,31 @@ export function rustCompatible(text) {
   return done === 0 ? text : out + text.slice(done);
 }
 
-/** Token ids of texts, as the Python SDK's FastTokenizer.ids gives them. */
+/** Token ids of texts, as the Python SDK's FastTokenizer.ids gives them: plain ASCII without
+ * special tokens through the shortcut, everything else through the library. */
 export class BundleTokenizer {
   /** @param {string} json the content of tokenizer.json */
   constructor(json) {
-    this.tokenizer = libraryTokenizer(JSON.parse(json));
+    const config = JSON.parse(json);
+    this.tokenizer = libraryTokenizer(config);
+    this.shortcut = new AsciiShortcut(config, (word) => this.wordPieceIds(word));
   }
 
   /** @param {string} text @param {boolean} addSpecialTokens @returns {number[]} */
   ids(text, addSpecialTokens) {
+    if (!addSpecialTokens && this.shortcut.plain(text)) return this.shortcut.ids(text);
+    return this.libraryIds(text, addSpecialTokens);
+  }
+
+  /** The library's ids, without the shortcut. @param {string} text @param {boolean} addSpecialTokens */
+  libraryIds(text, addSpecialTokens) {
     return this.tokenizer.encode(rustCompatible(text), { add_special_tokens: addSpecialTokens }).ids;
+  }
+
+  /** The library's WordPiece model on one pre-tokenised word, its tokens made ids as the library's
+   * encode() makes them. @param {string} word @returns {number[]} */
+  wordPieceIds(word) {
+    const model = this.tokenizer.model;
+    return model([word]).map((token) => model.tokens_to_ids.get(token) ?? model.unk_token_id);
   }
 }
