@@ -7,7 +7,9 @@ the glue alone (building the inputs, building the Decision) and the same stages 
 inside route() calls; route_batch throughput on 1 and 2 threads; import + Router.load
 time and RSS after load in a fresh process. Next to each route() p99 / p50, the same ratio
 for a fixed Python loop as long as route(), interleaved with it: the machine's own jitter.
-Results go to bench/results.json.
+The policy layer's cost (serving.policy.rules): route() at ~128 tokens with no policy and with
+the 20-rule POLICY_20, interleaved (`--policy-only` measures just that). Results go to
+bench/results.json.
 """
 
 from __future__ import annotations
@@ -187,6 +189,117 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     }
 
 
+# The policy of issue 29's cost target: 20 rules of every kind, a privacy rule naming the detectors
+# for personal data the app sends (email, IBAN, card numbers), the rest on metadata, size and
+# precision. The benchmark prompt holds no personal data, so no rule matches it and every rule is
+# checked: the policy's worst case short of a match.
+_PRIVACY_DETECTORS = ["email", "iban", "payment_card"]
+POLICY_20 = {
+    "rules": [
+        {"name": "pii-stays-local", "when": {"detected": _PRIVACY_DETECTORS}, "then": "force", "endpoint": "edge"},
+        {"name": "declared-private", "when": {"metadata": {"privacy": "local"}}, "then": "forbid", "endpoint": "cloud"},
+        {
+            "name": "hipaa",
+            "when": {"metadata": {"tenant_class": ["health", "insurer"]}},
+            "then": "force",
+            "endpoint": "edge",
+        },
+        {"name": "offline", "when": {"metadata": {"network": "offline"}}, "then": "forbid", "endpoint": "cloud"},
+        {"name": "research", "when": {"metadata": {"feature": "research"}}, "then": "force", "endpoint": "cloud"},
+        {
+            "name": "code-review",
+            "when": {"metadata": {"feature": "code_review"}},
+            "then": "prefer",
+            "endpoint": "cloud",
+        },
+        {
+            "name": "autocomplete",
+            "when": {"metadata": {"feature": "autocomplete"}},
+            "then": "force",
+            "endpoint": "edge",
+        },
+        {
+            "name": "free-tier",
+            "when": {"metadata": {"user_tier": "free"}, "min_tokens": 600},
+            "then": "forbid",
+            "endpoint": "cloud",
+        },
+        {"name": "trial-tier", "when": {"metadata": {"user_tier": "trial"}}, "then": "prefer", "endpoint": "edge"},
+        {
+            "name": "enterprise",
+            "when": {"metadata": {"user_tier": "enterprise"}, "precision": "exact"},
+            "then": "prefer",
+            "endpoint": "cloud",
+        },
+        {
+            "name": "eu-data",
+            "when": {"metadata": {"region": ["eu-west", "eu-central"]}, "min_chars": 2000},
+            "then": "prefer",
+            "endpoint": "edge",
+        },
+        {"name": "tiny-prompts", "when": {"max_tokens": 8}, "then": "prefer", "endpoint": "edge"},
+        {"name": "huge-prompts", "when": {"min_tokens": 4000}, "then": "force", "endpoint": "cloud"},
+        {"name": "long-chars", "when": {"min_chars": 20000}, "then": "prefer", "endpoint": "cloud"},
+        {
+            "name": "exact-long",
+            "when": {"precision": "exact", "min_tokens": 700},
+            "then": "prefer",
+            "endpoint": "cloud",
+        },
+        {"name": "tolerant-edge", "when": {"precision": "tolerant"}, "then": "prefer", "endpoint": "edge"},
+        {"name": "batch-jobs", "when": {"metadata": {"mode": "batch"}}, "then": "prefer", "endpoint": "cloud"},
+        {"name": "kiosk", "when": {"metadata": {"device": "kiosk"}}, "then": "forbid", "endpoint": "cloud"},
+        {
+            "name": "staff-debug",
+            "when": {"metadata": {"role": "staff", "debug": "1"}},
+            "then": "force",
+            "endpoint": "cloud",
+        },
+        {"name": "beta-edge", "when": {"metadata": {"cohort": "edge-beta"}}, "then": "prefer", "endpoint": "edge"},
+    ]
+}
+
+
+def policy_figures(bundle: Path, prompt: str, repeat: int) -> dict:
+    """route() p50 on `prompt` without a policy, with POLICY_20, and with POLICY_20 whose privacy
+    rule names all seven detectors or none (the rules' own cost); each detector alone; interleaved, each on its own Router of the same bundle, with
+    metadata that matches no rule (as an app passes it)."""
+    from serving import Router
+    from serving.policy import DETECTORS, PolicySet
+
+    every, none = json.loads(json.dumps(POLICY_20)), json.loads(json.dumps(POLICY_20))
+    every["rules"][0]["when"]["detected"] = list(DETECTORS)
+    none["rules"][0]["when"] = {"metadata": {"contains": "pii"}}  # the rules' own cost, no detector
+    policies = {
+        "policy_20_rules": PolicySet.from_dict(POLICY_20),
+        "policy_20_rules_no_detector": PolicySet.from_dict(none),
+        "policy_20_rules_all_detectors": PolicySet.from_dict(every),
+    }
+    routers = {"no_policy": Router.load(bundle, strict=True)}
+    routers.update({name: Router.load(bundle, strict=True, policy=policy) for name, policy in policies.items()})
+    metadata = {"user_tier": "pro", "feature": "chat"}
+    for name, router in routers.items():
+        assert router.route(prompt, metadata=metadata).rule is None, f"{name}: a rule matched the benchmark prompt"
+    decision = routers["no_policy"].route(prompt)
+    # The layer alone: what route() adds to the model's decision (no rule matches: nothing changes).
+    layer = {
+        f"layer_{name}": (lambda p=policy: p.apply(decision, prompt, metadata)) for name, policy in policies.items()
+    }
+    figures = timings_us(
+        {name: (lambda r=router: r.route(prompt, metadata=metadata)) for name, router in routers.items()} | layer,
+        repeat=repeat,
+    )
+    detectors = timings_us({name: (lambda d=d: d.found_in(prompt)) for name, d in DETECTORS.items()}, repeat=repeat)
+    return {
+        "detector_p50_us": {name: v["p50_us"] for name, v in detectors.items()},
+        "rules": len(POLICY_20["rules"]),
+        "privacy_detectors": _PRIVACY_DETECTORS,
+        "chars": len(prompt),
+        **figures,
+        "added_p50_us": {name: figures[name]["p50_us"] - figures["no_policy"]["p50_us"] for name in policies},
+    }
+
+
 def batch_throughput(bundle: Path, prompts: list[str], *, threads: int, rounds: int = 5) -> dict:
     from serving import Router
 
@@ -320,6 +433,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
         "route": routes,
         "route_batch": [batch_throughput(bundle, batch_prompts, threads=t) for t in (1, 2)],
         "load": load_figures(bundle, repeat=load_runs),
+        "policy": policy_figures(bundle, prompt_of(tokenizer, 128), repeat),
     }
 
 
@@ -413,10 +527,28 @@ def print_report(results: dict) -> None:
             f"paced {o['pause_s'] * 1000:g} ms apart, +{o['added_p50_us_back_to_back']:.0f} us back to back "
             f"({o['records_written']} records written, {o['records_dropped']} dropped)"
         )
+    if results.get("policy"):
+        print_policy(results["policy"], console)
     load = results["load"]
     console.print(
         f"fresh process: import {load['import_s'] * 1000:.0f} ms + Router.load {load['load_s'] * 1000:.0f} ms"
         f" = {load['import_plus_load_s'] * 1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB"
+    )
+
+
+def print_policy(p: dict, console) -> None:
+    added = p["added_p50_us"]
+    console.print(
+        "policy layer alone (PolicySet.apply) p50: "
+        + ", ".join(f"{name} {p['layer_' + name]['p50_us']:.1f} us" for name in added)
+        + "; "
+        f"route() p50 at ~128 tokens ({p['chars']} characters): {p['no_policy']['p50_us']:.0f} us "
+        f"without a policy, {p['policy_20_rules']['p50_us']:.0f} us with {p['rules']} rules "
+        f"(+{added['policy_20_rules']:.1f} us; privacy rule on {', '.join(p['privacy_detectors'])}), "
+        f"{p['policy_20_rules_all_detectors']['p50_us']:.0f} us when it names all seven detectors "
+        f"(+{added['policy_20_rules_all_detectors']:.1f} us), {p['policy_20_rules_no_detector']['p50_us']:.0f} us "
+        f"when it names none (+{added['policy_20_rules_no_detector']:.1f} us); each detector alone on the prompt: "
+        + ", ".join(f"{name} {us:.1f} us" for name, us in p["detector_p50_us"].items())
     )
 
 
@@ -426,8 +558,23 @@ def main(
     repeat: int = 2000,
     batch: int = 2048,
     load_runs: int = 5,
+    policy_only: bool = False,
 ) -> None:
-    """Measure the SDK and write the results JSON."""
+    """Measure the SDK and write the results JSON (--policy-only: the policy layer's cost alone,
+    printed and written to bench/policy.json)."""
+    if policy_only:
+        from rich.console import Console
+
+        from serving import Router
+
+        tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+        figures = policy_figures(bundle, prompt_of(tokenizer, 128), repeat)
+        path = out.with_name("policy.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2))
+        print_policy(figures, Console())
+        print(f"written to {path}")
+        return
     results = run(bundle, repeat=repeat, batch=batch, load_runs=load_runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

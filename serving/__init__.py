@@ -8,7 +8,7 @@ from serving.decision import Decision
 from serving.execute import CloudCallError, Execution, Step
 from serving.router import Router, Update
 from serving.rules import RuleRouter
-from serving.watcher import BundleWatcher
+from serving.watcher import BundleWatcher, PolicyWatcher
 
 __all__ = [
     "BundleError",
@@ -16,6 +16,7 @@ __all__ = [
     "CloudCallError",
     "Decision",
     "Execution",
+    "PolicyWatcher",
     "Router",
     "RuleRouter",
     "Step",

@@ -28,6 +28,10 @@ class Decision:
     reason: short, human readable
     degraded: True when the learned router was unavailable and the rule table decided
     model_version: which model decided ("rule-table" for the rule table)
+    rule: the policy rule that decided (serving.policy.rules: a force, else the first forbid, else
+        a prefer), or None when no rule matched; the reason then starts with it
+    forbidden: the endpoints the policy forbids for this request: execute() never calls them,
+        not as a fallback, an exploration or a shadow run
 
     A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a
     tenth of a short prompt's route()); the router keeps no reference to it.
@@ -46,6 +50,8 @@ class Decision:
     p_cloud: float | None = None
     novelty: float | None = None
     unfamiliar: bool = False
+    rule: str | None = None
+    forbidden: tuple[str, ...] = ()
 
     @classmethod
     def make(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types

@@ -15,6 +15,8 @@ every edge worker busy, or the prompt exceeds the edge context limit. In the
 edge_with_cloud_fallback zone the optional `accept(response)` check is also applied (the
 router is unsure there); pass `verify_edge_zone=True` to check confident edge answers
 too. A cloud failure is raised as CloudCallError with the edge error and the trace attached.
+A decision whose policy forbids the cloud (Decision.forbidden, serving.policy.rules) never
+calls it: where the cloud would serve, FallbackForbidden is raised instead, naming the rule.
 
 Edge workers. With `edge_timeout_s` set, the edge call runs on an EdgePool: a fixed set
 of daemon threads (4 by default, started on first use) shared by every execute() call in
@@ -56,7 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar, Union
 
-from serving.contract import CLOUD, FALLBACK
+from serving.contract import CLOUD, EDGE, FALLBACK
 from serving.decision import Decision
 
 if TYPE_CHECKING:
@@ -273,7 +275,7 @@ class _Attempt:
     def edge_first(self) -> bool:
         """Whether to call the edge. An edge-first prompt over the edge context limit is not
         sent there: the edge step is recorded as skipped, with the reason."""
-        if self.decision.zone == CLOUD:
+        if self.decision.zone == CLOUD or EDGE in self.decision.forbidden:
             return False
         if self.decision.n_tokens > self._edge_context_tokens:
             self.reason = self.code = (
@@ -283,6 +285,23 @@ class _Attempt:
             self.steps.append(Step("edge", "skipped", 0.0, self.reason))
             return False
         return True
+
+    def check_cloud(self) -> None:
+        """Before any cloud call: FallbackForbidden when the policy forbids the cloud for this
+        request (serving.policy.rules), carrying the rule, the edge's failure and the trace."""
+        if CLOUD not in self.decision.forbidden:
+            return
+        from serving.policy.rules import FallbackForbidden
+
+        rule = self.decision.rule or "(unnamed)"
+        raise FallbackForbidden(
+            f"policy '{rule}' forbids the cloud, and the edge did not serve: {self.code or 'not edge first'}",
+            rule=rule,
+            endpoint=CLOUD,
+            edge_error=self.edge_error,
+            steps=self.steps,
+            decision=self.decision,
+        ) from self.edge_error
 
     def edge_failed(self, error: BaseException) -> None:
         """The edge call raised, timed out or found no free worker: the cloud serves."""
@@ -366,6 +385,7 @@ def execute(
         else:
             if attempt.edge_stands(response):
                 return attempt.served(response, "edge")
+    attempt.check_cloud()
     try:
         with _step(attempt.steps, "cloud") as step:
             step.result = response = cloud(prompt)
@@ -404,6 +424,7 @@ async def aexecute(
         else:
             if attempt.edge_stands(response):
                 return attempt.served(response, "edge")
+    attempt.check_cloud()
     try:
         with _step(attempt.steps, "cloud") as step:
             step.result = response = await cloud(prompt)

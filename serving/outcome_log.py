@@ -87,6 +87,8 @@ STRING_FIELDS = {
     "served_by": CODE,
     "side": CODE,
     "fallback_reason": CODE,
+    "rule": CODE,  # a policy rule's name (serving.policy.rules checks its shape)
+    "forbidden[]": CODE,
     "steps[].name": CODE,
     "steps[].status": CODE,
     "features.model_version": CODE,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 from serving.bundle import BundleError, read_bundle
 from serving.decision import Decision
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.manifest import Manifest
     from serving.outcome_log import OutcomeLog
+    from serving.policy.rules import PolicySet
     from serving.routing import RouteStages
     from serving.signing import PinnedKey
     from serving.traffic import Traffic
@@ -62,6 +63,21 @@ class Update:
     model_version: str
 
 
+def _policy(policy: PolicySet | str | Path | None) -> PolicySet | None:
+    """A PolicySet, loaded when given as a path (PolicyFileError for a bad file)."""
+    if policy is None:
+        return None
+    from serving.policy.rules import PolicySet
+
+    if isinstance(policy, PolicySet):
+        return policy
+    if isinstance(policy, (str, Path)):
+        return PolicySet.load(policy)
+    raise TypeError(
+        f"policy must be a serving.policy.PolicySet or a path to a policy file, got {type(policy).__name__}"
+    )
+
+
 def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, public_key: PinnedKey | None) -> Routing:
     """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
     from serving.acceptance import Acceptor
@@ -76,8 +92,22 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, p
     return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
 
 
+def _metadata(metadata: object) -> Mapping[str, str] | None:
+    if metadata is None:
+        return None
+    from serving.policy.rules import check_metadata
+
+    return check_metadata(metadata)
+
+
 class Router:
-    """Routes prompts with a trained bundle. Build it with `Router.load(path)`."""
+    """Routes prompts with a trained bundle. Build it with `Router.load(path)`.
+
+    policy: a serving.policy.PolicySet, or the path of a policy file (docs/policies.md): its rules
+    force, forbid or prefer endpoints for each request before the model's decision stands, and
+    execute() never calls an endpoint they forbid. Replace it while the app runs by assigning
+    `router.policy` (serving.watcher.PolicyWatcher does so when the file changes).
+    """
 
     def __init__(
         self,
@@ -87,6 +117,7 @@ class Router:
         unfamiliar_policy: str | None = None,
         public_key: PinnedKey | None = None,
         traffic: Traffic | None = None,
+        policy: PolicySet | str | Path | None = None,
     ) -> None:
         from serving.traffic import Traffic
 
@@ -97,6 +128,7 @@ class Router:
             "public_key": public_key,
         }
         self._traffic = traffic or Traffic(None)
+        self._policy = _policy(policy)
 
     @classmethod
     def load(
@@ -111,6 +143,7 @@ class Router:
         explore_rate: float = 0.0,
         shadow_rate: float = 0.0,
         seed: int | None = None,
+        policy: PolicySet | str | Path | None = None,
     ) -> "Router":
         """Load and verify a bundle folder (serving.bundle says what is checked).
 
@@ -123,11 +156,14 @@ class Router:
         without that key's signature counts as tampered (serving.signing).
         log: a serving.outcome_log.OutcomeLog; every execute() then appends its outcome record.
         explore_rate, shadow_rate, seed: exploration and shadow runs (serving.traffic); both need a log.
+        policy: a PolicySet or a policy file's path (see Router); a bad file raises PolicyFileError
+        whatever `strict` says: routing private data without its rules is never a fallback.
         """
         from serving.novelty import UNFAMILIAR_POLICIES
         from serving.traffic import Traffic
 
         traffic = Traffic(log, explore_rate=explore_rate, shadow_rate=shadow_rate, seed=seed)
+        policy = _policy(policy)
         if unfamiliar_policy is not None and unfamiliar_policy not in UNFAMILIAR_POLICIES:
             raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(UNFAMILIAR_POLICIES)}")
         options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
@@ -138,7 +174,7 @@ class Router:
                 raise
             logger.warning("routing bundle unavailable, using the rule table: %s", error)
             routing = Routing(None, None, degraded_reason=str(error))
-        return cls(routing, **options, traffic=traffic)
+        return cls(routing, **options, traffic=traffic, policy=policy)
 
     def update(self, path: str | Path, *, force: bool = False) -> Update:
         """Switch to the bundle at `path` once it is fully verified, loaded and has routed a
@@ -203,15 +239,49 @@ class Router:
         bundle has none (trained without edge answers, older, or the router is degraded)."""
         return self._routing.acceptor
 
-    def route(self, prompt: str, *, precision: str | None = None) -> Decision:
-        """Where one prompt should run; see Decision."""
-        check_prompt(prompt)
-        return self._routing.decisions([prompt], [check_precision(precision)])[0]
+    @property
+    def policy(self) -> PolicySet | None:
+        """The policy applied to every decision, or None."""
+        return self._policy
 
-    def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]:
-        """Decisions for many prompts, scored in one onnxruntime call per model."""
+    @policy.setter
+    def policy(self, policy: PolicySet | None) -> None:
+        """Replace the policy: one reference, so each decision follows wholly the old or the new one."""
+        from serving.policy.rules import PolicySet
+
+        if policy is not None and not isinstance(policy, PolicySet):
+            raise TypeError(f"policy must be a serving.policy.PolicySet or None, got {type(policy).__name__}")
+        self._policy = policy
+
+    def route(
+        self, prompt: str, *, precision: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> Decision:
+        """Where one prompt should run; see Decision. metadata: the request's metadata the policy's
+        rules read (feature, user tier, declared privacy, ...), str to str. NoFeasibleEndpoint
+        (serving.policy) when the policy forbids every endpoint."""
+        check_prompt(prompt)
+        policy, metadata = self._policy, _metadata(metadata)
+        decision = self._routing.decisions([prompt], [check_precision(precision)])[0]
+        return decision if policy is None else policy.apply(decision, prompt, metadata)
+
+    def route_batch(
+        self,
+        prompts: Sequence[str],
+        precisions: Sequence[str | None] | None = None,
+        metadata: Sequence[Mapping[str, str] | None] | None = None,
+    ) -> list[Decision]:
+        """Decisions for many prompts, scored in one onnxruntime call per model; `metadata`: one
+        mapping (or None) per prompt. NoFeasibleEndpoint for the first prompt the policy forbids
+        every endpoint."""
         prompts, precisions = check_batch(prompts, precisions)
-        return self._routing.decisions(prompts, precisions) if prompts else []
+        policy = self._policy
+        if metadata is not None and len(metadata) != len(prompts):
+            raise ValueError(f"{len(metadata)} metadata for {len(prompts)} prompts")
+        metadatas = [_metadata(m) for m in metadata] if metadata is not None else [None] * len(prompts)
+        decisions = self._routing.decisions(prompts, precisions) if prompts else []
+        if policy is None:
+            return decisions
+        return [policy.apply(d, p, m) for d, p, m in zip(decisions, prompts, metadatas)]
 
     @property
     def log(self) -> OutcomeLog | None:
@@ -243,6 +313,7 @@ class Router:
         verify_edge_zone: bool = False,
         edge_pool: EdgePool | None = None,
         request_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Execution:
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
         `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
@@ -258,10 +329,14 @@ class Router:
 
         With an outcome log (Router.load(log=...)), the request is recorded, explored and
         shadowed as serving.traffic says; `request_id` (default: a new one, returned as
-        `Execution.request_id`) is what router.feedback() takes."""
+        `Execution.request_id`) is what router.feedback() takes.
+
+        metadata: as route() takes it, for the policy. An endpoint the policy forbids is never
+        called: when the edge does not serve and the cloud is forbidden, FallbackForbidden
+        (serving.policy) names the rule; when every endpoint is forbidden, NoFeasibleEndpoint."""
         from serving.execute import execute
 
-        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
+        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
         options: _ExecuteOptions = {
             "edge_context_tokens": routing.edge_context_tokens,
             "edge_timeout_s": edge_timeout_s,
@@ -299,15 +374,16 @@ class Router:
         verify_edge_zone: bool = False,
         request_id: str | None = None,
         shadow: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> Execution:
         """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt (text
         or request object, as execute() takes it; serving.execute.aexecute: an overrunning edge
         call is cancelled). The same decision, accept check, outcome record, exploration and
         shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
-        values, such as streams)."""
+        values, such as streams), and the same policy (`metadata`)."""
         from serving.execute import aexecute
 
-        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept)
+        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
         options: _AttemptOptions = {
             "edge_context_tokens": routing.edge_context_tokens,
             "edge_timeout_s": edge_timeout_s,
@@ -341,6 +417,7 @@ class Router:
         cloud: object,
         precision: str | None,
         accept: AcceptCheck | Literal["learned"] | None,
+        metadata: Mapping[str, str] | None,
     ) -> tuple[Routing, str, Decision, AcceptCheck | None]:
         """(the bundle serving this request, the text it routes, its decision, the accept check):
         all from one Routing, so an update() meanwhile changes none of them."""
@@ -350,7 +427,9 @@ class Router:
             raise TypeError("edge and cloud must be callables taking the prompt (or request)")
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
-        routing = self._routing
-        precision, text = check_precision(precision), prompt_text(prompt)
+        routing, policy = self._routing, self._policy
+        precision, text, metadata = check_precision(precision), prompt_text(prompt), _metadata(metadata)
         decision = routing.decisions([text], [precision])[0]
+        if policy is not None:
+            decision = policy.apply(decision, text, metadata)
         return routing, text, decision, routing.learned_accept(text) if accept == "learned" else accept

@@ -6,8 +6,8 @@ the router did not choose first: an edge-first request to the cloud, a cloud-fir
 the edge with the cloud as fallback (prompts over the edge context limit are never
 explored). Each record carries the probability with which the logging policy chose the
 side it ran first (`propensity`: 1 - explore_rate, or explore_rate when explored, 1 when
-exploration was impossible), which training's inverse-propensity weights and the
-off-policy estimators need: both sides must have a non-zero probability for a learned
+exploration was impossible, as for a request whose policy forbids an endpoint), which
+training's inverse-propensity weights and the off-policy estimators need: both sides must have a non-zero probability for a learned
 router to be judged on what it would do differently. 0.05-0.1 is a reasonable start: it
 costs at most that share of requests a less suitable first model.
 
@@ -15,6 +15,7 @@ Shadow runs (`shadow_rate`, default 0): on that share of requests, after the ans
 served, the side that did not answer runs too, on a background thread (at most
 `max_shadows` at once; when busy the shadow run is skipped), and its answer is logged
 (`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
+An endpoint the policy forbids for a request (Decision.forbidden) is neither explored nor shadowed.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class Traffic:
 
     def explore(self, decision: Decision, edge_context_tokens: int) -> tuple[Decision, bool, float]:
         """(the decision to carry out, whether it was explored, its propensity)."""
-        possible = self.explore_rate > 0 and decision.n_tokens <= edge_context_tokens
+        # Never into an endpoint the policy forbids: such a request has one way to run.
+        possible = self.explore_rate > 0 and decision.n_tokens <= edge_context_tokens and not decision.forbidden
         if not possible:
             return decision, False, 1.0
         if self._random.random() >= self.explore_rate:
@@ -177,8 +179,8 @@ class Traffic:
             return False
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
         side = CLOUD if execution.served_by == EDGE else EDGE
-        if side in ran:
-            return False  # both already ran (a fallback): nothing to shadow
+        if side in ran or side in execution.decision.forbidden:
+            return False  # both already ran (a fallback), or the policy forbids the other side
         if not self._shadows.acquire(blocking=False):
             self.shadows_skipped += 1
             return False
@@ -321,6 +323,8 @@ class Request:
             "p_edge": decision.p_edge,
             "p_cloud": decision.p_cloud,
             "novelty": decision.novelty,
+            "rule": decision.rule,  # the policy rule's name; never what a detector found
+            "forbidden": list(decision.forbidden),
             "explored": self.explored,
             "propensity": self.propensity,
             "served_by": served_by,

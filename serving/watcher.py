@@ -10,6 +10,9 @@ first; a refused bundle is reported once, then ignored until it changes again).
   credentials kept to its origin), Router.update verifies and
   loads it from there, and the folder is removed: a loaded bundle is held in memory, nothing is
   read from disk after it was checked. A download that fails is retried at the next poll.
+- PolicyWatcher(router, path): a policy file (serving.policy.rules). When its bytes change, the
+  new file is loaded and checked whole, then becomes `router.policy` in one assignment; a file
+  that fails its checks (or cannot be read) leaves the current policy in place, logged with why.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import logging
 import shutil
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -44,7 +48,7 @@ class _Poller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def check_now(self) -> Update | None:  # pragma: no cover - each watcher defines it
+    def check_now(self) -> object:  # pragma: no cover - each watcher defines it
         raise NotImplementedError
 
     def _run(self) -> None:
@@ -155,3 +159,71 @@ class BundleURLWatcher(_Poller):
             shutil.rmtree(folder, ignore_errors=True)
         self._seen = digest
         return self.last_update
+
+
+@dataclass(frozen=True)
+class PolicyReload:
+    """What one PolicyWatcher check did: `reloaded` or not, and why; `version`: the policy in force."""
+
+    reloaded: bool
+    reason: str
+    version: str | None
+
+
+class PolicyWatcher(_Poller):
+    """`PolicyWatcher(router, "policy.json").start()` reloads the policy file when it changes;
+    `stop()` ends the polling thread. Write the file atomically (beside, then rename), or a
+    half-written file may be read: it fails its checks and is retried when it changes again."""
+
+    name = "policy-watcher"
+
+    def __init__(self, router: Router, path: str | Path, *, interval_s: float = 5.0) -> None:
+        from serving.policy.rules import MAX_POLICY_BYTES
+
+        super().__init__(interval_s)
+        self.router, self.path, self._max_bytes = router, Path(path), MAX_POLICY_BYTES
+        self.last_reload: PolicyReload | None = None
+        current = router.policy
+        self._seen: str | None = current.version if current is not None and current.source == str(self.path) else None
+
+    def check_now(self) -> PolicyReload | None:
+        """Reload the file if its bytes changed since the last check; returns the PolicyReload or None."""
+        import hashlib
+
+        from serving.policy.rules import PolicyFileError, PolicySet
+
+        try:
+            with self.path.open("rb") as file:
+                raw = file.read(self._max_bytes + 1)
+        except OSError as exc:
+            return self._kept(f"cannot read {self.path}: {exc.strerror or exc}", None)
+        digest = hashlib.sha256(raw).hexdigest()[:12]
+        if digest == self._seen:
+            return None
+        self._seen = digest
+        try:
+            if len(raw) > self._max_bytes:
+                raise PolicyFileError(f"policy file {self.path}: over {self._max_bytes:,} bytes")
+            policy = PolicySet.parse(raw, source=str(self.path), endpoints=self._endpoints())
+        except PolicyFileError as exc:
+            return self._kept(str(exc), digest)
+        self.router.policy = policy
+        log.info("policy reloaded from %s: version %s, %d rules", self.path, policy.version, len(policy.rules))
+        self.last_reload = PolicyReload(True, f"now version {policy.version} from {self.path}", policy.version)
+        return self.last_reload
+
+    def _endpoints(self) -> tuple[str, ...]:
+        from serving.policy.rules import ENDPOINTS
+
+        current = self.router.policy
+        return current.endpoints if current is not None else ENDPOINTS
+
+    def _kept(self, why: str, digest: str | None) -> PolicyReload | None:
+        """The current policy stays; said once per state of the file."""
+        if self.last_reload is not None and not self.last_reload.reloaded and self.last_reload.reason.endswith(why):
+            return None
+        current = self.router.policy
+        version = current.version if current is not None else None
+        log.warning("policy not reloaded, keeping version %s: %s", version, why)
+        self.last_reload = PolicyReload(False, f"kept version {version}: {why}", version)
+        return self.last_reload

@@ -35,7 +35,7 @@ import functools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from serving.chat.conversation import conversation_prompt
 from serving.chat.endpoint import Endpoint
@@ -102,6 +102,7 @@ class RoutedChat:
         precision: str | None = None,
         stream: bool = False,
         accept: object = _ROUTER_DEFAULT,
+        metadata: Mapping[str, str] | None = None,
         **params: Any,
     ) -> Completion | ChatStream:
         """The answer to a conversation, from the edge or the cloud (see the module doc).
@@ -111,6 +112,9 @@ class RoutedChat:
         accept: the check of an edge answer in the fallback zone, given the assistant text: a
             callable returning a bool, or "learned" for the bundle's acceptance check (as
             Router.execute takes it); default Router.execute's.
+        metadata: the request's metadata for the router's policy (str to str; Router.route), never
+            sent to an endpoint. An endpoint the policy forbids is never called, a fallback
+            included: serving.policy.FallbackForbidden or NoFeasibleEndpoint instead.
         params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
             sent to whichever endpoint serves. `model` is set per Endpoint.
         Bad messages, or a NaN or infinite number anywhere in the request (JSON has none), are a
@@ -119,13 +123,13 @@ class RoutedChat:
         request = ChatRequest.build(messages, params, self.to_prompt)
         loop = self._sync_loop()
         if stream:
-            return ChatStream(loop.run(self._open_stream(request, precision, accept)), loop)
+            return ChatStream(loop.run(self._open_stream(request, precision, accept, metadata)), loop)
         started = time.perf_counter()
         execution = self.router.execute(
             request,
             functools.partial(loop.call, self._edge.acomplete),
             functools.partial(loop.call, self._cloud.acomplete),
-            **self._options(precision, accept),
+            **self._options(precision, accept, metadata),
         )
         return self._completed(execution, started)
 
@@ -136,21 +140,24 @@ class RoutedChat:
         precision: str | None = None,
         stream: bool = False,
         accept: object = _ROUTER_DEFAULT,
+        metadata: Mapping[str, str] | None = None,
         **params: Any,
     ) -> Completion | AsyncChatStream:
         """create() for asyncio (Router.aexecute): the same rules, results and outcome record; a
-        stream is an AsyncChatStream. `accept` as create() takes it; it runs in the event loop,
+        stream is an AsyncChatStream. `accept` and `metadata` as create() takes them; accept runs in the event loop,
         so keep it quick."""
         request = ChatRequest.build(messages, params, self.to_prompt)
         if stream:
-            return await self._open_stream(request, precision, accept)
+            return await self._open_stream(request, precision, accept, metadata)
         started = time.perf_counter()
         execution = await self.router.aexecute(
-            request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept)
+            request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept, metadata)
         )
         return self._completed(execution, started)
 
-    async def _open_stream(self, request: ChatRequest, precision: str | None, accept: object) -> AsyncChatStream:
+    async def _open_stream(
+        self, request: ChatRequest, precision: str | None, accept: object, metadata: Mapping[str, str] | None
+    ) -> AsyncChatStream:
         if accept is not _ROUTER_DEFAULT and accept is not None:
             raise ValueError(
                 "accept does not apply to streams: an answer can only be judged once it is complete, "
@@ -159,16 +166,21 @@ class RoutedChat:
         started = time.perf_counter()
         # No shadow run: the other side would open a stream that nobody reads.
         execution = await self.router.aexecute(
-            request, self._edge.open_stream, self._cloud.open_stream, precision=precision, shadow=False
+            request,
+            self._edge.open_stream,
+            self._cloud.open_stream,
+            precision=precision,
+            shadow=False,
+            metadata=metadata,
         )
         upstream = self._upstream(execution.served_by)
         return AsyncChatStream(
             execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model), started, self._report
         )
 
-    def _options(self, precision: str | None, accept: object) -> dict[str, Any]:
+    def _options(self, precision: str | None, accept: object, metadata: Mapping[str, str] | None) -> dict[str, Any]:
         """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed request."""
-        options = {"precision": precision, "verify_edge_zone": self.verify_edge_zone}
+        options = {"precision": precision, "verify_edge_zone": self.verify_edge_zone, "metadata": metadata}
         return options if accept is _ROUTER_DEFAULT else {**options, "accept": accept}
 
     # Results.

@@ -1,6 +1,38 @@
-"""The policy layer's building blocks that run before the model. So far: content detectors
-(`detectors.py`: personal data, national ids, credentials), local and linear in the prompt's length."""
+"""The policy layer: what runs before the model and the model must not override (docs/policies.md).
+
+- `detectors.py`: content detectors (personal data, national ids, credentials), local and linear
+  in the prompt's length.
+- `rules.py`: declarative policy files of ordered rules that force, forbid or prefer endpoints by
+  request metadata, detected content, prompt size and declared precision; the Router applies
+  them (`Router.load(bundle, policy="policy.json")`), and serving.watcher.PolicyWatcher reloads them.
+"""
 
 from serving.policy.detectors import DETECTORS, Detector, Finding, any_detected, detect
+from serving.policy.rules import (
+    ENDPOINTS,
+    FallbackForbidden,
+    NoFeasibleEndpoint,
+    PolicyError,
+    PolicyFileError,
+    PolicySet,
+    Rule,
+    Verdict,
+    check_metadata,
+)
 
-__all__ = ["DETECTORS", "Detector", "Finding", "any_detected", "detect"]
+__all__ = [
+    "DETECTORS",
+    "ENDPOINTS",
+    "Detector",
+    "FallbackForbidden",
+    "Finding",
+    "NoFeasibleEndpoint",
+    "PolicyError",
+    "PolicyFileError",
+    "PolicySet",
+    "Rule",
+    "Verdict",
+    "any_detected",
+    "check_metadata",
+    "detect",
+]

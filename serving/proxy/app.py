@@ -6,8 +6,9 @@
     GET  /metrics               Prometheus text (serving.proxy.metrics)
 
 Each answer says how it was served in headers: x-router-served-by (edge | cloud), x-router-zone,
-x-router-model (the upstream model), x-router-model-version (the bundle), and x-router-fallback
-(the reason's short name) when the cloud answered an edge-first request. A stream also ends with
+x-router-model (the upstream model), x-router-model-version (the bundle), x-router-fallback
+(the reason's short name) when the cloud answered an edge-first request, and x-router-rule (the
+policy rule that decided, serving.policy.rules) when one did. A stream also ends with
 an SSE comment line `: routing {...}` (clients ignore comments) holding the whole RoutingInfo,
 timings and cost included, before `data: [DONE]`.
 
@@ -24,6 +25,13 @@ object with no NaN or Infinity (400). Errors use OpenAI's format, {"error": {"me
 when the cloud fails too, 502 (504 for a timeout), or the cloud's own 400/404/413/422/429 when it
 refused the request itself. Error messages and the routing comment name the endpoints and
 models, never a URL, and hold no key or token (redacted where an upstream's text enters them).
+
+Policy (`--policy FILE`): a request passes its metadata for the rules in the body's `metadata`
+object, string to string (`{"metadata": {"user_tier": "free"}}`; 400 otherwise); the proxy
+consumes it and never forwards it upstream. A request the policy leaves no endpoint for gets
+403 (code `no_feasible_endpoint`); one whose allowed endpoint failed while the policy forbids the
+fallback gets 502 (504 for a timeout) with code `fallback_forbidden`, and x-router-rule names the
+rule: the forbidden endpoint is never called.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_ki
 from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.execute import CloudCallError
+from serving.policy.rules import FallbackForbidden, NoFeasibleEndpoint, check_metadata
 from serving.proxy.config import ProxyConfig
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.security import BearerAuth, error_body
@@ -137,13 +146,25 @@ class _Handlers:
 
     async def _answer(self, body: JSONObject, request: Request) -> Completion | AsyncChatStream:
         """The Completion, or the AsyncChatStream when the request streams; RequestError for anything to refuse."""
-        messages, stream, precision, params = self._parse(body, request)
+        messages, stream, precision, metadata, params = self._parse(body, request)
         try:
-            return await self.chat.acreate(messages, precision=precision, stream=stream, **params)
+            return await self.chat.acreate(messages, precision=precision, stream=stream, metadata=metadata, **params)
         except ValueError as exc:  # the messages or the precision
             raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
         except CloudCallError as exc:
             raise self._cloud_failed(exc) from None
+        except NoFeasibleEndpoint as exc:
+            log.warning("request refused by policy: %s", exc)
+            raise RequestError(
+                403,
+                str(exc),
+                "invalid_request_error",
+                code="no_feasible_endpoint",
+                reason="policy_no_endpoint",
+                headers={"x-router-rule": _header_text(exc.rules[0])},
+            ) from None
+        except FallbackForbidden as exc:
+            raise self._fallback_forbidden(exc) from None
 
     def _release(self) -> None:
         self.slots.release()
@@ -247,9 +268,9 @@ class _Handlers:
             raise _bad_request("the request body must be a JSON object")
         return body
 
-    def _parse(self, body: JSONObject, request: Request) -> tuple[Any, bool, Any, JSONObject]:
-        """(messages, stream, precision, the other parameters) of a chat-completions request. The
-        messages and the precision are as the client sent them (Any: the chat client checks them)."""
+    def _parse(self, body: JSONObject, request: Request) -> tuple[Any, bool, Any, Any, JSONObject]:
+        """(messages, stream, precision, metadata, the other parameters) of a chat-completions request.
+        The messages and the precision are as the client sent them (Any: the chat client checks them)."""
         model = body.pop("model", None)
         if model is not None and model != self.config.served_model:
             raise RequestError(
@@ -263,9 +284,29 @@ class _Handlers:
         if not isinstance(stream, bool):
             raise RequestError(400, "stream must be true or false", "invalid_request_error", reason="bad_request")
         precision = body.pop("precision", None) or request.headers.get("x-router-precision") or None
+        metadata = body.pop("metadata", None)  # the policy's input: never forwarded upstream
+        try:
+            check_metadata(metadata)
+        except TypeError as exc:
+            raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
         if "messages" not in body:
             raise RequestError(400, "messages is required", "invalid_request_error", reason="bad_request")
-        return body.pop("messages"), stream, precision, body
+        return body.pop("messages"), stream, precision, metadata, body
+
+    def _fallback_forbidden(self, exc: FallbackForbidden) -> RequestError:
+        """The error answer when the allowed endpoint failed and the policy forbids the fallback."""
+        message = redact(str(exc), self.config.secrets)
+        error = RequestError(
+            504 if isinstance(exc.edge_error, TimeoutError) else 502,
+            message,
+            "upstream_error",
+            code="fallback_forbidden",
+            reason="policy_fallback_forbidden",
+            headers={"x-router-rule": _header_text(exc.rule)},
+        )
+        error.zone, error.steps = exc.decision.zone, exc.steps
+        log.warning("request failed, fallback forbidden by policy: %s", message)
+        return error
 
     def _cloud_failed(self, exc: CloudCallError) -> RequestError:
         """The error answer when the cloud failed too (see the module doc for the statuses)."""
@@ -334,6 +375,8 @@ def routing_headers(routing: RoutingInfo) -> dict[str, str]:
     }
     if routing.fallback_kind is not None:
         headers["x-router-fallback"] = routing.fallback_kind
+    if routing.decision.rule is not None:
+        headers["x-router-rule"] = _header_text(routing.decision.rule)
     return headers
 
 

@@ -80,6 +80,8 @@ class ProxyConfig:
     watch: str | None = None
     watch_interval_s: float = 60.0
     access_log: bool = True
+    policy: str | None = None  # a policy file (serving.policy.rules), reloaded when it changes
+    policy_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
@@ -161,6 +163,8 @@ class ProxyConfig:
             watch=args.watch,
             watch_interval_s=args.watch_interval_s,
             access_log=args.access_log,
+            policy=args.policy,
+            policy_interval_s=args.policy_interval_s,
         )
 
 
@@ -287,3 +291,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="poll a folder or an http(s) URL for new bundles and switch to them (verified)",
     )
     bundle.add_argument("--watch-interval-s", type=float, default=60.0, metavar="S", help="(default 60)")
+    bundle.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy rules (JSON, or YAML with the yaml extra; docs/policies.md), reloaded when the file changes; "
+        "requests pass their metadata in the body's `metadata` object",
+    )
+    bundle.add_argument("--policy-interval-s", type=float, default=5.0, metavar="S", help="(default 5)")

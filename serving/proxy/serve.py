@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from serving.json_types import JSONObject
     from serving.router import Router
-    from serving.watcher import BundleURLWatcher, BundleWatcher
+    from serving.watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
 
 log = logging.getLogger("serving.proxy")
 
@@ -68,6 +68,15 @@ def watcher_for(router: Router, config: ProxyConfig) -> BundleWatcher | BundleUR
     return BundleWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
 
 
+def policy_watcher_for(router: Router, config: ProxyConfig) -> PolicyWatcher | None:
+    """A started watcher of the --policy file, or None."""
+    if not config.policy:
+        return None
+    from serving.watcher import PolicyWatcher
+
+    return PolicyWatcher(router, config.policy, interval_s=config.policy_interval_s).start()
+
+
 @contextlib.contextmanager
 def _quiet_exit_signals() -> Iterator[None]:
     """SIGTERM and SIGINT while serving mean a clean shutdown and exit code 0. uvicorn shuts down on
@@ -91,6 +100,7 @@ def serve(config: ProxyConfig) -> int:
 
     from serving.bundle import BundleError
     from serving.chat.client import RoutedChat
+    from serving.policy.rules import PolicyFileError
     from serving.proxy.app import build_app
     from serving.proxy.protocol import with_deadlines
     from serving.proxy.security import RedactingFilter
@@ -102,13 +112,13 @@ def serve(config: ProxyConfig) -> int:
     redacting.install()
     try:
         sock = bind(config.host, config.port)
-        router = Router.load(config.bundle, strict=config.strict, public_key=config.public_key)
-    except (OSError, BundleError) as exc:
+        router = Router.load(config.bundle, strict=config.strict, public_key=config.public_key, policy=config.policy)
+    except (OSError, BundleError, PolicyFileError) as exc:
         log.error("cannot start: %s", exc)
         return 1
     chat = RoutedChat(router, edge=config.edge.endpoint(), cloud=config.cloud.endpoint())
-    watcher = watcher_for(router, config)
-    app = build_app(chat, config, on_shutdown=[watcher.stop] if watcher else [])
+    watchers = [w for w in (watcher_for(router, config), policy_watcher_for(router, config)) if w is not None]
+    app = build_app(chat, config, on_shutdown=[w.stop for w in watchers])
     host, port = sock.getsockname()[:2]
     protocol = with_deadlines(
         config.header_timeout_s,

@@ -1,0 +1,459 @@
+"""Policy rules: a declarative file of ordered rules that force, forbid or prefer endpoints for a
+request, applied by the Router to every decision; the model cannot override them (docs/policies.md).
+
+    {"rules": [
+      {"name": "pii-stays-local", "when": {"detected": ["email", "iban"]}, "then": "force", "endpoint": "edge"},
+      {"name": "free-tier-edge", "when": {"metadata": {"user_tier": "free"}}, "then": "forbid", "endpoint": "cloud"},
+      {"name": "long-to-cloud", "when": {"min_tokens": 900}, "then": "prefer", "endpoint": "cloud"}
+    ]}
+
+A rule matches when every condition of its `when` holds (an empty `when` always matches):
+`metadata` (the app's request metadata: each key's value equals the rule's, or is one of its
+list), `detected` (any of the named content detectors finds something in the prompt),
+`min_tokens` / `max_tokens` / `min_chars` / `max_chars` (inclusive bounds on the prompt's size),
+`precision` (the declared precision, or a list of them; null for none declared).
+
+How the matching rules combine: every matching `forbid` removes its endpoint; the first matching
+`force` allows its endpoint only (a force of an endpoint a matching forbid removed leaves nothing:
+NoFeasibleEndpoint); without a force, the first matching `prefer` whose endpoint is still allowed
+runs that endpoint first. When no endpoint is left, NoFeasibleEndpoint: never a silent fallback.
+
+Endpoint names are data (`endpoints=`); today's router has two, "edge" and "cloud" (ENDPOINTS).
+Everything is checked and compiled when the file is loaded, so applying a policy costs a few
+dictionary look-ups per rule, and only the detectors rules name run, each at most once a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, first_target
+from serving.policy.detectors import DETECTORS
+
+if TYPE_CHECKING:
+    from serving.decision import Decision
+    from serving.policy.detectors import Detector
+
+ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
+ACTIONS = ("force", "forbid", "prefer")
+RULE_KEYS = ("name", "when", "then", "endpoint", "description")
+WHEN_KEYS = ("metadata", "detected", "min_tokens", "max_tokens", "min_chars", "max_chars", "precision")
+FILE_KEYS = ("rules", "description")
+MAX_POLICY_BYTES = 1 << 20
+# A rule name is written to logs, reasons and response headers as is: a short code, no spaces.
+NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_SIZE_KEYS = ("min_tokens", "max_tokens", "min_chars", "max_chars")
+
+
+class PolicyFileError(ValueError):
+    """A policy file (or dict) that cannot be used; the message names the file, the rule (its
+    index in `rules` and its name) and the key."""
+
+
+class PolicyError(RuntimeError):
+    """A request the policy leaves no way to serve. `rules`: the names of the rules involved."""
+
+    def __init__(self, message: str, *, rules: Sequence[str]) -> None:
+        super().__init__(message)
+        self.rules = tuple(rules)
+
+
+class NoFeasibleEndpoint(PolicyError):
+    """route(): the matching rules forbid every endpoint. Nothing was called."""
+
+
+class FallbackForbidden(PolicyError):
+    """execute(): the allowed endpoint did not serve (it failed, timed out, was busy or rejected,
+    or the prompt exceeds its context) and the policy forbids the fallback. `rule` forbade
+    `endpoint`; `edge_error`, `steps` and `decision` as on CloudCallError. The forbidden endpoint
+    was never called."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rule: str,
+        endpoint: str,
+        edge_error: BaseException | None,
+        steps: list[Any],  # serving.execute's Steps (not imported: execute imports this module)
+        decision: Decision,
+    ) -> None:
+        super().__init__(message, rules=[rule])
+        self.rule, self.endpoint = rule, endpoint
+        self.edge_error, self.steps, self.decision = edge_error, steps, decision
+
+
+def check_metadata(metadata: object) -> Mapping[str, str] | None:
+    """The app's request metadata as given: None, or a mapping of str to str; TypeError otherwise."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(
+                f"metadata must be a dict of str to str: {key!r} -> {type(value).__name__}"
+                if isinstance(key, str)
+                else f"metadata keys must be str, got {type(key).__name__}"
+            )
+    return metadata
+
+
+class _Request:
+    """What the rules look at for one request; each detector runs at most once."""
+
+    __slots__ = ("text", "n_tokens", "precision", "metadata", "found")
+
+    def __init__(self, text: str, n_tokens: int, precision: str | None, metadata: Mapping[str, str] | None) -> None:
+        self.text, self.n_tokens, self.precision = text, n_tokens, precision
+        self.metadata: Mapping[str, str] = metadata or {}
+        self.found: dict[str, bool] = {}
+
+    def detected(self, detectors: tuple[Detector, ...]) -> bool:
+        for detector in detectors:
+            found = self.found.get(detector.name)
+            if found is None:
+                found = self.found[detector.name] = detector.found_in(self.text)
+            if found:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One checked rule. Conditions left out are None (or empty) and always hold."""
+
+    index: int
+    name: str
+    action: str  # "force" | "forbid" | "prefer"
+    endpoint: str
+    metadata: tuple[tuple[str, frozenset[str]], ...] = ()
+    precision: frozenset[str | None] | None = None
+    min_tokens: int | None = None
+    max_tokens: int | None = None
+    min_chars: int | None = None
+    max_chars: int | None = None
+    detectors: tuple[Detector, ...] = ()
+    description: str = ""
+
+    def matches(self, request: _Request) -> bool:
+        """Whether every condition holds: the cheap ones first, the detectors last."""
+        for key, values in self.metadata:
+            if request.metadata.get(key) not in values:
+                return False
+        if self.precision is not None and request.precision not in self.precision:
+            return False
+        if self.min_tokens is not None and request.n_tokens < self.min_tokens:
+            return False
+        if self.max_tokens is not None and request.n_tokens > self.max_tokens:
+            return False
+        if self.min_chars is not None and len(request.text) < self.min_chars:
+            return False
+        if self.max_chars is not None and len(request.text) > self.max_chars:
+            return False
+        return not self.detectors or request.detected(self.detectors)
+
+
+@dataclass
+class Verdict:
+    """What the matching rules say of one request: the endpoints allowed, in the policy's order, and
+    the rules that decided (the force, the first forbid of each removed endpoint, the prefer)."""
+
+    allowed: tuple[str, ...]
+    forced: Rule | None = None
+    forbidden_by: dict[str, Rule] | None = None
+    preferred: Rule | None = None
+
+    @property
+    def rule(self) -> Rule | None:
+        """The rule that decided most: a force, else the first forbid, else a prefer."""
+        if self.forced is not None:
+            return self.forced
+        if self.forbidden_by:
+            return min(self.forbidden_by.values(), key=lambda rule: rule.index)
+        return self.preferred
+
+
+class PolicySet:
+    """An ordered, checked set of rules for the endpoints `endpoints` (see the module doc).
+    Build it with PolicySet.load(path) or PolicySet.from_dict(data)."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        *,
+        endpoints: Sequence[str] = ENDPOINTS,
+        source: str = "<policy>",
+        version: str = "",
+    ) -> None:
+        self.rules = tuple(rules)
+        self.endpoints = tuple(endpoints)
+        self.source, self.version = source, version
+        # (rule, its first metadata key, that key's values): most rules of a real policy fail on
+        # their first metadata condition, tested inline before the rule's own `matches`.
+        self._hard = tuple(_screened(rule) for rule in self.rules if rule.action != "prefer")
+        self._soft = tuple(_screened(rule) for rule in self.rules if rule.action == "prefer")
+        self.detectors = tuple(dict.fromkeys(d.name for rule in self.rules for d in rule.detectors))
+
+    def __repr__(self) -> str:
+        return f"PolicySet({len(self.rules)} rules from {self.source}, version {self.version})"
+
+    # Loading.
+    @classmethod
+    def load(cls, path: str | Path, *, endpoints: Sequence[str] = ENDPOINTS) -> "PolicySet":
+        """The policy file at `path`: JSON (.json), or YAML (.yaml / .yml) when PyYAML is installed
+        (the `yaml` extra). PolicyFileError for anything wrong, naming the rule and the key."""
+        path = Path(path)
+        try:
+            with path.open("rb") as file:
+                raw = file.read(MAX_POLICY_BYTES + 1)
+        except OSError as exc:
+            raise PolicyFileError(f"cannot read policy file {path}: {exc.strerror or exc}") from None
+        if len(raw) > MAX_POLICY_BYTES:
+            raise PolicyFileError(f"policy file {path}: over {MAX_POLICY_BYTES:,} bytes")
+        return cls.parse(raw, source=str(path), endpoints=endpoints)
+
+    @classmethod
+    def parse(cls, raw: bytes, *, source: str, endpoints: Sequence[str] = ENDPOINTS) -> "PolicySet":
+        """A policy from a file's bytes; `source` names it in errors, and its suffix says the format."""
+        data: Any  # the decoded document: checked by from_dict
+        if source.endswith((".yaml", ".yml")):
+            try:  # by name: PyYAML is an extra, and ships no type information
+                yaml = importlib.import_module("yaml")
+            except ImportError:
+                raise PolicyFileError(
+                    f"policy file {source}: reading YAML needs PyYAML, the `yaml` extra "
+                    "(pip install 'edge-cloud-router[yaml]'); or write the policy as JSON"
+                ) from None
+            try:
+                data = yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise PolicyFileError(f"policy file {source} is not valid YAML: {exc}") from None
+        elif source.endswith(".json"):
+            try:
+                data = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise PolicyFileError(f"policy file {source} is not valid JSON: {exc}") from None
+        else:
+            raise PolicyFileError(f"policy file {source}: name it .json (or .yaml / .yml with PyYAML)")
+        version = hashlib.sha256(raw).hexdigest()[:12]
+        return cls.from_dict(data, source=source, endpoints=endpoints, version=version)
+
+    @classmethod
+    def from_dict(
+        cls, data: object, *, source: str = "<policy>", endpoints: Sequence[str] = ENDPOINTS, version: str = ""
+    ) -> "PolicySet":
+        """A policy from its decoded document `{"rules": [...]}`; PolicyFileError naming what is wrong."""
+        endpoints = tuple(endpoints)
+        if not isinstance(data, dict):
+            raise PolicyFileError(f'{source}: a policy is an object {{"rules": [...]}}, got {_kind(data)}')
+        for key in data:
+            if key not in FILE_KEYS:
+                raise PolicyFileError(f"{source}: unknown key {key!r}; a policy has {', '.join(FILE_KEYS)}")
+        rules = data.get("rules")
+        if not isinstance(rules, list):
+            raise PolicyFileError(f"{source}: key 'rules' must be a list of rules, got {_kind(rules)}")
+        checked: list[Rule] = []
+        names: dict[str, int] = {}
+        for index, item in enumerate(rules):
+            rule = _rule(item, index, source, endpoints)
+            if rule.name in names:
+                raise _error(source, index, rule.name, "name", f"also the name of rules[{names[rule.name]}]")
+            names[rule.name] = index
+            checked.append(rule)
+        if not version:
+            version = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+        return cls(checked, endpoints=endpoints, source=source, version=version)
+
+    # Applying.
+    def evaluate(
+        self, text: str, n_tokens: int, precision: str | None, metadata: Mapping[str, str] | None = None
+    ) -> Verdict:
+        """What the rules say of one request (checked arguments); NoFeasibleEndpoint when none is left."""
+        request = _Request(text, n_tokens, precision, metadata)
+        given = request.metadata
+        forced: Rule | None = None
+        forbidden_by: dict[str, Rule] = {}
+        for rule, key, values in self._hard:
+            if key is not None and given.get(key) not in values:
+                continue
+            if rule.action == "force" and forced is not None:
+                continue  # the first matching force wins
+            if (rule.action == "forbid" and rule.endpoint in forbidden_by) or not rule.matches(request):
+                continue
+            if rule.action == "force":
+                forced = rule
+            else:
+                forbidden_by[rule.endpoint] = rule
+        if forced is not None:
+            against = forbidden_by.get(forced.endpoint)
+            if against is not None:
+                raise NoFeasibleEndpoint(
+                    f"policy '{forced.name}' forces {forced.endpoint}, which policy '{against.name}' forbids: "
+                    "no endpoint may serve this request",
+                    rules=[forced.name, against.name],
+                )
+            return Verdict((forced.endpoint,), forced=forced, forbidden_by=forbidden_by)
+        allowed = tuple(endpoint for endpoint in self.endpoints if endpoint not in forbidden_by)
+        if not allowed:
+            names = [rule.name for rule in forbidden_by.values()]
+            raise NoFeasibleEndpoint(
+                f"policies {', '.join(repr(name) for name in names)} forbid every endpoint "
+                f"({', '.join(self.endpoints)}): no endpoint may serve this request",
+                rules=names,
+            )
+        for rule, key, values in self._soft:
+            if key is not None and given.get(key) not in values:
+                continue
+            if rule.endpoint in allowed and rule.matches(request):
+                return Verdict(allowed, forbidden_by=forbidden_by, preferred=rule)
+        return Verdict(allowed, forbidden_by=forbidden_by)
+
+    def apply(self, decision: Decision, text: str, metadata: Mapping[str, str] | None = None) -> Decision:
+        """Carry the verdict into the model's decision (changed in place and returned): its zone,
+        `forbidden`, `rule`, and its reason, which starts with the rule. NoFeasibleEndpoint when
+        every endpoint is forbidden."""
+        verdict = self.evaluate(text, decision.n_tokens, decision.precision, metadata)
+        rule = verdict.rule
+        if rule is None:
+            return decision
+        allowed = verdict.allowed
+        decision.forbidden = tuple(endpoint for endpoint in self.endpoints if endpoint not in allowed)
+        decision.rule = rule.name
+        if verdict.forced is not None:
+            said = f"forced {rule.endpoint}"
+        elif verdict.preferred is None or rule is not verdict.preferred:
+            said = f"forbids {', '.join(decision.forbidden)}"
+        else:
+            said = f"prefers {rule.endpoint}"
+        if verdict.preferred is not None and rule is not verdict.preferred:
+            said += f"; policy '{verdict.preferred.name}' prefers {verdict.preferred.endpoint}"
+        first = verdict.preferred.endpoint if verdict.preferred is not None else None
+        zone = _zone(decision.zone, allowed, first)
+        decision.zone, decision.target = zone, first_target(zone)
+        decision.reason = f"policy '{rule.name}': {said}; model: {decision.reason}"
+        return decision
+
+
+def _screened(rule: Rule) -> tuple[Rule, str | None, frozenset[str]]:
+    key, values = rule.metadata[0] if rule.metadata else (None, frozenset())
+    return rule, key, values
+
+
+def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
+    """Today's zones for the allowed endpoints: one endpoint alone is its own zone (no fallback);
+    with both, a preferred endpoint runs first (the edge with the cloud as fallback), else the
+    model's zone stands."""
+    if allowed == (EDGE,):
+        return EDGE
+    if allowed == (CLOUD,) or first == CLOUD:
+        return CLOUD
+    if first == EDGE and model_zone == CLOUD:
+        return FALLBACK
+    return model_zone
+
+
+# Checking one rule.
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _error(source: str, index: int, name: object, key: str, message: str) -> PolicyFileError:
+    shown = f" ({name!r})" if isinstance(name, str) else ""
+    return PolicyFileError(f"{source}: rules[{index}]{shown}, key {key!r}: {message}")
+
+
+def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> Rule:
+    if not isinstance(item, dict):
+        raise PolicyFileError(f"{source}: rules[{index}] must be an object, got {_kind(item)}")
+    name = item.get("name")
+
+    def fail(key: str, message: str) -> PolicyFileError:
+        return _error(source, index, name, key, message)
+
+    for key in item:
+        if key not in RULE_KEYS:
+            raise fail(key, f"unknown key; a rule has {', '.join(RULE_KEYS)}")
+    if not isinstance(name, str) or not NAME_SHAPE.fullmatch(name):
+        raise fail(
+            "name", "required: 1-64 letters, digits and _.:- (it is logged as is), starting with a letter or digit"
+        )
+    action, endpoint = item.get("then"), item.get("endpoint")
+    if action not in ACTIONS:
+        raise fail("then", f"must be one of {', '.join(ACTIONS)}, got {action!r}")
+    if endpoint not in endpoints:
+        raise fail("endpoint", f"unknown endpoint {endpoint!r}; the endpoints are {', '.join(endpoints)}")
+    description = item.get("description", "")
+    if not isinstance(description, str):
+        raise fail("description", f"must be a string, got {_kind(description)}")
+    when = item.get("when", {})
+    if not isinstance(when, dict):
+        raise fail("when", f"must be an object of conditions, got {_kind(when)}")
+    for key in when:
+        if key not in WHEN_KEYS:
+            raise fail(f"when.{key}", f"unknown condition; conditions are {', '.join(WHEN_KEYS)}")
+    sizes = {key: _size(when[key], fail, f"when.{key}") for key in _SIZE_KEYS if key in when}
+    for low, high in (("min_tokens", "max_tokens"), ("min_chars", "max_chars")):
+        if low in sizes and high in sizes and sizes[low] > sizes[high]:
+            raise fail(f"when.{low}", f"{sizes[low]} is above when.{high} ({sizes[high]}): the rule never matches")
+    return Rule(
+        index=index,
+        name=name,
+        action=action,
+        endpoint=endpoint,
+        metadata=_metadata(when["metadata"], fail) if "metadata" in when else (),
+        precision=_precision(when["precision"], fail) if "precision" in when else None,
+        detectors=_detectors(when["detected"], fail) if "detected" in when else (),
+        description=description,
+        **sizes,
+    )
+
+
+def _size(value: object, fail: Any, key: str) -> int:  # Any: the rule's fail(key, message) -> error
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise fail(key, f"must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _strings(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _metadata(value: object, fail: Any) -> tuple[tuple[str, frozenset[str]], ...]:
+    if not isinstance(value, dict) or not value:
+        raise fail("when.metadata", f"must be a non-empty object of key -> value or [values], got {value!r}")
+    conditions = []
+    for key, wanted in value.items():
+        values = _strings(wanted)
+        if not values or not all(isinstance(v, str) for v in values):
+            raise fail(f"when.metadata.{key}", f"must be a string or a non-empty list of strings, got {wanted!r}")
+        conditions.append((key, frozenset(str(v) for v in values)))
+    return tuple(conditions)
+
+
+def _precision(value: object, fail: Any) -> frozenset[str | None]:
+    values = _strings(value)
+    known = (*PRECISIONS, None)
+    for item in values:
+        if item not in known:
+            raise fail(
+                "when.precision", f"unknown precision {item!r}; use {', '.join(PRECISIONS)} or null (none declared)"
+            )
+    if not values:
+        raise fail("when.precision", "must not be an empty list")
+    return frozenset(item for item in values if item is None or isinstance(item, str))
+
+
+def _detectors(value: object, fail: Any) -> tuple[Detector, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(name, str) for name in value):
+        raise fail("when.detected", f"must be a non-empty list of detector names, got {value!r}")
+    for name in value:
+        if name not in DETECTORS:
+            raise fail("when.detected", f"unknown detector {name!r}; known detectors: {', '.join(DETECTORS)}")
+    return tuple(DETECTORS[name] for name in dict.fromkeys(value))

@@ -1,0 +1,589 @@
+"""Policy rules (serving.policy.rules): loading and its errors, how matching rules combine, each
+condition, what a Decision and the outcome log say, reloading, and the privacy guarantee: a
+request a rule keeps on the edge never reaches the cloud, in execute(), aexecute(), RoutedChat
+and the proxy, fallbacks, exploration and shadow runs included. The HTTP tests run against stub
+servers on 127.0.0.1 that record what they received (serving.testing.StubUpstream).
+
+The router here is the rule table (no bundle), so the model's zone is known: a short prompt is
+edge first, a long one (over 1024 tokens) goes to the cloud. The policy acts on any Decision alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import threading
+
+import httpx2
+import pytest
+
+from serving import PolicyWatcher, Router
+from serving.chat import Endpoint, RoutedChat
+from serving.outcome_log import OutcomeLog
+from serving.policy import (
+    DETECTORS,
+    FallbackForbidden,
+    NoFeasibleEndpoint,
+    PolicyFileError,
+    PolicySet,
+    Rule,
+)
+from serving.policy.rules import _Request
+from serving.proxy.app import build_app
+from serving.proxy.config import ProxyConfig, UpstreamOptions
+from serving.testing import Behaviour, LocalServer, StubUpstream
+
+EMAIL = "ana.vo@lin-mar.fr"
+IBAN = "DE89 3704 0044 0532 0130 00"
+PII_PROMPT = f"Please draft a reply to {EMAIL} confirming the transfer."
+IBAN_PROMPT = f"Is the IBAN {IBAN} valid for a SEPA transfer?"
+PLAIN = "What is 2 + 2?"
+LONG = "word " * 1500  # the rule table sends it to the cloud
+
+PII_RULE = {"name": "pii-stays-local", "when": {"detected": ["email", "iban"]}, "then": "force", "endpoint": "edge"}
+POLICY = {
+    "rules": [
+        PII_RULE,
+        {"name": "local-only", "when": {"metadata": {"privacy": "local"}}, "then": "forbid", "endpoint": "cloud"},
+        {
+            "name": "research",
+            "when": {"metadata": {"feature": ["research", "deep"]}},
+            "then": "force",
+            "endpoint": "cloud",
+        },
+        {"name": "exact-prefers-cloud", "when": {"precision": "exact"}, "then": "prefer", "endpoint": "cloud"},
+    ]
+}
+
+
+def policy(*rules: dict) -> PolicySet:
+    return PolicySet.from_dict({"rules": list(rules)})
+
+
+@pytest.fixture()
+def router(tmp_path) -> Router:
+    return Router.load(tmp_path / "no-bundle", policy=PolicySet.from_dict(POLICY))
+
+
+# --- loading and its errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "where", "says"),
+    [
+        ({**PII_RULE, "colour": "red"}, "key 'colour'", "unknown key"),
+        ({**PII_RULE, "when": {"detected": ["email"], "sender": "x"}}, "key 'when.sender'", "unknown condition"),
+        ({**PII_RULE, "when": {"detected": ["passport"]}}, "key 'when.detected'", "unknown detector 'passport'"),
+        ({**PII_RULE, "when": {"detected": "email"}}, "key 'when.detected'", "list of detector names"),
+        ({**PII_RULE, "endpoint": "gpu-box"}, "key 'endpoint'", "unknown endpoint 'gpu-box'; the endpoints are edge"),
+        ({**PII_RULE, "then": "route"}, "key 'then'", "force, forbid, prefer"),
+        ({**PII_RULE, "when": {"min_tokens": "10"}}, "key 'when.min_tokens'", "whole number"),
+        ({**PII_RULE, "when": {"max_chars": True}}, "key 'when.max_chars'", "whole number"),
+        ({**PII_RULE, "when": {"min_tokens": 10, "max_tokens": 5}}, "key 'when.min_tokens'", "never matches"),
+        ({**PII_RULE, "when": {"metadata": {"tier": 3}}}, "key 'when.metadata.tier'", "string or a non-empty list"),
+        ({**PII_RULE, "when": {"precision": "sloppy"}}, "key 'when.precision'", "unknown precision 'sloppy'"),
+        ({**PII_RULE, "when": []}, "key 'when'", "object of conditions"),
+        ({**PII_RULE, "name": "has spaces"}, "key 'name'", "1-64 letters"),
+    ],
+)
+def test_a_bad_rule_is_named_by_index_name_and_key(rule, where, says):
+    with pytest.raises(PolicyFileError) as caught:
+        PolicySet.from_dict({"rules": [{"name": "first", "then": "forbid", "endpoint": "cloud"}, rule]})
+    message = str(caught.value)
+    assert "rules[1]" in message and where in message and says in message
+    if isinstance(rule.get("name"), str) and " " not in rule["name"]:
+        assert f"rules[1] ({rule['name']!r})" in message
+
+
+def test_file_level_errors_name_the_problem(tmp_path):
+    with pytest.raises(PolicyFileError, match="also the name of rules\\[0\\]"):
+        PolicySet.from_dict({"rules": [PII_RULE, PII_RULE]})
+    with pytest.raises(PolicyFileError, match="unknown key 'rule'"):
+        PolicySet.from_dict({"rule": []})
+    with pytest.raises(PolicyFileError, match="'rules' must be a list"):
+        PolicySet.from_dict({"rules": {}})
+    bad = tmp_path / "policy.json"
+    bad.write_text('{"rules": [')
+    with pytest.raises(PolicyFileError, match="policy.json is not valid JSON"):
+        PolicySet.load(bad)
+    with pytest.raises(PolicyFileError, match="cannot read policy file"):
+        PolicySet.load(tmp_path / "missing.json")
+    (tmp_path / "policy.txt").write_text("{}")
+    with pytest.raises(PolicyFileError, match="name it .json"):
+        PolicySet.load(tmp_path / "policy.txt")
+
+
+def test_a_json_file_loads_and_a_bad_one_stops_the_router_even_when_not_strict(tmp_path):
+    good = tmp_path / "policy.json"
+    good.write_text(json.dumps(POLICY))
+    loaded = PolicySet.load(good)
+    assert [r.name for r in loaded.rules] == ["pii-stays-local", "local-only", "research", "exact-prefers-cloud"]
+    assert loaded.source == str(good) and len(loaded.version) == 12
+    assert Router.load(tmp_path / "no-bundle", policy=good).route(PII_PROMPT).rule == "pii-stays-local"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rules": [{**PII_RULE, "endpoint": "moon"}]}))
+    with pytest.raises(PolicyFileError, match="unknown endpoint 'moon'"):
+        Router.load(tmp_path / "no-bundle", policy=bad)  # strict=False: no silent routing without the rules
+
+
+def test_yaml_files_load_with_pyyaml_and_name_the_extra_without_it(tmp_path, monkeypatch):
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "rules:\n  - name: pii-stays-local\n    when: {detected: [email]}\n    then: force\n    endpoint: edge\n"
+    )
+    assert PolicySet.load(path).rules[0].detectors == (DETECTORS["email"],)
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
+    with pytest.raises(
+        PolicyFileError, match=r"needs PyYAML, the `yaml` extra \(pip install 'edge-cloud-router\[yaml\]'\)"
+    ):
+        PolicySet.load(path)
+
+
+# --- how matching rules combine ---------------------------------------------------------------
+
+
+def test_the_first_matching_force_wins(tmp_path):
+    rules = policy(
+        {"name": "a", "when": {"metadata": {"feature": "x"}}, "then": "force", "endpoint": "cloud"},
+        {"name": "b", "when": {}, "then": "force", "endpoint": "edge"},
+    )
+    router = Router.load(tmp_path / "none", policy=rules)
+    assert (router.route(PLAIN, metadata={"feature": "x"}).rule, router.route(PLAIN).rule) == ("a", "b")
+    assert router.route(PLAIN, metadata={"feature": "x"}).zone == "cloud"
+
+
+def test_a_forbid_holds_wherever_it_stands_and_a_force_against_it_leaves_nothing(tmp_path):
+    rules = policy(
+        {"name": "research", "when": {"metadata": {"feature": "research"}}, "then": "force", "endpoint": "cloud"},
+        {"name": "pii", "when": {"detected": ["email"]}, "then": "forbid", "endpoint": "cloud"},
+    )
+    router = Router.load(tmp_path / "none", policy=rules)
+    with pytest.raises(NoFeasibleEndpoint, match="'research' forces cloud, which policy 'pii' forbids") as caught:
+        router.route(PII_PROMPT, metadata={"feature": "research"})
+    assert caught.value.rules == ("research", "pii")
+    assert router.route(PLAIN, metadata={"feature": "research"}).target == "cloud"
+
+
+def test_every_endpoint_forbidden_is_an_error_never_a_fallback(tmp_path):
+    rules = policy(
+        {"name": "no-cloud", "when": {"detected": ["iban"]}, "then": "forbid", "endpoint": "cloud"},
+        {"name": "no-edge", "when": {"min_chars": 10}, "then": "forbid", "endpoint": "edge"},
+    )
+    router = Router.load(tmp_path / "none", policy=rules)
+    with pytest.raises(NoFeasibleEndpoint, match="'no-cloud', 'no-edge' forbid every endpoint") as caught:
+        router.route(IBAN_PROMPT)
+    assert caught.value.rules == ("no-cloud", "no-edge")
+    assert router.route(PLAIN).forbidden == ("edge",)
+
+
+def test_prefer_applies_without_a_force_and_skips_a_forbidden_endpoint(tmp_path):
+    rules = policy(
+        {"name": "prefer-cloud", "when": {"precision": "exact"}, "then": "prefer", "endpoint": "cloud"},
+        {"name": "prefer-edge", "when": {}, "then": "prefer", "endpoint": "edge"},
+        {"name": "local", "when": {"metadata": {"privacy": "local"}}, "then": "forbid", "endpoint": "cloud"},
+    )
+    router = Router.load(tmp_path / "none", policy=rules)
+    exact = router.route(PLAIN, precision="exact")
+    assert (exact.rule, exact.zone, exact.forbidden) == ("prefer-cloud", "cloud", ())
+    long = router.route(LONG)  # the model says cloud; a preferred edge runs first, the cloud as fallback
+    assert (long.rule, long.zone) == ("prefer-edge", "edge_with_cloud_fallback")
+    local = router.route(PLAIN, precision="exact", metadata={"privacy": "local"})
+    assert (local.rule, local.zone, local.forbidden) == ("local", "edge", ("cloud",))
+    assert local.reason.startswith("policy 'local': forbids cloud; policy 'prefer-edge' prefers edge; model: ")
+
+
+def test_no_matching_rule_leaves_the_models_decision_as_it_was(tmp_path, router):
+    plain = Router.load(tmp_path / "no-bundle")  # the same path: the degraded reason names it
+    for prompt in (PLAIN, LONG):
+        assert router.route(prompt) == plain.route(prompt)
+    assert router.route(PLAIN).rule is None and router.route(PLAIN).forbidden == ()
+
+
+# --- conditions ------------------------------------------------------------------------------
+
+
+def test_metadata_conditions_match_a_value_or_one_of_a_list(router):
+    assert router.route(LONG, metadata={"privacy": "local"}).rule == "local-only"
+    assert router.route(PLAIN, metadata={"feature": "deep"}).rule == "research"
+    assert router.route(PLAIN, metadata={"feature": "chat"}).rule is None
+    assert router.route(PLAIN, metadata={"privacy": "LOCAL"}).rule is None  # values compare exactly
+    assert router.route(PLAIN, metadata={}).rule is None
+
+
+@pytest.mark.parametrize("metadata", [{"tier": 1}, {1: "a"}, ["privacy", "local"], "privacy=local"])
+def test_metadata_must_be_str_to_str(router, metadata):
+    with pytest.raises(TypeError, match="metadata"):
+        router.route(PLAIN, metadata=metadata)
+
+
+def test_detected_content_conditions(router):
+    for prompt in (PII_PROMPT, IBAN_PROMPT):
+        decision = router.route(prompt)
+        assert (decision.rule, decision.target, decision.zone, decision.forbidden) == (
+            "pii-stays-local",
+            "edge",
+            "edge",
+            ("cloud",),
+        )
+    # one digit off: the IBAN fails its check and nothing is detected
+    assert router.route(IBAN_PROMPT.replace("DE89", "DE88")).rule is None
+
+
+@pytest.mark.parametrize(
+    ("when", "prompt", "matches"),
+    [
+        ({"min_tokens": 1000}, LONG, True),
+        ({"min_tokens": 1000}, PLAIN, False),
+        ({"max_tokens": 10}, PLAIN, True),
+        ({"max_tokens": 10}, LONG, False),
+        ({"min_chars": len(PLAIN)}, PLAIN, True),
+        ({"min_chars": len(PLAIN) + 1}, PLAIN, False),
+        ({"max_chars": len(PLAIN)}, PLAIN, True),
+        ({"max_chars": len(PLAIN) - 1}, PLAIN, False),
+        ({"min_tokens": 1, "max_chars": 100, "detected": ["email"]}, PII_PROMPT, True),
+        ({"min_tokens": 1, "max_chars": 10, "detected": ["email"]}, PII_PROMPT, False),
+    ],
+)
+def test_size_conditions_are_inclusive_and_all_conditions_must_hold(tmp_path, when, prompt, matches):
+    router = Router.load(
+        tmp_path / "none", policy=policy({"name": "r", "when": when, "then": "prefer", "endpoint": "cloud"})
+    )
+    assert (router.route(prompt).rule == "r") is matches
+
+
+def test_precision_conditions_include_none_declared(tmp_path):
+    rules = policy({"name": "r", "when": {"precision": [None, "tolerant"]}, "then": "prefer", "endpoint": "cloud"})
+    router = Router.load(tmp_path / "none", policy=rules)
+    assert [router.route(PLAIN, precision=p).rule for p in (None, "tolerant", "exact")] == ["r", "r", None]
+
+
+class CountingDetector:
+    def __init__(self, name: str, found: bool) -> None:
+        self.name, self.found, self.calls = name, found, 0
+
+    def found_in(self, text: str) -> bool:
+        self.calls += 1
+        return self.found
+
+
+def test_each_named_detector_runs_at_most_once_a_request_and_after_the_cheap_conditions():
+    email, phone = CountingDetector("email", False), CountingDetector("phone", True)
+    rules = [
+        Rule(0, "a", "forbid", "cloud", detectors=(email,)),
+        Rule(1, "b", "forbid", "edge", metadata=(("tier", frozenset({"free"})),), detectors=(phone,)),
+        Rule(2, "c", "prefer", "edge", detectors=(email, phone)),
+    ]
+    verdict = PolicySet(rules).evaluate("text", 1, None, {})
+    assert (email.calls, phone.calls) == (1, 1)  # "b" failed on metadata before running its detector
+    assert verdict.preferred is not None and verdict.preferred.name == "c" and not verdict.forbidden_by
+    assert PolicySet.from_dict(POLICY).detectors == ("email", "iban")
+    request = _Request(PII_PROMPT, 10, None, None)
+    assert request.detected((DETECTORS["email"],)) and request.found == {"email": True}
+
+
+# --- what a decision and the outcome log say -------------------------------------------------
+
+
+def test_the_decision_records_the_rule_in_reason_and_rule(router):
+    decision = router.route(PII_PROMPT)
+    assert decision.reason.startswith("policy 'pii-stays-local': forced edge; model: rule table score")
+    assert decision.to_dict()["rule"] == "pii-stays-local" and decision.to_dict()["forbidden"] == ("cloud",)
+    assert EMAIL not in decision.reason
+    forced = router.route(PLAIN, metadata={"feature": "research"})
+    assert (forced.target, forced.zone, forced.forbidden) == ("cloud", "cloud", ("edge",))
+    assert forced.reason.startswith("policy 'research': forced cloud; model: ")
+    batch = router.route_batch([PII_PROMPT, PLAIN], metadata=[None, {"feature": "research"}])
+    assert [d.rule for d in batch] == ["pii-stays-local", "research"]
+
+
+@pytest.mark.parametrize("privacy", ["text", "token_ids"])
+def test_the_outcome_log_records_the_rule_and_never_the_detected_text(tmp_path, privacy):
+    log = OutcomeLog(tmp_path / "logs", privacy=privacy)
+    router = Router.load(tmp_path / "none", log=log, policy=PolicySet.from_dict(POLICY))
+    router.execute(PII_PROMPT, edge=lambda p: "ok", cloud=lambda p: "cloud")
+    router.execute(PLAIN, edge=lambda p: "ok", cloud=lambda p: "cloud")
+    log.close()
+    lines = [json.loads(line) for f in sorted(log.folder.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    (pii, plain) = [r for r in lines if r["type"] == "request"]
+    assert (pii["rule"], pii["forbidden"], pii["served_by"]) == ("pii-stays-local", ["cloud"], "edge")
+    assert (plain["rule"], plain["forbidden"]) == (None, [])
+    if privacy == "text":  # the prompt is kept as the mode says; no other field quotes what was found
+        assert EMAIL not in json.dumps({k: v for k, v in pii.items() if k != "prompt"})
+    else:
+        assert all(EMAIL not in f.read_text() for f in log.folder.glob("*.jsonl"))
+
+
+# --- reloading -------------------------------------------------------------------------------
+
+
+def test_the_watcher_reloads_a_changed_file_and_keeps_the_policy_when_the_new_file_is_bad(tmp_path, caplog):
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"rules": [PII_RULE]}))
+    router = Router.load(tmp_path / "none", policy=path)
+    watcher = PolicyWatcher(router, path, interval_s=60)
+    assert watcher.check_now() is None  # the file the router runs on
+    path.write_text(json.dumps({"rules": [{**PII_RULE, "name": "pii-v2"}]}))
+    reload = watcher.check_now()
+    assert reload is not None and reload.reloaded and router.route(PII_PROMPT).rule == "pii-v2"
+    good_version = router.policy.version
+    path.write_text(json.dumps({"rules": [{**PII_RULE, "when": {"detected": ["passport"]}}]}))
+    with caplog.at_level(logging.WARNING, logger="serving"):
+        reload = watcher.check_now()
+    assert reload is not None and not reload.reloaded and "unknown detector 'passport'" in reload.reason
+    assert f"keeping version {good_version}" in caplog.text and "unknown detector 'passport'" in caplog.text
+    assert router.policy.version == good_version and router.route(PII_PROMPT).rule == "pii-v2"
+    assert watcher.check_now() is None  # the same bad file is reported once
+    path.unlink()
+    reload = watcher.check_now()
+    assert reload is not None and not reload.reloaded and "cannot read" in reload.reason
+    assert router.route(PII_PROMPT).rule == "pii-v2"
+
+
+# --- privacy through fallbacks: execute(), aexecute(), exploration, shadow runs ---------------
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    with StubUpstream("edge") as edge, StubUpstream("cloud") as cloud:
+        yield edge, cloud
+
+
+@pytest.fixture(autouse=True)
+def fresh(request):
+    if "stubs" in request.fixturenames:
+        for stub in request.getfixturevalue("stubs"):
+            stub.behaviour = Behaviour()
+            stub.received.clear()
+
+
+def caller(stub: StubUpstream):
+    """A plain edge or cloud callable: one chat call to the stub, raising on an HTTP error."""
+
+    def call(prompt: str) -> str:
+        body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
+        response = httpx2.post(f"{stub.url}/chat/completions", json=body, timeout=5)
+        response.raise_for_status()
+        return response.json()["choices"][0]["message"]["content"]
+
+    return call
+
+
+def acaller(stub: StubUpstream):
+    async def call(prompt: str) -> str:
+        body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
+        async with httpx2.AsyncClient(timeout=5) as client:
+            response = await client.post(f"{stub.url}/chat/completions", json=body)
+        response.raise_for_status()
+        return response.json()["choices"][0]["message"]["content"]
+
+    return call
+
+
+def received_text(stub: StubUpstream) -> str:
+    return json.dumps([r.body for r in stub.received])
+
+
+def test_execute_serves_a_private_prompt_from_the_edge(router, stubs):
+    edge, cloud = stubs
+    execution = router.execute(IBAN_PROMPT, caller(edge), caller(cloud))
+    assert execution.served_by == "edge" and execution.decision.rule == "pii-stays-local"
+    assert IBAN in received_text(edge) and cloud.received == []
+
+
+@pytest.mark.parametrize(
+    ("failure", "options", "status"),
+    [
+        ("error", {}, "error"),
+        ("timeout", {"edge_timeout_s": 0.2}, "timeout"),
+        ("rejected", {"accept": lambda answer: False, "verify_edge_zone": True}, "rejected"),
+    ],
+)
+def test_when_the_edge_fails_the_cloud_is_never_called_and_the_rule_is_named(router, stubs, failure, options, status):
+    edge, cloud = stubs
+    if failure == "error":
+        edge.behaviour.status = 503
+    elif failure == "timeout":
+        edge.behaviour.delay_s = 1.0
+    with pytest.raises(FallbackForbidden, match="policy 'pii-stays-local' forbids the cloud") as caught:
+        router.execute(PII_PROMPT, caller(edge), caller(cloud), **options)
+    error = caught.value
+    assert (error.rule, error.endpoint, error.decision.rule) == ("pii-stays-local", "cloud", "pii-stays-local")
+    assert [(s.name, s.status) for s in error.steps][-1] == ("edge" if status != "rejected" else "accept", status)
+    assert len(edge.received) == 1 and cloud.received == []
+    assert EMAIL not in str(error)
+    # the same request without the email falls back to the cloud as before: the stubs do record it
+    router.execute(PLAIN, caller(edge), caller(cloud), **options)
+    assert len(cloud.received) == 1
+
+
+def test_over_the_edge_context_a_private_prompt_calls_neither(router, stubs):
+    edge, cloud = stubs
+    with pytest.raises(FallbackForbidden, match="exceeds the edge context limit"):
+        router.execute(PII_PROMPT + " " + LONG, caller(edge), caller(cloud))
+    assert edge.received == [] and cloud.received == []
+
+
+def test_aexecute_keeps_the_private_prompt_off_the_cloud(router, stubs):
+    edge, cloud = stubs
+    edge.behaviour.status = 500
+
+    async def run() -> None:
+        with pytest.raises(FallbackForbidden) as caught:
+            await router.aexecute(PII_PROMPT, acaller(edge), acaller(cloud))
+        assert caught.value.rule == "pii-stays-local"
+
+    asyncio.run(run())
+    assert len(edge.received) == 1 and cloud.received == []
+
+
+def test_metadata_that_forbids_the_cloud_holds_for_a_cloud_first_prompt(router, stubs):
+    edge, cloud = stubs
+    with pytest.raises(FallbackForbidden, match="'local-only'"):  # LONG is over the edge context
+        router.execute(LONG, caller(edge), caller(cloud), metadata={"privacy": "local"})
+    execution = router.execute(PLAIN, caller(edge), caller(cloud), metadata={"privacy": "local"})
+    assert execution.served_by == "edge" and cloud.received == []
+
+
+def test_exploration_never_goes_to_a_forbidden_endpoint(tmp_path, stubs):
+    edge, cloud = stubs
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(tmp_path / "none", log=log, explore_rate=1.0, seed=0, policy=PolicySet.from_dict(POLICY))
+    execution = router.execute(PII_PROMPT, caller(edge), caller(cloud))
+    assert execution.served_by == "edge" and cloud.received == []
+    explored = router.execute(PLAIN, caller(edge), caller(cloud))  # without a rule, every request is explored
+    assert explored.served_by == "cloud" and explored.decision.reason.startswith("explored")
+    log.close()
+    requests = [json.loads(line) for f in log.folder.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert [(r["explored"], r["propensity"]) for r in requests] == [(False, 1.0), (True, 1.0)]
+
+
+def _join_shadow_threads() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "router-shadow":
+            thread.join(10)
+
+
+def test_no_shadow_run_calls_a_forbidden_endpoint(tmp_path, stubs):
+    edge, cloud = stubs
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(tmp_path / "none", log=log, shadow_rate=1.0, seed=0, policy=PolicySet.from_dict(POLICY))
+    router.execute(PII_PROMPT, caller(edge), caller(cloud))
+    _join_shadow_threads()  # a shadow run's thread starts before execute() returns
+    assert cloud.received == []
+    router.execute(PLAIN, caller(edge), caller(cloud))  # without a rule the cloud is shadowed
+    _join_shadow_threads()
+    assert len(cloud.received) == 1 and EMAIL not in received_text(cloud)
+    log.close()
+
+
+# --- RoutedChat and the proxy ----------------------------------------------------------------
+
+
+def chat_for(router: Router, stubs) -> RoutedChat:
+    edge, cloud = stubs
+    return RoutedChat(
+        router,
+        edge=Endpoint(edge.url, "edge-model", timeout_s=2),
+        cloud=Endpoint(cloud.url, "cloud-model", timeout_s=2),
+    )
+
+
+def test_routed_chat_keeps_private_prompts_on_the_edge_even_when_it_fails(router, stubs):
+    edge, cloud = stubs
+    messages = [{"role": "user", "content": PII_PROMPT}]
+    with chat_for(router, stubs) as chat:
+        completion = chat.create(messages)
+        assert completion.routing.served_by == "edge" and completion.routing.decision.rule == "pii-stays-local"
+        edge.behaviour.status = 503
+        with pytest.raises(FallbackForbidden, match="pii-stays-local"):
+            chat.create(messages)
+        with pytest.raises(FallbackForbidden):
+            chat.create(messages, stream=True)
+
+        async def run() -> None:
+            with pytest.raises(FallbackForbidden):
+                await chat.acreate(messages)
+            await chat.aclose()
+
+        asyncio.run(run())
+        assert len(edge.received) == 4 and cloud.received == []
+        edge.behaviour.status = 200
+        research = chat.create([{"role": "user", "content": PLAIN}], metadata={"feature": "research"})
+        assert research.routing.served_by == "cloud" and len(edge.received) == 4
+        assert "metadata" not in cloud.received[-1].body  # the policy's input stays in the router
+
+
+@pytest.fixture()
+def proxy(router, stubs):
+    edge, cloud = stubs
+    config = ProxyConfig(
+        bundle="(loaded by the test)",
+        edge=UpstreamOptions(edge.url, "edge-model", timeout_s=2),
+        cloud=UpstreamOptions(cloud.url, "cloud-model", timeout_s=2),
+    )
+    chat = chat_for(router, stubs)
+    server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
+    try:
+        yield f"http://127.0.0.1:{server.port}/v1/chat/completions"
+    finally:
+        server.stop()
+        chat.close()
+
+
+def ask(url: str, content: str, **body: object) -> httpx2.Response:
+    return httpx2.post(url, json={"messages": [{"role": "user", "content": content}], **body}, timeout=10)
+
+
+def test_the_proxy_keeps_private_prompts_on_the_edge_even_when_it_fails(proxy, stubs):
+    edge, cloud = stubs
+    answer = ask(proxy, PII_PROMPT)
+    assert answer.status_code == 200 and answer.headers["x-router-served-by"] == "edge"
+    assert answer.headers["x-router-rule"] == "pii-stays-local"
+    edge.behaviour.status = 503
+    failed = ask(proxy, IBAN_PROMPT)
+    assert failed.status_code == 502 and failed.headers["x-router-rule"] == "pii-stays-local"
+    assert failed.json()["error"]["code"] == "fallback_forbidden" and IBAN not in failed.text
+    streamed = ask(proxy, PII_PROMPT, stream=True)
+    assert streamed.status_code == 502 and streamed.json()["error"]["code"] == "fallback_forbidden"
+    edge.behaviour = Behaviour(delay_s=3)  # past the edge endpoint's 2 s timeout
+    timed_out = ask(proxy, PII_PROMPT)
+    assert timed_out.status_code == 504 and timed_out.json()["error"]["code"] == "fallback_forbidden"
+    assert len(edge.received) == 4 and cloud.received == []
+
+
+def test_the_proxy_reads_metadata_from_the_body_and_never_forwards_it(proxy, stubs):
+    edge, cloud = stubs
+    served = ask(proxy, PLAIN, metadata={"feature": "research"})
+    assert served.headers["x-router-served-by"] == "cloud" and served.headers["x-router-rule"] == "research"
+    assert edge.received == [] and "metadata" not in cloud.received[-1].body
+    edge.behaviour.status = 503
+    refused = ask(proxy, PLAIN, metadata={"privacy": "local"})
+    assert refused.status_code == 502 and refused.headers["x-router-rule"] == "local-only"
+    assert len(cloud.received) == 1
+    both = ask(proxy, PII_PROMPT, metadata={"feature": "research"})  # force cloud; pii forces edge first
+    assert both.headers["x-router-rule"] == "pii-stays-local" and len(cloud.received) == 1
+    bad = ask(proxy, PLAIN, metadata={"tier": 3})
+    assert bad.status_code == 400 and "metadata" in bad.json()["error"]["message"]
+
+
+def test_the_proxy_answers_403_when_the_policy_leaves_no_endpoint(tmp_path, stubs):
+    rules = policy(
+        {"name": "pii", "when": {"detected": ["email"]}, "then": "forbid", "endpoint": "cloud"},
+        {"name": "no-edge", "when": {"metadata": {"tier": "free"}}, "then": "forbid", "endpoint": "edge"},
+    )
+    router = Router.load(tmp_path / "none", policy=rules)
+    edge, cloud = stubs
+    config = ProxyConfig(
+        bundle="(test)", edge=UpstreamOptions(edge.url, "edge-model"), cloud=UpstreamOptions(cloud.url, "cloud-model")
+    )
+    with chat_for(router, stubs) as chat:
+        server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
+        try:
+            answer = ask(f"http://127.0.0.1:{server.port}/v1/chat/completions", PII_PROMPT, metadata={"tier": "free"})
+        finally:
+            server.stop()
+    assert answer.status_code == 403 and answer.json()["error"]["code"] == "no_feasible_endpoint"
+    assert answer.headers["x-router-rule"] == "pii" and EMAIL not in answer.text
+    assert edge.received == [] and cloud.received == []
