@@ -10,6 +10,7 @@ edge first, a long one (over 1024 tokens) goes to the cloud. The policy acts on 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -32,7 +33,8 @@ from serving.policy import (
 )
 from serving.policy.rules import _Request
 from serving.proxy.app import build_app
-from serving.proxy.config import ProxyConfig, UpstreamOptions
+from serving.proxy.config import ConfigError, ProxyConfig, UpstreamOptions, add_arguments
+from serving.proxy.serve import policy_watcher_for
 from serving.testing import Behaviour, LocalServer, StubUpstream
 
 EMAIL = "ana.vo@lin-mar.fr"
@@ -587,3 +589,23 @@ def test_the_proxy_answers_403_when_the_policy_leaves_no_endpoint(tmp_path, stub
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "no_feasible_endpoint"
     assert answer.headers["x-router-rule"] == "pii" and EMAIL not in answer.text
     assert edge.received == [] and cloud.received == []
+
+
+def test_the_proxy_command_takes_a_policy_file_and_watches_it(tmp_path):
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"rules": [PII_RULE]}))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    serve = ["--bundle", "b", "--edge-url", "http://127.0.0.1:9/v1", "--edge-model", "e"]
+    serve += ["--cloud-url", "http://127.0.0.1:9/v1", "--cloud-model", "c", "--policy", str(path)]
+    config = ProxyConfig.from_args(parser.parse_args([*serve, "--policy-interval-s", "0.5"]), environ={})
+    assert (config.policy, config.policy_interval_s) == (str(path), 0.5)
+    with pytest.raises(ConfigError, match="policy_interval_s=0"):
+        ProxyConfig.from_args(parser.parse_args([*serve, "--policy-interval-s", "0"]), environ={})
+    router = Router.load(tmp_path / "no-bundle", policy=config.policy)
+    watcher = policy_watcher_for(router, config)
+    assert watcher is not None and watcher.path == path
+    watcher.stop()
+    path.write_text(json.dumps({"rules": [{**PII_RULE, "name": "pii-v2"}]}))
+    assert watcher.check_now().reloaded and router.route(PII_PROMPT).rule == "pii-v2"
+    assert policy_watcher_for(router, ProxyConfig.from_args(parser.parse_args(serve[:-2]), environ={})) is None

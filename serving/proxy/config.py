@@ -99,7 +99,7 @@ class ProxyConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name} must be at least 1")
-        for name in ("body_timeout_s", "header_timeout_s"):
+        for name in ("body_timeout_s", "header_timeout_s", "policy_interval_s"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise ConfigError(
