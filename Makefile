@@ -28,7 +28,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test lint ui data bench bench-instructions loadtest label promote compare compare-configs replay simulate scale clean
+.PHONY: venv train evaluate results keys test lint ui data bench loadtest label promote compare compare-configs replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -83,10 +83,6 @@ ui: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE)
-
-# route() and the sum of its parts in CPU instructions (valgrind), which the host's load does not move; bench/instructions.json.
-bench-instructions: $(STAMP)
-	$(BIN)/python -m pipelines.route_instructions --bundle $(BUNDLE) $(ARGS)
 
 # The routing proxy under load on loopback: added latency over calling the stub directly; writes bench/proxy_load.json.
 loadtest: $(STAMP)

@@ -58,4 +58,7 @@ class Decision:
         return cls(target=first_target(zone), zone=zone, **fields)
 
     def to_dict(self) -> JSONObject:
-        return asdict(self)
+        """The JSON form: `forbidden` as a list, as JSON reads it back."""
+        data = asdict(self)
+        data["forbidden"] = list(self.forbidden)
+        return data

@@ -291,7 +291,9 @@ def test_each_named_detector_runs_at_most_once_a_request_and_after_the_cheap_con
 def test_the_decision_records_the_rule_in_reason_and_rule(router):
     decision = router.route(PII_PROMPT)
     assert decision.reason.startswith("policy 'pii-stays-local': forced edge; model: rule table score")
-    assert decision.to_dict()["rule"] == "pii-stays-local" and decision.to_dict()["forbidden"] == ("cloud",)
+    assert decision.to_dict()["rule"] == "pii-stays-local" and decision.to_dict()["forbidden"] == [
+        "cloud"
+    ]  # its JSON form
     assert EMAIL not in decision.reason
     forced = router.route(PLAIN, metadata={"feature": "research"})
     assert (forced.target, forced.zone, forced.forbidden) == ("cloud", "cloud", ("edge",))

@@ -5,7 +5,9 @@ import { firstTarget } from "./contract.js";
 
 /** A Decision in the Python field order, with the defaults Python's dataclass has. */
 export function makeDecision(zone, { score, reason, degraded, model_version, precision = null, n_tokens = 0,
-  truncated = false, p_edge = null, p_cloud = null, novelty = null, unfamiliar = false }) {
+  truncated = false, p_edge = null, p_cloud = null, novelty = null, unfamiliar = false, rule = null, forbidden = [] }) {
+  // rule, forbidden: the Python SDK's policy layer (docs/policies.md); this SDK has none yet, so
+  // every decision carries no rule and forbids nothing.
   return { target: firstTarget(zone), zone, score, reason, degraded, model_version, precision, n_tokens, truncated,
-    p_edge, p_cloud, novelty, unfamiliar };
+    p_edge, p_cloud, novelty, unfamiliar, rule, forbidden };
 }

@@ -37,6 +37,10 @@ export interface Decision {
   /** how unlike the training data the prompt is; above 1 it is `unfamiliar` */
   novelty: number | null;
   unfamiliar: boolean;
+  /** the policy rule that changed this decision (the Python SDK's policy layer; always null here) */
+  rule: string | null;
+  /** the endpoints a policy forbids for this request (always empty here) */
+  forbidden: string[];
 }
 
 /** A public key to pin: a KeyObject, PEM text, a path to a PEM file (router.pub), PEM bytes or
