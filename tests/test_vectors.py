@@ -157,38 +157,24 @@ def test_every_code_point_has_its_ids(written, bundle):
         assert first <= ord(char) <= last and ids == tokenizer.encode(f"x{char}x", add_special_tokens=False).ids, char
 
 
+def dry_make(*args: str) -> str:
+    """What `make -n ARGS` would run."""
+    return subprocess.run(
+        ["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, env=make_env(), check=True
+    ).stdout
+
+
 def test_make_vectors_and_test_js_run_these_commands(tmp_path):
     """The Makefile targets (dry run): vectors writes OUT from BUNDLE; test-js trains only a
     missing bundle, writes the vectors, installs clients/js from its lock file, runs npm test
     and the browser tests."""
-    dry = subprocess.run(
-        ["make", "-n", "vectors", "BUNDLE=some/bundle", "OUT=some/vectors.json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=make_env(),
-        check=True,
-    ).stdout
+    dry = dry_make("vectors", "BUNDLE=some/bundle", "OUT=some/vectors.json")
     assert "-m pipelines.vectors --bundle some/bundle --out some/vectors.json" in dry
-    dry = subprocess.run(
-        ["make", "-n", "test-js", "JS_BUNDLE=b", "JS_VECTORS=v.json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=make_env(),
-        check=True,
-    ).stdout
+    dry = dry_make("test-js", "JS_BUNDLE=b", "JS_VECTORS=v.json")
     assert "-m pipelines.train --bundle b --set cv_folds=0" in dry  # b/manifest.json is missing
     assert "-m pipelines.vectors --bundle b --out v.json" in dry
     assert "npm ci --ignore-scripts" in dry and "npm test" in dry and "npm run test:browser" in dry
     (tmp_path / "manifest.json").write_text("{}")
-    present = subprocess.run(
-        ["make", "-n", "test-js", f"JS_BUNDLE={tmp_path}", "JS_VECTORS=v.json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=make_env(),
-        check=True,
-    ).stdout
+    present = dry_make("test-js", f"JS_BUNDLE={tmp_path}", "JS_VECTORS=v.json")
     assert "pipelines.train" not in present and f"-m pipelines.vectors --bundle {tmp_path}" in present
     assert (ROOT / "clients/js/package-lock.json").is_file()  # what npm ci installs from
