@@ -36,6 +36,7 @@ from serving.proxy.app import build_app
 from serving.proxy.config import ConfigError, ProxyConfig, UpstreamOptions, add_arguments
 from serving.proxy.serve import policy_watcher_for
 from serving.testing import Behaviour, LocalServer, StubUpstream
+from tests.chat_stubs import fresh_stubs, stubs  # noqa: F401  (fixtures: edge and cloud stubs, reset per test)
 
 EMAIL = "ana.vo@lin-mar.fr"
 IBAN = "DE89 3704 0044 0532 0130 00"
@@ -346,20 +347,6 @@ def test_the_watcher_reloads_a_changed_file_and_keeps_the_policy_when_the_new_fi
 
 
 # --- privacy through fallbacks: execute(), aexecute(), exploration, shadow runs ---------------
-
-
-@pytest.fixture(scope="module")
-def stubs():
-    with StubUpstream("edge") as edge, StubUpstream("cloud") as cloud:
-        yield edge, cloud
-
-
-@pytest.fixture(autouse=True)
-def fresh(request):
-    if "stubs" in request.fixturenames:
-        for stub in request.getfixturevalue("stubs"):
-            stub.behaviour = Behaviour()
-            stub.received.clear()
 
 
 def caller(stub: StubUpstream):
