@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint,telemetry]'
 	touch $@
 
 train: $(STAMP)
