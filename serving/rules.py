@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from serving.contract import DEFAULT_MAX_CHARS, zone_for
+from serving.contract import CLOUD, DEFAULT_MAX_CHARS, EDGE, FALLBACK, zone_for
 from serving.decision import Decision
 from serving.features.extractor import encodable
 from serving.validation import check_batch, check_precision, check_prompt
@@ -51,6 +51,33 @@ def rule_score(seq_len: float, domain: str | None, precision: str | None) -> flo
         + (3 if precision == "exact" else 0)
     )
     return min(tenths, 10) / 10
+
+
+def as_policy() -> dict[str, object]:
+    """The rule table as a policy document (serving.policy.rules, docs/policies.md): applied to a
+    learned router's decisions, its route rules give every prompt the rule table's zone. The
+    first matching rule decides: all three signals (score 1.0) -> cloud; any one or two (0.3-0.7,
+    inclusive) -> edge with cloud fallback; none -> edge."""
+    keywords = {"pattern": sorted(_DOMAIN_WORDS.values()), "head_chars": DEFAULT_MAX_CHARS}
+    long = {"min_tokens": LONG_PROMPT_TOKENS + 1}
+    exact = {"precision": "exact"}
+    fallback = {"then": "route", "zone": FALLBACK}
+    return {
+        "description": "The hand rule table (serving/rules.py): long prompt +0.4, finance/medical/legal +0.3, "
+        f"exact precision +0.3; below {RULE_LO} edge, above {RULE_HI} cloud, in between edge with cloud fallback.",
+        "rules": [
+            {
+                "name": "rule-table-cloud",
+                "when": {**long, "matches": keywords, **exact},
+                "then": "route",
+                "zone": CLOUD,
+            },
+            {"name": "rule-table-long", "when": long, **fallback},
+            {"name": "rule-table-domain", "when": {"matches": keywords}, **fallback},
+            {"name": "rule-table-exact", "when": exact, **fallback},
+            {"name": "rule-table-edge", "then": "route", "zone": EDGE},
+        ],
+    }
 
 
 class RuleRouter:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import logging
 import sys
@@ -22,6 +23,8 @@ import pytest
 
 from serving import PolicyWatcher, Router
 from serving.chat import Endpoint, RoutedChat
+from serving.contract import PRECISIONS, ZONES
+from serving.features.tokenizer import FastTokenizer
 from serving.outcome_log import OutcomeLog
 from serving.policy import (
     DETECTORS,
@@ -35,6 +38,7 @@ from serving.policy.rules import _Request
 from serving.proxy.app import build_app
 from serving.proxy.config import ConfigError, ProxyConfig, UpstreamOptions, add_arguments
 from serving.proxy.serve import policy_watcher_for
+from serving.rules import RuleRouter, as_policy
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.chat_stubs import fresh_stubs, stubs  # noqa: F401  (fixtures: edge and cloud stubs, reset per test)
 
@@ -81,7 +85,14 @@ def router(tmp_path) -> Router:
         ({**PII_RULE, "when": {"detected": ["passport"]}}, "key 'when.detected'", "unknown detector 'passport'"),
         ({**PII_RULE, "when": {"detected": "email"}}, "key 'when.detected'", "list of detector names"),
         ({**PII_RULE, "endpoint": "gpu-box"}, "key 'endpoint'", "unknown endpoint 'gpu-box'; the endpoints are edge"),
-        ({**PII_RULE, "then": "route"}, "key 'then'", "force, forbid, prefer"),
+        ({**PII_RULE, "then": "send"}, "key 'then'", "force, forbid, prefer, route"),
+        ({**PII_RULE, "then": "route"}, "key 'zone'", "a route rule sets a zone"),
+        ({"name": "r", "then": "route", "zone": "cloud", "endpoint": "cloud"}, "key 'endpoint'", "names a zone"),
+        ({**PII_RULE, "zone": "cloud"}, "key 'zone'", "only route rules set a zone"),
+        ({**PII_RULE, "when": {"matches": "(unclosed"}}, "key 'when.matches'", "not a regular expression"),
+        ({**PII_RULE, "when": {"matches": []}}, "key 'when.matches'", "non-empty list"),
+        ({**PII_RULE, "when": {"matches": {"pattern": "x", "head": 5}}}, "key 'when.matches.head'", "unknown key"),
+        ({**PII_RULE, "when": {"matches": {"pattern": "x", "head_chars": -1}}}, "when.matches.head_chars", ">= 0"),
         ({**PII_RULE, "when": {"min_tokens": "10"}}, "key 'when.min_tokens'", "whole number"),
         ({**PII_RULE, "when": {"max_chars": True}}, "key 'when.max_chars'", "whole number"),
         ({**PII_RULE, "when": {"min_tokens": 10, "max_tokens": 5}}, "key 'when.min_tokens'", "never matches"),
@@ -254,6 +265,75 @@ def test_size_conditions_are_inclusive_and_all_conditions_must_hold(tmp_path, wh
         tmp_path / "none", policy=policy({"name": "r", "when": when, "then": "prefer", "endpoint": "cloud"})
     )
     assert (router.route(prompt).rule == "r") is matches
+
+
+@pytest.mark.parametrize(
+    ("matches", "prompt", "found"),
+    [
+        ("contract", "Review this CONTRACT clause", True),  # case-insensitive
+        (["lease", r"\bcontract\b"], "a contractor's quote", False),  # any of a list; a regular expression
+        (["lease", r"\bcontract\b"], "the lease ends in May", True),
+        ({"pattern": "secret", "head_chars": 10}, "0123456789 secret", False),  # only the head is searched
+        ({"pattern": "secret", "head_chars": 20}, "0123456789 secret", True),
+    ],
+)
+def test_matches_finds_an_expression_in_the_prompt_or_its_head(tmp_path, matches, prompt, found):
+    rules = policy({"name": "r", "when": {"matches": matches}, "then": "forbid", "endpoint": "cloud"})
+    decision = Router.load(tmp_path / "none", policy=rules).route(prompt)
+    assert (decision.rule == "r") is found
+
+
+def test_a_route_rule_sets_the_zone_within_what_is_allowed(tmp_path):
+    rules = policy(
+        {"name": "local", "when": {"metadata": {"privacy": "local"}}, "then": "forbid", "endpoint": "cloud"},
+        {"name": "quotes-checked", "when": {"matches": "quote"}, "then": "route", "zone": "edge_with_cloud_fallback"},
+        {"name": "long-cloud", "when": {"min_tokens": 1025}, "then": "route", "zone": "cloud"},
+        {"name": "rest-edge", "then": "route", "zone": "edge"},
+    )
+    router = Router.load(tmp_path / "none", policy=rules)
+    quoted = router.route("quote " * 1500)  # the first matching route rule decides, not the later long-cloud
+    assert (quoted.rule, quoted.zone, quoted.target) == ("quotes-checked", "edge_with_cloud_fallback", "edge")
+    assert quoted.reason.startswith("policy 'quotes-checked': routes edge_with_cloud_fallback; model: ")
+    assert (router.route(LONG).rule, router.route(LONG).zone) == ("long-cloud", "cloud")
+    assert (router.route(PLAIN).rule, router.route(PLAIN).zone) == ("rest-edge", "edge")
+    private = router.route(LONG, metadata={"privacy": "local"})  # routed to the cloud, which is forbidden
+    assert (private.rule, private.zone, private.forbidden) == ("local", "edge", ("cloud",))
+    assert "policy 'long-cloud' routes cloud" in private.reason
+
+
+def test_route_rules_belong_to_the_two_endpoint_router():
+    with pytest.raises(PolicyFileError, match="key 'then': route sets a zone of the two-endpoint router"):
+        PolicySet.from_dict(
+            {"rules": [{"name": "r", "then": "route", "zone": "edge"}]}, endpoints=("edge", "onprem", "cloud")
+        )
+
+
+def rule_table_cases(prompts: list[str]) -> list[tuple[str, str | None]]:
+    """Real prompts under every precision, and long prompts with and without a domain keyword,
+    inside and past the rule table's head (all three signals at once included)."""
+    long_plain, long_finance = "word " * 1500, "word " * 1500 + " mortgage rates"
+    keyword_late = "x" * 3000 + " the patient's diagnosis"  # past the first 2,048 characters
+    extra = [long_plain, long_finance, "mortgage " + long_plain, keyword_late, "", "   "]
+    return [(prompt, precision) for prompt in [*prompts, *extra] for precision in (None, *PRECISIONS)]
+
+
+@pytest.mark.real_data
+def test_the_rule_table_as_a_policy_file_gives_the_rule_tables_zones(bundle, trained_small, tmp_path):
+    """serving.rules.as_policy() on the learned router: each decision's zone is the rule table's
+    (same tokenizer and head) on the test prompts of the real logs and constructed edge cases."""
+    path = tmp_path / "rule_table.json"
+    path.write_text(json.dumps(as_policy()))
+    learned = Router.load(bundle, strict=True, policy=path)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    table = RuleRouter(FastTokenizer(bundle / "tokenizer.json"), max_chars=manifest["feature_spec"]["max_chars"])
+    cases = rule_table_cases(list(trained_small[1].held_out["prompt"].drop_duplicates()[:300]))
+    zones = collections.Counter()
+    for prompt, precision in cases:
+        got, want = learned.route(prompt, precision=precision), table.route(prompt, precision=precision)
+        assert (got.zone, got.n_tokens) == (want.zone, want.n_tokens), (prompt[:80], precision, got.reason, want.reason)
+        assert got.rule is not None and got.rule.startswith("rule-table-")
+        zones[got.zone] += 1
+    assert set(zones) == set(ZONES)  # every zone was reached
 
 
 def test_precision_conditions_include_none_declared(tmp_path):

@@ -4,19 +4,26 @@ request, applied by the Router to every decision; the model cannot override them
     {"rules": [
       {"name": "pii-stays-local", "when": {"detected": ["email", "iban"]}, "then": "force", "endpoint": "edge"},
       {"name": "free-tier-edge", "when": {"metadata": {"user_tier": "free"}}, "then": "forbid", "endpoint": "cloud"},
-      {"name": "long-to-cloud", "when": {"min_tokens": 900}, "then": "prefer", "endpoint": "cloud"}
+      {"name": "long-to-cloud", "when": {"min_tokens": 900}, "then": "prefer", "endpoint": "cloud"},
+      {"name": "contracts", "when": {"matches": "\\bcontract|\\blease\\b"}, "then": "route",
+       "zone": "edge_with_cloud_fallback"}
     ]}
 
 A rule matches when every condition of its `when` holds (an empty `when` always matches):
 `metadata` (the app's request metadata: each key's value equals the rule's, or is one of its
 list), `detected` (any of the named content detectors finds something in the prompt),
 `min_tokens` / `max_tokens` / `min_chars` / `max_chars` (inclusive bounds on the prompt's size),
-`precision` (the declared precision, or a list of them; null for none declared).
+`precision` (the declared precision, or a list of them; null for none declared), `matches` (a
+regular expression, or a list of them, found anywhere in the prompt or in its first `head_chars`
+characters; case-insensitive).
 
 How the matching rules combine: every matching `forbid` removes its endpoint; the first matching
 `force` allows its endpoint only (a force of an endpoint a matching forbid removed leaves nothing:
 NoFeasibleEndpoint); without a force, the first matching `prefer` whose endpoint is still allowed
-runs that endpoint first. When no endpoint is left, NoFeasibleEndpoint: never a silent fallback.
+runs that endpoint first, and a `route` rule (the first matching `prefer` or `route` decides)
+sets today's zone outright (edge / edge_with_cloud_fallback / cloud) within what is allowed: the
+rule table is such a file (serving.rules.as_policy). When no endpoint is left,
+NoFeasibleEndpoint: never a silent fallback.
 
 Endpoint names are data (`endpoints=`); today's router has two, "edge" and "cloud" (ENDPOINTS).
 Everything is checked and compiled when the file is loaded, so applying a policy costs a few
@@ -33,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, first_target
+from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
 from serving.policy.detectors import DETECTORS
 
 if TYPE_CHECKING:
@@ -41,9 +48,11 @@ if TYPE_CHECKING:
     from serving.policy.detectors import Detector
 
 ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
-ACTIONS = ("force", "forbid", "prefer")
-RULE_KEYS = ("name", "when", "then", "endpoint", "description")
-WHEN_KEYS = ("metadata", "detected", "min_tokens", "max_tokens", "min_chars", "max_chars", "precision")
+ACTIONS = ("force", "forbid", "prefer", "route")
+SOFT_ACTIONS = ("prefer", "route")  # they order or pick among the allowed endpoints; the first that matches decides
+RULE_KEYS = ("name", "when", "then", "endpoint", "zone", "description")
+WHEN_KEYS = ("metadata", "detected", "min_tokens", "max_tokens", "min_chars", "max_chars", "precision", "matches")
+MAX_PATTERN_CHARS = 4096  # one `matches` expression
 FILE_KEYS = ("rules", "description")
 MAX_POLICY_BYTES = 1 << 20
 # A rule name is written to logs, reasons and response headers as is: a short code, no spaces.
@@ -131,8 +140,9 @@ class Rule:
 
     index: int
     name: str
-    action: str  # "force" | "forbid" | "prefer"
-    endpoint: str
+    action: str  # "force" | "forbid" | "prefer" | "route"
+    endpoint: str  # a route rule's endpoint is its zone's first target
+    zone: str | None = None  # route rules only: the zone they set
     metadata: tuple[tuple[str, frozenset[str]], ...] = ()
     precision: frozenset[str | None] | None = None
     min_tokens: int | None = None
@@ -140,6 +150,8 @@ class Rule:
     min_chars: int | None = None
     max_chars: int | None = None
     detectors: tuple[Detector, ...] = ()
+    pattern: re.Pattern[str] | None = None  # `matches`, its expressions joined
+    head_chars: int | None = None  # `matches` looks at this many first characters; None: all
     description: str = ""
 
     def matches(self, request: _Request) -> bool:
@@ -157,13 +169,18 @@ class Rule:
             return False
         if self.max_chars is not None and len(request.text) > self.max_chars:
             return False
+        if self.pattern is not None:
+            end = len(request.text) if self.head_chars is None else self.head_chars
+            if self.pattern.search(request.text, 0, end) is None:
+                return False
         return not self.detectors or request.detected(self.detectors)
 
 
 @dataclass
 class Verdict:
     """What the matching rules say of one request: the endpoints allowed, in the policy's order, and
-    the rules that decided (the force, the first forbid of each removed endpoint, the prefer)."""
+    the rules that decided (the force, the first forbid of each removed endpoint, the first
+    matching prefer or route rule)."""
 
     allowed: tuple[str, ...]
     forced: Rule | None = None
@@ -197,8 +214,8 @@ class PolicySet:
         self.source, self.version = source, version
         # (rule, its first metadata key, that key's values): most rules of a real policy fail on
         # their first metadata condition, tested inline before the rule's own `matches`.
-        self._hard = tuple(_screened(rule) for rule in self.rules if rule.action != "prefer")
-        self._soft = tuple(_screened(rule) for rule in self.rules if rule.action == "prefer")
+        self._hard = tuple(_screened(rule) for rule in self.rules if rule.action not in SOFT_ACTIONS)
+        self._soft = tuple(_screened(rule) for rule in self.rules if rule.action in SOFT_ACTIONS)
         self.detectors = tuple(dict.fromkeys(d.name for rule in self.rules for d in rule.detectors))
 
     def __repr__(self) -> str:
@@ -311,7 +328,7 @@ class PolicySet:
         for rule, key, values in self._soft:
             if key is not None and given.get(key) not in values:
                 continue
-            if rule.endpoint in allowed and rule.matches(request):
+            if (rule.action == "route" or rule.endpoint in allowed) and rule.matches(request):
                 return Verdict(allowed, forbidden_by=forbidden_by, preferred=rule)
         return Verdict(allowed, forbidden_by=forbidden_by)
 
@@ -326,16 +343,19 @@ class PolicySet:
         allowed = verdict.allowed
         decision.forbidden = tuple(endpoint for endpoint in self.endpoints if endpoint not in allowed)
         decision.rule = rule.name
+        soft = verdict.preferred
         if verdict.forced is not None:
             said = f"forced {rule.endpoint}"
-        elif verdict.preferred is None or rule is not verdict.preferred:
+        elif soft is None or rule is not soft:
             said = f"forbids {', '.join(decision.forbidden)}"
         else:
-            said = f"prefers {rule.endpoint}"
-        if verdict.preferred is not None and rule is not verdict.preferred:
-            said += f"; policy '{verdict.preferred.name}' prefers {verdict.preferred.endpoint}"
-        first = verdict.preferred.endpoint if verdict.preferred is not None else None
-        zone = _zone(decision.zone, allowed, first)
+            said = _said(soft)
+        if soft is not None and rule is not soft:
+            said += f"; policy '{soft.name}' {_said(soft)}"
+        if soft is not None and soft.zone is not None:
+            zone = _zone(soft.zone, allowed, None)
+        else:
+            zone = _zone(decision.zone, allowed, soft.endpoint if soft is not None else None)
         decision.zone, decision.target = zone, first_target(zone)
         decision.reason = f"policy '{rule.name}': {said}; model: {decision.reason}"
         return decision
@@ -344,6 +364,10 @@ class PolicySet:
 def _screened(rule: Rule) -> tuple[Rule, str | None, frozenset[str]]:
     key, values = rule.metadata[0] if rule.metadata else (None, frozenset())
     return rule, key, values
+
+
+def _said(rule: Rule) -> str:
+    return f"routes {rule.zone}" if rule.zone is not None else f"prefers {rule.endpoint}"
 
 
 def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
@@ -384,11 +408,22 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         raise fail(
             "name", "required: 1-64 letters, digits and _.:- (it is logged as is), starting with a letter or digit"
         )
-    action, endpoint = item.get("then"), item.get("endpoint")
+    action, endpoint, zone = item.get("then"), item.get("endpoint"), item.get("zone")
     if action not in ACTIONS:
         raise fail("then", f"must be one of {', '.join(ACTIONS)}, got {action!r}")
-    if endpoint not in endpoints:
-        raise fail("endpoint", f"unknown endpoint {endpoint!r}; the endpoints are {', '.join(endpoints)}")
+    if action == "route":
+        if endpoints != ENDPOINTS:
+            raise fail("then", f"route sets a zone of the two-endpoint router ({', '.join(ENDPOINTS)}); use prefer")
+        if zone not in ZONES:
+            raise fail("zone", f"a route rule sets a zone: one of {', '.join(ZONES)}, got {zone!r}")
+        if "endpoint" in item:
+            raise fail("endpoint", "a route rule names a zone, not an endpoint")
+        endpoint = first_target(zone)
+    else:
+        if "zone" in item:
+            raise fail("zone", f"only route rules set a zone; a {action} rule names an endpoint")
+        if endpoint not in endpoints:
+            raise fail("endpoint", f"unknown endpoint {endpoint!r}; the endpoints are {', '.join(endpoints)}")
     description = item.get("description", "")
     if not isinstance(description, str):
         raise fail("description", f"must be a string, got {_kind(description)}")
@@ -402,6 +437,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
     for low, high in (("min_tokens", "max_tokens"), ("min_chars", "max_chars")):
         if low in sizes and high in sizes and sizes[low] > sizes[high]:
             raise fail(f"when.{low}", f"{sizes[low]} is above when.{high} ({sizes[high]}): the rule never matches")
+    pattern, head_chars = _matches(when["matches"], fail) if "matches" in when else (None, None)
     return Rule(
         index=index,
         name=name,
@@ -410,6 +446,9 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         metadata=_metadata(when["metadata"], fail) if "metadata" in when else (),
         precision=_precision(when["precision"], fail) if "precision" in when else None,
         detectors=_detectors(when["detected"], fail) if "detected" in when else (),
+        zone=zone if action == "route" else None,
+        pattern=pattern,
+        head_chars=head_chars,
         description=description,
         **sizes,
     )
@@ -448,6 +487,29 @@ def _precision(value: object, fail: Any) -> frozenset[str | None]:
     if not values:
         raise fail("when.precision", "must not be an empty list")
     return frozenset(item for item in values if item is None or isinstance(item, str))
+
+
+def _matches(value: object, fail: Any) -> tuple[re.Pattern[str], int | None]:
+    """`matches`: an expression, a list of them, or {"pattern": ..., "head_chars": n}; the
+    expressions joined into one case-insensitive pattern (Rule.pattern, Rule.head_chars)."""
+    head_chars = None
+    if isinstance(value, dict):
+        for key in value:
+            if key not in ("pattern", "head_chars"):
+                raise fail(f"when.matches.{key}", "unknown key; use pattern and head_chars")
+        if "head_chars" in value:
+            head_chars = _size(value["head_chars"], fail, "when.matches.head_chars")
+        value = value.get("pattern")
+    patterns = _strings(value)
+    if not patterns or not all(isinstance(p, str) and p for p in patterns):
+        raise fail("when.matches", f"must be a regular expression or a non-empty list of them, got {value!r}")
+    joined = "|".join(f"(?:{p})" for p in patterns if isinstance(p, str))
+    if len(joined) > MAX_PATTERN_CHARS:
+        raise fail("when.matches", f"over {MAX_PATTERN_CHARS} characters")
+    try:
+        return re.compile(joined, re.IGNORECASE), head_chars
+    except re.error as exc:
+        raise fail("when.matches", f"not a regular expression: {exc}") from None
 
 
 def _detectors(value: object, fail: Any) -> tuple[Detector, ...]:
