@@ -38,7 +38,7 @@ def default_data_paths() -> list[Path]:
 def fetch_public_logs(say: Callable[[str], None]) -> Path:
     """The pinned public logs, downloaded and verified into data/raw/routellm by data.fetch.fetch;
     `say` tells the user what is downloaded from where, and what arrived."""
-    from data.fetch import PINNED_SHA256, DownloadError, fastchat_url, fetch, routellm_url
+    from data.fetch import DownloadError, fastchat_url, fetch, pinned_checksums, routellm_url
 
     urls = {"routellm_url": routellm_url(), "fastchat_url": fastchat_url()}
     searched = (
@@ -49,7 +49,8 @@ def fetch_public_logs(say: Callable[[str], None]) -> Path:
         f"{urls['routellm_url']} and {urls['fastchat_url']} into {FETCHED}, as `make data` does"
     )
     try:
-        written = fetch(FETCHED, **urls)
+        checksums = pinned_checksums()
+        written = fetch(FETCHED, checksums=checksums, **urls)
     except DownloadError as exc:
         raise NoLogsError(
             f"no outcome logs found: {searched}. Downloading the pinned public RouteLLM logs into {FETCHED} "
@@ -58,7 +59,7 @@ def fetch_public_logs(say: Callable[[str], None]) -> Path:
             f"{FALLBACKS[1]}."
         ) from exc
     size = sum(path.stat().st_size for path in written)
-    pinned = sum(str(path.relative_to(FETCHED)) in PINNED_SHA256 for path in written)
+    pinned = sum(str(path.relative_to(FETCHED)) in checksums for path in written)
     say(
         f"downloaded {len(written)} files ({size / 1e6:.1f} MB) into {FETCHED}, each with all the bytes the server "
         f"announced" + (f", {pinned} matching their pinned SHA-256" if pinned else "")

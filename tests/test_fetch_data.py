@@ -8,17 +8,19 @@ import functools
 import hashlib
 import http.server
 import itertools
+import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from data.fetch import DownloadError, fetch, file_plan
+from data.fetch import CHECKSUMS_ENV, PINNED_SHA256, DownloadError, fetch, file_plan
 from data.logs import load_logs
 from data.routellm import SUBJECT_DOMAIN
 from tests.conftest import ROOT
@@ -38,9 +40,30 @@ class Upstream:
         return {"routellm_url": self.routellm_url, "fastchat_url": self.fastchat_url}
 
     @property
+    def digests(self) -> dict[str, str]:
+        """SHA-256 of each file as this server holds it (the shared copies differ from upstream's:
+        rows are kept back), by its path in the plan; a file deleted from the server has none."""
+        served = {
+            relative: self.root / urllib.parse.urlsplit(url).path.lstrip("/")
+            for relative, url in file_plan(self.routellm_url, self.fastchat_url)
+        }
+        return {
+            relative: hashlib.sha256(path.read_bytes()).hexdigest()
+            for relative, path in served.items()
+            if path.exists()
+        }
+
+    @property
     def env(self) -> dict[str, str]:
-        """The environment variables that point `make train` and `make data` at this server."""
-        return {"ROUTER_ROUTELLM_URL": self.routellm_url, "ROUTER_FASTCHAT_URL": self.fastchat_url}
+        """The environment variables that point `make train` and `make data` at this server, and
+        replace the pinned digests with what it serves."""
+        checksums = self.root.parent / "served_sha256.json"
+        checksums.write_text(json.dumps(self.digests))
+        return {
+            "ROUTER_ROUTELLM_URL": self.routellm_url,
+            "ROUTER_FASTCHAT_URL": self.fastchat_url,
+            CHECKSUMS_ENV: str(checksums),
+        }
 
 
 def lay_out(real_data_dir: Path, root: Path, rows: int | None = None) -> None:
@@ -116,12 +139,12 @@ def leftovers(folder: Path) -> list[Path]:
 
 def test_fetch_lays_out_loadable_logs(upstream, tmp_path):
     dest = tmp_path / "raw" / "routellm"
-    written = fetch(dest, **upstream.urls)
+    written = fetch(dest, checksums=upstream.digests, **upstream.urls)
     assert len(written) == len(file_plan()) == 57 + 4
     loaded = load_logs([dest])
     assert loaded.rejects == [] and {r["source"] for r in loaded.rows} == {"mmlu", "gsm8k", "mt_bench"}
     assert fetch(dest, **upstream.urls) == []  # present files are kept
-    assert len(fetch(dest, force=True, **upstream.urls)) == 61
+    assert len(fetch(dest, force=True, checksums=upstream.digests, **upstream.urls)) == 61
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["routellm"]  # no staging folder left
 
 
@@ -133,9 +156,10 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
 
 def test_a_missing_file_leaves_no_partial_logs(upstream, tmp_path):
     """A 404 after 55 good files: nothing is left where training would take it for logs."""
+    served = upstream.digests
     (upstream.root / "RouteLLM" / "routellm" / "evals" / "mmlu" / "responses" / "mmlu_virology.csv").unlink()
     with pytest.raises(DownloadError, match="could not download http://127.0.0.1:.*mmlu_virology.csv.*404"):
-        fetch(tmp_path / "raw" / "routellm", **upstream.urls)
+        fetch(tmp_path / "raw" / "routellm", checksums=served, **upstream.urls)
     assert leftovers(tmp_path / "raw") == []
 
 
@@ -145,7 +169,7 @@ def test_a_cut_download_is_an_error(upstream, tmp_path):
     upstream.truncated.add("/RouteLLM/routellm/evals/gsm8k/gsm8k_responses.csv")
     size = (upstream.root / "RouteLLM" / "routellm" / "evals" / "gsm8k" / "gsm8k_responses.csv").stat().st_size
     with pytest.raises(DownloadError, match=f"gsm8k_responses.csv.*incomplete: {size // 2} of {size} bytes"):
-        fetch(tmp_path / "raw" / "routellm", **upstream.urls)
+        fetch(tmp_path / "raw" / "routellm", checksums=upstream.digests, **upstream.urls)
     assert leftovers(tmp_path / "raw") == []
 
 
@@ -161,6 +185,37 @@ def test_each_file_is_checked_against_its_pinned_sha256(upstream, real_data_dir,
     ):
         fetch(tmp_path / "bad", checksums=wrong, **upstream.urls)
     assert leftovers(tmp_path / "bad") == [] and not (tmp_path / "bad.part").exists()
+
+
+def test_every_planned_file_is_pinned_and_the_unaltered_shared_copies_match(real_data_dir):
+    """The pins were read from the upstream repositories at the pinned commits. The shared copies
+    of the MT-Bench files and the licence are upstream's bytes (only MMLU and GSM8K rows are kept
+    back), so they must match; the cut files must not."""
+    assert set(PINNED_SHA256) == {relative for relative, _ in file_plan()}
+    assert all(len(digest) == 64 and int(digest, 16) >= 0 for digest in PINNED_SHA256.values())
+    same = {
+        relative
+        for relative, digest in PINNED_SHA256.items()
+        if hashlib.sha256((real_data_dir / relative).read_bytes()).hexdigest() == digest
+    }
+    assert same == {"mt_bench/judgements.jsonl", "mt_bench/question.jsonl", "LICENSE"}
+
+
+def test_the_pins_reject_a_mirror_serving_other_bytes_unless_told(upstream, tmp_path, monkeypatch):
+    """By default every download must match its pin: the shared copies (rows kept back) do not,
+    and nothing is kept. ROUTER_LOGS_SHA256 names the digests a deliberately different mirror serves."""
+    with pytest.raises(
+        DownloadError, match=rf"mmlu_\w+\.csv.*SHA-256 [0-9a-f]{{64}}, not the pinned [0-9a-f]{{64}}.*{CHECKSUMS_ENV}"
+    ):
+        fetch(tmp_path / "pinned", **upstream.urls)
+    assert leftovers(tmp_path / "pinned") == [] and not (tmp_path / "pinned.part").exists()
+    for key, value in upstream.env.items():
+        monkeypatch.setenv(key, value)
+    assert len(fetch(tmp_path / "told", **upstream.urls)) == 61
+    (tmp_path / "bad.json").write_text('{"LICENSE": "not-a-digest"}')
+    monkeypatch.setenv(CHECKSUMS_ENV, str(tmp_path / "bad.json"))
+    with pytest.raises(DownloadError, match=f"{CHECKSUMS_ENV}=.*bad.json: must be a JSON object"):
+        fetch(tmp_path / "bad", **upstream.urls)
 
 
 def test_plan_is_pinned_to_one_commit():
@@ -211,6 +266,7 @@ def test_train_on_a_fresh_clone_fetches_the_pinned_logs(small_upstream, encoder_
         "no outcome logs in" in said
         and f"downloading the pinned public RouteLLM logs from {upstream.routellm_url}" in said
         and "61 files" in said
+        and "61 matching their pinned SHA-256" in said
     )
     fetched = clone / "data" / "raw" / "routellm"
     assert sorted(str(p.relative_to(fetched)) for p in fetched.rglob("*") if p.is_file()) == sorted(
