@@ -33,7 +33,6 @@ dictionary look-ups per rule, and only the detectors rules name run, each at mos
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
+from serving.documents import decode_document, read_bytes
 from serving.policy.detectors import DETECTORS
 
 if TYPE_CHECKING:
@@ -226,39 +226,13 @@ class PolicySet:
     def load(cls, path: str | Path, *, endpoints: Sequence[str] = ENDPOINTS) -> "PolicySet":
         """The policy file at `path`: JSON (.json), or YAML (.yaml / .yml) when PyYAML is installed
         (the `yaml` extra). PolicyFileError for anything wrong, naming the rule and the key."""
-        path = Path(path)
-        try:
-            with path.open("rb") as file:
-                raw = file.read(MAX_POLICY_BYTES + 1)
-        except OSError as exc:
-            raise PolicyFileError(f"cannot read policy file {path}: {exc.strerror or exc}") from None
-        if len(raw) > MAX_POLICY_BYTES:
-            raise PolicyFileError(f"policy file {path}: over {MAX_POLICY_BYTES:,} bytes")
+        raw = read_bytes(path, what="policy file", error=PolicyFileError, max_bytes=MAX_POLICY_BYTES)
         return cls.parse(raw, source=str(path), endpoints=endpoints)
 
     @classmethod
     def parse(cls, raw: bytes, *, source: str, endpoints: Sequence[str] = ENDPOINTS) -> "PolicySet":
         """A policy from a file's bytes; `source` names it in errors, and its suffix says the format."""
-        data: Any  # the decoded document: checked by from_dict
-        if source.endswith((".yaml", ".yml")):
-            try:  # by name: PyYAML is an extra, and ships no type information
-                yaml = importlib.import_module("yaml")
-            except ImportError:
-                raise PolicyFileError(
-                    f"policy file {source}: reading YAML needs PyYAML, the `yaml` extra "
-                    "(pip install 'edge-cloud-router[yaml]'); or write the policy as JSON"
-                ) from None
-            try:
-                data = yaml.safe_load(raw)
-            except yaml.YAMLError as exc:
-                raise PolicyFileError(f"policy file {source} is not valid YAML: {exc}") from None
-        elif source.endswith(".json"):
-            try:
-                data = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                raise PolicyFileError(f"policy file {source} is not valid JSON: {exc}") from None
-        else:
-            raise PolicyFileError(f"policy file {source}: name it .json (or .yaml / .yml with PyYAML)")
+        data = decode_document(raw, source=source, what="policy file", error=PolicyFileError)
         version = hashlib.sha256(raw).hexdigest()[:12]
         return cls.from_dict(data, source=source, endpoints=endpoints, version=version)
 
