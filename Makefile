@@ -102,6 +102,12 @@ label: $(STAMP)
 promote: $(STAMP)
 	$(BIN)/python -m pipelines.promote --bundle $(BUNDLE) $(ARGS)
 
+# Is the traffic in the outcome log LOGS still like BUNDLE's training traffic? stable / watch / retrain
+# (docs/observability.md#drift); writes reports/drift/drift.json. ARGS="--fail-on retrain" exits 1 on that verdict.
+.PHONY: drift
+drift: $(STAMP)
+	$(BIN)/python -m pipelines.drift --bundle $(BUNDLE) --logs $(LOGS) $(ARGS)
+
 # How many decisions change when bundle NEW replaces OLD, on a fixed sample of LOGS' prompts.
 NEW ?= $(BUNDLE)
 compare: $(STAMP)

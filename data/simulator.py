@@ -34,7 +34,7 @@ from data.simulator_text import DOMAIN_WEIGHTS, STEP_DIFFICULTY, SUBTOPICS, TASK
 from serving import rules
 from serving.contract import PRECISIONS
 
-__all__ = ["DifficultyModel", "GENERATOR_VERSION", "MANIFEST_NAME", "generate_rows", "write_shards"]
+__all__ = ["DifficultyModel", "GENERATOR_VERSION", "MANIFEST_NAME", "generate_rows", "parse_mix", "write_shards"]
 
 GENERATOR_VERSION = "1"
 BLOCK_ROWS = 1_000  # unit of seeding: never change without bumping GENERATOR_VERSION
@@ -45,6 +45,8 @@ SOURCE = "synthetic"
 MANIFEST_NAME = "_SIMULATED.yaml"
 SHARD_PATTERN = "part-{:05d}.parquet"
 RULE_DOMAINS = tuple(sorted(rules.RULE_DOMAINS))  # a sequence: np.isin treats a set as one value
+_DOMAINS = tuple(DOMAIN_WEIGHTS)
+MIX_DEFAULTS = {"domain": dict(DOMAIN_WEIGHTS), "task": {t[0]: t[1] for t in TASKS}}  # parse_mix's default weights
 
 
 def parse_count(text: str) -> int:
@@ -73,6 +75,11 @@ class DifficultyModel:
     coupling: float = 0.7  # share of rows where both models face the same luck
     long_context_share: float = 0.12  # non-summary rows that carry background paragraphs
     undeclared_share: float = 0.10  # rows whose client declares no precision
+    # The domains' and task forms' shares of the rows, (name, share) for each of them (parse_mix
+    # builds them from `finance=0.6,...`); None: DOMAIN_WEIGHTS and TASKS' shares. A changed mix
+    # is what a drifting app sends.
+    domain_mix: tuple[tuple[str, float], ...] | None = None
+    task_mix: tuple[tuple[str, float], ...] | None = None
 
     def __post_init__(self):
         for name in ("noise_sd", "edge_slope", "cloud_slope"):
@@ -81,12 +88,54 @@ class DifficultyModel:
         for name in ("coupling", "long_context_share", "undeclared_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for kind, mix in (("domain", self.domain_mix), ("task", self.task_mix)):
+            if mix is None:
+                continue
+            names, shares = tuple(MIX_DEFAULTS[kind]), dict(mix)
+            if set(shares) != set(names) or len(mix) != len(names):
+                raise ValueError(f"{kind}_mix must give each of {', '.join(names)} once, got {sorted(shares)}")
+            if any(not 0.0 <= v <= 1.0 for v in shares.values()) or not math.isclose(sum(shares.values()), 1.0):
+                raise ValueError(f"{kind}_mix shares must be in [0, 1] and add up to 1, got {mix}")
+
+    def mix_p(self, kind: str) -> np.ndarray:
+        """The probability of each domain ("domain") or task form ("task"), in MIX_DEFAULTS' order."""
+        mix = self.domain_mix if kind == "domain" else self.task_mix
+        shares = dict(mix) if mix is not None else MIX_DEFAULTS[kind]
+        weights = [shares[name] for name in MIX_DEFAULTS[kind]]
+        return np.array(weights) / sum(weights)  # a Python sum, as the rows before mixes were drawn with
+
+
+def parse_mix(text: str, kind: str = "domain") -> tuple[tuple[str, float], ...]:
+    """A DifficultyModel.domain_mix (kind "domain") or task_mix ("task") from `finance=0.6,legal=0.2`:
+    the named ones get those shares, the others share what is left in proportion to their
+    default weights (MIX_DEFAULTS); ValueError for an unknown name, a share outside [0, 1], a
+    total over 1, or a total under 1 with every one named."""
+    defaults = MIX_DEFAULTS[kind]
+    given: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or name not in defaults:
+            raise ValueError(f"{part.strip()!r}: use {kind}=share with a {kind} among {', '.join(defaults)}")
+        if name in given:
+            raise ValueError(f"{name} is given twice")
+        try:
+            share = float(value)
+        except ValueError:
+            raise ValueError(f"{part.strip()!r}: the share must be a number") from None
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{part.strip()!r}: the share must be in [0, 1]")
+        given[name] = share
+    total, rest = sum(given.values()), [d for d in defaults if d not in given]
+    if total > 1.0 + 1e-9:
+        raise ValueError(f"the shares add up to {total:g}, over 1")
+    if not rest and not math.isclose(total, 1.0):
+        raise ValueError(f"every {kind} is named, so the shares must add up to 1, not {total:g}")
+    left, weight = max(1.0 - total, 0.0), sum(defaults[d] for d in rest)
+    shares = {**given, **{d: left * defaults[d] / weight for d in rest}}
+    return tuple((d, shares[d]) for d in defaults)
 
 
 MODEL = DifficultyModel()
-_DOMAINS = tuple(DOMAIN_WEIGHTS)
-_DOMAIN_P = np.array([DOMAIN_WEIGHTS[d] for d in _DOMAINS]) / sum(DOMAIN_WEIGHTS.values())
-_TASK_P = np.array([t[1] for t in TASKS]) / sum(t[1] for t in TASKS)
 # Declared precision by task form: answer-checkable tasks are mostly `exact`, open ones `tolerant`.
 _PRECISION_P = {
     "recall": (0.55, 0.33, 0.12),
@@ -113,8 +162,8 @@ def generate_block(seed: int, block: int, *, model: DifficultyModel = MODEL):
     rng = np.random.default_rng(np.random.SeedSequence([seed, block]))
     text_rng = random.Random(int(rng.integers(2**63)))
     n = BLOCK_ROWS
-    domain_idx = rng.choice(len(_DOMAINS), size=n, p=_DOMAIN_P)
-    sub_u, task_idx = rng.random(n), rng.choice(len(TASKS), size=n, p=_TASK_P)
+    domain_idx = rng.choice(len(_DOMAINS), size=n, p=model.mix_p("domain"))
+    sub_u, task_idx = rng.random(n), rng.choice(len(TASKS), size=n, p=model.mix_p("task"))
     steps_raw = 1 + rng.binomial(6, 0.35, size=n)
     context_u, context_n, summary_n = rng.random(n), rng.integers(1, 13, size=n), rng.integers(2, 17, size=n)
     precision_u, noise = rng.random(n), rng.normal(0.0, model.noise_sd, size=n)

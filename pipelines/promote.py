@@ -1,6 +1,7 @@
 """`make promote BUNDLE=dir`: move the MLflow alias `champion` to the challenger bundle only
 when it is at least as good on the same traffic (training.promotion says how it decides, and
-when it refuses to)."""
+when it refuses to). When --logs holds outcome log folders, the challenger's drift report on
+them is shown beside the decision (it does not change the decision)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,29 @@ def main(
         for line in rejected["first"]:
             console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
     console.print_json(json.dumps({k: result[k] for k in ("challenger", "champion")}))
+    _show_drift(console, bundle, list(logs or []))
+
+
+def _show_drift(console, bundle: Path, logs: list[str]) -> None:
+    """Beside the decision: the challenger's drift report on the --logs that are outcome log
+    folders (evaluation.drift); nothing when none is."""
+    from rich.markup import escape
+
+    from data.sdk_logs import is_outcome_log_folder
+    from evaluation.drift import bundle_drift, drift_table
+    from serving.bundle import BundleError
+    from serving.drift import DriftInputError
+
+    folders = [path for path in logs if is_outcome_log_folder(Path(path))]
+    if not folders:
+        return
+    try:
+        report = bundle_drift(bundle, folders)
+    except (BundleError, DriftInputError) as exc:
+        console.print(f"drift: not computed: {escape(str(exc))}", soft_wrap=True)
+        return
+    console.print(drift_table(report))
+    console.print(f"drift verdict: {report.verdict}: {escape(report.reason)}", soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -22,12 +22,22 @@ def main(
     rows_per_shard: Annotated[int, typer.Option(help="rows per Parquet shard")] = 100_000,
     seed: Annotated[int, typer.Option(help="same seed and n give the same rows, whatever the shard size")] = 0,
     undeclared_share: Annotated[float, typer.Option(help="share of rows with no declared precision")] = 0.1,
+    domain_mix: Annotated[
+        Optional[str],
+        typer.Option(
+            help="domain shares, e.g. finance=0.6,legal=0.2: the other domains share the rest in their default "
+            "proportions (docs/simulator.md)"
+        ),
+    ] = None,
+    task_mix: Annotated[
+        Optional[str], typer.Option(help="task form shares, e.g. prove=0.5,summarize=0.3, as --domain-mix")
+    ] = None,
 ) -> None:
     """Write N simulated (synthetic) request logs with edge/cloud outcomes into OUT."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from data.simulator import MANIFEST_NAME, DifficultyModel, parse_count, write_shards
+    from data.simulator import MANIFEST_NAME, DifficultyModel, parse_count, parse_mix, write_shards
 
     try:
         rows = parse_count(n)
@@ -39,8 +49,14 @@ def main(
         )
     if seed < 0:
         raise typer.BadParameter(f"must be >= 0, got {seed!r}", param_hint="--seed")
+    mixes = {}
+    for kind, text in (("domain", domain_mix), ("task", task_mix)):
+        try:
+            mixes[f"{kind}_mix"] = parse_mix(text, kind) if text is not None else None
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=f"--{kind}-mix") from None
     try:
-        model = DifficultyModel(undeclared_share=undeclared_share)
+        model = DifficultyModel(undeclared_share=undeclared_share, **mixes)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--undeclared-share") from None
     console = Console()

@@ -29,7 +29,7 @@ def test_bundle_has_everything_serving_needs(trained):
     manifest = read_manifest(result.bundle)  # checks every file's SHA-256
     # Static tier: one fused graph from token ids and scalar features to the probabilities and
     # the novelty (no familiarity file: the reference is in the graph).
-    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "acceptance.onnx"}
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "acceptance.onnx", "drift_reference.json"}
     assert manifest.novelty["in_model"] and manifest.novelty["output"] == "novelty" and "file" not in manifest.novelty
     assert manifest.feature_spec.fused is True
     assert not any(p.suffix in (".pkl", ".pickle", ".joblib") for p in result.bundle.iterdir())
@@ -182,7 +182,14 @@ def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_ca
         )
     )
     manifest = read_manifest(result.bundle)
-    assert set(manifest.files) == {"encoder.onnx", "router.onnx", "projection.npz", "tokenizer.json", "novelty.npz"}
+    assert set(manifest.files) == {
+        "encoder.onnx",
+        "router.onnx",
+        "projection.npz",
+        "tokenizer.json",
+        "novelty.npz",
+        "drift_reference.json",
+    }
     assert manifest.feature_spec.encoder_row_wise is True and manifest.feature_spec.fused is False
     held = result.held_out
     router = Router.load(result.bundle, strict=True)

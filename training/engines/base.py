@@ -250,7 +250,9 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
 
+    from serving.drift import DRIFT_REFERENCE_FILE
     from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
+    from training.drift_reference import drift_reference
     from training.export import heads_to_onnx
     from training.stages import StageClock, metrics_of
     from training.tracking import log_training, register_bundle, tracked_run
@@ -292,6 +294,8 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         )
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
+        with clock.span("drift_reference"):  # serving.drift: what the bundle's traffic looked like
+            files[DRIFT_REFERENCE_FILE] = drift_reference(config, held_out, manifest.model_version).to_bytes()
         signing_key = Path(config.signing_key) if config.signing_key else None
         with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.

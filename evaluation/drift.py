@@ -1,0 +1,64 @@
+"""A bundle's drift report on outcome log folders, and its table: what `make drift` prints and
+`make promote` shows beside its decision (serving.drift computes it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from serving.drift import DriftReference, DriftReport, DriftThresholds, drift_report, read_records, rescore
+
+_STYLE = {"stable": "green", "watch": "yellow", "retrain": "red", "unknown": "magenta", "skipped": "dim"}
+
+
+def bundle_drift(
+    bundle: str | Path, logs: Sequence[str | Path], thresholds: DriftThresholds | None = None, *, rescored: bool = True
+) -> DriftReport:
+    """The drift report of `bundle` on the records of the outcome log folders `logs`. With
+    `rescored`, requests another bundle version logged are given this bundle's decision first
+    when they carry their text (serving.drift.rescore), so that its score, probabilities,
+    novelty and zone are compared too. BundleError, DriftInputError on bad input."""
+    from serving.bundle import read_bundle
+
+    verified = read_bundle(bundle)
+    reference = DriftReference.from_bundle(verified)
+    records = [record for folder in logs for record in read_records(str(folder))]
+    if rescored and reference is not None and _other_versions(records, reference.model_version):
+        from serving.router import Router
+
+        records = rescore(records, Router.load(bundle))
+    return drift_report(reference, records, thresholds)
+
+
+def _other_versions(records: list, version: str) -> bool:
+    return any(r.get("type") == "request" and r.get("model_version") != version for r in records if isinstance(r, dict))
+
+
+def drift_table(report: DriftReport):
+    """A rich Table of the report's checks, titled with its verdict."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    style = _STYLE.get(report.verdict, "")
+    table = Table(title=f"drift: [{style}]{report.verdict}[/] ({report.records} requests)", title_justify="left")
+    for column, justify in (
+        ("check", "left"),
+        ("statistic", "left"),
+        ("value", "right"),
+        ("reference", "right"),
+        ("current", "right"),
+        ("n", "right"),
+        ("status", "left"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+
+    def number(value: float | None) -> str:
+        return "" if value is None else f"{value:.3f}"
+
+    for check in report.checks:
+        value = number(check.value) + (f" (p={check.p_value:.2g})" if check.p_value is not None else "")
+        status = f"[{_STYLE.get(check.status, '')}]{check.status}[/]" + (f" {escape(check.note)}" if check.note else "")
+        table.add_row(
+            check.name, check.statistic, value, number(check.reference), number(check.current), str(check.n), status
+        )
+    return table

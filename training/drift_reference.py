@@ -1,0 +1,35 @@
+"""The bundle's drift reference (serving.drift): its held-out rows as the bundle sees them.
+
+The rows are the validation split's, marked by the held-out stages (training.held_out): scored
+by a model that did not see them (the bundle itself on the quick single split; the folds'
+out-of-fold models when cross-fitted, the bundle being refit on every row), flagged by the
+familiarity reference, with the acceptance check's held-out verdicts and the zones the SDK
+gives them at the bundle's thresholds. Out-of-sample scores, not the refit's own in-sample
+ones: live traffic is new prompts too.
+"""
+
+from __future__ import annotations
+
+from serving.drift import DriftReference
+from training.config import TrainConfig
+from training.held_out import HeldOutStages, with_learned_zones
+
+
+def drift_reference(config: TrainConfig, held_out: HeldOutStages, model_version: str) -> DriftReference:
+    """The reference of the held-out validation rows (module doc)."""
+    rows = with_learned_zones(config, held_out.splits["val"], held_out.thresholds)
+    return DriftReference.build(
+        model_version=model_version,
+        score=rows.scores,
+        precisions=list(rows.precisions),
+        zones=list(rows.zones),
+        prompt_chars=[len(p) for p in rows.prompts],
+        n_tokens=rows.n_tokens,
+        p_edge=rows.p_edge,
+        p_cloud=rows.p_cloud,
+        novelty=rows.novelty,
+        edge_quality=rows.q_edge,
+        rejected=rows.rejected,
+        source=f"{len(rows)} held-out validation rows"
+        + (" (out-of-fold scores)" if config.cv_folds else " (scored by the bundle's model)"),
+    )
