@@ -108,6 +108,12 @@ promote: $(STAMP)
 drift: $(STAMP)
 	$(BIN)/python -m pipelines.drift --bundle $(BUNDLE) --logs $(LOGS) $(ARGS)
 
+# The traffic dashboard of the outcome log LOGS as one static HTML file (docs/observability.md#dashboard-and-report):
+# ARGS="--period day|week", "--since 2026-11-23 --until 2026-11-30", "--out reports/traffic.html" (the default).
+.PHONY: report
+report: $(STAMP)
+	$(BIN)/python -m pipelines.traffic_report --logs $(LOGS) $(ARGS)
+
 # How many decisions change when bundle NEW replaces OLD, on a fixed sample of LOGS' prompts.
 NEW ?= $(BUNDLE)
 compare: $(STAMP)

@@ -4,6 +4,7 @@
     GET  /v1/models             the one routed model name (default "router")
     GET  /health                liveness and the bundle's state (open without a token)
     GET  /metrics               Prometheus text (serving.proxy.metrics)
+    GET  /dashboard             the recent requests' traffic dashboard, HTML (serving.proxy.dashboard)
 
 Each answer says how it was served in headers: x-router-served-by (edge | cloud), x-router-zone,
 x-router-model (the upstream model), x-router-model-version (the bundle), x-router-fallback
@@ -57,6 +58,7 @@ from serving.chat.routing_info import Completion, RoutingInfo
 from serving.execute import CloudCallError
 from serving.policy.rules import FallbackForbidden, NoFeasibleEndpoint, check_metadata
 from serving.proxy.config import ProxyConfig
+from serving.proxy.dashboard import RecentRequests, dashboard_route
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.security import BearerAuth, error_body
 
@@ -100,8 +102,8 @@ class RequestError(Exception):
 
 
 class _Handlers:
-    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics) -> None:
-        self.chat, self.config, self.metrics = chat, config, metrics
+    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics, recent: RecentRequests) -> None:
+        self.chat, self.config, self.metrics, self.recent = chat, config, metrics, recent
         self.slots = asyncio.Semaphore(config.max_concurrency)
         self.body_reads = asyncio.Semaphore(config.body_reads)
         self.created = int(time.time())
@@ -128,6 +130,7 @@ class _Handlers:
             raise
         self._log_routed(result.routing)
         self.metrics.routed(result.routing)
+        self.recent.add(result.routing)
         headers = routing_headers(result.routing)
         if isinstance(result, Completion):  # not streamed
             release()
@@ -426,7 +429,8 @@ def build_app(
     """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
     connections are closed then too)."""
     metrics = metrics or ProxyMetrics(chat.router)
-    handlers = _Handlers(chat, config, metrics)
+    recent = RecentRequests()
+    handlers = _Handlers(chat, config, metrics, recent)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -451,6 +455,7 @@ def build_app(
             Route("/v1/models", handlers.models, methods=["GET"]),
             Route("/health", handlers.health, methods=["GET"]),
             Route("/metrics", handlers.metrics_page, methods=["GET"]),
+            dashboard_route(recent, chat.router),
         ],
         middleware=[Middleware(BearerAuth, token=config.token, on_reject=lambda reason: metrics.failed(reason))],
         # starlette types every handler as taking an Exception; it calls http_error with HTTPExceptions only
