@@ -379,6 +379,7 @@ def outcome_log(bundle, tmp_path_factory):
     return folder, expected, len(prompts)
 
 
+@pytest.mark.real_data  # the session's trained test bundle routes
 def test_make_report_writes_the_views_of_an_outcome_log(outcome_log, tmp_path):
     folder, expected, n = outcome_log
     out = tmp_path / "traffic.html"
@@ -402,6 +403,7 @@ def _items(expected: collections.Counter, kind: str):
     return [(key, count) for key, count in expected.items() if isinstance(key, tuple) and key[0] == kind]
 
 
+@pytest.mark.real_data  # the session's trained test bundle routes
 def test_report_periods_select_the_requests_by_time(outcome_log, tmp_path):
     folder, _, n = outcome_log
     out = tmp_path / "r.html"
@@ -434,6 +436,7 @@ def test_report_periods_select_the_requests_by_time(outcome_log, tmp_path):
     assert "the log's requests run from" in done.stderr
 
 
+@pytest.mark.real_data  # the session's trained test bundle routes
 def test_report_errors_name_the_file_and_line(outcome_log, tmp_path):
     folder, _, _ = outcome_log
     missing = report("--logs", str(tmp_path / "nowhere"))
@@ -487,6 +490,7 @@ def chromium_dom(url: str) -> str:
 CANARY = "CANARY-PROMPT-5e1d93"
 
 
+@pytest.mark.real_data  # the session's trained test bundle routes
 def test_the_proxy_dashboard_shows_the_traffic_it_served_in_a_browser(router, stubs):
     edge, _ = stubs
     base = config_for(stubs)
@@ -540,6 +544,7 @@ def test_the_proxy_dashboard_shows_the_traffic_it_served_in_a_browser(router, st
         assert CANARY not in page and CLOUD_KEY not in page and "answer from" not in page
 
 
+@pytest.mark.real_data  # the session's trained test bundle routes
 def test_the_dashboard_needs_the_bearer_token(router, stubs):
     with running_proxy(router, config_for(stubs)) as url:
         assert httpx2.get(f"{url}/dashboard").status_code == 401
