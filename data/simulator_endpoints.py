@@ -41,8 +41,9 @@ SPEC_KEYS = ("endpoints", "skills", "output_tokens", "coupling", "description")
 SKILL_KEYS = ("intercept", "slope", "domains")
 CHARS_PER_TOKEN = 4.2  # data.simulator's estimate for this vocabulary
 
-# Four endpoints of different price and skill: a free on-device 3B, an on-prem 8B strong in code
-# and math, a mid-price cloud model strong in the regulated domains, a frontier model.
+# Four endpoints of different price and skill: a free on-device 3B good at everyday questions, an
+# on-prem 8B that beats the frontier model in code and math, a mid-price cloud model that beats it
+# in the regulated domains, and the frontier model, best on hard prompts elsewhere.
 DEFAULT_SPEC: dict[str, Any] = {
     "description": "four simulated endpoints (synthetic): phone 3B, on-prem 8B, mid-price cloud, frontier cloud",
     "endpoints": [
@@ -71,10 +72,18 @@ DEFAULT_SPEC: dict[str, Any] = {
         },
     ],
     "skills": {
-        "phone-3b": {"intercept": 1.4, "slope": 1.6, "domains": {"general": 0.8, "humanities": 0.5}},
-        "onprem-8b": {"intercept": 1.6, "slope": 1.3, "domains": {"code": 1.3, "math": 0.9, "legal": -0.6}},
-        "cloud-mid": {"intercept": 2.0, "slope": 1.1, "domains": {"legal": 1.0, "finance": 0.9, "medical": 0.9}},
-        "frontier": {"intercept": 2.8, "slope": 0.9, "domains": {}},
+        "phone-3b": {"intercept": 1.0, "slope": 1.8, "domains": {"general": 1.5, "humanities": 1.0}},
+        "onprem-8b": {
+            "intercept": 1.2,
+            "slope": 1.4,
+            "domains": {"code": 2.4, "math": 2.0, "legal": -0.8, "medical": -0.5},
+        },
+        "cloud-mid": {
+            "intercept": 1.8,
+            "slope": 1.1,
+            "domains": {"legal": 2.0, "finance": 1.9, "medical": 1.9, "science": 0.8, "code": -0.6},
+        },
+        "frontier": {"intercept": 2.6, "slope": 0.8, "domains": {}},
     },
     "output_tokens": 250,
     "coupling": 0.5,

@@ -1,0 +1,308 @@
+"""Offline figures of routing among N endpoints (docs/endpoints.md#definitions), on rows where every
+endpoint's outcome is logged: each endpoint alone, the oracle, the router's quality-versus-cost
+curve and its area, cost saved at matched quality, the three choosers (serving.endpoint_choice)
+at their operating points, the whole-cascade expectation, and, on simulated logs, how often the
+router makes the simulator's true best-value choice.
+
+Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected` the outcome
+models' probabilities, `cost` each call's logged price (the expected price where none is logged),
+`expected_cost` the price the chooser sees before the call (serving.endpoints.Endpoint.cost at
+the prompt's input tokens and the expected answer length), `feasible` the context limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from serving.endpoint_choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
+
+# Prices on cost (quality points per dollar) the curve sweeps: 0 (best expected quality) to a price
+# at which every request goes to its cheapest endpoint.
+PRICE_GRID = np.concatenate([[0.0], np.logspace(-1, 6, 141)])
+
+
+@dataclass(frozen=True)
+class Choosers:
+    """The operating points' settings: `margin` of cheapest_within, `budget_share` (the budget as
+    a share of the best single endpoint's mean cost, met on validation rows), `start_margin` and
+    `catch_rate` of the cascade, `truth_margin` of the simulator's true best-value choice."""
+
+    margin: float = 0.02
+    budget_share: float = 0.5
+    start_margin: float = 0.15
+    catch_rate: float = 0.5
+    truth_margin: float = 0.02
+
+
+def realized(choice: np.ndarray, quality: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
+    """(mean quality, mean cost) of one endpoint per row; a row without one (NONE) counts 0 and $0."""
+    rows = np.arange(len(choice))
+    taken = choice != NONE
+    q = np.where(taken, quality[rows, np.where(taken, choice, 0)], 0.0)
+    c = np.where(taken, cost[rows, np.where(taken, choice, 0)], 0.0)
+    return float(q.mean()), float(c.mean())
+
+
+def oracle(quality: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
+    """Per row the cheapest endpoint among those with the best logged outcome: (quality, cost)."""
+    best = quality.max(axis=1, keepdims=True)
+    choice = np.argmin(np.where(quality >= best, cost, np.inf), axis=1)
+    return realized(choice, quality, cost)
+
+
+def curve(expected, expected_cost, quality, cost, feasible=None, prices=PRICE_GRID) -> np.ndarray:
+    """[points, 3]: (price, mean cost, mean quality) of best_under_price at every price."""
+    points = [
+        (p, *realized(best_under_price(expected, expected_cost, p, feasible), quality, cost)[::-1]) for p in prices
+    ]
+    return np.array(points, dtype=float)
+
+
+def envelope(costs, qualities) -> tuple[np.ndarray, np.ndarray]:
+    """The upper concave envelope of (cost, quality) points: what mixing two prices at random can
+    reach at every cost; returns its corners, by cost."""
+    order = np.lexsort((-np.asarray(qualities), np.asarray(costs)))
+    hull: list[tuple[float, float]] = []
+    for c, q in zip(np.asarray(costs)[order], np.asarray(qualities)[order]):
+        if hull and q <= hull[-1][1]:
+            continue  # costs more, no better
+        while len(hull) >= 2:
+            (c1, q1), (c2, q2) = hull[-2], hull[-1]
+            if (q2 - q1) * (c - c1) <= (q - q1) * (c2 - c1):  # the middle corner is under the chord
+                hull.pop()
+            else:
+                break
+        hull.append((float(c), float(q)))
+    corners = np.array(hull)
+    return corners[:, 0], corners[:, 1]
+
+
+def quality_at(cost_axis, corners_cost, corners_quality) -> np.ndarray:
+    """The envelope's quality at each cost (flat beyond its last corner; below its first, its first)."""
+    return np.interp(cost_axis, corners_cost, corners_quality)
+
+
+def area(corners_cost, corners_quality, *, low_cost, high_cost, low_quality, high_quality, points: int = 1001) -> float:
+    """Mean over cost x in [low_cost, high_cost] of (q(x) - low_quality) / (high_quality - low_quality),
+    q the envelope's quality (docs/endpoints.md#definitions); NaN when either span is empty."""
+    if not high_cost > low_cost or not high_quality > low_quality:
+        return float("nan")
+    x = np.linspace(low_cost, high_cost, points)
+    gain = (quality_at(x, corners_cost, corners_quality) - low_quality) / (high_quality - low_quality)
+    return float(np.trapezoid(gain, x) / (high_cost - low_cost))
+
+
+def cost_at_quality(corners_cost, corners_quality, target: float) -> float:
+    """The least cost at which the envelope reaches `target` quality; NaN when it never does."""
+    reach = np.flatnonzero(corners_quality >= target - 1e-12)
+    if not len(reach):
+        return float("nan")
+    i = reach[0]
+    if i == 0:
+        return float(corners_cost[0])
+    c0, c1, q0, q1 = corners_cost[i - 1], corners_cost[i], corners_quality[i - 1], corners_quality[i]
+    return float(c0 + (target - q0) / (q1 - q0) * (c1 - c0))
+
+
+def price_for_budget(expected, expected_cost, budget: float, feasible=None) -> float:
+    """The least price on cost at which best_under_price's mean expected cost on these (validation)
+    rows is <= `budget` (the mean cost falls as the price rises); the grid's largest if none."""
+    for price in PRICE_GRID:
+        choice = best_under_price(expected, expected_cost, price, feasible)
+        if realized(choice, expected, expected_cost)[1] <= budget + 1e-12:
+            return float(price)
+    return float(PRICE_GRID[-1])
+
+
+def price_for_quality(expected, expected_cost, quality, target: int, feasible=None) -> float:
+    """The largest price on cost at which best_under_price's logged quality on these (validation)
+    rows is at least that of endpoint `target` alone by one standard error of their paired
+    difference (the largest price that merely matches it is chosen where luck favoured it, and
+    falls short on new rows); 0 (the best expected quality) if no price does."""
+    best = 0.0
+    rows = np.arange(len(quality))
+    for price in PRICE_GRID:
+        choice = best_under_price(expected, expected_cost, price, feasible)
+        taken = choice != NONE
+        diff = np.where(taken, quality[rows, np.where(taken, choice, 0)], 0.0) - quality[:, target]
+        if diff.mean() - diff.std(ddof=1) / np.sqrt(len(diff)) >= -1e-12:
+            best = float(price)
+    return best
+
+
+def shares(choice: np.ndarray, names) -> dict[str, float]:
+    return {name: float(np.mean(choice == k)) for k, name in enumerate(names)}
+
+
+def fold_figures(
+    names,
+    *,
+    val: dict,
+    test: dict,
+    choosers: Choosers = Choosers(),
+) -> dict:
+    """Every figure of one fold. `val` and `test` hold the rows' matrices: `quality`, `expected`,
+    `cost`, `expected_cost`, `feasible`, and on simulated rows `truth` (the hidden probabilities);
+    the price settings are chosen on `val` and every figure is measured on `test`."""
+    names = tuple(names)
+    q, p, c, ec, ok = (test[k] for k in ("quality", "expected", "cost", "expected_cost", "feasible"))
+    single = {n: {"quality": float(q[:, k].mean()), "cost": float(c[:, k].mean())} for k, n in enumerate(names)}
+    best_name = max(names, key=lambda n: (single[n]["quality"], -single[n]["cost"]))
+    cheap_name = min(names, key=lambda n: (single[n]["cost"], -single[n]["quality"]))
+    best, cheap = single[best_name], single[cheap_name]
+    oracle_q, oracle_c = oracle(q, c)
+    points = curve(p, ec, q, c, ok)
+    corners = envelope(points[:, 1], points[:, 2])
+    span = dict(low_cost=cheap["cost"], high_cost=best["cost"], low_quality=cheap["quality"])
+    matched_cost = cost_at_quality(*corners, best["quality"])
+
+    # (a) cheapest within a margin of the best expected quality
+    margin_choice = cheapest_within(p, ec, choosers.margin, ok)
+    margin_q, margin_c = realized(margin_choice, q, c)
+    # (b) best expected quality under a budget: the price set on validation rows
+    val_best = int(np.argmax(val["quality"].mean(axis=0)))
+    budget = choosers.budget_share * float(val["expected_cost"][:, val_best].mean())
+    budget_price = price_for_budget(val["expected"], val["expected_cost"], budget, val["feasible"])
+    budget_choice = best_under_price(p, ec, budget_price, ok)
+    budget_q, budget_c = realized(budget_choice, q, c)
+    # matched quality: the largest price at which validation rows show no loss against the best single endpoint
+    match_price = price_for_quality(val["expected"], val["expected_cost"], val["quality"], val_best, val["feasible"])
+    match_choice = best_under_price(p, ec, match_price, ok)
+    match_q, match_c = realized(match_choice, q, c)
+    # (c) the cascade: its expected figures from the models, and from the logged outcomes
+    orders = cascade(p, ec, choosers.start_margin, ok)
+    cascade_q, cascade_c = cascade_expectation(orders, q, c, choosers.catch_rate)
+    predicted_q, predicted_c = cascade_expectation(orders, p, ec, choosers.catch_rate)
+    first = np.array([o[0] if o else NONE for o in orders])
+
+    out = {
+        "rows": int(len(q)),
+        "single": single,
+        "best_single": best_name,
+        "cheapest_single": cheap_name,
+        "oracle": {"quality": oracle_q, "cost": oracle_c},
+        "curve": {"price": points[:, 0].tolist(), "cost": points[:, 1].tolist(), "quality": points[:, 2].tolist()},
+        "area_vs_best_single": area(*corners, **span, high_quality=best["quality"]),
+        "area_vs_oracle": area(*corners, **span, high_quality=oracle_q),
+        "quality_at_best_single_cost_minus_best_single": float(
+            quality_at([best["cost"]], *corners)[0] - best["quality"]
+        ),
+        "cost_saved_at_best_single_quality": float(1.0 - matched_cost / best["cost"])
+        if best["cost"] > 0
+        else float("nan"),
+        "matched": _point(match_q, match_c, best, match_choice, names, price=match_price),
+        "margin": _point(margin_q, margin_c, best, margin_choice, names, margin=choosers.margin),
+        "budget": {
+            **_point(budget_q, budget_c, best, budget_choice, names, price=budget_price),
+            "budget": budget,
+            "over_budget": float(budget_c - budget),
+        },
+        "cascade": {
+            **_point(float(np.nanmean(cascade_q)), float(np.nanmean(cascade_c)), best, first, names),
+            "predicted_quality": float(np.nanmean(predicted_q)),
+            "predicted_cost": float(np.nanmean(predicted_c)),
+            "mean_steps": float(np.mean([len(o) for o in orders])),
+            "catch_rate": choosers.catch_rate,
+            "start_margin": choosers.start_margin,
+        },
+        "no_feasible_endpoint": float(np.mean(~ok.any(axis=1))),
+    }
+    if test.get("truth") is not None:
+        out["recovery"] = recovery(names, test["truth"], p, ec, ok, choosers.truth_margin)
+    return out
+
+
+def _point(quality, cost, best, choice, names, **settings) -> dict:
+    """An operating point: its quality and cost, against the best single endpoint, and its shares."""
+    return {
+        "quality": quality,
+        "cost": cost,
+        "quality_minus_best_single": quality - best["quality"],
+        "cost_saved_vs_best_single": 1.0 - cost / best["cost"] if best["cost"] > 0 else float("nan"),
+        "shares": shares(choice, names),
+        **settings,
+    }
+
+
+def recovery(names, truth, expected, expected_cost, feasible, margin: float) -> dict:
+    """How often the router's choice (cheapest_within its expected quality) is the simulator's true
+    best-value choice (cheapest_within the hidden probabilities), against every fixed choice of one
+    endpoint, and the true expected quality and cost of each."""
+    true_choice = cheapest_within(truth, expected_cost, margin, feasible)
+    router_choice = cheapest_within(expected, expected_cost, margin, feasible)
+    fixed = {n: float(np.mean(true_choice == k)) for k, n in enumerate(names)}
+    best_fixed = max(fixed, key=lambda n: fixed[n])
+    agreement = float(np.mean(router_choice == true_choice))
+    truth_q, truth_c = realized(true_choice, truth, expected_cost)
+    router_q, router_c = realized(router_choice, truth, expected_cost)
+    return {
+        "margin": margin,
+        "agreement": agreement,
+        "fixed_agreement": fixed,
+        "best_fixed": best_fixed,
+        "agreement_minus_best_fixed": agreement - fixed[best_fixed],
+        "true_choice": {"quality": truth_q, "cost": truth_c, "shares": shares(true_choice, names)},
+        "router_choice": {"quality": router_q, "cost": router_c, "shares": shares(router_choice, names)},
+        "true_quality_lost": truth_q - router_q,
+    }
+
+
+# The figures estimated over folds with an interval (paths into fold_figures' output).
+ESTIMATED = (
+    ("area_vs_best_single",),
+    ("area_vs_oracle",),
+    ("cost_saved_at_best_single_quality",),
+    ("quality_at_best_single_cost_minus_best_single",),
+    ("oracle", "quality"),
+    ("oracle", "cost"),
+    *(
+        (point, figure)
+        for point in ("matched", "margin", "budget", "cascade")
+        for figure in ("quality", "cost", "quality_minus_best_single", "cost_saved_vs_best_single")
+    ),
+    ("budget", "over_budget"),
+    ("cascade", "predicted_quality"),
+    ("cascade", "predicted_cost"),
+    ("recovery", "agreement"),
+    ("recovery", "agreement_minus_best_fixed"),
+    ("recovery", "true_quality_lost"),
+    ("recovery", "router_choice", "cost"),
+    ("recovery", "true_choice", "cost"),
+)
+
+
+def figure_at(figures: dict, path) -> float:
+    """The figure at `path` (keys into fold_figures' output); NaN where a fold lacks it."""
+    for key in path:
+        if not isinstance(figures, dict) or key not in figures:
+            return float("nan")
+        figures = figures[key]
+    return float(figures)
+
+
+def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
+    """The router's quality-versus-cost curve (the folds' mean at each price), each endpoint
+    alone, the oracle and the operating points, on one chart (matplotlib's Agg canvas)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 5.0), dpi=100)
+    ax = fig.subplots()
+    mean = lambda *path: float(np.nanmean([figure_at(f, path) for f in per_fold]))  # noqa: E731
+    cost = np.nanmean([f["curve"]["cost"] for f in per_fold], axis=0)
+    quality = np.nanmean([f["curve"]["quality"] for f in per_fold], axis=0)
+    ax.plot(cost, quality, "-", lw=1.4, label="router: best expected quality - price x cost, every price")
+    for name in names:
+        ax.plot(mean("single", name, "cost"), mean("single", name, "quality"), "s", ms=7, label=f"{name} alone")
+    ax.plot(mean("oracle", "cost"), mean("oracle", "quality"), "*", ms=12, color="black", label="oracle")
+    for point, marker in (("matched", "o"), ("margin", "^"), ("budget", "v"), ("cascade", "D")):
+        ax.plot(mean(point, "cost"), mean(point, "quality"), marker, ms=8, mec="black", label=f"router: {point}")
+    ax.set_xscale("symlog", linthresh=1e-4)
+    ax.set_xlabel("mean cost per request ($)")
+    ax.set_ylabel("quality (logged outcome of the chosen endpoint)")
+    ax.set_title(f"Quality vs cost, {len(per_fold)} held-out folds (mean)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)

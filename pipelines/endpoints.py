@@ -1,0 +1,122 @@
+"""`make endpoints`: routing among N endpoints, offline (docs/endpoints.md).
+
+Simulates N-endpoint logs from a spec (data.simulator_endpoints; default data/endpoints/four.yaml)
+or reads them (`--data`, rows with `outcomes: {endpoint: quality}`), fits one calibrated outcome
+model per endpoint in each prompt-hash fold, separate and shared (training.endpoints), compares
+the two by paired cross-validation, and measures the choosers (serving.endpoint_choice) on the
+held-out folds against every endpoint alone and the oracle (evaluation.endpoints). Writes
+`metrics.json` and `quality_vs_cost.png` into `--out`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+DEFAULT_SPEC = Path("data/endpoints/four.yaml")
+
+
+def _endpoints_of(spec: Path):
+    """(endpoints, the simulation or None): a simulation spec (with `skills`) or an endpoint spec."""
+    from data.simulator_endpoints import parse_simulation
+    from serving.endpoints import parse_endpoints, read_spec_document
+
+    document = read_spec_document(spec)
+    if isinstance(document, dict) and "skills" in document:
+        sim = parse_simulation(document, source=str(spec))
+        return sim.endpoints, sim
+    return parse_endpoints(document, source=str(spec)), None
+
+
+def main(
+    spec: Annotated[Path, typer.Option(help="endpoint spec, or a simulation spec (endpoints + hidden skills)")] = (
+        DEFAULT_SPEC
+    ),
+    data: Annotated[
+        Optional[list[str]], typer.Option(help="N-endpoint logs to read instead of simulating (repeatable)")
+    ] = None,
+    n: Annotated[int, typer.Option(help="rows to simulate")] = 6000,
+    seed: Annotated[int, typer.Option(help="simulation seed")] = 0,
+    folds: Annotated[int, typer.Option(help="prompt-hash folds")] = 5,
+    output_tokens: Annotated[
+        Optional[float], typer.Option(help="expected answer tokens for prices (default: the simulation's, else 250)")
+    ] = None,
+    margin: Annotated[float, typer.Option(help="cheapest endpoint within this of the best expected quality")] = 0.02,
+    budget_share: Annotated[float, typer.Option(help="budget: this share of the best single endpoint's cost")] = 0.5,
+    start_margin: Annotated[float, typer.Option(help="cascade: start within this of the best expected quality")] = 0.15,
+    catch_rate: Annotated[float, typer.Option(help="cascade: share of bad answers caught and escalated")] = 0.5,
+    cache_dir: Annotated[Path, typer.Option(help="encoder cache (the static tier's token table)")] = Path("data/cache"),
+    out: Annotated[Path, typer.Option(help="report folder")] = Path("reports/endpoints"),
+) -> None:
+    """Simulate (or read) N-endpoint logs, fit per-endpoint outcome models, evaluate the choosers."""
+    from rich.console import Console
+
+    from data.endpoint_logs import read_endpoint_logs
+    from data.simulator_endpoints import read_truth, write_simulation
+    from evaluation.endpoints import Choosers, plot_quality_vs_cost
+    from serving.endpoints import EndpointSpecError
+    from training.endpoints import EndpointRows, EndpointTraining, cross_validate_endpoints
+
+    console = Console()
+    started = time.perf_counter()
+    try:
+        endpoints, sim = _endpoints_of(spec)
+        choosers = Choosers(margin, budget_share, start_margin, catch_rate)
+    except (EndpointSpecError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    truth = None
+    if data:
+        paths = list(data)
+    else:
+        if sim is None:
+            raise typer.BadParameter(
+                f"{spec} has no hidden skills to simulate from: give --data logs, or a simulation spec"
+            )
+        logs = out / "logs"
+        write_simulation(logs, sim, n, seed=seed)
+        paths = [str(logs)]
+        console.print(f"simulated {n:,} synthetic rows for {', '.join(endpoints.names)} into {logs}")
+    frame, rejects = read_endpoint_logs(paths, endpoints.names)
+    for reject in rejects[:5]:
+        console.print(f"[yellow]reject[/] {reject.file} {reject.location}: {reject.reason}")
+    if not len(frame):
+        raise typer.BadParameter(f"no valid N-endpoint row in {paths} ({len(rejects)} rejects)")
+    rows = EndpointRows.from_frame(frame, endpoints.names)
+    if not data:
+        hidden = read_truth(paths[0]).set_index("request_id")
+        truth = hidden.loc[rows.request_ids, [f"p_{name}" for name in endpoints.names]].to_numpy(float)
+    tokens = output_tokens if output_tokens is not None else (sim.output_tokens if sim is not None else 250.0)
+    result = cross_validate_endpoints(
+        rows,
+        endpoints,
+        folds=folds,
+        config=EndpointTraining(cache_dir=str(cache_dir)),
+        choosers=choosers,
+        output_tokens=tokens,
+        truth=truth,
+        on_fold=lambda fit: console.print(f"fold {fit.fold + 1}/{folds}: {fit.figures}"),
+    )
+    result.update(
+        spec=endpoints.as_dict(),
+        simulated=None if data else {"n": n, "seed": seed, "spec": str(spec)},
+        rejects=len(rejects),
+        seconds=time.perf_counter() - started,
+    )
+    (out / "metrics.json").write_text(json.dumps(result, indent=2, default=float) + "\n", encoding="utf-8")
+    plot_quality_vs_cost(result["per_fold"], endpoints.names, out / "quality_vs_cost.png")
+    for name, value in result["estimates"].items():
+        console.print(f"{name:58s} {value['mean']:+.4f} [{value['low']:+.4f}, {value['high']:+.4f}]")
+    console.print(
+        f"head mode: {result['chosen_mode']} (shared - separate log loss "
+        f"{result['head_modes']['shared - separate']['log_loss']['mean']:+.4f}); "
+        f"wrote {out / 'metrics.json'} and {out / 'quality_vs_cost.png'} in {result['seconds']:.0f} s"
+    )
+
+
+if __name__ == "__main__":
+    typer.run(main)

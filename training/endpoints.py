@@ -1,0 +1,414 @@
+"""One calibrated outcome model per endpoint (N endpoints, docs/endpoints.md): P(endpoint answers
+well | prompt) from the router's own features (training.featurize: the SDK's text statistics,
+declared precision and the static tier's projected embedding), fitted with the router's LightGBM
+settings and calibration (training.model).
+
+Two shapes, compared by paired cross-validation on the same prompt-hash folds:
+
+- `separate`: one booster per endpoint, each on the rows where that endpoint's outcome is known.
+- `shared`: one booster over every endpoint's rows stacked, reading which endpoint it predicts as
+  one more feature (training.model.SIDE_FEATURE: the endpoint's index), so what one endpoint's
+  outcomes teach about a prompt (is it hard? which domain?) informs the others.
+
+Each endpoint's probability is calibrated on validation rows (Platt scaling by default). Rows
+with one outcome (`routed_to`, `propensity`) count in their endpoint's fit with weight
+1 / propensity (normalised to mean 1), so the fit stands for all traffic, not the logged policy's.
+
+Folds are those of training.crossval: the prompts' hash numbers (data.prepare.hash_uniform,
+salted) cut into K slices; fold k tests on slice k, validates (early stopping, calibration, the
+budget's price) on the next `val_share` of the hash scale and trains on the rest; the projection
+(PCA) is refit on each fold's training rows. Nothing here touches the two-endpoint training path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HEAD_MODES = ("separate", "shared")
+
+
+@dataclass(frozen=True)
+class EndpointTraining:
+    """The options of the N-endpoint outcome models (the router's defaults)."""
+
+    tier: str = "static"
+    embedding_dim: int = 32
+    max_tokens: int | None = None
+    cache_dir: str = "data/cache"
+    val_share: float = 0.15
+    seed: int = 0
+    salt: str = ""
+    # One thread: on a shared host, two LightGBM threads fitting small boosters spent 10x longer
+    # spinning than fitting (13 s against 1.2 s for one 1,500-row booster at load 9).
+    lgbm: dict[str, Any] = field(default_factory=lambda: {"num_threads": 1})
+    num_boost_round: int = 2000
+    early_stopping_rounds: int = 100
+    calibration: str = "sigmoid"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.val_share < 0.5:
+            raise ValueError(f"val_share must be in (0, 0.5), got {self.val_share!r}")
+
+
+@dataclass
+class EndpointRows:
+    """Prompts with each endpoint's observed quality (NaN where unknown) and its fitting weight
+    (0 where unknown), columns in `names` order; `cost` the logged price of each call (NaN where
+    not logged)."""
+
+    names: tuple[str, ...]
+    prompts: np.ndarray
+    precisions: list
+    quality: np.ndarray  # [rows, endpoints]
+    weight: np.ndarray  # [rows, endpoints]
+    cost: np.ndarray  # [rows, endpoints]
+    request_ids: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    @classmethod
+    def from_frame(cls, frame, names) -> "EndpointRows":
+        """From data.endpoint_logs.read_endpoint_logs' frame."""
+        names = tuple(names)
+        quality = np.stack([frame[f"q_{n}"].to_numpy(float) for n in names], axis=1)
+        cost = np.stack([frame[f"cost_{n}"].to_numpy(float) for n in names], axis=1)
+        known = np.isfinite(quality)
+        propensity = frame["propensity"].to_numpy(float) if "propensity" in frame else np.full(len(frame), np.nan)
+        partial = ~known.all(axis=1)
+        row_weight = np.where(partial & np.isfinite(propensity), 1.0 / np.where(partial, propensity, 1.0), 1.0)
+        weight = np.where(known, row_weight[:, None], 0.0)
+        for k in range(len(names)):  # mean 1 over each endpoint's known rows
+            if known[:, k].any():
+                weight[:, k] /= weight[known[:, k], k].mean()
+        precisions = [p if isinstance(p, str) else None for p in frame["precision"]]
+        ids = frame["request_id"].to_numpy(object) if "request_id" in frame else np.arange(len(frame)).astype(object)
+        return cls(names, frame["prompt"].to_numpy(object), precisions, quality, weight, cost, ids)
+
+    def subset(self, rows: np.ndarray) -> "EndpointRows":
+        rows = np.asarray(rows)
+        index = np.flatnonzero(rows) if rows.dtype == bool else rows
+        return EndpointRows(
+            self.names,
+            self.prompts[index],
+            [self.precisions[i] for i in index],
+            self.quality[index],
+            self.weight[index],
+            self.cost[index],
+            self.request_ids[index],
+        )
+
+
+def fold_masks(prompts, *, folds: int, fold: int, val_share: float, salt: str = "") -> dict[str, np.ndarray]:
+    """Boolean train / val / test masks of fold `fold` of `folds` (module doc)."""
+    from data.prepare import hash_uniform
+
+    if not 0 <= fold < folds:
+        raise ValueError(f"fold {fold} is not one of 0..{folds - 1}")
+    u = hash_uniform(prompts, salt)
+    start = fold / folds
+    shifted = (u - start) % 1.0
+    test = shifted < 1.0 / folds
+    val = ~test & (shifted < 1.0 / folds + val_share)
+    return {"train": ~test & ~val, "val": val, "test": test}
+
+
+def features(rows: EndpointRows, train: np.ndarray, config: EndpointTraining) -> np.ndarray:
+    """The router's feature matrix of every row, the projection fitted on the `train` rows."""
+    from training.featurize import featurize
+
+    feats = featurize(
+        rows.prompts,
+        rows.precisions,
+        np.asarray(train, bool),
+        tier=config.tier,
+        embedding_dim=config.embedding_dim,
+        max_tokens=config.max_tokens,
+        cache_dir=Path(config.cache_dir),
+        seed=config.seed,
+    )
+    return feats.matrix
+
+
+@dataclass
+class OutcomeModels:
+    """Each endpoint's calibrated P(good answer): `boosters` one per endpoint (separate) or the
+    one shared booster, and each endpoint's calibration."""
+
+    names: tuple[str, ...]
+    mode: str
+    boosters: list
+    calibrations: list[dict]
+    trees: list[int]
+
+    def predict(self, x) -> np.ndarray:
+        """[rows, endpoints] calibrated probabilities."""
+        from serving.calibration import apply_calibration
+
+        return np.stack([apply_calibration(self.calibrations[k], self._raw(x, k)) for k in range(len(self.names))], 1)
+
+    def _raw(self, x, k: int) -> np.ndarray:
+        from training.model import with_side
+
+        x = np.asarray(x)
+        if self.mode == "shared":
+            return self.boosters[0].predict(with_side(x, k))
+        return self.boosters[k].predict(x)
+
+
+def _known(rows: EndpointRows, k: int) -> np.ndarray:
+    return np.isfinite(rows.quality[:, k]) & (rows.weight[:, k] > 0)
+
+
+def fit_outcome_models(
+    x_train, train: EndpointRows, x_val, val: EndpointRows, *, mode: str, config: EndpointTraining
+) -> OutcomeModels:
+    """Fit every endpoint's outcome model (`mode`: separate or shared, module doc) on the
+    training rows, with early stopping and calibration on the validation rows."""
+    from training.model import fit_booster, fit_calibration, stack_sides, with_side
+
+    if mode not in HEAD_MODES:
+        raise ValueError(f"unknown head mode {mode!r}; choose one of {', '.join(HEAD_MODES)}")
+    names = train.names
+    options = dict(
+        params=config.lgbm,
+        num_boost_round=config.num_boost_round,
+        early_stopping_rounds=config.early_stopping_rounds,
+        seed=config.seed,
+        objective="cross_entropy",
+    )
+
+    def part(x, rows: EndpointRows, k: int):
+        known = _known(rows, k)
+        return np.asarray(x)[known], rows.quality[known, k], rows.weight[known, k]
+
+    for k, name in enumerate(names):
+        if _known(train, k).sum() < 20 or _known(val, k).sum() < 10:
+            raise ValueError(
+                f"endpoint {name!r}: too few rows with its outcome to fit its model (< 20 train, < 10 val)"
+            )
+    if mode == "shared":
+        x_tr, y_tr, w_tr = stack_sides([part(x_train, train, k) for k in range(len(names))])
+        x_va, y_va, w_va = stack_sides([part(x_val, val, k) for k in range(len(names))])
+        booster = fit_booster(x_tr, y_tr, x_va, y_va, weight=w_tr, val_weight=w_va, **options)
+        boosters = [booster]
+        raw_val = [booster.predict(with_side(part(x_val, val, k)[0], k)) for k in range(len(names))]
+        trees = [booster.num_trees()]
+    else:
+        boosters, raw_val, trees = [], [], []
+        for k in range(len(names)):
+            xs, ys, ws = part(x_train, train, k)
+            xv, yv, wv = part(x_val, val, k)
+            booster = fit_booster(xs, ys, xv, yv, weight=ws, val_weight=wv, **options)
+            boosters.append(booster)
+            raw_val.append(booster.predict(xv))
+            trees.append(booster.num_trees())
+    calibrations = []
+    for k in range(len(names)):
+        _, yv, wv = part(x_val, val, k)
+        calibrations.append(fit_calibration(raw_val[k], yv, method=config.calibration, sample_weight=wv))
+    return OutcomeModels(names, mode, boosters, calibrations, trees)
+
+
+def log_loss(probability, quality, weight) -> float:
+    """Weighted mean log loss over the known cells (quality in [0, 1]: fractional successes)."""
+    p = np.clip(np.asarray(probability, float), 1e-9, 1 - 1e-9)
+    q, w = np.asarray(quality, float), np.asarray(weight, float)
+    known = np.isfinite(q) & (w > 0)
+    losses = -(q * np.log(p) + (1 - q) * np.log(1 - p))
+    return float(np.sum(w[known] * losses[known]) / np.sum(w[known]))
+
+
+def brier(probability, quality, weight) -> float:
+    """Weighted mean squared error of the probabilities over the known cells."""
+    p, q, w = np.asarray(probability, float), np.asarray(quality, float), np.asarray(weight, float)
+    known = np.isfinite(q) & (w > 0)
+    return float(np.sum(w[known] * (p[known] - q[known]) ** 2) / np.sum(w[known]))
+
+
+def calibration_gap(probability, quality, weight, bins: int = 10) -> float:
+    """Expected calibration error: the weighted mean |mean predicted - mean observed| over
+    probability deciles of the known cells."""
+    p, q, w = (np.asarray(a, float).ravel() for a in (probability, quality, weight))
+    known = np.isfinite(q) & (w > 0)
+    p, q, w = p[known], q[known], w[known]
+    edges = np.quantile(p, np.linspace(0, 1, bins + 1))
+    which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
+    gap = 0.0
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            gap += w[inside].sum() * abs(
+                np.average(p[inside], weights=w[inside]) - np.average(q[inside], weights=w[inside])
+            )
+    return float(gap / w.sum())
+
+
+@dataclass
+class FoldFit:
+    """One fold: its rows' masks, and per head mode the models' predictions on its validation and
+    test rows with their fit figures on the test rows."""
+
+    fold: int
+    masks: dict[str, np.ndarray]
+    predictions: dict[str, dict[str, np.ndarray]]  # mode -> split (val, test) -> [rows, endpoints]
+    figures: dict[str, dict[str, float]]  # mode -> log_loss, brier, calibration_gap
+    trees: dict[str, list[int]]
+
+
+def fit_fold(rows: EndpointRows, *, folds: int, fold: int, config: EndpointTraining, modes=HEAD_MODES) -> FoldFit:
+    """Featurize (projection on the fold's training rows) and fit every head mode on one fold."""
+    masks = fold_masks(rows.prompts, folds=folds, fold=fold, val_share=config.val_share, salt=config.salt)
+    x = features(rows, masks["train"], config)
+    parts = {split: rows.subset(mask) for split, mask in masks.items()}
+    predictions, figures, trees = {}, {}, {}
+    for mode in modes:
+        models = fit_outcome_models(
+            x[masks["train"]], parts["train"], x[masks["val"]], parts["val"], mode=mode, config=config
+        )
+        predictions[mode] = {split: models.predict(x[masks[split]]) for split in ("val", "test")}
+        test = parts["test"]
+        p = predictions[mode]["test"]
+        figures[mode] = {
+            "log_loss": log_loss(p, test.quality, test.weight),
+            "brier": brier(p, test.quality, test.weight),
+            "calibration_gap": calibration_gap(p, test.quality, test.weight),
+        }
+        trees[mode] = models.trees
+    return FoldFit(fold, masks, predictions, figures, trees)
+
+
+def fold_correction(folds: int, val_share: float) -> float:
+    """n_test / n_train of one fold, for the corrected interval: training.crossval's."""
+    from training.config import TrainConfig
+    from training.crossval import test_over_train
+
+    return test_over_train(TrainConfig(val_share=val_share), folds)
+
+
+def compare_modes(fits: list[FoldFit], *, folds: int, val_share: float) -> dict:
+    """Each head mode's test figures over the folds and the paired difference shared - separate,
+    with the corrected resampled t interval (training.crossval.interval); `chosen`: the mode with
+    the lower mean log loss (separate on a tie)."""
+    from training.crossval import interval
+
+    correction = fold_correction(folds, val_share)
+    modes = list(fits[0].figures)
+    out: dict[str, Any] = {
+        m: {f: interval([fit.figures[m][f] for fit in fits], test_over_train=correction) for f in fits[0].figures[m]}
+        for m in modes
+    }
+    if set(modes) == set(HEAD_MODES):
+        out["shared - separate"] = {
+            f: interval(
+                [fit.figures["shared"][f] - fit.figures["separate"][f] for fit in fits], test_over_train=correction
+            )
+            for f in fits[0].figures["shared"]
+        }
+    out["chosen"] = min(modes, key=lambda m: (out[m]["log_loss"]["mean"], m != "separate"))
+    return out
+
+
+def estimates(per_fold: list[dict], names, *, folds: int, val_share: float) -> dict:
+    """Mean and corrected 95% interval (training.crossval.interval) over the folds of every
+    evaluation.endpoints.ESTIMATED figure and of each endpoint's quality and cost."""
+    from evaluation.endpoints import ESTIMATED, figure_at
+    from training.crossval import interval
+
+    correction = fold_correction(folds, val_share)
+
+    def over_folds(path) -> dict:
+        return interval([figure_at(f, path) for f in per_fold], test_over_train=correction)
+
+    return {
+        **{" / ".join(path): over_folds(path) for path in ESTIMATED},
+        **{f"single / {n} / {fig}": over_folds(("single", n, fig)) for n in names for fig in ("quality", "cost")},
+    }
+
+
+CHARS_PER_TOKEN = 4.2  # input tokens the chooser assumes per character (data.simulator's ratio)
+
+
+def expected_costs(endpoints, prompts, output_tokens: float) -> tuple[np.ndarray, np.ndarray]:
+    """([rows, endpoints] price each call is expected to cost, whether the prompt fits each
+    endpoint's context), input tokens estimated from the prompt's characters."""
+    tokens = np.array([len(p) for p in prompts], dtype=float) / CHARS_PER_TOKEN
+    cost = np.stack([[e.cost(t, output_tokens) for t in tokens] for e in endpoints], axis=1)
+    feasible = np.stack([tokens <= e.context_tokens for e in endpoints], axis=1)
+    return cost, feasible
+
+
+def cross_validate_endpoints(
+    rows: EndpointRows,
+    endpoints,
+    *,
+    folds: int = 5,
+    config: EndpointTraining = EndpointTraining(),
+    choosers=None,
+    output_tokens: float = 250.0,
+    truth: np.ndarray | None = None,
+    on_fold=None,
+    modes: tuple[str, ...] = HEAD_MODES,
+) -> dict:
+    """Fit both head modes on every fold, compare them (compare_modes), and measure every
+    evaluation.endpoints figure of each mode on each fold's test rows that hold every endpoint's
+    outcome (prices set on its validation rows). `truth`: the simulator's hidden probabilities,
+    [rows, endpoints], for the recovery figures; `modes`: the head modes fitted (both compare them).
+    JSON-ready."""
+    from evaluation.endpoints import Choosers, fold_figures
+
+    if tuple(e.name for e in endpoints) != rows.names:
+        raise ValueError(f"the rows' endpoints {rows.names} are not the spec's {tuple(e.name for e in endpoints)}")
+    if not 3 <= folds <= 20:
+        raise ValueError(f"folds={folds!r}: must be an integer in [3, 20]")
+    choosers = choosers or Choosers()
+    expected_cost, feasible = expected_costs(endpoints, rows.prompts, output_tokens)
+    cost = np.where(np.isfinite(rows.cost), rows.cost, expected_cost)
+    complete = np.isfinite(rows.quality).all(axis=1)
+    if not complete.any():
+        raise ValueError(
+            "no row holds every endpoint's outcome: the evaluation compares endpoints on the same prompts "
+            "(one-outcome rows train the models but cannot score a choice among N offline)"
+        )
+    fits, per_mode = [], {m: [] for m in modes}
+    for fold in range(folds):
+        fit = fit_fold(rows, folds=folds, fold=fold, config=config, modes=modes)
+        fits.append(fit)
+        for mode in modes:
+            part = {}
+            for split in ("val", "test"):
+                mask = fit.masks[split]
+                keep = complete[mask]
+                part[split] = {
+                    "quality": rows.quality[mask][keep],
+                    "expected": fit.predictions[mode][split][keep],
+                    "cost": cost[mask][keep],
+                    "expected_cost": expected_cost[mask][keep],
+                    "feasible": feasible[mask][keep],
+                    "truth": None if truth is None else truth[mask][keep],
+                }
+            per_mode[mode].append(fold_figures(rows.names, val=part["val"], test=part["test"], choosers=choosers))
+        if on_fold is not None:
+            on_fold(fit)
+    comparison = compare_modes(fits, folds=folds, val_share=config.val_share)
+    chosen = comparison["chosen"]
+    return {
+        "endpoints": list(rows.names),
+        "rows": int(len(rows)),
+        "complete_rows": int(complete.sum()),
+        "folds": folds,
+        "output_tokens": output_tokens,
+        "choosers": dict(vars(choosers)),
+        "head_modes": comparison,
+        "chosen_mode": chosen,
+        "estimates": estimates(per_mode[chosen], rows.names, folds=folds, val_share=config.val_share),
+        "estimates_by_mode": {
+            m: estimates(per_mode[m], rows.names, folds=folds, val_share=config.val_share) for m in modes
+        },
+        "trees": {m: [f.trees[m] for f in fits] for m in modes},
+        "per_fold": per_mode[chosen],
+    }
