@@ -69,8 +69,10 @@ compare-configs: $(STAMP)
 results: train
 	$(BIN)/python -m pipelines.results --bundle $(BUNDLE) --write README.md
 
+# The suite on every core (WORKERS=0: in one process, no workers); tests/conftest.py keeps the whole-log trainings on one worker.
+WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup $(ARGS)
 
 # Formatting, lint (ruff: pycodestyle, pyflakes, imports, bugbear) and strict types on the SDK (mypy); .ci/run runs it.
 lint: $(STAMP)

@@ -29,6 +29,17 @@ passive_openmp_waits()
 # and the session's trainings (trained_small, trained_full, trained_readme), keep the default.
 QUICK_ACCEPTANCE_ROUNDS = 50
 
+# `make test` runs on every core (pytest-xdist, --dist loadgroup). A session fixture is built
+# once per worker that needs it, so the tests of the two trainings on all the real logs
+# (trained_full, trained_readme: minutes each) share one worker, which trains each once.
+WHOLE_LOG_TRAININGS = frozenset({"trained_full", "trained_readme"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if WHOLE_LOG_TRAININGS.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("whole_log_trainings"))
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _offline():
