@@ -129,6 +129,12 @@ replay: $(STAMP)
 simulate: $(STAMP)
 	$(BIN)/python -m pipelines.simulate --n $(N) --out $(OUT) $(ARGS)
 
+# N endpoints, offline (pipelines/endpoints.py, docs/endpoints.md): simulated N-endpoint logs (or ARGS="--data logs/"), one
+# outcome model per endpoint in each prompt-hash fold, the choosers on the held-out folds; writes reports/endpoints/.
+.PHONY: endpoints
+endpoints: $(STAMP)
+	$(BIN)/python -m pipelines.endpoints $(ARGS)
+
 # Wall time, rows/s and peak memory of both engines on simulated logs (README: Scale-out).
 scale: $(STAMP)
 	$(BIN)/python -m pipelines.scale --rows $(ROWS) $(ARGS)

@@ -303,6 +303,6 @@ def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
     ax.set_ylabel("quality (logged outcome of the chosen endpoint)")
     ax.set_title(f"Quality vs cost, {len(per_fold)} held-out folds (mean)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path)

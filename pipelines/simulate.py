@@ -32,8 +32,15 @@ def main(
     task_mix: Annotated[
         Optional[str], typer.Option(help="task form shares, e.g. prove=0.5,summarize=0.3, as --domain-mix")
     ] = None,
+    endpoints: Annotated[
+        Optional[Path],
+        typer.Option(help="N-endpoint logs instead: a simulation spec (docs/simulator.md#n-endpoint-logs)"),
+    ] = None,
+    one_outcome: Annotated[bool, typer.Option(help="with --endpoints: one endpoint's outcome a row")] = False,
 ) -> None:
     """Write N simulated (synthetic) request logs with edge/cloud outcomes into OUT."""
+    if endpoints is not None:
+        return _endpoint_logs(n, out, seed, endpoints, one_outcome)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -78,6 +85,20 @@ def main(
         f"{rows:,} synthetic rows in {len(shards)} shard(s) under {out} (manifest {MANIFEST_NAME}), "
         f"seed {seed}, {seconds:.1f}s ({rows / max(seconds, 1e-9):,.0f} rows/s)"
     )
+
+
+def _endpoint_logs(n: str, out: Path, seed: int, spec: Path, one_outcome: bool) -> None:
+    """`--endpoints spec`: N-endpoint logs (data.simulator_endpoints) instead of edge/cloud ones."""
+    from data.simulator import parse_count
+    from data.simulator_endpoints import load_simulation, write_simulation
+    from serving.endpoints import EndpointSpecError
+
+    try:
+        sim = load_simulation(spec)
+        rows = write_simulation(out, sim, parse_count(n), seed=seed, one_outcome=one_outcome)
+    except (EndpointSpecError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    print(f"{parse_count(n):,} synthetic rows for endpoints {', '.join(sim.names)} in {rows}")
 
 
 if __name__ == "__main__":
