@@ -273,3 +273,24 @@ def test_the_router_recovers_the_true_best_value_endpoint_better_than_any_fixed_
         # the cascade's expectation from the models is close to what the logged outcomes give
         cascade = fold["cascade"]
         assert abs(cascade["predicted_quality"] - cascade["quality"]) < 0.08
+
+
+def test_with_two_endpoints_the_area_is_the_two_endpoint_apgr_of_the_curves_envelope():
+    from evaluation.endpoints import curve
+    from evaluation.metrics import apgr, quality_curve
+
+    rng = np.random.default_rng(3)
+    q = (rng.random((400, 2)) < [0.6, 0.8]).astype(float)
+    # a score that ranks the cloud's gain well but not perfectly
+    score = np.clip(0.5 + 0.3 * (q[:, 1] - q[:, 0]) + rng.normal(0, 0.1, 400), 0.001, 0.999)
+    expected, cost = np.stack([np.zeros(400), score], axis=1), np.tile([0.0, 1.0], (400, 1))
+    points = curve(expected, cost, q, cost, prices=np.concatenate([[0.0], np.sort(score), [1.0]]))
+    corners = envelope(points[:, 1], points[:, 2])  # cost here is the cloud share
+    two = quality_curve(score, q[:, 0], q[:, 1])
+    n_area = area(*corners, low_cost=0.0, high_cost=1.0, low_quality=q[:, 0].mean(), high_quality=q[:, 1].mean())
+    hull_cost, hull_quality = envelope(two.f, two.quality)
+    hull_apgr = area(
+        hull_cost, hull_quality, low_cost=0, high_cost=1, low_quality=two.quality[0], high_quality=two.quality[-1]
+    )
+    assert n_area == pytest.approx(hull_apgr, abs=2e-3)
+    assert n_area >= apgr(two) - 1e-9  # the envelope is never below the curve
