@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
 
     from serving.bundle import Bundle
+    from serving.decision import Decision
+    from serving.execute import Step
     from serving.json_types import JSONObject
     from serving.router import Router
 
@@ -429,8 +431,11 @@ def _number(record: Mapping[str, Any], key: str, where: str) -> float | None:
     return float(value)
 
 
-def _n_tokens(record: Mapping[str, Any]) -> float | None:
-    """The bundle's token estimate, from the logged model inputs (privacy modes without text)."""
+def _n_tokens(record: Mapping[str, Any], where: str) -> float | None:
+    """The bundle's token estimate: the record's n_tokens (Decision.n_tokens), else from the logged
+    model inputs (privacy modes without text, in logs written before records carried n_tokens)."""
+    if record.get("n_tokens") is not None:
+        return _number(record, "n_tokens", where)
     features = record.get("features")
     if not isinstance(features, dict):
         return None
@@ -472,7 +477,7 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None) -> _C
             current.add(key, _number(record, key, where), own)
         novelty = _number(record, "novelty", where)
         current.add("unfamiliar", None if novelty is None else novelty > 1.0, own)
-        current.add("n_tokens", _n_tokens(record), own)
+        current.add("n_tokens", _n_tokens(record, where), own)
         prompt = record.get("prompt")
         current.add("prompt_chars", float(len(prompt)) if isinstance(prompt, str) else None, own)
         precision = record.get("precision")
@@ -615,6 +620,29 @@ def drift_report(
             "(or the rule table): compared on what does not depend on the bundle only"
         )
     return DriftReport(verdict, tuple(checks), reason, current.records, compared, version, False, limits)
+
+
+def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
+    """What drift reads of one request, from its decision and its calls, in the shape of an outcome
+    log's request record and without any text: a live window's records (the proxy's dashboard)."""
+    accept = next((step for step in steps if step.name == "accept"), None)
+    edge = next((step for step in steps if step.name == "edge"), None)
+    return {
+        "log": LOG_FORMAT,
+        "type": "request",
+        "model_version": decision.model_version,
+        "score": decision.score,
+        "zone": decision.zone,
+        "p_edge": decision.p_edge,
+        "p_cloud": decision.p_cloud,
+        "novelty": decision.novelty,
+        "precision": decision.precision,
+        "n_tokens": decision.n_tokens,
+        "accept": {"accepted": accept.status == "ok"}
+        if accept is not None and accept.status in ("ok", "rejected")
+        else None,
+        "edge_quality": 0.0 if edge is not None and edge.status in ("error", "timeout") else None,
+    }
 
 
 def rescore(records: Iterable[Mapping[str, Any]], router: Router) -> list[JSONObject]:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Literal, TypedDict
 
     from serving.acceptance import Acceptor
+    from serving.drift import DriftReference
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.manifest import Manifest
     from serving.outcome_log import OutcomeLog
@@ -238,6 +239,17 @@ class Router:
         """The bundle's learned acceptance check (serving.acceptance.Acceptor), or None when the
         bundle has none (trained without edge answers, older, or the router is degraded)."""
         return self._routing.acceptor
+
+    def drift_reference(self) -> DriftReference | None:
+        """The summary of its training traffic the current bundle carries (serving.drift: what
+        drift_report compares recent requests with); None when it carries none (trained before
+        drift references) or the router is degraded."""
+        raw = self._routing.drift_reference
+        if raw is None:
+            return None
+        from serving.drift import DriftReference
+
+        return DriftReference.from_bytes(raw)
 
     @property
     def policy(self) -> PolicySet | None:

@@ -71,6 +71,10 @@ class Routing:
         degraded (the rule table decides)."""
         return None if self._scorer is None else RouteStages(self)
 
+    @property
+    def drift_reference(self) -> bytes | None:
+        return None if self._scorer is None else self._scorer.drift_reference
+
     def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> JSONObject | None:
         """What training needs of a prompt whose text is not kept (serving.outcome_log's privacy
         modes): the scalar inputs this bundle computes for it and either its token ids or, for

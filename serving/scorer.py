@@ -23,6 +23,7 @@ import numpy as np
 
 from serving.bundle import Bundle, BundleError
 from serving.calibration import calibrator
+from serving.drift import DRIFT_REFERENCE_FILE
 from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection, onnx_session
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ class Scorer:
         self.spec = self.manifest.feature_spec
         self.calibration = self.manifest.calibration
         tokenizer = FastTokenizer(bundle.content("tokenizer.json"))
+        # The training traffic's summary (serving.drift), read when asked for (Router.drift_reference).
+        self.drift_reference: bytes | None = (
+            bundle.content(DRIFT_REFERENCE_FILE) if DRIFT_REFERENCE_FILE in self.manifest.files else None
+        )
         # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle
         # runs it anyway; a fused one carries it (encoder.onnx) when trained with bundle_encoder,
         # and its session is built on first use.

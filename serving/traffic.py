@@ -316,6 +316,7 @@ class Request:
             "prompt": self.prompt,
             "features": None if privacy == "text" else self.routing.model_inputs(self.prompt, self.precision, privacy),
             "precision": self.precision,
+            "n_tokens": decision.n_tokens,
             "model_version": decision.model_version,
             "score": decision.score,
             "zone": decision.zone,

@@ -273,7 +273,7 @@ class Tables(HTMLParser):
             self._row = self._table.setdefault(attrs["data-key"], [])
         elif tag == "td" and self._row is not None:
             self._cell = []
-        elif attrs.get("id") in ("requests", "period") or "verdict" in (attrs.get("class") or ""):
+        elif attrs.get("id") in ("requests", "period", "drift_reason") or "verdict" in (attrs.get("class") or ""):
             self._id = attrs.get("id") or "verdict"
             self.texts[self._id] = ""
 
@@ -539,7 +539,9 @@ def test_the_proxy_dashboard_shows_the_traffic_it_served_in_a_browser(router, st
         and float(measured_row[1].replace(",", "")) == measured
     )
     assert counts(tables.tables["bundles"]) == {router.model_version: len(plan)}
-    assert tables.texts["verdict"] == "no drift reference"
+    # the bundle carries a drift reference; 7 requests are too few to compare (tests/test_drift.py
+    # holds the panel's verdicts on enough traffic)
+    assert tables.texts["verdict"] == "unknown" and "too few records" in tables.texts["drift_reason"]
     for page in (dom, fetched.text):
         assert CANARY not in page and CLOUD_KEY not in page and "answer from" not in page
 

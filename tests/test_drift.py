@@ -296,6 +296,9 @@ def test_the_bundle_carries_its_reference_listed_with_its_checksum(drift_bundle)
     assert 350 < reference.rows < 550 and reference.numeric["score"].n == reference.rows  # the 15% validation split
     assert set(reference.rates) == {"unfamiliar", "edge_failure"}  # simulated logs carry no edge answers
     assert "drift_reference_s" in drift_bundle.timings
+    from serving import Router
+
+    assert Router.load(drift_bundle.bundle).drift_reference() == reference  # what the proxy's dashboard compares with
 
 
 def test_a_tampered_reference_fails_the_bundle_check(drift_bundle, tmp_path):
@@ -371,7 +374,7 @@ def test_a_bundle_without_a_reference_loads_and_decides_as_before(drift_bundle, 
     before, after = Router.load(drift_bundle.bundle), Router.load(old)
     assert not after.degraded
     assert [d.to_dict() for d in after.route_batch(prompts)] == [d.to_dict() for d in before.route_batch(prompts)]
-    assert DriftReference.from_bundle(read_bundle(old)) is None
+    assert DriftReference.from_bundle(read_bundle(old)) is None and after.drift_reference() is None
     logs = route_through_the_sdk(old, tmp_path / "logs", SAME, seed=1)
     report = bundle_drift(old, [logs])
     assert report.verdict == "unknown" and "no drift reference" in report.reason
@@ -390,3 +393,30 @@ def test_make_promote_shows_the_drift_report_when_its_logs_are_outcome_logs(drif
     quiet = Console(record=True)
     _show_drift(quiet, drift_bundle.bundle, [str(tmp_path / "not-a-log")])
     assert quiet.export_text() == ""
+
+
+def test_the_proxy_dashboards_window_judges_drift_as_the_outcome_log_does(drift_bundle, tmp_path):
+    """serving.proxy.dashboard keeps what drift reads of each routed request (decision_record):
+    on the same requests its panel gives the outcome log's verdict and the same figure for every
+    check both can make (the log has the prompt's length in characters too)."""
+    from serving import Router
+    from serving.chat.routing_info import RoutingInfo
+    from serving.proxy.dashboard import RecentRequests, drift_of
+
+    for model, seed, verdict in ((SAME, 1, "stable"), (SHIFTED, 2, "retrain")):
+        window, log = RecentRequests(), OutcomeLog(tmp_path / f"log{seed}")
+        router = Router.load(drift_bundle.bundle, log=log)
+        for row in generate_rows(seed, 0, ROUTED, model=model).itertuples():
+            precision = row.precision if isinstance(row.precision, str) else None
+            done = router.execute(row.prompt, edge=lambda p: "edge", cloud=lambda p: "cloud", precision=precision)
+            window.add(RoutingInfo.of(done, model="stub"))
+        log.close()
+        live = drift_of(window, router)
+        logged = drift_report(router.drift_reference(), read_records(str(tmp_path / f"log{seed}"))).as_dict()
+        assert live is not None and live["verdict"] == logged["verdict"] == verdict, (live, logged)
+        assert live["records"] == logged["records"] == ROUTED
+        by_name = {(c["name"], c["statistic"]): c["value"] for c in logged["checks"]}
+        shared = [c for c in live["checks"] if (c["name"], c["statistic"]) in by_name]
+        assert len(shared) == len(live["checks"]) >= 8
+        for check in shared:
+            assert check["value"] == pytest.approx(by_name[(check["name"], check["statistic"])]), check

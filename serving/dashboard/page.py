@@ -6,8 +6,9 @@ Every table has an id and every row a `data-key` (the zone, the endpoint, the re
 that a test or a script can read the numbers back from the page.
 
 The drift panel takes an optional dict (serving.drift computes it):
-{"verdict": "stable" | "watch" | "retrain", "checks": [{"name", "statistic", "value", "status"}]};
-None renders "no drift reference".
+{"verdict": "stable" | "watch" | "retrain" | "unknown", "reason": "...", "checks": [{"name",
+"statistic", "value", "status"}]} (serving.drift.DriftReport.as_dict); None renders "no drift
+reference".
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from serving.dashboard.views import Views
 
-DRIFT_VERDICTS = ("stable", "watch", "retrain")
+DRIFT_VERDICTS = ("stable", "watch", "retrain", "unknown")  # serving.drift.VERDICTS
 DRIFT_CHECK_FIELDS = ("name", "statistic", "value", "status")
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 72em; color: #222; }
@@ -33,6 +34,7 @@ th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.7em; text-align: left; 
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .meta { color: #555; } .note { color: #555; font-size: 0.9em; max-width: 60em; }
 .verdict-stable { color: #2a9d8f; } .verdict-watch { color: #b8860b; } .verdict-retrain { color: #c0392b; }
+.verdict-unknown { color: #555; }
 svg { max-width: 100%; height: auto; }
 """
 
@@ -213,8 +215,10 @@ def _drift(drift: Mapping[str, object] | None) -> str:
     assert isinstance(checks, list)  # check_drift
     rows = ((str(c["name"]), (c["name"], c["statistic"], c["value"], c["status"])) for c in checks)
     table = _table("drift_checks", ("check", "statistic", "value", "status"), rows)
+    reason = f'<p class="note" id="drift_reason">{_e(drift["reason"])}</p>' if drift.get("reason") else ""
     return (
-        f'<section id="drift"><h2>Drift</h2><p class="verdict verdict-{_e(verdict)}">{_e(verdict)}</p>{table}</section>'
+        f'<section id="drift"><h2>Drift</h2><p class="verdict verdict-{_e(verdict)}">{_e(verdict)}</p>'
+        f"{reason}{table}</section>"
     )
 
 

@@ -10,6 +10,10 @@ call's status and time, familiarity, the bundle's version and the measured cost:
 prompt, an answer, an error message or a key. A summary of three calls takes about 0.5 KB
 (tracemalloc: 4.7 MB for 10,000).
 
+Beside each summary the window keeps what drift reads of the request (serving.drift.decision_record:
+the decision's numbers and codes, no text), and the page's drift panel compares them with the
+reference the router's current bundle carries (serving.drift.drift_report).
+
 The page is drawn on request, in a worker thread (matplotlib, the `server` extra), and reloads
 itself every REFRESH_S seconds.
 """
@@ -22,6 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 from serving.dashboard.summary import Call, RequestSummary
+from serving.drift import decision_record
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     from starlette.routing import Route
 
     from serving.chat.routing_info import RoutingInfo
+    from serving.json_types import JSONObject
     from serving.router import Router
 
 MAX_REQUESTS = 10_000
@@ -58,17 +64,22 @@ class RecentRequests:
         if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
             raise ValueError(f"max_requests={max_requests!r}: must be an integer >= 1")
         self._capacity = max_requests
-        self._recent: collections.deque[RequestSummary] = collections.deque(maxlen=max_requests)
+        self._recent: collections.deque[tuple[RequestSummary, JSONObject]] = collections.deque(maxlen=max_requests)
         self._lock = threading.Lock()
 
     def add(self, routing: RoutingInfo) -> None:
-        summary = summary_of(routing)
+        entry = summary_of(routing), decision_record(routing.decision, routing.steps)
         with self._lock:
-            self._recent.append(summary)
+            self._recent.append(entry)
 
     def snapshot(self) -> list[RequestSummary]:
         with self._lock:
-            return list(self._recent)
+            return [summary for summary, _ in self._recent]
+
+    def drift_records(self) -> list[JSONObject]:
+        """What drift reads of each request in the window (serving.drift.decision_record)."""
+        with self._lock:
+            return [record for _, record in self._recent]
 
     @property
     def capacity(self) -> int:
@@ -88,7 +99,22 @@ def page_of(recent: RecentRequests, router: Router) -> str:
     source = (
         f"this proxy's last {len(requests):,} requests (window {recent.capacity:,}); bundle now {router.model_version}"
     )
-    return render_page(views, title="Router traffic (live)", source=source, refresh_s=REFRESH_S)
+    return render_page(
+        views, title="Router traffic (live)", source=source, refresh_s=REFRESH_S, drift=drift_of(recent, router)
+    )
+
+
+def drift_of(recent: RecentRequests, router: Router) -> JSONObject | None:
+    """The drift panel: the window's requests against the current bundle's reference (requests a
+    bundle before it decided are compared on what does not depend on the bundle); None when the
+    bundle carries no reference or nothing was routed yet."""
+    from serving.drift import drift_report
+
+    reference = router.drift_reference()
+    records = recent.drift_records()
+    if reference is None or not records:
+        return None
+    return drift_report(reference, records).as_dict()
 
 
 def dashboard_route(recent: RecentRequests, router: Router) -> Route:
