@@ -8,8 +8,9 @@ inside route() calls; route_batch throughput on 1 and 2 threads; import + Router
 time and RSS after load in a fresh process. Next to each route() p99 / p50, the same ratio
 for a fixed Python loop as long as route(), interleaved with it: the machine's own jitter.
 The policy layer's cost (serving.policy.rules): route() at ~128 tokens with no policy and with
-the 20-rule POLICY_20, interleaved (`--policy-only` measures just that). Results go to
-bench/results.json.
+the 20-rule POLICY_20, interleaved (`--policy-only` measures just that). Telemetry's cost
+(serving.telemetry): execute() with no provider and with the OpenTelemetry SDK's, interleaved
+(`--telemetry-only` measures just that). Results go to bench/results.json.
 """
 
 from __future__ import annotations
@@ -405,6 +406,91 @@ def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 
     }
 
 
+SPAN_8 = {
+    "router.zone": "edge",
+    "router.score": -0.2,
+    "router.unfamiliar": False,
+    "router.degraded": False,
+    "router.model_version": "edge-cloud-router@run:bench",
+    "router.p_edge": 0.8,
+    "router.p_cloud": 0.6,
+    "router.served_by": "edge",
+}
+SPAN_2 = {"router.attempt": "edge", "router.attempt.status": "ok"}
+
+
+def telemetry_figures(bundle: Path, prompt: str, repeat: int) -> dict | None:
+    """route() + execute() with trivial edge/cloud callables, interleaved: telemetry off (the
+    OpenTelemetry API imported, no provider set: what an app that configured none pays) and on
+    (the SDK's providers, every span exported to an in-memory exporter as it ends, metrics
+    recorded for an in-memory reader). None without opentelemetry-sdk."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    except ImportError:
+        return None
+    from serving import Router, telemetry
+
+    router = Router.load(bundle, strict=True)
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    meter_provider = MeterProvider(metric_readers=[reader])
+    answer = "An answer of a few words."
+
+    def execute_with(tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None) -> object:
+        telemetry.use(tracer_provider, meter_provider)  # cached: a lookup, the same on both sides
+        return router.execute(prompt, edge=lambda p: answer, cloud=lambda p: answer)
+
+    # The floor: what the SDK alone takes to make the same output (a span with 8 attributes, a
+    # child span with 2, four metric points), without routing or serving's bookkeeping.
+    tracer = tracer_provider.get_tracer("bench")
+    meter = meter_provider.get_meter("bench")
+    counter, histogram = meter.create_counter("bench.count"), meter.create_histogram("bench.duration")
+
+    def sdk_alone() -> None:
+        from opentelemetry import trace
+
+        root = tracer.start_span("router.execute")
+        tracer.start_span("router.edge", context=trace.set_span_in_context(root), attributes=SPAN_2).end()
+        root.set_attributes(SPAN_8)
+        root.end()
+        counter.add(1, {"router.zone": "edge"})
+        counter.add(1, {"router.served_by": "edge"})
+        counter.add(1, {"router.served_by": "edge"})
+        histogram.record(0.001, {"router.served_by": "edge"})
+
+    def scope_off() -> None:  # what telemetry adds to a request while off: two of these
+        telemetry.use()
+        with telemetry.request() as trace:
+            trace.decided(decision)
+
+    decision = router.route(prompt)
+    try:
+        figures = timings_us(
+            {
+                "scope_off": scope_off,
+                "telemetry_off": lambda: execute_with(None, None),
+                "telemetry_on": lambda: execute_with(tracer_provider, meter_provider),
+                "sdk_alone": sdk_alone,
+            },
+            repeat=repeat,
+        )
+    finally:
+        telemetry.use()
+    spans = len(exporter.get_finished_spans())
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    return {
+        **figures,
+        "added_p50_us": figures["telemetry_on"]["p50_us"] - figures["telemetry_off"]["p50_us"],
+        "spans_exported": spans,
+    }
+
+
 def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int = 5, lengths=(16, 128, 512)) -> dict:
     from serving import Router
 
@@ -422,6 +508,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
     accept = acceptance_figures(router, prompt_of(tokenizer, 128), max(repeat // 4, 50))
     return {
         "outcome_log": logging_figures(bundle, prompt_of(tokenizer, 16), repeat),
+        "telemetry": telemetry_figures(bundle, prompt_of(tokenizer, 16), repeat),
         "acceptance": accept,
         "bundle": str(bundle),
         "tier": router.manifest.feature_spec.tier,
@@ -527,12 +614,26 @@ def print_report(results: dict) -> None:
             f"paced {o['pause_s'] * 1000:g} ms apart, +{o['added_p50_us_back_to_back']:.0f} us back to back "
             f"({o['records_written']} records written, {o['records_dropped']} dropped)"
         )
+    if results.get("telemetry"):
+        print_telemetry(results["telemetry"], console)
     if results.get("policy"):
         print_policy(results["policy"], console)
     load = results["load"]
     console.print(
         f"fresh process: import {load['import_s'] * 1000:.0f} ms + Router.load {load['load_s'] * 1000:.0f} ms"
         f" = {load['import_plus_load_s'] * 1000:.0f} ms; RSS after load {load['rss_mb_after_load']:.0f} MB"
+    )
+
+
+def print_telemetry(t: dict, console) -> None:
+    console.print(
+        f"execute() p50 with telemetry off (API imported, no provider) {t['telemetry_off']['p50_us']:.0f} us "
+        f"(p99 {t['telemetry_off']['p99_us']:.0f}), on (SDK providers, in-memory exporter and reader) "
+        f"{t['telemetry_on']['p50_us']:.0f} us (p99 {t['telemetry_on']['p99_us']:.0f}): "
+        f"+{t['added_p50_us']:.0f} us for 2 spans and 4 metric points ({t['spans_exported']} spans exported); "
+        f"the SDK alone making the same spans and points: {t['sdk_alone']['p50_us']:.0f} us; "
+        f"off, one request scope (execute() opens two) with telemetry.use() before it: "
+        f"{t['scope_off']['p50_us']:.1f} us"
     )
 
 
@@ -559,9 +660,26 @@ def main(
     batch: int = 2048,
     load_runs: int = 5,
     policy_only: bool = False,
+    telemetry_only: bool = False,
 ) -> None:
     """Measure the SDK and write the results JSON (--policy-only: the policy layer's cost alone,
-    printed and written to bench/policy.json)."""
+    printed and written to bench/policy.json; --telemetry-only: execute() with telemetry off and
+    on, printed and written to bench/telemetry.json)."""
+    if telemetry_only:
+        from rich.console import Console
+
+        from serving import Router
+
+        tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+        telemetry = telemetry_figures(bundle, prompt_of(tokenizer, 16), repeat)
+        if telemetry is None:
+            raise SystemExit("--telemetry-only needs opentelemetry-sdk (the test extra)")
+        path = out.with_name("telemetry.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(telemetry, indent=2))
+        print_telemetry(telemetry, Console())
+        print(f"written to {path}")
+        return
     if policy_only:
         from rich.console import Console
 

@@ -58,6 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar, Union
 
+import serving.telemetry as telemetry
 from serving.contract import CLOUD, EDGE, FALLBACK
 from serving.decision import Decision
 
@@ -130,6 +131,34 @@ class Execution:
     @property
     def fell_back(self) -> bool:
         return self.fallback_reason is not None
+
+
+def failure_kind(error: BaseException | None) -> str:
+    """A short, fixed name for why a call failed (a metrics label, a span attribute, a response
+    header): none, edge_busy, timeout, connection_error or error. serving.chat.errors.failure_kind
+    adds the chat client's own kinds."""
+    if error is None:
+        return "none"
+    if isinstance(error, EdgeBusy):
+        return "edge_busy"
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    if isinstance(error, ConnectionError):
+        return "connection_error"
+    return "error"
+
+
+def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
+    """A short, fixed name for why the cloud answered an edge-first request (None when nothing
+    fell back): context_limit, rejected, accept_error, or the edge error's kind (`kind_of`)."""
+    if execution.fallback_reason is None:
+        return None
+    last = execution.steps[-2] if len(execution.steps) >= 2 else None  # the step before the cloud's
+    if last is not None and last.name == "edge" and last.status == "skipped" and execution.edge_error is None:
+        return "context_limit"
+    if last is not None and last.name == "accept":
+        return "rejected" if last.status == "rejected" else "accept_error"
+    return kind_of(execution.edge_error)
 
 
 class CloudCallError(RuntimeError):
@@ -234,17 +263,25 @@ def _step(steps: list[Step], name: str) -> Iterator[Step]:
     A plain context manager, so the sync and the async paths time their calls the same way. The
     call sets the yielded step's `result`; that step is the one recorded when the call returns."""
     start, step = time.perf_counter(), Step(name, "ok", 0.0)
+    attempt = telemetry.attempt(name)  # a child span while a tracer records the request; else None
     try:
         yield step
     except (TimeoutError, EdgeBusy) as exc:
         status = "timeout" if isinstance(exc, TimeoutError) else "skipped"
         steps.append(Step(name, status, time.perf_counter() - start, str(exc)))
+        if attempt is not None:
+            attempt.ended(status, error=exc)
         raise
-    except Exception as exc:
-        steps.append(Step(name, "error", time.perf_counter() - start, repr(exc)[:500]))
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            steps.append(Step(name, "error", time.perf_counter() - start, repr(exc)[:500]))
+        if attempt is not None:
+            attempt.ended("error" if isinstance(exc, Exception) else "cancelled", error=exc)
         raise
     step.seconds = time.perf_counter() - start
     steps.append(step)
+    if attempt is not None:
+        attempt.ended("ok", step.result)
 
 
 class _Attempt:
@@ -373,6 +410,21 @@ def execute(
     attempt = _Attempt(
         decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
     )
+    with telemetry.request() as trace:  # joins the request's span when a caller opened one
+        trace.decided(decision)
+        execution = _execute(prompt, edge, cloud, edge_timeout_s, edge_pool, attempt)
+        trace.executed(execution, fallback_kind)
+    return execution
+
+
+def _execute(
+    prompt: Subject,
+    edge: Callable[[Subject], Any],
+    cloud: Callable[[Subject], Any],
+    edge_timeout_s: float | None,
+    edge_pool: EdgePool | None,
+    attempt: _Attempt,
+) -> Execution:
     if attempt.edge_first():
         try:
             with _step(attempt.steps, "edge") as step:
@@ -415,6 +467,20 @@ async def aexecute(
     attempt = _Attempt(
         decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
     )
+    with telemetry.request() as trace:
+        trace.decided(decision)
+        execution = await _aexecute(prompt, edge, cloud, edge_timeout_s, attempt)
+        trace.executed(execution, fallback_kind)
+    return execution
+
+
+async def _aexecute(
+    prompt: Subject,
+    edge: Callable[[Subject], Awaitable[Any]],
+    cloud: Callable[[Subject], Awaitable[Any]],
+    edge_timeout_s: float | None,
+    attempt: _Attempt,
+) -> Execution:
     if attempt.edge_first():
         try:
             with _step(attempt.steps, "edge") as step:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
+import serving.telemetry as telemetry
 from serving.bundle import BundleError, read_bundle
 from serving.decision import Decision
 from serving.routing import Routing
@@ -348,31 +349,32 @@ class Router:
         (serving.policy) names the rule; when every endpoint is forbidden, NoFeasibleEndpoint."""
         from serving.execute import execute
 
-        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
-        options: _ExecuteOptions = {
-            "edge_context_tokens": routing.edge_context_tokens,
-            "edge_timeout_s": edge_timeout_s,
-            "verify_edge_zone": verify_edge_zone,
-            "edge_pool": edge_pool,
-        }
-        request = self._traffic.request(
-            routing,
-            text,
-            precision,
-            decision,
-            accept=accept,
-            edge=edge,
-            cloud=cloud,
-            request_id=request_id,
-            subject=prompt,
-        )
-        if request is None:
-            return execute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
-        with request:  # recorded on the way out, a CloudCallError included
-            request.execution = execute(
-                request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+        with telemetry.request():  # one span per request, routing included; a caller's span is joined
+            routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
+            options: _ExecuteOptions = {
+                "edge_context_tokens": routing.edge_context_tokens,
+                "edge_timeout_s": edge_timeout_s,
+                "verify_edge_zone": verify_edge_zone,
+                "edge_pool": edge_pool,
+            }
+            request = self._traffic.request(
+                routing,
+                text,
+                precision,
+                decision,
+                accept=accept,
+                edge=edge,
+                cloud=cloud,
+                request_id=request_id,
+                subject=prompt,
             )
-        return request.execution
+            if request is None:
+                return execute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
+            with request:  # recorded on the way out, a CloudCallError included
+                request.execution = execute(
+                    request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+                )
+            return request.execution
 
     async def aexecute(
         self,
@@ -395,32 +397,33 @@ class Router:
         values, such as streams), and the same policy (`metadata`)."""
         from serving.execute import aexecute
 
-        routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
-        options: _AttemptOptions = {
-            "edge_context_tokens": routing.edge_context_tokens,
-            "edge_timeout_s": edge_timeout_s,
-            "verify_edge_zone": verify_edge_zone,
-        }
-        request = self._traffic.request(
-            routing,
-            text,
-            precision,
-            decision,
-            accept=accept,
-            edge=edge,
-            cloud=cloud,
-            request_id=request_id,
-            asynchronous=True,
-            shadow=shadow,
-            subject=prompt,
-        )
-        if request is None:
-            return await aexecute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
-        with request:
-            request.execution = await aexecute(
-                request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+        with telemetry.request():
+            routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
+            options: _AttemptOptions = {
+                "edge_context_tokens": routing.edge_context_tokens,
+                "edge_timeout_s": edge_timeout_s,
+                "verify_edge_zone": verify_edge_zone,
+            }
+            request = self._traffic.request(
+                routing,
+                text,
+                precision,
+                decision,
+                accept=accept,
+                edge=edge,
+                cloud=cloud,
+                request_id=request_id,
+                asynchronous=True,
+                shadow=shadow,
+                subject=prompt,
             )
-        return request.execution
+            if request is None:
+                return await aexecute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
+            with request:
+                request.execution = await aexecute(
+                    request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+                )
+            return request.execution
 
     def _prepared(
         self,

@@ -27,6 +27,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+import serving.telemetry as telemetry
 from serving.contract import CLOUD, EDGE, FALLBACK, first_target
 from serving.decision import Decision
 from serving.outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from serving.execute import AcceptCheck, Execution
     from serving.outcome_log import Record
     from serving.routing import Routing
+    from serving.telemetry import Attempt
 
     # An edge or cloud call: prompt (or request) -> the answer, whatever the app's client returns
     # (or, with aexecute, an awaitable of it); Any, as serving.execute takes them.
@@ -186,22 +188,27 @@ class Traffic:
             return False
         edge, cloud = request.calls
         fn = edge if side == EDGE else cloud
+        span = telemetry.attempt("shadow", side)  # a child of the request's span, when one records it
         if request.asynchronous:
             import asyncio  # here, not at the top: it would add ~30 ms to Router.load
 
-            task = asyncio.get_running_loop().create_task(self._ashadow(request.request_id, request.subject, side, fn))
+            task = asyncio.get_running_loop().create_task(
+                self._ashadow(request.request_id, request.subject, side, fn, span)
+            )
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
         else:
             threading.Thread(
                 target=self._shadow,
-                args=(request.request_id, request.subject, side, fn),
+                args=(request.request_id, request.subject, side, fn, span),
                 daemon=True,
                 name="router-shadow",
             ).start()
         return True
 
-    def _shadow(self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Any]) -> None:
+    def _shadow(
+        self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Any], span: Attempt | None = None
+    ) -> None:
         start, response, error = time.perf_counter(), None, None
         try:
             response = fn(prompt)
@@ -209,9 +216,16 @@ class Traffic:
             error = exc
         finally:
             self._shadows.release()
-        self._shadow_record(request_id, side, start, response, error)
+        self._shadow_record(request_id, side, start, response, error, span)
 
-    async def _ashadow(self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Awaitable[Any]]) -> None:
+    async def _ashadow(
+        self,
+        request_id: str,
+        prompt: object,
+        side: str,
+        fn: Callable[[Any], Awaitable[Any]],
+        span: Attempt | None = None,
+    ) -> None:
         start, response, error = time.perf_counter(), None, None
         try:
             response = await fn(prompt)
@@ -219,13 +233,21 @@ class Traffic:
             error = exc
         finally:
             self._shadows.release()
-        self._shadow_record(request_id, side, start, response, error)
+        self._shadow_record(request_id, side, start, response, error, span)
 
     def _shadow_record(
-        self, request_id: str, side: str, start: float, response: Any, error: BaseException | None
+        self,
+        request_id: str,
+        side: str,
+        start: float,
+        response: Any,
+        error: BaseException | None,
+        span: Attempt | None = None,
     ) -> None:
         """The shadow record; its answer and error go to the log as they are, which writes them
         as its privacy mode says (serving.outcome_log.STRING_FIELDS)."""
+        if span is not None:
+            span.ended("ok" if error is None else "error", response, error)
         assert self.log is not None  # shadow runs need a log (checked in __init__)
         self.log.append(
             {

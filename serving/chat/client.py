@@ -37,6 +37,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+import serving.telemetry as telemetry
 from serving.chat.conversation import conversation_prompt
 from serving.chat.endpoint import Endpoint
 from serving.chat.request import ChatRequest
@@ -88,6 +89,10 @@ class RoutedChat:
         self.edge, self.cloud = edge, cloud
         keys = (edge.api_key, cloud.api_key)
         self._edge, self._cloud = Upstream("edge", edge, secrets=keys), Upstream("cloud", cloud, secrets=keys)
+        self._span_attributes = {  # each attempt span's model, host and port (serving.telemetry)
+            name: telemetry.endpoint_attributes(endpoint.model, endpoint.base_url)
+            for name, endpoint in (("edge", edge), ("cloud", cloud))
+        }
         self.verify_edge_zone, self.to_prompt, self.on_routed = verify_edge_zone, to_prompt, on_routed
         self._loop: LoopThread | None = None
         self._loop_lock = threading.Lock()
@@ -122,16 +127,19 @@ class RoutedChat:
         """
         request = ChatRequest.build(messages, params, self.to_prompt)
         loop = self._sync_loop()
-        if stream:
-            return ChatStream(loop.run(self._open_stream(request, precision, accept, metadata)), loop)
-        started = time.perf_counter()
-        execution = self.router.execute(
-            request,
-            functools.partial(loop.call, self._edge.acomplete),
-            functools.partial(loop.call, self._cloud.acomplete),
-            **self._options(precision, accept, metadata),
-        )
-        return self._completed(execution, started)
+        scope = telemetry.request(telemetry.CHAT)  # one span per request (joined when the proxy opened it)
+        with scope as trace:
+            trace.endpoints(self._span_attributes)
+            if stream:
+                return ChatStream(loop.run(self._open_stream(request, precision, accept, metadata, scope, trace)), loop)
+            started = time.perf_counter()
+            execution = self.router.execute(
+                request,
+                functools.partial(loop.call, self._edge.acomplete),
+                functools.partial(loop.call, self._cloud.acomplete),
+                **self._options(precision, accept, metadata),
+            )
+            return self._completed(execution, started, trace)
 
     async def acreate(
         self,
@@ -147,16 +155,25 @@ class RoutedChat:
         stream is an AsyncChatStream. `accept` and `metadata` as create() takes them; accept runs in the event loop,
         so keep it quick."""
         request = ChatRequest.build(messages, params, self.to_prompt)
-        if stream:
-            return await self._open_stream(request, precision, accept, metadata)
-        started = time.perf_counter()
-        execution = await self.router.aexecute(
-            request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept, metadata)
-        )
-        return self._completed(execution, started)
+        scope = telemetry.request(telemetry.CHAT)
+        with scope as trace:
+            trace.endpoints(self._span_attributes)
+            if stream:
+                return await self._open_stream(request, precision, accept, metadata, scope, trace)
+            started = time.perf_counter()
+            execution = await self.router.aexecute(
+                request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept, metadata)
+            )
+            return self._completed(execution, started, trace)
 
     async def _open_stream(
-        self, request: ChatRequest, precision: str | None, accept: object, metadata: Mapping[str, str] | None
+        self,
+        request: ChatRequest,
+        precision: str | None,
+        accept: object,
+        metadata: Mapping[str, str] | None,
+        scope: telemetry.Scope,
+        trace: telemetry.Request,
     ) -> AsyncChatStream:
         if accept is not _ROUTER_DEFAULT and accept is not None:
             raise ValueError(
@@ -164,19 +181,20 @@ class RoutedChat:
                 "and a stream has reached the caller by then"
             )
         started = time.perf_counter()
-        # No shadow run: the other side would open a stream that nobody reads.
-        execution = await self.router.aexecute(
-            request,
-            self._edge.open_stream,
-            self._cloud.open_stream,
-            precision=precision,
-            shadow=False,
-            metadata=metadata,
-        )
+        with telemetry.within(trace):  # the sync client runs this on its loop thread: its span still holds
+            # No shadow run: the other side would open a stream that nobody reads.
+            execution = await self.router.aexecute(
+                request,
+                self._edge.open_stream,
+                self._cloud.open_stream,
+                precision=precision,
+                shadow=False,
+                metadata=metadata,
+            )
         upstream = self._upstream(execution.served_by)
-        return AsyncChatStream(
-            execution.response, upstream, RoutingInfo.of(execution, upstream.endpoint.model), started, self._report
-        )
+        routing = RoutingInfo.of(execution, upstream.endpoint.model)
+        # the request's span ends with the stream
+        return AsyncChatStream(execution.response, upstream, routing, started, self._report, trace, scope.keep_open())
 
     def _options(self, precision: str | None, accept: object, metadata: Mapping[str, str] | None) -> dict[str, Any]:
         """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed request."""
@@ -187,11 +205,12 @@ class RoutedChat:
     def _upstream(self, name: str) -> Upstream:
         return self._edge if name == "edge" else self._cloud
 
-    def _completed(self, execution: Execution, started: float) -> Completion:
+    def _completed(self, execution: Execution, started: float, trace: telemetry.Request) -> Completion:
         answer: Answer = execution.response
         routing = RoutingInfo.of(execution, self._upstream(execution.served_by).endpoint.model)
         routing.estimated_cost = self._cost(execution.steps)
         routing.seconds = time.perf_counter() - started
+        trace.answered(fallback_kind=routing.fallback_kind, cost=routing.estimated_cost)
         self._report(routing)
         return Completion(answer.body, routing, str(answer))
 

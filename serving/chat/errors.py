@@ -74,18 +74,13 @@ class StreamInterrupted(UpstreamError):
 
 
 def failure_kind(error: BaseException | None) -> str:
-    """A short, fixed name for why a call failed (a metrics label, a response header)."""
+    """A short, fixed name for why a call failed (a metrics label, a response header): an
+    UpstreamError's kind, else serving.execute's (edge_busy, timeout, connection_error, error)."""
     if isinstance(error, UpstreamError):
         return error.kind
-    if error is None:
-        return "none"
-    if type(error).__name__ == "EdgeBusy":  # serving.execute's; compared by name to keep this module free-standing
-        return "edge_busy"
-    if isinstance(error, TimeoutError):
-        return "timeout"
-    if isinstance(error, ConnectionError):
-        return "connection_error"
-    return "error"
+    from serving.execute import failure_kind as call_failure_kind
+
+    return call_failure_kind(error)
 
 
 def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from serving.chat.errors import failure_kind
 from serving.decision import Decision
 from serving.execute import Execution, Step
+from serving.execute import fallback_kind as execution_fallback_kind
 
 if TYPE_CHECKING:
     from serving.json_types import JSONObject
@@ -17,15 +18,9 @@ if TYPE_CHECKING:
 def fallback_kind(execution: Execution) -> str | None:
     """A short, fixed name for why the cloud answered an edge-first request (None when nothing
     fell back): context_limit, rejected, accept_error, edge_busy, connection_error, timeout,
-    slow_first_token, http_error, malformed or error."""
-    if execution.fallback_reason is None:
-        return None
-    last = execution.steps[-2] if len(execution.steps) >= 2 else None  # the step before the cloud's
-    if last is not None and last.name == "edge" and last.status == "skipped" and execution.edge_error is None:
-        return "context_limit"
-    if last is not None and last.name == "accept":
-        return "rejected" if last.status == "rejected" else "accept_error"
-    return failure_kind(execution.edge_error)
+    slow_first_token, http_error, malformed or error (serving.execute.fallback_kind, with the chat
+    client's failure kinds)."""
+    return execution_fallback_kind(execution, failure_kind)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import httpx2
 
+import serving.telemetry as telemetry
 from serving.chat.errors import StreamInterrupted, UpstreamError, redact
 from serving.chat.responses import chunk_usage
 from serving.chat.routing_info import RoutingInfo
@@ -57,9 +58,12 @@ class AsyncChatStream:
         routing: RoutingInfo,
         started: float,
         on_end: Callable[[RoutingInfo], None],
+        trace: telemetry.Request = telemetry.NOOP,
+        end_trace: Callable[[], None] = telemetry.NOOP.end,
     ) -> None:
         self.routing = routing
         self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
+        self._trace, self._end_trace = trace, end_trace  # the request's span (serving.telemetry), ended with the stream
         self._head = deque(opened.head)
         self._usage: Mapping[str, Any] | None = None  # the latest usage a chunk reported (Endpoint.cost reads it)
         self._done = False
@@ -92,12 +96,14 @@ class AsyncChatStream:
                 await self._finish()
                 raise
             except (UpstreamError, httpx2.HTTPError) as exc:
-                await self._finish(failed=True)
                 text = redact(f"{type(exc).__name__}: {exc}", self._upstream.secrets)[:300]
-                raise StreamInterrupted(
+                interrupted = StreamInterrupted(
                     self._opened.endpoint,
                     f"the stream of {self._upstream.endpoint.model} broke after its first chunk: {text}",
-                ) from None
+                )
+                self._trace.failed(interrupted)
+                await self._finish(failed=True)
+                raise interrupted from None
         usage = chunk_usage(item[1])
         if usage is not None:
             self._usage = usage
@@ -123,6 +129,10 @@ class AsyncChatStream:
             self.routing.seconds = time.perf_counter() - self._started
             self.routing.estimated_cost = None if failed else self._upstream.endpoint.cost(self._usage)
             self._on_end(self.routing)
+            self._trace.answered(
+                fallback_kind=self.routing.fallback_kind, cost=self.routing.estimated_cost, usage=self._usage
+            )
+            self._end_trace()
 
 
 class ChatStream:

@@ -51,6 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+import serving.telemetry as telemetry
 from serving.chat.client import RoutedChat
 from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact, redacted_json
 from serving.chat.request import check_json_numbers
@@ -120,7 +121,7 @@ class _Handlers:
         self.metrics.in_flight.inc()
         release = _once(self._release)
         try:
-            result = await self._answer(body, request)
+            result, end_trace = await self._traced(body, request)
         except RequestError as error:
             release()
             self.metrics.failed(error.reason, zone=error.zone, steps=error.steps)
@@ -140,12 +141,27 @@ class _Handlers:
 
         async def finish() -> None:  # however the response ends: sent, client gone, or never started
             await result.aclose()
+            end_trace()
             if release():
                 self.metrics.duration.labels(result.routing.served_by, "true").observe(time.perf_counter() - started)
 
         return _Relay(
             self._relay(result), finish, headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
         )
+
+    async def _traced(
+        self, body: JSONObject, request: Request
+    ) -> tuple[Completion | AsyncChatStream, Callable[[], None]]:
+        """_answer() within the request's span (serving.telemetry), and what ends the span of a
+        stream when the stream ends (a no-op for a Completion, whose span has ended)."""
+        scope = telemetry.request(telemetry.CHAT, model=self.config.served_model, server=True)
+        with scope as trace:
+            try:
+                result = await self._answer(body, request)
+            except RequestError as error:
+                trace.refused(error.status, error.reason)
+                raise
+            return result, (telemetry.NOOP.end if isinstance(result, Completion) else scope.keep_open())
 
     async def _answer(self, body: JSONObject, request: Request) -> Completion | AsyncChatStream:
         """The Completion, or the AsyncChatStream when the request streams; RequestError for anything to refuse."""
