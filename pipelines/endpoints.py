@@ -99,7 +99,10 @@ def main(
         choosers=choosers,
         output_tokens=tokens,
         truth=truth,
-        on_fold=lambda fit: console.print(f"fold {fit.fold + 1}/{folds}: {fit.figures}"),
+        on_fold=lambda fit: console.print(
+            f"fold {fit.fold + 1}/{folds}: held-out log loss "
+            + ", ".join(f"{mode} {figures['log_loss']:.4f}" for mode, figures in fit.figures.items())
+        ),
     )
     result.update(
         spec=endpoints.as_dict(),
