@@ -294,3 +294,48 @@ def test_with_two_endpoints_the_area_is_the_two_endpoint_apgr_of_the_curves_enve
     )
     assert n_area == pytest.approx(hull_apgr, abs=2e-3)
     assert n_area >= apgr(two) - 1e-9  # the envelope is never below the curve
+
+
+def test_folds_partition_the_prompts_and_one_outcome_rows_weigh_by_their_propensity():
+    import pandas as pd
+
+    from training.endpoints import EndpointRows, fold_masks
+
+    prompts = [f"prompt {i}" for i in range(600)]
+    tested = np.zeros(600, int)
+    for fold in range(5):
+        masks = fold_masks(prompts, folds=5, fold=fold, val_share=0.15)
+        assert (masks["train"].astype(int) + masks["val"] + masks["test"] == 1).all()
+        assert 0.1 < masks["val"].mean() < 0.2 and 0.6 < masks["train"].mean() < 0.7
+        tested += masks["test"]
+    assert (tested == 1).all()  # every prompt is tested in exactly one fold
+    frame = pd.DataFrame(
+        {
+            "prompt": ["a", "b", "c"],
+            "precision": [None, "exact", None],
+            "q_small": [1.0, 0.0, np.nan],
+            "cost_small": [np.nan] * 3,
+            "q_big": [1.0, np.nan, 1.0],
+            "cost_big": [np.nan] * 3,
+            "propensity": [np.nan, 0.5, 0.25],
+        }
+    )
+    rows = EndpointRows.from_frame(frame, ("small", "big"))
+    # big: row a (full information, weight 1) and row c (chosen with probability 0.25, weight 4), mean 1
+    assert rows.weight[:, 1].tolist() == pytest.approx([0.4, 0.0, 1.6])
+    assert rows.weight[:, 0].tolist() == pytest.approx([2 / 3, 4 / 3, 0.0])
+    assert rows.precisions == [None, "exact", None]
+
+
+def test_make_endpoints_refuses_what_it_cannot_use(tmp_path):
+    import typer
+
+    from pipelines.endpoints import main
+
+    spec = tmp_path / "plain.json"
+    spec.write_text(json.dumps({"edge": {}, "cloud": {}}))
+    with pytest.raises(typer.BadParameter, match="no hidden skills to simulate from: give --data logs"):
+        main(spec=spec, out=tmp_path / "out")
+    spec.write_text(json.dumps({"endpoints": [endpoint(price={"per_call": -1})]}))
+    with pytest.raises(typer.BadParameter, match=r"endpoints\[0\] \('a'\).price.per_call must be >= 0"):
+        main(spec=spec, out=tmp_path / "out")
