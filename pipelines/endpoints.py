@@ -32,6 +32,20 @@ def _endpoints_of(spec: Path):
     return parse_endpoints(document, source=str(spec)), None
 
 
+def _truth(paths: list[str], request_ids, names):
+    """The simulator's hidden probabilities of these rows ([rows, endpoints]) when one folder of
+    `paths` holds its `_truth.jsonl` for every row (a simulated log), else None."""
+    from data.simulator_endpoints import TRUTH_FILE, read_truth
+
+    for path in paths:
+        if (Path(path) / TRUTH_FILE).is_file():
+            hidden = read_truth(path).set_index("request_id")
+            columns = [f"p_{name}" for name in names]
+            if set(columns) <= set(hidden.columns) and set(request_ids) <= set(hidden.index):
+                return hidden.loc[request_ids, columns].to_numpy(float)
+    return None
+
+
 def main(
     spec: Annotated[Path, typer.Option(help="endpoint spec, or a simulation spec (endpoints + hidden skills)")] = (
         DEFAULT_SPEC
@@ -56,10 +70,10 @@ def main(
     from rich.console import Console
 
     from data.endpoint_logs import read_endpoint_logs
-    from data.simulator_endpoints import read_truth, write_simulation
+    from data.simulator_endpoints import write_simulation
     from evaluation.endpoints import Choosers, plot_quality_vs_cost
     from serving.endpoints import EndpointSpecError
-    from training.endpoints import EndpointRows, EndpointTraining, cross_validate_endpoints
+    from training.endpoints import EndpointDataError, EndpointRows, EndpointTraining, cross_validate_endpoints
 
     console = Console()
     started = time.perf_counter()
@@ -69,7 +83,6 @@ def main(
     except (EndpointSpecError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    truth = None
     if data:
         paths = list(data)
     else:
@@ -87,23 +100,24 @@ def main(
     if not len(frame):
         raise typer.BadParameter(f"no valid N-endpoint row in {paths} ({len(rejects)} rejects)")
     rows = EndpointRows.from_frame(frame, endpoints.names)
-    if not data:
-        hidden = read_truth(paths[0]).set_index("request_id")
-        truth = hidden.loc[rows.request_ids, [f"p_{name}" for name in endpoints.names]].to_numpy(float)
+    truth = _truth(paths, rows.request_ids, endpoints.names)
     tokens = output_tokens if output_tokens is not None else (sim.output_tokens if sim is not None else 250.0)
-    result = cross_validate_endpoints(
-        rows,
-        endpoints,
-        folds=folds,
-        config=EndpointTraining(cache_dir=str(cache_dir)),
-        choosers=choosers,
-        output_tokens=tokens,
-        truth=truth,
-        on_fold=lambda fit: console.print(
-            f"fold {fit.fold + 1}/{folds}: held-out log loss "
-            + ", ".join(f"{mode} {figures['log_loss']:.4f}" for mode, figures in fit.figures.items())
-        ),
-    )
+    try:
+        result = cross_validate_endpoints(
+            rows,
+            endpoints,
+            folds=folds,
+            config=EndpointTraining(cache_dir=str(cache_dir)),
+            choosers=choosers,
+            output_tokens=tokens,
+            truth=truth,
+            on_fold=lambda fit: console.print(
+                f"fold {fit.fold + 1}/{folds}: held-out log loss "
+                + ", ".join(f"{mode} {figures['log_loss']:.4f}" for mode, figures in fit.figures.items())
+            ),
+        )
+    except EndpointDataError as exc:
+        raise typer.BadParameter(str(exc)) from None
     result.update(
         spec=endpoints.as_dict(),
         simulated=None if data else {"n": n, "seed": seed, "spec": str(spec)},

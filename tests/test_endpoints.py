@@ -339,3 +339,6 @@ def test_make_endpoints_refuses_what_it_cannot_use(tmp_path):
     spec.write_text(json.dumps({"endpoints": [endpoint(price={"per_call": -1})]}))
     with pytest.raises(typer.BadParameter, match=r"endpoints\[0\] \('a'\).price.per_call must be >= 0"):
         main(spec=spec, out=tmp_path / "out")
+    write_simulation(tmp_path / "one", load_simulation(None), 200, seed=2, one_outcome=True)
+    with pytest.raises(typer.BadParameter, match="no row holds every endpoint's outcome"):
+        main(data=[str(tmp_path / "one")], out=tmp_path / "out")

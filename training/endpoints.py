@@ -31,6 +31,10 @@ import numpy as np
 HEAD_MODES = ("separate", "shared")
 
 
+class EndpointDataError(ValueError):
+    """Logs or options the N-endpoint models cannot be fitted or evaluated on; the message says why."""
+
+
 @dataclass(frozen=True)
 class EndpointTraining:
     """The options of the N-endpoint outcome models (the router's defaults)."""
@@ -188,7 +192,7 @@ def fit_outcome_models(
 
     for k, name in enumerate(names):
         if _known(train, k).sum() < 20 or _known(val, k).sum() < 10:
-            raise ValueError(
+            raise EndpointDataError(
                 f"endpoint {name!r}: too few rows with its outcome to fit its model (< 20 train, < 10 val)"
             )
     if mode == "shared":
@@ -362,15 +366,17 @@ def cross_validate_endpoints(
     from evaluation.endpoints import Choosers, fold_figures
 
     if tuple(e.name for e in endpoints) != rows.names:
-        raise ValueError(f"the rows' endpoints {rows.names} are not the spec's {tuple(e.name for e in endpoints)}")
+        raise EndpointDataError(
+            f"the rows' endpoints {rows.names} are not the spec's {tuple(e.name for e in endpoints)}"
+        )
     if not 3 <= folds <= 20:
-        raise ValueError(f"folds={folds!r}: must be an integer in [3, 20]")
+        raise EndpointDataError(f"folds={folds!r}: must be an integer in [3, 20]")
     choosers = choosers or Choosers()
     expected_cost, feasible = expected_costs(endpoints, rows.prompts, output_tokens)
     cost = np.where(np.isfinite(rows.cost), rows.cost, expected_cost)
     complete = np.isfinite(rows.quality).all(axis=1)
     if not complete.any():
-        raise ValueError(
+        raise EndpointDataError(
             "no row holds every endpoint's outcome: the evaluation compares endpoints on the same prompts "
             "(one-outcome rows train the models but cannot score a choice among N offline)"
         )
