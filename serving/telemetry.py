@@ -174,12 +174,16 @@ def _active() -> _Instruments | None:
 
 
 # Requests.
-def request(name: str = EXECUTE, *, model: str | None = None, server: bool = False) -> Scope:
+def request(
+    name: str = EXECUTE, *, model: str | None = None, server: bool = False, carrier: Mapping[str, str] | None = None
+) -> Scope:
     """The span of one request, as a context manager yielding its Request: a new one, or the
     request already open in this context (a layer above: RoutedChat, the proxy), which it joins.
 
     name: EXECUTE, CHAT (then gen_ai.operation.name is "chat"); model: the model the caller
-    asked for (gen_ai.request.model, and the span is "chat <model>"); server: a SERVER span (the proxy).
+    asked for (gen_ai.request.model, and the span is "chat <model>"); server: a SERVER span (the proxy);
+    carrier: the incoming request's headers, whose trace context (W3C traceparent, or whatever
+    propagator the app set) the span continues.
     The span ends when the block ends, unless `keep_open()` hands its end to a stream."""
     current = _current.get()
     if current is not None:
@@ -190,7 +194,7 @@ def request(name: str = EXECUTE, *, model: str | None = None, server: bool = Fal
     tracing, metering = instruments.listening()
     if not (tracing or metering):
         return _NOOP_SCOPE
-    return Request(instruments, name, model, server, tracing, metering)
+    return Request(instruments, name, model, server, tracing, metering, carrier)
 
 
 def current() -> Request:
@@ -271,6 +275,7 @@ class Request(Scope):
         server: bool,
         tracing: bool,
         metering: bool,
+        carrier: Mapping[str, str] | None = None,
     ) -> None:
         self.metering = metering
         self.recording = False
@@ -293,7 +298,14 @@ class Request(Scope):
         if instruments is not None and tracing:
             kind = instruments.trace.SpanKind
             span_name = f"{CHAT} {model}" if model else name
-            self.span = instruments.tracer.start_span(span_name, kind=kind.SERVER if server else kind.INTERNAL)
+            parent = None
+            if carrier is not None:
+                from opentelemetry import propagate
+
+                parent = propagate.extract(carrier)
+            self.span = instruments.tracer.start_span(
+                span_name, context=parent, kind=kind.SERVER if server else kind.INTERNAL
+            )
             self.recording = self.span.is_recording()
             if self.recording:
                 if name == CHAT:

@@ -38,6 +38,7 @@ PROMPT = f"What is 2+2? {CANARY}"
 CANARY_MESSAGES = [{"role": "user", "content": PROMPT}]
 ANSWER_CANARY = "canary-answer-c02a61"
 TOKEN = "proxy-token-0123456789abcdef"
+TRACE_ID, CALLER_SPAN_ID = 0x5B8EFFF798038103D269B633813FC60C, 0x00F067AA0BA902B7  # a caller's W3C traceparent
 
 
 class Telemetry:
@@ -82,12 +83,12 @@ def otel():
 
 
 def roots_and_children(spans: list) -> tuple[list, dict[int, list]]:
-    """(the spans without a parent, each span id -> its children)."""
+    """(the spans without a parent in this process, each span id -> its children)."""
     children: dict[int, list] = {}
     for span in spans:
         if span.parent is not None:
             children.setdefault(span.parent.span_id, []).append(span)
-    return [s for s in spans if s.parent is None], children
+    return [s for s in spans if s.parent is None or s.parent.is_remote], children
 
 
 def one_request(spans: list):
@@ -361,7 +362,9 @@ def test_the_proxy_exports_one_server_span_per_request_with_attempts_and_metrics
             def post(messages, **body):
                 return client.post(url, json={"model": "router", "messages": messages, **body}, headers=headers)
 
-            assert post(CANARY_MESSAGES).headers["x-router-served-by"] == "edge"
+            caller = {**headers, "traceparent": f"00-{TRACE_ID:032x}-{CALLER_SPAN_ID:016x}-01"}
+            answered = client.post(url, json={"model": "router", "messages": CANARY_MESSAGES}, headers=caller)
+            assert answered.headers["x-router-served-by"] == "edge"
             edge.behaviour.status = 500  # the edge fails: the cloud answers
             assert post(CANARY_MESSAGES).headers["x-router-fallback"] == "http_error"
             edge.behaviour.status = 200
@@ -385,6 +388,13 @@ def test_the_proxy_exports_one_server_span_per_request_with_attempts_and_metrics
         assert dict(root.attributes)["gen_ai.request.model"] == "router"
         assert dict(root.attributes)["gen_ai.operation.name"] == "chat"
     served, fell_back, stream, failed = roots
+    # the first request carried the caller's trace context: its span continues that trace
+    assert (served.context.trace_id, served.parent.span_id, served.parent.is_remote) == (
+        TRACE_ID,
+        CALLER_SPAN_ID,
+        True,
+    )
+    assert all(root.parent is None for root in roots[1:])
     assert [c.name for c in children[served.context.span_id]] == ["chat edge-model"]
     assert dict(served.attributes)["router.served_by"] == "edge"
     assert dict(served.attributes)["gen_ai.response.model"] == "edge-model"

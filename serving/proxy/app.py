@@ -154,7 +154,7 @@ class _Handlers:
     ) -> tuple[Completion | AsyncChatStream, Callable[[], None]]:
         """_answer() within the request's span (serving.telemetry), and what ends the span of a
         stream when the stream ends (a no-op for a Completion, whose span has ended)."""
-        scope = telemetry.request(telemetry.CHAT, model=self.config.served_model, server=True)
+        scope = telemetry.request(telemetry.CHAT, model=self.config.served_model, server=True, carrier=request.headers)
         with scope as trace:
             try:
                 result = await self._answer(body, request)
