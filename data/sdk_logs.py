@@ -26,9 +26,8 @@ from typing import Iterator
 
 from data.readers import RawRow
 from data.schema import TOKENS, Reject
-from serving.outcome_log import LOG_FORMAT
-
-PATTERN = "outcomes-*.jsonl"
+from serving.outcome_log import FILE_PATTERN as PATTERN
+from serving.outcome_log import LOG_FORMAT, read_log_lines
 
 
 def is_outcome_log_folder(path: Path) -> bool:
@@ -58,27 +57,14 @@ def _first_record_is_ours(file: Path) -> bool:
 
 
 def _records(folder: Path, rejects: list[Reject]) -> Iterator[tuple[str, str, dict]]:
-    """(file, location, record) of every parsable line, files in name (time) order."""
-    for file in sorted(folder.glob(PATTERN)):
-        try:
-            fh = open(file, encoding="utf-8", errors="surrogateescape")
-        except OSError as exc:
-            rejects.append(Reject(str(file), "file", f"cannot read: {exc.strerror or exc}"))
-            continue
-        with fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError as exc:
-                    # A process killed mid-write leaves at most its last line cut short.
-                    rejects.append(Reject(str(file), f"line {number}", f"not JSON: {exc}"))
-                    continue
-                if not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
-                    rejects.append(Reject(str(file), f"line {number}", f"not an outcome record of {LOG_FORMAT}"))
-                    continue
-                yield str(file), f"line {number}", record
+    """(file, location, record) of every outcome record, files in name (time) order; every other
+    line (not JSON: a process killed mid-write leaves at most its last line cut short; another
+    format) and every unreadable file is a reject."""
+    for line in read_log_lines(folder):
+        if line.record is None:
+            rejects.append(Reject(line.file, f"line {line.line}" if line.line else "file", line.problem or ""))
+        else:
+            yield line.file, f"line {line.line}", line.record
 
 
 def _apply(outcomes: dict, record: dict, fields: tuple[str, str]) -> None:

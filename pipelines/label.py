@@ -20,7 +20,6 @@ exits 1 when any failed.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import time
@@ -55,31 +54,25 @@ def rating_quality(reply: str) -> float | None:
 
 def pending_answers(folder: Path) -> tuple[list[dict], int]:
     """(answers to grade: request_id, side, question, answer; how many already have a quality)."""
-    from data.sdk_logs import PATTERN
-    from serving.outcome_log import LOG_FORMAT
+    from serving.outcome_log import read_log_lines
 
     requests, known, shadows = {}, set(), []
-    for file in sorted(folder.glob(PATTERN)):
-        with open(file, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # training reports unparsable lines; grading skips them
-                if not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
-                    continue
-                kind, request_id = record.get("type"), record.get("request_id")
-                if kind == "request":
-                    requests[request_id] = record
-                    for side in ("edge", "cloud"):
-                        if record.get(f"{side}_quality") is not None:
-                            known.add((request_id, side))
-                elif kind == "feedback":
-                    for side in ("edge", "cloud"):
-                        if record.get(f"{side}_quality") is not None:
-                            known.add((request_id, side))
-                elif kind == "shadow":
-                    shadows.append(record)
+    for line in read_log_lines(folder):
+        record = line.record
+        if record is None:
+            continue  # training reports unreadable lines; grading skips them
+        kind, request_id = record.get("type"), record.get("request_id")
+        if kind == "request":
+            requests[request_id] = record
+            for side in ("edge", "cloud"):
+                if record.get(f"{side}_quality") is not None:
+                    known.add((request_id, side))
+        elif kind == "feedback":
+            for side in ("edge", "cloud"):
+                if record.get(f"{side}_quality") is not None:
+                    known.add((request_id, side))
+        elif kind == "shadow":
+            shadows.append(record)
     answers = []
     for request_id, record in requests.items():
         for side in ("edge", "cloud"):

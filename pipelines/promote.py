@@ -66,8 +66,10 @@ def main(
         console.print(f"--logs: {rejected['rows']} rows rejected ({kinds}){first}", soft_wrap=True)
         for line in rejected["first"]:
             console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
-    console.print_json(json.dumps({k: result[k] for k in ("challenger", "champion")}))
     _show_drift(console, bundle, list(logs or []))
+    console.print_json(
+        json.dumps({k: result[k] for k in ("challenger", "champion")})
+    )  # last: the machine-readable part
 
 
 def _show_drift(console, bundle: Path, logs: list[str]) -> None:

@@ -72,31 +72,28 @@ def period_bounds(since: str | None, until: str | None, period: str | None, late
 def read_log(folder: Path) -> tuple[list, list[dict]]:
     """(request summaries, feedback records) of an outcome-log folder; ReportError at the first
     line that cannot be read, naming its file and line."""
-    from data.sdk_logs import PATTERN, _records
     from serving.dashboard import RecordShapeError, from_record
+    from serving.outcome_log import FILE_PATTERN, read_log_lines
 
     if not folder.is_dir():
         raise ReportError(f"{folder}: no such folder (give the outcome log's folder with --logs / LOGS=)")
-    if not any(folder.glob(PATTERN)):
-        raise ReportError(f"{folder}: no outcome files ({PATTERN}) in this folder")
-    rejects: list = []
+    if not any(folder.glob(FILE_PATTERN)):
+        raise ReportError(f"{folder}: no outcome files ({FILE_PATTERN}) in this folder")
     requests, feedback = [], []
-    for file, location, record in _records(folder, rejects):
-        if rejects:
-            break
-        kind = record.get("type")
+    for line in read_log_lines(folder):
+        where = f"{line.file} line {line.line}" if line.line else line.file
+        if line.record is None:
+            raise ReportError(f"{where}: {line.problem}")
+        kind = line.record.get("type")
         try:
             if kind == "request":
-                requests.append(from_record(record))
+                requests.append(from_record(line.record))
             elif kind == "feedback":
-                feedback.append(record)
+                feedback.append(line.record)
             elif kind != "shadow":
                 raise RecordShapeError(f"unknown record type {kind!r}")
         except RecordShapeError as exc:
-            raise ReportError(f"{file} {location}: {exc}") from None
-    if rejects:
-        first = rejects[0]
-        raise ReportError(f"{first.file} {first.location}: {first.reason}")
+            raise ReportError(f"{where}: {exc}") from None
     return requests, feedback
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from serving.contract import CLOUD, PRECISIONS, ZONES
-from serving.outcome_log import LOG_FORMAT
+from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, read_log_lines
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
@@ -493,25 +493,20 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None) -> _C
 
 
 def read_records(path: str) -> list[JSONObject]:
-    """Every record of an outcome log folder's `outcomes-*.jsonl` files (serving.outcome_log names
-    them so), in file order; DriftInputError for a folder without any, or a line that is not JSON."""
+    """Every record of an outcome log folder (serving.outcome_log.read_log_lines), in file order;
+    DriftInputError for a folder without log files, an unreadable file, or a line that is not an
+    outcome record (a last line cut short by a killed process is left out)."""
     from pathlib import Path
 
-    folder = Path(path)
-    files = sorted(folder.glob("outcomes-*.jsonl")) if folder.is_dir() else []
-    if not files:
-        raise DriftInputError(f"{path}: no outcomes-*.jsonl files (an OutcomeLog folder is needed)")
+    if not Path(path).is_dir() or not any(Path(path).glob(FILE_PATTERN)):
+        raise DriftInputError(f"{path}: no {FILE_PATTERN} files (an OutcomeLog folder is needed)")
     out: list[JSONObject] = []
-    for file in files:
-        with open(file, encoding="utf-8", errors="replace") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    if line.endswith("\n"):  # a last line cut short by a killed process is not an error
-                        raise DriftInputError(f"{file} line {number}: not JSON") from None
+    for line in read_log_lines(path):
+        if line.record is not None:
+            out.append(line.record)
+        elif not (line.last and line.problem and line.problem.startswith("not JSON")):
+            where = f"{line.file} line {line.line}" if line.line else line.file
+            raise DriftInputError(f"{where}: {line.problem}")
     return out
 
 

@@ -44,8 +44,9 @@ import random
 import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 if TYPE_CHECKING:
     from typing_extensions import TypeAlias
@@ -61,6 +62,7 @@ log = logging.getLogger("serving")
 
 LOG_FORMAT = "edge-cloud-router/outcome/1"  # every record's "log" field: how readers detect the format
 RECORD_TYPES = ("request", "feedback", "shadow")
+FILE_PATTERN = "outcomes-*.jsonl"  # the log's files in a folder; their names sort in time order
 PRIVACY_MODES = ("text", "token_ids", "embedding")
 MESSAGE_CHARS = 300  # an error message is cut to this, after redaction
 
@@ -449,3 +451,43 @@ def answer_text(response: object) -> str | None:
             return None
         return content if isinstance(content, str) else None
     return None
+
+
+@dataclass(frozen=True)
+class LoggedLine:
+    """One non-blank line of a log file as read back: its record (a dict of this log's format),
+    or why it is none (`problem`: not JSON, or not an outcome record). `last`: the file's last
+    line with no newline, which a process killed mid-write may have cut short."""
+
+    file: str
+    line: int
+    record: dict[str, Any] | None
+    problem: str | None = None
+    last: bool = False
+
+
+def read_log_lines(folder: str | Path) -> Iterator[LoggedLine]:
+    """Every non-blank line of the outcome log in `folder` (its FILE_PATTERN files, in name, so time,
+    order), parsed: the one reader of the format (training's data.sdk_logs, drift, make report).
+    A file that cannot be opened is one LoggedLine with line 0 and the reason; what each line
+    holds is the caller's to judge."""
+    for file in sorted(Path(folder).glob(FILE_PATTERN)):
+        try:
+            fh = open(file, encoding="utf-8", errors="surrogateescape")
+        except OSError as exc:
+            yield LoggedLine(str(file), 0, None, f"cannot read: {exc.strerror or exc}")
+            continue
+        with fh:
+            for number, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                last = not text.endswith("\n")
+                try:
+                    record = json.loads(text)
+                except ValueError as exc:
+                    yield LoggedLine(str(file), number, None, f"not JSON: {exc}", last)
+                    continue
+                if not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
+                    yield LoggedLine(str(file), number, None, f"not an outcome record of {LOG_FORMAT}", last)
+                    continue
+                yield LoggedLine(str(file), number, record, None, last)

@@ -212,8 +212,13 @@ def test_bad_input_gets_a_clear_error(tmp_path):
         drift_report(reference, [bad_score])
     with pytest.raises(DriftInputError, match="no outcomes-"):
         read_records(str(tmp_path))
-    (tmp_path / "outcomes-1.jsonl").write_text('{"log": "x"}\nnot json\n')
-    with pytest.raises(DriftInputError, match="line 2: not JSON"):
+    (tmp_path / "outcomes-1.jsonl").write_text(json.dumps({"log": LOG_FORMAT, "type": "feedback"}) + "\nnot json\n")
+    with pytest.raises(DriftInputError, match="outcomes-1.jsonl line 2: not JSON"):
+        read_records(str(tmp_path))
+    (tmp_path / "outcomes-1.jsonl").write_text(json.dumps({"log": LOG_FORMAT, "type": "feedback"}) + '\n{"cut')
+    assert len(read_records(str(tmp_path))) == 1  # a last line a killed process cut short is left out
+    (tmp_path / "outcomes-1.jsonl").write_text('{"log": "x"}\n')
+    with pytest.raises(DriftInputError, match="outcomes-1.jsonl line 1: not an outcome record of"):
         read_records(str(tmp_path))
 
 
