@@ -33,17 +33,20 @@ def _endpoints_of(spec: Path):
 
 
 def _truth(paths: list[str], request_ids, names):
-    """The simulator's hidden probabilities of these rows ([rows, endpoints]) when one folder of
-    `paths` holds its `_truth.jsonl` for every row (a simulated log), else None."""
+    """The simulator's hidden probabilities of these rows ([rows, endpoints]) when the folders of
+    `paths` hold them (`_truth.jsonl` beside simulated logs) for every row, else None."""
+    import pandas as pd
+
     from data.simulator_endpoints import TRUTH_FILE, read_truth
 
-    for path in paths:
-        if (Path(path) / TRUTH_FILE).is_file():
-            hidden = read_truth(path).set_index("request_id")
-            columns = [f"p_{name}" for name in names]
-            if set(columns) <= set(hidden.columns) and set(request_ids) <= set(hidden.index):
-                return hidden.loc[request_ids, columns].to_numpy(float)
-    return None
+    found = [read_truth(path) for path in paths if (Path(path) / TRUTH_FILE).is_file()]
+    if not found:
+        return None
+    hidden = pd.concat(found, ignore_index=True).drop_duplicates("request_id").set_index("request_id")
+    columns = [f"p_{name}" for name in names]
+    if not set(columns) <= set(hidden.columns) or not set(request_ids) <= set(hidden.index):
+        return None
+    return hidden.loc[request_ids, columns].to_numpy(float)
 
 
 def main(
@@ -128,9 +131,10 @@ def main(
     plot_quality_vs_cost(result["per_fold"], endpoints.names, out / "quality_vs_cost.png")
     for name, value in result["estimates"].items():
         console.print(f"{name:58s} {value['mean']:+.4f} [{value['low']:+.4f}, {value['high']:+.4f}]")
+    difference = result["head_modes"]["shared - separate"]
     console.print(
-        f"head mode: {result['chosen_mode']} (shared - separate log loss "
-        f"{result['head_modes']['shared - separate']['log_loss']['mean']:+.4f}); "
+        f"head mode: {result['chosen_mode']} (shared - separate: area "
+        f"{difference['area_vs_best_single']['mean']:+.4f}, log loss {difference['log_loss']['mean']:+.4f}); "
         f"wrote {out / 'metrics.json'} and {out / 'quality_vs_cost.png'} in {result['seconds']:.0f} s"
     )
 

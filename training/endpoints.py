@@ -294,26 +294,38 @@ def fold_correction(folds: int, val_share: float) -> float:
     return test_over_train(TrainConfig(val_share=val_share), folds)
 
 
-def compare_modes(fits: list[FoldFit], *, folds: int, val_share: float) -> dict:
-    """Each head mode's test figures over the folds and the paired difference shared - separate,
-    with the corrected resampled t interval (training.crossval.interval); `chosen`: the mode with
-    the lower mean log loss (separate on a tie)."""
+CHOOSING_FIGURE = "area_vs_best_single"  # what picks the head mode: the choices' held-out curve area
+
+
+def compare_modes(fits: list[FoldFit], per_mode: dict[str, list[dict]], *, folds: int, val_share: float) -> dict:
+    """Each head mode's held-out figures over the folds (the fit's log loss, Brier score and
+    calibration gap; the choosers' curve area, evaluation.endpoints) and the paired differences
+    shared - separate, with the corrected resampled t interval (training.crossval.interval).
+    `chosen`: the mode with the larger mean area (separate on a tie). Not the lower log loss: on
+    simulated logs the shared booster predicted each endpoint's level as well or better and its
+    choices among them were worse (docs/endpoints.md#one-outcome-model-per-endpoint)."""
     from training.crossval import interval
 
     correction = fold_correction(folds, val_share)
-    modes = list(fits[0].figures)
-    out: dict[str, Any] = {
-        m: {f: interval([fit.figures[m][f] for fit in fits], test_over_train=correction) for f in fits[0].figures[m]}
+    modes = list(per_mode)
+    figures = {
+        m: [{**fit.figures[m], CHOOSING_FIGURE: fold[CHOOSING_FIGURE]} for fit, fold in zip(fits, per_mode[m])]
         for m in modes
+    }
+    names = list(figures[modes[0]][0])
+    out: dict[str, Any] = {
+        m: {f: interval([fold[f] for fold in figures[m]], test_over_train=correction) for f in names} for m in modes
     }
     if set(modes) == set(HEAD_MODES):
         out["shared - separate"] = {
             f: interval(
-                [fit.figures["shared"][f] - fit.figures["separate"][f] for fit in fits], test_over_train=correction
+                [a[f] - b[f] for a, b in zip(figures["shared"], figures["separate"])], test_over_train=correction
             )
-            for f in fits[0].figures["shared"]
+            for f in names
         }
-    out["chosen"] = min(modes, key=lambda m: (out[m]["log_loss"]["mean"], m != "separate"))
+    area = {m: out[m][CHOOSING_FIGURE]["mean"] for m in modes}
+    out["chosen"] = max(modes, key=lambda m: (area[m] if np.isfinite(area[m]) else -np.inf, m == "separate"))
+    out["chosen_by"] = f"the larger mean {CHOOSING_FIGURE}"
     return out
 
 
@@ -400,7 +412,7 @@ def cross_validate_endpoints(
             per_mode[mode].append(fold_figures(rows.names, val=part["val"], test=part["test"], choosers=choosers))
         if on_fold is not None:
             on_fold(fit)
-    comparison = compare_modes(fits, folds=folds, val_share=config.val_share)
+    comparison = compare_modes(fits, per_mode, folds=folds, val_share=config.val_share)
     chosen = comparison["chosen"]
     return {
         "endpoints": list(rows.names),
