@@ -44,11 +44,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from serving.contract import CLOUD, PRECISIONS, ZONES
+from serving.contract import CLOUD, DRIFT_REFERENCE_FILE, PRECISIONS, ZONES
 from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, read_log_lines
 
 if TYPE_CHECKING:
@@ -58,9 +58,8 @@ if TYPE_CHECKING:
     from serving.decision import Decision
     from serving.execute import Step
     from serving.json_types import JSONObject
-    from serving.router import Router
 
-DRIFT_REFERENCE_FILE = "drift_reference.json"
+
 REFERENCE_FORMAT = "edge-cloud-router/drift-reference/1"
 BINS = 10  # deciles of the reference
 QUANTILE_POINTS = 200  # the reference's quantiles kept for the KS test (its CDF to within 1/200)
@@ -640,7 +639,13 @@ def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
     }
 
 
-def rescore(records: Iterable[Mapping[str, Any]], router: Router) -> list[JSONObject]:
+class _Routes(Protocol):
+    """What rescore needs of a router (serving.router.Router, which imports this module)."""
+
+    def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]: ...
+
+
+def rescore(records: Iterable[Mapping[str, Any]], router: _Routes) -> list[JSONObject]:
     """The records with `router`'s decision (score, probabilities, novelty, zone, model_version)
     for every request record that kept its prompt text; others as they are. For comparing a log
     that another bundle wrote with this bundle's reference (the acceptance verdicts and outcomes

@@ -23,7 +23,7 @@ import numpy as np
 
 from serving.bundle import Bundle, BundleError
 from serving.calibration import calibrator
-from serving.drift import DRIFT_REFERENCE_FILE
+from serving.contract import DRIFT_REFERENCE_FILE
 from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection, onnx_session
 
 if TYPE_CHECKING:
