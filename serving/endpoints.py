@@ -19,8 +19,6 @@ never a preference (choosing among endpoints is evaluation.endpoints' job).
 
 from __future__ import annotations
 
-import importlib
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
+from serving.documents import read_document
 
 WHERE = ("device", "cloud")
 PRICE_KEYS = ("per_1k_input", "per_1k_output", "per_call")
@@ -316,32 +315,4 @@ def load_endpoints(path: str | Path) -> Endpoints:
 def read_spec_document(path: str | Path) -> Any:
     """The decoded document of a spec file (JSON, or YAML with PyYAML), unchecked; EndpointSpecError
     when it cannot be read or decoded."""
-    path = Path(path)
-    source = str(path)
-    try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        raise EndpointSpecError(f"cannot read endpoint spec {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_SPEC_BYTES:
-        raise EndpointSpecError(f"endpoint spec {path}: over {MAX_SPEC_BYTES:,} bytes")
-    data: Any
-    if source.endswith((".yaml", ".yml")):
-        try:  # by name: PyYAML is an extra, and ships no type information
-            yaml = importlib.import_module("yaml")
-        except ImportError:
-            raise EndpointSpecError(
-                f"endpoint spec {source}: reading YAML needs PyYAML, the `yaml` extra; or write the spec as JSON"
-            ) from None
-        try:
-            data = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise EndpointSpecError(f"endpoint spec {source} is not valid YAML: {exc}") from None
-    elif source.endswith(".json"):
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise EndpointSpecError(f"endpoint spec {source} is not valid JSON: {exc}") from None
-    else:
-        raise EndpointSpecError(f"endpoint spec {source}: name it .json (or .yaml / .yml with PyYAML)")
-    return data
+    return read_document(path, what="endpoint spec", error=EndpointSpecError, max_bytes=MAX_SPEC_BYTES)
