@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 SCOPE = "serving"  # the instrumentation scope of every span and metric
 EXECUTE, CHAT = "router.execute", "chat"  # request span names (a proxy's: "chat <served model>")
 ATTEMPTS = ("edge", "cloud", "shadow")  # the calls that get a child span
+# Latency histogram boundaries in seconds, shared with the proxy's Prometheus histograms.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MAX_TEXT = 200  # a model name from an answer is cut to this
 RECHECK_S = 1.0  # how often the global providers are looked up (a provider set later is used within this)

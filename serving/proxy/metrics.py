@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from serving.chat.routing_info import RoutingInfo
+from serving.telemetry import LATENCY_BUCKETS  # the same buckets on /metrics and in OpenTelemetry
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 
     from serving.execute import Step
     from serving.router import Router
-
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class _BundleState:
