@@ -30,15 +30,34 @@ passive_openmp_waits()
 QUICK_ACCEPTANCE_ROUNDS = 50
 
 # `make test` runs on every core (pytest-xdist, --dist loadgroup). A session fixture is built
-# once per worker that needs it, so the tests of the two trainings on all the real logs
-# (trained_full, trained_readme: minutes each) share one worker, which trains each once.
+# once per worker that needs it, so the test files of the two trainings on all the real logs
+# (trained_full, trained_readme: minutes each) go to one worker, which trains each once; every
+# other test goes wherever a worker is free. (xdist's own xdist_group markers do not group under
+# pytest 9, whose node ids no longer read the `_nodeid` xdist rewrites; a scheduler does.)
+# tests/test_layout.py checks that this list names every file that uses those fixtures.
 WHOLE_LOG_TRAININGS = frozenset({"trained_full", "trained_readme"})
+WHOLE_LOG_FILES = frozenset(
+    {
+        "test_acceptance.py",
+        "test_compare.py",
+        "test_crossval.py",
+        "test_novelty.py",
+        "test_results.py",
+        "test_train_pipeline.py",
+    }
+)
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if WHOLE_LOG_TRAININGS.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("whole_log_trainings"))
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeLogTrainingsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "whole-log trainings" if Path(nodeid.split("::", 1)[0]).name in WHOLE_LOG_FILES else nodeid
+
+    return WholeLogTrainingsTogether(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

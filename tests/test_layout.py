@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 
@@ -170,3 +171,14 @@ def test_the_test_doubles_without_the_server_extra_say_which_extra_to_install():
     assert done.stderr.strip().endswith(
         "ImportError: serving.testing serves with uvicorn: pip install 'edge-cloud-router[server]'"
     ), done.stderr[-2000:]
+
+
+def test_the_whole_log_trainings_files_are_the_ones_that_use_them():
+    """tests/conftest.py sends these files to one xdist worker, so each whole-log training runs once."""
+    from tests.conftest import WHOLE_LOG_FILES, WHOLE_LOG_TRAININGS
+
+    pattern = re.compile(r"\b(" + "|".join(WHOLE_LOG_TRAININGS) + r")\b")
+    using = {
+        path.name for path in (ROOT / "tests").glob("test_*.py") if pattern.search(path.read_text(encoding="utf-8"))
+    }
+    assert using == WHOLE_LOG_FILES
