@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.manifest import Manifest
     from serving.outcome_log import OutcomeLog
+    from serving.policy.budgets import Spending
     from serving.policy.rules import PolicySet
     from serving.routing import RouteStages
     from serving.signing import PinnedKey
@@ -131,6 +132,8 @@ class Router:
         }
         self._traffic = traffic or Traffic(None)
         self._policy = _policy(policy)
+        # What each budget holder spent (serving.policy.budgets); kept across policy reloads.
+        self._spending: Spending | None = None
 
     @classmethod
     def load(
@@ -266,6 +269,27 @@ class Router:
             raise TypeError(f"policy must be a serving.policy.PolicySet or None, got {type(policy).__name__}")
         self._policy = policy
 
+    def record_spend(self, metadata: Mapping[str, str] | None, amount: float) -> None:
+        """Count what a request cost against the budgets its metadata names (the metadata keys the
+        policy's `budget` conditions read; docs/policies.md#budgets). RoutedChat and the proxy call
+        it with each answer's estimated cost; an app calling execute() with its own callables calls
+        it with what the call cost. Nothing is counted without a policy that has budgets.
+        ValueError for an amount that is not a finite number >= 0."""
+        from serving.policy.budgets import Spending, check_amount
+
+        check_amount(amount)
+        policy, metadata = self._policy, _metadata(metadata)
+        if policy is None or not policy.budget_keys or not metadata:
+            return
+        if self._spending is None:
+            self._spending = Spending()
+        self._spending.add(metadata, amount, policy.budget_keys)
+
+    @property
+    def spending(self) -> Spending | None:
+        """The budgets' ledger (serving.policy.budgets.Spending), None before anything was spent."""
+        return self._spending
+
     def route(
         self, prompt: str, *, precision: str | None = None, metadata: Mapping[str, str] | None = None
     ) -> Decision:
@@ -275,7 +299,7 @@ class Router:
         check_prompt(prompt)
         policy, metadata = self._policy, _metadata(metadata)
         decision = self._routing.decisions([prompt], [check_precision(precision)])[0]
-        return decision if policy is None else policy.apply(decision, prompt, metadata)
+        return decision if policy is None else policy.apply(decision, prompt, metadata, self._spending)
 
     def route_batch(
         self,
@@ -294,7 +318,7 @@ class Router:
         decisions = self._routing.decisions(prompts, precisions) if prompts else []
         if policy is None:
             return decisions
-        return [policy.apply(d, p, m) for d, p, m in zip(decisions, prompts, metadatas)]
+        return [policy.apply(d, p, m, self._spending) for d, p, m in zip(decisions, prompts, metadatas)]
 
     @property
     def log(self) -> OutcomeLog | None:
@@ -446,5 +470,5 @@ class Router:
         precision, text, metadata = check_precision(precision), prompt_text(prompt), _metadata(metadata)
         decision = routing.decisions([text], [precision])[0]
         if policy is not None:
-            decision = policy.apply(decision, text, metadata)
+            decision = policy.apply(decision, text, metadata, self._spending)
         return routing, text, decision, routing.learned_accept(text) if accept == "learned" else accept

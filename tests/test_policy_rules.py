@@ -34,6 +34,7 @@ from serving.policy import (
     PolicySet,
     Rule,
 )
+from serving.policy.budgets import Spending, window
 from serving.policy.rules import _Request
 from serving.proxy.app import build_app
 from serving.proxy.config import ConfigError, ProxyConfig, UpstreamOptions, add_arguments
@@ -48,6 +49,7 @@ PII_PROMPT = f"Please draft a reply to {EMAIL} confirming the transfer."
 IBAN_PROMPT = f"Is the IBAN {IBAN} valid for a SEPA transfer?"
 PLAIN = "What is 2 + 2?"
 LONG = "word " * 1500  # the rule table sends it to the cloud
+CLOUDY = "Our mortgage contract terms: " + LONG  # long, a domain keyword: with exact precision, score 1.0
 
 PII_RULE = {"name": "pii-stays-local", "when": {"detected": ["email", "iban"]}, "then": "force", "endpoint": "edge"}
 POLICY = {
@@ -93,6 +95,15 @@ def router(tmp_path) -> Router:
         ({**PII_RULE, "when": {"matches": []}}, "key 'when.matches'", "non-empty list"),
         ({**PII_RULE, "when": {"matches": {"pattern": "x", "head": 5}}}, "key 'when.matches.head'", "unknown key"),
         ({**PII_RULE, "when": {"matches": {"pattern": "x", "head_chars": -1}}}, "when.matches.head_chars", ">= 0"),
+        ({**PII_RULE, "when": {"budget": {"key": "user", "limit": 1}}}, "key 'when.budget.period'", "hour, day, month"),
+        ({**PII_RULE, "when": {"budget": {"key": "", "limit": 1, "period": "day"}}}, "when.budget.key", "required"),
+        ({**PII_RULE, "when": {"budget": {"key": "u", "limit": -1, "period": "day"}}}, "when.budget.limit", ">= 0"),
+        (
+            {**PII_RULE, "when": {"budget": {"key": "u", "limit": 1, "period": "day", "cap": 2}}},
+            "when.budget.cap",
+            "unknown",
+        ),
+        ({**PII_RULE, "when": {"budget": 5}}, "key 'when.budget'", "must be an object"),
         ({**PII_RULE, "when": {"min_tokens": "10"}}, "key 'when.min_tokens'", "whole number"),
         ({**PII_RULE, "when": {"max_chars": True}}, "key 'when.max_chars'", "whole number"),
         ({**PII_RULE, "when": {"min_tokens": 10, "max_tokens": 5}}, "key 'when.min_tokens'", "never matches"),
@@ -678,3 +689,90 @@ def test_the_proxy_command_takes_a_policy_file_and_watches_it(tmp_path):
     path.write_text(json.dumps({"rules": [{**PII_RULE, "name": "pii-v2"}]}))
     assert watcher.check_now().reloaded and router.route(PII_PROMPT).rule == "pii-v2"
     assert policy_watcher_for(router, ProxyConfig.from_args(parser.parse_args(serve[:-2]), environ={})) is None
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+BUDGET = {
+    "name": "free-daily-budget",
+    "when": {"metadata": {"tier": "free"}, "budget": {"key": "user", "limit": 0.5, "period": "day"}},
+    "then": "forbid",
+    "endpoint": "cloud",
+}
+
+
+def test_spending_counts_per_holder_and_window_and_starts_again_in_the_next():
+    spending, day = Spending(), 86_400.0
+    noon = 20_000 * day + day / 2  # a UTC noon
+    spending.add({"user": "ana", "tier": "free"}, 0.25, keys={"user"}, now=noon)
+    spending.add({"user": "ana"}, 0.5, keys={"user"}, now=noon + 3_600)
+    spending.add({"user": "bo"}, 1.0, keys={"user"}, now=noon)
+    spending.add({"team": "x"}, 9.0, keys={"user"}, now=noon)  # names no holder under `user`: not counted
+    assert spending.spent("user", "ana", "day", now=noon + 7_200) == 0.75
+    assert spending.spent("user", "ana", "hour", now=noon + 3_700) == 0.5
+    assert spending.spent("user", "bo", "day", now=noon) == 1.0
+    assert spending.spent("user", "ana", "day", now=noon + day) == 0.0  # the next day
+    assert spending.spent("user", "ana", "month", now=noon + 2 * day) == 0.75 or window("month", noon) != window(
+        "month", noon + 2 * day
+    )
+    assert spending.spent("tier", "free", "day", now=noon) == 0.0
+    for bad in (-1, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match="finite number >= 0"):
+            spending.add({"user": "ana"}, bad, keys={"user"})
+
+
+def test_a_full_ledger_drops_past_windows_first_then_the_least_recently_charged():
+    spending, hour = Spending(max_holders=6), 3_600.0
+    spending.add({"user": "old"}, 1.0, keys={"user"}, now=0.0)  # 3 entries: hour, day, month
+    spending.add({"user": "a"}, 1.0, keys={"user"}, now=100 * 86_400.0)
+    spending.add({"user": "b"}, 1.0, keys={"user"}, now=100 * 86_400.0 + hour / 2)  # over: old's windows are past
+    assert len(spending) == 6 and spending.spent("user", "a", "day", now=100 * 86_400.0) == 1.0
+
+
+def test_a_budget_rule_forbids_the_cloud_once_the_holder_has_spent_it(tmp_path):
+    router = Router.load(tmp_path / "none", policy=policy(BUDGET))
+    free = {"tier": "free", "user": "ana"}
+
+    def forbids(metadata) -> bool:
+        decision = router.route(CLOUDY, precision="exact", metadata=metadata)
+        assert decision.zone == ("edge" if decision.forbidden else "cloud")  # the rule table says cloud
+        return decision.rule == "free-daily-budget" and decision.forbidden == ("cloud",)
+
+    assert not forbids(free)  # nothing spent yet
+    router.record_spend(free, 0.3)
+    assert not forbids(free)
+    router.record_spend(free, 0.2)  # 0.5 spent: the limit
+    assert forbids(free)
+    assert not forbids({"tier": "free", "user": "bo"})  # another holder
+    assert not forbids({"tier": "paid", "user": "ana"})  # the rule's metadata condition
+    assert not forbids({"tier": "free"})  # no holder named: no budget
+    router.policy = policy(BUDGET)  # a reloaded policy keeps what was spent
+    assert forbids(free)
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        router.record_spend(free, -0.1)
+    Router.load(tmp_path / "none").record_spend(free, 1.0)  # no policy: nothing to count, no error
+
+
+def test_routed_chat_counts_each_answers_cost_streams_at_their_end(router, stubs):
+    edge, cloud = stubs
+    router.policy = policy(BUDGET)
+    free = {"tier": "free", "user": "ana"}
+    long = [{"role": "user", "content": CLOUDY}]
+    priced = Endpoint(cloud.url, "cloud-model", timeout_s=2, input_price_per_1m=100.0, output_price_per_1m=100.0)
+    with RoutedChat(router, edge=Endpoint(edge.url, "edge-model", timeout_s=2), cloud=priced) as chat:
+        first = chat.create(long, metadata=free, precision="exact")
+        assert first.routing.served_by == "cloud" and first.routing.estimated_cost > 0
+        assert router.spending.spent("user", "ana", "day") == pytest.approx(first.routing.estimated_cost)
+        while router.spending.spent("user", "ana", "day") < 0.5:  # streams count at their end
+            with chat.create(
+                long, metadata=free, precision="exact", stream=True, stream_options={"include_usage": True}
+            ) as stream:
+                assert stream.routing.served_by == "cloud"
+                list(stream)
+        calls = len(cloud.received)
+        with pytest.raises(FallbackForbidden, match="'free-daily-budget' forbids the cloud.*edge context limit"):
+            chat.create(long, metadata=free, precision="exact")  # too long for the edge, and over budget
+        short = [{"role": "user", "content": "Is this mortgage contract clause standard?"}]
+        over = chat.create(short, metadata=free, precision="exact")
+        assert (over.routing.decision.rule, over.routing.served_by) == ("free-daily-budget", "edge")
+        assert len(cloud.received) == calls  # the cloud was not called once the budget was spent

@@ -139,7 +139,7 @@ class RoutedChat:
                 functools.partial(loop.call, self._cloud.acomplete),
                 **self._options(precision, accept, metadata),
             )
-            return self._completed(execution, started, trace)
+            return self._completed(execution, started, trace, metadata)
 
     async def acreate(
         self,
@@ -164,7 +164,7 @@ class RoutedChat:
             execution = await self.router.aexecute(
                 request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept, metadata)
             )
-            return self._completed(execution, started, trace)
+            return self._completed(execution, started, trace, metadata)
 
     async def _open_stream(
         self,
@@ -194,7 +194,8 @@ class RoutedChat:
         upstream = self._upstream(execution.served_by)
         routing = RoutingInfo.of(execution, upstream.endpoint.model)
         # the request's span ends with the stream
-        return AsyncChatStream(execution.response, upstream, routing, started, self._report, trace, scope.keep_open())
+        ended = functools.partial(self._answered, metadata)
+        return AsyncChatStream(execution.response, upstream, routing, started, ended, trace, scope.keep_open())
 
     def _options(self, precision: str | None, accept: object, metadata: Mapping[str, str] | None) -> dict[str, Any]:
         """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed request."""
@@ -205,13 +206,15 @@ class RoutedChat:
     def _upstream(self, name: str) -> Upstream:
         return self._edge if name == "edge" else self._cloud
 
-    def _completed(self, execution: Execution, started: float, trace: telemetry.Request) -> Completion:
+    def _completed(
+        self, execution: Execution, started: float, trace: telemetry.Request, metadata: Mapping[str, str] | None
+    ) -> Completion:
         answer: Answer = execution.response
         routing = RoutingInfo.of(execution, self._upstream(execution.served_by).endpoint.model)
         routing.estimated_cost = self._cost(execution.steps)
         routing.seconds = time.perf_counter() - started
         trace.answered(fallback_kind=routing.fallback_kind, cost=routing.estimated_cost)
-        self._report(routing)
+        self._answered(metadata, routing)
         return Completion(answer.body, routing, str(answer))
 
     def _cost(self, steps: Sequence[Step]) -> float | None:
@@ -224,6 +227,16 @@ class RoutedChat:
         ]
         known = [cost for cost in costs if cost is not None]
         return sum(known) if known and len(known) == len(costs) else None
+
+    def _answered(self, metadata: Mapping[str, str] | None, routing: RoutingInfo) -> None:
+        """A request's answer is complete (a stream: at its end): its cost counts against the
+        budgets its metadata names (Router.record_spend), and on_routed hears of it."""
+        if metadata and routing.estimated_cost:
+            try:
+                self.router.record_spend(metadata, routing.estimated_cost)
+            except Exception as exc:  # the answer is the app's already: never break it here
+                log.warning("recording the request's spend failed: %r", exc)
+        self._report(routing)
 
     def _report(self, routing: RoutingInfo) -> None:
         if self.on_routed is None:

@@ -15,7 +15,9 @@ list), `detected` (any of the named content detectors finds something in the pro
 `min_tokens` / `max_tokens` / `min_chars` / `max_chars` (inclusive bounds on the prompt's size),
 `precision` (the declared precision, or a list of them; null for none declared), `matches` (a
 regular expression, or a list of them, found anywhere in the prompt or in its first `head_chars`
-characters; case-insensitive).
+characters; case-insensitive), `budget` ({"key": "user", "limit": 0.5, "period": "day"}: the
+holder the metadata names under `key` has spent at least `limit` in the current hour, day or
+month; serving.policy.budgets).
 
 How the matching rules combine: every matching `forbid` removes its endpoint; the first matching
 `force` allows its endpoint only (a force of an endpoint a matching forbid removed leaves nothing:
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
 from serving.documents import decode_document, read_bytes
+from serving.policy.budgets import PERIODS, Spending
 from serving.policy.detectors import DETECTORS
 
 if TYPE_CHECKING:
@@ -51,7 +55,18 @@ ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
 ACTIONS = ("force", "forbid", "prefer", "route")
 SOFT_ACTIONS = ("prefer", "route")  # they order or pick among the allowed endpoints; the first that matches decides
 RULE_KEYS = ("name", "when", "then", "endpoint", "zone", "description")
-WHEN_KEYS = ("metadata", "detected", "min_tokens", "max_tokens", "min_chars", "max_chars", "precision", "matches")
+WHEN_KEYS = (
+    "metadata",
+    "detected",
+    "min_tokens",
+    "max_tokens",
+    "min_chars",
+    "max_chars",
+    "precision",
+    "matches",
+    "budget",
+)
+BUDGET_KEYS = ("key", "limit", "period")
 MAX_PATTERN_CHARS = 4096  # one `matches` expression
 FILE_KEYS = ("rules", "description")
 MAX_POLICY_BYTES = 1 << 20
@@ -117,12 +132,25 @@ def check_metadata(metadata: object) -> Mapping[str, str] | None:
 class _Request:
     """What the rules look at for one request; each detector runs at most once."""
 
-    __slots__ = ("text", "n_tokens", "precision", "metadata", "found")
+    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending")
 
-    def __init__(self, text: str, n_tokens: int, precision: str | None, metadata: Mapping[str, str] | None) -> None:
+    def __init__(
+        self,
+        text: str,
+        n_tokens: int,
+        precision: str | None,
+        metadata: Mapping[str, str] | None,
+        spending: Spending | None = None,
+    ) -> None:
         self.text, self.n_tokens, self.precision = text, n_tokens, precision
         self.metadata: Mapping[str, str] = metadata or {}
         self.found: dict[str, bool] = {}
+        self.spending = spending
+
+    def over_budget(self, key: str, limit: float, period: str) -> bool:
+        """Whether the holder the metadata names under `key` has spent `limit` (no holder: no)."""
+        holder = self.metadata.get(key)
+        return holder is not None and self.spending is not None and self.spending.spent(key, holder, period) >= limit
 
     def detected(self, detectors: tuple[Detector, ...]) -> bool:
         for detector in detectors:
@@ -152,6 +180,7 @@ class Rule:
     detectors: tuple[Detector, ...] = ()
     pattern: re.Pattern[str] | None = None  # `matches`, its expressions joined
     head_chars: int | None = None  # `matches` looks at this many first characters; None: all
+    budget: tuple[str, float, str] | None = None  # (metadata key, limit, period): holds when spent
     description: str = ""
 
     def matches(self, request: _Request) -> bool:
@@ -173,6 +202,8 @@ class Rule:
             end = len(request.text) if self.head_chars is None else self.head_chars
             if self.pattern.search(request.text, 0, end) is None:
                 return False
+        if self.budget is not None and not request.over_budget(*self.budget):
+            return False
         return not self.detectors or request.detected(self.detectors)
 
 
@@ -217,6 +248,8 @@ class PolicySet:
         self._hard = tuple(_screened(rule) for rule in self.rules if rule.action not in SOFT_ACTIONS)
         self._soft = tuple(_screened(rule) for rule in self.rules if rule.action in SOFT_ACTIONS)
         self.detectors = tuple(dict.fromkeys(d.name for rule in self.rules for d in rule.detectors))
+        # the metadata keys whose holders' spend budget rules read (Router.record_spend counts these)
+        self.budget_keys = frozenset(rule.budget[0] for rule in self.rules if rule.budget is not None)
 
     def __repr__(self) -> str:
         return f"PolicySet({len(self.rules)} rules from {self.source}, version {self.version})"
@@ -264,10 +297,16 @@ class PolicySet:
 
     # Applying.
     def evaluate(
-        self, text: str, n_tokens: int, precision: str | None, metadata: Mapping[str, str] | None = None
+        self,
+        text: str,
+        n_tokens: int,
+        precision: str | None,
+        metadata: Mapping[str, str] | None = None,
+        spending: Spending | None = None,
     ) -> Verdict:
-        """What the rules say of one request (checked arguments); NoFeasibleEndpoint when none is left."""
-        request = _Request(text, n_tokens, precision, metadata)
+        """What the rules say of one request (checked arguments; `spending`: the budgets' ledger, the
+        Router's); NoFeasibleEndpoint when none is left."""
+        request = _Request(text, n_tokens, precision, metadata, spending)
         given = request.metadata
         forced: Rule | None = None
         forbidden_by: dict[str, Rule] = {}
@@ -306,11 +345,17 @@ class PolicySet:
                 return Verdict(allowed, forbidden_by=forbidden_by, preferred=rule)
         return Verdict(allowed, forbidden_by=forbidden_by)
 
-    def apply(self, decision: Decision, text: str, metadata: Mapping[str, str] | None = None) -> Decision:
+    def apply(
+        self,
+        decision: Decision,
+        text: str,
+        metadata: Mapping[str, str] | None = None,
+        spending: Spending | None = None,
+    ) -> Decision:
         """Carry the verdict into the model's decision (changed in place and returned): its zone,
         `forbidden`, `rule`, and its reason, which starts with the rule. NoFeasibleEndpoint when
         every endpoint is forbidden."""
-        verdict = self.evaluate(text, decision.n_tokens, decision.precision, metadata)
+        verdict = self.evaluate(text, decision.n_tokens, decision.precision, metadata, spending)
         rule = verdict.rule
         if rule is None:
             return decision
@@ -412,6 +457,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         if low in sizes and high in sizes and sizes[low] > sizes[high]:
             raise fail(f"when.{low}", f"{sizes[low]} is above when.{high} ({sizes[high]}): the rule never matches")
     pattern, head_chars = _matches(when["matches"], fail) if "matches" in when else (None, None)
+    budget = _budget(when["budget"], fail) if "budget" in when else None
     return Rule(
         index=index,
         name=name,
@@ -423,6 +469,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         zone=zone if action == "route" else None,
         pattern=pattern,
         head_chars=head_chars,
+        budget=budget,
         description=description,
         **sizes,
     )
@@ -484,6 +531,23 @@ def _matches(value: object, fail: Any) -> tuple[re.Pattern[str], int | None]:
         return re.compile(joined, re.IGNORECASE), head_chars
     except re.error as exc:
         raise fail("when.matches", f"not a regular expression: {exc}") from None
+
+
+def _budget(value: object, fail: Any) -> tuple[str, float, str]:
+    """`budget`: {"key": metadata key, "limit": amount >= 0, "period": hour | day | month}."""
+    if not isinstance(value, dict):
+        raise fail("when.budget", f'must be an object {{"key", "limit", "period"}}, got {_kind(value)}')
+    for key in value:
+        if key not in BUDGET_KEYS:
+            raise fail(f"when.budget.{key}", f"unknown key; a budget has {', '.join(BUDGET_KEYS)}")
+    holder, limit, period = value.get("key"), value.get("limit"), value.get("period")
+    if not isinstance(holder, str) or not holder:
+        raise fail("when.budget.key", f"required: the metadata key naming whose budget it is, got {holder!r}")
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
+        raise fail("when.budget.limit", f"required: a number >= 0, got {limit!r}")
+    if period not in PERIODS:
+        raise fail("when.budget.period", f"must be one of {', '.join(PERIODS)}, got {period!r}")
+    return holder, float(limit), period
 
 
 def _detectors(value: object, fail: Any) -> tuple[Detector, ...]:
