@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from serving.dashboard.quality import snips  # one home for the formula: the dashboard shows it too
+
 SIDES = ("edge", "cloud")
 MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out (module doc)
 
@@ -71,7 +73,7 @@ def _estimates(a, b, p, r, q_a, q_b) -> dict:
     n = len(a)
     return {
         "ips": float((weighted * r).sum() / n),
-        "snips": float((weighted * r).sum() / weighted.sum()) if weighted.sum() > 0 else float("nan"),
+        "snips": float("nan") if (value := snips(match, p, r)) is None else value,
         "dr": float((q_b + weighted * (r - q_a)).mean()),
     }
 

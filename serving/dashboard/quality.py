@@ -10,9 +10,9 @@ answer (a failed edge call is an edge outcome of 0). A policy picks side `b` per
 - "all edge", "all cloud": the same side for every request.
 
 **SNIPS** (self-normalised inverse propensity scoring): sum(w r) / sum(w), w = 1[a = b] / p.
-It is evaluation.off_policy's SNIPS (what `make promote` and `make replay` report), which serving
-may not import (docs/architecture.md: serving imports nothing of the project);
-tests/test_dashboard.py checks that both give the same figure on the same requests.
+`snips` here is the one home of the formula: evaluation.off_policy (what `make promote` and
+`make replay` report) computes its SNIPS with it; tests/test_dashboard.py checks that both give
+the same figure on the same requests.
 
 **Coverage**: a request where `b` differs from `a` and the logging router could not have run `b`
 first (`p` = 1: no exploration, a prompt over the edge context, a policy's forbid) carries no
