@@ -54,7 +54,7 @@ CV      ?=
 REPEATS ?= 1
 evaluate: $(STAMP)
 ifeq ($(CV),)
-	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --engine $(ENGINE) --leave-one-source-out $(ARGS)
+	$(BIN)/python -m pipelines.evaluate --bundle $(BUNDLE) --engine $(ENGINE) --leave-one-source-out $(if $(POLICY),--policy $(POLICY) )$(ARGS)
 else
 	$(BIN)/python -m pipelines.crossval --folds $(CV) --repeats $(REPEATS) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 endif

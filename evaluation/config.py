@@ -50,6 +50,10 @@ class EvalConfig:
     dask_scheduler: str | None = None  # empty: $DASK_SCHEDULER, else a LocalCluster
     dask_workers: int | None = None
     sample_rows: int = 200_000
+    # A policy file (serving.policy) applied after the learned router, as the SDK applies it: its
+    # per-rule counts and effect (evaluation.rules_effect); `metadata` stands for every request's.
+    policy: str | None = None
+    metadata: dict = field(default_factory=dict)
 
     def __post_init__(self):
         # A single value (e.g. `--set policies=oracle,random`) stands for a list, not its characters.
@@ -68,6 +72,14 @@ class EvalConfig:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be an integer >= 1")
         self.policies = check_policies(self.policies)
+        if self.policy is not None and not isinstance(self.policy, str):
+            raise ValueError(f"policy={self.policy!r} must be the path of a policy file")
+        from serving.policy.rules import check_metadata
+
+        try:
+            check_metadata(self.metadata)
+        except TypeError as exc:
+            raise ValueError(f"metadata: {exc}") from None
         self.cost_model(), self.latency_model()  # validates the numbers
 
     @classmethod

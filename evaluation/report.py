@@ -261,6 +261,8 @@ def render(metrics: dict) -> str:
         ]
     if metrics.get("off_policy"):
         parts += ["## Logged traffic (off-policy)", off_policy_text(metrics["off_policy"])]
+    if metrics.get("rules"):
+        parts += ["## Policy rules", rules_text(metrics["rules"])]
     parts += ["## Policies", "\n".join(f"- **{POLICIES[n].label}**: {POLICIES[n].description}" for n in f.policies)]
     if metrics.get("notes"):
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
@@ -314,6 +316,50 @@ def off_policy_text(ope: dict | None) -> str:
         f"{ope['misroute_rate']['both_outcomes_known']} requests with both outcomes, completed with the bundle's "
         f"heads elsewhere. Assumptions: {ope['assumptions']}." + _left_out_text(ope)
     )
+
+
+def rules_text(effect: dict) -> str:
+    """The policy file's rules on these requests (evaluation.rules_effect)."""
+    given = _pairs(effect["metadata"], "{k}={v}") if effect["metadata"] else "none"
+    closed = effect["no_feasible_endpoint"]
+    lines = [
+        f"Policy `{effect['source']}` (version {effect['version']}) applied after the learned router, as the SDK "
+        f"applies it, to {effect['rows']} requests (request metadata: {given}). {effect['no_rule']} were left to "
+        f"the model; {closed['requests']} have no endpoint left (the SDK raises NoFeasibleEndpoint)"
+        + (f": {_pairs(closed['by_rules'], '{k} {v}')}." if closed["by_rules"] else "."),
+        table(
+            ["rule", "action", "requests", "share", "zone changes"],
+            [
+                [
+                    name,
+                    f"{r['action']} {r['endpoint']}",
+                    str(r["requests"]),
+                    pct(r["share"]),
+                    _pairs(r["zone_changes"], "{k} {v}") or "none",
+                ]
+                for name, r in effect["rules"].items()
+            ],
+        ),
+    ]
+    if "figures" in effect:
+        lines += [
+            f"On the {effect['servable_rows']} servable requests, the model's zones against the rules' (paired per "
+            "request; 95% normal interval of the mean difference):",
+            table(
+                ["figure", "without rules", "with rules", "difference"],
+                [
+                    [
+                        name,
+                        num(f["without_rules"], ".4f"),
+                        num(f["with_rules"], ".4f"),
+                        f"{f['difference']:+.4f} [{f['interval'][0]:+.4f}, {f['interval'][1]:+.4f}]",
+                    ]
+                    for name, f in effect["figures"].items()
+                ],
+            ),
+        ]
+    lines += [f"- {note}" for note in effect["notes"]]
+    return "\n\n".join(lines)
 
 
 def _fallback_text(rates: dict, catch_rate: float) -> str:

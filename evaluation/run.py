@@ -23,7 +23,9 @@ from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import TunedRules, breakdowns, evaluate_policies, tune_rule_table
 from evaluation.policy_metrics import reliability
 from evaluation.rows import Rows
+from evaluation.rules_effect import rules_effect
 from serving.manifest import Manifest
+from serving.policy.rules import PolicySet, check_metadata
 
 if TYPE_CHECKING:
     from evaluation.reference import ReferencePolicy
@@ -245,6 +247,7 @@ def evaluate(
     """Every figure of the report; `train` retrains without a source (leave-one-source-out);
     `responses`: the logged edge answers (data.prepare.response_rows), which measure the
     acceptance check and, where they exist, the fallback's catch and false-reject rates."""
+    policy = PolicySet.load(config.policy) if config.policy is not None else None  # a bad file fails first
     notes = [] if manifest.split else ["the manifest has no `split`: the default 15% / 15% hash split is assumed"]
     if manifest.split.get("cv_folds"):
         notes.append(
@@ -342,6 +345,14 @@ def evaluate(
         "acceptance": accepted,
         "off_policy": traffic,
     }
+    if policy is not None:
+        metrics["rules"] = rules_effect(
+            rows,
+            policy,
+            metadata=check_metadata(config.metadata),
+            catch_rate=config.catch_rate,
+            cost=config.cost_model(),
+        )
     if accepted.get("rows"):
         accepted["assumption_check"] = assumption_check(rows, config.catch_rate)
     if config.leave_one_source_out:

@@ -118,6 +118,14 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     return EvalResult(Path(config.out), metrics, files, run_id)
 
 
+def _pairs(items: list[str]) -> dict[str, str]:
+    """KEY=VALUE strings as a dict of strings (values stay text: metadata is str to str)."""
+    bad = [item for item in items if "=" not in item or not item.split("=", 1)[0]]
+    if bad:
+        raise typer.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--metadata")
+    return dict(item.split("=", 1) for item in items)
+
+
 def main(
     bundle: Annotated[str, typer.Option(help="bundle folder written by `make train`")] = "artifacts/router",
     logs: Annotated[
@@ -135,6 +143,12 @@ def main(
         typer.Option("--leave-one-source-out/--no-leave-one-source-out", help="retrain without each source, score it"),
     ] = False,
     holdout_source: Annotated[Optional[list[str]], typer.Option(help="only these held-out sources")] = None,
+    policy: Annotated[
+        Optional[str], typer.Option(help="a policy file (docs/policies.md): its rules' counts and effect")
+    ] = None,
+    metadata: Annotated[
+        Optional[list[str]], typer.Option(help="request metadata the policy's rules read, KEY=VALUE (repeatable)")
+    ] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="any EvalConfig option, KEY=VALUE")] = None,
     loso_set: Annotated[
         Optional[list[str]], typer.Option(help="TrainConfig option of the leave-one-source-out trainings, KEY=VALUE")
@@ -161,6 +175,8 @@ def main(
             "leave_one_source_out": leave_one_source_out,
             "holdout_sources": list(holdout_source or []),
             "loso_overrides": parse_overrides(loso_set or []),
+            "policy": policy,
+            "metadata": _pairs(metadata or []),
             **parse_overrides(set_ or []),
         }
         if policies is not None:
