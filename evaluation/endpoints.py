@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evaluation.off_policy import MIN_PROPENSITY
+from serving.dashboard.quality import snips
 from serving.endpoint_choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
 
 # Prices on cost (quality points per dollar) the curve sweeps: 0 (best expected quality) to a price
@@ -136,16 +138,67 @@ def shares(choice: np.ndarray, names) -> dict[str, float]:
     return {name: float(np.mean(choice == k)) for k, name in enumerate(names)}
 
 
+def logged_estimate(choice: np.ndarray, routed: np.ndarray, propensity: np.ndarray, quality, cost) -> dict:
+    """Self-normalised inverse-propensity (SNIPS) estimates of the mean quality and cost a chooser
+    would get, from one-outcome rows: each row ran on `routed` (an endpoint index), chosen by the
+    logging policy with probability `propensity`, and logged that call's `quality` and `cost`. Only
+    rows where `choice` agrees with what ran count, weighted 1 / propensity; rows logged below
+    evaluation.off_policy.MIN_PROPENSITY are left out (their weights would swamp the rest).
+    `effective_rows`: (sum w)^2 / sum w^2, how many equally weighted rows the estimate is worth."""
+    kept = propensity >= MIN_PROPENSITY
+    agree = ((choice == routed) & kept).astype(np.float64)
+    p = np.where(kept, propensity, 1.0)
+    weights = agree / p
+    total, squares = float(weights.sum()), float((weights**2).sum())
+    return {
+        "quality": _or_nan(snips(agree, p, np.asarray(quality, dtype=np.float64))),
+        "cost": _or_nan(snips(agree, p, np.asarray(cost, dtype=np.float64))),
+        "agreeing_rows": int(agree.sum()),
+        "effective_rows": total**2 / squares if squares > 0 else 0.0,
+        "below_propensity_floor": int((~kept).sum()),
+    }
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
+    """Off-policy estimates on one fold's one-outcome test rows (`logged`: `routed`, `propensity`,
+    `quality`, `cost` of the call that ran): every endpoint alone, the best of them by its
+    estimated quality, and each chooser's choices (`choices`, endpoint indices per row) against it."""
+    routed, propensity, q, c = (logged[k] for k in ("routed", "propensity", "quality", "cost"))
+    n = len(routed)
+    single = {name: logged_estimate(np.full(n, k), routed, propensity, q, c) for k, name in enumerate(names)}
+    defined = [name for name in names if np.isfinite(single[name]["quality"])]
+    out: dict = {"rows": n, "single": single}
+    best = max(defined, key=lambda name: (single[name]["quality"], -single[name]["cost"])) if defined else None
+    out["best_single"] = best
+    for point, choice in choices.items():
+        figures = logged_estimate(choice, routed, propensity, q, c)
+        if best is not None:
+            figures["quality_minus_best_single"] = figures["quality"] - single[best]["quality"]
+            figures["cost_saved_vs_best_single"] = (
+                1.0 - figures["cost"] / single[best]["cost"] if single[best]["cost"] > 0 else float("nan")
+            )
+        out[point] = figures
+    return out
+
+
 def fold_figures(
     names,
     *,
     val: dict,
     test: dict,
     choosers: Choosers = Choosers(),
+    logged: dict | None = None,
 ) -> dict:
     """Every figure of one fold. `val` and `test` hold the rows' matrices: `quality`, `expected`,
     `cost`, `expected_cost`, `feasible`, and on simulated rows `truth` (the hidden probabilities);
-    the price settings are chosen on `val` and every figure is measured on `test`."""
+    the price settings are chosen on `val` and every figure is measured on `test`. `logged`: the
+    fold's one-outcome test rows (`expected`, `expected_cost`, `feasible`, and `routed`,
+    `propensity`, `quality`, `cost` of the call that ran): the same choosers at the same settings,
+    estimated off-policy (logged_figures)."""
     names = tuple(names)
     q, p, c, ec, ok = (test[k] for k in ("quality", "expected", "cost", "expected_cost", "feasible"))
     single = {n: {"quality": float(q[:, k].mean()), "cost": float(c[:, k].mean())} for k, n in enumerate(names)}
@@ -211,6 +264,15 @@ def fold_figures(
     }
     if test.get("truth") is not None:
         out["recovery"] = recovery(names, test["truth"], p, ec, ok, choosers.truth_margin)
+    if logged is not None and len(logged["routed"]):
+        lp, lec, lok = logged["expected"], logged["expected_cost"], logged["feasible"]
+        choices = {
+            "margin": cheapest_within(lp, lec, choosers.margin, lok),
+            "budget": best_under_price(lp, lec, budget_price, lok),
+            "matched": best_under_price(lp, lec, match_price, lok),
+            "cascade_first": np.array([o[0] if o else NONE for o in cascade(lp, lec, choosers.start_margin, lok)]),
+        }
+        out["logged"] = logged_figures(names, choices, logged)
     return out
 
 
@@ -270,6 +332,11 @@ ESTIMATED = (
     ("recovery", "true_quality_lost"),
     ("recovery", "router_choice", "cost"),
     ("recovery", "true_choice", "cost"),
+    *(
+        ("logged", point, figure)
+        for point in ("margin", "budget", "matched", "cascade_first")
+        for figure in ("quality", "cost", "quality_minus_best_single", "cost_saved_vs_best_single")
+    ),
 )
 
 
