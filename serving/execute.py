@@ -54,24 +54,51 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, TypeVar, Union
 
 import serving.telemetry as telemetry
 from serving.contract import CLOUD, EDGE, FALLBACK
 from serving.decision import Decision
+from serving.execution import (  # the records and the call timing, shared with the N-endpoint cascade
+    REASON_CHARS,
+    CloudCallError,
+    EdgeBusy,
+    Execution,
+    Step,
+    Tried,
+)
+from serving.execution import timed_step as _step
+from serving.execution import within_deadline as _within
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from typing_extensions import TypeAlias
+
+    from serving.endpoints import Endpoint
 
     # An edge call queued for a worker: the callable, its prompt (or request), and where its answer goes.
     # Answers are Any here and below: an edge or cloud callable returns whatever the app's client does.
     Job: TypeAlias = tuple[Callable[[Any], Any], Any, Future[Any]]
     # The accept check: answer -> its verdict, read by its truth (a bool, or serving.acceptance's Verdict).
     AcceptCheck: TypeAlias = Callable[[Any], object]
+
+
+__all__ = [
+    "REASON_CHARS",
+    "CloudCallError",
+    "EdgeBusy",
+    "EdgePool",
+    "Execution",
+    "Routable",
+    "Step",
+    "Subject",
+    "Tried",
+    "aexecute",
+    "default_edge_pool",
+    "execute",
+    "failure_kind",
+    "fallback_kind",
+    "prompt_text",
+]
 
 
 class Routable(Protocol):
@@ -97,42 +124,6 @@ def prompt_text(subject: object) -> str:
     return text
 
 
-REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the outcome log redacts it whole first)
-
-
-@dataclass
-class Step:
-    """One thing that ran: which call, how it ended, how long it took; for an edge or cloud call
-    that returned, `result`: what it returned (a rejected edge answer too). `result` is never
-    shown (repr), compared, logged or sent: the outcome log and the proxy read name, status and seconds."""
-
-    name: str  # "edge" | "accept" | "cloud"
-    status: str  # "ok" | "error" | "timeout" | "rejected" | "skipped"
-    seconds: float
-    detail: str = ""
-    result: Any = field(default=None, repr=False, compare=False)
-
-
-@dataclass
-class Execution:
-    """The response and how it was obtained."""
-
-    response: Any
-    served_by: str  # "edge" | "cloud"
-    decision: Decision
-    fallback_reason: str | None = None
-    steps: list[Step] = field(default_factory=list)
-    edge_error: BaseException | None = None  # the edge failure the cloud answered after, if any
-    request_id: str | None = None  # set by Router.execute: the id router.feedback() takes
-    # The fallback reason without anything from the request: an exception is named by its
-    # class ("edge call failed (ConnectionError)"). The outcome log writes this one.
-    fallback_code: str | None = None
-
-    @property
-    def fell_back(self) -> bool:
-        return self.fallback_reason is not None
-
-
 def failure_kind(error: BaseException | None) -> str:
     """A short, fixed name for why a call failed (a metrics label, a span attribute, a response
     header): none, edge_busy, timeout, connection_error or error. serving.chat.errors.failure_kind
@@ -150,30 +141,20 @@ def failure_kind(error: BaseException | None) -> str:
 
 def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
     """A short, fixed name for why the cloud answered an edge-first request (None when nothing
-    fell back): context_limit, rejected, accept_error, or the edge error's kind (`kind_of`)."""
+    fell back): context_limit, rejected, accept_error, or the edge error's kind (`kind_of`). With N
+    endpoints, why the endpoint before the serving one was left (serving.execute_endpoints.fallback_kind)."""
     if execution.fallback_reason is None:
         return None
+    if execution.tried:
+        from serving.execute_endpoints import fallback_kind as left_kind
+
+        return left_kind(execution, kind_of)
     last = execution.steps[-2] if len(execution.steps) >= 2 else None  # the step before the cloud's
     if last is not None and last.name == "edge" and last.status == "skipped" and execution.edge_error is None:
         return "context_limit"
     if last is not None and last.name == "accept":
         return "rejected" if last.status == "rejected" else "accept_error"
     return kind_of(execution.edge_error)
-
-
-class CloudCallError(RuntimeError):
-    """The cloud call failed; `edge_error` holds the edge failure that led there, if any,
-    `steps` the calls made and `decision` the routing decision carried out."""
-
-    def __init__(
-        self, message: str, *, edge_error: BaseException | None, steps: list[Step], decision: Decision | None = None
-    ):
-        super().__init__(message)
-        self.edge_error, self.steps, self.decision = edge_error, steps, decision
-
-
-class EdgeBusy(RuntimeError):
-    """No edge worker came free in time: the edge step is skipped and the cloud serves."""
 
 
 class EdgePool:
@@ -255,33 +236,6 @@ def _serve(jobs: queue.SimpleQueue[Job], free: threading.Semaphore) -> None:
 
 
 default_edge_pool = EdgePool()
-
-
-@contextmanager
-def _step(steps: list[Step], name: str) -> Iterator[Step]:
-    """Record the enclosed call as a Step: ok, timeout (TimeoutError), skipped (EdgeBusy) or error.
-    A plain context manager, so the sync and the async paths time their calls the same way. The
-    call sets the yielded step's `result`; that step is the one recorded when the call returns."""
-    start, step = time.perf_counter(), Step(name, "ok", 0.0)
-    attempt = telemetry.attempt(name)  # a child span while a tracer records the request; else None
-    try:
-        yield step
-    except (TimeoutError, EdgeBusy) as exc:
-        status = "timeout" if isinstance(exc, TimeoutError) else "skipped"
-        steps.append(Step(name, status, time.perf_counter() - start, str(exc)))
-        if attempt is not None:
-            attempt.ended(status, error=exc)
-        raise
-    except BaseException as exc:
-        if isinstance(exc, Exception):
-            steps.append(Step(name, "error", time.perf_counter() - start, repr(exc)[:500]))
-        if attempt is not None:
-            attempt.ended("error" if isinstance(exc, Exception) else "cancelled", error=exc)
-        raise
-    step.seconds = time.perf_counter() - start
-    steps.append(step)
-    if attempt is not None:
-        attempt.ended("ok", step.result)
 
 
 class _Attempt:
@@ -397,24 +351,59 @@ def execute(
     decision: Decision,
     prompt: Subject,
     *,
-    edge: Callable[[Subject], Any],
-    cloud: Callable[[Subject], Any],
-    edge_context_tokens: int,
+    edge: Callable[[Subject], Any] | None = None,
+    cloud: Callable[[Subject], Any] | None = None,
+    edge_context_tokens: int | None = None,
     edge_timeout_s: float | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
     edge_pool: EdgePool | None = None,
+    endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
+    specs: Mapping[str, Endpoint] | None = None,
+    timeouts: Mapping[str, float] | None = None,
 ) -> Execution:
     """Carry out a routing decision: edge(prompt) and cloud(prompt) as it says (the prompt text
-    or a Routable request, passed as given); see the module doc."""
-    attempt = _Attempt(
-        decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
-    )
+    or a Routable request, passed as given); see the module doc.
+
+    Or, instead of `edge`, `cloud` and `edge_context_tokens`, N endpoints: `endpoints` maps each
+    endpoint's name to its call, tried in the decision's cascade order (serving.execute_endpoints);
+    `specs` (name -> serving.endpoints.Endpoint, e.g. an Endpoints spec's endpoints) gives their
+    context limits and prices, `timeouts` (name -> seconds) their deadlines (on `edge_pool`)."""
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
-        execution = _execute(prompt, edge, cloud, edge_timeout_s, edge_pool, attempt)
+        if _n_endpoints(edge, cloud, edge_context_tokens, endpoints):
+            from serving.execute_endpoints import run
+
+            assert endpoints is not None  # _n_endpoints checked it
+            execution = run(
+                decision,
+                prompt,
+                endpoints,
+                specs=specs,
+                timeouts=timeouts,
+                accept=accept,
+                verify_edge_zone=verify_edge_zone,
+                pool=edge_pool or default_edge_pool,
+            )
+        else:
+            assert edge is not None and cloud is not None and edge_context_tokens is not None
+            attempt = _Attempt(
+                decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
+            )
+            execution = _execute(prompt, edge, cloud, edge_timeout_s, edge_pool, attempt)
         trace.executed(execution, fallback_kind)
     return execution
+
+
+def _n_endpoints(edge: object, cloud: object, edge_context_tokens: object, endpoints: object) -> bool:
+    """Whether the call names N endpoints (True) or the two sides (False); TypeError for a mix or neither."""
+    if endpoints is not None:
+        if edge is not None or cloud is not None:
+            raise TypeError("give edge= and cloud=, or endpoints=, not both")
+        return True
+    if edge is None or cloud is None or edge_context_tokens is None:
+        raise TypeError("execute() needs edge=, cloud= and edge_context_tokens=, or endpoints= (N endpoints)")
+    return False
 
 
 def _execute(
@@ -450,26 +439,45 @@ async def aexecute(
     decision: Decision,
     prompt: Subject,
     *,
-    edge: Callable[[Subject], Awaitable[Any]],
-    cloud: Callable[[Subject], Awaitable[Any]],
-    edge_context_tokens: int,
+    edge: Callable[[Subject], Awaitable[Any]] | None = None,
+    cloud: Callable[[Subject], Awaitable[Any]] | None = None,
+    edge_context_tokens: int | None = None,
     edge_timeout_s: float | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
+    endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
+    specs: Mapping[str, Endpoint] | None = None,
+    timeouts: Mapping[str, float] | None = None,
 ) -> Execution:
-    """execute() for coroutines: `edge` and `cloud` are async callables taking the prompt (or request).
+    """execute() for coroutines: `edge` and `cloud` (or each of `endpoints`) are async callables
+    taking the prompt (or request).
 
-    The same rules (_Attempt) and the same Execution. With `edge_timeout_s` an edge call that
-    overruns is cancelled (a coroutine can be stopped, unlike a thread, so no worker pool is
-    needed) and the cloud serves. `accept` is a plain callable run in the event loop; keep it
-    quick. asyncio only.
+    The same rules (_Attempt; serving.execute_endpoints for N endpoints) and the same Execution.
+    With `edge_timeout_s` (`timeouts`) a call that overruns is cancelled (a coroutine can be
+    stopped, unlike a thread, so no worker pool is needed) and the next endpoint serves. `accept`
+    is a plain callable run in the event loop; keep it quick. asyncio only.
     """
-    attempt = _Attempt(
-        decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
-    )
     with telemetry.request() as trace:
         trace.decided(decision)
-        execution = await _aexecute(prompt, edge, cloud, edge_timeout_s, attempt)
+        if _n_endpoints(edge, cloud, edge_context_tokens, endpoints):
+            from serving.execute_endpoints import arun
+
+            assert endpoints is not None  # _n_endpoints checked it
+            execution = await arun(
+                decision,
+                prompt,
+                endpoints,
+                specs=specs,
+                timeouts=timeouts,
+                accept=accept,
+                verify_edge_zone=verify_edge_zone,
+            )
+        else:
+            assert edge is not None and cloud is not None and edge_context_tokens is not None
+            attempt = _Attempt(
+                decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
+            )
+            execution = await _aexecute(prompt, edge, cloud, edge_timeout_s, attempt)
         trace.executed(execution, fallback_kind)
     return execution
 
@@ -497,15 +505,3 @@ async def _aexecute(
     except Exception as exc:
         raise attempt.cloud_failed(exc) from exc
     return attempt.served(response, "cloud")
-
-
-async def _within(call: Awaitable[Any], timeout_s: float | None) -> Any:
-    """Await `call`, cancelled after `timeout_s` with the TimeoutError execute() raises for the edge."""
-    if timeout_s is None:
-        return await call
-    import asyncio  # here, not at the top: it would add ~70 ms to `import serving`
-
-    try:
-        return await asyncio.wait_for(call, max(0.0, timeout_s))
-    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on; another class before
-        raise TimeoutError(f"edge call exceeded {timeout_s:g} s") from None

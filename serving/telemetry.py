@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 SCOPE = "serving"  # the instrumentation scope of every span and metric
 EXECUTE, CHAT = "router.execute", "chat"  # request span names (a proxy's: "chat <served model>")
-ATTEMPTS = ("edge", "cloud", "shadow")  # the calls that get a child span
+ATTEMPTS = ("edge", "cloud", "shadow", "endpoint")  # the calls that get a child span ("endpoint": one of N, by name)
 # Latency histogram boundaries in seconds, shared with the proxy's Prometheus histograms.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MAX_TEXT = 200  # a model name from an answer is cut to this
@@ -203,13 +203,17 @@ def current() -> Request:
     return _current.get() or NOOP
 
 
-def attempt(name: str, side: str | None = None) -> Attempt | None:
+def attempt(name: str, side: str | None = None, *, endpoint: str | None = None) -> Attempt | None:
     """A child span of the current request for one attempt (edge, cloud, shadow; `side`: the
-    endpoint a shadow run calls), or None when no span records it. End it with Attempt.ended."""
+    endpoint a shadow run calls; `endpoint`: a named endpoint's call of an N-endpoint cascade, the
+    attempt "endpoint" with attribute router.endpoint), or None when no span records it. End it
+    with Attempt.ended."""
     request = _current.get()
+    if endpoint is not None:
+        name = "endpoint"
     if request is None or not request.recording or name not in ATTEMPTS:
         return None
-    return request.attempt(name, side)
+    return request.attempt(name, side, endpoint)
 
 
 def endpoint_attributes(model: str, base_url: str) -> Attributes:
@@ -356,7 +360,7 @@ class Request(Scope):
             self._response = (self._response[0], usage)
 
     def endpoints(self, attributes: Mapping[str, Attributes]) -> None:
-        """Each endpoint's attempt attributes (endpoint_attributes), by attempt side: "edge", "cloud"."""
+        """Each endpoint's attempt attributes (endpoint_attributes), by attempt side ("edge", "cloud") or endpoint name."""
         self._endpoints = attributes
 
     def failed(self, error: BaseException) -> None:
@@ -370,14 +374,16 @@ class Request(Scope):
         if self._error is None:
             self._error = reason
 
-    def attempt(self, name: str, side: str | None = None) -> Attempt:
+    def attempt(self, name: str, side: str | None = None, endpoint_name: str | None = None) -> Attempt:
         assert self._instruments is not None and self.span is not None  # a recording request has both
-        endpoint = self._endpoints.get(side or name)
+        endpoint = self._endpoints.get(endpoint_name or side or name)
         model = endpoint.get("gen_ai.request.model") if endpoint else None
         attributes: Attributes = {**endpoint} if endpoint else {}
         attributes["router.attempt"] = name
         if side is not None:
             attributes["router.side"] = side
+        if endpoint_name is not None:
+            attributes["router.endpoint"] = endpoint_name
         span = self._instruments.tracer.start_span(
             f"{CHAT} {model}" if model else f"router.{name}",
             context=self._context(),

@@ -1,0 +1,72 @@
+"""Shared by the N-endpoint tests: decisions that carry a cascade, a router double that hands out a
+given cascade, and the endpoint specs of three endpoints of different price and context."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from serving import Router
+from serving.decision import Decision
+from serving.endpoints import parse_endpoints
+
+SPECS = parse_endpoints(
+    {
+        "endpoints": [
+            {"name": "phone-3b", "where": "device", "price": {"per_call": 0}, "latency_ms": 120, "context_tokens": 64},
+            {
+                "name": "onprem-8b",
+                "where": "device",
+                "price": {"per_1k_input": 0.0002},
+                "latency_ms": 300,
+                "context_tokens": 8192,
+            },
+            {
+                "name": "frontier",
+                "where": "cloud",
+                "price": {"per_1k_input": 0.005, "per_call": 0.001},
+                "latency_ms": 900,
+                "context_tokens": 200000,
+            },
+        ]
+    }
+)
+ORDER = ("phone-3b", "onprem-8b", "frontier")
+
+
+class CascadeDecision(Decision):
+    """A Decision that can carry `cascade` whether or not Decision declares the field yet (a
+    subclass of a slotted dataclass without slots of its own takes any attribute)."""
+
+
+def with_cascade(decision: Decision, cascade=ORDER, **changes) -> Decision:
+    """`decision` with `cascade` (and any other field changed), as an N-endpoint bundle decides."""
+    fields = {f.name: getattr(decision, f.name) for f in dataclasses.fields(Decision)}
+    fields.update({k: v for k, v in changes.items() if k in fields})
+    made = CascadeDecision(**fields)
+    made.cascade = tuple(cascade)
+    return made
+
+
+def decision(cascade=ORDER, *, n_tokens: int = 10, forbidden=(), zone: str = "edge_with_cloud_fallback", rule=None):
+    base = Decision.make(zone, score=0.0, reason="test", degraded=False, model_version="test", n_tokens=n_tokens)
+    return with_cascade(base, cascade, forbidden=tuple(forbidden), rule=rule)
+
+
+class CascadeRouter(Router):
+    """A router (the rule table: no bundle needed) whose every decision carries `cascade`, and
+    `changes` (n_tokens, forbidden, rule): what an N-endpoint bundle would decide. Its policy, outcome
+    log and telemetry are the Router's own."""
+
+    cascade: tuple[str, ...] = ORDER
+    changes: dict = {}
+
+    def _prepared(self, *args):
+        routing, text, decided, accept = super()._prepared(*args)
+        return routing, text, with_cascade(decided, self.cascade, **self.changes), accept
+
+
+def cascade_router(tmp_path, **load_options) -> CascadeRouter:
+    router = CascadeRouter.load(tmp_path / "no-bundle", **load_options)
+    assert router.degraded
+    router.changes = {}
+    return router
