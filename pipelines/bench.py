@@ -15,6 +15,7 @@ the 20-rule POLICY_20, interleaved (`--policy-only` measures just that). Telemet
 
 from __future__ import annotations
 
+import itertools
 import json
 import platform
 import subprocess
@@ -653,6 +654,90 @@ def print_policy(p: dict, console) -> None:
     )
 
 
+def varied_prompts(tokenizer, n_tokens: int, count: int = 64, seed: int = 0) -> list[str]:
+    """`count` different prompts of about n_tokens tokens: TEXT's words shuffled (seeded), cut on
+    a token boundary, so each call in turn takes another path through the trees."""
+    import random
+
+    rng, words = random.Random(seed), TEXT.split() * (n_tokens // 40 + 2)
+    return [
+        tokenizer.decode(
+            tokenizer.encode(" ".join(rng.sample(words, len(words))), add_special_tokens=False).ids[:n_tokens]
+        )
+        for _ in range(count)
+    ]
+
+
+def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
+    """route() taken apart (docs/performance.md): all of its Python with the model call replaced by
+    a copy of that call's outputs, its parts alone, and the model call alone, right after route()'s
+    Python, right after tokenization and statistics, and on `varied` prompts in turn. The timers
+    of the model-after variants cover the model call only."""
+    from serving.features.text_stats import text_statistics
+
+    stages = router.stages
+    scorer, extractor = stages.scorer, stages.scorer.extractor
+    special, model = extractor.spec.add_special_tokens, scorer.run_model
+    head = extractor.heads([prompt])
+    ids, mask, scalars, _, _ = stages.features([prompt], ["exact"])
+    feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
+    outputs = model(scorer.outputs, feeds, None)
+    varied_feeds = []
+    for text in varied:
+        v_ids, v_mask, v_scalars, _, _ = stages.features([text], ["exact"])
+        varied_feeds.append({"input_ids": v_ids, "attention_mask": v_mask, "scalars": v_scalars})
+    varied_heads = [extractor.heads([text]) for text in varied]
+    turn = itertools.cycle(range(len(varied_feeds)))
+    model_ns: list[int] = []
+
+    def model_timed() -> None:
+        start = time.perf_counter_ns()
+        model(scorer.outputs, feeds, None)
+        model_ns.append(time.perf_counter_ns() - start)
+
+    def python_only() -> None:
+        scorer.run_model = lambda names, given, options: [o.copy() for o in outputs]
+        try:
+            router.route(prompt, precision="exact")
+        finally:
+            scorer.run_model = model
+
+    def after(first: Callable[[], object]) -> Callable[[], None]:
+        return lambda: (first(), model_timed())
+
+    def parts() -> None:
+        extractor.tokenizer.ids(head, add_special_tokens=special)
+        text_statistics(prompt, head[0])
+
+    fns = {
+        "route": lambda: router.route(prompt, precision="exact"),
+        "route_python": python_only,
+        "tokenize": lambda: extractor.tokenizer.ids(head, add_special_tokens=special),
+        "text_statistics": lambda: text_statistics(prompt, head[0]),
+        "model": lambda: model(scorer.outputs, feeds, None),
+        "model_varied_prompts": lambda: model(scorer.outputs, varied_feeds[next(turn)], None),
+        # The same prompts in turn through route() and each part: the ratio on varied traffic.
+        "route_varied_prompts": lambda: router.route(varied[next(turn)], precision="exact"),
+        "tokenize_varied_prompts": lambda: extractor.tokenizer.ids(
+            varied_heads[next(turn)], add_special_tokens=special
+        ),
+        "text_statistics_varied_prompts": lambda: (lambda k: text_statistics(varied[k], varied_heads[k][0]))(
+            next(turn)
+        ),
+    }
+    figures = timings_us(fns, repeat=repeat)
+    for name, first in (("model_after_route_python", python_only), ("model_after_tokenize_and_statistics", parts)):
+        model_ns.clear()
+        timings_us({name: after(first)}, repeat=repeat)
+        figures[name] = {"p50_us": float(np.percentile(model_ns, 50)) / 1000, "n": len(model_ns)}
+    figures["glue"] = {
+        "p50_us": figures["route_python"]["p50_us"]
+        - figures["tokenize"]["p50_us"]
+        - figures["text_statistics"]["p50_us"]
+    }
+    return {name: {"p50_us": round(v["p50_us"], 1)} for name, v in figures.items()}
+
+
 def main(
     bundle: Path = Path("artifacts/router"),
     out: Path = Path("bench/results.json"),
@@ -661,10 +746,28 @@ def main(
     load_runs: int = 5,
     policy_only: bool = False,
     telemetry_only: bool = False,
+    gap_only: bool = False,
 ) -> None:
     """Measure the SDK and write the results JSON (--policy-only: the policy layer's cost alone,
     printed and written to bench/policy.json; --telemetry-only: execute() with telemetry off and
-    on, printed and written to bench/telemetry.json)."""
+    on, printed and written to bench/telemetry.json; --gap-only: route() taken apart, printed and
+    written to bench/gap.json)."""
+    if gap_only:
+        from serving import Router
+
+        router = Router.load(bundle, strict=True)
+        tokenizer = router.stages.scorer.extractor.tokenizer.full
+        gap = {
+            f"{n}_tokens": gap_figures(router, prompt_of(tokenizer, n), varied_prompts(tokenizer, n), repeat)
+            for n in (16, 128)
+        }
+        path = out.with_name("gap.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(gap, indent=2))
+        for length, figures in gap.items():
+            print(length, ", ".join(f"{name} {v['p50_us']:.0f} us" for name, v in figures.items()))
+        print(f"written to {path}")
+        return
     if telemetry_only:
         from rich.console import Console
 

@@ -81,6 +81,34 @@ def test_bench_measures_every_figure(bundle, tmp_path):
     assert 0 < results["load"]["import_plus_load_s"] and results["load"]["rss_mb_after_load"] > 10
 
 
+@pytest.mark.real_data
+def test_bench_takes_route_apart(bundle, tmp_path):
+    """`bench --gap-only` on a tiny repeat count: every part is measured (not a timing test), and
+    the router's model call is back in place afterwards."""
+    import json
+
+    from pipelines.bench import gap_figures, main, prompt_of, varied_prompts
+    from serving import Router
+
+    main(bundle=bundle, out=tmp_path / "results.json", repeat=20, gap_only=True)
+    gap = json.loads((tmp_path / "gap.json").read_text())
+    assert set(gap) == {"16_tokens", "128_tokens"}
+    for figures in gap.values():
+        assert {"route", "route_python", "glue", "model", "model_after_route_python", "route_varied_prompts"} <= set(
+            figures
+        )
+        assert all(v["p50_us"] > 0 for name, v in figures.items() if name != "glue")
+    router = Router.load(bundle, strict=True)
+    tokenizer = router.stages.scorer.extractor.tokenizer.full
+    prompts = varied_prompts(tokenizer, 16, count=8)
+    assert len(set(prompts)) == 8 and all(
+        abs(len(tokenizer.encode(p, add_special_tokens=False).ids) - 16) <= 2 for p in prompts
+    )
+    model, before = router.stages.scorer.run_model, router.route(prompts[0]).score
+    gap_figures(router, prompt_of(tokenizer, 16), prompts, repeat=10)
+    assert router.stages.scorer.run_model is model and router.route(prompts[0]).score == before
+
+
 @pytest.mark.slow
 def test_make_train_writes_to_the_mlflow_store_mlruns_names(small_routellm, encoder_cache, tmp_path):
     """On MT-Bench's rows alone (too few edge answers for an acceptance check): what is tested
