@@ -111,3 +111,37 @@ def test_fold_figures_score_the_same_choosers_on_one_outcome_rows():
             assert np.isfinite(figure_at(figures, path)), path
     assert "logged" not in full  # no one-outcome rows: no such figures, and the estimates read NaN
     assert np.isnan(figure_at(full, ("logged", "margin", "quality")))
+
+
+@pytest.mark.slow
+def test_cross_validation_scores_the_choosers_on_one_outcome_rows(tmp_path, encoder_cache):
+    """A simulated log of complete rows and one-outcome rows (uniform logging): the one-outcome test
+    rows of each fold are scored off-policy, and agree with the complete rows' figures."""
+    from data.endpoint_logs import read_endpoint_logs
+    from data.simulator_endpoints import load_simulation, write_simulation
+    from training.endpoints import EndpointRows, EndpointTraining, cross_validate_endpoints
+
+    sim = load_simulation(None)
+    write_simulation(tmp_path / "full", sim, 1500, seed=0)
+    write_simulation(tmp_path / "one", sim, 3000, seed=1, one_outcome=True)
+    frame, rejects = read_endpoint_logs([tmp_path / "full", tmp_path / "one"], sim.names)
+    assert not rejects
+    rows = EndpointRows.from_frame(frame, sim.names)
+    one = rows.routed >= 0
+    assert one.sum() == 3000 and (rows.propensity[one] == 0.25).all()
+    ran = np.isfinite(rows.quality[one])  # the routed endpoint is the one whose outcome the row holds
+    assert (ran.argmax(axis=1) == rows.routed[one]).all() and (ran.sum(axis=1) == 1).all()
+    result = cross_validate_endpoints(
+        rows,
+        sim.endpoints,
+        folds=3,
+        config=EndpointTraining(cache_dir=str(encoder_cache)),
+        output_tokens=sim.output_tokens,
+        modes=("separate",),
+    )
+    assert result["one_outcome_rows"] == 3000 and result["complete_rows"] == 1500
+    assert sum(fold["logged"]["rows"] for fold in result["per_fold"]) == 3000  # each tested once
+    figures = result["estimates"]
+    for point in ("margin", "budget", "matched"):
+        logged, complete = figures[f"logged / {point} / quality"], figures[f"{point} / quality"]
+        assert logged["n"] == 3 and abs(logged["mean"] - complete["mean"]) < 0.05, (point, logged, complete)

@@ -71,6 +71,10 @@ class EndpointRows:
     weight: np.ndarray  # [rows, endpoints]
     cost: np.ndarray  # [rows, endpoints]
     request_ids: np.ndarray
+    # one-outcome rows: the endpoint index that ran (-1 for rows with every outcome, or none named)
+    # and the probability with which the logging policy chose it (NaN where not logged)
+    routed: np.ndarray | None = None
+    propensity: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -91,7 +95,9 @@ class EndpointRows:
                 weight[:, k] /= weight[known[:, k], k].mean()
         precisions = [p if isinstance(p, str) else None for p in frame["precision"]]
         ids = frame["request_id"].to_numpy(object) if "request_id" in frame else np.arange(len(frame)).astype(object)
-        return cls(names, frame["prompt"].to_numpy(object), precisions, quality, weight, cost, ids)
+        routed_to = frame["routed_to"] if "routed_to" in frame else [None] * len(frame)
+        routed = np.array([names.index(r) if partial[i] and r in names else -1 for i, r in enumerate(routed_to)])
+        return cls(names, frame["prompt"].to_numpy(object), precisions, quality, weight, cost, ids, routed, propensity)
 
     def subset(self, rows: np.ndarray) -> "EndpointRows":
         rows = np.asarray(rows)
@@ -104,6 +110,8 @@ class EndpointRows:
             self.weight[index],
             self.cost[index],
             self.request_ids[index],
+            None if self.routed is None else self.routed[index],
+            None if self.propensity is None else self.propensity[index],
         )
 
 
@@ -387,6 +395,11 @@ def cross_validate_endpoints(
     expected_cost, feasible = expected_costs(endpoints, rows.prompts, output_tokens)
     cost = np.where(np.isfinite(rows.cost), rows.cost, expected_cost)
     complete = np.isfinite(rows.quality).all(axis=1)
+    logged = (
+        (rows.routed >= 0) & np.isfinite(rows.propensity)
+        if rows.routed is not None and rows.propensity is not None
+        else np.zeros(len(rows), bool)
+    )
     if not complete.any():
         raise EndpointDataError(
             "no row holds every endpoint's outcome: the evaluation compares endpoints on the same prompts "
@@ -409,7 +422,20 @@ def cross_validate_endpoints(
                     "feasible": feasible[mask][keep],
                     "truth": None if truth is None else truth[mask][keep],
                 }
-            per_mode[mode].append(fold_figures(rows.names, val=part["val"], test=part["test"], choosers=choosers))
+            test = fit.masks["test"]
+            one = logged[test]  # the fold's one-outcome test rows: scored off-policy
+            part["logged"] = {
+                "expected": fit.predictions[mode]["test"][one],
+                "expected_cost": expected_cost[test][one],
+                "feasible": feasible[test][one],
+                "routed": rows.routed[test][one],
+                "propensity": rows.propensity[test][one],
+                "quality": np.take_along_axis(rows.quality[test][one], rows.routed[test][one][:, None], 1)[:, 0],
+                "cost": np.take_along_axis(cost[test][one], rows.routed[test][one][:, None], 1)[:, 0],
+            }
+            per_mode[mode].append(
+                fold_figures(rows.names, val=part["val"], test=part["test"], choosers=choosers, logged=part["logged"])
+            )
         if on_fold is not None:
             on_fold(fit)
     comparison = compare_modes(fits, per_mode, folds=folds, val_share=config.val_share)
@@ -418,6 +444,7 @@ def cross_validate_endpoints(
         "endpoints": list(rows.names),
         "rows": int(len(rows)),
         "complete_rows": int(complete.sum()),
+        "one_outcome_rows": int(logged.sum()),
         "folds": folds,
         "output_tokens": output_tokens,
         "choosers": dict(vars(choosers)),
