@@ -5,7 +5,8 @@ or reads them (`--data`, rows with `outcomes: {endpoint: quality}`), fits one ca
 model per endpoint in each prompt-hash fold, separate and shared (training.endpoints), compares
 the two by paired cross-validation, and measures the choosers (serving.endpoint_choice) on the
 held-out folds against every endpoint alone and the oracle (evaluation.endpoints). Writes
-`metrics.json` and `quality_vs_cost.png` into `--out`.
+`metrics.json` and `quality_vs_cost.png` into `--out`; with `--bundle DIR`, also an N-endpoint
+bundle of the chosen head mode and `--rule` (training.endpoint_bundle).
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ def main(
     catch_rate: Annotated[float, typer.Option(help="cascade: share of bad answers caught and escalated")] = 0.5,
     cache_dir: Annotated[Path, typer.Option(help="encoder cache (the static tier's token table)")] = Path("data/cache"),
     out: Annotated[Path, typer.Option(help="report folder")] = Path("reports/endpoints"),
+    bundle: Annotated[
+        Optional[Path], typer.Option(help="also write an N-endpoint bundle here (the head mode the folds chose)")
+    ] = None,
+    rule: Annotated[
+        str,
+        typer.Option(
+            help="the bundle's choice rule: cheapest_within (--margin), best_under_price (--budget-share), cascade (--start-margin)"
+        ),
+    ] = "cheapest_within",
+    signing_key: Annotated[
+        Optional[Path], typer.Option(help="sign the bundle with this Ed25519 key (make keys)")
+    ] = None,
 ) -> None:
     """Simulate (or read) N-endpoint logs, fit per-endpoint outcome models, evaluate the choosers."""
     from rich.console import Console
@@ -76,6 +89,7 @@ def main(
     from data.simulator_endpoints import write_simulation
     from evaluation.endpoints import Choosers, plot_quality_vs_cost
     from serving.endpoints import EndpointSpecError
+    from serving.manifest import ENDPOINT_RULES
     from training.endpoints import EndpointDataError, EndpointRows, EndpointTraining, cross_validate_endpoints
 
     console = Console()
@@ -85,6 +99,8 @@ def main(
         choosers = Choosers(margin, budget_share, start_margin, catch_rate)
     except (EndpointSpecError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
+    if rule not in ENDPOINT_RULES:
+        raise typer.BadParameter(f"--rule {rule!r}: choose one of {', '.join(ENDPOINT_RULES)}")
     out.mkdir(parents=True, exist_ok=True)
     if data:
         paths = list(data)
@@ -137,6 +153,28 @@ def main(
         f"{difference['area_vs_best_single']['mean']:+.4f}, log loss {difference['log_loss']['mean']:+.4f}); "
         f"wrote {out / 'metrics.json'} and {out / 'quality_vs_cost.png'} in {result['seconds']:.0f} s"
     )
+    if bundle is not None:
+        from training.endpoint_bundle import train_endpoint_bundle
+
+        made = train_endpoint_bundle(
+            rows,
+            endpoints,
+            bundle,
+            mode=result["chosen_mode"],
+            rule=rule,
+            choosers=choosers,
+            output_tokens=tokens,
+            folds=folds,
+            config=EndpointTraining(cache_dir=str(cache_dir)),
+            signing_key=signing_key,
+            extra={"head_modes": {"chosen_by": result["head_modes"]["chosen_by"], "folds": folds}},
+        )
+        section = made.manifest.endpoints
+        assert section is not None
+        console.print(
+            f"wrote {bundle}: {made.models.mode} heads for {', '.join(section.names)}, {section.rule} "
+            f"{section.parameter:.4g} (set on validation rows), SDK parity {made.parity:.1e}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,14 @@ class Decision:
         a prefer), or None when no rule matched; the reason then starts with it
     forbidden: the endpoints the policy forbids for this request: execute() never calls them,
         not as a fallback, an exploration or a shadow run
+    expected: each endpoint's calibrated P(good answer) by name: {"edge": p_edge, "cloud":
+        p_cloud} for a two-endpoint bundle with both heads, every endpoint's for an N-endpoint
+        bundle (docs/endpoints.md#n-endpoint-bundles); None otherwise (older bundles, the rule table)
+    endpoint: the endpoint chosen to run first (N-endpoint bundles; None for two-endpoint ones,
+        whose `target` says it)
+    cascade: the endpoints execute() tries, in order, when an answer fails (the acceptance check,
+        an error, a timeout, the context limit): `endpoint` first (N-endpoint bundles; () for
+        two-endpoint ones, whose zone says it)
 
     A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a
     tenth of a short prompt's route()); the router keeps no reference to it.
@@ -52,13 +60,17 @@ class Decision:
     unfamiliar: bool = False
     rule: str | None = None
     forbidden: tuple[str, ...] = ()
+    expected: dict[str, float] | None = None
+    endpoint: str | None = None
+    cascade: tuple[str, ...] = ()
 
     @classmethod
     def make(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
         return cls(target=first_target(zone), zone=zone, **fields)
 
     def to_dict(self) -> JSONObject:
-        """The JSON form: `forbidden` as a list, as JSON reads it back."""
+        """The JSON form: `forbidden` and `cascade` as lists, as JSON reads them back."""
         data = asdict(self)
         data["forbidden"] = list(self.forbidden)
+        data["cascade"] = list(self.cascade)
         return data

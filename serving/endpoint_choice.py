@@ -17,12 +17,28 @@ feasible endpoint gets -1: the caller must say so, never pick one silently.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from serving.endpoints import Endpoint
 
 Matrix = npt.NDArray[np.float64]
 Choice = npt.NDArray[np.int64]
 NONE = -1  # no feasible endpoint
+
+
+def call_costs(
+    endpoints: Sequence[Endpoint], input_tokens: npt.ArrayLike, output_tokens: float
+) -> tuple[Matrix, npt.NDArray[np.bool_]]:
+    """([requests, endpoints] each call's expected price, whether the prompt fits each endpoint's
+    context) for prompts of `input_tokens` tokens and answers of `output_tokens`."""
+    tokens = np.asarray(input_tokens, dtype=np.float64).reshape(-1)
+    cost = np.array([[e.cost(t, output_tokens) for e in endpoints] for t in tokens.tolist()], dtype=np.float64)
+    fits = tokens[:, None] <= np.array([e.context_tokens for e in endpoints], dtype=np.float64)[None, :]
+    return cost.reshape(len(tokens), len(endpoints)), fits
 
 
 def _inputs(
@@ -88,15 +104,44 @@ def cascade(
         if not len(usable):
             orders.append([])
             continue
-        best = float(p[row, usable].max())
-        steps: list[int] = []
-        top = -np.inf
-        for k in usable[np.lexsort((-p[row, usable], c[row, usable]))]:  # by cost, then quality
-            if p[row, k] > top and (steps or p[row, k] >= best - start_margin - 1e-12):
-                steps.append(int(k))
-                top = float(p[row, k])
-        orders.append(steps)
+        floor = float(p[row, usable].max()) - start_margin - 1e-12
+        orders.append(_climb(p[row], c[row], usable, floor=floor))
     return orders
+
+
+def escalation(
+    expected: npt.ArrayLike, cost: npt.ArrayLike, first: npt.ArrayLike, feasible: npt.ArrayLike | None = None
+) -> list[list[int]]:
+    """Per request, `first` (its chosen endpoint, e.g. cheapest_within's) and then, as cascade
+    climbs, each costlier feasible endpoint expected to do better than every one before it: the
+    order to try them in when an answer fails. [] where `first` is NONE."""
+    p, c, ok = _inputs(expected, cost, feasible)
+    starts = np.asarray(first, dtype=np.int64)
+    if starts.shape != (len(p),):
+        raise ValueError(f"first must hold one endpoint per request ({len(p)}), got shape {starts.shape}")
+    orders: list[list[int]] = []
+    for row, start in enumerate(starts.tolist()):
+        if start == NONE:
+            orders.append([])
+            continue
+        if not 0 <= start < p.shape[1] or not ok[row, start]:
+            raise ValueError(f"request {row}: first endpoint {start} is not a feasible endpoint")
+        orders.append(_climb(p[row], c[row], np.flatnonzero(ok[row]), start=start))
+    return orders
+
+
+def _climb(
+    p: Matrix, c: Matrix, usable: npt.NDArray[np.intp], *, floor: float = np.inf, start: int = NONE
+) -> list[int]:
+    """One request's steps: by cost (then quality), the first endpoint that is `start` or expected
+    to reach `floor`, then each one expected to do better than every step before it."""
+    steps: list[int] = []
+    top = -np.inf
+    for k in usable[np.lexsort((-p[usable], c[usable]))]:  # by cost, then quality
+        if p[k] > top and (steps or k == start or p[k] >= floor):
+            steps.append(int(k))
+            top = float(p[k])
+    return steps
 
 
 def cascade_expectation(

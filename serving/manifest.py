@@ -23,6 +23,7 @@ from serving.contract import (
     PRECISIONS,
     SCHEMA_VERSION,
 )
+from serving.endpoints import Endpoints
 from serving.features.spec import LEXICAL_MODES, FeatureSpec
 from serving.features.text_stats import STAT_NAMES
 
@@ -241,7 +242,9 @@ class ScoreSpec:
     their difference, in [-1, 1]. `cloud_needed` (bundles from before expected gain, the
     default when a manifest has no `score` section): one head, P(cloud needed), in [0, 1].
     `outputs` are the graph's output names, one per head, whose column 1 is that head's
-    probability.
+    probability. `endpoints` (N-endpoint bundles, docs/endpoints.md#n-endpoint-bundles): one head
+    per endpoint of the manifest's `endpoints` section, in its order, and one output [n, N] of
+    their calibrated probabilities; the choice rule, not thresholds, decides.
     """
 
     kind: str = "cloud_needed"
@@ -250,13 +253,14 @@ class ScoreSpec:
 
     @property
     def bounds(self) -> tuple[float, float]:
-        return SCORE_KINDS[self.kind][1]
+        return (0.0, 1.0) if self.kind == ENDPOINTS_KIND else SCORE_KINDS[self.kind][1]
 
     def to_dict(self) -> JSONObject:
         return {"kind": self.kind, "heads": list(self.heads), "outputs": list(self.outputs)}
 
 
 SCORE_KINDS = {"expected_gain": (("edge", "cloud"), (-1.0, 1.0)), "cloud_needed": (("cloud_needed",), (0.0, 1.0))}
+ENDPOINTS_KIND = "endpoints"  # N endpoints: heads are the endpoints section's names, no routing score
 
 
 def routing_score(kind: str, probabilities: Mapping[str, Probability]) -> Probability:
@@ -268,9 +272,15 @@ def routing_score(kind: str, probabilities: Mapping[str, Probability]) -> Probab
 
 
 def check_score(data: Any) -> ScoreSpec:
-    if not isinstance(data, dict) or data.get("kind") not in SCORE_KINDS:
-        raise _fail("score.kind", f"must be one of {', '.join(SCORE_KINDS)}", data)
+    if not isinstance(data, dict) or data.get("kind") not in (*SCORE_KINDS, ENDPOINTS_KIND):
+        raise _fail("score.kind", f"must be one of {', '.join((*SCORE_KINDS, ENDPOINTS_KIND))}", data)
     heads, outputs = data.get("heads"), data.get("outputs")
+    if data["kind"] == ENDPOINTS_KIND:
+        if not isinstance(heads, list) or not heads or not all(isinstance(h, str) for h in heads):
+            raise _fail("score.heads", "must list the endpoints' names (an endpoints bundle)", heads)
+        if not isinstance(outputs, list) or len(outputs) != 1 or not isinstance(outputs[0], str) or not outputs[0]:
+            raise _fail("score.outputs", "must name the one graph output of every endpoint's probability", outputs)
+        return ScoreSpec(ENDPOINTS_KIND, tuple(heads), tuple(outputs))
     if heads != list(SCORE_KINDS[data["kind"]][0]):
         raise _fail("score.heads", f"must be {list(SCORE_KINDS[data['kind']][0])} for {data['kind']}", heads)
     if (
@@ -329,6 +339,79 @@ def check_acceptance(data: Any, files: Collection[str]) -> AcceptanceSection:
     _integer(data, "max_response_chars", "acceptance", lo=1, hi=10_000_000)
     check_calibration(data.get("calibration"), "acceptance.calibration")
     return cast("AcceptanceSection", data)
+
+
+ENDPOINT_RULES = {
+    "cheapest_within": "margin",
+    "best_under_price": "price",
+    "cascade": "start_margin",
+}  # rule -> its parameter
+ENDPOINTS_KEYS = ("endpoints", "output_tokens", "choice", "head_mode", "validation")
+
+
+@dataclass(frozen=True)
+class EndpointsSection:
+    """An N-endpoint bundle's endpoints and how it chooses among them (docs/endpoints.md):
+    `spec` the endpoints in the graph's head order (serving.endpoints), `output_tokens` the answer
+    length prices assume, `rule` (ENDPOINT_RULES: serving.endpoint_choice's function) and its one
+    `parameter` (cheapest_within's margin, best_under_price's price on cost, cascade's
+    start_margin), set on validation rows; `extra` what training wrote about it (head mode,
+    validation figures), kept as it is."""
+
+    spec: Endpoints
+    output_tokens: float
+    rule: str
+    parameter: float
+    extra: JSONObject = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.spec.names
+
+    def to_dict(self) -> JSONObject:
+        choice = {**self.extra.get("choice", {}), "rule": self.rule, ENDPOINT_RULES[self.rule]: self.parameter}
+        return {
+            **{k: v for k, v in self.extra.items() if k != "choice"},
+            "endpoints": self.spec.as_dict()["endpoints"],
+            "output_tokens": self.output_tokens,
+            "choice": choice,
+        }
+
+
+def check_endpoints(data: Any, score: ScoreSpec) -> EndpointsSection | None:
+    """The `endpoints` section: present exactly when the score's kind is `endpoints`, its
+    endpoints valid (serving.endpoints) and named as the score's heads, in their order."""
+    from serving.endpoints import EndpointSpecError, parse_endpoints
+
+    if score.kind != ENDPOINTS_KIND:
+        if data is not None:
+            raise _fail("endpoints", f"belongs to an endpoints bundle (score.kind {ENDPOINTS_KIND!r})", score.kind)
+        return None
+    if not isinstance(data, dict):
+        raise _fail("endpoints", f"must be an object: score.kind {ENDPOINTS_KIND!r} needs the endpoints", data)
+    unknown = sorted(set(data) - set(ENDPOINTS_KEYS))
+    if unknown:
+        raise _fail(
+            "endpoints", f"has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(ENDPOINTS_KEYS)}", unknown
+        )
+    try:
+        spec = parse_endpoints({"endpoints": data.get("endpoints")}, source="manifest endpoints")
+    except EndpointSpecError as error:
+        raise ManifestError(str(error)) from None
+    if spec.names != score.heads:
+        raise _fail(
+            "endpoints.endpoints",
+            f"must name the model's heads in their order {list(score.heads)} (score.heads)",
+            list(spec.names),
+        )
+    output_tokens = _number(data, "output_tokens", "endpoints", lo=0.0, hi=1e7)
+    choice = data.get("choice")
+    if not isinstance(choice, dict) or choice.get("rule") not in ENDPOINT_RULES:
+        raise _fail("endpoints.choice.rule", f"must be one of {', '.join(ENDPOINT_RULES)}", choice)
+    rule = choice["rule"]
+    parameter = _number(choice, ENDPOINT_RULES[rule], "endpoints.choice", lo=0.0, hi=1e12)
+    extra = {k: v for k, v in data.items() if k not in ("endpoints", "output_tokens")}
+    return EndpointsSection(spec, output_tokens, rule, parameter, extra)
 
 
 def check_calibrations(manifest: JSONObject, score: ScoreSpec) -> dict[str, CalibrationParams]:
@@ -396,6 +479,13 @@ def check_thresholds(
     return cast("dict[str, ThresholdEntry]", data)
 
 
+def _no_thresholds(data: Any) -> dict[str, ThresholdEntry]:
+    """An endpoints bundle's thresholds: none (its choice rule decides)."""
+    if data not in (None, {}):
+        raise _fail("thresholds", f"must be empty for score.kind {ENDPOINTS_KIND!r} (its choice rule decides)", data)
+    return {}
+
+
 def check_files(data: Any) -> dict[str, str]:
     """File name -> SHA-256: plain names inside the bundle folder, hex digests."""
     if not isinstance(data, dict) or not data:
@@ -420,6 +510,7 @@ class Manifest:
     limits: Limits = field(default_factory=Limits)
     novelty: NoveltySection = field(default_factory=NoveltySection)  # serving.novelty; {} for none
     acceptance: AcceptanceSection = field(default_factory=AcceptanceSection)  # serving.acceptance; {} for none
+    endpoints: EndpointsSection | None = None  # N-endpoint bundles (score.kind "endpoints"); None otherwise
     files: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     created_at: str = ""
@@ -468,7 +559,12 @@ class Manifest:
             feature_spec=spec,
             calibration=check_calibrations(data, score),
             score=score,
-            thresholds=check_thresholds(data.get("thresholds"), spec.precisions, score.bounds),
+            thresholds=(
+                check_thresholds(data.get("thresholds"), spec.precisions, score.bounds)
+                if score.kind != ENDPOINTS_KIND
+                else _no_thresholds(data.get("thresholds"))
+            ),
+            endpoints=check_endpoints(data.get("endpoints"), score),
             limits=Limits(
                 _integer(
                     limits, "edge_context_tokens", "limits", lo=1, hi=10_000_000, default=DEFAULT_EDGE_CONTEXT_TOKENS
@@ -504,6 +600,8 @@ class Manifest:
             "training": self.training,
             "mlflow": self.mlflow,
         }
+        if self.endpoints is not None:
+            out["endpoints"] = self.endpoints.to_dict()
         if self.files:
             out["files"] = self.files
         if self.manifest_sha256:

@@ -66,16 +66,26 @@ class Update:
     model_version: str
 
 
-def _policy(policy: PolicySet | str | Path | None) -> PolicySet | None:
-    """A PolicySet, loaded when given as a path (PolicyFileError for a bad file)."""
+def _policy(policy: PolicySet | str | Path | None, routing: Routing | None = None) -> PolicySet | None:
+    """A PolicySet, loaded when given as a path (PolicyFileError for a bad file) for the endpoints
+    of `routing`'s bundle (an N-endpoint bundle's names, else edge and cloud); PolicyFileError
+    when it names other endpoints than an N-endpoint bundle's."""
     if policy is None:
         return None
-    from serving.policy.rules import PolicySet
+    from serving.policy.rules import ENDPOINTS, PolicyFileError, PolicySet
 
-    if isinstance(policy, PolicySet):
-        return policy
+    names = routing.endpoint_names if routing is not None else None
     if isinstance(policy, (str, Path)):
-        return PolicySet.load(policy)
+        policy = PolicySet.load(policy, endpoints=names or ENDPOINTS)
+    if isinstance(policy, PolicySet):
+        if routing is not None and routing.chooser is not None:
+            routing.chooser.check_policy(policy)
+        elif routing is not None and policy.endpoints != ENDPOINTS:
+            raise PolicyFileError(
+                f"{policy.source}: the policy is for endpoints {', '.join(policy.endpoints)}; this router "
+                f"routes between {', '.join(ENDPOINTS)}"
+            )
+        return policy
     raise TypeError(
         f"policy must be a serving.policy.PolicySet or a path to a policy file, got {type(policy).__name__}"
     )
@@ -131,7 +141,7 @@ class Router:
             "public_key": public_key,
         }
         self._traffic = traffic or Traffic(None)
-        self._policy = _policy(policy)
+        self._policy = _policy(policy, routing)
         # What each budget holder spent (serving.policy.budgets); kept across policy reloads.
         self._spending: Spending | None = None
 
@@ -168,7 +178,6 @@ class Router:
         from serving.traffic import Traffic
 
         traffic = Traffic(log, explore_rate=explore_rate, shadow_rate=shadow_rate, seed=seed)
-        policy = _policy(policy)
         if unfamiliar_policy is not None and unfamiliar_policy not in UNFAMILIAR_POLICIES:
             raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(UNFAMILIAR_POLICIES)}")
         options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
@@ -189,6 +198,8 @@ class Router:
         try:
             new = _routing(path, **self._options)
             assert new.manifest is not None  # _routing builds it from a loaded bundle's Scorer
+            if self._policy is not None:
+                _policy(self._policy, new)  # the policy must name the new bundle's endpoints
             created, now = new.manifest.created_at, current.manifest.created_at if current.manifest else ""
             if created < now and not force:
                 return self._refused(
@@ -267,7 +278,7 @@ class Router:
 
         if policy is not None and not isinstance(policy, PolicySet):
             raise TypeError(f"policy must be a serving.policy.PolicySet or None, got {type(policy).__name__}")
-        self._policy = policy
+        self._policy = _policy(policy, self._routing)
 
     def record_spend(self, metadata: Mapping[str, str] | None, amount: float) -> None:
         """Count what a request cost against the budgets its metadata names (the metadata keys the
@@ -297,8 +308,17 @@ class Router:
         rules read (feature, user tier, declared privacy, ...), str to str. NoFeasibleEndpoint
         (serving.policy) when the policy forbids every endpoint."""
         check_prompt(prompt)
-        policy, metadata = self._policy, _metadata(metadata)
-        decision = self._routing.decisions([prompt], [check_precision(precision)])[0]
+        return self._decide(self._routing, prompt, check_precision(precision), _metadata(metadata))
+
+    def _decide(
+        self, routing: Routing, prompt: str, precision: str | None, metadata: Mapping[str, str] | None
+    ) -> Decision:
+        """One checked prompt's decision on `routing`, the policy applied: after the model for two
+        endpoints, among the feasible endpoints for an N-endpoint bundle (serving.endpoint_routing)."""
+        policy = self._policy
+        if routing.chooser is not None:
+            return routing.endpoint_decisions([prompt], [precision], policy, [metadata], self._spending)[0]
+        decision = routing.decisions([prompt], [precision])[0]
         return decision if policy is None else policy.apply(decision, prompt, metadata, self._spending)
 
     def route_batch(
@@ -315,7 +335,10 @@ class Router:
         if metadata is not None and len(metadata) != len(prompts):
             raise ValueError(f"{len(metadata)} metadata for {len(prompts)} prompts")
         metadatas = [_metadata(m) for m in metadata] if metadata is not None else [None] * len(prompts)
-        decisions = self._routing.decisions(prompts, precisions) if prompts else []
+        routing = self._routing
+        if routing.chooser is not None:
+            return routing.endpoint_decisions(prompts, precisions, policy, metadatas, self._spending) if prompts else []
+        decisions = routing.decisions(prompts, precisions) if prompts else []
         if policy is None:
             return decisions
         return [policy.apply(d, p, m, self._spending) for d, p, m in zip(decisions, prompts, metadatas)]
@@ -466,9 +489,7 @@ class Router:
             raise TypeError("edge and cloud must be callables taking the prompt (or request)")
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
-        routing, policy = self._routing, self._policy
+        routing = self._routing
         precision, text, metadata = check_precision(precision), prompt_text(prompt), _metadata(metadata)
-        decision = routing.decisions([text], [precision])[0]
-        if policy is not None:
-            decision = policy.apply(decision, text, metadata, self._spending)
+        decision = self._decide(routing, text, precision, metadata)
         return routing, text, decision, routing.learned_accept(text) if accept == "learned" else accept

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from serving.contract import (
     CLOUD,
@@ -23,8 +23,11 @@ from serving.rules import RuleRouter
 
 if TYPE_CHECKING:
     from serving.acceptance import Acceptor
+    from serving.endpoint_routing import EndpointChooser
     from serving.execute import AcceptCheck
     from serving.json_types import JSONObject
+    from serving.policy.budgets import Spending
+    from serving.policy.rules import PolicySet
     from serving.scorer import Scorer
 
 log = logging.getLogger("serving")
@@ -60,6 +63,39 @@ class Routing:
         self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
         # What an unfamiliar prompt gets (serving.novelty.UNFAMILIAR_POLICIES): the caller's choice, else the bundle's.
         self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
+        # An N-endpoint bundle's choice among its endpoints (serving.endpoint_routing); None for two sides.
+        self.chooser: EndpointChooser | None = None
+        if manifest is not None and manifest.endpoints is not None and scorer is not None:
+            from serving.endpoint_routing import EndpointChooser
+
+            self.chooser = EndpointChooser(manifest.endpoints, self.model_version, max_chars)
+
+    @property
+    def endpoint_names(self) -> tuple[str, ...] | None:
+        """An N-endpoint bundle's endpoints, in its order; None for a two-endpoint bundle or the rule table."""
+        return self.chooser.names if self.chooser is not None else None
+
+    def endpoint_decisions(
+        self,
+        prompts: list[str],
+        precisions: list[str | None],
+        policy: PolicySet | None = None,
+        metadata: Sequence[Mapping[str, str] | None] | None = None,
+        spending: Spending | None = None,
+    ) -> list[Decision]:
+        """An N-endpoint bundle's decisions for checked arguments, the policy's verdict among its
+        feasibility (serving.endpoint_routing); when scoring fails, degraded decisions by price."""
+        chooser, scorer = self.chooser, self._scorer
+        if chooser is None or scorer is None:
+            raise RuntimeError("endpoint_decisions needs an N-endpoint bundle")
+        try:
+            expected, n_tokens = scorer.expected(prompts, precisions)
+        except Exception as exc:  # the host app must never see a scoring failure
+            log.warning("scoring failed, endpoints by price: %r", exc)
+            counts = [self._rules.count_tokens(p) for p in prompts]
+            note = f"degraded: scoring failed: {exc!r}"[:300]
+            return chooser.degraded(prompts, precisions, counts, note, policy, metadata, spending)
+        return chooser.decisions(prompts, precisions, expected, n_tokens, policy, metadata, spending)
 
     @property
     def degraded(self) -> bool:
@@ -143,6 +179,8 @@ class Routing:
                 self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
                 for p, q in zip(prompts, precisions)
             ]
+        if self.chooser is not None:
+            return self.endpoint_decisions(prompts, precisions)
         try:
             scores, n_tokens, heads, novelty = self._scorer.score_batch(prompts, precisions)
         except Exception as exc:  # the host app must never see a scoring failure
@@ -197,7 +235,14 @@ class Routing:
         truncated = len(prompt) > self._max_chars
         if truncated:
             reason += f"; features from the first {self._max_chars} characters"
-        p_edge, p_cloud = heads if len(heads) == 2 else (None, None)
+        p_edge: float | None
+        p_cloud: float | None
+        expected: dict[str, float] | None
+        if len(heads) == 2:
+            p_edge, p_cloud = heads
+            expected = {EDGE: p_edge, CLOUD: p_cloud}
+        else:
+            p_edge = p_cloud = expected = None
         return Decision(
             target=first_target(zone),
             zone=zone,
@@ -210,6 +255,7 @@ class Routing:
             truncated=truncated,
             p_edge=p_edge,
             p_cloud=p_cloud,
+            expected=expected,
         )
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:

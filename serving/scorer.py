@@ -25,6 +25,7 @@ from serving.bundle import Bundle, BundleError
 from serving.calibration import calibrator
 from serving.contract import DRIFT_REFERENCE_FILE
 from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection, onnx_session
+from serving.manifest import ENDPOINTS_KIND
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -72,6 +73,8 @@ class Scorer:
         # Platt calibration is folded into the trees (training.export); others are applied here.
         score = self.manifest.score
         self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
+        if score.kind == ENDPOINTS_KIND:
+            self._check_endpoint_graph()
         self.calibrators: list[Callable[[float], float]] = [
             float if self.calibration[h].get("in_model") else calibrator(self.calibration[h]) for h in score.heads
         ]
@@ -94,6 +97,30 @@ class Scorer:
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
         self.run_model: RunModel = getattr(self.session, "_sess", self.session).run
+
+    def _check_endpoint_graph(self) -> None:
+        """An N-endpoint bundle: its graph outputs every endpoint's calibrated probability as one
+        [n, N] tensor (score.outputs), with nothing left to calibrate here."""
+        score = self.manifest.score
+        if not self.spec.fused:
+            raise BundleError("an N-endpoint bundle is one fused model.onnx (feature_spec.fused)")
+        for head in score.heads:
+            calibration = self.calibration[head]
+            if not calibration.get("in_model") and calibration.get("method") != "none":
+                raise BundleError(
+                    f"endpoint {head!r}: calibration {calibration.get('method')!r} outside the model; an "
+                    "N-endpoint bundle's graph outputs calibrated probabilities"
+                )
+        (output,) = score.outputs
+        shapes = {o.name: o.shape for o in self.session.get_outputs()}
+        if output not in shapes:
+            raise BundleError(f"the manifest's endpoints output {output!r} is not an output of the model")
+        width = shapes[output][-1] if shapes[output] else None
+        if width != len(score.heads):
+            raise BundleError(
+                f"the model's output {output!r} holds {width} endpoints' probabilities; the manifest lists "
+                f"{len(score.heads)} ({', '.join(score.heads)})"
+            )
 
     def _novelty(self, bundle: Bundle) -> Novelty | None:
         from serving.novelty import Novelty
@@ -153,6 +180,15 @@ class Scorer:
         ]
         # serving.manifest.routing_score, per prompt on plain floats (the hot path)
         return [c - e for e, c in heads], n_tokens, heads, novelty
+
+    def expected(
+        self, prompts: Sequence[str], precisions: Sequence[str | None]
+    ) -> tuple[NDArray[np.float64], list[float]]:
+        """An N-endpoint bundle's ([prompts, endpoints] calibrated P(good answer), in the manifest's
+        endpoints order; token counts), in one model call."""
+        ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
+        feeds: dict[str, NDArray[Any]] = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
+        return np.asarray(self.run_model(self.outputs[:1], feeds, None)[0], dtype=np.float64), n_tokens
 
     def features(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """The router's feature rows for texts (no precision declared), as the model sees them:

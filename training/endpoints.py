@@ -131,9 +131,15 @@ def fold_masks(prompts, *, folds: int, fold: int, val_share: float, salt: str = 
 
 def features(rows: EndpointRows, train: np.ndarray, config: EndpointTraining) -> np.ndarray:
     """The router's feature matrix of every row, the projection fitted on the `train` rows."""
+    return featurized(rows, train, config).matrix
+
+
+def featurized(rows: EndpointRows, train: np.ndarray, config: EndpointTraining):
+    """training.featurize's TrainingFeatures of every row (the matrix and the fitted feature plan,
+    whose graph a bundle carries), the projection fitted on the `train` rows."""
     from training.featurize import featurize
 
-    feats = featurize(
+    return featurize(
         rows.prompts,
         rows.precisions,
         np.asarray(train, bool),
@@ -143,7 +149,6 @@ def features(rows: EndpointRows, train: np.ndarray, config: EndpointTraining) ->
         cache_dir=Path(config.cache_dir),
         seed=config.seed,
     )
-    return feats.matrix
 
 
 @dataclass
@@ -360,10 +365,11 @@ CHARS_PER_TOKEN = 4.2  # input tokens the chooser assumes per character (data.si
 def expected_costs(endpoints, prompts, output_tokens: float) -> tuple[np.ndarray, np.ndarray]:
     """([rows, endpoints] price each call is expected to cost, whether the prompt fits each
     endpoint's context), input tokens estimated from the prompt's characters."""
-    tokens = np.array([len(p) for p in prompts], dtype=float) / CHARS_PER_TOKEN
-    cost = np.stack([[e.cost(t, output_tokens) for t in tokens] for e in endpoints], axis=1)
-    feasible = np.stack([tokens <= e.context_tokens for e in endpoints], axis=1)
-    return cost, feasible
+    from serving.endpoint_choice import call_costs
+
+    return call_costs(
+        list(endpoints), np.array([len(p) for p in prompts], dtype=float) / CHARS_PER_TOKEN, output_tokens
+    )
 
 
 def cross_validate_endpoints(

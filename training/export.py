@@ -49,6 +49,47 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     return model.SerializeToString(), [o.name for o in model.graph.output]
 
 
+EXPECTED_OUTPUT = "expected"  # an N-endpoint bundle's output: [n, endpoints] calibrated probabilities
+
+
+def endpoint_heads_to_onnx(heads, n_features: int) -> bytes:
+    """heads_to_onnx's graph for N endpoints' heads (training.model.Head, in the endpoints'
+    order; their names only name graph tensors), with one output instead of one per head:
+    `expected` [n, N], column k head k's calibrated probability. Calibration must fold into the
+    trees (Platt) or be none: the SDK applies none outside the graph for these bundles."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    for head in heads:
+        if not calibration_in_model(head.calibration) and head.calibration.get("method") != "none":
+            raise ValueError(
+                f"head {head.name!r}: calibration {head.calibration.get('method')!r} cannot be folded into the "
+                "graph; an N-endpoint bundle needs sigmoid (Platt) calibration"
+            )
+    trees, outputs = heads_to_onnx(heads, n_features)
+    model = onnx.load_from_string(trees)
+    graph = model.graph
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "expected_start"),
+            numpy_helper.from_array(np.array([2], dtype=np.int64), "expected_stop"),
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "expected_axis"),
+        ]
+    )
+    columns = [f"{name}_column" for name in outputs]
+    for output, column in zip(outputs, columns):
+        graph.node.append(
+            helper.make_node("Slice", [output, "expected_start", "expected_stop", "expected_axis"], [column])
+        )
+    graph.node.append(helper.make_node("Concat", columns, [EXPECTED_OUTPUT], axis=1))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info(EXPECTED_OUTPUT, onnx.TensorProto.FLOAT, [None, len(heads)]))
+    _default_opset_at_least(model, 13)  # Slice takes its bounds as inputs from opset 10
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
 def _blend_nodes(head, output: str, margins: str):
     """(nodes, initializers) that turn the trees' `output` [n, 2] into the head's blend,
     [1 - q, q] with q = w * p + (1 - w) * sigmoid(m): p the trees' (calibrated) column 1, m the

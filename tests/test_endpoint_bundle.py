@@ -1,0 +1,384 @@
+"""N-endpoint bundles (docs/endpoints.md#n-endpoint-bundles): trained on simulated four-endpoint
+logs, one model.onnx whose `expected` output is every endpoint's calibrated probability; the SDK's
+decisions are serving.endpoint_choice's on those probabilities, with the policy's forbidden
+endpoints and the context limits as feasibility; a bad endpoints section is a clear error; and
+two-endpoint bundles decide exactly as the SDK before N-endpoint bundles did."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving import BundleError, Router
+from serving.bundle import manifest_digest, read_bundle
+from serving.endpoint_choice import best_under_price, call_costs, cascade, cheapest_within, escalation
+from serving.manifest import Manifest, ManifestError
+from serving.policy import NoFeasibleEndpoint, PolicyFileError, PolicySet
+from serving.scorer import Scorer
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ("phone-3b", "onprem-8b", "cloud-mid", "frontier")
+HARD = [
+    "",
+    "   ",
+    "What is 2 + 2?",
+    "请用中文解释量子纠缠，并给出一个日常生活中的类比。",
+    "日本語の文章：東京は日本の首都です。",
+    "🙂🚀🔥 can you summarise this? 👩‍👩‍👧‍👦",
+    "Draft a lease termination clause for a commercial tenant in breach of covenant.",
+    "def f(x):\n    return sorted(x, key=lambda v: -v)\n# why is this slow?",
+    "word " * 3000,
+    "x" * 200_000,
+    "Ünïcödé ñ ß ø å \u200b zero-width \ufeff bom",
+]
+TOPICS = [
+    "Solve for x: 3x^2 - 12x + 9 = 0, showing each step.",
+    "Write a Python function that merges two sorted lists in linear time.",
+    "My tenant stopped paying rent; what notice must I give before terminating the lease?",
+    "A patient presents with chest pain radiating to the left arm; what is the differential diagnosis?",
+    "How should I hedge currency risk on a bond portfolio denominated in yen?",
+    "Tell me a joke about penguins.",
+]
+PRECISIONS = [None, "exact", "standard", "tolerant"]
+# The SDK before N-endpoint bundles (the parent of the commit that added them): two-endpoint
+# bundles must decide exactly as it did.
+BEFORE = "80a72ca"
+NEW_FIELDS = ("expected", "endpoint", "cascade")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, encoder_cache):
+    """One N-endpoint bundle (separate heads, cheapest_within) on 3,000 simulated four-endpoint rows,
+    signed; and its public key."""
+    from data.endpoint_logs import read_endpoint_logs
+    from data.simulator_endpoints import load_simulation, write_simulation
+    from evaluation.endpoints import Choosers
+    from training.endpoint_bundle import train_endpoint_bundle
+    from training.endpoints import EndpointRows, EndpointTraining
+    from training.keys import generate
+
+    tmp = tmp_path_factory.mktemp("endpoint_bundle")
+    sim = load_simulation(None)
+    write_simulation(tmp / "logs", sim, 3000, seed=0)
+    frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
+    private, public = generate(tmp / "keys")
+    made = train_endpoint_bundle(
+        EndpointRows.from_frame(frame, sim.names),
+        sim.endpoints,
+        tmp / "bundle",
+        mode="separate",
+        rule="cheapest_within",
+        choosers=Choosers(),
+        output_tokens=sim.output_tokens,
+        config=EndpointTraining(cache_dir=str(encoder_cache)),
+        signing_key=private,
+    )
+    return made, public
+
+
+@pytest.fixture(scope="module")
+def router(trained) -> Router:
+    made, public = trained
+    return Router.load(made.folder, strict=True, public_key=public)
+
+
+def variant(trained, tmp_path: Path, edit) -> Path:
+    """A copy of the bundle with its manifest edited by `edit(dict)` and re-digested (unsigned)."""
+    made, _ = trained
+    folder = tmp_path / "variant"
+    shutil.copytree(made.folder, folder)
+    (folder / "manifest.sig").unlink(missing_ok=True)
+    data = json.loads((folder / "manifest.json").read_text())
+    edit(data)
+    data["manifest_sha256"] = manifest_digest(data)
+    (folder / "manifest.json").write_text(json.dumps(data))
+    return folder
+
+
+def recomputed(router: Router, decisions, prompts, feasible=None):
+    """What serving.endpoint_choice gives on the decisions' probabilities and the bundle's prices."""
+    section = router.manifest.endpoints
+    expected = np.array([[d.expected[n] for n in section.names] for d in decisions])
+    cost, fits = call_costs(list(section.spec), [d.n_tokens for d in decisions], section.output_tokens)
+    ok = fits if feasible is None else fits & feasible
+    return expected, cost, ok
+
+
+def test_the_bundle_is_one_graph_with_an_endpoints_section_checksummed_and_signed(trained, router):
+    made, public = trained
+    assert sorted(p.name for p in made.folder.iterdir()) == [
+        "manifest.json",
+        "manifest.sig",
+        "model.onnx",
+        "tokenizer.json",
+    ]
+    manifest = router.manifest
+    assert manifest.score.kind == "endpoints" and manifest.score.heads == NAMES
+    assert manifest.endpoints.names == NAMES and manifest.endpoints.rule == "cheapest_within"
+    assert manifest.endpoints.parameter == 0.02 and manifest.endpoints.output_tokens == 250
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json"}
+    assert all(manifest.calibration[n]["in_model"] for n in NAMES)
+    scorer = Scorer(read_bundle(made.folder, public_key=public))
+    assert sorted(o.name for o in scorer.session.get_outputs()) == ["expected", "features"]
+    assert [o.name for o in scorer.session.get_inputs()] == ["input_ids", "attention_mask", "scalars"]
+    assert made.parity <= 1e-5
+    # The section is in the signed manifest: edited, the bundle no longer loads.
+    tampered = json.loads((made.folder / "manifest.json").read_text())
+    tampered["endpoints"]["choice"]["margin"] = 0.5
+    copy = made.folder.parent / "tampered"
+    shutil.copytree(made.folder, copy)
+    (copy / "manifest.json").write_text(json.dumps(tampered))
+    with pytest.raises(BundleError, match="manifest_sha256"):
+        Router.load(copy, strict=True)
+
+
+def test_the_graphs_expected_equals_the_training_heads_on_hard_strings(trained, router):
+    made, _ = trained
+    scorer = router._routing._scorer
+    for precision in PRECISIONS:
+        graph, _ = scorer.expected(HARD, [precision] * len(HARD))
+        training = made.expected(HARD, [precision] * len(HARD))
+        assert graph.shape == (len(HARD), 4)
+        assert np.max(np.abs(graph - training)) <= 1e-5, precision
+        one_by_one = np.concatenate([scorer.expected([p], [precision])[0] for p in HARD])
+        assert np.max(np.abs(one_by_one - training)) <= 1e-5
+    decision = router.route(HARD[3])
+    assert list(decision.expected) == list(NAMES)
+    assert decision.expected == pytest.approx(dict(zip(NAMES, made.expected([HARD[3]])[0])), abs=1e-5)
+
+
+def test_decisions_are_endpoint_choices_on_those_probabilities(trained, router):
+    made, _ = trained
+    prompts = [*HARD, *TOPICS]
+    decisions = router.route_batch(prompts)
+    expected, cost, ok = recomputed(router, decisions, prompts)
+    first = cheapest_within(expected, cost, 0.02, ok)
+    orders = escalation(expected, cost, first, ok)
+    for d, k, order, prompt in zip(decisions, first, orders, prompts):
+        assert d.endpoint == NAMES[k] and d.cascade == tuple(NAMES[i] for i in order)
+        assert d.score == d.expected[d.endpoint] and d.p_edge is None and d.p_cloud is None
+        device_first = d.endpoint == "phone-3b"
+        assert d.target == ("edge" if device_first else "cloud")
+        assert d.zone == ("cloud" if not device_first else "edge_with_cloud_fallback" if len(d.cascade) > 1 else "edge")
+        assert router.route(prompt).to_dict() == d.to_dict()  # route() and route_batch() agree
+    assert len({d.endpoint for d in decisions}) >= 2  # the rule does choose among them
+    assert json.loads(json.dumps(decisions[0].to_dict()))["cascade"] == list(decisions[0].cascade)
+
+
+@pytest.mark.parametrize("rule, parameter", [("best_under_price", 400.0), ("cascade", 0.15)])
+def test_the_other_rules_decide_as_endpoint_choice_does(trained, tmp_path, rule, parameter):
+    def edit(data):
+        data["endpoints"]["choice"] = {
+            "rule": rule,
+            {"best_under_price": "price", "cascade": "start_margin"}[rule]: parameter,
+        }
+
+    router = Router.load(variant(trained, tmp_path, edit), strict=True)
+    decisions = router.route_batch(HARD)
+    expected, cost, ok = recomputed(router, decisions, HARD)
+    if rule == "cascade":
+        orders = cascade(expected, cost, parameter, ok)
+    else:
+        orders = escalation(expected, cost, best_under_price(expected, cost, parameter, ok), ok)
+    assert [d.cascade for d in decisions] == [tuple(NAMES[i] for i in o) for o in orders]
+    assert [d.endpoint for d in decisions] == [NAMES[o[0]] for o in orders]
+
+
+def policy(*rules) -> PolicySet:
+    return PolicySet.from_dict({"rules": list(rules)}, endpoints=NAMES)
+
+
+def test_forbidden_endpoints_are_never_chosen_nor_in_the_cascade(trained):
+    made, public = trained
+    router = Router.load(
+        made.folder,
+        strict=True,
+        public_key=public,
+        policy=policy(
+            {"name": "no-frontier", "when": {"metadata": {"tier": "free"}}, "then": "forbid", "endpoint": "frontier"}
+        ),
+    )
+    free = router.route_batch(HARD, metadata=[{"tier": "free"}] * len(HARD))
+    paid = router.route_batch(HARD, metadata=[{"tier": "paid"}] * len(HARD))
+    assert any("frontier" in d.cascade for d in paid)
+    allowed = np.array([[n != "frontier" for n in NAMES]] * len(HARD))
+    expected, cost, ok = recomputed(router, free, HARD, allowed)
+    first = cheapest_within(expected, cost, 0.02, ok)
+    for d, order in zip(free, escalation(expected, cost, first, ok)):
+        assert "frontier" not in d.cascade and d.forbidden == ("frontier",) and d.rule == "no-frontier"
+        assert d.cascade == tuple(NAMES[i] for i in order)
+        assert d.reason.startswith("policy 'no-frontier': forbids frontier; model: ")
+    assert all(d.forbidden == () and d.rule is None for d in paid)
+
+
+def test_force_and_prefer_and_nothing_left(trained):
+    made, public = trained
+    rules = policy(
+        {"name": "private", "when": {"metadata": {"privacy": "local"}}, "then": "force", "endpoint": "phone-3b"},
+        {"name": "legal", "when": {"matches": "lease"}, "then": "prefer", "endpoint": "cloud-mid"},
+        {"name": "none-1", "when": {"metadata": {"x": "y"}}, "then": "forbid", "endpoint": "phone-3b"},
+    )
+    router = Router.load(made.folder, strict=True, public_key=public, policy=rules)
+    forced = router.route("Draft a lease for my flat at 12 Baker St", metadata={"privacy": "local"})
+    assert (forced.endpoint, forced.cascade, forced.zone, forced.target) == ("phone-3b", ("phone-3b",), "edge", "edge")
+    assert forced.forbidden == ("onprem-8b", "cloud-mid", "frontier") and forced.rule == "private"
+    preferred = router.route("Draft a lease termination clause")
+    assert preferred.endpoint == "cloud-mid" and preferred.cascade[0] == "cloud-mid" and preferred.rule == "legal"
+    with pytest.raises(NoFeasibleEndpoint, match="forces phone-3b, which policy 'none-1' forbids"):
+        router.route("hello", metadata={"privacy": "local", "x": "y"})
+
+
+def test_context_limits_make_endpoints_infeasible(trained, tmp_path):
+    def edit(data):
+        data["endpoints"]["endpoints"][0]["context_tokens"] = 10  # phone-3b
+        data["endpoints"]["endpoints"][1]["context_tokens"] = 50  # onprem-8b
+
+    router = Router.load(
+        variant(trained, tmp_path, edit),
+        strict=True,
+        policy=policy(
+            {"name": "private", "when": {"metadata": {"privacy": "local"}}, "then": "force", "endpoint": "phone-3b"}
+        ),
+    )
+    long = "Please review the following agreement carefully and list every obligation. " * 8
+    d = router.route(long)
+    assert d.n_tokens > 50 and not {"phone-3b", "onprem-8b"} & set(d.cascade)
+    assert "exceed the context of phone-3b, onprem-8b" in d.reason
+    short = router.route_batch(["hi", "2+2?", "ok"])
+    expected, cost, ok = recomputed(router, short, ["hi", "2+2?", "ok"])
+    assert ok.all() and [d.endpoint for d in short] == [NAMES[k] for k in cheapest_within(expected, cost, 0.02, ok)]
+    with pytest.raises(NoFeasibleEndpoint, match="exceed the context of phone-3b"):
+        router.route(long, metadata={"privacy": "local"})  # forced onto an endpoint it does not fit
+
+
+def test_a_policy_must_name_the_bundles_endpoints(trained, tmp_path):
+    made, public = trained
+    two = PolicySet.from_dict({"rules": [{"name": "r", "then": "forbid", "endpoint": "cloud"}]})
+    with pytest.raises(PolicyFileError, match="routes among phone-3b, onprem-8b, cloud-mid, frontier"):
+        Router.load(made.folder, strict=True, public_key=public, policy=two)
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"rules": [{"name": "r", "then": "forbid", "endpoint": "frontier"}]}))
+    loaded = Router.load(made.folder, strict=True, public_key=public, policy=path)  # read with the bundle's names
+    assert loaded.route("hello").forbidden == ("frontier",)
+    router = Router.load(made.folder, strict=True, public_key=public)
+    with pytest.raises(PolicyFileError):
+        router.policy = two
+
+
+def test_scoring_failure_degrades_to_endpoints_by_price_with_the_policy_kept(trained, monkeypatch):
+    made, public = trained
+    router = Router.load(
+        made.folder,
+        strict=True,
+        public_key=public,
+        policy=policy({"name": "no-phone", "then": "forbid", "endpoint": "phone-3b"}),
+    )
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("onnxruntime fell over")
+
+    monkeypatch.setattr(router._routing._scorer, "expected", broken)
+    d = router.route("What is 2 + 2?")
+    assert d.degraded and d.expected is None and d.forbidden == ("phone-3b",)
+    section = router.manifest.endpoints
+    cost, _ = call_costs(list(section.spec), [d.n_tokens], section.output_tokens)
+    by_price = sorted(NAMES[1:], key=lambda n: cost[0, NAMES.index(n)])
+    assert d.cascade == tuple(by_price) and d.endpoint == by_price[0]
+    assert "scoring failed" in d.reason
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: d["endpoints"]["endpoints"].reverse(),
+            r"endpoints.endpoints: must name the model's heads in their order",
+        ),
+        (lambda d: d.pop("endpoints"), "endpoints: must be an object"),
+        (lambda d: d["endpoints"]["choice"].update(rule="fastest"), "endpoints.choice.rule: must be one of"),
+        (lambda d: d["endpoints"]["choice"].pop("margin"), r"endpoints.choice.margin: must be a finite number"),
+        (lambda d: d["endpoints"].update(extra=1), "endpoints: has unknown key"),
+        (lambda d: d["endpoints"]["endpoints"][2]["price"].update(per_call=-1), r"price.per_call must be >= 0"),
+        (lambda d: d.update(thresholds={"default": {"lo": 0, "hi": 1}}), "thresholds: must be empty"),
+        (lambda d: d["score"].update(outputs=["a", "b"]), "score.outputs: must name the one graph output"),
+    ],
+)
+def test_a_bad_endpoints_section_is_a_clear_error(trained, tmp_path, edit, message):
+    folder = variant(trained, tmp_path, edit)
+    with pytest.raises(ManifestError, match=message):
+        Manifest.from_dict(json.loads((folder / "manifest.json").read_text()))
+    with pytest.raises(BundleError, match=message):
+        Router.load(folder, strict=True)
+    assert Router.load(folder).degraded  # not strict: the rule table, with the reason
+
+
+def test_heads_that_do_not_match_the_graph_are_refused(trained, tmp_path):
+    def three(data):
+        for key in ("heads",):
+            data["score"][key] = data["score"][key][:3]
+        data["endpoints"]["endpoints"] = data["endpoints"]["endpoints"][:3]
+        data["calibration"].pop("frontier")
+
+    with pytest.raises(BundleError, match="holds 4 endpoints' probabilities; the manifest lists 3"):
+        Router.load(variant(trained, tmp_path, three), strict=True)
+
+
+def test_an_endpoints_section_in_a_two_endpoint_manifest_is_refused(bundle, trained, tmp_path):
+    folder = tmp_path / "two"
+    shutil.copytree(bundle, folder)
+    data = json.loads((folder / "manifest.json").read_text())
+    data["endpoints"] = json.loads((trained[0].folder / "manifest.json").read_text())["endpoints"]
+    data["manifest_sha256"] = manifest_digest(data)
+    (folder / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(BundleError, match="belongs to an endpoints bundle"):
+        Router.load(folder, strict=True)
+
+
+OLD_SDK = """
+import json, sys
+import serving
+from serving import Router
+request = json.load(sys.stdin)
+assert serving.__file__.startswith(request["old"]), serving.__file__
+router = Router.load(request["bundle"], strict=True)
+batch = [d.to_dict() for d in router.route_batch(request["prompts"], request["precisions"])]
+single = [router.route(p, precision=q).to_dict() for p, q in zip(request["prompts"][:60], request["precisions"][:60])]
+json.dump({"batch": batch, "single": single}, sys.stdout)
+"""
+
+
+@pytest.mark.real_data
+def test_two_endpoint_bundles_decide_exactly_as_before(bundle, trained_small, tmp_path):
+    """The same zone, target, score and every other field as the SDK before N-endpoint bundles, on
+    a few hundred real prompts, that SDK run from git; `expected` is {"edge": p_edge, "cloud": p_cloud}."""
+    old = tmp_path / "old"
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE, "serving"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    test = trained_small[1].test
+    prompts = [str(p) for p in test.prompts[:300]] + HARD
+    precisions = [PRECISIONS[i % 4] for i in range(len(prompts))]
+    run = subprocess.run(
+        [sys.executable, "-c", OLD_SDK],
+        input=json.dumps({"bundle": str(bundle), "prompts": prompts, "precisions": precisions, "old": str(old)}),
+        capture_output=True,
+        text=True,
+        cwd=old,
+        env={"PYTHONPATH": str(old), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+        check=True,
+    )
+    before = json.loads(run.stdout)
+    router = Router.load(bundle, strict=True)
+    now = [d.to_dict() for d in router.route_batch(prompts, precisions)]
+    single = [router.route(p, precision=q).to_dict() for p, q in zip(prompts[:60], precisions[:60])]
+    assert {d["zone"] for d in now} >= {"edge", "cloud"}
+    for new, old_decision in [*zip(now, before["batch"]), *zip(single, before["single"])]:
+        assert new["expected"] == {"edge": new["p_edge"], "cloud": new["p_cloud"]}
+        assert new["endpoint"] is None and new["cascade"] == []
+        assert {k: v for k, v in new.items() if k not in NEW_FIELDS} == old_decision
