@@ -126,7 +126,7 @@ def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Check the options (exit code 2 with the reason when they are wrong), then run the proxy."""
     try:
         config = ProxyConfig.from_args(args)
-        config.edge.endpoint(), config.cloud.endpoint()  # URLs, timeouts and prices checked before the start
+        config.chat_options()  # URLs, timeouts and prices checked before the start
     except (ConfigError, ValueError) as exc:
         parser.error(str(exc))
     try:

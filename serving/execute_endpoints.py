@@ -97,15 +97,15 @@ def cascade_of(decision: Decision) -> tuple[tuple[str, ...], bool]:
     return ((CLOUD,) if decision.zone == CLOUD else (EDGE, CLOUD)), False
 
 
-def check_names(endpoints: Mapping[str, object], what: str = "endpoints") -> None:
+def check_names(endpoints: Mapping[str, object], what: str = "endpoints", *, callables: bool = False) -> None:
     """ValueError unless every key is an endpoint name (serving.endpoints.NAME_SHAPE: it is written
-    to logs and headers as is) and every value callable."""
+    to logs and headers as is); with `callables`, TypeError unless every value is callable."""
     if not endpoints:
         raise ValueError(f"{what} is empty: give at least one endpoint name -> call")
     for name, call in endpoints.items():
         if not isinstance(name, str) or not NAME_SHAPE.fullmatch(name):
             raise ValueError(f"{what}: {name!r} is not an endpoint name (letters, digits, _ . : -; at most 64)")
-        if not callable(call):
+        if callables and not callable(call):
             raise TypeError(f"{what}[{name!r}] must be a callable taking the prompt (or request)")
 
 
@@ -124,7 +124,7 @@ class _Cascade:
     ) -> None:
         self.decision = decision
         self.order, explicit = cascade_of(decision)
-        check_names(endpoints)
+        check_names(endpoints, callables=True)
         missing = [name for name in self.order if name not in endpoints]
         if missing:
             raise ValueError(

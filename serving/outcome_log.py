@@ -93,6 +93,9 @@ STRING_FIELDS = {
     "forbidden[]": CODE,
     "steps[].name": CODE,
     "steps[].status": CODE,
+    "tried[].endpoint": CODE,  # an endpoint's name (serving.endpoints.NAME_SHAPE, checked by execute())
+    "tried[].outcome": CODE,
+    "tried[].error": CODE,  # an exception's class name
     "features.model_version": CODE,
     "features.tokenizer_sha256": CODE,
     "features.encoder_sha256": CODE,

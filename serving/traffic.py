@@ -92,7 +92,13 @@ class Traffic:
     def explore(self, decision: Decision, edge_context_tokens: int) -> tuple[Decision, bool, float]:
         """(the decision to carry out, whether it was explored, its propensity)."""
         # Never into an endpoint the policy forbids: such a request has one way to run.
-        possible = self.explore_rate > 0 and decision.n_tokens <= edge_context_tokens and not decision.forbidden
+        # Nor a decision with an N-endpoint cascade: exploring among N is not flipping a zone.
+        possible = (
+            self.explore_rate > 0
+            and decision.n_tokens <= edge_context_tokens
+            and not decision.forbidden
+            and not getattr(decision, "cascade", ())
+        )
         if not possible:
             return decision, False, 1.0
         if self._random.random() >= self.explore_rate:
@@ -330,7 +336,8 @@ class Request:
         served_by = execution.served_by if execution is not None else None
         response = execution.response if execution is not None else None
         edge_step = next((s for s in steps if s.name == "edge"), None)
-        return {
+        tried = execution.tried if execution is not None else getattr(error, "tried", [])
+        record: Record = {
             "log": LOG_FORMAT,
             "type": "request",
             "request_id": self.request_id,
@@ -363,6 +370,10 @@ class Request:
             "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
             "cloud_quality": None,
         }
+        if tried:  # N endpoints (serving.execute_endpoints): each endpoint reached, in order, and why it was left
+            record["tried"] = [t.as_record() for t in tried]
+            record["expected_cost"] = execution.expected_cost if execution is not None else None
+        return record
 
 
 def _kept(text: str | None, limit: int = 100_000) -> str | None:

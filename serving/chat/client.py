@@ -47,6 +47,8 @@ from serving.chat.upstream import Answer, Upstream
 
 if TYPE_CHECKING:
     from serving.chat.conversation import Message
+    from serving.endpoints import Endpoint as EndpointSpec
+    from serving.endpoints import Endpoints
     from serving.execute import Execution, Step
     from serving.router import Router
 
@@ -61,6 +63,10 @@ class RoutedChat:
     router: a serving.Router (create() runs Router.execute, acreate() and streams Router.aexecute,
         so an outcome log on the router records every request).
     edge, cloud: the two Endpoints.
+    endpoints: instead of edge and cloud, N Endpoints by name (the names of the bundle's endpoints),
+        tried in each decision's cascade order (serving.execute_endpoints; docs/endpoints.md#running-n-endpoints);
+        `specs` (a serving.endpoints spec, or name -> its Endpoint) gives their context limits and
+        prices. RoutingInfo.tried then says which endpoints were tried and why each was left.
     verify_edge_zone: apply the accept check to confident edge answers too, not only in the
         fallback zone (as Router.execute).
     to_prompt: messages -> the text the router routes; default the rule of serving.chat.conversation.
@@ -77,21 +83,36 @@ class RoutedChat:
         self,
         router: Router,
         *,
-        edge: Endpoint,
-        cloud: Endpoint,
+        edge: Endpoint | None = None,
+        cloud: Endpoint | None = None,
+        endpoints: Mapping[str, Endpoint] | None = None,
+        specs: Endpoints | Mapping[str, EndpointSpec] | None = None,
         verify_edge_zone: bool = False,
         to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
         on_routed: Callable[[RoutingInfo], None] | None = None,
     ) -> None:
-        if not isinstance(edge, Endpoint) or not isinstance(cloud, Endpoint):
-            raise TypeError("edge and cloud must be serving.chat.Endpoint objects")
+        if endpoints is not None:
+            if edge is not None or cloud is not None:
+                raise TypeError("give edge= and cloud=, or endpoints=, not both")
+            from serving.execute_endpoints import check_names
+
+            check_names(endpoints)
+            named = dict(endpoints)
+        elif edge is None or cloud is None:
+            raise TypeError("RoutedChat needs edge= and cloud=, or endpoints= (name -> Endpoint)")
+        else:
+            named = {"edge": edge, "cloud": cloud}
+        if not all(isinstance(endpoint, Endpoint) for endpoint in named.values()):
+            raise TypeError("edge and cloud (each of endpoints) must be serving.chat.Endpoint objects")
         self.router = router
-        self.edge, self.cloud = edge, cloud
-        keys = (edge.api_key, cloud.api_key)
-        self._edge, self._cloud = Upstream("edge", edge, secrets=keys), Upstream("cloud", cloud, secrets=keys)
+        self.edge, self.cloud = named.get("edge"), named.get("cloud")
+        # N endpoints (docs/endpoints.md#running-n-endpoints): the cascade of serving.execute_endpoints
+        self.endpoints: Mapping[str, Endpoint] | None = named if endpoints is not None else None
+        self.specs = specs
+        keys = tuple(endpoint.api_key for endpoint in named.values())
+        self._upstreams = {name: Upstream(name, endpoint, secrets=keys) for name, endpoint in named.items()}
         self._span_attributes = {  # each attempt span's model, host and port (serving.telemetry)
-            name: telemetry.endpoint_attributes(endpoint.model, endpoint.base_url)
-            for name, endpoint in (("edge", edge), ("cloud", cloud))
+            name: telemetry.endpoint_attributes(endpoint.model, endpoint.base_url) for name, endpoint in named.items()
         }
         self.verify_edge_zone, self.to_prompt, self.on_routed = verify_edge_zone, to_prompt, on_routed
         self._loop: LoopThread | None = None
@@ -133,12 +154,20 @@ class RoutedChat:
             if stream:
                 return ChatStream(loop.run(self._open_stream(request, precision, accept, metadata, scope, trace)), loop)
             started = time.perf_counter()
-            execution = self.router.execute(
-                request,
-                functools.partial(loop.call, self._edge.acomplete),
-                functools.partial(loop.call, self._cloud.acomplete),
-                **self._options(precision, accept, metadata),
-            )
+            if self.endpoints is not None:
+                from serving.routed_endpoints import execute_endpoints
+
+                calls = {name: functools.partial(loop.call, up.acomplete) for name, up in self._upstreams.items()}
+                execution = execute_endpoints(
+                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata)
+                )
+            else:
+                execution = self.router.execute(
+                    request,
+                    functools.partial(loop.call, self._upstreams["edge"].acomplete),
+                    functools.partial(loop.call, self._upstreams["cloud"].acomplete),
+                    **self._options(precision, accept, metadata),
+                )
             return self._completed(execution, started, trace, metadata)
 
     async def acreate(
@@ -161,9 +190,20 @@ class RoutedChat:
             if stream:
                 return await self._open_stream(request, precision, accept, metadata, scope, trace)
             started = time.perf_counter()
-            execution = await self.router.aexecute(
-                request, self._edge.acomplete, self._cloud.acomplete, **self._options(precision, accept, metadata)
-            )
+            if self.endpoints is not None:
+                from serving.routed_endpoints import aexecute_endpoints
+
+                calls = {name: up.acomplete for name, up in self._upstreams.items()}
+                execution = await aexecute_endpoints(
+                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata)
+                )
+            else:
+                execution = await self.router.aexecute(
+                    request,
+                    self._upstreams["edge"].acomplete,
+                    self._upstreams["cloud"].acomplete,
+                    **self._options(precision, accept, metadata),
+                )
             return self._completed(execution, started, trace, metadata)
 
     async def _open_stream(
@@ -182,15 +222,22 @@ class RoutedChat:
             )
         started = time.perf_counter()
         with telemetry.within(trace):  # the sync client runs this on its loop thread: its span still holds
-            # No shadow run: the other side would open a stream that nobody reads.
-            execution = await self.router.aexecute(
-                request,
-                self._edge.open_stream,
-                self._cloud.open_stream,
-                precision=precision,
-                shadow=False,
-                metadata=metadata,
-            )
+            if self.endpoints is not None:
+                from serving.routed_endpoints import aexecute_endpoints
+
+                opens = {name: up.open_stream for name, up in self._upstreams.items()}
+                execution = await aexecute_endpoints(
+                    self.router, request, opens, specs=self.specs, precision=precision, metadata=metadata
+                )
+            else:  # No shadow run: the other side would open a stream that nobody reads.
+                execution = await self.router.aexecute(
+                    request,
+                    self._upstreams["edge"].open_stream,
+                    self._upstreams["cloud"].open_stream,
+                    precision=precision,
+                    shadow=False,
+                    metadata=metadata,
+                )
         upstream = self._upstream(execution.served_by)
         routing = RoutingInfo.of(execution, upstream.endpoint.model)
         # the request's span ends with the stream
@@ -204,7 +251,7 @@ class RoutedChat:
 
     # Results.
     def _upstream(self, name: str) -> Upstream:
-        return self._edge if name == "edge" else self._cloud
+        return self._upstreams[name]
 
     def _completed(
         self, execution: Execution, started: float, trace: telemetry.Request, metadata: Mapping[str, str] | None
@@ -258,14 +305,14 @@ class RoutedChat:
         with self._loop_lock:
             loop, self._loop = self._loop, None
         if loop is not None:
-            loop.run(self._edge.aclose())
-            loop.run(self._cloud.aclose())
+            for upstream in self._upstreams.values():
+                loop.run(upstream.aclose())
             loop.close()
 
     async def aclose(self) -> None:
         """Close the current event loop's connection pools."""
-        await self._edge.aclose()
-        await self._cloud.aclose()
+        for upstream in self._upstreams.values():
+            await upstream.aclose()
 
     def __enter__(self) -> "RoutedChat":
         return self

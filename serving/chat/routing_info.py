@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from serving.chat.errors import failure_kind
 from serving.decision import Decision
-from serving.execute import Execution, Step
+from serving.execute import Execution, Step, Tried
 from serving.execute import fallback_kind as execution_fallback_kind
 
 if TYPE_CHECKING:
@@ -40,6 +40,10 @@ class RoutingInfo:
     seconds: from the call to the complete answer (a stream: to its end, once it has ended).
     request_id: the id under which the router's outcome log recorded the request (for
         router.feedback), when the router keeps one; None otherwise.
+    tried: N endpoints (RoutedChat(endpoints=...)): each endpoint the cascade reached, in order,
+        and why it was left (serving.execute.Tried: served, error, timeout, busy, context, rejected,
+        forbidden); [] for two endpoints. expected_cost: what the calls made are expected to cost
+        by the endpoints' specs (None without specs, or for two endpoints).
     """
 
     decision: Decision
@@ -51,6 +55,8 @@ class RoutingInfo:
     estimated_cost: float | None = None
     seconds: float | None = None
     request_id: str | None = None
+    tried: list[Tried] = field(default_factory=list)
+    expected_cost: float | None = None
 
     @classmethod
     def of(cls, execution: Execution, model: str) -> "RoutingInfo":
@@ -62,6 +68,8 @@ class RoutingInfo:
             fallback_kind(execution),
             execution.steps,
             request_id=getattr(execution, "request_id", None),
+            tried=execution.tried,
+            expected_cost=execution.expected_cost,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +86,11 @@ class RoutingInfo:
             "estimated_cost": self.estimated_cost,
             "seconds": self.seconds,
             "request_id": self.request_id,
+            **(
+                {"tried": [t.as_record() for t in self.tried], "expected_cost": self.expected_cost}
+                if self.tried
+                else {}
+            ),
         }
 
 

@@ -9,7 +9,11 @@
 Each answer says how it was served in headers: x-router-served-by (edge | cloud), x-router-zone,
 x-router-model (the upstream model), x-router-model-version (the bundle), x-router-fallback
 (the reason's short name) when the cloud answered an edge-first request, and x-router-rule (the
-policy rule that decided, serving.policy.rules) when one did. A stream also ends with
+policy rule that decided, serving.policy.rules) when one did. With N endpoints (`--endpoints
+FILE`), x-router-served-by is the serving endpoint's name, x-router-tried lists every endpoint
+the cascade reached and why each was left (`phone-3b=context,onprem-8b=error:UpstreamTimeout,
+frontier=served`; also on the error answer when none served), and x-router-expected-cost what the
+calls made are expected to cost by the endpoints' prices. A stream also ends with
 an SSE comment line `: routing {...}` (clients ignore comments) holding the whole RoutingInfo,
 timings and cost included, before `data: [DONE]`.
 
@@ -57,6 +61,7 @@ from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_ki
 from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.execute import CloudCallError
+from serving.execute_endpoints import tried_text
 from serving.policy.rules import FallbackForbidden, NoFeasibleEndpoint, check_metadata
 from serving.proxy.config import ProxyConfig
 from serving.proxy.dashboard import RecentRequests, dashboard_route
@@ -324,6 +329,7 @@ class _Handlers:
             headers={"x-router-rule": _header_text(exc.rule)},
         )
         error.zone, error.steps = exc.decision.zone, exc.steps
+        _add_tried(error, exc)
         log.warning("request failed, fallback forbidden by policy: %s", message)
         return error
 
@@ -345,6 +351,7 @@ class _Handlers:
         else:
             error = RequestError(502, message, "upstream_error", code="upstream_failed", reason=reason)
         error.zone, error.steps = exc.decision.zone if exc.decision else None, exc.steps
+        _add_tried(error, exc)
         log.warning("request failed: %s", message)
         return error
 
@@ -368,6 +375,13 @@ class _Handlers:
                 routing.fallback_kind,
                 redact(routing.fallback_reason or "", self.config.secrets),
             )
+
+
+def _add_tried(error: RequestError, exc: Exception) -> None:
+    """x-router-tried on the error answer of an N-endpoint request (every endpoint it tried, and why each was left)."""
+    tried = getattr(exc, "tried", None)
+    if tried:
+        error.headers["x-router-tried"] = _header_text(tried_text(tried), limit=1000)
 
 
 def _bad_request(message: str) -> RequestError:
@@ -396,12 +410,16 @@ def routing_headers(routing: RoutingInfo) -> dict[str, str]:
         headers["x-router-fallback"] = routing.fallback_kind
     if routing.decision.rule is not None:
         headers["x-router-rule"] = _header_text(routing.decision.rule)
+    if routing.tried:  # N endpoints: e.g. phone-3b=context,onprem-8b=served
+        headers["x-router-tried"] = _header_text(tried_text(routing.tried), limit=1000)
+        if routing.expected_cost is not None:
+            headers["x-router-expected-cost"] = f"{routing.expected_cost:.6g}"
     return headers
 
 
-def _header_text(value: str) -> str:
-    """Printable ASCII only, at most 200 characters: safe as a header value."""
-    return "".join(c if " " <= c <= "~" else "?" for c in value[:200])
+def _header_text(value: str, limit: int = 200) -> str:
+    """Printable ASCII only, at most `limit` characters: safe as a header value."""
+    return "".join(c if " " <= c <= "~" else "?" for c in value[:limit])
 
 
 def _once(fn: Callable[[], None]) -> Callable[[], bool]:

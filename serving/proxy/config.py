@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from serving.chat.endpoint import Endpoint
+    from serving.endpoints import Endpoints
 
 TOKEN_ENV = "ROUTER_PROXY_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -57,13 +58,100 @@ class UpstreamOptions:
         )
 
 
+UPSTREAM_KEYS = ("url", "model", "key_env", "timeout_s", "first_token_timeout_s")
+
+
+@dataclass(frozen=True)
+class EndpointsConfig:
+    """N upstream endpoints (`--endpoints FILE`, docs/endpoints.md#running-n-endpoints): the
+    endpoint spec (serving.endpoints: context limits, prices, where each runs) and each endpoint's
+    upstream options, by name in the spec's order."""
+
+    specs: Endpoints
+    upstreams: Mapping[str, UpstreamOptions]
+
+    @classmethod
+    def load(cls, path: str, environ: Mapping[str, str] = os.environ) -> "EndpointsConfig":
+        """The file at `path`: an endpoint spec (JSON, or YAML with PyYAML) whose every endpoint also
+        has an `upstream` object: url, model, and optionally key_env (the environment variable
+        holding its API key), timeout_s (default 60), first_token_timeout_s. Token prices come from
+        the spec's per_1k_input / per_1k_output. ConfigError naming the file, endpoint and field."""
+        from serving.endpoints import EndpointSpecError, parse_endpoints, read_spec_document
+
+        try:
+            document = read_spec_document(path)
+        except EndpointSpecError as exc:
+            raise ConfigError(f"--endpoints: {exc}") from None
+        items = document.get("endpoints") if isinstance(document, dict) else None
+        if not isinstance(items, list):
+            raise ConfigError(f'--endpoints {path}: the file is an endpoint spec {{"endpoints": [...]}}')
+        upstreams: dict[int, Any] = {}
+        specs_only = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("upstream"), dict):
+                raise ConfigError(
+                    f"--endpoints {path}: endpoints[{index}] needs an 'upstream' object "
+                    f"({', '.join(UPSTREAM_KEYS)}): where the proxy sends its requests"
+                )
+            upstreams[index] = item["upstream"]
+            specs_only.append({key: value for key, value in item.items() if key != "upstream"})
+        try:
+            specs = parse_endpoints({**document, "endpoints": specs_only}, source=str(path))
+        except EndpointSpecError as exc:
+            raise ConfigError(f"--endpoints: {exc}") from None
+        options = {
+            endpoint.name: _upstream_options(upstreams[index], endpoint, f"{path}: endpoints[{index}]", environ)
+            for index, endpoint in enumerate(specs)
+        }
+        return cls(specs, options)
+
+    def chat_endpoints(self) -> dict[str, Endpoint]:
+        """Each endpoint as serving.chat takes it (checks URLs and timeouts: ValueError)."""
+        return {name: options.endpoint() for name, options in self.upstreams.items()}
+
+
+def _upstream_options(
+    raw: Mapping[str, Any], spec: Any, where: str, environ: Mapping[str, str]
+) -> UpstreamOptions:  # Any: a decoded JSON object, and a serving.endpoints.Endpoint
+    unknown = [key for key in raw if key not in UPSTREAM_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}.upstream: unknown key {unknown[0]!r}; allowed: {', '.join(UPSTREAM_KEYS)}")
+    for key in ("url", "model"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise ConfigError(f"{where}.upstream.{key} is required (text)")
+    key_env, api_key = raw.get("key_env"), None
+    if key_env is not None:
+        if not isinstance(key_env, str) or not key_env:
+            raise ConfigError(f"{where}.upstream.key_env must be the name of an environment variable")
+        api_key = environ.get(key_env) or None
+        if api_key is None:
+            raise ConfigError(f"{where}.upstream.key_env: the environment variable {key_env} is not set or empty")
+    timeouts = {}
+    for key in ("timeout_s", "first_token_timeout_s"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{where}.upstream.{key} must be a number of seconds")
+        timeouts[key] = value
+    price = spec.price
+    return UpstreamOptions(
+        raw["url"],
+        raw["model"],
+        api_key,
+        float(timeouts["timeout_s"] if timeouts["timeout_s"] is not None else 60.0),
+        timeouts["first_token_timeout_s"],
+        price.per_1k_input * 1000,
+        price.per_1k_output * 1000,
+    )
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
-    """Everything the proxy needs; `from_args` builds it from the command line."""
+    """Everything the proxy needs; `from_args` builds it from the command line. Its upstreams are
+    `edge` and `cloud`, or N `endpoints` (EndpointsConfig)."""
 
     bundle: str
-    edge: UpstreamOptions
-    cloud: UpstreamOptions
+    edge: UpstreamOptions | None = None
+    cloud: UpstreamOptions | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     token: str | None = field(default=None, repr=False)
@@ -82,8 +170,14 @@ class ProxyConfig:
     access_log: bool = True
     policy: str | None = None  # a policy file (serving.policy.rules), reloaded when it changes
     policy_interval_s: float = 5.0
+    endpoints: EndpointsConfig | None = None  # N endpoints instead of edge and cloud
 
     def __post_init__(self) -> None:
+        if self.endpoints is not None and (self.edge is not None or self.cloud is not None):
+            raise ConfigError("give --endpoints FILE, or the --edge-* and --cloud-* options, not both")
+        for side in ("edge", "cloud"):
+            if self.endpoints is None and getattr(self, side) is None:
+                raise ConfigError(f"--{side}-url and --{side}-model are required (or --endpoints FILE for N endpoints)")
         if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
             raise ConfigError(
                 f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
@@ -117,7 +211,23 @@ class ProxyConfig:
     @property
     def secrets(self) -> tuple[str, ...]:
         """What must never appear in a log line, a response or /metrics."""
-        return tuple(s for s in (self.edge.api_key, self.cloud.api_key, self.token) if s)
+        keys = [options.api_key for options in self.upstreams.values()]
+        return tuple(s for s in (*keys, self.token) if s)
+
+    @property
+    def upstreams(self) -> dict[str, UpstreamOptions]:
+        """Every upstream by name: "edge" and "cloud", or the N endpoints'."""
+        if self.endpoints is not None:
+            return dict(self.endpoints.upstreams)
+        assert self.edge is not None and self.cloud is not None  # __post_init__ checked it
+        return {"edge": self.edge, "cloud": self.cloud}
+
+    def chat_options(self) -> dict[str, Any]:
+        """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= and specs= (URLs,
+        timeouts and prices checked: ValueError)."""
+        if self.endpoints is not None:
+            return {"endpoints": self.endpoints.chat_endpoints(), "specs": self.endpoints.specs}
+        return {name: options.endpoint() for name, options in self.upstreams.items()}
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "ProxyConfig":
@@ -129,9 +239,15 @@ class ProxyConfig:
                 raise ConfigError(f"{what}: the environment variable {variable} is not set or empty")
             return value or None
 
-        def upstream(side: str) -> UpstreamOptions:
+        def upstream(side: str) -> UpstreamOptions | None:
             # Any: an argparse option, of the type add_arguments gave it
             get: Callable[[str], Any] = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
+            if getattr(args, "endpoints", None) is not None:
+                if get("url") or get("model"):
+                    raise ConfigError(f"give --endpoints FILE, or --{side}-url and --{side}-model, not both")
+                return None
+            if not get("url") or not get("model"):
+                return None  # __post_init__ says what is missing
             return UpstreamOptions(
                 get("url"),
                 get("model"),
@@ -143,6 +259,7 @@ class ProxyConfig:
             )
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
+        endpoints_file = getattr(args, "endpoints", None)
         return cls(
             bundle=args.bundle,
             edge=upstream("edge"),
@@ -165,6 +282,7 @@ class ProxyConfig:
             access_log=args.access_log,
             policy=args.policy,
             policy_interval_s=args.policy_interval_s,
+            endpoints=EndpointsConfig.load(endpoints_file, environ) if endpoints_file is not None else None,
         )
 
 
@@ -201,11 +319,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"{side} endpoint")
         group.add_argument(
             f"--{side}-url",
-            required=True,
             metavar="URL",
             help=f"OpenAI-compatible API root of the {side} model, e.g. http://127.0.0.1:8080/v1",
         )
-        group.add_argument(f"--{side}-model", required=True, metavar="NAME", help="model name the server expects")
+        group.add_argument(
+            f"--{side}-model", metavar="NAME", help="model name the server expects (required with --{side}-url)"
+        )
         group.add_argument(f"--{side}-key-env", metavar="VAR", help="environment variable holding its API key")
         group.add_argument(
             f"--{side}-timeout-s",
@@ -224,6 +343,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         group.add_argument(f"--{side}-price-in", type=float, metavar="PRICE", help="price of 1M prompt tokens")
         group.add_argument(f"--{side}-price-out", type=float, metavar="PRICE", help="price of 1M completion tokens")
+    parser.add_argument(
+        "--endpoints",
+        metavar="FILE",
+        help="N endpoints instead of --edge-* and --cloud-*: an endpoint spec (JSON, or YAML with the yaml extra) whose "
+        "every endpoint has an `upstream` {url, model, key_env, timeout_s, first_token_timeout_s}; requests try them "
+        "in each decision's cascade order (docs/endpoints.md#running-n-endpoints)",
+    )
     net = parser.add_argument_group("server")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     net.add_argument("--port", type=int, default=8000, help="0 for any free port (default 8000)")

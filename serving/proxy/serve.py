@@ -116,7 +116,7 @@ def serve(config: ProxyConfig) -> int:
     except (OSError, BundleError, PolicyFileError) as exc:
         log.error("cannot start: %s", exc)
         return 1
-    chat = RoutedChat(router, edge=config.edge.endpoint(), cloud=config.cloud.endpoint())
+    chat = RoutedChat(router, **config.chat_options())
     watchers = [w for w in (watcher_for(router, config), policy_watcher_for(router, config)) if w is not None]
     app = build_app(chat, config, on_shutdown=[w.stop for w in watchers])
     host, port = sock.getsockname()[:2]
@@ -139,12 +139,11 @@ def serve(config: ProxyConfig) -> int:
     redacting.install()  # uvicorn.Config set the handlers up again
     shown = f"[{host}]" if ":" in host else host
     log.info(
-        "serving on http://%s:%s/v1 (model %r; edge %s, cloud %s; bundle %s%s; %s)",
+        "serving on http://%s:%s/v1 (model %r; %s; bundle %s%s; %s)",
         shown,
         port,
         config.served_model,
-        config.edge.model,
-        config.cloud.model,
+        ", ".join(f"{name} {options.model}" for name, options in config.upstreams.items()),
         router.model_version,
         ", degraded" if router.degraded else "",
         "token required" if config.token else "no token",

@@ -1,0 +1,131 @@
+"""Route, then run over N named endpoints: Router.execute / aexecute for `endpoints=` (name -> call).
+
+    execution = execute_endpoints(router, prompt, {"phone-3b": on_device, "onprem-8b": onprem,
+                                                   "frontier": frontier}, specs=load_endpoints("endpoints.yaml"))
+    execution.served_by, [t.label() for t in execution.tried], execution.expected_cost
+
+The decision is the router's (its policy applied, as Router.execute makes it), carried out by
+serving.execute_endpoints' cascade, and recorded in the router's outcome log with the endpoints
+tried (serving.traffic). RoutedChat and the proxy use these for their N endpoints. No shadow runs
+(which endpoint would shadow is a choice of its own), and exploration only for decisions
+without a cascade (two-endpoint bundles, whose zone it flips as Router.execute does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+
+import serving.telemetry as telemetry
+from serving.execute import aexecute, execute
+
+if TYPE_CHECKING:
+    from typing import Literal
+
+    from serving.endpoints import Endpoint, Endpoints
+    from serving.execute import AcceptCheck, EdgePool, Execution, Subject
+    from serving.router import Router
+    from serving.routing import Routing
+    from serving.traffic import Request
+
+
+def _specs(specs: Endpoints | Mapping[str, Endpoint] | None) -> Mapping[str, Endpoint] | None:
+    """A spec file's Endpoints (serving.endpoints) as name -> Endpoint; a mapping as it is."""
+    if specs is None or isinstance(specs, Mapping):
+        return specs
+    return {endpoint.name: endpoint for endpoint in specs}
+
+
+def _prepared(
+    router: Router,
+    prompt: object,
+    endpoints: Mapping[str, Callable[[Any], Any]],
+    precision: str | None,
+    accept: AcceptCheck | Literal["learned"] | None,
+    metadata: Mapping[str, str] | None,
+    request_id: str | None,
+    asynchronous: bool,
+) -> tuple[Routing, Any, AcceptCheck | None, Request | None]:
+    """(the bundle, the decision, the accept check, the logged request or None), as Router.execute makes them."""
+    if not endpoints:
+        raise ValueError("endpoints is empty: give at least one endpoint name -> call")
+    first = next(iter(endpoints.values()))
+    routing, text, decision, accept = router._prepared(prompt, first, first, precision, accept, metadata)
+    request = router._traffic.request(
+        routing,
+        text,
+        precision,
+        decision,
+        accept=accept,
+        edge=first,
+        cloud=first,
+        request_id=request_id,
+        asynchronous=asynchronous,
+        shadow=False,
+        subject=prompt,
+    )
+    return routing, decision, accept, request
+
+
+def execute_endpoints(
+    router: Router,
+    prompt: Subject,
+    endpoints: Mapping[str, Callable[[Subject], Any]],
+    *,
+    specs: Endpoints | Mapping[str, Endpoint] | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    precision: str | None = None,
+    accept: AcceptCheck | Literal["learned"] | None = None,
+    verify_edge_zone: bool = False,
+    edge_pool: EdgePool | None = None,
+    request_id: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> Execution:
+    """Router.execute over N endpoints (module doc): `endpoints` name -> call, `specs` their
+    context limits and prices (an Endpoints spec or name -> Endpoint), `timeouts` name -> seconds."""
+    with telemetry.request():
+        _, decision, check, request = _prepared(
+            router, prompt, endpoints, precision, accept, metadata, request_id, asynchronous=False
+        )
+        options: dict[str, Any] = {
+            "endpoints": endpoints,
+            "specs": _specs(specs),
+            "timeouts": timeouts,
+            "verify_edge_zone": verify_edge_zone,
+            "edge_pool": edge_pool,
+        }
+        if request is None:
+            return execute(decision, prompt, accept=check, **options)
+        with request:  # recorded on the way out, a failure included
+            request.execution = execute(request.decision, prompt, accept=request.accept, **options)
+        return request.execution
+
+
+async def aexecute_endpoints(
+    router: Router,
+    prompt: Subject,
+    endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]],
+    *,
+    specs: Endpoints | Mapping[str, Endpoint] | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    precision: str | None = None,
+    accept: AcceptCheck | Literal["learned"] | None = None,
+    verify_edge_zone: bool = False,
+    request_id: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> Execution:
+    """execute_endpoints() for asyncio: each call an async callable (an overrunning one is cancelled)."""
+    with telemetry.request():
+        _, decision, check, request = _prepared(
+            router, prompt, endpoints, precision, accept, metadata, request_id, asynchronous=True
+        )
+        options: dict[str, Any] = {
+            "endpoints": endpoints,
+            "specs": _specs(specs),
+            "timeouts": timeouts,
+            "verify_edge_zone": verify_edge_zone,
+        }
+        if request is None:
+            return await aexecute(decision, prompt, accept=check, **options)
+        with request:
+            request.execution = await aexecute(request.decision, prompt, accept=request.accept, **options)
+        return request.execution
