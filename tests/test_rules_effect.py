@@ -115,33 +115,30 @@ def test_make_evaluate_with_a_policy_file(bundle, small_routellm, tmp_path):
     policy_file.write_text(json.dumps(POLICY))
     out = tmp_path / "out"
     command = [sys.executable, "-m", "pipelines.evaluate", "--bundle", str(bundle), "--logs", str(small_routellm)]
-    command += ["--out", str(out), "--policies", "learned,oracle", "--set", "mlflow=false"]
-    done = subprocess.run(
-        [*command, "--policy", str(policy_file), "--metadata", "feature=chat"],
-        cwd=ROOT,
-        env=make_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    command += [
+        "--out",
+        str(out),
+        "--policies",
+        "learned,oracle",
+        "--set",
+        "mlflow=false",
+        "--policy",
+        str(policy_file),
+    ]
+
+    def evaluate(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*command, *extra], cwd=ROOT, env=make_env(), capture_output=True, text=True, timeout=600)
+
+    done = evaluate("--metadata", "feature=chat")
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["rules"]["metadata"] == {"feature": "chat"}
     assert set(metrics["rules"]["rules"]) == {rule["name"] for rule in POLICY["rules"]}
     report = (out / "report.md").read_text()
     assert "## Policy rules" in report and "long-not-edge + calc-not-cloud" in report
-    # A bad policy file fails before any routing, naming the file and the rule.
+    # A bad policy file fails before any routing, naming the file and the rule; so does bad metadata.
     policy_file.write_text(json.dumps({"rules": [{"name": "x", "then": "force", "endpoint": "moon"}]}))
-    done = subprocess.run(
-        [*command, "--policy", str(policy_file)], cwd=ROOT, env=make_env(), capture_output=True, text=True, timeout=600
-    )
+    done = evaluate()
     assert done.returncode == 2 and "policy.json" in done.stderr and "moon" in done.stderr
-    done = subprocess.run(
-        [*command, "--policy", str(policy_file), "--metadata", "feature"],
-        cwd=ROOT,
-        env=make_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = evaluate("--metadata", "feature")
     assert done.returncode == 2 and "KEY=VALUE" in done.stderr
