@@ -3,15 +3,20 @@ it is set but missing; without it they fall back to ../shared/data/routellm."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import pickle
 import shutil
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 
 from training.engines import passive_openmp_waits
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 # OpenMP threads wait for work sleeping, not spinning (training.engines.passive_openmp_waits),
 # from the start of the session: each OpenMP runtime (LightGBM's, scikit-learn's, torch's)
@@ -29,23 +34,57 @@ passive_openmp_waits()
 # and the session's trainings (trained_small, trained_full, trained_readme), keep the default.
 QUICK_ACCEPTANCE_ROUNDS = 50
 
-# `make test` runs on every core (pytest-xdist, --dist loadgroup). A session fixture is built
-# once per worker that needs it, so the test files of the two trainings on all the real logs
-# (trained_full, trained_readme: minutes each) go to one worker, which trains each once; every
-# other test goes wherever a worker is free. (xdist's own xdist_group markers do not group under
-# pytest 9, whose node ids no longer read the `_nodeid` xdist rewrites; a scheduler does.)
-# tests/test_layout.py checks that this list names every file that uses those fixtures.
-WHOLE_LOG_TRAININGS = frozenset({"trained_full", "trained_readme"})
-WHOLE_LOG_FILES = frozenset(
-    {
-        "test_acceptance.py",
-        "test_compare.py",
-        "test_crossval.py",
-        "test_novelty.py",
-        "test_results.py",
-        "test_train_pipeline.py",
-    }
+# `make test` runs on every core (pytest-xdist, --dist loadgroup), dealing the tests by this
+# file's scheduler. The session fixtures are built once whatever the dealing (once_per_session:
+# a worker that needs one another is building waits for it). Each test file is one unit of work,
+# so its module-scoped fixtures (a file's own trainings) are built once, by the worker that runs
+# it; except the tests of the cross-fitted training on all the logs (trained_readme: six fits,
+# the session's longest piece of work), one unit together, dealt first. The files that take
+# longest (SLOWEST_FILES, slowest first, from `make test ARGS=--durations=40`) are dealt next and
+# the rest after them in their order, so the short ones fill in at the end and the workers finish
+# together. tests/test_layout.py checks that README_TRAINING_TESTS names every test that uses
+# trained_readme and that SLOWEST_FILES names test files. (xdist's own xdist_group markers do not
+# group under pytest 9, whose node ids no longer read the `_nodeid` xdist rewrites; a scheduler does.)
+README_TRAINING_TESTS = (
+    "tests/test_crossval.py::test_make_train_cross_fits_the_bundle_on_every_row",
+    "tests/test_results.py::test_readme_headline_table_is_what_training_measures",
 )
+SLOWEST_FILES = (
+    "test_dask_engine.py",
+    "test_train_crash.py",
+    "test_acceptance.py",
+    "test_traffic.py",
+    "test_traffic_refusals.py",
+    "test_crossval.py",
+    "test_lexical.py",
+    "test_evaluate_pipeline.py",
+    "test_router_update.py",
+    "test_train_pipeline.py",
+    "test_vectors.py",
+    "test_outcome_log.py",
+    "test_scale.py",
+    "test_sdk_install.py",
+    "test_fetch_data.py",
+    "test_commands.py",
+    "test_results.py",
+    "test_hf_datasets.py",
+    "test_reference.py",
+    "test_training_sample.py",
+)
+
+
+def _dealing_rank(nodeid: str) -> int:
+    if nodeid in README_TRAINING_TESTS:
+        return 0
+    name = Path(nodeid.split("::", 1)[0]).name
+    return 1 + (SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES))
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker: the collection in dealing order (the scheduler deals units in the
+    order the workers collected them). A run without workers keeps the files' order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: _dealing_rank(item.nodeid))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -53,11 +92,12 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class WholeLogTrainingsTogether(LoadScopeScheduling):
+    class OneUnitPerFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "whole-log trainings" if Path(nodeid.split("::", 1)[0]).name in WHOLE_LOG_FILES else nodeid
+            return "trained_readme" if nodeid in README_TRAINING_TESTS else nodeid.split("::", 1)[0]
 
-    return WholeLogTrainingsTogether(config, log)
+    config.option.loadscopereorder = False  # deal in the collection's order, not the largest units first
+    return OneUnitPerFile(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -81,40 +121,93 @@ def real_data_dir() -> Path:
     return path
 
 
+def shared_root(tmp_path_factory) -> Path:
+    """The folder every process of this test session sees: under pytest-xdist the session's
+    base folder, whose popen-gwN subfolders are the workers' own; without xdist the base folder."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path):
+    """Holds an exclusive lock on the file `lock` (fcntl.flock) across the session's processes."""
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def built_once(root: Path, name: str, build: Callable[[Path], T]) -> T:
+    """build(root/name) once for every process that asks: the first builds it holding the lock
+    root/name.lock and leaves its value pickled beside it; one that asks meanwhile waits for the
+    lock instead of building it again, then reads the value. A build that raised is made again
+    by the next to ask. What `build` writes into its folder is shared, so read-only."""
+    folder, value = root / name, root / f"{name}.pickle"
+    with exclusive(root / f"{name}.lock"):
+        if not value.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            built = build(folder)
+            making = value.with_suffix(".making")
+            making.write_bytes(pickle.dumps(built))
+            making.replace(value)
+            return built
+    return pickle.loads(value.read_bytes())
+
+
+def once_per_session(tmp_path_factory, name: str, build: Callable[[Path], T]) -> T:
+    """built_once in shared_root: one build per test session, whatever the number of xdist
+    workers that need it. The session's trainings are built so: a worker that needs one another
+    worker is training waits for it rather than training it a second time on the same cores."""
+    return built_once(shared_root(tmp_path_factory), f"shared-{name}", build)
+
+
 @pytest.fixture(scope="session")
 def small_routellm(real_data_dir, tmp_path_factory) -> Path:
-    """A RouteLLM-layout slice of the real logs: a few MMLU subjects, GSM8K and MT-Bench."""
-    dest = tmp_path_factory.mktemp("routellm_slice")
-    (dest / "mmlu").mkdir()
-    for subject in (
-        "professional_law",
-        "high_school_mathematics",
-        "anatomy",
-        "marketing",
-        "college_physics",
-        "high_school_us_history",
-        "professional_accounting",
-        "virology",
-    ):
-        shutil.copy(real_data_dir / "mmlu" / f"mmlu_{subject}.csv", dest / "mmlu")
-    shutil.copytree(real_data_dir / "gsm8k", dest / "gsm8k")
-    shutil.copytree(real_data_dir / "mt_bench", dest / "mt_bench")
-    return dest
+    """A RouteLLM-layout slice of the real logs: a few MMLU subjects, GSM8K and MT-Bench (one
+    copy for the session's workers: read-only)."""
+
+    def copy(dest: Path) -> Path:
+        (dest / "mmlu").mkdir()
+        for subject in (
+            "professional_law",
+            "high_school_mathematics",
+            "anatomy",
+            "marketing",
+            "college_physics",
+            "high_school_us_history",
+            "professional_accounting",
+            "virology",
+        ):
+            shutil.copy(real_data_dir / "mmlu" / f"mmlu_{subject}.csv", dest / "mmlu")
+        shutil.copytree(real_data_dir / "gsm8k", dest / "gsm8k")
+        shutil.copytree(real_data_dir / "mt_bench", dest / "mt_bench")
+        return dest
+
+    return once_per_session(tmp_path_factory, "routellm_slice", copy)
 
 
 @pytest.fixture(scope="session")
 def encoder_cache(tmp_path_factory) -> Path:
-    """One cache folder per test session: the static table is distilled once, then reused."""
-    return tmp_path_factory.mktemp("cache")
+    """One cache folder per test session, shared by its workers: the static tier's table is
+    distilled into it once (about a minute on 2 cores), before any test uses it, then reused;
+    trainings in several workers add to its embedding cache (SQLite) side by side."""
+    from training.encoders import build_encoder
+
+    def distilled(cache: Path) -> Path:
+        build_encoder("static", cache / "encoders")
+        return cache
+
+    return once_per_session(tmp_path_factory, "cache", distilled)
 
 
 @pytest.fixture(scope="session")
 def static_encoder_cache(encoder_cache) -> Path:
     """encoder_cache with the static tier's table already distilled: for tests that time a
-    training run, which should not count the once-per-session distillation."""
-    from training.encoders import build_encoder
-
-    build_encoder("static", encoder_cache / "encoders")
+    training run, which should not count the once-per-session distillation. (encoder_cache
+    distills it now: the name says what these tests rely on.)"""
     return encoder_cache
 
 
@@ -150,24 +243,35 @@ def seed_store(tracking_uri: str, cache: Path) -> None:
     if store.exists():
         return
     empty = Path(cache) / "mlflow-empty.db"
-    if not empty.exists():
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    empty.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(empty.with_name("mlflow-empty.lock")):  # the cache may be the workers' encoder_cache
+        if not empty.exists():
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        making = empty.with_name("mlflow-empty.making.db")
-        making.unlink(missing_ok=True)
-        SqlAlchemyStore(f"sqlite:///{making}", (empty.parent / "mlflow-empty-artifacts").as_uri()).engine.dispose()
-        making.rename(empty)
+            making = empty.with_name("mlflow-empty.making.db")
+            making.unlink(missing_ok=True)
+            SqlAlchemyStore(f"sqlite:///{making}", (empty.parent / "mlflow-empty-artifacts").as_uri()).engine.dispose()
+            making.rename(empty)
     store.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(empty, store)
 
 
+def _train(config):
+    from training.engines.base import train
+
+    return train(config)
+
+
 @pytest.fixture(scope="session")
 def trained_small(small_routellm, encoder_cache, tmp_path_factory):
-    """(config, TrainResult) of one `make train` run on the real-data slice, shared by the session."""
-    from training.engines.base import train as run
+    """(config, TrainResult) of one `make train` run on the real-data slice, shared by the
+    session (once_per_session: one training for all its workers)."""
 
-    cfg = config_for(tmp_path_factory.mktemp("train"), small_routellm, encoder_cache)
-    return cfg, run(cfg)
+    def run(folder: Path):
+        cfg = config_for(folder, small_routellm, encoder_cache)
+        return cfg, _train(cfg)
+
+    return once_per_session(tmp_path_factory, "train", run)
 
 
 @pytest.fixture(scope="session")
@@ -175,18 +279,19 @@ def trained_small_again(small_routellm, encoder_cache, tmp_path_factory):
     """TrainResult of trained_small's run made a second time (its own folder and store, the
     encoder table already distilled): what the determinism tests compare with the first, one
     retraining for all of them."""
-    from training.engines.base import train
-
-    return train(config_for(tmp_path_factory.mktemp("train_again"), small_routellm, encoder_cache))
+    return once_per_session(
+        tmp_path_factory, "train_again", lambda folder: _train(config_for(folder, small_routellm, encoder_cache))
+    )
 
 
 @pytest.fixture(scope="session")
 def trained_full(real_data_dir, encoder_cache, tmp_path_factory):
     """TrainResult of `make train` on all the real logs, single split (config_for), otherwise its defaults."""
-    from training.engines.base import train
-
-    cfg = config_for(tmp_path_factory.mktemp("train_full"), real_data_dir, encoder_cache, min_rows_per_tag=200)
-    return train(cfg)
+    return once_per_session(
+        tmp_path_factory,
+        "train_full",
+        lambda folder: _train(config_for(folder, real_data_dir, encoder_cache, min_rows_per_tag=200)),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -195,17 +300,20 @@ def trained_readme(real_data_dir, encoder_cache, tmp_path_factory):
     them five-fold cross-fitting), on all the real logs: the README check's training, and the
     session's one cross-fitted bundle (its tests assert on it instead of fitting another)."""
     from training.config import TrainConfig
-    from training.engines.base import train
 
     defaults = TrainConfig()
-    return train(
-        config_for(
-            tmp_path_factory.mktemp("train_readme"),
-            real_data_dir,
-            encoder_cache,
-            min_rows_per_tag=defaults.min_rows_per_tag,
-            cv_folds=defaults.cv_folds,
-        )
+    return once_per_session(
+        tmp_path_factory,
+        "train_readme",
+        lambda folder: _train(
+            config_for(
+                folder,
+                real_data_dir,
+                encoder_cache,
+                min_rows_per_tag=defaults.min_rows_per_tag,
+                cv_folds=defaults.cv_folds,
+            )
+        ),
     )
 
 

@@ -173,12 +173,22 @@ def test_the_test_doubles_without_the_server_extra_say_which_extra_to_install():
     ), done.stderr[-2000:]
 
 
-def test_the_whole_log_trainings_files_are_the_ones_that_use_them():
-    """tests/conftest.py sends these files to one xdist worker, so each whole-log training runs once."""
-    from tests.conftest import WHOLE_LOG_FILES, WHOLE_LOG_TRAININGS
+def test_the_whole_log_trainings_tests_are_the_ones_that_use_them():
+    """tests/conftest.py deals the tests of the cross-fitted training as one unit, first: the
+    list names every test that asks for trained_readme, and the files it deals next exist. (Each
+    session training runs once whatever the dealing: tests/test_session_fixtures.py.)"""
+    from tests.conftest import README_TRAINING_TESTS, SLOWEST_FILES
 
-    pattern = re.compile(r"\b(" + "|".join(WHOLE_LOG_TRAININGS) + r")\b")
+    asking = re.compile(r"^def (test_\w+)\(([^)]*)\)", re.MULTILINE)
     using = {
-        path.name for path in (ROOT / "tests").glob("test_*.py") if pattern.search(path.read_text(encoding="utf-8"))
+        f"tests/{path.name}::{name}"
+        for path in (ROOT / "tests").glob("test_*.py")
+        for name, parameters in asking.findall(path.read_text(encoding="utf-8"))
+        if re.search(r"\btrained_readme\b", parameters)
     }
-    assert using == WHOLE_LOG_FILES
+    assert using == set(README_TRAINING_TESTS)
+    assert all((ROOT / "tests" / name).is_file() for name in SLOWEST_FILES)
+    conftest = (ROOT / "tests" / "conftest.py").read_text(encoding="utf-8")
+    for fixture in ("trained_small", "trained_small_again", "trained_full", "trained_readme", "encoder_cache"):
+        body = conftest.split(f"def {fixture}(", 1)[1].split("\n@pytest.fixture", 1)[0]
+        assert "once_per_session(" in body, f"{fixture} is not built once per session"
