@@ -374,3 +374,70 @@ export class UpstreamHTTPError extends UpstreamError {
 export class UpstreamMalformed extends UpstreamError {}
 /** A stream broke after its first chunk had reached the caller. */
 export class StreamInterrupted extends UpstreamError {}
+
+/** An endpoint spec that cannot be used; the message names the source, the endpoint and the field
+ * (the Python SDK's text). */
+export class EndpointSpecError extends Error {}
+
+/** Dollars per 1,000 input tokens, per 1,000 output tokens and per call. */
+export class Price {
+  readonly per_1k_input: number;
+  readonly per_1k_output: number;
+  readonly per_call: number;
+  constructor(fields?: { per_1k_input?: number; per_1k_output?: number; per_call?: number });
+  cost(inputTokens: number, outputTokens?: number): number;
+  asDict(): { per_1k_input: number; per_1k_output: number; per_call: number };
+}
+
+/** What an endpoint accepts; `languages` null when not known. */
+export class Capabilities {
+  readonly images: boolean;
+  readonly tools: boolean;
+  readonly json: boolean;
+  readonly languages: readonly string[] | null;
+  constructor(fields?: { images?: boolean; tools?: boolean; json?: boolean; languages?: string[] | null });
+  asDict(): Record<string, unknown>;
+}
+
+/** One model a request may run on (serving.endpoints.Endpoint). */
+export class EndpointSpec {
+  readonly name: string;
+  readonly where: "device" | "cloud";
+  readonly price: Price;
+  readonly latency_ms: number;
+  readonly context_tokens: number;
+  readonly capabilities: Capabilities;
+  readonly description: string;
+  cost(inputTokens: number, outputTokens?: number): number;
+  fits(inputTokens: number): boolean;
+  supports(needs?: { images?: boolean; tools?: boolean; json?: boolean; language?: string | null }): boolean;
+  asDict(): Record<string, unknown>;
+}
+
+/** The endpoints of a deployment, in their spec's order. */
+export class Endpoints implements Iterable<EndpointSpec> {
+  readonly endpoints: readonly EndpointSpec[];
+  readonly source: string;
+  readonly names: string[];
+  readonly length: number;
+  [Symbol.iterator](): Iterator<EndpointSpec>;
+  /** RangeError when there is no endpoint of that name */
+  get(name: string): EndpointSpec;
+  costs(inputTokens: number, outputTokens?: number): Record<string, number>;
+  asDict(): { endpoints: Record<string, unknown>[] };
+}
+
+/** Endpoints from a decoded spec ({"endpoints": [...]} or {"edge": {...}, "cloud": {...}}). */
+export function parseEndpoints(data: unknown, options?: { source?: string }): Endpoints;
+export function parseEndpoint(item: unknown, options: { where: string; name?: string | null }): EndpointSpec;
+
+/** No feasible endpoint (serving.endpoint_choice.NONE). */
+export const NONE: -1;
+export function callCosts(endpoints: Iterable<EndpointSpec>, inputTokens: Iterable<number>, outputTokens: number):
+  { cost: number[][]; fits: boolean[][] };
+export function cheapestWithin(expected: number[][], cost: number[][], margin: number, feasible?: boolean[][] | null): number[];
+export function bestUnderPrice(expected: number[][], cost: number[][], price: number, feasible?: boolean[][] | null): number[];
+export function cascade(expected: number[][], cost: number[][], startMargin: number, feasible?: boolean[][] | null): number[][];
+export function escalation(expected: number[][], cost: number[][], first: number[], feasible?: boolean[][] | null): number[][];
+export function cascadeExpectation(orders: number[][], quality: number[][], cost: number[][], catchRate: number):
+  { quality: number[]; cost: number[] };

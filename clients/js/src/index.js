@@ -33,3 +33,5 @@ export { CloudCallError, EdgeTimeoutError } from "./execute.js";
 export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
+export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints } from "./endpoints.js";
+export { NONE, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation } from "./endpoint-choice.js";

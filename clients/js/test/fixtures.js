@@ -1,6 +1,7 @@
 // Where the tests find the bundle and the Python SDK's vectors on it: ROUTER_BUNDLE and
 // ROUTER_VECTORS, else what `make test-js` writes (artifacts/js/ in the repository). A missing
 // file fails the tests with the command that makes it: parity is never skipped.
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -39,4 +40,17 @@ export function bundleCopy() {
   const folder = fs.mkdtempSync(path.join(os.tmpdir(), "router-js-bundle-"));
   for (const name of fs.readdirSync(BUNDLE)) fs.copyFileSync(path.join(BUNDLE, name), path.join(folder, name));
   return folder;
+}
+
+/** The Python interpreter of the repository's venv (ROUTER_PYTHON to use another). */
+export const PYTHON = process.env.ROUTER_PYTHON || path.join(REPO, ".venv/bin/python");
+
+/** What a Python script of the repository writes on stdout (its path relative to the repository);
+ * a missing interpreter fails with what to do. */
+export function pythonOutput(script, args = []) {
+  if (!fs.existsSync(PYTHON)) {
+    throw new Error(`no Python at ${PYTHON}: run \`make venv\` from the repository root, or set ROUTER_PYTHON`);
+  }
+  return execFileSync(PYTHON, [path.join(REPO, script), ...args], { cwd: REPO, encoding: "utf8", maxBuffer: 256 << 20,
+    env: { ...process.env, HF_HUB_OFFLINE: "1" } });
 }

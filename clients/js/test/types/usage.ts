@@ -1,4 +1,6 @@
 // Compiled by `npm run typecheck` only: the declarations describe how the package is used.
+import { EndpointSpecError, NONE, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation, parseEndpoints,
+  type EndpointSpec, type Endpoints } from "../../src/index.js";
 import { BundleError, CloudCallError, Endpoint, LocalModel, RoutedChat, Router, RuleRouter, StreamInterrupted, UpstreamHTTPError,
   type ChatCompletionChunk, type Completion, type Decision, type RoutingInfo } from "../../src/index.js";
 
@@ -50,3 +52,18 @@ async function main(): Promise<void> {
   await router.close();
 }
 void main;
+
+// Endpoints as data and the choice among them (endpoints.js, endpoint-choice.js).
+function endpointsUsage(): void {
+  const spec: Endpoints = parseEndpoints({ edge: {}, cloud: {} }, { source: "inline" });
+  const phone: EndpointSpec = spec.get("edge");
+  const price: number = phone.cost(120, 250);
+  const ok: boolean = phone.fits(900) && phone.supports({ json: true, language: "en" });
+  const { cost, fits } = callCosts(spec, [120, 5000], 250);
+  const first: number[] = cheapestWithin([[0.7, 0.9]], cost.slice(0, 1), 0.02, fits.slice(0, 1));
+  const steps: number[][] = escalation([[0.7, 0.9]], cost.slice(0, 1), first);
+  const whole = cascadeExpectation(cascade([[0.7, 0.9]], cost.slice(0, 1), 0.15), [[0.7, 0.9]], cost.slice(0, 1), 0.5);
+  console.log(price, ok, steps, whole.quality[0], whole.cost[0], bestUnderPrice([[0.7, 0.9]], [[0, 1]], 0.1)[0] === NONE);
+  try { parseEndpoints([]); } catch (error) { if (error instanceof EndpointSpecError) console.log(error.message); }
+}
+void endpointsUsage;
