@@ -23,7 +23,7 @@ import pytest
 from data.fetch import CHECKSUMS_ENV, PINNED_SHA256, DownloadError, fetch, file_plan
 from data.logs import load_logs
 from data.routellm import SUBJECT_DOMAIN
-from tests.conftest import ROOT
+from tests.conftest import ROOT, seed_store
 
 
 @dataclass
@@ -244,6 +244,7 @@ def fresh_clone_train(clone: Path, upstream: Upstream, *args: str) -> subprocess
 def test_train_on_a_fresh_clone_fetches_the_pinned_logs(small_upstream, encoder_cache, tmp_path):
     upstream = small_upstream
     clone = tmp_path / "clone"
+    seed_store(f"sqlite:///{tmp_path}/m.db", encoder_cache)  # the subject is the fetch, not making a store
     done = fresh_clone_train(
         clone,
         upstream,

@@ -12,7 +12,7 @@ import pytest
 
 from serving.bundle import read_manifest
 from serving.scorer import Scorer
-from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for, seed_store
 from training.config import TrainConfig
 from training.engines.base import train as run
 
@@ -156,6 +156,7 @@ def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_pat
         "--set",
         f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}",
     ]
+    seed_store(f"sqlite:///{tmp_path}/mlflow.db", encoder_cache)  # making a store: test_commands' `make train MLRUNS=`
     done = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "APGR" in done.stdout and "hand rule table" in done.stdout
