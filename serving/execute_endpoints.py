@@ -22,8 +22,8 @@ The first answer that is not left is served ("served"). Execution.tried lists ea
 the order that was reached, in order, with why it was left (Tried), and Execution.expected_cost
 what the calls made are expected to cost (each called endpoint's Endpoint.cost at the prompt's
 input tokens; None when a called endpoint has no spec). When no endpoint serves: FallbackForbidden
-(serving.policy) if the policy forbade one the cascade would have gone on to, else EndpointsFailed
-(a CloudCallError) naming every attempt.
+(serving.policy) naming the rule if the policy forbade an endpoint (one the cascade reached, or one
+an N-endpoint bundle left out of it), else EndpointsFailed (a CloudCallError) naming every attempt.
 """
 
 from __future__ import annotations
@@ -228,6 +228,9 @@ class _Cascade:
 
     def exhausted(self) -> Exception:
         """The error when no endpoint served (module doc)."""
+        if self._forbade is None and self.decision.rule is not None:
+            # A bundle leaves forbidden endpoints out of the cascade: the policy is still why none is left.
+            self._forbade = next((name for name in self.decision.forbidden if name not in self.order), None)
         if self._forbade is not None:
             from serving.policy.rules import FallbackForbidden
 

@@ -28,9 +28,15 @@ if TYPE_CHECKING:
     from serving.traffic import Request
 
 
-def _specs(specs: Endpoints | Mapping[str, Endpoint] | None) -> Mapping[str, Endpoint] | None:
-    """A spec file's Endpoints (serving.endpoints) as name -> Endpoint; a mapping as it is."""
-    if specs is None or isinstance(specs, Mapping):
+def _specs(specs: Endpoints | Mapping[str, Endpoint] | None, routing: Routing) -> Mapping[str, Endpoint] | None:
+    """A spec file's Endpoints (serving.endpoints) as name -> Endpoint; a mapping as it is; none
+    given: an N-endpoint bundle's own (its manifest's endpoints section), else None."""
+    if specs is None:
+        section = routing.manifest.endpoints if routing.manifest is not None else None
+        if section is None:
+            return None
+        specs = section.spec
+    if isinstance(specs, Mapping):
         return specs
     return {endpoint.name: endpoint for endpoint in specs}
 
@@ -81,14 +87,15 @@ def execute_endpoints(
     metadata: Mapping[str, str] | None = None,
 ) -> Execution:
     """Router.execute over N endpoints (module doc): `endpoints` name -> call, `specs` their
-    context limits and prices (an Endpoints spec or name -> Endpoint), `timeouts` name -> seconds."""
+    context limits and prices (an Endpoints spec or name -> Endpoint; default an N-endpoint
+    bundle's own), `timeouts` name -> seconds."""
     with telemetry.request():
-        _, decision, check, request = _prepared(
+        routing, decision, check, request = _prepared(
             router, prompt, endpoints, precision, accept, metadata, request_id, asynchronous=False
         )
         options: dict[str, Any] = {
             "endpoints": endpoints,
-            "specs": _specs(specs),
+            "specs": _specs(specs, routing),
             "timeouts": timeouts,
             "verify_edge_zone": verify_edge_zone,
             "edge_pool": edge_pool,
@@ -115,12 +122,12 @@ async def aexecute_endpoints(
 ) -> Execution:
     """execute_endpoints() for asyncio: each call an async callable (an overrunning one is cancelled)."""
     with telemetry.request():
-        _, decision, check, request = _prepared(
+        routing, decision, check, request = _prepared(
             router, prompt, endpoints, precision, accept, metadata, request_id, asynchronous=True
         )
         options: dict[str, Any] = {
             "endpoints": endpoints,
-            "specs": _specs(specs),
+            "specs": _specs(specs, routing),
             "timeouts": timeouts,
             "verify_edge_zone": verify_edge_zone,
         }

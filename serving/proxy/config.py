@@ -222,6 +222,30 @@ class ProxyConfig:
         assert self.edge is not None and self.cloud is not None  # __post_init__ checked it
         return {"edge": self.edge, "cloud": self.cloud}
 
+    def bundle_mismatch(self, bundle_endpoints: tuple[str, ...] | None) -> str | None:
+        """Why these upstreams cannot serve a bundle's decisions, or None: an N-endpoint bundle
+        (`bundle_endpoints`, its names) needs an upstream for each of its endpoints and no other;
+        a two-endpoint bundle (None; the rule table too) needs "edge" and "cloud"."""
+        names = tuple(self.upstreams)
+        if bundle_endpoints is None:
+            if set(names) != {"edge", "cloud"}:
+                return (
+                    f"the bundle routes between edge and cloud, and the upstreams are {', '.join(names)}: "
+                    "give --edge-* and --cloud-*, or an --endpoints file naming edge and cloud"
+                )
+            return None
+        if set(names) != set(bundle_endpoints):
+            missing = [n for n in bundle_endpoints if n not in names]
+            extra = [n for n in names if n not in bundle_endpoints]
+            return (
+                f"the bundle routes among {', '.join(bundle_endpoints)}; the upstreams"
+                + (f" lack {', '.join(missing)}" if missing else "")
+                + (" and" if missing and extra else "")
+                + (f" add {', '.join(extra)}, which it never chooses" if extra else "")
+                + ": give --endpoints FILE with one upstream per endpoint of the bundle"
+            )
+        return None
+
     def chat_options(self) -> dict[str, Any]:
         """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= and specs= (URLs,
         timeouts and prices checked: ValueError)."""
@@ -297,7 +321,7 @@ def is_loopback(host: str) -> bool:
 
 
 SERVE_HELP = f"""\
-An OpenAI-compatible server in front of the two endpoints: POST /v1/chat/completions (JSON or
+An OpenAI-compatible server in front of the two endpoints (or N): POST /v1/chat/completions (JSON or
 stream), GET /v1/models, /health, /metrics (Prometheus). Point any OpenAI client at
 http://HOST:PORT/v1 with the model name "{SERVED_MODEL}"; a request may declare its precision in
 the body ("precision": "exact") or the x-router-precision header.
@@ -307,9 +331,13 @@ Keys are read from environment variables, never from the command line: --edge-ke
 token, every request but /health needs "Authorization: Bearer TOKEN". Beyond the loopback the
 proxy refuses to start without one (exit code 2).
 
+N endpoints: --endpoints FILE instead of the --edge-* and --cloud-* options (an endpoint spec whose
+every endpoint has an `upstream`; keys through each one's key_env); one upstream per endpoint of
+an N-endpoint bundle, tried in each request's cascade order.
+
 Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight requests finish, up to
 --shutdown-timeout-s); 1 when it cannot start (the address is taken; with --strict, the bundle
-cannot load); 2 for bad options."""
+cannot load; the upstreams are not the bundle's endpoints); 2 for bad options."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

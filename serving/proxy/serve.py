@@ -116,6 +116,12 @@ def serve(config: ProxyConfig) -> int:
     except (OSError, BundleError, PolicyFileError) as exc:
         log.error("cannot start: %s", exc)
         return 1
+    section = router.manifest.endpoints if router.manifest is not None else None
+    mismatch = config.bundle_mismatch(section.names if section is not None else None)
+    if mismatch is not None:
+        sock.close()
+        log.error("cannot start: %s", mismatch)
+        return 1
     chat = RoutedChat(router, **config.chat_options())
     watchers = [w for w in (watcher_for(router, config), policy_watcher_for(router, config)) if w is not None]
     app = build_app(chat, config, on_shutdown=[w.stop for w in watchers])
