@@ -11,6 +11,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 
 import httpx2
 import pytest
@@ -290,3 +293,31 @@ def test_the_endpoints_file_is_checked_like_any_option(tmp_path, upstreams):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(ConfigError, match=r"endpoints\[1\] \('onprem-8b'\).context_tokens must be > 0"):
         EndpointsConfig.load(str(tmp_path / "bad.json"), environ={"FRONTIER_KEY": "k"})
+
+
+def test_the_proxy_will_not_start_with_upstreams_the_bundle_does_not_route_to(tmp_path, upstreams):
+    """A two-endpoint bundle (here the rule table: no bundle) needs upstreams named edge and cloud:
+    three named endpoints stop the command with exit code 1 before it serves."""
+    path = endpoints_file(tmp_path, upstreams)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "serving",
+            "serve",
+            "--bundle",
+            str(tmp_path / "none"),
+            "--endpoints",
+            path,
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FRONTIER_KEY": FRONTIER_KEY},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "cannot start: the bundle routes between edge and cloud, and the upstreams are phone-3b" in done.stderr
+    assert FRONTIER_KEY not in done.stderr
+    assert all(stub.received == [] for stub in upstreams.values())
