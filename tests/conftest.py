@@ -191,16 +191,19 @@ def small_routellm(real_data_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def encoder_cache(tmp_path_factory) -> Path:
-    """One cache folder per test session, shared by its workers: the static tier's table is
-    distilled into it once (about a minute on 2 cores), before any test uses it, then reused;
-    trainings in several workers add to its embedding cache (SQLite) side by side."""
+    """One cache folder per test process. Its encoders/ folder is the session's, shared by its
+    workers: the static tier's table is distilled into it once (about a minute on 2 cores),
+    before any test uses it, then reused. The embedding cache (SQLite) and the empty MLflow
+    store beside it are each worker's own, so that no two workers write to one database."""
     from training.encoders import build_encoder
 
-    def distilled(cache: Path) -> Path:
-        build_encoder("static", cache / "encoders")
-        return cache
+    def distilled(encoders: Path) -> Path:
+        build_encoder("static", encoders)
+        return encoders
 
-    return once_per_session(tmp_path_factory, "cache", distilled)
+    cache = tmp_path_factory.mktemp("cache")
+    (cache / "encoders").symlink_to(once_per_session(tmp_path_factory, "encoders", distilled), target_is_directory=True)
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -244,7 +247,7 @@ def seed_store(tracking_uri: str, cache: Path) -> None:
         return
     empty = Path(cache) / "mlflow-empty.db"
     empty.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(empty.with_name("mlflow-empty.lock")):  # the cache may be the workers' encoder_cache
+    with exclusive(empty.with_name("mlflow-empty.lock")):  # processes that seed from one cache at once
         if not empty.exists():
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
