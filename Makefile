@@ -160,12 +160,21 @@ vectors: $(STAMP)
 $(JS_BUNDLE)/manifest.json: | $(STAMP)
 	$(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0
 
-# The JS SDK's tests (clients/js): trains JS_BUNDLE when it is missing, writes the vectors on it, installs clients/js
-# from its lock file, runs npm test (Node) and npm run test:browser (headless Chromium: CHROMIUM, else
-# /usr/bin/chromium; none fails the browser tests, `.ci/run` installs Debian's).
-test-js: $(STAMP) $(JS_BUNDLE)/manifest.json
+# The JS SDK's N-endpoint bundle (docs/js.md#n-endpoint-bundles): `make endpoints`' command on 3,000 simulated
+# four-endpoint rows, trained when it is missing; clients/js/scripts/endpoint_vectors.py writes the Python SDK's decisions on it.
+JS_ENDPOINT_BUNDLE  ?= artifacts/js/endpoint-bundle
+JS_ENDPOINT_VECTORS ?= artifacts/js/endpoint-vectors.json
+$(JS_ENDPOINT_BUNDLE)/manifest.json: | $(STAMP)
+	$(BIN)/python -m pipelines.endpoints --n 3000 --folds 3 --out artifacts/js/endpoint-report --bundle $(JS_ENDPOINT_BUNDLE)
+
+# The JS SDK's tests (clients/js): trains JS_BUNDLE and JS_ENDPOINT_BUNDLE when they are missing, writes the vectors on
+# them, installs clients/js from its lock file, runs npm test (Node) and npm run test:browser (headless Chromium:
+# CHROMIUM, else /usr/bin/chromium; none fails the browser tests, `.ci/run` installs Debian's).
+test-js: $(STAMP) $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDLE)/manifest.json
 	$(BIN)/python -m pipelines.vectors --bundle $(JS_BUNDLE) --out $(JS_VECTORS)
-	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) npm test
+	$(BIN)/python clients/js/scripts/endpoint_vectors.py --bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_ENDPOINT_VECTORS)
+	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
+		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) npm test
 	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) npm run test:browser
 
 # The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at

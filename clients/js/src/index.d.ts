@@ -41,6 +41,13 @@ export interface Decision {
   rule: string | null;
   /** the endpoints a policy forbids for this request (always empty here) */
   forbidden: string[];
+  /** each endpoint's calibrated P(good answer) by name: {edge, cloud} for a two-endpoint bundle with
+   * both heads, every endpoint's for an N-endpoint bundle; null otherwise (older bundles, the rule table) */
+  expected: Record<string, number> | null;
+  /** an N-endpoint bundle's endpoint to run first (null for two-endpoint bundles: `target` says it) */
+  endpoint: string | null;
+  /** an N-endpoint bundle's endpoints to try in order when an answer fails, `endpoint` first ([] otherwise) */
+  cascade: string[];
 }
 
 /** A public key to pin: a KeyObject, PEM text, a path to a PEM file (router.pub), PEM bytes or
@@ -64,7 +71,9 @@ export interface Manifest {
   modelVersion: string;
   featureSpec: { tier: string; maxTokens: number; maxChars: number; embeddingDim: number; addSpecialTokens: boolean;
     encoderRowWise: boolean; fused: boolean; precisions: readonly Precision[]; lexical: string };
-  score: { kind: "expected_gain" | "cloud_needed"; heads: string[]; outputs: string[] };
+  score: { kind: "expected_gain" | "cloud_needed" | "endpoints"; heads: string[]; outputs: string[] };
+  /** an N-endpoint bundle's endpoints (in its heads' order) and choice rule; null for two-endpoint bundles */
+  endpoints: { spec: Endpoints; names: string[]; outputTokens: number; rule: EndpointRule; parameter: number } | null;
   thresholds: Record<string, { lo: number; hi: number }>;
   limits: { edgeContextTokens: number };
   files: Record<string, string>;
@@ -92,6 +101,8 @@ export class Router {
   close(): Promise<void>;
   readonly degraded: boolean;
   readonly degradedReason: string | null;
+  /** an N-endpoint bundle's endpoints in its order; null for a two-endpoint bundle or the rule table */
+  readonly endpointNames: string[] | null;
   readonly modelVersion: string;
   readonly edgeContextTokens: number;
   readonly unfamiliarPolicy: UnfamiliarPolicy | null;
@@ -430,6 +441,15 @@ export class Endpoints implements Iterable<EndpointSpec> {
 /** Endpoints from a decoded spec ({"endpoints": [...]} or {"edge": {...}, "cloud": {...}}). */
 export function parseEndpoints(data: unknown, options?: { source?: string }): Endpoints;
 export function parseEndpoint(item: unknown, options: { where: string; name?: string | null }): EndpointSpec;
+
+/** A choice rule among N endpoints and the name of its one parameter. */
+export type EndpointRule = "cheapest_within" | "best_under_price" | "cascade";
+export const ENDPOINT_RULES: Readonly<Record<EndpointRule, "margin" | "price" | "start_margin">>;
+
+/** route() of an N-endpoint bundle: the prompt fits no endpoint's context. Nothing was called. */
+export class NoFeasibleEndpoint extends Error {
+  readonly rules: readonly string[];
+}
 
 /** No feasible endpoint (serving.endpoint_choice.NONE). */
 export const NONE: -1;

@@ -34,4 +34,5 @@ export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInt
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
 export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints } from "./endpoints.js";
+export { ENDPOINT_RULES, NoFeasibleEndpoint } from "./endpoint-routing.js";
 export { NONE, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation } from "./endpoint-choice.js";

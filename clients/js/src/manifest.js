@@ -7,6 +7,9 @@ import {
 } from "./contract.js";
 import { PyFloat } from "./canonical-json.js";
 import { STAT_NAMES } from "./text-stats.js";
+import { ENDPOINT_RULES } from "./endpoint-routing.js";
+import { EndpointSpecError, parseEndpoints } from "./endpoints.js";
+import { pyRepr } from "./pyrepr.js";
 
 /** A manifest value is missing, of the wrong type or out of range. */
 export class ManifestError extends Error {
@@ -19,6 +22,8 @@ const LEXICAL_MODES = ["none", "features", "blend"];
 const CALIBRATION_METHODS = ["sigmoid", "isotonic", "none"];
 const SCORE_KINDS = { expected_gain: { heads: ["edge", "cloud"], bounds: [-1, 1] },
   cloud_needed: { heads: ["cloud_needed"], bounds: [0, 1] } };
+const ENDPOINTS_KIND = "endpoints";  // N endpoints: heads are the endpoints section's names, no routing score
+const ENDPOINTS_KEYS = ["endpoints", "output_tokens", "choice", "head_mode", "validation"];
 const DESCRIPTIVE = ["encoder", "target", "label", "split", "metrics", "data", "training", "mlflow"];
 const FILE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const SHA256 = /^[0-9a-f]{64}$/;
@@ -99,8 +104,18 @@ function checkFeatureSpec(data) {
 function checkScore(data) {
   if (!has(data, "score")) return { kind: "cloud_needed", heads: ["cloud_needed"], outputs: ["probabilities"] };
   const score = data.score;
-  if (!isObject(score) || !has(SCORE_KINDS, score.kind)) {
-    throw fail("score.kind", `must be one of ${Object.keys(SCORE_KINDS).join(", ")}`, score);
+  if (!isObject(score) || !(has(SCORE_KINDS, score.kind) || score.kind === ENDPOINTS_KIND)) {
+    throw fail("score.kind", `must be one of ${[...Object.keys(SCORE_KINDS), ENDPOINTS_KIND].join(", ")}`, score);
+  }
+  if (score.kind === ENDPOINTS_KIND) {
+    const { heads, outputs } = score;
+    if (!Array.isArray(heads) || !heads.length || !heads.every((h) => typeof h === "string")) {
+      throw fail("score.heads", "must list the endpoints' names (an endpoints bundle)", heads);
+    }
+    if (!Array.isArray(outputs) || outputs.length !== 1 || typeof outputs[0] !== "string" || !outputs[0]) {
+      throw fail("score.outputs", "must name the one graph output of every endpoint's probability", outputs);
+    }
+    return { kind: ENDPOINTS_KIND, heads: [...heads], outputs: [...outputs] };
   }
   const expected = SCORE_KINDS[score.kind].heads;
   if (!Array.isArray(score.heads) || score.heads.join("\0") !== expected.join("\0")) {
@@ -166,6 +181,44 @@ function checkThresholds(data, tags, [lo, hi]) {
     bands[key] = band;
   }
   return bands;
+}
+
+/** An endpoints bundle's thresholds: none (its choice rule decides). */
+function noThresholds(data) {
+  if (data !== undefined && data !== null && !(isObject(data) && Object.keys(data).length === 0)) {
+    throw fail("thresholds", `must be empty for score.kind '${ENDPOINTS_KIND}' (its choice rule decides)`, data);
+  }
+  return Object.create(null);
+}
+
+/** The `endpoints` section (serving.manifest.check_endpoints): present exactly when the score's
+ * kind is `endpoints`, its endpoints valid (endpoints.js) and named as the score's heads, in
+ * their order; the choice rule one of ENDPOINT_RULES with its parameter. */
+function checkEndpoints(data, score) {
+  if (score.kind !== ENDPOINTS_KIND) {
+    if (data !== undefined && data !== null) throw fail("endpoints", `belongs to an endpoints bundle (score.kind '${ENDPOINTS_KIND}')`, score.kind);
+    return null;
+  }
+  if (!isObject(data)) throw fail("endpoints", `must be an object: score.kind '${ENDPOINTS_KIND}' needs the endpoints`, data);
+  const unknown = Object.keys(data).filter((k) => !ENDPOINTS_KEYS.includes(k)).sort();
+  if (unknown.length) throw fail("endpoints", `has unknown key(s) ${unknown.join(", ")}; allowed: ${ENDPOINTS_KEYS.join(", ")}`, unknown);
+  let spec;
+  try {
+    spec = parseEndpoints({ endpoints: has(data, "endpoints") ? data.endpoints : null }, { source: "manifest endpoints" });
+  } catch (error) {
+    if (error instanceof EndpointSpecError) throw new ManifestError(error.message);
+    throw error;
+  }
+  if (spec.names.join("\0") !== score.heads.join("\0")) {
+    throw fail("endpoints.endpoints", `must name the model's heads in their order ${pyRepr(score.heads)} (score.heads)`, spec.names);
+  }
+  const outputTokens = number(data, "output_tokens", "endpoints", { lo: 0, hi: 1e7 });
+  const choice = data.choice;
+  if (!isObject(choice) || !has(ENDPOINT_RULES, choice.rule)) {
+    throw fail("endpoints.choice.rule", `must be one of ${Object.keys(ENDPOINT_RULES).join(", ")}`, choice);
+  }
+  const parameter = number(choice, ENDPOINT_RULES[choice.rule], "endpoints.choice", { lo: 0, hi: 1e12 });
+  return Object.freeze({ spec, names: spec.names, outputTokens, rule: choice.rule, parameter });
 }
 
 function checkFiles(data) {
@@ -239,9 +292,11 @@ export function checkManifest(data) {
   }
   const files = has(data, "files") ? checkFiles(data.files) : {};
   const calibration = checkCalibrations(data, score);
-  const thresholds = checkThresholds(data.thresholds, spec.precisions, SCORE_KINDS[score.kind].bounds);
+  const thresholds = score.kind === ENDPOINTS_KIND ? noThresholds(data.thresholds)
+    : checkThresholds(data.thresholds, spec.precisions, SCORE_KINDS[score.kind].bounds);
+  const endpoints = checkEndpoints(data.endpoints, score);
   return Object.freeze({
-    modelVersion, featureSpec: spec, score, calibration, thresholds,
+    modelVersion, featureSpec: spec, score, calibration, thresholds, endpoints,
     limits: { edgeContextTokens: integer(limits, "edge_context_tokens", "limits",
       { lo: 1, hi: 10_000_000, fallback: DEFAULT_EDGE_CONTEXT_TOKENS }) },
     files, novelty: checkNovelty(data.novelty, data.files || {}), acceptance: checkAcceptance(data.acceptance, data.files || {}),

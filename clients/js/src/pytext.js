@@ -117,3 +117,19 @@ export function formatFixed(x, digits) {
   }
   return (negative ? "-" : "") + text;
 }
+
+/** f"{x:.{digits}g}" in Python: `digits` significant digits, fixed notation for exponents from -4
+ * to digits - 1 and scientific outside, trailing zeros dropped; halves to even in fixed notation
+ * (scientific notation rounds as toExponential does: they differ only on exact ties). */
+export function formatG(x, digits) {
+  if (Number.isNaN(x)) return "nan";
+  if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
+  const p = Math.max(digits, 1);
+  if (x === 0) return Object.is(x, -0) ? "-0" : "0";
+  const [mantissa, exp] = Math.abs(x).toExponential(p - 1).split("e");
+  const exponent = Number(exp);
+  const strip = (text) => (text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text);
+  if (exponent >= -4 && exponent < p) return strip(formatFixed(x, p - 1 - exponent));
+  const sign = x < 0 ? "-" : "";
+  return `${sign}${strip(mantissa)}e${exponent < 0 ? "-" : "+"}${String(Math.abs(exponent)).padStart(2, "0")}`;
+}

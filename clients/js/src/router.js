@@ -60,13 +60,17 @@ export class BaseRouter {
   get modelVersion() { return this.routing.modelVersion; }
   get edgeContextTokens() { return this.routing.edgeContextTokens; }
   get unfamiliarPolicy() { return this.routing.unfamiliarPolicy; }
+  /** An N-endpoint bundle's endpoints in its order (decisions then carry `endpoint` and
+   * `cascade`); null for a two-endpoint bundle or the rule table. */
+  get endpointNames() { return this.routing.endpointNames; }
   /** The validated manifest (null when degraded); `.raw` is the manifest as parsed. */
   get manifest() { return this.routing.manifest; }
   /** The bundle's learned acceptance check ({check(prompt, answer, {logprobMean, logprobMin})}),
    * or null when it has none (trained without edge answers, older, or degraded). */
   get acceptor() { return this.routing.acceptor; }
 
-  /** Where one prompt should run. Rejects only for argument errors (TypeError, RangeError). */
+  /** Where one prompt should run. Rejects only for argument errors (TypeError, RangeError) and,
+   * with an N-endpoint bundle, NoFeasibleEndpoint when the prompt fits no endpoint's context. */
   async route(prompt, { precision = null } = {}) {
     checkPrompt(prompt);
     return (await this.routing.decisions([prompt], [checkPrecision(precision)]))[0];

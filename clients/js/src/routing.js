@@ -3,6 +3,7 @@
 // Python SDK's strings, number formatting included (pytext.formatFixed).
 import { CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, firstTarget, zoneFor } from "./contract.js";
 import { makeDecision } from "./decision.js";
+import { EndpointChooser } from "./endpoint-routing.js";
 import { bandOf } from "./manifest.js";
 import { codePointLength, formatFixed, roundHalfEven } from "./pytext.js";
 import { RuleRouter } from "./rules.js";
@@ -26,6 +27,27 @@ export class Routing {
     this.rules = new RuleRouter(scorer ? scorer.extractor.tokenizer : null, { maxChars: this.maxChars });
     this.scoreName = manifest && manifest.score.kind === "expected_gain" ? "expected gain" : "score";
     this.unfamiliarPolicy = unfamiliarPolicy || (manifest && manifest.novelty ? manifest.novelty.policy : null);
+    // An N-endpoint bundle's choice among its endpoints (endpoint-routing.js); null for two sides.
+    this.chooser = manifest && manifest.endpoints && scorer ? new EndpointChooser(manifest.endpoints, this.modelVersion, this.maxChars) : null;
+  }
+
+  /** An N-endpoint bundle's endpoint names, in its order; null for two sides or the rule table. */
+  get endpointNames() {
+    return this.chooser ? [...this.chooser.names] : null;
+  }
+
+  /** An N-endpoint bundle's decisions; when scoring fails, degraded decisions by price.
+   * NoFeasibleEndpoint when a prompt fits no endpoint's context. */
+  async endpointDecisions(prompts, precisions) {
+    let scored;
+    try {
+      scored = await this.scorer.expected(prompts, precisions);
+    } catch (error) {  // the host app must never see a scoring failure
+      this.logger.warn(`scoring failed, endpoints by price: ${error}`);
+      const note = `degraded: scoring failed: ${error}`.slice(0, 300);
+      return this.chooser.degraded(prompts, precisions, prompts.map((p) => this.rules.countTokens(p)), note);
+    }
+    return this.chooser.decisions(prompts, precisions, scored.expected, scored.nTokens.map(roundHalfEven));
   }
 
   get degraded() {
@@ -52,6 +74,7 @@ export class Routing {
     if (this.scorer === null) {
       return prompts.map((p, i) => this.rules.decide(p, precisions[i], { degraded: true, note: `degraded: ${this.degradedReason}` }));
     }
+    if (this.chooser) return this.endpointDecisions(prompts, precisions);
     let scored;
     try {
       scored = await this.scorer.scoreBatch(prompts, precisions);
@@ -84,7 +107,8 @@ export class Routing {
     if (truncated) reason += `; features from the first ${this.maxChars} characters`;
     const [pEdge, pCloud] = heads.length === 2 ? heads : [null, null];
     return makeDecision(zone, { score, reason, degraded: false, model_version: this.modelVersion, precision,
-      n_tokens: nTokens, truncated, p_edge: pEdge, p_cloud: pCloud });
+      n_tokens: nTokens, truncated, p_edge: pEdge, p_cloud: pCloud,
+      expected: heads.length === 2 ? { [EDGE]: pEdge, [CLOUD]: pCloud } : null });
   }
 
   /** Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts over

@@ -31,6 +31,25 @@ export function calibrator(params) {
   };
 }
 
+/** Why an N-endpoint bundle's graph cannot serve its manifest (serving.scorer's
+ * _check_endpoint_graph), or null: every head's calibration inside the graph, and the output
+ * as wide as the endpoints list where the runtime tells the output's shape. */
+function endpointGraphProblem(manifest, modelSession) {
+  const { heads, outputs: [output] } = manifest.score;
+  for (const head of heads) {
+    const calibration = manifest.calibration[head];
+    if (!calibration.inModel && calibration.method !== "none") {
+      return `endpoint '${head}': calibration '${calibration.method}' outside the model; an N-endpoint bundle's graph outputs calibrated probabilities`;
+    }
+  }
+  const meta = (modelSession.outputMetadata ?? []).find?.((m) => m.name === output);
+  const width = meta && Array.isArray(meta.shape) && meta.shape.length ? meta.shape[meta.shape.length - 1] : undefined;
+  if (meta && width !== heads.length) {
+    return `the model's output '${output}' holds ${width} endpoints' probabilities; the manifest lists ${heads.length} (${heads.join(", ")})`;
+  }
+  return null;
+}
+
 export class Scorer {
   /** Use Scorer.create: building a session is asynchronous. */
   constructor(manifest, modelSession, extractor, Tensor) {
@@ -40,6 +59,7 @@ export class Scorer {
     this.extractor = extractor;
     this.spec = manifest.featureSpec;
     this.gain = manifest.score.kind === "expected_gain";
+    this.nEndpoints = manifest.endpoints ? manifest.endpoints.names.length : 0;  // an N-endpoint bundle's heads
     this.outputs = [...manifest.score.outputs];
     this.calibrators = manifest.score.heads.map((h) => calibrator(manifest.calibration[h]));
     this.noveltyOutput = manifest.novelty ? manifest.novelty.output : null;
@@ -73,6 +93,11 @@ export class Scorer {
       await modelSession.release();
       throw new BundleError(`the manifest names model output(s) ${JSON.stringify(missing)} that model.onnx does not have`);
     }
+    const wrong = manifest.endpoints ? endpointGraphProblem(manifest, modelSession) : null;
+    if (wrong) {
+      await modelSession.release();
+      throw new BundleError(wrong);
+    }
     return scorer;
   }
 
@@ -98,6 +123,27 @@ export class Scorer {
     const edge = column1(this.outputs[0]).map(this.calibrators[0]);
     const cloud = column1(this.outputs[1]).map(this.calibrators[1]);
     return { scores: cloud.map((c, r) => c - edge[r]), nTokens, heads: edge.map((e, r) => [e, cloud[r]]), novelty };
+  }
+
+  /**
+   * An N-endpoint bundle's calibrated P(good answer) of each prompt and endpoint (the manifest's
+   * endpoints order) and the token counts, in one onnxruntime call.
+   * @returns {Promise<{expected: number[][], nTokens: number[]}>}
+   */
+  async expected(prompts, precisions) {
+    const { ids, mask, width, scalars, nTokens } = this.extractor.prepare(prompts, precisions);
+    const rows = prompts.length, n = this.nEndpoints;
+    const results = await this.session.run({
+      input_ids: new this.Tensor("int64", ids, [rows, width]),
+      attention_mask: new this.Tensor("int64", mask, [rows, width]),
+      scalars: new this.Tensor("float32", scalars, [rows, this.extractor.nScalars]),
+    }, [this.outputs[0]]);
+    const output = results[this.outputs[0]];
+    if (output.dims.length !== 2 || output.dims[0] !== rows || output.dims[1] !== n) {
+      throw new Error(`the model's output ${this.outputs[0]} has shape [${output.dims}], expected [${rows}, ${n}]`);
+    }
+    const data = output.data;
+    return { expected: Array.from({ length: rows }, (_, r) => Array.from({ length: n }, (_, k) => Number(data[r * n + k]))), nTokens };
   }
 
   /** The router's feature rows of texts (no precision declared), as the fused model computes

@@ -8,7 +8,8 @@ export type { ChatCompletion, ChatCompletionChunk, ChatMessage, Completion, Crea
 export { ChatStream, Endpoint, LocalModel, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError, UpstreamMalformed,
   UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./index.js";
 export { BundleError, SigningError, CloudCallError, EdgeTimeoutError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
-  UNFAMILIAR_POLICIES } from "./index.js";
+  UNFAMILIAR_POLICIES, ENDPOINT_RULES, NoFeasibleEndpoint } from "./index.js";
+export type { EndpointRule } from "./index.js";
 
 export interface WebLoadOptions extends Omit<LoadOptions, "publicKey"> {
   /** PEM text (SubjectPublicKeyInfo), the 32 raw bytes, or a WebCrypto CryptoKey */
@@ -27,6 +28,7 @@ export class Router {
   close(): Promise<void>;
   readonly degraded: boolean;
   readonly degradedReason: string | null;
+  readonly endpointNames: string[] | null;
   readonly modelVersion: string;
   readonly edgeContextTokens: number;
   readonly unfamiliarPolicy: UnfamiliarPolicy | null;

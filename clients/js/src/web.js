@@ -21,3 +21,4 @@ export { CloudCallError, EdgeTimeoutError } from "./execute.js";
 export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
+export { ENDPOINT_RULES, NoFeasibleEndpoint } from "./endpoint-routing.js";

@@ -54,3 +54,21 @@ export function pythonOutput(script, args = []) {
   return execFileSync(PYTHON, [path.join(REPO, script), ...args], { cwd: REPO, encoding: "utf8", maxBuffer: 256 << 20,
     env: { ...process.env, HF_HUB_OFFLINE: "1" } });
 }
+
+// An N-endpoint bundle (`make endpoints ARGS="--bundle DIR"`) and the Python SDK's decisions on it
+// (scripts/endpoint_vectors.py): ROUTER_ENDPOINT_BUNDLE and ROUTER_ENDPOINT_VECTORS, else what
+// `make test-js` writes.
+export const ENDPOINT_BUNDLE = process.env.ROUTER_ENDPOINT_BUNDLE || path.join(REPO, "artifacts/js/endpoint-bundle");
+export const ENDPOINT_VECTORS = process.env.ROUTER_ENDPOINT_VECTORS || path.join(REPO, "artifacts/js/endpoint-vectors.json");
+
+let endpointCached;
+/** The N-endpoint vectors document, read once per test file; missing files fail with the command. */
+export function endpointVectors() {
+  if (!fs.existsSync(ENDPOINT_VECTORS) || !fs.existsSync(path.join(ENDPOINT_BUNDLE, "manifest.json"))) {
+    throw new Error(`no N-endpoint vectors at ${ENDPOINT_VECTORS} or no bundle at ${ENDPOINT_BUNDLE}: run \`make test-js\` from ` +
+      "the repository root (or set ROUTER_ENDPOINT_BUNDLE and ROUTER_ENDPOINT_VECTORS; clients/js/scripts/endpoint_vectors.py " +
+      "writes the vectors)");
+  }
+  endpointCached ??= JSON.parse(fs.readFileSync(ENDPOINT_VECTORS, "utf8"));
+  return endpointCached;
+}

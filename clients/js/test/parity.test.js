@@ -25,6 +25,15 @@ function compare(js, py, where) {
     if (py[field] === null) assert.equal(js[field], null, `${where}: ${field}`);
     else assert.ok(Math.abs(js[field] - py[field]) <= tolerance, `${where}: ${field} ${js[field]} vs Python ${py[field]}`);
   }
+  // expected ({edge, cloud} of a two-endpoint bundle), endpoint and cascade (N-endpoint bundles only)
+  assert.deepEqual([js.endpoint, js.cascade], [py.endpoint, py.cascade], `${where}: endpoint, cascade`);
+  if (py.expected === null) assert.equal(js.expected, null, `${where}: expected`);
+  else {
+    assert.deepEqual(Object.keys(js.expected), Object.keys(py.expected), `${where}: expected's endpoints`);
+    for (const [name, p] of Object.entries(py.expected)) {
+      assert.ok(Math.abs(js.expected[name] - p) <= SCORE_TOLERANCE, `${where}: expected.${name} ${js.expected[name]} vs Python ${p}`);
+    }
+  }
   return { score: Math.abs(js.score - py.score), novelty: py.novelty === null ? 0 : Math.abs(js.novelty - py.novelty) };
 }
 

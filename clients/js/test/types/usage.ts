@@ -1,5 +1,5 @@
 // Compiled by `npm run typecheck` only: the declarations describe how the package is used.
-import { EndpointSpecError, NONE, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation, parseEndpoints,
+import { ENDPOINT_RULES, EndpointSpecError, NONE, NoFeasibleEndpoint, type EndpointRule, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation, parseEndpoints,
   type EndpointSpec, type Endpoints } from "../../src/index.js";
 import { BundleError, CloudCallError, Endpoint, LocalModel, RoutedChat, Router, RuleRouter, StreamInterrupted, UpstreamHTTPError,
   type ChatCompletionChunk, type Completion, type Decision, type RoutingInfo } from "../../src/index.js";
@@ -67,3 +67,17 @@ function endpointsUsage(): void {
   try { parseEndpoints([]); } catch (error) { if (error instanceof EndpointSpecError) console.log(error.message); }
 }
 void endpointsUsage;
+
+async function endpointDecisions(router: Router): Promise<void> {
+  try {
+    const decision: Decision = await router.route("Solve 3x = 9");
+    const first: string | null = decision.endpoint;
+    const steps: string[] = decision.cascade;
+    const p: number | undefined = decision.expected?.[first ?? "edge"];
+    const rule: EndpointRule | undefined = router.manifest?.endpoints?.rule;
+    console.log(first, steps, p, rule, router.endpointNames?.join(", "), ENDPOINT_RULES.cascade);
+  } catch (error) {
+    if (error instanceof NoFeasibleEndpoint) console.log(error.message, error.rules.length);
+  }
+}
+void endpointDecisions;
