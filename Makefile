@@ -175,7 +175,8 @@ test-js: $(STAMP) $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDLE)/manifest.json
 	$(BIN)/python clients/js/scripts/endpoint_vectors.py --bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_ENDPOINT_VECTORS)
 	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
 		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) npm test
-	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) npm run test:browser
+	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
+		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) npm run test:browser
 
 # The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at
 # pipelines/bench.py's ~16- and ~128-token prompts next to the Python SDK's on the same prompts in the same run, load

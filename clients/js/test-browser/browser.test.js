@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { test } from "node:test";
 import { PACKAGE, fileUnder, serveStatic } from "../demo/serve.mjs";
-import { BUNDLE, VECTORS, vectors } from "../test/fixtures.js";
+import { BUNDLE, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, VECTORS, endpointVectors, vectors } from "../test/fixtures.js";
 import { launchChromium } from "./chromium.js";
 
 /** The file a URL path names: the package (/pkg/), the bundle (/bundle/), the bundle with its
@@ -15,6 +15,8 @@ function fileFor(urlPath) {
   const [, root, ...rest] = urlPath.split("/");
   const name = rest.join("/");
   if (root === "vectors.json") return VECTORS;
+  if (root === "endpoint-vectors.json") return ENDPOINT_VECTORS;
+  if (root === "endpoints" && /^[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(ENDPOINT_BUNDLE, rest[1]);
   if (root === "page.html") return path.join(PACKAGE, "test-browser/page.html");
   if (root === "pkg") return fileUnder(PACKAGE, name);
   if ((root === "bundle" || root === "signed") && /^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(BUNDLE, name);
@@ -31,6 +33,14 @@ function serve(onResult) {
         request.on("end", () => { response.end("ok"); onResult(JSON.parse(body)); });
         return true;
       }
+      // /endpoints/<i>/: the N-endpoint bundle under its choice rule variant i (unsigned but the bundle's own)
+      const variant = /^\/endpoints\/([0-9]+)\/(manifest\.json|manifest\.sig)$/.exec(url.pathname);
+      const text = variant ? endpointVectors().variants[Number(variant[1])]?.manifest_text : null;
+      if (variant && text !== null) {
+        if (variant[2] === "manifest.sig") response.writeHead(404);
+        response.end(variant[2] === "manifest.json" ? text : "");
+        return true;
+      }
       if (url.pathname === "/signed/manifest.sig") {
         response.end(Buffer.from(vectors().signature.signature_hex, "hex"));
         return true;
@@ -42,6 +52,7 @@ function serve(onResult) {
 
 test("the web build gives Python's decisions in headless Chromium", { timeout: 15 * 60_000 }, async () => {
   vectors();  // fails early, saying how to make them, when they are missing
+  endpointVectors();
   let resolveResult;
   const result = new Promise((resolve) => { resolveResult = resolve; });
   const browser = await launchChromium();  // first: without a Chromium, nothing is left open
@@ -69,6 +80,13 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
     assert.equal(summary.signedLoads, true, "a bundle signed by training.keys loads under its key (WebCrypto Ed25519)");
     assert.equal(summary.unsignedRefused, true, "an unsigned bundle under a pinned key is degraded");
     assert.equal(summary.missingDegraded, true, "a missing bundle routes on the rule table");
+    const { endpoints } = summary;
+    console.log(`browser: N endpoints: ${endpoints.decisions} decisions over ${endpoints.rules} rules, ${endpoints.infeasible} ` +
+      `NoFeasibleEndpoint; max |expected - python| ${endpoints.worst}`);
+    assert.deepEqual(endpoints.mismatches, []);
+    assert.equal(endpoints.decisions + endpoints.infeasible, endpointVectors().decisions.length);
+    assert.equal(endpoints.infeasible, endpointVectors().decisions.filter((d) => d.error).length);
+    assert.ok(endpoints.worst <= 1e-5);
   } finally {
     await browser.close();
     server.close();

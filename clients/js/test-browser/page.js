@@ -2,18 +2,28 @@
 // to /result, which browser.test.js checks. The bundle is served at /bundle/, the same bundle
 // with training.keys' signature at /signed/.
 import * as ort from "onnxruntime-web";
-import { Router, RuleRouter } from "/pkg/src/web.js";
+import { NoFeasibleEndpoint, Router, RuleRouter } from "/pkg/src/web.js";
 
 ort.env.wasm.wasmPaths = "/pkg/node_modules/onnxruntime-web/dist/";
 ort.env.wasm.numThreads = 1;
 
-const FIELDS = ["zone", "target", "reason", "n_tokens", "truncated", "unfamiliar", "degraded", "model_version", "precision"];
+const FIELDS = ["zone", "target", "reason", "n_tokens", "truncated", "unfamiliar", "degraded", "model_version", "precision", "endpoint"];
 const TOLERANCES = { score: 1e-5, p_edge: 1e-5, p_cloud: 1e-5, novelty: 1e-6 };
 
-/** Mismatches of one decision against Python's (field names), and its numeric differences. */
+/** Mismatches of one decision against Python's (field names), and its numeric differences
+ * (`expected`: the largest over its endpoints). */
 function compare(js, py) {
   const wrong = FIELDS.filter((f) => js[f] !== py[f]);
-  const diffs = {};
+  if (JSON.stringify(js.cascade) !== JSON.stringify(py.cascade)) wrong.push("cascade");
+  const diffs = { expected: 0 };
+  if (py.expected === null || js.expected === null) {
+    if (js.expected !== py.expected) wrong.push("expected");
+  } else {
+    const names = Object.keys(py.expected);
+    if (JSON.stringify(Object.keys(js.expected)) !== JSON.stringify(names)) wrong.push("expected");
+    for (const n of names) diffs.expected = Math.max(diffs.expected, Math.abs(js.expected[n] - py.expected[n]));
+    if (!(diffs.expected <= 1e-5)) wrong.push("expected");
+  }
   for (const [field, tolerance] of Object.entries(TOLERANCES)) {
     if (py[field] === null) { if (js[field] !== null) wrong.push(field); continue; }
     diffs[field] = Math.abs(js[field] - py[field]);
@@ -64,7 +74,32 @@ async function run() {
   summary.unsignedRefused = unsigned.degraded && /unsigned/.test(unsigned.degradedReason);
   const missing = await Router.load(`${location.origin}/nothing-here/`, { logger: quiet });
   summary.missingDegraded = missing.degraded && (await missing.route("What is a loan?")).degraded;
+  summary.endpoints = await endpointParity();
   return summary;
+}
+
+/** The N-endpoint bundle under each choice rule (/endpoints/<i>/) against Python's decisions. */
+async function endpointParity() {
+  const vectors = await (await fetch("/endpoint-vectors.json")).json();
+  const out = { decisions: 0, infeasible: 0, rules: vectors.variants.length, worst: 0, mismatches: [] };
+  const routers = [];
+  for (let i = 0; i < vectors.variants.length; i++) routers.push(await Router.load(`${location.origin}/endpoints/${i}/`, { strict: true }));
+  for (const row of vectors.decisions) {
+    const where = { rule: vectors.variants[row.variant].rule, id: vectors.cases[row.case].id, precision: row.precision };
+    let js;
+    try {
+      js = await routers[row.variant].route(vectors.cases[row.case].prompt, { precision: row.precision });
+    } catch (error) {
+      if (row.error && error instanceof NoFeasibleEndpoint && error.message === row.message) out.infeasible++;
+      else if (out.mismatches.length < 20) out.mismatches.push({ ...where, error: String(error) });
+      continue;
+    }
+    const result = row.error ? { wrong: ["no NoFeasibleEndpoint"], diffs: {} } : compare(js, row.decision);
+    if (result.wrong.length && out.mismatches.length < 20) out.mismatches.push({ ...where, fields: result.wrong });
+    out.worst = Math.max(out.worst, result.diffs.expected ?? 0, result.diffs.score ?? 0);
+    out.decisions++;
+  }
+  return out;
 }
 
 run().then((summary) => fetch("/result", { method: "POST", body: JSON.stringify(summary) }),
