@@ -88,12 +88,10 @@ class EndpointsFailed(CloudCallError):
 def cascade_of(decision: Decision) -> tuple[tuple[str, ...], bool]:
     """(the endpoint names to try in order, whether an explicit cascade: its every answer but the
     last is checked). A decision without a cascade runs its zone's order (module doc)."""
-    cascade: tuple[str, ...] = getattr(decision, "cascade", ()) or ()
-    if cascade:
-        return tuple(cascade), True
-    chosen = getattr(decision, "endpoint", None)
-    if chosen:
-        return (chosen,), True
+    if decision.cascade:
+        return decision.cascade, True
+    if decision.endpoint:
+        return (decision.endpoint,), True
     return ((CLOUD,) if decision.zone == CLOUD else (EDGE, CLOUD)), False
 
 

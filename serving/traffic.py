@@ -97,7 +97,7 @@ class Traffic:
             self.explore_rate > 0
             and decision.n_tokens <= edge_context_tokens
             and not decision.forbidden
-            and not getattr(decision, "cascade", ())
+            and not decision.cascade
         )
         if not possible:
             return decision, False, 1.0

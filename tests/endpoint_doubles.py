@@ -33,18 +33,9 @@ SPECS = parse_endpoints(
 ORDER = ("phone-3b", "onprem-8b", "frontier")
 
 
-class CascadeDecision(Decision):
-    """A Decision that can carry `cascade` whether or not Decision declares the field yet (a
-    subclass of a slotted dataclass without slots of its own takes any attribute)."""
-
-
 def with_cascade(decision: Decision, cascade=ORDER, **changes) -> Decision:
     """`decision` with `cascade` (and any other field changed), as an N-endpoint bundle decides."""
-    fields = {f.name: getattr(decision, f.name) for f in dataclasses.fields(Decision)}
-    fields.update({k: v for k, v in changes.items() if k in fields})
-    made = CascadeDecision(**fields)
-    made.cascade = tuple(cascade)
-    return made
+    return dataclasses.replace(decision, cascade=tuple(cascade), **changes)
 
 
 def decision(cascade=ORDER, *, n_tokens: int = 10, forbidden=(), zone: str = "edge_with_cloud_fallback", rule=None):
