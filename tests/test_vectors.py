@@ -166,8 +166,8 @@ def dry_make(*args: str) -> str:
 
 def test_make_vectors_and_test_js_run_these_commands(tmp_path):
     """The Makefile targets (dry run): vectors writes OUT from BUNDLE; test-js trains only a
-    missing bundle, writes the vectors, installs clients/js from its lock file, runs npm test
-    and the browser tests."""
+    missing bundle (and a missing N-endpoint bundle), writes the vectors on both, installs
+    clients/js from its lock file, runs npm test and the browser tests."""
     dry = dry_make("vectors", "BUNDLE=some/bundle", "OUT=some/vectors.json")
     assert "-m pipelines.vectors --bundle some/bundle --out some/vectors.json" in dry
     dry = dry_make("test-js", "JS_BUNDLE=b", "JS_VECTORS=v.json")
@@ -177,4 +177,11 @@ def test_make_vectors_and_test_js_run_these_commands(tmp_path):
     (tmp_path / "manifest.json").write_text("{}")
     present = dry_make("test-js", f"JS_BUNDLE={tmp_path}", "JS_VECTORS=v.json")
     assert "pipelines.train" not in present and f"-m pipelines.vectors --bundle {tmp_path}" in present
+    # the N-endpoint bundle (docs/js.md#n-endpoint-bundles): trained by make endpoints' command when missing
+    dry = dry_make("test-js", "JS_ENDPOINT_BUNDLE=e", "JS_ENDPOINT_VECTORS=ev.json")
+    assert "-m pipelines.endpoints --n 3000 --folds 3 --out artifacts/js/endpoint-report --bundle e" in dry
+    assert "clients/js/scripts/endpoint_vectors.py --bundle e --out ev.json" in dry
+    assert dry.count("ROUTER_ENDPOINT_VECTORS=") == 2  # npm test and the browser tests
+    present = dry_make("test-js", f"JS_ENDPOINT_BUNDLE={tmp_path}")
+    assert "pipelines.endpoints" not in present
     assert (ROOT / "clients/js/package-lock.json").is_file()  # what npm ci installs from
