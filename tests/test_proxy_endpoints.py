@@ -19,6 +19,7 @@ import httpx2
 import pytest
 
 from serving.chat import Endpoint, RoutedChat
+from serving.dashboard.summary import from_record
 from serving.outcome_log import OutcomeLog, read_log_lines
 from serving.policy import FallbackForbidden
 from serving.proxy.app import build_app
@@ -108,15 +109,18 @@ def test_an_http_error_and_a_timeout_move_up_the_cascade_in_order(router, upstre
         ("frontier", "served", None),
     ]
     assert record["expected_cost"] == pytest.approx(completion.routing.expected_cost) and record["expected_cost"] > 0
+    assert from_record(record).fallback == "timeout"  # the dashboard's reading of the record
 
 
-def test_the_context_limit_skips_an_endpoint_without_calling_it(router, upstreams):
+def test_the_context_limit_skips_an_endpoint_without_calling_it(router, upstreams, tmp_path):
     router.changes = {"n_tokens": 100}  # phone-3b takes 64
     with RoutedChat(router, endpoints=chat_endpoints(upstreams), specs=SPECS) as chat:
         completion = chat.create(ASK)
     assert labels(completion.routing) == "phone-3b=context,onprem-8b=served"
     assert received(upstreams) == {"phone-3b": 0, "onprem-8b": 1, "frontier": 0}
     assert completion.routing.fallback_kind == "context_limit"
+    (record,) = logged(router, tmp_path / "logs")
+    assert from_record(record).fallback == "context_limit" and from_record(record).served_by == "onprem-8b"
 
 
 def test_a_rejected_answer_moves_up_and_async_requests_follow_the_same_cascade(router, upstreams):
@@ -147,6 +151,7 @@ def test_a_request_kept_on_the_device_never_reaches_the_cloud_endpoint(router, u
     records = logged(router, tmp_path / "logs")
     assert [t["outcome"] for t in records[0]["tried"]] == ["error", "error", "forbidden"]
     assert records[0]["served_by"] is None and records[0]["error"].startswith("FallbackForbidden")
+    assert from_record(records[0]).fallback is None and from_record(records[0]).served_by is None
 
 
 def test_a_stream_falls_back_before_its_first_byte_only(router, upstreams):

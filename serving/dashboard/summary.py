@@ -117,6 +117,26 @@ def fallback_kind(calls: tuple[Call, ...], reason: str | None) -> str | None:
     return f"edge error ({cause})" if cause else "edge error"
 
 
+# An N-endpoint record's reason for leaving an endpoint (its `tried`, serving.execute_endpoints)
+# as the short reason of fallback_kind.
+TRIED_KINDS = {"context": "context_limit", "busy": "edge_busy", "timeout": "timeout", "forbidden": "forbidden"}
+
+
+def tried_fallback_kind(tried: object) -> str | None:
+    """The short reason the endpoint before the serving one was left, from an N-endpoint record's
+    `tried` list: as fallback_kind names them, `rejected` / `accept_error`, or `error (Class)`;
+    None when the first endpoint served (or the list is not one)."""
+    if not isinstance(tried, list) or len(tried) < 2 or not all(isinstance(t, dict) for t in tried):
+        return None
+    left = tried[-2]
+    outcome, error = left.get("outcome"), left.get("error")
+    if outcome == "rejected":
+        return "accept_error" if error else "rejected"
+    if outcome in TRIED_KINDS:
+        return TRIED_KINDS[str(outcome)]
+    return f"error ({error})" if isinstance(error, str) and error else "error"
+
+
 def from_record(record: Mapping[str, object]) -> RequestSummary:
     """The summary of one outcome-log `request` record (serving.traffic writes them);
     RecordShapeError naming the field when the record does not have the shape the SDK writes."""
@@ -140,7 +160,11 @@ def from_record(record: Mapping[str, object]) -> RequestSummary:
         zone=_code(record, "zone"),
         target=_code(record, "target"),
         served_by=_code(record, "served_by"),
-        fallback=fallback_kind(calls, _code(record, "fallback_reason")),
+        fallback=(
+            (tried_fallback_kind(record["tried"]) if record.get("served_by") is not None else None)
+            if "tried" in record
+            else fallback_kind(calls, _code(record, "fallback_reason"))
+        ),
         calls=calls,
         unfamiliar=None if novelty is None else novelty > UNFAMILIAR_NOVELTY,
         request_id=_code(record, "request_id"),
