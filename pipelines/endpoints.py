@@ -167,7 +167,7 @@ def main(
             folds=folds,
             config=EndpointTraining(cache_dir=str(cache_dir)),
             signing_key=signing_key,
-            extra={"head_modes": {"chosen_by": result["head_modes"]["chosen_by"], "folds": folds}},
+            chosen_by={"chosen_by": result["head_modes"]["chosen_by"], "folds": folds},
         )
         section = made.manifest.endpoints
         assert section is not None

@@ -382,3 +382,25 @@ def test_two_endpoint_bundles_decide_exactly_as_before(bundle, trained_small, tm
         assert new["expected"] == {"edge": new["p_edge"], "cloud": new["p_cloud"]}
         assert new["endpoint"] is None and new["cascade"] == []
         assert {k: v for k, v in new.items() if k not in NEW_FIELDS} == old_decision
+
+
+def test_make_endpoints_writes_a_bundle_of_the_head_mode_its_folds_chose(tmp_path, encoder_cache):
+    from pipelines.endpoints import main
+
+    main(
+        n=1500,
+        folds=3,
+        out=tmp_path / "report",
+        cache_dir=encoder_cache,
+        bundle=tmp_path / "bundle",
+        rule="best_under_price",
+        budget_share=0.5,
+    )
+    metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
+    router = Router.load(tmp_path / "bundle", strict=True)
+    section = router.manifest.endpoints
+    assert section.names == NAMES and section.rule == "best_under_price" and section.parameter > 0
+    assert section.extra["head_mode"]["mode"] == metrics["chosen_mode"]
+    budget = section.extra["choice"]["budget"]
+    assert section.extra["validation"]["expected_cost"] <= budget + 1e-12  # the price keeps it on validation rows
+    assert router.route("What is 2 + 2?").endpoint in NAMES

@@ -95,9 +95,10 @@ def _choices(rule: str, parameter: float, expected, cost, feasible) -> np.ndarra
     return np.array([order[0] if order else NONE for order in cascade(expected, cost, parameter, feasible)])
 
 
-def _figures(names, rule: str, parameter: float, expected, cost, feasible, quality) -> dict:
+def _figures(names, rule: str, parameter: float, expected, cost, feasible, quality, logged_cost) -> dict:
     """The rule's choices on some rows: endpoint shares, mean expected quality and cost, and where
-    every outcome is logged the realized quality and cost against each endpoint alone."""
+    every outcome is logged the realized quality and cost (`logged_cost`: the logged price, else
+    the expected one) against each endpoint alone."""
     from evaluation.endpoints import realized, shares
 
     choice = _choices(rule, parameter, expected, cost, feasible)
@@ -109,11 +110,11 @@ def _figures(names, rule: str, parameter: float, expected, cost, feasible, quali
     }
     complete = np.isfinite(quality).all(axis=1)
     if complete.any():
-        q, c = realized(choice[complete], quality[complete], cost[complete])
+        q, c = realized(choice[complete], quality[complete], logged_cost[complete])
         out["complete_rows"] = int(complete.sum())
         out["quality"], out["cost"] = q, c
         out["single"] = {
-            n: {"quality": float(quality[complete, k].mean()), "cost": float(cost[complete, k].mean())}
+            n: {"quality": float(quality[complete, k].mean()), "cost": float(logged_cost[complete, k].mean())}
             for k, n in enumerate(names)
         }
     return out
@@ -155,11 +156,11 @@ def train_endpoint_bundle(
     folds: int = 5,
     config: EndpointTraining | None = None,
     signing_key: Path | None = None,
-    extra: dict | None = None,
+    chosen_by: dict | None = None,
 ) -> EndpointBundle:
     """Fit every endpoint's model (`mode`), set the rule's parameter on validation rows, export the
-    one graph and write the bundle at `bundle` (module doc). `extra`: more for the manifest's
-    `endpoints` section (e.g. the head comparison that chose `mode`)."""
+    one graph and write the bundle at `bundle` (module doc). `chosen_by`: how `mode` was chosen
+    (the head comparison), kept beside it in the manifest's `endpoints.head_mode`."""
     from serving.endpoint_choice import call_costs
     from training.endpoints import featurized, fit_outcome_models, fold_masks
     from training.engines.base import _public_key
@@ -194,15 +195,15 @@ def train_endpoint_bundle(
         cost, feasible = call_costs(list(endpoints), input_tokens(xs), output_tokens)
         if split == "val":
             parameter, setting = choice_parameter(rule, expected, cost, feasible, part.quality, choosers=choosers)
-        figures[split] = _figures(rows.names, rule, parameter, expected, cost, feasible, part.quality)
+        logged = np.where(np.isfinite(part.cost), part.cost, cost)
+        figures[split] = _figures(rows.names, rule, parameter, expected, cost, feasible, part.quality, logged)
     section = EndpointsSection(
         endpoints,
         float(output_tokens),
         rule,
         float(parameter),
         {
-            **(extra or {}),
-            "head_mode": mode,
+            "head_mode": {"mode": mode, **(chosen_by or {})},
             "choice": {"set_on": "validation rows", **setting},
             "validation": figures["val"],
         },
