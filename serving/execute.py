@@ -18,6 +18,9 @@ too. A cloud failure is raised as CloudCallError with the edge error and the tra
 A decision whose policy forbids the cloud (Decision.forbidden, serving.policy.rules) never
 calls it: where the cloud would serve, FallbackForbidden is raised instead, naming the rule.
 
+N endpoints: given `endpoints=` (name -> call) instead of `edge` and `cloud`, both functions try
+the decision's cascade in order instead (serving.execute_endpoints; docs/endpoints.md#running-n-endpoints).
+
 Edge workers. With `edge_timeout_s` set, the edge call runs on an EdgePool: a fixed set
 of daemon threads (4 by default, started on first use) shared by every execute() call in
 the process, or pass `edge_pool=EdgePool(n)`, e.g. one per edge device, so that one
