@@ -18,6 +18,7 @@ import sys
 import httpx2
 import pytest
 
+from data.sdk_logs import iter_outcome_log
 from serving.chat import Endpoint, RoutedChat
 from serving.dashboard.summary import from_record
 from serving.outcome_log import OutcomeLog, read_log_lines
@@ -110,6 +111,9 @@ def test_an_http_error_and_a_timeout_move_up_the_cascade_in_order(router, upstre
     ]
     assert record["expected_cost"] == pytest.approx(completion.routing.expected_cost) and record["expected_cost"] > 0
     assert from_record(record).fallback == "timeout"  # the dashboard's reading of the record
+    rejects: list = []
+    (row,) = iter_outcome_log(tmp_path / "logs", rejects)  # training's reader takes N-endpoint records too
+    assert rejects == [] and row.row["prompt"] == "What is 2+2?"
 
 
 def test_the_context_limit_skips_an_endpoint_without_calling_it(router, upstreams, tmp_path):
