@@ -267,6 +267,14 @@ class Router:
         return DriftReference.from_bytes(raw)
 
     @property
+    def policy_endpoints(self) -> tuple[str, ...]:
+        """The endpoint names a policy for this router names: an N-endpoint bundle's, else edge and
+        cloud (serving.policy.ENDPOINTS)."""
+        from serving.policy.rules import ENDPOINTS
+
+        return self._routing.endpoint_names or ENDPOINTS
+
+    @property
     def policy(self) -> PolicySet | None:
         """The policy applied to every decision, or None."""
         return self._policy

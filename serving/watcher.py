@@ -204,19 +204,13 @@ class PolicyWatcher(_Poller):
         try:
             if len(raw) > self._max_bytes:
                 raise PolicyFileError(f"policy file {self.path}: over {self._max_bytes:,} bytes")
-            policy = PolicySet.parse(raw, source=str(self.path), endpoints=self._endpoints())
+            policy = PolicySet.parse(raw, source=str(self.path), endpoints=self.router.policy_endpoints)
+            self.router.policy = policy  # PolicyFileError when it names other endpoints than the bundle's
         except PolicyFileError as exc:
             return self._kept(str(exc), digest)
-        self.router.policy = policy
         log.info("policy reloaded from %s: version %s, %d rules", self.path, policy.version, len(policy.rules))
         self.last_reload = PolicyReload(True, f"now version {policy.version} from {self.path}", policy.version)
         return self.last_reload
-
-    def _endpoints(self) -> tuple[str, ...]:
-        from serving.policy.rules import ENDPOINTS
-
-        current = self.router.policy
-        return current.endpoints if current is not None else ENDPOINTS
 
     def _kept(self, why: str, digest: str | None) -> PolicyReload | None:
         """The current policy stays; said once per state of the file."""

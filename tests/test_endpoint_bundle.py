@@ -404,3 +404,18 @@ def test_make_endpoints_writes_a_bundle_of_the_head_mode_its_folds_chose(tmp_pat
     budget = section.extra["choice"]["budget"]
     assert section.extra["validation"]["expected_cost"] <= budget + 1e-12  # the price keeps it on validation rows
     assert router.route("What is 2 + 2?").endpoint in NAMES
+
+
+def test_the_policy_watcher_reads_policies_for_the_bundles_endpoints(trained, tmp_path):
+    from serving.watcher import PolicyWatcher
+
+    made, public = trained
+    router = Router.load(made.folder, strict=True, public_key=public)
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"rules": [{"name": "r", "then": "forbid", "endpoint": "frontier"}]}))
+    watcher = PolicyWatcher(router, path)
+    assert watcher.check_now().reloaded and router.route("hello").forbidden == ("frontier",)
+    path.write_text(json.dumps({"rules": [{"name": "r", "then": "forbid", "endpoint": "cloud"}]}))
+    kept = watcher.check_now()
+    assert not kept.reloaded and "unknown endpoint 'cloud'; the endpoints are phone-3b, onprem-8b" in kept.reason
+    assert router.route("hello").forbidden == ("frontier",)
