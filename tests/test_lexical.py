@@ -93,6 +93,45 @@ def test_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
     assert np.isfinite(batch).all()
 
 
+def test_tfidf_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
+    """lexical_weighting=tfidf: the graph's margins (each distinct term's count from one
+    Unique over the batch, (1 + ln count) * idf, the row's L2 norm) against numpy's
+    Terms.tfidf, alone and padded in a batch, with repeated terms (counts up to 511) and an
+    empty prompt (the bias); against the mean form, the counts matter."""
+    from serving.features.extractor import onnx_session
+    from training.encoders import static_encoder_graph
+    from training.featurize import n_scalar_features
+    from training.lexical import BIGRAM_BUCKETS, LexicalModel, Terms, on_grid
+
+    vocabulary = extractor.tokenizer.full.get_vocab_size()
+    rng = np.random.default_rng(1)
+    prompts = HARD + ["the the the cat " * 40, "a b a b a b c"]
+    terms = _terms(extractor, prompts)
+    assert terms.counts.max() >= 500  # "x " * 3000: one term repeated
+    idf = Terms.of_rows([[1, 2, 3], [1, 5], list(range(vocabulary - 40, vocabulary))]).idf()
+    idf = (idf + rng.uniform(0, 3, size=idf.shape)).astype(np.float32).astype(np.float64)
+    coefficients = rng.normal(size=(2, vocabulary + BIGRAM_BUCKETS)) * 10 ** rng.uniform(-6, 1, size=(2, 1))
+    weights = np.stack([on_grid(c) for c in coefficients], axis=1)
+    model = LexicalModel(weights, np.array([0.25, -1.5]), vocabulary, idf)
+    table = rng.normal(size=(vocabulary, 4)).astype(np.float32).astype(np.float64)
+    session = onnx_session(
+        model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
+    )
+
+    def run(batch):
+        ids, mask, scalars, _, _ = extractor.prepare(batch, [None] * len(batch))
+        return session.run(["lexical_margins"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})[0]
+
+    expected = model.margins(terms)
+    np.testing.assert_allclose(run(prompts), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate([run([p]) for p in prompts]), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(expected[:2], [[0.25, -1.5]] * 2, rtol=0, atol=1e-7)  # no terms: the bias
+    x = terms.tfidf(idf)
+    np.testing.assert_allclose(np.asarray(x.multiply(x).sum(axis=1)).ravel()[2:], 1.0, rtol=1e-12)
+    mean = LexicalModel(weights, model.bias, vocabulary).margins(terms)
+    assert np.max(np.abs(mean - expected)) > 1e-3
+
+
 def _memorizable(n: int = 300):
     """Prompts whose only signal is one token of their own, with a random outcome: an
     in-sample model learns each outcome; a held-out one cannot."""
@@ -140,6 +179,12 @@ def test_an_outcome_without_failures_is_its_smoothed_log_odds():
         ({"lexical": "features", "engine": "dask"}, "needs engine=local, not 'dask'"),
         ({"lexical_folds": 1}, "config lexical_folds=1: must be an integer in [2, 20]"),
         ({"lexical_c": 0}, "config lexical_c=0: must be a number > 0"),
+        ({"lexical_weighting": "bm25"}, "config lexical_weighting='bm25': must be one of mean, tfidf"),
+        (
+            {"lexical": "features", "lexical_weighting": "tfidf"},
+            "config lexical_weighting='tfidf': features needs mean",
+        ),
+        ({"lexical_blend": "average"}, "config lexical_blend='average': must be one of mixture, stack"),
     ],
 )
 def test_bad_lexical_options_are_rejected(options, message):
@@ -270,15 +315,22 @@ def test_the_default_blends_lexical_evidence_where_it_can_run(options, expected)
 
 @pytest.fixture(scope="module")
 def trained_blend(small_routellm, encoder_cache, tmp_path_factory):
-    """(config, the engine's Fitted, TrainResult) of a training with lexical=blend on the
-    real-data slice, its training rows cut to a hash sample."""
+    """(config, the engine's Fitted, TrainResult) of a training with lexical=blend in the
+    mixture form over mean-weighted terms (the default before the stack) on the real-data
+    slice, its training rows cut to a hash sample."""
     from rich.console import Console
 
     from training.engines import get_engine
     from training.engines.base import finish
 
     config = config_for(
-        tmp_path_factory.mktemp("blend"), small_routellm, encoder_cache, lexical="blend", max_train_rows=1500
+        tmp_path_factory.mktemp("blend"),
+        small_routellm,
+        encoder_cache,
+        lexical="blend",
+        lexical_blend="mixture",
+        lexical_weighting="mean",
+        max_train_rows=1500,
     )
     timings = {"start": 0.0}
     fitted = get_engine("local").fit(config, Console(quiet=True), timings)
@@ -340,6 +392,88 @@ def test_the_blend_weight_goes_to_the_model_that_knows_the_outcome():
     assert fit_blend(trees, margin, rng.binomial(1, lexical), outcome=1).tree_weight == 0.0
     mixed = fit_blend(trees, margin, rng.binomial(1, 0.5 * trees + 0.5 * lexical), outcome=0)
     assert 0.3 <= mixed.tree_weight <= 0.7 and mixed.tree_weight in BLEND_GRID and mixed.outcome == 0
+
+
+@pytest.fixture(scope="module")
+def trained_stack(small_routellm, encoder_cache, tmp_path_factory):
+    """(config, the engine's Fitted, TrainResult) of a training with the default lexical
+    evidence (a blend: the stack over tfidf-weighted terms) on the real-data slice."""
+    from rich.console import Console
+
+    from training.engines import get_engine
+    from training.engines.base import finish
+
+    config = config_for(tmp_path_factory.mktemp("stack"), small_routellm, encoder_cache, max_train_rows=1500)
+    assert (config.lexical, config.lexical_blend, config.lexical_weighting, config.lexical_c) == (
+        "blend",
+        "stack",
+        "tfidf",
+        1.0,
+    )
+    timings = {"start": 0.0}
+    fitted = get_engine("local").fit(config, Console(quiet=True), timings)
+    return config, fitted, finish(config, fitted, timings)
+
+
+def test_a_stack_bundle_computes_each_head_from_its_two_models(trained_stack):
+    """The default blend: the SDK's probabilities, from raw text, are sigmoid(a * logit(the
+    calibrated trees) + b * (the head's own outcome margin over tfidf-weighted terms) + c),
+    a, b, c the manifest's, recomputed here from the parts (boosters, calibration, the
+    regressions and their idf); the trees do not read the margins."""
+    import onnx
+    from scipy.special import expit
+
+    from serving.calibration import apply_calibration
+    from serving.scorer import Scorer
+    from training.lexical import Terms
+    from training.model import stack_logit
+
+    config, fitted, result = trained_stack
+    assert result.metrics["parity_max_abs_diff"] <= 1e-5
+    manifest = json.loads((result.bundle / "manifest.json").read_text())
+    assert manifest["feature_spec"]["lexical"] == "blend"
+    stacks = {head: manifest["calibration"][head]["lexical_blend"] for head in ("edge", "cloud")}
+    assert {s["form"] for s in stacks.values()} == {"stack"}
+    assert {s["margin"] for s in stacks.values()} == {"lexical_edge", "lexical_cloud"}
+    assert result.metrics["lexical_stack"] == {h: (s["a"], s["b"], s["c"]) for h, s in stacks.items()}
+    assert "lexical_tree_weight" not in result.metrics
+    lexical = fitted.plan.lexical
+    assert lexical.idf is not None and lexical.idf.shape == (lexical.weights.shape[0],)
+
+    prompts, precisions = HARD + list(result.test.prompts[:50]), [None] * len(HARD) + list(result.test.precisions[:50])
+    features, tokens = fitted.plan.serving.featurizer().transform_with_tokens(prompts, precisions)
+    margins = lexical.margins(Terms.of(tokens.ids, tokens.lengths, lexical.vocabulary)).astype(np.float64)
+    expected = {}
+    for head in fitted.heads:
+        trees = apply_calibration(head.calibration, head.booster.predict(features))
+        s = stacks[head.name]
+        outcome = ("lexical_edge", "lexical_cloud").index(s["margin"])
+        expected[head.name] = expit(s["a"] * stack_logit(trees) + s["b"] * margins[:, outcome] + s["c"])
+    sdk = Scorer.load(result.bundle).scores(prompts, precisions)
+    assert np.max(np.abs(sdk - (expected["cloud"] - expected["edge"]))) <= 1e-5
+    trees = [
+        n for n in onnx.load(str(result.bundle / "model.onnx")).graph.node if n.op_type == "TreeEnsembleClassifier"
+    ]
+    read = {int(f) for t in trees for a in t.attribute if a.name == "nodes_featureids" for f in a.ints}
+    assert max(read) < len(fitted.plan.spec.feature_names)  # the trees do not read the margins
+
+
+def test_the_stack_weighs_the_model_that_knows_the_outcome():
+    """fit_stack: outcomes drawn from the trees' probabilities give the trees' logit weight ~1
+    and the margin ~0; drawn from the lexical model's, the reverse; both, both."""
+    from scipy.special import expit
+
+    from training.model import fit_stack
+
+    rng = np.random.default_rng(0)
+    trees, margin = rng.uniform(0.05, 0.95, 20_000), rng.normal(0, 2, 20_000)
+    a, b, c = fit_stack(trees, margin, rng.binomial(1, trees), outcome=0).stack
+    assert abs(a - 1) < 0.1 and abs(b) < 0.05 and abs(c) < 0.1
+    a, b, c = fit_stack(trees, margin, rng.binomial(1, expit(margin)), outcome=1).stack
+    assert abs(a) < 0.1 and abs(b - 1) < 0.05 and abs(c) < 0.1
+    both = fit_stack(trees, margin, rng.binomial(1, expit(np.log(trees / (1 - trees)) + margin)), outcome=0)
+    assert both.outcome == 0 and both.tree_weight is None and all(abs(v - 1) < 0.1 for v in both.stack[:2])
+    assert fit_stack(trees, margin, np.ones(len(trees)), outcome=1).stack == (1.0, 0.0, 0.0)  # one value: the trees
 
 
 def test_rows_logged_as_token_ids_train_with_the_bundles_margins(trained_lexical, tmp_path):

@@ -16,6 +16,9 @@ from serving.novelty import UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
 from training.model import CALIBRATIONS, OBJECTIVES
 
+LEXICAL_WEIGHTINGS = ("mean", "tfidf")  # how a prompt's term counts become the regression's row (training.lexical)
+LEXICAL_BLENDS = ("mixture", "stack")  # a blend's form (training.model.LexicalBlend)
+
 # Where the logs are read, featurized and fitted (training.engines maps each to its module).
 ENGINES = ("local", "dask")
 
@@ -59,7 +62,15 @@ class TrainConfig:
     # static tier, local engine, expected gain, sigmoid or no calibration), else none; paired
     # cross-validation chose it (docs/routing-score.md#decisions-by-paired-cross-validation).
     lexical: str | None = None  # none | features | blend
-    lexical_c: float = 64.0  # the regressions' inverse L2 regularization
+    # A blend's form (training.model): "stack", sigmoid(a * logit(trees) + b * margin + c) with
+    # a, b, c fitted on validation; "mixture", w * trees + (1 - w) * sigmoid(margin).
+    lexical_blend: str = "stack"
+    # The regression's rows (training.lexical.WEIGHTINGS): "tfidf", sublinear tf * idf scaled to
+    # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms
+    # (the form `features` needs: its margins are bit-exact in the graph). Empty: tfidf for a
+    # blend, mean for features.
+    lexical_weighting: str | None = None
+    lexical_c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean)
     lexical_folds: int = 5
     lgbm: dict[str, Any] = field(default_factory=dict)
     num_boost_round: int = 2000
@@ -239,6 +250,22 @@ class TrainConfig:
             f"blend needs calibration=sigmoid or none, not {self.calibration!r}: the graph mixes the calibrated "
             "probabilities, and only those calibrations are inside it",
         )
+        if self.lexical_weighting is None:
+            self.lexical_weighting = "tfidf" if self.lexical == "blend" else "mean"
+        check(
+            self.lexical_weighting in LEXICAL_WEIGHTINGS,
+            "lexical_weighting",
+            f"must be one of {', '.join(LEXICAL_WEIGHTINGS)}",
+        )
+        check(
+            self.lexical != "features" or self.lexical_weighting == "mean",
+            "lexical_weighting",
+            "features needs mean: the trees split on the margins, which only the mean form computes bit-exactly "
+            "in the graph",
+        )
+        check(self.lexical_blend in LEXICAL_BLENDS, "lexical_blend", f"must be one of {', '.join(LEXICAL_BLENDS)}")
+        if self.lexical_c is None:
+            self.lexical_c = 1.0 if self.lexical_weighting == "tfidf" else 64.0
         check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")
         check(
             isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20,

@@ -387,7 +387,7 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
     calibrations and lexical blends (fitted on the pooled out-of-fold outputs) of the refit on
     every row."""
     from training.lexical import MARGINS_OUTPUT, OUTCOMES
-    from training.model import OBJECTIVES, fit_blend, fit_calibration
+    from training.model import OBJECTIVES, fit_blend, fit_calibration, fit_stack
 
     if any(r.out_of_fold is None for r in cv.results):
         raise ValueError(
@@ -405,7 +405,8 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
         if config.lexical == "blend":
             outcome = OUTCOMES.index(column)
             calibrated = _refit_probability(refit, head, raw, None)
-            refit.blends[head] = fit_blend(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target, outcome=outcome)
+            fit = fit_stack if config.lexical_blend == "stack" else fit_blend
+            refit.blends[head] = fit(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target, outcome=outcome)
     return refit
 
 

@@ -92,8 +92,9 @@ def endpoint_heads_to_onnx(heads, n_features: int) -> bytes:
 
 def _blend_nodes(head, output: str, margins: str):
     """(nodes, initializers) that turn the trees' `output` [n, 2] into the head's blend,
-    [1 - q, q] with q = w * p + (1 - w) * sigmoid(m): p the trees' (calibrated) column 1, m the
-    head's margin, w its tree weight; float32, as the trees. The trees' tensor is renamed."""
+    [1 - q, q] with q = w * p + (1 - w) * sigmoid(m) (a mixture), or q = sigmoid(a * logit(p) +
+    b * m + c) with p clipped to training.model.STACK_CLIP (a stack): p the trees' (calibrated)
+    column 1, m the head's margin; float32, as the trees. The trees' tensor is renamed."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -105,7 +106,7 @@ def _blend_nodes(head, output: str, margins: str):
         initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"{prefix}_{name}"))
         return f"{prefix}_{name}"
 
-    axis, w = constant("axis", [1], np.int64), float(head.blend.tree_weight)
+    axis = constant("axis", [1], np.int64)
     nodes = [
         helper.make_node(
             "Slice",
@@ -117,6 +118,33 @@ def _blend_nodes(head, output: str, margins: str):
             [margins, constant("m_start", [index], np.int64), constant("m_stop", [index + 1], np.int64), axis],
             [f"{prefix}_m"],
         ),
+    ]
+    if head.blend.stack is not None:  # q = sigmoid(a * logit(clip(p)) + b * m + c)
+        from training.model import STACK_CLIP
+
+        a, b, c = head.blend.stack
+        low, high = STACK_CLIP
+        nodes += [
+            helper.make_node(
+                "Clip",
+                [f"{prefix}_p", constant("low", low, np.float32), constant("high", high, np.float32)],
+                [f"{prefix}_clipped"],
+            ),
+            helper.make_node("Log", [f"{prefix}_clipped"], [f"{prefix}_log_p"]),
+            helper.make_node("Sub", [constant("unit", 1.0, np.float32), f"{prefix}_clipped"], [f"{prefix}_not_p"]),
+            helper.make_node("Log", [f"{prefix}_not_p"], [f"{prefix}_log_not_p"]),
+            helper.make_node("Sub", [f"{prefix}_log_p", f"{prefix}_log_not_p"], [f"{prefix}_logit"]),
+            helper.make_node("Mul", [f"{prefix}_logit", constant("a", a, np.float32)], [f"{prefix}_a_logit"]),
+            helper.make_node("Mul", [f"{prefix}_m", constant("b", b, np.float32)], [f"{prefix}_b_m"]),
+            helper.make_node("Add", [f"{prefix}_a_logit", f"{prefix}_b_m"], [f"{prefix}_sum"]),
+            helper.make_node("Add", [f"{prefix}_sum", constant("c", c, np.float32)], [f"{prefix}_z"]),
+            helper.make_node("Sigmoid", [f"{prefix}_z"], [f"{prefix}_q"]),
+            helper.make_node("Sub", [constant("one", 1.0, np.float32), f"{prefix}_q"], [f"{prefix}_not_q"]),
+            helper.make_node("Concat", [f"{prefix}_not_q", f"{prefix}_q"], [output], axis=1),
+        ]
+        return nodes, initializers
+    w = float(head.blend.tree_weight)
+    nodes += [
         helper.make_node("Sigmoid", [f"{prefix}_m"], [f"{prefix}_lexical"]),
         helper.make_node("Mul", [f"{prefix}_p", constant("w", w, np.float32)], [f"{prefix}_wp"]),
         helper.make_node("Mul", [f"{prefix}_lexical", constant("one_minus_w", 1.0 - w, np.float32)], [f"{prefix}_wl"]),

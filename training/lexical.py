@@ -11,7 +11,12 @@ terms; an empty prompt has none).
 Model. One logistic regression per outcome (edge, cloud), an outcome q in [0, 1] counted
 as q of a success and 1 - q of a failure (judge scores), fitted on the training rows where
 that outcome is known. Its margin is b + (sum of w[term] over the prompt's terms) / (number
-of terms), or b for an empty prompt.
+of terms), or b for an empty prompt ("mean" weighting). With "tfidf" weighting (a blend's
+default) the row is the reference's (evaluation.reference) on these terms: each distinct
+term's (1 + ln count) * idf (idf from the training prompts), scaled to unit L2 norm; the
+margin is b + the weights' sum over that row (b for an empty prompt). The graph finds each
+term's count with one Unique over the batch's (row, term) keys; its log and norm make the
+margins equal training's within 1e-5, not bit for bit, so the trees never split on them.
 
 No leak into the trees ("features" mode). The training rows' margins are out of fold: the training prompts
 are cut into K folds by prompt hash, and each fold's margins come from the regression
@@ -37,6 +42,7 @@ import numpy as np
 
 from evaluation.reference import fit_outcome
 from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
+from training.config import LEXICAL_WEIGHTINGS as WEIGHTINGS
 
 VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
 BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms
@@ -109,6 +115,24 @@ class Terms:
     def subset(self, rows: np.ndarray) -> "Terms":
         return Terms(self.counts[rows], self.n_terms[rows], self.vocabulary)
 
+    def idf(self) -> np.ndarray:
+        """Each term's smoothed inverse document frequency over these prompts, ln((1 + n) /
+        (1 + df)) + 1 (scikit-learn's TfidfTransformer)."""
+        df = np.bincount(self.counts.indices, minlength=self.counts.shape[1])
+        return np.log((1.0 + len(self)) / (1.0 + df)) + 1.0
+
+    def tfidf(self, idf: np.ndarray):
+        """The regression's rows with `tfidf` weighting: each distinct term's (1 + ln count) * idf,
+        the row scaled to unit L2 norm (an empty prompt: zeros); the reference's features
+        (evaluation.reference) on WordPiece terms."""
+        from scipy.sparse import csr_matrix, diags
+
+        counts = self.counts.tocsr()
+        values = (1.0 + np.log(counts.data)) * idf[counts.indices]
+        x = csr_matrix((values, counts.indices, counts.indptr), shape=counts.shape)
+        norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
+        return diags(1.0 / np.where(norms > 0, norms, 1.0)) @ x
+
 
 def lexical_matrix(token_ids: Sequence[Sequence[int]], vocabulary: int = VOCABULARY):
     """Sparse rows of unigram and hashed-bigram counts, each row divided by its number of terms."""
@@ -131,23 +155,35 @@ class LexicalModel:
     weights: np.ndarray  # float32 [vocabulary + BIGRAM_BUCKETS, outcomes], on the grid (on_grid)
     bias: np.ndarray  # float64 [outcomes]
     vocabulary: int = VOCABULARY
+    idf: np.ndarray | None = None  # float64 [terms] with `tfidf` weighting; None: counts / number of terms
 
     @classmethod
-    def fit(cls, terms: Terms, outcomes: np.ndarray, weights: np.ndarray, *, c: float) -> "LexicalModel":
+    def fit(
+        cls, terms: Terms, outcomes: np.ndarray, weights: np.ndarray, *, c: float, weighting: str = "mean"
+    ) -> "LexicalModel":
         """One regression per column of `outcomes` [rows, outcomes] (NaN: unknown), each on the
-        rows whose weight for it is > 0 (training.partial's outcome weights)."""
-        x = terms.normalized()
+        rows whose weight for it is > 0 (training.partial's outcome weights). `weighting`
+        (WEIGHTINGS): "mean", counts divided by the number of terms; "tfidf", Terms.tfidf with
+        the idf of these prompts."""
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"lexical weighting {weighting!r}: choose one of {', '.join(WEIGHTINGS)}")
+        idf = terms.idf().astype(np.float32).astype(np.float64) if weighting == "tfidf" else None  # the graph's
+        x = terms.normalized() if idf is None else terms.tfidf(idf)
         columns, biases = [], []
         for q, w in zip(np.asarray(outcomes, dtype=np.float64).T, np.asarray(weights, dtype=np.float64).T):
             known = (w > 0) & ~np.isnan(q)
             coefficients, intercept = fit_outcome(x[known], q[known], w[known], c=c)
             columns.append(on_grid(coefficients))
             biases.append(intercept)
-        return cls(np.stack(columns, axis=1), np.array(biases, dtype=np.float64), terms.vocabulary)
+        return cls(np.stack(columns, axis=1), np.array(biases, dtype=np.float64), terms.vocabulary, idf)
 
     def margins(self, terms: Terms) -> np.ndarray:
         """float32 [prompts, outcomes]: b + (sum of the terms' weights) / (number of terms),
-        the float64 steps of the graph in the same order (module doc)."""
+        the float64 steps of the graph in the same order (module doc); with `tfidf` weighting,
+        b + the weights' sum over the prompt's tfidf row."""
+        if self.idf is not None:
+            total = terms.tfidf(self.idf) @ self.weights.astype(np.float64)
+            return (np.asarray(total) + self.bias).astype(np.float32)
         total = terms.counts @ self.weights.astype(np.float64)
         return (np.asarray(total) / np.maximum(terms.n_terms, 1)[:, None] + self.bias).astype(np.float32)
 
@@ -210,13 +246,25 @@ class LexicalModel:
             helper.make_node("Unsqueeze", ["lexical_mask", sequence], ["lexical_mask_row"]),  # [batch, 1, terms]
             helper.make_node("Gather", ["lexical_weights", "lexical_terms"], ["lexical_rows32"], axis=0),
             helper.make_node("Cast", ["lexical_rows32"], ["lexical_rows"], to=TensorProto.DOUBLE),
-            helper.make_node("MatMul", ["lexical_mask_row", "lexical_rows"], ["lexical_total"]),  # [batch, 1, outcomes]
-            helper.make_node(
-                "ReduceSum", ["lexical_mask_row", constant("terms_axis", [2], np.int64)], ["lexical_count"], keepdims=1
-            ),
-            # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN.
-            helper.make_node("Max", ["lexical_count", constant("one", [1.0], np.float64)], ["lexical_safe_count"]),
-            helper.make_node("Div", ["lexical_total", "lexical_safe_count"], ["lexical_mean"]),
+        ]
+        if self.idf is None:
+            nodes += [
+                helper.make_node(
+                    "MatMul", ["lexical_mask_row", "lexical_rows"], ["lexical_total"]
+                ),  # [batch, 1, outcomes]
+                helper.make_node(
+                    "ReduceSum",
+                    ["lexical_mask_row", constant("terms_axis", [2], np.int64)],
+                    ["lexical_count"],
+                    keepdims=1,
+                ),
+                # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN.
+                helper.make_node("Max", ["lexical_count", constant("one", [1.0], np.float64)], ["lexical_safe_count"]),
+                helper.make_node("Div", ["lexical_total", "lexical_safe_count"], ["lexical_mean"]),
+            ]
+        else:
+            nodes += self._tfidf_nodes(constant, sequence)
+        nodes += [
             helper.make_node("Add", ["lexical_mean", "lexical_bias"], ["lexical_margin64"]),
             helper.make_node("Cast", ["lexical_margin64"], ["lexical_margin32"], to=TensorProto.FLOAT),
             helper.make_node("Squeeze", ["lexical_margin32", sequence], ["lexical_margins"]),
@@ -229,10 +277,89 @@ class LexicalModel:
                 numpy_helper.from_array(self.bias.astype(np.float64), "lexical_bias"),
             ]
         )
+        if self.idf is not None:
+            graph.initializer.append(numpy_helper.from_array(self.idf.astype(np.float32), "lexical_idf"))
         graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", width + len(self.bias)]))
         graph.output.append(helper.make_tensor_value_info(MARGINS_OUTPUT, TensorProto.FLOAT, ["batch", len(self.bias)]))
         onnx.checker.check_model(model)
         return model.SerializeToString()
+
+    def _tfidf_nodes(self, constant, sequence: str) -> list:
+        """The `tfidf` weighting's nodes, from the terms, their mask and their gathered weights
+        to `lexical_mean` [batch, 1, outcomes], the weights' sum over the prompt's tfidf row:
+        each term's count in its prompt from one Unique over (row, term) keys (padding shares
+        the key -1), the term's first position only, its (1 + ln count) * idf, and the sums
+        divided by the row's L2 norm (at least 1e-300: an empty prompt gets the bias)."""
+        from onnx import TensorProto, helper
+
+        flat = constant("flat", [-1], np.int64)
+        return [
+            helper.make_node("Shape", ["lexical_terms"], ["lexical_terms_shape"]),
+            helper.make_node(
+                "Gather", ["lexical_terms_shape", constant("zero", 0, np.int64)], ["lexical_batch"], axis=0
+            ),
+            helper.make_node(
+                "Range",
+                [constant("range_start", 0, np.int64), "lexical_batch", constant("range_step", 1, np.int64)],
+                ["lexical_row"],
+            ),
+            helper.make_node("Unsqueeze", ["lexical_row", sequence], ["lexical_row_column"]),
+            helper.make_node(
+                "Mul",
+                ["lexical_row_column", constant("row_stride", self.vocabulary + BIGRAM_BUCKETS, np.int64)],
+                ["lexical_row_offset"],
+            ),
+            helper.make_node("Add", ["lexical_terms", "lexical_row_offset"], ["lexical_row_terms"]),
+            helper.make_node("Cast", ["lexical_term_mask"], ["lexical_real"], to=TensorProto.BOOL),
+            helper.make_node(
+                "Where", ["lexical_real", "lexical_row_terms", constant("padding_key", -1, np.int64)], ["lexical_keys"]
+            ),
+            helper.make_node("Reshape", ["lexical_keys", flat], ["lexical_flat_keys"]),
+            helper.make_node(
+                "Unique",
+                ["lexical_flat_keys"],
+                ["lexical_unique", "lexical_first", "lexical_inverse", "lexical_unique_counts"],
+                sorted=1,
+            ),
+            helper.make_node("Gather", ["lexical_unique_counts", "lexical_inverse"], ["lexical_flat_counts"], axis=0),
+            helper.make_node("Cast", ["lexical_flat_counts"], ["lexical_flat_counts64"], to=TensorProto.DOUBLE),
+            # 1 at each distinct term's first position, 0 elsewhere
+            helper.make_node("Shape", ["lexical_flat_keys"], ["lexical_flat_shape"]),
+            helper.make_node("ConstantOfShape", ["lexical_flat_shape"], ["lexical_zeros"]),
+            helper.make_node("Shape", ["lexical_first"], ["lexical_first_shape"]),
+            helper.make_node(
+                "ConstantOfShape",
+                ["lexical_first_shape"],
+                ["lexical_ones"],
+                value=helper.make_tensor("one", TensorProto.DOUBLE, [1], [1.0]),
+            ),
+            helper.make_node("Cast", ["lexical_zeros"], ["lexical_zeros64"], to=TensorProto.DOUBLE),
+            helper.make_node(
+                "ScatterElements", ["lexical_zeros64", "lexical_first", "lexical_ones"], ["lexical_first_flat"], axis=0
+            ),
+            helper.make_node("Log", ["lexical_flat_counts64"], ["lexical_log_counts"]),
+            helper.make_node("Add", ["lexical_log_counts", constant("tf_one", 1.0, np.float64)], ["lexical_tf_flat"]),
+            helper.make_node("Mul", ["lexical_tf_flat", "lexical_first_flat"], ["lexical_tf_first_flat"]),
+            helper.make_node("Reshape", ["lexical_tf_first_flat", "lexical_terms_shape"], ["lexical_tf_first"]),
+            helper.make_node("Gather", ["lexical_idf", "lexical_terms"], ["lexical_idf32"], axis=0),
+            helper.make_node("Cast", ["lexical_idf32"], ["lexical_term_idf"], to=TensorProto.DOUBLE),
+            helper.make_node("Mul", ["lexical_tf_first", "lexical_term_idf"], ["lexical_value_unmasked"]),
+            helper.make_node("Mul", ["lexical_value_unmasked", "lexical_mask"], ["lexical_value"]),  # [batch, terms]
+            helper.make_node("Unsqueeze", ["lexical_value", sequence], ["lexical_value_row"]),  # [batch, 1, terms]
+            helper.make_node(
+                "MatMul", ["lexical_value_row", "lexical_rows"], ["lexical_total"]
+            ),  # [batch, 1, outcomes]
+            helper.make_node("Mul", ["lexical_value_row", "lexical_value_row"], ["lexical_squares"]),
+            helper.make_node(
+                "ReduceSum",
+                ["lexical_squares", constant("terms_axis", [2], np.int64)],
+                ["lexical_square_sum"],
+                keepdims=1,
+            ),
+            helper.make_node("Sqrt", ["lexical_square_sum"], ["lexical_norm"]),
+            helper.make_node("Max", ["lexical_norm", constant("tiny", [1e-300], np.float64)], ["lexical_safe_norm"]),
+            helper.make_node("Div", ["lexical_total", "lexical_safe_norm"], ["lexical_mean"]),
+        ]
 
 
 def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:
@@ -243,21 +370,28 @@ def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:
 
 
 def cross_fitted(
-    terms: Terms, outcomes: np.ndarray, weights: np.ndarray, train: np.ndarray, folds: np.ndarray | None, *, c: float
+    terms: Terms,
+    outcomes: np.ndarray,
+    weights: np.ndarray,
+    train: np.ndarray,
+    folds: np.ndarray | None,
+    *,
+    c: float,
+    weighting: str = "mean",
 ) -> tuple[LexicalModel, np.ndarray]:
     """(the model fitted on every training row, float32 margins [rows, outcomes]): out of
     fold on the training rows (`folds`: each training row's fold), that model's elsewhere
     (module doc). `folds` None: that model's on every row (blend mode: no tree reads them)."""
     train = np.asarray(train, dtype=bool)
     rows = np.flatnonzero(train)
-    model = LexicalModel.fit(terms.subset(rows), outcomes[rows], weights[rows], c=c)
+    model = LexicalModel.fit(terms.subset(rows), outcomes[rows], weights[rows], c=c, weighting=weighting)
     margins = np.empty((len(terms), len(model.bias)), dtype=np.float32)
     if folds is None:
         return model, model.margins(terms)
     margins[~train] = model.margins(terms.subset(~train))
     for fold in np.unique(folds):
         held, fit_rows = rows[folds == fold], rows[folds != fold]
-        part = LexicalModel.fit(terms.subset(fit_rows), outcomes[fit_rows], weights[fit_rows], c=c)
+        part = LexicalModel.fit(terms.subset(fit_rows), outcomes[fit_rows], weights[fit_rows], c=c, weighting=weighting)
         margins[held] = part.margins(terms.subset(held))
     return model, margins
 
@@ -275,7 +409,9 @@ def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -
         [np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)], axis=1
     )
     if config.lexical == "blend":
-        return cross_fitted(terms, outcomes, weights, train, None, c=config.lexical_c)
+        return cross_fitted(
+            terms, outcomes, weights, train, None, c=config.lexical_c, weighting=config.lexical_weighting
+        )
     folds = np.full(len(frame), -1)
     folds[train] = fold_numbers(frame["prompt"].to_numpy()[train], config.lexical_folds, config.split_salt)
     return cross_fitted(terms, outcomes, weights, train, folds[train], c=config.lexical_c)

@@ -15,10 +15,12 @@ the cloud's head; it pays when one endpoint's outcomes are scarce, as in traffic
 request ran on one model (training.partial.share_heads decides).
 
 With lexical evidence blended in (`TrainConfig.lexical = "blend"`, training.lexical), a head's
-probability is a mixture of two outcome models: w * (the calibrated trees) + (1 - w) *
-sigmoid(the lexical regression's margin for the same outcome), w chosen on validation rows
-(out-of-fold rows when cross-fitting) by log loss (`fit_blend`). The trees do not read the
-margins; the bundle's graph computes the same mixture (training.export).
+probability combines two outcome models, the calibrated trees p and the lexical regression's
+margin m for the same outcome, fitted on validation rows (out-of-fold rows when
+cross-fitting): a stack (`lexical_blend = "stack"`, the default), sigmoid(a * logit(p) + b *
+m + c) with a, b, c a logistic regression's (`fit_stack`), or a mixture, w * p + (1 - w) *
+sigmoid(m) with w chosen by log loss (`fit_blend`). The trees do not read the margins; the
+bundle's graph computes the same (training.export).
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ class LexicalBlend:
     in that order (the served matrix of a blend: features, then LEXICAL_NAMES)."""
 
     outcome: int
-    tree_weight: float
+    tree_weight: float | None  # None: a stack
+    stack: tuple[float, float, float] | None = None  # (a, b, c): sigmoid(a * logit(trees) + b * margin + c)
 
     def margin(self, x) -> np.ndarray:
         from training.lexical import OUTCOMES
@@ -75,7 +78,29 @@ class LexicalBlend:
     def apply(self, trees: np.ndarray, x) -> np.ndarray:
         from scipy.special import expit
 
+        if self.stack is not None:
+            a, b, c = self.stack
+            return expit(a * stack_logit(trees) + b * self.margin(x) + c)
+        assert self.tree_weight is not None
         return self.tree_weight * np.asarray(trees, dtype=np.float64) + (1 - self.tree_weight) * expit(self.margin(x))
+
+    def as_dict(self) -> dict:
+        """What the manifest says about it (calibration.<head>.lexical_blend)."""
+        from training.lexical import LEXICAL_NAMES
+
+        form = {"tree_weight": self.tree_weight} if self.stack is None else dict(zip(("a", "b", "c"), self.stack))
+        return {"form": "mixture" if self.stack is None else "stack", **form, "margin": LEXICAL_NAMES[self.outcome]}
+
+
+# A stack reads logit(trees) with the trees' probability clipped to these float32 bounds (the
+# graph's Clip), so a probability the float32 trees round to 0 or 1 stays finite.
+STACK_CLIP = (float(np.float32(1e-6)), float(np.float32(1 - 1e-6)))
+
+
+def stack_logit(trees) -> np.ndarray:
+    """logit of the trees' probability clipped to STACK_CLIP."""
+    p = np.clip(np.asarray(trees, dtype=np.float64), *STACK_CLIP)
+    return np.log(p) - np.log1p(-p)
 
 
 @dataclass
@@ -408,14 +433,36 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
-def blend_for(head: Head, column: str, x, target, weight=None) -> LexicalBlend:
-    """`head`'s blend with the lexical margin of its own log column, fitted on rows `x` (which
-    end with the margins) with outcomes `target`."""
+def blend_for(head: Head, column: str, x, target, weight=None, *, form: str = "mixture") -> LexicalBlend:
+    """`head`'s blend (`form`: mixture or stack) with the lexical margin of its own log column,
+    fitted on rows `x` (which end with the margins) with outcomes `target`."""
     from training.lexical import OUTCOMES
 
     outcome = OUTCOMES.index(column)
     trees = apply_calibration(head.calibration, head.raw(x))
-    return fit_blend(trees, LexicalBlend(outcome, 1.0).margin(x), target, outcome=outcome, sample_weight=weight)
+    fit = fit_stack if form == "stack" else fit_blend
+    return fit(trees, LexicalBlend(outcome, 1.0).margin(x), target, outcome=outcome, sample_weight=weight)
+
+
+def fit_stack(trees, lexical_margin, target, *, outcome: int, sample_weight=None) -> LexicalBlend:
+    """The stack sigmoid(a * logit(trees) + b * margin + c) of least (weighted) log loss against
+    `target` in [0, 1] (graded: fractional successes), an unregularized logistic regression."""
+    from sklearn.linear_model import LogisticRegression
+
+    target = np.asarray(target, dtype=np.float64)
+    if not len(target):
+        raise ValueError("no validation rows to fit the lexical stack on")
+    weight = np.ones(len(target)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    z = np.column_stack([stack_logit(trees), np.asarray(lexical_margin, dtype=np.float64)])
+    if target.min() == target.max():  # one value: nothing to fit against; the trees alone
+        return LexicalBlend(outcome, None, (1.0, 0.0, 0.0))
+    lr = LogisticRegression(C=1e6, max_iter=1000).fit(
+        np.r_[z, z],
+        np.r_[np.ones(len(z)), np.zeros(len(z))],
+        sample_weight=np.r_[target * weight, (1 - target) * weight],
+    )
+    a, b = (float(v) for v in lr.coef_[0])
+    return LexicalBlend(outcome, None, (a, b, float(lr.intercept_[0])))
 
 
 BLEND_GRID = np.linspace(0.0, 1.0, 21)  # the trees' weights a blend chooses among
@@ -454,6 +501,7 @@ def fit_heads(
     calibrations: dict | None = None,
     blend: bool = False,
     blends: dict | None = None,
+    blend_form: str = "mixture",
 ) -> list[Head]:
     """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(columns,
     lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
@@ -464,8 +512,8 @@ def fit_heads(
     (training.partial; None: equal). `calibrations` (head name -> parameters) are taken as
     they are instead: cross-fitting fits them on out-of-fold outputs (training.crossval).
     `blend`: the rows of `x_val` end with the lexical margins (training.lexical.OUTCOMES) and
-    each head's blend with its own column's margin is fitted on validation after its
-    calibration (fit_blend); `blends` (head name -> LexicalBlend) are taken as they are, with
+    each head's blend (`blend_form`) with its own column's margin is fitted on validation after
+    its calibration (fit_stack, fit_blend); `blends` (head name -> LexicalBlend) are taken as they are, with
     `calibrations`."""
     specs = OBJECTIVES[objective]
     if shared:
@@ -493,7 +541,7 @@ def fit_heads(
             head.raw(x_val[known]), target[known], method=calibration, sample_weight=weight[known]
         )
         if blend:
-            head.blend = blend_for(head, column, x_val[known], target[known], weight[known])
+            head.blend = blend_for(head, column, x_val[known], target[known], weight[known], form=blend_form)
         heads.append(head)
     return heads
 

@@ -209,11 +209,10 @@ def _calibration_section(head) -> dict:
     """A head's manifest calibration: its parameters, whether the graph applies them, and
     the lexical blend the graph computes after them (for readers; the SDK runs the graph)."""
     from training.export import calibration_in_model
-    from training.lexical import LEXICAL_NAMES
 
     section = {**head.calibration, "in_model": calibration_in_model(head.calibration)}
     if head.blend is not None:
-        section["lexical_blend"] = {"tree_weight": head.blend.tree_weight, "margin": LEXICAL_NAMES[head.blend.outcome]}
+        section["lexical_blend"] = head.blend.as_dict()
     return section
 
 
@@ -276,7 +275,12 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
         **(
             {"lexical_tree_weight": {h.name: h.blend.tree_weight for h in fitted.heads}}
-            if any(h.blend is not None for h in fitted.heads)
+            if any(h.blend is not None and h.blend.stack is None for h in fitted.heads)
+            else {}
+        ),
+        **(
+            {"lexical_stack": {h.name: h.blend.stack for h in fitted.heads}}
+            if any(h.blend is not None and h.blend.stack is not None for h in fitted.heads)
             else {}
         ),
         **({"acceptance": accepted} if accepted else {}),

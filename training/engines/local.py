@@ -428,6 +428,7 @@ def fit(
             shared=shared,
             calibrations=None if refit is None else refit.calibrations,
             blend=config.lexical == "blend",
+            blend_form=config.lexical_blend,
             blends=None if refit is None else refit.blends,
         )
     n_tokens = x[:, names.index("n_tokens")]
