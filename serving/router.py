@@ -480,6 +480,24 @@ class Router:
                 )
             return request.execution
 
+    def execute_endpoints(
+        self, prompt: Subject, endpoints: Mapping[str, Callable[[Subject], Any]], **options: Any
+    ) -> Execution:
+        """Route, then run over N named endpoints (`endpoints`: name -> call) in the decision's
+        cascade: serving.routed_endpoints.execute_endpoints, whose keywords it takes (specs,
+        timeouts, precision, accept, verify_edge_zone, edge_pool, request_id, metadata)."""
+        from serving.routed_endpoints import execute_endpoints
+
+        return execute_endpoints(self, prompt, endpoints, **options)
+
+    async def aexecute_endpoints(
+        self, prompt: Subject, endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]], **options: Any
+    ) -> Execution:
+        """execute_endpoints() for asyncio (serving.routed_endpoints.aexecute_endpoints)."""
+        from serving.routed_endpoints import aexecute_endpoints
+
+        return await aexecute_endpoints(self, prompt, endpoints, **options)
+
     def _prepared(
         self,
         prompt: object,

@@ -419,3 +419,36 @@ def test_the_policy_watcher_reads_policies_for_the_bundles_endpoints(trained, tm
     kept = watcher.check_now()
     assert not kept.reloaded and "unknown endpoint 'cloud'; the endpoints are phone-3b, onprem-8b" in kept.reason
     assert router.route("hello").forbidden == ("frontier",)
+
+
+def test_the_router_runs_its_decisions_cascade_over_named_endpoints(router):
+    """Router.execute_endpoints / aexecute_endpoints: route, then the decision's cascade (the first
+    endpoint failing hands the request to the next), with the attempts and their expected cost."""
+    import asyncio
+
+    # a prompt whose cascade has a step to fall back to
+    prompt = next(p for p in TOPICS + HARD if len(router.route(p).cascade) >= 2)
+    first, second = router.route(prompt).cascade[:2]
+    called: list[str] = []
+
+    def answer(name: str, text: str) -> str:
+        called.append(name)
+        if name == first:
+            raise ConnectionError("down")
+        return f"{name}: ok"
+
+    run = router.execute_endpoints(prompt, {n: (lambda text, n=n: answer(n, text)) for n in NAMES})
+    assert called == [first, second] and run.response == f"{second}: ok" and run.served_by == second
+    assert [t.label() for t in run.tried] == [f"{first}=error:ConnectionError", f"{second}=served"]
+    assert run.expected_cost is not None and run.expected_cost > 0  # the cascade climbs to a priced endpoint
+
+    def async_call(name: str):
+        async def call(text: str) -> str:
+            await asyncio.sleep(0)
+            return answer(name, text)
+
+        return call
+
+    called.clear()
+    done = asyncio.run(router.aexecute_endpoints(prompt, {n: async_call(n) for n in NAMES}))
+    assert done.response == f"{second}: ok" and called == [first, second]
