@@ -52,11 +52,11 @@ README_TRAINING_TESTS = (
 SLOWEST_FILES = (
     "test_dask_engine.py",
     "test_train_crash.py",
-    "test_acceptance.py",
     "test_traffic.py",
     "test_traffic_refusals.py",
-    "test_crossval.py",
     "test_lexical.py",
+    "test_acceptance.py",
+    "test_crossval.py",
     "test_evaluate_pipeline.py",
     "test_router_update.py",
     "test_train_pipeline.py",
