@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
 import numpy as np
 
+from serving.capabilities import lacking_text, rule_name, ruled_out
 from serving.contract import CLOUD, EDGE, FALLBACK
 from serving.decision import Decision
 from serving.endpoint_choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
@@ -32,9 +33,13 @@ from serving.manifest import ENDPOINT_RULES
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from serving.capabilities import Needs
+    from serving.endpoints import Capabilities
     from serving.manifest import EndpointsSection
     from serving.policy.budgets import Spending
     from serving.policy.rules import PolicySet, Verdict
+
+    _Lacking = Mapping[str, tuple[str, ...]]  # endpoint -> the needed capabilities it lacks
 
 
 class EndpointChooser:
@@ -49,6 +54,7 @@ class EndpointChooser:
         self.model_version, self.max_chars = model_version, max_chars
         self._index = {name: k for k, name in enumerate(self.names)}
         self._said = f"{self.rule} ({ENDPOINT_RULES[self.rule]} {self.parameter:.4g})"
+        self.capabilities: dict[str, Capabilities | None] = {e.name: e.capabilities for e in self.endpoints}
 
     def check_policy(self, policy: PolicySet | None) -> None:
         """A policy must name this bundle's endpoints (PolicySet.load(path, endpoints=...))."""
@@ -69,14 +75,21 @@ class EndpointChooser:
         policy: PolicySet | None = None,
         metadata: Sequence[Mapping[str, str] | None] | None = None,
         spending: Spending | None = None,
+        needs: Sequence[Needs | None] | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> list[Decision]:
         """The Decisions of scored prompts (`expected` [n, N] from the bundle's graph, `n_tokens`
-        the SDK's counts). NoFeasibleEndpoint for the first prompt no endpoint may serve."""
+        the SDK's counts; `needs` what each request needs, `capabilities` the endpoints' by name,
+        default the bundle's specs'). NoFeasibleEndpoint for the first prompt no endpoint may serve."""
         tokens = [round(n) for n in n_tokens]
-        cost, fits, feasible, verdicts = self._feasible(prompts, precisions, tokens, policy, metadata, spending)
+        cost, fits, feasible, verdicts, lacking = self._feasible(
+            prompts, precisions, tokens, policy, metadata, spending, needs, capabilities
+        )
         orders = self._orders(expected, cost, feasible, verdicts)
         return [
-            self._decision(prompts[i], precisions[i], tokens[i], expected[i], cost[i], fits[i], orders[i], verdicts[i])
+            self._decision(
+                prompts[i], precisions[i], tokens[i], expected[i], cost[i], fits[i], orders[i], verdicts[i], lacking[i]
+            )
             for i in range(len(prompts))
         ]
 
@@ -89,18 +102,31 @@ class EndpointChooser:
         policy: PolicySet | None = None,
         metadata: Sequence[Mapping[str, str] | None] | None = None,
         spending: Spending | None = None,
+        needs: Sequence[Needs | None] | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> list[Decision]:
         """Decisions when the graph could not score (`note` says why): no expected quality, so the
-        cheapest feasible endpoint first and then each costlier one, the policy and the context
-        limits as ever; `degraded` set."""
-        cost, fits, feasible, verdicts = self._feasible(prompts, precisions, list(n_tokens), policy, metadata, spending)
+        cheapest feasible endpoint first and then each costlier one, the policy, the capabilities
+        and the context limits as ever; `degraded` set."""
+        cost, fits, feasible, verdicts, lacking = self._feasible(
+            prompts, precisions, list(n_tokens), policy, metadata, spending, needs, capabilities
+        )
         first = best_under_price(np.zeros_like(cost), cost, 1.0, feasible)
         by_price = np.argsort(np.argsort(cost, axis=1, kind="stable"), axis=1).astype(np.float64)
         orders = escalation(by_price, cost, first, feasible)
         decisions = []
         for i, order in enumerate(orders):
             decision = self._decision(
-                prompts[i], precisions[i], n_tokens[i], None, cost[i], fits[i], order, verdicts[i], note=note
+                prompts[i],
+                precisions[i],
+                n_tokens[i],
+                None,
+                cost[i],
+                fits[i],
+                order,
+                verdicts[i],
+                lacking[i],
+                note=note,
             )
             decisions.append(decision)
         return decisions
@@ -113,18 +139,30 @@ class EndpointChooser:
         policy: PolicySet | None,
         metadata: Sequence[Mapping[str, str] | None] | None,
         spending: Spending | None,
-    ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_], list[Verdict | None]]:
+        needs: Sequence[Needs | None] | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_], list[Verdict | None], list[_Lacking]]:
         """(each call's price, whether the prompt fits each context, what may serve it, the policy's
-        verdicts): NoFeasibleEndpoint when the policy forbids every endpoint."""
+        verdicts, the endpoints each request's needs rule out): NoFeasibleEndpoint when the policy
+        forbids every endpoint."""
         cost, fits = call_costs(self.endpoints, tokens, self.section.output_tokens)
+        n = len(prompts)
+        needed = needs if needs is not None else [None] * n
+        known = capabilities if capabilities is not None else self.capabilities
+        lacking: list[_Lacking] = [ruled_out(w, known, self.names) if w else {} for w in needed]
+        feasible = fits
+        if any(lacking):
+            able = np.array([[name not in out for name in self.names] for out in lacking])
+            feasible = fits & able.reshape(fits.shape)
         if policy is None:
-            return cost, fits, fits, [None] * len(prompts)
-        metadatas = metadata if metadata is not None else [None] * len(prompts)
+            return cost, fits, feasible, [None] * n, lacking
+        metadatas = metadata if metadata is not None else [None] * n
         verdicts: list[Verdict | None] = [
-            policy.evaluate(p, n, q, m, spending) for p, n, q, m in zip(prompts, tokens, precisions, metadatas)
+            policy.evaluate(p, t, q, m, spending, w)
+            for p, t, q, m, w in zip(prompts, tokens, precisions, metadatas, needed)
         ]
         allowed = np.array([[v is not None and name in v.allowed for name in self.names] for v in verdicts])
-        return cost, fits, fits & allowed.reshape(fits.shape), verdicts
+        return cost, fits, feasible & allowed.reshape(fits.shape), verdicts, lacking
 
     def _orders(
         self,
@@ -171,6 +209,7 @@ class EndpointChooser:
         fits: NDArray[np.bool_],
         order: list[int],
         verdict: Verdict | None,
+        lacking: _Lacking,
         *,
         note: str = "",
     ) -> Decision:
@@ -178,7 +217,7 @@ class EndpointChooser:
         forbidden = tuple(n for n in names if verdict is not None and n not in verdict.allowed)
         rule = verdict.rule if verdict is not None else None
         if not order:
-            self._none_feasible(n_tokens, fits, forbidden, rule.name if rule is not None else None)
+            self._none_feasible(n_tokens, fits, forbidden, rule.name if rule is not None else None, lacking)
         first = order[0]
         device_first = bool(self.on_device[first])
         zone = CLOUD if not device_first else FALLBACK if any(not self.on_device[k] for k in order[1:]) else EDGE
@@ -196,8 +235,13 @@ class EndpointChooser:
             reason += f"; ~{n_tokens} tokens exceed the context of {', '.join(too_long)}"
         if len(prompt) > self.max_chars:
             reason += f"; features from the first {self.max_chars} characters"
+        rule_said = rule.name if rule is not None else None
         if rule is not None:
             reason = f"policy '{rule.name}': {_policy_said(verdict, forbidden)}; model: {reason}"
+        if lacking:  # ruled out like a forbidden endpoint, under the built-in needs:<capability> rule
+            reason = f"{rule_name(lacking)}: {lacking_text(lacking)}; {reason}"
+            forbidden = tuple(n for n in names if n in forbidden or n in lacking)
+            rule_said = rule_said or rule_name(lacking)
         return Decision(
             target=EDGE if device_first else CLOUD,
             zone=zone,
@@ -208,7 +252,7 @@ class EndpointChooser:
             precision=precision,
             n_tokens=n_tokens,
             truncated=len(prompt) > self.max_chars,
-            rule=rule.name if rule is not None else None,
+            rule=rule_said,
             forbidden=forbidden,
             expected=dict(zip(names, values)) if values is not None else None,
             endpoint=names[first],
@@ -216,13 +260,22 @@ class EndpointChooser:
         )
 
     def _none_feasible(
-        self, n_tokens: int, fits: NDArray[np.bool_], forbidden: tuple[str, ...], rule: str | None
+        self,
+        n_tokens: int,
+        fits: NDArray[np.bool_],
+        forbidden: tuple[str, ...],
+        rule: str | None,
+        lacking: _Lacking,
     ) -> NoReturn:
         from serving.policy.rules import NoFeasibleEndpoint
 
         parts = []
         if forbidden:
             parts.append(f"the policy forbids {', '.join(forbidden)}" + (f" (policy '{rule}')" if rule else ""))
+        if lacking:
+            needed = dict.fromkeys(c for missing in lacking.values() for c in missing)
+            parts.append(f"the request needs {', '.join(needed)} ({rule_name(lacking)}): {lacking_text(lacking)}")
+            rule = rule or rule_name(lacking)
         too_long = [n for n, ok in zip(self.names, fits.tolist()) if not ok]
         if too_long:
             parts.append(f"~{n_tokens} tokens exceed the context of {', '.join(too_long)}")

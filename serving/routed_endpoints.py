@@ -21,6 +21,7 @@ from serving.execute import aexecute, execute
 if TYPE_CHECKING:
     from typing import Literal
 
+    from serving.capabilities import Needs
     from serving.endpoints import Endpoint, Endpoints
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.router import Router
@@ -50,12 +51,21 @@ def _prepared(
     metadata: Mapping[str, str] | None,
     request_id: str | None,
     asynchronous: bool,
+    needs: Needs | None = None,
+    specs: Endpoints | Mapping[str, Endpoint] | None = None,
 ) -> tuple[Routing, Any, AcceptCheck | None, Request | None]:
-    """(the bundle, the decision, the accept check, the logged request or None), as Router.execute makes them."""
+    """(the bundle, the decision, the accept check, the logged request or None), as Router.execute
+    makes them; `needs` against the capabilities of the `specs` given (else the bundle's own)."""
     if not endpoints:
         raise ValueError("endpoints is empty: give at least one endpoint name -> call")
     first = next(iter(endpoints.values()))
-    routing, text, decision, accept = router._prepared(prompt, first, first, precision, accept, metadata)
+    capabilities = None
+    if needs is not None and specs is not None:
+        given = specs if isinstance(specs, Mapping) else {endpoint.name: endpoint for endpoint in specs}
+        capabilities = {name: endpoint.capabilities for name, endpoint in given.items()}
+    routing, text, decision, accept = router._prepared(
+        prompt, first, first, precision, accept, metadata, needs, capabilities
+    )
     request = router._traffic.request(
         routing,
         text,
@@ -85,13 +95,15 @@ def execute_endpoints(
     edge_pool: EdgePool | None = None,
     request_id: str | None = None,
     metadata: Mapping[str, str] | None = None,
+    needs: Needs | None = None,
 ) -> Execution:
     """Router.execute over N endpoints (module doc): `endpoints` name -> call, `specs` their
-    context limits and prices (an Endpoints spec or name -> Endpoint; default an N-endpoint
-    bundle's own), `timeouts` name -> seconds."""
+    context limits, prices and capabilities (an Endpoints spec or name -> Endpoint; default an
+    N-endpoint bundle's own), `timeouts` name -> seconds, `needs` what the request needs of them
+    (serving.capabilities: an endpoint lacking it is never called)."""
     with telemetry.request():
         routing, decision, check, request = _prepared(
-            router, prompt, endpoints, precision, accept, metadata, request_id, asynchronous=False
+            router, prompt, endpoints, precision, accept, metadata, request_id, False, needs, specs
         )
         options: dict[str, Any] = {
             "endpoints": endpoints,
@@ -119,11 +131,12 @@ async def aexecute_endpoints(
     verify_edge_zone: bool = False,
     request_id: str | None = None,
     metadata: Mapping[str, str] | None = None,
+    needs: Needs | None = None,
 ) -> Execution:
     """execute_endpoints() for asyncio: each call an async callable (an overrunning one is cancelled)."""
     with telemetry.request():
         routing, decision, check, request = _prepared(
-            router, prompt, endpoints, precision, accept, metadata, request_id, asynchronous=True
+            router, prompt, endpoints, precision, accept, metadata, request_id, True, needs, specs
         )
         options: dict[str, Any] = {
             "endpoints": endpoints,

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from typing import Literal, TypedDict
 
     from serving.acceptance import Acceptor
+    from serving.capabilities import Needs
     from serving.drift import DriftReference
+    from serving.endpoints import Capabilities
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.manifest import Manifest
     from serving.outcome_log import OutcomeLog
@@ -103,6 +105,18 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, p
     except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
         raise exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500]) from exc
     return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
+
+
+def _needs(
+    needs: object, capabilities: object
+) -> tuple[Needs | None, Mapping[str, Capabilities | None] | None]:  # object: the caller's values, checked
+    """(needs, capabilities) as given, checked (serving.capabilities.check_needs / check_capabilities);
+    (None, None) at once when neither is given."""
+    if needs is None and capabilities is None:
+        return None, None
+    from serving.capabilities import check_capabilities, check_needs
+
+    return check_needs(needs), check_capabilities(capabilities)
 
 
 def _metadata(metadata: object) -> Mapping[str, str] | None:
@@ -310,46 +324,82 @@ class Router:
         return self._spending
 
     def route(
-        self, prompt: str, *, precision: str | None = None, metadata: Mapping[str, str] | None = None
+        self,
+        prompt: str,
+        *,
+        precision: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Decision:
         """Where one prompt should run; see Decision. metadata: the request's metadata the policy's
-        rules read (feature, user tier, declared privacy, ...), str to str. NoFeasibleEndpoint
-        (serving.policy) when the policy forbids every endpoint."""
+        rules read (feature, user tier, declared privacy, ...), str to str. needs: what the request
+        needs of its endpoint (serving.capabilities.Needs: images, tools, json; needs_of reads a
+        chat request): an endpoint lacking it is never chosen nor called. capabilities: the
+        endpoints' capabilities by name (serving.endpoints.Capabilities; None for unknown), default
+        an N-endpoint bundle's specs'; a two-endpoint router knows none unless given them.
+        NoFeasibleEndpoint (serving.policy) when the policy or the needs leave no endpoint."""
         check_prompt(prompt)
-        return self._decide(self._routing, prompt, check_precision(precision), _metadata(metadata))
+        needs, capabilities = _needs(needs, capabilities)
+        return self._decide(self._routing, prompt, check_precision(precision), _metadata(metadata), needs, capabilities)
 
     def _decide(
-        self, routing: Routing, prompt: str, precision: str | None, metadata: Mapping[str, str] | None
+        self,
+        routing: Routing,
+        prompt: str,
+        precision: str | None,
+        metadata: Mapping[str, str] | None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Decision:
         """One checked prompt's decision on `routing`, the policy applied: after the model for two
-        endpoints, among the feasible endpoints for an N-endpoint bundle (serving.endpoint_routing)."""
-        policy = self._policy
+        endpoints, among the feasible endpoints for an N-endpoint bundle (serving.endpoint_routing);
+        endpoints lacking what `needs` asks are ruled out (serving.capabilities)."""
+        policy, spending = self._policy, self._spending
         if routing.chooser is not None:
-            return routing.endpoint_decisions([prompt], [precision], policy, [metadata], self._spending)[0]
+            wants = None if needs is None else [needs]
+            return routing.endpoint_decisions([prompt], [precision], policy, [metadata], spending, wants, capabilities)[
+                0
+            ]
         decision = routing.decisions([prompt], [precision])[0]
-        return decision if policy is None else policy.apply(decision, prompt, metadata, self._spending)
+        if policy is not None:
+            decision = policy.apply(decision, prompt, metadata, spending, needs)
+        return decision if needs is None or not capabilities else _sides_ruled_out(decision, needs, capabilities)
 
     def route_batch(
         self,
         prompts: Sequence[str],
         precisions: Sequence[str | None] | None = None,
         metadata: Sequence[Mapping[str, str] | None] | None = None,
+        needs: Sequence[Needs | None] | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> list[Decision]:
-        """Decisions for many prompts, scored in one onnxruntime call per model; `metadata`: one
-        mapping (or None) per prompt. NoFeasibleEndpoint for the first prompt the policy forbids
-        every endpoint."""
+        """Decisions for many prompts, scored in one onnxruntime call per model; `metadata` and
+        `needs`: one each (or None) per prompt; `capabilities` as route() takes it.
+        NoFeasibleEndpoint for the first prompt the policy or its needs leave no endpoint."""
         prompts, precisions = check_batch(prompts, precisions)
         policy = self._policy
-        if metadata is not None and len(metadata) != len(prompts):
-            raise ValueError(f"{len(metadata)} metadata for {len(prompts)} prompts")
+        for name, given in (("metadata", metadata), ("needs", needs)):
+            if given is not None and len(given) != len(prompts):
+                raise ValueError(f"{len(given)} {name} for {len(prompts)} prompts")
         metadatas = [_metadata(m) for m in metadata] if metadata is not None else [None] * len(prompts)
+        wants = [_needs(w, None)[0] for w in needs] if needs is not None else [None] * len(prompts)
+        capabilities = _needs(None, capabilities)[1]
         routing = self._routing
         if routing.chooser is not None:
-            return routing.endpoint_decisions(prompts, precisions, policy, metadatas, self._spending) if prompts else []
+            if not prompts:
+                return []
+            return routing.endpoint_decisions(
+                prompts, precisions, policy, metadatas, self._spending, wants, capabilities
+            )
         decisions = routing.decisions(prompts, precisions) if prompts else []
-        if policy is None:
+        if policy is not None:
+            decisions = [
+                policy.apply(d, p, m, self._spending, w) for d, p, m, w in zip(decisions, prompts, metadatas, wants)
+            ]
+        if not capabilities:
             return decisions
-        return [policy.apply(d, p, m, self._spending) for d, p, m in zip(decisions, prompts, metadatas)]
+        return [d if w is None else _sides_ruled_out(d, w, capabilities) for d, w in zip(decisions, wants)]
 
     @property
     def log(self) -> OutcomeLog | None:
@@ -382,6 +432,8 @@ class Router:
         edge_pool: EdgePool | None = None,
         request_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Execution:
         """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
         `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
@@ -401,11 +453,15 @@ class Router:
 
         metadata: as route() takes it, for the policy. An endpoint the policy forbids is never
         called: when the edge does not serve and the cloud is forbidden, FallbackForbidden
-        (serving.policy) names the rule; when every endpoint is forbidden, NoFeasibleEndpoint."""
+        (serving.policy) names the rule; when every endpoint is forbidden, NoFeasibleEndpoint.
+        needs, capabilities: as route() takes them; a side lacking what the request needs is never
+        called either (FallbackForbidden names the built-in rule, e.g. needs:images)."""
         from serving.execute import execute
 
         with telemetry.request():  # one span per request, routing included; a caller's span is joined
-            routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
+            routing, text, decision, accept = self._prepared(
+                prompt, edge, cloud, precision, accept, metadata, needs, capabilities
+            )
             options: _ExecuteOptions = {
                 "edge_context_tokens": routing.edge_context_tokens,
                 "edge_timeout_s": edge_timeout_s,
@@ -444,16 +500,20 @@ class Router:
         request_id: str | None = None,
         shadow: bool = True,
         metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Execution:
         """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt (text
         or request object, as execute() takes it; serving.execute.aexecute: an overrunning edge
         call is cancelled). The same decision, accept check, outcome record, exploration and
         shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
-        values, such as streams), and the same policy (`metadata`)."""
+        values, such as streams), and the same policy (`metadata`) and capabilities (`needs`)."""
         from serving.execute import aexecute
 
         with telemetry.request():
-            routing, text, decision, accept = self._prepared(prompt, edge, cloud, precision, accept, metadata)
+            routing, text, decision, accept = self._prepared(
+                prompt, edge, cloud, precision, accept, metadata, needs, capabilities
+            )
             options: _AttemptOptions = {
                 "edge_context_tokens": routing.edge_context_tokens,
                 "edge_timeout_s": edge_timeout_s,
@@ -485,7 +545,7 @@ class Router:
     ) -> Execution:
         """Route, then run over N named endpoints (`endpoints`: name -> call) in the decision's
         cascade: serving.routed_endpoints.execute_endpoints, whose keywords it takes (specs,
-        timeouts, precision, accept, verify_edge_zone, edge_pool, request_id, metadata)."""
+        timeouts, precision, accept, verify_edge_zone, edge_pool, request_id, metadata, needs)."""
         from serving.routed_endpoints import execute_endpoints
 
         return execute_endpoints(self, prompt, endpoints, **options)
@@ -506,6 +566,8 @@ class Router:
         precision: str | None,
         accept: AcceptCheck | Literal["learned"] | None,
         metadata: Mapping[str, str] | None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> tuple[Routing, str, Decision, AcceptCheck | None]:
         """(the bundle serving this request, the text it routes, its decision, the accept check):
         all from one Routing, so an update() meanwhile changes none of them."""
@@ -517,5 +579,16 @@ class Router:
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing
         precision, text, metadata = check_precision(precision), prompt_text(prompt), _metadata(metadata)
-        decision = self._decide(routing, text, precision, metadata)
+        needs, capabilities = _needs(needs, capabilities)
+        decision = self._decide(routing, text, precision, metadata, needs, capabilities)
         return routing, text, decision, routing.learned_accept(text) if accept == "learned" else accept
+
+
+def _sides_ruled_out(decision: Decision, needs: Needs, capabilities: Mapping[str, Capabilities | None]) -> Decision:
+    """A two-endpoint decision with the sides lacking what `needs` asks ruled out
+    (serving.capabilities.rule_out_sides); the decision itself when none lacks anything."""
+    from serving.capabilities import rule_out_sides, ruled_out
+    from serving.contract import CLOUD, EDGE
+
+    lacking = ruled_out(needs, capabilities, (EDGE, CLOUD))
+    return rule_out_sides(decision, lacking) if lacking else decision

@@ -23,7 +23,9 @@ from serving.rules import RuleRouter
 
 if TYPE_CHECKING:
     from serving.acceptance import Acceptor
+    from serving.capabilities import Needs
     from serving.endpoint_routing import EndpointChooser
+    from serving.endpoints import Capabilities
     from serving.execute import AcceptCheck
     from serving.json_types import JSONObject
     from serving.policy.budgets import Spending
@@ -82,9 +84,12 @@ class Routing:
         policy: PolicySet | None = None,
         metadata: Sequence[Mapping[str, str] | None] | None = None,
         spending: Spending | None = None,
+        needs: Sequence[Needs | None] | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> list[Decision]:
-        """An N-endpoint bundle's decisions for checked arguments, the policy's verdict among its
-        feasibility (serving.endpoint_routing); when scoring fails, degraded decisions by price."""
+        """An N-endpoint bundle's decisions for checked arguments, the policy's verdict and the
+        capabilities each request needs among its feasibility (serving.endpoint_routing); when
+        scoring fails, degraded decisions by price."""
         chooser, scorer = self.chooser, self._scorer
         if chooser is None or scorer is None:
             raise RuntimeError("endpoint_decisions needs an N-endpoint bundle")
@@ -94,8 +99,10 @@ class Routing:
             log.warning("scoring failed, endpoints by price: %r", exc)
             counts = [self._rules.count_tokens(p) for p in prompts]
             note = f"degraded: scoring failed: {exc!r}"[:300]
-            return chooser.degraded(prompts, precisions, counts, note, policy, metadata, spending)
-        return chooser.decisions(prompts, precisions, expected, n_tokens, policy, metadata, spending)
+            return chooser.degraded(prompts, precisions, counts, note, policy, metadata, spending, needs, capabilities)
+        return chooser.decisions(
+            prompts, precisions, expected, n_tokens, policy, metadata, spending, needs, capabilities
+        )
 
     @property
     def degraded(self) -> bool:

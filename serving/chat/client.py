@@ -109,6 +109,9 @@ class RoutedChat:
         # N endpoints (docs/endpoints.md#running-n-endpoints): the cascade of serving.execute_endpoints
         self.endpoints: Mapping[str, Endpoint] | None = named if endpoints is not None else None
         self.specs = specs
+        # the two sides' declared capabilities (serving.chat.Endpoint.capabilities), None when neither declares any
+        declared = {name: endpoint.capabilities for name, endpoint in named.items()}
+        self._capabilities = declared if endpoints is None and any(declared.values()) else None
         keys = tuple(endpoint.api_key for endpoint in named.values())
         self._upstreams = {name: Upstream(name, endpoint, secrets=keys) for name, endpoint in named.items()}
         self._span_attributes = {  # each attempt span's model, host and port (serving.telemetry)
@@ -143,6 +146,10 @@ class RoutedChat:
             included: serving.policy.FallbackForbidden or NoFeasibleEndpoint instead.
         params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
             sent to whichever endpoint serves. `model` is set per Endpoint.
+        What the request needs (image parts, tools, a JSON response format) is read from it
+        (serving.capabilities.needs_of) and passed to the router: an endpoint whose declared
+        capabilities lack it (Endpoint.capabilities; with endpoints=, the specs') is never called,
+        NoFeasibleEndpoint when none is left.
         Bad messages, or a NaN or infinite number anywhere in the request (JSON has none), are a
         ValueError naming where, before any call (ChatRequest.build).
         """
@@ -159,14 +166,15 @@ class RoutedChat:
 
                 calls = {name: functools.partial(loop.call, up.acomplete) for name, up in self._upstreams.items()}
                 execution = execute_endpoints(
-                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata)
+                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata, request)
                 )
             else:
                 execution = self.router.execute(
                     request,
                     functools.partial(loop.call, self._upstreams["edge"].acomplete),
                     functools.partial(loop.call, self._upstreams["cloud"].acomplete),
-                    **self._options(precision, accept, metadata),
+                    capabilities=self._capabilities,
+                    **self._options(precision, accept, metadata, request),
                 )
             return self._completed(execution, started, trace, metadata)
 
@@ -195,14 +203,15 @@ class RoutedChat:
 
                 calls = {name: up.acomplete for name, up in self._upstreams.items()}
                 execution = await aexecute_endpoints(
-                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata)
+                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata, request)
                 )
             else:
                 execution = await self.router.aexecute(
                     request,
                     self._upstreams["edge"].acomplete,
                     self._upstreams["cloud"].acomplete,
-                    **self._options(precision, accept, metadata),
+                    capabilities=self._capabilities,
+                    **self._options(precision, accept, metadata, request),
                 )
             return self._completed(execution, started, trace, metadata)
 
@@ -227,7 +236,13 @@ class RoutedChat:
 
                 opens = {name: up.open_stream for name, up in self._upstreams.items()}
                 execution = await aexecute_endpoints(
-                    self.router, request, opens, specs=self.specs, precision=precision, metadata=metadata
+                    self.router,
+                    request,
+                    opens,
+                    specs=self.specs,
+                    precision=precision,
+                    metadata=metadata,
+                    needs=request.needs or None,
                 )
             else:  # No shadow run: the other side would open a stream that nobody reads.
                 execution = await self.router.aexecute(
@@ -237,6 +252,8 @@ class RoutedChat:
                     precision=precision,
                     shadow=False,
                     metadata=metadata,
+                    needs=request.needs or None,
+                    capabilities=self._capabilities,
                 )
         upstream = self._upstream(execution.served_by)
         routing = RoutingInfo.of(execution, upstream.endpoint.model)
@@ -244,9 +261,17 @@ class RoutedChat:
         ended = functools.partial(self._answered, metadata)
         return AsyncChatStream(execution.response, upstream, routing, started, ended, trace, scope.keep_open())
 
-    def _options(self, precision: str | None, accept: object, metadata: Mapping[str, str] | None) -> dict[str, Any]:
-        """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed request."""
-        options = {"precision": precision, "verify_edge_zone": self.verify_edge_zone, "metadata": metadata}
+    def _options(
+        self, precision: str | None, accept: object, metadata: Mapping[str, str] | None, request: ChatRequest
+    ) -> dict[str, Any]:
+        """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed
+        request: its needs (serving.capabilities) among them, read from the request once."""
+        options = {
+            "precision": precision,
+            "verify_edge_zone": self.verify_edge_zone,
+            "metadata": metadata,
+            "needs": request.needs or None,
+        }
         return options if accept is _ROUTER_DEFAULT else {**options, "accept": accept}
 
     # Results.

@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from typing import TypeGuard
 
+    from serving.endpoints import Capabilities
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -30,6 +32,9 @@ class Endpoint:
         any currency; both set to get `routing.estimated_cost`. 0 for a model on the device.
     max_response_bytes: a larger non-streamed answer (or streamed event) is refused as malformed.
     headers: sent with every request (e.g. an organisation header); not for the key.
+    capabilities: what the model accepts (serving.endpoints.Capabilities: images, tools, json; a
+        flag left out is false), or None, the default: not declared, so not a constraint. When
+        declared, a request needing what it lacks (serving.capabilities) is never sent to it.
     """
 
     base_url: str
@@ -42,6 +47,7 @@ class Endpoint:
     output_price_per_1m: float | None = None
     max_response_bytes: int = 8 << 20
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    capabilities: Capabilities | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
@@ -65,6 +71,13 @@ class Endpoint:
             raise ValueError(f"max_response_bytes={self.max_response_bytes!r}: must be an integer >= 1024")
         if any(name.lower() == "authorization" for name in self.headers):
             raise ValueError("headers must not carry Authorization: put the key in api_key")
+        if self.capabilities is not None:
+            from serving.endpoints import Capabilities
+
+            if not isinstance(self.capabilities, Capabilities):
+                raise ValueError(
+                    f"capabilities must be a serving.endpoints.Capabilities or None, got {type(self.capabilities).__name__}"
+                )
 
     @property
     def url(self) -> str:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from serving.capabilities import NO_NEEDS, Needs, needs_of
 from serving.chat.conversation import check_messages, conversation_prompt
 
 if TYPE_CHECKING:
@@ -30,12 +31,15 @@ RESERVED = ("model", "messages")  # set by the client, never a request parameter
 @dataclass(frozen=True)
 class ChatRequest:
     """A chat request as checked: `messages`, `params` (every other chat-completions parameter,
-    JSON values sent as they are) and `prompt`, the text the router routes (a
-    serving.execute.Routable). Build it with ChatRequest.build."""
+    JSON values sent as they are), `prompt`, the text the router routes (a
+    serving.execute.Routable), and `needs`, the capabilities it needs of its endpoint (image
+    parts, tools, a JSON response format: serving.capabilities.needs_of). Build it with
+    ChatRequest.build."""
 
     messages: Sequence[Message]
     params: Mapping[str, Any]  # Any: JSON values of any shape
     prompt: str
+    needs: Needs = NO_NEEDS
 
     @classmethod
     def build(
@@ -59,7 +63,7 @@ class ChatRequest:
         prompt = to_prompt(messages)
         if not isinstance(prompt, str):
             raise TypeError(f"to_prompt must return the prompt as a str, got {type(prompt).__name__}")
-        return cls(messages, params, prompt)
+        return cls(messages, params, prompt, needs_of(messages, params))
 
 
 def check_json_numbers(value: Any, where: str = "") -> None:

@@ -17,7 +17,8 @@ list), `detected` (any of the named content detectors finds something in the pro
 regular expression, or a list of them, found anywhere in the prompt or in its first `head_chars`
 characters; case-insensitive), `budget` ({"key": "user", "limit": 0.5, "period": "day"}: the
 holder the metadata names under `key` has spent at least `limit` in the current hour, day or
-month; serving.policy.budgets).
+month; serving.policy.budgets), `needs` (a capability, or a list: the request needs any of them;
+serving.capabilities).
 
 How the matching rules combine: every matching `forbid` removes its endpoint; the first matching
 `force` allows its endpoint only (a force of an endpoint a matching forbid removed leaves nothing:
@@ -42,12 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from serving.capabilities import CAPABILITIES, RULE_PREFIX
 from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
 from serving.documents import decode_document, read_bytes
 from serving.policy.budgets import PERIODS, Spending
 from serving.policy.detectors import DETECTORS
 
 if TYPE_CHECKING:
+    from serving.capabilities import Needs
     from serving.decision import Decision
     from serving.policy.detectors import Detector
 
@@ -65,6 +68,7 @@ WHEN_KEYS = (
     "precision",
     "matches",
     "budget",
+    "needs",
 )
 BUDGET_KEYS = ("key", "limit", "period")
 MAX_PATTERN_CHARS = 4096  # one `matches` expression
@@ -132,7 +136,7 @@ def check_metadata(metadata: object) -> Mapping[str, str] | None:
 class _Request:
     """What the rules look at for one request; each detector runs at most once."""
 
-    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending")
+    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending", "needs")
 
     def __init__(
         self,
@@ -141,11 +145,13 @@ class _Request:
         precision: str | None,
         metadata: Mapping[str, str] | None,
         spending: Spending | None = None,
+        needs: Needs | None = None,
     ) -> None:
         self.text, self.n_tokens, self.precision = text, n_tokens, precision
         self.metadata: Mapping[str, str] = metadata or {}
         self.found: dict[str, bool] = {}
         self.spending = spending
+        self.needs = needs
 
     def over_budget(self, key: str, limit: float, period: str) -> bool:
         """Whether the holder the metadata names under `key` has spent `limit` (no holder: no)."""
@@ -181,6 +187,7 @@ class Rule:
     pattern: re.Pattern[str] | None = None  # `matches`, its expressions joined
     head_chars: int | None = None  # `matches` looks at this many first characters; None: all
     budget: tuple[str, float, str] | None = None  # (metadata key, limit, period): holds when spent
+    needs: tuple[str, ...] = ()  # capabilities (serving.capabilities): holds when the request needs any
     description: str = ""
 
     def matches(self, request: _Request) -> bool:
@@ -203,6 +210,8 @@ class Rule:
             if self.pattern.search(request.text, 0, end) is None:
                 return False
         if self.budget is not None and not request.over_budget(*self.budget):
+            return False
+        if self.needs and (request.needs is None or not any(getattr(request.needs, c) for c in self.needs)):
             return False
         return not self.detectors or request.detected(self.detectors)
 
@@ -303,10 +312,11 @@ class PolicySet:
         precision: str | None,
         metadata: Mapping[str, str] | None = None,
         spending: Spending | None = None,
+        needs: Needs | None = None,
     ) -> Verdict:
         """What the rules say of one request (checked arguments; `spending`: the budgets' ledger, the
-        Router's); NoFeasibleEndpoint when none is left."""
-        request = _Request(text, n_tokens, precision, metadata, spending)
+        Router's; `needs`: the capabilities it needs); NoFeasibleEndpoint when none is left."""
+        request = _Request(text, n_tokens, precision, metadata, spending, needs)
         given = request.metadata
         forced: Rule | None = None
         forbidden_by: dict[str, Rule] = {}
@@ -351,11 +361,12 @@ class PolicySet:
         text: str,
         metadata: Mapping[str, str] | None = None,
         spending: Spending | None = None,
+        needs: Needs | None = None,
     ) -> Decision:
         """Carry the verdict into the model's decision (changed in place and returned): its zone,
         `forbidden`, `rule`, and its reason, which starts with the rule. NoFeasibleEndpoint when
         every endpoint is forbidden."""
-        verdict = self.evaluate(text, decision.n_tokens, decision.precision, metadata, spending)
+        verdict = self.evaluate(text, decision.n_tokens, decision.precision, metadata, spending, needs)
         rule = verdict.rule
         if rule is None:
             return decision
@@ -427,6 +438,8 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         raise fail(
             "name", "required: 1-64 letters, digits and _.:- (it is logged as is), starting with a letter or digit"
         )
+    if name.startswith(RULE_PREFIX):
+        raise fail("name", f"names starting with {RULE_PREFIX!r} are the built-in capability rules' (needs:images)")
     action, endpoint, zone = item.get("then"), item.get("endpoint"), item.get("zone")
     if action not in ACTIONS:
         raise fail("then", f"must be one of {', '.join(ACTIONS)}, got {action!r}")
@@ -470,6 +483,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         pattern=pattern,
         head_chars=head_chars,
         budget=budget,
+        needs=_needs(when["needs"], fail) if "needs" in when else (),
         description=description,
         **sizes,
     )
@@ -548,6 +562,17 @@ def _budget(value: object, fail: Any) -> tuple[str, float, str]:
     if period not in PERIODS:
         raise fail("when.budget.period", f"must be one of {', '.join(PERIODS)}, got {period!r}")
     return holder, float(limit), period
+
+
+def _needs(value: object, fail: Any) -> tuple[str, ...]:
+    """`needs`: a capability or a non-empty list of them (serving.capabilities.CAPABILITIES)."""
+    names = _strings(value)
+    if not names or not all(isinstance(name, str) for name in names):
+        raise fail("when.needs", f"must be a capability or a non-empty list of them, got {value!r}")
+    for name in names:
+        if name not in CAPABILITIES:
+            raise fail("when.needs", f"unknown capability {name!r}; capabilities are {', '.join(CAPABILITIES)}")
+    return tuple(str(name) for name in dict.fromkeys(names))
 
 
 def _detectors(value: object, fail: Any) -> tuple[Detector, ...]:

@@ -37,6 +37,12 @@ consumes it and never forwards it upstream. A request the policy leaves no endpo
 403 (code `no_feasible_endpoint`); one whose allowed endpoint failed while the policy forbids the
 fallback gets 502 (504 for a timeout) with code `fallback_forbidden`, and x-router-rule names the
 rule: the forbidden endpoint is never called.
+
+Capabilities: what a request needs (image parts, tools, a JSON response format) is read from its
+body (serving.capabilities.needs_of, by RoutedChat); an upstream whose declared capabilities lack
+it (`--edge-capabilities`, `--cloud-capabilities`, an --endpoints file's specs) is never called,
+and x-router-rule names the built-in rule (needs:images). A request no upstream can take gets 400
+(code `no_capable_endpoint`).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import serving.telemetry as telemetry
+from serving.capabilities import RULE_PREFIX
 from serving.chat.client import RoutedChat
 from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact, redacted_json
 from serving.chat.request import check_json_numbers
@@ -179,13 +186,14 @@ class _Handlers:
             raise self._cloud_failed(exc) from None
         except NoFeasibleEndpoint as exc:
             log.warning("request refused by policy: %s", exc)
+            capability = bool(exc.rules) and exc.rules[0].startswith(RULE_PREFIX)  # needs:images
             raise RequestError(
-                403,
+                400 if capability else 403,
                 str(exc),
                 "invalid_request_error",
-                code="no_feasible_endpoint",
-                reason="policy_no_endpoint",
-                headers={"x-router-rule": _header_text(exc.rules[0])},
+                code="no_capable_endpoint" if capability else "no_feasible_endpoint",
+                reason="capability_no_endpoint" if capability else "policy_no_endpoint",
+                headers={"x-router-rule": _header_text(exc.rules[0])} if exc.rules else {},
             ) from None
         except FallbackForbidden as exc:
             raise self._fallback_forbidden(exc) from None

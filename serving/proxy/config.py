@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Callable
 
     from serving.chat.endpoint import Endpoint
-    from serving.endpoints import Endpoints
+    from serving.endpoints import Capabilities, Endpoints
 
 TOKEN_ENV = "ROUTER_PROXY_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -43,6 +43,7 @@ class UpstreamOptions:
     first_token_timeout_s: float | None = None
     input_price_per_1m: float | None = None
     output_price_per_1m: float | None = None
+    capabilities: Capabilities | None = None  # None: not declared (no constraint)
 
     def endpoint(self) -> Endpoint:
         from serving.chat.endpoint import Endpoint
@@ -55,6 +56,7 @@ class UpstreamOptions:
             first_token_timeout_s=self.first_token_timeout_s,
             input_price_per_1m=self.input_price_per_1m,
             output_price_per_1m=self.output_price_per_1m,
+            capabilities=self.capabilities,
         )
 
 
@@ -141,6 +143,7 @@ def _upstream_options(
         timeouts["first_token_timeout_s"],
         price.per_1k_input * 1000,
         price.per_1k_output * 1000,
+        spec.capabilities,
     )
 
 
@@ -280,6 +283,7 @@ class ProxyConfig:
                 get("first_token_timeout_s"),
                 get("price_in"),
                 get("price_out"),
+                parse_capabilities(getattr(args, f"{side}_capabilities", None), f"--{side}-capabilities"),
             )
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
@@ -308,6 +312,27 @@ class ProxyConfig:
             policy_interval_s=args.policy_interval_s,
             endpoints=EndpointsConfig.load(endpoints_file, environ) if endpoints_file is not None else None,
         )
+
+
+def parse_capabilities(value: str | None, option: str) -> Capabilities | None:
+    """`--edge-capabilities images,tools` as serving.endpoints.Capabilities: the flags listed are
+    true and the others false ("none": all false); not given: None, not declared. ConfigError for
+    an unknown name."""
+    if value is None:
+        return None
+    from serving.capabilities import CAPABILITIES
+    from serving.endpoints import Capabilities
+
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if names == ["none"]:
+        names = []
+    unknown = [name for name in names if name not in CAPABILITIES]
+    if unknown or not value.strip():
+        raise ConfigError(
+            f"{option} {value!r}: list what the model accepts among {', '.join(CAPABILITIES)} "
+            "(comma-separated), or none"
+        )
+    return Capabilities(images="images" in names, tools="tools" in names, json="json" in names)
 
 
 def is_loopback(host: str) -> bool:
@@ -371,6 +396,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         group.add_argument(f"--{side}-price-in", type=float, metavar="PRICE", help="price of 1M prompt tokens")
         group.add_argument(f"--{side}-price-out", type=float, metavar="PRICE", help="price of 1M completion tokens")
+        group.add_argument(
+            f"--{side}-capabilities",
+            metavar="LIST",
+            help="what the model accepts, comma-separated among images, tools, json (or none); a request needing "
+            "one it lacks is never sent there (default: not declared, no constraint; docs/policies.md#capabilities)",
+        )
     parser.add_argument(
         "--endpoints",
         metavar="FILE",

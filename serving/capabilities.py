@@ -1,0 +1,158 @@
+"""What a request needs of the endpoint that serves it (images, tools, JSON output), and which
+endpoints lack it (docs/policies.md#capabilities).
+
+    needs = needs_of(messages, params)        # Needs(images=True, tools=False, json=False)
+    router.route(prompt, needs=needs)         # endpoints whose spec lacks images are never chosen
+
+`needs_of` is the one place a chat-completions request is read for this: an image part in any
+message's content (`{"type": "image_url"}` or `{"type": "input_image"}`) -> images; a `tools`,
+`functions`, `tool_choice` or `function_call` parameter (not null) -> tools; a `response_format`
+of type `json_object` or `json_schema` -> json. It reads the request's shape, never its text.
+
+An endpoint's capabilities are its spec's (serving.endpoints.Capabilities: a flag left out of a
+spec is false, as the spec format has always said); an endpoint without a spec (a two-endpoint
+router's edge or cloud whose capabilities were not declared) is not a constraint. An endpoint
+lacking a needed capability is ruled out like a forbidden one, under the built-in rule name
+`needs:<capability>` (RULE_PREFIX), which reasons, headers and the outcome log carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from serving.decision import Decision
+    from serving.endpoints import Capabilities
+
+CAPABILITIES = ("images", "tools", "json")  # in the order reasons and rule names take them
+RULE_PREFIX = "needs:"  # the built-in rule that rules an endpoint out for a capability: needs:images
+IMAGE_PARTS = ("image_url", "input_image", "image")
+TOOL_PARAMS = ("tools", "functions", "tool_choice", "function_call")
+JSON_FORMATS = ("json_object", "json_schema")
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """The capabilities one request needs; Needs() needs none."""
+
+    images: bool = False
+    tools: bool = False
+    json: bool = False
+
+    def __post_init__(self) -> None:
+        for name in CAPABILITIES:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Needs.{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The needed capabilities' names, in CAPABILITIES order."""
+        return tuple(name for name in CAPABILITIES if getattr(self, name))
+
+    def __bool__(self) -> bool:
+        return self.images or self.tools or self.json
+
+    def lacking(self, capabilities: Capabilities | None) -> tuple[str, ...]:
+        """The needed capabilities an endpoint of these `capabilities` lacks; () when it has them
+        all, or when its capabilities are unknown (None)."""
+        if capabilities is None:
+            return ()
+        return tuple(name for name in self.names if not getattr(capabilities, name))
+
+
+NO_NEEDS = Needs()
+
+
+def check_needs(needs: object) -> Needs | None:
+    """`needs` as given: None, or a Needs (an empty one reads as None); TypeError otherwise."""
+    if needs is None:
+        return None
+    if not isinstance(needs, Needs):
+        raise TypeError(f"needs must be a serving.capabilities.Needs or None, got {type(needs).__name__}")
+    return needs if needs else None
+
+
+def needs_of(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> Needs:
+    """What a chat-completions request needs (module doc); `messages` as checked by
+    serving.chat.conversation.check_messages, `params` the other parameters."""
+    images = any(_has_image(message.get("content")) for message in messages if isinstance(message, Mapping))
+    tools = any(params.get(name) is not None for name in TOOL_PARAMS)
+    response_format = params.get("response_format")
+    json = isinstance(response_format, Mapping) and response_format.get("type") in JSON_FORMATS
+    return Needs(images=images, tools=tools, json=json) if images or tools or json else NO_NEEDS
+
+
+def _has_image(content: object) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, Mapping) and part.get("type") in IMAGE_PARTS for part in content
+    )
+
+
+def ruled_out(
+    needs: Needs, capabilities: Mapping[str, Capabilities | None], names: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """name -> the needed capabilities it lacks, for each of `names` that lacks one (names without
+    an entry in `capabilities` are not a constraint)."""
+    out = {}
+    for name in names:
+        missing = needs.lacking(capabilities.get(name))
+        if missing:
+            out[name] = missing
+    return out
+
+
+def rule_name(lacking: Mapping[str, tuple[str, ...]]) -> str:
+    """The built-in rule's name for what ruled endpoints out: the first capability (CAPABILITIES
+    order) any of them lacks, e.g. needs:images."""
+    first = min((CAPABILITIES.index(c) for missing in lacking.values() for c in missing), default=0)
+    return RULE_PREFIX + CAPABILITIES[first]
+
+
+def lacking_text(lacking: Mapping[str, tuple[str, ...]]) -> str:
+    """e.g. "phone-3b lacks images, tools; cloud-mid lacks images" (declared codes only)."""
+    return "; ".join(f"{name} lacks {', '.join(missing)}" for name, missing in lacking.items())
+
+
+def rule_out_sides(decision: Decision, lacking: Mapping[str, tuple[str, ...]]) -> Decision:
+    """A two-endpoint decision (changed in place and returned) with the sides in `lacking` ruled
+    out: added to `forbidden`, the zone the one side left (no fallback to a side that lacks what
+    the request needs), `rule` the built-in needs:<capability> unless a policy rule decided, and the
+    reason starting with it. NoFeasibleEndpoint when no side is left."""
+    from serving.contract import CLOUD, EDGE, first_target
+
+    sides = (EDGE, CLOUD)
+    allowed = [side for side in sides if side not in decision.forbidden and side not in lacking]
+    name = rule_name(lacking)
+    if not allowed:
+        from serving.policy.rules import NoFeasibleEndpoint
+
+        needed = dict.fromkeys(c for missing in lacking.values() for c in missing)
+        policy = [side for side in decision.forbidden if side not in lacking]
+        said = f"; the policy forbids {', '.join(policy)} (policy '{decision.rule}')" if policy else ""
+        raise NoFeasibleEndpoint(
+            f"no endpoint may serve this request: the request needs {', '.join(needed)} ({name}): "
+            f"{lacking_text(lacking)}{said}",
+            rules=[name, decision.rule] if policy and decision.rule else [name],
+        )
+    decision.forbidden = tuple(side for side in sides if side not in allowed)
+    if len(allowed) == 1:
+        decision.zone = allowed[0]
+        decision.target = first_target(decision.zone)
+    decision.rule = decision.rule or name
+    decision.reason = f"{name}: {lacking_text(lacking)}; {decision.reason}"
+    return decision
+
+
+def check_capabilities(capabilities: object) -> Mapping[str, Capabilities | None] | None:
+    """Endpoint name -> its serving.endpoints.Capabilities (None: unknown), as given; TypeError otherwise."""
+    if capabilities is None:
+        return None
+    from serving.endpoints import Capabilities
+
+    if not isinstance(capabilities, Mapping) or not all(
+        isinstance(name, str) and (caps is None or isinstance(caps, Capabilities))
+        for name, caps in capabilities.items()
+    ):
+        raise TypeError("capabilities must map endpoint names to serving.endpoints.Capabilities (or None)")
+    return capabilities
