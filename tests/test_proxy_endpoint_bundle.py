@@ -131,3 +131,83 @@ def test_the_proxy_refuses_upstreams_that_do_not_match_the_bundle(router, upstre
     assert "routes among phone-3b, onprem-8b, cloud-mid, frontier" in two.bundle_mismatch(NAMES)
     assert two.bundle_mismatch(None) is None and "routes between edge and cloud" in config.bundle_mismatch(None)
     assert isinstance(config.chat_options()["endpoints"]["frontier"], Endpoint)
+
+
+# --- capabilities (serving.capabilities; docs/policies.md#capabilities) -------------------------
+# The simulated spec declares images, tools and json for frontier alone; the others leave them out (false).
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+SEE = [{"role": "user", "content": [{"type": "text", "text": "Tell me a joke about penguins."}, IMAGE]}]
+TOOL = {"type": "function", "function": {"name": "joke", "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_an_endpoint_lacking_what_the_request_needs_is_never_chosen(trained):  # noqa: F811
+    from serving.capabilities import Needs
+    from serving.endpoints import Capabilities
+    from serving.policy import NoFeasibleEndpoint
+
+    made, public = trained
+    router = Router.load(made.folder, strict=True, public_key=public)
+    spec = router.manifest.endpoints.spec
+    assert [spec[n].capabilities.images for n in NAMES] == [False, False, False, True]
+    plain = [router.route(p) for p in PROMPTS]
+    assert [router.route(p, needs=None) for p in PROMPTS] == plain
+    assert any(d.endpoint != "frontier" for d in plain)  # so the needs below change something
+    for needs in (Needs(images=True), Needs(tools=True), Needs(json=True)):
+        decisions = router.route_batch(PROMPTS, needs=[needs] * len(PROMPTS))
+        assert decisions == [router.route(p, needs=needs) for p in PROMPTS]
+        lacks = needs.names[0]
+        for decision in decisions:
+            assert decision.endpoint == "frontier" and decision.cascade == ("frontier",)
+            assert decision.rule == f"needs:{lacks}" and decision.forbidden == NAMES[:3]
+            assert decision.reason.startswith(f"needs:{lacks}: phone-3b lacks {lacks}; onprem-8b lacks {lacks}; ")
+    # capabilities given by the caller stand for the bundle's: every endpoint able, the model's choice
+    able = {name: Capabilities(images=True, tools=True, json=True) for name in NAMES}
+    assert [router.route(p, needs=Needs(images=True), capabilities=able) for p in PROMPTS] == plain
+    # a policy forbidding the only endpoint with images leaves nothing: both named, nothing silent
+    rules = PolicySet.from_dict(
+        {"rules": [{"name": "no-frontier", "then": "forbid", "endpoint": "frontier"}]}, endpoints=NAMES
+    )
+    policed = Router.load(made.folder, strict=True, public_key=public, policy=rules)
+    with pytest.raises(NoFeasibleEndpoint) as caught:
+        policed.route(PROMPTS[0], needs=Needs(images=True))
+    assert str(caught.value) == (
+        "no endpoint may serve this request: the policy forbids frontier (policy 'no-frontier'); the request needs "
+        "images (needs:images): phone-3b lacks images; onprem-8b lacks images; cloud-mid lacks images"
+    )
+    condition = {"name": "see-big", "when": {"needs": "images"}, "then": "forbid", "endpoint": "phone-3b"}
+    by_rule = Router.load(
+        made.folder, strict=True, public_key=public, policy=PolicySet.from_dict({"rules": [condition]}, endpoints=NAMES)
+    )
+    forbidden = by_rule.route(PROMPTS[0], needs=Needs(images=True), capabilities=able)
+    assert forbidden.rule == "see-big" and forbidden.forbidden == ("phone-3b",) and forbidden.endpoint != "phone-3b"
+
+
+def test_the_proxy_sends_image_and_tool_requests_only_to_endpoints_that_take_them(router, upstreams, tmp_path):
+    with proxy(router, config_for(upstreams, tmp_path)) as client:  # the bundle's own specs
+        seen = client.post("/v1/chat/completions", json={"messages": SEE})
+        streamed = client.post("/v1/chat/completions", json={"messages": SEE, "stream": True})
+        tools = ask(client, "Tell me a joke about penguins.", tools=[TOOL])
+        upstreams["frontier"].behaviour = Behaviour(status=500)
+        failed = client.post("/v1/chat/completions", json={"messages": SEE})
+    for answer in (seen, streamed, tools):
+        assert answer.status_code == 200 and answer.headers["x-router-served-by"] == "frontier"
+        assert answer.headers["x-router-tried"] == "frontier=served"
+    assert seen.headers["x-router-rule"] == "needs:images" and tools.headers["x-router-rule"] == "needs:tools"
+    assert failed.status_code == 502 and failed.headers["x-router-tried"] == "frontier=error:UpstreamHTTPError"
+    assert len(upstreams["frontier"].received) == 4 and upstreams["frontier"].received[2].body["tools"] == [TOOL]
+    assert all(upstreams[name].received == [] for name in NAMES[:3])  # not as a fallback either
+    # an --endpoints file whose specs declare no images: the proxy's specs stand, no endpoint is left
+    config = config_for(upstreams, tmp_path)
+    chat = RoutedChat(router, **config.chat_options())
+    server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
+    try:
+        with httpx2.Client(
+            base_url=f"http://127.0.0.1:{server.port}", headers={"authorization": f"Bearer {TOKEN}"}
+        ) as c:
+            refused = c.post("/v1/chat/completions", json={"messages": SEE})
+    finally:
+        server.stop()
+        chat.close()
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "no_capable_endpoint"
+    assert refused.headers["x-router-rule"] == "needs:images" and "frontier lacks images" in refused.text
+    assert len(upstreams["frontier"].received) == 4
