@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from serving.contract import CLOUD, EDGE, first_target
+from serving.endpoints import Capabilities
+
 if TYPE_CHECKING:
     from serving.decision import Decision
-    from serving.endpoints import Capabilities
 
 CAPABILITIES = ("images", "tools", "json")  # in the order reasons and rule names take them
 RULE_PREFIX = "needs:"  # the built-in rule that rules an endpoint out for a capability: needs:images
@@ -119,8 +121,6 @@ def rule_out_sides(decision: Decision, lacking: Mapping[str, tuple[str, ...]]) -
     out: added to `forbidden`, the zone the one side left (no fallback to a side that lacks what
     the request needs), `rule` the built-in needs:<capability> unless a policy rule decided, and the
     reason starting with it. NoFeasibleEndpoint when no side is left."""
-    from serving.contract import CLOUD, EDGE, first_target
-
     sides = (EDGE, CLOUD)
     allowed = [side for side in sides if side not in decision.forbidden and side not in lacking]
     name = rule_name(lacking)
@@ -148,8 +148,6 @@ def check_capabilities(capabilities: object) -> Mapping[str, Capabilities | None
     """Endpoint name -> its serving.endpoints.Capabilities (None: unknown), as given; TypeError otherwise."""
     if capabilities is None:
         return None
-    from serving.endpoints import Capabilities
-
     if not isinstance(capabilities, Mapping) or not all(
         isinstance(name, str) and (caps is None or isinstance(caps, Capabilities))
         for name, caps in capabilities.items()

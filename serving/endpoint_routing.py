@@ -1,7 +1,8 @@
 """An N-endpoint bundle's decisions (docs/endpoints.md#n-endpoint-bundles): each endpoint's
 calibrated P(good answer) from the bundle's graph, the price of each call at the prompt's token
-count, feasibility from the endpoints' context limits and the policy's verdict (serving.policy),
-then the bundle's choice rule (serving.endpoint_choice, the functions the offline evaluation
+count, feasibility from the endpoints' context limits, the capabilities the request needs
+(serving.capabilities: an endpoint lacking one is ruled out under the built-in rule
+needs:<capability>) and the policy's verdict (serving.policy), then the bundle's choice rule (serving.endpoint_choice, the functions the offline evaluation
 runs, so the SDK and `make endpoints` decide alike).
 
 A Decision of an N-endpoint bundle: `endpoint` the first endpoint to run, `cascade` the order to
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from serving.policy.rules import PolicySet, Verdict
 
     _Lacking = Mapping[str, tuple[str, ...]]  # endpoint -> the needed capabilities it lacks
+
+
+_NOTHING_LACKING: list[_Lacking] = [{}]  # times n: no request needs anything (never changed)
 
 
 class EndpointChooser:
@@ -148,10 +152,11 @@ class EndpointChooser:
         cost, fits = call_costs(self.endpoints, tokens, self.section.output_tokens)
         n = len(prompts)
         needed = needs if needs is not None else [None] * n
-        known = capabilities if capabilities is not None else self.capabilities
-        lacking: list[_Lacking] = [ruled_out(w, known, self.names) if w else {} for w in needed]
-        feasible = fits
-        if any(lacking):
+        feasible, lacking = fits, _NOTHING_LACKING * n
+        if needs is not None:
+            known = capabilities if capabilities is not None else self.capabilities
+            lacking = [ruled_out(w, known, self.names) if w else {} for w in needs]
+        if needs is not None and any(lacking):
             able = np.array([[name not in out for name in self.names] for out in lacking])
             feasible = fits & able.reshape(fits.shape)
         if policy is None:

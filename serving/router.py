@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
 from serving.bundle import BundleError, read_bundle
+from serving.capabilities import check_capabilities, check_needs, rule_out_sides, ruled_out
+from serving.contract import CLOUD, EDGE
 from serving.decision import Decision
 from serving.routing import Routing
 from serving.validation import check_batch, check_precision, check_prompt
@@ -114,8 +116,6 @@ def _needs(
     (None, None) at once when neither is given."""
     if needs is None and capabilities is None:
         return None, None
-    from serving.capabilities import check_capabilities, check_needs
-
     return check_needs(needs), check_capabilities(capabilities)
 
 
@@ -587,8 +587,5 @@ class Router:
 def _sides_ruled_out(decision: Decision, needs: Needs, capabilities: Mapping[str, Capabilities | None]) -> Decision:
     """A two-endpoint decision with the sides lacking what `needs` asks ruled out
     (serving.capabilities.rule_out_sides); the decision itself when none lacks anything."""
-    from serving.capabilities import rule_out_sides, ruled_out
-    from serving.contract import CLOUD, EDGE
-
     lacking = ruled_out(needs, capabilities, (EDGE, CLOUD))
     return rule_out_sides(decision, lacking) if lacking else decision
