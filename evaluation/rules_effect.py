@@ -76,7 +76,7 @@ def rules_effect(
     cost: CostModel | None = None,
 ) -> dict:
     """The policy's effect on these rows (routed by the learned router: rows.zones are the SDK's)."""
-    from serving.policy.rules import NoFeasibleEndpoint
+    from serving.policy.errors import NoFeasibleEndpoint
 
     if rows.zones is None:
         raise ValueError("rules_effect needs the rows' learned zones (Rows.route or Rows.with_zones)")

@@ -125,7 +125,7 @@ def rule_out_sides(decision: Decision, lacking: Mapping[str, tuple[str, ...]]) -
     allowed = [side for side in sides if side not in decision.forbidden and side not in lacking]
     name = rule_name(lacking)
     if not allowed:
-        from serving.policy.rules import NoFeasibleEndpoint
+        from serving.policy.errors import NoFeasibleEndpoint
 
         needed = dict.fromkeys(c for missing in lacking.values() for c in missing)
         policy = [side for side in decision.forbidden if side not in lacking]

@@ -272,7 +272,7 @@ class EndpointChooser:
         rule: str | None,
         lacking: _Lacking,
     ) -> NoReturn:
-        from serving.policy.rules import NoFeasibleEndpoint
+        from serving.policy.errors import NoFeasibleEndpoint
 
         parts = []
         if forbidden:

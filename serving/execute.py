@@ -285,7 +285,7 @@ class _Attempt:
         request (serving.policy.rules), carrying the rule, the edge's failure and the trace."""
         if CLOUD not in self.decision.forbidden:
             return
-        from serving.policy.rules import FallbackForbidden
+        from serving.policy.errors import FallbackForbidden
 
         rule = self.decision.rule or "(unnamed)"
         raise FallbackForbidden(

@@ -230,7 +230,7 @@ class _Cascade:
             # A bundle leaves forbidden endpoints out of the cascade: the policy is still why none is left.
             self._forbade = next((name for name in self.decision.forbidden if name not in self.order), None)
         if self._forbade is not None:
-            from serving.policy.rules import FallbackForbidden
+            from serving.policy.errors import FallbackForbidden
 
             rule = self.decision.rule or "(unnamed)"
             error: Exception = FallbackForbidden(

@@ -13,7 +13,7 @@ without a cascade (two-endpoint bundles, whose zone it flips as Router.execute d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 import serving.telemetry as telemetry
 from serving.execute import aexecute, execute
@@ -24,9 +24,17 @@ if TYPE_CHECKING:
     from serving.capabilities import Needs
     from serving.endpoints import Endpoint, Endpoints
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
-    from serving.router import Router
     from serving.routing import Routing
     from serving.traffic import Request
+
+
+class Router(Protocol):
+    """What these functions use of a serving.router.Router (named here, not imported: the Router's
+    execute_endpoints imports this module)."""
+
+    _traffic: Any  # serving.traffic.Traffic
+
+    def _prepared(self, *args: Any) -> tuple[Routing, str, Any, AcceptCheck | None]: ...
 
 
 def _specs(specs: Endpoints | Mapping[str, Endpoint] | None, routing: Routing) -> Mapping[str, Endpoint] | None:

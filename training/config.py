@@ -14,9 +14,9 @@ from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.features.spec import LEXICAL_MODES
 from serving.novelty import UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
+from training.lexical import WEIGHTINGS as LEXICAL_WEIGHTINGS
 from training.model import CALIBRATIONS, OBJECTIVES
 
-LEXICAL_WEIGHTINGS = ("mean", "tfidf")  # how a prompt's term counts become the regression's row (training.lexical)
 LEXICAL_BLENDS = ("mixture", "stack")  # a blend's form (training.model.LexicalBlend)
 
 # Where the logs are read, featurized and fitted (training.engines maps each to its module).

@@ -94,7 +94,8 @@ def _blend_nodes(head, output: str, margins: str):
     """(nodes, initializers) that turn the trees' `output` [n, 2] into the head's blend,
     [1 - q, q] with q = w * p + (1 - w) * sigmoid(m) (a mixture), or q = sigmoid(a * logit(p) +
     b * m + c) with p clipped to training.model.STACK_CLIP (a stack): p the trees' (calibrated)
-    column 1, m the head's margin; float32, as the trees. The trees' tensor is renamed."""
+    column 1, m the head's margin; float32 in and out, as the trees (a stack computes in
+    float64 between). The trees' tensor is renamed."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -120,25 +121,34 @@ def _blend_nodes(head, output: str, margins: str):
         ),
     ]
     if head.blend.stack is not None:  # q = sigmoid(a * logit(clip(p)) + b * m + c)
+        from onnx import TensorProto
+
         from training.model import STACK_CLIP
 
         a, b, c = head.blend.stack
         low, high = STACK_CLIP
+        # In float64, then one cast to float32: onnxruntime's float32 Log gives a value one ulp
+        # apart depending on where it sits in the tensor (its vectorised body or the scalar tail),
+        # so a prompt scored in a batch and alone would differ by 6e-8. A float64 ulp apart
+        # almost never moves the float32 result, so route_batch keeps route()'s decisions.
         nodes += [
+            helper.make_node("Cast", [f"{prefix}_p"], [f"{prefix}_p64"], to=TensorProto.DOUBLE),
+            helper.make_node("Cast", [f"{prefix}_m"], [f"{prefix}_m64"], to=TensorProto.DOUBLE),
             helper.make_node(
                 "Clip",
-                [f"{prefix}_p", constant("low", low, np.float32), constant("high", high, np.float32)],
+                [f"{prefix}_p64", constant("low", low, np.float64), constant("high", high, np.float64)],
                 [f"{prefix}_clipped"],
             ),
             helper.make_node("Log", [f"{prefix}_clipped"], [f"{prefix}_log_p"]),
-            helper.make_node("Sub", [constant("unit", 1.0, np.float32), f"{prefix}_clipped"], [f"{prefix}_not_p"]),
+            helper.make_node("Sub", [constant("unit", 1.0, np.float64), f"{prefix}_clipped"], [f"{prefix}_not_p"]),
             helper.make_node("Log", [f"{prefix}_not_p"], [f"{prefix}_log_not_p"]),
             helper.make_node("Sub", [f"{prefix}_log_p", f"{prefix}_log_not_p"], [f"{prefix}_logit"]),
-            helper.make_node("Mul", [f"{prefix}_logit", constant("a", a, np.float32)], [f"{prefix}_a_logit"]),
-            helper.make_node("Mul", [f"{prefix}_m", constant("b", b, np.float32)], [f"{prefix}_b_m"]),
+            helper.make_node("Mul", [f"{prefix}_logit", constant("a", a, np.float64)], [f"{prefix}_a_logit"]),
+            helper.make_node("Mul", [f"{prefix}_m64", constant("b", b, np.float64)], [f"{prefix}_b_m"]),
             helper.make_node("Add", [f"{prefix}_a_logit", f"{prefix}_b_m"], [f"{prefix}_sum"]),
-            helper.make_node("Add", [f"{prefix}_sum", constant("c", c, np.float32)], [f"{prefix}_z"]),
-            helper.make_node("Sigmoid", [f"{prefix}_z"], [f"{prefix}_q"]),
+            helper.make_node("Add", [f"{prefix}_sum", constant("c", c, np.float64)], [f"{prefix}_z"]),
+            helper.make_node("Sigmoid", [f"{prefix}_z"], [f"{prefix}_q64"]),
+            helper.make_node("Cast", [f"{prefix}_q64"], [f"{prefix}_q"], to=TensorProto.FLOAT),
             helper.make_node("Sub", [constant("one", 1.0, np.float32), f"{prefix}_q"], [f"{prefix}_not_q"]),
             helper.make_node("Concat", [f"{prefix}_not_q", f"{prefix}_q"], [output], axis=1),
         ]

@@ -42,10 +42,10 @@ import numpy as np
 
 from evaluation.reference import fit_outcome
 from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
-from training.config import LEXICAL_WEIGHTINGS as WEIGHTINGS
 
 VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
 BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms
+WEIGHTINGS = ("mean", "tfidf")  # how a prompt's term counts become the regression's row (module doc)
 BIGRAM_MULTIPLIER = 1_000_003
 OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_NAMES' order
 FOLD_SALT = "lexical:"  # the folds' hash must not be the split's

@@ -8,11 +8,9 @@
 """
 
 from serving.policy.detectors import DETECTORS, Detector, Finding, any_detected, detect
+from serving.policy.errors import FallbackForbidden, NoFeasibleEndpoint, PolicyError
 from serving.policy.rules import (
     ENDPOINTS,
-    FallbackForbidden,
-    NoFeasibleEndpoint,
-    PolicyError,
     PolicyFileError,
     PolicySet,
     Rule,

@@ -48,6 +48,7 @@ from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_tar
 from serving.documents import decode_document, read_bytes
 from serving.policy.budgets import PERIODS, Spending
 from serving.policy.detectors import DETECTORS
+from serving.policy.errors import NoFeasibleEndpoint
 
 if TYPE_CHECKING:
     from serving.capabilities import Needs
@@ -82,39 +83,6 @@ _SIZE_KEYS = ("min_tokens", "max_tokens", "min_chars", "max_chars")
 class PolicyFileError(ValueError):
     """A policy file (or dict) that cannot be used; the message names the file, the rule (its
     index in `rules` and its name) and the key."""
-
-
-class PolicyError(RuntimeError):
-    """A request the policy leaves no way to serve. `rules`: the names of the rules involved."""
-
-    def __init__(self, message: str, *, rules: Sequence[str]) -> None:
-        super().__init__(message)
-        self.rules = tuple(rules)
-
-
-class NoFeasibleEndpoint(PolicyError):
-    """route(): the matching rules forbid every endpoint. Nothing was called."""
-
-
-class FallbackForbidden(PolicyError):
-    """execute(): the allowed endpoint did not serve (it failed, timed out, was busy or rejected,
-    or the prompt exceeds its context) and the policy forbids the fallback. `rule` forbade
-    `endpoint`; `edge_error`, `steps` and `decision` as on CloudCallError. The forbidden endpoint
-    was never called."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        rule: str,
-        endpoint: str,
-        edge_error: BaseException | None,
-        steps: list[Any],  # serving.execute's Steps (not imported: execute imports this module)
-        decision: Decision,
-    ) -> None:
-        super().__init__(message, rules=[rule])
-        self.rule, self.endpoint = rule, endpoint
-        self.edge_error, self.steps, self.decision = edge_error, steps, decision
 
 
 def check_metadata(metadata: object) -> Mapping[str, str] | None:

@@ -69,7 +69,8 @@ from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.execute import CloudCallError
 from serving.execute_endpoints import tried_text
-from serving.policy.rules import FallbackForbidden, NoFeasibleEndpoint, check_metadata
+from serving.policy.errors import FallbackForbidden, NoFeasibleEndpoint
+from serving.policy.rules import check_metadata
 from serving.proxy.config import ProxyConfig
 from serving.proxy.dashboard import RecentRequests, dashboard_route
 from serving.proxy.metrics import ProxyMetrics
