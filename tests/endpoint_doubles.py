@@ -3,11 +3,15 @@ given cascade, and the endpoint specs of three endpoints of different price and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+
+import pytest
 
 from serving import Router
 from serving.decision import Decision
 from serving.endpoints import parse_endpoints
+from serving.testing import Behaviour, StubUpstream
 
 SPECS = parse_endpoints(
     {
@@ -61,3 +65,23 @@ def cascade_router(tmp_path, **load_options) -> CascadeRouter:
     assert router.degraded
     router.changes = {}
     return router
+
+
+def upstream_fixtures(names):
+    """(upstreams, fresh): pytest fixtures for a test module, assigned as `upstreams, fresh =
+    upstream_fixtures(names)`: a StubUpstream on 127.0.0.1 per endpoint name for the module, and
+    before each test that uses them, every stub back to default behaviour with nothing received."""
+
+    @pytest.fixture(scope="module")
+    def upstreams():
+        with contextlib.ExitStack() as stack:
+            yield {name: stack.enter_context(StubUpstream(name)) for name in names}
+
+    @pytest.fixture(autouse=True)
+    def fresh(request):
+        if "upstreams" in request.fixturenames:
+            for stub in request.getfixturevalue("upstreams").values():
+                stub.behaviour = Behaviour()
+                stub.received.clear()
+
+    return upstreams, fresh

@@ -55,31 +55,35 @@ NEW_FIELDS = ("expected", "endpoint", "cascade")
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, encoder_cache):
     """One N-endpoint bundle (separate heads, cheapest_within) on 3,000 simulated four-endpoint rows,
-    signed; and its public key."""
+    signed; and its public key. Trained once per test session (tests.conftest.once_per_session),
+    whichever module (or xdist worker) asks first: test_proxy_endpoint_bundle uses it too."""
     from data.endpoint_logs import read_endpoint_logs
     from data.simulator_endpoints import load_simulation, write_simulation
     from evaluation.endpoints import Choosers
+    from tests.conftest import once_per_session
     from training.endpoint_bundle import train_endpoint_bundle
     from training.endpoints import EndpointRows, EndpointTraining
     from training.keys import generate
 
-    tmp = tmp_path_factory.mktemp("endpoint_bundle")
-    sim = load_simulation(None)
-    write_simulation(tmp / "logs", sim, 3000, seed=0)
-    frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
-    private, public = generate(tmp / "keys")
-    made = train_endpoint_bundle(
-        EndpointRows.from_frame(frame, sim.names),
-        sim.endpoints,
-        tmp / "bundle",
-        mode="separate",
-        rule="cheapest_within",
-        choosers=Choosers(),
-        output_tokens=sim.output_tokens,
-        config=EndpointTraining(cache_dir=str(encoder_cache)),
-        signing_key=private,
-    )
-    return made, public
+    def build(tmp: Path):
+        sim = load_simulation(None)
+        write_simulation(tmp / "logs", sim, 3000, seed=0)
+        frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
+        private, public = generate(tmp / "keys")
+        made = train_endpoint_bundle(
+            EndpointRows.from_frame(frame, sim.names),
+            sim.endpoints,
+            tmp / "bundle",
+            mode="separate",
+            rule="cheapest_within",
+            choosers=Choosers(),
+            output_tokens=sim.output_tokens,
+            config=EndpointTraining(cache_dir=str(encoder_cache)),
+            signing_key=private,
+        )
+        return made, public
+
+    return once_per_session(tmp_path_factory, "endpoint_bundle", build)
 
 
 @pytest.fixture(scope="module")

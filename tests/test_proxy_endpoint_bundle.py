@@ -18,6 +18,7 @@ from serving.policy import PolicySet
 from serving.proxy.app import build_app
 from serving.proxy.config import EndpointsConfig, ProxyConfig, UpstreamOptions
 from serving.testing import Behaviour, LocalServer, StubUpstream
+from tests.endpoint_doubles import upstream_fixtures
 from tests.test_endpoint_bundle import NAMES, trained  # noqa: F401  (the N-endpoint bundle fixture)
 
 TOKEN = "proxy-token-0123456789abcdef"
@@ -25,18 +26,7 @@ PROMPTS = ["What is 2 + 2?", "Tell me a joke about penguins.", "Draft a lease te
 PRIVATE = {"name": "private", "when": {"metadata": {"privacy": "local"}}, "then": "force", "endpoint": "phone-3b"}
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(StubUpstream(name)) for name in NAMES}
-
-
-@pytest.fixture(autouse=True)
-def fresh(request):
-    if "upstreams" in request.fixturenames:
-        for stub in request.getfixturevalue("upstreams").values():
-            stub.behaviour = Behaviour()
-            stub.received.clear()
+upstreams, fresh = upstream_fixtures(NAMES)  # a stub per endpoint on 127.0.0.1, reset before each test
 
 
 @pytest.fixture(scope="module")

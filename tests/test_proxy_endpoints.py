@@ -26,26 +26,14 @@ from serving.policy import FallbackForbidden
 from serving.proxy.app import build_app
 from serving.proxy.config import ConfigError, EndpointsConfig, ProxyConfig, add_arguments
 from serving.testing import Behaviour, LocalServer, StubUpstream
-from tests.endpoint_doubles import ORDER, SPECS, cascade_router
+from tests.endpoint_doubles import ORDER, SPECS, cascade_router, upstream_fixtures
 
 ASK = [{"role": "user", "content": "What is 2+2?"}]
 TOKEN = "proxy-token-0123456789abcdef"
 FRONTIER_KEY = "sk-frontier-0a1b2c3d4e5f6071-SECRET"
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    """The three stubs by endpoint name; each test starts them with default behaviour and no requests."""
-    with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(StubUpstream(name)) for name in ORDER}
-
-
-@pytest.fixture(autouse=True)
-def fresh(request):
-    if "upstreams" in request.fixturenames:
-        for stub in request.getfixturevalue("upstreams").values():
-            stub.behaviour = Behaviour()
-            stub.received.clear()
+upstreams, fresh = upstream_fixtures(ORDER)  # a stub per endpoint on 127.0.0.1, reset before each test
 
 
 def chat_endpoints(upstreams) -> dict[str, Endpoint]:
