@@ -95,6 +95,12 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     console = console or Console()
     router = Router.load(config.bundle, strict=True)  # a degraded router would evaluate the rule table
     manifest = router.manifest
+    if manifest.endpoints is not None:
+        raise ValueError(
+            f"{config.bundle} routes among {len(manifest.endpoints.names)} endpoints "
+            f"({', '.join(manifest.endpoints.names)}): make evaluate scores edge-cloud bundles; an N-endpoint "
+            'bundle\'s figures come from `make endpoints ARGS="--data LOGS --spec SPEC"` (docs/endpoints.md)'
+        )
     with console.status("loading and validating logs"):
         frame, data_report, notes, responses = load_rows(config, manifest, console)
     with Progress(console=console, transient=True) as progress:

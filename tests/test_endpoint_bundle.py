@@ -456,3 +456,14 @@ def test_the_router_runs_its_decisions_cascade_over_named_endpoints(router):
     called.clear()
     done = asyncio.run(router.aexecute_endpoints(prompt, {n: async_call(n) for n in NAMES}))
     assert done.response == f"{second}: ok" and called == [first, second]
+
+
+def test_make_evaluate_says_where_an_n_endpoint_bundles_figures_come_from(trained, tmp_path):
+    from evaluation.config import EvalConfig
+    from pipelines.evaluate import run
+
+    made, _ = trained
+    config = EvalConfig(bundle=str(made.folder), out=str(tmp_path / "report"), mlflow=False)
+    with pytest.raises(ValueError, match=r"routes among 4 endpoints \(phone-3b, .*make endpoints"):
+        run(config)
+    assert not (tmp_path / "report").exists()  # refused before reading any log
