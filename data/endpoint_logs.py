@@ -7,7 +7,9 @@
 the spec is a one-outcome (or partial) row: it needs `routed_to` (the endpoint it ran on, whose
 outcome it holds) and `propensity` (the probability with which the logging policy chose it), as
 two-endpoint rows do (data.schema). Today's `edge_quality` / `cloud_quality` columns are the
-two-endpoint spelling of `outcomes: {edge, cloud}`. `costs` ({endpoint: dollars}) is optional.
+two-endpoint spelling of `outcomes: {edge, cloud}`. `costs` ({endpoint: dollars}) is optional, and
+so is `metadata` ({key: text}: the app's request metadata, which policy rules read;
+evaluation.endpoint_policy).
 
 Files are read by the same loaders as every log (data.logs: JSONL, CSV, Parquet, folders);
 each bad row is a Reject naming the field, as data.schema's are.
@@ -22,6 +24,7 @@ from data.schema import Reject, RowError, check_row
 
 OUTCOMES = "outcomes"
 COSTS = "costs"
+METADATA = "metadata"
 TWO_ENDPOINT_COLUMNS = {"edge": "edge_quality", "cloud": "cloud_quality"}
 
 
@@ -56,9 +59,30 @@ def _map(row: dict, field: str, names: Sequence[str], *, unit: bool) -> dict[str
     return out
 
 
+def _metadata(row: dict) -> dict[str, str] | None:
+    """The row's request metadata: None when absent, else an object of text values (CSV / Parquet
+    carry it as JSON text), as the SDK takes it (serving.policy.check_metadata)."""
+    value = row.get(METADATA)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise RowError(f"{METADATA} is not a JSON object: {value[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise RowError(f"{METADATA} must be an object {{key: text}}, got {type(value).__name__}")
+    for key, text in value.items():
+        if not isinstance(text, str):
+            raise RowError(f"{METADATA}.{key} must be text (request metadata is str to str), got {text!r}")
+    return {str(key): text for key, text in value.items()}
+
+
 def check_endpoint_row(row: dict, names: Sequence[str], *, default_source: str) -> dict:
     """The row in canonical N-endpoint form (prompt, domain, precision, request_id, source,
-    outcomes, costs, routed_to, propensity), or RowError naming the field."""
+    outcomes, costs, routed_to, propensity, metadata), or RowError naming the field."""
     two_endpoint = OUTCOMES not in row and any(c in row for c in TWO_ENDPOINT_COLUMNS.values())
     if two_endpoint:
         missing = [side for side in TWO_ENDPOINT_COLUMNS if side not in names]
@@ -68,13 +92,13 @@ def check_endpoint_row(row: dict, names: Sequence[str], *, default_source: str) 
         outcomes = {side: checked[c] for side, c in TWO_ENDPOINT_COLUMNS.items() if checked[c] is not None}
         costs = {s: checked[f"{s}_cost"] for s in TWO_ENDPOINT_COLUMNS if checked.get(f"{s}_cost") is not None}
         keep = ("prompt", "domain", "precision", "request_id", "source", "routed_to", "propensity")
-        return {**{k: checked[k] for k in keep}, OUTCOMES: outcomes, COSTS: costs}
+        return {**{k: checked[k] for k in keep}, OUTCOMES: outcomes, COSTS: costs, METADATA: _metadata(row)}
     outcomes = _map(row, OUTCOMES, names, unit=True)
     if not outcomes:
         raise RowError("outcomes is missing or empty: no endpoint's quality is known for this row")
     # The prompt, precision, domain and ids by the canonical checks (one outcome stands in for both sides).
     first = next(iter(outcomes.values()))
-    base = {k: v for k, v in row.items() if k not in (OUTCOMES, COSTS, "routed_to", "propensity")}
+    base = {k: v for k, v in row.items() if k not in (OUTCOMES, COSTS, METADATA, "routed_to", "propensity")}
     checked = check_row({**base, "edge_quality": first, "cloud_quality": first}, default_source=default_source)
     routed_to, propensity = row.get("routed_to"), row.get("propensity")
     if routed_to is not None and routed_to not in names:
@@ -99,12 +123,13 @@ def check_endpoint_row(row: dict, names: Sequence[str], *, default_source: str) 
         COSTS: _map(row, COSTS, names, unit=False),
         "routed_to": routed_to,
         "propensity": propensity,
+        METADATA: _metadata(row),
     }
 
 
 def read_endpoint_logs(paths: Iterable, names: Sequence[str]):
     """(a DataFrame of checked rows with one `q_<endpoint>` column per endpoint, NaN where
-    unknown, plus `cost_<endpoint>` where logged, and the rejects). Any file or folder the log
+    unknown, plus `cost_<endpoint>` where logged and `metadata` (a dict, or None), and the rejects). Any file or folder the log
     loaders read (data.logs)."""
     import numpy as np
     import pandas as pd
