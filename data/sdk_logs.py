@@ -16,6 +16,15 @@ logged with store_prompts=False becomes a row without text that carries the logg
 inputs instead (data.schema.TOKENS; training.token_rows).
 Unparsable lines, records of an unknown type, a request id logged twice and feedback for a
 request the folder does not hold are rejects with their file, line and reason.
+
+A request an N-endpoint bundle routed (its record names the chosen `endpoint`) becomes an
+N-endpoint row instead (data.endpoint_logs, what `make endpoints --data` reads): `outcomes`
+{endpoint: quality} from the endpoints that failed or timed out (0) and from feedback `outcomes`
+(later over earlier, per endpoint), `routed_to` the endpoint chosen and `propensity`. Feedback
+that does not fit its request (edge_quality for an N-endpoint request, outcomes for a two-endpoint
+one, an endpoint its bundle does not have, a quality outside [0, 1]) and a shadow record for an
+N-endpoint request are rejects at their own line; the request's row stands on the rest. An
+N-endpoint request logged without its text is a reject: N-endpoint training reads prompts.
 """
 
 from __future__ import annotations
@@ -73,6 +82,45 @@ def _apply(outcomes: dict, record: dict, fields: tuple[str, str]) -> None:
             outcomes[side] = record[field]
 
 
+def _n_endpoint(request: dict) -> bool:
+    """Whether an N-endpoint bundle routed the request (its record names the chosen `endpoint`)."""
+    return request.get("endpoint") is not None
+
+
+def _mismatch(record: dict, request: dict) -> str | None:
+    """Why a feedback or shadow record cannot apply to its request, or None. N-endpoint requests take
+    feedback `outcomes` for their bundle's endpoints, qualities in [0, 1]; two-endpoint ones take
+    edge_quality / cloud_quality; no N-endpoint request is shadowed."""
+    request_id, kind = record["request_id"], record["type"]
+    if not _n_endpoint(request):
+        if kind == "feedback" and record.get("outcomes") is not None:
+            return (
+                f"feedback gives outcomes for request_id {request_id}, which was routed between edge and cloud "
+                "(its feedback is edge_quality / cloud_quality)"
+            )
+        return None
+    names = request.get("endpoints") or []
+    if kind == "shadow":
+        return f"shadow record for request_id {request_id}, which an N-endpoint bundle routed (never shadowed)"
+    outcomes = record.get("outcomes")
+    if outcomes is None:
+        return (
+            f"feedback gives edge_quality / cloud_quality for request_id {request_id}, which was routed among "
+            f"{', '.join(map(str, names))}: N-endpoint feedback is outcomes {{endpoint: quality}}"
+        )
+    if not isinstance(outcomes, dict) or not outcomes:
+        return f"feedback outcomes must be a non-empty object {{endpoint: quality}}, got {str(outcomes)[:80]}"
+    for name, quality in outcomes.items():
+        if name not in names:
+            return (
+                f"feedback gives an outcome for endpoint {name[:80]!r}, which the bundle that routed request_id "
+                f"{request_id} does not have ({', '.join(map(str, names))})"
+            )
+        if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0.0 <= quality <= 1.0:
+            return f"feedback outcomes.{name} is not a quality in [0, 1]: {str(quality)[:80]}"
+    return None
+
+
 def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     """Canonical rows of an SDK outcome-log folder (see the module doc)."""
     requests: dict[str, tuple[str, str, dict]] = {}
@@ -95,7 +143,11 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 )
                 continue
             requests[request_id] = (file, location, record)
-            _apply(outcomes.setdefault(request_id, {}), record, ("edge_quality", "cloud_quality"))
+            if _n_endpoint(record):  # the observed failures; the row's checks judge what they hold
+                logged = record.get("outcomes")
+                outcomes[request_id] = dict(logged) if isinstance(logged, dict) else {}
+            else:
+                _apply(outcomes.setdefault(request_id, {}), record, ("edge_quality", "cloud_quality"))
         elif kind in ("feedback", "shadow"):
             later.append((file, location, record))
         else:
@@ -107,7 +159,13 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 Reject(file, location, f"{record['type']} for request_id {request_id}, which this log does not hold")
             )
             continue
-        if record["type"] == "feedback":
+        request = requests[request_id][2]
+        problem = _mismatch(record, request)
+        if problem is not None:
+            rejects.append(Reject(file, location, problem))
+        elif _n_endpoint(request):
+            outcomes[request_id].update(record["outcomes"])  # later feedback over earlier, per endpoint
+        elif record["type"] == "feedback":
             _apply(outcomes[request_id], record, ("edge_quality", "cloud_quality"))
         else:
             side = record.get("side")
@@ -116,6 +174,12 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             if isinstance(record.get("response"), str):
                 answers.setdefault(request_id, {})[side] = record["response"]
     for index, (request_id, (file, location, record)) in enumerate(requests.items()):
+        if _n_endpoint(record):
+            if record.get("prompt") is None:
+                rejects.append(Reject(file, location, _NO_TEXT.format(request_id=request_id)))
+            else:
+                yield RawRow(file, location, _endpoint_row(request_id, record, outcomes[request_id]), index)
+            continue
         edge_answer = record.get("edge_response") or answers.get(request_id, {}).get("edge")
         yield RawRow(
             file,
@@ -134,6 +198,26 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             },
             index,
         )
+
+
+_NO_TEXT = (
+    "request_id {request_id}, routed by an N-endpoint bundle, was logged without its text (privacy "
+    "token_ids or embedding): N-endpoint training reads prompts (log with privacy='text')"
+)
+
+
+def _endpoint_row(request_id: str, record: dict, outcomes: dict) -> dict:
+    """An N-endpoint request's row (data.endpoint_logs: `outcomes`, `routed_to`, `propensity`): the
+    endpoint the bundle chose, with the probability it chose it, and every outcome known so far."""
+    return {
+        "request_id": request_id,
+        "prompt": record.get("prompt"),
+        "precision": record.get("precision"),
+        "source": "sdk",
+        "outcomes": outcomes,
+        "routed_to": record.get("endpoint"),
+        "propensity": record.get("propensity"),
+    }
 
 
 def _time(record: dict) -> float:

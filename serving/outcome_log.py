@@ -3,9 +3,11 @@
 `Router.load(path, log=OutcomeLog("logs/"))` makes every `router.execute()` append one
 `request` record, and `router.feedback(request_id, edge_quality=...)` a `feedback` record
 that training joins to it later (a user rating, a downstream check, a judge's score;
-`make label` writes them too). Shadow runs (`shadow_rate`) append a `shadow` record with the
-other model's answer. The folder is a training input as is: `make train --data logs/`
-detects the format (data.sdk_logs).
+`make label` writes them too; for an N-endpoint bundle `outcomes={endpoint: quality}`, and the
+request record names the chosen `endpoint`, the bundle's `endpoints` and the `cascade`). Shadow
+runs (`shadow_rate`) append a `shadow` record with the other model's answer. The folder is a
+training input as is: `make train --data logs/` (`make endpoints --data logs/` for an
+N-endpoint bundle's) detects the format (data.sdk_logs).
 
 Writing never holds up a request: records (or callables that build them) go into a bounded
 queue, and one daemon thread takes what has gathered every `flush_interval_s` (50 ms), builds,
@@ -96,6 +98,9 @@ STRING_FIELDS = {
     "tried[].endpoint": CODE,  # an endpoint's name (serving.endpoints.NAME_SHAPE, checked by execute())
     "tried[].outcome": CODE,
     "tried[].error": CODE,  # an exception's class name
+    "endpoint": CODE,  # an N-endpoint bundle's chosen endpoint, and its endpoints and cascade (names)
+    "endpoints[]": CODE,
+    "cascade[]": CODE,
     "features.model_version": CODE,
     "features.tokenizer_sha256": CODE,
     "features.encoder_sha256": CODE,

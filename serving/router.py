@@ -412,12 +412,23 @@ class Router:
         *,
         edge_quality: float | None = None,
         cloud_quality: float | None = None,
+        outcomes: Mapping[str, float] | None = None,
         source: str | None = None,
     ) -> bool:
         """Record a later outcome of an executed request (a rating, a downstream check, a judge's
         score; qualities in [0, 1]); training joins it to the request. False without a log.
-        ValueError for a missing id or a quality outside [0, 1]."""
-        return self._traffic.feedback(request_id, edge_quality=edge_quality, cloud_quality=cloud_quality, source=source)
+        outcomes: {endpoint: quality}, the N-endpoint spelling (an N-endpoint bundle takes only it,
+        naming its endpoints; a two-endpoint router takes {"edge": ..., "cloud": ...} too).
+        ValueError for a missing id, a quality outside [0, 1], an endpoint the current bundle does
+        not have, or outcomes given with edge_quality / cloud_quality."""
+        return self._traffic.feedback(
+            request_id,
+            edge_quality=edge_quality,
+            cloud_quality=cloud_quality,
+            outcomes=outcomes,
+            endpoints=self._routing.endpoint_names,
+            source=source,
+        )
 
     def execute(
         self,

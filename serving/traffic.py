@@ -16,6 +16,11 @@ served, the side that did not answer runs too, on a background thread (at most
 `max_shadows` at once; when busy the shadow run is skipped), and its answer is logged
 (`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
 An endpoint the policy forbids for a request (Decision.forbidden) is neither explored nor shadowed.
+
+N-endpoint bundles (serving.routed_endpoints): a decision with a cascade is neither explored nor
+shadowed, so its record's `endpoint` (the endpoint chosen first) carries propensity 1, and
+`router.feedback(request_id, outcomes={endpoint: quality})` gives any endpoint's outcome
+(docs/endpoints.md#from-your-traffic-to-n-endpoint-training-rows).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import functools
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import serving.telemetry as telemetry
 from serving.contract import CLOUD, EDGE, FALLBACK, first_target
@@ -49,6 +54,9 @@ if TYPE_CHECKING:
     Call: TypeAlias = Callable[[Any], Any]
 
 
+FAILED = ("error", "timeout")  # the outcomes of serving.execute_endpoints.Tried that are an endpoint's failure
+
+
 def _rate(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name}={value!r}: must be a number in [0, 1]")
@@ -61,6 +69,26 @@ def _quality(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name}={value!r}: must be a number in [0, 1] (1 = a good answer)")
     return float(value)
+
+
+def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, float]:
+    """Feedback's `outcomes` checked: a non-empty mapping of endpoint names among `names` to qualities
+    in [0, 1]; ValueError naming the endpoint otherwise."""
+    if not isinstance(outcomes, Mapping):
+        raise ValueError(f"outcomes must be a mapping {{endpoint: quality}}, got {type(outcomes).__name__}")
+    if not outcomes:
+        raise ValueError("outcomes is empty: give at least one endpoint's quality")
+    checked = {}
+    for name, quality in outcomes.items():
+        if name not in names:
+            raise ValueError(
+                f"outcomes names {str(name)[:80]!r}, which is not an endpoint of this router ({', '.join(names)})"
+            )
+        value = _quality(f"outcomes[{name!r}]", quality)
+        if value is None:
+            raise ValueError(f"outcomes[{name!r}]=None: must be a number in [0, 1] (1 = a good answer)")
+        checked[name] = value
+    return checked
 
 
 class Traffic:
@@ -152,27 +180,42 @@ class Traffic:
         *,
         edge_quality: float | None = None,
         cloud_quality: float | None = None,
+        outcomes: Mapping[str, float] | None = None,
+        endpoints: tuple[str, ...] | None = None,
         source: str | None = None,
     ) -> bool:
-        """Append a later outcome for a request; False when there is no log or it dropped the record."""
+        """Append a later outcome for a request; False when there is no log or it dropped the record.
+        `outcomes` ({endpoint: quality}) instead of edge_quality / cloud_quality: for an N-endpoint
+        bundle (`endpoints`, its names) a feedback record with `outcomes`; for two endpoints (None),
+        the other spelling of edge_quality / cloud_quality, written as they are. ValueError for bad input."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
+        given: dict[str, float] | None = None
+        if outcomes is not None:
+            if edge_quality is not None or cloud_quality is not None:
+                raise ValueError(
+                    "give outcomes={endpoint: quality} or edge_quality / cloud_quality, not both in one feedback"
+                )
+            given = endpoint_outcomes(outcomes, endpoints or (EDGE, CLOUD))
+            if endpoints is None:  # two endpoints: outcomes is the other spelling of the two qualities
+                edge_quality, cloud_quality, given = given.get(EDGE), given.get(CLOUD), None
+        elif endpoints is not None:
+            raise ValueError(
+                f"this router routes among {', '.join(endpoints)} (an N-endpoint bundle): give "
+                "outcomes={endpoint: quality}, not edge_quality / cloud_quality"
+            )
         edge, cloud = _quality("edge_quality", edge_quality), _quality("cloud_quality", cloud_quality)
-        if edge is None and cloud is None:
-            raise ValueError("feedback needs edge_quality or cloud_quality")
+        if given is None and edge is None and cloud is None:
+            raise ValueError("feedback needs edge_quality or cloud_quality (or outcomes={endpoint: quality})")
         if self.log is None:
             return False
-        return self.log.append(
-            {
-                "log": LOG_FORMAT,
-                "type": "feedback",
-                "request_id": request_id,
-                "time": time.time(),
-                "edge_quality": edge,
-                "cloud_quality": cloud,
-                "source": source,
-            }
-        )
+        record: Record = {"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time()}
+        if given is not None:
+            record["outcomes"] = given
+        else:
+            record.update(edge_quality=edge, cloud_quality=cloud)
+        record["source"] = source
+        return self.log.append(record)
 
     def maybe_shadow(self, request: "Request") -> bool:
         """Run the side that did not answer, off the request path, on a sampled share of requests:
@@ -373,6 +416,13 @@ class Request:
         if tried:  # N endpoints (serving.execute_endpoints): each endpoint reached, in order, and why it was left
             record["tried"] = [t.as_record() for t in tried]
             record["expected_cost"] = execution.expected_cost if execution is not None else None
+        if decision.endpoint is not None:  # an N-endpoint bundle's decision: what its training rows need
+            record["endpoint"] = decision.endpoint  # the endpoint chosen, with probability `propensity`
+            record["endpoints"] = list(self.routing.endpoint_names or ())
+            record["cascade"] = list(decision.cascade)
+            # As for the edge: an endpoint whose call failed or timed out is an observed failure (0);
+            # every other outcome is known only from later feedback (router.feedback(outcomes=...)).
+            record["outcomes"] = {t.endpoint: 0.0 for t in tried if t.outcome in FAILED}
         return record
 
 
