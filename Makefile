@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint,telemetry]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint,telemetry,languages]'
 	touch $@
 
 train: $(STAMP)
@@ -148,6 +148,13 @@ pii-set: $(STAMP)
 
 pii-eval: $(STAMP)
 	$(BIN)/python -m pipelines.pii_eval $(ARGS)
+
+# The request-language detector (serving/language.py) on the shipped labelled prompts (data/languages/labelled.jsonl):
+# per-language precision and recall at its confidence floor, the confusion counts, its cost per call
+# (docs/endpoints.md#capabilities-in-n-endpoint-routing). ARGS="--floor 0.4 --out report.json".
+.PHONY: language-eval
+language-eval: $(STAMP)
+	$(BIN)/python -m pipelines.language_eval $(ARGS)
 
 # The Python SDK's decisions on the logs' test prompts and generated hard cases (pipelines/vectors.py), which other runtimes are held to.
 JS_BUNDLE  ?= artifacts/js/bundle

@@ -2,7 +2,8 @@
 calibrated P(good answer) from the bundle's graph, the price of each call at the prompt's token
 count, feasibility from the endpoints' context limits, the capabilities the request needs
 (serving.capabilities: an endpoint lacking one is ruled out under the built-in rule
-needs:<capability>) and the policy's verdict (serving.policy), then the bundle's choice rule (serving.endpoint_choice, the functions the offline evaluation
+needs:<capability>; a request's language, declared or detected, when an endpoint declares
+`languages`: serving.language) and the policy's verdict (serving.policy), then the bundle's choice rule (serving.endpoint_choice, the functions the offline evaluation
 runs, so the SDK and `make endpoints` decide alike).
 
 A Decision of an N-endpoint bundle: `endpoint` the first endpoint to run, `cascade` the order to
@@ -25,10 +26,11 @@ from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
 import numpy as np
 
-from serving.capabilities import lacking_text, rule_name, ruled_out
+from serving.capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
 from serving.contract import CLOUD, EDGE, FALLBACK
 from serving.decision import Decision
 from serving.endpoint_choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
+from serving.language import shared_detector
 from serving.manifest import ENDPOINT_RULES
 
 if TYPE_CHECKING:
@@ -59,6 +61,8 @@ class EndpointChooser:
         self._index = {name: k for k, name in enumerate(self.names)}
         self._said = f"{self.rule} ({ENDPOINT_RULES[self.rule]} {self.parameter:.4g})"
         self.capabilities: dict[str, Capabilities | None] = {e.name: e.capabilities for e in self.endpoints}
+        # Each request's language is read only when an endpoint declares languages (serving.language).
+        self.detector = shared_detector() if declares_languages(self.capabilities) else None
 
     def check_policy(self, policy: PolicySet | None) -> None:
         """A policy must name this bundle's endpoints (PolicySet.load(path, endpoints=...))."""
@@ -152,16 +156,19 @@ class EndpointChooser:
         cost, fits = call_costs(self.endpoints, tokens, self.section.output_tokens)
         n = len(prompts)
         needed = needs if needs is not None else [None] * n
+        metadatas = metadata if metadata is not None else [None] * n
         feasible, lacking = fits, _NOTHING_LACKING * n
-        if needs is not None:
-            known = capabilities if capabilities is not None else self.capabilities
-            lacking = [ruled_out(w, known, self.names) if w else {} for w in needs]
-        if needs is not None and any(lacking):
+        known = capabilities if capabilities is not None else self.capabilities
+        if self.detector is not None if capabilities is None else declares_languages(capabilities):
+            detector = self.detector or shared_detector()  # each request's language: declared, else detected
+            needed = [with_language(w, p, m, detector) for w, p, m in zip(needed, prompts, metadatas)]
+        if any(needed):
+            lacking = [ruled_out(w, known, self.names) if w else {} for w in needed]
+        if any(lacking):
             able = np.array([[name not in out for name in self.names] for out in lacking])
             feasible = fits & able.reshape(fits.shape)
         if policy is None:
             return cost, fits, feasible, [None] * n, lacking
-        metadatas = metadata if metadata is not None else [None] * n
         verdicts: list[Verdict | None] = [
             policy.evaluate(p, t, q, m, spending, w)
             for p, t, q, m, w in zip(prompts, tokens, precisions, metadatas, needed)

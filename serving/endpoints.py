@@ -109,11 +109,14 @@ class Endpoint:
     def supports(
         self, *, images: bool = False, tools: bool = False, json: bool = False, language: str | None = None
     ) -> bool:
-        """Whether it has every capability a request needs (an unknown language list allows any)."""
+        """Whether it has every capability a request needs (an unknown language list allows any;
+        languages compare by primary subtag, serving.language.serves)."""
+        from serving.language import serves
+
         caps = self.capabilities
         if (images and not caps.images) or (tools and not caps.tools) or (json and not caps.json):
             return False
-        return language is None or caps.languages is None or language.lower() in caps.languages
+        return language is None or serves(caps.languages, language)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

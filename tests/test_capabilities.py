@@ -110,6 +110,21 @@ def test_a_side_lacking_what_the_request_needs_is_ruled_out(router):
     assert long_to_edge.zone == "edge" and long_to_edge.forbidden == ("cloud",)
 
 
+def test_a_declared_language_rules_out_a_side_whose_languages_lack_it(router):
+    # a two-endpoint router reads no language itself (detection is the N-endpoint bundle's:
+    # tests/test_languages.py); a language the app declares is a need like any other
+    sides = {"edge": Capabilities(languages=("en", "pt-BR")), "cloud": None}
+    german = router.route(ASK[0]["content"], needs=Needs(language="de"), capabilities=sides)
+    assert (german.zone, german.forbidden, german.rule) == ("cloud", ("edge",), "needs:language=de")
+    assert german.reason.startswith("needs:language=de: edge lacks language=de; ")
+    served = router.route(ASK[0]["content"], needs=Needs(language="pt"), capabilities=sides)
+    assert served == router.route(ASK[0]["content"])  # pt-BR serves pt: nothing ruled out
+    with pytest.raises(NoFeasibleEndpoint) as caught:
+        router.route("hi", needs=Needs(language="ja"), capabilities={"edge": sides["edge"], "cloud": sides["edge"]})
+    assert caught.value.rules == ("needs:language=ja",)
+    assert "the request needs language=ja (needs:language=ja): edge lacks language=ja; cloud lacks" in str(caught.value)
+
+
 def test_no_side_left_is_a_clear_error_naming_the_capability(router):
     with pytest.raises(NoFeasibleEndpoint) as caught:
         router.route("hi", needs=Needs(images=True, tools=True), capabilities={"edge": TEXT_ONLY, "cloud": TEXT_ONLY})
