@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for
 
 HARD = [
     "",
@@ -225,6 +225,7 @@ def trained_lexical(small_routellm, encoder_cache, tmp_path_factory):
         lexical="features",
         lexical_folds=3,
         max_train_rows=1500,
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
     )
     timings = {"start": 0.0}
     console = Console(quiet=True)
@@ -261,7 +262,14 @@ def trained_plain(small_routellm, encoder_cache, tmp_path_factory):
     from training.engines.base import train
 
     return train(
-        config_for(tmp_path_factory.mktemp("plain"), small_routellm, encoder_cache, lexical="none", max_train_rows=1500)
+        config_for(
+            tmp_path_factory.mktemp("plain"),
+            small_routellm,
+            encoder_cache,
+            lexical="none",
+            max_train_rows=1500,
+            acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+        )
     )
 
 
@@ -331,6 +339,7 @@ def trained_blend(small_routellm, encoder_cache, tmp_path_factory):
         lexical_blend="mixture",
         lexical_weighting="mean",
         max_train_rows=1500,
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
     )
     timings = {"start": 0.0}
     fitted = get_engine("local").fit(config, Console(quiet=True), timings)
@@ -403,7 +412,13 @@ def trained_stack(small_routellm, encoder_cache, tmp_path_factory):
     from training.engines import get_engine
     from training.engines.base import finish
 
-    config = config_for(tmp_path_factory.mktemp("stack"), small_routellm, encoder_cache, max_train_rows=1500)
+    config = config_for(
+        tmp_path_factory.mktemp("stack"),
+        small_routellm,
+        encoder_cache,
+        max_train_rows=1500,
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+    )
     assert (config.lexical, config.lexical_blend, config.lexical_weighting, config.lexical_c) == (
         "blend",
         "stack",
