@@ -84,8 +84,11 @@ def test_dask_engine_reaches_the_local_engines_apgr(both_engines):
     # worker holds are fixed (training.model._placed), but which worker is LightGBM's rank 0 is
     # not, so there are two possible Dask routers. Measured on these ~900 test rows: local
     # 0.687; Dask 0.690 dealt by row (placed by partition: 0.690 or 0.678; left to the
-    # scheduler: 0.656-0.691 over seven runs).
-    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.02, (
+    # scheduler: 0.656-0.691 over seven runs). With today's defaults (the stacked lexical blend):
+    # local 0.701, Dask 0.679 in one run of this file (a difference of 0.022) and within 0.02 in
+    # the next: the two rank orders' routers differ by up to about 0.02 on these rows, so the
+    # tolerance is 0.03, far inside what a broken Dask fit loses (trees that cannot split: ~0.5).
+    assert abs(local["learned"]["apgr"] - dask["learned"]["apgr"]) <= 0.03, (
         local["learned"]["apgr"],
         dask["learned"]["apgr"],
     )
@@ -350,9 +353,13 @@ def test_make_targets_pass_the_engine():
 
 
 @pytest.mark.real_data
-def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_routellm, encoder_cache, tmp_path_factory):
+def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(
+    small_routellm, encoder_cache, running_cluster, tmp_path_factory
+):
     """The Dask engine collects the rows with an edge answer from the cluster and fits the same
-    check as the local engine (same answers and splits; the projection may differ by rounding)."""
+    check as the local engine (same answers and splits; the projection may differ by rounding).
+    Both fit it in QUICK_ACCEPTANCE_ROUNDS: the subject is that the engines agree, not the check's
+    own quality (tests/test_acceptance.py); the Dask run uses the module's running cluster."""
     import shutil
 
     from training.engines.base import train as run
@@ -367,8 +374,9 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(small_rou
             data,
             encoder_cache,
             engine=engine,
-            dask_workers=2,
             min_rows_per_tag=50,
+            acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+            **({"dask_scheduler": running_cluster.scheduler_address} if engine == "dask" else {}),
         )
         sections[engine] = run(config).manifest.acceptance
     local, dask = sections["local"], sections["dask"]
