@@ -7,8 +7,11 @@
 The decision is the router's (its policy applied, as Router.execute makes it), carried out by
 serving.execute_endpoints' cascade, and recorded in the router's outcome log with the endpoints
 tried (serving.traffic). RoutedChat and the proxy use these for their N endpoints. No shadow runs
-(which endpoint would shadow is a choice of its own), and exploration only for decisions
-without a cascade (two-endpoint bundles, whose zone it flips as Router.execute does).
+(which endpoint would shadow is a choice of its own). With the router's `explore_rate`, a decision
+with a cascade is explored on its first endpoint among the feasible ones, and the cascade carried
+out is the explored one (serving.traffic's module doc); a two-endpoint bundle's zone is flipped as
+Router.execute does. The proxy command loads its router without an outcome log, so it explores
+nothing (exploring needs a log); a RoutedChat over a router with one explores.
 """
 
 from __future__ import annotations

@@ -17,8 +17,15 @@ served, the side that did not answer runs too, on a background thread (at most
 (`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
 An endpoint the policy forbids for a request (Decision.forbidden) is neither explored nor shadowed.
 
-N-endpoint bundles (serving.routed_endpoints): a decision with a cascade is neither explored nor
-shadowed, so its record's `endpoint` (the endpoint chosen first) carries propensity 1, and
+N-endpoint bundles (serving.routed_endpoints): a decision with a cascade is explored on its first
+endpoint and never shadowed. With probability `explore_rate` the first endpoint is drawn uniformly
+among the k endpoints feasible for the request (feasible_first: the ones the policy and the
+request's needs allow, Decision.forbidden, whose context holds the prompt; never a forbidden one),
+and the cascade becomes that endpoint, then the decision's cascade in its order without it. The
+record's `endpoint` is the endpoint run first and `propensity` the probability that the logging
+policy chose it: 1 - explore_rate + explore_rate / k for the decided endpoint (explored or drawn
+again), explore_rate / k for each other; `explored` is true when it is not the decided one; k = 1
+(a forced endpoint, one capable endpoint) is propensity 1, never explored.
 `router.feedback(request_id, outcomes={endpoint: quality})` gives any endpoint's outcome
 (docs/endpoints.md#from-your-traffic-to-n-endpoint-training-rows).
 """
@@ -30,7 +37,7 @@ import functools
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
 from serving.contract import CLOUD, EDGE, FALLBACK, first_target
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import TypeAlias
 
+    from serving.endpoints import Endpoint
     from serving.execute import AcceptCheck, Execution
     from serving.outcome_log import Record
     from serving.routing import Routing
@@ -91,6 +99,40 @@ def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, flo
     return checked
 
 
+def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:
+    """The endpoints an N-endpoint decision's first call may be explored to, in the bundle's order
+    (`endpoints`, its specs): the chooser's feasibility read back from the decision, i.e. not
+    forbidden (Decision.forbidden, which holds the policy's forbidden endpoints and those lacking
+    what the request needs; by name, or by side as serving.execute_endpoints reads it) and with a
+    context that holds the prompt."""
+    from serving.execute_endpoints import SIDES
+
+    forbidden = decision.forbidden
+    return [
+        e.name
+        for e in endpoints
+        if e.name not in forbidden and SIDES[e.where] not in forbidden and e.fits(decision.n_tokens)
+    ]
+
+
+def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint], rate: float) -> Decision:
+    """The decision with `first` run first, then its cascade in its order without it; target and
+    zone placed as serving.endpoint_routing places a cascade (device first: edge, or
+    edge_with_cloud_fallback when a cloud endpoint follows; else cloud), score `first`'s expected."""
+    cascade = (first, *(name for name in decision.cascade if name != first))
+    on_device = {e.name: e.where == "device" for e in endpoints}
+    zone = CLOUD if not on_device[first] else FALLBACK if not all(on_device[n] for n in cascade[1:]) else EDGE
+    return dataclasses.replace(
+        decision,
+        target=EDGE if on_device[first] else CLOUD,
+        zone=zone,
+        score=decision.expected[first] if decision.expected is not None else decision.score,
+        reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
+        endpoint=first,
+        cascade=cascade,
+    )
+
+
 class Traffic:
     """A router's exploration, shadow runs and outcome records (module doc)."""
 
@@ -117,16 +159,12 @@ class Traffic:
         self._tasks: set[asyncio.Task[None]] = set()
         self.shadows_skipped = 0
 
-    def explore(self, decision: Decision, edge_context_tokens: int) -> tuple[Decision, bool, float]:
+    def explore(self, decision: Decision, routing: Routing) -> tuple[Decision, bool, float]:
         """(the decision to carry out, whether it was explored, its propensity)."""
+        if decision.cascade:  # an N-endpoint bundle's: its first endpoint among the feasible ones
+            return self._explore_first(decision, routing.chooser.endpoints if routing.chooser is not None else ())
         # Never into an endpoint the policy forbids: such a request has one way to run.
-        # Nor a decision with an N-endpoint cascade: exploring among N is not flipping a zone.
-        possible = (
-            self.explore_rate > 0
-            and decision.n_tokens <= edge_context_tokens
-            and not decision.forbidden
-            and not decision.cascade
-        )
+        possible = self.explore_rate > 0 and decision.n_tokens <= routing.edge_context_tokens and not decision.forbidden
         if not possible:
             return decision, False, 1.0
         if self._random.random() >= self.explore_rate:
@@ -140,6 +178,22 @@ class Traffic:
             f"instead of {decision.target}; {decision.reason}",
         )
         return explored, True, self.explore_rate
+
+    def _explore_first(self, decision: Decision, endpoints: Sequence[Endpoint]) -> tuple[Decision, bool, float]:
+        """An N-endpoint decision explored on its first endpoint (module doc): with probability
+        explore_rate, one of the k feasible endpoints drawn uniformly (the decided one included)."""
+        feasible = feasible_first(decision, endpoints)
+        k = len(feasible)
+        if not self.explore_rate or k < 2 or decision.endpoint not in feasible:
+            return decision, False, 1.0
+        share = self.explore_rate / k
+        decided = 1.0 - self.explore_rate + share  # kept, or drawn again
+        if self._random.random() >= self.explore_rate:
+            return decision, False, decided
+        first = feasible[self._random.randrange(k)]
+        if first == decision.endpoint:
+            return decision, False, decided
+        return first_explored(decision, first, endpoints, self.explore_rate), True, share
 
     def request(
         self,
@@ -342,7 +396,7 @@ class Request:
         self.subject = prompt if subject is None else subject  # what a shadow call takes
         self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
-        self.decision, self.explored, self.propensity = traffic.explore(decision, routing.edge_context_tokens)
+        self.decision, self.explored, self.propensity = traffic.explore(decision, routing)
         self.asynchronous = asynchronous
         self.verdicts: list[object] = []  # what the accept check returned: a bool or a Verdict
         self.accept = None if accept is None else self._keeping_verdicts(accept)

@@ -75,10 +75,11 @@ def records(folder: Path) -> list[tuple[str, int, dict]]:
 
 @pytest.fixture
 def logged(trained, tmp_path):  # noqa: F811
-    """The bundle's router with an outcome log, exploring 30% of requests (seeded)."""
+    """The bundle's router with an outcome log, not exploring (explore_rate 0: every request runs
+    as decided; tests/test_endpoint_exploration.py explores)."""
     made, public = trained
     log = OutcomeLog(tmp_path / "logs")
-    router = Router.load(made.folder, strict=True, public_key=public, log=log, explore_rate=0.3, seed=0)
+    router = Router.load(made.folder, strict=True, public_key=public, log=log, explore_rate=0.0, seed=0)
     yield router, log
     log.close()
 
@@ -108,7 +109,7 @@ def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged, tmp_path)
     logged_requests = [r for _, _, r in records(tmp_path / "logs") if r["type"] == "request"]
     assert [r["request_id"] for r in logged_requests] == [run.request_id for run in runs]
     for record, decision in zip(logged_requests, decisions):
-        # A cascade is never explored: the endpoint the bundle chose ran first, with probability 1.
+        # Not exploring: the endpoint the bundle chose ran first, with probability 1.
         assert (record["endpoint"], record["cascade"]) == (decision.endpoint, list(decision.cascade))
         assert (record["propensity"], record["explored"], record["endpoints"]) == (1.0, False, list(NAMES))
     failed = logged_requests[climbing]
