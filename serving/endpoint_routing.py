@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 import numpy as np
 
 from serving.capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
-from serving.contract import CLOUD, EDGE, FALLBACK
+from serving.contract import cascade_placement
 from serving.decision import Decision
 from serving.endpoint_choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
 from serving.language import shared_detector
@@ -231,8 +231,7 @@ class EndpointChooser:
         if not order:
             self._none_feasible(n_tokens, fits, forbidden, rule.name if rule is not None else None, lacking)
         first = order[0]
-        device_first = bool(self.on_device[first])
-        zone = CLOUD if not device_first else FALLBACK if any(not self.on_device[k] for k in order[1:]) else EDGE
+        target, zone = cascade_placement([bool(self.on_device[k]) for k in order])
         steps = " -> ".join(names[k] for k in order)
         values = expected.tolist() if expected is not None else None
         if values is None:
@@ -255,7 +254,7 @@ class EndpointChooser:
             forbidden = tuple(n for n in names if n in forbidden or n in lacking)
             rule_said = rule_said or rule_name(lacking)
         return Decision(
-            target=EDGE if device_first else CLOUD,
+            target=target,
             zone=zone,
             score=values[first] if values is not None else 0.0,
             reason=reason,

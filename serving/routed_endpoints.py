@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 import serving.telemetry as telemetry
+from serving.capabilities import declares_languages
 from serving.execute import aexecute, execute
 
 if TYPE_CHECKING:
@@ -71,9 +72,12 @@ def _prepared(
         raise ValueError("endpoints is empty: give at least one endpoint name -> call")
     first = next(iter(endpoints.values()))
     capabilities = None
-    if needs is not None and specs is not None:
+    if specs is not None:
         given = specs if isinstance(specs, Mapping) else {endpoint.name: endpoint for endpoint in specs}
-        capabilities = {name: endpoint.capabilities for name, endpoint in given.items()}
+        declared = {name: endpoint.capabilities for name, endpoint in given.items()}
+        # The given specs' capabilities decide when the request needs something, or when one of
+        # them declares languages (every request has a language).
+        capabilities = declared if needs is not None or declares_languages(declared) else None
     routing, text, decision, accept = router._prepared(
         prompt, first, first, precision, accept, metadata, needs, capabilities
     )

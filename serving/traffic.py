@@ -40,7 +40,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
-from serving.contract import CLOUD, EDGE, FALLBACK, first_target
+from serving.contract import CLOUD, EDGE, FALLBACK, cascade_placement, first_target
 from serving.decision import Decision
 from serving.outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
 
@@ -121,10 +121,10 @@ def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint]
     edge_with_cloud_fallback when a cloud endpoint follows; else cloud), score `first`'s expected."""
     cascade = (first, *(name for name in decision.cascade if name != first))
     on_device = {e.name: e.where == "device" for e in endpoints}
-    zone = CLOUD if not on_device[first] else FALLBACK if not all(on_device[n] for n in cascade[1:]) else EDGE
+    target, zone = cascade_placement([on_device[name] for name in cascade])
     return dataclasses.replace(
         decision,
-        target=EDGE if on_device[first] else CLOUD,
+        target=target,
         zone=zone,
         score=decision.expected[first] if decision.expected is not None else decision.score,
         reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",

@@ -257,6 +257,27 @@ def test_a_trained_bundles_router_rules_out_by_language_declared_or_detected(tra
     assert [d.rule for d in batch] == ["needs:language=de", None]
 
 
+def test_languages_declared_only_in_the_specs_given_to_execute_apply_without_other_needs(trained):  # noqa: F811
+    """RoutedChat's specs= and the proxy's --endpoints file reach the router as execute_endpoints'
+    `specs`: languages declared there rule an endpoint out though the request needs nothing else."""
+    import dataclasses
+
+    from serving.routed_endpoints import execute_endpoints
+
+    made, public = trained
+    router = Router.load(made.folder, strict=True, public_key=public)
+    chosen = router.route(GERMAN).endpoint  # what the bundle's own specs, declaring no languages, run first
+    specs = {
+        e.name: dataclasses.replace(e, capabilities=Capabilities(languages=("en",))) if e.name == chosen else e
+        for e in router.manifest.endpoints.spec
+    }
+    called = []
+    calls = {name: (lambda prompt, n=name: called.append(n) or n) for name in BUNDLE_NAMES}
+    served = execute_endpoints(router, GERMAN, calls, specs=specs)
+    assert chosen not in called and served.served_by != chosen and called == [served.served_by]
+    assert served.decision.rule == "needs:language=de" and chosen in served.decision.forbidden
+
+
 def test_capabilities_given_per_call_that_declare_languages_are_applied():
     made = chooser(spec(phone=None, onprem=None))
     given = {"phone-3b": Capabilities(languages=("en",)), "onprem-8b": None, "frontier": None}
