@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from evaluation.rules_effect import _paired  # the paired per-row difference make evaluate POLICY= reports
+from evaluation.rules_effect import paired  # the paired per-row difference make evaluate POLICY= reports
 from serving.endpoint_choice import cascade_expectation
 
 if TYPE_CHECKING:
@@ -41,14 +41,6 @@ if TYPE_CHECKING:
     from serving.policy.rules import PolicySet
 
 FIGURES = ("quality", "cost", "cascade_quality", "cascade_cost")
-
-
-def metadata_pairs(items: Sequence[str]) -> dict[str, str]:
-    """KEY=VALUE strings as request metadata (str to str); ValueError naming the first bad one."""
-    bad = [item for item in items if "=" not in item or not item.split("=", 1)[0]]
-    if bad:
-        raise ValueError(f"--metadata expects KEY=VALUE, got {bad[0]!r}")
-    return dict(item.split("=", 1) for item in items)
 
 
 @dataclass
@@ -191,7 +183,7 @@ def policy_effect(
         "without_rules": _shares(np.array(first_before), names),
         "with_rules": _shares(np.array(first_after), names),
     }
-    result["figures"] = {f: _paired(b[:, j], a[:, j]) for j, f in enumerate(FIGURES)}
+    result["figures"] = {f: paired(b[:, j], a[:, j]) for j, f in enumerate(FIGURES)}
     return result
 
 

@@ -21,7 +21,7 @@ condition never holds here, and the report says when the policy has one.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -55,7 +55,17 @@ def _per_request(zones: np.ndarray, q_edge: np.ndarray, q_cloud: np.ndarray, cat
     }
 
 
-def _paired(before: np.ndarray, after: np.ndarray) -> dict:
+def metadata_pairs(items: Sequence[str]) -> dict[str, str]:
+    """`--metadata` KEY=VALUE strings as request metadata (str to str: values stay text);
+    ValueError naming the first that is not one."""
+    bad = [item for item in items if "=" not in item or not item.split("=", 1)[0]]
+    if bad:
+        raise ValueError(f"--metadata expects KEY=VALUE, got {bad[0]!r}")
+    return dict(item.split("=", 1) for item in items)
+
+
+def paired(before: np.ndarray, after: np.ndarray) -> dict:
+    """Means without and with the rules, and the paired per-row difference with its normal 95% interval."""
     diff = after - before
     half = Z * float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
     mean = float(diff.mean())
@@ -144,7 +154,7 @@ def rules_effect(
     before = _per_request(zones_before, q_edge, q_cloud, kept, cost)
     now = _per_request(zones_after, q_edge, q_cloud, kept, cost)
     result["servable_rows"] = int(servable.sum())
-    result["figures"] = {name: _paired(before[name], now[name]) for name in before}
+    result["figures"] = {name: paired(before[name], now[name]) for name in before}
     result["zones"] = {
         "without_rules": {z: int((zones_before == z).sum()) for z in (EDGE, FALLBACK, CLOUD)},
         "with_rules": {z: int((zones_after == z).sum()) for z in (EDGE, FALLBACK, CLOUD)},

@@ -38,7 +38,7 @@ def _endpoints_of(spec: Path):
 def _policy_of(path: Path | None, metadata: list[str] | None, names):
     """(the policy file's PolicySet for these endpoints, the --metadata mapping), or
     typer.BadParameter naming the file and what is wrong with it."""
-    from evaluation.endpoint_policy import metadata_pairs
+    from evaluation.rules_effect import metadata_pairs
     from serving.policy.rules import PolicyFileError, PolicySet
 
     if path is None:

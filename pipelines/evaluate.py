@@ -124,12 +124,13 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     return EvalResult(Path(config.out), metrics, files, run_id)
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    """KEY=VALUE strings as a dict of strings (values stay text: metadata is str to str)."""
-    bad = [item for item in items if "=" not in item or not item.split("=", 1)[0]]
-    if bad:
-        raise typer.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--metadata")
-    return dict(item.split("=", 1) for item in items)
+def _metadata(items: list[str]) -> dict[str, str]:
+    from evaluation.rules_effect import metadata_pairs
+
+    try:
+        return metadata_pairs(items)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--metadata") from None
 
 
 def main(
@@ -182,7 +183,7 @@ def main(
             "holdout_sources": list(holdout_source or []),
             "loso_overrides": parse_overrides(loso_set or []),
             "policy": policy,
-            "metadata": _pairs(metadata or []),
+            "metadata": _metadata(metadata or []),
             **parse_overrides(set_ or []),
         }
         if policies is not None:
