@@ -28,11 +28,10 @@ METADATA = "metadata"
 TWO_ENDPOINT_COLUMNS = {"edge": "edge_quality", "cloud": "cloud_quality"}
 
 
-def _map(row: dict, field: str, names: Sequence[str], *, unit: bool) -> dict[str, float]:
-    value = row.get(field)
-    if value is None:
-        return {}
-    if isinstance(value, str):  # CSV / Parquet carry the mapping as JSON text
+def _object(value: object, field: str, shape: str) -> dict:
+    """A row's mapping field as a dict: as given, or parsed from the JSON text CSV / Parquet carry
+    it as; RowError naming `field` and the `shape` it must have otherwise."""
+    if isinstance(value, str):
         import json
 
         try:
@@ -40,7 +39,15 @@ def _map(row: dict, field: str, names: Sequence[str], *, unit: bool) -> dict[str
         except ValueError:
             raise RowError(f"{field} is not a JSON object: {value[:80]!r}") from None
     if not isinstance(value, dict):
-        raise RowError(f"{field} must be an object {{endpoint: number}}, got {type(value).__name__}")
+        raise RowError(f"{field} must be an object {shape}, got {type(value).__name__}")
+    return value
+
+
+def _map(row: dict, field: str, names: Sequence[str], *, unit: bool) -> dict[str, float]:
+    value = row.get(field)
+    if value is None:
+        return {}
+    value = _object(value, field, "{endpoint: number}")
     out = {}
     for name, number in value.items():
         if name not in names:
@@ -65,15 +72,7 @@ def _metadata(row: dict) -> dict[str, str] | None:
     value = row.get(METADATA)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    if isinstance(value, str):
-        import json
-
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise RowError(f"{METADATA} is not a JSON object: {value[:80]!r}") from None
-    if not isinstance(value, dict):
-        raise RowError(f"{METADATA} must be an object {{key: text}}, got {type(value).__name__}")
+    value = _object(value, METADATA, "{key: text}")
     for key, text in value.items():
         if not isinstance(text, str):
             raise RowError(f"{METADATA}.{key} must be text (request metadata is str to str), got {text!r}")

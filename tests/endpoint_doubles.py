@@ -85,3 +85,36 @@ def upstream_fixtures(names):
                 stub.received.clear()
 
     return upstreams, fresh
+
+
+class StubCalls:
+    """In-process endpoint calls by name for execute_endpoints: each answers "<name> answers" and
+    records its name in `calls`, in order; an endpoint named in `failing`, or a (name, prompt) pair
+    there, raises ConnectionError instead. `sync` / `asyn`: name -> call for every one of `names`."""
+
+    def __init__(self, names, failing=()):
+        self.names, self.failing = tuple(names), set(failing)
+        self.calls: list[str] = []
+
+    def call(self, name):
+        def run(prompt):
+            self.calls.append(name)
+            if name in self.failing or (name, prompt) in self.failing:
+                raise ConnectionError(f"{name} is down")
+            return f"{name} answers"
+
+        return run
+
+    def acall(self, name):
+        async def run(prompt):
+            return self.call(name)(prompt)
+
+        return run
+
+    @property
+    def sync(self):
+        return {name: self.call(name) for name in self.names}
+
+    @property
+    def asyn(self):
+        return {name: self.acall(name) for name in self.names}

@@ -24,7 +24,7 @@ from serving.capabilities import Needs
 from serving.chat import Endpoint, RoutedChat
 from serving.outcome_log import OutcomeLog
 from serving.policy import PolicySet
-from tests.endpoint_doubles import upstream_fixtures
+from tests.endpoint_doubles import StubCalls, upstream_fixtures
 from tests.test_endpoint_bundle import NAMES, trained, variant  # noqa: F401  (the N-endpoint bundle fixture)
 from tests.test_endpoint_feedback import PROMPTS, records
 from training.endpoints import EndpointRows
@@ -33,37 +33,6 @@ JOKE = "Tell me a joke about penguins."  # short: every endpoint's context holds
 CLOUD_ONES = ("onprem-8b", "cloud-mid", "frontier")  # where the bundle's spec runs them
 
 upstreams, fresh = upstream_fixtures(NAMES)  # a stub server per endpoint on 127.0.0.1, reset before each test
-
-
-class Recording:
-    """Local endpoints by name that record every call in order; those in `failing` raise."""
-
-    def __init__(self, failing=()):
-        self.calls: list[str] = []
-        self.failing = set(failing)
-
-    def call(self, name):
-        def run(prompt):
-            self.calls.append(name)
-            if name in self.failing:
-                raise ConnectionError(f"{name} is down")
-            return f"{name} answers"
-
-        return run
-
-    def acall(self, name):
-        async def run(prompt):
-            return self.call(name)(prompt)
-
-        return run
-
-    @property
-    def sync(self):
-        return {name: self.call(name) for name in NAMES}
-
-    @property
-    def asyn(self):
-        return {name: self.acall(name) for name in NAMES}
 
 
 def logging_router(folder, bundle, public=None, **options):
@@ -85,7 +54,7 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
     rate, n = 0.8, 2000
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=rate, seed=11)
     decided = router.route(JOKE)
-    stubs = Recording()
+    stubs = StubCalls(NAMES)
     runs = [router.execute_endpoints(JOKE, stubs.sync) for _ in range(n)]
     log.close()
     logged = requests_logged(tmp_path / "logs")
@@ -113,7 +82,7 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
     # Seeded: the same seed draws the same first endpoints, another seed others.
     def drawn(seed: int, folder: str) -> list[str]:
         again, again_log = logging_router(tmp_path / folder, made.folder, public, explore_rate=rate, seed=seed)
-        out = [again.execute_endpoints(JOKE, Recording().sync).served_by for _ in range(60)]
+        out = [again.execute_endpoints(JOKE, StubCalls(NAMES).sync).served_by for _ in range(60)]
         again_log.close()
         return out
 
@@ -124,7 +93,7 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
 def test_an_explored_endpoint_that_fails_hands_over_to_the_decided_one_sync_and_async(trained, tmp_path):  # noqa: F811
     made, public = trained
     decided = Router.load(made.folder, strict=True, public_key=public).route(JOKE)
-    stubs = Recording(failing=set(NAMES) - {decided.endpoint})  # only the decided endpoint answers
+    stubs = StubCalls(NAMES, failing=set(NAMES) - {decided.endpoint})  # only the decided endpoint answers
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=1.0, seed=3)
     runs = [router.execute_endpoints(JOKE, stubs.sync) for _ in range(40)]
 
@@ -190,7 +159,7 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
     router, log = logging_router(
         tmp_path / "one", made.folder, public, explore_rate=1.0, seed=0, policy=device_only(*CLOUD_ONES)
     )
-    stubs = Recording()
+    stubs = StubCalls(NAMES)
     for prompt in PROMPTS * 5:
         router.execute_endpoints(prompt, stubs.sync, metadata=local)
     log.close()
@@ -209,10 +178,10 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
     router, log = logging_router(
         tmp_path / "two", folder, explore_rate=1.0, seed=0, policy=device_only("cloud-mid", "frontier")
     )
-    stubs = Recording()
+    stubs = StubCalls(NAMES)
     for prompt in PROMPTS * 10:
         router.execute_endpoints(prompt, stubs.sync, metadata=local)
-    public_stubs = Recording()
+    public_stubs = StubCalls(NAMES)
     for prompt in PROMPTS * 2:  # not private: every endpoint may be explored to
         router.execute_endpoints(prompt, public_stubs.sync)
     log.close()
@@ -229,13 +198,13 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
 def test_endpoints_the_request_cannot_use_are_never_explored(trained, tmp_path):  # noqa: F811
     made, public = trained
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=0.5, seed=0)
-    images = Recording()
+    images = StubCalls(NAMES)
     for _ in range(30):  # only frontier declares images: one way to run
         router.execute_endpoints(JOKE, images.sync, needs=Needs(images=True))
     long_prompt = "word " * 5000  # over phone-3b's 4,096-token context, within the others'
     decided = router.route(long_prompt)
     assert "phone-3b" not in decided.cascade
-    long = Recording()
+    long = StubCalls(NAMES)
     for _ in range(200):
         router.execute_endpoints(long_prompt, long.sync)
     log.close()
@@ -253,7 +222,7 @@ def test_explore_rate_0_records_the_decision_as_routed(trained, tmp_path):  # no
     made, public = trained
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=0.0, seed=0)
     decisions = [router.route(p) for p in PROMPTS]
-    runs = [router.execute_endpoints(p, Recording().sync) for p in PROMPTS]
+    runs = [router.execute_endpoints(p, StubCalls(NAMES).sync) for p in PROMPTS]
     log.close()
     for decision, run, record in zip(decisions, runs, requests_logged(tmp_path / "logs")):
         assert run.decision == decision
@@ -279,7 +248,7 @@ def test_explored_one_outcome_logs_estimate_each_endpoint_near_the_complete_rows
     def errors(rate: float) -> dict[str, float]:
         folder = tmp_path / f"logs-{rate}"
         router, log = logging_router(folder, made.folder, public, explore_rate=rate, seed=0)
-        stubs = Recording().sync
+        stubs = StubCalls(NAMES).sync
         for row in rows:
             run = router.execute_endpoints(row["prompt"], stubs, precision=row.get("precision"))
             first = run.decision.endpoint
