@@ -87,7 +87,7 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
     import lightgbm as lgb
 
     from training.export import booster_to_onnx, calibration_in_model
-    from training.model import fit_calibration, lgbm_params
+    from training.model import fit_calibration, lgbm_params, threads_for
 
     if rows is None or len(rows) == 0:
         return _absent("the training logs carry no edge answers (edge_response)")
@@ -110,7 +110,11 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
         answer_features=lambda texts: extractor.transform(texts, [None] * len(texts)),
         max_chars=config.max_response_chars,
     )
-    params = lgbm_params({**ACCEPTANCE_LGBM, **config.acceptance_lgbm}, seed=config.seed, objective="binary")
+    params = lgbm_params(
+        {**ACCEPTANCE_LGBM, "num_threads": threads_for(len(x)), **config.acceptance_lgbm},
+        seed=config.seed,
+        objective="binary",
+    )
 
     def booster(rows_mask):
         return lgb.train(
