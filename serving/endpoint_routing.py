@@ -159,8 +159,10 @@ class EndpointChooser:
         metadatas = metadata if metadata is not None else [None] * n
         feasible, lacking = fits, _NOTHING_LACKING * n
         known = capabilities if capabilities is not None else self.capabilities
-        if self.detector is not None if capabilities is None else declares_languages(capabilities):
-            detector = self.detector or shared_detector()  # each request's language: declared, else detected
+        # Each request's language (declared, else detected) only when an endpoint declares languages.
+        reads_language = self.detector is not None if capabilities is None else declares_languages(capabilities)
+        if reads_language:
+            detector = self.detector or shared_detector()
             needed = [with_language(w, p, m, detector) for w, p, m in zip(needed, prompts, metadatas)]
         if any(needed):
             lacking = [ruled_out(w, known, self.names) if w else {} for w in needed]

@@ -27,6 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
 from serving.documents import read_document
+from serving.language import serves
 
 WHERE = ("device", "cloud")
 PRICE_KEYS = ("per_1k_input", "per_1k_output", "per_call")
@@ -111,8 +112,6 @@ class Endpoint:
     ) -> bool:
         """Whether it has every capability a request needs (an unknown language list allows any;
         languages compare by primary subtag, serving.language.serves)."""
-        from serving.language import serves
-
         caps = self.capabilities
         if (images and not caps.images) or (tools and not caps.tools) or (json and not caps.json):
             return False

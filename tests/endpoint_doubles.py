@@ -3,8 +3,10 @@ given cascade, and the endpoint specs of three endpoints of different price and 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import time
 
 import pytest
 
@@ -87,27 +89,36 @@ def upstream_fixtures(names):
     return upstreams, fresh
 
 
-class StubCalls:
-    """In-process endpoint calls by name for execute_endpoints: each answers "<name> answers" and
-    records its name in `calls`, in order; an endpoint named in `failing`, or a (name, prompt) pair
-    there, raises ConnectionError instead. `sync` / `asyn`: name -> call for every one of `names`."""
+class Calls:
+    """In-process endpoint calls by name for execute_endpoints, each answering "<name> answers
+    <prompt>" and recording its name in `made`, in order. `fail`: an endpoint name, or a (name,
+    prompt) pair, -> the exception its call raises; `slow`: a name -> seconds to sleep first.
+    `sync` / `asyn`: name -> call for every one of `names`."""
 
-    def __init__(self, names, failing=()):
-        self.names, self.failing = tuple(names), set(failing)
-        self.calls: list[str] = []
+    def __init__(self, names=ORDER, fail=None, slow=None):
+        self.names, self.fail, self.slow = tuple(names), dict(fail or {}), slow or {}
+        self.made: list[str] = []
+
+    def _failure(self, name, prompt):
+        return self.fail.get(name) or self.fail.get((name, prompt))
 
     def call(self, name):
         def run(prompt):
-            self.calls.append(name)
-            if name in self.failing or (name, prompt) in self.failing:
-                raise ConnectionError(f"{name} is down")
-            return f"{name} answers"
+            self.made.append(name)
+            time.sleep(self.slow.get(name, 0))
+            if failure := self._failure(name, prompt):
+                raise failure
+            return f"{name} answers {prompt}"
 
         return run
 
     def acall(self, name):
         async def run(prompt):
-            return self.call(name)(prompt)
+            self.made.append(name)
+            await asyncio.sleep(self.slow.get(name, 0))
+            if failure := self._failure(name, prompt):
+                raise failure
+            return f"{name} answers {prompt}"
 
         return run
 

@@ -24,7 +24,7 @@ from serving.capabilities import Needs
 from serving.chat import Endpoint, RoutedChat
 from serving.outcome_log import OutcomeLog
 from serving.policy import PolicySet
-from tests.endpoint_doubles import StubCalls, upstream_fixtures
+from tests.endpoint_doubles import Calls, upstream_fixtures
 from tests.test_endpoint_bundle import NAMES, trained, variant  # noqa: F401  (the N-endpoint bundle fixture)
 from tests.test_endpoint_feedback import PROMPTS, records
 from training.endpoints import EndpointRows
@@ -54,12 +54,12 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
     rate, n = 0.8, 2000
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=rate, seed=11)
     decided = router.route(JOKE)
-    stubs = StubCalls(NAMES)
+    stubs = Calls(NAMES)
     runs = [router.execute_endpoints(JOKE, stubs.sync) for _ in range(n)]
     log.close()
     logged = requests_logged(tmp_path / "logs")
     firsts = [r["endpoint"] for r in logged]
-    assert stubs.calls == firsts == [run.served_by for run in runs]  # the endpoint recorded is the one run first
+    assert stubs.made == firsts == [run.served_by for run in runs]  # the endpoint recorded is the one run first
 
     k = len(NAMES)  # no policy, no needs, a short prompt: every endpoint is feasible
     wanted = {name: rate / k + (1 - rate if name == decided.endpoint else 0.0) for name in NAMES}
@@ -82,7 +82,7 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
     # Seeded: the same seed draws the same first endpoints, another seed others.
     def drawn(seed: int, folder: str) -> list[str]:
         again, again_log = logging_router(tmp_path / folder, made.folder, public, explore_rate=rate, seed=seed)
-        out = [again.execute_endpoints(JOKE, StubCalls(NAMES).sync).served_by for _ in range(60)]
+        out = [again.execute_endpoints(JOKE, Calls(NAMES).sync).served_by for _ in range(60)]
         again_log.close()
         return out
 
@@ -93,7 +93,9 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
 def test_an_explored_endpoint_that_fails_hands_over_to_the_decided_one_sync_and_async(trained, tmp_path):  # noqa: F811
     made, public = trained
     decided = Router.load(made.folder, strict=True, public_key=public).route(JOKE)
-    stubs = StubCalls(NAMES, failing=set(NAMES) - {decided.endpoint})  # only the decided endpoint answers
+    stubs = Calls(
+        NAMES, fail={n: ConnectionError(f"{n} is down") for n in set(NAMES) - {decided.endpoint}}
+    )  # only the decided endpoint answers
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=1.0, seed=3)
     runs = [router.execute_endpoints(JOKE, stubs.sync) for _ in range(40)]
 
@@ -159,11 +161,11 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
     router, log = logging_router(
         tmp_path / "one", made.folder, public, explore_rate=1.0, seed=0, policy=device_only(*CLOUD_ONES)
     )
-    stubs = StubCalls(NAMES)
+    stubs = Calls(NAMES)
     for prompt in PROMPTS * 5:
         router.execute_endpoints(prompt, stubs.sync, metadata=local)
     log.close()
-    assert set(stubs.calls) == {"phone-3b"}
+    assert set(stubs.made) == {"phone-3b"}
     assert {(r["endpoint"], r["propensity"], r["explored"]) for r in requests_logged(tmp_path / "one")} == {
         ("phone-3b", 1.0, False)
     }
@@ -178,40 +180,40 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
     router, log = logging_router(
         tmp_path / "two", folder, explore_rate=1.0, seed=0, policy=device_only("cloud-mid", "frontier")
     )
-    stubs = StubCalls(NAMES)
+    stubs = Calls(NAMES)
     for prompt in PROMPTS * 10:
         router.execute_endpoints(prompt, stubs.sync, metadata=local)
-    public_stubs = StubCalls(NAMES)
+    public_stubs = Calls(NAMES)
     for prompt in PROMPTS * 2:  # not private: every endpoint may be explored to
         router.execute_endpoints(prompt, public_stubs.sync)
     log.close()
     logged = requests_logged(tmp_path / "two")
     private, others = logged[: len(PROMPTS) * 10], logged[len(PROMPTS) * 10 :]
-    assert set(stubs.calls) == {"phone-3b", "onprem-8b"}  # both run first at times; nothing else ever runs
+    assert set(stubs.made) == {"phone-3b", "onprem-8b"}  # both run first at times; nothing else ever runs
     assert {r["endpoint"] for r in private} == {"phone-3b", "onprem-8b"}
     assert all(r["propensity"] == pytest.approx(0.5) for r in private) and any(r["explored"] for r in private)
     assert all(set(r["cascade"]) <= {"phone-3b", "onprem-8b"} for r in private)
-    assert {"cloud-mid", "frontier"} <= set(public_stubs.calls)
+    assert {"cloud-mid", "frontier"} <= set(public_stubs.made)
     assert all(r["propensity"] == pytest.approx(0.25) for r in others)
 
 
 def test_endpoints_the_request_cannot_use_are_never_explored(trained, tmp_path):  # noqa: F811
     made, public = trained
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=0.5, seed=0)
-    images = StubCalls(NAMES)
+    images = Calls(NAMES)
     for _ in range(30):  # only frontier declares images: one way to run
         router.execute_endpoints(JOKE, images.sync, needs=Needs(images=True))
     long_prompt = "word " * 5000  # over phone-3b's 4,096-token context, within the others'
     decided = router.route(long_prompt)
     assert "phone-3b" not in decided.cascade
-    long = StubCalls(NAMES)
+    long = Calls(NAMES)
     for _ in range(200):
         router.execute_endpoints(long_prompt, long.sync)
     log.close()
     logged = requests_logged(tmp_path / "logs")
-    assert set(images.calls) == {"frontier"}
+    assert set(images.made) == {"frontier"}
     assert {(r["endpoint"], r["propensity"], r["explored"]) for r in logged[:30]} == {("frontier", 1.0, False)}
-    assert set(long.calls) == set(NAMES) - {"phone-3b"}  # k = 3: explored among the three that hold it
+    assert set(long.made) == set(NAMES) - {"phone-3b"}  # k = 3: explored among the three that hold it
     k = 3
     for record in logged[30:]:
         wanted = 0.5 / k + (0.5 if record["endpoint"] == decided.endpoint else 0.0)
@@ -222,7 +224,7 @@ def test_explore_rate_0_records_the_decision_as_routed(trained, tmp_path):  # no
     made, public = trained
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=0.0, seed=0)
     decisions = [router.route(p) for p in PROMPTS]
-    runs = [router.execute_endpoints(p, StubCalls(NAMES).sync) for p in PROMPTS]
+    runs = [router.execute_endpoints(p, Calls(NAMES).sync) for p in PROMPTS]
     log.close()
     for decision, run, record in zip(decisions, runs, requests_logged(tmp_path / "logs")):
         assert run.decision == decision
@@ -248,7 +250,7 @@ def test_explored_one_outcome_logs_estimate_each_endpoint_near_the_complete_rows
     def errors(rate: float) -> dict[str, float]:
         folder = tmp_path / f"logs-{rate}"
         router, log = logging_router(folder, made.folder, public, explore_rate=rate, seed=0)
-        stubs = StubCalls(NAMES).sync
+        stubs = Calls(NAMES).sync
         for row in rows:
             run = router.execute_endpoints(row["prompt"], stubs, precision=row.get("precision"))
             first = run.decision.endpoint

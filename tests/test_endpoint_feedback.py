@@ -21,7 +21,7 @@ from data.endpoint_logs import read_endpoint_logs
 from data.sdk_logs import iter_outcome_log
 from serving import Router
 from serving.outcome_log import LOG_FORMAT, OutcomeLog
-from tests.endpoint_doubles import StubCalls
+from tests.endpoint_doubles import Calls
 from tests.test_endpoint_bundle import NAMES, TOPICS, trained  # noqa: F401  (the N-endpoint bundle fixture)
 from training.endpoints import EndpointRows
 
@@ -60,7 +60,7 @@ def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged, tmp_path)
     decisions = [router.route(p) for p in PROMPTS]
     climbing = next(i for i, d in enumerate(decisions) if len(d.cascade) > 1)  # somewhere to fall back to
     waiting = max(i for i in range(len(PROMPTS)) if i != climbing)  # no feedback: no outcome known yet
-    stubs = StubCalls(NAMES, failing={(decisions[climbing].endpoint, PROMPTS[climbing])})
+    stubs = Calls(NAMES, fail={(decisions[climbing].endpoint, PROMPTS[climbing]): ConnectionError("down")})
     runs = [router.execute_endpoints(p, stubs.sync) for p in PROMPTS]
     assert runs[climbing].served_by == decisions[climbing].cascade[1]
     expected: list[dict[str, float]] = []
@@ -119,7 +119,7 @@ def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged, tmp_path)
 
 def test_async_requests_are_logged_alike(logged, tmp_path):
     router, log = logged
-    run = asyncio.run(router.aexecute_endpoints(PROMPTS[0], StubCalls(NAMES).asyn))
+    run = asyncio.run(router.aexecute_endpoints(PROMPTS[0], Calls(NAMES).asyn))
     assert router.feedback(run.request_id, outcomes={run.served_by: 1.0})
     log.close()
     rejects: list = []
@@ -134,7 +134,7 @@ def test_async_requests_are_logged_alike(logged, tmp_path):
 
 def test_bad_outcome_feedback_is_a_clear_error_and_writes_nothing(trained, logged, tmp_path):  # noqa: F811
     router, log = logged
-    run = router.execute_endpoints(PROMPTS[0], StubCalls(NAMES).sync)
+    run = router.execute_endpoints(PROMPTS[0], Calls(NAMES).sync)
     first = NAMES[0]
     cases = [
         ({"outcomes": {"ghost": 1.0}}, f"'ghost', which is not an endpoint of this router ({', '.join(NAMES)})"),
@@ -196,7 +196,7 @@ def test_feedback_that_does_not_fit_its_request_is_a_reject_at_its_own_line(trai
     log = OutcomeLog(tmp_path / "logs")
     n_router = Router.load(made.folder, strict=True, public_key=public, log=log)
     two_router = Router.load(tmp_path / "no-bundle", log=log)  # one folder, both kinds of request
-    n_run = n_router.execute_endpoints(PROMPTS[1], StubCalls(NAMES).sync, request_id="n-1")
+    n_run = n_router.execute_endpoints(PROMPTS[1], Calls(NAMES).sync, request_id="n-1")
     two_router.execute("What is 2 + 2?", edge=lambda p: "e", cloud=lambda p: "c", request_id="two-1")
     routed = n_run.decision.endpoint
     # What a hand-edited log or another tool might write: each marked by its source.
@@ -268,7 +268,7 @@ def test_an_n_endpoint_request_logged_without_its_text_is_a_reject_saying_why(tr
     made, public = trained
     log = OutcomeLog(tmp_path / "logs", privacy="token_ids")
     router = Router.load(made.folder, strict=True, public_key=public, log=log)
-    run = router.execute_endpoints(PROMPTS[0], StubCalls(NAMES).sync)
+    run = router.execute_endpoints(PROMPTS[0], Calls(NAMES).sync)
     assert router.feedback(run.request_id, outcomes={run.served_by: 1.0})
     log.close()
     assert log.dropped == 0

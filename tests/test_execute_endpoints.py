@@ -19,46 +19,9 @@ from serving.decision import Decision
 from serving.execute import EdgePool, aexecute, execute
 from serving.execute_endpoints import EndpointsFailed, tried_text
 from serving.policy import FallbackForbidden
-from tests.endpoint_doubles import ORDER, SPECS, decision
+from tests.endpoint_doubles import ORDER, SPECS, Calls, decision
 
 SPEC_MAP = {e.name: e for e in SPECS}
-
-
-class Calls:
-    """Endpoint callables by name that record each call; `fail` names -> the exception to raise,
-    `slow` names -> seconds to sleep first."""
-
-    def __init__(self, names=ORDER, fail=None, slow=None):
-        self.names, self.fail, self.slow = names, fail or {}, slow or {}
-        self.made: list[str] = []
-
-    def call(self, name):
-        def run(prompt):
-            self.made.append(name)
-            time.sleep(self.slow.get(name, 0))
-            if name in self.fail:
-                raise self.fail[name]
-            return f"{name} answers {prompt}"
-
-        return run
-
-    def acall(self, name):
-        async def run(prompt):
-            self.made.append(name)
-            await asyncio.sleep(self.slow.get(name, 0))
-            if name in self.fail:
-                raise self.fail[name]
-            return f"{name} answers {prompt}"
-
-        return run
-
-    @property
-    def sync(self):
-        return {n: self.call(n) for n in self.names}
-
-    @property
-    def asyn(self):
-        return {n: self.acall(n) for n in self.names}
 
 
 def labels(execution_or_error) -> str:
