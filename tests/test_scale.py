@@ -19,6 +19,7 @@ from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph
 from training.featurize import (
     ChunkFeaturizer,
     FeatureRecipe,
+    FirstPassMemo,
     ProjectionFitter,
     TokenRows,
     fit_projection,
@@ -97,6 +98,34 @@ def test_streamed_features_equal_one_shot_features_and_the_bundles(static_like):
     )[:, -384:]
     expected = fit_projection(raw_rows, 8, seed=0)
     assert np.array_equal(plan.projection.components, expected.components)
+
+
+def test_a_memo_of_the_first_pass_gives_each_fold_the_features_it_would_compute(static_like, monkeypatch):
+    """Cross-fitting's folds featurize the same rows with other training rows: from the memo
+    the first fold kept, a later fold's features, projection and kept ids are the bits it
+    computes alone, without tokenizing again; other rows or precisions are tokenized anew."""
+    built, raw, prompts, precisions = static_like
+    options = dict(embedding_dim=8, seed=0, chunk_rows=7, workers=1)
+    folds = [np.arange(len(prompts)) % 5 != k for k in range(3)]
+    alone = [table_features(built, raw, prompts, precisions, train, keep_tokens=~train, **options) for train in folds]
+    memo = FirstPassMemo()
+    table_features(built, raw, prompts, precisions, folds[0], memo=memo, **options)
+    prepared = []
+    monkeypatch.setattr(ChunkFeaturizer, "prepare", lambda self, *a: prepared.append(a) or pytest.fail("tokenized"))
+    for train, (plan, matrix, kept) in zip(folds[1:], alone[1:]):
+        memo_plan, memo_matrix, memo_kept = table_features(
+            built, raw, prompts, precisions, train, keep_tokens=~train, memo=memo, **options
+        )
+        assert np.array_equal(memo_matrix, matrix)
+        assert np.array_equal(memo_plan.projection.components, plan.projection.components)
+        assert np.array_equal(memo_kept.ids, kept.ids) and np.array_equal(memo_kept.lengths, kept.lengths)
+    monkeypatch.undo()
+    for other_prompts, other_precisions in ((prompts[1:], precisions[1:]), (prompts, precisions[1:] + [None])):
+        before = memo.digest
+        table_features(
+            built, raw, other_prompts, other_precisions, folds[0][: len(other_prompts)], memo=memo, **options
+        )
+        assert memo.digest != before  # not recalled: tokenized and kept instead
 
 
 def test_token_rows_keep_each_prompts_ids():

@@ -284,10 +284,14 @@ class CrossValidation:
 
 
 def read_once(config: TrainConfig):
-    """The logs read and validated once for every fold (the local engine; None for others)."""
+    """The logs read and validated once for every fold, and tokenized once by the first fold
+    (the local engine; None for others)."""
     from training.engines import get_engine
+    from training.featurize import FirstPassMemo
 
-    return get_engine("local").prepare_frame(config) if config.engine == "local" else None
+    if config.engine != "local":
+        return None
+    return get_engine("local").prepare_frame(config)._replace(first_pass=FirstPassMemo())
 
 
 def cross_validate(

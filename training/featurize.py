@@ -27,6 +27,10 @@ Why it is shaped like this (measured in docs/performance.md, "Training at scale"
 - Only the transformer tier, whose encoder costs milliseconds a prompt, uses the
   embedding cache (training.embedding_cache); recomputing a static embedding is cheaper
   than reading one back.
+- Cross-fitting featurizes the same rows once per fold and once more for the refit on
+  every row; only the projection (fitted on each fit's training rows) differs between
+  them. A `FirstPassMemo` keeps the static tier's first pass (scalars and token ids) of
+  the rows it last saw, so the logs are tokenized once for all the fits.
 """
 
 from __future__ import annotations
@@ -407,6 +411,47 @@ def table_first_pass(recipe: FeatureRecipe, prompts: list[str], precisions: list
     return FirstPass(scalars, tokens, featurizer.embed(tokens.subset(train)))
 
 
+@dataclass
+class FirstPassMemo:
+    """The static tier's first pass over one set of rows (each row's scalar features and
+    token ids), for the next `featurize` of the same rows with the same recipe: what
+    cross-fitting's folds and refit share (module doc). It answers only for the exact same
+    prompts and precisions in the same order, checked by a digest of them."""
+
+    digest: str | None = None
+    scalars: np.ndarray | None = None
+    tokens: TokenRows | None = None
+
+    @staticmethod
+    def digest_of(recipe: FeatureRecipe, prompts, precisions) -> str:
+        """A digest of the recipe and of every prompt and precision, in order."""
+        digest = hashlib.blake2b(recipe.key.encode(), digest_size=20)
+        for prompt, precision in zip(prompts, precisions, strict=True):
+            digest.update(prompt.encode("utf-8", "surrogatepass"))
+            digest.update(b"\x00" + (b"-" if precision is None else b"=" + str(precision).encode()) + b"\x00")
+        return f"{len(prompts)}:{digest.hexdigest()}"
+
+    def recall(self, digest: str) -> tuple[np.ndarray, TokenRows] | None:
+        if digest != self.digest or self.scalars is None or self.tokens is None:
+            return None
+        return self.scalars, self.tokens
+
+    def keep(self, digest: str, scalars: np.ndarray, tokens: TokenRows) -> None:
+        self.digest, self.scalars, self.tokens = digest, scalars, tokens
+
+
+def _remembered_first_passes(
+    recipe: FeatureRecipe, scalars: np.ndarray, tokens: TokenRows, train_rows: np.ndarray, chunk_rows: int
+) -> Iterator[FirstPass]:
+    """The first passes `table_features` would compute, chunk by chunk, from a memo's scalars
+    and ids: only the training rows' raw embeddings are computed again (the same chunks, so
+    the projection is fitted on the same blocks)."""
+    featurizer = recipe.featurizer()
+    for a, b in _chunks(len(tokens), chunk_rows):
+        part = tokens.slice(a, b)
+        yield FirstPass(scalars[a:b], part, featurizer.embed(part.subset(train_rows[a:b])))
+
+
 def _chunks(n: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, n)) for start in range(0, n, size)]
 
@@ -476,20 +521,31 @@ def table_features(
     pool_min_rows=POOL_MIN_ROWS,
     on_batch=None,
     keep_tokens=None,
+    memo: FirstPassMemo | None = None,
 ) -> tuple[FeaturePlan, np.ndarray, TokenRows | None]:
     """A token-table tier (static), in two passes: (1) scalars and token ids of every row, raw
     embeddings of the training rows into the projection; (2) the serving embedding of every
-    row from its ids. Also returns the ids of the rows where `keep_tokens` is true, if given."""
+    row from its ids. Also returns the ids of the rows where `keep_tokens` is true, if given.
+    `memo`: the first pass is taken from it when it holds these rows, and kept in it otherwise."""
     n, n_scalars = len(prompts), n_scalar_features(raw.spec)
     matrix = np.empty((n, n_scalars + embedding_dim), dtype=np.float32)
     fitter, tokens, start = ProjectionFitter(embedding_dim, seed=seed), [], 0
-    for part in _first_passes(raw, prompts, precisions, train_rows, chunk_rows, workers, pool_min_rows):
+    digest = FirstPassMemo.digest_of(raw, prompts, precisions) if memo is not None else None
+    remembered = memo.recall(digest) if memo is not None and digest is not None else None
+    passes = (
+        _first_passes(raw, prompts, precisions, train_rows, chunk_rows, workers, pool_min_rows)
+        if remembered is None
+        else _remembered_first_passes(raw, *remembered, train_rows, chunk_rows)
+    )
+    for part in passes:
         matrix[start : start + len(part.scalars), :n_scalars] = part.scalars
         fitter.add(part.raw_train)
         tokens.append(part.tokens)
         start += len(part.scalars)
         if on_batch:
             on_batch(len(part.scalars))
+    if memo is not None and digest is not None and remembered is None:
+        memo.keep(digest, matrix[:, :n_scalars].copy(), TokenRows.concat(tokens))
     plan = plan_from(built, raw, fitter.projection())
     matrix = matrix[:, : len(plan.spec.feature_names)]  # fewer components than asked on tiny data
     featurizer = plan.serving.featurizer()
@@ -544,12 +600,14 @@ def featurize(
     pool_min_rows: int = POOL_MIN_ROWS,
     on_batch: Callable[[int], None] | None = None,
     keep_tokens: np.ndarray | None = None,
+    memo: FirstPassMemo | None = None,
 ) -> TrainingFeatures:
     """Features of every prompt (local engine), streamed in chunks of `chunk_rows` into one
     float32 matrix; `prompts` and `precisions` need only len() and slicing (a list, a pandas
     array), so a chunk's text exists as Python strings only while it is featurized. The
     static tier's first pass runs in `workers` processes from `pool_min_rows` rows on, and
-    keeps the token ids of the rows where `keep_tokens` is true (for the familiarity fit)."""
+    keeps the token ids of the rows where `keep_tokens` is true (for the familiarity fit).
+    `memo` (static tier): the first pass of the same rows, kept from an earlier call."""
     built, raw = raw_stage(
         tier, embedding_dim=embedding_dim, max_tokens=max_tokens, max_chars=max_chars, cache_dir=cache_dir
     )
@@ -568,6 +626,7 @@ def featurize(
             pool_min_rows=pool_min_rows,
             on_batch=on_batch,
             keep_tokens=None if keep_tokens is None else np.asarray(keep_tokens, bool),
+            memo=memo,
         )
         return TrainingFeatures(plan, matrix, 0, 0, tokens=tokens)
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite", built.key)

@@ -21,6 +21,7 @@ from training.engines.base import (
     split_and_label,
     training_share,
 )
+from training.featurize import FirstPassMemo
 from training.fitted import Fitted
 from training.held_out import check_held_out_rows
 from training.lexical import MARGINS_OUTPUT
@@ -35,6 +36,9 @@ class Prepared(NamedTuple):
     report: dict  # the data report
     responses: "pd.DataFrame"  # rows with an edge answer (data.prepare.response_rows), as logged
     token_rows: "pd.DataFrame"  # rows logged without text (training.token_rows), labelled and weighted
+    # The rows' tokenization, kept for the next fit on them (cross-fitting's folds and refit);
+    # None: each fit tokenizes its rows.
+    first_pass: FirstPassMemo | None = None
 
 
 def resplit(prepared: Prepared, config: TrainConfig) -> Prepared:
@@ -57,7 +61,7 @@ def resplit(prepared: Prepared, config: TrainConfig) -> Prepared:
                 offset=config.split_offset,
             )
         )
-    return Prepared(frame, copy.deepcopy(prepared.report), responses, prepared.token_rows)
+    return Prepared(frame, copy.deepcopy(prepared.report), responses, prepared.token_rows, prepared.first_pass)
 
 
 def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
@@ -214,7 +218,7 @@ def _training_sample(frame, config: TrainConfig, report: dict, console):
     return frame[keep].reset_index(drop=True)
 
 
-def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray):
+def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray, memo: FirstPassMemo | None = None):
     from rich.progress import Progress
 
     from training.featurize import default_workers, featurize
@@ -236,6 +240,7 @@ def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray):
             workers=default_workers(),
             on_batch=lambda n: progress.advance(task, n),
             keep_tokens=keep_tokens,
+            memo=memo,
         )
     cache = (
         f"embedding cache {feats.cache_hits} hits / {feats.cache_misses} computed"
@@ -331,7 +336,7 @@ def fit(
 
     clock = StageClock(timings)
     with clock.span("load"), console.status("loading and validating logs"):
-        frame, data_report, responses, token_rows = (
+        frame, data_report, responses, token_rows, memo = (
             prepare_frame(config, clock) if prepared is None else resplit(prepared, config)
         )
     print_logs(console, data_report)
@@ -351,7 +356,7 @@ def fit(
     # The ids kept: the held-out rows' (the familiarity fit reads them), every row's for lexical evidence.
     keep_tokens = np.ones(len(frame), dtype=bool) if config.lexical != "none" else ~train if refit is None else both
     with clock.span("features"):
-        feats = _features(config, frame, console, keep_tokens)
+        feats = _features(config, frame, console, keep_tokens, memo)
     x, plan = feats.matrix, feats.plan
     if config.lexical != "none":
         clock.begin("lexical")
