@@ -47,7 +47,7 @@ class Scorer:
         self.manifest = bundle.manifest
         self.spec = self.manifest.feature_spec
         self.calibration = self.manifest.calibration
-        tokenizer = FastTokenizer(bundle.content("tokenizer.json"))
+        tokenizer = FastTokenizer.shared(bundle.content("tokenizer.json"))
         # The training traffic's summary (serving.drift), read when asked for (Router.drift_reference).
         self.drift_reference: bytes | None = (
             bundle.content(DRIFT_REFERENCE_FILE) if DRIFT_REFERENCE_FILE in self.manifest.files else None

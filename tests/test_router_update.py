@@ -41,6 +41,21 @@ def test_an_update_switches_to_the_new_bundle(bundle, newer):
     assert decisions(router) == decisions(Router.load(newer))
 
 
+def test_an_update_reuses_the_tokenizer_it_already_holds(bundle, newer):
+    """Both bundles carry the same tokenizer.json: the swap reuses the one tokenizer (content
+    by SHA-256) instead of building it again; other content gets its own."""
+    from serving.features.tokenizer import FastTokenizer
+
+    router = Router.load(bundle, strict=True)
+    before = router.stages.scorer.extractor.tokenizer
+    assert (bundle / "tokenizer.json").read_bytes() == (newer / "tokenizer.json").read_bytes()
+    assert router.update(newer).updated
+    assert router.stages.scorer.extractor.tokenizer is before
+    other = (bundle / "tokenizer.json").read_bytes().replace(b'"lowercase":true', b'"lowercase":false', 1)
+    assert other != (bundle / "tokenizer.json").read_bytes()
+    assert FastTokenizer.shared(other) is not before and not FastTokenizer.shared(other).lowercase
+
+
 def test_a_broken_bundle_is_refused_and_the_current_one_stays(bundle, newer, tmp_path):
     router = Router.load(bundle, strict=True)
     before = decisions(router)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, cast
 
@@ -44,6 +46,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9 \t\n\r]")
 
 
+# FastTokenizers by the SHA-256 of their tokenizer.json, while any router holds one (FastTokenizer.shared).
+_SHARED: weakref.WeakValueDictionary[str, FastTokenizer] = weakref.WeakValueDictionary()
+
+
 class FastTokenizer:
     """The bundle's tokenizer, with a shortcut for plain ASCII text and the same ids.
 
@@ -80,6 +86,18 @@ class FastTokenizer:
         # case-insensitively, to be safe) takes the full tokenizer.
         self._added = tuple(a.lower() for a in added)
         self._added_starts = "".join({a[:1].lower() + a[:1].upper() for a in added if a})
+
+    @classmethod
+    def shared(cls, content: bytes) -> FastTokenizer:
+        """The tokenizer of this tokenizer.json content, built once while anything holds it:
+        a bundle swapped for another with the same tokenizer (Router.update, nearly always the
+        case) reuses it instead of building it again, about 90 ms of a 150 ms swap. It holds no
+        state that calls change, so routers and threads can share it."""
+        key = hashlib.sha256(content).hexdigest()
+        tokenizer = _SHARED.get(key)
+        if tokenizer is None:
+            tokenizer = _SHARED.setdefault(key, cls(content))
+        return tokenizer
 
     def plain(self, text: str) -> bool:
         """Whether the shortcut gives this text's ids."""
