@@ -56,23 +56,6 @@ def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
     return results
 
 
-@pytest.fixture(scope="module")
-def running_cluster():
-    """A LocalCluster of two single-threaded worker processes, as `make train ENGINE=dask`
-    starts one, started once for the tests that name a running scheduler (dask_scheduler,
-    DASK_SCHEDULER): each started its own, and its workers imported the training libraries
-    again, about 8 s a run on 2 cores. The tests of the engine's own LocalCluster are
-    test_dask_engine_reaches_the_local_engines_apgr and the acceptance test below."""
-    import logging
-
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
-    ) as cluster:
-        yield cluster
-
-
 def manifest(result) -> dict:
     return json.loads((result.bundle / "manifest.json").read_text())
 
@@ -386,12 +369,12 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(
     assert dask["test"]["auc"] == pytest.approx(local["test"]["auc"], abs=0.02)
 
 
-def test_the_training_rows_are_dealt_to_the_workers_in_equal_shares_the_same_way_on_every_run():
+def test_the_training_rows_are_dealt_to_the_workers_in_equal_shares_the_same_way_on_every_run(running_cluster):
     """Row g of the training rows (partitions in order, an empty one too) goes to worker g mod 2:
     each worker's rows, and their order, never depend on where the scheduler put them, and a
     big partition next to a small one still leaves each worker half the rows of each."""
     import dask.dataframe as dd
-    from distributed import Client, LocalCluster, wait
+    from distributed import Client, wait
 
     from training.model import _placed
 
@@ -407,10 +390,7 @@ def test_the_training_rows_are_dealt_to_the_workers_in_equal_shares_the_same_way
         return rows
 
     frame = pd.DataFrame({"row": range(60)})
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
-        Client(cluster) as client,
-    ):
+    with Client(running_cluster) as client:
         six = client.persist(dd.from_pandas(frame, npartitions=6))
         gapped = held_rows(client, six[(six["row"] < 30) | (six["row"] >= 40)])  # partition 3 is now empty
         # a partition of 57 rows, then one of 3: a log in one file, then its merged repeats
@@ -427,12 +407,12 @@ def test_the_training_rows_are_dealt_to_the_workers_in_equal_shares_the_same_way
     assert uneven == [list(range(0, 60, 2)), list(range(1, 60, 2))]
 
 
-def test_collected_frames_equal_compute_and_no_worker_holds_a_whole_one():
+def test_collected_frames_equal_compute_and_no_worker_holds_a_whole_one(running_cluster):
     """The validation and test samples come to the client partition by partition: equal to
     .compute() (rows, order, index, dtypes; an empty partition too), while no task's result
     on a worker is more than one partition, where .compute() makes one holding the frame."""
     import dask.dataframe as dd
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     from training.engines.dask_partitions import collected
@@ -453,17 +433,19 @@ def test_collected_frames_equal_compute_and_no_worker_holds_a_whole_one():
             "tokens": [np.arange(i % 50, dtype=np.int32) for i in range(6_000)],
         }
     )
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
-        Client(cluster) as client,
-    ):
+    scheduler = running_cluster.scheduler
+    with Client(running_cluster) as client:
         rows = dd.from_pandas(frame, npartitions=6)
         rows = rows[(rows["row"] < 2_000) | (rows["row"] >= 3_000)]  # partition 2 is now empty
-        largest = LargestResult(cluster.scheduler)
-        cluster.scheduler.add_plugin(largest)
-        kept, even = collected(client, rows, rows[rows["row"] % 2 == 0])
-        partition_bytes, largest.nbytes = largest.nbytes, 0
-        whole = rows.compute()
+        assert sum(len(v) for v in client.has_what().values()) == 0  # the shared cluster holds nothing yet
+        largest = LargestResult(scheduler)
+        scheduler.add_plugin(largest, name="largest-result")
+        try:
+            kept, even = collected(client, rows, rows[rows["row"] % 2 == 0])
+            partition_bytes, largest.nbytes = largest.nbytes, 0
+            whole = rows.compute()
+        finally:
+            scheduler.remove_plugin(name="largest-result")
         pd.testing.assert_frame_equal(kept, whole)
         pd.testing.assert_frame_equal(even, whole[whole["row"] % 2 == 0])
         assert sum(len(v) for v in client.has_what().values()) == 0  # nothing left on the workers
