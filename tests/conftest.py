@@ -165,24 +165,6 @@ def once_per_session(tmp_path_factory, name: str, build: Callable[[Path], T]) ->
 
 
 @pytest.fixture(scope="session")
-def running_cluster():
-    """A LocalCluster of two single-threaded worker processes, as `make train ENGINE=dask`
-    starts one, started once per test process for the tests that name a running scheduler
-    (dask_scheduler, DASK_SCHEDULER, --set dask_scheduler=): each started its own, and its
-    workers imported the training libraries again, about 8 s a start on 2 cores. The tests of
-    the engine's own LocalCluster are test_dask_engine_reaches_the_local_engines_apgr (and the
-    Dask engine tests of test_dask_engine that start one on purpose)."""
-    import logging
-
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
-    ) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="session")
 def small_routellm(real_data_dir, tmp_path_factory) -> Path:
     """A RouteLLM-layout slice of the real logs: a few MMLU subjects, GSM8K and MT-Bench (one
     copy for the session's workers: read-only)."""

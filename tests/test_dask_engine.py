@@ -56,6 +56,25 @@ def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
     return results
 
 
+@pytest.fixture(scope="module")
+def running_cluster():
+    """A LocalCluster of two single-threaded worker processes, as `make train ENGINE=dask`
+    starts one, started once for this file's tests that name a running scheduler
+    (dask_scheduler, DASK_SCHEDULER) or need a cluster to deal rows on: each started its own,
+    and its workers imported the training libraries again, about 8 s a start on 2 cores. Not
+    one for the whole session: its idle workers cost 8-9% of a core each while other files
+    run. The tests of the engine's own LocalCluster are
+    test_dask_engine_reaches_the_local_engines_apgr and the dying worker's."""
+    import logging
+
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    ) as cluster:
+        yield cluster
+
+
 def manifest(result) -> dict:
     return json.loads((result.bundle / "manifest.json").read_text())
 

@@ -459,7 +459,7 @@ def replayed(bundle, small_routellm, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(
-    replayed, small_routellm, encoder_cache, tmp_path, engine, request
+    replayed, small_routellm, encoder_cache, tmp_path, engine
 ):
     """Both engines, with shared heads (training.partial.share_heads): `auto` would keep them
     separate here, as the replayed prompts join their benchmark rows, which know both outcomes."""
@@ -477,9 +477,6 @@ def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(
         dask_workers=2,
         head_sharing="shared",
         acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
-        **(
-            {"dask_scheduler": request.getfixturevalue("running_cluster").scheduler_address} if engine == "dask" else {}
-        ),
     )
     config.data.append(str(folder))  # the benchmark slice (both outcomes) and the SDK's outcome log
     result = train(config)
