@@ -84,6 +84,59 @@ def noop_session():
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+def chain_session(nodes: int):
+    """An onnxruntime session whose graph is `nodes` Add nodes in a chain on a [1, 1] float tensor
+    (no graph optimization, so none is folded away): per node, the executor's own cost."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    chain = [helper.make_node("Add", ["x" if i == 0 else f"t{i - 1}", "one"], [f"t{i}"]) for i in range(nodes)]
+    graph = helper.make_graph(
+        chain,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info(f"t{nodes - 1}", TensorProto.FLOAT, [1, 1])],
+        [numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def dispatch_figures(model: bytes, repeat: int, lengths: tuple[int, ...] = (1, 50, 100, 200)) -> dict:
+    """What a graph's node count costs apart from its work: p50 of a chain of N no-work nodes
+    (chain_session) for each N in `lengths`, called as route() calls the model (the compiled
+    session's run), the least-squares slope per node, and how many nodes `model` (a bundle's
+    model.onnx) holds once onnxruntime has optimized it."""
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    x = np.ones((1, 1), np.float32)
+    runs = {}
+    for n in lengths:
+        session = chain_session(n)
+        run, names = session._sess.run, [session.get_outputs()[0].name]
+        runs[f"{n}_nodes"] = lambda run=run, names=names: run(names, {"x": x}, None)
+    p50 = [timings_us(runs, repeat=repeat)[f"{n}_nodes"]["p50_us"] for n in lengths]
+    with tempfile.TemporaryDirectory() as folder:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # not the warning that the optimized file is for this machine only
+        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        optimized = len(onnx.load(options.optimized_model_filepath).graph.node)
+    return {
+        "chain_p50_us": dict(zip((f"{n}_nodes" for n in lengths), (round(v, 1) for v in p50))),
+        "per_node_us": round(float(np.polyfit(lengths, p50, 1)[0]), 3),
+        "model_nodes": len(onnx.load_from_string(model).graph.node),
+        "model_nodes_optimized": optimized,
+    }
+
+
 def constant_work(target_us: float) -> Callable[[], int]:
     """A fixed pure-Python loop of about `target_us`: the same instructions every call, so its
     p99 / p50 is the machine's own jitter (timer interrupts, other tenants of the host) at
@@ -754,18 +807,24 @@ def main(
     written to bench/gap.json)."""
     if gap_only:
         from serving import Router
+        from serving.bundle import read_bundle
 
         router = Router.load(bundle, strict=True)
         tokenizer = router.stages.scorer.extractor.tokenizer.full
-        gap = {
+        gap: dict = {
             f"{n}_tokens": gap_figures(router, prompt_of(tokenizer, n), varied_prompts(tokenizer, n), repeat)
             for n in (16, 128)
         }
+        dispatch = dispatch_figures(read_bundle(bundle).content("model.onnx"), repeat)
         path = out.with_name("gap.json")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(gap, indent=2))
+        path.write_text(json.dumps({**gap, "dispatch": dispatch}, indent=2))
         for length, figures in gap.items():
             print(length, ", ".join(f"{name} {v['p50_us']:.0f} us" for name, v in figures.items()))
+        print(
+            f"dispatch: {dispatch['per_node_us']} us a node (chains {dispatch['chain_p50_us']}); the model holds "
+            f"{dispatch['model_nodes']} nodes, {dispatch['model_nodes_optimized']} once optimized"
+        )
         print(f"written to {path}")
         return
     if telemetry_only:

@@ -87,12 +87,19 @@ def test_bench_takes_route_apart(bundle, tmp_path):
     the router's model call is back in place afterwards."""
     import json
 
+    import onnx
+
     from pipelines.bench import gap_figures, main, prompt_of, varied_prompts
     from serving import Router
 
     main(bundle=bundle, out=tmp_path / "results.json", repeat=20, gap_only=True)
     gap = json.loads((tmp_path / "gap.json").read_text())
-    assert set(gap) == {"16_tokens", "128_tokens"}
+    assert set(gap) == {"16_tokens", "128_tokens", "dispatch"}
+    dispatch = gap.pop("dispatch")
+    assert set(dispatch["chain_p50_us"]) == {"1_nodes", "50_nodes", "100_nodes", "200_nodes"}
+    assert dispatch["per_node_us"] > 0 and all(v > 0 for v in dispatch["chain_p50_us"].values())
+    nodes = len(onnx.load(str(bundle / "model.onnx")).graph.node)
+    assert dispatch["model_nodes"] == nodes and 0 < dispatch["model_nodes_optimized"] <= nodes
     for figures in gap.values():
         assert {"route", "route_python", "glue", "model", "model_after_route_python", "route_varied_prompts"} <= set(
             figures
