@@ -106,11 +106,14 @@ def chain_session(nodes: int):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def dispatch_figures(model: bytes, repeat: int, lengths: tuple[int, ...] = (1, 50, 100, 200)) -> dict:
+def dispatch_figures(
+    model: bytes, repeat: int, before: Callable[[], object], lengths: tuple[int, ...] = (1, 50, 100, 200)
+) -> dict:
     """What a graph's node count costs apart from its work: p50 of a chain of N no-work nodes
     (chain_session) for each N in `lengths`, called as route() calls the model (the compiled
-    session's run), the least-squares slope per node, and how many nodes `model` (a bundle's
-    model.onnx) holds once onnxruntime has optimized it."""
+    session's run), alone and right after `before` ran (route()'s Python: how much of the model
+    call's slowdown after it is dispatch), the least-squares slope per node, and how many nodes
+    `model` (a bundle's model.onnx) holds once onnxruntime has optimized it."""
     import tempfile
 
     import onnx
@@ -122,7 +125,19 @@ def dispatch_figures(model: bytes, repeat: int, lengths: tuple[int, ...] = (1, 5
         session = chain_session(n)
         run, names = session._sess.run, [session.get_outputs()[0].name]
         runs[f"{n}_nodes"] = lambda run=run, names=names: run(names, {"x": x}, None)
-    p50 = [timings_us(runs, repeat=repeat)[f"{n}_nodes"]["p50_us"] for n in lengths]
+    alone = timings_us(runs, repeat=repeat)
+    p50 = [alone[f"{n}_nodes"]["p50_us"] for n in lengths]
+    after = {}
+    for name, run_chain in runs.items():
+        ns: list[int] = []
+
+        def timed(run_chain=run_chain, ns=ns) -> None:
+            start = time.perf_counter_ns()
+            run_chain()
+            ns.append(time.perf_counter_ns() - start)
+
+        timings_us({name: lambda timed=timed: (before(), timed())}, repeat=repeat)
+        after[name] = round(float(np.percentile(ns, 50)) / 1000, 1)
     with tempfile.TemporaryDirectory() as folder:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # not the warning that the optimized file is for this machine only
@@ -131,6 +146,7 @@ def dispatch_figures(model: bytes, repeat: int, lengths: tuple[int, ...] = (1, 5
         optimized = len(onnx.load(options.optimized_model_filepath).graph.node)
     return {
         "chain_p50_us": dict(zip((f"{n}_nodes" for n in lengths), (round(v, 1) for v in p50))),
+        "chain_after_route_python_p50_us": after,
         "per_node_us": round(float(np.polyfit(lengths, p50, 1)[0]), 3),
         "model_nodes": len(onnx.load_from_string(model).graph.node),
         "model_nodes_optimized": optimized,
@@ -721,6 +737,25 @@ def varied_prompts(tokenizer, n_tokens: int, count: int = 64, seed: int = 0) -> 
     ]
 
 
+def route_python(router, prompt: str) -> Callable[[], None]:
+    """All of route()'s Python on `prompt`: route() with the model call replaced by a copy of
+    that call's outputs (the model call is put back after each call)."""
+    stages = router.stages
+    scorer = stages.scorer
+    ids, mask, scalars, _, _ = stages.features([prompt], ["exact"])
+    model = scorer.run_model
+    outputs = model(scorer.outputs, {"input_ids": ids, "attention_mask": mask, "scalars": scalars}, None)
+
+    def python_only() -> None:
+        scorer.run_model = lambda names, given, options: [o.copy() for o in outputs]
+        try:
+            router.route(prompt, precision="exact")
+        finally:
+            scorer.run_model = model
+
+    return python_only
+
+
 def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
     """route() taken apart (docs/performance.md): all of its Python with the model call replaced by
     a copy of that call's outputs, its parts alone, and the model call alone, right after route()'s
@@ -734,7 +769,6 @@ def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
     head = extractor.heads([prompt])
     ids, mask, scalars, _, _ = stages.features([prompt], ["exact"])
     feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-    outputs = model(scorer.outputs, feeds, None)
     varied_feeds = []
     for text in varied:
         v_ids, v_mask, v_scalars, _, _ = stages.features([text], ["exact"])
@@ -748,12 +782,7 @@ def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
         model(scorer.outputs, feeds, None)
         model_ns.append(time.perf_counter_ns() - start)
 
-    def python_only() -> None:
-        scorer.run_model = lambda names, given, options: [o.copy() for o in outputs]
-        try:
-            router.route(prompt, precision="exact")
-        finally:
-            scorer.run_model = model
+    python_only = route_python(router, prompt)
 
     def after(first: Callable[[], object]) -> Callable[[], None]:
         return lambda: (first(), model_timed())
@@ -815,14 +844,17 @@ def main(
             f"{n}_tokens": gap_figures(router, prompt_of(tokenizer, n), varied_prompts(tokenizer, n), repeat)
             for n in (16, 128)
         }
-        dispatch = dispatch_figures(read_bundle(bundle).content("model.onnx"), repeat)
+        dispatch = dispatch_figures(
+            read_bundle(bundle).content("model.onnx"), repeat, route_python(router, prompt_of(tokenizer, 16))
+        )
         path = out.with_name("gap.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**gap, "dispatch": dispatch}, indent=2))
         for length, figures in gap.items():
             print(length, ", ".join(f"{name} {v['p50_us']:.0f} us" for name, v in figures.items()))
         print(
-            f"dispatch: {dispatch['per_node_us']} us a node (chains {dispatch['chain_p50_us']}); the model holds "
+            f"dispatch: {dispatch['per_node_us']} us a node (chains {dispatch['chain_p50_us']}, after route()'s "
+            f"Python {dispatch['chain_after_route_python_p50_us']}); the model holds "
             f"{dispatch['model_nodes']} nodes, {dispatch['model_nodes_optimized']} once optimized"
         )
         print(f"written to {path}")

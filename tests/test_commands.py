@@ -98,6 +98,7 @@ def test_bench_takes_route_apart(bundle, tmp_path):
     dispatch = gap.pop("dispatch")
     assert set(dispatch["chain_p50_us"]) == {"1_nodes", "50_nodes", "100_nodes", "200_nodes"}
     assert dispatch["per_node_us"] > 0 and all(v > 0 for v in dispatch["chain_p50_us"].values())
+    assert set(dispatch["chain_after_route_python_p50_us"]) == set(dispatch["chain_p50_us"])
     nodes = len(onnx.load(str(bundle / "model.onnx")).graph.node)
     assert dispatch["model_nodes"] == nodes and 0 < dispatch["model_nodes_optimized"] <= nodes
     for figures in gap.values():
