@@ -192,12 +192,20 @@ def small_routellm(real_data_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def encoder_cache(tmp_path_factory) -> Path:
     """One cache folder per test process. Its encoders/ folder is the session's, shared by its
-    workers: the static tier's table is distilled into it once (about a minute on 2 cores),
-    before any test uses it, then reused. The embedding cache (SQLite) and the empty MLflow
-    store beside it are each worker's own, so that no two workers write to one database."""
-    from training.encoders import build_encoder
+    workers: the static tier's table is distilled into it once (24 s alone, about a minute
+    beside the other worker on 2 cores), before any test uses it, then reused; or, when
+    `make train` has distilled it into the project's cache already (the README's quick start
+    runs it first), copied from there: the file's name is its content (MiniLM's weights and the
+    distillation's version), and distilling is deterministic, so it is the same table bit for
+    bit. A fresh clone (CI) distills it. The embedding cache (SQLite) and the empty MLflow store
+    beside it are each worker's own, so that no two workers write to one database."""
+    from training.encoders import build_encoder, static_table_path
 
     def distilled(encoders: Path) -> Path:
+        made = static_table_path(ROOT / "data" / "cache" / "encoders")
+        if made.is_file():
+            encoders.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made, static_table_path(encoders))
         build_encoder("static", encoders)
         return encoders
 

@@ -167,11 +167,16 @@ def fold_projection(table: np.ndarray, mean: np.ndarray, components: np.ndarray)
     return ((table.astype(np.float64) - mean) @ components.T).astype(np.float32).astype(np.float64)
 
 
+def static_table_path(cache_dir: Path) -> Path:
+    """Where build_static keeps the distilled table in `cache_dir`: named by the MiniLM weights'
+    content hash and the distillation's version, so one name is one table, bit for bit."""
+    return cache_dir / f"static-v2-{model_key(minilm_dir())}.npy"  # v2: distilled deterministically (DISTILL_THREADS)
+
+
 def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
     """The static tier; the distilled table is cached, since distillation runs MiniLM 30k times."""
     folder = minilm_dir()
-    key = f"static-v2-{model_key(folder)}"  # v2: distilled deterministically (DISTILL_THREADS)
-    table_path = cache_dir / f"{key}.npy"
+    table_path = static_table_path(cache_dir)
     if table_path.exists():
         table = np.load(table_path, allow_pickle=False)
     else:
