@@ -185,6 +185,15 @@ def test_an_outcome_without_failures_is_its_smoothed_log_odds():
             "config lexical_weighting='tfidf': features needs mean",
         ),
         ({"lexical_blend": "average"}, "config lexical_blend='average': must be one of mixture, stack"),
+        ({"lexical_start": "yes"}, "config lexical_start='yes': must be true or false"),
+        (
+            {"lexical": "features", "lexical_start": True},
+            "config lexical_start=True: needs lexical=blend with lexical_blend=stack, not 'features' / 'stack'",
+        ),
+        (
+            {"lexical_blend": "mixture", "lexical_start": True},
+            "needs lexical=blend with lexical_blend=stack, not 'blend' / 'mixture'",
+        ),
     ],
 )
 def test_bad_lexical_options_are_rejected(options, message):
@@ -516,3 +525,58 @@ def test_rows_logged_as_token_ids_train_with_the_bundles_margins(trained_lexical
     _, tokens = fitted.plan.serving.featurizer().prepare(prompts, [None] * len(prompts))
     np.testing.assert_allclose(matrix[:, -2:], fitted.plan.lexical.margins_of_tokens(tokens), rtol=0, atol=1e-6)
     assert matrix.shape[1] == len(fitted.plan.spec.model_feature_names)
+
+
+def test_a_boosting_start_bundle_starts_each_heads_trees_from_its_out_of_fold_margin(
+    small_routellm, encoder_cache, tmp_path, monkeypatch
+):
+    """lexical_start: each head's booster starts from its own outcome's margin (LightGBM's
+    init_score): the training rows' margins out of fold (each from the regression fitted
+    without its fold), the validation rows' the bundle's own regression's; the stack adds the
+    margin back in the graph, so the bundle still scores as training does, from raw text."""
+    from rich.console import Console
+
+    import training.lexical
+    import training.model
+    from training.engines import get_engine
+    from training.engines.base import finish
+
+    config = config_for(
+        tmp_path,
+        small_routellm,
+        encoder_cache,
+        max_train_rows=1500,
+        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+        lexical_start=True,
+    )
+    boosters, fitted_margins = [], []
+    fit_booster, cross_fitted = training.model.fit_booster, training.lexical.cross_fitted
+
+    def recording_fit(*args, **kwargs):
+        boosters.append((args, kwargs))
+        return fit_booster(*args, **kwargs)
+
+    def recording_margins(terms, outcomes, weights, train, folds, **kwargs):
+        model, margins = cross_fitted(terms, outcomes, weights, train, folds, **kwargs)
+        fitted_margins.append((folds, train, margins, model.margins(terms)))
+        return model, margins
+
+    monkeypatch.setattr(training.model, "fit_booster", recording_fit)
+    monkeypatch.setattr(training.lexical, "cross_fitted", recording_margins)
+    timings = {"start": 0.0}
+    fitted = get_engine("local").fit(config, Console(quiet=True), timings)
+    result = finish(config, fitted, timings)
+    assert result.metrics["parity_max_abs_diff"] <= 1e-5
+    assert all(h.blend is not None for h in fitted.heads)  # the stack adds the margin back
+    [(folds, train, out_of_fold, in_sample)] = fitted_margins
+    assert folds is not None and len(np.unique(folds)) == config.lexical_folds
+    assert len(boosters) == 2  # one booster per head, edge then cloud
+    for outcome, (args, kwargs) in enumerate(boosters):
+        y_train, x_val = args[1], args[2]
+        init, val_init = kwargs["init_score"], kwargs["val_init_score"]
+        assert len(init) == len(y_train) and len(val_init) == len(x_val) and np.isfinite(init).all()
+        # Every training row starts from an out-of-fold margin of this head's outcome, and those
+        # differ from the in-sample margins of the regression the bundle ships.
+        assert np.isin(init, out_of_fold[train, outcome].astype(np.float64)).all()
+        assert np.mean(out_of_fold[train, outcome] != in_sample[train, outcome]) > 0.9
+        assert np.isin(val_init, in_sample[~train, outcome].astype(np.float64)).all()

@@ -65,6 +65,11 @@ class TrainConfig:
     # A blend's form (training.model): "stack", sigmoid(a * logit(trees) + b * margin + c) with
     # a, b, c fitted on validation; "mixture", w * trees + (1 - w) * sigmoid(margin).
     lexical_blend: str = "stack"
+    # With a stack: each head's trees start boosting from its outcome's lexical margin (LightGBM's
+    # init_score; training rows' margins out of fold, lexical_folds folds by prompt hash), so they
+    # learn what the margin misses; the stack, which reads logit(trees) and the margin, adds the
+    # margin back in the graph.
+    lexical_start: bool = False
     # The regression's rows (training.lexical.WEIGHTINGS): "tfidf", sublinear tf * idf scaled to
     # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms
     # (the form `features` needs: its margins are bit-exact in the graph). Empty: tfidf for a
@@ -264,6 +269,13 @@ class TrainConfig:
             "in the graph",
         )
         check(self.lexical_blend in LEXICAL_BLENDS, "lexical_blend", f"must be one of {', '.join(LEXICAL_BLENDS)}")
+        check(isinstance(self.lexical_start, bool), "lexical_start", "must be true or false")
+        check(
+            not self.lexical_start or (self.lexical, self.lexical_blend) == ("blend", "stack"),
+            "lexical_start",
+            f"needs lexical=blend with lexical_blend=stack, not {self.lexical!r} / {self.lexical_blend!r}: the "
+            "stack adds the margin the trees started from back into the graph's probability",
+        )
         if self.lexical_c is None:
             self.lexical_c = 1.0 if self.lexical_weighting == "tfidf" else 64.0
         check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")

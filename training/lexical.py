@@ -400,7 +400,8 @@ def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -
     """The local engine's lexical stage: `cross_fitted` on the prepared rows (`frame`, with
     their outcome weights) from their token ids (`tokens`, training.featurize.TokenRows, one
     per row of `frame`), the training rows cut into `config.lexical_folds` folds by prompt hash
-    for the trees' inputs ("features"); a blend needs the all-training-rows model only."""
+    for the trees' inputs ("features") or their boosting start (`lexical_start`); a blend alone
+    needs the all-training-rows model only."""
     from training.partial import head_rows
 
     terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
@@ -408,10 +409,12 @@ def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -
     weights = np.stack(
         [np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)], axis=1
     )
-    if config.lexical == "blend":
+    if config.lexical == "blend" and not config.lexical_start:
         return cross_fitted(
             terms, outcomes, weights, train, None, c=config.lexical_c, weighting=config.lexical_weighting
         )
     folds = np.full(len(frame), -1)
     folds[train] = fold_numbers(frame["prompt"].to_numpy()[train], config.lexical_folds, config.split_salt)
-    return cross_fitted(terms, outcomes, weights, train, folds[train], c=config.lexical_c)
+    return cross_fitted(
+        terms, outcomes, weights, train, folds[train], c=config.lexical_c, weighting=config.lexical_weighting
+    )

@@ -210,20 +210,31 @@ def fit_booster(
     weight=None,
     val_weight=None,
     rounds: int | None = None,
+    init_score=None,
+    val_init_score=None,
 ):
     """Train until validation log-loss stops improving; returns the booster at its best round.
     `weight`, `val_weight`: per-row weights (training.partial), None for equal weights. With
     `rounds` (cross-fitting's refit on every row: training.crossval), exactly that many
-    rounds and no validation rows (x_val, y_val None)."""
+    rounds and no validation rows (x_val, y_val None). `init_score`, `val_init_score`: each
+    row's raw score before the first tree (TrainConfig.lexical_start), None for none; the
+    booster's own output never includes it."""
     import lightgbm as lgb
 
     params = lgbm_params(params, seed=seed, objective=objective, rows=len(y_train))
     train = lgb.Dataset(
-        x_train, label=y_train, weight=weight, feature_name=feature_names or "auto", free_raw_data=False
+        x_train,
+        label=y_train,
+        weight=weight,
+        init_score=init_score,
+        feature_name=feature_names or "auto",
+        free_raw_data=False,
     )
     if rounds is not None:
         return lgb.train(params, train, num_boost_round=rounds)
-    val = lgb.Dataset(x_val, label=y_val, weight=val_weight, reference=train, free_raw_data=False)
+    val = lgb.Dataset(
+        x_val, label=y_val, weight=val_weight, init_score=val_init_score, reference=train, free_raw_data=False
+    )
     booster = lgb.train(
         params,
         train,

@@ -24,7 +24,7 @@ from training.engines.base import (
 from training.featurize import FirstPassMemo
 from training.fitted import Fitted
 from training.held_out import check_held_out_rows
-from training.lexical import MARGINS_OUTPUT
+from training.lexical import MARGINS_OUTPUT, OUTCOMES
 from training.stages import StageClock
 
 if TYPE_CHECKING:
@@ -291,11 +291,11 @@ def _with_lexical(config: TrainConfig, frame, feats, train: np.ndarray, console)
     return feats.plan.with_lexical(model, config.lexical), np.concatenate([feats.matrix, margins], axis=1)
 
 
-def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens) -> np.ndarray:
+def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens, out_of_fold: bool) -> np.ndarray:
     """The features of `rows` as the bundle computes them: a training row's lexical margins
-    are out of fold in `x` when the trees read them, the bundle's come from the model fitted on
-    every training row (a blend's `x` holds those already)."""
-    if plan.lexical is None or plan.spec.lexical != "features":
+    are out of fold in `x` (`out_of_fold`) when the trees read them or start from them, the
+    bundle's come from the model fitted on every training row (a blend's `x` holds those otherwise)."""
+    if plan.lexical is None or not out_of_fold:
         return x[rows]
     served = x[rows]
     served[:, -len(plan.lexical.bias) :] = plan.lexical.margins_of_tokens(tokens.subset(rows))
@@ -386,22 +386,34 @@ def fit(
     targets_train = {c: np.concatenate([targets[c][train], token_rows[c].to_numpy(float)]) for c in columns}
 
     trees = slice(0, len(names))  # the trees' columns: a blend's margins follow them
+    # lexical_start: each head's boosting starts from its outcome's margin column (out of fold on
+    # the training rows; a row logged as an embedding only, without ids, has none and starts from 0).
+    start = {c: len(names) + OUTCOMES.index(c) for c in columns} if config.lexical_start else {}
 
     def rows_of(column: str):
-        """(train x, y, weights), (validation x, y, weights) of the head that learns `column`."""
+        """(train x, y, weights), (validation x, y, weights), (train, validation starting
+        scores or None) of the head that learns `column`."""
         (fit_rows, weights), val_rows = known_train[column], known[column][0] & val
+        starts = (None, None)
+        if column in start:
+            at = start[column]
+            starts = (np.nan_to_num(x_train[fit_rows, at].astype(np.float64)), x[val_rows, at].astype(np.float64))
         return (
             (x_train[fit_rows, trees], targets_train[column][fit_rows], _unless_equal(weights[fit_rows])),
             (x[val_rows, trees], targets[column][val_rows], _unless_equal(known[column][1][val_rows])),
+            starts,
         )
 
     def fit_booster_for(columns: tuple[str, ...], objective: str):
         parts = [rows_of(c) for c in columns]  # shared: each side's rows, stacked
         train_part, val_part = (
-            parts[0] if len(parts) == 1 else (stack_sides([t for t, _ in parts]), stack_sides([v for _, v in parts]))
+            parts[0][:2]
+            if len(parts) == 1
+            else (stack_sides([t for t, _, _ in parts]), stack_sides([v for _, v, _ in parts]))
         )
+        init, val_init = (None, None) if not start else (np.concatenate([p[2][k] for p in parts]) for k in (0, 1))
         if refit is not None:  # no validation rows: the rounds the folds' early stopping chose
-            val_part = (None, None, None)
+            val_part, val_init = (None, None, None), None
         return fit_booster(
             *train_part[:2],
             *val_part[:2],
@@ -414,6 +426,8 @@ def fit(
             feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1),
             objective=objective,
             rounds=None if refit is None else refit.rounds[columns[0]],
+            init_score=init,
+            val_init_score=val_init,
         )
 
     counts = sides_known(*(known_train[c][0] for c in columns))
@@ -442,7 +456,7 @@ def fit(
     chosen = {name: (split == name) & both if refit is None else both for name in ("val", "test")}
     splits, raw = {}, {}
     for name, rows in chosen.items():
-        served = _as_served(x, rows, plan, feats.tokens)
+        served = _as_served(x, rows, plan, feats.tokens, config.lexical == "features" or config.lexical_start)
         scores, probabilities = predict(config.objective, heads, served)
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores, probabilities=probabilities)
         raw[name] = {h.name: h.raw(served) for h in heads}
