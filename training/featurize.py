@@ -418,9 +418,7 @@ class FirstPassMemo:
     cross-fitting's folds and refit share (module doc). It answers only for the exact same
     prompts and precisions in the same order, checked by a digest of them."""
 
-    digest: str | None = None
-    scalars: np.ndarray | None = None
-    tokens: TokenRows | None = None
+    kept: tuple[str, np.ndarray, TokenRows] | None = None  # (digest, scalars, token ids)
 
     @staticmethod
     def digest_of(recipe: FeatureRecipe, prompts, precisions) -> str:
@@ -431,13 +429,16 @@ class FirstPassMemo:
             digest.update(b"\x00" + (b"-" if precision is None else b"=" + str(precision).encode()) + b"\x00")
         return f"{len(prompts)}:{digest.hexdigest()}"
 
+    @property
+    def digest(self) -> str | None:
+        return None if self.kept is None else self.kept[0]
+
     def recall(self, digest: str) -> tuple[np.ndarray, TokenRows] | None:
-        if digest != self.digest or self.scalars is None or self.tokens is None:
-            return None
-        return self.scalars, self.tokens
+        """(scalars, token ids) of the rows of this digest, None when it holds other rows."""
+        return self.kept[1:] if self.kept is not None and self.kept[0] == digest else None
 
     def keep(self, digest: str, scalars: np.ndarray, tokens: TokenRows) -> None:
-        self.digest, self.scalars, self.tokens = digest, scalars, tokens
+        self.kept = (digest, scalars, tokens)
 
 
 def _remembered_first_passes(
@@ -530,8 +531,8 @@ def table_features(
     n, n_scalars = len(prompts), n_scalar_features(raw.spec)
     matrix = np.empty((n, n_scalars + embedding_dim), dtype=np.float32)
     fitter, tokens, start = ProjectionFitter(embedding_dim, seed=seed), [], 0
-    digest = FirstPassMemo.digest_of(raw, prompts, precisions) if memo is not None else None
-    remembered = memo.recall(digest) if memo is not None and digest is not None else None
+    digest = FirstPassMemo.digest_of(raw, prompts, precisions) if memo is not None else ""
+    remembered = memo.recall(digest) if memo is not None else None
     passes = (
         _first_passes(raw, prompts, precisions, train_rows, chunk_rows, workers, pool_min_rows)
         if remembered is None
@@ -544,7 +545,7 @@ def table_features(
         start += len(part.scalars)
         if on_batch:
             on_batch(len(part.scalars))
-    if memo is not None and digest is not None and remembered is None:
+    if memo is not None and remembered is None:
         memo.keep(digest, matrix[:, :n_scalars].copy(), TokenRows.concat(tokens))
     plan = plan_from(built, raw, fitter.projection())
     matrix = matrix[:, : len(plan.spec.feature_names)]  # fewer components than asked on tiny data

@@ -411,7 +411,9 @@ def fit(
             if len(parts) == 1
             else (stack_sides([t for t, _, _ in parts]), stack_sides([v for _, v, _ in parts]))
         )
-        init, val_init = (None, None) if not start else (np.concatenate([p[2][k] for p in parts]) for k in (0, 1))
+        init = val_init = None
+        if start:  # each side's starting scores, stacked as its rows are
+            init, val_init = (np.concatenate([starts[k] for _, _, starts in parts]) for k in (0, 1))
         if refit is not None:  # no validation rows: the rounds the folds' early stopping chose
             val_part, val_init = (None, None, None), None
         return fit_booster(
