@@ -22,7 +22,7 @@ from data.sdk_logs import iter_outcome_log
 from serving import Router
 from serving.outcome_log import LOG_FORMAT, OutcomeLog
 from tests.endpoint_doubles import Calls
-from tests.test_endpoint_bundle import NAMES, TOPICS, trained  # noqa: F401  (the N-endpoint bundle fixture)
+from tests.test_endpoint_bundle import NAMES, TOPICS, climbing, trained  # noqa: F401  (the N-endpoint bundle fixture)
 from training.endpoints import EndpointRows
 
 PROMPTS = [
@@ -55,8 +55,17 @@ def logged(trained, tmp_path):  # noqa: F811
     log.close()
 
 
-def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged, tmp_path):
-    router, log = logged
+@pytest.fixture
+def logged_climbing(trained, tmp_path):  # noqa: F811
+    """`logged` over the bundle with a wider margin (tests.test_endpoint_bundle.climbing), where
+    most prompts have an endpoint to fall back to."""
+    log = OutcomeLog(tmp_path / "logs")
+    yield climbing(trained, tmp_path, log=log, explore_rate=0.0, seed=0), log
+    log.close()
+
+
+def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged_climbing, tmp_path):
+    router, log = logged_climbing
     decisions = [router.route(p) for p in PROMPTS]
     climbing = next(i for i, d in enumerate(decisions) if len(d.cascade) > 1)  # somewhere to fall back to
     waiting = max(i for i in range(len(PROMPTS)) if i != climbing)  # no feedback: no outcome known yet

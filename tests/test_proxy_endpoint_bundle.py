@@ -19,7 +19,7 @@ from serving.proxy.app import build_app
 from serving.proxy.config import EndpointsConfig, ProxyConfig, UpstreamOptions
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.endpoint_doubles import upstream_fixtures
-from tests.test_endpoint_bundle import NAMES, trained  # noqa: F401  (the N-endpoint bundle fixture)
+from tests.test_endpoint_bundle import NAMES, climbing, trained  # noqa: F401  (the N-endpoint bundle fixture)
 
 TOKEN = "proxy-token-0123456789abcdef"
 PROMPTS = ["What is 2 + 2?", "Tell me a joke about penguins.", "Draft a lease termination clause for a tenant."]
@@ -29,11 +29,14 @@ PRIVATE = {"name": "private", "when": {"metadata": {"privacy": "local"}}, "then"
 upstreams, fresh = upstream_fixtures(NAMES)  # a stub per endpoint on 127.0.0.1, reset before each test
 
 
+def rules() -> PolicySet:
+    return PolicySet.from_dict({"rules": [PRIVATE]}, endpoints=NAMES)
+
+
 @pytest.fixture(scope="module")
 def router(trained):  # noqa: F811
     made, public = trained
-    rules = PolicySet.from_dict({"rules": [PRIVATE]}, endpoints=NAMES)
-    return Router.load(made.folder, strict=True, public_key=public, policy=rules)
+    return Router.load(made.folder, strict=True, public_key=public, policy=rules())
 
 
 def config_for(upstreams, tmp_path) -> ProxyConfig:
@@ -72,14 +75,15 @@ def ask(client, prompt, **extra):
     return client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": prompt}], **extra})
 
 
-def test_requests_follow_the_bundles_cascade(router, upstreams, tmp_path):
+def test_requests_follow_the_bundles_cascade(trained, upstreams, tmp_path):  # noqa: F811
+    router = climbing(trained, tmp_path, policy=rules())  # prompts with a cascade to climb
     decisions = [router.route(p) for p in PROMPTS]
     assert all(d.cascade and d.cascade[0] == d.endpoint for d in decisions)
-    climbing = next(d for d in decisions if len(d.cascade) > 1)  # a cascade with somewhere to go
-    prompt = PROMPTS[decisions.index(climbing)]
+    climber = next(d for d in decisions if len(d.cascade) > 1)  # a cascade with somewhere to go
+    prompt = PROMPTS[decisions.index(climber)]
     with proxy(router, config_for(upstreams, tmp_path)) as client:
         answers = [ask(client, p) for p in PROMPTS]
-        upstreams[climbing.cascade[0]].behaviour = Behaviour(status=500)
+        upstreams[climber.cascade[0]].behaviour = Behaviour(status=500)
         failed_over = ask(client, prompt)
     for answer, decision in zip(answers, decisions):
         assert answer.status_code == 200 and answer.headers["x-router-served-by"] == decision.endpoint
@@ -89,10 +93,10 @@ def test_requests_follow_the_bundles_cascade(router, upstreams, tmp_path):
         assert float(answer.headers["x-router-expected-cost"]) == pytest.approx(
             spec.cost(decision.n_tokens), rel=1e-5, abs=1e-12
         )
-    first, second = climbing.cascade[:2]
+    first, second = climber.cascade[:2]
     assert failed_over.status_code == 200 and failed_over.headers["x-router-served-by"] == second
     assert failed_over.headers["x-router-tried"] == f"{first}=error:UpstreamHTTPError,{second}=served"
-    assert [len(upstreams[n].received) for n in climbing.cascade[:2]] == [
+    assert [len(upstreams[n].received) for n in climber.cascade[:2]] == [
         1 + sum(d.endpoint == first for d in decisions),
         1 + sum(d.endpoint == second for d in decisions),
     ]
