@@ -8,6 +8,7 @@ import fcntl
 import os
 import pickle
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -305,27 +306,40 @@ def trained_full(real_data_dir, encoder_cache, tmp_path_factory):
     )
 
 
+@dataclass(frozen=True)
+class ReadmeTraining:
+    """What the README's training gives its tests: the bundle and the run's figures."""
+
+    bundle: Path
+    metrics: dict
+    reused: bool  # `make train`'s own run (reports/train/run.json), not one trained by the suite
+
+
 @pytest.fixture(scope="session")
-def trained_readme(real_data_dir, encoder_cache, tmp_path_factory):
-    """TrainResult of `make train` as the README's quick start runs it (default options, among
-    them five-fold cross-fitting), on all the real logs: the README check's training, and the
-    session's one cross-fitted bundle (its tests assert on it instead of fitting another)."""
+def trained_readme(real_data_dir, encoder_cache, tmp_path_factory) -> ReadmeTraining:
+    """`make train` as the README's quick start runs it (default options, among them five-fold
+    cross-fitting) on all the real logs: the README check's training, and the session's one
+    cross-fitted bundle (its tests assert on it instead of fitting another). When `make train`
+    ran before the suite from the same source, packages, logs and options (its
+    reports/train/run.json, training.provenance), that run is the one: its bundle is copied and
+    its figures read, instead of training the same thing again for 1.5-2.5 minutes."""
     from training.config import TrainConfig
+    from training.provenance import RUN_FILE, matching_run
 
     defaults = TrainConfig()
-    return once_per_session(
-        tmp_path_factory,
-        "train_readme",
-        lambda folder: _train(
-            config_for(
-                folder,
-                real_data_dir,
-                encoder_cache,
-                min_rows_per_tag=defaults.min_rows_per_tag,
-                cv_folds=defaults.cv_folds,
-            )
-        ),
-    )
+
+    def build(folder: Path) -> ReadmeTraining:
+        config = config_for(
+            folder, real_data_dir, encoder_cache, min_rows_per_tag=defaults.min_rows_per_tag, cv_folds=defaults.cv_folds
+        )
+        made = matching_run(ROOT / defaults.reports_dir / RUN_FILE, config)
+        if made is not None:
+            shutil.copytree(made["bundle"], folder / "bundle")
+            return ReadmeTraining(folder / "bundle", made["metrics"], reused=True)
+        result = _train(config)
+        return ReadmeTraining(result.bundle, result.metrics, reused=False)
+
+    return once_per_session(tmp_path_factory, "train_readme", build)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@
 `train(config)` runs the configured engine's fit, then `finish`: fallback thresholds on the
 validation scores, figures of both splits, the manifest, the bundle (written and verified
 in a temporary folder, then moved into place), the parity check against the SDK, and the
-MLflow run with its registered model version.
+MLflow run with its registered model version; last, `<reports_dir>/run.json`: the run's
+figures and what it was made from (training.provenance).
 """
 
 from __future__ import annotations
@@ -253,6 +254,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.drift_reference import drift_reference
     from training.export import heads_to_onnx
+    from training.provenance import write_run
     from training.stages import StageClock, metrics_of
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
@@ -315,6 +317,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
     clock.end_run()
     mlflow.log_metrics(metrics_of(timings), run_id=run_id)
+    write_run(config, Path(config.bundle).resolve(), run_id, metrics)
     return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest, held_out.splits["test"])
 
 

@@ -1,0 +1,121 @@
+"""What a training run was made from: the project's source, the installed packages, the logs'
+bytes and the options. `make train` writes it beside the run's figures to
+`<reports_dir>/run.json` (`write_run`, called at the end of training.engines.base.finish), so a
+later reader can tell whether a run is what training would give now (`matching_run`): the test
+suite reuses `make train`'s run for the README check when all four match, and trains again when
+any differs.
+
+- source: SHA-256 over the project's packages (SOURCE_PACKAGES): their code and the data files
+  they ship (SOURCE_SUFFIXES), by path, leaving out caches and fetched logs;
+- packages: SHA-256 over `name==version` of every installed distribution;
+- data: SHA-256 over every file under the logs' paths (the default location's when none are
+  given), by path relative to its root; a source that is no local path counts by its name;
+- options: the TrainConfig without where the run writes and reads (OUTPUT_OPTIONS, and `data`,
+  which the data digest covers).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from training.config import TrainConfig
+
+SOURCE_PACKAGES = ("data", "evaluation", "pipelines", "serving", "training")
+OUTPUT_OPTIONS = ("bundle", "cache_dir", "tracking_uri", "artifact_root", "reports_dir", "data")
+RUN_FILE = "run.json"
+SOURCE_SUFFIXES = (".py", ".yaml", ".json", ".jsonl")  # code, and the data files it ships
+SKIPPED_FOLDERS = frozenset({"__pycache__", "cache", "raw"})  # data/cache, data/raw: caches and fetched logs
+
+
+def _files_digest(
+    roots: Iterable[tuple[str, Path]], suffixes: tuple[str, ...] = ("",), skipped: frozenset[str] = frozenset()
+) -> str:
+    """SHA-256 over (name / path inside the root, length, bytes) of every file under each root, in
+    order: those ending in one of `suffixes`, none inside a folder named in `skipped`."""
+    digest = hashlib.sha256()
+    for name, root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            inside = path.relative_to(root).parts if path != root else (path.name,)
+            if skipped.intersection(inside[:-1]) or not path.name.endswith(suffixes):
+                continue
+            content = path.read_bytes()
+            digest.update(f"{name}/{'/'.join(inside)}\0{len(content)}\0".encode())
+            digest.update(content)
+    return digest.hexdigest()
+
+
+def source_sha256() -> str:
+    """The project's code as this process imports it."""
+    packages = [(name, Path(str(importlib.import_module(name).__file__)).parent) for name in SOURCE_PACKAGES]
+    return _files_digest(packages, SOURCE_SUFFIXES, SKIPPED_FOLDERS)
+
+
+def packages_sha256() -> str:
+    """Every installed distribution's name and version."""
+    names = sorted(f"{d.metadata['Name']}=={d.version}".lower() for d in metadata.distributions())
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+
+
+def data_sha256(config: TrainConfig) -> str:
+    """The logs the run reads: every file under each local path or glob match, else the source's name."""
+    from data.hf_datasets import source_name
+    from data.location import default_data_paths
+
+    sources = [source_name(item) for item in config.data] or [str(p) for p in default_data_paths()]
+    local: list[tuple[str, Path]] = []
+    named: list[str] = []
+    for index, source in enumerate(sources):
+        matches = sorted(glob.glob(source)) if any(c in source for c in "*?[") else [source]
+        found = [Path(m) for m in matches if Path(m).exists()]
+        local.extend((f"{index}.{k}", path) for k, path in enumerate(found))
+        if not found:
+            named.append(source)
+    digest = hashlib.sha256(_files_digest(local).encode())
+    digest.update("\n".join(named).encode())
+    return digest.hexdigest()
+
+
+def options(config: TrainConfig) -> dict[str, Any]:
+    return {k: v for k, v in config.to_dict().items() if k not in OUTPUT_OPTIONS}
+
+
+def provenance(config: TrainConfig) -> dict[str, Any]:
+    return {
+        "source": source_sha256(),
+        "packages": packages_sha256(),
+        "data": data_sha256(config),
+        "options": options(config),
+    }
+
+
+def write_run(config: TrainConfig, bundle: Path, run_id: str, metrics: dict) -> Path:
+    """`<reports_dir>/run.json`: the run's provenance, bundle, MLflow run and figures."""
+    path = Path(config.reports_dir) / RUN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"provenance": provenance(config), "bundle": str(bundle), "run_id": run_id, "metrics": metrics}
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(record, allow_nan=True), encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def matching_run(path: Path, config: TrainConfig) -> dict[str, Any] | None:
+    """The run recorded at `path` when it was made from what `config` would train on now (same
+    source, packages, logs and options) and its bundle is still the one it wrote; else None."""
+    from serving.bundle import read_manifest
+
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_manifest(record["bundle"])
+    except Exception:  # no record, or no bundle it names: nothing to reuse
+        return None
+    if manifest.mlflow.get("run_id") != record.get("run_id"):
+        return None  # the bundle was written by another run since
+    return record if record.get("provenance") == provenance(config) else None
