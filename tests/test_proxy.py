@@ -283,7 +283,10 @@ def test_a_full_proxy_answers_503_with_retry_after(router, stubs):
 
         slow = threading.Thread(target=lambda: client(url).chat.completions.create(model="router", messages=ASK))
         slow.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30  # the slot is taken once the edge has the first request
+        while not edge.received and time.monotonic() < deadline:  # (a fixed 0.3 s lost the race on a loaded host)
+            time.sleep(0.01)
+        assert edge.received, "the first request never reached the edge"
         response = httpx2.post(
             f"{url}/v1/chat/completions", json={"messages": ASK}, headers={"authorization": f"Bearer {TOKEN}"}
         )
