@@ -164,8 +164,9 @@ vectors: $(STAMP)
 	$(BIN)/python -m pipelines.vectors --bundle $(BUNDLE) --out $(if $(filter command line,$(origin OUT)),$(OUT),$(JS_VECTORS))
 
 # The JS SDK's bundle: trained when it is missing (not retrained when it is older than anything).
+# Its training report goes beside it, so reports/train/run.json stays `make train`'s (tests/conftest.py reuses it).
 $(JS_BUNDLE)/manifest.json: | $(STAMP)
-	$(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0
+	$(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0 --set reports_dir=$(dir $(JS_BUNDLE))reports
 
 # The JS SDK's N-endpoint bundle (docs/js.md#n-endpoint-bundles): `make endpoints`' command on 3,000 simulated
 # four-endpoint rows, trained when it is missing; clients/js/scripts/endpoint_vectors.py writes the Python SDK's decisions on it.
