@@ -364,6 +364,7 @@ def execute(
     endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
     specs: Mapping[str, Endpoint] | None = None,
     timeouts: Mapping[str, float] | None = None,
+    output_tokens: float = 0.0,
 ) -> Execution:
     """Carry out a routing decision: edge(prompt) and cloud(prompt) as it says (the prompt text
     or a Routable request, passed as given); see the module doc.
@@ -371,7 +372,8 @@ def execute(
     Or, instead of `edge`, `cloud` and `edge_context_tokens`, N endpoints: `endpoints` maps each
     endpoint's name to its call, tried in the decision's cascade order (serving.execute_endpoints);
     `specs` (name -> serving.endpoints.Endpoint, e.g. an Endpoints spec's endpoints) gives their
-    context limits and prices, `timeouts` (name -> seconds) their deadlines (on `edge_pool`)."""
+    context limits and prices, `output_tokens` the answer's expected tokens the prices count
+    (Execution.expected_cost), `timeouts` (name -> seconds) their deadlines (on `edge_pool`)."""
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
         if _n_endpoints(edge, cloud, edge_context_tokens, endpoints):
@@ -386,6 +388,7 @@ def execute(
                 timeouts=timeouts,
                 accept=accept,
                 verify_edge_zone=verify_edge_zone,
+                output_tokens=output_tokens,
                 pool=edge_pool or default_edge_pool,
             )
         else:
@@ -451,6 +454,7 @@ async def aexecute(
     endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
     specs: Mapping[str, Endpoint] | None = None,
     timeouts: Mapping[str, float] | None = None,
+    output_tokens: float = 0.0,
 ) -> Execution:
     """execute() for coroutines: `edge` and `cloud` (or each of `endpoints`) are async callables
     taking the prompt (or request).
@@ -474,6 +478,7 @@ async def aexecute(
                 timeouts=timeouts,
                 accept=accept,
                 verify_edge_zone=verify_edge_zone,
+                output_tokens=output_tokens,
             )
         else:
             assert edge is not None and cloud is not None and edge_context_tokens is not None

@@ -21,7 +21,8 @@ Each endpoint in the order is left for the next when:
 The first answer that is not left is served ("served"). Execution.tried lists each endpoint of
 the order that was reached, in order, with why it was left (Tried), and Execution.expected_cost
 what the calls made are expected to cost (each called endpoint's Endpoint.cost at the prompt's
-input tokens; None when a called endpoint has no spec). When no endpoint serves: FallbackForbidden
+input tokens and `output_tokens` expected answer tokens, an N-endpoint bundle's own when the router
+runs it; None when a called endpoint has no spec). When no endpoint serves: FallbackForbidden
 (serving.policy) naming the rule if the policy forbade an endpoint (one the cascade reached, or one
 an N-endpoint bundle left out of it), else EndpointsFailed (a CloudCallError) naming every attempt.
 """
@@ -119,8 +120,10 @@ class _Cascade:
         specs: Mapping[str, Endpoint] | None,
         accept: AcceptCheck | None,
         verify_edge_zone: bool,
+        output_tokens: float = 0.0,
     ) -> None:
         self.decision = decision
+        self.output_tokens = output_tokens
         self.order, explicit = cascade_of(decision)
         check_names(endpoints, callables=True)
         missing = [name for name in self.order if name not in endpoints]
@@ -172,7 +175,7 @@ class _Cascade:
 
     def _cost(self, name: str) -> float | None:
         spec = self.specs.get(name)
-        return None if spec is None else spec.cost(self.decision.n_tokens)
+        return None if spec is None else spec.cost(self.decision.n_tokens, self.output_tokens)
 
     def failed(self, name: str, error: BaseException) -> None:
         """The call raised, timed out, or found no free worker."""
@@ -261,10 +264,13 @@ def run(
     timeouts: Mapping[str, float] | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
+    output_tokens: float = 0.0,
     pool: Pool,
 ) -> Execution:
     """The cascade with plain callables (module doc); a call with a timeout runs on `pool`."""
-    cascade = _Cascade(decision, endpoints, specs=specs, accept=accept, verify_edge_zone=verify_edge_zone)
+    cascade = _Cascade(
+        decision, endpoints, specs=specs, accept=accept, verify_edge_zone=verify_edge_zone, output_tokens=output_tokens
+    )
     limits = timeouts or {}
     for name, last in cascade.to_call():
         if not cascade.callable_now(name):
@@ -293,9 +299,12 @@ async def arun(
     timeouts: Mapping[str, float] | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
+    output_tokens: float = 0.0,
 ) -> Execution:
     """run() for coroutines: an overrunning call is cancelled."""
-    cascade = _Cascade(decision, endpoints, specs=specs, accept=accept, verify_edge_zone=verify_edge_zone)
+    cascade = _Cascade(
+        decision, endpoints, specs=specs, accept=accept, verify_edge_zone=verify_edge_zone, output_tokens=output_tokens
+    )
     limits = timeouts or {}
     for name, last in cascade.to_call():
         if not cascade.callable_now(name):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from serving.capabilities import Needs
     from serving.endpoints import Endpoint, Endpoints
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
+    from serving.manifest import EndpointsSection
     from serving.routing import Routing
     from serving.traffic import Request
 
@@ -41,17 +42,29 @@ class Router(Protocol):
     def _prepared(self, *args: Any) -> tuple[Routing, str, Any, AcceptCheck | None]: ...
 
 
+def _section(routing: Routing) -> EndpointsSection | None:
+    """An N-endpoint bundle's endpoints section; None for a two-endpoint or degraded one."""
+    return routing.manifest.endpoints if routing.manifest is not None else None
+
+
 def _specs(specs: Endpoints | Mapping[str, Endpoint] | None, routing: Routing) -> Mapping[str, Endpoint] | None:
     """A spec file's Endpoints (serving.endpoints) as name -> Endpoint; a mapping as it is; none
     given: an N-endpoint bundle's own (its manifest's endpoints section), else None."""
     if specs is None:
-        section = routing.manifest.endpoints if routing.manifest is not None else None
+        section = _section(routing)
         if section is None:
             return None
         specs = section.spec
     if isinstance(specs, Mapping):
         return specs
     return {endpoint.name: endpoint for endpoint in specs}
+
+
+def _output_tokens(routing: Routing) -> float:
+    """The answer's expected tokens the calls' prices count: an N-endpoint bundle's own (what its
+    choice priced), else none."""
+    section = _section(routing)
+    return 0.0 if section is None else section.output_tokens
 
 
 def _prepared(
@@ -115,7 +128,9 @@ def execute_endpoints(
     """Router.execute over N endpoints (module doc): `endpoints` name -> call, `specs` their
     context limits, prices and capabilities (an Endpoints spec or name -> Endpoint; default an
     N-endpoint bundle's own), `timeouts` name -> seconds, `needs` what the request needs of them
-    (serving.capabilities: an endpoint lacking it is never called)."""
+    (serving.capabilities: an endpoint lacking it is never called). Execution.expected_cost prices
+    each call at the prompt's tokens and, with an N-endpoint bundle, the answer tokens its choice
+    expected (its endpoints section's output_tokens)."""
     with telemetry.request():
         routing, decision, check, request = _prepared(
             router, prompt, endpoints, precision, accept, metadata, request_id, False, needs, specs
@@ -123,6 +138,7 @@ def execute_endpoints(
         options: dict[str, Any] = {
             "endpoints": endpoints,
             "specs": _specs(specs, routing),
+            "output_tokens": _output_tokens(routing),
             "timeouts": timeouts,
             "verify_edge_zone": verify_edge_zone,
             "edge_pool": edge_pool,
@@ -156,6 +172,7 @@ async def aexecute_endpoints(
         options: dict[str, Any] = {
             "endpoints": endpoints,
             "specs": _specs(specs, routing),
+            "output_tokens": _output_tokens(routing),
             "timeouts": timeouts,
             "verify_edge_zone": verify_edge_zone,
         }

@@ -461,7 +461,10 @@ def test_the_router_runs_its_decisions_cascade_over_named_endpoints(trained, tmp
     run = router.execute_endpoints(prompt, {n: (lambda text, n=n: answer(n, text)) for n in NAMES})
     assert called == [first, second] and run.response == f"{second}: ok" and run.served_by == second
     assert [t.label() for t in run.tried] == [f"{first}=error:ConnectionError", f"{second}=served"]
-    assert run.expected_cost is not None and run.expected_cost > 0  # the cascade climbs to a priced endpoint
+    # each call priced at the prompt's tokens and the answer tokens the bundle's choice expected
+    section = router.manifest.endpoints
+    prices = [section.spec[name].cost(run.decision.n_tokens, section.output_tokens) for name in (first, second)]
+    assert run.expected_cost == pytest.approx(sum(prices)) and run.expected_cost > 0
 
     def async_call(name: str):
         async def call(text: str) -> str:

@@ -55,6 +55,26 @@ def test_an_error_moves_on_to_the_next_endpoint_and_the_cost_counts_every_call()
     assert isinstance(run.edge_error, RuntimeError)  # the first endpoint's error
 
 
+def test_the_expected_cost_prices_the_answers_expected_tokens_too():
+    """A call's price counts the answer's tokens the caller expects (`output_tokens`; an N-endpoint
+    bundle's own when the router runs it): an endpoint priced by output is not nearly free."""
+    from dataclasses import replace
+
+    from serving.endpoints import Price
+
+    output_priced = Price(per_1k_input=0.005, per_1k_output=0.015, per_call=0.001)
+    specs = {**SPEC_MAP, "frontier": replace(SPEC_MAP["frontier"], price=output_priced)}
+    failing = {"phone-3b": RuntimeError("boom"), "onprem-8b": ConnectionError("refused")}
+    run = execute(decision(n_tokens=50), "hi", endpoints=Calls(fail=failing).sync, specs=specs, output_tokens=200)
+    assert run.served_by == "frontier"
+    assert [t.cost for t in run.tried] == pytest.approx(
+        [0.0, 50 * 0.0002 / 1000, 0.001 + (50 * 0.005 + 200 * 0.015) / 1000]
+    )
+    assert run.expected_cost == pytest.approx(sum(t.cost for t in run.tried))
+    unsaid = execute(decision(n_tokens=50), "hi", endpoints=Calls(fail=failing).sync, specs=specs)
+    assert unsaid.expected_cost == pytest.approx(run.expected_cost - 200 * 0.015 / 1000)  # default: no answer tokens
+
+
 def test_a_timeout_moves_on_sync_on_the_pool_and_async_by_cancelling():
     calls = Calls(slow={"phone-3b": 0.5})
     run = execute(
