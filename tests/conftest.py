@@ -312,7 +312,6 @@ class ReadmeTraining:
 
     bundle: Path
     metrics: dict
-    reused: bool  # `make train`'s own run (reports/train/run.json), not one trained by the suite
 
 
 @pytest.fixture(scope="session")
@@ -335,9 +334,9 @@ def trained_readme(real_data_dir, encoder_cache, tmp_path_factory) -> ReadmeTrai
         made = matching_run(ROOT / defaults.reports_dir / RUN_FILE, config)
         if made is not None:
             shutil.copytree(made["bundle"], folder / "bundle")
-            return ReadmeTraining(folder / "bundle", made["metrics"], reused=True)
+            return ReadmeTraining(folder / "bundle", made["metrics"])
         result = _train(config)
-        return ReadmeTraining(result.bundle, result.metrics, reused=False)
+        return ReadmeTraining(result.bundle, result.metrics)
 
     return once_per_session(tmp_path_factory, "train_readme", build)
 

@@ -10,7 +10,15 @@ import shutil
 from pathlib import Path
 
 from tests.conftest import config_for
-from training.provenance import RUN_FILE, SKIPPED_FOLDERS, SOURCE_SUFFIXES, _files_digest, matching_run, write_run
+from training.provenance import (
+    RUN_FILE,
+    SKIPPED_FOLDERS,
+    SOURCE_SUFFIXES,
+    _files_digest,
+    matching_run,
+    provenance,
+    write_run,
+)
 
 
 def test_make_train_writes_its_run_with_what_it_was_made_from(trained_small):
@@ -30,7 +38,7 @@ def test_a_run_from_other_logs_or_options_or_a_replaced_bundle_is_not_reused(tra
     logs = tmp_path / "logs"
     shutil.copytree(small_routellm, logs)
     config = config_for(tmp_path, logs, Path(trained_config.cache_dir))
-    path = write_run(config, result.bundle, result.run_id, {"figure": 1.0})
+    path = write_run(config, provenance(config), result.bundle, result.run_id, {"figure": 1.0})
     assert path == tmp_path / "reports" / RUN_FILE
     assert matching_run(path, config)["metrics"] == {"figure": 1.0}
     # the same logs elsewhere, and other output folders: the same run
@@ -41,7 +49,7 @@ def test_a_run_from_other_logs_or_options_or_a_replaced_bundle_is_not_reused(tra
     with (logs / "gsm8k" / next(p.name for p in (logs / "gsm8k").iterdir())).open("a") as log:
         log.write("\n")
     assert matching_run(path, config) is None  # the logs changed since
-    write_run(config, result.bundle, "another-run", {})
+    write_run(config, provenance(config), result.bundle, "another-run", {})
     assert matching_run(path, config) is None  # the bundle is not the one that run wrote
     assert matching_run(tmp_path / "missing" / RUN_FILE, config) is None
 

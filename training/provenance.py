@@ -1,6 +1,6 @@
 """What a training run was made from: the project's source, the installed packages, the logs'
 bytes and the options. `make train` writes it beside the run's figures to
-`<reports_dir>/run.json` (`write_run`, called at the end of training.engines.base.finish), so a
+`<reports_dir>/run.json` (`write_run`, at the end of training.engines.base.train), so a
 later reader can tell whether a run is what training would give now (`matching_run`): the test
 suite reuses `make train`'s run for the README check when all four match, and trains again when
 any differs.
@@ -95,11 +95,12 @@ def provenance(config: TrainConfig) -> dict[str, Any]:
     }
 
 
-def write_run(config: TrainConfig, bundle: Path, run_id: str, metrics: dict) -> Path:
-    """`<reports_dir>/run.json`: the run's provenance, bundle, MLflow run and figures."""
+def write_run(config: TrainConfig, made_from: dict[str, Any], bundle: Path, run_id: str, metrics: dict) -> Path:
+    """`<reports_dir>/run.json`: what the run was made from (`provenance(config)` as it started),
+    its bundle, MLflow run and figures."""
     path = Path(config.reports_dir) / RUN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"provenance": provenance(config), "bundle": str(bundle), "run_id": run_id, "metrics": metrics}
+    record = {"provenance": made_from, "bundle": str(bundle), "run_id": run_id, "metrics": metrics}
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(record, allow_nan=True), encoding="utf-8")
     temporary.replace(path)

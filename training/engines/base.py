@@ -3,8 +3,8 @@
 `train(config)` runs the configured engine's fit, then `finish`: fallback thresholds on the
 validation scores, figures of both splits, the manifest, the bundle (written and verified
 in a temporary folder, then moved into place), the parity check against the SDK, and the
-MLflow run with its registered model version; last, `<reports_dir>/run.json`: the run's
-figures and what it was made from (training.provenance).
+MLflow run with its registered model version. Last, `train` writes `<reports_dir>/run.json`:
+the run's figures and what it was made from, read before it started (training.provenance).
 """
 
 from __future__ import annotations
@@ -254,7 +254,6 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.drift_reference import drift_reference
     from training.export import heads_to_onnx
-    from training.provenance import write_run
     from training.stages import StageClock, metrics_of
     from training.tracking import log_training, register_bundle, tracked_run
     from training.writer import staged_bundle
@@ -317,7 +316,6 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
             version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
     clock.end_run()
     mlflow.log_metrics(metrics_of(timings), run_id=run_id)
-    write_run(config, Path(config.bundle).resolve(), run_id, metrics)
     return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest, held_out.splits["test"])
 
 
@@ -326,14 +324,18 @@ def train(config: TrainConfig, *, console=None) -> TrainResult:
     from rich.console import Console
 
     from training.engines import get_engine
+    from training.provenance import provenance, write_run
     from training.stages import run_timings
 
     console = console or Console()
     timings = run_timings()
+    made_from = provenance(config)  # before the run: an edit made while it trains is not what it trained
     if config.cv_folds:
         from training.crossval import cross_fit
 
         cv, fitted = cross_fit(config, console=console, timings=timings)
-        return finish(config, fitted, timings, cv=cv)
-    fitted = get_engine(config.engine).fit(config, console, timings)
-    return finish(config, fitted, timings)
+        result = finish(config, fitted, timings, cv=cv)
+    else:
+        result = finish(config, get_engine(config.engine).fit(config, console, timings), timings)
+    write_run(config, made_from, result.bundle.resolve(), result.run_id, result.metrics)
+    return result
