@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -571,9 +572,33 @@ def test_the_promotion_rule_both_ways():
     assert not decide(mixed, {**champion, "full": {"quality": 0.75, "cloud_share": 0.40}}, margin=0.005)[0]
 
 
+@pytest.fixture(scope="module")
+def private_training(bundle, small_routellm, encoder_cache, tmp_path_factory):
+    """600 prompts of the slice replayed with OutcomeLog(store_prompts=False) (token ids and
+    scalars, not one prompt), and one training on the slice's MMLU rows (no edge answers: no
+    acceptance check to fit) and that log, registered in a fresh MLflow store: what the no-text
+    test asserts on, and the first bundle the promotion test registers (one training for both)."""
+    from data.logs import load_logs
+    from data.prepare import merge_duplicates
+    from pipelines.replay import replay
+    from tests.conftest import config_for
+    from training.engines.base import train
+
+    tmp = tmp_path_factory.mktemp("private_training")
+    frame = merge_duplicates(load_logs([small_routellm]).frame()).sample(n=600, random_state=1)
+    folder = tmp / "private"
+    replay(frame, bundle, folder, explore_rate=0.2, seed=0, store_prompts=False)
+    store = f"sqlite:///{tmp}/mlflow.db"
+    config = config_for(tmp / "a", small_routellm / "mmlu", encoder_cache, tracking_uri=store)
+    config.data.append(str(folder))
+    return SimpleNamespace(frame=frame, folder=folder, store=store, result=train(config))
+
+
 @pytest.mark.real_data
 @pytest.mark.slow
-def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_routellm, encoder_cache, tmp_path):
+def test_make_promote_first_champion_dry_run_and_a_decision(
+    replayed, private_training, small_routellm, encoder_cache, tmp_path
+):
     from mlflow.tracking import MlflowClient
 
     from tests.conftest import config_for
@@ -581,9 +606,10 @@ def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_rout
     from training.promotion import decide, promote
 
     folder, _ = replayed
-    store = f"sqlite:///{tmp_path}/mlflow.db"
-    # Both fitted on the slice's MMLU rows (no edge answers: no acceptance check to fit), judged on all of it.
-    first = train(config_for(tmp_path / "a", small_routellm / "mmlu", encoder_cache, tracking_uri=store))
+    store = private_training.store  # nothing registered in it but `first`, and no champion yet
+    # Both fitted on the slice's MMLU rows (no edge answers: no acceptance check to fit; the first
+    # also on a one-outcome log, private_training), judged on the replayed log and on GSM8K's rows.
+    first = private_training.result
     second = train(
         config_for(
             tmp_path / "b",
@@ -595,7 +621,7 @@ def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_rout
         )
     )
     client = MlflowClient(tracking_uri=store)
-    options = {"logs": [str(folder)], "full_logs": [str(small_routellm)]}
+    options = {"logs": [str(folder)], "full_logs": [str(small_routellm / "gsm8k")]}
     made = promote(first.bundle, **options)
     assert made["promote"] and made["champion_version"] is None
     assert str(client.get_model_version_by_alias("edge-cloud-router", "champion").version) == first.model_version
@@ -612,25 +638,16 @@ def test_make_promote_first_champion_dry_run_and_a_decision(replayed, small_rout
 
 @pytest.mark.real_data
 @pytest.mark.slow
-def test_make_train_learns_from_a_log_that_kept_no_text(bundle, small_routellm, encoder_cache, tmp_path):
+def test_make_train_learns_from_a_log_that_kept_no_text(private_training):
     """store_prompts=False: the log holds token ids and scalars, not one prompt; training uses
     them, and they are exactly what the new bundle computes from the text."""
-    from data.logs import load_logs, read_unit
-    from data.prepare import merge_duplicates
-    from pipelines.replay import replay
-    from tests.conftest import config_for
-    from training.engines.base import train
+    from data.logs import read_unit
     from training.engines.dask_partitions import unit_frame
 
-    frame = merge_duplicates(load_logs([small_routellm]).frame()).sample(n=600, random_state=1)
-    folder = tmp_path / "private"
-    replay(frame, bundle, folder, explore_rate=0.2, seed=0, store_prompts=False)
+    frame, folder, result = private_training.frame, private_training.folder, private_training.result
     text = "".join(f.read_text(encoding="utf-8") for f in folder.glob("*.jsonl"))
     assert not any(prompt in text for prompt in frame["prompt"])
 
-    config = config_for(tmp_path, small_routellm / "mmlu", encoder_cache)  # no edge answers: no acceptance fit
-    config.data.append(str(folder))
-    result = train(config)
     assert result.manifest.data["token_rows"] == {"read": 600, "used": 600, "skipped": {}}
     outcomes = result.manifest.data["outcomes"]
     assert outcomes["edge_only"] + outcomes["cloud_only"] >= 600 and outcomes["edge_only"] > 100

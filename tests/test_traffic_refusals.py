@@ -140,18 +140,48 @@ def agreeing_request(registry, folder: Path) -> tuple[Path, int, dict]:
 # --- the propensity floor of the off-policy estimates -----------------------------------------
 
 
+@pytest.fixture(scope="module")
+def below_floor(registry, traffic, tmp_path_factory) -> SimpleNamespace:
+    """The request the floor tests log below the floor (agreeing_request: its weight enters both
+    bundles' estimates), and what a dry-run promotion of `second` against `first` decides on the
+    log without it, figures included: the decision the corrupt log must lead to (computed once
+    for the tests that compare with it)."""
+    from training.promotion import promote
+
+    file, line, chosen = agreeing_request(registry, traffic)
+    without = rewrite(
+        traffic,
+        tmp_path_factory.mktemp("below_floor") / "without",
+        lambda r: None if r["request_id"] == chosen["request_id"] else r,
+    )
+    crown(registry, registry.first.model_version)
+    expected = promote(registry.second.bundle, logs=[str(without)], full_logs=[], dry_run=True)
+    return SimpleNamespace(file=file, line=line, chosen=chosen, expected=expected)
+
+
+def promote_command(*args):
+    """`make promote` (pipelines.promote's command) in this process, with a wide terminal (no
+    wrapped messages); its exit code and printed output are in the result."""
+    import typer
+    from typer.testing import CliRunner
+
+    import pipelines.promote as promote_cli
+
+    app = typer.Typer()
+    app.command()(promote_cli.main)
+    return CliRunner().invoke(app, list(map(str, args)), env={"COLUMNS": "400"})
+
+
 @pytest.mark.real_data
 @pytest.mark.slow
 @pytest.mark.parametrize("propensity", [1e-300, 5e-324])
-def test_a_propensity_below_the_floor_is_a_reject_not_a_weight(registry, traffic, tmp_path, propensity):
+def test_a_propensity_below_the_floor_is_a_reject_not_a_weight(registry, traffic, below_floor, tmp_path, propensity):
     """One row logged with propensity 1e-300 made IPS 2.5e297 and `make promote` report "quality
     +7.4e295" and move the alias; at 5e-324 (1/p overflows) the estimates were NaN and
     promotion decided on NaN. Below the floor (evaluation.off_policy.MIN_PROPENSITY, 0.01)
     the row is a reject with its file, line and reason; the figures are those of the log
     without it, and the decision too."""
-    from training.promotion import promote
-
-    file, line, chosen = agreeing_request(registry, traffic)
+    file, line, chosen, expected = below_floor.file, below_floor.line, below_floor.chosen, below_floor.expected
     corrupt = rewrite(
         traffic,
         tmp_path / "corrupt",
@@ -159,12 +189,10 @@ def test_a_propensity_below_the_floor_is_a_reject_not_a_weight(registry, traffic
             {**r, "propensity": propensity} if r["request_id"] == chosen["request_id"] and r["type"] == "request" else r
         ),
     )
-    without = rewrite(traffic, tmp_path / "without", lambda r: None if r["request_id"] == chosen["request_id"] else r)
     crown(registry, registry.first.model_version)
-    expected = promote(registry.second.bundle, logs=[str(without)], full_logs=[], dry_run=True)
 
-    done = command("pipelines.promote", "--bundle", registry.second.bundle, "--logs", corrupt)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = promote_command("--bundle", registry.second.bundle, "--logs", corrupt)
+    assert done.exit_code == 0, (done.stderr[-3000:], done.exception)
     assert f"{corrupt / file.name} line {line}: propensity {propensity!r} is below the floor 0.01" in done.stdout
     figures = printed_json(done.stdout)
     for side in ("challenger", "champion"):
@@ -200,13 +228,15 @@ def test_the_estimator_itself_refuses_a_propensity_below_its_floor():
 
 @pytest.mark.real_data
 @pytest.mark.slow
-def test_make_evaluate_leaves_out_requests_below_the_propensity_floor_and_lists_them(registry, traffic, tmp_path):
+def test_make_evaluate_leaves_out_requests_below_the_propensity_floor_and_lists_them(
+    registry, traffic, below_floor, tmp_path
+):
     """`make evaluate` on outcome logs: a request logged below the floor is left out of the
     off-policy estimates and listed (request id, reason) in metrics.json and the report."""
     from evaluation.config import EvalConfig
     from pipelines.evaluate import run
 
-    _, _, chosen = agreeing_request(registry, traffic)
+    chosen = below_floor.chosen
     corrupt = rewrite(
         traffic,
         tmp_path / "corrupt",
