@@ -5,11 +5,14 @@ MLflow run is left RUNNING once the next training has started."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,153 @@ from serving.bundle import read_bundle
 from tests.conftest import ROOT, seed_store
 
 pytestmark = pytest.mark.slow
+
+# The training processes are forked from one process that has imported what `make train`
+# imports (PRELOAD): each is `python -m pipelines.train` run to its end, or SIGKILLed, like any
+# other, without the imports a new interpreter spent before its first stage (6-13 s of wall
+# time on 2 loaded cores; a run's CPU time 14.5 s -> 6.2 s). The forking process only imports,
+# so no thread of its own (Arrow's, tokenizers', OpenMP's) is copied mid-lock.
+PRELOAD = (
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "pyarrow.pandas_compat",
+    "scipy.stats",
+    "sklearn.decomposition",
+    "sklearn.linear_model",
+    "lightgbm",
+    "onnx",
+    "onnxruntime",
+    "onnxmltools",
+    "onnxmltools.convert.lightgbm",
+    "tokenizers",
+    "git",
+    "alembic.command",
+    "alembic.config",
+    "sqlalchemy.dialects.sqlite",
+    "opentelemetry.sdk.metrics",
+    "mlflow",
+    "mlflow.tracking",
+    "mlflow.tracing.export",
+    "mlflow.tracing.processor.otel",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.tracking.sqlalchemy_workspace_store",
+    "mlflow.store.model_registry.sqlalchemy_store",
+    "mlflow.store.model_registry.sqlalchemy_workspace_store",
+    "typer",
+    "rich.console",
+    "rich.status",
+    "data.logs",
+    "data.location",
+    "data.prepare",
+    "evaluation.headline",
+    "evaluation.policies",
+    "serving.bundle",
+    "serving.scorer",
+    "training.config",
+    "training.engines.base",
+    "training.engines.local",
+    "training.featurize",
+    "training.lexical",
+    "training.model",
+    "training.labels",
+    "training.novelty",
+    "training.partial",
+    "training.token_rows",
+    "training.held_out",
+    "training.acceptance",
+    "training.drift_reference",
+    "training.export",
+    "training.provenance",
+    "training.tracking",
+    "training.writer",
+)
+
+# Imports PRELOAD, then serves requests on stdin, one JSON line each, answering one line:
+# {"args": [...], "log": path, "env": {...}} forks `python -m pipelines.train ARGS` (output in
+# `log`) and answers its pid; {"wait": pid} reaps it and answers its exit code (-9: SIGKILL).
+FORKER = r"""
+import importlib, json, os, runpy, sys, traceback
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before the OpenMP runtimes load (conftest)
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps("ready"), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    if "wait" in request:
+        print(json.dumps(os.waitstatus_to_exitcode(os.waitpid(request["wait"], 0)[1])), flush=True)
+        continue
+    pid = os.fork()
+    if pid:
+        print(json.dumps(pid), flush=True)
+        continue
+    code = 1
+    try:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.environ.update(request["env"])
+        sys.argv = ["pipelines.train", *request["args"]]
+        try:
+            runpy.run_module("pipelines.train", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+"""
+
+
+class Trainings:
+    """Starts training processes (FORKER) and reaps them."""
+
+    def __init__(self, process: subprocess.Popen, errors: Path):
+        self.process, self.errors, self.ready = process, errors, False
+
+    def ask(self, request: dict):
+        if not self.ready:  # the imports ran meanwhile
+            assert self.process.stdout.readline().strip() == '"ready"', self.errors.read_text()
+            self.ready = True
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def start(self, args: list[str], log: Path, env: dict | None = None) -> int:
+        return self.ask({"args": args, "log": str(log), "env": env or {}})
+
+    def wait(self, pid: int) -> int:
+        return self.ask({"wait": pid})
+
+    def run(self, args: list[str], log: Path, env: dict | None = None) -> None:
+        """Run a training to its end; it must succeed (its output in the message if not)."""
+        code = self.wait(self.start(args, log, env))
+        assert code == 0, log.read_text()
+
+
+@pytest.fixture(scope="module")
+def trainings(tmp_path_factory):
+    errors = tmp_path_factory.mktemp("forker") / "stderr.log"
+    with open(errors, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", FORKER, *PRELOAD],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    import mlflow.tracking  # noqa: F401  (the checks below need it: imported while the forker imports)
+
+    try:
+        yield Trainings(process, errors)
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +185,9 @@ def mmlu_logs(small_routellm, tmp_path_factory) -> Path:
 
 
 def command(work, logs, cache) -> list[str]:
-    """`make train` on MMLU rows, single split: logs without edge answers fit no acceptance
-    check, which cut a run from 30 s to 18 s on 2 cores."""
+    """The options of `make train` (python -m pipelines.train) on MMLU rows, single split: logs
+    without edge answers fit no acceptance check, which cut a run from 30 s to 18 s on 2 cores."""
     return [
-        sys.executable,
-        "-m",
-        "pipelines.train",
         "--data",
         str(logs),
         "--bundle",
@@ -58,6 +205,123 @@ def command(work, logs, cache) -> list[str]:
         "--set",
         "cv_folds=0",
     ]
+
+
+# Where a run is, in order: what its stage log (training.stages, ROUTER_STAGE_LOG: a line as
+# each stage ends), its temporary bundle folder and BUNDLE show. A kill is counted in the stage
+# its run was in when it died, read from what the run left.
+STAGES = (
+    "start, reading and merging the logs",  # no stage ended, or read_validate
+    "featurizing",  # merge ended
+    "lexical evidence",
+    "fitting the heads",
+    "acceptance check, thresholds and familiarity reference",
+    "starting the MLflow run",  # familiarity ended: tracked_run, a RUNNING run
+    "exporting the bundle's files",  # ONNX export, familiarity, drift reference
+    "the bundle written in its temporary folder and checked (the bundle's lock held)",
+    "published at BUNDLE, logging and registering it in MLflow",
+    "registered: the run's last metrics and run.json",  # every stage ended
+)
+
+
+PUBLISHED = 8  # from this stage on, BUNDLE is the run's own
+
+
+@dataclass
+class Watch:
+    """One training's progress, from outside, in a few system calls (polled every few ms)."""
+
+    work: Path
+    stage_log: Path
+    temps_before: set[str]
+    bundle_before: int | None  # BUNDLE's inode: a publish swaps in another folder
+    log_size: int = 0
+    ended: int = 0  # stages ended (lines in the stage log)
+
+    @staticmethod
+    def of(work: Path, stage_log: Path) -> Watch:
+        return Watch(work, stage_log, temp_folders(work), bundle_inode(work))
+
+    def stage(self) -> int:
+        """The index in STAGES of where the run is (or was when it died)."""
+        try:
+            size = os.stat(self.stage_log).st_size
+        except FileNotFoundError:
+            size = 0
+        if size != self.log_size:
+            self.log_size, self.ended = size, self.stage_log.read_bytes().count(b"\n")
+        ended = self.ended
+        if ended >= 9:  # the bundle is touched from export_parity (the 10th stage) on, not before
+            if bundle_inode(self.work) != self.bundle_before:
+                return PUBLISHED + 1 if ended >= 11 else PUBLISHED
+            if ended >= 10 or temp_folders(self.work) - self.temps_before:
+                return PUBLISHED - 1
+        # 9 ended: export_parity runs; 8: the first "mlflow"; 5-7: acceptance, thresholds, familiarity
+        return {9: 6, 8: 5, 7: 4, 6: 4, 5: 4, 4: 3, 3: 2, 2: 1}.get(ended, 0)
+
+
+def temp_folders(work: Path) -> set[str]:
+    return {name for name in os.listdir(work) if name.startswith(".bundle.tmp-")}
+
+
+def bundle_inode(work: Path) -> int | None:
+    try:
+        return os.stat(work / "bundle").st_ino
+    except FileNotFoundError:
+        return None
+
+
+def bundle_run(work: Path) -> str:
+    return json.loads((work / "bundle" / "manifest.json").read_text())["mlflow"]["run_id"]
+
+
+def exited(pid: int) -> bool:
+    """The (unreaped) child has ended: a zombie."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+
+
+# Between looks at a run: often enough to land in a 60 ms stage, seldom enough that watching
+# costs little CPU (a look and a sleep: ~0.2 ms on 2 loaded cores); farther from the stage
+# aimed at, seldom.
+NEAR, FAR = 0.004, 0.05
+
+
+def stage_starts(trainings, args, work: Path, stage_log: Path, log: Path) -> list[float]:
+    """Run a training to its end, watching it: when each STAGES entry was first seen (seconds
+    after its start), and last when it ended."""
+    watch, started = Watch.of(work, stage_log), time.monotonic()
+    pid = trainings.start(args, log, {"ROUTER_STAGE_LOG": str(stage_log)})
+    seen = [0.0] + [None] * len(STAGES)
+    while not exited(pid):
+        at = watch.stage()
+        for stage in range(at + 1):
+            seen[stage] = time.monotonic() - started if seen[stage] is None else seen[stage]
+        time.sleep(NEAR)
+    seen[-1] = time.monotonic() - started
+    assert trainings.wait(pid) == 0, log.read_text()
+    assert watch.stage() == len(STAGES) - 1
+    return seen
+
+
+def kill_in(
+    trainings, args, work: Path, stage_log: Path, log: Path, target: int, delay: float
+) -> tuple[int, int | None]:
+    """Start a training, SIGKILL it `delay` seconds into STAGES[target] (at once when it gets
+    past it first): its pid and the stage it died in (None: it ended before the kill)."""
+    watch = Watch.of(work, stage_log)
+    pid = trainings.start(args, log, {"ROUTER_STAGE_LOG": str(stage_log)})
+    kill_at = None
+    while not exited(pid):
+        at = watch.stage()
+        if at == target and kill_at is None:
+            kill_at = time.monotonic() + delay
+        if at > target or (kill_at is not None and time.monotonic() >= kill_at):
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(NEAR if at >= target - 1 else FAR)
+    killed = trainings.wait(pid) == -signal.SIGKILL
+    return pid, watch.stage() if killed else None
 
 
 def registered_versions_match_their_runs(work) -> int:
@@ -80,51 +344,69 @@ def running_runs(work) -> list[str]:
     return [r.info.run_id for r in client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'")]
 
 
-def test_sigkill_at_random_points_never_leaves_a_broken_or_wrong_bundle(mmlu_logs, static_encoder_cache, tmp_path):
-    """The MLflow store starts as a copy of an empty one (conftest.seed_store): the run timed
-    below is then as long as the killed runs after it, which find the store made, so the kills
-    fall across their stages (timed with the store's creation, the last 6-9 s of the range
-    killed runs that had already finished). Creating a store from nothing is the race below's
-    and test_commands' `make train MLRUNS=`."""
+def run_of_process(work, pid: int) -> str:
+    """The MLflow run a training process started (training.tracking's owner tag)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    owner = f"{socket.gethostname()}:{pid}"
+    (run,) = client.search_runs(experiments, filter_string=f"tags.`router.owner` = '{owner}'")
+    return run.info.run_id
+
+
+def test_sigkill_at_random_points_never_leaves_a_broken_or_wrong_bundle(
+    trainings, mmlu_logs, static_encoder_cache, tmp_path
+):
+    """Real training processes are SIGKILLed in every stage of a run (STAGES), each at a random
+    point of the stage: one kill per stage, again when a kill lands in a later stage than the
+    one aimed at or after the run ended, until every stage has had its kill. The stages' lengths
+    come from a first run, watched to its end. The MLflow store starts as a copy of an empty one
+    (conftest.seed_store): the first run then takes as long as the killed runs after it, which
+    find the store made. Creating a store from nothing is the race below's and test_commands'
+    `make train MLRUNS=`."""
     work, encoder_cache = tmp_path, static_encoder_cache
     seed_store(f"sqlite:///{work / 'mlflow.db'}", encoder_cache)
-    start = time.monotonic()  # a run's length, the distillation done: the kills fall across its stages
-    subprocess.run(command(work, mmlu_logs, encoder_cache), cwd=ROOT, check=True, capture_output=True)
-    duration = time.monotonic() - start
-    first = json.loads((work / "bundle" / "manifest.json").read_text())["mlflow"]["run_id"]
+    args = command(work, mmlu_logs, encoder_cache)
+    seen = stage_starts(trainings, args, work, work / "stages-first.jsonl", work / "first.log")
+    lengths = [b - a for a, b in zip(seen, seen[1:])]
+    first = bundle_run(work)
     rng = random.Random(7)
-    for _ in range(10):
-        process = subprocess.Popen(
-            command(work, mmlu_logs, encoder_cache), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        time.sleep(rng.uniform(0.3, duration))
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        bundle = read_bundle(work / "bundle")  # complete and verified: the previous one or a new one
-        assert bundle.manifest.mlflow["run_id"]
+    landed: dict[int, int] = {}  # stage -> kills that landed in it
+    kills = 0
+    for target in range(len(STAGES)):
+        delay = rng.uniform(0.0, lengths[target])
+        while target not in landed:
+            assert kills < 2 * len(STAGES), f"no kill landed in {STAGES[target]!r} in {kills} kills: {landed}"
+            before, log, stage_log = bundle_run(work), work / f"kill-{kills}.log", work / f"stages-{kills}.jsonl"
+            pid, stage = kill_in(trainings, args, work, stage_log, log, target, delay)
+            kills += 1
+            delay = 0.0  # again: at once when it gets there
+            bundle = read_bundle(work / "bundle")  # complete and verified: the previous one or a new one
+            assert bundle.manifest.mlflow["run_id"]
+            if stage is not None:
+                landed[stage] = landed.get(stage, 0) + 1
+            if stage is None or stage >= PUBLISHED:  # the killed run's own bundle, checked by it
+                assert bundle.manifest.mlflow["run_id"] == run_of_process(work, pid)
+            else:  # not published: the previous one
+                assert bundle.manifest.mlflow["run_id"] == before
+    print(f"stages seen at {[round(t, 2) for t in seen]} s; {kills} kills, landed {landed}")
+    assert sorted(landed) == list(range(len(STAGES)))
     versions = registered_versions_match_their_runs(work)
     assert versions >= 1
-    subprocess.run(command(work, mmlu_logs, encoder_cache), cwd=ROOT, check=True, capture_output=True)
+    trainings.run(args, work / "last.log")
     assert running_runs(work) == []  # the killed runs were marked FAILED by the next start
     assert read_bundle(work / "bundle").manifest.mlflow["run_id"] != first
     assert registered_versions_match_their_runs(work) == versions + 1
     assert not list(work.glob(".bundle.tmp-*")) and not list(work.glob(".bundle.old-*"))
 
 
-def test_two_trainings_on_one_bundle_path_each_register_their_own_bundle(mmlu_logs, encoder_cache, tmp_path):
-    runs = [
-        subprocess.Popen(
-            command(tmp_path, mmlu_logs, encoder_cache),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    for process in runs:
-        _, err = process.communicate(timeout=900)
-        assert process.returncode == 0, err
+def test_two_trainings_on_one_bundle_path_each_register_their_own_bundle(trainings, mmlu_logs, encoder_cache, tmp_path):
+    args = command(tmp_path, mmlu_logs, encoder_cache)
+    logs = [tmp_path / f"run-{i}.log" for i in range(2)]
+    pids = [trainings.start(args, log) for log in logs]  # both at once, on a store neither has made
+    for pid, log in zip(pids, logs):
+        assert trainings.wait(pid) == 0, log.read_text()
     assert registered_versions_match_their_runs(tmp_path) == 2
     read_bundle(tmp_path / "bundle")
     assert running_runs(tmp_path) == []
