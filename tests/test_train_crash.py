@@ -5,11 +5,11 @@ MLflow run is left RUNNING once the next training has started."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -18,16 +18,17 @@ from pathlib import Path
 import pytest
 
 from serving.bundle import read_bundle
-from tests.conftest import ROOT, seed_store
+from tests.conftest import seed_store
 
 pytestmark = pytest.mark.slow
 
-# The training processes are forked from one process that has imported what `make train`
-# imports (PRELOAD): each is `python -m pipelines.train` run to its end, or SIGKILLed, like any
-# other, without the imports a new interpreter spent before its first stage (6-13 s of wall
-# time on 2 loaded cores; a run's CPU time 14.5 s -> 6.2 s). The forking process only imports,
-# so no thread of its own (Arrow's, tokenizers', OpenMP's) is copied mid-lock.
-PRELOAD = (
+# The training processes are forked by multiprocessing's fork server, which has imported what
+# `make train` imports (PRELOAD) and does nothing else: each is `python -m pipelines.train` run
+# to its end, or SIGKILLed, like any other, without the imports a new interpreter spent before
+# its first stage (6-13 s of wall time on 2 loaded cores; a run's CPU time 14.5 s -> 6.2 s).
+# The server only imports, so no thread of its own is copied mid-lock. A name missing here
+# only makes the runs slower (the server skips modules it cannot import).
+PRELOAD = [
     "numpy",
     "pandas",
     "pyarrow",
@@ -81,67 +82,44 @@ PRELOAD = (
     "training.provenance",
     "training.tracking",
     "training.writer",
-)
+    "tests.test_train_crash",  # the processes' target, train_command
+]
 
-# Imports PRELOAD, then serves requests on stdin, one JSON line each, answering one line:
-# {"args": [...], "log": path, "env": {...}} forks `python -m pipelines.train ARGS` (output in
-# `log`) and answers its pid; {"wait": pid} reaps it and answers its exit code (-9: SIGKILL).
-FORKER = r"""
-import importlib, json, os, runpy, sys, traceback
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before the OpenMP runtimes load (conftest)
-for name in sys.argv[1:]:
-    importlib.import_module(name)
-print(json.dumps("ready"), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    if "wait" in request:
-        print(json.dumps(os.waitstatus_to_exitcode(os.waitpid(request["wait"], 0)[1])), flush=True)
-        continue
-    pid = os.fork()
-    if pid:
-        print(json.dumps(pid), flush=True)
-        continue
-    code = 1
+
+def train_command(args: list[str], log: str, env: dict) -> None:
+    """`python -m pipelines.train ARGS` in this (forked) process, its output in `log`."""
+    import runpy
+
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.update(env)
+    sys.argv = ["pipelines.train", *args]
     try:
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.environ.update(request["env"])
-        sys.argv = ["pipelines.train", *request["args"]]
-        try:
-            runpy.run_module("pipelines.train", run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    except BaseException:
-        traceback.print_exc()
+        runpy.run_module("pipelines.train", run_name="__main__", alter_sys=True)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
-"""
 
 
 class Trainings:
-    """Starts training processes (FORKER) and reaps them."""
+    """Starts training processes (train_command) from the fork server and reaps them."""
 
-    def __init__(self, process: subprocess.Popen, errors: Path):
-        self.process, self.errors, self.ready = process, errors, False
+    def __init__(self):
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(PRELOAD)  # before the server starts: the first start()
 
-    def ask(self, request: dict):
-        if not self.ready:  # the imports ran meanwhile
-            assert self.process.stdout.readline().strip() == '"ready"', self.errors.read_text()
-            self.ready = True
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
+    def start(self, args: list[str], log: Path, env: dict | None = None):
+        process = self.context.Process(target=train_command, args=(args, str(log), env or {}), daemon=True)
+        process.start()
+        return process
 
-    def start(self, args: list[str], log: Path, env: dict | None = None) -> int:
-        return self.ask({"args": args, "log": str(log), "env": env or {}})
-
-    def wait(self, pid: int) -> int:
-        return self.ask({"wait": pid})
+    @staticmethod
+    def wait(process) -> int:
+        """The process's exit code (-9: SIGKILL)."""
+        process.join(timeout=600)
+        assert process.exitcode is not None, f"training {process.pid} still running after 10 minutes"
+        return process.exitcode
 
     def run(self, args: list[str], log: Path, env: dict | None = None) -> None:
         """Run a training to its end; it must succeed (its output in the message if not)."""
@@ -150,24 +128,8 @@ class Trainings:
 
 
 @pytest.fixture(scope="module")
-def trainings(tmp_path_factory):
-    errors = tmp_path_factory.mktemp("forker") / "stderr.log"
-    with open(errors, "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-c", FORKER, *PRELOAD],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-    import mlflow.tracking  # noqa: F401  (the checks below need it: imported while the forker imports)
-
-    try:
-        yield Trainings(process, errors)
-    finally:
-        process.stdin.close()
-        process.wait(timeout=60)
+def trainings():
+    return Trainings()
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +188,22 @@ STAGES = (
 
 PUBLISHED = 8  # from this stage on, BUNDLE is the run's own
 
+# The stage log's lines of a whole run, in order (training.stages: a line as each ends): what
+# Watch.stage reads STAGES from. A run whose stages differ fails the test here, not a kill count.
+ENDED = (
+    "read_validate",
+    "merge",
+    "featurize",
+    "lexical",
+    "fit",
+    "acceptance",
+    "thresholds",
+    "familiarity",
+    "mlflow",  # the run started
+    "export_parity",
+    "mlflow",  # published and registered
+)
+
 
 @dataclass
 class Watch:
@@ -236,7 +214,7 @@ class Watch:
     temps_before: set[str]
     bundle_before: int | None  # BUNDLE's inode: a publish swaps in another folder
     log_size: int = 0
-    ended: int = 0  # stages ended (lines in the stage log)
+    ended: int = 0  # stages ended (whole lines in the stage log)
 
     @staticmethod
     def of(work: Path, stage_log: Path) -> Watch:
@@ -249,7 +227,10 @@ class Watch:
         except FileNotFoundError:
             size = 0
         if size != self.log_size:
-            self.log_size, self.ended = size, self.stage_log.read_bytes().count(b"\n")
+            lines = self.stage_log.read_bytes().split(b"\n")[:-1]  # whole lines: a stage that ended
+            names = tuple(json.loads(line)["stage"] for line in lines)
+            assert names == ENDED[: len(names)], f"the run's stages {names} are not {ENDED}: update STAGES"
+            self.log_size, self.ended = size, len(names)
         ended = self.ended
         if ended >= 9:  # the bundle is touched from export_parity (the 10th stage) on, not before
             if bundle_inode(self.work) != self.bundle_before:
@@ -275,12 +256,6 @@ def bundle_run(work: Path) -> str:
     return json.loads((work / "bundle" / "manifest.json").read_text())["mlflow"]["run_id"]
 
 
-def exited(pid: int) -> bool:
-    """The (unreaped) child has ended: a zombie."""
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-
-
 # Between looks at a run: often enough to land in a 60 ms stage, seldom enough that watching
 # costs little CPU (a look and a sleep: ~0.2 ms on 2 loaded cores); farther from the stage
 # aimed at, seldom.
@@ -291,15 +266,15 @@ def stage_starts(trainings, args, work: Path, stage_log: Path, log: Path) -> lis
     """Run a training to its end, watching it: when each STAGES entry was first seen (seconds
     after its start), and last when it ended."""
     watch, started = Watch.of(work, stage_log), time.monotonic()
-    pid = trainings.start(args, log, {"ROUTER_STAGE_LOG": str(stage_log)})
+    process = trainings.start(args, log, {"ROUTER_STAGE_LOG": str(stage_log)})
     seen = [0.0] + [None] * len(STAGES)
-    while not exited(pid):
+    while process.is_alive():
         at = watch.stage()
         for stage in range(at + 1):
             seen[stage] = time.monotonic() - started if seen[stage] is None else seen[stage]
         time.sleep(NEAR)
     seen[-1] = time.monotonic() - started
-    assert trainings.wait(pid) == 0, log.read_text()
+    assert trainings.wait(process) == 0, log.read_text()
     assert watch.stage() == len(STAGES) - 1
     return seen
 
@@ -310,18 +285,18 @@ def kill_in(
     """Start a training, SIGKILL it `delay` seconds into STAGES[target] (at once when it gets
     past it first): its pid and the stage it died in (None: it ended before the kill)."""
     watch = Watch.of(work, stage_log)
-    pid = trainings.start(args, log, {"ROUTER_STAGE_LOG": str(stage_log)})
+    process = trainings.start(args, log, {"ROUTER_STAGE_LOG": str(stage_log)})
     kill_at = None
-    while not exited(pid):
+    while process.is_alive():
         at = watch.stage()
         if at == target and kill_at is None:
             kill_at = time.monotonic() + delay
         if at > target or (kill_at is not None and time.monotonic() >= kill_at):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(process.pid, signal.SIGKILL)
             break
         time.sleep(NEAR if at >= target - 1 else FAR)
-    killed = trainings.wait(pid) == -signal.SIGKILL
-    return pid, watch.stage() if killed else None
+    killed = trainings.wait(process) == -signal.SIGKILL
+    return process.pid, watch.stage() if killed else None
 
 
 def registered_versions_match_their_runs(work) -> int:
@@ -404,9 +379,9 @@ def test_sigkill_at_random_points_never_leaves_a_broken_or_wrong_bundle(
 def test_two_trainings_on_one_bundle_path_each_register_their_own_bundle(trainings, mmlu_logs, encoder_cache, tmp_path):
     args = command(tmp_path, mmlu_logs, encoder_cache)
     logs = [tmp_path / f"run-{i}.log" for i in range(2)]
-    pids = [trainings.start(args, log) for log in logs]  # both at once, on a store neither has made
-    for pid, log in zip(pids, logs):
-        assert trainings.wait(pid) == 0, log.read_text()
+    processes = [trainings.start(args, log) for log in logs]  # both at once, on a store neither has made
+    for process, log in zip(processes, logs):
+        assert trainings.wait(process) == 0, log.read_text()
     assert registered_versions_match_their_runs(tmp_path) == 2
     read_bundle(tmp_path / "bundle")
     assert running_runs(tmp_path) == []
