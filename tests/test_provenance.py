@@ -15,7 +15,9 @@ from training.provenance import (
     SKIPPED_FOLDERS,
     SOURCE_SUFFIXES,
     _files_digest,
+    _packages_sha256,
     matching_run,
+    packages_sha256,
     provenance,
     write_run,
 )
@@ -74,3 +76,28 @@ def test_the_source_digest_reads_code_and_shipped_data_not_caches(tmp_path):
     assert changed != before
     (package / "module.py").rename(package / "renamed.py")
     assert digest() not in (before, changed)  # a file's path counts, not only its bytes
+
+
+def test_the_packages_digest_follows_installs_upgrades_and_removals(tmp_path, monkeypatch):
+    """The digest is kept while nothing is installed (reading every distribution takes ~0.5 s a
+    training) and read again when a distribution comes, changes version or goes."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = packages_sha256()
+    hits = _packages_sha256.cache_info().hits
+    assert packages_sha256() == before and _packages_sha256.cache_info().hits == hits + 1  # kept, not read again
+
+    def install(version: str) -> Path:
+        info = tmp_path / f"router_probe-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: router-probe\nVersion: {version}\n")
+        return info
+
+    first = install("1.0")
+    installed = packages_sha256()
+    assert installed != before
+    shutil.rmtree(first)
+    install("2.0")
+    upgraded = packages_sha256()
+    assert upgraded not in (before, installed)
+    shutil.rmtree(tmp_path / "router_probe-2.0.dist-info")
+    assert packages_sha256() == before

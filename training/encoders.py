@@ -13,6 +13,7 @@ into the FeatureSpec; serving needs nothing else, whatever the tier.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -38,7 +39,14 @@ def minilm_dir() -> Path:
 
 
 def model_key(folder: Path) -> str:
-    """Short content hash of the model weights: the cache key of anything derived from them."""
+    """Short content hash of the model weights: the cache key of anything derived from them
+    (hashed once a process, again when the weights' file changes)."""
+    stat = (folder / "model.safetensors").stat()
+    return _weights_key(folder, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _weights_key(folder: Path, file_stamp: tuple[int, int, int]) -> str:
     digest = hashlib.sha256()
     with open(folder / "model.safetensors", "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -174,18 +182,26 @@ def static_table_path(cache_dir: Path) -> Path:
 
 
 def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
-    """The static tier; the distilled table is cached, since distillation runs MiniLM 30k times."""
+    """The static tier; the distilled table is cached, since distillation runs MiniLM 30k times.
+    A process reads the cached table and builds its graph once (~0.5 s a training), again only
+    when the file changes; the table is read-only, as every training shares it."""
     folder = minilm_dir()
     table_path = static_table_path(cache_dir)
-    if table_path.exists():
-        table = np.load(table_path, allow_pickle=False)
-    else:
+    if not table_path.exists():
         log.info("distilling a static token table from %s (about a minute, once)", folder)
         table = distill_token_table(folder)
         table_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = table_path.with_suffix(".tmp.npy")
         np.save(tmp, table)
         tmp.replace(table_path)
+    stat = table_path.stat()
+    return _static_encoder(table_path, (stat.st_ino, stat.st_size, stat.st_mtime_ns), folder, max_tokens)
+
+
+@functools.lru_cache(maxsize=2)
+def _static_encoder(table_path: Path, file_stamp: tuple[int, int, int], folder: Path, max_tokens: int) -> BuiltEncoder:
+    table = np.load(table_path, allow_pickle=False)
+    table.flags.writeable = False
     return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False, table=table)
 
 

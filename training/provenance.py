@@ -7,7 +7,9 @@ any differs.
 
 - source: SHA-256 over the project's packages (SOURCE_PACKAGES): their code and the data files
   they ship (SOURCE_SUFFIXES), by path, leaving out caches and fetched logs;
-- packages: SHA-256 over `name==version` of every installed distribution;
+- packages: SHA-256 over `name==version` of every installed distribution (reading them all
+  takes ~0.5 s: a process keeps the digest while the distributions' metadata folders on
+  sys.path, named by name and version, stay the same);
 - data: SHA-256 over every file under the logs' paths (the default location's when none are
   given), by path relative to its root; a source that is no local path counts by its name;
 - options: the TrainConfig without where the run writes and reads (OUTPUT_OPTIONS, and `data`,
@@ -16,10 +18,13 @@ any differs.
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import importlib
 import json
+import os
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
@@ -58,7 +63,25 @@ def source_sha256() -> str:
 
 
 def packages_sha256() -> str:
-    """Every installed distribution's name and version."""
+    """Every installed distribution's name and version (module doc)."""
+    return _packages_sha256(_install_folders())
+
+
+def _install_folders() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each folder on sys.path with its distributions' metadata folders (`name-version.dist-info`,
+    `.egg-info`): what installing, upgrading or removing one changes (~1 ms to list)."""
+    found = []
+    for entry in sys.path:
+        try:
+            names = sorted(n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info")))
+        except OSError:  # not a folder, or not there (yet)
+            names = []
+        found.append((entry, tuple(names)))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=4)
+def _packages_sha256(install_folders: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     names = sorted(f"{d.metadata['Name']}=={d.version}".lower() for d in metadata.distributions())
     return hashlib.sha256("\n".join(names).encode()).hexdigest()
 
