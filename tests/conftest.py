@@ -355,6 +355,17 @@ def partial_routellm(small_routellm, tmp_path_factory) -> Path:
     return dest
 
 
+def invoke_command(main: Callable, args, **options):
+    """A pipelines command (its typer `main`) run in this process through typer's CliRunner: its
+    exit code and printed output are in the result. `options` go to CliRunner.invoke (env, ...)."""
+    import typer
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+    app.command()(main)
+    return CliRunner().invoke(app, [str(a) for a in args], **options)
+
+
 def make_env() -> dict:
     """The environment for running `make` from a test, without what the outer `make test`
     passes down (its flags, and its command-line variables such as ARGS=...)."""

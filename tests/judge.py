@@ -67,11 +67,7 @@ class JudgeServer:
 def make_label(logs: Path, url: str, *extra: str):
     """`make label` (pipelines.label's command) in this process, judge model "judge-1"; its
     printed output is captured in the result."""
-    import typer
-    from typer.testing import CliRunner
-
     import pipelines.label as label_command
+    from tests.conftest import invoke_command
 
-    app = typer.Typer()
-    app.command()(label_command.main)
-    return CliRunner().invoke(app, ["--logs", str(logs), "--base-url", url, "--model", "judge-1", *extra])
+    return invoke_command(label_command.main, ["--logs", logs, "--base-url", url, "--model", "judge-1", *extra])

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from evaluation.agreement import agreement
 from pipelines import compare
 from serving import Router
+from tests.conftest import invoke_command
 
 
 def test_a_bundle_agrees_with_itself_and_moves_are_counted_against_another(bundle, trained_full, small_routellm):
@@ -43,8 +43,8 @@ def test_the_sample_does_not_depend_on_the_order_of_the_files(small_routellm):
 
 def test_the_command_prints_and_writes_the_figures(bundle, trained_full, small_routellm, tmp_path):
     out = tmp_path / "compare.json"
-    result = CliRunner().invoke(
-        typer_app(),
+    result = invoke_command(
+        compare.main,
         [
             "--old",
             str(bundle),
@@ -61,11 +61,3 @@ def test_the_command_prints_and_writes_the_figures(bundle, trained_full, small_r
     assert result.exit_code == 0, result.output
     figures = json.loads(out.read_text())
     assert figures["prompts"] == 200 and f"zones equal {figures['zones_equal']:.1%}" in result.output
-
-
-def typer_app():
-    import typer
-
-    app = typer.Typer()
-    app.command()(compare.main)
-    return app

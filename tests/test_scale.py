@@ -14,6 +14,7 @@ import pytest
 
 from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from serving.features.spec import FeatureSpec
+from tests.conftest import invoke_command
 from training.embedding_cache import EmbeddingCache
 from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph
 from training.featurize import (
@@ -203,19 +204,14 @@ def test_local_engine_reads_and_merges_like_load_logs_and_merge_duplicates(tmp_p
 def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
     """`make scale` on 2,000 simulated rows, local engine: per run and per stage, wall time,
     peak memory (tree and largest process) and the stage floors measured in the same run."""
-    import typer
-    from typer.testing import CliRunner
-
     from pipelines.scale import main
 
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "encoders").symlink_to(encoder_cache / "encoders", target_is_directory=True)
     (encoder_cache / "encoders").mkdir(exist_ok=True)
-    app = typer.Typer()
-    app.command()(main)
     out = tmp_path / "scale.json"
-    done = CliRunner().invoke(
-        app,
+    done = invoke_command(
+        main,
         [
             "--rows",
             "2000",

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, config_for
+from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, config_for, invoke_command
 
 MODEL = "edge-cloud-router"
 
@@ -162,14 +162,9 @@ def below_floor(registry, traffic, tmp_path_factory) -> SimpleNamespace:
 def promote_command(*args):
     """`make promote` (pipelines.promote's command) in this process, with a wide terminal (no
     wrapped messages); its exit code and printed output are in the result."""
-    import typer
-    from typer.testing import CliRunner
-
     import pipelines.promote as promote_cli
 
-    app = typer.Typer()
-    app.command()(promote_cli.main)
-    return CliRunner().invoke(app, list(map(str, args)), env={"COLUMNS": "400"})
+    return invoke_command(promote_cli.main, args, env={"COLUMNS": "400"})
 
 
 @pytest.mark.real_data

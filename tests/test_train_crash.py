@@ -110,7 +110,8 @@ class Trainings:
         self.context.set_forkserver_preload(PRELOAD)  # before the server starts: the first start()
 
     def start(self, args: list[str], log: Path, env: dict | None = None):
-        process = self.context.Process(target=train_command, args=(args, str(log), env or {}), daemon=True)
+        # not daemonic: a training may start processes of its own (featurizing), as `make train` does
+        process = self.context.Process(target=train_command, args=(args, str(log), env or {}))
         process.start()
         return process
 
@@ -311,23 +312,23 @@ def registered_versions_match_their_runs(work) -> int:
     return len(versions)
 
 
-def running_runs(work) -> list[str]:
+def runs_where(work, filter_string: str) -> list[str]:
+    """The ids of the store's runs (every experiment) that match `filter_string`."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
     experiments = [e.experiment_id for e in client.search_experiments()]
-    return [r.info.run_id for r in client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'")]
+    return [r.info.run_id for r in client.search_runs(experiments, filter_string=filter_string)]
+
+
+def running_runs(work) -> list[str]:
+    return runs_where(work, "attributes.status = 'RUNNING'")
 
 
 def run_of_process(work, pid: int) -> str:
     """The MLflow run a training process started (training.tracking's owner tag)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    owner = f"{socket.gethostname()}:{pid}"
-    (run,) = client.search_runs(experiments, filter_string=f"tags.`router.owner` = '{owner}'")
-    return run.info.run_id
+    (run,) = runs_where(work, f"tags.`router.owner` = '{socket.gethostname()}:{pid}'")
+    return run
 
 
 def test_sigkill_at_random_points_never_leaves_a_broken_or_wrong_bundle(

@@ -41,8 +41,14 @@ def minilm_dir() -> Path:
 def model_key(folder: Path) -> str:
     """Short content hash of the model weights: the cache key of anything derived from them
     (hashed once a process, again when the weights' file changes)."""
-    stat = (folder / "model.safetensors").stat()
-    return _weights_key(folder, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return _weights_key(folder, file_stamp(folder / "model.safetensors"))
+
+
+def file_stamp(path: Path) -> tuple[int, int, int]:
+    """What changes when a file is replaced or rewritten (inode, size, modification time): the
+    key of a process's cached reads of it, beside the path."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 @functools.lru_cache(maxsize=4)
@@ -194,8 +200,7 @@ def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
         tmp = table_path.with_suffix(".tmp.npy")
         np.save(tmp, table)
         tmp.replace(table_path)
-    stat = table_path.stat()
-    return _static_encoder(table_path, (stat.st_ino, stat.st_size, stat.st_mtime_ns), folder, max_tokens)
+    return _static_encoder(table_path, file_stamp(table_path), folder, max_tokens)
 
 
 @functools.lru_cache(maxsize=2)

@@ -82,6 +82,7 @@ def _install_folders() -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 @functools.lru_cache(maxsize=4)
 def _packages_sha256(install_folders: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    """packages_sha256, kept per `install_folders` (_install_folders: only the cache's key)."""
     names = sorted(f"{d.metadata['Name']}=={d.version}".lower() for d in metadata.distributions())
     return hashlib.sha256("\n".join(names).encode()).hexdigest()
 
