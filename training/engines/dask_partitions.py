@@ -247,6 +247,9 @@ def cluster(scheduler: str | None = None, *, workers: int | None = None, timeout
     import dask
     from distributed import Client, LocalCluster
 
+    from training.engines.dask_expressions import close_the_race
+
+    close_the_race()  # a LocalCluster's scheduler unpickles graphs on a thread of this process
     dask.config.set({"dataframe.convert-string": False})  # keep None as None in text columns
     logging.getLogger("distributed").setLevel(logging.ERROR)  # its INFO chatter would bury the run's output
     address = scheduler or os.environ.get("DASK_SCHEDULER") or None
