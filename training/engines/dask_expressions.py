@@ -8,12 +8,13 @@ and the lookup raises KeyError. A LocalCluster's scheduler runs in the training'
 on a thread of its own, and unpickles every graph the training submits into expressions named
 like the training's: while the training's thread builds and drops expressions, a graph's
 deserialization can fail ("Error during deserialization of the task graph" in the scheduler's
-log), and what depended on it is cancelled ("lost dependencies"). This failed the Dask
-cross-validation test once in a full `make test`; two threads doing just that raise the
+log), and what depended on it is cancelled ("lost dependencies"). The Dask cross-validation
+test failed once in a full `make test` with these two messages (the scheduler logs no cause;
+this race is the one found that gives both). Two threads doing what those two do raise the
 KeyError within seconds: `.venv/bin/python -m training.engines.dask_expressions` (below).
 
 `close_the_race()` makes the check and the lookup one `get`, and leaves the rest of Dask's
-`__new__` as it is. tests/test_dask_engine.py holds Dask's own `__new__` to the race, so the
+`__new__` as it is. tests/test_dask_expressions.py holds Dask's own `__new__` to the race, so the
 test fails, and this module can go, once a Dask release no longer has it.
 """
 
