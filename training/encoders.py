@@ -52,7 +52,8 @@ def file_stamp(path: Path) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=4)
-def _weights_key(folder: Path, file_stamp: tuple[int, int, int]) -> str:
+def _weights_key(folder: Path, stamp: tuple[int, int, int]) -> str:
+    """model_key's hash; `stamp` (file_stamp of the weights) is only the cache's key."""
     digest = hashlib.sha256()
     with open(folder / "model.safetensors", "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -204,7 +205,8 @@ def build_static(cache_dir: Path, *, max_tokens: int = 512) -> BuiltEncoder:
 
 
 @functools.lru_cache(maxsize=2)
-def _static_encoder(table_path: Path, file_stamp: tuple[int, int, int], folder: Path, max_tokens: int) -> BuiltEncoder:
+def _static_encoder(table_path: Path, stamp: tuple[int, int, int], folder: Path, max_tokens: int) -> BuiltEncoder:
+    """build_static's read and graph; `stamp` (file_stamp of the table) is only the cache's key."""
     table = np.load(table_path, allow_pickle=False)
     table.flags.writeable = False
     return BuiltEncoder(static_encoder_graph(table), folder / "tokenizer.json", max_tokens, False, table=table)
