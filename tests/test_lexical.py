@@ -112,7 +112,7 @@ def test_tfidf_graph_margins_equal_the_training_margins_on_hard_strings(extracto
     idf = (idf + rng.uniform(0, 3, size=idf.shape)).astype(np.float32).astype(np.float64)
     coefficients = rng.normal(size=(2, vocabulary + BIGRAM_BUCKETS)) * 10 ** rng.uniform(-6, 1, size=(2, 1))
     weights = np.stack([on_grid(c) for c in coefficients], axis=1)
-    model = LexicalModel(weights, np.array([0.25, -1.5]), vocabulary, idf)
+    model = LexicalModel(weights, np.array([0.25, -1.5]), vocabulary, idf, "tfidf")
     table = rng.normal(size=(vocabulary, 4)).astype(np.float32).astype(np.float64)
     session = onnx_session(
         model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
@@ -130,6 +130,65 @@ def test_tfidf_graph_margins_equal_the_training_margins_on_hard_strings(extracto
     np.testing.assert_allclose(np.asarray(x.multiply(x).sum(axis=1)).ravel()[2:], 1.0, rtol=1e-12)
     mean = LexicalModel(weights, model.bias, vocabulary).margins(terms)
     assert np.max(np.abs(mean - expected)) > 1e-3
+
+
+def test_idf_graph_margins_are_the_training_margins_bit_for_bit(extractor):
+    """lexical_weighting=idf: each term weighed by its idf, the row scaled to sum 1. The graph
+    (no per-term counts: a Gather of idf * w and of idf, two masked sums, one division) gives
+    numpy's margins bit for bit, alone and padded in a batch, on hard strings and repeated terms,
+    with idf and coefficients over seven orders of magnitude; an empty prompt gets the bias."""
+    from scipy.sparse import diags
+
+    from serving.features.extractor import onnx_session
+    from training.encoders import static_encoder_graph
+    from training.featurize import n_scalar_features
+    from training.lexical import BIGRAM_BUCKETS, LexicalModel, on_grid
+
+    vocabulary = extractor.tokenizer.full.get_vocab_size()
+    rng = np.random.default_rng(2)
+    prompts = HARD + ["the the the cat " * 40, "a b a b a b c"]
+    terms = _terms(extractor, prompts)
+    idf = on_grid(1 + rng.uniform(0, 9, size=vocabulary + BIGRAM_BUCKETS)).astype(np.float64)
+    coefficients = rng.normal(size=(2, vocabulary + BIGRAM_BUCKETS)) * 10 ** rng.uniform(-6, 1, size=(2, 1))
+    weights = np.stack([on_grid(c * idf) for c in coefficients], axis=1)
+    model = LexicalModel(weights, np.array([0.25, -1.5]), vocabulary, idf, "idf")
+    table = rng.normal(size=(vocabulary, 4)).astype(np.float32).astype(np.float64)
+    session = onnx_session(
+        model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
+    )
+
+    def run(batch):
+        ids, mask, scalars, _, _ = extractor.prepare(batch, [None] * len(batch))
+        return session.run(["lexical_margins"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})[0]
+
+    expected = model.margins(terms)
+    np.testing.assert_array_equal(run(prompts), expected)
+    np.testing.assert_array_equal(np.concatenate([run([p]) for p in prompts]), expected)
+    np.testing.assert_array_equal(expected[:2], np.float32([[0.25, -1.5]] * 2))  # no terms: the bias
+    # the regression's own rows: counts * idf summing to 1, so the margin is b + x @ coefficient
+    x = terms.idf_weighted(idf)
+    np.testing.assert_allclose(np.asarray(x.sum(axis=1)).ravel()[2:], 1.0, rtol=1e-12)
+    by_rows = np.asarray(x @ diags(1 / idf) @ weights.astype(np.float64)) + model.bias
+    np.testing.assert_allclose(expected, by_rows, rtol=1e-5, atol=1e-5)
+    mean = LexicalModel(weights, model.bias, vocabulary).margins(terms)
+    assert np.max(np.abs(mean - expected)) > 1e-3
+
+
+def test_an_idf_fit_keeps_idf_times_coefficients_on_the_grid():
+    """LexicalModel.fit with idf weighting: the idf is on the grid, each weight is the fitted
+    coefficient times its term's idf, and the prompts' margins rank an outcome their words tell."""
+    from training.lexical import LexicalModel, Terms, on_grid
+
+    rng = np.random.default_rng(3)
+    rows = [[int(w) for w in rng.choice([7, 8, 9, 10, 11], size=6)] + [100 + (i % 2)] for i in range(400)]
+    outcome = np.array([float(i % 2) for i in range(400)])  # told by the last word alone
+    terms = Terms.of_rows(rows)
+    model = LexicalModel.fit(terms, np.c_[outcome, 1 - outcome], np.ones((400, 2)), c=64.0, weighting="idf")
+    assert model.weighting == "idf"
+    np.testing.assert_array_equal(model.idf, on_grid(terms.idf()).astype(np.float64))
+    assert model.weights[100, 0] < 0 < model.weights[101, 0]
+    margins = model.margins(terms)[:, 0]
+    assert margins[outcome == 1].min() > margins[outcome == 0].max()
 
 
 def _memorizable(n: int = 300):
@@ -179,10 +238,10 @@ def test_an_outcome_without_failures_is_its_smoothed_log_odds():
         ({"lexical": "features", "engine": "dask"}, "needs engine=local, not 'dask'"),
         ({"lexical_folds": 1}, "config lexical_folds=1: must be an integer in [2, 20]"),
         ({"lexical_c": 0}, "config lexical_c=0: must be a number > 0"),
-        ({"lexical_weighting": "bm25"}, "config lexical_weighting='bm25': must be one of mean, tfidf"),
+        ({"lexical_weighting": "bm25"}, "config lexical_weighting='bm25': must be one of mean, tfidf, idf"),
         (
             {"lexical": "features", "lexical_weighting": "tfidf"},
-            "config lexical_weighting='tfidf': features needs mean",
+            "config lexical_weighting='tfidf': features needs mean or idf",
         ),
         ({"lexical_blend": "average"}, "config lexical_blend='average': must be one of mixture, stack"),
         ({"lexical_start": "yes"}, "config lexical_start='yes': must be true or false"),

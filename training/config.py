@@ -14,6 +14,7 @@ from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.features.spec import LEXICAL_MODES
 from serving.novelty import UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
+from training.lexical import EXACT_WEIGHTINGS
 from training.lexical import WEIGHTINGS as LEXICAL_WEIGHTINGS
 from training.model import CALIBRATIONS, OBJECTIVES
 
@@ -71,11 +72,11 @@ class TrainConfig:
     # margin back in the graph.
     lexical_start: bool = False
     # The regression's rows (training.lexical.WEIGHTINGS): "tfidf", sublinear tf * idf scaled to
-    # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms
-    # (the form `features` needs: its margins are bit-exact in the graph). Empty: tfidf for a
-    # blend, mean for features.
+    # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms;
+    # "idf", counts * idf scaled to sum 1. `features` needs mean or idf: their margins are
+    # bit-exact in the graph. Empty: tfidf for a blend, mean for features.
     lexical_weighting: str | None = None
-    lexical_c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean)
+    lexical_c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
     lexical_folds: int = 5
     lgbm: dict[str, Any] = field(default_factory=dict)
     num_boost_round: int = 2000
@@ -263,10 +264,10 @@ class TrainConfig:
             f"must be one of {', '.join(LEXICAL_WEIGHTINGS)}",
         )
         check(
-            self.lexical != "features" or self.lexical_weighting == "mean",
+            self.lexical != "features" or self.lexical_weighting in EXACT_WEIGHTINGS,
             "lexical_weighting",
-            "features needs mean: the trees split on the margins, which only the mean form computes bit-exactly "
-            "in the graph",
+            f"features needs {' or '.join(EXACT_WEIGHTINGS)}: the trees split on the margins, which only those forms "
+            "compute bit-exactly in the graph",
         )
         check(self.lexical_blend in LEXICAL_BLENDS, "lexical_blend", f"must be one of {', '.join(LEXICAL_BLENDS)}")
         check(isinstance(self.lexical_start, bool), "lexical_start", "must be true or false")

@@ -17,6 +17,11 @@ term's (1 + ln count) * idf (idf from the training prompts), scaled to unit L2 n
 margin is b + the weights' sum over that row (b for an empty prompt). The graph finds each
 term's count with one Unique over the batch's (row, term) keys; its log and norm make the
 margins equal training's within 1e-5, not bit for bit, so the trees never split on them.
+With "idf" weighting each term counts idf times, the row scaled to sum 1: the margin is b +
+(sum of idf * w over the prompt's terms) / (sum of idf over them), the mean form with every
+term weighed by its idf. It needs no count per distinct term, so the graph has no Unique,
+and its sums are exact as the mean form's are (below): the graph holds each term's idf * w
+and idf, both on the grid.
 
 No leak into the trees ("features" mode). The training rows' margins are out of fold: the training prompts
 are cut into K folds by prompt hash, and each fold's margins come from the regression
@@ -25,12 +30,13 @@ gets the margins of the regression fitted on all training rows, the one the bund
 In "blend" mode the trees do not read the margins and only that one regression is fitted:
 the blend's weight is chosen on validation rows, whose margins it never saw.
 
-The same numbers in the graph. The weights are rounded to a grid of 2^-23 of the largest
-weight's power of two (float32 values, 24 significant bits), so every sum of a prompt's
-weights is exact in float64 whatever the order of its terms: numpy's sparse product here and
-the graph's MatMul give the same sum, then the same correctly rounded division, addition
-and float32 cast. So the training matrix and the bundle hold the same float32 margins, bit
-for bit, and the trees split them alike (held by tests/test_lexical.py).
+The same numbers in the graph ("mean" and "idf"). The weights (with "idf", each term's idf *
+w, and its idf) are rounded to a grid of 2^-23 of the largest value's power of two (float32
+values, 24 significant bits), so every sum of a prompt's values is exact in float64 whatever
+the order of its terms: numpy's sparse product here and the graph's MatMul give the same sum,
+then the same correctly rounded division, addition and float32 cast. So the training matrix
+and the bundle hold the same float32 margins, bit for bit, and the trees split them alike
+(held by tests/test_lexical.py).
 """
 
 from __future__ import annotations
@@ -45,12 +51,13 @@ from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
 
 VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
 BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms
-WEIGHTINGS = ("mean", "tfidf")  # how a prompt's term counts become the regression's row (module doc)
+WEIGHTINGS = ("mean", "tfidf", "idf")  # how a prompt's term counts become the regression's row (module doc)
 BIGRAM_MULTIPLIER = 1_000_003
 OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_NAMES' order
 FOLD_SALT = "lexical:"  # the folds' hash must not be the split's
 WEIGHT_BITS = 23  # a weight is an integer of at most 23 bits times its column's step
 MARGINS_OUTPUT = "lexical_margins"  # the graph's tensor of the margins alone (what a blend reads)
+EXACT_WEIGHTINGS = ("mean", "idf")  # whose margins the graph computes bit for bit (module doc)
 
 __all__ = [
     "LEXICAL_MODES",
@@ -133,6 +140,14 @@ class Terms:
         norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
         return diags(1.0 / np.where(norms > 0, norms, 1.0)) @ x
 
+    def idf_weighted(self, idf: np.ndarray):
+        """The regression's rows with `idf` weighting: each term's count * idf, the row scaled to
+        sum 1 (an empty prompt: zeros; idf >= 1, so a prompt with terms sums to at least 1)."""
+        from scipy.sparse import diags
+
+        x = self.counts @ diags(idf)
+        return diags(1.0 / np.maximum(self.counts @ idf, 1.0)) @ x
+
 
 def lexical_matrix(token_ids: Sequence[Sequence[int]], vocabulary: int = VOCABULARY):
     """Sparse rows of unigram and hashed-bigram counts, each row divided by its number of terms."""
@@ -152,10 +167,20 @@ def on_grid(coefficients: np.ndarray) -> np.ndarray:
 class LexicalModel:
     """The regressions of every outcome, as the bundle's graph holds them."""
 
-    weights: np.ndarray  # float32 [vocabulary + BIGRAM_BUCKETS, outcomes], on the grid (on_grid)
+    # float32 [vocabulary + BIGRAM_BUCKETS, outcomes], on the grid (on_grid): each term's
+    # coefficient, or with `idf` weighting its idf * coefficient
+    weights: np.ndarray
     bias: np.ndarray  # float64 [outcomes]
     vocabulary: int = VOCABULARY
-    idf: np.ndarray | None = None  # float64 [terms] with `tfidf` weighting; None: counts / number of terms
+    idf: np.ndarray | None = None  # float64 [terms] with `tfidf` or `idf` weighting (float32 values); None: mean
+    weighting: str = "mean"  # WEIGHTINGS
+
+    def __post_init__(self) -> None:
+        if self.weighting not in WEIGHTINGS or (self.idf is None) != (self.weighting == "mean"):
+            raise ValueError(
+                f"lexical weighting {self.weighting!r} with{'out' if self.idf is None else ''} an idf table: "
+                f"mean has none, {', '.join(WEIGHTINGS[1:])} need one"
+            )
 
     @classmethod
     def fit(
@@ -164,28 +189,37 @@ class LexicalModel:
         """One regression per column of `outcomes` [rows, outcomes] (NaN: unknown), each on the
         rows whose weight for it is > 0 (training.partial's outcome weights). `weighting`
         (WEIGHTINGS): "mean", counts divided by the number of terms; "tfidf", Terms.tfidf with
-        the idf of these prompts."""
+        the idf of these prompts; "idf", Terms.idf_weighted with it (on the grid)."""
         if weighting not in WEIGHTINGS:
             raise ValueError(f"lexical weighting {weighting!r}: choose one of {', '.join(WEIGHTINGS)}")
-        idf = terms.idf().astype(np.float32).astype(np.float64) if weighting == "tfidf" else None  # the graph's
-        x = terms.normalized() if idf is None else terms.tfidf(idf)
+        idf = None  # the graph's float32 table, in float64
+        if weighting == "mean":
+            x = terms.normalized()
+        elif weighting == "tfidf":
+            idf = terms.idf().astype(np.float32).astype(np.float64)
+            x = terms.tfidf(idf)
+        else:
+            idf = on_grid(terms.idf()).astype(np.float64)
+            x = terms.idf_weighted(idf)
         columns, biases = [], []
         for q, w in zip(np.asarray(outcomes, dtype=np.float64).T, np.asarray(weights, dtype=np.float64).T):
             known = (w > 0) & ~np.isnan(q)
             coefficients, intercept = fit_outcome(x[known], q[known], w[known], c=c)
-            columns.append(on_grid(coefficients))
+            columns.append(on_grid(coefficients * idf if weighting == "idf" else coefficients))
             biases.append(intercept)
-        return cls(np.stack(columns, axis=1), np.array(biases, dtype=np.float64), terms.vocabulary, idf)
+        return cls(np.stack(columns, axis=1), np.array(biases, dtype=np.float64), terms.vocabulary, idf, weighting)
 
     def margins(self, terms: Terms) -> np.ndarray:
         """float32 [prompts, outcomes]: b + (sum of the terms' weights) / (number of terms),
         the float64 steps of the graph in the same order (module doc); with `tfidf` weighting,
-        b + the weights' sum over the prompt's tfidf row."""
-        if self.idf is not None:
+        b + the weights' sum over the prompt's tfidf row; with `idf`, b + (sum of the terms' idf *
+        coefficient) / (sum of their idf, at least 1)."""
+        if self.weighting == "tfidf":
             total = terms.tfidf(self.idf) @ self.weights.astype(np.float64)
             return (np.asarray(total) + self.bias).astype(np.float32)
         total = terms.counts @ self.weights.astype(np.float64)
-        return (np.asarray(total) / np.maximum(terms.n_terms, 1)[:, None] + self.bias).astype(np.float32)
+        mass = terms.n_terms if self.weighting == "mean" else terms.counts @ self.idf
+        return (np.asarray(total) / np.maximum(mass, 1)[:, None] + self.bias).astype(np.float32)
 
     def margins_of_tokens(self, tokens) -> np.ndarray:
         """`margins` of prompts given as training.featurize.TokenRows."""
@@ -205,7 +239,8 @@ class LexicalModel:
         `features`) with two more outputs: `output` = [features, one margin per outcome] and
         MARGINS_OUTPUT, the margins alone [batch, outcomes]:
         the terms from the masked ids (bigrams in int64), one Gather of their weights, a
-        masked float64 sum, divided by the number of terms (at least 1), plus the bias."""
+        masked float64 sum, divided by the number of terms (with `idf` weighting, by the sum of
+        their idf; at least 1), plus the bias; `tfidf` weighting: _tfidf_nodes."""
         import onnx
         from onnx import TensorProto, helper, numpy_helper
 
@@ -247,18 +282,28 @@ class LexicalModel:
             helper.make_node("Gather", ["lexical_weights", "lexical_terms"], ["lexical_rows32"], axis=0),
             helper.make_node("Cast", ["lexical_rows32"], ["lexical_rows"], to=TensorProto.DOUBLE),
         ]
-        if self.idf is None:
+        if self.weighting in EXACT_WEIGHTINGS:
+            mass = "lexical_mask_row"  # what each term adds to the divisor: 1, or its idf
+            if self.weighting == "idf":
+                mass = "lexical_idf_row"
+                nodes += [
+                    helper.make_node("Gather", ["lexical_idf", "lexical_terms"], ["lexical_idf32"], axis=0),
+                    helper.make_node("Cast", ["lexical_idf32"], ["lexical_term_idf"], to=TensorProto.DOUBLE),
+                    helper.make_node("Mul", ["lexical_term_idf", "lexical_mask"], ["lexical_term_mass"]),
+                    helper.make_node("Unsqueeze", ["lexical_term_mass", sequence], [mass]),
+                ]
             nodes += [
                 helper.make_node(
                     "MatMul", ["lexical_mask_row", "lexical_rows"], ["lexical_total"]
                 ),  # [batch, 1, outcomes]
                 helper.make_node(
                     "ReduceSum",
-                    ["lexical_mask_row", constant("terms_axis", [2], np.int64)],
+                    [mass, constant("terms_axis", [2], np.int64)],
                     ["lexical_count"],
                     keepdims=1,
                 ),
-                # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN.
+                # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN
+                # (with idf, a prompt with terms has a divisor of at least 1 already).
                 helper.make_node("Max", ["lexical_count", constant("one", [1.0], np.float64)], ["lexical_safe_count"]),
                 helper.make_node("Div", ["lexical_total", "lexical_safe_count"], ["lexical_mean"]),
             ]
