@@ -756,11 +756,24 @@ def route_python(router, prompt: str) -> Callable[[], None]:
     return python_only
 
 
+def _timed_after(first: Callable[[], object], second: Callable[[], object], ns: list[int]) -> Callable[[], None]:
+    """A call of `first` then `second`, appending `second`'s nanoseconds alone to `ns`."""
+
+    def both() -> None:
+        first()
+        start = time.perf_counter_ns()
+        second()
+        ns.append(time.perf_counter_ns() - start)
+
+    return both
+
+
 def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
     """route() taken apart (docs/performance.md): all of its Python with the model call replaced by
     a copy of that call's outputs, its parts alone, and the model call alone, right after route()'s
-    Python, right after tokenization and statistics, and on `varied` prompts in turn. The timers
-    of the model-after variants cover the model call only."""
+    Python, right after tokenization and statistics, and on `varied` prompts in turn; and the other
+    way round, route()'s Python and tokenization with statistics right after a model call. The
+    timers of the "after" variants cover the second step only."""
     from serving.features.text_stats import text_statistics
 
     stages = router.stages
@@ -775,17 +788,10 @@ def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
         varied_feeds.append({"input_ids": v_ids, "attention_mask": v_mask, "scalars": v_scalars})
     varied_heads = [extractor.heads([text]) for text in varied]
     turn = itertools.cycle(range(len(varied_feeds)))
-    model_ns: list[int] = []
-
-    def model_timed() -> None:
-        start = time.perf_counter_ns()
-        model(scorer.outputs, feeds, None)
-        model_ns.append(time.perf_counter_ns() - start)
-
     python_only = route_python(router, prompt)
 
-    def after(first: Callable[[], object]) -> Callable[[], None]:
-        return lambda: (first(), model_timed())
+    def model_alone() -> None:
+        model(scorer.outputs, feeds, None)
 
     def parts() -> None:
         extractor.tokenizer.ids(head, add_special_tokens=special)
@@ -808,10 +814,15 @@ def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
         ),
     }
     figures = timings_us(fns, repeat=repeat)
-    for name, first in (("model_after_route_python", python_only), ("model_after_tokenize_and_statistics", parts)):
-        model_ns.clear()
-        timings_us({name: after(first)}, repeat=repeat)
-        figures[name] = {"p50_us": float(np.percentile(model_ns, 50)) / 1000, "n": len(model_ns)}
+    for name, first, second in (
+        ("model_after_route_python", python_only, model_alone),
+        ("model_after_tokenize_and_statistics", parts, model_alone),
+        ("route_python_after_model", model_alone, python_only),
+        ("tokenize_and_statistics_after_model", model_alone, parts),
+    ):
+        second_ns: list[int] = []
+        timings_us({name: _timed_after(first, second, second_ns)}, repeat=repeat)
+        figures[name] = {"p50_us": float(np.percentile(second_ns, 50)) / 1000}
     figures["glue"] = {
         "p50_us": figures["route_python"]["p50_us"]
         - figures["tokenize"]["p50_us"]

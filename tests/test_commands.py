@@ -102,9 +102,16 @@ def test_bench_takes_route_apart(bundle, tmp_path):
     nodes = len(onnx.load(str(bundle / "model.onnx")).graph.node)
     assert dispatch["model_nodes"] == nodes and 0 < dispatch["model_nodes_optimized"] <= nodes
     for figures in gap.values():
-        assert {"route", "route_python", "glue", "model", "model_after_route_python", "route_varied_prompts"} <= set(
-            figures
-        )
+        assert {
+            "route",
+            "route_python",
+            "glue",
+            "model",
+            "model_after_route_python",
+            "route_python_after_model",
+            "tokenize_and_statistics_after_model",
+            "route_varied_prompts",
+        } <= set(figures)
         assert all(v["p50_us"] > 0 for name, v in figures.items() if name != "glue")
     router = Router.load(bundle, strict=True)
     tokenizer = router.stages.scorer.extractor.tokenizer.full
