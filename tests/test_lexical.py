@@ -93,14 +93,30 @@ def test_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
     assert np.isfinite(batch).all()
 
 
+def _graph_margins(extractor, model, rng):
+    """A function of prompts -> `model`'s margins as its graph computes them, appended to a
+    static prefix with a random embedding table, from the ids the SDK feeds it."""
+    from serving.features.extractor import onnx_session
+    from training.encoders import static_encoder_graph
+    from training.featurize import n_scalar_features
+
+    table = rng.normal(size=(model.vocabulary, 4)).astype(np.float32).astype(np.float64)
+    session = onnx_session(
+        model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
+    )
+
+    def run(batch):
+        ids, mask, scalars, _, _ = extractor.prepare(batch, [None] * len(batch))
+        return session.run(["lexical_margins"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})[0]
+
+    return run
+
+
 def test_tfidf_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
     """lexical_weighting=tfidf: the graph's margins (each distinct term's count from one
     Unique over the batch, (1 + ln count) * idf, the row's L2 norm) against numpy's
     Terms.tfidf, alone and padded in a batch, with repeated terms (counts up to 511) and an
     empty prompt (the bias); against the mean form, the counts matter."""
-    from serving.features.extractor import onnx_session
-    from training.encoders import static_encoder_graph
-    from training.featurize import n_scalar_features
     from training.lexical import BIGRAM_BUCKETS, LexicalModel, Terms, on_grid
 
     vocabulary = extractor.tokenizer.full.get_vocab_size()
@@ -113,15 +129,7 @@ def test_tfidf_graph_margins_equal_the_training_margins_on_hard_strings(extracto
     coefficients = rng.normal(size=(2, vocabulary + BIGRAM_BUCKETS)) * 10 ** rng.uniform(-6, 1, size=(2, 1))
     weights = np.stack([on_grid(c) for c in coefficients], axis=1)
     model = LexicalModel(weights, np.array([0.25, -1.5]), vocabulary, idf, "tfidf")
-    table = rng.normal(size=(vocabulary, 4)).astype(np.float32).astype(np.float64)
-    session = onnx_session(
-        model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
-    )
-
-    def run(batch):
-        ids, mask, scalars, _, _ = extractor.prepare(batch, [None] * len(batch))
-        return session.run(["lexical_margins"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})[0]
-
+    run = _graph_margins(extractor, model, rng)
     expected = model.margins(terms)
     np.testing.assert_allclose(run(prompts), expected, rtol=0, atol=1e-5)
     np.testing.assert_allclose(np.concatenate([run([p]) for p in prompts]), expected, rtol=0, atol=1e-5)
@@ -139,9 +147,6 @@ def test_idf_graph_margins_are_the_training_margins_bit_for_bit(extractor):
     with idf and coefficients over seven orders of magnitude; an empty prompt gets the bias."""
     from scipy.sparse import diags
 
-    from serving.features.extractor import onnx_session
-    from training.encoders import static_encoder_graph
-    from training.featurize import n_scalar_features
     from training.lexical import BIGRAM_BUCKETS, LexicalModel, on_grid
 
     vocabulary = extractor.tokenizer.full.get_vocab_size()
@@ -152,15 +157,7 @@ def test_idf_graph_margins_are_the_training_margins_bit_for_bit(extractor):
     coefficients = rng.normal(size=(2, vocabulary + BIGRAM_BUCKETS)) * 10 ** rng.uniform(-6, 1, size=(2, 1))
     weights = np.stack([on_grid(c * idf) for c in coefficients], axis=1)
     model = LexicalModel(weights, np.array([0.25, -1.5]), vocabulary, idf, "idf")
-    table = rng.normal(size=(vocabulary, 4)).astype(np.float32).astype(np.float64)
-    session = onnx_session(
-        model.append_to_graph(static_encoder_graph(table, scalars=n_scalar_features(extractor.spec)))
-    )
-
-    def run(batch):
-        ids, mask, scalars, _, _ = extractor.prepare(batch, [None] * len(batch))
-        return session.run(["lexical_margins"], {"input_ids": ids, "attention_mask": mask, "scalars": scalars})[0]
-
+    run = _graph_margins(extractor, model, rng)
     expected = model.margins(terms)
     np.testing.assert_array_equal(run(prompts), expected)
     np.testing.assert_array_equal(np.concatenate([run([p]) for p in prompts]), expected)
