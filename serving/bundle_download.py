@@ -10,9 +10,13 @@ redirects included), not of each read. A body is complete only when it is as lon
 Content-Length says (a connection closed early is an error, not the end of the body).
 Redirects are followed to http and https only, never from https down to http, and the
 caller's headers (the store's credentials) are sent only to the origin of the URL they were
-given for, never to another host a redirect names. Everything else (checksums, values, the pinned signature) is left to Router.update, which
-verifies the staged folder before using it. Standard library only, so the SDK's core needs
-nothing more for it.
+given for, never to another host a redirect names. Each file's SHA-256 is checked against the
+manifest as it lands: a file that does not match is a failed download (the store does not hold
+the bundle its manifest lists, most often because it is still being uploaded file by file),
+so the watcher fetches it again at its next poll instead of refusing that bundle for good.
+Everything else (values, the pinned signature, the checksums again) is left to Router.update,
+which verifies the staged folder before using it. Standard library only, so the SDK's core
+needs nothing more for it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from serving.bundle import sha256_file
 from serving.contract import MANIFEST_NAME, MAX_FILE_BYTES
 from serving.manifest import ManifestError, check_files
 from serving.signing import SIGNATURE_NAME
@@ -262,24 +267,32 @@ def download_bundle(
 ) -> Path:
     """A private folder (mode 700) holding `manifest_raw` (already fetched from base_url) and every
     file it lists, downloaded from base_url, plus manifest.sig when published. The caller loads
-    it (Router.update) and removes it. DownloadError for any failure; nothing is left behind then."""
+    it (Router.update) and removes it. DownloadError for any failure, a file whose SHA-256 is not
+    the manifest's among them; nothing is left behind then."""
     try:
         manifest = json.loads(manifest_raw)
-        names = list(check_files(manifest.get("files") if isinstance(manifest, dict) else None))
+        files = check_files(manifest.get("files") if isinstance(manifest, dict) else None)
     except (ValueError, RecursionError, ManifestError) as exc:
         raise DownloadError(f"{base_url}/{MANIFEST_NAME} cannot be used: {exc}"[:500]) from None
     folder = Path(tempfile.mkdtemp(prefix="bundle-download-", dir=staging_root))  # mkdtemp: mode 700
     try:
         (folder / MANIFEST_NAME).write_bytes(manifest_raw)
         total = len(manifest_raw)
-        for name in names:
+        for name, expected in files.items():
+            url = f"{base_url}/{quote(name)}"
             fetch(
-                f"{base_url}/{quote(name)}",
+                url,
                 min(MAX_FILE_BYTES, MAX_BUNDLE_BYTES - total),
                 headers=headers,
                 timeout_s=timeout_s,
                 into=folder / name,
             )
+            actual = sha256_file(folder / name)
+            if actual != expected:
+                raise DownloadError(
+                    f"{_shown(url)}: SHA-256 {actual[:12]}..., the manifest lists {expected[:12]}...: the store does "
+                    "not hold the bundle its manifest describes (still being published?); fetched again at the next poll"
+                )
             total += os.path.getsize(folder / name)
         signature = fetch(f"{base_url}/{SIGNATURE_NAME}", 1024, headers=headers, timeout_s=timeout_s, missing_ok=True)
         if signature is not None:

@@ -130,16 +130,37 @@ def test_the_running_bundle_is_not_downloaded_again(watcher, site, bundle):
     assert watcher.check_now() is None and site.paths == ["/live/manifest.json"]
 
 
-def test_a_tampered_bundle_is_refused_once_and_the_running_one_stays(watcher, site, newer, tmp_path):
+def test_a_refused_bundle_is_reported_once_and_the_running_one_stays(watcher, site, bundle, tmp_path):
+    """A bundle Router.update refuses (here: older than the running one) is not fetched again
+    until another is published."""
     before = watcher.router.model_version
-    (newer / "model.onnx").write_bytes(b"not the model")
-    site.publish(newer)
+    older = reseal(shutil.copytree(bundle, tmp_path / "older"), created_at="2000-01-01T00:00:00+00:00")
+    site.publish(older)
     update = watcher.check_now()
-    assert not update.updated and "does not match its checksum" in update.reason
+    assert not update.updated and "older" in update.reason
     assert watcher.router.model_version == before and not watcher.router.degraded
     site.paths.clear()
     assert watcher.check_now() is None and site.paths == ["/live/manifest.json"]  # reported once, not fetched again
     assert list((tmp_path / "staging").iterdir()) == []
+
+
+def test_a_file_that_is_not_the_manifests_is_fetched_again_until_it_is(watcher, site, newer, tmp_path):
+    """A store holding a file other than the one its manifest lists (tampered with, or a bundle
+    caught while it is uploaded file by file, manifest first): a DownloadError naming the file,
+    the running bundle stays, and the next poll fetches it again, so the bundle loads once the
+    store holds it whole. Refusing it for good would skip that publication forever."""
+    before = watcher.router.model_version
+    site.publish(newer)
+    (site.folder / "live" / "model.onnx").write_bytes(b"half a model")
+    with pytest.raises(DownloadError, match=r"/live/model.onnx: SHA-256 [0-9a-f]{12}\.\.\., the manifest lists"):
+        watcher.check_now()
+    assert watcher.router.model_version == before and list((tmp_path / "staging").iterdir()) == []
+    site.paths.clear()
+    with pytest.raises(DownloadError, match="still being published"):
+        watcher.check_now()
+    assert "/live/model.onnx" in site.paths  # fetched again
+    shutil.copy(newer / "model.onnx", site.folder / "live")
+    assert watcher.check_now().updated and watcher.router.model_version == "edge-cloud-router@run:newer"
 
 
 @pytest.mark.parametrize("name", ["../escape.txt", "/etc/passwd", ".hidden", "sub/dir.onnx"])
