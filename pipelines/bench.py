@@ -802,7 +802,7 @@ def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
         "route_python": python_only,
         "tokenize": lambda: extractor.tokenizer.ids(head, add_special_tokens=special),
         "text_statistics": lambda: text_statistics(prompt, head[0]),
-        "model": lambda: model(scorer.outputs, feeds, None),
+        "model": model_alone,
         "model_varied_prompts": lambda: model(scorer.outputs, varied_feeds[next(turn)], None),
         # The same prompts in turn through route() and each part: the ratio on varied traffic.
         "route_varied_prompts": lambda: router.route(varied[next(turn)], precision="exact"),
