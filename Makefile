@@ -28,7 +28,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv train evaluate results keys test lint ui data bench loadtest label promote compare compare-configs replay simulate scale clean
+.PHONY: venv system-packages train evaluate results keys test lint ui data bench loadtest label promote compare compare-configs replay simulate scale clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint,telemetry,languages]'
 	touch $@
+
+# The Debian packages the suites drive (commands of the same name): installed when missing, as root or
+# through passwordless sudo; otherwise `make test` stops before the suite with one line naming them.
+system-packages:
+	@scripts/install_system_packages.sh chromium
 
 train: $(STAMP)
 	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(if $(SIGNING_KEY),--set signing_key=$(SIGNING_KEY)) $(ARGS)
@@ -74,7 +79,7 @@ results: train
 # PYTHONDONTWRITEBYTECODE: otherwise each worker rewrites every test module's asserts again
 # (collection 11 s -> 5 s) and each of the suite's Python processes compiles what it imports.
 WORKERS ?= auto
-test: $(STAMP)
+test: $(STAMP) system-packages
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup $(ARGS)
 
 # Formatting, lint (ruff: pycodestyle, pyflakes, imports, bugbear) and strict types on the SDK (mypy); .ci/run runs it.
@@ -180,8 +185,8 @@ $(JS_ENDPOINT_BUNDLE)/manifest.json: | $(STAMP)
 
 # The JS SDK's tests (clients/js): trains JS_BUNDLE and JS_ENDPOINT_BUNDLE when they are missing, writes the vectors on
 # them, installs clients/js from its lock file, runs npm test (Node) and npm run test:browser (headless Chromium:
-# CHROMIUM, else /usr/bin/chromium; none fails the browser tests, `.ci/run` installs Debian's).
-test-js: $(STAMP) $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDLE)/manifest.json
+# CHROMIUM, else /usr/bin/chromium, which system-packages installs when it is missing).
+test-js: $(STAMP) system-packages $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDLE)/manifest.json
 	$(BIN)/python -m pipelines.vectors --bundle $(JS_BUNDLE) --out $(JS_VECTORS)
 	$(BIN)/python clients/js/scripts/endpoint_vectors.py --bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_ENDPOINT_VECTORS)
 	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
@@ -192,7 +197,7 @@ test-js: $(STAMP) $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDLE)/manifest.json
 # The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at
 # pipelines/bench.py's ~16- and ~128-token prompts next to the Python SDK's on the same prompts in the same run, load
 # times, the npm package's size; writes bench/js.json. ARGS="--repeat N --rounds R".
-bench-js: $(STAMP) $(JS_BUNDLE)/manifest.json
+bench-js: $(STAMP) system-packages $(JS_BUNDLE)/manifest.json
 	test -d clients/js/node_modules || (cd clients/js && npm ci --ignore-scripts --no-audit --no-fund)
 	cd clients/js && node scripts/bench.mjs --bundle $(abspath $(JS_BUNDLE)) --python $(abspath $(BIN)/python) --out $(abspath bench/js.json) $(ARGS)
 
