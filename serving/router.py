@@ -308,7 +308,7 @@ class Router:
         it with each answer's estimated cost; an app calling execute() with its own callables calls
         it with what the call cost. Nothing is counted without a policy that has budgets.
         ValueError for an amount that is not a finite number >= 0."""
-        from serving.policy.budgets import Spending, check_amount
+        from serving.policy.budgets import Spending, check_amount, limits_of
 
         check_amount(amount)
         policy, metadata = self._policy, _metadata(metadata)
@@ -316,7 +316,7 @@ class Router:
             return
         if self._spending is None:
             self._spending = Spending()
-        self._spending.add(metadata, amount, policy.budget_keys)
+        self._spending.add(metadata, amount, policy.budget_keys, limits=limits_of(policy))
 
     @property
     def spending(self) -> Spending | None:
