@@ -13,12 +13,15 @@ endpoints named "edge" and "cloud" (each object an endpoint without its name; `w
 device and cloud, and every other field to baseline.md's figures).
 
 Every field is checked when parsed; an error (EndpointSpecError) names the source, the endpoint
-and the field. The order of the list is kept: it is the order in which figures list endpoints,
+and the field, on one line that quotes values shortened (serving.documents.quoted). A spec file
+is read by serving.documents: at most 1 MiB, nested at most 32 levels, no YAML aliases, no key
+twice, every YAML key text (an unquoted `on:` is refused). The order of the list is kept: it is the order in which figures list endpoints,
 never a preference (choosing among endpoints is evaluation.endpoints' job).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
-from serving.documents import read_document
+from serving.documents import quoted, read_document
 from serving.language import serves
 
 WHERE = ("device", "cloud")
@@ -150,7 +153,7 @@ class Endpoints:
         for endpoint in self.endpoints:
             if endpoint.name == name:
                 return endpoint
-        raise KeyError(f"{self.source}: no endpoint named {name!r}; the endpoints are {', '.join(self.names)}")
+        raise KeyError(f"{self.source}: no endpoint named {quoted(name)}; the endpoints are {', '.join(self.names)}")
 
     def costs(self, input_tokens: float, output_tokens: float = 0.0) -> dict[str, float]:
         """Each endpoint's price of one call of that size."""
@@ -174,13 +177,17 @@ def _kind(value: object) -> str:
 
 def _number(value: object, where: str, *, integer: bool = False, positive: bool = False) -> float:
     """A finite number >= 0 (> 0 with `positive`; whole with `integer`), or EndpointSpecError at `where`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EndpointSpecError(f"{where} must be a finite number, got {_kind(value)} {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise EndpointSpecError(f"{where} must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    if integer and value != int(value):
-        raise EndpointSpecError(f"{where} must be a whole number, got {value!r}")
-    return float(value)
+    number = None
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        with contextlib.suppress(OverflowError):  # an integer of 400 digits is no float
+            number = float(value)
+    if number is None or not math.isfinite(number):
+        raise EndpointSpecError(f"{where} must be a finite number, got {_kind(value)} {quoted(value)}")
+    if number < 0 or (positive and number == 0):
+        raise EndpointSpecError(f"{where} must be {'> 0' if positive else '>= 0'}, got {quoted(value)}")
+    if integer and number != int(number):
+        raise EndpointSpecError(f"{where} must be a whole number, got {quoted(value)}")
+    return number
 
 
 def _object(value: object, where: str, allowed: Sequence[str]) -> Mapping[str, object]:
@@ -188,7 +195,7 @@ def _object(value: object, where: str, allowed: Sequence[str]) -> Mapping[str, o
         raise EndpointSpecError(f"{where} must be an object, got {_kind(value)}")
     for key in value:
         if key not in allowed:
-            raise EndpointSpecError(f"{where}: unknown key {key!r}; allowed: {', '.join(allowed)}")
+            raise EndpointSpecError(f"{where}: unknown key {quoted(key)}; allowed: {', '.join(allowed)}")
     return value
 
 
@@ -205,7 +212,7 @@ def _capabilities(value: object, where: str) -> Capabilities:
     for key in CAPABILITY_FLAGS:
         flag = caps.get(key, False)
         if not isinstance(flag, bool):
-            raise EndpointSpecError(f"{where}.{key} must be true or false, got {_kind(flag)} {flag!r}")
+            raise EndpointSpecError(f"{where}.{key} must be true or false, got {_kind(flag)} {quoted(flag)}")
         flags[key] = flag
     languages = caps.get("languages")
     if languages is not None:
@@ -213,7 +220,9 @@ def _capabilities(value: object, where: str) -> Capabilities:
             raise EndpointSpecError(f"{where}.languages must be a non-empty list of language codes, or absent")
         for code in languages:
             if not isinstance(code, str) or not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?", code):
-                raise EndpointSpecError(f"{where}.languages: {code!r} is not a language code such as 'en' or 'pt-BR'")
+                raise EndpointSpecError(
+                    f"{where}.languages: {quoted(code)} is not a language code such as 'en' or 'pt-BR'"
+                )
     return Capabilities(
         images=flags["images"],
         tools=flags["tools"],
@@ -230,19 +239,19 @@ def parse_endpoint(item: object, *, where: str, name: str | None = None) -> Endp
         given = item.get("name")
         if not isinstance(given, str) or not NAME_SHAPE.fullmatch(given):
             raise EndpointSpecError(
-                f"{where}.name must be a short code (letters, digits, _ . : -; at most 64), got {_kind(given)} {given!r}"
+                f"{where}.name must be a short code (letters, digits, _ . : -; at most 64), got {_kind(given)} {quoted(given)}"
             )
         name = given
-        where = f"{where} ({name!r})"
+        where = f"{where} ({quoted(name)})"
     elif "name" in item and item["name"] != name:
-        raise EndpointSpecError(f"{where}.name is {item['name']!r}; in the two-endpoint spelling it is its key")
+        raise EndpointSpecError(f"{where}.name is {quoted(item['name'])}; in the two-endpoint spelling it is its key")
     fields = _object(item, where, ENDPOINT_KEYS)
     for key in ("where", "price", "latency_ms", "context_tokens"):
         if key not in fields:
             raise EndpointSpecError(f"{where}: missing field {key!r}")
     place = fields["where"]
     if place not in WHERE:
-        raise EndpointSpecError(f"{where}.where must be one of {', '.join(WHERE)}, got {place!r}")
+        raise EndpointSpecError(f"{where}.where must be one of {', '.join(WHERE)}, got {quoted(place)}")
     description = fields.get("description", "")
     if not isinstance(description, str):
         raise EndpointSpecError(f"{where}.description must be text, got {_kind(description)}")
@@ -267,7 +276,7 @@ def parse_endpoints(data: object, *, source: str = "<endpoints>") -> Endpoints:
     for key in data:
         if key not in FILE_KEYS:
             raise EndpointSpecError(
-                f"{source}: unknown key {key!r}; a spec has {', '.join(FILE_KEYS)} (or is the two-endpoint "
+                f"{source}: unknown key {quoted(key)}; a spec has {', '.join(FILE_KEYS)} (or is the two-endpoint "
                 f"spelling with exactly the keys {EDGE!r} and {CLOUD!r})"
             )
     items = data.get("endpoints")
@@ -281,7 +290,7 @@ def parse_endpoints(data: object, *, source: str = "<endpoints>") -> Endpoints:
         endpoint = parse_endpoint(item, where=f"{source}: endpoints[{index}]")
         if endpoint.name in seen:
             raise EndpointSpecError(
-                f"{source}: endpoints[{index}].name {endpoint.name!r} is also the name of endpoints[{seen[endpoint.name]}]"
+                f"{source}: endpoints[{index}].name {quoted(endpoint.name)} is also the name of endpoints[{seen[endpoint.name]}]"
             )
         seen[endpoint.name] = index
         endpoints.append(endpoint)

@@ -156,7 +156,7 @@ def test_a_json_file_loads_and_a_bad_one_stops_the_router_even_when_not_strict(t
 def test_yaml_files_load_with_pyyaml_and_name_the_extra_without_it(tmp_path, monkeypatch):
     path = tmp_path / "policy.yaml"
     path.write_text(
-        "rules:\n  - name: pii-stays-local\n    when: {detected: [email]}\n    then: force\n    endpoint: edge\n"
+        "rules:\n  - name: pii-stays-local\n    when: {detected: [email]}\n    then: force\n    endpoint: edge\n...\n"
     )
     assert PolicySet.load(path).rules[0].detectors == (DETECTORS["email"],)
     monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed

@@ -15,7 +15,8 @@ list), `detected` (any of the named content detectors finds something in the pro
 `min_tokens` / `max_tokens` / `min_chars` / `max_chars` (inclusive bounds on the prompt's size),
 `precision` (the declared precision, or a list of them; null for none declared), `matches` (a
 regular expression, or a list of them, found anywhere in the prompt or in its first `head_chars`
-characters; case-insensitive), `budget` ({"key": "user", "limit": 0.5, "period": "day"}: the
+characters; case-insensitive; RE2 syntax, run by RE2 in time linear in the prompt's length
+whatever the expression), `budget` ({"key": "user", "limit": 0.5, "period": "day"}: the
 holder the metadata names under `key` has spent at least `limit` in the current hour, day or
 month; serving.policy.budgets), `needs` (a capability, or a list: the request needs any of them;
 serving.capabilities).
@@ -36,6 +37,7 @@ dictionary look-ups per rule, and only the detectors rules name run, each at mos
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import re
@@ -45,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from serving.capabilities import CAPABILITIES, RULE_PREFIX
 from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
-from serving.documents import decode_document, read_bytes
+from serving.documents import decode_document, quoted, read_bytes
 from serving.policy.budgets import PERIODS, Spending
 from serving.policy.detectors import DETECTORS
 from serving.policy.errors import NoFeasibleEndpoint
@@ -73,11 +75,13 @@ WHEN_KEYS = (
 )
 BUDGET_KEYS = ("key", "limit", "period")
 MAX_PATTERN_CHARS = 4096  # one `matches` expression
+MAX_REPEAT = 1000  # RE2's largest repetition count: a{n}, a{m,n}
 FILE_KEYS = ("rules", "description")
 MAX_POLICY_BYTES = 1 << 20
 # A rule name is written to logs, reasons and response headers as is: a short code, no spaces.
 NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _SIZE_KEYS = ("min_tokens", "max_tokens", "min_chars", "max_chars")
+_YAML_END = re.compile(rb"\.\.\.(?:[ \t]+#.*)?")  # a YAML file's last line: the end-of-document marker
 
 
 class PolicyFileError(ValueError):
@@ -94,7 +98,7 @@ def check_metadata(metadata: object) -> Mapping[str, str] | None:
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(
-                f"metadata must be a dict of str to str: {key!r} -> {type(value).__name__}"
+                f"metadata must be a dict of str to str: {quoted(key)} -> {type(value).__name__}"
                 if isinstance(key, str)
                 else f"metadata keys must be str, got {type(key).__name__}"
             )
@@ -104,7 +108,7 @@ def check_metadata(metadata: object) -> Mapping[str, str] | None:
 class _Request:
     """What the rules look at for one request; each detector runs at most once."""
 
-    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending", "needs")
+    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending", "needs", "_utf8")
 
     def __init__(
         self,
@@ -120,6 +124,16 @@ class _Request:
         self.found: dict[str, bool] = {}
         self.spending = spending
         self.needs = needs
+        self._utf8: dict[int | None, bytes] = {}
+
+    def utf8(self, head_chars: int | None) -> bytes:
+        """The prompt, or its first `head_chars` characters, as the UTF-8 that `matches` searches
+        (encoded once a request; a lone surrogate, which UTF-8 cannot hold, stays as its 3 bytes)."""
+        data = self._utf8.get(head_chars)
+        if data is None:
+            text = self.text if head_chars is None else self.text[:head_chars]
+            data = self._utf8[head_chars] = text.encode("utf-8", "surrogatepass")
+        return data
 
     def over_budget(self, key: str, limit: float, period: str) -> bool:
         """Whether the holder the metadata names under `key` has spent `limit` (no holder: no)."""
@@ -152,7 +166,7 @@ class Rule:
     min_chars: int | None = None
     max_chars: int | None = None
     detectors: tuple[Detector, ...] = ()
-    pattern: re.Pattern[str] | None = None  # `matches`, its expressions joined
+    pattern: Any = None  # `matches`, its expressions joined and compiled by RE2 (re2 ships no types)
     head_chars: int | None = None  # `matches` looks at this many first characters; None: all
     budget: tuple[str, float, str] | None = None  # (metadata key, limit, period): holds when spent
     needs: tuple[str, ...] = ()  # capabilities (serving.capabilities): holds when the request needs any
@@ -173,10 +187,8 @@ class Rule:
             return False
         if self.max_chars is not None and len(request.text) > self.max_chars:
             return False
-        if self.pattern is not None:
-            end = len(request.text) if self.head_chars is None else self.head_chars
-            if self.pattern.search(request.text, 0, end) is None:
-                return False
+        if self.pattern is not None and self.pattern.search(request.utf8(self.head_chars)) is None:
+            return False
         if self.budget is not None and not request.over_budget(*self.budget):
             return False
         if self.needs and (request.needs is None or not any(getattr(request.needs, c) for c in self.needs)):
@@ -241,8 +253,16 @@ class PolicySet:
 
     @classmethod
     def parse(cls, raw: bytes, *, source: str, endpoints: Sequence[str] = ENDPOINTS) -> "PolicySet":
-        """A policy from a file's bytes; `source` names it in errors, and its suffix says the format."""
+        """A policy from a file's bytes; `source` names it in errors, and its suffix says the format.
+        A YAML file must end with the line `...`, YAML's end-of-document marker: the first part of a
+        YAML file is often valid YAML with fewer rules, so a file read while it is being written
+        would load as a whole one (JSON needs nothing: a JSON document cut short never parses)."""
         data = decode_document(raw, source=source, what="policy file", error=PolicyFileError)
+        if source.endswith((".yaml", ".yml")) and not _YAML_END.fullmatch(raw.rstrip().rsplit(b"\n", 1)[-1]):
+            raise PolicyFileError(
+                f"{source}: a YAML policy file ends with the line `...` (YAML's end-of-document marker), and this one "
+                "does not: it may have been read while being written, with rules missing. Add the line `...` at its end"
+            )
         version = hashlib.sha256(raw).hexdigest()[:12]
         return cls.from_dict(data, source=source, endpoints=endpoints, version=version)
 
@@ -256,7 +276,7 @@ class PolicySet:
             raise PolicyFileError(f'{source}: a policy is an object {{"rules": [...]}}, got {_kind(data)}')
         for key in data:
             if key not in FILE_KEYS:
-                raise PolicyFileError(f"{source}: unknown key {key!r}; a policy has {', '.join(FILE_KEYS)}")
+                raise PolicyFileError(f"{source}: unknown key {quoted(key)}; a policy has {', '.join(FILE_KEYS)}")
         rules = data.get("rules")
         if not isinstance(rules, list):
             raise PolicyFileError(f"{source}: key 'rules' must be a list of rules, got {_kind(rules)}")
@@ -387,8 +407,8 @@ def _kind(value: object) -> str:
 
 
 def _error(source: str, index: int, name: object, key: str, message: str) -> PolicyFileError:
-    shown = f" ({name!r})" if isinstance(name, str) else ""
-    return PolicyFileError(f"{source}: rules[{index}]{shown}, key {key!r}: {message}")
+    shown = f" ({quoted(name)})" if isinstance(name, str) else ""
+    return PolicyFileError(f"{source}: rules[{index}]{shown}, key {quoted(key)}: {message}")
 
 
 def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> Rule:
@@ -410,12 +430,12 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         raise fail("name", f"names starting with {RULE_PREFIX!r} are the built-in capability rules' (needs:images)")
     action, endpoint, zone = item.get("then"), item.get("endpoint"), item.get("zone")
     if action not in ACTIONS:
-        raise fail("then", f"must be one of {', '.join(ACTIONS)}, got {action!r}")
+        raise fail("then", f"must be one of {', '.join(ACTIONS)}, got {quoted(action)}")
     if action == "route":
         if endpoints != ENDPOINTS:
             raise fail("then", f"route sets a zone of the two-endpoint router ({', '.join(ENDPOINTS)}); use prefer")
         if zone not in ZONES:
-            raise fail("zone", f"a route rule sets a zone: one of {', '.join(ZONES)}, got {zone!r}")
+            raise fail("zone", f"a route rule sets a zone: one of {', '.join(ZONES)}, got {quoted(zone)}")
         if "endpoint" in item:
             raise fail("endpoint", "a route rule names a zone, not an endpoint")
         endpoint = first_target(zone)
@@ -423,7 +443,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
         if "zone" in item:
             raise fail("zone", f"only route rules set a zone; a {action} rule names an endpoint")
         if endpoint not in endpoints:
-            raise fail("endpoint", f"unknown endpoint {endpoint!r}; the endpoints are {', '.join(endpoints)}")
+            raise fail("endpoint", f"unknown endpoint {quoted(endpoint)}; the endpoints are {', '.join(endpoints)}")
     description = item.get("description", "")
     if not isinstance(description, str):
         raise fail("description", f"must be a string, got {_kind(description)}")
@@ -459,7 +479,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
 
 def _size(value: object, fail: Any, key: str) -> int:  # Any: the rule's fail(key, message) -> error
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise fail(key, f"must be a whole number >= 0, got {value!r}")
+        raise fail(key, f"must be a whole number >= 0, got {quoted(value)}")
     return value
 
 
@@ -469,12 +489,12 @@ def _strings(value: object) -> list[object]:
 
 def _metadata(value: object, fail: Any) -> tuple[tuple[str, frozenset[str]], ...]:
     if not isinstance(value, dict) or not value:
-        raise fail("when.metadata", f"must be a non-empty object of key -> value or [values], got {value!r}")
+        raise fail("when.metadata", f"must be a non-empty object of key -> value or [values], got {quoted(value)}")
     conditions = []
     for key, wanted in value.items():
         values = _strings(wanted)
         if not values or not all(isinstance(v, str) for v in values):
-            raise fail(f"when.metadata.{key}", f"must be a string or a non-empty list of strings, got {wanted!r}")
+            raise fail(f"when.metadata.{key}", f"must be a string or a non-empty list of strings, got {quoted(wanted)}")
         conditions.append((key, frozenset(str(v) for v in values)))
     return tuple(conditions)
 
@@ -485,16 +505,18 @@ def _precision(value: object, fail: Any) -> frozenset[str | None]:
     for item in values:
         if item not in known:
             raise fail(
-                "when.precision", f"unknown precision {item!r}; use {', '.join(PRECISIONS)} or null (none declared)"
+                "when.precision",
+                f"unknown precision {quoted(item)}; use {', '.join(PRECISIONS)} or null (none declared)",
             )
     if not values:
         raise fail("when.precision", "must not be an empty list")
     return frozenset(item for item in values if item is None or isinstance(item, str))
 
 
-def _matches(value: object, fail: Any) -> tuple[re.Pattern[str], int | None]:
+def _matches(value: object, fail: Any) -> tuple[Any, int | None]:
     """`matches`: an expression, a list of them, or {"pattern": ..., "head_chars": n}; the
-    expressions joined into one case-insensitive pattern (Rule.pattern, Rule.head_chars)."""
+    expressions joined into one case-insensitive RE2 expression (Rule.pattern, Rule.head_chars).
+    An expression RE2 cannot run, or would read otherwise than Python's re, is refused here."""
     head_chars = None
     if isinstance(value, dict):
         for key in value:
@@ -505,14 +527,113 @@ def _matches(value: object, fail: Any) -> tuple[re.Pattern[str], int | None]:
         value = value.get("pattern")
     patterns = _strings(value)
     if not patterns or not all(isinstance(p, str) and p for p in patterns):
-        raise fail("when.matches", f"must be a regular expression or a non-empty list of them, got {value!r}")
-    joined = "|".join(f"(?:{p})" for p in patterns if isinstance(p, str))
+        raise fail("when.matches", f"must be a regular expression or a non-empty list of them, got {quoted(value)}")
+    texts = [p for p in patterns if isinstance(p, str)]
+    joined = "|".join(f"(?:{p})" for p in texts)
     if len(joined) > MAX_PATTERN_CHARS:
         raise fail("when.matches", f"over {MAX_PATTERN_CHARS} characters")
+    re2 = _re2(fail)
+    options = re2.Options()
+    options.case_sensitive, options.log_errors = False, False
+    for number, text in enumerate(texts, 1):
+        which = f"expression {quoted(text)}" + (f" ({number} of {len(texts)})" if len(texts) > 1 else "")
+        problem = _repeat_problem(text)
+        if problem is None:
+            try:
+                re2.compile(text, options)
+            except re2.error as exc:
+                problem = _re2_said(exc)
+            except UnicodeEncodeError:
+                problem = "it holds a lone surrogate, which is not text"
+        if problem is not None:
+            raise fail(
+                "when.matches", f"{which} is not a regular expression RE2 runs: {_said_briefly(problem)}. {RE2_SYNTAX}"
+            )
     try:
-        return re.compile(joined, re.IGNORECASE), head_chars
-    except re.error as exc:
-        raise fail("when.matches", f"not a regular expression: {exc}") from None
+        return re2.compile(joined, options), head_chars
+    except re2.error as exc:  # each compiled alone: only the whole can be too large for RE2's memory
+        raise fail("when.matches", f"the expressions together: {_said_briefly(_re2_said(exc))}") from None
+
+
+# What a refused expression's message ends with.
+RE2_SYNTAX = (
+    "RE2 runs expressions in time linear in the prompt: no backreferences, lookarounds, atomic groups, "
+    "possessive quantifiers or \\Z (write \\z); docs/policies.md#file-format"
+)
+_REPEAT = re.compile(r"\{(\d*)(,?)(\d*)\}")  # at a `{`: a repetition as Python's re reads one
+
+
+def _said_briefly(problem: str) -> str:
+    return " ".join(problem.split())[:100]
+
+
+def _re2_said(exc: Exception) -> str:
+    """RE2's message (re2.error carries it as bytes)."""
+    said = exc.args[0] if exc.args else ""
+    return said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
+
+
+def _re2(fail: Any) -> Any:  # Any: the re2 module, which ships no type information
+    """google-re2's `re2` module (a dependency of the SDK); the rule's error when it is missing."""
+    try:
+        module = importlib.import_module("re2")
+    except ImportError:
+        module = None
+    if module is None or not hasattr(module, "Options"):
+        raise fail(
+            "when.matches",
+            "needs google-re2, a dependency of edge-cloud-router missing here (pip install google-re2); "
+            "another package named re2 does not do",
+        )
+    return module
+
+
+def _repeat_problem(pattern: str) -> str | None:
+    """Why a repetition in `pattern` would mean something else to RE2 than to Python's re, or None.
+    Python reads a{,5} as a{0,5} and a{4294967295} as a repetition; RE2 reads both as text, and
+    refuses counts over 1000 (MAX_REPEAT). Braces in a character class or escaped are text to both."""
+    index, end, in_class = 0, len(pattern), False
+    while index < end:
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if in_class:
+            if pattern.startswith("[:", index):  # a POSIX class inside a class, [[:alpha:]]
+                close = pattern.find(":]", index + 2)
+                index = close + 2 if close >= 0 else index + 1
+                continue
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            index += 1
+            if pattern.startswith("^", index):
+                index += 1
+            if pattern.startswith("]", index):  # a first ] is text
+                index += 1
+            continue
+        elif char == "{" and (repeat := _REPEAT.match(pattern, index)) is not None:
+            low, comma, high = repeat.groups()
+            if not low and not comma:
+                pass  # {} is text to both
+            elif not low:
+                return f"{repeat.group()} is a repetition to Python's re and text to RE2: write {{0,{high}}}"
+            elif any(len(count) > 4 or int(count) > MAX_REPEAT for count in (low, high) if count):
+                return f"the repetition {quoted(repeat.group(), 40)} counts over {MAX_REPEAT}, RE2's limit"
+        index += 1
+    return None
+
+
+def _number(value: object) -> float | None:
+    """`value` as a finite float, or None when it is not a number (true and false are not), or is
+    infinite, not a number, or too large for a float (an integer of 400 digits)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _budget(value: object, fail: Any) -> tuple[str, float, str]:
@@ -524,29 +645,30 @@ def _budget(value: object, fail: Any) -> tuple[str, float, str]:
             raise fail(f"when.budget.{key}", f"unknown key; a budget has {', '.join(BUDGET_KEYS)}")
     holder, limit, period = value.get("key"), value.get("limit"), value.get("period")
     if not isinstance(holder, str) or not holder:
-        raise fail("when.budget.key", f"required: the metadata key naming whose budget it is, got {holder!r}")
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
-        raise fail("when.budget.limit", f"required: a number >= 0, got {limit!r}")
+        raise fail("when.budget.key", f"required: the metadata key naming whose budget it is, got {quoted(holder)}")
+    amount = _number(limit)
+    if amount is None or amount < 0:
+        raise fail("when.budget.limit", f"required: a finite number >= 0, got {quoted(limit)}")
     if period not in PERIODS:
-        raise fail("when.budget.period", f"must be one of {', '.join(PERIODS)}, got {period!r}")
-    return holder, float(limit), period
+        raise fail("when.budget.period", f"must be one of {', '.join(PERIODS)}, got {quoted(period)}")
+    return holder, amount, period
 
 
 def _needs(value: object, fail: Any) -> tuple[str, ...]:
     """`needs`: a capability or a non-empty list of them (serving.capabilities.CAPABILITIES)."""
     names = _strings(value)
     if not names or not all(isinstance(name, str) for name in names):
-        raise fail("when.needs", f"must be a capability or a non-empty list of them, got {value!r}")
+        raise fail("when.needs", f"must be a capability or a non-empty list of them, got {quoted(value)}")
     for name in names:
         if name not in CAPABILITIES:
-            raise fail("when.needs", f"unknown capability {name!r}; capabilities are {', '.join(CAPABILITIES)}")
+            raise fail("when.needs", f"unknown capability {quoted(name)}; capabilities are {', '.join(CAPABILITIES)}")
     return tuple(str(name) for name in dict.fromkeys(names))
 
 
 def _detectors(value: object, fail: Any) -> tuple[Detector, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(name, str) for name in value):
-        raise fail("when.detected", f"must be a non-empty list of detector names, got {value!r}")
+        raise fail("when.detected", f"must be a non-empty list of detector names, got {quoted(value)}")
     for name in value:
         if name not in DETECTORS:
-            raise fail("when.detected", f"unknown detector {name!r}; known detectors: {', '.join(DETECTORS)}")
+            raise fail("when.detected", f"unknown detector {quoted(name)}; known detectors: {', '.join(DETECTORS)}")
     return tuple(DETECTORS[name] for name in dict.fromkeys(value))

@@ -11,11 +11,15 @@ Security rules enforced here:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
+
+from serving.documents import quoted
 
 if TYPE_CHECKING:
     from typing import Callable
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from serving.endpoints import Capabilities, Endpoints
 
 TOKEN_ENV = "ROUTER_PROXY_TOKEN"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MIN_TOKEN_CHARS = 16
 SERVED_MODEL = "router"
 
@@ -73,11 +78,14 @@ class EndpointsConfig:
     upstreams: Mapping[str, UpstreamOptions]
 
     @classmethod
-    def load(cls, path: str, environ: Mapping[str, str] = os.environ) -> "EndpointsConfig":
+    def load(
+        cls, path: str, environ: Mapping[str, str] = os.environ, *, token_env: str = TOKEN_ENV
+    ) -> "EndpointsConfig":
         """The file at `path`: an endpoint spec (JSON, or YAML with PyYAML) whose every endpoint also
         has an `upstream` object: url, model, and optionally key_env (the environment variable
-        holding its API key), timeout_s (default 60), first_token_timeout_s. Token prices come from
-        the spec's per_1k_input / per_1k_output. ConfigError naming the file, endpoint and field."""
+        holding its API key; never `token_env`, the proxy's client token), timeout_s (default 60),
+        first_token_timeout_s. Token prices come from the spec's per_1k_input / per_1k_output.
+        ConfigError naming the file, endpoint and field, on one line of bounded length."""
         from serving.endpoints import EndpointSpecError, parse_endpoints, read_spec_document
 
         try:
@@ -102,7 +110,9 @@ class EndpointsConfig:
         except EndpointSpecError as exc:
             raise ConfigError(f"--endpoints: {exc}") from None
         options = {
-            endpoint.name: _upstream_options(upstreams[index], endpoint, f"{path}: endpoints[{index}]", environ)
+            endpoint.name: _upstream_options(
+                upstreams[index], endpoint, f"{path}: endpoints[{index}]", environ, token_env
+            )
             for index, endpoint in enumerate(specs)
         }
         return cls(specs, options)
@@ -113,27 +123,39 @@ class EndpointsConfig:
 
 
 def _upstream_options(
-    raw: Mapping[str, Any], spec: Any, where: str, environ: Mapping[str, str]
+    raw: Mapping[str, Any], spec: Any, where: str, environ: Mapping[str, str], token_env: str
 ) -> UpstreamOptions:  # Any: a decoded JSON object, and a serving.endpoints.Endpoint
     unknown = [key for key in raw if key not in UPSTREAM_KEYS]
     if unknown:
-        raise ConfigError(f"{where}.upstream: unknown key {unknown[0]!r}; allowed: {', '.join(UPSTREAM_KEYS)}")
+        raise ConfigError(f"{where}.upstream: unknown key {quoted(unknown[0])}; allowed: {', '.join(UPSTREAM_KEYS)}")
     for key in ("url", "model"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise ConfigError(f"{where}.upstream.{key} is required (text)")
     key_env, api_key = raw.get("key_env"), None
     if key_env is not None:
-        if not isinstance(key_env, str) or not key_env:
-            raise ConfigError(f"{where}.upstream.key_env must be the name of an environment variable")
+        if not isinstance(key_env, str) or not ENV_NAME.fullmatch(key_env):
+            raise ConfigError(
+                f"{where}.upstream.key_env must be the name of an environment variable "
+                f"(letters, digits and _, at most 128), got {quoted(key_env)}"
+            )
+        if key_env in (token_env, TOKEN_ENV):
+            raise ConfigError(
+                f"{where}.upstream.key_env is {key_env}, the proxy's client token: it would be sent upstream "
+                "as this endpoint's API key. Name the variable that holds the endpoint's own key"
+            )
         api_key = environ.get(key_env) or None
         if api_key is None:
             raise ConfigError(f"{where}.upstream.key_env: the environment variable {key_env} is not set or empty")
-    timeouts = {}
+    timeouts: dict[str, float | None] = {}
     for key in ("timeout_s", "first_token_timeout_s"):
         value = raw.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{where}.upstream.{key} must be a number of seconds")
-        timeouts[key] = value
+        seconds = None
+        if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
+            with contextlib.suppress(OverflowError):  # an integer of 400 digits is no float
+                seconds = float(value)
+        if value is not None and (seconds is None or not 0 < seconds < math.inf):
+            raise ConfigError(f"{where}.upstream.{key} must be a positive number of seconds, got {quoted(value)}")
+        timeouts[key] = seconds
     price = spec.price
     return UpstreamOptions(
         raw["url"],
@@ -186,6 +208,13 @@ class ProxyConfig:
                 f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
                 "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
             )
+        if self.token is not None:
+            leaked = [name for name, options in self.upstreams.items() if options.api_key == self.token]
+            if leaked:
+                raise ConfigError(
+                    f"the API key of {', '.join(leaked)} is the proxy's client token: it would be sent upstream. "
+                    "Give each upstream its own key"
+                )
         if not is_loopback(self.host) and not self.token:
             raise ConfigError(
                 f"refusing to listen on {self.host}: beyond the loopback the proxy needs a client token, "
@@ -275,6 +304,11 @@ class ProxyConfig:
                 return None
             if not get("url") or not get("model"):
                 return None  # __post_init__ says what is missing
+            if get("key_env") in (args.token_env, TOKEN_ENV):
+                raise ConfigError(
+                    f"--{side}-key-env {get('key_env')}: that is the proxy's client token, which would be sent "
+                    f"to the {side} model as its API key. Name the variable that holds the {side} model's own key"
+                )
             return UpstreamOptions(
                 get("url"),
                 get("model"),
@@ -310,7 +344,11 @@ class ProxyConfig:
             access_log=args.access_log,
             policy=args.policy,
             policy_interval_s=args.policy_interval_s,
-            endpoints=EndpointsConfig.load(endpoints_file, environ) if endpoints_file is not None else None,
+            endpoints=(
+                EndpointsConfig.load(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
+                if endpoints_file is not None
+                else None
+            ),
         )
 
 
@@ -329,7 +367,7 @@ def parse_capabilities(value: str | None, option: str) -> Capabilities | None:
     unknown = [name for name in names if name not in CAPABILITIES]
     if unknown or not value.strip():
         raise ConfigError(
-            f"{option} {value!r}: list what the model accepts among {', '.join(CAPABILITIES)} "
+            f"{option} {quoted(value)}: list what the model accepts among {', '.join(CAPABILITIES)} "
             "(comma-separated), or none"
         )
     return Capabilities(images="images" in names, tools="tools" in names, json="json" in names)
