@@ -33,6 +33,19 @@ function serve(onResult) {
         request.on("end", () => { response.end("ok"); onResult(JSON.parse(body)); });
         return true;
       }
+      if (request.method === "POST" && url.pathname === "/v1/chat/completions") {  // page.js streamRedaction
+        let body = "";
+        request.on("data", (chunk) => { body += chunk; });
+        request.on("end", () => {
+          const text = `your key is ${(request.headers.authorization ?? "").replace(/^Bearer /, "")}`;
+          const at = "your key is ".length + JSON.parse(body).cut;
+          const event = (delta, finish = null) =>
+            `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+          response.writeHead(200, { "content-type": "text/event-stream" });
+          response.end(event({ content: text.slice(0, at) }) + event({ content: text.slice(at) }) + event({}, "stop") + "data: [DONE]\n\n");
+        });
+        return true;
+      }
       // /endpoints/<i>/: the N-endpoint bundle under its choice rule variant i (unsigned but the bundle's own)
       const variant = /^\/endpoints\/([0-9]+)\/(manifest\.json|manifest\.sig)$/.exec(url.pathname);
       const text = variant ? endpointVectors().variants[Number(variant[1])]?.manifest_text : null;
@@ -87,6 +100,9 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
     assert.equal(endpoints.decisions + endpoints.infeasible, endpointVectors().decisions.length);
     assert.equal(endpoints.infeasible, endpointVectors().decisions.filter((d) => d.error).length);
     assert.ok(endpoints.worst <= 1e-5);
+    const { streamRedaction } = summary;
+    assert.deepEqual(streamRedaction.texts, Array(streamRedaction.cuts).fill("your key is [redacted]"),
+      "a key split across two stream chunks at any point reads [redacted] in the joined text (the web build)");
   } finally {
     await browser.close();
     server.close();

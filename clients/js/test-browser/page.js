@@ -2,7 +2,7 @@
 // to /result, which browser.test.js checks. The bundle is served at /bundle/, the same bundle
 // with training.keys' signature at /signed/.
 import * as ort from "onnxruntime-web";
-import { NoFeasibleEndpoint, Router, RuleRouter } from "/pkg/src/web.js";
+import { Endpoint, NoFeasibleEndpoint, RoutedChat, Router, RuleRouter } from "/pkg/src/web.js";
 
 ort.env.wasm.wasmPaths = "/pkg/node_modules/onnxruntime-web/dist/";
 ort.env.wasm.numThreads = 1;
@@ -75,7 +75,26 @@ async function run() {
   const missing = await Router.load(`${location.origin}/nothing-here/`, { logger: quiet });
   summary.missingDegraded = missing.degraded && (await missing.route("What is a loan?")).degraded;
   summary.endpoints = await endpointParity();
+  summary.streamRedaction = await streamRedaction(router);
   return summary;
+}
+
+/** RoutedChat streams (fetch's body reader) from the server's /v1, which streams back "your key
+ * is KEY" with the key it was sent, in two chunks cut at `cut` characters into the key: the
+ * caller's joined text for each cut. */
+async function streamRedaction(router) {
+  const key = "sk-page-4c1d9e0b7a2f5368-SECRET";
+  const endpoint = (model) => new Endpoint({ baseUrl: `${location.origin}/v1`, model, apiKey: key });
+  const chat = new RoutedChat(router, { edge: endpoint("edge-model"), cloud: endpoint("cloud-model") });
+  const texts = [];
+  for (let cut = 0; cut <= key.length; cut++) {
+    let text = "";
+    for await (const c of await chat.create([{ role: "user", content: "What is 2 + 2?" }], { stream: true, cut })) {
+      text += c.choices[0]?.delta?.content ?? "";
+    }
+    texts.push(text);
+  }
+  return { cuts: key.length + 1, texts };
 }
 
 /** The N-endpoint bundle under each choice rule (/endpoints/<i>/) against Python's decisions. */

@@ -571,6 +571,108 @@ describe("RoutedChat", () => {
       } finally { await s.close(); }
     });
 
+    describe("a key a stream spells out over several chunks", () => {
+      // A cloud that streams `plan.pieces` as content chunks (a role chunk first), then a finish
+      // chunk (unless plan.finish is false) and [DONE]; or breaks the connection after the pieces
+      // (plan.broken). One server pair and client for the many streams below.
+      let s, chat, plan;
+      const sent = [];
+      before(async () => {
+        s = await servers(answering("edge"), (request, res) => {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          const chunks = [chunk({ role: "assistant" }), ...plan.pieces.map((piece) => chunk(plan.tools ? piece : { content: piece }))];
+          if (!plan.broken && plan.finish !== false) chunks.push(chunk({}, plan.tools ? "tool_calls" : "stop"));
+          sent.length = 0;
+          sent.push(...chunks);
+          res.write(chunks.map(event).join(""));
+          if (plan.broken) setTimeout(() => res.socket.destroy(), 20);
+          else res.end(event("[DONE]"));
+        });
+        chat = chatFor(s, { edge: { apiKey: EDGE_KEY } });  // both keys hunted
+      });
+      after(() => s.close());
+      const streamed = async (pieces, options = {}) => {
+        plan = { pieces, ...options };
+        return collect(await chat.create(CLOUD_ASK, { stream: true }));
+      };
+      /** `text` cut at each of `points` (ascending). */
+      const cutAt = (text, ...points) => [0, ...points].map((p, i) => text.slice(p, [...points, text.length][i]));
+      const contents = (chunks) => chunks.map((c) => c.choices[0]?.delta?.content);
+
+      test("split at every position across two and three chunks, and at the stream's very end: the joined text reads [redacted] in its place", async () => {
+        let streams = 0;
+        for (const [original, expected] of [[`your key is ${CLOUD_KEY}, keep it safe`, "your key is [redacted], keep it safe"],
+          [`your key is ${CLOUD_KEY}`, "your key is [redacted]"]]) {
+          const start = original.indexOf(CLOUD_KEY), end = start + CLOUD_KEY.length;
+          const splits = [];
+          for (let a = start; a <= end; a++) {
+            splits.push([a]);
+            for (let b = a; b <= end; b++) splits.push([a, b]);
+          }
+          for (const points of splits) {
+            const chunks = await streamed(cutAt(original, ...points));
+            const where = `${original} cut at ${points}`;
+            assert.equal(text(chunks), expected, where);
+            assert.deepEqual(leaks(CLOUD_KEY, JSON.stringify(chunks)), [], `no chunk carries 8 characters of the key: ${where}`);
+            streams++;
+          }
+        }
+        assert.equal(streams, 2 * (33 + 33 * 34 / 2));
+      });
+
+      test("both keys, and a key whose stream ends right after it with no finish chunk", async () => {
+        const original = `edge ${EDGE_KEY}${CLOUD_KEY} cloud ${CLOUD_KEY}`;
+        for (let a = 1; a < original.length; a += 3) {
+          assert.equal(text(await streamed(cutAt(original, a, Math.min(a + 20, original.length)))),
+            "edge [redacted][redacted] cloud [redacted]");
+          assert.equal(text(await streamed(cutAt(original, a), { finish: false })), "edge [redacted][redacted] cloud [redacted]");
+        }
+      });
+
+      test("text without a key comes through whole: only an end that begins a key waits for the next chunk, and nothing is lost at the end", async () => {
+        const pieces = ["Ask ", "me: s", "k-", "ip it. Or a", "sk"];  // "s", "sk-" and "sk" could begin a key
+        const original = pieces.join("");
+        const chunks = await streamed(pieces);
+        assert.equal(text(chunks), original);
+        assert.deepEqual(contents(chunks), [undefined, "Ask ", "me: ", "", "sk-ip it. Or a", "", "sk"],
+          "each chunk as it came, less an end that could begin a key; the last one given with the finish chunk");
+        assert.deepEqual(chunks.slice(0, 2), sent.slice(0, 2), "chunks with nothing held back are passed on as they are");
+        assert.equal(chunks.at(-1).choices[0].finish_reason, "stop");
+
+        const unfinished = await streamed(pieces, { finish: false });
+        assert.equal(text(unfinished), original, "a stream with no finish chunk: what was held back comes in one more chunk");
+        assert.deepEqual(unfinished.at(-1).choices, [{ index: 0, delta: { content: "sk" }, finish_reason: null }]);
+        assert.equal(unfinished.at(-1).id, "chatcmpl-test");
+        for (const cuts of [[1], [3, 9], [5, 6, 7, 8]]) {
+          assert.equal(text(await streamed(cutAt(original, ...cuts))), original, `cut at ${cuts}`);
+        }
+      });
+
+      test("a stream that breaks in the middle of a key gives what it held back, the key's beginning redacted, then StreamInterrupted", async () => {
+        plan = { pieces: ["your key is sk-", CLOUD_KEY.slice(3, 16)], broken: true };
+        const stream = await chat.create(CLOUD_ASK, { stream: true });
+        const got = [];
+        await assert.rejects(async () => { for await (const c of stream) got.push(c); }, (error) => error instanceof StreamInterrupted);
+        assert.equal(text(got), "your key is [redacted]");
+        assert.deepEqual(leaks(CLOUD_KEY, JSON.stringify(got)), []);
+        assert.equal(stream.routing.estimated_cost, null);
+      });
+
+      test("a tool call's arguments are redacted across chunks too", async () => {
+        const args = `{"token": "${CLOUD_KEY}"}`;
+        for (let a = 10; a < 12 + CLOUD_KEY.length; a += 4) {
+          const [first, rest] = cutAt(args, a);
+          const chunks = await streamed([
+            { tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "save", arguments: first } }] },
+            { tool_calls: [{ index: 0, function: { arguments: rest } }] }], { tools: true });
+          const calls = chunks.flatMap((c) => c.choices[0]?.delta?.tool_calls ?? []);
+          assert.equal(calls.map((c) => c.function.arguments).join(""), '{"token": "[redacted]"}');
+          assert.equal(calls[0].function.name, "save");
+          assert.deepEqual(leaks(CLOUD_KEY, JSON.stringify(chunks)), []);
+        }
+      });
+    });
+
     test("an edge with a key whose content type or error event echoes it falls back with the reason redacted", async () => {
       const handlers = [
         echoing(200, () => "{}", "utf8", { "content-type": "Text/Plain-{key}" }),

@@ -68,12 +68,13 @@ export function failureKind(error) {
   return "error";
 }
 
-const hunted = (secrets) => secrets.filter((s) => typeof s === "string" && s.length >= MIN_SECRET_CHARS);
+/** The secrets redaction hunts: strings of MIN_SECRET_CHARS or more. */
+export const huntedSecrets = (secrets) => secrets.filter((s) => typeof s === "string" && s.length >= MIN_SECRET_CHARS);
 
 /** `text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted]. `cut`: the text
  * may end where a read stopped, so an end that begins a secret goes too. */
 export function redact(text, secrets, { cut = false } = {}) {
-  for (const secret of hunted(secrets)) {
+  for (const secret of huntedSecrets(secrets)) {
     text = text.split(secret).join(REDACTED);
     if (cut) {
       for (let length = secret.length - 1; length >= MIN_SECRET_CHARS; length--) {
@@ -87,10 +88,79 @@ export function redact(text, secrets, { cut = false } = {}) {
   return text;
 }
 
+/** One text that arrives in pieces (a stream's content, say), redacted across the pieces: each
+ * push() gives the text that is safe to show so far, redacted; flush() the rest at the end. A
+ * key split over any number of pieces is replaced as a whole, and the joined text is `redact` of
+ * the joined pieces (a stream cut short: with `cut`), however the text was cut into pieces.
+ *
+ * What is held back is only what could still become a key: the end of the text seen so far that
+ * begins one (so at most the longest key's length - 1 characters), kept unredacted until the next
+ * piece says whether the key follows. Text that ends in no beginning of a key is passed on
+ * whole; with no key to hunt every piece comes back as it went in. As `redact` replaces one key
+ * after the other, each key has a stage of its own, fed what the stage before it gives. */
+export class StreamRedactor {
+  #stages;
+
+  constructor(secrets) {
+    this.#stages = huntedSecrets(secrets).map((secret) => new KeyStage(secret));
+  }
+
+  /** The text of `piece` (and of what was held before it) that no later piece can make part of a key, redacted. */
+  push(piece) {
+    return this.#stages.reduce((text, stage) => stage.push(text), piece);
+  }
+
+  /** What is held back, redacted (`cut`: the text stopped short, so an end that begins a key goes
+   * too); the redactor starts afresh. */
+  flush({ cut = false } = {}) {
+    return this.#stages.reduce((text, stage) => stage.push(text) + stage.flush(cut), "");
+  }
+}
+
+/** One key of a StreamRedactor (private fields: the key and what is held of it are never shown by inspect). */
+class KeyStage {
+  #secret;
+  #tail = "";
+
+  constructor(secret) {
+    this.#secret = secret;
+  }
+
+  push(piece) {
+    const secret = this.#secret;
+    const text = this.#tail + piece;
+    let cut = text.length - this.#keyStart(text);
+    if (cut > 0 && cut < text.length && isHighSurrogate(text.charCodeAt(cut - 1))) cut--;  // not between a pair's halves
+    // Never cut in two a key `redact` replaces (found as it finds them: leftmost first, not
+    // overlapping): one that starts before the cut is whole in `text`, so the cut moves to its end.
+    for (let at = text.indexOf(secret); at !== -1 && at < cut; at = text.indexOf(secret, at + secret.length)) {
+      if (at + secret.length > cut) cut = at + secret.length;
+    }
+    this.#tail = text.slice(cut);
+    return redact(text.slice(0, cut), [secret]);
+  }
+
+  flush(cut) {
+    const tail = this.#tail;
+    this.#tail = "";
+    return tail && redact(tail, [this.#secret], { cut });
+  }
+
+  /** The length of the longest end of `text` that begins the key (and is not all of it). */
+  #keyStart(text) {
+    for (let length = Math.min(this.#secret.length - 1, text.length); length > 0; length--) {
+      if (text.endsWith(this.#secret.slice(0, length))) return length;
+    }
+    return 0;
+  }
+}
+
+const isHighSurrogate = (code) => code >= 0xd800 && code <= 0xdbff;
+
 /** A decoded JSON value with every secret in its strings and keys replaced; `value` itself when
  * none holds one. */
 export function redactValue(value, secrets) {
-  const kept = hunted(secrets);
+  const kept = huntedSecrets(secrets);
   return kept.length ? redacted(value, kept) : value;
 }
 

@@ -1,7 +1,7 @@
 // Reading what an OpenAI-compatible server sent back: a chat completion, or the chunks of a
 // streamed one (serving/chat/responses.py). Anything that is not one is UpstreamMalformed, which
 // falls back like any other edge failure.
-import { MAX_DETAIL_CHARS, UpstreamMalformed, redact, redactValue, redactedJson } from "./errors.js";
+import { MAX_DETAIL_CHARS, StreamRedactor, UpstreamMalformed, huntedSecrets, redact, redactValue, redactedJson } from "./errors.js";
 
 /** A JSON object (not an array, not null). */
 export const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
@@ -110,4 +110,108 @@ export function errorDetail(raw, secrets) {
 /** A chunk as the caller gets it: redacted of the secrets when it held one. */
 export function cleanChunk(endpoint, chunk, secrets) {
   return checkChunk(endpoint, redactValue(chunk, secrets), secrets);
+}
+
+// The texts a stream spells out piece by piece in its chunks' deltas, which a caller joins: each
+// choice's content (and refusal, reasoning), each tool call's arguments. Other delta fields
+// (role, a tool call's id or name) come whole in one chunk.
+const DELTA_TEXTS = ["content", "refusal", "reasoning_content", "reasoning"];
+
+/** A stream's chunks as the caller gets them, with each text they spell out (DELTA_TEXTS, a
+ * tool call's arguments) redacted across chunks by a StreamRedactor of its own: what could still
+ * become a key is held back, and given in the choice's finish chunk, or in one more chunk by
+ * end() when the stream ends without one or breaks. A chunk is redacted on its own before this
+ * (cleanChunk), so each chunk holds no key either. With no key to hunt, chunks pass as they are. */
+export class ChunkRedactor {
+  // Private: the keys, and what is held back of a text (which may begin a key), are never shown by inspect.
+  #secrets;
+  #active;
+  #texts = new Map();  // "choice/place" -> {choice, place, redactor}
+  #last = null;        // the latest chunk, whose id and model a chunk made by end() carries
+
+  constructor(secrets) {
+    this.#secrets = secrets;
+    this.#active = huntedSecrets(secrets).length > 0;
+  }
+
+  /** `chunk` with its texts cut where a key could still follow (held back), redacted. */
+  chunk(chunk) {
+    if (!this.#active || !Array.isArray(chunk.choices)) return chunk;
+    this.#last = chunk;
+    const choices = chunk.choices.map((choice, position) => {
+      if (!isObject(choice)) return choice;
+      const index = Number.isInteger(choice.index) ? choice.index : position;
+      let delta = isObject(choice.delta) ? this.delta(index, choice.delta) : choice.delta;
+      if (choice.finish_reason) delta = this.flushed(index, delta);  // the choice's texts are complete
+      return delta === choice.delta ? choice : { ...choice, delta };
+    });
+    return choices.some((c, i) => c !== chunk.choices[i]) ? { ...chunk, choices } : chunk;
+  }
+
+  /** What is still held back, as one more chunk (null when nothing is); `cut`: the stream broke,
+   * so an end that begins a key goes too. */
+  end({ cut = false } = {}) {
+    const indexes = [...new Set([...this.#texts.values()].map((t) => t.choice))];
+    const choices = indexes.map((index) => ({ index, delta: this.flushed(index, undefined, { cut }), finish_reason: null }))
+      .filter((choice) => choice.delta !== undefined);
+    if (!choices.length) return null;
+    const { id = "chatcmpl-redacted", object = "chat.completion.chunk", created, model } = this.#last ?? {};
+    return { id, object, ...(created === undefined ? {} : { created }), ...(model === undefined ? {} : { model }), choices };
+  }
+
+  /** `delta` with its texts pushed through their redactors; `delta` itself when that changes none. */
+  delta(index, delta) {
+    const out = { ...delta };
+    for (const field of DELTA_TEXTS) {
+      if (typeof delta[field] === "string") out[field] = this.push(index, field, delta[field]);
+    }
+    if (isObject(delta.function_call) && typeof delta.function_call.arguments === "string") {
+      const args = this.push(index, "function_call", delta.function_call.arguments);
+      if (args !== delta.function_call.arguments) out.function_call = { ...delta.function_call, arguments: args };
+    }
+    if (Array.isArray(delta.tool_calls)) {
+      out.tool_calls = delta.tool_calls.map((call, position) => {
+        if (!isObject(call) || !isObject(call.function) || typeof call.function.arguments !== "string") return call;
+        const place = `tool_calls/${Number.isInteger(call.index) ? call.index : position}`;
+        const args = this.push(index, place, call.function.arguments);
+        return args === call.function.arguments ? call : { ...call, function: { ...call.function, arguments: args } };
+      });
+      if (out.tool_calls.every((c, i) => c === delta.tool_calls[i])) out.tool_calls = delta.tool_calls;
+    }
+    return Object.keys(out).every((k) => out[k] === delta[k]) ? delta : out;
+  }
+
+  push(choice, place, piece) {
+    const name = `${choice}/${place}`;
+    if (!this.#texts.has(name)) this.#texts.set(name, { choice, place, redactor: new StreamRedactor(this.#secrets) });
+    return /** @type {{redactor: StreamRedactor}} */ (this.#texts.get(name)).redactor.push(piece);
+  }
+
+  /** `delta` (undefined: none) with what is held back of the choice's texts appended, redacted;
+   * `delta` itself when nothing is. */
+  flushed(index, delta, { cut = false } = {}) {
+    let out = delta;
+    for (const [name, { choice, place, redactor }] of this.#texts) {
+      if (choice !== index) continue;
+      this.#texts.delete(name);
+      const tail = redactor.flush({ cut });
+      if (!tail) continue;
+      out = isObject(out) ? { ...out } : {};
+      if (DELTA_TEXTS.includes(place)) out[place] = (typeof out[place] === "string" ? out[place] : "") + tail;
+      else if (place === "function_call") {
+        const call = isObject(out.function_call) ? out.function_call : {};
+        out.function_call = { ...call, arguments: (typeof call.arguments === "string" ? call.arguments : "") + tail };
+      } else {
+        const k = Number(place.split("/")[1]);
+        const calls = Array.isArray(out.tool_calls) ? [...out.tool_calls] : [];
+        const at = calls.findIndex((c, position) => isObject(c) && (Number.isInteger(c.index) ? c.index : position) === k);
+        const call = at === -1 ? { index: k, function: { arguments: "" } } : calls[at];
+        const fn = isObject(call.function) ? call.function : {};
+        const joined = { ...call, function: { ...fn, arguments: (typeof fn.arguments === "string" ? fn.arguments : "") + tail } };
+        if (at === -1) calls.push(joined); else calls[at] = joined;
+        out.tool_calls = calls;
+      }
+    }
+    return out;
+  }
 }

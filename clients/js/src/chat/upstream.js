@@ -59,6 +59,9 @@ class Upstream {
 
   get model() { return this.endpoint.model; }
 
+  /** The keys a stream's text is redacted of across its chunks (ChatStream). */
+  get streamSecrets() { return this.secrets; }
+
   tooSlow() {
     return new UpstreamTimeout(this.name, `no complete answer from ${this.model} within ${this.endpoint.timeoutMs} ms`);
   }
@@ -190,6 +193,9 @@ export class LocalUpstream extends Upstream {
   other(error) {
     return error;  // the model's own error, as it threw it (no key of the client ever reached it)
   }
+
+  /** None: what the model streams is not redacted, as its chunks are not (no key of the client ever reached it). */
+  get streamSecrets() { return []; }
 
   async call(messages, params, stream, clock) {
     return clock.run(Promise.resolve().then(() => this.endpoint.call(messages, { params, stream, signal: clock.signal })));
