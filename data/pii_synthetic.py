@@ -311,14 +311,15 @@ def assignment(rng: random.Random) -> Piece:
     )
 
 
-def positive(rng: random.Random, detector: str) -> Piece:
+def positive(rng: random.Random, detector: str) -> tuple[str, Piece]:
+    """A form tag and a prompt holding one value of the detector's."""
     if detector == "national_id" and rng.random() < 0.25:
-        return in_carrier(rng, named_values(rng))
+        return "named", in_carrier(rng, named_values(rng))
     if detector == "credential" and rng.random() < 0.3:
-        return assignment(rng)
+        return "assignment", assignment(rng)
     if detector == "credential" and rng.random() < 0.15:
-        return [("Why won't ssh accept this key?\n", None), (pem(rng), "credential"), ("\nthanks", None)]
-    return in_carrier(rng, [(POSITIVES[detector](rng), detector)])
+        return "pem_block", [("Why won't ssh accept this key?\n", None), (pem(rng), "credential"), ("\nthanks", None)]
+    return "plain", in_carrier(rng, [(POSITIVES[detector](rng), detector)])
 
 
 def mixed(rng: random.Random) -> Piece:
@@ -331,18 +332,30 @@ def mixed(rng: random.Random) -> Piece:
     return pieces
 
 
-def hard_positive(rng: random.Random) -> Piece:
+def hard_positive(rng: random.Random) -> tuple[str, Piece]:
     """Harder forms: most the detectors deliberately do not read (no separators, a password in a sentence,
     a non-ASCII mailbox, a lowercase NINO), labelled all the same; a card followed by its expiry date."""
     d8 = digits(rng, 8)
-    options: list[Piece] = [
-        [("call me on ", None), (f"06{d8}", "phone"), (" after six", None)],
-        [("my cell is ", None), (f"212555{f'01{rng.randint(0, 99):02d}'}", "phone"), (", text first", None)],
-        [("my password is ", None), (secret_value(rng), "credential"), (" but I forgot which account", None)],
-        [("iban (lowercase, from my notes): ", None), (iban_compact(rng).lower(), "iban"), ("", None)],
-        [("card ", None), (group_card(rng, card_digits(rng)).replace("-", " "), "payment_card"), (" 12/29", None)],
-        [("écris à ", None), (f"josé.{word(rng)}@{word(rng)}.fr", "email"), (" demain", None)],
-        [("NINO lowercase: ", None), (nino(rng).lower(), "national_id"), ("", None)],
+    options: list[tuple[str, Piece]] = [
+        ("phone_no_separators", [("call me on ", None), (f"06{d8}", "phone"), (" after six", None)]),
+        (
+            "nanp_no_separators",
+            [("my cell is ", None), (f"212555{f'01{rng.randint(0, 99):02d}'}", "phone"), (", text first", None)],
+        ),
+        (
+            "password_in_sentence",
+            [("my password is ", None), (secret_value(rng), "credential"), (" but I forgot which account", None)],
+        ),
+        (
+            "iban_lowercase",
+            [("iban (lowercase, from my notes): ", None), (iban_compact(rng).lower(), "iban"), ("", None)],
+        ),
+        (
+            "card_then_expiry",
+            [("card ", None), (group_card(rng, card_digits(rng)).replace("-", " "), "payment_card"), (" 12/29", None)],
+        ),
+        ("email_non_ascii", [("écris à ", None), (f"josé.{word(rng)}@{word(rng)}.fr", "email"), (" demain", None)]),
+        ("nino_lowercase", [("NINO lowercase: ", None), (nino(rng).lower(), "national_id"), ("", None)]),
     ]
     return rng.choice(options)
 
@@ -357,7 +370,7 @@ def off_by_one(value: str, rng: random.Random) -> str:
     return value[:i] + str((int(value[i]) + rng.randint(1, 9)) % 10) + value[i + 1 :]
 
 
-def checksum_negative(rng: random.Random) -> Piece:
+def checksum_negative(rng: random.Random) -> tuple[str, Piece]:
     """A value of the right shape that fails its own check, in a prompt: a card or an IBAN one digit
     off, a named BSN one digit off, a DNI with another letter, a never-issued SSN, an unallocated NINO."""
     kind = rng.choice(["card", "iban", "bsn", "dni", "ssn", "nino"])
@@ -383,7 +396,7 @@ def checksum_negative(rng: random.Random) -> Piece:
     else:
         prefix = rng.choice(["QQ", "GB", "NK", "TN", "ZZ", "DA", "FA", "AO"])
         value = f"{prefix}{digits(rng, 6)}{rng.choice('ABCD')}"
-    return in_carrier(rng, [(value, None)])
+    return f"checksum_{kind}", in_carrier(rng, [(value, None)])
 
 
 def negative(rng: random.Random) -> str:
@@ -457,13 +470,295 @@ def negative(rng: random.Random) -> str:
     return rng.choice(options)
 
 
-def build(pieces: Piece) -> dict[str, object]:
+# ---- variants: the values written the ways people (and their tools) write them --------------------
+
+ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]  # space, non-joiner, joiner, word joiner, BOM
+
+
+def card_groups(rng: random.Random) -> list[str]:
+    """A valid card number in its usual groups: by fours, American Express 4-6-5."""
+    number = card_digits(rng)
+    if len(number) == 15:
+        return [number[:4], number[4:10], number[10:]]
+    return [number[i : i + 4] for i in range(0, len(number), 4)]
+
+
+def card_joined(separator: str) -> Generator:
+    return lambda rng: separator.join(card_groups(rng))
+
+
+def card_newline(rng: random.Random) -> str:
+    """Broken over lines: a wrapped line (a space turned line break) or one group a line."""
+    groups = card_groups(rng)
+    if rng.random() < 0.3:
+        return "\n".join(groups)
+    at = rng.randrange(1, len(groups))
+    return " ".join(groups[:at]) + "\n" + " ".join(groups[at:])
+
+
+def inserted(rng: random.Random, value: str, marks: list[str], count: int) -> str:
+    """value with count invisible marks put between two of its characters (never at either end)."""
+    spots = sorted(rng.sample(range(1, len(value)), count))
+    out, last = [], 0
+    for spot in spots:
+        out += [value[last:spot], rng.choice(marks)]
+        last = spot
+    return "".join(out) + value[last:]
+
+
+def card_zero_width(rng: random.Random) -> str:
+    value = rng.choice([" ", ""]).join(card_groups(rng))
+    return inserted(rng, value, ZERO_WIDTH, rng.randint(1, 4))
+
+
+def card_soft_hyphen(rng: random.Random) -> str:
+    value = rng.choice([" ", ""]).join(card_groups(rng))
+    return inserted(rng, value, ["\u00ad"], rng.randint(1, 3))
+
+
+def iban_joined(separators: list[str]) -> Generator:
+    def generate(rng: random.Random) -> str:
+        value = iban_compact(rng)
+        return rng.choice(separators).join(value[i : i + 4] for i in range(0, len(value), 4))
+
+    return generate
+
+
+def email_fullwidth_at(rng: random.Random) -> str:
+    value = email(rng).replace("@", "\uff20")
+    return value.replace(".", "\uff0e") if rng.random() < 0.25 else value  # a full-width dot too
+
+
+def email_zero_width(rng: random.Random) -> str:
+    return inserted(rng, email(rng), ZERO_WIDTH, rng.randint(1, 2))
+
+
+FULLWIDTH = str.maketrans("0123456789.", "０１２３４５６７８９．")
+ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+
+
+def glued_card(rng: random.Random) -> Piece:
+    """A card number typed against a word, before or after it; the digits alone are labelled."""
+    value = rng.choice(["", "", " "]).join(card_groups(rng))
+    if rng.random() < 0.6:
+        glue = rng.choice(["card", "Visa", "cc", "Karte", "tarjeta", "carte", "CardNo", "Kreditkarte"])
+        return [(glue, None), (value, "payment_card")]
+    return [(value, "payment_card"), (rng.choice(["exp", "CVV", "thanks", "bitte", "gracias"]), None)]
+
+
+def mixed_separators(rng: random.Random) -> str:
+    groups = card_groups(rng)
+    seps = rng.sample(["-", " ", ".", "/"], 2)
+    return groups[0] + "".join(seps[i % 2] + g for i, g in enumerate(groups[1:]))
+
+
+def obfuscated_email(rng: random.Random) -> str:
+    local, domain = email(rng).split("@")
+    at, dot = rng.choice([(" at ", " dot "), (" [at] ", " [dot] "), ("(at)", "(dot)"), (" AT ", " DOT ")])
+    return local + at + domain.replace(".", dot)
+
+
+def homoglyph_iban(rng: random.Random) -> str:
+    """An IBAN whose country code holds a Cyrillic look-alike (Е, Т, О, ...): NFKC keeps it Cyrillic."""
+    value = iban_compact(rng)
+    look_alike = {"E": "Е", "T": "Т", "O": "О", "B": "В", "H": "Н", "P": "Р", "C": "С", "A": "А", "K": "К"}
+    swappable = [i for i in (0, 1) if value[i] in look_alike]
+    while not swappable:
+        value = iban_compact(rng)
+        swappable = [i for i in (0, 1) if value[i] in look_alike]
+    i = rng.choice(swappable)
+    return value[:i] + look_alike[value[i]] + value[i + 1 :]
+
+
+def unnamed_dni(rng: random.Random) -> str:
+    n = rng.randint(0, 99_999_999)
+    return f"{n:08d}{dni_letter(n)}"
+
+
+# The forms of the hardening issue (each a way a user would expect a value caught), the forms
+# normalisation catches besides, and the forms deliberately left alone (docs/policies.md lists them as
+# known misses); each a (detector, value) generator written into a carrier prompt.
+VARIANT_FORMS: dict[str, tuple[str, Generator]] = {
+    "card_nbsp": ("payment_card", card_joined("\u00a0")),
+    "card_narrow_nbsp": ("payment_card", card_joined("\u202f")),
+    "card_tab": ("payment_card", card_joined("\t")),
+    "card_dots": ("payment_card", card_joined(".")),
+    "card_slashes": ("payment_card", card_joined("/")),
+    "card_double_space": ("payment_card", card_joined("  ")),
+    "card_newline": ("payment_card", card_newline),
+    "card_en_dash": ("payment_card", lambda rng: rng.choice(["\u2013", " \u2013 "]).join(card_groups(rng))),
+    "card_underscore": ("payment_card", card_joined("_")),
+    "card_zero_width": ("payment_card", card_zero_width),
+    "card_soft_hyphen": ("payment_card", card_soft_hyphen),
+    "iban_dashes": ("iban", iban_joined(["-"])),
+    "iban_nbsp": ("iban", iban_joined(["\u00a0", "\u202f"])),
+    "email_fullwidth_at": ("email", email_fullwidth_at),
+    "email_zero_width": ("email", email_zero_width),
+}
+EXTRA_FORMS: dict[str, tuple[str, Generator]] = {
+    "card_fullwidth_digits": ("payment_card", lambda rng: " ".join(card_groups(rng)).translate(FULLWIDTH)),
+    "card_arabic_indic_digits": ("payment_card", lambda rng: " ".join(card_groups(rng)).translate(ARABIC_INDIC)),
+    "phone_nbsp": ("phone", lambda rng: f"+44\u00a020\u00a07946\u00a00{rng.randint(0, 999):03d}"),
+    "ssn_en_dash": ("national_id", lambda rng: ssn(rng).replace("-", "\u2013")),
+    "ip_fullwidth": ("ip_address", lambda rng: ipv4(rng).translate(FULLWIDTH)),
+}
+OTHER_FORMS = ("dni_named", "checksum_dni_named")  # a DNI after its name, with its letter and with another
+KNOWN_MISS_FORMS: dict[str, tuple[str, Generator]] = {
+    "card_mixed_separators": ("payment_card", mixed_separators),
+    "card_digit_by_digit": ("payment_card", lambda rng: " ".join(card_digits(rng))),
+    "email_obfuscated": ("email", obfuscated_email),
+    "iban_homoglyph_country": ("iban", homoglyph_iban),
+    "dni_unnamed": ("national_id", unnamed_dni),
+}
+
+
+def named_dni(rng: random.Random, valid: bool) -> Piece:
+    """A DNI after its name; with valid False, a letter other than its control letter (not labelled)."""
+    n = rng.randint(0, 99_999_999)
+    letter = dni_letter(n if valid else n + rng.randint(1, 22))
+    name = rng.choice(["DNI ", "DNI: ", "mi DNI es ", "NIF ", "Documento: ", "D.N.I. "])
+    return [(name, None), (f"{n:08d}{rng.choice(['', '-'])}{letter}", "national_id" if valid else None)]
+
+
+def variant(rng: random.Random, form: str) -> Piece:
+    if form == "card_glued":
+        return in_carrier(rng, glued_card(rng))
+    if form in ("dni_named", "checksum_dni_named"):
+        return in_carrier(rng, named_dni(rng, valid=form == "dni_named"))
+    detector, generate_value = (VARIANT_FORMS | EXTRA_FORMS | KNOWN_MISS_FORMS)[form]
+    return in_carrier(rng, [(generate_value(rng), detector)])
+
+
+NAMED_FORMS = (*VARIANT_FORMS, "card_glued")  # the 16 forms the issue names
+
+
+# ---- ordinary prompts: numbers, times, versions, dates, prices, math, code; no personal data -------
+
+
+def ordinary(rng: random.Random) -> tuple[str, str]:
+    """A prompt anyone might send that holds no personal data however many numbers it has, and its
+    category (the form tag is "ordinary:" and the category). Written from what prompts hold, not from
+    what the detectors read; some look like values on purpose (a dotted time, a lab sample's id)."""
+    r = rng.randint
+    d, m, y = r(1, 28), r(1, 12), r(1995, 2030)
+    h, mi = r(1, 12), r(0, 59)
+    v = [r(0, 20) for _ in range(4)]
+    hexa = "0123456789abcdef"
+    n8 = r(10_000_000, 99_999_999)
+    sample_letter = "TRWAGMYFPDXBNJZSQVHLCKE"[n8 % 23] if rng.random() < 0.5 else rng.choice(string.ascii_uppercase)
+    quarter = [str(r(1000, 9999)) for _ in range(4)]
+    options: dict[str, list[str]] = {
+        "dotted_time": [
+            f"Reminder: {h}.{h}.{h}.{h} am is too early for the stand-up, move it please",
+            f"Schedule says {d}.{m}.{y % 100}.{h} pm for the review; is that the 12-hour clock?",
+            f"The train leaves at {h}.{mi:02d} am and arrives at {h + 1}.{mi:02d} am; how long is the trip?",
+        ],
+        "clock_time": [
+            f"Set an alarm for {h:02d}:{mi:02d} and another at {h + 12}:{r(10, 59)}.",
+            f"The log shows {y}-{m:02d}-{d:02d} {h:02d}:{mi:02d}:{r(10, 59)}.{r(100, 999)} twice, why?",
+            f"Convert {h}:{mi:02d} pm UTC to CET and to {h + 8}:{mi:02d} in Tokyo.",
+        ],
+        "date": [
+            f"Between {d:02d}.{m:02d}.{y} and {d:02d}.{m:02d}.{y + 1} we shipped {r(1000, 9999):,} units; growth rate?",
+            f"Is {m:02d}/{d:02d}/{y} a weekday? Also {y}/{m:02d}/{d:02d} in the ISO calendar.",
+            f"Write a birthday card for my niece turning {r(3, 12)} on {d} {rng.choice(['March', 'June', 'October'])}.",
+        ],
+        "version": [
+            f"After upgrading from Python 3.{r(8, 11)}.{r(0, 9)} to 3.{r(12, 13)}.{r(0, 5)}, numpy {r(1, 2)}.{r(0, 26)}.{r(0, 4)} fails to import",
+            f"Chrome {r(110, 130)}.0.{r(5000, 6999)}.{r(10, 200)} crashes on this page, any idea?",
+            f"La versión {v[0] + 1}.{v[1]}.{v[2]}.{v[3]} del firmware no arranca, ¿qué hago?",
+            f"Version {v[0] + 1}.{v[1]}.{v[2]}.{v[3]} broke the build; roll back to {v[0] + 1}.{v[1]}.{v[2]}.",
+            f"pip install 'django>={r(3, 4)}.{r(0, 2)}.{r(0, 9)},<{r(5, 6)}.0' fails with a resolver error",
+            f"Update the Android app from {v[0] + 1}.{v[1]}.{v[2]} to build {r(100, 999)} before the release.",
+        ],
+        "section": [
+            f"See section {v[0] + 1}.{v[1] + 1}.{v[2] + 1}.{v[3] + 1} of the spec: what does MUST NOT mean there?",
+            f"Summarise clause {v[0] + 1}.{v[1] + 1}.{v[2] + 1}.{v[3] + 1} of the contract in plain English.",
+            f"Erkläre Abschnitt {v[0] + 1}.{v[1] + 1}.{v[2] + 1} der Norm in einfachen Worten.",
+            f"Per § {v[0] + 1}.{v[1] + 1}.{v[2] + 1}.{v[3] + 1}, who pays the transfer fees?",
+        ],
+        "price": [
+            f"Is ${r(100, 9999):,}.{r(10, 99)} a fair price for a used bike? The new one is ${r(1000, 4999):,}.",
+            f"Le total est de {r(1, 9)}\u202f{r(100, 999)},{r(10, 99)}\u00a0€ TTC, combien hors taxe à 20 % ?",
+            f"Die Rechnung über {r(1, 9)}.{r(100, 999)},{r(10, 99)} € vom {d:02d}.{m:02d}.{y} ist noch offen.",
+            f"CHF {r(1, 9)}'{r(100, 999)}.{r(10, 99)} in EUR at 0.{r(90, 99)}?",
+            f"价格是{r(1, 99)},{r(100, 999)}元，打{r(5, 9)}折后是多少？",
+        ],
+        "large_number": [
+            f"World population is about 8\u00a0{r(100, 999)}\u00a0{r(100, 999)}\u00a0{r(100, 999)}; per km² of land?",
+            f"Format {r(1, 9)}{r(100, 999)}{r(100, 999)}{r(100, 999)} with thin spaces as the French do.",
+            f"What is 2^{r(40, 63)}? And 10^{r(10, 18)} in words?",
+        ],
+        "math": [
+            f"Solve {r(2, 9)}x^2 - {r(10, 99)}x + {r(1, 99)} = 0 and show the steps.",
+            f"Compute {r(1000, 9999)} × {r(1000, 9999)} + {r(1000, 9999)} - {r(1000, 9999)} by hand.",
+            f"Is {r(1_000_000, 99_999_999) | 1} a prime? Factor it if not.",
+            f"Integrate x^{r(2, 5)} from 0 to {r(2, 20)} and compare with the trapezoid rule at h = 0.{r(1, 5)}.",
+        ],
+        "constant": [
+            "sqrt(2) = 1.4142135623730950488, check the last digit",
+            "pi to 20 places is 3.14159265358979323846; how do I memorise it?",
+            "e = 2.71828182845904523536, golden ratio 1.61803398874989484820: which is irrational?",
+            f"Round 0.{digits(rng, 18)} to 4 significant figures.",
+        ],
+        "code": [
+            f"for i in range({r(10, 4096)}):\n    x[i] = i * 0.{r(1, 9)}\nwhy is this slow?",
+            f"SELECT * FROM orders WHERE id = {r(1000, 9999)} AND total > {r(1000, 9999)}.{r(10, 99)};",
+            f"color: #{''.join(rng.choice(hexa) for _ in range(6))}; margin: {r(0, 16)}px {r(0, 16)}px; why is it blue?",
+            f"mask = 0x{''.join(rng.choice(hexa) for _ in range(8))}; shift = {r(1, 31)}; explain the bit trick",
+            f"docker run -p {r(1024, 9999)}:{r(1024, 9999)} -m {r(1, 8)}g app:{v[0] + 1}.{v[1]}.{v[2]}",
+            f"arr = [{', '.join(str(r(1000, 9999)) for _ in range(5))}]\nsort it descending",
+            f"git log shows {''.join(rng.choice(hexa) for _ in range(40))} as the bad commit",
+        ],
+        "table": [
+            "Q1\tQ2\tQ3\tQ4\n" + "\t".join(quarter) + "\nplot these quarterly sales",
+            f"year,units\n{y - 2},{r(1000, 9999)}\n{y - 1},{r(1000, 9999)}\n{y},{r(1000, 9999)}\nforecast next year",
+            "| region | units |\n| north | " + quarter[0] + " |\n| south | " + quarter[1] + " |\ntotal?",
+        ],
+        "sample_id": [
+            f"DNA: {n8}{sample_letter} was sequenced twice; merge the reads?",
+            f"Sample {n8}{sample_letter} failed QC at step {r(2, 9)}, rerun or discard?",
+            f"Part no. {n8}-{rng.choice('ABCD')} rev {r(1, 9)} replaces {n8 + r(1, 99)}-{rng.choice('ABCD')}.",
+        ],
+        "reference": [
+            f"ISBN 978-{r(0, 1)}-{r(100, 999)}-{r(10000, 99999)}-{r(0, 9)}: who is the publisher?",
+            f"RFC {r(1000, 9999)} section {r(1, 9)}.{r(1, 9)}: what changed from RFC {r(1000, 9999)}?",
+            f"John {r(1, 21)}:{r(1, 40)} and Art. {r(1, 99)}.{r(1, 5)} GDPR, quote both",
+            f"Order #{y}-{m:02d}-{d:02d}-{r(1, 9999):04d} has not shipped, write a complaint",
+        ],
+        "measurement": [
+            f"Convert {r(1, 200)}.{r(1, 9)} kg to lbs and {r(100, 250)} cm to feet.",
+            f"The coordinates {r(10, 60)}.{digits(rng, 4)}, {r(1, 30)}.{digits(rng, 4)} are where on the map?",
+            f"A {r(2, 9)}.{r(1, 9)} GHz CPU with {r(8, 64)} GB RAM and a {r(256, 4096)} GB SSD, good for gaming?",
+        ],
+        "multilingual": [
+            f"会议在{y}年{m}月{d}日下午{h}点，预算{r(1, 99)},{r(100, 999)}元，请写通知。",
+            f"価格は{r(1, 99)},{r(100, 999)}円です。税込みでいくらですか？".translate(FULLWIDTH),
+            f"Встреча в {h:02d}:{mi:02d}, комната {r(100, 999)}, версия {v[0] + 1}.{v[1]}.{v[2]}.{v[3]}.",
+            f"Le rendez-vous est à {h} h {mi:02d}, salle {r(1, 9)}.{r(10, 99)}, le {d:02d}/{m:02d}/{y}.",
+            f"Kun je versie {v[0] + 1}.{v[1]}.{v[2]}.{v[3]} installeren vóór {d}-{m}-{y}?",
+        ],
+        "prose": [
+            f"Write a {r(100, 500)}-word story about {r(2, 12)} cats who open a bakery in {y}.",
+            f"Give me {r(3, 10)} tips to run {r(5, 42)} km under {r(2, 5)} hours.",
+            f"My team of {r(3, 20)} closed {r(10, 99)} tickets in sprint {r(10, 99)}; write the retro summary.",
+        ],
+    }
+    category = rng.choice(sorted(options))
+    return category, rng.choice(options[category])
+
+
+def build(pieces: Piece, form: str) -> dict[str, object]:
     text, labels = "", []
     for part, detector in pieces:
         if detector is not None:
             labels.append({"detector": detector, "start": len(text), "end": len(text) + len(part)})
         text += part
-    return {"text": text, "labels": labels}
+    return {"form": form, "text": text, "labels": labels}
+
+
+def tagged(form_and_pieces: tuple[str, Piece]) -> dict[str, object]:
+    return build(form_and_pieces[1], form_and_pieces[0])
 
 
 DETECTOR_NAMES = tuple(POSITIVES)
@@ -477,18 +772,31 @@ def generate(
     negatives: int = 160,
     checksum_negatives: int = 60,
     mixed_lines: int = 30,
+    per_named_form: int = 20,
+    per_other_form: int = 10,
+    ordinary_prompts: int = 300,
 ) -> list[dict[str, object]]:
-    """The labelled set: per_detector positive prompts for each detector, hard positives, hard negatives,
-    values failing their check, and prompts mixing several values, shuffled; the same seed gives the same
-    lines."""
+    """The labelled set, each line tagged with its form: per_detector positive prompts for each detector,
+    hard positives, hard negatives, values failing their check, prompts mixing several values (shuffled);
+    then per_named_form prompts of each form the hardening issue names, per_other_form of the other
+    variants (caught, or known misses), and ordinary prompts (shuffled, from the next seed, so that the
+    first part's lines stay what they were). The same seed gives the same lines."""
     rng = random.Random(seed)
-    lines = [build(positive(rng, name)) for name in DETECTOR_NAMES for _ in range(per_detector)]
-    lines += [build(hard_positive(rng)) for _ in range(hard_positives)]
-    lines += [build([(negative(rng), None)]) for _ in range(negatives)]
-    lines += [build(checksum_negative(rng)) for _ in range(checksum_negatives)]
-    lines += [build(mixed(rng)) for _ in range(mixed_lines)]
+    lines = [tagged(positive(rng, name)) for name in DETECTOR_NAMES for _ in range(per_detector)]
+    lines += [tagged(hard_positive(rng)) for _ in range(hard_positives)]
+    lines += [build([(negative(rng), None)], "hard_negative") for _ in range(negatives)]
+    lines += [tagged(checksum_negative(rng)) for _ in range(checksum_negatives)]
+    lines += [build(mixed(rng), "mixed") for _ in range(mixed_lines)]
     rng.shuffle(lines)
-    return lines
+    rng = random.Random(seed + 1)
+    more = [build(variant(rng, form), form) for form in NAMED_FORMS for _ in range(per_named_form)]
+    others = (*EXTRA_FORMS, *KNOWN_MISS_FORMS, *OTHER_FORMS)
+    more += [build(variant(rng, form), form) for form in others for _ in range(per_other_form)]
+    for _ in range(ordinary_prompts):
+        category, text = ordinary(rng)
+        more.append(build([(text, None)], f"ordinary:{category}"))
+    rng.shuffle(more)
+    return lines + more
 
 
 def write(lines: list[dict[str, object]], path: Path) -> None:

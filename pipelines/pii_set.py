@@ -1,7 +1,9 @@
 """`python -m pipelines.pii_set`: write the content detectors' labelled set (data/policy/pii_labelled.jsonl).
 
 A thin command over `data.pii_synthetic.generate`: seeded, so the shipped file is reproducible (the same
-seed and counts write the same bytes), and built without the detectors it measures.
+seed and counts write the same bytes), and built without the detectors it measures. Each line carries a
+`form` tag (how its values are written, or "ordinary:<category>" for prompts without personal data),
+which `make pii-eval` reports figures by.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ def main(
     per_detector: Annotated[int, typer.Option(help="positive prompts per detector")] = 40,
     negatives: Annotated[int, typer.Option(help="hard-negative prompts")] = 160,
 ) -> None:
-    """Write the labelled set: positives for every detector, hard positives, hard negatives, mixed prompts."""
+    """Write the labelled set: positives for every detector, hard positives, hard negatives, mixed prompts,
+    the values written in the forms of the hardening issue (and others), and ordinary prompts."""
     from data.pii_synthetic import generate, write
 
     if per_detector < 1 or negatives < 0:
@@ -28,7 +31,8 @@ def main(
     lines = generate(seed, per_detector=per_detector, negatives=negatives)
     write(lines, out)
     labels = sum(len(line["labels"]) for line in lines)
-    print(f"wrote {len(lines)} prompts with {labels} labelled spans to {out}")
+    forms = len({line["form"] for line in lines})
+    print(f"wrote {len(lines)} prompts with {labels} labelled spans, in {forms} forms, to {out}")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,20 @@
 `DETECTORS` maps a name to a `Detector`; `detect(text, names)` returns every `Finding` (detector name and
 span, never the matched text), `any_detected(text, names)` stops at the first one. Each detector is a few
 precompiled regular expressions that propose candidates and a check that accepts or rejects each one
-(checksums, length tables, invalid ranges, placeholders). Spans are Python string indices (code points).
+(checksums, length tables, invalid ranges, placeholders, an id's name nearby). Spans are Python string
+indices (code points) of the text given.
+
+Normalisation: every detector reads the text folded by `fold` (Unicode NFKC character by character,
+format characters such as zero-width spaces and soft hyphens dropped, dashes, white space and digits of
+any script made ASCII), inside `Detector.spans` and `Detector.found_in` themselves, so no caller can skip
+it; findings are mapped back to the original's indices. ASCII text is not copied (str.isascii() is O(1)).
 
 Speed: every pattern opens with a literal or a narrow character class (a digit, "+", "@", "eyJ", "=")
 so that the regex engine skips the rest of the text in C, and a rule with a required literal (an email's
 "@") is skipped when the text has none. Linear time: right after its first character each pattern looks
-behind and refuses to start inside a run of its own characters, its repetitions are bounded, and a
-rejected candidate costs at most its bounded length, so the whole text is scanned in time linear in its
-length, however long (no cap: a cap would let personal data past it through).
+behind and refuses to start inside a run of its own characters (or its check does, in bounded time), its
+repetitions are bounded, and a rejected candidate costs at most its bounded length, so the whole text is
+scanned in time linear in its length, however long (no cap: a cap would let personal data past it).
 
 What each detector does and does not find, and its measured precision, recall and speed:
 docs/policies.md#content-detectors.
@@ -19,8 +25,12 @@ docs/policies.md#content-detectors.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from serving.policy.checksums import IBAN_LENGTHS, bsn_valid, dni_valid, iban_valid, luhn_valid
 from serving.validation import check_prompt
@@ -37,6 +47,126 @@ class Finding:
     detector: str
     start: int
     end: int
+
+
+# ---- normalisation ----------------------------------------------------------------------------------
+
+# Dashes NFKC leaves alone that people type between groups of digits: hyphen, non-breaking hyphen, figure
+# dash, en dash, minus sign (the em dash and the horizontal bar stay: they separate clauses, not digits).
+_DASHES = frozenset("\u2010\u2011\u2012\u2013\u2212")
+# Default-ignorable characters outside category Cf (Unicode's DerivedCoreProperties): combining grapheme
+# joiner, Hangul and Khmer fillers, Mongolian and other variation selectors. Invisible, so dropped too.
+_IGNORABLE = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u3164\uffa0"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
+FOLD_CACHE_SIZE = 20_000  # characters whose folding is remembered (the rest are folded again each time)
+_fold_cache: dict[str, str] = {}
+
+
+def _fold_simple(ch: str) -> str:
+    """The folding that NFKC does not do: invisible characters dropped, dashes and white space made ASCII,
+    decimal digits of any script made 0-9; any other character as it is."""
+    if ch < "\x80":
+        return ch
+    if ch in _DASHES:
+        return "-"
+    category = unicodedata.category(ch)
+    if category == "Cf" or ch in _IGNORABLE:
+        return ""
+    if category == "Nd":
+        return str(unicodedata.decimal(ch))
+    if category == "Zs":
+        return " "
+    if category in ("Zl", "Zp") or ch == "\x85":
+        return "\n"
+    return ch
+
+
+def fold_char(ch: str) -> str:
+    """What one character becomes before the detectors read it: "" for an invisible one (category Cf, such
+    as a zero-width space or a soft hyphen, and the other default-ignorables), "-" for a dash, " " or "\\n"
+    for white space, 0-9 for a decimal digit of any script, else its NFKC form (full-width letters, digits
+    and "@" become ASCII), whose characters are folded the same way. Folding a folded character changes
+    nothing (tests/test_detector_forms.py checks every code point)."""
+    folded = _fold_cache.get(ch)
+    if folded is None:
+        folded = _fold_simple(ch)
+        if folded == ch:
+            nfkc = unicodedata.normalize("NFKC", ch)
+            if nfkc != ch:
+                folded = "".join(map(_fold_simple, nfkc))
+        if len(_fold_cache) < FOLD_CACHE_SIZE:
+            _fold_cache[ch] = folded
+    return folded
+
+
+class Folded:
+    """A text as the detectors read it (`text`), and the way back to the original's string indices."""
+
+    __slots__ = ("text", "original", "_lengths", "_ends")
+
+    def __init__(self, text: str, original: str, lengths: dict[int, int] | None = None) -> None:
+        self.text = text
+        self.original = original
+        self._lengths = lengths  # code point -> folded length, for the characters that do not fold to one
+        self._ends: npt.NDArray[np.int64] | None = None
+
+    @property
+    def same_indices(self) -> bool:
+        return self._lengths is None
+
+    def span(self, start: int, end: int) -> Span:
+        """The original's span of the folded text's [start, end): from the character start came from to
+        the one end - 1 came from, so that invisible characters inside a value belong to its span."""
+        return self.spans([(start, end)])[0]
+
+    def spans(self, spans: list[Span]) -> list[Span]:
+        """span() of each, in one pass."""
+        if self._lengths is None or not spans:
+            return spans
+        if self._ends is None:
+            # ends[i]: the folded text's length after the original's first i + 1 characters (C speed: a
+            # 4 MiB text takes ~0.2 s, and only when something was found in it)
+            points = np.frombuffer(self.original.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+            keys = np.array(sorted(self._lengths), dtype="<u4")
+            values = np.array([self._lengths[k] for k in keys.tolist()], dtype=np.int64)
+            at = np.minimum(np.searchsorted(keys, points), len(keys) - 1)
+            self._ends = np.cumsum(np.where(keys[at] == points, values[at], 1))
+        bounds = np.array(spans, dtype=np.int64)
+        firsts = np.searchsorted(self._ends, bounds[:, 0], side="right")
+        lasts = np.searchsorted(self._ends, bounds[:, 1] - 1, side="right") + 1
+        return list(zip(firsts.tolist(), lasts.tolist()))
+
+
+_ASCII = frozenset(map(chr, range(128)))
+REPLACE_AT_MOST = 8  # distinct characters to fold replaced one by one (str.replace); more: str.translate
+
+
+def fold(text: str) -> Folded:
+    """The text the detectors read: each character folded by fold_char (so NFKC, character by character,
+    with format characters dropped), exactly, whatever the Unicode version. Free on ASCII text
+    (str.isascii() is O(1) in CPython); otherwise the set of its characters, a cached look-up per
+    distinct non-ASCII character, and a few str.replace (or one str.translate), all linear and in C
+    but for the look-ups."""
+    if text.isascii():
+        return Folded(text, text)
+    table: dict[str, str] = {}
+    for ch in set(text).difference(_ASCII):
+        folded = fold_char(ch)
+        if folded != ch:
+            table[ch] = folded
+    if not table:
+        return Folded(text, text)
+    if len(table) <= REPLACE_AT_MOST:
+        result = text
+        for ch, folded in table.items():
+            result = result.replace(ch, folded)
+    else:
+        result = text.translate({ord(ch): folded for ch, folded in table.items()})
+    lengths = {ord(ch): len(folded) for ch, folded in table.items() if len(folded) != 1}
+    return Folded(result, text, lengths or None)
 
 
 def whole(text: str, match: re.Match[str]) -> Span | None:
@@ -71,8 +201,17 @@ class Detector:
     rules: tuple[Rule, ...]
 
     def spans(self, text: str) -> list[Span]:
-        """Every span any rule accepts, overlapping ones merged, in text order."""
-        found = sorted(span for rule in self.rules for span in rule.spans(text))
+        """Every span any rule accepts in the folded text, overlapping ones merged, in text order, as
+        spans of text."""
+        folded = fold(text)
+        return folded.spans(self.folded_spans(folded.text))
+
+    def found_in(self, text: str) -> bool:
+        return self.folded_found_in(fold(text).text)
+
+    def folded_spans(self, folded: str) -> list[Span]:
+        """spans() on a text fold() has already folded, in its indices."""
+        found = sorted(span for rule in self.rules for span in rule.spans(folded))
         merged: list[Span] = []
         for start, end in found:
             if merged and start < merged[-1][1]:
@@ -81,14 +220,44 @@ class Detector:
                 merged.append((start, end))
         return merged
 
-    def found_in(self, text: str) -> bool:
-        return any(next(rule.spans(text), None) is not None for rule in self.rules)
+    def folded_found_in(self, folded: str) -> bool:
+        return any(next(rule.spans(folded), None) is not None for rule in self.rules)
 
 
 def compile_ascii(pattern: str) -> re.Pattern[str]:
-    """\\d, \\w, \\s and \\b mean their ASCII classes: a digit is 0-9 and CJK or accented letters next to
-    a value end it as spaces would."""
+    """\\d, \\w, \\s and \\b mean their ASCII classes: the patterns read folded text, whose digits are
+    0-9; what a non-ASCII letter next to a value means is `glued_to_a_word`'s decision."""
     return re.compile(pattern, re.ASCII)
+
+
+# Scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, kana, CJK ideographs. A value
+# or a name next to one of their characters stands apart ("卡号4111111111111111" holds a card number).
+_UNSPACED = (
+    r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
+)
+# A word character for the names looked for near a value (Unicode-aware: "versión" is a word, CJK is not).
+WORD = rf"[^\W{_UNSPACED}]"
+# A letter or digit of a script written with spaces, other than ASCII (the patterns look at ASCII
+# neighbours themselves): "Größe12345678Z" holds no id.
+_SPACED_WORD_CHAR = re.compile(rf"[^\W_\x00-\x7f{_UNSPACED}]")
+
+
+def glued_to_a_word(text: str, start: int, end: int) -> bool:
+    """Whether [start, end) touches a letter or digit of a script written with spaces (Unicode-aware
+    word boundaries for the detectors whose checks are weak: phone, national_id, ip_address)."""
+    return (start > 0 and _SPACED_WORD_CHAR.match(text, start - 1) is not None) or (
+        _SPACED_WORD_CHAR.match(text, end) is not None
+    )
+
+
+def standalone(accept: Accept) -> Accept:
+    """accept, and the span it accepts must not touch a word (glued_to_a_word)."""
+
+    def accept_standalone(text: str, match: re.Match[str]) -> Span | None:
+        span = accept(text, match)
+        return None if span is None or glued_to_a_word(text, *span) else span
+
+    return accept_standalone
 
 
 # ---- email ------------------------------------------------------------------------------------------
@@ -155,13 +324,28 @@ def accept_trunk_phone(text: str, match: re.Match[str]) -> Span | None:
 # ---- payment_card -----------------------------------------------------------------------------------
 
 # Compact (13-19 digits, not inside a longer run; other numbers may follow), or grouped: a first group of
-# four not right after another group. "4111 1111 1111 1111 12/29" (expiry after the number) is a grouped
-# candidate of 18 digits that accept_card cuts back to its first four groups.
-_CARD = compile_ascii(
-    r"[0-9](?<![0-9A-Za-z][0-9])"
-    r"(?:[0-9]{12,18}(?![0-9])|(?<![0-9][ -][0-9])[0-9]{3}(?:[ -]?[0-9]){9,15}(?![0-9]))"
+# four not right after another group. Between groups: one to three spaces, tabs or line breaks, or one of
+# - . / _ with a space either side or none. "4111 1111 1111 1111 12/29" (expiry after the number) is a
+# grouped candidate of 18 digits that accept_card cuts back to its first four groups. A card may be glued
+# to a word ("card4111111111111111"): Luhn and the issuer table carry its precision.
+_CARD_SEPARATOR = r"(?:[ \t\r\n]{1,3}|[ ]?[-./_][ ]?)"
+# Not right after a group and a separator (accept_card checks that exactly; these look-behinds spare it
+# the common cases). After a line ending in digits, a grouped card may start if its own separators are
+# not line breaks: "1234\n4111 1111 1111 1111" (a postcode, then a card) but not a column of numbers.
+_NOT_AFTER_A_GROUP = (
+    r"(?<![0-9][ \t./_-][0-9])(?<![0-9][ \t]{2}[0-9])(?<![0-9][ \t]{3}[0-9])"
+    r"(?<![0-9] [-./_][0-9])(?<![0-9][-./_] [0-9])(?<![0-9] [-./_] [0-9])"
+    r"(?:(?<![0-9][\r\n][0-9])(?<![0-9]\r\n[0-9])|(?=[0-9]{3}(?:[ \t]{1,3}[0-9]|[ ]?[-./_])))"
 )
-_NEXT_GROUP = compile_ascii(r"[ -][0-9]{4}")
+_CARD = compile_ascii(
+    r"[0-9](?<![0-9][0-9])"
+    r"(?:[0-9]{12,18}(?![0-9])|" + _NOT_AFTER_A_GROUP + r"[0-9]{3}(?:" + _CARD_SEPARATOR + r"?[0-9]){9,15}(?![0-9]))"
+)
+_DIGIT_RUNS = compile_ascii(r"[0-9]+")
+_GROUP_BEFORE = compile_ascii(r"[0-9](" + _CARD_SEPARATOR + r")\Z")  # searched in the few characters before
+_GROUP_AFTER = compile_ascii(r"(" + _CARD_SEPARATOR + r")[0-9]{4}")
+_WORD_BEFORE = compile_ascii(r"[A-Za-z0-9]{1,32}\Z")
+_WORD_AFTER = compile_ascii(r"[A-Za-z0-9]{1,32}")
 # Issuer identification number ranges: (first, last, digits compared, card lengths).
 _IIN_RANGES: tuple[tuple[int, int, int, frozenset[int]], ...] = (
     (4, 4, 1, frozenset({13, 16, 19})),  # Visa
@@ -196,48 +380,79 @@ def valid_card(digits: str) -> bool:
     return 13 <= len(digits) <= 19 and known_issuer(digits) and luhn_valid(digits)
 
 
+def separator_kind(separator: str) -> str:
+    """ "space" (spaces and tabs), "newline" (white space with a line break) or the punctuation mark."""
+    mark = separator.strip(" \t\r\n")
+    if mark:
+        return mark
+    return "newline" if "\n" in separator or "\r" in separator else "space"
+
+
+def glued_to_a_code(text: str, start: int, end: int) -> bool:
+    """Whether the letters glued to a value on either side hold digits too, or run on for 32 characters:
+    then it is part of a code or a hash (a3f94111111111111111c2), not a word it was typed against."""
+    before = _WORD_BEFORE.search(text, max(0, start - 32), start)
+    after = _WORD_AFTER.match(text, end)
+    return any(w is not None and (len(w[0]) == 32 or digit_count(w[0]) > 0) for w in (before, after))
+
+
 def accept_card(text: str, match: re.Match[str]) -> Span | None:
-    """One kind of separator or none; grouped by fours (or Amex / Diners 4-6-5 / 4-6-4); the longest
-    run of whole groups from the start that is a valid card and not followed by one more group of four
-    (then it is part of a longer grouped number)."""
-    value, start = match[0], match.start()
-    separators = {ch for ch in value if ch in " -"}
-    if len(separators) > 1:
-        return None
-    groups = value.split(separators.pop()) if separators else [value]
+    """One kind of separator or none (a line break may stand for a space: a wrapped line); grouped by
+    fours or several fours (or Amex / Diners 4-6-5 / 4-6-4); the longest run of whole groups from the
+    start that is a valid card, not glued to a code, and neither right after nor followed by one more
+    group joined the same way (then it is part of a longer grouped number)."""
+    start = match.start()
+    groups = [(start + g.start(), start + g.end()) for g in _DIGIT_RUNS.finditer(match[0])]
+    kinds = [separator_kind(text[a[1] : b[0]]) for a, b in zip(groups, groups[1:])]
+    kind = next((k for k in kinds if k != "newline"), "newline")
+    for i, k in enumerate(kinds):
+        if k != kind and not (k == "newline" and kind == "space"):
+            groups = groups[: i + 1]
+            break
+    if len(groups) > 1:
+        before = _GROUP_BEFORE.search(text, max(0, start - 4), start)
+        if before is not None and separator_kind(before[1]) == kind:
+            groups = groups[:1]  # a group of a longer grouped number: only a compact card may start here
     for n in range(len(groups), 0, -1):
-        sizes = tuple(len(g) for g in groups[:n])
-        end = start + sum(sizes) + n - 1
+        sizes = tuple(e - s for s, e in groups[:n])
+        end = groups[n - 1][1]
         if n > 1:
-            by_fours = all(g == 4 for g in sizes[:-1]) and 1 <= sizes[-1] <= 4
-            if _NEXT_GROUP.match(text, end) or not (by_fours or sizes in _CARD_GROUPINGS):
+            # by fours; a group may be several fours run together (an invisible separator was dropped)
+            by_fours = all(g % 4 == 0 for g in sizes[:-1])
+            if not (by_fours or sizes in _CARD_GROUPINGS):
                 continue
-        if valid_card("".join(groups[:n])):
+            after = _GROUP_AFTER.match(text, end)
+            if after is not None and separator_kind(after[1]) == kind:
+                continue
+        if valid_card("".join(text[s:e] for s, e in groups[:n])) and not glued_to_a_code(text, start, end):
             return (start, end)
     return None
 
 
 # ---- iban -------------------------------------------------------------------------------------------
 
-_IBAN = compile_ascii(r"[0-9](?<=(?<![A-Za-z0-9])[A-Za-z]{2}[0-9])[0-9](?: ?[A-Za-z0-9]){11,30}")  # at the check digits
+_IBAN = compile_ascii(
+    r"[0-9](?<=(?<![A-Za-z0-9])[A-Za-z]{2}[0-9])[0-9](?:[ -]?[A-Za-z0-9]){11,30}"
+)  # at the check digits
 _ALNUM = compile_ascii(r"[A-Za-z0-9]")
 
 
 def accept_iban(text: str, match: re.Match[str]) -> Span | None:
     """The candidate may run on into the next word: it is cut at its country's length (compact, or in
-    groups of four after the first), which must end a word."""
+    groups of four after the first, separated by spaces or by dashes), which must end a word."""
     start = match.start() - 2  # the country code, looked behind
     length = IBAN_LENGTHS.get(text[start : start + 2].upper())
     if length is None:
         return None
-    grouped = text[start + 4 : start + 5] == " "
+    separator = text[start + 4 : start + 5]
+    grouped = separator in (" ", "-")
     end = start + length + ((length - 1) // 4 if grouped else 0)
     value = text[start:end]
     if end > match.end() or _ALNUM.match(text, end):
         return None
-    if grouped and any(len(g) != 4 for g in value.split(" ")[:-1]):
+    if grouped and any(len(g) != 4 for g in value.split(separator)[:-1]):
         return None
-    compact = value.replace(" ", "")
+    compact = value.replace(separator, "") if grouped else value
     return (start, end) if len(compact) == length and iban_valid(compact.upper()) else None
 
 
@@ -251,9 +466,15 @@ _NINO_UNUSED_PREFIXES = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
 _DNI = compile_ascii(r"([0-9XYZ](?<![A-Za-z0-9][0-9XYZ])[0-9]{7})-?([A-Z])(?![A-Za-z0-9])")
 # Nine plain digits (a BSN, also written 1234.56.789; an SSN without dashes) count only named just before.
 _NINE_DIGITS = compile_ascii(r"[0-9](?<![0-9A-Za-z.][0-9])[0-9]{3}(\.?)[0-9]{2}\1[0-9]{3}(?![0-9A-Za-z]|\.[0-9])")
-_BSN_NAME = compile_ascii(r"(?i)\b(?:bsn|burgerservicenummer|sofi-?nummer)\b")
-_SSN_NAME = compile_ascii(r"(?i)\b(?:ssn|social security(?: number| no\.?)?)\b")
-NAME_BEFORE_CHARS = 40  # how close after its name a nine-digit number must be
+_BSN_NAME = re.compile(rf"(?i)(?<!{WORD})(?:bsn|burgerservicenummer|sofi-?nummer)(?!{WORD})")
+_SSN_NAME = re.compile(rf"(?i)(?<!{WORD})(?:ssn|social security(?: number| no\.?)?)(?!{WORD})")
+# A DNI (eight digits and its letter) counts only after one of these: eight digits and a letter are also
+# sample, part and reference numbers ("DNA: 12345678Z"), and one letter in 23 is the right one.
+_DNI_NAME = re.compile(
+    rf"(?i)(?<!{WORD})(?:dni|d\.n\.i|nif|n\.i\.f|nie|n\.i\.e|documento|identidad|identificaci[oó]n|carn[eé]t?"
+    rf"|national id|id card|id number|identity|spanish id)(?!{WORD})"
+)
+NAME_BEFORE_CHARS = 40  # how close after its name a nine-digit number or a DNI must be
 
 
 def valid_ssn(area: str, group: str, serial: str) -> bool:
@@ -270,8 +491,13 @@ def accept_nino(text: str, match: re.Match[str]) -> Span | None:
 
 
 def accept_dni(text: str, match: re.Match[str]) -> Span | None:
-    """Eight digits or an NIE (X, Y or Z and seven digits), and the control letter."""
-    return match.span() if dni_valid(match[1], match[2]) else None
+    """An NIE (X, Y or Z and seven digits) and its control letter; or eight digits and their control
+    letter named within NAME_BEFORE_CHARS before ("DNI", "NIF", "documento", "identidad", ...)."""
+    if not dni_valid(match[1], match[2]):
+        return None
+    if match[1][0] in "XYZ" or _DNI_NAME.search(text, max(0, match.start() - NAME_BEFORE_CHARS), match.start()):
+        return match.span()
+    return None
 
 
 def accept_nine_digits(text: str, match: re.Match[str]) -> Span | None:
@@ -355,17 +581,29 @@ def accept_assignment(text: str, match: re.Match[str]) -> Span | None:
 # ---- ip_address -------------------------------------------------------------------------------------
 
 _IPV4 = compile_ascii(r"[0-9](?<![0-9A-Za-z.][0-9])[0-9]{0,2}(?:\.[0-9]{1,3}){3}(?![0-9A-Za-z]|\.[0-9])")
-
-
-_VERSION_BEFORE = compile_ascii(r"(?i)\b(?:version|release|build|ver\.?)[ \t]{0,3}\Z")
+# Four dotted numbers that are not an address: a version ("version 4.19.2.10", "versión 10.2.1.3"), a
+# section of a document ("section 2.3.1.4", "§ 4.1.2.3"), right before them; a time ("10.10.10.10 am")
+# right after them. Names in English, German, French, Spanish, Italian, Portuguese, Dutch and Russian.
+_VERSION_BEFORE = re.compile(
+    rf"(?i)(?<!{WORD})(?:v|ver|version|versi[oó]n[e]?|vers[aã]o|versie|верси[яи]|release|build|firmware|fw|patch"
+    r"|section|sect|sec|chapter|ch|clause|article|art|paragraph|para|step|item|figure|fig|table|tab|appendix"
+    r"|annex|rule|requirement|req|abschnitt|kapitel|absatz|ziffer|punkt|secci[oó]n|cap[ií]tulo|art[ií]culo"
+    r"|apartado|punto|chapitre|paragraphe|hoofdstuk|artikel|paragraaf|sezione|capitolo|se[cç][aã]o|раздел"
+    rf"|пункт|глава)\.?[ \t]{{0,3}}(?:n[o°º]\.?[ \t]{{0,2}})?\Z|§[ \t]{{0,3}}\Z"
+)
+_TIME_AFTER = re.compile(rf"(?i)[ \t]{{0,2}}(?:[ap]\.?m\.?|h|hrs?|uhr|o'clock|heures?|horas?|ore)(?!{WORD})")
+VERSION_BEFORE_CHARS = 16  # the longest name and spacing looked back at
 
 
 def accept_ipv4(text: str, match: re.Match[str]) -> Span | None:
-    """Four octets 0-255 without leading zeros, not right after "version" (or release, build)."""
+    """Four octets 0-255 without leading zeros, not right after a version's or a section's name, not
+    right before "am" or "pm" (or "h", "Uhr", ...)."""
     octets = match[0].split(".")
     if not all(int(o) <= 255 and (o == "0" or o[0] != "0") for o in octets):
         return None
-    return None if _VERSION_BEFORE.search(text, max(0, match.start() - 12), match.start()) else match.span()
+    if _VERSION_BEFORE.search(text, max(0, match.start() - VERSION_BEFORE_CHARS), match.start()):
+        return None
+    return None if _TIME_AFTER.match(text, match.end()) else match.span()
 
 
 DETECTORS: dict[str, Detector] = {
@@ -380,9 +618,9 @@ DETECTORS: dict[str, Detector] = {
             "phone",
             "+country numbers (8-15 digits); US/Canada (NXX) NXX-XXXX; trunk-0 national numbers with separators",
             (
-                Rule(_PHONE_INTERNATIONAL, accept_international_phone, needs="+"),
-                Rule(_PHONE_NANP),
-                Rule(_PHONE_TRUNK, accept_trunk_phone),
+                Rule(_PHONE_INTERNATIONAL, standalone(accept_international_phone), needs="+"),
+                Rule(_PHONE_NANP, standalone(whole)),
+                Rule(_PHONE_TRUNK, standalone(accept_trunk_phone)),
             ),
         ),
         Detector(
@@ -395,12 +633,12 @@ DETECTORS: dict[str, Detector] = {
         ),
         Detector(
             "national_id",
-            "US SSN, UK NINO, Spanish DNI/NIE (control letter), Dutch BSN (11-test, named)",
+            "US SSN, UK NINO, Spanish DNI (named) / NIE (control letter), Dutch BSN (11-test, named)",
             (
-                Rule(_SSN, accept_ssn),
-                Rule(_NINE_DIGITS, accept_nine_digits),
-                Rule(_NINO, accept_nino),
-                Rule(_DNI, accept_dni),
+                Rule(_SSN, standalone(accept_ssn)),
+                Rule(_NINE_DIGITS, standalone(accept_nine_digits)),
+                Rule(_NINO, standalone(accept_nino)),
+                Rule(_DNI, standalone(accept_dni)),
             ),
         ),
         Detector(
@@ -415,7 +653,11 @@ DETECTORS: dict[str, Detector] = {
                 Rule(_ASSIGNED_VALUE, accept_assignment),
             ),
         ),
-        Detector("ip_address", "IPv4 addresses in dotted-quad form", (Rule(_IPV4, accept_ipv4, needs="."),)),
+        Detector(
+            "ip_address",
+            "IPv4 addresses in dotted-quad form (not versions, sections or times)",
+            (Rule(_IPV4, standalone(accept_ipv4), needs="."),),
+        ),
     )
 }
 
@@ -441,17 +683,23 @@ def detect(text: str, names: Iterable[str] | None = None) -> list[Finding]:
     another detector's finding is dropped: the larger one explains that text (the digits of an IBAN's
     tail are not also a phone number); equal spans of two detectors are both kept."""
     check_prompt(text, "text")
-    findings = [Finding(d.name, start, end) for d in chosen(names) for start, end in d.spans(text)]
+    folded = fold(text)
+    findings = [Finding(d.name, start, end) for d in chosen(names) for start, end in d.folded_spans(folded.text)]
     findings.sort(key=lambda f: (f.start, -f.end, f.detector))
     kept: list[Finding] = []
     for f in findings:
         # sorted by start, longest first: a finding can only lie inside one kept before it
         if not any(k.start <= f.start and f.end <= k.end and k.end - k.start > f.end - f.start for k in kept[-8:]):
             kept.append(f)
-    return kept
+    if folded.same_indices:
+        return kept
+    spans = folded.spans([(f.start, f.end) for f in kept])
+    return [Finding(f.detector, start, end) for f, (start, end) in zip(kept, spans)]
 
 
 def any_detected(text: str, names: Iterable[str] | None = None) -> bool:
     """Whether any of the named detectors (all when None) finds anything: stops at the first finding."""
     check_prompt(text, "text")
-    return any(d.found_in(text) for d in chosen(names))
+    detectors = chosen(names)
+    folded = fold(text).text
+    return any(d.folded_found_in(folded) for d in detectors)
