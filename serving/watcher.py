@@ -13,6 +13,8 @@ first; a refused bundle is reported once, then ignored until it changes again).
 - PolicyWatcher(router, path): a policy file (serving.policy.rules). When its bytes change, the
   new file is loaded and checked whole, then becomes `router.policy` in one assignment; a file
   that fails its checks (or cannot be read) leaves the current policy in place, logged with why.
+  A file read while it is being written is never loaded: a JSON document cut short does not
+  parse, and a YAML policy file must end with the line `...` (PolicySet.parse).
 """
 
 from __future__ import annotations
@@ -163,17 +165,20 @@ class BundleURLWatcher(_Poller):
 
 @dataclass(frozen=True)
 class PolicyReload:
-    """What one PolicyWatcher check did: `reloaded` or not, and why; `version`: the policy in force."""
+    """What one PolicyWatcher check did: `reloaded` or not, and why; `version`: the policy in force;
+    `file_version`: the version of the bytes read (PolicySet.version's digest; None: unreadable)."""
 
     reloaded: bool
     reason: str
     version: str | None
+    file_version: str | None = None
 
 
 class PolicyWatcher(_Poller):
     """`PolicyWatcher(router, "policy.json").start()` reloads the policy file when it changes;
-    `stop()` ends the polling thread. Write the file atomically (beside, then rename), or a
-    half-written file may be read: it fails its checks and is retried when it changes again."""
+    `stop()` ends the polling thread. A file read half-written fails its checks (JSON cut short
+    does not parse; a YAML policy file ends with the line `...`), is kept out, and is read again
+    when it changes. Writing it atomically (beside, then rename) still avoids the warning."""
 
     name = "policy-watcher"
 
@@ -205,19 +210,30 @@ class PolicyWatcher(_Poller):
             if len(raw) > self._max_bytes:
                 raise PolicyFileError(f"policy file {self.path}: over {self._max_bytes:,} bytes")
             policy = PolicySet.parse(raw, source=str(self.path), endpoints=self.router.policy_endpoints)
+            previous = self.router.policy
             self.router.policy = policy  # PolicyFileError when it names other endpoints than the bundle's
         except PolicyFileError as exc:
             return self._kept(str(exc), digest)
-        log.info("policy reloaded from %s: version %s, %d rules", self.path, policy.version, len(policy.rules))
-        self.last_reload = PolicyReload(True, f"now version {policy.version} from {self.path}", policy.version)
+        log.info(
+            "policy reloaded from %s: version %s, %d rules (were %s)",
+            self.path,
+            policy.version,
+            len(policy.rules),
+            len(previous.rules) if previous is not None else "none",
+        )
+        self.last_reload = PolicyReload(
+            True, f"now version {policy.version} from {self.path}", policy.version, policy.version
+        )
         return self.last_reload
 
     def _kept(self, why: str, digest: str | None) -> PolicyReload | None:
-        """The current policy stays; said once per state of the file."""
-        if self.last_reload is not None and not self.last_reload.reloaded and self.last_reload.reason.endswith(why):
+        """The current policy stays; said once per state of the file (its bytes' digest, and why)."""
+        last = self.last_reload
+        if last is not None and not last.reloaded and last.file_version == digest and last.reason.endswith(why):
             return None
         current = self.router.policy
         version = current.version if current is not None else None
-        log.warning("policy not reloaded, keeping version %s: %s", version, why)
-        self.last_reload = PolicyReload(False, f"kept version {version}: {why}", version)
+        shown = f" (file version {digest})" if digest is not None else ""
+        log.warning("policy not reloaded, keeping version %s: %s%s", version, why, shown)
+        self.last_reload = PolicyReload(False, f"kept version {version}: {why}", version, digest)
         return self.last_reload
