@@ -54,6 +54,7 @@ def test_nested_quantifiers_run_in_bounded_time_on_any_prompt(tmp_path):
         (r"contract\Z", "invalid escape sequence: \\Z"),  # RE2 spells it \z
         (r"a++", "bad repetition operator"),  # possessive
         (r"(?>a)", "invalid perl operator: (?>"),  # atomic group
+        (r"(?x) a b", "invalid perl operator: (?x"),  # verbose mode
         (r"a{,5}", "write {0,5}"),  # Python: up to 5; RE2: the text "a{,5}"
         (r"a{4294967295}", "counts over 1000"),  # Python: OverflowError; RE2: the text
         (r"a{1001}", "counts over 1000"),
