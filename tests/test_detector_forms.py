@@ -7,6 +7,7 @@ on adversarial inputs of each detector, and the eval's floors on the shipped set
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -227,6 +228,22 @@ def test_folding_is_idempotent_on_every_code_point():
         if folded != chr(cp) and any(fold_char(c) != c for c in folded):
             unstable.append(hex(cp))
     assert unstable == []
+
+
+def test_every_character_that_folds_is_looked_up():
+    """fold() looks up only the characters _MAY_FOLD matches: every character that folds must be one of
+    them, and the ones it skips must all be assigned (Unicode's normalization stability policy then keeps
+    them folding to themselves in later versions)."""
+    import unicodedata
+
+    from serving.policy.detectors import _FOLDS_TO_ITSELF, _MAY_FOLD, fold_char
+
+    assert [hex(cp) for cp in range(0x110000) if fold_char(chr(cp)) != chr(cp) and not _MAY_FOLD.match(chr(cp))] == []
+    skipped = re.compile(f"[{_FOLDS_TO_ITSELF}]")
+    unassigned = [
+        hex(cp) for cp in range(0x80, 0x110000) if skipped.match(chr(cp)) and unicodedata.category(chr(cp)) == "Cn"
+    ]
+    assert unassigned == []
 
 
 def test_ascii_text_is_not_copied():

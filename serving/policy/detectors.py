@@ -140,23 +140,39 @@ class Folded:
         return list(zip(firsts.tolist(), lasts.tolist()))
 
 
-_ASCII = frozenset(map(chr, range(128)))
-REPLACE_AT_MOST = 8  # distinct characters to fold replaced one by one (str.replace); more: str.translate
+# Characters that fold to themselves, every one of them assigned, so that Unicode's normalization
+# stability policy keeps them so in every later version: the letters of common alphabets (Latin-1 and
+# Latin Extended-A but for ĳ, Ŀ, ŉ, ſ; Greek, Cyrillic, Hebrew, Arabic, Devanagari, Thai), kana, CJK
+# ideographs, Hangul syllables, quotes, CJK brackets, the em dash, emoji (tests/test_detector_forms.py
+# checks both on every code point). Any other non-ASCII character may fold, and is looked up.
+_FOLDS_TO_ITSELF = (
+    "\u00ab\u00bb\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u0131\u0134-\u013e\u0141-\u0148\u014a-\u017e"
+    "\u0391-\u03a1\u03a3-\u03a9\u03b1-\u03c9\u0400-\u045f\u05d0-\u05ea\u0621-\u063a\u0641-\u064a"
+    "\u0905-\u0939\u0e01-\u0e30\u2014\u2018\u2019\u201c\u201d\u2022\u3001\u3002\u300c-\u300f"
+    "\u3041-\u3096\u30a1-\u30fa\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\U0001f300-\U0001f64f"
+    "\U00020000-\U0002a6df"
+)
+_MAY_FOLD = re.compile(f"[^\x00-\x7f{_FOLDS_TO_ITSELF}]")
+FOLD_STABLE_SIZE = 50_000  # other characters remembered to fold to themselves
+_stable: set[str] = set()
+REPLACE_AT_MOST = 32  # distinct characters to fold replaced one by one (str.replace); more: str.translate
 
 
 def fold(text: str) -> Folded:
     """The text the detectors read: each character folded by fold_char (so NFKC, character by character,
     with format characters dropped), exactly, whatever the Unicode version. Free on ASCII text
-    (str.isascii() is O(1) in CPython); otherwise the set of its characters, a cached look-up per
-    distinct non-ASCII character, and a few str.replace (or one str.translate), all linear and in C
-    but for the look-ups."""
+    (str.isascii() is O(1) in CPython); otherwise one scan in C for the characters that may fold, a
+    cached look-up for each distinct one, and a few str.replace (or one str.translate): linear, and in
+    C but for the look-ups."""
     if text.isascii():
         return Folded(text, text)
     table: dict[str, str] = {}
-    for ch in set(text).difference(_ASCII):
+    for ch in set(_MAY_FOLD.findall(text)).difference(_stable):
         folded = fold_char(ch)
         if folded != ch:
             table[ch] = folded
+        elif len(_stable) < FOLD_STABLE_SIZE:
+            _stable.add(ch)
     if not table:
         return Folded(text, text)
     if len(table) <= REPLACE_AT_MOST:
@@ -325,9 +341,10 @@ def accept_trunk_phone(text: str, match: re.Match[str]) -> Span | None:
 
 # Compact (13-19 digits, not inside a longer run; other numbers may follow), or grouped: a first group of
 # four not right after another group. Between groups: one to three spaces, tabs or line breaks, or one of
-# - . / _ with a space either side or none. "4111 1111 1111 1111 12/29" (expiry after the number) is a
-# grouped candidate of 18 digits that accept_card cuts back to its first four groups. A card may be glued
-# to a word ("card4111111111111111"): Luhn and the issuer table carry its precision.
+# - . / _ with a space either side or none (the pattern lets any three of these characters through, which
+# keeps it as fast as a single separator; accept_card holds them to this). "4111 1111 1111 1111 12/29"
+# (expiry after the number) is a grouped candidate that accept_card cuts back to its first four groups.
+# A card may be glued to a word ("card4111111111111111"): Luhn and the issuer table carry its precision.
 _CARD_SEPARATOR = r"(?:[ \t\r\n]{1,3}|[ ]?[-./_][ ]?)"
 # Not right after a group and a separator (accept_card checks that exactly; these look-behinds spare it
 # the common cases). After a line ending in digits, a grouped card may start if its own separators are
@@ -339,8 +356,9 @@ _NOT_AFTER_A_GROUP = (
 )
 _CARD = compile_ascii(
     r"[0-9](?<![0-9][0-9])"
-    r"(?:[0-9]{12,18}(?![0-9])|" + _NOT_AFTER_A_GROUP + r"[0-9]{3}(?:" + _CARD_SEPARATOR + r"?[0-9]){9,15}(?![0-9]))"
+    r"(?:[0-9]{12,18}(?![0-9])|" + _NOT_AFTER_A_GROUP + r"[0-9]{3}(?:[ \t\r\n./_-]{0,3}[0-9]){9,15}(?![0-9]))"
 )
+_SEPARATOR = compile_ascii(_CARD_SEPARATOR)
 _DIGIT_RUNS = compile_ascii(r"[0-9]+")
 _GROUP_BEFORE = compile_ascii(r"[0-9](" + _CARD_SEPARATOR + r")\Z")  # searched in the few characters before
 _GROUP_AFTER = compile_ascii(r"(" + _CARD_SEPARATOR + r")[0-9]{4}")
@@ -381,7 +399,10 @@ def valid_card(digits: str) -> bool:
 
 
 def separator_kind(separator: str) -> str:
-    """ "space" (spaces and tabs), "newline" (white space with a line break) or the punctuation mark."""
+    """ "space" (spaces and tabs), "newline" (white space with a line break), the punctuation mark, or ""
+    when it is not a separator between a card's groups."""
+    if _SEPARATOR.fullmatch(separator) is None:
+        return ""
     mark = separator.strip(" \t\r\n")
     if mark:
         return mark
@@ -406,7 +427,7 @@ def accept_card(text: str, match: re.Match[str]) -> Span | None:
     kinds = [separator_kind(text[a[1] : b[0]]) for a, b in zip(groups, groups[1:])]
     kind = next((k for k in kinds if k != "newline"), "newline")
     for i, k in enumerate(kinds):
-        if k != kind and not (k == "newline" and kind == "space"):
+        if not k or (k != kind and not (k == "newline" and kind == "space")):
             groups = groups[: i + 1]
             break
     if len(groups) > 1:
