@@ -25,18 +25,25 @@ that does not fit its request (edge_quality for an N-endpoint request, outcomes 
 one, an endpoint its bundle does not have, a quality outside [0, 1]) and a shadow record for an
 N-endpoint request are rejects at their own line; the request's row stands on the rest. An
 N-endpoint request logged without its text is a reject: N-endpoint training reads prompts.
+
+Every record whose shape is not the SDK's is a reject at its own line, with the reason, and the read
+goes on: a request whose `endpoint` / `endpoints` / `outcomes` are not a name, a list of names and an
+object, a shadow record whose `side` is not edge or cloud; later records of a rejected request say so.
+Lines the reader refuses (serving.outcome_log.read_log_lines: longer than MAX_LINE_BYTES, not UTF-8,
+not JSON, nested too deeply, a number that is not a finite double) and files that are not regular
+files (a FIFO, a device) are rejects too. Values quoted in a reason are cut short and escaped (repr).
 """
 
 from __future__ import annotations
 
-import json
+import reprlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from data.readers import RawRow
 from data.schema import TOKENS, Reject
 from serving.outcome_log import FILE_PATTERN as PATTERN
-from serving.outcome_log import LOG_FORMAT, read_log_lines
+from serving.outcome_log import LOG_FORMAT, open_log_file, parse_record_line, printable, read_log_lines
 
 
 def is_outcome_log_folder(path: Path) -> bool:
@@ -52,16 +59,16 @@ RECOGNISE_BYTES = 1 << 20  # a request record with a long prompt and answer fits
 
 
 def _first_record_is_ours(file: Path) -> bool:
+    fh, _ = open_log_file(file)  # None for a FIFO or a device named like a log: never opened, never waited on
+    if fh is None:
+        return False
     try:
-        with open(file, "rb") as fh:
+        with fh:
             head = fh.read(RECOGNISE_BYTES)
     except OSError:
         return False
     line = next((line for line in head.split(b"\n") if line.strip()), b"")
-    try:
-        record = json.loads(line.decode("utf-8", "replace"))
-    except ValueError:  # nothing, or a line longer than the bound or cut short: not proof either way
-        return False
+    record, _, _ = parse_record_line(line)  # None: nothing, a line longer than the bound or cut short, not JSON
     return isinstance(record, dict) and record.get("log") == LOG_FORMAT
 
 
@@ -82,81 +89,129 @@ def _apply(outcomes: dict, record: dict, fields: tuple[str, str]) -> None:
             outcomes[side] = record[field]
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 6, 4
+
+
+def _shown(value: Any) -> str:
+    """A logged value in a reject's reason: its repr (control characters escaped), cut short."""
+    return _SHORT.repr(value)
+
+
+def _name(text: str) -> str:
+    """A logged id or name in a reason: as it is, escaped for the terminal, cut to 80 characters."""
+    return printable(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(map(_name, names[:20])) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
+
+
 def _n_endpoint(request: dict) -> bool:
     """Whether an N-endpoint bundle routed the request (its record names the chosen `endpoint`)."""
     return request.get("endpoint") is not None
 
 
+def _request_problem(request: dict) -> str | None:
+    """Why a request record is not of the shape the SDK writes, or None. An N-endpoint one names the
+    chosen `endpoint` among its bundle's `endpoints` and the observed failures as `outcomes`."""
+    if not _n_endpoint(request):
+        return None
+    endpoint, names, logged = request["endpoint"], request.get("endpoints"), request.get("outcomes")
+    if not isinstance(endpoint, str) or not endpoint:
+        return f"endpoint must be the chosen endpoint's name, got {_shown(endpoint)}"
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        return f"endpoints must be the list of the bundle's endpoint names, got {_shown(names)}"
+    if endpoint not in names:
+        return f"endpoint {_name(endpoint)!r} is not among the record's endpoints ({_names(names)})"
+    if logged is not None and not isinstance(logged, dict):
+        return f"outcomes must be an object {{endpoint: quality}}, got {_shown(logged)}"
+    return None
+
+
 def _mismatch(record: dict, request: dict) -> str | None:
     """Why a feedback or shadow record cannot apply to its request, or None. N-endpoint requests take
     feedback `outcomes` for their bundle's endpoints, qualities in [0, 1]; two-endpoint ones take
-    edge_quality / cloud_quality; no N-endpoint request is shadowed."""
-    request_id, kind = record["request_id"], record["type"]
+    edge_quality / cloud_quality; no N-endpoint request is shadowed; a shadow record names its side."""
+    request_id, kind = _name(record["request_id"]), record["type"]
     if not _n_endpoint(request):
         if kind == "feedback" and record.get("outcomes") is not None:
             return (
                 f"feedback gives outcomes for request_id {request_id}, which was routed between edge and cloud "
                 "(its feedback is edge_quality / cloud_quality)"
             )
+        if kind == "shadow" and record.get("side") not in ("edge", "cloud"):
+            return f"shadow record's side must be edge or cloud, got {_shown(record.get('side'))}"
         return None
-    names = request.get("endpoints") or []
+    names = request["endpoints"]  # a list of names (_request_problem)
     if kind == "shadow":
         return f"shadow record for request_id {request_id}, which an N-endpoint bundle routed (never shadowed)"
     outcomes = record.get("outcomes")
     if outcomes is None:
         return (
             f"feedback gives edge_quality / cloud_quality for request_id {request_id}, which was routed among "
-            f"{', '.join(map(str, names))}: N-endpoint feedback is outcomes {{endpoint: quality}}"
+            f"{_names(names)}: N-endpoint feedback is outcomes {{endpoint: quality}}"
         )
     if not isinstance(outcomes, dict) or not outcomes:
-        return f"feedback outcomes must be a non-empty object {{endpoint: quality}}, got {str(outcomes)[:80]}"
+        return f"feedback outcomes must be a non-empty object {{endpoint: quality}}, got {_shown(outcomes)}"
     for name, quality in outcomes.items():
         if name not in names:
             return (
-                f"feedback gives an outcome for endpoint {name[:80]!r}, which the bundle that routed request_id "
-                f"{request_id} does not have ({', '.join(map(str, names))})"
+                f"feedback gives an outcome for endpoint {_name(name)!r}, which the bundle that routed request_id "
+                f"{request_id} does not have ({_names(names)})"
             )
         if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0.0 <= quality <= 1.0:
-            return f"feedback outcomes.{name} is not a quality in [0, 1]: {str(quality)[:80]}"
+            return f"feedback outcomes.{_name(name)} is not a quality in [0, 1]: {_shown(quality)}"
     return None
 
 
 def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
     """Canonical rows of an SDK outcome-log folder (see the module doc)."""
     requests: dict[str, tuple[str, str, dict]] = {}
+    refused: dict[str, str] = {}  # request_id -> where its request record was rejected
     outcomes: dict[str, dict] = {}
     answers: dict[str, dict] = {}
     later: list[tuple[str, str, dict]] = []
     for file, location, record in _records(folder, rejects):
         kind, request_id = record.get("type"), record.get("request_id")
         if not isinstance(request_id, str) or not request_id:
-            rejects.append(Reject(file, location, f"record without a request_id: {request_id!r}"))
+            rejects.append(Reject(file, location, f"record without a request_id: {_shown(request_id)}"))
         elif kind == "request":
             if request_id in requests:
+                first = requests[request_id]
                 rejects.append(
                     Reject(
                         file,
                         location,
-                        f"request_id {request_id} logged twice (first at "
-                        f"{requests[request_id][0]} {requests[request_id][1]})",
+                        f"request_id {_name(request_id)} logged twice (first at {first[0]} {first[1]})",
                     )
                 )
                 continue
+            problem = _request_problem(record)
+            if problem is not None:
+                rejects.append(Reject(file, location, problem))
+                refused.setdefault(request_id, f"{file} {location}")
+                continue
             requests[request_id] = (file, location, record)
             if _n_endpoint(record):  # the observed failures; the row's checks judge what they hold
-                logged = record.get("outcomes")
-                outcomes[request_id] = dict(logged) if isinstance(logged, dict) else {}
+                outcomes[request_id] = dict(record.get("outcomes") or {})
             else:
                 _apply(outcomes.setdefault(request_id, {}), record, ("edge_quality", "cloud_quality"))
         elif kind in ("feedback", "shadow"):
             later.append((file, location, record))
         else:
-            rejects.append(Reject(file, location, f"unknown record type {kind!r}"))
+            rejects.append(Reject(file, location, f"unknown record type {_shown(kind)}"))
     for file, location, record in sorted(later, key=lambda item: _time(item[2])):
         request_id = record["request_id"]
         if request_id not in requests:
+            held = f"whose request record was rejected ({refused[request_id]})" if request_id in refused else None
             rejects.append(
-                Reject(file, location, f"{record['type']} for request_id {request_id}, which this log does not hold")
+                Reject(
+                    file,
+                    location,
+                    f"{record['type']} for request_id {_name(request_id)}, " + (held or "which this log does not hold"),
+                )
             )
             continue
         request = requests[request_id][2]
@@ -168,15 +223,15 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
         elif record["type"] == "feedback":
             _apply(outcomes[request_id], record, ("edge_quality", "cloud_quality"))
         else:
-            side = record.get("side")
-            if record.get("quality") is not None and side in ("edge", "cloud"):
+            side = record["side"]  # edge or cloud (_mismatch)
+            if record.get("quality") is not None:
                 outcomes[request_id].setdefault(f"{side}_quality", record["quality"])
             if isinstance(record.get("response"), str):
                 answers.setdefault(request_id, {})[side] = record["response"]
     for index, (request_id, (file, location, record)) in enumerate(requests.items()):
         if _n_endpoint(record):
             if record.get("prompt") is None:
-                rejects.append(Reject(file, location, _NO_TEXT.format(request_id=request_id)))
+                rejects.append(Reject(file, location, _NO_TEXT.format(request_id=_name(request_id))))
             else:
                 yield RawRow(file, location, _endpoint_row(request_id, record, outcomes[request_id]), index)
             continue
@@ -221,5 +276,7 @@ def _endpoint_row(request_id: str, record: dict, outcomes: dict) -> dict:
 
 
 def _time(record: dict) -> float:
+    """The record's time for ordering feedback; 0.0 when it has none. The reader has refused every
+    number that is not a finite double (a 400-digit integer), so float() cannot overflow."""
     value = record.get("time")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0

@@ -2,8 +2,11 @@
 training traffic? Prints the checks (serving.drift) and the verdict, stable / watch / retrain
 (unknown for a bundle without a drift reference), and writes the report as JSON.
 
-Exit status: 0 whatever the verdict, 2 on bad input; with `--fail-on watch` (or `retrain`),
-1 when the verdict is at least that (for a scheduled job)."""
+Exit status: 0 whatever the verdict, 2 on bad input (a line that is not an outcome record, a file
+that is not a regular file, a log without a request record: the error names the file and line);
+with `--fail-on watch` (or `retrain`), 1 when the verdict is at least that (for a scheduled job).
+Text from the log (file names, reasons) is printed with control characters escaped
+(serving.outcome_log.printable)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ def main(
     from evaluation.drift import bundle_drift, drift_table
     from serving.bundle import BundleError
     from serving.drift import RETRAIN, WATCH, DriftInputError, DriftThresholds
+    from serving.outcome_log import printable
 
     error = Console(stderr=True)
     if fail_on not in (None, WATCH, RETRAIN):
@@ -57,11 +61,13 @@ def main(
     try:
         report = bundle_drift(bundle, logs, thresholds, rescored=rescore)
     except (BundleError, DriftInputError) as exc:
-        error.print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
+        error.print("[red]error[/]:", escape(printable(str(exc))), soft_wrap=True)
         raise typer.Exit(2) from exc
     console = Console()
     console.print(drift_table(report))
-    console.print(f"verdict: {report.verdict}: {escape(report.reason)}", soft_wrap=True)
+    console.print(f"verdict: {report.verdict}: {escape(printable(report.reason))}", soft_wrap=True)
+    for line in report.left_out:
+        console.print(f"left out: {escape(printable(line))}", soft_wrap=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report.as_dict(), indent=2) + "\n", encoding="utf-8")
     console.print(f"report: {out}")

@@ -8,10 +8,16 @@ period: a day, a week, or any --since / --until.
 
 The folder's `request` records whose time falls in the period are shown; `feedback` records
 (router.feedback, `make label`) join them by request id, from any time. Bad input stops the
-command with an error naming the file and line: a missing folder, a folder without outcome
-files, a line that is not an outcome record, a record without the fields the SDK writes, no
-request in the period. --screenshot PATH also writes a PNG of the page taken with headless
-Chromium.
+command with an error naming the file and line, never a traceback: a missing folder, a folder
+without outcome files, a file that is not a regular file (a FIFO, a device: refused, never
+waited on), a line that is not an outcome record (longer than MAX_LINE_BYTES, not UTF-8, not
+JSON, nested too deeply, a number that is not a finite double), a record without the fields the
+SDK writes (a time outside 1970-9999 too), no request in the period. Memory: one line of at most
+MAX_LINE_BYTES at a time (serving.outcome_log.read_log_lines), and what is kept of each record: a
+request's summary, a feedback's id, time and qualities. What the terminal shows of the log (file
+names, versions, reasons) has its control characters escaped (serving.outcome_log.printable), and
+the page escapes them and HTML alike. --screenshot PATH also writes a PNG of the page taken with
+headless Chromium.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Annotated, Optional
 import typer
 
 PERIODS = {"day": 86400.0, "week": 7 * 86400.0}
+FEEDBACK_FIELDS = ("request_id", "time", "edge_quality", "cloud_quality")  # what the report reads of a feedback record
 
 
 class ReportError(Exception):
@@ -88,8 +95,8 @@ def read_log(folder: Path) -> tuple[list, list[dict]]:
         try:
             if kind == "request":
                 requests.append(from_record(line.record))
-            elif kind == "feedback":
-                feedback.append(line.record)
+            elif kind == "feedback":  # what outcomes_from_feedback reads of it, not the whole record
+                feedback.append({key: line.record.get(key) for key in FEEDBACK_FIELDS})
             elif kind != "shadow":
                 raise RecordShapeError(f"unknown record type {kind!r}")
         except RecordShapeError as exc:
@@ -139,7 +146,10 @@ def write_report(
         prices = CallPrices({"edge": edge_price, "cloud": cloud_price}, unit=unit)
     except ValueError as exc:
         raise ReportError(str(exc)) from None
-    views = compute_views(chosen, outcomes=outcomes, prices=prices, bucket_s=bucket_s)
+    try:
+        views = compute_views(chosen, outcomes=outcomes, prices=prices, bucket_s=bucket_s)
+    except ValueError as exc:  # --bucket-s: not a positive number of seconds, or too many buckets
+        raise ReportError(f"--bucket-s: {exc}") from None
     try:
         page = render_page(views, title="Router traffic", source=f"outcome log {folder}", drift=drift_panel)
     except ValueError as exc:  # the drift file's shape
@@ -160,7 +170,10 @@ def write_report(
 def _shown(epoch: float) -> str:
     if epoch in (float("inf"), float("-inf")):
         return "(open)"
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # before year 1 or after 9999 (--since 0001-01-01 --period day)
+        return f"{epoch:.0f} s from 1970"
 
 
 def screenshot(page: Path, png: Path, *, chromium: str = "chromium", width: int = 1280, height: int = 2000) -> None:
@@ -205,6 +218,8 @@ def main(
     chromium: Annotated[str, typer.Option(help="the Chromium binary for --screenshot")] = "chromium",
 ) -> None:
     """Write the traffic dashboard of an outcome-log folder as one HTML file."""
+    from serving.outcome_log import printable
+
     try:
         shown = write_report(
             logs,
@@ -221,12 +236,14 @@ def main(
         if screenshot_png is not None:
             screenshot(out, screenshot_png, chromium=chromium)
     except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         raise typer.Exit(1) from None
     print(
-        f"wrote {out}: {shown['requests']} requests from {_shown(shown['start'])} to {_shown(shown['end'])}, "
-        f"served {shown['served']}, bundles {', '.join(shown['bundles'])}, {shown['with_feedback']} with feedback"
-        + (f"; screenshot {screenshot_png}" if screenshot_png else "")
+        printable(
+            f"wrote {out}: {shown['requests']} requests from {_shown(shown['start'])} to {_shown(shown['end'])}, "
+            f"served {shown['served']}, bundles {', '.join(shown['bundles'])}, {shown['with_feedback']} with feedback"
+            + (f"; screenshot {screenshot_png}" if screenshot_png else "")
+        )
     )
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from serving.contract import CLOUD, DRIFT_REFERENCE_FILE, PRECISIONS, ZONES
-from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, read_log_lines
+from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, printable, read_log_lines
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
@@ -389,6 +389,7 @@ class DriftReport:
     model_version: str | None  # the reference's
     reference_missing: bool
     thresholds: DriftThresholds = field(default_factory=DriftThresholds)
+    left_out: tuple[str, ...] = ()  # lines read_records left out ("file line N: why"): a last line cut short
 
     def as_dict(self) -> JSONObject:
         return {
@@ -400,6 +401,7 @@ class DriftReport:
             "model_version": self.model_version,
             "reference": "missing" if self.reference_missing else "present",
             "thresholds": asdict(self.thresholds),
+            "left_out": list(self.left_out),
         }
 
 
@@ -421,13 +423,33 @@ class _Current:
         return [v for v, o in zip(values, own) if o or not own_only]
 
 
+def _finite_float(value: Any) -> float | None:
+    """`value` as a finite float, or None: not a number (a bool is not one), NaN, infinite, or an
+    integer too large for a double (a 400-digit one: float() would raise OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _shown(value: Any) -> str:
+    """A value in an error message: its repr (control characters escaped), cut short."""
+    if isinstance(value, int) and value.bit_length() > 128:  # repr() of a 5,000-digit int raises
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)[:40]
+
+
 def _number(record: Mapping[str, Any], key: str, where: str) -> float | None:
     value = record.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise DriftInputError(f"{where}: {key} must be a finite number or null, got {str(value)[:40]!r}")
-    return float(value)
+    number = _finite_float(value)
+    if number is None:
+        raise DriftInputError(f"{where}: {key} must be a finite number or null, got {_shown(value)}")
+    return number
 
 
 def _n_tokens(record: Mapping[str, Any], where: str) -> float | None:
@@ -442,11 +464,10 @@ def _n_tokens(record: Mapping[str, Any], where: str) -> float | None:
     if not isinstance(names, list) or not isinstance(scalars, list) or "n_tokens" not in names:
         return None
     index = names.index("n_tokens")
-    value = scalars[index] if index < len(scalars) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return _finite_float(scalars[index]) if index < len(scalars) else None
 
 
-def _read(records: Iterable[Mapping[str, Any]], model_version: str | None) -> _Current:
+def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_out: Sequence[str] = ()) -> _Current:
     requests: dict[str, Mapping[str, Any]] = {}
     order: list[Mapping[str, Any]] = []
     edge_feedback: dict[str, float] = {}
@@ -456,7 +477,7 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None) -> _C
             raise DriftInputError(f"{where}: not a JSON object but {type(record).__name__}")
         if record.get("log") != LOG_FORMAT:
             raise DriftInputError(
-                f"{where}: not an outcome record of {LOG_FORMAT!r} (its log field: {str(record.get('log'))[:60]!r})"
+                f"{where}: not an outcome record of {LOG_FORMAT!r} (its log field: {_shown(record.get('log'))})"
             )
         if record.get("type") == "request":
             order.append(record)
@@ -467,7 +488,10 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None) -> _C
             if quality is not None:  # records come in time order: later feedback wins
                 edge_feedback[record["request_id"]] = quality
     if not order:
-        raise DriftInputError("no request records: drift needs the outcome log of a router's execute() calls")
+        raise DriftInputError(
+            "no request records: drift needs the outcome log of a router's execute() calls"
+            + (f" (left out: {'; '.join(left_out[:3])})" if left_out else "")
+        )
     current = _Current(records=len(order))
     for index, record in enumerate(order):
         where = f"request record {index + 1}"
@@ -485,16 +509,55 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None) -> _C
         current.add("zone", zone if zone in ZONES else None, own)
         accept = record.get("accept")
         current.add("acceptance", bool(accept.get("accepted")) if isinstance(accept, dict) else None, own)
-        quality = edge_feedback.get(record.get("request_id") or "", _number(record, "edge_quality", where))
+        request_id = record.get("request_id")
+        logged = _number(record, "edge_quality", where)
+        quality = edge_feedback.get(request_id, logged) if isinstance(request_id, str) else logged
         edge_first = zone in ZONES and zone != CLOUD
         current.add("edge_failure", None if quality is None or not edge_first else quality < FAILED_BELOW, own)
     return current
 
 
-def read_records(path: str) -> list[JSONObject]:
-    """Every record of an outcome log folder (serving.outcome_log.read_log_lines), in file order;
-    DriftInputError for a folder without log files, an unreadable file, or a line that is not an
-    outcome record (a last line cut short by a killed process is left out)."""
+# What drift reads of a record (_read, rescore): read_records keeps these fields only, so that the
+# answers, steps and logged model inputs of a large log are not held while it is compared.
+READ_FIELDS = (
+    "log",
+    "type",
+    "request_id",
+    "time",
+    "model_version",
+    "score",
+    "p_edge",
+    "p_cloud",
+    "novelty",
+    "n_tokens",
+    "prompt",
+    "precision",
+    "zone",
+    "accept",
+    "edge_quality",
+)
+
+
+def _kept(record: JSONObject) -> JSONObject:
+    """The fields of `record` drift reads (READ_FIELDS); of `features`, the scalars' names and values
+    (_n_tokens), of `accept` its verdict."""
+    kept: JSONObject = {key: record[key] for key in READ_FIELDS if key in record}
+    accept, features = record.get("accept"), record.get("features")
+    if isinstance(accept, dict):
+        kept["accept"] = {"accepted": accept.get("accepted")}
+    if isinstance(features, dict) and record.get("n_tokens") is None:
+        kept["features"] = {"feature_names": features.get("feature_names"), "scalars": features.get("scalars")}
+    return kept
+
+
+def read_records(path: str, left_out: list[str] | None = None) -> list[JSONObject]:
+    """The records of an outcome log folder (serving.outcome_log.read_log_lines), in file order,
+    with the fields drift reads (READ_FIELDS); DriftInputError naming the file and line for a
+    folder without log files, a file that is not a regular file (a FIFO, a device) or cannot be
+    read, and a line that is not an outcome record (longer than MAX_LINE_BYTES, not UTF-8, not
+    JSON, nested too deeply, a number that is not a finite double, another format). A file's last
+    line cut short (a writer killed mid-write, or still at work) is left out, and said so in
+    `left_out` ("file line N: why")."""
     from pathlib import Path
 
     if not Path(path).is_dir() or not any(Path(path).glob(FILE_PATTERN)):
@@ -502,9 +565,14 @@ def read_records(path: str) -> list[JSONObject]:
     out: list[JSONObject] = []
     for line in read_log_lines(path):
         if line.record is not None:
-            out.append(line.record)
-        elif not (line.last and line.problem and line.problem.startswith("not JSON")):
-            where = f"{line.file} line {line.line}" if line.line else line.file
+            out.append(_kept(line.record))
+            continue
+        # the file name escaped: make drift and make promote print the message to a terminal
+        where = printable(f"{line.file} line {line.line}" if line.line else line.file)
+        if line.cut_short:
+            if left_out is not None:
+                left_out.append(f"{where}: the last line, cut short ({line.problem})")
+        else:
             raise DriftInputError(f"{where}: {line.problem}")
     return out
 
@@ -577,13 +645,17 @@ def drift_report(
     reference: DriftReference | None,
     records: Iterable[Mapping[str, Any]],
     thresholds: DriftThresholds | None = None,
+    *,
+    left_out: Sequence[str] = (),
 ) -> DriftReport:
     """Compare an outcome log's records (dicts, as read from its JSON lines: request and feedback
     records; shadow records are ignored) with a bundle's reference (module doc). DriftInputError
-    for no request records or a record of another log format."""
+    for no request records or a record of another log format. `left_out`: the lines read_records
+    left out, carried into the report and its reason."""
     limits = thresholds or DriftThresholds()
     version = reference.model_version if reference is not None else None
-    current = _read(records, version)
+    current = _read(records, version, left_out)
+    skipped = tuple(left_out)
     if reference is None:
         return DriftReport(
             UNKNOWN,
@@ -595,6 +667,7 @@ def drift_report(
             None,
             True,
             limits,
+            skipped,
         )
     compared = sum(current.own.get("score", []))
     checks = _numeric_checks(reference, current, limits) + _rate_checks(reference, current, limits)
@@ -613,7 +686,9 @@ def drift_report(
             f"; {current.records - compared} of {current.records} requests were logged by another bundle version "
             "(or the rule table): compared on what does not depend on the bundle only"
         )
-    return DriftReport(verdict, tuple(checks), reason, current.records, compared, version, False, limits)
+    if skipped:
+        reason += f"; {len(skipped)} line(s) left out, a file's last line cut short: {skipped[0]}"
+    return DriftReport(verdict, tuple(checks), reason, current.records, compared, version, False, limits, skipped)
 
 
 def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:

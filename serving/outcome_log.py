@@ -44,6 +44,7 @@ import logging
 import os
 import random
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -461,41 +462,198 @@ def answer_text(response: object) -> str | None:
     return None
 
 
+# Reading the log back. Each file is opened only when it is a regular file (a FIFO, a device or a
+# socket named like a log would block the reader or never end), and read in bounded pieces: a line
+# longer than MAX_LINE_BYTES is skipped to its newline without being held, so a reader's memory is
+# about MAX_LINE_BYTES (and what it keeps of each record) whatever the file holds.
+MAX_LINE_BYTES = 8 << 20  # one record's line; the SDK's longest records (long prompt and answer) are far below it
+_SKIP_BYTES = 1 << 20  # the piece an over-long line is skipped in
+# Numbers that are not a finite double: NaN and Infinity are refused as the parser meets them; an
+# integer beyond 1.8e308 (309+ digits) or a float that overflows (1e400) only on a line where, with
+# every digit read as 0 and "+" left out, 200 zeros or "0e000" occur (an exponent of 3+ digits),
+# which is parsed with a check on each number (two C-speed searches, instead of a Python call per
+# number on every line).
+_AS_ZEROS = bytes.maketrans(b"123456789E", b"000000000e")
+_LONG_RUN, _BIG_EXPONENT = b"0" * 200, b"0e000"
+_FLOAT_MAX_INT = int(1.7976931348623157e308)
+MAX_DEPTH = 64  # lists and objects in one record; deeper would make readers' own recursion (repr, dumps) fail
+# Values (numbers, lists, objects, ...) outside strings in one line: what parsing it costs beyond its
+# bytes (8 MiB of [{},{},...] parse to 2.8 million objects, 400 MB). Records hold a few hundred
+# (token ids up to the bundle's max_tokens, an embedding): a longer line must stay under it.
+MAX_VALUES = 100_000
+_COUNT_VALUES_FROM = 256 << 10  # characters: a shorter line costs little whatever it holds (130,000 values, 10 MB)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes and all
+
+
 @dataclass(frozen=True)
 class LoggedLine:
     """One non-blank line of a log file as read back: its record (a dict of this log's format),
-    or why it is none (`problem`: not JSON, or not an outcome record). `last`: the file's last
-    line with no newline, which a process killed mid-write may have cut short."""
+    or why it is none (`problem`: not a regular file, longer than MAX_LINE_BYTES, not UTF-8, not
+    JSON, a number out of range, nested too deeply, not an outcome record). `last`: the file's last line with no
+    newline; `cut_short`: such a line whose JSON stops mid-way, what a process killed mid-write
+    (or a writer still at work) leaves."""
 
     file: str
     line: int
     record: dict[str, Any] | None
     problem: str | None = None
     last: bool = False
+    cut_short: bool = False
+
+
+class _OutOfRange(ValueError):
+    pass
+
+
+def _checked_int(text: str) -> int:
+    if len(text) > 320 or abs(value := int(text)) > _FLOAT_MAX_INT:
+        raise _OutOfRange(f"an integer of {len(text.lstrip('-'))} digits")
+    return value
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _OutOfRange(f"{text[:40]} overflows a double")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise _OutOfRange(name)
+
+
+_PARSER = json.JSONDecoder(parse_constant=_no_constant)
+_CHECKED = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float, parse_constant=_no_constant)
+
+
+def parse_record_line(raw: bytes) -> tuple[Any, str | None, bool]:
+    """(value, None, False) of one line's JSON, or (None, why not, cut): not UTF-8 (the
+    writer's own surrogatepass bytes are read back as written), not JSON, nested too deeply, or
+    a number that is not a finite double (NaN, Infinity, 1e400, a 400-digit integer), more than
+    MAX_VALUES values or nested more than MAX_DEPTH deep. `cut`: the
+    text may be a record cut short (an object, or a character, that stops at the end of the text)."""
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        cut = exc.reason == "unexpected end of data"  # a character cut at the end of the text
+        return None, f"invalid UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}", cut
+    if len(text) > _COUNT_VALUES_FROM:
+        bare = _STRING.sub('""', text)  # separators and brackets outside strings: about one per value
+        values = bare.count(",") + bare.count("[") + bare.count("{")
+        del bare
+        if values > MAX_VALUES:
+            return None, f"about {values:,} values, more than {MAX_VALUES:,} (records hold a few hundred)", False
+    try:
+        shape = raw.translate(_AS_ZEROS, b"+")
+        suspect = _LONG_RUN in shape or _BIG_EXPONENT in shape
+        del shape
+        value = (_CHECKED if suspect else _PARSER).decode(text)
+    except _OutOfRange as exc:
+        return None, f"number out of range: {exc} (records hold finite numbers)", False
+    except RecursionError:
+        return None, "not JSON: nested too deeply for the parser", False
+    except json.JSONDecodeError as exc:  # cut short: an object whose text ends before it does
+        cut = text.startswith("{") and (exc.msg.startswith("Unterminated string") or exc.pos >= len(text.rstrip()))
+        return None, f"not JSON: {exc}", cut
+    except ValueError as exc:  # int(): more digits than Python converts
+        return None, f"not JSON: {str(exc)[:120]}", False
+    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        return None, f"nested deeper than {MAX_DEPTH} levels (records nest a few)", False
+    return value, None, False
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than `limit` deep in `value` (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    return f"refused: {kind}, not a regular file (an outcome log file is a plain file)"
+
+
+def open_log_file(file: str | Path) -> tuple[Any, str | None]:
+    """(binary file object, None), or (None, why not): a file that is not a regular file is refused
+    before it is opened (a FIFO would block the open, a device never end), and opened non-blocking
+    so that one swapped in between is refused too, never waited on."""
+    try:
+        problem = _not_regular(os.stat(file).st_mode)
+        if problem is not None:
+            return None, problem
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return None, f"cannot read: {exc.strerror or exc}"
+    problem = _not_regular(os.fstat(fd).st_mode)
+    if problem is not None:
+        os.close(fd)
+        return None, problem
+    os.set_blocking(fd, True)  # a regular file: reads never block anyway
+    return os.fdopen(fd, "rb"), None
 
 
 def read_log_lines(folder: str | Path) -> Iterator[LoggedLine]:
     """Every non-blank line of the outcome log in `folder` (its FILE_PATTERN files, in name, so time,
-    order), parsed: the one reader of the format (training's data.sdk_logs, drift, make report).
-    A file that cannot be opened is one LoggedLine with line 0 and the reason; what each line
-    holds is the caller's to judge."""
+    order), parsed: the one reader of the format (training's data.sdk_logs, drift, make report,
+    make label). A file that is not a regular file or cannot be opened is one LoggedLine with line
+    0 and the reason; a line is read in bounded pieces (see MAX_LINE_BYTES); what each line holds
+    is the caller's to judge."""
     for file in sorted(Path(folder).glob(FILE_PATTERN)):
-        try:
-            fh = open(file, encoding="utf-8", errors="surrogateescape")
-        except OSError as exc:
-            yield LoggedLine(str(file), 0, None, f"cannot read: {exc.strerror or exc}")
+        fh, problem = open_log_file(file)
+        if fh is None:
+            yield LoggedLine(str(file), 0, None, problem)
             continue
         with fh:
-            for number, text in enumerate(fh, start=1):
-                if not text.strip():
+            number = 0
+            while raw := fh.readline(MAX_LINE_BYTES + 1):
+                number += 1
+                last = not raw.endswith(b"\n")
+                if last and len(raw) > MAX_LINE_BYTES:  # longer than the bound: skipped, never held
+                    length = len(raw)
+                    del raw
+                    while rest := fh.readline(_SKIP_BYTES):
+                        length += len(rest)
+                        if rest.endswith(b"\n"):
+                            length -= 1  # the newline is not the line's
+                            break
+                    problem = f"line longer than {MAX_LINE_BYTES:,} bytes ({length:,} bytes): not read"
+                    yield LoggedLine(str(file), number, None, problem, not rest)
                     continue
-                last = not text.endswith("\n")
-                try:
-                    record = json.loads(text)
-                except ValueError as exc:
-                    yield LoggedLine(str(file), number, None, f"not JSON: {exc}", last)
+                if not raw.strip():
                     continue
-                if not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
+                record, problem, cut = parse_record_line(raw)
+                if problem is not None:
+                    yield LoggedLine(str(file), number, None, problem, last, last and cut)
+                elif not isinstance(record, dict) or record.get("log") != LOG_FORMAT:
                     yield LoggedLine(str(file), number, None, f"not an outcome record of {LOG_FORMAT}", last)
-                    continue
-                yield LoggedLine(str(file), number, record, None, last)
+                else:
+                    yield LoggedLine(str(file), number, record, None, last)
+
+
+# What a reader prints of a logged string (an id, a version, a reason): control characters
+# (C0, DEL, C1: ESC starts a terminal's escape sequences), bidi overrides and isolates, line and
+# paragraph separators and lone surrogates shown as escapes, so no log field can drive the terminal.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` with what could drive a terminal shown as escapes (\\x1b, \\u202e)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from serving.dashboard.views import PERCENTILES
+from serving.outcome_log import printable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -54,7 +55,10 @@ def check_drift(drift: Mapping[str, object] | None) -> None:
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """Text for the page: control characters, bidi overrides and lone surrogates shown as escapes
+    (serving.outcome_log.printable: a log's bytes cannot hide text or break the file's UTF-8),
+    then HTML-escaped (quotes too: attribute values)."""
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _when(epoch: float) -> str:

@@ -26,6 +26,16 @@ COLOURS = {
 _drawing = threading.Lock()  # matplotlib's font cache and text layout are shared between threads
 
 
+def _label(name: str) -> str:
+    """A name from the records (a zone, an endpoint) as a plot label, shown as it is: control
+    characters escaped (serving.outcome_log.printable), `$` not read as matplotlib's mathtext, and
+    a leading `_` not taken as "leave out of the legend"."""
+    from serving.outcome_log import printable
+
+    text = printable(name).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
 def _svg(figure: Figure, salt: str) -> str:
     """The figure as an <svg> element (the XML prolog dropped), ids salted per figure so that
     several figures on one page never share an id."""
@@ -57,7 +67,7 @@ def _stacked(
     positions = list(range(len(starts)))
     bottom = [0] * len(starts)
     for name, counts in series.items():
-        axes.bar(positions, counts, width=0.9, bottom=bottom, label=name, color=COLOURS.get(name))
+        axes.bar(positions, counts, width=0.9, bottom=bottom, label=_label(name), color=COLOURS.get(name))
         bottom = [b + c for b, c in zip(bottom, counts)]
     ticks = positions[:: max(1, -(-len(positions) // 4))]
     axes.set_xticks(ticks, [_tick_label(starts[i], width_s) for i in ticks], fontsize=8)
@@ -88,7 +98,7 @@ def latency_plot(views: Views) -> str:
     with _drawing:
         figure = Figure(figsize=(5, 2.8))
         axes = figure.subplots()
-        names = [row.endpoint for row in views.latency]
+        names = [_label(row.endpoint) for row in views.latency]
         percentiles = sorted(views.latency[0].percentiles_ms) if views.latency else []
         step = 0.8 / max(1, len(percentiles))
         for i, p in enumerate(percentiles):

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 UNFAMILIAR_NOVELTY = 1.0  # a prompt is unfamiliar when its novelty exceeds this (serving.routing)
 NOT_CALLED = "skipped"  # a step with this status made no call (serving.execute.Step)
 JUDGING_STEPS = ("accept",)  # steps that judge an answer; every other step calls an endpoint (edge, cloud)
+# A request's `time`: epoch seconds the SDK wrote (time.time()), from 1970 to the end of year 9999
+# (what dates and the time axis can show); a time outside is a record the SDK did not write.
+LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 
 
 class RecordShapeError(ValueError):
@@ -59,9 +62,16 @@ def _number(record: Mapping[str, object], key: str, *, required: bool = False) -
     value = record.get(key)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordShapeError(f"field {key!r} must be a finite number, not {_shown(value)}")
-    return float(value)
+    try:  # float() of an integer too large for a double (400 digits) raises OverflowError
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        shown = repr(value) if isinstance(value, float) else f"an integer of {value.bit_length()} bits"
+        raise RecordShapeError(f"field {key!r} must be a finite number, not {shown}")
+    return number
 
 
 def _code(record: Mapping[str, object], key: str, *, required: bool = False) -> str | None:
@@ -154,6 +164,10 @@ def from_record(record: Mapping[str, object]) -> RequestSummary:
     assert model_version is not None  # required
     time = _number(record, "time", required=True)
     assert time is not None  # required
+    if not 0.0 <= time <= LATEST_TIME:
+        raise RecordShapeError(
+            f"field 'time' must be epoch seconds from 1970 to 9999 (at most {LATEST_TIME:.0f}), not {time!r}"
+        )
     return RequestSummary(
         time=time,
         model_version=model_version,

@@ -40,6 +40,7 @@ PERCENTILES = (50, 90, 99)
 # Bucket widths the time axis uses: the smallest that cuts the period into at most MAX_BUCKETS.
 BUCKET_WIDTHS_S = (1, 5, 10, 30, 60, 300, 900, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400)
 MAX_BUCKETS = 48
+MAX_BUCKETS_GIVEN = 2000  # with a bucket width given (bucket_s): more would only draw an unreadable plot, slowly
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,14 @@ def nearest_rank(sorted_values: Sequence[float], percent: float) -> float:
 
 
 def bucket_width(span_s: float) -> int:
-    """The smallest BUCKET_WIDTHS_S that cuts `span_s` into at most MAX_BUCKETS buckets."""
+    """The smallest BUCKET_WIDTHS_S that cuts `span_s` into at most MAX_BUCKETS buckets; beyond
+    MAX_BUCKETS weeks, the smallest number of weeks that does (a log over years: never a
+    bucket per week of them)."""
     for width in BUCKET_WIDTHS_S:
         if span_s / width < MAX_BUCKETS:
             return width
-    return BUCKET_WIDTHS_S[-1]
+    week = BUCKET_WIDTHS_S[-1]
+    return week * (math.floor(span_s / (week * MAX_BUCKETS)) + 1)
 
 
 def _counts(values: Sequence[str], order: Sequence[str] = ()) -> dict[str, int]:
@@ -151,9 +155,16 @@ def compute_views(
     prices = prices or CallPrices()
     ordered = sorted(requests, key=lambda r: r.time)
     start, end = ordered[0].time, ordered[-1].time
+    if bucket_s is not None and (isinstance(bucket_s, bool) or not isinstance(bucket_s, int) or bucket_s < 1):
+        raise ValueError(f"bucket_s={bucket_s!r}: must be a whole number of seconds >= 1")
     width = bucket_s or bucket_width(end - start)
     origin = math.floor(start / width) * width
     n_buckets = int((end - origin) // width) + 1
+    if n_buckets > max(MAX_BUCKETS, MAX_BUCKETS_GIVEN):
+        raise ValueError(
+            f"bucket_s={width}: the requests span {end - start:,.0f} s, {n_buckets:,} buckets; "
+            f"at most {MAX_BUCKETS_GIVEN:,} (a larger bucket_s, or a shorter period)"
+        )
     zone_of = [r.zone or "unknown" for r in ordered]
     served_of = [r.served_by or FAILED for r in ordered]
     zones, served = _counts(zone_of, ZONES), _counts(served_of, ENDPOINT_ORDER)
