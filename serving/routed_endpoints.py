@@ -164,10 +164,13 @@ async def aexecute_endpoints(
     metadata: Mapping[str, str] | None = None,
     needs: Needs | None = None,
 ) -> Execution:
-    """execute_endpoints() for asyncio: each call an async callable (an overrunning one is cancelled)."""
+    """execute_endpoints() for asyncio: each call an async callable (an overrunning one is cancelled).
+    Routing a long prompt runs on a worker thread (serving.router.off_loop), not on the event loop."""
+    from serving.router import off_loop
+
     with telemetry.request():
-        routing, decision, check, request = _prepared(
-            router, prompt, endpoints, precision, accept, metadata, request_id, True, needs, specs
+        routing, decision, check, request = await off_loop(
+            prompt, _prepared, router, prompt, endpoints, precision, accept, metadata, request_id, True, needs, specs
         )
         options: dict[str, Any] = {
             "endpoints": endpoints,
