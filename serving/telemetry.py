@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
@@ -48,7 +49,11 @@ EXECUTE, CHAT = "router.execute", "chat"  # request span names (a proxy's: "chat
 ATTEMPTS = ("edge", "cloud", "shadow", "endpoint")  # the calls that get a child span ("endpoint": one of N, by name)
 # Latency histogram boundaries in seconds, shared with the proxy's Prometheus histograms.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-MAX_TEXT = 200  # a model name from an answer is cut to this
+MAX_TEXT = 200  # a model name the caller asked for is cut to this
+MAX_TOKEN_COUNT = 10**9  # a usage count at or over this is not exported (as serving.chat.endpoint's)
+# What an answer's `model` may add to its endpoint's declared model and still be exported as
+# gen_ai.response.model: a dated version ("gpt-4o" answered as "gpt-4o-2024-08-06" or "gpt-4-0613").
+DATED_VERSION = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{4})")
 RECHECK_S = 1.0  # how often the global providers are looked up (a provider set later is used within this)
 
 
@@ -390,7 +395,8 @@ class Request(Scope):
             kind=self._instruments.trace.SpanKind.CLIENT,
             attributes=attributes,
         )
-        return Attempt(self, span, self._instruments, attach=name != "shadow")
+        declared = model if isinstance(model, str) else None
+        return Attempt(self, span, self._instruments, attach=name != "shadow", declared=declared)
 
     def end(self) -> None:
         """Write the span's attributes and the metric points, and end the span (once)."""
@@ -469,10 +475,13 @@ class Attempt:
     """One attempt's child span (an edge or cloud call, a shadow run); current while its call runs
     in this context, unless it runs elsewhere (a shadow run)."""
 
-    __slots__ = ("request", "span", "_token", "_api")
+    __slots__ = ("request", "span", "_token", "_api", "_declared")
 
-    def __init__(self, request: Request, span: Span, api: _Instruments, *, attach: bool) -> None:
+    def __init__(
+        self, request: Request, span: Span, api: _Instruments, *, attach: bool, declared: str | None = None
+    ) -> None:
         self.request, self.span, self._token, self._api = request, span, None, api
+        self._declared = declared  # the endpoint's model as its record declares it (None: unknown)
         if attach:
             self._token = api.context.attach(api.trace.set_span_in_context(span))
 
@@ -483,7 +492,7 @@ class Attempt:
             self._api.context.detach(self._token)
             self._token = None
         attributes: Attributes = {"router.attempt.status": status}
-        model, usage = _answer_facts(result)
+        model, usage = _answer_facts(result, self._declared)
         if model is not None or usage is not None:
             _add_response(attributes, model, usage)
             if error is None and status == "ok" and served_here:
@@ -495,17 +504,29 @@ class Attempt:
         self.span.end()
 
 
-def _answer_facts(result: Any) -> tuple[str | None, Any]:
+def _answer_facts(result: Any, declared: str | None) -> tuple[str | None, Any]:
     """(model, usage) of an OpenAI-style answer: a non-streamed answer's `body`, or the first chunks
-    of a stream (`head`, as serving.chat.upstream keeps them); (None, None) for anything else."""
+    of a stream (`head`, as serving.chat.upstream keeps them); (None, None) for anything else. The
+    model only when it names the endpoint's `declared` model (response_model)."""
     body = getattr(result, "body", None)
     if not isinstance(body, Mapping):
         head = getattr(result, "head", None)
         body = head[-1][1] if isinstance(head, list) and head and isinstance(head[-1], tuple) else None
         if not isinstance(body, Mapping):
             return None, None
-    model = body.get("model")
-    return (model[:MAX_TEXT] if isinstance(model, str) else None), body.get("usage")
+    return response_model(body.get("model"), declared), body.get("usage")
+
+
+def response_model(sent: object, declared: str | None) -> str | None:
+    """What gen_ai.response.model may say of an answer whose `model` field is `sent`: the endpoint's
+    `declared` model when `sent` is that name, or that name with a dated version (DATED_VERSION);
+    else None, not exported. An upstream writes what it likes there (one that echoes the prompt
+    would put prompt text into spans); an endpoint's record is the app's own configuration."""
+    if not isinstance(sent, str) or not declared or len(sent) > MAX_TEXT:
+        return None
+    if sent == declared or (sent.startswith(declared) and DATED_VERSION.fullmatch(sent, len(declared))):
+        return sent
+    return None
 
 
 def _add_response(attributes: Attributes, model: str | None, usage: Any) -> None:
@@ -518,7 +539,7 @@ def _add_response(attributes: Attributes, model: str | None, usage: Any) -> None
             ("completion_tokens", "gen_ai.usage.output_tokens"),
         ):
             count = usage.get(key)
-            if isinstance(count, int) and not isinstance(count, bool):
+            if isinstance(count, int) and not isinstance(count, bool) and 0 <= count < MAX_TOKEN_COUNT:
                 attributes[name] = count
 
 

@@ -291,7 +291,8 @@ class RoutedChat:
 
     def _cost(self, steps: Sequence[Step]) -> float | None:
         """The price of every answer the request produced (each call's Step.result: a rejected edge
-        answer too), by its endpoint's prices; None when any is unknown."""
+        answer too), by its endpoint's prices; None when any is unknown (Endpoint.cost: usage that
+        is not token counts is unknown, never an error that would lose the answer)."""
         costs = [
             self._upstream(step.name).endpoint.cost(step.result.body.get("usage"))
             for step in steps

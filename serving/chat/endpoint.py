@@ -3,6 +3,7 @@ is, which model, how long to wait for it, and what its tokens cost."""
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
     from typing import TypeGuard
 
     from serving.endpoints import Capabilities
+
+log = logging.getLogger("serving.chat")
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,31 @@ class Endpoint:
 
     def cost(self, usage: Any) -> float | None:
         """The price of one answer from its `usage` ({"prompt_tokens", "completion_tokens"});
-        None when a price is not configured or the usage is missing or not counts."""
-        if self.input_price_per_1m is None or self.output_price_per_1m is None or not isinstance(usage, Mapping):
+        None when a price is not configured or the usage is missing, and None with a warning
+        when its counts are not token counts (integers from 0 to below MAX_TOKEN_COUNT: an
+        upstream's 400-digit count is no price). Never raises, whatever the usage holds."""
+        if self.input_price_per_1m is None or self.output_price_per_1m is None or usage is None:
             return None
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if not (_is_count(prompt) and _is_count(completion)):
+        counts = token_counts(usage)
+        if counts is None:
+            log.warning("the usage of an answer of %s holds no token counts: its cost is unknown", self.model)
             return None
-        return (prompt * self.input_price_per_1m + completion * self.output_price_per_1m) / 1e6
+        cost = (counts[0] * self.input_price_per_1m + counts[1] * self.output_price_per_1m) / 1e6
+        return cost if math.isfinite(cost) else None
+
+
+MAX_TOKEN_COUNT = 10**9  # a usage count at or over this is not a count of one answer's tokens
+
+
+def token_counts(usage: object) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) of an answer's usage when both are token counts
+    (integers from 0 to below MAX_TOKEN_COUNT; JSON's true is not one), else None."""
+    if not isinstance(usage, Mapping):
+        return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (prompt, completion) if _is_count(prompt) and _is_count(completion) else None
 
 
 def _is_count(n: object) -> TypeGuard[int]:
-    """A token count: a non-negative integer (JSON's true is not one)."""
-    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+    """A token count: an integer from 0 to below MAX_TOKEN_COUNT (JSON's true is not one)."""
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_TOKEN_COUNT

@@ -98,6 +98,78 @@ def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:
     return text
 
 
+class StreamRedactor:
+    """One text that arrives in pieces (a stream's content, say), redacted across the pieces: each
+    push() gives the text that is safe to show so far, redacted; flush() the rest at the end. A key
+    split over any number of pieces is replaced as a whole, and the joined text is `redact` of the
+    joined pieces (a text cut short: with `cut`), however the text was cut into pieces.
+
+    What is held back is only what could still become a key: the end of the text seen so far that
+    begins one (so at most the longest key's length - 1 characters), kept unredacted until the next
+    piece says whether the key follows. Text that ends in no beginning of a key is passed on whole;
+    with no key to hunt every piece comes back as it went in. As `redact` replaces one key after
+    the other, each key has a stage of its own, fed what the stage before it gives. (The JS SDK's
+    StreamRedactor, clients/js/src/chat/errors.js, is the same.)"""
+
+    __slots__ = ("_stages",)
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        self._stages = tuple(_KeyStage(secret) for secret in _hunted(secrets))
+
+    def push(self, piece: str) -> str:
+        """The text of `piece` (and of what was held before it) that no later piece can make part of a key, redacted."""
+        for stage in self._stages:
+            piece = stage.push(piece)
+        return piece
+
+    def flush(self, *, cut: bool = False) -> str:
+        """What is held back, redacted (`cut`: the text stopped short, so an end that begins a key
+        goes too); the redactor starts afresh."""
+        text = ""
+        for stage in self._stages:
+            text = stage.push(text) + stage.flush(cut)
+        return text
+
+    def __repr__(self) -> str:  # never the keys, nor what is held of them
+        return f"StreamRedactor({len(self._stages)} keys)"
+
+
+class _KeyStage:
+    """One key of a StreamRedactor and the end of the text held back for it."""
+
+    __slots__ = ("_secret", "_tail")
+
+    def __init__(self, secret: str) -> None:
+        self._secret, self._tail = secret, ""
+
+    def push(self, piece: str) -> str:
+        secret, text = self._secret, self._tail + piece
+        cut = len(text) - self._key_start(text)
+        # Never cut in two a key `redact` replaces (found as str.replace finds them: leftmost
+        # first, not overlapping): one that starts before the cut is whole in `text`, so the cut
+        # moves to its end.
+        at = text.find(secret)
+        while at != -1 and at < cut:
+            cut = max(cut, at + len(secret))
+            at = text.find(secret, at + len(secret))
+        self._tail = text[cut:]
+        return text[:cut].replace(secret, REDACTED)
+
+    def flush(self, cut: bool) -> str:
+        tail, self._tail = self._tail, ""
+        return redact(tail, (self._secret,), cut=cut) if tail else ""
+
+    def _key_start(self, text: str) -> int:
+        """The length of the longest end of `text` that begins the key (and is not all of it)."""
+        secret = self._secret
+        at = text.find(secret[0], max(0, len(text) - len(secret) + 1))
+        while at != -1:
+            if secret.startswith(text[at:]):
+                return len(text) - at
+            at = text.find(secret[0], at + 1)
+        return 0
+
+
 def redact_value(value: Any, secrets: Sequence[str]) -> Any:  # Any: a decoded JSON value, of any shape
     """A decoded JSON value (dicts, lists, strings, numbers) with every secret in its strings and
     keys replaced; `value` itself when none holds one (so a caller can tell nothing changed)."""

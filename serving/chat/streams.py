@@ -6,6 +6,13 @@ answer. So an edge-first stream falls back to the cloud when the edge refuses th
 answers an HTTP error, sends something that is not a chunk, or has not sent its first token
 within `first_token_timeout_s`, all before anything has reached the caller.
 
+A key of the client that the endpoint spells out over several chunks is redacted too
+(serving.chat.responses.ChunkRedactor): the end of a chunk's text that could begin a key is held
+back until the next chunk says whether it does, and given with the choice's finish chunk, or in one
+more chunk when the stream ends or breaks without one (then the break is raised at the next step).
+The caller's joined text is the endpoint's with each key replaced by [redacted], however the
+endpoint cut it into chunks; a chunk whose text changed is relayed (`raw`) as written again.
+
 What cannot be checked mid-stream: once the first chunk has been handed to the caller there is
 no fallback. A stream that breaks later (connection lost, a malformed event, not complete
 within `timeout_s` of its request) raises StreamInterrupted to the caller, and the accept check
@@ -20,6 +27,7 @@ non-streamed sync calls too), so both share every rule.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -30,7 +38,7 @@ import httpx2
 
 import serving.telemetry as telemetry
 from serving.chat.errors import StreamInterrupted, UpstreamError, redact
-from serving.chat.responses import chunk_usage
+from serving.chat.responses import ChunkRedactor, chunk_usage
 from serving.chat.routing_info import RoutingInfo
 from serving.chat.upstream import OpenStream, Upstream
 
@@ -67,6 +75,8 @@ class AsyncChatStream:
         self._head = deque(opened.head)
         self._usage: Mapping[str, Any] | None = None  # the latest usage a chunk reported (Endpoint.cost reads it)
         self._done = False
+        self._redactor = ChunkRedactor(upstream.secrets)  # keys spelled out over several chunks
+        self._broken: StreamInterrupted | None = None  # raised once the text held back has been given
 
     def __aiter__(self) -> "AsyncChatStream":
         return self
@@ -85,6 +95,9 @@ class AsyncChatStream:
             yield data
 
     async def _next(self) -> tuple[str, JSONObject]:
+        if self._broken is not None:
+            broken, self._broken = self._broken, None
+            raise broken
         if self._head:
             item = self._head.popleft()
         elif self._done:
@@ -94,7 +107,10 @@ class AsyncChatStream:
                 item = await self._opened.events.__anext__()
             except StopAsyncIteration:
                 await self._finish()
-                raise
+                held = self._redactor.end()
+                if held is None:
+                    raise
+                return json.dumps(held), held
             except (UpstreamError, httpx2.HTTPError) as exc:
                 text = redact(f"{type(exc).__name__}: {exc}", self._upstream.secrets)[:300]
                 interrupted = StreamInterrupted(
@@ -103,14 +119,20 @@ class AsyncChatStream:
                 )
                 self._trace.failed(interrupted)
                 await self._finish(failed=True)
-                raise interrupted from None
+                held = self._redactor.end(cut=True)  # the text held back, then the break
+                if held is None:
+                    raise interrupted from None
+                self._broken = interrupted
+                return json.dumps(held), held
         usage = chunk_usage(item[1])
         if usage is not None:
             self._usage = usage
-        return item
+        chunk = self._redactor.chunk(item[1])
+        return item if chunk is item[1] else (json.dumps(chunk), chunk)
 
     async def aclose(self) -> None:
         """Stop reading and release the connection (safe to call more than once)."""
+        self._broken = None
         if not self._done:
             await self._finish(failed=True)
 

@@ -365,7 +365,9 @@ class _Handlers:
         return error
 
     async def _relay(self, stream: AsyncChatStream) -> AsyncIterator[bytes]:
-        """The SSE body of a streamed answer: its chunks as sent, the routing comment, [DONE]."""
+        """The SSE body of a streamed answer: its chunks as sent, the routing comment, [DONE]. It
+        always ends with [DONE], after an error event when the stream broke or anything failed here
+        (the client never sees a stream cut with neither)."""
         try:
             async for data in stream.raw():
                 yield f"data: {data}\n\n".encode()
@@ -376,6 +378,11 @@ class _Handlers:
             message = redact(str(exc), self.config.secrets)
             log.warning("stream broke: %s", message)
             yield b"data: " + error_body(message, "upstream_error", "stream_interrupted") + b"\n\ndata: [DONE]\n\n"
+        except Exception as exc:  # a fault of the router's own: the client still gets an end it can read
+            self.metrics.failed("stream_error")
+            log.error("stream failed: %s", redact(repr(exc), self.config.secrets))
+            message = "internal error in the router proxy while streaming"
+            yield b"data: " + error_body(message, "server_error", "stream_error") + b"\n\ndata: [DONE]\n\n"
 
     def _log_routed(self, routing: RoutingInfo) -> None:
         if routing.fallback_kind is not None:
