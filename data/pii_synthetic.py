@@ -12,6 +12,13 @@ Ofcom's drama ranges), IP addresses in the documentation networks, keys are rand
 Some positives are written in forms the detectors deliberately do not read (phone numbers without
 separators, a password in a sentence, a lowercase IBAN, a non-ASCII mailbox): a human would label them,
 so they stay in the set and count against recall.
+
+Every line carries a `form` tag saying how its values are written: "plain", "named", ..., the forms of
+the hardening issue (VARIANT_FORMS and "card_glued": cards separated by no-break spaces, tabs, dots,
+slashes, line breaks, en dashes, underscores, invisible characters; IBANs with dashes; emails with a
+full-width "@" ...), other forms normalisation reads (EXTRA_FORMS), forms left alone on purpose
+(KNOWN_MISS_FORMS), hard negatives ("hard_negative", "checksum_<kind>"), and "ordinary:<category>"
+for ordinary prompts: numbers, times, versions, dates, prices, arithmetic, code, with no personal data.
 """
 
 from __future__ import annotations

@@ -86,9 +86,6 @@ ADVERSARIAL = {
 }
 
 
-OUT_HINT = "metrics.json"
-
-
 def p50_ms(fn: Callable[[], object], repeat: int) -> float:
     samples = []
     for _ in range(repeat):
@@ -200,25 +197,22 @@ def by_form(lines: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(groups.items()))
 
 
-def form_figures(lines: list[dict]) -> dict[str, dict[str, dict[str, object]]]:
-    """Per form, overlap matching: precision and recall of each detector that has a label or a finding
-    on the form's lines, and of all detectors together ("all")."""
+def form_figures(lines: list[dict]) -> dict[str, dict[str, object]]:
+    """Per form, overlap matching: its prompts, the precision and recall of all detectors together
+    ("all"), and of each detector that has a label or a finding on the form's lines."""
     from evaluation.detection import Counts, score
 
-    out: dict[str, dict[str, dict[str, object]]] = {}
+    out: dict[str, dict[str, object]] = {}
     for form, group in by_form(lines).items():
         counts = score(group)[0]["overlap"]
-        total = Counts()
-        per: dict[str, dict[str, object]] = {}
-        for name, c in counts.items():
-            total.found, total.labelled = total.found + c.found, total.labelled + c.labelled
-            total.found_right, total.labels_recalled = (
-                total.found_right + c.found_right,
-                total.labels_recalled + c.labels_recalled,
-            )
-            if c.found or c.labelled:
-                per[name] = c.figures()
-        out[form] = {"prompts": len(group), "all": total.figures(), **per}  # type: ignore[dict-item]
+        total = Counts(
+            found=sum(c.found for c in counts.values()),
+            labelled=sum(c.labelled for c in counts.values()),
+            found_right=sum(c.found_right for c in counts.values()),
+            labels_recalled=sum(c.labels_recalled for c in counts.values()),
+        )
+        out[form] = {"prompts": len(group), "all": total.figures()}
+        out[form].update({name: c.figures() for name, c in counts.items() if c.found or c.labelled})
     return out
 
 
@@ -276,7 +270,7 @@ def print_report(results: dict) -> None:
                 lo, hi = f["wilson95"]
                 cells.append(f"{value} [{lo:.3f}, {hi:.3f}] ({f['successes']}/{f['n']})")
             print(f"{name:<14}{matching:<9}{cells[0]:>34}{cells[1]:>34}")
-    print(f"\nper form (overlap matching, all detectors together; the form's detectors' figures in {OUT_HINT})")
+    print("\nper form (overlap matching, all detectors together; each detector's figures in the JSON)")
     print(f"{'form':<28}{'prompts':>8}{'precision [95% Wilson]':>34}{'recall [95% Wilson]':>34}")
     for form, fig in results["forms"].items():
         print(

@@ -260,9 +260,18 @@ def test_spans_are_the_originals_when_characters_are_dropped_or_expanded():
     assert found(text) == [("email", "an\u200ba.vo@lin-mar.fr"), ("payment_card", "4111\u00ad1111 1111 1111")]
 
 
-def test_many_distinct_characters_to_fold():
-    """More than a few distinct characters to fold take str.translate instead of str.replace."""
-    text = "\uff11\u2460\u00a0\u2013\u200b\u00ad\ufb01\u2026\u3000\u2011 mail mira.tasvo\uff20kalo-net.de"
+def test_many_distinct_characters_to_fold(monkeypatch):
+    """Past REPLACE_AT_MOST distinct characters to fold, fold() takes one str.translate instead of a
+    str.replace each: both give the same text, and the finding's span is the original's."""
+    import serving.policy.detectors as detectors
+
+    fullwidth = "".join(chr(0xFF21 + i) for i in range(26)) + "".join(chr(0xFF10 + i) for i in range(10))
+    text = fullwidth + "\u2026\u200b\u00a0mail mira.tasvo\uff20kalo-net.de \ufb01n"
+    expected = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789... mail mira.tasvo@kalo-net.de fin"
+    assert len(set(text) - set(expected)) > detectors.REPLACE_AT_MOST  # the translate path
+    assert detectors.fold(text).text == expected
+    monkeypatch.setattr(detectors, "REPLACE_AT_MOST", 1000)  # the replace path
+    assert detectors.fold(text).text == expected
     assert found(text) == [("email", "mira.tasvo\uff20kalo-net.de")]
 
 

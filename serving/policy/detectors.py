@@ -167,7 +167,9 @@ def fold(text: str) -> Folded:
     if text.isascii():
         return Folded(text, text)
     table: dict[str, str] = {}
-    for ch in set(_MAY_FOLD.findall(text)).difference(_stable):
+    for ch in set(_MAY_FOLD.findall(text)):
+        if ch in _stable:  # a membership test per character: _stable itself is never iterated
+            continue
         folded = fold_char(ch)
         if folded != ch:
             table[ch] = folded
