@@ -246,6 +246,36 @@ def test_dask_bundle_is_checked_registered_and_routes(both_engines):
     assert np.max(np.abs(np.array([d.novelty for d in decisions]) - test.novelty[:300])) <= 1e-6
 
 
+def test_both_engines_ship_the_default_lexical_blend_fitted_on_the_same_prompts(both_engines):
+    """The default bundle on either engine carries the lexical blend: the regressions in the
+    graph (fitted on the client from the sample's token ids the workers computed, the same
+    training prompts as the local engine's: here all of them, below lexical_sample_rows) and a
+    stack per head. The same prompts, idf and solver; only the order of the rows differs (the
+    Dask engine's merged repeats come last), so the weights agree to solver precision."""
+    import onnx
+    from onnx import numpy_helper
+
+    parts = {}
+    for engine in ("local", "dask"):
+        result = both_engines[engine][1]
+        data = manifest(result)
+        assert data["feature_spec"]["lexical"] == "blend", engine
+        assert all("lexical_blend" in head for head in data["calibration"].values()), data["calibration"]
+        assert "lexical_sample" not in data["data"]  # below the cap: every training prompt
+        graph = onnx.load(str(result.bundle / "model.onnx")).graph
+        parts[engine] = {
+            name: numpy_helper.to_array(i)
+            for i in graph.initializer
+            for name in ("lexical_weights", "lexical_bias", "lexical_idf")
+            if i.name.endswith(name)  # the fused graph prefixes its parts' names
+        }
+    local, dask = parts["local"], parts["dask"]
+    assert set(local) == set(dask) == {"lexical_weights", "lexical_bias", "lexical_idf"}
+    np.testing.assert_array_equal(local["lexical_idf"], dask["lexical_idf"])  # the same document frequencies
+    np.testing.assert_allclose(dask["lexical_weights"], local["lexical_weights"], rtol=0, atol=1e-3)
+    np.testing.assert_allclose(dask["lexical_bias"], local["lexical_bias"], rtol=0, atol=1e-3)
+
+
 @pytest.fixture(scope="module")
 def log_with_repeats(tmp_path_factory) -> pd.DataFrame:
     """4,000 simulated rows (distinct prompts), then 8 of them asked again and answered well

@@ -216,6 +216,129 @@ def test_training_rows_get_out_of_fold_margins():
     np.testing.assert_allclose(margins[~train], model.margins(terms.subset(~train)), rtol=0, atol=1e-6)
 
 
+def test_terms_are_the_canonical_matrix_of_summed_term_counts():
+    """Terms.of writes each prompt's row in place: the same matrix (indices sorted, repeats
+    summed) as a COO matrix of every (prompt, term) pair, the construction it replaced."""
+    from scipy.sparse import coo_matrix
+
+    from training.lexical import BIGRAM_BUCKETS, BIGRAM_MULTIPLIER, VOCABULARY, Terms
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        rows = [rng.integers(0, rng.choice([3, 50, VOCABULARY]), rng.integers(0, 12)).tolist() for _ in range(20)]
+        pairs = [(r, t) for r, ids in enumerate(rows) for t in ids] + [
+            (r, VOCABULARY + (a * BIGRAM_MULTIPLIER + b) % BIGRAM_BUCKETS)
+            for r, ids in enumerate(rows)
+            for a, b in zip(ids, ids[1:])
+        ]
+        r, t = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
+        expected = coo_matrix((np.ones(len(r)), (r, t)), shape=(20, VOCABULARY + BIGRAM_BUCKETS)).tocsr()
+        counts = Terms.of_rows(rows).counts
+        assert counts.has_canonical_format
+        for name in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(counts, name), getattr(expected, name))
+
+
+def _token_log(n: int = 400):
+    """n prompts' token ids (training.featurize.TokenRows), their frame (prompt, outcomes; one
+    unknown in ten) and split: outcomes that some tokens predict."""
+    import pandas as pd
+
+    from training.featurize import TokenRows
+
+    rng = np.random.default_rng(3)
+    rows = [rng.integers(0, 300, rng.integers(0, 30)) for _ in range(n)]
+    edge = np.array([float(np.isin(7, r) or rng.random() < 0.3) for r in rows])
+    cloud = np.array([float(not np.isin(11, r) or rng.random() < 0.2) for r in rows])
+    edge[rng.random(n) < 0.1] = np.nan
+    frame = pd.DataFrame({"prompt": [f"prompt {i}" for i in range(n)], "edge_quality": edge, "cloud_quality": cloud})
+    split = np.where(np.arange(n) % 10 < 7, "train", np.where(np.arange(n) % 10 < 9, "val", "test"))
+    return TokenRows.from_rows([r.astype(np.uint16) for r in rows]), frame, split == "train"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"lexical": "blend"},  # tfidf, no folds: the default
+        {"lexical": "blend", "lexical_weighting": "idf"},
+        {"lexical": "features", "lexical_folds": 3},  # mean, out of fold
+        {"lexical": "blend", "lexical_start": True, "lexical_folds": 4},  # tfidf, out of fold
+    ],
+)
+def test_below_the_sample_cap_the_lexical_stage_is_cross_fitted_bit_for_bit(options):
+    """While the training rows are fewer than lexical_sample_rows (the shipped logs), the
+    streamed stage (the sample's terms only, margins chunk by chunk) gives what cross_fitted
+    gives from every row's terms at once: the same model and the same float32 margins, so
+    the bundles trained on them do not change."""
+    from training.config import TrainConfig
+    from training.lexical import Terms, cross_fitted, for_training, outcome_arrays, training_rows
+
+    tokens, frame, train = _token_log()
+    config = TrainConfig(**options)
+    sample, folds = training_rows(config, frame, train, rows=len(frame))
+    assert (sample == train).all() and (folds is None) == (config.lexical == "blend" and not config.lexical_start)
+    wanted = np.ones(len(frame), dtype=bool) if folds is not None else ~train
+    model, margins = for_training(
+        config, frame, tokens, np.ones(len(frame), bool), sample, wanted, folds, vocabulary=300
+    )
+
+    outcomes, weights = outcome_arrays(frame)
+    terms = Terms.of(tokens.ids, tokens.lengths, 300)
+    kwargs = {"c": config.lexical_c, "weighting": config.lexical_weighting}
+    expected, expected_margins = cross_fitted(
+        terms, outcomes, weights, train, None if folds is None else folds[train], **kwargs
+    )
+    np.testing.assert_array_equal(model.weights, expected.weights)
+    np.testing.assert_array_equal(model.bias, expected.bias)
+    assert (model.idf is None) == (expected.idf is None) and (model.idf is None or (model.idf == expected.idf).all())
+    np.testing.assert_array_equal(margins[wanted], expected_margins[wanted])
+    assert np.isnan(margins[~wanted]).all()  # a blend's trees read no training row's margin: none computed
+
+
+def test_above_the_sample_cap_the_regressions_read_a_nested_hash_sample():
+    """lexical_sample_rows: the regressions (idf included) are fitted on the training prompts
+    whose sampling hash falls below the cap's share, the boosters' hash, so a smaller sample
+    lies inside a larger one, and the held-out rows get that model's margins."""
+    from training.config import TrainConfig
+    from training.lexical import LexicalModel, Terms, for_training, outcome_arrays, training_rows
+
+    tokens, frame, train = _token_log(2000)
+    samples = {}
+    for cap in (150, 400):
+        config = TrainConfig(lexical_sample_rows=cap)
+        samples[cap], folds = training_rows(config, frame, train, rows=len(frame))
+        assert folds is None and not (samples[cap] & ~train).any()
+        assert abs(int(samples[cap].sum()) - cap) < 0.25 * cap
+    assert not (samples[150] & ~samples[400]).any()  # nested
+
+    config = TrainConfig(lexical_sample_rows=400)
+    model, margins = for_training(
+        config, frame, tokens, np.ones(len(frame), bool), samples[400], ~train, None, vocabulary=300
+    )
+    outcomes, weights = outcome_arrays(frame)
+    alone = LexicalModel.fit(
+        Terms.of_rows(tokens.subset(samples[400]).per_row(), 300),
+        outcomes[samples[400]],
+        weights[samples[400]],
+        c=config.lexical_c,
+        weighting=config.lexical_weighting,
+    )
+    np.testing.assert_array_equal(model.weights, alone.weights)
+    np.testing.assert_array_equal(model.idf, alone.idf)
+    np.testing.assert_array_equal(margins[~train], alone.margins(Terms.of_rows(tokens.subset(~train).per_row(), 300)))
+
+
+def test_margins_of_tokens_chunk_by_chunk_are_the_margins_of_all_at_once():
+    from training.lexical import LexicalModel, Terms
+
+    tokens, frame, train = _token_log()
+    terms = Terms.of(tokens.ids, tokens.lengths, 300)
+    outcomes = np.c_[frame["edge_quality"], frame["cloud_quality"]]
+    for weighting in ("mean", "tfidf", "idf"):
+        model = LexicalModel.fit(terms, outcomes, np.ones_like(outcomes), c=1.0, weighting=weighting)
+        np.testing.assert_array_equal(model.margins_of_tokens(tokens, chunk_rows=7), model.margins(terms))
+
+
 def test_an_outcome_without_failures_is_its_smoothed_log_odds():
     from training.lexical import LexicalModel, Terms
 
@@ -249,6 +372,15 @@ def test_an_outcome_without_failures_is_its_smoothed_log_odds():
         (
             {"lexical_blend": "mixture", "lexical_start": True},
             "needs lexical=blend with lexical_blend=stack, not 'blend' / 'mixture'",
+        ),
+        ({"lexical_sample_rows": 0}, "config lexical_sample_rows=0: must be empty or an integer >= 1"),
+        (
+            {"engine": "dask", "cv_folds": 0, "lexical": "features"},
+            "config lexical='features': 'features' needs engine=local, not 'dask'",
+        ),
+        (
+            {"engine": "dask", "cv_folds": 0, "lexical_start": True},
+            "'blend' with lexical_start needs engine=local, not 'dask'",
         ),
     ],
 )
@@ -369,7 +501,7 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     "options, expected",
     [
         ({}, "blend"),
-        ({"engine": "dask", "cv_folds": 0}, "none"),
+        ({"engine": "dask", "cv_folds": 0}, "blend"),
         ({"tier": "transformer"}, "none"),
         ({"objective": "cloud_needed"}, "none"),
         ({"calibration": "isotonic"}, "none"),
@@ -378,7 +510,7 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     ],
 )
 def test_the_default_blends_lexical_evidence_where_it_can_run(options, expected):
-    """lexical left empty: blend on the static tier with the local engine, expected gain and a
+    """lexical left empty: blend on the static tier with either engine, expected gain and a
     calibration the graph holds (what paired cross-validation chose); none elsewhere, where a
     blend cannot run; an explicit choice is kept."""
     from training.config import TrainConfig
@@ -605,27 +737,28 @@ def test_a_boosting_start_bundle_starts_each_heads_trees_from_its_out_of_fold_ma
         acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
         lexical_start=True,
     )
-    boosters, fitted_margins = [], []
-    fit_booster, cross_fitted = training.model.fit_booster, training.lexical.cross_fitted
+    boosters, recorded = [], []
+    fit_booster, fitted_margins = training.model.fit_booster, training.lexical.fitted_margins
 
     def recording_fit(*args, **kwargs):
         boosters.append((args, kwargs))
         return fit_booster(*args, **kwargs)
 
-    def recording_margins(terms, outcomes, weights, train, folds, **kwargs):
-        model, margins = cross_fitted(terms, outcomes, weights, train, folds, **kwargs)
-        fitted_margins.append((folds, train, margins, model.margins(terms)))
+    def recording_margins(config, tokens, outcomes, weights, sample, wanted, folds, **kwargs):
+        model, margins = fitted_margins(config, tokens, outcomes, weights, sample, wanted, folds, **kwargs)
+        assert wanted.all()  # the trees start from every training row's margins
+        recorded.append((folds, folds >= 0, margins, model.margins_of_tokens(tokens)))
         return model, margins
 
     monkeypatch.setattr(training.model, "fit_booster", recording_fit)
-    monkeypatch.setattr(training.lexical, "cross_fitted", recording_margins)
+    monkeypatch.setattr(training.lexical, "fitted_margins", recording_margins)
     timings = {"start": 0.0}
     fitted = get_engine("local").fit(config, Console(quiet=True), timings)
     result = finish(config, fitted, timings)
     assert result.metrics["parity_max_abs_diff"] <= 1e-5
     assert all(h.blend is not None for h in fitted.heads)  # the stack adds the margin back
-    [(folds, train, out_of_fold, in_sample)] = fitted_margins
-    assert folds is not None and len(np.unique(folds)) == config.lexical_folds
+    [(folds, train, out_of_fold, in_sample)] = recorded
+    assert folds is not None and len(np.unique(folds[train])) == config.lexical_folds
     assert len(boosters) == 2  # one booster per head, edge then cloud
     for outcome, (args, kwargs) in enumerate(boosters):
         y_train, x_val = args[1], args[2]

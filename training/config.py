@@ -60,7 +60,7 @@ class TrainConfig:
     # margins to the trees' inputs (training rows get out-of-fold margins: lexical_folds folds by
     # prompt hash); "blend" mixes each head's calibrated probability with sigmoid(margin), the
     # weight chosen on validation (training.model.fit_blend). Empty: blend where it can run (the
-    # static tier, local engine, expected gain, sigmoid or no calibration), else none; paired
+    # static tier, either engine, expected gain, sigmoid or no calibration), else none; paired
     # cross-validation chose it (docs/routing-score.md#decisions-by-paired-cross-validation).
     lexical: str | None = None  # none | features | blend
     # A blend's form (training.model): "stack", sigmoid(a * logit(trees) + b * margin + c) with
@@ -78,6 +78,10 @@ class TrainConfig:
     lexical_weighting: str | None = None
     lexical_c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
     lexical_folds: int = 5
+    # Training prompts the regressions are fitted on (idf included): above it, a prompt-hash
+    # sample inside the boosters' max_train_rows sample, the same prompts in both engines; the
+    # margins of every other row come from that fit (training.lexical, "At scale"). Empty: all.
+    lexical_sample_rows: int | None = 50_000
     lgbm: dict[str, Any] = field(default_factory=dict)
     num_boost_round: int = 2000
     early_stopping_rounds: int = 100
@@ -155,6 +159,12 @@ class TrainConfig:
             "must be empty or an integer >= 1",
         )
         check(
+            self.lexical_sample_rows is None
+            or (isinstance(self.lexical_sample_rows, int) and self.lexical_sample_rows >= 1),
+            "lexical_sample_rows",
+            "must be empty or an integer >= 1",
+        )
+        check(
             self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
             "dask_workers",
             "must be empty or an integer >= 1",
@@ -227,7 +237,7 @@ class TrainConfig:
         if self.lexical is None:
             self.lexical = (
                 "blend"
-                if (self.tier, self.engine, self.objective) == ("static", "local", "expected_gain")
+                if (self.tier, self.objective) == ("static", "expected_gain")
                 and self.calibration in ("sigmoid", "none")
                 else "none"
             )
@@ -239,10 +249,11 @@ class TrainConfig:
             "token ids, and the transformer tier's router.onnx reads only the projected features",
         )
         check(
-            self.lexical == "none" or self.engine == "local",
+            self.engine == "local" or (self.lexical, self.lexical_start) in (("none", False), ("blend", False)),
             "lexical",
-            f"needs engine=local, not {self.engine!r}: the regressions are fitted on the training rows' token ids "
-            "held in this process, which the Dask engine does not collect",
+            f"{self.lexical!r}{' with lexical_start' if self.lexical_start else ''} needs engine=local, not "
+            f"{self.engine!r}: the trees would read every training row's out-of-fold margins, which the Dask "
+            "engine does not compute on its workers (it trains lexical=blend, the default)",
         )
         check(
             self.lexical != "blend" or self.objective == "expected_gain",

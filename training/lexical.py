@@ -42,12 +42,18 @@ and the bundle hold the same float32 margins, bit for bit, and the trees split t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from evaluation.reference import fit_outcome
 from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from training.config import TrainConfig
+    from training.featurize import TokenRows
 
 VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
 BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms
@@ -58,6 +64,8 @@ FOLD_SALT = "lexical:"  # the folds' hash must not be the split's
 WEIGHT_BITS = 23  # a weight is an integer of at most 23 bits times its column's step
 MARGINS_OUTPUT = "lexical_margins"  # the graph's tensor of the margins alone (what a blend reads)
 EXACT_WEIGHTINGS = ("mean", "idf")  # whose margins the graph computes bit for bit (module doc)
+CHUNK_ROWS = 16_384  # prompts whose terms are built at a time for their margins (~50 MB at 300 terms each)
+SAMPLE_NOTE = "lexical_sample"  # the data report's record of the regression's training sample
 
 __all__ = [
     "LEXICAL_MODES",
@@ -83,25 +91,39 @@ class Terms:
     @classmethod
     def of(cls, ids: np.ndarray, lengths: np.ndarray, vocabulary: int = VOCABULARY) -> "Terms":
         """From prompts' ids laid end to end (`ids`) and each prompt's length, as in
-        training.featurize.TokenRows."""
-        from scipy.sparse import coo_matrix
+        training.featurize.TokenRows. Each prompt's row is written in place (its unigrams, then
+        its bigrams) and its repeats summed within the row (scipy's sum_duplicates): the
+        canonical matrix a COO matrix's tocsr() gives, at a third of its time and memory (no
+        int64 row and column arrays for every term)."""
+        from scipy.sparse import csr_matrix
 
         ids, lengths = np.asarray(ids, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= vocabulary):
             raise ValueError(
                 f"token ids must lie in [0, {vocabulary}) (the tokenizer's vocabulary), got {ids.min()}..{ids.max()}"
             )
+        n_terms = lengths + np.maximum(lengths - 1, 0)  # n ids: n unigrams and n - 1 bigrams
+        indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(n_terms, out=indptr[1:])
+        first_id = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=first_id[1:])
         row_of = np.repeat(np.arange(len(lengths)), lengths)
+        # where each id lands: its row's start plus its place in the prompt
+        at = np.arange(len(ids), dtype=np.int64) + (indptr[:-1] - first_id[:-1])[row_of]
         pair = np.ones(len(ids), dtype=bool)  # position i starts a bigram when i + 1 is in its prompt
-        ends = np.cumsum(lengths)[lengths > 0] - 1
-        pair[ends] = False
+        pair[first_id[1:][lengths > 0] - 1] = False
         starts = np.flatnonzero(pair)
-        bigrams = vocabulary + (ids[starts] * BIGRAM_MULTIPLIER + ids[starts + 1]) % BIGRAM_BUCKETS
-        rows, cols = np.concatenate([row_of, row_of[starts]]), np.concatenate([ids, bigrams])
-        counts = coo_matrix(
-            (np.ones(len(rows)), (rows, cols)), shape=(len(lengths), vocabulary + BIGRAM_BUCKETS)
-        ).tocsr()  # repeats are summed
-        return cls(counts, lengths + np.maximum(lengths - 1, 0), vocabulary)
+        indices = np.empty(int(indptr[-1]), dtype=np.int32)
+        indices[at] = ids
+        indices[at[starts] + lengths[row_of[starts]]] = (
+            vocabulary + (ids[starts] * BIGRAM_MULTIPLIER + ids[starts + 1]) % BIGRAM_BUCKETS
+        )
+        counts = csr_matrix(
+            (np.ones(len(indices)), indices, indptr.astype(np.int32) if indptr[-1] < 2**31 else indptr),
+            shape=(len(lengths), vocabulary + BIGRAM_BUCKETS),
+        )
+        counts.sum_duplicates()  # repeats are summed, indices sorted
+        return cls(counts, n_terms, vocabulary)
 
     @classmethod
     def of_rows(cls, rows: Sequence[Sequence[int]], vocabulary: int = VOCABULARY) -> "Terms":
@@ -221,9 +243,16 @@ class LexicalModel:
         mass = terms.n_terms if self.weighting == "mean" else terms.counts @ self.idf
         return (np.asarray(total) / np.maximum(mass, 1)[:, None] + self.bias).astype(np.float32)
 
-    def margins_of_tokens(self, tokens) -> np.ndarray:
-        """`margins` of prompts given as training.featurize.TokenRows."""
-        return self.margins(Terms.of(tokens.ids, tokens.lengths, self.vocabulary))
+    def margins_of_tokens(self, tokens: "TokenRows", chunk_rows: int = CHUNK_ROWS) -> np.ndarray:
+        """`margins` of prompts given as training.featurize.TokenRows, `chunk_rows` prompts'
+        terms at a time (a prompt's margin reads its own row only: the same values as all at once)."""
+        out = np.empty((len(tokens), len(self.bias)), dtype=np.float32)
+        offsets = np.concatenate([[0], np.cumsum(tokens.lengths, dtype=np.int64)])
+        for a in range(0, len(tokens), chunk_rows):
+            b = min(a + chunk_rows, len(tokens))
+            part = Terms.of(tokens.ids[offsets[a] : offsets[b]], tokens.lengths[a:b], self.vocabulary)
+            out[a:b] = self.margins(part)
+        return out
 
     def margins_of_rows(self, rows: Sequence[Sequence[int] | None]) -> np.ndarray:
         """`margins` of prompts given as token ids; a row without ids (None: logged as an
@@ -441,25 +470,135 @@ def cross_fitted(
     return model, margins
 
 
-def for_training(config, frame, tokens, train: np.ndarray, *, vocabulary: int) -> tuple[LexicalModel, np.ndarray]:
-    """The local engine's lexical stage: `cross_fitted` on the prepared rows (`frame`, with
-    their outcome weights) from their token ids (`tokens`, training.featurize.TokenRows, one
-    per row of `frame`), the training rows cut into `config.lexical_folds` folds by prompt hash
-    for the trees' inputs ("features") or their boosting start (`lexical_start`); a blend alone
-    needs the all-training-rows model only."""
+def outcome_arrays(frame: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray]:
+    """(outcomes [rows, OUTCOMES] with NaN where unknown, weights [rows, OUTCOMES]: each
+    outcome's training.partial weight where it is known, else 0) of prepared rows."""
     from training.partial import head_rows
 
-    terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
     outcomes = np.stack([frame[c].to_numpy(float) for c in OUTCOMES], axis=1)
     weights = np.stack(
         [np.where(known, weight, 0.0) for known, weight in (head_rows(frame, c) for c in OUTCOMES)], axis=1
     )
-    if config.lexical == "blend" and not config.lexical_start:
-        return cross_fitted(
-            terms, outcomes, weights, train, None, c=config.lexical_c, weighting=config.lexical_weighting
-        )
-    folds = np.full(len(frame), -1)
-    folds[train] = fold_numbers(frame["prompt"].to_numpy()[train], config.lexical_folds, config.split_salt)
-    return cross_fitted(
-        terms, outcomes, weights, train, folds[train], c=config.lexical_c, weighting=config.lexical_weighting
+    return outcomes, weights
+
+
+def sample_fraction_of(config: "TrainConfig", rows: int) -> float:
+    """The share of the training prompts the regressions are fitted on (module doc, "At
+    scale"): about `lexical_sample_rows` of the training rows expected among `rows` prepared
+    rows, the same expectation the boosters' max_train_rows sample is drawn with in either
+    engine (training.engines.base.sample_fraction); 1.0 when they are fewer."""
+    from training.engines.base import sample_fraction, training_share
+
+    return sample_fraction(config.lexical_sample_rows, rows * training_share(config))
+
+
+def note_sample(console: Any, report: dict[str, Any], config: "TrainConfig", fraction: float, rows: int) -> None:
+    """Record (report[SAMPLE_NOTE], the manifest's data block) and say how many training prompts
+    the regressions read when `lexical_sample_rows` cuts them (`fraction` < 1)."""
+    if fraction >= 1.0:
+        return
+    report[SAMPLE_NOTE] = {"lexical_sample_rows": config.lexical_sample_rows, "fraction": fraction, "rows": rows}
+    console.print(
+        f"[bold]lexical sample[/]: the regressions read {rows} training prompts "
+        f"(lexical_sample_rows={config.lexical_sample_rows}, chosen by prompt hash)"
     )
+
+
+def fit_sample(
+    config: "TrainConfig", tokens: "TokenRows", outcomes: np.ndarray, weights: np.ndarray, *, vocabulary: int
+) -> "LexicalModel":
+    """The regressions the bundle ships, fitted on the sample's token ids (TokenRows, one per
+    row of `outcomes` and `weights`): what both engines call, the Dask engine on the sample it
+    collects from its workers."""
+    terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
+    c, weighting = config.lexical_c, config.lexical_weighting
+    assert c is not None and weighting is not None  # TrainConfig fills them in
+    return LexicalModel.fit(terms, outcomes, weights, c=c, weighting=weighting)
+
+
+def fitted_margins(
+    config: "TrainConfig",
+    tokens: "TokenRows",
+    outcomes: np.ndarray,
+    weights: np.ndarray,
+    sample: np.ndarray,
+    wanted: np.ndarray,
+    folds: np.ndarray | None,
+    *,
+    vocabulary: int,
+) -> tuple["LexicalModel", np.ndarray]:
+    """(the model fitted on the `sample` rows, float32 margins [rows, outcomes]) from each
+    row's token ids (`tokens`, TokenRows, one per row of `outcomes`), NaN where `wanted` is
+    false. `folds`: each row's fold (-1: not a training row), or None. With folds, a training
+    row's margins are out of fold: from the model fitted on the sample rows of the other folds
+    (module doc); every other wanted row gets the shipped model's. Only the sample's terms
+    exist at once; the margins are computed CHUNK_ROWS prompts at a time. With every training
+    row in the sample, this is cross_fitted's result bit for bit."""
+    model = fit_sample(config, tokens.subset(sample), outcomes[sample], weights[sample], vocabulary=vocabulary)
+    margins = np.full((len(tokens), len(model.bias)), np.nan, dtype=np.float32)
+    shipped = wanted if folds is None else wanted & (folds < 0)
+    margins[shipped] = model.margins_of_tokens(tokens.subset(shipped))
+    for fold in () if folds is None else np.unique(folds[folds >= 0]):
+        rows = sample & (folds != fold)
+        part = fit_sample(config, tokens.subset(rows), outcomes[rows], weights[rows], vocabulary=vocabulary)
+        held = wanted & (folds == fold)
+        margins[held] = part.margins_of_tokens(tokens.subset(held))
+    return model, margins
+
+
+def training_rows(
+    config: "TrainConfig", frame: "pd.DataFrame", train: np.ndarray, *, rows: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the rows of `frame` the regressions are fitted on, each row's fold or None) for the
+    local engine: the training rows whose sampling number (training.engines.base.sample_numbers,
+    the boosters' max_train_rows sample's) falls below sample_fraction_of(`rows`, the prepared
+    rows before any sampling); every training row while they are fewer than
+    `lexical_sample_rows`. The folds (prompt hash; -1 off the training rows) when the trees
+    read the margins ("features") or start from them (`lexical_start`), else None: a blend
+    alone needs the shipped model only."""
+    from training.engines.base import sample_numbers
+
+    prompts = frame["prompt"].to_numpy()
+    train = np.asarray(train, dtype=bool)
+    sample, fraction = train.copy(), sample_fraction_of(config, rows)
+    if fraction < 1.0:
+        sample[train] = sample_numbers(prompts[train], config) < fraction
+    if config.lexical == "blend" and not config.lexical_start:
+        return sample, None
+    folds = np.full(len(frame), -1)
+    folds[train] = fold_numbers(prompts[train], config.lexical_folds, config.split_salt)
+    return sample, folds
+
+
+def for_training(
+    config: "TrainConfig",
+    frame: "pd.DataFrame",
+    tokens: "TokenRows",
+    kept: np.ndarray,
+    sample: np.ndarray,
+    wanted: np.ndarray,
+    folds: np.ndarray | None,
+    *,
+    vocabulary: int,
+) -> tuple[LexicalModel, np.ndarray]:
+    """The local engine's lexical stage: fitted_margins on the prepared rows (`frame`, with
+    their outcome weights), whose token ids (`tokens`, training.featurize.TokenRows) were kept
+    for the rows where `kept` is true (the `sample` and `wanted` rows among them); margins
+    [rows of `frame`, outcomes], NaN where not wanted."""
+    kept = np.asarray(kept, dtype=bool)
+    if (sample & ~kept).any() or (wanted & ~kept).any():
+        raise ValueError("the lexical stage needs the token ids of its sample and of every row it gives margins")
+    outcomes, weights = outcome_arrays(frame)
+    model, margins = fitted_margins(
+        config,
+        tokens,
+        outcomes[kept],
+        weights[kept],
+        sample[kept],
+        wanted[kept],
+        None if folds is None else folds[kept],
+        vocabulary=vocabulary,
+    )
+    out = np.full((len(frame), len(model.bias)), np.nan, dtype=np.float32)
+    out[kept] = margins
+    return model, out

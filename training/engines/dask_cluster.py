@@ -19,6 +19,7 @@ stay on the workers (persisted) for LightGBM.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from evaluation.rows import Rows
 from training.config import TrainConfig
 from training.engines.base import note_training_sample, print_logs, sample_fraction, training_share
 from training.fitted import Fitted
+from training.lexical import MARGINS_OUTPUT
 
 
 def _read_and_check(config: TrainConfig, folder: str):
@@ -160,7 +162,7 @@ def _prepare(rows, config: TrainConfig):
     return rows.map_partitions(de.prepare_partition, config, meta=de.frame_meta(de.ROUTING_COLUMNS, **de.PREPARED))
 
 
-def _sample(prepared, split: str, cap: int, report: dict, config: TrainConfig):
+def _sample(prepared, split: str, cap: int | None, report: dict, config: TrainConfig):
     """At most about `cap` rows of a split ("all": every row; cap None: no limit), chosen by
     prompt hash (training.engines.base.sample_numbers)."""
     shares = {"train": training_share(config), "val": config.val_share, "test": config.test_share, "all": 1.0}
@@ -224,12 +226,16 @@ ROW_COLUMNS = ("request_id", "prompt", "precision", "domain", "source", "edge_qu
 def _features(
     client, config: TrainConfig, plan, prepared, report: dict, targets: tuple[str, ...], keep_train_rows: bool = False
 ):
-    """Pass 3: features of the validation and test samples, which come here (pandas), and of
-    the training rows (at most about `max_train_rows`), which stay on the workers (persisted).
-    With `keep_train_rows`, a sample of the training rows (at most about `eval_sample_rows`, by
-    prompt hash) comes here too, as rows with their token count and no features: what the
-    reference policy and the tuned rule table are fitted on (training.crossval); else None."""
+    """Pass 3, on the workers (persisted, not collected): features of the validation and test
+    samples, with their token ids, and of the training rows (at most about `max_train_rows`),
+    which stay there for LightGBM. With `keep_train_rows`, a sample of the training rows (at
+    most about `eval_sample_rows`, by prompt hash) as rows with their token count and no
+    features: what the reference policy and the tuned rule table are fitted on
+    (training.crossval); else None. With lexical evidence, the token ids and outcomes of the
+    training rows its regressions are fitted on (at most about `lexical_sample_rows`, the local
+    engine's sample); else None. Returns (train, val, test, train sample, lexical sample)."""
     from training.engines import dask_partitions as de
+    from training.lexical import OUTCOMES
     from training.partial import WEIGHT_COLUMNS
 
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
@@ -240,7 +246,8 @@ def _features(
         )
         for name in ("val", "test")
     )
-    train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
+    train_rows = _sample(prepared, "train", config.max_train_rows, report, config)
+    train = train_rows.map_partitions(
         de.feature_partition,
         recipe,
         keep=(*targets, *WEIGHT_COLUMNS),
@@ -248,37 +255,75 @@ def _features(
         seed=config.seed,
         meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)),
     )
-    samples = (
-        [
-            _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
-                de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS)
-            )
-        ]
+    train_sample = (
+        _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
+            de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS)
+        )
         if keep_train_rows
-        else []
+        else None
     )
+    lexical_sample = None
+    if config.lexical != "none":  # inside the boosters' sample, as the local engine draws it
+        lexical_keep = (*OUTCOMES, *WEIGHT_COLUMNS)
+        lexical_sample = _sample(train_rows, "train", config.lexical_sample_rows, report, config).map_partitions(
+            de.token_partition, recipe, keep=lexical_keep, meta=de.token_meta(lexical_keep)
+        )
+    wanted = [f for f in (train, val, test, train_sample, lexical_sample) if f is not None]
     with de.stage("features"):
-        # one graph: each partition is read once
-        train, val, test, *samples = client.persist([train, val, test, *samples])
-        # One sample at a time: its partitions and their concatenation are here together, and
-        # both samples' at once were most of the client's peak (~1 GB at 200,000 rows each).
+        persisted = iter(client.persist(wanted))  # one graph: each partition is read once
+    return tuple(None if f is None else next(persisted) for f in (train, val, test, train_sample, lexical_sample))
+
+
+def _lexical(
+    client: Any, config: TrainConfig, plan: Any, lexical_sample: Any, report: dict[str, Any], console: Any
+) -> tuple[Any, Any]:
+    """The lexical regressions (training.lexical.fit_sample, as the local engine fits them),
+    here, on the sample's token ids and outcomes collected from the workers. Returns the plan
+    with lexical evidence and the model sent to every worker (for margin_partition)."""
+    from training.engines import dask_partitions as de
+    from training.featurize import TokenRows
+    from training.lexical import fit_sample, note_sample, outcome_arrays, sample_fraction_of
+
+    with de.stage("collecting the lexical sample"):
+        [rows] = de.collected(client, lexical_sample)
+    note_sample(console, report, config, sample_fraction_of(config, report["rows"]), len(rows))
+    vocabulary = plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
+    ids = rows[de.TOKEN_IDS].tolist()
+    model = fit_sample(config, TokenRows.from_rows(ids), *outcome_arrays(rows), vocabulary=vocabulary)
+    console.print(f"[bold]lexical evidence[/]: blended into the heads; fitted on {len(rows)} training prompts")
+    return plan.with_lexical(model, config.lexical), client.scatter(model, broadcast=True)
+
+
+def _collected(client: Any, val: Any, test: Any, train_sample: Any, model: Any) -> tuple[Any, Any, Any]:
+    """The validation and test samples here (pandas), with their lexical margins computed on the
+    workers that hold them when `model` (a scattered LexicalModel) is given, and the training
+    sample (or None). One sample at a time: its partitions and their concatenation are here
+    together, and both samples' at once were most of the client's peak (~1 GB at 200,000 rows
+    each)."""
+    from training.engines import dask_partitions as de
+
+    if model is not None:
+        val, test = (f.map_partitions(de.margin_partition, model, meta=de.margin_meta(f._meta)) for f in (val, test))
+    with de.stage("features"):
         [val] = de.collected(client, val)
         [test] = de.collected(client, test)
-        train_sample = de.collected(client, samples[0])[0] if samples else None
-    return train, val, test, train_sample
+        train_sample = de.collected(client, train_sample)[0] if train_sample is not None else None
+    return val, test, train_sample
 
 
-def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
+def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]) -> list:
     """Each head of the objective on the cluster, from the rows where its outcome is known
     (training.partial, as the local engine), early-stopped and calibrated on the validation
-    sample; separate or shared as the local engine decides (training.partial.share_heads)."""
+    sample; separate or shared as the local engine decides (training.partial.share_heads).
+    The trees read `names`; `served` are the validation sample's columns the heads are
+    calibrated on: `names`, then a blend's lexical margins (blended in as the local engine does)."""
     import dask.dataframe as dd
 
     from training.engines import dask_partitions as de
     from training.model import SIDE_FEATURE, fit_booster_dask, fit_heads, stack_sides, target_columns
     from training.partial import SIDES, head_rows, known_rows, share_heads, sides_known
 
-    x_val = val[names].to_numpy()
+    x_val = val[served].to_numpy()
     columns = target_columns(config.objective)
     known_val = {c: head_rows(val, c) for c in columns}
     weighted = config.partial_estimator == "ipw" and all(c in SIDES for c in columns)
@@ -291,7 +336,8 @@ def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
         weight = {"target_weight": rows[SIDES[column]]} if weighted else {}
         part = rows[names].assign(**extra, target_y=rows[column], **weight)
         val_rows, val_weights = known_val[column]
-        return part, (x_val[val_rows], val[column].to_numpy()[val_rows], val_weights[val_rows] if weighted else None)
+        x_v = x_val[val_rows, : len(names)]
+        return part, (x_v, val[column].to_numpy()[val_rows], val_weights[val_rows] if weighted else None)
 
     def fit_booster_for(heads: tuple[str, ...], objective: str):
         shared = len(heads) > 1
@@ -326,6 +372,8 @@ def _fit_heads(client, config: TrainConfig, train, val, names) -> list:
         calibration=config.calibration,
         shared=shared,
         weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()},
+        blend=config.lexical == "blend",
+        blend_form=config.lexical_blend,
     )
 
 
@@ -355,10 +403,19 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
                 console, report, config, sample_fraction(config.max_train_rows, report["rows"] * training_share(config))
             )
             clock.begin("featurize")
-            train, val, test, train_sample = _features(
+            train, val, test, train_sample, lexical_sample = _features(
                 client, config, plan, prepared, report, target_columns(config.objective), keep_train_rows
             )
+            model = None
+            if lexical_sample is not None:
+                clock.begin("lexical")  # the regressions' fit, here; the margins are computed on the workers
+                with console.status("lexical evidence: 1 logistic regression per outcome"):
+                    plan, model = _lexical(client, config, plan, lexical_sample, report, console)
+                del lexical_sample
+                clock.begin("featurize")
+            val, test, train_sample = _collected(client, val, test, train_sample, model)
         names = plan.spec.feature_names
+        served = list(plan.spec.served_names)  # the trees' columns, then a blend's margins
         console.print(
             f"[bold]features[/]: {len(names)} columns; projection fitted on {pca_rows} "
             f"training rows; samples: {len(val)} validation, {len(test)} test rows"
@@ -368,15 +425,17 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
         clock.begin("fit")
         status = "LightGBM on the cluster (lightgbm.dask, early stopping on the validation sample)"
         with clock.span("lightgbm"), console.status(status):  # the boosters alone; the "fit" stage adds scoring
-            heads = _fit_heads(client, config, train, val, names)
+            heads = _fit_heads(client, config, train, val, names, served)
     splits, embeddings, tokens, raw = {}, {}, {}, {}
     for name, frame in (("val", val), ("test", test)):
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request
-        x = frame[names].to_numpy()
+        x = frame[served].to_numpy()
         scores, probabilities = predict(config.objective, heads, x)
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
         raw[name] = {h.name: h.raw(x) for h in heads}
-        embeddings[name] = x[:, -plan.spec.embedding_dim :]
+        if config.lexical == "blend":  # as the local engine hands them back (cross-validation's blends)
+            raw[name][MARGINS_OUTPUT] = x[:, len(names) :]
+        embeddings[name] = x[:, len(names) - plan.spec.embedding_dim : len(names)]
         ids = frame[de.TOKEN_IDS].tolist()
         tokens[name] = None if ids and ids[0] is None else TokenRows.from_rows(ids)
     train_rows = (

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -156,6 +156,39 @@ def feature_partition(
             tokens.per_row() if tokens is not None else [None] * len(frame), index=frame.index, dtype=object
         )
     return out
+
+
+def token_partition(frame: pd.DataFrame, recipe: Any, *, keep: tuple[str, ...]) -> pd.DataFrame:
+    """The `keep` columns of each row and its token ids (TOKEN_IDS, as feature_partition's),
+    without features: the lexical regressions' training sample (training.lexical), which the
+    client fits on."""
+    _, tokens = recipe.featurizer().prepare(frame["prompt"].tolist(), frame["precision"].tolist())
+    out = frame[list(keep)].copy()
+    out[TOKEN_IDS] = pd.Series(tokens.per_row(), index=frame.index, dtype=object)
+    return out
+
+
+def token_meta(keep: tuple[str, ...]) -> pd.DataFrame:
+    """The empty frame token_partition returns."""
+    return frame_meta((), **{c: _kind(c) for c in keep}, **{TOKEN_IDS: object})
+
+
+def margin_partition(frame: pd.DataFrame, model: Any) -> pd.DataFrame:
+    """The rows with each outcome's lexical margin (LEXICAL_NAMES, float32) from their token ids
+    (TOKEN_IDS): what the bundle's graph computes for them, here on the worker that holds them
+    (`model`: training.lexical.LexicalModel)."""
+    from serving.features.spec import LEXICAL_NAMES
+    from training.featurize import TokenRows
+
+    margins = model.margins_of_tokens(TokenRows.from_rows(frame[TOKEN_IDS].tolist()))
+    return frame.assign(**{name: margins[:, i] for i, name in enumerate(LEXICAL_NAMES)})
+
+
+def margin_meta(meta: pd.DataFrame) -> pd.DataFrame:
+    """The empty frame margin_partition returns for a partition like `meta`."""
+    from serving.features.spec import LEXICAL_NAMES
+
+    return meta.assign(**{name: pd.Series(dtype=np.float32) for name in LEXICAL_NAMES})
 
 
 def counted_partition(frame: pd.DataFrame, recipe, *, keep: tuple[str, ...]) -> pd.DataFrame:

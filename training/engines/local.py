@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -272,33 +272,72 @@ def _token_rows(plan, token_rows, data_report: dict, console):
     return matrix, token_rows[usable].reset_index(drop=True)
 
 
-def _with_lexical(config: TrainConfig, frame, feats, train: np.ndarray, console):
+class LexicalRows(NamedTuple):
+    """Which rows the lexical stage reads (training.lexical.training_rows, for_training)."""
+
+    sample: np.ndarray  # the training rows the regressions are fitted on
+    wanted: np.ndarray  # the rows whose margins something reads (NaN elsewhere)
+    folds: np.ndarray | None  # each row's fold (-1 off the training rows), or None: no out-of-fold margins
+
+
+def _lexical_rows(
+    config: TrainConfig,
+    frame: "pd.DataFrame",
+    train: np.ndarray,
+    rows: int,
+    refit: bool,
+    report: dict[str, Any],
+    console: Any,
+) -> LexicalRows:
+    """The lexical stage's rows (LexicalRows) of `frame`, `rows` prepared rows before any
+    sampling. The held-out rows' margins are always read (the blend is fitted and scored on
+    them); the training rows' only when the trees read them or start from them (their
+    out-of-fold margins) or cross-fitting's refit scores them in sample. Above
+    `lexical_sample_rows` training prompts the report says how many the regressions read."""
+    from training.lexical import note_sample, sample_fraction_of, training_rows
+
+    sample, folds = training_rows(config, frame, train, rows=rows)
+    wanted = np.ones(len(frame), dtype=bool) if folds is not None or refit else ~train
+    note_sample(console, report, config, sample_fraction_of(config, rows), int(sample.sum()))
+    return LexicalRows(sample, wanted, folds)
+
+
+def _with_lexical(
+    config: TrainConfig, frame: "pd.DataFrame", feats: Any, kept: np.ndarray, rows: LexicalRows, console: Any
+) -> tuple[Any, np.ndarray]:
     """(the plan with lexical evidence, the feature matrix with its margins appended):
-    training.lexical, out of fold on the training rows when the trees read them."""
+    training.lexical, out of fold on the training rows when the trees read them; NaN where
+    nothing reads them (`rows.wanted`)."""
     from training.lexical import for_training
 
     t0 = time.perf_counter()
-    fits = 1 if config.lexical == "blend" else config.lexical_folds + 1
+    fits = 1 if rows.folds is None else config.lexical_folds + 1
     with console.status(f"lexical evidence: {fits} logistic regression(s) per outcome"):
         vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
-        model, margins = for_training(config, frame, feats.tokens, train, vocabulary=vocabulary)
+        model, margins = for_training(
+            config, frame, feats.tokens, kept, rows.sample, rows.wanted, rows.folds, vocabulary=vocabulary
+        )
     how = (
         "blended into the heads"
         if config.lexical == "blend"
         else f"trees' inputs, training rows' margins out of {config.lexical_folds} folds"
     )
-    console.print(f"[bold]lexical evidence[/]: {how} ({time.perf_counter() - t0:.1f} s)")
+    console.print(
+        f"[bold]lexical evidence[/]: {how}; fitted on {int(rows.sample.sum())} training prompts "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     return feats.plan.with_lexical(model, config.lexical), np.concatenate([feats.matrix, margins], axis=1)
 
 
-def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens, out_of_fold: bool) -> np.ndarray:
+def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens, kept: np.ndarray, out_of_fold: bool) -> np.ndarray:
     """The features of `rows` as the bundle computes them: a training row's lexical margins
     are out of fold in `x` (`out_of_fold`) when the trees read them or start from them, the
-    bundle's come from the model fitted on every training row (a blend's `x` holds those otherwise)."""
+    bundle's come from the shipped model (a blend's `x` holds those otherwise). `tokens`: the
+    ids of the rows where `kept` is true (every row when out of fold)."""
     if plan.lexical is None or not out_of_fold:
         return x[rows]
     served = x[rows]
-    served[:, -len(plan.lexical.bias) :] = plan.lexical.margins_of_tokens(tokens.subset(rows))
+    served[:, -len(plan.lexical.bias) :] = plan.lexical.margins_of_tokens(tokens.subset(rows[kept]))
     return served
 
 
@@ -347,20 +386,25 @@ def fit(
         frame = frame.assign(split="train")
         # every answer is cross-fitted by the acceptance check, none held out as a test
         responses = responses.assign(split="val") if responses is not None else None
+    prepared_rows = len(frame)  # before the training sample: what both engines draw samples from
     frame = _training_sample(frame, config, data_report, console)
     both = both_known(frame)
 
     clock.begin("featurize")
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
-    # The ids kept: the held-out rows' (the familiarity fit reads them), every row's for lexical evidence.
-    keep_tokens = np.ones(len(frame), dtype=bool) if config.lexical != "none" else ~train if refit is None else both
+    # The ids kept: the held-out rows' (the familiarity fit reads them), and with lexical
+    # evidence those of its sample and of the rows whose margins are read (_lexical_rows).
+    keep_tokens = ~train if refit is None else both
+    if config.lexical != "none":
+        lexical_rows = _lexical_rows(config, frame, train, prepared_rows, refit is not None, data_report, console)
+        keep_tokens = keep_tokens | lexical_rows.sample | lexical_rows.wanted
     with clock.span("features"):
         feats = _features(config, frame, console, keep_tokens, memo)
     x, plan = feats.matrix, feats.plan
     if config.lexical != "none":
         clock.begin("lexical")
-        plan, x = _with_lexical(config, frame, feats, train, console)
+        plan, x = _with_lexical(config, frame, feats, keep_tokens, lexical_rows, console)
     clock.begin("fit")
 
     names = plan.spec.model_feature_names
@@ -458,7 +502,9 @@ def fit(
     chosen = {name: (split == name) & both if refit is None else both for name in ("val", "test")}
     splits, raw = {}, {}
     for name, rows in chosen.items():
-        served = _as_served(x, rows, plan, feats.tokens, config.lexical == "features" or config.lexical_start)
+        served = _as_served(
+            x, rows, plan, feats.tokens, keep_tokens, config.lexical == "features" or config.lexical_start
+        )
         scores, probabilities = predict(config.objective, heads, served)
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores, probabilities=probabilities)
         raw[name] = {h.name: h.raw(served) for h in heads}
