@@ -18,7 +18,7 @@ from serving.chat import Endpoint, RoutedChat
 from serving.chat.errors import StreamInterrupted
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, EchoingUpstream, fresh_stubs, router, stubs  # noqa: F401
 from tests.test_chat_hostile import SSE, leaks, serving_process
-from tests.test_proxy import TOKEN
+from tests.test_proxy import TOKEN, config_for, running_proxy
 from tests.test_telemetry import CANARY, CANARY_MESSAGES, assert_nothing_private, one_request, otel  # noqa: F401
 
 pytestmark = pytest.mark.real_data  # routing is the session's trained test bundle
@@ -127,6 +127,29 @@ def test_the_proxy_answers_and_ends_its_streams_when_the_usage_is_no_count(bundl
         assert json.loads(events[-2][len(": routing ") :])["estimated_cost"] is None
     else:
         assert response.json()["choices"][0]["message"]["content"] == "answer from cloud"
+
+
+def test_a_stream_the_proxy_fails_to_finish_still_ends_with_an_error_event_and_done(router, stubs, monkeypatch):
+    """Whatever fails while the proxy relays a stream (here: a fault injected where the stream ends),
+    the client reads an error event and [DONE], never a stream cut short."""
+
+    def fault(self, usage):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(Endpoint, "cost", fault)
+    with running_proxy(router, config_for(stubs)) as url:
+        response = httpx2.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": LONG, "stream": True},
+            headers={"authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        )
+        metrics = httpx2.get(f"{url}/metrics", headers={"authorization": f"Bearer {TOKEN}"}).text
+    events = response.text.strip().split("\n\n")
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][len("data: ") :])["error"]["code"] == "stream_error"
+    assert text_of([json.loads(e[len("data: ") :]) for e in events[:-2]]) == "answer from cloud"
+    assert 'router_failed_requests_total{reason="stream_error"} 1.0' in metrics
 
 
 # A key spelled out over several chunks.
