@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 import serving.telemetry as telemetry
 from serving.capabilities import declares_languages
-from serving.execute import aexecute, execute
+from serving.execute import aexecute, execute, off_loop
 
 if TYPE_CHECKING:
     from typing import Literal
@@ -165,9 +165,7 @@ async def aexecute_endpoints(
     needs: Needs | None = None,
 ) -> Execution:
     """execute_endpoints() for asyncio: each call an async callable (an overrunning one is cancelled).
-    Routing a long prompt runs on a worker thread (serving.router.off_loop), not on the event loop."""
-    from serving.router import off_loop
-
+    Routing a long prompt runs on a worker thread (serving.execute.off_loop), not on the event loop."""
     with telemetry.request():
         routing, decision, check, request = await off_loop(
             prompt, _prepared, router, prompt, endpoints, precision, accept, metadata, request_id, True, needs, specs

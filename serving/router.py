@@ -9,15 +9,10 @@ the current bundle and says why.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
 import logging
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
 from serving.bundle import BundleError, read_bundle
@@ -64,35 +59,6 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger("serving")
-T = TypeVar("T")
-
-# Routing is CPU-bound (tokenization, the model, the policy's detectors: a 4 MiB prompt takes a
-# second or more), so the async calls (Router.aexecute, aexecute_endpoints) route a prompt of more
-# than INLINE_CHARS characters on a worker thread, and the event loop serves other requests
-# meanwhile (the proxy's /health among them). A shorter prompt routes inline: it takes 0.2-0.6 ms,
-# about the price of the hop to a thread and back (0.13 ms). One thread: a long prompt's routing
-# holds the GIL nearly throughout (regular expressions, Python), so a second adds no speed, and
-# each is one more the event loop waits for to get the GIL back (the proxy's /health with four
-# 4 MiB prompts in progress waited up to 0.46-0.48 s with two threads, 0.24-0.30 s with one).
-ROUTING_THREADS = 1
-INLINE_CHARS = 2_048
-_routing_pool: ThreadPoolExecutor | None = None
-_routing_pool_lock = threading.Lock()
-
-
-async def off_loop(subject: object, fn: Callable[..., T], *args: Any) -> T:
-    """fn(*args) for routing `subject` (a prompt, or a request whose `prompt` is the text): on a
-    routing thread when its text is longer than INLINE_CHARS (in a copy of this context), else here."""
-    global _routing_pool
-    text = subject if isinstance(subject, str) else getattr(subject, "prompt", None)
-    if not isinstance(text, str) or len(text) <= INLINE_CHARS:
-        return fn(*args)
-    with _routing_pool_lock:
-        if _routing_pool is None:
-            _routing_pool = ThreadPoolExecutor(ROUTING_THREADS, thread_name_prefix="serving-routing")
-        pool = _routing_pool
-    context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(context.run, fn, *args))
 
 
 @dataclass(frozen=True)
@@ -553,8 +519,8 @@ class Router:
         call is cancelled). The same decision, accept check, outcome record, exploration and
         shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
         values, such as streams), and the same policy (`metadata`) and capabilities (`needs`).
-        Routing a long prompt runs on a worker thread (off_loop), not on the event loop."""
-        from serving.execute import aexecute
+        Routing a long prompt runs on a worker thread (serving.execute.off_loop), not on the event loop."""
+        from serving.execute import aexecute, off_loop
 
         with telemetry.request():
             prepared = await off_loop(

@@ -1,4 +1,4 @@
-"""Router.aexecute and aexecute_endpoints route a long prompt on a worker thread (serving.router.off_loop):
+"""Router.aexecute and aexecute_endpoints route a long prompt on a worker thread (serving.execute.off_loop):
 the event loop keeps running other coroutines meanwhile; a short prompt routes inline. Without a
 bundle (the rule table) and with a policy of detectors, which make a long prompt's routing slow.
 The proxy process under the same load: tests/test_proxy_hardening.py."""
@@ -10,8 +10,8 @@ import threading
 import time
 
 from serving import Router
+from serving.execute import INLINE_CHARS
 from serving.policy import PolicySet
-from serving.router import INLINE_CHARS
 
 DETECTORS = ["email", "phone", "payment_card", "iban", "national_id", "credential", "ip_address"]
 RULE = {"name": "pii", "when": {"detected": DETECTORS}, "then": "forbid", "endpoint": "cloud"}
