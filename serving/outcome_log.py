@@ -255,10 +255,14 @@ class OutcomeLog:
             self._not_written(type(exc).__name__, f"{error_code(exc)} raised while building it")
             return None
         try:
-            return (json.dumps(private, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
+            line = (json.dumps(private, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
         except (TypeError, ValueError) as exc:  # a value JSON cannot hold (NaN, an object): json names its type
             self._not_written("json", str(exc))
             return None
+        if len(line) > MAX_LINE_BYTES:  # every reader would refuse it: counted as not written instead
+            self._not_written("size", f"its line has {len(line):,} bytes, over the readers' {MAX_LINE_BYTES:,}")
+            return None
+        return line
 
     def _not_written(self, kind: str, why: str) -> None:
         self._count_dropped(1)

@@ -371,3 +371,22 @@ def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, 
     assert any("holds no encoder before its projection" in r.getMessage() for r in caplog.records)
     (reject,) = read_unit(tmp_path / "no-encoder").rejects
     assert "logged without its text and without model inputs" in reject.reason and SSN not in on_disk(log.folder)
+
+
+def test_a_record_no_reader_would_read_is_counted_as_not_written(tmp_path, caplog):
+    """Readers skip a line over MAX_LINE_BYTES (serving.outcome_log.read_log_lines): the writer
+    does not write one. A request whose prompt makes its record that long is counted in `dropped`
+    with a warning saying why; the records around it are written and read back."""
+    from serving.outcome_log import MAX_LINE_BYTES, read_log_lines
+
+    log = OutcomeLog(tmp_path / "logs")
+    small = {"log": LOG_FORMAT, "type": "request", "request_id": "r1", "prompt": "short"}
+    with caplog.at_level(logging.WARNING, logger="serving"):
+        assert log.append(small)
+        assert log.append({**small, "request_id": "r2", "prompt": "x" * MAX_LINE_BYTES})
+        assert log.append({**small, "request_id": "r3"})
+        log.close()
+    assert (log.written, log.dropped) == (2, 1)
+    assert [r["request_id"] for r in records(log.folder)] == ["r1", "r3"]
+    assert all(line.problem is None for line in read_log_lines(log.folder))
+    assert any("over the readers'" in r.getMessage() for r in caplog.records)
