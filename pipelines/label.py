@@ -14,7 +14,8 @@ and each request must be complete within `--timeout-s`, however slowly the judge
 answer the judge could not grade (an HTTP error or no complete answer after retries, a reply
 that is not a chat completion, holds no text or no rating) gets no record and is counted by
 reason; the run ends with how many were graded, skipped as already known, and failed, and
-exits 1 when any failed.
+exits 1 when any failed. Lines of the log that cannot be read (serving.outcome_log.read_log_lines)
+are not graded, and the run says how many and where the first one is.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Annotated, Callable
+from typing import TYPE_CHECKING, Annotated, Callable
 
 import typer
+
+if TYPE_CHECKING:
+    from serving.outcome_log import LoggedLine
 
 # MT-Bench's single-answer grading prompt (lm-sys/FastChat, judge_prompts "single-v1").
 JUDGE_SYSTEM = "You are a helpful assistant."
@@ -52,15 +56,17 @@ def rating_quality(reply: str) -> float | None:
     return (rating - 1.0) / 9.0 if 1.0 <= rating <= 10.0 else None
 
 
-def pending_answers(folder: Path) -> tuple[list[dict], int]:
-    """(answers to grade: request_id, side, question, answer; how many already have a quality)."""
+def pending_answers(folder: Path) -> tuple[list[dict], int, list[LoggedLine]]:
+    """(answers to grade: request_id, side, question, answer; how many already have a quality;
+    the lines that could not be read, each with its file, line and problem)."""
     from serving.outcome_log import read_log_lines
 
-    requests, known, shadows = {}, set(), []
+    requests, known, shadows, unreadable = {}, set(), [], []
     for line in read_log_lines(folder):
         record = line.record
         if record is None:
-            continue  # training reports unreadable lines; grading skips them
+            unreadable.append(line)
+            continue
         kind, request_id = record.get("type"), record.get("request_id")
         if kind == "request":
             requests[request_id] = record
@@ -97,7 +103,7 @@ def pending_answers(folder: Path) -> tuple[list[dict], int]:
                 }
             )
     todo = [a for a in answers if a["question"] and (a["request_id"], a["side"]) not in known]
-    return todo, len(answers) - len(todo)
+    return todo, len(answers) - len(todo), unreadable
 
 
 class Judge:
@@ -174,7 +180,7 @@ def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None
     """Grade the pending answers of `folder` and append their feedback records; returns the counts."""
     from serving.outcome_log import LOG_FORMAT, OutcomeLog
 
-    todo, known = pending_answers(folder)
+    todo, known, unreadable = pending_answers(folder)
     todo = todo[:limit] if limit else todo
     log = OutcomeLog(folder)
     failures: dict[str, int] = {}
@@ -206,6 +212,10 @@ def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None
         "already_known": known,
         "failed": sum(failures.values()),
         "failures": failures,
+        "unreadable": len(unreadable),
+        "first_unreadable": f"{unreadable[0].file}:{unreadable[0].line}: {unreadable[0].problem}"
+        if unreadable
+        else None,
         "written": log.written,
         "dropped": log.dropped,
     }
@@ -226,6 +236,8 @@ def main(
     from rich.console import Console
     from rich.markup import escape
 
+    from serving.outcome_log import printable
+
     if not folder.is_dir():
         Console(stderr=True).print(f"[red]error[/]: {escape(str(folder))} is not an outcome-log folder")
         raise typer.Exit(2)
@@ -239,6 +251,11 @@ def main(
     Console().print(
         f"graded {result['graded']}, already known {result['already_known']}, failed {result['failed']}"
         + (f" ({reasons})" if result["failed"] else "")
+        + (
+            f"; {result['unreadable']} unreadable lines not graded (first: {escape(printable(result['first_unreadable']))})"
+            if result["unreadable"]
+            else ""
+        )
     )
     if result["failed"]:
         raise typer.Exit(1)

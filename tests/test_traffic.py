@@ -437,8 +437,28 @@ def test_make_label_grades_logged_answers_with_a_judge(bundle, tmp_path, monkeyp
     # A second run grades nothing twice: the graded answer is now known.
     from pipelines.label import pending_answers
 
-    todo, known = pending_answers(tmp_path / "logs")
-    assert known == 1 and len(todo) == 2
+    todo, known, unreadable = pending_answers(tmp_path / "logs")
+    assert known == 1 and len(todo) == 2 and unreadable == []
+
+
+def test_make_label_says_how_many_lines_it_could_not_read_and_where(tmp_path, monkeypatch):
+    """An unreadable line is not graded, and not passed over in silence: the summary counts such
+    lines and names the first one's file and line (its terminal text escaped)."""
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(tmp_path / "no-bundle", log=log)  # the rule table decides: no bundle needed
+    router.execute("What is 2 + 2?", edge=lambda p: "4", cloud=lambda p: "4")
+    log.close()
+    (file,) = sorted((tmp_path / "logs").glob("*.jsonl"))
+    with file.open("ab") as fh:
+        fh.write(b'{"log": "not json\x1b[31m\n')
+    judge = JudgeServer(graded_like_a_judge)
+    try:
+        result = make_label(tmp_path / "logs", judge.url)
+    finally:
+        judge.close()
+    assert result.exit_code == 0, result.output
+    assert "graded 1" in result.output and "1 unreadable lines not graded" in result.output
+    assert f"{file.name}:2:" in result.output.replace("\n", "") and "\x1b" not in result.output
 
 
 # --- training from, and evaluating on, the SDK's own logs -----------------------------------
