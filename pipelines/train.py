@@ -36,6 +36,7 @@ def main(
     from data.location import NoLogsError
     from data.logs import DataQualityError
     from evaluation import headline
+    from serving.outcome_log import printable
     from training.engines.base import train
 
     logging.basicConfig(level=logging.WARNING)
@@ -55,7 +56,8 @@ def main(
     try:
         result = train(cfg, console=console)
     except (DataQualityError, NoLogsError) as exc:  # no logs, or logs that cannot train: the message says why
-        Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
+        # The message may quote the logs (a file name, a value): printed as text, never as terminal controls.
+        Console(stderr=True).print("[red]error[/]:", escape(printable(str(exc))), soft_wrap=True)
         raise typer.Exit(2) from exc
     console.print(headline.rich_table(result.metrics))
     console.print(

@@ -379,6 +379,19 @@ def test_make_drift_neutralises_control_characters_in_a_file_name(bundle, tmp_pa
     assert ESC not in report.stderr
 
 
+def test_make_train_prints_a_log_error_naming_a_hostile_file_as_text(tmp_path):
+    """make train stops on logs it cannot train from with one message naming the file; a file name
+    that holds terminal controls is printed escaped, not sent to the terminal."""
+    logs = tmp_path / f"logs-{ESC}]0;owned\x07{ESC}[2J"
+    write_log(logs, b"not json\n")
+    done = run(
+        "-m", "pipelines.train", "--data", str(logs), "--bundle", str(tmp_path / "bundle"),
+        "--set", f"reports_dir={tmp_path / 'reports'}",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "error" in done.stderr and ESC not in done.stderr and "\x07" not in done.stderr
+
+
 def test_printable_escapes_what_drives_a_terminal_and_keeps_text():
     assert printable("plain text, café, 日本語") == "plain text, café, 日本語"
     assert (
