@@ -22,6 +22,8 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
+from serving.json_values import nests_deeper_than
+
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_DEPTH = 32  # objects and lists inside each other; the SDK's own files need 6
 QUOTED_CHARS = 80  # the most a quoted value takes in a message
@@ -97,7 +99,7 @@ def decode_document(raw: bytes, *, source: str, what: str, error: type[Exception
             raise error(f"{what} {source} is not valid JSON: nested deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:  # JSONDecodeError, a duplicate key, bytes that are not text
             raise error(f"{what} {source} is not valid JSON: {one_line(str(exc))}") from None
-        if _deeper_than(data, MAX_DEPTH):
+        if nests_deeper_than(data, MAX_DEPTH):
             raise error(f"{what} {source} is not valid JSON: nested deeper than {MAX_DEPTH} levels")
         return data
     raise error(f"{what} {source}: name it .json (or .yaml / .yml with PyYAML)")
@@ -112,20 +114,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"key {quoted(key)} appears twice in one object")
         data[key] = value
     return data
-
-
-def _deeper_than(data: object, limit: int) -> bool:
-    """Whether lists and objects nest more than `limit` levels in `data` (walked without recursion)."""
-    stack: list[tuple[object, int]] = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-        if children is None:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
 
 
 def _yaml_problem(exc: Exception) -> str:

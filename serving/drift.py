@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from serving.contract import CLOUD, DRIFT_REFERENCE_FILE, PRECISIONS, ZONES
+from serving.documents import quoted
+from serving.json_values import finite_number
 from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, printable, read_log_lines
 
 if TYPE_CHECKING:
@@ -423,32 +425,13 @@ class _Current:
         return [v for v, o in zip(values, own) if o or not own_only]
 
 
-def _finite_float(value: Any) -> float | None:
-    """`value` as a finite float, or None: not a number (a bool is not one), NaN, infinite, or an
-    integer too large for a double (a 400-digit one: float() would raise OverflowError)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _shown(value: Any) -> str:
-    """A value in an error message: its repr (control characters escaped), cut short."""
-    if isinstance(value, int) and value.bit_length() > 128:  # repr() of a 5,000-digit int raises
-        return f"an integer of {value.bit_length()} bits"
-    return repr(value)[:40]
-
-
 def _number(record: Mapping[str, Any], key: str, where: str) -> float | None:
     value = record.get(key)
     if value is None:
         return None
-    number = _finite_float(value)
+    number = finite_number(value)
     if number is None:
-        raise DriftInputError(f"{where}: {key} must be a finite number or null, got {_shown(value)}")
+        raise DriftInputError(f"{where}: {key} must be a finite number or null, got {quoted(value)}")
     return number
 
 
@@ -464,7 +447,7 @@ def _n_tokens(record: Mapping[str, Any], where: str) -> float | None:
     if not isinstance(names, list) or not isinstance(scalars, list) or "n_tokens" not in names:
         return None
     index = names.index("n_tokens")
-    return _finite_float(scalars[index]) if index < len(scalars) else None
+    return finite_number(scalars[index]) if index < len(scalars) else None
 
 
 def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_out: Sequence[str] = ()) -> _Current:
@@ -477,7 +460,7 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
             raise DriftInputError(f"{where}: not a JSON object but {type(record).__name__}")
         if record.get("log") != LOG_FORMAT:
             raise DriftInputError(
-                f"{where}: not an outcome record of {LOG_FORMAT!r} (its log field: {_shown(record.get('log'))})"
+                f"{where}: not an outcome record of {LOG_FORMAT!r} (its log field: {quoted(record.get('log'))})"
             )
         if record.get("type") == "request":
             order.append(record)

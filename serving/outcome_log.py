@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
+from serving.json_values import nests_deeper_than
+
 if TYPE_CHECKING:
     from typing_extensions import TypeAlias
 
@@ -561,22 +563,9 @@ def parse_record_line(raw: bytes) -> tuple[Any, str | None, bool]:
         return None, f"not JSON: {exc}", cut
     except ValueError as exc:  # int(): more digits than Python converts
         return None, f"not JSON: {str(exc)[:120]}", False
-    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+    if text.count("[") + text.count("{") > MAX_DEPTH and nests_deeper_than(value, MAX_DEPTH):
         return None, f"nested deeper than {MAX_DEPTH} levels (records nest a few)", False
     return value, None, False
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether lists and objects nest more than `limit` deep in `value` (no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            if depth > limit:
-                return True
-            stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 _FILE_KINDS = (
