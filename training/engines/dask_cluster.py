@@ -235,7 +235,7 @@ def _features(
     training rows its regressions are fitted on (at most about `lexical_sample_rows`, the local
     engine's sample); else None. Returns (train, val, test, train sample, lexical sample)."""
     from training.engines import dask_partitions as de
-    from training.lexical import OUTCOMES
+    from training.lexical import OUTCOMES, sample_fraction_of
     from training.partial import WEIGHT_COLUMNS
 
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
@@ -246,14 +246,18 @@ def _features(
         )
         for name in ("val", "test")
     )
-    train_rows = _sample(prepared, "train", config.max_train_rows, report, config)
-    train = train_rows.map_partitions(
+    lexical = config.lexical != "none"
+    # With lexical evidence the training rows of its sample keep their token ids (the local
+    # engine's sample: training.lexical.sample_fraction_of), which come here to be fitted on.
+    train_keep = tuple(dict.fromkeys((*targets, *WEIGHT_COLUMNS, *(OUTCOMES if lexical else ()))))
+    train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
         de.feature_partition,
         recipe,
-        keep=(*targets, *WEIGHT_COLUMNS),
+        keep=train_keep,
         blank_precision=config.precision_dropout,
         seed=config.seed,
-        meta=de.feature_meta(plan.serving, (*targets, *WEIGHT_COLUMNS)),
+        tokens_below=sample_fraction_of(config, report["rows"]) if lexical else None,
+        meta=de.feature_meta(plan.serving, train_keep, lexical),
     )
     train_sample = (
         _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
@@ -262,30 +266,26 @@ def _features(
         if keep_train_rows
         else None
     )
-    lexical_sample = None
-    if config.lexical != "none":  # inside the boosters' sample, as the local engine draws it
-        lexical_keep = (*OUTCOMES, *WEIGHT_COLUMNS)
-        lexical_sample = _sample(train_rows, "train", config.lexical_sample_rows, report, config).map_partitions(
-            de.token_partition, recipe, keep=lexical_keep, meta=de.token_meta(lexical_keep)
-        )
-    wanted = [f for f in (train, val, test, train_sample, lexical_sample) if f is not None]
+    wanted = [f for f in (train, val, test, train_sample) if f is not None]
     with de.stage("features"):
         persisted = iter(client.persist(wanted))  # one graph: each partition is read once
-    return tuple(None if f is None else next(persisted) for f in (train, val, test, train_sample, lexical_sample))
+    train, val, test, train_sample = (None if f is None else next(persisted) for f in (train, val, test, train_sample))
+    lexical_sample = (
+        train[train[de.TOKEN_IDS].notnull()][[*OUTCOMES, *WEIGHT_COLUMNS, de.TOKEN_IDS]] if lexical else None
+    )
+    return train, val, test, train_sample, lexical_sample
 
 
 def _lexical(
-    client: Any, config: TrainConfig, plan: Any, lexical_sample: Any, report: dict[str, Any], console: Any
+    client: Any, config: TrainConfig, plan: Any, rows: pd.DataFrame, report: dict[str, Any], console: Any
 ) -> tuple[Any, Any]:
     """The lexical regressions (training.lexical.fit_sample, as the local engine fits them),
-    here, on the sample's token ids and outcomes collected from the workers. Returns the plan
-    with lexical evidence and the model sent to every worker (for margin_partition)."""
+    here, on the sample's token ids and outcomes (`rows`, collected from the workers). Returns
+    the plan with lexical evidence and the model sent to every worker (for margin_partition)."""
     from training.engines import dask_partitions as de
     from training.featurize import TokenRows
     from training.lexical import fit_sample, note_sample, outcome_arrays, sample_fraction_of
 
-    with de.stage("collecting the lexical sample"):
-        [rows] = de.collected(client, lexical_sample)
     note_sample(console, report, config, sample_fraction_of(config, report["rows"]), len(rows))
     vocabulary = plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
     ids = rows[de.TOKEN_IDS].tolist()
@@ -408,10 +408,13 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
             )
             model = None
             if lexical_sample is not None:
+                with de.stage("features"):  # it comes as its partitions are featurized
+                    [rows] = de.collected(client, lexical_sample)
+                del lexical_sample
                 clock.begin("lexical")  # the regressions' fit, here; the margins are computed on the workers
                 with console.status("lexical evidence: 1 logistic regression per outcome"):
-                    plan, model = _lexical(client, config, plan, lexical_sample, report, console)
-                del lexical_sample
+                    plan, model = _lexical(client, config, plan, rows, report, console)
+                del rows
                 clock.begin("featurize")
             val, test, train_sample = _collected(client, val, test, train_sample, model)
         names = plan.spec.feature_names

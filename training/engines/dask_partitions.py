@@ -133,10 +133,13 @@ def feature_partition(
     blank_precision: float = 0.0,
     seed: int = 0,
     with_tokens: bool = False,
+    tokens_below: float | None = None,
     partition_info: dict | None = None,
 ) -> pd.DataFrame:
     """Serving features of each row (columns = spec.feature_names) plus the `keep` columns and,
     `with_tokens`, TOKEN_IDS (None where the recipe computes no ids: only a token table does).
+    `tokens_below`: TOKEN_IDS only for the rows whose sampling number (`sample_u`) is below it,
+    None elsewhere (the lexical regressions' sample, tokenized once with the features).
     `blank_precision` zeroes the declared precision on that share of rows, drawn from a
     generator seeded by (seed, partition number), as the local engine does on its train rows."""
     from training.model import blank_declared_precision
@@ -155,22 +158,13 @@ def feature_partition(
         out[TOKEN_IDS] = pd.Series(
             tokens.per_row() if tokens is not None else [None] * len(frame), index=frame.index, dtype=object
         )
+    elif tokens_below is not None:
+        chosen = frame["sample_u"].to_numpy() < tokens_below
+        ids = np.full(len(frame), None, dtype=object)
+        if tokens is not None and chosen.any():
+            ids[np.flatnonzero(chosen)] = tokens.subset(chosen).per_row()
+        out[TOKEN_IDS] = pd.Series(ids, index=frame.index, dtype=object)
     return out
-
-
-def token_partition(frame: pd.DataFrame, recipe: Any, *, keep: tuple[str, ...]) -> pd.DataFrame:
-    """The `keep` columns of each row and its token ids (TOKEN_IDS, as feature_partition's),
-    without features: the lexical regressions' training sample (training.lexical), which the
-    client fits on."""
-    _, tokens = recipe.featurizer().prepare(frame["prompt"].tolist(), frame["precision"].tolist())
-    out = frame[list(keep)].copy()
-    out[TOKEN_IDS] = pd.Series(tokens.per_row(), index=frame.index, dtype=object)
-    return out
-
-
-def token_meta(keep: tuple[str, ...]) -> pd.DataFrame:
-    """The empty frame token_partition returns."""
-    return frame_meta((), **{c: _kind(c) for c in keep}, **{TOKEN_IDS: object})
 
 
 def margin_partition(frame: pd.DataFrame, model: Any) -> pd.DataFrame:
