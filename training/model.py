@@ -122,9 +122,10 @@ class Head:
         x = x[:, : self.booster.num_feature() - (self.side is not None)]
         return self.booster.predict(x if self.side is None else with_side(x, self.side))
 
-    def predict(self, x) -> np.ndarray:
-        """The calibrated probability, blended when the head has a blend (the SDK must reproduce it)."""
-        calibrated = apply_calibration(self.calibration, self.raw(x))
+    def predict(self, x, raw: np.ndarray | None = None) -> np.ndarray:
+        """The calibrated probability, blended when the head has a blend (the SDK must reproduce it).
+        `raw`: this head's `raw(x)`, when the caller has it (the trees are not run again)."""
+        calibrated = apply_calibration(self.calibration, self.raw(x) if raw is None else raw)
         return calibrated if self.blend is None else self.blend.apply(calibrated, x)
 
 
@@ -456,13 +457,16 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
 
 
-def blend_for(head: Head, column: str, x, target, weight=None, *, form: str = "mixture") -> LexicalBlend:
+def blend_for(
+    head: Head, column: str, x, target, weight=None, *, form: str = "mixture", raw: np.ndarray | None = None
+) -> LexicalBlend:
     """`head`'s blend (`form`: mixture or stack) with the lexical margin of its own log column,
-    fitted on rows `x` (which end with the margins) with outcomes `target`."""
+    fitted on rows `x` (which end with the margins) with outcomes `target`; `raw`: the head's
+    raw(x), when the caller has it."""
     from training.lexical import OUTCOMES
 
     outcome = OUTCOMES.index(column)
-    trees = apply_calibration(head.calibration, head.raw(x))
+    trees = apply_calibration(head.calibration, head.raw(x) if raw is None else raw)
     fit = fit_stack if form == "stack" else fit_blend
     return fit(trees, LexicalBlend(outcome, 1.0).margin(x), target, outcome=outcome, sample_weight=weight)
 
@@ -560,11 +564,10 @@ def fit_heads(
         target = np.asarray(targets_val[column], dtype=np.float64)
         weight = np.ones(len(target)) if not weights_val else np.asarray(weights_val[column], dtype=np.float64)
         known = ~np.isnan(target) & (weight > 0)
-        head.calibration = fit_calibration(
-            head.raw(x_val[known]), target[known], method=calibration, sample_weight=weight[known]
-        )
+        raw = head.raw(x_val[known])  # once: the calibration and the blend read the same trees' outputs
+        head.calibration = fit_calibration(raw, target[known], method=calibration, sample_weight=weight[known])
         if blend:
-            head.blend = blend_for(head, column, x_val[known], target[known], weight[known], form=blend_form)
+            head.blend = blend_for(head, column, x_val[known], target[known], weight[known], form=blend_form, raw=raw)
         heads.append(head)
     return heads
 
@@ -574,7 +577,8 @@ def target_columns(objective: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(column for column, _ in OBJECTIVES[objective].values()))
 
 
-def predict(objective: str, heads: list[Head], x) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(routing score, each head's calibrated probability) for the rows of `x`."""
-    probabilities = {head.name: head.predict(x) for head in heads}
+def predict(objective: str, heads: list[Head], x, raw: dict | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(routing score, each head's calibrated probability) for the rows of `x`; `raw`: each
+    head's raw(x) by name, when the caller has them (the trees are not run again)."""
+    probabilities = {head.name: head.predict(x, None if raw is None else raw[head.name]) for head in heads}
     return routing_score(objective, probabilities), probabilities

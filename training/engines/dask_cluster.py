@@ -433,9 +433,9 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
     for name, frame in (("val", val), ("test", test)):
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request
         x = frame[served].to_numpy()
-        scores, probabilities = predict(config.objective, heads, x)
+        raw[name] = {h.name: h.raw(x) for h in heads}  # the trees run once per split
+        scores, probabilities = predict(config.objective, heads, x, raw[name])
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
-        raw[name] = {h.name: h.raw(x) for h in heads}
         if config.lexical == "blend":  # as the local engine hands them back (cross-validation's blends)
             raw[name][MARGINS_OUTPUT] = x[:, len(names) :]
         embeddings[name] = x[:, len(names) - plan.spec.embedding_dim : len(names)]

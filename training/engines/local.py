@@ -505,9 +505,9 @@ def fit(
         served = _as_served(
             x, rows, plan, feats.tokens, keep_tokens, config.lexical == "features" or config.lexical_start
         )
-        scores, probabilities = predict(config.objective, heads, served)
+        raw[name] = {h.name: h.raw(served) for h in heads}  # the trees run once per split
+        scores, probabilities = predict(config.objective, heads, served, raw[name])
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores, probabilities=probabilities)
-        raw[name] = {h.name: h.raw(served) for h in heads}
         if config.lexical == "blend":  # what cross-fitting fits the refit's blends on
             raw[name][MARGINS_OUTPUT] = served[:, len(names) :]
     embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim :] for name, rows in chosen.items()}
