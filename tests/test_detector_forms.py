@@ -114,6 +114,31 @@ def test_a_policy_rule_reads_the_folded_text():
     assert request.detected((DETECTORS["email"],)) is True
 
 
+def test_a_rule_naming_several_detectors_folds_the_prompt_once(monkeypatch):
+    """Each detector folded the prompt itself (Detector.found_in): a rule naming all seven folded a
+    non-ASCII prompt seven times (~5 us each on ~128 tokens). The request folds it once and hands the
+    Folded to each detector, which does not fold it again."""
+    import serving.policy.detectors as detectors
+    import serving.policy.rules as rules
+    from serving.policy import PolicySet
+
+    folded: list[str] = []
+    fold = detectors.fold
+
+    def counting_fold(text: str) -> detectors.Folded:
+        folded.append(text)
+        return fold(text)
+
+    monkeypatch.setattr(rules, "fold", counting_fold, raising=False)  # (rules did not fold before)
+    monkeypatch.setattr(detectors, "fold", counting_fold)
+    rule = {"name": "pii", "when": {"detected": list(DETECTORS)}, "then": "forbid", "endpoint": "cloud"}
+    policy = PolicySet.from_dict({"rules": [rule]})
+    prompt = "Bonjour\u00a0! Où en est la commande n\u00b0\u00a02024\u20115581\u202f? Merci\u00a0!"
+    assert not policy.evaluate(prompt, 20, None, {}).forbidden_by  # every detector ran, none found anything
+    assert folded == [prompt]
+    assert policy.evaluate("mail mira.tasvo\uff20kalo-net.de", 8, None, {}).forbidden_by  # the folded text read
+
+
 # ---- false positives ---------------------------------------------------------------------------------
 
 

@@ -5,14 +5,23 @@ adversarial inputs per detector: tests/test_detector_forms.py."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import re
+import threading
+import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data.pii_synthetic import generate, read
 from evaluation.detection import score, wilson
-from serving.policy import DETECTORS, Finding, any_detected, detect
+from serving.policy import DETECTORS, Finding, any_detected, detect, detectors
 from tests.conftest import ROOT
+from tests.test_detector_forms import EXTRA as FORMS_EXTRA
+from tests.test_detector_forms import FORMS, MIB
 
 LABELLED = ROOT / "data" / "policy" / "pii_labelled.jsonl"
 
@@ -277,3 +286,169 @@ def test_each_check_is_needed_on_the_labelled_set(monkeypatch, check, off, detec
     monkeypatch.setattr(detectors, check, off)
     c = score(read(LABELLED))[0]["overlap"][detector]
     assert c.found_right / c.found < PRECISION_FLOOR
+
+
+# ---- long texts, a window at a time -------------------------------------------------------------
+
+FILLER = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 8  # nothing to find, no digits
+# Each detector's own examples, and those read through normalisation (tests/test_detector_forms.py).
+WINDOWED_POSITIVES = [*POSITIVES, *((name, text, value) for _, name, text, value in FORMS), *FORMS_EXTRA]
+WINDOWED_POSITIVES += [("ip_address", "to 255.255.255.255.", "255.255.255.255")]  # a rule's longest match
+# Findings whose check reads the text around the value (a name before it, "am" after it, one more
+# group of digits after it, a path after it): kept or refused as in the whole text.
+WINDOWED_NEGATIVES = [
+    *NEGATIVES,
+    "version 10.2.1.3",
+    "ping 10.10.10.10 am",
+    "DNA: 12345678Z",
+    "4111 1111 1111 1111 4111",
+    "git@github.com:org/repo.git",
+    # the longest match a rule allows, refused by what its look-ahead reads just past it
+    "255.255.255.255.1",
+    "255.255.255.255 am",
+    "123-45-6789-0",
+    "41111111111111111111",
+]
+
+
+@contextlib.contextmanager
+def windows(chars: int, translate_chars: int | None = None):
+    """The detectors' windows (serving.policy.detectors.WINDOW_CHARS, TRANSLATE_CHARS) set to `chars`."""
+    saved = detectors.WINDOW_CHARS, detectors.TRANSLATE_CHARS
+    detectors.WINDOW_CHARS, detectors.TRANSLATE_CHARS = chars, translate_chars or chars
+    try:
+        yield
+    finally:
+        detectors.WINDOW_CHARS, detectors.TRANSLATE_CHARS = saved
+
+
+def placed(text: str, before: int) -> str:
+    """text after `before` characters of FILLER (and a space), FILLER after it: past any small window."""
+    return f"{FILLER[:before]} {text} {FILLER[:40]}"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("abc", 3),
+        ("a(?=bcd)", 4),  # a look-ahead reads past the match
+        ("(?<=xyz)a", 1),  # a look-behind reads before it
+        ("a{2,5}\\b", 7),  # \b reads the next character: two, for $ and \Z
+        ("(ab|c)\\1", 4),
+        ("(?:x[0-9]{1,3}){3}(?![0-9])", 13),
+        ("[0-9](?<![0-9][0-9])(?:[0-9]{12,18}(?![0-9])|[0-9]{3})", 20),
+    ],
+)
+def test_reach_is_how_far_past_its_start_a_match_reads(pattern, expected):
+    assert detectors.reach(re.compile(pattern)) == expected
+
+
+def test_reach_refuses_a_repetition_without_a_bound():
+    with pytest.raises(ValueError, match="repeats without a bound"):
+        detectors.reach(re.compile("a+b"))
+
+
+@pytest.mark.parametrize("window", [1, 16, 61])
+def test_each_value_straddling_every_window_boundary_is_found_once(window):
+    """Each detector's examples at every offset from a window's boundary (offsets 0 to window - 1 of
+    the value's start, so that a boundary falls at every character of it): each found once, with its
+    span, by detect(), by its detector alone and by any_detected(); the negatives, among them those
+    decided by the text around the value, found nowhere. The windows are far smaller than the values
+    here (64 Ki characters in use): every value straddles boundaries."""
+    with windows(window, translate_chars=max(1, window // 4)):
+        for offset in range(window):
+            before = 2 * window + offset
+            for name, text, value in WINDOWED_POSITIVES:
+                where = placed(text, before)
+                assert found(where) == [(name, value)], (window, offset, text)
+                assert found(where, [name]) == [(name, value)], (window, offset, text)
+                assert any_detected(where, [name]) is True
+            for text in WINDOWED_NEGATIVES:
+                assert found(placed(text, before)) == [], (window, offset, text)
+
+
+def test_the_longest_matches_straddling_windows_are_found_whole():
+    """The rules' longest matches (a JWT of three 8,000-character parts, an email of the longest local
+    part and domain) straddling the boundaries of small windows: each found whole, once."""
+    jwt = "eyJ" + "a" * 8000 + ".eyJ" + "b" * 8000 + "." + "c" * 8000
+    local, domain = "m" * 64, ".".join(["d" * 63] * 7) + ".lin-mar.de"
+    email = f"{local}@{domain}"
+    assert detectors.reach(detectors._EMAIL) >= len(email)
+    with windows(4096, translate_chars=512):
+        for offset in (0, 1, 2047, 4093, 4095):
+            assert found(placed(f"token {jwt} end", 4096 + offset)) == [("credential", jwt)]
+            assert found(placed(f"mail {email}", 4096 + offset)) == [("email", email)]
+
+
+FRAGMENTS = [
+    *(value for _, _, value in WINDOWED_POSITIVES),
+    *"0123456789 .-+@:=/_\n\t'\"()",
+    *["DE", "89", "4111", "1234 ", "eyJ", "sk-", "AKIA", "DNI ", "BSN ", "SSN ", "version ", " am", "x", "ab"],
+    *["password", "api_key", "-----BEGIN RSA PRIVATE KEY-----", "\u200b", "\u00a0", "\u00ad", "\u2013", "\ufb01"],
+    *[chr(0xFF10 + i) for i in range(10)],
+    *[chr(0xFF21 + i) for i in range(26)],
+    "\uff20",
+    "\u2026",
+]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    parts=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=60),
+    window=st.integers(min_value=1, max_value=40),
+)
+def test_windowed_scans_find_what_whole_text_scans_find(parts, window):
+    """On random texts built of values, their pieces, separators, names, invisible and full-width
+    characters: every detector's spans, detect() and any_detected() with small windows (and fold()'s
+    text) are those of one scan of the whole text."""
+    text = "".join(parts)
+    with windows(10**9):
+        whole = (detectors.fold(text).text, {n: d.spans(text) for n, d in DETECTORS.items()}, detect(text))
+        anything = any_detected(text)
+    with windows(window, translate_chars=max(1, window // 3)):
+        assert (detectors.fold(text).text, {n: d.spans(text) for n, d in DETECTORS.items()}, detect(text)) == whole
+        assert any_detected(text) is anything
+
+
+def longest_pause(work) -> float:
+    """The longest a thread that asks for the GIL every millisecond waited while `work()` ran."""
+    pauses: list[float] = []
+    done = threading.Event()
+
+    def tick() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            pauses.append(now - last)
+            last = now
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        work()
+    finally:
+        done.set()
+        ticker.join()
+    return max(pauses)
+
+
+PAUSE_WITHIN_S = 0.1  # one window's call takes 1-7 ms; the longest pause here, 9-40 ms on this loaded machine
+
+
+def test_a_long_scan_lets_other_threads_run():
+    """Python hands the GIL to another thread only between calls: one regular expression over a whole
+    4 MiB prompt kept it 0.17-0.24 s (the card pattern over "DE12 DE12 ..."), fold()'s str.translate
+    over 2 Mi full-width characters 0.19-0.24 s. A window at a time, another thread waits about one
+    window's call: 9-40 ms here (the proxy's event loop, while its routing thread scans a prompt:
+    tests/test_proxy_hardening.py). The better of two runs, so that one stall of a loaded machine does
+    not decide; each run of a scan that keeps the GIL has the long pause."""
+    ascii_groups = ("DE12 " * MIB)[: 4 * MIB]
+    full_width = "".join(
+        chr(0xFF21 + i % 26) + chr(0xFF21 + i * 7 % 26) + chr(0xFF10 + i % 10) + " " for i in range(130)
+    )
+    full_width = (full_width * (2 * MIB // len(full_width)))[: 2 * MIB]
+    slow = ["phone", "payment_card", "national_id"]  # the longest single calls; iban's are short and many
+    for text in (ascii_groups, full_width):
+        scan = functools.partial(any_detected, text, slow)
+        assert min(longest_pause(scan) for _ in range(2)) < PAUSE_WITHIN_S

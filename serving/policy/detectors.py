@@ -18,16 +18,25 @@ behind and refuses to start inside a run of its own characters (or its check doe
 repetitions are bounded, and a rejected candidate costs at most its bounded length, so the whole text is
 scanned in time linear in its length, however long (no cap: a cap would let personal data past it).
 
+Long texts, a window at a time: each regular-expression call starts matches in at most WINDOW_CHARS
+characters and reads at most the rule's reach past them (its longest match and what its look-aheads
+read after it, from the pattern itself: `reach`), so a match is the one the whole text gives; the
+checks read the whole text. fold() works a window at a time too. Python hands the GIL to another
+thread only between calls (every sys.getswitchinterval(), 5 ms): so a scan of a 4 MiB prompt on the
+proxy's routing thread holds its event loop for one window's call at a time, not for a whole scan.
+
 What each detector does and does not find, and its measured precision, recall and speed:
 docs/policies.md#content-detectors.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +46,11 @@ from serving.validation import check_prompt
 
 Span = tuple[int, int]
 Accept = Callable[[str, "re.Match[str]"], "Span | None"]
+
+# Characters of text a regular-expression call starts matches in (a long text is scanned in windows of
+# this size), and that fold() reads or folds a call: a call keeps the GIL ~1-7 ms at this size.
+WINDOW_CHARS = 1 << 16
+TRANSLATE_CHARS = 1 << 12  # str.translate with a dict is ~60x slower a character than a regex scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +175,22 @@ REPLACE_AT_MOST = 32  # distinct characters to fold replaced one by one (str.rep
 def fold(text: str) -> Folded:
     """The text the detectors read: each character folded by fold_char (so NFKC, character by character,
     with format characters dropped), exactly, whatever the Unicode version. Free on ASCII text
-    (str.isascii() is O(1) in CPython); otherwise one scan in C for the characters that may fold, a
-    cached look-up for each distinct one, and a few str.replace (or one str.translate): linear, and in
-    C but for the look-ups."""
+    (str.isascii() is O(1) in CPython); otherwise a scan in C for the characters that may fold, a cached
+    look-up for each distinct one, and a few str.replace (or str.translate): linear, and in C but for the
+    look-ups. A long text is read and folded a window at a time (WINDOW_CHARS, TRANSLATE_CHARS for
+    str.translate), so that no call keeps the GIL for long; each character folds alone, so the windows
+    need no overlap."""
     if text.isascii():
         return Folded(text, text)
+    size, window = len(text), WINDOW_CHARS
+    if size <= window:
+        may_fold = set(_MAY_FOLD.findall(text))
+    else:
+        may_fold = set()
+        for start in range(0, size, window):
+            may_fold.update(_MAY_FOLD.findall(text, start, start + window))
     table: dict[str, str] = {}
-    for ch in set(_MAY_FOLD.findall(text)):
+    for ch in may_fold:
         if ch in _stable:  # a membership test per character: _stable itself is never iterated
             continue
         folded = fold_char(ch)
@@ -178,17 +201,87 @@ def fold(text: str) -> Folded:
     if not table:
         return Folded(text, text)
     if len(table) <= REPLACE_AT_MOST:
-        result = text
-        for ch, folded in table.items():
-            result = result.replace(ch, folded)
+        if size <= window:
+            result = _replaced(text, table)
+        else:
+            result = "".join([_replaced(text[start : start + window], table) for start in range(0, size, window)])
     else:
-        result = text.translate({ord(ch): folded for ch, folded in table.items()})
+        mapping, window = {ord(ch): folded for ch, folded in table.items()}, TRANSLATE_CHARS
+        if size <= window:
+            result = text.translate(mapping)
+        else:
+            result = "".join([text[start : start + window].translate(mapping) for start in range(0, size, window)])
     lengths = {ord(ch): len(folded) for ch, folded in table.items() if len(folded) != 1}
     return Folded(result, text, lengths or None)
 
 
+def _replaced(text: str, table: dict[str, str]) -> str:
+    for ch, folded in table.items():
+        text = text.replace(ch, folded)
+    return text
+
+
 def whole(text: str, match: re.Match[str]) -> Span | None:
     return match.span()
+
+
+# The regular-expression parser: re._parser since Python 3.11, sre_parse before (its name since 3.11 warns).
+try:
+    _parser: Any = importlib.import_module("re._parser")
+except ImportError:  # pragma: no cover - Python 3.10
+    _parser = importlib.import_module("sre_parse")
+_ONE_CHARACTER = frozenset({_parser.LITERAL, _parser.NOT_LITERAL, _parser.ANY, _parser.IN})
+_REPEATS = frozenset(
+    {_parser.MAX_REPEAT, _parser.MIN_REPEAT, getattr(_parser, "POSSESSIVE_REPEAT", _parser.MAX_REPEAT)}
+)
+
+
+def reach(pattern: re.Pattern[str]) -> int:
+    """How far past the position a match of `pattern` starts at the regex engine may read the text:
+    its longest match, and the look-aheads and anchors (\\b, \\Z: two characters) after it.
+    Look-behinds read before the position, which a search from `pos` sees. A match starting at p is
+    therefore the same in text[:p + reach] as in the whole text. ValueError for a repetition without
+    a bound (no pattern here has one: that is what keeps the scan linear)."""
+    groups: dict[int, int] = {}
+
+    def sequence(items: Any) -> tuple[int, int]:  # (longest advance, furthest read)
+        advance = furthest = 0
+        for op, av in items:
+            step, read = element(op, av)
+            furthest, advance = max(furthest, advance + read), advance + step
+        return advance, furthest
+
+    def element(op: Any, av: Any) -> tuple[int, int]:
+        if op in _ONE_CHARACTER:
+            return 1, 1
+        if op is _parser.SUBPATTERN:
+            step, read = sequence(av[-1])
+            if av[0] is not None:
+                groups[av[0]] = step
+            return step, read
+        if op is _parser.BRANCH:
+            steps, reads = zip(*(sequence(branch) for branch in av[1]))
+            return max(steps), max(reads)
+        if op in _REPEATS:
+            _, most, body = av
+            if most == _parser.MAXREPEAT:
+                raise ValueError(f"{pattern.pattern!r} repeats without a bound")
+            step, read = sequence(body)
+            return (step * most, step * (most - 1) + read) if most else (0, 0)
+        if op is getattr(_parser, "ATOMIC_GROUP", None):
+            return sequence(av)
+        if op in (_parser.ASSERT, _parser.ASSERT_NOT):
+            return (0, sequence(av[1])[1]) if av[0] > 0 else (0, 0)  # a look-behind reads before
+        if op is _parser.AT:
+            return 0, 2
+        if op is _parser.GROUPREF:
+            return groups[av], groups[av]
+        if op is _parser.GROUPREF_EXISTS:
+            yes, no = sequence(av[1]), sequence(av[2] or [])
+            return max(yes[0], no[0]), max(yes[1], no[1])
+        raise ValueError(f"{pattern.pattern!r}: no reach known for {op}")
+
+    return sequence(_parser.parse(pattern.pattern, pattern.flags))[1]
 
 
 @dataclass(frozen=True)
@@ -198,9 +291,17 @@ class Rule:
     pattern: re.Pattern[str]
     accept: Accept = whole
     needs: str = ""  # a literal every match contains: without it in the text the rule is skipped
+    reach: int = field(init=False, repr=False, compare=False)  # reach(pattern)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reach", reach(self.pattern))
 
     def spans(self, text: str) -> Iterator[Span]:
+        """Each span accepted, in text order."""
         if self.needs not in text:
+            return
+        if len(text) > WINDOW_CHARS:
+            yield from self.windowed_spans(text)
             return
         pos, search = 0, self.pattern.search
         while (match := search(text, pos)) is not None:
@@ -210,6 +311,30 @@ class Rule:
             else:
                 yield span
                 pos = max(span[1], match.start() + 1)
+
+    def windowed_spans(self, text: str) -> Iterator[Span]:
+        """spans(), the text's first positions searched a window of WINDOW_CHARS at a time: the search
+        reads `reach` characters past the window, where any match starting in it ends (and what its
+        look-aheads read), so a match it finds there is the whole text's; the last window runs on to
+        the text's end."""
+        size, window, reach, search = len(text), WINDOW_CHARS, self.reach, self.pattern.search
+        pos, end = 0, window
+        while True:
+            if end < size:
+                match = search(text, pos, end + reach)
+                if match is None or match.start() >= end:  # nothing starts in [pos, end): the next window
+                    pos, end = end, end + window
+                    continue
+            elif (match := search(text, pos)) is None:
+                return
+            span = self.accept(text, match)
+            if span is None:
+                pos = match.start() + 1
+            else:
+                yield span
+                pos = max(span[1], match.start() + 1)
+            if pos >= end:
+                end = pos + window
 
 
 @dataclass(frozen=True)
@@ -224,8 +349,10 @@ class Detector:
         folded = fold(text)
         return folded.spans(self.folded_spans(folded.text))
 
-    def found_in(self, text: str) -> bool:
-        return self.folded_found_in(fold(text).text)
+    def found_in(self, text: str | Folded) -> bool:
+        """Whether any rule accepts anything in the folded text: of `text`, or what fold() made of it (a
+        Folded, not folded again: several detectors asking about one prompt fold it once)."""
+        return self.folded_found_in((text if isinstance(text, Folded) else fold(text)).text)
 
     def folded_spans(self, folded: str) -> list[Span]:
         """spans() on a text fold() has already folded, in its indices."""

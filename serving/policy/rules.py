@@ -31,7 +31,8 @@ NoFeasibleEndpoint: never a silent fallback.
 
 Endpoint names are data (`endpoints=`); today's router has two, "edge" and "cloud" (ENDPOINTS).
 Everything is checked and compiled when the file is loaded, so applying a policy costs a few
-dictionary look-ups per rule, and only the detectors rules name run, each at most once a request.
+dictionary look-ups per rule, and only the detectors rules name run, each at most once a request, on
+the prompt folded once (serving.policy.detectors.fold).
 """
 
 from __future__ import annotations
@@ -49,13 +50,13 @@ from serving.capabilities import CAPABILITIES, RULE_PREFIX
 from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
 from serving.documents import decode_document, quoted, read_bytes
 from serving.policy.budgets import PERIODS, Spending
-from serving.policy.detectors import DETECTORS
+from serving.policy.detectors import DETECTORS, fold
 from serving.policy.errors import NoFeasibleEndpoint
 
 if TYPE_CHECKING:
     from serving.capabilities import Needs
     from serving.decision import Decision
-    from serving.policy.detectors import Detector
+    from serving.policy.detectors import Detector, Folded
 
 ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
 ACTIONS = ("force", "forbid", "prefer", "route")
@@ -108,7 +109,7 @@ def check_metadata(metadata: object) -> Mapping[str, str] | None:
 class _Request:
     """What the rules look at for one request; each detector runs at most once."""
 
-    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending", "needs", "_utf8")
+    __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending", "needs", "_utf8", "_folded")
 
     def __init__(
         self,
@@ -125,6 +126,7 @@ class _Request:
         self.spending = spending
         self.needs = needs
         self._utf8: dict[int | None, bytes] = {}
+        self._folded: Folded | None = None
 
     def utf8(self, head_chars: int | None) -> bytes:
         """The prompt, or its first `head_chars` characters, as the UTF-8 that `matches` searches
@@ -140,11 +142,17 @@ class _Request:
         holder = self.metadata.get(key)
         return holder is not None and self.spending is not None and self.spending.spent(key, holder, period) >= limit
 
+    def folded(self) -> Folded:
+        """The prompt as the detectors read it (serving.policy.detectors.fold), folded once a request."""
+        if self._folded is None:
+            self._folded = fold(self.text)
+        return self._folded
+
     def detected(self, detectors: tuple[Detector, ...]) -> bool:
         for detector in detectors:
             found = self.found.get(detector.name)
             if found is None:
-                found = self.found[detector.name] = detector.found_in(self.text)
+                found = self.found[detector.name] = detector.found_in(self.folded())
             if found:
                 return True
         return False
