@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -56,9 +56,13 @@ def _mlflow_metrics(db: Path) -> dict[str, float]:
         return dict(conn.execute("SELECT key, value FROM metrics"))
 
 
-def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: float | None = None) -> dict:
-    """One `make train` on simulated logs: wall time, CPU, peak memory, rows/s, test APGR, and
-    per stage: wall time, peaks and floor."""
+def train_once(
+    engine: str, rows: int, logs: Path, work: Path, *, time_limit: float | None = None, options: tuple[str, ...] = ()
+) -> dict:
+    """One `make train` on simulated logs: wall time, CPU, peak memory, rows/s, test APGR, what
+    the bundle carries (its lexical evidence and the prompts its regressions read), and per
+    stage: wall time, peaks and floor. `options`: KEY=VALUE training options on top of the
+    defaults (`--set`)."""
     from training.config import TrainConfig
     from training.engines.base import training_share
     from training.floors import floors_after, floors_before, stage_floors
@@ -90,6 +94,7 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
         f"tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
         "--set",
         f"artifact_root={run_dir / 'artifacts'}",
+        *(part for option in options for part in ("--set", option)),
     ]
     load_before = os.getloadavg()[0]
     profile = profile_training(command, run_dir / "train.log", run_dir / "stages.jsonl", time_limit=time_limit)
@@ -101,6 +106,7 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
         "rows_per_s": rows / figures["wall_s"],
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "cores": os.cpu_count(),
+        **({"options": list(options)} if options else {}),
     }
     if profile.unfinished is not None:
         row.update(rows_per_s=None, unfinished=profile.unfinished)
@@ -111,6 +117,12 @@ def train_once(engine: str, rows: int, logs: Path, work: Path, *, time_limit: fl
         data = json.loads(manifest.read_text())
         test = SplitSummary.from_dict(data["metrics"]["test"])
         row.update(test_apgr=test.policies["learned"].apgr, rule_apgr=test.policies["rule_table"].apgr)
+        # The bundle's lexical evidence (absent from the manifest: none) and the training
+        # prompts its regressions read (all of them below lexical_sample_rows).
+        lexical = data["feature_spec"].get("lexical", "none")
+        row.update(lexical=lexical)
+        if lexical != "none":
+            row.update(lexical_rows=data["data"].get("lexical_sample", {}).get("rows"))
         after = floors_after(run_dir / "bundle", logs, work)
         # What the run featurized and fit: its training sample (max_train_rows) and its
         # validation and test rows (the Dask engine's are samples: eval_sample_rows).
@@ -155,12 +167,13 @@ def report(results: list[dict], console) -> None:
         "peak RSS, all processes",
         "largest process",
         "test APGR",
+        "lexical",
         "load avg",
     ):
         table.add_column(column, justify="right")
     for r in results:
         if "skipped" in r:
-            table.add_row(f"{r['rows']:,}", r["engine"], "skipped", "", "", "", "", "", "")
+            table.add_row(f"{r['rows']:,}", r["engine"], "skipped", "", "", "", "", "", "", "")
             continue
         state = "" if r["exit_code"] == 0 else (" (stopped)" if r.get("timed_out") else " (failed)")
         table.add_row(
@@ -172,6 +185,7 @@ def report(results: list[dict], console) -> None:
             _mb(r["peak_rss_total_mb"]),
             _mb(r["peak_rss_largest_mb"]),
             f"{r['test_apgr']:.3f}" if "test_apgr" in r else "",
+            r.get("lexical", "") + (f" ({r['lexical_rows']:,})" if r.get("lexical_rows") else ""),
             "-".join(f"{v:.1f}" for v in r.get("load_average", [])),
         )
     console.print(table)
@@ -182,8 +196,17 @@ def report(results: list[dict], console) -> None:
         done = [r for r in results if r["engine"] == engine and r.get("exit_code") == 0]
         if len(done) >= 2:
             a, b = done[0], done[-1]
-            slope = math.log(b["wall_s"] / a["wall_s"]) / math.log(b["rows"] / a["rows"])
-            console.print(f"{engine}: wall time grows as rows^{slope:.2f} from {a['rows']:,} to {b['rows']:,} rows")
+            console.print(
+                f"{engine}, from {a['rows']:,} to {b['rows']:,} rows: wall time grows as "
+                f"rows^{growth(a, b, 'wall_s'):.2f}, the largest process's peak as "
+                f"rows^{growth(a, b, 'peak_rss_largest_mb'):.2f}, all processes' as "
+                f"rows^{growth(a, b, 'peak_rss_total_mb'):.2f}"
+            )
+
+
+def growth(a: dict, b: dict, key: str) -> float:
+    """The exponent k of `key` growing as rows^k from run `a` to run `b` (1: as fast as the rows)."""
+    return math.log(b[key] / a[key]) / math.log(b["rows"] / a["rows"])
 
 
 def stage_table(r: dict):
@@ -226,6 +249,9 @@ def main(
     local_max_rows: Annotated[str, typer.Option(help="skip the local engine above this many rows")] = "1e6",
     time_limit: Annotated[float, typer.Option(help="stop a run after this many seconds (0: never)")] = 0,
     out: Annotated[Path, typer.Option(help="results file")] = Path("bench/scale.json"),
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", help="a training option for every run, KEY=VALUE (repeatable)")
+    ] = None,
 ) -> None:
     """Train with each engine at each size and report time, throughput and peak memory, per stage."""
     from rich.console import Console
@@ -246,7 +272,7 @@ def main(
                 results.append({"rows": n, "engine": engine, "skipped": f"above --local-max-rows {local_cap}"})
                 continue
             console.print(f"{engine} engine, {n:,} rows ...")
-            results.append(train_once(engine, n, logs, work, time_limit=time_limit or None))
+            results.append(train_once(engine, n, logs, work, time_limit=time_limit or None, options=tuple(set_ or ())))
             console.print(stage_table(results[-1]))
     results = merged_with_earlier(results, out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,8 @@
 (in one process or a pool, in any chunking), the projection fitted block by block is the
 PCA's, the local engine's per-unit reading and lean merge give load_logs + merge_duplicates'
 frame, the embedding cache stays bounded, and `make scale` records each stage's wall time,
-memory and floor (the process-tree profiler and the stage clock: tests/test_profiling.py)."""
+memory and floor (the process-tree profiler and the stage clock: tests/test_profiling.py) and
+that both engines' bundles carry the lexical blend."""
 
 from __future__ import annotations
 
@@ -202,8 +203,11 @@ def test_local_engine_reads_and_merges_like_load_logs_and_merge_duplicates(tmp_p
 
 @pytest.mark.slow
 def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
-    """`make scale` on 2,000 simulated rows, local engine: per run and per stage, wall time,
-    peak memory (tree and largest process) and the stage floors measured in the same run."""
+    """`make scale` on 2,000 simulated rows with both engines: per run and per stage, wall time,
+    peak memory (tree and largest process) and the stage floors measured in the same run; and
+    each engine's bundle is the default one, lexical blend included, its regressions fitted on
+    the same hash sample of the training prompts (lexical_sample_rows cut to 400 here, as a
+    million rows cut them to 50,000)."""
     from pipelines.scale import main
 
     (tmp_path / "cache").mkdir()
@@ -216,21 +220,40 @@ def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
             "--rows",
             "2000",
             "--engines",
-            "local",
+            "local,dask",
             "--work",
             str(tmp_path),
             "--rows-per-shard",
             "1000",
+            "--set",
+            "lexical_sample_rows=400",
             "--out",
             str(out),
         ],
     )
     assert done.exit_code == 0, done.output
-    [run] = json.loads(out.read_text())["results"]
-    assert run["exit_code"] == 0 and run["test_apgr"] > 0.5 and run["cpu_s"] > 0
-    stages = run["stages"]
-    assert {"read_validate", "merge", "featurize", "fit", "thresholds", "export_parity", "mlflow"} <= set(stages)
-    for name in ("read_validate", "merge", "featurize", "fit", "export_parity", "mlflow"):
-        assert stages[name]["floor_s"] > 0, name
-    assert all(s["wall_s"] >= 0 and s["peak_rss_total_mb"] >= s["peak_rss_largest_mb"] > 50 for s in stages.values())
-    assert "featurize" in done.output and "floor" in done.output
+    runs = {run["engine"]: run for run in json.loads(out.read_text())["results"]}
+    assert set(runs) == {"local", "dask"}
+    for engine, run in runs.items():
+        assert run["exit_code"] == 0 and run["test_apgr"] > run["rule_apgr"] + 0.05 and run["cpu_s"] > 0, engine
+        assert run["options"] == ["lexical_sample_rows=400"]
+        stages = run["stages"]
+        assert {
+            "read_validate",
+            "merge",
+            "featurize",
+            "lexical",
+            "fit",
+            "thresholds",
+            "export_parity",
+            "mlflow",
+        } <= set(stages), engine
+        for name in ("read_validate", "merge", "featurize", "fit", "export_parity", "mlflow"):
+            assert stages[name]["floor_s"] > 0, (engine, name)
+        assert all(
+            s["wall_s"] >= 0 and s["peak_rss_total_mb"] >= s["peak_rss_largest_mb"] > 50 for s in stages.values()
+        )
+        assert run["lexical"] == "blend" and 300 <= run["lexical_rows"] <= 500, (engine, run.get("lexical_rows"))
+    # The same prompts: the sample is drawn by prompt hash from the same merged rows.
+    assert runs["local"]["lexical_rows"] == runs["dask"]["lexical_rows"]
+    assert "featurize" in done.output and "floor" in done.output and "lexical" in done.output
