@@ -37,6 +37,18 @@ the order of its terms: numpy's sparse product here and the graph's MatMul give 
 then the same correctly rounded division, addition and float32 cast. So the training matrix
 and the bundle hold the same float32 margins, bit for bit, and the trees split them alike
 (held by tests/test_lexical.py).
+
+At scale (docs/scale-out.md). The regressions, idf included, are fitted on at most about
+`lexical_sample_rows` (50,000) training prompts: above it, those whose sampling hash (the
+boosters' max_train_rows sample's, training.engines.base.sample_numbers) falls below the
+needed share, the same prompts in both engines, nested in the boosters' sample. Only the
+sample's terms exist at once (a sparse matrix of ~160 distinct terms a simulated prompt);
+every other row's margins are computed CHUNK_ROWS prompts at a time from the token ids
+featurizing kept, and only for the rows something reads: the held-out rows always, the
+training rows when the trees read or start from their out-of-fold margins. Below the cap
+this is the all-rows fit, bit for bit (tests/test_lexical.py); the Dask engine's workers
+send the sample's token ids to the client, which fits the same way (fit_sample), and compute
+the held-out rows' margins where those rows are (dask_partitions.margin_partition).
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ per-run checkpoint (Parquet, `dask_scratch`), counted, repeated prompts found. T
 passes read the checkpoint: (2) the raw embeddings of the projection sample, and the
 repeated prompts gathered by key on the workers (a shuffle) and merged there; (3) features
 of every row: the validation and test samples come back to the client, the training rows
-stay on the workers (persisted) for LightGBM.
+stay on the workers (persisted) for LightGBM. With lexical evidence (the default blend,
+training.lexical), the training rows of its sample keep their token ids, which come to the
+client; the client fits the regressions on them as the local engine does, and the workers
+compute the validation and test samples' margins before those come back.
 """
 
 from __future__ import annotations
