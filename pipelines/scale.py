@@ -64,9 +64,9 @@ def train_once(
     stage: wall time, peaks and floor. `options`: KEY=VALUE training options on top of the
     defaults (`--set`)."""
     from training.config import TrainConfig
-    from training.engines.base import training_share
     from training.floors import floors_after, floors_before, stage_floors
     from training.profiling import profile_training
+    from training.sampling import training_share
 
     run_dir = work / "runs" / f"{engine}-n{rows}"
     shutil.rmtree(run_dir, ignore_errors=True)

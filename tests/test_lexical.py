@@ -271,7 +271,8 @@ def test_below_the_sample_cap_the_lexical_stage_is_cross_fitted_bit_for_bit(opti
     gives from every row's terms at once: the same model and the same float32 margins, so
     the bundles trained on them do not change."""
     from training.config import TrainConfig
-    from training.lexical import Terms, cross_fitted, for_training, outcome_arrays, training_rows
+    from training.lexical import Terms, cross_fitted
+    from training.lexical_stage import for_training, outcome_arrays, training_rows
 
     tokens, frame, train = _token_log()
     config = TrainConfig(**options)
@@ -300,7 +301,8 @@ def test_above_the_sample_cap_the_regressions_read_a_nested_hash_sample():
     whose sampling hash falls below the cap's share, the boosters' hash, so a smaller sample
     lies inside a larger one, and the held-out rows get that model's margins."""
     from training.config import TrainConfig
-    from training.lexical import LexicalModel, Terms, for_training, outcome_arrays, training_rows
+    from training.lexical import LexicalModel, Terms
+    from training.lexical_stage import for_training, outcome_arrays, training_rows
 
     tokens, frame, train = _token_log(2000)
     samples = {}
@@ -724,7 +726,7 @@ def test_a_boosting_start_bundle_starts_each_heads_trees_from_its_out_of_fold_ma
     margin back in the graph, so the bundle still scores as training does, from raw text."""
     from rich.console import Console
 
-    import training.lexical
+    import training.lexical_stage
     import training.model
     from training.engines import get_engine
     from training.engines.base import finish
@@ -738,7 +740,7 @@ def test_a_boosting_start_bundle_starts_each_heads_trees_from_its_out_of_fold_ma
         lexical_start=True,
     )
     boosters, recorded = [], []
-    fit_booster, fitted_margins = training.model.fit_booster, training.lexical.fitted_margins
+    fit_booster, fitted_margins = training.model.fit_booster, training.lexical_stage.fitted_margins
 
     def recording_fit(*args, **kwargs):
         boosters.append((args, kwargs))
@@ -751,7 +753,7 @@ def test_a_boosting_start_bundle_starts_each_heads_trees_from_its_out_of_fold_ma
         return model, margins
 
     monkeypatch.setattr(training.model, "fit_booster", recording_fit)
-    monkeypatch.setattr(training.lexical, "fitted_margins", recording_margins)
+    monkeypatch.setattr(training.lexical_stage, "fitted_margins", recording_margins)
     timings = {"start": 0.0}
     fitted = get_engine("local").fit(config, Console(quiet=True), timings)
     result = finish(config, fitted, timings)

@@ -40,7 +40,7 @@ def best_of(runs: int, work: Callable[[], object]) -> float:
 def floors_before(logs: Path, work: Path, *, train_share: float) -> dict[str, float]:
     """Seconds per row (per row and tree for LightGBM) of the main stages' work alone, on the
     first Parquet shard of `logs`. `train_share`: the share of rows that train, whose raw
-    embedding the featurizer also computes (training.engines.base.training_share). `work`
+    embedding the featurizer also computes (training.sampling.training_share). `work`
     holds the encoder cache."""
     import numpy as np
     import pandas as pd

@@ -22,10 +22,10 @@ from serving.manifest import Limits, Manifest, ScoreSpec
 from training.config import TrainConfig
 from training.fitted import Fitted
 from training.held_out import Splits, familiarity_in_bundle, fit_held_out_stages, with_learned_zones
+from training.sampling import training_share
 
 PARITY_TOLERANCE = 1e-5
 PARITY_BATCH = 500  # test rows the SDK scores at a time in the parity check
-SAMPLE_SALT = "sample:"  # the sampling hash must not be the split hash
 
 
 @dataclass
@@ -86,25 +86,6 @@ def label_of(frame, config: TrainConfig) -> np.ndarray:
         ),
         dtype=np.int64,
     )
-
-
-def sample_numbers(prompts, config: TrainConfig) -> np.ndarray:
-    """Each prompt's sampling number in [0, 1): its hash, salted apart from the split's. A
-    sample of about n of `rows` rows keeps the numbers below sample_fraction(n, rows): the
-    same prompts in either engine, in any order or partitioning, and a smaller sample inside
-    a larger one."""
-    from data.prepare import hash_uniform
-
-    return hash_uniform(prompts, SAMPLE_SALT + config.split_salt)
-
-
-def sample_fraction(cap: int | None, expected_rows: float) -> float:
-    """The share of `expected_rows` that keeps about `cap` of them (None: all)."""
-    return 1.0 if cap is None else min(1.0, cap / max(expected_rows, 1.0))
-
-
-def training_share(config: TrainConfig) -> float:
-    return 1.0 - config.val_share - config.test_share
 
 
 def note_training_sample(console, report: dict, config: TrainConfig, fraction: float, kept: int | None = None) -> None:

@@ -29,9 +29,10 @@ import pandas as pd
 
 from evaluation.rows import Rows
 from training.config import TrainConfig
-from training.engines.base import note_training_sample, print_logs, sample_fraction, training_share
+from training.engines.base import note_training_sample, print_logs
 from training.fitted import Fitted
 from training.lexical import MARGINS_OUTPUT
+from training.sampling import sample_fraction, training_share
 
 
 def _read_and_check(config: TrainConfig, folder: str):
@@ -167,7 +168,7 @@ def _prepare(rows, config: TrainConfig):
 
 def _sample(prepared, split: str, cap: int | None, report: dict, config: TrainConfig):
     """At most about `cap` rows of a split ("all": every row; cap None: no limit), chosen by
-    prompt hash (training.engines.base.sample_numbers)."""
+    prompt hash (training.sampling.sample_numbers)."""
     shares = {"train": training_share(config), "val": config.val_share, "test": config.test_share, "all": 1.0}
     rows = prepared if split == "all" else prepared[prepared["split"] == split]
     fraction = sample_fraction(cap, report["rows"] * shares[split])
@@ -238,7 +239,8 @@ def _features(
     training rows its regressions are fitted on (at most about `lexical_sample_rows`, the local
     engine's sample); else None. Returns (train, val, test, train sample, lexical sample)."""
     from training.engines import dask_partitions as de
-    from training.lexical import OUTCOMES, sample_fraction_of
+    from training.lexical import OUTCOMES
+    from training.lexical_stage import sample_fraction_of
     from training.partial import WEIGHT_COLUMNS
 
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
@@ -251,7 +253,7 @@ def _features(
     )
     lexical = config.lexical != "none"
     # With lexical evidence the training rows of its sample keep their token ids (the local
-    # engine's sample: training.lexical.sample_fraction_of), which come here to be fitted on.
+    # engine's sample: training.lexical_stage.sample_fraction_of), which come here to be fitted on.
     train_keep = tuple(dict.fromkeys((*targets, *WEIGHT_COLUMNS, *(OUTCOMES if lexical else ()))))
     train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
         de.feature_partition,
@@ -282,12 +284,12 @@ def _features(
 def _lexical(
     client: Any, config: TrainConfig, plan: Any, rows: pd.DataFrame, report: dict[str, Any], console: Any
 ) -> tuple[Any, Any]:
-    """The lexical regressions (training.lexical.fit_sample, as the local engine fits them),
+    """The lexical regressions (training.lexical_stage.fit_sample, as the local engine fits them),
     here, on the sample's token ids and outcomes (`rows`, collected from the workers). Returns
     the plan with lexical evidence and the model sent to every worker (for margin_partition)."""
     from training.engines import dask_partitions as de
     from training.featurize import TokenRows
-    from training.lexical import fit_sample, note_sample, outcome_arrays, sample_fraction_of
+    from training.lexical_stage import fit_sample, note_sample, outcome_arrays, sample_fraction_of
 
     note_sample(console, report, config, sample_fraction_of(config, report["rows"]), len(rows))
     vocabulary = plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()

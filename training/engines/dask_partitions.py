@@ -107,7 +107,8 @@ def content_digest(frame: pd.DataFrame) -> pd.DataFrame:
 
 def prepare_partition(frame: pd.DataFrame, config) -> pd.DataFrame:
     """Split, label (as the local engine) and sampling number of each row; `config` is the TrainConfig."""
-    from training.engines.base import sample_numbers, split_and_label
+    from training.engines.base import split_and_label
+    from training.sampling import sample_numbers
 
     frame = missing_text_as_none(frame.copy())
     return split_and_label(frame, config).assign(sample_u=sample_numbers(frame["prompt"], config))

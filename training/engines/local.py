@@ -12,19 +12,12 @@ import numpy as np
 from evaluation.rows import Rows
 from training.config import TrainConfig
 from training.crossval import Refit
-from training.engines.base import (
-    label_of,
-    note_training_sample,
-    print_logs,
-    sample_fraction,
-    sample_numbers,
-    split_and_label,
-    training_share,
-)
+from training.engines.base import label_of, note_training_sample, print_logs, split_and_label
 from training.featurize import FirstPassMemo
 from training.fitted import Fitted
 from training.held_out import check_held_out_rows
 from training.lexical import MARGINS_OUTPUT, OUTCOMES
+from training.sampling import sample_fraction, sample_numbers, training_share
 from training.stages import StageClock
 
 if TYPE_CHECKING:
@@ -207,7 +200,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 
 def _training_sample(frame, config: TrainConfig, report: dict, console):
     """The frame with its training rows cut to about `max_train_rows`, the same prompts the
-    Dask engine keeps (training.engines.base.sample_numbers); validation and test untouched."""
+    Dask engine keeps (training.sampling.sample_numbers); validation and test untouched."""
     fraction = sample_fraction(config.max_train_rows, len(frame) * training_share(config))
     if fraction >= 1.0:
         return frame
@@ -273,7 +266,7 @@ def _token_rows(plan, token_rows, data_report: dict, console):
 
 
 class LexicalRows(NamedTuple):
-    """Which rows the lexical stage reads (training.lexical.training_rows, for_training)."""
+    """Which rows the lexical stage reads (training.lexical_stage.training_rows, for_training)."""
 
     sample: np.ndarray  # the training rows the regressions are fitted on
     wanted: np.ndarray  # the rows whose margins something reads (NaN elsewhere)
@@ -294,7 +287,7 @@ def _lexical_rows(
     them); the training rows' only when the trees read them or start from them (their
     out-of-fold margins) or cross-fitting's refit scores them in sample. Above
     `lexical_sample_rows` training prompts the report says how many the regressions read."""
-    from training.lexical import note_sample, sample_fraction_of, training_rows
+    from training.lexical_stage import note_sample, sample_fraction_of, training_rows
 
     sample, folds = training_rows(config, frame, train, rows=rows)
     wanted = np.ones(len(frame), dtype=bool) if folds is not None or refit else ~train
@@ -308,7 +301,7 @@ def _with_lexical(
     """(the plan with lexical evidence, the feature matrix with its margins appended):
     training.lexical, out of fold on the training rows when the trees read them; NaN where
     nothing reads them (`rows.wanted`)."""
-    from training.lexical import for_training
+    from training.lexical_stage import for_training
 
     t0 = time.perf_counter()
     fits = 1 if rows.folds is None else config.lexical_folds + 1
