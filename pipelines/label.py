@@ -239,12 +239,12 @@ def main(
     from serving.outcome_log import printable
 
     if not folder.is_dir():
-        Console(stderr=True).print(f"[red]error[/]: {escape(str(folder))} is not an outcome-log folder")
+        Console(stderr=True).print(f"[red]error[/]: {escape(str(folder))} is not an outcome-log folder", soft_wrap=True)
         raise typer.Exit(2)
     try:
         judge = Judge(base_url, model, api_key=os.environ.get(api_key_env), timeout_s=timeout_s)
     except ValueError as exc:  # the URL or the timeout
-        Console(stderr=True).print(f"[red]error[/]: {escape(str(exc))}")
+        Console(stderr=True).print(f"[red]error[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     result = label(folder, judge, concurrency=concurrency, limit=limit or None)
     reasons = ", ".join(f"{escape(why)}: {count}" for why, count in result["failures"].items())
@@ -255,7 +255,8 @@ def main(
             f"; {result['unreadable']} unreadable lines not graded (first: {escape(printable(result['first_unreadable']))})"
             if result["unreadable"]
             else ""
-        )
+        ),
+        soft_wrap=True,
     )
     if result["failed"]:
         raise typer.Exit(1)

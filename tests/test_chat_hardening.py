@@ -112,7 +112,7 @@ def test_the_proxy_answers_and_ends_its_streams_when_the_usage_is_no_count(bundl
     edge, _ = stubs
     body, headers = (stream_events("answer", usage=HUGE_USAGE), SSE) if stream else (completion(usage=HUGE_USAGE), None)
     prices = ("--cloud-price-in", "2", "--cloud-price-out", "8")
-    with EchoingUpstream(200, body, headers) as cloud, serving_process(bundle, (edge, cloud), *prices) as (url, _):
+    with EchoingUpstream(200, body, headers) as cloud, serving_process(bundle, (edge, cloud), *prices) as (url, _, _):
         response = httpx2.post(
             f"{url}/v1/chat/completions",
             json={"messages": LONG, "stream": stream},
@@ -190,7 +190,7 @@ def test_a_stream_that_breaks_gives_what_it_held_back_then_the_break(router, stu
 def test_the_proxy_relays_a_key_spelled_over_two_chunks_redacted(bundle, stubs):
     edge, _ = stubs
     body = stream_events("your key is ", CLOUD_KEY[:CUT], CLOUD_KEY[CUT:], ", keep it")
-    with EchoingUpstream(200, body, SSE) as cloud, serving_process(bundle, (edge, cloud)) as (url, _):
+    with EchoingUpstream(200, body, SSE) as cloud, serving_process(bundle, (edge, cloud)) as (url, _, _):
         response = httpx2.post(
             f"{url}/v1/chat/completions",
             json={"messages": LONG, "stream": True},

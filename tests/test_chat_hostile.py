@@ -423,11 +423,11 @@ def dripping(sock: socket.socket, byte: bytes = b" ", interval_s: float = 0.25):
 
 @contextlib.contextmanager
 def serving_process(bundle, stubs, *options: str):
-    """`python -m serving serve` on an ephemeral port of 127.0.0.1: yields (base URL, port)."""
+    """`python -m serving serve` on an ephemeral port of 127.0.0.1: yields (base URL, port, pid)."""
     process, port, _ = start_serving(bundle, stubs, "--no-access-log", *options)
     try:
         threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe from filling
-        yield f"http://127.0.0.1:{port}", port
+        yield f"http://127.0.0.1:{port}", port, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -440,7 +440,7 @@ def serving_process(bundle, stubs, *options: str):
 def test_slow_request_bodies_do_not_hold_the_slots(bundle, stubs):
     """8 connections that send headers and one byte of body, against --max-concurrency 8: every other
     client is still served, and each slow one gets 408 at the body deadline (2 s)."""
-    with serving_process(bundle, stubs, "--max-concurrency", "8", "--body-timeout-s", "2") as (url, port):
+    with serving_process(bundle, stubs, "--max-concurrency", "8", "--body-timeout-s", "2") as (url, port, _):
         slow = [slow_body(port) for _ in range(8)]
         started = time.perf_counter()
         time.sleep(0.5)  # all eight are in, waiting for the rest of their bodies
@@ -513,7 +513,7 @@ def test_request_headers_that_crawl_or_never_end_get_408_at_the_deadline(bundle,
     stalls, one that drips them a byte every 0.25 s, and one that does that after a first request
     on the same connection each held a socket for ever. With --header-timeout-s 2 each gets 408
     and is closed, and the proxy serves on."""
-    with serving_process(bundle, stubs, "--header-timeout-s", "2") as (url, port):
+    with serving_process(bundle, stubs, "--header-timeout-s", "2") as (url, port, _):
         started = time.perf_counter()
         silent, stalled, crawling = (
             raw_connection(port),
@@ -541,7 +541,7 @@ def test_a_body_the_proxy_does_not_read_cannot_hold_the_connection(bundle, stubs
     closed. Each byte of it used to put uvicorn's keep-alive timer off, so a client dripping it
     held the connection for as long as it liked."""
     declared = b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
-    with serving_process(bundle, stubs, "--body-timeout-s", "2") as (url, port):
+    with serving_process(bundle, stubs, "--body-timeout-s", "2") as (url, port, _):
         unauthorized = raw_connection(port, REQUEST_LINE + declared)
         health = raw_connection(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + declared)
         statuses = [one_response(sock)[0] for sock in (unauthorized, health)]
@@ -562,7 +562,7 @@ def test_the_bodies_read_at_once_are_bounded(bundle, stubs):
     serves again."""
     with serving_process(
         bundle, stubs, "--max-body-reads", "2", "--queue-timeout-s", "0.2", "--body-timeout-s", "3"
-    ) as (url, port):
+    ) as (url, port, _):
         reading = [slow_body(port) for _ in range(2)]
         time.sleep(0.5)  # both are being read
         turned_away = [slow_body(port) for _ in range(3)]

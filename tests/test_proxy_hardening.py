@@ -5,9 +5,7 @@ grow the process."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import subprocess
 import sys
 import threading
@@ -18,28 +16,13 @@ import httpx2
 import pytest
 
 from tests.chat_stubs import ASK, LONG, fresh_stubs, stubs  # noqa: F401  (fixtures)
-from tests.test_proxy import TOKEN, start_serving
+from tests.test_chat_hostile import serving_process
+from tests.test_proxy import TOKEN
 
 pytestmark = pytest.mark.real_data  # the proxy loads the session's trained test bundle
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 DETECTORS = ["email", "phone", "payment_card", "iban", "national_id", "credential", "ip_address"]
-
-
-@contextlib.contextmanager
-def proxy_process(bundle, stubs, *options: str):
-    """The proxy process on an ephemeral port of 127.0.0.1: yields (its base URL, its pid)."""
-    process, port, _ = start_serving(bundle, stubs, "--no-access-log", *options)
-    try:
-        threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe from filling
-        yield f"http://127.0.0.1:{port}", process.pid
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
 
 
 def write_policy(folder: Path, rules: list[dict]) -> str:
@@ -112,7 +95,7 @@ def test_health_answers_while_four_4mib_prompts_are_routed_through_detectors(bun
         answered.append((status, time.perf_counter() - started))
 
     options = ("--policy", policy, "--queue-timeout-s", "60", "--max-body-bytes", str(16 << 20))  # UTF-8: 11 MB
-    with proxy_process(bundle, stubs, *options) as (url, _):
+    with serving_process(bundle, stubs, *options) as (url, _, _):
         assert post(url, {"messages": ASK}).status_code == 200  # warm
         poller = subprocess.Popen(
             [sys.executable, "-c", POLL_HEALTH, f"{url}/health"],
@@ -156,7 +139,7 @@ def test_a_flood_of_new_budget_holders_never_resets_a_spent_budget(bundle, stubs
     keys = [f"k{i}" for i in range(300)]
     policy = write_policy(tmp_path, [budget_rule("user", 0.001), *(budget_rule(k, 1000.0) for k in keys)])
     prices = ("--edge-price-in", "1", "--edge-price-out", "1", "--cloud-price-in", "10", "--cloud-price-out", "10")
-    with proxy_process(bundle, stubs, "--policy", policy, *prices) as (url, _):
+    with serving_process(bundle, stubs, "--policy", policy, *prices) as (url, _, _):
         ana = {"user": "ana"}
         assert "x-router-rule" not in post(url, {"messages": ASK, "metadata": ana}).headers  # nothing spent yet
         spent = post(url, {"messages": LONG, "metadata": ana})  # the cloud answers: ~0.015 spent, over 0.001
@@ -184,7 +167,7 @@ def test_budget_holder_values_of_1mb_do_not_grow_the_proxy(bundle, stubs, tmp_pa
     proxy by 61 MB. A value over 64 characters is kept as its 32-byte digest."""
     policy = write_policy(tmp_path, [budget_rule("user", 1000.0)])
     prices = ("--edge-price-in", "1", "--edge-price-out", "1")
-    with proxy_process(bundle, stubs, "--policy", policy, *prices) as (url, pid):
+    with serving_process(bundle, stubs, "--policy", policy, *prices) as (url, _, pid):
         with httpx2.Client(timeout=60, headers=AUTH) as client:
 
             def ask(n: int) -> None:

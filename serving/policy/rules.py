@@ -40,7 +40,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from serving.capabilities import CAPABILITIES, RULE_PREFIX
 from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
 from serving.documents import decode_document, quoted, read_bytes
+from serving.json_values import finite_number
 from serving.policy.budgets import PERIODS, Spending
 from serving.policy.detectors import DETECTORS, fold
 from serving.policy.errors import NoFeasibleEndpoint
@@ -632,18 +632,6 @@ def _repeat_problem(pattern: str) -> str | None:
     return None
 
 
-def _number(value: object) -> float | None:
-    """`value` as a finite float, or None when it is not a number (true and false are not), or is
-    infinite, not a number, or too large for a float (an integer of 400 digits)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _budget(value: object, fail: Any) -> tuple[str, float, str]:
     """`budget`: {"key": metadata key, "limit": amount >= 0, "period": hour | day | month}."""
     if not isinstance(value, dict):
@@ -654,7 +642,7 @@ def _budget(value: object, fail: Any) -> tuple[str, float, str]:
     holder, limit, period = value.get("key"), value.get("limit"), value.get("period")
     if not isinstance(holder, str) or not holder:
         raise fail("when.budget.key", f"required: the metadata key naming whose budget it is, got {quoted(holder)}")
-    amount = _number(limit)
+    amount = finite_number(limit)
     if amount is None or amount < 0:
         raise fail("when.budget.limit", f"required: a finite number >= 0, got {quoted(limit)}")
     if period not in PERIODS:
