@@ -330,6 +330,42 @@ def test_above_the_sample_cap_the_regressions_read_a_nested_hash_sample():
     np.testing.assert_array_equal(margins[~train], alone.margins(Terms.of_rows(tokens.subset(~train).per_row(), 300)))
 
 
+@pytest.mark.parametrize("graded", [False, True])
+def test_the_lean_fit_is_the_references_fit(graded):
+    """training.lexical.fit_known builds the stacked rows in one copy; the coefficients are
+    evaluation.reference.fit_outcome's on the known rows, exactly (binary and graded outcomes,
+    unknown rows, zero weights, an outcome without failures)."""
+    from evaluation.reference import fit_outcome
+    from training.lexical import Terms, fit_known
+
+    tokens, frame, _ = _token_log()
+    x = Terms.of(tokens.ids, tokens.lengths, 300).tfidf(np.ones(30522 + (1 << 18)))
+    rng = np.random.default_rng(5)
+    q = frame["edge_quality"].to_numpy(float)
+    if graded:
+        q = np.where(np.isnan(q), np.nan, np.round(rng.random(len(q)), 1))
+    weight = np.where(rng.random(len(q)) < 0.1, 0.0, rng.uniform(0.5, 2.0, len(q)))
+    known = (weight > 0) & ~np.isnan(q)
+    for outcome in (q, np.where(known, 1.0, np.nan)):
+        known = (weight > 0) & ~np.isnan(outcome)
+        lean = fit_known(x, known, outcome, weight, c=1.0)
+        reference = fit_outcome(x[known], outcome[known], weight[known], c=1.0)
+        np.testing.assert_array_equal(lean[0], reference[0])
+        assert lean[1] == reference[1]
+
+
+def test_terms_built_chunk_by_chunk_are_the_terms_of_all_at_once():
+    from training.lexical import Terms
+
+    tokens, _, _ = _token_log()
+    whole = Terms.of(tokens.ids, tokens.lengths, 300)
+    for chunk_rows in (7, 64, 10_000):
+        chunked = Terms.of_tokens(tokens, 300, chunk_rows=chunk_rows)
+        np.testing.assert_array_equal(chunked.n_terms, whole.n_terms)
+        for name in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(chunked.counts, name), getattr(whole.counts, name))
+
+
 def test_margins_of_tokens_chunk_by_chunk_are_the_margins_of_all_at_once():
     from training.lexical import LexicalModel, Terms
 

@@ -60,7 +60,7 @@ def fit_sample(
     """The regressions the bundle ships, fitted on the sample's token ids (TokenRows, one per
     row of `outcomes` and `weights`): what both engines call, the Dask engine on the sample it
     collects from its workers."""
-    terms = Terms.of(tokens.ids, tokens.lengths, vocabulary)
+    terms = Terms.of_tokens(tokens, vocabulary)  # a chunk's temporaries at a time
     c, weighting = config.lexical_c, config.lexical_weighting
     assert c is not None and weighting is not None  # TrainConfig fills them in
     return LexicalModel.fit(terms, outcomes, weights, c=c, weighting=weighting)

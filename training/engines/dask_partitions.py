@@ -22,6 +22,7 @@ from data.logs import read_unit
 from data.prepare import QUALITY_AND_COSTS, content_sum64, missing_text_as_none
 from data.schema import COLUMNS, RESPONSE_COLUMNS, RESPONSE_NUMBERS
 from training.partial import COUNTED, WEIGHT_COLUMNS, partial_report, with_outcome_weights
+from training.stages import return_freed_memory  # noqa: F401  (the client calls it here)
 
 REJECT_COLUMNS = ("reject_file", "reject_location", "reject_reason", "reject_kind")
 UNIT_COLUMNS = (*COLUMNS, *REJECT_COLUMNS)
@@ -319,20 +320,6 @@ def collected(client, *frames) -> list[pd.DataFrame]:
         persisted[i] = None  # once this frame is here, its partitions leave the workers
         out.append(pd.concat(client.compute(frame.to_delayed(optimize_graph=False), sync=True)))
     return out
-
-
-def return_freed_memory() -> None:
-    """Give the memory the C heap holds free back to the system (glibc's malloc_trim; a
-    no-op elsewhere). The samples arrive as many partitions of a few MB each; once the
-    frames built from them are dropped, glibc keeps most of that space in its heap, and the
-    client's RSS stayed ~0.4 GB higher through the rest of the run (measured at 1e6 rows)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from training.fitted import Fitted
 from training.held_out import check_held_out_rows
 from training.lexical import MARGINS_OUTPUT, OUTCOMES
 from training.sampling import sample_fraction, sample_numbers, training_share
-from training.stages import StageClock
+from training.stages import StageClock, return_freed_memory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -394,6 +394,12 @@ def fit(
         keep_tokens = keep_tokens | lexical_rows.sample | lexical_rows.wanted
     with clock.span("features"):
         feats = _features(config, frame, console, keep_tokens, memo)
+    if refit is None and not keep_train_rows:
+        # Featurized, the training rows' text is read no more (their lexical sample and folds
+        # were drawn above; only the scored validation and test rows become Rows): ~0.85 GB of
+        # Python strings at a million rows, the largest holder of the frame.
+        frame["prompt"] = frame["prompt"].where(~train, None)
+    return_freed_memory()  # that text, the chunks' ids and the pool's results (~0.4 GB) back to the system
     x, plan = feats.matrix, feats.plan
     if config.lexical != "none":
         clock.begin("lexical")
