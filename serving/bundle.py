@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, cast
 
 from serving.contract import MANIFEST_NAME, MAX_FILE_BYTES, MAX_MANIFEST_BYTES, SCHEMA_VERSION
 from serving.manifest import Manifest, ManifestError
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from serving.signing import PinnedKey
 
 
-class BundleError(RuntimeError):
+class BundleError(RouterError, RuntimeError):
     """The bundle is missing, incomplete, tampered with, invalid, or of an unknown schema version."""
 
 

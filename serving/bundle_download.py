@@ -38,6 +38,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from serving.bundle import sha256_file
 from serving.contract import MANIFEST_NAME, MAX_FILE_BYTES
 from serving.manifest import ManifestError, check_files
+from serving.router_error import RouterError
 from serving.signing import SIGNATURE_NAME
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ MAX_BUNDLE_BYTES = 2 << 30
 READ_BLOCK = 1 << 20
 
 
-class DownloadError(RuntimeError):
+class DownloadError(RouterError, RuntimeError):
     """The bundle could not be fetched; the message says which file and why."""
 
 

@@ -52,6 +52,7 @@ from serving.contract import CLOUD, DRIFT_REFERENCE_FILE, PRECISIONS, ZONES
 from serving.documents import quoted
 from serving.json_values import finite_number
 from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, printable, read_log_lines
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike, NDArray
@@ -82,7 +83,7 @@ BUNDLE_COMPUTED = {"score", "p_edge", "p_cloud", "novelty", "zone", "unfamiliar"
 _HARMFUL = {"unfamiliar": 1, "acceptance": -1, "edge_failure": 1}
 
 
-class DriftInputError(ValueError):
+class DriftInputError(RouterError, ValueError):
     """Records or a reference drift_report cannot read: the message says which and why."""
 
 

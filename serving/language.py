@@ -25,6 +25,8 @@ import re
 import threading
 from typing import Any, Mapping
 
+from serving.router_error import RouterError
+
 EXTRA = "languages"  # pyproject.toml's optional dependencies that bring the detector
 CONFIDENCE_FLOOR = 0.5  # below it a detection is unknown (make language-eval: the figures at this floor)
 MAX_CHARS = 128  # of the prompt read: the language shows early (make language-eval: the same figures at 64,
@@ -37,7 +39,7 @@ VARIETIES = {"ary": "ar", "arz": "ar", "yue": "zh", "wuu": "zh", "uzs": "uz"}
 NOT_A_LANGUAGE = "zxx"  # the detector's "no linguistic content" (code, numbers): unknown
 
 
-class LanguageDetectorMissing(RuntimeError):
+class LanguageDetectorMissing(RouterError, RuntimeError):
     """Detection is needed (an endpoint declares languages) and the `languages` extra is not installed."""
 
 

@@ -26,6 +26,7 @@ from serving.contract import (
 from serving.endpoints import Endpoints
 from serving.features.spec import LEXICAL_MODES, FeatureSpec
 from serving.features.text_stats import STAT_NAMES
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -44,7 +45,7 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-class ManifestError(ValueError):
+class ManifestError(RouterError, ValueError):
     """A manifest value is missing, of the wrong type or out of range."""
 
 

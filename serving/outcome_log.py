@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 from serving.json_values import nests_deeper_than
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from typing_extensions import TypeAlias
@@ -112,7 +113,7 @@ STRING_FIELDS = {
 _LABEL_SHAPE = re.compile(r"[A-Za-z0-9_.:/+-]{1,64}")  # "thumbs", "judge:gpt-4o"; no spaces, no "@"
 
 
-class RecordError(ValueError):
+class RecordError(RouterError, ValueError):
     """A record the log does not write: the message says which field and why (never its value)."""
 
 
@@ -507,7 +508,7 @@ class LoggedLine:
     cut_short: bool = False
 
 
-class _OutOfRange(ValueError):
+class _OutOfRange(RouterError, ValueError):
     pass
 
 

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
+from serving.router_error import RouterError
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     from typing_extensions import TypeAlias
@@ -28,7 +30,7 @@ SIGNATURE_NAME = "manifest.sig"
 SIGNATURE_BYTES = 64
 
 
-class SigningError(ValueError):
+class SigningError(RouterError, ValueError):
     """A key could not be read, or a signature does not verify."""
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from serving.router_error import RouterError
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -23,7 +25,7 @@ MAX_DETAIL_CHARS = 300  # of an upstream's error text kept in a message
 MIN_SECRET_CHARS = 4  # shorter "keys" (a local server's placeholder such as "x") are not hunted in text
 
 
-class UpstreamError(Exception):
+class UpstreamError(RouterError):
     """An endpoint did not give a usable answer. `endpoint` is "edge" or "cloud"."""
 
     kind = "error"

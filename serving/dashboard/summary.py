@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from serving.router_error import RouterError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
@@ -23,7 +25,7 @@ JUDGING_STEPS = ("accept",)  # steps that judge an answer; every other step call
 LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 
 
-class RecordShapeError(ValueError):
+class RecordShapeError(RouterError, ValueError):
     """A record the dashboard cannot read: the message names the field and what was wrong."""
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from serving.router_error import RouterError
+
 if TYPE_CHECKING:
     from serving.decision import Decision
 
 __all__ = ["FallbackForbidden", "NoFeasibleEndpoint", "PolicyError"]
 
 
-class PolicyError(RuntimeError):
+class PolicyError(RouterError, RuntimeError):
     """A request the policy leaves no way to serve. `rules`: the names of the rules involved."""
 
     def __init__(self, message: str, *, rules: Sequence[str]) -> None:

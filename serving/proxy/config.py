@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from serving.documents import quoted
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from typing import Callable
@@ -33,7 +34,7 @@ MIN_TOKEN_CHARS = 16
 SERVED_MODEL = "router"
 
 
-class ConfigError(ValueError):
+class ConfigError(RouterError, ValueError):
     """An option is missing or wrong; the message says which and what to do."""
 
 

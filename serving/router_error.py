@@ -1,0 +1,17 @@
+"""RouterError, the root of every exception the SDK raises (the hierarchy: serving/errors.py).
+
+A module of its own that imports nothing, so each module that defines an exception derives it
+from RouterError without importing any other, and serving.errors can name them all (for type
+checkers) without an import cycle. Import it from `serving` or `serving.errors`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RouterError"]
+
+
+class RouterError(Exception):
+    """Any error the SDK raises on purpose: `except RouterError` catches them all. Each subclass
+    also keeps the standard base its callers catch (ValueError for a bad file or input,
+    RuntimeError for a failure while running, ConnectionError and TimeoutError for an upstream);
+    Python's own TypeError and ValueError for a wrong argument are not RouterErrors."""
