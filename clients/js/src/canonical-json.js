@@ -16,8 +16,10 @@ const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
 const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
 
 /** json.loads(text): objects without a prototype (no key is special), integers as numbers
- * (BigInt beyond 2^53), integral floats as PyFloat, NaN and Infinity as Python accepts them. */
-export function parsePythonJson(text) {
+ * (BigInt beyond 2^53), integral floats as PyFloat, NaN and Infinity as Python accepts them.
+ * `uniqueKeys`: refuse a key given twice in one object (the SDK's documents do); `maxDepth`: the
+ * nesting refused as "nested too deeply". */
+export function parsePythonJson(text, { uniqueKeys = false, maxDepth = MAX_DEPTH } = {}) {
   let i = 0;
   const fail = (what) => { throw new JsonError(`${what} at character ${i}`); };
   const skip = () => { while (i < text.length && " \t\n\r".includes(text[i])) i++; };
@@ -61,7 +63,7 @@ export function parsePythonJson(text) {
   }
 
   function value(depth) {
-    if (depth > MAX_DEPTH) fail("nested too deeply");
+    if (depth > maxDepth) fail("nested too deeply");
     skip();
     const c = text[i];
     if (c === "{") return object(depth);
@@ -83,6 +85,7 @@ export function parsePythonJson(text) {
       skip();
       if (text[i] !== '"') fail("expected a property name");
       const key = string();
+      if (uniqueKeys && Object.hasOwn(out, key)) fail(`key ${JSON.stringify(key)} appears twice in one object`);
       skip();
       if (text[i] !== ":") fail("expected ':'");
       i++;

@@ -9,24 +9,31 @@
 // the chosen endpoint's. `target` is "edge" when the first endpoint runs on the device, else
 // "cloud"; `zone` edge_with_cloud_fallback when a device endpoint comes first and a cloud endpoint
 // later in the cascade, else the target. No feasible endpoint: NoFeasibleEndpoint, never a
-// silent default. This SDK has no policy layer, so no endpoint is forbidden by a rule.
+// silent default.
+//
+// The policy (policy/rules.js) and what each request needs (policy/capabilities.js) as the Python
+// SDK applies them: an endpoint a rule forbids, or one lacking a needed capability (or language), is
+// never in the cascade; a force leaves its endpoint alone; a prefer puts its endpoint first when it
+// is feasible (the cascade climbs from it); the decision's `rule`, `forbidden` and reason say so.
 import { CLOUD, EDGE, FALLBACK } from "./contract.js";
 import { makeDecision } from "./decision.js";
 import { NONE, bestUnderPrice, callCosts, cascade, cheapestWithin, escalation } from "./endpoint-choice.js";
 import { codePointLength, formatFixed, formatG } from "./pytext.js";
+import { declaresLanguages, lackingText, ruledOut, ruleName, withLanguage } from "./policy/capabilities.js";
+import { LanguageDetectorMissing, NoFeasibleEndpoint } from "./policy/errors.js";
+import { PolicyFileError } from "./policy/errors.js";
+import { policySaid } from "./policy/rules.js";
 
 /** A choice rule -> the name of its one parameter (serving.manifest.ENDPOINT_RULES). */
 export const ENDPOINT_RULES = Object.freeze({ cheapest_within: "margin", best_under_price: "price", cascade: "start_margin" });
 
-/** No endpoint may serve a request (the Python SDK's serving.policy.NoFeasibleEndpoint): every
- * endpoint's context is too small for the prompt. Nothing was called. `rules`: the policy rules
- * involved (none in this SDK). */
-export class NoFeasibleEndpoint extends Error {
-  constructor(message, { rules = [] } = {}) {
-    super(message);
-    this.name = "NoFeasibleEndpoint";
-    this.rules = Object.freeze([...rules]);
-  }
+export { NoFeasibleEndpoint };
+
+/** The error when a request's language must be read and no detector was given. */
+export function noDetector() {
+  return new LanguageDetectorMissing("an endpoint declares `languages`, so each request's language is read, and this SDK has no " +
+    "language detector of its own (the Python SDK's is py3langid): declare the language (needs: new Needs({language}), or the " +
+    "metadata key \"language\"), or give Router.load a languageDetector (prompt -> ISO 639-1 code or null)");
 }
 
 export class EndpointChooser {
@@ -41,30 +48,91 @@ export class EndpointChooser {
     this.modelVersion = modelVersion;
     this.maxChars = maxChars;
     this.said = `${this.rule} (${ENDPOINT_RULES[this.rule]} ${formatG(this.parameter, 4)})`;
+    this.index = new Map(this.names.map((n, k) => [n, k]));
+    /** name -> the spec's capabilities. */
+    this.capabilities = new Map(this.endpoints.map((e) => [e.name, e.capabilities]));
+    this.readsLanguage = declaresLanguages(this.capabilities);
+    this.detector = null;  // Router.load's languageDetector
   }
 
-  /** Decisions of scored prompts (`expected` [n][N] from the graph, `nTokens` rounded counts);
-   * NoFeasibleEndpoint for the first prompt no endpoint may serve. */
-  decisions(prompts, precisions, expected, nTokens) {
-    const { cost, fits } = callCosts(this.endpoints, nTokens, this.section.outputTokens);
-    const orders = this.rule === "cascade"
-      ? cascade(expected, cost, this.parameter, fits)
-      : escalation(expected, cost, this.first(expected, cost, fits), fits);
-    return prompts.map((p, i) => this.decision(p, precisions[i], nTokens[i], expected[i], cost[i], fits[i], orders[i]));
+  /** A policy must name this bundle's endpoints. */
+  checkPolicy(policy) {
+    if (policy !== null && policy.endpoints.join("\u0000") !== this.names.join("\u0000")) {
+      throw new PolicyFileError(`${policy.source}: the policy is for endpoints ${policy.endpoints.join(", ")}; this bundle ` +
+        `routes among ${this.names.join(", ")}: load it with endpoints: router.policyEndpoints`);
+    }
+  }
+
+  /** [each call's price, whether the prompt fits each context, what may serve it, the policy's
+   * verdicts, what each request's needs rule out]: NoFeasibleEndpoint when the policy forbids every endpoint. */
+  feasible(prompts, precisions, tokens, { policy = null, metadata = null, spending = null, needs = null, capabilities = null,
+    holders = null } = {}) {
+    const { cost, fits } = callCosts(this.endpoints, tokens, this.section.outputTokens);
+    const n = prompts.length;
+    let needed = needs ?? new Array(n).fill(null);
+    const metadatas = metadata ?? new Array(n).fill(null);
+    const known = capabilities ?? this.capabilities;
+    const readsLanguage = capabilities === null ? this.readsLanguage : declaresLanguages(capabilities);
+    if (readsLanguage) {
+      needed = needed.map((w, i) => {
+        const declared = withLanguage(w, prompts[i], metadatas[i], null);
+        if (declared !== null && declared.language !== null) return declared;
+        if (this.detector === null) throw noDetector();
+        return withLanguage(w, prompts[i], metadatas[i], this.detector);
+      });
+    }
+    const lacking = needed.map((w) => (w ? ruledOut(w, known, this.names) : new Map()));
+    let feasible = fits.map((row, i) => row.map((ok, k) => ok && !lacking[i].has(this.names[k])));
+    if (policy === null) return { cost, fits, feasible, verdicts: new Array(n).fill(null), lacking };
+    const verdicts = prompts.map((p, i) => policy.evaluate(p, tokens[i], precisions[i], metadatas[i],
+      { spending, needs: needed[i], holders: holders?.[i] ?? null }));
+    feasible = feasible.map((row, i) => row.map((ok, k) => ok && verdicts[i].allowed.includes(this.names[k])));
+    return { cost, fits, feasible, verdicts, lacking };
+  }
+
+  /** Each request's cascade: the rule's, or from the endpoint a policy puts first. */
+  orders(expected, cost, feasible, verdicts) {
+    const first = verdicts.map((verdict, row) => {
+      const soft = verdict?.preferred ?? null;
+      return soft !== null && soft.endpoint !== null && feasible[row][this.index.get(soft.endpoint)] ? this.index.get(soft.endpoint) : NONE;
+    });
+    const plain = first.map((f) => f === NONE);
+    let orders;
+    if (this.rule === "cascade") orders = cascade(expected, cost, this.parameter, feasible);
+    else {
+      const ruled = this.first(expected, cost, feasible);
+      orders = escalation(expected, cost, ruled.map((f, row) => (plain[row] ? f : NONE)), feasible);
+    }
+    if (!plain.every(Boolean)) {
+      const steered = escalation(expected, cost, first, feasible);
+      orders = orders.map((order, row) => (plain[row] ? order : steered[row]));
+    }
+    return orders;
+  }
+
+  /** Decisions of scored prompts (`expected` [n][N] from the graph, `nTokens` rounded counts), the
+   * policy and needs applied (`options`: feasible's); NoFeasibleEndpoint for the first prompt no
+   * endpoint may serve. */
+  decisions(prompts, precisions, expected, nTokens, options = {}) {
+    const { cost, fits, feasible, verdicts, lacking } = this.feasible(prompts, precisions, nTokens, options);
+    const orders = this.orders(expected, cost, feasible, verdicts);
+    return prompts.map((p, i) => this.decision(p, precisions[i], nTokens[i], expected[i], cost[i], fits[i], orders[i],
+      verdicts[i], lacking[i]));
   }
 
   /** Decisions when the graph could not score (`note` says why): the cheapest feasible endpoint
    * first, then each costlier one; `degraded` set. */
-  degraded(prompts, precisions, nTokens, note) {
-    const { cost, fits } = callCosts(this.endpoints, nTokens, this.section.outputTokens);
-    const first = bestUnderPrice(cost.map((row) => row.map(() => 0)), cost, 1, fits);
+  degraded(prompts, precisions, nTokens, note, options = {}) {
+    const { cost, fits, feasible, verdicts, lacking } = this.feasible(prompts, precisions, nTokens, options);
+    const first = bestUnderPrice(cost.map((row) => row.map(() => 0)), cost, 1, feasible);
     const byPrice = cost.map((row) => {  // each endpoint's rank by price, ties in index order (a stable argsort's)
       const rank = new Array(row.length);
       [...row.keys()].sort((a, b) => row[a] - row[b] || a - b).forEach((k, r) => { rank[k] = r; });
       return rank;
     });
-    const orders = escalation(byPrice, cost, first, fits);
-    return prompts.map((p, i) => this.decision(p, precisions[i], nTokens[i], null, cost[i], fits[i], orders[i], note));
+    const orders = escalation(byPrice, cost, first, feasible);
+    return prompts.map((p, i) => this.decision(p, precisions[i], nTokens[i], null, cost[i], fits[i], orders[i], verdicts[i],
+      lacking[i], note));
   }
 
   /** The rule's first endpoint per request (a cascade's first step), NONE where none is feasible. */
@@ -74,13 +142,11 @@ export class EndpointChooser {
     return cascade(expected, cost, this.parameter, feasible).map((o) => (o.length ? o[0] : NONE));
   }
 
-  decision(prompt, precision, nTokens, expected, cost, fits, order, note = "") {
+  decision(prompt, precision, nTokens, expected, cost, fits, order, verdict = null, lacking = new Map(), note = "") {
     const names = this.names;
-    if (!order.length) {
-      const tooLong = names.filter((_, k) => !fits[k]);
-      const parts = tooLong.length ? [`~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`] : [];
-      throw new NoFeasibleEndpoint(`no endpoint may serve this request: ${parts.join("; ")}`);
-    }
+    let forbidden = verdict === null ? [] : names.filter((n) => !verdict.allowed.includes(n));
+    const rule = verdict === null ? null : verdict.rule;
+    if (!order.length) this.noneFeasible(nTokens, fits, forbidden, rule === null ? null : rule.name, lacking);
     const first = order[0];
     const deviceFirst = this.onDevice[first];
     const zone = !deviceFirst ? CLOUD : order.slice(1).some((k) => !this.onDevice[k]) ? FALLBACK : EDGE;
@@ -92,11 +158,31 @@ export class EndpointChooser {
     if (tooLong.length) reason += `; ~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`;
     const truncated = codePointLength(prompt) > this.maxChars;
     if (truncated) reason += `; features from the first ${this.maxChars} characters`;
+    let ruleSaid = rule === null ? null : rule.name;
+    if (rule !== null) reason = `policy '${rule.name}': ${policySaid(verdict, forbidden)}; model: ${reason}`;
+    if (lacking.size) {  // ruled out like a forbidden endpoint, under the built-in needs:<capability> rule
+      reason = `${ruleName(lacking)}: ${lackingText(lacking)}; ${reason}`;
+      forbidden = names.filter((n) => forbidden.includes(n) || lacking.has(n));
+      ruleSaid = ruleSaid || ruleName(lacking);
+    }
     return makeDecision(zone, {  // its target: edge exactly when a device endpoint runs first
       score: expected === null ? 0 : expected[first], reason, degraded: expected === null, model_version: this.modelVersion,
-      precision, n_tokens: nTokens, truncated,
+      precision, n_tokens: nTokens, truncated, rule: ruleSaid, forbidden,
       expected: expected === null ? null : Object.fromEntries(names.map((n, k) => [n, expected[k]])),
       endpoint: names[first], cascade: order.map((k) => names[k]),
     });
+  }
+
+  noneFeasible(nTokens, fits, forbidden, rule, lacking) {
+    const parts = [];
+    if (forbidden.length) parts.push(`the policy forbids ${forbidden.join(", ")}` + (rule ? ` (policy '${rule}')` : ""));
+    if (lacking.size) {
+      const needed = [...new Set([...lacking.values()].flat())];
+      parts.push(`the request needs ${needed.join(", ")} (${ruleName(lacking)}): ${lackingText(lacking)}`);
+      rule = rule || ruleName(lacking);
+    }
+    const tooLong = this.names.filter((_, k) => !fits[k]);
+    if (tooLong.length) parts.push(`~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`);
+    throw new NoFeasibleEndpoint(`no endpoint may serve this request: ${parts.join("; ")}`, { rules: rule ? [rule] : [] });
   }
 }

@@ -7,9 +7,13 @@
 // - in the edge_with_cloud_fallback zone the optional `accept(response)` check also runs (the
 //   router is unsure there); an answer it rejects, or a check that throws, falls back to the
 //   cloud. `verifyEdgeZone` checks confident edge answers too;
-// - a cloud failure throws CloudCallError with the edge failure, the steps and the decision.
+// - a cloud failure throws CloudCallError with the edge failure, the steps and the decision;
+// - a side the decision forbids (its `forbidden`, from the policy or what the request needs) is never
+//   called: an edge-first request whose edge is forbidden goes to the cloud, and where the cloud would
+//   serve but is forbidden, FallbackForbidden is thrown instead, naming the rule (serving/execute.py).
 // Field names are the Python SDK's (served_by, fallback_reason, ...), as in Decision.
 import { CLOUD, FALLBACK } from "./contract.js";
+import { FallbackForbidden } from "./policy/errors.js";
 
 export const REASON_CHARS = 300;
 
@@ -73,7 +77,8 @@ function timedEdge(edge, prompt, timeoutMs) {
  *   fell_back: boolean, edge_error: unknown, steps: object[], fallback_code: string | null}>}
  */
 export async function execute(decision, prompt, { edge, cloud, edgeContextTokens, edgeTimeoutMs = null, accept = null,
-  verifyEdgeZone = false }) {
+  verifyEdgeZone = false, sidesForbidden = null }) {
+  const forbids = sidesForbidden ?? { edge: decision.forbidden.includes("edge"), cloud: decision.forbidden.includes(CLOUD) };
   const steps = [];
   let edgeError = null, reason = null, code = null;
   const check = decision.zone === FALLBACK || verifyEdgeZone ? accept : null;
@@ -83,7 +88,7 @@ export async function execute(decision, prompt, { edge, cloud, edgeContextTokens
       fell_back: fellBack, edge_error: fellBack ? edgeError : null, steps, fallback_code: fellBack ? code : null };
   };
 
-  if (decision.zone !== CLOUD) {
+  if (decision.zone !== CLOUD && !forbids.edge) {
     if (decision.n_tokens > edgeContextTokens) {
       reason = code = `prompt of ~${decision.n_tokens} tokens exceeds the edge context limit of ${edgeContextTokens}`;
       steps.push({ name: "edge", status: "skipped", seconds: 0, detail: reason });
@@ -112,6 +117,11 @@ export async function execute(decision, prompt, { edge, cloud, edgeContextTokens
         if (accepted) return served(response, "edge");
       }
     }
+  }
+  if (forbids.cloud) {
+    const rule = decision.rule || "(unnamed)";
+    throw new FallbackForbidden(`policy '${rule}' forbids the cloud, and the edge did not serve: ${code || "not edge first"}`,
+      { rule, endpoint: CLOUD, edge_error: edgeError, steps, decision, cause: edgeError ?? undefined });
   }
   let response;
   try {

@@ -1,7 +1,7 @@
 // The edge-cloud router's SDK for Node: the Python SDK's Router contract (docs/sdk.md) on a
 // bundle folder, node:crypto and onnxruntime-node. Browsers import web.js instead.
 import { BaseRouter } from "./router.js";
-import { nodeCrypto, nodePlatform } from "./node/platform.js";
+import { nodeCrypto, nodePlatform, readPolicyFile } from "./node/platform.js";
 import { createHash } from "node:crypto";
 import { canonicalBytes, verifiedBundle, withoutDigest } from "./bundle.js";
 
@@ -27,6 +27,13 @@ export function manifestDigest(manifest) {
 }
 
 export { loadPublicKey } from "./node/platform.js";
+
+/** The policy file at `path` (JSON) for a router whose endpoints are `endpoints` (default edge and
+ * cloud; an N-endpoint bundle's: router.policyEndpoints). PolicyFileError naming the rule and key. */
+export async function loadPolicy(path, { endpoints } = {}) {
+  const { PolicySet } = await import("./policy/rules.js");
+  return PolicySet.parse(await readPolicyFile(String(path)), { source: String(path), ...(endpoints ? { endpoints } : {}) });
+}
 export { BundleError, SigningError } from "./bundle.js";
 export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
 export { CloudCallError, EdgeTimeoutError } from "./execute.js";
@@ -34,5 +41,7 @@ export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInt
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
 export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints } from "./endpoints.js";
-export { ENDPOINT_RULES, NoFeasibleEndpoint } from "./endpoint-routing.js";
+export { ENDPOINT_RULES } from "./endpoint-routing.js";
+export { CAPABILITIES, DETECTORS, ENDPOINTS, FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PERIODS,
+  PolicyError, PolicyFileError, PolicySet, Spending, anyDetected, detect, fold, needsOf } from "./policy/index.js";
 export { NONE, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation } from "./endpoint-choice.js";

@@ -8,6 +8,46 @@ import { execute } from "./execute.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
 import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
+import { Capabilities } from "./endpoints.js";
+import { noDetector } from "./endpoint-routing.js";
+import { holderIds, limitsOf, checkAmount, Spending } from "./policy/budgets.js";
+import { checkNeeds } from "./policy/capabilities.js";
+import { PolicyFileError } from "./policy/errors.js";
+import { checkMetadata, ENDPOINTS, PolicySet } from "./policy/rules.js";
+
+/** `capabilities` as route() takes it: null, or an object (or Map) of endpoint name -> Capabilities
+ * (or a plain {images, tools, json, languages} object, or null: unknown); a Map of Capabilities. */
+function checkCapabilities(capabilities) {
+  if (capabilities === null || capabilities === undefined) return null;
+  if (typeof capabilities !== "object") throw new TypeError(`capabilities must map endpoint names to Capabilities, got ${typeof capabilities}`);
+  const entries = capabilities instanceof Map ? [...capabilities] : Object.entries(capabilities);
+  return new Map(entries.map(([name, caps]) => {
+    if (caps === null || caps === undefined || caps instanceof Capabilities) return [name, caps ?? null];
+    if (typeof caps !== "object") throw new TypeError(`capabilities.${name} must be a Capabilities, an object of flags or null`);
+    return [name, new Capabilities(caps)];
+  }));
+}
+
+/** The policy a router was given: a PolicySet for its endpoints, or a source the platform reads. */
+async function policyFor(policy, routing, platform) {
+  if (policy === null || policy === undefined) return null;
+  const endpoints = routing.policyEndpoints;
+  if (typeof policy === "string" || policy instanceof URL) {
+    if (!platform.readPolicy) throw new TypeError("this platform cannot read a policy file: pass a PolicySet");
+    return PolicySet.parse(await platform.readPolicy(String(policy)), { source: String(policy), endpoints });
+  }
+  if (!(policy instanceof PolicySet)) throw new TypeError(`policy must be a PolicySet or the policy file's path or URL, got ${typeof policy}`);
+  checkPolicy(policy, routing);
+  return policy;
+}
+
+function checkPolicy(policy, routing) {
+  if (routing.chooser) routing.chooser.checkPolicy(policy);
+  else if (policy.endpoints.join("\u0000") !== ENDPOINTS.join("\u0000")) {
+    throw new PolicyFileError(`${policy.source}: the policy is for endpoints ${policy.endpoints.join(", ")}; this router ` +
+      `routes between ${ENDPOINTS.join(", ")}`);
+  }
+}
 
 /** A verified, loaded bundle's Routing; BundleError for anything wrong with the bundle,
  * onnxruntime refusing it included. */
@@ -30,16 +70,42 @@ export class BaseRouter {
   /** Use Router.load. */
   constructor(routing) {
     this.routing = routing;
+    this.currentPolicy = null;
+    this.ledger = null;  // the budgets' Spending, made at the first spend; kept across policy changes
   }
 
   /**
    * Load and verify a bundle with `platform` (node/platform.js, web/platform.js).
    * @param {string} source the bundle: a folder, or a base URL in a browser
+   * `policy`: a PolicySet, or the policy file's path (Node) or URL (browsers), applied to every
+   * decision; a bad one rejects with PolicyFileError even without `strict` (routing without the rules
+   * is never a fallback). `languageDetector`: prompt -> ISO 639-1 code or null, for bundles whose
+   * endpoints declare `languages` (without it such a bundle is refused: LanguageDetectorMissing).
    * @param {{strict?: boolean, threads?: number, unfamiliarPolicy?: string | null, publicKey?: any,
-   *   logger?: {warn(message: string): void}}} [options]
+   *   logger?: {warn(message: string): void}, policy?: any, languageDetector?: ((prompt: string) => string | null) | null}} [options]
    */
   static async loadWith(platform, source, { strict = false, threads = 1, unfamiliarPolicy = null, publicKey = null,
-    logger = console } = {}) {
+    logger = console, policy = null, languageDetector = null } = {}) {
+    if (languageDetector !== null && typeof languageDetector !== "function") throw new TypeError("languageDetector must be a function or null");
+    const router = await this.loadRouting(platform, source, { strict, threads, unfamiliarPolicy, publicKey, logger });
+    const chooser = router.routing.chooser;
+    if (chooser) {
+      chooser.detector = languageDetector;
+      if (chooser.readsLanguage && languageDetector === null) {
+        await router.close();
+        throw noDetector();
+      }
+    }
+    try {
+      router.currentPolicy = await policyFor(policy, router.routing, platform);
+    } catch (error) {
+      await router.close();
+      throw error;
+    }
+    return router;
+  }
+
+  static async loadRouting(platform, source, { strict, threads, unfamiliarPolicy, publicKey, logger }) {
     if (unfamiliarPolicy !== null && !UNFAMILIAR_POLICIES.includes(unfamiliarPolicy)) {
       throw new RangeError(`unfamiliarPolicy=${JSON.stringify(unfamiliarPolicy)}; use one of ${UNFAMILIAR_POLICIES.join(", ")}`);
     }
@@ -69,17 +135,65 @@ export class BaseRouter {
    * or null when it has none (trained without edge answers, older, or degraded). */
   get acceptor() { return this.routing.acceptor; }
 
-  /** Where one prompt should run. Rejects only for argument errors (TypeError, RangeError) and,
-   * with an N-endpoint bundle, NoFeasibleEndpoint when the prompt fits no endpoint's context. */
-  async route(prompt, { precision = null } = {}) {
-    checkPrompt(prompt);
-    return (await this.routing.decisions([prompt], [checkPrecision(precision)]))[0];
+  /** The policy applied to every decision (a PolicySet), or null. Setting it swaps it in one
+   * assignment: each decision follows the old or the new one wholly. */
+  get policy() { return this.currentPolicy; }
+
+  set policy(policy) {
+    if (policy !== null && !(policy instanceof PolicySet)) throw new TypeError("policy must be a PolicySet or null");
+    if (policy !== null) checkPolicy(policy, this.routing);
+    this.currentPolicy = policy;
   }
 
-  /** Decisions for many prompts, scored in one onnxruntime call. */
-  async routeBatch(prompts, precisions = null) {
+  /** The endpoint names a policy for this router names: an N-endpoint bundle's, else edge and cloud. */
+  get policyEndpoints() { return this.routing.policyEndpoints; }
+
+  /** The budgets' ledger (policy/budgets.js Spending), null before anything was spent. */
+  get spending() { return this.ledger; }
+
+  /** Count what a request cost against the budgets its metadata names (the metadata keys the policy's
+   * `budget` conditions read). Nothing is counted without a policy that has budgets. */
+  async recordSpend(metadata, amount) {
+    checkAmount(amount);
+    const policy = this.currentPolicy;
+    metadata = checkMetadata(metadata);
+    if (policy === null || !policy.budgetKeys.length || !metadata) return;
+    this.ledger ??= new Spending();
+    await this.ledger.add(metadata, amount, policy.budgetKeys, null, { limits: limitsOf(policy) });
+  }
+
+  /** The policy, the checked metadata / needs per prompt and capabilities, with the budget holders'
+   * ids the policy reads, for Routing.decide. */
+  async decideOptions(metadata, needs, capabilities) {
+    const policy = this.currentPolicy, spending = this.ledger;
+    const holders = policy !== null && spending !== null && policy.budgetKeys.length
+      ? await Promise.all(metadata.map((m) => holderIds(m, policy.budgetKeys))) : null;
+    return { policy, metadata, needs, capabilities, spending, holders };
+  }
+
+  /** Where one prompt should run. `metadata`: the request's metadata the policy's rules read (string
+   * to string); `needs`: what it needs of its endpoint (a Needs: images, tools, json, language);
+   * `capabilities`: the endpoints' by name (default: an N-endpoint bundle's specs; two-endpoint
+   * routers know none unless told). Rejects only for argument errors (TypeError, RangeError) and
+   * NoFeasibleEndpoint when the policy, the needs or the context limits leave no endpoint. */
+  async route(prompt, { precision = null, metadata = null, needs = null, capabilities = null } = {}) {
+    checkPrompt(prompt);
+    const tag = checkPrecision(precision);
+    const options = await this.decideOptions([checkMetadata(metadata)], [checkNeeds(needs)], checkCapabilities(capabilities));
+    return (await this.routing.decideAll([prompt], [tag], options))[0];
+  }
+
+  /** Decisions for many prompts, scored in one onnxruntime call; `metadata` and `needs` one each (or
+   * null) per prompt. */
+  async routeBatch(prompts, precisions = null, { metadata = null, needs = null, capabilities = null } = {}) {
     const [checked, tags] = checkBatch(prompts, precisions);
-    return checked.length ? this.routing.decisions(checked, tags) : [];
+    for (const [name, given] of [["metadata", metadata], ["needs", needs]]) {
+      if (given !== null && given.length !== checked.length) throw new RangeError(`${given.length} ${name} for ${checked.length} prompts`);
+    }
+    if (!checked.length) return [];
+    const options = await this.decideOptions((metadata ?? checked.map(() => null)).map(checkMetadata),
+      (needs ?? checked.map(() => null)).map(checkNeeds), checkCapabilities(capabilities));
+    return this.routing.decideAll(checked, tags, options);
   }
 
   /**
@@ -91,7 +205,8 @@ export class BaseRouter {
    * check that threw), and checks nothing, with one warning, when the bundle has none. Throws
    * CloudCallError when the cloud fails; argument errors as route() does.
    */
-  async execute(prompt, edge, cloud, { precision = null, edgeTimeoutMs = null, accept = null, verifyEdgeZone = false } = {}) {
+  async execute(prompt, edge, cloud, { precision = null, edgeTimeoutMs = null, accept = null, verifyEdgeZone = false,
+    metadata = null, needs = null, capabilities = null } = {}) {
     if (typeof edge !== "function" || typeof cloud !== "function") throw new TypeError("edge and cloud must be functions taking the prompt");
     if (accept !== null && accept !== "learned" && typeof accept !== "function") {
       throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
@@ -101,10 +216,12 @@ export class BaseRouter {
     }
     const routing = this.routing;  // one bundle for the decision and the limits it is carried out with
     checkPrompt(prompt);
-    const [decision] = await routing.decisions([prompt], [checkPrecision(precision)]);
+    const tag = checkPrecision(precision);
+    const options = await this.decideOptions([checkMetadata(metadata)], [checkNeeds(needs)], checkCapabilities(capabilities));
+    const [decision] = await routing.decideAll([prompt], [tag], options);
     const check = accept === "learned" ? routing.learnedAccept(prompt) : accept;
     return execute(decision, prompt, { edge, cloud, edgeContextTokens: routing.edgeContextTokens, edgeTimeoutMs,
-      accept: check, verifyEdgeZone });
+      accept: check, verifyEdgeZone, sidesForbidden: routing.sidesForbidden(decision) });
   }
 
   /** Release the onnxruntime session; the router must not be used after. */

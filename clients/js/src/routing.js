@@ -7,6 +7,7 @@ import { EndpointChooser } from "./endpoint-routing.js";
 import { bandOf } from "./manifest.js";
 import { codePointLength, formatFixed, roundHalfEven } from "./pytext.js";
 import { RuleRouter } from "./rules.js";
+import { ruledOut, ruleOutSides } from "./policy/capabilities.js";
 
 export class Routing {
   /**
@@ -36,18 +37,51 @@ export class Routing {
     return this.chooser ? [...this.chooser.names] : null;
   }
 
-  /** An N-endpoint bundle's decisions; when scoring fails, degraded decisions by price.
-   * NoFeasibleEndpoint when a prompt fits no endpoint's context. */
-  async endpointDecisions(prompts, precisions) {
+  /** An N-endpoint bundle's decisions, the policy and needs applied (`options`: EndpointChooser's);
+   * when scoring fails, degraded decisions by price. NoFeasibleEndpoint when no endpoint may serve a prompt. */
+  async endpointDecisions(prompts, precisions, options = {}) {
     let scored;
     try {
       scored = await this.scorer.expected(prompts, precisions);
     } catch (error) {  // the host app must never see a scoring failure
       this.logger.warn(`scoring failed, endpoints by price: ${error}`);
       const note = `degraded: scoring failed: ${error}`.slice(0, 300);
-      return this.chooser.degraded(prompts, precisions, prompts.map((p) => this.rules.countTokens(p)), note);
+      return this.chooser.degraded(prompts, precisions, prompts.map((p) => this.rules.countTokens(p)), note, options);
     }
-    return this.chooser.decisions(prompts, precisions, scored.expected, scored.nTokens.map(roundHalfEven));
+    return this.chooser.decisions(prompts, precisions, scored.expected, scored.nTokens.map(roundHalfEven), options);
+  }
+
+  /** Which of execute()'s two calls a decision forbids: the edge or the cloud side named in its
+   * `forbidden` (two endpoints); on an N-endpoint bundle a side is forbidden when every endpoint of it
+   * (on the device, or not) is. */
+  sidesForbidden(decision) {
+    const forbidden = decision.forbidden;
+    if (!this.chooser) return { edge: forbidden.includes(EDGE), cloud: forbidden.includes(CLOUD) };
+    const { names, onDevice } = this.chooser;
+    const all = (device) => names.every((n, k) => onDevice[k] !== device || forbidden.includes(n));
+    return { edge: all(true), cloud: all(false) };
+  }
+
+  /** The endpoint names a policy for this bundle names: an N-endpoint bundle's, else edge and cloud. */
+  get policyEndpoints() {
+    return this.chooser ? [...this.chooser.names] : [EDGE, CLOUD];
+  }
+
+  /** Decisions for checked arguments with the policy and the requests' needs applied (serving.router's
+   * _decide): after the model for two endpoints, among the feasible endpoints for an N-endpoint bundle.
+   * `options`: {policy, metadata, needs (one each per prompt, or null), capabilities (a Map), spending,
+   * holders (per prompt)}. NoFeasibleEndpoint for the first prompt left without an endpoint. */
+  async decideAll(prompts, precisions, options = {}) {
+    if (this.chooser) return this.endpointDecisions(prompts, precisions, options);
+    const { policy = null, metadata = null, needs = null, capabilities = null, spending = null, holders = null } = options;
+    const decisions = await this.decisions(prompts, precisions);
+    return decisions.map((d, i) => {
+      const want = needs?.[i] ?? null;
+      if (policy !== null) policy.apply(d, prompts[i], metadata?.[i] ?? null, { spending, needs: want, holders: holders?.[i] ?? null });
+      if (want === null || capabilities === null) return d;
+      const lacking = ruledOut(want, capabilities, [EDGE, CLOUD]);
+      return lacking.size ? ruleOutSides(d, lacking) : d;
+    });
   }
 
   get degraded() {

@@ -3,7 +3,8 @@
 // (an import map or a bundler) and tells onnxruntime-web where its .wasm files are
 // (ort.env.wasm.wasmPaths).
 import { BaseRouter } from "./router.js";
-import { webPlatform } from "./web/platform.js";
+import { fetchPolicyBytes, webPlatform } from "./web/platform.js";
+import { PolicySet } from "./policy/rules.js";
 
 export class Router extends BaseRouter {
   /**
@@ -15,10 +16,18 @@ export class Router extends BaseRouter {
   }
 }
 
+/** The policy file at `url` (JSON) for a router whose endpoints are `endpoints` (default edge and
+ * cloud); `fetchOptions` go to the request. */
+export async function fetchPolicy(url, { endpoints, fetchOptions = {} } = {}) {
+  return PolicySet.parse(await fetchPolicyBytes(String(url), fetchOptions), { source: String(url), ...(endpoints ? { endpoints } : {}) });
+}
+
 export { BundleError, SigningError } from "./bundle.js";
 export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
 export { CloudCallError, EdgeTimeoutError } from "./execute.js";
 export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
-export { ENDPOINT_RULES, NoFeasibleEndpoint } from "./endpoint-routing.js";
+export { ENDPOINT_RULES } from "./endpoint-routing.js";
+export { CAPABILITIES, DETECTORS, ENDPOINTS, FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PERIODS,
+  PolicyError, PolicyFileError, PolicySet, Spending, anyDetected, detect, fold, needsOf } from "./policy/index.js";

@@ -2,6 +2,8 @@
 // only, opened with O_NOFOLLOW so a symlink is refused by the open itself), SHA-256 and Ed25519
 // from node:crypto (OpenSSL), and onnxruntime-node.
 import { createHash, createPublicKey, verify as cryptoVerify, KeyObject } from "node:crypto";
+import { MAX_POLICY_BYTES } from "../policy/rules.js";
+import { PolicyFileError } from "../policy/errors.js";
 import { constants, mkdtempSync, readFileSync, rmSync, promises as fs } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -96,7 +98,29 @@ async function createSession(bytes, threads) {
 }
 
 /** Everything Router.load needs on Node. */
+/** A policy file's bytes (at most MAX_POLICY_BYTES + 1, so that a larger file is refused by size);
+ * PolicyFileError when it cannot be read, as the Python SDK says it. */
+export async function readPolicyFile(file) {
+  let handle;
+  try {
+    handle = await fs.open(file, "r");
+    const buffer = new Uint8Array(MAX_POLICY_BYTES + 1);
+    let size = 0;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, size, buffer.length - size, null);
+      if (bytesRead === 0 || size + bytesRead >= buffer.length) { size += bytesRead; break; }
+      size += bytesRead;
+    }
+    return buffer.subarray(0, size);
+  } catch (error) {
+    throw new PolicyFileError(`cannot read policy file ${file}: ${error.code === "ENOENT" ? "No such file or directory" : error.message}`);
+  } finally {
+    await handle?.close();
+  }
+}
+
 export const nodePlatform = {
+  readPolicy: readPolicyFile,
   files: (source) => folderFiles(String(source)),
   crypto: nodeCrypto,
   runtime: { createSession, Tensor: ort.Tensor },

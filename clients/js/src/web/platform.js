@@ -4,6 +4,8 @@
 // "@huggingface/tokenizers" (an import map, or a bundler).
 import * as ort from "onnxruntime-web";
 import { BundleError, SigningError } from "../bundle.js";
+import { PolicyFileError } from "../policy/errors.js";
+import { MAX_POLICY_BYTES } from "../policy/rules.js";
 
 /** The body of `url`, at most `cap` bytes (checked before and while reading); null for a 404
  * when optional. */
@@ -72,6 +74,19 @@ async function loadPublicKey(key) {
   }
 }
 
+/** A policy file's bytes from `url` (at most MAX_POLICY_BYTES + 1); PolicyFileError when it cannot be fetched. */
+export async function fetchPolicyBytes(url, fetchOptions = {}) {
+  let response;
+  try {
+    response = await fetch(url, fetchOptions);
+  } catch (error) {
+    throw new PolicyFileError(`cannot read policy file ${url}: ${error.message}`);
+  }
+  if (!response.ok) throw new PolicyFileError(`cannot read policy file ${url}: HTTP ${response.status}`);
+  const bytes = new Uint8Array(await response.arrayBuffer());
+  return bytes.length > MAX_POLICY_BYTES ? bytes.subarray(0, MAX_POLICY_BYTES + 1) : bytes;
+}
+
 /** WebCrypto for bundle.js. */
 export const webCrypto = {
   sha256: async (bytes) => hex(await crypto.subtle.digest("SHA-256", bytes)),
@@ -88,5 +103,6 @@ async function createSession(bytes) {
 /** Everything Router.load needs in a browser. `fetchOptions` go to every fetch (credentials,
  * headers). */
 export function webPlatform(fetchOptions = {}) {
-  return { files: (source) => urlFiles(source, fetchOptions), crypto: webCrypto, runtime: { createSession, Tensor: ort.Tensor } };
+  return { files: (source) => urlFiles(source, fetchOptions), crypto: webCrypto, runtime: { createSession, Tensor: ort.Tensor },
+    readPolicy: (url) => fetchPolicyBytes(url, fetchOptions) };
 }

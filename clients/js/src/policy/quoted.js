@@ -1,0 +1,87 @@
+// Values as the Python SDK's error messages quote them (serving/documents.py's `quoted`: reprlib with
+// strings and numbers cut to 80 characters, lists and objects to 4 items and 2 levels, the whole to 80
+// characters), for values decoded by canonical-json.js's parsePythonJson.
+import { PyFloat, pyFloatRepr } from "../canonical-json.js";
+
+const LIMIT = 80;
+const ITEMS = 4;
+const LEVELS = 2;
+const NOT_PRINTABLE = /[\p{C}\p{Z}]/u;
+
+/** repr(str) in Python: quotes, escapes, and \\x / \\u / \\U for characters str.isprintable() refuses. */
+export function strRepr(text) {
+  const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
+  let out = quote;
+  for (const c of text) {
+    const code = c.codePointAt(0);
+    if (c === "\\" || c === quote) out += `\\${c}`;
+    else if (c === "\n") out += "\\n";
+    else if (c === "\r") out += "\\r";
+    else if (c === "\t") out += "\\t";
+    else if (c !== " " && (code < 0x20 || code === 0x7f || NOT_PRINTABLE.test(c))) {
+      out += code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}`
+        : code < 0x10000 ? `\\u${code.toString(16).padStart(4, "0")}` : `\\U${code.toString(16).padStart(8, "0")}`;
+    } else out += c;
+  }
+  return out + quote;
+}
+
+const points = (text) => Array.from(text);
+
+function cut(text, limit) {  // reprlib's middle cut of a repr longer than `limit`
+  const chars = points(text);
+  if (chars.length <= limit) return text;
+  const i = Math.max(0, Math.floor((limit - 3) / 2)), j = Math.max(0, limit - 3 - i);
+  return chars.slice(0, i).join("") + "..." + chars.slice(chars.length - j).join("");
+}
+
+function byCodePoint(a, b) {
+  const x = points(a), y = points(b);
+  for (let k = 0; k < Math.min(x.length, y.length); k++) {
+    const d = x[k].codePointAt(0) - y[k].codePointAt(0);
+    if (d !== 0) return d;
+  }
+  return x.length - y.length;
+}
+
+function short(value, level) {
+  if (value === null || value === undefined) return "None";
+  if (typeof value === "boolean") return value ? "True" : "False";
+  if (typeof value === "string") {
+    const chars = points(value);
+    let s = strRepr(chars.slice(0, LIMIT).join(""));
+    if (points(s).length > LIMIT) {
+      const i = Math.max(0, Math.floor((LIMIT - 3) / 2)), j = Math.max(0, LIMIT - 3 - i);
+      s = strRepr(chars.slice(0, i).join("") + chars.slice(chars.length - j).join(""));
+      const r = points(s);
+      s = r.slice(0, i).join("") + "..." + r.slice(r.length - j).join("");
+    }
+    return s;
+  }
+  if (typeof value === "bigint") return cut(value.toString(), LIMIT);
+  if (typeof value === "number" || value instanceof PyFloat) {
+    const x = Number(value);
+    const float = value instanceof PyFloat || !Number.isInteger(x);
+    const text = Number.isNaN(x) ? "nan" : !Number.isFinite(x) ? (x > 0 ? "inf" : "-inf") : float ? pyFloatRepr(x) : String(x);
+    return cut(text, LIMIT);
+  }
+  if (Array.isArray(value)) {
+    if (level <= 0 && value.length) return "[...]";
+    const pieces = value.slice(0, ITEMS).map((v) => short(v, level - 1));
+    if (value.length > ITEMS) pieces.push("...");
+    return `[${pieces.join(", ")}]`;
+  }
+  const keys = Object.keys(value);
+  if (!keys.length) return "{}";
+  if (level <= 0) return "{...}";
+  const pieces = keys.sort(byCodePoint).slice(0, ITEMS).map((k) => `${short(k, level - 1)}: ${short(value[k], level - 1)}`);
+  if (keys.length > ITEMS) pieces.push("...");
+  return `{${pieces.join(", ")}}`;
+}
+
+/** Python's serving.documents.quoted(value, limit). */
+export function quoted(value, limit = LIMIT) {
+  const text = short(value, LEVELS);
+  const chars = points(text);
+  return chars.length <= limit ? text : `${chars.slice(0, limit - 3).join("")}...`;
+}
