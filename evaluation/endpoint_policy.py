@@ -2,7 +2,7 @@
 (`make endpoints ARGS="--policy FILE"`, docs/endpoints.md#policies-on-n-endpoint-logs).
 
 Every held-out row is decided twice by the SDK's own N-endpoint chooser
-(serving.endpoint_routing.EndpointChooser.decisions, the call Router.route makes for an N-endpoint
+(serving.chooser.Chooser.decisions, the call Router.route makes for an N-endpoint
 bundle), on the fold's outcome models' probabilities: without the policy and with it, one row at
 a time so that a row the policy leaves no endpoint raises NoFeasibleEndpoint for itself alone.
 The report gives:
@@ -36,8 +36,8 @@ from evaluation.rules_effect import paired  # the paired per-row difference make
 from serving.endpoint_choice import cascade_expectation
 
 if TYPE_CHECKING:
+    from serving.chooser import Chooser
     from serving.decision import Decision
-    from serving.endpoint_routing import EndpointChooser
     from serving.policy.rules import PolicySet
 
 FIGURES = ("quality", "cost", "cascade_quality", "cascade_cost")
@@ -50,7 +50,7 @@ class HeldOut:
     call ([rows, endpoints]), `n_tokens` each prompt's estimated input tokens, `metadata` each row's
     own (None where it has none), `chooser` the SDK's chooser at the fold's rule and parameter."""
 
-    chooser: EndpointChooser
+    chooser: Chooser
     prompts: Sequence[str]
     precisions: Sequence[str | None]
     n_tokens: Sequence[float]
@@ -60,10 +60,12 @@ class HeldOut:
     metadata: Sequence[Mapping[str, str] | None]
 
 
-def _decide(chooser: EndpointChooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
-    return chooser.decisions(
-        [fold.prompts[i]], [fold.precisions[i]], fold.expected[i : i + 1], [fold.n_tokens[i]], policy, [metadata]
-    )[0]
+def _decide(chooser: Chooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
+    from serving.chooser import Scores
+    from serving.request import Request
+
+    request = Request(fold.prompts[i], fold.precisions[i], metadata)
+    return chooser.decisions([request], Scores([fold.n_tokens[i]], expected=fold.expected[i : i + 1]), policy)[0]
 
 
 def _fired(policy: PolicySet, fold: HeldOut, i: int, metadata) -> list[str]:

@@ -28,8 +28,9 @@ import numpy as np
 from evaluation import fallback
 from evaluation.fallback import Catch
 from evaluation.policy_metrics import CostModel
+from serving.chooser import zone_decision
 from serving.contract import CLOUD, EDGE, FALLBACK
-from serving.decision import Decision
+from serving.request import Request
 
 if TYPE_CHECKING:
     from evaluation.rows import Rows
@@ -96,17 +97,8 @@ def rules_effect(
     fired: list[str | None] = []
     closed: Counter[tuple[str, ...]] = Counter()
     for prompt, precision, n_tokens, zone in zip(rows.prompts, rows.precisions, rows.n_tokens, rows.zones):
-        decision = Decision.make(
-            zone,
-            score=0.0,
-            reason="",
-            degraded=False,
-            model_version="",
-            precision=precision,
-            n_tokens=int(round(n_tokens)),
-        )
         try:
-            policy.apply(decision, prompt, metadata)
+            decision = zone_decision(zone, Request(prompt, precision, metadata), int(round(n_tokens)), policy)
         except NoFeasibleEndpoint as exc:
             closed[tuple(exc.rules)] += 1
             after.append(None)

@@ -216,7 +216,9 @@ def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, l
 
 def route_figures(router, prompt: str, repeat: int) -> dict:
     """route(), each of its parts alone (the floor), and the glue between them, for one prompt."""
+    from serving.chooser import Scores
     from serving.features.text_stats import text_statistics
+    from serving.request import Request
 
     stages = router.stages
     extractor = stages.scorer.extractor
@@ -226,6 +228,10 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
     noop_run = getattr(noop, "_sess", noop).run  # called the way the SDK calls its model
     x = np.zeros((1, 1), dtype=np.float32)
     decision = router.route(prompt, precision="exact")
+    requests = [Request(prompt, precision="exact")]
+    probabilities = [(decision.p_edge, decision.p_cloud)] if decision.expected else [(decision.score,)]
+    novelty = None if decision.novelty is None else [decision.novelty]
+    scored = Scores([decision.n_tokens], scores=[decision.score], heads=probabilities, novelty=novelty)
     staged, stage_samples = staged_route(router, prompt)
     rough = timings_us({"route": lambda: router.route(prompt, precision="exact")}, repeat=200, rounds=1)
     figures = timings_us(
@@ -238,10 +244,8 @@ def route_figures(router, prompt: str, repeat: int) -> dict:
             # Features end to end (cut, tokenize, statistics, the input arrays): minus the
             # tokenize and statistics floors, what building the inputs costs.
             "features": lambda: stages.features([prompt], ["exact"]),
-            # Score -> Decision (zone, reason text, the dataclass).
-            "decision": lambda: stages.decision(
-                prompt, "exact", decision.score, decision.n_tokens, (decision.p_edge, decision.p_cloud)
-            ),
+            # Score -> Decision (the chooser: feasibility, zone, reason text, the dataclass).
+            "decision": lambda: stages.decision(requests, scored),
             # The `tokenizers` library on the same head, which the ASCII shortcut replaces.
             "tokenizers_library": lambda: extractor.tokenizer.full.encode_batch(heads, add_special_tokens=special),
             "staged_route": staged,
@@ -336,7 +340,9 @@ def policy_figures(bundle: Path, prompt: str, repeat: int) -> dict:
     rule names all seven detectors or none (the rules' own cost); each detector alone; interleaved, each on its own Router of the same bundle, with
     metadata that matches no rule (as an app passes it)."""
     from serving import Router
+    from serving.chooser import zone_decision
     from serving.policy import DETECTORS, PolicySet
+    from serving.request import Request
 
     every, none = json.loads(json.dumps(POLICY_20)), json.loads(json.dumps(POLICY_20))
     every["rules"][0]["when"]["detected"] = list(DETECTORS)
@@ -352,9 +358,11 @@ def policy_figures(bundle: Path, prompt: str, repeat: int) -> dict:
     for name, router in routers.items():
         assert router.route(prompt, metadata=metadata).rule is None, f"{name}: a rule matched the benchmark prompt"
     decision = routers["no_policy"].route(prompt)
+    request = Request(prompt, metadata=metadata)
     # The layer alone: what route() adds to the model's decision (no rule matches: nothing changes).
     layer = {
-        f"layer_{name}": (lambda p=policy: p.apply(decision, prompt, metadata)) for name, policy in policies.items()
+        f"layer_{name}": (lambda p=policy: zone_decision(decision.zone, request, decision.n_tokens, p))
+        for name, policy in policies.items()
     }
     figures = timings_us(
         {name: (lambda r=router: r.route(prompt, metadata=metadata)) for name, router in routers.items()} | layer,

@@ -31,12 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from serving.contract import CLOUD, EDGE, first_target
 from serving.endpoints import Capabilities
 from serving.language import check_language, declared_language, serves
 
 if TYPE_CHECKING:
-    from serving.decision import Decision
     from serving.language import LanguageDetector
 
 CAPABILITIES = ("images", "tools", "json")  # in the order reasons and rule names take them
@@ -153,34 +151,6 @@ def rule_name(lacking: Mapping[str, tuple[str, ...]]) -> str:
 def lacking_text(lacking: Mapping[str, tuple[str, ...]]) -> str:
     """e.g. "phone-3b lacks images, tools; cloud-mid lacks images" (declared codes only)."""
     return "; ".join(f"{name} lacks {', '.join(missing)}" for name, missing in lacking.items())
-
-
-def rule_out_sides(decision: Decision, lacking: Mapping[str, tuple[str, ...]]) -> Decision:
-    """A two-endpoint decision (changed in place and returned) with the sides in `lacking` ruled
-    out: added to `forbidden`, the zone the one side left (no fallback to a side that lacks what
-    the request needs), `rule` the built-in needs:<capability> unless a policy rule decided, and the
-    reason starting with it. NoFeasibleEndpoint when no side is left."""
-    sides = (EDGE, CLOUD)
-    allowed = [side for side in sides if side not in decision.forbidden and side not in lacking]
-    name = rule_name(lacking)
-    if not allowed:
-        from serving.policy.errors import NoFeasibleEndpoint
-
-        needed = dict.fromkeys(c for missing in lacking.values() for c in missing)
-        policy = [side for side in decision.forbidden if side not in lacking]
-        said = f"; the policy forbids {', '.join(policy)} (policy '{decision.rule}')" if policy else ""
-        raise NoFeasibleEndpoint(
-            f"no endpoint may serve this request: the request needs {', '.join(needed)} ({name}): "
-            f"{lacking_text(lacking)}{said}",
-            rules=[name, decision.rule] if policy and decision.rule else [name],
-        )
-    decision.forbidden = tuple(side for side in sides if side not in allowed)
-    if len(allowed) == 1:
-        decision.zone = allowed[0]
-        decision.target = first_target(decision.zone)
-    decision.rule = decision.rule or name
-    decision.reason = f"{name}: {lacking_text(lacking)}; {decision.reason}"
-    return decision
 
 
 def declares_languages(capabilities: Mapping[str, Capabilities | None]) -> bool:

@@ -6,8 +6,6 @@ them from here. Nothing in this module imports anything of the project.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 # Bundle layout
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -47,12 +45,3 @@ def zone_for(score: float, lo: float, hi: float) -> str:
 def first_target(zone: str) -> str:
     """Where a request in this zone runs first."""
     return "cloud" if zone == CLOUD else "edge"
-
-
-def cascade_placement(on_device: Sequence[bool]) -> tuple[str, str]:
-    """(target, zone) of an N-endpoint cascade from where its endpoints run, in order: a device
-    endpoint first is edge, or edge_with_cloud_fallback when a cloud endpoint follows; a cloud
-    endpoint first is cloud."""
-    if not on_device[0]:
-        return CLOUD, CLOUD
-    return EDGE, FALLBACK if not all(on_device[1:]) else EDGE

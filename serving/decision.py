@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from serving.contract import first_target
+from serving.contract import CLOUD, EDGE, FALLBACK
 
 if TYPE_CHECKING:
     from serving.json_types import JSONObject
@@ -13,64 +13,110 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Decision:
-    """Where a request runs first, and why.
+    """Where a request runs, in what order, and why; one vocabulary for every bundle.
 
-    target: "edge" | "cloud" (where the request runs first)
-    zone: "edge" | "edge_with_cloud_fallback" | "cloud"
-    score: what the thresholds cut. For bundles trained on expected gain (the default), the
-        cloud's expected gain p_cloud - p_edge, in [-1, 1]; for older bundles the calibrated
-        probability that the cloud is needed; for the rule table its complexity score
-    p_edge, p_cloud: calibrated P(edge answer good), P(cloud answer good) for the prompt
-        (None when the bundle has no such heads, or the rule table decided)
-    novelty: how unlike the training data the prompt is (serving.novelty); above 1 the
-        prompt is `unfamiliar` and gets the unfamiliar policy, which the reason names
-        (None for bundles without a familiarity reference)
+    cascade: the endpoints execute() tries, in order, while an answer fails (an error, a
+        timeout, the context limit, or the accept check on a checked answer); never one the
+        policy forbids or one lacking what the request needs. A two-endpoint bundle's is
+        ("edge",) or ("edge", "cloud") or ("cloud",)
+    checked: the endpoints of the cascade whose answers execute()'s accept check reads before
+        serving them: every one but the last for an N-endpoint bundle, the edge in a two-endpoint
+        bundle's uncertain band, none where the bundle is confident
+    on_device: for each endpoint of the cascade, whether it runs on the device (its spec's `where`)
+    score: what the bundle's rule ranked by. For two-endpoint bundles trained on expected gain
+        (the default), the cloud's expected gain p_cloud - p_edge, in [-1, 1], which the
+        thresholds cut; for older ones the calibrated probability that the cloud is needed; for
+        N-endpoint bundles the first endpoint's expected quality; for the rule table its score
+    expected: each endpoint's calibrated P(good answer) by name (None for older bundles, the rule
+        table, and an N-endpoint bundle that could not score)
+    novelty: how unlike the training data the prompt is (serving.novelty); above 1 the prompt is
+        `unfamiliar` and gets the unfamiliar policy, which the reason names (None for bundles
+        without a familiarity reference)
     reason: short, human readable
-    degraded: True when the learned router was unavailable and the rule table decided
+    degraded: True when the learned router was unavailable (the rule table, or price order, decided)
     model_version: which model decided ("rule-table" for the rule table)
     rule: the policy rule that decided (serving.policy.rules: a force, else the first forbid, else
-        a prefer), or None when no rule matched; the reason then starts with it
-    forbidden: the endpoints the policy forbids for this request: execute() never calls them,
-        not as a fallback, an exploration or a shadow run
-    expected: each endpoint's calibrated P(good answer) by name: {"edge": p_edge, "cloud":
-        p_cloud} for a two-endpoint bundle with both heads, every endpoint's for an N-endpoint
-        bundle (docs/endpoints.md#n-endpoint-bundles); None otherwise (older bundles, the rule table)
-    endpoint: the endpoint chosen to run first (N-endpoint bundles; None for two-endpoint ones,
-        whose `target` says it)
-    cascade: the endpoints execute() tries, in order, when an answer fails (the acceptance check,
-        an error, a timeout, the context limit): `endpoint` first (N-endpoint bundles; () for
-        two-endpoint ones, whose zone says it)
+        a prefer; or the built-in needs:<capability>), or None; the reason then starts with it
+    forbidden: the endpoints the policy forbids for this request (and those lacking what it needs):
+        execute() never calls them, not as a fallback, an exploration or a shadow run
 
-    A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a
-    tenth of a short prompt's route()); the router keeps no reference to it.
+    Derived, read-only, for two-endpoint code: `endpoint` (the cascade's first), `target` ("edge"
+    when that runs on the device, else "cloud"), `zone` (cloud when the cloud runs first;
+    edge_with_cloud_fallback when a checked device answer can fall back to the cloud; else edge),
+    `p_edge` and `p_cloud` (a two-endpoint bundle's expected).
+
+    A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a tenth of a
+    short prompt's route()); the router keeps no reference to it.
     """
 
-    target: str
-    zone: str
+    cascade: tuple[str, ...]
     score: float
     reason: str
     degraded: bool
     model_version: str
+    on_device: tuple[bool, ...] = ()
+    checked: tuple[str, ...] = ()
     precision: str | None = None
     n_tokens: int = 0
     truncated: bool = False
-    p_edge: float | None = None
-    p_cloud: float | None = None
     novelty: float | None = None
     unfamiliar: bool = False
     rule: str | None = None
     forbidden: tuple[str, ...] = ()
     expected: dict[str, float] | None = None
-    endpoint: str | None = None
-    cascade: tuple[str, ...] = ()
 
     @classmethod
-    def make(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
-        return cls(target=first_target(zone), zone=zone, **fields)
+    def of_zone(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
+        """A two-endpoint decision from its zone (the rule table's, a bundle's bands')."""
+        return cls(**zone_cascade(zone), **fields)
+
+    @property
+    def endpoint(self) -> str:
+        return self.cascade[0]
+
+    @property
+    def target(self) -> str:
+        return EDGE if self.on_device[0] else CLOUD
+
+    @property
+    def zone(self) -> str:
+        on_device = self.on_device
+        if not on_device[0]:
+            return CLOUD
+        return FALLBACK if self.checked and not all(on_device) else EDGE
+
+    @property
+    def p_edge(self) -> float | None:
+        return self._two(EDGE)
+
+    @property
+    def p_cloud(self) -> float | None:
+        return self._two(CLOUD)
+
+    def _two(self, side: str) -> float | None:
+        expected = self.expected
+        return expected.get(side) if expected is not None and len(expected) == 2 else None
 
     def to_dict(self) -> JSONObject:
-        """The JSON form: `forbidden` and `cascade` as lists, as JSON reads them back."""
+        """The JSON form: the fields, tuples as lists, and the derived endpoint, target, zone,
+        p_edge and p_cloud (what logs and older readers read)."""
         data = asdict(self)
-        data["forbidden"] = list(self.forbidden)
-        data["cascade"] = list(self.cascade)
+        for key in ("cascade", "on_device", "checked", "forbidden"):
+            data[key] = list(data[key])
+        data.update(
+            endpoint=self.endpoint, target=self.target, zone=self.zone, p_edge=self.p_edge, p_cloud=self.p_cloud
+        )
         return data
+
+
+# A two-endpoint zone as a cascade: the edge alone is still left for the cloud when its call fails.
+_ZONES: dict[str, dict[str, tuple[Any, ...]]] = {
+    EDGE: {"cascade": (EDGE, CLOUD), "on_device": (True, False), "checked": ()},
+    FALLBACK: {"cascade": (EDGE, CLOUD), "on_device": (True, False), "checked": (EDGE,)},
+    CLOUD: {"cascade": (CLOUD,), "on_device": (False,), "checked": ()},
+}
+
+
+def zone_cascade(zone: str) -> dict[str, tuple[Any, ...]]:
+    """The cascade, on_device and checked fields of a two-endpoint zone."""
+    return _ZONES[zone]

@@ -37,7 +37,8 @@ def call_costs(
     context) for prompts of `input_tokens` tokens and answers of `output_tokens`."""
     tokens = np.asarray(input_tokens, dtype=np.float64).reshape(-1)
     cost = np.array([[e.cost(t, output_tokens) for e in endpoints] for t in tokens.tolist()], dtype=np.float64)
-    fits = tokens[:, None] <= np.array([e.context_tokens for e in endpoints], dtype=np.float64)[None, :]
+    limits = [np.inf if e.context_tokens is None else e.context_tokens for e in endpoints]
+    fits = tokens[:, None] <= np.array(limits, dtype=np.float64)[None, :]
     return cost.reshape(len(tokens), len(endpoints)), fits
 
 

@@ -22,6 +22,7 @@ never a preference (choosing among endpoints is evaluation.endpoints' job).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
 from serving.documents import quoted, read_document
 from serving.language import serves
+from serving.router_error import RouterError
 
 WHERE = ("device", "cloud")
 PRICE_KEYS = ("per_1k_input", "per_1k_output", "per_call")
@@ -55,7 +57,7 @@ TWO_ENDPOINT_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class EndpointSpecError(ValueError):
+class EndpointSpecError(RouterError, ValueError):
     """An endpoint spec that cannot be used; the message names the source, the endpoint and the field."""
 
 
@@ -99,8 +101,8 @@ class Endpoint:
     where: str  # "device" | "cloud"
     price: Price
     latency_ms: float  # expected latency of one call
-    context_tokens: int  # the longest prompt it takes
-    capabilities: Capabilities = Capabilities()
+    context_tokens: int | None  # the longest prompt it takes; None: not declared, no limit
+    capabilities: Capabilities | None = Capabilities()  # None: not declared, no constraint
     description: str = ""
 
     def cost(self, input_tokens: float, output_tokens: float = 0.0) -> float:
@@ -108,7 +110,7 @@ class Endpoint:
 
     def fits(self, input_tokens: float) -> bool:
         """Whether a prompt of `input_tokens` tokens is within its context limit."""
-        return input_tokens <= self.context_tokens
+        return self.context_tokens is None or input_tokens <= self.context_tokens
 
     def supports(
         self, *, images: bool = False, tools: bool = False, json: bool = False, language: str | None = None
@@ -116,6 +118,8 @@ class Endpoint:
         """Whether it has every capability a request needs (an unknown language list allows any;
         languages compare by primary subtag, serving.language.serves)."""
         caps = self.capabilities
+        if caps is None:
+            return True
         if (images and not caps.images) or (tools and not caps.tools) or (json and not caps.json):
             return False
         return language is None or serves(caps.languages, language)
@@ -127,8 +131,9 @@ class Endpoint:
             "price": self.price.as_dict(),
             "latency_ms": self.latency_ms,
             "context_tokens": self.context_tokens,
-            "capabilities": self.capabilities.as_dict(),
         }
+        if self.capabilities is not None:
+            out["capabilities"] = self.capabilities.as_dict()
         return {**out, "description": self.description} if self.description else out
 
 
@@ -315,6 +320,18 @@ def _two_endpoints(data: Mapping[str, object], source: str) -> Endpoints:
         merged = {**TWO_ENDPOINT_DEFAULTS[side], **item}
         endpoints.append(parse_endpoint(merged, where=f"{source}: {side}", name=side))
     return Endpoints(tuple(endpoints), source)
+
+
+def two_endpoints(edge_context_tokens: int) -> tuple[Endpoint, Endpoint]:
+    """A two-endpoint bundle's endpoints as its router sees them: the edge on the device with the
+    bundle's context limit, the cloud with none declared (the prices are the two-endpoint
+    spelling's defaults; capabilities not declared)."""
+    edge = {**TWO_ENDPOINT_DEFAULTS[EDGE], "context_tokens": edge_context_tokens}
+    cloud = parse_endpoint(TWO_ENDPOINT_DEFAULTS[CLOUD], where="the two-endpoint defaults", name=CLOUD)
+    return (
+        dataclasses.replace(parse_endpoint(edge, where="the two-endpoint defaults", name=EDGE), capabilities=None),
+        dataclasses.replace(cloud, context_tokens=None, capabilities=None),
+    )
 
 
 def load_endpoints(path: str | Path) -> Endpoints:

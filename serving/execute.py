@@ -1,38 +1,46 @@
-"""Run a request where the router says, falling back from the edge to the cloud.
+"""Carrying out a decision: its cascade, one endpoint after another, until an answer stands.
 
-execute() runs plain callables, aexecute() coroutines; both follow the same rules, which live
-in one place (_Attempt: whether the edge is tried, whether its answer stands, what the trace and
-the fallback reason say), and return the same Execution. The routed chat client
-(serving.chat) uses both, and its streams too.
+execute() runs plain callables, aexecute() coroutines; both follow the same rules, which live in
+one place (_Cascade: what to call next, whether an answer stands, what the trace and the fallback
+reason say), and return the same Execution. Router.execute, the routed chat client (serving.chat,
+its streams too) and the proxy all come here.
 
-What the calls get: the prompt text, or a request object with a `prompt` attribute (Routable,
-such as serving.chat's ChatRequest), passed to edge and cloud as given; Router.execute routes
-and logs its text (`prompt_text`). Each edge and cloud Step keeps what its call returned
+The calls: `endpoints` maps each endpoint's name to its call (a two-endpoint app may spell them
+`edge=` and `cloud=`). Each gets the prompt text, or a request object with a `prompt` attribute
+(Routable, such as serving.chat's ChatRequest), as given; each Step keeps what its call returned
 (`Step.result`), so a caller can read every answer a request produced, a rejected one too.
 
-Edge-first requests fall back to the cloud when the edge call raises, times out, finds
-every edge worker busy, or the prompt exceeds the edge context limit. In the
-edge_with_cloud_fallback zone the optional `accept(response)` check is also applied (the
-router is unsure there); pass `verify_edge_zone=True` to check confident edge answers
-too. A cloud failure is raised as CloudCallError with the edge error and the trace attached.
-A decision whose policy forbids the cloud (Decision.forbidden, serving.policy.rules) never
-calls it: where the cloud would serve, FallbackForbidden is raised instead, naming the rule.
+The order is the decision's `cascade` (a two-endpoint bundle's edge zone is the edge then the
+cloud should the edge's call fail; serving.decision). Each endpoint in it is left for the next when:
+- the policy forbids it (Decision.forbidden, by name; "cloud" forbids every endpoint whose spec runs
+  in the cloud, "edge" every one on the device): it is never called, a fallback included
+  ("forbidden"). A side forbidden without the specs that say where the endpoints run is a
+  ValueError before any call;
+- the prompt's tokens exceed its context limit (`specs[name].context_tokens`): not called ("context");
+- the call raises ("error"), overruns its timeout ("timeout": `timeouts[name]`, or what is left
+  before `deadline`), or finds every pool worker held by overrunning calls ("busy");
+- the `accept` check rejects its answer, or raises ("rejected"): it reads the answers of the
+  decision's `checked` endpoints (every answer but the last with verify_edge_zone=True); the last
+  endpoint's answer always stands.
+The first answer that is not left is served. Execution.tried lists each endpoint reached, in
+order, with why it was left (Tried), and Execution.expected_cost what the calls made are expected
+to cost (each called endpoint's Endpoint.cost at the prompt's input tokens and `output_tokens`
+expected answer tokens; None when a called endpoint has no spec). When no endpoint serves:
+FallbackForbidden (serving.policy) naming the rule if the policy forbade an endpoint, else
+EndpointsFailed (a CloudCallError) naming every attempt.
 
-N endpoints: given `endpoints=` (name -> call) instead of `edge` and `cloud`, both functions try
-the decision's cascade in order instead (serving.execute_endpoints; docs/endpoints.md#running-n-endpoints).
-
-Edge workers. With `edge_timeout_s` set, the edge call runs on an EdgePool: a fixed set
+Workers. A plain callable with a timeout (`timeouts`, `edge_timeout_s`) runs on an EdgePool: a fixed set
 of daemon threads (4 by default, started on first use) shared by every execute() call in
 the process, or pass `edge_pool=EdgePool(n)`, e.g. one per edge device, so that one
 device hanging does not hold the other's workers. To resize the shared pool, set
-`serving.execute.default_edge_pool = EdgePool(n)` at start-up. A call waits up to
-`edge_timeout_s` in all for a free worker and for the answer. Python cannot stop a
-thread, so a call that overruns keeps its worker until it returns; when every worker is
-held that way, calls do not wait and do not start threads: the edge step is "skipped",
-the reason starts with "edge busy", and the cloud serves, until the calls return.
-Without `edge_timeout_s` the edge call runs in the caller's thread, and may block it.
+`serving.execute.default_edge_pool = EdgePool(n)` at start-up. A call waits up to its
+timeout in all for a free worker and for the answer. Python cannot stop a thread, so a call
+that overruns keeps its worker until it returns; when every worker is held that way, calls do
+not wait and do not start threads: the endpoint is left as "busy" (its step "skipped") and the
+next one serves, until the calls return. Without a timeout the call runs in the caller's
+thread, and may block it. A coroutine (aexecute) that overruns is cancelled instead.
 
-So write an edge callable that stops on its own soon after the timeout, so that an
+So write a callable that stops on its own soon after the timeout, so that an
 overrun frees its worker:
 - an HTTP or socket client: give it its own timeout no longer than edge_timeout_s,
   e.g. `session.post(url, json={"prompt": prompt}, timeout=edge_timeout_s)`;
@@ -60,12 +68,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, TypeVar, Union
 
 import serving.telemetry as telemetry
-from serving.contract import CLOUD, EDGE, FALLBACK
+from serving.contract import CLOUD, EDGE
 from serving.decision import Decision
-from serving.execution import (  # the records and the call timing, shared with the N-endpoint cascade
+from serving.execution import (  # the records, the errors and the call timing
     REASON_CHARS,
     CloudCallError,
     EdgeBusy,
+    EndpointsFailed,
     Execution,
     Step,
     Tried,
@@ -90,17 +99,20 @@ __all__ = [
     "CloudCallError",
     "EdgeBusy",
     "EdgePool",
+    "EndpointsFailed",
     "Execution",
     "Routable",
     "Step",
     "Subject",
     "Tried",
     "aexecute",
+    "check_names",
     "default_edge_pool",
     "execute",
     "failure_kind",
     "fallback_kind",
     "prompt_text",
+    "tried_text",
 ]
 
 
@@ -177,21 +189,20 @@ def failure_kind(error: BaseException | None) -> str:
 
 
 def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
-    """A short, fixed name for why the cloud answered an edge-first request (None when nothing
-    fell back): context_limit, rejected, accept_error, or the edge error's kind (`kind_of`). With N
-    endpoints, why the endpoint before the serving one was left (serving.execute_endpoints.fallback_kind)."""
-    if execution.fallback_reason is None:
+    """A short, fixed name for why the endpoint before the serving one was left (None when the
+    first one reached served): context_limit, rejected, accept_error, forbidden, or its error's
+    kind (`kind_of`: edge_busy, timeout, connection_error, error, or the chat client's own)."""
+    left = execution.tried[:-1]
+    if not left:
         return None
-    if execution.tried:
-        from serving.execute_endpoints import fallback_kind as left_kind
-
-        return left_kind(execution, kind_of)
-    last = execution.steps[-2] if len(execution.steps) >= 2 else None  # the step before the cloud's
-    if last is not None and last.name == "edge" and last.status == "skipped" and execution.edge_error is None:
+    last = left[-1]
+    if last.outcome == "context":
         return "context_limit"
-    if last is not None and last.name == "accept":
-        return "rejected" if last.status == "rejected" else "accept_error"
-    return kind_of(execution.edge_error)
+    if last.outcome == "forbidden":
+        return "forbidden"
+    if last.outcome == "rejected":
+        return "accept_error" if last.error else "rejected"
+    return kind_of(last.exception)
 
 
 class EdgePool:
@@ -275,112 +286,215 @@ def _serve(jobs: queue.SimpleQueue[Job], free: threading.Semaphore) -> None:
 default_edge_pool = EdgePool()
 
 
-class _Attempt:
-    """The fallback rules of one request, without the calls themselves.
+SIDES = {"device": EDGE, "cloud": CLOUD}  # an endpoint's `where` -> the two-endpoint side a policy may forbid
+OUTCOMES = ("served", "error", "timeout", "busy", "context", "rejected", "forbidden")
 
-    execute() and aexecute() make the calls and report each outcome here; this class alone
-    decides whether the edge is tried, whether its answer stands, and what the trace and the
-    fallback reason say. So the rules have one home whatever the transport (a plain call, a
-    coroutine, or a stream opened up to its first token, as serving.chat does).
-    """
+
+def tried_text(tried: list[Tried]) -> str:
+    """Every attempt as `name=outcome`, comma-separated (the proxy's x-router-tried header)."""
+    return ",".join(t.label() for t in tried)
+
+
+def check_names(endpoints: Mapping[str, object], what: str = "endpoints", *, callables: bool = False) -> None:
+    """ValueError unless every key is an endpoint name (serving.endpoints.NAME_SHAPE: it is written
+    to logs and headers as is); with `callables`, TypeError unless every value is callable."""
+    from serving.endpoints import NAME_SHAPE
+
+    if not endpoints:
+        raise ValueError(f"{what} is empty: give at least one endpoint name -> call")
+    for name, call in endpoints.items():
+        if not isinstance(name, str) or not NAME_SHAPE.fullmatch(name):
+            raise ValueError(f"{what}: {name!r} is not an endpoint name (letters, digits, _ . : -; at most 64)")
+        if callables and not callable(call):
+            raise TypeError(f"{what}[{name!r}] must be a callable taking the prompt (or request)")
+
+
+def named_calls(
+    edge: object, cloud: object, endpoints: Mapping[str, Callable[[Any], Any]] | None
+) -> Mapping[str, Callable[[Any], Any]]:
+    """The calls by endpoint name: `endpoints`, or edge= and cloud= as the endpoints "edge" and
+    "cloud"; TypeError for a mix, or neither."""
+    if endpoints is not None:
+        if edge is not None or cloud is not None:
+            raise TypeError("give edge= and cloud=, or endpoints=, not both")
+        return endpoints
+    if edge is None or cloud is None:
+        raise TypeError("execute() needs endpoints= (name -> call), or edge= and cloud=")
+    return {EDGE: edge, CLOUD: cloud}  # type: ignore[dict-item]  # checked as callables by _Cascade
+
+
+class _Cascade:
+    """The rules of one request (module doc), without the calls: what to call next, why each
+    endpoint was left, the Execution or the error. execute() and aexecute() make the calls."""
 
     def __init__(
         self,
         decision: Decision,
+        endpoints: Mapping[str, Any],
         *,
-        edge_context_tokens: int,
-        accept: AcceptCheck | None = None,
-        verify_edge_zone: bool = False,
+        specs: Mapping[str, Endpoint] | None,
+        accept: AcceptCheck | None,
+        verify_edge_zone: bool,
+        output_tokens: float = 0.0,
+        timeouts: Mapping[str, float] | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.decision = decision
-        self.steps: list[Step] = []
-        self.edge_error: BaseException | None = None
-        self.reason: str | None = None  # whole: cut to REASON_CHARS where it is shown (Execution)
-        self.code: str | None = None  # the reason without anything from the request
-        self._edge_context_tokens = edge_context_tokens
-        self._accept = accept if decision.zone == FALLBACK or verify_edge_zone else None
-
-    def edge_first(self) -> bool:
-        """Whether to call the edge. An edge-first prompt over the edge context limit is not
-        sent there: the edge step is recorded as skipped, with the reason."""
-        if self.decision.zone == CLOUD or EDGE in self.decision.forbidden:
-            return False
-        if self.decision.n_tokens > self._edge_context_tokens:
-            self.reason = self.code = (
-                f"prompt of ~{self.decision.n_tokens} tokens exceeds the edge context limit "
-                f"of {self._edge_context_tokens}"
+        self.output_tokens = output_tokens
+        self.order = decision.cascade
+        check_names(endpoints, callables=True)
+        missing = [name for name in self.order if name not in endpoints]
+        if missing:
+            raise ValueError(
+                f"the decision's order {', '.join(self.order)} names {', '.join(map(repr, missing))}, which "
+                f"endpoints= does not have (it has {', '.join(endpoints)}): give a call for every endpoint of the bundle"
             )
-            self.steps.append(Step("edge", "skipped", 0.0, self.reason))
+        self.specs = specs or {}
+        for side in (EDGE, CLOUD):
+            unplaced = [n for n in self.order if n != side and n not in self.specs]
+            if side in decision.forbidden and side not in endpoints and unplaced:
+                raise ValueError(
+                    f"the policy forbids every {side} endpoint ('{decision.rule}'), and specs= does not say where "
+                    f"{', '.join(unplaced)} run: give each endpoint's spec (serving.endpoints) so that none is called by mistake"
+                )
+        self.accept = accept
+        self.checked = frozenset(self.order if verify_edge_zone else decision.checked) if accept else frozenset()
+        self.timeouts = timeouts or {}
+        self.deadline = deadline
+        self.steps: list[Step] = []
+        self.tried: list[Tried] = []
+        self.first_error: BaseException | None = None
+        self._forbade: str | None = None  # the first forbidden endpoint the cascade reached
+        self._why = ""  # why the last endpoint left was left, in words (the fallback reason's end)
+
+    def to_call(self) -> list[tuple[str, bool]]:
+        """(name, whether it is the last of the order) of each endpoint, in order."""
+        return [(name, i == len(self.order) - 1) for i, name in enumerate(self.order)]
+
+    def callable_now(self, name: str) -> bool:
+        """Whether to call `name`; a forbidden endpoint, a prompt over its context or a passed
+        deadline is recorded as left."""
+        if self._forbidden(name):
+            self._forbade = self._forbade or name
+            self._why = f"policy '{self.decision.rule}' forbids it"
+            self.tried.append(Tried(name, "forbidden"))
+            return False
+        spec = self.specs.get(name)
+        if spec is not None and not spec.fits(self.decision.n_tokens):
+            self._why = f"prompt of ~{self.decision.n_tokens} tokens exceeds the context limit of {spec.context_tokens}"
+            self.steps.append(Step(name, "skipped", 0.0, self._why))
+            self.tried.append(Tried(name, "context"))
+            return False
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.steps.append(Step(name, "skipped", 0.0, "the request's deadline has passed"))
+            self.failed(name, TimeoutError("the request's deadline has passed"))
             return False
         return True
 
-    def check_cloud(self) -> None:
-        """Before any cloud call: FallbackForbidden when the policy forbids the cloud for this
-        request (serving.policy.rules), carrying the rule, the edge's failure and the trace."""
-        if CLOUD not in self.decision.forbidden:
-            return
-        from serving.policy.errors import FallbackForbidden
+    def timeout(self, name: str) -> float | None:
+        """The call's time limit: its own timeout, cut to what is left before the deadline."""
+        limit = self.timeouts.get(name)
+        if self.deadline is None:
+            return limit
+        left = max(0.0, self.deadline - time.monotonic())
+        return left if limit is None else min(limit, left)
 
-        rule = self.decision.rule or "(unnamed)"
-        raise FallbackForbidden(
-            f"policy '{rule}' forbids the cloud, and the edge did not serve: {self.code or 'not edge first'}",
-            rule=rule,
-            endpoint=CLOUD,
-            edge_error=self.edge_error,
-            steps=self.steps,
-            decision=self.decision,
-        ) from self.edge_error
-
-    def edge_failed(self, error: BaseException) -> None:
-        """The edge call raised, timed out or found no free worker: the cloud serves."""
-        self.edge_error = error
-        if isinstance(error, EdgeBusy):
-            self.reason, self.code = str(error), "edge busy"
-        else:
-            self._because("edge call failed", error)
-
-    def _because(self, what: str, error: BaseException) -> None:
-        """The reason with the error's text, and its code with the error's class only."""
-        self.reason, self.code = f"{what}: {error!r}", f"{what} ({type(error).__name__})"
-
-    def edge_stands(self, response: Any) -> bool:
-        """Whether the edge answer is served: always outside the checked zones, else when
-        `accept(response)` holds. A rejection or a check that raises sends the request to the cloud."""
-        if self._accept is None:
+    def _forbidden(self, name: str) -> bool:
+        """Forbidden by name, or as a side: "cloud" forbids every endpoint whose spec runs in the
+        cloud, "edge" every one on the device (a policy written for two endpoints keeps its meaning)."""
+        forbidden = self.decision.forbidden
+        if name in forbidden:
             return True
+        spec = self.specs.get(name)
+        return spec is not None and SIDES[spec.where] in forbidden
+
+    def _cost(self, name: str) -> float | None:
+        spec = self.specs.get(name)
+        return None if spec is None else spec.cost(self.decision.n_tokens, self.output_tokens)
+
+    def failed(self, name: str, error: BaseException) -> None:
+        """The call raised, timed out, or found no free worker."""
+        outcome = "busy" if isinstance(error, EdgeBusy) else "timeout" if isinstance(error, TimeoutError) else "error"
+        if self.first_error is None and not self.tried and (name != self.order[-1] or self.decision.forbidden):
+            self.first_error = error  # the first endpoint's error, when another was to follow (or was forbidden)
+        self._why = str(error) if isinstance(error, EdgeBusy) else repr(error)
+        seconds = self.steps[-1].seconds if self.steps else 0.0
+        self.tried.append(Tried(name, outcome, seconds, type(error).__name__, self._cost(name), error))
+
+    def stands(self, name: str, response: Any, last: bool) -> bool:
+        """Whether the answer is served: an unchecked one, and the last one of the order unless the
+        policy forbade what would follow it; a checked one when `accept` holds."""
+        seconds = self.steps[-1].seconds
+        if name not in self.checked or (last and not self.decision.forbidden):
+            self.tried.append(Tried(name, "served", seconds, None, self._cost(name)))
+            return True
+        assert self.accept is not None  # checked is empty without it
         try:
             with _step(self.steps, "accept"):
-                accepted = bool(self._accept(response))
+                accepted = bool(self.accept(response))
         except Exception as exc:
-            self.edge_error = exc
-            self._because("accept check raised", exc)
+            self._why = f"the accept check raised {exc!r}"
+            self.tried.append(Tried(name, "rejected", seconds, type(exc).__name__, self._cost(name), exc))
             return False
         if not accepted:
+            self._why = "the accept check rejected its answer"
             self.steps[-1].status = "rejected"
-            self.reason = self.code = "accept check rejected the edge answer"
-        return accepted
+            self.tried.append(Tried(name, "rejected", seconds, None, self._cost(name)))
+            return False
+        self.tried.append(Tried(name, "served", seconds, None, self._cost(name)))
+        return True
 
-    def served(self, response: Any, by: str) -> Execution:
-        """The Execution of a request answered by `by` ("edge" or "cloud")."""
-        if by != "cloud" or self.reason is None:
-            return Execution(response, by, self.decision, None, self.steps)
-        return Execution(
-            response,
-            by,
-            self.decision,
-            self.reason[:REASON_CHARS],
-            self.steps,
-            edge_error=self.edge_error,
-            fallback_code=self.code,
+    def _reason(self) -> str:
+        return "; ".join(t.label() for t in self.tried)
+
+    def served(self, response: Any, name: str) -> Execution:
+        left = self.tried[:-1]
+        reason = code = None
+        if left:
+            code = f"left {', '.join(t.label() for t in left)}"
+            reason = (f"{code}: {self._why}" if self._why else code)[:REASON_CHARS]
+            code = code[:REASON_CHARS]
+        execution = Execution(
+            response, name, self.decision, reason, self.steps, edge_error=self.first_error, fallback_code=code
         )
+        execution.tried = self.tried
+        execution.expected_cost = self.expected_cost()
+        return execution
 
-    def cloud_failed(self, error: BaseException) -> CloudCallError:
-        """The error to raise when the cloud call failed, with the edge failure attached."""
-        return CloudCallError(
-            f"cloud call failed: {error!r}" + (f" (after: {self.reason})" if self.reason else ""),
-            edge_error=self.edge_error,
+    def expected_cost(self) -> float | None:
+        costs = [t.cost for t in self.tried]
+        return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
+
+    def last_error(self) -> BaseException | None:
+        """The error of the last endpoint called (the cause of EndpointsFailed)."""
+        return next((t.exception for t in reversed(self.tried) if t.exception is not None), None)
+
+    def exhausted(self) -> Exception:
+        """The error when no endpoint served (module doc)."""
+        if self._forbade is None and self.decision.rule is not None:
+            # The chooser leaves forbidden endpoints out of the cascade: the policy is still why none is left.
+            self._forbade = next((name for name in self.decision.forbidden if name not in self.order), None)
+        if self._forbade is not None:
+            from serving.policy.errors import FallbackForbidden
+
+            rule = self.decision.rule or "(unnamed)"
+            error: Exception = FallbackForbidden(
+                f"policy '{rule}' forbids {self._forbade}, and no allowed endpoint served: {self._reason()}"
+                + (f" ({self._why})" if self._why and not self.last_error() else ""),
+                rule=rule,
+                endpoint=self._forbade,
+                edge_error=self.first_error,
+                steps=self.steps,
+                decision=self.decision,
+            )
+            error.tried = self.tried  # type: ignore[attr-defined]  # read by the proxy and the outcome log
+            return error
+        return EndpointsFailed(
+            f"no endpoint served: {self._reason()}",
+            tried=self.tried,
             steps=self.steps,
             decision=self.decision,
+            first_error=self.first_error,
         )
 
 
@@ -388,162 +502,124 @@ def execute(
     decision: Decision,
     prompt: Subject,
     *,
+    endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
     edge: Callable[[Subject], Any] | None = None,
     cloud: Callable[[Subject], Any] | None = None,
+    specs: Mapping[str, Endpoint] | None = None,
     edge_context_tokens: int | None = None,
+    timeouts: Mapping[str, float] | None = None,
     edge_timeout_s: float | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
     edge_pool: EdgePool | None = None,
-    endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
-    specs: Mapping[str, Endpoint] | None = None,
-    timeouts: Mapping[str, float] | None = None,
     output_tokens: float = 0.0,
+    deadline: float | None = None,
 ) -> Execution:
-    """Carry out a routing decision: edge(prompt) and cloud(prompt) as it says (the prompt text
-    or a Routable request, passed as given); see the module doc.
-
-    Or, instead of `edge`, `cloud` and `edge_context_tokens`, N endpoints: `endpoints` maps each
-    endpoint's name to its call, tried in the decision's cascade order (serving.execute_endpoints);
-    `specs` (name -> serving.endpoints.Endpoint, e.g. an Endpoints spec's endpoints) gives their
-    context limits and prices, `output_tokens` the answer's expected tokens the prices count
-    (Execution.expected_cost), `timeouts` (name -> seconds) their deadlines (on `edge_pool`)."""
+    """Carry out a routing decision (module doc): each endpoint's call in the decision's cascade,
+    `endpoints` name -> call (or edge= and cloud=); `specs` name -> serving.endpoints.Endpoint
+    (context limits, prices, where each runs; edge_context_tokens: the edge's context limit),
+    `timeouts` name -> seconds (edge_timeout_s: the edge's), on `edge_pool` (default the process's shared one); `deadline` a time.monotonic()
+    value no call outlives; `output_tokens` the answer tokens Execution.expected_cost prices."""
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
-        if _n_endpoints(edge, cloud, edge_context_tokens, endpoints):
-            from serving.execute_endpoints import run
-
-            assert endpoints is not None  # _n_endpoints checked it
-            execution = run(
-                decision,
-                prompt,
-                endpoints,
-                specs=specs,
-                timeouts=timeouts,
-                accept=accept,
-                verify_edge_zone=verify_edge_zone,
-                output_tokens=output_tokens,
-                pool=edge_pool or default_edge_pool,
-            )
-        else:
-            assert edge is not None and cloud is not None and edge_context_tokens is not None
-            attempt = _Attempt(
-                decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
-            )
-            execution = _execute(prompt, edge, cloud, edge_timeout_s, edge_pool, attempt)
+        calls = named_calls(edge, cloud, endpoints)
+        cascade = _Cascade(
+            decision,
+            calls,
+            specs=_specs(specs, edge_context_tokens),
+            accept=accept,
+            verify_edge_zone=verify_edge_zone,
+            output_tokens=output_tokens,
+            timeouts=_timeouts(timeouts, edge_timeout_s),
+            deadline=deadline,
+        )
+        execution = _run(cascade, prompt, calls, edge_pool or default_edge_pool)
         trace.executed(execution, fallback_kind)
     return execution
 
 
-def _n_endpoints(edge: object, cloud: object, edge_context_tokens: object, endpoints: object) -> bool:
-    """Whether the call names N endpoints (True) or the two sides (False); TypeError for a mix or neither."""
-    if endpoints is not None:
-        if edge is not None or cloud is not None:
-            raise TypeError("give edge= and cloud=, or endpoints=, not both")
-        return True
-    if edge is None or cloud is None or edge_context_tokens is None:
-        raise TypeError("execute() needs edge=, cloud= and edge_context_tokens=, or endpoints= (N endpoints)")
-    return False
+def _specs(specs: Mapping[str, Endpoint] | None, edge_context_tokens: int | None) -> Mapping[str, Endpoint] | None:
+    """The endpoints' specs: `specs`, and edge_context_tokens as the edge's context limit."""
+    if edge_context_tokens is None:
+        return specs
+    from serving.endpoints import two_endpoints
+
+    return {EDGE: two_endpoints(edge_context_tokens)[0], **(specs or {})}
 
 
-def _execute(
-    prompt: Subject,
-    edge: Callable[[Subject], Any],
-    cloud: Callable[[Subject], Any],
-    edge_timeout_s: float | None,
-    edge_pool: EdgePool | None,
-    attempt: _Attempt,
-) -> Execution:
-    if attempt.edge_first():
+def _timeouts(timeouts: Mapping[str, float] | None, edge_timeout_s: float | None) -> Mapping[str, float] | None:
+    if edge_timeout_s is None:
+        return timeouts
+    return {EDGE: edge_timeout_s, **(timeouts or {})}
+
+
+def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any]], pool: EdgePool) -> Execution:
+    for name, last in cascade.to_call():
+        if not cascade.callable_now(name):
+            continue
+        call, limit = calls[name], cascade.timeout(name)
         try:
-            with _step(attempt.steps, "edge") as step:
-                if edge_timeout_s is None:
-                    step.result = response = edge(prompt)
+            with _step(cascade.steps, name, endpoint=name) as step:
+                if limit is None:
+                    step.result = response = call(prompt)
                 else:
-                    step.result = response = (edge_pool or default_edge_pool).call(edge, prompt, edge_timeout_s)
+                    step.result = response = pool.call(call, prompt, limit)
         except Exception as exc:
-            attempt.edge_failed(exc)
-        else:
-            if attempt.edge_stands(response):
-                return attempt.served(response, "edge")
-    attempt.check_cloud()
-    try:
-        with _step(attempt.steps, "cloud") as step:
-            step.result = response = cloud(prompt)
-    except Exception as exc:
-        raise attempt.cloud_failed(exc) from exc
-    return attempt.served(response, "cloud")
+            cascade.failed(name, exc)
+            continue
+        if cascade.stands(name, response, last):
+            return cascade.served(response, name)
+    raise cascade.exhausted() from cascade.last_error()
 
 
 async def aexecute(
     decision: Decision,
     prompt: Subject,
     *,
+    endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
     edge: Callable[[Subject], Awaitable[Any]] | None = None,
     cloud: Callable[[Subject], Awaitable[Any]] | None = None,
+    specs: Mapping[str, Endpoint] | None = None,
     edge_context_tokens: int | None = None,
+    timeouts: Mapping[str, float] | None = None,
     edge_timeout_s: float | None = None,
     accept: AcceptCheck | None = None,
     verify_edge_zone: bool = False,
-    endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
-    specs: Mapping[str, Endpoint] | None = None,
-    timeouts: Mapping[str, float] | None = None,
     output_tokens: float = 0.0,
+    deadline: float | None = None,
 ) -> Execution:
-    """execute() for coroutines: `edge` and `cloud` (or each of `endpoints`) are async callables
-    taking the prompt (or request).
-
-    The same rules (_Attempt; serving.execute_endpoints for N endpoints) and the same Execution.
-    With `edge_timeout_s` (`timeouts`) a call that overruns is cancelled (a coroutine can be
-    stopped, unlike a thread, so no worker pool is needed) and the next endpoint serves. `accept`
-    is a plain callable run in the event loop; keep it quick. asyncio only.
-    """
+    """execute() for coroutines: each call an async callable taking the prompt (or request). The
+    same rules (_Cascade) and the same Execution; a call that overruns its timeout is cancelled (a
+    coroutine can be stopped, unlike a thread, so no worker pool is needed) and the next endpoint
+    serves. `accept` is a plain callable run in the event loop; keep it quick. asyncio only."""
     with telemetry.request() as trace:
         trace.decided(decision)
-        if _n_endpoints(edge, cloud, edge_context_tokens, endpoints):
-            from serving.execute_endpoints import arun
-
-            assert endpoints is not None  # _n_endpoints checked it
-            execution = await arun(
-                decision,
-                prompt,
-                endpoints,
-                specs=specs,
-                timeouts=timeouts,
-                accept=accept,
-                verify_edge_zone=verify_edge_zone,
-                output_tokens=output_tokens,
-            )
-        else:
-            assert edge is not None and cloud is not None and edge_context_tokens is not None
-            attempt = _Attempt(
-                decision, edge_context_tokens=edge_context_tokens, accept=accept, verify_edge_zone=verify_edge_zone
-            )
-            execution = await _aexecute(prompt, edge, cloud, edge_timeout_s, attempt)
+        calls = named_calls(edge, cloud, endpoints)
+        cascade = _Cascade(
+            decision,
+            calls,
+            specs=_specs(specs, edge_context_tokens),
+            accept=accept,
+            verify_edge_zone=verify_edge_zone,
+            output_tokens=output_tokens,
+            timeouts=_timeouts(timeouts, edge_timeout_s),
+            deadline=deadline,
+        )
+        execution = await _arun(cascade, prompt, calls)
         trace.executed(execution, fallback_kind)
     return execution
 
 
-async def _aexecute(
-    prompt: Subject,
-    edge: Callable[[Subject], Awaitable[Any]],
-    cloud: Callable[[Subject], Awaitable[Any]],
-    edge_timeout_s: float | None,
-    attempt: _Attempt,
-) -> Execution:
-    if attempt.edge_first():
+async def _arun(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> Execution:
+    for name, last in cascade.to_call():
+        if not cascade.callable_now(name):
+            continue
         try:
-            with _step(attempt.steps, "edge") as step:
-                step.result = response = await _within(edge(prompt), edge_timeout_s)
+            with _step(cascade.steps, name, endpoint=name) as step:
+                step.result = response = await _within(calls[name](prompt), cascade.timeout(name), f"{name} call")
         except Exception as exc:
-            attempt.edge_failed(exc)
-        else:
-            if attempt.edge_stands(response):
-                return attempt.served(response, "edge")
-    attempt.check_cloud()
-    try:
-        with _step(attempt.steps, "cloud") as step:
-            step.result = response = await cloud(prompt)
-    except Exception as exc:
-        raise attempt.cloud_failed(exc) from exc
-    return attempt.served(response, "cloud")
+            cascade.failed(name, exc)
+            continue
+        if cascade.stands(name, response, last):
+            return cascade.served(response, name)
+    raise cascade.exhausted() from cascade.last_error()

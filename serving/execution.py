@@ -1,7 +1,6 @@
 """What one request's execution records, and how each call in it is timed: Step, Tried, Execution,
-the errors (CloudCallError, EdgeBusy), timed_step and within_deadline. The two-endpoint rules
-(serving.execute) and the N-endpoint cascade (serving.execute_endpoints) share them; apps import
-them from serving.execute or serving.
+the errors (CloudCallError, EndpointsFailed, EdgeBusy), timed_step and within_deadline, for
+serving.execute's cascade; apps import them from serving.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable
 
 import serving.telemetry as telemetry
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -23,7 +23,7 @@ REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the out
 
 @dataclass
 class Tried:
-    """One endpoint of an N-endpoint cascade (serving.execute_endpoints), and why it was left:
+    """One endpoint of a decision's cascade (serving.execute), and why it was left:
     error, timeout, busy, context, rejected, forbidden; or `served`.
 
     error: the class name of what ended it (an error, a timeout, a busy pool, a raising accept
@@ -60,7 +60,7 @@ class Step:
     that returned, `result`: what it returned (a rejected edge answer too). `result` is never
     shown (repr), compared, logged or sent: the outcome log and the proxy read name, status and seconds."""
 
-    name: str  # "edge" | "accept" | "cloud", or an endpoint's name (N endpoints)
+    name: str  # an endpoint's name ("edge", "cloud", ...), or "accept" for the accept check
     status: str  # "ok" | "error" | "timeout" | "rejected" | "skipped"
     seconds: float
     detail: str = ""
@@ -72,17 +72,17 @@ class Execution:
     """The response and how it was obtained."""
 
     response: Any
-    served_by: str  # "edge" | "cloud", or the serving endpoint's name (N endpoints)
+    served_by: str  # the serving endpoint's name ("edge" | "cloud" for a two-endpoint bundle)
     decision: Decision
     fallback_reason: str | None = None
     steps: list[Step] = field(default_factory=list)
     edge_error: BaseException | None = None  # the edge failure the cloud answered after, if any
     request_id: str | None = None  # set by Router.execute: the id router.feedback() takes
     # The fallback reason without anything from the request: an exception is named by its
-    # class ("edge call failed (ConnectionError)"). The outcome log writes this one.
+    # class ("left edge=error:ConnectionError"). The outcome log writes this one.
     fallback_code: str | None = None
-    # N endpoints (serving.execute_endpoints): each endpoint reached, in order, and why it was left;
-    # the expected cost of the calls made (None when one has no spec). [] and None on the two-endpoint path.
+    # Each endpoint of the cascade reached, in order, and why it was left; the expected cost of
+    # the calls made (None when one has no spec).
     tried: list[Tried] = field(default_factory=list)
     expected_cost: float | None = None
 
@@ -91,7 +91,7 @@ class Execution:
         return self.fallback_reason is not None
 
 
-class CloudCallError(RuntimeError):
+class CloudCallError(RouterError, RuntimeError):
     """The cloud call failed; `edge_error` holds the edge failure that led there, if any,
     `steps` the calls made and `decision` the routing decision carried out."""
 
@@ -102,7 +102,25 @@ class CloudCallError(RuntimeError):
         self.edge_error, self.steps, self.decision = edge_error, steps, decision
 
 
-class EdgeBusy(RuntimeError):
+class EndpointsFailed(CloudCallError):
+    """No endpoint of the cascade served; `tried` says why each was left (the message names each).
+    A CloudCallError, so code that handles the cloud failing handles this too; `edge_error` is
+    the first endpoint's error, if it raised."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tried: list[Tried],
+        steps: list[Step],
+        decision: Decision,
+        first_error: BaseException | None,
+    ) -> None:
+        super().__init__(message, edge_error=first_error, steps=steps, decision=decision)
+        self.tried = tried
+
+
+class EdgeBusy(RouterError, RuntimeError):
     """No edge worker came free in time: the edge step is skipped and the cloud serves."""
 
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
 from serving.bundle import BundleError, read_bundle
-from serving.capabilities import check_capabilities, check_needs, rule_out_sides, ruled_out
-from serving.contract import CLOUD, EDGE
+from serving.capabilities import declares_languages
 from serving.decision import Decision
+from serving.execute import named_calls
+from serving.request import Request, as_request
 from serving.routing import Routing
-from serving.validation import check_batch, check_precision, check_prompt
 
 if TYPE_CHECKING:
     from typing import Literal, TypedDict
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from serving.acceptance import Acceptor
     from serving.capabilities import Needs
     from serving.drift import DriftReference
-    from serving.endpoints import Capabilities
+    from serving.endpoints import Capabilities, Endpoint, Endpoints
     from serving.execute import AcceptCheck, EdgePool, Execution, Subject
     from serving.manifest import Manifest
     from serving.outcome_log import OutcomeLog
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from serving.policy.rules import PolicySet
     from serving.routing import RouteStages
     from serving.signing import PinnedKey
+    from serving.traffic import Request as LoggedRequest
     from serving.traffic import Traffic
 
     class _LoadOptions(TypedDict):
@@ -44,18 +45,6 @@ if TYPE_CHECKING:
         threads: int
         unfamiliar_policy: str | None
         public_key: PinnedKey | None
-
-    class _AttemptOptions(TypedDict):
-        """What execute() and aexecute() both pass on to serving.execute."""
-
-        edge_context_tokens: int
-        edge_timeout_s: float | None
-        verify_edge_zone: bool
-
-    class _ExecuteOptions(_AttemptOptions):
-        """execute() also names the pool its timed edge calls run on."""
-
-        edge_pool: EdgePool | None
 
 
 logger = logging.getLogger("serving")
@@ -70,25 +59,17 @@ class Update:
     model_version: str
 
 
-def _policy(policy: PolicySet | str | Path | None, routing: Routing | None = None) -> PolicySet | None:
+def _policy(policy: PolicySet | str | Path | None, routing: Routing) -> PolicySet | None:
     """A PolicySet, loaded when given as a path (PolicyFileError for a bad file) for the endpoints
-    of `routing`'s bundle (an N-endpoint bundle's names, else edge and cloud); PolicyFileError
-    when it names other endpoints than an N-endpoint bundle's."""
+    of `routing`'s bundle; PolicyFileError when it names other endpoints."""
     if policy is None:
         return None
-    from serving.policy.rules import ENDPOINTS, PolicyFileError, PolicySet
+    from serving.policy.rules import PolicySet
 
-    names = routing.endpoint_names if routing is not None else None
     if isinstance(policy, (str, Path)):
-        policy = PolicySet.load(policy, endpoints=names or ENDPOINTS)
+        policy = PolicySet.load(policy, endpoints=routing.endpoint_names)
     if isinstance(policy, PolicySet):
-        if routing is not None and routing.chooser is not None:
-            routing.chooser.check_policy(policy)
-        elif routing is not None and policy.endpoints != ENDPOINTS:
-            raise PolicyFileError(
-                f"{policy.source}: the policy is for endpoints {', '.join(policy.endpoints)}; this router "
-                f"routes between {', '.join(ENDPOINTS)}"
-            )
+        routing.chooser.check_policy(policy)
         return policy
     raise TypeError(
         f"policy must be a serving.policy.PolicySet or a path to a policy file, got {type(policy).__name__}"
@@ -107,24 +88,6 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, p
     except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
         raise exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500]) from exc
     return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
-
-
-def _needs(
-    needs: object, capabilities: object
-) -> tuple[Needs | None, Mapping[str, Capabilities | None] | None]:  # object: the caller's values, checked
-    """(needs, capabilities) as given, checked (serving.capabilities.check_needs / check_capabilities);
-    (None, None) at once when neither is given."""
-    if needs is None and capabilities is None:
-        return None, None
-    return check_needs(needs), check_capabilities(capabilities)
-
-
-def _metadata(metadata: object) -> Mapping[str, str] | None:
-    if metadata is None:
-        return None
-    from serving.policy.rules import check_metadata
-
-    return check_metadata(metadata)
 
 
 class Router:
@@ -220,7 +183,7 @@ class Router:
                     f"{path} is older ({created}) than the current bundle ({now}): a downgrade; "
                     "pass force=True to allow it"
                 )
-            new.decisions(["What is 2 + 2?"], [None])  # it must route before it serves
+            new.decisions([Request("What is 2 + 2?")])  # it must route before it serves
         except Exception as exc:  # the app keeps routing with the current bundle
             return self._refused(f"{path} not loaded: {exc}"[:500])
         self._routing = new  # one reference: a decision comes wholly from the old or the new bundle
@@ -281,12 +244,12 @@ class Router:
         return DriftReference.from_bytes(raw)
 
     @property
-    def policy_endpoints(self) -> tuple[str, ...]:
-        """The endpoint names a policy for this router names: an N-endpoint bundle's, else edge and
-        cloud (serving.policy.ENDPOINTS)."""
-        from serving.policy.rules import ENDPOINTS
+    def endpoint_names(self) -> tuple[str, ...]:
+        """The endpoints the current bundle routes among, in its order (edge and cloud for a
+        two-endpoint bundle and the rule table): the names a policy, feedback and execute() use."""
+        return self._routing.endpoint_names
 
-        return self._routing.endpoint_names or ENDPOINTS
+    policy_endpoints = endpoint_names  # the names a policy for this router names
 
     @property
     def policy(self) -> PolicySet | None:
@@ -311,7 +274,9 @@ class Router:
         from serving.policy.budgets import Spending, check_amount, limits_of
 
         check_amount(amount)
-        policy, metadata = self._policy, _metadata(metadata)
+        from serving.policy.rules import check_metadata
+
+        policy, metadata = self._policy, check_metadata(metadata)
         if policy is None or not policy.budget_keys or not metadata:
             return
         if self._spending is None:
@@ -325,81 +290,44 @@ class Router:
 
     def route(
         self,
-        prompt: str,
+        prompt: str | Request,
         *,
         precision: str | None = None,
         metadata: Mapping[str, str] | None = None,
         needs: Needs | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Decision:
-        """Where one prompt should run; see Decision. metadata: the request's metadata the policy's
-        rules read (feature, user tier, declared privacy, ...), str to str. needs: what the request
-        needs of its endpoint (serving.capabilities.Needs: images, tools, json; needs_of reads a
-        chat request): an endpoint lacking it is never chosen nor called. capabilities: the
-        endpoints' capabilities by name (serving.endpoints.Capabilities; None for unknown), default
-        an N-endpoint bundle's specs'; a two-endpoint router knows none unless given them.
+        """Where one request should run; see Decision. `prompt`: a serving.Request, or its text with
+        the request's other fields as keywords (serving.request.Request says what each is).
         NoFeasibleEndpoint (serving.policy) when the policy or the needs leave no endpoint."""
-        check_prompt(prompt)
-        needs, capabilities = _needs(needs, capabilities)
-        return self._decide(self._routing, prompt, check_precision(precision), _metadata(metadata), needs, capabilities)
-
-    def _decide(
-        self,
-        routing: Routing,
-        prompt: str,
-        precision: str | None,
-        metadata: Mapping[str, str] | None,
-        needs: Needs | None = None,
-        capabilities: Mapping[str, Capabilities | None] | None = None,
-    ) -> Decision:
-        """One checked prompt's decision on `routing`, the policy applied: after the model for two
-        endpoints, among the feasible endpoints for an N-endpoint bundle (serving.endpoint_routing);
-        endpoints lacking what `needs` asks are ruled out (serving.capabilities)."""
-        policy, spending = self._policy, self._spending
-        if routing.chooser is not None:
-            wants = None if needs is None else [needs]
-            return routing.endpoint_decisions([prompt], [precision], policy, [metadata], spending, wants, capabilities)[
-                0
-            ]
-        decision = routing.decisions([prompt], [precision])[0]
-        if policy is not None:
-            decision = policy.apply(decision, prompt, metadata, spending, needs)
-        return decision if needs is None or not capabilities else _sides_ruled_out(decision, needs, capabilities)
+        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        return self._routing.decisions((request,), self._policy, self._spending)[0]
 
     def route_batch(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[str | Request],
         precisions: Sequence[str | None] | None = None,
         metadata: Sequence[Mapping[str, str] | None] | None = None,
         needs: Sequence[Needs | None] | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> list[Decision]:
-        """Decisions for many prompts, scored in one onnxruntime call per model; `metadata` and
-        `needs`: one each (or None) per prompt; `capabilities` as route() takes it.
-        NoFeasibleEndpoint for the first prompt the policy or its needs leave no endpoint."""
-        prompts, precisions = check_batch(prompts, precisions)
-        policy = self._policy
+        """Decisions for many requests, scored in one onnxruntime call per model: Requests, or texts
+        with `precisions`, `metadata` and `needs` one each (or None) per prompt and `capabilities`
+        for all. NoFeasibleEndpoint for the first request the policy or its needs leave no endpoint."""
+        if isinstance(prompts, str) or not hasattr(prompts, "__iter__"):
+            raise TypeError(f"prompts must be a list of str or serving.Request, got {type(prompts).__name__}")
+        prompts = list(prompts)
+        if precisions is not None and len(precisions) != len(prompts):
+            raise ValueError(f"precisions has {len(precisions)} items for {len(prompts)} prompts")
         for name, given in (("metadata", metadata), ("needs", needs)):
             if given is not None and len(given) != len(prompts):
                 raise ValueError(f"{len(given)} {name} for {len(prompts)} prompts")
-        metadatas = [_metadata(m) for m in metadata] if metadata is not None else [None] * len(prompts)
-        wants = [_needs(w, None)[0] for w in needs] if needs is not None else [None] * len(prompts)
-        capabilities = _needs(None, capabilities)[1]
-        routing = self._routing
-        if routing.chooser is not None:
-            if not prompts:
-                return []
-            return routing.endpoint_decisions(
-                prompts, precisions, policy, metadatas, self._spending, wants, capabilities
-            )
-        decisions = routing.decisions(prompts, precisions) if prompts else []
-        if policy is not None:
-            decisions = [
-                policy.apply(d, p, m, self._spending, w) for d, p, m, w in zip(decisions, prompts, metadatas, wants)
-            ]
-        if not capabilities:
-            return decisions
-        return [d if w is None else _sides_ruled_out(d, w, capabilities) for d, w in zip(decisions, wants)]
+        none = [None] * len(prompts)
+        requests = [
+            _checked(i, p, precision=q, metadata=m, needs=w, capabilities=capabilities)
+            for i, (p, q, m, w) in enumerate(zip(prompts, precisions or none, metadata or none, needs or none))
+        ]
+        return self._routing.decisions(requests, self._policy, self._spending) if requests else []
 
     @property
     def log(self) -> OutcomeLog | None:
@@ -426,179 +354,186 @@ class Router:
             edge_quality=edge_quality,
             cloud_quality=cloud_quality,
             outcomes=outcomes,
-            endpoints=self._routing.endpoint_names,
+            endpoints=None if self._routing.chooser.zoned else self._routing.endpoint_names,
             source=source,
         )
 
     def execute(
         self,
-        prompt: Subject,
-        edge: Callable[[Subject], Any],
-        cloud: Callable[[Subject], Any],
+        prompt: Subject | Request,
+        edge: Callable[[Subject], Any] | None = None,
+        cloud: Callable[[Subject], Any] | None = None,
         *,
-        precision: str | None = None,
+        endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
+        specs: Endpoints | Mapping[str, Endpoint] | None = None,
+        timeouts: Mapping[str, float] | None = None,
         edge_timeout_s: float | None = None,
         accept: AcceptCheck | Literal["learned"] | None = None,
         verify_edge_zone: bool = False,
         edge_pool: EdgePool | None = None,
         request_id: str | None = None,
+        precision: str | None = None,
         metadata: Mapping[str, str] | None = None,
         needs: Needs | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Execution:
-        """Route, then run: edge or cloud first as decided, with the cloud as fallback (serving.execute;
-        `edge_pool`: the EdgePool for timed edge calls, default the process's shared one).
+        """Route, then run the decision's cascade (serving.execute): `endpoints` maps each of the
+        bundle's endpoints to its call (a two-endpoint app may give `edge` and `cloud`).
 
-        prompt: the prompt text, or a request object whose `prompt` attribute is the text
-        (serving.execute.Routable, such as serving.chat's ChatRequest): that text is routed and
-        logged, and edge and cloud are called with `prompt` as given.
+        prompt: a serving.Request, or its text with the request's fields as keywords (precision,
+        metadata, needs, capabilities: as route() takes them), or an app's request object whose
+        `prompt` attribute is the text (serving.execute.Routable, such as serving.chat's
+        ChatRequest): each call gets the Request's `subject` (that object), else its text.
 
-        accept: a callable(edge answer) -> bool, or "learned": the bundle's acceptance check on
-        the answer text (the edge callable must return a str; anything else counts as a failed
-        check, and the cloud answers). A bundle without an acceptance model checks nothing, with
-        one warning per bundle.
+        specs: the endpoints' records (serving.endpoints: context limits, prices, where each runs,
+        capabilities), default the bundle's own; their capabilities are what the request's needs
+        are checked against. timeouts: name -> seconds (edge_timeout_s: the edge's), run on
+        `edge_pool` (an EdgePool, default the process's shared one); a Request's deadline cuts them.
 
-        With an outcome log (Router.load(log=...)), the request is recorded, explored and
-        shadowed as serving.traffic says; `request_id` (default: a new one, returned as
-        `Execution.request_id`) is what router.feedback() takes.
+        accept: a callable(answer) -> bool, or "learned": the bundle's acceptance check on the answer
+        text (a call must return a str; anything else counts as a failed check). It reads the answers
+        the decision checks (Decision.checked; every answer but the last with verify_edge_zone). A
+        bundle without an acceptance model checks nothing, with one warning per bundle.
 
-        metadata: as route() takes it, for the policy. An endpoint the policy forbids is never
-        called: when the edge does not serve and the cloud is forbidden, FallbackForbidden
-        (serving.policy) names the rule; when every endpoint is forbidden, NoFeasibleEndpoint.
-        needs, capabilities: as route() takes them; a side lacking what the request needs is never
-        called either (FallbackForbidden names the built-in rule, e.g. needs:images)."""
+        With an outcome log (Router.load(log=...)), the request is recorded, explored and shadowed as
+        serving.traffic says; `request_id` (default: a new one, returned as Execution.request_id) is
+        what router.feedback() takes. An endpoint the policy forbids, or one lacking what the request
+        needs, is never called: FallbackForbidden (serving.policy) names the rule when the others did
+        not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
         from serving.execute import execute
 
+        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():  # one span per request, routing included; a caller's span is joined
-            routing, text, decision, accept = self._prepared(
-                prompt, edge, cloud, precision, accept, metadata, needs, capabilities
-            )
-            options: _ExecuteOptions = {
-                "edge_context_tokens": routing.edge_context_tokens,
-                "edge_timeout_s": edge_timeout_s,
-                "verify_edge_zone": verify_edge_zone,
-                "edge_pool": edge_pool,
-            }
-            request = self._traffic.request(
-                routing,
-                text,
-                precision,
-                decision,
-                accept=accept,
-                edge=edge,
-                cloud=cloud,
-                request_id=request_id,
-                subject=prompt,
-            )
-            if request is None:
-                return execute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
-            with request:  # recorded on the way out, a CloudCallError included
-                request.execution = execute(
-                    request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+            routing, decision, check, logged, options = self._started(request, calls, specs, accept, request_id)
+            options.update(timeouts=timeouts, edge_timeout_s=edge_timeout_s, edge_pool=edge_pool)
+            if logged is None:
+                return execute(
+                    decision,
+                    request.call_subject,
+                    endpoints=calls,
+                    accept=check,
+                    verify_edge_zone=verify_edge_zone,
+                    **options,
                 )
-            return request.execution
+            with logged:  # recorded on the way out, a failure included
+                logged.execution = execute(
+                    logged.decision,
+                    request.call_subject,
+                    endpoints=calls,
+                    accept=logged.accept,
+                    verify_edge_zone=verify_edge_zone,
+                    **options,
+                )
+            return logged.execution
 
     async def aexecute(
         self,
-        prompt: Subject,
-        edge: Callable[[Subject], Awaitable[Any]],
-        cloud: Callable[[Subject], Awaitable[Any]],
+        prompt: Subject | Request,
+        edge: Callable[[Subject], Awaitable[Any]] | None = None,
+        cloud: Callable[[Subject], Awaitable[Any]] | None = None,
         *,
-        precision: str | None = None,
+        endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
+        specs: Endpoints | Mapping[str, Endpoint] | None = None,
+        timeouts: Mapping[str, float] | None = None,
         edge_timeout_s: float | None = None,
         accept: AcceptCheck | Literal["learned"] | None = None,
         verify_edge_zone: bool = False,
         request_id: str | None = None,
         shadow: bool = True,
+        precision: str | None = None,
         metadata: Mapping[str, str] | None = None,
         needs: Needs | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
     ) -> Execution:
-        """execute() for asyncio: `edge` and `cloud` are async callables taking the prompt (text
-        or request object, as execute() takes it; serving.execute.aexecute: an overrunning edge
-        call is cancelled). The same decision, accept check, outcome record, exploration and
-        shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
-        values, such as streams), and the same policy (`metadata`) and capabilities (`needs`).
-        Routing a long prompt runs on a worker thread (serving.execute.off_loop), not on the event loop."""
+        """execute() for asyncio: each call an async callable (serving.execute.aexecute: an
+        overrunning call is cancelled). The same decision, accept check, outcome record, exploration
+        and shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
+        values, such as streams). Routing a long prompt runs on a worker thread
+        (serving.execute.off_loop), not on the event loop."""
         from serving.execute import aexecute, off_loop
 
+        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():
-            prepared = await off_loop(
-                prompt, self._prepared, prompt, edge, cloud, precision, accept, metadata, needs, capabilities
+            started = await off_loop(
+                request.text, self._started, request, calls, specs, accept, request_id, True, shadow
             )
-            routing, text, decision, accept = prepared
-            options: _AttemptOptions = {
-                "edge_context_tokens": routing.edge_context_tokens,
-                "edge_timeout_s": edge_timeout_s,
-                "verify_edge_zone": verify_edge_zone,
-            }
-            request = self._traffic.request(
-                routing,
-                text,
-                precision,
-                decision,
-                accept=accept,
-                edge=edge,
-                cloud=cloud,
-                request_id=request_id,
-                asynchronous=True,
-                shadow=shadow,
-                subject=prompt,
-            )
-            if request is None:
-                return await aexecute(decision, prompt, edge=edge, cloud=cloud, accept=accept, **options)
-            with request:
-                request.execution = await aexecute(
-                    request.decision, prompt, edge=edge, cloud=cloud, accept=request.accept, **options
+            routing, decision, check, logged, options = started
+            options.update(timeouts=timeouts, edge_timeout_s=edge_timeout_s)
+            if logged is None:
+                return await aexecute(
+                    decision,
+                    request.call_subject,
+                    endpoints=calls,
+                    accept=check,
+                    verify_edge_zone=verify_edge_zone,
+                    **options,
                 )
-            return request.execution
+            with logged:
+                logged.execution = await aexecute(
+                    logged.decision,
+                    request.call_subject,
+                    endpoints=calls,
+                    accept=logged.accept,
+                    verify_edge_zone=verify_edge_zone,
+                    **options,
+                )
+            return logged.execution
 
-    def execute_endpoints(
-        self, prompt: Subject, endpoints: Mapping[str, Callable[[Subject], Any]], **options: Any
-    ) -> Execution:
-        """Route, then run over N named endpoints (`endpoints`: name -> call) in the decision's
-        cascade: serving.routed_endpoints.execute_endpoints, whose keywords it takes (specs,
-        timeouts, precision, accept, verify_edge_zone, edge_pool, request_id, metadata, needs)."""
-        from serving.routed_endpoints import execute_endpoints
-
-        return execute_endpoints(self, prompt, endpoints, **options)
-
-    async def aexecute_endpoints(
-        self, prompt: Subject, endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]], **options: Any
-    ) -> Execution:
-        """execute_endpoints() for asyncio (serving.routed_endpoints.aexecute_endpoints)."""
-        from serving.routed_endpoints import aexecute_endpoints
-
-        return await aexecute_endpoints(self, prompt, endpoints, **options)
+    def _started(
+        self,
+        request: Request,
+        calls: Mapping[str, Callable[[Any], Any]],
+        specs: Endpoints | Mapping[str, Endpoint] | None,
+        accept: AcceptCheck | Literal["learned"] | None,
+        request_id: str | None,
+        asynchronous: bool = False,
+        shadow: bool = True,
+    ) -> tuple[Routing, Decision, AcceptCheck | None, LoggedRequest | None, dict[str, Any]]:
+        """What execute() and aexecute() both do before the calls: (the bundle, the decision, the
+        accept check, the logged request or None, the options of serving.execute)."""
+        given = None if specs is None else {e.name: e for e in specs} if not isinstance(specs, Mapping) else dict(specs)
+        if given is not None and request.capabilities is None:
+            declared = {name: endpoint.capabilities for name, endpoint in given.items()}
+            # The given specs' capabilities decide when the request needs something, or when one of
+            # them declares languages (every request has a language).
+            if request.needs is not None or declares_languages(declared):
+                request = request.but(capabilities=declared)
+        routing, decision, check = self._prepared(request, accept)
+        chooser = routing.chooser
+        options: dict[str, Any] = {
+            "specs": given if given is not None else dict(zip(chooser.names, chooser.endpoints)),
+            "output_tokens": routing.output_tokens,
+            "deadline": request.deadline,
+        }
+        logged = self._traffic.request(
+            routing,
+            request,
+            decision,
+            accept=check,
+            calls=calls,
+            request_id=request_id,
+            asynchronous=asynchronous,
+            shadow=shadow,
+        )
+        return routing, decision, check, logged, options
 
     def _prepared(
-        self,
-        prompt: object,
-        edge: object,
-        cloud: object,
-        precision: str | None,
-        accept: AcceptCheck | Literal["learned"] | None,
-        metadata: Mapping[str, str] | None,
-        needs: Needs | None = None,
-        capabilities: Mapping[str, Capabilities | None] | None = None,
-    ) -> tuple[Routing, str, Decision, AcceptCheck | None]:
-        """(the bundle serving this request, the text it routes, its decision, the accept check):
-        all from one Routing, so an update() meanwhile changes none of them."""
-        from serving.execute import prompt_text
-
-        if not callable(edge) or not callable(cloud):
-            raise TypeError("edge and cloud must be callables taking the prompt (or request)")
+        self, request: Request, accept: AcceptCheck | Literal["learned"] | None
+    ) -> tuple[Routing, Decision, AcceptCheck | None]:
+        """(the bundle serving this request, its decision, the accept check): all from one Routing,
+        so an update() meanwhile changes none of them."""
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing
-        precision, text, metadata = check_precision(precision), prompt_text(prompt), _metadata(metadata)
-        needs, capabilities = _needs(needs, capabilities)
-        decision = self._decide(routing, text, precision, metadata, needs, capabilities)
-        return routing, text, decision, routing.learned_accept(text) if accept == "learned" else accept
+        decision = routing.decisions((request,), self._policy, self._spending)[0]
+        return routing, decision, routing.learned_accept(request.text) if accept == "learned" else accept
 
 
-def _sides_ruled_out(decision: Decision, needs: Needs, capabilities: Mapping[str, Capabilities | None]) -> Decision:
-    """A two-endpoint decision with the sides lacking what `needs` asks ruled out
-    (serving.capabilities.rule_out_sides); the decision itself when none lacks anything."""
-    lacking = ruled_out(needs, capabilities, (EDGE, CLOUD))
-    return rule_out_sides(decision, lacking) if lacking else decision
+def _checked(index: int, prompt: object, **fields: Any) -> Request:  # Any: Request's fields
+    """The Request of route_batch()'s `index`th prompt; its errors name the prompt."""
+    try:
+        return as_request(prompt, **fields)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"prompts[{index}]: {exc}") from exc

@@ -1,35 +1,27 @@
-"""One bundle's routing: scores -> zones -> Decisions, with the unfamiliar-prompt policy and the
-rule table whenever the bundle cannot serve. serving.router.Router holds one and swaps it."""
+"""One bundle's routing: scores -> the chooser (serving.chooser) -> Decisions, with the rule table
+whenever the bundle cannot serve. serving.router.Router holds one and swaps it."""
 
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from serving.contract import (
-    CLOUD,
-    DEFAULT_EDGE_CONTEXT_TOKENS,
-    DEFAULT_MAX_CHARS,
-    EDGE,
-    FALLBACK,
-    first_target,
-    zone_for,
-)
+from serving.chooser import Bands, Choice, Chooser, Scores
+from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.decision import Decision
+from serving.endpoints import two_endpoints
 from serving.manifest import Manifest
 from serving.rules import RuleRouter
 
 if TYPE_CHECKING:
     from serving.acceptance import Acceptor
-    from serving.capabilities import Needs
-    from serving.endpoint_routing import EndpointChooser
-    from serving.endpoints import Capabilities
     from serving.execute import AcceptCheck
     from serving.json_types import JSONObject
     from serving.policy.budgets import Spending
     from serving.policy.rules import PolicySet
+    from serving.request import Request
     from serving.scorer import Scorer
 
 log = logging.getLogger("serving")
@@ -59,50 +51,54 @@ class Routing:
         tokenizer = scorer.extractor.tokenizer if scorer is not None else None
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
-        self._max_chars = max_chars
-        # (lo, hi, their printed forms, tag) by precision, filled on first use (see _band)
-        self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}
-        self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
         # What an unfamiliar prompt gets (serving.novelty.UNFAMILIAR_POLICIES): the caller's choice, else the bundle's.
         self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
-        # An N-endpoint bundle's choice among its endpoints (serving.endpoint_routing); None for two sides.
-        self.chooser: EndpointChooser | None = None
-        if manifest is not None and manifest.endpoints is not None and scorer is not None:
-            from serving.endpoint_routing import EndpointChooser
-
-            self.chooser = EndpointChooser(manifest.endpoints, self.model_version, max_chars)
+        section = manifest.endpoints if manifest is not None and scorer is not None else None
+        rule: Bands | Choice
+        if section is not None:
+            endpoints, rule = tuple(section.spec), Choice(section)
+        else:
+            endpoints = two_endpoints(self.edge_context_tokens)
+            rule = Bands(
+                manifest if scorer is not None else None,
+                self._rules,
+                edge_context_tokens=self.edge_context_tokens,
+                unfamiliar_policy=self.unfamiliar_policy,
+            )
+        self.chooser = Chooser(endpoints, rule, model_version=self.model_version, max_chars=max_chars)
+        # The answer's expected tokens the calls' prices count: an N-endpoint bundle's own (what its choice priced).
+        self.output_tokens = section.output_tokens if section is not None else 0.0
 
     @property
-    def endpoint_names(self) -> tuple[str, ...] | None:
-        """An N-endpoint bundle's endpoints, in its order; None for a two-endpoint bundle or the rule table."""
-        return self.chooser.names if self.chooser is not None else None
+    def endpoint_names(self) -> tuple[str, ...]:
+        """The endpoints this bundle routes among, in its order: edge and cloud for a two-endpoint
+        bundle and the rule table."""
+        return self.chooser.names
 
-    def endpoint_decisions(
-        self,
-        prompts: list[str],
-        precisions: list[str | None],
-        policy: PolicySet | None = None,
-        metadata: Sequence[Mapping[str, str] | None] | None = None,
-        spending: Spending | None = None,
-        needs: Sequence[Needs | None] | None = None,
-        capabilities: Mapping[str, Capabilities | None] | None = None,
+    def decisions(
+        self, requests: Sequence[Request], policy: PolicySet | None = None, spending: Spending | None = None
     ) -> list[Decision]:
-        """An N-endpoint bundle's decisions for checked arguments, the policy's verdict and the
-        capabilities each request needs among its feasibility (serving.endpoint_routing); when
-        scoring fails, degraded decisions by price."""
-        chooser, scorer = self.chooser, self._scorer
-        if chooser is None or scorer is None:
-            raise RuntimeError("endpoint_decisions needs an N-endpoint bundle")
+        """Decisions for checked requests, `policy` applied; when the bundle cannot score, the rule
+        table (two endpoints) or price order (N endpoints) decides, `degraded` set."""
+        return self.chooser.decisions(requests, self.scores(requests), policy, spending)
+
+    def scores(self, requests: Sequence[Request]) -> Scores:
+        """What the bundle's graph says of the requests; a failure is a degraded Scores, never raised."""
+        scorer = self._scorer
+        prompts = [r.text for r in requests]
+        if scorer is None:
+            return Scores([self._rules.count_tokens(p) for p in prompts], note=f"degraded: {self.degraded_reason}")
+        precisions = [r.precision for r in requests]
         try:
-            expected, n_tokens = scorer.expected(prompts, precisions)
+            if self.manifest is not None and self.manifest.endpoints is not None:
+                expected, n_tokens = scorer.expected(prompts, precisions)
+                return Scores(n_tokens, expected=expected)
+            scores, n_tokens, heads, novelty = scorer.score_batch(prompts, precisions)
+            return Scores(n_tokens, scores=scores, heads=heads, novelty=novelty)
         except Exception as exc:  # the host app must never see a scoring failure
-            log.warning("scoring failed, endpoints by price: %r", exc)
+            log.warning("scoring failed, the bundle's fallback decides: %r", exc)
             counts = [self._rules.count_tokens(p) for p in prompts]
-            note = f"degraded: scoring failed: {exc!r}"[:300]
-            return chooser.degraded(prompts, precisions, counts, note, policy, metadata, spending, needs, capabilities)
-        return chooser.decisions(
-            prompts, precisions, expected, n_tokens, policy, metadata, spending, needs, capabilities
-        )
+            return Scores(counts, note=f"degraded: scoring failed: {exc!r}"[:300])
 
     @property
     def degraded(self) -> bool:
@@ -179,100 +175,6 @@ class Routing:
             return None
         return lambda answer: acceptor.check(prompt, answer)
 
-    def decisions(self, prompts: list[str], precisions: list[str | None]) -> list[Decision]:
-        """Decisions for checked arguments; the rule table decides whenever scoring cannot."""
-        if self._scorer is None:
-            return [
-                self._rules.decide(p, q, degraded=True, note=f"degraded: {self.degraded_reason}")
-                for p, q in zip(prompts, precisions)
-            ]
-        if self.chooser is not None:
-            return self.endpoint_decisions(prompts, precisions)
-        try:
-            scores, n_tokens, heads, novelty = self._scorer.score_batch(prompts, precisions)
-        except Exception as exc:  # the host app must never see a scoring failure
-            log.warning("scoring failed, rule table decides: %r", exc)
-            return [
-                self._rules.decide(p, q, degraded=True, note=f"degraded: scoring failed: {exc!r}"[:300])
-                for p, q in zip(prompts, precisions)
-            ]
-        decisions = [
-            self._decide(p, q, s, round(n), h) for p, q, s, n, h in zip(prompts, precisions, scores, n_tokens, heads)
-        ]
-        if novelty is not None:
-            decisions = [self._familiar(d, p, v) for d, p, v in zip(decisions, prompts, novelty)]
-        return decisions
-
-    def _familiar(self, decision: Decision, prompt: str, novelty: float) -> Decision:
-        """Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts
-        over the edge context limit stay on the cloud whatever the policy."""
-        decision.novelty, decision.unfamiliar = novelty, novelty > 1.0
-        if not decision.unfamiliar or self.unfamiliar_policy == "learned":
-            if decision.unfamiliar:
-                decision.reason += f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
-            return decision
-        note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
-        if decision.n_tokens > self.edge_context_tokens:
-            decision.reason = f"{note}; {decision.reason}"
-            return decision
-        if self.unfamiliar_policy == "rule_table":
-            ruled = self._rules.decide(prompt, decision.precision, note=note)
-            decision.zone, decision.target = ruled.zone, ruled.target
-            decision.reason = f"{note}: {ruled.reason}"
-            return decision
-        decision.zone, decision.target = FALLBACK, first_target(FALLBACK)
-        decision.reason = f"{note}: edge first, cloud fallback (learned: {decision.reason})"
-        return decision
-
-    def _decide(
-        self, prompt: str, precision: str | None, score: float, n_tokens: int, heads: tuple[float, ...]
-    ) -> Decision:
-        band = self._bands.get(precision) or self._band(precision)
-        lo, hi, lo_text, hi_text, tag = band
-        zone = zone_for(score, lo, hi)
-        if zone == CLOUD:
-            reason = f"{self._score_name} {score:.3f} > {hi_text} ({tag})"
-        elif zone == EDGE:
-            reason = f"{self._score_name} {score:.3f} < {lo_text} ({tag})"
-        else:
-            reason = f"{self._score_name} {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
-        if n_tokens > self.edge_context_tokens:  # said even when the score alone sends it to the cloud
-            zone = CLOUD
-            reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
-        truncated = len(prompt) > self._max_chars
-        if truncated:
-            reason += f"; features from the first {self._max_chars} characters"
-        p_edge: float | None
-        p_cloud: float | None
-        expected: dict[str, float] | None
-        if len(heads) == 2:
-            p_edge, p_cloud = heads
-            expected = {EDGE: p_edge, CLOUD: p_cloud}
-        else:
-            p_edge = p_cloud = expected = None
-        return Decision(
-            target=first_target(zone),
-            zone=zone,
-            score=score,
-            reason=reason,
-            degraded=False,
-            model_version=self.model_version,
-            precision=precision,
-            n_tokens=n_tokens,
-            truncated=truncated,
-            p_edge=p_edge,
-            p_cloud=p_cloud,
-            expected=expected,
-        )
-
-    def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
-        """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
-        if self.manifest is None:  # only a scored prompt has a band, and only a bundle scores
-            raise RuntimeError("a degraded Routing has no score bands")
-        lo, hi = self.manifest.band(precision)
-        band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
-        return band
-
 
 class RouteStages:
     """The stages one route() call runs on a bundle, as the callables it calls, so that a
@@ -283,8 +185,8 @@ class RouteStages:
         tokenizer, the text statistics and the input arrays (FeatureExtractor.prepare)
     encoder(ids, mask, texts) -> embeddings: the staged layout's encoder; None when fused
     model(output_names, feeds, None) -> outputs: the onnxruntime call (Scorer.run_model)
-    decision(prompt, precision, score, n_tokens, head_probabilities) -> Decision: zone,
-        reason and the Decision of one scored prompt
+    decision(requests, scores, policy=None, spending=None) -> Decisions: the chooser
+        (serving.chooser: feasibility, the policy, the bundle's rule, the reasons, the Decisions)
     scorer: the Scorer they belong to (spec, extractor, outputs, calibrators)
     names: the stages route() runs, in order
     What route() does between them (argument checks, calibration, familiarity) is no stage.
@@ -300,9 +202,9 @@ class RouteStages:
         self._owners: dict[str, tuple[object, str]] = {"features": (extractor, "prepare")}
         if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
             self._owners["encoder"] = (extractor, "encoder")
-        self._owners.update(model=(scorer, "run_model"), decision=(routing, "_decide"))
+        self._owners.update(model=(scorer, "run_model"), decision=(routing.chooser, "decisions"))
         self.names = tuple(self._owners)
-        self.features, self.model, self.decision = extractor.prepare, scorer.run_model, routing._decide
+        self.features, self.model, self.decision = extractor.prepare, scorer.run_model, routing.chooser.decisions
         self.encoder = extractor.encoder if "encoder" in self._owners else None
 
     @contextmanager

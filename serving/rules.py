@@ -108,7 +108,7 @@ class RuleRouter:
         if precision == "exact":
             parts.append("exact precision")
         reason = ", ".join(parts) + (f" ({note})" if note else "")
-        return Decision.make(
+        return Decision.of_zone(
             zone_for(score, RULE_LO, RULE_HI),
             score=score,
             reason=reason,

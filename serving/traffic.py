@@ -17,7 +17,7 @@ served, the side that did not answer runs too, on a background thread (at most
 (`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
 An endpoint the policy forbids for a request (Decision.forbidden) is neither explored nor shadowed.
 
-N-endpoint bundles (serving.routed_endpoints): a decision with a cascade is explored on its first
+N-endpoint bundles: a decision is explored on its first
 endpoint and never shadowed. With probability `explore_rate` the first endpoint is drawn uniformly
 among the k endpoints feasible for the request (feasible_first: the ones the policy and the
 request's needs allow, Decision.forbidden, whose context holds the prompt; never a forbidden one),
@@ -40,8 +40,9 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
-from serving.contract import CLOUD, EDGE, FALLBACK, cascade_placement, first_target
-from serving.decision import Decision
+from serving.contract import CLOUD, EDGE, FALLBACK, first_target
+from serving.decision import Decision, zone_cascade
+from serving.execute import SIDES
 from serving.outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from serving.endpoints import Endpoint
     from serving.execute import AcceptCheck, Execution
     from serving.outcome_log import Record
+    from serving.request import Request as RouterRequest
     from serving.routing import Routing
     from serving.telemetry import Attempt
 
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
     Call: TypeAlias = Callable[[Any], Any]
 
 
-FAILED = ("error", "timeout")  # the outcomes of serving.execute_endpoints.Tried that are an endpoint's failure
+FAILED = ("error", "timeout")  # the outcomes of serving.execute.Tried that are an endpoint's failure
 
 
 def _rate(name: str, value: object) -> float:
@@ -100,13 +102,10 @@ def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, flo
 
 
 def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:
-    """The endpoints an N-endpoint decision's first call may be explored to, in the bundle's order
-    (`endpoints`, its specs): the chooser's feasibility read back from the decision, i.e. not
-    forbidden (Decision.forbidden, which holds the policy's forbidden endpoints and those lacking
-    what the request needs; by name, or by side as serving.execute_endpoints reads it) and with a
-    context that holds the prompt."""
-    from serving.execute_endpoints import SIDES
-
+    """The endpoints a decision's first call may be explored to, in the bundle's order (`endpoints`):
+    the chooser's feasibility read back from the decision, i.e. not forbidden (Decision.forbidden,
+    which holds the policy's forbidden endpoints and those lacking what the request needs; by
+    name, or by side as serving.execute reads it) and with a context that holds the prompt."""
     forbidden = decision.forbidden
     return [
         e.name
@@ -116,20 +115,17 @@ def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[st
 
 
 def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint], rate: float) -> Decision:
-    """The decision with `first` run first, then its cascade in its order without it; target and
-    zone placed as serving.endpoint_routing places a cascade (device first: edge, or
-    edge_with_cloud_fallback when a cloud endpoint follows; else cloud), score `first`'s expected."""
+    """The decision with `first` run first, then its cascade in its order without it (every answer
+    but the last checked, as an N-endpoint cascade is), score `first`'s expected."""
     cascade = (first, *(name for name in decision.cascade if name != first))
     on_device = {e.name: e.where == "device" for e in endpoints}
-    target, zone = cascade_placement([on_device[name] for name in cascade])
     return dataclasses.replace(
         decision,
-        target=target,
-        zone=zone,
+        cascade=cascade,
+        on_device=tuple(on_device[name] for name in cascade),
+        checked=cascade[:-1],
         score=decision.expected[first] if decision.expected is not None else decision.score,
         reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
-        endpoint=first,
-        cascade=cascade,
     )
 
 
@@ -160,9 +156,10 @@ class Traffic:
         self.shadows_skipped = 0
 
     def explore(self, decision: Decision, routing: Routing) -> tuple[Decision, bool, float]:
-        """(the decision to carry out, whether it was explored, its propensity)."""
-        if decision.cascade:  # an N-endpoint bundle's: its first endpoint among the feasible ones
-            return self._explore_first(decision, routing.chooser.endpoints if routing.chooser is not None else ())
+        """(the decision to carry out, whether it was explored, its propensity): a two-endpoint
+        bundle's zone flipped, an N-endpoint bundle's first endpoint drawn (module doc)."""
+        if not routing.chooser.zoned:
+            return self._explore_first(decision, routing.chooser.endpoints)
         # Never into an endpoint the policy forbids: such a request has one way to run.
         possible = self.explore_rate > 0 and decision.n_tokens <= routing.edge_context_tokens and not decision.forbidden
         if not possible:
@@ -172,8 +169,7 @@ class Traffic:
         zone = CLOUD if decision.target == EDGE else FALLBACK
         explored = dataclasses.replace(
             decision,
-            zone=zone,
-            target=first_target(zone),
+            **zone_cascade(zone),
             reason=f"explored ({self.explore_rate:g}): {first_target(zone)} first "
             f"instead of {decision.target}; {decision.reason}",
         )
@@ -198,34 +194,29 @@ class Traffic:
     def request(
         self,
         routing: Routing,
-        prompt: str,
-        precision: str | None,
+        request: RouterRequest,
         decision: Decision,
         *,
         accept: AcceptCheck | None,
-        edge: Call,
-        cloud: Call,
+        calls: Mapping[str, Call],
         request_id: str | None,
         asynchronous: bool = False,
         shadow: bool = True,
-        subject: object = None,
     ) -> "Request | None":
-        """The logged request for one execute() (None without a log: nothing to record). `prompt`
-        is the routed text; `subject` what the calls take (a Routable request), default the prompt."""
+        """The logged request for one execute() (None without a log: nothing to record); `calls`
+        the endpoints' calls, of which a shadow run makes one (shadow=False: none)."""
         if self.log is None:
             return None
         return Request(
             self,
             routing,
-            prompt,
-            precision,
+            request,
             decision,
             log=self.log,
             accept=accept,
-            calls=(edge, cloud) if shadow else None,
+            calls=calls if shadow else None,
             request_id=request_id,
             asynchronous=asynchronous,
-            subject=prompt if subject is None else subject,
         )
 
     def feedback(
@@ -282,15 +273,17 @@ class Traffic:
             or self._random.random() >= self.shadow_rate
         ):
             return False
+        names = request.routing.endpoint_names
+        if len(names) != 2 or set(request.calls) != set(names):
+            return False  # which of N endpoints would shadow is a choice of its own: none does
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
-        side = CLOUD if execution.served_by == EDGE else EDGE
+        side = names[1] if execution.served_by == names[0] else names[0]
         if side in ran or side in execution.decision.forbidden:
             return False  # both already ran (a fallback), or the policy forbids the other side
         if not self._shadows.acquire(blocking=False):
             self.shadows_skipped += 1
             return False
-        edge, cloud = request.calls
-        fn = edge if side == EDGE else cloud
+        fn = request.calls[side]
         span = telemetry.attempt("shadow", side)  # a child of the request's span, when one records it
         if request.asynchronous:
             import asyncio  # here, not at the top: it would add ~30 ms to Router.load
@@ -381,19 +374,18 @@ class Request:
         self,
         traffic: Traffic,
         routing: Routing,
-        prompt: str,
-        precision: str | None,
+        request: RouterRequest,
         decision: Decision,
         *,
         log: OutcomeLog,
         accept: AcceptCheck | None,
-        calls: tuple[Call, Call] | None,
+        calls: Mapping[str, Call] | None,
         request_id: str | None,
         asynchronous: bool = False,
-        subject: object = None,
     ) -> None:
-        self.traffic, self.routing, self.prompt, self.precision = traffic, routing, prompt, precision
-        self.subject = prompt if subject is None else subject  # what a shadow call takes
+        self.traffic, self.routing = traffic, routing
+        self.prompt, self.precision = request.text, request.precision
+        self.subject = request.call_subject  # what a shadow call takes
         self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
         self.decision, self.explored, self.propensity = traffic.explore(decision, routing)
@@ -401,7 +393,7 @@ class Request:
         self.verdicts: list[object] = []  # what the accept check returned: a bool or a Verdict
         self.accept = None if accept is None else self._keeping_verdicts(accept)
         self.execution: Execution | None = None
-        self.calls = calls  # (edge, cloud) for a shadow run; None: no shadow run
+        self.calls = calls  # the endpoints' calls, for a shadow run; None: no shadow run
 
     def _keeping_verdicts(self, check: AcceptCheck) -> AcceptCheck:
         def accept(answer: Any) -> object:
@@ -467,12 +459,12 @@ class Request:
             "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
             "cloud_quality": None,
         }
-        if tried:  # N endpoints (serving.execute_endpoints): each endpoint reached, in order, and why it was left
+        if tried:  # each endpoint reached, in order, and why it was left
             record["tried"] = [t.as_record() for t in tried]
             record["expected_cost"] = execution.expected_cost if execution is not None else None
-        if decision.endpoint is not None:  # an N-endpoint bundle's decision: what its training rows need
+        if not self.routing.chooser.zoned:  # an N-endpoint bundle's record: what its training rows need
             record["endpoint"] = decision.endpoint  # the endpoint chosen, with probability `propensity`
-            record["endpoints"] = list(self.routing.endpoint_names or ())
+            record["endpoints"] = list(self.routing.endpoint_names)
             record["cascade"] = list(decision.cascade)
             # As for the edge: an endpoint whose call failed or timed out is an observed failure (0);
             # every other outcome is known only from later feedback (router.feedback(outcomes=...)).

@@ -40,12 +40,16 @@ ORDER = ("phone-3b", "onprem-8b", "frontier")
 
 
 def with_cascade(decision: Decision, cascade=ORDER, **changes) -> Decision:
-    """`decision` with `cascade` (and any other field changed), as an N-endpoint bundle decides."""
-    return dataclasses.replace(decision, cascade=tuple(cascade), **changes)
+    """`decision` with `cascade` (and any other field changed), as an N-endpoint bundle decides:
+    every answer but the last checked; where each runs from SPECS (edge on the device)."""
+    where = {e.name: e.where == "device" for e in SPECS}
+    cascade = tuple(cascade)
+    on_device = tuple(where.get(name, name == "edge") for name in cascade)
+    return dataclasses.replace(decision, cascade=cascade, on_device=on_device, checked=cascade[:-1], **changes)
 
 
 def decision(cascade=ORDER, *, n_tokens: int = 10, forbidden=(), zone: str = "edge_with_cloud_fallback", rule=None):
-    base = Decision.make(zone, score=0.0, reason="test", degraded=False, model_version="test", n_tokens=n_tokens)
+    base = Decision.of_zone(zone, score=0.0, reason="test", degraded=False, model_version="test", n_tokens=n_tokens)
     return with_cascade(base, cascade, forbidden=tuple(forbidden), rule=rule)
 
 
@@ -57,9 +61,9 @@ class CascadeRouter(Router):
     cascade: tuple[str, ...] = ORDER
     changes: dict = {}
 
-    def _prepared(self, *args):
-        routing, text, decided, accept = super()._prepared(*args)
-        return routing, text, with_cascade(decided, self.cascade, **self.changes), accept
+    def _prepared(self, request, accept):
+        routing, decided, check = super()._prepared(request, accept)
+        return routing, with_cascade(decided, self.cascade, **self.changes), check
 
 
 def cascade_router(tmp_path, **load_options) -> CascadeRouter:

@@ -136,7 +136,10 @@ def test_no_side_left_is_a_clear_error_naming_the_capability(router):
     # with a policy: a forbidden cloud and an edge lacking images leave nothing, both named
     forbid = PolicySet.from_dict({"rules": [{"name": "no-cloud", "then": "forbid", "endpoint": "cloud"}]})
     policed = Router(router._routing, policy=forbid)
-    with pytest.raises(NoFeasibleEndpoint, match=r"edge lacks images; the policy forbids cloud \(policy 'no-cloud'\)"):
+    with pytest.raises(
+        NoFeasibleEndpoint,
+        match=r"the policy forbids cloud \(policy 'no-cloud'\); the request needs images \(needs:images\): edge lacks images",
+    ):
         policed.route("hi", needs=Needs(images=True), capabilities={"edge": TEXT_ONLY})
 
 
@@ -159,12 +162,12 @@ def test_execute_never_calls_a_side_lacking_what_the_request_needs(router, stubs
     sides = {"edge": SEES, "cloud": TEXT_ONLY}
     edge.behaviour = Behaviour(status=500)
     with pytest.raises(
-        FallbackForbidden, match="policy 'needs:images' forbids the cloud, and the edge did not serve"
+        FallbackForbidden, match="policy 'needs:images' forbids cloud, and no allowed endpoint served"
     ) as caught:
         router.execute(prompt, caller(edge), caller(cloud), needs=Needs(images=True), capabilities=sides)
     assert caught.value.rule == "needs:images" and len(cloud.received) == 1  # the first request's only
     # cloud first by the model, but it lacks images and the prompt exceeds the edge context: an error, no call
-    with pytest.raises(FallbackForbidden, match="exceeds the edge context limit"):
+    with pytest.raises(FallbackForbidden, match="exceeds the context limit"):
         router.execute(LONG[0]["content"], caller(edge), caller(cloud), needs=Needs(images=True), capabilities=sides)
     plain = router.execute(prompt, caller(edge), caller(cloud), capabilities=sides)  # needs nothing
     assert plain.served_by == "cloud" and len(cloud.received) == 2  # the same failure falls back: the stubs record

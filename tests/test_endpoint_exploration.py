@@ -3,8 +3,8 @@ endpoint-training-rows): with `explore_rate` r, a request's first endpoint is dr
 the k endpoints feasible for it, the rest of the decision's cascade following; the record's
 `propensity` is the probability that the logging policy ran that endpoint first ((1 - r) + r / k for
 the decided one, r / k for each other), so that one-outcome rows estimate every endpoint without the
-bias of deterministic logging. The session's four-endpoint bundle, requests through execute_endpoints
-and aexecute_endpoints over local callables that record every call."""
+bias of deterministic logging. The session's four-endpoint bundle, requests through Router.execute
+and aexecute over local callables that record every call."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=rate, seed=11)
     decided = router.route(JOKE)
     stubs = Calls(NAMES)
-    runs = [router.execute_endpoints(JOKE, stubs.sync) for _ in range(n)]
+    runs = [router.execute(JOKE, endpoints=stubs.sync) for _ in range(n)]
     log.close()
     logged = requests_logged(tmp_path / "logs")
     firsts = [r["endpoint"] for r in logged]
@@ -82,7 +82,7 @@ def test_first_endpoints_are_drawn_with_the_propensities_logged(trained, tmp_pat
     # Seeded: the same seed draws the same first endpoints, another seed others.
     def drawn(seed: int, folder: str) -> list[str]:
         again, again_log = logging_router(tmp_path / folder, made.folder, public, explore_rate=rate, seed=seed)
-        out = [again.execute_endpoints(JOKE, Calls(NAMES).sync).served_by for _ in range(60)]
+        out = [again.execute(JOKE, endpoints=Calls(NAMES).sync).served_by for _ in range(60)]
         again_log.close()
         return out
 
@@ -97,10 +97,10 @@ def test_an_explored_endpoint_that_fails_hands_over_to_the_decided_one_sync_and_
         NAMES, fail={n: ConnectionError(f"{n} is down") for n in set(NAMES) - {decided.endpoint}}
     )  # only the decided endpoint answers
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=1.0, seed=3)
-    runs = [router.execute_endpoints(JOKE, stubs.sync) for _ in range(40)]
+    runs = [router.execute(JOKE, endpoints=stubs.sync) for _ in range(40)]
 
     async def asynchronous():
-        return [await router.aexecute_endpoints(JOKE, stubs.asyn) for _ in range(40)]
+        return [await router.aexecute(JOKE, endpoints=stubs.asyn) for _ in range(40)]
 
     runs += asyncio.run(asynchronous())
     log.close()
@@ -163,7 +163,7 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
     )
     stubs = Calls(NAMES)
     for prompt in PROMPTS * 5:
-        router.execute_endpoints(prompt, stubs.sync, metadata=local)
+        router.execute(prompt, endpoints=stubs.sync, metadata=local)
     log.close()
     assert set(stubs.made) == {"phone-3b"}
     assert {(r["endpoint"], r["propensity"], r["explored"]) for r in requests_logged(tmp_path / "one")} == {
@@ -182,10 +182,10 @@ def test_forbidden_endpoints_are_never_explored(trained, tmp_path):  # noqa: F81
     )
     stubs = Calls(NAMES)
     for prompt in PROMPTS * 10:
-        router.execute_endpoints(prompt, stubs.sync, metadata=local)
+        router.execute(prompt, endpoints=stubs.sync, metadata=local)
     public_stubs = Calls(NAMES)
     for prompt in PROMPTS * 2:  # not private: every endpoint may be explored to
-        router.execute_endpoints(prompt, public_stubs.sync)
+        router.execute(prompt, endpoints=public_stubs.sync)
     log.close()
     logged = requests_logged(tmp_path / "two")
     private, others = logged[: len(PROMPTS) * 10], logged[len(PROMPTS) * 10 :]
@@ -202,13 +202,13 @@ def test_endpoints_the_request_cannot_use_are_never_explored(trained, tmp_path):
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=0.5, seed=0)
     images = Calls(NAMES)
     for _ in range(30):  # only frontier declares images: one way to run
-        router.execute_endpoints(JOKE, images.sync, needs=Needs(images=True))
+        router.execute(JOKE, endpoints=images.sync, needs=Needs(images=True))
     long_prompt = "word " * 5000  # over phone-3b's 4,096-token context, within the others'
     decided = router.route(long_prompt)
     assert "phone-3b" not in decided.cascade
     long = Calls(NAMES)
     for _ in range(200):
-        router.execute_endpoints(long_prompt, long.sync)
+        router.execute(long_prompt, endpoints=long.sync)
     log.close()
     logged = requests_logged(tmp_path / "logs")
     assert set(images.made) == {"frontier"}
@@ -224,7 +224,7 @@ def test_explore_rate_0_records_the_decision_as_routed(trained, tmp_path):  # no
     made, public = trained
     router, log = logging_router(tmp_path / "logs", made.folder, public, explore_rate=0.0, seed=0)
     decisions = [router.route(p) for p in PROMPTS]
-    runs = [router.execute_endpoints(p, Calls(NAMES).sync) for p in PROMPTS]
+    runs = [router.execute(p, endpoints=Calls(NAMES).sync) for p in PROMPTS]
     log.close()
     for decision, run, record in zip(decisions, runs, requests_logged(tmp_path / "logs")):
         assert run.decision == decision
@@ -252,7 +252,7 @@ def test_explored_one_outcome_logs_estimate_each_endpoint_near_the_complete_rows
         router, log = logging_router(folder, made.folder, public, explore_rate=rate, seed=0)
         stubs = Calls(NAMES).sync
         for row in rows:
-            run = router.execute_endpoints(row["prompt"], stubs, precision=row.get("precision"))
+            run = router.execute(row["prompt"], endpoints=stubs, precision=row.get("precision"))
             first = run.decision.endpoint
             router.feedback(run.request_id, outcomes={first: row["outcomes"][first]})
         log.close()

@@ -1,6 +1,6 @@
 """From an N-endpoint deployment's traffic to N-endpoint training rows (docs/endpoints.md#from-your-
 traffic-to-n-endpoint-training-rows): the session's four-endpoint bundle routes real requests through
-execute_endpoints over local stub endpoints, with an outcome log; `router.feedback(outcomes=...)`
+Router.execute over local stub endpoints, with an outcome log; `router.feedback(outcomes=...)`
 gives endpoints' qualities; the log folder reads back (data.sdk_logs) into rows with `outcomes`, the
 routed endpoint and its propensity, which data.endpoint_logs.read_endpoint_logs (what `make endpoints
 --data` reads) accepts. Bad feedback is a clear error in the SDK and a reject at its file and line in
@@ -70,7 +70,7 @@ def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged_climbing, 
     climbing = next(i for i, d in enumerate(decisions) if len(d.cascade) > 1)  # somewhere to fall back to
     waiting = max(i for i in range(len(PROMPTS)) if i != climbing)  # no feedback: no outcome known yet
     stubs = Calls(NAMES, fail={(decisions[climbing].endpoint, PROMPTS[climbing]): ConnectionError("down")})
-    runs = [router.execute_endpoints(p, stubs.sync) for p in PROMPTS]
+    runs = [router.execute(p, endpoints=stubs.sync) for p in PROMPTS]
     assert runs[climbing].served_by == decisions[climbing].cascade[1]
     expected: list[dict[str, float]] = []
     for i, run in enumerate(runs):
@@ -128,7 +128,7 @@ def test_traffic_with_outcome_feedback_becomes_n_endpoint_rows(logged_climbing, 
 
 def test_async_requests_are_logged_alike(logged, tmp_path):
     router, log = logged
-    run = asyncio.run(router.aexecute_endpoints(PROMPTS[0], Calls(NAMES).asyn))
+    run = asyncio.run(router.aexecute(PROMPTS[0], endpoints=Calls(NAMES).asyn))
     assert router.feedback(run.request_id, outcomes={run.served_by: 1.0})
     log.close()
     rejects: list = []
@@ -143,7 +143,7 @@ def test_async_requests_are_logged_alike(logged, tmp_path):
 
 def test_bad_outcome_feedback_is_a_clear_error_and_writes_nothing(trained, logged, tmp_path):  # noqa: F811
     router, log = logged
-    run = router.execute_endpoints(PROMPTS[0], Calls(NAMES).sync)
+    run = router.execute(PROMPTS[0], endpoints=Calls(NAMES).sync)
     first = NAMES[0]
     cases = [
         ({"outcomes": {"ghost": 1.0}}, f"'ghost', which is not an endpoint of this router ({', '.join(NAMES)})"),
@@ -205,7 +205,7 @@ def test_feedback_that_does_not_fit_its_request_is_a_reject_at_its_own_line(trai
     log = OutcomeLog(tmp_path / "logs")
     n_router = Router.load(made.folder, strict=True, public_key=public, log=log)
     two_router = Router.load(tmp_path / "no-bundle", log=log)  # one folder, both kinds of request
-    n_run = n_router.execute_endpoints(PROMPTS[1], Calls(NAMES).sync, request_id="n-1")
+    n_run = n_router.execute(PROMPTS[1], endpoints=Calls(NAMES).sync, request_id="n-1")
     two_router.execute("What is 2 + 2?", edge=lambda p: "e", cloud=lambda p: "c", request_id="two-1")
     routed = n_run.decision.endpoint
     # What a hand-edited log or another tool might write: each marked by its source.
@@ -277,7 +277,7 @@ def test_an_n_endpoint_request_logged_without_its_text_is_a_reject_saying_why(tr
     made, public = trained
     log = OutcomeLog(tmp_path / "logs", privacy="token_ids")
     router = Router.load(made.folder, strict=True, public_key=public, log=log)
-    run = router.execute_endpoints(PROMPTS[0], Calls(NAMES).sync)
+    run = router.execute(PROMPTS[0], endpoints=Calls(NAMES).sync)
     assert router.feedback(run.request_id, outcomes={run.served_by: 1.0})
     log.close()
     assert log.dropped == 0

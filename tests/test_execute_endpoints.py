@@ -16,8 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from serving import CloudCallError, telemetry
 from serving.decision import Decision
-from serving.execute import EdgePool, aexecute, execute
-from serving.execute_endpoints import EndpointsFailed, tried_text
+from serving.execute import EdgePool, EndpointsFailed, aexecute, execute, tried_text
 from serving.policy import FallbackForbidden
 from tests.endpoint_doubles import ORDER, SPECS, Calls, decision
 
@@ -41,7 +40,8 @@ def test_the_cascade_order_is_the_decisions_not_the_mappings():
     run = execute(decision(("frontier", "phone-3b", "onprem-8b")), "hi", endpoints=calls.sync)
     assert calls.made == ["frontier", "phone-3b"]
     assert labels(run) == "frontier=error:ConnectionError,phone-3b=served"
-    assert run.fallback_reason == "left frontier=error:ConnectionError"
+    assert run.fallback_code == "left frontier=error:ConnectionError"
+    assert run.fallback_reason == "left frontier=error:ConnectionError: ConnectionError('down')"
 
 
 def test_an_error_moves_on_to_the_next_endpoint_and_the_cost_counts_every_call():
@@ -169,19 +169,19 @@ def test_when_every_endpoint_fails_the_error_names_each_attempt():
 
 def test_a_decision_without_a_cascade_runs_its_zone_over_endpoints_named_edge_and_cloud():
     two = Calls(("edge", "cloud"), fail={"edge": ConnectionError("down")})
-    plain = Decision.make("edge", score=0.0, reason="t", degraded=False, model_version="t")
+    plain = Decision.of_zone("edge", score=0.0, reason="t", degraded=False, model_version="t")
     run = execute(plain, "q", endpoints=two.sync)
     old = execute(plain, "q", edge=two.call("edge"), cloud=two.call("cloud"), edge_context_tokens=1000)
     assert (run.served_by, old.served_by) == ("cloud", "cloud")
     assert labels(run) == "edge=error:ConnectionError,cloud=served"
-    cloud_zone = Decision.make("cloud", score=0.0, reason="t", degraded=False, model_version="t")
+    cloud_zone = Decision.of_zone("cloud", score=0.0, reason="t", degraded=False, model_version="t")
     two.made.clear()
     assert execute(cloud_zone, "q", endpoints=two.sync).served_by == "cloud" and two.made == ["cloud"]
     # the accept check applies as on the two-endpoint path: in the fallback zone only
     reject = lambda answer: False  # noqa: E731
-    edge_zone = Decision.make("edge", score=0.0, reason="t", degraded=False, model_version="t")
+    edge_zone = Decision.of_zone("edge", score=0.0, reason="t", degraded=False, model_version="t")
     assert execute(edge_zone, "q", endpoints=Calls(("edge", "cloud")).sync, accept=reject).served_by == "edge"
-    fallback = Decision.make("edge_with_cloud_fallback", score=0.0, reason="t", degraded=False, model_version="t")
+    fallback = Decision.of_zone("edge_with_cloud_fallback", score=0.0, reason="t", degraded=False, model_version="t")
     assert execute(fallback, "q", endpoints=Calls(("edge", "cloud")).sync, accept=reject).served_by == "cloud"
 
 
@@ -189,7 +189,7 @@ def test_bad_arguments_are_clear_errors_before_any_call():
     calls = Calls()
     with pytest.raises(TypeError, match="not both"):
         execute(decision(), "q", edge=calls.call("x"), cloud=calls.call("y"), endpoints=calls.sync)
-    with pytest.raises(TypeError, match="needs edge=, cloud= and edge_context_tokens=, or endpoints="):
+    with pytest.raises(TypeError, match=r"needs endpoints= \(name -> call\), or edge= and cloud="):
         execute(decision(), "q")
     with pytest.raises(ValueError, match="names 'frontier', which endpoints= does not have"):
         execute(decision(), "q", endpoints={"phone-3b": calls.call("a"), "onprem-8b": calls.call("b")})

@@ -12,7 +12,7 @@ from serving.execute import EdgePool, execute
 
 
 def decision(zone: str = "edge") -> Decision:
-    return Decision.make(zone, score=0.1, reason="test", degraded=False, model_version="t", n_tokens=10)
+    return Decision.of_zone(zone, score=0.1, reason="test", degraded=False, model_version="t", n_tokens=10)
 
 
 def cloud_ok(prompt):
@@ -66,8 +66,8 @@ def test_a_hanging_edge_holds_a_bounded_number_of_threads_and_the_pool_recovers(
     assert len(timed_out) + len(busy) == 2000 and len(timed_out) == len(calls) <= 8
     assert all("exceeded 0.005 s" in r.fallback_reason for r in timed_out)
     assert all(
-        r.fallback_reason.startswith("edge busy")
-        and r.steps[0].detail == r.fallback_reason
+        r.fallback_reason.startswith("left edge=busy: edge busy")
+        and r.fallback_reason.endswith(r.steps[0].detail)
         and [s.name for s in r.steps] == ["edge", "cloud"]
         for r in busy
     )

@@ -1,6 +1,6 @@
 """A request's language as a capability (serving.language, serving.capabilities): the detector on
 the shipped labelled prompts (data/languages/labelled.jsonl, pipelines/language_eval.py), unknown
-below its confidence floor; an N-endpoint bundle's choice (serving.endpoint_routing.EndpointChooser
+below its confidence floor; an N-endpoint bundle's choice (serving.chooser.Chooser
 on a spec whose endpoints declare languages) rules out an endpoint whose languages lack the
 request's, declared (Needs.language, metadata) before detected, names needs:language=xx in the
 decision and in what execute() raises, detects nothing when no endpoint declares languages, and
@@ -16,13 +16,13 @@ import pytest
 import serving.language as language
 from pipelines.language_eval import DATA, UNKNOWN, at_floor, detections, read_labelled, scores
 from serving.capabilities import Needs, rule_name, with_language
-from serving.endpoint_routing import EndpointChooser
+from serving.chooser import Choice, Chooser, Scores
 from serving.endpoints import Capabilities, parse_endpoints
-from serving.execute import execute
-from serving.execute_endpoints import tried_text
+from serving.execute import execute, tried_text
 from serving.language import CONFIDENCE_FLOOR, LanguageDetector, LanguageDetectorMissing, serves
 from serving.manifest import EndpointsSection
 from serving.policy import FallbackForbidden, NoFeasibleEndpoint
+from serving.request import Request
 from serving.router import Router
 from tests.test_endpoint_bundle import NAMES as BUNDLE_NAMES
 from tests.test_endpoint_bundle import trained  # noqa: F401  (the N-endpoint bundle fixture)
@@ -62,16 +62,21 @@ def spec(phone=("en",), onprem=("en", "de", "fr"), frontier=None):
     )
 
 
-def chooser(endpoints=None) -> EndpointChooser:
+def chooser(endpoints=None) -> Chooser:
     section = EndpointsSection(endpoints or spec(), output_tokens=200.0, rule="cheapest_within", parameter=0.05)
-    return EndpointChooser(section, "test", max_chars=2000)
+    return Chooser(tuple(section.spec), Choice(section), model_version="test", max_chars=2000)
 
 
-def decide(made: EndpointChooser, prompts, **options):
+def decide(made: Chooser, prompts, *, needs=None, metadata=None, capabilities=None):
     """Decisions with each costlier endpoint expected to do a little better, all within the rule's
     margin: the cheapest feasible endpoint first, then each costlier one."""
     expected = np.tile([0.9, 0.92, 0.94], (len(prompts), 1))
-    return made.decisions(list(prompts), [None] * len(prompts), expected, [20.0] * len(prompts), **options)
+    n = len(prompts)
+    requests = [
+        Request(p, needs=w, metadata=m, capabilities=capabilities)
+        for p, w, m in zip(prompts, needs or [None] * n, metadata or [None] * n)
+    ]
+    return made.decisions(requests, Scores([20.0] * n, expected=expected))
 
 
 # --- the detector ------------------------------------------------------------------------------
@@ -258,11 +263,9 @@ def test_a_trained_bundles_router_rules_out_by_language_declared_or_detected(tra
 
 
 def test_languages_declared_only_in_the_specs_given_to_execute_apply_without_other_needs(trained):  # noqa: F811
-    """RoutedChat's specs= and the proxy's --endpoints file reach the router as execute_endpoints'
+    """RoutedChat's specs= and the proxy's --endpoints file reach the router as Router.execute's
     `specs`: languages declared there rule an endpoint out though the request needs nothing else."""
     import dataclasses
-
-    from serving.routed_endpoints import execute_endpoints
 
     made, public = trained
     router = Router.load(made.folder, strict=True, public_key=public)
@@ -273,7 +276,7 @@ def test_languages_declared_only_in_the_specs_given_to_execute_apply_without_oth
     }
     called = []
     calls = {name: (lambda prompt, n=name: called.append(n) or n) for name in BUNDLE_NAMES}
-    served = execute_endpoints(router, GERMAN, calls, specs=specs)
+    served = router.execute(GERMAN, endpoints=calls, specs=specs)
     assert chosen not in called and served.served_by != chosen and called == [served.served_by]
     assert served.decision.rule == "needs:language=de" and chosen in served.decision.forbidden
 

@@ -488,7 +488,9 @@ def test_when_the_edge_fails_the_cloud_is_never_called_and_the_rule_is_named(rou
         edge.behaviour.status = 503
     elif failure == "timeout":
         edge.behaviour.delay_s = 1.0
-    with pytest.raises(FallbackForbidden, match="policy 'pii-stays-local' forbids the cloud") as caught:
+    with pytest.raises(
+        FallbackForbidden, match="policy 'pii-stays-local' forbids cloud, and no allowed endpoint served"
+    ) as caught:
         router.execute(PII_PROMPT, caller(edge), caller(cloud), **options)
     error = caught.value
     assert (error.rule, error.endpoint, error.decision.rule) == ("pii-stays-local", "cloud", "pii-stays-local")
@@ -502,7 +504,7 @@ def test_when_the_edge_fails_the_cloud_is_never_called_and_the_rule_is_named(rou
 
 def test_over_the_edge_context_a_private_prompt_calls_neither(router, stubs):
     edge, cloud = stubs
-    with pytest.raises(FallbackForbidden, match="exceeds the edge context limit"):
+    with pytest.raises(FallbackForbidden, match="exceeds the context limit"):
         router.execute(PII_PROMPT + " " + LONG, caller(edge), caller(cloud))
     assert edge.received == [] and cloud.received == []
 
@@ -769,7 +771,7 @@ def test_routed_chat_counts_each_answers_cost_streams_at_their_end(router, stubs
                 assert stream.routing.served_by == "cloud"
                 list(stream)
         calls = len(cloud.received)
-        with pytest.raises(FallbackForbidden, match="'free-daily-budget' forbids the cloud.*edge context limit"):
+        with pytest.raises(FallbackForbidden, match="'free-daily-budget' forbids cloud.*exceeds the context limit"):
             chat.create(long, metadata=free, precision="exact")  # too long for the edge, and over budget
         short = [{"role": "user", "content": "Is this mortgage contract clause standard?"}]
         over = chat.create(short, metadata=free, precision="exact")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from serving import Router
+from serving.chooser import Scores
+from serving.request import Request
 
 pytestmark = pytest.mark.real_data
 
@@ -27,8 +29,9 @@ def test_the_stages_are_the_callables_route_runs(router):
     feeds = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
     outputs = stages.model(stages.scorer.outputs, feeds, None)
     assert len(outputs) == len(stages.scorer.outputs)
-    again = stages.decision(PROMPT, "exact", decision.score, decision.n_tokens, (decision.p_edge, decision.p_cloud))
-    # The learned decision; route() then adds the familiarity check's verdict to it.
+    scored = Scores([decision.n_tokens], scores=[decision.score], heads=[(decision.p_edge, decision.p_cloud)])
+    (again,) = stages.decision([Request(PROMPT, precision="exact")], scored)
+    # The learned decision; route() also passes the familiarity check's verdict.
     assert again.score == decision.score and again.reason in decision.reason
     assert again.zone == decision.zone or decision.unfamiliar
 

@@ -1,4 +1,4 @@
-"""Router.aexecute and aexecute_endpoints route a long prompt on a worker thread (serving.execute.off_loop):
+"""Router.aexecute (edge= and cloud=, or endpoints=) routes a long prompt on a worker thread (serving.execute.off_loop):
 the event loop keeps running other coroutines meanwhile; a short prompt routes inline. Without a
 bundle (the rule table) and with a policy of detectors, which make a long prompt's routing slow.
 The proxy process under the same load: tests/test_proxy_hardening.py."""
@@ -88,7 +88,7 @@ def test_a_short_prompt_routes_inline_and_a_long_one_on_the_routing_thread(tmp_p
     async def main() -> None:
         await chooser.aexecute("What is 2+2?", answer, answer)
         await chooser.aexecute("x" * (INLINE_CHARS + 1), answer, answer)
-        await chooser.aexecute_endpoints("y" * (INLINE_CHARS + 1), {"edge": answer, "cloud": answer})
+        await chooser.aexecute("y" * (INLINE_CHARS + 1), endpoints={"edge": answer, "cloud": answer})
 
     asyncio.run(main())
     assert threads[0] == "MainThread" and all(t.startswith("serving-routing") for t in threads[1:]), threads

@@ -12,7 +12,7 @@ from serving.execute import Step, execute
 
 
 def decision(zone: str, n_tokens: int = 10) -> Decision:
-    return Decision.make(zone, score=0.5, reason="test", degraded=False, model_version="t", n_tokens=n_tokens)
+    return Decision.of_zone(zone, score=0.5, reason="test", degraded=False, model_version="t", n_tokens=n_tokens)
 
 
 def edge_ok(prompt):
@@ -68,13 +68,14 @@ def test_edge_timeout_falls_back_without_waiting():
 
 def test_over_the_context_limit_skips_the_edge():
     result = run("edge_with_cloud_fallback", n_tokens=5000, edge=failing)
-    assert result.served_by == "cloud" and "edge context limit of 1024" in result.fallback_reason
+    assert result.served_by == "cloud" and "context limit of 1024" in result.fallback_reason
     assert [(s.name, s.status) for s in result.steps] == [("edge", "skipped"), ("cloud", "ok")]
 
 
 def test_accept_check_applies_in_the_fallback_zone():
     rejected = run("edge_with_cloud_fallback", accept=lambda r: False)
-    assert rejected.served_by == "cloud" and rejected.fallback_reason == "accept check rejected the edge answer"
+    assert rejected.served_by == "cloud"
+    assert rejected.fallback_reason == "left edge=rejected: the accept check rejected its answer"
     assert [(s.name, s.status) for s in rejected.steps] == [("edge", "ok"), ("accept", "rejected"), ("cloud", "ok")]
     accepted = run("edge_with_cloud_fallback", accept=lambda r: r.startswith("edge"))
     assert accepted.served_by == "edge"
@@ -87,10 +88,10 @@ def test_cloud_failure_is_raised_with_the_edge_error_attached():
     def cloud_down(prompt):
         raise RuntimeError("503 from cloud")
 
-    with pytest.raises(CloudCallError, match="503 from cloud.*device busy") as caught:
+    with pytest.raises(CloudCallError, match="edge=error:ConnectionError; cloud=error:RuntimeError") as caught:
         run("edge", edge=failing, cloud=cloud_down)
-    assert isinstance(caught.value.edge_error, ConnectionError)
-    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert isinstance(caught.value.edge_error, ConnectionError) and "device busy" in str(caught.value.edge_error)
+    assert isinstance(caught.value.__cause__, RuntimeError) and "503 from cloud" in str(caught.value.__cause__)
     assert [s.status for s in caught.value.steps] == ["error", "error"]
     with pytest.raises(CloudCallError) as cloud_first:
         run("cloud", cloud=cloud_down)
@@ -108,7 +109,7 @@ def test_router_execute_end_to_end(bundle):
         precision="exact",
     )
     assert result.decision.target == calls[0] and result.response == "4"
-    with pytest.raises(TypeError, match="callables"):
+    with pytest.raises(TypeError, match="must be a callable"):
         router.execute("hi", edge="not callable", cloud=cloud_ok)
 
 
@@ -120,10 +121,10 @@ def test_router_from_the_mlflow_registry(trained_small, tmp_path):
     from training.registry import router_from_mlflow
 
     cfg, result = trained_small
-    mlflow.set_tracking_uri(cfg.tracking_uri)
-    MlflowClient().set_registered_model_alias(cfg.registered_model, "champion", result.model_version)
+    mlflow.set_tracking_uri(cfg.mlflow.tracking_uri)
+    MlflowClient().set_registered_model_alias(cfg.mlflow.registered_model, "champion", result.model_version)
     router = router_from_mlflow(
-        f"models:/{cfg.registered_model}@champion", tracking_uri=cfg.tracking_uri, dest=tmp_path
+        f"models:/{cfg.mlflow.registered_model}@champion", tracking_uri=cfg.mlflow.tracking_uri, dest=tmp_path
     )
     assert not router.degraded and router.manifest.mlflow["run_id"] == result.run_id
     held = result.held_out.iloc[:20]
@@ -161,7 +162,10 @@ def test_a_request_object_reaches_the_calls_unchanged_and_each_step_keeps_its_an
         accept=lambda answer: False,
     )
     assert [(name, got is request) for name, got in seen] == [("edge", True), ("cloud", True)]
-    assert result.response == "CLOUD-ANSWER" and result.fallback_reason == "accept check rejected the edge answer"
+    assert (
+        result.response == "CLOUD-ANSWER"
+        and result.fallback_reason == "left edge=rejected: the accept check rejected its answer"
+    )
     # Each call's Step keeps what it returned, the rejected edge answer too; the accept check keeps nothing.
     assert [(s.name, s.status, s.result) for s in result.steps] == [
         ("edge", "ok", "EDGE-ANSWER"),
@@ -221,7 +225,7 @@ def test_router_routes_and_logs_a_request_objects_prompt_and_calls_with_the_obje
     ]
     assert records[2]["response"] == "SHADOW-CLOUD-ANSWER"
     assert "REJECTED-EDGE-ANSWER" not in on_disk and "x" * 50 not in on_disk
-    with pytest.raises(TypeError, match=r"prompt must be str, or a request whose \.prompt is str"):
+    with pytest.raises(TypeError, match=r"prompt must be a serving.Request, a str, or a request whose \.prompt is str"):
         router.execute(Asked(None), edge_ok, cloud_ok)
-    with pytest.raises(TypeError, match="prompt must be str"):
+    with pytest.raises(TypeError, match="prompt must be a serving.Request, a str"):
         router.execute(b"bytes", edge_ok, cloud_ok)

@@ -44,6 +44,7 @@ from serving.chat.request import ChatRequest
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat.upstream import Answer, Upstream
+from serving.execute import check_names, named_calls
 
 if TYPE_CHECKING:
     from serving.chat.conversation import Message
@@ -64,7 +65,7 @@ class RoutedChat:
         so an outcome log on the router records every request).
     edge, cloud: the two Endpoints.
     endpoints: instead of edge and cloud, N Endpoints by name (the names of the bundle's endpoints),
-        tried in each decision's cascade order (serving.execute_endpoints; docs/endpoints.md#running-n-endpoints);
+        tried in each decision's cascade order (serving.execute; docs/endpoints.md#running-n-endpoints);
         `specs` (a serving.endpoints spec, or name -> its Endpoint) gives their context limits and
         prices. RoutingInfo.tried then says which endpoints were tried and why each was left.
     verify_edge_zone: apply the accept check to confident edge answers too, not only in the
@@ -91,27 +92,19 @@ class RoutedChat:
         to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
         on_routed: Callable[[RoutingInfo], None] | None = None,
     ) -> None:
-        if endpoints is not None:
-            if edge is not None or cloud is not None:
-                raise TypeError("give edge= and cloud=, or endpoints=, not both")
-            from serving.execute_endpoints import check_names
-
-            check_names(endpoints)
-            named = dict(endpoints)
-        elif edge is None or cloud is None:
-            raise TypeError("RoutedChat needs edge= and cloud=, or endpoints= (name -> Endpoint)")
-        else:
-            named = {"edge": edge, "cloud": cloud}
+        if endpoints is None and (edge is None or cloud is None):
+            raise TypeError("RoutedChat needs endpoints= (name -> Endpoint), or edge= and cloud=")
+        named = dict(named_calls(edge, cloud, endpoints))
+        check_names(named)
         if not all(isinstance(endpoint, Endpoint) for endpoint in named.values()):
             raise TypeError("edge and cloud (each of endpoints) must be serving.chat.Endpoint objects")
         self.router = router
         self.edge, self.cloud = named.get("edge"), named.get("cloud")
-        # N endpoints (docs/endpoints.md#running-n-endpoints): the cascade of serving.execute_endpoints
-        self.endpoints: Mapping[str, Endpoint] | None = named if endpoints is not None else None
+        self.endpoints: Mapping[str, Endpoint] = named  # tried in each decision's cascade order (serving.execute)
         self.specs = specs
-        # the two sides' declared capabilities (serving.chat.Endpoint.capabilities), None when neither declares any
+        # the endpoints' declared capabilities (Endpoint.capabilities), None when none declares any (then the specs')
         declared = {name: endpoint.capabilities for name, endpoint in named.items()}
-        self._capabilities = declared if endpoints is None and any(declared.values()) else None
+        self._capabilities = declared if any(declared.values()) else None
         keys = tuple(endpoint.api_key for endpoint in named.values())
         self._upstreams = {name: Upstream(name, endpoint, secrets=keys) for name, endpoint in named.items()}
         self._span_attributes = {  # each attempt span's model, host and port (serving.telemetry)
@@ -161,21 +154,10 @@ class RoutedChat:
             if stream:
                 return ChatStream(loop.run(self._open_stream(request, precision, accept, metadata, scope, trace)), loop)
             started = time.perf_counter()
-            if self.endpoints is not None:
-                from serving.routed_endpoints import execute_endpoints
-
-                calls = {name: functools.partial(loop.call, up.acomplete) for name, up in self._upstreams.items()}
-                execution = execute_endpoints(
-                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata, request)
-                )
-            else:
-                execution = self.router.execute(
-                    request,
-                    functools.partial(loop.call, self._upstreams["edge"].acomplete),
-                    functools.partial(loop.call, self._upstreams["cloud"].acomplete),
-                    capabilities=self._capabilities,
-                    **self._options(precision, accept, metadata, request),
-                )
+            calls = {name: functools.partial(loop.call, up.acomplete) for name, up in self._upstreams.items()}
+            execution = self.router.execute(
+                request, endpoints=calls, **self._options(precision, accept, metadata, request)
+            )
             return self._completed(execution, started, trace, metadata)
 
     async def acreate(
@@ -198,21 +180,10 @@ class RoutedChat:
             if stream:
                 return await self._open_stream(request, precision, accept, metadata, scope, trace)
             started = time.perf_counter()
-            if self.endpoints is not None:
-                from serving.routed_endpoints import aexecute_endpoints
-
-                calls = {name: up.acomplete for name, up in self._upstreams.items()}
-                execution = await aexecute_endpoints(
-                    self.router, request, calls, specs=self.specs, **self._options(precision, accept, metadata, request)
-                )
-            else:
-                execution = await self.router.aexecute(
-                    request,
-                    self._upstreams["edge"].acomplete,
-                    self._upstreams["cloud"].acomplete,
-                    capabilities=self._capabilities,
-                    **self._options(precision, accept, metadata, request),
-                )
+            calls = {name: up.acomplete for name, up in self._upstreams.items()}
+            execution = await self.router.aexecute(
+                request, endpoints=calls, **self._options(precision, accept, metadata, request)
+            )
             return self._completed(execution, started, trace, metadata)
 
     async def _open_stream(
@@ -231,30 +202,18 @@ class RoutedChat:
             )
         started = time.perf_counter()
         with telemetry.within(trace):  # the sync client runs this on its loop thread: its span still holds
-            if self.endpoints is not None:
-                from serving.routed_endpoints import aexecute_endpoints
-
-                opens = {name: up.open_stream for name, up in self._upstreams.items()}
-                execution = await aexecute_endpoints(
-                    self.router,
-                    request,
-                    opens,
-                    specs=self.specs,
-                    precision=precision,
-                    metadata=metadata,
-                    needs=request.needs or None,
-                )
-            else:  # No shadow run: the other side would open a stream that nobody reads.
-                execution = await self.router.aexecute(
-                    request,
-                    self._upstreams["edge"].open_stream,
-                    self._upstreams["cloud"].open_stream,
-                    precision=precision,
-                    shadow=False,
-                    metadata=metadata,
-                    needs=request.needs or None,
-                    capabilities=self._capabilities,
-                )
+            opens = {name: up.open_stream for name, up in self._upstreams.items()}
+            # No shadow run: the other endpoint would open a stream that nobody reads.
+            execution = await self.router.aexecute(
+                request,
+                endpoints=opens,
+                specs=self.specs,
+                precision=precision,
+                shadow=False,
+                metadata=metadata,
+                needs=request.needs or None,
+                capabilities=self._capabilities,
+            )
         upstream = self._upstream(execution.served_by)
         routing = RoutingInfo.of(execution, upstream.endpoint.model)
         # the request's span ends with the stream
@@ -267,6 +226,8 @@ class RoutedChat:
         """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed
         request: its needs (serving.capabilities) among them, read from the request once."""
         options = {
+            "specs": self.specs,
+            "capabilities": self._capabilities,
             "precision": precision,
             "verify_edge_zone": self.verify_edge_zone,
             "metadata": metadata,

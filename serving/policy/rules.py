@@ -46,16 +46,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from serving.capabilities import CAPABILITIES, RULE_PREFIX
-from serving.contract import CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, first_target
+from serving.contract import CLOUD, EDGE, PRECISIONS, ZONES, first_target
 from serving.documents import decode_document, quoted, read_bytes
 from serving.json_values import finite_number
 from serving.policy.budgets import PERIODS, Spending
 from serving.policy.detectors import DETECTORS, fold
 from serving.policy.errors import NoFeasibleEndpoint
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from serving.capabilities import Needs
-    from serving.decision import Decision
     from serving.policy.detectors import Detector, Folded
 
 ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
@@ -85,7 +85,7 @@ _SIZE_KEYS = ("min_tokens", "max_tokens", "min_chars", "max_chars")
 _YAML_END = re.compile(rb"\.\.\.(?:[ \t]+#.*)?")  # a YAML file's last line: the end-of-document marker
 
 
-class PolicyFileError(ValueError):
+class PolicyFileError(RouterError, ValueError):
     """A policy file (or dict) that cannot be used; the message names the file, the rule (its
     index in `rules` and its name) and the key."""
 
@@ -351,62 +351,10 @@ class PolicySet:
                 return Verdict(allowed, forbidden_by=forbidden_by, preferred=rule)
         return Verdict(allowed, forbidden_by=forbidden_by)
 
-    def apply(
-        self,
-        decision: Decision,
-        text: str,
-        metadata: Mapping[str, str] | None = None,
-        spending: Spending | None = None,
-        needs: Needs | None = None,
-    ) -> Decision:
-        """Carry the verdict into the model's decision (changed in place and returned): its zone,
-        `forbidden`, `rule`, and its reason, which starts with the rule. NoFeasibleEndpoint when
-        every endpoint is forbidden."""
-        verdict = self.evaluate(text, decision.n_tokens, decision.precision, metadata, spending, needs)
-        rule = verdict.rule
-        if rule is None:
-            return decision
-        allowed = verdict.allowed
-        decision.forbidden = tuple(endpoint for endpoint in self.endpoints if endpoint not in allowed)
-        decision.rule = rule.name
-        soft = verdict.preferred
-        if verdict.forced is not None:
-            said = f"forced {rule.endpoint}"
-        elif soft is None or rule is not soft:
-            said = f"forbids {', '.join(decision.forbidden)}"
-        else:
-            said = _said(soft)
-        if soft is not None and rule is not soft:
-            said += f"; policy '{soft.name}' {_said(soft)}"
-        if soft is not None and soft.zone is not None:
-            zone = _zone(soft.zone, allowed, None)
-        else:
-            zone = _zone(decision.zone, allowed, soft.endpoint if soft is not None else None)
-        decision.zone, decision.target = zone, first_target(zone)
-        decision.reason = f"policy '{rule.name}': {said}; model: {decision.reason}"
-        return decision
-
 
 def _screened(rule: Rule) -> tuple[Rule, str | None, frozenset[str]]:
     key, values = rule.metadata[0] if rule.metadata else (None, frozenset())
     return rule, key, values
-
-
-def _said(rule: Rule) -> str:
-    return f"routes {rule.zone}" if rule.zone is not None else f"prefers {rule.endpoint}"
-
-
-def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
-    """Today's zones for the allowed endpoints: one endpoint alone is its own zone (no fallback);
-    with both, a preferred endpoint runs first (the edge with the cloud as fallback), else the
-    model's zone stands."""
-    if allowed == (EDGE,):
-        return EDGE
-    if allowed == (CLOUD,) or first == CLOUD:
-        return CLOUD
-    if first == EDGE and model_zone == CLOUD:
-        return FALLBACK
-    return model_zone
 
 
 # Checking one rule.

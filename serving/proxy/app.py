@@ -67,14 +67,14 @@ from serving.chat.client import RoutedChat
 from serving.chat.errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact, redacted_json
 from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import Completion, RoutingInfo
-from serving.execute import CloudCallError
-from serving.execute_endpoints import tried_text
+from serving.execute import CloudCallError, tried_text
 from serving.policy.errors import FallbackForbidden, NoFeasibleEndpoint
 from serving.policy.rules import check_metadata
 from serving.proxy.config import ProxyConfig
 from serving.proxy.dashboard import RecentRequests, dashboard_route
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.security import BearerAuth, error_body
+from serving.router_error import RouterError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -90,7 +90,7 @@ log = logging.getLogger("serving.proxy")
 PASSED_ON_STATUSES = (400, 404, 413, 422, 429)  # the cloud refusing the request itself: the client's to fix
 
 
-class RequestError(Exception):
+class RequestError(RouterError):
     """A request the proxy answers with an error: HTTP status, OpenAI error type and code, metrics reason."""
 
     def __init__(

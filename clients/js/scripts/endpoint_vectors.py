@@ -141,6 +141,8 @@ def main() -> None:
     from pipelines.vectors import checked_round_trip, fuzz_cases, hard_cases
     from serving import Router
     from serving.bundle import read_bundle
+    from serving.chooser import Scores
+    from serving.request import Request
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, required=True, help="an N-endpoint bundle (make endpoints --bundle)")
@@ -173,7 +175,7 @@ def main() -> None:
         routing = router._routing
         prompts = [p for _, p in cases if len(p) < 100_000]
         counts = [routing._rules.count_tokens(p) for p in prompts]
-        degraded = routing.chooser.degraded(prompts, [None] * len(prompts), counts, DEGRADED_NOTE)
+        degraded = routing.chooser.decisions([Request(p) for p in prompts], Scores(counts, note=DEGRADED_NOTE))
         manifests = manifest_cases(args.bundle, Path(tmp))
 
     document = {
