@@ -47,7 +47,7 @@ system-packages:
 	@scripts/install_system_packages.sh chromium
 
 train: $(STAMP)
-	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(if $(SIGNING_KEY),--set signing_key=$(SIGNING_KEY)) $(ARGS)
+	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(if $(SIGNING_KEY),--set bundle.signing_key=$(SIGNING_KEY)) $(ARGS)
 
 # An Ed25519 key pair for signing bundles: $(KEYS)/router.key (keep it private), $(KEYS)/router.pub.
 keys: $(STAMP)
@@ -174,7 +174,7 @@ vectors: $(STAMP)
 # The JS SDK's bundle: trained when it is missing (not retrained when it is older than anything).
 # Its training report goes beside it, so reports/train/run.json stays `make train`'s (tests/conftest.py reuses it).
 $(JS_BUNDLE)/manifest.json: | $(STAMP)
-	$(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set cv_folds=0 --set reports_dir=$(dir $(JS_BUNDLE))reports
+	$(BIN)/python -m pipelines.train --bundle $(JS_BUNDLE) --set split.cv_folds=0 --set reports_dir=$(dir $(JS_BUNDLE))reports
 
 # The JS SDK's N-endpoint bundle (docs/js.md#n-endpoint-bundles): `make endpoints`' command on 3,000 simulated
 # four-endpoint rows, trained when it is missing; clients/js/scripts/endpoint_vectors.py writes the Python SDK's decisions on it.

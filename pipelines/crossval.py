@@ -86,7 +86,7 @@ def difference_table(differences: dict, title: str):
 def _config(path: Optional[Path], data, engine, overrides: dict):
     from training.config import TrainConfig
 
-    return TrainConfig.from_options(path, {"data": data or None, "engine": engine, **overrides})
+    return TrainConfig.from_options(path, {"data": data or None, "engine.name": engine}, overrides)
 
 
 def main(
@@ -100,7 +100,9 @@ def main(
     data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable)")] = None,
     engine: Annotated[Optional[str], typer.Option(help="local | dask")] = None,
     out: Annotated[Path, typer.Option(help="folder for cv.json / compare.json")] = Path("reports/cv"),
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="any training option, KEY=VALUE")] = None,
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", help="any training option, KEY=VALUE (e.g. lexical.mode=none)")
+    ] = None,
 ) -> None:
     """Cross-validate one training configuration, or compare two."""
     from rich.console import Console

@@ -81,7 +81,7 @@ def policy_folds(rows, fits, per_fold, endpoints, *, mode: str, rule: str, choos
     import numpy as np
 
     from evaluation.endpoint_policy import HeldOut
-    from serving.endpoint_routing import EndpointChooser
+    from serving.chooser import Choice, Chooser
     from serving.manifest import EndpointsSection
     from training.endpoints import CHARS_PER_TOKEN, expected_costs
 
@@ -100,7 +100,7 @@ def policy_folds(rows, fits, per_fold, endpoints, *, mode: str, rule: str, choos
         section = EndpointsSection(endpoints, output_tokens, rule, float(parameter))
         held.append(
             HeldOut(
-                chooser=EndpointChooser(section, "make-endpoints", max_chars=1 << 30),
+                chooser=Chooser(tuple(endpoints), Choice(section), model_version="make-endpoints", max_chars=1 << 30),
                 prompts=[str(p) for p in rows.prompts[index]],
                 precisions=[rows.precisions[i] for i in index],
                 n_tokens=[len(str(p)) / CHARS_PER_TOKEN for p in rows.prompts[index]],
@@ -193,6 +193,14 @@ def main(
         Optional[list[str]],
         typer.Option(help="request metadata for --policy's rules, KEY=VALUE (repeatable; over each row's own)"),
     ] = None,
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set",
+            help="a training option of the endpoint models, GROUP.KEY=VALUE (features.*, split.val_share, "
+            "split.salt, boosting.*, model.calibration, endpoints.lgbm, seed; repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Simulate (or read) N-endpoint logs, fit per-endpoint outcome models, evaluate the choosers."""
     from rich.console import Console
@@ -202,13 +210,15 @@ def main(
     from evaluation.endpoints import Choosers, plot_quality_vs_cost
     from serving.endpoints import EndpointSpecError
     from serving.manifest import ENDPOINT_RULES
-    from training.endpoints import EndpointDataError, EndpointRows, EndpointTraining, cross_validate_endpoints
+    from training.config import TrainConfig, parse_overrides
+    from training.endpoints import EndpointDataError, EndpointRows, cross_validate_endpoints
 
     console = Console()
     started = time.perf_counter()
     try:
         endpoints, sim = _endpoints_of(spec)
         choosers = Choosers(margin, budget_share, start_margin, catch_rate)
+        training = TrainConfig.of({"cache_dir": str(cache_dir)}, parse_overrides(set_ or []))
     except (EndpointSpecError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     if rule not in ENDPOINT_RULES:
@@ -248,7 +258,7 @@ def main(
             rows,
             endpoints,
             folds=folds,
-            config=EndpointTraining(cache_dir=str(cache_dir)),
+            config=training,
             choosers=choosers,
             output_tokens=tokens,
             truth=truth,
@@ -280,7 +290,7 @@ def main(
             metadata=[m if isinstance(m, dict) else None for m in own],
         )
         effect = policy_effect(held, rules, metadata=given, catch_rate=catch_rate)
-        correction = fold_correction(folds, EndpointTraining().val_share)
+        correction = fold_correction(folds, training.split.val_share)
         for name, figure in effect.get("figures", {}).items():
             differences = [fold[name]["difference"] for fold in effect["per_fold"]]
             figure["folds_interval"] = interval(differences, test_over_train=correction)
@@ -318,7 +328,7 @@ def main(
             choosers=choosers,
             output_tokens=tokens,
             folds=folds,
-            config=EndpointTraining(cache_dir=str(cache_dir)),
+            config=training,
             signing_key=signing_key,
             chosen_by={"chosen_by": result["head_modes"]["chosen_by"], "folds": folds},
         )

@@ -36,16 +36,15 @@ def retrainer(manifest, config: EvalConfig):
             work / "train.jsonl", orient="records", lines=True, force_ascii=False
         )
         # One MLflow store for all of them, beside the work folders: creating a store costs seconds.
-        options = {
-            **config.loso_overrides,
+        where = {
             "data": [str(work / "train.jsonl")],
-            "bundle": str(work / "bundle"),
+            "bundle": {"path": str(work / "bundle")},
             "cache_dir": config.cache_dir,
-            "artifact_root": str(work / "mlruns"),
             "reports_dir": str(work / "reports"),
-            "tracking_uri": f"sqlite:///{work.parent}/mlflow.db",
+            "mlflow": {"artifact_root": str(work / "mlruns"), "tracking_uri": f"sqlite:///{work.parent}/mlflow.db"},
         }
-        return train(TrainConfig.from_manifest(manifest, **options), console=Console(quiet=True)).bundle
+        trained = train(TrainConfig.from_manifest(manifest, config.loso_overrides, where), console=Console(quiet=True))
+        return trained.bundle
 
     return retrain
 
@@ -56,12 +55,16 @@ def load_rows(config: EvalConfig, manifest, console):
 
     train_config = TrainConfig.from_manifest(
         manifest,
-        data=list(config.logs),
-        reports_dir=config.out,
-        max_reject_share=config.max_reject_share,
-        engine=config.engine,
-        dask_scheduler=config.dask_scheduler,
-        dask_workers=config.dask_workers,
+        {
+            "data": list(config.logs),
+            "reports_dir": config.out,
+            "max_reject_share": config.max_reject_share,
+            "engine": {
+                "name": config.engine,
+                "dask_scheduler": config.dask_scheduler,
+                "dask_workers": config.dask_workers,
+            },
+        },
     )
     # The train rows fit the tuned rule table and the reference, the val rows the reference's thresholds.
     splits = ("all",) if config.split == "all" else tuple(dict.fromkeys((config.split, "train", "val")))
@@ -158,7 +161,8 @@ def main(
     ] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="any EvalConfig option, KEY=VALUE")] = None,
     loso_set: Annotated[
-        Optional[list[str]], typer.Option(help="TrainConfig option of the leave-one-source-out trainings, KEY=VALUE")
+        Optional[list[str]],
+        typer.Option(help="TrainConfig option of the leave-one-source-out trainings, GROUP.KEY=VALUE"),
     ] = None,
 ) -> None:
     """Score logs through the SDK and compare the learned router with the rule tables and references."""

@@ -58,14 +58,16 @@ def _train(work: Path, name: str, data: list[str], *, bundle: Path | None = None
     from training.engines.base import train
 
     folder = work / "runs" / name
-    # cv_folds=0: the single split, whose test rows the replayed traffic is scored on
-    config = TrainConfig(
-        data=data,
-        bundle=str(bundle or folder / "bundle"),
-        reports_dir=str(folder / "reports"),
-        tracking_uri=f"sqlite:///{work}/mlflow.db",
-        artifact_root=str(work / "artifacts"),
-        **{"cv_folds": 0, **options},
+    # split.cv_folds=0: the single split, whose test rows the replayed traffic is scored on
+    config = TrainConfig.of(
+        {
+            "data": data,
+            "bundle": {"path": str(bundle or folder / "bundle")},
+            "reports_dir": str(folder / "reports"),
+            "mlflow": {"tracking_uri": f"sqlite:///{work}/mlflow.db", "artifact_root": str(work / "artifacts")},
+            "split": {"cv_folds": 0},
+        },
+        options,
     )
     result = train(config, console=Console(quiet=True))
     test = result.summary("test")
@@ -200,7 +202,7 @@ def main(
             "partial_feedback",
             [str(v0_data), str(out / "outcomes")],
             bundle=out / "bundle",
-            head_sharing=head_sharing,
+            model={"head_sharing": head_sharing},
         )
     if compare_ipw:
         with console.status("partial_feedback with inverse-propensity weights"):
@@ -208,8 +210,7 @@ def main(
                 out,
                 "partial_feedback_ipw",
                 [str(v0_data), str(out / "outcomes")],
-                partial_estimator="ipw",
-                head_sharing=head_sharing,
+                model={"partial_estimator": "ipw", "head_sharing": head_sharing},
             )
     with console.status("full_information: both outcomes of every prompt (the ceiling)"):
         _, routers["full_information"] = _train(out, "full_information", [str(_write(frame, out / "all.jsonl"))])

@@ -89,11 +89,11 @@ def train_once(
         "--set",
         f"reports_dir={run_dir / 'reports'}",
         "--set",
-        "cv_folds=0",  # one fit per run in both engines (the Dask engine does not cross-fit)
+        "split.cv_folds=0",  # one fit per run in both engines (the Dask engine does not cross-fit)
         "--set",
-        f"tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
+        f"mlflow.tracking_uri=sqlite:///{(run_dir / 'mlflow.db').resolve()}",
         "--set",
-        f"artifact_root={run_dir / 'artifacts'}",
+        f"mlflow.artifact_root={run_dir / 'artifacts'}",
         *(part for option in options for part in ("--set", option)),
     ]
     load_before = os.getloadavg()[0]

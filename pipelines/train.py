@@ -27,7 +27,7 @@ def main(
     data: Annotated[Optional[list[str]], typer.Option(help=f"{SOURCES_HELP} (repeatable)")] = None,
     target: Annotated[Optional[str], typer.Option(help="threshold target: quality | budget")] = None,
     cloud_budget: Annotated[Optional[float], typer.Option(help="expected cloud-call share for target=budget")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="any option, KEY=VALUE (repeatable)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="any option, GROUP.KEY=VALUE (repeatable)")] = None,
 ) -> None:
     """Train the router on outcome logs and write a registered ONNX bundle."""
     from rich.console import Console
@@ -43,14 +43,14 @@ def main(
     cfg = TrainConfig.from_options(
         config,
         {
-            "bundle": bundle,
-            "tier": tier,
-            "engine": engine,
+            "bundle.path": bundle,
+            "features.tier": tier,
+            "engine.name": engine,
             "data": data or None,
-            "target": target,
-            "cloud_budget": cloud_budget,
-            **parse_overrides(set_ or []),
+            "routing.target": target,
+            "routing.cloud_budget": cloud_budget,
         },
+        parse_overrides(set_ or []),
     )
     console = Console()
     try:
@@ -62,7 +62,7 @@ def main(
     console.print(headline.rich_table(result.metrics))
     console.print(
         f"bundle: {result.bundle}  |  MLflow run {result.run_id}, registered "
-        f"{cfg.registered_model} version {result.model_version}  |  parity max |diff| "
+        f"{cfg.mlflow.registered_model} version {result.model_version}  |  parity max |diff| "
         f"{result.metrics['parity_max_abs_diff']:.1e}  |  wall time {result.timings['total_s']:.1f}s"
     )
 

@@ -225,22 +225,21 @@ def static_encoder_cache(encoder_cache) -> Path:
 
 def config_for(tmp: Path, data: Path, cache: Path, **extra):
     """A TrainConfig that writes everything (bundle, MLflow, reports) under `tmp`. It trains on
-    the quick single split (cv_folds=0, one fit instead of one per fold and a final one): a test
-    of cross-fitting asks for its folds in `extra`."""
+    the quick single split (split.cv_folds=0, one fit instead of one per fold and a final one): a
+    test of cross-fitting asks for its folds in `extra` (options by group: split={"cv_folds": 5})."""
     from training.config import TrainConfig
 
     options = dict(
         data=[str(data)],
-        bundle=str(tmp / "bundle"),
+        bundle={"path": str(tmp / "bundle")},
         cache_dir=str(cache),
-        tracking_uri=f"sqlite:///{tmp}/mlruns/mlflow.db",
-        artifact_root=str(tmp / "mlruns" / "art"),
+        mlflow={"tracking_uri": f"sqlite:///{tmp}/mlruns/mlflow.db", "artifact_root": str(tmp / "mlruns" / "art")},
         reports_dir=str(tmp / "reports"),
-        min_rows_per_tag=50,
-        cv_folds=0,
+        routing={"min_rows_per_tag": 50},
+        split={"cv_folds": 0},
     )
-    config = TrainConfig(**{**options, **extra})
-    seed_store(config.tracking_uri, cache)
+    config = TrainConfig.of(options, extra)
+    seed_store(config.mlflow.tracking_uri, cache)
     return config
 
 
@@ -302,7 +301,7 @@ def trained_full(real_data_dir, encoder_cache, tmp_path_factory):
     return once_per_session(
         tmp_path_factory,
         "train_full",
-        lambda folder: _train(config_for(folder, real_data_dir, encoder_cache, min_rows_per_tag=200)),
+        lambda folder: _train(config_for(folder, real_data_dir, encoder_cache, routing={"min_rows_per_tag": 200})),
     )
 
 
@@ -329,7 +328,11 @@ def trained_readme(real_data_dir, encoder_cache, tmp_path_factory) -> ReadmeTrai
 
     def build(folder: Path) -> ReadmeTraining:
         config = config_for(
-            folder, real_data_dir, encoder_cache, min_rows_per_tag=defaults.min_rows_per_tag, cv_folds=defaults.cv_folds
+            folder,
+            real_data_dir,
+            encoder_cache,
+            routing={"min_rows_per_tag": defaults.routing.min_rows_per_tag},
+            split={"cv_folds": defaults.split.cv_folds},
         )
         made = matching_run(ROOT / defaults.reports_dir / RUN_FILE, config)
         if made is not None:

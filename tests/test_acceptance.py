@@ -203,7 +203,13 @@ def test_too_few_answers_give_no_model_and_say_why(small_routellm, encoder_cache
     from training.engines.base import train
 
     result = train(
-        config_for(tmp_path, small_routellm / "mt_bench", encoder_cache, acceptance_min_rows=5000, min_rows_per_tag=20)
+        config_for(
+            tmp_path,
+            small_routellm / "mt_bench",
+            encoder_cache,
+            acceptance={"min_rows": 5000},
+            routing={"min_rows_per_tag": 20},
+        )
     )
     assert result.manifest.acceptance["file"] is None
     assert "too few edge answers" in result.manifest.acceptance["reason"]

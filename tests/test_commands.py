@@ -131,7 +131,7 @@ def test_make_train_writes_to_the_mlflow_store_mlruns_names(small_routellm, enco
     store = tmp_path / "store"
     args = (
         f"--data {small_routellm / 'mt_bench'} --set cache_dir={encoder_cache} "
-        f"--set reports_dir={tmp_path / 'reports'} --set min_rows_per_tag=20 --set cv_folds=0"
+        f"--set reports_dir={tmp_path / 'reports'} --set routing.min_rows_per_tag=20 --set split.cv_folds=0"
     )
     done = subprocess.run(
         ["make", "-s", "train", f"MLRUNS={store}", f"BUNDLE={tmp_path / 'bundle'}", f"ARGS={args}"],
@@ -152,7 +152,7 @@ def test_training_honours_mlflow_tracking_uri(monkeypatch, tmp_path):
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/elsewhere/mlflow.db")
     config = TrainConfig()
-    assert config.tracking_uri == f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
-    assert config.artifact_root == f"{tmp_path}/elsewhere/artifacts"
+    assert config.mlflow.tracking_uri == f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
+    assert config.mlflow.artifact_root == f"{tmp_path}/elsewhere/artifacts"
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    assert TrainConfig().tracking_uri == "sqlite:///mlruns/mlflow.db"
+    assert TrainConfig().mlflow.tracking_uri == "sqlite:///mlruns/mlflow.db"

@@ -35,14 +35,16 @@ def test_the_folds_cover_every_prompt_once_and_fold_zero_is_the_plain_split():
 
 def test_a_fold_config_changes_only_the_split(tmp_path):
     from training.config import TrainConfig
+    from training.options import dotted
 
-    base = TrainConfig(reports_dir=str(tmp_path), cv_folds=5, split_salt="s")
+    base = TrainConfig(reports_dir=str(tmp_path), split={"cv_folds": 5, "salt": "s"})
     fold = fold_config(base, folds=5, fold=3, repeat=0)
-    assert (fold.test_share, fold.split_offset, fold.split_salt, fold.cv_folds) == (0.2, 0.6, "s", 0)
-    assert {k: v for k, v in fold.to_dict().items() if k not in ("test_share", "split_offset", "cv_folds")} == {
-        k: v for k, v in base.to_dict().items() if k not in ("test_share", "split_offset", "cv_folds")
+    assert (fold.split.test_share, fold.split.offset, fold.split.salt, fold.split.cv_folds) == (0.2, 0.6, "s", 0)
+    changed = ("split.test_share", "split.offset", "split.cv_folds")
+    assert {k: v for k, v in dotted(fold).items() if k not in changed} == {
+        k: v for k, v in dotted(base).items() if k not in changed
     }
-    assert fold_config(base, folds=5, fold=0, repeat=2).split_salt != "s"
+    assert fold_config(base, folds=5, fold=0, repeat=2).split.salt != "s"
     with pytest.raises(ValueError, match="fold 5"):
         fold_config(base, folds=5, fold=5)
 
@@ -124,7 +126,7 @@ def compared(real_data_dir, encoder_cache, tmp_path_factory):
     acceptance check, fitted in every fold, is not what is compared: QUICK_ACCEPTANCE_ROUNDS."""
     tmp = tmp_path_factory.mktemp("compare")
     (tmp / "a.yaml").write_text("{}\n")
-    (tmp / "b.yaml").write_text("precision_dropout: 0.0\n")
+    (tmp / "b.yaml").write_text("model: {precision_dropout: 0.0}\n")
     cmd = [
         sys.executable,
         "-m",
@@ -146,9 +148,9 @@ def compared(real_data_dir, encoder_cache, tmp_path_factory):
         "--set",
         f"reports_dir={tmp / 'r'}",
         "--set",
-        "min_rows_per_tag=50",
+        "routing.min_rows_per_tag=50",
         "--set",
-        f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}",
+        f"acceptance.rounds={QUICK_ACCEPTANCE_ROUNDS}",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=make_env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -234,14 +236,14 @@ def test_make_evaluate_cv_refuses_bad_folds_naming_the_option(tmp_path):
 
 @pytest.mark.real_data
 def test_make_train_cross_fits_the_bundle_on_every_row(trained_readme, real_data_dir, encoder_cache, tmp_path):
-    """cv_folds=K (the README's default training, shared with its check): the folds' estimates
+    """split.cv_folds=K (the README's default training, shared with its check): the folds' estimates
     are the figures, the bundle's heads see every row for the folds' median rounds, and its
     thresholds come from every row's out-of-fold score."""
     from serving import Router
     from serving.bundle import read_manifest
     from training.config import TrainConfig
 
-    result, folds = trained_readme, TrainConfig().cv_folds
+    result, folds = trained_readme, TrainConfig().split.cv_folds
     manifest = read_manifest(result.bundle)
     cv, metrics = manifest.metrics["cv"], result.metrics
     assert folds >= 3 and cv["folds"] == folds and manifest.split["cv_folds"] == folds

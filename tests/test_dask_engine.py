@@ -56,10 +56,8 @@ def both_engines(mixed_logs, encoder_cache, tmp_path_factory):
             tmp,
             mixed_logs,
             encoder_cache,
-            engine=engine,
-            dask_workers=2,
-            min_rows_per_tag=50,
-            dask_scratch=str(tmp / "scratch"),
+            engine={"name": engine, "dask_workers": 2, "dask_scratch": str(tmp / "scratch")},
+            routing={"min_rows_per_tag": 50},
         )
         results[engine] = (config, run(config))
     return results
@@ -130,10 +128,10 @@ def test_a_killed_runs_checkpoint_is_removed_by_the_next_run_and_a_living_runs_i
     from training.config import TrainConfig
     from training.engines import dask_partitions as de
 
-    config = TrainConfig(dask_scratch=str(tmp_path))
+    config = TrainConfig(engine={"dask_scratch": str(tmp_path)})
     holder = (
         "import sys, time; from training.config import TrainConfig; from training.engines import "
-        "dask_partitions as de\nwith de.scratch(TrainConfig(dask_scratch=sys.argv[1])) as f:\n"
+        "dask_partitions as de\nwith de.scratch(TrainConfig(engine={'dask_scratch': sys.argv[1]})) as f:\n"
         "    open(f + '/part-00000.parquet', 'w').close(); print(f, flush=True); time.sleep(60)"
     )
     killed = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
@@ -155,7 +153,7 @@ def test_a_killed_runs_checkpoint_is_removed_by_the_next_run_and_a_living_runs_i
 def test_the_validated_rows_are_read_back_as_written_and_the_checkpoint_is_removed(both_engines, mixed_logs, tmp_path):
     from training.engines import dask_partitions as de
 
-    scratch = both_engines["dask"][0].dask_scratch
+    scratch = both_engines["dask"][0].engine.dask_scratch
     assert os.path.isdir(scratch) and os.listdir(scratch) == [], "the run's checkpoint folder is gone"
 
     unit = de.unit_frame(str(mixed_logs / "extra.jsonl"))  # text and numbers missing in places
@@ -308,10 +306,12 @@ def test_the_same_log_in_one_two_or_many_files_trains_a_checked_bundle(
         tmp_path,
         logs,
         encoder_cache,
-        engine="dask",
-        dask_scheduler=running_cluster.scheduler_address,
-        dask_scratch=str(tmp_path / "scratch"),
-        early_stopping_rounds=PLACEMENT_PATIENCE,
+        engine={
+            "name": "dask",
+            "dask_scheduler": running_cluster.scheduler_address,
+            "dask_scratch": str(tmp_path / "scratch"),
+        },
+        boosting={"early_stopping_rounds": PLACEMENT_PATIENCE},
     )
     result = run(config)
     assert result.metrics["dask"]["partitions"] == files and manifest(result)["data"]["duplicates_merged"] == 8
@@ -336,7 +336,7 @@ def test_unreachable_scheduler_stops_the_run_naming_it_and_writes_no_bundle(
     # The client retries a refused connection for timeout_s (10 s by default); how long it
     # waits is not the subject, what it says when it gives up is.
     monkeypatch.setattr(de, "cluster", functools.partial(de.cluster, timeout_s=1.0))
-    config = config_for(tmp_path, mixed_logs, encoder_cache, engine="dask")
+    config = config_for(tmp_path, mixed_logs, encoder_cache, engine={"name": "dask"})
     with pytest.raises(EngineError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
         run(config)
     assert not (tmp_path / "bundle").exists()
@@ -415,10 +415,12 @@ def test_both_engines_fit_the_acceptance_check_from_the_logged_answers(
             tmp_path_factory.mktemp(f"acceptance_{engine}"),
             data,
             encoder_cache,
-            engine=engine,
-            min_rows_per_tag=50,
-            acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
-            **({"dask_scheduler": running_cluster.scheduler_address} if engine == "dask" else {}),
+            engine={
+                "name": engine,
+                **({"dask_scheduler": running_cluster.scheduler_address} if engine == "dask" else {}),
+            },
+            routing={"min_rows_per_tag": 50},
+            acceptance={"rounds": QUICK_ACCEPTANCE_ROUNDS},
         )
         sections[engine] = run(config).manifest.acceptance
     local, dask = sections["local"], sections["dask"]
@@ -551,10 +553,12 @@ def test_dask_cross_validation_scores_the_reference_and_tuned_rule_table_on_the_
         tmp,
         data,
         encoder_cache,
-        engine="dask",
-        dask_scheduler=running_cluster.scheduler_address,  # each fold started a cluster of its own
-        dask_scratch=str(tmp / "scratch"),
-        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,  # fitted in every fold, not the subject
+        engine={
+            "name": "dask",
+            "dask_scheduler": running_cluster.scheduler_address,  # each fold started a cluster of its own
+            "dask_scratch": str(tmp / "scratch"),
+        },
+        acceptance={"rounds": QUICK_ACCEPTANCE_ROUNDS},  # fitted in every fold, not the subject
     )
     summary = cross_validate(config, folds=3).summary()
 

@@ -271,7 +271,7 @@ def drift_bundle(tmp_path_factory, encoder_cache):
 
     tmp = tmp_path_factory.mktemp("drift")
     write_shards(tmp / "sim", 3_000, seed=0)
-    result = train(config_for(tmp, tmp / "sim", encoder_cache, acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS))
+    result = train(config_for(tmp, tmp / "sim", encoder_cache, acceptance={"rounds": QUICK_ACCEPTANCE_ROUNDS}))
     return result
 
 

@@ -61,8 +61,9 @@ def trained(tmp_path_factory, encoder_cache):
     from data.simulator_endpoints import load_simulation, write_simulation
     from evaluation.endpoints import Choosers
     from tests.conftest import once_per_session
+    from training.config import TrainConfig
     from training.endpoint_bundle import train_endpoint_bundle
-    from training.endpoints import EndpointRows, EndpointTraining
+    from training.endpoints import EndpointRows
     from training.keys import generate
 
     def build(tmp: Path):
@@ -78,7 +79,7 @@ def trained(tmp_path_factory, encoder_cache):
             rule="cheapest_within",
             choosers=Choosers(),
             output_tokens=sim.output_tokens,
-            config=EndpointTraining(cache_dir=str(encoder_cache)),
+            config=TrainConfig(cache_dir=str(encoder_cache)),
             signing_key=private,
         )
         return made, public

@@ -119,7 +119,8 @@ def test_cross_validation_scores_the_choosers_on_one_outcome_rows(tmp_path, enco
     rows of each fold are scored off-policy, and agree with the complete rows' figures."""
     from data.endpoint_logs import read_endpoint_logs
     from data.simulator_endpoints import load_simulation, write_simulation
-    from training.endpoints import EndpointRows, EndpointTraining, cross_validate_endpoints
+    from training.config import TrainConfig
+    from training.endpoints import EndpointRows, cross_validate_endpoints
 
     sim = load_simulation(None)
     write_simulation(tmp_path / "full", sim, 1500, seed=0)
@@ -135,7 +136,7 @@ def test_cross_validation_scores_the_choosers_on_one_outcome_rows(tmp_path, enco
         rows,
         sim.endpoints,
         folds=3,
-        config=EndpointTraining(cache_dir=str(encoder_cache)),
+        config=TrainConfig(cache_dir=str(encoder_cache)),
         output_tokens=sim.output_tokens,
         modes=("separate",),
     )

@@ -227,7 +227,8 @@ def test_the_curve_area_and_the_oracle_on_a_hand_made_case():
 
 @pytest.fixture(scope="module")
 def simulated_run(tmp_path_factory, encoder_cache):
-    from training.endpoints import EndpointRows, EndpointTraining, cross_validate_endpoints
+    from training.config import TrainConfig
+    from training.endpoints import EndpointRows, cross_validate_endpoints
 
     folder = tmp_path_factory.mktemp("endpoints")
     sim = load_simulation(None)
@@ -240,7 +241,7 @@ def simulated_run(tmp_path_factory, encoder_cache):
         rows,
         sim.endpoints,
         folds=3,
-        config=EndpointTraining(cache_dir=str(encoder_cache)),
+        config=TrainConfig(cache_dir=str(encoder_cache)),
         output_tokens=sim.output_tokens,
         truth=hidden.to_numpy(float),
         modes=("separate",),

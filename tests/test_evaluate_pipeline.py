@@ -46,7 +46,7 @@ def evaluated(bundle, small_routellm, encoder_cache, tmp_path_factory):
         leave_one_source_out=True,
         holdout_sources=["mt_bench"],
         cache_dir=str(encoder_cache),
-        loso_overrides={"min_rows_per_tag": 50},
+        loso_overrides={"routing": {"min_rows_per_tag": 50}},
     )
     return run(config)
 
@@ -167,7 +167,7 @@ def test_logged_to_mlflow_under_the_bundle_run(evaluated, trained_small):
 
     cfg, result = trained_small
     assert evaluated.mlflow_run_id == result.run_id
-    client = MlflowClient(tracking_uri=cfg.tracking_uri)
+    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
     logged = client.get_run(result.run_id).data.metrics
     assert logged["evaluate.test.policies.learned.apgr"] == pytest.approx(
         evaluated.metrics["figures"]["policies"]["learned"]["apgr"]

@@ -314,7 +314,7 @@ def test_a_saved_dataset_trains_the_same_bundle_as_its_jsonl(real_rows, encoder_
     stream = datasets.load_from_disk(str(folder)).to_iterable_dataset()
     results = {}
     for kind, data in (("jsonl", jsonl), ("dataset", folder), ("object", stream)):
-        config = config_for(tmp_path / kind, jsonl, encoder_cache, max_train_rows=250)
+        config = config_for(tmp_path / kind, jsonl, encoder_cache, split={"max_train_rows": 250})
         results[kind] = train(dataclasses.replace(config, data=[data]))
 
     reports = {k: {f: v for f, v in r.manifest.data.items() if f != "rejects_file"} for k, r in results.items()}

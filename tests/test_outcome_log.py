@@ -321,7 +321,7 @@ def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, 
     from training.engines.base import train
 
     # Both runs train on the slice's MMLU rows: no edge answers, so no acceptance check to fit.
-    v0 = train(config_for(tmp_path / "v0", small_routellm / "mmlu", encoder_cache, bundle_encoder=True))
+    v0 = train(config_for(tmp_path / "v0", small_routellm / "mmlu", encoder_cache, bundle={"encoder": True}))
     assert "encoder.onnx" in v0.manifest.files
     frame = merge_duplicates(load_logs([small_routellm]).frame()).sample(n=300, random_state=2)
     folder = tmp_path / "private"

@@ -158,7 +158,7 @@ def test_a_training_run_logs_the_same_timing_metrics_from_the_one_clock(trained_
     from mlflow.tracking import MlflowClient
 
     cfg, result = trained_small
-    mlflow.set_tracking_uri(cfg.tracking_uri)
+    mlflow.set_tracking_uri(cfg.mlflow.tracking_uri)
     logged = MlflowClient().get_run(result.run_id).data.metrics
     stages = ("read_validate", "merge", "featurize", "fit", "thresholds", "export_parity", "mlflow")
     for name in ("load", "features", "lightgbm", "total", *stages):

@@ -26,7 +26,12 @@ def newer(small_routellm, encoder_cache, bundle, tmp_path_factory):
     from training.engines.base import train
 
     return train(
-        config_for(tmp_path_factory.mktemp("newer"), small_routellm / "mt_bench", encoder_cache, min_rows_per_tag=20)
+        config_for(
+            tmp_path_factory.mktemp("newer"),
+            small_routellm / "mt_bench",
+            encoder_cache,
+            routing={"min_rows_per_tag": 20},
+        )
     ).bundle
 
 

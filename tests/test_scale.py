@@ -206,7 +206,7 @@ def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
     """`make scale` on 2,000 simulated rows with both engines: per run and per stage, wall time,
     peak memory (tree and largest process) and the stage floors measured in the same run; and
     each engine's bundle is the default one, lexical blend included, its regressions fitted on
-    the same hash sample of the training prompts (lexical_sample_rows cut to 400 here, as a
+    the same hash sample of the training prompts (lexical.sample_rows cut to 400 here, as a
     million rows cut them to 50,000)."""
     from pipelines.scale import main
 
@@ -226,7 +226,7 @@ def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
             "--rows-per-shard",
             "1000",
             "--set",
-            "lexical_sample_rows=400",
+            "lexical.sample_rows=400",
             "--out",
             str(out),
         ],
@@ -236,7 +236,7 @@ def test_make_scale_records_stages_memory_and_floors(tmp_path, encoder_cache):
     assert set(runs) == {"local", "dask"}
     for engine, run in runs.items():
         assert run["exit_code"] == 0 and run["test_apgr"] > run["rule_apgr"] + 0.05 and run["cpu_s"] > 0, engine
-        assert run["options"] == ["lexical_sample_rows=400"]
+        assert run["options"] == ["lexical.sample_rows=400"]
         stages = run["stages"]
         assert {
             "read_validate",

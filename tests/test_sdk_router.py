@@ -276,7 +276,11 @@ def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routel
 
     result = train(
         config_for(
-            tmp_path / "run", small_routellm / "mt_bench", encoder_cache, objective="cloud_needed", min_rows_per_tag=20
+            tmp_path / "run",
+            small_routellm / "mt_bench",
+            encoder_cache,
+            model={"objective": "cloud_needed"},
+            routing={"min_rows_per_tag": 20},
         )
     )
     old = tmp_path / "old"

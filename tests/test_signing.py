@@ -33,8 +33,8 @@ def signed(small_routellm, encoder_cache, keys, tmp_path_factory):
         tmp_path_factory.mktemp("signed"),
         small_routellm / "mt_bench",
         encoder_cache,
-        min_rows_per_tag=20,
-        signing_key=str(private),
+        routing={"min_rows_per_tag": 20},
+        bundle={"signing_key": str(private)},
     )
     return train(config).bundle
 

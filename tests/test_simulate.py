@@ -122,7 +122,7 @@ def test_learned_router_recovers_the_hidden_difficulty(tmp_path, encoder_cache):
 
     out = tmp_path / "sim"
     write_shards(out, 3_000, rows_per_shard=1_000, seed=0)  # 10% of rows declare no precision
-    result = run(config_for(tmp_path, out, encoder_cache, min_rows_per_tag=50))
+    result = run(config_for(tmp_path, out, encoder_cache, routing={"min_rows_per_tag": 50}))
     test = result.metrics["test"]
     learned, rules = test["learned"]["apgr"], test["rule_table"]["apgr"]
     assert learned >= rules + 0.1, f"learned APGR {learned:.3f} vs rule table {rules:.3f}"

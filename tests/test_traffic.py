@@ -496,10 +496,9 @@ def test_make_train_reads_the_outcome_log_and_learns_from_one_outcome_rows(
         tmp_path,
         small_routellm,
         encoder_cache,
-        engine=engine,
-        dask_workers=2,
-        head_sharing="shared",
-        acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+        engine={"name": engine, "dask_workers": 2},
+        model={"head_sharing": "shared"},
+        acceptance={"rounds": QUICK_ACCEPTANCE_ROUNDS},
     )
     config.data.append(str(folder))  # the benchmark slice (both outcomes) and the SDK's outcome log
     result = train(config)
@@ -609,7 +608,7 @@ def private_training(bundle, small_routellm, encoder_cache, tmp_path_factory):
     folder = tmp / "private"
     replay(frame, bundle, folder, explore_rate=0.2, seed=0, store_prompts=False)
     store = f"sqlite:///{tmp}/mlflow.db"
-    config = config_for(tmp / "a", small_routellm / "mmlu", encoder_cache, tracking_uri=store)
+    config = config_for(tmp / "a", small_routellm / "mmlu", encoder_cache, mlflow={"tracking_uri": store})
     config.data.append(str(folder))
     return SimpleNamespace(frame=frame, folder=folder, store=store, result=train(config))
 
@@ -635,9 +634,8 @@ def test_make_promote_first_champion_dry_run_and_a_decision(
             tmp_path / "b",
             small_routellm / "mmlu",
             encoder_cache,
-            tracking_uri=store,
-            num_boost_round=3,
-            early_stopping_rounds=1,
+            mlflow={"tracking_uri": store},
+            boosting={"rounds": 3, "early_stopping_rounds": 1},
         )
     )
     client = MlflowClient(tracking_uri=store)

@@ -30,15 +30,18 @@ def registry(small_routellm, encoder_cache, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("registry")
     store = f"sqlite:///{tmp}/mlflow.db"
-    options = dict(tracking_uri=store, min_rows_per_tag=20, acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS)
+    options = dict(
+        mlflow={"tracking_uri": store},
+        routing={"min_rows_per_tag": 20},
+        acceptance={"rounds": QUICK_ACCEPTANCE_ROUNDS},
+    )
     first = train(config_for(tmp / "first", small_routellm / "gsm8k", encoder_cache, **options))
     second = train(
         config_for(
             tmp / "second",
             small_routellm / "gsm8k",
             encoder_cache,
-            num_boost_round=3,
-            early_stopping_rounds=1,
+            boosting={"rounds": 3, "early_stopping_rounds": 1},
             **options,
         )
     )
@@ -375,17 +378,17 @@ def test_make_train_on_an_outcome_log_alone_says_what_is_missing(traffic, encode
         "--engine",
         engine,
         "--set",
-        f"tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
         "--set",
-        f"artifact_root={tmp_path}/art",
+        f"mlflow.artifact_root={tmp_path}/art",
         "--set",
         f"cache_dir={encoder_cache}",
         "--set",
         f"reports_dir={tmp_path}/reports",
         "--set",
-        "dask_workers=1",
+        "engine.dask_workers=1",
         "--set",
-        "min_rows_per_tag=20",
+        "routing.min_rows_per_tag=20",
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     message = " ".join(done.stderr.split())
@@ -423,7 +426,7 @@ def test_make_train_prints_a_data_quality_error_without_a_traceback(tmp_path):
         "--set",
         f"reports_dir={tmp_path}/reports",
         "--set",
-        f"tracking_uri=sqlite:///{tmp_path}/m.db",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db",
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "no valid rows" in done.stderr and not (tmp_path / "bundle").exists()

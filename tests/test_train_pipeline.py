@@ -92,12 +92,12 @@ def test_run_is_tracked_and_registered(trained):
     from mlflow.tracking import MlflowClient
 
     cfg, result = trained
-    mlflow.set_tracking_uri(cfg.tracking_uri)
+    mlflow.set_tracking_uri(cfg.mlflow.tracking_uri)
     client = MlflowClient()
-    version = client.get_model_version(cfg.registered_model, result.model_version)
+    version = client.get_model_version(cfg.mlflow.registered_model, result.model_version)
     assert version.run_id == result.run_id
     run_data = client.get_run(result.run_id).data
-    assert run_data.params["tier"] == "static"
+    assert run_data.params["features.tier"] == "static"  # by dotted key
     assert "test.learned.apgr" in run_data.metrics and "parity_max_abs_diff" in run_data.metrics
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}
     assert {"bundle", "data_fingerprint.json", "train_config.json"} <= artifacts
@@ -140,31 +140,31 @@ def test_cli_runs_and_rejects_bad_options(small_routellm, encoder_cache, tmp_pat
         "--bundle",
         str(tmp_path / "b"),
         "--set",
-        f"tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
         "--set",
-        f"artifact_root={tmp_path}/art",
+        f"mlflow.artifact_root={tmp_path}/art",
         "--set",
         f"cache_dir={encoder_cache}",
         "--set",
         f"reports_dir={tmp_path}/reports",
         "--set",
-        "min_rows_per_tag=20",
+        "routing.min_rows_per_tag=20",
         "--set",
-        "lgbm.num_leaves=7",
+        "boosting.lgbm.num_leaves=7",
         "--set",
-        "cv_folds=0",
+        "split.cv_folds=0",
         "--set",
-        f"acceptance_rounds={QUICK_ACCEPTANCE_ROUNDS}",
+        f"acceptance.rounds={QUICK_ACCEPTANCE_ROUNDS}",
     ]
     seed_store(f"sqlite:///{tmp_path}/mlflow.db", encoder_cache)  # making a store: test_commands' `make train MLRUNS=`
     done = subprocess.run(base, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "APGR" in done.stdout and "hand rule table" in done.stdout
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["schema_version"] == 1
-    bad = subprocess.run(base + ["--set", "calibration=magic"], capture_output=True, text=True, env=env)
-    assert bad.returncode != 0 and "calibration='magic'" in bad.stderr
+    bad = subprocess.run(base + ["--set", "model.calibration=magic"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "model.calibration='magic'" in bad.stderr
     bad = subprocess.run(base + ["--engine", "spark"], capture_output=True, text=True, env=env)
-    assert bad.returncode != 0 and "engine='spark'" in bad.stderr and "local, dask" in bad.stderr
+    assert bad.returncode != 0 and "engine.name='spark'" in bad.stderr and "local, dask" in bad.stderr
 
 
 def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_cache, tmp_path):
@@ -176,10 +176,9 @@ def test_transformer_tier_bundle_scores_like_training(small_routellm, encoder_ca
             tmp_path,
             small_routellm / "mt_bench",
             encoder_cache,
-            tier="transformer",
-            min_rows_per_tag=10,
-            val_share=0.25,
-            test_share=0.25,
+            features={"tier": "transformer"},
+            routing={"min_rows_per_tag": 10},
+            split={"val_share": 0.25, "test_share": 0.25},
         )
     )
     manifest = read_manifest(result.bundle)

@@ -30,7 +30,7 @@ def _local_sample(prepared, config, cap):
 
     frame, report = prepared[0].frame, dict(prepared[0].report)
     return _training_sample(
-        frame, TrainConfig(**{**config.to_dict(), "max_train_rows": cap}), report, Console(quiet=True)
+        frame, config.with_options({"split": {"max_train_rows": cap}}), report, Console(quiet=True)
     ), report
 
 
@@ -45,7 +45,7 @@ def test_both_engines_sample_the_same_training_prompts_and_keep_every_held_out_r
     frame = prepared[0].frame
     cap = 1_500
     local, report = _local_sample(prepared, config, cap)
-    capped = TrainConfig(**{**config.to_dict(), "max_train_rows": cap})
+    capped = config.with_options({"split": {"max_train_rows": cap}})
     # The Dask engine's rows: the same merged rows, in 4 partitions, prepared on each.
     with dask.config.set({"dataframe.convert-string": False}):  # as training.engines.dask_partitions.cluster
         rows = dd.from_pandas(frame[list(ROUTING_COLUMNS)].assign(n_merged=frame["n_merged"]), npartitions=4)
@@ -77,8 +77,8 @@ def test_a_smaller_sample_lies_inside_a_larger_one_and_no_cap_keeps_every_row(pr
 
 def test_max_train_rows_must_be_a_positive_integer():
     for bad in (0, -5, 2.5, "many"):
-        with pytest.raises(ValueError, match="max_train_rows"):
-            TrainConfig(max_train_rows=bad)
+        with pytest.raises(ValueError, match="split.max_train_rows"):
+            TrainConfig(split={"max_train_rows": bad})
 
 
 def test_a_capped_run_trains_on_the_sample_and_records_it_in_the_bundle(
@@ -93,8 +93,8 @@ def test_a_capped_run_trains_on_the_sample_and_records_it_in_the_bundle(
             tmp_path,
             small_routellm,
             encoder_cache,
-            max_train_rows=train_rows // 2,
-            acceptance_rounds=QUICK_ACCEPTANCE_ROUNDS,
+            split={"max_train_rows": train_rows // 2},
+            acceptance={"rounds": QUICK_ACCEPTANCE_ROUNDS},
         )
     )
     data = json.loads((result.bundle / "manifest.json").read_text())["data"]

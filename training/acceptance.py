@@ -91,14 +91,14 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
 
     if rows is None or len(rows) == 0:
         return _absent("the training logs carry no edge answers (edge_response)")
-    good = rows["edge_quality"].to_numpy() >= config.acceptance_good_quality
+    good = rows["edge_quality"].to_numpy() >= config.acceptance.good_quality
     split = rows["split"].to_numpy()
     fit = split != "test"
     n_good, n_bad = int(good[fit].sum()), int((~good[fit]).sum())
-    if fit.sum() < config.acceptance_min_rows or min(n_good, n_bad) < MIN_OF_EACH:
+    if fit.sum() < config.acceptance.min_rows or min(n_good, n_bad) < MIN_OF_EACH:
         return _absent(
             f"too few edge answers to learn from: {int(fit.sum())} outside the test split "
-            f"({n_good} good, {n_bad} failed); needs {config.acceptance_min_rows}, "
+            f"({n_good} good, {n_bad} failed); needs {config.acceptance.min_rows}, "
             f"and {MIN_OF_EACH} of each"
         )
     prompts, answers = rows["prompt"].tolist(), rows["edge_response"].tolist()
@@ -108,10 +108,10 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
         rows["edge_logprob_mean"].tolist(),
         rows["edge_logprob_min"].tolist(),
         answer_features=lambda texts: extractor.transform(texts, [None] * len(texts)),
-        max_chars=config.max_response_chars,
+        max_chars=config.acceptance.max_response_chars,
     )
     params = lgbm_params(
-        {**ACCEPTANCE_LGBM, "num_threads": threads_for(len(x)), **config.acceptance_lgbm},
+        {**ACCEPTANCE_LGBM, "num_threads": threads_for(len(x)), **config.acceptance.lgbm},
         seed=config.seed,
         objective="binary",
     )
@@ -120,18 +120,18 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
         return lgb.train(
             params,
             lgb.Dataset(x[rows_mask], label=good[rows_mask].astype(float)),
-            num_boost_round=config.acceptance_rounds,
+            num_boost_round=config.acceptance.rounds,
         )
 
-    folds = _folds(rows["prompt"], config.acceptance_folds)
+    folds = _folds(rows["prompt"], config.acceptance.folds)
     out_of_fold = np.zeros(len(rows))
-    for k in range(config.acceptance_folds):
+    for k in range(config.acceptance.folds):
         held = fit & (folds == k)
         if held.any():
             out_of_fold[held] = booster(fit & ~held).predict(x[held])
     calibration = fit_calibration(out_of_fold[fit], good[fit], method="sigmoid")
     calibrated = apply_calibration(calibration, out_of_fold)
-    threshold = float(np.quantile(calibrated[fit & good], config.acceptance_false_reject_rate))
+    threshold = float(np.quantile(calibrated[fit & good], config.acceptance.false_reject_rate))
     final = booster(fit)
     test = split == "test"
     p_test = apply_calibration(calibration, final.predict(x[test])) if test.any() else np.zeros(0)
@@ -151,9 +151,9 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
         "features": [*RESPONSE_FEATURES, *(f"answer_{n}" for n in extractor.spec.feature_names)],
         "calibration": {**calibration, "in_model": calibration_in_model(calibration)},
         "threshold": threshold,
-        "false_reject_rate_target": config.acceptance_false_reject_rate,
-        "good_quality": config.acceptance_good_quality,
-        "max_response_chars": config.max_response_chars,
+        "false_reject_rate_target": config.acceptance.false_reject_rate,
+        "good_quality": config.acceptance.good_quality,
+        "max_response_chars": config.acceptance.max_response_chars,
         "trained_on": {
             "answers": int(fit.sum()),
             "good": n_good,

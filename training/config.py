@@ -1,22 +1,48 @@
-"""Training configuration: typed defaults, loaded from YAML/JSON and CLI overrides, saved with the run."""
+"""Training configuration: option groups with typed defaults and declared constraints
+(training.options checks them), loaded from YAML/JSON and CLI overrides, saved with the run."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from evaluation.thresholds import TARGETS
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.features.spec import LEXICAL_MODES
 from serving.novelty import UNFAMILIAR_POLICIES
 from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
+from training.encoders import TIERS
 from training.lexical import EXACT_WEIGHTINGS
 from training.lexical import WEIGHTINGS as LEXICAL_WEIGHTINGS
 from training.model import CALIBRATIONS, OBJECTIVES
+from training.options import (
+    FLAG,
+    NAME,
+    OPTIONAL_PATH,
+    PATH,
+    PATHS,
+    TEXT,
+    Check,
+    Default,
+    Needs,
+    Rule,
+    by,
+    check,
+    groups_of,
+    integer,
+    mapping,
+    merged,
+    nested,
+    number,
+    one_of,
+    preferring,
+)
+from training.partial import ESTIMATORS, HEAD_SHARING
 
 LEXICAL_BLENDS = ("mixture", "stack")  # a blend's form (training.model.LexicalBlend)
 
@@ -25,293 +51,438 @@ ENGINES = ("local", "dask")
 
 
 DEFAULT_CV_FOLDS = 5
+CV_FOLDS = Rule(
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and (v == 0 or 3 <= v <= 20),
+    "must be 0 (a single split) or an integer in [3, 20]",
+    2,
+    (0, DEFAULT_CV_FOLDS),
+)
+LGBM = mapping("LightGBM parameters")
 
 
 @dataclass
-class TrainConfig:
-    """Every knob of `make train`. Defaults work on the shipped RouteLLM logs."""
+class Features:
+    """What the router reads of a prompt (the manifest's feature_spec)."""
 
-    data: list[str] = field(default_factory=list)  # files, globs, folders; empty = default location
-    bundle: str = "artifacts/router"
-    tier: str = "static"
-    # The static tier's bundle also carries its encoder before the projection (encoder.onnx, the
-    # 384-wide token table: +47 MB), which OutcomeLog(privacy="embedding") needs; the
-    # transformer tier's bundle always carries it.
-    bundle_encoder: bool = False
+    tier: str = "static"  # embedding tier: static | transformer
     embedding_dim: int = 32  # PCA components kept from the embedding
     max_tokens: int | None = None  # None: the tier's default
     max_chars: int = DEFAULT_MAX_CHARS  # text tokenized and scanned; bounds route() cost
+    constraints: ClassVar = {
+        "tier": one_of(*TIERS),
+        "embedding_dim": integer(1),
+        "max_tokens": integer(8, empty=True),
+        "max_chars": integer(64),
+    }
+
+
+@dataclass
+class Split:
+    """Which rows train, validate and test: a hash of the prompt (the manifest's split)."""
+
     val_share: float = 0.15
     test_share: float = 0.15
-    split_salt: str = ""
-    split_offset: float = 0.0  # where the test split starts on the hash scale
+    salt: str = ""
+    offset: float = 0.0  # where the test split starts on the hash scale
     # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
     # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
     # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one
     # split). Empty: 5 with the local engine, 0 with Dask (cross-fitting needs the local engine).
     cv_folds: int | None = None
+    max_train_rows: int | None = 1_000_000  # training prompts fitted (a prompt-hash sample); empty: all
+    constraints: ClassVar = {
+        "val_share": number(0, 1, open_low=True, open_high=True),
+        "test_share": number(0, 1),
+        "salt": TEXT,
+        "offset": number(0, 1, open_high=True),
+        "cv_folds": CV_FOLDS,
+        "max_train_rows": integer(1, empty=True),
+    }
+
+
+@dataclass
+class Label:
+    """How two quality scores become the cloud-needed label (the manifest's label)."""
+
     margin_binary: float = 0.0
     margin_graded: float = 0.1  # judge scores: 1 point on 1-10 is 0.11
-    max_reject_share: float = 0.05
-    precision_dropout: float = 0.2  # train rows shown without a declared precision
+    constraints: ClassVar = {"margin_binary": number(0, 1), "margin_graded": number(0, 1)}
+
+
+@dataclass
+class Model:
+    """The outcome heads: what they learn and how they are calibrated."""
+
     objective: str = "expected_gain"  # expected_gain (two outcome heads) | cloud_needed
-    # Lexical evidence (training.lexical): each outcome's logistic-regression margin over the
-    # prompt's unigrams and hashed bigrams, computed in model.onnx (+2.3 MB). "features" adds the
-    # margins to the trees' inputs (training rows get out-of-fold margins: lexical_folds folds by
-    # prompt hash); "blend" mixes each head's calibrated probability with sigmoid(margin), the
-    # weight chosen on validation (training.model.fit_blend). Empty: blend where it can run (the
-    # static tier, either engine, expected gain, sigmoid or no calibration), else none; paired
-    # cross-validation chose it (docs/routing-score.md#decisions-by-paired-cross-validation).
-    lexical: str | None = None  # none | features | blend
+    calibration: str = "sigmoid"
+    head_sharing: str = "auto"  # auto | separate | shared outcome heads (training.partial)
+    partial_estimator: str = "plug_in"  # rows with one outcome: plug_in | ipw (training.partial)
+    max_ipw_weight: float = 20.0  # ipw: 1 / propensity, clipped here
+    precision_dropout: float = 0.2  # train rows shown without a declared precision
+    constraints: ClassVar = {
+        "objective": one_of(*OBJECTIVES),
+        "calibration": one_of(*CALIBRATIONS),
+        "head_sharing": one_of(*HEAD_SHARING),
+        "partial_estimator": one_of(*ESTIMATORS),
+        "max_ipw_weight": number(1),
+        "precision_dropout": number(0, 1),
+    }
+
+
+@dataclass
+class Boosting:
+    """The heads' LightGBM boosters."""
+
+    rounds: int = 2000
+    early_stopping_rounds: int = 100
+    lgbm: dict[str, Any] = field(default_factory=dict)  # over training.model.DEFAULT_LGBM
+    constraints: ClassVar = {"rounds": integer(1), "early_stopping_rounds": integer(1), "lgbm": LGBM}
+
+
+@dataclass
+class Lexical:
+    """Lexical evidence (training.lexical): each outcome's logistic-regression margin over the
+    prompt's unigrams and hashed bigrams, computed in model.onnx (+2.3 MB)."""
+
+    # "features" adds the margins to the trees' inputs (training rows get out-of-fold margins:
+    # `folds` folds by prompt hash); "blend" mixes each head's calibrated probability with
+    # sigmoid(margin), the weight chosen on validation (training.model.fit_blend). Empty: blend
+    # where the rules let it run (the static tier, either engine, expected gain, sigmoid or no
+    # calibration), else none; paired cross-validation chose it
+    # (docs/routing-score.md#decisions-by-paired-cross-validation).
+    mode: str | None = None  # none | features | blend
     # A blend's form (training.model): "stack", sigmoid(a * logit(trees) + b * margin + c) with
     # a, b, c fitted on validation; "mixture", w * trees + (1 - w) * sigmoid(margin).
-    lexical_blend: str = "stack"
+    blend: str = "stack"
     # With a stack: each head's trees start boosting from its outcome's lexical margin (LightGBM's
-    # init_score; training rows' margins out of fold, lexical_folds folds by prompt hash), so they
+    # init_score; training rows' margins out of fold, `folds` folds by prompt hash), so they
     # learn what the margin misses; the stack, which reads logit(trees) and the margin, adds the
     # margin back in the graph.
-    lexical_start: bool = False
+    start: bool = False
     # The regression's rows (training.lexical.WEIGHTINGS): "tfidf", sublinear tf * idf scaled to
     # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms;
     # "idf", counts * idf scaled to sum 1. `features` needs mean or idf: their margins are
     # bit-exact in the graph. Empty: tfidf for a blend, mean for features.
-    lexical_weighting: str | None = None
-    lexical_c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
-    lexical_folds: int = 5
+    weighting: str | None = None
+    c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
+    folds: int = 5
     # Training prompts the regressions are fitted on (idf included): above it, a prompt-hash
-    # sample inside the boosters' max_train_rows sample, the same prompts in both engines; the
-    # margins of every other row come from that fit (training.lexical, "At scale"). Empty: all.
-    lexical_sample_rows: int | None = 50_000
-    lgbm: dict[str, Any] = field(default_factory=dict)
-    num_boost_round: int = 2000
-    early_stopping_rounds: int = 100
-    calibration: str = "sigmoid"
-    target: str = "quality"
+    # sample inside the boosters' split.max_train_rows sample, the same prompts in both engines;
+    # the margins of every other row come from that fit (training.lexical, "At scale"). Empty: all.
+    sample_rows: int | None = 50_000
+    constraints: ClassVar = {
+        "mode": one_of(*LEXICAL_MODES),
+        "blend": one_of(*LEXICAL_BLENDS),
+        "start": FLAG,
+        "weighting": one_of(*LEXICAL_WEIGHTINGS),
+        "c": number(0, open_low=True),
+        "folds": integer(2, 20),
+        "sample_rows": integer(1, empty=True),
+    }
+
+
+@dataclass
+class Routing:
+    """The fallback thresholds' target (the manifest's target) and the routing limits."""
+
+    target: str = "quality"  # quality | budget
     max_quality_drop: float = 0.01
     cloud_budget: float = 0.3
     fallback_catch_rate: float = 0.5  # assumed where no edge answers measure it (training.acceptance)
-    # The acceptance check, fitted when the logs carry edge answers (training.acceptance).
-    acceptance_false_reject_rate: float = 0.12  # share of good edge answers the threshold may reject
-    acceptance_good_quality: float = 0.5  # an edge answer with quality >= this is good
-    acceptance_min_rows: int = 200  # fewer answers (or < 20 of each kind): no model
-    acceptance_folds: int = 5  # cross-fitting: calibration and threshold held out
-    acceptance_rounds: int = 300
-    acceptance_lgbm: dict[str, Any] = field(default_factory=dict)
-    partial_estimator: str = "plug_in"  # rows with one outcome: plug_in | ipw (training.partial)
-    max_ipw_weight: float = 20.0  # ipw: 1 / propensity, clipped here
-    head_sharing: str = "auto"  # auto | separate | shared outcome heads (training.partial)
+    min_rows_per_tag: int = 200  # validation rows a precision tag needs for its own thresholds
+    edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS  # longer prompts go to the cloud first
+    constraints: ClassVar = {
+        "target": one_of(*TARGETS),
+        "max_quality_drop": number(0, 1),
+        "cloud_budget": number(0, 1),
+        "fallback_catch_rate": number(0, 1),
+        "min_rows_per_tag": integer(1),
+        "edge_context_tokens": integer(1, 10_000_000),
+    }
+
+
+@dataclass
+class Acceptance:
+    """The acceptance check, fitted when the logs carry edge answers (training.acceptance)."""
+
+    false_reject_rate: float = 0.12  # share of good edge answers the threshold may reject
+    good_quality: float = 0.5  # an edge answer with quality >= this is good
+    min_rows: int = 200  # fewer answers (or < 20 of each kind): no model
+    folds: int = 5  # cross-fitting: calibration and threshold held out
+    rounds: int = 300
+    lgbm: dict[str, Any] = field(default_factory=dict)
     max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS  # answers are cut to their last N characters (2,000)
-    min_rows_per_tag: int = 200
-    edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS
-    novelty_share: float = 0.03  # share of in-distribution prompts flagged unfamiliar
-    novelty_min_unseen_share: float = 0.3  # unseen-token share below this is never unfamiliar
+    constraints: ClassVar = {
+        "false_reject_rate": number(0, 1),
+        "good_quality": number(0, 1),
+        "min_rows": integer(1),
+        "folds": integer(2, 20),
+        "rounds": integer(1),
+        "lgbm": LGBM,
+        "max_response_chars": integer(1),
+    }
+
+
+@dataclass
+class Novelty:
+    """The familiarity reference (training.novelty) and what unfamiliar prompts get."""
+
+    share: float = 0.03  # share of in-distribution prompts flagged unfamiliar
+    min_unseen_share: float = 0.3  # unseen-token share below this is never unfamiliar
     unfamiliar_policy: str = "edge_with_cloud_fallback"  # or rule_table | learned (serving.novelty)
-    seed: int = 0
-    max_train_rows: int | None = 1_000_000  # training prompts fitted (a prompt-hash sample); empty: all
-    parity_rows: int = 5000  # test rows the bundle is checked against (from raw text)
-    # Scale-out (engine=dask): logs stay on the cluster in partitions; the client holds
-    # bounded, hash-chosen samples only.
-    engine: str = "local"  # local | dask
+    constraints: ClassVar = {
+        "share": number(0, 1),
+        "min_unseen_share": number(0, 1),
+        "unfamiliar_policy": one_of(*UNFAMILIAR_POLICIES),
+    }
+
+
+@dataclass
+class Endpoints:
+    """The N-endpoint outcome models (`make endpoints`, training.endpoints): the router's
+    features, split salt and validation share, boosting and calibration, and these."""
+
+    # over boosting.lgbm. One thread: on a shared host, two LightGBM threads fitting small boosters
+    # spent 10x longer spinning than fitting (13 s against 1.2 s for one 1,500-row booster at load 9).
+    lgbm: dict[str, Any] = field(default_factory=lambda: {"num_threads": 1})
+    constraints: ClassVar = {"lgbm": LGBM}
+
+
+@dataclass
+class Engine:
+    """Where the logs are read, featurized and fitted. Scale-out (dask): logs stay on the cluster
+    in partitions; the client holds bounded, hash-chosen samples only."""
+
+    name: str = "local"  # local | dask
     dask_scheduler: str | None = None  # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
     dask_workers: int | None = None  # LocalCluster workers; empty: one per core
     dask_scratch: str | None = None  # validated rows between passes; empty: cache_dir/dask-scratch
     eval_sample_rows: int = 200_000  # val / test rows collected for thresholds and figures
     pca_sample_rows: int = 50_000  # training rows whose raw embeddings fit the projection
-    # MLflow store: $MLFLOW_TRACKING_URI when set (`make train MLRUNS=dir` sets it), else ./mlruns
+    constraints: ClassVar = {
+        "name": one_of(*ENGINES),
+        "dask_scheduler": Rule(lambda v: v is None or isinstance(v, str), "must be empty or an address", 7),
+        "dask_workers": integer(1, empty=True),
+        "dask_scratch": OPTIONAL_PATH,
+        "eval_sample_rows": integer(1),
+        "pca_sample_rows": integer(1),
+    }
+
+
+def _artifacts_beside(config) -> str:
+    """`artifacts` beside a SQLite store, else mlruns/artifacts."""
+    uri = str(config.mlflow.tracking_uri)
+    store = uri.removeprefix("sqlite:///")
+    return str(Path(store).parent / "artifacts") if store != uri else "mlruns/artifacts"
+
+
+@dataclass
+class MLflow:
+    """The MLflow store, experiment and registered model of the run."""
+
+    # $MLFLOW_TRACKING_URI when set (`make train MLRUNS=dir` sets it), else ./mlruns
     tracking_uri: str = field(
         default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns/mlflow.db"
     )
     artifact_root: str = ""  # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
     experiment: str = "edge-cloud-router"
     registered_model: str = "edge-cloud-router"
+    constraints: ClassVar = {"tracking_uri": NAME, "artifact_root": PATH, "experiment": NAME, "registered_model": NAME}
+
+
+@dataclass
+class Bundle:
+    """What is written: the bundle's folder, its files, its signature and its parity check."""
+
+    path: str = "artifacts/router"
+    # The static tier's bundle also carries its encoder before the projection (encoder.onnx, the
+    # 384-wide token table: +47 MB), which OutcomeLog(privacy="embedding") needs; the
+    # transformer tier's bundle always carries it.
+    encoder: bool = False
     signing_key: str | None = None  # Ed25519 private key (make keys): the bundle is signed
+    parity_rows: int = 5000  # test rows the bundle is checked against (from raw text)
+    constraints: ClassVar = {"path": PATH, "encoder": FLAG, "signing_key": OPTIONAL_PATH, "parity_rows": integer(1)}
+
+
+# The flat keys of before the groups -> their dotted keys (config files and --set still take them, with a warning).
+RENAMED = {
+    **{k: f"features.{k}" for k in ("tier", "embedding_dim", "max_tokens", "max_chars")},
+    **{k: f"split.{k}" for k in ("val_share", "test_share", "cv_folds", "max_train_rows")},
+    "split_salt": "split.salt",
+    "split_offset": "split.offset",
+    **{k: f"label.{k}" for k in ("margin_binary", "margin_graded")},
+    **{
+        k: f"model.{k}"
+        for k in (
+            "objective",
+            "calibration",
+            "head_sharing",
+            "partial_estimator",
+            "max_ipw_weight",
+            "precision_dropout",
+        )
+    },
+    "num_boost_round": "boosting.rounds",
+    "early_stopping_rounds": "boosting.early_stopping_rounds",
+    "lgbm": "boosting.lgbm",
+    "lexical": "lexical.mode",
+    **{f"lexical_{k}": f"lexical.{k}" for k in ("blend", "start", "weighting", "c", "folds", "sample_rows")},
+    **{
+        k: f"routing.{k}"
+        for k in ("max_quality_drop", "cloud_budget", "fallback_catch_rate", "min_rows_per_tag", "edge_context_tokens")
+    },
+    "target": "routing.target",
+    **{
+        f"acceptance_{k}": f"acceptance.{k}"
+        for k in ("false_reject_rate", "good_quality", "min_rows", "folds", "rounds", "lgbm")
+    },
+    "max_response_chars": "acceptance.max_response_chars",
+    "novelty_share": "novelty.share",
+    "novelty_min_unseen_share": "novelty.min_unseen_share",
+    "unfamiliar_policy": "novelty.unfamiliar_policy",
+    "engine": "engine.name",
+    **{
+        k: f"engine.{k}"
+        for k in ("dask_scheduler", "dask_workers", "dask_scratch", "eval_sample_rows", "pca_sample_rows")
+    },
+    **{k: f"mlflow.{k}" for k in ("tracking_uri", "artifact_root", "experiment", "registered_model")},
+    "bundle": "bundle.path",
+    "bundle_encoder": "bundle.encoder",
+    "signing_key": "bundle.signing_key",
+    "parity_rows": "bundle.parity_rows",
+}
+
+_BLEND_WHY = "the stack adds the margin the trees started from back into the graph's probability"
+_DASK_WHY = (
+    "the trees would read every training row's out-of-fold margins, which the Dask engine does not compute on "
+    "its workers (it trains lexical.mode=blend, the default)"
+)
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of `make train`, in option groups. Defaults work on the shipped RouteLLM logs."""
+
+    data: list = field(default_factory=list)  # files, globs, folders, datasets; empty = default location
+    max_reject_share: float = 0.05  # stop when more of the input is bad
+    features: Features = field(default_factory=Features)
+    split: Split = field(default_factory=Split)
+    label: Label = field(default_factory=Label)
+    model: Model = field(default_factory=Model)
+    boosting: Boosting = field(default_factory=Boosting)
+    lexical: Lexical = field(default_factory=Lexical)
+    routing: Routing = field(default_factory=Routing)
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    novelty: Novelty = field(default_factory=Novelty)
+    endpoints: Endpoints = field(default_factory=Endpoints)
+    engine: Engine = field(default_factory=Engine)
+    bundle: Bundle = field(default_factory=Bundle)
+    mlflow: MLflow = field(default_factory=MLflow)
+    seed: int = 0  # LightGBM, PCA and precision dropout
     cache_dir: str = "data/cache"
     reports_dir: str = "reports/train"
 
+    constraints: ClassVar = {
+        "data": PATHS,
+        "max_reject_share": number(0, 1),
+        "seed": integer(0),
+        "cache_dir": PATH,
+        "reports_dir": PATH,
+    }
+    # Options left empty, filled in this order from the options before them.
+    defaults: ClassVar = (
+        Default("mlflow.artifact_root", _artifacts_beside),
+        Default("lexical.mode", preferring("lexical.mode", "blend", "none")),
+        Default("lexical.weighting", by("lexical.mode", {"blend": "tfidf"}, otherwise="mean")),
+        Default("lexical.c", by("lexical.weighting", {"tfidf": 1.0}, otherwise=64.0)),
+        Default("split.cv_folds", preferring("split.cv_folds", DEFAULT_CV_FOLDS, 0)),
+    )
+    # Rules across options, checked after each option's own.
+    rules: ClassVar = (
+        Check(
+            "split.val_share",
+            lambda c: c.split.val_share + c.split.test_share < 1,
+            "needs split.val_share + split.test_share < 1",
+            {"split.val_share": 0.5, "split.test_share": 0.5},
+        ),
+        Needs(
+            "model.head_sharing",
+            ("shared",),
+            "model.objective",
+            tuple(k for k, heads in OBJECTIVES.items() if len(heads) > 1),
+            "one shared booster needs an objective with two or more heads",
+        ),
+        Needs(
+            "lexical.mode",
+            tuple(m for m in LEXICAL_MODES if m != "none"),
+            "features.tier",
+            ("static",),
+            "the margins are computed inside the fused model.onnx from the token ids, and the transformer tier's "
+            "router.onnx reads only the projected features",
+        ),
+        Needs("lexical.mode", ("features",), "engine.name", ("local",), _DASK_WHY),
+        Needs("lexical.start", (True,), "engine.name", ("local",), _DASK_WHY),
+        Needs(
+            "lexical.mode",
+            ("blend",),
+            "model.objective",
+            ("expected_gain",),
+            "a blend mixes each outcome head with the lexical regression of the same outcome",
+        ),
+        Needs(
+            "lexical.mode",
+            ("blend",),
+            "model.calibration",
+            ("sigmoid", "none"),
+            "the graph mixes the calibrated probabilities, and only those calibrations are inside it",
+        ),
+        Needs(
+            "lexical.mode",
+            ("features",),
+            "lexical.weighting",
+            EXACT_WEIGHTINGS,
+            "the trees split on the margins, which only those weightings compute bit-exactly in the graph",
+        ),
+        Needs("lexical.start", (True,), "lexical.mode", ("blend",), _BLEND_WHY),
+        Needs("lexical.start", (True,), "lexical.blend", ("stack",), _BLEND_WHY),
+        Needs(
+            "engine.name",
+            tuple(e for e in ENGINES if e != "local"),
+            "split.cv_folds",
+            (0,),
+            "cross-fitting needs the local engine",
+        ),
+    )
+
     def __post_init__(self):
-        if not self.artifact_root:
-            store = self.tracking_uri.removeprefix("sqlite:///")
-            self.artifact_root = (
-                str(Path(store).parent / "artifacts") if store != self.tracking_uri else "mlruns/artifacts"
-            )
-
-        def check(ok: bool, name: str, rule: str):
-            if not ok:
-                raise ValueError(f"config {name}={getattr(self, name)!r}: {rule}")
-
-        from training.encoders import TIERS
-
-        check(self.tier in TIERS, "tier", f"must be one of {', '.join(TIERS)}")
-        check(isinstance(self.bundle_encoder, bool), "bundle_encoder", "must be true or false")
-        check(self.engine in ENGINES, "engine", f"must be one of {', '.join(ENGINES)}")
-        for name in (
-            "parity_rows",
-            "eval_sample_rows",
-            "pca_sample_rows",
-            "acceptance_min_rows",
-            "acceptance_rounds",
-            "max_response_chars",
-        ):
-            check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
-        check(
-            self.max_train_rows is None or (isinstance(self.max_train_rows, int) and self.max_train_rows >= 1),
-            "max_train_rows",
-            "must be empty or an integer >= 1",
-        )
-        check(
-            self.lexical_sample_rows is None
-            or (isinstance(self.lexical_sample_rows, int) and self.lexical_sample_rows >= 1),
-            "lexical_sample_rows",
-            "must be empty or an integer >= 1",
-        )
-        check(
-            self.dask_workers is None or (isinstance(self.dask_workers, int) and self.dask_workers >= 1),
-            "dask_workers",
-            "must be empty or an integer >= 1",
-        )
-        check(self.calibration in CALIBRATIONS, "calibration", f"must be one of {', '.join(CALIBRATIONS)}")
-        check(self.objective in OBJECTIVES, "objective", f"must be one of {', '.join(OBJECTIVES)}")
-        check(
-            self.unfamiliar_policy in UNFAMILIAR_POLICIES,
-            "unfamiliar_policy",
-            f"must be one of {', '.join(UNFAMILIAR_POLICIES)}",
-        )
-        check(self.target in TARGETS, "target", f"must be one of {', '.join(TARGETS)}")
-        for name in (
-            "val_share",
-            "test_share",
-            "margin_binary",
-            "margin_graded",
-            "max_reject_share",
-            "precision_dropout",
-            "max_quality_drop",
-            "cloud_budget",
-            "fallback_catch_rate",
-            "novelty_share",
-            "novelty_min_unseen_share",
-            "acceptance_false_reject_rate",
-            "acceptance_good_quality",
-        ):
-            check(
-                isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) <= 1,
-                name,
-                "must be a number in [0, 1]",
-            )
-        check(
-            self.val_share > 0 and self.val_share + self.test_share < 1,
-            "val_share",
-            "needs val_share > 0 and val_share + test_share < 1",
-        )
-        check(
-            isinstance(self.split_offset, (int, float)) and 0 <= self.split_offset < 1,
-            "split_offset",
-            "must be a number in [0, 1)",
-        )
-        check(isinstance(self.embedding_dim, int) and self.embedding_dim >= 1, "embedding_dim", "must be >= 1")
-        check(
-            self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 8),
-            "max_tokens",
-            "must be empty or an integer >= 8",
-        )
-        check(isinstance(self.max_chars, int) and self.max_chars >= 64, "max_chars", "must be an integer >= 64")
-        check(isinstance(self.data, list), "data", "must be a list of paths")
-        from training.partial import ESTIMATORS, HEAD_SHARING
-
-        check(self.partial_estimator in ESTIMATORS, "partial_estimator", f"must be one of {', '.join(ESTIMATORS)}")
-        check(self.head_sharing in HEAD_SHARING, "head_sharing", f"must be one of {', '.join(HEAD_SHARING)}")
-        check(
-            self.head_sharing != "shared" or len(OBJECTIVES.get(self.objective, ())) > 1,
-            "head_sharing",
-            f"shared needs an objective with two or more heads, not {self.objective!r}",
-        )
-        check(
-            isinstance(self.max_ipw_weight, (int, float)) and self.max_ipw_weight >= 1,
-            "max_ipw_weight",
-            "must be a number >= 1",
-        )
-        check(
-            isinstance(self.acceptance_folds, int) and 2 <= self.acceptance_folds <= 20,
-            "acceptance_folds",
-            "must be an integer in [2, 20]",
-        )
-        if self.lexical is None:
-            self.lexical = (
-                "blend"
-                if (self.tier, self.objective) == ("static", "expected_gain")
-                and self.calibration in ("sigmoid", "none")
-                else "none"
-            )
-        check(self.lexical in LEXICAL_MODES, "lexical", f"must be one of {', '.join(LEXICAL_MODES)}")
-        check(
-            self.lexical == "none" or self.tier == "static",
-            "lexical",
-            f"needs tier=static, not {self.tier!r}: the margins are computed inside the fused model.onnx from the "
-            "token ids, and the transformer tier's router.onnx reads only the projected features",
-        )
-        check(
-            self.engine == "local" or (self.lexical, self.lexical_start) in (("none", False), ("blend", False)),
-            "lexical",
-            f"{self.lexical!r}{' with lexical_start' if self.lexical_start else ''} needs engine=local, not "
-            f"{self.engine!r}: the trees would read every training row's out-of-fold margins, which the Dask "
-            "engine does not compute on its workers (it trains lexical=blend, the default)",
-        )
-        check(
-            self.lexical != "blend" or self.objective == "expected_gain",
-            "lexical",
-            f"blend needs objective=expected_gain, not {self.objective!r}: it mixes each outcome head with the "
-            "lexical regression of the same outcome",
-        )
-        check(
-            self.lexical != "blend" or self.calibration in ("sigmoid", "none"),
-            "lexical",
-            f"blend needs calibration=sigmoid or none, not {self.calibration!r}: the graph mixes the calibrated "
-            "probabilities, and only those calibrations are inside it",
-        )
-        if self.lexical_weighting is None:
-            self.lexical_weighting = "tfidf" if self.lexical == "blend" else "mean"
-        check(
-            self.lexical_weighting in LEXICAL_WEIGHTINGS,
-            "lexical_weighting",
-            f"must be one of {', '.join(LEXICAL_WEIGHTINGS)}",
-        )
-        check(
-            self.lexical != "features" or self.lexical_weighting in EXACT_WEIGHTINGS,
-            "lexical_weighting",
-            f"features needs {' or '.join(EXACT_WEIGHTINGS)}: the trees split on the margins, which only those forms "
-            "compute bit-exactly in the graph",
-        )
-        check(self.lexical_blend in LEXICAL_BLENDS, "lexical_blend", f"must be one of {', '.join(LEXICAL_BLENDS)}")
-        check(isinstance(self.lexical_start, bool), "lexical_start", "must be true or false")
-        check(
-            not self.lexical_start or (self.lexical, self.lexical_blend) == ("blend", "stack"),
-            "lexical_start",
-            f"needs lexical=blend with lexical_blend=stack, not {self.lexical!r} / {self.lexical_blend!r}: the "
-            "stack adds the margin the trees started from back into the graph's probability",
-        )
-        if self.lexical_c is None:
-            self.lexical_c = 1.0 if self.lexical_weighting == "tfidf" else 64.0
-        check(isinstance(self.lexical_c, (int, float)) and self.lexical_c > 0, "lexical_c", "must be a number > 0")
-        check(
-            isinstance(self.lexical_folds, int) and 2 <= self.lexical_folds <= 20,
-            "lexical_folds",
-            "must be an integer in [2, 20]",
-        )
-        if self.cv_folds is None:
-            self.cv_folds = DEFAULT_CV_FOLDS if self.engine == "local" else 0
-        check(
-            isinstance(self.cv_folds, int) and (self.cv_folds == 0 or 3 <= self.cv_folds <= 20),
-            "cv_folds",
-            "must be 0 (a single split) or an integer in [3, 20]",
-        )
-        check(
-            self.cv_folds == 0 or self.engine == "local",
-            "cv_folds",
-            f"cross-fitting needs the local engine; set cv_folds=0 with engine={self.engine}",
-        )
+        for name, group in groups_of(type(self)).items():  # each group its own (a mapping read as one)
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                setattr(self, name, group(**nested({name: value}, type(self), renamed={}).get(name, {})))
+            elif isinstance(value, group):
+                setattr(self, name, dataclasses.replace(value))
+            else:
+                raise ValueError(f"config {name}={value!r}: must be a mapping of {name}'s options")
+        check(self)
 
     @classmethod
-    def from_file(cls, path: str | Path, **overrides) -> "TrainConfig":
-        """Load YAML or JSON; unknown keys are an error naming the key."""
+    def of(cls, *layers: "Mapping | TrainConfig", where: str = "config") -> "TrainConfig":
+        """Options from `layers`, each on top of the ones before: TrainConfigs, or mappings of
+        nested groups, dotted keys (`lexical.sample_rows`) or the flat keys of before the groups
+        (a FutureWarning names the new key)."""
+        given = [
+            layer.options() if isinstance(layer, TrainConfig) else cls.nested(layer, where=where) for layer in layers
+        ]
+        return cls(**merged(*given))
+
+    @classmethod
+    def nested(cls, values: Mapping, *, where: str = "config", warn: bool = True) -> dict:
+        """`values` as {group: {option: value}, option: value} (training.options.nested)."""
+        return nested(values, cls, renamed=RENAMED, where=where, warn=warn)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *overrides: Mapping) -> "TrainConfig":
+        """Load YAML or JSON, then `overrides` on top; unknown keys are an error naming the key."""
         path = Path(path)
         text = path.read_text(encoding="utf-8")
         if path.suffix.lower() in (".yaml", ".yml"):
@@ -320,51 +491,56 @@ class TrainConfig:
             values = yaml.safe_load(text) or {}
         else:
             values = json.loads(text)
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a mapping of option -> value")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**{**values, **{k: v for k, v in overrides.items() if v is not None}})
+        return cls.of(cls.nested(values, where=str(path)), *overrides)
 
     @classmethod
-    def from_options(cls, path: str | Path | None, overrides: dict) -> "TrainConfig":
-        """A command's options: the config file (if any), then the options given (None: not given) on top."""
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        return cls.from_file(path, **overrides) if path else cls(**overrides)
+    def from_options(cls, path: str | Path | None, given: Mapping, *overrides: Mapping) -> "TrainConfig":
+        """A command's options: the config file (if any), the options `given` (None: not given),
+        then `overrides` (--set) on top."""
+        given = {k: v for k, v in given.items() if v is not None}
+        return cls.from_file(path, given, *overrides) if path else cls.of(given, *overrides)
 
     @classmethod
-    def from_manifest(cls, manifest, **overrides) -> "TrainConfig":
+    def from_manifest(cls, manifest, *overrides: Mapping) -> "TrainConfig":
         """The settings a bundle was trained with (tier, label margins, split, calibration,
         threshold target, limits), as read from its manifest, then `overrides` on top."""
-        spec, target, split, label = manifest.feature_spec, manifest.target, manifest.split, manifest.label
-        defaults = cls()
-        settings = dict(
-            tier=spec.tier,
-            embedding_dim=spec.embedding_dim,
-            max_tokens=spec.max_tokens,
-            max_chars=spec.max_chars,
-            objective=manifest.score.kind,
-            calibration=next(iter(manifest.calibration.values()))["method"],
-            target=target.get("kind", defaults.target),
-            max_quality_drop=target.get("max_quality_drop", defaults.max_quality_drop),
-            cloud_budget=target.get("cloud_budget", defaults.cloud_budget),
-            fallback_catch_rate=target.get("fallback_catch_rate", defaults.fallback_catch_rate),
-            val_share=split.get("val_share", defaults.val_share),
-            test_share=split.get("test_share", defaults.test_share),
-            split_salt=split.get("salt", defaults.split_salt),
-            split_offset=split.get("offset", defaults.split_offset),
+        spec, target = manifest.feature_spec, manifest.target
+        settings = {
+            "features": {k: getattr(spec, k) for k in ("tier", "embedding_dim", "max_tokens", "max_chars")},
+            "model": {
+                "objective": manifest.score.kind,
+                "calibration": next(iter(manifest.calibration.values()))["method"],
+            },
+            "routing": {
+                **({"target": target["kind"]} if "kind" in target else {}),
+                **{k: target[k] for k in ("max_quality_drop", "cloud_budget", "fallback_catch_rate") if k in target},
+                "edge_context_tokens": manifest.limits.edge_context_tokens,
+            },
             # retraining from a bundle (leave-one-source-out) needs its split, not its cross-fitting
-            cv_folds=0,
-            margin_binary=label.get("margin_binary", defaults.margin_binary),
-            margin_graded=label.get("margin_graded", defaults.margin_graded),
-            edge_context_tokens=manifest.limits.edge_context_tokens,
-            unfamiliar_policy=manifest.novelty.get("policy", defaults.unfamiliar_policy),
-            novelty_share=manifest.novelty.get("target_share", defaults.novelty_share),
-            lexical=spec.lexical,
-        )
-        return cls(**{**settings, **overrides})
+            "split": {
+                **{k: v for k, v in manifest.split.items() if k in ("val_share", "test_share", "salt", "offset")},
+                "cv_folds": 0,
+            },
+            "label": {k: v for k, v in manifest.label.items() if k in ("margin_binary", "margin_graded")},
+            "novelty": {
+                **({"unfamiliar_policy": manifest.novelty["policy"]} if "policy" in manifest.novelty else {}),
+                **({"share": manifest.novelty["target_share"]} if "target_share" in manifest.novelty else {}),
+            },
+            "lexical": {"mode": spec.lexical},
+        }
+        return cls.of(settings, *overrides)
+
+    def with_options(self, *layers: Mapping) -> "TrainConfig":
+        """This configuration with `layers` on top (as `of`)."""
+        return type(self).of(self, *layers)
+
+    def options(self) -> dict:
+        """Every option as given to the constructor: {group: {option: value}, option: value}."""
+        return {
+            f.name: dict(vars(value)) if dataclasses.is_dataclass(value) else value
+            for f in dataclasses.fields(self)
+            for value in [getattr(self, f.name)]
+        }
 
     @property
     def rejects_path(self) -> Path:
@@ -372,13 +548,17 @@ class TrainConfig:
         return Path(self.reports_dir) / "rejects.jsonl"
 
     def to_dict(self) -> dict:
-        from data.hf_datasets import source_name  # a Dataset object among the logs is saved by its name
+        """The options as saved (MLflow's train_config.json, run.json): nested groups, a Dataset
+        object among the logs by its name."""
+        from data.hf_datasets import source_name
 
-        return dataclasses.asdict(dataclasses.replace(self, data=[source_name(item) for item in self.data]))
+        values = {k: copy.deepcopy(v) for k, v in self.options().items() if k != "data"}
+        return {"data": [source_name(item) for item in self.data], **values}
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """`--set` pairs: ["lgbm.num_leaves=63", "target=budget"] -> {"lgbm": {"num_leaves": 63}, "target": "budget"}."""
+    """`--set` pairs: ["boosting.lgbm.num_leaves=63", "routing.target=budget"] ->
+    {"boosting": {"lgbm": {"num_leaves": 63}}, "routing": {"target": "budget"}}."""
     import yaml
 
     out: dict = {}

@@ -51,15 +51,22 @@ INTERVAL = (
 
 def repeat_salt(config: TrainConfig, repeat: int) -> str:
     """The split salt of repeat `repeat`: the configuration's own for the first."""
-    return config.split_salt if repeat == 0 else f"{config.split_salt}cv{repeat}"
+    return config.split.salt if repeat == 0 else f"{config.split.salt}cv{repeat}"
 
 
 def fold_config(config: TrainConfig, *, folds: int, fold: int, repeat: int = 0) -> TrainConfig:
     """The configuration whose test split is fold `fold` of `folds` (module doc)."""
     if not 0 <= fold < folds:
         raise ValueError(f"fold {fold} is not one of 0..{folds - 1}")
-    return dataclasses.replace(
-        config, test_share=1.0 / folds, split_offset=fold / folds, split_salt=repeat_salt(config, repeat), cv_folds=0
+    return config.with_options(
+        {
+            "split": {
+                "test_share": 1.0 / folds,
+                "offset": fold / folds,
+                "salt": repeat_salt(config, repeat),
+                "cv_folds": 0,
+            }
+        }
     )
 
 
@@ -69,16 +76,16 @@ def check_folds(config: TrainConfig, folds: int, repeats: int) -> None:
         raise ValueError(f"cross-validation folds={folds!r}: must be an integer in [3, 20]")
     if not isinstance(repeats, int) or not 1 <= repeats <= 10:
         raise ValueError(f"cross-validation repeats={repeats!r}: must be an integer in [1, 10]")
-    if config.val_share + 1.0 / folds >= 1.0:
+    if config.split.val_share + 1.0 / folds >= 1.0:
         raise ValueError(
-            f"folds={folds} with val_share={config.val_share}: a fold's test share (1/{folds}) and "
+            f"folds={folds} with split.val_share={config.split.val_share}: a fold's test share (1/{folds}) and "
             "the validation share leave no training rows"
         )
 
 
 def test_over_train(config: TrainConfig, folds: int) -> float:
     """n_test / n_train of one fold, for the interval's correction."""
-    return (1.0 / folds) / (1.0 - 1.0 / folds - config.val_share)
+    return (1.0 / folds) / (1.0 - 1.0 / folds - config.split.val_share)
 
 
 def interval(values, *, test_over_train: float, level: float = LEVEL) -> dict:
@@ -146,13 +153,15 @@ def _fitted_policies(config: TrainConfig, fitted, val, notes: list[str]):
 
     train = fitted.train_rows
     if train is None or not len(train):
-        notes.append(f"the {config.engine} engine returned no training rows: reference and tuned rule table left out")
+        notes.append(
+            f"the {config.engine.name} engine returned no training rows: reference and tuned rule table left out"
+        )
         return None, None
     options = dict(
-        target=config.target,
-        max_quality_drop=config.max_quality_drop,
-        cloud_budget=config.cloud_budget,
-        catch_rate=config.fallback_catch_rate,
+        target=config.routing.target,
+        max_quality_drop=config.routing.max_quality_drop,
+        cloud_budget=config.routing.cloud_budget,
+        catch_rate=config.routing.fallback_catch_rate,
     )
     both = np.isfinite(train.q_edge) & np.isfinite(train.q_cloud)
     complete = train.subset(both)
@@ -180,7 +189,7 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     started = time.perf_counter()
     timings = {"start": started}
     quiet = Console(quiet=True)
-    engine = get_engine(config.engine)
+    engine = get_engine(config.engine.name)
     fitted = engine.fit(
         config, quiet, timings, keep_train_rows=True, **({"prepared": prepared} if prepared is not None else {})
     )
@@ -189,12 +198,12 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     notes: list[str] = []
     tuned, reference = _fitted_policies(config, fitted, held.splits["val"], notes)
     names = [n for n in POLICIES if (n != "tuned_rule_table" or tuned) and (n != "reference" or reference)]
-    table = _policy_table(test, names, tuned=tuned, reference=reference, catch_rate=config.fallback_catch_rate)
+    table = _policy_table(test, names, tuned=tuned, reference=reference, catch_rate=config.routing.fallback_catch_rate)
     by_source = {}
     for source in sorted(set(test.sources.tolist())):
         part = test.subset(test.sources == source)
         by_source[str(source)] = _policy_table(
-            part, names, tuned=tuned, reference=reference, catch_rate=config.fallback_catch_rate
+            part, names, tuned=tuned, reference=reference, catch_rate=config.routing.fallback_catch_rate
         )
     raw = (fitted.raw or {}).get("test")
     return FoldResult(
@@ -289,7 +298,7 @@ def read_once(config: TrainConfig):
     from training.engines import get_engine
     from training.featurize import FirstPassMemo
 
-    if config.engine != "local":
+    if config.engine.name != "local":
         return None
     return get_engine("local").prepare_frame(config)._replace(first_pass=FirstPassMemo())
 
@@ -321,11 +330,11 @@ def cross_validate(
 def compare(a: CrossValidation, b: CrossValidation) -> dict:
     """Paired differences B - A of the learned router's figures, fold by fold (the two must
     have been cut the same way: same folds, repeats and salt)."""
-    if (a.folds, a.repeats, a.config.split_salt) != (b.folds, b.repeats, b.config.split_salt):
+    if (a.folds, a.repeats, a.config.split.salt) != (b.folds, b.repeats, b.config.split.salt):
         raise ValueError(
             "the two cross-validations were not cut the same way: compare needs the same folds, "
-            f"repeats and split salt (A: {a.folds}, {a.repeats}, {a.config.split_salt!r}; "
-            f"B: {b.folds}, {b.repeats}, {b.config.split_salt!r})"
+            f"repeats and split salt (A: {a.folds}, {a.repeats}, {a.config.split.salt!r}; "
+            f"B: {b.folds}, {b.repeats}, {b.config.split.salt!r})"
         )
     return {f: b.difference("learned", "learned", f, other=a) for f in FIGURES}
 
@@ -395,21 +404,21 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
 
     if any(r.out_of_fold is None for r in cv.results):
         raise ValueError(
-            f"the {config.engine} engine does not hand back out-of-fold outputs: cross-fitting "
+            f"the {config.engine.name} engine does not hand back out-of-fold outputs: cross-fitting "
             "(cv_folds > 0) needs the local engine; use cv_folds=0 with this engine"
         )
-    heads = OBJECTIVES[config.objective]
+    heads = OBJECTIVES[config.model.objective]
     rounds = {column: int(np.median([r.trees[head] for r in cv.results])) for head, (column, _) in heads.items()}
     shared = sum(r.shared for r in cv.results) * 2 > len(cv.results)
     refit = Refit(rounds, shared, {})
     for head, (column, _) in heads.items():
         raw = _pooled(cv, head)
         target = np.concatenate([getattr(r.out_of_fold[0], _OUTCOME[column]) for r in cv.results])
-        refit.calibrations[head] = fit_calibration(raw, target, method=config.calibration)
-        if config.lexical == "blend":
+        refit.calibrations[head] = fit_calibration(raw, target, method=config.model.calibration)
+        if config.lexical.mode == "blend":
             outcome = OUTCOMES.index(column)
             calibrated = _refit_probability(refit, head, raw, None)
-            fit = fit_stack if config.lexical_blend == "stack" else fit_blend
+            fit = fit_stack if config.lexical.blend == "stack" else fit_blend
             refit.blends[head] = fit(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target, outcome=outcome)
     return refit
 
@@ -425,12 +434,12 @@ def cross_fit(config: TrainConfig, *, console, timings: dict):
     from training.engines import get_engine
 
     prepared = read_once(config)
-    cv = cross_validate(config, folds=config.cv_folds, console=console, prepared=prepared)
+    cv = cross_validate(config, folds=config.split.cv_folds, console=console, prepared=prepared)
     refit = refit_choices(cv, config)
     console.print(
         f"[bold]refit on every row[/]: rounds {refit.rounds} (the folds' median), calibration on "
         f"{sum(r.test_rows for r in cv.results)} out-of-fold outputs"
     )
-    fitted = get_engine(config.engine).fit(config, console, timings, refit=refit, prepared=prepared)
-    fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit, config.objective)
+    fitted = get_engine(config.engine.name).fit(config, console, timings, refit=refit, prepared=prepared)
+    fitted.splits["val"] = out_of_fold_rows(cv, fitted.splits["val"], refit, config.model.objective)
     return cv, fitted

@@ -31,5 +31,5 @@ def drift_reference(config: TrainConfig, held_out: HeldOutStages, model_version:
         edge_quality=rows.q_edge,
         rejected=rows.rejected,
         source=f"{len(rows)} held-out validation rows"
-        + (" (out-of-fold scores)" if config.cv_folds else " (scored by the bundle's model)"),
+        + (" (out-of-fold scores)" if config.split.cv_folds else " (scored by the bundle's model)"),
     )

@@ -17,12 +17,15 @@ import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from serving.manifest import ENDPOINT_RULES, ENDPOINTS_KIND, EndpointsSection, Limits, Manifest, ScoreSpec
-from training.endpoints import EndpointDataError, EndpointRows, EndpointTraining, OutcomeModels
+from training.endpoints import EndpointDataError, EndpointRows, OutcomeModels
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
 
 BUNDLE_FOLD = 0  # the fold of fold_masks whose test rows the bundle never sees
 PARITY_ROWS = 256  # test rows the SDK re-scores from raw text before the bundle is published
@@ -154,7 +157,7 @@ def train_endpoint_bundle(
     choosers,
     output_tokens: float,
     folds: int = 5,
-    config: EndpointTraining | None = None,
+    config: TrainConfig | None = None,
     signing_key: Path | None = None,
     chosen_by: dict | None = None,
 ) -> EndpointBundle:
@@ -162,24 +165,27 @@ def train_endpoint_bundle(
     one graph and write the bundle at `bundle` (module doc). `chosen_by`: how `mode` was chosen
     (the head comparison), kept beside it in the manifest's `endpoints.head_mode`."""
     from serving.endpoint_choice import call_costs
+    from training.config import TrainConfig
     from training.endpoints import featurized, fit_outcome_models, fold_masks
     from training.engines.base import _public_key
     from training.export import endpoint_heads_to_onnx
     from training.writer import staged_bundle
 
-    config = config or EndpointTraining()
+    config = config or TrainConfig()
     if rule not in ENDPOINT_RULES:
         raise EndpointDataError(f"unknown choice rule {rule!r}; choose one of {', '.join(ENDPOINT_RULES)}")
     if tuple(e.name for e in endpoints) != rows.names:
         raise EndpointDataError(
             f"the rows' endpoints {rows.names} are not the spec's {tuple(e.name for e in endpoints)}"
         )
-    masks = fold_masks(rows.prompts, folds=folds, fold=BUNDLE_FOLD, val_share=config.val_share, salt=config.salt)
+    masks = fold_masks(
+        rows.prompts, folds=folds, fold=BUNDLE_FOLD, val_share=config.split.val_share, salt=config.split.salt
+    )
     feats = featurized(rows, masks["train"], config)
     plan, x = feats.plan, feats.matrix
     if plan.fused_prefix is None:
         raise EndpointDataError(
-            f"an N-endpoint bundle needs the fused layout (the static tier), not tier {config.tier!r}"
+            f"an N-endpoint bundle needs the fused layout (the static tier), not tier {config.features.tier!r}"
         )
     parts = {split: rows.subset(mask) for split, mask in masks.items()}
     models = fit_outcome_models(
@@ -213,11 +219,16 @@ def train_endpoint_bundle(
         model_version=f"edge-cloud-router@endpoints:{hashlib.sha256(files['model.onnx']).hexdigest()[:12]}",
         feature_spec=plan.spec,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        encoder={"tier": config.tier, "key": plan.built.key},
+        encoder={"tier": config.features.tier, "key": plan.built.key},
         score=ScoreSpec(ENDPOINTS_KIND, names, ("expected",)),
         calibration={n: {**c, "in_model": c.get("method") == "sigmoid"} for n, c in zip(names, models.calibrations)},
         thresholds={},
-        split={"val_share": config.val_share, "test_share": 1.0 / folds, "salt": config.salt, "cv_folds": 0},
+        split={
+            "val_share": config.split.val_share,
+            "test_share": 1.0 / folds,
+            "salt": config.split.salt,
+            "cv_folds": 0,
+        },
         limits=Limits(edge_context_tokens=_edge_context(endpoints)),
         endpoints=section,
         metrics={"test": figures["test"], "trees": dict(zip(names, models.trees))},

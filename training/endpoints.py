@@ -1,7 +1,8 @@
 """One calibrated outcome model per endpoint (N endpoints, docs/endpoints.md): P(endpoint answers
 well | prompt) from the router's own features (training.featurize: the SDK's text statistics,
 declared precision and the static tier's projected embedding), fitted with the router's LightGBM
-settings and calibration (training.model).
+settings and calibration (training.model): a TrainConfig's features, split salt and validation
+share, boosting and calibration, with `endpoints.lgbm` over `boosting.lgbm`.
 
 Two shapes, compared by paired cross-validation on the same prompt-hash folds:
 
@@ -22,40 +23,20 @@ budget's price) on the next `val_share` of the hash scale and trains on the rest
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
 
 HEAD_MODES = ("separate", "shared")
 
 
 class EndpointDataError(ValueError):
     """Logs or options the N-endpoint models cannot be fitted or evaluated on; the message says why."""
-
-
-@dataclass(frozen=True)
-class EndpointTraining:
-    """The options of the N-endpoint outcome models (the router's defaults)."""
-
-    tier: str = "static"
-    embedding_dim: int = 32
-    max_tokens: int | None = None
-    cache_dir: str = "data/cache"
-    val_share: float = 0.15
-    seed: int = 0
-    salt: str = ""
-    # One thread: on a shared host, two LightGBM threads fitting small boosters spent 10x longer
-    # spinning than fitting (13 s against 1.2 s for one 1,500-row booster at load 9).
-    lgbm: dict[str, Any] = field(default_factory=lambda: {"num_threads": 1})
-    num_boost_round: int = 2000
-    early_stopping_rounds: int = 100
-    calibration: str = "sigmoid"
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.val_share < 0.5:
-            raise ValueError(f"val_share must be in (0, 0.5), got {self.val_share!r}")
 
 
 @dataclass
@@ -121,6 +102,8 @@ def fold_masks(prompts, *, folds: int, fold: int, val_share: float, salt: str = 
 
     if not 0 <= fold < folds:
         raise ValueError(f"fold {fold} is not one of 0..{folds - 1}")
+    if not 0.0 < val_share < 0.5:
+        raise ValueError(f"config split.val_share={val_share!r}: the N-endpoint folds need it in (0, 0.5)")
     u = hash_uniform(prompts, salt)
     start = fold / folds
     shifted = (u - start) % 1.0
@@ -129,12 +112,12 @@ def fold_masks(prompts, *, folds: int, fold: int, val_share: float, salt: str = 
     return {"train": ~test & ~val, "val": val, "test": test}
 
 
-def features(rows: EndpointRows, train: np.ndarray, config: EndpointTraining) -> np.ndarray:
+def features(rows: EndpointRows, train: np.ndarray, config: TrainConfig) -> np.ndarray:
     """The router's feature matrix of every row, the projection fitted on the `train` rows."""
     return featurized(rows, train, config).matrix
 
 
-def featurized(rows: EndpointRows, train: np.ndarray, config: EndpointTraining):
+def featurized(rows: EndpointRows, train: np.ndarray, config: TrainConfig):
     """training.featurize's TrainingFeatures of every row (the matrix and the fitted feature plan,
     whose graph a bundle carries), the projection fitted on the `train` rows."""
     from training.featurize import featurize
@@ -143,9 +126,9 @@ def featurized(rows: EndpointRows, train: np.ndarray, config: EndpointTraining):
         rows.prompts,
         rows.precisions,
         np.asarray(train, bool),
-        tier=config.tier,
-        embedding_dim=config.embedding_dim,
-        max_tokens=config.max_tokens,
+        tier=config.features.tier,
+        embedding_dim=config.features.embedding_dim,
+        max_tokens=config.features.max_tokens,
         cache_dir=Path(config.cache_dir),
         seed=config.seed,
     )
@@ -182,7 +165,7 @@ def _known(rows: EndpointRows, k: int) -> np.ndarray:
 
 
 def fit_outcome_models(
-    x_train, train: EndpointRows, x_val, val: EndpointRows, *, mode: str, config: EndpointTraining
+    x_train, train: EndpointRows, x_val, val: EndpointRows, *, mode: str, config: TrainConfig
 ) -> OutcomeModels:
     """Fit every endpoint's outcome model (`mode`: separate or shared, module doc) on the
     training rows, with early stopping and calibration on the validation rows."""
@@ -192,9 +175,9 @@ def fit_outcome_models(
         raise ValueError(f"unknown head mode {mode!r}; choose one of {', '.join(HEAD_MODES)}")
     names = train.names
     options = dict(
-        params=config.lgbm,
-        num_boost_round=config.num_boost_round,
-        early_stopping_rounds=config.early_stopping_rounds,
+        params={**config.boosting.lgbm, **config.endpoints.lgbm},
+        num_boost_round=config.boosting.rounds,
+        early_stopping_rounds=config.boosting.early_stopping_rounds,
         seed=config.seed,
         objective="cross_entropy",
     )
@@ -227,7 +210,7 @@ def fit_outcome_models(
     calibrations = []
     for k in range(len(names)):
         _, yv, wv = part(x_val, val, k)
-        calibrations.append(fit_calibration(raw_val[k], yv, method=config.calibration, sample_weight=wv))
+        calibrations.append(fit_calibration(raw_val[k], yv, method=config.model.calibration, sample_weight=wv))
     return OutcomeModels(names, mode, boosters, calibrations, trees)
 
 
@@ -277,9 +260,9 @@ class FoldFit:
     trees: dict[str, list[int]]
 
 
-def fit_fold(rows: EndpointRows, *, folds: int, fold: int, config: EndpointTraining, modes=HEAD_MODES) -> FoldFit:
+def fit_fold(rows: EndpointRows, *, folds: int, fold: int, config: TrainConfig, modes=HEAD_MODES) -> FoldFit:
     """Featurize (projection on the fold's training rows) and fit every head mode on one fold."""
-    masks = fold_masks(rows.prompts, folds=folds, fold=fold, val_share=config.val_share, salt=config.salt)
+    masks = fold_masks(rows.prompts, folds=folds, fold=fold, val_share=config.split.val_share, salt=config.split.salt)
     x = features(rows, masks["train"], config)
     parts = {split: rows.subset(mask) for split, mask in masks.items()}
     predictions, figures, trees = {}, {}, {}
@@ -304,7 +287,7 @@ def fold_correction(folds: int, val_share: float) -> float:
     from training.config import TrainConfig
     from training.crossval import test_over_train
 
-    return test_over_train(TrainConfig(val_share=val_share), folds)
+    return test_over_train(TrainConfig(split={"val_share": val_share}), folds)
 
 
 CHOOSING_FIGURE = "area_vs_best_single"  # what picks the head mode: the choices' held-out curve area
@@ -377,7 +360,7 @@ def cross_validate_endpoints(
     endpoints,
     *,
     folds: int = 5,
-    config: EndpointTraining = EndpointTraining(),
+    config: TrainConfig | None = None,
     choosers=None,
     output_tokens: float = 250.0,
     truth: np.ndarray | None = None,
@@ -390,7 +373,9 @@ def cross_validate_endpoints(
     [rows, endpoints], for the recovery figures; `modes`: the head modes fitted (both compare them).
     JSON-ready."""
     from evaluation.endpoints import Choosers, fold_figures
+    from training.config import TrainConfig
 
+    config = config or TrainConfig()
     if tuple(e.name for e in endpoints) != rows.names:
         raise EndpointDataError(
             f"the rows' endpoints {rows.names} are not the spec's {tuple(e.name for e in endpoints)}"
@@ -444,7 +429,7 @@ def cross_validate_endpoints(
             )
         if on_fold is not None:
             on_fold(fit)
-    comparison = compare_modes(fits, per_mode, folds=folds, val_share=config.val_share)
+    comparison = compare_modes(fits, per_mode, folds=folds, val_share=config.split.val_share)
     chosen = comparison["chosen"]
     return {
         "endpoints": list(rows.names),
@@ -456,9 +441,9 @@ def cross_validate_endpoints(
         "choosers": dict(vars(choosers)),
         "head_modes": comparison,
         "chosen_mode": chosen,
-        "estimates": estimates(per_mode[chosen], rows.names, folds=folds, val_share=config.val_share),
+        "estimates": estimates(per_mode[chosen], rows.names, folds=folds, val_share=config.split.val_share),
         "estimates_by_mode": {
-            m: estimates(per_mode[m], rows.names, folds=folds, val_share=config.val_share) for m in modes
+            m: estimates(per_mode[m], rows.names, folds=folds, val_share=config.split.val_share) for m in modes
         },
         "trees": {m: [f.trees[m] for f in fits] for m in modes},
         "per_fold": per_mode[chosen],

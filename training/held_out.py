@@ -61,11 +61,11 @@ def choose_thresholds(config: TrainConfig, fitted: Fitted, val: Rows) -> dict:
         val.precisions,
         tags=fitted.plan.spec.precisions,
         bounds=SCORE_KINDS[fitted.objective][1],
-        min_rows=config.min_rows_per_tag,
-        target=config.target,
-        max_quality_drop=config.max_quality_drop,
-        cloud_budget=config.cloud_budget,
-        catch_rate=Catch.for_rows(val.rejected, config.fallback_catch_rate),
+        min_rows=config.routing.min_rows_per_tag,
+        target=config.routing.target,
+        max_quality_drop=config.routing.max_quality_drop,
+        cloud_budget=config.routing.cloud_budget,
+        catch_rate=Catch.for_rows(val.rejected, config.routing.fallback_catch_rate),
     )
 
 
@@ -75,8 +75,8 @@ def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Row
 
     return rows.with_zones(
         lambda p: band_of(thresholds, p),
-        edge_context_tokens=config.edge_context_tokens,
-        unfamiliar_zones=unfamiliar_policy_zones(rows, config.unfamiliar_policy),
+        edge_context_tokens=config.routing.edge_context_tokens,
+        unfamiliar_zones=unfamiliar_policy_zones(rows, config.novelty.unfamiliar_policy),
     )
 
 
@@ -93,14 +93,14 @@ def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[No
         tokens["val"],
         fitted.embeddings["val"],
         vocabulary=extractor.tokenizer.full.get_vocab_size(),
-        share=config.novelty_share,
-        min_unseen_share=config.novelty_min_unseen_share,
+        share=config.novelty.share,
+        min_unseen_share=config.novelty.min_unseen_share,
     )
     flagged = {
         name: rows.with_novelty(reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths))
         for name, rows in splits.items()
     }
-    return reference, {**info, "policy": config.unfamiliar_policy}, flagged
+    return reference, {**info, "policy": config.novelty.unfamiliar_policy}, flagged
 
 
 def familiarity_in_bundle(plan, files: dict, reference: Novelty, section: dict) -> tuple[dict, dict]:

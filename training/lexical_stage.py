@@ -39,7 +39,7 @@ def sample_fraction_of(config: "TrainConfig", rows: int) -> float:
     engine (training.sampling.sample_fraction); 1.0 when they are fewer."""
     from training.sampling import sample_fraction, training_share
 
-    return sample_fraction(config.lexical_sample_rows, rows * training_share(config))
+    return sample_fraction(config.lexical.sample_rows, rows * training_share(config))
 
 
 def note_sample(console: Any, report: dict[str, Any], config: "TrainConfig", fraction: float, rows: int) -> None:
@@ -47,10 +47,10 @@ def note_sample(console: Any, report: dict[str, Any], config: "TrainConfig", fra
     the regressions read when `lexical_sample_rows` cuts them (`fraction` < 1)."""
     if fraction >= 1.0:
         return
-    report[SAMPLE_NOTE] = {"lexical_sample_rows": config.lexical_sample_rows, "fraction": fraction, "rows": rows}
+    report[SAMPLE_NOTE] = {"lexical_sample_rows": config.lexical.sample_rows, "fraction": fraction, "rows": rows}
     console.print(
         f"[bold]lexical sample[/]: the regressions read {rows} training prompts "
-        f"(lexical_sample_rows={config.lexical_sample_rows}, chosen by prompt hash)"
+        f"(lexical.sample_rows={config.lexical.sample_rows}, chosen by prompt hash)"
     )
 
 
@@ -61,7 +61,7 @@ def fit_sample(
     row of `outcomes` and `weights`): what both engines call, the Dask engine on the sample it
     collects from its workers."""
     terms = Terms.of_tokens(tokens, vocabulary)  # a chunk's temporaries at a time
-    c, weighting = config.lexical_c, config.lexical_weighting
+    c, weighting = config.lexical.c, config.lexical.weighting
     assert c is not None and weighting is not None  # TrainConfig fills them in
     return LexicalModel.fit(terms, outcomes, weights, c=c, weighting=weighting)
 
@@ -113,10 +113,10 @@ def training_rows(
     sample, fraction = train.copy(), sample_fraction_of(config, rows)
     if fraction < 1.0:
         sample[train] = sample_numbers(prompts[train], config) < fraction
-    if config.lexical == "blend" and not config.lexical_start:
+    if config.lexical.mode == "blend" and not config.lexical.start:
         return sample, None
     folds = np.full(len(frame), -1)
-    folds[train] = fold_numbers(prompts[train], config.lexical_folds, config.split_salt)
+    folds[train] = fold_numbers(prompts[train], config.lexical.folds, config.split.salt)
     return sample, folds
 
 

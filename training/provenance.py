@@ -13,7 +13,8 @@ any differs.
 - data: SHA-256 over every file under the logs' paths (the default location's when none are
   given), by path relative to its root; a source that is no local path counts by its name;
 - options: the TrainConfig without where the run writes and reads (OUTPUT_OPTIONS, and `data`,
-  which the data digest covers).
+  which the data digest covers), nested by group; a record of the flat options of before the
+  groups reads as its nested form.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Iterable
 from training.config import TrainConfig
 
 SOURCE_PACKAGES = ("data", "evaluation", "pipelines", "serving", "training")
-OUTPUT_OPTIONS = ("bundle", "cache_dir", "tracking_uri", "artifact_root", "reports_dir", "data")
+OUTPUT_OPTIONS = ("bundle.path", "cache_dir", "mlflow.tracking_uri", "mlflow.artifact_root", "reports_dir", "data")
 RUN_FILE = "run.json"
 SOURCE_SUFFIXES = (".py", ".yaml", ".json", ".jsonl")  # code, and the data files it ships
 SKIPPED_FOLDERS = frozenset({"__pycache__", "cache", "raw"})  # data/cache, data/raw: caches and fetched logs
@@ -106,8 +107,16 @@ def data_sha256(config: TrainConfig) -> str:
     return digest.hexdigest()
 
 
-def options(config: TrainConfig) -> dict[str, Any]:
-    return {k: v for k, v in config.to_dict().items() if k not in OUTPUT_OPTIONS}
+def options(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
+    """The options a run's figures depend on, nested: a TrainConfig's, or those of a record (either
+    form; an option the record predates at its default)."""
+    if not isinstance(config, TrainConfig):
+        config = TrainConfig.of(TrainConfig.nested(config, warn=False))
+    values = config.to_dict()
+    for key in OUTPUT_OPTIONS:
+        group, _, option = key.rpartition(".")
+        (values.get(group, {}) if group else values).pop(option, None)
+    return values
 
 
 def provenance(config: TrainConfig) -> dict[str, Any]:
@@ -139,8 +148,9 @@ def matching_run(path: Path, config: TrainConfig) -> dict[str, Any] | None:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
         manifest = read_manifest(record["bundle"])
-    except Exception:  # no record, or no bundle it names: nothing to reuse
+        made_from = {**record["provenance"], "options": options(record["provenance"]["options"])}
+    except Exception:  # no record, no bundle it names, or options of no known form: nothing to reuse
         return None
     if manifest.mlflow.get("run_id") != record.get("run_id"):
         return None  # the bundle was written by another run since
-    return record if record.get("provenance") == provenance(config) else None
+    return record if made_from == provenance(config) else None

@@ -21,7 +21,7 @@ def sample_numbers(prompts, config: TrainConfig) -> np.ndarray:
     a larger one."""
     from data.prepare import hash_uniform
 
-    return hash_uniform(prompts, SAMPLE_SALT + config.split_salt)
+    return hash_uniform(prompts, SAMPLE_SALT + config.split.salt)
 
 
 def sample_fraction(cap: int | None, expected_rows: float) -> float:
@@ -30,4 +30,4 @@ def sample_fraction(cap: int | None, expected_rows: float) -> float:
 
 
 def training_share(config: TrainConfig) -> float:
-    return 1.0 - config.val_share - config.test_share
+    return 1.0 - config.split.val_share - config.split.test_share

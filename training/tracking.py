@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from training.locks import file_lock
+from training.options import flat
 
 log = logging.getLogger(__name__)
 OWNER_TAG = "router.owner"  # "host:pid" of the process running the run
@@ -98,7 +99,7 @@ def log_training(config, data_report: dict, metrics: dict) -> None:
     """The active run's parameters, data fingerprint, config (reusable as CONFIG=), metrics, rejects."""
     import mlflow
 
-    mlflow.log_params({k: str(v)[:500] for k, v in config.to_dict().items()})
+    mlflow.log_params({k: str(v)[:500] for k, v in flat(config.to_dict()).items()})  # by dotted key
     mlflow.log_dict(data_report, "data_fingerprint.json")
     mlflow.log_dict(config.to_dict(), "train_config.json")
     mlflow.log_metrics(flat_metrics(metrics))

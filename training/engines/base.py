@@ -64,10 +64,10 @@ def split_and_label(frame, config: TrainConfig):
     return frame.assign(
         split=assign_splits(
             frame["prompt"],
-            val_share=config.val_share,
-            test_share=config.test_share,
-            salt=config.split_salt,
-            offset=config.split_offset,
+            val_share=config.split.val_share,
+            test_share=config.split.test_share,
+            salt=config.split.salt,
+            offset=config.split.offset,
         ),
         label=label_of(frame, config),
     )
@@ -81,8 +81,8 @@ def label_of(frame, config: TrainConfig) -> np.ndarray:
         cloud_needed(
             frame["edge_quality"],
             frame["cloud_quality"],
-            margin_binary=config.margin_binary,
-            margin_graded=config.margin_graded,
+            margin_binary=config.label.margin_binary,
+            margin_graded=config.label.margin_graded,
         ),
         dtype=np.int64,
     )
@@ -95,14 +95,14 @@ def note_training_sample(console, report: dict, config: TrainConfig, fraction: f
         return
     expected = report["rows"] * training_share(config)
     report["training_sample"] = {
-        "max_train_rows": config.max_train_rows,
+        "max_train_rows": config.split.max_train_rows,
         "fraction": fraction,
         "rows": kept if kept is not None else round(expected * fraction),
     }
     console.print(
         f"[bold]training sample[/]: {'about ' if kept is None else ''}"
         f"{report['training_sample']['rows']} of ~{round(expected)} training prompts "
-        f"(max_train_rows={config.max_train_rows}, chosen by prompt hash)"
+        f"(split.max_train_rows={config.split.max_train_rows}, chosen by prompt hash)"
     )
 
 
@@ -123,7 +123,7 @@ def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict
 
     return {
         name: dataclasses.replace(
-            summary(with_learned_zones(config, rows, thresholds), catch_rate=config.fallback_catch_rate),
+            summary(with_learned_zones(config, rows, thresholds), catch_rate=config.routing.fallback_catch_rate),
             unfamiliar_share=float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
         )
         for name, rows in splits.items()
@@ -154,37 +154,41 @@ def build_manifest(
     spec = fitted.plan.spec
     heads = tuple(h.name for h in fitted.heads)
     return Manifest(
-        model_version=f"{config.registered_model}@run:{run_id[:12]}",
+        model_version=f"{config.mlflow.registered_model}@run:{run_id[:12]}",
         feature_spec=spec,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        encoder={"tier": config.tier, "key": fitted.plan.built.key},
+        encoder={"tier": config.features.tier, "key": fitted.plan.built.key},
         score=ScoreSpec(fitted.objective, heads, tuple(outputs)),
         # in_model: the trees already output the calibrated probability (training.export)
         calibration={h.name: _calibration_section(h) for h in fitted.heads},
         thresholds=thresholds,
         target={
-            "kind": config.target,
-            "max_quality_drop": config.max_quality_drop,
-            "cloud_budget": config.cloud_budget,
-            "fallback_catch_rate": config.fallback_catch_rate,
+            "kind": config.routing.target,
+            "max_quality_drop": config.routing.max_quality_drop,
+            "cloud_budget": config.routing.cloud_budget,
+            "fallback_catch_rate": config.routing.fallback_catch_rate,
         },
-        label={"margin_binary": config.margin_binary, "margin_graded": config.margin_graded},
+        label={"margin_binary": config.label.margin_binary, "margin_graded": config.label.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
         # cv_folds > 0: the bundle was fitted on every row, and no split of these logs is unseen.
         split={
-            "val_share": config.val_share,
-            "test_share": config.test_share,
-            "salt": config.split_salt,
-            "offset": config.split_offset,
-            "cv_folds": config.cv_folds,
+            "val_share": config.split.val_share,
+            "test_share": config.split.test_share,
+            "salt": config.split.salt,
+            "offset": config.split.offset,
+            "cv_folds": config.split.cv_folds,
         },
-        limits=Limits(edge_context_tokens=config.edge_context_tokens),
+        limits=Limits(edge_context_tokens=config.routing.edge_context_tokens),
         novelty=novelty,
         acceptance=acceptance,
         metrics={k: metrics[k] for k in ("test", "val", "cv") if k in metrics},
         data={k: v for k, v in fitted.data_report.items() if k != "paths"},
-        training={"engine": config.engine},
-        mlflow={"run_id": run_id, "tracking_uri": config.tracking_uri, "registered_model": config.registered_model},
+        training={"engine": config.engine.name},
+        mlflow={
+            "run_id": run_id,
+            "tracking_uri": config.mlflow.tracking_uri,
+            "registered_model": config.mlflow.registered_model,
+        },
     )
 
 
@@ -282,23 +286,25 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     }
     clock.begin("mlflow")
     with tracked_run(
-        tracking_uri=config.tracking_uri, artifact_root=config.artifact_root, experiment=config.experiment
+        tracking_uri=config.mlflow.tracking_uri,
+        artifact_root=config.mlflow.artifact_root,
+        experiment=config.mlflow.experiment,
     ) as mlrun:
         run_id = mlrun.info.run_id
         clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.model_feature_names))
         files, novelty = familiarity_in_bundle(
-            fitted.plan, fitted.plan.bundle_files(trees, with_encoder=config.bundle_encoder), reference, novelty
+            fitted.plan, fitted.plan.bundle_files(trees, with_encoder=config.bundle.encoder), reference, novelty
         )
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
         with clock.span("drift_reference"):  # serving.drift: what the bundle's traffic looked like
             files[DRIFT_REFERENCE_FILE] = drift_reference(config, held_out, manifest.model_version).to_bytes()
-        signing_key = Path(config.signing_key) if config.signing_key else None
-        with staged_bundle(Path(config.bundle), files, manifest, signing_key=signing_key) as staged:
+        signing_key = Path(config.bundle.signing_key) if config.bundle.signing_key else None
+        with staged_bundle(Path(config.bundle.path), files, manifest, signing_key=signing_key) as staged:
             # The bundle must score exactly like the pipeline that trained it, from raw text.
             metrics["parity_max_abs_diff"] = check_parity(
-                staged.folder, held_out.splits["test"], config.parity_rows, public_key=_public_key(signing_key)
+                staged.folder, held_out.splits["test"], config.bundle.parity_rows, public_key=_public_key(signing_key)
             )
             metrics["acceptance_parity_max_abs_diff"] = check_acceptance_parity(
                 staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key)
@@ -306,10 +312,12 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
             clock.begin("mlflow")
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
-            version = register_bundle(staged.folder, model_name=config.registered_model, run_id=run_id)
+            version = register_bundle(staged.folder, model_name=config.mlflow.registered_model, run_id=run_id)
     clock.end_run()
     mlflow.log_metrics(metrics_of(timings), run_id=run_id)
-    return TrainResult(Path(config.bundle), run_id, version, metrics, timings, staged.manifest, held_out.splits["test"])
+    return TrainResult(
+        Path(config.bundle.path), run_id, version, metrics, timings, staged.manifest, held_out.splits["test"]
+    )
 
 
 def train(config: TrainConfig, *, console=None) -> TrainResult:
@@ -323,12 +331,12 @@ def train(config: TrainConfig, *, console=None) -> TrainResult:
     console = console or Console()
     timings = run_timings()
     made_from = provenance(config)  # before the run: an edit made while it trains is not what it trained
-    if config.cv_folds:
+    if config.split.cv_folds:
         from training.crossval import cross_fit
 
         cv, fitted = cross_fit(config, console=console, timings=timings)
         result = finish(config, fitted, timings, cv=cv)
     else:
-        result = finish(config, get_engine(config.engine).fit(config, console, timings), timings)
+        result = finish(config, get_engine(config.engine.name).fit(config, console, timings), timings)
     write_run(config, made_from, result.bundle.resolve(), result.run_id, result.metrics)
     return result

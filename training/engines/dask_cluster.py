@@ -55,7 +55,7 @@ def _read_and_check(config: TrainConfig, folder: str):
     units = [str(u) for u in loading_units(paths)]
     logs = dd.from_map(de.unit_frame, units, meta=de.unit_meta(), enforce_metadata=False)
     is_reject = logs["reject_reason"].notnull()
-    weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
+    weighing = {"estimator": config.model.partial_estimator, "max_weight": config.model.max_ipw_weight}
     valid = logs[~is_reject][list(COLUMNS)].map_partitions(de.with_keys, meta=de.frame_meta(COLUMNS, key=np.uint64))
     valid = valid.map_partitions(
         de.with_weights, **weighing, meta=de.frame_meta(COLUMNS, key=np.uint64, **dict.fromkeys(WEIGHT_COLUMNS, float))
@@ -103,10 +103,10 @@ def _read_and_check(config: TrainConfig, folder: str):
     )
     responses = response_rows(
         answered,
-        val_share=config.val_share,
-        test_share=config.test_share,
-        salt=config.split_salt,
-        offset=config.split_offset,
+        val_share=config.split.val_share,
+        test_share=config.split.test_share,
+        salt=config.split.salt,
+        offset=config.split.offset,
     )
     return checkpoint, repeated, report, responses
 
@@ -169,7 +169,12 @@ def _prepare(rows, config: TrainConfig):
 def _sample(prepared, split: str, cap: int | None, report: dict, config: TrainConfig):
     """At most about `cap` rows of a split ("all": every row; cap None: no limit), chosen by
     prompt hash (training.sampling.sample_numbers)."""
-    shares = {"train": training_share(config), "val": config.val_share, "test": config.test_share, "all": 1.0}
+    shares = {
+        "train": training_share(config),
+        "val": config.split.val_share,
+        "test": config.split.test_share,
+        "all": 1.0,
+    }
     rows = prepared if split == "all" else prepared[prepared["split"] == split]
     fraction = sample_fraction(cap, report["rows"] * shares[split])
     return rows if fraction >= 1.0 else rows[rows["sample_u"] < fraction]
@@ -180,7 +185,10 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
     about `max_rows` per split, chosen by prompt hash on the cluster and collected here."""
     from training.engines import dask_partitions as de
 
-    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
+    with (
+        de.cluster(config.engine.dask_scheduler, workers=config.engine.dask_workers) as client,
+        de.scratch(config) as folder,
+    ):
         valid, repeated, report, responses = _read_and_check(config, folder)
         prepared = _prepare(_merge_repeated(valid, repeated, report, folder), config)
         print_logs(console, report)
@@ -202,16 +210,16 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
     from training.featurize import fit_projection, plan_from, raw_stage, raw_width
 
     built, raw = raw_stage(
-        config.tier,
-        embedding_dim=config.embedding_dim,
-        max_tokens=config.max_tokens,
-        max_chars=config.max_chars,
+        config.features.tier,
+        embedding_dim=config.features.embedding_dim,
+        max_tokens=config.features.max_tokens,
+        max_chars=config.features.max_chars,
         cache_dir=Path(config.cache_dir),
     )
     width = raw_width(raw)
     report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
     unmerged = _prepare(valid[list(de.ROUTING_COLUMNS)].assign(n_merged=1), config)
-    pca_rows = _sample(unmerged, "train", config.pca_sample_rows, report, config)
+    pca_rows = _sample(unmerged, "train", config.engine.pca_sample_rows, report, config)
     recipe = client.scatter(raw.for_workers(), broadcast=True)
     raw_embeddings = pca_rows.map_partitions(
         de.raw_embedding_partition, recipe, meta={f"raw_{i}": np.float32 for i in range(width)}
@@ -219,7 +227,7 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
     with de.stage("raw embeddings for the projection"):
         raw_sample = raw_embeddings.compute()
     prepared = _prepare(_merge_repeated(valid, repeated, report, folder), config)
-    plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.embedding_dim, seed=config.seed))
+    plan = plan_from(built, raw, fit_projection(raw_sample.to_numpy(), config.features.embedding_dim, seed=config.seed))
     return plan, prepared, len(raw_sample)
 
 
@@ -246,26 +254,26 @@ def _features(
     recipe = client.scatter(plan.serving.for_workers(), broadcast=True)
     keep = (*ROW_COLUMNS, "split", *WEIGHT_COLUMNS)
     val, test = (
-        _sample(prepared, name, config.eval_sample_rows, report, config).map_partitions(
+        _sample(prepared, name, config.engine.eval_sample_rows, report, config).map_partitions(
             de.feature_partition, recipe, keep=keep, with_tokens=True, meta=de.feature_meta(plan.serving, keep, True)
         )
         for name in ("val", "test")
     )
-    lexical = config.lexical != "none"
+    lexical = config.lexical.mode != "none"
     # With lexical evidence the training rows of its sample keep their token ids (the local
     # engine's sample: training.lexical_stage.sample_fraction_of), which come here to be fitted on.
     train_keep = tuple(dict.fromkeys((*targets, *WEIGHT_COLUMNS, *(OUTCOMES if lexical else ()))))
-    train = _sample(prepared, "train", config.max_train_rows, report, config).map_partitions(
+    train = _sample(prepared, "train", config.split.max_train_rows, report, config).map_partitions(
         de.feature_partition,
         recipe,
         keep=train_keep,
-        blank_precision=config.precision_dropout,
+        blank_precision=config.model.precision_dropout,
         seed=config.seed,
         tokens_below=sample_fraction_of(config, report["rows"]) if lexical else None,
         meta=de.feature_meta(plan.serving, train_keep, lexical),
     )
     train_sample = (
-        _sample(prepared, "train", config.eval_sample_rows, report, config).map_partitions(
+        _sample(prepared, "train", config.engine.eval_sample_rows, report, config).map_partitions(
             de.counted_partition, recipe, keep=ROW_COLUMNS, meta=de.counted_meta(ROW_COLUMNS)
         )
         if keep_train_rows
@@ -296,7 +304,7 @@ def _lexical(
     ids = rows[de.TOKEN_IDS].tolist()
     model = fit_sample(config, TokenRows.from_rows(ids), *outcome_arrays(rows), vocabulary=vocabulary)
     console.print(f"[bold]lexical evidence[/]: blended into the heads; fitted on {len(rows)} training prompts")
-    return plan.with_lexical(model, config.lexical), client.scatter(model, broadcast=True)
+    return plan.with_lexical(model, config.lexical.mode), client.scatter(model, broadcast=True)
 
 
 def _collected(client: Any, val: Any, test: Any, train_sample: Any, model: Any) -> tuple[Any, Any, Any]:
@@ -329,9 +337,9 @@ def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]
     from training.partial import SIDES, head_rows, known_rows, share_heads, sides_known
 
     x_val = val[served].to_numpy()
-    columns = target_columns(config.objective)
+    columns = target_columns(config.model.objective)
     known_val = {c: head_rows(val, c) for c in columns}
-    weighted = config.partial_estimator == "ipw" and all(c in SIDES for c in columns)
+    weighted = config.model.partial_estimator == "ipw" and all(c in SIDES for c in columns)
 
     def rows_of(column: str, side: int | None):
         """The head's training rows (features, SIDE_FEATURE for a shared head, target_y and,
@@ -358,27 +366,27 @@ def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]
                 y_v,
                 weight=rows["target_weight"] if weighted else None,
                 val_weight=w_v if weighted else None,
-                params=config.lgbm,
+                params=config.boosting.lgbm,
                 seed=config.seed,
-                num_boost_round=config.num_boost_round,
-                early_stopping_rounds=config.early_stopping_rounds,
+                num_boost_round=config.boosting.rounds,
+                early_stopping_rounds=config.boosting.early_stopping_rounds,
                 objective=objective,
             )
 
     counts = sides_known(*[known_rows(train, c) for c in columns])
     if len(columns) > 1:  # lazy sums over the cluster's rows
         counts = dict(zip(counts, client.compute(list(counts.values()), sync=True)))
-    shared = share_heads(config.head_sharing, heads=len(columns), **counts)
+    shared = share_heads(config.model.head_sharing, heads=len(columns), **counts)
     return fit_heads(
-        config.objective,
+        config.model.objective,
         fit_booster_for,
         x_val,
         {c: val[c].to_numpy() for c in columns},
-        calibration=config.calibration,
+        calibration=config.model.calibration,
         shared=shared,
         weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()},
-        blend=config.lexical == "blend",
-        blend_form=config.lexical_blend,
+        blend=config.lexical.mode == "blend",
+        blend_form=config.lexical.blend,
     )
 
 
@@ -393,7 +401,10 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
 
     clock = StageClock(timings)
     clock.begin("cluster")
-    with de.cluster(config.dask_scheduler, workers=config.dask_workers) as client, de.scratch(config) as folder:
+    with (
+        de.cluster(config.engine.dask_scheduler, workers=config.engine.dask_workers) as client,
+        de.scratch(config) as folder,
+    ):
         workers = len(client.scheduler_info()["workers"])
         console.print(f"[bold]dask[/]: {workers} workers at {client.scheduler.address}")
         clock.begin("read_validate")
@@ -405,11 +416,14 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
             plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report, folder)
             print_logs(console, report)
             note_training_sample(
-                console, report, config, sample_fraction(config.max_train_rows, report["rows"] * training_share(config))
+                console,
+                report,
+                config,
+                sample_fraction(config.split.max_train_rows, report["rows"] * training_share(config)),
             )
             clock.begin("featurize")
             train, val, test, train_sample, lexical_sample = _features(
-                client, config, plan, prepared, report, target_columns(config.objective), keep_train_rows
+                client, config, plan, prepared, report, target_columns(config.model.objective), keep_train_rows
             )
             model = None
             if lexical_sample is not None:
@@ -439,9 +453,9 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
         frame = frame[both_known(frame)]  # thresholds and figures compare both outcomes of a request
         x = frame[served].to_numpy()
         raw[name] = {h.name: h.raw(x) for h in heads}  # the trees run once per split
-        scores, probabilities = predict(config.objective, heads, x, raw[name])
+        scores, probabilities = predict(config.model.objective, heads, x, raw[name])
         splits[name] = Rows.from_frame(frame, n_tokens=frame["n_tokens"], scores=scores, probabilities=probabilities)
-        if config.lexical == "blend":  # as the local engine hands them back (cross-validation's blends)
+        if config.lexical.mode == "blend":  # as the local engine hands them back (cross-validation's blends)
             raw[name][MARGINS_OUTPUT] = x[:, len(names) :]
         embeddings[name] = x[:, len(names) - plan.spec.embedding_dim : len(names)]
         ids = frame[de.TOKEN_IDS].tolist()
@@ -469,7 +483,7 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
     return Fitted(
         report,
         plan,
-        config.objective,
+        config.model.objective,
         heads,
         splits,
         embeddings,

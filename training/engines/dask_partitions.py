@@ -334,7 +334,7 @@ def scratch(config) -> Iterator[str]:
 
     from training.locks import held_lock
 
-    root = Path(config.dask_scratch or Path(config.cache_dir) / "dask-scratch")
+    root = Path(config.engine.dask_scratch or Path(config.cache_dir) / "dask-scratch")
     root.mkdir(parents=True, exist_ok=True)
     for folder in root.glob("run-*/"):
         with held_lock(folder / SCRATCH_LOCK) as abandoned:

@@ -48,10 +48,10 @@ def resplit(prepared: Prepared, config: TrainConfig) -> Prepared:
         responses = responses.assign(
             split=assign_splits(
                 responses["prompt"],
-                val_share=config.val_share,
-                test_share=config.test_share,
-                salt=config.split_salt,
-                offset=config.split_offset,
+                val_share=config.split.val_share,
+                test_share=config.split.test_share,
+                salt=config.split.salt,
+                offset=config.split.offset,
             )
         )
     return Prepared(frame, copy.deepcopy(prepared.report), responses, prepared.token_rows, prepared.first_pass)
@@ -73,7 +73,7 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     clock.begin("read_validate")
     valid, logs = read_valid_rows(paths, config)
     clock.begin("merge")
-    weighing = {"estimator": config.partial_estimator, "max_weight": config.max_ipw_weight}
+    weighing = {"estimator": config.model.partial_estimator, "max_weight": config.model.max_ipw_weight}
     frame = split_and_label(merge_repeats(with_outcome_weights(valid, **weighing)), config)
     tokens = with_outcome_weights(logs.token_frame(), **weighing)
     tokens = tokens.assign(split="train", label=label_of(tokens, config))  # token_rows: never held out
@@ -92,10 +92,10 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
     }
     responses = response_rows(
         valid,
-        val_share=config.val_share,
-        test_share=config.test_share,
-        salt=config.split_salt,
-        offset=config.split_offset,
+        val_share=config.split.val_share,
+        test_share=config.split.test_share,
+        salt=config.split.salt,
+        offset=config.split.offset,
     )
     return Prepared(frame, report, responses, tokens)
 
@@ -108,8 +108,6 @@ def read_valid_rows(paths, config: TrainConfig):
     checked as load_logs does."""
     from data.logs import LoadedLogs, check_reject_share, loading_units, read_unit
 
-    if not 0.0 <= config.max_reject_share <= 1.0:
-        raise ValueError(f"max_reject_share must be in [0, 1], got {config.max_reject_share!r}")
     logs, frames = LoadedLogs(rows=[]), []
     for unit in loading_units(paths):
         loaded = read_unit(unit)
@@ -201,7 +199,7 @@ def evaluation_frame(config: TrainConfig, console, *, splits: tuple[str, ...], m
 def _training_sample(frame, config: TrainConfig, report: dict, console):
     """The frame with its training rows cut to about `max_train_rows`, the same prompts the
     Dask engine keeps (training.sampling.sample_numbers); validation and test untouched."""
-    fraction = sample_fraction(config.max_train_rows, len(frame) * training_share(config))
+    fraction = sample_fraction(config.split.max_train_rows, len(frame) * training_share(config))
     if fraction >= 1.0:
         return frame
     train = (frame["split"] == "train").to_numpy()
@@ -218,16 +216,16 @@ def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray, memo
 
     train = (frame["split"] == "train").to_numpy()
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"features ({config.tier} tier)", total=len(frame))
+        task = progress.add_task(f"features ({config.features.tier} tier)", total=len(frame))
         # The columns as they are (no list copies): each chunk is read from them while it is featurized.
         feats = featurize(
             frame["prompt"].to_numpy(),
             frame["precision"].to_numpy(),
             train,
-            tier=config.tier,
-            embedding_dim=config.embedding_dim,
-            max_tokens=config.max_tokens,
-            max_chars=config.max_chars,
+            tier=config.features.tier,
+            embedding_dim=config.features.embedding_dim,
+            max_tokens=config.features.max_tokens,
+            max_chars=config.features.max_chars,
             cache_dir=Path(config.cache_dir),
             seed=config.seed,
             workers=default_workers(),
@@ -304,7 +302,7 @@ def _with_lexical(
     from training.lexical_stage import for_training
 
     t0 = time.perf_counter()
-    fits = 1 if rows.folds is None else config.lexical_folds + 1
+    fits = 1 if rows.folds is None else config.lexical.folds + 1
     with console.status(f"lexical evidence: {fits} logistic regression(s) per outcome"):
         vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
         model, margins = for_training(
@@ -312,14 +310,14 @@ def _with_lexical(
         )
     how = (
         "blended into the heads"
-        if config.lexical == "blend"
-        else f"trees' inputs, training rows' margins out of {config.lexical_folds} folds"
+        if config.lexical.mode == "blend"
+        else f"trees' inputs, training rows' margins out of {config.lexical.folds} folds"
     )
     console.print(
         f"[bold]lexical evidence[/]: {how}; fitted on {int(rows.sample.sum())} training prompts "
         f"({time.perf_counter() - t0:.1f} s)"
     )
-    return feats.plan.with_lexical(model, config.lexical), np.concatenate([feats.matrix, margins], axis=1)
+    return feats.plan.with_lexical(model, config.lexical.mode), np.concatenate([feats.matrix, margins], axis=1)
 
 
 def _as_served(x: np.ndarray, rows: np.ndarray, plan, tokens, kept: np.ndarray, out_of_fold: bool) -> np.ndarray:
@@ -389,7 +387,7 @@ def fit(
     # The ids kept: the held-out rows' (the familiarity fit reads them), and with lexical
     # evidence those of its sample and of the rows whose margins are read (_lexical_rows).
     keep_tokens = ~train if refit is None else both
-    if config.lexical != "none":
+    if config.lexical.mode != "none":
         lexical_rows = _lexical_rows(config, frame, train, prepared_rows, refit is not None, data_report, console)
         keep_tokens = keep_tokens | lexical_rows.sample | lexical_rows.wanted
     with clock.span("features"):
@@ -401,13 +399,13 @@ def fit(
         frame["prompt"] = frame["prompt"].where(~train, None)
     return_freed_memory()  # that text, the chunks' ids and the pool's results (~0.4 GB) back to the system
     x, plan = feats.matrix, feats.plan
-    if config.lexical != "none":
+    if config.lexical.mode != "none":
         clock.begin("lexical")
         plan, x = _with_lexical(config, frame, feats, keep_tokens, lexical_rows, console)
     clock.begin("fit")
 
     names = plan.spec.model_feature_names
-    columns = target_columns(config.objective)
+    columns = target_columns(config.model.objective)
     # Each head learns from the rows where its outcome is known (training.partial): the text
     # rows of the training split, then the usable rows logged without text (training.token_rows).
     x_tokens, token_rows = _token_rows(plan, token_rows, data_report, console)
@@ -415,7 +413,7 @@ def fit(
         np.concatenate([x[train], x_tokens]),
         names,
         feats.spec.precisions,
-        config.precision_dropout,
+        config.model.precision_dropout,
         np.random.default_rng(config.seed),
     )
     targets = {c: frame[c].to_numpy() for c in columns}
@@ -431,7 +429,7 @@ def fit(
     trees = slice(0, len(names))  # the trees' columns: a blend's margins follow them
     # lexical_start: each head's boosting starts from its outcome's margin column (out of fold on
     # the training rows; a row logged as an embedding only, without ids, has none and starts from 0).
-    start = {c: len(names) + OUTCOMES.index(c) for c in columns} if config.lexical_start else {}
+    start = {c: len(names) + OUTCOMES.index(c) for c in columns} if config.lexical.start else {}
 
     def rows_of(column: str):
         """(train x, y, weights), (validation x, y, weights), (train, validation starting
@@ -464,10 +462,10 @@ def fit(
             *val_part[:2],
             weight=train_part[2],
             val_weight=val_part[2],
-            params=config.lgbm,
+            params=config.boosting.lgbm,
             seed=config.seed,
-            num_boost_round=config.num_boost_round,
-            early_stopping_rounds=config.early_stopping_rounds,
+            num_boost_round=config.boosting.rounds,
+            early_stopping_rounds=config.boosting.early_stopping_rounds,
             feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1),
             objective=objective,
             rounds=None if refit is None else refit.rounds[columns[0]],
@@ -476,23 +474,23 @@ def fit(
         )
 
     counts = sides_known(*(known_train[c][0] for c in columns))
-    shared = share_heads(config.head_sharing, heads=len(columns), **{k: int(v) for k, v in counts.items()})
+    shared = share_heads(config.model.head_sharing, heads=len(columns), **{k: int(v) for k, v in counts.items()})
     if refit is not None:
         shared = refit.shared
 
-    status = f"LightGBM heads for {config.objective} (early stopping on validation)"
+    status = f"LightGBM heads for {config.model.objective} (early stopping on validation)"
     with clock.span("lightgbm"), console.status(status):  # the boosters alone; the "fit" stage adds scoring
         heads = fit_heads(
-            config.objective,
+            config.model.objective,
             fit_booster_for,
             x[val],
             {c: v[val] for c, v in targets.items()},
-            calibration=config.calibration,
+            calibration=config.model.calibration,
             weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
             shared=shared,
             calibrations=None if refit is None else refit.calibrations,
-            blend=config.lexical == "blend",
-            blend_form=config.lexical_blend,
+            blend=config.lexical.mode == "blend",
+            blend_form=config.lexical.blend,
             blends=None if refit is None else refit.blends,
         )
     n_tokens = x[:, names.index("n_tokens")]
@@ -502,12 +500,12 @@ def fit(
     splits, raw = {}, {}
     for name, rows in chosen.items():
         served = _as_served(
-            x, rows, plan, feats.tokens, keep_tokens, config.lexical == "features" or config.lexical_start
+            x, rows, plan, feats.tokens, keep_tokens, config.lexical.mode == "features" or config.lexical.start
         )
         raw[name] = {h.name: h.raw(served) for h in heads}  # the trees run once per split
-        scores, probabilities = predict(config.objective, heads, served, raw[name])
+        scores, probabilities = predict(config.model.objective, heads, served, raw[name])
         splits[name] = Rows.from_frame(frame[rows], n_tokens=n_tokens[rows], scores=scores, probabilities=probabilities)
-        if config.lexical == "blend":  # what cross-fitting fits the refit's blends on
+        if config.lexical.mode == "blend":  # what cross-fitting fits the refit's blends on
             raw[name][MARGINS_OUTPUT] = served[:, len(names) :]
     embeddings = {name: feats.matrix[rows][:, -feats.spec.embedding_dim :] for name, rows in chosen.items()}
     tokens = (
@@ -524,7 +522,7 @@ def fit(
     return Fitted(
         data_report,
         plan,
-        config.objective,
+        config.model.objective,
         heads,
         splits,
         embeddings,
