@@ -39,8 +39,9 @@ class Tried:
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
     def label(self) -> str:
-        """`name=outcome`, with the error class for errors: `onprem-8b=error:UpstreamHTTPError`."""
-        shown = f"{self.outcome}:{self.error}" if self.outcome == "error" and self.error else self.outcome
+        """`name=outcome`, with the error class for errors and a raising accept check:
+        `onprem-8b=error:UpstreamHTTPError`, `phone-3b=rejected:ValueError`."""
+        shown = f"{self.outcome}:{self.error}" if self.outcome in ("error", "rejected") and self.error else self.outcome
         return f"{self.endpoint}={shown}"
 
     def as_record(self) -> dict[str, Any]:

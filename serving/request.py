@@ -80,9 +80,10 @@ class Request:
         return replace(self, **changes)
 
 
-def as_request(prompt: object, **fields: Any) -> Request:  # Any: Request's fields, checked by it
+def as_request(prompt: object, name: str = "prompt", **fields: Any) -> Request:  # Any: Request's fields
     """`prompt` when it is a Request (TypeError when fields are given too), else a Request of the
-    text: a str, or a request object whose `prompt` is the text (passed to the calls as it is)."""
+    text: a str, or a request object whose `prompt` is the text (passed to the calls as it is).
+    `name`: what errors call the argument."""
     if isinstance(prompt, Request):
         given = [name for name, value in fields.items() if value is not None]
         if given:
@@ -93,7 +94,7 @@ def as_request(prompt: object, **fields: Any) -> Request:  # Any: Request's fiel
     text = getattr(prompt, "prompt", None)
     if not isinstance(text, str):
         raise TypeError(
-            "prompt must be a serving.Request, a str, or a request whose .prompt is str "
+            f"{name} must be str, a serving.Request, or a request whose .prompt is str "
             f"(serving.execute.Routable), got {type(prompt).__name__}"
         )
     return Request(text, subject=prompt, **fields)

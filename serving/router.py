@@ -385,9 +385,9 @@ class Router:
         `prompt` attribute is the text (serving.execute.Routable, such as serving.chat's
         ChatRequest): each call gets the Request's `subject` (that object), else its text.
 
-        specs: the endpoints' records (serving.endpoints: context limits, prices, where each runs,
-        capabilities), default the bundle's own; their capabilities are what the request's needs
-        are checked against. timeouts: name -> seconds (edge_timeout_s: the edge's), run on
+        specs: the endpoints' records (serving.Endpoint: context limits, prices, where each runs,
+        capabilities), default the bundle's own; what a record leaves undeclared (None) is the
+        bundle's. Their declared capabilities are what the request's needs are checked against. timeouts: name -> seconds (edge_timeout_s: the edge's), run on
         `edge_pool` (an EdgePool, default the process's shared one); a Request's deadline cuts them.
 
         accept: a callable(answer) -> bool, or "learned": the bundle's acceptance check on the answer
@@ -495,15 +495,18 @@ class Router:
         accept check, the logged request or None, the options of serving.execute)."""
         given = None if specs is None else {e.name: e for e in specs} if not isinstance(specs, Mapping) else dict(specs)
         if given is not None and request.capabilities is None:
-            declared = {name: endpoint.capabilities for name, endpoint in given.items()}
-            # The given specs' capabilities decide when the request needs something, or when one of
-            # them declares languages (every request has a language).
-            if request.needs is not None or declares_languages(declared):
+            declared = {name: e.capabilities for name, e in given.items() if e.capabilities is not None}
+            # The given records' capabilities decide when the request needs something, or when one of
+            # them declares languages (every request has a language); a record declaring none leaves it
+            # to the bundle's.
+            if declared and (request.needs is not None or declares_languages(declared)):
                 request = request.but(capabilities=declared)
         routing, decision, check = self._prepared(request, accept)
         chooser = routing.chooser
+        bundle = dict(zip(chooser.names, chooser.endpoints))
         options: dict[str, Any] = {
-            "specs": given if given is not None else dict(zip(chooser.names, chooser.endpoints)),
+            # each record's context limit, price and place, the bundle's where it declares none
+            "specs": bundle if given is None else {n: e.filled_from(bundle.get(n)) for n, e in given.items()},
             "output_tokens": routing.output_tokens,
             "deadline": request.deadline,
         }
@@ -534,6 +537,8 @@ class Router:
 def _checked(index: int, prompt: object, **fields: Any) -> Request:  # Any: Request's fields
     """The Request of route_batch()'s `index`th prompt; its errors name the prompt."""
     try:
-        return as_request(prompt, **fields)
+        return as_request(prompt, f"prompts[{index}]", **fields)
     except (TypeError, ValueError) as exc:
+        if str(exc).startswith(f"prompts[{index}]"):
+            raise
         raise type(exc)(f"prompts[{index}]: {exc}") from exc

@@ -50,17 +50,16 @@ def test_timed_records_each_stage_of_each_call_inside_it_and_nothing_after(route
         "features",
         "model",
         "decision",
-        "decision",
-    ]  # route_batch: one model call, a decision per prompt
+    ]  # route_batch: one model call, one call of the chooser for the batch
     assert all(isinstance(ns, int) and ns > 0 for _, ns in records)
     assert timed.to_dict() == untimed.to_dict()  # timing changes no decision
     router.route(PROMPT, precision="exact")
-    assert len(records) == 7  # the stages are put back when the block ends
+    assert len(records) == 6  # the stages are put back when the block ends
     with pytest.raises(RuntimeError):
         with stages.timed(lambda name, ns: records.append((name, ns))):
             raise RuntimeError("a profiler that fails")
     router.route(PROMPT, precision="exact")
-    assert len(records) == 7  # put back after a failure too
+    assert len(records) == 6  # put back after a failure too
 
 
 def test_a_degraded_router_has_no_stages(tmp_path):

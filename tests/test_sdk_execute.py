@@ -225,7 +225,7 @@ def test_router_routes_and_logs_a_request_objects_prompt_and_calls_with_the_obje
     ]
     assert records[2]["response"] == "SHADOW-CLOUD-ANSWER"
     assert "REJECTED-EDGE-ANSWER" not in on_disk and "x" * 50 not in on_disk
-    with pytest.raises(TypeError, match=r"prompt must be a serving.Request, a str, or a request whose \.prompt is str"):
+    with pytest.raises(TypeError, match=r"prompt must be str, a serving.Request, or a request whose \.prompt is str"):
         router.execute(Asked(None), edge_ok, cloud_ok)
-    with pytest.raises(TypeError, match="prompt must be a serving.Request, a str"):
+    with pytest.raises(TypeError, match="prompt must be str, a serving.Request"):
         router.execute(b"bytes", edge_ok, cloud_ok)

@@ -101,9 +101,11 @@ def test_hypothesis_prompts(router, prompt, precision):
 
 
 def test_bad_arguments_are_clear_errors(router):
-    with pytest.raises(TypeError, match="prompt must be str, got bytes"):
+    with pytest.raises(
+        TypeError, match="prompt must be str, a serving.Request, or a request whose .prompt is str .*got bytes"
+    ):
         router.route(b"hello")
-    with pytest.raises(TypeError, match=r"prompts\[1\] must be str, got NoneType"):
+    with pytest.raises(TypeError, match=r"prompts\[1\] must be str, .*got NoneType"):
         router.route_batch(["ok", None])
     with pytest.raises(ValueError, match="precision='approx' is not allowed; use one of exact, standard, tolerant"):
         router.route("hi", precision="approx")

@@ -191,7 +191,10 @@ def test_execute_records_what_was_decided_and_what_ran(bundle, tmp_path):
     assert request["propensity"] == 1.0 and request["explored"] is False
     if decision.target == "edge":  # the failed edge call is an observed edge failure
         assert request["served_by"] == "cloud" and request["edge_quality"] == 0.0
-        assert request["fallback_reason"].startswith("edge call failed") and request["cloud_response"] == "cloud answer"
+        assert (
+            request["fallback_reason"] == "left edge=error:ConnectionError"
+            and request["cloud_response"] == "cloud answer"
+        )
         assert [s["name"] for s in request["steps"]] == ["edge", "cloud"]
     assert feedback == {
         **feedback,
