@@ -46,10 +46,6 @@ TOPICS = [
     "Tell me a joke about penguins.",
 ]
 PRECISIONS = [None, "exact", "standard", "tolerant"]
-# The SDK before N-endpoint bundles (the parent of the commit that added them): two-endpoint
-# bundles must decide exactly as it did.
-BEFORE = "80a72ca"
-NEW_FIELDS = ("expected", "endpoint", "cascade")
 
 
 @pytest.fixture(scope="module")
@@ -361,50 +357,6 @@ def test_an_endpoints_section_in_a_two_endpoint_manifest_is_refused(bundle, trai
         Router.load(folder, strict=True)
 
 
-OLD_SDK = """
-import json, sys
-import serving
-from serving import Router
-request = json.load(sys.stdin)
-assert serving.__file__.startswith(request["old"]), serving.__file__
-router = Router.load(request["bundle"], strict=True)
-batch = [d.to_dict() for d in router.route_batch(request["prompts"], request["precisions"])]
-single = [router.route(p, precision=q).to_dict() for p, q in zip(request["prompts"][:60], request["precisions"][:60])]
-json.dump({"batch": batch, "single": single}, sys.stdout)
-"""
-
-
-@pytest.mark.real_data
-def test_two_endpoint_bundles_decide_exactly_as_before(bundle, trained_small, tmp_path):
-    """The same zone, target, score and every other field as the SDK before N-endpoint bundles, on
-    a few hundred real prompts, that SDK run from git; `expected` is {"edge": p_edge, "cloud": p_cloud}."""
-    old = tmp_path / "old"
-    old.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE, "serving"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    test = trained_small[1].test
-    prompts = [str(p) for p in test.prompts[:300]] + HARD
-    precisions = [PRECISIONS[i % 4] for i in range(len(prompts))]
-    run = subprocess.run(
-        [sys.executable, "-c", OLD_SDK],
-        input=json.dumps({"bundle": str(bundle), "prompts": prompts, "precisions": precisions, "old": str(old)}),
-        capture_output=True,
-        text=True,
-        cwd=old,
-        env={"PYTHONPATH": str(old), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
-        check=True,
-    )
-    before = json.loads(run.stdout)
-    router = Router.load(bundle, strict=True)
-    now = [d.to_dict() for d in router.route_batch(prompts, precisions)]
-    single = [router.route(p, precision=q).to_dict() for p, q in zip(prompts[:60], precisions[:60])]
-    assert {d["zone"] for d in now} >= {"edge", "cloud"}
-    for new, old_decision in [*zip(now, before["batch"]), *zip(single, before["single"])]:
-        assert new["expected"] == {"edge": new["p_edge"], "cloud": new["p_cloud"]}
-        assert new["endpoint"] is None and new["cascade"] == []
-        assert {k: v for k, v in new.items() if k not in NEW_FIELDS} == old_decision
-
-
 def test_make_endpoints_writes_a_bundle_of_the_head_mode_its_folds_chose(tmp_path, encoder_cache):
     from pipelines.endpoints import main
 
@@ -443,7 +395,7 @@ def test_the_policy_watcher_reads_policies_for_the_bundles_endpoints(trained, tm
 
 
 def test_the_router_runs_its_decisions_cascade_over_named_endpoints(trained, tmp_path):
-    """Router.execute_endpoints / aexecute_endpoints: route, then the decision's cascade (the first
+    """Router.execute / aexecute with endpoints=: route, then the decision's cascade (the first
     endpoint failing hands the request to the next), with the attempts and their expected cost."""
     import asyncio
 
@@ -459,7 +411,7 @@ def test_the_router_runs_its_decisions_cascade_over_named_endpoints(trained, tmp
             raise ConnectionError("down")
         return f"{name}: ok"
 
-    run = router.execute_endpoints(prompt, {n: (lambda text, n=n: answer(n, text)) for n in NAMES})
+    run = router.execute(prompt, endpoints={n: (lambda text, n=n: answer(n, text)) for n in NAMES})
     assert called == [first, second] and run.response == f"{second}: ok" and run.served_by == second
     assert [t.label() for t in run.tried] == [f"{first}=error:ConnectionError", f"{second}=served"]
     # each call priced at the prompt's tokens and the answer tokens the bundle's choice expected
@@ -475,7 +427,7 @@ def test_the_router_runs_its_decisions_cascade_over_named_endpoints(trained, tmp
         return call
 
     called.clear()
-    done = asyncio.run(router.aexecute_endpoints(prompt, {n: async_call(n) for n in NAMES}))
+    done = asyncio.run(router.aexecute(prompt, endpoints={n: async_call(n) for n in NAMES}))
     assert done.response == f"{second}: ok" and called == [first, second]
 
 
