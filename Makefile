@@ -180,6 +180,8 @@ $(JS_BUNDLE)/manifest.json: | $(STAMP)
 # four-endpoint rows, trained when it is missing; clients/js/scripts/endpoint_vectors.py writes the Python SDK's decisions on it.
 JS_ENDPOINT_BUNDLE  ?= artifacts/js/endpoint-bundle
 JS_ENDPOINT_VECTORS ?= artifacts/js/endpoint-vectors.json
+# clients/js/scripts/policy_vectors.py: the Python SDK's policy layer on both bundles (clients/js/test/policy-parity.test.js)
+JS_POLICY_VECTORS   ?= artifacts/js/policy-vectors.json
 $(JS_ENDPOINT_BUNDLE)/manifest.json: | $(STAMP)
 	$(BIN)/python -m pipelines.endpoints --n 3000 --folds 3 --out artifacts/js/endpoint-report --bundle $(JS_ENDPOINT_BUNDLE)
 
@@ -189,10 +191,13 @@ $(JS_ENDPOINT_BUNDLE)/manifest.json: | $(STAMP)
 test-js: $(STAMP) system-packages $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDLE)/manifest.json
 	$(BIN)/python -m pipelines.vectors --bundle $(JS_BUNDLE) --out $(JS_VECTORS)
 	$(BIN)/python clients/js/scripts/endpoint_vectors.py --bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_ENDPOINT_VECTORS)
+	$(BIN)/python clients/js/scripts/policy_vectors.py --bundle $(JS_BUNDLE) --endpoint-bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_POLICY_VECTORS)
 	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
-		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) npm test
+		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) \
+		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) npm test
 	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
-		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) npm run test:browser
+		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) \
+		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) npm run test:browser
 
 # The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at
 # pipelines/bench.py's ~16- and ~128-token prompts next to the Python SDK's on the same prompts in the same run, load

@@ -18,12 +18,14 @@ the JS tests, naming this command.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+if importlib.util.find_spec("serving") is None:  # PYTHONPATH may name another checkout of the SDK
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 SURROGATES = range(0xD800, 0xE000)
 

@@ -16,7 +16,7 @@
 // never in the cascade; a force leaves its endpoint alone; a prefer puts its endpoint first when it
 // is feasible (the cascade climbs from it); the decision's `rule`, `forbidden` and reason say so.
 import { CLOUD, EDGE, FALLBACK } from "./contract.js";
-import { makeDecision } from "./decision.js";
+import { decisionOf } from "./decision.js";
 import { NONE, bestUnderPrice, callCosts, cascade, cheapestWithin, escalation } from "./endpoint-choice.js";
 import { codePointLength, formatFixed, formatG } from "./pytext.js";
 import { declaresLanguages, lackingText, ruledOut, ruleName, withLanguage } from "./policy/capabilities.js";
@@ -144,12 +144,8 @@ export class EndpointChooser {
 
   decision(prompt, precision, nTokens, expected, cost, fits, order, verdict = null, lacking = new Map(), note = "") {
     const names = this.names;
-    let forbidden = verdict === null ? [] : names.filter((n) => !verdict.allowed.includes(n));
-    const rule = verdict === null ? null : verdict.rule;
-    if (!order.length) this.noneFeasible(nTokens, fits, forbidden, rule === null ? null : rule.name, lacking);
+    if (!order.length) noneFeasible(names, nTokens, fits, verdict, lacking);
     const first = order[0];
-    const deviceFirst = this.onDevice[first];
-    const zone = !deviceFirst ? CLOUD : order.slice(1).some((k) => !this.onDevice[k]) ? FALLBACK : EDGE;
     const steps = order.map((k) => names[k]).join(" -> ");
     let reason = expected === null
       ? `${note}: the cheapest feasible endpoint first, ${names[first]} ($${formatFixed(cost[first], 5)}); cascade ${steps}`
@@ -158,31 +154,47 @@ export class EndpointChooser {
     if (tooLong.length) reason += `; ~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`;
     const truncated = codePointLength(prompt) > this.maxChars;
     if (truncated) reason += `; features from the first ${this.maxChars} characters`;
-    let ruleSaid = rule === null ? null : rule.name;
-    if (rule !== null) reason = `policy '${rule.name}': ${policySaid(verdict, forbidden)}; model: ${reason}`;
-    if (lacking.size) {  // ruled out like a forbidden endpoint, under the built-in needs:<capability> rule
-      reason = `${ruleName(lacking)}: ${lackingText(lacking)}; ${reason}`;
-      forbidden = names.filter((n) => forbidden.includes(n) || lacking.has(n));
-      ruleSaid = ruleSaid || ruleName(lacking);
-    }
-    return makeDecision(zone, {  // its target: edge exactly when a device endpoint runs first
-      score: expected === null ? 0 : expected[first], reason, degraded: expected === null, model_version: this.modelVersion,
+    const [said, ruleSaid, forbidden] = explained(names, reason, verdict, lacking);
+    const cascade = order.map((k) => names[k]);
+    return decisionOf({ cascade, score: expected === null ? 0 : expected[first], reason: said, degraded: expected === null,
+      model_version: this.modelVersion, on_device: order.map((k) => this.onDevice[k]), checked: cascade.slice(0, -1),
       precision, n_tokens: nTokens, truncated, rule: ruleSaid, forbidden,
       expected: expected === null ? null : Object.fromEntries(names.map((n, k) => [n, expected[k]])),
-      endpoint: names[first], cascade: order.map((k) => names[k]),
     });
   }
+}
 
-  noneFeasible(nTokens, fits, forbidden, rule, lacking) {
-    const parts = [];
-    if (forbidden.length) parts.push(`the policy forbids ${forbidden.join(", ")}` + (rule ? ` (policy '${rule}')` : ""));
-    if (lacking.size) {
-      const needed = [...new Set([...lacking.values()].flat())];
-      parts.push(`the request needs ${needed.join(", ")} (${ruleName(lacking)}): ${lackingText(lacking)}`);
-      rule = rule || ruleName(lacking);
-    }
-    const tooLong = this.names.filter((_, k) => !fits[k]);
-    if (tooLong.length) parts.push(`~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`);
-    throw new NoFeasibleEndpoint(`no endpoint may serve this request: ${parts.join("; ")}`, { rules: rule ? [rule] : [] });
+/** (the reason with the policy's and the needs' part before the model's, the deciding rule's name,
+ * the endpoints forbidden or ruled out): the same words for every bundle (serving.chooser's explained). */
+export function explained(names, reason, verdict, lacking) {
+  let forbidden = [];
+  let ruleSaid = null;
+  const rule = verdict === null ? null : verdict.rule;
+  if (rule !== null) {
+    forbidden = names.filter((n) => !verdict.allowed.includes(n));
+    reason = `policy '${rule.name}': ${policySaid(verdict, forbidden)}; model: ${reason}`;
+    ruleSaid = rule.name;
   }
+  if (lacking.size) {  // ruled out like a forbidden endpoint, under the built-in needs:<capability> rule
+    reason = `${ruleName(lacking)}: ${lackingText(lacking)}; ${reason}`;
+    forbidden = names.filter((n) => forbidden.includes(n) || lacking.has(n));
+    ruleSaid = ruleSaid || ruleName(lacking);
+  }
+  return [reason, ruleSaid, forbidden];
+}
+
+/** NoFeasibleEndpoint naming what left no endpoint: the policy, the needs, the context limits. */
+export function noneFeasible(names, nTokens, fits, verdict, lacking) {
+  const rule = verdict !== null && verdict.rule !== null ? verdict.rule.name : null;
+  const forbidden = verdict === null ? [] : names.filter((n) => !verdict.allowed.includes(n));
+  const parts = [];
+  if (forbidden.length) parts.push(`the policy forbids ${forbidden.join(", ")}` + (rule ? ` (policy '${rule}')` : ""));
+  if (lacking.size) {
+    const needed = [...new Set([...lacking.values()].flat())];
+    parts.push(`the request needs ${needed.join(", ")} (${ruleName(lacking)}): ${lackingText(lacking)}`);
+  }
+  const tooLong = names.filter((_, k) => !fits[k]);
+  if (tooLong.length) parts.push(`~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`);
+  const rules = [rule, lacking.size ? ruleName(lacking) : null].filter(Boolean);
+  throw new NoFeasibleEndpoint(`no endpoint may serve this request: ${parts.join("; ")}`, { rules });
 }

@@ -37,18 +37,129 @@ export interface Decision {
   /** how unlike the training data the prompt is; above 1 it is `unfamiliar` */
   novelty: number | null;
   unfamiliar: boolean;
-  /** the policy rule that changed this decision (the Python SDK's policy layer; always null here) */
+  /** the rule that decided: a policy rule (a force, else the first forbid, else a prefer or route) or
+   * the built-in needs:<capability>; null when none did. The reason then starts with it */
   rule: string | null;
-  /** the endpoints a policy forbids for this request (always empty here) */
+  /** the endpoints the policy forbids for this request, and those lacking what it needs: execute()
+   * never calls them */
   forbidden: string[];
+  /** for each endpoint of the cascade, whether it runs on the device */
+  on_device: boolean[];
+  /** the endpoints of the cascade whose answers execute()'s accept check reads */
+  checked: string[];
   /** each endpoint's calibrated P(good answer) by name: {edge, cloud} for a two-endpoint bundle with
    * both heads, every endpoint's for an N-endpoint bundle; null otherwise (older bundles, the rule table) */
   expected: Record<string, number> | null;
-  /** an N-endpoint bundle's endpoint to run first (null for two-endpoint bundles: `target` says it) */
-  endpoint: string | null;
-  /** an N-endpoint bundle's endpoints to try in order when an answer fails, `endpoint` first ([] otherwise) */
+  /** the endpoint to run first: the cascade's first ("edge" or "cloud" for a two-endpoint bundle) */
+  endpoint: string;
+  /** the endpoints to try in order when an answer fails, `endpoint` first; a two-endpoint zone is a
+   * cascade: edge = [edge, cloud], edge_with_cloud_fallback = [edge, cloud] with the edge checked,
+   * cloud = [cloud]; never an endpoint the policy forbids */
   cascade: string[];
 }
+
+/** A capability a request may need of its endpoint. */
+export type Capability = "images" | "tools" | "json";
+
+/** What one request needs of the endpoint that serves it; `new Needs()` needs none. */
+export class Needs {
+  constructor(options?: { images?: boolean; tools?: boolean; json?: boolean; language?: string | null });
+  readonly images: boolean;
+  readonly tools: boolean;
+  readonly json: boolean;
+  /** an ISO 639-1 code (its primary subtag: "pt-BR" -> "pt"), or null when unknown */
+  readonly language: string | null;
+  readonly names: Capability[];
+  readonly any: boolean;
+}
+/** What a chat-completions request needs: image parts, tools parameters, a JSON response format. */
+export function needsOf(messages: readonly unknown[], params?: Record<string, unknown>): Needs;
+export const CAPABILITIES: readonly Capability[];
+
+/** Request metadata the policy's rules read: strings to strings. */
+export type Metadata = Record<string, string>;
+/** The endpoints' capabilities by name (null: unknown, no constraint). */
+export type CapabilityMap = Record<string, Capabilities | { images?: boolean; tools?: boolean; json?: boolean;
+  languages?: string[] | null } | null> | Map<string, Capabilities | null>;
+
+/** What route(), routeBatch() and execute() take beside the prompt. */
+export interface RouteOptions {
+  precision?: Precision | null;
+  /** the request's metadata the policy's rules read (feature, user tier, declared privacy, ...) */
+  metadata?: Metadata | null;
+  /** what the request needs of its endpoint: an endpoint lacking it is never chosen nor called */
+  needs?: Needs | null;
+  /** the endpoints' capabilities (default: an N-endpoint bundle's specs; two-endpoint routers know none) */
+  capabilities?: CapabilityMap | null;
+}
+
+/** One checked policy rule. */
+export interface PolicyRule {
+  readonly index: number;
+  readonly name: string;
+  readonly action: "force" | "forbid" | "prefer" | "route";
+  readonly endpoint: string;
+  readonly zone: Zone | null;
+  readonly description: string;
+}
+
+/** An ordered, checked set of rules (docs/policies.md), loaded from JSON. */
+export class PolicySet {
+  /** A policy file's bytes or text; `source` names it in errors and says the format (.json). */
+  static parse(raw: Uint8Array | string, options?: { source?: string; endpoints?: readonly string[] }): Promise<PolicySet>;
+  /** A decoded policy document {"rules": [...]}. */
+  static fromObject(data: unknown, options?: { source?: string; endpoints?: readonly string[]; version?: string }): Promise<PolicySet>;
+  readonly rules: readonly PolicyRule[];
+  readonly endpoints: readonly string[];
+  readonly source: string;
+  /** the first 12 hex digits of the file's SHA-256 */
+  readonly version: string;
+  /** the detectors its rules name */
+  readonly detectors: readonly string[];
+  /** the metadata keys whose holders' spend budget rules read */
+  readonly budgetKeys: readonly string[];
+}
+/** The policy file at `path` (Node). */
+export function loadPolicy(path: string, options?: { endpoints?: readonly string[] }): Promise<PolicySet>;
+/** The endpoints of today's two-endpoint router. */
+export const ENDPOINTS: readonly ["edge", "cloud"];
+
+/** The budgets' ledger: what each holder spent in the current UTC hour, day and month. */
+export class Spending {
+  constructor(maxHolders?: number);
+  spent(key: string, value: string, period: "hour" | "day" | "month", now?: number | null): Promise<number>;
+  readonly length: number;
+}
+export const PERIODS: readonly ["hour", "day", "month"];
+
+/** A content detector's finding: its name and span [start, end) in code points; never the text. */
+export interface Finding {
+  readonly detector: string;
+  readonly start: number;
+  readonly end: number;
+}
+/** Every finding of the named detectors (all when null), ordered by position. */
+export function detect(text: string, names?: Iterable<string> | null): Finding[];
+/** Whether any of the named detectors finds anything. */
+export function anyDetected(text: string, names?: Iterable<string> | null): boolean;
+export const DETECTORS: Readonly<Record<string, { readonly name: string; readonly description: string }>>;
+
+/** A request the policy leaves no way to serve. `rules`: the rules involved. */
+export class PolicyError extends Error {
+  readonly rules: readonly string[];
+}
+/** execute(): the allowed side did not serve and the policy forbids the fallback; nothing forbidden was called. */
+export class FallbackForbidden extends PolicyError {
+  readonly rule: string;
+  readonly endpoint: string;
+  readonly edge_error: unknown;
+  readonly steps: Step[];
+  readonly decision: Decision;
+}
+/** A policy file that cannot be used: names the file, the rule and the key. */
+export class PolicyFileError extends Error {}
+/** An endpoint declares `languages` and the request's language is neither declared nor detectable here. */
+export class LanguageDetectorMissing extends Error {}
 
 /** A public key to pin: a KeyObject, PEM text, a path to a PEM file (router.pub), PEM bytes or
  * the 32 raw key bytes. A string starting with "-----BEGIN" is PEM, any other a path. */
@@ -65,6 +176,11 @@ export interface LoadOptions {
   publicKey?: PublicKeyInput | null;
   /** where the one warning of a degraded load (and of a scoring failure) goes; default console */
   logger?: { warn(message: string): void };
+  /** the policy applied to every decision: a PolicySet, or the policy file's path (Node) / URL
+   * (browsers); a bad one rejects with PolicyFileError even without `strict` */
+  policy?: PolicySet | string | null;
+  /** prompt -> ISO 639-1 code or null, for endpoints that declare `languages` (this SDK has no detector) */
+  languageDetector?: ((prompt: string) => string | null) | null;
 }
 
 export interface Manifest {
@@ -89,10 +205,21 @@ export class Router {
   /** Load and verify a bundle folder. Never rejects unless `strict` (BundleError) or an option is
    * invalid (RangeError): a bundle that cannot serve gives a router on the rule table. */
   static load(source: string, options?: LoadOptions): Promise<Router>;
-  /** Where one prompt should run. Rejects only for argument errors (TypeError, RangeError). */
-  route(prompt: string, options?: { precision?: Precision | null }): Promise<Decision>;
-  /** Decisions for many prompts, scored in one onnxruntime call. */
-  routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null): Promise<Decision[]>;
+  /** Where one prompt should run, the policy and the request's needs applied. Rejects for argument
+   * errors (TypeError, RangeError) and NoFeasibleEndpoint when no endpoint may serve it. */
+  route(prompt: string, options?: RouteOptions): Promise<Decision>;
+  /** Decisions for many prompts, scored in one onnxruntime call; metadata and needs one each per prompt. */
+  routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null,
+    options?: { metadata?: (Metadata | null)[] | null; needs?: (Needs | null)[] | null; capabilities?: CapabilityMap | null }):
+    Promise<Decision[]>;
+  /** The policy applied to every decision; setting it swaps it in one assignment. */
+  policy: PolicySet | null;
+  /** The endpoint names a policy for this router names. */
+  readonly policyEndpoints: string[];
+  /** The budgets' ledger, null before anything was spent. */
+  readonly spending: Spending | null;
+  /** Count what a request cost against the budgets its metadata names. */
+  recordSpend(metadata: Metadata | null, amount: number): Promise<void>;
   /** Route, then run: edge or cloud first as decided, the cloud as fallback. Throws
    * CloudCallError when the cloud fails. */
   execute<T>(prompt: string, edge: EdgeCall<T>, cloud: (prompt: string) => T | Promise<T>, options?: ExecuteOptions<T>):
@@ -139,6 +266,10 @@ export interface ExecuteOptions<T> {
   accept?: ((answer: T) => unknown) | "learned" | null;
   /** check confident edge answers too */
   verifyEdgeZone?: boolean;
+  /** as route() takes them: a forbidden side is never called (FallbackForbidden instead) */
+  metadata?: Metadata | null;
+  needs?: Needs | null;
+  capabilities?: CapabilityMap | null;
 }
 
 /** One call that ran. */
@@ -446,10 +577,8 @@ export function parseEndpoint(item: unknown, options: { where: string; name?: st
 export type EndpointRule = "cheapest_within" | "best_under_price" | "cascade";
 export const ENDPOINT_RULES: Readonly<Record<EndpointRule, "margin" | "price" | "start_margin">>;
 
-/** route() of an N-endpoint bundle: the prompt fits no endpoint's context. Nothing was called. */
-export class NoFeasibleEndpoint extends Error {
-  readonly rules: readonly string[];
-}
+/** route(): the policy, what the request needs or the context limits leave no endpoint. Nothing was called. */
+export class NoFeasibleEndpoint extends PolicyError {}
 
 /** No feasible endpoint (serving.endpoint_choice.NONE). */
 export const NONE: -1;

@@ -89,6 +89,7 @@ export class BaseRouter {
     if (languageDetector !== null && typeof languageDetector !== "function") throw new TypeError("languageDetector must be a function or null");
     const router = await this.loadRouting(platform, source, { strict, threads, unfamiliarPolicy, publicKey, logger });
     const chooser = router.routing.chooser;
+    router.routing.languageDetector = languageDetector;
     if (chooser) {
       chooser.detector = languageDetector;
       if (chooser.readsLanguage && languageDetector === null) {

@@ -2,12 +2,13 @@
 // unfamiliar-prompt policy and the rule table whenever the bundle cannot serve. Reasons are the
 // Python SDK's strings, number formatting included (pytext.formatFixed).
 import { CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, firstTarget, zoneFor } from "./contract.js";
-import { makeDecision } from "./decision.js";
+import { decisionOf, makeDecision, rezoned, zoneCascade } from "./decision.js";
+import { explained, noDetector, noneFeasible } from "./endpoint-routing.js";
 import { EndpointChooser } from "./endpoint-routing.js";
 import { bandOf } from "./manifest.js";
 import { codePointLength, formatFixed, roundHalfEven } from "./pytext.js";
 import { RuleRouter } from "./rules.js";
-import { ruledOut, ruleOutSides } from "./policy/capabilities.js";
+import { declaresLanguages, ruledOut, withLanguage } from "./policy/capabilities.js";
 
 export class Routing {
   /**
@@ -30,6 +31,7 @@ export class Routing {
     this.unfamiliarPolicy = unfamiliarPolicy || (manifest && manifest.novelty ? manifest.novelty.policy : null);
     // An N-endpoint bundle's choice among its endpoints (endpoint-routing.js); null for two sides.
     this.chooser = manifest && manifest.endpoints && scorer ? new EndpointChooser(manifest.endpoints, this.modelVersion, this.maxChars) : null;
+    this.languageDetector = null;  // Router.load's languageDetector
   }
 
   /** An N-endpoint bundle's endpoint names, in its order; null for two sides or the rule table. */
@@ -75,13 +77,18 @@ export class Routing {
     if (this.chooser) return this.endpointDecisions(prompts, precisions, options);
     const { policy = null, metadata = null, needs = null, capabilities = null, spending = null, holders = null } = options;
     const decisions = await this.decisions(prompts, precisions);
-    return decisions.map((d, i) => {
-      const want = needs?.[i] ?? null;
-      if (policy !== null) policy.apply(d, prompts[i], metadata?.[i] ?? null, { spending, needs: want, holders: holders?.[i] ?? null });
-      if (want === null || capabilities === null) return d;
-      const lacking = ruledOut(want, capabilities, [EDGE, CLOUD]);
-      return lacking.size ? ruleOutSides(d, lacking) : d;
-    });
+    // What may serve each request (serving.chooser.Chooser.feasible): the needs (a language read when
+    // the given capabilities declare languages), then the policy's verdict, every request first.
+    let wants = needs ?? prompts.map(() => null);
+    let lacking = prompts.map(() => new Map());
+    if (wants.some((w) => w !== null) || capabilities !== null) {
+      const known = capabilities ?? new Map();
+      if (declaresLanguages(known)) wants = wants.map((w, i) => this.languageOf(w, prompts[i], metadata?.[i] ?? null));
+      lacking = wants.map((w) => (w ? ruledOut(w, known, SIDES) : new Map()));
+    }
+    const verdicts = policy === null ? prompts.map(() => null) : prompts.map((p, i) => policy.evaluate(p, decisions[i].n_tokens,
+      precisions[i], metadata?.[i] ?? null, { spending, needs: wants[i], holders: holders?.[i] ?? null }));
+    return decisions.map((d, i) => (verdicts[i] === null && !lacking[i].size ? d : this.placed(d, verdicts[i], lacking[i])));
   }
 
   get degraded() {
@@ -148,27 +155,62 @@ export class Routing {
   /** Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts over
    * the edge context limit stay on the cloud whatever the policy. */
   familiar(decision, prompt, novelty) {
-    decision.novelty = novelty;
-    decision.unfamiliar = novelty > 1.0;
+    decision = { ...decision, novelty, unfamiliar: novelty > 1.0 };
     if (!decision.unfamiliar || this.unfamiliarPolicy === "learned") {
       if (decision.unfamiliar) decision.reason += `; unfamiliar prompt (novelty ${formatFixed(novelty, 2)}), learned zone kept`;
       return decision;
     }
     const note = `unfamiliar prompt (novelty ${formatFixed(novelty, 2)} > 1)`;
-    if (decision.n_tokens > this.edgeContextTokens) {
-      decision.reason = `${note}; ${decision.reason}`;
-      return decision;
-    }
+    if (decision.n_tokens > this.edgeContextTokens) return { ...decision, reason: `${note}; ${decision.reason}` };
     if (this.unfamiliarPolicy === "rule_table") {
       const ruled = this.rules.decide(prompt, decision.precision, { note });
-      decision.zone = ruled.zone;
-      decision.target = ruled.target;
-      decision.reason = `${note}: ${ruled.reason}`;
-      return decision;
+      return rezoned(decision, ruled.zone, `${note}: ${ruled.reason}`);
     }
-    decision.zone = FALLBACK;
-    decision.target = firstTarget(FALLBACK);
-    decision.reason = `${note}: edge first, cloud fallback (learned: ${decision.reason})`;
-    return decision;
+    return rezoned(decision, FALLBACK, `${note}: edge first, cloud fallback (learned: ${decision.reason})`);
   }
+
+  /** A two-endpoint decision once the policy's verdict and what the request needs have their say
+   * (serving.chooser.Bands.placed): the zone within the allowed sides, the cascade without a forbidden
+   * side, `rule`, `forbidden` and the reason. NoFeasibleEndpoint when no side is left. */
+  placed(decision, verdict, lacking) {
+    let zone = decision.zone;
+    if (verdict !== null && verdict.rule !== null) {
+      const soft = verdict.preferred;
+      zone = soft !== null && soft.zone !== null ? sideZone(soft.zone, verdict.allowed, null)
+        : sideZone(zone, verdict.allowed, soft !== null ? soft.endpoint : null);
+    }
+    const [reason, rule, forbidden] = explained(SIDES, decision.reason, verdict, lacking);
+    if (lacking.size) {
+      const allowed = SIDES.filter((s) => !forbidden.includes(s));
+      if (!allowed.length) noneFeasible(SIDES, decision.n_tokens, [true, true], verdict, lacking);
+      if (allowed.length === 1) zone = allowed[0];
+    }
+    let { cascade, on_device, checked } = zoneCascade(zone);
+    if (forbidden.length && cascade.length > 1) {
+      const keep = cascade.map((_, k) => k).filter((k) => !forbidden.includes(cascade[k]));
+      [cascade, on_device] = [keep.map((k) => cascade[k]), keep.map((k) => on_device[k])];
+      checked = checked.filter((name) => cascade.includes(name));
+    }
+    return decisionOf({ ...decision, cascade, on_device, checked, reason, rule, forbidden });
+  }
+
+  /** `needs` with the request's language: declared, else the Router's languageDetector's; without a
+   * detector, LanguageDetectorMissing. */
+  languageOf(needs, prompt, metadata) {
+    const declared = withLanguage(needs, prompt, metadata, null);
+    if (declared !== null && declared.language !== null) return declared;
+    if (this.languageDetector === null) throw noDetector();
+    return withLanguage(needs, prompt, metadata, this.languageDetector);
+  }
+}
+
+const SIDES = [EDGE, CLOUD];
+
+/** The zone for the allowed sides (serving.chooser._zone): one side alone is its own zone; with both,
+ * a preferred side runs first (the edge with the cloud as fallback), else the model's zone stands. */
+function sideZone(modelZone, allowed, first) {
+  if (allowed.length === 1 && allowed[0] === EDGE) return EDGE;
+  if ((allowed.length === 1 && allowed[0] === CLOUD) || first === CLOUD) return CLOUD;
+  if (first === EDGE && modelZone === CLOUD) return FALLBACK;
+  return modelZone;
 }

@@ -1,4 +1,5 @@
 // Types of the browser build (src/web.js): the Router of index.d.ts, loaded from a base URL.
+import type { CapabilityMap, Metadata, Needs, PolicySet, RouteOptions, Spending } from "./index.js";
 import type { Acceptor, ChatCompletion, ChatMessage, ChatStream, Completion, CreateOptions, Decision, EdgeCall, Endpoint, ExecuteOptions,
   Execution, LoadOptions, LocalModel, Manifest, Precision, RoutedChatOptions, UnfamiliarPolicy } from "./index.js";
 export type { Acceptor, Decision, EdgeCall, ExecuteOptions, Execution, LoadOptions, Manifest, Precision, Step, UnfamiliarPolicy, Zone,
@@ -8,8 +9,13 @@ export type { ChatCompletion, ChatCompletionChunk, ChatMessage, Completion, Crea
 export { ChatStream, Endpoint, LocalModel, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError, UpstreamMalformed,
   UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./index.js";
 export { BundleError, SigningError, CloudCallError, EdgeTimeoutError, RuleRouter, inferRuleDomain, ruleScore, EDGE, FALLBACK, CLOUD, ZONES, PRECISIONS,
-  UNFAMILIAR_POLICIES, ENDPOINT_RULES, NoFeasibleEndpoint } from "./index.js";
+  UNFAMILIAR_POLICIES, ENDPOINT_RULES, NoFeasibleEndpoint, Needs, needsOf, CAPABILITIES, PolicySet, ENDPOINTS, Spending, PERIODS, detect,
+  anyDetected, DETECTORS, PolicyError, FallbackForbidden, PolicyFileError, LanguageDetectorMissing } from "./index.js";
+export type { Capability, CapabilityMap, Finding, Metadata, PolicyRule, RouteOptions } from "./index.js";
 export type { EndpointRule } from "./index.js";
+
+/** The policy file at `url` (JSON); `fetchOptions` go to the request. */
+export function fetchPolicy(url: string | URL, options?: { endpoints?: readonly string[]; fetchOptions?: RequestInit }): Promise<PolicySet>;
 
 export interface WebLoadOptions extends Omit<LoadOptions, "publicKey"> {
   /** PEM text (SubjectPublicKeyInfo), the 32 raw bytes, or a WebCrypto CryptoKey */
@@ -21,8 +27,14 @@ export interface WebLoadOptions extends Omit<LoadOptions, "publicKey"> {
 export class Router {
   /** Load and verify the bundle whose files are under `baseUrl` (fetch, WebCrypto, onnxruntime-web). */
   static load(baseUrl: string | URL, options?: WebLoadOptions): Promise<Router>;
-  route(prompt: string, options?: { precision?: Precision | null }): Promise<Decision>;
-  routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null): Promise<Decision[]>;
+  route(prompt: string, options?: RouteOptions): Promise<Decision>;
+  routeBatch(prompts: Iterable<string>, precisions?: Iterable<Precision | null> | null,
+    options?: { metadata?: (Metadata | null)[] | null; needs?: (Needs | null)[] | null; capabilities?: CapabilityMap | null }):
+    Promise<Decision[]>;
+  policy: PolicySet | null;
+  readonly policyEndpoints: string[];
+  readonly spending: Spending | null;
+  recordSpend(metadata: Metadata | null, amount: number): Promise<void>;
   execute<T>(prompt: string, edge: EdgeCall<T>, cloud: (prompt: string) => T | Promise<T>, options?: ExecuteOptions<T>):
     Promise<Execution<T>>;
   close(): Promise<void>;

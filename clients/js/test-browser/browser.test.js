@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { test } from "node:test";
 import { PACKAGE, fileUnder, serveStatic } from "../demo/serve.mjs";
-import { BUNDLE, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, VECTORS, endpointVectors, vectors } from "../test/fixtures.js";
+import { BUNDLE, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, POLICY_VECTORS, VECTORS, endpointVectors, policyVectors, vectors } from "../test/fixtures.js";
 import { launchChromium } from "./chromium.js";
 
 /** The file a URL path names: the package (/pkg/), the bundle (/bundle/), the bundle with its
@@ -16,6 +16,7 @@ function fileFor(urlPath) {
   const name = rest.join("/");
   if (root === "vectors.json") return VECTORS;
   if (root === "endpoint-vectors.json") return ENDPOINT_VECTORS;
+  if (root === "policy-vectors.json") return POLICY_VECTORS;
   if (root === "endpoints" && /^[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(ENDPOINT_BUNDLE, rest[1]);
   if (root === "page.html") return path.join(PACKAGE, "test-browser/page.html");
   if (root === "pkg") return fileUnder(PACKAGE, name);
@@ -66,6 +67,7 @@ function serve(onResult) {
 test("the web build gives Python's decisions in headless Chromium", { timeout: 15 * 60_000 }, async () => {
   vectors();  // fails early, saying how to make them, when they are missing
   endpointVectors();
+  policyVectors();
   let resolveResult;
   const result = new Promise((resolve) => { resolveResult = resolve; });
   const browser = await launchChromium();  // first: without a Chromium, nothing is left open
@@ -100,6 +102,13 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
     assert.equal(endpoints.decisions + endpoints.infeasible, endpointVectors().decisions.length);
     assert.equal(endpoints.infeasible, endpointVectors().decisions.filter((d) => d.error).length);
     assert.ok(endpoints.worst <= 1e-5);
+    const { policy } = summary;
+    const total = policyVectors().scenarios.reduce((n, s) => n + s.steps.filter((x) => x.route).length, 0);
+    console.log(`browser: policies: ${policy.decisions} decisions and ${policy.errors} NoFeasibleEndpoint over ${policy.rules} rule ` +
+      `names, ${policy.spends} spends; detectors on ${policy.detectorTexts} texts`);
+    assert.deepEqual(policy.mismatches, []);
+    assert.equal(policy.decisions + policy.errors, total);
+    assert.equal(policy.detectorMismatches, 0);
     const { streamRedaction } = summary;
     assert.deepEqual(streamRedaction.texts, Array(streamRedaction.cuts).fill("your key is [redacted]"),
       "a key split across two stream chunks at any point reads [redacted] in the joined text (the web build)");

@@ -2,7 +2,8 @@
 // to /result, which browser.test.js checks. The bundle is served at /bundle/, the same bundle
 // with training.keys' signature at /signed/.
 import * as ort from "onnxruntime-web";
-import { Endpoint, NoFeasibleEndpoint, RoutedChat, Router, RuleRouter } from "/pkg/src/web.js";
+import { Endpoint, Needs, NoFeasibleEndpoint, PolicySet, RoutedChat, Router, RuleRouter, detect } from "/pkg/src/web.js";
+import { replayScenarios } from "/pkg/test/shared/policy-parity.js";
 
 ort.env.wasm.wasmPaths = "/pkg/node_modules/onnxruntime-web/dist/";
 ort.env.wasm.numThreads = 1;
@@ -76,6 +77,7 @@ async function run() {
   summary.missingDegraded = missing.degraded && (await missing.route("What is a loan?")).degraded;
   summary.endpoints = await endpointParity();
   summary.streamRedaction = await streamRedaction(router);
+  summary.policy = await policyParity();
   return summary;
 }
 
@@ -95,6 +97,20 @@ async function streamRedaction(router) {
     texts.push(text);
   }
   return { cuts: key.length + 1, texts };
+}
+
+/** The policy vectors (scripts/policy_vectors.py) on the two bundles, and the detectors' findings. */
+async function policyParity() {
+  const vectors = await (await fetch("/policy-vectors.json")).json();
+  const routers = { two: await Router.load(`${location.origin}/bundle/`, { strict: true }),
+    n: await Router.load(`${location.origin}/endpoints/0/`, { strict: true }) };
+  const result = await replayScenarios(vectors, routers, { PolicySet, Needs, NoFeasibleEndpoint });
+  let detectorMismatches = 0;
+  for (const c of vectors.detectors) {
+    if (JSON.stringify(detect(c.text).map((f) => [f.detector, f.start, f.end])) !== JSON.stringify(c.findings)) detectorMismatches++;
+  }
+  return { decisions: result.decisions, errors: result.errors, spends: result.spends, rules: result.rules.size,
+    mismatches: result.mismatches, detectorTexts: vectors.detectors.length, detectorMismatches };
 }
 
 /** The N-endpoint bundle under each choice rule (/endpoints/<i>/) against Python's decisions. */

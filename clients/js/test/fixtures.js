@@ -72,3 +72,18 @@ export function endpointVectors() {
   endpointCached ??= JSON.parse(fs.readFileSync(ENDPOINT_VECTORS, "utf8"));
   return endpointCached;
 }
+
+// The Python SDK's policy layer on both bundles (scripts/policy_vectors.py): ROUTER_POLICY_VECTORS,
+// else what `make test-js` writes.
+export const POLICY_VECTORS = process.env.ROUTER_POLICY_VECTORS || path.join(REPO, "artifacts/js/policy-vectors.json");
+
+let policyCached;
+/** The policy vectors document, read once per test file; a missing file fails with the command. */
+export function policyVectors() {
+  if (!fs.existsSync(POLICY_VECTORS)) {
+    throw new Error(`no policy vectors at ${POLICY_VECTORS}: run \`make test-js\` from the repository root (or set ` +
+      "ROUTER_POLICY_VECTORS; clients/js/scripts/policy_vectors.py writes them)");
+  }
+  policyCached ??= JSON.parse(fs.readFileSync(POLICY_VECTORS, "utf8"));
+  return policyCached;
+}

@@ -7,9 +7,7 @@
 // `languages` and the request declares none. This SDK has no detector of its own: Router.load takes a
 // `languageDetector` (prompt -> code or null) for that, else such a bundle is refused
 // (LanguageDetectorMissing).
-import { CLOUD, EDGE, firstTarget } from "../contract.js";
 import { pyRepr } from "../pyrepr.js";
-import { NoFeasibleEndpoint } from "./errors.js";
 
 export const CAPABILITIES = Object.freeze(["images", "tools", "json"]);
 export const LANGUAGE = "language";
@@ -124,29 +122,6 @@ export function ruleName(lacking) {
 
 /** e.g. "phone-3b lacks images, tools; cloud-mid lacks images". */
 export const lackingText = (lacking) => [...lacking].map(([name, missing]) => `${name} lacks ${missing.join(", ")}`).join("; ");
-
-/** A two-endpoint decision (changed in place and returned) with the sides in `lacking` ruled out
- * (serving.capabilities.rule_out_sides). NoFeasibleEndpoint when no side is left. */
-export function ruleOutSides(decision, lacking) {
-  const sides = [EDGE, CLOUD];
-  const allowed = sides.filter((s) => !decision.forbidden.includes(s) && !lacking.has(s));
-  const name = ruleName(lacking);
-  if (!allowed.length) {
-    const needed = [...new Set([...lacking.values()].flat())];
-    const policy = decision.forbidden.filter((s) => !lacking.has(s));
-    const said = policy.length ? `; the policy forbids ${policy.join(", ")} (policy '${decision.rule}')` : "";
-    throw new NoFeasibleEndpoint(`no endpoint may serve this request: the request needs ${needed.join(", ")} (${name}): ` +
-      `${lackingText(lacking)}${said}`, { rules: policy.length && decision.rule ? [name, decision.rule] : [name] });
-  }
-  decision.forbidden = sides.filter((s) => !allowed.includes(s));
-  if (allowed.length === 1) {
-    decision.zone = allowed[0];
-    decision.target = firstTarget(decision.zone);
-  }
-  decision.rule = decision.rule || name;
-  decision.reason = `${name}: ${lackingText(lacking)}; ${decision.reason}`;
-  return decision;
-}
 
 /** Whether any endpoint's capabilities declare the languages it serves. */
 export const declaresLanguages = (capabilities) => [...(capabilities instanceof Map ? capabilities.values() : Object.values(capabilities))]

@@ -9,7 +9,7 @@
 // `budget` (budgets.js), `needs` (capabilities.js). Every matching forbid removes its endpoint; the
 // first matching force allows its endpoint only; without a force, the first matching prefer (whose
 // endpoint is still allowed) or route rule decides. No endpoint left: NoFeasibleEndpoint.
-import { CLOUD, EDGE, FALLBACK, PRECISIONS, ZONES, firstTarget } from "../contract.js";
+import { CLOUD, EDGE, PRECISIONS, ZONES, firstTarget } from "../contract.js";
 import { canonicalJson, parsePythonJson, PyFloat } from "../canonical-json.js";
 import { pyKind } from "../pyrepr.js";
 import { codePointLength, firstCodePoints } from "../pytext.js";
@@ -63,7 +63,8 @@ export async function loadRe2() {
 /** RE2's message as google-re2 gives it ("invalid escape sequence: \\1") from re2js's. */
 function re2Said(error) {
   const message = String(error?.message ?? error);
-  return message.replace(/^error parsing regexp: /, "").replace(/`([^`]*)`$/, "$1");
+  return message.replace(/^error parsing regexp: /, "").replace(/`([^`]*)`$/, "$1")
+    .replace(/^invalid or unsupported Perl syntax: /, "invalid perl operator: ");
 }
 
 const saidBriefly = (problem) => problem.split(/\s+/).filter(Boolean).join(" ").slice(0, 100);
@@ -369,21 +370,16 @@ export class Verdict {
 
 const said = (rule) => (rule.zone !== null ? `routes ${rule.zone}` : `prefers ${rule.endpoint}`);
 
-/** Today's zones for the allowed endpoints (serving.policy.rules._zone). */
-function zoneOf(modelZone, allowed, first) {
-  if (allowed.length === 1 && allowed[0] === EDGE) return EDGE;
-  if ((allowed.length === 1 && allowed[0] === CLOUD) || first === CLOUD) return CLOUD;
-  if (first === EDGE && modelZone === CLOUD) return FALLBACK;
-  return modelZone;
-}
-
-/** What the deciding rule did, as PolicySet.apply says it (an N-endpoint decision's reason too). */
+/** What the deciding rule did: forced, forbids, routes or prefers; and a prefer that also matched
+ * (serving.chooser._policy_said). */
 export function policySaid(verdict, forbidden) {
-  const rule = verdict?.rule ?? null;
-  if (rule === null) return "";
-  if (verdict.forced !== null) return `forced ${rule.endpoint}`;
-  if (rule !== verdict.preferred) return `forbids ${forbidden.join(", ")}`;
-  return said(rule);
+  const rule = verdict.rule, soft = verdict.preferred;
+  let text;
+  if (verdict.forced !== null) text = `forced ${rule.endpoint}`;
+  else if (soft === null || rule !== soft) text = `forbids ${forbidden.join(", ")}`;
+  else text = said(soft);
+  if (soft !== null && rule !== soft) text += `; policy '${soft.name}' ${said(soft)}`;
+  return text;
 }
 
 /** An ordered, checked set of rules for the endpoints `endpoints`. Make one with PolicySet.parse
@@ -475,30 +471,6 @@ export class PolicySet {
       }
     }
     return new Verdict(allowed, { forbiddenBy });
-  }
-
-  /** Carry the verdict into a two-endpoint decision (changed in place and returned): its zone,
-   * `forbidden`, `rule`, and its reason, which starts with the rule. */
-  apply(decision, text, metadata = null, options = {}) {
-    const verdict = this.evaluate(text, decision.n_tokens, decision.precision, metadata, options);
-    const rule = verdict.rule;
-    if (rule === null) return decision;
-    const allowed = verdict.allowed;
-    decision.forbidden = this.endpoints.filter((e) => !allowed.includes(e));
-    decision.rule = rule.name;
-    const soft = verdict.preferred;
-    let text_;
-    if (verdict.forced !== null) text_ = `forced ${rule.endpoint}`;
-    else if (soft === null || rule !== soft) text_ = `forbids ${decision.forbidden.join(", ")}`;
-    else text_ = said(soft);
-    if (soft !== null && rule !== soft) text_ += `; policy '${soft.name}' ${said(soft)}`;
-    const zone = soft !== null && soft.zone !== null
-      ? zoneOf(soft.zone, allowed, null)
-      : zoneOf(decision.zone, allowed, soft !== null ? soft.endpoint : null);
-    decision.zone = zone;
-    decision.target = firstTarget(zone);
-    decision.reason = `policy '${rule.name}': ${text_}; model: ${decision.reason}`;
-    return decision;
   }
 }
 

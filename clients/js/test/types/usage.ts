@@ -81,3 +81,24 @@ async function endpointDecisions(router: Router): Promise<void> {
   }
 }
 void endpointDecisions;
+
+async function policies(): Promise<void> {
+  const { FallbackForbidden, Needs, PolicySet, detect, loadPolicy } = await import("../../src/index.js");
+  const router = await Router.load("artifacts/js/bundle", { policy: "data/policy/example.json" });
+  const policy = await loadPolicy("policy.json", { endpoints: router.policyEndpoints });
+  router.policy = await PolicySet.fromObject({ rules: [{ name: "r", then: "forbid", endpoint: "cloud" }] });
+  router.policy = policy;
+  const decision: Decision = await router.route("my mail is a@b.fr", { metadata: { tier: "free" }, needs: new Needs({ images: true }),
+    capabilities: { edge: null, cloud: { images: true } } });
+  const rule: string | null = decision.rule;
+  const forbidden: string[] = decision.forbidden;
+  await router.recordSpend({ user: "ana" }, 0.01);
+  const spent: number | undefined = await router.spending?.spent("user", "ana", "day");
+  console.log(rule, forbidden, spent, detect("a@b.fr").map((f) => `${f.detector} ${f.start}-${f.end}`));
+  try {
+    await router.execute("x", () => "edge", () => "cloud", { metadata: { privacy: "local" } });
+  } catch (error) {
+    if (error instanceof FallbackForbidden) console.log(error.rule, error.endpoint, error.steps.length);
+  }
+}
+void policies;
