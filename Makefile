@@ -91,8 +91,10 @@ lint: $(STAMP)
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
 
+# The SDK's speed (pipelines/bench.py); AGAINST=<commit>: route() p50 of this SDK and the one at <commit>, from git,
+# interleaved in rounds in one run, without and with a 20-rule policy (pipelines/bench_versions.py; bench/versions.json).
 bench: $(STAMP)
-	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE)
+	$(if $(AGAINST),$(BIN)/python -m pipelines.bench_versions $(BUNDLE) $(AGAINST),$(BIN)/python -m pipelines.bench --bundle $(BUNDLE))
 
 # The routing proxy under load on loopback: added latency over calling the stub directly; writes bench/proxy_load.json.
 loadtest: $(STAMP)

@@ -25,7 +25,8 @@ from evaluation.policy_metrics import reliability
 from evaluation.rows import Rows
 from evaluation.rules_effect import rules_effect
 from serving.manifest import Manifest
-from serving.policy.rules import PolicySet, check_metadata
+from serving.policy.rules import PolicySet
+from serving.validation import check_metadata
 
 if TYPE_CHECKING:
     from evaluation.reference import ReferencePolicy

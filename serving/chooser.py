@@ -49,6 +49,11 @@ if TYPE_CHECKING:
 
 _NOTHING_LACKING: list[Lacking] = [{}]  # times n: no request needs anything (never changed)
 SIDES = (EDGE, CLOUD)
+# Each zone's (cascade, on_device, checked), as serving.decision.zone_cascade gives them.
+_PLACED = {
+    zone: (c["cascade"], c["on_device"], c["checked"])
+    for zone, c in ((z, zone_cascade(z)) for z in (EDGE, FALLBACK, CLOUD))
+}
 
 
 class Feasible:
@@ -126,11 +131,11 @@ class Chooser:
     ) -> Feasible:
         """What may serve each request: NoFeasibleEndpoint when the policy forbids every endpoint."""
         tokens = [round(n) for n in n_tokens]
-        needed = [r.needs for r in requests]
-        lacking = _NOTHING_LACKING * len(requests)
-        given = [r.capabilities for r in requests]
-        if self.detector is not None or any(needed) or any(c is not None for c in given):
-            known = [c if c is not None else self.capabilities for c in given]
+        n = len(requests)
+        needed = lacking = None
+        if self.detector is not None or _needs_anything(requests):
+            needed = [r.needs for r in requests]
+            known = [r.capabilities if r.capabilities is not None else self.capabilities for r in requests]
             # Each request's language (declared, else detected) only when an endpoint declares languages.
             reads = [declares_languages(k) for k in known]
             if any(reads):
@@ -140,8 +145,12 @@ class Chooser:
                     for w, r, read in zip(needed, requests, reads)
                 ]
             lacking = [ruled_out(w, k, self.names) if w else {} for w, k in zip(needed, known)]
+        if lacking is None:
+            lacking = _NOTHING_LACKING * n
         if policy is None:
-            return Feasible(tokens, lacking, [None] * len(requests))
+            return Feasible(tokens, lacking, [None] * n)
+        if needed is None:
+            needed = [r.needs for r in requests]
         verdicts: list[Verdict | None] = [
             policy.evaluate(r.text, t, r.precision, r.metadata, spending, w)
             for r, t, w in zip(requests, tokens, needed)
@@ -186,6 +195,14 @@ class Chooser:
             parts.append(f"~{n_tokens} tokens exceed the context of {', '.join(too_long)}")
         rules = [r for r in (rule, rule_name(lacking) if lacking else None) if r]
         raise NoFeasibleEndpoint(f"no endpoint may serve this request: {'; '.join(parts)}", rules=rules)
+
+
+def _needs_anything(requests: Sequence[Request]) -> bool:
+    """Whether any request needs something, or brings endpoints' capabilities of its own."""
+    for request in requests:
+        if request.needs is not None or request.capabilities is not None:
+            return True
+    return False
 
 
 class Scores:
@@ -233,21 +250,62 @@ class Bands:
         self, chooser: Chooser, requests: Sequence[Request], scores: Scores, feasible: Feasible
     ) -> list[Decision]:
         out = []
+        verdicts, lacking, model_version = feasible.verdicts, feasible.lacking, chooser.model_version
         for i, request in enumerate(requests):
             if scores.scores is None:  # the rule table decides
                 ruled = self.rules.decide(request.text, request.precision, degraded=True, note=scores.note or "")
-                zone, reason, score, fields = ruled.zone, ruled.reason, ruled.score, _ruled_fields(ruled)
-                model_version = ruled.model_version
-            else:
-                heads = scores.heads[i] if scores.heads is not None else ()
-                novelty = scores.novelty[i] if scores.novelty is not None else None
-                zone, reason, fields = self._model_zone(request, scores.scores[i], feasible.tokens[i], heads, novelty)
-                score, model_version = scores.scores[i], chooser.model_version
-            out.append(
-                self.placed(
-                    chooser, zone, reason, score, model_version, fields, feasible.verdicts[i], feasible.lacking[i]
+                fields = {"precision": ruled.precision, "n_tokens": ruled.n_tokens, "truncated": ruled.truncated}
+                out.append(
+                    self.placed(
+                        chooser,
+                        ruled.zone,
+                        ruled.reason,
+                        ruled.score,
+                        ruled.model_version,
+                        fields,
+                        verdicts[i],
+                        lacking[i],
+                    )
                 )
-            )
+                continue
+            score, n_tokens = scores.scores[i], feasible.tokens[i]
+            heads = scores.heads[i] if scores.heads is not None else ()
+            novelty = scores.novelty[i] if scores.novelty is not None else None
+            zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+            expected = {EDGE: heads[0], CLOUD: heads[1]} if len(heads) == 2 else None
+            unfamiliar = novelty is not None and novelty > 1.0
+            verdict = verdicts[i]
+            if (verdict is None or verdict.rule is None) and not lacking[i]:  # no rule, no need: the zone as it is
+                cascade, on_device, checked = _PLACED[zone]
+                out.append(
+                    Decision(
+                        cascade,
+                        score,
+                        reason,
+                        False,
+                        model_version,
+                        on_device,
+                        checked,
+                        request.precision,
+                        n_tokens,
+                        truncated,
+                        novelty,
+                        unfamiliar,
+                        None,
+                        (),
+                        expected,
+                    )
+                )
+                continue
+            fields = {
+                "precision": request.precision,
+                "n_tokens": n_tokens,
+                "truncated": truncated,
+                "novelty": novelty,
+                "unfamiliar": unfamiliar,
+                "expected": expected,
+            }
+            out.append(self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i]))
         return out
 
     def placed(
@@ -275,8 +333,7 @@ class Bands:
                 chooser.none_feasible(int(fields["n_tokens"]), (True, True), verdict, lacking)  # type: ignore[call-overload]
             if len(allowed) == 1:
                 zone = allowed[0]
-        placed = zone_cascade(zone)
-        cascade, on_device, checked = placed["cascade"], placed["on_device"], placed["checked"]
+        cascade, on_device, checked = _PLACED[zone]
         if forbidden and len(cascade) > 1:
             keep = [k for k, name in enumerate(cascade) if name not in forbidden]
             cascade, on_device = tuple(cascade[k] for k in keep), tuple(on_device[k] for k in keep)
@@ -295,9 +352,9 @@ class Bands:
         )
 
     def _model_zone(
-        self, request: Request, score: float, n_tokens: int, heads: tuple[float, ...], novelty: float | None
-    ) -> tuple[str, str, dict[str, object]]:
-        """(zone, reason, the decision's other fields) of one scored prompt."""
+        self, request: Request, score: float, n_tokens: int, novelty: float | None
+    ) -> tuple[str, str, bool]:
+        """(zone, reason, whether the features read only the prompt's head) of one scored prompt."""
         precision = request.precision
         lo, hi, lo_text, hi_text, tag = self._bands.get(precision) or self._band(precision)
         zone = zone_for(score, lo, hi)
@@ -314,22 +371,13 @@ class Bands:
         truncated = len(request.text) > max_chars
         if truncated:
             reason += f"; features from the first {max_chars} characters"
-        fields: dict[str, object] = {
-            "precision": precision,
-            "n_tokens": n_tokens,
-            "truncated": truncated,
-            "expected": {EDGE: heads[0], CLOUD: heads[1]} if len(heads) == 2 else None,
-        }
-        if novelty is not None:
+        if novelty is not None and novelty > 1.0:
             zone, reason = self._familiar(request, zone, reason, n_tokens, novelty)
-            fields["novelty"], fields["unfamiliar"] = novelty, novelty > 1.0
-        return zone, reason, fields
+        return zone, reason, truncated
 
     def _familiar(self, request: Request, zone: str, reason: str, n_tokens: int, novelty: float) -> tuple[str, str]:
         """An unfamiliar prompt gets the unfamiliar policy. Prompts over the edge context limit
         stay on the cloud whatever the policy."""
-        if novelty <= 1.0:
-            return zone, reason
         if self.unfamiliar_policy == "learned":
             return zone, reason + f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
         note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
@@ -370,10 +418,6 @@ def _two_sides() -> Chooser:
     rules = RuleRouter()
     bands = Bands(None, rules, edge_context_tokens=DEFAULT_EDGE_CONTEXT_TOKENS)
     return Chooser(two_endpoints(DEFAULT_EDGE_CONTEXT_TOKENS), bands, model_version="", max_chars=rules.max_chars)
-
-
-def _ruled_fields(ruled: Decision) -> dict[str, object]:
-    return {"precision": ruled.precision, "n_tokens": ruled.n_tokens, "truncated": ruled.truncated}
 
 
 def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:

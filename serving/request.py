@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from serving.validation import check_precision, check_prompt
+from serving.capabilities import check_capabilities, check_needs
+from serving.validation import check_metadata, check_precision, check_prompt
 
 if TYPE_CHECKING:
     from serving.capabilities import Needs
@@ -50,15 +51,13 @@ class Request:
     subject: Any = None  # Any: the app's own object, passed to its calls as it is
 
     def __post_init__(self) -> None:
-        check_prompt(self.text, "text")
-        check_precision(self.precision)
+        if type(self.text) is not str:
+            check_prompt(self.text, "text")
+        if self.precision is not None:
+            check_precision(self.precision)
         if self.metadata is not None:
-            from serving.policy.rules import check_metadata
-
             check_metadata(self.metadata)
         if self.needs is not None or self.capabilities is not None:
-            from serving.capabilities import check_capabilities, check_needs
-
             object.__setattr__(self, "needs", check_needs(self.needs))
             check_capabilities(self.capabilities)
         if self.deadline is not None and not (

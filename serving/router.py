@@ -274,7 +274,7 @@ class Router:
         from serving.policy.budgets import Spending, check_amount, limits_of
 
         check_amount(amount)
-        from serving.policy.rules import check_metadata
+        from serving.validation import check_metadata
 
         policy, metadata = self._policy, check_metadata(metadata)
         if policy is None or not policy.budget_keys or not metadata:
@@ -300,7 +300,10 @@ class Router:
         """Where one request should run; see Decision. `prompt`: a serving.Request, or its text with
         the request's other fields as keywords (serving.request.Request says what each is).
         NoFeasibleEndpoint (serving.policy) when the policy or the needs leave no endpoint."""
-        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        if type(prompt) is str:  # the usual call: the Request built here directly
+            request = Request(prompt, precision, metadata, needs, capabilities)
+        else:
+            request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
         return self._routing.decisions((request,), self._policy, self._spending)[0]
 
     def route_batch(
@@ -387,8 +390,9 @@ class Router:
 
         specs: the endpoints' records (serving.Endpoint: context limits, prices, where each runs,
         capabilities), default the bundle's own; what a record leaves undeclared (None) is the
-        bundle's. Their declared capabilities are what the request's needs are checked against. timeouts: name -> seconds (edge_timeout_s: the edge's), run on
-        `edge_pool` (an EdgePool, default the process's shared one); a Request's deadline cuts them.
+        bundle's. Their declared capabilities are what the request's needs are checked against.
+        timeouts: name -> seconds (edge_timeout_s: the edge's), run on `edge_pool` (an EdgePool,
+        default the process's shared one); a Request's deadline cuts them.
 
         accept: a callable(answer) -> bool, or "learned": the bundle's acceptance check on the answer
         text (a call must return a str; anything else counts as a failed check). It reads the answers

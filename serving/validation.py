@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from serving.contract import PRECISIONS
@@ -34,3 +35,21 @@ def check_batch(prompts: Iterable[object], precisions: Iterable[object] | None) 
     if len(tags) != len(checked):
         raise ValueError(f"precisions has {len(tags)} items for {len(checked)} prompts")
     return checked, [check_precision(p, f"precisions[{i}]") for i, p in enumerate(tags)]
+
+
+def check_metadata(metadata: object) -> Mapping[str, str] | None:
+    """The app's request metadata as given: None, or a mapping of str to str; TypeError otherwise."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            from serving.documents import quoted
+
+            raise TypeError(
+                f"metadata must be a dict of str to str: {quoted(key)} -> {type(value).__name__}"
+                if isinstance(key, str)
+                else f"metadata keys must be str, got {type(key).__name__}"
+            )
+    return metadata

@@ -15,8 +15,8 @@ from serving.policy.rules import (
     PolicySet,
     Rule,
     Verdict,
-    check_metadata,
 )
+from serving.validation import check_metadata
 
 __all__ = [
     "DETECTORS",

@@ -90,22 +90,6 @@ class PolicyFileError(RouterError, ValueError):
     index in `rules` and its name) and the key."""
 
 
-def check_metadata(metadata: object) -> Mapping[str, str] | None:
-    """The app's request metadata as given: None, or a mapping of str to str; TypeError otherwise."""
-    if metadata is None:
-        return None
-    if not isinstance(metadata, Mapping):
-        raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
-    for key, value in metadata.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(
-                f"metadata must be a dict of str to str: {quoted(key)} -> {type(value).__name__}"
-                if isinstance(key, str)
-                else f"metadata keys must be str, got {type(key).__name__}"
-            )
-    return metadata
-
-
 class _Request:
     """What the rules look at for one request; each detector runs at most once."""
 

@@ -69,12 +69,12 @@ from serving.chat.request import check_json_numbers
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.execute import CloudCallError, tried_text
 from serving.policy.errors import FallbackForbidden, NoFeasibleEndpoint
-from serving.policy.rules import check_metadata
 from serving.proxy.config import ProxyConfig
 from serving.proxy.dashboard import RecentRequests, dashboard_route
 from serving.proxy.metrics import ProxyMetrics
 from serving.proxy.security import BearerAuth, error_body
 from serving.router_error import RouterError
+from serving.validation import check_metadata
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
