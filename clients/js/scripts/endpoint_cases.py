@@ -32,7 +32,13 @@ from serving.endpoint_choice import (  # noqa: E402
     cheapest_within,
     escalation,
 )
+import serving.endpoints  # noqa: E402
 from serving.endpoints import EndpointSpecError, parse_endpoints  # noqa: E402
+
+# Prices per 1M tokens, the per-1k keys still read (serving.endpoints since per_1m): specs of both
+# spellings are written then; an SDK before it reads per_1k only.
+PER_1M = hasattr(serving.endpoints, "PER_1K_KEYS")
+PRICE_SPELLINGS = (("per_1k_input", "per_1k_output"),) + ((("per_1m_input", "per_1m_output"),) if PER_1M else ())
 
 GOOD = {
     "endpoints": [
@@ -142,6 +148,21 @@ def spec_cases() -> list:
         edited(["endpoints", 2, "name"], "phone-3b"),
         edited(["endpoints", 1, "name"], "it's"),
     ]
+    if PER_1M:  # prices per 1M tokens (the earlier per_1k_* still read), and the record's newer keys
+        specs += [
+            edited([*first, "price"], {"per_1m_input": 3, "per_1m_output": 15}),
+            edited([*first, "price"], {"per_1m_input": 0.5, "per_1m_cached_input": 0.05, "per_call": 0.0001}),
+            edited([*first, "price"], {"per_1k_input": 3e-05, "per_1k_output": 0.0001}),
+            edited([*first, "price"], {"per_1m_cached_input": 0.1}),
+            edited([*first, "price"], {"per_1k_input": 0.001, "per_1m_output": 2}),
+            edited([*first, "price"], {"per_1k_output": 1e306}),
+            edited([*first, "price", "per_1m_input"], -1),
+            edited([*first, "prefill_tokens_per_s"], 800),
+            edited([*first, "prefill_tokens_per_s"], 0),
+            edited([*first, "base_url"], "http://127.0.0.1:8080/v1"),
+            edited([*first, "api_key"], "sk-x"),
+            {"edge": {"price": {"per_1m_input": 0.1}}, "cloud": {"price": {"per_1k_output": 0.02}}},
+        ]
     cases = []
     for i, spec in enumerate(specs):
         source = f"spec{i}.json"
@@ -235,7 +256,7 @@ def call_cost_cases(rng: np.random.Generator, count: int = 20) -> list:
                     "where": str(rng.choice(["device", "cloud"])),
                     "price": {
                         key: float(rng.choice([0.0, 0.0001, 0.003, 0.015, rng.random()]))
-                        for key in ("per_1k_input", "per_1k_output", "per_call")
+                        for key in (PRICE_SPELLINGS[int(rng.integers(len(PRICE_SPELLINGS)))] + ("per_call",))
                         if rng.random() < 0.7
                     }
                     or {"per_call": 0},

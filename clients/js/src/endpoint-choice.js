@@ -48,10 +48,12 @@ function checkParameter(name, value) {
  * for prompts of `inputTokens` tokens and answers of `outputTokens` (endpoints.js's EndpointSpecs). */
 export function callCosts(endpoints, inputTokens, outputTokens) {
   const list = [...endpoints];
+  const unpriced = list.filter((e) => e.price === null);
+  if (unpriced.length) throw new RangeError(`endpoint '${unpriced[0].name}' has no price: the choosers price every endpoint they choose among`);
   const tokens = [...inputTokens].map(Number);
   return {
-    cost: tokens.map((t) => list.map((e) => e.cost(t, outputTokens))),
-    fits: tokens.map((t) => list.map((e) => t <= e.context_tokens)),
+    cost: tokens.map((t) => list.map((e) => e.callCost(t, outputTokens))),
+    fits: tokens.map((t) => list.map((e) => e.fits(t))),
   };
 }
 

@@ -521,14 +521,25 @@ export class StreamInterrupted extends UpstreamError {}
  * (the Python SDK's text). */
 export class EndpointSpecError extends Error {}
 
-/** Dollars per 1,000 input tokens, per 1,000 output tokens and per call. */
+/** Per 1M input tokens, per 1M output tokens, per 1M cached input tokens (null: priced as input)
+ * and per call. A call is priced per 1,000 tokens: the per-1M figure / 1000 in decimal, or the per-1k
+ * figures given (Price.fromPer1k, per_1k_* keys), bit for bit as the Python SDK prices it. */
 export class Price {
+  readonly per_1m_input: number;
+  readonly per_1m_output: number;
+  readonly per_1m_cached_input: number | null;
+  readonly per_call: number;
+  /** the per-1,000-token rates calls are priced with */
   readonly per_1k_input: number;
   readonly per_1k_output: number;
-  readonly per_call: number;
-  constructor(fields?: { per_1k_input?: number; per_1k_output?: number; per_call?: number });
+  /** per 1M, or the earlier per_1k_input / per_1k_output (then as fromPer1k) */
+  constructor(fields?: { per_1m_input?: number; per_1m_output?: number; per_1m_cached_input?: number | null; per_call?: number;
+    per_1k_input?: number; per_1k_output?: number });
+  static fromPer1k(fields?: { per_1k_input?: number; per_1k_output?: number; per_call?: number; per_1m_cached_input?: number | null }): Price;
+  callCost(inputTokens: number, outputTokens?: number, cachedInputTokens?: number): number;
+  /** callCost, by its earlier name */
   cost(inputTokens: number, outputTokens?: number): number;
-  asDict(): { per_1k_input: number; per_1k_output: number; per_call: number };
+  asDict(): { per_1m_input: number; per_1m_output: number; per_call: number; per_1m_cached_input?: number };
 }
 
 /** What an endpoint accepts; `languages` null when not known. */
@@ -541,16 +552,22 @@ export class Capabilities {
   asDict(): Record<string, unknown>;
 }
 
-/** One model a request may run on (serving.endpoints.Endpoint). */
+/** One model a request may run on (serving.endpoints.Endpoint's decision fields); null is "not
+ * declared": no context limit, no constraint of capabilities, no price. */
 export class EndpointSpec {
+  constructor(fields: { name: string; where?: "device" | "cloud" | null; price?: Price | null; latency_ms?: number | null;
+    context_tokens?: number | null; capabilities?: Capabilities | null; description?: string; prefill_tokens_per_s?: number | null });
   readonly name: string;
-  readonly where: "device" | "cloud";
-  readonly price: Price;
-  readonly latency_ms: number;
-  readonly context_tokens: number;
-  readonly capabilities: Capabilities;
+  readonly where: "device" | "cloud" | null;
+  readonly price: Price | null;
+  readonly latency_ms: number | null;
+  readonly context_tokens: number | null;
+  readonly capabilities: Capabilities | null;
   readonly description: string;
-  cost(inputTokens: number, outputTokens?: number): number;
+  readonly prefill_tokens_per_s: number | null;
+  /** the expected price of one call; null without a price */
+  callCost(inputTokens: number, outputTokens?: number, cachedInputTokens?: number): number | null;
+  cost(inputTokens: number, outputTokens?: number): number | null;
   fits(inputTokens: number): boolean;
   supports(needs?: { images?: boolean; tools?: boolean; json?: boolean; language?: string | null }): boolean;
   asDict(): Record<string, unknown>;
@@ -565,13 +582,16 @@ export class Endpoints implements Iterable<EndpointSpec> {
   [Symbol.iterator](): Iterator<EndpointSpec>;
   /** RangeError when there is no endpoint of that name */
   get(name: string): EndpointSpec;
-  costs(inputTokens: number, outputTokens?: number): Record<string, number>;
+  costs(inputTokens: number, outputTokens?: number): Record<string, number | null>;
   asDict(): { endpoints: Record<string, unknown>[] };
 }
 
-/** Endpoints from a decoded spec ({"endpoints": [...]} or {"edge": {...}, "cloud": {...}}). */
-export function parseEndpoints(data: unknown, options?: { source?: string }): Endpoints;
-export function parseEndpoint(item: unknown, options: { where: string; name?: string | null }): EndpointSpec;
+/** Endpoints from a decoded spec ({"endpoints": [...]} or {"edge": {...}, "cloud": {...}}); `callSettings`
+ * (default true): the file may say how each is called (accepted, not kept here; a key is refused). */
+export function parseEndpoints(data: unknown, options?: { source?: string; callSettings?: boolean }): Endpoints;
+export function parseEndpoint(item: unknown, options: { where: string; name?: string | null; callSettings?: boolean }): EndpointSpec;
+/** A two-endpoint bundle's endpoints as its router sees them: the edge with that context limit, the cloud with none. */
+export function twoEndpointSpecs(edgeContextTokens: number): [EndpointSpec, EndpointSpec];
 
 /** A choice rule among N endpoints and the name of its one parameter. */
 export type EndpointRule = "cheapest_within" | "best_under_price" | "cascade";

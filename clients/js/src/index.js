@@ -40,7 +40,7 @@ export { CloudCallError, EdgeTimeoutError } from "./execute.js";
 export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
-export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints } from "./endpoints.js";
+export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints, twoEndpointSpecs } from "./endpoints.js";
 export { ENDPOINT_RULES } from "./endpoint-routing.js";
 export { CAPABILITIES, DETECTORS, ENDPOINTS, FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PERIODS,
   PolicyError, PolicyFileError, PolicySet, Spending, anyDetected, detect, fold, needsOf } from "./policy/index.js";

@@ -204,7 +204,7 @@ function checkEndpoints(data, score) {
   if (unknown.length) throw fail("endpoints", `has unknown key(s) ${unknown.join(", ")}; allowed: ${ENDPOINTS_KEYS.join(", ")}`, unknown);
   let spec;
   try {
-    spec = parseEndpoints({ endpoints: has(data, "endpoints") ? data.endpoints : null }, { source: "manifest endpoints" });
+    spec = parseEndpoints({ endpoints: has(data, "endpoints") ? data.endpoints : null }, { source: "manifest endpoints", callSettings: false });
   } catch (error) {
     if (error instanceof EndpointSpecError) throw new ManifestError(error.message);
     throw error;

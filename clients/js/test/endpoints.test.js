@@ -8,7 +8,7 @@ import { parsePythonJson } from "../src/canonical-json.js";
 import {
   NONE, bestUnderPrice, callCosts, cascade, cascadeExpectation, cheapestWithin, escalation,
 } from "../src/endpoint-choice.js";
-import { EndpointSpecError, parseEndpoints } from "../src/endpoints.js";
+import { EndpointSpec, EndpointSpecError, Price, parseEndpoints, scaled, twoEndpointSpecs } from "../src/endpoints.js";
 import { pythonOutput } from "./fixtures.js";
 
 const COST_TOLERANCE = 1e-12;
@@ -56,6 +56,8 @@ describe("endpoint choice equals serving.endpoint_choice", () => {
     for (const [i, c] of cases.call_costs.entries()) {
       const { cost, fits } = callCosts(parseEndpoints(c.spec), plain(c.tokens), Number(c.output_tokens));
       cost.forEach((row, r) => close(row, c.cost[r], `call_costs ${i} row ${r}`));
+      // bit for bit, prices per 1k and per 1M alike (Python's decimal scaling, its arithmetic's order)
+      cost.forEach((row, r) => assert.deepEqual(row, c.cost[r].map(Number), `call_costs ${i} row ${r}, exactly`));
       assert.deepEqual(fits, c.fits, `call_costs ${i}`);
     }
   });
@@ -96,5 +98,22 @@ describe("endpoint specs equal serving.endpoints", () => {
     assert.equal(spec.get("frontier").cost(1000, 1000), 0.003 + 0.015);
     assert.deepEqual(spec.names, ["phone-3b", "cloud-mid", "frontier"]);
     assert.throws(() => spec.get("nope"), /no endpoint named 'nope'; the endpoints are phone-3b, cloud-mid, frontier/);
+  });
+
+  test("a price per 1M tokens and the earlier per 1k: the same rates, the call priced with the figure given", () => {
+    const perMillion = new Price({ per_1m_input: 3, per_1m_output: 15 });
+    assert.deepEqual([perMillion.per_1k_input, perMillion.per_1k_output], [0.003, 0.015]);
+    const perThousand = Price.fromPer1k({ per_1k_input: 3e-5, per_1k_output: 0.0001 });
+    assert.deepEqual(perThousand.asDict(), { per_1m_input: 0.03, per_1m_output: 0.1, per_call: 0 });  // not 0.030000000000000002
+    assert.equal(perThousand.callCost(1000, 1000), 3e-5 * 1000 / 1000 + 0.0001 * 1000 / 1000);
+    assert.deepEqual(new Price({ per_1k_input: 0.001 }).asDict(), { per_1m_input: 1, per_1m_output: 0, per_call: 0 });
+    const cached = new Price({ per_1m_input: 1, per_1m_cached_input: 0.1 });
+    assert.equal(cached.callCost(1000, 0, 400), 0 + 0.001 * 600 / 1000 + 0.0001 * 400 / 1000 + 0 * 0 / 1000);
+    assert.equal(scaled(0.1, -3), 0.0001);
+    const unbounded = new EndpointSpec({ name: "x" });
+    assert.ok(unbounded.fits(10 ** 9) && unbounded.supports({ images: true }));
+    assert.equal(unbounded.callCost(100), null);
+    const [edge, cloud] = twoEndpointSpecs(2048);
+    assert.deepEqual([edge.context_tokens, cloud.context_tokens, edge.capabilities, cloud.callCost(5000)], [2048, null, null, 0.003]);
   });
 });

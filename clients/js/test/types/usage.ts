@@ -57,7 +57,7 @@ void main;
 function endpointsUsage(): void {
   const spec: Endpoints = parseEndpoints({ edge: {}, cloud: {} }, { source: "inline" });
   const phone: EndpointSpec = spec.get("edge");
-  const price: number = phone.cost(120, 250);
+  const price: number | null = phone.callCost(120, 250);
   const ok: boolean = phone.fits(900) && phone.supports({ json: true, language: "en" });
   const { cost, fits } = callCosts(spec, [120, 5000], 250);
   const first: number[] = cheapestWithin([[0.7, 0.9]], cost.slice(0, 1), 0.02, fits.slice(0, 1));
