@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 SCOPE = "serving"  # the instrumentation scope of every span and metric
 EXECUTE, CHAT = "router.execute", "chat"  # request span names (a proxy's: "chat <served model>")
-ATTEMPTS = ("edge", "cloud", "shadow", "endpoint")  # the calls that get a child span ("endpoint": one of N, by name)
+ATTEMPTS = ("shadow", "endpoint")  # the calls that get a child span ("endpoint": a call of the cascade, by name)
 # Latency histogram boundaries in seconds, shared with the proxy's Prometheus histograms.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 MAX_TEXT = 200  # a model name the caller asked for is cut to this
@@ -209,10 +209,9 @@ def current() -> Request:
 
 
 def attempt(name: str, side: str | None = None, *, endpoint: str | None = None) -> Attempt | None:
-    """A child span of the current request for one attempt (edge, cloud, shadow; `side`: the
-    endpoint a shadow run calls; `endpoint`: a named endpoint's call of an N-endpoint cascade, the
-    attempt "endpoint" with attribute router.endpoint), or None when no span records it. End it
-    with Attempt.ended."""
+    """A child span of the current request for one attempt: an endpoint's call of the cascade
+    (`endpoint`: its name; the attempt "endpoint" with attribute router.endpoint), or a shadow run
+    ("shadow"; `side`: the endpoint it calls); None when no span records it. End it with Attempt.ended."""
     request = _current.get()
     if endpoint is not None:
         name = "endpoint"

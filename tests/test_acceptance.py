@@ -148,14 +148,14 @@ def test_execute_accept_learned_rejects_a_wrong_answer(bundle):
         prompt, edge=lambda p: wrong, cloud=lambda p: "cloud: 27", accept="learned", verify_edge_zone=True
     )
     if decision.zone != "cloud":
-        assert run.served_by == "cloud" and run.fallback_reason == "accept check rejected the edge answer"
+        assert run.served_by == "cloud" and run.fallback_reason == "left edge=rejected: the accept check rejected its answer"
         assert [s.name for s in run.steps] == ["edge", "accept", "cloud"]
     # An edge callable that returns something other than text cannot be checked: the cloud answers.
     odd = router.execute(
         prompt, edge=lambda p: {"text": right}, cloud=lambda p: "cloud", accept="learned", verify_edge_zone=True
     )
     if decision.zone != "cloud":
-        assert odd.served_by == "cloud" and "accept check raised" in odd.fallback_reason
+        assert odd.served_by == "cloud" and "the accept check raised" in odd.fallback_reason
     with pytest.raises(TypeError, match="accept must be"):
         router.execute(prompt, edge=str, cloud=str, accept="learnt")
 

@@ -365,7 +365,7 @@ def outcome_log(bundle, tmp_path_factory):
         expected[("served", run.served_by)] += 1
         if run.fell_back:
             expected[
-                ("fallback", "context_limit" if run.steps[0].status == "skipped" else "edge error (ConnectionError)")
+                ("fallback", "context_limit" if run.steps[0].status == "skipped" else "error (ConnectionError)")
             ] += 1
         edge_failed = any(step.name == "edge" and step.status == "error" for step in run.steps)
         if i % 2 == 0:

@@ -26,7 +26,7 @@ from serving import CloudCallError, Router, telemetry
 from serving.chat import Endpoint, RoutedChat
 from serving.outcome_log import OutcomeLog
 from serving.proxy.app import build_app
-from serving.proxy.config import ProxyConfig, UpstreamOptions
+from serving.proxy.config import ProxyConfig
 from serving.testing import LocalServer
 from tests.chat_stubs import ASK, CLOUD_KEY, EDGE_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 from tests.conftest import ROOT
@@ -139,9 +139,9 @@ def test_execute_served_by_the_edge_is_one_span_with_an_edge_child(router, otel)
     assert "router.fallback_reason" not in attributes and "error.type" not in attributes
     [edge] = children
     assert (edge.name, edge.kind, dict(edge.attributes)) == (
-        "router.edge",
+        "router.endpoint",
         SpanKind.CLIENT,
-        {"router.attempt": "edge", "router.attempt.status": "ok"},
+        {"router.attempt": "endpoint", "router.endpoint": "edge", "router.attempt.status": "ok"},
     )
     assert root.start_time <= edge.start_time <= edge.end_time <= root.end_time
     points = otel.points()
@@ -164,17 +164,19 @@ def test_an_edge_failure_falls_back_with_a_failed_edge_child_and_a_cloud_child(r
     assert root.status.status_code == StatusCode.UNSET  # the request succeeded
     edge_span, cloud_span = sorted(children, key=lambda s: s.start_time)
     assert (edge_span.name, edge_span.status.status_code, edge_span.status.description) == (
-        "router.edge",
+        "router.endpoint",
         StatusCode.ERROR,
         None,
     )
     assert dict(edge_span.attributes) == {
-        "router.attempt": "edge",
+        "router.attempt": "endpoint",
+        "router.endpoint": "edge",
         "router.attempt.status": "error",
         "error.type": "ConnectionError",
     }
     assert edge_span.events == ()  # no exception event: its message would quote the prompt
-    assert (cloud_span.name, dict(cloud_span.attributes)["router.attempt.status"]) == ("router.cloud", "ok")
+    assert (cloud_span.name, dict(cloud_span.attributes)["router.endpoint"]) == ("router.endpoint", "cloud")
+    assert dict(cloud_span.attributes)["router.attempt.status"] == "ok"
     points = otel.points()
     assert points["router.fallbacks"] == {(("router.fallback_reason", "connection_error"),): 1}
     assert points["router.served"] == {(("router.served_by", "cloud"),): 1}
@@ -189,10 +191,10 @@ def test_a_cloud_failure_marks_the_request_span_as_an_error_by_class_only(router
         router.execute(PROMPT, edge=fail, cloud=fail)
     root, children = one_request(otel.spans())
     assert (root.status.status_code, root.status.description) == (StatusCode.ERROR, None)
-    assert dict(root.attributes)["error.type"] == "CloudCallError" and "router.served_by" not in root.attributes
+    assert dict(root.attributes)["error.type"] == "EndpointsFailed" and "router.served_by" not in root.attributes
     assert sorted(dict(c.attributes)["error.type"] for c in children) == ["RuntimeError", "RuntimeError"]
     points = otel.points()
-    assert points["router.errors"] == {(("error.type", "CloudCallError"),): 1}
+    assert points["router.errors"] == {(("error.type", "EndpointsFailed"),): 1}
     assert "router.served" not in points and "router.request.duration" not in points
     assert_nothing_private(otel)
 
@@ -231,7 +233,7 @@ def test_a_shadow_run_is_a_child_of_its_request(bundle, tmp_path, otel):
     log.close()
     root, children = one_request(spans)
     assert sorted((dict(c.attributes)["router.attempt"], c.name) for c in children) == [
-        ("edge", "router.edge"),
+        ("endpoint", "router.endpoint"),
         ("shadow", "router.shadow"),
     ]
     shadow = next(c for c in children if c.name == "router.shadow")
@@ -275,7 +277,8 @@ def test_routed_chat_is_one_chat_span_with_genai_attributes_and_its_cost(router,
         "gen_ai.request.model": "edge-model",
         "server.address": "127.0.0.1",
         "server.port": edge.port,
-        "router.attempt": "edge",
+        "router.attempt": "endpoint",
+        "router.endpoint": "edge",
         "router.attempt.status": "error",
         "error.type": "UpstreamHTTPError",
     }
@@ -284,7 +287,8 @@ def test_routed_chat_is_one_chat_span_with_genai_attributes_and_its_cost(router,
         "gen_ai.request.model": "cloud-model",
         "server.address": "127.0.0.1",
         "server.port": cloud.port,
-        "router.attempt": "cloud",
+        "router.attempt": "endpoint",
+        "router.endpoint": "cloud",
         "router.attempt.status": "ok",
         "gen_ai.response.model": "cloud-model",
         "gen_ai.usage.input_tokens": usage["prompt_tokens"],
@@ -344,15 +348,15 @@ def proxy_config(stubs) -> ProxyConfig:
     return ProxyConfig(
         bundle="(loaded by the test)",
         token=TOKEN,
-        edge=UpstreamOptions(edge.url, "edge-model", timeout_s=2.0, first_token_timeout_s=0.3),
-        cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5.0),
+        edge=Endpoint(edge.url, "edge-model", timeout_s=2.0, first_token_timeout_s=0.3),
+        cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5.0),
     )
 
 
 def test_the_proxy_exports_one_server_span_per_request_with_attempts_and_metrics(router, stubs, otel):
     edge, cloud = stubs
     config = proxy_config(stubs)
-    chat = RoutedChat(router, edge=config.edge.endpoint(), cloud=config.cloud.endpoint())
+    chat = RoutedChat(router, edge=config.edge, cloud=config.cloud)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
     url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
     headers = {"authorization": f"Bearer {TOKEN}"}
@@ -405,12 +409,12 @@ def test_the_proxy_exports_one_server_span_per_request_with_attempts_and_metrics
     assert stream_attributes["gen_ai.usage.output_tokens"] == 3  # the stream's usage, known at its end
     assert (failed.status.status_code, failed.status.description) == (StatusCode.ERROR, None)
     assert dict(failed.attributes)["http.response.status_code"] == 502
-    assert dict(failed.attributes)["error.type"] == "CloudCallError"
+    assert dict(failed.attributes)["error.type"] == "EndpointsFailed"
     points = otel.points()
     assert points["router.served"] == {(("router.served_by", "edge"),): 1, (("router.served_by", "cloud"),): 2}
     # fallbacks count edge-first requests the cloud answered: not the one it failed too
     assert points["router.fallbacks"] == {(("router.fallback_reason", "http_error"),): 1}
-    assert points["router.errors"] == {(("error.type", "CloudCallError"),): 1}
+    assert points["router.errors"] == {(("error.type", "EndpointsFailed"),): 1}
     assert sum(points["router.decisions"].values()) == 4
     assert points["router.request.duration"] == {
         (("router.served_by", "edge"),): 1,
