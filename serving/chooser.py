@@ -22,13 +22,15 @@ NoFeasibleEndpoint, naming the rules and the limits involved; never a silent def
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import random
 from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
 import numpy as np
 
 from serving.capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
-from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE, FALLBACK, zone_for
+from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE, FALLBACK, SIDE_OF, zone_for
 from serving.decision import Decision, zone_cascade
 from serving.endpoint_choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
 from serving.language import shared_detector
@@ -351,6 +353,25 @@ class Bands:
             **fields,  # type: ignore[arg-type]
         )
 
+    def explored(
+        self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
+    ) -> tuple[Decision, bool, float]:
+        """(the decision to carry out, whether explored, its propensity): with probability `rate`
+        the other side first (edge first -> cloud; cloud first -> edge with the cloud as fallback);
+        never a prompt over the edge's context or a request whose policy forbids an endpoint."""
+        if not rate or decision.n_tokens > self.edge_context_tokens or decision.forbidden:
+            return decision, False, 1.0
+        if draw.random() >= rate:
+            return decision, False, 1.0 - rate
+        zone = CLOUD if decision.target == EDGE else FALLBACK
+        first = CLOUD if zone == CLOUD else EDGE
+        explored = dataclasses.replace(
+            decision,
+            **zone_cascade(zone),
+            reason=f"explored ({rate:g}): {first} first instead of {decision.target}; {decision.reason}",
+        )
+        return explored, True, rate
+
     def _model_zone(
         self, request: Request, score: float, n_tokens: int, novelty: float | None
     ) -> tuple[str, str, bool]:
@@ -456,6 +477,26 @@ class Choice:
             for i, request in enumerate(requests)
         ]
 
+    def explored(
+        self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
+    ) -> tuple[Decision, bool, float]:
+        """(the decision to carry out, whether explored, its propensity): with probability `rate`
+        the first endpoint drawn uniformly among the k that may serve the request (the decided one
+        included), then the cascade in its order without it; propensity 1 - rate + rate / k for
+        the decided endpoint, rate / k for another; k = 1 is never explored."""
+        feasible = feasible_first(decision, chooser.endpoints)
+        k = len(feasible)
+        if not rate or k < 2 or decision.endpoint not in feasible:
+            return decision, False, 1.0
+        share = rate / k
+        decided = 1.0 - rate + share  # kept, or drawn again
+        if draw.random() >= rate:
+            return decision, False, decided
+        first = feasible[draw.randrange(k)]
+        if first == decision.endpoint:
+            return decision, False, decided
+        return first_explored(decision, first, chooser.endpoints, rate), True, share
+
     def _orders(
         self,
         chooser: Chooser,
@@ -539,6 +580,34 @@ class Choice:
             forbidden=forbidden,
             expected=dict(zip(names, values)) if values is not None else None,
         )
+
+
+def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:
+    """The endpoints a decision's first call may be explored to, in the bundle's order (`endpoints`):
+    the chooser's feasibility read back from the decision, i.e. not forbidden (Decision.forbidden,
+    which holds the policy's forbidden endpoints and those lacking what the request needs; by
+    name, or by side as serving.execute reads it) and with a context that holds the prompt."""
+    forbidden = decision.forbidden
+    return [
+        e.name
+        for e in endpoints
+        if e.name not in forbidden and SIDE_OF[e.where] not in forbidden and e.fits(decision.n_tokens)
+    ]
+
+
+def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint], rate: float) -> Decision:
+    """The decision with `first` run first, then its cascade in its order without it (every answer
+    but the last checked, as an N-endpoint cascade is), score `first`'s expected."""
+    cascade = (first, *(name for name in decision.cascade if name != first))
+    on_device = {e.name: e.where == "device" for e in endpoints}
+    return dataclasses.replace(
+        decision,
+        cascade=cascade,
+        on_device=tuple(on_device[name] for name in cascade),
+        checked=cascade[:-1],
+        score=decision.expected[first] if decision.expected is not None else decision.score,
+        reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
+    )
 
 
 def _policy_said(verdict: Verdict, forbidden: tuple[str, ...]) -> str:

@@ -17,6 +17,8 @@ PRECISIONS = ("exact", "standard", "tolerant")
 # Where a request runs first: the edge alone, the edge with the cloud as fallback, the cloud.
 EDGE, FALLBACK, CLOUD = "edge", "edge_with_cloud_fallback", "cloud"
 ZONES = (EDGE, FALLBACK, CLOUD)
+# Where an endpoint runs (its `where`) -> the side a policy written for two endpoints forbids with it.
+SIDE_OF = {"device": EDGE, "cloud": CLOUD}
 
 # Characters of a prompt that are tokenized and scanned: bounds the cost of routing any
 # prompt (~450 tokens of English); lengths are still counted on the whole text.

@@ -24,8 +24,8 @@ cloud should the edge's call fail; serving.decision). Each endpoint in it is lef
   endpoint's answer always stands.
 The first answer that is not left is served. Execution.tried lists each endpoint reached, in
 order, with why it was left (Tried), and Execution.expected_cost what the calls made are expected
-to cost (each called endpoint's Endpoint.cost at the prompt's input tokens and `output_tokens`
-expected answer tokens; None when a called endpoint has no spec). When no endpoint serves:
+to cost (each called endpoint's Endpoint.call_cost at the prompt's input tokens and `output_tokens`
+expected answer tokens; None when a called endpoint has no record or no price). When no endpoint serves:
 FallbackForbidden (serving.policy) naming the rule if the policy forbade an endpoint, else
 EndpointsFailed (a CloudCallError) naming every attempt.
 
@@ -68,7 +68,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, TypeVar, Union
 
 import serving.telemetry as telemetry
-from serving.contract import CLOUD, EDGE
+from serving.contract import CLOUD, EDGE, SIDE_OF
 from serving.decision import Decision
 from serving.execution import (  # the records, the errors and the call timing
     REASON_CHARS,
@@ -286,7 +286,6 @@ def _serve(jobs: queue.SimpleQueue[Job], free: threading.Semaphore) -> None:
 default_edge_pool = EdgePool()
 
 
-SIDES = {"device": EDGE, "cloud": CLOUD}  # an endpoint's `where` -> the two-endpoint side a policy may forbid
 OUTCOMES = ("served", "error", "timeout", "busy", "context", "rejected", "forbidden")
 
 
@@ -351,7 +350,7 @@ class _Cascade:
             )
         self.specs = specs or {}
         for side in (EDGE, CLOUD):
-            unplaced = [n for n in self.order if n != side and n not in self.specs]
+            unplaced = [n for n in self.order if n != side and getattr(self.specs.get(n), "where", None) is None]
             if side in decision.forbidden and side not in endpoints and unplaced:
                 raise ValueError(
                     f"the policy forbids every {side} endpoint ('{decision.rule}'), and specs= does not say where "
@@ -406,11 +405,11 @@ class _Cascade:
         if name in forbidden:
             return True
         spec = self.specs.get(name)
-        return spec is not None and SIDES[spec.where] in forbidden
+        return spec is not None and spec.where is not None and SIDE_OF[spec.where] in forbidden
 
     def _cost(self, name: str) -> float | None:
         spec = self.specs.get(name)
-        return None if spec is None else spec.cost(self.decision.n_tokens, self.output_tokens)
+        return None if spec is None else spec.call_cost(self.decision.n_tokens, self.output_tokens)
 
     def failed(self, name: str, error: BaseException) -> None:
         """The call raised, timed out, or found no free worker."""

@@ -32,17 +32,15 @@ again), explore_rate / k for each other; `explored` is true when it is not the d
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import serving.telemetry as telemetry
-from serving.contract import CLOUD, EDGE, FALLBACK, first_target
-from serving.decision import Decision, zone_cascade
-from serving.execute import SIDES
+from serving.contract import CLOUD, EDGE
+from serving.decision import Decision
 from serving.outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
 
 if TYPE_CHECKING:
@@ -52,7 +50,6 @@ if TYPE_CHECKING:
 
     from typing_extensions import TypeAlias
 
-    from serving.endpoints import Endpoint
     from serving.execute import AcceptCheck, Execution
     from serving.outcome_log import Record
     from serving.request import Request as RouterRequest
@@ -101,34 +98,6 @@ def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, flo
     return checked
 
 
-def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:
-    """The endpoints a decision's first call may be explored to, in the bundle's order (`endpoints`):
-    the chooser's feasibility read back from the decision, i.e. not forbidden (Decision.forbidden,
-    which holds the policy's forbidden endpoints and those lacking what the request needs; by
-    name, or by side as serving.execute reads it) and with a context that holds the prompt."""
-    forbidden = decision.forbidden
-    return [
-        e.name
-        for e in endpoints
-        if e.name not in forbidden and SIDES[e.where] not in forbidden and e.fits(decision.n_tokens)
-    ]
-
-
-def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint], rate: float) -> Decision:
-    """The decision with `first` run first, then its cascade in its order without it (every answer
-    but the last checked, as an N-endpoint cascade is), score `first`'s expected."""
-    cascade = (first, *(name for name in decision.cascade if name != first))
-    on_device = {e.name: e.where == "device" for e in endpoints}
-    return dataclasses.replace(
-        decision,
-        cascade=cascade,
-        on_device=tuple(on_device[name] for name in cascade),
-        checked=cascade[:-1],
-        score=decision.expected[first] if decision.expected is not None else decision.score,
-        reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
-    )
-
-
 class Traffic:
     """A router's exploration, shadow runs and outcome records (module doc)."""
 
@@ -156,40 +125,10 @@ class Traffic:
         self.shadows_skipped = 0
 
     def explore(self, decision: Decision, routing: Routing) -> tuple[Decision, bool, float]:
-        """(the decision to carry out, whether it was explored, its propensity): a two-endpoint
-        bundle's zone flipped, an N-endpoint bundle's first endpoint drawn (module doc)."""
-        if not routing.chooser.zoned:
-            return self._explore_first(decision, routing.chooser.endpoints)
-        # Never into an endpoint the policy forbids: such a request has one way to run.
-        possible = self.explore_rate > 0 and decision.n_tokens <= routing.edge_context_tokens and not decision.forbidden
-        if not possible:
-            return decision, False, 1.0
-        if self._random.random() >= self.explore_rate:
-            return decision, False, 1.0 - self.explore_rate
-        zone = CLOUD if decision.target == EDGE else FALLBACK
-        explored = dataclasses.replace(
-            decision,
-            **zone_cascade(zone),
-            reason=f"explored ({self.explore_rate:g}): {first_target(zone)} first "
-            f"instead of {decision.target}; {decision.reason}",
-        )
-        return explored, True, self.explore_rate
-
-    def _explore_first(self, decision: Decision, endpoints: Sequence[Endpoint]) -> tuple[Decision, bool, float]:
-        """An N-endpoint decision explored on its first endpoint (module doc): with probability
-        explore_rate, one of the k feasible endpoints drawn uniformly (the decided one included)."""
-        feasible = feasible_first(decision, endpoints)
-        k = len(feasible)
-        if not self.explore_rate or k < 2 or decision.endpoint not in feasible:
-            return decision, False, 1.0
-        share = self.explore_rate / k
-        decided = 1.0 - self.explore_rate + share  # kept, or drawn again
-        if self._random.random() >= self.explore_rate:
-            return decision, False, decided
-        first = feasible[self._random.randrange(k)]
-        if first == decision.endpoint:
-            return decision, False, decided
-        return first_explored(decision, first, endpoints, self.explore_rate), True, share
+        """(the decision to carry out, whether it was explored, its propensity): as the bundle's
+        rule explores (serving.chooser: Bands flips a zone, Choice draws the first endpoint)."""
+        chooser = routing.chooser
+        return chooser.rule.explored(decision, chooser, self.explore_rate, self._random)
 
     def request(
         self,
