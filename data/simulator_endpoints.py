@@ -204,7 +204,7 @@ def simulate(sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: boo
     input_tokens = base["prompt"].str.len().to_numpy() / CHARS_PER_TOKEN
     output_tokens = sim.output_tokens * rng.lognormal(-0.125, 0.5, size=n)  # mean output_tokens
     costs = np.stack(
-        [[e.cost(i, o) for i, o in zip(input_tokens, output_tokens)] for e in sim.endpoints], axis=1
+        [[e.call_cost(i, o) for i, o in zip(input_tokens, output_tokens)] for e in sim.endpoints], axis=1
     ).round(8)
     chosen = rng.integers(len(names), size=n) if one_outcome else None
     outcomes, cost_maps = [], []

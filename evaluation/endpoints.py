@@ -6,7 +6,7 @@ router makes the simulator's true best-value choice.
 
 Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected` the outcome
 models' probabilities, `cost` each call's logged price (the expected price where none is logged),
-`expected_cost` the price the chooser sees before the call (serving.endpoints.Endpoint.cost at
+`expected_cost` the price the chooser sees before the call (serving.endpoints.Endpoint.call_cost at
 the prompt's input tokens and the expected answer length), `feasible` the context limits.
 """
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from serving.bundle import BundleError, read_bundle
 from serving.capabilities import Needs, needs_of
 from serving.decision import Decision
-from serving.endpoints import Capabilities, EndpointSpecError, load_endpoints, parse_endpoints
+from serving.endpoints import Capabilities, Endpoint, EndpointSpecError, Price, load_endpoints, parse_endpoints
 from serving.execute import EdgePool, Routable
 from serving.execution import CloudCallError, EdgeBusy, EndpointsFailed, Execution, Step
 from serving.language import LanguageDetectorMissing
@@ -61,6 +61,7 @@ __all__ = [
     "DriftThresholds",
     "EdgeBusy",
     "EdgePool",
+    "Endpoint",
     "EndpointSpecError",
     "EndpointsFailed",
     "Execution",
@@ -69,6 +70,7 @@ __all__ = [
     "Needs",
     "OutcomeLog",
     "PolicyWatcher",
+    "Price",
     "RecordError",
     "Routable",
     "RouteStages",

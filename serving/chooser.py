@@ -591,7 +591,9 @@ def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[st
     return [
         e.name
         for e in endpoints
-        if e.name not in forbidden and SIDE_OF[e.where] not in forbidden and e.fits(decision.n_tokens)
+        if e.name not in forbidden
+        and (e.where is None or SIDE_OF[e.where] not in forbidden)
+        and e.fits(decision.n_tokens)
     ]
 
 

@@ -2,7 +2,7 @@
 
 Pure numpy over [requests, endpoints] matrices, so the SDK and the offline evaluation make the same
 decisions: `expected` holds P(endpoint answers well | prompt) from the outcome models, `cost` the
-expected price of the call (serving.endpoints.Endpoint.cost), `feasible` (optional, boolean) which
+expected price of the call (serving.endpoints.Endpoint.call_cost), `feasible` (optional, boolean) which
 endpoints a request may use at all (context limit, capabilities, policy). A request with no
 feasible endpoint gets -1: the caller must say so, never pick one silently.
 
@@ -35,8 +35,11 @@ def call_costs(
 ) -> tuple[Matrix, npt.NDArray[np.bool_]]:
     """([requests, endpoints] each call's expected price, whether the prompt fits each endpoint's
     context) for prompts of `input_tokens` tokens and answers of `output_tokens`."""
+    unpriced = [e.name for e in endpoints if e.price is None]
+    if unpriced:
+        raise ValueError(f"endpoint {unpriced[0]!r} has no price: the choosers price every endpoint they choose among")
     tokens = np.asarray(input_tokens, dtype=np.float64).reshape(-1)
-    cost = np.array([[e.cost(t, output_tokens) for e in endpoints] for t in tokens.tolist()], dtype=np.float64)
+    cost = np.array([[e.call_cost(t, output_tokens) for e in endpoints] for t in tokens.tolist()], dtype=np.float64)
     limits = [np.inf if e.context_tokens is None else e.context_tokens for e in endpoints]
     fits = tokens[:, None] <= np.array(limits, dtype=np.float64)[None, :]
     return cost.reshape(len(tokens), len(endpoints)), fits

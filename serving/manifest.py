@@ -396,7 +396,7 @@ def check_endpoints(data: Any, score: ScoreSpec) -> EndpointsSection | None:
             "endpoints", f"has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(ENDPOINTS_KEYS)}", unknown
         )
     try:
-        spec = parse_endpoints({"endpoints": data.get("endpoints")}, source="manifest endpoints")
+        spec = parse_endpoints({"endpoints": data.get("endpoints")}, source="manifest endpoints", call_settings=False)
     except EndpointSpecError as error:
         raise ManifestError(str(error)) from None
     if spec.names != score.heads:

@@ -23,7 +23,7 @@ from serving.endpoints import Capabilities
 from serving.outcome_log import OutcomeLog
 from serving.policy import FallbackForbidden, NoFeasibleEndpoint, PolicyFileError, PolicySet
 from serving.proxy.app import build_app
-from serving.proxy.config import ConfigError, ProxyConfig, UpstreamOptions, add_arguments, parse_capabilities
+from serving.proxy.config import ConfigError, ProxyConfig, add_arguments, parse_capabilities
 from serving.testing import Behaviour, LocalServer
 from tests.chat_stubs import ASK, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 
@@ -293,7 +293,7 @@ def test_the_proxys_capability_options(monkeypatch):
         + ["--cloud-url", "http://127.0.0.1:2/v1", "--cloud-model", "c"]
     )
     config = ProxyConfig.from_args(args, environ={})
-    assert config.edge.endpoint().capabilities == Capabilities(json=True) and config.cloud.capabilities is None
+    assert config.edge.capabilities == Capabilities(json=True) and config.cloud.capabilities is None
 
 
 @contextlib.contextmanager
@@ -302,8 +302,8 @@ def proxy(router, stubs, edge_caps, cloud_caps):
     config = ProxyConfig(
         bundle="(loaded by the test)",
         token=TOKEN,
-        edge=UpstreamOptions(edge.url, "edge-model", timeout_s=2, capabilities=edge_caps),
-        cloud=UpstreamOptions(cloud.url, "cloud-model", timeout_s=2, capabilities=cloud_caps),
+        edge=Endpoint(edge.url, "edge-model", timeout_s=2, capabilities=edge_caps),
+        cloud=Endpoint(cloud.url, "cloud-model", timeout_s=2, capabilities=cloud_caps),
     )
     chat = RoutedChat(router, **config.chat_options())
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()

@@ -136,7 +136,7 @@ def test_a_stream_the_proxy_fails_to_finish_still_ends_with_an_error_event_and_d
     def fault(self, usage):
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(Endpoint, "cost", fault)
+    monkeypatch.setattr(Endpoint, "answer_cost", fault)
     with running_proxy(router, config_for(stubs)) as url:
         response = httpx2.post(
             f"{url}/v1/chat/completions",

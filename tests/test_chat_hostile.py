@@ -23,7 +23,6 @@ from serving import CloudCallError, cli
 from serving.chat import Endpoint, RoutedChat
 from serving.chat.errors import MIN_SECRET_CHARS, SlowFirstToken, StreamInterrupted, UpstreamTimeout
 from serving.chat.upstream import MAX_ERROR_BODY_BYTES
-from serving.proxy.config import UpstreamOptions
 from tests.chat_stubs import ASK, CLOUD_KEY, EDGE_KEY, LONG, EchoingUpstream, fresh_stubs, router, stubs  # noqa: F401
 from tests.dripping import DrippingServer, elapsed
 from tests.test_proxy import TOKEN, client, config_for, running_proxy, start_serving
@@ -75,9 +74,9 @@ def chunk_events(content: str) -> str:
     return chunk_event(content) + chunk_event("", "stop") + "data: [DONE]\n\n"
 
 
-def edge_options(url: str) -> UpstreamOptions:
+def edge_options(url: str) -> Endpoint:
     """A hostile edge with its own key; it answers at once, so its timeouts can be generous."""
-    return UpstreamOptions(url, "edge-model", api_key=EDGE_KEY, timeout_s=10, first_token_timeout_s=10)
+    return Endpoint(url, "edge-model", api_key=EDGE_KEY, timeout_s=10, first_token_timeout_s=10)
 
 
 # Secrets: the routed chat client.
@@ -116,7 +115,7 @@ def test_an_edge_stream_whose_first_event_is_an_error_echoing_the_key(router, st
     event = 'data: {"error": {"message": "invalid key FORM", "type": "auth"}}\n\n'.replace("FORM", form)
     with (
         EchoingUpstream(200, event, SSE) as edge,
-        RoutedChat(router, edge=edge_options(edge.url).endpoint(), cloud=Endpoint(cloud.url, "cloud-model")) as chat,
+        RoutedChat(router, edge=edge_options(edge.url), cloud=Endpoint(cloud.url, "cloud-model")) as chat,
     ):
         with chat.create(ASK, stream=True) as stream:
             assert (
@@ -132,7 +131,7 @@ def test_a_content_type_carrying_the_key_is_not_quoted(router, stubs):
     _, cloud = stubs  # the header is shown lowercased: redacting after that would miss the key
     with (
         EchoingUpstream(200, "{}", {"content-type": "Text/Plain-{key}"}) as edge,
-        RoutedChat(router, edge=edge_options(edge.url).endpoint(), cloud=Endpoint(cloud.url, "cloud-model")) as chat,
+        RoutedChat(router, edge=edge_options(edge.url), cloud=Endpoint(cloud.url, "cloud-model")) as chat,
     ):
         with chat.create(ASK, stream=True) as stream:
             list(stream)
@@ -198,7 +197,7 @@ def test_the_proxy_carries_no_key_in_its_routing_comment_answers_or_logs(router,
                     config_for(
                         stubs,
                         edge=edge_options(edge.url),
-                        cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY),
+                        cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY),
                     ),
                 ) as url,
             ):

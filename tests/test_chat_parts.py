@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from serving import Price
 from serving.chat import Endpoint
 from serving.chat.errors import UpstreamMalformed, redact
 from serving.chat.responses import completion_text, error_detail, parse_json_object, starts_answer
@@ -16,9 +17,9 @@ from serving.proxy.security import RedactingFilter
 KEY = "sk-test-0123456789abcdef"
 
 
-def test_cost_needs_both_prices_and_the_usage():
+def test_the_cost_of_an_answer_needs_a_price_and_the_usage():
     priced = Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=3.0, output_price_per_1m=15.0)
-    assert priced.cost({"prompt_tokens": 1000, "completion_tokens": 100}) == pytest.approx(0.0045)
+    assert priced.answer_cost({"prompt_tokens": 1000, "completion_tokens": 100}) == pytest.approx(0.0045)
     for usage in (
         None,
         {},
@@ -27,15 +28,27 @@ def test_cost_needs_both_prices_and_the_usage():
         {"prompt_tokens": True, "completion_tokens": 1},
         {"prompt_tokens": -1, "completion_tokens": 1},
     ):
-        assert priced.cost(usage) is None
-    assert (
-        Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=3.0).cost(
-            {"prompt_tokens": 1, "completion_tokens": 1}
-        )
-        is None
-    )
+        assert priced.answer_cost(usage) is None
+    assert Endpoint("http://127.0.0.1:1/v1", "m").answer_cost({"prompt_tokens": 1, "completion_tokens": 1}) is None
+    # one of the two earlier keywords alone: the other figure is 0, as a spec's price says
+    only_input = Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=3.0)
+    assert only_input.answer_cost({"prompt_tokens": 1000, "completion_tokens": 1000}) == pytest.approx(0.003)
     free = Endpoint("http://127.0.0.1:1/v1", "m", input_price_per_1m=0, output_price_per_1m=0)
-    assert free.cost({"prompt_tokens": 5, "completion_tokens": 5}) == 0.0
+    assert free.answer_cost({"prompt_tokens": 5, "completion_tokens": 5}) == 0.0
+
+
+def test_an_answer_is_priced_per_call_and_its_cached_prompt_tokens_at_the_cached_price():
+    price = Price(per_1m_input=2.0, per_1m_output=8.0, per_call=0.001, per_1m_cached_input=0.5)
+    endpoint = Endpoint("http://127.0.0.1:1/v1", "m", price=price)
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 600}}
+    assert endpoint.answer_cost(usage) == pytest.approx(0.001 + 400 * 2e-6 + 600 * 0.5e-6 + 100 * 8e-6)
+    assert endpoint.call_cost(1000, 100, cached_input_tokens=600) == endpoint.answer_cost(usage)
+    for details in ({"cached_tokens": 2000}, {"cached_tokens": -1}, {"cached_tokens": "600"}, None):  # not a count
+        odd = {**usage, "prompt_tokens_details": details}
+        assert endpoint.answer_cost(odd) == pytest.approx(0.001 + 1000 * 2e-6 + 100 * 8e-6)
+    # without a cached figure, cached tokens cost what input tokens cost
+    plain = Endpoint("http://127.0.0.1:1/v1", "m", price=Price(per_1m_input=2.0, per_1m_output=8.0))
+    assert plain.answer_cost(usage) == pytest.approx(1000 * 2e-6 + 100 * 8e-6)
 
 
 @pytest.mark.parametrize(
@@ -46,8 +59,17 @@ def test_cost_needs_both_prices_and_the_usage():
         (dict(model=""), "model"),
         (dict(timeout_s=0), "timeout_s"),
         (dict(first_token_timeout_s=float("inf")), "first_token_timeout_s"),
-        (dict(input_price_per_1m=-1), "input_price_per_1m"),
+        (dict(input_price_per_1m=-1), "per_1m_input"),
         (dict(headers={"Authorization": "Bearer x"}), "api_key"),
+        (dict(params={"model": "other"}), "params must not set 'model'"),
+        (dict(params={"stream": True}), "params must not set 'stream'"),
+        (dict(params={"temperature": float("nan")}), "no NaN"),
+        (dict(params={"x": object()}), "JSON values only"),
+        (dict(where="edge"), "where"),
+        (dict(name="two words"), "name"),
+        (dict(context_tokens=0), "context_tokens"),
+        (dict(prefill_tokens_per_s=0), "prefill_tokens_per_s"),
+        (dict(timeout_s=10**400), "timeout_s"),
     ],
 )
 def test_endpoint_settings_are_checked(options, text):
@@ -56,9 +78,20 @@ def test_endpoint_settings_are_checked(options, text):
 
 
 def test_an_endpoint_never_shows_its_key():
-    endpoint = Endpoint("http://127.0.0.1:8080/v1", "m", api_key=KEY)
-    assert KEY not in repr(endpoint) and endpoint.request_headers()["Authorization"] == f"Bearer {KEY}"
+    endpoint = Endpoint("http://127.0.0.1:8080/v1", "m", name="cloud", api_key=KEY, headers={"x-org": "o"})
+    for shown in (
+        repr(endpoint),
+        str(endpoint),
+        f"{endpoint}",
+        repr([endpoint]),
+        repr(endpoint.as_dict(call_settings=True)),
+    ):
+        assert KEY not in shown
+    assert endpoint.request_headers()["Authorization"] == f"Bearer {KEY}"
     assert endpoint.url == "http://127.0.0.1:8080/v1/chat/completions"
+    assert Endpoint("http://127.0.0.1:8080/v1", "m", api_key=KEY) == Endpoint(
+        "http://127.0.0.1:8080/v1", "m", api_key=KEY
+    )
 
 
 def test_error_bodies_are_redacted_before_they_are_cut():
@@ -134,15 +167,15 @@ def test_which_hosts_are_loopback(host, loopback):
 def test_the_proxy_watches_a_folder_or_a_url(tmp_path):
     from types import SimpleNamespace
 
-    from serving.proxy.config import ProxyConfig, UpstreamOptions
+    from serving.proxy.config import ProxyConfig
     from serving.proxy.serve import watcher_for
     from serving.watcher import BundleURLWatcher, BundleWatcher
 
     router = SimpleNamespace(manifest=None, update=lambda path: None)  # all a watcher uses of a Router
     config = lambda watch: ProxyConfig(  # noqa: E731
         bundle="b",
-        edge=UpstreamOptions("http://h/v1", "e"),
-        cloud=UpstreamOptions("http://h/v1", "c"),
+        edge=Endpoint("http://h/v1", "e"),
+        cloud=Endpoint("http://h/v1", "c"),
         watch=watch,
         watch_interval_s=60,
     )

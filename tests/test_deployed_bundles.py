@@ -18,6 +18,7 @@ from serving.policy import NoFeasibleEndpoint
 from tests.conftest import ROOT
 from tests.test_endpoint_bundle import HARD, TOPICS
 from tests.test_endpoint_bundle import trained as trained  # noqa: F401  # the session's N-endpoint bundle
+from tests.test_endpoint_record import in_the_earlier_spelling
 
 # The SDK before the one routing core (issue 46), and before N-endpoint bundles.
 BEFORE_CORE = "5adae27"
@@ -170,8 +171,11 @@ def test_n_endpoint_bundles_decide_as_before_the_one_routing_core(trained, tmp_p
     prompts, precisions, metadata = cases([f"{topic} ({i})" for i in range(40) for topic in TOPICS] + HARD)
     names = Router.load(made.folder, strict=True, public_key=public).endpoint_names
     policy = n_endpoint_policy(tmp_path, names) if with_policy else None
-    before = decided_by(old, made.folder, policy, prompts, precisions, metadata)
-    router = Router.load(made.folder, strict=True, public_key=public, policy=policy)
+    # as a deployed bundle's manifest says its prices (per 1k tokens; the writer now says per 1M,
+    # which the earlier SDK does not read): tests/test_endpoint_record.py
+    deployed = in_the_earlier_spelling(made.folder, tmp_path / "deployed")
+    before = decided_by(old, deployed, policy, prompts, precisions, metadata)
+    router = Router.load(deployed, strict=True, policy=policy)
     now = decided_now(router, prompts, precisions, metadata)
     if policy is None:
         batch = [d.to_dict() for d in router.route_batch(prompts, precisions)]

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from serving.documents import MAX_DEPTH, quoted
-from serving.endpoints import EndpointSpecError, load_endpoints
+from serving.endpoints import Endpoint, EndpointSpecError, load_endpoints
 from serving.policy import PolicyFileError, PolicySet
-from serving.proxy.config import ConfigError, EndpointsConfig, ProxyConfig, UpstreamOptions
+from serving.proxy.config import ConfigError, ProxyConfig, load_endpoints_file
 from tests.conftest import ROOT
 
 MAX_MESSAGE = 600  # what a one-line error may take: the file's name, the place, a quoted value
@@ -76,7 +76,7 @@ def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
         load_endpoints(spec)
     assert "aliases are not accepted" in one_bounded_line(str(spec_error.value))
     with pytest.raises(ConfigError) as config_error:
-        EndpointsConfig.load(str(spec), environ={})
+        load_endpoints_file(str(spec), environ={})
     assert "aliases are not accepted" in one_bounded_line(str(config_error.value))
     assert time.perf_counter() - started < 1.0
 
@@ -198,11 +198,12 @@ def test_numbers_too_large_for_a_float_are_refused_with_the_files_error(tmp_path
     long_int = write(tmp_path, "long.yaml", policy_yaml("9" * 5000))
     with pytest.raises(PolicyFileError, match=r"line 5, column 10: the number '9999.*' has too many digits"):
         PolicySet.load(long_int)
-    upstream = {"url": "http://127.0.0.1:9/v1", "model": "m", "timeout_s": int(digits)}
+    call = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "timeout_s": int(digits)}
     item = {"name": "edge", "where": "device", "price": {"per_call": 0}, "latency_ms": 1, "context_tokens": 9}
-    config = write(tmp_path, "upstreams.json", json.dumps({"endpoints": [{**item, "upstream": upstream}]}))
-    with pytest.raises(ConfigError, match=r"upstream.timeout_s must be a positive number of seconds, got 9999"):
-        EndpointsConfig.load(str(config), environ={})
+    config = write(tmp_path, "upstreams.json", json.dumps({"endpoints": [{**item, **call}]}))
+    with pytest.raises(ConfigError, match=r"\('edge'\): timeout_s=9999.*: must be a positive number of seconds"):
+        load_endpoints_file(str(config), environ={})
+    one_bounded_line(str(pytest.raises(ConfigError, load_endpoints_file, str(config), environ={}).value))
 
 
 # --- 4. keys that are not text or given twice; the proxy's token as an upstream key -------------
@@ -253,30 +254,30 @@ def test_json_keys_given_twice_are_refused(tmp_path):
 
 def upstreams_file(tmp_path: Path, key_env: str) -> str:
     item = {"name": "edge", "where": "device", "price": {"per_call": 0}, "latency_ms": 1, "context_tokens": 9}
-    upstream = {"url": "http://127.0.0.1:9/v1", "model": "m", "key_env": key_env}
-    return str(write(tmp_path, "upstreams.json", json.dumps({"endpoints": [{**item, "upstream": upstream}]})))
+    call = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "key_env": key_env}
+    return str(write(tmp_path, "upstreams.json", json.dumps({"endpoints": [{**item, **call}]})))
 
 
 def test_the_proxys_token_is_never_an_upstream_key(tmp_path):
     environ = {"ROUTER_PROXY_TOKEN": TOKEN, "MY_TOKEN": TOKEN, "SAME_VALUE": TOKEN, "EDGE_KEY": "sk-edge"}
     with pytest.raises(ConfigError, match=r"key_env is ROUTER_PROXY_TOKEN, the proxy's client token"):
-        EndpointsConfig.load(upstreams_file(tmp_path, "ROUTER_PROXY_TOKEN"), environ=environ)
+        load_endpoints_file(upstreams_file(tmp_path, "ROUTER_PROXY_TOKEN"), environ=environ)
     with pytest.raises(ConfigError, match=r"key_env is MY_TOKEN, the proxy's client token"):
-        EndpointsConfig.load(upstreams_file(tmp_path, "MY_TOKEN"), environ=environ, token_env="MY_TOKEN")
+        load_endpoints_file(upstreams_file(tmp_path, "MY_TOKEN"), environ=environ, token_env="MY_TOKEN")
     with pytest.raises(ConfigError, match=r"key_env must be the name of an environment variable"):
-        EndpointsConfig.load(upstreams_file(tmp_path, "X" * 100_000), environ=environ)
+        load_endpoints_file(upstreams_file(tmp_path, "X" * 100_000), environ=environ)
     # Another variable holding the same secret: refused once the token is known.
-    same = EndpointsConfig.load(upstreams_file(tmp_path, "SAME_VALUE"), environ=environ)
+    same = load_endpoints_file(upstreams_file(tmp_path, "SAME_VALUE"), environ=environ)
     with pytest.raises(ConfigError, match=r"the API key of edge is the proxy's client token"):
         ProxyConfig(bundle="b", endpoints=same, token=TOKEN)
     with pytest.raises(ConfigError, match=r"the API key of cloud is the proxy's client token"):
         ProxyConfig(
             bundle="b",
-            edge=UpstreamOptions("http://h/v1", "e"),
-            cloud=UpstreamOptions("http://h/v1", "c", api_key=TOKEN),
+            edge=Endpoint("http://h/v1", "e"),
+            cloud=Endpoint("http://h/v1", "c", api_key=TOKEN),
             token=TOKEN,
         )
-    own = EndpointsConfig.load(upstreams_file(tmp_path, "EDGE_KEY"), environ=environ)
+    own = load_endpoints_file(upstreams_file(tmp_path, "EDGE_KEY"), environ=environ)
     assert ProxyConfig(bundle="b", endpoints=own, token=TOKEN).upstreams["edge"].api_key == "sk-edge"
 
 

@@ -416,7 +416,7 @@ def test_the_router_runs_its_decisions_cascade_over_named_endpoints(trained, tmp
     assert [t.label() for t in run.tried] == [f"{first}=error:ConnectionError", f"{second}=served"]
     # each call priced at the prompt's tokens and the answer tokens the bundle's choice expected
     section = router.manifest.endpoints
-    prices = [section.spec[name].cost(run.decision.n_tokens, section.output_tokens) for name in (first, second)]
+    prices = [section.spec[name].call_cost(run.decision.n_tokens, section.output_tokens) for name in (first, second)]
     assert run.expected_cost == pytest.approx(sum(prices)) and run.expected_cost > 0
 
     def async_call(name: str):

@@ -43,8 +43,8 @@ def test_a_spec_parses_every_field_and_prices_a_call():
         }
     )
     assert spec.names == ("phone", "big")
-    assert spec["big"].cost(1000, 2000) == pytest.approx(0.003 + 0.030)
-    assert spec["phone"].cost(5000, 5000) == 0.0
+    assert spec["big"].call_cost(1000, 2000) == pytest.approx(0.003 + 0.030)
+    assert spec["phone"].call_cost(5000, 5000) == 0.0
     assert spec["big"].supports(images=True) and not spec["phone"].supports(images=True)
     assert spec["phone"].supports(language="pt-br") and not spec["phone"].supports(language="de")
     assert spec["big"].supports(language="de")  # languages not given: not a constraint
@@ -93,7 +93,7 @@ def test_the_two_endpoint_spelling_is_two_endpoints_named_edge_and_cloud(tmp_pat
     spec = parse_endpoints({"edge": {}, "cloud": {"price": {"per_1k_input": 0.01}}})
     assert spec.names == ("edge", "cloud")
     assert (spec["edge"].where, spec["cloud"].where) == ("device", "cloud")
-    assert spec["edge"].cost(500) == 0.0 and spec["cloud"].cost(500) == pytest.approx(0.005)
+    assert spec["edge"].call_cost(500) == 0.0 and spec["cloud"].call_cost(500) == pytest.approx(0.005)
     with pytest.raises(EndpointSpecError, match="needs both 'edge' and 'cloud'; missing 'cloud'"):
         parse_endpoints({"edge": {}})
     with pytest.raises(EndpointSpecError, match="edge.where must be one of"):

@@ -62,7 +62,7 @@ def test_the_expected_cost_prices_the_answers_expected_tokens_too():
 
     from serving.endpoints import Price
 
-    output_priced = Price(per_1k_input=0.005, per_1k_output=0.015, per_call=0.001)
+    output_priced = Price(per_1m_input=5.0, per_1m_output=15.0, per_call=0.001)
     specs = {**SPEC_MAP, "frontier": replace(SPEC_MAP["frontier"], price=output_priced)}
     failing = {"phone-3b": RuntimeError("boom"), "onprem-8b": ConnectionError("refused")}
     run = execute(decision(n_tokens=50), "hi", endpoints=Calls(fail=failing).sync, specs=specs, output_tokens=200)

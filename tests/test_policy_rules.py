@@ -37,7 +37,7 @@ from serving.policy import (
 from serving.policy.budgets import Spending, window
 from serving.policy.rules import _Request
 from serving.proxy.app import build_app
-from serving.proxy.config import ConfigError, ProxyConfig, UpstreamOptions, add_arguments
+from serving.proxy.config import ConfigError, ProxyConfig, add_arguments
 from serving.proxy.serve import policy_watcher_for
 from serving.rules import RuleRouter, as_policy
 from serving.testing import Behaviour, LocalServer, StubUpstream
@@ -604,8 +604,8 @@ def proxy(router, stubs):
     edge, cloud = stubs
     config = ProxyConfig(
         bundle="(loaded by the test)",
-        edge=UpstreamOptions(edge.url, "edge-model", timeout_s=2),
-        cloud=UpstreamOptions(cloud.url, "cloud-model", timeout_s=2),
+        edge=Endpoint(edge.url, "edge-model", timeout_s=2),
+        cloud=Endpoint(cloud.url, "cloud-model", timeout_s=2),
     )
     chat = chat_for(router, stubs)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
@@ -660,7 +660,7 @@ def test_the_proxy_answers_403_when_the_policy_leaves_no_endpoint(tmp_path, stub
     router = Router.load(tmp_path / "none", policy=rules)
     edge, cloud = stubs
     config = ProxyConfig(
-        bundle="(test)", edge=UpstreamOptions(edge.url, "edge-model"), cloud=UpstreamOptions(cloud.url, "cloud-model")
+        bundle="(test)", edge=Endpoint(edge.url, "edge-model"), cloud=Endpoint(cloud.url, "cloud-model")
     )
     with chat_for(router, stubs) as chat:
         server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()

@@ -20,9 +20,9 @@ import openai
 import pytest
 
 from serving import cli
-from serving.chat import RoutedChat
+from serving.chat import Endpoint, RoutedChat
 from serving.proxy.app import build_app
-from serving.proxy.config import ProxyConfig, UpstreamOptions
+from serving.proxy.config import ProxyConfig
 from serving.testing import LocalServer
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 from tests.conftest import ROOT
@@ -37,8 +37,8 @@ def config_for(stubs, **overrides) -> ProxyConfig:
     options = dict(
         bundle="(loaded by the test)",
         token=TOKEN,
-        edge=UpstreamOptions(edge.url, "edge-model", timeout_s=0.6, first_token_timeout_s=0.3),
-        cloud=UpstreamOptions(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5.0),
+        edge=Endpoint(edge.url, "edge-model", timeout_s=0.6, first_token_timeout_s=0.3),
+        cloud=Endpoint(cloud.url, "cloud-model", api_key=CLOUD_KEY, timeout_s=5.0),
     )
     return ProxyConfig(**{**options, **overrides})
 
@@ -46,7 +46,7 @@ def config_for(stubs, **overrides) -> ProxyConfig:
 @contextlib.contextmanager
 def running_proxy(router, config: ProxyConfig):
     """The proxy app on 127.0.0.1 (an ephemeral port); yields its base URL."""
-    chat = RoutedChat(router, edge=config.edge.endpoint(), cloud=config.cloud.endpoint())
+    chat = RoutedChat(router, edge=config.edge, cloud=config.cloud)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
     try:
         yield f"http://127.0.0.1:{server.port}"
@@ -337,8 +337,8 @@ def test_token_and_key_options_are_checked_before_anything_starts(capsys, monkey
     assert (
         ProxyConfig(
             bundle="b",
-            edge=UpstreamOptions("http://h/v1", "e"),
-            cloud=UpstreamOptions("http://h/v1", "c"),
+            edge=Endpoint("http://h/v1", "e"),
+            cloud=Endpoint("http://h/v1", "c"),
             host="0.0.0.0",
             token=TOKEN,
         ).host

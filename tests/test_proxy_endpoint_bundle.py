@@ -14,9 +14,10 @@ import pytest
 
 from serving import Router
 from serving.chat import Endpoint, RoutedChat
+from serving.endpoints import Endpoints
 from serving.policy import PolicySet
 from serving.proxy.app import build_app
-from serving.proxy.config import EndpointsConfig, ProxyConfig, UpstreamOptions
+from serving.proxy.config import ProxyConfig, load_endpoints_file
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.endpoint_doubles import upstream_fixtures
 from tests.test_endpoint_bundle import NAMES, climbing, trained  # noqa: F401  (the N-endpoint bundle fixture)
@@ -55,12 +56,14 @@ def config_for(upstreams, tmp_path) -> ProxyConfig:
         )
     path = tmp_path / "endpoints.json"
     path.write_text(json.dumps(spec))
-    return ProxyConfig(bundle="(loaded by the test)", token=TOKEN, endpoints=EndpointsConfig.load(str(path)))
+    return ProxyConfig(bundle="(loaded by the test)", token=TOKEN, endpoints=load_endpoints_file(str(path)))
 
 
 @contextlib.contextmanager
 def proxy(router, config):
-    chat = RoutedChat(router, endpoints=config.endpoints.chat_endpoints())  # specs: the bundle's own
+    # the records' call settings only: what they would decide with is the bundle's own
+    calls = {e.name: Endpoint(e.base_url, e.model, timeout_s=e.timeout_s) for e in config.endpoints}
+    chat = RoutedChat(router, endpoints=calls)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
     try:
         yield httpx2.Client(
@@ -91,7 +94,7 @@ def test_requests_follow_the_bundles_cascade(trained, upstreams, tmp_path):  # n
         # the bundle's own prices: the expected cost of the call it made, its answer's tokens included
         section = router.manifest.endpoints
         assert float(answer.headers["x-router-expected-cost"]) == pytest.approx(
-            section.spec[decision.endpoint].cost(decision.n_tokens, section.output_tokens), rel=1e-5, abs=1e-12
+            section.spec[decision.endpoint].call_cost(decision.n_tokens, section.output_tokens), rel=1e-5, abs=1e-12
         )
     first, second = climber.cascade[:2]
     assert failed_over.status_code == 200 and failed_over.headers["x-router-served-by"] == second
@@ -118,10 +121,9 @@ def test_a_request_kept_on_the_phone_never_reaches_another_endpoint(router, upst
 def test_the_proxy_refuses_upstreams_that_do_not_match_the_bundle(router, upstreams, tmp_path):
     config = config_for(upstreams, tmp_path)
     assert config.bundle_mismatch(router.manifest.endpoints.names) is None
-    three = dict(list(config.endpoints.upstreams.items())[:3])
-    partial = ProxyConfig(bundle="b", endpoints=EndpointsConfig(config.endpoints.specs, three))
+    partial = ProxyConfig(bundle="b", endpoints=Endpoints(config.endpoints.endpoints[:3]))
     assert "lack frontier" in partial.bundle_mismatch(NAMES)
-    two = ProxyConfig(bundle="b", edge=UpstreamOptions("http://h/v1", "e"), cloud=UpstreamOptions("http://h/v1", "c"))
+    two = ProxyConfig(bundle="b", edge=Endpoint("http://h/v1", "e"), cloud=Endpoint("http://h/v1", "c"))
     assert "routes among phone-3b, onprem-8b, cloud-mid, frontier" in two.bundle_mismatch(NAMES)
     assert two.bundle_mismatch(None) is None and "routes between edge and cloud" in config.bundle_mismatch(None)
     assert isinstance(config.chat_options()["endpoints"]["frontier"], Endpoint)
@@ -190,7 +192,7 @@ def test_the_proxy_sends_image_and_tool_requests_only_to_endpoints_that_take_the
     assert failed.status_code == 502 and failed.headers["x-router-tried"] == "frontier=error:UpstreamHTTPError"
     assert len(upstreams["frontier"].received) == 4 and upstreams["frontier"].received[2].body["tools"] == [TOOL]
     assert all(upstreams[name].received == [] for name in NAMES[:3])  # not as a fallback either
-    # an --endpoints file whose specs declare no images: the proxy's specs stand, no endpoint is left
+    # an --endpoints file whose records declare no images: the records stand, no endpoint is left
     config = config_for(upstreams, tmp_path)
     chat = RoutedChat(router, **config.chat_options())
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from serving.dashboard.summary import from_record
 from serving.outcome_log import OutcomeLog, read_log_lines
 from serving.policy import FallbackForbidden
 from serving.proxy.app import build_app
-from serving.proxy.config import ConfigError, EndpointsConfig, ProxyConfig, add_arguments
+from serving.proxy.config import ConfigError, ProxyConfig, add_arguments, load_endpoints_file
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.endpoint_doubles import ORDER, SPECS, cascade_router, upstream_fixtures
 
@@ -167,7 +168,7 @@ def test_routedchat_takes_edge_and_cloud_or_endpoints(router, upstreams):
     endpoints = chat_endpoints(upstreams)
     with pytest.raises(TypeError, match="not both"):
         RoutedChat(router, edge=endpoints["phone-3b"], cloud=endpoints["frontier"], endpoints=endpoints)
-    with pytest.raises(TypeError, match="edge= and cloud=, or endpoints="):
+    with pytest.raises(TypeError, match=r"needs endpoints= \(name -> Endpoint\), or edge= and cloud="):
         RoutedChat(router, edge=endpoints["phone-3b"])
     with pytest.raises(ValueError, match="not an endpoint name"):
         RoutedChat(router, endpoints={"two words": endpoints["phone-3b"]})
@@ -180,18 +181,24 @@ def test_routedchat_takes_edge_and_cloud_or_endpoints(router, upstreams):
 # --- the proxy -----------------------------------------------------------------------------------
 
 
-def endpoints_file(tmp_path, upstreams, **upstream_overrides) -> str:
+def endpoints_file(tmp_path, upstreams, *, spelling: str = "flat", **overrides) -> str:
+    """The proxy's --endpoints file for SPECS and the stubs: each entry the spec's fields and how it
+    is called (base_url, model, ...); with spelling="upstream", the earlier `upstream` object."""
     spec = json.loads(json.dumps(SPECS.as_dict()))
     for item in spec["endpoints"]:
         name = item["name"]
-        item["upstream"] = {
-            "url": upstreams[name].url,
+        call = {
+            "base_url": upstreams[name].url,
             "model": f"{name}-model",
             "timeout_s": 5.0 if name == "frontier" else 0.5,
             **({"key_env": "FRONTIER_KEY"} if name == "frontier" else {"first_token_timeout_s": 0.3}),
-            **upstream_overrides.get(name, {}),
+            **overrides.get(name, {}),
         }
-    path = tmp_path / "endpoints.json"
+        if spelling == "upstream":
+            item["upstream"] = {"url" if key == "base_url" else key: value for key, value in call.items()}
+        else:
+            item.update(call)
+    path = tmp_path / f"endpoints-{spelling}.json"
     path.write_text(json.dumps(spec))
     return str(path)
 
@@ -210,7 +217,7 @@ def running_proxy(router, config: ProxyConfig):
 
 
 def proxy_config(tmp_path, upstreams) -> ProxyConfig:
-    loaded = EndpointsConfig.load(endpoints_file(tmp_path, upstreams), environ={"FRONTIER_KEY": FRONTIER_KEY})
+    loaded = load_endpoints_file(endpoints_file(tmp_path, upstreams), environ={"FRONTIER_KEY": FRONTIER_KEY})
     return ProxyConfig(bundle="(loaded by the test)", token=TOKEN, endpoints=loaded)
 
 
@@ -263,10 +270,17 @@ def test_the_endpoints_file_is_checked_like_any_option(tmp_path, upstreams):
     config = ProxyConfig.from_args(
         parser.parse_args(["--bundle", "b", "--endpoints", path]), environ={"FRONTIER_KEY": FRONTIER_KEY}
     )
-    assert list(config.upstreams) == list(ORDER) and config.endpoints.specs["phone-3b"].context_tokens == 64
+    assert list(config.upstreams) == list(ORDER) and config.endpoints["phone-3b"].context_tokens == 64
     options = config.chat_options()
-    assert options["endpoints"]["frontier"].api_key == FRONTIER_KEY and options["specs"] is config.endpoints.specs
-    assert options["endpoints"]["onprem-8b"].input_price_per_1m == pytest.approx(0.2)  # 0.0002 per 1k
+    assert list(options) == ["endpoints"] and options["endpoints"]["frontier"].api_key == FRONTIER_KEY
+    onprem = options["endpoints"]["onprem-8b"]  # one record: the spec's fields and how it is called
+    assert onprem.price.per_1m_input == 0.2 and onprem.where == "device" and onprem.model == "onprem-8b-model"
+    assert onprem.call_cost(1000) == SPECS["onprem-8b"].call_cost(1000)  # 0.0002 per 1k, priced as before
+    # the earlier spelling, an `upstream` object per entry, reads as the same records
+    earlier = load_endpoints_file(endpoints_file(tmp_path, upstreams, spelling="upstream"), {"FRONTIER_KEY": "k"})
+    assert [dataclasses.replace(e, api_key=None) for e in earlier] == [
+        dataclasses.replace(e, api_key=None) for e in config.endpoints
+    ]
     with pytest.raises(ConfigError, match="FRONTIER_KEY is not set"):
         ProxyConfig.from_args(parser.parse_args(["--bundle", "b", "--endpoints", path]), environ={})
     with pytest.raises(ConfigError, match="not both"):
@@ -276,20 +290,58 @@ def test_the_endpoints_file_is_checked_like_any_option(tmp_path, upstreams):
         )
     with pytest.raises(ConfigError, match="--edge-url and --edge-model are required"):
         ProxyConfig.from_args(parser.parse_args(["--bundle", "b"]), environ={})
-    bad = json.loads(open(path).read())
-    del bad["endpoints"][1]["upstream"]
-    (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ConfigError, match=r"endpoints\[1\] needs an 'upstream' object"):
-        EndpointsConfig.load(str(tmp_path / "bad.json"), environ={})
-    bad["endpoints"][1]["upstream"] = {"url": "http://h/v1", "model": "m", "retries": 3}
-    (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ConfigError, match="unknown key 'retries'"):
-        EndpointsConfig.load(str(tmp_path / "bad.json"), environ={"FRONTIER_KEY": "k"})
-    bad["endpoints"][1]["upstream"] = {"url": "http://h/v1", "model": "m"}
-    bad["endpoints"][1]["context_tokens"] = 0
-    (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ConfigError, match=r"endpoints\[1\] \('onprem-8b'\).context_tokens must be > 0"):
-        EndpointsConfig.load(str(tmp_path / "bad.json"), environ={"FRONTIER_KEY": "k"})
+    good = json.loads(open(path).read())
+
+    def refused(edit, message, environ=None):
+        bad = json.loads(json.dumps(good))
+        edit(bad["endpoints"][1])
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=message):
+            load_endpoints_file(
+                str(tmp_path / "bad.json"), environ={"FRONTIER_KEY": "k"} if environ is None else environ
+            )
+
+    refused(lambda e: e.pop("base_url"), r"endpoints\[1\] \('onprem-8b'\) needs base_url and model")
+    refused(lambda e: e.update(retries=3), r"endpoints\[1\] \('onprem-8b'\): unknown key 'retries'")
+    refused(lambda e: e.update(context_tokens=0), r"endpoints\[1\] \('onprem-8b'\).context_tokens must be > 0")
+    refused(lambda e: e.update(timeout_s=-1), r"endpoints\[1\] \('onprem-8b'\): timeout_s=-1: must be a positive")
+    refused(lambda e: e.update(params={"model": "x"}), "params must not set 'model'")
+    refused(lambda e: e.update(api_key="sk-in-a-file"), "a key never goes in a file")
+    refused(lambda e: e.update(upstream={"url": "http://h/v1", "model": "m"}), "both in the entry and in 'upstream'")
+
+    def earlier_spelling_with_an_unknown_key(entry):
+        for key in ("base_url", "model", "timeout_s", "first_token_timeout_s"):
+            entry.pop(key)
+        entry["upstream"] = {"url": "http://h/v1", "model": "m", "retries": 3}
+
+    refused(earlier_spelling_with_an_unknown_key, r"endpoints\[1\].upstream: unknown key 'retries'")
+
+
+def test_the_endpoints_files_params_are_sent_with_every_request_the_request_under_them(router, upstreams, tmp_path):
+    """params in the --endpoints file reach the upstream on every request, the proxy's client's own
+    parameters under them; the model is always the endpoint's."""
+    params = {"onprem-8b": {"params": {"reasoning_effort": "high", "max_tokens": 512}}}
+    loaded = load_endpoints_file(endpoints_file(tmp_path, upstreams, **params), environ={"FRONTIER_KEY": FRONTIER_KEY})
+    assert loaded["onprem-8b"].params == {"reasoning_effort": "high", "max_tokens": 512}
+    upstreams["phone-3b"].behaviour = Behaviour(status=500)
+    with running_proxy(router, ProxyConfig(bundle="(test)", token=TOKEN, endpoints=loaded)) as client:
+        answer = client.post(
+            "/v1/chat/completions",
+            json={"model": "router", "messages": ASK, "max_tokens": 64, "temperature": 0.2},
+        )
+        streamed = client.post("/v1/chat/completions", json={"messages": ASK, "stream": True})
+    assert answer.status_code == 200 and answer.headers["x-router-served-by"] == "onprem-8b"
+    assert streamed.status_code == 200 and streamed.headers["x-router-served-by"] == "onprem-8b"
+    sent = [r.body for r in upstreams["onprem-8b"].received]
+    assert sent[0] == {
+        "max_tokens": 512,  # the endpoint's own wins over the request's 64
+        "temperature": 0.2,
+        "reasoning_effort": "high",
+        "model": "onprem-8b-model",
+        "messages": ASK,
+    }
+    assert sent[1]["reasoning_effort"] == "high" and sent[1]["stream"] is True and sent[1]["model"] == "onprem-8b-model"
+    assert "reasoning_effort" not in upstreams["phone-3b"].received[0].body  # another endpoint's params stay its own
 
 
 def test_the_proxy_will_not_start_with_upstreams_the_bundle_does_not_route_to(tmp_path, upstreams):

@@ -31,6 +31,7 @@ assistant message text.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -39,16 +40,15 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import serving.telemetry as telemetry
 from serving.chat.conversation import conversation_prompt
-from serving.chat.endpoint import Endpoint
 from serving.chat.request import ChatRequest
 from serving.chat.routing_info import Completion, RoutingInfo
 from serving.chat.streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat.upstream import Answer, Upstream
-from serving.execute import check_names, named_calls
+from serving.endpoints import Endpoint
+from serving.execute import check_names
 
 if TYPE_CHECKING:
     from serving.chat.conversation import Message
-    from serving.endpoints import Endpoint as EndpointSpec
     from serving.endpoints import Endpoints
     from serving.execute import Execution, Step
     from serving.router import Router
@@ -63,11 +63,16 @@ class RoutedChat:
 
     router: a serving.Router (create() runs Router.execute, acreate() and streams Router.aexecute,
         so an outcome log on the router records every request).
-    edge, cloud: the two Endpoints.
-    endpoints: instead of edge and cloud, N Endpoints by name (the names of the bundle's endpoints),
-        tried in each decision's cascade order (serving.execute; docs/endpoints.md#running-n-endpoints);
-        `specs` (a serving.endpoints spec, or name -> its Endpoint) gives their context limits and
-        prices. RoutingInfo.tried then says which endpoints were tried and why each was left.
+    edge, cloud: the two endpoints (serving.Endpoint records, each with base_url and model).
+    endpoints: instead of edge and cloud, N records by name (the names of the bundle's endpoints),
+        tried in each decision's cascade order (serving.execute; docs/endpoints.md#running-n-endpoints).
+        RoutingInfo.tried then says which endpoints were tried and why each was left. A record
+        without a name is given the key's; one named otherwise is a ValueError, and one without
+        base_url or model an EndpointSpecError naming it. What a record declares of itself (context
+        limit, price, where it runs, capabilities) is what the router reads for it; what it leaves
+        undeclared (None) is the bundle's.
+    specs: the earlier spelling (a serving.endpoints spec, or name -> its record): fills in what
+        the records leave undeclared, before the bundle does.
     verify_edge_zone: apply the accept check to confident edge answers too, not only in the
         fallback zone (as Router.execute).
     to_prompt: messages -> the text the router routes; default the rule of serving.chat.conversation.
@@ -87,28 +92,33 @@ class RoutedChat:
         edge: Endpoint | None = None,
         cloud: Endpoint | None = None,
         endpoints: Mapping[str, Endpoint] | None = None,
-        specs: Endpoints | Mapping[str, EndpointSpec] | None = None,
+        specs: Endpoints | Mapping[str, Endpoint] | None = None,
         verify_edge_zone: bool = False,
         to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
         on_routed: Callable[[RoutingInfo], None] | None = None,
     ) -> None:
+        if endpoints is not None and (edge is not None or cloud is not None):
+            raise TypeError("give edge= and cloud=, or endpoints=, not both")
         if endpoints is None and (edge is None or cloud is None):
             raise TypeError("RoutedChat needs endpoints= (name -> Endpoint), or edge= and cloud=")
-        named = dict(named_calls(edge, cloud, endpoints))
-        check_names(named)
-        if not all(isinstance(endpoint, Endpoint) for endpoint in named.values()):
-            raise TypeError("edge and cloud (each of endpoints) must be serving.chat.Endpoint objects")
+        records: Mapping[str, object] = endpoints if endpoints is not None else {"edge": edge, "cloud": cloud}
+        check_names(records)
+        if not all(isinstance(endpoint, Endpoint) for endpoint in records.values()):
+            raise TypeError("edge and cloud (each of endpoints) must be serving.Endpoint records")
+        given = None if specs is None else specs if isinstance(specs, Mapping) else specs.by_name()
+        named = {
+            name: _named(name, endpoint, given) for name, endpoint in records.items() if isinstance(endpoint, Endpoint)
+        }
         self.router = router
         self.edge, self.cloud = named.get("edge"), named.get("cloud")
-        self.endpoints: Mapping[str, Endpoint] = named  # tried in each decision's cascade order (serving.execute)
+        # tried in each decision's cascade order (serving.execute); what each declares of itself (context,
+        # price, where, capabilities) is what the router reads, the bundle's own where it declares nothing
+        self.endpoints: Mapping[str, Endpoint] = named
         self.specs = specs
-        # the endpoints' declared capabilities (Endpoint.capabilities), None when none declares any (then the specs')
-        declared = {name: endpoint.capabilities for name, endpoint in named.items()}
-        self._capabilities = declared if any(declared.values()) else None
         keys = tuple(endpoint.api_key for endpoint in named.values())
         self._upstreams = {name: Upstream(name, endpoint, secrets=keys) for name, endpoint in named.items()}
         self._span_attributes = {  # each attempt span's model, host and port (serving.telemetry)
-            name: telemetry.endpoint_attributes(endpoint.model, endpoint.base_url) for name, endpoint in named.items()
+            name: telemetry.endpoint_attributes(up.model, up.endpoint.url) for name, up in self._upstreams.items()
         }
         self.verify_edge_zone, self.to_prompt, self.on_routed = verify_edge_zone, to_prompt, on_routed
         self._loop: LoopThread | None = None
@@ -138,10 +148,11 @@ class RoutedChat:
             sent to an endpoint. An endpoint the policy forbids is never called, a fallback
             included: serving.policy.FallbackForbidden or NoFeasibleEndpoint instead.
         params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
-            sent to whichever endpoint serves. `model` is set per Endpoint.
+            sent to whichever endpoint serves, with that endpoint's own `params` over them
+            (Endpoint.params wins a parameter both give). `model` is set per Endpoint.
         What the request needs (image parts, tools, a JSON response format) is read from it
         (serving.capabilities.needs_of) and passed to the router: an endpoint whose declared
-        capabilities lack it (Endpoint.capabilities; with endpoints=, the specs') is never called,
+        capabilities lack it (Endpoint.capabilities, else the bundle's) is never called,
         NoFeasibleEndpoint when none is left.
         Bad messages, or a NaN or infinite number anywhere in the request (JSON has none), are a
         ValueError naming where, before any call (ChatRequest.build).
@@ -207,15 +218,14 @@ class RoutedChat:
             execution = await self.router.aexecute(
                 request,
                 endpoints=opens,
-                specs=self.specs,
+                specs=self.endpoints,
                 precision=precision,
                 shadow=False,
                 metadata=metadata,
                 needs=request.needs or None,
-                capabilities=self._capabilities,
             )
         upstream = self._upstream(execution.served_by)
-        routing = RoutingInfo.of(execution, upstream.endpoint.model)
+        routing = RoutingInfo.of(execution, upstream.model)
         # the request's span ends with the stream
         ended = functools.partial(self._answered, metadata)
         return AsyncChatStream(execution.response, upstream, routing, started, ended, trace, scope.keep_open())
@@ -226,8 +236,7 @@ class RoutedChat:
         """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed
         request: its needs (serving.capabilities) among them, read from the request once."""
         options = {
-            "specs": self.specs,
-            "capabilities": self._capabilities,
+            "specs": self.endpoints,
             "precision": precision,
             "verify_edge_zone": self.verify_edge_zone,
             "metadata": metadata,
@@ -243,7 +252,7 @@ class RoutedChat:
         self, execution: Execution, started: float, trace: telemetry.Request, metadata: Mapping[str, str] | None
     ) -> Completion:
         answer: Answer = execution.response
-        routing = RoutingInfo.of(execution, self._upstream(execution.served_by).endpoint.model)
+        routing = RoutingInfo.of(execution, self._upstream(execution.served_by).model)
         routing.estimated_cost = self._cost(execution.steps)
         routing.seconds = time.perf_counter() - started
         trace.answered(fallback_kind=routing.fallback_kind, cost=routing.estimated_cost)
@@ -252,10 +261,10 @@ class RoutedChat:
 
     def _cost(self, steps: Sequence[Step]) -> float | None:
         """The price of every answer the request produced (each call's Step.result: a rejected edge
-        answer too), by its endpoint's prices; None when any is unknown (Endpoint.cost: usage that
-        is not token counts is unknown, never an error that would lose the answer)."""
+        answer too), by its endpoint's prices; None when any is unknown (Endpoint.answer_cost: usage
+        that is not token counts is unknown, never an error that would lose the answer)."""
         costs = [
-            self._upstream(step.name).endpoint.cost(step.result.body.get("usage"))
+            self._upstream(step.name).endpoint.answer_cost(step.result.body.get("usage"))
             for step in steps
             if isinstance(step.result, Answer)
         ]
@@ -312,3 +321,18 @@ class RoutedChat:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _named(name: str, endpoint: Endpoint, specs: Mapping[str, Endpoint] | None) -> Endpoint:
+    """The record RoutedChat calls `name` by: named so (a record named otherwise is a ValueError),
+    what it does not declare taken from `specs` (the earlier specs= argument), and callable (base_url
+    and model: EndpointSpecError naming it otherwise)."""
+    if endpoint.name and endpoint.name != name:
+        raise ValueError(
+            f"RoutedChat was given the endpoint named {endpoint.name!r} as {name!r}: an endpoint's name is how "
+            "decisions, logs and headers call it; give it under its own name (endpoints={e.name: e for e in ...})"
+        )
+    named = endpoint if endpoint.name == name else dataclasses.replace(endpoint, name=name)
+    named = named.filled_from(specs.get(name) if specs is not None else None)
+    named.check_callable("RoutedChat")
+    return named

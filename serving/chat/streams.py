@@ -73,7 +73,8 @@ class AsyncChatStream:
         self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
         self._trace, self._end_trace = trace, end_trace  # the request's span (serving.telemetry), ended with the stream
         self._head = deque(opened.head)
-        self._usage: Mapping[str, Any] | None = None  # the latest usage a chunk reported (Endpoint.cost reads it)
+        # the latest usage a chunk reported (Endpoint.answer_cost reads it)
+        self._usage: Mapping[str, Any] | None = None
         self._done = False
         self._redactor = ChunkRedactor(upstream.secrets)  # keys spelled out over several chunks
         self._broken: StreamInterrupted | None = None  # raised once the text held back has been given
@@ -149,7 +150,7 @@ class AsyncChatStream:
             await self._opened.response.aclose()
         finally:
             self.routing.seconds = time.perf_counter() - self._started
-            self.routing.estimated_cost = None if failed else self._upstream.endpoint.cost(self._usage)
+            self.routing.estimated_cost = None if failed else self._upstream.endpoint.answer_cost(self._usage)
             self._on_end(self.routing)
             self._trace.answered(
                 fallback_kind=self.routing.fallback_kind, cost=self.routing.estimated_cost, usage=self._usage

@@ -33,7 +33,6 @@ try:
 except ImportError as exc:  # pragma: no cover - the client extra is installed in tests
     raise ImportError("the routed chat client needs httpx2: pip install 'edge-cloud-router[client]'") from exc
 
-from serving.chat.endpoint import Endpoint
 from serving.chat.errors import (
     SlowFirstToken,
     UpstreamError,
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeAlias
 
     from serving.chat.request import ChatRequest
+    from serving.endpoints import Endpoint
     from serving.json_types import JSONObject
 
     # A stream's events after the first chunk: (the data as sent, the chunk), each within the deadline.
@@ -95,7 +95,9 @@ class Upstream:
     own key are redacted from everything this endpoint sends back (see the module doc)."""
 
     def __init__(self, name: str, endpoint: Endpoint, *, secrets: Sequence[str | None] = ()) -> None:
-        self.name, self.endpoint = name, endpoint
+        endpoint.check_callable(f"calling {name}")
+        assert endpoint.model is not None  # checked just above
+        self.name, self.endpoint, self.model = name, endpoint, endpoint.model
         self.secrets = tuple(s for s in (endpoint.api_key, *secrets) if s)
         self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = (
@@ -105,7 +107,8 @@ class Upstream:
 
     # The request.
     def _body(self, request: ChatRequest, stream: bool) -> bytes:
-        body = {**request.params, "model": self.endpoint.model, "messages": list(request.messages)}
+        # the request's parameters, the endpoint's params over them, its model (docs/clients.md)
+        body = self.endpoint.request_body(request.params, request.messages)
         if stream:
             body["stream"] = True
         try:

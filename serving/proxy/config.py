@@ -11,7 +11,7 @@ Security rules enforced here:
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import ipaddress
 import math
 import os
@@ -25,8 +25,7 @@ from serving.router_error import RouterError
 if TYPE_CHECKING:
     from typing import Callable
 
-    from serving.chat.endpoint import Endpoint
-    from serving.endpoints import Capabilities, Endpoints
+    from serving.endpoints import Capabilities, Endpoint, Endpoints
 
 TOKEN_ENV = "ROUTER_PROXY_TOKEN"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -38,146 +37,100 @@ class ConfigError(RouterError, ValueError):
     """An option is missing or wrong; the message says which and what to do."""
 
 
-@dataclass(frozen=True)
-class UpstreamOptions:
-    """One endpoint's options, as serving.chat.Endpoint takes them."""
-
-    url: str
-    model: str
-    api_key: str | None = field(default=None, repr=False)
-    timeout_s: float = 60.0
-    first_token_timeout_s: float | None = None
-    input_price_per_1m: float | None = None
-    output_price_per_1m: float | None = None
-    capabilities: Capabilities | None = None  # None: not declared (no constraint)
-
-    def endpoint(self) -> Endpoint:
-        from serving.chat.endpoint import Endpoint
-
-        return Endpoint(
-            self.url,
-            self.model,
-            api_key=self.api_key,
-            timeout_s=self.timeout_s,
-            first_token_timeout_s=self.first_token_timeout_s,
-            input_price_per_1m=self.input_price_per_1m,
-            output_price_per_1m=self.output_price_per_1m,
-            capabilities=self.capabilities,
-        )
-
-
+# The earlier spelling of an --endpoints entry's call settings: an `upstream` object with these keys.
 UPSTREAM_KEYS = ("url", "model", "key_env", "timeout_s", "first_token_timeout_s")
 
 
-@dataclass(frozen=True)
-class EndpointsConfig:
-    """N upstream endpoints (`--endpoints FILE`, docs/endpoints.md#running-n-endpoints): the
-    endpoint spec (serving.endpoints: context limits, prices, where each runs) and each endpoint's
-    upstream options, by name in the spec's order."""
+def load_endpoints_file(path: str, environ: Mapping[str, str] = os.environ, *, token_env: str = TOKEN_ENV) -> Endpoints:
+    """The proxy's N endpoints (`--endpoints FILE`, docs/endpoints.md#running-n-endpoints): an
+    endpoint spec (JSON, or YAML with PyYAML) whose every entry also says how the endpoint is called
+    (serving.endpoints.CALL_KEYS: base_url, model, timeout_s, connect_timeout_s,
+    first_token_timeout_s, max_response_bytes, headers, params) and `key_env`, the environment
+    variable holding its API key (never `token_env`, the proxy's client token; keys never go in the
+    file). The earlier `upstream: {url, model, key_env, timeout_s, first_token_timeout_s}` object is
+    read too. ConfigError naming the file, endpoint and field, on one line of bounded length."""
+    from serving.endpoints import CALL_KEYS, Endpoints, EndpointSpecError, parse_endpoints, read_spec_document
 
-    specs: Endpoints
-    upstreams: Mapping[str, UpstreamOptions]
-
-    @classmethod
-    def load(
-        cls, path: str, environ: Mapping[str, str] = os.environ, *, token_env: str = TOKEN_ENV
-    ) -> "EndpointsConfig":
-        """The file at `path`: an endpoint spec (JSON, or YAML with PyYAML) whose every endpoint also
-        has an `upstream` object: url, model, and optionally key_env (the environment variable
-        holding its API key; never `token_env`, the proxy's client token), timeout_s (default 60),
-        first_token_timeout_s. Token prices come from the spec's per_1k_input / per_1k_output.
-        ConfigError naming the file, endpoint and field, on one line of bounded length."""
-        from serving.endpoints import EndpointSpecError, parse_endpoints, read_spec_document
-
-        try:
-            document = read_spec_document(path)
-        except EndpointSpecError as exc:
-            raise ConfigError(f"--endpoints: {exc}") from None
-        items = document.get("endpoints") if isinstance(document, dict) else None
-        if not isinstance(items, list):
-            raise ConfigError(f'--endpoints {path}: the file is an endpoint spec {{"endpoints": [...]}}')
-        upstreams: dict[int, Any] = {}
-        specs_only = []
-        for index, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("upstream"), dict):
+    try:
+        document = read_spec_document(path)
+    except EndpointSpecError as exc:
+        raise ConfigError(f"--endpoints: {exc}") from None
+    items = document.get("endpoints") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise ConfigError(f'--endpoints {path}: the file is an endpoint spec {{"endpoints": [...]}}')
+    key_envs: list[object] = []
+    entries = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            entries.append(item)  # parse_endpoints says what is wrong with it
+            key_envs.append(None)
+            continue
+        entry = {key: value for key, value in item.items() if key not in ("upstream", "key_env")}
+        key_env = item.get("key_env")
+        if "upstream" in item:
+            upstream = item["upstream"]
+            if not isinstance(upstream, dict):
+                raise ConfigError(f"--endpoints {path}: endpoints[{index}].upstream must be an object")
+            if "key_env" in item or any(key in item for key in CALL_KEYS):
                 raise ConfigError(
-                    f"--endpoints {path}: endpoints[{index}] needs an 'upstream' object "
-                    f"({', '.join(UPSTREAM_KEYS)}): where the proxy sends its requests"
+                    f"--endpoints {path}: endpoints[{index}] gives its call settings both in the entry and in "
+                    "'upstream': give them in the entry (base_url, model, key_env, ...)"
                 )
-            upstreams[index] = item["upstream"]
-            specs_only.append({key: value for key, value in item.items() if key != "upstream"})
-        try:
-            specs = parse_endpoints({**document, "endpoints": specs_only}, source=str(path))
-        except EndpointSpecError as exc:
-            raise ConfigError(f"--endpoints: {exc}") from None
-        options = {
-            endpoint.name: _upstream_options(
-                upstreams[index], endpoint, f"{path}: endpoints[{index}]", environ, token_env
-            )
-            for index, endpoint in enumerate(specs)
-        }
-        return cls(specs, options)
-
-    def chat_endpoints(self) -> dict[str, Endpoint]:
-        """Each endpoint as serving.chat takes it (checks URLs and timeouts: ValueError)."""
-        return {name: options.endpoint() for name, options in self.upstreams.items()}
-
-
-def _upstream_options(
-    raw: Mapping[str, Any], spec: Any, where: str, environ: Mapping[str, str], token_env: str
-) -> UpstreamOptions:  # Any: a decoded JSON object, and a serving.endpoints.Endpoint
-    unknown = [key for key in raw if key not in UPSTREAM_KEYS]
-    if unknown:
-        raise ConfigError(f"{where}.upstream: unknown key {quoted(unknown[0])}; allowed: {', '.join(UPSTREAM_KEYS)}")
-    for key in ("url", "model"):
-        if not isinstance(raw.get(key), str) or not raw[key]:
-            raise ConfigError(f"{where}.upstream.{key} is required (text)")
-    key_env, api_key = raw.get("key_env"), None
-    if key_env is not None:
-        if not isinstance(key_env, str) or not ENV_NAME.fullmatch(key_env):
+            unknown = [key for key in upstream if key not in UPSTREAM_KEYS]
+            if unknown:
+                raise ConfigError(
+                    f"--endpoints {path}: endpoints[{index}].upstream: unknown key {quoted(unknown[0])}; "
+                    f"allowed: {', '.join(UPSTREAM_KEYS)}"
+                )
+            entry.update({"base_url" if key == "url" else key: v for key, v in upstream.items() if key != "key_env"})
+            key_env = upstream.get("key_env")
+        entries.append(entry)
+        key_envs.append(key_env)
+    try:
+        records = parse_endpoints({**document, "endpoints": entries}, source=str(path))
+    except EndpointSpecError as exc:
+        raise ConfigError(f"--endpoints: {exc}") from None
+    keyed = []
+    for index, (record, key_env) in enumerate(zip(records, key_envs)):
+        where = f"{path}: endpoints[{index}] ({quoted(record.name)})"
+        if not record.has_call_settings:
             raise ConfigError(
-                f"{where}.upstream.key_env must be the name of an environment variable "
-                f"(letters, digits and _, at most 128), got {quoted(key_env)}"
+                f"--endpoints {where} needs base_url and model: where the proxy sends its requests "
+                "(and key_env when it takes a key)"
             )
-        if key_env in (token_env, TOKEN_ENV):
-            raise ConfigError(
-                f"{where}.upstream.key_env is {key_env}, the proxy's client token: it would be sent upstream "
-                "as this endpoint's API key. Name the variable that holds the endpoint's own key"
-            )
-        api_key = environ.get(key_env) or None
-        if api_key is None:
-            raise ConfigError(f"{where}.upstream.key_env: the environment variable {key_env} is not set or empty")
-    timeouts: dict[str, float | None] = {}
-    for key in ("timeout_s", "first_token_timeout_s"):
-        value = raw.get(key)
-        seconds = None
-        if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
-            with contextlib.suppress(OverflowError):  # an integer of 400 digits is no float
-                seconds = float(value)
-        if value is not None and (seconds is None or not 0 < seconds < math.inf):
-            raise ConfigError(f"{where}.upstream.{key} must be a positive number of seconds, got {quoted(value)}")
-        timeouts[key] = seconds
-    price = spec.price
-    return UpstreamOptions(
-        raw["url"],
-        raw["model"],
-        api_key,
-        float(timeouts["timeout_s"] if timeouts["timeout_s"] is not None else 60.0),
-        timeouts["first_token_timeout_s"],
-        price.per_1k_input * 1000,
-        price.per_1k_output * 1000,
-        spec.capabilities,
-    )
+        keyed.append(dataclasses.replace(record, api_key=_key(key_env, where, environ, token_env)))
+    return Endpoints(tuple(keyed), str(path))
+
+
+def _key(key_env: object, where: str, environ: Mapping[str, str], token_env: str) -> str | None:
+    """The API key in the environment variable `key_env` names (None: no key)."""
+    if key_env is None:
+        return None
+    if not isinstance(key_env, str) or not ENV_NAME.fullmatch(key_env):
+        raise ConfigError(
+            f"{where}.key_env must be the name of an environment variable "
+            f"(letters, digits and _, at most 128), got {quoted(key_env)}"
+        )
+    if key_env in (token_env, TOKEN_ENV):
+        raise ConfigError(
+            f"{where}.key_env is {key_env}, the proxy's client token: it would be sent upstream "
+            "as this endpoint's API key. Name the variable that holds the endpoint's own key"
+        )
+    api_key = environ.get(key_env) or None
+    if api_key is None:
+        raise ConfigError(f"{where}.key_env: the environment variable {key_env} is not set or empty")
+    return api_key
 
 
 @dataclass(frozen=True)
 class ProxyConfig:
     """Everything the proxy needs; `from_args` builds it from the command line. Its upstreams are
-    `edge` and `cloud`, or N `endpoints` (EndpointsConfig)."""
+    `edge` and `cloud`, or N `endpoints` (load_endpoints_file): serving.Endpoint records, each
+    with base_url and model."""
 
     bundle: str
-    edge: UpstreamOptions | None = None
-    cloud: UpstreamOptions | None = None
+    edge: Endpoint | None = None
+    cloud: Endpoint | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     token: str | None = field(default=None, repr=False)
@@ -196,7 +149,7 @@ class ProxyConfig:
     access_log: bool = True
     policy: str | None = None  # a policy file (serving.policy.rules), reloaded when it changes
     policy_interval_s: float = 5.0
-    endpoints: EndpointsConfig | None = None  # N endpoints instead of edge and cloud
+    endpoints: Endpoints | None = None  # N endpoints instead of edge and cloud
 
     def __post_init__(self) -> None:
         if self.endpoints is not None and (self.edge is not None or self.cloud is not None):
@@ -204,6 +157,9 @@ class ProxyConfig:
         for side in ("edge", "cloud"):
             if self.endpoints is None and getattr(self, side) is None:
                 raise ConfigError(f"--{side}-url and --{side}-model are required (or --endpoints FILE for N endpoints)")
+        for name, record in self.upstreams.items():
+            if not record.has_call_settings:
+                raise ConfigError(f"the {name} endpoint needs base_url and model: where the proxy sends its requests")
         if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
             raise ConfigError(
                 f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
@@ -248,10 +204,10 @@ class ProxyConfig:
         return tuple(s for s in (*keys, self.token) if s)
 
     @property
-    def upstreams(self) -> dict[str, UpstreamOptions]:
+    def upstreams(self) -> dict[str, Endpoint]:
         """Every upstream by name: "edge" and "cloud", or the N endpoints'."""
         if self.endpoints is not None:
-            return dict(self.endpoints.upstreams)
+            return self.endpoints.by_name()
         assert self.edge is not None and self.cloud is not None  # __post_init__ checked it
         return {"edge": self.edge, "cloud": self.cloud}
 
@@ -280,11 +236,11 @@ class ProxyConfig:
         return None
 
     def chat_options(self) -> dict[str, Any]:
-        """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= and specs= (URLs,
-        timeouts and prices checked: ValueError)."""
+        """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= (the records carry their
+        context limits, prices, places and capabilities)."""
         if self.endpoints is not None:
-            return {"endpoints": self.endpoints.chat_endpoints(), "specs": self.endpoints.specs}
-        return {name: options.endpoint() for name, options in self.upstreams.items()}
+            return {"endpoints": self.endpoints.by_name()}
+        return dict(self.upstreams)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "ProxyConfig":
@@ -296,7 +252,7 @@ class ProxyConfig:
                 raise ConfigError(f"{what}: the environment variable {variable} is not set or empty")
             return value or None
 
-        def upstream(side: str) -> UpstreamOptions | None:
+        def upstream(side: str) -> Endpoint | None:
             # Any: an argparse option, of the type add_arguments gave it
             get: Callable[[str], Any] = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
             if getattr(args, "endpoints", None) is not None:
@@ -310,16 +266,25 @@ class ProxyConfig:
                     f"--{side}-key-env {get('key_env')}: that is the proxy's client token, which would be sent "
                     f"to the {side} model as its API key. Name the variable that holds the {side} model's own key"
                 )
-            return UpstreamOptions(
-                get("url"),
-                get("model"),
-                secret(get("key_env"), f"--{side}-key-env", True),
-                get("timeout_s"),
-                get("first_token_timeout_s"),
-                get("price_in"),
-                get("price_out"),
-                parse_capabilities(getattr(args, f"{side}_capabilities", None), f"--{side}-capabilities"),
-            )
+            from serving.endpoints import Endpoint, EndpointSpecError, Price
+
+            prices = (get("price_in"), get("price_out"))
+            try:
+                return Endpoint(
+                    get("url"),
+                    get("model"),
+                    name=side,
+                    where="device" if side == "edge" else "cloud",
+                    api_key=secret(get("key_env"), f"--{side}-key-env", True),
+                    timeout_s=get("timeout_s"),
+                    first_token_timeout_s=get("first_token_timeout_s"),
+                    price=None if prices == (None, None) else Price(prices[0] or 0.0, prices[1] or 0.0),
+                    capabilities=parse_capabilities(
+                        getattr(args, f"{side}_capabilities", None), f"--{side}-capabilities"
+                    ),
+                )
+            except EndpointSpecError as exc:
+                raise ConfigError(f"--{side}-*: {exc}") from None
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
         endpoints_file = getattr(args, "endpoints", None)
@@ -346,7 +311,7 @@ class ProxyConfig:
             policy=args.policy,
             policy_interval_s=args.policy_interval_s,
             endpoints=(
-                EndpointsConfig.load(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
+                load_endpoints_file(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
                 if endpoints_file is not None
                 else None
             ),
@@ -396,8 +361,9 @@ token, every request but /health needs "Authorization: Bearer TOKEN". Beyond the
 proxy refuses to start without one (exit code 2).
 
 N endpoints: --endpoints FILE instead of the --edge-* and --cloud-* options (an endpoint spec whose
-every endpoint has an `upstream`; keys through each one's key_env); one upstream per endpoint of
-an N-endpoint bundle, tried in each request's cascade order.
+every endpoint has base_url and model; keys through each one's key_env, extra request parameters
+in its params); one upstream per endpoint of an N-endpoint bundle, tried in each request's cascade
+order.
 
 Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight requests finish, up to
 --shutdown-timeout-s); 1 when it cannot start (the address is taken; with --strict, the bundle
@@ -445,8 +411,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--endpoints",
         metavar="FILE",
         help="N endpoints instead of --edge-* and --cloud-*: an endpoint spec (JSON, or YAML with the yaml extra) whose "
-        "every endpoint has an `upstream` {url, model, key_env, timeout_s, first_token_timeout_s}; requests try them "
-        "in each decision's cascade order (docs/endpoints.md#running-n-endpoints)",
+        "every endpoint also has base_url and model (and optionally key_env, timeout_s, connect_timeout_s, "
+        "first_token_timeout_s, max_response_bytes, headers, params); requests try them in each decision's cascade "
+        "order (docs/endpoints.md#running-n-endpoints)",
     )
     net = parser.add_argument_group("server")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
