@@ -35,11 +35,12 @@ def call_costs(
 ) -> tuple[Matrix, npt.NDArray[np.bool_]]:
     """([requests, endpoints] each call's expected price, whether the prompt fits each endpoint's
     context) for prompts of `input_tokens` tokens and answers of `output_tokens`."""
-    unpriced = [e.name for e in endpoints if e.price is None]
-    if unpriced:
-        raise ValueError(f"endpoint {unpriced[0]!r} has no price: the choosers price every endpoint they choose among")
+    prices = [e.price for e in endpoints if e.price is not None]
+    if len(prices) != len(endpoints):
+        unpriced = next(e.name for e in endpoints if e.price is None)
+        raise ValueError(f"endpoint {unpriced!r} has no price: the choosers price every endpoint they choose among")
     tokens = np.asarray(input_tokens, dtype=np.float64).reshape(-1)
-    cost = np.array([[e.call_cost(t, output_tokens) for e in endpoints] for t in tokens.tolist()], dtype=np.float64)
+    cost = np.array([[p.call_cost(t, output_tokens) for p in prices] for t in tokens.tolist()], dtype=np.float64)
     limits = [np.inf if e.context_tokens is None else e.context_tokens for e in endpoints]
     fits = tokens[:, None] <= np.array(limits, dtype=np.float64)[None, :]
     return cost.reshape(len(tokens), len(endpoints)), fits

@@ -145,8 +145,10 @@ class Price:
     per_1m_output: float
     per_call: float
     per_1m_cached_input: float | None
-    if TYPE_CHECKING:  # not a field: set by __init__ (and from_per_1k)
-        _per_1k: tuple[float, float, float | None]
+    if TYPE_CHECKING:  # not fields: the per-1k rates calls are priced with, set by __init__ (and from_per_1k)
+        _input_1k: float
+        _output_1k: float
+        _cached_1k: float | None
 
     def __init__(
         self,
@@ -165,16 +167,11 @@ class Price:
             object.__setattr__(self, key, number)
         if per_1m_cached_input is None:
             object.__setattr__(self, "per_1m_cached_input", None)
-        # The per-1k rates calls are priced with (input, output, cached input): see the class doc.
-        object.__setattr__(
-            self,
-            "_per_1k",
-            (
-                _scaled(self.per_1m_input, -3),
-                _scaled(self.per_1m_output, -3),
-                None if self.per_1m_cached_input is None else _scaled(self.per_1m_cached_input, -3),
-            ),
-        )
+        # The per-1k rates calls are priced with: see the class doc.
+        object.__setattr__(self, "_input_1k", _scaled(self.per_1m_input, -3))
+        object.__setattr__(self, "_output_1k", _scaled(self.per_1m_output, -3))
+        cached = self.per_1m_cached_input
+        object.__setattr__(self, "_cached_1k", None if cached is None else _scaled(cached, -3))
 
     @classmethod
     def from_per_1k(
@@ -187,22 +184,22 @@ class Price:
         """The price a spec gave per 1,000 tokens: its per-1M figures 1,000 times as much, and
         calls priced with the given per-1k figures themselves (bit for bit as before)."""
         price = cls(_scaled(per_1k_input, 3), _scaled(per_1k_output, 3), per_call, per_1m_cached_input)
-        object.__setattr__(price, "_per_1k", (float(per_1k_input), float(per_1k_output), price._per_1k[2]))
+        object.__setattr__(price, "_input_1k", float(per_1k_input))
+        object.__setattr__(price, "_output_1k", float(per_1k_output))
         return price
 
     def call_cost(self, input_tokens: float, output_tokens: float = 0.0, cached_input_tokens: float = 0.0) -> float:
         """The price of one call with that many input tokens (of them `cached_input_tokens` read
         from the endpoint's prompt cache) and output tokens."""
-        per_1k_input, per_1k_output, per_1k_cached = self._per_1k
         if not cached_input_tokens:  # the arithmetic every price has always had
-            return self.per_call + per_1k_input * input_tokens / 1000.0 + per_1k_output * output_tokens / 1000.0
+            return self.per_call + self._input_1k * input_tokens / 1000.0 + self._output_1k * output_tokens / 1000.0
         cached = min(cached_input_tokens, input_tokens)
-        cached_rate = per_1k_input if per_1k_cached is None else per_1k_cached
+        cached_rate = self._input_1k if self._cached_1k is None else self._cached_1k
         return (
             self.per_call
-            + per_1k_input * (input_tokens - cached) / 1000.0
+            + self._input_1k * (input_tokens - cached) / 1000.0
             + cached_rate * cached / 1000.0
-            + per_1k_output * output_tokens / 1000.0
+            + self._output_1k * output_tokens / 1000.0
         )
 
     def as_dict(self) -> dict[str, float]:
