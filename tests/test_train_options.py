@@ -229,3 +229,15 @@ def test_the_options_table_shows_every_key():
         <= shown
     )
     assert {"lexical.blend", "lexical.weighting", "lexical.c", "lexical.folds", "lexical.start"} <= shown
+
+
+def test_make_endpoints_takes_the_training_options(tmp_path):
+    """`make endpoints --set`: the N-endpoint models read a TrainConfig; a bad option stops the
+    command before any work, naming the dotted key."""
+    from pipelines.endpoints import main
+    from tests.conftest import invoke_command
+
+    done = invoke_command(main, ["--out", tmp_path, "--set", "endpoints.lgbm=7"])
+    assert done.exit_code == 2 and "endpoints.lgbm=7" in " ".join(done.output.split())
+    assert not (tmp_path / "metrics.json").exists()
+    assert TrainConfig().endpoints.lgbm == {"num_threads": 1}

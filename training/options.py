@@ -101,8 +101,12 @@ class Needs:
     allowed: tuple
     why: str
 
+    def holds(self, value_of: Callable[[str], Any]) -> bool:
+        """Whether the rule holds where option `k` has value `value_of(k)`."""
+        return value_of(self.key) not in self.values or value_of(self.other) in self.allowed
+
     def broken(self, config) -> str | None:
-        if value_at(config, self.key) not in self.values or value_at(config, self.other) in self.allowed:
+        if self.holds(lambda key: value_at(config, key)):
             return None
         shown = " or ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in self.allowed)
         return f"needs {self.other}={shown}, not {value_at(config, self.other)!r}: {self.why}"
@@ -144,9 +148,7 @@ def preferring(key: str, *candidates) -> Callable[[Any], Any]:
         rules = [r for r in type(config).rules if isinstance(r, Needs) and key in (r.key, r.other)]
         for candidate in candidates:
             trial = {**dotted(config), key: candidate}
-            if all(
-                not (trial[r.key] in r.values and trial[r.other] not in r.allowed) for r in rules
-            ):  # the rule holds with the candidate in place
+            if all(rule.holds(trial.__getitem__) for rule in rules):
                 return candidate
         return candidates[-1]
 
