@@ -1,50 +1,69 @@
-// RoutedChat: an OpenAI-style chat client over two endpoints, the edge and the cloud, that asks
-// the router where each conversation runs and carries the decision out with the cloud as
-// fallback (serving/chat/client.py, with fetch).
+// RoutedChat: an OpenAI-style chat client over the router's endpoints (serving/chat/client.py, with
+// fetch): two, the edge and the cloud, or N by name (an N-endpoint bundle's endpoints). It asks the
+// router where each conversation runs and carries the decision's cascade out.
 //
 //   const chat = new RoutedChat(router, {
 //     edge: new Endpoint({ baseUrl: "http://127.0.0.1:11434/v1", model: "llama3.2:3b" }),
 //     cloud: new Endpoint({ baseUrl: "https://api.example.com/v1", model: "big-model", apiKey }) });
+//   const chat = new RoutedChat(router, { endpoints: { "phone-3b": ..., "onprem-8b": ..., frontier: ... } });
 //   const completion = await chat.create([{ role: "user", content: "What is 2 + 2?" }], { precision: "exact" });
-//   completion.text, completion.body, completion.routing.served_by
+//   completion.text, completion.body, completion.routing.served_by, completion.routing.tried
 //
-// One home for the rules: a request is router.execute() (execute.js) whose edge and cloud calls
-// are the endpoints' calls; a stream is router.execute() whose calls open a stream up to its
-// first token. So an edge that fails in any way (an error, a deadline, an HTTP error, an answer
-// that is not a chat completion), a prompt over the edge context limit, and an accept check that
-// says no all fall back to the cloud, and a cloud failure throws CloudCallError with the edge's
-// error attached. The router reads the conversation as one prompt (chat/conversation.js).
+// One home for the rules: a request is router.execute() (execute.js) whose calls are the
+// endpoints' calls; a stream is router.execute() whose calls open a stream up to its first token.
+// So an endpoint that fails in any way (an error, a deadline, an HTTP error, an answer that is not a
+// chat completion), a prompt over its context limit, an accept check that says no, and an endpoint
+// the policy forbids all move on to the next endpoint of the cascade; when none serves,
+// EndpointsFailed (a CloudCallError) names every attempt, FallbackForbidden the rule. The router
+// reads the conversation as one prompt (chat/conversation.js).
 import { checkMessages, checkJsonValue, conversationPrompt } from "./chat/conversation.js";
 import { credentials, Endpoint, LocalModel } from "./chat/endpoint.js";
 import { routingInfo } from "./chat/routing-info.js";
 import { ChatStream } from "./chat/stream.js";
 import { upstreamFor } from "./chat/upstream.js";
+import { checkNames, namedCalls, specsByName } from "./execute.js";
+import { needsOf } from "./policy/capabilities.js";
 
 const RESERVED = ["model", "messages"];
 
-/** An edge or cloud option as an Endpoint or LocalModel (a bare function is a LocalModel). */
+/** An endpoint option as an Endpoint or LocalModel (a bare function is a LocalModel). */
 function endpointOf(value, name) {
   if (typeof value === "function") return new LocalModel(value);
   if (value instanceof Endpoint || value instanceof LocalModel) return value;
-  throw new TypeError(`${name} must be an Endpoint, a LocalModel or a function, got ${value === null ? "null" : typeof value}`);
+  const what = name === "edge" || name === "cloud" ? name : `endpoints[${JSON.stringify(name)}]`;
+  throw new TypeError(`${what} must be an Endpoint, a LocalModel or a function, got ${value === null ? "null" : typeof value}`);
 }
 
 export class RoutedChat {
   /**
    * @param {import("./router.js").BaseRouter} router
-   * @param {{edge: Endpoint | LocalModel | Function, cloud: Endpoint | LocalModel | Function, verifyEdgeZone?: boolean,
-   *   toPrompt?: (messages: object[]) => string, onRouted?: ((routing: object) => void) | null,
-   *   logger?: {warn(message: string): void}}} options
+   * @param {{edge?: Endpoint | LocalModel | Function, cloud?: Endpoint | LocalModel | Function,
+   *   endpoints?: Record<string, Endpoint | LocalModel | Function> | Map<string, Endpoint | LocalModel | Function>,
+   *   specs?: any, verifyEdgeZone?: boolean, toPrompt?: (messages: object[]) => string,
+   *   onRouted?: ((routing: object) => void) | null, logger?: {warn(message: string): void}}} options
    */
-  constructor(router, { edge, cloud, verifyEdgeZone = false, toPrompt = conversationPrompt, onRouted = null, logger = console } = /** @type {any} */ ({})) {
+  constructor(router, { edge = null, cloud = null, endpoints = null, specs = null, verifyEdgeZone = false, toPrompt = conversationPrompt,
+    onRouted = null, logger = console } = /** @type {any} */ ({})) {
     if (typeof router?.execute !== "function" || !router.routing) throw new TypeError("router must be a Router (Router.load)");
     if (typeof toPrompt !== "function") throw new TypeError("toPrompt must be a function (messages) => string");
     if (onRouted !== null && typeof onRouted !== "function") throw new TypeError("onRouted must be a function or null");
+    let given;
+    try {
+      given = namedCalls(edge, cloud, endpoints);
+    } catch (error) {
+      throw new TypeError("RoutedChat takes edge and cloud, or endpoints ({name: Endpoint}), not both and not neither");
+    }
+    checkNames(given, "endpoints");
+    const named = new Map([...given].map(([name, value]) => [name, endpointOf(value, name)]));
     this.router = router;
-    this.edge = endpointOf(edge, "edge");
-    this.cloud = endpointOf(cloud, "cloud");
-    const keys = [this.edge, this.cloud].map((e) => credentials(e).apiKey).filter(Boolean);
-    this.upstreams = { edge: upstreamFor("edge", this.edge, keys), cloud: upstreamFor("cloud", this.cloud, keys) };
+    /** The endpoints by name, tried in each decision's cascade order. */
+    this.endpoints = Object.freeze(Object.fromEntries(named));
+    this.edge = named.get("edge") ?? null;
+    this.cloud = named.get("cloud") ?? null;
+    /** The endpoints' specs (context limits, prices, where each runs) given to router.execute; null: the bundle's. */
+    this.specs = specs === null ? null : specsByName(specs);
+    const keys = [...named.values()].map((e) => credentials(e).apiKey).filter(Boolean);
+    this.upstreams = Object.fromEntries([...named].map(([name, endpoint]) => [name, upstreamFor(name, endpoint, keys)]));
     Object.defineProperty(this, "upstreams", { enumerable: false });  // they hold the keys to redact: never shown
     this.verifyEdgeZone = Boolean(verifyEdgeZone);
     this.toPrompt = toPrompt;
@@ -53,18 +72,22 @@ export class RoutedChat {
   }
 
   /**
-   * The answer to a conversation, from the edge or the cloud (the module doc): a Completion
-   * {body, routing, text}, or with `stream: true` a ChatStream.
-   * precision: as router.route takes it. accept: checks an edge answer in the fallback zone (every
-   * edge answer with verifyEdgeZone): `(text, body) => boolean`, or "learned" for the bundle's
-   * check; not for streams. signal: the caller's AbortSignal; an abort stops every call and
-   * rejects with its reason. Any other option is a chat-completions parameter (temperature,
-   * max_tokens, tools, stream_options, ...), sent to whichever endpoint serves.
-   * Bad messages or parameters throw TypeError / RangeError before any call.
+   * The answer to a conversation, from the first endpoint of the decision's cascade that serves it
+   * (the module doc): a Completion {body, routing, text}, or with `stream: true` a ChatStream.
+   * precision: as router.route takes it. accept: checks the answers the decision checks (the edge's
+   * in the fallback zone; every answer but the last of an N-endpoint cascade; every one with
+   * verifyEdgeZone): `(text, body) => boolean`, or "learned" for the bundle's check; not for streams.
+   * metadata: the request's metadata for the router's policy (string to string), never sent to an
+   * endpoint; an answer's cost counts against the budgets it names (router.recordSpend). signal: the
+   * caller's AbortSignal; an abort stops every call and rejects with its reason. Any other option is
+   * a chat-completions parameter (temperature, max_tokens, tools, stream_options, ...), sent to
+   * whichever endpoint serves. What the request needs (image parts, tools, a JSON response format)
+   * is read from it and passed to the router. Bad messages or parameters throw TypeError /
+   * RangeError before any call.
    */
   async create(messages, options = {}) {
     if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
-    const { precision = null, stream = false, accept = null, signal = null, ...params } = options;
+    const { precision = null, stream = false, accept = null, signal = null, metadata = null, ...params } = options;
     for (const name of RESERVED) {
       if (name in params) {
         throw new TypeError(`${name} is not a request option here: the model is set per endpoint, the messages are the first argument`);
@@ -77,48 +100,49 @@ export class RoutedChat {
     const prompt = this.toPrompt(messages);
     signal?.throwIfAborted();
     const started = performance.now();
-    const { edge, cloud } = this.upstreams;
+    const needs = needsOf(messages, params);
+    const routed = { precision, metadata, needs: needs.any ? needs : null, specs: this.specs, signal };
 
     if (stream) {
       if (accept !== null) {
         throw new TypeError("accept does not apply to streams: an answer can only be judged once it is complete, and a stream has reached the caller by then");
       }
-      const execution = await this.execute(prompt, signal, (up) => up.openStream(messages, params, signal), { precision });
-      const upstream = execution.served_by === "edge" ? edge : cloud;
+      const execution = await this.execute(prompt, (up) => up.openStream(messages, params, signal), routed, signal);
+      const upstream = this.upstreams[execution.served_by];
       return new ChatStream(execution.response, routingInfo(execution, upstream.model),
-        { started, signal, onEnd: (routing) => this.report(routing) });
+        { started, signal, onEnd: (routing) => this.answered(metadata, routing) });
     }
 
-    const produced = [];
-    const complete = async (up) => {
-      const answer = await up.complete(messages, params, signal);
-      produced.push(answer);
-      return answer;
-    };
-    const execution = await this.execute(prompt, signal, complete, { precision, accept: this.check(accept, prompt), verifyEdgeZone: this.verifyEdgeZone });
+    const complete = (up) => up.complete(messages, params, signal);
+    const execution = await this.execute(prompt, complete,
+      { ...routed, accept: this.check(accept, prompt), verifyEdgeZone: this.verifyEdgeZone }, signal);
     const answer = execution.response;
     const routing = routingInfo(execution, this.upstreams[execution.served_by].model);
-    const costs = produced.map((a) => this.upstreams[a.endpoint].endpoint.cost(a.body.usage));
-    routing.estimated_cost = costs.length && costs.every((c) => c !== null) ? costs.reduce((a, b) => a + b, 0) : null;
+    routing.estimated_cost = this.cost(execution.steps);
     routing.seconds = (performance.now() - started) / 1000;
-    this.report(routing);
+    await this.answered(metadata, routing);
     return { body: answer.body, routing, text: answer.text };
   }
 
-  /** router.execute with `call(upstream)` as the edge and cloud calls; no cloud call once the
-   * caller has aborted, and the abort's reason (not a CloudCallError) when it did. */
-  async execute(prompt, signal, call, options) {
-    const edge = () => call(this.upstreams.edge);
-    const cloud = () => {
-      signal?.throwIfAborted();
-      return call(this.upstreams.cloud);
-    };
+  /** router.execute with `call(upstream)` as each endpoint's call (each upstream call runs under the
+   * caller's signal and its endpoint's deadlines: chat/clock.js); the abort's reason (not an
+   * EndpointsFailed) when the caller aborted. */
+  async execute(prompt, call, options, signal) {
+    const calls = Object.fromEntries(Object.entries(this.upstreams).map(([name, up]) => [name, () => call(up)]));
     try {
-      return await this.router.execute(prompt, edge, cloud, options);
+      return await this.router.execute(prompt, calls, options);
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
       throw error;
     }
+  }
+
+  /** The price of every answer the request produced (each call's step result: a rejected answer
+   * too), by its endpoint's prices; null when any is unknown. */
+  cost(steps) {
+    const costs = steps.filter((s) => s.result?.body !== undefined && s.name in this.upstreams)
+      .map((s) => this.upstreams[s.name].endpoint.cost(s.result.body.usage));
+    return costs.length && costs.every((c) => c !== null) ? costs.reduce((a, b) => a + b, 0) : null;
   }
 
   /** The accept option as execute() takes it: a check of an Answer {text, body}. */
@@ -130,6 +154,19 @@ export class RoutedChat {
     }
     if (typeof accept !== "function") throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
     return (answer) => accept(answer.text, answer.body);
+  }
+
+  /** A request's answer is complete (a stream: at its end): its cost counts against the budgets its
+   * metadata names (router.recordSpend; a failure there is logged, never thrown), and onRouted hears of it. */
+  async answered(metadata, routing) {
+    if (metadata && routing.estimated_cost) {
+      try {
+        await this.router.recordSpend(metadata, routing.estimated_cost);
+      } catch (error) {  // the answer is the app's already: never break it here
+        this.logger.warn(`recording the request's spend failed: ${error}`);
+      }
+    }
+    this.report(routing);
   }
 
   report(routing) {

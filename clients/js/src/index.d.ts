@@ -148,13 +148,15 @@ export const DETECTORS: Readonly<Record<string, { readonly name: string; readonl
 export class PolicyError extends Error {
   readonly rules: readonly string[];
 }
-/** execute(): the allowed side did not serve and the policy forbids the fallback; nothing forbidden was called. */
+/** execute(): no allowed endpoint served and the policy forbids `endpoint` (by `rule`); nothing
+ * forbidden was called. `tried`: each endpoint reached and why it was left. */
 export class FallbackForbidden extends PolicyError {
   readonly rule: string;
   readonly endpoint: string;
   readonly edge_error: unknown;
   readonly steps: Step[];
   readonly decision: Decision;
+  readonly tried: Tried[];
 }
 /** A policy file that cannot be used: names the file, the rule and the key. */
 export class PolicyFileError extends Error {}
@@ -220,10 +222,12 @@ export class Router {
   readonly spending: Spending | null;
   /** Count what a request cost against the budgets its metadata names. */
   recordSpend(metadata: Metadata | null, amount: number): Promise<void>;
-  /** Route, then run: edge or cloud first as decided, the cloud as fallback. Throws
-   * CloudCallError when the cloud fails. */
-  execute<T>(prompt: string, edge: EdgeCall<T>, cloud: (prompt: string) => T | Promise<T>, options?: ExecuteOptions<T>):
-    Promise<Execution<T>>;
+  /** Route, then run the decision's cascade over the endpoints' calls by name (the bundle's
+   * endpoints: edge and cloud for a two-endpoint bundle). Rejects with EndpointsFailed (a
+   * CloudCallError) when no endpoint served, FallbackForbidden when the policy forbade the rest. */
+  execute<T>(prompt: string, endpoints: EndpointCalls<T>, options?: ExecuteOptions<T>): Promise<Execution<T>>;
+  /** The two-endpoint spelling: the calls of the endpoints "edge" and "cloud". */
+  execute<T>(prompt: string, edge: EndpointCall<T>, cloud: EndpointCall<T>, options?: ExecuteOptions<T>): Promise<Execution<T>>;
   /** Release the onnxruntime session. */
   close(): Promise<void>;
   readonly degraded: boolean;
@@ -254,54 +258,138 @@ export interface Acceptor {
     Promise<Float32Array>;
 }
 
-/** An edge call: its signal is aborted when edgeTimeoutMs passes. */
-export type EdgeCall<T> = (prompt: string, options: { signal: AbortSignal }) => T | Promise<T>;
+/** One endpoint's call: the prompt, and a signal aborted when its timeout passes or the caller's
+ * signal aborts (the call is abandoned then, whether or not it stops); `endpoint` is its name. */
+export type EndpointCall<T> = (prompt: string, options: { signal: AbortSignal; endpoint: string }) => T | Promise<T>;
+/** The earlier name of EndpointCall. */
+export type EdgeCall<T> = EndpointCall<T>;
+/** The endpoints' calls by name. */
+export type EndpointCalls<T> = Record<string, EndpointCall<T>> | Map<string, EndpointCall<T>>;
+/** The endpoints' specs: an Endpoints, EndpointSpecs, or by name an EndpointSpec or an object of its fields. */
+export type SpecsInput = Endpoints | Iterable<EndpointSpec> | Map<string, EndpointSpec | SpecFields> | Record<string, EndpointSpec | SpecFields>;
+/** An endpoint spec's fields as the runner reads them (what is left out is not declared). */
+export interface SpecFields {
+  where?: "device" | "cloud" | null;
+  context_tokens?: number | null;
+  price?: Price | { per_1m_input?: number; per_1m_output?: number; per_1m_cached_input?: number | null; per_call?: number;
+    per_1k_input?: number; per_1k_output?: number } | null;
+  latency_ms?: number | null;
+  capabilities?: Capabilities | null;
+}
 
 export interface ExecuteOptions<T> {
   precision?: Precision | null;
-  /** fall back to the cloud when the edge has not answered by then (its signal is aborted) */
+  /** the endpoints' specs (context limits, prices, where each runs); default the bundle's own */
+  specs?: SpecsInput | null;
+  /** name -> milliseconds: a call not answered by then is abandoned (its signal aborted) and the next endpoint serves */
+  timeoutsMs?: Record<string, number | null> | Map<string, number | null> | null;
+  /** the edge's timeout (timeoutsMs.edge) */
   edgeTimeoutMs?: number | null;
-  /** checks an edge answer in the edge_with_cloud_fallback zone; false or a throw falls back.
-   * "learned": the bundle's acceptance check (the edge must answer a string). */
+  /** checks the answers the decision checks (Decision.checked; every answer but the last with
+   * verifyEdgeZone); false or a throw moves on. "learned": the bundle's acceptance check (the call must answer a string). */
   accept?: ((answer: T) => unknown) | "learned" | null;
-  /** check confident edge answers too */
+  /** check every answer but the last */
   verifyEdgeZone?: boolean;
-  /** as route() takes them: a forbidden side is never called (FallbackForbidden instead) */
+  /** as route() takes them: a forbidden endpoint is never called (FallbackForbidden instead) */
   metadata?: Metadata | null;
   needs?: Needs | null;
   capabilities?: CapabilityMap | null;
+  /** the caller's abort: stops the run and rejects with its reason */
+  signal?: AbortSignal | null;
 }
 
-/** One call that ran. */
+/** What the low-level execute() takes: the calls (endpoints, or edge and cloud) and the run's options. */
+export interface RunOptions<T> {
+  endpoints?: EndpointCalls<T> | null;
+  edge?: EndpointCall<T> | null;
+  cloud?: EndpointCall<T> | null;
+  specs?: SpecsInput | null;
+  /** the edge's context limit (a spec for "edge") */
+  edgeContextTokens?: number | null;
+  timeoutsMs?: Record<string, number | null> | Map<string, number | null> | null;
+  edgeTimeoutMs?: number | null;
+  accept?: ((answer: T) => unknown) | null;
+  verifyEdgeZone?: boolean;
+  /** the answer tokens expected_cost prices */
+  outputTokens?: number;
+  signal?: AbortSignal | null;
+}
+
+/** Carry out a decision (one from route(), or made elsewhere): its cascade over the calls. */
+export function execute<T>(decision: Decision, prompt: string, options: RunOptions<T>): Promise<Execution<T>>;
+
+/** One call that ran, or an accept check ("accept"). */
 export interface Step {
-  name: "edge" | "accept" | "cloud";
+  /** the endpoint's name, or "accept" */
+  name: string;
   status: "ok" | "error" | "timeout" | "rejected" | "skipped";
   seconds: number;
   detail: string;
+  /** what the call returned (not enumerable: never serialised) */
+  readonly result?: unknown;
 }
 
-/** The answer and how it was obtained (the Python SDK's Execution, field for field). */
+export type Outcome = "served" | "error" | "timeout" | "busy" | "context" | "rejected" | "forbidden";
+export const OUTCOMES: readonly Outcome[];
+
+/** One endpoint of the cascade, and why it was left. */
+export class Tried {
+  readonly endpoint: string;
+  readonly outcome: Outcome;
+  readonly seconds: number;
+  /** the class name of what ended it (an error, a timeout, a throwing accept check), never its text */
+  readonly error: string | null;
+  /** the call's expected price: 0 when not called, null when called without a spec or price */
+  readonly cost: number | null;
+  /** what was thrown (not enumerable) */
+  readonly exception: unknown;
+  /** `name=outcome`, with the error class for errors and a throwing accept check */
+  label(): string;
+}
+/** Every attempt as `name=outcome`, comma-separated. */
+export function triedText(tried: readonly Tried[]): string;
+/** none, timeout, connection_error or error. */
+export function failureKind(error: unknown): string;
+/** Why the endpoint before the serving one was left, as a fixed name; null when the first one reached served. */
+export function fallbackKind(execution: Execution<unknown>, kindOf?: (error: unknown) => string): string | null;
+
+/** The answer and how it was obtained (the Python SDK's Execution, field for field, without request_id). */
 export interface Execution<T> {
   response: T;
-  served_by: "edge" | "cloud";
+  /** the serving endpoint's name */
+  served_by: string;
   decision: Decision;
+  /** why the endpoints before the serving one were left ("left edge=error:ConnectionError: ..."); null when the first one reached served */
   fallback_reason: string | null;
   fell_back: boolean;
-  /** the edge failure the cloud answered after, if any */
+  /** the first endpoint's failure, when another was to follow */
   edge_error: unknown;
   steps: Step[];
-  /** the fallback reason without anything from the request */
+  /** the fallback reason without anything from the request ("left edge=error:ConnectionError") */
   fallback_code: string | null;
+  /** each endpoint reached, in order, and why it was left */
+  tried: Tried[];
+  /** what the calls made are expected to cost by the specs; null when one has no spec or price */
+  expected_cost: number | null;
 }
 
-/** The cloud call failed. */
+/** No endpoint served (what code handling the cloud failing catches). */
 export class CloudCallError extends Error {
   edge_error: unknown;
   steps: Step[];
   decision: Decision;
 }
-/** The edge call did not answer within edgeTimeoutMs. */
-export class EdgeTimeoutError extends Error {}
+/** No endpoint of the cascade served: `tried` names each attempt; `cause` is the last call's error. */
+export class EndpointsFailed extends CloudCallError {
+  readonly tried: Tried[];
+}
+/** A call did not answer within its timeout (name "TimeoutError", as Python's). */
+export class CallTimeoutError extends Error {
+  readonly endpoint: string | null;
+  readonly isTimeout: true;
+}
+/** The earlier name of CallTimeoutError. */
+export { CallTimeoutError as EdgeTimeoutError };
 
 /** The hand rule table (docs/baseline.md): the baseline, and what a degraded router uses. */
 export class RuleRouter {
@@ -423,16 +511,17 @@ export class LocalModel implements Priced {
   cost(usage: unknown): number | null;
 }
 
-export type FallbackKind = "context_limit" | "rejected" | "accept_error" | "connection_error" | "timeout" | "slow_first_token"
-  | "http_error" | "malformed" | "error";
+export type FallbackKind = "context_limit" | "rejected" | "accept_error" | "forbidden" | "connection_error" | "timeout"
+  | "slow_first_token" | "http_error" | "malformed" | "error";
 
 /** How one request was served (the Python SDK's RoutingInfo, field for field, without request_id). */
 export interface RoutingInfo {
   decision: Decision;
-  served_by: "edge" | "cloud";
+  /** the serving endpoint's name */
+  served_by: string;
   /** the model that answered */
   model: string;
-  /** why the cloud answered an edge-first request; null when nothing fell back */
+  /** why the endpoints before the serving one were left; null when the first one reached served */
   fallback_reason: string | null;
   fallback_kind: FallbackKind | null;
   /** each call; for a stream a step's seconds run to its first token */
@@ -441,6 +530,10 @@ export interface RoutingInfo {
   estimated_cost: number | null;
   /** from the call to the complete answer (a stream: set when it ends) */
   seconds: number | null;
+  /** each endpoint reached, in order, and why it was left */
+  tried: Tried[];
+  /** what the calls made are expected to cost by the specs (the bundle's, or the client's) */
+  expected_cost: number | null;
 }
 
 /** A non-streamed answer. */
@@ -464,6 +557,8 @@ export class ChatStream implements AsyncIterableIterator<ChatCompletionChunk> {
 
 export interface CreateOptions {
   precision?: Precision | null;
+  /** the request's metadata for the router's policy, never sent; an answer's cost counts against the budgets it names */
+  metadata?: Metadata | null;
   /** the caller's abort: stops every call and rejects with its reason */
   signal?: AbortSignal | null;
   /** any other chat-completions parameter, sent as is (not `model` or `messages`) */
@@ -471,8 +566,13 @@ export interface CreateOptions {
 }
 
 export interface RoutedChatOptions {
-  edge: Endpoint | LocalModel | LocalCall;
-  cloud: Endpoint | LocalModel | LocalCall;
+  /** the two endpoints of a two-endpoint bundle ... */
+  edge?: Endpoint | LocalModel | LocalCall;
+  cloud?: Endpoint | LocalModel | LocalCall;
+  /** ... or the bundle's endpoints by name, tried in each decision's cascade order */
+  endpoints?: Record<string, Endpoint | LocalModel | LocalCall> | Map<string, Endpoint | LocalModel | LocalCall>;
+  /** the endpoints' specs for routing and execution (context limits, prices, where each runs); default the bundle's */
+  specs?: SpecsInput | null;
   /** apply the accept check to confident edge answers too */
   verifyEdgeZone?: boolean;
   /** messages -> the text the router routes (default: conversationPrompt) */
@@ -482,11 +582,14 @@ export interface RoutedChatOptions {
   logger?: { warn(message: string): void };
 }
 
-/** Routed OpenAI-compatible chat: the router decides, the edge answers first where it may, the cloud is the fallback. */
+/** Routed OpenAI-compatible chat: the router decides, the decision's cascade is carried out over the endpoints. */
 export class RoutedChat {
   constructor(router: Router, options: RoutedChatOptions);
-  readonly edge: Endpoint | LocalModel;
-  readonly cloud: Endpoint | LocalModel;
+  /** the endpoints by name */
+  readonly endpoints: Readonly<Record<string, Endpoint | LocalModel>>;
+  /** the endpoints named edge and cloud, or null */
+  readonly edge: Endpoint | LocalModel | null;
+  readonly cloud: Endpoint | LocalModel | null;
   create(messages: ChatMessage[], options: CreateOptions & { stream: true; accept?: null }): Promise<ChatStream>;
   create(messages: ChatMessage[], options?: CreateOptions & { stream?: false;
     accept?: ((text: string, body: ChatCompletion) => unknown) | "learned" | null }): Promise<Completion>;
@@ -497,8 +600,9 @@ export function conversationPrompt(messages: ChatMessage[]): string;
 
 /** An endpoint did not give a usable answer. */
 export class UpstreamError extends Error {
-  constructor(endpoint: "edge" | "cloud", message: string);
-  readonly endpoint: "edge" | "cloud";
+  constructor(endpoint: string, message: string);
+  /** the endpoint's name */
+  readonly endpoint: string;
   readonly kind: string;
 }
 /** No connection, or it broke before a complete answer. */

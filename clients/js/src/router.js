@@ -4,14 +4,14 @@
 import { BundleError, verifiedBundle } from "./bundle.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
 import { Acceptor } from "./acceptance.js";
-import { execute } from "./execute.js";
+import { execute, specsByName } from "./execute.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
 import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
-import { Capabilities } from "./endpoints.js";
+import { Capabilities, twoEndpointSpecs } from "./endpoints.js";
 import { noDetector } from "./endpoint-routing.js";
 import { holderIds, limitsOf, checkAmount, Spending } from "./policy/budgets.js";
-import { checkNeeds } from "./policy/capabilities.js";
+import { checkNeeds, declaresLanguages } from "./policy/capabilities.js";
 import { PolicyFileError } from "./policy/errors.js";
 import { checkMetadata, ENDPOINTS, PolicySet } from "./policy/rules.js";
 
@@ -26,6 +26,27 @@ function checkCapabilities(capabilities) {
     if (typeof caps !== "object") throw new TypeError(`capabilities.${name} must be a Capabilities, an object of flags or null`);
     return [name, new Capabilities(caps)];
   }));
+}
+
+/** Router.execute's arguments after the prompt: (endpoints, options) or (edge, cloud, options), as
+ * [the calls by name, the options]. */
+function executeArguments(rest) {
+  const [first, second, third] = rest;
+  if (typeof first === "function") {
+    if (typeof second !== "function") throw new TypeError("edge and cloud must be functions taking the prompt");
+    return [new Map([["edge", first], ["cloud", second]]), optionsOf(third)];
+  }
+  if (first !== null && typeof first === "object") {
+    if (rest.length > 2) throw new TypeError("execute(prompt, endpoints, options): the endpoints' calls in one object, then the options");
+    return [first instanceof Map ? first : new Map(Object.entries(first)), optionsOf(second)];
+  }
+  throw new TypeError("execute() needs the endpoints' calls ({name: call}), or edge and cloud functions");
+}
+
+function optionsOf(options) {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== "object") throw new TypeError(`options must be an object, got ${typeof options}`);
+  return options;
 }
 
 /** The policy a router was given: a PolicySet for its endpoints, or a source the platform reads. */
@@ -198,31 +219,54 @@ export class BaseRouter {
   }
 
   /**
-   * Route, then run: edge or cloud first as decided, the cloud as fallback (execute.js).
-   * `edge(prompt, {signal})` and `cloud(prompt)` return the answer or a Promise of it; the edge's
-   * signal is aborted when `edgeTimeoutMs` passes. `accept(answer)` checks an edge answer in the
-   * edge_with_cloud_fallback zone (every edge answer with `verifyEdgeZone`); "learned" uses the
-   * bundle's acceptance check (the edge must then answer a string; anything else counts as a
-   * check that threw), and checks nothing, with one warning, when the bundle has none. Throws
-   * CloudCallError when the cloud fails; argument errors as route() does.
+   * Route, then run the decision's cascade (execute.js): `endpoints` maps each of the bundle's
+   * endpoints to its call, `call(prompt, {signal, endpoint})` returning the answer or a Promise of
+   * it; a two-endpoint app may pass `edge` and `cloud` functions instead:
+   *
+   *   router.execute(prompt, { "phone-3b": onDevice, "onprem-8b": onPrem, frontier: cloudApi }, options)
+   *   router.execute(prompt, edge, cloud, options)
+   *
+   * Options: `precision`, `metadata`, `needs`, `capabilities` as route() takes them; `specs` the
+   * endpoints' specs (EndpointSpecs, or objects of their fields: context limits, prices, where each
+   * runs), default the bundle's own (their declared capabilities are what the request's needs are
+   * checked against when it has any); `timeoutsMs` name -> milliseconds (`edgeTimeoutMs` the edge's):
+   * a call that overruns is abandoned (its signal aborted) and the next endpoint serves; `accept`:
+   * answer -> boolean, or "learned" (the bundle's acceptance check; the call must then answer a
+   * string, anything else counts as a check that threw), reading the answers the decision checks
+   * (Decision.checked; every answer but the last with `verifyEdgeZone`); `signal`: the caller's
+   * abort, which stops the run and rejects with its reason. A forbidden endpoint is never called:
+   * FallbackForbidden names the rule when the others did not serve, NoFeasibleEndpoint when none was
+   * left; EndpointsFailed (a CloudCallError) when every call failed.
    */
-  async execute(prompt, edge, cloud, { precision = null, edgeTimeoutMs = null, accept = null, verifyEdgeZone = false,
-    metadata = null, needs = null, capabilities = null } = {}) {
-    if (typeof edge !== "function" || typeof cloud !== "function") throw new TypeError("edge and cloud must be functions taking the prompt");
+  async execute(prompt, ...rest) {
+    const [calls, options] = executeArguments(rest);
+    const { precision = null, edgeTimeoutMs = null, timeoutsMs = null, accept = null, verifyEdgeZone = false, metadata = null,
+      needs = null, capabilities = null, specs = null, signal = null } = options;
     if (accept !== null && accept !== "learned" && typeof accept !== "function") {
       throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
     }
     if (edgeTimeoutMs !== null && !(Number.isFinite(edgeTimeoutMs) && edgeTimeoutMs >= 0)) {
       throw new RangeError(`edgeTimeoutMs must be a non-negative number or null, got ${edgeTimeoutMs}`);
     }
-    const routing = this.routing;  // one bundle for the decision and the limits it is carried out with
+    const routing = this.routing;  // one bundle for the decision, the specs and the check it is carried out with
     checkPrompt(prompt);
     const tag = checkPrecision(precision);
-    const options = await this.decideOptions([checkMetadata(metadata)], [checkNeeds(needs)], checkCapabilities(capabilities));
-    const [decision] = await routing.decideAll([prompt], [tag], options);
+    const given = specs === null ? null : specsByName(specs);
+    let known = checkCapabilities(capabilities);
+    const wants = checkNeeds(needs);
+    if (given !== null && known === null) {
+      // The given specs' capabilities decide when the request needs something, or when one of them
+      // declares languages (every request has a language); a spec declaring none leaves it to the bundle's.
+      const declared = new Map([...given].filter(([, spec]) => spec.capabilities !== null).map(([n, spec]) => [n, spec.capabilities]));
+      if (declared.size && (wants !== null || declaresLanguages(declared))) known = declared;
+    }
+    const decideOptions = await this.decideOptions([checkMetadata(metadata)], [wants], known);
+    const [decision] = await routing.decideAll([prompt], [tag], decideOptions);
     const check = accept === "learned" ? routing.learnedAccept(prompt) : accept;
-    return execute(decision, prompt, { edge, cloud, edgeContextTokens: routing.edgeContextTokens, edgeTimeoutMs,
-      accept: check, verifyEdgeZone, sidesForbidden: routing.sidesForbidden(decision) });
+    const chooser = routing.chooser;
+    const bundle = chooser ? chooser.endpoints : twoEndpointSpecs(routing.edgeContextTokens);
+    return execute(decision, prompt, { endpoints: calls, specs: given ?? bundle, timeoutsMs, edgeTimeoutMs, accept: check,
+      verifyEdgeZone, outputTokens: chooser ? chooser.section.outputTokens : 0, signal });
   }
 
   /** Release the onnxruntime session; the router must not be used after. */

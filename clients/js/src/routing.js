@@ -53,17 +53,6 @@ export class Routing {
     return this.chooser.decisions(prompts, precisions, scored.expected, scored.nTokens.map(roundHalfEven), options);
   }
 
-  /** Which of execute()'s two calls a decision forbids: the edge or the cloud side named in its
-   * `forbidden` (two endpoints); on an N-endpoint bundle a side is forbidden when every endpoint of it
-   * (on the device, or not) is. */
-  sidesForbidden(decision) {
-    const forbidden = decision.forbidden;
-    if (!this.chooser) return { edge: forbidden.includes(EDGE), cloud: forbidden.includes(CLOUD) };
-    const { names, onDevice } = this.chooser;
-    const all = (device) => names.every((n, k) => onDevice[k] !== device || forbidden.includes(n));
-    return { edge: all(true), cloud: all(false) };
-  }
-
   /** The endpoint names a policy for this bundle names: an N-endpoint bundle's, else edge and cloud. */
   get policyEndpoints() {
     return this.chooser ? [...this.chooser.names] : [EDGE, CLOUD];

@@ -24,7 +24,7 @@ export async function fetchPolicy(url, { endpoints, fetchOptions = {} } = {}) {
 
 export { BundleError, SigningError } from "./bundle.js";
 export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
-export { CloudCallError, EdgeTimeoutError } from "./execute.js";
+export { CallTimeoutError, CloudCallError, EdgeTimeoutError, EndpointsFailed, OUTCOMES, Tried, execute, fallbackKind, failureKind, triedText } from "./execute.js";
 export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";

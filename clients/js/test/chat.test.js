@@ -7,11 +7,11 @@ import http from "node:http";
 import util from "node:util";
 import { after, before, describe, test } from "node:test";
 import {
-  CloudCallError, Endpoint, LocalModel, RoutedChat, Router, SlowFirstToken, StreamInterrupted, UpstreamHTTPError,
+  CloudCallError, Endpoint, EndpointsFailed, FallbackForbidden, LocalModel, PolicySet, RoutedChat, Router, SlowFirstToken, StreamInterrupted, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt,
 } from "../src/index.js";
 import { MAX_ERROR_BODY_BYTES } from "../src/chat/upstream.js";
-import { BUNDLE, promptIn, quietLogger } from "./fixtures.js";
+import { BUNDLE, ENDPOINT_BUNDLE, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
 
 const CLOUD_KEY = "sk-cloud-7f3a9c1e5b2d4086-SECRET";
 const EDGE_KEY = "sk-edge-51d0c2b7e94a6f38-SECRET";
@@ -191,7 +191,8 @@ describe("RoutedChat", () => {
         assert.equal(text, "answer from cloud");
         assert.equal(routing.served_by, "cloud");
         assert.equal(routing.fallback_kind, "http_error");
-        assert.match(routing.fallback_reason, /^edge call failed: UpstreamHTTPError: edge: edge-model answered HTTP 503: overloaded$/);
+        assert.equal(routing.fallback_reason, "left edge=error:UpstreamHTTPError: UpstreamHTTPError('edge: edge-model answered HTTP 503: overloaded')");
+        assert.deepEqual(routing.tried.map((t) => t.label()), ["edge=error:UpstreamHTTPError", "cloud=served"]);
         assert.deepEqual(statuses(routing), ["edge:error", "cloud:ok"]);
         assert.equal(routing.estimated_cost, (10 * 3 + 5 * 15) / 1e6);
       } finally { await s.close(); }
@@ -236,7 +237,7 @@ describe("RoutedChat", () => {
         assert.equal(routing.served_by, "cloud");
         assert.equal(routing.fallback_kind, "timeout");
         assert.deepEqual(statuses(routing), ["edge:timeout", "cloud:ok"]);
-        assert.match(routing.fallback_reason, /UpstreamTimeout: edge: no complete answer from edge-model within 150 ms/);
+        assert.equal(routing.fallback_reason, "left edge=timeout: UpstreamTimeout('edge: no complete answer from edge-model within 150 ms')");
         assert.ok(await until(() => s.edge.state.closedEarly === 1), "the edge request was aborted");
       } finally { await s.close(); }
     });
@@ -298,13 +299,14 @@ describe("RoutedChat", () => {
       } finally { await s.close(); }
     });
 
-    test("a cloud failure throws CloudCallError with both failures", async () => {
+    test("a cloud failure throws EndpointsFailed (a CloudCallError) with both failures", async () => {
       const s = await servers(failing(503), failing(500, "boom"));
       try {
-        await assert.rejects(chatFor(s).create(EDGE_ASK), (error) => error instanceof CloudCallError
+        await assert.rejects(chatFor(s).create(EDGE_ASK), (error) => error instanceof EndpointsFailed && error instanceof CloudCallError
           && error.cause instanceof UpstreamHTTPError && error.cause.status === 500
           && error.edge_error instanceof UpstreamHTTPError && error.edge_error.status === 503
-          && /HTTP 500: boom/.test(error.message) && /HTTP 503/.test(error.message));
+          && error.message === "no endpoint served: edge=error:UpstreamHTTPError; cloud=error:UpstreamHTTPError"
+          && /HTTP 500: boom/.test(error.cause.message) && /HTTP 503/.test(error.edge_error.message));
       } finally { await s.close(); }
     });
 
@@ -360,7 +362,7 @@ describe("RoutedChat", () => {
         assert.equal(stream.routing.served_by, "cloud");
         assert.equal(stream.routing.fallback_kind, "slow_first_token");
         assert.deepEqual(statuses(stream.routing), ["edge:timeout", "cloud:ok"]);
-        assert.match(stream.routing.fallback_reason, /SlowFirstToken: edge: no first token from edge-model within 150 ms/);
+        assert.equal(stream.routing.fallback_reason, "left edge=timeout: SlowFirstToken('edge: no first token from edge-model within 150 ms')");
         assert.equal(text(await collect(stream)), "answer from cloud");
       } finally { await s.close(); }
     });
@@ -503,7 +505,7 @@ describe("RoutedChat", () => {
         const fallen = await throwing.create(EDGE_ASK);
         assert.equal(fallen.routing.served_by, "cloud");
         assert.equal(fallen.routing.fallback_kind, "error");
-        assert.equal(fallen.routing.fallback_reason, "edge call failed: Error: GPU lost");
+        assert.equal(fallen.routing.fallback_reason, "left edge=error:Error: Error('GPU lost')");
 
         let aborted = false;
         const stuck = new LocalModel((messages, { signal }) => new Promise(() => { signal.addEventListener("abort", () => { aborted = true; }); }),
@@ -540,10 +542,10 @@ describe("RoutedChat", () => {
         const s = await servers(failing(503), echoing(401, makeBody, encoding));
         try {
           const error = await chatFor(s).create(EDGE_ASK).then(() => null, (e) => e);
-          assert.ok(error instanceof CloudCallError);
-          assert.match(error.message, /HTTP 401/);
-          assert.match(error.message, /HTTP 503/);
-          assert.deepEqual(leaks(CLOUD_KEY, error.message, String(error), error.cause.detail, JSON.stringify(error.steps),
+          assert.ok(error instanceof EndpointsFailed);
+          assert.match(error.cause.message, /HTTP 401/);
+          assert.match(error.edge_error.message, /HTTP 503/);
+          assert.deepEqual(leaks(CLOUD_KEY, error.message, String(error), error.cause.detail, JSON.stringify(error.steps), JSON.stringify(error.tried),
             util.inspect(error, { depth: Infinity, showHidden: true }), error.stack), []);
           if (name !== "cut_through_the_key") assert.match(error.cause.detail, /\[redacted\]/);
         } finally { await s.close(); }
@@ -750,8 +752,182 @@ describe("RoutedChat", () => {
       for (const [options, type, message] of bad) assert.throws(() => new Endpoint(options), (e) => e instanceof type && message.test(e.message));
       assert.equal(new Endpoint({ baseUrl: "http://127.0.0.1:11434/v1/", model: "m" }).url, "http://127.0.0.1:11434/v1/chat/completions");
       assert.throws(() => new RoutedChat(router, { edge: "http://127.0.0.1/v1", cloud: () => "" }), /edge must be an Endpoint, a LocalModel or a function/);
+      const e = new Endpoint({ baseUrl: "http://127.0.0.1/v1", model: "m" });
+      assert.throws(() => new RoutedChat(router, { edge: e, cloud: e, endpoints: { a: e } }), /edge and cloud, or endpoints .*not both/);
+      assert.throws(() => new RoutedChat(router, { edge: e }), TypeError);
+      assert.throws(() => new RoutedChat(router, { endpoints: { "bad name": e } }), (error) => error instanceof RangeError
+        && /'bad name' is not an endpoint name/.test(error.message));
+      assert.throws(() => new RoutedChat(router, { endpoints: { a: e, b: 7 } }), /endpoints\["b"\] must be an Endpoint, a LocalModel or a function/);
+      assert.throws(() => new RoutedChat(router, { endpoints: {} }), /endpoints is empty/);
       assert.throws(() => new LocalModel("not a function"), TypeError);
     });
+  });
+});
+
+// N endpoints: an N-endpoint bundle's router, one server per endpoint, RoutedChat({endpoints}).
+describe("RoutedChat over N endpoints", () => {
+  let router, names;
+  before(async () => {
+    router = await Router.load(ENDPOINT_BUNDLE, { strict: true });
+    names = router.endpointNames;
+  });
+  after(() => router.close());
+
+  /** A conversation the bundle (its own rule, undeclared precision) gives a cascade of at least `length` endpoints, and that cascade. */
+  const askWith = async (length) => {
+    const v = endpointVectors();
+    const row = v.decisions.find((d) => d.variant === 0 && d.precision === null && !d.error && d.decision.cascade.length >= length);
+    const prompt = v.cases[row.case].prompt;
+    return [ask(prompt), (await router.route(prompt)).cascade];
+  };
+
+  /** A server per endpoint: `handlers` name -> handler (default: answering). */
+  async function fleet(handlers = {}) {
+    const byName = {};
+    for (const name of names) byName[name] = await upstream(handlers[name] ?? answering(name));
+    return { byName, received: (name) => byName[name].received.length, close: () => Promise.all(Object.values(byName).map((u) => u.close())) };
+  }
+  const chatOver = (f, { endpoint = {}, ...options } = {}) => new RoutedChat(router, {
+    endpoints: Object.fromEntries(names.map((n) => [n, new Endpoint({ baseUrl: f.byName[n].url, model: `${n}-model`, ...(endpoint[n] ?? {}) })])),
+    ...options });
+  const tried = (routing) => routing.tried.map((t) => t.label());
+
+  test("the decision's cascade, in order: each failure moves on, the rest get nothing", async () => {
+    const [messages, cascade] = await askWith(3);
+    const dead = await deadUrl();
+    const f = await fleet({ [cascade[0]]: failing(503) });
+    try {
+      const chat = new RoutedChat(router, { endpoints: Object.fromEntries(names.map((n) => [n, new Endpoint({
+        baseUrl: n === cascade[1] ? dead : f.byName[n].url, model: `${n}-model`, inputPricePer1M: 1, outputPricePer1M: 2 })])) });
+      const { text: answer, routing } = await chat.create(messages);
+      assert.equal(answer, `answer from ${cascade[2]}`);
+      assert.equal(routing.served_by, cascade[2]);
+      assert.equal(routing.model, `${cascade[2]}-model`);
+      assert.deepEqual(tried(routing), [`${cascade[0]}=error:UpstreamHTTPError`, `${cascade[1]}=error:UpstreamUnreachable`, `${cascade[2]}=served`]);
+      assert.equal(routing.fallback_kind, "connection_error");
+      assert.equal(routing.decision.cascade.join(), cascade.join());
+      assert.equal(routing.fallback_reason.startsWith(`left ${cascade[0]}=error:UpstreamHTTPError, ${cascade[1]}=error:UpstreamUnreachable: `), true);
+      assert.ok(!routing.fallback_reason.includes("127.0.0.1"), "no URL in the reason");
+      assert.deepEqual(statuses(routing), [`${cascade[0]}:error`, `${cascade[1]}:error`, `${cascade[2]}:ok`]);
+      assert.equal(routing.estimated_cost, (10 * 1 + 5 * 2) / 1e6, "only the answer that came back is priced");
+      assert.equal(typeof routing.expected_cost, "number", "the bundle's specs price the calls made");
+      for (const n of names.filter((n) => !cascade.slice(0, 3).includes(n))) assert.equal(f.received(n), 0, `${n} got nothing`);
+      assert.equal(f.byName[cascade[2]].received[0].body.model, `${cascade[2]}-model`);
+    } finally { await f.close(); }
+  });
+
+  test("a conversation over an endpoint's context limit (specs given to the client) never reaches it", async () => {
+    const [messages, cascade] = await askWith(2);
+    const f = await fleet();
+    try {
+      const specs = router.manifest.endpoints.spec.endpoints.map((e) => ({ where: e.where, price: e.price,
+        context_tokens: e.name === cascade[0] ? 1 : e.context_tokens, name: e.name }));
+      const { routing } = await chatOver(f, { specs: Object.fromEntries(specs.map((e) => [e.name, e])) }).create(messages);
+      assert.equal(f.received(cascade[0]), 0);
+      assert.equal(routing.served_by, cascade[1]);
+      assert.equal(routing.fallback_kind, "context_limit");
+      assert.deepEqual(tried(routing).slice(0, 2), [`${cascade[0]}=context`, `${cascade[1]}=served`]);
+      assert.deepEqual(statuses(routing).slice(0, 1), [`${cascade[0]}:skipped`]);
+    } finally { await f.close(); }
+  });
+
+  test("an endpoint past its timeoutMs is cut off (its connection closed) and the next one answers", async () => {
+    const [messages, cascade] = await askWith(2);
+    const f = await fleet({ [cascade[0]]: silent() });
+    try {
+      const { routing } = await chatOver(f, { endpoint: { [cascade[0]]: { timeoutMs: 150 } } }).create(messages);
+      assert.equal(routing.served_by, cascade[1]);
+      assert.equal(routing.fallback_kind, "timeout");
+      assert.deepEqual(tried(routing), [`${cascade[0]}=timeout`, `${cascade[1]}=served`]);
+      assert.ok(await until(() => f.byName[cascade[0]].state.closedEarly === 1), "the request was aborted");
+    } finally { await f.close(); }
+  });
+
+  test("a rejected answer moves on; every answer but the last is checked, and each is priced", async () => {
+    const [messages, cascade] = await askWith(3);
+    const f = await fleet();
+    try {
+      const seen = [];
+      const chat = chatOver(f, { endpoint: Object.fromEntries(names.map((n) => [n, { inputPricePer1M: 1, outputPricePer1M: 1 }])) });
+      const { text: answer, routing } = await chat.create(messages, { accept: (t) => { seen.push(t); return t.endsWith(cascade[1]); } });
+      assert.equal(answer, `answer from ${cascade[1]}`);
+      assert.deepEqual(seen, [`answer from ${cascade[0]}`, `answer from ${cascade[1]}`]);
+      assert.deepEqual(tried(routing), [`${cascade[0]}=rejected`, `${cascade[1]}=served`]);
+      assert.equal(routing.fallback_kind, "rejected");
+      assert.equal(routing.estimated_cost, 2 * (10 + 5) / 1e6, "the rejected answer cost too");
+      const all = await chat.create(messages, { accept: () => false });
+      assert.equal(all.routing.served_by, cascade.at(-1), "the last answer stands");
+      assert.equal(f.received(cascade.at(-1)), 1);
+    } finally { await f.close(); }
+  });
+
+  test("a forbidden endpoint is never called; when the others fail, FallbackForbidden", async () => {
+    const [messages, cascade] = await askWith(2);
+    const f = await fleet(Object.fromEntries(names.map((n) => [n, failing(500)])));
+    router.policy = await PolicySet.fromObject({ rules: [{ name: "keep-out", when: { metadata: { tier: "free" } }, then: "forbid",
+      endpoint: cascade[0] }] }, { endpoints: router.policyEndpoints });
+    try {
+      const error = await chatOver(f).create(messages, { metadata: { tier: "free" } }).then(() => null, (e) => e);
+      assert.ok(error instanceof FallbackForbidden, String(error));
+      assert.equal(error.endpoint, cascade[0]);
+      assert.equal(f.received(cascade[0]), 0, "never called, not as a fallback either");
+      assert.ok(error.tried.length >= 1 && error.tried.every((t) => t.outcome === "error"));
+      assert.equal(error.message, `policy 'keep-out' forbids ${cascade[0]}, and no allowed endpoint served: ` +
+        error.tried.map((t) => t.label()).join("; "));
+      for (const t of error.tried) assert.equal(f.received(t.endpoint), 1);
+    } finally {
+      router.policy = null;
+      await f.close();
+    }
+  });
+
+  test("every endpoint failing: EndpointsFailed names each attempt", async () => {
+    const [messages, cascade] = await askWith(2);
+    const f = await fleet(Object.fromEntries(names.map((n) => [n, failing(502, "bad gateway")])));
+    try {
+      const error = await chatOver(f).create(messages).then(() => null, (e) => e);
+      assert.ok(error instanceof EndpointsFailed && error instanceof CloudCallError);
+      assert.equal(error.message, `no endpoint served: ${cascade.map((n) => `${n}=error:UpstreamHTTPError`).join("; ")}`);
+      assert.equal(error.edge_error.endpoint, cascade[0], "the first endpoint's failure");
+      assert.equal(error.cause.endpoint, cascade.at(-1), "the last one's, as the cause");
+      for (const n of names) assert.equal(f.received(n), cascade.includes(n) ? 1 : 0, n);
+    } finally { await f.close(); }
+  });
+
+  test("streams: an endpoint failing before its first token moves on; the next one's chunks reach the caller", async () => {
+    const [messages, cascade] = await askWith(3);
+    const roleThenNothing = (request, res) => { res.writeHead(200, { "content-type": "text/event-stream" }); res.write(event(chunk({ role: "assistant" }))); };
+    const f = await fleet({ [cascade[0]]: failing(503), [cascade[1]]: roleThenNothing });
+    try {
+      const stream = await chatOver(f, { endpoint: { [cascade[1]]: { firstTokenTimeoutMs: 150 } } }).create(messages, { stream: true });
+      assert.equal(stream.routing.served_by, cascade[2]);
+      assert.deepEqual(tried(stream.routing), [`${cascade[0]}=error:UpstreamHTTPError`, `${cascade[1]}=timeout`, `${cascade[2]}=served`]);
+      assert.equal(stream.routing.fallback_kind, "slow_first_token");
+      assert.equal(text(await collect(stream)), `answer from ${cascade[2]}`);
+      assert.equal(f.byName[cascade[2]].received[0].body.stream, true);
+    } finally { await f.close(); }
+  });
+
+  test("metadata is the policy's, never sent; an answer's cost counts against the budgets it names", async () => {
+    const [messages, cascade] = await askWith(2);
+    const f = await fleet();
+    router.policy = await PolicySet.fromObject({ rules: [{ name: "capped", when: { budget: { key: "user", limit: 1e-6, period: "day" } },
+      then: "forbid", endpoint: cascade[0] }] }, { endpoints: router.policyEndpoints });
+    try {
+      const chat = chatOver(f, { endpoint: { [cascade[0]]: { inputPricePer1M: 1, outputPricePer1M: 1 } } });
+      const first = await chat.create(messages, { metadata: { user: "ana" } });
+      assert.equal(first.routing.served_by, cascade[0]);
+      assert.equal(first.routing.estimated_cost, 15 / 1e6);
+      assert.equal(f.byName[cascade[0]].received[0].body.metadata, undefined, "the policy's metadata is not sent");
+      const second = await chat.create(messages, { metadata: { user: "ana" } });
+      assert.equal(second.routing.decision.rule, "capped");
+      assert.notEqual(second.routing.served_by, cascade[0]);
+      assert.equal(f.received(cascade[0]), 1);
+    } finally {
+      router.policy = null;
+      router.ledger = null;
+      await f.close();
+    }
   });
 });
 

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PolicyFileError, PolicySet, Router } from "../src/index.js";
+import { FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PolicyFileError, PolicySet, Router, triedText } from "../src/index.js";
 import { DETECTORS, detect } from "../src/policy/detectors.js";
 import { CASELESS, FOLD, SPACED, UNIDATA_VERSION, WORD, WORD_I } from "../src/policy/unicode-data.js";
 import { BUNDLE, ENDPOINT_BUNDLE, policyVectors } from "./fixtures.js";
@@ -141,7 +141,7 @@ describe("decisions under a policy are Python's", () => {
   });
 });
 
-describe("execute() never calls a forbidden side", () => {
+describe("execute() never calls a forbidden endpoint", () => {
   let router;
   before(async () => {
     router = await Router.load(BUNDLE, { strict: true });
@@ -165,7 +165,8 @@ describe("execute() never calls a forbidden side", () => {
         assert.ok(error instanceof FallbackForbidden, String(error));
         assert.equal(error.endpoint, "cloud");
         assert.equal(error.rule, error.decision.rule);
-        assert.match(error.message, /^policy '(pii-local|private)' forbids the cloud, and the edge did not serve: edge call failed \(Error\)$/);
+        assert.match(error.message, /^policy '(pii-local|private)' forbids cloud, and no allowed endpoint served: edge=error:Error$/);
+        assert.equal(triedText(error.tried), "edge=error:Error");
         assert.deepEqual(error.steps.map((s) => [s.name, s.status]), [["edge", "error"]]);
         return true;
       });

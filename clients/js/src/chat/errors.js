@@ -1,19 +1,19 @@
 // What can go wrong with a chat endpoint, as errors the fallback rules understand, and the
 // redaction of keys from whatever an endpoint sends back (serving/chat/errors.py).
 //
-// Every failure of an edge call falls back to the cloud (execute.js); an UpstreamTimeout counts
-// as a timeout there (its step says "timeout"), as Python's TimeoutError does. Messages name the
-// endpoint ("edge"/"cloud") and its model, never its URL or key, and any text an endpoint sent
+// Every failure of an endpoint's call moves on to the next endpoint of the cascade (execute.js); an
+// UpstreamTimeout counts as a timeout there (its step says "timeout"), as Python's TimeoutError
+// does. Messages name the endpoint (its name: "edge", "cloud", "phone-3b") and its model, never its URL or key, and any text an endpoint sent
 // back passes through `redact` with the client's keys first, so a server that echoes a key cannot
 // put it into an error, a step or a log line. A JSON value is redacted once decoded
 // (`redactValue`), where an escaped `sk\u002d...` reads as the key.
-import { EdgeTimeoutError } from "../execute.js";
+import { failureKind as callFailureKind } from "../execute.js";
 
 export const REDACTED = "[redacted]";
 export const MAX_DETAIL_CHARS = 300;  // of an endpoint's error text kept in a message
 export const MIN_SECRET_CHARS = 4;    // shorter "keys" (a local server's placeholder such as "x") are not hunted
 
-/** An endpoint did not give a usable answer. `endpoint` is "edge" or "cloud"; `kind` a short fixed name. */
+/** An endpoint did not give a usable answer. `endpoint` is its name; `kind` a short fixed name. */
 export class UpstreamError extends Error {
   constructor(endpoint, message) {
     super(`${endpoint}: ${message}`);
@@ -60,12 +60,11 @@ export class StreamInterrupted extends UpstreamError {
   get kind() { return "stream_interrupted"; }
 }
 
-/** A short, fixed name for why a call failed (serving/chat/errors.py failure_kind). */
+/** A short, fixed name for why a call failed (serving/chat/errors.py failure_kind): an
+ * UpstreamError's kind, else execute.js's (timeout, connection_error, error). */
 export function failureKind(error) {
   if (error instanceof UpstreamError) return error.kind;
-  if (error === null || error === undefined) return "none";
-  if (error instanceof EdgeTimeoutError || error?.name === "TimeoutError") return "timeout";
-  return "error";
+  return callFailureKind(error);
 }
 
 /** The secrets redaction hunts: strings of MIN_SECRET_CHARS or more. */

@@ -50,7 +50,7 @@ export class OpenStream {
 }
 
 class Upstream {
-  /** @param {"edge" | "cloud"} name @param {string[]} secrets every key the client holds */
+  /** @param {string} name the endpoint's name @param {string[]} secrets every key the client holds */
   constructor(name, endpoint, secrets) {
     this.name = name;
     this.endpoint = endpoint;

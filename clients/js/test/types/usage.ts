@@ -3,6 +3,7 @@ import { ENDPOINT_RULES, EndpointSpecError, NONE, NoFeasibleEndpoint, type Endpo
   type EndpointSpec, type Endpoints } from "../../src/index.js";
 import { BundleError, CloudCallError, Endpoint, LocalModel, RoutedChat, Router, RuleRouter, StreamInterrupted, UpstreamHTTPError,
   type ChatCompletionChunk, type Completion, type Decision, type RoutingInfo } from "../../src/index.js";
+import { EndpointsFailed, FallbackForbidden, execute, triedText, type Tried } from "../../src/index.js";
 
 async function main(): Promise<void> {
   const router = await Router.load("artifacts/js/bundle", { strict: false, publicKey: "keys/router.pub", threads: 1 });
@@ -18,8 +19,20 @@ async function main(): Promise<void> {
   }
   const run = await router.execute("hi", async (p, { signal }) => (signal.aborted ? "" : p), (p) => p.toUpperCase(),
     { edgeTimeoutMs: 500, accept: (answer) => answer !== "" });
-  const served: "edge" | "cloud" = run.served_by;
-  console.log(served, run.steps.map((s) => s.status), run.fallback_reason);
+  const served: string = run.served_by;
+  console.log(served, run.steps.map((s) => s.status), run.fallback_reason, triedText(run.tried), run.expected_cost);
+  // N endpoints: the calls by name, per-endpoint timeouts, specs of plain fields, the caller's abort
+  const spreadRun = await router.execute("hi", { "phone-3b": async (p: string, { signal }) => (signal.aborted ? "" : p), frontier: (p: string) => p },
+    { timeoutsMs: { "phone-3b": 800 }, specs: { "phone-3b": { where: "device", context_tokens: 4096 }, frontier: { where: "cloud" } },
+      signal: AbortSignal.timeout(10_000) });
+  const first: Tried | undefined = spreadRun.tried[0];
+  console.log(first?.label(), first?.outcome === "timeout");
+  try {
+    await execute(decision, "hi", { endpoints: { edge: () => "e", cloud: () => "c" }, edgeContextTokens: 1024, outputTokens: 250 });
+  } catch (error) {
+    if (error instanceof EndpointsFailed) console.log(error.tried.map((t) => t.label()), error.cause);
+    if (error instanceof FallbackForbidden) console.log(error.rule, error.endpoint, triedText(error.tried));
+  }
   const verdict = await router.acceptor?.check("What is 2 + 2?", "4", { logprobMean: -0.2 });
   const learned = await router.execute("What is 2 + 2?", () => "4", () => "4", { accept: "learned" });
   console.log(verdict?.accepted, learned.served_by);
@@ -49,6 +62,11 @@ async function main(): Promise<void> {
   } catch (error) {
     if (error instanceof CloudCallError && error.cause instanceof UpstreamHTTPError) console.log(error.cause.status, error.cause.detail);
   }
+  const spread = new RoutedChat(router, { endpoints: { "phone-3b": new LocalModel(async () => "local"),
+    frontier: new Endpoint({ baseUrl: "https://api.example.com/v1", model: "big-model" }) },
+  specs: { "phone-3b": { where: "device", context_tokens: 4096 } } });
+  const answered = await spread.create(messages, { metadata: { user: "ana" } });
+  console.log(answered.routing.tried.map((t) => t.label()), answered.routing.expected_cost, spread.endpoints["phone-3b"], spread.edge);
   await router.close();
 }
 void main;

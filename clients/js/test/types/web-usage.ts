@@ -10,5 +10,8 @@ async function page(): Promise<void> {
     cloud: new Endpoint({ baseUrl: "https://my-backend.example/v1", model: "big-model" }) });
   const stream = await chat.create([{ role: "user", content: "Bonjour" }], { stream: true });
   for await (const chunk of stream) console.log(chunk.choices?.[0]?.delta?.content, stream.routing.served_by);
+  const run = await router.execute("Bonjour", { "phone-3b": (p) => p, frontier: async (p, { signal }) => (signal.aborted ? "" : p) },
+    { timeoutsMs: { "phone-3b": 2000 } });
+  console.log(run.tried.map((t) => t.label()), run.served_by);
 }
 void page;
