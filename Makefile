@@ -92,9 +92,9 @@ ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --default-artifact-root $(MLRUNS)/artifacts --host 127.0.0.1 --port $(PORT)
 
 # The SDK's speed (pipelines/bench.py); AGAINST=<commit>: route() p50 of this SDK and the one at <commit>, from git,
-# interleaved in rounds in one run, without and with a 20-rule policy (pipelines/bench_versions.py; bench/versions.json).
+# interleaved in rounds in one run, without and with a 20-rule policy (bench/versions.json).
 bench: $(STAMP)
-	$(if $(AGAINST),$(BIN)/python -m pipelines.bench_versions $(BUNDLE) $(AGAINST),$(BIN)/python -m pipelines.bench --bundle $(BUNDLE))
+	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE) $(if $(AGAINST),--against $(AGAINST))
 
 # The routing proxy under load on loopback: added latency over calling the stub directly; writes bench/proxy_load.json.
 loadtest: $(STAMP)
@@ -184,6 +184,8 @@ JS_ENDPOINT_BUNDLE  ?= artifacts/js/endpoint-bundle
 JS_ENDPOINT_VECTORS ?= artifacts/js/endpoint-vectors.json
 # clients/js/scripts/policy_vectors.py: the Python SDK's policy layer on both bundles (clients/js/test/policy-parity.test.js)
 JS_POLICY_VECTORS   ?= artifacts/js/policy-vectors.json
+# clients/js/scripts/execute_vectors.py: the Python SDK's execute outcomes on scripted endpoints (clients/js/test/execute-parity.test.js)
+JS_EXECUTE_VECTORS  ?= artifacts/js/execute-vectors.json
 $(JS_ENDPOINT_BUNDLE)/manifest.json: | $(STAMP)
 	$(BIN)/python -m pipelines.endpoints --n 3000 --folds 3 --out artifacts/js/endpoint-report --bundle $(JS_ENDPOINT_BUNDLE)
 
@@ -194,12 +196,13 @@ test-js: $(STAMP) system-packages $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDL
 	$(BIN)/python -m pipelines.vectors --bundle $(JS_BUNDLE) --out $(JS_VECTORS)
 	$(BIN)/python clients/js/scripts/endpoint_vectors.py --bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_ENDPOINT_VECTORS)
 	$(BIN)/python clients/js/scripts/policy_vectors.py --bundle $(JS_BUNDLE) --endpoint-bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_POLICY_VECTORS)
+	$(BIN)/python clients/js/scripts/execute_vectors.py --out $(JS_EXECUTE_VECTORS)
 	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
 		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) \
-		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) npm test
+		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) ROUTER_EXECUTE_VECTORS=$(abspath $(JS_EXECUTE_VECTORS)) npm test
 	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
 		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) \
-		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) npm run test:browser
+		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) ROUTER_EXECUTE_VECTORS=$(abspath $(JS_EXECUTE_VECTORS)) npm run test:browser
 
 # The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at
 # pipelines/bench.py's ~16- and ~128-token prompts next to the Python SDK's on the same prompts in the same run, load

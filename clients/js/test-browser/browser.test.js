@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { test } from "node:test";
 import { PACKAGE, fileUnder, serveStatic } from "../demo/serve.mjs";
-import { BUNDLE, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, POLICY_VECTORS, VECTORS, endpointVectors, policyVectors, vectors } from "../test/fixtures.js";
+import { BUNDLE, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, EXECUTE_VECTORS, POLICY_VECTORS, VECTORS, endpointVectors, executeVectors, policyVectors,
+  vectors } from "../test/fixtures.js";
 import { launchChromium } from "./chromium.js";
 
 /** The file a URL path names: the package (/pkg/), the bundle (/bundle/), the bundle with its
@@ -17,6 +18,7 @@ function fileFor(urlPath) {
   if (root === "vectors.json") return VECTORS;
   if (root === "endpoint-vectors.json") return ENDPOINT_VECTORS;
   if (root === "policy-vectors.json") return POLICY_VECTORS;
+  if (root === "execute-vectors.json") return EXECUTE_VECTORS;
   if (root === "endpoints" && /^[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(ENDPOINT_BUNDLE, rest[1]);
   if (root === "page.html") return path.join(PACKAGE, "test-browser/page.html");
   if (root === "pkg") return fileUnder(PACKAGE, name);
@@ -32,6 +34,37 @@ function serve(onResult) {
         let body = "";
         request.on("data", (chunk) => { body += chunk; });
         request.on("end", () => { response.end("ok"); onResult(JSON.parse(body)); });
+        return true;
+      }
+      // page.js nEndpointChat: /v1/<behaviour>/<endpoint>/chat/completions answers, fails (503) or, streamed, never gives a first token
+      const routed = /^\/v1\/(answer|fail|silent)\/([A-Za-z0-9._:-]+)\/chat\/completions$/.exec(url.pathname);
+      if (request.method === "POST" && routed) {
+        let body = "";
+        request.on("data", (chunk) => { body += chunk; });
+        request.on("end", () => {
+          const [, behaviour, name] = routed;
+          const stream = JSON.parse(body).stream === true;
+          const event = (delta, finish = null) =>
+            `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+          if (behaviour === "fail") {
+            response.writeHead(503, { "content-type": "application/json" });
+            response.end('{"error": {"message": "overloaded"}}');
+          } else if (behaviour === "silent" && stream) {
+            response.writeHead(200, { "content-type": "text/event-stream" });
+            response.write(event({ role: "assistant" }));  // and nothing more: the client gives up at firstTokenTimeoutMs
+            setTimeout(() => response.end(), 3000);
+          } else if (behaviour === "silent") {
+            response.writeHead(500, { "content-type": "application/json" });
+            response.end('{"error": {"message": "down"}}');
+          } else if (stream) {
+            response.writeHead(200, { "content-type": "text/event-stream" });
+            response.end(event({ content: `answer from ${name}` }) + event({}, "stop") + "data: [DONE]\n\n");
+          } else {
+            response.writeHead(200, { "content-type": "application/json" });
+            response.end(JSON.stringify({ id: "c", object: "chat.completion", choices: [{ index: 0,
+              message: { role: "assistant", content: `answer from ${name}` }, finish_reason: "stop" }] }));
+          }
+        });
         return true;
       }
       if (request.method === "POST" && url.pathname === "/v1/chat/completions") {  // page.js streamRedaction
@@ -68,6 +101,7 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
   vectors();  // fails early, saying how to make them, when they are missing
   endpointVectors();
   policyVectors();
+  executeVectors();
   let resolveResult;
   const result = new Promise((resolve) => { resolveResult = resolve; });
   const browser = await launchChromium();  // first: without a Chromium, nothing is left open
@@ -109,6 +143,16 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
     assert.deepEqual(policy.mismatches, []);
     assert.equal(policy.decisions + policy.errors, total);
     assert.equal(policy.detectorMismatches, 0);
+    const { executions } = summary;
+    console.log(`browser: execute parity: ${executions.scenarios} scenarios (${JSON.stringify(executions.kinds)}, ${executions.timeouts} with a timeout)`);
+    assert.deepEqual(executions.mismatches, []);
+    assert.equal(executions.scenarios, executeVectors().scenarios.length);
+    const { nChat } = summary;
+    const [first, second, third] = nChat.cascade;
+    assert.deepEqual([nChat.served, nChat.text], [third, `answer from ${third}`]);
+    assert.deepEqual(nChat.tried, [`${first}=error:UpstreamHTTPError`, `${second}=error:UpstreamHTTPError`, `${third}=served`]);
+    assert.deepEqual([nChat.streamServed, nChat.streamText], [third, `answer from ${third}`]);
+    assert.deepEqual(nChat.streamTried, [`${first}=error:UpstreamHTTPError`, `${second}=timeout`, `${third}=served`]);
     const { streamRedaction } = summary;
     assert.deepEqual(streamRedaction.texts, Array(streamRedaction.cuts).fill("your key is [redacted]"),
       "a key split across two stream chunks at any point reads [redacted] in the joined text (the web build)");

@@ -4,6 +4,10 @@
 import * as ort from "onnxruntime-web";
 import { Endpoint, Needs, NoFeasibleEndpoint, PolicySet, RoutedChat, Router, RuleRouter, detect } from "/pkg/src/web.js";
 import { replayScenarios } from "/pkg/test/shared/policy-parity.js";
+import { replayExecutions } from "/pkg/test/shared/execute-parity.js";
+import { errorClass, execute } from "/pkg/src/execute.js";
+import { decisionOf } from "/pkg/src/decision.js";
+import { parseEndpoints } from "/pkg/src/endpoints.js";
 
 ort.env.wasm.wasmPaths = "/pkg/node_modules/onnxruntime-web/dist/";
 ort.env.wasm.numThreads = 1;
@@ -78,6 +82,9 @@ async function run() {
   summary.endpoints = await endpointParity();
   summary.streamRedaction = await streamRedaction(router);
   summary.policy = await policyParity();
+  summary.executions = await replayExecutions(await (await fetch("/execute-vectors.json")).json(),
+    { execute, errorClass, decisionOf, parseEndpoints });
+  summary.nChat = await nEndpointChat();
   return summary;
 }
 
@@ -97,6 +104,27 @@ async function streamRedaction(router) {
     texts.push(text);
   }
   return { cuts: key.length + 1, texts };
+}
+
+/** RoutedChat over N endpoints (the web build's fetch): four endpoints at /v1/<name>/, the first two of
+ * a cascade failing (HTTP 503, then a stream that never gives its first token); the third serves. */
+async function nEndpointChat() {
+  const router = await Router.load(`${location.origin}/endpoints/0/`, { strict: true });
+  const names = router.endpointNames;
+  const vectors = await (await fetch("/endpoint-vectors.json")).json();
+  const row = vectors.decisions.find((d) => d.variant === 0 && d.precision === null && !d.error && d.decision.cascade.length >= 3);
+  const prompt = vectors.cases[row.case].prompt;
+  const cascade = (await router.route(prompt)).cascade;
+  const behaviour = { [cascade[0]]: "fail", [cascade[1]]: "silent" };
+  const chat = new RoutedChat(router, { endpoints: Object.fromEntries(names.map((n) => [n, new Endpoint({
+    baseUrl: `${location.origin}/v1/${behaviour[n] ?? "answer"}/${n}`, model: `${n}-model`, firstTokenTimeoutMs: 300 })])) });
+  const messages = [{ role: "user", content: prompt }];
+  const completion = await chat.create(messages);
+  const stream = await chat.create(messages, { stream: true });
+  let text = "";
+  for await (const c of stream) text += c.choices[0]?.delta?.content ?? "";
+  return { cascade, served: completion.routing.served_by, tried: completion.routing.tried.map((t) => t.label()), text: completion.text,
+    streamServed: stream.routing.served_by, streamTried: stream.routing.tried.map((t) => t.label()), streamText: text };
 }
 
 /** The policy vectors (scripts/policy_vectors.py) on the two bundles, and the detectors' findings. */

@@ -87,3 +87,18 @@ export function policyVectors() {
   policyCached ??= JSON.parse(fs.readFileSync(POLICY_VECTORS, "utf8"));
   return policyCached;
 }
+
+// The Python SDK's execute outcomes on scripted endpoint behaviours (scripts/execute_vectors.py):
+// ROUTER_EXECUTE_VECTORS, else what `make test-js` writes.
+export const EXECUTE_VECTORS = process.env.ROUTER_EXECUTE_VECTORS || path.join(REPO, "artifacts/js/execute-vectors.json");
+
+let executeCached;
+/** The execute vectors document, read once per test file; a missing file fails with the command. */
+export function executeVectors() {
+  if (!fs.existsSync(EXECUTE_VECTORS)) {
+    throw new Error(`no execute vectors at ${EXECUTE_VECTORS}: run \`make test-js\` from the repository root (or set ` +
+      "ROUTER_EXECUTE_VECTORS; clients/js/scripts/execute_vectors.py --out FILE writes them)");
+  }
+  executeCached ??= JSON.parse(fs.readFileSync(EXECUTE_VECTORS, "utf8"));
+  return executeCached;
+}
