@@ -61,8 +61,8 @@ class HeldOut:
 
 
 def _decide(chooser: Chooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
-    from serving.chooser import Scores
     from serving.request import Request
+    from serving.scorer import Scores
 
     request = Request(fold.prompts[i], fold.precisions[i], metadata)
     return chooser.decisions([request], Scores([fold.n_tokens[i]], expected=fold.expected[i : i + 1]), policy)[0]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from serving.policy.rules import PolicySet, Rule, Verdict
     from serving.request import Request
     from serving.rules import RuleRouter
+    from serving.scorer import Scores
 
     Lacking = Mapping[str, tuple[str, ...]]  # endpoint -> the needed capabilities it lacks
 
@@ -205,27 +206,6 @@ def _needs_anything(requests: Sequence[Request]) -> bool:
         if request.needs is not None or request.capabilities is not None:
             return True
     return False
-
-
-class Scores:
-    """What a bundle's graph said of a batch: token counts, and either one score per prompt with
-    its heads (a two-endpoint bundle) or each endpoint's expected quality (an N-endpoint one);
-    `note` says why scoring failed (degraded: the rule table, or price order, decides)."""
-
-    __slots__ = ("n_tokens", "scores", "heads", "novelty", "expected", "note")
-
-    def __init__(
-        self,
-        n_tokens: Sequence[float],
-        *,
-        scores: Sequence[float] | None = None,
-        heads: Sequence[tuple[float, ...]] | None = None,
-        novelty: Sequence[float] | None = None,
-        expected: NDArray[np.float64] | None = None,
-        note: str | None = None,
-    ) -> None:
-        self.n_tokens, self.scores, self.heads, self.novelty = n_tokens, scores, heads, novelty
-        self.expected, self.note = expected, note
 
 
 class Bands:

@@ -8,12 +8,13 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from serving.chooser import Bands, Choice, Chooser, Scores
+from serving.chooser import Bands, Choice, Chooser
 from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.decision import Decision
 from serving.endpoints import two_endpoints
 from serving.manifest import Manifest
 from serving.rules import RuleRouter
+from serving.scorer import Scores
 
 if TYPE_CHECKING:
     from serving.acceptance import Acceptor
@@ -90,11 +91,7 @@ class Routing:
             return Scores([self._rules.count_tokens(p) for p in prompts], note=f"degraded: {self.degraded_reason}")
         precisions = [r.precision for r in requests]
         try:
-            if self.manifest is not None and self.manifest.endpoints is not None:
-                expected, n_tokens = scorer.expected(prompts, precisions)
-                return Scores(n_tokens, expected=expected)
-            scores, n_tokens, heads, novelty = scorer.score_batch(prompts, precisions)
-            return Scores(n_tokens, scores=scores, heads=heads, novelty=novelty)
+            return scorer.score(prompts, precisions)
         except Exception as exc:  # the host app must never see a scoring failure
             log.warning("scoring failed, the bundle's fallback decides: %r", exc)
             counts = [self._rules.count_tokens(p) for p in prompts]

@@ -39,6 +39,27 @@ if TYPE_CHECKING:
     RunModel: TypeAlias = Callable[[list[str], dict[str, NDArray[Any]], None], list[NDArray[Any]]]
 
 
+class Scores:
+    """What a bundle's graph said of a batch: token counts, and either one score per prompt with
+    its heads (a two-endpoint bundle) or each endpoint's expected quality (an N-endpoint one);
+    `note` says why scoring failed (degraded: the rule table, or price order, decides)."""
+
+    __slots__ = ("n_tokens", "scores", "heads", "novelty", "expected", "note")
+
+    def __init__(
+        self,
+        n_tokens: Sequence[float],
+        *,
+        scores: Sequence[float] | None = None,
+        heads: Sequence[tuple[float, ...]] | None = None,
+        novelty: Sequence[float] | None = None,
+        expected: NDArray[np.float64] | None = None,
+        note: str | None = None,
+    ) -> None:
+        self.n_tokens, self.scores, self.heads, self.novelty = n_tokens, scores, heads, novelty
+        self.expected, self.note = expected, note
+
+
 class Scorer:
     """Everything a bundle needs to turn prompts into routing scores, head probabilities and
     novelty. Built from a verified Bundle: every file comes from its checked bytes, none from disk."""
@@ -73,7 +94,8 @@ class Scorer:
         # Platt calibration is folded into the trees (training.export); others are applied here.
         score = self.manifest.score
         self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
-        if score.kind == ENDPOINTS_KIND:
+        self.endpoints = score.kind == ENDPOINTS_KIND  # one output: every endpoint's expected quality
+        if self.endpoints:
             self._check_endpoint_graph()
         self.calibrators: list[Callable[[float], float]] = [
             float if self.calibration[h].get("in_model") else calibrator(self.calibration[h]) for h in score.heads
@@ -147,6 +169,15 @@ class Scorer:
         from serving.bundle import read_bundle
 
         return cls(read_bundle(folder), threads=threads)
+
+    def score(self, prompts: Sequence[str], precisions: Sequence[str | None]) -> Scores:
+        """What the graph says of the prompts, in one model call: each endpoint's expected quality
+        (an endpoints graph), else a score per prompt with its heads and novelty."""
+        if self.endpoints:
+            expected, n_tokens = self.expected(prompts, precisions)
+            return Scores(n_tokens, expected=expected)
+        scores, n_tokens, heads, novelty = self.score_batch(prompts, precisions)
+        return Scores(n_tokens, scores=scores, heads=heads, novelty=novelty)
 
     def score_batch(
         self, prompts: Sequence[str], precisions: Sequence[str | None]

@@ -23,11 +23,12 @@ import serving.chat
 import serving.chat.endpoint
 from serving import Endpoint, Price, Router
 from serving.chat import RoutedChat
-from serving.chooser import Choice, Chooser, Scores
+from serving.chooser import Choice, Chooser
 from serving.endpoint_choice import call_costs
 from serving.endpoints import Capabilities, Endpoints, EndpointSpecError, load_endpoints, parse_endpoints
 from serving.manifest import EndpointsSection, ManifestError
 from serving.proxy.config import ConfigError, ProxyConfig
+from serving.scorer import Scores
 from serving.testing import Behaviour, StubUpstream
 from tests.endpoint_doubles import ORDER, SPECS, cascade_router
 from tests.test_endpoint_bundle import HARD, TOPICS

@@ -16,7 +16,7 @@ import pytest
 import serving.language as language
 from pipelines.language_eval import DATA, UNKNOWN, at_floor, detections, read_labelled, scores
 from serving.capabilities import Needs, rule_name, with_language
-from serving.chooser import Choice, Chooser, Scores
+from serving.chooser import Choice, Chooser
 from serving.endpoints import Capabilities, parse_endpoints
 from serving.execute import execute, tried_text
 from serving.language import CONFIDENCE_FLOOR, LanguageDetector, LanguageDetectorMissing, serves
@@ -24,6 +24,7 @@ from serving.manifest import EndpointsSection
 from serving.policy import FallbackForbidden, NoFeasibleEndpoint
 from serving.request import Request
 from serving.router import Router
+from serving.scorer import Scores
 from tests.test_endpoint_bundle import NAMES as BUNDLE_NAMES
 from tests.test_endpoint_bundle import trained  # noqa: F401  (the N-endpoint bundle fixture)
 

@@ -125,7 +125,8 @@ def test_the_proxy_refuses_upstreams_that_do_not_match_the_bundle(router, upstre
     assert "lack frontier" in partial.bundle_mismatch(NAMES)
     two = ProxyConfig(bundle="b", edge=Endpoint("http://h/v1", "e"), cloud=Endpoint("http://h/v1", "c"))
     assert "routes among phone-3b, onprem-8b, cloud-mid, frontier" in two.bundle_mismatch(NAMES)
-    assert two.bundle_mismatch(None) is None and "routes between edge and cloud" in config.bundle_mismatch(None)
+    assert two.bundle_mismatch(("edge", "cloud")) is None
+    assert "routes between edge and cloud" in config.bundle_mismatch(("edge", "cloud"))
     assert isinstance(config.chat_options()["endpoints"]["frontier"], Endpoint)
 
 

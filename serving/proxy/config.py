@@ -211,12 +211,12 @@ class ProxyConfig:
         assert self.edge is not None and self.cloud is not None  # __post_init__ checked it
         return {"edge": self.edge, "cloud": self.cloud}
 
-    def bundle_mismatch(self, bundle_endpoints: tuple[str, ...] | None) -> str | None:
-        """Why these upstreams cannot serve a bundle's decisions, or None: an N-endpoint bundle
-        (`bundle_endpoints`, its names) needs an upstream for each of its endpoints and no other;
-        a two-endpoint bundle (None; the rule table too) needs "edge" and "cloud"."""
+    def bundle_mismatch(self, bundle_endpoints: tuple[str, ...]) -> str | None:
+        """Why these upstreams cannot serve a bundle's decisions, or None: the bundle (its endpoint
+        names: edge and cloud for a two-endpoint bundle and the rule table) needs an upstream for
+        each of its endpoints and no other."""
         names = tuple(self.upstreams)
-        if bundle_endpoints is None:
+        if set(bundle_endpoints) == {"edge", "cloud"}:
             if set(names) != {"edge", "cloud"}:
                 return (
                     f"the bundle routes between edge and cloud, and the upstreams are {', '.join(names)}: "

@@ -116,8 +116,7 @@ def serve(config: ProxyConfig) -> int:
     except (OSError, BundleError, PolicyFileError) as exc:
         log.error("cannot start: %s", exc)
         return 1
-    section = router.manifest.endpoints if router.manifest is not None else None
-    mismatch = config.bundle_mismatch(section.names if section is not None else None)
+    mismatch = config.bundle_mismatch(router.endpoint_names)
     if mismatch is not None:
         sock.close()
         log.error("cannot start: %s", mismatch)

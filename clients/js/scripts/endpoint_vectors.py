@@ -141,7 +141,7 @@ def main() -> None:
     from pipelines.vectors import checked_round_trip, fuzz_cases, hard_cases
     from serving import Router
     from serving.bundle import read_bundle
-    from serving.chooser import Scores
+    from serving.scorer import Scores
     from serving.request import Request
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
