@@ -35,6 +35,8 @@ export const ENDPOINT_KEYS = Object.freeze(["name", "where", "price", "latency_m
 /** How an endpoint is called, in a spec file (never in a manifest; never the key itself). */
 export const CALL_KEYS = Object.freeze(["base_url", "model", "timeout_s", "connect_timeout_s", "first_token_timeout_s",
   "max_response_bytes", "headers", "params"]);
+/** What a decision reads of a spec: filled from another where this one declares none (filledFrom). */
+export const DECISION_FIELDS = Object.freeze(["where", "price", "latency_ms", "context_tokens", "capabilities", "prefill_tokens_per_s"]);
 export const FILE_KEYS = Object.freeze(["endpoints", "description"]);
 export const MAX_ENDPOINTS = 64;
 /** An endpoint name: written to logs and headers as is, a short code. */
@@ -156,6 +158,15 @@ export class EndpointSpec {
     if (caps === null) return true;
     if ((images && !caps.images) || (tools && !caps.tools) || (json && !caps.json)) return false;
     return language === null || caps.languages === null || caps.languages.includes(language.toLowerCase());
+  }
+
+  /** This spec with each decision field it does not declare (null) taken from `other` (the bundle's
+   * spec of the same endpoint, say; serving.endpoints.Endpoint.filled_from); itself when nothing is missing. */
+  filledFrom(other) {
+    if (other === null || other === undefined) return this;
+    const missing = DECISION_FIELDS.filter((key) => this[key] === null && other[key] !== null && other[key] !== undefined);
+    if (!missing.length) return this;
+    return new EndpointSpec({ ...this, ...Object.fromEntries(missing.map((key) => [key, other[key]])) });
   }
 
   asDict() {

@@ -674,6 +674,8 @@ export class EndpointSpec {
   cost(inputTokens: number, outputTokens?: number): number | null;
   fits(inputTokens: number): boolean;
   supports(needs?: { images?: boolean; tools?: boolean; json?: boolean; language?: string | null }): boolean;
+  /** this spec with each field it does not declare (null) taken from `other` */
+  filledFrom(other: EndpointSpec | null | undefined): EndpointSpec;
   asDict(): Record<string, unknown>;
 }
 

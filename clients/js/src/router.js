@@ -264,8 +264,10 @@ export class BaseRouter {
     const [decision] = await routing.decideAll([prompt], [tag], decideOptions);
     const check = accept === "learned" ? routing.learnedAccept(prompt) : accept;
     const chooser = routing.chooser;
-    const bundle = chooser ? chooser.endpoints : twoEndpointSpecs(routing.edgeContextTokens);
-    return execute(decision, prompt, { endpoints: calls, specs: given ?? bundle, timeoutsMs, edgeTimeoutMs, accept: check,
+    const bundle = new Map((chooser ? chooser.endpoints : twoEndpointSpecs(routing.edgeContextTokens)).map((e) => [e.name, e]));
+    // each given spec's context limit, price and place, the bundle's where it declares none
+    const specsRun = given === null ? bundle : new Map([...given].map(([name, spec]) => [name, spec.filledFrom(bundle.get(name))]));
+    return execute(decision, prompt, { endpoints: calls, specs: specsRun, timeoutsMs, edgeTimeoutMs, accept: check,
       verifyEdgeZone, outputTokens: chooser ? chooser.section.outputTokens : 0, signal });
   }
 

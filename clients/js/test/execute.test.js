@@ -408,6 +408,18 @@ describe("Router.execute on an N-endpoint bundle", () => {
     assert.equal(run.fallback_reason, `left ${d.cascade[0]}=context: prompt of ~${d.n_tokens} tokens exceeds the context limit of 1`);
   });
 
+  test("a spec given with only some fields takes the rest from the bundle's (Python's filled_from)", async () => {
+    const prompt = promptWith(2);
+    const d = await router.route(prompt);
+    const run = await router.execute(prompt, calls(names()).endpoints, { specs: { [d.cascade[0]]: { context_tokens: 10 ** 6 } },
+      accept: () => false });
+    assert.equal(triedText(run.tried), `${d.cascade[0]}=rejected,${d.cascade[1]}=served`);
+    const bundled = router.manifest.endpoints.spec.get(d.cascade[0]);
+    assert.equal(run.tried[0].cost, bundled.callCost(d.n_tokens, router.manifest.endpoints.outputTokens), "its price is the bundle's");
+    assert.equal(run.tried[1].cost, null, "an endpoint whose spec was not given has none, as in Python");
+    assert.equal(run.expected_cost, null);
+  });
+
   test("a forbidden endpoint is never called; when the others fail, FallbackForbidden names the rule", async () => {
     const prompt = promptWith(2);
     const d = await router.route(prompt);
