@@ -17,14 +17,20 @@ inputs instead (data.schema.TOKENS; training.token_rows).
 Unparsable lines, records of an unknown type, a request id logged twice and feedback for a
 request the folder does not hold are rejects with their file, line and reason.
 
-A request an N-endpoint bundle routed (its record names the chosen `endpoint`) becomes an
-N-endpoint row instead (data.endpoint_logs, what `make endpoints --data` reads): `outcomes`
-{endpoint: quality} from the endpoints that failed or timed out (0) and from feedback `outcomes`
-(later over earlier, per endpoint), `routed_to` the endpoint chosen and `propensity`. Feedback
-that does not fit its request (edge_quality for an N-endpoint request, outcomes for a two-endpoint
-one, an endpoint its bundle does not have, a quality outside [0, 1]) and a shadow record for an
-N-endpoint request are rejects at their own line; the request's row stands on the rest. An
-N-endpoint request logged without its text is a reject: N-endpoint training reads prompts.
+Every request record names the endpoint run first (`endpoint`), its bundle's `endpoints`, the
+`cascade`, what was `tried` and the observed failures (`outcomes`), whatever the bundle; records
+are told apart by their `endpoints`. One routed between edge and cloud (`endpoints` edge, cloud; or
+naming no endpoint: written before every record did) becomes the two-endpoint row above, read from
+its edge_quality / cloud_quality and `target` as ever (its `outcomes` repeat what they say, and a
+failed cloud call is not read as a cloud outcome, so the rows are what they were); feedback
+`outcomes` {edge, cloud} for it is read as edge_quality / cloud_quality. A request an N-endpoint
+bundle routed (any other `endpoints`) becomes an N-endpoint row instead (data.endpoint_logs, what
+`make endpoints --data` reads): `outcomes` {endpoint: quality} from the endpoints that failed or
+timed out (0) and from feedback `outcomes` (later over earlier, per endpoint), `routed_to` the
+endpoint chosen and `propensity`. Feedback that does not fit its request (edge_quality for an
+N-endpoint request, an endpoint its bundle does not have, a quality outside [0, 1]) and a shadow
+record for an N-endpoint request are rejects at their own line; the request's row stands on the
+rest. An N-endpoint request logged without its text is a reject: N-endpoint training reads prompts.
 
 Every record whose shape is not the SDK's is a reject at its own line, with the reason, and the read
 goes on: a request whose `endpoint` / `endpoints` / `outcomes` are not a name, a list of names and an
@@ -108,17 +114,28 @@ def _names(names: list[str]) -> str:
     return ", ".join(map(_name, names[:20])) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
 
 
+TWO_ENDPOINTS = ["edge", "cloud"]  # a record's `endpoints` when a two-endpoint bundle (or the rule table) routed it
+
+
+def _names_endpoints(request: dict) -> bool:
+    """Whether the record names its endpoint and its bundle's endpoints: every record since every
+    bundle's record did, and an N-endpoint bundle's before; not a two-endpoint record from before."""
+    return request.get("endpoint") is not None or request.get("endpoints") is not None
+
+
 def _n_endpoint(request: dict) -> bool:
-    """Whether an N-endpoint bundle routed the request (its record names the chosen `endpoint`)."""
-    return request.get("endpoint") is not None
+    """Whether an N-endpoint bundle routed the request: its record's `endpoints` are not edge and
+    cloud (records before every bundle's record named its endpoints: it names the chosen `endpoint`)."""
+    return _names_endpoints(request) and request.get("endpoints") != TWO_ENDPOINTS
 
 
 def _request_problem(request: dict) -> str | None:
-    """Why a request record is not of the shape the SDK writes, or None. An N-endpoint one names the
-    chosen `endpoint` among its bundle's `endpoints` and the observed failures as `outcomes`."""
-    if not _n_endpoint(request):
+    """Why a request record is not of the shape the SDK writes, or None. A record that names its
+    endpoints names the chosen `endpoint` among its bundle's `endpoints` and the observed failures as
+    `outcomes`."""
+    if not _names_endpoints(request):
         return None
-    endpoint, names, logged = request["endpoint"], request.get("endpoints"), request.get("outcomes")
+    endpoint, names, logged = request.get("endpoint"), request.get("endpoints"), request.get("outcomes")
     if not isinstance(endpoint, str) or not endpoint:
         return f"endpoint must be the chosen endpoint's name, got {_shown(endpoint)}"
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
@@ -130,29 +147,9 @@ def _request_problem(request: dict) -> str | None:
     return None
 
 
-def _mismatch(record: dict, request: dict) -> str | None:
-    """Why a feedback or shadow record cannot apply to its request, or None. N-endpoint requests take
-    feedback `outcomes` for their bundle's endpoints, qualities in [0, 1]; two-endpoint ones take
-    edge_quality / cloud_quality; no N-endpoint request is shadowed; a shadow record names its side."""
-    request_id, kind = _name(record["request_id"]), record["type"]
-    if not _n_endpoint(request):
-        if kind == "feedback" and record.get("outcomes") is not None:
-            return (
-                f"feedback gives outcomes for request_id {request_id}, which was routed between edge and cloud "
-                "(its feedback is edge_quality / cloud_quality)"
-            )
-        if kind == "shadow" and record.get("side") not in ("edge", "cloud"):
-            return f"shadow record's side must be edge or cloud, got {_shown(record.get('side'))}"
-        return None
-    names = request["endpoints"]  # a list of names (_request_problem)
-    if kind == "shadow":
-        return f"shadow record for request_id {request_id}, which an N-endpoint bundle routed (never shadowed)"
-    outcomes = record.get("outcomes")
-    if outcomes is None:
-        return (
-            f"feedback gives edge_quality / cloud_quality for request_id {request_id}, which was routed among "
-            f"{_names(names)}: N-endpoint feedback is outcomes {{endpoint: quality}}"
-        )
+def _outcomes_problem(record: dict, names: list[str], request_id: str) -> str | None:
+    """Why a feedback record's `outcomes` do not fit a request routed among `names`, or None."""
+    outcomes = record["outcomes"]
     if not isinstance(outcomes, dict) or not outcomes:
         return f"feedback outcomes must be a non-empty object {{endpoint: quality}}, got {_shown(outcomes)}"
     for name, quality in outcomes.items():
@@ -164,6 +161,29 @@ def _mismatch(record: dict, request: dict) -> str | None:
         if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0.0 <= quality <= 1.0:
             return f"feedback outcomes.{_name(name)} is not a quality in [0, 1]: {_shown(quality)}"
     return None
+
+
+def _mismatch(record: dict, request: dict) -> str | None:
+    """Why a feedback or shadow record cannot apply to its request, or None. Feedback `outcomes` name
+    the endpoints of the bundle that routed it, qualities in [0, 1] (a two-endpoint request's: edge
+    and cloud, read as edge_quality / cloud_quality); N-endpoint requests take no edge_quality /
+    cloud_quality; no N-endpoint request is shadowed; a shadow record names its side."""
+    request_id, kind = _name(record["request_id"]), record["type"]
+    if not _n_endpoint(request):
+        if kind == "feedback" and record.get("outcomes") is not None:
+            return _outcomes_problem(record, TWO_ENDPOINTS, request_id)
+        if kind == "shadow" and record.get("side") not in ("edge", "cloud"):
+            return f"shadow record's side must be edge or cloud, got {_shown(record.get('side'))}"
+        return None
+    names = request["endpoints"]  # a list of names (_request_problem)
+    if kind == "shadow":
+        return f"shadow record for request_id {request_id}, which an N-endpoint bundle routed (never shadowed)"
+    if record.get("outcomes") is None:
+        return (
+            f"feedback gives edge_quality / cloud_quality for request_id {request_id}, which was routed among "
+            f"{_names(names)}: N-endpoint feedback is outcomes {{endpoint: quality}}"
+        )
+    return _outcomes_problem(record, names, request_id)
 
 
 def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
@@ -220,6 +240,8 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
             rejects.append(Reject(file, location, problem))
         elif _n_endpoint(request):
             outcomes[request_id].update(record["outcomes"])  # later feedback over earlier, per endpoint
+        elif record["type"] == "feedback" and record.get("outcomes") is not None:  # {edge, cloud}: the two qualities
+            _apply(outcomes[request_id], record["outcomes"], ("edge", "cloud"))
         elif record["type"] == "feedback":
             _apply(outcomes[request_id], record, ("edge_quality", "cloud_quality"))
         else:

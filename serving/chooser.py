@@ -96,9 +96,6 @@ class Chooser:
         self.names = tuple(e.name for e in self.endpoints)
         self.on_device = tuple(e.where == "device" for e in self.endpoints)
         self.rule = rule
-        # Decided by zones (Bands: the endpoints edge and cloud): exploration flips the zone and the
-        # outcome records speak of edge and cloud (serving.traffic); else by endpoint.
-        self.zoned = isinstance(rule, Bands)
         self.model_version, self.max_chars = model_version, max_chars
         self.capabilities: dict[str, Capabilities | None] = {e.name: e.capabilities for e in self.endpoints}
         # Each request's language is read only when an endpoint declares languages (serving.language).

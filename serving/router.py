@@ -348,8 +348,9 @@ class Router:
     ) -> bool:
         """Record a later outcome of an executed request (a rating, a downstream check, a judge's
         score; qualities in [0, 1]); training joins it to the request. False without a log.
-        outcomes: {endpoint: quality}, the N-endpoint spelling (an N-endpoint bundle takes only it,
-        naming its endpoints; a two-endpoint router takes {"edge": ..., "cloud": ...} too).
+        outcomes: {endpoint: quality}, naming the bundle's endpoints, for every bundle (an N-endpoint
+        bundle takes only it; a two-endpoint router takes edge_quality / cloud_quality too, and writes
+        {"edge": ..., "cloud": ...} as them).
         ValueError for a missing id, a quality outside [0, 1], an endpoint the current bundle does
         not have, or outcomes given with edge_quality / cloud_quality."""
         return self._traffic.feedback(
@@ -357,7 +358,7 @@ class Router:
             edge_quality=edge_quality,
             cloud_quality=cloud_quality,
             outcomes=outcomes,
-            endpoints=None if self._routing.chooser.zoned else self._routing.endpoint_names,
+            endpoints=self._routing.endpoint_names,
             source=source,
         )
 

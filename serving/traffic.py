@@ -28,6 +28,12 @@ again), explore_rate / k for each other; `explored` is true when it is not the d
 (a forced endpoint, one capable endpoint) is propensity 1, never explored.
 `router.feedback(request_id, outcomes={endpoint: quality})` gives any endpoint's outcome
 (docs/endpoints.md#from-your-traffic-to-n-endpoint-training-rows).
+
+Every request record has one shape, whatever the bundle: `endpoint` (run first), `endpoints` (the
+bundle's), `cascade`, `tried` and `outcomes` (the observed failures), beside what a two-endpoint
+record always held (zone, target, edge_quality / cloud_quality: what readers of two-endpoint logs
+read, data.sdk_logs among them); the served answer is `edge_response` / `cloud_response` from the
+endpoints named edge and cloud, else `response`.
 """
 
 from __future__ import annotations
@@ -165,25 +171,27 @@ class Traffic:
         edge_quality: float | None = None,
         cloud_quality: float | None = None,
         outcomes: Mapping[str, float] | None = None,
-        endpoints: tuple[str, ...] | None = None,
+        endpoints: tuple[str, ...] = (EDGE, CLOUD),
         source: str | None = None,
     ) -> bool:
         """Append a later outcome for a request; False when there is no log or it dropped the record.
-        `outcomes` ({endpoint: quality}) instead of edge_quality / cloud_quality: for an N-endpoint
-        bundle (`endpoints`, its names) a feedback record with `outcomes`; for two endpoints (None),
-        the other spelling of edge_quality / cloud_quality, written as they are. ValueError for bad input."""
+        `outcomes` ({endpoint: quality}, naming the router's `endpoints`), for every bundle: a feedback
+        record with `outcomes`; for the endpoints edge and cloud, the other spelling of edge_quality /
+        cloud_quality, written as they are (what readers of two-endpoint logs read), which only they
+        take. ValueError for bad input."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
+        two = tuple(endpoints) == (EDGE, CLOUD)
         given: dict[str, float] | None = None
         if outcomes is not None:
             if edge_quality is not None or cloud_quality is not None:
                 raise ValueError(
                     "give outcomes={endpoint: quality} or edge_quality / cloud_quality, not both in one feedback"
                 )
-            given = endpoint_outcomes(outcomes, endpoints or (EDGE, CLOUD))
-            if endpoints is None:  # two endpoints: outcomes is the other spelling of the two qualities
+            given = endpoint_outcomes(outcomes, tuple(endpoints))
+            if two:  # the two qualities' other spelling
                 edge_quality, cloud_quality, given = given.get(EDGE), given.get(CLOUD), None
-        elif endpoints is not None:
+        elif not two:
             raise ValueError(
                 f"this router routes among {', '.join(endpoints)} (an N-endpoint bundle): give "
                 "outcomes={endpoint: quality}, not edge_quality / cloud_quality"
@@ -365,6 +373,7 @@ class Request:
         response = execution.response if execution is not None else None
         edge_step = next((s for s in steps if s.name == "edge"), None)
         tried = execution.tried if execution is not None else getattr(error, "tried", [])
+        answer = _kept(answer_text(response)) if served_by is not None else None
         record: Record = {
             "log": LOG_FORMAT,
             "type": "request",
@@ -391,23 +400,26 @@ class Request:
             "error": error,
             "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],
             "accept": _verdict(self.verdicts[-1]) if self.verdicts else None,
-            "edge_response": _kept(answer_text(response)) if served_by == EDGE else None,
-            "cloud_response": _kept(answer_text(response)) if served_by == CLOUD else None,
+            # The served answer: as `edge_response` / `cloud_response` from the endpoints named edge and
+            # cloud (what readers of two-endpoint logs read), else as `response` (served_by names it).
+            "edge_response": answer if served_by == EDGE else None,
+            "cloud_response": answer if served_by == CLOUD else None,
+            "response": answer if served_by not in (EDGE, CLOUD) else None,
             # An edge call that failed or timed out is an observed edge failure; everything
             # else is known only from later feedback (router.feedback, make label).
             "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
             "cloud_quality": None,
+            # Every bundle's record: the endpoint run first (with probability `propensity`), the bundle's
+            # endpoints, the cascade carried out, each endpoint reached and why it was left, and as for
+            # the edge, each endpoint whose call failed or timed out as an observed failure (0); every
+            # other outcome is known only from later feedback (router.feedback(outcomes=...)).
+            "endpoint": decision.endpoint,
+            "endpoints": list(self.routing.endpoint_names),
+            "cascade": list(decision.cascade),
+            "tried": [t.as_record() for t in tried],
+            "expected_cost": execution.expected_cost if execution is not None else None,
+            "outcomes": {t.endpoint: 0.0 for t in tried if t.outcome in FAILED},
         }
-        if tried:  # each endpoint reached, in order, and why it was left
-            record["tried"] = [t.as_record() for t in tried]
-            record["expected_cost"] = execution.expected_cost if execution is not None else None
-        if not self.routing.chooser.zoned:  # an N-endpoint bundle's record: what its training rows need
-            record["endpoint"] = decision.endpoint  # the endpoint chosen, with probability `propensity`
-            record["endpoints"] = list(self.routing.endpoint_names)
-            record["cascade"] = list(decision.cascade)
-            # As for the edge: an endpoint whose call failed or timed out is an observed failure (0);
-            # every other outcome is known only from later feedback (router.feedback(outcomes=...)).
-            record["outcomes"] = {t.endpoint: 0.0 for t in tried if t.outcome in FAILED}
         return record
 
 

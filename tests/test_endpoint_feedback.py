@@ -19,7 +19,7 @@ import pytest
 
 from data.endpoint_logs import read_endpoint_logs
 from data.sdk_logs import iter_outcome_log
-from serving import Router
+from serving import EndpointsFailed, Router
 from serving.outcome_log import LOG_FORMAT, OutcomeLog
 from tests.endpoint_doubles import Calls
 from tests.test_endpoint_bundle import NAMES, TOPICS, climbing, trained  # noqa: F401  (the N-endpoint bundle fixture)
@@ -185,7 +185,14 @@ def test_two_endpoint_feedback_writes_the_record_it_wrote_before(tmp_path):
             router.feedback(run.request_id, **kwargs)
     log.close()
     request, *feedback = [r for _, _, r in records(tmp_path / "logs")]
-    assert not {"endpoint", "endpoints", "cascade", "outcomes"} & set(request)  # no N-endpoint fields
+    # Every bundle's record names its endpoints; a two-endpoint one keeps what two-endpoint readers read.
+    assert (request["endpoint"], request["endpoints"], request["outcomes"]) == (
+        request["target"],
+        ["edge", "cloud"],
+        {},
+    )
+    assert request["cascade"][0] == request["target"] and [t["endpoint"] for t in request["tried"]] == ["edge"]
+    assert request["edge_response"] == "edge answer" and request["response"] is None
     assert [list(r) for r in feedback] == [
         ["log", "type", "request_id", "time", "edge_quality", "cloud_quality", "source"]
     ] * 3
@@ -215,7 +222,7 @@ def test_feedback_that_does_not_fit_its_request_is_a_reject_at_its_own_line(trai
         "out-of-range": ("n-1", {"outcomes": {routed: 1.5}}),
         "not-an-object": ("n-1", {"outcomes": [1.0]}),
         "two-endpoint-spelling": ("n-1", {"edge_quality": 1.0}),
-        "outcomes-for-two": ("two-1", {"outcomes": {"edge": 1.0}}),
+        "n-endpoint-outcomes-for-two": ("two-1", {"outcomes": {routed: 1.0}}),
     }
     for source, (request_id, fields) in bad.items():
         log.append(
@@ -253,13 +260,28 @@ def test_feedback_that_does_not_fit_its_request_is_a_reject_at_its_own_line(trai
         "out-of-range": f"feedback outcomes.{routed} is not a quality in [0, 1]: 1.5",
         "not-an-object": "feedback outcomes must be a non-empty object",
         "two-endpoint-spelling": f"edge_quality / cloud_quality for request_id n-1, which was routed among {names}",
-        "outcomes-for-two": "outcomes for request_id two-1, which was routed between edge and cloud",
+        "n-endpoint-outcomes-for-two": f"endpoint {routed!r}, which the bundle that routed request_id two-1 does not "
+        "have (edge, cloud)",
         "shadow": "shadow record for request_id n-1, which an N-endpoint bundle routed",
     }.items():
         assert reason in reasons[lines[source]], (source, reasons)
     # The rows stand on the rest.
     assert (rows["n-1"]["outcomes"], rows["n-1"]["routed_to"]) == ({routed: 1.0}, routed)
     assert rows["two-1"]["edge_quality"] == 1.0 and "outcomes" not in rows["two-1"]
+    # outcomes {edge, cloud} for a two-endpoint request: the other spelling of its two qualities
+    log = OutcomeLog(tmp_path / "logs")
+    log.append(
+        {
+            "log": LOG_FORMAT,
+            "type": "feedback",
+            "request_id": "two-1",
+            "time": time.time() + 1,
+            "outcomes": {"cloud": 0.25},
+        }
+    )
+    log.close()
+    rows = {raw.row["request_id"]: raw.row for raw in iter_outcome_log(tmp_path / "logs", [])}
+    assert (rows["two-1"]["edge_quality"], rows["two-1"]["cloud_quality"]) == (1.0, 0.25)
 
     # An endpoint the spec of `make endpoints` does not have: the request's row is a reject at its line.
     spec = tuple(name for name in NAMES if name != routed)
@@ -285,3 +307,55 @@ def test_an_n_endpoint_request_logged_without_its_text_is_a_reject_saying_why(tr
     assert list(iter_outcome_log(tmp_path / "logs", rejects)) == []
     (reject,) = rejects
     assert reject.location == "line 1" and "logged without its text" in reject.reason
+
+
+NEW_FIELDS = ("endpoint", "endpoints", "cascade", "tried", "expected_cost", "outcomes", "response")
+
+
+def test_every_record_has_one_shape_and_records_from_before_read_as_they_did(trained, tmp_path):  # noqa: F811
+    """Both kinds of bundle write the same fields; the reader tells them apart by `endpoints`. Records
+    written before (a two-endpoint one without those fields, an N-endpoint one without `tried` and
+    `response`) give the rows they gave, and a two-endpoint record's new fields change nothing of its row
+    (a failed cloud call in `outcomes` is not read as a cloud outcome)."""
+    made, public = trained
+    log = OutcomeLog(tmp_path / "logs")
+    n_router = Router.load(made.folder, strict=True, public_key=public, log=log)
+    two_router = Router.load(tmp_path / "no-bundle", log=log)
+    n_router.execute(PROMPTS[1], endpoints=Calls(NAMES).sync, request_id="n-1")
+
+    def cloud_down(prompt):
+        raise ConnectionError("down")
+
+    with pytest.raises(EndpointsFailed):  # edge and cloud both fail: the record holds both failures
+        two_router.execute("What is 3 + 3?", edge=cloud_down, cloud=cloud_down, request_id="two-1")
+    two_router.execute("What is 2 + 2?", edge=lambda p: "edge answer", cloud=cloud_down, request_id="two-2")
+    assert two_router.feedback("two-2", edge_quality=1.0)
+    log.close()
+    written = {r["request_id"]: r for _, _, r in records(tmp_path / "logs") if r["type"] == "request"}
+    assert set(written["n-1"]) == set(written["two-1"]) == set(written["two-2"])  # one shape
+    assert written["two-1"]["outcomes"] == {"edge": 0.0, "cloud": 0.0} and written["two-1"]["endpoints"] == [
+        "edge",
+        "cloud",
+    ]
+    assert (
+        written["n-1"]["response"].startswith(f"{written['n-1']['served_by']} answers")
+        and written["n-1"]["edge_response"] is None
+    )
+    new_rows = {raw.row["request_id"]: raw.row for raw in iter_outcome_log(tmp_path / "logs", [])}
+    assert (new_rows["two-1"]["edge_quality"], new_rows["two-1"].get("cloud_quality")) == (0.0, None)  # as before
+
+    # The same log as the SDK wrote it before every record named its endpoints.
+    old = tmp_path / "old"
+    old.mkdir()
+    lines = []
+    for _, _, record in records(tmp_path / "logs"):
+        if record["type"] == "request" and record["request_id"].startswith("two"):
+            record = {k: v for k, v in record.items() if k not in NEW_FIELDS}
+        elif record["type"] == "request":
+            record = {k: v for k, v in record.items() if k not in ("tried", "expected_cost", "response")}
+        lines.append(json.dumps(record))
+    (old / "outcomes-0-1-0.jsonl").write_text("\n".join(lines) + "\n")
+    rejects: list = []
+    old_rows = {raw.row["request_id"]: raw.row for raw in iter_outcome_log(old, rejects)}
+    assert rejects == [] and old_rows == new_rows
+    assert old_rows["two-2"]["edge_quality"] == 1.0 and old_rows["n-1"]["routed_to"] == written["n-1"]["endpoint"]
