@@ -432,6 +432,8 @@ class _Cascade:
             with _step(self.steps, "accept"):
                 accepted = bool(self.accept(response))
         except Exception as exc:
+            if self.first_error is None and not self.tried:
+                self.first_error = exc  # what the next endpoint answered after, as a failed call's error
             self._why = f"the accept check raised {exc!r}"
             self.tried.append(Tried(name, "rejected", seconds, type(exc).__name__, self._cost(name), exc))
             return False
@@ -488,8 +490,9 @@ class _Cascade:
             )
             error.tried = self.tried  # type: ignore[attr-defined]  # read by the proxy and the outcome log
             return error
+        errors = "; ".join(f"{t.endpoint}: {t.exception}" for t in self.tried if t.exception is not None)
         return EndpointsFailed(
-            f"no endpoint served: {self._reason()}",
+            f"no endpoint served: {self._reason()}" + (f" ({errors})" if errors else ""),
             tried=self.tried,
             steps=self.steps,
             decision=self.decision,

@@ -118,7 +118,7 @@ def test_an_accept_check_that_raises_counts_as_a_rejection_naming_its_class():
         raise ValueError("judge down")
 
     run = execute(decision(("phone-3b", "frontier")), "q", endpoints=Calls().sync, accept=accept)
-    assert labels(run) == "phone-3b=rejected,frontier=served" and run.tried[0].error == "ValueError"
+    assert labels(run) == "phone-3b=rejected:ValueError,frontier=served" and run.tried[0].error == "ValueError"
 
 
 def test_a_forbidden_endpoint_is_never_called_and_no_other_serving_is_a_policy_error():
@@ -155,6 +155,7 @@ def test_when_every_endpoint_fails_the_error_names_each_attempt():
     assert isinstance(error, CloudCallError)  # handled wherever a cloud failure is
     assert str(error) == (
         "no endpoint served: phone-3b=context; onprem-8b=error:ConnectionError; frontier=error:ConnectionError"
+        " (onprem-8b: onprem-8b; frontier: frontier)"
     )
     assert isinstance(error.__cause__, ConnectionError) and str(error.__cause__) == "frontier"
     with pytest.raises(EndpointsFailed, match="a=timeout; b=error:KeyError"):

@@ -390,7 +390,7 @@ def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, st
         "edge",
         "cloud",
     )
-    assert record["fallback_reason"].startswith("edge") and record["edge_quality"] == 0.0
+    assert record["fallback_reason"].startswith("left edge=") and record["edge_quality"] == 0.0
     assert [s["name"] for s in record["steps"]] == ["edge", "cloud"] and record["propensity"] == 1.0
     assert record["cloud_response"] == ("answer from cloud" if mode in ("sync", "async") else None)
 
