@@ -171,7 +171,7 @@ def test_make_vectors_and_test_js_run_these_commands(tmp_path):
     dry = dry_make("vectors", "BUNDLE=some/bundle", "OUT=some/vectors.json")
     assert "-m pipelines.vectors --bundle some/bundle --out some/vectors.json" in dry
     dry = dry_make("test-js", "JS_BUNDLE=b", "JS_VECTORS=v.json")
-    assert "-m pipelines.train --bundle b --set cv_folds=0" in dry  # b/manifest.json is missing
+    assert "-m pipelines.train --bundle b --set split.cv_folds=0" in dry  # b/manifest.json is missing
     assert "-m pipelines.vectors --bundle b --out v.json" in dry
     assert "npm ci --ignore-scripts" in dry and "npm test" in dry and "npm run test:browser" in dry
     (tmp_path / "manifest.json").write_text("{}")
