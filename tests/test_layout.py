@@ -192,3 +192,31 @@ def test_the_whole_log_trainings_tests_are_the_ones_that_use_them():
     for fixture in ("trained_small", "trained_small_again", "trained_full", "trained_readme", "encoder_cache"):
         body = conftest.split(f"def {fixture}(", 1)[1].split("\n@pytest.fixture", 1)[0]
         assert "once_per_session(" in body, f"{fixture} is not built once per session"
+
+
+# What the one routing core replaced (issue 46): two designs side by side, told apart by forks like
+# these. A two-endpoint bundle is decided, run and logged as the N-endpoint case with two endpoints.
+FORK_MARKERS = re.compile(
+    r"\bchooser is (not )?None\b|\.zoned\b|\bendpoint_names or\b|\bendpoints is None\b.*\bbundle\b"
+    r"|\b(execute_endpoints|routed_endpoints|endpoint_routing|EndpointChooser|rule_out_sides|_sides_ruled_out)\b"
+    r"|\bmanifest\.endpoints\b"
+)
+# Where the bundle's kind is read on purpose: the manifest that declares it, and the one place the
+# chooser's rule is picked from it.
+FORK_HOMES = {"serving/manifest.py", "serving/routing.py"}
+
+
+def test_serving_has_no_fork_on_whether_the_bundle_has_two_or_n_endpoints():
+    found = []
+    for path in sorted((ROOT / "serving").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if name in FORK_HOMES:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if FORK_MARKERS.search(line):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == []
+    # The markers match what they are meant to (the test can fail).
+    assert FORK_MARKERS.search("if routing.chooser is not None:") and FORK_MARKERS.search(
+        "from serving.routed_endpoints import x"
+    )

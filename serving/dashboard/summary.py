@@ -129,7 +129,7 @@ def fallback_kind(calls: tuple[Call, ...], reason: str | None) -> str | None:
     return f"edge error ({cause})" if cause else "edge error"
 
 
-# An N-endpoint record's reason for leaving an endpoint (its `tried`, serving.execute_endpoints)
+# A record's reason for leaving an endpoint (its `tried`, serving.execute)
 # as the short reason of fallback_kind.
 TRIED_KINDS = {"context": "context_limit", "busy": "edge_busy", "timeout": "timeout", "forbidden": "forbidden"}
 
