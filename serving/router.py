@@ -36,8 +36,7 @@ if TYPE_CHECKING:
     from serving.policy.rules import PolicySet
     from serving.routing import RouteStages
     from serving.signing import PinnedKey
-    from serving.traffic import Request as LoggedRequest
-    from serving.traffic import Traffic
+    from serving.traffic import LoggedRequest, Traffic
 
     class _LoadOptions(TypedDict):
         """How a Router loads its bundles: kept so that update() loads the next one alike."""

@@ -149,7 +149,7 @@ class _Instruments:
 _instruments: _Instruments | None = None  # made on first use, or by use()
 _unavailable = False  # opentelemetry is imported but its API cannot be (a broken or partial install)
 _made: dict[tuple[TracerProvider | None, MeterProvider | None], _Instruments] = {}
-_current: contextvars.ContextVar[Request | None] = contextvars.ContextVar("serving.telemetry.request", default=None)
+_current: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("serving.telemetry.request", default=None)
 
 
 def use(tracer_provider: TracerProvider | None = None, meter_provider: MeterProvider | None = None) -> None:
@@ -183,7 +183,7 @@ def _active() -> _Instruments | None:
 def request(
     name: str = EXECUTE, *, model: str | None = None, server: bool = False, carrier: Mapping[str, str] | None = None
 ) -> Scope:
-    """The span of one request, as a context manager yielding its Request: a new one, or the
+    """The span of one request, as a context manager yielding its Trace: a new one, or the
     request already open in this context (a layer above: RoutedChat, the proxy), which it joins.
 
     name: EXECUTE, CHAT (then gen_ai.operation.name is "chat"); model: the model the caller
@@ -200,10 +200,10 @@ def request(
     tracing, metering = instruments.listening()
     if not (tracing or metering):
         return _NOOP_SCOPE
-    return Request(instruments, name, model, server, tracing, metering, carrier)
+    return Trace(instruments, name, model, server, tracing, metering, carrier)
 
 
-def current() -> Request:
+def current() -> Trace:
     """The request open in this context, or a no-op one."""
     return _current.get() or NOOP
 
@@ -232,11 +232,11 @@ def endpoint_attributes(model: str, base_url: str) -> Attributes:
 
 
 class Scope:
-    """What request() returns: enters to the Request it stands for."""
+    """What request() returns: enters to the Trace it stands for."""
 
     owner = False
 
-    def __enter__(self) -> Request:
+    def __enter__(self) -> Trace:
         raise NotImplementedError
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
@@ -253,17 +253,17 @@ def _nothing() -> None:
 
 
 class _NoScope(Scope):
-    def __enter__(self) -> Request:
+    def __enter__(self) -> Trace:
         return NOOP
 
 
 class _Joined(Scope):
     """A request opened by a layer above: this one adds to it and records its failure, never ends it."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Trace) -> None:
         self.request = request
 
-    def __enter__(self) -> Request:
+    def __enter__(self) -> Trace:
         return self.request
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
@@ -271,7 +271,7 @@ class _Joined(Scope):
             self.request.failed(error)
 
 
-class Request(Scope):
+class Trace(Scope):
     """One request's span and what its metrics will say; everything is written once, at end()."""
 
     owner = True
@@ -302,7 +302,7 @@ class Request(Scope):
         self._extra: Attributes = {}
         self._endpoints: Mapping[str, Attributes] = {}
         self._parent: Context | None = None
-        self._token: Token[Request | None] | None = None
+        self._token: Token[Trace | None] | None = None
         self._kept = self._ended = False
         if instruments is not None and tracing:
             kind = instruments.trace.SpanKind
@@ -323,7 +323,7 @@ class Request(Scope):
                     self._extra["gen_ai.request.model"] = model[:MAX_TEXT]
 
     # The scope.
-    def __enter__(self) -> Request:
+    def __enter__(self) -> Trace:
         self._token = _current.set(self)
         return self
 
@@ -477,7 +477,7 @@ class Attempt:
     __slots__ = ("request", "span", "_token", "_api", "_declared")
 
     def __init__(
-        self, request: Request, span: Span, api: _Instruments, *, attach: bool, declared: str | None = None
+        self, request: Trace, span: Span, api: _Instruments, *, attach: bool, declared: str | None = None
     ) -> None:
         self.request, self.span, self._token, self._api = request, span, None, api
         self._declared = declared  # the endpoint's model as its record declares it (None: unknown)
@@ -542,14 +542,14 @@ def _add_response(attributes: Attributes, model: str | None, usage: Any) -> None
                 attributes[name] = count
 
 
-class _NoRequest(Request):
+class _NoTrace(Trace):
     """What a request is while nothing listens: every report is dropped, nothing is kept."""
 
     def __init__(self) -> None:
         super().__init__(None, EXECUTE, None, False, False, False)
         self._ended = True
 
-    def __enter__(self) -> Request:
+    def __enter__(self) -> Trace:
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
@@ -580,9 +580,9 @@ class within:  # lower case: used as a function, `with telemetry.within(request)
 
     __slots__ = ("request", "_token")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Trace) -> None:
         self.request = request
-        self._token: Token[Request | None] | None = None
+        self._token: Token[Trace | None] | None = None
 
     def __enter__(self) -> None:
         if self.request is not NOOP:
@@ -593,5 +593,5 @@ class within:  # lower case: used as a function, `with telemetry.within(request)
             _current.reset(self._token)
 
 
-NOOP: Request = _NoRequest()  # what current() returns with no request open
+NOOP: Trace = _NoTrace()  # what current() returns with no request open
 _NOOP_SCOPE = _NoScope()

@@ -147,12 +147,12 @@ class Traffic:
         request_id: str | None,
         asynchronous: bool = False,
         shadow: bool = True,
-    ) -> "Request | None":
+    ) -> "LoggedRequest | None":
         """The logged request for one execute() (None without a log: nothing to record); `calls`
         the endpoints' calls, of which a shadow run makes one (shadow=False: none)."""
         if self.log is None:
             return None
-        return Request(
+        return LoggedRequest(
             self,
             routing,
             request,
@@ -209,7 +209,7 @@ class Traffic:
         record["source"] = source
         return self.log.append(record)
 
-    def maybe_shadow(self, request: "Request") -> bool:
+    def maybe_shadow(self, request: "LoggedRequest") -> bool:
         """Run the side that did not answer, off the request path, on a sampled share of requests:
         on a thread, or for an async request as a task on its event loop."""
         execution = request.execution
@@ -307,7 +307,7 @@ class Traffic:
         )
 
 
-class Request:
+class LoggedRequest:
     """One execute() under an outcome log: the decision as carried out (explored or not), the
     accept check wrapped so that its verdict is kept, and on leaving `with request:` its record
     and perhaps a shadow run.
@@ -350,7 +350,7 @@ class Request:
 
         return accept
 
-    def __enter__(self) -> "Request":
+    def __enter__(self) -> "LoggedRequest":
         return self
 
     def __exit__(

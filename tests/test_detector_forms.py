@@ -108,9 +108,9 @@ def test_other_forms_normalisation_reads(name, text, value):
 
 def test_a_policy_rule_reads_the_folded_text():
     """Rules ask Detector.found_in (serving.policy.rules): the normalisation is inside it, not in detect()."""
-    from serving.policy.rules import _Request
+    from serving.policy.rules import _Facts
 
-    request = _Request("mail mira.tasvo\uff20kalo-net.de", 8, None, None)
+    request = _Facts("mail mira.tasvo\uff20kalo-net.de", 8, None, None)
     assert request.detected((DETECTORS["email"],)) is True
 
 

@@ -35,7 +35,7 @@ from serving.policy import (
     Rule,
 )
 from serving.policy.budgets import Spending, window
-from serving.policy.rules import _Request
+from serving.policy.rules import _Facts
 from serving.proxy.app import build_app
 from serving.proxy.config import ConfigError, ProxyConfig, add_arguments
 from serving.proxy.serve import policy_watcher_for
@@ -373,7 +373,7 @@ def test_each_named_detector_runs_at_most_once_a_request_and_after_the_cheap_con
     assert (email.calls, phone.calls) == (1, 1)  # "b" failed on metadata before running its detector
     assert verdict.preferred is not None and verdict.preferred.name == "c" and not verdict.forbidden_by
     assert PolicySet.from_dict(POLICY).detectors == ("email", "iban")
-    request = _Request(PII_PROMPT, 10, None, None)
+    request = _Facts(PII_PROMPT, 10, None, None)
     assert request.detected((DETECTORS["email"],)) and request.found == {"email": True}
 
 

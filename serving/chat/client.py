@@ -204,7 +204,7 @@ class RoutedChat:
         accept: object,
         metadata: Mapping[str, str] | None,
         scope: telemetry.Scope,
-        trace: telemetry.Request,
+        trace: telemetry.Trace,
     ) -> AsyncChatStream:
         if accept is not _ROUTER_DEFAULT and accept is not None:
             raise ValueError(
@@ -249,7 +249,7 @@ class RoutedChat:
         return self._upstreams[name]
 
     def _completed(
-        self, execution: Execution, started: float, trace: telemetry.Request, metadata: Mapping[str, str] | None
+        self, execution: Execution, started: float, trace: telemetry.Trace, metadata: Mapping[str, str] | None
     ) -> Completion:
         answer: Answer = execution.response
         routing = RoutingInfo.of(execution, self._upstream(execution.served_by).model)

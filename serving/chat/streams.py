@@ -66,7 +66,7 @@ class AsyncChatStream:
         routing: RoutingInfo,
         started: float,
         on_end: Callable[[RoutingInfo], None],
-        trace: telemetry.Request = telemetry.NOOP,
+        trace: telemetry.Trace = telemetry.NOOP,
         end_trace: Callable[[], None] = telemetry.NOOP.end,
     ) -> None:
         self.routing = routing

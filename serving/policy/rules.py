@@ -90,7 +90,7 @@ class PolicyFileError(RouterError, ValueError):
     index in `rules` and its name) and the key."""
 
 
-class _Request:
+class _Facts:
     """What the rules look at for one request; each detector runs at most once."""
 
     __slots__ = ("text", "n_tokens", "precision", "metadata", "found", "spending", "needs", "_utf8", "_folded")
@@ -164,7 +164,7 @@ class Rule:
     needs: tuple[str, ...] = ()  # capabilities (serving.capabilities): holds when the request needs any
     description: str = ""
 
-    def matches(self, request: _Request) -> bool:
+    def matches(self, request: _Facts) -> bool:
         """Whether every condition holds: the cheap ones first, the detectors last."""
         for key, values in self.metadata:
             if request.metadata.get(key) not in values:
@@ -296,7 +296,7 @@ class PolicySet:
     ) -> Verdict:
         """What the rules say of one request (checked arguments; `spending`: the budgets' ledger, the
         Router's; `needs`: the capabilities it needs); NoFeasibleEndpoint when none is left."""
-        request = _Request(text, n_tokens, precision, metadata, spending, needs)
+        request = _Facts(text, n_tokens, precision, metadata, spending, needs)
         given = request.metadata
         forced: Rule | None = None
         forbidden_by: dict[str, Rule] = {}
