@@ -22,6 +22,7 @@ from serving.execute import EdgePool, Routable
 from serving.execution import CloudCallError, EdgeBusy, EndpointsFailed, Execution, Step
 from serving.language import LanguageDetectorMissing
 from serving.manifest import ManifestError
+from serving.request import Request
 from serving.router import Router, Update
 from serving.router_error import RouterError
 from serving.routing import RouteStages
@@ -71,6 +72,7 @@ __all__ = [
     "OutcomeLog",
     "PolicyWatcher",
     "Price",
+    "Request",
     "RecordError",
     "Routable",
     "RouteStages",

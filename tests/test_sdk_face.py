@@ -46,6 +46,7 @@ EXPORTS = {
         "PolicyWatcher",
         "Price",
         "RecordError",
+        "Request",
         "Routable",
         "RouteStages",
         "Router",
