@@ -284,8 +284,10 @@ _NO_TEXT = (
 
 
 def _endpoint_row(request_id: str, record: dict, outcomes: dict) -> dict:
-    """An N-endpoint request's row (data.endpoint_logs: `outcomes`, `routed_to`, `propensity`): the
-    endpoint the bundle chose, with the probability it chose it, and every outcome known so far."""
+    """An N-endpoint request's row (data.endpoint_logs: `outcomes`, `routed_to`, `propensity`,
+    `responses`): the endpoint the bundle chose, with the probability it chose it, every outcome known
+    so far, and the served answer (`response`; records from before have none)."""
+    served, answer = record.get("served_by"), record.get("response")
     return {
         "request_id": request_id,
         "prompt": record.get("prompt"),
@@ -294,6 +296,8 @@ def _endpoint_row(request_id: str, record: dict, outcomes: dict) -> dict:
         "outcomes": outcomes,
         "routed_to": record.get("endpoint"),
         "propensity": record.get("propensity"),
+        # the served answer (what the acceptance check learns from once its endpoint's outcome is known)
+        **({"responses": {served: answer}} if isinstance(served, str) and isinstance(answer, str) else {}),
     }
 
 

@@ -15,7 +15,8 @@ Spec file (JSON, or YAML): `endpoints` is a serving.endpoints spec (names, price
 
 Output folder: `rows.jsonl` (one row per request, `outcomes: {endpoint: 0/1}` and `costs:
 {endpoint: $}`; with `one_outcome`, each row holds only the outcome of an endpoint drawn uniformly
-at random, with `routed_to` and `propensity`), `_truth.jsonl` (request id, hidden difficulty and
+at random, with `routed_to` and `propensity`; with `answers`, `responses`: each outcome's answer text,
+answer_text), `_truth.jsonl` (request id, hidden difficulty and
 each endpoint's hidden probability, so recovery is testable) and `_SIMULATED.yaml`, written last.
 Loaders skip names starting with "_": the folder can be read as it is. Synthetic, labelled so.
 """
@@ -186,10 +187,12 @@ def load_simulation(path: str | Path | None) -> EndpointSimulation:
     return parse_simulation(read_spec_document(path), source=str(path))
 
 
-def simulate(sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: bool = False):
+def simulate(sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: bool = False, answers: bool = False):
     """(rows, truth): n rows as DataFrames. Rows: request_id, prompt, domain, precision, source,
-    outcomes and costs (dicts), and with `one_outcome` routed_to and propensity. Truth: request_id,
-    difficulty, and p_<endpoint> for each endpoint. Same seed and n, same rows."""
+    outcomes and costs (dicts), with `one_outcome` routed_to and propensity, and with `answers` each
+    outcome's answer text (`responses`, answer_text: drawn from its own generator, so the other fields
+    are those of the same seed without answers). Truth: request_id, difficulty, and p_<endpoint> for
+    each endpoint. Same seed and n, same rows."""
     import pandas as pd
 
     _check_int("n", n, minimum=1)
@@ -218,10 +221,38 @@ def simulate(sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: boo
     if chosen is not None:
         rows["routed_to"] = [names[k] for k in chosen]
         rows["propensity"] = 1.0 / len(names)
+    if answers:
+        said = np.random.default_rng(np.random.SeedSequence([seed, 31, n // BLOCK_ROWS]))
+        rows["responses"] = [{name: answer_text(bool(q), said) for name, q in kept.items()} for kept in outcomes]
     truth = pd.DataFrame({"request_id": base["request_id"], "difficulty": difficulty})
     for k, name in enumerate(names):
         truth[f"p_{name}"] = p[:, k]
     return rows, truth
+
+
+# What a simulated answer says (synthetic): a good answer ends on a stated result, a poor one
+# hedges, repeats itself or stops mid-sentence (what serving.response_features reads); each
+# outcome's answer is the other kind's in ANSWER_NOISE of the rows, so a check cannot be perfect.
+GOOD_ANSWERS = (
+    "Working through it: the two parts give {a} and {b}, so {a} + {b} = {c}. The answer is {c}.",
+    "Step 1: {a} * 2 = {d}.\nStep 2: {d} + {b} = {e}.\nFinal answer: {e}",
+    "Here is a concise answer. The key point is the second option, for the reasons above.\nThe answer is B.",
+)
+POOR_ANSWERS = (
+    "I'm not sure, but it might be {a}, or possibly {b}; perhaps something else entirely.",
+    "the result is {a} the result is {a} the result is {a} the result is {a} the result is",
+    "Let me think about this carefully. First we consider {a} and then we",
+)
+ANSWER_NOISE = 0.15
+
+
+def answer_text(good: bool, rng: np.random.Generator) -> str:
+    """A simulated answer: of a good outcome mostly a GOOD_ANSWERS form, of a failed one mostly a
+    POOR_ANSWERS form (the other kind in ANSWER_NOISE of them), with numbers drawn from `rng`."""
+    kind = GOOD_ANSWERS if good != (rng.random() < ANSWER_NOISE) else POOR_ANSWERS
+    a, b = (int(v) for v in rng.integers(2, 99, size=2))
+    text = kind[int(rng.integers(len(kind)))]
+    return text.format(a=a, b=b, c=a + b, d=a * 2, e=a * 2 + b)
 
 
 def _write_jsonl(path: Path, frame) -> None:
@@ -239,15 +270,16 @@ def _write_jsonl(path: Path, frame) -> None:
 
 
 def write_simulation(
-    out: str | Path, sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: bool = False
+    out: str | Path, sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: bool = False, answers: bool = False
 ) -> Path:
-    """Write the rows, the hidden truth and the manifest (last) into folder `out`; return the rows file."""
+    """Write the rows, the hidden truth and the manifest (last) into folder `out`; return the rows file.
+    `answers`: the rows carry each outcome's answer text (simulate)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST_NAME).unlink(missing_ok=True)
-    rows, truth = simulate(sim, n, seed=seed, one_outcome=one_outcome)
+    rows, truth = simulate(sim, n, seed=seed, one_outcome=one_outcome, answers=answers)
     _write_jsonl(out / ROWS_FILE, rows)
     _write_jsonl(out / TRUTH_FILE, truth)
     manifest = {
@@ -260,6 +292,7 @@ def write_simulation(
         "seed": seed,
         "n": n,
         "one_outcome": one_outcome,
+        **({"answers": True} if answers else {}),
         "files": [ROWS_FILE, TRUTH_FILE],
         "simulation": sim.as_dict(),
     }

@@ -373,3 +373,125 @@ def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path)
+
+
+def bundle_figures(
+    names,
+    decisions,
+    quality: np.ndarray,
+    cost: np.ndarray,
+    *,
+    routed: np.ndarray | None = None,
+    propensity: np.ndarray | None = None,
+    catch_rate: float = 0.5,
+) -> dict:
+    """`make evaluate`'s figures of an N-endpoint bundle on held-out rows, from the SDK's own
+    Decisions of them (Router.route_batch: the rule, the context limits, the unfamiliar policy). On
+    the rows with every outcome: the first endpoint's logged quality and cost (`cost`: logged, else
+    the spec's price) against each endpoint alone, the best single and the oracle, with the paired
+    difference from the best single and its 95% normal interval over the rows; each endpoint's share of
+    first calls; the whole cascade's expectation at `catch_rate` (cascade_expectation on the logged
+    outcomes); the unfamiliar share. On one-outcome rows (`routed`, `propensity`): the SNIPS estimate of
+    the same choices (logged_figures). JSON-ready."""
+    index = {name: k for k, name in enumerate(names)}
+    choice = np.array([index[d.endpoint] for d in decisions], dtype=np.int64)
+    orders = [[index[n] for n in d.cascade] for d in decisions]
+    complete = np.isfinite(quality).all(axis=1)
+    out: dict = {
+        "rows": int(len(decisions)),
+        "complete_rows": int(complete.sum()),
+        "shares": shares(choice, names),
+        "unfamiliar_share": float(np.mean([d.unfamiliar for d in decisions])) if decisions else float("nan"),
+        "degraded": int(sum(d.degraded for d in decisions)),
+    }
+    if complete.any():
+        q, c, chosen = quality[complete], cost[complete], choice[complete]
+        single = {
+            name: {"quality": float(q[:, k].mean()), "cost": float(c[:, k].mean())} for k, name in enumerate(names)
+        }
+        best = max(names, key=lambda n: (single[n]["quality"], -single[n]["cost"]))
+        rows = np.arange(len(q))
+        mine = q[rows, chosen]
+        difference = mine - q[:, index[best]]
+        half = 1.96 * float(difference.std(ddof=1)) / np.sqrt(len(difference)) if len(difference) > 1 else float("nan")
+        cascade_q, cascade_c = cascade_expectation([o for o, k in zip(orders, complete) if k], q, c, catch_rate)
+        out.update(
+            single=single,
+            best_single=best,
+            oracle=dict(zip(("quality", "cost"), oracle(q, c))),
+            router={
+                "quality": float(mine.mean()),
+                "cost": float(c[rows, chosen].mean()),
+                "quality_minus_best_single": float(difference.mean()),
+                "quality_minus_best_single_ci95": [float(difference.mean() - half), float(difference.mean() + half)],
+                "cost_saved_vs_best_single": (
+                    1.0 - float(c[rows, chosen].mean()) / single[best]["cost"]
+                    if single[best]["cost"] > 0
+                    else float("nan")
+                ),
+            },
+            cascade={"catch_rate": catch_rate, "quality": float(cascade_q.mean()), "cost": float(cascade_c.mean())},
+        )
+    if routed is not None and propensity is not None:
+        one = ~complete & (routed >= 0) & np.isfinite(propensity)
+        if one.any():
+            picked = routed[one][:, None]
+            out["logged"] = logged_figures(
+                names,
+                {"router": choice[one]},
+                {
+                    "routed": routed[one],
+                    "propensity": propensity[one],
+                    "quality": np.take_along_axis(quality[one], picked, 1)[:, 0],
+                    "cost": np.take_along_axis(cost[one], picked, 1)[:, 0],
+                },
+            )
+    return out
+
+
+def bundle_report(metrics: dict) -> str:
+    """report.md of an N-endpoint bundle's evaluation (bundle_figures under `figures`)."""
+    setup, figures = metrics["setup"], metrics["figures"]
+    lines = [
+        f"# N-endpoint bundle {setup['model_version']}",
+        "",
+        f"{figures['rows']} {setup['split']} rows of {', '.join(setup['logs']) or 'the logs'}, "
+        f"{figures['complete_rows']} with every endpoint's outcome; routed by the SDK (serving.Router.route_batch).",
+        "",
+    ]
+    if "router" in figures:
+        lines += ["| on the complete rows | quality | cost / request |", "| --- | ---: | ---: |"]
+        router = figures["router"]
+        lines.append(f"| **the bundle's first endpoint** | {router['quality']:.4f} | ${router['cost']:.5f} |")
+        for name, single in figures["single"].items():
+            best = " (best single)" if name == figures["best_single"] else ""
+            lines.append(f"| `{name}` alone{best} | {single['quality']:.4f} | ${single['cost']:.5f} |")
+        lines.append(f"| oracle | {figures['oracle']['quality']:.4f} | ${figures['oracle']['cost']:.5f} |")
+        cascade = figures["cascade"]
+        lines.append(
+            f"| the whole cascade (catch rate {cascade['catch_rate']:g}) | {cascade['quality']:.4f} | ${cascade['cost']:.5f} |"
+        )
+        low, high = router["quality_minus_best_single_ci95"]
+        lines += [
+            "",
+            f"Quality minus the best single endpoint: {router['quality_minus_best_single']:+.4f} "
+            f"[{low:+.4f}, {high:+.4f}] (95%, over the rows); cost saved: {router['cost_saved_vs_best_single']:.1%}.",
+        ]
+    lines += ["", "First calls: " + ", ".join(f"`{n}` {s:.1%}" for n, s in figures["shares"].items()) + "."]
+    lines.append(f"Unfamiliar prompts: {figures['unfamiliar_share']:.1%}.")
+    if "logged" in figures:
+        logged = figures["logged"]
+        lines.append(
+            f"One-outcome rows ({logged['rows']}): the bundle's choices' SNIPS quality {logged['router']['quality']:.4f} "
+            f"on {logged['router']['effective_rows']:.0f} effective rows."
+        )
+    if "acceptance" in metrics:
+        accepted = metrics["acceptance"]
+        shown = {
+            k: "—" if accepted[k] is None else f"{accepted[k]:.3f}" for k in ("auc", "catch_rate", "false_reject_rate")
+        }
+        lines.append(
+            f"Acceptance check on {accepted['rows']} logged answers: AUC {shown['auc']}, "
+            f"catch rate {shown['catch_rate']}, false rejects {shown['false_reject_rate']}."
+        )
+    return "\n".join(lines) + "\n"

@@ -99,11 +99,7 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     router = Router.load(config.bundle, strict=True)  # a degraded router would evaluate the rule table
     manifest = router.manifest
     if manifest.endpoints is not None:
-        raise ValueError(
-            f"{config.bundle} routes among {len(manifest.endpoints.names)} endpoints "
-            f"({', '.join(manifest.endpoints.names)}): make evaluate scores edge-cloud bundles; an N-endpoint "
-            'bundle\'s figures come from `make endpoints ARGS="--data LOGS --spec SPEC"` (docs/endpoints.md)'
-        )
+        return run_endpoints(config, router, console=console)
     with console.status("loading and validating logs"):
         frame, data_report, notes, responses = load_rows(config, manifest, console)
     with Progress(console=console, transient=True) as progress:
@@ -125,6 +121,124 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
         if why_not:
             console.print(f"[yellow]warning[/]: not logged to MLflow: {why_not}")
     return EvalResult(Path(config.out), metrics, files, run_id)
+
+
+def endpoint_rows(config: EvalConfig, manifest):
+    """(the rows of an N-endpoint bundle's logs it never saw, their rejects): read_endpoint_logs with
+    the bundle's endpoints, the split of training.endpoint_bundle (fold BUNDLE_FOLD of the prompt-hash
+    folds its manifest's split section gives) or every row (`all`)."""
+    from data.endpoint_logs import read_endpoint_logs
+    from training.endpoint_bundle import BUNDLE_FOLD
+    from training.endpoints import fold_masks
+
+    if not config.logs:
+        raise ValueError(
+            f"{config.bundle} is an N-endpoint bundle, whose manifest names no logs: give them (--logs), "
+            "the N-endpoint logs it was trained on or traffic it routed (docs/endpoints.md#n-endpoint-logs)"
+        )
+    frame, rejects = read_endpoint_logs(config.logs, manifest.endpoints.names)
+    if not len(frame):
+        raise ValueError(f"no valid N-endpoint rows in {', '.join(config.logs)} ({len(rejects)} rejected)")
+    if config.split == "all":
+        return frame.reset_index(drop=True), rejects
+    split = manifest.split
+    masks = fold_masks(
+        frame["prompt"].to_numpy(object),
+        folds=round(1.0 / split["test_share"]),
+        fold=BUNDLE_FOLD,
+        val_share=split["val_share"],
+        salt=split.get("salt", ""),
+    )
+    return frame[masks[config.split]].reset_index(drop=True), rejects
+
+
+def _decided(router, prompts: list[str], precisions: list) -> tuple[list, list[int]]:
+    """(the SDK's decisions, the rows they are of): route_batch, and where it raises NoFeasibleEndpoint
+    (a prompt longer than every endpoint's context), one row at a time, leaving such rows out."""
+    from serving.policy import NoFeasibleEndpoint
+
+    try:
+        return router.route_batch(prompts, precisions), list(range(len(prompts)))
+    except NoFeasibleEndpoint:
+        decided = []
+        for i, (prompt, precision) in enumerate(zip(prompts, precisions)):
+            try:
+                decided.append((i, router.route(prompt, precision=precision)))
+            except NoFeasibleEndpoint:
+                continue
+        return [d for _, d in decided], [i for i, _ in decided]
+
+
+def run_endpoints(config: EvalConfig, router, *, console) -> EvalResult:
+    """`make evaluate` of an N-endpoint bundle: its unseen rows of N-endpoint logs routed by the SDK
+    (evaluation.endpoints.bundle_figures; the acceptance check on the rows' answers where the bundle has
+    one and the logs carry them); report.md and metrics.json into `out`, logged under the bundle's MLflow
+    run when it names one."""
+    import json
+
+    import numpy as np
+
+    from evaluation.acceptance import separation_by_source
+    from evaluation.endpoints import bundle_figures, bundle_report
+    from evaluation.report import json_ready
+    from serving.endpoint_choice import call_costs
+    from training.endpoint_bundle import answer_rows
+    from training.endpoints import EndpointRows
+    from training.tracking import log_evaluation
+
+    manifest = router.manifest
+    section = manifest.endpoints
+    with console.status("loading and validating logs"):
+        frame, rejects = endpoint_rows(config, manifest)
+    rows = EndpointRows.from_frame(frame, section.names)
+    decisions, kept = _decided(router, list(rows.prompts), rows.precisions)
+    if len(kept) < len(rows):  # prompts no endpoint's context holds: the SDK raises for them
+        rows = rows.subset(np.asarray(kept, dtype=np.int64))
+    price, _ = call_costs(list(section.spec), [d.n_tokens for d in decisions], section.output_tokens)
+    cost = np.where(np.isfinite(rows.cost), rows.cost, price)
+    figures = bundle_figures(
+        section.names,
+        decisions,
+        rows.quality,
+        cost,
+        routed=rows.routed,
+        propensity=rows.propensity,
+        catch_rate=config.catch_rate,
+    )
+    metrics: dict = {
+        "setup": {
+            "bundle": config.bundle,
+            "model_version": manifest.model_version,
+            "logs": list(config.logs),
+            "split": config.split,
+            "rejected": len(rejects),
+            "endpoints": list(section.names),
+            "no_feasible_endpoint": len(frame) - len(kept),
+        },
+        "figures": figures,
+        "notes": [
+            f"{what} is not run on an N-endpoint bundle (make endpoints ARGS='--policy ...' for a policy's effect)"
+            for what, given in (("leave-one-source-out", config.leave_one_source_out), ("--policy", config.policy))
+            if given
+        ],
+    }
+    answers = answer_rows(rows, {"test": np.ones(len(rows), bool), "val": np.zeros(len(rows), bool)})
+    if router.acceptor is not None and answers is not None:
+        probability = router.acceptor.probabilities(answers["prompt"].tolist(), answers["edge_response"].tolist())
+        good = answers["edge_quality"].to_numpy() >= manifest.acceptance.get("good_quality", 0.5)
+        metrics["acceptance"] = separation_by_source(probability, good, answers["source"], router.acceptor.threshold)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ready = json_ready(metrics)
+    (out / "metrics.json").write_text(json.dumps(ready, indent=2, allow_nan=False), encoding="utf-8")
+    (out / "report.md").write_text(bundle_report(metrics), encoding="utf-8")
+    files = [out / "report.md", out / "metrics.json"]
+    run_id = None
+    if config.mlflow:
+        run_id, why_not = log_evaluation(manifest, ready, files)
+        if why_not:
+            ready["notes"].append(f"not logged to MLflow: {why_not}")
+    return EvalResult(out, ready, files, run_id)
 
 
 def _metadata(items: list[str]) -> dict[str, str]:
@@ -196,7 +310,10 @@ def main(
     except (ValueError, FileNotFoundError, DataQualityError, BundleError) as exc:
         Console(stderr=True).print("[red]error[/]:", escape(str(exc)), soft_wrap=True)
         raise typer.Exit(2) from exc
-    console.print(summary_table(result.metrics))
+    if "endpoints" in result.metrics["setup"]:  # an N-endpoint bundle's (run_endpoints)
+        console.print((result.out / "report.md").read_text(encoding="utf-8"), soft_wrap=True, markup=False)
+    else:
+        console.print(summary_table(result.metrics))
     for note in result.metrics.get("notes", []):  # e.g. a cross-fitted bundle scored on its own training logs
         console.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     logged = f"MLflow run {result.mlflow_run_id}" if result.mlflow_run_id else "not logged to MLflow"

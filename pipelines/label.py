@@ -1,11 +1,12 @@
 """`make label`: grade the answers in an SDK outcome log with an LLM judge.
 
 For every logged answer whose quality is not known yet (the answer that served a request,
-and a shadow run's answer), the judge model, behind any OpenAI-compatible
+whatever the bundle, and a shadow run's answer), the judge model, behind any OpenAI-compatible
 chat-completions endpoint, grades it with MT-Bench's single-answer template (a 1-10
 rating in "[[ ]]"); the rating becomes a quality in [0, 1], (rating - 1) / 9, written back
 to the same log folder as a `feedback` record with `source` "judge:<model>", which
-training joins like any other feedback.
+training joins like any other feedback: edge_quality / cloud_quality for a request routed
+between edge and cloud, `outcomes` {endpoint: quality} for an N-endpoint bundle's.
 
 The judge's key is read from an environment variable (`--api-key-env`), never from the
 command line. The judge is called through the routed chat client's HTTP side
@@ -56,9 +57,32 @@ def rating_quality(reply: str) -> float | None:
     return (rating - 1.0) / 9.0 if 1.0 <= rating <= 10.0 else None
 
 
+TWO_ENDPOINTS = ["edge", "cloud"]
+
+
+def _two_endpoint(request: dict) -> bool:
+    """Whether the request was routed between edge and cloud (its feedback is edge_quality /
+    cloud_quality): its record names those endpoints, or none (written before every record did)."""
+    names = request.get("endpoints")
+    return names is None or names == TWO_ENDPOINTS
+
+
+def _known(record: dict) -> set[str]:
+    """The endpoints a request or feedback record gives a quality of: edge_quality / cloud_quality,
+    and `outcomes` (an endpoint that failed, feedback of any endpoint)."""
+    known = {side for side in ("edge", "cloud") if record.get(f"{side}_quality") is not None}
+    outcomes = record.get("outcomes")
+    if isinstance(outcomes, dict):
+        known.update(name for name, quality in outcomes.items() if quality is not None)
+    return known
+
+
 def pending_answers(folder: Path) -> tuple[list[dict], int, list[LoggedLine]]:
-    """(answers to grade: request_id, side, question, answer; how many already have a quality;
-    the lines that could not be read, each with its file, line and problem)."""
+    """(answers to grade: request_id, side (the endpoint that answered), question, answer, and whether
+    the request's feedback is edge_quality / cloud_quality (`two_endpoint`) or outcomes; how many
+    already have a quality; the lines that could not be read, each with its file, line and problem).
+    Every bundle's request records hold the served answer: as edge_response / cloud_response from the
+    endpoints named edge and cloud, else as `response` with `served_by` naming its endpoint."""
     from serving.outcome_log import read_log_lines
 
     requests, known, shadows, unreadable = {}, set(), [], []
@@ -70,25 +94,23 @@ def pending_answers(folder: Path) -> tuple[list[dict], int, list[LoggedLine]]:
         kind, request_id = record.get("type"), record.get("request_id")
         if kind == "request":
             requests[request_id] = record
-            for side in ("edge", "cloud"):
-                if record.get(f"{side}_quality") is not None:
-                    known.add((request_id, side))
-        elif kind == "feedback":
-            for side in ("edge", "cloud"):
-                if record.get(f"{side}_quality") is not None:
-                    known.add((request_id, side))
+        if kind in ("request", "feedback"):
+            known.update((request_id, name) for name in _known(record))
         elif kind == "shadow":
             shadows.append(record)
     answers = []
     for request_id, record in requests.items():
-        for side in ("edge", "cloud"):
-            if isinstance(record.get(f"{side}_response"), str):
+        served = [(side, record.get(f"{side}_response")) for side in ("edge", "cloud")]
+        served.append((record.get("served_by"), record.get("response")))
+        for side, answer in served:
+            if isinstance(side, str) and isinstance(answer, str):
                 answers.append(
                     {
                         "request_id": request_id,
                         "side": side,
-                        "answer": record[f"{side}_response"],
+                        "answer": answer,
                         "question": record.get("prompt"),
+                        "two_endpoint": _two_endpoint(record),
                     }
                 )
     for shadow in shadows:
@@ -100,6 +122,7 @@ def pending_answers(folder: Path) -> tuple[list[dict], int, list[LoggedLine]]:
                     "side": shadow.get("side"),
                     "answer": shadow["response"],
                     "question": request.get("prompt"),
+                    "two_endpoint": True,  # only two-endpoint requests are shadowed
                 }
             )
     todo = [a for a in answers if a["question"] and (a["request_id"], a["side"]) not in known]
@@ -197,7 +220,11 @@ def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None
                 "type": "feedback",
                 "request_id": item["request_id"],
                 "time": time.time(),
-                f"{item['side']}_quality": quality,
+                **(
+                    {f"{item['side']}_quality": quality}
+                    if item["two_endpoint"] and item["side"] in ("edge", "cloud")
+                    else {"outcomes": {item["side"]: quality}}
+                ),
                 "source": f"judge:{judge.model}",
             }
         )

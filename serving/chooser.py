@@ -431,11 +431,25 @@ def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
 
 
 class Choice:
-    """An N-endpoint bundle's rule (module doc), from its manifest's endpoints section."""
+    """An N-endpoint bundle's rule (module doc), from its manifest's endpoints section, and what an
+    unfamiliar prompt (novelty above 1; a bundle with a familiarity reference) gets instead of the
+    rule's cascade, `unfamiliar_policy` (serving.novelty.UNFAMILIAR_POLICIES):
 
-    def __init__(self, section: EndpointsSection) -> None:
+    - edge_with_cloud_fallback: the cheapest endpoint on the device that may serve it first, its
+      answer checked, then the endpoint expected to answer best of the others: the two-endpoint
+      policy (the edge, the cloud behind it) for N endpoints. When no device endpoint may serve
+      it (its context, the policy, its needs), the rule's cascade stands, as a two-endpoint prompt
+      over the edge's context stays on the cloud.
+    - rule_table: what the bundle does without its model, by price: the cheapest endpoint that may
+      serve it first, then each costlier one.
+    - learned: the rule's cascade, the reason saying the prompt is unfamiliar.
+
+    A policy's prefer decides before either, as it does over a two-endpoint bundle's zone."""
+
+    def __init__(self, section: EndpointsSection, *, unfamiliar_policy: str | None = None) -> None:
         self.section = section
         self.rule, self.parameter = section.rule, section.parameter
+        self.unfamiliar_policy = unfamiliar_policy
         self._said = f"{self.rule} ({ENDPOINT_RULES[self.rule]} {self.parameter:.4g})"
 
     def decide(
@@ -443,16 +457,59 @@ class Choice:
     ) -> list[Decision]:
         cost, fits = call_costs(chooser.endpoints, feasible.tokens, self.section.output_tokens)
         usable = fits & feasible.allowed(chooser.names)
+        notes: list[tuple[str | None, str | None]] = [(None, None)] * len(requests)  # unfamiliar prompts'
         if scores.expected is None:  # degraded: the cheapest feasible endpoint first, then each costlier one
-            first = best_under_price(np.zeros_like(cost), cost, 1.0, usable)
-            by_price = np.argsort(np.argsort(cost, axis=1, kind="stable"), axis=1).astype(np.float64)
-            orders = escalation(by_price, cost, first, usable)
+            orders = _by_price(cost, usable)
         else:
             orders = self._orders(chooser, scores.expected, cost, usable, feasible.verdicts)
+            if scores.novelty is not None:
+                self._unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes)
         return [
-            self._decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i])
+            self._decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i], notes[i])
             for i, request in enumerate(requests)
         ]
+
+    def _unfamiliar(
+        self,
+        chooser: Chooser,
+        scores: Scores,
+        cost: NDArray[np.float64],
+        usable: NDArray[np.bool_],
+        verdicts: Sequence[Verdict | None],
+        orders: list[list[int]],
+        notes: list[tuple[str | None, str | None]],
+    ) -> None:
+        """The unfamiliar prompts' cascades (class doc), in place, and what their reasons say: what
+        chose the cascade instead of the rule, or after the rule's reason."""
+        assert scores.novelty is not None and scores.expected is not None
+        names, policy = chooser.names, self.unfamiliar_policy
+        by_price: list[list[int]] | None = None
+        for row, novelty in enumerate(scores.novelty):
+            verdict = verdicts[row]
+            if novelty <= 1.0 or not orders[row] or (verdict is not None and verdict.preferred is not None):
+                continue
+            note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
+            if policy == "learned":
+                notes[row] = (None, f"unfamiliar prompt (novelty {novelty:.2f}), learned cascade kept")
+                continue
+            if policy == "rule_table":
+                by_price = by_price or _by_price(cost, usable)
+                orders[row] = by_price[row]
+                first = orders[row][0]
+                notes[row] = (f"{note}: by price, the cheapest first, {names[first]} (${cost[row, first]:.5f})", None)
+                continue
+            device = [k for k in np.flatnonzero(usable[row]).tolist() if chooser.on_device[k]]
+            if not device:
+                notes[row] = (None, f"{note}, and no device endpoint may serve it: the rule's cascade kept")
+                continue
+            first = min(device, key=lambda k: (cost[row, k], k))
+            expected = scores.expected[row]
+            rest = [k for k in np.flatnonzero(usable[row]).tolist() if k != first]
+            best = max(rest, key=lambda k: (expected[k], -cost[row, k], -k)) if rest else None
+            orders[row] = [first] if best is None else [first, best]
+            behind = f", then the best expected, {names[best]} ({expected[best]:.3f})" if best is not None else ""
+            said = f"{names[first]} (expected {expected[first]:.3f}, ${cost[row, first]:.5f}){behind}"
+            notes[row] = (f"{note}: the cheapest device endpoint first, {said}", None)
 
     def explored(
         self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
@@ -521,6 +578,7 @@ class Choice:
         fits: NDArray[np.bool_],
         feasible: Feasible,
         order: list[int],
+        note: tuple[str | None, str | None] = (None, None),
     ) -> Decision:
         names, n_tokens = chooser.names, feasible.tokens[row]
         verdict, lacking = feasible.verdicts[row], feasible.lacking[row]
@@ -533,7 +591,8 @@ class Choice:
             reason = f"{scores.note}: the cheapest feasible endpoint first, {names[first]} (${cost[first]:.5f}); cascade {steps}"
         else:
             said = f"{names[first]} (expected {values[first]:.3f}, ${cost[first]:.5f})"
-            reason = f"{self._said}: {said}; cascade {steps}"
+            instead, after = note  # an unfamiliar prompt's (_unfamiliar)
+            reason = f"{instead or f'{self._said}: {said}'}; cascade {steps}" + (f"; {after}" if after else "")
         too_long = [names[k] for k in range(len(names)) if not fits[k]]
         if too_long:
             reason += f"; ~{n_tokens} tokens exceed the context of {', '.join(too_long)}"
@@ -542,6 +601,7 @@ class Choice:
             reason += f"; features from the first {chooser.max_chars} characters"
         reason, rule, forbidden = chooser.explained(reason, verdict, lacking)
         cascade_names = tuple(names[k] for k in order)
+        novelty = scores.novelty[row] if scores.novelty is not None else None
         return Decision(
             cascade_names,
             values[first] if values is not None else 0.0,
@@ -553,10 +613,20 @@ class Choice:
             precision=request.precision,
             n_tokens=n_tokens,
             truncated=truncated,
+            novelty=novelty,
+            unfamiliar=novelty is not None and novelty > 1.0,
             rule=rule,
             forbidden=forbidden,
             expected=dict(zip(names, values)) if values is not None else None,
         )
+
+
+def _by_price(cost: NDArray[np.float64], usable: NDArray[np.bool_]) -> list[list[int]]:
+    """Each request's cascade by price alone: the cheapest endpoint that may serve it first, then each
+    costlier one (a bundle that cannot score; rule_table for an unfamiliar prompt)."""
+    first = best_under_price(np.zeros_like(cost), cost, 1.0, usable)
+    by_price = np.argsort(np.argsort(cost, axis=1, kind="stable"), axis=1).astype(np.float64)
+    return escalation(by_price, cost, first, usable)
 
 
 def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:

@@ -11,7 +11,8 @@ records carry too (serving.outcome_log):
   they carry in text mode);
 - categorical shares: the declared `precision` (undeclared counted as its own tag) and the `zone`;
 - rates: the unfamiliar (flagged) share, the acceptance check's acceptance rate and the edge's
-  failure rate (quality < 0.5) on requests sent to the edge first.
+  failure rate (quality < 0.5) on requests sent to the edge first (on an N-endpoint bundle's: the
+  quality of the endpoint run first, on requests run on the device first, from `outcomes`).
 
 `drift_report(reference, records, thresholds)` compares the `request` records of an outcome
 log (with their `feedback`) with it, one `Check` per comparison:
@@ -48,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from serving.contract import CLOUD, DRIFT_REFERENCE_FILE, PRECISIONS, ZONES
+from serving.contract import CLOUD, DRIFT_REFERENCE_FILE, EDGE, PRECISIONS, ZONES
 from serving.documents import quoted
 from serving.json_values import finite_number
 from serving.outcome_log import FILE_PATTERN, LOG_FORMAT, printable, read_log_lines
@@ -455,6 +456,7 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
     requests: dict[str, Mapping[str, Any]] = {}
     order: list[Mapping[str, Any]] = []
     edge_feedback: dict[str, float] = {}
+    outcome_feedback: dict[str, dict[str, Any]] = {}  # request_id -> feedback `outcomes`, later over earlier
     for index, record in enumerate(records):
         where = f"record {index + 1}"
         if not isinstance(record, Mapping):
@@ -471,6 +473,8 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
             quality = _number(record, "edge_quality", where)
             if quality is not None:  # records come in time order: later feedback wins
                 edge_feedback[record["request_id"]] = quality
+            if isinstance(record.get("outcomes"), Mapping):
+                outcome_feedback.setdefault(record["request_id"], {}).update(record["outcomes"])
     if not order:
         raise DriftInputError(
             "no request records: drift needs the outcome log of a router's execute() calls"
@@ -496,9 +500,29 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
         request_id = record.get("request_id")
         logged = _number(record, "edge_quality", where)
         quality = edge_feedback.get(request_id, logged) if isinstance(request_id, str) else logged
+        if _n_endpoints(record):  # the endpoint run first: its observed failure, or its feedback
+            quality = _first_outcome(record, outcome_feedback.get(request_id) if isinstance(request_id, str) else None)
         edge_first = zone in ZONES and zone != CLOUD
         current.add("edge_failure", None if quality is None or not edge_first else quality < FAILED_BELOW, own)
     return current
+
+
+def _n_endpoints(record: Mapping[str, Any]) -> bool:
+    """Whether an N-endpoint bundle logged the request: its `endpoints` are not edge and cloud."""
+    names = record.get("endpoints")
+    return isinstance(names, list) and names != [EDGE, CLOUD]
+
+
+def _first_outcome(record: Mapping[str, Any], feedback: Mapping[str, Any] | None) -> float | None:
+    """The quality of an N-endpoint request's first endpoint (`endpoint`): its feedback's, else the
+    request's observed failure (`outcomes`), else unknown; what edge_failure counts on a request run
+    on the device first (zone), as edge_quality is for two endpoints."""
+    first = record.get("endpoint")
+    logged = record.get("outcomes")
+    for source in (feedback, logged if isinstance(logged, Mapping) else None):
+        if source is not None and isinstance(first, str) and source.get(first) is not None:
+            return finite_number(source[first])
+    return None
 
 
 # What drift reads of a record (_read, rescore): read_records keeps these fields only, so that the
@@ -519,6 +543,9 @@ READ_FIELDS = (
     "zone",
     "accept",
     "edge_quality",
+    "endpoint",
+    "endpoints",
+    "outcomes",
 )
 
 

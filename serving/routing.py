@@ -57,7 +57,7 @@ class Routing:
         section = manifest.endpoints if manifest is not None and scorer is not None else None
         rule: Bands | Choice
         if section is not None:
-            endpoints, rule = tuple(section.spec), Choice(section)
+            endpoints, rule = tuple(section.spec), Choice(section, unfamiliar_policy=self.unfamiliar_policy)
         else:
             endpoints = two_endpoints(self.edge_context_tokens)
             rule = Bands(

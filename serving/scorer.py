@@ -174,8 +174,8 @@ class Scorer:
         """What the graph says of the prompts, in one model call: each endpoint's expected quality
         (an endpoints graph), else a score per prompt with its heads and novelty."""
         if self.endpoints:
-            expected, n_tokens = self.expected(prompts, precisions)
-            return Scores(n_tokens, expected=expected)
+            expected, n_tokens, novelty = self._expected(prompts, precisions, with_novelty=True)
+            return Scores(n_tokens, expected=expected, novelty=novelty)
         scores, n_tokens, heads, novelty = self.score_batch(prompts, precisions)
         return Scores(n_tokens, scores=scores, heads=heads, novelty=novelty)
 
@@ -192,15 +192,7 @@ class Scorer:
             features = self.extractor.transform(prompts, precisions, batch_size=max(len(prompts), 1))
             feeds = {"features": features}
         outputs = self.run_model(self.outputs, feeds, None)
-        novelty: list[float] | None = None
-        if self.novelty_output is not None:
-            novelty = outputs.pop().tolist()
-        elif self.novelty is not None:
-            features = outputs.pop() if self.spec.fused else features
-            if len(prompts) == 1 and mask[0, -1]:  # route(): one prompt, unpadded (its last id is real)
-                novelty = [self.novelty.score_one(features[0, -self.spec.embedding_dim :], ids[0])]
-            else:
-                novelty = self.novelty.scores(features[:, -self.spec.embedding_dim :], ids, mask).tolist()
+        novelty = self._novelty_of(outputs, ids, mask, None if self.spec.fused else features)
         if not self.gain:
             calibrate = self.calibrators[0]
             scores = [calibrate(row[1]) for row in outputs[0].tolist()]
@@ -217,9 +209,37 @@ class Scorer:
     ) -> tuple[NDArray[np.float64], list[float]]:
         """An N-endpoint bundle's ([prompts, endpoints] calibrated P(good answer), in the manifest's
         endpoints order; token counts), in one model call."""
+        expected, n_tokens, _ = self._expected(prompts, precisions, with_novelty=False)
+        return expected, n_tokens
+
+    def _expected(
+        self, prompts: Sequence[str], precisions: Sequence[str | None], *, with_novelty: bool
+    ) -> tuple[NDArray[np.float64], list[float], list[float] | None]:
+        """expected() and, `with_novelty` and a familiarity reference, each prompt's novelty (else None)."""
         ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
         feeds: dict[str, NDArray[Any]] = {"input_ids": ids, "attention_mask": mask, "scalars": scalars}
-        return np.asarray(self.run_model(self.outputs[:1], feeds, None)[0], dtype=np.float64), n_tokens
+        outputs = self.run_model(self.outputs if with_novelty else self.outputs[:1], feeds, None)
+        novelty = self._novelty_of(outputs, ids, mask, None) if with_novelty else None
+        return np.asarray(outputs[0], dtype=np.float64), n_tokens, novelty
+
+    def _novelty_of(
+        self,
+        outputs: list[NDArray[Any]],
+        ids: NDArray[np.int64],
+        mask: NDArray[np.int64],
+        features: NDArray[np.float32] | None,
+    ) -> list[float] | None:
+        """Each prompt's novelty, taken off the end of the graph's `outputs`: the graph's own (`in_model`),
+        or from the reference file on the embedding (a fused graph's `features` output, else the staged
+        layout's `features`); None without a familiarity reference."""
+        if self.novelty_output is not None:
+            return outputs.pop().tolist()  # type: ignore[no-any-return]
+        if self.novelty is None:
+            return None
+        features = outputs.pop() if features is None else features
+        if len(ids) == 1 and mask[0, -1]:  # route(): one prompt, unpadded (its last id is real)
+            return [self.novelty.score_one(features[0, -self.spec.embedding_dim :], ids[0])]
+        return self.novelty.scores(features[:, -self.spec.embedding_dim :], ids, mask).tolist()  # type: ignore[no-any-return]
 
     def features(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """The router's feature rows for texts (no precision declared), as the model sees them:

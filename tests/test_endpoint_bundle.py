@@ -48,36 +48,48 @@ TOPICS = [
 PRECISIONS = [None, "exact", "standard", "tolerant"]
 
 
+def simulated_bundle(
+    tmp: Path, cache: Path, *, n: int, seed: int = 0, answers: bool = False, signing_key=None, **options
+):
+    """(the EndpointBundle, its EndpointRows): one N-endpoint bundle (separate heads, cheapest_within)
+    trained on `n` rows of the four simulated endpoints written to tmp/logs (with each outcome's
+    answer: `answers`), in tmp/bundle; `options`, TrainConfig's beyond its cache."""
+    from data.endpoint_logs import read_endpoint_logs
+    from data.simulator_endpoints import load_simulation, write_simulation
+    from evaluation.endpoints import Choosers
+    from training.config import TrainConfig
+    from training.endpoint_bundle import train_endpoint_bundle
+    from training.endpoints import EndpointRows
+
+    sim = load_simulation(None)
+    write_simulation(tmp / "logs", sim, n, seed=seed, answers=answers)
+    frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
+    rows = EndpointRows.from_frame(frame, sim.names)
+    made = train_endpoint_bundle(
+        rows,
+        sim.endpoints,
+        tmp / "bundle",
+        mode="separate",
+        rule="cheapest_within",
+        choosers=Choosers(),
+        output_tokens=sim.output_tokens,
+        config=TrainConfig(cache_dir=str(cache), **options),
+        signing_key=signing_key,
+    )
+    return made, rows
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, encoder_cache):
     """One N-endpoint bundle (separate heads, cheapest_within) on 3,000 simulated four-endpoint rows,
     signed; and its public key. Trained once per test session (tests.conftest.once_per_session),
     whichever module (or xdist worker) asks first: test_proxy_endpoint_bundle uses it too."""
-    from data.endpoint_logs import read_endpoint_logs
-    from data.simulator_endpoints import load_simulation, write_simulation
-    from evaluation.endpoints import Choosers
     from tests.conftest import once_per_session
-    from training.config import TrainConfig
-    from training.endpoint_bundle import train_endpoint_bundle
-    from training.endpoints import EndpointRows
     from training.keys import generate
 
     def build(tmp: Path):
-        sim = load_simulation(None)
-        write_simulation(tmp / "logs", sim, 3000, seed=0)
-        frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
         private, public = generate(tmp / "keys")
-        made = train_endpoint_bundle(
-            EndpointRows.from_frame(frame, sim.names),
-            sim.endpoints,
-            tmp / "bundle",
-            mode="separate",
-            rule="cheapest_within",
-            choosers=Choosers(),
-            output_tokens=sim.output_tokens,
-            config=TrainConfig(cache_dir=str(encoder_cache)),
-            signing_key=private,
-        )
+        made, _ = simulated_bundle(tmp, encoder_cache, n=3000, signing_key=private)
         return made, public
 
     return once_per_session(tmp_path_factory, "endpoint_bundle", build)
@@ -85,8 +97,10 @@ def trained(tmp_path_factory, encoder_cache):
 
 @pytest.fixture(scope="module")
 def router(trained) -> Router:
+    """The bundle's router deciding by its rule for every prompt: an unfamiliar one too (the unfamiliar
+    policy `learned`; test_unfamiliar_prompts_get_the_unfamiliar_policy has the others)."""
     made, public = trained
-    return Router.load(made.folder, strict=True, public_key=public)
+    return Router.load(made.folder, strict=True, public_key=public, unfamiliar_policy="learned")
 
 
 def variant(trained, tmp_path: Path, edit) -> Path:
@@ -130,6 +144,7 @@ def recomputed(router: Router, decisions, prompts, feasible=None):
 def test_the_bundle_is_one_graph_with_an_endpoints_section_checksummed_and_signed(trained, router):
     made, public = trained
     assert sorted(p.name for p in made.folder.iterdir()) == [
+        "drift_reference.json",
         "manifest.json",
         "manifest.sig",
         "model.onnx",
@@ -139,10 +154,11 @@ def test_the_bundle_is_one_graph_with_an_endpoints_section_checksummed_and_signe
     assert manifest.score.kind == "endpoints" and manifest.score.heads == NAMES
     assert manifest.endpoints.names == NAMES and manifest.endpoints.rule == "cheapest_within"
     assert manifest.endpoints.parameter == 0.02 and manifest.endpoints.output_tokens == 250
-    assert set(manifest.files) == {"model.onnx", "tokenizer.json"}
+    assert set(manifest.files) == {"model.onnx", "tokenizer.json", "drift_reference.json"}
+    assert manifest.novelty["in_model"] and manifest.novelty["policy"] == "edge_with_cloud_fallback"
     assert all(manifest.calibration[n]["in_model"] for n in NAMES)
     scorer = Scorer(read_bundle(made.folder, public_key=public))
-    assert sorted(o.name for o in scorer.session.get_outputs()) == ["expected", "features"]
+    assert sorted(o.name for o in scorer.session.get_outputs()) == ["expected", "features", "novelty"]
     assert [o.name for o in scorer.session.get_inputs()] == ["input_ids", "attention_mask", "scalars"]
     assert made.parity <= 1e-5
     # The section is in the signed manifest: edited, the bundle no longer loads.
@@ -196,7 +212,7 @@ def test_the_other_rules_decide_as_endpoint_choice_does(trained, tmp_path, rule,
             {"best_under_price": "price", "cascade": "start_margin"}[rule]: parameter,
         }
 
-    router = Router.load(variant(trained, tmp_path, edit), strict=True)
+    router = Router.load(variant(trained, tmp_path, edit), strict=True, unfamiliar_policy="learned")
     decisions = router.route_batch(HARD)
     expected, cost, ok = recomputed(router, decisions, HARD)
     if rule == "cascade":
@@ -217,6 +233,7 @@ def test_forbidden_endpoints_are_never_chosen_nor_in_the_cascade(trained):
         made.folder,
         strict=True,
         public_key=public,
+        unfamiliar_policy="learned",
         policy=policy(
             {"name": "no-frontier", "when": {"metadata": {"tier": "free"}}, "then": "forbid", "endpoint": "frontier"}
         ),
@@ -259,6 +276,7 @@ def test_context_limits_make_endpoints_infeasible(trained, tmp_path):
     router = Router.load(
         variant(trained, tmp_path, edit),
         strict=True,
+        unfamiliar_policy="learned",
         policy=policy(
             {"name": "private", "when": {"metadata": {"privacy": "local"}}, "then": "force", "endpoint": "phone-3b"}
         ),
@@ -300,7 +318,7 @@ def test_scoring_failure_degrades_to_endpoints_by_price_with_the_policy_kept(tra
     def broken(*args, **kwargs):
         raise RuntimeError("onnxruntime fell over")
 
-    monkeypatch.setattr(router._routing._scorer, "expected", broken)
+    monkeypatch.setattr(router._routing._scorer, "score", broken)
     d = router.route("What is 2 + 2?")
     assert d.degraded and d.expected is None and d.forbidden == ("phone-3b",)
     section = router.manifest.endpoints
@@ -431,12 +449,45 @@ def test_the_router_runs_its_decisions_cascade_over_named_endpoints(trained, tmp
     assert done.response == f"{second}: ok" and called == [first, second]
 
 
-def test_make_evaluate_says_where_an_n_endpoint_bundles_figures_come_from(trained, tmp_path):
+def test_make_evaluate_scores_an_n_endpoint_bundle_on_the_rows_it_never_saw(trained, tmp_path):
     from evaluation.config import EvalConfig
     from pipelines.evaluate import run
 
     made, _ = trained
     config = EvalConfig(bundle=str(made.folder), out=str(tmp_path / "report"), mlflow=False)
-    with pytest.raises(ValueError, match=r"routes among 4 endpoints \(phone-3b, .*make endpoints"):
+    with pytest.raises(ValueError, match=r"is an N-endpoint bundle, whose manifest names no logs: give them"):
         run(config)
-    assert not (tmp_path / "report").exists()  # refused before reading any log
+    assert not (tmp_path / "report").exists()  # refused before reading anything
+    logs = made.folder.parent / "logs"
+    result = run(EvalConfig(bundle=str(made.folder), logs=[str(logs)], out=str(tmp_path / "report"), mlflow=False))
+    figures = result.metrics["figures"]
+    assert figures["rows"] == figures["complete_rows"] == int(made.masks["test"].sum())  # fold 0's test rows
+    assert sum(figures["shares"].values()) == pytest.approx(1.0) and figures["best_single"] == "frontier"
+    # the bundle's own held-out figures, from the SDK's decisions: what training measured on the same rows
+    assert figures["router"]["quality"] == pytest.approx(made.manifest.metrics["test"]["quality"], abs=0.02)
+    assert 0.0 <= figures["unfamiliar_share"] < 0.1
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "the bundle's first endpoint" in report and "`frontier` alone (best single)" in report
+    assert json.loads((tmp_path / "report" / "metrics.json").read_text())["setup"]["endpoints"] == list(NAMES)
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.evaluate",
+            "--bundle",
+            str(made.folder),
+            "--logs",
+            str(logs),
+            "--out",
+            str(tmp_path / "cli"),
+            "--split",
+            "val",
+            "--set",
+            "mlflow=false",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert "the bundle's first endpoint" in printed.stdout

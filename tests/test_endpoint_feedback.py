@@ -357,5 +357,6 @@ def test_every_record_has_one_shape_and_records_from_before_read_as_they_did(tra
     (old / "outcomes-0-1-0.jsonl").write_text("\n".join(lines) + "\n")
     rejects: list = []
     old_rows = {raw.row["request_id"]: raw.row for raw in iter_outcome_log(old, rejects)}
+    assert new_rows["n-1"].pop("responses") == {written["n-1"]["served_by"]: written["n-1"]["response"]}
     assert rejects == [] and old_rows == new_rows
     assert old_rows["two-2"]["edge_quality"] == 1.0 and old_rows["n-1"]["routed_to"] == written["n-1"]["endpoint"]

@@ -343,3 +343,39 @@ def test_make_endpoints_refuses_what_it_cannot_use(tmp_path):
     write_simulation(tmp_path / "one", load_simulation(None), 200, seed=2, one_outcome=True)
     with pytest.raises(typer.BadParameter, match="no row holds every endpoint's outcome"):
         main(data=[str(tmp_path / "one")], out=tmp_path / "out")
+
+
+def test_rows_carry_their_answers_and_simulated_answers_leave_the_rest_as_it_was(tmp_path):
+    from training.endpoints import EndpointRows
+
+    names = ("small", "big")
+    row = {"prompt": "hi", "outcomes": {"small": 1, "big": 0}, "responses": {"small": "ok", "big": None}}
+    assert check_endpoint_row(row, names, default_source="x")["responses"] == {"small": "ok"}
+    one = {"prompt": "hi", "outcomes": {"big": 1}, "routed_to": "big", "propensity": 0.5}
+    graded = check_endpoint_row({**one, "responses": {"big": "b", "small": "s"}}, names, default_source="x")
+    assert graded["responses"] == {"big": "b"}  # an answer without its outcome teaches nothing: left out
+    for bad, message in [
+        ({**row, "responses": {"huge": "x"}}, "responses names endpoint 'huge', which is not in the spec"),
+        ({**row, "responses": {"small": 3}}, "responses.small must be text, got int"),
+        ({**row, "responses": ["ok"]}, "responses must be an object"),
+    ]:
+        with pytest.raises(RowError, match=message):
+            check_endpoint_row(bad, names, default_source="x")
+    two = check_endpoint_row(
+        {"prompt": "hi", "edge_quality": 1, "cloud_quality": 0, "edge_response": "4"},
+        ("edge", "cloud"),
+        default_source="x",
+    )
+    assert two["responses"] == {"edge": "4"}
+
+    sim = load_simulation(None)
+    plain, _ = simulate(sim, 200, seed=4)
+    answered, _ = simulate(sim, 200, seed=4, answers=True)
+    assert plain.equals(answered.drop(columns="responses"))
+    assert all(set(r) == set(o) for r, o in zip(answered["responses"], answered["outcomes"]))
+    write_simulation(tmp_path / "sim", sim, 200, seed=4, answers=True)
+    frame, rejects = read_endpoint_logs([tmp_path / "sim"], sim.names)
+    rows = EndpointRows.from_frame(frame, sim.names)
+    assert (
+        rejects == [] and rows.responses.shape == (200, 4) and all(isinstance(t, str) for t in rows.responses.ravel())
+    )

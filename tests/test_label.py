@@ -13,6 +13,7 @@ from serving import Router
 from serving.outcome_log import OutcomeLog
 from tests.dripping import DrippingServer, elapsed
 from tests.judge import JudgeServer, completion, make_label
+from tests.test_endpoint_bundle import trained  # noqa: F401  (the session's N-endpoint bundle)
 
 
 def outcome_log(folder: Path, answers: dict[str, str]) -> Path:
@@ -111,3 +112,33 @@ def test_a_bad_judge_url_or_timeout_is_refused_before_any_request(tmp_path, args
     with judging({"answer": "Rating: [[8]]"}) as judge:
         result = make_label(logs, judge.url, *args)  # the later --base-url wins
     assert result.exit_code == 2 and message in printed(result) and feedback(logs) == []
+
+
+def test_make_label_grades_an_n_endpoint_bundles_answers_and_training_reads_the_grades(trained, tmp_path):  # noqa: F811
+    """An N-endpoint bundle's request records hold the served answer (`response`, served_by naming its
+    endpoint): the judge grades it, the feedback is `outcomes` {endpoint: quality}, the reader's row
+    holds that outcome and the answer (what the acceptance check learns from), and a second run finds
+    nothing left to grade."""
+    from data.endpoint_logs import read_endpoint_logs
+    from tests.endpoint_doubles import Calls
+    from tests.test_endpoint_bundle import NAMES, TOPICS
+
+    made, public = trained
+    log = OutcomeLog(tmp_path / "logs")
+    router = Router.load(made.folder, strict=True, public_key=public, log=log)
+    runs = [router.execute(prompt, endpoints=Calls(NAMES).sync) for prompt in TOPICS[:3]]
+    log.close()
+    with judging({"answers": "Good. Rating: [[10]]"}) as judge:
+        result = make_label(tmp_path / "logs", judge.url)
+        again = make_label(tmp_path / "logs", judge.url)
+    assert result.exit_code == 0 and "graded 3, already known 0, failed 0" in printed(result), result.output
+    assert again.exit_code == 0 and "graded 0, already known 3, failed 0" in printed(again)
+    graded = feedback(tmp_path / "logs")
+    assert sorted((r["request_id"], r["outcomes"]) for r in graded) == sorted(
+        (run.request_id, {run.served_by: 1.0}) for run in runs
+    )
+    frame, rejects = read_endpoint_logs([tmp_path / "logs"], NAMES)
+    assert rejects == [] and len(frame) == 3
+    for _, row in frame.iterrows():
+        served = next(run.served_by for run in runs if run.request_id == row["request_id"])
+        assert row[f"q_{served}"] == 1.0 and row[f"response_{served}"].startswith(f"{served} answers")

@@ -5,7 +5,8 @@ by a model that did not see them (the bundle itself on the quick single split; t
 out-of-fold models when cross-fitted, the bundle being refit on every row), flagged by the
 familiarity reference, with the acceptance check's held-out verdicts and the zones the SDK
 gives them at the bundle's thresholds. Out-of-sample scores, not the refit's own in-sample
-ones: live traffic is new prompts too.
+ones: live traffic is new prompts too. An N-endpoint bundle's (decisions_reference) are its
+validation rows as the SDK's chooser decides them (training.endpoint_bundle).
 """
 
 from __future__ import annotations
@@ -32,4 +33,33 @@ def drift_reference(config: TrainConfig, held_out: HeldOutStages, model_version:
         rejected=rows.rejected,
         source=f"{len(rows)} held-out validation rows"
         + (" (out-of-fold scores)" if config.split.cv_folds else " (scored by the bundle's model)"),
+    )
+
+
+def decisions_reference(
+    model_version: str,
+    decisions,
+    prompts,
+    *,
+    edge_quality=None,
+    rejected=None,
+    source: str,
+) -> DriftReference:
+    """The reference of held-out rows from the SDK's own Decisions of them (serving.chooser, on the
+    training models' probabilities and novelty: an N-endpoint bundle's), each row's prompt beside its
+    decision. `edge_quality`: the logged quality of each row's first endpoint where it runs on the
+    device (NaN where unknown); `rejected`: the share of that endpoint's logged answers the acceptance
+    check rejects (NaN without one), as drift compares them with requests run on the device first."""
+    novelty = [d.novelty for d in decisions]
+    return DriftReference.build(
+        model_version=model_version,
+        score=[d.score for d in decisions],
+        precisions=[d.precision for d in decisions],
+        zones=[d.zone for d in decisions],
+        prompt_chars=[len(p) for p in prompts],
+        n_tokens=[d.n_tokens for d in decisions],
+        novelty=None if any(n is None for n in novelty) else novelty,
+        edge_quality=edge_quality,
+        rejected=rejected,
+        source=source,
     )

@@ -9,6 +9,13 @@ fold 0): the models train on its training rows, stop early, calibrate and set th
 on its validation rows, and its test rows are the bundle's unseen rows (figures, parity). The bundle
 is written like every bundle (training.writer: checksums, signature, atomic swap) once the SDK's
 probabilities from raw text equal the training models' within training.engines.base.PARITY_TOLERANCE.
+
+Every bundle's other parts come from the same code as a two-endpoint bundle's: the familiarity
+reference (training.held_out.fit_familiarity on the validation rows, computed in the graph), the
+acceptance check on every endpoint's logged answers with their outcomes (training.acceptance, when the
+logs carry `responses`; its parity checked like the heads'), and the drift reference (the validation
+rows as the SDK's chooser decides them, training.drift_reference.decisions_reference). Not the lexical
+blend: its stage, blend fit and export are written for two outcomes (docs/training.md#n-endpoint-bundles).
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ class EndpointBundle:
     plan: Any  # training.featurize.FeaturePlan
     masks: dict[str, np.ndarray]
     parity: float
+    novelty: dict[str, np.ndarray] | None = None  # the familiarity reference's novelty of the val / test rows
+    acceptance: Any = None  # training.acceptance.AcceptanceFit: the check, or why there is none
+    acceptance_parity: float = 0.0
 
     def expected(self, prompts, precisions=None) -> np.ndarray:
         """The training models' calibrated probabilities of these prompts, [n, N] (what the
@@ -140,6 +150,95 @@ def _parity(folder: Path, prompts, precisions, expected: np.ndarray, *, public_k
     return parity
 
 
+def answer_rows(rows: EndpointRows, masks: dict[str, np.ndarray]):
+    """Every logged answer of the rows with its endpoint's outcome, in data.prepare.response_rows'
+    columns (what training.acceptance reads: the answer as `edge_response`, its outcome as
+    `edge_quality`, its endpoint's name as `source`, its prompt's split from `masks`); None
+    without answers."""
+    import pandas as pd
+
+    if rows.responses is None:
+        return None
+    answered = np.vectorize(lambda t: isinstance(t, str), otypes=[bool])(rows.responses) & np.isfinite(rows.quality)
+    row, k = np.nonzero(answered)
+    if not len(row):
+        return None
+    split = np.where(masks["test"], "test", np.where(masks["val"], "val", "train"))
+    return pd.DataFrame(
+        {
+            "request_id": rows.request_ids[row],
+            "prompt": rows.prompts[row],
+            "precision": [rows.precisions[i] for i in row],
+            "source": np.asarray(rows.names, dtype=object)[k],
+            "edge_quality": rows.quality[row, k],
+            "edge_response": rows.responses[row, k],
+            "edge_logprob_mean": np.nan,
+            "edge_logprob_min": np.nan,
+            "split": split[row],
+        }
+    )
+
+
+def _acceptance(config, answers, plan):
+    """The acceptance check fitted on every endpoint's answers (training.acceptance.fit_acceptance: an
+    answer is good when its endpoint's outcome reaches acceptance.good_quality; its figures per
+    endpoint, each answer's `source`), or the reason there is none."""
+    from training.acceptance import AcceptanceFit, fit_acceptance
+
+    if answers is None:
+        return AcceptanceFit({"file": None, "reason": "the training logs carry no answers (responses)"})
+    return fit_acceptance(config, answers, plan.serving.extractor())
+
+
+def _rejected(acceptance, prompts, first: list[str]) -> np.ndarray | None:
+    """Per row, the share of its first endpoint's held-out validation answers the check rejects (NaN
+    where it has none); None without a check."""
+    if not acceptance.fitted or "val" not in acceptance.held_out:
+        return None
+    answered, sources, _, probability = acceptance.held_out["val"]
+    verdicts: dict[tuple[str, str], list[bool]] = {}
+    for prompt, source, p in zip(answered, sources, probability):
+        verdicts.setdefault((prompt, source), []).append(bool(p < acceptance.section["threshold"]))
+    shares = [verdicts.get((prompt, name)) for prompt, name in zip(prompts, first)]
+    return np.array([np.mean(v) if v else np.nan for v in shares], dtype=np.float64)
+
+
+def _drift_reference(config, section, model_version: str, val, x_val, models, novelty, max_chars: int, acceptance=None):
+    """The bundle's drift reference (training.drift_reference.decisions_reference): its validation
+    rows as the SDK's chooser decides them (serving.chooser.Choice, the bundle's unfamiliar policy)
+    on the training models' probabilities and the familiarity reference's novelty, rows no endpoint's
+    context holds left out; each device-first row's edge quality is its first endpoint's logged one,
+    and what the acceptance check rejects of its answers."""
+    from serving.chooser import Choice, Chooser
+    from serving.endpoint_choice import call_costs
+    from serving.request import Request
+    from serving.scorer import Scores
+    from training.drift_reference import decisions_reference
+
+    tokens = input_tokens(x_val)
+    _, fits = call_costs(list(section.spec), tokens, section.output_tokens)
+    kept = np.flatnonzero(fits.any(axis=1))
+    choice = Choice(section, unfamiliar_policy=config.novelty.unfamiliar_policy)
+    chooser = Chooser(tuple(section.spec), choice, model_version=model_version, max_chars=max_chars)
+    requests = [Request(str(val.prompts[i]), val.precisions[i]) for i in kept]
+    scores = Scores(
+        tokens[kept].tolist(), expected=models.predict(x_val[kept]), novelty=np.asarray(novelty)[kept].tolist()
+    )
+    decisions = chooser.decisions(requests, scores)
+    index = {name: k for k, name in enumerate(section.names)}
+    first = np.array([index[d.endpoint] for d in decisions], dtype=np.int64)
+    quality = val.quality[kept, first] if len(kept) else np.zeros(0)
+    prompts = [r.text for r in requests]
+    return decisions_reference(
+        model_version,
+        decisions,
+        prompts,
+        edge_quality=np.where([d.on_device[0] for d in decisions], quality, np.nan),
+        rejected=_rejected(acceptance, prompts, [d.endpoint for d in decisions]),
+        source=f"{len(decisions)} validation rows (the chooser on the training models' probabilities)",
+    )
+
+
 def _edge_context(endpoints) -> int:
     """The Limits a two-side reader sees: the smallest context among the endpoints on the device
     (the largest endpoint's when none runs there)."""
@@ -164,11 +263,14 @@ def train_endpoint_bundle(
     """Fit every endpoint's model (`mode`), set the rule's parameter on validation rows, export the
     one graph and write the bundle at `bundle` (module doc). `chosen_by`: how `mode` was chosen
     (the head comparison), kept beside it in the manifest's `endpoints.head_mode`."""
+    from serving.drift import DRIFT_REFERENCE_FILE
     from serving.endpoint_choice import call_costs
+    from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.config import TrainConfig
     from training.endpoints import featurized, fit_outcome_models, fold_masks
     from training.engines.base import _public_key
     from training.export import endpoint_heads_to_onnx
+    from training.held_out import familiarity_in_bundle, fit_familiarity
     from training.writer import staged_bundle
 
     config = config or TrainConfig()
@@ -192,7 +294,19 @@ def train_endpoint_bundle(
         x[masks["train"]], parts["train"], x[masks["val"]], parts["val"], mode=mode, config=config
     )
     trees = endpoint_heads_to_onnx(_heads(models), len(plan.spec.model_feature_names))
-    files = plan.bundle_files(trees)
+    # The familiarity reference, as every bundle's (training.held_out): fitted on the validation rows,
+    # computed in the fused graph.
+    embeddings = {split: x[masks[split]][:, -plan.spec.embedding_dim :] for split in ("val", "test")}
+    reference, familiar, novelty = fit_familiarity(
+        config, plan, {split: parts[split].prompts for split in ("val", "test")}, embeddings
+    )
+    files, familiar = familiarity_in_bundle(plan, plan.bundle_files(trees), reference, familiar)
+    model_version = f"edge-cloud-router@endpoints:{hashlib.sha256(files['model.onnx']).hexdigest()[:12]}"
+    # The acceptance check, as every bundle's (training.acceptance), on every endpoint's logged answers.
+    answers = answer_rows(rows, masks)
+    acceptance = _acceptance(config, answers, plan)
+    if acceptance.fitted:
+        files[ACCEPTANCE_FILE] = acceptance.file
 
     figures, parameter, setting = {}, 0.0, {}
     for split in ("val", "test"):
@@ -214,9 +328,21 @@ def train_endpoint_bundle(
             "validation": figures["val"],
         },
     )
+    files[DRIFT_REFERENCE_FILE] = _drift_reference(
+        config,
+        section,
+        model_version,
+        parts["val"],
+        x[masks["val"]],
+        models,
+        novelty["val"],
+        plan.spec.max_chars,
+        acceptance,
+    ).to_bytes()
+    accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     names = rows.names
     manifest = Manifest(
-        model_version=f"edge-cloud-router@endpoints:{hashlib.sha256(files['model.onnx']).hexdigest()[:12]}",
+        model_version=model_version,
         feature_spec=plan.spec,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         encoder={"tier": config.features.tier, "key": plan.built.key},
@@ -231,7 +357,13 @@ def train_endpoint_bundle(
         },
         limits=Limits(edge_context_tokens=_edge_context(endpoints)),
         endpoints=section,
-        metrics={"test": figures["test"], "trees": dict(zip(names, models.trees))},
+        novelty=familiar,
+        acceptance=acceptance.section,
+        metrics={
+            "test": figures["test"],
+            "trees": dict(zip(names, models.trees)),
+            **({"acceptance": accepted} if accepted else {}),
+        },
         data={
             "rows": int(len(rows)),
             "train": int(masks["train"].sum()),
@@ -250,5 +382,10 @@ def train_endpoint_bundle(
             models.predict(x[masks["test"]][checked]),
             public_key=_public_key(signing_key),
         )
+        acceptance_parity = check_acceptance_parity(
+            staged.folder, acceptance, answers, public_key=_public_key(signing_key)
+        )
         staged.publish()
-    return EndpointBundle(Path(bundle), staged.manifest, models, plan, masks, parity)
+    return EndpointBundle(
+        Path(bundle), staged.manifest, models, plan, masks, parity, novelty, acceptance, acceptance_parity
+    )

@@ -56,6 +56,8 @@ class EndpointRows:
     # and the probability with which the logging policy chose it (NaN where not logged)
     routed: np.ndarray | None = None
     propensity: np.ndarray | None = None
+    # each endpoint's logged answer (object [rows, endpoints], None where not logged), or None: no answers
+    responses: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -78,7 +80,24 @@ class EndpointRows:
         ids = frame["request_id"].to_numpy(object) if "request_id" in frame else np.arange(len(frame)).astype(object)
         routed_to = frame["routed_to"] if "routed_to" in frame else [None] * len(frame)
         routed = np.array([names.index(r) if partial[i] and r in names else -1 for i, r in enumerate(routed_to)])
-        return cls(names, frame["prompt"].to_numpy(object), precisions, quality, weight, cost, ids, routed, propensity)
+        responses = None
+        if all(f"response_{n}" in frame for n in names):
+            responses = np.stack(
+                [[t if isinstance(t, str) else None for t in frame[f"response_{n}"]] for n in names], axis=1
+            ).astype(object)
+            responses = responses if any(t is not None for t in responses.ravel()) else None
+        return cls(
+            names,
+            frame["prompt"].to_numpy(object),
+            precisions,
+            quality,
+            weight,
+            cost,
+            ids,
+            routed,
+            propensity,
+            responses,
+        )
 
     def subset(self, rows: np.ndarray) -> "EndpointRows":
         rows = np.asarray(rows)
@@ -93,6 +112,7 @@ class EndpointRows:
             self.request_ids[index],
             None if self.routed is None else self.routed[index],
             None if self.propensity is None else self.propensity[index],
+            None if self.responses is None else self.responses[index],
         )
 
 

@@ -84,23 +84,40 @@ def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[No
     """Fit the familiarity reference on the validation rows (training.novelty); returns the
     reference, its manifest figures (where it lives is familiarity_in_bundle's), and `splits`
     flagged with it."""
+    reference, info, novelty = fit_familiarity(
+        config,
+        fitted.plan,
+        {name: rows.prompts for name, rows in splits.items()},
+        fitted.embeddings,
+        fitted.tokens,
+    )
+    return reference, info, {name: rows.with_novelty(novelty[name]) for name, rows in splits.items()}
+
+
+def fit_familiarity(
+    config: TrainConfig, plan, prompts: dict, embeddings: dict, tokens: dict | None = None
+) -> tuple[Novelty, dict, dict]:
+    """The familiarity reference of any bundle (training.novelty): fitted on the "val" prompts'
+    token ids and projected embeddings (`embeddings`, per split; the feature matrix's last columns),
+    with its manifest figures and policy (config.novelty), and each split's novelty. `tokens`: the
+    splits' token ids where featurizing kept them, else tokenized here as the SDK does (`plan`'s
+    extractor)."""
     from training.novelty import fit_novelty, token_rows
 
-    extractor = fitted.plan.serving.featurizer().extractor
-    tokens = fitted.tokens or {name: token_rows(extractor, rows.prompts) for name, rows in splits.items()}
+    extractor = plan.serving.featurizer().extractor
+    tokens = tokens or {name: token_rows(extractor, texts) for name, texts in prompts.items()}
     reference, info = fit_novelty(
-        splits["val"].prompts,
+        prompts["val"],
         tokens["val"],
-        fitted.embeddings["val"],
+        embeddings["val"],
         vocabulary=extractor.tokenizer.full.get_vocab_size(),
         share=config.novelty.share,
         min_unseen_share=config.novelty.min_unseen_share,
     )
-    flagged = {
-        name: rows.with_novelty(reference.scores_flat(fitted.embeddings[name], tokens[name].ids, tokens[name].lengths))
-        for name, rows in splits.items()
+    novelty = {
+        name: reference.scores_flat(embeddings[name], tokens[name].ids, tokens[name].lengths) for name in prompts
     }
-    return reference, {**info, "policy": config.novelty.unfamiliar_policy}, flagged
+    return reference, {**info, "policy": config.novelty.unfamiliar_policy}, novelty
 
 
 def familiarity_in_bundle(plan, files: dict, reference: Novelty, section: dict) -> tuple[dict, dict]:
