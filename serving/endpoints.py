@@ -1,22 +1,12 @@
 """Endpoints as data: the one record of a model a request may run on (docs/endpoints.md).
 
 `Endpoint` (exported as `serving.Endpoint`, and as `serving.chat.Endpoint`) holds everything the
-SDK knows of one endpoint:
-
-- what the router decides with: `name`, `where` it runs (device | cloud), `price` (Price: per 1M
-  input, output and cached-input tokens, and per call), `latency_ms`, `context_tokens`,
-  `capabilities`, and `prefill_tokens_per_s` (how fast it reads a prompt; parsed and checked, not
-  used yet). None is "not declared" for each of them;
-- how it is called (all optional: an endpoint a bundle's manifest describes is only decided
-  about): `base_url`, `model`, `api_key` (never in repr, str or a log line), `timeout_s`,
-  `connect_timeout_s`, `first_token_timeout_s`, `max_response_bytes`, `headers`, and `params`,
-  extra chat-completions parameters merged into every request sent to it (the endpoint's win
-  over the request's: one model at two reasoning efforts is two endpoints; `model` is always the
-  endpoint's).
-
-Two costs, two methods: `call_cost(input_tokens, output_tokens)`, what a call of that size is
-expected to cost (what the choosers price), and `answer_cost(usage)`, what an answer cost by its
-`usage` (what RoutedChat reports).
+SDK knows of one endpoint: what the router decides with (where it runs, its `Price`, latency,
+context limit, `Capabilities`) and, all optional, how it is called (an endpoint a bundle's
+manifest describes is only decided about); its class doc lists the fields. None is "not
+declared" for each decision field. Two costs: `call_cost(input_tokens, output_tokens)`, what a
+call of that size is expected to cost (what the choosers price), and `answer_cost(usage)`, what an
+answer cost by its `usage` (what RoutedChat reports).
 
 Spec files and manifests:
 
@@ -41,23 +31,22 @@ device and cloud, and every other field to baseline.md's figures).
 Every field is checked when parsed; an error (EndpointSpecError) names the source, the endpoint
 and the field, on one line that quotes values shortened (serving.documents.quoted). A spec file
 is read by serving.documents: at most 1 MiB, nested at most 32 levels, no YAML aliases, no key
-twice, every YAML key text (an unquoted `on:` is refused). The order of the list is kept: it is the order in which figures list endpoints,
-never a preference (choosing among endpoints is evaluation.endpoints' job). Standard library
-only, so any part of the SDK can read it.
+twice, every YAML key text (an unquoted `on:` is refused). The order of the list is kept: it is
+the order in which figures list endpoints, never a preference (choosing among endpoints is
+evaluation.endpoints' job). Standard library only, so any part of the SDK can read it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from serving.contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
@@ -108,6 +97,7 @@ MAX_SPEC_BYTES = 1 << 20
 MAX_TOKEN_COUNT = 10**9  # a usage count at or over this is not a count of one answer's tokens
 # A name is written to logs, figures and headers as is: a short code, no spaces.
 NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_NAME_MUST = "a short code (letters, digits, _ . : -; at most 64)"
 # The two-endpoint spelling's defaults (baseline.md: phone 120 ms and free; FP8 cloud $0.003 a
 # request, 200 ms + 50 ms network). Context: the edge's default limit; the cloud's a large model's.
 TWO_ENDPOINT_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -131,7 +121,7 @@ def _scaled(value: float, digits: int) -> float:
     return float(Decimal(repr(float(value))).scaleb(digits))
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Price:
     """Per 1M input tokens, per 1M output tokens, per 1M cached input tokens (None: priced as
     input), and per call; all >= 0, in one currency (dollars in the specs here).
@@ -141,36 +131,25 @@ class Price:
     (Price.from_per_1k), the figure the spec gave, so an old spec or bundle prices every call
     exactly as before."""
 
-    per_1m_input: float
-    per_1m_output: float
-    per_call: float
-    per_1m_cached_input: float | None
-    if TYPE_CHECKING:  # not fields: the per-1k rates calls are priced with, set by __init__ (and from_per_1k)
-        _input_1k: float
-        _output_1k: float
-        _cached_1k: float | None
+    per_1m_input: float = 0.0
+    per_1m_output: float = 0.0
+    per_call: float = 0.0
+    per_1m_cached_input: float | None = None
+    # The per-1k rates calls are priced with (the class doc), set by __post_init__ (and from_per_1k).
+    _input_1k: float = field(init=False, repr=False, compare=False)
+    _output_1k: float = field(init=False, repr=False, compare=False)
+    _cached_1k: float | None = field(init=False, repr=False, compare=False)
 
-    def __init__(
-        self,
-        per_1m_input: float = 0.0,
-        per_1m_output: float = 0.0,
-        per_call: float = 0.0,
-        per_1m_cached_input: float | None = None,
-    ) -> None:
-        given = {"per_1m_input": per_1m_input, "per_1m_output": per_1m_output, "per_call": per_call}
-        if per_1m_cached_input is not None:
-            given["per_1m_cached_input"] = per_1m_cached_input
-        for key, value in given.items():
+    def __post_init__(self) -> None:
+        for key in ("per_1m_input", "per_1m_output", "per_call", "per_1m_cached_input"):
+            value = getattr(self, key)
             number = finite_number(value)
-            if number is None or number < 0:
+            if not (key == "per_1m_cached_input" and value is None) and (number is None or number < 0):
                 raise EndpointSpecError(f"price {key}={quoted(value)}: must be a finite number >= 0")
             object.__setattr__(self, key, number)
-        if per_1m_cached_input is None:
-            object.__setattr__(self, "per_1m_cached_input", None)
-        # The per-1k rates calls are priced with: see the class doc.
+        cached = self.per_1m_cached_input
         object.__setattr__(self, "_input_1k", _scaled(self.per_1m_input, -3))
         object.__setattr__(self, "_output_1k", _scaled(self.per_1m_output, -3))
-        cached = self.per_1m_cached_input
         object.__setattr__(self, "_cached_1k", None if cached is None else _scaled(cached, -3))
 
     @classmethod
@@ -225,177 +204,142 @@ class Capabilities:
         return out
 
 
-def _seconds(name: str, value: object, *, optional: bool) -> float | None:
-    if value is None and optional:
-        return None
-    number = finite_number(value)
-    if number is None or number <= 0:
-        raise EndpointSpecError(f"{name}={quoted(value)}: must be a positive number of seconds")
-    return number
+def _whole(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
-@dataclass(frozen=True, init=False, repr=False)
+def _positive(value: Any) -> bool:
+    return finite_number(value) is not None and value > 0
+
+
+_SECONDS = "{key}={value}: must be a positive number of seconds"
+# Endpoint's checks of its arguments, in order: the field, whether None is allowed, the test of any
+# other value, and the error when it fails ({value}: the value quoted, {kind}: its type's name).
+_CHECKS: tuple[tuple[str, bool, Callable[[Any], object], str], ...] = (
+    (
+        "name",
+        False,
+        lambda v: isinstance(v, str) and (not v or NAME_SHAPE.fullmatch(v)),
+        "{key}={value}: must be " + _NAME_MUST,
+    ),
+    ("where", True, lambda v: v in WHERE, "{key}={value}: must be one of " + ", ".join(WHERE)),
+    ("price", True, lambda v: isinstance(v, Price), "{key} must be a serving.endpoints.Price or None, got {kind}"),
+    (
+        "latency_ms",
+        True,
+        lambda v: finite_number(v) is not None and v >= 0,
+        "{key}={value}: must be a finite number >= 0",
+    ),
+    ("context_tokens", True, lambda v: _whole(v, 1), "{key}={value}: must be a whole number > 0, or None"),
+    (
+        "capabilities",
+        True,
+        lambda v: isinstance(v, Capabilities),
+        "{key} must be a serving.endpoints.Capabilities or None, got {kind}",
+    ),
+    ("description", False, lambda v: isinstance(v, str), "{key} must be text, got {kind}"),
+    ("prefill_tokens_per_s", True, _positive, "{key}={value}: must be a number > 0"),
+    ("model", True, lambda v: isinstance(v, str) and v, "{key}={value}: give the model name the server expects"),
+    ("api_key", True, lambda v: isinstance(v, str), "{key} must be text or None, got {kind}"),
+    ("timeout_s", False, _positive, _SECONDS),
+    ("connect_timeout_s", False, _positive, _SECONDS),
+    ("first_token_timeout_s", True, _positive, _SECONDS),
+    ("max_response_bytes", False, lambda v: _whole(v, 1024), "{key}={value}: must be an integer >= 1024"),
+)
+# The checked fields kept as floats (an int given, a float kept).
+_FLOATS = ("latency_ms", "prefill_tokens_per_s", "timeout_s", "connect_timeout_s", "first_token_timeout_s")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
 class Endpoint:
-    """One endpoint (the module doc): what the router decides with, and how it is called.
-
-    Endpoint(base_url, model, *, name=None, where=None, price=None, latency_ms=None,
-    context_tokens=None, capabilities=None, description="", prefill_tokens_per_s=None,
-    api_key=None, timeout_s=60, connect_timeout_s=5, first_token_timeout_s=None,
-    max_response_bytes=8 MiB, headers=None, params=None)
+    """One endpoint: what the router decides with (None: not declared), and how it is called.
 
     name: a short code (letters, digits, _ . : -; at most 64); "" (the default): not named yet.
         RoutedChat names an endpoint given as edge=, cloud= or endpoints={name: ...} by that key
         when it has none.
-    where: "device" or "cloud"; None: not declared.
-    price: a Price (per 1M tokens and per call), or None: not declared (answer_cost is then None).
-        The earlier keywords `input_price_per_1m` and `output_price_per_1m` are still taken: they
-        set those two figures of the price (a figure not given is 0).
+    where: "device" or "cloud".
+    price: a Price (per 1M tokens and per call); without one, answer_cost is None. The earlier
+        keywords `input_price_per_1m` and `output_price_per_1m` are still taken: they set those
+        two figures of the price (a figure not given is 0).
     latency_ms: the expected latency of one call. context_tokens: the longest prompt it takes.
-    capabilities: serving.endpoints.Capabilities (a flag left out is false), or None: not declared,
-        so not a constraint. When declared, a request needing what it lacks is never sent to it.
+    capabilities: serving.endpoints.Capabilities (a flag left out is false); when declared, a
+        request needing what it lacks is never sent to it.
     prefill_tokens_per_s: how many prompt tokens a second it reads (not used by any decision yet).
     base_url: the API root, as OpenAI clients take it, e.g. "http://127.0.0.1:8080/v1"; requests
         go to `base_url + "/chat/completions"`. No credentials in it: the key goes in `api_key`,
         which is sent as `Authorization: Bearer ...` and never shown (repr, str, logs).
     model: the model name the server expects; always the one sent.
-    timeout_s: an answer, streamed or not, must be complete within this, from the call to its last
-        byte, however slowly the server sends. connect_timeout_s: for opening the connection.
+    timeout_s (60): an answer, streamed or not, must be complete within this, from the call to its
+        last byte, however slowly the server sends. connect_timeout_s (5): for opening the connection.
     first_token_timeout_s: a stream's first chunk must arrive within this (at most `timeout_s`).
-    max_response_bytes: a larger answer (or streamed event) is refused as malformed.
+    max_response_bytes (8 MiB): a larger answer (or streamed event) is refused as malformed.
     headers: sent with every request (e.g. an organisation header); not for the key.
     params: chat-completions parameters merged into every request sent to it, e.g.
         {"reasoning_effort": "high", "max_tokens": 512}; where the request gives one too, the
-        endpoint's wins (what the router chose is this endpoint as configured). JSON values only,
-        no NaN or infinity; never model, messages, stream or stream_options.
+        endpoint's wins (what the router chose is this endpoint as configured: one model at two
+        reasoning efforts is two endpoints). JSON values only, no NaN or infinity; never model,
+        messages, stream or stream_options.
 
     Wrong values are an EndpointSpecError (a ValueError) naming the field.
     """
 
-    name: str
-    where: str | None
-    price: Price | None
-    latency_ms: float | None
-    context_tokens: int | None
-    capabilities: Capabilities | None
-    description: str
-    prefill_tokens_per_s: float | None
-    base_url: str | None
-    model: str | None
-    api_key: str | None = field(repr=False)
-    timeout_s: float
-    connect_timeout_s: float
-    first_token_timeout_s: float | None
-    max_response_bytes: int
-    headers: Mapping[str, str] = field(repr=False, hash=False)
-    params: Mapping[str, Any] = field(hash=False)  # Any: JSON values
+    name: str = ""
+    where: str | None = None
+    price: Price | None = None
+    latency_ms: float | None = None
+    context_tokens: int | None = None
+    capabilities: Capabilities | None = None
+    description: str = ""
+    prefill_tokens_per_s: float | None = None
+    base_url: str | None = field(default=None, kw_only=False)
+    model: str | None = field(default=None, kw_only=False)
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float | None = None
+    max_response_bytes: int = 8 << 20
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)  # Any: JSON values
+    input_price_per_1m: InitVar[float | None] = None  # the earlier price keywords (the class doc)
+    output_price_per_1m: InitVar[float | None] = None
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        model: str | None = None,
-        *,
-        name: str = "",
-        where: str | None = None,
-        price: Price | None = None,
-        latency_ms: float | None = None,
-        context_tokens: int | None = None,
-        capabilities: Capabilities | None = None,
-        description: str = "",
-        prefill_tokens_per_s: float | None = None,
-        api_key: str | None = None,
-        timeout_s: float = 60.0,
-        connect_timeout_s: float = 5.0,
-        first_token_timeout_s: float | None = None,
-        max_response_bytes: int = 8 << 20,
-        headers: Mapping[str, str] | None = None,
-        params: Mapping[str, Any] | None = None,
-        input_price_per_1m: float | None = None,
-        output_price_per_1m: float | None = None,
-    ) -> None:
-        if not isinstance(name, str) or (name and not NAME_SHAPE.fullmatch(name)):
-            raise EndpointSpecError(f"name={quoted(name)}: must be a short code (letters, digits, _ . : -; at most 64)")
-        if where is not None and where not in WHERE:
-            raise EndpointSpecError(f"where={quoted(where)}: must be one of {', '.join(WHERE)}")
-        if input_price_per_1m is not None or output_price_per_1m is not None:  # the earlier keywords
-            base = price or Price()
+    def __post_init__(self, input_price_per_1m: float | None, output_price_per_1m: float | None) -> None:
+        for key, optional, test, error in _CHECKS:
+            value = getattr(self, key)
+            if not (optional and value is None) and not test(value):
+                raise EndpointSpecError(error.format(key=key, value=quoted(value), kind=type(value).__name__))
+        for key in _FLOATS:
+            object.__setattr__(self, key, finite_number(getattr(self, key)))
+        if input_price_per_1m is not None or output_price_per_1m is not None:
+            base = self.price or Price()
             price = Price(
                 base.per_1m_input if input_price_per_1m is None else input_price_per_1m,
                 base.per_1m_output if output_price_per_1m is None else output_price_per_1m,
                 base.per_call,
                 base.per_1m_cached_input,
             )
-        if price is not None and not isinstance(price, Price):
-            raise EndpointSpecError(f"price must be a serving.endpoints.Price or None, got {type(price).__name__}")
-        if latency_ms is not None:
-            latency = finite_number(latency_ms)
-            if latency is None or latency < 0:
-                raise EndpointSpecError(f"latency_ms={quoted(latency_ms)}: must be a finite number >= 0")
-            latency_ms = latency
-        if context_tokens is not None and not (
-            isinstance(context_tokens, int) and not isinstance(context_tokens, bool) and context_tokens > 0
-        ):
-            raise EndpointSpecError(f"context_tokens={quoted(context_tokens)}: must be a whole number > 0, or None")
-        if capabilities is not None and not isinstance(capabilities, Capabilities):
-            raise EndpointSpecError(
-                f"capabilities must be a serving.endpoints.Capabilities or None, got {type(capabilities).__name__}"
-            )
-        if not isinstance(description, str):
-            raise EndpointSpecError(f"description must be text, got {type(description).__name__}")
-        if prefill_tokens_per_s is not None:
-            rate = finite_number(prefill_tokens_per_s)
-            if rate is None or rate <= 0:
-                raise EndpointSpecError(f"prefill_tokens_per_s={quoted(prefill_tokens_per_s)}: must be a number > 0")
-            prefill_tokens_per_s = rate
-        if base_url is not None:
-            parts = urlsplit(base_url) if isinstance(base_url, str) else None
+            object.__setattr__(self, "price", price)
+        if self.base_url is not None:
+            parts = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
                 raise EndpointSpecError(
-                    f"base_url={quoted(base_url)}: expected an http:// or https:// URL such as 'http://127.0.0.1:8080/v1'"
+                    f"base_url={quoted(self.base_url)}: expected an http:// or https:// URL such as "
+                    "'http://127.0.0.1:8080/v1'"
                 )
             if parts.username or parts.password or parts.query or parts.fragment:
                 raise EndpointSpecError(
                     "base_url must not carry credentials, a query or a fragment: put the key in api_key"
                 )
-        if model is not None and (not isinstance(model, str) or not model):
-            raise EndpointSpecError(f"model={quoted(model)}: give the model name the server expects")
-        if api_key is not None and not isinstance(api_key, str):
-            raise EndpointSpecError(f"api_key must be text or None, got {type(api_key).__name__}")
-        timeout = _seconds("timeout_s", timeout_s, optional=False)
-        connect = _seconds("connect_timeout_s", connect_timeout_s, optional=False)
-        first = _seconds("first_token_timeout_s", first_token_timeout_s, optional=True)
-        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes < 1024:
-            raise EndpointSpecError(f"max_response_bytes={quoted(max_response_bytes)}: must be an integer >= 1024")
-        headers = _headers(headers)
-        params = _params(params)
-        values = {
-            "name": name,
-            "where": where,
-            "price": price,
-            "latency_ms": latency_ms,
-            "context_tokens": context_tokens,
-            "capabilities": capabilities,
-            "description": description,
-            "prefill_tokens_per_s": prefill_tokens_per_s,
-            "base_url": base_url,
-            "model": model,
-            "api_key": api_key,
-            "timeout_s": timeout,
-            "connect_timeout_s": connect,
-            "first_token_timeout_s": first,
-            "max_response_bytes": max_response_bytes,
-            "headers": headers,
-            "params": params,
-        }
-        for key, value in values.items():
-            object.__setattr__(self, key, value)
+        object.__setattr__(self, "headers", _headers(self.headers))
+        object.__setattr__(self, "params", _params(self.params))
 
     def __repr__(self) -> str:
         """The fields that say something (None, empty and default values left out); never the key
         or the headers."""
         shown = [
-            f"{key}={value!r}"
-            for key, value in self.__dict__.items()
-            if key not in ("api_key", "headers") and value not in (None, "", {}) and _DEFAULTS.get(key) != value
+            f"{f.name}={value!r}"
+            for f in dataclasses.fields(self)
+            if f.repr and (value := getattr(self, f.name)) not in (None, "", {}, f.default)
         ]
         return f"Endpoint({', '.join(shown)})"
 
@@ -510,31 +454,15 @@ class Endpoint:
             "price": None if self.price is None else self.price.as_dict(),
             "latency_ms": self.latency_ms,
             "context_tokens": self.context_tokens,
+            "capabilities": None if self.capabilities is None else self.capabilities.as_dict(),
+            "description": self.description,
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
         }
-        if self.capabilities is not None:
-            out["capabilities"] = self.capabilities.as_dict()
-        if self.description:
-            out["description"] = self.description
-        if self.prefill_tokens_per_s is not None:
-            out["prefill_tokens_per_s"] = self.prefill_tokens_per_s
         if call_settings and self.base_url is not None:
-            out.update(
-                base_url=self.base_url,
-                model=self.model,
-                timeout_s=self.timeout_s,
-                connect_timeout_s=self.connect_timeout_s,
-                max_response_bytes=self.max_response_bytes,
-            )
-            if self.first_token_timeout_s is not None:
-                out["first_token_timeout_s"] = self.first_token_timeout_s
-            if self.headers:
-                out["headers"] = dict(self.headers)
-            if self.params:
-                out["params"] = json.loads(json.dumps(self.params))
-        return out
-
-
-_DEFAULTS = {"timeout_s": 60.0, "connect_timeout_s": 5.0, "max_response_bytes": 8 << 20}
+            out.update({key: getattr(self, key) for key in CALL_KEYS})
+            out.update(headers=dict(self.headers), params=json.loads(json.dumps(self.params)))
+        always = ("name", "where", "price", "latency_ms", "context_tokens", "base_url", "model")  # None: not declared
+        return {key: value for key, value in out.items() if key in always or value not in (None, "", {})}
 
 
 def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
@@ -640,11 +568,8 @@ def _kind(value: object) -> str:
 
 def _number(value: object, where: str, *, integer: bool = False, positive: bool = False) -> float:
     """A finite number >= 0 (> 0 with `positive`; whole with `integer`), or EndpointSpecError at `where`."""
-    number = None
-    if not isinstance(value, bool) and isinstance(value, (int, float)):
-        with contextlib.suppress(OverflowError):  # an integer of 400 digits is no float
-            number = float(value)
-    if number is None or not math.isfinite(number):
+    number = finite_number(value)
+    if number is None:
         raise EndpointSpecError(f"{where} must be a finite number, got {_kind(value)} {quoted(value)}")
     if number < 0 or (positive and number == 0):
         raise EndpointSpecError(f"{where} must be {'> 0' if positive else '>= 0'}, got {quoted(value)}")
@@ -663,8 +588,9 @@ def _object(value: object, where: str, allowed: Sequence[str]) -> Mapping[str, o
 
 
 def _price(value: object, where: str) -> Price:
+    """A price in either unit: per_1m_* keys, or the earlier per_1k_* ones (Price.from_per_1k)."""
     price = _object(value, where, (*PRICE_KEYS, *PER_1K_KEYS))
-    if not any(key in price for key in ("per_1m_input", "per_1m_output", "per_call", *PER_1K_KEYS)):
+    if not set(price) - {"per_1m_cached_input"}:
         raise EndpointSpecError(
             f"{where} is empty: give at least one of per_1m_input, per_1m_output, per_call (0 for free)"
         )
@@ -676,17 +602,15 @@ def _price(value: object, where: str) -> Price:
             f"{where}: {per_1k[0]} and {per_1m[0]} are two units for one price: give per_1m_input and "
             "per_1m_output (per_1k_* is the earlier spelling, 1,000 times smaller)"
         )
-    cached = numbers.get("per_1m_cached_input")
-    if per_1k:
-        price_value = Price.from_per_1k(
-            numbers.get("per_1k_input", 0.0), numbers.get("per_1k_output", 0.0), numbers.get("per_call", 0.0), cached
-        )
-        for key, scaled in (("per_1k_input", price_value.per_1m_input), ("per_1k_output", price_value.per_1m_output)):
-            if not math.isfinite(scaled):
-                raise EndpointSpecError(f"{where}.{key} is too large: 1,000 times it is no finite number")
-        return price_value
-    return Price(
-        numbers.get("per_1m_input", 0.0), numbers.get("per_1m_output", 0.0), numbers.get("per_call", 0.0), cached
+    for key in per_1k:
+        if not math.isfinite(_scaled(numbers[key], 3)):
+            raise EndpointSpecError(f"{where}.{key} is too large: 1,000 times it is no finite number")
+    unit, make = ("per_1k", Price.from_per_1k) if per_1k else ("per_1m", Price)
+    return make(
+        numbers.get(f"{unit}_input", 0.0),
+        numbers.get(f"{unit}_output", 0.0),
+        numbers.get("per_call", 0.0),
+        numbers.get("per_1m_cached_input"),
     )
 
 
@@ -723,9 +647,7 @@ def parse_endpoint(item: object, *, where: str, name: str | None = None, call_se
     if name is None:
         given = item.get("name")
         if not isinstance(given, str) or not NAME_SHAPE.fullmatch(given):
-            raise EndpointSpecError(
-                f"{where}.name must be a short code (letters, digits, _ . : -; at most 64), got {_kind(given)} {quoted(given)}"
-            )
+            raise EndpointSpecError(f"{where}.name must be {_NAME_MUST}, got {_kind(given)} {quoted(given)}")
         name = given
         where = f"{where} ({quoted(name)})"
     elif "name" in item and item["name"] != name:
@@ -791,14 +713,14 @@ def parse_endpoints(data: object, *, source: str = "<endpoints>", call_settings:
     if len(items) > MAX_ENDPOINTS:
         raise EndpointSpecError(f"{source}: {len(items)} endpoints, more than {MAX_ENDPOINTS}")
     endpoints: list[Endpoint] = []
-    seen: dict[str, int] = {}
     for index, item in enumerate(items):
         endpoint = parse_endpoint(item, where=f"{source}: endpoints[{index}]", call_settings=call_settings)
-        if endpoint.name in seen:
+        names = [e.name for e in endpoints]
+        if endpoint.name in names:
             raise EndpointSpecError(
-                f"{source}: endpoints[{index}].name {quoted(endpoint.name)} is also the name of endpoints[{seen[endpoint.name]}]"
+                f"{source}: endpoints[{index}].name {quoted(endpoint.name)} is also the name of "
+                f"endpoints[{names.index(endpoint.name)}]"
             )
-        seen[endpoint.name] = index
         endpoints.append(endpoint)
     return Endpoints(tuple(endpoints), source)
 
@@ -811,9 +733,7 @@ def _two_endpoints(data: Mapping[str, object], source: str, call_settings: bool)
         )
     endpoints = []
     for side in (EDGE, CLOUD):
-        item = data[side]
-        if item is None:
-            item = {}
+        item = {} if data[side] is None else data[side]
         if not isinstance(item, dict):
             raise EndpointSpecError(
                 f"{source}: {side} must be an object (an endpoint without its name), got {_kind(item)}"
@@ -827,10 +747,10 @@ def two_endpoints(edge_context_tokens: int) -> tuple[Endpoint, Endpoint]:
     """A two-endpoint bundle's endpoints as its router sees them: the edge on the device with the
     bundle's context limit, the cloud with none declared (the prices are the two-endpoint
     spelling's defaults; capabilities not declared)."""
-    edge = {**TWO_ENDPOINT_DEFAULTS[EDGE], "context_tokens": edge_context_tokens}
-    cloud = parse_endpoint(TWO_ENDPOINT_DEFAULTS[CLOUD], where="the two-endpoint defaults", name=CLOUD)
+    defaults = {EDGE: {"context_tokens": edge_context_tokens}, CLOUD: {}}
+    edge, cloud = parse_endpoints(defaults, source="the two-endpoint defaults")
     return (
-        dataclasses.replace(parse_endpoint(edge, where="the two-endpoint defaults", name=EDGE), capabilities=None),
+        dataclasses.replace(edge, capabilities=None),
         dataclasses.replace(cloud, context_tokens=None, capabilities=None),
     )
 

@@ -288,33 +288,17 @@ class ProxyConfig:
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
         endpoints_file = getattr(args, "endpoints", None)
+        given = ("edge", "cloud", "token", "endpoints")  # every other option is the command line's of its name
         return cls(
-            bundle=args.bundle,
             edge=upstream("edge"),
             cloud=upstream("cloud"),
-            host=args.host,
-            port=args.port,
             token=token,
-            served_model=args.served_model,
-            max_body_bytes=args.max_body_bytes,
-            max_concurrency=args.max_concurrency,
-            queue_timeout_s=args.queue_timeout_s,
-            body_timeout_s=args.body_timeout_s,
-            header_timeout_s=args.header_timeout_s,
-            max_body_reads=args.max_body_reads,
-            shutdown_timeout_s=args.shutdown_timeout_s,
-            strict=args.strict,
-            public_key=args.public_key,
-            watch=args.watch,
-            watch_interval_s=args.watch_interval_s,
-            access_log=args.access_log,
-            policy=args.policy,
-            policy_interval_s=args.policy_interval_s,
             endpoints=(
                 load_endpoints_file(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
                 if endpoints_file is not None
                 else None
             ),
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in given},
         )
 
 
