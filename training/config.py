@@ -40,6 +40,8 @@ from training.options import (
     nested,
     number,
     one_of,
+    option,
+    options_of,
     preferring,
 )
 from training.partial import ESTIMATORS, HEAD_SHARING
@@ -64,79 +66,58 @@ LGBM = mapping("LightGBM parameters")
 class Features:
     """What the router reads of a prompt (the manifest's feature_spec)."""
 
-    tier: str = "static"  # embedding tier: static | transformer
-    embedding_dim: int = 32  # PCA components kept from the embedding
-    max_tokens: int | None = None  # None: the tier's default
-    max_chars: int = DEFAULT_MAX_CHARS  # text tokenized and scanned; bounds route() cost
-    constraints: ClassVar = {
-        "tier": one_of(*TIERS),
-        "embedding_dim": integer(1),
-        "max_tokens": integer(8, empty=True),
-        "max_chars": integer(64),
-    }
+    tier: str = option(one_of(*TIERS), "static")  # embedding tier: static | transformer
+    embedding_dim: int = option(integer(1), 32)  # PCA components kept from the embedding
+    max_tokens: int | None = option(integer(8, empty=True), None)  # None: the tier's default
+    max_chars: int = option(integer(64), DEFAULT_MAX_CHARS)  # text tokenized and scanned; bounds route() cost
 
 
 @dataclass
 class Split:
     """Which rows train, validate and test: a hash of the prompt (the manifest's split)."""
 
-    val_share: float = 0.15
-    test_share: float = 0.15
-    salt: str = ""
-    offset: float = 0.0  # where the test split starts on the hash scale
+    val_share: float = option(number(0, 1, open_low=True, open_high=True), 0.15)
+    test_share: float = option(number(0, 1), 0.15)
+    salt: str = option(TEXT, "")
+    offset: float = option(number(0, 1, open_high=True), 0.0)  # where the test split starts on the hash scale
     # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
     # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
     # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one
     # split). Empty: 5 with the local engine, 0 with Dask (cross-fitting needs the local engine).
-    cv_folds: int | None = None
-    max_train_rows: int | None = 1_000_000  # training prompts fitted (a prompt-hash sample); empty: all
-    constraints: ClassVar = {
-        "val_share": number(0, 1, open_low=True, open_high=True),
-        "test_share": number(0, 1),
-        "salt": TEXT,
-        "offset": number(0, 1, open_high=True),
-        "cv_folds": CV_FOLDS,
-        "max_train_rows": integer(1, empty=True),
-    }
+    cv_folds: int | None = option(CV_FOLDS, None)
+    # training prompts fitted (a prompt-hash sample); empty: all
+    max_train_rows: int | None = option(integer(1, empty=True), 1_000_000)
 
 
 @dataclass
 class Label:
     """How two quality scores become the cloud-needed label (the manifest's label)."""
 
-    margin_binary: float = 0.0
-    margin_graded: float = 0.1  # judge scores: 1 point on 1-10 is 0.11
-    constraints: ClassVar = {"margin_binary": number(0, 1), "margin_graded": number(0, 1)}
+    margin_binary: float = option(number(0, 1), 0.0)
+    margin_graded: float = option(number(0, 1), 0.1)  # judge scores: 1 point on 1-10 is 0.11
 
 
 @dataclass
 class Model:
     """The outcome heads: what they learn and how they are calibrated."""
 
-    objective: str = "expected_gain"  # expected_gain (two outcome heads) | cloud_needed
-    calibration: str = "sigmoid"
-    head_sharing: str = "auto"  # auto | separate | shared outcome heads (training.partial)
-    partial_estimator: str = "plug_in"  # rows with one outcome: plug_in | ipw (training.partial)
-    max_ipw_weight: float = 20.0  # ipw: 1 / propensity, clipped here
-    precision_dropout: float = 0.2  # train rows shown without a declared precision
-    constraints: ClassVar = {
-        "objective": one_of(*OBJECTIVES),
-        "calibration": one_of(*CALIBRATIONS),
-        "head_sharing": one_of(*HEAD_SHARING),
-        "partial_estimator": one_of(*ESTIMATORS),
-        "max_ipw_weight": number(1),
-        "precision_dropout": number(0, 1),
-    }
+    objective: str = option(one_of(*OBJECTIVES), "expected_gain")  # expected_gain (two outcome heads) | cloud_needed
+    calibration: str = option(one_of(*CALIBRATIONS), "sigmoid")
+    # auto | separate | shared outcome heads (training.partial)
+    head_sharing: str = option(one_of(*HEAD_SHARING), "auto")
+    # rows with one outcome: plug_in | ipw (training.partial)
+    partial_estimator: str = option(one_of(*ESTIMATORS), "plug_in")
+    max_ipw_weight: float = option(number(1), 20.0)  # ipw: 1 / propensity, clipped here
+    precision_dropout: float = option(number(0, 1), 0.2)  # train rows shown without a declared precision
 
 
 @dataclass
 class Boosting:
     """The heads' LightGBM boosters."""
 
-    rounds: int = 2000
-    early_stopping_rounds: int = 100
-    lgbm: dict[str, Any] = field(default_factory=dict)  # over training.model.DEFAULT_LGBM
-    constraints: ClassVar = {"rounds": integer(1), "early_stopping_rounds": integer(1), "lgbm": LGBM}
+    rounds: int = option(integer(1), 2000)
+    early_stopping_rounds: int = option(integer(1), 100)
+    lgbm: dict[str, Any] = option(LGBM, factory=dict)  # over training.model.DEFAULT_LGBM
 
 
 @dataclass
@@ -150,91 +131,65 @@ class Lexical:
     # where the rules let it run (the static tier, either engine, expected gain, sigmoid or no
     # calibration), else none; paired cross-validation chose it
     # (docs/routing-score.md#decisions-by-paired-cross-validation).
-    mode: str | None = None  # none | features | blend
+    mode: str | None = option(one_of(*LEXICAL_MODES), None)  # none | features | blend
     # A blend's form (training.model): "stack", sigmoid(a * logit(trees) + b * margin + c) with
     # a, b, c fitted on validation; "mixture", w * trees + (1 - w) * sigmoid(margin).
-    blend: str = "stack"
+    blend: str = option(one_of(*LEXICAL_BLENDS), "stack")
     # With a stack: each head's trees start boosting from its outcome's lexical margin (LightGBM's
     # init_score; training rows' margins out of fold, `folds` folds by prompt hash), so they
     # learn what the margin misses; the stack, which reads logit(trees) and the margin, adds the
     # margin back in the graph.
-    start: bool = False
+    start: bool = option(FLAG, False)
     # The regression's rows (training.lexical.WEIGHTINGS): "tfidf", sublinear tf * idf scaled to
     # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms;
     # "idf", counts * idf scaled to sum 1. `features` needs mean or idf: their margins are
     # bit-exact in the graph. Empty: tfidf for a blend, mean for features.
-    weighting: str | None = None
-    c: float | None = None  # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
-    folds: int = 5
+    weighting: str | None = option(one_of(*LEXICAL_WEIGHTINGS), None)
+    # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
+    c: float | None = option(number(0, open_low=True), None)
+    folds: int = option(integer(2, 20), 5)
     # Training prompts the regressions are fitted on (idf included): above it, a prompt-hash
     # sample inside the boosters' split.max_train_rows sample, the same prompts in both engines;
     # the margins of every other row come from that fit (training.lexical, "At scale"). Empty: all.
-    sample_rows: int | None = 50_000
-    constraints: ClassVar = {
-        "mode": one_of(*LEXICAL_MODES),
-        "blend": one_of(*LEXICAL_BLENDS),
-        "start": FLAG,
-        "weighting": one_of(*LEXICAL_WEIGHTINGS),
-        "c": number(0, open_low=True),
-        "folds": integer(2, 20),
-        "sample_rows": integer(1, empty=True),
-    }
+    sample_rows: int | None = option(integer(1, empty=True), 50_000)
 
 
 @dataclass
 class Routing:
     """The fallback thresholds' target (the manifest's target) and the routing limits."""
 
-    target: str = "quality"  # quality | budget
-    max_quality_drop: float = 0.01
-    cloud_budget: float = 0.3
-    fallback_catch_rate: float = 0.5  # assumed where no edge answers measure it (training.acceptance)
-    min_rows_per_tag: int = 200  # validation rows a precision tag needs for its own thresholds
-    edge_context_tokens: int = DEFAULT_EDGE_CONTEXT_TOKENS  # longer prompts go to the cloud first
-    constraints: ClassVar = {
-        "target": one_of(*TARGETS),
-        "max_quality_drop": number(0, 1),
-        "cloud_budget": number(0, 1),
-        "fallback_catch_rate": number(0, 1),
-        "min_rows_per_tag": integer(1),
-        "edge_context_tokens": integer(1, 10_000_000),
-    }
+    target: str = option(one_of(*TARGETS), "quality")  # quality | budget
+    max_quality_drop: float = option(number(0, 1), 0.01)
+    cloud_budget: float = option(number(0, 1), 0.3)
+    # assumed where no edge answers measure it (training.acceptance)
+    fallback_catch_rate: float = option(number(0, 1), 0.5)
+    min_rows_per_tag: int = option(integer(1), 200)  # validation rows a precision tag needs for its own thresholds
+    # longer prompts go to the cloud first
+    edge_context_tokens: int = option(integer(1, 10_000_000), DEFAULT_EDGE_CONTEXT_TOKENS)
 
 
 @dataclass
 class Acceptance:
     """The acceptance check, fitted when the logs carry edge answers (training.acceptance)."""
 
-    false_reject_rate: float = 0.12  # share of good edge answers the threshold may reject
-    good_quality: float = 0.5  # an edge answer with quality >= this is good
-    min_rows: int = 200  # fewer answers (or < 20 of each kind): no model
-    folds: int = 5  # cross-fitting: calibration and threshold held out
-    rounds: int = 300
-    lgbm: dict[str, Any] = field(default_factory=dict)
-    max_response_chars: int = DEFAULT_MAX_RESPONSE_CHARS  # answers are cut to their last N characters (2,000)
-    constraints: ClassVar = {
-        "false_reject_rate": number(0, 1),
-        "good_quality": number(0, 1),
-        "min_rows": integer(1),
-        "folds": integer(2, 20),
-        "rounds": integer(1),
-        "lgbm": LGBM,
-        "max_response_chars": integer(1),
-    }
+    false_reject_rate: float = option(number(0, 1), 0.12)  # share of good edge answers the threshold may reject
+    good_quality: float = option(number(0, 1), 0.5)  # an edge answer with quality >= this is good
+    min_rows: int = option(integer(1), 200)  # fewer answers (or < 20 of each kind): no model
+    folds: int = option(integer(2, 20), 5)  # cross-fitting: calibration and threshold held out
+    rounds: int = option(integer(1), 300)
+    lgbm: dict[str, Any] = option(LGBM, factory=dict)
+    # answers are cut to their last N characters (2,000)
+    max_response_chars: int = option(integer(1), DEFAULT_MAX_RESPONSE_CHARS)
 
 
 @dataclass
 class Novelty:
     """The familiarity reference (training.novelty) and what unfamiliar prompts get."""
 
-    share: float = 0.03  # share of in-distribution prompts flagged unfamiliar
-    min_unseen_share: float = 0.3  # unseen-token share below this is never unfamiliar
-    unfamiliar_policy: str = "edge_with_cloud_fallback"  # or rule_table | learned (serving.novelty)
-    constraints: ClassVar = {
-        "share": number(0, 1),
-        "min_unseen_share": number(0, 1),
-        "unfamiliar_policy": one_of(*UNFAMILIAR_POLICIES),
-    }
+    share: float = option(number(0, 1), 0.03)  # share of in-distribution prompts flagged unfamiliar
+    min_unseen_share: float = option(number(0, 1), 0.3)  # unseen-token share below this is never unfamiliar
+    # edge_with_cloud_fallback | rule_table | learned (serving.novelty)
+    unfamiliar_policy: str = option(one_of(*UNFAMILIAR_POLICIES), "edge_with_cloud_fallback")
 
 
 @dataclass
@@ -244,8 +199,7 @@ class Endpoints:
 
     # over boosting.lgbm. One thread: on a shared host, two LightGBM threads fitting small boosters
     # spent 10x longer spinning than fitting (13 s against 1.2 s for one 1,500-row booster at load 9).
-    lgbm: dict[str, Any] = field(default_factory=lambda: {"num_threads": 1})
-    constraints: ClassVar = {"lgbm": LGBM}
+    lgbm: dict[str, Any] = option(LGBM, factory=lambda: {"num_threads": 1})
 
 
 @dataclass
@@ -253,20 +207,16 @@ class Engine:
     """Where the logs are read, featurized and fitted. Scale-out (dask): logs stay on the cluster
     in partitions; the client holds bounded, hash-chosen samples only."""
 
-    name: str = "local"  # local | dask
-    dask_scheduler: str | None = None  # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
-    dask_workers: int | None = None  # LocalCluster workers; empty: one per core
-    dask_scratch: str | None = None  # validated rows between passes; empty: cache_dir/dask-scratch
-    eval_sample_rows: int = 200_000  # val / test rows collected for thresholds and figures
-    pca_sample_rows: int = 50_000  # training rows whose raw embeddings fit the projection
-    constraints: ClassVar = {
-        "name": one_of(*ENGINES),
-        "dask_scheduler": Rule(lambda v: v is None or isinstance(v, str), "must be empty or an address", 7),
-        "dask_workers": integer(1, empty=True),
-        "dask_scratch": OPTIONAL_PATH,
-        "eval_sample_rows": integer(1),
-        "pca_sample_rows": integer(1),
-    }
+    name: str = option(one_of(*ENGINES), "local")  # local | dask
+    # tcp://host:port; empty: $DASK_SCHEDULER, else a LocalCluster
+    dask_scheduler: str | None = option(
+        Rule(lambda v: v is None or isinstance(v, str), "must be empty or an address", 7), None
+    )
+    dask_workers: int | None = option(integer(1, empty=True), None)  # LocalCluster workers; empty: one per core
+    # validated rows between passes; empty: cache_dir/dask-scratch
+    dask_scratch: str | None = option(OPTIONAL_PATH, None)
+    eval_sample_rows: int = option(integer(1), 200_000)  # val / test rows collected for thresholds and figures
+    pca_sample_rows: int = option(integer(1), 50_000)  # training rows whose raw embeddings fit the projection
 
 
 def _artifacts_beside(config) -> str:
@@ -281,75 +231,49 @@ class MLflow:
     """The MLflow store, experiment and registered model of the run."""
 
     # $MLFLOW_TRACKING_URI when set (`make train MLRUNS=dir` sets it), else ./mlruns
-    tracking_uri: str = field(
-        default_factory=lambda: os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns/mlflow.db"
+    tracking_uri: str = option(
+        NAME, factory=lambda: os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns/mlflow.db"
     )
-    artifact_root: str = ""  # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
-    experiment: str = "edge-cloud-router"
-    registered_model: str = "edge-cloud-router"
-    constraints: ClassVar = {"tracking_uri": NAME, "artifact_root": PATH, "experiment": NAME, "registered_model": NAME}
+    artifact_root: str = option(PATH, "")  # empty: `artifacts` beside a SQLite store, else mlruns/artifacts
+    experiment: str = option(NAME, "edge-cloud-router")
+    registered_model: str = option(NAME, "edge-cloud-router")
 
 
 @dataclass
 class Bundle:
     """What is written: the bundle's folder, its files, its signature and its parity check."""
 
-    path: str = "artifacts/router"
+    path: str = option(PATH, "artifacts/router")
     # The static tier's bundle also carries its encoder before the projection (encoder.onnx, the
     # 384-wide token table: +47 MB), which OutcomeLog(privacy="embedding") needs; the
     # transformer tier's bundle always carries it.
-    encoder: bool = False
-    signing_key: str | None = None  # Ed25519 private key (make keys): the bundle is signed
-    parity_rows: int = 5000  # test rows the bundle is checked against (from raw text)
-    constraints: ClassVar = {"path": PATH, "encoder": FLAG, "signing_key": OPTIONAL_PATH, "parity_rows": integer(1)}
+    encoder: bool = option(FLAG, False)
+    signing_key: str | None = option(OPTIONAL_PATH, None)  # Ed25519 private key (make keys): the bundle is signed
+    parity_rows: int = option(integer(1), 5000)  # test rows the bundle is checked against (from raw text)
 
 
-# The flat keys of before the groups -> their dotted keys (config files and --set still take them, with a warning).
+# The flat keys of before the groups -> their dotted keys (config files and --set still take them, with a
+# warning): each group's flat keys, given as `old=new` where the option's name is not the flat key.
 RENAMED = {
-    **{k: f"features.{k}" for k in ("tier", "embedding_dim", "max_tokens", "max_chars")},
-    **{k: f"split.{k}" for k in ("val_share", "test_share", "cv_folds", "max_train_rows")},
-    "split_salt": "split.salt",
-    "split_offset": "split.offset",
-    **{k: f"label.{k}" for k in ("margin_binary", "margin_graded")},
-    **{
-        k: f"model.{k}"
-        for k in (
-            "objective",
-            "calibration",
-            "head_sharing",
-            "partial_estimator",
-            "max_ipw_weight",
-            "precision_dropout",
-        )
-    },
-    "num_boost_round": "boosting.rounds",
-    "early_stopping_rounds": "boosting.early_stopping_rounds",
-    "lgbm": "boosting.lgbm",
-    "lexical": "lexical.mode",
-    **{f"lexical_{k}": f"lexical.{k}" for k in ("blend", "start", "weighting", "c", "folds", "sample_rows")},
-    **{
-        k: f"routing.{k}"
-        for k in ("max_quality_drop", "cloud_budget", "fallback_catch_rate", "min_rows_per_tag", "edge_context_tokens")
-    },
-    "target": "routing.target",
-    **{
-        f"acceptance_{k}": f"acceptance.{k}"
-        for k in ("false_reject_rate", "good_quality", "min_rows", "folds", "rounds", "lgbm")
-    },
-    "max_response_chars": "acceptance.max_response_chars",
-    "novelty_share": "novelty.share",
-    "novelty_min_unseen_share": "novelty.min_unseen_share",
-    "unfamiliar_policy": "novelty.unfamiliar_policy",
-    "engine": "engine.name",
-    **{
-        k: f"engine.{k}"
-        for k in ("dask_scheduler", "dask_workers", "dask_scratch", "eval_sample_rows", "pca_sample_rows")
-    },
-    **{k: f"mlflow.{k}" for k in ("tracking_uri", "artifact_root", "experiment", "registered_model")},
-    "bundle": "bundle.path",
-    "bundle_encoder": "bundle.encoder",
-    "signing_key": "bundle.signing_key",
-    "parity_rows": "bundle.parity_rows",
+    old: f"{group}.{new or old}"
+    for group, keys in {
+        "features": "tier embedding_dim max_tokens max_chars",
+        "split": "val_share test_share cv_folds max_train_rows split_salt=salt split_offset=offset",
+        "label": "margin_binary margin_graded",
+        "model": "objective calibration head_sharing partial_estimator max_ipw_weight precision_dropout",
+        "boosting": "num_boost_round=rounds early_stopping_rounds lgbm",
+        "lexical": "lexical=mode lexical_blend=blend lexical_start=start lexical_weighting=weighting lexical_c=c "
+        "lexical_folds=folds lexical_sample_rows=sample_rows",
+        "routing": "target max_quality_drop cloud_budget fallback_catch_rate min_rows_per_tag edge_context_tokens",
+        "acceptance": "acceptance_false_reject_rate=false_reject_rate acceptance_good_quality=good_quality "
+        "acceptance_min_rows=min_rows acceptance_folds=folds acceptance_rounds=rounds acceptance_lgbm=lgbm "
+        "max_response_chars",
+        "novelty": "novelty_share=share novelty_min_unseen_share=min_unseen_share unfamiliar_policy",
+        "engine": "engine=name dask_scheduler dask_workers dask_scratch eval_sample_rows pca_sample_rows",
+        "mlflow": "tracking_uri artifact_root experiment registered_model",
+        "bundle": "bundle=path bundle_encoder=encoder signing_key parity_rows",
+    }.items()
+    for old, _, new in (key.partition("=") for key in keys.split())
 }
 
 _BLEND_WHY = "the stack adds the margin the trees started from back into the graph's probability"
@@ -363,8 +287,8 @@ _DASK_WHY = (
 class TrainConfig:
     """Every knob of `make train`, in option groups. Defaults work on the shipped RouteLLM logs."""
 
-    data: list = field(default_factory=list)  # files, globs, folders, datasets; empty = default location
-    max_reject_share: float = 0.05  # stop when more of the input is bad
+    data: list = option(PATHS, factory=list)  # files, globs, folders, datasets; empty = default location
+    max_reject_share: float = option(number(0, 1), 0.05)  # stop when more of the input is bad
     features: Features = field(default_factory=Features)
     split: Split = field(default_factory=Split)
     label: Label = field(default_factory=Label)
@@ -378,17 +302,10 @@ class TrainConfig:
     engine: Engine = field(default_factory=Engine)
     bundle: Bundle = field(default_factory=Bundle)
     mlflow: MLflow = field(default_factory=MLflow)
-    seed: int = 0  # LightGBM, PCA and precision dropout
-    cache_dir: str = "data/cache"
-    reports_dir: str = "reports/train"
+    seed: int = option(integer(0), 0)  # LightGBM, PCA and precision dropout
+    cache_dir: str = option(PATH, "data/cache")
+    reports_dir: str = option(PATH, "reports/train")
 
-    constraints: ClassVar = {
-        "data": PATHS,
-        "max_reject_share": number(0, 1),
-        "seed": integer(0),
-        "cache_dir": PATH,
-        "reports_dir": PATH,
-    }
     # Options left empty, filled in this order from the options before them.
     defaults: ClassVar = (
         Default("mlflow.artifact_root", _artifacts_beside),
@@ -536,11 +453,7 @@ class TrainConfig:
 
     def options(self) -> dict:
         """Every option as given to the constructor: {group: {option: value}, option: value}."""
-        return {
-            f.name: dict(vars(value)) if dataclasses.is_dataclass(value) else value
-            for f in dataclasses.fields(self)
-            for value in [getattr(self, f.name)]
-        }
+        return options_of(self)
 
     @property
     def rejects_path(self) -> Path:

@@ -1,11 +1,12 @@
 """Option groups with declared constraints, checked in one place (training.config's TrainConfig).
 
-A group is a dataclass whose `constraints` table (a ClassVar, as scikit-learn's estimators declare
-`_parameter_constraints`) gives each option a `Rule`: a test, what a value must be, one value it
-rejects and a few it accepts (the tests try them). Rules across options are declared too:
-`Needs` ("lexical.mode=blend needs model.objective=expected_gain", with why) and `Check` (any
-other test over the whole configuration); `Default` fills an option left empty from the others.
-`check` applies the defaults, then every rule, and raises ValueError naming the dotted key:
+A group is a dataclass whose every option is declared with `option(rule, default)`: its default
+and its `Rule` (a test, what a value must be, one value it rejects and a few it accepts, which
+the tests try), side by side, as scikit-learn's estimators declare `_parameter_constraints`.
+Rules across options are declared too: `Needs` ("lexical.mode=blend needs
+model.objective=expected_gain", with why) and `Check` (any other test over the whole
+configuration); `Default` fills an option left empty from the others. `check` applies the
+defaults, then every rule, and raises ValueError naming the dotted key:
 `config lexical.sample_rows=0: must be empty or an integer >= 1`.
 
 `nested` reads options as given (nested mappings, dotted keys, the flat keys of before the
@@ -91,6 +92,11 @@ def mapping(of: str) -> Rule:
     return Rule(lambda v: isinstance(v, dict), f"must be a mapping of {of}", ["num_leaves", 63], ({},))
 
 
+def option(rule: Rule, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING) -> Any:
+    """A group's option: a dataclass field with its `default` (or its default's `factory`) and its `rule`."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"rule": rule})
+
+
 @dataclass(frozen=True)
 class Needs:
     """When option `key` holds one of `values`, option `other` must hold one of `allowed`: `why`."""
@@ -169,20 +175,24 @@ def groups_of(cls) -> dict[str, type]:
     }
 
 
+def _rules(cls) -> dict[str, Rule]:
+    return {f.name: f.metadata["rule"] for f in dataclasses.fields(cls) if "rule" in f.metadata}
+
+
 def constraints_of(cls) -> dict[str, Rule]:
-    """Every option's Rule by dotted key: the groups' and the class's own."""
-    found = {f"{name}.{key}": rule for name, group in groups_of(cls).items() for key, rule in group.constraints.items()}
-    return {**cls.constraints, **found}
+    """Every option's Rule by dotted key: the class's own and its groups'."""
+    found = {f"{name}.{key}": rule for name, group in groups_of(cls).items() for key, rule in _rules(group).items()}
+    return {**_rules(cls), **found}
 
 
 def value_at(config, key: str):
-    group, _, option = key.rpartition(".")
-    return getattr(getattr(config, group) if group else config, option)
+    group, _, name = key.rpartition(".")
+    return getattr(getattr(config, group) if group else config, name)
 
 
 def _set_at(config, key: str, value) -> None:
-    group, _, option = key.rpartition(".")
-    setattr(getattr(config, group) if group else config, option, value)
+    group, _, name = key.rpartition(".")
+    setattr(getattr(config, group) if group else config, name, value)
 
 
 def flat(values: Mapping) -> dict[str, Any]:
@@ -194,15 +204,18 @@ def flat(values: Mapping) -> dict[str, Any]:
     }
 
 
+def options_of(config) -> dict[str, Any]:
+    """Every option of `config` as given to its constructor: {group: {option: value}, option: value}."""
+    return {
+        f.name: dict(vars(value)) if dataclasses.is_dataclass(value) else value
+        for f in dataclasses.fields(config)
+        for value in [getattr(config, f.name)]
+    }
+
+
 def dotted(config) -> dict[str, Any]:
     """Every option of `config` by dotted key."""
-    return flat(
-        {
-            f.name: vars(v) if dataclasses.is_dataclass(v) else v
-            for f in dataclasses.fields(config)
-            for v in [getattr(config, f.name)]
-        }
-    )
+    return flat(options_of(config))
 
 
 def check(config) -> None:
