@@ -319,24 +319,29 @@ def main(
     if bundle is not None:
         from training.endpoint_bundle import train_endpoint_bundle
 
-        made = train_endpoint_bundle(
-            rows,
-            endpoints,
-            bundle,
-            mode=result["chosen_mode"],
-            rule=rule,
-            choosers=choosers,
-            output_tokens=tokens,
-            folds=folds,
-            config=training,
-            signing_key=signing_key,
-            chosen_by={"chosen_by": result["head_modes"]["chosen_by"], "folds": folds},
-        )
-        section = made.manifest.endpoints
+        try:
+            made = train_endpoint_bundle(
+                rows,
+                endpoints,
+                bundle,
+                mode=result["chosen_mode"],
+                rule=rule,
+                choosers=choosers,
+                output_tokens=tokens,
+                folds=folds,
+                config=training,
+                signing_key=signing_key,
+                chosen_by={"chosen_by": result["head_modes"]["chosen_by"], "folds": folds},
+            )
+        except EndpointDataError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        section, manifest = made.manifest.endpoints, made.manifest
         assert section is not None
+        checked = manifest.acceptance.get("reason") or f"acceptance check parity {made.acceptance_parity:.1e}"
         console.print(
             f"wrote {bundle}: {made.models.mode} heads for {', '.join(section.names)}, {section.rule} "
-            f"{section.parameter:.4g} (set on validation rows), SDK parity {made.parity:.1e}"
+            f"{section.parameter:.4g} (set on validation rows), SDK parity {made.parity:.1e}; familiarity "
+            f"{manifest.novelty['flagged_share_calibration']:.1%} of held-out prompts unfamiliar; {checked}"
         )
 
 

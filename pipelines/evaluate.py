@@ -217,8 +217,11 @@ def run_endpoints(config: EvalConfig, router, *, console) -> EvalResult:
         },
         "figures": figures,
         "notes": [
-            f"{what} is not run on an N-endpoint bundle (make endpoints ARGS='--policy ...' for a policy's effect)"
-            for what, given in (("leave-one-source-out", config.leave_one_source_out), ("--policy", config.policy))
+            note
+            for note, given in (
+                ("leave-one-source-out is not run on an N-endpoint bundle", config.leave_one_source_out),
+                ("--policy is not read for an N-endpoint bundle: make endpoints ARGS='--policy ...'", config.policy),
+            )
             if given
         ],
     }

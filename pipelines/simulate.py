@@ -37,10 +37,11 @@ def main(
         typer.Option(help="N-endpoint logs instead: a simulation spec (docs/simulator.md#n-endpoint-logs)"),
     ] = None,
     one_outcome: Annotated[bool, typer.Option(help="with --endpoints: one endpoint's outcome a row")] = False,
+    answers: Annotated[bool, typer.Option(help="with --endpoints: each outcome's answer text (responses)")] = False,
 ) -> None:
     """Write N simulated (synthetic) request logs with edge/cloud outcomes into OUT."""
     if endpoints is not None:
-        return _endpoint_logs(n, out, seed, endpoints, one_outcome)
+        return _endpoint_logs(n, out, seed, endpoints, one_outcome, answers)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -87,7 +88,7 @@ def main(
     )
 
 
-def _endpoint_logs(n: str, out: Path, seed: int, spec: Path, one_outcome: bool) -> None:
+def _endpoint_logs(n: str, out: Path, seed: int, spec: Path, one_outcome: bool, answers: bool = False) -> None:
     """`--endpoints spec`: N-endpoint logs (data.simulator_endpoints) instead of edge/cloud ones."""
     from data.simulator import parse_count
     from data.simulator_endpoints import load_simulation, write_simulation
@@ -95,7 +96,7 @@ def _endpoint_logs(n: str, out: Path, seed: int, spec: Path, one_outcome: bool) 
 
     try:
         sim = load_simulation(spec)
-        rows = write_simulation(out, sim, parse_count(n), seed=seed, one_outcome=one_outcome)
+        rows = write_simulation(out, sim, parse_count(n), seed=seed, one_outcome=one_outcome, answers=answers)
     except (EndpointSpecError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     print(f"{parse_count(n):,} synthetic rows for endpoints {', '.join(sim.names)} in {rows}")

@@ -491,3 +491,42 @@ def test_make_evaluate_scores_an_n_endpoint_bundle_on_the_rows_it_never_saw(trai
     )
     assert printed.returncode == 0, printed.stderr
     assert "the bundle's first endpoint" in printed.stdout
+
+
+def test_unfamiliar_prompts_get_the_unfamiliar_policy_for_n_endpoints(trained):
+    """edge_with_cloud_fallback for N endpoints: the cheapest device endpoint that may serve the prompt
+    first, then the best expected of the others; the rule's cascade when no device endpoint may serve it
+    (here: the policy forbids the only one); a prefer decides before it; familiar prompts as the rule
+    decides them. rule_table: by price. serving.chooser.Choice."""
+    made, public = trained
+    router = Router.load(made.folder, strict=True, public_key=public)
+    learned = Router.load(made.folder, strict=True, public_key=public, unfamiliar_policy="learned")
+    prompts = [*HARD, *TOPICS]
+    decisions, kept = router.route_batch(prompts), learned.route_batch(prompts)
+    assert 3 <= sum(d.unfamiliar for d in decisions) < len(prompts)
+    for d, rule in zip(decisions, kept):
+        if not d.unfamiliar:
+            assert d.to_dict() == rule.to_dict()
+            continue
+        expected, cost, ok = recomputed(router, [d], [None])
+        others = [k for k in range(1, len(NAMES)) if ok[0, k]]
+        best = max(others, key=lambda k: (expected[0, k], -cost[0, k]))
+        assert d.cascade == ("phone-3b", NAMES[best]) and d.checked == ("phone-3b",)  # the one device endpoint
+        assert d.reason.startswith(
+            f"unfamiliar prompt (novelty {d.novelty:.2f} > 1): the cheapest device endpoint first"
+        )
+        assert rule.cascade != d.cascade or rule.endpoint == "phone-3b"
+    unfamiliar = next(p for p, d in zip(prompts, decisions) if d.unfamiliar)
+    no_phone = policy({"name": "no-phone", "then": "forbid", "endpoint": "phone-3b"})
+    forbidden = Router.load(made.folder, strict=True, public_key=public, policy=no_phone).route(unfamiliar)
+    by_rule = Router.load(
+        made.folder, strict=True, public_key=public, policy=no_phone, unfamiliar_policy="learned"
+    ).route(unfamiliar)
+    assert forbidden.cascade == by_rule.cascade and "no device endpoint may serve it" in forbidden.reason
+    prefer = policy({"name": "mid", "then": "prefer", "endpoint": "cloud-mid"})
+    preferred = Router.load(made.folder, strict=True, public_key=public, policy=prefer).route(unfamiliar)
+    assert preferred.cascade[0] == "cloud-mid" and preferred.unfamiliar and preferred.rule == "mid"
+    ruled = Router.load(made.folder, strict=True, public_key=public, unfamiliar_policy="rule_table").route(unfamiliar)
+    section = router.manifest.endpoints
+    cost, _ = call_costs(list(section.spec), [ruled.n_tokens], section.output_tokens)
+    assert ruled.endpoint == NAMES[int(np.argmin(cost[0]))] and "by price" in ruled.reason

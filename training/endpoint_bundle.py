@@ -271,6 +271,7 @@ def train_endpoint_bundle(
     from training.engines.base import _public_key
     from training.export import endpoint_heads_to_onnx
     from training.held_out import familiarity_in_bundle, fit_familiarity
+    from training.novelty import MIN_HALF_ROWS, first_half, too_few_rows
     from training.writer import staged_bundle
 
     config = config or TrainConfig()
@@ -297,6 +298,12 @@ def train_endpoint_bundle(
     # The familiarity reference, as every bundle's (training.held_out): fitted on the validation rows,
     # computed in the fused graph.
     embeddings = {split: x[masks[split]][:, -plan.spec.embedding_dim :] for split in ("val", "test")}
+    if too_few_rows(parts["val"].prompts) is not None:
+        first = int(first_half(parts["val"].prompts).sum())
+        raise EndpointDataError(
+            f"too few validation rows to fit the bundle's familiarity reference: {len(parts['val'])} ({first} and "
+            f"{len(parts['val']) - first} in the two halves of its hash split, at least {MIN_HALF_ROWS} in each)"
+        )
     reference, familiar, novelty = fit_familiarity(
         config, plan, {split: parts[split].prompts for split in ("val", "test")}, embeddings
     )
