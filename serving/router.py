@@ -9,6 +9,7 @@ the current bundle and says why.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,26 +410,21 @@ class Router:
         request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():  # one span per request, routing included; a caller's span is joined
-            routing, decision, check, logged, options = self._started(request, calls, specs, accept, request_id)
-            options.update(timeouts=timeouts, edge_timeout_s=edge_timeout_s, edge_pool=edge_pool)
+            logged, arguments = self._started(
+                request,
+                calls,
+                specs,
+                accept,
+                request_id,
+                timeouts=timeouts,
+                edge_timeout_s=edge_timeout_s,
+                verify_edge_zone=verify_edge_zone,
+                edge_pool=edge_pool,
+            )
             if logged is None:
-                return execute(
-                    decision,
-                    request.call_subject,
-                    endpoints=calls,
-                    accept=check,
-                    verify_edge_zone=verify_edge_zone,
-                    **options,
-                )
+                return execute(**arguments)
             with logged:  # recorded on the way out, a failure included
-                logged.execution = execute(
-                    logged.decision,
-                    request.call_subject,
-                    endpoints=calls,
-                    accept=logged.accept,
-                    verify_edge_zone=verify_edge_zone,
-                    **options,
-                )
+                logged.execution = execute(**arguments)
             return logged.execution
 
     async def aexecute(
@@ -460,29 +456,24 @@ class Router:
         request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():
-            started = await off_loop(
-                request.text, self._started, request, calls, specs, accept, request_id, True, shadow
+            start = functools.partial(
+                self._started,
+                request,
+                calls,
+                specs,
+                accept,
+                request_id,
+                asynchronous=True,
+                shadow=shadow,
+                timeouts=timeouts,
+                edge_timeout_s=edge_timeout_s,
+                verify_edge_zone=verify_edge_zone,
             )
-            routing, decision, check, logged, options = started
-            options.update(timeouts=timeouts, edge_timeout_s=edge_timeout_s)
+            logged, arguments = await off_loop(request.text, start)
             if logged is None:
-                return await aexecute(
-                    decision,
-                    request.call_subject,
-                    endpoints=calls,
-                    accept=check,
-                    verify_edge_zone=verify_edge_zone,
-                    **options,
-                )
+                return await aexecute(**arguments)
             with logged:
-                logged.execution = await aexecute(
-                    logged.decision,
-                    request.call_subject,
-                    endpoints=calls,
-                    accept=logged.accept,
-                    verify_edge_zone=verify_edge_zone,
-                    **options,
-                )
+                logged.execution = await aexecute(**arguments)
             return logged.execution
 
     def _started(
@@ -494,9 +485,10 @@ class Router:
         request_id: str | None,
         asynchronous: bool = False,
         shadow: bool = True,
-    ) -> tuple[Routing, Decision, AcceptCheck | None, LoggedRequest | None, dict[str, Any]]:
-        """What execute() and aexecute() both do before the calls: (the bundle, the decision, the
-        accept check, the logged request or None, the options of serving.execute)."""
+        **options: Any,  # Any: serving.execute's options (timeouts, verify_edge_zone, ...), of their own types
+    ) -> tuple[LoggedRequest | None, dict[str, Any]]:
+        """What execute() and aexecute() both do before the calls: (the logged request or None, the
+        arguments of serving.execute: the decision as carried out, explored or not, and its options)."""
         given = None if specs is None else {e.name: e for e in specs} if not isinstance(specs, Mapping) else dict(specs)
         if given is not None and request.capabilities is None:
             declared = {name: e.capabilities for name, e in given.items() if e.capabilities is not None}
@@ -508,12 +500,6 @@ class Router:
         routing, decision, check = self._prepared(request, accept)
         chooser = routing.chooser
         bundle = dict(zip(chooser.names, chooser.endpoints))
-        options: dict[str, Any] = {
-            # each record's context limit, price and place, the bundle's where it declares none
-            "specs": bundle if given is None else {n: e.filled_from(bundle.get(n)) for n, e in given.items()},
-            "output_tokens": routing.output_tokens,
-            "deadline": request.deadline,
-        }
         logged = self._traffic.request(
             routing,
             request,
@@ -524,7 +510,18 @@ class Router:
             asynchronous=asynchronous,
             shadow=shadow,
         )
-        return routing, decision, check, logged, options
+        arguments = {
+            "decision": decision if logged is None else logged.decision,
+            "prompt": request.call_subject,
+            "endpoints": calls,
+            "accept": check if logged is None else logged.accept,
+            # each record's context limit, price and place, the bundle's where it declares none
+            "specs": bundle if given is None else {n: e.filled_from(bundle.get(n)) for n, e in given.items()},
+            "output_tokens": routing.output_tokens,
+            "deadline": request.deadline,
+            **options,
+        }
+        return logged, arguments
 
     def _prepared(
         self, request: Request, accept: AcceptCheck | Literal["learned"] | None
