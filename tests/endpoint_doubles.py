@@ -67,8 +67,16 @@ class CascadeRouter(Router):
 
 
 def cascade_router(tmp_path, **load_options) -> CascadeRouter:
+    """A CascadeRouter whose endpoints are SPECS' (the names its records and feedback use), as an
+    N-endpoint bundle's router has them; its decisions' cascades are `cascade`."""
+    from serving.chooser import Chooser
+
     router = CascadeRouter.load(tmp_path / "no-bundle", **load_options)
     assert router.degraded
+    routing = router._routing
+    routing.chooser = Chooser(
+        tuple(SPECS), routing.chooser.rule, model_version=routing.model_version, max_chars=routing.chooser.max_chars
+    )
     router.changes = {}
     return router
 
