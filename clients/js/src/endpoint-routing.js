@@ -15,6 +15,16 @@
 // SDK applies them: an endpoint a rule forbids, or one lacking a needed capability (or language), is
 // never in the cascade; a force leaves its endpoint alone; a prefer puts its endpoint first when it
 // is feasible (the cascade climbs from it); the decision's `rule`, `forbidden` and reason say so.
+//
+// An unfamiliar prompt (novelty above 1: a bundle whose graph outputs the novelty) gets the
+// unfamiliar policy instead of the rule's cascade (serving.chooser.Choice):
+// - edge_with_cloud_fallback: the cheapest device endpoint that may serve it first, its answer
+//   checked, then the endpoint expected to answer best of the others; when no device endpoint may
+//   serve it (its context, the policy, its needs), the rule's cascade stands.
+// - rule_table: by price, as without the model: the cheapest endpoint that may serve it first,
+//   then each costlier one.
+// - learned: the rule's cascade, the reason saying the prompt is unfamiliar.
+// A policy's prefer decides before either.
 import { CLOUD, EDGE, FALLBACK } from "./contract.js";
 import { decisionOf } from "./decision.js";
 import { NONE, bestUnderPrice, callCosts, cascade, cheapestWithin, escalation } from "./endpoint-choice.js";
@@ -38,7 +48,7 @@ export function noDetector() {
 
 export class EndpointChooser {
   /** @param {{spec: import("./endpoints.js").Endpoints, outputTokens: number, rule: string, parameter: number}} section */
-  constructor(section, modelVersion, maxChars) {
+  constructor(section, modelVersion, maxChars, unfamiliarPolicy = null) {
     this.section = section;
     this.endpoints = [...section.spec];
     this.names = this.endpoints.map((e) => e.name);
@@ -47,6 +57,7 @@ export class EndpointChooser {
     this.parameter = section.parameter;
     this.modelVersion = modelVersion;
     this.maxChars = maxChars;
+    this.unfamiliarPolicy = unfamiliarPolicy;  // serving.novelty's UNFAMILIAR_POLICIES, or null
     this.said = `${this.rule} (${ENDPOINT_RULES[this.rule]} ${formatG(this.parameter, 4)})`;
     this.index = new Map(this.names.map((n, k) => [n, k]));
     /** name -> the spec's capabilities. */
@@ -110,27 +121,61 @@ export class EndpointChooser {
     return orders;
   }
 
-  /** Decisions of scored prompts (`expected` [n][N] from the graph, `nTokens` rounded counts), the
-   * policy and needs applied (`options`: feasible's); NoFeasibleEndpoint for the first prompt no
-   * endpoint may serve. */
-  decisions(prompts, precisions, expected, nTokens, options = {}) {
+  /** Decisions of scored prompts (`expected` [n][N] from the graph, `nTokens` rounded counts,
+   * `novelty` [n] or null without a familiarity reference), the policy and needs applied (`options`:
+   * feasible's); NoFeasibleEndpoint for the first prompt no endpoint may serve. */
+  decisions(prompts, precisions, expected, nTokens, options = {}, novelty = null) {
     const { cost, fits, feasible, verdicts, lacking } = this.feasible(prompts, precisions, nTokens, options);
     const orders = this.orders(expected, cost, feasible, verdicts);
+    const notes = prompts.map(() => [null, null]);  // unfamiliar prompts': [instead of the rule's words, after them]
+    if (novelty !== null) this.unfamiliar(expected, novelty, cost, feasible, verdicts, orders, notes);
     return prompts.map((p, i) => this.decision(p, precisions[i], nTokens[i], expected[i], cost[i], fits[i], orders[i],
-      verdicts[i], lacking[i]));
+      verdicts[i], lacking[i], "", novelty === null ? null : novelty[i], notes[i]));
+  }
+
+  /** The unfamiliar prompts' cascades (module comment), in place, and what their reasons say
+   * (serving.chooser.Choice._unfamiliar): what chose the cascade instead of the rule, or after the rule's reason. */
+  unfamiliar(expected, novelty, cost, feasible, verdicts, orders, notes) {
+    const names = this.names, policy = this.unfamiliarPolicy;
+    let byPrice = null;
+    novelty.forEach((value, row) => {
+      const verdict = verdicts[row];
+      if (value <= 1.0 || !orders[row].length || (verdict?.preferred ?? null) !== null) return;
+      const note = `unfamiliar prompt (novelty ${formatFixed(value, 2)} > 1)`;
+      if (policy === "learned") {
+        notes[row] = [null, `unfamiliar prompt (novelty ${formatFixed(value, 2)}), learned cascade kept`];
+        return;
+      }
+      if (policy === "rule_table") {
+        byPrice = byPrice ?? byPriceOrders(cost, feasible);
+        orders[row] = byPrice[row];
+        const first = orders[row][0];
+        notes[row] = [`${note}: by price, the cheapest first, ${names[first]} ($${formatFixed(cost[row][first], 5)})`, null];
+        return;
+      }
+      const usable = usableIndices(feasible[row]);
+      const device = usable.filter((k) => this.onDevice[k]);
+      if (!device.length) {
+        notes[row] = [null, `${note}, and no device endpoint may serve it: the rule's cascade kept`];
+        return;
+      }
+      const c = cost[row], p = expected[row];
+      const first = device.reduce((a, k) => (c[k] < c[a] || (c[k] === c[a] && k < a) ? k : a));
+      const rest = usable.filter((k) => k !== first);
+      // the largest expected quality, then the cheaper, then the first index (Python's max over (p, -cost, -k))
+      const best = rest.length ? rest.reduce((a, k) => (p[k] > p[a] || (p[k] === p[a] && (c[k] < c[a] || (c[k] === c[a] && k < a))) ? k : a)) : null;
+      orders[row] = best === null ? [first] : [first, best];
+      const behind = best === null ? "" : `, then the best expected, ${names[best]} (${formatFixed(p[best], 3)})`;
+      const said = `${names[first]} (expected ${formatFixed(p[first], 3)}, $${formatFixed(c[first], 5)})${behind}`;
+      notes[row] = [`${note}: the cheapest device endpoint first, ${said}`, null];
+    });
   }
 
   /** Decisions when the graph could not score (`note` says why): the cheapest feasible endpoint
    * first, then each costlier one; `degraded` set. */
   degraded(prompts, precisions, nTokens, note, options = {}) {
     const { cost, fits, feasible, verdicts, lacking } = this.feasible(prompts, precisions, nTokens, options);
-    const first = bestUnderPrice(cost.map((row) => row.map(() => 0)), cost, 1, feasible);
-    const byPrice = cost.map((row) => {  // each endpoint's rank by price, ties in index order (a stable argsort's)
-      const rank = new Array(row.length);
-      [...row.keys()].sort((a, b) => row[a] - row[b] || a - b).forEach((k, r) => { rank[k] = r; });
-      return rank;
-    });
-    const orders = escalation(byPrice, cost, first, feasible);
+    const orders = byPriceOrders(cost, feasible);
     return prompts.map((p, i) => this.decision(p, precisions[i], nTokens[i], null, cost[i], fits[i], orders[i], verdicts[i],
       lacking[i], note));
   }
@@ -142,14 +187,16 @@ export class EndpointChooser {
     return cascade(expected, cost, this.parameter, feasible).map((o) => (o.length ? o[0] : NONE));
   }
 
-  decision(prompt, precision, nTokens, expected, cost, fits, order, verdict = null, lacking = new Map(), note = "") {
+  decision(prompt, precision, nTokens, expected, cost, fits, order, verdict = null, lacking = new Map(), note = "", novelty = null,
+    [instead, afterwards] = [null, null]) {
     const names = this.names;
     if (!order.length) noneFeasible(names, nTokens, fits, verdict, lacking);
     const first = order[0];
     const steps = order.map((k) => names[k]).join(" -> ");
     let reason = expected === null
       ? `${note}: the cheapest feasible endpoint first, ${names[first]} ($${formatFixed(cost[first], 5)}); cascade ${steps}`
-      : `${this.said}: ${names[first]} (expected ${formatFixed(expected[first], 3)}, $${formatFixed(cost[first], 5)}); cascade ${steps}`;
+      : `${instead ?? `${this.said}: ${names[first]} (expected ${formatFixed(expected[first], 3)}, $${formatFixed(cost[first], 5)})`}; ` +
+        `cascade ${steps}` + (afterwards ? `; ${afterwards}` : "");
     const tooLong = names.filter((_, k) => !fits[k]);
     if (tooLong.length) reason += `; ~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`;
     const truncated = codePointLength(prompt) > this.maxChars;
@@ -158,11 +205,25 @@ export class EndpointChooser {
     const cascade = order.map((k) => names[k]);
     return decisionOf({ cascade, score: expected === null ? 0 : expected[first], reason: said, degraded: expected === null,
       model_version: this.modelVersion, on_device: order.map((k) => this.onDevice[k]), checked: cascade.slice(0, -1),
-      precision, n_tokens: nTokens, truncated, rule: ruleSaid, forbidden,
+      precision, n_tokens: nTokens, truncated, novelty, unfamiliar: novelty !== null && novelty > 1.0, rule: ruleSaid, forbidden,
       expected: expected === null ? null : Object.fromEntries(names.map((n, k) => [n, expected[k]])),
     });
   }
 }
+
+/** Each request's cascade by price alone (serving.chooser._by_price): the cheapest endpoint that may
+ * serve it first, then each costlier one (a bundle that cannot score; rule_table for an unfamiliar prompt). */
+function byPriceOrders(cost, feasible) {
+  const first = bestUnderPrice(cost.map((row) => row.map(() => 0)), cost, 1, feasible);
+  const byPrice = cost.map((row) => {  // each endpoint's rank by price, ties in index order (a stable argsort's)
+    const rank = new Array(row.length);
+    [...row.keys()].sort((a, b) => row[a] - row[b] || a - b).forEach((k, r) => { rank[k] = r; });
+    return rank;
+  });
+  return escalation(byPrice, cost, first, feasible);
+}
+
+const usableIndices = (row) => row.flatMap((ok, k) => (ok ? [k] : []));
 
 /** (the reason with the policy's and the needs' part before the model's, the deciding rule's name,
  * the endpoints forbidden or ruled out): the same words for every bundle (serving.chooser's explained). */

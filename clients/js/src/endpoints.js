@@ -224,7 +224,7 @@ function object(value, where, allowed) {
   return value;
 }
 
-function parsePrice(value, where, endpointWhere = where) {
+function parsePrice(value, where) {
   const price = object(value, where, [...PRICE_KEYS, ...PER_1K_KEYS]);
   if (!["per_1m_input", "per_1m_output", "per_call", ...PER_1K_KEYS].some((key) => has(price, key))) {
     throw new EndpointSpecError(`${where} is empty: give at least one of per_1m_input, per_1m_output, per_call (0 for free)`);
@@ -237,15 +237,12 @@ function parsePrice(value, where, endpointWhere = where) {
       "per_1m_output (per_1k_* is the earlier spelling, 1,000 times smaller)");
   }
   const cached = numbers.per_1m_cached_input ?? null;
+  for (const key of per1k) {  // serving.endpoints._price: named by its per-1k key, before any Price is made
+    if (!Number.isFinite(scaled(numbers[key], 3))) throw new EndpointSpecError(`${where}.${key} is too large: 1,000 times it is no finite number`);
+  }
   if (per1k.length) {
-    const parsed = Price.fromPer1k({ per_1k_input: numbers.per_1k_input ?? 0, per_1k_output: numbers.per_1k_output ?? 0,
+    return Price.fromPer1k({ per_1k_input: numbers.per_1k_input ?? 0, per_1k_output: numbers.per_1k_output ?? 0,
       per_call: numbers.per_call ?? 0, per_1m_cached_input: cached });
-    // A per-1k figure whose 1,000 times is no finite number: refused by Python's Price as that per-1M
-    // figure, and named so (its parse_endpoint puts the endpoint before the Price's message).
-    for (const [key, x] of [["per_1m_input", parsed.per_1m_input], ["per_1m_output", parsed.per_1m_output]]) {
-      if (!Number.isFinite(x)) throw new EndpointSpecError(`${endpointWhere}: price ${key}=${pyRepr(x)}: must be a finite number >= 0`);
-    }
-    return parsed;
   }
   return new Price({ per_1m_input: numbers.per_1m_input ?? 0, per_1m_output: numbers.per_1m_output ?? 0,
     per_call: numbers.per_call ?? 0, per_1m_cached_input: cached });
@@ -303,7 +300,7 @@ export function parseEndpoint(item, { where, name = null, callSettings = true })
   return new EndpointSpec({
     name,
     where: place,
-    price: parsePrice(fields.price, `${where}.price`, where),
+    price: parsePrice(fields.price, `${where}.price`),
     latency_ms: number(fields.latency_ms, `${where}.latency_ms`),
     context_tokens: number(fields.context_tokens, `${where}.context_tokens`, { integer: true, positive: true }),
     capabilities: parseCapabilities(has(fields, "capabilities") ? fields.capabilities : {}, `${where}.capabilities`),

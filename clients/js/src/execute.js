@@ -124,6 +124,15 @@ export function errorRepr(error) {
   return `${errorClass(error)}(${message ? pyRepr(message) : ""})`;
 }
 
+/** A thrown value as Python's str() shows an exception: its message (or the value itself). */
+export function errorText(error) {
+  if (error !== null && typeof error === "object") {
+    const message = typeof error.message === "string" ? error.message : "";
+    return errorClass(error) === "KeyError" && message ? pyRepr(message) : message;  // str(KeyError('x')) is "'x'"
+  }
+  return String(error);
+}
+
 /** Whether a thrown value is a timeout (Python: a TimeoutError): CallTimeoutError, a DOMException
  * named TimeoutError (AbortSignal.timeout), or one marked `isTimeout` (the chat client's UpstreamTimeout). */
 export const isTimeout = (error) => error instanceof CallTimeoutError || error?.name === "TimeoutError" || error?.isTimeout === true;
@@ -313,6 +322,9 @@ class Cascade {
     try {
       accepted = Boolean(await timedStep(this.steps, "accept", () => this.accept(response)));
     } catch (error) {
+      if (!this.hasFirstError && !this.tried.length) {
+        [this.firstError, this.hasFirstError] = [error, true];  // what the next endpoint answered after, as a failed call's error
+      }
       this.why = `the accept check raised ${errorRepr(error)}`;
       this.tried.push(new Tried(name, "rejected", seconds, errorClass(error), this.cost(name), error));
       return false;
@@ -369,7 +381,9 @@ class Cascade {
       error.tried = this.tried;
       return error;
     }
-    return new EndpointsFailed(`no endpoint served: ${this.reason()}`,
+    // each call's error after the attempts, as Python's str() of it (serving.execute)
+    const errors = this.tried.filter((t) => t.exception !== null).map((t) => `${t.endpoint}: ${errorText(t.exception)}`).join("; ");
+    return new EndpointsFailed(`no endpoint served: ${this.reason()}` + (errors ? ` (${errors})` : ""),
       { tried: this.tried, steps: this.steps, decision: this.decision, first_error: this.firstError, cause });
   }
 }

@@ -30,7 +30,8 @@ export class Routing {
     this.scoreName = manifest && manifest.score.kind === "expected_gain" ? "expected gain" : "score";
     this.unfamiliarPolicy = unfamiliarPolicy || (manifest && manifest.novelty ? manifest.novelty.policy : null);
     // An N-endpoint bundle's choice among its endpoints (endpoint-routing.js); null for two sides.
-    this.chooser = manifest && manifest.endpoints && scorer ? new EndpointChooser(manifest.endpoints, this.modelVersion, this.maxChars) : null;
+    this.chooser = manifest && manifest.endpoints && scorer ? new EndpointChooser(manifest.endpoints, this.modelVersion, this.maxChars,
+      this.unfamiliarPolicy) : null;
     this.languageDetector = null;  // Router.load's languageDetector
   }
 
@@ -50,7 +51,7 @@ export class Routing {
       const note = `degraded: scoring failed: ${error}`.slice(0, 300);
       return this.chooser.degraded(prompts, precisions, prompts.map((p) => this.rules.countTokens(p)), note, options);
     }
-    return this.chooser.decisions(prompts, precisions, scored.expected, scored.nTokens.map(roundHalfEven), options);
+    return this.chooser.decisions(prompts, precisions, scored.expected, scored.nTokens.map(roundHalfEven), options, scored.novelty);
   }
 
   /** The endpoint names a policy for this bundle names: an N-endpoint bundle's, else edge and cloud. */

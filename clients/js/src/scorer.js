@@ -127,8 +127,9 @@ export class Scorer {
 
   /**
    * An N-endpoint bundle's calibrated P(good answer) of each prompt and endpoint (the manifest's
-   * endpoints order) and the token counts, in one onnxruntime call.
-   * @returns {Promise<{expected: number[][], nTokens: number[]}>}
+   * endpoints order), the token counts and, when the graph computes it (a familiarity reference),
+   * each prompt's novelty (else null), in one onnxruntime call.
+   * @returns {Promise<{expected: number[][], nTokens: number[], novelty: number[] | null}>}
    */
   async expected(prompts, precisions) {
     const { ids, mask, width, scalars, nTokens } = this.extractor.prepare(prompts, precisions);
@@ -137,13 +138,14 @@ export class Scorer {
       input_ids: new this.Tensor("int64", ids, [rows, width]),
       attention_mask: new this.Tensor("int64", mask, [rows, width]),
       scalars: new this.Tensor("float32", scalars, [rows, this.extractor.nScalars]),
-    }, [this.outputs[0]]);
+    }, this.noveltyOutput ? [this.outputs[0], this.noveltyOutput] : [this.outputs[0]]);
+    const novelty = this.noveltyOutput ? Array.from(results[this.noveltyOutput].data, Number) : null;
     const output = results[this.outputs[0]];
     if (output.dims.length !== 2 || output.dims[0] !== rows || output.dims[1] !== n) {
       throw new Error(`the model's output ${this.outputs[0]} has shape [${output.dims}], expected [${rows}, ${n}]`);
     }
     const data = output.data;
-    return { expected: Array.from({ length: rows }, (_, r) => Array.from({ length: n }, (_, k) => Number(data[r * n + k]))), nTokens };
+    return { expected: Array.from({ length: rows }, (_, r) => Array.from({ length: n }, (_, k) => Number(data[r * n + k]))), nTokens, novelty };
   }
 
   /** The router's feature rows of texts (no precision declared), as the fused model computes

@@ -107,7 +107,7 @@ describe("execute()", () => {
     await assert.rejects(
       router.execute(promptIn("edge"), recorded(() => { throw edgeError; }), recorded(() => { throw cloudError; })),
       (error) => error instanceof EndpointsFailed && error instanceof CloudCallError && error.edge_error === edgeError
-        && error.cause === cloudError && error.message === "no endpoint served: edge=error:Error; cloud=error:Error"
+        && error.cause === cloudError && error.message === "no endpoint served: edge=error:Error; cloud=error:Error (edge: edge down; cloud: cloud down)"
         && labels(error) === "edge=error:Error,cloud=error:Error"
         && error.steps.map((s) => s.status).join() === "error,error" && error.decision.zone === "edge");
   });
@@ -332,7 +332,8 @@ describe("execute() over N endpoints", () => {
     const c = calls(ORDER, { fail: Object.fromEntries(ORDER.map((n) => [n, named("ConnectionError", n)])) });
     const error = await execute(decision(ORDER, { n_tokens: 100 }), "q", { endpoints: c.endpoints, specs: SPECS }).then(() => null, (e) => e);
     assert.ok(error instanceof EndpointsFailed && error instanceof CloudCallError);
-    assert.equal(error.message, "no endpoint served: phone-3b=context; onprem-8b=error:ConnectionError; frontier=error:ConnectionError");
+    assert.equal(error.message, "no endpoint served: phone-3b=context; onprem-8b=error:ConnectionError; frontier=error:ConnectionError" +
+      " (onprem-8b: onprem-8b; frontier: frontier)");
     assert.equal(error.cause.message, "frontier");
     const two = calls(["a", "b"], { fail: { a: new CallTimeoutError("t"), b: named("KeyError", "") } });
     await assert.rejects(execute(decision(["a", "b"]), "q", { endpoints: two.endpoints }), /a=timeout; b=error:KeyError/);
@@ -446,7 +447,8 @@ describe("Router.execute on an N-endpoint bundle", () => {
     const c = calls(names(), { fail: Object.fromEntries(names().map((n) => [n, new TypeError(n)])) });
     const error = await router.execute(prompt, c.endpoints).then(() => null, (e) => e);
     assert.ok(error instanceof EndpointsFailed);
-    assert.equal(error.message, `no endpoint served: ${d.cascade.map((n) => `${n}=error:TypeError`).join("; ")}`);
+    assert.equal(error.message, `no endpoint served: ${d.cascade.map((n) => `${n}=error:TypeError`).join("; ")}` +
+      ` (${d.cascade.map((n) => `${n}: ${n}`).join("; ")})`);
     assert.deepEqual(c.made, d.cascade);
     await assert.rejects(router.execute(prompt, calls(["edge", "cloud"]).endpoints), /which endpoints= does not have/);
   });
