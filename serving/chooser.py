@@ -150,6 +150,10 @@ class Chooser:
         if policy is None:
             return Feasible(tokens, lacking, [None] * n)
         if needed is None:
+            if n == 1:  # route(): one request, needing nothing
+                request = requests[0]
+                verdict = policy.evaluate(request.text, tokens[0], request.precision, request.metadata, spending)
+                return Feasible(tokens, lacking, [verdict])
             needed = [r.needs for r in requests]
         verdicts: list[Verdict | None] = [
             policy.evaluate(r.text, t, r.precision, r.metadata, spending, w)
