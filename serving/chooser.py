@@ -39,6 +39,7 @@ from serving.manifest import ENDPOINT_RULES
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from serving.capabilities import Needs
     from serving.endpoints import Capabilities, Endpoint
     from serving.manifest import EndpointsSection, Manifest
     from serving.policy.budgets import Spending
@@ -52,11 +53,6 @@ if TYPE_CHECKING:
 
 _NOTHING_LACKING: list[Lacking] = [{}]  # times n: no request needs anything (never changed)
 SIDES = (EDGE, CLOUD)
-# Each zone's (cascade, on_device, checked), as serving.decision.zone_cascade gives them.
-_PLACED = {
-    zone: (c["cascade"], c["on_device"], c["checked"])
-    for zone, c in ((z, zone_cascade(z)) for z in (EDGE, FALLBACK, CLOUD))
-}
 
 
 class Feasible:
@@ -132,7 +128,8 @@ class Chooser:
         """What may serve each request: NoFeasibleEndpoint when the policy forbids every endpoint."""
         tokens = [round(n) for n in n_tokens]
         n = len(requests)
-        needed = lacking = None
+        needed: list[Needs | None] | None = None
+        lacking: list[Lacking] | None = None
         if self.detector is not None or _needs_anything(requests):
             needed = [r.needs for r in requests]
             known = [r.capabilities if r.capabilities is not None else self.capabilities for r in requests]
@@ -237,7 +234,11 @@ class Bands:
         for i, request in enumerate(requests):
             if scores.scores is None:  # the rule table decides
                 ruled = self.rules.decide(request.text, request.precision, degraded=True, note=scores.note or "")
-                fields = {"precision": ruled.precision, "n_tokens": ruled.n_tokens, "truncated": ruled.truncated}
+                fields: dict[str, object] = {
+                    "precision": ruled.precision,
+                    "n_tokens": ruled.n_tokens,
+                    "truncated": ruled.truncated,
+                }
                 out.append(
                     self.placed(
                         chooser,
@@ -259,7 +260,7 @@ class Bands:
             unfamiliar = novelty is not None and novelty > 1.0
             verdict = verdicts[i]
             if (verdict is None or verdict.rule is None) and not lacking[i]:  # no rule, no need: the zone as it is
-                cascade, on_device, checked = _PLACED[zone]
+                cascade, on_device, checked = zone_cascade(zone)
                 out.append(
                     Decision(
                         cascade,
@@ -280,7 +281,7 @@ class Bands:
                     )
                 )
                 continue
-            fields = {
+            fields = {  # the policy's or the needs' say: the slow path
                 "precision": request.precision,
                 "n_tokens": n_tokens,
                 "truncated": truncated,
@@ -316,7 +317,7 @@ class Bands:
                 chooser.none_feasible(int(fields["n_tokens"]), (True, True), verdict, lacking)  # type: ignore[call-overload]
             if len(allowed) == 1:
                 zone = allowed[0]
-        cascade, on_device, checked = _PLACED[zone]
+        cascade, on_device, checked = zone_cascade(zone)
         if forbidden and len(cascade) > 1:
             keep = [k for k, name in enumerate(cascade) if name not in forbidden]
             cascade, on_device = tuple(cascade[k] for k in keep), tuple(on_device[k] for k in keep)
@@ -346,9 +347,12 @@ class Bands:
             return decision, False, 1.0 - rate
         zone = CLOUD if decision.target == EDGE else FALLBACK
         first = CLOUD if zone == CLOUD else EDGE
+        cascade, on_device, checked = zone_cascade(zone)
         explored = dataclasses.replace(
             decision,
-            **zone_cascade(zone),
+            cascade=cascade,
+            on_device=on_device,
+            checked=checked,
             reason=f"explored ({rate:g}): {first} first instead of {decision.target}; {decision.reason}",
         )
         return explored, True, rate

@@ -68,7 +68,8 @@ class Decision:
     @classmethod
     def of_zone(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
         """A two-endpoint decision from its zone (the rule table's, a bundle's bands')."""
-        return cls(**zone_cascade(zone), **fields)
+        cascade, on_device, checked = zone_cascade(zone)
+        return cls(cascade=cascade, on_device=on_device, checked=checked, **fields)
 
     @property
     def endpoint(self) -> str:
@@ -109,14 +110,16 @@ class Decision:
         return data
 
 
-# A two-endpoint zone as a cascade: the edge alone is still left for the cloud when its call fails.
-_ZONES: dict[str, dict[str, tuple[Any, ...]]] = {
-    EDGE: {"cascade": (EDGE, CLOUD), "on_device": (True, False), "checked": ()},
-    FALLBACK: {"cascade": (EDGE, CLOUD), "on_device": (True, False), "checked": (EDGE,)},
-    CLOUD: {"cascade": (CLOUD,), "on_device": (False,), "checked": ()},
+# A two-endpoint zone as a cascade: (cascade, on_device, checked). The edge alone is still left
+# for the cloud when its call fails.
+Placement = tuple[tuple[str, ...], tuple[bool, ...], tuple[str, ...]]
+_ZONES: dict[str, Placement] = {
+    EDGE: ((EDGE, CLOUD), (True, False), ()),
+    FALLBACK: ((EDGE, CLOUD), (True, False), (EDGE,)),
+    CLOUD: ((CLOUD,), (False,), ()),
 }
 
 
-def zone_cascade(zone: str) -> dict[str, tuple[Any, ...]]:
-    """The cascade, on_device and checked fields of a two-endpoint zone."""
+def zone_cascade(zone: str) -> Placement:
+    """The (cascade, on_device, checked) of a two-endpoint zone."""
     return _ZONES[zone]

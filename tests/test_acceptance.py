@@ -148,7 +148,10 @@ def test_execute_accept_learned_rejects_a_wrong_answer(bundle):
         prompt, edge=lambda p: wrong, cloud=lambda p: "cloud: 27", accept="learned", verify_edge_zone=True
     )
     if decision.zone != "cloud":
-        assert run.served_by == "cloud" and run.fallback_reason == "left edge=rejected: the accept check rejected its answer"
+        assert (
+            run.served_by == "cloud"
+            and run.fallback_reason == "left edge=rejected: the accept check rejected its answer"
+        )
         assert [s.name for s in run.steps] == ["edge", "accept", "cloud"]
     # An edge callable that returns something other than text cannot be checked: the cloud answers.
     odd = router.execute(

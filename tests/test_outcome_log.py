@@ -112,8 +112,9 @@ def test_with_a_redact_hook_no_free_text_field_carries_the_secret(tmp_path):
     assert requests[0]["fallback_reason"] == "left edge=error:ValueError"
     assert "[ssn]" in requests[0]["fallback_error"] and requests[0]["prompt"].startswith("My SSN is [ssn]")
     assert requests[1]["fallback_reason"] == "left edge=rejected:ValueError"
-    assert "no endpoint served: edge=error:ValueError; cloud=error:ValueError (edge: upstream refused" in (
-        requests[2]["error"]
+    assert (
+        "no endpoint served: edge=error:ValueError; cloud=error:ValueError (edge: upstream refused"
+        in (requests[2]["error"])
     )
     assert "[ssn]" in requests[2]["error"]  # each call's error text, redacted like the prompt
     (shadow,) = [r for r in logged if r["type"] == "shadow"]
