@@ -525,19 +525,47 @@ def execute(
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
-        cascade = _Cascade(
+        cascade = _cascade(
             decision,
             calls,
-            specs=_specs(specs, edge_context_tokens),
-            accept=accept,
-            verify_edge_zone=verify_edge_zone,
-            output_tokens=output_tokens,
-            timeouts=_timeouts(timeouts, edge_timeout_s),
-            deadline=deadline,
+            specs,
+            edge_context_tokens,
+            accept,
+            verify_edge_zone,
+            output_tokens,
+            timeouts,
+            edge_timeout_s,
+            deadline,
         )
         execution = _run(cascade, prompt, calls, edge_pool or default_edge_pool)
         trace.executed(execution, fallback_kind)
     return execution
+
+
+def _cascade(
+    decision: Decision,
+    calls: Mapping[str, Callable[[Any], Any]],
+    specs: Mapping[str, Endpoint] | None,
+    edge_context_tokens: int | None,
+    accept: AcceptCheck | None,
+    verify_edge_zone: bool,
+    output_tokens: float,
+    timeouts: Mapping[str, float] | None,
+    edge_timeout_s: float | None,
+    deadline: float | None,
+) -> _Cascade:
+    """The rules of one execute() or aexecute(), their two-endpoint spellings (edge_context_tokens,
+    edge_timeout_s) read as the edge's spec and timeout."""
+    return _Cascade(
+        decision,
+        calls,
+        specs=_specs(specs, edge_context_tokens),
+        accept=accept,
+        verify_edge_zone=verify_edge_zone,
+        output_tokens=output_tokens,
+        timeouts=_timeouts(timeouts, edge_timeout_s),
+        deadline=deadline,
+    )
 
 
 def _specs(specs: Mapping[str, Endpoint] | None, edge_context_tokens: int | None) -> Mapping[str, Endpoint] | None:
@@ -597,15 +625,17 @@ async def aexecute(
     with telemetry.request() as trace:
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
-        cascade = _Cascade(
+        cascade = _cascade(
             decision,
             calls,
-            specs=_specs(specs, edge_context_tokens),
-            accept=accept,
-            verify_edge_zone=verify_edge_zone,
-            output_tokens=output_tokens,
-            timeouts=_timeouts(timeouts, edge_timeout_s),
-            deadline=deadline,
+            specs,
+            edge_context_tokens,
+            accept,
+            verify_edge_zone,
+            output_tokens,
+            timeouts,
+            edge_timeout_s,
+            deadline,
         )
         execution = await _arun(cascade, prompt, calls)
         trace.executed(execution, fallback_kind)
