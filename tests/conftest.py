@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
+# OpenBLAS's threads (numpy's and scipy's: PCA, the lexical regressions, LU and QR) sleep as soon
+# as they run out of work instead of spinning for ~2^28 cycles first. Spinning on 2 cores shared
+# with the other xdist worker, a PCA of 800 x 384 embeddings (every training's projection) took
+# 0.8-3.0 s instead of 0.03 s, a training of the crash tests' 1,117 prompts 5.4-26 s instead of
+# 3.4-16 s. The thread count and the way work is split are unchanged, so the results are the same
+# bits (OPENBLAS_NUM_THREADS=1 would change them). OpenBLAS reads it when it loads: before the
+# first numpy import (training.engines imports it), so here; the commands the tests run inherit it.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
 import pytest
 
 from training.engines import passive_openmp_waits
