@@ -159,7 +159,7 @@ pii-set: $(STAMP)
 pii-eval: $(STAMP)
 	$(BIN)/python -m pipelines.pii_eval $(ARGS)
 
-# The request-language detector (serving/language.py) on the shipped labelled prompts (data/languages/labelled.jsonl):
+# The request-language detector (serving/features/_language.py) on the shipped labelled prompts (data/languages/labelled.jsonl):
 # per-language precision and recall at its confidence floor, the confusion counts, its cost per call
 # (docs/endpoints.md#capabilities-in-n-endpoint-routing). ARGS="--floor 0.4 --out report.json".
 .PHONY: language-eval

@@ -1,4 +1,4 @@
-"""The labelled set the content detectors are measured on (serving/policy/detectors.py), generated from
+"""The labelled set the content detectors are measured on (serving/policy/_detectors.py), generated from
 a seed: realistic prompts (chat, code, config, several languages and scripts) holding synthetic personal
 data, ids and credentials, each value's span labelled as it is written in, and hard negatives that look
 like them (numbers failing their checksum, ISBNs, dates, versions, UUIDs, reserved example addresses,

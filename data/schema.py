@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from serving.contract import PRECISIONS
+from serving._contract import PRECISIONS
 
 REQUIRED = ("prompt", "edge_quality", "cloud_quality")
 OPTIONAL_TEXT = ("request_id", "domain", "precision", "source")
@@ -35,10 +35,10 @@ COLUMNS = (
     *RESPONSE_COLUMNS,
     *LOGGING_COLUMNS,
 )
-# A prompt logged without its text (serving.outcome_log's privacy modes): the scalar inputs the
+# A prompt logged without its text (serving.monitoring._outcome_log's privacy modes): the scalar inputs the
 # logging bundle computed and either the prompt's token ids (privacy "token_ids") or its
 # encoder's pooled embedding before the projection ("embedding"), with what identifies them
-# (serving.routing.model_inputs). Such a row has `prompt` None and this field instead; only the
+# (serving.routing._stages.model_inputs). Such a row has `prompt` None and this field instead; only the
 # local training engine reads them (training.token_rows), everything else reports them as `no_text`.
 TOKENS = "prompt_tokens"
 _MODEL_INPUTS = {

@@ -1,4 +1,4 @@
-"""Reader for the SDK's outcome log (serving.outcome_log): a folder of `outcomes-*.jsonl`
+"""Reader for the SDK's outcome log (serving.monitoring._outcome_log): a folder of `outcomes-*.jsonl`
 files, read as a whole because a request's later outcomes (feedback, shadow runs, judge
 labels) may sit in other files than the request itself.
 
@@ -35,7 +35,7 @@ rest. An N-endpoint request logged without its text is a reject: N-endpoint trai
 Every record whose shape is not the SDK's is a reject at its own line, with the reason, and the read
 goes on: a request whose `endpoint` / `endpoints` / `outcomes` are not a name, a list of names and an
 object, a shadow record whose `side` is not edge or cloud; later records of a rejected request say so.
-Lines the reader refuses (serving.outcome_log.read_log_lines: longer than MAX_LINE_BYTES, not UTF-8,
+Lines the reader refuses (serving.monitoring._outcome_log.read_log_lines: longer than MAX_LINE_BYTES, not UTF-8,
 not JSON, nested too deeply, a number that is not a finite double) and files that are not regular
 files (a FIFO, a device) are rejects too. Values quoted in a reason are cut short and escaped (repr).
 """
@@ -48,8 +48,8 @@ from typing import Any, Iterator
 
 from data.readers import RawRow
 from data.schema import TOKENS, Reject
-from serving.outcome_log import FILE_PATTERN as PATTERN
-from serving.outcome_log import LOG_FORMAT, open_log_file, parse_record_line, printable, read_log_lines
+from serving.monitoring._outcome_log import FILE_PATTERN as PATTERN
+from serving.monitoring._outcome_log import LOG_FORMAT, open_log_file, parse_record_line, printable, read_log_lines
 
 
 def is_outcome_log_folder(path: Path) -> bool:

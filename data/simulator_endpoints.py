@@ -9,7 +9,7 @@ the best value differs by prompt: a cheap model on easy prompts and in its domai
 model on hard ones. All endpoints face the same luck on `coupling` of the rows (a question that
 fools one model tends to fool the others), independent luck on the rest.
 
-Spec file (JSON, or YAML): `endpoints` is a serving.endpoints spec (names, prices, limits), and
+Spec file (JSON, or YAML): `endpoints` is a serving.endpoints._record spec (names, prices, limits), and
 `skills` maps each endpoint to its hidden `intercept`, `slope` and `domains` offsets;
 `output_tokens` is the mean answer length the costs use. DEFAULT_SPEC is four endpoints.
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from data.simulator import BLOCK_ROWS, MANIFEST_NAME, SOURCE, _check_int, _sigmoid, generate_rows
 from data.simulator_text import DOMAIN_WEIGHTS
-from serving.endpoints import Endpoints, EndpointSpecError, parse_endpoints, read_spec_document
+from serving.endpoints._record import Endpoints, EndpointSpecError, parse_endpoints, read_spec_document
 
 GENERATOR_VERSION = "1"
 ROWS_FILE = "rows.jsonl"
@@ -231,7 +231,7 @@ def simulate(sim: EndpointSimulation, n: int, *, seed: int = 0, one_outcome: boo
 
 
 # What a simulated answer says (synthetic): a good answer ends on a stated result, a poor one
-# hedges, repeats itself or stops mid-sentence (what serving.response_features reads); each
+# hedges, repeats itself or stops mid-sentence (what serving.features._response_features reads); each
 # outcome's answer is the other kind's in ANSWER_NOISE of the rows, so a check cannot be perfect.
 GOOD_ANSWERS = (
     "Working through it: the two parts give {a} and {b}, so {a} + {b} = {c}. The answer is {c}.",

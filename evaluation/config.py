@@ -74,7 +74,7 @@ class EvalConfig:
         self.policies = check_policies(self.policies)
         if self.policy is not None and not isinstance(self.policy, str):
             raise ValueError(f"policy={self.policy!r} must be the path of a policy file")
-        from serving.validation import check_metadata
+        from serving.routing._validation import check_metadata
 
         try:
             check_metadata(self.metadata)

@@ -1,12 +1,12 @@
 """A bundle's drift report on outcome log folders, and its table: what `make drift` prints and
-`make promote` shows beside its decision (serving.drift computes it)."""
+`make promote` shows beside its decision (serving.monitoring._drift computes it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-from serving.drift import DriftReference, DriftReport, DriftThresholds, drift_report, read_records, rescore
+from serving.monitoring._drift import DriftReference, DriftReport, DriftThresholds, drift_report, read_records, rescore
 
 _STYLE = {"stable": "green", "watch": "yellow", "retrain": "red", "unknown": "magenta", "skipped": "dim"}
 
@@ -16,16 +16,16 @@ def bundle_drift(
 ) -> DriftReport:
     """The drift report of `bundle` on the records of the outcome log folders `logs`. With
     `rescored`, requests another bundle version logged are given this bundle's decision first
-    when they carry their text (serving.drift.rescore), so that its score, probabilities,
+    when they carry their text (serving.monitoring._drift.rescore), so that its score, probabilities,
     novelty and zone are compared too. BundleError, DriftInputError on bad input."""
-    from serving.bundle import read_bundle
+    from serving.bundle._bundle import read_bundle
 
     verified = read_bundle(bundle)
     reference = DriftReference.from_bundle(verified)
     left_out: list[str] = []  # a file's last line cut short: said in the report, not dropped silently
     records = [record for folder in logs for record in read_records(str(folder), left_out)]
     if rescored and reference is not None and _other_versions(records, reference.model_version):
-        from serving.router import Router
+        from serving.routing._router import Router
 
         records = rescore(records, Router.load(bundle))
     return drift_report(reference, records, thresholds, left_out=left_out)

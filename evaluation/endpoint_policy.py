@@ -2,7 +2,7 @@
 (`make endpoints ARGS="--policy FILE"`, docs/endpoints.md#policies-on-n-endpoint-logs).
 
 Every held-out row is decided twice by the SDK's own N-endpoint chooser
-(serving.chooser.Chooser.decisions, the call Router.route makes for an N-endpoint
+(serving.routing._chooser.Chooser.decisions, the call Router.route makes for an N-endpoint
 bundle), on the fold's outcome models' probabilities: without the policy and with it, one row at
 a time so that a row the policy leaves no endpoint raises NoFeasibleEndpoint for itself alone.
 The report gives:
@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from evaluation.rules_effect import paired  # the paired per-row difference make evaluate POLICY= reports
-from serving.endpoint_choice import cascade_expectation
+from serving.endpoints._choice import cascade_expectation
 
 if TYPE_CHECKING:
-    from serving.chooser import Chooser
-    from serving.decision import Decision
-    from serving.policy.rules import PolicySet
+    from serving.policy._rules import PolicySet
+    from serving.routing._chooser import Chooser
+    from serving.routing._decision import Decision
 
 FIGURES = ("quality", "cost", "cascade_quality", "cascade_cost")
 
@@ -61,8 +61,8 @@ class HeldOut:
 
 
 def _decide(chooser: Chooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
-    from serving.request import Request
-    from serving.scorer import Scores
+    from serving.routing._request import Request
+    from serving.scoring._scorer import Scores
 
     request = Request(fold.prompts[i], fold.precisions[i], metadata)
     return chooser.decisions([request], Scores([fold.n_tokens[i]], expected=fold.expected[i : i + 1]), policy)[0]
@@ -88,7 +88,7 @@ def policy_effect(
 ) -> dict:
     """The policy's effect on the folds' held-out rows (module doc); JSON-ready. `per_fold` holds
     each fold's means without and with the policy, for intervals over the folds."""
-    from serving.policy.errors import NoFeasibleEndpoint
+    from serving.policy._errors import NoFeasibleEndpoint
 
     if not folds:
         raise ValueError("policy_effect needs at least one fold of held-out rows")

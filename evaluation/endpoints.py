@@ -1,12 +1,12 @@
 """Offline figures of routing among N endpoints (docs/endpoints.md#definitions), on rows where every
 endpoint's outcome is logged: each endpoint alone, the oracle, the router's quality-versus-cost
-curve and its area, cost saved at matched quality, the three choosers (serving.endpoint_choice)
+curve and its area, cost saved at matched quality, the three choosers (serving.endpoints._choice)
 at their operating points, the whole-cascade expectation, and, on simulated logs, how often the
 router makes the simulator's true best-value choice.
 
 Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected` the outcome
 models' probabilities, `cost` each call's logged price (the expected price where none is logged),
-`expected_cost` the price the chooser sees before the call (serving.endpoints.Endpoint.call_cost at
+`expected_cost` the price the chooser sees before the call (serving.endpoints._record.Endpoint.call_cost at
 the prompt's input tokens and the expected answer length), `feasible` the context limits.
 """
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluation.off_policy import MIN_PROPENSITY
-from serving.dashboard.quality import snips
-from serving.endpoint_choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
+from serving.dashboard._quality import snips
+from serving.endpoints._choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
 
 # Prices on cost (quality points per dollar) the curve sweeps: 0 (best expected quality) to a price
 # at which every request goes to its cheapest endpoint.

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.dashboard.quality import snips  # one home for the formula: the dashboard shows it too
+from serving.dashboard._quality import snips  # one home for the formula: the dashboard shows it too
 
 SIDES = ("edge", "cloud")
 MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out (module doc)

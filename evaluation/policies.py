@@ -33,8 +33,8 @@ from evaluation.policy_metrics import (
 )
 from evaluation.rows import Rows
 from evaluation.thresholds import Thresholds, select_thresholds
-from serving.contract import CLOUD, EDGE, FALLBACK, zone_for
-from serving.rules import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, rule_score
+from serving._contract import CLOUD, EDGE, FALLBACK, zone_for
+from serving.routing._rule_table import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, rule_score
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
     from evaluation.reference import ReferencePolicy
@@ -108,12 +108,12 @@ def check_policies(names) -> list[str]:
 
 
 def rule_table_scores(n_tokens, domains, precisions) -> np.ndarray:
-    """The hand rule table's score of each request (serving.rules.rule_score)."""
+    """The hand rule table's score of each request (serving.routing._rule_table.rule_score)."""
     return np.array([rule_score(n, d, p) for n, d, p in zip(n_tokens, domains, precisions)])
 
 
 def unfamiliar_policy_zones(rows: Rows, policy: str):
-    """The zone the SDK gives an unfamiliar prompt under `policy` (serving.router), for every
+    """The zone the SDK gives an unfamiliar prompt under `policy` (serving.routing._router), for every
     row; None for `learned` (the learned zone stays)."""
     if policy == "learned":
         return None
@@ -135,7 +135,7 @@ def policy_figures(scores, zones, q_edge, q_cloud, needed) -> dict:
 
 def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
     """(n, 3) 0/1: long prompt, rule-table domain, exact precision: the three conditions of
-    the hand rule table, read off serving.rules.rule_score itself so they cannot drift."""
+    the hand rule table, read off serving.routing._rule_table.rule_score itself so they cannot drift."""
     return np.array(
         [
             [rule_score(n, None, None) > 0, rule_score(0, d, None) > 0, rule_score(0, None, p) > 0]

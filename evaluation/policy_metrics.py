@@ -16,7 +16,7 @@ import numpy as np
 
 from evaluation import fallback
 from evaluation.metrics import _arrays, quality_curve
-from serving.contract import ZONES
+from serving._contract import ZONES
 
 ZONE_ORDER = ZONES  # columns of a zone-probability array
 DEFAULT_CLOUD_COSTS = {"fp8": 0.003, "fp16": 0.008}  # $ per request, baseline.md

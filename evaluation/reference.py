@@ -21,8 +21,8 @@ import numpy as np
 from evaluation.fallback import Catch
 from evaluation.rows import Rows
 from evaluation.thresholds import Thresholds, select_thresholds
-from serving.contract import zone_for
-from serving.manifest import SCORE_KINDS, routing_score
+from serving._contract import zone_for
+from serving.bundle._manifest import SCORE_KINDS, routing_score
 
 SCORE_KIND = "expected_gain"
 C = 1.0  # inverse L2 strength of both outcome models: scikit-learn's default, not tuned

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from serving.contract import CLOUD, zone_for
-from serving.rules import infer_rule_domain
+from serving._contract import CLOUD, zone_for
+from serving.routing._rule_table import infer_rule_domain
 
 
 def _objects(values) -> np.ndarray:
@@ -22,7 +22,7 @@ def learned_zones(
 ) -> np.ndarray:
     """The zone the SDK gives each request: its precision's band (`band(precision)` -> (lo, hi)),
     the cloud for prompts over the edge context limit, and for an unfamiliar prompt the zone of
-    the unfamiliar policy (`unfamiliar_zones`, None: the learned zone). serving.router does the same."""
+    the unfamiliar policy (`unfamiliar_zones`, None: the learned zone). serving.routing._router does the same."""
     zones = [zone_for(s, *band(p)) for s, p in zip(scores, precisions)]
     if unfamiliar is not None and unfamiliar_zones is not None:
         zones = [z if not u else alt for z, u, alt in zip(zones, unfamiliar, unfamiliar_zones)]

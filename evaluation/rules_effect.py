@@ -1,7 +1,7 @@
 """What a policy file (serving.policy, docs/policies.md) does to logged traffic, offline.
 
 `make evaluate POLICY=policy.yaml` applies the policy's rules to every evaluated request after the
-learned router decided, exactly as the SDK does (serving.policy.rules.PolicySet.apply on the SDK's
+learned router decided, exactly as the SDK does (serving.policy._rules.PolicySet.apply on the SDK's
 own Decision), and reports:
 
 - per rule: how many requests it decided (`Decision.rule`), its action, and how it moved them
@@ -28,13 +28,13 @@ import numpy as np
 from evaluation import fallback
 from evaluation.fallback import Catch
 from evaluation.policy_metrics import CostModel
-from serving.chooser import zone_decision
-from serving.contract import CLOUD, EDGE, FALLBACK
-from serving.request import Request
+from serving._contract import CLOUD, EDGE, FALLBACK
+from serving.routing._chooser import zone_decision
+from serving.routing._request import Request
 
 if TYPE_CHECKING:
     from evaluation.rows import Rows
-    from serving.policy.rules import PolicySet
+    from serving.policy._rules import PolicySet
 
 Z = 1.959963984540054  # the normal 97.5% quantile
 
@@ -87,7 +87,7 @@ def rules_effect(
     cost: CostModel | None = None,
 ) -> dict:
     """The policy's effect on these rows (routed by the learned router: rows.zones are the SDK's)."""
-    from serving.policy.errors import NoFeasibleEndpoint
+    from serving.policy._errors import NoFeasibleEndpoint
 
     if rows.zones is None:
         raise ValueError("rules_effect needs the rows' learned zones (Rows.route or Rows.with_zones)")

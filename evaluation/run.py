@@ -24,9 +24,9 @@ from evaluation.policies import TunedRules, breakdowns, evaluate_policies, tune_
 from evaluation.policy_metrics import reliability
 from evaluation.rows import Rows
 from evaluation.rules_effect import rules_effect
-from serving.manifest import Manifest
-from serving.policy.rules import PolicySet
-from serving.validation import check_metadata
+from serving.bundle._manifest import Manifest
+from serving.policy._rules import PolicySet
+from serving.routing._validation import check_metadata
 
 if TYPE_CHECKING:
     from evaluation.reference import ReferencePolicy

@@ -7,9 +7,9 @@ the glue alone (building the inputs, building the Decision) and the same stages 
 inside route() calls; route_batch throughput on 1 and 2 threads; import + Router.load
 time and RSS after load in a fresh process. Next to each route() p99 / p50, the same ratio
 for a fixed Python loop as long as route(), interleaved with it: the machine's own jitter.
-The policy layer's cost (serving.policy.rules): route() at ~128 tokens with no policy and with
+The policy layer's cost (serving.policy._rules): route() at ~128 tokens with no policy and with
 the 20-rule POLICY_20, interleaved (`--policy-only` measures just that). Telemetry's cost
-(serving.telemetry): execute() with no provider and with the OpenTelemetry SDK's, interleaved
+(serving.monitoring._telemetry): execute() with no provider and with the OpenTelemetry SDK's, interleaved
 (`--telemetry-only` measures just that). Results go to bench/results.json.
 """
 
@@ -218,9 +218,9 @@ def staged_route(router, prompt: str) -> tuple[Callable[[], object], dict[str, l
 
 def route_figures(router, prompt: str, repeat: int) -> dict:
     """route(), each of its parts alone (the floor), and the glue between them, for one prompt."""
-    from serving.features.text_stats import text_statistics
-    from serving.request import Request
-    from serving.scorer import Scores
+    from serving.features._text_stats import text_statistics
+    from serving.routing._request import Request
+    from serving.scoring._scorer import Scores
 
     stages = router.stages
     extractor = stages.scorer.extractor
@@ -342,9 +342,9 @@ def policy_figures(bundle: Path, prompt: str, repeat: int) -> dict:
     rule names all seven detectors or none (the rules' own cost); each detector alone; interleaved, each on its own Router of the same bundle, with
     metadata that matches no rule (as an app passes it)."""
     from serving import Router
-    from serving.chooser import zone_decision
     from serving.policy import DETECTORS, PolicySet
-    from serving.request import Request
+    from serving.routing._chooser import zone_decision
+    from serving.routing._request import Request
 
     every, none = json.loads(json.dumps(POLICY_20)), json.loads(json.dumps(POLICY_20))
     every["rules"][0]["when"]["detected"] = list(DETECTORS)
@@ -452,7 +452,7 @@ def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 
     import tempfile
 
     from serving import Router
-    from serving.outcome_log import OutcomeLog
+    from serving.monitoring._outcome_log import OutcomeLog
 
     answer = "An answer of a few words."
     with tempfile.TemporaryDirectory(prefix="bench-outcome-log-") as folder:
@@ -784,7 +784,7 @@ def gap_figures(router, prompt: str, varied: list[str], repeat: int) -> dict:
     Python, right after tokenization and statistics, and on `varied` prompts in turn; and the other
     way round, route()'s Python and tokenization with statistics right after a model call. The
     timers of the "after" variants cover the second step only."""
-    from serving.features.text_stats import text_statistics
+    from serving.features._text_stats import text_statistics
 
     stages = router.stages
     scorer, extractor = stages.scorer, stages.scorer.extractor
@@ -975,7 +975,7 @@ def main(
         return
     if gap_only:
         from serving import Router
-        from serving.bundle import read_bundle
+        from serving.bundle._bundle import read_bundle
 
         router = Router.load(bundle, strict=True)
         tokenizer = router.stages.scorer.extractor.tokenizer.full

@@ -1,12 +1,12 @@
 """`make drift BUNDLE=dir LOGS=dir`: is the traffic in an outcome log still like the bundle's
-training traffic? Prints the checks (serving.drift) and the verdict, stable / watch / retrain
+training traffic? Prints the checks (serving.monitoring._drift) and the verdict, stable / watch / retrain
 (unknown for a bundle without a drift reference), and writes the report as JSON.
 
 Exit status: 0 whatever the verdict, 2 on bad input (a line that is not an outcome record, a file
 that is not a regular file, a log without a request record: the error names the file and line);
 with `--fail-on watch` (or `retrain`), 1 when the verdict is at least that (for a scheduled job).
 Text from the log (file names, reasons) is printed with control characters escaped
-(serving.outcome_log.printable)."""
+(serving.monitoring._outcome_log.printable)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def main(
     from rich.markup import escape
 
     from evaluation.drift import bundle_drift, drift_table
-    from serving.bundle import BundleError
-    from serving.drift import RETRAIN, WATCH, DriftInputError, DriftThresholds
-    from serving.outcome_log import printable
+    from serving.bundle._bundle import BundleError
+    from serving.monitoring._drift import RETRAIN, WATCH, DriftInputError, DriftThresholds
+    from serving.monitoring._outcome_log import printable
 
     error = Console(stderr=True)
     if fail_on not in (None, WATCH, RETRAIN):

@@ -3,7 +3,7 @@
 Simulates N-endpoint logs from a spec (data.simulator_endpoints; default data/endpoints/four.yaml)
 or reads them (`--data`, rows with `outcomes: {endpoint: quality}`), fits one calibrated outcome
 model per endpoint in each prompt-hash fold, separate and shared (training.endpoints), compares
-the two by paired cross-validation, and measures the choosers (serving.endpoint_choice) on the
+the two by paired cross-validation, and measures the choosers (serving.endpoints._choice) on the
 held-out folds against every endpoint alone and the oracle (evaluation.endpoints). Writes
 `metrics.json` and `quality_vs_cost.png` into `--out`; with `--bundle DIR`, also an N-endpoint
 bundle of the chosen head mode and `--rule` (training.endpoint_bundle). With `--policy FILE`, what
@@ -26,7 +26,7 @@ DEFAULT_SPEC = Path("data/endpoints/four.yaml")
 def _endpoints_of(spec: Path):
     """(endpoints, the simulation or None): a simulation spec (with `skills`) or an endpoint spec."""
     from data.simulator_endpoints import parse_simulation
-    from serving.endpoints import parse_endpoints, read_spec_document
+    from serving.endpoints._record import parse_endpoints, read_spec_document
 
     document = read_spec_document(spec)
     if isinstance(document, dict) and "skills" in document:
@@ -39,7 +39,7 @@ def _policy_of(path: Path | None, metadata: list[str] | None, names):
     """(the policy file's PolicySet for these endpoints, the --metadata mapping), or
     typer.BadParameter naming the file and what is wrong with it."""
     from evaluation.rules_effect import metadata_pairs
-    from serving.policy.rules import PolicyFileError, PolicySet
+    from serving.policy._rules import PolicyFileError, PolicySet
 
     if path is None:
         if metadata:
@@ -81,8 +81,8 @@ def policy_folds(rows, fits, per_fold, endpoints, *, mode: str, rule: str, choos
     import numpy as np
 
     from evaluation.endpoint_policy import HeldOut
-    from serving.chooser import Choice, Chooser
-    from serving.manifest import EndpointsSection
+    from serving.bundle._manifest import EndpointsSection
+    from serving.routing._chooser import Choice, Chooser
     from training.endpoints import CHARS_PER_TOKEN, expected_costs
 
     expected_cost, _ = expected_costs(endpoints, rows.prompts, output_tokens)
@@ -208,8 +208,8 @@ def main(
     from data.endpoint_logs import read_endpoint_logs
     from data.simulator_endpoints import write_simulation
     from evaluation.endpoints import Choosers, plot_quality_vs_cost
-    from serving.endpoints import EndpointSpecError
-    from serving.manifest import ENDPOINT_RULES
+    from serving.bundle._manifest import ENDPOINT_RULES
+    from serving.endpoints._record import EndpointSpecError
     from training.config import TrainConfig, parse_overrides
     from training.endpoints import EndpointDataError, EndpointRows, cross_validate_endpoints
 

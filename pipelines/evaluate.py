@@ -181,7 +181,7 @@ def run_endpoints(config: EvalConfig, router, *, console) -> EvalResult:
     from evaluation.acceptance import separation_by_source
     from evaluation.endpoints import bundle_figures, bundle_report
     from evaluation.report import json_ready
-    from serving.endpoint_choice import call_costs
+    from serving.endpoints._choice import call_costs
     from training.endpoint_bundle import answer_rows
     from training.endpoints import EndpointRows
     from training.tracking import log_evaluation
@@ -288,7 +288,7 @@ def main(
 
     from data.logs import DataQualityError
     from evaluation.report import summary_table
-    from serving.bundle import BundleError
+    from serving.bundle._bundle import BundleError
 
     logging.basicConfig(level=logging.WARNING)
     console = Console()

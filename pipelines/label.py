@@ -10,12 +10,12 @@ between edge and cloud, `outcomes` {endpoint: quality} for an N-endpoint bundle'
 
 The judge's key is read from an environment variable (`--api-key-env`), never from the
 command line. The judge is called through the routed chat client's HTTP side
-(serving.chat.upstream): reads are bounded, a key the judge echoes is redacted from errors,
+(serving.chat._upstream): reads are bounded, a key the judge echoes is redacted from errors,
 and each request must be complete within `--timeout-s`, however slowly the judge sends. An
 answer the judge could not grade (an HTTP error or no complete answer after retries, a reply
 that is not a chat completion, holds no text or no rating) gets no record and is counted by
 reason; the run ends with how many were graded, skipped as already known, and failed, and
-exits 1 when any failed. Lines of the log that cannot be read (serving.outcome_log.read_log_lines)
+exits 1 when any failed. Lines of the log that cannot be read (serving.monitoring._outcome_log.read_log_lines)
 are not graded, and the run says how many and where the first one is.
 """
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Callable
 import typer
 
 if TYPE_CHECKING:
-    from serving.outcome_log import LoggedLine
+    from serving.monitoring._outcome_log import LoggedLine
 
 # MT-Bench's single-answer grading prompt (lm-sys/FastChat, judge_prompts "single-v1").
 JUDGE_SYSTEM = "You are a helpful assistant."
@@ -83,7 +83,7 @@ def pending_answers(folder: Path) -> tuple[list[dict], int, list[LoggedLine]]:
     already have a quality; the lines that could not be read, each with its file, line and problem).
     Every bundle's request records hold the served answer: as edge_response / cloud_response from the
     endpoints named edge and cloud, else as `response` with `served_by` naming its endpoint."""
-    from serving.outcome_log import read_log_lines
+    from serving.monitoring._outcome_log import read_log_lines
 
     requests, known, shadows, unreadable = {}, set(), [], []
     for line in read_log_lines(folder):
@@ -135,16 +135,16 @@ class Judge:
     or 5xx. Used from one event loop at a time (`label` runs one)."""
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None, timeout_s: float = 60.0, retries: int = 2):
-        from serving.chat.endpoint import Endpoint
-        from serving.chat.upstream import Upstream
+        from serving.chat._endpoint import Endpoint
+        from serving.chat._upstream import Upstream
 
         self.model, self.retries = model, retries
         self._upstream = Upstream("judge", Endpoint(base_url, model, api_key=api_key, timeout_s=timeout_s))
 
     async def grade(self, question: str, answer: str) -> tuple[float | None, str | None]:
         """(quality, None) or (None, why not)."""
-        from serving.chat.errors import UpstreamError, UpstreamHTTPError, UpstreamMalformed
-        from serving.chat.request import ChatRequest
+        from serving.chat._errors import UpstreamError, UpstreamHTTPError, UpstreamMalformed
+        from serving.chat._request import ChatRequest
 
         messages = [
             {"role": "system", "content": JUDGE_SYSTEM},
@@ -201,7 +201,7 @@ async def _grade_all(
 
 def label(folder: Path, judge: Judge, *, concurrency: int = 4, limit: int | None = None) -> dict:
     """Grade the pending answers of `folder` and append their feedback records; returns the counts."""
-    from serving.outcome_log import LOG_FORMAT, OutcomeLog
+    from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 
     todo, known, unreadable = pending_answers(folder)
     todo = todo[:limit] if limit else todo
@@ -263,7 +263,7 @@ def main(
     from rich.console import Console
     from rich.markup import escape
 
-    from serving.outcome_log import printable
+    from serving.monitoring._outcome_log import printable
 
     if not folder.is_dir():
         Console(stderr=True).print(f"[red]error[/]: {escape(str(folder))} is not an outcome-log folder", soft_wrap=True)

@@ -1,4 +1,4 @@
-"""`make language-eval`: the request-language detector (serving.language) on the labelled prompts
+"""`make language-eval`: the request-language detector (serving.features._language) on the labelled prompts
 of data/languages/labelled.jsonl: per-language precision and recall at the detector's confidence
 floor, the confusion counts (a detection below the floor is "unknown"), the floors around it,
 and the cost of one detection at ~16 and ~128 tokens (docs/endpoints.md#capabilities-in-n-endpoint-routing).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from serving.language import CODE_SHAPE, CONFIDENCE_FLOOR, LanguageDetector, language_at
+from serving.features._language import CODE_SHAPE, CONFIDENCE_FLOOR, LanguageDetector, language_at
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "languages" / "labelled.jsonl"
 UNKNOWN = "unknown"

@@ -35,7 +35,7 @@ def main(
     from rich.markup import escape
 
     from data.logs import DataQualityError
-    from serving.bundle import BundleError
+    from serving.bundle._bundle import BundleError
     from training.promotion import promote
 
     try:
@@ -79,8 +79,8 @@ def _show_drift(console, bundle: Path, logs: list[str]) -> None:
 
     from data.sdk_logs import is_outcome_log_folder
     from evaluation.drift import bundle_drift, drift_table
-    from serving.bundle import BundleError
-    from serving.drift import DriftInputError
+    from serving.bundle._bundle import BundleError
+    from serving.monitoring._drift import DriftInputError
 
     folders = [path for path in logs if is_outcome_log_folder(Path(path))]
     if not folders:

@@ -89,7 +89,7 @@ def replay(frame, bundle: Path, folder: Path, *, explore_rate: float, seed: int,
     """Stream `frame`'s prompts through Router.execute with an outcome log (module doc, step 2);
     store_prompts=False logs token ids and scalar inputs instead of text (training.token_rows)."""
     from serving import Router
-    from serving.outcome_log import OutcomeLog
+    from serving.monitoring._outcome_log import OutcomeLog
 
     log = OutcomeLog(folder, store_prompts=store_prompts)
     router = Router.load(bundle, strict=True, log=log, explore_rate=explore_rate, seed=seed)

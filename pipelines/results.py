@@ -35,7 +35,7 @@ def main(
 ) -> None:
     """Print (and optionally write or check) the headline table of a bundle's test split."""
     from evaluation import headline
-    from serving.bundle import read_manifest
+    from serving.bundle._bundle import read_manifest
 
     table = headline.markdown(read_manifest(bundle).metrics)
     print(table)

@@ -92,7 +92,7 @@ def _endpoint_logs(n: str, out: Path, seed: int, spec: Path, one_outcome: bool, 
     """`--endpoints spec`: N-endpoint logs (data.simulator_endpoints) instead of edge/cloud ones."""
     from data.simulator import parse_count
     from data.simulator_endpoints import load_simulation, write_simulation
-    from serving.endpoints import EndpointSpecError
+    from serving.endpoints._record import EndpointSpecError
 
     try:
         sim = load_simulation(spec)

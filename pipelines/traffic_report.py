@@ -13,9 +13,9 @@ without outcome files, a file that is not a regular file (a FIFO, a device: refu
 waited on), a line that is not an outcome record (longer than MAX_LINE_BYTES, not UTF-8, not
 JSON, nested too deeply, a number that is not a finite double), a record without the fields the
 SDK writes (a time outside 1970-9999 too), no request in the period. Memory: one line of at most
-MAX_LINE_BYTES at a time (serving.outcome_log.read_log_lines), and what is kept of each record: a
+MAX_LINE_BYTES at a time (serving.monitoring._outcome_log.read_log_lines), and what is kept of each record: a
 request's summary, a feedback's id, time and qualities. What the terminal shows of the log (file
-names, versions, reasons) has its control characters escaped (serving.outcome_log.printable), and
+names, versions, reasons) has its control characters escaped (serving.monitoring._outcome_log.printable), and
 the page escapes them and HTML alike. --screenshot PATH also writes a PNG of the page taken with
 headless Chromium.
 """
@@ -80,7 +80,7 @@ def read_log(folder: Path) -> tuple[list, list[dict]]:
     """(request summaries, feedback records) of an outcome-log folder; ReportError at the first
     line that cannot be read, naming its file and line."""
     from serving.dashboard import RecordShapeError, from_record
-    from serving.outcome_log import FILE_PATTERN, read_log_lines
+    from serving.monitoring._outcome_log import FILE_PATTERN, read_log_lines
 
     if not folder.is_dir():
         raise ReportError(f"{folder}: no such folder (give the outcome log's folder with --logs / LOGS=)")
@@ -119,7 +119,7 @@ def write_report(
 ) -> dict:
     """Write the report of `folder` to `out` (module doc); what it showed, as a dict."""
     from serving.dashboard import CallPrices, compute_views, outcomes_from_feedback, render_page
-    from serving.dashboard.summary import RecordShapeError
+    from serving.dashboard._summary import RecordShapeError
 
     requests, feedback = read_log(folder)
     if not requests:
@@ -206,7 +206,8 @@ def main(
         Optional[str], typer.Option(help="day or week: from --since, up to --until, else up to the latest request")
     ] = None,
     drift: Annotated[
-        Optional[Path], typer.Option(help="a JSON drift verdict for the drift panel (serving.drift's shape)")
+        Optional[Path],
+        typer.Option(help="a JSON drift verdict for the drift panel (serving.monitoring._drift's shape)"),
     ] = None,
     cloud_price: Annotated[float, typer.Option(help="price of one cloud call")] = 1.0,
     edge_price: Annotated[float, typer.Option(help="price of one edge call")] = 0.0,
@@ -218,7 +219,7 @@ def main(
     chromium: Annotated[str, typer.Option(help="the Chromium binary for --screenshot")] = "chromium",
 ) -> None:
     """Write the traffic dashboard of an outcome-log folder as one HTML file."""
-    from serving.outcome_log import printable
+    from serving.monitoring._outcome_log import printable
 
     try:
         shown = write_report(

@@ -36,7 +36,7 @@ def main(
     from data.location import NoLogsError
     from data.logs import DataQualityError
     from evaluation import headline
-    from serving.outcome_log import printable
+    from serving.monitoring._outcome_log import printable
     from training.engines.base import train
 
     logging.basicConfig(level=logging.WARNING)

@@ -20,7 +20,7 @@ What the file holds, so that a mismatch can be traced to its stage:
   folder as manifest.sig, and refuse it under any other key;
 - `acceptance` (bundles with an acceptance check): the logs' edge answers and generated hard
   answers with their prompts and log-probabilities, the acceptance model's input row
-  (serving.acceptance.Acceptor.features, float32) and Python's verdict (probability, accepted);
+  (serving.scoring._acceptance.Acceptor.features, float32) and Python's verdict (probability, accepted);
 - `codepoints`: the bundle tokenizer's ids of "x" + c + "x" for every code point c but the
   surrogates, as runs [first, last, ids] of equal ids: where another tokenizer's Unicode tables
   (categories, CJK ranges, lower-casing) differ from the Rust library's, this finds it.
@@ -189,7 +189,7 @@ def fuzz_cases(n: int = 200, seed: int = 28) -> list[tuple[str, str]]:
 
 
 def hard_answers() -> list[str]:
-    """Answers that exercise serving/response_features.py's rules: calculator annotations and
+    """Answers that exercise serving/features/_response_features.py's rules: calculator annotations and
     arithmetic steps (valid, wrong, Python-only literal forms, Unicode digits), final-answer
     markers, doubt phrases, repetition, truncation, every kind of line break, and sizes."""
     return [

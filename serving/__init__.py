@@ -14,39 +14,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from serving.bundle import BundleError, read_bundle
-from serving.capabilities import Needs, needs_of
-from serving.decision import Decision
-from serving.endpoints import Capabilities, Endpoint, EndpointSpecError, Price, load_endpoints, parse_endpoints
-from serving.execute import EdgePool, Routable
-from serving.execution import CloudCallError, EdgeBusy, EndpointsFailed, Execution, Step
-from serving.language import LanguageDetectorMissing
-from serving.manifest import ManifestError
-from serving.request import Request
-from serving.router import Router, Update
-from serving.router_error import RouterError
-from serving.routing import RouteStages
-from serving.rules import RuleRouter
-from serving.watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+from serving._router_error import RouterError
+from serving.bundle._bundle import BundleError, read_bundle
+from serving.bundle._manifest import ManifestError
+from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+from serving.endpoints._capabilities import Needs, needs_of
+from serving.endpoints._record import Capabilities, Endpoint, EndpointSpecError, Price, load_endpoints, parse_endpoints
+from serving.execution._execute import EdgePool, Routable, aexecute, execute
+from serving.execution._steps import CloudCallError, EdgeBusy, EndpointsFailed, Execution, Step
+from serving.features._language import LanguageDetectorMissing
+from serving.routing._decision import Decision
+from serving.routing._request import Request
+from serving.routing._router import Router, Update
+from serving.routing._rule_table import RuleRouter
+from serving.routing._stages import RouteStages
 
 if TYPE_CHECKING:
-    from serving.bundle_download import DownloadError
-    from serving.drift import DriftInputError, DriftReference, DriftThresholds, drift_report, read_records
-    from serving.outcome_log import OutcomeLog, RecordError, UndeclaredText
-    from serving.signing import SigningError
+    from serving.bundle._download import DownloadError
+    from serving.bundle._signing import SigningError
+    from serving.monitoring._drift import DriftInputError, DriftReference, DriftThresholds, drift_report, read_records
+    from serving.monitoring._outcome_log import OutcomeLog, RecordError, UndeclaredText
 
 # Names whose modules `import serving` does not load: each name's module, imported on first use.
 _LAZY = {
-    "DownloadError": "serving.bundle_download",
-    "DriftInputError": "serving.drift",
-    "DriftReference": "serving.drift",
-    "DriftThresholds": "serving.drift",
-    "OutcomeLog": "serving.outcome_log",
-    "RecordError": "serving.outcome_log",
-    "SigningError": "serving.signing",
-    "UndeclaredText": "serving.outcome_log",
-    "drift_report": "serving.drift",
-    "read_records": "serving.drift",
+    "DownloadError": "serving.bundle._download",
+    "DriftInputError": "serving.monitoring._drift",
+    "DriftReference": "serving.monitoring._drift",
+    "DriftThresholds": "serving.monitoring._drift",
+    "OutcomeLog": "serving.monitoring._outcome_log",
+    "RecordError": "serving.monitoring._outcome_log",
+    "SigningError": "serving.bundle._signing",
+    "UndeclaredText": "serving.monitoring._outcome_log",
+    "drift_report": "serving.monitoring._drift",
+    "read_records": "serving.monitoring._drift",
 }
 
 __all__ = [
@@ -83,7 +83,9 @@ __all__ = [
     "Step",
     "UndeclaredText",
     "Update",
+    "aexecute",
     "drift_report",
+    "execute",
     "load_endpoints",
     "needs_of",
     "parse_endpoints",

@@ -1,5 +1,5 @@
 import sys
 
-from serving.cli import main
+from serving._cli import main
 
 sys.exit(main())

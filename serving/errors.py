@@ -36,11 +36,11 @@ Python's own TypeError or ValueError, not a RouterError.
     │   └── StreamInterrupted
     │   from `serving.dashboard`:
     ├── RecordShapeError [ValueError]           a record the dashboard cannot read
-    │   from `serving.proxy.config` and `serving.proxy.app` (the `server` extra):
+    │   from `serving.proxy._config` and `serving.proxy._app` (the `server` extra):
     ├── ConfigError [ValueError]                a proxy option is missing or wrong
     └── RequestError                            a request the proxy answers with an HTTP error (kept inside)
 
-RouterError itself lives in serving/router_error.py, a module importing nothing, which every
+RouterError itself lives in serving/_router_error.py, a module importing nothing, which every
 module above imports; this one loads the others only when one of their names is asked for, so
 `import serving.errors` stays as light as `import serving` (RequestError's module needs the `server` extra).
 tests/test_sdk_face.py checks that every exception class in serving/ is a RouterError and is here.
@@ -51,12 +51,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from serving.router_error import RouterError
+from serving._router_error import RouterError
 
 if TYPE_CHECKING:
-    from serving.bundle import BundleError
-    from serving.bundle_download import DownloadError
-    from serving.chat.errors import (
+    from serving.bundle._bundle import BundleError
+    from serving.bundle._download import DownloadError
+    from serving.bundle._manifest import ManifestError
+    from serving.bundle._signing import SigningError
+    from serving.chat._errors import (
         SlowFirstToken,
         StreamInterrupted,
         UpstreamError,
@@ -65,47 +67,45 @@ if TYPE_CHECKING:
         UpstreamTimeout,
         UpstreamUnreachable,
     )
-    from serving.dashboard.summary import RecordShapeError
-    from serving.drift import DriftInputError
-    from serving.endpoints import EndpointSpecError
-    from serving.execution import CloudCallError, EdgeBusy, EndpointsFailed
-    from serving.language import LanguageDetectorMissing
-    from serving.manifest import ManifestError
-    from serving.outcome_log import RecordError, UndeclaredText
-    from serving.policy.errors import FallbackForbidden, NoFeasibleEndpoint, PolicyError
-    from serving.policy.rules import PolicyFileError
-    from serving.proxy.app import RequestError
-    from serving.proxy.config import ConfigError
-    from serving.signing import SigningError
+    from serving.dashboard._summary import RecordShapeError
+    from serving.endpoints._record import EndpointSpecError
+    from serving.execution._steps import CloudCallError, EdgeBusy, EndpointsFailed
+    from serving.features._language import LanguageDetectorMissing
+    from serving.monitoring._drift import DriftInputError
+    from serving.monitoring._outcome_log import RecordError, UndeclaredText
+    from serving.policy._errors import FallbackForbidden, NoFeasibleEndpoint, PolicyError
+    from serving.policy._rules import PolicyFileError
+    from serving.proxy._app import RequestError
+    from serving.proxy._config import ConfigError
 
 # Each name's defining module, imported on first use.
 _HOMES = {
-    "BundleError": "serving.bundle",
-    "CloudCallError": "serving.execution",
-    "ConfigError": "serving.proxy.config",
-    "DownloadError": "serving.bundle_download",
-    "DriftInputError": "serving.drift",
-    "EdgeBusy": "serving.execution",
-    "EndpointSpecError": "serving.endpoints",
-    "EndpointsFailed": "serving.execution",
-    "FallbackForbidden": "serving.policy.errors",
-    "LanguageDetectorMissing": "serving.language",
-    "ManifestError": "serving.manifest",
-    "NoFeasibleEndpoint": "serving.policy.errors",
-    "PolicyError": "serving.policy.errors",
-    "PolicyFileError": "serving.policy.rules",
-    "RecordError": "serving.outcome_log",
-    "RecordShapeError": "serving.dashboard.summary",
-    "RequestError": "serving.proxy.app",
-    "SigningError": "serving.signing",
-    "SlowFirstToken": "serving.chat.errors",
-    "StreamInterrupted": "serving.chat.errors",
-    "UndeclaredText": "serving.outcome_log",
-    "UpstreamError": "serving.chat.errors",
-    "UpstreamHTTPError": "serving.chat.errors",
-    "UpstreamMalformed": "serving.chat.errors",
-    "UpstreamTimeout": "serving.chat.errors",
-    "UpstreamUnreachable": "serving.chat.errors",
+    "BundleError": "serving.bundle._bundle",
+    "CloudCallError": "serving.execution._steps",
+    "ConfigError": "serving.proxy._config",
+    "DownloadError": "serving.bundle._download",
+    "DriftInputError": "serving.monitoring._drift",
+    "EdgeBusy": "serving.execution._steps",
+    "EndpointSpecError": "serving.endpoints._record",
+    "EndpointsFailed": "serving.execution._steps",
+    "FallbackForbidden": "serving.policy._errors",
+    "LanguageDetectorMissing": "serving.features._language",
+    "ManifestError": "serving.bundle._manifest",
+    "NoFeasibleEndpoint": "serving.policy._errors",
+    "PolicyError": "serving.policy._errors",
+    "PolicyFileError": "serving.policy._rules",
+    "RecordError": "serving.monitoring._outcome_log",
+    "RecordShapeError": "serving.dashboard._summary",
+    "RequestError": "serving.proxy._app",
+    "SigningError": "serving.bundle._signing",
+    "SlowFirstToken": "serving.chat._errors",
+    "StreamInterrupted": "serving.chat._errors",
+    "UndeclaredText": "serving.monitoring._outcome_log",
+    "UpstreamError": "serving.chat._errors",
+    "UpstreamHTTPError": "serving.chat._errors",
+    "UpstreamMalformed": "serving.chat._errors",
+    "UpstreamTimeout": "serving.chat._errors",
+    "UpstreamUnreachable": "serving.chat._errors",
 }
 
 __all__ = [

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from serving import Router
-from serving.decision import Decision
-from serving.endpoints import parse_endpoints
+from serving.endpoints._record import parse_endpoints
+from serving.routing._decision import Decision
 from serving.testing import Behaviour, StubUpstream
 
 SPECS = parse_endpoints(
@@ -69,7 +69,7 @@ class CascadeRouter(Router):
 def cascade_router(tmp_path, **load_options) -> CascadeRouter:
     """A CascadeRouter whose endpoints are SPECS' (the names its records and feedback use), as an
     N-endpoint bundle's router has them; its decisions' cascades are `cascade`."""
-    from serving.chooser import Chooser
+    from serving.routing._chooser import Chooser
 
     router = CascadeRouter.load(tmp_path / "no-bundle", **load_options)
     assert router.degraded

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving.response_features import RESPONSE_FEATURES, response_features
+from serving.features._response_features import RESPONSE_FEATURES, response_features
 
 
 def feature(values, name):
@@ -230,7 +230,7 @@ def test_too_few_answers_give_no_model_and_say_why(small_routellm, encoder_cache
     ],
 )
 def test_a_bad_acceptance_entry_is_refused_naming_the_field(edit, message):
-    from serving.manifest import ManifestError, check_acceptance
+    from serving.bundle._manifest import ManifestError, check_acceptance
 
     section = {
         "file": "acceptance.onnx",
@@ -250,7 +250,7 @@ def test_a_bad_acceptance_entry_is_refused_naming_the_field(edit, message):
 def test_a_swapped_acceptance_graph_degrades_the_router(bundle, tmp_path):
     """A graph with the wrong input width is a bad bundle (strict: BundleError), even resealed."""
     from serving import Router
-    from serving.bundle import BundleError
+    from serving.bundle._bundle import BundleError
     from tests.test_bundle_hostile import reseal  # a forger's resealing: checksums rewritten
 
     copy = tmp_path / "bundle"

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from serving import CloudCallError, Decision
-from serving.execute import aexecute, execute
+from serving.execution._execute import aexecute, execute
 
 
 def decision(zone: str, n_tokens: int = 10) -> Decision:

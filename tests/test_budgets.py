@@ -1,4 +1,4 @@
-"""The budgets' ledger (serving.policy.budgets.Spending) under pressure: a flood of new holders never
+"""The budgets' ledger (serving.policy._budgets.Spending) under pressure: a flood of new holders never
 resets a budget already spent in its window, a spend costs the same at a full ledger as at an empty
 one, a holder value of any size takes a fixed-size entry, and a ledger full of spent holders charges
 newcomers together (conservatively). The flood through the real proxy process is in
@@ -14,7 +14,7 @@ import pytest
 
 from serving import Router
 from serving.policy import PolicySet
-from serving.policy.budgets import MAX_VALUE_CHARS, PERIODS, Spending, holder_id, limits_of
+from serving.policy._budgets import MAX_VALUE_CHARS, PERIODS, Spending, holder_id, limits_of
 
 DAY = 86_400.0
 NOON = 20_000 * DAY + DAY / 2  # a UTC noon

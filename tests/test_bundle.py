@@ -7,9 +7,9 @@ import json
 import pytest
 
 import training.writer as writer
-from serving.bundle import BundleError, read_manifest
-from serving.features.spec import FeatureSpec
-from serving.manifest import Manifest
+from serving.bundle._bundle import BundleError, read_manifest
+from serving.bundle._manifest import Manifest
+from serving.features._spec import FeatureSpec
 from training.writer import write_bundle
 
 MANIFEST = Manifest(

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving import BundleError, Router
-from serving.bundle import manifest_digest
-from serving.contract import MAX_MANIFEST_BYTES
+from serving._contract import MAX_MANIFEST_BYTES
+from serving.bundle._bundle import manifest_digest
 
 PROMPTS = ["What is 2+2?", "", "Summarise this contract. " * 300, "写一首关于秋天的诗", "\ud800 lone surrogate"]
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from serving import Router
-from serving.drift import DRIFT_REFERENCE_FILE
-from serving.outcome_log import OutcomeLog
+from serving.monitoring._drift import DRIFT_REFERENCE_FILE
+from serving.monitoring._outcome_log import OutcomeLog
 
 FOREIGN = [  # prompts unlike both bundles' training data: another script, another register
     "请把这句话翻译成英文：我喜欢学习。",
@@ -172,7 +172,7 @@ def test_the_acceptance_check_rejects_a_poor_answer_and_execute_falls_back_past_
 
 def test_make_drift_finds_the_bundles_own_traffic_like_its_reference_and_foreign_traffic_unlike_it(kind, tmp_path):
     from evaluation.drift import bundle_drift
-    from serving.drift import DriftThresholds
+    from serving.monitoring._drift import DriftThresholds
 
     def logged(folder: Path, rows, prompts=None) -> Path:
         """The held-out `rows` (or other `prompts`) executed with an outcome log, each with its first

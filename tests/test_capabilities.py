@@ -1,4 +1,4 @@
-"""What a request needs (serving.capabilities) and the endpoints that lack it, on two-endpoint
+"""What a request needs (serving.endpoints._capabilities) and the endpoints that lack it, on two-endpoint
 routers (docs/policies.md#capabilities): needs read from a chat request in one place; a side whose
 declared capabilities lack what the request needs is never called, a fallback included, in
 execute(), RoutedChat (JSON and streams) and the proxy (stub servers on 127.0.0.1 that record what
@@ -16,14 +16,14 @@ import httpx2
 import pytest
 
 from serving import Router
-from serving.capabilities import NO_NEEDS, Needs, needs_of
 from serving.chat import Endpoint, RoutedChat
-from serving.chat.request import ChatRequest
-from serving.endpoints import Capabilities
-from serving.outcome_log import OutcomeLog
+from serving.chat._request import ChatRequest
+from serving.endpoints._capabilities import NO_NEEDS, Needs, needs_of
+from serving.endpoints._record import Capabilities
+from serving.monitoring._outcome_log import OutcomeLog
 from serving.policy import FallbackForbidden, NoFeasibleEndpoint, PolicyFileError, PolicySet
-from serving.proxy.app import build_app
-from serving.proxy.config import ConfigError, ProxyConfig, add_arguments, parse_capabilities
+from serving.proxy._app import build_app
+from serving.proxy._config import ConfigError, ProxyConfig, add_arguments, parse_capabilities
 from serving.testing import Behaviour, LocalServer
 from tests.chat_stubs import ASK, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 
@@ -72,7 +72,7 @@ def test_needs_are_read_from_the_requests_shape(messages, params, needs):
 def test_needs_are_checked(router):
     with pytest.raises(TypeError, match="Needs.images must be True or False"):
         Needs(images=1)
-    with pytest.raises(TypeError, match="needs must be a serving.capabilities.Needs"):
+    with pytest.raises(TypeError, match="needs must be a serving.endpoints._capabilities.Needs"):
         router.route("hi", needs="images")
     with pytest.raises(TypeError, match="capabilities must map endpoint names"):
         router.route("hi", needs=Needs(images=True), capabilities={"edge": {"images": True}})

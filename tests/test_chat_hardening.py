@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from serving.chat import Endpoint, RoutedChat
-from serving.chat.errors import StreamInterrupted
+from serving.chat._errors import StreamInterrupted
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, EchoingUpstream, fresh_stubs, router, stubs  # noqa: F401
 from tests.test_chat_hostile import SSE, leaks, serving_process
 from tests.test_proxy import TOKEN, config_for, running_proxy

@@ -21,8 +21,8 @@ import pytest
 
 from serving import CloudCallError, cli
 from serving.chat import Endpoint, RoutedChat
-from serving.chat.errors import MIN_SECRET_CHARS, SlowFirstToken, StreamInterrupted, UpstreamTimeout
-from serving.chat.upstream import MAX_ERROR_BODY_BYTES
+from serving.chat._errors import MIN_SECRET_CHARS, SlowFirstToken, StreamInterrupted, UpstreamTimeout
+from serving.chat._upstream import MAX_ERROR_BODY_BYTES
 from tests.chat_stubs import ASK, CLOUD_KEY, EDGE_KEY, LONG, EchoingUpstream, fresh_stubs, router, stubs  # noqa: F401
 from tests.dripping import DrippingServer, elapsed
 from tests.test_proxy import TOKEN, client, config_for, running_proxy, start_serving

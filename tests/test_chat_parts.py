@@ -9,10 +9,10 @@ import pytest
 
 from serving import Price
 from serving.chat import Endpoint
-from serving.chat.errors import UpstreamMalformed, redact
-from serving.chat.responses import completion_text, error_detail, parse_json_object, starts_answer
-from serving.proxy.config import is_loopback
-from serving.proxy.security import RedactingFilter
+from serving.chat._errors import UpstreamMalformed, redact
+from serving.chat._responses import completion_text, error_detail, parse_json_object, starts_answer
+from serving.proxy._config import is_loopback
+from serving.proxy._security import RedactingFilter
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -167,9 +167,9 @@ def test_which_hosts_are_loopback(host, loopback):
 def test_the_proxy_watches_a_folder_or_a_url(tmp_path):
     from types import SimpleNamespace
 
-    from serving.proxy.config import ProxyConfig
-    from serving.proxy.serve import watcher_for
-    from serving.watcher import BundleURLWatcher, BundleWatcher
+    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher
+    from serving.proxy._config import ProxyConfig
+    from serving.proxy._serve import watcher_for
 
     router = SimpleNamespace(manifest=None, update=lambda path: None)  # all a watcher uses of a Router
     config = lambda watch: ProxyConfig(  # noqa: E731

@@ -240,7 +240,7 @@ def test_make_train_cross_fits_the_bundle_on_every_row(trained_readme, real_data
     are the figures, the bundle's heads see every row for the folds' median rounds, and its
     thresholds come from every row's out-of-fold score."""
     from serving import Router
-    from serving.bundle import read_manifest
+    from serving.bundle._bundle import read_manifest
     from training.config import TrainConfig
 
     result, folds = trained_readme, TrainConfig().split.cv_folds

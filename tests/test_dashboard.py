@@ -21,10 +21,10 @@ import pytest
 
 from serving import Router
 from serving.dashboard import CallPrices, compute_views, from_record, outcomes_from_feedback, render_page
-from serving.dashboard.quality import estimate_quality
-from serving.dashboard.summary import RecordShapeError, RequestSummary
-from serving.dashboard.views import nearest_rank
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.dashboard._quality import estimate_quality
+from serving.dashboard._summary import RecordShapeError, RequestSummary
+from serving.dashboard._views import nearest_rank
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 from tests.conftest import ROOT
 from tests.test_proxy import TOKEN, config_for, running_proxy
@@ -33,7 +33,7 @@ T0 = 1_795_000_000.0  # 2026-11-17 06:13:20 UTC
 
 
 def request_record(n: int, *, zone="edge", served_by="edge", steps=(("edge", "ok", 10.0),), **fields) -> dict:
-    """A request record as serving.traffic writes it (the fields the dashboard reads)."""
+    """A request record as serving.monitoring._traffic writes it (the fields the dashboard reads)."""
     target = "cloud" if zone == "cloud" else "edge"
     return {
         "log": LOG_FORMAT,
@@ -204,7 +204,7 @@ def logged_traffic(n: int, seed: int = 1):
             )
         )
         rows.append((ran, 0.2 if explored else 0.8, quality, chosen))
-    from serving.dashboard.summary import Outcomes
+    from serving.dashboard._summary import Outcomes
 
     outcomes = {f"q{i}": Outcomes(**{ran: q}) for i, (ran, _, q, _) in enumerate(rows)}
     return summaries, outcomes, rows
@@ -243,7 +243,7 @@ def test_without_exploration_the_other_side_is_not_covered():
         RequestSummary(T0, "v", "edge", "edge", "edge", None, (), None, None, "unlabelled", False, 1.0),
         RequestSummary(T0, "v", "edge", "edge", "edge", None, (), None, None, "tiny", True, 0.001),
     ]
-    from serving.dashboard.summary import Outcomes
+    from serving.dashboard._summary import Outcomes
 
     outcomes = {"a": Outcomes(edge=1.0), "b": Outcomes(cloud=0.0), "c": Outcomes(edge=0.0), "tiny": Outcomes(edge=1.0)}
     quality = estimate_quality(requests, outcomes)

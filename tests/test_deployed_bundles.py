@@ -100,7 +100,7 @@ def without_familiarity(folder: Path) -> Path:
     familiarity reference: its manifest without `novelty` (re-digested; the graph's novelty output is
     then read by nobody). The earlier SDK would read it and decide as without it; today's would give
     unfamiliar prompts the unfamiliar policy (tests/test_bundle_kinds.py)."""
-    from serving.bundle import manifest_digest
+    from serving.bundle._bundle import manifest_digest
 
     data = json.loads((folder / "manifest.json").read_text())
     data.pop("novelty")

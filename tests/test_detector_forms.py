@@ -2,7 +2,7 @@
 no-break or narrow no-break spaces, tabs, dots, slashes, double spaces, line breaks, en dashes or
 underscores, glued to a word, with zero-width characters or soft hyphens inside; IBANs with dashes or
 no-break spaces; emails with a full-width "@" or zero-width characters. The normalisation that reads them
-(serving.policy.detectors.fold), the two false positives the issue names, the known misses, linear time
+(serving.policy._detectors.fold), the two false positives the issue names, the known misses, linear time
 on adversarial inputs of each detector, and the eval's floors on the shipped set (docs/policies.md#content-detectors)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from data.pii_synthetic import read
 from serving.policy import DETECTORS, detect
 from tests.conftest import ROOT
 
-# Imported where used (data.pii_synthetic's form tables, serving.policy.detectors' fold), so that each
+# Imported where used (data.pii_synthetic's form tables, serving.policy._detectors' fold), so that each
 # test of a form fails on its own on the code before the hardening, rather than the module failing to load.
 
 LABELLED = ROOT / "data" / "policy" / "pii_labelled.jsonl"
@@ -107,8 +107,8 @@ def test_other_forms_normalisation_reads(name, text, value):
 
 
 def test_a_policy_rule_reads_the_folded_text():
-    """Rules ask Detector.found_in (serving.policy.rules): the normalisation is inside it, not in detect()."""
-    from serving.policy.rules import _Facts
+    """Rules ask Detector.found_in (serving.policy._rules): the normalisation is inside it, not in detect()."""
+    from serving.policy._rules import _Facts
 
     request = _Facts("mail mira.tasvo\uff20kalo-net.de", 8, None, None)
     assert request.detected((DETECTORS["email"],)) is True
@@ -118,8 +118,8 @@ def test_a_rule_naming_several_detectors_folds_the_prompt_once(monkeypatch):
     """Each detector folded the prompt itself (Detector.found_in): a rule naming all seven folded a
     non-ASCII prompt seven times (~5 us each on ~128 tokens). The request folds it once and hands the
     Folded to each detector, which does not fold it again."""
-    import serving.policy.detectors as detectors
-    import serving.policy.rules as rules
+    import serving.policy._detectors as detectors
+    import serving.policy._rules as rules
     from serving.policy import PolicySet
 
     folded: list[str] = []
@@ -237,7 +237,7 @@ def test_the_known_misses_are_still_missed(form, text):
     ],
 )
 def test_fold_char(ch, folded):
-    from serving.policy.detectors import fold_char
+    from serving.policy._detectors import fold_char
 
     assert fold_char(ch) == folded
 
@@ -245,7 +245,7 @@ def test_fold_char(ch, folded):
 def test_folding_is_idempotent_on_every_code_point():
     """A folded character folds to itself: one pass of fold() is the fixed point, no second pass can
     reveal a value the first one hid."""
-    from serving.policy.detectors import fold_char
+    from serving.policy._detectors import fold_char
 
     unstable = []
     for cp in range(0x110000):
@@ -261,7 +261,7 @@ def test_every_character_that_folds_is_looked_up():
     them folding to themselves in later versions)."""
     import unicodedata
 
-    from serving.policy.detectors import _FOLDS_TO_ITSELF, _MAY_FOLD, fold_char
+    from serving.policy._detectors import _FOLDS_TO_ITSELF, _MAY_FOLD, fold_char
 
     assert [hex(cp) for cp in range(0x110000) if fold_char(chr(cp)) != chr(cp) and not _MAY_FOLD.match(chr(cp))] == []
     skipped = re.compile(f"[{_FOLDS_TO_ITSELF}]")
@@ -272,7 +272,7 @@ def test_every_character_that_folds_is_looked_up():
 
 
 def test_ascii_text_is_not_copied():
-    from serving.policy.detectors import fold
+    from serving.policy._detectors import fold
 
     text = "card 4111 1111 1111 1111, mail ana.vo@lin-mar.fr"
     assert fold(text).text is text and fold(text).same_indices
@@ -288,7 +288,7 @@ def test_spans_are_the_originals_when_characters_are_dropped_or_expanded():
 def test_many_distinct_characters_to_fold(monkeypatch):
     """Past REPLACE_AT_MOST distinct characters to fold, fold() takes one str.translate instead of a
     str.replace each: both give the same text, and the finding's span is the original's."""
-    import serving.policy.detectors as detectors
+    import serving.policy._detectors as detectors
 
     fullwidth = "".join(chr(0xFF21 + i) for i in range(26)) + "".join(chr(0xFF10 + i) for i in range(10))
     text = fullwidth + "\u2026\u200b\u00a0mail mira.tasvo\uff20kalo-net.de \ufb01n"

@@ -234,7 +234,7 @@ def test_the_negatives_of_the_set_are_counted_against_precision():
     """A detector firing on every digit run would have full recall: the set's negatives must sink it."""
     import re
 
-    from serving.policy.detectors import fold
+    from serving.policy._detectors import fold
 
     lines = read(LABELLED)
 
@@ -281,7 +281,7 @@ def test_nothing_is_found_in_the_benchmark_prompts(real_data_dir):
 )
 def test_each_check_is_needed_on_the_labelled_set(monkeypatch, check, off, detector):
     """Switched off, each check lets the set's values that fail it through: precision falls under the floor."""
-    import serving.policy.detectors as detectors
+    import serving.policy._detectors as detectors
 
     monkeypatch.setattr(detectors, check, off)
     c = score(read(LABELLED))[0]["overlap"][detector]
@@ -313,7 +313,7 @@ WINDOWED_NEGATIVES = [
 
 @contextlib.contextmanager
 def windows(chars: int, translate_chars: int | None = None):
-    """The detectors' windows (serving.policy.detectors.WINDOW_CHARS, TRANSLATE_CHARS) set to `chars`."""
+    """The detectors' windows (serving.policy._detectors.WINDOW_CHARS, TRANSLATE_CHARS) set to `chars`."""
     saved = detectors.WINDOW_CHARS, detectors.TRANSLATE_CHARS
     detectors.WINDOW_CHARS, detectors.TRANSLATE_CHARS = chars, translate_chars or chars
     try:

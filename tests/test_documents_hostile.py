@@ -1,5 +1,5 @@
-"""Hostile policy files and endpoint specs (serving.documents, serving.policy.rules,
-serving.endpoints, serving.proxy.config): every bad file is refused with the file's own error
+"""Hostile policy files and endpoint specs (serving.features._documents, serving.policy._rules,
+serving.endpoints._record, serving.proxy._config): every bad file is refused with the file's own error
 type (PolicyFileError, EndpointSpecError, ConfigError) and one line of bounded length, quickly:
 YAML aliases, deep nesting, numbers too large for a float, keys that are not text or given twice,
 long values quoted in a message. An upstream key read from the proxy's own token variable is
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from serving.documents import MAX_DEPTH, quoted
-from serving.endpoints import Endpoint, EndpointSpecError, load_endpoints
+from serving.endpoints._record import Endpoint, EndpointSpecError, load_endpoints
+from serving.features._documents import MAX_DEPTH, quoted
 from serving.policy import PolicyFileError, PolicySet
-from serving.proxy.config import ConfigError, ProxyConfig, load_endpoints_file
+from serving.proxy._config import ConfigError, ProxyConfig, load_endpoints_file
 from tests.conftest import ROOT
 
 MAX_MESSAGE = 600  # what a one-line error may take: the file's name, the place, a quoted value

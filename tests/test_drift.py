@@ -1,4 +1,4 @@
-"""Drift (serving.drift, make drift): the statistics on known distributions, the thresholds, the
+"""Drift (serving.monitoring._drift, make drift): the statistics on known distributions, the thresholds, the
 reference a bundle carries, bundles without one, bad input, the simulator's mixes, and the
 done-criterion: a small bundle trained on simulated logs, prompts of the same mix routed through
 the SDK with an OutcomeLog read as stable, prompts of a shifted mix as retrain."""
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from data.simulator import DifficultyModel, generate_rows, parse_mix
-from serving.bundle import BundleError, manifest_digest, read_bundle
-from serving.drift import (
+from serving.bundle._bundle import BundleError, manifest_digest, read_bundle
+from serving.monitoring._drift import (
     DRIFT_REFERENCE_FILE,
     Distribution,
     DriftInputError,
@@ -27,7 +27,7 @@ from serving.drift import (
     read_records,
     rescore,
 )
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, ROOT, config_for
 
 SAME = DifficultyModel()
@@ -401,12 +401,12 @@ def test_make_promote_shows_the_drift_report_when_its_logs_are_outcome_logs(drif
 
 
 def test_the_proxy_dashboards_window_judges_drift_as_the_outcome_log_does(drift_bundle, tmp_path):
-    """serving.proxy.dashboard keeps what drift reads of each routed request (decision_record):
+    """serving.proxy._dashboard keeps what drift reads of each routed request (decision_record):
     on the same requests its panel gives the outcome log's verdict and the same figure for every
     check both can make (the log has the prompt's length in characters too)."""
     from serving import Router
-    from serving.chat.routing_info import RoutingInfo
-    from serving.proxy.dashboard import RecentRequests, drift_of
+    from serving.chat._routing_info import RoutingInfo
+    from serving.proxy._dashboard import RecentRequests, drift_of
 
     for model, seed, verdict in ((SAME, 1, "stable"), (SHIFTED, 2, "retrain")):
         window, log = RecentRequests(), OutcomeLog(tmp_path / f"log{seed}")

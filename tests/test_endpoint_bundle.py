@@ -1,6 +1,6 @@
 """N-endpoint bundles (docs/endpoints.md#n-endpoint-bundles): trained on simulated four-endpoint
 logs, one model.onnx whose `expected` output is every endpoint's calibrated probability; the SDK's
-decisions are serving.endpoint_choice's on those probabilities, with the policy's forbidden
+decisions are serving.endpoints._choice's on those probabilities, with the policy's forbidden
 endpoints and the context limits as feasibility; a bad endpoints section is a clear error; and
 two-endpoint bundles decide exactly as the SDK before N-endpoint bundles did."""
 
@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from serving import BundleError, Router
-from serving.bundle import manifest_digest, read_bundle
-from serving.endpoint_choice import best_under_price, call_costs, cascade, cheapest_within, escalation
-from serving.manifest import Manifest, ManifestError
+from serving.bundle._bundle import manifest_digest, read_bundle
+from serving.bundle._manifest import Manifest, ManifestError
+from serving.endpoints._choice import best_under_price, call_costs, cascade, cheapest_within, escalation
 from serving.policy import NoFeasibleEndpoint, PolicyFileError, PolicySet
-from serving.scorer import Scorer
+from serving.scoring._scorer import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("phone-3b", "onprem-8b", "cloud-mid", "frontier")
@@ -133,7 +133,7 @@ def climbing(trained, tmp_path: Path, **load) -> Router:
 
 
 def recomputed(router: Router, decisions, prompts, feasible=None):
-    """What serving.endpoint_choice gives on the decisions' probabilities and the bundle's prices."""
+    """What serving.endpoints._choice gives on the decisions' probabilities and the bundle's prices."""
     section = router.manifest.endpoints
     expected = np.array([[d.expected[n] for n in section.names] for d in decisions])
     cost, fits = call_costs(list(section.spec), [d.n_tokens for d in decisions], section.output_tokens)
@@ -398,7 +398,7 @@ def test_make_endpoints_writes_a_bundle_of_the_head_mode_its_folds_chose(tmp_pat
 
 
 def test_the_policy_watcher_reads_policies_for_the_bundles_endpoints(trained, tmp_path):
-    from serving.watcher import PolicyWatcher
+    from serving.bundle._watcher import PolicyWatcher
 
     made, public = trained
     router = Router.load(made.folder, strict=True, public_key=public)
@@ -497,7 +497,7 @@ def test_unfamiliar_prompts_get_the_unfamiliar_policy_for_n_endpoints(trained):
     """edge_with_cloud_fallback for N endpoints: the cheapest device endpoint that may serve the prompt
     first, then the best expected of the others; the rule's cascade when no device endpoint may serve it
     (here: the policy forbids the only one); a prefer decides before it; familiar prompts as the rule
-    decides them. rule_table: by price. serving.chooser.Choice."""
+    decides them. rule_table: by price. serving.routing._chooser.Choice."""
     made, public = trained
     router = Router.load(made.folder, strict=True, public_key=public)
     learned = Router.load(made.folder, strict=True, public_key=public, unfamiliar_policy="learned")

@@ -1,4 +1,4 @@
-"""Exploration of N-endpoint decisions (serving.traffic; docs/endpoints.md#from-your-traffic-to-n-
+"""Exploration of N-endpoint decisions (serving.monitoring._traffic; docs/endpoints.md#from-your-traffic-to-n-
 endpoint-training-rows): with `explore_rate` r, a request's first endpoint is drawn uniformly among
 the k endpoints feasible for it, the rest of the decision's cascade following; the record's
 `propensity` is the probability that the logging policy ran that endpoint first ((1 - r) + r / k for
@@ -20,9 +20,9 @@ from data.endpoint_logs import read_endpoint_logs
 from data.simulator_endpoints import load_simulation, write_simulation
 from evaluation.endpoints import logged_estimate
 from serving import Router
-from serving.capabilities import Needs
 from serving.chat import Endpoint, RoutedChat
-from serving.outcome_log import OutcomeLog
+from serving.endpoints._capabilities import Needs
+from serving.monitoring._outcome_log import OutcomeLog
 from serving.policy import PolicySet
 from tests.endpoint_doubles import Calls, upstream_fixtures
 from tests.test_endpoint_bundle import NAMES, trained, variant  # noqa: F401  (the N-endpoint bundle fixture)

@@ -20,7 +20,7 @@ import pytest
 from data.endpoint_logs import read_endpoint_logs
 from data.sdk_logs import iter_outcome_log
 from serving import EndpointsFailed, Router
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 from tests.endpoint_doubles import Calls
 from tests.test_endpoint_bundle import NAMES, TOPICS, climbing, trained  # noqa: F401  (the N-endpoint bundle fixture)
 from training.endpoints import EndpointRows

@@ -20,15 +20,15 @@ import pytest
 
 import serving
 import serving.chat
-import serving.chat.endpoint
+import serving.chat._endpoint
 from serving import Endpoint, Price, Router
+from serving.bundle._manifest import EndpointsSection, ManifestError
 from serving.chat import RoutedChat
-from serving.chooser import Choice, Chooser
-from serving.endpoint_choice import call_costs
-from serving.endpoints import Capabilities, Endpoints, EndpointSpecError, load_endpoints, parse_endpoints
-from serving.manifest import EndpointsSection, ManifestError
-from serving.proxy.config import ConfigError, ProxyConfig
-from serving.scorer import Scores
+from serving.endpoints._choice import call_costs
+from serving.endpoints._record import Capabilities, Endpoints, EndpointSpecError, load_endpoints, parse_endpoints
+from serving.proxy._config import ConfigError, ProxyConfig
+from serving.routing._chooser import Choice, Chooser
+from serving.scoring._scorer import Scores
 from serving.testing import Behaviour, StubUpstream
 from tests.endpoint_doubles import ORDER, SPECS, cascade_router
 from tests.test_endpoint_bundle import HARD, TOPICS
@@ -40,7 +40,7 @@ TOKENS = [0, 1, 7, 511, 512, 513, 1024, 3000, 4096, 200_000]
 
 
 def old_cost(per_1k_input: float, per_1k_output: float, per_call: float, input_tokens, output_tokens) -> float:
-    """How serving.endpoints priced a call before the one record (its Price.cost, verbatim)."""
+    """How serving.endpoints._record priced a call before the one record (its Price.cost, verbatim)."""
     return per_call + per_1k_input * input_tokens / 1000.0 + per_1k_output * output_tokens / 1000.0
 
 
@@ -50,7 +50,7 @@ def spec(price: dict) -> dict:
 
 
 def test_one_class_under_every_name():
-    assert serving.Endpoint is serving.chat.Endpoint is serving.chat.endpoint.Endpoint is Endpoint
+    assert serving.Endpoint is serving.chat.Endpoint is serving.chat._endpoint.Endpoint is Endpoint
     # the chat client's earlier spelling builds the same record, positional URL and model included
     old = Endpoint("http://127.0.0.1:8080/v1", "m", input_price_per_1m=3.0, output_price_per_1m=15.0)
     assert old == Endpoint(base_url="http://127.0.0.1:8080/v1", model="m", price=Price(3.0, 15.0))
@@ -103,7 +103,7 @@ def test_a_price_is_in_one_unit():
 def test_a_manifest_in_the_earlier_spelling_loads_with_the_same_prices():
     """What a deployed N-endpoint bundle's manifest holds (per_1k keys) is read as the per-1M figures,
     and the choosers price its calls exactly as the SDK before the one record did."""
-    from serving.manifest import ENDPOINTS_KIND, ScoreSpec, check_endpoints
+    from serving.bundle._manifest import ENDPOINTS_KIND, ScoreSpec, check_endpoints
 
     endpoints = [
         {"name": "phone-3b", "where": "device", "price": {"per_call": 0.0}, "latency_ms": 150, "context_tokens": 4096},
@@ -132,7 +132,7 @@ def in_the_earlier_spelling(bundle: Path, folder: Path) -> Path:
     """A copy of an N-endpoint bundle whose manifest gives its prices per 1,000 tokens, as every
     bundle written before the one record did (re-digested; unsigned, as the signature was of the
     manifest as written)."""
-    from serving.bundle import manifest_digest
+    from serving.bundle._bundle import manifest_digest
 
     shutil.copytree(bundle, folder)
     (folder / "manifest.sig").unlink(missing_ok=True)

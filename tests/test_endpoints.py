@@ -21,8 +21,8 @@ from data.simulator_endpoints import (
     write_simulation,
 )
 from evaluation.endpoints import area, cost_at_quality, envelope, oracle
-from serving.endpoint_choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
-from serving.endpoints import EndpointSpecError, load_endpoints, parse_endpoints
+from serving.endpoints._choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
+from serving.endpoints._record import EndpointSpecError, load_endpoints, parse_endpoints
 
 
 def endpoint(name="a", **changes):

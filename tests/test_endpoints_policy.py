@@ -16,7 +16,7 @@ from data.endpoint_logs import check_endpoint_row, read_endpoint_logs
 from data.schema import RowError
 from data.simulator_endpoints import ROWS_FILE, load_simulation, write_simulation
 from evaluation.endpoint_policy import policy_effect
-from serving.policy.rules import PolicySet
+from serving.policy._rules import PolicySet
 
 N, FOLDS = 500, 3
 EMAIL = " Please reply to ana.silva@empresa.com.br."

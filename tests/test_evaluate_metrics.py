@@ -32,7 +32,7 @@ from evaluation.policy_metrics import (
     zone_probabilities,
 )
 from evaluation.rows import Rows
-from serving.contract import CLOUD, EDGE, FALLBACK
+from serving._contract import CLOUD, EDGE, FALLBACK
 
 # 4 requests: edge right on 0 and 1, cloud right on 0, 2, 3; the cloud is needed on 2 and 3.
 Q_EDGE = np.array([1.0, 1.0, 0.0, 0.0])

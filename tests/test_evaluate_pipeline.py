@@ -258,7 +258,7 @@ def test_split_only_logs(bundle, small_routellm, tmp_path_factory):
     """Canonical JSONL of MT-Bench rows that all fall in the bundle's test split (no train rows)."""
     from data.logs import load_logs
     from data.prepare import assign_splits, merge_duplicates
-    from serving.bundle import read_manifest
+    from serving.bundle._bundle import read_manifest
 
     split = read_manifest(bundle).split
     frame = merge_duplicates(load_logs([small_routellm / "mt_bench"]).frame())
@@ -294,7 +294,7 @@ def test_logs_without_train_rows_skip_the_tuned_rule_table(bundle, test_split_on
 def test_mlflow_is_skipped_with_a_reason_for_a_bundle_from_elsewhere(bundle, tmp_path):
     import dataclasses
 
-    from serving.bundle import read_manifest
+    from serving.bundle._bundle import read_manifest
 
     metrics = {"setup": {"split": "test"}, "figures": {"rows": 3}}
     store = tmp_path / "absent.db"

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from serving import CloudCallError, telemetry
-from serving.decision import Decision
-from serving.execute import EdgePool, EndpointsFailed, aexecute, execute, tried_text
+from serving.execution._execute import EdgePool, EndpointsFailed, aexecute, execute, tried_text
 from serving.policy import FallbackForbidden
+from serving.routing._decision import Decision
 from tests.endpoint_doubles import ORDER, SPECS, Calls, decision
 
 SPEC_MAP = {e.name: e for e in SPECS}
@@ -60,7 +60,7 @@ def test_the_expected_cost_prices_the_answers_expected_tokens_too():
     bundle's own when the router runs it): an endpoint priced by output is not nearly free."""
     from dataclasses import replace
 
-    from serving.endpoints import Price
+    from serving.endpoints._record import Price
 
     output_priced = Price(per_1m_input=5.0, per_1m_output=15.0, per_call=0.001)
     specs = {**SPEC_MAP, "frontier": replace(SPEC_MAP["frontier"], price=output_priced)}

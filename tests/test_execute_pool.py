@@ -8,7 +8,7 @@ import time
 import pytest
 
 from serving import Decision
-from serving.execute import EdgePool, execute
+from serving.execution._execute import EdgePool, execute
 
 
 def decision(zone: str = "edge") -> Decision:

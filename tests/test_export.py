@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from serving.calibration import apply_calibration
+from serving.scoring._calibration import apply_calibration
 from training.export import booster_to_onnx, calibration_in_model
 from training.model import fit_calibration
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from serving.features.spec import FeatureSpec
-from serving.features.text_stats import STAT_NAMES, text_statistics
+from serving.features._extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
+from serving.features._spec import FeatureSpec
+from serving.features._text_stats import STAT_NAMES, text_statistics
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import minilm_dir, static_encoder_graph
 

@@ -304,7 +304,7 @@ def test_a_saved_dataset_trains_the_same_bundle_as_its_jsonl(real_rows, encoder_
     data report (counts, sources, content hash), the same rejects at the same rows, the same scores
     and decisions from the bundles."""
     from serving import Router
-    from serving.scorer import Scorer
+    from serving.scoring._scorer import Scorer
     from training.engines.base import train
 
     jsonl = write_jsonl(tmp_path / "logs.jsonl", real_rows)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.outcome_log import LOG_FORMAT, MAX_LINE_BYTES, printable, read_log_lines
+from serving.monitoring._outcome_log import LOG_FORMAT, MAX_LINE_BYTES, printable, read_log_lines
 from tests.conftest import ROOT, invoke_command
 
 T0 = 1_795_000_000.0  # 2026-11-17 06:13:20 UTC
@@ -28,7 +28,7 @@ ESC = "\x1b"
 
 
 def request(n: int, **fields) -> dict:
-    """A request record as serving.traffic writes it (the fields drift and the report read)."""
+    """A request record as serving.monitoring._traffic writes it (the fields drift and the report read)."""
     return {
         "log": LOG_FORMAT,
         "type": "request",
@@ -119,7 +119,7 @@ def test_a_line_longer_than_the_bound_is_skipped_to_its_newline(tmp_path):
 
 
 def test_the_writers_own_lone_surrogates_read_back(tmp_path):
-    """The SDK writes lone surrogates with surrogatepass (serving.outcome_log): read back as written, not a reject."""
+    """The SDK writes lone surrogates with surrogatepass (serving.monitoring._outcome_log): read back as written, not a reject."""
     write_log(
         tmp_path, json.dumps(request(0, prompt="a\ud800b"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
     )
@@ -402,7 +402,7 @@ def test_printable_escapes_what_drives_a_terminal_and_keeps_text():
 # The views of a log whose times span centuries, or a bucket width too small for the period.
 def test_the_time_axis_stays_bounded_whatever_the_span(tmp_path):
     from serving.dashboard import compute_views, from_record, render_page
-    from serving.dashboard.views import MAX_BUCKETS
+    from serving.dashboard._views import MAX_BUCKETS
 
     far = [from_record(request(0)), from_record(request(1, time=2.5e11))]  # 2026 and 9892: valid times
     views = compute_views(far)

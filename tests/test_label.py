@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from serving import Router
-from serving.outcome_log import OutcomeLog
+from serving.monitoring._outcome_log import OutcomeLog
 from tests.dripping import DrippingServer, elapsed
 from tests.judge import JudgeServer, completion, make_label
 from tests.test_endpoint_bundle import trained  # noqa: F401  (the session's N-endpoint bundle)

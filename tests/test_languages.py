@@ -1,6 +1,6 @@
-"""A request's language as a capability (serving.language, serving.capabilities): the detector on
+"""A request's language as a capability (serving.features._language, serving.endpoints._capabilities): the detector on
 the shipped labelled prompts (data/languages/labelled.jsonl, pipelines/language_eval.py), unknown
-below its confidence floor; an N-endpoint bundle's choice (serving.chooser.Chooser
+below its confidence floor; an N-endpoint bundle's choice (serving.routing._chooser.Chooser
 on a spec whose endpoints declare languages) rules out an endpoint whose languages lack the
 request's, declared (Needs.language, metadata) before detected, names needs:language=xx in the
 decision and in what execute() raises, detects nothing when no endpoint declares languages, and
@@ -13,18 +13,18 @@ import sys
 import numpy as np
 import pytest
 
-import serving.language as language
+import serving.features._language as language
 from pipelines.language_eval import DATA, UNKNOWN, at_floor, detections, read_labelled, scores
-from serving.capabilities import Needs, rule_name, with_language
-from serving.chooser import Choice, Chooser
-from serving.endpoints import Capabilities, parse_endpoints
-from serving.execute import execute, tried_text
-from serving.language import CONFIDENCE_FLOOR, LanguageDetector, LanguageDetectorMissing, serves
-from serving.manifest import EndpointsSection
+from serving.bundle._manifest import EndpointsSection
+from serving.endpoints._capabilities import Needs, rule_name, with_language
+from serving.endpoints._record import Capabilities, parse_endpoints
+from serving.execution._execute import execute, tried_text
+from serving.features._language import CONFIDENCE_FLOOR, LanguageDetector, LanguageDetectorMissing, serves
 from serving.policy import FallbackForbidden, NoFeasibleEndpoint
-from serving.request import Request
-from serving.router import Router
-from serving.scorer import Scores
+from serving.routing._chooser import Choice, Chooser
+from serving.routing._request import Request
+from serving.routing._router import Router
+from serving.scoring._scorer import Scores
 from tests.test_endpoint_bundle import NAMES as BUNDLE_NAMES
 from tests.test_endpoint_bundle import trained  # noqa: F401  (the N-endpoint bundle fixture)
 

@@ -125,7 +125,7 @@ def loaded_heavy(*modules: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
 
 
 def test_importing_the_sdk_or_a_command_loads_no_heavy_library():
-    assert loaded_heavy("serving", "serving.router", "serving.scorer", "serving.cli") == []
+    assert loaded_heavy("serving", "serving.routing._router", "serving.scoring._scorer", "serving._cli") == []
     commands = [
         "pipelines.train",
         "pipelines.evaluate",
@@ -144,13 +144,13 @@ def test_importing_the_sdk_or_its_cli_loads_no_client_or_server_library():
     assert (
         loaded_heavy(
             "serving",
-            "serving.router",
-            "serving.traffic",
-            "serving.outcome_log",
-            "serving.cli",
-            "serving.watcher",
+            "serving.routing._router",
+            "serving.monitoring._traffic",
+            "serving.monitoring._outcome_log",
+            "serving._cli",
+            "serving.bundle._watcher",
             "serving.proxy",
-            "serving.proxy.config",
+            "serving.proxy._config",
             heavy=NETWORK,
         )
         == []
@@ -160,7 +160,7 @@ def test_importing_the_sdk_or_its_cli_loads_no_client_or_server_library():
 def test_the_sdk_never_loads_its_test_doubles():
     """serving.testing is for tests and examples: the router, the chat client, the proxy and the CLI
     run without it."""
-    product = ("serving", "serving.chat", "serving.proxy.app", "serving.proxy.serve", "serving.cli")
+    product = ("serving", "serving.chat", "serving.proxy._app", "serving.proxy._serve", "serving._cli")
     assert loaded_heavy(*product, heavy=("serving.testing",)) == []
 
 
@@ -203,7 +203,7 @@ FORK_MARKERS = re.compile(
 )
 # Where the bundle's kind is read on purpose: the manifest that declares it, and the one place the
 # chooser's rule is picked from it.
-FORK_HOMES = {"serving/manifest.py", "serving/routing.py"}
+FORK_HOMES = {"serving/bundle/_manifest.py", "serving/routing/_stages.py"}
 
 
 def test_serving_has_no_fork_on_whether_the_bundle_has_two_or_n_endpoints():

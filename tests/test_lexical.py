@@ -28,8 +28,8 @@ HARD = [
 @pytest.fixture(scope="module")
 def extractor():
     """The static tier's tokenizer and spec (only `prepare` is used: no encoder)."""
-    from serving.features.extractor import FastTokenizer, FeatureExtractor
-    from serving.features.spec import FeatureSpec
+    from serving.features._extractor import FastTokenizer, FeatureExtractor
+    from serving.features._spec import FeatureSpec
     from training.encoders import minilm_dir
 
     tokenizer = FastTokenizer((minilm_dir() / "tokenizer.json").read_bytes())
@@ -65,7 +65,7 @@ def test_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
     """The fused graph's margins, from the ids the SDK feeds it (one unpadded prompt, and
     padded in a batch), against numpy's from the ids training keeps: an empty prompt gets
     the bias, a long one is cut where the SDK cuts it."""
-    from serving.features.extractor import onnx_session
+    from serving.features._extractor import onnx_session
     from training.encoders import static_encoder_graph
     from training.featurize import n_scalar_features
     from training.lexical import BIGRAM_BUCKETS, LexicalModel, on_grid
@@ -97,7 +97,7 @@ def test_graph_margins_equal_the_training_margins_on_hard_strings(extractor):
 def _graph_margins(extractor, model, rng):
     """A function of prompts -> `model`'s margins as its graph computes them, appended to a
     static prefix with a random embedding table, from the ids the SDK feeds it."""
-    from serving.features.extractor import onnx_session
+    from serving.features._extractor import onnx_session
     from training.encoders import static_encoder_graph
     from training.featurize import n_scalar_features
 
@@ -434,8 +434,8 @@ def test_bad_lexical_options_are_rejected(options, message):
 
 
 def test_manifest_spec_lexical_is_checked_and_absent_when_none():
-    from serving.features.spec import FeatureSpec
-    from serving.manifest import ManifestError, check_feature_spec
+    from serving.bundle._manifest import ManifestError, check_feature_spec
+    from serving.features._spec import FeatureSpec
 
     assert "lexical" not in FeatureSpec(tier="static", fused=True).to_dict()  # old manifests, as before
     assert check_feature_spec({"tier": "static", "fused": True}).lexical == "none"
@@ -475,7 +475,7 @@ def test_lexical_bundle_scores_like_its_training_pipeline(trained_lexical):
     """The training's parity check passed on the test rows; the same holds on hard strings,
     the training pipeline's score computed from its own parts (features, lexical margins,
     boosters) against the SDK's from raw text."""
-    from serving.scorer import Scorer
+    from serving.scoring._scorer import Scorer
     from training.lexical import Terms
     from training.model import predict
 
@@ -517,7 +517,7 @@ def test_lexical_evidence_changes_the_scores_and_old_bundles_load(trained_lexica
     and no margins in its graph."""
     import onnx
 
-    from serving.scorer import Scorer
+    from serving.scoring._scorer import Scorer
 
     _, _, lexical = trained_lexical
     prompts = list(trained_plain.test.prompts[:200])
@@ -589,8 +589,8 @@ def test_a_blend_bundle_computes_each_head_as_its_two_models_mixed(trained_blend
     import onnx
     from scipy.special import expit
 
-    from serving.calibration import apply_calibration
-    from serving.scorer import Scorer
+    from serving.scoring._calibration import apply_calibration
+    from serving.scoring._scorer import Scorer
     from training.lexical import Terms
 
     config, fitted, result = trained_blend
@@ -674,8 +674,8 @@ def test_a_stack_bundle_computes_each_head_from_its_two_models(trained_stack):
     import onnx
     from scipy.special import expit
 
-    from serving.calibration import apply_calibration
-    from serving.scorer import Scorer
+    from serving.scoring._calibration import apply_calibration
+    from serving.scoring._scorer import Scorer
     from training.lexical import Terms
     from training.model import stack_logit
 
@@ -734,7 +734,7 @@ def test_rows_logged_as_token_ids_train_with_the_bundles_margins(trained_lexical
 
     from data.logs import read_unit
     from serving import Router
-    from serving.outcome_log import OutcomeLog
+    from serving.monitoring._outcome_log import OutcomeLog
     from training.engines.local import _token_rows
 
     _, fitted, result = trained_lexical

@@ -67,7 +67,7 @@ def test_the_unfamiliar_policy_is_the_callers_choice(trained_full):
 
 def test_one_prompt_scores_to_the_last_bit_as_in_a_batch():
     """route() and route_batch() must agree exactly: the one-prompt path sums as the batch does."""
-    from serving.novelty import Novelty
+    from serving.scoring._novelty import Novelty
 
     rng = np.random.default_rng(0)
     dim, vocab = 32, 500
@@ -88,7 +88,7 @@ def test_one_prompt_scores_to_the_last_bit_as_in_a_batch():
 
 
 def test_scoring_in_chunks_gives_each_row_the_same_figures():
-    from serving.novelty import Novelty
+    from serving.scoring._novelty import Novelty
 
     rng = np.random.default_rng(1)
     reference = Novelty(
@@ -108,11 +108,11 @@ def test_scoring_in_chunks_gives_each_row_the_same_figures():
 
 def _reference_in_graph(model_path):
     """The familiarity reference a bundle's graph holds (training.novelty.append_to_graph's
-    constants), as serving.novelty.Novelty."""
+    constants), as serving.scoring._novelty.Novelty."""
     import onnx
     from onnx import numpy_helper
 
-    from serving.novelty import Novelty
+    from serving.scoring._novelty import Novelty
 
     values = {
         i.name: numpy_helper.to_array(i)
@@ -136,7 +136,7 @@ def test_a_bundle_with_the_reference_as_a_file_decides_as_the_one_graph(trained_
 
     import onnx
 
-    from serving.bundle import read_manifest
+    from serving.bundle._bundle import read_manifest
     from training.writer import write_bundle
 
     _, result = trained_small
@@ -167,8 +167,8 @@ def test_a_bundle_with_the_reference_as_a_file_decides_as_the_one_graph(trained_
 def test_a_manifest_whose_novelty_output_the_graph_lacks_is_refused(trained_small, tmp_path):
     import dataclasses
 
-    from serving.bundle import BundleError, read_bundle, read_manifest
-    from serving.scorer import Scorer
+    from serving.bundle._bundle import BundleError, read_bundle, read_manifest
+    from serving.scoring._scorer import Scorer
     from training.writer import write_bundle
 
     _, result = trained_small

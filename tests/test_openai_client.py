@@ -360,7 +360,7 @@ def test_every_kind_of_request_is_recorded_in_the_routers_outcome_log(bundle, st
     """create(), acreate() and both kinds of stream go through Router.execute/aexecute: each
     leaves one request record with what ran and why it fell back (here the edge returns 502)."""
     from serving import Router
-    from serving.outcome_log import OutcomeLog
+    from serving.monitoring._outcome_log import OutcomeLog
     from serving.testing import Behaviour
 
     stubs[0].behaviour = Behaviour(status=502)

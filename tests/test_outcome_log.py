@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from serving import Router
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 from tests.conftest import ROOT
 
 SSN, EMAIL = "078-05-1120", "alice@example.com"
@@ -49,7 +49,7 @@ def quoting(prompt: str):
 
 
 def string_paths(value, path: str = "") -> set[str]:
-    """The paths of every string in a record, as serving.outcome_log names them."""
+    """The paths of every string in a record, as serving.monitoring._outcome_log names them."""
     if isinstance(value, str):
         return {path}
     if isinstance(value, dict):
@@ -150,10 +150,10 @@ def test_without_text_error_messages_become_codes(tmp_path, mode):
 
 
 def test_every_string_a_record_holds_is_declared_and_an_undeclared_one_is_refused(tmp_path, caplog):
-    """One list says what every string field is (serving.outcome_log.STRING_FIELDS); the writer
+    """One list says what every string field is (serving.monitoring._outcome_log.STRING_FIELDS); the writer
     refuses a record with a string anywhere else, so a new field cannot slip text past the
     privacy mode. Every field the SDK writes, of every record type, is on the list."""
-    from serving.outcome_log import STRING_FIELDS
+    from serving.monitoring._outcome_log import STRING_FIELDS
 
     log = OutcomeLog(tmp_path / "logs", redact=scrub)
     router = Router.load(tmp_path / "no-bundle", log=log, shadow_rate=1.0, seed=0)
@@ -201,7 +201,7 @@ def test_privacy_options_are_checked():
 FILL_THE_DISK = """
 import json, os, resource, signal, sys
 sys.path.insert(0, {root!r})
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 
 folder, filler, limit = {folder!r}, {filler!r}, {limit!r}
 if limit:  # no tmpfs: a file-size limit stands in for the full disk
@@ -375,10 +375,10 @@ def test_make_train_learns_from_a_log_that_kept_only_embeddings(small_routellm, 
 
 
 def test_a_record_no_reader_would_read_is_counted_as_not_written(tmp_path, caplog):
-    """Readers skip a line over MAX_LINE_BYTES (serving.outcome_log.read_log_lines): the writer
+    """Readers skip a line over MAX_LINE_BYTES (serving.monitoring._outcome_log.read_log_lines): the writer
     does not write one. A request whose prompt makes its record that long is counted in `dropped`
     with a warning saying why; the records around it are written and read back."""
-    from serving.outcome_log import MAX_LINE_BYTES, read_log_lines
+    from serving.monitoring._outcome_log import MAX_LINE_BYTES, read_log_lines
 
     log = OutcomeLog(tmp_path / "logs")
     small = {"log": LOG_FORMAT, "type": "request", "request_id": "r1", "prompt": "short"}

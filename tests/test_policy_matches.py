@@ -1,4 +1,4 @@
-"""A policy's `matches` expressions run with RE2 (serving.policy.rules): in time linear in the
+"""A policy's `matches` expressions run with RE2 (serving.policy._rules): in time linear in the
 prompt whatever the expression, case-insensitive, on the prompt or its first `head_chars`
 characters; an expression RE2 cannot run, or would read otherwise than Python's re, is refused at
 load with a PolicyFileError naming the rule and the key."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from serving import Router
-from serving.endpoints import parse_endpoints, read_spec_document
+from serving.endpoints._record import parse_endpoints, read_spec_document
 from serving.policy import PolicyFileError, PolicySet
-from serving.rules import as_policy
+from serving.routing._rule_table import as_policy
 from tests.conftest import ROOT
 
 # The issue's expression: nested quantifiers, which Python's re backtracks through exponentially

@@ -1,4 +1,4 @@
-"""A policy file caught half-written is never loaded (serving.watcher.PolicyWatcher,
+"""A policy file caught half-written is never loaded (serving.bundle._watcher.PolicyWatcher,
 PolicySet.parse): the first part of a YAML policy is often valid YAML with fewer rules, so a YAML
 policy file must end with the line `...`; a JSON document cut short never parses. The file here
 is rewritten in place in two halves, with the watcher's polling thread running, and requests

@@ -1,4 +1,4 @@
-"""Policy rules (serving.policy.rules): loading and its errors, how matching rules combine, each
+"""Policy rules (serving.policy._rules): loading and its errors, how matching rules combine, each
 condition, what a Decision and the outcome log say, reloading, and the privacy guarantee: a
 request a rule keeps on the edge never reaches the cloud, in execute(), aexecute(), RoutedChat
 and the proxy, fallbacks, exploration and shadow runs included. The HTTP tests run against stub
@@ -22,10 +22,10 @@ import httpx2
 import pytest
 
 from serving import PolicyWatcher, Router
+from serving._contract import PRECISIONS, ZONES
 from serving.chat import Endpoint, RoutedChat
-from serving.contract import PRECISIONS, ZONES
-from serving.features.tokenizer import FastTokenizer
-from serving.outcome_log import OutcomeLog
+from serving.features._tokenizer import FastTokenizer
+from serving.monitoring._outcome_log import OutcomeLog
 from serving.policy import (
     DETECTORS,
     FallbackForbidden,
@@ -34,12 +34,12 @@ from serving.policy import (
     PolicySet,
     Rule,
 )
-from serving.policy.budgets import Spending, window
-from serving.policy.rules import _Facts
-from serving.proxy.app import build_app
-from serving.proxy.config import ConfigError, ProxyConfig, add_arguments
-from serving.proxy.serve import policy_watcher_for
-from serving.rules import RuleRouter, as_policy
+from serving.policy._budgets import Spending, window
+from serving.policy._rules import _Facts
+from serving.proxy._app import build_app
+from serving.proxy._config import ConfigError, ProxyConfig, add_arguments
+from serving.proxy._serve import policy_watcher_for
+from serving.routing._rule_table import RuleRouter, as_policy
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.chat_stubs import fresh_stubs, stubs  # noqa: F401  (fixtures: edge and cloud stubs, reset per test)
 
@@ -330,7 +330,7 @@ def rule_table_cases(prompts: list[str]) -> list[tuple[str, str | None]]:
 
 @pytest.mark.real_data
 def test_the_rule_table_as_a_policy_file_gives_the_rule_tables_zones(bundle, trained_small, tmp_path):
-    """serving.rules.as_policy() on the learned router: each decision's zone is the rule table's
+    """serving.routing._rule_table.as_policy() on the learned router: each decision's zone is the rule table's
     (same tokenizer and head) on the test prompts of the real logs and constructed edge cases."""
     path = tmp_path / "rule_table.json"
     path.write_text(json.dumps(as_policy()))

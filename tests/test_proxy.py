@@ -21,8 +21,8 @@ import pytest
 
 from serving import cli
 from serving.chat import Endpoint, RoutedChat
-from serving.proxy.app import build_app
-from serving.proxy.config import ProxyConfig
+from serving.proxy._app import build_app
+from serving.proxy._config import ProxyConfig
 from serving.testing import LocalServer
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 from tests.conftest import ROOT

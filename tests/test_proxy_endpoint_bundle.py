@@ -14,10 +14,10 @@ import pytest
 
 from serving import Router
 from serving.chat import Endpoint, RoutedChat
-from serving.endpoints import Endpoints
+from serving.endpoints._record import Endpoints
 from serving.policy import PolicySet
-from serving.proxy.app import build_app
-from serving.proxy.config import ProxyConfig, load_endpoints_file
+from serving.proxy._app import build_app
+from serving.proxy._config import ProxyConfig, load_endpoints_file
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.endpoint_doubles import upstream_fixtures
 from tests.test_endpoint_bundle import NAMES, climbing, trained  # noqa: F401  (the N-endpoint bundle fixture)
@@ -130,7 +130,7 @@ def test_the_proxy_refuses_upstreams_that_do_not_match_the_bundle(router, upstre
     assert isinstance(config.chat_options()["endpoints"]["frontier"], Endpoint)
 
 
-# --- capabilities (serving.capabilities; docs/policies.md#capabilities) -------------------------
+# --- capabilities (serving.endpoints._capabilities; docs/policies.md#capabilities) -------------------------
 # The simulated spec declares images, tools and json for frontier alone; the others leave them out (false).
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 SEE = [{"role": "user", "content": [{"type": "text", "text": "Tell me a joke about penguins."}, IMAGE]}]
@@ -138,8 +138,8 @@ TOOL = {"type": "function", "function": {"name": "joke", "parameters": {"type": 
 
 
 def test_an_endpoint_lacking_what_the_request_needs_is_never_chosen(trained):  # noqa: F811
-    from serving.capabilities import Needs
-    from serving.endpoints import Capabilities
+    from serving.endpoints._capabilities import Needs
+    from serving.endpoints._record import Capabilities
     from serving.policy import NoFeasibleEndpoint
 
     made, public = trained

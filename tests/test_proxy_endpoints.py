@@ -21,11 +21,11 @@ import pytest
 
 from data.sdk_logs import iter_outcome_log
 from serving.chat import Endpoint, RoutedChat
-from serving.dashboard.summary import from_record
-from serving.outcome_log import OutcomeLog, read_log_lines
+from serving.dashboard._summary import from_record
+from serving.monitoring._outcome_log import OutcomeLog, read_log_lines
 from serving.policy import FallbackForbidden
-from serving.proxy.app import build_app
-from serving.proxy.config import ConfigError, ProxyConfig, add_arguments, load_endpoints_file
+from serving.proxy._app import build_app
+from serving.proxy._config import ConfigError, ProxyConfig, add_arguments, load_endpoints_file
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.endpoint_doubles import ORDER, SPECS, cascade_router, upstream_fixtures
 

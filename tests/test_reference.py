@@ -9,7 +9,7 @@ import pytest
 from evaluation.policies import POLICIES, check_policies, evaluate_policies
 from evaluation.reference import ReferenceModel, ReferencePolicy
 from evaluation.rows import Rows
-from serving.contract import CLOUD, EDGE, FALLBACK
+from serving._contract import CLOUD, EDGE, FALLBACK
 
 TARGET = dict(target="quality", max_quality_drop=0.01, catch_rate=0.5)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from serving import Router
-from serving.request import Request
-from serving.scorer import Scores
+from serving.routing._request import Request
+from serving.scoring._scorer import Scores
 
 pytestmark = pytest.mark.real_data
 

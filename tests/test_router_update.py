@@ -49,7 +49,7 @@ def test_an_update_switches_to_the_new_bundle(bundle, newer):
 def test_an_update_reuses_the_tokenizer_it_already_holds(bundle, newer):
     """Both bundles carry the same tokenizer.json: the swap reuses the one tokenizer (content
     by SHA-256) instead of building it again; other content gets its own."""
-    from serving.features.tokenizer import FastTokenizer
+    from serving.features._tokenizer import FastTokenizer
 
     router = Router.load(bundle, strict=True)
     before = router.stages.scorer.extractor.tokenizer
@@ -125,7 +125,7 @@ def test_eight_threads_route_while_the_bundle_is_swapped_100_times(bundle, newer
 
 
 def test_a_watcher_updates_when_a_new_bundle_lands_in_its_folder(bundle, newer, tmp_path):
-    from serving.watcher import BundleWatcher
+    from serving.bundle._watcher import BundleWatcher
 
     live = shutil.copytree(bundle, tmp_path / "live")
     router = Router.load(live, strict=True)

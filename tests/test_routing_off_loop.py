@@ -1,4 +1,4 @@
-"""Router.aexecute (edge= and cloud=, or endpoints=) routes a long prompt on a worker thread (serving.execute.off_loop):
+"""Router.aexecute (edge= and cloud=, or endpoints=) routes a long prompt on a worker thread (serving.execution._execute.off_loop):
 the event loop keeps running other coroutines meanwhile; a short prompt routes inline. Without a
 bundle (the rule table) and with a policy of detectors, which make a long prompt's routing slow.
 The proxy process under the same load: tests/test_proxy_hardening.py."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from serving import Router
-from serving.execute import INLINE_CHARS
+from serving.execution._execute import INLINE_CHARS
 from serving.policy import PolicySet
 
 DETECTORS = ["email", "phone", "payment_card", "iban", "national_id", "credential", "ip_address"]

@@ -15,7 +15,7 @@ from evaluation.fallback import fallback_quality
 from evaluation.rows import Rows
 from evaluation.rules_effect import rules_effect
 from serving import Router
-from serving.contract import CLOUD, EDGE, FALLBACK
+from serving._contract import CLOUD, EDGE, FALLBACK
 from serving.policy import NoFeasibleEndpoint, PolicySet
 from tests.conftest import ROOT, make_env
 

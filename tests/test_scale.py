@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from serving.features.spec import FeatureSpec
+from serving.features._extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
+from serving.features._spec import FeatureSpec
 from tests.conftest import invoke_command
 from training.embedding_cache import EmbeddingCache
 from training.encoders import BuiltEncoder, minilm_dir, static_encoder_graph

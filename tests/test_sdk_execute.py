@@ -8,7 +8,7 @@ import time
 import pytest
 
 from serving import CloudCallError, Decision, Router
-from serving.execute import Step, execute
+from serving.execution._execute import Step, execute
 
 
 def decision(zone: str, n_tokens: int = 10) -> Decision:
@@ -189,7 +189,7 @@ def test_router_routes_and_logs_a_request_objects_prompt_and_calls_with_the_obje
     answer (a Step result) is nowhere in the log."""
     import json
 
-    from serving.outcome_log import OutcomeLog
+    from serving.monitoring._outcome_log import OutcomeLog
 
     log = OutcomeLog(tmp_path / "logs")
     router = Router.load(bundle, strict=True, log=log, shadow_rate=1.0, seed=0)

@@ -56,7 +56,9 @@ EXPORTS = {
         "Step",
         "UndeclaredText",
         "Update",
+        "aexecute",
         "drift_report",
+        "execute",
         "load_endpoints",
         "needs_of",
         "parse_endpoints",
@@ -171,11 +173,11 @@ BASES = {
 
 # Named in the guides' imports from a module, and not re-exported from `serving` on purpose.
 NOT_AT_THE_TOP = {
-    # `serving.execute` is the module the guides also write to (serving.execute.default_edge_pool
+    # `serving.execution._execute` is the module the guides also write to (serving.execution._execute.default_edge_pool
     # = EdgePool(n)): a function of that name on the package would hide it. Router.execute and
     # Router.aexecute are the calls from `serving`.
-    ("serving.execute", "execute"),
-    ("serving.execute", "aexecute"),
+    ("serving.execution._execute", "execute"),
+    ("serving.execution._execute", "aexecute"),
 }
 SUBPACKAGES = ("serving.chat", "serving.policy", "serving.dashboard", "serving.testing", "serving.proxy")
 

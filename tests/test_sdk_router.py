@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serving import BundleError, Decision, Router
-from serving.contract import ZONES
+from serving._contract import ZONES
 
 pytestmark = pytest.mark.real_data
 HEAVY = ("torch", "sentence_transformers", "sklearn", "lightgbm", "mlflow", "datasets", "pandas")
@@ -244,7 +244,7 @@ def test_a_bundle_whose_manifest_lacks_the_optional_sections_still_loads(bundle,
     """Hand-made bundles: schema_version, model_version, feature_spec, score, calibration,
     thresholds, files (and novelty, when there is a familiarity reference) are all that
     routing reads; the rest describes the run."""
-    from serving.bundle import manifest_digest
+    from serving.bundle._bundle import manifest_digest
 
     folder = tmp_path / "minimal"
     shutil.copytree(bundle, folder)
@@ -272,7 +272,7 @@ def test_bundles_from_before_expected_gain_load_and_route_as_before(small_routel
     """A `cloud_needed` bundle in the manifest format of before (no `score` or `novelty`
     section, one flat calibration, output `probabilities`) routes on P(cloud needed), as it
     always did."""
-    from serving.bundle import manifest_digest
+    from serving.bundle._bundle import manifest_digest
     from tests.conftest import config_for
     from training.engines.base import train
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from serving import BundleError, Router
-from serving.bundle import manifest_digest
+from serving.bundle._bundle import manifest_digest
 from tests.conftest import ROOT, config_for
 from training.keys import generate, sign
 

@@ -97,7 +97,7 @@ def test_streams_shard_by_shard_with_bounded_rows_in_memory(tmp_path, monkeypatc
 def test_rates_are_realistic_and_the_rule_table_sees_little_of_the_difficulty():
     from sklearn.metrics import roc_auc_score
 
-    from serving.rules import rule_score
+    from serving.routing._rule_table import rule_score
 
     frame = generate_rows(0, 0, 20_000, with_difficulty=True)
     needed = cloud_needed(frame)

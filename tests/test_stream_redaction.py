@@ -1,5 +1,5 @@
-"""Redaction of a text that arrives in pieces (serving.chat.errors.StreamRedactor) and of a stream's
-chunks (serving.chat.responses.ChunkRedactor), without servers or a bundle: whatever the pieces, the
+"""Redaction of a text that arrives in pieces (serving.chat._errors.StreamRedactor) and of a stream's
+chunks (serving.chat._responses.ChunkRedactor), without servers or a bundle: whatever the pieces, the
 joined text is `redact` of the whole and no piece carries a key. The same cases as the JS SDK's
 clients/js/test/stream-redaction.test.js. Through RoutedChat, the proxy and real servers:
 tests/test_chat_hardening.py."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import random
 
-from serving.chat.errors import StreamRedactor, redact
-from serving.chat.responses import ChunkRedactor
+from serving.chat._errors import StreamRedactor, redact
+from serving.chat._responses import ChunkRedactor
 
 KEY = "sk-cloud-7f3a9c1e5b2d4086-SECRET"
 OTHER = "sk-edge-51d0c2b7e94a6f38-SECRET"

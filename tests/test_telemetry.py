@@ -1,4 +1,4 @@
-"""OpenTelemetry traces and metrics (serving.telemetry), read through the SDK's in-memory exporter
+"""OpenTelemetry traces and metrics (serving.monitoring._telemetry), read through the SDK's in-memory exporter
 and metric reader: one span per request with a child per attempt, their attributes, the metric
 points, for execute(), aexecute(), RoutedChat (streams included) and the proxy over HTTP against
 stub upstreams on 127.0.0.1; no prompt, answer or key in anything exported; nothing at all
@@ -24,9 +24,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from serving import CloudCallError, Router, telemetry
 from serving.chat import Endpoint, RoutedChat
-from serving.outcome_log import OutcomeLog
-from serving.proxy.app import build_app
-from serving.proxy.config import ProxyConfig
+from serving.monitoring._outcome_log import OutcomeLog
+from serving.proxy._app import build_app
+from serving.proxy._config import ProxyConfig
 from serving.testing import LocalServer
 from tests.chat_stubs import ASK, CLOUD_KEY, EDGE_KEY, LONG, fresh_stubs, router, stubs  # noqa: F401  (fixtures)
 from tests.conftest import ROOT
@@ -466,5 +466,6 @@ def test_without_the_package_execute_and_chat_run_and_use_says_how_to_install(bu
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (
-        "refused: serving.telemetry needs opentelemetry-api: pip install 'edge-cloud-router[telemetry]'" in done.stdout
+        "refused: serving.monitoring._telemetry needs opentelemetry-api: pip install 'edge-cloud-router[telemetry]'"
+        in done.stdout
     )

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from evaluation.thresholds import select_per_precision, select_thresholds
-from serving.contract import zone_for
-from serving.manifest import band_of as thresholds_for
-from serving.rules import infer_rule_domain, rule_score
+from serving._contract import zone_for
+from serving.bundle._manifest import band_of as thresholds_for
+from serving.routing._rule_table import infer_rule_domain, rule_score
 
 
 def synthetic(n=2000, seed=0):

@@ -26,7 +26,7 @@ def plan(encoder_cache):
 
 
 def logged_inputs(recipe, prompt: str, precision=None) -> dict:
-    """What serving.routing.model_inputs logs for `prompt` with privacy="token_ids", computed with `recipe`."""
+    """What serving.routing._stages.model_inputs logs for `prompt` with privacy="token_ids", computed with `recipe`."""
     from training.featurize import n_scalar_features
 
     scalars, tokens = recipe.featurizer().prepare([prompt], [precision])
@@ -41,9 +41,9 @@ def logged_inputs(recipe, prompt: str, precision=None) -> dict:
 
 
 def logged_embedding(plan, prompt: str, precision=None) -> dict:
-    """What serving.routing.model_inputs logs with privacy="embedding": the bundle's encoder.onnx
+    """What serving.routing._stages.model_inputs logs with privacy="embedding": the bundle's encoder.onnx
     (the raw static graph) run by the SDK on the prompt's ids."""
-    from serving.features.extractor import OnnxEncoder
+    from serving.features._extractor import OnnxEncoder
 
     tokens = logged_inputs(plan.serving, prompt, precision)
     ids = np.array([tokens.pop("input_ids")], dtype=np.int64)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from serving import Router
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 from tests.conftest import ROOT
 from tests.judge import JudgeServer, make_label
 
@@ -64,7 +64,7 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path):
 
 
 def test_request_ids_are_unique_and_differ_in_a_forked_child(tmp_path):
-    from serving.outcome_log import new_request_id
+    from serving.monitoring._outcome_log import new_request_id
 
     ids = {new_request_id() for _ in range(10_000)}
     assert len(ids) == 10_000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
@@ -95,7 +95,7 @@ def test_an_unwritable_folder_warns_once_counts_and_routing_continues(bundle, tm
 KILLED_WRITER = """
 import sys, time
 sys.path.insert(0, {root!r})
-from serving.outcome_log import LOG_FORMAT, OutcomeLog
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog
 log = OutcomeLog({folder!r})
 i = 0
 while True:

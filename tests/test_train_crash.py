@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.bundle import read_bundle
+from serving.bundle._bundle import read_bundle
 from tests.conftest import seed_store
 
 pytestmark = pytest.mark.slow
@@ -63,8 +63,8 @@ PRELOAD = [
     "data.prepare",
     "evaluation.headline",
     "evaluation.policies",
-    "serving.bundle",
-    "serving.scorer",
+    "serving.bundle._bundle",
+    "serving.scoring._scorer",
     "training.config",
     "training.engines.base",
     "training.engines.local",

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from serving.bundle import read_manifest
-from serving.scorer import Scorer
+from serving.bundle._bundle import read_manifest
+from serving.scoring._scorer import Scorer
 from tests.conftest import QUICK_ACCEPTANCE_ROUNDS, config_for, seed_store
 from training.config import TrainConfig
 from training.engines.base import train as run

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from serving import Router
-from serving.bundle import manifest_digest
-from serving.bundle_download import DownloadError
-from serving.watcher import BundleURLWatcher
+from serving.bundle._bundle import manifest_digest
+from serving.bundle._download import DownloadError
+from serving.bundle._watcher import BundleURLWatcher
 from tests.dripping import DrippingServer, elapsed
 
 pytestmark = pytest.mark.real_data  # the session's trained test bundle
@@ -175,7 +175,7 @@ def test_a_manifest_naming_paths_is_refused_before_any_download(watcher, site, n
 
 
 def test_downloads_are_bounded(watcher, site, newer, tmp_path, monkeypatch):
-    import serving.bundle_download as download
+    import serving.bundle._download as download
 
     monkeypatch.setattr(download, "MAX_FILE_BYTES", 1000)
     site.publish(newer)

@@ -12,8 +12,8 @@ import pytest
 
 from pipelines import vectors as vectors_command
 from serving import Router, RuleRouter
-from serving.bundle import manifest_digest
-from serving.signing import SigningError, load_public_key, verify
+from serving.bundle._bundle import manifest_digest
+from serving.bundle._signing import SigningError, load_public_key, verify
 from tests.conftest import ROOT, make_env
 
 
@@ -143,7 +143,7 @@ def test_the_signature_verifies_under_its_key_only(written, bundle):
 
 def test_every_code_point_has_its_ids(written, bundle):
     """Runs in order, covering every code point but the surrogates once; spot checks against the tokenizer."""
-    from serving.features.tokenizer import load_tokenizer
+    from serving.features._tokenizer import load_tokenizer
 
     _, document = written
     runs = document["codepoints"]

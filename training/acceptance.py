@@ -1,4 +1,4 @@
-"""Fit the acceptance check (serving.acceptance) on the logged edge answers.
+"""Fit the acceptance check (serving.scoring._acceptance) on the logged edge answers.
 
 Rows: every logged row with an `edge_response` (data.prepare.response_rows), each with its
 own outcome; an answer is good when its edge quality reaches `acceptance_good_quality`.
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from evaluation.acceptance import rejected_share_by_prompt, roc_points, separation_by_source
-from serving.acceptance import answer_matrix
-from serving.calibration import apply_calibration
-from serving.response_features import RESPONSE_FEATURES
+from serving.features._response_features import RESPONSE_FEATURES
+from serving.scoring._acceptance import answer_matrix
+from serving.scoring._calibration import apply_calibration
 from training.config import TrainConfig
 
 ACCEPTANCE_FILE = "acceptance.onnx"
@@ -170,9 +170,9 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
 def check_acceptance_parity(folder, fit: AcceptanceFit, rows, *, public_key=None, tolerance: float = 1e-5) -> float:
     """Largest |P(good) difference| between the bundle's acceptor (SDK, from raw text) and
     training on the answers `fit.parity` names; RuntimeError above `tolerance`."""
-    from serving.acceptance import Acceptor
-    from serving.bundle import read_bundle
-    from serving.scorer import Scorer
+    from serving.bundle._bundle import read_bundle
+    from serving.scoring._acceptance import Acceptor
+    from serving.scoring._scorer import Scorer
 
     positions, expected = fit.parity
     if not fit.fitted or len(positions) == 0:

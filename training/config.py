@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from evaluation.thresholds import TARGETS
-from serving.contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
-from serving.features.spec import LEXICAL_MODES
-from serving.novelty import UNFAMILIAR_POLICIES
-from serving.response_features import DEFAULT_MAX_RESPONSE_CHARS
+from serving._contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
+from serving.features._response_features import DEFAULT_MAX_RESPONSE_CHARS
+from serving.features._spec import LEXICAL_MODES
+from serving.scoring._novelty import UNFAMILIAR_POLICIES
 from training.encoders import TIERS
 from training.lexical import EXACT_WEIGHTINGS
 from training.lexical import WEIGHTINGS as LEXICAL_WEIGHTINGS
@@ -188,7 +188,7 @@ class Novelty:
 
     share: float = option(number(0, 1), 0.03)  # share of in-distribution prompts flagged unfamiliar
     min_unseen_share: float = option(number(0, 1), 0.3)  # unseen-token share below this is never unfamiliar
-    # edge_with_cloud_fallback | rule_table | learned (serving.novelty)
+    # edge_with_cloud_fallback | rule_table | learned (serving.scoring._novelty)
     unfamiliar_policy: str = option(one_of(*UNFAMILIAR_POLICIES), "edge_with_cloud_fallback")
 
 

@@ -362,7 +362,7 @@ def _pooled(cv: CrossValidation, key: str) -> np.ndarray:
 def _refit_probability(refit: Refit, head: str, raw: np.ndarray, margins: np.ndarray | None) -> np.ndarray:
     """A head's probability from its booster's output `raw` as the refit computes it:
     calibrated, then blended with its lexical margin when it has a blend."""
-    from serving.calibration import apply_calibration
+    from serving.scoring._calibration import apply_calibration
 
     calibrated = apply_calibration(refit.calibrations[head], raw)
     blend = refit.blends.get(head)
@@ -373,7 +373,7 @@ def out_of_fold_rows(cv: CrossValidation, rows, refit: Refit, objective: str):
     """`rows` (the refit's rows with both outcomes) with the folds' out-of-fold scores instead of
     the refit's in-sample ones, calibrated (and blended) as `refit` says: what the thresholds
     are chosen on."""
-    from serving.manifest import routing_score
+    from serving.bundle._manifest import routing_score
     from training.lexical import MARGINS_OUTPUT
 
     tested = np.concatenate([r.out_of_fold[0].prompts for r in cv.results])

@@ -1,4 +1,4 @@
-"""The bundle's drift reference (serving.drift): its held-out rows as the bundle sees them.
+"""The bundle's drift reference (serving.monitoring._drift): its held-out rows as the bundle sees them.
 
 The rows are the validation split's, marked by the held-out stages (training.held_out): scored
 by a model that did not see them (the bundle itself on the quick single split; the folds'
@@ -11,7 +11,7 @@ validation rows as the SDK's chooser decides them (training.endpoint_bundle).
 
 from __future__ import annotations
 
-from serving.drift import DriftReference
+from serving.monitoring._drift import DriftReference
 from training.config import TrainConfig
 from training.held_out import HeldOutStages, with_learned_zones
 
@@ -45,7 +45,7 @@ def decisions_reference(
     rejected=None,
     source: str,
 ) -> DriftReference:
-    """The reference of held-out rows from the SDK's own Decisions of them (serving.chooser, on the
+    """The reference of held-out rows from the SDK's own Decisions of them (serving.routing._chooser, on the
     training models' probabilities and novelty: an N-endpoint bundle's), each row's prompt beside its
     decision. `edge_quality`: the logged quality of each row's first endpoint where it runs on the
     device (NaN where unknown); `rejected`: the share of that endpoint's logged answers the acceptance

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from serving.manifest import ENDPOINT_RULES, ENDPOINTS_KIND, EndpointsSection, Limits, Manifest, ScoreSpec
+from serving.bundle._manifest import ENDPOINT_RULES, ENDPOINTS_KIND, EndpointsSection, Limits, Manifest, ScoreSpec
 from training.endpoints import EndpointDataError, EndpointRows, OutcomeModels
 
 if TYPE_CHECKING:
@@ -98,8 +98,8 @@ def choice_parameter(rule: str, expected, cost, feasible, quality, *, choosers) 
 
 
 def _choices(rule: str, parameter: float, expected, cost, feasible) -> np.ndarray:
-    """Each row's first endpoint under the rule (serving.endpoint_choice), NONE where none is feasible."""
-    from serving.endpoint_choice import NONE, best_under_price, cascade, cheapest_within
+    """Each row's first endpoint under the rule (serving.endpoints._choice), NONE where none is feasible."""
+    from serving.endpoints._choice import NONE, best_under_price, cascade, cheapest_within
 
     if rule == "cheapest_within":
         return cheapest_within(expected, cost, parameter, feasible)
@@ -136,8 +136,8 @@ def _figures(names, rule: str, parameter: float, expected, cost, feasible, quali
 def _parity(folder: Path, prompts, precisions, expected: np.ndarray, *, public_key=None) -> float:
     """Largest |SDK - training| probability over these rows, the SDK reading the bundle from raw
     text (signature verified when a key is given); RuntimeError above PARITY_TOLERANCE."""
-    from serving.bundle import read_bundle
-    from serving.scorer import Scorer
+    from serving.bundle._bundle import read_bundle
+    from serving.scoring._scorer import Scorer
     from training.engines.base import PARITY_TOLERANCE
 
     sdk = Scorer(read_bundle(folder, public_key=public_key)).expected(list(prompts), list(precisions))[0]
@@ -205,14 +205,14 @@ def _rejected(acceptance, prompts, first: list[str]) -> np.ndarray | None:
 
 def _drift_reference(config, section, model_version: str, val, x_val, models, novelty, max_chars: int, acceptance=None):
     """The bundle's drift reference (training.drift_reference.decisions_reference): its validation
-    rows as the SDK's chooser decides them (serving.chooser.Choice, the bundle's unfamiliar policy)
+    rows as the SDK's chooser decides them (serving.routing._chooser.Choice, the bundle's unfamiliar policy)
     on the training models' probabilities and the familiarity reference's novelty, rows no endpoint's
     context holds left out; each device-first row's edge quality is its first endpoint's logged one,
     and what the acceptance check rejects of its answers."""
-    from serving.chooser import Choice, Chooser
-    from serving.endpoint_choice import call_costs
-    from serving.request import Request
-    from serving.scorer import Scores
+    from serving.endpoints._choice import call_costs
+    from serving.routing._chooser import Choice, Chooser
+    from serving.routing._request import Request
+    from serving.scoring._scorer import Scores
     from training.drift_reference import decisions_reference
 
     tokens = input_tokens(x_val)
@@ -263,8 +263,8 @@ def train_endpoint_bundle(
     """Fit every endpoint's model (`mode`), set the rule's parameter on validation rows, export the
     one graph and write the bundle at `bundle` (module doc). `chosen_by`: how `mode` was chosen
     (the head comparison), kept beside it in the manifest's `endpoints.head_mode`."""
-    from serving.drift import DRIFT_REFERENCE_FILE
-    from serving.endpoint_choice import call_costs
+    from serving.endpoints._choice import call_costs
+    from serving.monitoring._drift import DRIFT_REFERENCE_FILE
     from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.config import TrainConfig
     from training.endpoints import featurized, fit_outcome_models, fold_masks

@@ -167,7 +167,7 @@ class OutcomeModels:
 
     def predict(self, x) -> np.ndarray:
         """[rows, endpoints] calibrated probabilities."""
-        from serving.calibration import apply_calibration
+        from serving.scoring._calibration import apply_calibration
 
         return np.stack([apply_calibration(self.calibrations[k], self._raw(x, k)) for k in range(len(self.names))], 1)
 
@@ -368,7 +368,7 @@ CHARS_PER_TOKEN = 4.2  # input tokens the chooser assumes per character (data.si
 def expected_costs(endpoints, prompts, output_tokens: float) -> tuple[np.ndarray, np.ndarray]:
     """([rows, endpoints] price each call is expected to cost, whether the prompt fits each
     endpoint's context), input tokens estimated from the prompt's characters."""
-    from serving.endpoint_choice import call_costs
+    from serving.endpoints._choice import call_costs
 
     return call_costs(
         list(endpoints), np.array([len(p) for p in prompts], dtype=float) / CHARS_PER_TOKEN, output_tokens

@@ -218,7 +218,7 @@ def booster_to_onnx(booster, n_features: int, calibration: dict, *, side: int | 
     import onnxmltools
     from onnxmltools.convert.common.data_types import FloatTensorType
 
-    from serving.calibration import calibrator
+    from serving.scoring._calibration import calibrator
 
     calibrator(calibration)  # no bundle ships a calibration the SDK cannot apply
     width = n_features + (side is not None)

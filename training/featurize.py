@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from serving.contract import DEFAULT_MAX_CHARS
-from serving.features.extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
-from serving.features.spec import FeatureSpec
+from serving._contract import DEFAULT_MAX_CHARS
+from serving.features._extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
+from serving.features._spec import FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
 from training.encoders import BuiltEncoder, build_encoder, fold_projection, static_encoder_graph
 

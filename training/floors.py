@@ -100,8 +100,8 @@ def floors_after(bundle: Path, logs: Path, work: Path, parity_rows: int = 5000) 
     shard through the SDK) and its MLflow registration, each done alone."""
     import pandas as pd
 
-    from serving.bundle import read_bundle
-    from serving.scorer import Scorer
+    from serving.bundle._bundle import read_bundle
+    from serving.scoring._scorer import Scorer
     from training.tracking import register_bundle, tracked_run
 
     shards = sorted(logs.glob("*.parquet"))

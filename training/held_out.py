@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evaluation.rows import Rows
-from serving.manifest import SCORE_KINDS, band_of
+from serving.bundle._manifest import SCORE_KINDS, band_of
 from training.config import TrainConfig
 
 if TYPE_CHECKING:
-    from serving.novelty import Novelty
+    from serving.scoring._novelty import Novelty
     from training.acceptance import AcceptanceFit
     from training.fitted import Fitted
 
@@ -150,7 +150,7 @@ class HeldOutStages:
 
     acceptance: AcceptanceFit
     thresholds: dict  # per-precision fallback thresholds (evaluation.thresholds)
-    reference: Novelty  # the familiarity reference (serving.novelty)
+    reference: Novelty  # the familiarity reference (serving.scoring._novelty)
     novelty: dict  # its manifest figures (familiarity_in_bundle adds where it lives)
     splits: Splits  # the engine's val / test rows with the acceptance verdicts and novelty
 

@@ -1,13 +1,13 @@
 """The team's bundle-signing key pair (Ed25519, the `cryptography` package): generate it,
 and sign a manifest with its private half. The SDK verifies with the public half
-(serving.signing). The private key stays with whoever trains: it never enters a bundle."""
+(serving.bundle._signing). The private key stays with whoever trains: it never enters a bundle."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from serving.signing import signed_bytes
+from serving.bundle._signing import signed_bytes
 
 PRIVATE_NAME, PUBLIC_NAME = "router.key", "router.pub"
 

@@ -60,7 +60,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from evaluation.reference import fit_outcome  # noqa: F401  (the fit fit_known reproduces; docs name it here)
-from serving.features.spec import LEXICAL_MODES, LEXICAL_NAMES
+from serving.features._spec import LEXICAL_MODES, LEXICAL_NAMES
 
 VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
 BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms

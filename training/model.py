@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from serving.calibration import apply_calibration, logit
-from serving.manifest import routing_score
+from serving.bundle._manifest import routing_score
+from serving.scoring._calibration import apply_calibration, logit
 
 DEFAULT_LGBM = {
     "objective": "binary",
@@ -426,7 +426,7 @@ def _joined(*parts):
 
 
 def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_weight=None) -> dict:
-    """Parameters for serving.calibration.apply_calibration, fitted on validation rows
+    """Parameters for serving.scoring._calibration.apply_calibration, fitted on validation rows
     (weighted by `sample_weight` when given)."""
     if method not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {method!r}; choose one of {', '.join(CALIBRATIONS)}")

@@ -1,4 +1,4 @@
-"""Fit the familiarity reference (serving.novelty) on held-out in-distribution prompts.
+"""Fit the familiarity reference (serving.scoring._novelty) on held-out in-distribution prompts.
 
 The validation rows are split in two by prompt hash: the first half gives the embedding's
 mean and spread and the set of tokens seen; on the second half, each measure's threshold is
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.novelty import Novelty
+from serving.scoring._novelty import Novelty
 from training.featurize import TokenRows
 
 CHUNK_ROWS = 4096  # prompts tokenized at a time: the padded ids of every held-out prompt at once took GBs
@@ -94,7 +94,7 @@ NOVELTY_OUTPUT = "novelty"  # the fused graph's output: each prompt's novelty, f
 def append_to_graph(model: bytes, reference: Novelty, *, embedding_dim: int, features: str = "features") -> bytes:
     """The fused graph with one more output, NOVELTY_OUTPUT: `reference`'s novelty of each
     prompt, from the embedding (the last `embedding_dim` columns of the graph's `features`)
-    and the token ids it already reads, in float64 as serving.novelty computes it: the mean
+    and the token ids it already reads, in float64 as serving.scoring._novelty computes it: the mean
     squared z-score of the embedding, and 1 - (ids seen among the prompt's real ids) / (its
     number of ids) (0 for a prompt without ids), each divided by its threshold, the larger.
     The SDK then reads one number per prompt instead of the features (no novelty.npz)."""
@@ -130,7 +130,7 @@ def append_to_graph(model: bytes, reference: Novelty, *, embedding_dim: int, fea
         ),
         helper.make_node("Mul", ["novelty_z", "novelty_z"], ["novelty_z2"]),
         helper.make_node("ReduceMean", ["novelty_z2"], ["novelty_distance"], axes=[1], keepdims=0),  # opset 15
-        # the share of real ids never seen (ids past the table count as unseen, as in serving.novelty)
+        # the share of real ids never seen (ids past the table count as unseen, as in serving.scoring._novelty)
         helper.make_node("Min", ["input_ids", constant("last_id", len(reference.seen) - 1, np.int64)], ["novelty_ids"]),
         helper.make_node(
             "Gather", [constant("seen", reference.seen, np.uint8), "novelty_ids"], ["novelty_seen8"], axis=0

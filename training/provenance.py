@@ -143,7 +143,7 @@ def write_run(config: TrainConfig, made_from: dict[str, Any], bundle: Path, run_
 def matching_run(path: Path, config: TrainConfig) -> dict[str, Any] | None:
     """The run recorded at `path` when it was made from what `config` would train on now (same
     source, packages, logs and options) and its bundle is still the one it wrote; else None."""
-    from serving.bundle import read_manifest
+    from serving.bundle._bundle import read_manifest
 
     try:
         record = json.loads(path.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Training rows logged without their text (serving.outcome_log's privacy modes "token_ids",
+"""Training rows logged without their text (serving.monitoring._outcome_log's privacy modes "token_ids",
 `store_prompts=False`, and "embedding").
 
 Such a row carries what the logging bundle computed from the prompt (data.schema.TOKENS): its

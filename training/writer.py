@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from serving.bundle import manifest_digest, sha256_file
-from serving.contract import MANIFEST_NAME
-from serving.manifest import Manifest
-from serving.signing import SIGNATURE_NAME
+from serving._contract import MANIFEST_NAME
+from serving.bundle._bundle import manifest_digest, sha256_file
+from serving.bundle._manifest import Manifest
+from serving.bundle._signing import SIGNATURE_NAME
 from training.locks import file_lock
 
 _RENAME_EXCHANGE = 2
@@ -83,7 +83,7 @@ def _write_files(
         json.dump(data, fh, indent=2)
         fh.flush()
         os.fsync(fh.fileno())
-    if signing_key is not None:  # serving.signing: the signature of the manifest, beside it
+    if signing_key is not None:  # serving.bundle._signing: the signature of the manifest, beside it
         from training.keys import sign
 
         (folder / SIGNATURE_NAME).write_bytes(sign(data, signing_key))

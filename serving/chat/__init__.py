@@ -3,10 +3,10 @@ router decides, with the cloud as fallback. Needs the `client` extra (httpx2):
 `pip install 'edge-cloud-router[client]'`. Guide: docs/clients.md.
 """
 
-from serving.chat.client import RoutedChat
-from serving.chat.conversation import conversation_prompt
-from serving.chat.endpoint import Endpoint
-from serving.chat.errors import (
+from serving.chat._client import RoutedChat
+from serving.chat._conversation import conversation_prompt
+from serving.chat._endpoint import Endpoint
+from serving.chat._errors import (
     SlowFirstToken,
     StreamInterrupted,
     UpstreamError,
@@ -15,8 +15,8 @@ from serving.chat.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from serving.chat.routing_info import Completion, RoutingInfo
-from serving.chat.streams import AsyncChatStream, ChatStream
+from serving.chat._routing_info import Completion, RoutingInfo
+from serving.chat._streams import AsyncChatStream, ChatStream
 
 __all__ = [
     "AsyncChatStream",

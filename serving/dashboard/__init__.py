@@ -7,12 +7,12 @@ recent requests, as one self-contained HTML page (docs/observability.md#dashboar
     page.py      the HTML page and its drift panel
     plots.py     matplotlib figures as inline SVG (the `server` extra; imported when a page is drawn)
 
-The proxy's /dashboard is serving.proxy.dashboard; `make report` is pipelines.traffic_report.
+The proxy's /dashboard is serving.proxy._dashboard; `make report` is pipelines.traffic_report.
 """
 
-from serving.dashboard.page import render_page
-from serving.dashboard.summary import RecordShapeError, RequestSummary, from_record, outcomes_from_feedback
-from serving.dashboard.views import CallPrices, Views, compute_views
+from serving.dashboard._page import render_page
+from serving.dashboard._summary import RecordShapeError, RequestSummary, from_record, outcomes_from_feedback
+from serving.dashboard._views import CallPrices, Views, compute_views
 
 __all__ = [
     "CallPrices",

@@ -4,19 +4,19 @@
   in the prompt's length.
 - `rules.py`: declarative policy files of ordered rules that force, forbid or prefer endpoints by
   request metadata, detected content, prompt size and declared precision; the Router applies
-  them (`Router.load(bundle, policy="policy.json")`), and serving.watcher.PolicyWatcher reloads them.
+  them (`Router.load(bundle, policy="policy.json")`), and serving.bundle._watcher.PolicyWatcher reloads them.
 """
 
-from serving.policy.detectors import DETECTORS, Detector, Finding, any_detected, detect
-from serving.policy.errors import FallbackForbidden, NoFeasibleEndpoint, PolicyError
-from serving.policy.rules import (
+from serving.policy._detectors import DETECTORS, Detector, Finding, any_detected, detect
+from serving.policy._errors import FallbackForbidden, NoFeasibleEndpoint, PolicyError
+from serving.policy._rules import (
     ENDPOINTS,
     PolicyFileError,
     PolicySet,
     Rule,
     Verdict,
 )
-from serving.validation import check_metadata
+from serving.routing._validation import check_metadata
 
 __all__ = [
     "DETECTORS",

@@ -16,7 +16,7 @@ for tests, load tests and examples only. Needs the `server` extra (uvicorn):
 - `dead_url()`: an endpoint where nothing listens (connections refused).
 """
 
-from serving.testing.local_server import LocalServer, dead_url
-from serving.testing.stub_upstream import Behaviour, Received, StubUpstream
+from serving.testing._local_server import LocalServer, dead_url
+from serving.testing._stub_upstream import Behaviour, Received, StubUpstream
 
 __all__ = ["Behaviour", "LocalServer", "Received", "StubUpstream", "dead_url"]

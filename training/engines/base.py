@@ -18,7 +18,7 @@ import numpy as np
 
 from evaluation.figures import SplitSummary
 from evaluation.rows import Rows
-from serving.manifest import Limits, Manifest, ScoreSpec
+from serving.bundle._manifest import Limits, Manifest, ScoreSpec
 from training.config import TrainConfig
 from training.fitted import Fitted
 from training.held_out import Splits, familiarity_in_bundle, fit_held_out_stages, with_learned_zones
@@ -149,7 +149,7 @@ def build_manifest(
     novelty: dict,
     acceptance: dict,
 ) -> Manifest:
-    """The bundle's manifest (serving.manifest), without its file table."""
+    """The bundle's manifest (serving.bundle._manifest), without its file table."""
 
     spec = fitted.plan.spec
     heads = tuple(h.name for h in fitted.heads)
@@ -216,8 +216,8 @@ def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> flo
     """Largest |score difference| between the SDK (from raw text, signature verified when a
     key is given) and the training pipeline on the first `rows` test rows; RuntimeError above
     PARITY_TOLERANCE."""
-    from serving.bundle import read_bundle
-    from serving.scorer import Scorer
+    from serving.bundle._bundle import read_bundle
+    from serving.scoring._scorer import Scorer
 
     checked = slice(0, rows)
     scorer, prompts, precisions = Scorer(read_bundle(folder, public_key=public_key)), test.prompts, test.precisions
@@ -247,7 +247,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
 
-    from serving.drift import DRIFT_REFERENCE_FILE
+    from serving.monitoring._drift import DRIFT_REFERENCE_FILE
     from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.drift_reference import drift_reference
     from training.export import heads_to_onnx
@@ -298,7 +298,7 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         )
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
         files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
-        with clock.span("drift_reference"):  # serving.drift: what the bundle's traffic looked like
+        with clock.span("drift_reference"):  # serving.monitoring._drift: what the bundle's traffic looked like
             files[DRIFT_REFERENCE_FILE] = drift_reference(config, held_out, manifest.model_version).to_bytes()
         signing_key = Path(config.bundle.signing_key) if config.bundle.signing_key else None
         with staged_bundle(Path(config.bundle.path), files, manifest, signing_key=signing_key) as staged:

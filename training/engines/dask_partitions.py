@@ -173,7 +173,7 @@ def margin_partition(frame: pd.DataFrame, model: Any) -> pd.DataFrame:
     """The rows with each outcome's lexical margin (LEXICAL_NAMES, float32) from their token ids
     (TOKEN_IDS): what the bundle's graph computes for them, here on the worker that holds them
     (`model`: training.lexical.LexicalModel)."""
-    from serving.features.spec import LEXICAL_NAMES
+    from serving.features._spec import LEXICAL_NAMES
     from training.featurize import TokenRows
 
     margins = model.margins_of_tokens(TokenRows.from_rows(frame[TOKEN_IDS].tolist()))
@@ -182,7 +182,7 @@ def margin_partition(frame: pd.DataFrame, model: Any) -> pd.DataFrame:
 
 def margin_meta(meta: pd.DataFrame) -> pd.DataFrame:
     """The empty frame margin_partition returns for a partition like `meta`."""
-    from serving.features.spec import LEXICAL_NAMES
+    from serving.features._spec import LEXICAL_NAMES
 
     return meta.assign(**{name: pd.Series(dtype=np.float32) for name in LEXICAL_NAMES})
 

@@ -3,7 +3,7 @@ parity test (clients/js/test/endpoints.test.js runs it at test time; nothing is 
 
 - `choices`: random [requests, endpoints] matrices of expected quality and cost (drawn from small
   grids so that ties happen, some entries NaN or infinite, some rows with nothing feasible) with
-  serving.endpoint_choice's cheapest_within, best_under_price, cascade, escalation (from
+  serving.endpoints._choice's cheapest_within, best_under_price, cascade, escalation (from
   cheapest_within's choice) and cascade_expectation on them;
 - `call_costs`: random endpoint specs and token counts with call_costs' prices and fits;
 - `specs`: endpoint specs, good and bad, each with its parsed form (Endpoints.as_dict) or the
@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from serving.endpoint_choice import (  # noqa: E402
+from serving.endpoints._choice import (  # noqa: E402
     best_under_price,
     call_costs,
     cascade,
@@ -32,12 +32,12 @@ from serving.endpoint_choice import (  # noqa: E402
     cheapest_within,
     escalation,
 )
-import serving.endpoints  # noqa: E402
-from serving.endpoints import EndpointSpecError, parse_endpoints  # noqa: E402
+import serving.endpoints._record  # noqa: E402
+from serving.endpoints._record import EndpointSpecError, parse_endpoints  # noqa: E402
 
-# Prices per 1M tokens, the per-1k keys still read (serving.endpoints since per_1m): specs of both
+# Prices per 1M tokens, the per-1k keys still read (serving.endpoints._record since per_1m): specs of both
 # spellings are written then; an SDK before it reads per_1k only.
-PER_1M = hasattr(serving.endpoints, "PER_1K_KEYS")
+PER_1M = hasattr(serving.endpoints._record, "PER_1K_KEYS")
 PRICE_SPELLINGS = (("per_1k_input", "per_1k_output"),) + ((("per_1m_input", "per_1m_output"),) if PER_1M else ())
 
 GOOD = {

@@ -56,7 +56,7 @@ def long_prompts() -> list[tuple[str, str]]:
 
 def variant(bundle: Path, folder: Path, rule: str, parameter: float) -> str:
     """`bundle` copied into `folder` with its choice rule set, re-digested and unsigned; its manifest text."""
-    from serving.bundle import manifest_digest
+    from serving.bundle._bundle import manifest_digest
 
     shutil.copytree(bundle, folder)
     (folder / "manifest.sig").unlink(missing_ok=True)
@@ -107,7 +107,7 @@ def manifest_cases(bundle: Path, tmp: Path) -> list[dict]:
     """Each edit of MANIFEST_EDITS applied to the bundle's manifest (re-digested, unsigned), with
     what the Python SDK's strict load says of it: None when it loads, else its error message."""
     from serving import BundleError, Router
-    from serving.bundle import manifest_digest
+    from serving.bundle._bundle import manifest_digest
 
     cases = []
     for name, edit in MANIFEST_EDITS.items():
@@ -140,9 +140,9 @@ def decide(router, prompt: str, precision: str | None) -> dict:
 def main() -> None:
     from pipelines.vectors import checked_round_trip, fuzz_cases, hard_cases
     from serving import Router
-    from serving.bundle import read_bundle
-    from serving.scorer import Scores
-    from serving.request import Request
+    from serving.bundle._bundle import read_bundle
+    from serving.scoring._scorer import Scores
+    from serving.routing._request import Request
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, required=True, help="an N-endpoint bundle (make endpoints --bundle)")

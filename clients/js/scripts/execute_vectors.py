@@ -8,7 +8,7 @@ endpoints' specs (a spec document, or none; prices per 1k and per 1M, context li
 runs), each endpoint's scripted behaviour (answers; raises an error of a named class; raises
 TimeoutError; answers after a short delay; hangs past its timeout), the accept check's verdict on
 each endpoint's answer (accepts, rejects, raises), verify_edge_zone and output_tokens; and what
-serving.execute.aexecute did with it (asyncio, so an overrunning call is cancelled, as the JS SDK
+serving.execution._execute.aexecute did with it (asyncio, so an overrunning call is cancelled, as the JS SDK
 abandons one): the endpoint that served and its answer, each endpoint reached (Tried: label, error
 class, cost), the calls made in order, the steps (name, status, detail), fallback_code and
 fallback_reason, expected_cost, edge_error's class; or the error (EndpointsFailed, FallbackForbidden
@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-import serving.endpoints  # noqa: E402
-from serving.decision import Decision  # noqa: E402
-from serving.endpoints import parse_endpoints  # noqa: E402
-from serving.execute import EndpointsFailed, aexecute  # noqa: E402
+import serving.endpoints._record  # noqa: E402
+from serving.routing._decision import Decision  # noqa: E402
+from serving.endpoints._record import parse_endpoints  # noqa: E402
+from serving.execution._execute import EndpointsFailed, aexecute  # noqa: E402
 from serving.policy import FallbackForbidden  # noqa: E402
 
 FORMAT = 1
@@ -42,7 +42,7 @@ NAMES = ("phone-3b", "onprem-8b", "cloud-mid", "frontier")
 DEVICE = {"phone-3b": True, "onprem-8b": False, "cloud-mid": False, "frontier": False, "edge": True, "cloud": False}
 ERRORS = ("ConnectionError", "RuntimeError", "ValueError", "KeyError", "UpstreamHTTPError", "OSError")
 HANG_MS = (15, 25)
-PER_1M = hasattr(serving.endpoints, "PER_1K_KEYS")  # the Python SDK reads prices per 1M tokens (and per 1k)
+PER_1M = hasattr(serving.endpoints._record, "PER_1K_KEYS")  # the Python SDK reads prices per 1M tokens (and per 1k)
 ZONES = {
     "edge": {"cascade": ["edge", "cloud"], "on_device": [True, False], "checked": []},
     "edge_with_cloud_fallback": {"cascade": ["edge", "cloud"], "on_device": [True, False], "checked": ["edge"]},
@@ -226,7 +226,7 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
     timeouts = {n: rng.choice(HANG_MS) for n, b in behaviours.items() if b.get("hang")}
     for n in names:
         # A timeout that no answer reaches; not on an endpoint that raises TimeoutError itself: Python's
-        # within_deadline (serving.execution) reads any TimeoutError out of asyncio.wait_for as the call
+        # within_deadline (serving.execution._steps) reads any TimeoutError out of asyncio.wait_for as the call
         # overrunning, and its step then says "<name> call exceeded 10 s" where the call failed at once
         # with its own error (the outcome and the label are the same; this SDK keeps the call's own text).
         if n not in timeouts and behaviours[n].get("raise") != "TimeoutError" and rng.random() < 0.2:

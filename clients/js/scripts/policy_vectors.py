@@ -6,7 +6,7 @@ it (clients/js/test/policy-parity.test.js and the browser tests):
 
 What it writes:
 - `policies`: the policy files of clients/js/test/policies/ and data/policy/, and the rule table as a
-  policy (serving.rules.as_policy), each with its text (the JS tests load the same bytes);
+  policy (serving.routing._rule_table.as_policy), each with its text (the JS tests load the same bytes);
 - `scenarios`: a policy on a bundle (two endpoints, or the four-endpoint one), optionally with
   endpoint capabilities, and its steps in order: a spend recorded (Router.record_spend) or a request
   routed (prompt, precision, metadata, needs) with the Python SDK's Decision.to_dict() or its
@@ -43,7 +43,7 @@ PRECISIONS = (None, "exact", "standard", "tolerant")
 
 def policy_files() -> list[dict]:
     """Every policy the scenarios use: id, the source name errors give, its text, its bundle."""
-    import serving.rules
+    import serving.routing._rule_table
 
     out = []
     for path in sorted(POLICIES.glob("*.json")):
@@ -52,7 +52,7 @@ def policy_files() -> list[dict]:
     for name, kind in (("example", "two"), ("endpoints-example", "n")):
         text = (ROOT / "data/policy" / f"{name}.json").read_text()
         out.append({"id": f"data-{name}", "source": f"{name}.json", "text": text, "bundle": kind})
-    table = json.dumps(serving.rules.as_policy(), indent=1)
+    table = json.dumps(serving.routing._rule_table.as_policy(), indent=1)
     out.append({"id": "rule-table", "source": "rule_table.json", "text": table, "bundle": "two"})
     return out
 
@@ -277,13 +277,13 @@ def load_errors() -> list[dict]:
 # ---- scenarios -----------------------------------------------------------------------------------
 
 def needs_of(spec: dict | None):
-    from serving.capabilities import Needs
+    from serving.endpoints._capabilities import Needs
 
     return None if spec is None else Needs(**spec)
 
 
 def capabilities_of(spec: dict | None):
-    from serving.endpoints import Capabilities
+    from serving.endpoints._record import Capabilities
 
     if spec is None:
         return None
@@ -406,7 +406,7 @@ def budget_scenario(router, policy: int, kind: str) -> dict:
 def languages(prompts: list[str]) -> dict[str, str | None]:
     """What the Python SDK's language detector (py3langid) reads in each prompt: the JS tests give their
     routers a languageDetector that answers the same (this SDK has no detector of its own)."""
-    from serving.language import shared_detector
+    from serving.features._language import shared_detector
 
     detector = shared_detector()
     return {prompt: detector.language(prompt) for prompt in dict.fromkeys(prompts + PLAIN + PII)}
@@ -415,7 +415,7 @@ def languages(prompts: list[str]) -> dict[str, str | None]:
 def main() -> None:
     from pipelines.vectors import hard_cases
     from policy_unicode import digests, tables
-    from serving.bundle import read_bundle
+    from serving.bundle._bundle import read_bundle
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, required=True, help="a two-endpoint bundle (artifacts/js/bundle)")

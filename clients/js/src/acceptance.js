@@ -1,4 +1,4 @@
-// The learned acceptance check (serving/acceptance.py): P(the edge answer is good) from the
+// The learned acceptance check (serving/scoring/_acceptance.py): P(the edge answer is good) from the
 // prompt and the answer, with the bundle's acceptance.onnx. Its input row: the answer's
 // response features (response-features.js) and the router's own features of the answer text
 // (the fused model's `features` output), the answer cut to its last max_response_chars first.

@@ -1,4 +1,4 @@
-// Read and verify a routing bundle (serving/bundle.py), before anything of it is used:
+// Read and verify a routing bundle (serving/bundle/_bundle.py), before anything of it is used:
 // - manifest.json is at most 4 MiB, valid UTF-8 JSON (as Python's json reads it), of schema
 //   version 1, unedited (its manifest_sha256 is the SHA-256 of its canonical JSON), and every
 //   value valid (manifest.js);

@@ -1,4 +1,4 @@
-// RoutedChat: an OpenAI-style chat client over the router's endpoints (serving/chat/client.py, with
+// RoutedChat: an OpenAI-style chat client over the router's endpoints (serving/chat/_client.py, with
 // fetch): two, the edge and the cloud, or N by name (an N-endpoint bundle's endpoints). It asks the
 // router where each conversation runs and carries the decision's cascade out.
 //

@@ -1,4 +1,4 @@
-// The contract between training and the SDKs (serving/contract.py): names and bounds both sides
+// The contract between training and the SDKs (serving/_contract.py): names and bounds both sides
 // agree on. Kept in step with the Python module by hand; the parity vectors catch a drift.
 
 export const SCHEMA_VERSION = 1;

@@ -1,4 +1,4 @@
-// The one result type every router returns (serving/decision.py). Field names and order are the
+// The one result type every router returns (serving/routing/_decision.py). Field names and order are the
 // Python SDK's Decision.to_dict(), snake_case included, so a decision serialises to the same JSON in
 // both (logs, the CLI, the parity vectors).
 //

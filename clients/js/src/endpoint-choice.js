@@ -1,5 +1,5 @@
 // Choosing among N endpoints from each endpoint's expected quality and cost
-// (serving/endpoint_choice.py, docs/endpoints.md), on plain arrays: `expected[r][k]` is
+// (serving/endpoints/_choice.py, docs/endpoints.md), on plain arrays: `expected[r][k]` is
 // P(endpoint k answers request r well), `cost[r][k]` the expected price of that call, `feasible`
 // (optional, booleans) which endpoints request r may use at all. The arithmetic is Python's, in
 // its order, and every tie goes to the first index as numpy's argmax and stable sorts give it, so

@@ -17,7 +17,7 @@
 // is feasible (the cascade climbs from it); the decision's `rule`, `forbidden` and reason say so.
 //
 // An unfamiliar prompt (novelty above 1: a bundle whose graph outputs the novelty) gets the
-// unfamiliar policy instead of the rule's cascade (serving.chooser.Choice):
+// unfamiliar policy instead of the rule's cascade (serving.routing._chooser.Choice):
 // - edge_with_cloud_fallback: the cheapest device endpoint that may serve it first, its answer
 //   checked, then the endpoint expected to answer best of the others; when no device endpoint may
 //   serve it (its context, the policy, its needs), the rule's cascade stands.
@@ -34,7 +34,7 @@ import { LanguageDetectorMissing, NoFeasibleEndpoint } from "./policy/errors.js"
 import { PolicyFileError } from "./policy/errors.js";
 import { policySaid } from "./policy/rules.js";
 
-/** A choice rule -> the name of its one parameter (serving.manifest.ENDPOINT_RULES). */
+/** A choice rule -> the name of its one parameter (serving.bundle._manifest.ENDPOINT_RULES). */
 export const ENDPOINT_RULES = Object.freeze({ cheapest_within: "margin", best_under_price: "price", cascade: "start_margin" });
 
 export { NoFeasibleEndpoint };
@@ -57,7 +57,7 @@ export class EndpointChooser {
     this.parameter = section.parameter;
     this.modelVersion = modelVersion;
     this.maxChars = maxChars;
-    this.unfamiliarPolicy = unfamiliarPolicy;  // serving.novelty's UNFAMILIAR_POLICIES, or null
+    this.unfamiliarPolicy = unfamiliarPolicy;  // serving.scoring._novelty's UNFAMILIAR_POLICIES, or null
     this.said = `${this.rule} (${ENDPOINT_RULES[this.rule]} ${formatG(this.parameter, 4)})`;
     this.index = new Map(this.names.map((n, k) => [n, k]));
     /** name -> the spec's capabilities. */
@@ -134,7 +134,7 @@ export class EndpointChooser {
   }
 
   /** The unfamiliar prompts' cascades (module comment), in place, and what their reasons say
-   * (serving.chooser.Choice._unfamiliar): what chose the cascade instead of the rule, or after the rule's reason. */
+   * (serving.routing._chooser.Choice._unfamiliar): what chose the cascade instead of the rule, or after the rule's reason. */
   unfamiliar(expected, novelty, cost, feasible, verdicts, orders, notes) {
     const names = this.names, policy = this.unfamiliarPolicy;
     let byPrice = null;
@@ -211,7 +211,7 @@ export class EndpointChooser {
   }
 }
 
-/** Each request's cascade by price alone (serving.chooser._by_price): the cheapest endpoint that may
+/** Each request's cascade by price alone (serving.routing._chooser._by_price): the cheapest endpoint that may
  * serve it first, then each costlier one (a bundle that cannot score; rule_table for an unfamiliar prompt). */
 function byPriceOrders(cost, feasible) {
   const first = bestUnderPrice(cost.map((row) => row.map(() => 0)), cost, 1, feasible);
@@ -226,7 +226,7 @@ function byPriceOrders(cost, feasible) {
 const usableIndices = (row) => row.flatMap((ok, k) => (ok ? [k] : []));
 
 /** (the reason with the policy's and the needs' part before the model's, the deciding rule's name,
- * the endpoints forbidden or ruled out): the same words for every bundle (serving.chooser's explained). */
+ * the endpoints forbidden or ruled out): the same words for every bundle (serving.routing._chooser's explained). */
 export function explained(names, reason, verdict, lacking) {
   let forbidden = [];
   let ruleSaid = null;

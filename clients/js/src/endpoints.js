@@ -1,4 +1,4 @@
-// Endpoints as data (serving/endpoints.py, docs/endpoints.md): the models a request may run on,
+// Endpoints as data (serving/endpoints/_record.py, docs/endpoints.md): the models a request may run on,
 // with their price, latency, context limit and capabilities. Every field is checked as Python
 // checks it, with Python's error texts (values shown as Python's repr shows them), so a spec
 // Python refuses is refused here with the same message. The list's order is kept: it is the order
@@ -55,7 +55,7 @@ export class EndpointSpecError extends Error {
 const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v) && !(v instanceof Number);
 const has = (o, k) => Object.hasOwn(o, k);
 
-/** `value` x 10**digits in decimal, then the nearest float (serving.endpoints._scaled): 3e-05 per 1k
+/** `value` x 10**digits in decimal, then the nearest float (serving.endpoints._record._scaled): 3e-05 per 1k
  * is 0.03 per 1M, not 0.030000000000000002. The shortest digits that read back as `value` (what
  * Python's repr gives) with the exponent moved, read as a number (correctly rounded, as Python's
  * float(Decimal) is). */
@@ -67,7 +67,7 @@ export function scaled(value, digits) {
 }
 
 /** Per 1M input tokens, per 1M output tokens, per 1M cached input tokens (null: priced as input),
- * and per call (serving.endpoints.Price). A call is priced per 1,000 tokens, as it always was: the
+ * and per call (serving.endpoints._record.Price). A call is priced per 1,000 tokens, as it always was: the
  * per-1M figure / 1000 in decimal, or for a price given per 1k (`Price.fromPer1k`, or per_1k_* keys
  * here) the figures given, so an older spec prices every call exactly as before. */
 export class Price {
@@ -130,7 +130,7 @@ export class Capabilities {
   }
 }
 
-/** One model a request may run on (serving.endpoints.Endpoint's decision fields; named EndpointSpec
+/** One model a request may run on (serving.endpoints._record.Endpoint's decision fields; named EndpointSpec
  * here because the chat client's Endpoint is how an endpoint is called). null is "not declared" for
  * each field: no context limit, no constraint of capabilities, no price (callCost null). */
 export class EndpointSpec {
@@ -161,7 +161,7 @@ export class EndpointSpec {
   }
 
   /** This spec with each decision field it does not declare (null) taken from `other` (the bundle's
-   * spec of the same endpoint, say; serving.endpoints.Endpoint.filled_from); itself when nothing is missing. */
+   * spec of the same endpoint, say; serving.endpoints._record.Endpoint.filled_from); itself when nothing is missing. */
   filledFrom(other) {
     if (other === null || other === undefined) return this;
     const missing = DECISION_FIELDS.filter((key) => this[key] === null && other[key] !== null && other[key] !== undefined);
@@ -237,7 +237,7 @@ function parsePrice(value, where) {
       "per_1m_output (per_1k_* is the earlier spelling, 1,000 times smaller)");
   }
   const cached = numbers.per_1m_cached_input ?? null;
-  for (const key of per1k) {  // serving.endpoints._price: named by its per-1k key, before any Price is made
+  for (const key of per1k) {  // serving.endpoints._record._price: named by its per-1k key, before any Price is made
     if (!Number.isFinite(scaled(numbers[key], 3))) throw new EndpointSpecError(`${where}.${key} is too large: 1,000 times it is no finite number`);
   }
   if (per1k.length) {
@@ -352,7 +352,7 @@ function twoEndpoints(data, source, callSettings) {
   return new Endpoints(endpoints, source);
 }
 
-/** A two-endpoint bundle's endpoints as its router sees them (serving.endpoints.two_endpoints): the
+/** A two-endpoint bundle's endpoints as its router sees them (serving.endpoints._record.two_endpoints): the
  * edge on the device with the bundle's context limit, the cloud with none declared (the two-endpoint
  * spelling's prices; capabilities not declared). */
 export function twoEndpointSpecs(edgeContextTokens) {

@@ -1,5 +1,5 @@
 // Carrying out a decision: its cascade, one endpoint after another, until an answer stands
-// (serving/execute.py, as its asyncio aexecute applies the rules). One runner for every decision:
+// (serving/execution/_execute.py, as its asyncio aexecute applies the rules). One runner for every decision:
 // a two-endpoint bundle's zone is a cascade too (edge = edge then cloud, unchecked;
 // edge_with_cloud_fallback = edge then cloud, the edge's answer checked; cloud = the cloud alone).
 // Router.execute and the routed chat client (chat.js, its streams too) come here.
@@ -140,7 +140,7 @@ export const isTimeout = (error) => error instanceof CallTimeoutError || error?.
 const CONNECTION_ERRORS = ["ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "ConnectionAbortedError",
   "BrokenPipeError"];
 
-/** A short, fixed name for why a call failed (serving.execute.failure_kind): none, timeout,
+/** A short, fixed name for why a call failed (serving.execution._execute.failure_kind): none, timeout,
  * connection_error or error. The chat client's failureKind adds its own kinds. */
 export function failureKind(error) {
   if (error === null || error === undefined) return "none";
@@ -181,7 +181,7 @@ export function namedCalls(edge, cloud, endpoints) {
 }
 
 /** RangeError unless every key is an endpoint name (NAME_SHAPE: it is written to logs and headers
- * as is); with `callables`, TypeError unless every value is a function (serving.execute.check_names). */
+ * as is); with `callables`, TypeError unless every value is a function (serving.execution._execute.check_names). */
 export function checkNames(endpoints, what = "endpoints", { callables = false } = {}) {
   const entries = endpoints instanceof Map ? [...endpoints] : Object.entries(endpoints);
   if (!entries.length) throw new RangeError(`${what} is empty: give at least one endpoint name -> call`);
@@ -237,7 +237,7 @@ function timeoutsOf(timeoutsMs, edgeTimeoutMs) {
 }
 
 /** The rules of one request (module doc), without the calls: what to call next, why each endpoint
- * was left, the execution or the error (serving.execute._Cascade). */
+ * was left, the execution or the error (serving.execution._execute._Cascade). */
 class Cascade {
   constructor(decision, calls, { specs, accept, verifyEdgeZone, outputTokens, timeouts }) {
     this.decision = decision;
@@ -254,7 +254,7 @@ class Cascade {
       const unplaced = this.order.filter((n) => n !== side && (specs.get(n)?.where ?? null) === null);
       if (decision.forbidden.includes(side) && !calls.has(side) && unplaced.length) {
         throw new RangeError(`the policy forbids every ${side} endpoint ('${decision.rule ?? "None"}'), and specs= does not say where ` +
-          `${unplaced.join(", ")} run: give each endpoint's spec (serving.endpoints) so that none is called by mistake`);
+          `${unplaced.join(", ")} run: give each endpoint's spec (serving.endpoints._record) so that none is called by mistake`);
       }
     }
     this.accept = accept;
@@ -381,7 +381,7 @@ class Cascade {
       error.tried = this.tried;
       return error;
     }
-    // each call's error after the attempts, as Python's str() of it (serving.execute)
+    // each call's error after the attempts, as Python's str() of it (serving.execution._execute)
     const errors = this.tried.filter((t) => t.exception !== null).map((t) => `${t.endpoint}: ${errorText(t.exception)}`).join("; ");
     return new EndpointsFailed(`no endpoint served: ${this.reason()}` + (errors ? ` (${errors})` : ""),
       { tried: this.tried, steps: this.steps, decision: this.decision, first_error: this.firstError, cause });

@@ -1,4 +1,4 @@
-// The Python SDK's shortcut for plain ASCII text (serving/features/tokenizer.py, FastTokenizer:
+// The Python SDK's shortcut for plain ASCII text (serving/features/_tokenizer.py, FastTokenizer:
 // plain, _shortcut_ids, _chunk_ids), ported rule for rule so that both SDKs send the same texts
 // through it and get the same ids.
 //

@@ -1,5 +1,5 @@
 // Prompt text (+ declared precision) -> the fused model's inputs, as
-// serving/features/extractor.py's FeatureExtractor.prepare builds them: cut the text to
+// serving/features/_extractor.py's FeatureExtractor.prepare builds them: cut the text to
 // max_chars code points, make it valid Unicode, tokenize, keep max_tokens ids, and the scalars
 // [n_tokens, text statistics, precision one-hot], each rounded to float32 once.
 import { codePointLength, encodable, firstCodePoints } from "./pytext.js";

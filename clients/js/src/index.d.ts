@@ -656,7 +656,7 @@ export class Capabilities {
   asDict(): Record<string, unknown>;
 }
 
-/** One model a request may run on (serving.endpoints.Endpoint's decision fields); null is "not
+/** One model a request may run on (serving.endpoints._record.Endpoint's decision fields); null is "not
  * declared": no context limit, no constraint of capabilities, no price. */
 export class EndpointSpec {
   constructor(fields: { name: string; where?: "device" | "cloud" | null; price?: Price | null; latency_ms?: number | null;
@@ -706,7 +706,7 @@ export const ENDPOINT_RULES: Readonly<Record<EndpointRule, "margin" | "price" | 
 /** route(): the policy, what the request needs or the context limits leave no endpoint. Nothing was called. */
 export class NoFeasibleEndpoint extends PolicyError {}
 
-/** No feasible endpoint (serving.endpoint_choice.NONE). */
+/** No feasible endpoint (serving.endpoints._choice.NONE). */
 export const NONE: -1;
 export function callCosts(endpoints: Iterable<EndpointSpec>, inputTokens: Iterable<number>, outputTokens: number):
   { cost: number[][]; fits: boolean[][] };

@@ -1,4 +1,4 @@
-// The manifest's values checked before anything uses them, as serving/manifest.py checks them:
+// The manifest's values checked before anything uses them, as serving/bundle/_manifest.py checks them:
 // the same rules, so a bundle the Python SDK refuses is refused here too. Only what routing reads
 // is typed; the descriptive sections must be objects and are kept as they are.
 import {
@@ -191,7 +191,7 @@ function noThresholds(data) {
   return Object.create(null);
 }
 
-/** The `endpoints` section (serving.manifest.check_endpoints): present exactly when the score's
+/** The `endpoints` section (serving.bundle._manifest.check_endpoints): present exactly when the score's
  * kind is `endpoints`, its endpoints valid (endpoints.js) and named as the score's heads, in
  * their order; the choice rule one of ENDPOINT_RULES with its parameter. */
 function checkEndpoints(data, score) {

@@ -6,7 +6,7 @@ import { PyFloat, pyFloatRepr } from "./canonical-json.js";
 
 const isFloat = (v) => v instanceof PyFloat || (typeof v === "number" && !Number.isInteger(v));
 
-/** type(value).__name__ of a decoded JSON value, "null" for None (as serving.endpoints._kind says it). */
+/** type(value).__name__ of a decoded JSON value, "null" for None (as serving.endpoints._record._kind says it). */
 export function pyKind(value) {
   if (value === null || value === undefined) return "null";
   if (typeof value === "boolean") return "bool";

@@ -46,7 +46,7 @@ export function lastCodePoints(text, n) {
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
-/** serving.features.tokenizer.encodable: the text, with each lone surrogate replaced by "?"
+/** serving.features._tokenizer.encodable: the text, with each lone surrogate replaced by "?"
  * (Python's text.encode("utf-8", "replace")); JS's toWellFormed() would put U+FFFD instead. */
 export function encodable(text) {
   return text.replace(LONE_SURROGATE, "?");

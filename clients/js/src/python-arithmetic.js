@@ -1,4 +1,4 @@
-// The two Python number readers serving/response_features.py relies on, so that an answer's
+// The two Python number readers serving/features/_response_features.py relies on, so that an answer's
 // arithmetic checks out (or not) as it does in Python:
 // - pyFloat(text): float(text), which takes any Unicode decimal digit, underscores between
 //   digits, surrounding whitespace, inf and nan;

@@ -1,4 +1,4 @@
-// Scalar features of an edge answer for the acceptance check (serving/response_features.py),
+// Scalar features of an edge answer for the acceptance check (serving/features/_response_features.py),
 // value for value: Python's regex classes spelled out (\d any Unicode decimal digit, \w and \b
 // Unicode word characters, \s str.isspace()), its splitlines(), float() and the plain arithmetic
 // it evaluates (python-arithmetic.js). The parity vectors hold Python's rows for the logs' edge

@@ -1,4 +1,4 @@
-// The learned router (serving/router.py): bundle in, Decision out; the rule table whenever the
+// The learned router (serving/routing/_router.py): bundle in, Decision out; the rule table whenever the
 // bundle cannot serve. Loading and routing never throw for valid arguments: a bad bundle gives a
 // router on the rule table (degraded), unless `strict`, which throws BundleError and only that.
 import { BundleError, verifiedBundle } from "./bundle.js";

@@ -1,4 +1,4 @@
-// One bundle's routing (serving/routing.py): scores -> zones -> Decisions, with the
+// One bundle's routing (serving/routing/_stages.py): scores -> zones -> Decisions, with the
 // unfamiliar-prompt policy and the rule table whenever the bundle cannot serve. Reasons are the
 // Python SDK's strings, number formatting included (pytext.formatFixed).
 import { CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS, EDGE, FALLBACK, firstTarget, zoneFor } from "./contract.js";
@@ -59,7 +59,7 @@ export class Routing {
     return this.chooser ? [...this.chooser.names] : [EDGE, CLOUD];
   }
 
-  /** Decisions for checked arguments with the policy and the requests' needs applied (serving.router's
+  /** Decisions for checked arguments with the policy and the requests' needs applied (serving.routing._router's
    * _decide): after the model for two endpoints, among the feasible endpoints for an N-endpoint bundle.
    * `options`: {policy, metadata, needs (one each per prompt, or null), capabilities (a Map), spending,
    * holders (per prompt)}. NoFeasibleEndpoint for the first prompt left without an endpoint. */
@@ -67,7 +67,7 @@ export class Routing {
     if (this.chooser) return this.endpointDecisions(prompts, precisions, options);
     const { policy = null, metadata = null, needs = null, capabilities = null, spending = null, holders = null } = options;
     const decisions = await this.decisions(prompts, precisions);
-    // What may serve each request (serving.chooser.Chooser.feasible): the needs (a language read when
+    // What may serve each request (serving.routing._chooser.Chooser.feasible): the needs (a language read when
     // the given capabilities declare languages), then the policy's verdict, every request first.
     let wants = needs ?? prompts.map(() => null);
     let lacking = prompts.map(() => new Map());
@@ -160,7 +160,7 @@ export class Routing {
   }
 
   /** A two-endpoint decision once the policy's verdict and what the request needs have their say
-   * (serving.chooser.Bands.placed): the zone within the allowed sides, the cascade without a forbidden
+   * (serving.routing._chooser.Bands.placed): the zone within the allowed sides, the cascade without a forbidden
    * side, `rule`, `forbidden` and the reason. NoFeasibleEndpoint when no side is left. */
   placed(decision, verdict, lacking) {
     let zone = decision.zone;
@@ -196,7 +196,7 @@ export class Routing {
 
 const SIDES = [EDGE, CLOUD];
 
-/** The zone for the allowed sides (serving.chooser._zone): one side alone is its own zone; with both,
+/** The zone for the allowed sides (serving.routing._chooser._zone): one side alone is its own zone; with both,
  * a preferred side runs first (the edge with the cloud as fallback), else the model's zone stands. */
 function sideZone(modelZone, allowed, first) {
   if (allowed.length === 1 && allowed[0] === EDGE) return EDGE;

@@ -1,4 +1,4 @@
-// The hand rule table (docs/baseline.md, serving/rules.py), exactly: the baseline, the
+// The hand rule table (docs/baseline.md, serving/routing/_rule_table.py), exactly: the baseline, the
 // degraded mode, and the `rule_table` unfamiliar policy.
 import { DEFAULT_MAX_CHARS, zoneFor } from "./contract.js";
 import { makeDecision } from "./decision.js";

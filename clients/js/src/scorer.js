@@ -1,5 +1,5 @@
 // Bundle -> head probabilities, routing scores and novelty with onnxruntime
-// (serving/scorer.py, the fused layout). The static tier's model.onnx takes the token ids, the
+// (serving/scoring/_scorer.py, the fused layout). The static tier's model.onnx takes the token ids, the
 // mask and the scalars and computes everything after them: each head's probability (calibration
 // and lexical blend folded in) and the novelty. Other layouts (the transformer tier's staged
 // encoder + router, a familiarity reference kept as novelty.npz) are refused with a BundleError,
@@ -9,9 +9,9 @@ import { BundleError, content } from "./bundle.js";
 import { FeatureExtractor } from "./features.js";
 import { BundleTokenizer } from "./tokenizer.js";
 
-const EPSILON = 1e-6;  // serving/calibration.py
+const EPSILON = 1e-6;  // serving/scoring/_calibration.py
 
-/** A head's calibration as a function of one probability (serving.calibration.calibrator). */
+/** A head's calibration as a function of one probability (serving.scoring._calibration.calibrator). */
 export function calibrator(params) {
   if (params.inModel || params.method === "none") return (p) => p;
   if (params.method === "sigmoid") {
@@ -31,7 +31,7 @@ export function calibrator(params) {
   };
 }
 
-/** Why an N-endpoint bundle's graph cannot serve its manifest (serving.scorer's
+/** Why an N-endpoint bundle's graph cannot serve its manifest (serving.scoring._scorer's
  * _check_endpoint_graph), or null: every head's calibration inside the graph, and the output
  * as wide as the endpoints list where the runtime tells the output's shape. */
 function endpointGraphProblem(manifest, modelSession) {

@@ -1,4 +1,4 @@
-// Scalar features of a prompt (serving/features/text_stats.py), value for value: sizes from the
+// Scalar features of a prompt (serving/features/_text_stats.py), value for value: sizes from the
 // whole prompt, everything else from the head (the first max_chars code points, lone surrogates
 // made "?"). The parity vectors hold the Python values of every case; tests compare them exactly.
 import { PY_SPACE_CLASS, codePointLength, countOf, hasNonSpace, lastCodePoints, pyRstrip } from "./pytext.js";

@@ -1,4 +1,4 @@
-// Argument checks shared by every router's public methods (serving/validation.py): argument
+// Argument checks shared by every router's public methods (serving/routing/_validation.py): argument
 // errors are the caller's and throw; everything else about a prompt is routable.
 import { PRECISIONS } from "./contract.js";
 

@@ -130,7 +130,7 @@ describe("RoutedChat", () => {
         { role: "assistant", content: [{ type: "text", text: "Hello" }, { type: "image_url", image_url: { url: "x" } }, { type: "text", text: "there" }] },
         { role: "tool", content: null }, { role: "user", content: [{ type: "text", text: "What is 2+2?" }] },
         { role: "developer", content: "Be exact." }];
-      // serving.chat.conversation.conversation_prompt on the same messages (printed by the venv's Python)
+      // serving.chat._conversation.conversation_prompt on the same messages (printed by the venv's Python)
       assert.equal(conversationPrompt(messages),
         "What is 2+2?\n\nassistant: Hello\nthere\n\nuser: Hi\n\nsystem: You are terse.\n\ndeveloper: Be exact.");
       assert.equal(conversationPrompt([{ role: "assistant", content: "only me" }, { role: "system", content: "sys" }]),

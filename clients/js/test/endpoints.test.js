@@ -1,5 +1,5 @@
-// endpoints.js and endpoint-choice.js against the Python SDK (serving/endpoints.py,
-// serving/endpoint_choice.py): scripts/endpoint_cases.py writes random matrices, specs and
+// endpoints.js and endpoint-choice.js against the Python SDK (serving/endpoints/_record.py,
+// serving/endpoints/_choice.py): scripts/endpoint_cases.py writes random matrices, specs and
 // Python's answers on them when this file runs; every choice must be Python's, every cost within
 // 1e-12, every spec error Python's text.
 import assert from "node:assert/strict";
@@ -28,7 +28,7 @@ function close(js, py, where) {
   });
 }
 
-describe("endpoint choice equals serving.endpoint_choice", () => {
+describe("endpoint choice equals serving.endpoints._choice", () => {
   const choices = cases.choices.map(plain);
 
   test("on random matrices with ties, non-finite entries and rows with nothing feasible", () => {
@@ -74,7 +74,7 @@ describe("endpoint choice equals serving.endpoint_choice", () => {
   });
 });
 
-describe("endpoint specs equal serving.endpoints", () => {
+describe("endpoint specs equal serving.endpoints._record", () => {
   test("good specs parse to Python's endpoints, bad ones fail with Python's message", () => {
     let errors = 0;
     for (const c of cases.specs) {

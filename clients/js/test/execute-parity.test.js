@@ -1,4 +1,4 @@
-// execute() against the Python SDK's: scripts/execute_vectors.py runs serving.execute.aexecute on
+// execute() against the Python SDK's: scripts/execute_vectors.py runs serving.execution._execute.aexecute on
 // scripted endpoint behaviours (answers, errors of named classes, timeouts, hangs past a timeout,
 // accept verdicts, context limits, forbidden endpoints and sides, specs priced per 1k and per 1M) and
 // writes each outcome; this SDK's runner must give the same one: who served, each endpoint reached

@@ -1,4 +1,4 @@
-// execute(): one runner for every decision, serving/execute.py's rules. Router.execute on the
+// execute(): one runner for every decision, serving/execution/_execute.py's rules. Router.execute on the
 // two-endpoint bundle (prompts picked from the vectors by the zone Python gave them, so each zone is
 // exercised with a real decision), the runner itself over N named endpoints (the cases of Python's
 // tests/test_execute_endpoints.py), and Router.execute on the four-endpoint bundle.

@@ -1,5 +1,5 @@
 // What the router sees of a chat conversation, and what a request must hold before anything is
-// sent (serving/chat/conversation.py and request.py).
+// sent (serving/chat/_conversation.py and request.py).
 //
 // The prompt routed is: the latest user message, as it is; then every other turn except the
 // system (or developer) messages, newest first, each as "role: text"; then the system messages,

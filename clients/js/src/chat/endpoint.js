@@ -1,4 +1,4 @@
-// Where the routed chat client sends a conversation (serving/chat/endpoint.py): an
+// Where the routed chat client sends a conversation (serving/chat/_endpoint.py): an
 // OpenAI-compatible server (Endpoint: llama.cpp's server, Ollama, vLLM, a cloud API) or a model
 // the page or process runs itself (LocalModel: an async function, e.g. WebLLM's engine). Each
 // has a deadline for the whole answer, one for a stream's first token, and token prices.

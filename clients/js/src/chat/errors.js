@@ -1,5 +1,5 @@
 // What can go wrong with a chat endpoint, as errors the fallback rules understand, and the
-// redaction of keys from whatever an endpoint sends back (serving/chat/errors.py).
+// redaction of keys from whatever an endpoint sends back (serving/chat/_errors.py).
 //
 // Every failure of an endpoint's call moves on to the next endpoint of the cascade (execute.js); an
 // UpstreamTimeout counts as a timeout there (its step says "timeout"), as Python's TimeoutError
@@ -60,7 +60,7 @@ export class StreamInterrupted extends UpstreamError {
   get kind() { return "stream_interrupted"; }
 }
 
-/** A short, fixed name for why a call failed (serving/chat/errors.py failure_kind): an
+/** A short, fixed name for why a call failed (serving/chat/_errors.py failure_kind): an
  * UpstreamError's kind, else execute.js's (timeout, connection_error, error). */
 export function failureKind(error) {
   if (error instanceof UpstreamError) return error.kind;

@@ -1,5 +1,5 @@
 // Reading what an OpenAI-compatible server sent back: a chat completion, or the chunks of a
-// streamed one (serving/chat/responses.py). Anything that is not one is UpstreamMalformed, which
+// streamed one (serving/chat/_responses.py). Anything that is not one is UpstreamMalformed, which
 // falls back like any other edge failure.
 import { MAX_DETAIL_CHARS, StreamRedactor, UpstreamMalformed, huntedSecrets, redact, redactValue, redactedJson } from "./errors.js";
 

@@ -1,4 +1,4 @@
-// What the routed chat client tells the caller about a request (serving/chat/routing_info.py):
+// What the routed chat client tells the caller about a request (serving/chat/_routing_info.py):
 // where it went and why, each call's time, and what it cost. A plain object with the Python
 // RoutingInfo's field names, so JSON.stringify(routing) reads like Python's routing.to_dict().
 import { fallbackKind as executionFallbackKind } from "../execute.js";

@@ -1,4 +1,4 @@
-// A streamed answer of the routed chat client (serving/chat/streams.py): `for await (const chunk
+// A streamed answer of the routed chat client (serving/chat/_streams.py): `for await (const chunk
 // of stream)` gives the chunks of the serving endpoint's stream as it sent them (redacted of the
 // client's keys). `stream.routing` says who serves it and why from the start; its `seconds` and
 // `estimated_cost` are set when the stream ends.

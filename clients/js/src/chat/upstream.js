@@ -1,4 +1,4 @@
-// Calls to one endpoint (serving/chat/upstream.py): a non-streamed chat completion, and a stream
+// Calls to one endpoint (serving/chat/_upstream.py): a non-streamed chat completion, and a stream
 // opened up to its first token. HttpUpstream speaks OpenAI's chat-completions API with fetch;
 // LocalUpstream calls a LocalModel. Both give the same shapes and the same errors:
 //

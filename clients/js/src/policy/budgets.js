@@ -1,4 +1,4 @@
-// Budgets for policy rules (serving/policy/budgets.py): what each budget holder (a value of a
+// Budgets for policy rules (serving/policy/_budgets.py): what each budget holder (a value of a
 // metadata key, such as a user id) has spent in the current UTC hour, day or month, in this process.
 // The same ledger as Python's: bounded (MAX_HOLDERS entries; a holder value over 64 characters kept
 // as its SHA-256 digest, from WebCrypto), spent entries kept until their window ends, the least

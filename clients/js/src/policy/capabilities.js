@@ -1,4 +1,4 @@
-// What a request needs of the endpoint that serves it (serving/capabilities.py, serving/language.py):
+// What a request needs of the endpoint that serves it (serving/endpoints/_capabilities.py, serving/features/_language.py):
 // images, tools, JSON output, a language; and which endpoints lack it. An endpoint lacking a needed
 // capability is ruled out like a forbidden one, under the built-in rule `needs:<capability>`.
 //

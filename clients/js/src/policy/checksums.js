@@ -1,4 +1,4 @@
-// The check digits the content detectors verify (serving/policy/checksums.py): Luhn (payment cards),
+// The check digits the content detectors verify (serving/policy/_checksums.py): Luhn (payment cards),
 // ISO 13616 mod 97 (IBANs), the Dutch BSN 11-test and the Spanish DNI / NIE control letter. None of
 // them is cryptography.
 

@@ -1,4 +1,4 @@
-// Content detectors (serving/policy/detectors.py): personal data, national ids and credentials in a
+// Content detectors (serving/policy/_detectors.py): personal data, national ids and credentials in a
 // prompt, found locally, with the Python SDK's patterns and checks, on the text folded as Python folds
 // it. `DETECTORS` maps a name to a Detector; `detect(text, names)` returns every finding (detector name
 // and span in code points, never the matched text); `anyDetected(text, names)` stops at the first.

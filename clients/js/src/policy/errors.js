@@ -1,4 +1,4 @@
-// What the policy layer throws (serving/policy/errors.py, serving/policy/rules.py's PolicyFileError):
+// What the policy layer throws (serving/policy/_errors.py, serving/policy/_rules.py's PolicyFileError):
 // the Python SDK's names, messages and fields.
 
 /** A request the policy leaves no way to serve. `rules`: the names of the rules involved. */

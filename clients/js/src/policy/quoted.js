@@ -1,4 +1,4 @@
-// Values as the Python SDK's error messages quote them (serving/documents.py's `quoted`: reprlib with
+// Values as the Python SDK's error messages quote them (serving/features/_documents.py's `quoted`: reprlib with
 // strings and numbers cut to 80 characters, lists and objects to 4 items and 2 levels, the whole to 80
 // characters), for values decoded by canonical-json.js's parsePythonJson.
 import { PyFloat, pyFloatRepr } from "../canonical-json.js";
@@ -79,7 +79,7 @@ function short(value, level) {
   return `{${pieces.join(", ")}}`;
 }
 
-/** Python's serving.documents.quoted(value, limit). */
+/** Python's serving.features._documents.quoted(value, limit). */
 export function quoted(value, limit = LIMIT) {
   const text = short(value, LEVELS);
   const chars = points(text);

@@ -1,4 +1,4 @@
-// Policy rules (serving/policy/rules.py, docs/policies.md): a declarative file of ordered rules that
+// Policy rules (serving/policy/_rules.py, docs/policies.md): a declarative file of ordered rules that
 // force, forbid or prefer endpoints for a request, applied by the Router to every decision; the model
 // cannot override them. The same file format, checks, error messages, semantics, rule names and
 // reasons as the Python SDK's.
@@ -72,7 +72,7 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 const REPEAT = /\{(\d*)(,?)(\d*)\}/y;
 
 /** Why a repetition in `pattern` would mean something else to RE2 than to Python's re, or null
- * (serving.policy.rules._repeat_problem, which the Python SDK applies first: the same refusals). */
+ * (serving.policy._rules._repeat_problem, which the Python SDK applies first: the same refusals). */
 function repeatProblem(pattern) {
   let index = 0, inClass = false;
   const end = pattern.length;
@@ -371,7 +371,7 @@ export class Verdict {
 const said = (rule) => (rule.zone !== null ? `routes ${rule.zone}` : `prefers ${rule.endpoint}`);
 
 /** What the deciding rule did: forced, forbids, routes or prefers; and a prefer that also matched
- * (serving.chooser._policy_said). */
+ * (serving.routing._chooser._policy_said). */
 export function policySaid(verdict, forbidden) {
   const rule = verdict.rule, soft = verdict.preferred;
   let text;
@@ -488,7 +488,7 @@ const depthOver = (value, limit) => {  // lists and objects nested more than `li
   return false;
 };
 
-/** A policy file's bytes decoded as the Python SDK's serving.documents does for JSON (no key twice in
+/** A policy file's bytes decoded as the Python SDK's serving.features._documents does for JSON (no key twice in
  * one object, nested at most 32 levels, Python's json.loads numbers); YAML is refused with why. */
 export function decodePolicy(bytes, source) {
   const what = "policy file";

@@ -1,0 +1,211 @@
+"""What can go wrong with an OpenAI-compatible endpoint, as exceptions the fallback rules
+understand, and the short names (`kind`) that metrics and response headers use for them.
+
+Every failure of an edge call, whatever its cause, falls back to the cloud (serving.execution._execute);
+a timeout is a TimeoutError, so the execution trace marks its step "timeout". Messages name
+the endpoint ("edge"/"cloud") and its model, never its URL or key, and any text an upstream
+sent back passes through `redact` with the client's keys, so a server that echoes a key cannot
+put it into an error, a log line or a proxy response. Redaction applies to the text as it will
+be read: a JSON value is redacted once decoded (`redact_value`), where an escaped `sk\\u002d...`
+reads as the key.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from serving._router_error import RouterError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+REDACTED = "[redacted]"
+MAX_DETAIL_CHARS = 300  # of an upstream's error text kept in a message
+MIN_SECRET_CHARS = 4  # shorter "keys" (a local server's placeholder such as "x") are not hunted in text
+
+
+class UpstreamError(RouterError):
+    """An endpoint did not give a usable answer. `endpoint` is "edge" or "cloud"."""
+
+    kind = "error"
+
+    def __init__(self, endpoint: str, message: str):
+        super().__init__(f"{endpoint}: {message}")
+        self.endpoint = endpoint
+
+
+class UpstreamUnreachable(UpstreamError, ConnectionError):
+    """No connection, or the connection broke before a complete answer."""
+
+    kind = "connection_error"
+
+
+class UpstreamTimeout(UpstreamError, TimeoutError):
+    """No complete answer within the endpoint's `timeout_s`."""
+
+    kind = "timeout"
+
+
+class SlowFirstToken(UpstreamTimeout):
+    """A stream's first chunk did not arrive within `first_token_timeout_s`."""
+
+    kind = "slow_first_token"
+
+
+class UpstreamHTTPError(UpstreamError):
+    """The endpoint answered with an HTTP error status; `status` is it, `detail` its redacted message."""
+
+    kind = "http_error"
+
+    def __init__(self, endpoint: str, message: str, *, status: int, detail: str = ""):
+        super().__init__(endpoint, message)
+        self.status, self.detail = status, detail
+
+
+class UpstreamMalformed(UpstreamError):
+    """The endpoint answered 2xx, but not with a chat completion (not JSON, no choices, too large...)."""
+
+    kind = "malformed"
+
+
+class StreamInterrupted(UpstreamError):
+    """A stream broke after chunks had reached the caller: too late for a fallback."""
+
+    kind = "stream_interrupted"
+
+
+def failure_kind(error: BaseException | None) -> str:
+    """A short, fixed name for why a call failed (a metrics label, a response header): an
+    UpstreamError's kind, else serving.execution._execute's (edge_busy, timeout, connection_error, error)."""
+    if isinstance(error, UpstreamError):
+        return error.kind
+    from serving.execution._execute import failure_kind as call_failure_kind
+
+    return call_failure_kind(error)
+
+
+def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:
+    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted].
+
+    cut: `text` may end where a read stopped (a body read up to a limit), so an end that begins
+    a secret (its first MIN_SECRET_CHARS characters or more) is replaced too."""
+    for secret in _hunted(secrets):
+        text = text.replace(secret, REDACTED)
+        if cut:
+            for length in range(len(secret) - 1, MIN_SECRET_CHARS - 1, -1):
+                if text.endswith(secret[:length]):
+                    text = text[:-length] + REDACTED
+                    break
+    return text
+
+
+class StreamRedactor:
+    """One text that arrives in pieces (a stream's content, say), redacted across the pieces: each
+    push() gives the text that is safe to show so far, redacted; flush() the rest at the end. A key
+    split over any number of pieces is replaced as a whole, and the joined text is `redact` of the
+    joined pieces (a text cut short: with `cut`), however the text was cut into pieces.
+
+    What is held back is only what could still become a key: the end of the text seen so far that
+    begins one (so at most the longest key's length - 1 characters), kept unredacted until the next
+    piece says whether the key follows. Text that ends in no beginning of a key is passed on whole;
+    with no key to hunt every piece comes back as it went in. As `redact` replaces one key after
+    the other, each key has a stage of its own, fed what the stage before it gives. (The JS SDK's
+    StreamRedactor, clients/js/src/chat/errors.js, is the same.)"""
+
+    __slots__ = ("_stages",)
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        self._stages = tuple(_KeyStage(secret) for secret in _hunted(secrets))
+
+    def push(self, piece: str) -> str:
+        """The text of `piece` (and of what was held before it) that no later piece can make part of a key, redacted."""
+        for stage in self._stages:
+            piece = stage.push(piece)
+        return piece
+
+    def flush(self, *, cut: bool = False) -> str:
+        """What is held back, redacted (`cut`: the text stopped short, so an end that begins a key
+        goes too); the redactor starts afresh."""
+        text = ""
+        for stage in self._stages:
+            text = stage.push(text) + stage.flush(cut)
+        return text
+
+    def __repr__(self) -> str:  # never the keys, nor what is held of them
+        return f"StreamRedactor({len(self._stages)} keys)"
+
+
+class _KeyStage:
+    """One key of a StreamRedactor and the end of the text held back for it."""
+
+    __slots__ = ("_secret", "_tail")
+
+    def __init__(self, secret: str) -> None:
+        self._secret, self._tail = secret, ""
+
+    def push(self, piece: str) -> str:
+        secret, text = self._secret, self._tail + piece
+        cut = len(text) - self._key_start(text)
+        # Never cut in two a key `redact` replaces (found as str.replace finds them: leftmost
+        # first, not overlapping): one that starts before the cut is whole in `text`, so the cut
+        # moves to its end.
+        at = text.find(secret)
+        while at != -1 and at < cut:
+            cut = max(cut, at + len(secret))
+            at = text.find(secret, at + len(secret))
+        self._tail = text[cut:]
+        return text[:cut].replace(secret, REDACTED)
+
+    def flush(self, cut: bool) -> str:
+        tail, self._tail = self._tail, ""
+        return redact(tail, (self._secret,), cut=cut) if tail else ""
+
+    def _key_start(self, text: str) -> int:
+        """The length of the longest end of `text` that begins the key (and is not all of it)."""
+        secret = self._secret
+        at = text.find(secret[0], max(0, len(text) - len(secret) + 1))
+        while at != -1:
+            if secret.startswith(text[at:]):
+                return len(text) - at
+            at = text.find(secret[0], at + 1)
+        return 0
+
+
+def redact_value(value: Any, secrets: Sequence[str]) -> Any:  # Any: a decoded JSON value, of any shape
+    """A decoded JSON value (dicts, lists, strings, numbers) with every secret in its strings and
+    keys replaced; `value` itself when none holds one (so a caller can tell nothing changed)."""
+    secrets = _hunted(secrets)
+    return _redacted(value, secrets) if secrets else value
+
+
+def redact_decoded(text: str, value: Any, secrets: Sequence[str]) -> Any:
+    """redact_value(value), where `value` was decoded from the JSON text `text` (a str: bytes may
+    be UTF-16): a text holding no secret and no escape decodes to strings holding none either, so
+    it is not walked."""
+    secrets = _hunted(secrets)
+    if not secrets or ("\\" not in text and not any(s in text for s in secrets)):
+        return value
+    return _redacted(value, secrets)
+
+
+def redacted_json(value: Any, secrets: Sequence[str]) -> str:
+    """`value` as JSON text (ASCII) holding no secret: redacted as decoded, then as written."""
+    return redact(json.dumps(redact_value(value, secrets), default=str), secrets)
+
+
+def _hunted(secrets: Sequence[str]) -> tuple[str, ...]:
+    return tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
+
+
+def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets) if any(s in value for s in secrets) else value
+    if isinstance(value, dict):
+        items = [(_redacted(k, secrets), _redacted(v, secrets)) for k, v in value.items()]
+        changed = any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(items, value.items()))
+        return dict(items) if changed else value
+    if isinstance(value, list):
+        items = [_redacted(v, secrets) for v in value]
+        return items if any(v is not v0 for v, v0 in zip(items, value)) else value
+    return value

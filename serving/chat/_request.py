@@ -1,0 +1,96 @@
+"""One chat request, checked once before anything is sent: ChatRequest.
+
+RoutedChat builds it (ChatRequest.build: the messages, the other chat-completions parameters,
+and the prompt the router routes, serving.chat._conversation), Router.execute routes it by its
+`prompt` and hands it whole to the edge and cloud calls, and serving.chat._upstream sends its
+messages and params to one endpoint.
+
+What it must hold: messages the API takes, no `model` or `messages` among the parameters, and
+only numbers JSON can carry. Python's json module reads NaN, Infinity and -Infinity, and a number too large for a double
+(1e999) as infinity, and writes them all back as NaN / Infinity, which is not JSON: a strict
+server refuses such a request, a lax one reads something else. So a request holding one is
+the caller's error, named with where it is, before any call (the proxy answers it with 400).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from serving.chat._conversation import check_messages, conversation_prompt
+from serving.endpoints._capabilities import NO_NEEDS, Needs, needs_of
+
+if TYPE_CHECKING:
+    from serving.chat._conversation import Message
+
+MAX_PATH_CHARS = 200  # of where the number is, in a message
+RESERVED = ("model", "messages")  # set by the client, never a request parameter
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A chat request as checked: `messages`, `params` (every other chat-completions parameter,
+    JSON values sent as they are), `prompt`, the text the router routes (a
+    serving.execution._execute.Routable), and `needs`, the capabilities it needs of its endpoint (image
+    parts, tools, a JSON response format: serving.endpoints._capabilities.needs_of). Build it with
+    ChatRequest.build."""
+
+    messages: Sequence[Message]
+    params: Mapping[str, Any]  # Any: JSON values of any shape
+    prompt: str
+    needs: Needs = NO_NEEDS
+
+    @classmethod
+    def build(
+        cls,
+        messages: Sequence[Message],
+        params: Mapping[str, Any],
+        to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
+    ) -> "ChatRequest":
+        """The checked request, its prompt read by `to_prompt`. A request no endpoint should get
+        is the caller's error, before any call: TypeError for `model=` or `messages=` among the
+        params (or a prompt that is not a str), ValueError naming what is wrong with the messages
+        or where a number JSON cannot carry is."""
+        for name in RESERVED:
+            if name in params:
+                raise TypeError(
+                    f"{name}= is not a request parameter here: the model is set per Endpoint, "
+                    "the messages are the first argument"
+                )
+        check_json_numbers(check_messages(messages), "messages")
+        check_json_numbers(params)
+        prompt = to_prompt(messages)
+        if not isinstance(prompt, str):
+            raise TypeError(f"to_prompt must return the prompt as a str, got {type(prompt).__name__}")
+        return cls(messages, params, prompt, needs_of(messages, params))
+
+
+def check_json_numbers(value: Any, where: str = "") -> None:
+    """ValueError naming the first number in `value` (nested dicts and lists) that JSON cannot
+    carry, e.g. "temperature is NaN" or "messages[0].weight is Infinity"."""
+    found = non_json_number(value, where)
+    if found is not None:
+        path, number = found
+        shown = path if len(path) <= MAX_PATH_CHARS else path[:MAX_PATH_CHARS] + "..."
+        name = "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"
+        raise ValueError(
+            f"{shown or 'the value'} is {name}: JSON has no NaN or Infinity (a number beyond "
+            "±1.8e308 reads as Infinity too); send a finite number"
+        )
+
+
+def non_json_number(value: Any, where: str = "") -> tuple[str, float] | None:
+    """(path, number) of the first non-finite float in `value`, or None. Walks with a stack of its
+    own, not by recursion, so a body nested as deep as the JSON parser allows is walked too."""
+    stack = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path, item
+        elif isinstance(item, Mapping):
+            stack.extend(reversed([(f"{path}.{key}" if path else str(key), v) for key, v in item.items()]))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(item)]))
+    return None

@@ -1,0 +1,105 @@
+"""What the routed chat client tells the caller about a request: where it went and why, each
+call's time, and what it cost. The proxy turns the same record into headers and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from serving.chat._errors import failure_kind
+from serving.execution._execute import Execution, Step, Tried
+from serving.execution._execute import fallback_kind as execution_fallback_kind
+from serving.routing._decision import Decision
+
+if TYPE_CHECKING:
+    from serving._json_types import JSONObject
+
+
+def fallback_kind(execution: Execution) -> str | None:
+    """A short, fixed name for why the cloud answered an edge-first request (None when nothing
+    fell back): context_limit, rejected, accept_error, edge_busy, connection_error, timeout,
+    slow_first_token, http_error, malformed or error (serving.execution._execute.fallback_kind, with the chat
+    client's failure kinds)."""
+    return execution_fallback_kind(execution, failure_kind)
+
+
+@dataclass
+class RoutingInfo:
+    """How one request was served.
+
+    decision: the router's Decision (zone, score, reason, ...).
+    served_by: "edge" or "cloud"; model: the model that answered.
+    fallback_reason: why the cloud answered an edge-first request (None when nothing fell
+        back); fallback_kind: the same as a short fixed name (see `fallback_kind`).
+    steps: each call as a serving.execution._execute.Step (edge, accept, cloud) with its status and
+        seconds; for a stream, a step's seconds run to its first chunk.
+    estimated_cost: the price of every answer the request produced (a rejected edge answer
+        too), from each answer's usage and its endpoint's prices; None when any is unknown.
+        A stream's is known once it has ended, if the server sent usage (ask with
+        stream_options={"include_usage": True}).
+    seconds: from the call to the complete answer (a stream: to its end, once it has ended).
+    request_id: the id under which the router's outcome log recorded the request (for
+        router.feedback), when the router keeps one; None otherwise.
+    tried: N endpoints (RoutedChat(endpoints=...)): each endpoint the cascade reached, in order,
+        and why it was left (serving.execution._execute.Tried: served, error, timeout, busy, context, rejected,
+        forbidden); [] for two endpoints. expected_cost: what the calls made are expected to cost
+        by the endpoints' specs (None without specs, or for two endpoints).
+    """
+
+    decision: Decision
+    served_by: str
+    model: str
+    fallback_reason: str | None
+    fallback_kind: str | None
+    steps: list[Step]
+    estimated_cost: float | None = None
+    seconds: float | None = None
+    request_id: str | None = None
+    tried: list[Tried] = field(default_factory=list)
+    expected_cost: float | None = None
+
+    @classmethod
+    def of(cls, execution: Execution, model: str) -> "RoutingInfo":
+        return cls(
+            execution.decision,
+            execution.served_by,
+            model,
+            execution.fallback_reason,
+            fallback_kind(execution),
+            execution.steps,
+            request_id=getattr(execution, "request_id", None),
+            tried=execution.tried,
+            expected_cost=execution.expected_cost,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision.to_dict(),
+            "served_by": self.served_by,
+            "model": self.model,
+            "fallback_reason": self.fallback_reason,
+            "fallback_kind": self.fallback_kind,
+            "steps": [
+                {"name": s.name, "status": s.status, "seconds": round(s.seconds, 6), "detail": s.detail}
+                for s in self.steps
+            ],
+            "estimated_cost": self.estimated_cost,
+            "seconds": self.seconds,
+            "request_id": self.request_id,
+            **(
+                {"tried": [t.as_record() for t in self.tried], "expected_cost": self.expected_cost}
+                if self.tried
+                else {}
+            ),
+        }
+
+
+@dataclass
+class Completion:
+    """A non-streamed answer: `body` is the chat completion JSON of whichever model served it,
+    exactly as that server sent it (a dict; a key of the client in it reads [redacted]), `routing`
+    how it was served, `text` the assistant text."""
+
+    body: JSONObject
+    routing: RoutingInfo
+    text: str = field(default="", repr=False)

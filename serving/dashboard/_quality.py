@@ -1,0 +1,135 @@
+"""Off-policy quality from the outcome log's feedback: how good the first answers of a routing
+policy would be on the logged traffic.
+
+Each request with feedback ran first on side `a` (the record's `target`), chosen by the logging
+router with probability `p` (`propensity`), and feedback gave the quality `r` of that side's
+answer (a failed edge call is an edge outcome of 0). A policy picks side `b` per request:
+
+- "router": the bundle's own decision, exploration undone (`b = a` unless the request was
+  explored, then the other side): what the bundle does without `explore_rate`;
+- "all edge", "all cloud": the same side for every request.
+
+**SNIPS** (self-normalised inverse propensity scoring): sum(w r) / sum(w), w = 1[a = b] / p.
+`snips` here is the one home of the formula: evaluation.off_policy (what `make promote` and
+`make replay` report) computes its SNIPS with it; tests/test_dashboard.py checks that both give
+the same figure on the same requests.
+
+**Coverage**: a request where `b` differs from `a` and the logging router could not have run `b`
+first (`p` = 1: no exploration, a prompt over the edge context, a policy's forbid) carries no
+information about `b`. Coverage is the share of requests where `b` had a non-zero probability;
+below 1 the estimate speaks for the covered requests only (all edge without exploration: the
+edge-first ones), and the page says so.
+
+Requests logged with a propensity below MIN_PROPENSITY are left out and counted (a weight above
+1 / MIN_PROPENSITY would let one request dominate; evaluation.off_policy's floor).
+95% interval: percentile bootstrap over requests, BOOTSTRAP_ROUNDS resamples, fixed seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from serving.dashboard._summary import Outcomes, RequestSummary
+
+MIN_PROPENSITY = 0.01  # evaluation.off_policy.MIN_PROPENSITY
+BOOTSTRAP_ROUNDS = 500
+POLICIES = ("router", "all edge", "all cloud")
+
+
+@dataclass(frozen=True)
+class PolicyEstimate:
+    """One policy's estimated first-answer quality: `estimate` None when no request agrees with it."""
+
+    policy: str
+    estimate: float | None
+    ci95: tuple[float, float] | None
+    agreeing: int  # requests where the policy picks the side that ran
+    coverage: float  # share of requests where the policy's side had a non-zero probability
+
+
+@dataclass(frozen=True)
+class QualityView:
+    """The feedback panel: how many requests carry an outcome of the side that ran first, their
+    observed mean (the logging router's, exploration included), and each policy's estimate."""
+
+    labelled: int
+    unlabelled: int
+    below_floor: int
+    observed: float | None
+    estimates: tuple[PolicyEstimate, ...]
+
+
+def _other(side: str) -> str:
+    return "cloud" if side == "edge" else "edge"
+
+
+def snips(agree: np.ndarray, propensity: np.ndarray, reward: np.ndarray) -> float | None:
+    """sum(w r) / sum(w) with w = agree / propensity; None when no request agrees."""
+    weights = agree / propensity
+    total = float(weights.sum())
+    return float((weights * reward).sum() / total) if total > 0 else None
+
+
+def _interval(agree: np.ndarray, propensity: np.ndarray, reward: np.ndarray) -> tuple[float, float] | None:
+    rng = np.random.default_rng(0)
+    n = len(agree)
+    draws = []
+    for _ in range(BOOTSTRAP_ROUNDS):
+        index = rng.integers(0, n, n)
+        value = snips(agree[index], propensity[index], reward[index])
+        if value is not None:
+            draws.append(value)
+    if not draws:
+        return None
+    low, high = np.percentile(np.asarray(draws), [2.5, 97.5])
+    return float(low), float(high)
+
+
+def estimate_quality(requests: Sequence[RequestSummary], outcomes: Mapping[str, Outcomes]) -> QualityView | None:
+    """The feedback panel (module doc) for `requests`, whose outcomes `outcomes` holds by request
+    id; None when no request has the outcome of the side that ran first."""
+    first, explored, propensity, reward = [], [], [], []
+    unlabelled = below_floor = 0
+    for request in requests:
+        known = outcomes.get(request.request_id or "")
+        r = known.of(request.target) if known is not None else None
+        if r is None or request.target not in ("edge", "cloud"):
+            unlabelled += 1
+            continue
+        p = 1.0 if request.propensity is None else request.propensity
+        if p < MIN_PROPENSITY:
+            below_floor += 1
+            continue
+        first.append(request.target)
+        explored.append(request.explored)
+        propensity.append(p)
+        reward.append(r)
+    if not first:
+        return None
+    p_arr, r_arr = np.asarray(propensity, np.float64), np.asarray(reward, np.float64)
+    picks = {
+        "router": [_other(a) if e else a for a, e in zip(first, explored)],
+        "all edge": ["edge"] * len(first),
+        "all cloud": ["cloud"] * len(first),
+    }
+    estimates = []
+    for policy in POLICIES:
+        agree = np.asarray([b == a for a, b in zip(first, picks[policy])], np.float64)
+        covered = (agree > 0) | (p_arr < 1.0)
+        value = snips(agree, p_arr, r_arr)
+        estimates.append(
+            PolicyEstimate(
+                policy,
+                value,
+                _interval(agree, p_arr, r_arr) if value is not None else None,
+                int(agree.sum()),
+                float(covered.mean()),
+            )
+        )
+    return QualityView(len(first), unlabelled, below_floor, float(r_arr.mean()), tuple(estimates))

@@ -1,0 +1,657 @@
+"""Carrying out a decision: its cascade, one endpoint after another, until an answer stands.
+
+execute() runs plain callables, aexecute() coroutines; both follow the same rules, which live in
+one place (_Cascade: what to call next, whether an answer stands, what the trace and the fallback
+reason say), and return the same Execution. Router.execute, the routed chat client (serving.chat,
+its streams too) and the proxy all come here.
+
+The calls: `endpoints` maps each endpoint's name to its call (a two-endpoint app may spell them
+`edge=` and `cloud=`). Each gets the prompt text, or a request object with a `prompt` attribute
+(Routable, such as serving.chat's ChatRequest), as given; each Step keeps what its call returned
+(`Step.result`), so a caller can read every answer a request produced, a rejected one too.
+
+The order is the decision's `cascade` (a two-endpoint bundle's edge zone is the edge then the
+cloud should the edge's call fail; serving.routing._decision). Each endpoint in it is left for the next when:
+- the policy forbids it (Decision.forbidden, by name; "cloud" forbids every endpoint whose spec runs
+  in the cloud, "edge" every one on the device): it is never called, a fallback included
+  ("forbidden"). A side forbidden without the specs that say where the endpoints run is a
+  ValueError before any call;
+- the prompt's tokens exceed its context limit (`specs[name].context_tokens`): not called ("context");
+- the call raises ("error"), overruns its timeout ("timeout": `timeouts[name]`, or what is left
+  before `deadline`), or finds every pool worker held by overrunning calls ("busy");
+- the `accept` check rejects its answer, or raises ("rejected"): it reads the answers of the
+  decision's `checked` endpoints (every answer but the last with verify_edge_zone=True); the last
+  endpoint's answer always stands.
+The first answer that is not left is served. Execution.tried lists each endpoint reached, in
+order, with why it was left (Tried), and Execution.expected_cost what the calls made are expected
+to cost (each called endpoint's Endpoint.call_cost at the prompt's input tokens and `output_tokens`
+expected answer tokens; None when a called endpoint has no record or no price). When no endpoint serves:
+FallbackForbidden (serving.policy) naming the rule if the policy forbade an endpoint, else
+EndpointsFailed (a CloudCallError) naming every attempt.
+
+Workers. A plain callable with a timeout (`timeouts`, `edge_timeout_s`) runs on an EdgePool: a fixed set
+of daemon threads (4 by default, started on first use) shared by every execute() call in
+the process, or pass `edge_pool=EdgePool(n)`, e.g. one per edge device, so that one
+device hanging does not hold the other's workers. To resize the shared pool, set
+`serving.execution._execute.default_edge_pool = EdgePool(n)` at start-up. A call waits up to its
+timeout in all for a free worker and for the answer. Python cannot stop a thread, so a call
+that overruns keeps its worker until it returns; when every worker is held that way, calls do
+not wait and do not start threads: the endpoint is left as "busy" (its step "skipped") and the
+next one serves, until the calls return. Without a timeout the call runs in the caller's
+thread, and may block it. A coroutine (aexecute) that overruns is cancelled instead.
+
+So write a callable that stops on its own soon after the timeout, so that an
+overrun frees its worker:
+- an HTTP or socket client: give it its own timeout no longer than edge_timeout_s,
+  e.g. `session.post(url, json={"prompt": prompt}, timeout=edge_timeout_s)`;
+- a generation loop: check a deadline (or a threading.Event that the host sets) between
+  tokens and raise when it has passed:
+
+      def edge(prompt):
+          deadline = time.monotonic() + EDGE_TIMEOUT_S
+          tokens = []
+          for token in model.generate(prompt):
+              if time.monotonic() > deadline:
+                  raise TimeoutError("edge generation overran")
+              tokens.append(token)
+          return "".join(tokens)
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, TypeVar, Union
+
+import serving.monitoring._telemetry as telemetry
+from serving._contract import CLOUD, EDGE, SIDE_OF
+from serving.execution._steps import (  # the records, the errors and the call timing
+    REASON_CHARS,
+    CloudCallError,
+    EdgeBusy,
+    EndpointsFailed,
+    Execution,
+    Step,
+    Tried,
+)
+from serving.execution._steps import timed_step as _step
+from serving.execution._steps import within_deadline as _within
+from serving.routing._decision import Decision
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeAlias
+
+    from serving.endpoints._record import Endpoint
+
+    # An edge call queued for a worker: the callable, its prompt (or request), and where its answer goes.
+    # Answers are Any here and below: an edge or cloud callable returns whatever the app's client does.
+    Job: TypeAlias = tuple[Callable[[Any], Any], Any, Future[Any]]
+    # The accept check: answer -> its verdict, read by its truth (a bool, or serving.scoring._acceptance's Verdict).
+    AcceptCheck: TypeAlias = Callable[[Any], object]
+
+
+__all__ = [
+    "REASON_CHARS",
+    "CloudCallError",
+    "EdgeBusy",
+    "EdgePool",
+    "EndpointsFailed",
+    "Execution",
+    "Routable",
+    "Step",
+    "Subject",
+    "Tried",
+    "aexecute",
+    "check_names",
+    "default_edge_pool",
+    "execute",
+    "failure_kind",
+    "fallback_kind",
+    "prompt_text",
+    "tried_text",
+]
+
+
+class Routable(Protocol):
+    """A request the router routes by its text: `prompt`. Router.execute passes the object itself
+    to the edge and cloud calls, so they get everything the request carries (serving.chat.ChatRequest)."""
+
+    @property
+    def prompt(self) -> str: ...
+
+
+# What execute() hands the edge and cloud calls: the prompt text, or a Routable request.
+Subject = TypeVar("Subject", bound=Union[str, Routable])
+
+
+def prompt_text(subject: object) -> str:
+    """The text routed for `subject`: the string itself, or a Routable's `prompt`; TypeError for anything else."""
+    text = subject if isinstance(subject, str) else getattr(subject, "prompt", None)
+    if not isinstance(text, str):
+        raise TypeError(
+            f"prompt must be str, or a request whose .prompt is str (serving.execution._execute.Routable), "
+            f"got {type(subject).__name__}"
+        )
+    return text
+
+
+# Routing is CPU-bound (tokenization, the model, the policy's detectors: a 4 MiB prompt takes a
+# second or more), so the async calls (Router.aexecute, aexecute_endpoints) route a prompt of more
+# than INLINE_CHARS characters on a worker thread, and the event loop serves other requests
+# meanwhile (the proxy's /health among them). A shorter prompt routes inline: it takes 0.2-0.6 ms,
+# about the price of the hop to a thread and back (0.13 ms). One thread: a long prompt's routing
+# holds the GIL nearly throughout (regular expressions, Python), so a second adds no speed, and
+# each is one more the event loop waits for to get the GIL back (the proxy's /health with four
+# 4 MiB prompts in progress waited up to 0.46-0.48 s with two threads, 0.24-0.30 s with one).
+ROUTING_THREADS = 1
+INLINE_CHARS = 2_048
+_routing_pool: ThreadPoolExecutor | None = None
+_routing_pool_lock = threading.Lock()
+Result = TypeVar("Result")
+
+
+async def off_loop(subject: object, fn: Callable[..., Result], *args: Any) -> Result:
+    """fn(*args) for routing `subject` (a prompt, or a request whose `prompt` is the text): on the
+    routing thread when its text is longer than INLINE_CHARS (in a copy of this context), else here."""
+    global _routing_pool
+    text = subject if isinstance(subject, str) else getattr(subject, "prompt", None)
+    if not isinstance(text, str) or len(text) <= INLINE_CHARS:
+        return fn(*args)
+    import asyncio  # the SDK loads no asyncio until an async call
+    import contextvars
+    import functools
+
+    with _routing_pool_lock:
+        if _routing_pool is None:
+            _routing_pool = ThreadPoolExecutor(ROUTING_THREADS, thread_name_prefix="serving-routing")
+        pool = _routing_pool
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+
+def failure_kind(error: BaseException | None) -> str:
+    """A short, fixed name for why a call failed (a metrics label, a span attribute, a response
+    header): none, edge_busy, timeout, connection_error or error. serving.chat._errors.failure_kind
+    adds the chat client's own kinds."""
+    if error is None:
+        return "none"
+    if isinstance(error, EdgeBusy):
+        return "edge_busy"
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    if isinstance(error, ConnectionError):
+        return "connection_error"
+    return "error"
+
+
+def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
+    """A short, fixed name for why the endpoint before the serving one was left (None when the
+    first one reached served): context_limit, rejected, accept_error, forbidden, or its error's
+    kind (`kind_of`: edge_busy, timeout, connection_error, error, or the chat client's own)."""
+    left = execution.tried[:-1]
+    if not left:
+        return None
+    last = left[-1]
+    if last.outcome == "context":
+        return "context_limit"
+    if last.outcome == "forbidden":
+        return "forbidden"
+    if last.outcome == "rejected":
+        return "accept_error" if last.error else "rejected"
+    return kind_of(last.exception)
+
+
+class EdgePool:
+    """Runs edge calls on at most `size` reused daemon threads (see the module doc)."""
+
+    def __init__(self, size: int = 4):
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"size={size!r}: an edge pool needs at least one worker")
+        self.size = size
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._free = threading.Semaphore(self.size)  # workers not running a call
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._overrunning = 0  # calls whose caller timed out; each still holds a worker
+
+    @property
+    def overrunning(self) -> int:
+        """How many workers are held by calls that overran their timeout."""
+        return self._overrunning
+
+    def call(self, fn: Callable[[Subject], Any], prompt: Subject, timeout_s: float) -> Any:
+        """fn(prompt) on a worker. TimeoutError if it has not returned within timeout_s (the
+        worker stays with it), EdgeBusy if no worker came free in that time."""
+        if self._pid != os.getpid():  # a forked child inherits this state but none of the threads
+            self._reset()
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        if self._overrunning >= self.size or not self._free.acquire(timeout=max(0.0, timeout_s)):
+            raise EdgeBusy(
+                f"edge busy: all {self.size} edge workers are running earlier calls"
+                f" ({self._overrunning} past their timeout)"
+            )
+        try:
+            self._start_workers()
+        except BaseException:
+            self._free.release()
+            raise
+        future: Future[Any] = Future()
+        self._jobs.put((fn, prompt, future))
+        try:
+            future.exception(timeout=max(0.0, deadline - time.monotonic()))  # waits; raises only on timeout
+        except FutureTimeout:
+            with self._lock:
+                self._overrunning += 1
+            future.add_done_callback(self._overrun_ended)  # runs at once if the call has just returned
+            raise TimeoutError(f"edge call exceeded {timeout_s:g} s") from None
+        return future.result()
+
+    def _overrun_ended(self, _future: Future[Any]) -> None:
+        with self._lock:
+            self._overrunning -= 1
+
+    def _start_workers(self) -> None:
+        if len(self._workers) == self.size:
+            return
+        with self._lock:
+            while len(self._workers) < self.size:
+                worker = threading.Thread(
+                    target=_serve, args=(self._jobs, self._free), daemon=True, name=f"edge-worker-{len(self._workers)}"
+                )
+                worker.start()
+                self._workers.append(worker)
+
+
+def _serve(jobs: queue.SimpleQueue[Job], free: threading.Semaphore) -> None:
+    """An edge worker: runs queued calls one after another, for the life of the process."""
+    while True:
+        fn, prompt, future = jobs.get()
+        try:
+            future.set_result(fn(prompt))
+        except BaseException as exc:  # re-raised in the caller's thread
+            future.set_exception(exc)
+        finally:
+            free.release()
+            del fn, prompt, future  # keep nothing of a finished call
+
+
+default_edge_pool = EdgePool()
+
+
+OUTCOMES = ("served", "error", "timeout", "busy", "context", "rejected", "forbidden")
+
+
+def tried_text(tried: list[Tried]) -> str:
+    """Every attempt as `name=outcome`, comma-separated (the proxy's x-router-tried header)."""
+    return ",".join(t.label() for t in tried)
+
+
+def check_names(endpoints: Mapping[str, object], what: str = "endpoints", *, callables: bool = False) -> None:
+    """ValueError unless every key is an endpoint name (serving.endpoints._record.NAME_SHAPE: it is written
+    to logs and headers as is); with `callables`, TypeError unless every value is callable."""
+    from serving.endpoints._record import NAME_SHAPE
+
+    if not endpoints:
+        raise ValueError(f"{what} is empty: give at least one endpoint name -> call")
+    for name, call in endpoints.items():
+        if not isinstance(name, str) or not NAME_SHAPE.fullmatch(name):
+            raise ValueError(f"{what}: {name!r} is not an endpoint name (letters, digits, _ . : -; at most 64)")
+        if callables and not callable(call):
+            raise TypeError(f"{what}[{name!r}] must be a callable taking the prompt (or request)")
+
+
+def named_calls(
+    edge: object, cloud: object, endpoints: Mapping[str, Callable[[Any], Any]] | None
+) -> Mapping[str, Callable[[Any], Any]]:
+    """The calls by endpoint name: `endpoints`, or edge= and cloud= as the endpoints "edge" and
+    "cloud"; TypeError for a mix, or neither."""
+    if endpoints is not None:
+        if edge is not None or cloud is not None:
+            raise TypeError("give edge= and cloud=, or endpoints=, not both")
+        return endpoints
+    if edge is None or cloud is None:
+        raise TypeError("execute() needs endpoints= (name -> call), or edge= and cloud=")
+    return {EDGE: edge, CLOUD: cloud}  # type: ignore[dict-item]  # checked as callables by _Cascade
+
+
+class _Cascade:
+    """The rules of one request (module doc), without the calls: what to call next, why each
+    endpoint was left, the Execution or the error. execute() and aexecute() make the calls."""
+
+    def __init__(
+        self,
+        decision: Decision,
+        endpoints: Mapping[str, Any],
+        *,
+        specs: Mapping[str, Endpoint] | None,
+        accept: AcceptCheck | None,
+        verify_edge_zone: bool,
+        output_tokens: float = 0.0,
+        timeouts: Mapping[str, float] | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.decision = decision
+        self.output_tokens = output_tokens
+        self.order = decision.cascade
+        check_names(endpoints, callables=True)
+        missing = [name for name in self.order if name not in endpoints]
+        if missing:
+            raise ValueError(
+                f"the decision's order {', '.join(self.order)} names {', '.join(map(repr, missing))}, which "
+                f"endpoints= does not have (it has {', '.join(endpoints)}): give a call for every endpoint of the bundle"
+            )
+        self.specs = specs or {}
+        for side in (EDGE, CLOUD):
+            unplaced = [n for n in self.order if n != side and getattr(self.specs.get(n), "where", None) is None]
+            if side in decision.forbidden and side not in endpoints and unplaced:
+                raise ValueError(
+                    f"the policy forbids every {side} endpoint ('{decision.rule}'), and specs= does not say where "
+                    f"{', '.join(unplaced)} run: give each endpoint's spec (serving.endpoints._record) so that none is called by mistake"
+                )
+        self.accept = accept
+        self.checked = frozenset(self.order if verify_edge_zone else decision.checked) if accept else frozenset()
+        self.timeouts = timeouts or {}
+        self.deadline = deadline
+        self.steps: list[Step] = []
+        self.tried: list[Tried] = []
+        self.first_error: BaseException | None = None
+        self._forbade: str | None = None  # the first forbidden endpoint the cascade reached
+        self._why = ""  # why the last endpoint left was left, in words (the fallback reason's end)
+
+    def to_call(self) -> list[tuple[str, bool]]:
+        """(name, whether it is the last of the order) of each endpoint, in order."""
+        return [(name, i == len(self.order) - 1) for i, name in enumerate(self.order)]
+
+    def callable_now(self, name: str) -> bool:
+        """Whether to call `name`; a forbidden endpoint, a prompt over its context or a passed
+        deadline is recorded as left."""
+        if self._forbidden(name):
+            self._forbade = self._forbade or name
+            self._why = f"policy '{self.decision.rule}' forbids it"
+            self.tried.append(Tried(name, "forbidden"))
+            return False
+        spec = self.specs.get(name)
+        if spec is not None and not spec.fits(self.decision.n_tokens):
+            self._why = f"prompt of ~{self.decision.n_tokens} tokens exceeds the context limit of {spec.context_tokens}"
+            self.steps.append(Step(name, "skipped", 0.0, self._why))
+            self.tried.append(Tried(name, "context"))
+            return False
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.steps.append(Step(name, "skipped", 0.0, "the request's deadline has passed"))
+            self.failed(name, TimeoutError("the request's deadline has passed"))
+            return False
+        return True
+
+    def timeout(self, name: str) -> float | None:
+        """The call's time limit: its own timeout, cut to what is left before the deadline."""
+        limit = self.timeouts.get(name)
+        if self.deadline is None:
+            return limit
+        left = max(0.0, self.deadline - time.monotonic())
+        return left if limit is None else min(limit, left)
+
+    def _forbidden(self, name: str) -> bool:
+        """Forbidden by name, or as a side: "cloud" forbids every endpoint whose spec runs in the
+        cloud, "edge" every one on the device (a policy written for two endpoints keeps its meaning)."""
+        forbidden = self.decision.forbidden
+        if name in forbidden:
+            return True
+        spec = self.specs.get(name)
+        return spec is not None and spec.where is not None and SIDE_OF[spec.where] in forbidden
+
+    def _cost(self, name: str) -> float | None:
+        spec = self.specs.get(name)
+        return None if spec is None else spec.call_cost(self.decision.n_tokens, self.output_tokens)
+
+    def failed(self, name: str, error: BaseException) -> None:
+        """The call raised, timed out, or found no free worker."""
+        outcome = "busy" if isinstance(error, EdgeBusy) else "timeout" if isinstance(error, TimeoutError) else "error"
+        if self.first_error is None and not self.tried and (name != self.order[-1] or self.decision.forbidden):
+            self.first_error = error  # the first endpoint's error, when another was to follow (or was forbidden)
+        self._why = str(error) if isinstance(error, EdgeBusy) else repr(error)
+        seconds = self.steps[-1].seconds if self.steps else 0.0
+        self.tried.append(Tried(name, outcome, seconds, type(error).__name__, self._cost(name), error))
+
+    def stands(self, name: str, response: Any, last: bool) -> bool:
+        """Whether the answer is served: an unchecked one, and the last one of the order unless the
+        policy forbade what would follow it; a checked one when `accept` holds."""
+        seconds = self.steps[-1].seconds
+        if name not in self.checked or (last and not self.decision.forbidden):
+            self.tried.append(Tried(name, "served", seconds, None, self._cost(name)))
+            return True
+        assert self.accept is not None  # checked is empty without it
+        try:
+            with _step(self.steps, "accept"):
+                accepted = bool(self.accept(response))
+        except Exception as exc:
+            if self.first_error is None and not self.tried:
+                self.first_error = exc  # what the next endpoint answered after, as a failed call's error
+            self._why = f"the accept check raised {exc!r}"
+            self.tried.append(Tried(name, "rejected", seconds, type(exc).__name__, self._cost(name), exc))
+            return False
+        if not accepted:
+            self._why = "the accept check rejected its answer"
+            self.steps[-1].status = "rejected"
+            self.tried.append(Tried(name, "rejected", seconds, None, self._cost(name)))
+            return False
+        self.tried.append(Tried(name, "served", seconds, None, self._cost(name)))
+        return True
+
+    def _reason(self) -> str:
+        return "; ".join(t.label() for t in self.tried)
+
+    def served(self, response: Any, name: str) -> Execution:
+        left = self.tried[:-1]
+        reason = code = None
+        if left:
+            code = f"left {', '.join(t.label() for t in left)}"
+            reason = (f"{code}: {self._why}" if self._why else code)[:REASON_CHARS]
+            code = code[:REASON_CHARS]
+        execution = Execution(
+            response, name, self.decision, reason, self.steps, edge_error=self.first_error, fallback_code=code
+        )
+        execution.tried = self.tried
+        execution.expected_cost = self.expected_cost()
+        return execution
+
+    def expected_cost(self) -> float | None:
+        costs = [t.cost for t in self.tried]
+        return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
+
+    def last_error(self) -> BaseException | None:
+        """The error of the last endpoint called (the cause of EndpointsFailed)."""
+        return next((t.exception for t in reversed(self.tried) if t.exception is not None), None)
+
+    def exhausted(self) -> Exception:
+        """The error when no endpoint served (module doc)."""
+        if self._forbade is None and self.decision.rule is not None:
+            # The chooser leaves forbidden endpoints out of the cascade: the policy is still why none is left.
+            self._forbade = next((name for name in self.decision.forbidden if name not in self.order), None)
+        if self._forbade is not None:
+            from serving.policy._errors import FallbackForbidden
+
+            rule = self.decision.rule or "(unnamed)"
+            error: Exception = FallbackForbidden(
+                f"policy '{rule}' forbids {self._forbade}, and no allowed endpoint served: {self._reason()}"
+                + (f" ({self._why})" if self._why and not self.last_error() else ""),
+                rule=rule,
+                endpoint=self._forbade,
+                edge_error=self.first_error,
+                steps=self.steps,
+                decision=self.decision,
+            )
+            error.tried = self.tried  # type: ignore[attr-defined]  # read by the proxy and the outcome log
+            return error
+        errors = "; ".join(f"{t.endpoint}: {t.exception}" for t in self.tried if t.exception is not None)
+        return EndpointsFailed(
+            f"no endpoint served: {self._reason()}" + (f" ({errors})" if errors else ""),
+            tried=self.tried,
+            steps=self.steps,
+            decision=self.decision,
+            first_error=self.first_error,
+        )
+
+
+def execute(
+    decision: Decision,
+    prompt: Subject,
+    *,
+    endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
+    edge: Callable[[Subject], Any] | None = None,
+    cloud: Callable[[Subject], Any] | None = None,
+    specs: Mapping[str, Endpoint] | None = None,
+    edge_context_tokens: int | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    edge_timeout_s: float | None = None,
+    accept: AcceptCheck | None = None,
+    verify_edge_zone: bool = False,
+    edge_pool: EdgePool | None = None,
+    output_tokens: float = 0.0,
+    deadline: float | None = None,
+) -> Execution:
+    """Carry out a routing decision (module doc): each endpoint's call in the decision's cascade,
+    `endpoints` name -> call (or edge= and cloud=); `specs` name -> serving.endpoints._record.Endpoint
+    (context limits, prices, where each runs; edge_context_tokens: the edge's context limit),
+    `timeouts` name -> seconds (edge_timeout_s: the edge's), on `edge_pool` (default the process's shared one); `deadline` a time.monotonic()
+    value no call outlives; `output_tokens` the answer tokens Execution.expected_cost prices."""
+    with telemetry.request() as trace:  # joins the request's span when a caller opened one
+        trace.decided(decision)
+        calls = named_calls(edge, cloud, endpoints)
+        cascade = _cascade(
+            decision,
+            calls,
+            specs,
+            edge_context_tokens,
+            accept,
+            verify_edge_zone,
+            output_tokens,
+            timeouts,
+            edge_timeout_s,
+            deadline,
+        )
+        execution = _run(cascade, prompt, calls, edge_pool or default_edge_pool)
+        trace.executed(execution, fallback_kind)
+    return execution
+
+
+def _cascade(
+    decision: Decision,
+    calls: Mapping[str, Callable[[Any], Any]],
+    specs: Mapping[str, Endpoint] | None,
+    edge_context_tokens: int | None,
+    accept: AcceptCheck | None,
+    verify_edge_zone: bool,
+    output_tokens: float,
+    timeouts: Mapping[str, float] | None,
+    edge_timeout_s: float | None,
+    deadline: float | None,
+) -> _Cascade:
+    """The rules of one execute() or aexecute(), their two-endpoint spellings (edge_context_tokens,
+    edge_timeout_s) read as the edge's spec and timeout."""
+    return _Cascade(
+        decision,
+        calls,
+        specs=_specs(specs, edge_context_tokens),
+        accept=accept,
+        verify_edge_zone=verify_edge_zone,
+        output_tokens=output_tokens,
+        timeouts=_timeouts(timeouts, edge_timeout_s),
+        deadline=deadline,
+    )
+
+
+def _specs(specs: Mapping[str, Endpoint] | None, edge_context_tokens: int | None) -> Mapping[str, Endpoint] | None:
+    """The endpoints' specs: `specs`, and edge_context_tokens as the edge's context limit."""
+    if edge_context_tokens is None:
+        return specs
+    from serving.endpoints._record import two_endpoints
+
+    return {EDGE: two_endpoints(edge_context_tokens)[0], **(specs or {})}
+
+
+def _timeouts(timeouts: Mapping[str, float] | None, edge_timeout_s: float | None) -> Mapping[str, float] | None:
+    if edge_timeout_s is None:
+        return timeouts
+    return {EDGE: edge_timeout_s, **(timeouts or {})}
+
+
+def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any]], pool: EdgePool) -> Execution:
+    for name, last in cascade.to_call():
+        if not cascade.callable_now(name):
+            continue
+        call, limit = calls[name], cascade.timeout(name)
+        try:
+            with _step(cascade.steps, name, endpoint=name) as step:
+                if limit is None:
+                    step.result = response = call(prompt)
+                else:
+                    step.result = response = pool.call(call, prompt, limit)
+        except Exception as exc:
+            cascade.failed(name, exc)
+            continue
+        if cascade.stands(name, response, last):
+            return cascade.served(response, name)
+    raise cascade.exhausted() from cascade.last_error()
+
+
+async def aexecute(
+    decision: Decision,
+    prompt: Subject,
+    *,
+    endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
+    edge: Callable[[Subject], Awaitable[Any]] | None = None,
+    cloud: Callable[[Subject], Awaitable[Any]] | None = None,
+    specs: Mapping[str, Endpoint] | None = None,
+    edge_context_tokens: int | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    edge_timeout_s: float | None = None,
+    accept: AcceptCheck | None = None,
+    verify_edge_zone: bool = False,
+    output_tokens: float = 0.0,
+    deadline: float | None = None,
+) -> Execution:
+    """execute() for coroutines: each call an async callable taking the prompt (or request). The
+    same rules (_Cascade) and the same Execution; a call that overruns its timeout is cancelled (a
+    coroutine can be stopped, unlike a thread, so no worker pool is needed) and the next endpoint
+    serves. `accept` is a plain callable run in the event loop; keep it quick. asyncio only."""
+    with telemetry.request() as trace:
+        trace.decided(decision)
+        calls = named_calls(edge, cloud, endpoints)
+        cascade = _cascade(
+            decision,
+            calls,
+            specs,
+            edge_context_tokens,
+            accept,
+            verify_edge_zone,
+            output_tokens,
+            timeouts,
+            edge_timeout_s,
+            deadline,
+        )
+        execution = await _arun(cascade, prompt, calls)
+        trace.executed(execution, fallback_kind)
+    return execution
+
+
+async def _arun(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> Execution:
+    for name, last in cascade.to_call():
+        if not cascade.callable_now(name):
+            continue
+        try:
+            with _step(cascade.steps, name, endpoint=name) as step:
+                step.result = response = await _within(calls[name](prompt), cascade.timeout(name), f"{name} call")
+        except Exception as exc:
+            cascade.failed(name, exc)
+            continue
+        if cascade.stands(name, response, last):
+            return cascade.served(response, name)
+    raise cascade.exhausted() from cascade.last_error()

@@ -1,0 +1,431 @@
+"""Learning from the app's own traffic, on the SDK side: exploration, shadow runs, and the
+outcome records of serving.monitoring._outcome_log.
+
+Exploration (`explore_rate`, default 0): with that probability a request goes to the side
+the router did not choose first: an edge-first request to the cloud, a cloud-first one to
+the edge with the cloud as fallback (prompts over the edge context limit are never
+explored). Each record carries the probability with which the logging policy chose the
+side it ran first (`propensity`: 1 - explore_rate, or explore_rate when explored, 1 when
+exploration was impossible, as for a request whose policy forbids an endpoint), which
+training's inverse-propensity weights and the off-policy estimators need: both sides must have a non-zero probability for a learned
+router to be judged on what it would do differently. 0.05-0.1 is a reasonable start: it
+costs at most that share of requests a less suitable first model.
+
+Shadow runs (`shadow_rate`, default 0): on that share of requests, after the answer was
+served, the side that did not answer runs too, on a background thread (at most
+`max_shadows` at once; when busy the shadow run is skipped), and its answer is logged
+(`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
+An endpoint the policy forbids for a request (Decision.forbidden) is neither explored nor shadowed.
+
+N-endpoint bundles: a decision is explored on its first
+endpoint and never shadowed. With probability `explore_rate` the first endpoint is drawn uniformly
+among the k endpoints feasible for the request (feasible_first: the ones the policy and the
+request's needs allow, Decision.forbidden, whose context holds the prompt; never a forbidden one),
+and the cascade becomes that endpoint, then the decision's cascade in its order without it. The
+record's `endpoint` is the endpoint run first and `propensity` the probability that the logging
+policy chose it: 1 - explore_rate + explore_rate / k for the decided endpoint (explored or drawn
+again), explore_rate / k for each other; `explored` is true when it is not the decided one; k = 1
+(a forced endpoint, one capable endpoint) is propensity 1, never explored.
+`router.feedback(request_id, outcomes={endpoint: quality})` gives any endpoint's outcome
+(docs/endpoints.md#from-your-traffic-to-n-endpoint-training-rows).
+
+Every request record has one shape, whatever the bundle: `endpoint` (run first), `endpoints` (the
+bundle's), `cascade`, `tried` and `outcomes` (the observed failures), beside what a two-endpoint
+record always held (zone, target, edge_quality / cloud_quality: what readers of two-endpoint logs
+read, data.sdk_logs among them); the served answer is `edge_response` / `cloud_response` from the
+endpoints named edge and cloud, else `response`.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+
+import serving.monitoring._telemetry as telemetry
+from serving._contract import CLOUD, EDGE
+from serving.monitoring._outcome_log import LOG_FORMAT, OutcomeLog, answer_text, new_request_id
+from serving.routing._decision import Decision
+
+if TYPE_CHECKING:
+    import asyncio
+    from types import TracebackType
+    from typing import Literal
+
+    from typing_extensions import TypeAlias
+
+    from serving.execution._execute import AcceptCheck, Execution
+    from serving.monitoring._outcome_log import Record
+    from serving.monitoring._telemetry import Attempt
+    from serving.routing._request import Request as RouterRequest
+    from serving.routing._stages import Routing
+
+    # An edge or cloud call: prompt (or request) -> the answer, whatever the app's client returns
+    # (or, with aexecute, an awaitable of it); Any, as serving.execution._execute takes them.
+    Call: TypeAlias = Callable[[Any], Any]
+
+
+FAILED = ("error", "timeout")  # the outcomes of serving.execution._execute.Tried that are an endpoint's failure
+
+
+def _rate(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r}: must be a number in [0, 1]")
+    return float(value)
+
+
+def _quality(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r}: must be a number in [0, 1] (1 = a good answer)")
+    return float(value)
+
+
+def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, float]:
+    """Feedback's `outcomes` checked: a non-empty mapping of endpoint names among `names` to qualities
+    in [0, 1]; ValueError naming the endpoint otherwise."""
+    if not isinstance(outcomes, Mapping):
+        raise ValueError(f"outcomes must be a mapping {{endpoint: quality}}, got {type(outcomes).__name__}")
+    if not outcomes:
+        raise ValueError("outcomes is empty: give at least one endpoint's quality")
+    checked = {}
+    for name, quality in outcomes.items():
+        if name not in names:
+            raise ValueError(
+                f"outcomes names {str(name)[:80]!r}, which is not an endpoint of this router ({', '.join(names)})"
+            )
+        value = _quality(f"outcomes[{name!r}]", quality)
+        if value is None:
+            raise ValueError(f"outcomes[{name!r}]=None: must be a number in [0, 1] (1 = a good answer)")
+        checked[name] = value
+    return checked
+
+
+class Traffic:
+    """A router's exploration, shadow runs and outcome records (module doc)."""
+
+    def __init__(
+        self,
+        log: OutcomeLog | None,
+        *,
+        explore_rate: float = 0.0,
+        shadow_rate: float = 0.0,
+        max_shadows: int = 4,
+        seed: int | None = None,
+    ) -> None:
+        if log is not None and not isinstance(log, OutcomeLog):
+            raise TypeError(f"log must be a serving.monitoring._outcome_log.OutcomeLog, got {type(log).__name__}")
+        self.log = log
+        self.explore_rate, self.shadow_rate = _rate("explore_rate", explore_rate), _rate("shadow_rate", shadow_rate)
+        if (self.explore_rate or self.shadow_rate) and log is None:
+            raise ValueError(
+                "explore_rate and shadow_rate need an outcome log (log=OutcomeLog(folder)): "
+                "exploring without recording what happened teaches nothing"
+            )
+        self._random = random.Random(seed)
+        self._shadows = threading.BoundedSemaphore(max_shadows)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.shadows_skipped = 0
+
+    def explore(self, decision: Decision, routing: Routing) -> tuple[Decision, bool, float]:
+        """(the decision to carry out, whether it was explored, its propensity): as the bundle's
+        rule explores (serving.routing._chooser: Bands flips a zone, Choice draws the first endpoint)."""
+        chooser = routing.chooser
+        return chooser.rule.explored(decision, chooser, self.explore_rate, self._random)
+
+    def request(
+        self,
+        routing: Routing,
+        request: RouterRequest,
+        decision: Decision,
+        *,
+        accept: AcceptCheck | None,
+        calls: Mapping[str, Call],
+        request_id: str | None,
+        asynchronous: bool = False,
+        shadow: bool = True,
+    ) -> "LoggedRequest | None":
+        """The logged request for one execute() (None without a log: nothing to record); `calls`
+        the endpoints' calls, of which a shadow run makes one (shadow=False: none)."""
+        if self.log is None:
+            return None
+        return LoggedRequest(
+            self,
+            routing,
+            request,
+            decision,
+            log=self.log,
+            accept=accept,
+            calls=calls if shadow else None,
+            request_id=request_id,
+            asynchronous=asynchronous,
+        )
+
+    def feedback(
+        self,
+        request_id: str,
+        *,
+        edge_quality: float | None = None,
+        cloud_quality: float | None = None,
+        outcomes: Mapping[str, float] | None = None,
+        endpoints: tuple[str, ...] = (EDGE, CLOUD),
+        source: str | None = None,
+    ) -> bool:
+        """Append a later outcome for a request; False when there is no log or it dropped the record.
+        `outcomes` ({endpoint: quality}, naming the router's `endpoints`), for every bundle: a feedback
+        record with `outcomes`; for the endpoints edge and cloud, the other spelling of edge_quality /
+        cloud_quality, written as they are (what readers of two-endpoint logs read), which only they
+        take. ValueError for bad input."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
+        two = tuple(endpoints) == (EDGE, CLOUD)
+        given: dict[str, float] | None = None
+        if outcomes is not None:
+            if edge_quality is not None or cloud_quality is not None:
+                raise ValueError(
+                    "give outcomes={endpoint: quality} or edge_quality / cloud_quality, not both in one feedback"
+                )
+            given = endpoint_outcomes(outcomes, tuple(endpoints))
+            if two:  # the two qualities' other spelling
+                edge_quality, cloud_quality, given = given.get(EDGE), given.get(CLOUD), None
+        elif not two:
+            raise ValueError(
+                f"this router routes among {', '.join(endpoints)} (an N-endpoint bundle): give "
+                "outcomes={endpoint: quality}, not edge_quality / cloud_quality"
+            )
+        edge, cloud = _quality("edge_quality", edge_quality), _quality("cloud_quality", cloud_quality)
+        if given is None and edge is None and cloud is None:
+            raise ValueError("feedback needs edge_quality or cloud_quality (or outcomes={endpoint: quality})")
+        if self.log is None:
+            return False
+        record: Record = {"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time()}
+        if given is not None:
+            record["outcomes"] = given
+        else:
+            record.update(edge_quality=edge, cloud_quality=cloud)
+        record["source"] = source
+        return self.log.append(record)
+
+    def maybe_shadow(self, request: "LoggedRequest") -> bool:
+        """Run the side that did not answer, off the request path, on a sampled share of requests:
+        on a thread, or for an async request as a task on its event loop."""
+        execution = request.execution
+        if (
+            request.calls is None
+            or not self.shadow_rate
+            or execution is None
+            or self._random.random() >= self.shadow_rate
+        ):
+            return False
+        names = request.routing.endpoint_names
+        if len(names) != 2 or set(request.calls) != set(names):
+            return False  # which of N endpoints would shadow is a choice of its own: none does
+        ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
+        side = names[1] if execution.served_by == names[0] else names[0]
+        if side in ran or side in execution.decision.forbidden:
+            return False  # both already ran (a fallback), or the policy forbids the other side
+        if not self._shadows.acquire(blocking=False):
+            self.shadows_skipped += 1
+            return False
+        fn = request.calls[side]
+        span = telemetry.attempt("shadow", side)  # a child of the request's span, when one records it
+        if request.asynchronous:
+            import asyncio  # here, not at the top: it would add ~30 ms to Router.load
+
+            task = asyncio.get_running_loop().create_task(
+                self._ashadow(request.request_id, request.subject, side, fn, span)
+            )
+            self._tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._tasks.discard)
+        else:
+            threading.Thread(
+                target=self._shadow,
+                args=(request.request_id, request.subject, side, fn, span),
+                daemon=True,
+                name="router-shadow",
+            ).start()
+        return True
+
+    def _shadow(
+        self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Any], span: Attempt | None = None
+    ) -> None:
+        start, response, error = time.perf_counter(), None, None
+        try:
+            response = fn(prompt)
+        except BaseException as exc:  # a shadow run never reaches the app
+            error = exc
+        finally:
+            self._shadows.release()
+        self._shadow_record(request_id, side, start, response, error, span)
+
+    async def _ashadow(
+        self,
+        request_id: str,
+        prompt: object,
+        side: str,
+        fn: Callable[[Any], Awaitable[Any]],
+        span: Attempt | None = None,
+    ) -> None:
+        start, response, error = time.perf_counter(), None, None
+        try:
+            response = await fn(prompt)
+        except BaseException as exc:  # cancelled with its loop, or failed: never reaches the app
+            error = exc
+        finally:
+            self._shadows.release()
+        self._shadow_record(request_id, side, start, response, error, span)
+
+    def _shadow_record(
+        self,
+        request_id: str,
+        side: str,
+        start: float,
+        response: Any,
+        error: BaseException | None,
+        span: Attempt | None = None,
+    ) -> None:
+        """The shadow record; its answer and error go to the log as they are, which writes them
+        as its privacy mode says (serving.monitoring._outcome_log.STRING_FIELDS)."""
+        if span is not None:
+            span.ended("ok" if error is None else "error", response, error)
+        assert self.log is not None  # shadow runs need a log (checked in __init__)
+        self.log.append(
+            {
+                "log": LOG_FORMAT,
+                "type": "shadow",
+                "request_id": request_id,
+                "time": time.time(),
+                "side": side,
+                "response": _kept(answer_text(response)),
+                "latency_ms": round((time.perf_counter() - start) * 1000, 3),
+                "error": error,
+                "quality": 0.0 if error is not None and side == EDGE else None,
+            }
+        )
+
+
+class LoggedRequest:
+    """One execute() under an outcome log: the decision as carried out (explored or not), the
+    accept check wrapped so that its verdict is kept, and on leaving `with request:` its record
+    and perhaps a shadow run.
+
+    The request pays only for queueing the record: it is a callable that the log's writer
+    thread turns into the record dict and encodes (in the privacy modes without text, the
+    writer also computes the prompt's model inputs, with the bundle that routed it).
+    """
+
+    def __init__(
+        self,
+        traffic: Traffic,
+        routing: Routing,
+        request: RouterRequest,
+        decision: Decision,
+        *,
+        log: OutcomeLog,
+        accept: AcceptCheck | None,
+        calls: Mapping[str, Call] | None,
+        request_id: str | None,
+        asynchronous: bool = False,
+    ) -> None:
+        self.traffic, self.routing = traffic, routing
+        self.prompt, self.precision = request.text, request.precision
+        self.subject = request.call_subject  # what a shadow call takes
+        self.log = log  # the traffic's
+        self.request_id = request_id or new_request_id()
+        self.decision, self.explored, self.propensity = traffic.explore(decision, routing)
+        self.asynchronous = asynchronous
+        self.verdicts: list[object] = []  # what the accept check returned: a bool or a Verdict
+        self.accept = None if accept is None else self._keeping_verdicts(accept)
+        self.execution: Execution | None = None
+        self.calls = calls  # the endpoints' calls, for a shadow run; None: no shadow run
+
+    def _keeping_verdicts(self, check: AcceptCheck) -> AcceptCheck:
+        def accept(answer: Any) -> object:
+            verdict = check(answer)
+            self.verdicts.append(verdict)
+            return verdict
+
+        return accept
+
+    def __enter__(self) -> "LoggedRequest":
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> Literal[False]:
+        if self.execution is not None:
+            self.execution.request_id = self.request_id
+        self.log.append(functools.partial(self._record, time.time(), self.execution, error))
+        if self.calls is not None:
+            self.traffic.maybe_shadow(self)
+        return False  # an exception goes on to the caller
+
+    def _record(self, when: float, execution: Execution | None, error: BaseException | None) -> Record:
+        """The request record (in the writer thread). Texts and exceptions go in as they are: the
+        log writes them as its privacy mode says (serving.monitoring._outcome_log.STRING_FIELDS)."""
+        privacy = self.log.privacy
+        decision = self.decision
+        steps = execution.steps if execution is not None else getattr(error, "steps", [])
+        served_by = execution.served_by if execution is not None else None
+        response = execution.response if execution is not None else None
+        edge_step = next((s for s in steps if s.name == "edge"), None)
+        tried = execution.tried if execution is not None else getattr(error, "tried", [])
+        answer = _kept(answer_text(response)) if served_by is not None else None
+        record: Record = {
+            "log": LOG_FORMAT,
+            "type": "request",
+            "request_id": self.request_id,
+            "time": when,
+            "prompt": self.prompt,
+            "features": None if privacy == "text" else self.routing.model_inputs(self.prompt, self.precision, privacy),
+            "precision": self.precision,
+            "n_tokens": decision.n_tokens,
+            "model_version": decision.model_version,
+            "score": decision.score,
+            "zone": decision.zone,
+            "target": decision.target,
+            "p_edge": decision.p_edge,
+            "p_cloud": decision.p_cloud,
+            "novelty": decision.novelty,
+            "rule": decision.rule,  # the policy rule's name; never what a detector found
+            "forbidden": list(decision.forbidden),
+            "explored": self.explored,
+            "propensity": self.propensity,
+            "served_by": served_by,
+            "fallback_reason": execution.fallback_code if execution is not None else None,
+            "fallback_error": execution.edge_error if execution is not None else None,
+            "error": error,
+            "steps": [{"name": s.name, "status": s.status, "ms": round(s.seconds * 1000, 3)} for s in steps],
+            "accept": _verdict(self.verdicts[-1]) if self.verdicts else None,
+            # The served answer: as `edge_response` / `cloud_response` from the endpoints named edge and
+            # cloud (what readers of two-endpoint logs read), else as `response` (served_by names it).
+            "edge_response": answer if served_by == EDGE else None,
+            "cloud_response": answer if served_by == CLOUD else None,
+            "response": answer if served_by not in (EDGE, CLOUD) else None,
+            # An edge call that failed or timed out is an observed edge failure; everything
+            # else is known only from later feedback (router.feedback, make label).
+            "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
+            "cloud_quality": None,
+            # Every bundle's record: the endpoint run first (with probability `propensity`), the bundle's
+            # endpoints, the cascade carried out, each endpoint reached and why it was left, and as for
+            # the edge, each endpoint whose call failed or timed out as an observed failure (0); every
+            # other outcome is known only from later feedback (router.feedback(outcomes=...)).
+            "endpoint": decision.endpoint,
+            "endpoints": list(self.routing.endpoint_names),
+            "cascade": list(decision.cascade),
+            "tried": [t.as_record() for t in tried],
+            "expected_cost": execution.expected_cost if execution is not None else None,
+            "outcomes": {t.endpoint: 0.0 for t in tried if t.outcome in FAILED},
+        }
+        return record
+
+
+def _kept(text: str | None, limit: int = 100_000) -> str | None:
+    return text[:limit] if isinstance(text, str) else None
+
+
+def _verdict(verdict: object) -> dict[str, bool | float | None]:
+    return {"accepted": bool(verdict), "probability": getattr(verdict, "probability", None)}

@@ -1,0 +1,475 @@
+"""The proxy's options: the command line of `python -m serving serve`, checked into a ProxyConfig
+before anything starts. Loads nothing heavy (the CLI imports it to build its help).
+
+Security rules enforced here:
+- it binds 127.0.0.1 unless told otherwise, and refuses any address beyond the loopback
+  without a client token (bearer auth), so it cannot become an open relay for the cloud key;
+- tokens and upstream keys come from environment variables, never from the command line, where
+  any local user can read them (`ps`), and none of them is ever printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from serving._router_error import RouterError
+from serving.features._documents import quoted
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from serving.endpoints._record import Capabilities, Endpoint, Endpoints
+
+TOKEN_ENV = "ROUTER_PROXY_TOKEN"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MIN_TOKEN_CHARS = 16
+SERVED_MODEL = "router"
+
+
+class ConfigError(RouterError, ValueError):
+    """An option is missing or wrong; the message says which and what to do."""
+
+
+# The earlier spelling of an --endpoints entry's call settings: an `upstream` object with these keys.
+UPSTREAM_KEYS = ("url", "model", "key_env", "timeout_s", "first_token_timeout_s")
+
+
+def load_endpoints_file(path: str, environ: Mapping[str, str] = os.environ, *, token_env: str = TOKEN_ENV) -> Endpoints:
+    """The proxy's N endpoints (`--endpoints FILE`, docs/endpoints.md#running-n-endpoints): an
+    endpoint spec (JSON, or YAML with PyYAML) whose every entry also says how the endpoint is called
+    (serving.endpoints._record.CALL_KEYS: base_url, model, timeout_s, connect_timeout_s,
+    first_token_timeout_s, max_response_bytes, headers, params) and `key_env`, the environment
+    variable holding its API key (never `token_env`, the proxy's client token; keys never go in the
+    file). The earlier `upstream: {url, model, key_env, timeout_s, first_token_timeout_s}` object is
+    read too. ConfigError naming the file, endpoint and field, on one line of bounded length."""
+    from serving.endpoints._record import CALL_KEYS, Endpoints, EndpointSpecError, parse_endpoints, read_spec_document
+
+    try:
+        document = read_spec_document(path)
+    except EndpointSpecError as exc:
+        raise ConfigError(f"--endpoints: {exc}") from None
+    items = document.get("endpoints") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise ConfigError(f'--endpoints {path}: the file is an endpoint spec {{"endpoints": [...]}}')
+    key_envs: list[object] = []
+    entries = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            entries.append(item)  # parse_endpoints says what is wrong with it
+            key_envs.append(None)
+            continue
+        entry = {key: value for key, value in item.items() if key not in ("upstream", "key_env")}
+        key_env = item.get("key_env")
+        if "upstream" in item:
+            upstream = item["upstream"]
+            if not isinstance(upstream, dict):
+                raise ConfigError(f"--endpoints {path}: endpoints[{index}].upstream must be an object")
+            if "key_env" in item or any(key in item for key in CALL_KEYS):
+                raise ConfigError(
+                    f"--endpoints {path}: endpoints[{index}] gives its call settings both in the entry and in "
+                    "'upstream': give them in the entry (base_url, model, key_env, ...)"
+                )
+            unknown = [key for key in upstream if key not in UPSTREAM_KEYS]
+            if unknown:
+                raise ConfigError(
+                    f"--endpoints {path}: endpoints[{index}].upstream: unknown key {quoted(unknown[0])}; "
+                    f"allowed: {', '.join(UPSTREAM_KEYS)}"
+                )
+            entry.update({"base_url" if key == "url" else key: v for key, v in upstream.items() if key != "key_env"})
+            key_env = upstream.get("key_env")
+        entries.append(entry)
+        key_envs.append(key_env)
+    try:
+        records = parse_endpoints({**document, "endpoints": entries}, source=str(path))
+    except EndpointSpecError as exc:
+        raise ConfigError(f"--endpoints: {exc}") from None
+    keyed = []
+    for index, (record, key_env) in enumerate(zip(records, key_envs)):
+        where = f"{path}: endpoints[{index}] ({quoted(record.name)})"
+        if not record.has_call_settings:
+            raise ConfigError(
+                f"--endpoints {where} needs base_url and model: where the proxy sends its requests "
+                "(and key_env when it takes a key)"
+            )
+        keyed.append(dataclasses.replace(record, api_key=_key(key_env, where, environ, token_env)))
+    return Endpoints(tuple(keyed), str(path))
+
+
+def _key(key_env: object, where: str, environ: Mapping[str, str], token_env: str) -> str | None:
+    """The API key in the environment variable `key_env` names (None: no key)."""
+    if key_env is None:
+        return None
+    if not isinstance(key_env, str) or not ENV_NAME.fullmatch(key_env):
+        raise ConfigError(
+            f"{where}.key_env must be the name of an environment variable "
+            f"(letters, digits and _, at most 128), got {quoted(key_env)}"
+        )
+    if key_env in (token_env, TOKEN_ENV):
+        raise ConfigError(
+            f"{where}.key_env is {key_env}, the proxy's client token: it would be sent upstream "
+            "as this endpoint's API key. Name the variable that holds the endpoint's own key"
+        )
+    api_key = environ.get(key_env) or None
+    if api_key is None:
+        raise ConfigError(f"{where}.key_env: the environment variable {key_env} is not set or empty")
+    return api_key
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Everything the proxy needs; `from_args` builds it from the command line. Its upstreams are
+    `edge` and `cloud`, or N `endpoints` (load_endpoints_file): serving.Endpoint records, each
+    with base_url and model."""
+
+    bundle: str
+    edge: Endpoint | None = None
+    cloud: Endpoint | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = field(default=None, repr=False)
+    served_model: str = SERVED_MODEL
+    max_body_bytes: int = 4 << 20
+    max_concurrency: int = 64
+    queue_timeout_s: float = 1.0
+    body_timeout_s: float = 10.0
+    header_timeout_s: float = 10.0
+    max_body_reads: int | None = None  # None: twice max_concurrency
+    shutdown_timeout_s: float = 10.0
+    strict: bool = False
+    public_key: str | None = None
+    watch: str | None = None
+    watch_interval_s: float = 60.0
+    access_log: bool = True
+    policy: str | None = None  # a policy file (serving.policy._rules), reloaded when it changes
+    policy_interval_s: float = 5.0
+    endpoints: Endpoints | None = None  # N endpoints instead of edge and cloud
+
+    def __post_init__(self) -> None:
+        if self.endpoints is not None and (self.edge is not None or self.cloud is not None):
+            raise ConfigError("give --endpoints FILE, or the --edge-* and --cloud-* options, not both")
+        for side in ("edge", "cloud"):
+            if self.endpoints is None and getattr(self, side) is None:
+                raise ConfigError(f"--{side}-url and --{side}-model are required (or --endpoints FILE for N endpoints)")
+        for name, record in self.upstreams.items():
+            if not record.has_call_settings:
+                raise ConfigError(f"the {name} endpoint needs base_url and model: where the proxy sends its requests")
+        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
+            raise ConfigError(
+                f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        if self.token is not None:
+            leaked = [name for name, options in self.upstreams.items() if options.api_key == self.token]
+            if leaked:
+                raise ConfigError(
+                    f"the API key of {', '.join(leaked)} is the proxy's client token: it would be sent upstream. "
+                    "Give each upstream its own key"
+                )
+        if not is_loopback(self.host) and not self.token:
+            raise ConfigError(
+                f"refusing to listen on {self.host}: beyond the loopback the proxy needs a client token, "
+                f"or anyone who reaches it spends your cloud key. Set {TOKEN_ENV} (or --token-env NAME) "
+                "to a random token of 16+ characters, or listen on 127.0.0.1"
+            )
+        for name in ("max_body_bytes", "max_concurrency", "max_body_reads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        for name in ("body_timeout_s", "header_timeout_s", "policy_interval_s"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ConfigError(
+                    f"{name}={value!r} (--{name.replace('_', '-')}): must be a positive number of seconds"
+                )
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} is not a TCP port")
+
+    @property
+    def body_reads(self) -> int:
+        """How many request bodies may be read at once (each up to max_body_bytes): by default twice
+        the slots, so that as many slow senders as there are slots leave turns for the others."""
+        return self.max_body_reads or 2 * self.max_concurrency
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never appear in a log line, a response or /metrics."""
+        keys = [options.api_key for options in self.upstreams.values()]
+        return tuple(s for s in (*keys, self.token) if s)
+
+    @property
+    def upstreams(self) -> dict[str, Endpoint]:
+        """Every upstream by name: "edge" and "cloud", or the N endpoints'."""
+        if self.endpoints is not None:
+            return self.endpoints.by_name()
+        assert self.edge is not None and self.cloud is not None  # __post_init__ checked it
+        return {"edge": self.edge, "cloud": self.cloud}
+
+    def bundle_mismatch(self, bundle_endpoints: tuple[str, ...]) -> str | None:
+        """Why these upstreams cannot serve a bundle's decisions, or None: the bundle (its endpoint
+        names: edge and cloud for a two-endpoint bundle and the rule table) needs an upstream for
+        each of its endpoints and no other."""
+        names = tuple(self.upstreams)
+        if set(bundle_endpoints) == {"edge", "cloud"}:
+            if set(names) != {"edge", "cloud"}:
+                return (
+                    f"the bundle routes between edge and cloud, and the upstreams are {', '.join(names)}: "
+                    "give --edge-* and --cloud-*, or an --endpoints file naming edge and cloud"
+                )
+            return None
+        if set(names) != set(bundle_endpoints):
+            missing = [n for n in bundle_endpoints if n not in names]
+            extra = [n for n in names if n not in bundle_endpoints]
+            return (
+                f"the bundle routes among {', '.join(bundle_endpoints)}; the upstreams"
+                + (f" lack {', '.join(missing)}" if missing else "")
+                + (" and" if missing and extra else "")
+                + (f" add {', '.join(extra)}, which it never chooses" if extra else "")
+                + ": give --endpoints FILE with one upstream per endpoint of the bundle"
+            )
+        return None
+
+    def chat_options(self) -> dict[str, Any]:
+        """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= (the records carry their
+        context limits, prices, places and capabilities)."""
+        if self.endpoints is not None:
+            return {"endpoints": self.endpoints.by_name()}
+        return dict(self.upstreams)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "ProxyConfig":
+        def secret(variable: str | None, what: str, required: bool) -> str | None:
+            if not variable:
+                return None
+            value = environ.get(variable, "")
+            if not value and required:
+                raise ConfigError(f"{what}: the environment variable {variable} is not set or empty")
+            return value or None
+
+        def upstream(side: str) -> Endpoint | None:
+            # Any: an argparse option, of the type add_arguments gave it
+            get: Callable[[str], Any] = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
+            if getattr(args, "endpoints", None) is not None:
+                if get("url") or get("model"):
+                    raise ConfigError(f"give --endpoints FILE, or --{side}-url and --{side}-model, not both")
+                return None
+            if not get("url") or not get("model"):
+                return None  # __post_init__ says what is missing
+            if get("key_env") in (args.token_env, TOKEN_ENV):
+                raise ConfigError(
+                    f"--{side}-key-env {get('key_env')}: that is the proxy's client token, which would be sent "
+                    f"to the {side} model as its API key. Name the variable that holds the {side} model's own key"
+                )
+            from serving.endpoints._record import Endpoint, EndpointSpecError, Price
+
+            prices = (get("price_in"), get("price_out"))
+            try:
+                return Endpoint(
+                    get("url"),
+                    get("model"),
+                    name=side,
+                    where="device" if side == "edge" else "cloud",
+                    api_key=secret(get("key_env"), f"--{side}-key-env", True),
+                    timeout_s=get("timeout_s"),
+                    first_token_timeout_s=get("first_token_timeout_s"),
+                    price=None if prices == (None, None) else Price(prices[0] or 0.0, prices[1] or 0.0),
+                    capabilities=parse_capabilities(
+                        getattr(args, f"{side}_capabilities", None), f"--{side}-capabilities"
+                    ),
+                )
+            except EndpointSpecError as exc:
+                raise ConfigError(f"--{side}-*: {exc}") from None
+
+        token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
+        endpoints_file = getattr(args, "endpoints", None)
+        given = ("edge", "cloud", "token", "endpoints")  # every other option is the command line's of its name
+        return cls(
+            edge=upstream("edge"),
+            cloud=upstream("cloud"),
+            token=token,
+            endpoints=(
+                load_endpoints_file(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
+                if endpoints_file is not None
+                else None
+            ),
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in given},
+        )
+
+
+def parse_capabilities(value: str | None, option: str) -> Capabilities | None:
+    """`--edge-capabilities images,tools` as serving.endpoints._record.Capabilities: the flags listed are
+    true and the others false ("none": all false); not given: None, not declared. ConfigError for
+    an unknown name."""
+    if value is None:
+        return None
+    from serving.endpoints._capabilities import CAPABILITIES
+    from serving.endpoints._record import Capabilities
+
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if names == ["none"]:
+        names = []
+    unknown = [name for name in names if name not in CAPABILITIES]
+    if unknown or not value.strip():
+        raise ConfigError(
+            f"{option} {quoted(value)}: list what the model accepts among {', '.join(CAPABILITIES)} "
+            "(comma-separated), or none"
+        )
+    return Capabilities(images="images" in names, tools="tools" in names, json="json" in names)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1) or "localhost"."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+SERVE_HELP = f"""\
+An OpenAI-compatible server in front of the two endpoints (or N): POST /v1/chat/completions (JSON or
+stream), GET /v1/models, /health, /metrics (Prometheus). Point any OpenAI client at
+http://HOST:PORT/v1 with the model name "{SERVED_MODEL}"; a request may declare its precision in
+the body ("precision": "exact") or the x-router-precision header.
+
+Keys are read from environment variables, never from the command line: --edge-key-env NAME,
+--cloud-key-env NAME, and the client token from {TOKEN_ENV} (or --token-env NAME). With a
+token, every request but /health needs "Authorization: Bearer TOKEN". Beyond the loopback the
+proxy refuses to start without one (exit code 2).
+
+N endpoints: --endpoints FILE instead of the --edge-* and --cloud-* options (an endpoint spec whose
+every endpoint has base_url and model; keys through each one's key_env, extra request parameters
+in its params); one upstream per endpoint of an N-endpoint bundle, tried in each request's cascade
+order.
+
+Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight requests finish, up to
+--shutdown-timeout-s); 1 when it cannot start (the address is taken; with --strict, the bundle
+cannot load; the upstreams are not the bundle's endpoints); 2 for bad options."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m serving serve`."""
+    parser.add_argument("--bundle", required=True, help="bundle folder written by `make train`")
+    for side, timeout, first in (("edge", 30.0, 2.0), ("cloud", 120.0, None)):
+        group = parser.add_argument_group(f"{side} endpoint")
+        group.add_argument(
+            f"--{side}-url",
+            metavar="URL",
+            help=f"OpenAI-compatible API root of the {side} model, e.g. http://127.0.0.1:8080/v1",
+        )
+        group.add_argument(
+            f"--{side}-model", metavar="NAME", help="model name the server expects (required with --{side}-url)"
+        )
+        group.add_argument(f"--{side}-key-env", metavar="VAR", help="environment variable holding its API key")
+        group.add_argument(
+            f"--{side}-timeout-s",
+            type=float,
+            default=timeout,
+            metavar="S",
+            help=f"an answer, streamed or not, must be complete within this (default {timeout:g})",
+        )
+        group.add_argument(
+            f"--{side}-first-token-timeout-s",
+            type=float,
+            default=first,
+            metavar="S",
+            help="a stream's first token must arrive within this"
+            + (f" (default {first:g}; later: cloud fallback)" if first else " (default: the timeout)"),
+        )
+        group.add_argument(f"--{side}-price-in", type=float, metavar="PRICE", help="price of 1M prompt tokens")
+        group.add_argument(f"--{side}-price-out", type=float, metavar="PRICE", help="price of 1M completion tokens")
+        group.add_argument(
+            f"--{side}-capabilities",
+            metavar="LIST",
+            help="what the model accepts, comma-separated among images, tools, json (or none); a request needing "
+            "one it lacks is never sent there (default: not declared, no constraint; docs/policies.md#capabilities)",
+        )
+    parser.add_argument(
+        "--endpoints",
+        metavar="FILE",
+        help="N endpoints instead of --edge-* and --cloud-*: an endpoint spec (JSON, or YAML with the yaml extra) whose "
+        "every endpoint also has base_url and model (and optionally key_env, timeout_s, connect_timeout_s, "
+        "first_token_timeout_s, max_response_bytes, headers, params); requests try them in each decision's cascade "
+        "order (docs/endpoints.md#running-n-endpoints)",
+    )
+    net = parser.add_argument_group("server")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    net.add_argument("--port", type=int, default=8000, help="0 for any free port (default 8000)")
+    net.add_argument(
+        "--token-env",
+        default=TOKEN_ENV,
+        metavar="VAR",
+        help=f"environment variable holding the client token (default {TOKEN_ENV})",
+    )
+    net.add_argument(
+        "--served-model",
+        default=SERVED_MODEL,
+        metavar="NAME",
+        help=f"model name clients ask for (default {SERVED_MODEL})",
+    )
+    net.add_argument(
+        "--max-body-bytes", type=int, default=4 << 20, metavar="N", help="larger requests get 413 (default 4 MiB)"
+    )
+    net.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=64,
+        metavar="N",
+        help="requests served at once; more wait up to --queue-timeout-s, then get 503 (default 64)",
+    )
+    net.add_argument("--queue-timeout-s", type=float, default=1.0, metavar="S", help="(default 1)")
+    net.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a request's whole body must arrive within this, else 408; it holds no slot while it "
+        "arrives; a body answered without being read, within this of the answer, else the "
+        "connection is closed (default 10)",
+    )
+    net.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a request's headers must arrive whole within this of the connection (or of their first "
+        "byte on a kept-alive one), else 408 (default 10)",
+    )
+    net.add_argument(
+        "--max-body-reads",
+        type=int,
+        metavar="N",
+        help="request bodies read at once, each up to --max-body-bytes; more wait up to "
+        "--queue-timeout-s, then get 503 (default: twice --max-concurrency)",
+    )
+    net.add_argument(
+        "--shutdown-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM, how long in-flight requests may take to finish (default 10)",
+    )
+    net.add_argument("--no-access-log", dest="access_log", action="store_false", help="no line per request")
+    bundle = parser.add_argument_group("bundle")
+    bundle.add_argument("--strict", action="store_true", help="refuse to start when the bundle cannot load")
+    bundle.add_argument("--public-key", metavar="FILE", help="accept only bundles signed with this key")
+    bundle.add_argument(
+        "--watch",
+        metavar="DIR_OR_URL",
+        help="poll a folder or an http(s) URL for new bundles and switch to them (verified)",
+    )
+    bundle.add_argument("--watch-interval-s", type=float, default=60.0, metavar="S", help="(default 60)")
+    bundle.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="policy rules (JSON, or YAML with the yaml extra; docs/policies.md), reloaded when the file changes; "
+        "requests pass their metadata in the body's `metadata` object",
+    )
+    bundle.add_argument("--policy-interval-s", type=float, default=5.0, metavar="S", help="(default 5)")

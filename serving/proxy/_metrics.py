@@ -1,0 +1,114 @@
+"""The proxy's /metrics: Prometheus text exposition (prometheus_client, one registry per app).
+
+    router_decisions_total{zone}                 routing decisions (edge, edge_with_cloud_fallback, cloud)
+    router_served_total{served_by}               answers by the endpoint that served them
+    router_fallbacks_total{reason}               edge-first requests the cloud answered, by
+                                                 serving.chat._routing_info.fallback_kind
+    router_failed_requests_total{reason}         requests answered with an error: cloud_<kind> when
+                                                 the cloud failed too, bad_request, unauthorized,
+                                                 too_large, body_timeout, header_timeout, overloaded,
+                                                 too_many_bodies, model_not_found, stream_interrupted
+    router_request_duration_seconds{served_by,stream}   request to complete answer (a stream: to its end)
+    router_time_to_first_chunk_seconds{served_by}       streams: request to the first chunk sent
+    router_upstream_call_duration_seconds{step,status}  each edge / accept / cloud call (streams: to the first token)
+    router_in_flight_requests                    chat requests being served
+    router_degraded                              1 while the rule table decides (no usable bundle)
+    router_bundle_info{model_version}            the bundle in use
+
+Labels take only fixed names and model versions, never a prompt, a key or a URL.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import choose_encoder
+
+from serving.chat._routing_info import RoutingInfo
+from serving.monitoring._telemetry import LATENCY_BUCKETS  # the same buckets on /metrics and in OpenTelemetry
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from prometheus_client.metrics_core import Metric
+
+    from serving.execution._execute import Step
+    from serving.routing._router import Router
+
+
+class _BundleState:
+    """Collects the router's state at scrape time, so an update or a degraded load shows at once."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def collect(self) -> list[Metric]:
+        degraded = GaugeMetricFamily("router_degraded", "1 while the rule table decides (no usable bundle)")
+        degraded.add_metric([], 1.0 if self.router.degraded else 0.0)
+        info = InfoMetricFamily("router_bundle", "The routing bundle in use")
+        info.add_metric([], {"model_version": self.router.model_version})
+        return [degraded, info]
+
+
+class ProxyMetrics:
+    """The proxy's counters and histograms (see the module doc)."""
+
+    def __init__(self, router: Router) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.decisions = Counter("router_decisions", "Routing decisions by zone", ["zone"], registry=registry)
+        self.served = Counter(
+            "router_served", "Answers by the endpoint that served them", ["served_by"], registry=registry
+        )
+        self.fallbacks = Counter(
+            "router_fallbacks", "Edge-first requests the cloud answered, by reason", ["reason"], registry=registry
+        )
+        self.failures = Counter(
+            "router_failed_requests", "Requests answered with an error, by reason", ["reason"], registry=registry
+        )
+        self.duration = Histogram(
+            "router_request_duration_seconds",
+            "From the request to the complete answer",
+            ["served_by", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.first_chunk = Histogram(
+            "router_time_to_first_chunk_seconds",
+            "Streams: from the request to the first chunk",
+            ["served_by"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.upstream = Histogram(
+            "router_upstream_call_duration_seconds",
+            "Each edge, accept and cloud call (streams: to the first token)",
+            ["step", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge("router_in_flight_requests", "Chat requests being served", registry=registry)
+        registry.register(_BundleState(router))
+
+    def routed(self, routing: RoutingInfo) -> None:
+        """A request got its answer (a stream: its first chunk)."""
+        self.decisions.labels(routing.decision.zone).inc()
+        self.served.labels(routing.served_by).inc()
+        if routing.fallback_kind is not None:
+            self.fallbacks.labels(routing.fallback_kind).inc()
+        for step in routing.steps:
+            self.upstream.labels(step.name, step.status).observe(step.seconds)
+
+    def failed(self, reason: str, *, zone: str | None = None, steps: Iterable[Step] = ()) -> None:
+        """A request answered with an error; a routed one counts its decision and calls too."""
+        self.failures.labels(reason).inc()
+        if zone is not None:
+            self.decisions.labels(zone).inc()
+        for step in steps:
+            self.upstream.labels(step.name, step.status).observe(step.seconds)
+
+    def exposition(self, accept: str) -> tuple[bytes, str]:
+        """The metrics in the format the scraper asked for (Prometheus text unless it asks for OpenMetrics)."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

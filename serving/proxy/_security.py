@@ -1,0 +1,104 @@
+"""What keeps the proxy from leaking or relaying: bearer-token checks and log redaction.
+
+- BearerAuth: with a token configured, every request but the open paths (/health) needs
+  `Authorization: Bearer TOKEN`, compared in constant time (hmac.compare_digest); anything
+  else gets 401 in OpenAI's error format, before the request body is read.
+- RedactingFilter: put on the log handlers, it replaces every secret (the upstream keys, the
+  client token) in a record's message, arguments and traceback. The keys never enter a log
+  line in the first place (errors are redacted where they are made, serving.chat._errors);
+  this is the second line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from serving.chat._errors import MIN_SECRET_CHARS, redact
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+def error_body(message: str, kind: str, code: str | None = None, param: str | None = None) -> bytes:
+    """An error in OpenAI's format: {"error": {"message", "type", "param", "code"}}."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
+
+
+class BearerAuth:
+    """ASGI middleware: 401 unless the request carries the bearer token (see the module doc)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        open_paths: Iterable[str] = ("/health",),
+        on_reject: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        self.app, self.open_paths, self.on_reject = app, frozenset(open_paths), on_reject
+        self.token = token.encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.token is None or scope["type"] != "http" or scope["path"] in self.open_paths:
+            return await self.app(scope, receive, send)
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, credential = header.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self.token):
+            return await self.app(scope, receive, send)
+        self.on_reject("unauthorized")
+        message = "missing bearer token" if not header else "invalid bearer token"
+        body = error_body(f"{message}: send 'Authorization: Bearer <token>'", "authentication_error", "invalid_api_key")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="router"'),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter that replaces the secrets in every record passing through (see the module doc)."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+
+        def clean(value: object) -> object:
+            return redact(value, self.secrets) if isinstance(value, str) else value
+
+        record.msg = clean(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(clean(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: clean(v) for k, v in record.args.items()}
+        try:
+            message = record.getMessage()
+        except Exception:  # a record that does not format is left to the handler to report
+            message = ""
+        if any(s in message for s in self.secrets):  # an argument that only shows the secret once formatted
+            record.msg, record.args = redact(message, self.secrets), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
+        return True
+
+    def install(self, logger_names: Iterable[str] = ("", "uvicorn", "uvicorn.error", "uvicorn.access")) -> None:
+        """Put this filter on every handler of these loggers (the root's gets the records of all others)."""
+        for name in logger_names:
+            for handler in logging.getLogger(name).handlers:
+                if self not in handler.filters:
+                    handler.addFilter(self)

@@ -1,0 +1,160 @@
+"""`python -m serving serve`: load the bundle, build the app, and serve it with uvicorn until
+SIGTERM or Ctrl-C, after which in-flight requests get up to shutdown_timeout_s to finish.
+
+The socket is bound here, before uvicorn starts, so that port 0 works (the log line
+"serving on http://HOST:PORT" gives the port taken) and a refused bind fails before anything
+else. Connections speak HTTP/1.1 through serving.proxy._protocol (uvicorn's h11 protocol with
+deadlines on request headers and on bodies answered without being read). Logging goes to
+stderr, every handler behind a RedactingFilter that knows the keys and the token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import logging.config
+import signal
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+from serving.proxy._config import ProxyConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from serving._json_types import JSONObject
+    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+    from serving.routing._router import Router
+
+log = logging.getLogger("serving.proxy")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (IPv4 or IPv6)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
+    # IPPROTO_TCP, never 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
+    # without it responses written in two parts wait ~40 ms for a delayed ACK (Nagle's algorithm)
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(2048)
+    return sock
+
+
+def log_config(level: str = "INFO") -> JSONObject:
+    """uvicorn's logging setup, plus the root logger (the router's own lines) on the same handler."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["default"]["fmt"] = "%(asctime)s %(levelprefix)s %(name)s: %(message)s"
+    config["loggers"][""] = {"handlers": ["default"], "level": level}
+    config["loggers"]["uvicorn"]["propagate"] = False
+    config["loggers"]["httpx2"] = config["loggers"]["httpcore2"] = {"level": "WARNING"}
+    return config
+
+
+def watcher_for(router: Router, config: ProxyConfig) -> BundleWatcher | BundleURLWatcher | None:
+    """A started bundle watcher for --watch (a folder or an http(s) URL), or None."""
+    if not config.watch:
+        return None
+    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher
+
+    if config.watch.startswith(("http://", "https://")):
+        return BundleURLWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
+    return BundleWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
+
+
+def policy_watcher_for(router: Router, config: ProxyConfig) -> PolicyWatcher | None:
+    """A started watcher of the --policy file, or None."""
+    if not config.policy:
+        return None
+    from serving.bundle._watcher import PolicyWatcher
+
+    return PolicyWatcher(router, config.policy, interval_s=config.policy_interval_s).start()
+
+
+@contextlib.contextmanager
+def _quiet_exit_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT while serving mean a clean shutdown and exit code 0. uvicorn shuts down on
+    them, then raises the signal again for the handler it found; this is that handler, and it
+    does nothing, so the process is not killed after its clean shutdown."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve(config: ProxyConfig) -> int:
+    """Run the proxy until it is told to stop: 0 after a clean shutdown, 1 when it cannot start
+    (the address is taken, or with --strict the bundle cannot load)."""
+    import uvicorn
+
+    from serving.bundle._bundle import BundleError
+    from serving.chat._client import RoutedChat
+    from serving.policy._rules import PolicyFileError
+    from serving.proxy._app import build_app
+    from serving.proxy._protocol import with_deadlines
+    from serving.proxy._security import RedactingFilter
+    from serving.routing._router import Router
+
+    logging_setup = log_config()
+    logging.config.dictConfig(logging_setup)
+    redacting = RedactingFilter(config.secrets)
+    redacting.install()
+    try:
+        sock = bind(config.host, config.port)
+        router = Router.load(config.bundle, strict=config.strict, public_key=config.public_key, policy=config.policy)
+    except (OSError, BundleError, PolicyFileError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    mismatch = config.bundle_mismatch(router.endpoint_names)
+    if mismatch is not None:
+        sock.close()
+        log.error("cannot start: %s", mismatch)
+        return 1
+    chat = RoutedChat(router, **config.chat_options())
+    watchers = [w for w in (watcher_for(router, config), policy_watcher_for(router, config)) if w is not None]
+    app = build_app(chat, config, on_shutdown=[w.stop for w in watchers])
+    host, port = sock.getsockname()[:2]
+    protocol = with_deadlines(
+        config.header_timeout_s,
+        config.body_timeout_s,
+        on_header_timeout=lambda: app.state.metrics.failed("header_timeout"),
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            http=protocol,
+            log_config=logging_setup,
+            access_log=config.access_log,
+            server_header=False,
+            timeout_graceful_shutdown=max(1, round(config.shutdown_timeout_s)),
+            timeout_keep_alive=5,
+        )
+    )
+    redacting.install()  # uvicorn.Config set the handlers up again
+    shown = f"[{host}]" if ":" in host else host
+    log.info(
+        "serving on http://%s:%s/v1 (model %r; %s; bundle %s%s; %s)",
+        shown,
+        port,
+        config.served_model,
+        ", ".join(f"{name} {options.model}" for name, options in config.upstreams.items()),
+        router.model_version,
+        ", degraded" if router.degraded else "",
+        "token required" if config.token else "no token",
+    )
+    with _quiet_exit_signals():
+        server.run(sockets=[sock])
+    chat.close()
+    log.info("shutdown complete")
+    return 0

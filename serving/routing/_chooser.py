@@ -1,0 +1,686 @@
+"""The one chooser: scored requests -> Decisions, for every bundle and for the rule table.
+
+What may serve a request is settled here, once, whatever the bundle: each endpoint's context
+limit, the capabilities the request needs (serving.endpoints._capabilities: an endpoint lacking one is ruled
+out under the built-in rule needs:<capability>; the request's language, declared or detected,
+when an endpoint declares `languages`: serving.features._language) and the policy's verdict
+(serving.policy). The bundle's rule then orders the endpoints left into the cascade:
+
+- Bands, a two-endpoint bundle (edge, cloud): the score's thresholds give a zone, which is a
+  cascade: edge (the edge, the cloud should its call fail), edge_with_cloud_fallback (the same,
+  the edge's answer checked), cloud. A prompt over the edge's context limit goes to the cloud;
+  an unfamiliar one gets the unfamiliar policy (serving.scoring._novelty). The rule table is this rule
+  with its own score (serving.routing._rule_table).
+- Choice, an N-endpoint bundle: each endpoint's expected quality and price per call, the
+  bundle's choice rule (serving.endpoints._choice: the functions the offline evaluation runs, so
+  the SDK and `make endpoints` decide alike), then each costlier endpoint expected to do better.
+
+Policy rules name the chooser's endpoints: a forbidden endpoint is never in the cascade; a force
+leaves its endpoint alone; a prefer puts its endpoint first when it may serve. No endpoint left:
+NoFeasibleEndpoint, naming the rules and the limits involved; never a silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
+
+import numpy as np
+
+from serving._contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE, FALLBACK, SIDE_OF, zone_for
+from serving.bundle._manifest import ENDPOINT_RULES
+from serving.endpoints._capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
+from serving.endpoints._choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
+from serving.features._language import shared_detector
+from serving.routing._decision import Decision, zone_cascade
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from serving.bundle._manifest import EndpointsSection, Manifest
+    from serving.endpoints._capabilities import Needs
+    from serving.endpoints._record import Capabilities, Endpoint
+    from serving.policy._budgets import Spending
+    from serving.policy._rules import PolicySet, Rule, Verdict
+    from serving.routing._request import Request
+    from serving.routing._rule_table import RuleRouter
+    from serving.scoring._scorer import Scores
+
+    Lacking = Mapping[str, tuple[str, ...]]  # endpoint -> the needed capabilities it lacks
+
+
+_NOTHING_LACKING: list[Lacking] = [{}]  # times n: no request needs anything (never changed)
+SIDES = (EDGE, CLOUD)
+
+
+class Feasible:
+    """What the policy and the needs leave for each of a batch of requests (the chooser's one
+    policy point); the rule reads the context limits itself."""
+
+    __slots__ = ("tokens", "lacking", "verdicts")
+
+    def __init__(self, tokens: list[int], lacking: list[Lacking], verdicts: list[Verdict | None]) -> None:
+        self.tokens = tokens  # each request's token count
+        self.lacking = lacking  # per request: the endpoints its needs rule out
+        self.verdicts = verdicts  # per request: the policy's verdict (None without a policy)
+
+    def allowed(self, names: Sequence[str]) -> NDArray[np.bool_]:
+        """[requests, endpoints]: neither forbidden by the policy nor lacking what the request needs."""
+        return np.array(
+            [
+                [name not in out and (v is None or name in v.allowed) for name in names]
+                for out, v in zip(self.lacking, self.verdicts)
+            ],
+            dtype=bool,
+        ).reshape(len(self.tokens), len(names))
+
+
+class Chooser:
+    """One bundle's choice among its endpoints (module doc); built once per bundle."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint],
+        rule: Bands | Choice,
+        *,
+        model_version: str,
+        max_chars: int,
+    ) -> None:
+        self.endpoints = tuple(endpoints)
+        self.names = tuple(e.name for e in self.endpoints)
+        self.on_device = tuple(e.where == "device" for e in self.endpoints)
+        self.rule = rule
+        self.model_version, self.max_chars = model_version, max_chars
+        self.capabilities: dict[str, Capabilities | None] = {e.name: e.capabilities for e in self.endpoints}
+        # Each request's language is read only when an endpoint declares languages (serving.features._language).
+        self.detector = shared_detector() if declares_languages(self.capabilities) else None
+
+    def check_policy(self, policy: PolicySet | None) -> None:
+        """A policy must name this chooser's endpoints (PolicySet.load(path, endpoints=...))."""
+        if policy is not None and tuple(policy.endpoints) != self.names:
+            from serving.policy._rules import PolicyFileError
+
+            raise PolicyFileError(
+                f"{policy.source}: the policy is for endpoints {', '.join(policy.endpoints)}; this router "
+                f"routes among {', '.join(self.names)}: load it with PolicySet.load(path, endpoints=...)"
+            )
+
+    def decisions(
+        self,
+        requests: Sequence[Request],
+        scores: Scores,
+        policy: PolicySet | None = None,
+        spending: Spending | None = None,
+    ) -> list[Decision]:
+        """The Decisions of scored requests; NoFeasibleEndpoint for the first no endpoint may serve."""
+        feasible = self.feasible(requests, scores.n_tokens, policy, spending)
+        return self.rule.decide(self, requests, scores, feasible)
+
+    def feasible(
+        self,
+        requests: Sequence[Request],
+        n_tokens: Sequence[float],
+        policy: PolicySet | None,
+        spending: Spending | None,
+    ) -> Feasible:
+        """What may serve each request: NoFeasibleEndpoint when the policy forbids every endpoint."""
+        tokens = [round(n) for n in n_tokens]
+        n = len(requests)
+        needed: list[Needs | None] | None = None
+        lacking: list[Lacking] | None = None
+        if self.detector is not None or _needs_anything(requests):
+            needed = [r.needs for r in requests]
+            known = [r.capabilities if r.capabilities is not None else self.capabilities for r in requests]
+            # Each request's language (declared, else detected) only when an endpoint declares languages.
+            reads = [declares_languages(k) for k in known]
+            if any(reads):
+                detector = self.detector or shared_detector()
+                needed = [
+                    with_language(w, r.text, r.metadata, detector) if read else w
+                    for w, r, read in zip(needed, requests, reads)
+                ]
+            lacking = [ruled_out(w, k, self.names) if w else {} for w, k in zip(needed, known)]
+        if lacking is None:
+            lacking = _NOTHING_LACKING * n
+        if policy is None:
+            return Feasible(tokens, lacking, [None] * n)
+        if needed is None:
+            if n == 1:  # route(): one request, needing nothing
+                request = requests[0]
+                verdict = policy.evaluate(request.text, tokens[0], request.precision, request.metadata, spending)
+                return Feasible(tokens, lacking, [verdict])
+            needed = [r.needs for r in requests]
+        verdicts: list[Verdict | None] = [
+            policy.evaluate(r.text, t, r.precision, r.metadata, spending, w)
+            for r, t, w in zip(requests, tokens, needed)
+        ]
+        return Feasible(tokens, lacking, verdicts)
+
+    def explained(
+        self, reason: str, verdict: Verdict | None, lacking: Lacking
+    ) -> tuple[str, str | None, tuple[str, ...]]:
+        """(the reason with the policy's and the needs' part before the model's, the deciding rule's
+        name, the endpoints forbidden or ruled out), the same words for every bundle."""
+        names = self.names
+        forbidden: tuple[str, ...] = ()
+        rule_said = None
+        rule = verdict.rule if verdict is not None else None
+        if rule is not None:
+            assert verdict is not None
+            forbidden = tuple(n for n in names if n not in verdict.allowed)
+            reason = f"policy '{rule.name}': {_policy_said(verdict, forbidden)}; model: {reason}"
+            rule_said = rule.name
+        if lacking:  # ruled out like a forbidden endpoint, under the built-in needs:<capability> rule
+            reason = f"{rule_name(lacking)}: {lacking_text(lacking)}; {reason}"
+            forbidden = tuple(n for n in names if n in forbidden or n in lacking)
+            rule_said = rule_said or rule_name(lacking)
+        return reason, rule_said, forbidden
+
+    def none_feasible(self, n_tokens: int, fits: Sequence[bool], verdict: Verdict | None, lacking: Lacking) -> NoReturn:
+        """NoFeasibleEndpoint naming what left no endpoint: the policy, the needs, the context limits."""
+        from serving.policy._errors import NoFeasibleEndpoint
+
+        names = self.names
+        rule = verdict.rule.name if verdict is not None and verdict.rule is not None else None
+        forbidden = [n for n in names if verdict is not None and n not in verdict.allowed]
+        parts = []
+        if forbidden:
+            parts.append(f"the policy forbids {', '.join(forbidden)}" + (f" (policy '{rule}')" if rule else ""))
+        if lacking:
+            needed = dict.fromkeys(c for missing in lacking.values() for c in missing)
+            parts.append(f"the request needs {', '.join(needed)} ({rule_name(lacking)}): {lacking_text(lacking)}")
+        too_long = [n for n, ok in zip(names, fits) if not ok]
+        if too_long:
+            parts.append(f"~{n_tokens} tokens exceed the context of {', '.join(too_long)}")
+        rules = [r for r in (rule, rule_name(lacking) if lacking else None) if r]
+        raise NoFeasibleEndpoint(f"no endpoint may serve this request: {'; '.join(parts)}", rules=rules)
+
+
+def _needs_anything(requests: Sequence[Request]) -> bool:
+    """Whether any request needs something, or brings endpoints' capabilities of its own."""
+    for request in requests:
+        if request.needs is not None or request.capabilities is not None:
+            return True
+    return False
+
+
+class Bands:
+    """A two-endpoint bundle's rule (module doc): thresholds on the score by precision, the edge's
+    context limit, the unfamiliar policy; or, given `rules`, the rule table alone."""
+
+    def __init__(
+        self,
+        manifest: Manifest | None,
+        rules: RuleRouter,
+        *,
+        edge_context_tokens: int,
+        unfamiliar_policy: str | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.rules = rules
+        self.edge_context_tokens = edge_context_tokens
+        self.unfamiliar_policy = unfamiliar_policy
+        self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
+        # (lo, hi, their printed forms, tag) by precision, filled on first use (see _band)
+        self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}
+
+    def decide(
+        self, chooser: Chooser, requests: Sequence[Request], scores: Scores, feasible: Feasible
+    ) -> list[Decision]:
+        out = []
+        verdicts, lacking, model_version = feasible.verdicts, feasible.lacking, chooser.model_version
+        for i, request in enumerate(requests):
+            if scores.scores is None:  # the rule table decides
+                ruled = self.rules.decide(request.text, request.precision, degraded=True, note=scores.note or "")
+                fields: dict[str, object] = {
+                    "precision": ruled.precision,
+                    "n_tokens": ruled.n_tokens,
+                    "truncated": ruled.truncated,
+                }
+                out.append(
+                    self.placed(
+                        chooser,
+                        ruled.zone,
+                        ruled.reason,
+                        ruled.score,
+                        ruled.model_version,
+                        fields,
+                        verdicts[i],
+                        lacking[i],
+                    )
+                )
+                continue
+            score, n_tokens = scores.scores[i], feasible.tokens[i]
+            heads = scores.heads[i] if scores.heads is not None else ()
+            novelty = scores.novelty[i] if scores.novelty is not None else None
+            zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+            expected = {EDGE: heads[0], CLOUD: heads[1]} if len(heads) == 2 else None
+            unfamiliar = novelty is not None and novelty > 1.0
+            verdict = verdicts[i]
+            if (verdict is None or verdict.rule is None) and not lacking[i]:  # no rule, no need: the zone as it is
+                cascade, on_device, checked = zone_cascade(zone)
+                out.append(
+                    Decision(
+                        cascade,
+                        score,
+                        reason,
+                        False,
+                        model_version,
+                        on_device,
+                        checked,
+                        request.precision,
+                        n_tokens,
+                        truncated,
+                        novelty,
+                        unfamiliar,
+                        None,
+                        (),
+                        expected,
+                    )
+                )
+                continue
+            fields = {  # the policy's or the needs' say: the slow path
+                "precision": request.precision,
+                "n_tokens": n_tokens,
+                "truncated": truncated,
+                "novelty": novelty,
+                "unfamiliar": unfamiliar,
+                "expected": expected,
+            }
+            out.append(self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i]))
+        return out
+
+    def placed(
+        self,
+        chooser: Chooser,
+        zone: str,
+        reason: str,
+        score: float,
+        model_version: str,
+        fields: dict[str, object],
+        verdict: Verdict | None,
+        lacking: Lacking,
+    ) -> Decision:
+        """The decision of one request's zone once the policy and its needs have their say."""
+        if verdict is not None and verdict.rule is not None:
+            soft = verdict.preferred
+            if soft is not None and soft.zone is not None:
+                zone = _zone(soft.zone, verdict.allowed, None)
+            else:
+                zone = _zone(zone, verdict.allowed, soft.endpoint if soft is not None else None)
+        reason, rule, forbidden = chooser.explained(reason, verdict, lacking)
+        if lacking:
+            allowed = [side for side in SIDES if side not in forbidden]
+            if not allowed:
+                chooser.none_feasible(int(fields["n_tokens"]), (True, True), verdict, lacking)  # type: ignore[call-overload]
+            if len(allowed) == 1:
+                zone = allowed[0]
+        cascade, on_device, checked = zone_cascade(zone)
+        if forbidden and len(cascade) > 1:
+            keep = [k for k, name in enumerate(cascade) if name not in forbidden]
+            cascade, on_device = tuple(cascade[k] for k in keep), tuple(on_device[k] for k in keep)
+            checked = tuple(name for name in checked if name in cascade)
+        return Decision(
+            cascade,
+            score,
+            reason,
+            model_version == self.rules.model_version,
+            model_version,
+            on_device,
+            checked,
+            rule=rule,
+            forbidden=forbidden,
+            **fields,  # type: ignore[arg-type]
+        )
+
+    def explored(
+        self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
+    ) -> tuple[Decision, bool, float]:
+        """(the decision to carry out, whether explored, its propensity): with probability `rate`
+        the other side first (edge first -> cloud; cloud first -> edge with the cloud as fallback);
+        never a prompt over the edge's context or a request whose policy forbids an endpoint."""
+        if not rate or decision.n_tokens > self.edge_context_tokens or decision.forbidden:
+            return decision, False, 1.0
+        if draw.random() >= rate:
+            return decision, False, 1.0 - rate
+        zone = CLOUD if decision.target == EDGE else FALLBACK
+        first = CLOUD if zone == CLOUD else EDGE
+        cascade, on_device, checked = zone_cascade(zone)
+        explored = dataclasses.replace(
+            decision,
+            cascade=cascade,
+            on_device=on_device,
+            checked=checked,
+            reason=f"explored ({rate:g}): {first} first instead of {decision.target}; {decision.reason}",
+        )
+        return explored, True, rate
+
+    def _model_zone(
+        self, request: Request, score: float, n_tokens: int, novelty: float | None
+    ) -> tuple[str, str, bool]:
+        """(zone, reason, whether the features read only the prompt's head) of one scored prompt."""
+        precision = request.precision
+        lo, hi, lo_text, hi_text, tag = self._bands.get(precision) or self._band(precision)
+        zone = zone_for(score, lo, hi)
+        if zone == CLOUD:
+            reason = f"{self._score_name} {score:.3f} > {hi_text} ({tag})"
+        elif zone == EDGE:
+            reason = f"{self._score_name} {score:.3f} < {lo_text} ({tag})"
+        else:
+            reason = f"{self._score_name} {score:.3f} in [{lo_text}, {hi_text}] ({tag}): edge first, cloud fallback"
+        if n_tokens > self.edge_context_tokens:  # said even when the score alone sends it to the cloud
+            zone = CLOUD
+            reason = f"~{n_tokens} tokens exceed the edge context limit of {self.edge_context_tokens}; {reason}"
+        max_chars = self.rules.max_chars
+        truncated = len(request.text) > max_chars
+        if truncated:
+            reason += f"; features from the first {max_chars} characters"
+        if novelty is not None and novelty > 1.0:
+            zone, reason = self._familiar(request, zone, reason, n_tokens, novelty)
+        return zone, reason, truncated
+
+    def _familiar(self, request: Request, zone: str, reason: str, n_tokens: int, novelty: float) -> tuple[str, str]:
+        """An unfamiliar prompt gets the unfamiliar policy. Prompts over the edge context limit
+        stay on the cloud whatever the policy."""
+        if self.unfamiliar_policy == "learned":
+            return zone, reason + f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
+        note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
+        if n_tokens > self.edge_context_tokens:
+            return zone, f"{note}; {reason}"
+        if self.unfamiliar_policy == "rule_table":
+            ruled = self.rules.decide(request.text, request.precision, note=note)
+            return ruled.zone, f"{note}: {ruled.reason}"
+        return FALLBACK, f"{note}: edge first, cloud fallback (learned: {reason})"
+
+    def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
+        """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
+        if self.manifest is None:  # only a scored prompt has a band, and only a bundle scores
+            raise RuntimeError("the rule table has no score bands")
+        lo, hi = self.manifest.band(precision)
+        band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
+        return band
+
+
+def zone_decision(
+    zone: str, request: Request, n_tokens: int, policy: PolicySet | None, spending: Spending | None = None
+) -> Decision:
+    """A two-endpoint decision of `zone` for `request` with `policy` applied, as route() applies it
+    (the offline evaluation's what-if: evaluation.rules_effect); NoFeasibleEndpoint as route()."""
+    chooser = _two_sides()
+    feasible = chooser.feasible((request,), (n_tokens,), policy, spending)
+    fields: dict[str, object] = {"precision": request.precision, "n_tokens": n_tokens}
+    rule = chooser.rule
+    assert isinstance(rule, Bands)
+    return rule.placed(chooser, zone, "", 0.0, "", fields, feasible.verdicts[0], feasible.lacking[0])
+
+
+@functools.lru_cache(maxsize=1)
+def _two_sides() -> Chooser:
+    from serving.endpoints._record import two_endpoints
+    from serving.routing._rule_table import RuleRouter
+
+    rules = RuleRouter()
+    bands = Bands(None, rules, edge_context_tokens=DEFAULT_EDGE_CONTEXT_TOKENS)
+    return Chooser(two_endpoints(DEFAULT_EDGE_CONTEXT_TOKENS), bands, model_version="", max_chars=rules.max_chars)
+
+
+def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
+    """The zone for the allowed sides: one side alone is its own zone (no fallback); with both, a
+    preferred side runs first (the edge with the cloud as fallback), else the model's zone stands."""
+    if allowed == (EDGE,):
+        return EDGE
+    if allowed == (CLOUD,) or first == CLOUD:
+        return CLOUD
+    if first == EDGE and model_zone == CLOUD:
+        return FALLBACK
+    return model_zone
+
+
+class Choice:
+    """An N-endpoint bundle's rule (module doc), from its manifest's endpoints section, and what an
+    unfamiliar prompt (novelty above 1; a bundle with a familiarity reference) gets instead of the
+    rule's cascade, `unfamiliar_policy` (serving.scoring._novelty.UNFAMILIAR_POLICIES):
+
+    - edge_with_cloud_fallback: the cheapest endpoint on the device that may serve it first, its
+      answer checked, then the endpoint expected to answer best of the others: the two-endpoint
+      policy (the edge, the cloud behind it) for N endpoints. When no device endpoint may serve
+      it (its context, the policy, its needs), the rule's cascade stands, as a two-endpoint prompt
+      over the edge's context stays on the cloud.
+    - rule_table: what the bundle does without its model, by price: the cheapest endpoint that may
+      serve it first, then each costlier one.
+    - learned: the rule's cascade, the reason saying the prompt is unfamiliar.
+
+    A policy's prefer decides before either, as it does over a two-endpoint bundle's zone."""
+
+    def __init__(self, section: EndpointsSection, *, unfamiliar_policy: str | None = None) -> None:
+        self.section = section
+        self.rule, self.parameter = section.rule, section.parameter
+        self.unfamiliar_policy = unfamiliar_policy
+        self._said = f"{self.rule} ({ENDPOINT_RULES[self.rule]} {self.parameter:.4g})"
+
+    def decide(
+        self, chooser: Chooser, requests: Sequence[Request], scores: Scores, feasible: Feasible
+    ) -> list[Decision]:
+        cost, fits = call_costs(chooser.endpoints, feasible.tokens, self.section.output_tokens)
+        usable = fits & feasible.allowed(chooser.names)
+        notes: list[tuple[str | None, str | None]] = [(None, None)] * len(requests)  # unfamiliar prompts'
+        if scores.expected is None:  # degraded: the cheapest feasible endpoint first, then each costlier one
+            orders = _by_price(cost, usable)
+        else:
+            orders = self._orders(chooser, scores.expected, cost, usable, feasible.verdicts)
+            if scores.novelty is not None:
+                self._unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes)
+        return [
+            self._decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i], notes[i])
+            for i, request in enumerate(requests)
+        ]
+
+    def _unfamiliar(
+        self,
+        chooser: Chooser,
+        scores: Scores,
+        cost: NDArray[np.float64],
+        usable: NDArray[np.bool_],
+        verdicts: Sequence[Verdict | None],
+        orders: list[list[int]],
+        notes: list[tuple[str | None, str | None]],
+    ) -> None:
+        """The unfamiliar prompts' cascades (class doc), in place, and what their reasons say: what
+        chose the cascade instead of the rule, or after the rule's reason."""
+        assert scores.novelty is not None and scores.expected is not None
+        names, policy = chooser.names, self.unfamiliar_policy
+        by_price: list[list[int]] | None = None
+        for row, novelty in enumerate(scores.novelty):
+            verdict = verdicts[row]
+            if novelty <= 1.0 or not orders[row] or (verdict is not None and verdict.preferred is not None):
+                continue
+            note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
+            if policy == "learned":
+                notes[row] = (None, f"unfamiliar prompt (novelty {novelty:.2f}), learned cascade kept")
+                continue
+            if policy == "rule_table":
+                by_price = by_price or _by_price(cost, usable)
+                orders[row] = by_price[row]
+                first = orders[row][0]
+                notes[row] = (f"{note}: by price, the cheapest first, {names[first]} (${cost[row, first]:.5f})", None)
+                continue
+            device = [k for k in np.flatnonzero(usable[row]).tolist() if chooser.on_device[k]]
+            if not device:
+                notes[row] = (None, f"{note}, and no device endpoint may serve it: the rule's cascade kept")
+                continue
+            first = min(device, key=lambda k: (cost[row, k], k))
+            expected = scores.expected[row]
+            rest = [k for k in np.flatnonzero(usable[row]).tolist() if k != first]
+            best = max(rest, key=lambda k: (expected[k], -cost[row, k], -k)) if rest else None
+            orders[row] = [first] if best is None else [first, best]
+            behind = f", then the best expected, {names[best]} ({expected[best]:.3f})" if best is not None else ""
+            said = f"{names[first]} (expected {expected[first]:.3f}, ${cost[row, first]:.5f}){behind}"
+            notes[row] = (f"{note}: the cheapest device endpoint first, {said}", None)
+
+    def explored(
+        self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
+    ) -> tuple[Decision, bool, float]:
+        """(the decision to carry out, whether explored, its propensity): with probability `rate`
+        the first endpoint drawn uniformly among the k that may serve the request (the decided one
+        included), then the cascade in its order without it; propensity 1 - rate + rate / k for
+        the decided endpoint, rate / k for another; k = 1 is never explored."""
+        feasible = feasible_first(decision, chooser.endpoints)
+        k = len(feasible)
+        if not rate or k < 2 or decision.endpoint not in feasible:
+            return decision, False, 1.0
+        share = rate / k
+        decided = 1.0 - rate + share  # kept, or drawn again
+        if draw.random() >= rate:
+            return decision, False, decided
+        first = feasible[draw.randrange(k)]
+        if first == decision.endpoint:
+            return decision, False, decided
+        return first_explored(decision, first, chooser.endpoints, rate), True, share
+
+    def _orders(
+        self,
+        chooser: Chooser,
+        expected: NDArray[np.float64],
+        cost: NDArray[np.float64],
+        feasible: NDArray[np.bool_],
+        verdicts: Sequence[Verdict | None],
+    ) -> list[list[int]]:
+        """Each request's cascade: the rule's, or from the endpoint a policy puts first."""
+        index = {name: k for k, name in enumerate(chooser.names)}
+        first = np.full(len(expected), NONE, dtype=np.int64)
+        for row, verdict in enumerate(verdicts):
+            soft = verdict.preferred if verdict is not None else None
+            if soft is not None and soft.endpoint is not None and feasible[row, index[soft.endpoint]]:
+                first[row] = index[soft.endpoint]
+        plain = first == NONE
+        if self.rule == "cascade":
+            orders = cascade(expected, cost, self.parameter, feasible)
+        else:
+            orders = escalation(expected, cost, np.where(plain, self._first(expected, cost, feasible), NONE), feasible)
+        if not plain.all():
+            steered = escalation(expected, cost, first, feasible)
+            orders = [steered[row] if not plain[row] else order for row, order in enumerate(orders)]
+        return orders
+
+    def _first(
+        self, expected: NDArray[np.float64], cost: NDArray[np.float64], feasible: NDArray[np.bool_]
+    ) -> NDArray[np.int64]:
+        """The rule's first endpoint per request (a cascade's first step), NONE where none is feasible."""
+        if self.rule == "cheapest_within":
+            return cheapest_within(expected, cost, self.parameter, feasible)
+        if self.rule == "best_under_price":
+            return best_under_price(expected, cost, self.parameter, feasible)
+        return np.array(
+            [o[0] if o else NONE for o in cascade(expected, cost, self.parameter, feasible)], dtype=np.int64
+        )
+
+    def _decision(
+        self,
+        chooser: Chooser,
+        request: Request,
+        row: int,
+        scores: Scores,
+        cost: NDArray[np.float64],
+        fits: NDArray[np.bool_],
+        feasible: Feasible,
+        order: list[int],
+        note: tuple[str | None, str | None] = (None, None),
+    ) -> Decision:
+        names, n_tokens = chooser.names, feasible.tokens[row]
+        verdict, lacking = feasible.verdicts[row], feasible.lacking[row]
+        if not order:
+            chooser.none_feasible(n_tokens, fits.tolist(), verdict, lacking)
+        first = order[0]
+        steps = " -> ".join(names[k] for k in order)
+        values = scores.expected[row].tolist() if scores.expected is not None else None
+        if values is None:
+            reason = f"{scores.note}: the cheapest feasible endpoint first, {names[first]} (${cost[first]:.5f}); cascade {steps}"
+        else:
+            said = f"{names[first]} (expected {values[first]:.3f}, ${cost[first]:.5f})"
+            instead, after = note  # an unfamiliar prompt's (_unfamiliar)
+            reason = f"{instead or f'{self._said}: {said}'}; cascade {steps}" + (f"; {after}" if after else "")
+        too_long = [names[k] for k in range(len(names)) if not fits[k]]
+        if too_long:
+            reason += f"; ~{n_tokens} tokens exceed the context of {', '.join(too_long)}"
+        truncated = len(request.text) > chooser.max_chars
+        if truncated:
+            reason += f"; features from the first {chooser.max_chars} characters"
+        reason, rule, forbidden = chooser.explained(reason, verdict, lacking)
+        cascade_names = tuple(names[k] for k in order)
+        novelty = scores.novelty[row] if scores.novelty is not None else None
+        return Decision(
+            cascade_names,
+            values[first] if values is not None else 0.0,
+            reason,
+            values is None,
+            chooser.model_version,
+            tuple(chooser.on_device[k] for k in order),
+            cascade_names[:-1],
+            precision=request.precision,
+            n_tokens=n_tokens,
+            truncated=truncated,
+            novelty=novelty,
+            unfamiliar=novelty is not None and novelty > 1.0,
+            rule=rule,
+            forbidden=forbidden,
+            expected=dict(zip(names, values)) if values is not None else None,
+        )
+
+
+def _by_price(cost: NDArray[np.float64], usable: NDArray[np.bool_]) -> list[list[int]]:
+    """Each request's cascade by price alone: the cheapest endpoint that may serve it first, then each
+    costlier one (a bundle that cannot score; rule_table for an unfamiliar prompt)."""
+    first = best_under_price(np.zeros_like(cost), cost, 1.0, usable)
+    by_price = np.argsort(np.argsort(cost, axis=1, kind="stable"), axis=1).astype(np.float64)
+    return escalation(by_price, cost, first, usable)
+
+
+def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:
+    """The endpoints a decision's first call may be explored to, in the bundle's order (`endpoints`):
+    the chooser's feasibility read back from the decision, i.e. not forbidden (Decision.forbidden,
+    which holds the policy's forbidden endpoints and those lacking what the request needs; by
+    name, or by side as serving.execution._execute reads it) and with a context that holds the prompt."""
+    forbidden = decision.forbidden
+    return [
+        e.name
+        for e in endpoints
+        if e.name not in forbidden
+        and (e.where is None or SIDE_OF[e.where] not in forbidden)
+        and e.fits(decision.n_tokens)
+    ]
+
+
+def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint], rate: float) -> Decision:
+    """The decision with `first` run first, then its cascade in its order without it (every answer
+    but the last checked, as an N-endpoint cascade is), score `first`'s expected."""
+    cascade = (first, *(name for name in decision.cascade if name != first))
+    on_device = {e.name: e.where == "device" for e in endpoints}
+    return dataclasses.replace(
+        decision,
+        cascade=cascade,
+        on_device=tuple(on_device[name] for name in cascade),
+        checked=cascade[:-1],
+        score=decision.expected[first] if decision.expected is not None else decision.score,
+        reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
+    )
+
+
+def _policy_said(verdict: Verdict, forbidden: tuple[str, ...]) -> str:
+    """What the deciding rule did: forced, forbids, routes or prefers; and a prefer that also matched."""
+    rule, soft = verdict.rule, verdict.preferred
+    assert rule is not None
+    if verdict.forced is not None:
+        said = f"forced {rule.endpoint}"
+    elif soft is None or rule is not soft:
+        said = f"forbids {', '.join(forbidden)}"
+    else:
+        said = _said(soft)
+    if soft is not None and rule is not soft:
+        said += f"; policy '{soft.name}' {_said(soft)}"
+    return said
+
+
+def _said(rule: Rule) -> str:
+    return f"routes {rule.zone}" if rule.zone is not None else f"prefers {rule.endpoint}"

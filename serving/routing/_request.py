@@ -1,0 +1,99 @@
+"""The request record: what the app asks of the router, built once where it calls the SDK.
+
+    request = Request("Summarise this contract: ...", precision="exact", metadata={"tier": "free"})
+    decision = router.route(request)
+    execution = router.execute(request, endpoints={"edge": on_device, "cloud": frontier})
+
+Every layer (the chooser, the policy, execute(), the outcome log, telemetry) reads the same
+record; route() and execute() also take a plain prompt and keywords and build it themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from serving.endpoints._capabilities import check_capabilities, check_needs
+from serving.routing._validation import check_metadata, check_precision, check_prompt
+
+if TYPE_CHECKING:
+    from serving.endpoints._capabilities import Needs
+    from serving.endpoints._record import Capabilities
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request, checked when built (TypeError or ValueError naming the field).
+
+    text: what is routed: the prompt, or a conversation's text (serving.chat builds it from the
+        messages)
+    precision: the answer the app needs: "exact", "standard", "tolerant", or None (undeclared)
+    metadata: str -> str the policy's rules read (feature, user tier, declared privacy, ...)
+    needs: what the request needs of its endpoint (serving.endpoints._capabilities.Needs: images, tools, json,
+        a language); an endpoint lacking it is never chosen nor called
+    capabilities: endpoint name -> its Capabilities, overriding the bundle's own (None: the bundle's)
+    deadline: time.monotonic() by which the answer must be complete; execute() cuts each call's
+        timeout to what is left, and calls nothing once it has passed (None: no deadline)
+    conversation: the conversation the request belongs to (an app's id), or None
+    messages: the chat messages `text` was built from, as the app sent them, or None
+    subject: what execute() passes to each endpoint's call: the text itself (None), or the app's
+        own request object (serving.chat's ChatRequest)
+    """
+
+    text: str
+    precision: str | None = None
+    metadata: Mapping[str, str] | None = None
+    needs: Needs | None = None
+    capabilities: Mapping[str, Capabilities | None] | None = None
+    deadline: float | None = None
+    conversation: str | None = None
+    messages: Sequence[Mapping[str, Any]] | None = None
+    subject: Any = None  # Any: the app's own object, passed to its calls as it is
+
+    def __post_init__(self) -> None:
+        if type(self.text) is not str:
+            check_prompt(self.text, "text")
+        if self.precision is not None:
+            check_precision(self.precision)
+        if self.metadata is not None:
+            check_metadata(self.metadata)
+        if self.needs is not None or self.capabilities is not None:
+            object.__setattr__(self, "needs", check_needs(self.needs))
+            check_capabilities(self.capabilities)
+        if self.deadline is not None and not (
+            isinstance(self.deadline, (int, float))
+            and not isinstance(self.deadline, bool)
+            and self.deadline == self.deadline
+        ):
+            raise TypeError(f"deadline must be a time.monotonic() value or None, got {self.deadline!r}")
+        if self.conversation is not None and (not isinstance(self.conversation, str) or not self.conversation):
+            raise TypeError(f"conversation must be a non-empty str or None, got {self.conversation!r}")
+
+    @property
+    def call_subject(self) -> Any:  # Any: the app's own object, or the text
+        """What each endpoint's call gets: `subject` when given, else the text."""
+        return self.text if self.subject is None else self.subject
+
+    def but(self, **changes: Any) -> "Request":  # Any: fields of their own types, checked again
+        """A copy with `changes` (dataclasses.replace)."""
+        return replace(self, **changes)
+
+
+def as_request(prompt: object, name: str = "prompt", **fields: Any) -> Request:  # Any: Request's fields
+    """`prompt` when it is a Request (TypeError when fields are given too), else a Request of the
+    text: a str, or a request object whose `prompt` is the text (passed to the calls as it is).
+    `name`: what errors call the argument."""
+    if isinstance(prompt, Request):
+        given = [name for name, value in fields.items() if value is not None]
+        if given:
+            raise TypeError(f"give {', '.join(given)} in the Request, not beside it")
+        return prompt
+    if isinstance(prompt, str):
+        return Request(prompt, **fields)
+    text = getattr(prompt, "prompt", None)
+    if not isinstance(text, str):
+        raise TypeError(
+            f"{name} must be str, a serving.Request, or a request whose .prompt is str "
+            f"(serving.execution._execute.Routable), got {type(prompt).__name__}"
+        )
+    return Request(text, subject=prompt, **fields)

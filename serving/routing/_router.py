@@ -1,0 +1,545 @@
+"""The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve.
+
+A Router holds one bundle's Routing (serving.routing._stages) and can replace it while the app runs
+(`update`): the new bundle is read, verified (checksums, values, the pinned signature),
+loaded and tried before the switch, which is one reference assignment, so every decision
+comes wholly from the old or wholly from the new bundle. A failed or refused update keeps
+the current bundle and says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+
+import serving.monitoring._telemetry as telemetry
+from serving.bundle._bundle import BundleError, read_bundle
+from serving.endpoints._capabilities import declares_languages
+from serving.execution._execute import named_calls
+from serving.routing._decision import Decision
+from serving.routing._request import Request, as_request
+from serving.routing._stages import Routing
+
+if TYPE_CHECKING:
+    from typing import Literal, TypedDict
+
+    from serving.bundle._manifest import Manifest
+    from serving.bundle._signing import PinnedKey
+    from serving.endpoints._capabilities import Needs
+    from serving.endpoints._record import Capabilities, Endpoint, Endpoints
+    from serving.execution._execute import AcceptCheck, EdgePool, Execution, Subject
+    from serving.monitoring._drift import DriftReference
+    from serving.monitoring._outcome_log import OutcomeLog
+    from serving.monitoring._traffic import LoggedRequest, Traffic
+    from serving.policy._budgets import Spending
+    from serving.policy._rules import PolicySet
+    from serving.routing._stages import RouteStages
+    from serving.scoring._acceptance import Acceptor
+
+    class _LoadOptions(TypedDict):
+        """How a Router loads its bundles: kept so that update() loads the next one alike."""
+
+        threads: int
+        unfamiliar_policy: str | None
+        public_key: PinnedKey | None
+
+
+logger = logging.getLogger("serving")
+
+
+@dataclass(frozen=True)
+class Update:
+    """What `Router.update` did: `updated` or not, and why."""
+
+    updated: bool
+    reason: str
+    model_version: str
+
+
+def _policy(policy: PolicySet | str | Path | None, routing: Routing) -> PolicySet | None:
+    """A PolicySet, loaded when given as a path (PolicyFileError for a bad file) for the endpoints
+    of `routing`'s bundle; PolicyFileError when it names other endpoints."""
+    if policy is None:
+        return None
+    from serving.policy._rules import PolicySet
+
+    if isinstance(policy, (str, Path)):
+        policy = PolicySet.load(policy, endpoints=routing.endpoint_names)
+    if isinstance(policy, PolicySet):
+        routing.chooser.check_policy(policy)
+        return policy
+    raise TypeError(
+        f"policy must be a serving.policy.PolicySet or a path to a policy file, got {type(policy).__name__}"
+    )
+
+
+def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, public_key: PinnedKey | None) -> Routing:
+    """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
+    from serving.scoring._acceptance import Acceptor
+    from serving.scoring._scorer import Scorer
+
+    try:
+        bundle = read_bundle(path, public_key=public_key)
+        scorer = Scorer(bundle, threads=threads)
+        acceptor = Acceptor.from_bundle(bundle, scorer)
+    except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
+        raise exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500]) from exc
+    return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
+
+
+class Router:
+    """Routes prompts with a trained bundle. Build it with `Router.load(path)`.
+
+    policy: a serving.policy.PolicySet, or the path of a policy file (docs/policies.md): its rules
+    force, forbid or prefer endpoints for each request before the model's decision stands, and
+    execute() never calls an endpoint they forbid. Replace it while the app runs by assigning
+    `router.policy` (serving.bundle._watcher.PolicyWatcher does so when the file changes).
+    """
+
+    def __init__(
+        self,
+        routing: Routing,
+        *,
+        threads: int = 1,
+        unfamiliar_policy: str | None = None,
+        public_key: PinnedKey | None = None,
+        traffic: Traffic | None = None,
+        policy: PolicySet | str | Path | None = None,
+    ) -> None:
+        from serving.monitoring._traffic import Traffic
+
+        self._routing = routing
+        self._options: _LoadOptions = {
+            "threads": threads,
+            "unfamiliar_policy": unfamiliar_policy,
+            "public_key": public_key,
+        }
+        self._traffic = traffic or Traffic(None)
+        self._policy = _policy(policy, routing)
+        # What each budget holder spent (serving.policy._budgets); kept across policy reloads.
+        self._spending: Spending | None = None
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        strict: bool = False,
+        threads: int = 1,
+        unfamiliar_policy: str | None = None,
+        public_key: PinnedKey | None = None,
+        log: OutcomeLog | None = None,
+        explore_rate: float = 0.0,
+        shadow_rate: float = 0.0,
+        seed: int | None = None,
+        policy: PolicySet | str | Path | None = None,
+    ) -> "Router":
+        """Load and verify a bundle folder (serving.bundle._bundle says what is checked).
+
+        strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
+        that runs on the rule table, with one warning and `degraded_reason` set; it never raises.
+        strict=True: the same problems raise BundleError, and only BundleError.
+        unfamiliar_policy: what a prompt unlike the training data gets (serving.scoring._novelty.UNFAMILIAR_POLICIES:
+        edge_with_cloud_fallback, rule_table, learned); default: the bundle's own setting.
+        public_key: pin the team's Ed25519 key (a path to router.pub, or its bytes): a bundle
+        without that key's signature counts as tampered (serving.bundle._signing).
+        log: a serving.monitoring._outcome_log.OutcomeLog; every execute() then appends its outcome record.
+        explore_rate, shadow_rate, seed: exploration and shadow runs (serving.monitoring._traffic); both need a log.
+        policy: a PolicySet or a policy file's path (see Router); a bad file raises PolicyFileError
+        whatever `strict` says: routing private data without its rules is never a fallback.
+        """
+        from serving.monitoring._traffic import Traffic
+        from serving.scoring._novelty import UNFAMILIAR_POLICIES
+
+        traffic = Traffic(log, explore_rate=explore_rate, shadow_rate=shadow_rate, seed=seed)
+        if unfamiliar_policy is not None and unfamiliar_policy not in UNFAMILIAR_POLICIES:
+            raise ValueError(f"unfamiliar_policy={unfamiliar_policy!r}; use one of {', '.join(UNFAMILIAR_POLICIES)}")
+        options: _LoadOptions = {"threads": threads, "unfamiliar_policy": unfamiliar_policy, "public_key": public_key}
+        try:
+            routing = _routing(path, **options)
+        except BundleError as error:
+            if strict:
+                raise
+            logger.warning("routing bundle unavailable, using the rule table: %s", error)
+            routing = Routing(None, None, degraded_reason=str(error))
+        return cls(routing, **options, traffic=traffic, policy=policy)
+
+    def update(self, path: str | Path, *, force: bool = False) -> Update:
+        """Switch to the bundle at `path` once it is fully verified, loaded and has routed a
+        prompt; never raises. Refused: a bundle that fails any check, and one older than the
+        current (its `created_at`) unless `force`. The current bundle then stays."""
+        current = self._routing
+        try:
+            new = _routing(path, **self._options)
+            assert new.manifest is not None  # _routing builds it from a loaded bundle's Scorer
+            if self._policy is not None:
+                _policy(self._policy, new)  # the policy must name the new bundle's endpoints
+            created, now = new.manifest.created_at, current.manifest.created_at if current.manifest else ""
+            if created < now and not force:
+                return self._refused(
+                    f"{path} is older ({created}) than the current bundle ({now}): a downgrade; "
+                    "pass force=True to allow it"
+                )
+            new.decisions([Request("What is 2 + 2?")])  # it must route before it serves
+        except Exception as exc:  # the app keeps routing with the current bundle
+            return self._refused(f"{path} not loaded: {exc}"[:500])
+        self._routing = new  # one reference: a decision comes wholly from the old or the new bundle
+        logger.info("routing bundle updated to %s from %s", new.model_version, path)
+        return Update(True, f"now {new.model_version} from {path}", new.model_version)
+
+    def _refused(self, reason: str) -> Update:
+        logger.warning("routing bundle update refused: %s", reason)
+        return Update(False, reason, self._routing.model_version)
+
+    # What the current bundle says.
+    @property
+    def manifest(self) -> Manifest | None:
+        return self._routing.manifest
+
+    @property
+    def degraded(self) -> bool:
+        return self._routing.degraded
+
+    @property
+    def degraded_reason(self) -> str | None:
+        return self._routing.degraded_reason
+
+    @property
+    def edge_context_tokens(self) -> int:
+        return self._routing.edge_context_tokens
+
+    @property
+    def model_version(self) -> str:
+        return self._routing.model_version
+
+    @property
+    def unfamiliar_policy(self) -> str | None:
+        return self._routing.unfamiliar_policy
+
+    @property
+    def stages(self) -> RouteStages | None:
+        """The stages route() runs on the current bundle, as callables, with a way to time them
+        inside route() calls (serving.routing._stages.RouteStages; what `make bench` reports); None when
+        degraded. For profiling: route() does not pay for it."""
+        return self._routing.stages
+
+    @property
+    def acceptor(self) -> Acceptor | None:
+        """The bundle's learned acceptance check (serving.scoring._acceptance.Acceptor), or None when the
+        bundle has none (trained without edge answers, older, or the router is degraded)."""
+        return self._routing.acceptor
+
+    def drift_reference(self) -> DriftReference | None:
+        """The summary of its training traffic the current bundle carries (serving.monitoring._drift: what
+        drift_report compares recent requests with); None when it carries none (trained before
+        drift references) or the router is degraded."""
+        raw = self._routing.drift_reference
+        if raw is None:
+            return None
+        from serving.monitoring._drift import DriftReference
+
+        return DriftReference.from_bytes(raw)
+
+    @property
+    def endpoint_names(self) -> tuple[str, ...]:
+        """The endpoints the current bundle routes among, in its order (edge and cloud for a
+        two-endpoint bundle and the rule table): the names a policy, feedback and execute() use."""
+        return self._routing.endpoint_names
+
+    policy_endpoints = endpoint_names  # the names a policy for this router names
+
+    @property
+    def policy(self) -> PolicySet | None:
+        """The policy applied to every decision, or None."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: PolicySet | None) -> None:
+        """Replace the policy: one reference, so each decision follows wholly the old or the new one."""
+        from serving.policy._rules import PolicySet
+
+        if policy is not None and not isinstance(policy, PolicySet):
+            raise TypeError(f"policy must be a serving.policy.PolicySet or None, got {type(policy).__name__}")
+        self._policy = _policy(policy, self._routing)
+
+    def record_spend(self, metadata: Mapping[str, str] | None, amount: float) -> None:
+        """Count what a request cost against the budgets its metadata names (the metadata keys the
+        policy's `budget` conditions read; docs/policies.md#budgets). RoutedChat and the proxy call
+        it with each answer's estimated cost; an app calling execute() with its own callables calls
+        it with what the call cost. Nothing is counted without a policy that has budgets.
+        ValueError for an amount that is not a finite number >= 0."""
+        from serving.policy._budgets import Spending, check_amount, limits_of
+
+        check_amount(amount)
+        from serving.routing._validation import check_metadata
+
+        policy, metadata = self._policy, check_metadata(metadata)
+        if policy is None or not policy.budget_keys or not metadata:
+            return
+        if self._spending is None:
+            self._spending = Spending()
+        self._spending.add(metadata, amount, policy.budget_keys, limits=limits_of(policy))
+
+    @property
+    def spending(self) -> Spending | None:
+        """The budgets' ledger (serving.policy._budgets.Spending), None before anything was spent."""
+        return self._spending
+
+    def route(
+        self,
+        prompt: str | Request,
+        *,
+        precision: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
+    ) -> Decision:
+        """Where one request should run; see Decision. `prompt`: a serving.Request, or its text with
+        the request's other fields as keywords (serving.routing._request.Request says what each is).
+        NoFeasibleEndpoint (serving.policy) when the policy or the needs leave no endpoint."""
+        if type(prompt) is str:  # the usual call: the Request built here directly
+            request = Request(prompt, precision, metadata, needs, capabilities)
+        else:
+            request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        return self._routing.decisions((request,), self._policy, self._spending)[0]
+
+    def route_batch(
+        self,
+        prompts: Sequence[str | Request],
+        precisions: Sequence[str | None] | None = None,
+        metadata: Sequence[Mapping[str, str] | None] | None = None,
+        needs: Sequence[Needs | None] | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
+    ) -> list[Decision]:
+        """Decisions for many requests, scored in one onnxruntime call per model: Requests, or texts
+        with `precisions`, `metadata` and `needs` one each (or None) per prompt and `capabilities`
+        for all. NoFeasibleEndpoint for the first request the policy or its needs leave no endpoint."""
+        if isinstance(prompts, str) or not hasattr(prompts, "__iter__"):
+            raise TypeError(f"prompts must be a list of str or serving.Request, got {type(prompts).__name__}")
+        prompts = list(prompts)
+        if precisions is not None and len(precisions) != len(prompts):
+            raise ValueError(f"precisions has {len(precisions)} items for {len(prompts)} prompts")
+        for name, given in (("metadata", metadata), ("needs", needs)):
+            if given is not None and len(given) != len(prompts):
+                raise ValueError(f"{len(given)} {name} for {len(prompts)} prompts")
+        none = [None] * len(prompts)
+        requests = [
+            _checked(i, p, precision=q, metadata=m, needs=w, capabilities=capabilities)
+            for i, (p, q, m, w) in enumerate(zip(prompts, precisions or none, metadata or none, needs or none))
+        ]
+        return self._routing.decisions(requests, self._policy, self._spending) if requests else []
+
+    @property
+    def log(self) -> OutcomeLog | None:
+        """The OutcomeLog execute() writes to, or None."""
+        return self._traffic.log
+
+    def feedback(
+        self,
+        request_id: str,
+        *,
+        edge_quality: float | None = None,
+        cloud_quality: float | None = None,
+        outcomes: Mapping[str, float] | None = None,
+        source: str | None = None,
+    ) -> bool:
+        """Record a later outcome of an executed request (a rating, a downstream check, a judge's
+        score; qualities in [0, 1]); training joins it to the request. False without a log.
+        outcomes: {endpoint: quality}, naming the bundle's endpoints, for every bundle (an N-endpoint
+        bundle takes only it; a two-endpoint router takes edge_quality / cloud_quality too, and writes
+        {"edge": ..., "cloud": ...} as them).
+        ValueError for a missing id, a quality outside [0, 1], an endpoint the current bundle does
+        not have, or outcomes given with edge_quality / cloud_quality."""
+        return self._traffic.feedback(
+            request_id,
+            edge_quality=edge_quality,
+            cloud_quality=cloud_quality,
+            outcomes=outcomes,
+            endpoints=self._routing.endpoint_names,
+            source=source,
+        )
+
+    def execute(
+        self,
+        prompt: Subject | Request,
+        edge: Callable[[Subject], Any] | None = None,
+        cloud: Callable[[Subject], Any] | None = None,
+        *,
+        endpoints: Mapping[str, Callable[[Subject], Any]] | None = None,
+        specs: Endpoints | Mapping[str, Endpoint] | None = None,
+        timeouts: Mapping[str, float] | None = None,
+        edge_timeout_s: float | None = None,
+        accept: AcceptCheck | Literal["learned"] | None = None,
+        verify_edge_zone: bool = False,
+        edge_pool: EdgePool | None = None,
+        request_id: str | None = None,
+        precision: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
+    ) -> Execution:
+        """Route, then run the decision's cascade (serving.execution._execute): `endpoints` maps each of the
+        bundle's endpoints to its call (a two-endpoint app may give `edge` and `cloud`).
+
+        prompt: a serving.Request, or its text with the request's fields as keywords (precision,
+        metadata, needs, capabilities: as route() takes them), or an app's request object whose
+        `prompt` attribute is the text (serving.execution._execute.Routable, such as serving.chat's
+        ChatRequest): each call gets the Request's `subject` (that object), else its text.
+
+        specs: the endpoints' records (serving.Endpoint: context limits, prices, where each runs,
+        capabilities), default the bundle's own; what a record leaves undeclared (None) is the
+        bundle's. Their declared capabilities are what the request's needs are checked against.
+        timeouts: name -> seconds (edge_timeout_s: the edge's), run on `edge_pool` (an EdgePool,
+        default the process's shared one); a Request's deadline cuts them.
+
+        accept: a callable(answer) -> bool, or "learned": the bundle's acceptance check on the answer
+        text (a call must return a str; anything else counts as a failed check). It reads the answers
+        the decision checks (Decision.checked; every answer but the last with verify_edge_zone). A
+        bundle without an acceptance model checks nothing, with one warning per bundle.
+
+        With an outcome log (Router.load(log=...)), the request is recorded, explored and shadowed as
+        serving.monitoring._traffic says; `request_id` (default: a new one, returned as Execution.request_id) is
+        what router.feedback() takes. An endpoint the policy forbids, or one lacking what the request
+        needs, is never called: FallbackForbidden (serving.policy) names the rule when the others did
+        not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
+        from serving.execution._execute import execute
+
+        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        calls = named_calls(edge, cloud, endpoints)
+        with telemetry.request():  # one span per request, routing included; a caller's span is joined
+            logged, arguments = self._started(
+                request,
+                calls,
+                specs,
+                accept,
+                request_id,
+                timeouts=timeouts,
+                edge_timeout_s=edge_timeout_s,
+                verify_edge_zone=verify_edge_zone,
+                edge_pool=edge_pool,
+            )
+            if logged is None:
+                return execute(**arguments)
+            with logged:  # recorded on the way out, a failure included
+                logged.execution = execute(**arguments)
+            return logged.execution
+
+    async def aexecute(
+        self,
+        prompt: Subject | Request,
+        edge: Callable[[Subject], Awaitable[Any]] | None = None,
+        cloud: Callable[[Subject], Awaitable[Any]] | None = None,
+        *,
+        endpoints: Mapping[str, Callable[[Subject], Awaitable[Any]]] | None = None,
+        specs: Endpoints | Mapping[str, Endpoint] | None = None,
+        timeouts: Mapping[str, float] | None = None,
+        edge_timeout_s: float | None = None,
+        accept: AcceptCheck | Literal["learned"] | None = None,
+        verify_edge_zone: bool = False,
+        request_id: str | None = None,
+        shadow: bool = True,
+        precision: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
+    ) -> Execution:
+        """execute() for asyncio: each call an async callable (serving.execution._execute.aexecute: an
+        overrunning call is cancelled). The same decision, accept check, outcome record, exploration
+        and shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
+        values, such as streams). Routing a long prompt runs on a worker thread
+        (serving.execution._execute.off_loop), not on the event loop."""
+        from serving.execution._execute import aexecute, off_loop
+
+        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        calls = named_calls(edge, cloud, endpoints)
+        with telemetry.request():
+            start = functools.partial(
+                self._started,
+                request,
+                calls,
+                specs,
+                accept,
+                request_id,
+                asynchronous=True,
+                shadow=shadow,
+                timeouts=timeouts,
+                edge_timeout_s=edge_timeout_s,
+                verify_edge_zone=verify_edge_zone,
+            )
+            logged, arguments = await off_loop(request.text, start)
+            if logged is None:
+                return await aexecute(**arguments)
+            with logged:
+                logged.execution = await aexecute(**arguments)
+            return logged.execution
+
+    def _started(
+        self,
+        request: Request,
+        calls: Mapping[str, Callable[[Any], Any]],
+        specs: Endpoints | Mapping[str, Endpoint] | None,
+        accept: AcceptCheck | Literal["learned"] | None,
+        request_id: str | None,
+        asynchronous: bool = False,
+        shadow: bool = True,
+        **options: Any,  # Any: serving.execution._execute's options (timeouts, verify_edge_zone, ...), of their own types
+    ) -> tuple[LoggedRequest | None, dict[str, Any]]:
+        """What execute() and aexecute() both do before the calls: (the logged request or None, the
+        arguments of serving.execution._execute: the decision as carried out, explored or not, and its options)."""
+        given = None if specs is None else {e.name: e for e in specs} if not isinstance(specs, Mapping) else dict(specs)
+        if given is not None and request.capabilities is None:
+            declared = {name: e.capabilities for name, e in given.items() if e.capabilities is not None}
+            # The given records' capabilities decide when the request needs something, or when one of
+            # them declares languages (every request has a language); a record declaring none leaves it
+            # to the bundle's.
+            if declared and (request.needs is not None or declares_languages(declared)):
+                request = request.but(capabilities=declared)
+        routing, decision, check = self._prepared(request, accept)
+        chooser = routing.chooser
+        bundle = dict(zip(chooser.names, chooser.endpoints))
+        logged = self._traffic.request(
+            routing,
+            request,
+            decision,
+            accept=check,
+            calls=calls,
+            request_id=request_id,
+            asynchronous=asynchronous,
+            shadow=shadow,
+        )
+        arguments = {
+            "decision": decision if logged is None else logged.decision,
+            "prompt": request.call_subject,
+            "endpoints": calls,
+            "accept": check if logged is None else logged.accept,
+            # each record's context limit, price and place, the bundle's where it declares none
+            "specs": bundle if given is None else {n: e.filled_from(bundle.get(n)) for n, e in given.items()},
+            "output_tokens": routing.output_tokens,
+            "deadline": request.deadline,
+            **options,
+        }
+        return logged, arguments
+
+    def _prepared(
+        self, request: Request, accept: AcceptCheck | Literal["learned"] | None
+    ) -> tuple[Routing, Decision, AcceptCheck | None]:
+        """(the bundle serving this request, its decision, the accept check): all from one Routing,
+        so an update() meanwhile changes none of them."""
+        if accept is not None and accept != "learned" and not callable(accept):
+            raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
+        routing = self._routing
+        decision = routing.decisions((request,), self._policy, self._spending)[0]
+        return routing, decision, routing.learned_accept(request.text) if accept == "learned" else accept
+
+
+def _checked(index: int, prompt: object, **fields: Any) -> Request:  # Any: Request's fields
+    """The Request of route_batch()'s `index`th prompt; its errors name the prompt."""
+    try:
+        return as_request(prompt, f"prompts[{index}]", **fields)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(f"prompts[{index}]"):
+            raise
+        raise type(exc)(f"prompts[{index}]: {exc}") from exc

@@ -1,0 +1,233 @@
+"""One bundle's routing: scores -> the chooser (serving.routing._chooser) -> Decisions, with the rule table
+whenever the bundle cannot serve. serving.routing._router.Router holds one and swaps it."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from serving._contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
+from serving.bundle._manifest import Manifest
+from serving.endpoints._record import two_endpoints
+from serving.routing._chooser import Bands, Choice, Chooser
+from serving.routing._decision import Decision
+from serving.routing._rule_table import RuleRouter
+from serving.scoring._scorer import Scores
+
+if TYPE_CHECKING:
+    from serving._json_types import JSONObject
+    from serving.execution._execute import AcceptCheck
+    from serving.policy._budgets import Spending
+    from serving.policy._rules import PolicySet
+    from serving.routing._request import Request
+    from serving.scoring._acceptance import Acceptor
+    from serving.scoring._scorer import Scorer
+
+log = logging.getLogger("serving")
+
+
+class Routing:
+    """Everything one bundle (or the rule table alone) needs to decide: built once per bundle
+    and never changed after, so a Router can swap it in one step (Router.update)."""
+
+    def __init__(
+        self,
+        scorer: Scorer | None,
+        manifest: Manifest | None,
+        *,
+        degraded_reason: str | None = None,
+        unfamiliar_policy: str | None = None,
+        acceptor: Acceptor | None = None,
+    ) -> None:
+        self._scorer = scorer
+        self.acceptor = acceptor
+        self._warned_no_acceptor = False
+        self._warned_no_encoder = False
+        self.manifest = manifest
+        self.degraded_reason = degraded_reason
+        self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
+        self.model_version = manifest.model_version if manifest else RuleRouter.model_version
+        tokenizer = scorer.extractor.tokenizer if scorer is not None else None
+        max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
+        self._rules = RuleRouter(tokenizer, max_chars=max_chars)
+        # What an unfamiliar prompt gets (serving.scoring._novelty.UNFAMILIAR_POLICIES): the caller's choice, else the bundle's.
+        self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
+        section = manifest.endpoints if manifest is not None and scorer is not None else None
+        rule: Bands | Choice
+        if section is not None:
+            endpoints, rule = tuple(section.spec), Choice(section, unfamiliar_policy=self.unfamiliar_policy)
+        else:
+            endpoints = two_endpoints(self.edge_context_tokens)
+            rule = Bands(
+                manifest if scorer is not None else None,
+                self._rules,
+                edge_context_tokens=self.edge_context_tokens,
+                unfamiliar_policy=self.unfamiliar_policy,
+            )
+        self.chooser = Chooser(endpoints, rule, model_version=self.model_version, max_chars=max_chars)
+        # The answer's expected tokens the calls' prices count: an N-endpoint bundle's own (what its choice priced).
+        self.output_tokens = section.output_tokens if section is not None else 0.0
+
+    @property
+    def endpoint_names(self) -> tuple[str, ...]:
+        """The endpoints this bundle routes among, in its order: edge and cloud for a two-endpoint
+        bundle and the rule table."""
+        return self.chooser.names
+
+    def decisions(
+        self, requests: Sequence[Request], policy: PolicySet | None = None, spending: Spending | None = None
+    ) -> list[Decision]:
+        """Decisions for checked requests, `policy` applied; when the bundle cannot score, the rule
+        table (two endpoints) or price order (N endpoints) decides, `degraded` set."""
+        return self.chooser.decisions(requests, self.scores(requests), policy, spending)
+
+    def scores(self, requests: Sequence[Request]) -> Scores:
+        """What the bundle's graph says of the requests; a failure is a degraded Scores, never raised."""
+        scorer = self._scorer
+        prompts = [r.text for r in requests]
+        if scorer is None:
+            return Scores([self._rules.count_tokens(p) for p in prompts], note=f"degraded: {self.degraded_reason}")
+        precisions = [r.precision for r in requests]
+        try:
+            return scorer.score(prompts, precisions)
+        except Exception as exc:  # the host app must never see a scoring failure
+            log.warning("scoring failed, the bundle's fallback decides: %r", exc)
+            counts = [self._rules.count_tokens(p) for p in prompts]
+            return Scores(counts, note=f"degraded: scoring failed: {exc!r}"[:300])
+
+    @property
+    def degraded(self) -> bool:
+        return self._scorer is None
+
+    @property
+    def stages(self) -> "RouteStages | None":
+        """The stages route() runs on this bundle, for profiling (RouteStages); None when
+        degraded (the rule table decides)."""
+        return None if self._scorer is None else RouteStages(self)
+
+    @property
+    def drift_reference(self) -> bytes | None:
+        return None if self._scorer is None else self._scorer.drift_reference
+
+    def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> JSONObject | None:
+        """What training needs of a prompt whose text is not kept (serving.monitoring._outcome_log's privacy
+        modes): the scalar inputs this bundle computes for it and either its token ids or, for
+        "embedding", its encoder's pooled embedding before the projection, with what identifies
+        them. None when degraded, or for "embedding" when the bundle holds no such encoder."""
+        if self._scorer is None or self.manifest is None:  # degraded: both or neither (Router)
+            return None
+        try:
+            ids, mask, scalars, _, _ = self._scorer.extractor.prepare([prompt], [precision])
+            embedding = self._scorer.pooled_embedding(ids, mask) if privacy == "embedding" else None
+        except Exception:  # never let the record cost the request
+            return None
+        spec = self._scorer.spec
+        # What a later training run checks before it uses them (training.token_rows): the
+        # same tokenizer (its SHA-256 in this bundle's manifest), token limit and scalars, and
+        # for an embedding the same encoder.
+        inputs = {
+            "model_version": self.model_version,
+            "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
+            "max_tokens": spec.max_tokens,
+            "add_special_tokens": spec.add_special_tokens,
+        }
+        names = {"scalars": scalars[0].tolist(), "feature_names": spec.feature_names[: scalars.shape[1]]}
+        if privacy != "embedding":
+            return {**inputs, "input_ids": ids[0][mask[0] > 0].tolist(), **names}
+        if embedding is None:
+            self._warn_no_encoder()
+            return None
+        return {
+            **inputs,
+            "encoder_sha256": self.manifest.files["encoder.onnx"],
+            "embedding": embedding[0].tolist(),
+            **names,
+        }
+
+    def _warn_no_encoder(self) -> None:
+        if not self._warned_no_encoder:
+            self._warned_no_encoder = True
+            log.warning(
+                'OutcomeLog(privacy="embedding"): bundle %s holds no encoder before its projection '
+                "(encoder.onnx; a static-tier bundle carries it when trained with `--set bundle_encoder=true`):"
+                " its requests are logged without model inputs, and no training can use them",
+                self.model_version,
+            )
+
+    def learned_accept(self, prompt: str) -> AcceptCheck | None:
+        """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
+        when this bundle has no acceptance model."""
+        acceptor = self.acceptor
+        if acceptor is None:
+            if not self._warned_no_acceptor:
+                self._warned_no_acceptor = True
+                why = self.degraded_reason or (self.manifest.acceptance.get("reason") if self.manifest else None)
+                log.warning(
+                    'accept="learned": bundle %s has no acceptance model (%s); edge answers are not checked',
+                    self.model_version,
+                    why or "trained before acceptance checks",
+                )
+            return None
+        return lambda answer: acceptor.check(prompt, answer)
+
+
+class RouteStages:
+    """The stages one route() call runs on a bundle, as the callables it calls, so that a
+    profiler (`make bench`) can time each alone and inside route() without reaching into the
+    SDK. Nothing here is on route()'s path: route() pays for none of it unless `timed` is active.
+
+    features(prompts, precisions) -> (ids, mask, scalars, heads, n_tokens): the cut, the
+        tokenizer, the text statistics and the input arrays (FeatureExtractor.prepare)
+    encoder(ids, mask, texts) -> embeddings: the staged layout's encoder; None when fused
+    model(output_names, feeds, None) -> outputs: the onnxruntime call (Scorer.run_model)
+    decision(requests, scores, policy=None, spending=None) -> Decisions: the chooser
+        (serving.routing._chooser: feasibility, the policy, the bundle's rule, the reasons, the Decisions)
+    scorer: the Scorer they belong to (spec, extractor, outputs, calibrators)
+    names: the stages route() runs, in order
+    What route() does between them (argument checks, calibration, familiarity) is no stage.
+    """
+
+    def __init__(self, routing: Routing) -> None:
+        scorer = routing._scorer
+        if scorer is None:  # Routing.stages builds none when degraded
+            raise ValueError("a degraded Routing runs the rule table: it has no stages")
+        extractor = scorer.extractor
+        self.scorer = scorer
+        # where route() finds each stage: (the object it is an attribute of, its name)
+        self._owners: dict[str, tuple[object, str]] = {"features": (extractor, "prepare")}
+        if not scorer.spec.fused:  # the staged layout's encoder runs between features and model
+            self._owners["encoder"] = (extractor, "encoder")
+        self._owners.update(model=(scorer, "run_model"), decision=(routing.chooser, "decisions"))
+        self.names = tuple(self._owners)
+        self.features, self.model, self.decision = extractor.prepare, scorer.run_model, routing.chooser.decisions
+        self.encoder = extractor.encoder if "encoder" in self._owners else None
+
+    @contextmanager
+    def timed(self, record: Callable[[str, int], object]) -> Iterator[None]:
+        """While the block runs, each call of a stage on this bundle also calls
+        record(stage name, nanoseconds it took): route() and route_batch() calls, from any
+        thread. Profiling only: the stages are swapped on the bundle's objects for the block's
+        duration, and put back as they were when it ends."""
+        saved = {name: owner.__dict__.get(attr) for name, (owner, attr) in self._owners.items()}
+        for name, (owner, attr) in self._owners.items():
+            setattr(owner, attr, _recorded(name, getattr(owner, attr), record))
+        try:
+            yield
+        finally:
+            for name, (owner, attr) in self._owners.items():
+                if saved[name] is None:
+                    delattr(owner, attr)  # a method: the class's own is found again
+                else:
+                    setattr(owner, attr, saved[name])
+
+
+def _recorded(name: str, stage: Callable[..., Any], record: Callable[[str, int], object]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        start = perf_counter_ns()
+        out = stage(*args, **kwargs)
+        record(name, perf_counter_ns() - start)
+        return out
+
+    return call
