@@ -162,7 +162,7 @@ function pyString(s) {
 }
 
 /** Python sorts keys by code point; JS's default sort compares UTF-16 code units. */
-function byCodePoint(a, b) {
+export function byCodePoint(a, b) {
   const x = [...a], y = [...b];
   for (let i = 0; i < Math.min(x.length, y.length); i++) {
     const d = x[i].codePointAt(0) - y[i].codePointAt(0);

@@ -17,9 +17,11 @@ export function pyKind(value) {
   return Array.isArray(value) ? "list" : "dict";
 }
 
-/** repr() of a str: single quotes unless it holds one and no double quote; \\, \n, \r, \t and
- * other ASCII controls escaped. */
-function strRepr(text) {
+const NOT_PRINTABLE = /[\p{C}\p{Z}]/u;  // what str.isprintable() refuses (but the space)
+
+/** repr() of a str, as Python writes it: single quotes unless it holds one and no double quote; \\,
+ * \n, \r and \t escaped, and \x / \u / \U for every other character str.isprintable() refuses. */
+export function strRepr(text) {
   const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
   let out = quote;
   for (const c of text) {
@@ -28,8 +30,10 @@ function strRepr(text) {
     else if (c === "\n") out += "\\n";
     else if (c === "\r") out += "\\r";
     else if (c === "\t") out += "\\t";
-    else if (code < 0x20 || code === 0x7f) out += `\\x${code.toString(16).padStart(2, "0")}`;
-    else out += c;
+    else if (c !== " " && (code < 0x20 || code === 0x7f || NOT_PRINTABLE.test(c))) {
+      out += code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}`
+        : code < 0x10000 ? `\\u${code.toString(16).padStart(4, "0")}` : `\\U${code.toString(16).padStart(8, "0")}`;
+    } else out += c;
   }
   return out + quote;
 }

@@ -1,31 +1,12 @@
 // Values as the Python SDK's error messages quote them (serving/features/_documents.py's `quoted`: reprlib with
 // strings and numbers cut to 80 characters, lists and objects to 4 items and 2 levels, the whole to 80
 // characters), for values decoded by canonical-json.js's parsePythonJson.
-import { PyFloat, pyFloatRepr } from "../canonical-json.js";
+import { PyFloat, byCodePoint, pyFloatRepr } from "../canonical-json.js";
+import { strRepr } from "../pyrepr.js";
 
 const LIMIT = 80;
 const ITEMS = 4;
 const LEVELS = 2;
-const NOT_PRINTABLE = /[\p{C}\p{Z}]/u;
-
-/** repr(str) in Python: quotes, escapes, and \\x / \\u / \\U for characters str.isprintable() refuses. */
-export function strRepr(text) {
-  const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
-  let out = quote;
-  for (const c of text) {
-    const code = c.codePointAt(0);
-    if (c === "\\" || c === quote) out += `\\${c}`;
-    else if (c === "\n") out += "\\n";
-    else if (c === "\r") out += "\\r";
-    else if (c === "\t") out += "\\t";
-    else if (c !== " " && (code < 0x20 || code === 0x7f || NOT_PRINTABLE.test(c))) {
-      out += code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}`
-        : code < 0x10000 ? `\\u${code.toString(16).padStart(4, "0")}` : `\\U${code.toString(16).padStart(8, "0")}`;
-    } else out += c;
-  }
-  return out + quote;
-}
-
 const points = (text) => Array.from(text);
 
 function cut(text, limit) {  // reprlib's middle cut of a repr longer than `limit`
@@ -33,15 +14,6 @@ function cut(text, limit) {  // reprlib's middle cut of a repr longer than `limi
   if (chars.length <= limit) return text;
   const i = Math.max(0, Math.floor((limit - 3) / 2)), j = Math.max(0, limit - 3 - i);
   return chars.slice(0, i).join("") + "..." + chars.slice(chars.length - j).join("");
-}
-
-function byCodePoint(a, b) {
-  const x = points(a), y = points(b);
-  for (let k = 0; k < Math.min(x.length, y.length); k++) {
-    const d = x[k].codePointAt(0) - y[k].codePointAt(0);
-    if (d !== 0) return d;
-  }
-  return x.length - y.length;
 }
 
 function short(value, level) {
