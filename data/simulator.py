@@ -31,8 +31,8 @@ import numpy as np
 
 from data.schema import COLUMNS, OPTIONAL_NUMBERS, RESPONSE_NUMBERS, RESPONSE_TEXT
 from data.simulator_text import DOMAIN_WEIGHTS, STEP_DIFFICULTY, SUBTOPICS, TASKS, PromptPlan, compose
-from serving import rules
 from serving._contract import PRECISIONS
+from serving.routing import _rule_table as rules
 
 __all__ = ["DifficultyModel", "GENERATOR_VERSION", "MANIFEST_NAME", "generate_rows", "parse_mix", "write_shards"]
 

@@ -512,7 +512,8 @@ def telemetry_figures(bundle: Path, prompt: str, repeat: int) -> dict | None:
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     except ImportError:
         return None
-    from serving import Router, telemetry
+    from serving import Router
+    from serving.monitoring import _telemetry as telemetry
 
     router = Router.load(bundle, strict=True)
     exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()

@@ -19,7 +19,8 @@ import time
 import httpx2
 import pytest
 
-from serving import CloudCallError, cli
+from serving import CloudCallError
+from serving import _cli as cli
 from serving.chat import Endpoint, RoutedChat
 from serving.chat._errors import MIN_SECRET_CHARS, SlowFirstToken, StreamInterrupted, UpstreamTimeout
 from serving.chat._upstream import MAX_ERROR_BODY_BYTES

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from data.pii_synthetic import generate, read
 from evaluation.detection import score, wilson
-from serving.policy import DETECTORS, Finding, any_detected, detect, detectors
+from serving.policy import DETECTORS, Finding, any_detected, detect
+from serving.policy import _detectors as detectors
 from tests.conftest import ROOT
 from tests.test_detector_forms import EXTRA as FORMS_EXTRA
 from tests.test_detector_forms import FORMS, MIB

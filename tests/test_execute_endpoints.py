@@ -14,8 +14,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from serving import CloudCallError, telemetry
+from serving import CloudCallError
 from serving.execution._execute import EdgePool, EndpointsFailed, aexecute, execute, tried_text
+from serving.monitoring import _telemetry as telemetry
 from serving.policy import FallbackForbidden
 from serving.routing._decision import Decision
 from tests.endpoint_doubles import ORDER, SPECS, Calls, decision

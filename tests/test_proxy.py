@@ -19,7 +19,7 @@ import httpx2
 import openai
 import pytest
 
-from serving import cli
+from serving import _cli as cli
 from serving.chat import Endpoint, RoutedChat
 from serving.proxy._app import build_app
 from serving.proxy._config import ProxyConfig

@@ -305,6 +305,6 @@ def test_an_unknown_name_is_an_attribute_error():
     for module in (serving, serving.errors):
         with pytest.raises(AttributeError, match="no attribute 'Nope'"):
             module.Nope  # noqa: B018
-    from serving import drift  # a submodule is still found through the package
+    from serving import errors  # a submodule is still found through the package
 
-    assert drift.DriftInputError is serving.DriftInputError
+    assert errors.DriftInputError is serving.DriftInputError

@@ -22,8 +22,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from serving import CloudCallError, Router, telemetry
+from serving import CloudCallError, Router
 from serving.chat import Endpoint, RoutedChat
+from serving.monitoring import _telemetry as telemetry
 from serving.monitoring._outcome_log import OutcomeLog
 from serving.proxy._app import build_app
 from serving.proxy._config import ProxyConfig

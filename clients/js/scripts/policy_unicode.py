@@ -65,7 +65,7 @@ def caseless() -> dict[str, str]:
     `(?i)` matches it with (itself included; simple case mappings and re's extra equivalences such
     as i / dotless i / capital I with dot), for the JS patterns, which spell them out instead of
     using the `i` flag (whose folding differs from Python's)."""
-    from serving.policy import detectors
+    from serving.policy import _detectors as detectors
 
     letters = set()
     for name in ("_BSN_NAME", "_SSN_NAME", "_DNI_NAME", "_VERSION_BEFORE", "_TIME_AFTER"):
@@ -86,7 +86,7 @@ def caseless() -> dict[str, str]:
 
 def tables() -> dict[str, object]:
     """Every table the module holds."""
-    from serving.policy import detectors
+    from serving.policy import _detectors as detectors
 
     return {
         "fold": fold_table(),
