@@ -7,7 +7,8 @@ zones and N-endpoint cascades, forbidden endpoints in and out of the cascade, si
 endpoints' specs (a spec document, or none; prices per 1k and per 1M, context limits, where each
 runs), each endpoint's scripted behaviour (answers; raises an error of a named class; raises
 TimeoutError; answers after a short delay; hangs past its timeout), the accept check's verdict on
-each endpoint's answer (accepts, rejects, raises), verify_edge_zone and output_tokens; and what
+each endpoint's answer (accepts, rejects, raises), verify_edge_zone, output_tokens and the request's
+deadline (milliseconds from the run's start: passed already, or far off); and what
 serving.execution._execute.aexecute did with it (asyncio, so an overrunning call is cancelled, as the JS SDK
 abandons one): the endpoint that served and its answer, each endpoint reached (Tried: label, error
 class, cost), the calls made in order, the steps (name, status, detail), fallback_code and
@@ -25,6 +26,7 @@ import builtins
 import json
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,8 @@ async def run(scenario: dict[str, Any]) -> dict[str, Any]:
     if scenario["specs"] is not None:
         specs = {e.name: e for e in parse_endpoints(scenario["specs"], source="specs")}
     timeouts = {n: ms / 1000 for n, ms in scenario["timeouts_ms"].items()} if scenario["timeouts_ms"] else None
+    deadline_ms = scenario.get("deadline_ms")
+    deadline = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
     try:
         execution = await aexecute(
             decision,
@@ -113,6 +117,7 @@ async def run(scenario: dict[str, Any]) -> dict[str, Any]:
             accept=accept if verdicts is not None else None,
             verify_edge_zone=scenario["verify_edge_zone"],
             output_tokens=scenario["output_tokens"],
+            deadline=deadline,
         )
     except (EndpointsFailed, FallbackForbidden) as error:
         tried = getattr(error, "tried", [])
@@ -252,8 +257,10 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def scenario(names, decision, *, specs=None, behaviours=None, timeouts_ms=None, accept=None, verify=False, output_tokens=0.0):
-    return {
+def scenario(
+    names, decision, *, specs=None, behaviours=None, timeouts_ms=None, accept=None, verify=False, output_tokens=0.0, deadline_ms=None
+):
+    out = {
         "names": list(names),
         "decision": {"forbidden": [], "rule": None, "n_tokens": 10, **decision},
         "specs": specs,
@@ -263,6 +270,7 @@ def scenario(names, decision, *, specs=None, behaviours=None, timeouts_ms=None, 
         "verify_edge_zone": verify,
         "output_tokens": output_tokens,
     }
+    return out if deadline_ms is None else {**out, "deadline_ms": deadline_ms}
 
 
 def n_decision(cascade, **fields):
@@ -319,6 +327,18 @@ def fixed_scenarios() -> list[dict[str, Any]]:
                  specs={"edge": {"context_tokens": 1024}, "cloud": {}}),
         scenario(two, {"cascade": ["edge"], "on_device": [True], "checked": [], "forbidden": ["cloud"], "rule": None},
                  behaviours={"edge": down}),
+        # The request's deadline (Request.deadline), passed before the first call: every endpoint left is
+        # skipped as a timeout, none called (a context limit or the policy first, as their checks come first).
+        scenario(NAMES, n_decision(NAMES), deadline_ms=-1),
+        scenario(NAMES, n_decision(NAMES, n_tokens=100), specs=SPECS, output_tokens=250.0, deadline_ms=-1),
+        scenario(NAMES, n_decision(NAMES, forbidden=["cloud"], rule="keep-local"), specs=SPECS, deadline_ms=-1),
+        scenario(NAMES, n_decision(["phone-3b", "onprem-8b"], forbidden=["frontier"], rule="private"), deadline_ms=-1),
+        scenario(two, ZONES["edge_with_cloud_fallback"], accept={"edge": {"verdict": False}}, deadline_ms=-1),
+        scenario(two, ZONES["cloud"], deadline_ms=-1),
+        # A deadline far off: the calls' own timeouts stand (each is cut to what is left only when that is shorter).
+        scenario(NAMES, n_decision(NAMES), behaviours={"phone-3b": {"hang": True}}, timeouts_ms={"phone-3b": 20}, deadline_ms=60_000),
+        scenario(NAMES, n_decision(NAMES, n_tokens=100), specs=SPECS, behaviours={"onprem-8b": down}, deadline_ms=60_000),
+        scenario(two, ZONES["edge"], behaviours={"edge": down}, deadline_ms=60_000),
     ]
 
 

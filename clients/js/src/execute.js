@@ -15,8 +15,13 @@
 //   ("forbidden"). A side forbidden without the specs that say where the endpoints run is a
 //   RangeError before any call;
 // - the prompt's tokens exceed its context limit (`specs[name].context_tokens`): not called ("context");
-// - the call throws ("error"), or overruns its timeout ("timeout": `timeoutsMs[name]`; its signal is
-//   aborted and the call abandoned, whether or not it stops, and the next endpoint serves);
+// - the call throws ("error"), or overruns its timeout ("timeout": `timeoutsMs[name]`, cut to what is
+//   left before the request's `deadline`; its signal is aborted and the call abandoned, whether or
+//   not it stops, and the next endpoint serves);
+// - the request's `deadline` (a performance.now() value) has passed before its turn: not called, its
+//   step "skipped" with "the request's deadline has passed", left as a timeout ("timeout:
+//   TimeoutError", a CallTimeoutError saying so), so a run past its deadline ends in EndpointsFailed
+//   naming each endpoint it could not reach, as Python's TimeoutError does;
 // - the `accept` check rejects its answer, or throws ("rejected"): it reads the answers of the
 //   decision's `checked` endpoints (every answer but the last with verifyEdgeZone); the last
 //   endpoint's answer stands, unless the policy forbade what would follow it.
@@ -42,6 +47,8 @@ import { pyRepr } from "./pyrepr.js";
 import { firstCodePoints, formatG } from "./pytext.js";
 
 export const REASON_CHARS = 300;  // a fallback reason and code are cut to this
+/** Why an endpoint after the request's deadline was not called (Python's words). */
+export const DEADLINE_PASSED = "the request's deadline has passed";
 /** Why an endpoint of the cascade was left, or `served` ("busy" is Python's pool only). */
 export const OUTCOMES = Object.freeze(["served", "error", "timeout", "busy", "context", "rejected", "forbidden"]);
 const SIDES = { device: EDGE, cloud: CLOUD };  // an endpoint's `where` -> the side a two-endpoint policy forbids
@@ -239,7 +246,7 @@ function timeoutsOf(timeoutsMs, edgeTimeoutMs) {
 /** The rules of one request (module doc), without the calls: what to call next, why each endpoint
  * was left, the execution or the error (serving.execution._execute._Cascade). */
 class Cascade {
-  constructor(decision, calls, { specs, accept, verifyEdgeZone, outputTokens, timeouts }) {
+  constructor(decision, calls, { specs, accept, verifyEdgeZone, outputTokens, timeouts, deadline = null }) {
     this.decision = decision;
     this.order = decision.cascade;
     this.outputTokens = outputTokens;
@@ -260,6 +267,7 @@ class Cascade {
     this.accept = accept;
     this.checked = new Set(accept ? (verifyEdgeZone ? this.order : decision.checked) : []);
     this.timeouts = timeouts;
+    this.deadline = deadline;
     this.steps = [];
     this.tried = [];
     this.firstError = null;
@@ -268,7 +276,8 @@ class Cascade {
     this.why = "";  // why the last endpoint left was left, in words (the fallback reason's end)
   }
 
-  /** Whether to call `name`; a forbidden endpoint or a prompt over its context is recorded as left. */
+  /** Whether to call `name`; a forbidden endpoint, a prompt over its context or a passed deadline is
+   * recorded as left. */
   callableNow(name) {
     if (this.forbidden(name)) {
       this.forbade ??= name;
@@ -283,7 +292,21 @@ class Cascade {
       this.tried.push(new Tried(name, "context"));
       return false;
     }
+    if (this.deadline !== null && now() >= this.deadline) {
+      this.steps.push({ name, status: "skipped", seconds: 0, detail: DEADLINE_PASSED });
+      this.failed(name, new CallTimeoutError(DEADLINE_PASSED));
+      return false;
+    }
     return true;
+  }
+
+  /** The call's time limit in milliseconds (null: none): its own timeout, cut to what is left before
+   * the deadline. */
+  timeout(name) {
+    const limit = this.timeouts.get(name) ?? null;
+    if (this.deadline === null) return limit;
+    const left = Math.max(0, this.deadline - now());
+    return limit === null ? left : Math.min(limit, left);
   }
 
   /** Forbidden by name, or as a side (a policy written for two endpoints keeps its meaning). */
@@ -430,11 +453,18 @@ function within(call, prompt, name, timeoutMs, callerSignal) {
       callerSignal.addEventListener("abort", onAbort, { once: true });
     }
     if (timeoutMs !== null && timeoutMs !== undefined) {
-      timer = setTimeout(() => {
+      const end = now() + Math.max(0, timeoutMs);
+      const expire = () => {
+        const early = end - now();  // a timer may fire up to a millisecond before its time: never before it
+        if (early > 0) {
+          timer = setTimeout(expire, early);
+          return;
+        }
         const error = new CallTimeoutError(`${name} call exceeded ${formatG(timeoutMs / 1000, 6)} s`, name);
         controller.abort(error);
         settle(reject, error);
-      }, Math.max(0, timeoutMs));
+      };
+      timer = setTimeout(expire, Math.max(0, timeoutMs));
     }
     let pending;
     try {
@@ -451,21 +481,25 @@ function within(call, prompt, name, timeoutMs, callerSignal) {
  * Carry out a routing decision (module doc): each endpoint's call in the decision's cascade.
  * `endpoints` name -> call (or `edge` and `cloud`); `specs` name -> EndpointSpec (context limits,
  * prices, where each runs; `edgeContextTokens`: the edge's context limit); `timeoutsMs` name ->
- * milliseconds (`edgeTimeoutMs`: the edge's); `accept(answer)` the check of checked answers;
- * `outputTokens` the answer tokens `expected_cost` prices; `signal` the caller's abort.
+ * milliseconds (`edgeTimeoutMs`: the edge's); `deadline` a performance.now() value no call outlives;
+ * `accept(answer)` the check of checked answers; `outputTokens` the answer tokens `expected_cost`
+ * prices; `signal` the caller's abort.
  * @returns {Promise<object>} the Execution: response, served_by, decision, fallback_reason, fell_back,
  *   steps, edge_error, fallback_code, tried, expected_cost
  */
 export async function execute(decision, prompt, { endpoints = null, edge = null, cloud = null, specs = null,
   edgeContextTokens = null, timeoutsMs = null, edgeTimeoutMs = null, accept = null, verifyEdgeZone = false, outputTokens = 0,
-  signal = null } = {}) {
+  deadline = null, signal = null } = {}) {
   const calls = namedCalls(edge, cloud, endpoints);
   if (accept !== null && typeof accept !== "function") throw new TypeError(`accept must be a function or null, got ${typeof accept}`);
   if (signal !== null && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal or null");
+  if (deadline !== null && (typeof deadline !== "number" || Number.isNaN(deadline))) {
+    throw new TypeError(`deadline must be a performance.now() value (milliseconds) or null, got ${deadline}`);
+  }
   const named = specsByName(specs);
   if (edgeContextTokens !== null && !named.has(EDGE)) named.set(EDGE, twoEndpointSpecs(edgeContextTokens)[0]);
   const cascade = new Cascade(decision, calls, { specs: named, accept, verifyEdgeZone: Boolean(verifyEdgeZone),
-    outputTokens, timeouts: timeoutsOf(timeoutsMs, edgeTimeoutMs) });
+    outputTokens, timeouts: timeoutsOf(timeoutsMs, edgeTimeoutMs), deadline });
   const order = cascade.order;
   for (let i = 0; i < order.length; i++) {
     const name = order[i];
@@ -474,7 +508,7 @@ export async function execute(decision, prompt, { endpoints = null, edge = null,
     let response;
     try {
       response = await timedStep(cascade.steps, name,
-        () => within(calls.get(name), prompt, name, cascade.timeouts.get(name) ?? null, signal));
+        () => within(calls.get(name), prompt, name, cascade.timeout(name), signal));
     } catch (error) {
       if (signal?.aborted) throw signal.reason;  // the caller's abort: not the endpoint's failure
       cascade.failed(name, error);

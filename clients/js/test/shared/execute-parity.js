@@ -39,8 +39,9 @@ async function outcomeOf(scenario, prompt, { execute, decisionOf, parseEndpoints
   let execution;
   try {
     const specs = scenario.specs === null ? null : parseEndpoints(scenario.specs, { source: "specs" });
+    const deadline = scenario.deadline_ms === undefined || scenario.deadline_ms === null ? null : performance.now() + scenario.deadline_ms;
     execution = await execute(decision, prompt, { endpoints, specs, timeoutsMs: scenario.timeouts_ms, accept,
-      verifyEdgeZone: scenario.verify_edge_zone, outputTokens: scenario.output_tokens });
+      verifyEdgeZone: scenario.verify_edge_zone, outputTokens: scenario.output_tokens, deadline });
   } catch (error) {
     if (error?.name === "EndpointsFailed" || error?.name === "FallbackForbidden") {
       const out = { error: error.name, message: error.message, tried: error.tried.map((t) => t.label()),
