@@ -23,6 +23,7 @@ import { ChatStream } from "./chat/stream.js";
 import { upstreamFor } from "./chat/upstream.js";
 import { checkNames, namedCalls, specsByName } from "./execute.js";
 import { needsOf } from "./policy/capabilities.js";
+import { Request, asRequest } from "./request.js";
 
 const RESERVED = ["model", "messages"];
 
@@ -74,13 +75,16 @@ export class RoutedChat {
   /**
    * The answer to a conversation, from the first endpoint of the decision's cascade that serves it
    * (the module doc): a Completion {body, routing, text}, or with `stream: true` a ChatStream.
-   * precision: as router.route takes it. accept: checks the answers the decision checks (the edge's
-   * in the fallback zone; every answer but the last of an N-endpoint cascade; every one with
-   * verifyEdgeZone): `(text, body) => boolean`, or "learned" for the bundle's check; not for streams.
-   * metadata: the request's metadata for the router's policy (string to string), never sent to an
-   * endpoint; an answer's cost counts against the budgets it names (router.recordSpend). signal: the
-   * caller's AbortSignal; an abort stops every call and rejects with its reason. Any other option is
-   * a chat-completions parameter (temperature, max_tokens, tools, stream_options, ...), sent to
+   * `messages`: the conversation, or a Request (request.js) holding it (its `messages`) with the
+   * request's fields; else they are options:
+   * precision: as router.route takes it. metadata: the request's metadata for the router's policy
+   * (string to string), never sent to an endpoint; an answer's cost counts against the budgets it
+   * names (router.recordSpend).
+   * accept: checks the answers the decision checks (the edge's in the fallback zone; every answer
+   * but the last of an N-endpoint cascade; every one with verifyEdgeZone): `(text, body) =>
+   * boolean`, or "learned" for the bundle's check; not for streams. signal: the caller's
+   * AbortSignal; an abort stops every call and rejects with its reason. Any other option is a
+   * chat-completions parameter (temperature, max_tokens, tools, stream_options, ...), sent to
    * whichever endpoint serves. What the request needs (image parts, tools, a JSON response format)
    * is read from it and passed to the router. Bad messages or parameters throw TypeError /
    * RangeError before any call.
@@ -95,42 +99,51 @@ export class RoutedChat {
     }
     if (signal !== null && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
     if (typeof stream !== "boolean") throw new TypeError("stream must be true or false");
+    let given = null;
+    if (messages instanceof Request) {
+      if (messages.messages === null) throw new TypeError("a Request given to create() must hold the conversation's messages");
+      given = asRequest(messages, { precision, metadata });
+      messages = given.messages;
+    }
     checkJsonValue(checkMessages(messages), "messages");
     checkJsonValue(params, "");
-    const prompt = this.toPrompt(messages);
+    const text = given === null ? this.toPrompt(messages) : null;
     signal?.throwIfAborted();
     const started = performance.now();
     const needs = needsOf(messages, params);
-    const routed = { precision, metadata, needs: needs.any ? needs : null, specs: this.specs, signal };
+    // the request record, built once: what the router routes, the policy reads and execute() is held to
+    const request = given === null ? new Request(text, { messages, precision, metadata, needs: needs.any ? needs : null })
+      : given.needs === null && needs.any ? given.but({ needs }) : given;
+    const routed = { specs: this.specs, signal };
 
     if (stream) {
       if (accept !== null) {
         throw new TypeError("accept does not apply to streams: an answer can only be judged once it is complete, and a stream has reached the caller by then");
       }
-      const execution = await this.execute(prompt, (up) => up.openStream(messages, params, signal), routed, signal);
+      const execution = await this.execute(request, (up) => up.openStream(messages, params, signal), routed, signal);
       const upstream = this.upstreams[execution.served_by];
       return new ChatStream(execution.response, routingInfo(execution, upstream.model),
-        { started, signal, onEnd: (routing) => this.answered(metadata, routing) });
+        { started, signal, onEnd: (routing) => this.answered(request.metadata, routing) });
     }
 
     const complete = (up) => up.complete(messages, params, signal);
-    const execution = await this.execute(prompt, complete,
-      { ...routed, accept: this.check(accept, prompt), verifyEdgeZone: this.verifyEdgeZone }, signal);
+    const execution = await this.execute(request, complete,
+      { ...routed, accept: this.check(accept, request.text), verifyEdgeZone: this.verifyEdgeZone }, signal);
     const answer = execution.response;
     const routing = routingInfo(execution, this.upstreams[execution.served_by].model);
     routing.estimated_cost = this.cost(execution.steps);
     routing.seconds = (performance.now() - started) / 1000;
-    await this.answered(metadata, routing);
+    await this.answered(request.metadata, routing);
     return { body: answer.body, routing, text: answer.text };
   }
 
-  /** router.execute with `call(upstream)` as each endpoint's call (each upstream call runs under the
-   * caller's signal and its endpoint's deadlines: chat/clock.js); the abort's reason (not an
-   * EndpointsFailed) when the caller aborted. */
-  async execute(prompt, call, options, signal) {
+  /** router.execute of `request` with `call(upstream)` as each endpoint's call (each upstream call
+   * runs under the caller's signal and its endpoint's deadlines: chat/clock.js); the abort's reason
+   * (not an EndpointsFailed) when the caller aborted. */
+  async execute(request, call, options, signal) {
     const calls = Object.fromEntries(Object.entries(this.upstreams).map(([name, up]) => [name, () => call(up)]));
     try {
-      return await this.router.execute(prompt, calls, options);
+      return await this.router.execute(request, calls, options);
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
       throw error;

@@ -11,6 +11,8 @@ export const FALLBACK = "edge_with_cloud_fallback";
 export const CLOUD = "cloud";
 export const ZONES = Object.freeze([EDGE, FALLBACK, CLOUD]);
 export const UNFAMILIAR_POLICIES = Object.freeze(["edge_with_cloud_fallback", "rule_table", "learned"]);
+/** An N-endpoint bundle's choice rule -> the name of its one parameter (serving.bundle._manifest.ENDPOINT_RULES). */
+export const ENDPOINT_RULES = Object.freeze({ cheapest_within: "margin", best_under_price: "price", cascade: "start_margin" });
 
 export const DEFAULT_MAX_CHARS = 2048;
 export const DEFAULT_EDGE_CONTEXT_TOKENS = 1024;

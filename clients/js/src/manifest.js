@@ -3,11 +3,10 @@
 // is typed; the descriptive sections must be objects and are kept as they are.
 import {
   MAX_CALIBRATION_POINTS, MAX_CHARS_LIMIT, MAX_EMBEDDING_DIM, MAX_TOKENS_LIMIT, PRECISIONS, SCHEMA_VERSION,
-  DEFAULT_EDGE_CONTEXT_TOKENS, UNFAMILIAR_POLICIES,
+  DEFAULT_EDGE_CONTEXT_TOKENS, ENDPOINT_RULES, UNFAMILIAR_POLICIES,
 } from "./contract.js";
 import { PyFloat } from "./canonical-json.js";
 import { STAT_NAMES } from "./text-stats.js";
-import { ENDPOINT_RULES } from "./endpoint-routing.js";
 import { EndpointSpecError, parseEndpoints } from "./endpoints.js";
 import { pyRepr } from "./pyrepr.js";
 

@@ -5,28 +5,14 @@ import { BundleError, verifiedBundle } from "./bundle.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
 import { Acceptor } from "./acceptance.js";
 import { execute, specsByName } from "./execute.js";
+import { noDetector } from "./chooser.js";
+import { Request, asRequest, checkCapabilities } from "./request.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
-import { checkBatch, checkPrecision, checkPrompt } from "./validation.js";
-import { Capabilities, twoEndpointSpecs } from "./endpoints.js";
-import { noDetector } from "./endpoint-routing.js";
+import { checkBatch } from "./validation.js";
 import { holderIds, limitsOf, checkAmount, Spending } from "./policy/budgets.js";
-import { checkNeeds, declaresLanguages } from "./policy/capabilities.js";
-import { PolicyFileError } from "./policy/errors.js";
-import { checkMetadata, ENDPOINTS, PolicySet } from "./policy/rules.js";
-
-/** `capabilities` as route() takes it: null, or an object (or Map) of endpoint name -> Capabilities
- * (or a plain {images, tools, json, languages} object, or null: unknown); a Map of Capabilities. */
-function checkCapabilities(capabilities) {
-  if (capabilities === null || capabilities === undefined) return null;
-  if (typeof capabilities !== "object") throw new TypeError(`capabilities must map endpoint names to Capabilities, got ${typeof capabilities}`);
-  const entries = capabilities instanceof Map ? [...capabilities] : Object.entries(capabilities);
-  return new Map(entries.map(([name, caps]) => {
-    if (caps === null || caps === undefined || caps instanceof Capabilities) return [name, caps ?? null];
-    if (typeof caps !== "object") throw new TypeError(`capabilities.${name} must be a Capabilities, an object of flags or null`);
-    return [name, new Capabilities(caps)];
-  }));
-}
+import { declaresLanguages } from "./policy/capabilities.js";
+import { checkMetadata, PolicySet } from "./policy/rules.js";
 
 /** Router.execute's arguments after the prompt: (endpoints, options) or (edge, cloud, options), as
  * [the calls by name, the options]. */
@@ -58,16 +44,8 @@ async function policyFor(policy, routing, platform) {
     return PolicySet.parse(await platform.readPolicy(String(policy)), { source: String(policy), endpoints });
   }
   if (!(policy instanceof PolicySet)) throw new TypeError(`policy must be a PolicySet or the policy file's path or URL, got ${typeof policy}`);
-  checkPolicy(policy, routing);
+  routing.chooser.checkPolicy(policy);
   return policy;
-}
-
-function checkPolicy(policy, routing) {
-  if (routing.chooser) routing.chooser.checkPolicy(policy);
-  else if (policy.endpoints.join("\u0000") !== ENDPOINTS.join("\u0000")) {
-    throw new PolicyFileError(`${policy.source}: the policy is for endpoints ${policy.endpoints.join(", ")}; this router ` +
-      `routes between ${ENDPOINTS.join(", ")}`);
-  }
 }
 
 /** A verified, loaded bundle's Routing; BundleError for anything wrong with the bundle,
@@ -109,14 +87,10 @@ export class BaseRouter {
     logger = console, policy = null, languageDetector = null } = {}) {
     if (languageDetector !== null && typeof languageDetector !== "function") throw new TypeError("languageDetector must be a function or null");
     const router = await this.loadRouting(platform, source, { strict, threads, unfamiliarPolicy, publicKey, logger });
-    const chooser = router.routing.chooser;
     router.routing.languageDetector = languageDetector;
-    if (chooser) {
-      chooser.detector = languageDetector;
-      if (chooser.readsLanguage && languageDetector === null) {
-        await router.close();
-        throw noDetector();
-      }
+    if (router.routing.chooser.readsLanguage && languageDetector === null) {
+      await router.close();
+      throw noDetector();
     }
     try {
       router.currentPolicy = await policyFor(policy, router.routing, platform);
@@ -163,7 +137,7 @@ export class BaseRouter {
 
   set policy(policy) {
     if (policy !== null && !(policy instanceof PolicySet)) throw new TypeError("policy must be a PolicySet or null");
-    if (policy !== null) checkPolicy(policy, this.routing);
+    if (policy !== null) this.routing.chooser.checkPolicy(policy);
     this.currentPolicy = policy;
   }
 
@@ -184,38 +158,38 @@ export class BaseRouter {
     await this.ledger.add(metadata, amount, policy.budgetKeys, null, { limits: limitsOf(policy) });
   }
 
-  /** The policy, the checked metadata / needs per prompt and capabilities, with the budget holders'
-   * ids the policy reads, for Routing.decide. */
-  async decideOptions(metadata, needs, capabilities) {
+  /** The policy, the ledger and the budget holders' ids the policy reads of each request's metadata,
+   * for Routing.decideAll. */
+  async decideOptions(requests) {
     const policy = this.currentPolicy, spending = this.ledger;
     const holders = policy !== null && spending !== null && policy.budgetKeys.length
-      ? await Promise.all(metadata.map((m) => holderIds(m, policy.budgetKeys))) : null;
-    return { policy, metadata, needs, capabilities, spending, holders };
+      ? await Promise.all(requests.map((r) => holderIds(r.metadata, policy.budgetKeys))) : null;
+    return { policy, spending, holders };
   }
 
-  /** Where one prompt should run. `metadata`: the request's metadata the policy's rules read (string
-   * to string); `needs`: what it needs of its endpoint (a Needs: images, tools, json, language);
-   * `capabilities`: the endpoints' by name (default: an N-endpoint bundle's specs; two-endpoint
-   * routers know none unless told). Rejects only for argument errors (TypeError, RangeError) and
-   * NoFeasibleEndpoint when the policy, the needs or the context limits leave no endpoint. */
+  /** Where one request should run. `prompt`: a Request (request.js), or its text with the request's
+   * other fields as options: `precision`; `metadata`: what the policy's rules read (string to string);
+   * `needs`: what it needs of its endpoint (a Needs: images, tools, json, language); `capabilities`:
+   * the endpoints' by name (default: the bundle's specs; two-endpoint routers know none unless told).
+   * Rejects only for argument errors (TypeError, RangeError) and NoFeasibleEndpoint when the policy,
+   * the needs or the context limits leave no endpoint. */
   async route(prompt, { precision = null, metadata = null, needs = null, capabilities = null } = {}) {
-    checkPrompt(prompt);
-    const tag = checkPrecision(precision);
-    const options = await this.decideOptions([checkMetadata(metadata)], [checkNeeds(needs)], checkCapabilities(capabilities));
-    return (await this.routing.decideAll([prompt], [tag], options))[0];
+    const request = asRequest(prompt, { precision, metadata, needs, capabilities });
+    return (await this.routing.decideAll([request], await this.decideOptions([request])))[0];
   }
 
-  /** Decisions for many prompts, scored in one onnxruntime call; `metadata` and `needs` one each (or
-   * null) per prompt. */
+  /** Decisions for many requests, scored in one onnxruntime call: Requests, or texts with
+   * `precisions`, `metadata` and `needs` one each (or null) per prompt and `capabilities` for all. */
   async routeBatch(prompts, precisions = null, { metadata = null, needs = null, capabilities = null } = {}) {
-    const [checked, tags] = checkBatch(prompts, precisions);
+    const [list, tags] = checkBatch(prompts, precisions, (p) => p instanceof Request);
     for (const [name, given] of [["metadata", metadata], ["needs", needs]]) {
-      if (given !== null && given.length !== checked.length) throw new RangeError(`${given.length} ${name} for ${checked.length} prompts`);
+      if (given !== null && given.length !== list.length) throw new RangeError(`${given.length} ${name} for ${list.length} prompts`);
     }
-    if (!checked.length) return [];
-    const options = await this.decideOptions((metadata ?? checked.map(() => null)).map(checkMetadata),
-      (needs ?? checked.map(() => null)).map(checkNeeds), checkCapabilities(capabilities));
-    return this.routing.decideAll(checked, tags, options);
+    if (!list.length) return [];
+    const known = checkCapabilities(capabilities);
+    const requests = list.map((p, i) => asRequest(p, { precision: tags[i], metadata: metadata?.[i] ?? null,
+      needs: needs?.[i] ?? null, capabilities: known }, `prompts[${i}]`));
+    return this.routing.decideAll(requests, await this.decideOptions(requests));
   }
 
   /**
@@ -226,17 +200,19 @@ export class BaseRouter {
    *   router.execute(prompt, { "phone-3b": onDevice, "onprem-8b": onPrem, frontier: cloudApi }, options)
    *   router.execute(prompt, edge, cloud, options)
    *
-   * Options: `precision`, `metadata`, `needs`, `capabilities` as route() takes them; `specs` the
-   * endpoints' specs (EndpointSpecs, or objects of their fields: context limits, prices, where each
-   * runs), default the bundle's own (their declared capabilities are what the request's needs are
-   * checked against when it has any); `timeoutsMs` name -> milliseconds (`edgeTimeoutMs` the edge's):
-   * a call that overruns is abandoned (its signal aborted) and the next endpoint serves; `accept`:
-   * answer -> boolean, or "learned" (the bundle's acceptance check; the call must then answer a
-   * string, anything else counts as a check that threw), reading the answers the decision checks
-   * (Decision.checked; every answer but the last with `verifyEdgeZone`); `signal`: the caller's
-   * abort, which stops the run and rejects with its reason. A forbidden endpoint is never called:
-   * FallbackForbidden names the rule when the others did not serve, NoFeasibleEndpoint when none was
-   * left; EndpointsFailed (a CloudCallError) when every call failed.
+   * `prompt`: a Request (request.js), or its text with the request's fields among the options:
+   * `precision`, `metadata`, `needs`, `capabilities` as route() takes them. Each call gets the
+   * request's text.
+   * Options: `specs` the endpoints' specs (EndpointSpecs, or objects of their fields: context limits,
+   * prices, where each runs), default the bundle's own (their declared capabilities are what the
+   * request's needs are checked against when it has any); `timeoutsMs` name -> milliseconds
+   * (`edgeTimeoutMs` the edge's): a call that overruns is abandoned (its signal aborted) and the next
+   * endpoint serves; `accept`: answer -> boolean, or "learned" (the bundle's acceptance check; the
+   * call must then answer a string, anything else counts as a check that threw), reading the answers
+   * the decision checks (Decision.checked; every answer but the last with `verifyEdgeZone`);
+   * `signal`: the caller's abort, which stops the run and rejects with its reason. A forbidden
+   * endpoint is never called: FallbackForbidden names the rule when the others did not serve,
+   * NoFeasibleEndpoint when none was left; EndpointsFailed (a CloudCallError) when every call failed.
    */
   async execute(prompt, ...rest) {
     const [calls, options] = executeArguments(rest);
@@ -248,27 +224,22 @@ export class BaseRouter {
     if (edgeTimeoutMs !== null && !(Number.isFinite(edgeTimeoutMs) && edgeTimeoutMs >= 0)) {
       throw new RangeError(`edgeTimeoutMs must be a non-negative number or null, got ${edgeTimeoutMs}`);
     }
+    let request = asRequest(prompt, { precision, metadata, needs, capabilities });
     const routing = this.routing;  // one bundle for the decision, the specs and the check it is carried out with
-    checkPrompt(prompt);
-    const tag = checkPrecision(precision);
     const given = specs === null ? null : specsByName(specs);
-    let known = checkCapabilities(capabilities);
-    const wants = checkNeeds(needs);
-    if (given !== null && known === null) {
+    if (given !== null && request.capabilities === null) {
       // The given specs' capabilities decide when the request needs something, or when one of them
       // declares languages (every request has a language); a spec declaring none leaves it to the bundle's.
       const declared = new Map([...given].filter(([, spec]) => spec.capabilities !== null).map(([n, spec]) => [n, spec.capabilities]));
-      if (declared.size && (wants !== null || declaresLanguages(declared))) known = declared;
+      if (declared.size && (request.needs !== null || declaresLanguages(declared))) request = request.but({ capabilities: declared });
     }
-    const decideOptions = await this.decideOptions([checkMetadata(metadata)], [wants], known);
-    const [decision] = await routing.decideAll([prompt], [tag], decideOptions);
-    const check = accept === "learned" ? routing.learnedAccept(prompt) : accept;
-    const chooser = routing.chooser;
-    const bundle = new Map((chooser ? chooser.endpoints : twoEndpointSpecs(routing.edgeContextTokens)).map((e) => [e.name, e]));
+    const [decision] = await routing.decideAll([request], await this.decideOptions([request]));
+    const check = accept === "learned" ? routing.learnedAccept(request.text) : accept;
+    const bundle = new Map(routing.chooser.endpoints.map((e) => [e.name, e]));
     // each given spec's context limit, price and place, the bundle's where it declares none
     const specsRun = given === null ? bundle : new Map([...given].map(([name, spec]) => [name, spec.filledFrom(bundle.get(name))]));
-    return execute(decision, prompt, { endpoints: calls, specs: specsRun, timeoutsMs, edgeTimeoutMs, accept: check,
-      verifyEdgeZone, outputTokens: chooser ? chooser.section.outputTokens : 0, signal });
+    return execute(decision, request.text, { endpoints: calls, specs: specsRun, timeoutsMs, edgeTimeoutMs, accept: check,
+      verifyEdgeZone, outputTokens: routing.outputTokens, signal });
   }
 
   /** Release the onnxruntime session; the router must not be used after. */

@@ -102,6 +102,21 @@ export class Scorer {
   }
 
   /**
+   * What the bundle's graph says of a batch, in one onnxruntime call, in the one shape the chooser
+   * reads (serving.scoring._scorer.Scores): {nTokens, scores, heads, expected, novelty, note}, the
+   * fields a layout does not have null (a two-endpoint bundle's score and heads, an N-endpoint
+   * bundle's expected probabilities).
+   */
+  async score(prompts, precisions) {
+    if (this.nEndpoints) {
+      const { expected, nTokens, novelty } = await this.expected(prompts, precisions);
+      return { nTokens, scores: null, heads: null, expected, novelty, note: null };
+    }
+    const { scores, nTokens, heads, novelty } = await this.scoreBatch(prompts, precisions);
+    return { nTokens, scores, heads, expected: null, novelty, note: null };
+  }
+
+  /**
    * Scores, token counts, head probabilities and novelty of a batch, in one onnxruntime call.
    * @returns {Promise<{scores: number[], nTokens: number[], heads: number[][], novelty: number[] | null}>}
    */

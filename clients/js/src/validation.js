@@ -17,12 +17,16 @@ export function checkPrecision(precision, name = "precision") {
   return precision;
 }
 
-/** [prompts, precisions] checked; precisions null means every prompt undeclared. */
-export function checkBatch(prompts, precisions) {
+/** [prompts, precisions] checked; precisions null means every prompt undeclared. `isRequest`: the
+ * prompts may also be request records (request.js), which it tells apart. */
+export function checkBatch(prompts, precisions, isRequest = null) {
   if (typeof prompts === "string" || prompts === null || typeof prompts?.[Symbol.iterator] !== "function") {
     throw new TypeError(`prompts must be an array of strings, got ${prompts === null ? "null" : typeof prompts}`);
   }
-  const checked = [...prompts].map((p, i) => checkPrompt(p, `prompts[${i}]`));
+  const checked = [...prompts].map((p, i) => {
+    if (isRequest === null || typeof p === "string" || isRequest(p)) return isRequest === null ? checkPrompt(p, `prompts[${i}]`) : p;
+    throw new TypeError(`prompts[${i}] must be a string or a Request, got ${p === null ? "null" : typeof p}`);
+  });
   if (precisions === null || precisions === undefined) return [checked, checked.map(() => null)];
   const tags = [...precisions];
   if (tags.length !== checked.length) throw new RangeError(`precisions has ${tags.length} items for ${checked.length} prompts`);

@@ -27,7 +27,7 @@ export { RuleRouter, inferRuleDomain, ruleScore } from "./rules.js";
 export { CallTimeoutError, CloudCallError, EdgeTimeoutError, EndpointsFailed, OUTCOMES, Tried, execute, fallbackKind, failureKind, triedText } from "./execute.js";
 export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInterrupted, UpstreamError, UpstreamHTTPError,
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
-export { CLOUD, EDGE, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
-export { ENDPOINT_RULES } from "./endpoint-routing.js";
+export { CLOUD, EDGE, ENDPOINT_RULES, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
+export { Request } from "./request.js";
 export { CAPABILITIES, DETECTORS, ENDPOINTS, FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PERIODS,
   PolicyError, PolicyFileError, PolicySet, Spending, anyDetected, detect, fold, needsOf } from "./policy/index.js";
