@@ -79,7 +79,9 @@ export class RoutedChat {
    * request's fields; else they are options:
    * precision: as router.route takes it. metadata: the request's metadata for the router's policy
    * (string to string), never sent to an endpoint; an answer's cost counts against the budgets it
-   * names (router.recordSpend).
+   * names (router.recordSpend). deadline: a performance.now() value by which the answer must be
+   * complete (a stream: its first token): each endpoint's call is cut to what is left, and once it
+   * has passed the endpoints left are skipped (EndpointsFailed names them as timeouts).
    * accept: checks the answers the decision checks (the edge's in the fallback zone; every answer
    * but the last of an N-endpoint cascade; every one with verifyEdgeZone): `(text, body) =>
    * boolean`, or "learned" for the bundle's check; not for streams. signal: the caller's
@@ -91,7 +93,7 @@ export class RoutedChat {
    */
   async create(messages, options = {}) {
     if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
-    const { precision = null, stream = false, accept = null, signal = null, metadata = null, ...params } = options;
+    const { precision = null, stream = false, accept = null, signal = null, metadata = null, deadline = null, ...params } = options;
     for (const name of RESERVED) {
       if (name in params) {
         throw new TypeError(`${name} is not a request option here: the model is set per endpoint, the messages are the first argument`);
@@ -102,7 +104,7 @@ export class RoutedChat {
     let given = null;
     if (messages instanceof Request) {
       if (messages.messages === null) throw new TypeError("a Request given to create() must hold the conversation's messages");
-      given = asRequest(messages, { precision, metadata });
+      given = asRequest(messages, { precision, metadata, deadline });
       messages = given.messages;
     }
     checkJsonValue(checkMessages(messages), "messages");
@@ -112,7 +114,7 @@ export class RoutedChat {
     const started = performance.now();
     const needs = needsOf(messages, params);
     // the request record, built once: what the router routes, the policy reads and execute() is held to
-    const request = given === null ? new Request(text, { messages, precision, metadata, needs: needs.any ? needs : null })
+    const request = given === null ? new Request(text, { messages, precision, metadata, needs: needs.any ? needs : null, deadline })
       : given.needs === null && needs.any ? given.but({ needs }) : given;
     const routed = { specs: this.specs, signal };
 
@@ -120,13 +122,13 @@ export class RoutedChat {
       if (accept !== null) {
         throw new TypeError("accept does not apply to streams: an answer can only be judged once it is complete, and a stream has reached the caller by then");
       }
-      const execution = await this.execute(request, (up) => up.openStream(messages, params, signal), routed, signal);
+      const execution = await this.execute(request, (up, callSignal) => up.openStream(messages, params, signal, callSignal), routed, signal);
       const upstream = this.upstreams[execution.served_by];
       return new ChatStream(execution.response, routingInfo(execution, upstream.model),
         { started, signal, onEnd: (routing) => this.answered(request.metadata, routing) });
     }
 
-    const complete = (up) => up.complete(messages, params, signal);
+    const complete = (up, callSignal) => up.complete(messages, params, signal, callSignal);
     const execution = await this.execute(request, complete,
       { ...routed, accept: this.check(accept, request.text), verifyEdgeZone: this.verifyEdgeZone }, signal);
     const answer = execution.response;
@@ -137,11 +139,12 @@ export class RoutedChat {
     return { body: answer.body, routing, text: answer.text };
   }
 
-  /** router.execute of `request` with `call(upstream)` as each endpoint's call (each upstream call
-   * runs under the caller's signal and its endpoint's deadlines: chat/clock.js); the abort's reason
-   * (not an EndpointsFailed) when the caller aborted. */
+  /** router.execute of `request` with `call(upstream, callSignal)` as each endpoint's call (each
+   * upstream call runs under the caller's signal, the runner's signal for the call (its timeout, cut
+   * to the request's deadline) and its endpoint's deadlines: chat/clock.js); the abort's reason (not
+   * an EndpointsFailed) when the caller aborted. */
   async execute(request, call, options, signal) {
-    const calls = Object.fromEntries(Object.entries(this.upstreams).map(([name, up]) => [name, () => call(up)]));
+    const calls = Object.fromEntries(Object.entries(this.upstreams).map(([name, up]) => [name, (_, { signal: callSignal }) => call(up, callSignal)]));
     try {
       return await this.router.execute(request, calls, options);
     } catch (error) {

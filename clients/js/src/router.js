@@ -201,8 +201,9 @@ export class BaseRouter {
    *   router.execute(prompt, edge, cloud, options)
    *
    * `prompt`: a Request (request.js), or its text with the request's fields among the options:
-   * `precision`, `metadata`, `needs`, `capabilities` as route() takes them. Each call gets the
-   * request's text.
+   * `precision`, `metadata`, `needs`, `capabilities` as route() takes them, `deadline` (a
+   * performance.now() value: each call's timeout is cut to what is left before it, and once it has
+   * passed the endpoints left are skipped, as timeouts). Each call gets the request's text.
    * Options: `specs` the endpoints' specs (EndpointSpecs, or objects of their fields: context limits,
    * prices, where each runs), default the bundle's own (their declared capabilities are what the
    * request's needs are checked against when it has any); `timeoutsMs` name -> milliseconds
@@ -217,14 +218,14 @@ export class BaseRouter {
   async execute(prompt, ...rest) {
     const [calls, options] = executeArguments(rest);
     const { precision = null, edgeTimeoutMs = null, timeoutsMs = null, accept = null, verifyEdgeZone = false, metadata = null,
-      needs = null, capabilities = null, specs = null, signal = null } = options;
+      needs = null, capabilities = null, deadline = null, specs = null, signal = null } = options;
     if (accept !== null && accept !== "learned" && typeof accept !== "function") {
       throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
     }
     if (edgeTimeoutMs !== null && !(Number.isFinite(edgeTimeoutMs) && edgeTimeoutMs >= 0)) {
       throw new RangeError(`edgeTimeoutMs must be a non-negative number or null, got ${edgeTimeoutMs}`);
     }
-    let request = asRequest(prompt, { precision, metadata, needs, capabilities });
+    let request = asRequest(prompt, { precision, metadata, needs, capabilities, deadline });
     const routing = this.routing;  // one bundle for the decision, the specs and the check it is carried out with
     const given = specs === null ? null : specsByName(specs);
     if (given !== null && request.capabilities === null) {
@@ -239,7 +240,7 @@ export class BaseRouter {
     // each given spec's context limit, price and place, the bundle's where it declares none
     const specsRun = given === null ? bundle : new Map([...given].map(([name, spec]) => [name, spec.filledFrom(bundle.get(name))]));
     return execute(decision, request.text, { endpoints: calls, specs: specsRun, timeoutsMs, edgeTimeoutMs, accept: check,
-      verifyEdgeZone, outputTokens: routing.outputTokens, signal });
+      verifyEdgeZone, outputTokens: routing.outputTokens, deadline: request.deadline, signal });
   }
 
   /** Release the onnxruntime session; the router must not be used after. */

@@ -1,12 +1,13 @@
 // The deadlines of one call to an endpoint: one AbortSignal for the call (given to fetch, or to a
 // local model), aborted with the typed error of whichever comes first: a deadline set with
-// after(), the caller's own AbortSignal (its reason), or end(). run(promise) settles no later
-// than that, so a peer that sends a byte now and then, or a local model that ignores its signal,
-// cannot hold the call past its deadline.
+// after(), a signal it follows (the caller's own AbortSignal, the cascade runner's for the call:
+// its timeout, cut to the request's deadline), with that signal's reason, or end(). run(promise)
+// settles no later than that, so a peer that sends a byte now and then, or a local model that
+// ignores its signal, cannot hold the call past its deadline.
 
 export class CallClock {
-  /** @param {AbortSignal | null | undefined} callerSignal */
-  constructor(callerSignal) {
+  /** @param {...(AbortSignal | null | undefined)} signals the signals the call follows */
+  constructor(...signals) {
     this.controller = new AbortController();
     this.signal = this.controller.signal;
     this.timers = new Set();
@@ -14,15 +15,18 @@ export class CallClock {
       this.signal.addEventListener("abort", () => reject(this.signal.reason), { once: true });
     });
     this.aborted.catch(() => {});  // read through run(); never an unhandled rejection
-    this.unlink = () => {};
-    if (callerSignal) {
-      const follow = () => this.controller.abort(callerSignal.reason);
-      if (callerSignal.aborted) follow();
-      else {
-        callerSignal.addEventListener("abort", follow, { once: true });
-        this.unlink = () => callerSignal.removeEventListener("abort", follow);
+    const unlinks = [];
+    for (const signal of signals) {
+      if (!signal) continue;
+      const follow = () => this.controller.abort(signal.reason);
+      if (signal.aborted) {
+        if (!this.signal.aborted) follow();
+        continue;
       }
+      signal.addEventListener("abort", follow, { once: true });
+      unlinks.push(() => signal.removeEventListener("abort", follow));
     }
+    this.unlink = () => { for (const unlink of unlinks) unlink(); };
   }
 
   /** Abort with `makeError()` after `ms`; returns a function that cancels this deadline. */
@@ -37,7 +41,7 @@ export class CallClock {
     return Promise.race([promise, this.aborted]);
   }
 
-  /** Stop every deadline, let the caller's signal go, and abort whatever of the call still runs. */
+  /** Stop every deadline, let the signals it follows go, and abort whatever of the call still runs. */
   end() {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();

@@ -66,9 +66,11 @@ class Upstream {
     return new UpstreamTimeout(this.name, `no complete answer from ${this.model} within ${this.endpoint.timeoutMs} ms`);
   }
 
-  /** A clock with the call's deadlines: the first token's (streams), then the whole answer's. */
-  clock(callerSignal, stream) {
-    const clock = new CallClock(callerSignal);
+  /** A clock with the call's deadlines: the first token's (streams), then the whole answer's; it
+   * follows the caller's signal and the runner's `callSignal` (the call's timeout, cut to the
+   * request's deadline). */
+  clock(callerSignal, stream, callSignal = null) {
+    const clock = new CallClock(callerSignal, callSignal);
     const firstMs = this.endpoint.firstChunkTimeoutMs;
     const stopFirst = stream
       ? clock.after(firstMs, () => new SlowFirstToken(this.name, `no first token from ${this.model} within ${firstMs} ms`))
@@ -134,8 +136,8 @@ export class HttpUpstream extends Upstream {
   }
 
   /** The endpoint's chat completion within timeoutMs; an UpstreamError for anything else. */
-  async complete(messages, params, callerSignal) {
-    const [clock] = this.clock(callerSignal, false);
+  async complete(messages, params, callerSignal, callSignal = null) {
+    const [clock] = this.clock(callerSignal, false, callSignal);
     try {
       const response = await this.post(messages, params, false, clock);
       const limit = this.endpoint.maxResponseBytes;
@@ -153,8 +155,8 @@ export class HttpUpstream extends Upstream {
   }
 
   /** The endpoint's stream, read up to its first token (SlowFirstToken past firstTokenTimeoutMs). */
-  async openStream(messages, params, callerSignal) {
-    const [clock, stopFirst] = this.clock(callerSignal, true);
+  async openStream(messages, params, callerSignal, callSignal = null) {
+    const [clock, stopFirst] = this.clock(callerSignal, true, callSignal);
     let reader = null;
     const release = () => { reader?.cancel().catch(() => {}); };
     try {
@@ -201,8 +203,8 @@ export class LocalUpstream extends Upstream {
     return clock.run(Promise.resolve().then(() => this.endpoint.call(messages, { params, stream, signal: clock.signal })));
   }
 
-  async complete(messages, params, callerSignal) {
-    const [clock] = this.clock(callerSignal, false);
+  async complete(messages, params, callerSignal, callSignal = null) {
+    const [clock] = this.clock(callerSignal, false, callSignal);
     try {
       const body = this.completion(await this.call(messages, params, false, clock));
       return { text: completionText(this.name, body), body, endpoint: this.name };
@@ -213,8 +215,8 @@ export class LocalUpstream extends Upstream {
     }
   }
 
-  async openStream(messages, params, callerSignal) {
-    const [clock, stopFirst] = this.clock(callerSignal, true);
+  async openStream(messages, params, callerSignal, callSignal = null) {
+    const [clock, stopFirst] = this.clock(callerSignal, true, callSignal);
     let source = null;
     const release = () => { Promise.resolve().then(() => source?.return?.()).catch(() => {}); };
     try {
