@@ -3,7 +3,7 @@ import { ENDPOINT_RULES, EndpointSpecError, NONE, NoFeasibleEndpoint, type Endpo
   type EndpointSpec, type Endpoints } from "../../src/index.js";
 import { BundleError, CloudCallError, Endpoint, LocalModel, RoutedChat, Router, RuleRouter, StreamInterrupted, UpstreamHTTPError,
   type ChatCompletionChunk, type Completion, type Decision, type RoutingInfo } from "../../src/index.js";
-import { EndpointsFailed, FallbackForbidden, execute, triedText, type Tried } from "../../src/index.js";
+import { EndpointsFailed, FallbackForbidden, Needs, Request, execute, triedText, type Tried } from "../../src/index.js";
 
 async function main(): Promise<void> {
   const router = await Router.load("artifacts/js/bundle", { strict: false, publicKey: "keys/router.pub", threads: 1 });
@@ -33,6 +33,16 @@ async function main(): Promise<void> {
     if (error instanceof EndpointsFailed) console.log(error.tried.map((t) => t.label()), error.cause);
     if (error instanceof FallbackForbidden) console.log(error.rule, error.endpoint, triedText(error.tried));
   }
+  // The request record: built once, routed and carried out; its deadline cuts every call
+  const request = new Request("What is 2 + 2?", { precision: "exact", metadata: { tier: "free" }, needs: new Needs({ json: true }),
+    deadline: performance.now() + 5000, conversation: "c-1" });
+  const routed: Decision = await router.route(request);
+  const batch: Decision[] = await router.routeBatch([request, "hello"]);
+  const byRequest = await router.execute(request, { edge: (p: string) => p, cloud: (p: string) => p });
+  const later: Request = request.but({ deadline: null });
+  const deadlineRun = await router.execute("hi", () => "e", () => "c", { deadline: performance.now() + 100 });
+  await execute(decision, "hi", { endpoints: { edge: () => "e" }, deadline: performance.now() + 100 });
+  console.log(routed.cascade, batch.length, byRequest.served_by, later.deadline, request.metadata?.tier, deadlineRun.tried.length);
   const verdict = await router.acceptor?.check("What is 2 + 2?", "4", { logprobMean: -0.2 });
   const learned = await router.execute("What is 2 + 2?", () => "4", () => "4", { accept: "learned" });
   console.log(verdict?.accepted, learned.served_by);
@@ -65,7 +75,9 @@ async function main(): Promise<void> {
   const spread = new RoutedChat(router, { endpoints: { "phone-3b": new LocalModel(async () => "local"),
     frontier: new Endpoint({ baseUrl: "https://api.example.com/v1", model: "big-model" }) },
   specs: { "phone-3b": { where: "device", context_tokens: 4096 } } });
-  const answered = await spread.create(messages, { metadata: { user: "ana" } });
+  const answered = await spread.create(messages, { metadata: { user: "ana" }, deadline: performance.now() + 10_000 });
+  const asked = await spread.create(new Request(null, { messages, precision: "standard", deadline: performance.now() + 10_000 }));
+  console.log(asked.routing.served_by);
   console.log(answered.routing.tried.map((t) => t.label()), answered.routing.expected_cost, spread.endpoints["phone-3b"], spread.edge);
   await router.close();
 }

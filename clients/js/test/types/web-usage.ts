@@ -1,5 +1,5 @@
 // Compiled by `npm run typecheck` only: the browser build's declarations as a page uses them.
-import { Endpoint, LocalModel, RoutedChat, Router, type Decision } from "../../src/web.js";
+import { Endpoint, LocalModel, Request, RoutedChat, Router, parseEndpoints, type Decision } from "../../src/web.js";
 
 async function page(): Promise<void> {
   const router = await Router.load(new URL("/bundle/", "https://example.test"), { publicKey: "-----BEGIN PUBLIC KEY-----",
@@ -13,5 +13,9 @@ async function page(): Promise<void> {
   const run = await router.execute("Bonjour", { "phone-3b": (p) => p, frontier: async (p, { signal }) => (signal.aborted ? "" : p) },
     { timeoutsMs: { "phone-3b": 2000 } });
   console.log(run.tried.map((t) => t.label()), run.served_by);
+  const request = new Request("Bonjour", { precision: "tolerant", deadline: performance.now() + 3000 });
+  const routed: Decision = await router.route(request);
+  const answered = await chat.create(new Request(null, { messages: [{ role: "user", content: "Bonjour" }] }), { temperature: 0 });
+  console.log(routed.endpoint, answered.text, parseEndpoints({ edge: {}, cloud: {} }).names);
 }
 void page;
