@@ -10,9 +10,9 @@ What the file holds, so that a mismatch can be traced to its stage:
 - `cases`: each prompt once, with the ids the model is fed and the scalar inputs (text statistics,
   undeclared precision) the Python SDK computed for it;
 - `decisions`: per case, precision and router, the Decision as a dict. Routers: `bundle` (the
-  bundle as shipped), `unfamiliar_rule_table` (the same bundle with
-  unfamiliar_policy="rule_table", hard cases only: the unfamiliar ones) and `rule_table` (the
-  hand rule table without a tokenizer: what a degraded router decides);
+  bundle as shipped), `unfamiliar_rule_table` and `unfamiliar_learned` (the same bundle with
+  unfamiliar_policy="rule_table" or "learned", hard cases only: the unfamiliar ones) and
+  `rule_table` (the hand rule table without a tokenizer: what a degraded router decides);
 - `canonical_json`: JSON texts with their canonical form as the manifest's checksum and
   signature see it (json.dumps(sort_keys=True, ensure_ascii=True)), the bundle's manifest first;
 - `signature`: the bundle's manifest signed by training.keys with a key made for the file (the
@@ -449,6 +449,12 @@ def build(bundle: Path, logs: list[str], max_log_prompts: int | None = None) -> 
             Router.load(bundle, strict=True, unfamiliar_policy="rule_table"),
             hard,
             "unfamiliar_rule_table",
+            first=len(logged),
+        )
+        + decision_rows(
+            Router.load(bundle, strict=True, unfamiliar_policy="learned"),
+            hard,
+            "unfamiliar_learned",
             first=len(logged),
         )
         + decision_rows(RuleRouter(), everything, "rule_table")

@@ -11,7 +11,10 @@ manifest's `choice` edited and re-digested, unsigned: `variants` holds each mani
 the other runtime loads exactly these bytes). A prompt no endpoint may serve is written with the
 NoFeasibleEndpoint's message instead of a decision. `manifests`: the bundle's manifest edited in
 ways the SDK must refuse (and one it must accept), with the Python SDK's verdict. `degraded`: the chooser's decisions by price
-(what the SDK decides when the graph fails), with their note, on the same prompts.
+(what the SDK decides when the graph fails), with their note, on the same prompts. `unfamiliar`: the
+prompts the bundle finds unfamiliar (novelty above 1 at some precision), routed with every precision
+by the bundle loaded with each other unfamiliar policy (Router.load(unfamiliar_policy=...): the
+bundle's own one is the decisions' above): rule_table (by price) and learned (the rule's cascade).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 PRECISIONS = (None, "exact", "standard", "tolerant")
+UNFAMILIAR_POLICIES = ("edge_with_cloud_fallback", "rule_table", "learned")  # serving.scoring._novelty's
 # The rules' parameters for the variants (the bundle's own rule keeps its trained parameter).
 VARIANT_PARAMETERS = {"cheapest_within": 0.05, "best_under_price": 20.0, "cascade": 0.15}
 DEGRADED_NOTE = "degraded: scoring failed: RuntimeError('vectors')"
@@ -178,6 +182,15 @@ def main() -> None:
         degraded = routing.chooser.decisions([Request(p) for p in prompts], Scores(counts, note=DEGRADED_NOTE))
         manifests = manifest_cases(args.bundle, Path(tmp))
 
+    own_policy = manifest.novelty.get("policy") if manifest.novelty else None
+    strange = sorted({d["case"] for d in decisions if d["variant"] == 0 and d.get("decision", {}).get("unfamiliar")})
+    unfamiliar = []
+    for policy in (p for p in UNFAMILIAR_POLICIES if p != own_policy):
+        router = Router.load(args.bundle, strict=True, unfamiliar_policy=policy)
+        for case in strange:
+            for precision in PRECISIONS:
+                unfamiliar.append({"policy": policy, "case": case, "precision": precision, **decide(router, cases[case][1], precision)})
+
     document = {
         "format": FORMAT,
         "bundle": {"manifest_sha256": manifest.manifest_sha256, "model_version": manifest.model_version},
@@ -187,13 +200,15 @@ def main() -> None:
         "decisions": decisions,
         "manifests": manifests,
         "degraded": {"note": DEGRADED_NOTE, "prompts": prompts, "decisions": [d.to_dict() for d in degraded]},
+        "unfamiliar": {"bundle_policy": own_policy, "decisions": unfamiliar},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document))
     errors = sum("error" in d for d in decisions)
     print(
         f"wrote {args.out}: {len(cases)} prompts x {len(PRECISIONS)} precisions x {len(variants)} rules "
-        f"({len(decisions)} decisions, {errors} NoFeasibleEndpoint), {len(degraded)} degraded decisions"
+        f"({len(decisions)} decisions, {errors} NoFeasibleEndpoint), {len(degraded)} degraded decisions, "
+        f"{len(unfamiliar)} decisions of {len(strange)} unfamiliar prompts under the other unfamiliar policies"
     )
 
 

@@ -145,3 +145,38 @@ describe("an N-endpoint manifest is checked as in Python", () => {
     await assert.rejects(Router.load(folder, { strict: true }), /manifest endpoints: belongs to an endpoints bundle \(score.kind 'endpoints'\)/);
   });
 });
+
+describe("an unfamiliar prompt on an N-endpoint bundle gets each unfamiliar policy as in Python", () => {
+  test("rule_table (by price) and learned (the rule's cascade) give Python's decisions on every unfamiliar vector", async () => {
+    const vectors = endpointVectors();
+    assert.ok(vectors.unfamiliar, "vectors written before the unfamiliar policies' section: rerun make test-js");
+    const { bundle_policy: own, decisions } = vectors.unfamiliar;
+    const policies = [...new Set(decisions.map((d) => d.policy))].sort();
+    assert.deepEqual(policies, ["edge_with_cloud_fallback", "learned", "rule_table"].filter((p) => p !== own));
+    const routers = Object.fromEntries(await Promise.all(policies.map(async (policy) =>
+      [policy, await Router.load(ENDPOINT_BUNDLE, { strict: true, unfamiliarPolicy: policy })])));
+    try {
+      let worst = 0, unfamiliar = 0;
+      const cascades = new Set();
+      for (const row of decisions) {
+        const { id, prompt } = vectors.cases[row.case];
+        const where = `unfamiliar ${row.policy}: ${id} (${row.precision ?? "undeclared"})`;
+        const routed = routers[row.policy].route(prompt, { precision: row.precision });
+        if (row.error) {
+          await assert.rejects(routed, (error) => error instanceof NoFeasibleEndpoint && error.message === row.message
+            ? true : assert.fail(`${where}: ${error.message}\n  Python: ${row.message}`));
+          continue;
+        }
+        const js = await routed;
+        worst = Math.max(worst, compare(js, row.decision, where));
+        if (js.unfamiliar) unfamiliar++;
+        cascades.add(`${row.policy}: ${js.cascade.join(" -> ")}`);
+      }
+      assert.ok(unfamiliar >= 100 * policies.length, `${unfamiliar} unfamiliar decisions`);
+      console.log(`N endpoints, unfamiliar policies ${policies.join(", ")}: ${decisions.length} decisions equal ` +
+        `(${unfamiliar} unfamiliar, ${cascades.size} distinct cascades); max |expected - python| ${worst}`);
+    } finally {
+      for (const router of Object.values(routers)) await router.close();
+    }
+  });
+});

@@ -156,3 +156,19 @@ describe("decisions", () => {
     }
   });
 });
+
+describe("the learned unfamiliar policy", () => {
+  test("keeps the model's zone and says so, as Python's decisions do", async () => {
+    const rows = rowsOf("unfamiliar_learned");
+    assert.ok(rows.some((r) => r.decision.unfamiliar), "vectors written before the learned policy's rows: rerun make test-js");
+    const learned = await Router.load(BUNDLE, { strict: true, unfamiliarPolicy: "learned" });
+    try {
+      for (const row of rows) {
+        compare(await learned.route(vectors().cases[row.case].prompt, { precision: row.precision }), row.decision, where(row));
+      }
+    } finally {
+      await learned.close();
+    }
+    console.log(`unfamiliar learned: ${rows.length} decisions equal (${rows.filter((r) => r.decision.unfamiliar).length} unfamiliar)`);
+  });
+});
