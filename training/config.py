@@ -29,7 +29,6 @@ from training.options import (
     TEXT,
     Check,
     Default,
-    Needs,
     Rule,
     by,
     check,
@@ -37,6 +36,7 @@ from training.options import (
     integer,
     mapping,
     merged,
+    needs,
     nested,
     number,
     one_of,
@@ -87,6 +87,11 @@ class Split:
     cv_folds: int | None = option(CV_FOLDS, None)
     # training prompts fitted (a prompt-hash sample); empty: all
     max_train_rows: int | None = option(integer(1, empty=True), 1_000_000)
+
+    @property
+    def hashed(self) -> dict:
+        """How prompts are split: data.prepare.assign_splits' (and response_rows') keywords."""
+        return {"val_share": self.val_share, "test_share": self.test_share, "salt": self.salt, "offset": self.offset}
 
 
 @dataclass
@@ -276,10 +281,10 @@ RENAMED = {
     for old, _, new in (key.partition("=") for key in keys.split())
 }
 
-_BLEND_WHY = "the stack adds the margin the trees started from back into the graph's probability"
-_DASK_WHY = (
-    "the trees would read every training row's out-of-fold margins, which the Dask engine does not compute on "
-    "its workers (it trains lexical.mode=blend, the default)"
+BLEND_WHY = "the stack adds the margin the trees started from back into the graph's probability"
+DASK_WHY = (
+    "the trees would read every training row's out-of-fold margins, which the Dask engine does not compute on its "
+    "workers (it trains lexical.mode=blend, the default)"
 )
 
 
@@ -322,52 +327,18 @@ class TrainConfig:
             "needs split.val_share + split.test_share < 1",
             {"split.val_share": 0.5, "split.test_share": 0.5},
         ),
-        Needs(
-            "model.head_sharing",
-            ("shared",),
-            "model.objective",
-            tuple(k for k, heads in OBJECTIVES.items() if len(heads) > 1),
-            "one shared booster needs an objective with two or more heads",
-        ),
-        Needs(
-            "lexical.mode",
-            tuple(m for m in LEXICAL_MODES if m != "none"),
-            "features.tier",
-            ("static",),
-            "the margins are computed inside the fused model.onnx from the token ids, and the transformer tier's "
-            "router.onnx reads only the projected features",
-        ),
-        Needs("lexical.mode", ("features",), "engine.name", ("local",), _DASK_WHY),
-        Needs("lexical.start", (True,), "engine.name", ("local",), _DASK_WHY),
-        Needs(
-            "lexical.mode",
-            ("blend",),
-            "model.objective",
-            ("expected_gain",),
-            "a blend mixes each outcome head with the lexical regression of the same outcome",
-        ),
-        Needs(
-            "lexical.mode",
-            ("blend",),
-            "model.calibration",
-            ("sigmoid", "none"),
-            "the graph mixes the calibrated probabilities, and only those calibrations are inside it",
-        ),
-        Needs(
-            "lexical.mode",
-            ("features",),
-            "lexical.weighting",
-            EXACT_WEIGHTINGS,
-            "the trees split on the margins, which only those weightings compute bit-exactly in the graph",
-        ),
-        Needs("lexical.start", (True,), "lexical.mode", ("blend",), _BLEND_WHY),
-        Needs("lexical.start", (True,), "lexical.blend", ("stack",), _BLEND_WHY),
-        Needs(
-            "engine.name",
-            tuple(e for e in ENGINES if e != "local"),
-            "split.cv_folds",
-            (0,),
-            "cross-fitting needs the local engine",
+        *needs(
+            f"""
+model.head_sharing=shared needs model.objective={"|".join(k for k, heads in OBJECTIVES.items() if len(heads) > 1)}: one shared booster needs an objective with two or more heads
+lexical.mode=features|blend needs features.tier=static: the margins are computed inside the fused model.onnx from the token ids, and the transformer tier's router.onnx reads only the projected features
+lexical.mode=features needs engine.name=local: {DASK_WHY}
+lexical.start=true needs engine.name=local: {DASK_WHY}
+lexical.mode=blend needs model.objective=expected_gain: a blend mixes each outcome head with the lexical regression of the same outcome
+lexical.mode=blend needs model.calibration=sigmoid|none: the graph mixes the calibrated probabilities, and only those calibrations are inside it
+lexical.mode=features needs lexical.weighting={"|".join(EXACT_WEIGHTINGS)}: the trees split on the margins, which only those weightings compute bit-exactly in the graph
+lexical.start=true needs lexical.mode=blend: {BLEND_WHY}
+lexical.start=true needs lexical.blend=stack: {BLEND_WHY}
+engine.name={"|".join(e for e in ENGINES if e != "local")} needs split.cv_folds=0: cross-fitting needs the local engine"""
         ),
     )
 

@@ -122,6 +122,20 @@ class Needs:
         return {self.key: self.values[0], self.other: next(v for v in rules[self.other].good if v not in self.allowed)}
 
 
+def needs(table: str) -> list[Needs]:
+    """Needs rules from a table, one a line: `key=v|v needs other=a|a: why` (values: names, integers, true)."""
+
+    def values(text: str) -> tuple:
+        return tuple(True if v == "true" else int(v) if v.isdigit() else v for v in text.split("|"))
+
+    rules = []
+    for line in filter(None, table.splitlines()):
+        rule, _, why = line.partition(": ")
+        (key, given), (other, allowed) = (side.split("=") for side in rule.split(" needs "))
+        rules.append(Needs(key, values(given), other, values(allowed), why))
+    return rules
+
+
 @dataclass(frozen=True)
 class Check:
     """Any other rule over the configuration: `test(config)`, named by `key`, with the options
