@@ -42,6 +42,7 @@ class Kind:
     question: str  # a prompt, a good and a poor answer of the kind the acceptance check learned from
     good: str
     poor: str
+    probabilities: np.ndarray  # the training pipeline's [prompts, heads] probabilities, blended (N: from raw text)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ def n_endpoint(tmp_path_factory, encoder_cache) -> Kind:
             str(test.prompts[0]),
             GOOD_ANSWERS[0].format(**numbers),
             POOR_ANSWERS[0].format(**numbers),
+            made.expected(test.prompts, test.precisions),
         )
 
     return once_per_session(tmp_path_factory, "bundle_kinds_n_endpoint", build)
@@ -87,6 +89,7 @@ def two_endpoint(trained_small) -> Kind:
         "Tom has 12 marbles and buys 5 more bags of 3 marbles each. How many marbles does he have?",
         "He buys 5 * 3 = 15 marbles. 12 + 15 = 27.\n#### 27",
         "He buys 5 * 3 = 18 marbles. 12 + 18 = 31. I think maybe\n#### 31.5",
+        np.stack([test.p_edge, test.p_cloud], axis=1),
     )
 
 
@@ -111,6 +114,23 @@ def test_the_bundle_carries_familiarity_acceptance_and_drift(kind):
     assert {"score", "novelty", "n_tokens", "prompt_chars"} <= set(reference.numeric)
     assert {"unfamiliar", "acceptance", "edge_failure"} <= set(reference.rates)
     assert 0.0 < reference.rates["unfamiliar"].value < 0.1
+
+
+def test_the_lexical_blend_is_in_the_graph_and_the_sdk_reads_raw_text_as_training_did(kind):
+    """The default lexical blend (training.lexical, the same stage and blend fit for two endpoints and N):
+    each head blends its own outcome's TF-IDF margin, computed in model.onnx from the token ids; the
+    SDK's probabilities of the held-out prompts from raw text are the training pipeline's."""
+    from training.engines.base import PARITY_TOLERANCE
+
+    router = Router.load(kind.folder, strict=True)
+    manifest = router.manifest
+    assert manifest.feature_spec.lexical == "blend"
+    margins = [manifest.calibration[head]["lexical_blend"]["margin"] for head in manifest.score.heads]
+    assert margins == [f"lexical_{name}" for name in manifest.score.heads]
+    scores = router.stages.scorer.score(kind.prompts[:300], kind.precisions[:300])
+    sdk = np.asarray(scores.heads if scores.expected is None else scores.expected, dtype=np.float64)
+    assert sdk.shape == kind.probabilities[:300].shape
+    assert np.max(np.abs(sdk - kind.probabilities[:300])) <= PARITY_TOLERANCE
 
 
 def test_the_sdks_novelty_is_the_training_pipelines(kind):
@@ -190,7 +210,8 @@ def test_make_drift_finds_the_bundles_own_traffic_like_its_reference_and_foreign
         return folder
 
     sample = np.random.default_rng(0).permutation(len(kind.prompts))[:600]  # held-out rows, in no order
-    fewer = DriftThresholds(min_outcomes=20)  # the N-endpoint bundle's few hundred test rows run on the device first
+    # the N-endpoint bundle runs few of its few hundred test rows on the device first (18 with its lexical blend)
+    fewer = DriftThresholds(min_outcomes=15)
     own = bundle_drift(kind.folder, [logged(tmp_path / "own", sample)], fewer)
     checks = {(c.name, c.statistic): c for c in own.checks}
     for name in ("score", "novelty", "prompt_chars", "precision", "zone"):

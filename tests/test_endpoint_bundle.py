@@ -187,8 +187,12 @@ def test_the_graphs_expected_equals_the_training_heads_on_hard_strings(trained, 
 
 
 def test_decisions_are_endpoint_choices_on_those_probabilities(trained, router):
+    import pandas as pd
+
     made, _ = trained
-    prompts = [*HARD, *TOPICS]
+    logged = pd.read_json(made.folder.parent / "logs" / "rows.jsonl", lines=True)  # the bundle's kind of prompt
+    simulated = logged["prompt"][:60].tolist()
+    prompts = [*HARD, *TOPICS, *simulated]
     decisions = router.route_batch(prompts)
     expected, cost, ok = recomputed(router, decisions, prompts)
     first = cheapest_within(expected, cost, 0.02, ok)

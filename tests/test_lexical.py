@@ -277,11 +277,11 @@ def test_below_the_sample_cap_the_lexical_stage_is_cross_fitted_bit_for_bit(opti
 
     tokens, frame, train = _token_log()
     config = TrainConfig(lexical=options)
-    sample, folds = training_rows(config, frame, train, rows=len(frame))
+    sample, folds = training_rows(config, frame["prompt"], train, rows=len(frame))
     assert (sample == train).all() and (folds is None) == (config.lexical.mode == "blend" and not config.lexical.start)
     wanted = np.ones(len(frame), dtype=bool) if folds is not None else ~train
     model, margins = for_training(
-        config, frame, tokens, np.ones(len(frame), bool), sample, wanted, folds, vocabulary=300
+        config, *outcome_arrays(frame), tokens, np.ones(len(frame), bool), sample, wanted, folds, vocabulary=300
     )
 
     outcomes, weights = outcome_arrays(frame)
@@ -309,14 +309,14 @@ def test_above_the_sample_cap_the_regressions_read_a_nested_hash_sample():
     samples = {}
     for cap in (150, 400):
         config = TrainConfig(lexical={"sample_rows": cap})
-        samples[cap], folds = training_rows(config, frame, train, rows=len(frame))
+        samples[cap], folds = training_rows(config, frame["prompt"], train, rows=len(frame))
         assert folds is None and not (samples[cap] & ~train).any()
         assert abs(int(samples[cap].sum()) - cap) < 0.25 * cap
     assert not (samples[150] & ~samples[400]).any()  # nested
 
     config = TrainConfig(lexical={"sample_rows": 400})
     model, margins = for_training(
-        config, frame, tokens, np.ones(len(frame), bool), samples[400], ~train, None, vocabulary=300
+        config, *outcome_arrays(frame), tokens, np.ones(len(frame), bool), samples[400], ~train, None, vocabulary=300
     )
     outcomes, weights = outcome_arrays(frame)
     alone = LexicalModel.fit(

@@ -116,25 +116,13 @@ def ablation(data: Data, salts, *, c: float = 64.0, test_share: float = 0.15, va
 
 def load(config) -> Data:
     """The logs and features `make train` would use (local engine, its default split for the PCA)."""
-    from pathlib import Path
-
     from training.engines.local import prepare_frame
-    from training.featurize import featurize
+    from training.featurize import featurize_with
 
     frame = prepare_frame(config).frame
     prompts = frame["prompt"].tolist()
-    feats = featurize(
-        prompts,
-        frame["precision"].tolist(),
-        (frame["split"] == "train").to_numpy(),
-        tier=config.features.tier,
-        embedding_dim=config.features.embedding_dim,
-        max_tokens=config.features.max_tokens,
-        max_chars=config.features.max_chars,
-        cache_dir=Path(config.cache_dir),
-        seed=config.seed,
-        keep_tokens=np.ones(len(prompts), bool),
-    )
+    train = (frame["split"] == "train").to_numpy()
+    feats = featurize_with(config, prompts, frame["precision"].tolist(), train, keep_tokens=np.ones(len(prompts), bool))
     vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
     return Data(
         feats.matrix,

@@ -14,8 +14,9 @@ Every bundle's other parts come from the same code as a two-endpoint bundle's: t
 reference (training.held_out.fit_familiarity on the validation rows, computed in the graph), the
 acceptance check on every endpoint's logged answers with their outcomes (training.acceptance, when the
 logs carry `responses`; its parity checked like the heads'), and the drift reference (the validation
-rows as the SDK's chooser decides them, training.drift_reference.decisions_reference). Not the lexical
-blend: its stage, blend fit and export are written for two outcomes (docs/training.md#n-endpoint-bundles).
+rows as the SDK's chooser decides them, training.drift_reference.decisions_reference), and the lexical
+blend (`lexical.mode`, resolved as for two endpoints): each endpoint's regression margin blended into its
+head (training.endpoints.served, training.model.fit_heads), computed in the graph.
 """
 
 from __future__ import annotations
@@ -57,18 +58,7 @@ class EndpointBundle:
         """The training models' calibrated probabilities of these prompts, [n, N] (what the
         bundle's graph must output)."""
         precisions = list(precisions) if precisions is not None else [None] * len(prompts)
-        return self.models.predict(self.plan.serving.transform(list(prompts), precisions))
-
-
-def _heads(models: OutcomeModels) -> list:
-    """training.model.Head per endpoint, in its order (a shared booster read with the endpoint's side)."""
-    from training.model import Head
-
-    shared = models.mode == "shared"
-    return [
-        Head(f"endpoint{k}", models.boosters[0 if shared else k], calibration, side=k if shared else None)
-        for k, calibration in enumerate(models.calibrations)
-    ]
+        return self.models.predict(self.plan.served(list(prompts), precisions))
 
 
 def input_tokens(x: np.ndarray) -> np.ndarray:
@@ -131,23 +121,6 @@ def _figures(names, rule: str, parameter: float, expected, cost, feasible, quali
             for k, n in enumerate(names)
         }
     return out
-
-
-def _parity(folder: Path, prompts, precisions, expected: np.ndarray, *, public_key=None) -> float:
-    """Largest |SDK - training| probability over these rows, the SDK reading the bundle from raw
-    text (signature verified when a key is given); RuntimeError above PARITY_TOLERANCE."""
-    from serving.bundle._bundle import read_bundle
-    from serving.scoring._scorer import Scorer
-    from training.engines.base import PARITY_TOLERANCE
-
-    sdk = Scorer(read_bundle(folder, public_key=public_key)).expected(list(prompts), list(precisions))[0]
-    parity = float(np.max(np.abs(sdk - expected))) if len(expected) else 0.0
-    if parity > PARITY_TOLERANCE:
-        raise RuntimeError(
-            f"bundle probabilities differ from the training models' by {parity:.2e} (> {PARITY_TOLERANCE}); "
-            "the bundle was not written"
-        )
-    return parity
 
 
 def answer_rows(rows: EndpointRows, masks: dict[str, np.ndarray]):
@@ -265,14 +238,12 @@ def train_endpoint_bundle(
     (the head comparison), kept beside it in the manifest's `endpoints.head_mode`."""
     from serving.endpoints._choice import call_costs
     from serving.monitoring._drift import DRIFT_REFERENCE_FILE
-    from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.config import TrainConfig
-    from training.endpoints import featurized, fit_outcome_models, fold_masks
-    from training.engines.base import _public_key
+    from training.endpoints import fit_outcome_models, fold_masks, served
+    from training.engines.base import _calibration_section, checked_bundle
     from training.export import endpoint_heads_to_onnx
-    from training.held_out import familiarity_in_bundle, fit_familiarity
+    from training.held_out import bundle_files, fit_familiarity
     from training.novelty import MIN_HALF_ROWS, first_half, too_few_rows
-    from training.writer import staged_bundle
 
     config = config or TrainConfig()
     if rule not in ENDPOINT_RULES:
@@ -284,8 +255,7 @@ def train_endpoint_bundle(
     masks = fold_masks(
         rows.prompts, folds=folds, fold=BUNDLE_FOLD, val_share=config.split.val_share, salt=config.split.salt
     )
-    feats = featurized(rows, masks["train"], config)
-    plan, x = feats.plan, feats.matrix
+    plan, features, x = served(rows, masks["train"], config)
     if plan.fused_prefix is None:
         raise EndpointDataError(
             f"an N-endpoint bundle needs the fused layout (the static tier), not tier {config.features.tier!r}"
@@ -294,10 +264,10 @@ def train_endpoint_bundle(
     models = fit_outcome_models(
         x[masks["train"]], parts["train"], x[masks["val"]], parts["val"], mode=mode, config=config
     )
-    trees = endpoint_heads_to_onnx(_heads(models), len(plan.spec.model_feature_names))
+    trees = endpoint_heads_to_onnx(models.heads, len(plan.spec.model_feature_names))
     # The familiarity reference, as every bundle's (training.held_out): fitted on the validation rows,
     # computed in the fused graph.
-    embeddings = {split: x[masks[split]][:, -plan.spec.embedding_dim :] for split in ("val", "test")}
+    embeddings = {split: features[masks[split]][:, -plan.spec.embedding_dim :] for split in ("val", "test")}
     if too_few_rows(parts["val"].prompts) is not None:
         first = int(first_half(parts["val"].prompts).sum())
         raise EndpointDataError(
@@ -307,13 +277,11 @@ def train_endpoint_bundle(
     reference, familiar, novelty = fit_familiarity(
         config, plan, {split: parts[split].prompts for split in ("val", "test")}, embeddings
     )
-    files, familiar = familiarity_in_bundle(plan, plan.bundle_files(trees), reference, familiar)
-    model_version = f"edge-cloud-router@endpoints:{hashlib.sha256(files['model.onnx']).hexdigest()[:12]}"
     # The acceptance check, as every bundle's (training.acceptance), on every endpoint's logged answers.
     answers = answer_rows(rows, masks)
     acceptance = _acceptance(config, answers, plan)
-    if acceptance.fitted:
-        files[ACCEPTANCE_FILE] = acceptance.file
+    files, familiar = bundle_files(plan, trees, reference, familiar, acceptance)
+    model_version = f"edge-cloud-router@endpoints:{hashlib.sha256(files['model.onnx']).hexdigest()[:12]}"
 
     figures, parameter, setting = {}, 0.0, {}
     for split in ("val", "test"):
@@ -354,7 +322,7 @@ def train_endpoint_bundle(
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         encoder={"tier": config.features.tier, "key": plan.built.key},
         score=ScoreSpec(ENDPOINTS_KIND, names, ("expected",)),
-        calibration={n: {**c, "in_model": c.get("method") == "sigmoid"} for n, c in zip(names, models.calibrations)},
+        calibration={n: _calibration_section(head) for n, head in zip(names, models.heads)},
         thresholds={},
         split={
             "val_share": config.split.val_share,
@@ -379,19 +347,13 @@ def train_endpoint_bundle(
         },
         training={"engine": "endpoints", "head_mode": mode},
     )
-    test = parts["test"]
-    checked = slice(0, PARITY_ROWS)
-    with staged_bundle(Path(bundle), files, manifest, signing_key=signing_key) as staged:
-        parity = _parity(
-            staged.folder,
-            test.prompts[checked],
-            test.precisions[checked],
-            models.predict(x[masks["test"]][checked]),
-            public_key=_public_key(signing_key),
-        )
-        acceptance_parity = check_acceptance_parity(
-            staged.folder, acceptance, answers, public_key=_public_key(signing_key)
-        )
+    test, checked = parts["test"], slice(0, PARITY_ROWS)
+    rows = (test.prompts[checked], test.precisions[checked])
+    expected = models.predict(x[masks["test"]][checked])
+    checked_and_staged = checked_bundle(
+        bundle, files, manifest, rows, expected, acceptance, answers, signing_key=signing_key
+    )
+    with checked_and_staged as (staged, parity, acceptance_parity):
         staged.publish()
     return EndpointBundle(
         Path(bundle), staged.manifest, models, plan, masks, parity, novelty, acceptance, acceptance_parity

@@ -24,7 +24,6 @@ budget's price) on the next `val_share` of the hash scale and trains on the rest
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,66 +117,69 @@ class EndpointRows:
 
 def fold_masks(prompts, *, folds: int, fold: int, val_share: float, salt: str = "") -> dict[str, np.ndarray]:
     """Boolean train / val / test masks of fold `fold` of `folds` (module doc)."""
-    from data.prepare import hash_uniform
+    from data.prepare import assign_splits
 
     if not 0 <= fold < folds:
         raise ValueError(f"fold {fold} is not one of 0..{folds - 1}")
     if not 0.0 < val_share < 0.5:
         raise ValueError(f"config split.val_share={val_share!r}: the N-endpoint folds need it in (0, 0.5)")
-    u = hash_uniform(prompts, salt)
-    start = fold / folds
-    shifted = (u - start) % 1.0
-    test = shifted < 1.0 / folds
-    val = ~test & (shifted < 1.0 / folds + val_share)
-    return {"train": ~test & ~val, "val": val, "test": test}
+    split = assign_splits(prompts, val_share=val_share, test_share=1.0 / folds, salt=salt, offset=fold / folds)
+    return {name: split == name for name in ("train", "val", "test")}
 
 
-def features(rows: EndpointRows, train: np.ndarray, config: TrainConfig) -> np.ndarray:
-    """The router's feature matrix of every row, the projection fitted on the `train` rows."""
-    return featurized(rows, train, config).matrix
-
-
-def featurized(rows: EndpointRows, train: np.ndarray, config: TrainConfig):
+def featurized(rows: EndpointRows, train: np.ndarray, config: TrainConfig, keep_tokens=None):
     """training.featurize's TrainingFeatures of every row (the matrix and the fitted feature plan,
-    whose graph a bundle carries), the projection fitted on the `train` rows."""
-    from training.featurize import featurize
+    whose graph a bundle carries), the projection fitted on the `train` rows; the token ids of the
+    rows where `keep_tokens` is true."""
+    from training.featurize import featurize_with
 
-    return featurize(
-        rows.prompts,
-        rows.precisions,
-        np.asarray(train, bool),
-        tier=config.features.tier,
-        embedding_dim=config.features.embedding_dim,
-        max_tokens=config.features.max_tokens,
-        cache_dir=Path(config.cache_dir),
-        seed=config.seed,
+    return featurize_with(config, rows.prompts, rows.precisions, np.asarray(train, bool), keep_tokens=keep_tokens)
+
+
+def served(rows: EndpointRows, train: np.ndarray, config: TrainConfig):
+    """(the feature plan, the features, the rows as the heads read them): featurized, and with the
+    lexical blend (`lexical.mode`, resolved as for two endpoints) each endpoint's lexical margin
+    appended, from the regressions fitted on the training rows by the two-endpoint code
+    (training.lexical_stage, one outcome per endpoint); NaN on the training rows, which the trees
+    never read."""
+    from training.lexical_stage import for_training, training_rows
+
+    mode = config.lexical.mode
+    if mode not in ("none", "blend") or config.lexical.start:
+        raise EndpointDataError(
+            f"config lexical.mode={mode!r}, lexical.start={config.lexical.start}: N-endpoint models take the "
+            "lexical blend (lexical.mode=blend, without lexical.start) or none"
+        )
+    train = np.asarray(train, bool)
+    sample, _ = training_rows(config, rows.prompts, train, rows=len(rows)) if mode == "blend" else (train, None)
+    feats = featurized(rows, train, config, keep_tokens=None if mode == "none" else sample | ~train)
+    if mode == "none":
+        return feats.plan, feats.matrix, feats.matrix
+    vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
+    kept = sample | ~train
+    model, margins = for_training(
+        config, rows.quality, rows.weight, feats.tokens, kept, sample, ~train, None, vocabulary=vocabulary
     )
+    return feats.plan.with_lexical(model, mode), feats.matrix, np.concatenate([feats.matrix, margins], axis=1)
 
 
 @dataclass
 class OutcomeModels:
-    """Each endpoint's calibrated P(good answer): `boosters` one per endpoint (separate) or the
-    one shared booster, and each endpoint's calibration."""
+    """Each endpoint's calibrated P(good answer): training.model.Head per endpoint, in order, named
+    endpoint0, endpoint1, ... (the graph's tensors): its own booster (separate) or the one shared
+    booster read with the endpoint's side, its calibration and, with the lexical blend, its blend."""
 
     names: tuple[str, ...]
     mode: str
-    boosters: list
-    calibrations: list[dict]
-    trees: list[int]
+    heads: list
+
+    @property
+    def trees(self) -> list[int]:
+        return [h.booster.num_trees() for h in self.heads[: 1 if self.mode == "shared" else None]]
 
     def predict(self, x) -> np.ndarray:
-        """[rows, endpoints] calibrated probabilities."""
-        from serving.scoring._calibration import apply_calibration
-
-        return np.stack([apply_calibration(self.calibrations[k], self._raw(x, k)) for k in range(len(self.names))], 1)
-
-    def _raw(self, x, k: int) -> np.ndarray:
-        from training.model import with_side
-
-        x = np.asarray(x)
-        if self.mode == "shared":
-            return self.boosters[0].predict(with_side(x, k))
-        return self.boosters[k].predict(x)
+        """[rows, endpoints] calibrated (and blended) probabilities of rows as `served` gives them."""
+        return np.stack([head.predict(x) for head in self.heads], 1)
 
 
 def _known(rows: EndpointRows, k: int) -> np.ndarray:
@@ -188,50 +190,58 @@ def fit_outcome_models(
     x_train, train: EndpointRows, x_val, val: EndpointRows, *, mode: str, config: TrainConfig
 ) -> OutcomeModels:
     """Fit every endpoint's outcome model (`mode`: separate or shared, module doc) on the
-    training rows, with early stopping and calibration on the validation rows."""
-    from training.model import fit_booster, fit_calibration, stack_sides, with_side
+    training rows, with early stopping, calibration and a lexical blend (when the rows end with
+    the margins: `served`) on the validation rows: training.model.fit_heads, as two endpoints."""
+    from training.model import fit_booster, fit_heads, stack_sides
 
     if mode not in HEAD_MODES:
         raise ValueError(f"unknown head mode {mode!r}; choose one of {', '.join(HEAD_MODES)}")
     names = train.names
-    options = dict(
-        params={**config.boosting.lgbm, **config.endpoints.lgbm},
-        num_boost_round=config.boosting.rounds,
-        early_stopping_rounds=config.boosting.early_stopping_rounds,
-        seed=config.seed,
-        objective="cross_entropy",
-    )
-
-    def part(x, rows: EndpointRows, k: int):
-        known = _known(rows, k)
-        return np.asarray(x)[known], rows.quality[known, k], rows.weight[known, k]
-
+    blend = config.lexical.mode == "blend"
+    width = np.shape(x_train)[1] - len(names) * blend  # the trees' columns: a blend's margins follow them
     for k, name in enumerate(names):
         if _known(train, k).sum() < 20 or _known(val, k).sum() < 10:
             raise EndpointDataError(
                 f"endpoint {name!r}: too few rows with its outcome to fit its model (< 20 train, < 10 val)"
             )
-    if mode == "shared":
-        x_tr, y_tr, w_tr = stack_sides([part(x_train, train, k) for k in range(len(names))])
-        x_va, y_va, w_va = stack_sides([part(x_val, val, k) for k in range(len(names))])
-        booster = fit_booster(x_tr, y_tr, x_va, y_va, weight=w_tr, val_weight=w_va, **options)
-        boosters = [booster]
-        raw_val = [booster.predict(with_side(part(x_val, val, k)[0], k)) for k in range(len(names))]
-        trees = [booster.num_trees()]
-    else:
-        boosters, raw_val, trees = [], [], []
-        for k in range(len(names)):
-            xs, ys, ws = part(x_train, train, k)
-            xv, yv, wv = part(x_val, val, k)
-            booster = fit_booster(xs, ys, xv, yv, weight=ws, val_weight=wv, **options)
-            boosters.append(booster)
-            raw_val.append(booster.predict(xv))
-            trees.append(booster.num_trees())
-    calibrations = []
-    for k in range(len(names)):
-        _, yv, wv = part(x_val, val, k)
-        calibrations.append(fit_calibration(raw_val[k], yv, method=config.model.calibration, sample_weight=wv))
-    return OutcomeModels(names, mode, boosters, calibrations, trees)
+
+    def part(x, rows: EndpointRows, k: int):
+        known = _known(rows, k)
+        return np.asarray(x)[known, :width], rows.quality[known, k], rows.weight[known, k]
+
+    def fit_booster_for(columns: tuple[str, ...], objective: str):
+        sides = [names.index(c) for c in columns]
+        (x_tr, y_tr, w_tr), (x_va, y_va, w_va) = (
+            stack_sides([part(x, rows, k) for k in sides]) if len(sides) > 1 else part(x, rows, sides[0])
+            for x, rows in ((x_train, train), (x_val, val))
+        )
+        return fit_booster(
+            x_tr,
+            y_tr,
+            x_va,
+            y_va,
+            weight=w_tr,
+            val_weight=w_va,
+            params={**config.boosting.lgbm, **config.endpoints.lgbm},
+            num_boost_round=config.boosting.rounds,
+            early_stopping_rounds=config.boosting.early_stopping_rounds,
+            seed=config.seed,
+            objective=objective,
+        )
+
+    heads = fit_heads(
+        {f"endpoint{k}": (name, "cross_entropy") for k, name in enumerate(names)},
+        fit_booster_for,
+        np.asarray(x_val),
+        {name: val.quality[:, k] for k, name in enumerate(names)},
+        calibration=config.model.calibration,
+        weights_val={name: val.weight[:, k] for k, name in enumerate(names)},
+        shared=mode == "shared",
+        blend=blend,
+        blend_form=config.lexical.blend,
+        margins=tuple(f"lexical_{name}" for name in names),
+    )
+    return OutcomeModels(names, mode, heads)
 
 
 def log_loss(probability, quality, weight) -> float:
@@ -283,7 +293,7 @@ class FoldFit:
 def fit_fold(rows: EndpointRows, *, folds: int, fold: int, config: TrainConfig, modes=HEAD_MODES) -> FoldFit:
     """Featurize (projection on the fold's training rows) and fit every head mode on one fold."""
     masks = fold_masks(rows.prompts, folds=folds, fold=fold, val_share=config.split.val_share, salt=config.split.salt)
-    x = features(rows, masks["train"], config)
+    _, _, x = served(rows, masks["train"], config)
     parts = {split: rows.subset(mask) for split, mask in masks.items()}
     predictions, figures, trees = {}, {}, {}
     for mode in modes:

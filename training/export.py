@@ -31,9 +31,10 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     initializers = [i for p in parts for i in p.graph.initializer]
     blended = [(head, part) for head, part in zip(heads, parts) if head.blend is not None]
     if blended:
-        from training.lexical import LEXICAL_NAMES, MARGINS_OUTPUT
+        from training.lexical import MARGINS_OUTPUT
 
-        inputs.append(helper.make_tensor_value_info(MARGINS_OUTPUT, onnx.TensorProto.FLOAT, [None, len(LEXICAL_NAMES)]))
+        width = len(blended[0][0].blend.names)
+        inputs.append(helper.make_tensor_value_info(MARGINS_OUTPUT, onnx.TensorProto.FLOAT, [None, width]))
         for head, part in blended:
             output = part.graph.output[0].name
             _rename_output(part.graph, output, f"{head.name}_trees")

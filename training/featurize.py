@@ -238,6 +238,12 @@ class FeaturePlan:
         spec = replace(self.serving.spec, lexical=mode)
         return replace(self, serving=replace(self.serving, spec=spec), lexical=model)
 
+    def served(self, prompts: list[str], precisions: list) -> np.ndarray:
+        """These prompts' rows as the bundle's graph reads them: the features, then the lexical
+        margins when the plan has lexical evidence (the static tier's token ids)."""
+        x, tokens = self.serving.featurizer().transform_with_tokens(prompts, precisions)
+        return x if self.lexical is None else np.concatenate([x, self.lexical.margins_of_tokens(tokens)], axis=1)
+
     def bundle_files(self, trees: bytes, *, with_encoder: bool = False) -> dict:
         """The bundle's model files: one fused graph (static tier) or encoder + projection + trees.
         `with_encoder`: a fused bundle also carries the encoder before the projection
@@ -583,6 +589,23 @@ def _encoder_features(
         matrix[a:b, :n_scalars] = raw_matrix[a:b, :n_scalars]
         matrix[a:b, n_scalars:] = plan.projection(raw_matrix[a:b, n_scalars:])
     return plan, matrix
+
+
+def featurize_with(config, prompts, precisions, train_rows, **options) -> TrainingFeatures:
+    """`featurize` with a TrainConfig's features, cache folder and seed (`options`: the rest)."""
+    features = config.features
+    return featurize(
+        prompts,
+        precisions,
+        train_rows,
+        tier=features.tier,
+        embedding_dim=features.embedding_dim,
+        max_tokens=features.max_tokens,
+        max_chars=features.max_chars,
+        cache_dir=Path(config.cache_dir),
+        seed=config.seed,
+        **options,
+    )
 
 
 def featurize(

@@ -82,7 +82,7 @@ def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Row
 
 def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[Novelty, dict, Splits]:
     """Fit the familiarity reference on the validation rows (training.novelty); returns the
-    reference, its manifest figures (where it lives is familiarity_in_bundle's), and `splits`
+    reference, its manifest figures (where it lives is bundle_files'), and `splits`
     flagged with it."""
     reference, info, novelty = fit_familiarity(
         config,
@@ -120,16 +120,21 @@ def fit_familiarity(
     return reference, {**info, "policy": config.novelty.unfamiliar_policy}, novelty
 
 
-def familiarity_in_bundle(plan, files: dict, reference: Novelty, section: dict) -> tuple[dict, dict]:
-    """The bundle's model files and manifest novelty section with the familiarity reference:
-    computed in the fused model.onnx (section `in_model`, its `output`; no file), or as
+def bundle_files(plan, trees: bytes, reference: Novelty, section: dict, acceptance, **options) -> tuple[dict, dict]:
+    """Any bundle's files (`plan.bundle_files` of the heads' `trees`, `options` its own) with the
+    familiarity reference and the acceptance check when fitted, and the manifest's novelty section:
+    the reference computed in the fused model.onnx (`in_model`, its `output`; no file), or as
     NOVELTY_FILE beside a staged bundle, whose router.onnx never sees the token ids."""
+    from training.acceptance import ACCEPTANCE_FILE
     from training.novelty import NOVELTY_OUTPUT, append_to_graph
 
+    files = plan.bundle_files(trees, **options)
     if plan.fused_prefix is None:
-        return {**files, NOVELTY_FILE: reference.to_bytes()}, {"file": NOVELTY_FILE, **section}
-    model = append_to_graph(files["model.onnx"], reference, embedding_dim=plan.spec.embedding_dim)
-    return {**files, "model.onnx": model}, {**section, "in_model": True, "output": NOVELTY_OUTPUT}
+        files[NOVELTY_FILE], section = reference.to_bytes(), {"file": NOVELTY_FILE, **section}
+    else:
+        files["model.onnx"] = append_to_graph(files["model.onnx"], reference, embedding_dim=plan.spec.embedding_dim)
+        section = {**section, "in_model": True, "output": NOVELTY_OUTPUT}
+    return {**files, **({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})}, section
 
 
 def acceptance_check(config: TrainConfig, fitted: Fitted) -> tuple[AcceptanceFit, Splits]:
@@ -151,7 +156,7 @@ class HeldOutStages:
     acceptance: AcceptanceFit
     thresholds: dict  # per-precision fallback thresholds (evaluation.thresholds)
     reference: Novelty  # the familiarity reference (serving.scoring._novelty)
-    novelty: dict  # its manifest figures (familiarity_in_bundle adds where it lives)
+    novelty: dict  # its manifest figures (bundle_files adds where it lives)
     splits: Splits  # the engine's val / test rows with the acceptance verdicts and novelty
 
 

@@ -97,10 +97,10 @@ def fitted_margins(
 
 
 def training_rows(
-    config: "TrainConfig", frame: "pd.DataFrame", train: np.ndarray, *, rows: int
+    config: "TrainConfig", prompts, train: np.ndarray, *, rows: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(the rows of `frame` the regressions are fitted on, each row's fold or None) for the
-    local engine: the training rows whose sampling number (training.sampling.sample_numbers,
+    """(the rows of `prompts` the regressions are fitted on, each row's fold or None) for the
+    local engine and N endpoints: the training rows whose sampling number (training.sampling.sample_numbers,
     the boosters' max_train_rows sample's) falls below sample_fraction_of(`rows`, the prepared
     rows before any sampling); every training row while they are fewer than
     `lexical_sample_rows`. The folds (prompt hash; -1 off the training rows) when the trees
@@ -108,21 +108,22 @@ def training_rows(
     alone needs the shipped model only."""
     from training.sampling import sample_numbers
 
-    prompts = frame["prompt"].to_numpy()
+    prompts = np.asarray(prompts, dtype=object)
     train = np.asarray(train, dtype=bool)
     sample, fraction = train.copy(), sample_fraction_of(config, rows)
     if fraction < 1.0:
         sample[train] = sample_numbers(prompts[train], config) < fraction
     if config.lexical.mode == "blend" and not config.lexical.start:
         return sample, None
-    folds = np.full(len(frame), -1)
+    folds = np.full(len(prompts), -1)
     folds[train] = fold_numbers(prompts[train], config.lexical.folds, config.split.salt)
     return sample, folds
 
 
 def for_training(
     config: "TrainConfig",
-    frame: "pd.DataFrame",
+    outcomes: np.ndarray,
+    weights: np.ndarray,
     tokens: "TokenRows",
     kept: np.ndarray,
     sample: np.ndarray,
@@ -131,14 +132,13 @@ def for_training(
     *,
     vocabulary: int,
 ) -> tuple[LexicalModel, np.ndarray]:
-    """The local engine's lexical stage: fitted_margins on the prepared rows (`frame`, with
-    their outcome weights), whose token ids (`tokens`, training.featurize.TokenRows) were kept
-    for the rows where `kept` is true (the `sample` and `wanted` rows among them); margins
-    [rows of `frame`, outcomes], NaN where not wanted."""
+    """The lexical stage of the local engine and of N endpoints: fitted_margins on rows with
+    `outcomes` and `weights` [rows, outcomes] (outcome_arrays: two-endpoint rows'), whose token
+    ids (`tokens`, training.featurize.TokenRows) were kept for the rows where `kept` is true (the
+    `sample` and `wanted` rows among them); margins [rows, outcomes], NaN where not wanted."""
     kept = np.asarray(kept, dtype=bool)
     if (sample & ~kept).any() or (wanted & ~kept).any():
         raise ValueError("the lexical stage needs the token ids of its sample and of every row it gives margins")
-    outcomes, weights = outcome_arrays(frame)
     model, margins = fitted_margins(
         config,
         tokens,
@@ -149,6 +149,6 @@ def for_training(
         None if folds is None else folds[kept],
         vocabulary=vocabulary,
     )
-    out = np.full((len(frame), len(model.bias)), np.nan, dtype=np.float32)
+    out = np.full((len(kept), len(model.bias)), np.nan, dtype=np.float32)
     out[kept] = margins
     return model, out

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from serving.bundle._manifest import routing_score
+from serving.features._spec import LEXICAL_NAMES
 from serving.scoring._calibration import apply_calibration, logit
 
 DEFAULT_LGBM = {
@@ -68,12 +69,11 @@ class LexicalBlend:
     outcome: int
     tree_weight: float | None  # None: a stack
     stack: tuple[float, float, float] | None = None  # (a, b, c): sigmoid(a * logit(trees) + b * margin + c)
+    names: tuple[str, ...] = LEXICAL_NAMES  # the margins' columns, last in the rows (N endpoints: one each)
 
     def margin(self, x) -> np.ndarray:
-        from training.lexical import OUTCOMES
-
         x = np.asarray(x)
-        return np.asarray(x[:, x.shape[1] - len(OUTCOMES) + self.outcome], dtype=np.float64)
+        return np.asarray(x[:, x.shape[1] - len(self.names) + self.outcome], dtype=np.float64)
 
     def apply(self, trees: np.ndarray, x) -> np.ndarray:
         from scipy.special import expit
@@ -86,10 +86,8 @@ class LexicalBlend:
 
     def as_dict(self) -> dict:
         """What the manifest says about it (calibration.<head>.lexical_blend)."""
-        from training.lexical import LEXICAL_NAMES
-
         form = {"tree_weight": self.tree_weight} if self.stack is None else dict(zip(("a", "b", "c"), self.stack))
-        return {"form": "mixture" if self.stack is None else "stack", **form, "margin": LEXICAL_NAMES[self.outcome]}
+        return {"form": "mixture" if self.stack is None else "stack", **form, "margin": self.names[self.outcome]}
 
 
 # A stack reads logit(trees) with the trees' probability clipped to these float32 bounds (the
@@ -458,20 +456,18 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
 
 
 def blend_for(
-    head: Head, column: str, x, target, weight=None, *, form: str = "mixture", raw: np.ndarray | None = None
+    head: Head, outcome: int, x, target, weight=None, *, form="mixture", raw=None, names=LEXICAL_NAMES
 ) -> LexicalBlend:
-    """`head`'s blend (`form`: mixture or stack) with the lexical margin of its own log column,
-    fitted on rows `x` (which end with the margins) with outcomes `target`; `raw`: the head's
-    raw(x), when the caller has it."""
-    from training.lexical import OUTCOMES
-
-    outcome = OUTCOMES.index(column)
+    """`head`'s blend (`form`: mixture or stack) with the lexical margin `outcome` of `names` (its
+    own outcome's), fitted on rows `x` (which end with the margins) with outcomes `target`; `raw`:
+    the head's raw(x), when the caller has it."""
     trees = apply_calibration(head.calibration, head.raw(x) if raw is None else raw)
     fit = fit_stack if form == "stack" else fit_blend
-    return fit(trees, LexicalBlend(outcome, 1.0).margin(x), target, outcome=outcome, sample_weight=weight)
+    margin = LexicalBlend(outcome, 1.0, names=names).margin(x)
+    return fit(trees, margin, target, outcome=outcome, sample_weight=weight, names=names)
 
 
-def fit_stack(trees, lexical_margin, target, *, outcome: int, sample_weight=None) -> LexicalBlend:
+def fit_stack(trees, lexical_margin, target, *, outcome: int, sample_weight=None, names=LEXICAL_NAMES) -> LexicalBlend:
     """The stack sigmoid(a * logit(trees) + b * margin + c) of least (weighted) log loss against
     `target` in [0, 1] (graded: fractional successes), an unregularized logistic regression."""
     from sklearn.linear_model import LogisticRegression
@@ -482,20 +478,20 @@ def fit_stack(trees, lexical_margin, target, *, outcome: int, sample_weight=None
     weight = np.ones(len(target)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     z = np.column_stack([stack_logit(trees), np.asarray(lexical_margin, dtype=np.float64)])
     if target.min() == target.max():  # one value: nothing to fit against; the trees alone
-        return LexicalBlend(outcome, None, (1.0, 0.0, 0.0))
+        return LexicalBlend(outcome, None, (1.0, 0.0, 0.0), names)
     lr = LogisticRegression(C=1e6, max_iter=1000).fit(
         np.r_[z, z],
         np.r_[np.ones(len(z)), np.zeros(len(z))],
         sample_weight=np.r_[target * weight, (1 - target) * weight],
     )
     a, b = (float(v) for v in lr.coef_[0])
-    return LexicalBlend(outcome, None, (a, b, float(lr.intercept_[0])))
+    return LexicalBlend(outcome, None, (a, b, float(lr.intercept_[0])), names)
 
 
 BLEND_GRID = np.linspace(0.0, 1.0, 21)  # the trees' weights a blend chooses among
 
 
-def fit_blend(trees, lexical_margin, target, *, outcome: int, sample_weight=None) -> LexicalBlend:
+def fit_blend(trees, lexical_margin, target, *, outcome: int, sample_weight=None, names=LEXICAL_NAMES) -> LexicalBlend:
     """The tree weight w on BLEND_GRID whose mixture w * trees + (1 - w) * sigmoid(margin) has
     the least (weighted) log loss against `target` in [0, 1] (graded: fractional successes);
     the largest such w on ties (the trees alone when lexical evidence adds nothing)."""
@@ -513,11 +509,11 @@ def fit_blend(trees, lexical_margin, target, *, outcome: int, sample_weight=None
 
     losses = np.array([loss(w) for w in BLEND_GRID])
     best = np.flatnonzero(losses <= losses.min() + 1e-12 * max(1.0, abs(losses.min())))[-1]
-    return LexicalBlend(outcome, float(BLEND_GRID[best]))
+    return LexicalBlend(outcome, float(BLEND_GRID[best]), names=names)
 
 
 def fit_heads(
-    objective: str,
+    objective: str | dict,
     fit_booster_for,
     x_val,
     targets_val: dict,
@@ -529,8 +525,10 @@ def fit_heads(
     blend: bool = False,
     blends: dict | None = None,
     blend_form: str = "mixture",
+    margins: tuple[str, ...] = LEXICAL_NAMES,
 ) -> list[Head]:
-    """Every head of `objective` (OBJECTIVES), calibrated on validation. `fit_booster_for(columns,
+    """Every head of `objective` (OBJECTIVES, or its own {head: (column, LightGBM objective)}: N
+    endpoints'), calibrated on validation. `fit_booster_for(columns,
     lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
     on one column's known rows, or with `shared` on every head's column, its rows stacked in
     that order with SIDE_FEATURE appended (stack_sides). `targets_val` maps a column name
@@ -538,11 +536,11 @@ def fit_heads(
     rows are left out of that head's calibration), `weights_val` to their weights
     (training.partial; None: equal). `calibrations` (head name -> parameters) are taken as
     they are instead: cross-fitting fits them on out-of-fold outputs (training.crossval).
-    `blend`: the rows of `x_val` end with the lexical margins (training.lexical.OUTCOMES) and
-    each head's blend (`blend_form`) with its own column's margin is fitted on validation after
-    its calibration (fit_stack, fit_blend); `blends` (head name -> LexicalBlend) are taken as they are, with
-    `calibrations`."""
-    specs = OBJECTIVES[objective]
+    `blend`: the rows of `x_val` end with the lexical margins `margins`, one per head in order,
+    and each head's blend (`blend_form`) with its own margin is fitted on validation after its
+    calibration (fit_stack, fit_blend); `blends` (head name -> LexicalBlend) are taken as they
+    are, with `calibrations`."""
+    specs = OBJECTIVES[objective] if isinstance(objective, str) else objective
     if shared:
         kinds = {lgbm_objective for _, lgbm_objective in specs.values()}
         if len(kinds) != 1:
@@ -559,17 +557,16 @@ def fit_heads(
             head.calibration = calibrations[head.name]
             head.blend = (blends or {}).get(head.name)
         return unfitted
-    heads = []
-    for head, (column, _) in zip(unfitted, specs.values()):
+    for outcome, (head, (column, _)) in enumerate(zip(unfitted, specs.values())):
         target = np.asarray(targets_val[column], dtype=np.float64)
         weight = np.ones(len(target)) if not weights_val else np.asarray(weights_val[column], dtype=np.float64)
         known = ~np.isnan(target) & (weight > 0)
         raw = head.raw(x_val[known])  # once: the calibration and the blend read the same trees' outputs
         head.calibration = fit_calibration(raw, target[known], method=calibration, sample_weight=weight[known])
         if blend:
-            head.blend = blend_for(head, column, x_val[known], target[known], weight[known], form=blend_form, raw=raw)
-        heads.append(head)
-    return heads
+            rows = (x_val[known], target[known], weight[known])
+            head.blend = blend_for(head, outcome, *rows, form=blend_form, raw=raw, names=margins)
+    return unfitted
 
 
 def target_columns(objective: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ the run's figures and what it was made from, read before it started (training.pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from evaluation.rows import Rows
 from serving.bundle._manifest import Limits, Manifest, ScoreSpec
 from training.config import TrainConfig
 from training.fitted import Fitted
-from training.held_out import Splits, familiarity_in_bundle, fit_held_out_stages, with_learned_zones
+from training.held_out import Splits, bundle_files, fit_held_out_stages, with_learned_zones
 from training.sampling import training_share
 
 PARITY_TOLERANCE = 1e-5
@@ -62,13 +63,7 @@ def split_and_label(frame, config: TrainConfig):
     from data.prepare import assign_splits
 
     return frame.assign(
-        split=assign_splits(
-            frame["prompt"],
-            val_share=config.split.val_share,
-            test_share=config.split.test_share,
-            salt=config.split.salt,
-            offset=config.split.offset,
-        ),
+        split=assign_splits(frame["prompt"], **config.split.hashed),
         label=label_of(frame, config),
     )
 
@@ -171,13 +166,7 @@ def build_manifest(
         label={"margin_binary": config.label.margin_binary, "margin_graded": config.label.margin_graded},
         # How rows were split, so evaluation can find the rows this model never saw.
         # cv_folds > 0: the bundle was fitted on every row, and no split of these logs is unseen.
-        split={
-            "val_share": config.split.val_share,
-            "test_share": config.split.test_share,
-            "salt": config.split.salt,
-            "offset": config.split.offset,
-            "cv_folds": config.split.cv_folds,
-        },
+        split={**config.split.hashed, "cv_folds": config.split.cv_folds},
         limits=Limits(edge_context_tokens=config.routing.edge_context_tokens),
         novelty=novelty,
         acceptance=acceptance,
@@ -212,29 +201,24 @@ def _public_key(signing_key: Path | None):
     return serialization.load_pem_private_key(signing_key.read_bytes(), password=None).public_key()
 
 
-def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> float:
-    """Largest |score difference| between the SDK (from raw text, signature verified when a
-    key is given) and the training pipeline on the first `rows` test rows; RuntimeError above
-    PARITY_TOLERANCE."""
+def check_parity(folder: Path, prompts, precisions, expected: np.ndarray, *, public_key=None) -> float:
+    """Largest |SDK - training| over these rows, the SDK reading the bundle from raw text (signature
+    verified when a key is given): each prompt's score, or an N-endpoint bundle's [n, N]
+    probabilities; RuntimeError above PARITY_TOLERANCE."""
     from serving.bundle._bundle import read_bundle
     from serving.scoring._scorer import Scorer
 
-    checked = slice(0, rows)
-    scorer, prompts, precisions = Scorer(read_bundle(folder, public_key=public_key)), test.prompts, test.precisions
+    scorer = Scorer(read_bundle(folder, public_key=public_key))
+    score = (lambda p, q: scorer.expected(p, q)[0]) if scorer.endpoints else scorer.scores
     # In batches: the graph's temporaries grow with the batch times its longest prompt (the
     # embedding's gathered [batch, tokens, width] rows alone: ~0.3-0.6 GB for 5,000 rows of
     # 512 tokens), the largest of the training's peaks below a million rows (make scale).
-    end = min(rows, len(prompts))
-    sdk_scores = np.concatenate(
-        [np.zeros(0)]
-        + [
-            scorer.scores(
-                list(prompts[a : min(a + PARITY_BATCH, end)]), list(precisions[a : min(a + PARITY_BATCH, end)])
-            )
-            for a in range(0, end, PARITY_BATCH)
-        ]
-    )
-    parity = float(np.max(np.abs(sdk_scores - test.scores[checked]))) if len(sdk_scores) else 0.0
+    batches = [
+        (list(prompts[a : a + PARITY_BATCH]), list(precisions[a : a + PARITY_BATCH]))
+        for a in range(0, len(expected), PARITY_BATCH)
+    ]
+    sdk = np.concatenate([np.zeros((0, *np.shape(expected)[1:]))] + [score(*batch) for batch in batches])
+    parity = float(np.max(np.abs(sdk - expected))) if len(expected) else 0.0
     if parity > PARITY_TOLERANCE:
         raise RuntimeError(
             f"bundle scores differ from the training pipeline by {parity:.2e} "
@@ -243,17 +227,30 @@ def check_parity(folder: Path, test: Rows, rows: int, *, public_key=None) -> flo
     return parity
 
 
+@contextlib.contextmanager
+def checked_bundle(path, files: dict, manifest: Manifest, rows, expected, acceptance, answers, *, signing_key=None):
+    """The bundle written in its temporary folder (training.writer) and checked as a pinned SDK loads
+    it: its scores of `rows` (prompts, precisions) from raw text must be `expected` (check_parity),
+    its acceptance check's probabilities the trained one's. Yields (the staged bundle, both
+    parities) for the caller to publish."""
+    from training.acceptance import check_acceptance_parity
+    from training.writer import staged_bundle
+
+    public_key = _public_key(Path(signing_key) if signing_key else None)
+    with staged_bundle(Path(path), files, manifest, signing_key=Path(signing_key) if signing_key else None) as staged:
+        parity = check_parity(staged.folder, *rows, expected, public_key=public_key)
+        yield staged, parity, check_acceptance_parity(staged.folder, acceptance, answers, public_key=public_key)
+
+
 def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> TrainResult:
     """Thresholds, figures, verified bundle and MLflow registration (module doc)."""
     import mlflow
 
     from serving.monitoring._drift import DRIFT_REFERENCE_FILE
-    from training.acceptance import ACCEPTANCE_FILE, check_acceptance_parity
     from training.drift_reference import drift_reference
     from training.export import heads_to_onnx
     from training.stages import StageClock, metrics_of
     from training.tracking import log_training, register_bundle, tracked_run
-    from training.writer import staged_bundle
 
     clock = StageClock(timings)
     held_out = fit_held_out_stages(config, fitted, clock)
@@ -293,22 +290,26 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         run_id = mlrun.info.run_id
         clock.begin("export_parity")
         trees, outputs = heads_to_onnx(fitted.heads, len(fitted.plan.spec.model_feature_names))
-        files, novelty = familiarity_in_bundle(
-            fitted.plan, fitted.plan.bundle_files(trees, with_encoder=config.bundle.encoder), reference, novelty
+        files, novelty = bundle_files(
+            fitted.plan, trees, reference, novelty, acceptance, with_encoder=config.bundle.encoder
         )
         manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
-        files.update({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})
         with clock.span("drift_reference"):  # serving.monitoring._drift: what the bundle's traffic looked like
             files[DRIFT_REFERENCE_FILE] = drift_reference(config, held_out, manifest.model_version).to_bytes()
-        signing_key = Path(config.bundle.signing_key) if config.bundle.signing_key else None
-        with staged_bundle(Path(config.bundle.path), files, manifest, signing_key=signing_key) as staged:
-            # The bundle must score exactly like the pipeline that trained it, from raw text.
-            metrics["parity_max_abs_diff"] = check_parity(
-                staged.folder, held_out.splits["test"], config.bundle.parity_rows, public_key=_public_key(signing_key)
-            )
-            metrics["acceptance_parity_max_abs_diff"] = check_acceptance_parity(
-                staged.folder, acceptance, fitted.responses, public_key=_public_key(signing_key)
-            )
+        # The bundle must score exactly like the pipeline that trained it, from raw text.
+        test, checked = held_out.splits["test"], slice(0, config.bundle.parity_rows)
+        rows = (test.prompts[checked], test.precisions[checked])
+        with checked_bundle(
+            config.bundle.path,
+            files,
+            manifest,
+            rows,
+            test.scores[checked],
+            acceptance,
+            fitted.responses,
+            signing_key=config.bundle.signing_key,
+        ) as (staged, *parities):
+            metrics["parity_max_abs_diff"], metrics["acceptance_parity_max_abs_diff"] = parities
             clock.begin("mlflow")
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)

@@ -101,13 +101,7 @@ def _read_and_check(config: TrainConfig, folder: str):
         meta=de.checkpoint_meta(),
         enforce_metadata=False,
     )
-    responses = response_rows(
-        answered,
-        val_share=config.split.val_share,
-        test_share=config.split.test_share,
-        salt=config.split.salt,
-        offset=config.split.offset,
-    )
+    responses = response_rows(answered, **config.split.hashed)
     return checkpoint, repeated, report, responses
 
 

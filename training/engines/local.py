@@ -4,7 +4,6 @@ LightGBM). The default, and the fastest below a few million rows."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -45,15 +44,7 @@ def resplit(prepared: Prepared, config: TrainConfig) -> Prepared:
     frame = split_and_label(prepared.frame.drop(columns=["split", "label"]), config)
     responses = prepared.responses
     if responses is not None and len(responses):
-        responses = responses.assign(
-            split=assign_splits(
-                responses["prompt"],
-                val_share=config.split.val_share,
-                test_share=config.split.test_share,
-                salt=config.split.salt,
-                offset=config.split.offset,
-            )
-        )
+        responses = responses.assign(split=assign_splits(responses["prompt"], **config.split.hashed))
     return Prepared(frame, copy.deepcopy(prepared.report), responses, prepared.token_rows, prepared.first_pass)
 
 
@@ -90,13 +81,7 @@ def prepare_frame(config: TrainConfig, clock=None) -> Prepared:
         "outcomes": outcomes,
         "token_rows": {"read": len(tokens)},
     }
-    responses = response_rows(
-        valid,
-        val_share=config.split.val_share,
-        test_share=config.split.test_share,
-        salt=config.split.salt,
-        offset=config.split.offset,
-    )
+    responses = response_rows(valid, **config.split.hashed)
     return Prepared(frame, report, responses, tokens)
 
 
@@ -212,22 +197,17 @@ def _training_sample(frame, config: TrainConfig, report: dict, console):
 def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray, memo: FirstPassMemo | None = None):
     from rich.progress import Progress
 
-    from training.featurize import default_workers, featurize
+    from training.featurize import default_workers, featurize_with
 
     train = (frame["split"] == "train").to_numpy()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"features ({config.features.tier} tier)", total=len(frame))
         # The columns as they are (no list copies): each chunk is read from them while it is featurized.
-        feats = featurize(
+        feats = featurize_with(
+            config,
             frame["prompt"].to_numpy(),
             frame["precision"].to_numpy(),
             train,
-            tier=config.features.tier,
-            embedding_dim=config.features.embedding_dim,
-            max_tokens=config.features.max_tokens,
-            max_chars=config.features.max_chars,
-            cache_dir=Path(config.cache_dir),
-            seed=config.seed,
             workers=default_workers(),
             on_batch=lambda n: progress.advance(task, n),
             keep_tokens=keep_tokens,
@@ -287,7 +267,7 @@ def _lexical_rows(
     `lexical_sample_rows` training prompts the report says how many the regressions read."""
     from training.lexical_stage import note_sample, sample_fraction_of, training_rows
 
-    sample, folds = training_rows(config, frame, train, rows=rows)
+    sample, folds = training_rows(config, frame["prompt"].to_numpy(), train, rows=rows)
     wanted = np.ones(len(frame), dtype=bool) if folds is not None or refit else ~train
     note_sample(console, report, config, sample_fraction_of(config, rows), int(sample.sum()))
     return LexicalRows(sample, wanted, folds)
@@ -299,14 +279,21 @@ def _with_lexical(
     """(the plan with lexical evidence, the feature matrix with its margins appended):
     training.lexical, out of fold on the training rows when the trees read them; NaN where
     nothing reads them (`rows.wanted`)."""
-    from training.lexical_stage import for_training
+    from training.lexical_stage import for_training, outcome_arrays
 
     t0 = time.perf_counter()
     fits = 1 if rows.folds is None else config.lexical.folds + 1
     with console.status(f"lexical evidence: {fits} logistic regression(s) per outcome"):
         vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
         model, margins = for_training(
-            config, frame, feats.tokens, kept, rows.sample, rows.wanted, rows.folds, vocabulary=vocabulary
+            config,
+            *outcome_arrays(frame),
+            feats.tokens,
+            kept,
+            rows.sample,
+            rows.wanted,
+            rows.folds,
+            vocabulary=vocabulary,
         )
     how = (
         "blended into the heads"
