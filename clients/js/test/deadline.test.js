@@ -39,7 +39,7 @@ async function failure(run) {
   return assert.fail("the run served");
 }
 
-/** Checks that every endpoint after the first of `left` was skipped for the deadline, as a timeout. */
+/** Checks that every endpoint but `name` (the one called, or null) was skipped for the deadline, as a timeout. */
 function skippedAfter(error, name) {
   const skipped = error.steps.filter((s) => s.status === "skipped");
   assert.ok(skipped.length && skipped.every((s) => s.detail === DEADLINE_PASSED && s.seconds === 0 && s.name !== name));
