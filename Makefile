@@ -38,13 +38,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, from the local CPU wheel: otherwise sentence-transformers pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint,telemetry,languages]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[train,test,client,server,lint,telemetry,languages,redis]'
 	touch $@
 
 # The Debian packages the suites drive (commands of the same name): installed when missing, as root or
 # through passwordless sudo; otherwise `make test` stops before the suite with one line naming them.
 system-packages:
-	@scripts/install_system_packages.sh chromium
+	@scripts/install_system_packages.sh chromium redis-server
 
 train: $(STAMP)
 	$(BIN)/python -m pipelines.train --bundle $(BUNDLE) --tier $(TIER) --engine $(ENGINE) $(if $(CONFIG),--config $(CONFIG)) $(if $(SIGNING_KEY),--set bundle.signing_key=$(SIGNING_KEY)) $(ARGS)
@@ -134,6 +134,11 @@ compare: $(STAMP)
 # The training logs replayed as one-outcome traffic through the SDK: what retraining recovers (bench/replay.json).
 replay: $(STAMP)
 	$(BIN)/python -m pipelines.replay --out $(if $(filter command line,$(origin OUT)),$(OUT),reports/replay) $(ARGS)
+
+# MT-Bench's second turns routed with and without the first turn's outcome, paired (docs/evaluation.md#conversations-what-the-first-turn-tells-about-the-second).
+.PHONY: turns
+turns: $(STAMP)
+	$(BIN)/python -m pipelines.mt_bench_turns --out reports/mt_bench_turns.json $(ARGS)
 
 # Synthetic logs (labelled synthetic; never used for headline figures).
 simulate: $(STAMP)

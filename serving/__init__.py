@@ -18,6 +18,9 @@ from serving._router_error import RouterError
 from serving.bundle._bundle import BundleError, read_bundle
 from serving.bundle._manifest import ManifestError
 from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+from serving.conversations._state import ConversationState
+from serving.conversations._store import ConversationStore, ConversationStoreError, MemoryStore, RedisStore
+from serving.conversations._switch import Stickiness
 from serving.endpoints._capabilities import Needs, needs_of
 from serving.endpoints._record import Capabilities, Endpoint, EndpointSpecError, Price, load_endpoints, parse_endpoints
 from serving.execution._execute import EdgePool, Routable, aexecute, execute
@@ -55,6 +58,9 @@ __all__ = [
     "BundleWatcher",
     "Capabilities",
     "CloudCallError",
+    "ConversationState",
+    "ConversationStore",
+    "ConversationStoreError",
     "Decision",
     "DownloadError",
     "DriftInputError",
@@ -68,11 +74,13 @@ __all__ = [
     "Execution",
     "LanguageDetectorMissing",
     "ManifestError",
+    "MemoryStore",
     "Needs",
     "OutcomeLog",
     "PolicyWatcher",
     "Price",
     "RecordError",
+    "RedisStore",
     "Request",
     "Routable",
     "RouteStages",
@@ -81,6 +89,7 @@ __all__ = [
     "RuleRouter",
     "SigningError",
     "Step",
+    "Stickiness",
     "UndeclaredText",
     "Update",
     "aexecute",

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         UpstreamTimeout,
         UpstreamUnreachable,
     )
+    from serving.conversations._store import ConversationStoreError
     from serving.dashboard._summary import RecordShapeError
     from serving.endpoints._record import EndpointSpecError
     from serving.execution._steps import CloudCallError, EdgeBusy, EndpointsFailed
@@ -83,6 +84,7 @@ _HOMES = {
     "BundleError": "serving.bundle._bundle",
     "CloudCallError": "serving.execution._steps",
     "ConfigError": "serving.proxy._config",
+    "ConversationStoreError": "serving.conversations._store",
     "DownloadError": "serving.bundle._download",
     "DriftInputError": "serving.monitoring._drift",
     "EdgeBusy": "serving.execution._steps",
@@ -112,6 +114,7 @@ __all__ = [
     "BundleError",
     "CloudCallError",
     "ConfigError",
+    "ConversationStoreError",
     "DownloadError",
     "DriftInputError",
     "EdgeBusy",

@@ -116,6 +116,11 @@ class _Instruments:
         self.cost = meter.create_counter(
             "router.cost", "{price}", "Estimated price of the answers, in the endpoints' price unit, by served endpoint"
         )
+        self.conversation_state_errors = meter.create_counter(
+            "router.conversation.state_errors",
+            "{request}",
+            "Requests decided without their conversation's state because the store could not be reached",
+        )
 
     def listening(self) -> tuple[bool, bool]:
         """(whether spans, whether metric points have anywhere to go): a provider given, or a
@@ -222,6 +227,13 @@ def attempt(name: str, side: str | None = None, *, endpoint: str | None = None) 
     if request is None or not request.recording or name not in ATTEMPTS:
         return None
     return request.attempt(name, side, endpoint)
+
+
+def conversation_state_unavailable() -> None:
+    """Count a request decided without its conversation's state (the store could not be reached)."""
+    instruments = _active()
+    if instruments is not None and instruments.listening()[1]:
+        instruments.conversation_state_errors.add(1)
 
 
 def endpoint_attributes(model: str, base_url: str) -> Attributes:
@@ -453,6 +465,8 @@ class Trace(Scope):
                 ("router.p_cloud", decision.p_cloud),
                 ("router.rule", decision.rule),
                 ("router.precision", decision.precision),
+                ("router.conversation.turn", decision.turn),
+                ("router.conversation.switched", decision.switched),
             ):
                 if value is not None:
                     attributes[key] = value

@@ -31,6 +31,7 @@ import numpy as np
 
 from serving._contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE, FALLBACK, SIDE_OF, zone_for
 from serving.bundle._manifest import ENDPOINT_RULES
+from serving.conversations._switch import PRICED, Stickiness, switch_costs
 from serving.endpoints._capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
 from serving.endpoints._choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
 from serving.features._language import shared_detector
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from serving.bundle._manifest import EndpointsSection, Manifest
+    from serving.conversations._state import ConversationState
     from serving.endpoints._capabilities import Needs
     from serving.endpoints._record import Capabilities, Endpoint
     from serving.policy._budgets import Spending
@@ -55,16 +57,47 @@ _NOTHING_LACKING: list[Lacking] = [{}]  # times n: no request needs anything (ne
 SIDES = (EDGE, CLOUD)
 
 
+@dataclasses.dataclass(slots=True)
+class Turn:
+    """One request's conversation as the rule reads it: its turn number, the endpoint (by index)
+    that answered the last turn (None: none of this chooser's), each endpoint's price change in
+    dollars for where the conversation has been and the history tokens it would read again
+    (serving.conversations._switch: delta, missing), and the weight."""
+
+    number: int
+    last: int | None
+    switch: NDArray[np.float64]
+    missing: NDArray[np.int64]
+    weight: float
+
+    def said(self, names: Sequence[str], first: int, plain: int | None) -> tuple[bool | None, str]:
+        """(whether the conversation moves, what the reason says of it) once the rule put `first`
+        first; `plain`: the rule's first without the conversation's prices (None: not asked)."""
+        last = self.last
+        if last is None:
+            return None, f"conversation turn {self.number}"
+        if first == last:
+            if plain is not None and plain != last:
+                return False, f"conversation turn {self.number} stays on {names[last]}: {self._move(names, plain)}"
+            return False, f"conversation turn {self.number} stays on {names[last]}"
+        return True, f"conversation turn {self.number} moves from {names[last]} to {self._move(names, first, 'reads')}"
+
+    def _move(self, names: Sequence[str], to: int, verb: str = "would read") -> str:
+        extra = float(self.switch[to] - self.switch[self.last]) if self.last is not None else 0.0
+        return f"{names[to]}, which {verb} {self.missing[to]} history tokens again (${extra:+.5f} over staying)"
+
+
 class Feasible:
     """What the policy and the needs leave for each of a batch of requests (the chooser's one
     policy point); the rule reads the context limits itself."""
 
-    __slots__ = ("tokens", "lacking", "verdicts")
+    __slots__ = ("tokens", "lacking", "verdicts", "turns")
 
     def __init__(self, tokens: list[int], lacking: list[Lacking], verdicts: list[Verdict | None]) -> None:
         self.tokens = tokens  # each request's token count
         self.lacking = lacking  # per request: the endpoints its needs rule out
         self.verdicts = verdicts  # per request: the policy's verdict (None without a policy)
+        self.turns: list[Turn | None] | None = None  # per request: its conversation (None: none has one)
 
     def allowed(self, names: Sequence[str]) -> NDArray[np.bool_]:
         """[requests, endpoints]: neither forbidden by the policy nor lacking what the request needs."""
@@ -113,10 +146,45 @@ class Chooser:
         scores: Scores,
         policy: PolicySet | None = None,
         spending: Spending | None = None,
+        conversations: Sequence[ConversationState | None] | None = None,
+        stickiness: Stickiness = PRICED,
+        output_tokens: float = 0.0,
     ) -> list[Decision]:
-        """The Decisions of scored requests; NoFeasibleEndpoint for the first no endpoint may serve."""
+        """The Decisions of scored requests; NoFeasibleEndpoint for the first no endpoint may serve.
+        `conversations`: each request's conversation state (None: not in a conversation, or its
+        first turn), whose switch costs the rule weighs as `stickiness` says; `output_tokens` the
+        answers' expected length."""
         feasible = self.feasible(requests, scores.n_tokens, policy, spending)
+        if conversations is not None:
+            feasible.turns = self.turns(requests, feasible.tokens, conversations, stickiness, output_tokens)
         return self.rule.decide(self, requests, scores, feasible)
+
+    def turns(
+        self,
+        requests: Sequence[Request],
+        tokens: Sequence[int],
+        states: Sequence[ConversationState | None],
+        stickiness: Stickiness,
+        output_tokens: float,
+    ) -> list[Turn | None]:
+        """Each request's Turn: None without a conversation; a first turn's has no last endpoint."""
+        import time
+
+        now, index = time.time(), {n: k for k, n in enumerate(self.names)}
+        out: list[Turn | None] = []
+        nothing = np.zeros(len(self.names))
+        for request, n_tokens, state in zip(requests, tokens, states):
+            if request.conversation is None:
+                out.append(None)
+            elif state is None or state.endpoint is None:
+                turns = 0 if state is None else state.turns
+                out.append(Turn(turns + 1, None, nothing, nothing.astype(np.int64), stickiness.weight))
+            else:
+                switch, missing = switch_costs(
+                    self.endpoints, state, n_tokens, output_tokens, stickiness.seconds_price, now
+                )
+                out.append(Turn(state.turns + 1, index.get(state.endpoint), switch, missing, stickiness.weight))
+        return out
 
     def feasible(
         self,
@@ -255,7 +323,12 @@ class Bands:
             score, n_tokens = scores.scores[i], feasible.tokens[i]
             heads = scores.heads[i] if scores.heads is not None else ()
             novelty = scores.novelty[i] if scores.novelty is not None else None
-            zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+            turn = feasible.turns[i] if feasible.turns is not None else None
+            if turn is None:
+                zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+                switched = None
+            else:
+                zone, reason, truncated, switched = self._turn_zone(chooser, request, score, n_tokens, novelty, turn)
             expected = {EDGE: heads[0], CLOUD: heads[1]} if len(heads) == 2 else None
             unfamiliar = novelty is not None and novelty > 1.0
             verdict = verdicts[i]
@@ -278,6 +351,8 @@ class Bands:
                         None,
                         (),
                         expected,
+                        turn.number if turn is not None else None,
+                        switched,
                     )
                 )
                 continue
@@ -288,6 +363,8 @@ class Bands:
                 "novelty": novelty,
                 "unfamiliar": unfamiliar,
                 "expected": expected,
+                "turn": turn.number if turn is not None else None,
+                "switched": switched,
             }
             out.append(self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i]))
         return out
@@ -381,6 +458,33 @@ class Bands:
             zone, reason = self._familiar(request, zone, reason, n_tokens, novelty)
         return zone, reason, truncated
 
+    def _turn_zone(
+        self, chooser: Chooser, request: Request, score: float, n_tokens: int, novelty: float | None, turn: Turn
+    ) -> tuple[str, str, bool, bool | None]:
+        """_model_zone for a conversation's turn, and whether it moves the conversation: the switch
+        costs move the score in the bundle's own exchange rate (its upper threshold is what a cloud
+        call is worth: the rate is that threshold over the cloud call's price), or, weight inf,
+        the last turn's side first while it may serve (serving.conversations._switch)."""
+        last = turn.last
+        if last is None:
+            zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+            return zone, f"{reason}; {turn.said(SIDES, 0, None)[1]}", truncated, None
+        plain, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+        zone, shift = plain, 0.0
+        if turn.weight == np.inf:
+            if n_tokens <= self.edge_context_tokens:  # the edge may serve it: stay on the last side
+                zone = CLOUD if last == 1 else (plain if plain != CLOUD else FALLBACK)
+        elif turn.weight > 0 and turn.switch.any():
+            hi = (self._bands.get(request.precision) or self._band(request.precision))[1]
+            cloud_price = chooser.endpoints[1].call_cost(n_tokens) or 0.0
+            if hi > 0 and cloud_price > 0:
+                shift = hi / cloud_price * turn.weight * float(turn.switch[1] - turn.switch[0])
+                zone, reason, truncated = self._model_zone(request, score - shift, n_tokens, novelty)
+        switched, said = turn.said(SIDES, int(zone == CLOUD), int(plain == CLOUD))
+        if shift:
+            said += f" ({self._score_name} {score:.3f} {-shift:+.3f} for the switch)"
+        return zone, f"{reason}; {said}", truncated, switched
+
     def _familiar(self, request: Request, zone: str, reason: str, n_tokens: int, novelty: float) -> tuple[str, str]:
         """An unfamiliar prompt gets the unfamiliar policy. Prompts over the edge context limit
         stay on the cloud whatever the policy."""
@@ -466,16 +570,35 @@ class Choice:
         cost, fits = call_costs(chooser.endpoints, feasible.tokens, self.section.output_tokens)
         usable = fits & feasible.allowed(chooser.names)
         notes: list[tuple[str | None, str | None]] = [(None, None)] * len(requests)  # unfamiliar prompts'
-        if scores.expected is None:  # degraded: the cheapest feasible endpoint first, then each costlier one
-            orders = _by_price(cost, usable)
-        else:
-            orders = self._orders(chooser, scores.expected, cost, usable, feasible.verdicts)
-            if scores.novelty is not None:
-                self._unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes)
+        turns = feasible.turns
+        priced = cost if turns is None else _with_switches(cost, turns)  # what each endpoint costs this turn
+        orders = self._ordered(chooser, scores, priced, usable, feasible, notes)
+        plain: list[int | None] = [None] * len(requests)  # the rule's first without the switch costs
+        if turns is not None:
+            unpriced = orders if priced is cost else self._ordered(chooser, scores, cost, usable, feasible, list(notes))
+            plain = [o[0] if o else None for o in unpriced]
+            _stay(orders, turns, usable, feasible.verdicts)
         return [
-            self._decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i], notes[i])
+            self._decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i], notes[i], plain[i])
             for i, request in enumerate(requests)
         ]
+
+    def _ordered(
+        self,
+        chooser: Chooser,
+        scores: Scores,
+        cost: NDArray[np.float64],
+        usable: NDArray[np.bool_],
+        feasible: Feasible,
+        notes: list[tuple[str | None, str | None]],
+    ) -> list[list[int]]:
+        """Each request's cascade at these prices (an unfamiliar prompt's say goes into `notes`)."""
+        if scores.expected is None:  # degraded: the cheapest feasible endpoint first, then each costlier one
+            return _by_price(cost, usable)
+        orders = self._orders(chooser, scores.expected, cost, usable, feasible.verdicts)
+        if scores.novelty is not None:
+            self._unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes)
+        return orders
 
     def _unfamiliar(
         self,
@@ -587,6 +710,7 @@ class Choice:
         feasible: Feasible,
         order: list[int],
         note: tuple[str | None, str | None] = (None, None),
+        plain: int | None = None,
     ) -> Decision:
         names, n_tokens = chooser.names, feasible.tokens[row]
         verdict, lacking = feasible.verdicts[row], feasible.lacking[row]
@@ -607,6 +731,11 @@ class Choice:
         truncated = len(request.text) > chooser.max_chars
         if truncated:
             reason += f"; features from the first {chooser.max_chars} characters"
+        turn = feasible.turns[row] if feasible.turns is not None else None
+        switched = None
+        if turn is not None:
+            switched, said = turn.said(names, first, plain)
+            reason += f"; {said}"
         reason, rule, forbidden = chooser.explained(reason, verdict, lacking)
         cascade_names = tuple(names[k] for k in order)
         novelty = scores.novelty[row] if scores.novelty is not None else None
@@ -626,7 +755,35 @@ class Choice:
             rule=rule,
             forbidden=forbidden,
             expected=dict(zip(names, values)) if values is not None else None,
+            turn=turn.number if turn is not None else None,
+            switched=switched,
         )
+
+
+def _with_switches(cost: NDArray[np.float64], turns: Sequence[Turn | None]) -> NDArray[np.float64]:
+    """Each call's price plus its weighted switch cost (the same array when no switch costs anything)."""
+    rows = [(i, t) for i, t in enumerate(turns) if t is not None and 0 < t.weight < np.inf and t.switch.any()]
+    if not rows:
+        return cost
+    priced: NDArray[np.float64] = cost.copy()
+    for i, turn in rows:
+        priced[i] += turn.weight * turn.switch
+    return priced
+
+
+def _stay(
+    orders: list[list[int]], turns: Sequence[Turn | None], usable: NDArray[np.bool_], verdicts: Sequence[Verdict | None]
+) -> None:
+    """Always stay (weight inf): the endpoint that answered the last turn first while it may serve
+    it (a policy's prefer still decides), the rest of the cascade behind it; in place."""
+    for row, turn in enumerate(turns):
+        if turn is None or turn.weight < np.inf or turn.last is None or not usable[row, turn.last]:
+            continue
+        verdict = verdicts[row]
+        if verdict is not None and verdict.preferred is not None:
+            continue
+        last = turn.last
+        orders[row] = [last, *(k for k in orders[row] if k != last)]
 
 
 def _by_price(cost: NDArray[np.float64], usable: NDArray[np.bool_]) -> list[list[int]]:

@@ -39,6 +39,9 @@ class Decision:
         a prefer; or the built-in needs:<capability>), or None; the reason then starts with it
     forbidden: the endpoints the policy forbids for this request (and those lacking what it needs):
         execute() never calls them, not as a fallback, an exploration or a shadow run
+    turn: the request's turn in its conversation (1 for the first), None for a request without a
+        conversation; switched: whether it moves the conversation from the endpoint that answered
+        its last turn (the reason says what the switch costs: serving.conversations._switch)
 
     Derived, read-only, for two-endpoint code: `endpoint` (the cascade's first), `target` ("edge"
     when that runs on the device, else "cloud"), `zone` (cloud when the cloud runs first;
@@ -64,6 +67,8 @@ class Decision:
     rule: str | None = None
     forbidden: tuple[str, ...] = ()
     expected: dict[str, float] | None = None
+    turn: int | None = None
+    switched: bool | None = None
 
     @classmethod
     def of_zone(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
@@ -102,6 +107,8 @@ class Decision:
         """The JSON form: the fields, tuples as lists, and the derived endpoint, target, zone,
         p_edge and p_cloud (what logs and older readers read)."""
         data = asdict(self)
+        if self.turn is None:  # a request without a conversation: the fields every reader knows
+            del data["turn"], data["switched"]
         for key in ("cascade", "on_device", "checked", "forbidden"):
             data[key] = list(data[key])
         data.update(

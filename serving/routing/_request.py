@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from serving.conversations._store import check_conversation_id
 from serving.endpoints._capabilities import check_capabilities, check_needs
 from serving.routing._validation import check_metadata, check_precision, check_prompt
 
@@ -34,7 +35,8 @@ class Request:
     capabilities: endpoint name -> its Capabilities, overriding the bundle's own (None: the bundle's)
     deadline: time.monotonic() by which the answer must be complete; execute() cuts each call's
         timeout to what is left, and calls nothing once it has passed (None: no deadline)
-    conversation: the conversation the request belongs to (an app's id), or None
+    conversation: the conversation the request belongs to (an app's id: 1 to 256 printable
+        characters), or None; its state between turns decides with it (docs/conversations.md)
     messages: the chat messages `text` was built from, as the app sent them, or None
     subject: what execute() passes to each endpoint's call: the text itself (None), or the app's
         own request object (serving.chat's ChatRequest)
@@ -66,8 +68,8 @@ class Request:
             and self.deadline == self.deadline
         ):
             raise TypeError(f"deadline must be a time.monotonic() value or None, got {self.deadline!r}")
-        if self.conversation is not None and (not isinstance(self.conversation, str) or not self.conversation):
-            raise TypeError(f"conversation must be a non-empty str or None, got {self.conversation!r}")
+        if self.conversation is not None:
+            check_conversation_id(self.conversation)
 
     @property
     def call_subject(self) -> Any:  # Any: the app's own object, or the text

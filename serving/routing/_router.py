@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 
 import serving.monitoring._telemetry as telemetry
 from serving.bundle._bundle import BundleError, read_bundle
+from serving.conversations._keeper import Conversations, answer_tokens, with_note
 from serving.endpoints._capabilities import declares_languages
 from serving.execution._execute import named_calls
 from serving.routing._decision import Decision
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from serving.bundle._manifest import Manifest
     from serving.bundle._signing import PinnedKey
+    from serving.conversations._store import ConversationStore
+    from serving.conversations._switch import Stickiness
     from serving.endpoints._capabilities import Needs
     from serving.endpoints._record import Capabilities, Endpoint, Endpoints
     from serving.execution._execute import AcceptCheck, EdgePool, Execution, Subject
@@ -108,6 +111,8 @@ class Router:
         public_key: PinnedKey | None = None,
         traffic: Traffic | None = None,
         policy: PolicySet | str | Path | None = None,
+        conversations: ConversationStore | None = None,
+        stickiness: Stickiness | None = None,
     ) -> None:
         from serving.monitoring._traffic import Traffic
 
@@ -121,6 +126,7 @@ class Router:
         self._policy = _policy(policy, routing)
         # What each budget holder spent (serving.policy._budgets); kept across policy reloads.
         self._spending: Spending | None = None
+        self._conversations = Conversations(conversations, stickiness)
 
     @classmethod
     def load(
@@ -136,6 +142,8 @@ class Router:
         shadow_rate: float = 0.0,
         seed: int | None = None,
         policy: PolicySet | str | Path | None = None,
+        conversations: ConversationStore | None = None,
+        stickiness: Stickiness | None = None,
     ) -> "Router":
         """Load and verify a bundle folder (serving.bundle._bundle says what is checked).
 
@@ -150,6 +158,9 @@ class Router:
         explore_rate, shadow_rate, seed: exploration and shadow runs (serving.monitoring._traffic); both need a log.
         policy: a PolicySet or a policy file's path (see Router); a bad file raises PolicyFileError
         whatever `strict` says: routing private data without its rules is never a fallback.
+        conversations: where conversation state lives between turns (serving.MemoryStore, the
+        default, in this process; serving.RedisStore for several processes); stickiness: what a
+        switch between endpoints weighs (serving.Stickiness; docs/conversations.md).
         """
         from serving.monitoring._traffic import Traffic
         from serving.scoring._novelty import UNFAMILIAR_POLICIES
@@ -165,7 +176,9 @@ class Router:
                 raise
             logger.warning("routing bundle unavailable, using the rule table: %s", error)
             routing = Routing(None, None, degraded_reason=str(error))
-        return cls(routing, **options, traffic=traffic, policy=policy)
+        return cls(
+            routing, **options, traffic=traffic, policy=policy, conversations=conversations, stickiness=stickiness
+        )
 
     def update(self, path: str | Path, *, force: bool = False) -> Update:
         """Switch to the bundle at `path` once it is fully verified, loaded and has routed a
@@ -296,15 +309,28 @@ class Router:
         metadata: Mapping[str, str] | None = None,
         needs: Needs | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
+        conversation: str | None = None,
     ) -> Decision:
         """Where one request should run; see Decision. `prompt`: a serving.Request, or its text with
         the request's other fields as keywords (serving.routing._request.Request says what each is).
+        A request with a `conversation` id is decided with that conversation's state (its turn, where
+        it ran, what moving it costs: docs/conversations.md); route() reads the state, execute()
+        and record_turn() write it.
         NoFeasibleEndpoint (serving.policy) when the policy or the needs leave no endpoint."""
         if type(prompt) is str:  # the usual call: the Request built here directly
-            request = Request(prompt, precision, metadata, needs, capabilities)
+            request = Request(prompt, precision, metadata, needs, capabilities, None, conversation)
         else:
-            request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
-        return self._routing.decisions((request,), self._policy, self._spending)[0]
+            request = as_request(
+                prompt,
+                precision=precision,
+                metadata=metadata,
+                needs=needs,
+                capabilities=capabilities,
+                conversation=conversation,
+            )
+        if request.conversation is None:
+            return self._routing.decisions((request,), self._policy, self._spending)[0]
+        return self._decided((request,), self._routing)[0]
 
     def route_batch(
         self,
@@ -330,7 +356,41 @@ class Router:
             _checked(i, p, precision=q, metadata=m, needs=w, capabilities=capabilities)
             for i, (p, q, m, w) in enumerate(zip(prompts, precisions or none, metadata or none, needs or none))
         ]
-        return self._routing.decisions(requests, self._policy, self._spending) if requests else []
+        return self._decided(requests, self._routing) if requests else []
+
+    def _decided(self, requests: Sequence[Request], routing: Routing) -> list[Decision]:
+        """The decisions of requests of which some are in a conversation: each one's state read,
+        its switch costs weighed (a store that fails: decided without, the reasons say so)."""
+        conversations = self._conversations
+        states, note = conversations.states(requests)
+        decisions = routing.decisions(requests, self._policy, self._spending, states, conversations.stickiness)
+        return with_note(requests, decisions, note)
+
+    def record_turn(
+        self,
+        conversation: str,
+        endpoint: str | None,
+        *,
+        input_tokens: int,
+        output_tokens: int = 0,
+        outcome: str = "served",
+    ) -> bool:
+        """Record a conversation's turn that the app ran itself after route(): which endpoint answered
+        (None: none did), the prompt's and the answer's tokens, and how it went (served, fallback,
+        rejected, failed, regenerated). execute(), aexecute() and RoutedChat record their turns
+        themselves. False when the store could not be written (logged; never raises for it)."""
+        names = self._routing.chooser.names
+        if endpoint is not None and endpoint not in names:
+            raise ValueError(f"endpoint={endpoint!r}: this router's endpoints are {', '.join(names)}")
+        on_device = endpoint is not None and self._routing.chooser.on_device[names.index(endpoint)]
+        return self._conversations.record(
+            conversation,
+            endpoint,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            on_device=on_device,
+            outcome=outcome,
+        )
 
     @property
     def log(self) -> OutcomeLog | None:
@@ -380,6 +440,7 @@ class Router:
         metadata: Mapping[str, str] | None = None,
         needs: Needs | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
+        conversation: str | None = None,
     ) -> Execution:
         """Route, then run the decision's cascade (serving.execution._execute): `endpoints` maps each of the
         bundle's endpoints to its call (a two-endpoint app may give `edge` and `cloud`).
@@ -407,7 +468,14 @@ class Router:
         not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
         from serving.execution._execute import execute
 
-        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        request = as_request(
+            prompt,
+            precision=precision,
+            metadata=metadata,
+            needs=needs,
+            capabilities=capabilities,
+            conversation=conversation,
+        )
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():  # one span per request, routing included; a caller's span is joined
             logged, arguments = self._started(
@@ -421,11 +489,19 @@ class Router:
                 verify_edge_zone=verify_edge_zone,
                 edge_pool=edge_pool,
             )
-            if logged is None:
-                return execute(**arguments)
-            with logged:  # recorded on the way out, a failure included
-                logged.execution = execute(**arguments)
-            return logged.execution
+            if request.conversation is None:
+                if logged is None:
+                    return execute(**arguments)
+                with logged:  # recorded on the way out, a failure included
+                    logged.execution = execute(**arguments)
+                return logged.execution
+            with self._turn(request, arguments["decision"]) as turn:
+                if logged is None:
+                    turn.execution = execute(**arguments)
+                else:
+                    with logged:
+                        turn.execution = logged.execution = execute(**arguments)
+            return turn.execution
 
     async def aexecute(
         self,
@@ -445,6 +521,7 @@ class Router:
         metadata: Mapping[str, str] | None = None,
         needs: Needs | None = None,
         capabilities: Mapping[str, Capabilities | None] | None = None,
+        conversation: str | None = None,
     ) -> Execution:
         """execute() for asyncio: each call an async callable (serving.execution._execute.aexecute: an
         overrunning call is cancelled). The same decision, accept check, outcome record, exploration
@@ -453,7 +530,14 @@ class Router:
         (serving.execution._execute.off_loop), not on the event loop."""
         from serving.execution._execute import aexecute, off_loop
 
-        request = as_request(prompt, precision=precision, metadata=metadata, needs=needs, capabilities=capabilities)
+        request = as_request(
+            prompt,
+            precision=precision,
+            metadata=metadata,
+            needs=needs,
+            capabilities=capabilities,
+            conversation=conversation,
+        )
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():
             start = functools.partial(
@@ -470,11 +554,23 @@ class Router:
                 verify_edge_zone=verify_edge_zone,
             )
             logged, arguments = await off_loop(request.text, start)
-            if logged is None:
-                return await aexecute(**arguments)
-            with logged:
-                logged.execution = await aexecute(**arguments)
-            return logged.execution
+            if request.conversation is None:
+                if logged is None:
+                    return await aexecute(**arguments)
+                with logged:
+                    logged.execution = await aexecute(**arguments)
+                return logged.execution
+            with self._turn(request, arguments["decision"]) as turn:
+                if logged is None:
+                    turn.execution = await aexecute(**arguments)
+                else:
+                    with logged:
+                        turn.execution = logged.execution = await aexecute(**arguments)
+            return turn.execution
+
+    def _turn(self, request: Request, decision: Decision) -> _Turn:
+        """A conversation's turn being run: its outcome recorded on the way out, a failure included."""
+        return _Turn(self._conversations, request, decision, self._routing.count_tokens)
 
     def _started(
         self,
@@ -531,8 +627,29 @@ class Router:
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing
-        decision = routing.decisions((request,), self._policy, self._spending)[0]
+        if request.conversation is None:
+            decision = routing.decisions((request,), self._policy, self._spending)[0]
+        else:
+            decision = self._decided((request,), routing)[0]
         return routing, decision, routing.learned_accept(request.text) if accept == "learned" else accept
+
+
+class _Turn:
+    """The context of one conversation turn's execution (Router._turn)."""
+
+    def __init__(
+        self, conversations: Conversations, request: Request, decision: Decision, count: Callable[[str], int]
+    ) -> None:
+        self.conversations, self.request, self.decision, self.count = conversations, request, decision, count
+        self.execution: Execution | None = None
+
+    def __enter__(self) -> _Turn:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        execution = self.execution
+        tokens = 0 if execution is None else answer_tokens(execution.response, self.count)
+        self.conversations.executed(self.request, self.decision, execution, tokens)
 
 
 def _checked(index: int, prompt: object, **fields: Any) -> Request:  # Any: Request's fields

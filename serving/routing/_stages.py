@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from serving._contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
 from serving.bundle._manifest import Manifest
+from serving.conversations._switch import PRICED, Stickiness
 from serving.endpoints._record import two_endpoints
 from serving.routing._chooser import Bands, Choice, Chooser
 from serving.routing._decision import Decision
@@ -18,6 +19,7 @@ from serving.scoring._scorer import Scores
 
 if TYPE_CHECKING:
     from serving._json_types import JSONObject
+    from serving.conversations._state import ConversationState
     from serving.execution._execute import AcceptCheck
     from serving.policy._budgets import Spending
     from serving.policy._rules import PolicySet
@@ -77,11 +79,22 @@ class Routing:
         return self.chooser.names
 
     def decisions(
-        self, requests: Sequence[Request], policy: PolicySet | None = None, spending: Spending | None = None
+        self,
+        requests: Sequence[Request],
+        policy: PolicySet | None = None,
+        spending: Spending | None = None,
+        conversations: Sequence[ConversationState | None] | None = None,
+        stickiness: Stickiness = PRICED,
     ) -> list[Decision]:
-        """Decisions for checked requests, `policy` applied; when the bundle cannot score, the rule
-        table (two endpoints) or price order (N endpoints) decides, `degraded` set."""
-        return self.chooser.decisions(requests, self.scores(requests), policy, spending)
+        """Decisions for checked requests, `policy` applied, each conversation's switch costs
+        weighed; when the bundle cannot score, the rule table (two endpoints) or price order (N
+        endpoints) decides, `degraded` set."""
+        scores = self.scores(requests)
+        return self.chooser.decisions(requests, scores, policy, spending, conversations, stickiness, self.output_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        """`text`'s length in the bundle's tokens (the rule table's count without a bundle)."""
+        return self._rules.count_tokens(text)
 
     def scores(self, requests: Sequence[Request]) -> Scores:
         """What the bundle's graph says of the requests; a failure is a degraded Scores, never raised."""

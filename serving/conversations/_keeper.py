@@ -1,0 +1,131 @@
+"""The router's side of conversations: reading each request's conversation state before it is
+decided, and writing the turn's outcome after it ran (Router.route, execute, aexecute,
+record_turn). A store that cannot be reached never fails a request: the turn is decided without
+the conversation's state, its reason says so, and telemetry counts it
+(router.conversation.state_errors)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import serving.monitoring._telemetry as telemetry
+from serving.conversations._state import ConversationState
+from serving.conversations._store import ConversationStoreError, MemoryStore, check_conversation_id
+from serving.conversations._switch import Stickiness
+
+if TYPE_CHECKING:
+    from serving.conversations._store import ConversationStore
+    from serving.execution._steps import Execution
+    from serving.routing._decision import Decision
+    from serving.routing._request import Request
+
+log = logging.getLogger("serving")
+
+
+class Conversations:
+    """A store (default: this process's MemoryStore) and what a switch weighs (Stickiness)."""
+
+    def __init__(self, store: ConversationStore | None = None, stickiness: Stickiness | None = None) -> None:
+        self.store: ConversationStore = MemoryStore() if store is None else store
+        self.stickiness = Stickiness() if stickiness is None else stickiness
+        self.unavailable = 0  # requests decided without their state (the store unreachable)
+
+    def states(self, requests: Sequence[Request]) -> tuple[list[ConversationState | None] | None, str | None]:
+        """(each request's conversation state, or None for all when none has a conversation or the
+        store failed; what the reason says of a failure)."""
+        if all(r.conversation is None for r in requests):
+            return None, None
+        try:
+            return [None if r.conversation is None else self.store.get(r.conversation) for r in requests], None
+        except ConversationStoreError as exc:
+            self.unavailable += 1
+            telemetry.conversation_state_unavailable()
+            log.warning("deciding without conversation state: %s", exc)
+            return None, f"conversation state unavailable ({exc}): decided as a turn on its own"
+
+    def record(
+        self,
+        conversation: str,
+        endpoint: str | None,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        on_device: bool,
+        outcome: str,
+    ) -> bool:
+        """Write a turn's outcome into the conversation's state; False (logged, counted) when the
+        store cannot be reached: the app's answer is never lost for it."""
+        check_conversation_id(conversation)
+        try:
+            state = self.store.get(conversation) or ConversationState()
+            after = state.after(
+                endpoint,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                on_device=on_device,
+                outcome=outcome,
+                now=time.time(),
+            )
+            self.store.put(conversation, after)
+        except ConversationStoreError as exc:
+            self.unavailable += 1
+            telemetry.conversation_state_unavailable()
+            log.warning("conversation state not written: %s", exc)
+            return False
+        return True
+
+    def executed(self, request: Request, decision: Decision, execution: Execution | None, output_tokens: int) -> None:
+        """Record the turn execute() ran: who served it and how (served, a fallback after an
+        error, a rejected answer), or that nothing served it."""
+        if request.conversation is None:
+            return
+        if execution is None:
+            self.record(
+                request.conversation,
+                None,
+                input_tokens=decision.n_tokens,
+                output_tokens=0,
+                on_device=False,
+                outcome="failed",
+            )
+            return
+        served = execution.served_by
+        if execution.fallback_reason is None:
+            outcome = "served"
+        else:
+            outcome = "rejected" if any(t.outcome == "rejected" for t in execution.tried) else "fallback"
+        on_device = dict(zip(decision.cascade, decision.on_device)).get(served, False)
+        self.record(
+            request.conversation,
+            served,
+            input_tokens=decision.n_tokens,
+            output_tokens=output_tokens,
+            on_device=on_device,
+            outcome=outcome,
+        )
+
+
+def with_note(requests: Sequence[Request], decisions: list[Decision], note: str | None) -> list[Decision]:
+    """The decisions, a store failure's note at the end of the reason of each in a conversation."""
+    if note is not None:
+        for request, decision in zip(requests, decisions):
+            if request.conversation is not None:
+                decision.reason += f"; {note}"
+    return decisions
+
+
+def answer_tokens(response: object, count_tokens: Callable[[str], int]) -> int:
+    """The answer's length in tokens: its usage's completion_tokens when it reports one, else the
+    text counted with the bundle's tokenizer, else 0."""
+    usage = getattr(response, "usage", None)
+    if usage is None:  # serving.chat's Answer: the upstream's JSON body
+        body = getattr(response, "body", None)
+        usage = body.get("usage") if isinstance(body, dict) else None
+    completion = (
+        usage.get("completion_tokens") if isinstance(usage, dict) else getattr(usage, "completion_tokens", None)
+    )
+    if isinstance(completion, int) and not isinstance(completion, bool) and 0 <= completion < 10**9:
+        return completion
+    return count_tokens(response) if isinstance(response, str) else 0

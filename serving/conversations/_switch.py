@@ -1,0 +1,111 @@
+"""What moving a conversation costs, and how much that weighs (priced stickiness).
+
+Every turn of a chat sends the whole history. An endpoint whose cache holds the history reads
+it cheaply: a provider's prompt cache bills it at the cached-input price (the endpoint's
+`per_1m_cached_input`), a device's KV cache does not read it again at all. Any other endpoint
+reads it in full: at its input price, and at its prefill rate before the first token. So what a
+turn costs on endpoint e depends on where the conversation has been:
+
+    held_e    = the prefix of the history e's cache holds (0 once a provider's cache has expired)
+    missing_e = history tokens - held_e                     what e would read again
+    money_e   = e's call price with held_e tokens at the cached-input price, less its price with none
+                (0 or less: the discount its cache earns; 0 without a cached-input price)
+    time_e    = missing_e / prefill_tokens_per_s x seconds_price    the delay to the first token, priced
+    delta_e   = money_e + time_e
+
+An endpoint with no cache at all (no cached-input price, not on the device) reads everything on
+every turn wherever the conversation was: its delta is 0. The endpoint that answered the last
+turn holds the history: its delta is its discount alone.
+
+The chooser prices each endpoint at its call price + weight x delta_e (N endpoints), or moves
+the score by the same prices in the bundle's own exchange rate (two endpoints:
+serving.routing._chooser), so each turn goes where expected quality net of price, switch cost
+included, is best. weight 0: every turn on its own (as without conversations); 1: the turn at
+its price; inf: always stay while the last endpoint may serve. A policy still forces and
+forbids: a forbidden endpoint is never stayed on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from serving.conversations._state import ConversationState
+    from serving.endpoints._record import Endpoint
+
+# Prefill rates where an endpoint declares none, from the seed's latency model (data/simulator.py:
+# a phone's edge model 0.15 ms a prompt token, the cloud 0.02 ms).
+DEFAULT_PREFILL_TOKENS_PER_S = {"device": 1 / 0.00015, "cloud": 1 / 0.00002}
+# How long a provider's prompt cache keeps a prefix (OpenAI and Anthropic: about five minutes
+# without use); a device's cache lives as long as the conversation's state.
+CLOUD_CACHE_TTL_S = 300.0
+
+
+@dataclass(frozen=True)
+class Stickiness:
+    """How much a switch weighs (module doc).
+
+    weight: the multiple of the switch cost the chooser adds: 0 every turn on its own, 1 the
+        switch at its price, math.inf always stay while the last endpoint may serve.
+    seconds_price: dollars a second of time to first token is worth (re-reading history delays
+        the first token): by default one cloud call of the seed's price ($0.003) a second.
+    """
+
+    weight: float = 1.0
+    seconds_price: float = 0.003
+
+    def __post_init__(self) -> None:
+        for name in ("weight", "seconds_price"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+                raise ValueError(f"Stickiness {name}={value!r}: must be a number >= 0 (math.inf allowed for weight)")
+        if math.isinf(self.seconds_price):
+            raise ValueError("Stickiness seconds_price must be finite")
+
+    @property
+    def always(self) -> bool:
+        return math.isinf(self.weight)
+
+    @property
+    def never(self) -> bool:
+        return self.weight == 0
+
+
+PRICED = Stickiness()  # the default: a switch at its price
+
+
+def switch_costs(
+    endpoints: Sequence[Endpoint],
+    state: ConversationState,
+    input_tokens: float,
+    output_tokens: float,
+    seconds_price: float,
+    now: float,
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """(each endpoint's delta in dollars, the history tokens it would read again) for a turn of
+    `input_tokens` (the whole conversation as sent) in a conversation in `state` (module doc)."""
+    history = min(state.history_tokens, int(input_tokens))
+    delta = np.zeros(len(endpoints), dtype=np.float64)
+    missing = np.zeros(len(endpoints), dtype=np.int64)
+    for k, endpoint in enumerate(endpoints):
+        on_device = endpoint.where == "device"
+        price = endpoint.price
+        cached_price = price is not None and price.per_1m_cached_input is not None
+        if not (on_device or cached_price):
+            continue  # no cache: it reads everything on every turn, wherever the conversation was
+        held = state.holds(endpoint.name)
+        alive = held is not None and (on_device or now - held.at <= CLOUD_CACHE_TTL_S)
+        holds = min(held.tokens, history) if alive and held is not None else 0
+        missing[k] = history - holds
+        money = 0.0
+        if price is not None and cached_price and holds:
+            money = price.call_cost(input_tokens, output_tokens, holds) - price.call_cost(input_tokens, output_tokens)
+        rate = endpoint.prefill_tokens_per_s or DEFAULT_PREFILL_TOKENS_PER_S[endpoint.where or "cloud"]
+        delta[k] = money + int(missing[k]) / rate * seconds_price
+    return delta, missing
