@@ -166,11 +166,13 @@ class Chooser:
         states: Sequence[ConversationState | None],
         stickiness: Stickiness,
         output_tokens: float,
+        now: float | None = None,
     ) -> list[Turn | None]:
-        """Each request's Turn: None without a conversation; a first turn's has no last endpoint."""
+        """Each request's Turn: None without a conversation; a first turn's has no last endpoint.
+        `now`: the time the caches' ages are read at (time.time() unless given)."""
         import time
 
-        now, index = time.time(), {n: k for k, n in enumerate(self.names)}
+        now, index = time.time() if now is None else now, {n: k for k, n in enumerate(self.names)}
         out: list[Turn | None] = []
         nothing = np.zeros(len(self.names))
         for request, n_tokens, state in zip(requests, tokens, states):
