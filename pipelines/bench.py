@@ -486,6 +486,65 @@ def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 
     }
 
 
+def conversation_figures(bundle: Path, prompt: str, repeat: int, *, stored: int = 1_000_000) -> dict:
+    """What conversation state adds to a turn, in this process: route() of the prompt alone, and as
+    the second turn of a conversation whose state is in a MemoryStore (read, its switch costs
+    priced for every endpoint, weighed by the rule), interleaved; then the turn recorded
+    (record_turn: read, update, write); and the memory of `stored` conversations of two turns
+    each in one MemoryStore (tracemalloc)."""
+    import gc
+    import tracemalloc
+
+    from serving import MemoryStore, Request, Router
+    from serving.conversations._state import ConversationState
+
+    store = MemoryStore(max_conversations=stored)
+    router = Router.load(bundle, strict=True, conversations=store)
+    n = router.route(prompt).n_tokens
+    now = time.time()
+    state = ConversationState().after(
+        "cloud", input_tokens=n // 2, output_tokens=n // 4, on_device=False, outcome="served", now=now
+    )
+    store.put("bench", state)
+    alone, turn = Request(prompt), Request(prompt, conversation="bench")
+    timings = timings_us(
+        {
+            "route": lambda: router.route(alone),
+            "route_turn": lambda: router.route(turn),
+            "record_turn": lambda: router.record_turn("bench", "cloud", input_tokens=n, output_tokens=40),
+        },
+        repeat=repeat,
+    )
+    store.put("bench", state)
+    gc.collect()
+    tracemalloc.start()
+    many = MemoryStore(max_conversations=stored)
+    for k in range(stored):
+        first = ConversationState().after(
+            "edge", input_tokens=300, output_tokens=120, on_device=True, outcome="served", now=now
+        )
+        many.put(
+            f"conversation-{k:09d}",
+            first.after("cloud", input_tokens=600, output_tokens=150, on_device=False, outcome="served", now=now),
+        )
+    traced = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return {
+        **timings,
+        "added_p50_us": timings["route_turn"]["p50_us"] - timings["route"]["p50_us"],
+        "memory": {"conversations": len(many), "mb": round(traced / 1e6, 1), "bytes_each": round(traced / len(many))},
+    }
+
+
+def print_conversations(c: dict) -> None:
+    print(
+        f"conversation state: route() {c['route']['p50_us']:.1f} us, as a conversation's second turn "
+        f"{c['route_turn']['p50_us']:.1f} us (+{c['added_p50_us']:.1f} us), record_turn "
+        f"{c['record_turn']['p50_us']:.1f} us; {c['memory']['conversations']:,} conversations in a MemoryStore: "
+        f"{c['memory']['mb']} MB ({c['memory']['bytes_each']} bytes each)"
+    )
+
+
 SPAN_8 = {
     "router.zone": "edge",
     "router.score": -0.2,
@@ -602,6 +661,7 @@ def run(bundle: Path, *, repeat: int = 2000, batch: int = 2048, load_runs: int =
         "route_batch": [batch_throughput(bundle, batch_prompts, threads=t) for t in (1, 2)],
         "load": load_figures(bundle, repeat=load_runs),
         "policy": policy_figures(bundle, prompt_of(tokenizer, 128), repeat),
+        "conversations": conversation_figures(bundle, prompt_of(tokenizer, 128), repeat),
     }
 
 
@@ -699,6 +759,8 @@ def print_report(results: dict) -> None:
         print_telemetry(results["telemetry"], console)
     if results.get("policy"):
         print_policy(results["policy"], console)
+    if results.get("conversations"):
+        print_conversations(results["conversations"])
     load = results["load"]
     console.print(
         f"fresh process: import {load['import_s'] * 1000:.0f} ms + Router.load {load['load_s'] * 1000:.0f} ms"
@@ -953,6 +1015,7 @@ def main(
     policy_only: bool = False,
     telemetry_only: bool = False,
     gap_only: bool = False,
+    conversations_only: bool = False,
     against: str | None = None,
     rounds: int = 6,
 ) -> None:
@@ -960,7 +1023,8 @@ def main(
     printed and written to bench/policy.json; --telemetry-only: execute() with telemetry off and
     on, printed and written to bench/telemetry.json; --gap-only: route() taken apart, printed and
     written to bench/gap.json; --against COMMIT: route() of this SDK and the one at COMMIT, from
-    git, in alternating rounds, written to bench/versions.json)."""
+    git, in alternating rounds, written to bench/versions.json; --conversations-only: what conversation
+    state adds to a turn and the memory of 1e6 conversations, written to bench/conversations.json)."""
     if against:
         figures = versions_figures(bundle, against, rounds=rounds, repeat=repeat)
         path = out.with_name("versions.json")
@@ -997,6 +1061,17 @@ def main(
             f"Python {dispatch['chain_after_route_python_p50_us']}); the model holds "
             f"{dispatch['model_nodes']} nodes, {dispatch['model_nodes_optimized']} once optimized"
         )
+        print(f"written to {path}")
+        return
+    if conversations_only:
+        from serving import Router
+
+        tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+        figures = conversation_figures(bundle, prompt_of(tokenizer, 128), repeat)
+        path = out.with_name("conversations.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2))
+        print_conversations(figures)
         print(f"written to {path}")
         return
     if telemetry_only:

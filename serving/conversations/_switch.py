@@ -31,11 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
-
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
-
     from serving.conversations._state import ConversationState
     from serving.endpoints._record import Endpoint
 
@@ -87,12 +83,13 @@ def switch_costs(
     output_tokens: float,
     seconds_price: float,
     now: float,
-) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+) -> tuple[list[float], list[int]]:
     """(each endpoint's delta in dollars, the history tokens it would read again) for a turn of
-    `input_tokens` (the whole conversation as sent) in a conversation in `state` (module doc)."""
+    `input_tokens` (the whole conversation as sent) in a conversation in `state` (module doc).
+    Plain lists: a turn prices a handful of endpoints, where numpy's per-call cost would dominate."""
     history = min(state.history_tokens, int(input_tokens))
-    delta = np.zeros(len(endpoints), dtype=np.float64)
-    missing = np.zeros(len(endpoints), dtype=np.int64)
+    delta = [0.0] * len(endpoints)
+    missing = [0] * len(endpoints)
     for k, endpoint in enumerate(endpoints):
         on_device = endpoint.where == "device"
         price = endpoint.price
@@ -100,12 +97,13 @@ def switch_costs(
         if not (on_device or cached_price):
             continue  # no cache: it reads everything on every turn, wherever the conversation was
         held = state.holds(endpoint.name)
-        alive = held is not None and (on_device or now - held.at <= CLOUD_CACHE_TTL_S)
-        holds = min(held.tokens, history) if alive and held is not None else 0
-        missing[k] = history - holds
+        holds = 0
+        if held is not None and (on_device or now - held.at <= CLOUD_CACHE_TTL_S):
+            holds = min(held.tokens, history)
+        missing[k] = lacking = history - holds
         money = 0.0
         if price is not None and cached_price and holds:
             money = price.call_cost(input_tokens, output_tokens, holds) - price.call_cost(input_tokens, output_tokens)
         rate = endpoint.prefill_tokens_per_s or DEFAULT_PREFILL_TOKENS_PER_S[endpoint.where or "cloud"]
-        delta[k] = money + int(missing[k]) / rate * seconds_price
+        delta[k] = money + lacking / rate * seconds_price
     return delta, missing

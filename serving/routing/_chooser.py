@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import random
+import time
 from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
 import numpy as np
@@ -66,9 +68,14 @@ class Turn:
 
     number: int
     last: int | None
-    switch: NDArray[np.float64]
-    missing: NDArray[np.int64]
+    switch: list[float]
+    missing: list[int]
     weight: float
+
+    @property
+    def priced(self) -> bool:
+        """Whether the switch costs count: a finite weight above 0 and some endpoint's price moved."""
+        return 0 < self.weight < math.inf and any(self.switch)
 
     def said(self, names: Sequence[str], first: int, plain: int | None) -> tuple[bool | None, str]:
         """(whether the conversation moves, what the reason says of it) once the rule put `first`
@@ -82,8 +89,16 @@ class Turn:
             return False, f"conversation turn {self.number} stays on {names[last]}"
         return True, f"conversation turn {self.number} moves from {names[last]} to {self._move(names, first, 'reads')}"
 
+    def over_staying(self, names: Sequence[str]) -> dict[str, float] | None:
+        """Each endpoint's switch cost over staying on the last turn's (Decision.switch_costs), or
+        None for a turn without a last endpoint."""
+        if self.last is None:
+            return None
+        stay = float(self.switch[self.last])
+        return {name: float(self.switch[k]) - stay for k, name in enumerate(names)}
+
     def _move(self, names: Sequence[str], to: int, verb: str = "would read") -> str:
-        extra = float(self.switch[to] - self.switch[self.last]) if self.last is not None else 0.0
+        extra = self.switch[to] - self.switch[self.last] if self.last is not None else 0.0
         return f"{names[to]}, which {verb} {self.missing[to]} history tokens again (${extra:+.5f} over staying)"
 
 
@@ -174,13 +189,12 @@ class Chooser:
 
         now, index = time.time() if now is None else now, {n: k for k, n in enumerate(self.names)}
         out: list[Turn | None] = []
-        nothing = np.zeros(len(self.names))
         for request, n_tokens, state in zip(requests, tokens, states):
             if request.conversation is None:
                 out.append(None)
             elif state is None or state.endpoint is None:
                 turns = 0 if state is None else state.turns
-                out.append(Turn(turns + 1, None, nothing, nothing.astype(np.int64), stickiness.weight))
+                out.append(Turn(turns + 1, None, [], [], stickiness.weight))
             else:
                 switch, missing = switch_costs(
                     self.endpoints, state, n_tokens, output_tokens, stickiness.seconds_price, now
@@ -355,6 +369,7 @@ class Bands:
                         expected,
                         turn.number if turn is not None else None,
                         switched,
+                        turn.over_staying(SIDES) if turn is not None else None,
                     )
                 )
                 continue
@@ -367,6 +382,7 @@ class Bands:
                 "expected": expected,
                 "turn": turn.number if turn is not None else None,
                 "switched": switched,
+                "switch_costs": turn.over_staying(SIDES) if turn is not None else None,
             }
             out.append(self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i]))
         return out
@@ -473,14 +489,14 @@ class Bands:
             return zone, f"{reason}; {turn.said(SIDES, 0, None)[1]}", truncated, None
         plain, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
         zone, shift = plain, 0.0
-        if turn.weight == np.inf:
+        if turn.weight == math.inf:
             if n_tokens <= self.edge_context_tokens:  # the edge may serve it: stay on the last side
                 zone = CLOUD if last == 1 else (plain if plain != CLOUD else FALLBACK)
-        elif turn.weight > 0 and turn.switch.any():
+        elif turn.priced:
             hi = (self._bands.get(request.precision) or self._band(request.precision))[1]
             cloud_price = chooser.endpoints[1].call_cost(n_tokens) or 0.0
             if hi > 0 and cloud_price > 0:
-                shift = hi / cloud_price * turn.weight * float(turn.switch[1] - turn.switch[0])
+                shift = hi / cloud_price * turn.weight * (turn.switch[1] - turn.switch[0])
                 zone, reason, truncated = self._model_zone(request, score - shift, n_tokens, novelty)
         switched, said = turn.said(SIDES, int(zone == CLOUD), int(plain == CLOUD))
         if shift:
@@ -759,17 +775,18 @@ class Choice:
             expected=dict(zip(names, values)) if values is not None else None,
             turn=turn.number if turn is not None else None,
             switched=switched,
+            switch_costs=turn.over_staying(names) if turn is not None else None,
         )
 
 
 def _with_switches(cost: NDArray[np.float64], turns: Sequence[Turn | None]) -> NDArray[np.float64]:
     """Each call's price plus its weighted switch cost (the same array when no switch costs anything)."""
-    rows = [(i, t) for i, t in enumerate(turns) if t is not None and 0 < t.weight < np.inf and t.switch.any()]
+    rows = [(i, t) for i, t in enumerate(turns) if t is not None and t.priced]
     if not rows:
         return cost
     priced: NDArray[np.float64] = cost.copy()
     for i, turn in rows:
-        priced[i] += turn.weight * turn.switch
+        priced[i] += turn.weight * np.asarray(turn.switch)
     return priced
 
 
@@ -779,7 +796,7 @@ def _stay(
     """Always stay (weight inf): the endpoint that answered the last turn first while it may serve
     it (a policy's prefer still decides), the rest of the cascade behind it; in place."""
     for row, turn in enumerate(turns):
-        if turn is None or turn.weight < np.inf or turn.last is None or not usable[row, turn.last]:
+        if turn is None or turn.weight < math.inf or turn.last is None or not usable[row, turn.last]:
             continue
         verdict = verdicts[row]
         if verdict is not None and verdict.preferred is not None:
