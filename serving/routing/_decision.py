@@ -42,6 +42,10 @@ class Decision:
     turn: the request's turn in its conversation (1 for the first), None for a request without a
         conversation; switched: whether it moves the conversation from the endpoint that answered
         its last turn (the reason says what the switch costs: serving.conversations._switch)
+    switch_costs: for a turn whose conversation has a last endpoint, each endpoint's price in dollars
+        over staying on that one (delta_e - delta_last of serving.conversations._switch, unweighted:
+        what re-reading the history there costs); None otherwise. Not in to_dict (the outcome
+        record carries the served endpoint's as `switch_cost`)
 
     Derived, read-only, for two-endpoint code: `endpoint` (the cascade's first), `target` ("edge"
     when that runs on the device, else "cloud"), `zone` (cloud when the cloud runs first;
@@ -69,6 +73,7 @@ class Decision:
     expected: dict[str, float] | None = None
     turn: int | None = None
     switched: bool | None = None
+    switch_costs: dict[str, float] | None = None
 
     @classmethod
     def of_zone(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
@@ -107,6 +112,7 @@ class Decision:
         """The JSON form: the fields, tuples as lists, and the derived endpoint, target, zone,
         p_edge and p_cloud (what logs and older readers read)."""
         data = asdict(self)
+        del data["switch_costs"]
         if self.turn is None:  # a request without a conversation: the fields every reader knows
             del data["turn"], data["switched"]
         for key in ("cascade", "on_device", "checked", "forbidden"):
