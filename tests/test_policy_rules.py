@@ -377,6 +377,24 @@ def test_each_named_detector_runs_at_most_once_a_request_and_after_the_cheap_con
     assert request.detected((DETECTORS["email"],)) and request.found == {"email": True}
 
 
+def test_a_policy_reads_the_request_record_as_it_reads_the_facts_given_one_by_one():
+    from serving import Request
+    from serving.endpoints._capabilities import Needs
+
+    policy = PolicySet.from_dict(POLICY)
+    cases = [
+        Request(PII_PROMPT),
+        Request("Summarise our Q3 numbers", precision="exact", metadata={"tier": "free"}),
+        Request("Describe this picture", needs=Needs(images=True)),
+    ]
+    for request in cases:
+        by_record = policy.evaluate(request, 12)
+        by_fields = policy.evaluate(request.text, 12, request.precision, request.metadata, None, request.needs)
+        assert by_record == by_fields
+    with pytest.raises(TypeError, match="in the Request"):
+        policy.evaluate(cases[1], 12, "exact")
+
+
 # --- what a decision and the outcome log say -------------------------------------------------
 
 

@@ -451,7 +451,7 @@ sys.modules["opentelemetry"] = types.ModuleType("opentelemetry")  # as if someth
 def test_without_the_package_execute_and_chat_run_and_use_says_how_to_install(bundle, tmp_path):
     code = BLOCK_OPENTELEMETRY + (
         "import asyncio\n"
-        "from serving import Router, telemetry\n"
+        "from serving import Router\nfrom serving.monitoring import _telemetry as telemetry\n"
         f"router = Router.load({str(bundle)!r}, strict=True)\n"
         "run = router.execute('What is 2+2?', edge=lambda p: 'edge', cloud=lambda p: 'cloud')\n"
         "assert run.served_by == 'edge', run\n"

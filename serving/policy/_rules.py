@@ -57,6 +57,7 @@ from serving.policy._errors import NoFeasibleEndpoint
 if TYPE_CHECKING:
     from serving.endpoints._capabilities import Needs
     from serving.policy._detectors import Detector, Folded
+    from serving.routing._request import Request
 
 ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
 ACTIONS = ("force", "forbid", "prefer", "route")
@@ -287,17 +288,31 @@ class PolicySet:
     # Applying.
     def evaluate(
         self,
-        text: str,
+        request: Request | str,
         n_tokens: int,
-        precision: str | None,
+        precision: str | None = None,
         metadata: Mapping[str, str] | None = None,
         spending: Spending | None = None,
         needs: Needs | None = None,
     ) -> Verdict:
-        """What the rules say of one request (checked arguments; `spending`: the budgets' ledger, the
-        Router's; `needs`: the capabilities it needs); NoFeasibleEndpoint when none is left."""
-        request = _Facts(text, n_tokens, precision, metadata, spending, needs)
-        given = request.metadata
+        """What the rules say of one request with `n_tokens` tokens: a serving.Request (its text,
+        precision, metadata and needs; `needs` given here stands for its own, as the chooser passes
+        them with the language read from the text), or its text with the other facts given one by
+        one. `spending`: the budgets' ledger (the Router's). NoFeasibleEndpoint when none is left."""
+        if isinstance(request, str):
+            facts = _Facts(request, n_tokens, precision, metadata, spending, needs)
+        else:
+            if precision is not None or metadata is not None:
+                raise TypeError("give precision and metadata in the Request, not beside it")
+            facts = _Facts(
+                request.text,
+                n_tokens,
+                request.precision,
+                request.metadata,
+                spending,
+                request.needs if needs is None else needs,
+            )
+        given = facts.metadata
         forced: Rule | None = None
         forbidden_by: dict[str, Rule] = {}
         for rule, key, values in self._hard:
@@ -305,7 +320,7 @@ class PolicySet:
                 continue
             if rule.action == "force" and forced is not None:
                 continue  # the first matching force wins
-            if (rule.action == "forbid" and rule.endpoint in forbidden_by) or not rule.matches(request):
+            if (rule.action == "forbid" and rule.endpoint in forbidden_by) or not rule.matches(facts):
                 continue
             if rule.action == "force":
                 forced = rule
@@ -331,7 +346,7 @@ class PolicySet:
         for rule, key, values in self._soft:
             if key is not None and given.get(key) not in values:
                 continue
-            if (rule.action == "route" or rule.endpoint in allowed) and rule.matches(request):
+            if (rule.action == "route" or rule.endpoint in allowed) and rule.matches(facts):
                 return Verdict(allowed, forbidden_by=forbidden_by, preferred=rule)
         return Verdict(allowed, forbidden_by=forbidden_by)
 

@@ -185,7 +185,6 @@ class Chooser:
     ) -> list[Turn | None]:
         """Each request's Turn: None without a conversation; a first turn's has no last endpoint.
         `now`: the time the caches' ages are read at (time.time() unless given)."""
-        import time
 
         now, index = time.time() if now is None else now, {n: k for k, n in enumerate(self.names)}
         out: list[Turn | None] = []
@@ -233,12 +232,11 @@ class Chooser:
         if needed is None:
             if n == 1:  # route(): one request, needing nothing
                 request = requests[0]
-                verdict = policy.evaluate(request.text, tokens[0], request.precision, request.metadata, spending)
+                verdict = policy.evaluate(request, tokens[0], spending=spending)
                 return Feasible(tokens, lacking, [verdict])
             needed = [r.needs for r in requests]
         verdicts: list[Verdict | None] = [
-            policy.evaluate(r.text, t, r.precision, r.metadata, spending, w)
-            for r, t, w in zip(requests, tokens, needed)
+            policy.evaluate(r, t, spending=spending, needs=w) for r, t, w in zip(requests, tokens, needed)
         ]
         return Feasible(tokens, lacking, verdicts)
 
