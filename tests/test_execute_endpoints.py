@@ -90,6 +90,31 @@ def test_a_timeout_moves_on_sync_on_the_pool_and_async_by_cancelling():
     assert time.perf_counter() - started < 4  # cancelled, not waited for
 
 
+def test_a_timeout_names_the_endpoint_and_an_endpoints_own_timeout_error_is_its_own():
+    calls = Calls(slow={"phone-3b": 0.5})
+    run = execute(decision(), "hi", endpoints=calls.sync, timeouts={"phone-3b": 0.05}, edge_pool=EdgePool(2))
+    assert "phone-3b call exceeded 0.05 s" in run.steps[0].detail
+    arun = asyncio.run(
+        aexecute(decision(), "hi", endpoints=Calls(slow={"phone-3b": 5}).asyn, timeouts={"phone-3b": 0.05})
+    )
+    assert "phone-3b call exceeded 0.05 s" in arun.steps[0].detail
+
+    def gateway_timeout(prompt):
+        raise TimeoutError("the gateway gave up after 30 s")
+
+    async def agateway_timeout(prompt):
+        gateway_timeout(prompt)
+
+    sync_calls, async_calls = dict(calls.sync, **{"phone-3b": gateway_timeout}), dict(Calls().asyn)
+    async_calls["phone-3b"] = agateway_timeout
+    for run in (
+        execute(decision(), "hi", endpoints=sync_calls, timeouts={"phone-3b": 5.0}, edge_pool=EdgePool(2)),
+        asyncio.run(aexecute(decision(), "hi", endpoints=async_calls, timeouts={"phone-3b": 5.0})),
+    ):
+        assert run.served_by == "onprem-8b" and run.steps[0].status == "timeout"
+        assert "the gateway gave up after 30 s" in run.steps[0].detail and "exceeded" not in run.steps[0].detail
+
+
 def test_a_prompt_over_an_endpoints_context_limit_never_reaches_it():
     calls = Calls()
     run = execute(decision(n_tokens=100), "long", endpoints=calls.sync, specs=SPEC_MAP)  # phone-3b takes 64

@@ -227,9 +227,10 @@ class EdgePool:
         """How many workers are held by calls that overran their timeout."""
         return self._overrunning
 
-    def call(self, fn: Callable[[Subject], Any], prompt: Subject, timeout_s: float) -> Any:
-        """fn(prompt) on a worker. TimeoutError if it has not returned within timeout_s (the
-        worker stays with it), EdgeBusy if no worker came free in that time."""
+    def call(self, fn: Callable[[Subject], Any], prompt: Subject, timeout_s: float, what: str = "edge call") -> Any:
+        """fn(prompt) on a worker. TimeoutError naming `what` if it has not returned within
+        timeout_s (the worker stays with it), EdgeBusy if no worker came free in that time. A
+        TimeoutError that fn raises itself is raised as it is."""
         if self._pid != os.getpid():  # a forked child inherits this state but none of the threads
             self._reset()
         deadline = time.monotonic() + max(0.0, timeout_s)
@@ -251,7 +252,7 @@ class EdgePool:
             with self._lock:
                 self._overrunning += 1
             future.add_done_callback(self._overrun_ended)  # runs at once if the call has just returned
-            raise TimeoutError(f"edge call exceeded {timeout_s:g} s") from None
+            raise TimeoutError(f"{what} exceeded {timeout_s:g} s") from None
         return future.result()
 
     def _overrun_ended(self, _future: Future[Any]) -> None:
@@ -593,7 +594,7 @@ def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any
                 if limit is None:
                     step.result = response = call(prompt)
                 else:
-                    step.result = response = pool.call(call, prompt, limit)
+                    step.result = response = pool.call(call, prompt, limit, f"{name} call")
         except Exception as exc:
             cascade.failed(name, exc)
             continue

@@ -154,12 +154,23 @@ def timed_step(steps: list[Step], name: str, *, endpoint: str | None = None) -> 
 
 
 async def within_deadline(call: Awaitable[Any], timeout_s: float | None, what: str = "edge call") -> Any:
-    """Await `call`, cancelled after `timeout_s` with a TimeoutError naming `what`."""
+    """Await `call`, cancelled after `timeout_s` with a TimeoutError naming `what`; a TimeoutError
+    the call raises itself before then is raised as it is (not read as the call overrunning)."""
     if timeout_s is None:
         return await call
     import asyncio  # here, not at the top: it would add ~70 ms to `import serving`
 
+    task = asyncio.ensure_future(call)
     try:
-        return await asyncio.wait_for(call, max(0.0, timeout_s))
-    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on; another class before
-        raise TimeoutError(f"{what} exceeded {timeout_s:g} s") from None
+        done, _ = await asyncio.wait((task,), timeout=max(0.0, timeout_s))
+    except asyncio.CancelledError:  # the caller gave up: so does the call
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        try:
+            await task  # let the cancelled call unwind before this returns
+        except (asyncio.CancelledError, Exception):  # its own failure while cancelled is not the answer
+            pass
+        raise TimeoutError(f"{what} exceeded {timeout_s:g} s")
+    return task.result()
