@@ -425,3 +425,25 @@ def test_the_proxy_dashboards_window_judges_drift_as_the_outcome_log_does(drift_
         assert len(shared) == len(live["checks"]) >= 8
         for check in shared:
             assert check["value"] == pytest.approx(by_name[(check["name"], check["statistic"])]), check
+
+
+def test_the_live_windows_records_count_the_first_endpoints_failure_for_every_bundle():
+    """decision_record writes the first endpoint's failure where _read looks for it: edge_quality
+    for two endpoints, the first endpoint's outcome for N (not only a step named edge)."""
+    from serving.execution._steps import Step
+    from serving.monitoring._drift import _read, decision_record
+    from serving.routing._decision import Decision
+
+    def decided(cascade, on_device, first_status):
+        decision = Decision(
+            cascade, 0.7, "", False, "v", on_device, cascade[:-1], n_tokens=12, expected={name: 0.5 for name in cascade}
+        )
+        return decision_record(decision, [Step(cascade[0], first_status, 0.01), Step(cascade[-1], "ok", 0.02)])
+
+    n_endpoint = [decided(("phone-3b", "frontier"), (True, False), s) for s in ("error", "timeout", "ok", "ok")]
+    two = [decided(("edge", "cloud"), (True, False), s) for s in ("error", "ok", "ok", "ok")]
+    assert n_endpoint[0]["outcomes"] == {"phone-3b": 0.0} and n_endpoint[2]["outcomes"] is None
+    assert two[0]["edge_quality"] == 0.0 and "outcomes" not in two[0]
+    for records, rate in ((n_endpoint, 0.5), (two, 0.25)):
+        failures = [f for f in _read(records, "v").of("edge_failure", own_only=False) if f is not None]
+        assert sum(failures) / len(records) == rate

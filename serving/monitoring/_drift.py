@@ -704,9 +704,24 @@ def drift_report(
 
 def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
     """What drift reads of one request, from its decision and its calls, in the shape of an outcome
-    log's request record and without any text: a live window's records (the proxy's dashboard)."""
+    log's request record and without any text: a live window's records (the proxy's dashboard).
+    The first endpoint's failure (an error or a timeout) is its outcome 0: edge_quality for a
+    two-endpoint bundle, `outcomes` of the first endpoint for an N-endpoint one, as _read reads them."""
     accept = next((step for step in steps if step.name == "accept"), None)
-    edge = next((step for step in steps if step.name == "edge"), None)
+    first = next((step for step in steps if step.name == decision.endpoint), None)
+    failed = 0.0 if first is not None and first.status in ("error", "timeout") else None
+    names = list(decision.expected or decision.cascade)
+    if decision.cascade[0] not in (EDGE, CLOUD):  # an N-endpoint bundle: the first endpoint's outcome
+        return {
+            **_record_of(decision, accept),
+            "endpoint": decision.endpoint,
+            "endpoints": names,
+            "outcomes": {decision.endpoint: failed} if failed is not None else None,
+        }
+    return {**_record_of(decision, accept), "edge_quality": failed if decision.endpoint == EDGE else None}
+
+
+def _record_of(decision: Decision, accept: Step | None) -> JSONObject:
     return {
         "log": LOG_FORMAT,
         "type": "request",
@@ -721,7 +736,6 @@ def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
         "accept": {"accepted": accept.status == "ok"}
         if accept is not None and accept.status in ("ok", "rejected")
         else None,
-        "edge_quality": 0.0 if edge is not None and edge.status in ("error", "timeout") else None,
     }
 
 
