@@ -150,7 +150,7 @@ const SHORT = { '"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
 
 /** A string as json.dumps(ensure_ascii=True) writes it: every code unit outside ' '..'~' as
  * \uXXXX (astral characters as their surrogate pair, as Python does). */
-function pyString(s) {
+export function pyString(s) {
   let out = '"';
   for (let i = 0; i < s.length; i++) {
     const c = s[i], code = s.charCodeAt(i);

@@ -82,6 +82,9 @@ export class RoutedChat {
    * names (router.recordSpend). deadline: a performance.now() value by which the answer must be
    * complete (a stream: its first token): each endpoint's call is cut to what is left, and once it
    * has passed the endpoints left are skipped (EndpointsFailed names them as timeouts).
+   * conversation: the conversation's id (an app's): the turn is decided with its state and recorded
+   * (router.execute): a completion with its usage's completion_tokens, a stream when it opens (its
+   * answer's length is not known then: counted as 0 tokens).
    * accept: checks the answers the decision checks (the edge's in the fallback zone; every answer
    * but the last of an N-endpoint cascade; every one with verifyEdgeZone): `(text, body) =>
    * boolean`, or "learned" for the bundle's check; not for streams. signal: the caller's
@@ -93,7 +96,8 @@ export class RoutedChat {
    */
   async create(messages, options = {}) {
     if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
-    const { precision = null, stream = false, accept = null, signal = null, metadata = null, deadline = null, ...params } = options;
+    const { precision = null, stream = false, accept = null, signal = null, metadata = null, deadline = null, conversation = null,
+      ...params } = options;
     for (const name of RESERVED) {
       if (name in params) {
         throw new TypeError(`${name} is not a request option here: the model is set per endpoint, the messages are the first argument`);
@@ -104,7 +108,7 @@ export class RoutedChat {
     let given = null;
     if (messages instanceof Request) {
       if (messages.messages === null) throw new TypeError("a Request given to create() must hold the conversation's messages");
-      given = asRequest(messages, { precision, metadata, deadline });
+      given = asRequest(messages, { precision, metadata, deadline, conversation });
       messages = given.messages;
     }
     checkJsonValue(checkMessages(messages), "messages");
@@ -114,7 +118,7 @@ export class RoutedChat {
     const started = performance.now();
     const needs = needsOf(messages, params);
     // the request record, built once: what the router routes, the policy reads and execute() is held to
-    const request = given === null ? new Request(text, { messages, precision, metadata, needs: needs.any ? needs : null, deadline })
+    const request = given === null ? new Request(text, { messages, precision, metadata, needs: needs.any ? needs : null, deadline, conversation })
       : given.needs === null && needs.any ? given.but({ needs }) : given;
     const routed = { specs: this.specs, signal };
 

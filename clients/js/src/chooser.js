@@ -35,14 +35,23 @@
 //   each costlier one.
 // - learned: the rule's cascade, the reason saying the prompt is unfamiliar.
 // A policy's prefer decides before either.
+//
+// A request in a conversation (its state: conversations.js) is a Turn: the rule weighs what moving
+// the conversation costs. N endpoints: each call's price plus weight x the endpoint's switch cost
+// (every choice rule prices the switch), or, weight Infinity, the endpoint that answered the last
+// turn first while it may serve. Two endpoints: the score moved by the same dollars in the bundle's
+// own exchange rate (its upper threshold over the cloud call's price), or, weight Infinity, the last
+// side kept while the edge may serve. The reason says whether the turn stays or moves and what the
+// re-read costs (serving.routing._chooser, word for word).
 import { CLOUD, EDGE, ENDPOINT_RULES, FALLBACK, zoneFor } from "./contract.js";
-import { decisionOf, makeDecision, rezoned, zoneCascade } from "./decision.js";
+import { decisionOf, makeDecision, zoneCascade } from "./decision.js";
 import { NONE, bestUnderPrice, callCosts, cascade, cheapestWithin, escalation } from "./endpoint-choice.js";
 import { bandOf } from "./manifest.js";
 import { codePointLength, formatFixed, formatG, roundHalfEven } from "./pytext.js";
 import { declaresLanguages, lackingText, ruledOut, ruleName, withLanguage } from "./policy/capabilities.js";
 import { LanguageDetectorMissing, NoFeasibleEndpoint, PolicyFileError } from "./policy/errors.js";
 import { policySaid } from "./policy/rules.js";
+import { PRICED, nowSeconds, switchCosts } from "./conversations.js";
 
 export { ENDPOINT_RULES, NoFeasibleEndpoint };
 
@@ -54,6 +63,49 @@ export function noDetector() {
 }
 
 const SIDES = [EDGE, CLOUD];
+
+/** f"{x:+.{digits}f}" in Python: the sign always written. */
+function signed(x, digits) {
+  return x < 0 || Object.is(x, -0) ? formatFixed(x, digits) : `+${formatFixed(x, digits)}`;
+}
+
+/** One request's conversation as the rule reads it (serving.routing._chooser.Turn): its turn number, the
+ * endpoint (by index) that answered the last turn (null: none of this chooser's), each endpoint's price
+ * change in dollars for where the conversation has been and the history tokens it would read again
+ * (conversations.js switchCosts: delta, missing), and the weight. */
+export class Turn {
+  constructor(number, last, change, missing, weight) {
+    Object.assign(this, { number, last, switch: change, missing, weight });
+  }
+
+  /** [whether the conversation moves, what the reason says of it] once the rule put `first` first;
+   * `plain`: the rule's first without the conversation's prices (null: not asked). */
+  said(names, first, plain) {
+    const last = this.last;
+    if (last === null) return [null, `conversation turn ${this.number}`];
+    if (first === last) {
+      if (plain !== null && plain !== last) return [false, `conversation turn ${this.number} stays on ${names[last]}: ${this.move(names, plain)}`];
+      return [false, `conversation turn ${this.number} stays on ${names[last]}`];
+    }
+    return [true, `conversation turn ${this.number} moves from ${names[last]} to ${this.move(names, first, "reads")}`];
+  }
+
+  /** Each endpoint's switch cost over staying on the last turn's (Decision.switch_costs), or null for a
+   * turn without a last endpoint. */
+  overStaying(names) {
+    if (this.last === null) return null;
+    const stay = this.switch[this.last];
+    return Object.fromEntries(names.map((name, k) => [name, this.switch[k] - stay]));
+  }
+
+  move(names, to, verb = "would read") {
+    const extra = this.last !== null ? this.switch[to] - this.switch[this.last] : 0;
+    return `${names[to]}, which ${verb} ${this.missing[to]} history tokens again ($${signed(extra, 5)} over staying)`;
+  }
+}
+
+/** Whether any endpoint's switch cost is not 0 (numpy's any()). */
+const anySwitch = (turn) => turn.switch.some((x) => x !== 0);
 
 /** One bundle's choice among its endpoints (module doc); built once per bundle. */
 export class Chooser {
@@ -85,10 +137,29 @@ export class Chooser {
   }
 
   /** The Decisions of scored requests (`scores`: Routing.scores'), `options` {policy, spending,
-   * holders (per request)}; NoFeasibleEndpoint for the first no endpoint may serve. */
+   * holders (per request), states, stickiness, outputTokens, now}; NoFeasibleEndpoint for the first no
+   * endpoint may serve. `states`: each request's conversation state (null: not in a conversation, or
+   * its first turn; `states` null: no request's state is read), whose switch costs the rule weighs as
+   * `stickiness` says at time `now` (seconds; default now); `outputTokens` the answers' expected length. */
   decisions(requests, scores, options = {}) {
     const feasible = this.feasible(requests, scores.nTokens, options);
+    const { states = null, stickiness = PRICED, outputTokens = 0, now = null } = options;
+    if (states !== null) feasible.turns = this.turns(requests, feasible.tokens, states, stickiness, outputTokens, now);
     return this.rule.decide(this, requests, scores, feasible);
+  }
+
+  /** Each request's Turn: null without a conversation; a first turn's has no last endpoint. `now`:
+   * the time (seconds since the epoch) the caches' ages are read at, default now. */
+  turns(requests, tokens, states, stickiness, outputTokens, now = null) {
+    const at = now ?? nowSeconds();
+    const nothing = this.names.map(() => 0);
+    return requests.map((request, i) => {
+      const state = states[i] ?? null;
+      if (request.conversation === null) return null;
+      if (state === null || state.endpoint === null) return new Turn((state === null ? 0 : state.turns) + 1, null, nothing, nothing, stickiness.weight);
+      const [change, missing] = switchCosts(this.endpoints, state, tokens[i], outputTokens, stickiness.secondsPrice, at);
+      return new Turn(state.turns + 1, this.index.get(state.endpoint) ?? null, change, missing, stickiness.weight);
+    });
   }
 
   /** What may serve each request, {tokens, lacking, verdicts}: each one's rounded token count, the
@@ -102,10 +173,10 @@ export class Chooser {
       return reads ? this.languageOf(request) : request.needs;
     });
     const lacking = needed.map((w, i) => (w ? ruledOut(w, requests[i].capabilities ?? this.capabilities, this.names) : new Map()));
-    if (policy === null) return { tokens, lacking, verdicts: requests.map(() => null) };
+    if (policy === null) return { tokens, lacking, verdicts: requests.map(() => null), turns: null };
     const verdicts = requests.map((r, i) => policy.evaluate(r.text, tokens[i], r.precision, r.metadata,
       { spending, needs: needed[i], holders: holders?.[i] ?? null }));
-    return { tokens, lacking, verdicts };
+    return { tokens, lacking, verdicts, turns: null };
   }
 
   /** The request's needs with its language: declared (needs, or the metadata key "language"), else the
@@ -183,20 +254,33 @@ export class Bands {
     const { verdicts, lacking } = feasible;
     return requests.map((request, i) => {
       let decision;
-      if (scores.scores === null) {  // the rule table decides
+      if (scores.scores === null) {  // the rule table decides (a conversation's turn is not weighed)
         decision = this.rules.decide(request.text, request.precision, { degraded: true, note: scores.note ?? "" });
       } else {
-        decision = this.modelDecision(chooser, request, scores.scores[i], feasible.tokens[i], scores.heads[i]);
-        if (scores.novelty !== null) decision = this.familiar(decision, request, scores.novelty[i]);
+        const score = scores.scores[i], nTokens = feasible.tokens[i], heads = scores.heads[i];
+        const novelty = scores.novelty === null ? null : scores.novelty[i];
+        const turn = feasible.turns === null || feasible.turns === undefined ? null : feasible.turns[i];
+        const { zone, reason, truncated, switched } = turn === null
+          ? { ...this.modelZone(chooser, request, score, nTokens, novelty), switched: null }
+          : this.turnZone(chooser, request, score, nTokens, novelty, turn);
+        const [pEdge, pCloud] = heads.length === 2 ? heads : [null, null];
+        decision = makeDecision(zone, { score, reason, degraded: false, model_version: chooser.modelVersion,
+          precision: request.precision, n_tokens: nTokens, truncated, novelty, unfamiliar: novelty !== null && novelty > 1.0,
+          expected: heads.length === 2 ? { [EDGE]: pEdge, [CLOUD]: pCloud } : null,
+          turn: turn === null ? null : turn.number, switched, switch_costs: turn === null ? null : turn.overStaying(SIDES) });
       }
       const verdict = verdicts[i];
       if ((verdict === null || verdict.rule === null) && !lacking[i].size) return decision;  // no rule, no need: the zone as it is
-      return this.placed(chooser, decision, verdict, lacking[i]);
+      const placed = this.placed(chooser, decision, verdict, lacking[i]);
+      const turn = feasible.turns === null || feasible.turns === undefined || scores.scores === null ? null : feasible.turns[i];
+      if (turn !== null && turn.last !== null) placedTurn(placed, turn);
+      return placed;
     });
   }
 
-  /** The learned zone and reason of one scored prompt. */
-  modelDecision(chooser, request, score, nTokens, heads) {
+  /** {zone, reason, truncated (the features read only the prompt's head)} of one scored prompt: the
+   * thresholds of its precision, the edge's context limit, the unfamiliar policy. */
+  modelZone(chooser, request, score, nTokens, novelty) {
     const precision = request.precision;
     const { lo, hi } = bandOf(this.manifest, precision);
     const [loText, hiText, tag] = [formatFixed(lo, 3), formatFixed(hi, 3), precision || "undeclared precision"];
@@ -211,27 +295,49 @@ export class Bands {
     }
     const truncated = codePointLength(request.text) > chooser.maxChars;
     if (truncated) reason += `; features from the first ${chooser.maxChars} characters`;
-    const [pEdge, pCloud] = heads.length === 2 ? heads : [null, null];
-    return makeDecision(zone, { score, reason, degraded: false, model_version: chooser.modelVersion, precision,
-      n_tokens: nTokens, truncated, p_edge: pEdge, p_cloud: pCloud,
-      expected: heads.length === 2 ? { [EDGE]: pEdge, [CLOUD]: pCloud } : null });
+    if (novelty !== null && novelty > 1.0) [zone, reason] = this.familiar(request, zone, reason, nTokens, novelty);
+    return { zone, reason, truncated };
   }
 
-  /** Set the decision's novelty; an unfamiliar prompt gets the unfamiliar policy. Prompts over the
-   * edge context limit stay on the cloud whatever the policy. */
-  familiar(decision, request, novelty) {
-    decision = { ...decision, novelty, unfamiliar: novelty > 1.0 };
-    if (!decision.unfamiliar || this.unfamiliarPolicy === "learned") {
-      if (decision.unfamiliar) decision.reason += `; unfamiliar prompt (novelty ${formatFixed(novelty, 2)}), learned zone kept`;
-      return decision;
+  /** modelZone for a conversation's turn, and whether it moves the conversation: the switch costs move
+   * the score in the bundle's own exchange rate (its upper threshold is what a cloud call is worth: the
+   * rate is that threshold over the cloud call's price), or, weight Infinity, the last turn's side
+   * first while the edge may serve (serving.routing._chooser.Bands._turn_zone). */
+  turnZone(chooser, request, score, nTokens, novelty, turn) {
+    const last = turn.last;
+    if (last === null) {
+      const alone = this.modelZone(chooser, request, score, nTokens, novelty);
+      return { ...alone, reason: `${alone.reason}; ${turn.said(SIDES, 0, null)[1]}`, switched: null };
     }
+    const alone = this.modelZone(chooser, request, score, nTokens, novelty);
+    const plain = alone.zone;
+    let { zone, reason, truncated } = alone, shift = 0;
+    if (turn.weight === Infinity) {
+      if (nTokens <= this.edgeContextTokens) zone = last === 1 ? CLOUD : plain !== CLOUD ? plain : FALLBACK;  // stay on the last side
+    } else if (turn.weight > 0 && anySwitch(turn)) {
+      const { hi } = bandOf(this.manifest, request.precision);
+      const cloudPrice = chooser.endpoints[1].callCost(nTokens) || 0;
+      if (hi > 0 && cloudPrice > 0) {
+        shift = hi / cloudPrice * turn.weight * (turn.switch[1] - turn.switch[0]);
+        ({ zone, reason, truncated } = this.modelZone(chooser, request, score - shift, nTokens, novelty));
+      }
+    }
+    let [switched, said] = turn.said(SIDES, zone === CLOUD ? 1 : 0, plain === CLOUD ? 1 : 0);
+    if (shift) said += ` (${this.scoreName} ${formatFixed(score, 3)} ${signed(-shift, 3)} for the switch)`;
+    return { zone, reason: `${reason}; ${said}`, truncated, switched };
+  }
+
+  /** [zone, reason] of an unfamiliar prompt: the unfamiliar policy's. Prompts over the edge context
+   * limit stay on the cloud whatever the policy. */
+  familiar(request, zone, reason, nTokens, novelty) {
+    if (this.unfamiliarPolicy === "learned") return [zone, `${reason}; unfamiliar prompt (novelty ${formatFixed(novelty, 2)}), learned zone kept`];
     const note = `unfamiliar prompt (novelty ${formatFixed(novelty, 2)} > 1)`;
-    if (decision.n_tokens > this.edgeContextTokens) return { ...decision, reason: `${note}; ${decision.reason}` };
+    if (nTokens > this.edgeContextTokens) return [zone, `${note}; ${reason}`];
     if (this.unfamiliarPolicy === "rule_table") {
-      const ruled = this.rules.decide(request.text, decision.precision, { note });
-      return rezoned(decision, ruled.zone, `${note}: ${ruled.reason}`);
+      const ruled = this.rules.decide(request.text, request.precision, { note });
+      return [ruled.zone, `${note}: ${ruled.reason}`];
     }
-    return rezoned(decision, FALLBACK, `${note}: edge first, cloud fallback (learned: ${decision.reason})`);
+    return [FALLBACK, `${note}: edge first, cloud fallback (learned: ${reason})`];
   }
 
   /** A decision once the policy's verdict and what the request needs have their say: the zone within
@@ -256,8 +362,19 @@ export class Bands {
       [cascade, on_device] = [keep.map((k) => cascade[k]), keep.map((k) => on_device[k])];
       checked = checked.filter((name) => cascade.includes(name));
     }
-    return decisionOf({ ...decision, cascade, on_device, checked, reason, rule, forbidden });
+    return decisionOf({ ...decision, cascade, on_device, checked, reason, rule, forbidden, switch_costs: decision.switch_costs });
   }
+}
+
+/** A two-endpoint turn once the policy or the needs had their say (Bands.placed): when they changed the
+ * endpoint run first (a forbidden last endpoint is never stayed on), `switched` and the reason's
+ * conversation part say what runs now; in place (serving.routing._chooser._placed_turn). */
+function placedTurn(decision, turn) {
+  const [moved, said] = turn.said(SIDES, SIDES.indexOf(decision.endpoint), null);
+  if (moved === decision.switched) return;
+  const ours = `conversation turn ${turn.number} `;
+  decision.reason = decision.reason.split("; ").map((part) => (part.startsWith(ours) ? said : part)).join("; ");
+  decision.switched = moved;
 }
 
 /** The zone for the allowed sides: one side alone is its own zone; with both, a preferred side runs
@@ -286,13 +403,24 @@ export class Choice {
     const allowed = chooser.allowed(feasible);
     const usable = fits.map((row, i) => row.map((ok, k) => ok && allowed[i][k]));
     const notes = requests.map(() => [null, null]);  // unfamiliar prompts': [instead of the rule's words, after them]
-    let orders;
-    if (scores.expected === null) orders = byPriceOrders(cost, usable);  // degraded: the cheapest feasible endpoint first
-    else {
-      orders = this.orders(chooser, scores.expected, cost, usable, feasible.verdicts);
-      if (scores.novelty !== null) this.unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes);
+    const turns = feasible.turns ?? null;
+    const priced = turns === null ? cost : withSwitches(cost, turns);  // what each endpoint costs this turn
+    const orders = this.ordered(chooser, scores, priced, usable, feasible, notes);
+    let plain = requests.map(() => null);  // the rule's first without the switch costs
+    if (turns !== null) {
+      const unpriced = priced === cost ? orders : this.ordered(chooser, scores, cost, usable, feasible, [...notes]);
+      plain = unpriced.map((o) => (o.length ? o[0] : null));
+      stay(orders, turns, usable, feasible.verdicts);
     }
-    return requests.map((request, i) => this.decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i], notes[i]));
+    return requests.map((request, i) => this.decision(chooser, request, i, scores, cost[i], fits[i], feasible, orders[i], notes[i], plain[i]));
+  }
+
+  /** Each request's cascade at these prices (an unfamiliar prompt's say goes into `notes`). */
+  ordered(chooser, scores, cost, usable, feasible, notes) {
+    if (scores.expected === null) return byPriceOrders(cost, usable);  // degraded: the cheapest feasible endpoint first
+    const orders = this.orders(chooser, scores.expected, cost, usable, feasible.verdicts);
+    if (scores.novelty !== null) this.unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes);
+    return orders;
   }
 
   /** Each request's cascade: the rule's, or from the endpoint a policy puts first. */
@@ -360,7 +488,7 @@ export class Choice {
     return cascade(expected, cost, this.parameter, feasible).map((o) => (o.length ? o[0] : NONE));
   }
 
-  decision(chooser, request, row, scores, cost, fits, feasible, order, [instead, afterwards] = [null, null]) {
+  decision(chooser, request, row, scores, cost, fits, feasible, order, [instead, afterwards] = [null, null], plain = null) {
     const names = chooser.names, nTokens = feasible.tokens[row];
     const verdict = feasible.verdicts[row], lacking = feasible.lacking[row];
     if (!order.length) chooser.noneFeasible(nTokens, fits, verdict, lacking);
@@ -376,14 +504,45 @@ export class Choice {
     if (tooLong.length) reason += `; ~${nTokens} tokens exceed the context of ${tooLong.join(", ")}`;
     const truncated = codePointLength(request.text) > chooser.maxChars;
     if (truncated) reason += `; features from the first ${chooser.maxChars} characters`;
+    const turn = feasible.turns === null || feasible.turns === undefined ? null : feasible.turns[row];
+    let switched = null;
+    if (turn !== null) {
+      let spoken;
+      [switched, spoken] = turn.said(names, first, plain);
+      reason += `; ${spoken}`;
+    }
     const [said, ruleSaid, forbidden] = chooser.explained(reason, verdict, lacking);
     const novelty = expected === null || scores.novelty === null ? null : scores.novelty[row];
     return decisionOf({ cascade: path, score: expected === null ? 0 : expected[first], reason: said, degraded: expected === null,
       model_version: chooser.modelVersion, on_device: order.map((k) => chooser.onDevice[k]), checked: path.slice(0, -1),
       precision: request.precision, n_tokens: nTokens, truncated, novelty, unfamiliar: novelty !== null && novelty > 1.0, rule: ruleSaid,
       forbidden, expected: expected === null ? null : Object.fromEntries(names.map((n, k) => [n, expected[k]])),
+      turn: turn === null ? null : turn.number, switched, switch_costs: turn === null ? null : turn.overStaying(names),
     });
   }
+}
+
+/** Each call's price plus its weighted switch cost (the same array when no switch costs anything). */
+function withSwitches(cost, turns) {
+  const rows = turns.flatMap((t, i) => (t !== null && t.weight > 0 && t.weight < Infinity && anySwitch(t) ? [i] : []));
+  if (!rows.length) return cost;
+  const priced = cost.map((row) => [...row]);
+  for (const i of rows) {
+    const turn = turns[i];
+    priced[i] = priced[i].map((c, k) => c + turn.weight * turn.switch[k]);
+  }
+  return priced;
+}
+
+/** Always stay (weight Infinity): the endpoint that answered the last turn first while it may serve it
+ * (a policy's prefer still decides), the rest of the cascade behind it; in place. */
+function stay(orders, turns, usable, verdicts) {
+  turns.forEach((turn, row) => {
+    if (turn === null || turn.weight < Infinity || turn.last === null || !usable[row][turn.last]) return;
+    if ((verdicts[row]?.preferred ?? null) !== null) return;
+    const last = turn.last;
+    orders[row] = [last, ...orders[row].filter((k) => k !== last)];
+  });
 }
 
 /** Each request's cascade by price alone (serving.routing._chooser._by_price): the cheapest endpoint that

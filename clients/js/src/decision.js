@@ -23,14 +23,29 @@ export function zoneCascade(zone) {
   return { cascade: [...placed.cascade], on_device: [...placed.on_device], checked: [...placed.checked] };
 }
 
-/** A Decision from its fields, in Python's to_dict() order, with the derived fields. */
+/** A Decision from its fields, in Python's to_dict() order, with the derived fields. `turn` (the
+ * request's turn in its conversation, 1 for the first) and `switched` (whether it moves the
+ * conversation from the endpoint that answered its last turn) are fields after `expected` for a
+ * request in a conversation; without one both are null and left out of the JSON (not enumerable), as
+ * Python's to_dict() leaves them out, so a decision serialises as it did before conversations.
+ * `switch_costs` (each endpoint's price in dollars over staying on the last turn's endpoint, unweighted;
+ * null without a last endpoint) is never in the JSON, as in Python's. */
 export function decisionOf({ cascade, score, reason, degraded, model_version, on_device, checked = [], precision = null,
-  n_tokens = 0, truncated = false, novelty = null, unfamiliar = false, rule = null, forbidden = [], expected = null }) {
+  n_tokens = 0, truncated = false, novelty = null, unfamiliar = false, rule = null, forbidden = [], expected = null, turn = null,
+  switched = null, switch_costs = null }) {
   const zone = !on_device[0] ? CLOUD : checked.length && !on_device.every(Boolean) ? FALLBACK : EDGE;
   const two = expected !== null && Object.keys(expected).length === 2;
-  return { cascade, score, reason, degraded, model_version, on_device, checked, precision, n_tokens, truncated, novelty,
-    unfamiliar, rule, forbidden, expected, endpoint: cascade[0], target: on_device[0] ? EDGE : CLOUD, zone,
-    p_edge: two ? expected[EDGE] ?? null : null, p_cloud: two ? expected[CLOUD] ?? null : null };
+  const decision = { cascade, score, reason, degraded, model_version, on_device, checked, precision, n_tokens, truncated, novelty,
+    unfamiliar, rule, forbidden, expected };
+  if (turn !== null) Object.assign(decision, { turn, switched });
+  Object.assign(decision, { endpoint: cascade[0], target: on_device[0] ? EDGE : CLOUD, zone,
+    p_edge: two ? expected[EDGE] ?? null : null, p_cloud: two ? expected[CLOUD] ?? null : null });
+  if (turn === null) {
+    Object.defineProperties(decision, { turn: { value: null, writable: true, configurable: true },
+      switched: { value: null, writable: true, configurable: true } });
+  }
+  Object.defineProperty(decision, "switch_costs", { value: switch_costs, writable: true, configurable: true });
+  return decision;
 }
 
 /** A two-endpoint decision from its zone (the rule table's, a bundle's bands'). */

@@ -19,6 +19,12 @@ export function pyKind(value) {
 
 const NOT_PRINTABLE = /[\p{C}\p{Z}]/u;  // what str.isprintable() refuses (but the space)
 
+/** str.isprintable(): no character of the categories Python calls unprintable (C*, Z*) but the space. */
+export function isPrintable(text) {
+  for (const c of text) if (c !== " " && NOT_PRINTABLE.test(c)) return false;
+  return true;
+}
+
 /** repr() of a str, as Python writes it: single quotes unless it holds one and no double quote; \\,
  * \n, \r and \t escaped, and \x / \u / \U for every other character str.isprintable() refuses. */
 export function strRepr(text) {

@@ -9,6 +9,7 @@
 // route(), routeBatch(), execute() and RoutedChat.create() also take a plain prompt (or messages)
 // and options, and build the record themselves.
 import { checkMessages, conversationPrompt } from "./chat/conversation.js";
+import { checkConversationId } from "./conversations.js";
 import { Capabilities } from "./endpoints.js";
 import { checkNeeds } from "./policy/capabilities.js";
 import { checkMetadata } from "./policy/rules.js";
@@ -40,10 +41,7 @@ function checkDeadline(deadline) {
 
 function checkConversation(conversation) {
   if (conversation === null || conversation === undefined) return null;
-  if (typeof conversation !== "string" || !conversation) {
-    throw new TypeError(`conversation must be a non-empty string or null, got ${conversation === "" ? "an empty string" : typeof conversation}`);
-  }
-  return conversation;
+  return checkConversationId(conversation);  // 1 to 256 printable characters, as Python's
 }
 
 /**
@@ -58,7 +56,8 @@ function checkConversation(conversation) {
  * capabilities: endpoint name -> its Capabilities, overriding the bundle's own (null: the bundle's)
  * deadline: a performance.now() value (milliseconds) by which the answer must be complete: execute()
  *   cuts each call's timeout to what is left, and calls nothing once it has passed (null: none)
- * conversation: the conversation the request belongs to (an app's id), or null
+ * conversation: the conversation the request belongs to (an app's id: 1 to 256 printable characters),
+ *   or null; its state between turns decides with it (conversations.js)
  * messages: the chat messages `text` was built from, as the app sent them, or null
  */
 export class Request {

@@ -4,12 +4,14 @@
 import { BundleError, verifiedBundle } from "./bundle.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
 import { Acceptor } from "./acceptance.js";
+import { Conversations, answerTokens, withNote } from "./conversations.js";
 import { execute, specsByName } from "./execute.js";
 import { noDetector } from "./chooser.js";
 import { Request, asRequest, checkCapabilities } from "./request.js";
 import { Routing } from "./routing.js";
 import { Scorer } from "./scorer.js";
 import { checkBatch } from "./validation.js";
+import { pyRepr } from "./pyrepr.js";
 import { holderIds, limitsOf, checkAmount, Spending } from "./policy/budgets.js";
 import { declaresLanguages } from "./policy/capabilities.js";
 import { checkMetadata, PolicySet } from "./policy/rules.js";
@@ -71,6 +73,9 @@ export class BaseRouter {
     this.routing = routing;
     this.currentPolicy = null;
     this.ledger = null;  // the budgets' Spending, made at the first spend; kept across policy changes
+    /** Conversations (conversations.js): the store conversation state lives in between turns, and the
+     * Stickiness a switch weighs; `unavailable` counts the times the store failed. */
+    this.conversations = new Conversations(null, null, { logger: routing.logger ?? console });
   }
 
   /**
@@ -80,13 +85,19 @@ export class BaseRouter {
    * decision; a bad one rejects with PolicyFileError even without `strict` (routing without the rules
    * is never a fallback). `languageDetector`: prompt -> ISO 639-1 code or null, for bundles whose
    * endpoints declare `languages` (without it such a bundle is refused: LanguageDetectorMissing).
+   * `conversations`: where conversation state lives between turns (default a MemoryStore in this
+   * process; any {get, put} store, sync or async); `stickiness`: what a switch between endpoints
+   * weighs (a Stickiness, or its {weight, secondsPrice}).
    * @param {{strict?: boolean, threads?: number, unfamiliarPolicy?: string | null, publicKey?: any,
-   *   logger?: {warn(message: string): void}, policy?: any, languageDetector?: ((prompt: string) => string | null) | null}} [options]
+   *   logger?: {warn(message: string): void}, policy?: any, languageDetector?: ((prompt: string) => string | null) | null,
+   *   conversations?: any, stickiness?: any}} [options]
    */
   static async loadWith(platform, source, { strict = false, threads = 1, unfamiliarPolicy = null, publicKey = null,
-    logger = console, policy = null, languageDetector = null } = {}) {
+    logger = console, policy = null, languageDetector = null, conversations = null, stickiness = null } = {}) {
     if (languageDetector !== null && typeof languageDetector !== "function") throw new TypeError("languageDetector must be a function or null");
+    const keeper = new Conversations(conversations, stickiness, { logger });  // its argument errors before any loading
     const router = await this.loadRouting(platform, source, { strict, threads, unfamiliarPolicy, publicKey, logger });
+    router.conversations = keeper;
     router.routing.languageDetector = languageDetector;
     if (router.routing.chooser.readsLanguage && languageDetector === null) {
       await router.close();
@@ -171,11 +182,39 @@ export class BaseRouter {
    * other fields as options: `precision`; `metadata`: what the policy's rules read (string to string);
    * `needs`: what it needs of its endpoint (a Needs: images, tools, json, language); `capabilities`:
    * the endpoints' by name (default: the bundle's specs; two-endpoint routers know none unless told).
-   * Rejects only for argument errors (TypeError, RangeError) and NoFeasibleEndpoint when the policy,
-   * the needs or the context limits leave no endpoint. */
-  async route(prompt, { precision = null, metadata = null, needs = null, capabilities = null } = {}) {
-    const request = asRequest(prompt, { precision, metadata, needs, capabilities });
-    return (await this.routing.decideAll([request], await this.decideOptions([request])))[0];
+   * `conversation`: the conversation the request belongs to (an app's id): the turn is decided with
+   * its state (its turn, where it ran, what moving it costs; Decision.turn and switched), which
+   * execute() and recordTurn() write. Rejects only for argument errors (TypeError, RangeError) and
+   * NoFeasibleEndpoint when the policy, the needs or the context limits leave no endpoint. */
+  async route(prompt, { precision = null, metadata = null, needs = null, capabilities = null, conversation = null } = {}) {
+    const request = asRequest(prompt, { precision, metadata, needs, capabilities, conversation });
+    if (request.conversation === null) return (await this.routing.decideAll([request], await this.decideOptions([request])))[0];
+    return (await this.decided([request], this.routing))[0];
+  }
+
+  /** The decisions of requests of which some are in a conversation: each one's state read, its switch
+   * costs weighed (a store that fails: decided without, the reasons say so). */
+  async decided(requests, routing) {
+    const keeper = this.conversations;
+    const [states, note] = await keeper.states(requests);
+    const options = { ...await this.decideOptions(requests), states, stickiness: keeper.stickiness };
+    return withNote(requests, await routing.decideAll(requests, options), note);
+  }
+
+  /**
+   * Record a conversation's turn that the app ran itself after route(): which endpoint answered (null:
+   * none did), the prompt's and the answer's tokens, and how it went (served, fallback, rejected,
+   * failed, regenerated). execute() and RoutedChat record their turns themselves. Resolves false when
+   * the store could not be written (logged; never rejects for it).
+   */
+  async recordTurn(conversation, endpoint, { inputTokens, outputTokens = 0, outcome = "served" } = /** @type {any} */ ({})) {
+    const names = this.routing.chooser.names;
+    if (endpoint !== null && !names.includes(endpoint)) {
+      throw new RangeError(`endpoint=${pyRepr(endpoint)}: this router's endpoints are ${names.join(", ")}`);
+    }
+    if (!Number.isFinite(inputTokens) || !Number.isFinite(outputTokens)) throw new TypeError("inputTokens and outputTokens must be numbers");
+    const onDevice = endpoint !== null && this.routing.chooser.onDevice[names.indexOf(endpoint)];
+    return this.conversations.record(conversation, endpoint, { inputTokens, outputTokens, onDevice, outcome });
   }
 
   /** Decisions for many requests, scored in one onnxruntime call: Requests, or texts with
@@ -189,7 +228,8 @@ export class BaseRouter {
     const known = checkCapabilities(capabilities);
     const requests = list.map((p, i) => asRequest(p, { precision: tags[i], metadata: metadata?.[i] ?? null,
       needs: needs?.[i] ?? null, capabilities: known }, `prompts[${i}]`));
-    return this.routing.decideAll(requests, await this.decideOptions(requests));
+    if (requests.every((r) => r.conversation === null)) return this.routing.decideAll(requests, await this.decideOptions(requests));
+    return this.decided(requests, this.routing);
   }
 
   /**
@@ -214,18 +254,21 @@ export class BaseRouter {
    * `signal`: the caller's abort, which stops the run and rejects with its reason. A forbidden
    * endpoint is never called: FallbackForbidden names the rule when the others did not serve,
    * NoFeasibleEndpoint when none was left; EndpointsFailed (a CloudCallError) when every call failed.
+   * A request in a `conversation` is decided with its state, and the turn is recorded once the run
+   * ends: who served it and how (served, fallback, rejected), or failed when none did; the answer's
+   * tokens from its usage.completion_tokens (a chat answer's body's), else its text counted.
    */
   async execute(prompt, ...rest) {
     const [calls, options] = executeArguments(rest);
     const { precision = null, edgeTimeoutMs = null, timeoutsMs = null, accept = null, verifyEdgeZone = false, metadata = null,
-      needs = null, capabilities = null, deadline = null, specs = null, signal = null } = options;
+      needs = null, capabilities = null, deadline = null, specs = null, signal = null, conversation = null } = options;
     if (accept !== null && accept !== "learned" && typeof accept !== "function") {
       throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
     }
     if (edgeTimeoutMs !== null && !(Number.isFinite(edgeTimeoutMs) && edgeTimeoutMs >= 0)) {
       throw new RangeError(`edgeTimeoutMs must be a non-negative number or null, got ${edgeTimeoutMs}`);
     }
-    let request = asRequest(prompt, { precision, metadata, needs, capabilities, deadline });
+    let request = asRequest(prompt, { precision, metadata, needs, capabilities, deadline, conversation });
     const routing = this.routing;  // one bundle for the decision, the specs and the check it is carried out with
     const given = specs === null ? null : specsByName(specs);
     if (given !== null && request.capabilities === null) {
@@ -234,13 +277,23 @@ export class BaseRouter {
       const declared = new Map([...given].filter(([, spec]) => spec.capabilities !== null).map(([n, spec]) => [n, spec.capabilities]));
       if (declared.size && (request.needs !== null || declaresLanguages(declared))) request = request.but({ capabilities: declared });
     }
-    const [decision] = await routing.decideAll([request], await this.decideOptions([request]));
+    const [decision] = request.conversation === null ? await routing.decideAll([request], await this.decideOptions([request]))
+      : await this.decided([request], routing);
     const check = accept === "learned" ? routing.learnedAccept(request.text) : accept;
     const bundle = new Map(routing.chooser.endpoints.map((e) => [e.name, e]));
     // each given spec's context limit, price and place, the bundle's where it declares none
     const specsRun = given === null ? bundle : new Map([...given].map(([name, spec]) => [name, spec.filledFrom(bundle.get(name))]));
-    return execute(decision, request.text, { endpoints: calls, specs: specsRun, timeoutsMs, edgeTimeoutMs, accept: check,
+    const run = () => execute(decision, request.text, { endpoints: calls, specs: specsRun, timeoutsMs, edgeTimeoutMs, accept: check,
       verifyEdgeZone, outputTokens: routing.outputTokens, deadline: request.deadline, signal });
+    if (request.conversation === null) return run();
+    let execution = null;
+    try {
+      execution = await run();
+      return execution;
+    } finally {  // the turn's outcome recorded on the way out, a failure included
+      const tokens = execution === null ? 0 : answerTokens(execution.response, (text) => routing.rules.countTokens(text));
+      await this.conversations.executed(request, decision, execution, tokens);
+    }
   }
 
   /** Release the onnxruntime session; the router must not be used after. */

@@ -52,10 +52,16 @@ export class Routing {
   get languageDetector() { return this.chooser.detector; }
   set languageDetector(detector) { this.chooser.detector = detector; }
 
-  /** Decisions for checked requests (request.js), `options` {policy, spending, holders (per request)}
-   * applied; NoFeasibleEndpoint for the first request left without an endpoint. */
+  /** Decisions for checked requests (request.js), `options` {policy, spending, holders (per request),
+   * states, stickiness, now} applied (each conversation's switch costs weighed: Chooser.decisions);
+   * NoFeasibleEndpoint for the first request left without an endpoint. */
   async decideAll(requests, options = {}) {
-    return this.chooser.decisions(requests, await this.scores(requests), options);
+    return this.decide(requests, await this.scores(requests), options);
+  }
+
+  /** decideAll on scores already made (scores()), the answers' expected length this bundle's. */
+  decide(requests, scores, options = {}) {
+    return this.chooser.decisions(requests, scores, { ...options, outputTokens: this.outputTokens });
   }
 
   /** What the bundle's graph says of the requests (Scorer.score's shape); a failure is a degraded

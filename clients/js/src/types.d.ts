@@ -57,6 +57,12 @@ export interface Decision {
    * cascade: edge = [edge, cloud], edge_with_cloud_fallback = [edge, cloud] with the edge checked,
    * cloud = [cloud]; never an endpoint the policy forbids */
   cascade: string[];
+  /** the request's turn in its conversation (1 for the first); null without a conversation (then left
+   * out of the JSON, as Python's to_dict() leaves it out) */
+  turn: number | null;
+  /** whether the turn moves the conversation from the endpoint that answered its last turn (the reason
+   * says what the switch costs); null without a conversation or a last endpoint */
+  switched: boolean | null;
 }
 
 /** A capability a request may need of its endpoint. */
@@ -92,6 +98,9 @@ export interface RouteOptions {
   needs?: Needs | null;
   /** the endpoints' capabilities (default: an N-endpoint bundle's specs; two-endpoint routers know none) */
   capabilities?: CapabilityMap | null;
+  /** the conversation the request belongs to (an app's id: 1 to 256 printable characters): the turn is
+   * decided with its state, which execute() records */
+  conversation?: string | null;
 }
 
 /** The request record (serving.Request's): what the app asks of the router, built once where it calls
@@ -124,7 +133,6 @@ export interface RequestFields extends RouteOptions {
   /** a performance.now() value (milliseconds) by which the answer must be complete: execute() cuts each
    * call's timeout to what is left, and calls nothing once it has passed (each endpoint left a timeout) */
   deadline?: number | null;
-  conversation?: string | null;
   messages?: ChatMessage[] | null;
 }
 
@@ -211,7 +219,97 @@ export interface LoadOptionsBase {
   policy?: PolicySet | string | URL | null;
   /** prompt -> ISO 639-1 code or null, for endpoints that declare `languages` (this SDK has no detector) */
   languageDetector?: ((prompt: string) => string | null) | null;
+  /** where conversation state lives between turns: default a MemoryStore in this process */
+  conversations?: ConversationStore | null;
+  /** what moving a conversation to another endpoint weighs: a Stickiness or its fields (default weight 1) */
+  stickiness?: Stickiness | { weight?: number; secondsPrice?: number } | null;
 }
+
+// Conversations (src/conversations.js; serving.conversations).
+
+/** The outcomes a turn records. */
+export type TurnOutcome = "served" | "fallback" | "rejected" | "failed" | "regenerated";
+export const TURN_OUTCOMES: readonly TurnOutcome[];
+/** How long a provider's prompt cache keeps a prefix, in seconds (300). */
+export const CLOUD_CACHE_TTL_S: number;
+
+/** How many of the conversation's tokens one endpoint's cache holds, and since when (seconds since the epoch). */
+export class Held {
+  constructor(endpoint: string, tokens: number, at: number);
+  readonly endpoint: string;
+  readonly tokens: number;
+  readonly at: number;
+}
+
+/** What the router knows of a conversation after its last turn (frozen; Python's field names). */
+export class ConversationState {
+  constructor(fields?: { turns?: number; endpoint?: string | null; outcome?: TurnOutcome | null; history_tokens?: number;
+    held?: Held[]; updated?: number });
+  readonly turns: number;
+  /** where the last turn was answered; null: none was */
+  readonly endpoint: string | null;
+  readonly outcome: TurnOutcome | null;
+  /** the conversation's length after the last turn (its prompt and its answer) */
+  readonly history_tokens: number;
+  /** each endpoint's cached prefix */
+  readonly held: readonly Held[];
+  /** when the last turn was recorded (seconds since the epoch) */
+  readonly updated: number;
+  holds(endpoint: string): Held | null;
+  after(endpoint: string | null, turn: { inputTokens: number; outputTokens: number; onDevice: boolean; outcome: TurnOutcome; now: number }):
+    ConversationState;
+  marked(outcome: TurnOutcome): ConversationState;
+  /** the JSON text Python's to_json writes */
+  toJson(): string;
+  /** RangeError "not a conversation state: ..." for anything else */
+  static fromJson(text: string | Uint8Array): ConversationState;
+}
+
+/** Where conversation state lives: get and put, each synchronous or returning a Promise. Anything they
+ * throw (or a get giving no ConversationState) is the store failing: the turn is decided without the
+ * state (the reason says so), a turn not written is logged; never a failed request. */
+export interface ConversationStore {
+  get(conversation: string): ConversationState | null | undefined | Promise<ConversationState | null | undefined>;
+  put(conversation: string, state: ConversationState): void | Promise<void>;
+}
+
+/** Conversation state in this process, at most `maxConversations` (the least recently used dropped
+ * first; default 100,000), each forgotten `maxAgeS` after its last turn (default 3600). */
+export class MemoryStore implements ConversationStore {
+  constructor(options?: { maxConversations?: number; maxAgeS?: number });
+  readonly size: number;
+  readonly maxConversations: number;
+  readonly maxAgeS: number;
+  get(conversation: string): ConversationState | null;
+  put(conversation: string, state: ConversationState): void;
+}
+
+/** A store that could not be read or written. */
+export class ConversationStoreError extends Error {}
+
+/** How much a switch weighs: weight 0 every turn on its own, 1 the switch at its price, Infinity always
+ * stay while the last endpoint may serve; secondsPrice what a second of time to first token is worth. */
+export class Stickiness {
+  constructor(options?: { weight?: number; secondsPrice?: number });
+  readonly weight: number;
+  readonly secondsPrice: number;
+  readonly always: boolean;
+  readonly never: boolean;
+}
+
+/** The router's side of conversations (router.conversations): its store, its knob, how often the store failed. */
+export class Conversations {
+  constructor(store?: ConversationStore | null, stickiness?: Stickiness | { weight?: number; secondsPrice?: number } | null,
+    options?: { logger?: { warn(message: string): void } });
+  store: ConversationStore;
+  stickiness: Stickiness;
+  unavailable: number;
+}
+
+/** [each endpoint's switch cost in dollars, the history tokens it would read again] for a turn of
+ * `inputTokens` in a conversation in `state`, at `now` (seconds). */
+export function switchCosts(endpoints: readonly EndpointSpec[], state: ConversationState, inputTokens: number, outputTokens: number,
+  secondsPrice: number, now: number): [number[], number[]];
 
 export interface Manifest {
   modelVersion: string;
@@ -257,6 +355,12 @@ export interface RouterMethods {
   execute<T>(prompt: string | Request, endpoints: EndpointCalls<T>, options?: ExecuteOptions<T>): Promise<Execution<T>>;
   /** The two-endpoint spelling: the calls of the endpoints "edge" and "cloud". */
   execute<T>(prompt: string | Request, edge: EndpointCall<T>, cloud: EndpointCall<T>, options?: ExecuteOptions<T>): Promise<Execution<T>>;
+  /** Record a conversation's turn the app ran itself after route() (execute() and RoutedChat record theirs);
+   * false when the store could not be written. */
+  recordTurn(conversation: string, endpoint: string | null,
+    turn: { inputTokens: number; outputTokens?: number; outcome?: TurnOutcome }): Promise<boolean>;
+  /** The conversations' store and knob. */
+  conversations: Conversations;
   /** Release the onnxruntime session. */
   close(): Promise<void>;
   readonly degraded: boolean;
@@ -323,6 +427,8 @@ export interface ExecuteOptions<T> {
   metadata?: Metadata | null;
   needs?: Needs | null;
   capabilities?: CapabilityMap | null;
+  /** the request's conversation: decided with its state; the turn is recorded when the run ends */
+  conversation?: string | null;
   /** the request's deadline (a performance.now() value): each call's timeout is cut to what is left;
    * once it has passed, the endpoints left are skipped as timeouts */
   deadline?: number | null;
@@ -592,6 +698,8 @@ export interface CreateOptions {
   /** a performance.now() value by which the answer (a stream: its first token) must be there: each
    * endpoint's call is cut to what is left, and once it has passed the endpoints left are skipped */
   deadline?: number | null;
+  /** the conversation's id: the turn is decided with its state and recorded (a stream when it opens, its answer as 0 tokens) */
+  conversation?: string | null;
   /** any other chat-completions parameter, sent as is (not `model` or `messages`) */
   [param: string]: unknown;
 }

@@ -31,7 +31,7 @@ describe("Request", () => {
     assert.throws(() => new Request("hi", { needs: { json: true } }), /needs must be a Needs/);
     assert.throws(() => new Request("hi", { deadline: "soon" }), /deadline must be a performance.now\(\) value/);
     assert.throws(() => new Request("hi", { deadline: NaN }), TypeError);
-    assert.throws(() => new Request("hi", { conversation: "" }), /conversation must be a non-empty string/);
+    assert.throws(() => new Request("hi", { conversation: "" }), /conversation must be 1 to 256 printable characters, got ''/);  // as Python's
     assert.throws(() => new Request(null, { messages: [] }), /messages must be a non-empty array/);
   });
 

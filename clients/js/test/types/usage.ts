@@ -132,3 +132,19 @@ async function policies(): Promise<void> {
   }
 }
 void policies;
+
+async function conversations(): Promise<void> {
+  const { ConversationState, MemoryStore, Stickiness, switchCosts, twoEndpointSpecs, TURN_OUTCOMES } = await import("../../src/index.js");
+  const store = new MemoryStore({ maxConversations: 1000, maxAgeS: 600 });
+  const router = await Router.load("artifacts/js/bundle", { conversations: store, stickiness: new Stickiness({ weight: Infinity }) });
+  const shared = await Router.load("artifacts/js/bundle", { conversations: { get: async () => null, put: async () => {} }, stickiness: { weight: 1 } });
+  const decision: Decision = await router.route("hi", { conversation: "chat-1" });
+  const turn: number | null = decision.turn, moved: boolean | null = decision.switched;
+  const run = await router.execute("hi", () => "e", () => "c", { conversation: "chat-1" });
+  const written: boolean = await router.recordTurn("chat-1", "edge", { inputTokens: 10, outputTokens: 3, outcome: "regenerated" });
+  const state = store.get("chat-1") ?? new ConversationState();
+  const [delta, missing] = switchCosts(twoEndpointSpecs(1024), state, 10, 0, 0.003, Date.now() / 1000);
+  console.log(turn, moved, run.served_by, written, state.toJson(), ConversationState.fromJson(state.toJson()).turns, delta, missing,
+    TURN_OUTCOMES, shared.conversations.unavailable, router.conversations.stickiness.always);
+}
+void conversations;

@@ -1,5 +1,5 @@
 // Compiled by `npm run typecheck` only: the browser build's declarations as a page uses them.
-import { Endpoint, LocalModel, Request, RoutedChat, Router, parseEndpoints, type Decision } from "../../src/web.js";
+import { Endpoint, LocalModel, MemoryStore, Request, RoutedChat, Router, parseEndpoints, type Decision } from "../../src/web.js";
 
 async function page(): Promise<void> {
   const router = await Router.load(new URL("/bundle/", "https://example.test"), { publicKey: "-----BEGIN PUBLIC KEY-----",
@@ -17,5 +17,8 @@ async function page(): Promise<void> {
   const routed: Decision = await router.route(request);
   const answered = await chat.create(new Request(null, { messages: [{ role: "user", content: "Bonjour" }] }), { temperature: 0 });
   console.log(routed.endpoint, answered.text, parseEndpoints({ edge: {}, cloud: {} }).names);
+  const talking = await Router.load("/bundle/", { conversations: new MemoryStore(), stickiness: { weight: 2 } });
+  const turn = await chat.create([{ role: "user", content: "Bonjour" }], { conversation: "tab-1" });
+  console.log((await talking.route("Bonjour", { conversation: "tab-1" })).turn, turn.routing.decision.switched);
 }
 void page;

@@ -1,0 +1,313 @@
+// Conversations (src/conversations.js, Python's tests/test_conversations.py): what a turn costs where
+// (switchCosts), the knob (Stickiness) from never to always, the state and the in-memory store's
+// bounds, decisions that say their turn, and the turns execute() and RoutedChat record, against HTTP
+// servers on 127.0.0.1 (node:http) as chat.test.js runs them. Parity with Python's decisions is
+// conversation-parity.test.js's.
+import assert from "node:assert/strict";
+import http from "node:http";
+import { after, before, describe, test } from "node:test";
+import { ConversationState, ConversationStoreError, Endpoint, EndpointSpec, EndpointsFailed, Held, MemoryStore, PolicySet, Price,
+  Request, RoutedChat, Router, Stickiness, switchCosts } from "../src/index.js";
+import { BUNDLE, ENDPOINT_BUNDLE, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
+
+const NOW = 1_000_000;
+const now = () => Date.now() / 1000;
+
+/** A conversation whose last turn `endpoint` served, its whole history of `tokens` in that endpoint's cache. */
+function conversationOn(endpoint, tokens = 150, at = now()) {
+  return new ConversationState({ turns: 1, endpoint, outcome: "served", history_tokens: tokens, held: [new Held(endpoint, tokens, at)], updated: at });
+}
+
+/** route() of `prompt` in conversation "c", whose state `store` is given first. */
+function routed(router, store, state, prompt, fields = {}) {
+  if (state !== null) store.put("c", state);
+  return router.route(new Request(prompt, { ...fields, conversation: "c" }));
+}
+
+describe("what a turn costs where", () => {
+  const device = new EndpointSpec({ name: "phone", where: "device", price: new Price({ per_call: 0 }), prefill_tokens_per_s: 1000 });
+  const cached = new EndpointSpec({ name: "cached", where: "cloud", price: new Price({ per_1m_input: 2, per_1m_output: 8, per_1m_cached_input: 0.5 }) });
+  const plain = new EndpointSpec({ name: "plain", where: "cloud", price: new Price({ per_1m_input: 2, per_1m_output: 8 }) });
+
+  test("the history each cache lacks is read again, priced by its prefill rate; a provider's discount counts; caches expire", () => {
+    const state = new ConversationState({ turns: 2, endpoint: "cached", outcome: "served", history_tokens: 3000,
+      held: [new Held("phone", 2000, NOW), new Held("cached", 3000, NOW)], updated: NOW });
+    const [delta, missing] = switchCosts([device, cached, plain], state, 3500, 100, 0.01, NOW);
+    assert.deepEqual(missing, [1000, 0, 0]);  // phone: 1,000 history tokens after its prefix
+    assert.ok(Math.abs(delta[0] - 0.01) < 1e-12);  // read at 1,000 tokens/s, a second priced at $0.01
+    assert.ok(Math.abs(delta[1] - (-3000 * 1.5 / 1e6)) < 1e-15);  // its discount: 3,000 tokens at $0.5 instead of $2 per 1M
+    assert.equal(delta[2], 0);  // no cache: it reads everything on every turn, wherever the conversation was
+    const later = switchCosts([device, cached, plain], state, 3500, 100, 0.01, NOW + 301);  // five minutes on: read again
+    assert.deepEqual(later[1], [1000, 3000, 0]);
+    assert.ok(later[0][1] > 0);
+    assert.deepEqual(switchCosts([device, cached, plain], state, 3500, 100, 0.01, NOW + 300)[1], [1000, 0, 0]);  // at the limit: alive
+  });
+
+  test("a history longer than the prompt counts as the prompt", () => {
+    const phone = new EndpointSpec({ name: "phone", where: "device", price: new Price({ per_call: 0 }), prefill_tokens_per_s: 100 });
+    const state = new ConversationState({ turns: 3, endpoint: "cloud", outcome: "served", history_tokens: 5000, held: [], updated: NOW });
+    assert.deepEqual(switchCosts([phone], state, 800, 0, 1, NOW)[1], [800]);
+  });
+
+  test("Stickiness is one knob from never to always", () => {
+    assert.ok(new Stickiness({ weight: 0 }).never && !new Stickiness({ weight: 0 }).always);
+    assert.ok(new Stickiness({ weight: Infinity }).always);
+    assert.deepEqual({ ...new Stickiness() }, { weight: 1, secondsPrice: 0.003 });
+    for (const bad of [-1, NaN]) assert.throws(() => new Stickiness({ weight: bad }), RangeError);
+    for (const bad of ["1", true]) assert.throws(() => new Stickiness({ weight: bad }), TypeError);
+    assert.throws(() => new Stickiness({ weight: 1, secondsPrice: Infinity }), /secondsPrice must be finite/);
+  });
+});
+
+describe("the state and its store", () => {
+  test("a turn moves the state on and keeps the other caches; its JSON reads back", () => {
+    let state = new ConversationState().after("edge", { inputTokens: 100, outputTokens: 40, onDevice: true, outcome: "served", now: 1 });
+    state = state.after("cloud", { inputTokens: 180, outputTokens: 60, onDevice: false, outcome: "fallback", now: 2 });
+    assert.deepEqual([state.turns, state.endpoint, state.outcome, state.history_tokens], [2, "cloud", "fallback", 240]);
+    assert.deepEqual(state.holds("edge"), new Held("edge", 140, 1));  // its prompt and its answer, from turn 1
+    assert.deepEqual(state.holds("cloud"), new Held("cloud", 180, 2));  // a provider caches the prompt it was sent
+    assert.deepEqual(ConversationState.fromJson(state.toJson()), state);
+    assert.equal(state.toJson(), '{"turns":2,"endpoint":"cloud","outcome":"fallback","history_tokens":240,' +
+      '"held":[["edge",140,1.0],["cloud",180,2.0]],"updated":2.0}');  // Python's to_json, byte for byte
+    assert.equal(state.marked("regenerated").outcome, "regenerated");
+    assert.throws(() => state.after("edge", { inputTokens: 1, outputTokens: 1, onDevice: true, outcome: "great", now: 3 }), /outcome='great'/);
+    for (const bad of ["{}", "[]", '{"turns": -1}', "not json"]) assert.throws(() => ConversationState.fromJson(bad), /^RangeError: not a conversation state/);
+    assert.ok(Object.isFrozen(state) && Object.isFrozen(state.held));
+  });
+
+  test("the memory store is bounded by count (the least recently used first) and by age", () => {
+    const store = new MemoryStore({ maxConversations: 1000, maxAgeS: 60 });
+    const at = now();
+    for (let k = 0; k < 5000; k++) store.put(`c${k}`, new ConversationState({ turns: 1, endpoint: "edge", outcome: "served", history_tokens: k, updated: at }));
+    assert.equal(store.size, 1000);
+    assert.equal(store.get("c0"), null);
+    assert.notEqual(store.get("c4999"), null);
+    store.get("c4000");  // used: kept over c4001 when one more arrives
+    store.put("new", new ConversationState({ turns: 1, endpoint: "edge", outcome: "served", history_tokens: 1, updated: at }));
+    assert.notEqual(store.get("c4000"), null);
+    assert.equal(store.get("c4001"), null);
+    store.put("old", new ConversationState({ turns: 1, endpoint: "edge", outcome: "served", history_tokens: 1, updated: at - 61 }));
+    assert.equal(store.get("old"), null);  // older than maxAgeS: forgotten, and dropped when read
+    assert.equal(store.size, 999);
+    for (const bad of [{ maxConversations: 0 }, { maxAgeS: 0 }, { maxConversations: 1.5 }, { maxConversations: true }]) {
+      assert.throws(() => new MemoryStore(bad), RangeError);
+    }
+  });
+
+  test("a conversation id is 1 to 256 printable characters, as Python's", () => {
+    assert.equal(new Request("hi", { conversation: "chat-1" }).conversation, "chat-1");
+    for (const bad of ["", "x".repeat(257), "line\nbreak", "tab\there", "\u200b"]) {
+      assert.throws(() => new Request("hi", { conversation: bad }), /conversation must be 1 to 256 printable characters, got '/);
+    }
+    assert.throws(() => new Request("hi", { conversation: 7 }), TypeError);
+    assert.equal(new Request("hi", { conversation: "ok with spaces é 😀" }).conversation, "ok with spaces é 😀");
+  });
+});
+
+describe("N endpoints: the knob's ends", () => {
+  let plain, prompts;
+  before(async () => {
+    plain = await Router.load(ENDPOINT_BUNDLE, { strict: true, unfamiliarPolicy: "learned" });
+    prompts = endpointVectors().cases.filter((c) => c.id.startsWith("sim_")).slice(0, 40).map((c) => c.prompt);
+  });
+  after(() => plain.close());
+
+  test("weight 0 decides every turn on its own; a decision without a conversation reads as before", async () => {
+    const store = new MemoryStore();
+    const never = await Router.load(ENDPOINT_BUNDLE, { strict: true, unfamiliarPolicy: "learned", conversations: store, stickiness: { weight: 0 } });
+    try {
+      for (const prompt of prompts) {
+        const alone = await plain.route(prompt);
+        const turn = await routed(never, store, conversationOn("frontier"), prompt);
+        assert.deepEqual(turn.cascade, alone.cascade);
+        assert.equal(turn.turn, 2);
+        assert.equal(turn.switched, turn.endpoint !== "frontier");
+        assert.ok(!("turn" in JSON.parse(JSON.stringify(alone))) && alone.turn === null && alone.switched === null);
+        assert.deepEqual(Object.keys(turn).slice(15, 17), ["turn", "switched"]);  // after expected, as Python's to_dict
+      }
+    } finally {
+      await never.close();
+    }
+  });
+
+  test("weight Infinity stays on the last endpoint while it may serve; a policy forbidding it moves the conversation", async () => {
+    const store = new MemoryStore();
+    const always = await Router.load(ENDPOINT_BUNDLE, { strict: true, unfamiliarPolicy: "learned", conversations: store,
+      stickiness: new Stickiness({ weight: Infinity }) });
+    try {
+      for (const last of ["phone-3b", "cloud-mid", "frontier"]) {
+        for (const prompt of prompts) {
+          const decision = await routed(always, store, conversationOn(last), prompt);
+          assert.equal(decision.endpoint, last, decision.reason);
+          assert.equal(decision.switched, false);
+        }
+      }
+      const rule = { name: "no-frontier", when: { metadata: { tier: "free" } }, then: "forbid", endpoint: "frontier" };
+      always.policy = await PolicySet.parse(JSON.stringify({ rules: [rule] }), { source: "p.json", endpoints: always.policyEndpoints });
+      const decision = await routed(always, store, conversationOn("frontier"), prompts[0], { metadata: { tier: "free" } });
+      assert.ok(!decision.cascade.includes("frontier"));
+      assert.equal(decision.switched, true);
+      assert.equal(decision.rule, "no-frontier");
+      assert.match(decision.reason, /conversation turn 2 moves from frontier to /);
+    } finally {
+      await always.close();
+    }
+  });
+});
+
+describe("two endpoints", () => {
+  let router, store;
+  before(async () => {
+    store = new MemoryStore();
+    router = await Router.load(BUNDLE, { strict: true, unfamiliarPolicy: "learned", conversations: store, stickiness: { weight: Infinity } });
+  });
+  after(() => router.close());
+
+  test("always: the last side stays; a first turn says its number", async () => {
+    for (const zone of ["edge", "edge_with_cloud_fallback", "cloud"]) {
+      const prompt = promptIn(zone);
+      assert.equal((await routed(router, store, conversationOn("cloud", 1000), prompt)).endpoint, "cloud");
+      assert.equal((await routed(router, store, conversationOn("edge", 1000), prompt)).target, "edge");
+      const first = await router.route(prompt, { conversation: `first-${zone}` });
+      assert.deepEqual([first.turn, first.switched], [1, null]);
+      assert.match(first.reason, /; conversation turn 1$/);
+    }
+  });
+});
+
+// The turns a router runs.
+
+/** An OpenAI-compatible server on 127.0.0.1: answers with `usage.completion_tokens` of `tokens`, or fails with `status`. */
+async function server({ status = 200, tokens = 7, name = "cloud" } = {}) {
+  const received = [];
+  const http_ = http.createServer(async (req, res) => {
+    let body = "";
+    for await (const part of req) body += part;
+    received.push(JSON.parse(body));
+    if (status !== 200) {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end('{"error": {"message": "overloaded"}}');
+      return;
+    }
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ id: "c", object: "chat.completion", model: "m",
+      choices: [{ index: 0, message: { role: "assistant", content: `answer from ${name}` }, finish_reason: "stop" }],
+      usage: { prompt_tokens: 10, completion_tokens: tokens } }));
+  });
+  await new Promise((resolve) => http_.listen(0, "127.0.0.1", resolve));
+  return { received, url: `http://127.0.0.1:${http_.address().port}/v1`,
+    close: () => { http_.closeAllConnections(); return new Promise((resolve) => http_.close(resolve)); } };
+}
+
+describe("the turns execute() and RoutedChat record", () => {
+  let router, store;
+  before(async () => {
+    store = new MemoryStore();
+    router = await Router.load(BUNDLE, { strict: true, conversations: store, stickiness: new Stickiness({ weight: Infinity }) });
+  });
+  after(() => router.close());
+
+  test("RoutedChat: each turn where it was served and how, the answer's tokens from its usage", async () => {
+    const edge = await server({ status: 503 }), cloud = await server({ tokens: 11 });
+    try {
+      const chat = new RoutedChat(router, { edge: new Endpoint({ baseUrl: edge.url, model: "e" }), cloud: new Endpoint({ baseUrl: cloud.url, model: "c" }) });
+      const messages = [{ role: "user", content: promptIn("edge") }];
+      const first = await chat.create(messages, { conversation: "talk" });
+      assert.deepEqual([first.routing.served_by, first.text, edge.received.length], ["cloud", "answer from cloud", 1]);
+      const tokens = first.routing.decision.n_tokens;
+      let state = store.get("talk");
+      assert.deepEqual([state.turns, state.endpoint, state.outcome, state.history_tokens], [1, "cloud", "fallback", tokens + 11]);
+      assert.deepEqual([state.holds("cloud").tokens, state.holds("edge")], [tokens, null]);  // a provider caches the prompt
+      assert.deepEqual([first.routing.decision.turn, first.routing.decision.switched], [1, null]);
+      // the second turn, in a Request holding the messages: always stay on the cloud, where the last one ran
+      const next = [...messages, { role: "assistant", content: first.text }, { role: "user", content: "and why?" }];
+      const second = await chat.create(new Request(null, { messages: next, conversation: "talk" }));
+      assert.deepEqual([second.routing.decision.turn, second.routing.decision.endpoint, second.routing.decision.switched], [2, "cloud", false]);
+      assert.equal(edge.received.length, 1);  // the edge was not tried again
+      state = store.get("talk");
+      assert.deepEqual([state.turns, state.endpoint, state.outcome], [2, "cloud", "served"]);
+    } finally {
+      await edge.close();
+      await cloud.close();
+    }
+  });
+
+  test("execute(): served, rejected, failed; the answer counted with the bundle's tokenizer when it reports no usage", async () => {
+    const prompt = promptIn("edge_with_cloud_fallback");
+    const served = await router.execute(prompt, () => "four", () => "cloud says four", { conversation: "calls" });
+    assert.equal(served.served_by, "edge");
+    let state = store.get("calls");
+    assert.deepEqual([state.turns, state.endpoint, state.outcome], [1, "edge", "served"]);
+    assert.equal(state.history_tokens, served.decision.n_tokens + router.routing.rules.countTokens("four"));
+    assert.equal(state.holds("edge").tokens, state.history_tokens);  // the device's cache holds its prompt and its answer
+    const rejected = await router.execute(new Request(prompt, { conversation: "rejected" }), () => "five", () => "four",
+      { accept: () => false });
+    assert.equal(rejected.served_by, "cloud");
+    assert.equal(store.get("rejected").outcome, "rejected");
+    await assert.rejects(router.execute(prompt, () => { throw new Error("asleep"); }, () => { throw new Error("down"); },
+      { conversation: "calls" }), EndpointsFailed);
+    state = store.get("calls");
+    assert.deepEqual([state.turns, state.endpoint, state.outcome], [2, null, "failed"]);
+    assert.equal(state.holds("edge").tokens, served.decision.n_tokens + router.routing.rules.countTokens("four"));  // kept
+  });
+
+  test("recordTurn() for turns the app runs itself", async () => {
+    assert.equal(await router.recordTurn("own", "edge", { inputTokens: 400, outputTokens: 50 }), true);
+    assert.deepEqual([store.get("own").history_tokens, store.get("own").outcome], [450, "served"]);
+    assert.equal(await router.recordTurn("own", "edge", { inputTokens: 400, outputTokens: 50, outcome: "regenerated" }), true);
+    assert.equal(store.get("own").outcome, "regenerated");
+    await assert.rejects(router.recordTurn("own", "mars", { inputTokens: 1 }), /endpoint='mars': this router's endpoints are edge, cloud/);
+    await assert.rejects(router.recordTurn("own", "edge", { inputTokens: 1, outcome: "great" }), /outcome='great'/);
+    await assert.rejects(router.recordTurn("", "edge", { inputTokens: 1 }), /conversation must be 1 to 256/);
+  });
+});
+
+describe("stores", () => {
+  test("an asynchronous store (Promises from get and put) keeps the turns", async () => {
+    const kept = new Map();
+    const store = { get: async (id) => kept.get(id) ?? null, put: async (id, state) => { kept.set(id, state); } };
+    const router = await Router.load(BUNDLE, { strict: true, conversations: store, stickiness: { weight: Infinity } });
+    try {
+      const first = await router.execute(promptIn("edge"), () => "edge answer", () => "cloud answer", { conversation: "a" });
+      const decision = await router.route(promptIn("cloud"), { conversation: "a" });
+      assert.deepEqual([decision.turn, decision.endpoint], [2, first.served_by]);  // always stay
+      assert.equal(kept.get("a").turns, 1);
+      const json = await router.recordTurn("a", "cloud", { inputTokens: 10 });
+      assert.equal(json, true);
+      assert.equal(ConversationState.fromJson(kept.get("a").toJson()).turns, 2);
+    } finally {
+      await router.close();
+    }
+  });
+
+  test("a store that fails never fails a request: decided on its own, the reason says so, the answer kept", async () => {
+    const logger = quietLogger();
+    const down = { get: () => { throw new Error("connection refused"); }, put: async () => { throw new ConversationStoreError("read-only"); } };
+    const router = await Router.load(BUNDLE, { strict: true, conversations: down, logger });
+    const plain = await Router.load(BUNDLE, { strict: true });
+    try {
+      const prompt = promptIn("edge_with_cloud_fallback");
+      const decision = await router.route(new Request(prompt, { conversation: "lost" }));
+      assert.equal(decision.turn, null);
+      assert.match(decision.reason, /; conversation state unavailable \(conversation store: reading 'lost': Error: connection refused\): decided as a turn on its own$/);
+      assert.deepEqual(decision.cascade, (await plain.route(prompt)).cascade);
+      const execution = await router.execute(prompt, () => "edge", () => "cloud", { conversation: "lost" });
+      assert.ok(["edge", "cloud"].includes(execution.response));  // the answer is never lost for it
+      assert.equal(router.conversations.unavailable, 3);  // two reads (route, execute) and the write
+      assert.equal(await router.recordTurn("lost", "edge", { inputTokens: 5 }), false);
+      assert.ok(logger.messages.some((m) => m.startsWith("conversation state not written")));
+      const wrong = { get: () => ({ turns: 1 }), put: () => {} };  // not a ConversationState: the store failed
+      router.conversations.store = wrong;
+      assert.match((await router.route(prompt, { conversation: "x" })).reason, /got object, not a ConversationState/);
+    } finally {
+      await router.close();
+      await plain.close();
+    }
+  });
+
+  test("Router.load refuses a store without get and put, and a bad knob, before loading", async () => {
+    await assert.rejects(Router.load(BUNDLE, { conversations: new Map() }), /conversations must be a store/);
+    await assert.rejects(Router.load(BUNDLE, { conversations: { get() {} } }), TypeError);
+    await assert.rejects(Router.load(BUNDLE, { stickiness: { weight: -1 } }), RangeError);
+  });
+});
