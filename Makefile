@@ -191,6 +191,8 @@ JS_ENDPOINT_VECTORS ?= artifacts/js/endpoint-vectors.json
 JS_POLICY_VECTORS   ?= artifacts/js/policy-vectors.json
 # clients/js/scripts/execute_vectors.py: the Python SDK's execute outcomes on scripted endpoints (clients/js/test/execute-parity.test.js)
 JS_EXECUTE_VECTORS  ?= artifacts/js/execute-vectors.json
+# clients/js/scripts/conversation_vectors.py: the Python SDK's conversation turns on both bundles (clients/js/test/conversation-parity.test.js)
+JS_CONVERSATION_VECTORS ?= artifacts/js/conversation-vectors.json
 $(JS_ENDPOINT_BUNDLE)/manifest.json: | $(STAMP)
 	$(BIN)/python -m pipelines.endpoints --n 3000 --folds 3 --out artifacts/js/endpoint-report --bundle $(JS_ENDPOINT_BUNDLE)
 
@@ -202,12 +204,15 @@ test-js: $(STAMP) system-packages $(JS_BUNDLE)/manifest.json $(JS_ENDPOINT_BUNDL
 	$(BIN)/python clients/js/scripts/endpoint_vectors.py --bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_ENDPOINT_VECTORS)
 	$(BIN)/python clients/js/scripts/policy_vectors.py --bundle $(JS_BUNDLE) --endpoint-bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_POLICY_VECTORS)
 	$(BIN)/python clients/js/scripts/execute_vectors.py --out $(JS_EXECUTE_VECTORS)
+	$(BIN)/python clients/js/scripts/conversation_vectors.py --bundle $(JS_BUNDLE) --endpoint-bundle $(JS_ENDPOINT_BUNDLE) --out $(JS_CONVERSATION_VECTORS)
 	cd clients/js && npm ci --ignore-scripts --no-audit --no-fund && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
 		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) \
-		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) ROUTER_EXECUTE_VECTORS=$(abspath $(JS_EXECUTE_VECTORS)) npm test
+		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) ROUTER_EXECUTE_VECTORS=$(abspath $(JS_EXECUTE_VECTORS)) \
+		ROUTER_CONVERSATION_VECTORS=$(abspath $(JS_CONVERSATION_VECTORS)) npm test
 	cd clients/js && ROUTER_BUNDLE=$(abspath $(JS_BUNDLE)) ROUTER_VECTORS=$(abspath $(JS_VECTORS)) \
 		ROUTER_ENDPOINT_BUNDLE=$(abspath $(JS_ENDPOINT_BUNDLE)) ROUTER_ENDPOINT_VECTORS=$(abspath $(JS_ENDPOINT_VECTORS)) \
-		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) ROUTER_EXECUTE_VECTORS=$(abspath $(JS_EXECUTE_VECTORS)) npm run test:browser
+		ROUTER_POLICY_VECTORS=$(abspath $(JS_POLICY_VECTORS)) ROUTER_EXECUTE_VECTORS=$(abspath $(JS_EXECUTE_VECTORS)) \
+		ROUTER_CONVERSATION_VECTORS=$(abspath $(JS_CONVERSATION_VECTORS)) npm run test:browser
 
 # The JS SDK's speed (clients/js/scripts/bench.mjs), a benchmark: route() p50 / p90 in Node and in headless Chromium at
 # pipelines/bench.py's ~16- and ~128-token prompts next to the Python SDK's on the same prompts in the same run, load

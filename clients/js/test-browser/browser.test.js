@@ -6,8 +6,8 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { test } from "node:test";
 import { PACKAGE, fileUnder, serveStatic } from "../demo/serve.mjs";
-import { BUNDLE, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, EXECUTE_VECTORS, POLICY_VECTORS, VECTORS, endpointVectors, executeVectors, policyVectors,
-  vectors } from "../test/fixtures.js";
+import { BUNDLE, CONVERSATION_VECTORS, ENDPOINT_BUNDLE, ENDPOINT_VECTORS, EXECUTE_VECTORS, POLICY_VECTORS, VECTORS, conversationVectors,
+  endpointVectors, executeVectors, policyVectors, vectors } from "../test/fixtures.js";
 import { launchChromium } from "./chromium.js";
 
 /** The file a URL path names: the package (/pkg/), the bundle (/bundle/), the bundle with its
@@ -19,6 +19,11 @@ function fileFor(urlPath) {
   if (root === "endpoint-vectors.json") return ENDPOINT_VECTORS;
   if (root === "policy-vectors.json") return POLICY_VECTORS;
   if (root === "execute-vectors.json") return EXECUTE_VECTORS;
+  if (root === "conversation-vectors.json") return CONVERSATION_VECTORS;
+  // /conversations/<two|n>/<i>/<file>: a conversation vectors' bundle variant (its manifest below, in handle)
+  if (root === "conversations" && /^(two|n)\/[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) {
+    return path.join(rest[0] === "two" ? BUNDLE : ENDPOINT_BUNDLE, rest[2]);
+  }
   if (root === "endpoints" && /^[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(ENDPOINT_BUNDLE, rest[1]);
   if (root === "page.html") return path.join(PACKAGE, "test-browser/page.html");
   if (root === "pkg") return fileUnder(PACKAGE, name);
@@ -88,6 +93,14 @@ function serve(onResult) {
         response.end(variant[2] === "manifest.json" ? text : "");
         return true;
       }
+      // /conversations/<kind>/<i>/: a variant of the conversation vectors, unsigned when its manifest is edited
+      const talk = /^\/conversations\/(two|n)\/([0-9]+)\/(manifest\.json|manifest\.sig)$/.exec(url.pathname);
+      const edited = talk ? conversationVectors().bundles[talk[1]].variants[Number(talk[2])]?.manifest_text : null;
+      if (talk && edited !== null && edited !== undefined) {
+        if (talk[3] === "manifest.sig") response.writeHead(404);
+        response.end(talk[3] === "manifest.json" ? edited : "");
+        return true;
+      }
       if (url.pathname === "/signed/manifest.sig") {
         response.end(Buffer.from(vectors().signature.signature_hex, "hex"));
         return true;
@@ -102,6 +115,7 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
   endpointVectors();
   policyVectors();
   executeVectors();
+  conversationVectors();
   let resolveResult;
   const result = new Promise((resolve) => { resolveResult = resolve; });
   const browser = await launchChromium();  // first: without a Chromium, nothing is left open
@@ -147,6 +161,13 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
     console.log(`browser: execute parity: ${executions.scenarios} scenarios (${JSON.stringify(executions.kinds)}, ${executions.timeouts} with a timeout)`);
     assert.deepEqual(executions.mismatches, []);
     assert.equal(executions.scenarios, executeVectors().scenarios.length);
+    const { conversations } = summary;
+    console.log(`browser: conversations: ${conversations.decisions} decisions equal (${conversations.moves} move, ${conversations.stays} stay, ` +
+      `${conversations.shifted} scores moved for the switch), ${conversations.routed} through route() and a store, ${conversations.switchCosts} ` +
+      `switchCosts rows, ${conversations.json} JSON texts`);
+    assert.deepEqual(conversations.mismatches, []);
+    assert.equal(conversations.decisions + conversations.errors,
+      Object.values(conversationVectors().bundles).reduce((n, b) => n + b.decisions.length, 0));
     const { nChat } = summary;
     const [first, second, third] = nChat.cascade;
     assert.deepEqual([nChat.served, nChat.text], [third, `answer from ${third}`]);

@@ -2,7 +2,9 @@
 // to /result, which browser.test.js checks. The bundle is served at /bundle/, the same bundle
 // with training.keys' signature at /signed/.
 import * as ort from "onnxruntime-web";
-import { Endpoint, Needs, NoFeasibleEndpoint, PolicySet, RoutedChat, Router, RuleRouter, detect } from "/pkg/src/web.js";
+import { ConversationState, Conversations, Endpoint, Held, Needs, NoFeasibleEndpoint, PolicySet, Request, RoutedChat, Router, RuleRouter,
+  Stickiness, detect, switchCosts } from "/pkg/src/web.js";
+import { replayConversations } from "/pkg/test/shared/conversation-parity.js";
 import { replayScenarios } from "/pkg/test/shared/policy-parity.js";
 import { replayExecutions } from "/pkg/test/shared/execute-parity.js";
 import { errorClass, execute } from "/pkg/src/execute.js";
@@ -85,6 +87,7 @@ async function run() {
   summary.executions = await replayExecutions(await (await fetch("/execute-vectors.json")).json(),
     { execute, errorClass, decisionOf, parseEndpoints });
   summary.nChat = await nEndpointChat();
+  summary.conversations = await conversationParity();
   return summary;
 }
 
@@ -125,6 +128,15 @@ async function nEndpointChat() {
   for await (const c of stream) text += c.choices[0]?.delta?.content ?? "";
   return { cascade, served: completion.routing.served_by, tried: completion.routing.tried.map((t) => t.label()), text: completion.text,
     streamServed: stream.routing.served_by, streamTried: stream.routing.tried.map((t) => t.label()), streamText: text };
+}
+
+/** The conversation vectors (scripts/conversation_vectors.py) on both bundles' variants (/conversations/<kind>/<i>/). */
+async function conversationParity() {
+  const vectors = await (await fetch("/conversation-vectors.json")).json();
+  const load = (kind, index, variant) => Router.load(`${location.origin}/conversations/${kind}/${index}/`,
+    { strict: true, unfamiliarPolicy: variant.unfamiliar_policy });
+  return replayConversations(vectors, load, { Request, ConversationState, Held, Conversations, Stickiness, PolicySet, NoFeasibleEndpoint,
+    switchCosts }, { routeEvery: 20 });
 }
 
 /** The policy vectors (scripts/policy_vectors.py) on the two bundles, and the detectors' findings. */

@@ -102,3 +102,18 @@ export function executeVectors() {
   executeCached ??= JSON.parse(fs.readFileSync(EXECUTE_VECTORS, "utf8"));
   return executeCached;
 }
+
+// The Python SDK's conversation turns on both bundles (scripts/conversation_vectors.py):
+// ROUTER_CONVERSATION_VECTORS, else what `make test-js` writes.
+export const CONVERSATION_VECTORS = process.env.ROUTER_CONVERSATION_VECTORS || path.join(REPO, "artifacts/js/conversation-vectors.json");
+
+let conversationCached;
+/** The conversation vectors document, read once per test file; a missing file fails with the command. */
+export function conversationVectors() {
+  if (!fs.existsSync(CONVERSATION_VECTORS)) {
+    throw new Error(`no conversation vectors at ${CONVERSATION_VECTORS}: run \`make test-js\` from the repository root (or set ` +
+      "ROUTER_CONVERSATION_VECTORS; clients/js/scripts/conversation_vectors.py writes them)");
+  }
+  conversationCached ??= JSON.parse(fs.readFileSync(CONVERSATION_VECTORS, "utf8"));
+  return conversationCached;
+}

@@ -1,0 +1,419 @@
+"""The Python SDK's conversation turns on the JS SDK's two bundles, as JSON, so that the JS SDK can be
+held to them (clients/js/test/conversation-parity.test.js and the browser tests):
+
+    .venv/bin/python clients/js/scripts/conversation_vectors.py --bundle artifacts/js/bundle \\
+        --endpoint-bundle artifacts/js/endpoint-bundle --out artifacts/js/conversation-vectors.json
+
+For each bundle (`two`: the two-endpoint bundle; `n`: the four-endpoint one), decisions of requests
+in a conversation whose state is given (serving.conversations: none yet, a turn no endpoint answered,
+the last turn on each endpoint with histories of several lengths, several caches held, a provider's
+cache expired or exactly at its age limit, a device's old cache, an endpoint this bundle does not
+have), under several Stickiness knobs (weight 0, 1, 2.5, inf; seconds_price 0, 0.003, 0.05, 0.5),
+with and without a policy that forbids the endpoint that answered the last turn. Every decision is
+made at the fixed time NOW (Chooser.turns(now=...)), the states' times relative to it, so both SDKs
+read the same cache ages. The steps are Chooser.decisions' own (feasible, turns, the rule), one
+request at a time so that a request no endpoint may serve is written as its NoFeasibleEndpoint.
+
+Variants: the bundle as it is, and for the N-endpoint bundle its manifest edited (re-digested,
+unsigned; `manifest_text` holds it, so the other runtime loads these bytes): prompt caches on the
+per-token clouds (per_1m_cached_input a tenth of per_1m_input) and a prefill rate declared on one,
+under its own choice rule and the two others; and loaded with other unfamiliar policies. `degraded`
+rows: the scores of a bundle that could not score (the rule table for two endpoints, price order for
+N). `switch_costs`: switch_costs itself on each variant's endpoints. `json`: ConversationState.to_json
+texts, and texts from_json refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+if importlib.util.find_spec("serving") is None:  # PYTHONPATH may name another checkout of the SDK
+    sys.path.insert(0, str(ROOT))
+else:  # the repository's other packages (pipelines), after the SDK found first
+    sys.path.append(str(ROOT))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+FORMAT = 1
+NOW = 1_000_000.0
+CONVERSATION = "chat-1"
+TWO_PROMPTS = (
+    "empty",
+    "greeting",
+    "thanks",
+    "long_words",
+    "many_tokens",
+    "over_edge_context",
+    "one_word_150",
+    "subwords",
+    "emoji",
+    "japanese",
+    "arabic",
+    "controls",
+    "latex",
+    "code",
+    "options",
+    "currency",
+    "percent",
+    "answer_cue",
+    "domains",
+    "law_boundaries",
+    "finance_words",
+    "digits",
+    "thai",
+    "cyrillic",
+)
+N_PROMPTS = ("empty", "emoji_only", "thai", "long_words", "code", "latex")
+# (weight, seconds_price): every turn on its own, priced at the default, priced with a second worth much,
+# priced with time free, weighed more than its price, always stay.
+STICKINESS = ((0.0, 0.003), (1.0, 0.003), (1.0, 0.5), (1.0, 0.0), (2.5, 0.05), (math.inf, 0.003))
+FEW = (1, 2, 5)  # the knobs the extra variants and the policy rows run
+HISTORIES = (150, 1000, 10_000)
+DEGRADED_NOTE = "degraded: scoring failed: RuntimeError('vectors')"
+
+
+def state_cases(names: list[str], on_device: list[bool]) -> list[tuple[str, object]]:
+    """(id, ConversationState or None) for a bundle's endpoints (module doc)."""
+    from serving.conversations._state import ConversationState, Held
+
+    def on(endpoint: str, tokens: int, age: float = 10.0, *others: Held) -> ConversationState:
+        at = NOW - age
+        return ConversationState(1, endpoint, "served", tokens, (*others, Held(endpoint, tokens, at)), at)
+
+    device = [n for n, d in zip(names, on_device) if d]
+    clouds = [n for n, d in zip(names, on_device) if not d]
+    cases: list[tuple[str, object]] = [
+        ("first", None),
+        ("none_answered", ConversationState(2, None, "failed", 300, (), NOW - 20)),
+    ]
+    for name in names:
+        for tokens in HISTORIES:
+            cases.append((f"on_{name}_{tokens}", on(name, tokens)))
+    for cloud in clouds:  # the device holds an earlier prefix, the cloud the last turn
+        cases.append((f"{cloud}_after_device", on(cloud, 1000, 10.0, Held(device[0], 400, NOW - 200))))
+    for cloud in clouds[-2:]:
+        cases.append((f"{cloud}_expired", on(cloud, 1000, 301.0)))
+        cases.append((f"{cloud}_at_ttl", on(cloud, 1000, 300.0)))
+    cases.append((f"{device[0]}_old", on(device[0], 1000, 100_000.0)))
+    # the last turn on a cloud, an earlier one on another cloud within its cache's life
+    if len(clouds) > 1:
+        cases.append(
+            (f"{clouds[-1]}_after_{clouds[-2]}", on(clouds[-1], 2000, 30.0, Held(clouds[-2], 1500, NOW - 120)))
+        )
+    cases.append(("unknown_endpoint", on("mars", 1000, 5.0, Held(device[0], 800, NOW - 60))))
+    return cases
+
+
+def forbid(endpoint: str) -> dict:
+    return {
+        "rules": [
+            {"name": f"no-{endpoint}", "when": {"metadata": {"tier": "free"}}, "then": "forbid", "endpoint": endpoint}
+        ]
+    }
+
+
+def with_caches(data: dict) -> None:
+    """Prompt caches on the per-token clouds (a tenth of the input price), a prefill rate on the first."""
+    declared = False
+    for spec in data["endpoints"]["endpoints"]:
+        price = spec.get("price", {})
+        if price.get("per_1m_input"):
+            price["per_1m_cached_input"] = price["per_1m_input"] / 10
+            if not declared:
+                spec["prefill_tokens_per_s"] = 20_000.0
+                declared = True
+
+
+def edited(bundle: Path, folder: Path, edit) -> str:
+    """`bundle` copied into `folder` with its manifest edited, re-digested and unsigned; its manifest text."""
+    from serving.bundle._bundle import manifest_digest
+
+    shutil.copytree(bundle, folder)
+    (folder / "manifest.sig").unlink(missing_ok=True)
+    data = json.loads((folder / "manifest.json").read_text())
+    edit(data)
+    data["manifest_sha256"] = manifest_digest(data)
+    text = json.dumps(data, indent=2)
+    (folder / "manifest.json").write_text(text)
+    return text
+
+
+def with_rule(rule: str, parameter: float):
+    from endpoint_vectors import VARIANT_KEY
+
+    def edit(data: dict) -> None:
+        with_caches(data)
+        choice = data["endpoints"]["choice"]
+        data["endpoints"]["choice"] = {
+            **{k: v for k, v in choice.items() if k not in ("rule", "margin", "price", "start_margin")},
+            "rule": rule,
+            VARIANT_KEY[rule]: parameter,
+        }
+
+    return edit
+
+
+def variant(name: str, folder: Path, text: str | None = None, unfamiliar: str | None = None, **how: object) -> dict:
+    """One bundle variant: its name, folder, edited manifest (None: the bundle's own) and unfamiliar policy,
+    and what it is asked: `knobs` (indices of STICKINESS), `precisions`, `policies` (rows with a policy
+    forbidding the last endpoint), `degraded` (rows of a bundle that cannot score), `unfamiliar_only`."""
+    return {"name": name, "folder": folder, "manifest_text": text, "unfamiliar_policy": unfamiliar, **how}
+
+
+def knob(index: int) -> dict:
+    weight, seconds = STICKINESS[index]
+    return {"weight": "inf" if math.isinf(weight) else weight, "seconds_price": seconds}
+
+
+def decide_one(chooser, routing, request, scores, policy, state, stickiness) -> dict:
+    """Chooser.decisions for one request at NOW: the decision, or the NoFeasibleEndpoint."""
+    from serving.policy import NoFeasibleEndpoint
+
+    try:
+        feasible = chooser.feasible((request,), scores.n_tokens, policy, None)
+        feasible.turns = chooser.turns(
+            (request,), feasible.tokens, (state,), stickiness, routing.output_tokens, now=NOW
+        )
+        decision = chooser.rule.decide(chooser, (request,), scores, feasible)[0]
+        return {"decision": decision.to_dict(), "switch_costs": decision.switch_costs}  # the one field to_dict leaves out
+    except NoFeasibleEndpoint as error:
+        return {"error": "NoFeasibleEndpoint", "message": str(error), "rules": list(error.rules)}
+
+
+def bundle_vectors(variants: list[dict], cases: list[tuple[str, str]], kind: str) -> dict:
+    """Every variant's decisions on `cases` (module doc)."""
+    from serving import Router
+    from serving.conversations._switch import Stickiness
+    from serving.policy import PolicySet
+    from serving.routing._request import Request
+    from serving.scoring._scorer import Scores
+
+    knobs = [Stickiness(w, s) for w, s in STICKINESS]
+    decisions: list[dict] = []
+    written: list[dict] = []
+    states: list[tuple[str, object]] = []
+    policies: list[dict] = []
+    endpoint_sets: list[tuple[int, tuple]] = []  # the main variants' endpoints, for switch_costs' own rows
+    for v, variant in enumerate(variants):
+        folder = variant["folder"]
+        router = Router.load(folder, strict=True, unfamiliar_policy=variant["unfamiliar_policy"])
+        routing = router._routing
+        chooser = routing.chooser
+        names = list(chooser.names)
+        if not states:
+            states = state_cases(names, list(chooser.on_device))
+            policies = [{"endpoint": n, "policy": forbid(n)} for n in names]
+        sets = {n: PolicySet.from_dict(forbid(n), endpoints=names) for n in names}
+        if variant["policies"]:
+            endpoint_sets.append((v, chooser.endpoints))
+        knobs_here = variant["knobs"]
+        for c, (_, prompt) in enumerate(cases):
+            for precision in variant["precisions"]:
+                plain = Request(prompt, precision=precision, conversation=CONVERSATION)
+                free = Request(prompt, precision=precision, metadata={"tier": "free"}, conversation=CONVERSATION)
+                scores = routing.scores((plain,))
+                if variant["unfamiliar_only"] and (scores.novelty is None or scores.novelty[0] <= 1.0):
+                    continue  # an unfamiliar policy decides only unfamiliar prompts
+                for s, (_, state) in enumerate(states):
+                    for k in knobs_here:
+                        row = {
+                            "variant": v,
+                            "case": c,
+                            "precision": precision,
+                            "state": s,
+                            "stickiness": k,
+                            "policy": None,
+                        }
+                        decisions.append({**row, **decide_one(chooser, routing, plain, scores, None, state, knobs[k])})
+                    last = getattr(state, "endpoint", None)
+                    if variant["policies"] and last in sets:  # a policy forbidding the last endpoint
+                        for k in FEW:
+                            row = {"variant": v, "case": c, "precision": precision, "state": s, "stickiness": k}
+                            decision = decide_one(chooser, routing, free, scores, sets[last], state, knobs[k])
+                            decisions.append({**row, "policy": names.index(last), **decision})
+                if variant["degraded"] and precision is None:  # what a bundle that cannot score decides
+                    counts = [routing._rules.count_tokens(prompt)]
+                    degraded = Scores(counts, note=DEGRADED_NOTE)
+                    for s, (_, state) in enumerate(states):
+                        for k in FEW:
+                            row = {
+                                "variant": v,
+                                "case": c,
+                                "precision": precision,
+                                "state": s,
+                                "stickiness": k,
+                                "policy": None,
+                            }
+                            decisions.append(
+                                {
+                                    **row,
+                                    "degraded": True,
+                                    **decide_one(chooser, routing, plain, degraded, None, state, knobs[k]),
+                                }
+                            )
+        written.append({key: variant[key] for key in ("name", "manifest_text", "unfamiliar_policy")})
+    return {
+        "kind": kind,
+        "endpoints": names,
+        "variants": written,
+        "cases": [{"id": i, "prompt": p} for i, p in cases],
+        "states": [{"id": i, "text": None if st is None else st.to_json()} for i, st in states],
+        "policies": policies,
+        "decisions": decisions,
+        "switch_costs": switch_cost_rows(endpoint_sets, states),
+    }
+
+
+def switch_cost_rows(endpoint_sets: list[tuple[int, tuple]], states: list[tuple[str, object]]) -> list[dict]:
+    """switch_costs on each variant's endpoints, for every state, prompt length, answer length, price of a second."""
+    from serving.conversations._switch import switch_costs
+
+    rows = []
+    for v, endpoints in endpoint_sets:
+        for s, (_, state) in enumerate(states):
+            if state is None:
+                continue
+            for tokens in (20, 700, 5000):
+                for output in (0.0, 250.0):
+                    for seconds in (0.0, 0.003, 0.5):
+                        delta, missing = switch_costs(endpoints, state, tokens, output, seconds, NOW)
+                        rows.append(
+                            {
+                                "variant": v,
+                                "state": s,
+                                "input_tokens": tokens,
+                                "output_tokens": output,
+                                "seconds_price": seconds,
+                                "delta": list(delta),
+                                "missing": list(missing),
+                            }
+                        )
+    return rows
+
+
+def json_cases() -> dict:
+    """to_json texts of states (JS must write the same text) and texts from_json refuses."""
+    from serving.conversations._state import ConversationState
+
+    state = ConversationState().after(
+        "edge", input_tokens=100, output_tokens=40, on_device=True, outcome="served", now=NOW
+    )
+    state = state.after("cloud", input_tokens=180, output_tokens=60, on_device=False, outcome="fallback", now=NOW + 1.5)
+    texts = [state.to_json(), ConversationState().to_json(), state.marked("regenerated").to_json()]
+    bad = [
+        "{}",
+        "[]",
+        '{"turns": -1}',
+        "not json",
+        '{"turns":1.0,"endpoint":null,"outcome":null,"history_tokens":0,"held":[],"updated":0.0}',
+        '{"turns":1,"endpoint":null,"outcome":"great","history_tokens":0,"held":[],"updated":0.0}',
+        '{"turns":1,"endpoint":null,"outcome":null,"history_tokens":0,"held":[["e",1]],"updated":0.0}',
+        '{"turns":1,"endpoint":null,"outcome":null,"history_tokens":true,"held":[],"updated":0.0}',
+    ]
+    refused = []
+    for text in bad:
+        try:
+            ConversationState.from_json(text)
+            refused.append({"text": text, "refused": False})
+        except ValueError:
+            refused.append({"text": text, "refused": True})
+    return {"texts": texts, "refused": refused}
+
+
+def main() -> None:
+    from endpoint_vectors import VARIANT_PARAMETERS, simulated_prompts
+
+    from pipelines.vectors import checked_round_trip, hard_cases
+    from serving.bundle._bundle import read_bundle
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", type=Path, required=True, help="the two-endpoint bundle (make test-js's)")
+    parser.add_argument("--endpoint-bundle", type=Path, required=True, help="an N-endpoint bundle")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    two_manifest = read_bundle(args.bundle).manifest
+    n_manifest = read_bundle(args.endpoint_bundle).manifest
+    section = n_manifest.endpoints
+    if section is None or two_manifest.endpoints is not None:
+        raise SystemExit("--bundle must be a two-endpoint bundle, --endpoint-bundle an N-endpoint one")
+
+    hard = dict(hard_cases())
+    talk = [
+        (f"history_{k}", f"Topic {k}. Background, part {k}: " + "the earlier discussion went on at length. " * (10 * k))
+        for k in (1, 3, 6, 12)
+    ]
+    two_cases = checked_round_trip([(i, hard[i]) for i in TWO_PROMPTS] + talk)
+    simulated = [(f"sim_{i:02d}", p) for i, p in enumerate(simulated_prompts()[:12])]
+    odd = [(i, hard[i]) for i in N_PROMPTS]
+    n_cases = checked_round_trip(simulated + odd + [("over_4k", "word " * 5000), ("over_8k", "tell me, " * 6000)])
+
+    everything = tuple(range(len(STICKINESS)))
+    main_knobs = {"knobs": everything, "precisions": (None,), "unfamiliar_only": False}
+    extra_knobs = {"knobs": FEW, "precisions": (None,), "policies": False, "degraded": False}
+    with tempfile.TemporaryDirectory(prefix="conversation-vectors-") as folder:
+        tmp = Path(folder)
+        two_variants = [variant("bundle", args.bundle, **main_knobs, policies=True, degraded=True)]
+        for policy in ("rule_table", "learned", "edge_with_cloud_fallback"):
+            if policy != (two_manifest.novelty or {}).get("policy"):
+                two_variants.append(
+                    variant(f"unfamiliar_{policy}", args.bundle, unfamiliar=policy, **extra_knobs, unfamiliar_only=True)
+                )
+        cached = tmp / "cached"
+        cached_text = edited(args.endpoint_bundle, cached, with_caches)
+        n_variants = [
+            variant("bundle", args.endpoint_bundle, **main_knobs, policies=False, degraded=False),
+            variant("cached", cached, cached_text, **main_knobs, policies=True, degraded=True),
+        ]
+        for rule, parameter in VARIANT_PARAMETERS.items():
+            if rule != section.rule:
+                text = edited(args.endpoint_bundle, tmp / f"cached-{rule}", with_rule(rule, parameter))
+                n_variants.append(
+                    variant(f"cached_{rule}", tmp / f"cached-{rule}", text, **extra_knobs, unfamiliar_only=False)
+                )
+        for policy in ("rule_table", "learned"):
+            if policy != (n_manifest.novelty or {}).get("policy"):
+                n_variants.append(
+                    variant(
+                        f"cached_unfamiliar_{policy}", cached, cached_text, policy, **extra_knobs, unfamiliar_only=True
+                    )
+                )
+        two = bundle_vectors(two_variants, two_cases, "two")
+        n = bundle_vectors(n_variants, n_cases, "n")
+
+    document = {
+        "format": FORMAT,
+        "now": NOW,
+        "conversation": CONVERSATION,
+        "stickiness": [knob(k) for k in range(len(STICKINESS))],
+        "degraded_note": DEGRADED_NOTE,
+        "bundles": {
+            "two": {"manifest_sha256": two_manifest.manifest_sha256, **two},
+            "n": {"manifest_sha256": n_manifest.manifest_sha256, **n},
+        },
+        "json": json_cases(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document))
+    for name, part in document["bundles"].items():
+        rows = part["decisions"]
+        turns = [r["decision"] for r in rows if "decision" in r]
+        print(
+            f"wrote {args.out} [{name}]: {len(rows)} decisions ({len(rows) - len(turns)} NoFeasibleEndpoint) over "
+            f"{len(part['variants'])} variants, {len(part['cases'])} prompts, {len(part['states'])} states; "
+            f"{sum(bool(d.get('switched')) for d in turns)} move the conversation, "
+            f"{sum(d.get('switched') is False for d in turns)} stay, {sum('for the switch' in d['reason'] for d in turns)} "
+            f"with the score moved, {sum('which would read' in d['reason'] for d in turns)} kept by the switch's price; "
+            f"{len(part['switch_costs'])} switch_costs rows"
+        )
+
+
+if __name__ == "__main__":
+    main()
