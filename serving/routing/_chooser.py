@@ -33,6 +33,7 @@ import numpy as np
 
 from serving._contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE, FALLBACK, SIDE_OF, zone_for
 from serving.bundle._manifest import ENDPOINT_RULES
+from serving.conversations._evidence import with_evidence
 from serving.conversations._switch import PRICED, Stickiness, switch_costs
 from serving.endpoints._capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
 from serving.endpoints._choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from serving.bundle._manifest import EndpointsSection, Manifest
+    from serving.conversations._evidence import TurnEvidence
     from serving.conversations._state import ConversationState
     from serving.endpoints._capabilities import Needs
     from serving.endpoints._record import Capabilities, Endpoint
@@ -141,6 +143,8 @@ class Chooser:
         self.on_device = tuple(e.where == "device" for e in self.endpoints)
         self.rule = rule
         self.model_version, self.max_chars = model_version, max_chars
+        # How the previous turn moves each endpoint's expected quality (the bundle's turn_evidence.json).
+        self.evidence: TurnEvidence | None = None
         self.capabilities: dict[str, Capabilities | None] = {e.name: e.capabilities for e in self.endpoints}
         # Each request's language is read only when an endpoint declares languages (serving.features._language).
         self.detector = shared_detector() if declares_languages(self.capabilities) else None
@@ -170,9 +174,20 @@ class Chooser:
         first turn), whose switch costs the rule weighs as `stickiness` says; `output_tokens` the
         answers' expected length."""
         feasible = self.feasible(requests, scores.n_tokens, policy, spending)
-        if conversations is not None:
-            feasible.turns = self.turns(requests, feasible.tokens, conversations, stickiness, output_tokens)
-        return self.rule.decide(self, requests, scores, feasible)
+        if conversations is None:
+            return self.rule.decide(self, requests, scores, feasible)
+        feasible.turns = self.turns(requests, feasible.tokens, conversations, stickiness, output_tokens)
+        evidence = self.evidence
+        if evidence is None:
+            return self.rule.decide(self, requests, scores, feasible)
+        gain = isinstance(self.rule, Bands) and self.rule.expected_gain
+        weighed = with_evidence(scores, conversations, self.names, evidence, gain)
+        decisions = self.rule.decide(self, requests, weighed, feasible)
+        if weighed is not scores:
+            for decision, state in zip(decisions, conversations):
+                if state is not None and state.turns > 0 and state.endpoint is not None:
+                    decision.reason += f"; the last turn ({state.outcome} on {state.endpoint}) weighed in"
+        return decisions
 
     def turns(
         self,
@@ -304,7 +319,8 @@ class Bands:
         self.rules = rules
         self.edge_context_tokens = edge_context_tokens
         self.unfamiliar_policy = unfamiliar_policy
-        self._score_name = "expected gain" if manifest and manifest.score.kind == "expected_gain" else "score"
+        self.expected_gain = manifest is not None and manifest.score.kind == "expected_gain"
+        self._score_name = "expected gain" if self.expected_gain else "score"
         # (lo, hi, their printed forms, tag) by precision, filled on first use (see _band)
         self._bands: dict[str | None, tuple[float, float, str, str, str]] = {}
 

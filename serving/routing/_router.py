@@ -81,6 +81,7 @@ def _policy(policy: PolicySet | str | Path | None, routing: Routing) -> PolicySe
 
 def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, public_key: PinnedKey | None) -> Routing:
     """A verified bundle's Routing; BundleError for anything wrong with the bundle."""
+    from serving.conversations._evidence import FILE, TurnEvidence
     from serving.scoring._acceptance import Acceptor
     from serving.scoring._scorer import Scorer
 
@@ -88,9 +89,12 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, p
         bundle = read_bundle(path, public_key=public_key)
         scorer = Scorer(bundle, threads=threads)
         acceptor = Acceptor.from_bundle(bundle, scorer)
+        routing = Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
+        if FILE in scorer.manifest.files:  # the previous turn as evidence (serving.conversations._evidence)
+            routing.chooser.evidence = TurnEvidence.from_json(bundle.content(FILE), routing.chooser.names)
     except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
         raise exc if isinstance(exc, BundleError) else BundleError(f"cannot load bundle {path}: {exc}"[:500]) from exc
-    return Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
+    return routing
 
 
 class Router:

@@ -1,0 +1,107 @@
+"""The previous turn as evidence (serving.conversations._evidence, training.turn_evidence): weights
+learned from simulated conversations whose outcomes are linked across turns (a user's level shared
+by every turn) beat the bundle's text-only probabilities on other conversations, and the SDK
+decides a conversation's turn with them exactly as they say."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from serving import MemoryStore, Request, Router, Stickiness
+from serving.conversations._evidence import FEATURES, TurnEvidence, TurnEvidenceError, features
+from serving.conversations._state import ConversationState
+from training.turn_evidence import design, fit_turn_evidence, held_out_loss, with_turn_evidence
+
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory, encoder_cache):
+    """(a bundle trained on 300 simulated conversations' turns, 600 others' designs, the names)."""
+    from data.endpoint_logs import read_endpoint_logs
+    from data.simulator_conversations import load_simulation, write_conversations
+    from evaluation.conversations import conversations_of
+    from evaluation.endpoints import Choosers
+    from training.config import TrainConfig
+    from training.endpoint_bundle import train_endpoint_bundle
+    from training.endpoints import EndpointRows
+
+    tmp = tmp_path_factory.mktemp("turns")
+    sim = load_simulation(None)
+    write_conversations(tmp / "logs", sim, 900, seed=7)
+    frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
+    ids = [m["conversation"] for m in frame["metadata"]]
+    first = sorted(set(ids))[:300]
+    training = frame[[cid in set(first) for cid in ids]].reset_index(drop=True)
+    made = train_endpoint_bundle(
+        EndpointRows.from_frame(training, sim.names),
+        sim.endpoints,
+        tmp / "bundle",
+        mode="separate",
+        rule="cheapest_within",
+        choosers=Choosers(),
+        output_tokens=sim.output_tokens,
+        config=TrainConfig(cache_dir=str(encoder_cache)),
+    )
+    others = frame[[cid not in set(first) for cid in ids]].reset_index(drop=True)
+    conversations, _ = conversations_of(others, sim.names)
+    router = Router.load(made.folder, strict=True, unfamiliar_policy="learned")
+    parts = []
+    for conversation in conversations:
+        decisions = router.route_batch(conversation.texts, conversation.precisions)
+        expected = np.array([[d.expected[n] for n in sim.names] for d in decisions])
+        tokens = np.array([d.n_tokens for d in decisions])
+        parts.append(design(expected, conversation.quality, tokens, conversation.output_tokens, sim.names))
+    return made.folder, parts, list(sim.names)
+
+
+def test_the_last_turn_tells_what_the_text_alone_does_not(linked):
+    _, parts, names = linked
+    half = len(parts) // 2
+    evidence = fit_turn_evidence(parts[:half], names)
+    loss = held_out_loss(evidence, parts[half:], names)
+    assert loss["rows"] > 1000
+    assert loss["with"] < loss["without"] - 0.005, loss  # on conversations the weights never saw
+
+
+def test_the_sdk_weighs_the_last_turn_with_the_bundles_weights(linked, tmp_path):
+    folder, parts, names = linked
+    evidence = fit_turn_evidence(parts, names)
+    weighed = with_turn_evidence(folder, tmp_path / "weighed", evidence)
+    store = MemoryStore()
+    plain = Router.load(folder, strict=True, unfamiliar_policy="learned")
+    router = Router.load(
+        weighed, strict=True, unfamiliar_policy="learned", conversations=store, stickiness=Stickiness(0)
+    )
+    text = "Following up on that: what is the derivative of x^3 sin(x)? Show the steps."
+    alone = plain.route(text).expected
+    for outcome in ("served", "rejected", "regenerated"):
+        state = ConversationState(2, names[0], outcome, 400, (), time.time())
+        store.put("c", state)
+        decision = router.route(Request(text, conversation="c"))
+        raw = [alone[n] for n in names]
+        assert [decision.expected[n] for n in names] == pytest.approx(evidence.adjusted(raw, names, state))
+        assert f"the last turn ({outcome} on {names[0]}) weighed in" in decision.reason
+    # a first turn, and a request without a conversation, decide from the text alone
+    assert router.route(Request(text, conversation="new")).expected == pytest.approx(alone)
+    assert router.route(text).expected == pytest.approx(alone)
+
+
+def test_weights_that_change_nothing_change_nothing_and_bad_files_are_refused():
+    names = ["a", "b"]
+    identity = TurnEvidence({n: (1.0,) + (0.0,) * (len(FEATURES) - 1) for n in names})
+    state = ConversationState(3, "a", "rejected", 900, (), 0.0)
+    assert identity.adjusted([0.3, 0.9], names, state) == pytest.approx([0.3, 0.9])
+    assert features(0.5, "a", state)[FEATURES.index("served_trouble")] == 1.0
+    assert features(0.5, "b", state)[FEATURES.index("served")] == 0.0
+    assert math.isclose(features(0.5, "b", state)[FEATURES.index("log_turn")], math.log(4))
+    assert TurnEvidence.from_json(identity.to_json(), names) == identity
+    for raw, match in (
+        ('{"features": ["x"], "weights": {}}', "features"),
+        ('{"features": %s, "weights": {"a": [1]}}' % str(list(FEATURES)).replace("'", '"'), "'b'"),
+        ("not json", "JSONDecodeError"),
+    ):
+        with pytest.raises(TurnEvidenceError, match=match):
+            TurnEvidence.from_json(raw, names)
