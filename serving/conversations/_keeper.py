@@ -76,6 +76,25 @@ class Conversations:
             return False
         return True
 
+    def answered(self, conversation: str, turn: int, endpoint: str, output_tokens: int, *, on_device: bool) -> bool:
+        """Add the length of turn `turn`'s answer, known only later (a stream's, at its end), to the
+        state written when the turn was recorded; nothing when another turn was recorded since or
+        `endpoint` did not serve it. False when it was not written (that, or the store unreachable:
+        logged, counted)."""
+        if output_tokens <= 0:
+            return False
+        try:
+            state = self.store.get(conversation)
+            if state is None or state.turns != turn or state.endpoint != endpoint:
+                return False
+            self.store.put(conversation, state.answered(endpoint, output_tokens, on_device=on_device))
+        except ConversationStoreError as exc:
+            self.unavailable += 1
+            telemetry.conversation_state_unavailable()
+            log.warning("conversation state not written: %s", exc)
+            return False
+        return True
+
     def executed(self, request: Request, decision: Decision, execution: Execution | None, output_tokens: int) -> None:
         """Record the turn execute() ran: who served it and how (served, a fallback after an
         error, a rejected answer), or that nothing served it."""

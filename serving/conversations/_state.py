@@ -70,6 +70,16 @@ class ConversationState:
             held = (*(h for h in held if h.endpoint != endpoint), Held(endpoint, cached, now))
         return ConversationState(self.turns + 1, endpoint, outcome, history, held, now)
 
+    def answered(self, endpoint: str, output_tokens: int, *, on_device: bool) -> ConversationState:
+        """The same turn with its answer's length known later (a stream's, at its end): the history
+        grows by `output_tokens`, and so does the prefix `endpoint`'s cache holds when it is on the
+        device (it wrote the answer); a provider's cache holds the prompt it was sent."""
+        tokens = max(0, int(output_tokens))
+        held = self.held
+        if on_device:
+            held = tuple(replace(h, tokens=h.tokens + tokens) if h.endpoint == endpoint else h for h in held)
+        return replace(self, history_tokens=self.history_tokens + tokens, held=held)
+
     def marked(self, outcome: str) -> ConversationState:
         """The same state with the last turn's outcome changed (feedback: the app regenerated it)."""
         if outcome not in OUTCOMES:

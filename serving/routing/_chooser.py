@@ -398,7 +398,10 @@ class Bands:
                 "switched": switched,
                 "switch_costs": turn.over_staying(SIDES) if turn is not None else None,
             }
-            out.append(self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i]))
+            decision = self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i])
+            if turn is not None and turn.last is not None:
+                _placed_turn(decision, turn)
+            out.append(decision)
         return out
 
     def placed(
@@ -791,6 +794,18 @@ class Choice:
             switched=switched,
             switch_costs=turn.over_staying(names) if turn is not None else None,
         )
+
+
+def _placed_turn(decision: Decision, turn: Turn) -> None:
+    """A two-endpoint turn once the policy or the needs had their say (Bands.placed): when they
+    changed the endpoint run first (a forbidden last endpoint is never stayed on), `switched` and
+    the reason's conversation part say what runs now; in place."""
+    moved, said = turn.said(SIDES, SIDES.index(decision.endpoint), None)
+    if moved == decision.switched:
+        return
+    ours = f"conversation turn {turn.number} "
+    decision.reason = "; ".join(said if part.startswith(ours) else part for part in decision.reason.split("; "))
+    decision.switched = moved
 
 
 def _with_switches(cost: NDArray[np.float64], turns: Sequence[Turn | None]) -> NDArray[np.float64]:

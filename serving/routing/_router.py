@@ -305,6 +305,22 @@ class Router:
         """The budgets' ledger (serving.policy._budgets.Spending), None before anything was spent."""
         return self._spending
 
+    @spending.setter
+    def spending(self, ledger: Spending | None) -> None:
+        """Give the budgets a ledger of the app's choosing before it serves: a
+        serving.policy._budgets.RedisSpending shares them between processes (docs/policies.md#budgets)."""
+        from serving.policy._budgets import Spending
+
+        if ledger is not None and not isinstance(ledger, Spending):
+            raise TypeError(f"spending must be a serving.policy Spending ledger or None, got {type(ledger).__name__}")
+        self._spending = ledger
+
+    @property
+    def conversation_state_errors(self) -> int:
+        """Times the conversation store could not be reached (a request decided without its state,
+        or a turn not written): what telemetry's router.conversation.state_errors counts, per router."""
+        return self._conversations.unavailable
+
     def route(
         self,
         prompt: str | Request,
@@ -395,6 +411,17 @@ class Router:
             on_device=on_device,
             outcome=outcome,
         )
+
+    def record_answer(self, conversation: str, *, turn: int, endpoint: str, output_tokens: int) -> bool:
+        """Add the length of a turn's answer known only once it was read (a stream's, from the usage
+        at its end; RoutedChat calls it) to what execute() recorded of turn `turn` (the
+        Decision's). False when nothing was written: another turn recorded since, another endpoint
+        recorded as serving it, no tokens, or the store unreachable."""
+        names = self._routing.chooser.names
+        if endpoint not in names:
+            raise ValueError(f"endpoint={endpoint!r}: this router's endpoints are {', '.join(names)}")
+        on_device = self._routing.chooser.on_device[names.index(endpoint)]
+        return self._conversations.answered(conversation, turn, endpoint, output_tokens, on_device=on_device)
 
     @property
     def log(self) -> OutcomeLog | None:
