@@ -1,12 +1,7 @@
-"""The routing-score ablation behind the default objective (docs/routing-score.md): the label
-(cloud needed vs expected gain) crossed with the features (the router's own vs plus lexical
-evidence), each scored by test APGR and CPT(50%) over several hash splits.
-
-Lexical evidence (training.lexical, what `make train --set lexical=features` ships): WordPiece
-unigrams and hashed bigrams of the token ids the SDK already computes, length-normalized
-counts, in a logistic regression per outcome (graded judge scores as fractional successes).
-Its out-of-fold margins on training rows (held-out margins elsewhere) enter LightGBM either
-as two extra features or as the boosting start (`init_score`).
+"""The routing-score ablation behind the default objective (docs/routing-score.md,
+`python -m pipelines.ablation`): the label (cloud needed vs expected gain) crossed with the
+features (the router's own, plus the lexical margins as features or as the boosting start, or the
+lexical model alone), each scored by test APGR and CPT(50%) over several hash splits.
 """
 
 from __future__ import annotations
@@ -117,12 +112,12 @@ def ablation(data: Data, salts, *, c: float = 64.0, test_share: float = 0.15, va
 def load(config) -> Data:
     """The logs and features `make train` would use (local engine, its default split for the PCA)."""
     from training.engines.local import prepare_frame
-    from training.featurize import featurize_with
+    from training.featurize import featurize
 
     frame = prepare_frame(config).frame
     prompts = frame["prompt"].tolist()
     train = (frame["split"] == "train").to_numpy()
-    feats = featurize_with(config, prompts, frame["precision"].tolist(), train, keep_tokens=np.ones(len(prompts), bool))
+    feats = featurize(config, prompts, frame["precision"].tolist(), train, keep_tokens=np.ones(len(prompts), bool))
     vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
     return Data(
         feats.matrix,

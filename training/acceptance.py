@@ -1,19 +1,14 @@
-"""Fit the acceptance check (serving.scoring._acceptance) on the logged edge answers.
+"""Fit the acceptance check (serving.scoring._acceptance) on logged answers
+(docs/training.md#the-acceptance-check).
 
-Rows: every logged row with an `edge_response` (data.prepare.response_rows), each with its
-own outcome; an answer is good when its edge quality reaches `acceptance_good_quality`.
-Answers of test-split prompts are kept out of everything below and only measured.
-
-Cross-fitting, because answers are few (hundreds, not the router's thousands): the
-non-test answers are cut into `acceptance_folds` folds by prompt hash; each fold is
-predicted by a model trained on the others. Those held-out predictions fit the Platt
-calibration and the threshold (the `acceptance_false_reject_rate` quantile of the good
-answers' calibrated probabilities), and are the validation figures. The shipped model is
-then trained on all non-test answers with the same settings, its calibration folded into
-the trees (training.export.booster_to_onnx).
-
-Without answers, or with too few (under `acceptance_min_rows`, or under 20 good or 20
-failed), no model is fitted and the manifest says why.
+Rows: every logged answer (data.prepare.response_rows), each with its own outcome, good when it
+reaches `acceptance.good_quality`; answers of test-split prompts are only measured. The
+non-test answers are cut into `acceptance.folds` folds by prompt hash and each fold predicted by
+a model trained on the others: those out-of-fold predictions fit the Platt calibration and the
+threshold (the `false_reject_rate` quantile of the good answers' probabilities) and give the
+cross-fitted figures; the shipped model is trained on every non-test answer, its calibration
+folded into the trees. Without enough answers (`acceptance.min_rows`, MIN_OF_EACH of each kind)
+no model is fitted and the manifest says why.
 """
 
 from __future__ import annotations
@@ -57,12 +52,14 @@ class AcceptanceFit:
     def fitted(self) -> bool:
         return self.file is not None
 
-    def rejected_share(self, split: str, prompts) -> np.ndarray | None:
-        """Per prompt of a split: share of its answers rejected; NaN without an answer (None: no check)."""
+    def rejected_share(self, split: str, prompts, sources=None) -> np.ndarray | None:
+        """Per prompt of a split (with `sources`: its answers from that source, as an N-endpoint
+        row's first endpoint): share of its answers rejected; NaN without one (None: no check)."""
         if split not in self.held_out:
             return None
-        answered, _, _, probability = self.held_out[split]
-        return rejected_share_by_prompt(answered, probability < self.section["threshold"], prompts)
+        answered, by, _, probability = self.held_out[split]
+        keys, wanted = (answered, prompts) if sources is None else (zip(answered, by), zip(prompts, sources))
+        return rejected_share_by_prompt(list(keys), probability < self.section["threshold"], list(wanted))
 
     def roc(self, split: str = "test") -> dict | None:
         if split not in self.held_out:

@@ -80,10 +80,7 @@ class Split:
     test_share: float = option(number(0, 1), 0.15)
     salt: str = option(TEXT, "")
     offset: float = option(number(0, 1, open_high=True), 0.0)  # where the test split starts on the hash scale
-    # Cross-fitting (training.crossval): K prompt-hash folds estimate every figure with an interval,
-    # and the bundle is fitted on every row with calibration and thresholds from out-of-fold
-    # scores. 0: the quick single split (train / val / test by prompt hash, the figures of one
-    # split). Empty: 5 with the local engine, 0 with Dask (cross-fitting needs the local engine).
+    # cross-fitting's folds (training.crossval); 0: the quick single split; empty: 5 locally, 0 with Dask
     cv_folds: int | None = option(CV_FOLDS, None)
     # training prompts fitted (a prompt-hash sample); empty: all
     max_train_rows: int | None = option(integer(1, empty=True), 1_000_000)
@@ -128,34 +125,16 @@ class Boosting:
 @dataclass
 class Lexical:
     """Lexical evidence (training.lexical): each outcome's logistic-regression margin over the
-    prompt's unigrams and hashed bigrams, computed in model.onnx (+2.3 MB)."""
+    prompt's unigrams and hashed bigrams, computed in model.onnx (docs/training.md#options)."""
 
-    # "features" adds the margins to the trees' inputs (training rows get out-of-fold margins:
-    # `folds` folds by prompt hash); "blend" mixes each head's calibrated probability with
-    # sigmoid(margin), the weight chosen on validation (training.model.fit_blend). Empty: blend
-    # where the rules let it run (the static tier, either engine, expected gain, sigmoid or no
-    # calibration), else none; paired cross-validation chose it
-    # (docs/routing-score.md#decisions-by-paired-cross-validation).
-    mode: str | None = option(one_of(*LEXICAL_MODES), None)  # none | features | blend
-    # A blend's form (training.model): "stack", sigmoid(a * logit(trees) + b * margin + c) with
-    # a, b, c fitted on validation; "mixture", w * trees + (1 - w) * sigmoid(margin).
-    blend: str = option(one_of(*LEXICAL_BLENDS), "stack")
-    # With a stack: each head's trees start boosting from its outcome's lexical margin (LightGBM's
-    # init_score; training rows' margins out of fold, `folds` folds by prompt hash), so they
-    # learn what the margin misses; the stack, which reads logit(trees) and the margin, adds the
-    # margin back in the graph.
-    start: bool = option(FLAG, False)
-    # The regression's rows (training.lexical.WEIGHTINGS): "tfidf", sublinear tf * idf scaled to
-    # unit L2 norm (the reference's recipe on WordPiece terms); "mean", counts / number of terms;
-    # "idf", counts * idf scaled to sum 1. `features` needs mean or idf: their margins are
-    # bit-exact in the graph. Empty: tfidf for a blend, mean for features.
-    weighting: str | None = option(one_of(*LEXICAL_WEIGHTINGS), None)
-    # the regressions' inverse L2 regularization; empty: 1 (tfidf), 64 (mean, idf)
-    c: float | None = option(number(0, open_low=True), None)
-    folds: int = option(integer(2, 20), 5)
-    # Training prompts the regressions are fitted on (idf included): above it, a prompt-hash
-    # sample inside the boosters' split.max_train_rows sample, the same prompts in both engines;
-    # the margins of every other row come from that fit (training.lexical, "At scale"). Empty: all.
+    # none | features (the trees' inputs) | blend (into each head); empty: blend where the rules let it run
+    mode: str | None = option(one_of(*LEXICAL_MODES), None)
+    blend: str = option(one_of(*LEXICAL_BLENDS), "stack")  # a blend's form (training.model)
+    start: bool = option(FLAG, False)  # a stack's trees start boosting from their outcome's margin (init_score)
+    weighting: str | None = option(one_of(*LEXICAL_WEIGHTINGS), None)  # empty: tfidf for a blend, mean for features
+    c: float | None = option(number(0, open_low=True), None)  # inverse L2 regularization; empty: 1 (tfidf), 64
+    folds: int = option(integer(2, 20), 5)  # out-of-fold margins' folds (features, start)
+    # training prompts the regressions read (a prompt-hash sample, the same in both engines); empty: all
     sample_rows: int | None = option(integer(1, empty=True), 50_000)
 
 
@@ -249,10 +228,7 @@ class Bundle:
     """What is written: the bundle's folder, its files, its signature and its parity check."""
 
     path: str = option(PATH, "artifacts/router")
-    # The static tier's bundle also carries its encoder before the projection (encoder.onnx, the
-    # 384-wide token table: +47 MB), which OutcomeLog(privacy="embedding") needs; the
-    # transformer tier's bundle always carries it.
-    encoder: bool = option(FLAG, False)
+    encoder: bool = option(FLAG, False)  # a static bundle also carries encoder.onnx (+47 MB): privacy="embedding"
     signing_key: str | None = option(OPTIONAL_PATH, None)  # Ed25519 private key (make keys): the bundle is signed
     parity_rows: int = option(integer(1), 5000)  # test rows the bundle is checked against (from raw text)
 

@@ -1,26 +1,14 @@
 """Cross-validation: every headline figure as an estimate with an interval, and paired
-comparisons of two configurations on the same folds.
+comparisons of two configurations on the same folds (docs/evaluation.md#cross-validation-make-evaluate-cv5-make-compare-configs).
 
-Folds. The prompts' hash numbers (data.prepare.hash_uniform, salted with `split_salt`) are
-cut into K equal slices. Fold k is the test split of a training whose configuration differs
-from the user's only in `test_share = 1/K` and `split_offset = k/K`; its validation split
-(early stopping, calibration, thresholds, familiarity reference) is the next `val_share` of
-the hash scale, and the rest trains. So in each fold every stage is refit exactly as
-`make train` fits it (features and projection, heads, calibration, acceptance check,
-thresholds, familiarity), by the same code, on rows that exclude the fold: nothing the
-fold's figures are computed on was seen. Repeats cut the folds again with other salts.
-
-Figures. On each fold's test rows: every policy's figures (evaluation.policies), the learned
-router at the zones the SDK would give, the reference (TF-IDF + logistic regression,
-evaluation.reference) and the tuned rule table fitted on the fold's training rows, the hand
-rule tables, random routing at the router's shares and the oracle; per source too.
-
-Interval. The 95% interval of a figure is the corrected resampled t interval over its
-n = K x repeats fold values (Nadeau & Bengio, 2003): mean +- t(n-1) * sd * sqrt(1/n +
-n_test/n_train). The correction widens the naive t interval because the folds' training sets
-overlap, so their figures are correlated; without it, repeated cross-validation claims
-intervals that do not hold. A paired comparison is the same interval over the per-fold
-differences: both sides are scored on the same test rows, so the rows' own variation cancels.
+Folds: the prompts' salted hash numbers cut into K slices; fold k is a training whose
+configuration differs only in `test_share = 1/K` and `offset = k/K` (fold_config), so every stage
+is refit by the same code on rows that exclude the fold. On each fold's test rows: every policy's
+figures, the reference and the tuned rule table fitted on the fold's training rows, per source
+too. The interval is the corrected resampled t interval over the n = K x repeats fold values
+(Nadeau & Bengio, 2003), mean +- t(n-1) * sd * sqrt(1/n + n_test/n_train), widened because the
+folds' training sets overlap; a paired comparison is the same over the per-fold differences.
+Cross-fitting (`cross_fit`, `split.cv_folds`) then refits the bundle on every row.
 """
 
 from __future__ import annotations
@@ -198,24 +186,18 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     notes: list[str] = []
     tuned, reference = _fitted_policies(config, fitted, held.splits["val"], notes)
     names = [n for n in POLICIES if (n != "tuned_rule_table" or tuned) and (n != "reference" or reference)]
-    table = _policy_table(test, names, tuned=tuned, reference=reference, catch_rate=config.routing.fallback_catch_rate)
-    by_source = {}
-    for source in sorted(set(test.sources.tolist())):
-        part = test.subset(test.sources == source)
-        by_source[str(source)] = _policy_table(
-            part, names, tuned=tuned, reference=reference, catch_rate=config.routing.fallback_catch_rate
-        )
+    options = dict(tuned=tuned, reference=reference, catch_rate=config.routing.fallback_catch_rate)
+    table = _policy_table(test, names, **options)
+    sources = sorted(set(test.sources.tolist()))
+    by_source = {str(s): _policy_table(test.subset(test.sources == s), names, **options) for s in sources}
     raw = (fitted.raw or {}).get("test")
+    trees = {h.name: h.booster.num_trees() for h in fitted.heads}
+    train_rows = len(fitted.train_rows) if fitted.train_rows is not None else 0
+    figures = (len(test), train_rows, table, by_source, trees, time.perf_counter() - started, notes)
     return FoldResult(
         repeat,
         fold,
-        len(test),
-        len(fitted.train_rows) if fitted.train_rows is not None else 0,
-        table,
-        by_source,
-        {h.name: h.booster.num_trees() for h in fitted.heads},
-        time.perf_counter() - started,
-        notes,
+        *figures,
         shared=any(h.side is not None for h in fitted.heads),
         out_of_fold=None if raw is None else (fitted.splits["test"], raw),
     )
@@ -359,14 +341,12 @@ def _pooled(cv: CrossValidation, key: str) -> np.ndarray:
     return np.concatenate([r.out_of_fold[1][key] for r in cv.results])
 
 
-def _refit_probability(refit: Refit, head: str, raw: np.ndarray, margins: np.ndarray | None) -> np.ndarray:
-    """A head's probability from its booster's output `raw` as the refit computes it:
-    calibrated, then blended with its lexical margin when it has a blend."""
-    from serving.scoring._calibration import apply_calibration
+def _refit_head(refit: Refit, head: str):
+    """The refit's head `head` without its booster (training.model.Head): its probability of a
+    booster output `raw` and lexical margins is `.predict(margins, raw)`."""
+    from training.model import Head
 
-    calibrated = apply_calibration(refit.calibrations[head], raw)
-    blend = refit.blends.get(head)
-    return calibrated if blend is None else blend.apply(calibrated, margins)
+    return Head(head, None, refit.calibrations[head], blend=refit.blends.get(head))
 
 
 def out_of_fold_rows(cv: CrossValidation, rows, refit: Refit, objective: str):
@@ -387,7 +367,7 @@ def out_of_fold_rows(cv: CrossValidation, rows, refit: Refit, objective: str):
     order = np.array([position[p] for p in rows.prompts], dtype=np.int64)
     margins = _pooled(cv, MARGINS_OUTPUT)[order] if refit.blends else None
     probabilities = {
-        head: _refit_probability(refit, head, _pooled(cv, head)[order], margins) for head in refit.calibrations
+        head: _refit_head(refit, head).predict(margins, _pooled(cv, head)[order]) for head in refit.calibrations
     }
     scores = routing_score(objective, probabilities)
     return dataclasses.replace(
@@ -400,7 +380,7 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
     calibrations and lexical blends (fitted on the pooled out-of-fold outputs) of the refit on
     every row."""
     from training.lexical import MARGINS_OUTPUT, OUTCOMES
-    from training.model import OBJECTIVES, fit_blend, fit_calibration, fit_stack
+    from training.model import OBJECTIVES, blend_for, fit_calibration
 
     if any(r.out_of_fold is None for r in cv.results):
         raise ValueError(
@@ -416,10 +396,10 @@ def refit_choices(cv: CrossValidation, config: TrainConfig):
         target = np.concatenate([getattr(r.out_of_fold[0], _OUTCOME[column]) for r in cv.results])
         refit.calibrations[head] = fit_calibration(raw, target, method=config.model.calibration)
         if config.lexical.mode == "blend":
-            outcome = OUTCOMES.index(column)
-            calibrated = _refit_probability(refit, head, raw, None)
-            fit = fit_stack if config.lexical.blend == "stack" else fit_blend
-            refit.blends[head] = fit(calibrated, _pooled(cv, MARGINS_OUTPUT)[:, outcome], target, outcome=outcome)
+            margins, outcome = _pooled(cv, MARGINS_OUTPUT), OUTCOMES.index(column)
+            refit.blends[head] = blend_for(
+                _refit_head(refit, head), outcome, margins, target, form=config.lexical.blend, raw=raw
+            )
     return refit
 
 

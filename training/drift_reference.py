@@ -1,12 +1,8 @@
-"""The bundle's drift reference (serving.monitoring._drift): its held-out rows as the bundle sees them.
-
-The rows are the validation split's, marked by the held-out stages (training.held_out): scored
-by a model that did not see them (the bundle itself on the quick single split; the folds'
-out-of-fold models when cross-fitted, the bundle being refit on every row), flagged by the
-familiarity reference, with the acceptance check's held-out verdicts and the zones the SDK
-gives them at the bundle's thresholds. Out-of-sample scores, not the refit's own in-sample
-ones: live traffic is new prompts too. An N-endpoint bundle's (decisions_reference) are its
-validation rows as the SDK's chooser decides them (training.endpoint_bundle).
+"""The bundle's drift reference (serving.monitoring._drift): its held-out validation rows as
+the bundle sees them, out-of-sample (the bundle's own scores on the single split, the folds'
+out-of-fold ones when cross-fitted), with the familiarity, the acceptance verdicts and the zones
+the SDK gives them; an N-endpoint bundle's are the SDK's own decisions of them
+(decisions_reference, training.endpoint_bundle).
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""On-disk cache of raw embeddings for encoders that are slow to run (the transformer tier).
-
-A second `make train` on the same logs reads every transformer embedding from here instead
-of running MiniLM again (~20 ms a prompt). The static tier does not use it: recomputing a
-static embedding (a sparse product over the prompt's token ids, training.featurize) costs
-less than reading 1.5 KB back from SQLite.
-
-Compact: one SQLite table keyed by 16 bytes, the SHA-256 of the encoder's identity (weights
-hash, tier, token limit) and the text, so a different model never reads stale vectors and
-no row repeats the encoder's name; the vector is its float32 bytes. Bounded: at most
-`max_rows` vectors (default 500,000: ~0.8 GB for 384-wide vectors); past it the oldest
-written are deleted first.
+"""On-disk cache of raw embeddings for encoders that are slow to run (the transformer tier;
+the static tier recomputes its embedding faster than it could read one back): one SQLite table
+keyed by 16 bytes of the SHA-256 of the encoder's identity and the text, the vector as float32
+bytes, at most `max_rows` vectors (500,000, ~0.8 GB at 384 wide), the oldest deleted first.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Embedding tiers: how each builds its encoder.onnx from the local all-MiniLM-L6-v2.
-
-A registry maps tier name -> builder. Every builder returns the ONNX encoder (inputs
-`input_ids`, `attention_mask`; output `embedding`) and the tokenizer settings that go
-into the FeatureSpec; serving needs nothing else, whatever the tier.
-
-- static: a token-embedding table distilled from MiniLM (each vocabulary token run
-  through the transformer on its own, model2vec-style); a prompt's embedding is the
-  masked mean of its tokens' rows. Microseconds per prompt.
-- transformer: MiniLM itself exported to ONNX (mean pooling + L2 norm as in
-  sentence-transformers), dynamically quantized to int8.
+"""Embedding tiers (docs/training.md#how-the-router-is-built, step 4): the registry TIERS
+maps a tier's name to the builder of its encoder.onnx (inputs `input_ids`, `attention_mask`;
+output `embedding`) from the local all-MiniLM-L6-v2, with the tokenizer settings of the
+FeatureSpec: `static`, a token-embedding table distilled from MiniLM whose prompt embedding is
+the masked mean of its tokens' rows; `transformer`, MiniLM exported to ONNX with mean pooling,
+quantized to int8.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
-"""An N-endpoint bundle (docs/endpoints.md#n-endpoint-bundles): one calibrated outcome model per
-endpoint (training.endpoints, the head mode cross-validation chose) exported into the one fused
-model.onnx, whose output `expected` [n, N] is every endpoint's calibrated P(good answer) from the
-inputs today's graph takes (token ids, mask, scalars); the manifest's `endpoints` section holds the
-spec in head order and the choice rule with its parameter set on validation rows.
+"""An N-endpoint bundle (docs/training.md#n-endpoint-bundles): every endpoint's calibrated
+outcome model (training.endpoints, the head mode cross-validation chose) in the one fused
+model.onnx, whose output `expected` [n, N] is each endpoint's P(good answer); the manifest's
+`endpoints` section holds the spec in head order and the choice rule with its parameter.
 
-Rows are split by prompt hash as one fold of the cross-validation (training.endpoints.fold_masks,
-fold 0): the models train on its training rows, stop early, calibrate and set the rule's parameter
-on its validation rows, and its test rows are the bundle's unseen rows (figures, parity). The bundle
-is written like every bundle (training.writer: checksums, signature, atomic swap) once the SDK's
-probabilities from raw text equal the training models' within training.engines.base.PARITY_TOLERANCE.
-
-Every bundle's other parts come from the same code as a two-endpoint bundle's: the familiarity
-reference (training.held_out.fit_familiarity on the validation rows, computed in the graph), the
-acceptance check on every endpoint's logged answers with their outcomes (training.acceptance, when the
-logs carry `responses`; its parity checked like the heads'), and the drift reference (the validation
-rows as the SDK's chooser decides them, training.drift_reference.decisions_reference), and the lexical
-blend (`lexical.mode`, resolved as for two endpoints): each endpoint's regression margin blended into its
-head (training.endpoints.served, training.model.fit_heads), computed in the graph.
+The rows are split as fold 0 of the cross-validation: the models train on its training rows,
+stop early, calibrate, blend and set the rule's parameter on its validation rows, and its test
+rows are the bundle's unseen rows. Every other part comes from the two-endpoint code: the
+lexical blend, the familiarity reference (training.held_out), the acceptance check on every
+endpoint's logged answers (training.acceptance), the drift reference of its validation rows as
+the SDK's chooser decides them (training.drift_reference), the parity checks and the writing
+(training.engines.base.checked_bundle, training.writer).
 """
 
 from __future__ import annotations
@@ -105,12 +98,8 @@ def _figures(names, rule: str, parameter: float, expected, cost, feasible, quali
     from evaluation.endpoints import realized, shares
 
     choice = _choices(rule, parameter, expected, cost, feasible)
-    out: dict[str, Any] = {
-        "rows": int(len(choice)),
-        "shares": shares(choice, names),
-        "expected_quality": realized(choice, expected, cost)[0],
-        "expected_cost": realized(choice, expected, cost)[1],
-    }
+    out: dict[str, Any] = {"rows": int(len(choice)), "shares": shares(choice, names)}
+    out["expected_quality"], out["expected_cost"] = realized(choice, expected, cost)
     complete = np.isfinite(quality).all(axis=1)
     if complete.any():
         q, c = realized(choice[complete], quality[complete], logged_cost[complete])
@@ -163,20 +152,7 @@ def _acceptance(config, answers, plan):
     return fit_acceptance(config, answers, plan.serving.extractor())
 
 
-def _rejected(acceptance, prompts, first: list[str]) -> np.ndarray | None:
-    """Per row, the share of its first endpoint's held-out validation answers the check rejects (NaN
-    where it has none); None without a check."""
-    if not acceptance.fitted or "val" not in acceptance.held_out:
-        return None
-    answered, sources, _, probability = acceptance.held_out["val"]
-    verdicts: dict[tuple[str, str], list[bool]] = {}
-    for prompt, source, p in zip(answered, sources, probability):
-        verdicts.setdefault((prompt, source), []).append(bool(p < acceptance.section["threshold"]))
-    shares = [verdicts.get((prompt, name)) for prompt, name in zip(prompts, first)]
-    return np.array([np.mean(v) if v else np.nan for v in shares], dtype=np.float64)
-
-
-def _drift_reference(config, section, model_version: str, val, x_val, models, novelty, max_chars: int, acceptance=None):
+def _drift_reference(config, section, model_version: str, val, x_val, models, novelty, max_chars: int, acceptance):
     """The bundle's drift reference (training.drift_reference.decisions_reference): its validation
     rows as the SDK's chooser decides them (serving.routing._chooser.Choice, the bundle's unfamiliar policy)
     on the training models' probabilities and the familiarity reference's novelty, rows no endpoint's
@@ -207,7 +183,7 @@ def _drift_reference(config, section, model_version: str, val, x_val, models, no
         decisions,
         prompts,
         edge_quality=np.where([d.on_device[0] for d in decisions], quality, np.nan),
-        rejected=_rejected(acceptance, prompts, [d.endpoint for d in decisions]),
+        rejected=acceptance.rejected_share("val", prompts, [d.endpoint for d in decisions]),
         source=f"{len(decisions)} validation rows (the chooser on the training models' probabilities)",
     )
 
@@ -303,17 +279,8 @@ def train_endpoint_bundle(
             "validation": figures["val"],
         },
     )
-    files[DRIFT_REFERENCE_FILE] = _drift_reference(
-        config,
-        section,
-        model_version,
-        parts["val"],
-        x[masks["val"]],
-        models,
-        novelty["val"],
-        plan.spec.max_chars,
-        acceptance,
-    ).to_bytes()
+    validation = (parts["val"], x[masks["val"]], models, novelty["val"], plan.spec.max_chars, acceptance)
+    files[DRIFT_REFERENCE_FILE] = _drift_reference(config, section, model_version, *validation).to_bytes()
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
     names = rows.names
     manifest = Manifest(
@@ -339,21 +306,13 @@ def train_endpoint_bundle(
             "trees": dict(zip(names, models.trees)),
             **({"acceptance": accepted} if accepted else {}),
         },
-        data={
-            "rows": int(len(rows)),
-            "train": int(masks["train"].sum()),
-            "val": int(masks["val"].sum()),
-            "test": int(masks["test"].sum()),
-        },
+        data={"rows": int(len(rows)), **{split: int(mask.sum()) for split, mask in masks.items()}},
         training={"engine": "endpoints", "head_mode": mode},
     )
     test, checked = parts["test"], slice(0, PARITY_ROWS)
-    rows = (test.prompts[checked], test.precisions[checked])
-    expected = models.predict(x[masks["test"]][checked])
-    checked_and_staged = checked_bundle(
-        bundle, files, manifest, rows, expected, acceptance, answers, signing_key=signing_key
-    )
-    with checked_and_staged as (staged, parity, acceptance_parity):
+    rows, expected = (test.prompts[checked], test.precisions[checked]), models.predict(x[masks["test"]][checked])
+    with checked_bundle(bundle, files, manifest, rows, expected, acceptance, answers, signing_key=signing_key) as done:
+        staged, parity, acceptance_parity = done
         staged.publish()
     return EndpointBundle(
         Path(bundle), staged.manifest, models, plan, masks, parity, novelty, acceptance, acceptance_parity

@@ -1,29 +1,19 @@
-"""One calibrated outcome model per endpoint (N endpoints, docs/endpoints.md): P(endpoint answers
-well | prompt) from the router's own features (training.featurize: the SDK's text statistics,
-declared precision and the static tier's projected embedding), fitted with the router's LightGBM
-settings and calibration (training.model): a TrainConfig's features, split salt and validation
-share, boosting and calibration, with `endpoints.lgbm` over `boosting.lgbm`.
+"""One calibrated outcome model per endpoint (N endpoints; docs/training.md#n-endpoints-one-outcome-model-per-endpoint):
+P(endpoint answers well | prompt) from the router's own features (training.featurize) and, with
+the lexical blend, each endpoint's lexical margin (training.lexical_stage), fitted and calibrated
+by the two-endpoint code (training.model.fit_heads) with `endpoints.lgbm` over `boosting.lgbm`.
 
-Two shapes, compared by paired cross-validation on the same prompt-hash folds:
-
-- `separate`: one booster per endpoint, each on the rows where that endpoint's outcome is known.
-- `shared`: one booster over every endpoint's rows stacked, reading which endpoint it predicts as
-  one more feature (training.model.SIDE_FEATURE: the endpoint's index), so what one endpoint's
-  outcomes teach about a prompt (is it hard? which domain?) informs the others.
-
-Each endpoint's probability is calibrated on validation rows (Platt scaling by default). Rows
-with one outcome (`routed_to`, `propensity`) count in their endpoint's fit with weight
-1 / propensity (normalised to mean 1), so the fit stands for all traffic, not the logged policy's.
-
-Folds are those of training.crossval: the prompts' hash numbers (data.prepare.hash_uniform,
-salted) cut into K slices; fold k tests on slice k, validates (early stopping, calibration, the
-budget's price) on the next `val_share` of the hash scale and trains on the rest; the projection
-(PCA) is refit on each fold's training rows. Nothing here touches the two-endpoint training path.
+Two head modes, compared by paired cross-validation on the same prompt-hash folds: `separate` (a
+booster per endpoint, on the rows where its outcome is known) and `shared` (one booster over every
+endpoint's rows, reading the endpoint's index as SIDE_FEATURE). One-outcome rows (`routed_to`,
+`propensity`) weigh 1 / propensity, normalised to mean 1 per endpoint. Fold k tests on the k-th
+slice of the prompts' salted hash numbers, validates on the next `val_share` and trains on the
+rest; the projection is refit on each fold's training rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,33 +75,16 @@ class EndpointRows:
                 [[t if isinstance(t, str) else None for t in frame[f"response_{n}"]] for n in names], axis=1
             ).astype(object)
             responses = responses if any(t is not None for t in responses.ravel()) else None
-        return cls(
-            names,
-            frame["prompt"].to_numpy(object),
-            precisions,
-            quality,
-            weight,
-            cost,
-            ids,
-            routed,
-            propensity,
-            responses,
-        )
+        prompts = frame["prompt"].to_numpy(object)
+        return cls(names, prompts, precisions, quality, weight, cost, ids, routed, propensity, responses)
 
     def subset(self, rows: np.ndarray) -> "EndpointRows":
         rows = np.asarray(rows)
         index = np.flatnonzero(rows) if rows.dtype == bool else rows
+        columns = (getattr(self, f.name) for f in fields(self)[1:])  # every field but the names
         return EndpointRows(
             self.names,
-            self.prompts[index],
-            [self.precisions[i] for i in index],
-            self.quality[index],
-            self.weight[index],
-            self.cost[index],
-            self.request_ids[index],
-            None if self.routed is None else self.routed[index],
-            None if self.propensity is None else self.propensity[index],
-            None if self.responses is None else self.responses[index],
+            *(c if c is None else [c[i] for i in index] if isinstance(c, list) else c[index] for c in columns),
         )
 
 
@@ -131,9 +104,9 @@ def featurized(rows: EndpointRows, train: np.ndarray, config: TrainConfig, keep_
     """training.featurize's TrainingFeatures of every row (the matrix and the fitted feature plan,
     whose graph a bundle carries), the projection fitted on the `train` rows; the token ids of the
     rows where `keep_tokens` is true."""
-    from training.featurize import featurize_with
+    from training.featurize import featurize
 
-    return featurize_with(config, rows.prompts, rows.precisions, np.asarray(train, bool), keep_tokens=keep_tokens)
+    return featurize(config, rows.prompts, rows.precisions, np.asarray(train, bool), keep_tokens=keep_tokens)
 
 
 def served(rows: EndpointRows, train: np.ndarray, config: TrainConfig):
@@ -192,7 +165,7 @@ def fit_outcome_models(
     """Fit every endpoint's outcome model (`mode`: separate or shared, module doc) on the
     training rows, with early stopping, calibration and a lexical blend (when the rows end with
     the margins: `served`) on the validation rows: training.model.fit_heads, as two endpoints."""
-    from training.model import fit_booster, fit_heads, stack_sides
+    from training.model import boosting, fit_booster, fit_heads, stack_sides
 
     if mode not in HEAD_MODES:
         raise ValueError(f"unknown head mode {mode!r}; choose one of {', '.join(HEAD_MODES)}")
@@ -215,19 +188,8 @@ def fit_outcome_models(
             stack_sides([part(x, rows, k) for k in sides]) if len(sides) > 1 else part(x, rows, sides[0])
             for x, rows in ((x_train, train), (x_val, val))
         )
-        return fit_booster(
-            x_tr,
-            y_tr,
-            x_va,
-            y_va,
-            weight=w_tr,
-            val_weight=w_va,
-            params={**config.boosting.lgbm, **config.endpoints.lgbm},
-            num_boost_round=config.boosting.rounds,
-            early_stopping_rounds=config.boosting.early_stopping_rounds,
-            seed=config.seed,
-            objective=objective,
-        )
+        options = boosting(config, **config.endpoints.lgbm)
+        return fit_booster(x_tr, y_tr, x_va, y_va, weight=w_tr, val_weight=w_va, objective=objective, **options)
 
     heads = fit_heads(
         {f"endpoint{k}": (name, "cross_entropy") for k, name in enumerate(names)},
@@ -430,37 +392,36 @@ def cross_validate_endpoints(
     for fold in range(folds):
         fit = fit_fold(rows, folds=folds, fold=fold, config=config, modes=modes)
         fits.append(fit)
+        test = fit.masks["test"]
+        one = test & logged  # the fold's one-outcome test rows: scored off-policy
+        routed = rows.routed[one][:, None]
+        columns = {"quality": rows.quality, "cost": cost, "expected_cost": expected_cost, "feasible": feasible}
         for mode in modes:
-            part = {}
-            for split in ("val", "test"):
-                mask = fit.masks[split]
-                keep = complete[mask]
-                part[split] = {
-                    "quality": rows.quality[mask][keep],
-                    "expected": fit.predictions[mode][split][keep],
-                    "cost": cost[mask][keep],
-                    "expected_cost": expected_cost[mask][keep],
-                    "feasible": feasible[mask][keep],
-                    "truth": None if truth is None else truth[mask][keep],
+            part = {
+                split: {
+                    **{k: v[fit.masks[split] & complete] for k, v in columns.items()},
+                    "expected": fit.predictions[mode][split][complete[fit.masks[split]]],
+                    "truth": None if truth is None else truth[fit.masks[split] & complete],
                 }
-            test = fit.masks["test"]
-            one = logged[test]  # the fold's one-outcome test rows: scored off-policy
-            part["logged"] = {
-                "expected": fit.predictions[mode]["test"][one],
-                "expected_cost": expected_cost[test][one],
-                "feasible": feasible[test][one],
-                "routed": rows.routed[test][one],
-                "propensity": rows.propensity[test][one],
-                "quality": np.take_along_axis(rows.quality[test][one], rows.routed[test][one][:, None], 1)[:, 0],
-                "cost": np.take_along_axis(cost[test][one], rows.routed[test][one][:, None], 1)[:, 0],
+                for split in ("val", "test")
+            }
+            logged_part = {
+                "expected": fit.predictions[mode]["test"][logged[test]],
+                "expected_cost": expected_cost[one],
+                "feasible": feasible[one],
+                "routed": rows.routed[one],
+                "propensity": rows.propensity[one],
+                "quality": np.take_along_axis(rows.quality[one], routed, 1)[:, 0],
+                "cost": np.take_along_axis(cost[one], routed, 1)[:, 0],
             }
             per_mode[mode].append(
-                fold_figures(rows.names, val=part["val"], test=part["test"], choosers=choosers, logged=part["logged"])
+                fold_figures(rows.names, val=part["val"], test=part["test"], choosers=choosers, logged=logged_part)
             )
         if on_fold is not None:
             on_fold(fit)
     comparison = compare_modes(fits, per_mode, folds=folds, val_share=config.split.val_share)
     chosen = comparison["chosen"]
+    by_mode = {m: estimates(per_mode[m], rows.names, folds=folds, val_share=config.split.val_share) for m in modes}
     return {
         "endpoints": list(rows.names),
         "rows": int(len(rows)),
@@ -471,10 +432,8 @@ def cross_validate_endpoints(
         "choosers": dict(vars(choosers)),
         "head_modes": comparison,
         "chosen_mode": chosen,
-        "estimates": estimates(per_mode[chosen], rows.names, folds=folds, val_share=config.split.val_share),
-        "estimates_by_mode": {
-            m: estimates(per_mode[m], rows.names, folds=folds, val_share=config.split.val_share) for m in modes
-        },
+        "estimates": by_mode[chosen],
+        "estimates_by_mode": by_mode,
         "trees": {m: [f.trees[m] for f in fits] for m in modes},
         "per_fold": per_mode[chosen],
     }

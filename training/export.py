@@ -50,6 +50,32 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     return model.SerializeToString(), [o.name for o in model.graph.output]
 
 
+class Ops:
+    """ONNX nodes one a line: `add(kind, "input input", "output", **attributes)`, each tensor named
+    `prefix`_name but the graph's own (`outside`) and the constants `const` adds (initializers
+    `prefix`_name, appended to `initializers`), in the order they are written."""
+
+    def __init__(self, prefix: str, outside=(), initializers=None):
+        self.prefix, self.outside, self.nodes = prefix, set(outside), []
+        self.initializers = [] if initializers is None else initializers
+
+    def name(self, name: str) -> str:
+        return name if name in self.outside or name.startswith(f"{self.prefix}_") else f"{self.prefix}_{name}"
+
+    def const(self, name: str, value, dtype) -> str:
+        import numpy as np
+        from onnx import numpy_helper
+
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), f"{self.prefix}_{name}"))
+        return f"{self.prefix}_{name}"
+
+    def add(self, kind: str, inputs: str, outputs: str, **attributes) -> None:
+        from onnx import helper
+
+        names = ([self.name(n) for n in names.split()] for names in (inputs, outputs))
+        self.nodes.append(helper.make_node(kind, *names, **attributes))
+
+
 EXPECTED_OUTPUT = "expected"  # an N-endpoint bundle's output: [n, endpoints] calibrated probabilities
 
 
@@ -60,7 +86,7 @@ def endpoint_heads_to_onnx(heads, n_features: int) -> bytes:
     trees (Platt) or be none: the SDK applies none outside the graph for these bundles."""
     import numpy as np
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     for head in heads:
         if not calibration_in_model(head.calibration) and head.calibration.get("method") != "none":
@@ -71,19 +97,12 @@ def endpoint_heads_to_onnx(heads, n_features: int) -> bytes:
     trees, outputs = heads_to_onnx(heads, n_features)
     model = onnx.load_from_string(trees)
     graph = model.graph
-    graph.initializer.extend(
-        [
-            numpy_helper.from_array(np.array([1], dtype=np.int64), "expected_start"),
-            numpy_helper.from_array(np.array([2], dtype=np.int64), "expected_stop"),
-            numpy_helper.from_array(np.array([1], dtype=np.int64), "expected_axis"),
-        ]
-    )
-    columns = [f"{name}_column" for name in outputs]
-    for output, column in zip(outputs, columns):
-        graph.node.append(
-            helper.make_node("Slice", [output, "expected_start", "expected_stop", "expected_axis"], [column])
-        )
-    graph.node.append(helper.make_node("Concat", columns, [EXPECTED_OUTPUT], axis=1))
+    g = Ops("expected", (*outputs, *(f"{name}_column" for name in outputs), EXPECTED_OUTPUT), graph.initializer)
+    bounds = " ".join(g.const(name, [value], np.int64) for name, value in (("start", 1), ("stop", 2), ("axis", 1)))
+    for output in outputs:
+        g.add("Slice", f"{output} {bounds}", f"{output}_column")
+    g.add("Concat", " ".join(f"{name}_column" for name in outputs), EXPECTED_OUTPUT, axis=1)
+    graph.node.extend(g.nodes)
     del graph.output[:]
     graph.output.append(helper.make_tensor_value_info(EXPECTED_OUTPUT, onnx.TensorProto.FLOAT, [None, len(heads)]))
     _default_opset_at_least(model, 13)  # Slice takes its bounds as inputs from opset 10
@@ -98,32 +117,15 @@ def _blend_nodes(head, output: str, margins: str):
     column 1, m the head's margin; float32 in and out, as the trees (a stack computes in
     float64 between). The trees' tensor is renamed."""
     import numpy as np
-    from onnx import helper, numpy_helper
+    from onnx import TensorProto
 
-    index = head.blend.outcome
-    prefix, trees = f"{head.name}_blend", f"{head.name}_trees"
-    initializers: list = []
-
-    def constant(name: str, value, dtype) -> str:
-        initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"{prefix}_{name}"))
-        return f"{prefix}_{name}"
-
-    axis = constant("axis", [1], np.int64)
-    nodes = [
-        helper.make_node(
-            "Slice",
-            [trees, constant("p_start", [1], np.int64), constant("p_stop", [2], np.int64), axis],
-            [f"{prefix}_p"],
-        ),
-        helper.make_node(
-            "Slice",
-            [margins, constant("m_start", [index], np.int64), constant("m_stop", [index + 1], np.int64), axis],
-            [f"{prefix}_m"],
-        ),
-    ]
+    index, trees = head.blend.outcome, f"{head.name}_trees"
+    g = Ops(f"{head.name}_blend", (trees, margins, output))
+    axis = g.const("axis", [1], np.int64)
+    g.add("Slice", f"{trees} {g.const('p_start', [1], np.int64)} {g.const('p_stop', [2], np.int64)} {axis}", "p")
+    m_start, m_stop = g.const("m_start", [index], np.int64), g.const("m_stop", [index + 1], np.int64)
+    g.add("Slice", f"{margins} {m_start} {m_stop} {axis}", "m")
     if head.blend.stack is not None:  # q = sigmoid(a * logit(clip(p)) + b * m + c)
-        from onnx import TensorProto
-
         from training.model import STACK_CLIP
 
         a, b, c = head.blend.stack
@@ -132,38 +134,28 @@ def _blend_nodes(head, output: str, margins: str):
         # apart depending on where it sits in the tensor (its vectorised body or the scalar tail),
         # so a prompt scored in a batch and alone would differ by 6e-8. A float64 ulp apart
         # almost never moves the float32 result, so route_batch keeps route()'s decisions.
-        nodes += [
-            helper.make_node("Cast", [f"{prefix}_p"], [f"{prefix}_p64"], to=TensorProto.DOUBLE),
-            helper.make_node("Cast", [f"{prefix}_m"], [f"{prefix}_m64"], to=TensorProto.DOUBLE),
-            helper.make_node(
-                "Clip",
-                [f"{prefix}_p64", constant("low", low, np.float64), constant("high", high, np.float64)],
-                [f"{prefix}_clipped"],
-            ),
-            helper.make_node("Log", [f"{prefix}_clipped"], [f"{prefix}_log_p"]),
-            helper.make_node("Sub", [constant("unit", 1.0, np.float64), f"{prefix}_clipped"], [f"{prefix}_not_p"]),
-            helper.make_node("Log", [f"{prefix}_not_p"], [f"{prefix}_log_not_p"]),
-            helper.make_node("Sub", [f"{prefix}_log_p", f"{prefix}_log_not_p"], [f"{prefix}_logit"]),
-            helper.make_node("Mul", [f"{prefix}_logit", constant("a", a, np.float64)], [f"{prefix}_a_logit"]),
-            helper.make_node("Mul", [f"{prefix}_m64", constant("b", b, np.float64)], [f"{prefix}_b_m"]),
-            helper.make_node("Add", [f"{prefix}_a_logit", f"{prefix}_b_m"], [f"{prefix}_sum"]),
-            helper.make_node("Add", [f"{prefix}_sum", constant("c", c, np.float64)], [f"{prefix}_z"]),
-            helper.make_node("Sigmoid", [f"{prefix}_z"], [f"{prefix}_q64"]),
-            helper.make_node("Cast", [f"{prefix}_q64"], [f"{prefix}_q"], to=TensorProto.FLOAT),
-            helper.make_node("Sub", [constant("one", 1.0, np.float32), f"{prefix}_q"], [f"{prefix}_not_q"]),
-            helper.make_node("Concat", [f"{prefix}_not_q", f"{prefix}_q"], [output], axis=1),
-        ]
-        return nodes, initializers
-    w = float(head.blend.tree_weight)
-    nodes += [
-        helper.make_node("Sigmoid", [f"{prefix}_m"], [f"{prefix}_lexical"]),
-        helper.make_node("Mul", [f"{prefix}_p", constant("w", w, np.float32)], [f"{prefix}_wp"]),
-        helper.make_node("Mul", [f"{prefix}_lexical", constant("one_minus_w", 1.0 - w, np.float32)], [f"{prefix}_wl"]),
-        helper.make_node("Add", [f"{prefix}_wp", f"{prefix}_wl"], [f"{prefix}_q"]),
-        helper.make_node("Sub", [constant("one", 1.0, np.float32), f"{prefix}_q"], [f"{prefix}_not_q"]),
-        helper.make_node("Concat", [f"{prefix}_not_q", f"{prefix}_q"], [output], axis=1),
-    ]
-    return nodes, initializers
+        g.add("Cast", "p", "p64", to=TensorProto.DOUBLE)
+        g.add("Cast", "m", "m64", to=TensorProto.DOUBLE)
+        g.add("Clip", f"p64 {g.const('low', low, np.float64)} {g.const('high', high, np.float64)}", "clipped")
+        g.add("Log", "clipped", "log_p")
+        g.add("Sub", f"{g.const('unit', 1.0, np.float64)} clipped", "not_p")
+        g.add("Log", "not_p", "log_not_p")
+        g.add("Sub", "log_p log_not_p", "logit")
+        g.add("Mul", f"logit {g.const('a', a, np.float64)}", "a_logit")
+        g.add("Mul", f"m64 {g.const('b', b, np.float64)}", "b_m")
+        g.add("Add", "a_logit b_m", "sum")
+        g.add("Add", f"sum {g.const('c', c, np.float64)}", "z")
+        g.add("Sigmoid", "z", "q64")
+        g.add("Cast", "q64", "q", to=TensorProto.FLOAT)
+    else:
+        w = float(head.blend.tree_weight)
+        g.add("Sigmoid", "m", "lexical")
+        g.add("Mul", f"p {g.const('w', w, np.float32)}", "wp")
+        g.add("Mul", f"lexical {g.const('one_minus_w', 1.0 - w, np.float32)}", "wl")
+        g.add("Add", "wp wl", "q")
+    g.add("Sub", f"{g.const('one', 1.0, np.float32)} q", "not_q")
+    g.add("Concat", "not_q q", output, axis=1)
+    return g.nodes, g.initializers
 
 
 def _rename_output(graph, old: str, new: str) -> None:
@@ -173,15 +165,10 @@ def _rename_output(graph, old: str, new: str) -> None:
 
 def _for_onnx(booster):
     """The booster as the ONNX converter should see it: the same trees, each split threshold t
-    replaced by the largest float32 value at or below it, and a cross-entropy booster as the
-    binary one it equals (same sigmoid link; the converter knows only the binary objective).
-
-    The ONNX trees hold thresholds as float32, and LightGBM sets t midway between two
-    neighbouring values it saw: rounded to the nearest float32, t can land on the upper value,
-    which then took the other branch in the bundle (a whole leaf's worth of score). The
-    features are float32 and no float32 value lies between t and its rounded-down value, so
-    the graph splits exactly where LightGBM does. Categorical splits keep theirs (indices,
-    exact in float32)."""
+    replaced by the largest float32 value at or below it (the graph's float32 thresholds then
+    split exactly where LightGBM does: docs/training.md#bundle-writing-guarantees, 3; categorical
+    splits keep theirs), and a cross-entropy booster as the binary one it equals (same sigmoid
+    link; the converter knows only the binary objective)."""
     import re
 
     import lightgbm as lgb

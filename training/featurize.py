@@ -1,36 +1,16 @@
 """Training-time features: build the tier's encoder, compute every prompt's features in
-chunks, fit the projection on the training split, and return the matrix the SDK would compute.
+chunks, fit the projection on the training split, and return the matrix the SDK would compute
+(how each choice was measured: docs/performance.md#training-at-scale).
 
-Two stages, the same for both engines: *raw* features (the tier's own embedding), on
-which the projection (PCA) is fitted, and *serving* features (what the bundle computes:
-the static tier folds the projection into its token table). Each stage is a picklable
-`FeatureRecipe`, so the Dask engine ships it to workers and computes partitions with the
-same `ChunkFeaturizer` the local engine uses, whose values are the SDK's bit for bit.
-
-Why it is shaped like this (measured in docs/performance.md, "Training at scale"):
-
-- The token ids, token count and text statistics come from the SDK's own
-  `FeatureExtractor.prepare`, so they are the bundle's by construction. That per-prompt
-  Python is most of the cost, so the local engine runs it in a pool of processes.
-- A token-table embedding (the static tier) is the masked mean of table rows. The ONNX
-  graph gathers a [rows, tokens, width] tensor for it (400 MB for one padded batch of the
-  384-wide raw table); here it is one sparse product, token counts x table, in float64:
-  7x less time, and the same bits, since those float64 sums are exact in practice
-  (training.encoders.static_encoder_graph; tests compare every value).
-- Each prompt is tokenized once. Its ids are kept (2 bytes a token) until the projection
-  is known, then the serving embedding is the same product with the folded 32-wide table:
-  the encoder never runs twice on a row, and no raw embedding is kept beyond the PCA's need.
-- The projection is scikit-learn's PCA on the training rows while they fit in
-  `EXACT_PCA_ROWS`; beyond that the same solver (eigenvectors of the covariance) runs on a
-  covariance accumulated block by block, so memory stays bounded and the result differs
-  only by float summation order.
-- Only the transformer tier, whose encoder costs milliseconds a prompt, uses the
-  embedding cache (training.embedding_cache); recomputing a static embedding is cheaper
-  than reading one back.
-- Cross-fitting featurizes the same rows once per fold and once more for the refit on
-  every row; only the projection (fitted on each fit's training rows) differs between
-  them. A `FirstPassMemo` keeps the static tier's first pass (scalars and token ids) of
-  the rows it last saw, so the logs are tokenized once for all the fits.
+Two stages, the same for both engines: *raw* features (the tier's own embedding), on which the
+projection (PCA) is fitted, and *serving* features (what the bundle computes: the static tier
+folds the projection into its token table). Each stage is a picklable `FeatureRecipe`, so the
+Dask engine's workers compute partitions with the `ChunkFeaturizer` the local engine uses. Token
+ids, counts and statistics come from the SDK's own `FeatureExtractor.prepare` (in a pool of
+processes for large logs); a token-table embedding is one float64 sparse product, the graph's
+values bit for bit; each prompt is tokenized once and its ids kept until the projection is known;
+the PCA is scikit-learn's up to EXACT_PCA_ROWS training rows, else the same solver on a
+covariance accumulated block by block. Cross-fitting's fits share the first pass (FirstPassMemo).
 """
 
 from __future__ import annotations
@@ -45,7 +25,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from serving._contract import DEFAULT_MAX_CHARS
 from serving.features._extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection
 from serving.features._spec import FeatureSpec
 from training.embedding_cache import CachedEncoder, EmbeddingCache
@@ -297,6 +276,13 @@ def raw_stage(
         embedding_dim=embedding_dim,
     )
     return built, FeatureRecipe(spec, Path(built.tokenizer_path).read_bytes(), built.onnx_bytes, table=built.table)
+
+
+def configured_raw_stage(config) -> tuple[BuiltEncoder, FeatureRecipe]:
+    """raw_stage with a TrainConfig's features and cache folder."""
+    f = config.features
+    dims = dict(embedding_dim=f.embedding_dim, max_tokens=f.max_tokens, max_chars=f.max_chars)
+    return raw_stage(f.tier, cache_dir=Path(config.cache_dir), **dims)
 
 
 def n_scalar_features(spec: FeatureSpec) -> int:
@@ -591,34 +577,12 @@ def _encoder_features(
     return plan, matrix
 
 
-def featurize_with(config, prompts, precisions, train_rows, **options) -> TrainingFeatures:
-    """`featurize` with a TrainConfig's features, cache folder and seed (`options`: the rest)."""
-    features = config.features
-    return featurize(
-        prompts,
-        precisions,
-        train_rows,
-        tier=features.tier,
-        embedding_dim=features.embedding_dim,
-        max_tokens=features.max_tokens,
-        max_chars=features.max_chars,
-        cache_dir=Path(config.cache_dir),
-        seed=config.seed,
-        **options,
-    )
-
-
 def featurize(
+    config,
     prompts: Sequence[str],
     precisions: Sequence[str | None],
     train_rows: np.ndarray,
     *,
-    tier: str,
-    embedding_dim: int,
-    max_tokens: int | None,
-    cache_dir: Path,
-    seed: int = 0,
-    max_chars: int = DEFAULT_MAX_CHARS,
     chunk_rows: int = CHUNK_ROWS,
     workers: int = 1,
     pool_min_rows: int = POOL_MIN_ROWS,
@@ -626,47 +590,23 @@ def featurize(
     keep_tokens: np.ndarray | None = None,
     memo: FirstPassMemo | None = None,
 ) -> TrainingFeatures:
-    """Features of every prompt (local engine), streamed in chunks of `chunk_rows` into one
-    float32 matrix; `prompts` and `precisions` need only len() and slicing (a list, a pandas
-    array), so a chunk's text exists as Python strings only while it is featurized. The
-    static tier's first pass runs in `workers` processes from `pool_min_rows` rows on, and
-    keeps the token ids of the rows where `keep_tokens` is true (for the familiarity fit).
-    `memo` (static tier): the first pass of the same rows, kept from an earlier call."""
-    built, raw = raw_stage(
-        tier, embedding_dim=embedding_dim, max_tokens=max_tokens, max_chars=max_chars, cache_dir=cache_dir
-    )
-    train_rows = np.asarray(train_rows, dtype=bool)
+    """Features of every prompt with a TrainConfig's features, cache folder and seed, streamed in
+    chunks of `chunk_rows` into one float32 matrix; `prompts` and `precisions` need only len() and
+    slicing (a list, a pandas array), so a chunk's text exists as Python strings only while it is
+    featurized. The static tier's first pass runs in `workers` processes from `pool_min_rows` rows
+    on, and keeps the token ids of the rows where `keep_tokens` is true; `memo` (static tier): the
+    first pass of the same rows, kept from an earlier call."""
+    built, raw = configured_raw_stage(config)
+    rows = (built, raw, prompts, precisions, np.asarray(train_rows, dtype=bool))
+    fit = dict(embedding_dim=config.features.embedding_dim, seed=config.seed, chunk_rows=chunk_rows, on_batch=on_batch)
     if built.table is not None:
-        plan, matrix, tokens = table_features(
-            built,
-            raw,
-            prompts,
-            precisions,
-            train_rows,
-            embedding_dim=embedding_dim,
-            seed=seed,
-            chunk_rows=chunk_rows,
-            workers=workers,
-            pool_min_rows=pool_min_rows,
-            on_batch=on_batch,
-            keep_tokens=None if keep_tokens is None else np.asarray(keep_tokens, bool),
-            memo=memo,
-        )
+        keep = None if keep_tokens is None else np.asarray(keep_tokens, bool)
+        pool = dict(workers=workers, pool_min_rows=pool_min_rows, keep_tokens=keep, memo=memo)
+        plan, matrix, tokens = table_features(*rows, **pool, **fit)
         return TrainingFeatures(plan, matrix, 0, 0, tokens=tokens)
-    cache = EmbeddingCache(cache_dir / "embeddings.sqlite", built.key)
+    cache = EmbeddingCache(Path(config.cache_dir) / "embeddings.sqlite", built.key)
     try:
-        plan, matrix = _encoder_features(
-            built,
-            raw,
-            prompts,
-            precisions,
-            train_rows,
-            embedding_dim=embedding_dim,
-            seed=seed,
-            chunk_rows=chunk_rows,
-            cache=cache,
-            on_batch=on_batch,
-        )
+        plan, matrix = _encoder_features(*rows, cache=cache, **fit)
     finally:
         cache.close()
     return TrainingFeatures(plan, matrix, cache.hits, cache.misses, cache_used=True)

@@ -1,17 +1,10 @@
-"""Each training stage's floor: what the stage would cost at the speed of its parts, measured
-alone on a fixed sample in one process and scaled to a run's rows. `make scale` sets each
-stage's wall time (training.profiling) next to its floor, so that a stage far above its
-floor says where the waste is.
-
-Measured before a run, per row: reading and validating one shard of the logs
-(data.logs.read_unit), finding repeated prompts (pandas.factorize), featurizing
-FLOOR_SAMPLE_ROWS prompts through the training featurizer (training.featurize.ChunkFeaturizer),
-and, per row and tree, LightGBM building trees with the run's parameters on random features.
-Measured after it, with its bundle: scoring the parity rows through the SDK, and registering
-the bundle in a fresh MLflow store. stage_floors scales them to a run (per row, per row and
-tree) and divides by the cores where the work splits by rows.
-
-Heavy libraries (pandas, LightGBM, MLflow) are imported on use.
+"""Each training stage's floor: what it would cost at the speed of its parts, measured alone on a
+fixed sample in one process and scaled to a run's rows, which `make scale` sets beside each
+stage's wall time (training.profiling). Before a run, per row: reading one shard
+(data.logs.read_unit), finding repeats (pandas.factorize), featurizing FLOOR_SAMPLE_ROWS prompts
+(training.featurize.ChunkFeaturizer) and, per row and tree, LightGBM on random features; after
+it, with its bundle: the SDK scoring the parity rows and registering in a fresh MLflow store.
+stage_floors scales them and divides by the cores where the work splits by rows.
 """
 
 from __future__ import annotations

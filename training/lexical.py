@@ -1,54 +1,18 @@
-"""Lexical evidence (`TrainConfig.lexical`): a logistic regression per outcome over the
-prompt's WordPiece unigrams and hashed bigrams, whose margins the trees read as two more
-features, computed inside the bundle's one ONNX graph.
+"""Lexical evidence (`TrainConfig.lexical`; docs/routing-score.md#lexical-evidence-in-the-bundle-lexicalblend-the-default-or-lexicalfeatures):
+a logistic regression per outcome over the prompt's WordPiece unigrams and hashed bigrams, whose
+margins the bundle's one ONNX graph computes from the token ids the SDK already has.
 
-Terms. The token ids the SDK already computes (the static tier's, after the `max_chars`
-cut and the `max_tokens` limit, padding left out): each id is a unigram term, and each pair
-of neighbouring ids (a, b) the bigram term `vocabulary + (a * 1_000_003 + b) mod 2^18`. A
-prompt's row holds its terms' counts divided by its number of terms (n ids give 2n - 1
-terms; an empty prompt has none).
-
-Model. One logistic regression per outcome (edge, cloud), an outcome q in [0, 1] counted
-as q of a success and 1 - q of a failure (judge scores), fitted on the training rows where
-that outcome is known. Its margin is b + (sum of w[term] over the prompt's terms) / (number
-of terms), or b for an empty prompt ("mean" weighting). With "tfidf" weighting (a blend's
-default) the row is the reference's (evaluation.reference) on these terms: each distinct
-term's (1 + ln count) * idf (idf from the training prompts), scaled to unit L2 norm; the
-margin is b + the weights' sum over that row (b for an empty prompt). The graph finds each
-term's count with one Unique over the batch's (row, term) keys; its log and norm make the
-margins equal training's within 1e-5, not bit for bit, so the trees never split on them.
-With "idf" weighting each term counts idf times, the row scaled to sum 1: the margin is b +
-(sum of idf * w over the prompt's terms) / (sum of idf over them), the mean form with every
-term weighed by its idf. It needs no count per distinct term, so the graph has no Unique,
-and its sums are exact as the mean form's are (below): the graph holds each term's idf * w
-and idf, both on the grid.
-
-No leak into the trees ("features" mode). The training rows' margins are out of fold: the training prompts
-are cut into K folds by prompt hash, and each fold's margins come from the regression
-fitted on the other folds. Every other row (validation, test, rows logged without text)
-gets the margins of the regression fitted on all training rows, the one the bundle ships.
-In "blend" mode the trees do not read the margins and only that one regression is fitted:
-the blend's weight is chosen on validation rows, whose margins it never saw.
-
-The same numbers in the graph ("mean" and "idf"). The weights (with "idf", each term's idf *
-w, and its idf) are rounded to a grid of 2^-23 of the largest value's power of two (float32
-values, 24 significant bits), so every sum of a prompt's values is exact in float64 whatever
-the order of its terms: numpy's sparse product here and the graph's MatMul give the same sum,
-then the same correctly rounded division, addition and float32 cast. So the training matrix
-and the bundle hold the same float32 margins, bit for bit, and the trees split them alike
-(held by tests/test_lexical.py).
-
-At scale (docs/scale-out.md). The regressions, idf included, are fitted on at most about
-`lexical_sample_rows` (50,000) training prompts: above it, those whose sampling hash (the
-boosters' max_train_rows sample's, training.sampling.sample_numbers) falls below the
-needed share, the same prompts in both engines, nested in the boosters' sample. Only the
-sample's terms exist at once (a sparse matrix of ~160 distinct terms a simulated prompt);
-every other row's margins are computed CHUNK_ROWS prompts at a time from the token ids
-featurizing kept, and only for the rows something reads: the held-out rows always, the
-training rows when the trees read or start from their out-of-fold margins. Below the cap
-this is the all-rows fit, bit for bit (tests/test_lexical.py); the Dask engine's workers
-send the sample's token ids to the client, which fits the same way (fit_sample), and compute
-the held-out rows' margins where those rows are (dask_partitions.margin_partition).
+Terms: each id (after the `max_chars` cut and the `max_tokens` limit) and each neighbouring pair
+(a, b) as `vocabulary + (a * 1_000_003 + b) mod 2^18`. A prompt's row (WEIGHTINGS): "mean", its
+terms' counts over their number; "tfidf", the reference's (evaluation.reference) (1 + ln count) *
+idf scaled to unit L2 norm, whose Log and Sqrt make the graph's margins training's within 1e-5;
+"idf", counts * idf scaled to sum 1. With "mean" and "idf" the weights lie on a grid of 2^-23 of the
+largest one's power of two, so every sum is exact in float64 and the graph's margins are
+training's bit for bit (EXACT_WEIGHTINGS): the trees may split on them ("features", whose training
+rows get out-of-fold margins, so nothing leaks), while a blend reads only the regression fitted on
+every training row. At scale the regressions read a prompt-hash sample of at most about
+`lexical.sample_rows` training prompts and margins are computed CHUNK_ROWS prompts at a time
+(training.lexical_stage, docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -325,78 +289,51 @@ class LexicalModel:
         import onnx
         from onnx import TensorProto, helper, numpy_helper
 
+        from training.export import Ops
+
         model = onnx.load_from_string(prefix)
         graph = model.graph
         width = next(o for o in graph.output if o.name == features).type.tensor_type.shape.dim[1].dim_value
-
-        def constant(name: str, value, dtype) -> str:
-            graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=dtype), f"lexical_{name}"))
-            return f"lexical_{name}"
-
-        start, stop, last = (
-            constant("start", [0], np.int64),
-            constant("stop", [-1], np.int64),
-            constant("end", [np.iinfo(np.int64).max], np.int64),
-        )
-        second, sequence = constant("second", [1], np.int64), constant("axis", [1], np.int64)
-        nodes = [
-            helper.make_node("Slice", ["input_ids", start, stop, sequence], ["lexical_left"]),
-            helper.make_node("Slice", ["input_ids", second, last, sequence], ["lexical_right"]),
-            helper.make_node(
-                "Mul", ["lexical_left", constant("multiplier", BIGRAM_MULTIPLIER, np.int64)], ["lexical_scaled"]
-            ),
-            helper.make_node("Add", ["lexical_scaled", "lexical_right"], ["lexical_pair"]),
-            helper.make_node(
-                "Mod", ["lexical_pair", constant("buckets", BIGRAM_BUCKETS, np.int64)], ["lexical_bucket"]
-            ),
-            helper.make_node(
-                "Add", ["lexical_bucket", constant("vocabulary", self.vocabulary, np.int64)], ["lexical_bigram"]
-            ),
-            helper.make_node("Concat", ["input_ids", "lexical_bigram"], ["lexical_terms"], axis=1),
-            # A bigram counts when both its ids are real tokens (not padding).
-            helper.make_node("Slice", ["attention_mask", start, stop, sequence], ["lexical_mask_left"]),
-            helper.make_node("Slice", ["attention_mask", second, last, sequence], ["lexical_mask_right"]),
-            helper.make_node("Mul", ["lexical_mask_left", "lexical_mask_right"], ["lexical_pair_mask"]),
-            helper.make_node("Concat", ["attention_mask", "lexical_pair_mask"], ["lexical_term_mask"], axis=1),
-            helper.make_node("Cast", ["lexical_term_mask"], ["lexical_mask"], to=TensorProto.DOUBLE),
-            helper.make_node("Unsqueeze", ["lexical_mask", sequence], ["lexical_mask_row"]),  # [batch, 1, terms]
-            helper.make_node("Gather", ["lexical_weights", "lexical_terms"], ["lexical_rows32"], axis=0),
-            helper.make_node("Cast", ["lexical_rows32"], ["lexical_rows"], to=TensorProto.DOUBLE),
-        ]
+        g = Ops("lexical", ("input_ids", "attention_mask", features, output), graph.initializer)
+        start, stop, end = (g.const(n, [v], np.int64) for n, v in (("start", 0), ("stop", -1), ("end", 2**63 - 1)))
+        second, axis = g.const("second", [1], np.int64), g.const("axis", [1], np.int64)
+        g.add("Slice", f"input_ids {start} {stop} {axis}", "left")
+        g.add("Slice", f"input_ids {second} {end} {axis}", "right")
+        g.add("Mul", f"left {g.const('multiplier', BIGRAM_MULTIPLIER, np.int64)}", "scaled")
+        g.add("Add", "scaled right", "pair")
+        g.add("Mod", f"pair {g.const('buckets', BIGRAM_BUCKETS, np.int64)}", "bucket")
+        g.add("Add", f"bucket {g.const('vocabulary', self.vocabulary, np.int64)}", "bigram")
+        g.add("Concat", "input_ids bigram", "terms", axis=1)
+        # A bigram counts when both its ids are real tokens (not padding).
+        g.add("Slice", f"attention_mask {start} {stop} {axis}", "mask_left")
+        g.add("Slice", f"attention_mask {second} {end} {axis}", "mask_right")
+        g.add("Mul", "mask_left mask_right", "pair_mask")
+        g.add("Concat", "attention_mask pair_mask", "term_mask", axis=1)
+        g.add("Cast", "term_mask", "mask", to=TensorProto.DOUBLE)
+        g.add("Unsqueeze", f"mask {axis}", "mask_row")  # [batch, 1, terms]
+        g.add("Gather", "weights terms", "rows32", axis=0)
+        g.add("Cast", "rows32", "rows", to=TensorProto.DOUBLE)
         if self.weighting in EXACT_WEIGHTINGS:
-            mass = "lexical_mask_row"  # what each term adds to the divisor: 1, or its idf
+            mass = "mask_row"  # what each term adds to the divisor: 1, or its idf
             if self.weighting == "idf":
-                mass = "lexical_idf_row"
-                nodes += [
-                    helper.make_node("Gather", ["lexical_idf", "lexical_terms"], ["lexical_idf32"], axis=0),
-                    helper.make_node("Cast", ["lexical_idf32"], ["lexical_term_idf"], to=TensorProto.DOUBLE),
-                    helper.make_node("Mul", ["lexical_term_idf", "lexical_mask"], ["lexical_term_mass"]),
-                    helper.make_node("Unsqueeze", ["lexical_term_mass", sequence], [mass]),
-                ]
-            nodes += [
-                helper.make_node(
-                    "MatMul", ["lexical_mask_row", "lexical_rows"], ["lexical_total"]
-                ),  # [batch, 1, outcomes]
-                helper.make_node(
-                    "ReduceSum",
-                    [mass, constant("terms_axis", [2], np.int64)],
-                    ["lexical_count"],
-                    keepdims=1,
-                ),
-                # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN
-                # (with idf, a prompt with terms has a divisor of at least 1 already).
-                helper.make_node("Max", ["lexical_count", constant("one", [1.0], np.float64)], ["lexical_safe_count"]),
-                helper.make_node("Div", ["lexical_total", "lexical_safe_count"], ["lexical_mean"]),
-            ]
+                mass = "idf_row"
+                g.add("Gather", "idf terms", "idf32", axis=0)
+                g.add("Cast", "idf32", "term_idf", to=TensorProto.DOUBLE)
+                g.add("Mul", "term_idf mask", "term_mass")
+                g.add("Unsqueeze", f"term_mass {axis}", mass)
+            g.add("MatMul", "mask_row rows", "total")  # [batch, 1, outcomes]
+            g.add("ReduceSum", f"{mass} {g.const('terms_axis', [2], np.int64)}", "count", keepdims=1)
+            # No terms (an empty prompt): divide by 1, so the margin is the bias, not NaN
+            # (with idf, a prompt with terms has a divisor of at least 1 already).
+            g.add("Max", f"count {g.const('one', [1.0], np.float64)}", "safe_count")
+            g.add("Div", "total safe_count", "mean")
         else:
-            nodes += self._tfidf_nodes(constant, sequence)
-        nodes += [
-            helper.make_node("Add", ["lexical_mean", "lexical_bias"], ["lexical_margin64"]),
-            helper.make_node("Cast", ["lexical_margin64"], ["lexical_margin32"], to=TensorProto.FLOAT),
-            helper.make_node("Squeeze", ["lexical_margin32", sequence], ["lexical_margins"]),
-            helper.make_node("Concat", [features, "lexical_margins"], [output], axis=1),
-        ]
-        graph.node.extend(nodes)
+            self._tfidf_nodes(g, axis)
+        g.add("Add", "mean bias", "margin64")
+        g.add("Cast", "margin64", "margin32", to=TensorProto.FLOAT)
+        g.add("Squeeze", f"margin32 {axis}", "margins")
+        g.add("Concat", f"{features} margins", output, axis=1)
+        graph.node.extend(g.nodes)
         graph.initializer.extend(
             [
                 numpy_helper.from_array(np.ascontiguousarray(self.weights, np.float32), "lexical_weights"),
@@ -410,7 +347,7 @@ class LexicalModel:
         onnx.checker.check_model(model)
         return model.SerializeToString()
 
-    def _tfidf_nodes(self, constant, sequence: str) -> list:
+    def _tfidf_nodes(self, g, axis: str) -> None:
         """The `tfidf` weighting's nodes, from the terms, their mask and their gathered weights
         to `lexical_mean` [batch, 1, outcomes], the weights' sum over the prompt's tfidf row:
         each term's count in its prompt from one Unique over (row, term) keys (padding shares
@@ -418,74 +355,41 @@ class LexicalModel:
         divided by the row's L2 norm (at least 1e-300: an empty prompt gets the bias)."""
         from onnx import TensorProto, helper
 
-        flat = constant("flat", [-1], np.int64)
-        return [
-            helper.make_node("Shape", ["lexical_terms"], ["lexical_terms_shape"]),
-            helper.make_node(
-                "Gather", ["lexical_terms_shape", constant("zero", 0, np.int64)], ["lexical_batch"], axis=0
-            ),
-            helper.make_node(
-                "Range",
-                [constant("range_start", 0, np.int64), "lexical_batch", constant("range_step", 1, np.int64)],
-                ["lexical_row"],
-            ),
-            helper.make_node("Unsqueeze", ["lexical_row", sequence], ["lexical_row_column"]),
-            helper.make_node(
-                "Mul",
-                ["lexical_row_column", constant("row_stride", self.vocabulary + BIGRAM_BUCKETS, np.int64)],
-                ["lexical_row_offset"],
-            ),
-            helper.make_node("Add", ["lexical_terms", "lexical_row_offset"], ["lexical_row_terms"]),
-            helper.make_node("Cast", ["lexical_term_mask"], ["lexical_real"], to=TensorProto.BOOL),
-            helper.make_node(
-                "Where", ["lexical_real", "lexical_row_terms", constant("padding_key", -1, np.int64)], ["lexical_keys"]
-            ),
-            helper.make_node("Reshape", ["lexical_keys", flat], ["lexical_flat_keys"]),
-            helper.make_node(
-                "Unique",
-                ["lexical_flat_keys"],
-                ["lexical_unique", "lexical_first", "lexical_inverse", "lexical_unique_counts"],
-                sorted=1,
-            ),
-            helper.make_node("Gather", ["lexical_unique_counts", "lexical_inverse"], ["lexical_flat_counts"], axis=0),
-            helper.make_node("Cast", ["lexical_flat_counts"], ["lexical_flat_counts64"], to=TensorProto.DOUBLE),
-            # 1 at each distinct term's first position, 0 elsewhere
-            helper.make_node("Shape", ["lexical_flat_keys"], ["lexical_flat_shape"]),
-            helper.make_node("ConstantOfShape", ["lexical_flat_shape"], ["lexical_zeros"]),
-            helper.make_node("Shape", ["lexical_first"], ["lexical_first_shape"]),
-            helper.make_node(
-                "ConstantOfShape",
-                ["lexical_first_shape"],
-                ["lexical_ones"],
-                value=helper.make_tensor("one", TensorProto.DOUBLE, [1], [1.0]),
-            ),
-            helper.make_node("Cast", ["lexical_zeros"], ["lexical_zeros64"], to=TensorProto.DOUBLE),
-            helper.make_node(
-                "ScatterElements", ["lexical_zeros64", "lexical_first", "lexical_ones"], ["lexical_first_flat"], axis=0
-            ),
-            helper.make_node("Log", ["lexical_flat_counts64"], ["lexical_log_counts"]),
-            helper.make_node("Add", ["lexical_log_counts", constant("tf_one", 1.0, np.float64)], ["lexical_tf_flat"]),
-            helper.make_node("Mul", ["lexical_tf_flat", "lexical_first_flat"], ["lexical_tf_first_flat"]),
-            helper.make_node("Reshape", ["lexical_tf_first_flat", "lexical_terms_shape"], ["lexical_tf_first"]),
-            helper.make_node("Gather", ["lexical_idf", "lexical_terms"], ["lexical_idf32"], axis=0),
-            helper.make_node("Cast", ["lexical_idf32"], ["lexical_term_idf"], to=TensorProto.DOUBLE),
-            helper.make_node("Mul", ["lexical_tf_first", "lexical_term_idf"], ["lexical_value_unmasked"]),
-            helper.make_node("Mul", ["lexical_value_unmasked", "lexical_mask"], ["lexical_value"]),  # [batch, terms]
-            helper.make_node("Unsqueeze", ["lexical_value", sequence], ["lexical_value_row"]),  # [batch, 1, terms]
-            helper.make_node(
-                "MatMul", ["lexical_value_row", "lexical_rows"], ["lexical_total"]
-            ),  # [batch, 1, outcomes]
-            helper.make_node("Mul", ["lexical_value_row", "lexical_value_row"], ["lexical_squares"]),
-            helper.make_node(
-                "ReduceSum",
-                ["lexical_squares", constant("terms_axis", [2], np.int64)],
-                ["lexical_square_sum"],
-                keepdims=1,
-            ),
-            helper.make_node("Sqrt", ["lexical_square_sum"], ["lexical_norm"]),
-            helper.make_node("Max", ["lexical_norm", constant("tiny", [1e-300], np.float64)], ["lexical_safe_norm"]),
-            helper.make_node("Div", ["lexical_total", "lexical_safe_norm"], ["lexical_mean"]),
-        ]
+        flat = g.const("flat", [-1], np.int64)
+        g.add("Shape", "terms", "terms_shape")
+        g.add("Gather", f"terms_shape {g.const('zero', 0, np.int64)}", "batch", axis=0)
+        g.add("Range", f"{g.const('range_start', 0, np.int64)} batch {g.const('range_step', 1, np.int64)}", "row")
+        g.add("Unsqueeze", f"row {axis}", "row_column")
+        g.add("Mul", f"row_column {g.const('row_stride', self.vocabulary + BIGRAM_BUCKETS, np.int64)}", "row_offset")
+        g.add("Add", "terms row_offset", "row_terms")
+        g.add("Cast", "term_mask", "real", to=TensorProto.BOOL)
+        g.add("Where", f"real row_terms {g.const('padding_key', -1, np.int64)}", "keys")
+        g.add("Reshape", f"keys {flat}", "flat_keys")
+        g.add("Unique", "flat_keys", "unique first inverse unique_counts", sorted=1)
+        g.add("Gather", "unique_counts inverse", "flat_counts", axis=0)
+        g.add("Cast", "flat_counts", "flat_counts64", to=TensorProto.DOUBLE)
+        # 1 at each distinct term's first position, 0 elsewhere
+        g.add("Shape", "flat_keys", "flat_shape")
+        g.add("ConstantOfShape", "flat_shape", "zeros")
+        g.add("Shape", "first", "first_shape")
+        g.add("ConstantOfShape", "first_shape", "ones", value=helper.make_tensor("one", TensorProto.DOUBLE, [1], [1.0]))
+        g.add("Cast", "zeros", "zeros64", to=TensorProto.DOUBLE)
+        g.add("ScatterElements", "zeros64 first ones", "first_flat", axis=0)
+        g.add("Log", "flat_counts64", "log_counts")
+        g.add("Add", f"log_counts {g.const('tf_one', 1.0, np.float64)}", "tf_flat")
+        g.add("Mul", "tf_flat first_flat", "tf_first_flat")
+        g.add("Reshape", "tf_first_flat terms_shape", "tf_first")
+        g.add("Gather", "idf terms", "idf32", axis=0)
+        g.add("Cast", "idf32", "term_idf", to=TensorProto.DOUBLE)
+        g.add("Mul", "tf_first term_idf", "value_unmasked")
+        g.add("Mul", "value_unmasked mask", "value")  # [batch, terms]
+        g.add("Unsqueeze", f"value {axis}", "value_row")  # [batch, 1, terms]
+        g.add("MatMul", "value_row rows", "total")  # [batch, 1, outcomes]
+        g.add("Mul", "value_row value_row", "squares")
+        g.add("ReduceSum", f"squares {g.const('terms_axis', [2], np.int64)}", "square_sum", keepdims=1)
+        g.add("Sqrt", "square_sum", "norm")
+        g.add("Max", f"norm {g.const('tiny', [1e-300], np.float64)}", "safe_norm")
+        g.add("Div", "total safe_norm", "mean")
 
 
 def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:

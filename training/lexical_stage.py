@@ -99,13 +99,11 @@ def fitted_margins(
 def training_rows(
     config: "TrainConfig", prompts, train: np.ndarray, *, rows: int
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(the rows of `prompts` the regressions are fitted on, each row's fold or None) for the
-    local engine and N endpoints: the training rows whose sampling number (training.sampling.sample_numbers,
-    the boosters' max_train_rows sample's) falls below sample_fraction_of(`rows`, the prepared
-    rows before any sampling); every training row while they are fewer than
-    `lexical_sample_rows`. The folds (prompt hash; -1 off the training rows) when the trees
-    read the margins ("features") or start from them (`lexical_start`), else None: a blend
-    alone needs the shipped model only."""
+    """(the rows of `prompts` the regressions are fitted on, each row's fold or None): the training
+    rows whose sampling number (training.sampling.sample_numbers, the boosters' sample's) falls
+    below sample_fraction_of(`rows`, the prepared rows before any sampling). The folds (prompt
+    hash; -1 off the training rows) when the trees read the margins ("features") or start from
+    them (`lexical.start`), else None: a blend alone needs the shipped model only."""
     from training.sampling import sample_numbers
 
     prompts = np.asarray(prompts, dtype=object)

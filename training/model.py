@@ -1,26 +1,15 @@
-"""LightGBM heads of the router: each fitted with early stopping on validation (in memory or
-on a Dask cluster), then calibrated.
+"""LightGBM heads of the router, fitted with early stopping on validation (in memory or on a
+Dask cluster), then calibrated (docs/training.md#how-the-router-is-built).
 
-A head predicts one probability. With the default objective, `expected_gain`, there is one
-head per endpoint: P(edge good | prompt) and P(cloud good | prompt), each trained on that
-endpoint's observed quality in [0, 1] (LightGBM's cross-entropy objective, so judge scores
-count as the fractions they are), and the routing score is the cloud's expected gain,
-P(cloud good) - P(edge good). The `cloud_needed` objective (bundles before expected gain)
-has one binary head on the cloud-needed label. More endpoints are more heads.
-
-The outcome heads are *separate* boosters, or one *shared* booster that reads which endpoint
-it predicts as one more feature (`SIDE_FEATURE`, appended last: 0 for the first head, 1 for
-the next). Sharing lets what the edge's outcomes teach about a prompt (is it hard?) inform
-the cloud's head; it pays when one endpoint's outcomes are scarce, as in traffic where each
-request ran on one model (training.partial.share_heads decides).
-
-With lexical evidence blended in (`TrainConfig.lexical = "blend"`, training.lexical), a head's
-probability combines two outcome models, the calibrated trees p and the lexical regression's
-margin m for the same outcome, fitted on validation rows (out-of-fold rows when
-cross-fitting): a stack (`lexical_blend = "stack"`, the default), sigmoid(a * logit(p) + b *
-m + c) with a, b, c a logistic regression's (`fit_stack`), or a mixture, w * p + (1 - w) *
-sigmoid(m) with w chosen by log loss (`fit_blend`). The trees do not read the margins; the
-bundle's graph computes the same (training.export).
+A head predicts one probability: with `expected_gain` one per endpoint, P(edge good | prompt) and
+P(cloud good | prompt) (cross-entropy on the observed quality), the routing score being
+P(cloud good) - P(edge good); `cloud_needed` has one binary head. N endpoints are N heads
+(training.endpoints). The outcome heads are separate boosters or one shared booster reading which
+endpoint it predicts as its last feature (SIDE_FEATURE; training.partial.share_heads decides).
+With the lexical blend (training.lexical), each head's calibrated probability p is combined with
+its own outcome's lexical margin m on validation rows: a stack, sigmoid(a * logit(p) + b * m + c)
+(`fit_stack`, the default), or a mixture, w * p + (1 - w) * sigmoid(m) (`fit_blend`); the bundle's
+graph computes the same (training.export).
 """
 
 from __future__ import annotations
@@ -192,6 +181,13 @@ def lgbm_params(overrides: dict, *, seed: int, objective: str = "binary", rows: 
         "deterministic": True,
         "metric": _METRICS[objective],
     }
+
+
+def boosting(config, **lgbm) -> dict:
+    """fit_booster's (and fit_booster_dask's) options from a TrainConfig: its LightGBM parameters
+    (`lgbm` over them), rounds and seed."""
+    rounds = dict(num_boost_round=config.boosting.rounds, early_stopping_rounds=config.boosting.early_stopping_rounds)
+    return dict(params={**config.boosting.lgbm, **lgbm}, seed=config.seed, **rounds)
 
 
 def fit_booster(
@@ -527,19 +523,14 @@ def fit_heads(
     blend_form: str = "mixture",
     margins: tuple[str, ...] = LEXICAL_NAMES,
 ) -> list[Head]:
-    """Every head of `objective` (OBJECTIVES, or its own {head: (column, LightGBM objective)}: N
-    endpoints'), calibrated on validation. `fit_booster_for(columns,
-    lgbm_objective)` fits one booster where the engine keeps its rows (in memory, on a cluster):
-    on one column's known rows, or with `shared` on every head's column, its rows stacked in
-    that order with SIDE_FEATURE appended (stack_sides). `targets_val` maps a column name
-    (edge_quality, cloud_quality, label) to its validation values (NaN where unknown: those
-    rows are left out of that head's calibration), `weights_val` to their weights
-    (training.partial; None: equal). `calibrations` (head name -> parameters) are taken as
-    they are instead: cross-fitting fits them on out-of-fold outputs (training.crossval).
-    `blend`: the rows of `x_val` end with the lexical margins `margins`, one per head in order,
-    and each head's blend (`blend_form`) with its own margin is fitted on validation after its
-    calibration (fit_stack, fit_blend); `blends` (head name -> LexicalBlend) are taken as they
-    are, with `calibrations`."""
+    """Every head of `objective` (OBJECTIVES, or {head: (column, LightGBM objective)} of N endpoints),
+    calibrated on validation. `fit_booster_for(columns, lgbm_objective)` fits one booster where the
+    engine keeps its rows: on one column's known rows, or with `shared` on every head's column,
+    stacked with SIDE_FEATURE appended (stack_sides). `targets_val` / `weights_val`: each column's
+    validation values (NaN where unknown) and weights (None: equal). With `blend` the rows of `x_val`
+    end with the lexical `margins`, one per head, and each head's blend (`blend_form`) with its own
+    is fitted after its calibration. `calibrations` and `blends` (by head name) are taken as they
+    are instead: cross-fitting fits them on out-of-fold outputs (training.crossval)."""
     specs = OBJECTIVES[objective] if isinstance(objective, str) else objective
     if shared:
         kinds = {lgbm_objective for _, lgbm_objective in specs.values()}

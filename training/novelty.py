@@ -1,15 +1,9 @@
-"""Fit the familiarity reference (serving.scoring._novelty) on held-out in-distribution prompts.
-
-The validation rows are split in two by prompt hash: the first half gives the embedding's
-mean and spread and the set of tokens seen; on the second half, each measure's threshold is
-the quantile that flags half of `share`, so that about `share` of in-distribution prompts
-are unfamiliar. The unseen-token threshold never drops below `min_unseen_share`: a prompt
-is not unfamiliar for one rare word.
-
-Both measures read what featurizing computed: the projected embeddings (the feature
-matrix's last columns) and the token ids (training.featurize.TokenRows). An engine that
-did not keep the ids (the transformer tier) gets them from `token_rows`, as the SDK
-tokenizes.
+"""Fit the familiarity reference (serving.scoring._novelty) on held-out in-distribution prompts
+(docs/training.md#how-the-router-is-built, step 9): the validation rows split in two by prompt
+hash, the first half gives the embedding's mean and spread and the tokens seen, and on the second
+each measure's threshold flags half of `share` (the unseen-token one at least
+`min_unseen_share`). Both measures read what featurizing computed (the projected embeddings and
+the token ids, training.featurize.TokenRows), or the ids tokenized as the SDK does (`token_rows`).
 """
 
 from __future__ import annotations
@@ -99,70 +93,42 @@ def append_to_graph(model: bytes, reference: Novelty, *, embedding_dim: int, fea
     number of ids) (0 for a prompt without ids), each divided by its threshold, the larger.
     The SDK then reads one number per prompt instead of the features (no novelty.npz)."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
+
+    from training.export import Ops
 
     graph_model = onnx.load_from_string(model)
     graph = graph_model.graph
-
-    def constant(name: str, value, dtype) -> str:
-        graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), f"novelty_{name}"))
-        return f"novelty_{name}"
-
-    axis = constant("axis", [1], np.int64)
-    nodes = [
-        # the embedding's mean squared z-score
-        helper.make_node(
-            "Slice",
-            [
-                features,
-                constant("start", [-embedding_dim], np.int64),
-                constant("end", [np.iinfo(np.int64).max], np.int64),
-                axis,
-            ],
-            ["novelty_embedding32"],
-        ),
-        helper.make_node("Cast", ["novelty_embedding32"], ["novelty_embedding"], to=TensorProto.DOUBLE),
-        helper.make_node(
-            "Sub", ["novelty_embedding", constant("mean", reference.mean, np.float64)], ["novelty_centred"]
-        ),
-        helper.make_node(
-            "Mul", ["novelty_centred", constant("inverse_scale", reference.inverse_scale, np.float64)], ["novelty_z"]
-        ),
-        helper.make_node("Mul", ["novelty_z", "novelty_z"], ["novelty_z2"]),
-        helper.make_node("ReduceMean", ["novelty_z2"], ["novelty_distance"], axes=[1], keepdims=0),  # opset 15
-        # the share of real ids never seen (ids past the table count as unseen, as in serving.scoring._novelty)
-        helper.make_node("Min", ["input_ids", constant("last_id", len(reference.seen) - 1, np.int64)], ["novelty_ids"]),
-        helper.make_node(
-            "Gather", [constant("seen", reference.seen, np.uint8), "novelty_ids"], ["novelty_seen8"], axis=0
-        ),
-        helper.make_node("Cast", ["novelty_seen8"], ["novelty_seen_all"], to=TensorProto.DOUBLE),
-        helper.make_node("Cast", ["attention_mask"], ["novelty_mask"], to=TensorProto.DOUBLE),
-        helper.make_node("Mul", ["novelty_seen_all", "novelty_mask"], ["novelty_seen_real"]),
-        helper.make_node("ReduceSum", ["novelty_seen_real", axis], ["novelty_seen_count"], keepdims=0),
-        helper.make_node("ReduceSum", ["novelty_mask", axis], ["novelty_count"], keepdims=0),
-        helper.make_node("Max", ["novelty_count", constant("one", 1.0, np.float64)], ["novelty_safe_count"]),
-        helper.make_node("Div", ["novelty_seen_count", "novelty_safe_count"], ["novelty_seen_share"]),
-        helper.make_node(
-            "Sub", [constant("one_again", 1.0, np.float64), "novelty_seen_share"], ["novelty_unseen_share"]
-        ),
-        helper.make_node("Greater", ["novelty_count", constant("zero", 0.0, np.float64)], ["novelty_has_ids"]),
-        helper.make_node(
-            "Where", ["novelty_has_ids", "novelty_unseen_share", constant("none", 0.0, np.float64)], ["novelty_unseen"]
-        ),
-        # each over its threshold, the larger
-        helper.make_node(
-            "Div",
-            ["novelty_distance", constant("embedding_threshold", reference.embedding_threshold, np.float64)],
-            ["novelty_by_embedding"],
-        ),
-        helper.make_node(
-            "Div",
-            ["novelty_unseen", constant("unseen_threshold", reference.unseen_threshold, np.float64)],
-            ["novelty_by_tokens"],
-        ),
-        helper.make_node("Max", ["novelty_by_embedding", "novelty_by_tokens"], [NOVELTY_OUTPUT]),
-    ]
-    graph.node.extend(nodes)
+    g = Ops("novelty", (features, "input_ids", "attention_mask", NOVELTY_OUTPUT), graph.initializer)
+    axis = g.const("axis", [1], np.int64)
+    # the embedding's mean squared z-score
+    start, end = g.const("start", [-embedding_dim], np.int64), g.const("end", [np.iinfo(np.int64).max], np.int64)
+    g.add("Slice", f"{features} {start} {end} {axis}", "embedding32")
+    g.add("Cast", "embedding32", "embedding", to=TensorProto.DOUBLE)
+    g.add("Sub", f"embedding {g.const('mean', reference.mean, np.float64)}", "centred")
+    g.add("Mul", f"centred {g.const('inverse_scale', reference.inverse_scale, np.float64)}", "z")
+    g.add("Mul", "z z", "z2")
+    g.add("ReduceMean", "z2", "distance", axes=[1], keepdims=0)  # opset 15
+    # the share of real ids never seen (ids past the table count as unseen, as in serving.scoring._novelty)
+    g.add("Min", f"input_ids {g.const('last_id', len(reference.seen) - 1, np.int64)}", "ids")
+    g.add("Gather", f"{g.const('seen', reference.seen, np.uint8)} ids", "seen8", axis=0)
+    g.add("Cast", "seen8", "seen_all", to=TensorProto.DOUBLE)
+    g.add("Cast", "attention_mask", "mask", to=TensorProto.DOUBLE)
+    g.add("Mul", "seen_all mask", "seen_real")
+    g.add("ReduceSum", f"seen_real {axis}", "seen_count", keepdims=0)
+    g.add("ReduceSum", f"mask {axis}", "count", keepdims=0)
+    g.add("Max", f"count {g.const('one', 1.0, np.float64)}", "safe_count")
+    g.add("Div", "seen_count safe_count", "seen_share")
+    g.add("Sub", f"{g.const('one_again', 1.0, np.float64)} seen_share", "unseen_share")
+    g.add("Greater", f"count {g.const('zero', 0.0, np.float64)}", "has_ids")
+    g.add("Where", f"has_ids unseen_share {g.const('none', 0.0, np.float64)}", "unseen")
+    # each over its threshold, the larger
+    g.add(
+        "Div", f"distance {g.const('embedding_threshold', reference.embedding_threshold, np.float64)}", "by_embedding"
+    )
+    g.add("Div", f"unseen {g.const('unseen_threshold', reference.unseen_threshold, np.float64)}", "by_tokens")
+    g.add("Max", "by_embedding by_tokens", NOVELTY_OUTPUT)
+    graph.node.extend(g.nodes)
     graph.output.append(helper.make_tensor_value_info(NOVELTY_OUTPUT, TensorProto.DOUBLE, ["batch"]))
     onnx.checker.check_model(graph_model)
     return graph_model.SerializeToString()

@@ -1,17 +1,12 @@
-"""Option groups with declared constraints, checked in one place (training.config's TrainConfig).
+"""Option groups with declared constraints, checked in one place (training.config's TrainConfig;
+docs/training.md#options).
 
-A group is a dataclass whose every option is declared with `option(rule, default)`: its default
-and its `Rule` (a test, what a value must be, one value it rejects and a few it accepts, which
-the tests try), side by side, as scikit-learn's estimators declare `_parameter_constraints`.
-Rules across options are declared too: `Needs` ("lexical.mode=blend needs
-model.objective=expected_gain", with why) and `Check` (any other test over the whole
-configuration); `Default` fills an option left empty from the others. `check` applies the
-defaults, then every rule, and raises ValueError naming the dotted key:
-`config lexical.sample_rows=0: must be empty or an integer >= 1`.
-
-`nested` reads options as given (nested mappings, dotted keys, the flat keys of before the
-groups, renamed in one table with a warning naming the new key) into {group: {option: value}},
-naming any unknown key with the known keys of its group.
+A group is a dataclass whose options are declared `option(rule, default)`: a `Rule` (a test,
+what a value must be, one value it rejects and a few it accepts, which the tests try) beside
+the default, as scikit-learn's `_parameter_constraints`. Rules across options: `Needs` (one line
+each of a table, `needs`) and `Check`; `Default` fills an option left empty from the others.
+`check` applies them and raises ValueError naming the dotted key; `nested` reads options as
+given (nested mappings, dotted keys, the flat keys of before the groups with a FutureWarning).
 """
 
 from __future__ import annotations

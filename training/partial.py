@@ -1,45 +1,13 @@
-"""Training from traffic where each request ran on one model: rows with one outcome.
+"""Training from traffic where each request ran on one model: rows with one outcome
+(docs/traffic.md#training-from-the-log, where the estimators and head sharing are measured).
 
-Production logs (the SDK's outcome log, data.sdk_logs) know the outcome of the model that
-answered, rarely of both. Each outcome head (training.model: P(edge good), P(cloud good))
-learns from the rows where its own outcome is known, so a row with only the edge's outcome
-trains the edge head and not the cloud head.
-
-The rows a head sees are not a sample of the traffic: the logging router sent the prompts
-it found easy to the edge, so the edge head sees mostly easy prompts. Two estimators
-(`partial_estimator`):
-
-- **plug_in** (the default): each head is fitted, unweighted, on the rows where its outcome
-  is known. A head estimates P(good | prompt); the logging router chose the side from the
-  prompt alone (and a logged coin when exploring), so among prompts alike, the rows where
-  a side ran are a fair sample of that side's outcomes, and a flexible model learns the
-  same conditional probability from them. Its assumptions: the choice depended on nothing
-  the features do not see (true of the SDK's own logs: the decision is a function of the
-  prompt and the exploration coin), and *positivity*: both sides have a non-zero
-  probability for every kind of prompt, or there is nothing to learn the other side from
-  there (`explore_rate` > 0 guarantees it).
-- **ipw**: the same rows weighted by 1 / propensity of the known side, clipped at
-  `max_ipw_weight` (20), so that each region of prompts counts as often as in the traffic.
-  Same assumptions; it corrects a model that cannot fit every region, at the price of
-  variance: an explored row weighs ~10 times a routine one.
-
-Measured by `make replay` (bench/replay.json, docs/training.md): on the RouteLLM logs
-replayed as one-outcome traffic, the plug-in estimator recovers more of the
-both-outcomes router's APGR than inverse-propensity weighting, whose explored rows
-dominate the loss; hence the default. The propensities are still what the off-policy
-evaluation (evaluation.off_policy) needs.
-
-The heads are fitted separately or as one shared booster (training.model, `head_sharing`):
-with `auto`, shared when the training rows that know one outcome outnumber those that know
-both (share_heads). A separate cloud head learns only from the prompts the logging router
-sent to the cloud, mostly hard ones, plus the explored few; shared, it also learns from
-every edge outcome what makes a prompt hard. Measured by `make replay` on three seeds
-(docs/traffic.md): shared heads 0.690-0.696 test APGR against 0.659-0.685 separate; with
-both outcomes of every prompt, separate heads win (0.709 against 0.697).
-
-Thresholds and the split figures need both outcomes of a request, so they use the rows that
-have both; training reports how many rows of each kind it used (`partial` in the metrics).
-Logs without enough of them stop training with BOTH_OUTCOMES_NEEDED (training.engines.base).
+Each outcome head learns from the rows where its own outcome is known. `partial_estimator`:
+`plug_in` (the default) fits those rows unweighted, `ipw` weighs a one-outcome row by 1 /
+propensity clipped at `max_ipw_weight`; both assume the logging router chose from what the
+features see and gave every kind of prompt a chance on both sides (`explore_rate` > 0). With
+`head_sharing: auto` the heads share one booster when the training rows knowing one outcome
+outnumber those knowing both (share_heads). Thresholds and the split figures need both outcomes
+of a request; logs without enough such rows stop training with BOTH_OUTCOMES_NEEDED.
 """
 
 from __future__ import annotations

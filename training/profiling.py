@@ -1,15 +1,9 @@
-"""What a training command costs, measured from outside: run it as a child process, sample its
-whole process tree's memory and CPU over time, and attribute the samples to the training's
-stages from the stage log it writes (training.stages, ROUTER_STAGE_LOG).
-
-Why from outside: a training run's memory is spread over processes the run itself cannot see
-(the Dask client with its LocalCluster's scheduler and workers, the local engine's featurizing
-processes), and a run that is stopped for taking too long can still say where it was. The run's
-own StageClock says when each stage began and ended and its own process's peak; this module
-adds what the other processes held meanwhile. `make scale` (pipelines/scale.py) is the user.
-
-psutil, which this needs, comes with the training extra (Dask's `distributed` requires it); it
-is imported on use, like every heavy library of the project.
+"""What a training command costs, measured from outside (`make scale`, pipelines/scale.py): run it
+as a child process, sample its whole process tree's memory and CPU, and attribute the samples to
+the stages its stage log names (training.stages, ROUTER_STAGE_LOG). From outside, because a run's
+memory is spread over processes it cannot see (a LocalCluster's scheduler and workers, the
+featurizing pool), and a run stopped for taking too long still says where it was. psutil comes
+with the training extra and is imported on use.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
-"""Promotion: move the MLflow alias `champion` to a challenger bundle only when it is at least
-as good on the same traffic (`make promote BUNDLE=dir`, pipelines.promote; `make replay`).
-
-Both routers are judged on the same logs: the SDK's outcome logs (`--logs`, one-outcome
-traffic: the doubly robust estimate of each router's quality, evaluation.off_policy) and,
-when given, logs with both outcomes (`--full-logs`: the quality of each router's first
-answer, measured). Cost is the cloud-first share of each router's own decisions on those
-prompts (exact). The challenger is promoted when, on every set of logs given,
-
-    quality does not drop by more than `--margin` (default 0.005) and the cloud share does
-    not rise, or quality rises by more than `--margin`.
-
-Promotion refuses (PromotionRefused: nothing decided, nothing recorded, the alias stays)
-when a figure it would compare is not a finite number, or rests on fewer than `--min-rows`
-(MIN_ROWS, 200) logged requests or prompts with both outcomes. A logged request whose
-propensity is below `--min-propensity` (evaluation.off_policy.MIN_PROPENSITY) is a reject,
-listed with its file, line and reason in the result (`rejected`).
-
-The decision and its figures are recorded on the challenger's MLflow run (tag
-`promotion.decision`, metrics `promotion.*`); `dry_run` changes nothing. When
-the registered model has no champion yet, the challenger becomes it.
+"""Promotion (docs/traffic.md#promotion-make-promote; `make promote`, `make replay`): move the
+MLflow alias `champion` to a challenger bundle only when it is at least as good on the same
+traffic. Both routers are judged on the SDK's outcome logs (`--logs`: the doubly robust quality,
+evaluation.off_policy) and on logs with both outcomes (`--full-logs`: the quality of each router's
+first answer), cost being each router's cloud-first share. The challenger is promoted when, on
+every set of logs given, quality drops by at most `--margin` and the cloud share does not rise,
+or quality rises by more than `--margin`. PromotionRefused (nothing decided, recorded or moved)
+when a figure is not finite or rests on fewer than `--min-rows` rows; the decision and its
+figures are recorded on the challenger's MLflow run unless `dry_run`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""What a training run was made from: the project's source, the installed packages, the logs'
-bytes and the options. `make train` writes it beside the run's figures to
-`<reports_dir>/run.json` (`write_run`, at the end of training.engines.base.train), so a
-later reader can tell whether a run is what training would give now (`matching_run`): the test
-suite reuses `make train`'s run for the README check when all four match, and trains again when
-any differs.
-
-- source: SHA-256 over the project's packages (SOURCE_PACKAGES): their code and the data files
-  they ship (SOURCE_SUFFIXES), by path, leaving out caches and fetched logs;
-- packages: SHA-256 over `name==version` of every installed distribution (reading them all
-  takes ~0.5 s: a process keeps the digest while the distributions' metadata folders on
-  sys.path, named by name and version, stay the same);
-- data: SHA-256 over every file under the logs' paths (the default location's when none are
-  given), by path relative to its root; a source that is no local path counts by its name;
-- options: the TrainConfig without where the run writes and reads (OUTPUT_OPTIONS, and `data`,
-  which the data digest covers), nested by group; a record of the flat options of before the
-  groups reads as its nested form.
+"""What a training run was made from (docs/architecture.md#tests): SHA-256 digests of the
+project's source (SOURCE_PACKAGES' code and shipped data files), the installed packages
+(`name==version` of every distribution, kept by a process while their metadata folders stay the
+same), the logs' files (by path under their roots; a source that is no local path by its name)
+and the options (without where the run writes, OUTPUT_OPTIONS, nor `data`). `make train` writes
+them beside the run's figures to `<reports_dir>/run.json` (`write_run`), and `matching_run` tells
+whether a recorded run is what training would give now (the suite's README check reuses it).
 """
 
 from __future__ import annotations

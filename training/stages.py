@@ -1,25 +1,14 @@
 """The stages of a training run, timed one after another: wall time and this process's peak
 memory of each, so that a slow or large run says where its time and memory went.
 
-`StageClock.begin(name)` ends the running stage and starts `name`; the figures go into the
-run's `timings` (`<stage>_s`, logged to MLflow as `time.<stage>_s`; `peak_mb[<stage>]`,
-logged as `memory.<stage>_peak_mb`). When `ROUTER_STAGE_LOG` names a file, each stage is
-also appended to it as a JSON line with its start and end (epoch seconds): `make scale`
-(training.profiling) matches them with the memory it samples over the whole process tree
-(Dask workers, the local engine's featurizing processes), which this process alone cannot see.
-
-Peak memory per stage: Linux lets a process reset its own high-water mark (VmHWM, by
-writing 5 to /proc/self/clear_refs), so each stage's peak is its own, not the run's so far.
-Elsewhere the figure is the peak so far (ru_maxrss).
-
-StageClock is the one timer of a training run (the engines and the shared finish keep no
-clock of their own). Besides the consecutive stages it times spans (`StageClock.span(name)`):
-wall time only, into `<name>_s`, for a figure that is not one stage but that MLflow has
-logged since before the stages existed, under the same names: `lightgbm_s`, the boosters
-alone inside the "fit" stage; `load_s`, reading up to the rows' split (the local engine's
-"read_validate" and "merge", the Dask engine's "read_validate"); `features_s`, the
-featurizer (the Dask engine's "merge" and "featurize"). Spans are not in the stage log and
-have no peak. `total_s` is the run's wall time since run_timings() (StageClock.end_run).
+`StageClock` is the run's one timer. `begin(name)` ends the running stage and starts `name`: its
+`<stage>_s` and `peak_mb[<stage>]` go into the run's `timings` (MLflow: `time.<stage>_s`,
+`memory.<stage>_peak_mb`); on Linux each stage's peak is its own (VmHWM reset through
+/proc/self/clear_refs), elsewhere the peak so far (ru_maxrss). With `ROUTER_STAGE_LOG` naming a
+file, each stage is appended to it as a JSON line with its start and end, which `make scale`
+(training.profiling) matches with the memory of the whole process tree. `span(name)` times a
+figure MLflow has logged since before the stages (`lightgbm_s`, `load_s`, `features_s`): wall time
+only, in no stage log; `total_s` is the run's wall time since run_timings() (`end_run`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""Training rows logged without their text (serving.monitoring._outcome_log's privacy modes "token_ids",
-`store_prompts=False`, and "embedding").
+"""Training rows logged without their text (the outcome log's privacy modes "token_ids",
+`store_prompts=False`, and "embedding"; docs/traffic.md#privacy-what-each-mode-keeps-on-disk).
 
-Such a row carries what the logging bundle computed from the prompt (data.schema.TOKENS): its
-scalar inputs (token count, text statistics, declared precision) and either its token ids or
-its encoder's pooled embedding before the projection, with what identifies them (the
-tokenizer's SHA-256, the token limit, special tokens, the scalars' names, and for an embedding
-the encoder's SHA-256). This run uses a row when it would have computed the same inputs from
-the text:
-- token ids: the same tokenizer, limit and scalar names; the embedding is then computed from
-  the ids exactly as for any prompt (this run's encoder and projection);
-- an embedding: the same encoder too (its graph, bit for bit: the static tier's token table,
-  the transformer tier's weights); this run's projection is applied to it, so its features
-  equal those of the text up to float32 rounding.
-A row logged by a bundle with another tokenizer, encoder or other scalars is left out and
-counted with the reason.
-
-Without the text there is no prompt hash and nothing for the text-based figures (the rule
-table, domains), so these rows always train: they are never validation or test rows, and
-repeats among them are not merged (the local engine only; the Dask engine reports them as
-`no_text`).
+Such a row carries what the logging bundle computed (data.schema.TOKENS): its scalar inputs and
+its token ids or its encoder's pooled embedding, with what identifies them (tokenizer and
+encoder SHA-256, token limit, special tokens, scalar names). A row is used when this run would
+have computed the same inputs from the text (token ids: the embedding computed from them as for
+any prompt; an embedding: this run's projection applied to it), else left out and counted with
+the reason. Without text there is no prompt hash: these rows always train, are never validation
+or test rows and are not merged (the local engine; the Dask engine reports them as `no_text`).
 """
 
 from __future__ import annotations

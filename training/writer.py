@@ -1,13 +1,8 @@
-"""Write a bundle so that BUNDLE always holds a complete, verified bundle or the previous one.
-
-1. A lock on the bundle path (`.NAME.lock` beside it, an OS file lock that dies with its
-   process) serializes every run writing the same BUNDLE; a second run waits for it.
-2. Leftovers of killed runs are cleaned up: temporary folders, and a previous bundle
-   parked aside by a swap that was cut short is put back.
-3. Files and manifest go into a temporary sibling folder (fsync'ed); the caller verifies
-   and registers it there (`staged_bundle` yields it), then `publish()` swaps it into place:
-   one atomic exchange of the two folders on Linux (renameat2 RENAME_EXCHANGE), two
-   renames elsewhere.
+"""Write a bundle so that its folder always holds a complete, verified bundle or the previous
+one (docs/training.md#bundle-writing-guarantees): a lock on the path (`.NAME.lock` beside it),
+leftovers of killed runs cleaned, files and manifest staged in a temporary sibling folder
+(fsync'ed) where the caller checks them, then `publish()`: one atomic exchange of the two folders
+on Linux (renameat2 RENAME_EXCHANGE), two renames elsewhere.
 """
 
 from __future__ import annotations

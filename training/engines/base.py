@@ -125,15 +125,6 @@ def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict
     }
 
 
-def cross_fitted_figures(config: TrainConfig, splits: Splits, thresholds: dict, cv) -> dict[str, SplitSummary]:
-    """A cross-fitted bundle's figures: the folds' means as "test" (cv.summary() has every
-    interval) and the out-of-fold rows at the bundle's thresholds as "val" (the thresholds were
-    chosen on them). The refit's own rows are in sample and give no figure."""
-    from training.crossval import headline_means
-
-    return {"test": headline_means(cv), "val": split_figures(config, splits, thresholds)["val"]}
-
-
 def build_manifest(
     config: TrainConfig,
     fitted: Fitted,
@@ -257,27 +248,24 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
     acceptance, thresholds = held_out.acceptance, held_out.thresholds
     reference, novelty = held_out.reference, held_out.novelty
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
-    summaries = (
-        split_figures(config, held_out.splits, thresholds)
-        if cv is None
-        else cross_fitted_figures(config, held_out.splits, thresholds, cv)
-    )
+    # Cross-fitted: the folds' means as "test" (cv.summary() has every interval), the out-of-fold rows as
+    # "val" (the refit's own rows are in sample and give no figure).
+    summaries = split_figures(config, held_out.splits if cv is None else {"val": held_out.splits["val"]}, thresholds)
+    if cv is not None:
+        from training.crossval import headline_means
+
+        summaries = {"test": headline_means(cv), **summaries}
     metrics = {
         **{split: s.as_dict() for split, s in summaries.items()},
         **({"cv": cv.summary()} if cv is not None else {}),
         "trees": {h.name: h.booster.num_trees() for h in fitted.heads},
         "learning_rate": {h.name: float(h.booster.params["learning_rate"]) for h in fitted.heads},
         "heads": "shared" if any(h.side is not None for h in fitted.heads) else "separate",
-        **(
-            {"lexical_tree_weight": {h.name: h.blend.tree_weight for h in fitted.heads}}
-            if any(h.blend is not None and h.blend.stack is None for h in fitted.heads)
-            else {}
-        ),
-        **(
-            {"lexical_stack": {h.name: h.blend.stack for h in fitted.heads}}
-            if any(h.blend is not None and h.blend.stack is not None for h in fitted.heads)
-            else {}
-        ),
+        **{
+            key: {h.name: getattr(h.blend, field) for h in fitted.heads}
+            for key, field in (("lexical_tree_weight", "tree_weight"), ("lexical_stack", "stack"))
+            if any(h.blend is not None and (h.blend.stack is None) == (field == "tree_weight") for h in fitted.heads)
+        },
         **({"acceptance": accepted} if accepted else {}),
         **fitted.notes,
     }

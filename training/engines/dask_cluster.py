@@ -1,22 +1,13 @@
-"""The Dask engine (`make train ENGINE=dask`): the training stages on a Dask cluster, for
-logs larger than one machine. Returns the same `Fitted` as the local engine, so thresholds,
-figures, bundle, parity check and MLflow registration are shared (training.engines.base).
+"""The Dask engine (`make train ENGINE=dask`; docs/scale-out.md#how-it-works): the training
+stages on a Dask cluster, returning the local engine's `Fitted`, so everything after the fit is
+shared (training.engines.base).
 
-Where the rows live: every log file is a partition read, validated, split, labelled and
-featurized on the workers; LightGBM trains data-parallel through `lightgbm.dask` on the
-workers' partitions. The client only ever holds bounded samples chosen by prompt hash:
-at most `pca_sample_rows` training rows (raw embeddings for the projection) and
-`eval_sample_rows` rows each of validation and test (calibration, thresholds, figures).
-
-The logs are read once: (1) every file read and validated, its valid rows written to a
-per-run checkpoint (Parquet, `dask_scratch`), counted, repeated prompts found. The later
-passes read the checkpoint: (2) the raw embeddings of the projection sample, and the
-repeated prompts gathered by key on the workers (a shuffle) and merged there; (3) features
-of every row: the validation and test samples come back to the client, the training rows
-stay on the workers (persisted) for LightGBM. With lexical evidence (the default blend,
-training.lexical), the training rows of its sample keep their token ids, which come to the
-client; the client fits the regressions on them as the local engine does, and the workers
-compute the validation and test samples' margins before those come back.
+Every log file is a partition read, validated, split, labelled and featurized on the workers, and
+LightGBM trains data-parallel on them (lightgbm.dask). The client holds bounded samples chosen by
+prompt hash only: at most `pca_sample_rows` training rows for the projection, `eval_sample_rows`
+each of validation and test, and the lexical regressions' sample of token ids. The logs are read
+once into a per-run checkpoint (`dask_scratch`); later passes read it: the projection sample and
+the repeated prompts merged on the workers, then every row's features.
 """
 
 from __future__ import annotations
@@ -201,15 +192,9 @@ def _plan_and_rows(client, config: TrainConfig, valid, repeated, report: dict, f
     merging: a repeated prompt in it weighs twice, harmlessly), and the repeated rows merged.
     Returns the feature plan, the prepared rows and the sample's size."""
     from training.engines import dask_partitions as de
-    from training.featurize import fit_projection, plan_from, raw_stage, raw_width
+    from training.featurize import configured_raw_stage, fit_projection, plan_from, raw_width
 
-    built, raw = raw_stage(
-        config.features.tier,
-        embedding_dim=config.features.embedding_dim,
-        max_tokens=config.features.max_tokens,
-        max_chars=config.features.max_chars,
-        cache_dir=Path(config.cache_dir),
-    )
+    built, raw = configured_raw_stage(config)
     width = raw_width(raw)
     report["rows"] = int(report["rows_per_source"].sum())  # for the sample fraction; exact below
     unmerged = _prepare(valid[list(de.ROUTING_COLUMNS)].assign(n_merged=1), config)
@@ -327,7 +312,7 @@ def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]
     import dask.dataframe as dd
 
     from training.engines import dask_partitions as de
-    from training.model import SIDE_FEATURE, fit_booster_dask, fit_heads, stack_sides, target_columns
+    from training.model import SIDE_FEATURE, boosting, fit_booster_dask, fit_heads, stack_sides, target_columns
     from training.partial import SIDES, head_rows, known_rows, share_heads, sides_known
 
     x_val = val[served].to_numpy()
@@ -360,11 +345,8 @@ def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]
                 y_v,
                 weight=rows["target_weight"] if weighted else None,
                 val_weight=w_v if weighted else None,
-                params=config.boosting.lgbm,
-                seed=config.seed,
-                num_boost_round=config.boosting.rounds,
-                early_stopping_rounds=config.boosting.early_stopping_rounds,
                 objective=objective,
+                **boosting(config),
             )
 
     counts = sides_known(*[known_rows(train, c) for c in columns])
@@ -474,16 +456,6 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
     del frame, val, test, ids, train_sample  # the token arrays were copied into `tokens`
     de.return_freed_memory()
     clock.end()
-    return Fitted(
-        report,
-        plan,
-        config.model.objective,
-        heads,
-        splits,
-        embeddings,
-        responses,
-        notes=notes,
-        tokens=tokens if all(t is not None for t in tokens.values()) else None,
-        train_rows=train_rows,
-        raw=raw,
-    )
+    tokens = tokens if all(t is not None for t in tokens.values()) else None
+    fitted = (report, plan, config.model.objective, heads, splits, embeddings, responses)
+    return Fitted(*fitted, notes=notes, tokens=tokens, train_rows=train_rows, raw=raw)

@@ -197,13 +197,13 @@ def _training_sample(frame, config: TrainConfig, report: dict, console):
 def _features(config: TrainConfig, frame, console, keep_tokens: np.ndarray, memo: FirstPassMemo | None = None):
     from rich.progress import Progress
 
-    from training.featurize import default_workers, featurize_with
+    from training.featurize import default_workers, featurize
 
     train = (frame["split"] == "train").to_numpy()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"features ({config.features.tier} tier)", total=len(frame))
         # The columns as they are (no list copies): each chunk is read from them while it is featurized.
-        feats = featurize_with(
+        feats = featurize(
             config,
             frame["prompt"].to_numpy(),
             frame["precision"].to_numpy(),
@@ -252,13 +252,7 @@ class LexicalRows(NamedTuple):
 
 
 def _lexical_rows(
-    config: TrainConfig,
-    frame: "pd.DataFrame",
-    train: np.ndarray,
-    rows: int,
-    refit: bool,
-    report: dict[str, Any],
-    console: Any,
+    config: TrainConfig, frame, train: np.ndarray, rows: int, refit: bool, report, console
 ) -> LexicalRows:
     """The lexical stage's rows (LexicalRows) of `frame`, `rows` prepared rows before any
     sampling. The held-out rows' margins are always read (the blend is fitted and scored on
@@ -285,16 +279,7 @@ def _with_lexical(
     fits = 1 if rows.folds is None else config.lexical.folds + 1
     with console.status(f"lexical evidence: {fits} logistic regression(s) per outcome"):
         vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
-        model, margins = for_training(
-            config,
-            *outcome_arrays(frame),
-            feats.tokens,
-            kept,
-            rows.sample,
-            rows.wanted,
-            rows.folds,
-            vocabulary=vocabulary,
-        )
+        model, margins = for_training(config, *outcome_arrays(frame), feats.tokens, kept, *rows, vocabulary=vocabulary)
     how = (
         "blended into the heads"
         if config.lexical.mode == "blend"
@@ -343,6 +328,7 @@ def fit(
     from training.model import (
         SIDE_FEATURE,
         blank_declared_precision,
+        boosting,
         fit_booster,
         fit_heads,
         predict,
@@ -449,15 +435,12 @@ def fit(
             *val_part[:2],
             weight=train_part[2],
             val_weight=val_part[2],
-            params=config.boosting.lgbm,
-            seed=config.seed,
-            num_boost_round=config.boosting.rounds,
-            early_stopping_rounds=config.boosting.early_stopping_rounds,
             feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1),
             objective=objective,
             rounds=None if refit is None else refit.rounds[columns[0]],
             init_score=init,
             val_init_score=val_init,
+            **boosting(config),
         )
 
     counts = sides_known(*(known_train[c][0] for c in columns))
@@ -506,16 +489,6 @@ def fit(
         else None
     )
     clock.end()
-    return Fitted(
-        data_report,
-        plan,
-        config.model.objective,
-        heads,
-        splits,
-        embeddings,
-        responses,
-        tokens=tokens,
-        notes={"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits, "computed": feats.cache_misses}},
-        train_rows=train_rows,
-        raw=raw,
-    )
+    notes = {"embedding_cache": {"used": feats.cache_used, "hits": feats.cache_hits, "computed": feats.cache_misses}}
+    fitted = (data_report, plan, config.model.objective, heads, splits, embeddings, responses)
+    return Fitted(*fitted, tokens=tokens, notes=notes, train_rows=train_rows, raw=raw)
