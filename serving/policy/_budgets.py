@@ -8,7 +8,10 @@ windows: the clock hour, the calendar day, the calendar month). Spend is recorde
 estimated cost (the endpoints' token prices), streams at their end.
 
 The ledger lives in the process that routes (it survives policy reloads: the Router owns it).
-Several processes behind one budget need a shared store: this ledger does not pretend to be one.
+Several processes behind one budget (proxy replicas, app servers) share one through Redis instead:
+RedisSpending, the same interface, each spend one atomic increment per holder and window
+(`router.spending = RedisSpending(url)`; the proxy's --redis). What it does when Redis cannot be
+reached is its class doc's: budgets read as spent (fail closed), spends wait in the process.
 
 Bounded, and a flood cannot reset a spent budget:
 
@@ -35,16 +38,21 @@ Bounded, and a flood cannot reset a spent budget:
 
 from __future__ import annotations
 
+import calendar
 import hashlib
+import logging
 import math
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
 if TYPE_CHECKING:
+    from redis import Redis
     from typing_extensions import TypeAlias
+
+log = logging.getLogger("serving")
 
 PERIODS = ("hour", "day", "month")
 MAX_HOLDERS = 100_000
@@ -64,6 +72,21 @@ def window(period: str, now: float) -> int:
     if period == "month":
         year, month = time.gmtime(now)[:2]
         return year * 12 + month
+    raise ValueError(f"period {period!r}: use one of {', '.join(PERIODS)}")
+
+
+def window_end(period: str, current: int) -> float:
+    """When the UTC window numbered `current` (window()) ends, in epoch seconds."""
+    if period == "hour":
+        return (current + 1) * 3600.0
+    if period == "day":
+        return (current + 1) * 86400.0
+    if period == "month":
+        year, month = divmod(current, 12)  # window(): year * 12 + month, month 1..12
+        if month == 0:
+            year, month = year - 1, 12
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+        return float(calendar.timegm((year, month, 1, 0, 0, 0)))
     raise ValueError(f"period {period!r}: use one of {', '.join(PERIODS)}")
 
 
@@ -197,3 +220,168 @@ class Spending:
     def __len__(self) -> int:
         """The entries held: (key, holder, period) with spend (shared accounts are not counted)."""
         return self._size
+
+
+class RedisSpending(Spending):
+    """The budgets' ledger in Redis (the `redis` extra), shared by every process that routes with
+    it: what a holder spent in one process counts in all, once. `client`: a redis.Redis, or a URL
+    such as "redis://127.0.0.1:6379/0" (its calls bounded by `timeout_s`).
+
+    One key per (metadata key, holder, period, window): `prefix` + "day:20420:4:user:ana" (the
+    metadata key's length first, so no key and holder run into another; a holder over
+    MAX_VALUE_CHARS as "sha256:" and its digest). A spend is one MULTI/EXEC transaction of
+    INCRBYFLOAT and EXPIREAT per key (its window's end, as window() cuts them, plus an hour), so
+    concurrent spends in many processes add up exactly and Redis forgets a window after it ends;
+    a budget check is one GET. The windows are UTC, from each process's clock: keep the clocks
+    synchronised (NTP), or spends near a window's end land on either side of it.
+
+    When Redis cannot be reached (refused, timed out, an error), the ledger fails closed and keeps
+    no one waiting:
+    - a budget check reads the holder as spent (math.inf), so every budget rule holds, and its
+      action applies, usually keeping the request off the priced endpoint: a budget is a limit,
+      and the ledger cannot show it is not reached (a rule with no other endpoint left refuses
+      the request: NoFeasibleEndpoint, as any forbid does);
+    - a spend waits in this process (`pending`, at most `max_pending` keys; beyond that it is
+      dropped and counted) and is written with the next spend once Redis answers again;
+    - after a failure Redis is not asked again for `retry_s`: checks meanwhile read spent at once,
+      without waiting out a timeout per request.
+    `errors` counts the operations that could not reach Redis (the proxy's /metrics shows it),
+    `dropped` the spends lost to a full `pending`; one warning when Redis goes, one when it is back.
+    """
+
+    def __init__(
+        self,
+        client: Redis | str,
+        *,
+        prefix: str = "router:budget:",
+        timeout_s: float = 0.25,
+        retry_s: float = 1.0,
+        max_pending: int = 10_000,
+    ) -> None:
+        super().__init__()
+        if isinstance(client, str):
+            try:
+                import redis
+            except ImportError as exc:  # the SDK core does not need it
+                raise ImportError(
+                    "RedisSpending needs the Redis client: pip install 'edge-cloud-router[redis]'"
+                ) from exc
+            client = redis.Redis.from_url(client, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        if isinstance(retry_s, bool) or not isinstance(retry_s, (int, float)) or not 0 <= retry_s < math.inf:
+            raise ValueError(f"retry_s={retry_s!r}: must be a number of seconds >= 0")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
+            raise ValueError(f"max_pending={max_pending!r}: must be a whole number >= 0")
+        self.client: Any = client  # Any: redis.Redis, untyped here so that the core never imports it
+        self.prefix, self.retry_s, self.max_pending = prefix, float(retry_s), max_pending
+        self.pending: dict[bytes, tuple[float, float]] = {}  # key -> (amount, expires at): not yet written
+        self.errors = 0
+        self.dropped = 0
+        self._down_until = 0.0  # time.monotonic() before which Redis is not asked again
+        self._down = False
+
+    def key(self, key: str, value: str, period: str, current: int) -> bytes:
+        """The Redis key of a holder's spend in a window (class doc)."""
+        holder = holder_id(value)
+        shown = holder if isinstance(holder, str) else "sha256:" + holder.hex()
+        return f"{self.prefix}{period}:{current}:{len(key)}:{key}:{shown}".encode("utf-8", "surrogatepass")
+
+    def add(
+        self,
+        metadata: Mapping[str, str],
+        amount: float,
+        keys: Iterable[str],
+        now: float | None = None,
+        *,
+        limits: Limits | None = None,
+    ) -> None:
+        """Count `amount` against every holder the metadata names under `keys`, in every period, in
+        Redis (`limits` is not needed: Redis forgets each window when it ends)."""
+        check_amount(amount)
+        now = time.time() if now is None else now
+        writes: dict[bytes, tuple[float, float]] = {}
+        if amount > 0:
+            for key in keys:
+                if key in metadata:
+                    for period in PERIODS:
+                        current = window(period, now)
+                        writes[self.key(key, metadata[key], period, current)] = (amount, window_end(period, current))
+        with self._lock:
+            if not writes and not self.pending:
+                return
+            for name, (earlier, until) in self.pending.items():
+                mine = writes.get(name)
+                writes[name] = (earlier + (mine[0] if mine else 0.0), until)
+            self.pending = {}
+        if self._reachable():
+            try:
+                pipe = self.client.pipeline(transaction=True)
+                for name, (total, until) in writes.items():
+                    pipe.incrbyfloat(name, total)
+                    pipe.expireat(name, int(until) + 3600)
+                pipe.execute()
+                self._up()
+                return
+            except Exception as exc:  # redis.RedisError, OSError: not written, kept for the next spend
+                self._failed("writing spends", exc)
+        self._keep(writes)
+
+    def spent(self, key: str, value: str, period: str, now: float | None = None) -> float:
+        """What `value` of metadata key `key` has spent in the current `period` window, in every
+        process (and this process's spends not yet written); math.inf while Redis cannot be read
+        (class doc: fail closed)."""
+        name = self.key(key, value, period, window(period, time.time() if now is None else now))
+        waiting = self.pending.get(name)
+        if not self._reachable():
+            return math.inf
+        try:
+            raw = self.client.get(name)
+        except Exception as exc:
+            self._failed("reading a budget", exc)
+            return math.inf
+        self._up()
+        try:
+            total = float(raw) if raw is not None else 0.0
+        except ValueError:  # not a number: written by something else; counted as spent
+            log.warning("budget ledger: %r holds no number; its holder reads as spent", name)
+            return math.inf
+        return total + (waiting[0] if waiting is not None else 0.0)
+
+    def _keep(self, writes: dict[bytes, tuple[float, float]]) -> None:
+        with self._lock:
+            for key, (amount, until) in writes.items():
+                held = self.pending.get(key)
+                if held is not None:
+                    self.pending[key] = (held[0] + amount, until)
+                elif len(self.pending) < self.max_pending:
+                    self.pending[key] = (amount, until)
+                else:
+                    self.dropped += 1
+
+    def _reachable(self) -> bool:
+        if not self._down or time.monotonic() >= self._down_until:
+            return True
+        with self._lock:
+            self.errors += 1
+        return False
+
+    def _failed(self, doing: str, exc: Exception) -> None:
+        with self._lock:
+            self.errors += 1
+            self._down_until = time.monotonic() + self.retry_s
+            warn, self._down = not self._down, True
+        if warn:
+            log.warning(
+                "budget ledger unavailable (%s: %s: %s): budgets read as spent, spends wait in this process",
+                doing,
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+
+    def _up(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("budget ledger reachable again")
+
+    def __len__(self) -> int:
+        """The keys whose spends wait to be written (Redis holds the rest)."""
+        return len(self.pending)
