@@ -1,39 +1,23 @@
 """Endpoints as data: the one record of a model a request may run on (docs/endpoints.md).
 
-`Endpoint` (exported as `serving.Endpoint`, and as `serving.chat.Endpoint`) holds everything the
-SDK knows of one endpoint: what the router decides with (where it runs, its `Price`, latency,
-context limit, `Capabilities`) and, all optional, how it is called (an endpoint a bundle's
-manifest describes is only decided about); its class doc lists the fields. None is "not
-declared" for each decision field. Two costs: `call_cost(input_tokens, output_tokens)`, what a
-call of that size is expected to cost (what the choosers price), and `answer_cost(usage)`, what an
-answer cost by its `usage` (what RoutedChat reports).
+`Endpoint` (`serving.Endpoint`, `serving.chat.Endpoint`) holds what the router decides with (where
+it runs, its `Price`, latency, context limit, `Capabilities`; None: not declared) and, all
+optional, how it is called (an endpoint a bundle's manifest describes is only decided about).
+`call_cost` is what a call of a given size is expected to cost (what the choosers price),
+`answer_cost` what an answer cost by its `usage` (what RoutedChat reports).
 
-Spec files and manifests:
+Spec files and manifests hold `{"endpoints": [{"name": ..., "where": ..., "price": {...}, ...}]}`
+in the order figures list them (never a preference), or the two-endpoint spelling
+`{"edge": {...}, "cloud": {...}}` (each an endpoint without its name; missing fields default to
+baseline.md's figures). Prices are written per 1M tokens; the earlier `per_1k_*` keys are still
+read and priced with the figure given, so an old spec or bundle costs exactly what it did. Call
+settings come from spec files only (`call_settings=True`), never from a manifest, and a key
+never: the proxy's `--endpoints` file names the variable holding it (`key_env`).
 
-    {"endpoints": [
-      {"name": "phone-3b", "where": "device", "price": {"per_call": 0},
-       "latency_ms": 120, "context_tokens": 4096, "capabilities": {"json": true, "languages": ["en"]}},
-      {"name": "frontier", "where": "cloud", "price": {"per_1m_input": 3, "per_1m_output": 15},
-       "latency_ms": 900, "context_tokens": 200000, "capabilities": {"images": true, "tools": true, "json": true},
-       "base_url": "https://api.example.com/v1", "model": "big-model", "params": {"reasoning_effort": "high"}}
-    ]}
-
-The writer (`as_dict`) gives prices per 1M tokens; the reader also takes the earlier
-`per_1k_input` / `per_1k_output`, as 1,000 times as much, and prices calls with the figure the file
-gave, so a spec or a bundle written before costs exactly what it did, to the last bit. Call
-settings are read from spec files (`call_settings=True`, the default), never from a manifest, and
-a key never: the proxy's `--endpoints` file names the variable holding it (`key_env`).
-
-Today's two-endpoint spelling, `{"edge": {...}, "cloud": {...}}`, is the same thing with two
-endpoints named "edge" and "cloud" (each object an endpoint without its name; `where` defaults to
-device and cloud, and every other field to baseline.md's figures).
-
-Every field is checked when parsed; an error (EndpointSpecError) names the source, the endpoint
-and the field, on one line that quotes values shortened (serving.features._documents.quoted). A spec file
-is read by serving.features._documents: at most 1 MiB, nested at most 32 levels, no YAML aliases, no key
-twice, every YAML key text (an unquoted `on:` is refused). The order of the list is kept: it is
-the order in which figures list endpoints, never a preference (choosing among endpoints is
-evaluation.endpoints' job). Standard library only, so any part of the SDK can read it.
+Every field is checked when parsed: EndpointSpecError names the source, the endpoint and the
+field on one line, values shortened (serving.features._documents.quoted). A spec file is read by
+serving.features._documents (size and nesting bounded, no YAML aliases, no key twice). Standard
+library only, so any part of the SDK can read it.
 """
 
 from __future__ import annotations
@@ -212,45 +196,33 @@ def _positive(value: Any) -> bool:
     return finite_number(value) is not None and value > 0
 
 
-_SECONDS = "{key}={value}: must be a positive number of seconds"
-# Endpoint's checks of its arguments, in order: the field, whether None is allowed, the test of any
-# other value, and the error when it fails ({value}: the value quoted, {kind}: its type's name).
-_CHECKS: tuple[tuple[str, bool, Callable[[Any], object], str], ...] = (
-    (
-        "name",
+_SECONDS = "={value}: must be a positive number of seconds"
+# Endpoint's checks of its arguments, in order: field -> whether None is allowed, the test of any
+# other value, and the error after the field's name ({value}: the value quoted, {kind}: its type).
+_CHECKS: dict[str, tuple[bool, Callable[[Any], object], str]] = {
+    "name": (
         False,
         lambda v: isinstance(v, str) and (not v or NAME_SHAPE.fullmatch(v)),
-        "{key}={value}: must be " + _NAME_MUST,
+        "={value}: must be " + _NAME_MUST,
     ),
-    ("where", True, lambda v: v in WHERE, "{key}={value}: must be one of " + ", ".join(WHERE)),
-    (
-        "price",
-        True,
-        lambda v: isinstance(v, Price),
-        "{key} must be a serving.endpoints._record.Price or None, got {kind}",
-    ),
-    (
-        "latency_ms",
-        True,
-        lambda v: finite_number(v) is not None and v >= 0,
-        "{key}={value}: must be a finite number >= 0",
-    ),
-    ("context_tokens", True, lambda v: _whole(v, 1), "{key}={value}: must be a whole number > 0, or None"),
-    (
-        "capabilities",
+    "where": (True, lambda v: v in WHERE, "={value}: must be one of " + ", ".join(WHERE)),
+    "price": (True, lambda v: isinstance(v, Price), " must be a serving.endpoints._record.Price or None, got {kind}"),
+    "latency_ms": (True, lambda v: finite_number(v) is not None and v >= 0, "={value}: must be a finite number >= 0"),
+    "context_tokens": (True, lambda v: _whole(v, 1), "={value}: must be a whole number > 0, or None"),
+    "capabilities": (
         True,
         lambda v: isinstance(v, Capabilities),
-        "{key} must be a serving.endpoints._record.Capabilities or None, got {kind}",
+        " must be a serving.endpoints._record.Capabilities or None, got {kind}",
     ),
-    ("description", False, lambda v: isinstance(v, str), "{key} must be text, got {kind}"),
-    ("prefill_tokens_per_s", True, _positive, "{key}={value}: must be a number > 0"),
-    ("model", True, lambda v: isinstance(v, str) and v, "{key}={value}: give the model name the server expects"),
-    ("api_key", True, lambda v: isinstance(v, str), "{key} must be text or None, got {kind}"),
-    ("timeout_s", False, _positive, _SECONDS),
-    ("connect_timeout_s", False, _positive, _SECONDS),
-    ("first_token_timeout_s", True, _positive, _SECONDS),
-    ("max_response_bytes", False, lambda v: _whole(v, 1024), "{key}={value}: must be an integer >= 1024"),
-)
+    "description": (False, lambda v: isinstance(v, str), " must be text, got {kind}"),
+    "prefill_tokens_per_s": (True, _positive, "={value}: must be a number > 0"),
+    "model": (True, lambda v: isinstance(v, str) and v, "={value}: give the model name the server expects"),
+    "api_key": (True, lambda v: isinstance(v, str), " must be text or None, got {kind}"),
+    "timeout_s": (False, _positive, _SECONDS),
+    "connect_timeout_s": (False, _positive, _SECONDS),
+    "first_token_timeout_s": (True, _positive, _SECONDS),
+    "max_response_bytes": (False, lambda v: _whole(v, 1024), "={value}: must be an integer >= 1024"),
+}
 # The checked fields kept as floats (an int given, a float kept).
 _FLOATS = ("latency_ms", "prefill_tokens_per_s", "timeout_s", "connect_timeout_s", "first_token_timeout_s")
 
@@ -309,10 +281,10 @@ class Endpoint:
     output_price_per_1m: InitVar[float | None] = None
 
     def __post_init__(self, input_price_per_1m: float | None, output_price_per_1m: float | None) -> None:
-        for key, optional, test, error in _CHECKS:
+        for key, (optional, test, error) in _CHECKS.items():
             value = getattr(self, key)
             if not (optional and value is None) and not test(value):
-                raise EndpointSpecError(error.format(key=key, value=quoted(value), kind=type(value).__name__))
+                raise EndpointSpecError(key + error.format(value=quoted(value), kind=type(value).__name__))
         for key in _FLOATS:
             object.__setattr__(self, key, finite_number(getattr(self, key)))
         if input_price_per_1m is not None or output_price_per_1m is not None:
@@ -551,20 +523,8 @@ class Endpoints:
         """name -> record, in order."""
         return {e.name: e for e in self.endpoints}
 
-    def costs(self, input_tokens: float, output_tokens: float = 0.0) -> dict[str, float | None]:
-        """Each endpoint's expected price of one call of that size (Endpoint.call_cost)."""
-        return {e.name: e.call_cost(input_tokens, output_tokens) for e in self.endpoints}
-
     def as_dict(self, *, call_settings: bool = False) -> dict[str, Any]:
         return {"endpoints": [e.as_dict(call_settings=call_settings) for e in self.endpoints]}
-
-    @classmethod
-    def from_dict(cls, data: object, *, source: str = "<endpoints>", call_settings: bool = True) -> "Endpoints":
-        return parse_endpoints(data, source=source, call_settings=call_settings)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Endpoints":
-        return load_endpoints(path)
 
 
 def _kind(value: object) -> str:
