@@ -32,6 +32,11 @@ N-endpoint request, an endpoint its bundle does not have, a quality outside [0, 
 record for an N-endpoint request are rejects at their own line; the request's row stands on the
 rest. An N-endpoint request logged without its text is a reject: N-endpoint training reads prompts.
 
+A request in a conversation carries `conversation` (its id's pseudonym), `turn`, `switched` and
+`switch_cost` (serving.monitoring._traffic); its row carries them as they are (CONVERSATION_FIELDS),
+so that training can link a conversation's turns by conversation and turn. A record without them
+(every request outside a conversation, and every record from before) reads as before.
+
 Every record whose shape is not the SDK's is a reject at its own line, with the reason, and the read
 goes on: a request whose `endpoint` / `endpoints` / `outcomes` are not a name, a list of names and an
 object, a shadow record whose `side` is not edge or cloud; later records of a rejected request say so.
@@ -129,12 +134,44 @@ def _n_endpoint(request: dict) -> bool:
     return _names_endpoints(request) and request.get("endpoints") != TWO_ENDPOINTS
 
 
+CONVERSATION_FIELDS = ("conversation", "turn", "switched", "switch_cost")
+
+
+def _conversation_problem(request: dict) -> str | None:
+    """Why a request record's conversation fields are not of the shape the SDK writes, or None:
+    `conversation` a non-empty text (the id's pseudonym), `turn` a whole number >= 1 or null,
+    `switched` true, false or null, `switch_cost` a number or null; none of them without
+    `conversation`."""
+    conversation = request.get("conversation")
+    if conversation is None:
+        stray = [name for name in CONVERSATION_FIELDS[1:] if request.get(name) is not None]
+        return f"{stray[0]} without a conversation" if stray else None
+    if not isinstance(conversation, str) or not conversation:
+        return f"conversation must be the conversation id's pseudonym (text), got {_shown(conversation)}"
+    turn, switched, cost = request.get("turn"), request.get("switched"), request.get("switch_cost")
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 1):
+        return f"turn must be a whole number >= 1 or null, got {_shown(turn)}"
+    if switched is not None and not isinstance(switched, bool):
+        return f"switched must be true, false or null, got {_shown(switched)}"
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, (int, float))):
+        return f"switch_cost must be a number or null, got {_shown(cost)}"
+    return None
+
+
+def _conversation(record: dict) -> dict:
+    """The conversation fields a row carries (none for a request outside a conversation)."""
+    if record.get("conversation") is None:
+        return {}
+    return {name: record.get(name) for name in CONVERSATION_FIELDS}
+
+
 def _request_problem(request: dict) -> str | None:
     """Why a request record is not of the shape the SDK writes, or None. A record that names its
     endpoints names the chosen `endpoint` among its bundle's `endpoints` and the observed failures as
-    `outcomes`."""
-    if not _names_endpoints(request):
-        return None
+    `outcomes`; one in a conversation its conversation fields (_conversation_problem)."""
+    problem = _conversation_problem(request)
+    if problem is not None or not _names_endpoints(request):
+        return problem
     endpoint, names, logged = request.get("endpoint"), request.get("endpoints"), request.get("outcomes")
     if not isinstance(endpoint, str) or not endpoint:
         return f"endpoint must be the chosen endpoint's name, got {_shown(endpoint)}"
@@ -272,6 +309,7 @@ def iter_outcome_log(folder: Path, rejects: list[Reject]) -> Iterator[RawRow]:
                 **outcomes[request_id],
                 # store_prompts=False: the model inputs the logging bundle computed (data.schema.TOKENS)
                 **({TOKENS: record.get("features")} if record.get("prompt") is None else {}),
+                **_conversation(record),
             },
             index,
         )
@@ -298,6 +336,7 @@ def _endpoint_row(request_id: str, record: dict, outcomes: dict) -> dict:
         "propensity": record.get("propensity"),
         # the served answer (what the acceptance check learns from once its endpoint's outcome is known)
         **({"responses": {served: answer}} if isinstance(served, str) and isinstance(answer, str) else {}),
+        **_conversation(record),
     }
 
 

@@ -135,6 +135,7 @@ class RoutedChat:
         stream: bool = False,
         accept: object = _ROUTER_DEFAULT,
         metadata: Mapping[str, str] | None = None,
+        conversation: str | None = None,
         **params: Any,
     ) -> Completion | ChatStream:
         """The answer to a conversation, from the edge or the cloud (see the module doc).
@@ -147,6 +148,11 @@ class RoutedChat:
         metadata: the request's metadata for the router's policy (str to str; Router.route), never
             sent to an endpoint. An endpoint the policy forbids is never called, a fallback
             included: serving.policy.FallbackForbidden or NoFeasibleEndpoint instead.
+        conversation: the conversation's id (1 to 256 printable characters; the app's own, the
+            same for every turn), never sent to an endpoint: the router decides the turn with the
+            conversation's state and records where it ran (docs/conversations.md); `routing.turn`
+            and `routing.switched` say what it did. A stream's answer length is recorded at its end
+            when the server reports usage (stream_options={"include_usage": True}), else as 0.
         params: any other chat-completions parameter (temperature, max_tokens, tools, ...),
             sent to whichever endpoint serves, with that endpoint's own `params` over them
             (Endpoint.params wins a parameter both give). `model` is set per Endpoint.
@@ -163,11 +169,12 @@ class RoutedChat:
         with scope as trace:
             trace.endpoints(self._span_attributes)
             if stream:
-                return ChatStream(loop.run(self._open_stream(request, precision, accept, metadata, scope, trace)), loop)
+                opened = self._open_stream(request, precision, accept, metadata, scope, trace, conversation)
+                return ChatStream(loop.run(opened), loop)
             started = time.perf_counter()
             calls = {name: functools.partial(loop.call, up.acomplete) for name, up in self._upstreams.items()}
             execution = self.router.execute(
-                request, endpoints=calls, **self._options(precision, accept, metadata, request)
+                request, endpoints=calls, **self._options(precision, accept, metadata, request, conversation)
             )
             return self._completed(execution, started, trace, metadata)
 
@@ -179,21 +186,22 @@ class RoutedChat:
         stream: bool = False,
         accept: object = _ROUTER_DEFAULT,
         metadata: Mapping[str, str] | None = None,
+        conversation: str | None = None,
         **params: Any,
     ) -> Completion | AsyncChatStream:
         """create() for asyncio (Router.aexecute): the same rules, results and outcome record; a
-        stream is an AsyncChatStream. `accept` and `metadata` as create() takes them; accept runs in the event loop,
-        so keep it quick."""
+        stream is an AsyncChatStream. `accept`, `metadata` and `conversation` as create() takes
+        them; accept runs in the event loop, so keep it quick."""
         request = ChatRequest.build(messages, params, self.to_prompt)
         scope = telemetry.request(telemetry.CHAT)
         with scope as trace:
             trace.endpoints(self._span_attributes)
             if stream:
-                return await self._open_stream(request, precision, accept, metadata, scope, trace)
+                return await self._open_stream(request, precision, accept, metadata, scope, trace, conversation)
             started = time.perf_counter()
             calls = {name: up.acomplete for name, up in self._upstreams.items()}
             execution = await self.router.aexecute(
-                request, endpoints=calls, **self._options(precision, accept, metadata, request)
+                request, endpoints=calls, **self._options(precision, accept, metadata, request, conversation)
             )
             return self._completed(execution, started, trace, metadata)
 
@@ -205,6 +213,7 @@ class RoutedChat:
         metadata: Mapping[str, str] | None,
         scope: telemetry.Scope,
         trace: telemetry.Trace,
+        conversation: str | None = None,
     ) -> AsyncChatStream:
         if accept is not _ROUTER_DEFAULT and accept is not None:
             raise ValueError(
@@ -223,15 +232,21 @@ class RoutedChat:
                 shadow=False,
                 metadata=metadata,
                 needs=request.needs or None,
+                conversation=conversation,
             )
         upstream = self._upstream(execution.served_by)
         routing = RoutingInfo.of(execution, upstream.model)
         # the request's span ends with the stream
-        ended = functools.partial(self._answered, metadata)
+        ended = functools.partial(self._stream_ended, metadata, conversation)
         return AsyncChatStream(execution.response, upstream, routing, started, ended, trace, scope.keep_open())
 
     def _options(
-        self, precision: str | None, accept: object, metadata: Mapping[str, str] | None, request: ChatRequest
+        self,
+        precision: str | None,
+        accept: object,
+        metadata: Mapping[str, str] | None,
+        request: ChatRequest,
+        conversation: str | None,
     ) -> dict[str, Any]:
         """The keyword arguments of Router.execute / aexecute (which check them) for a non-streamed
         request: its needs (serving.endpoints._capabilities) among them, read from the request once."""
@@ -241,6 +256,7 @@ class RoutedChat:
             "verify_edge_zone": self.verify_edge_zone,
             "metadata": metadata,
             "needs": request.needs or None,
+            "conversation": conversation,
         }
         return options if accept is _ROUTER_DEFAULT else {**options, "accept": accept}
 
@@ -270,6 +286,24 @@ class RoutedChat:
         ]
         known = [cost for cost in costs if cost is not None]
         return sum(known) if known and len(known) == len(costs) else None
+
+    def _stream_ended(
+        self,
+        metadata: Mapping[str, str] | None,
+        conversation: str | None,
+        routing: RoutingInfo,
+        usage: Mapping[str, Any] | None,
+    ) -> None:
+        """A stream has ended (or was closed): a conversation's turn, recorded when the stream
+        opened, gets its answer's length when the server reported usage; then as any answer."""
+        tokens = completion_tokens(usage)
+        turn = routing.decision.turn
+        if conversation is not None and turn is not None and tokens:
+            try:
+                self.router.record_answer(conversation, turn=turn, endpoint=routing.served_by, output_tokens=tokens)
+            except Exception as exc:  # the answer is the app's already: never break it here
+                log.warning("recording the turn's answer length failed: %r", exc)
+        self._answered(metadata, routing)
 
     def _answered(self, metadata: Mapping[str, str] | None, routing: RoutingInfo) -> None:
         """A request's answer is complete (a stream: at its end): its cost counts against the
@@ -321,6 +355,12 @@ class RoutedChat:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def completion_tokens(usage: Mapping[str, Any] | None) -> int:
+    """A usage's completion_tokens when it is a count (an integer from 0 to below 10^9), else 0."""
+    value = usage.get("completion_tokens") if usage is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9 else 0
 
 
 def _named(name: str, endpoint: Endpoint, specs: Mapping[str, Endpoint] | None) -> Endpoint:

@@ -44,6 +44,12 @@ class RoutingInfo:
         and why it was left (serving.execution._execute.Tried: served, error, timeout, busy, context, rejected,
         forbidden); [] for two endpoints. expected_cost: what the calls made are expected to cost
         by the endpoints' specs (None without specs, or for two endpoints).
+    turn, switched: a request in a conversation (RoutedChat.create(conversation=...)): its turn
+        (1 for the first) and whether the router moved the conversation from the endpoint that
+        answered its last turn (the decision's: a fallback may serve elsewhere, served_by says);
+        None without a conversation, or when the conversation's state could not be read (the
+        decision's reason then says so). switch: what the reason says of the conversation (stays,
+        moves and what the re-read costs, or that its state was unavailable), else None.
     """
 
     decision: Decision
@@ -57,6 +63,18 @@ class RoutingInfo:
     request_id: str | None = None
     tried: list[Tried] = field(default_factory=list)
     expected_cost: float | None = None
+
+    @property
+    def turn(self) -> int | None:
+        return self.decision.turn
+
+    @property
+    def switched(self) -> bool | None:
+        return self.decision.switched
+
+    @property
+    def switch(self) -> str | None:
+        return conversation_said(self.decision.reason)
 
     @classmethod
     def of(cls, execution: Execution, model: str) -> "RoutingInfo":
@@ -92,6 +110,24 @@ class RoutingInfo:
                 else {}
             ),
         }
+
+
+# How the router's reasons begin what they say of a conversation (serving.routing._chooser.Turn.said,
+# serving.conversations._keeper.Conversations.states).
+CONVERSATION_SAID = ("conversation turn ", "conversation state unavailable")
+
+
+def conversation_said(reason: str) -> str | None:
+    """What a decision's reason says of the request's conversation: its part starting "conversation
+    turn N" (stays on, moves from ... to ..., with what the re-read costs) or, when the store could
+    not be read, "conversation state unavailable" (without the store's error); None when it says
+    nothing of one."""
+    for part in reason.split("; "):
+        if part.startswith(CONVERSATION_SAID[0]):
+            return part
+        if part.startswith(CONVERSATION_SAID[1]):
+            return "conversation state unavailable: decided as a turn on its own"
+    return None
 
 
 @dataclass

@@ -57,7 +57,8 @@ log = logging.getLogger("serving.chat")
 class AsyncChatStream:
     """`async for chunk in stream`: the chunks (dicts) of the serving endpoint's stream, as it sent
     them. `routing` says who serves it and why; its `seconds` and `estimated_cost` are set when the
-    stream ends. Close it (`aclose`, or `async with`) when not reading it to the end."""
+    stream ends. Close it (`aclose`, or `async with`) when not reading it to the end. `on_end` hears
+    the routing and the usage the stream reported (None when it reported none, or broke)."""
 
     def __init__(
         self,
@@ -65,7 +66,7 @@ class AsyncChatStream:
         upstream: Upstream,
         routing: RoutingInfo,
         started: float,
-        on_end: Callable[[RoutingInfo], None],
+        on_end: Callable[[RoutingInfo, Mapping[str, Any] | None], None],
         trace: telemetry.Trace = telemetry.NOOP,
         end_trace: Callable[[], None] = telemetry.NOOP.end,
     ) -> None:
@@ -154,7 +155,7 @@ class AsyncChatStream:
         finally:
             self.routing.seconds = time.perf_counter() - self._started
             self.routing.estimated_cost = None if failed else self._upstream.endpoint.answer_cost(self._usage)
-            self._on_end(self.routing)
+            self._on_end(self.routing, None if failed else self._usage)
             self._trace.answered(
                 fallback_kind=self.routing.fallback_kind, cost=self.routing.estimated_cost, usage=self._usage
             )

@@ -211,6 +211,38 @@ def _quality(views: Views) -> str:
     return f'<section id="quality"><h2>Quality (feedback, off-policy)</h2>{note}{table}</section>'
 
 
+def _conversations(views: Views) -> str:
+    view = views.conversations
+    if view is None:
+        return (
+            '<section id="conversations"><h2>Conversations</h2>'
+            '<p class="note">No request in a conversation.</p></section>'
+        )
+    rows: list[tuple[str, Sequence[str]]] = [
+        ("conversations", ("conversations", str(view.conversations))),
+        ("turns", ("turns", str(view.turns))),
+        ("switches", ("switches (turns moved to another endpoint)", str(view.switches))),
+        ("switches_per_conversation", ("switches per conversation", _number(view.switches_per_conversation, 2))),
+        ("max_switches", ("most switches in one conversation", str(view.max_switches))),
+        ("reprefill_cost", ("re-prefill cost ($, over staying)", _number(view.reprefill_cost, 6))),
+        ("unavailable", ("turns decided without their state", str(view.unavailable))),
+    ]
+    by = _table(
+        "switch_counts",
+        ("switches", "conversations", "share"),
+        ((k, (k, str(n), _share(n, view.conversations))) for k, n in view.by_switches.items()),
+    )
+    note = (
+        '<p class="note">A switch is a turn the router moved from the endpoint that answered the '
+        "conversation's last turn. The re-prefill cost is what the served endpoints paid over staying "
+        f"for re-reading the histories, from the {view.priced_turns} turns whose cost is known "
+        "(docs/conversations.md). Turns decided without their state: the conversation store could not be "
+        "read.</p>"
+    )
+    summary = _table("conversation_summary", ("", "value"), rows)
+    return f'<section id="conversations"><h2>Conversations</h2>{note}{summary}{by}</section>'
+
+
 def _drift(drift: Mapping[str, object] | None) -> str:
     if drift is None:
         return '<section id="drift"><h2>Drift</h2><p class="verdict">no drift reference</p></section>'
@@ -258,6 +290,7 @@ def render_page(
                 _familiarity(views),
                 _bundles(views),
                 _quality(views),
+                _conversations(views),
             )
         )
     refresh = f'<meta http-equiv="refresh" content="{int(refresh_s)}">' if refresh_s else ""

@@ -43,7 +43,12 @@ class RequestSummary:
     """One routed request (module doc). `served_by` is None when no answer was served (the cloud
     failed too); `fallback` the short reason the cloud answered an edge-first request;
     `unfamiliar` None when the bundle has no familiarity reference; `cost` the measured price
-    of its answers where the proxy knew it (endpoint prices configured), else None."""
+    of its answers where the proxy knew it (endpoint prices configured), else None.
+    A request in a conversation: `conversation` its id's pseudonym (never the id:
+    serving.monitoring._outcome_log.pseudonym), `turn` (None when its state could not be read),
+    `switched` (the decision moved it from its last turn's endpoint) and `switch_cost` (what the
+    served endpoint paid over the last one for re-reading the history, dollars; None on a first
+    turn); all None outside a conversation."""
 
     time: float
     model_version: str
@@ -58,6 +63,10 @@ class RequestSummary:
     explored: bool = False
     propensity: float | None = None
     edge_quality: float | None = None  # an outcome the request itself observed (a failed edge call: 0)
+    conversation: str | None = None
+    turn: int | None = None
+    switched: bool | None = None
+    switch_cost: float | None = None
 
 
 def _number(record: Mapping[str, object], key: str, *, required: bool = False) -> float | None:
@@ -82,6 +91,22 @@ def _code(record: Mapping[str, object], key: str, *, required: bool = False) -> 
         return None
     if not isinstance(value, str):
         raise RecordShapeError(f"field {key!r} must be text, not {_shown(value)}")
+    return value
+
+
+def _turn(record: Mapping[str, object]) -> int | None:
+    value = record.get("turn")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 10**9:
+        raise RecordShapeError(f"field 'turn' must be a whole number >= 1, not {_shown(value)}")
+    return value
+
+
+def _flag(record: Mapping[str, object], key: str) -> bool | None:
+    value = record.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise RecordShapeError(f"field {key!r} must be true or false, not {_shown(value)}")
     return value
 
 
@@ -187,6 +212,10 @@ def from_record(record: Mapping[str, object]) -> RequestSummary:
         explored=explored,
         propensity=propensity,
         edge_quality=_number(record, "edge_quality"),
+        conversation=_code(record, "conversation"),
+        turn=_turn(record),
+        switched=_flag(record, "switched"),
+        switch_cost=_number(record, "switch_cost"),
     )
 
 

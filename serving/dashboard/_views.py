@@ -15,7 +15,12 @@ for the proxy's /dashboard and `make report`.
 - unfamiliar share: requests whose novelty exceeds 1, among those whose bundle has a familiarity
   reference;
 - bundles in use: requests per model_version, first and last seen;
-- quality: with feedback, serving.dashboard._quality's off-policy estimates.
+- quality: with feedback, serving.dashboard._quality's off-policy estimates;
+- conversations: among requests in a conversation, the conversations and turns, the turns that
+  moved their conversation to another endpoint (switches) per conversation, and the re-prefill
+  cost: what the served endpoints paid over staying for re-reading the histories (each turn's
+  `switch_cost`, dollars; 0 for a turn that stayed), and the turns decided without their
+  conversation's state (the store unreachable: no turn number).
 """
 
 from __future__ import annotations
@@ -91,6 +96,52 @@ class Bundle:
     last: float
 
 
+SWITCH_COUNTS = ("0", "1", "2", "3+")  # conversations by how many of their turns switched
+
+
+@dataclass(frozen=True)
+class ConversationView:
+    """The conversations among the requests (module doc). `by_switches`: conversations by their
+    switches (SWITCH_COUNTS); `reprefill_cost` the sum of the turns' switch costs where known
+    (`priced_turns` of them), None when none is."""
+
+    conversations: int
+    turns: int
+    switches: int
+    max_switches: int
+    by_switches: dict[str, int]
+    reprefill_cost: float | None
+    priced_turns: int
+    unavailable: int
+
+    @property
+    def switches_per_conversation(self) -> float:
+        return self.switches / self.conversations if self.conversations else 0.0
+
+
+def conversation_view(requests: Sequence[RequestSummary]) -> ConversationView | None:
+    """The conversation panel's figures, None when no request was in a conversation."""
+    turns = [r for r in requests if r.conversation is not None]
+    if not turns:
+        return None
+    switches: dict[str, int] = collections.Counter()
+    for request in turns:
+        assert request.conversation is not None  # selected above
+        switches[request.conversation] += request.switched is True
+    by = collections.Counter(SWITCH_COUNTS[min(n, 3)] for n in switches.values())
+    costs = [r.switch_cost for r in turns if r.switch_cost is not None]
+    return ConversationView(
+        conversations=len(switches),
+        turns=len(turns),
+        switches=sum(switches.values()),
+        max_switches=max(switches.values()),
+        by_switches={name: by.get(name, 0) for name in SWITCH_COUNTS},
+        reprefill_cost=math.fsum(costs) if costs else None,
+        priced_turns=len(costs),
+        unavailable=sum(r.turn is None for r in turns),
+    )
+
+
 @dataclass(frozen=True)
 class Views:
     """Everything the page shows (module doc). `buckets`: the start of each time bucket (epoch
@@ -113,6 +164,7 @@ class Views:
     unfamiliar: int
     bundles: list[Bundle]
     quality: QualityView | None = None
+    conversations: ConversationView | None = None
 
 
 def nearest_rank(sorted_values: Sequence[float], percent: float) -> float:
@@ -228,4 +280,5 @@ def compute_views(
         unfamiliar=sum(r.unfamiliar is True for r in ordered),
         bundles=bundles,
         quality=quality,
+        conversations=conversation_view(ordered),
     )

@@ -34,11 +34,19 @@ request text past the mode.
   encoder. Only a training run with the same encoder and tokenizer can use the rows.
 In the modes without text, an exception is written as its class (and its cause's), a feedback
 `source` only when it is a label (LABEL), a fallback as its fixed reason.
+In every mode a conversation id (PSEUDONYM: the app's, which may name a user, as the proxy's
+fallback to the OpenAI `user` field does) is written as its pseudonym, never as it is: 32 hex
+characters of its SHA-256 (HMAC-SHA-256 under `conversation_key` when one is given), the same for
+every turn and process, so training links a conversation's turns without the id. Without a key,
+an id that can be guessed (a user name) can be confirmed by hashing guesses: give the log a
+secret `conversation_key`, or the requests random conversation ids.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -77,6 +85,7 @@ TEXT = "text"  # what was asked and answered: kept in mode "text" (redacted), el
 MESSAGE = "message"  # an exception, whose text may quote the request: redacted, or its class
 LABEL = "label"  # the app's own words (a feedback source): redacted, or kept only as a label
 CODE = "code"  # written by the SDK from a closed set, or an id: written as is
+PSEUDONYM = "pseudonym"  # the app's identifier of something (a conversation): written as its pseudonym
 STRING_FIELDS = {
     "prompt": TEXT,
     "edge_response": TEXT,
@@ -105,6 +114,7 @@ STRING_FIELDS = {
     "endpoint": CODE,  # an N-endpoint bundle's chosen endpoint, and its endpoints and cascade (names)
     "endpoints[]": CODE,
     "cascade[]": CODE,
+    "conversation": PSEUDONYM,  # the request's conversation id (serving.routing._request.Request.conversation)
     "features.model_version": CODE,
     "features.tokenizer_sha256": CODE,
     "features.encoder_sha256": CODE,
@@ -153,6 +163,7 @@ class OutcomeLog:
         max_file_bytes: int = 64 << 20,
         flush_interval_s: float = 0.05,
         fsync: bool = False,
+        conversation_key: bytes | None = None,
     ):
         if not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue={max_queue!r}: must be an integer >= 1")
@@ -166,6 +177,9 @@ class OutcomeLog:
             raise ValueError(f"flush_interval_s={flush_interval_s!r}: must be a number of seconds in (0, 60]")
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable text -> text")
+        if conversation_key is not None and (not isinstance(conversation_key, bytes) or len(conversation_key) < 16):
+            raise ValueError("conversation_key must be a secret of at least 16 bytes (os.urandom(32)), or None")
+        self._conversation_key = conversation_key
         self.folder, self.privacy, self.redact = Path(folder), _privacy(privacy, store_prompts), redact
         self.max_queue, self.max_file_bytes, self.flush_interval_s = max_queue, max_file_bytes, flush_interval_s
         self.fsync = bool(fsync)
@@ -284,6 +298,8 @@ class OutcomeLog:
                 value = self._redacted(_text(key, value)) if self.privacy == "text" else None
             elif kind == MESSAGE:
                 value = self._message(key, value)
+            elif kind == PSEUDONYM:
+                value = pseudonym(_text(key, value), self._conversation_key)
             else:
                 value = self._label(_text(key, value))
             out[key] = value
@@ -417,6 +433,18 @@ class OutcomeLog:
         if kind not in self._warned:
             self._warned.add(kind)
             log.warning(message)
+
+
+_PSEUDONYM_DOMAIN = b"edge-cloud-router/conversation\0"
+
+
+def pseudonym(identifier: str, key: bytes | None = None) -> str:
+    """How the log writes an identifier of the app's (module doc): 32 hex characters of its SHA-256,
+    or of its HMAC-SHA-256 under `key`."""
+    data = identifier.encode("utf-8", "surrogatepass")
+    if key is not None:
+        return hmac.new(key, data, hashlib.sha256).hexdigest()[:32]
+    return hashlib.sha256(_PSEUDONYM_DOMAIN + data).hexdigest()[:32]
 
 
 def _text(key: str, value: object) -> str:

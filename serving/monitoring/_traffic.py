@@ -29,6 +29,13 @@ again), explore_rate / k for each other; `explored` is true when it is not the d
 `router.feedback(request_id, outcomes={endpoint: quality})` gives any endpoint's outcome
 (docs/endpoints.md#from-your-traffic-to-n-endpoint-training-rows).
 
+A request in a conversation (Request.conversation) adds `conversation` (the id, which the log
+writes as its pseudonym: serving.monitoring._outcome_log), `turn` and `switched` (the decision's:
+whether it moved the conversation from the endpoint of its last turn) and `switch_cost` (what the
+served endpoint paid over the last turn's for re-reading the history, in dollars:
+Decision.switch_costs; null on a first turn or when nothing served). Records of requests without
+one carry none of these fields, as before.
+
 Every request record has one shape, whatever the bundle: `endpoint` (run first), `endpoints` (the
 bundle's), `cascade`, `tried` and `outcomes` (the observed failures), beside what a two-endpoint
 record always held (zone, target, edge_quality / cloud_quality: what readers of two-endpoint logs
@@ -332,6 +339,7 @@ class LoggedRequest:
     ) -> None:
         self.traffic, self.routing = traffic, routing
         self.prompt, self.precision = request.text, request.precision
+        self.conversation = request.conversation
         self.subject = request.call_subject  # what a shadow call takes
         self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
@@ -420,6 +428,14 @@ class LoggedRequest:
             "expected_cost": execution.expected_cost if execution is not None else None,
             "outcomes": {t.endpoint: 0.0 for t in tried if t.outcome in FAILED},
         }
+        if self.conversation is not None:
+            costs = decision.switch_costs
+            record.update(
+                conversation=self.conversation,  # the log writes its pseudonym
+                turn=decision.turn,
+                switched=decision.switched,
+                switch_cost=costs.get(served_by) if costs is not None and served_by is not None else None,
+            )
         return record
 
 
