@@ -38,6 +38,16 @@ consumes it and never forwards it upstream. A request the policy leaves no endpo
 fallback gets 502 (504 for a timeout) with code `fallback_forbidden`, and x-router-rule names the
 rule: the forbidden endpoint is never called.
 
+Conversations: a request belongs to the conversation its `x-router-conversation` header names,
+else its body's `prompt_cache_key`, else its body's `user` (OpenAI's fields, sent upstream as the
+client sent them; a value that is no id, over 256 characters or unprintable, stands for the
+conversation as its SHA-256); x-router-* headers never go upstream. The router decides each turn
+with the conversation's state (docs/conversations.md), and the answer says x-router-turn (1 for the
+first), x-router-switched (true or false: whether the turn moved the conversation from the endpoint
+of its last turn) and x-router-switch (what the reason says of it, short; "conversation state
+unavailable: ..." when the store could not be read, and then no x-router-turn). A header naming an
+id that is not 1 to 256 printable characters gets 400.
+
 Capabilities: what a request needs (image parts, tools, a JSON response format) is read from its
 body (serving.endpoints._capabilities.needs_of, by RoutedChat); an upstream whose declared capabilities lack
 it (`--edge-capabilities`, `--cloud-capabilities`, an --endpoints file's specs) is never called,
@@ -49,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
@@ -67,6 +78,7 @@ from serving.chat._client import RoutedChat
 from serving.chat._errors import StreamInterrupted, UpstreamHTTPError, failure_kind, redact, redacted_json
 from serving.chat._request import check_json_numbers
 from serving.chat._routing_info import Completion, RoutingInfo
+from serving.conversations._store import MAX_ID_CHARS, check_conversation_id
 from serving.endpoints._capabilities import RULE_PREFIX
 from serving.execution._execute import CloudCallError, tried_text
 from serving.policy._errors import FallbackForbidden, NoFeasibleEndpoint
@@ -88,6 +100,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("serving.proxy")
 
 PASSED_ON_STATUSES = (400, 404, 413, 422, 429)  # the cloud refusing the request itself: the client's to fix
+CONVERSATION_HEADER = "x-router-conversation"
+CONVERSATION_FIELDS = ("prompt_cache_key", "user")  # OpenAI's body fields a conversation falls back to, in order
 
 
 class RequestError(RouterError):
@@ -125,6 +139,7 @@ class _Handlers:
     # Endpoints.
     async def chat_completions(self, request: Request) -> Response:
         started = time.perf_counter()
+        request.state.conversation = None
         try:
             body = await self._read_body(request)  # before a slot: a slow sender holds only its own connection
             await self._take_slot()
@@ -144,7 +159,7 @@ class _Handlers:
             raise
         self._log_routed(result.routing)
         self.metrics.routed(result.routing)
-        self.recent.add(result.routing)
+        self.recent.add(result.routing, conversation=request.state.conversation)
         headers = routing_headers(result.routing)
         if isinstance(result, Completion):  # not streamed
             release()
@@ -179,8 +194,11 @@ class _Handlers:
     async def _answer(self, body: JSONObject, request: Request) -> Completion | AsyncChatStream:
         """The Completion, or the AsyncChatStream when the request streams; RequestError for anything to refuse."""
         messages, stream, precision, metadata, params = self._parse(body, request)
+        conversation = request.state.conversation = conversation_of(request, params)
         try:
-            return await self.chat.acreate(messages, precision=precision, stream=stream, metadata=metadata, **params)
+            return await self.chat.acreate(
+                messages, precision=precision, stream=stream, metadata=metadata, conversation=conversation, **params
+            )
         except ValueError as exc:  # the messages or the precision
             raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
         except CloudCallError as exc:
@@ -393,6 +411,24 @@ class _Handlers:
             )
 
 
+def conversation_of(request: Request, params: JSONObject) -> str | None:
+    """The conversation a request belongs to (module doc): its x-router-conversation header (400 when
+    that is no id), else the body's prompt_cache_key, else its user; None when none is given."""
+    named = request.headers.get(CONVERSATION_HEADER)
+    if named is not None:
+        try:
+            return check_conversation_id(named, CONVERSATION_HEADER)
+        except ValueError as exc:
+            raise _bad_request(str(exc)) from None
+    for field in CONVERSATION_FIELDS:
+        value = params.get(field)
+        if isinstance(value, str) and value:
+            if len(value) <= MAX_ID_CHARS and value.isprintable():
+                return value
+            return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    return None
+
+
 def _add_tried(error: RequestError, exc: Exception) -> None:
     """x-router-tried on the error answer of an N-endpoint request (every endpoint it tried, and why each was left)."""
     tried = getattr(exc, "tried", None)
@@ -430,6 +466,12 @@ def routing_headers(routing: RoutingInfo) -> dict[str, str]:
         headers["x-router-tried"] = _header_text(tried_text(routing.tried), limit=1000)
         if routing.expected_cost is not None:
             headers["x-router-expected-cost"] = f"{routing.expected_cost:.6g}"
+    if routing.turn is not None:
+        headers["x-router-turn"] = str(routing.turn)
+        headers["x-router-switched"] = "true" if routing.switched else "false"
+    switch = routing.switch
+    if switch is not None:  # e.g. conversation turn 3 stays on edge
+        headers["x-router-switch"] = _header_text(switch)
     return headers
 
 

@@ -16,6 +16,7 @@ import ipaddress
 import math
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from serving.endpoints._record import Capabilities, Endpoint, Endpoints
 
 TOKEN_ENV = "ROUTER_PROXY_TOKEN"
+STICKINESS = {"never": 0.0, "priced": 1.0, "always": math.inf}  # --stickiness's names for the weight
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MIN_TOKEN_CHARS = 16
 SERVED_MODEL = "router"
@@ -150,6 +153,10 @@ class ProxyConfig:
     policy: str | None = None  # a policy file (serving.policy._rules), reloaded when it changes
     policy_interval_s: float = 5.0
     endpoints: Endpoints | None = None  # N endpoints instead of edge and cloud
+    # Redis for conversation state and the budgets' ledger, shared by every proxy given the same
+    # (None: both in this process); a URL that may hold a password
+    redis: str | None = field(default=None, repr=False)
+    stickiness: str = "priced"  # what a switch weighs: never, priced, always, or a weight (serving.Stickiness)
 
     def __post_init__(self) -> None:
         if self.endpoints is not None and (self.edge is not None or self.cloud is not None):
@@ -190,6 +197,26 @@ class ProxyConfig:
                 )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not a TCP port")
+        self.stickiness_weight  # noqa: B018  (checked now, before anything starts)
+        if self.redis is not None:
+            check_redis_url(self.redis)
+
+    @property
+    def stickiness_weight(self) -> float:
+        """--stickiness as serving.Stickiness's weight: never 0, priced 1, always inf, or the number."""
+        named = STICKINESS.get(self.stickiness)
+        if named is not None:
+            return named
+        try:
+            weight = float(self.stickiness)
+        except ValueError:
+            weight = -1.0
+        if not 0 <= weight < math.inf:
+            raise ConfigError(
+                f"--stickiness {quoted(self.stickiness)}: one of {', '.join(STICKINESS)}, or a weight >= 0 "
+                "(the multiple of a switch's cost the router adds; docs/conversations.md)"
+            )
+        return weight
 
     @property
     def body_reads(self) -> int:
@@ -201,7 +228,19 @@ class ProxyConfig:
     def secrets(self) -> tuple[str, ...]:
         """What must never appear in a log line, a response or /metrics."""
         keys = [options.api_key for options in self.upstreams.values()]
-        return tuple(s for s in (*keys, self.token) if s)
+        password = urllib.parse.urlsplit(self.redis).password if self.redis else None
+        return tuple(s for s in (*keys, self.token, password) if s)
+
+    @property
+    def redis_shown(self) -> str | None:
+        """The Redis URL as a log line may show it: without its password."""
+        if self.redis is None:
+            return None
+        parts = urllib.parse.urlsplit(self.redis)
+        if parts.password is None:
+            return self.redis
+        netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
     @property
     def upstreams(self) -> dict[str, Endpoint]:
@@ -288,17 +327,42 @@ class ProxyConfig:
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
         endpoints_file = getattr(args, "endpoints", None)
-        given = ("edge", "cloud", "token", "endpoints")  # every other option is the command line's of its name
+        redis, redis_env = getattr(args, "redis", None), getattr(args, "redis_env", None)
+        if redis is not None and redis_env is not None:
+            raise ConfigError("give --redis URL or --redis-env VAR, not both")
+        if redis is not None and urllib.parse.urlsplit(redis).password:
+            raise ConfigError(
+                "--redis: the URL holds a password, which every local user can read on the command line (ps): "
+                "put the URL in an environment variable and give --redis-env VAR"
+            )
+        if redis_env is not None:
+            redis = secret(redis_env, "--redis-env", True)
+        given = ("edge", "cloud", "token", "endpoints", "redis")  # every other option is the command line's of its name
         return cls(
             edge=upstream("edge"),
             cloud=upstream("cloud"),
             token=token,
+            redis=redis,
             endpoints=(
                 load_endpoints_file(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
                 if endpoints_file is not None
                 else None
             ),
             **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in given},
+        )
+
+
+def check_redis_url(url: str) -> None:
+    """ConfigError unless `url` is a Redis URL (redis://, rediss:// or unix://), saying what is wrong
+    without quoting it (it may hold a password)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is no number)
+    except ValueError as exc:
+        raise ConfigError(f"the Redis URL is not a URL: {exc}") from None
+    if parts.scheme not in REDIS_SCHEMES or not (parts.hostname or parts.path):
+        raise ConfigError(
+            f"the Redis URL must be redis://HOST:PORT/DB (or rediss://, unix://PATH), got scheme {quoted(parts.scheme)}"
         )
 
 
@@ -343,6 +407,11 @@ Keys are read from environment variables, never from the command line: --edge-ke
 --cloud-key-env NAME, and the client token from {TOKEN_ENV} (or --token-env NAME). With a
 token, every request but /health needs "Authorization: Bearer TOKEN". Beyond the loopback the
 proxy refuses to start without one (exit code 2).
+
+Conversations: a request's conversation is its x-router-conversation header (else the body's
+prompt_cache_key, else its user); each turn is decided with the conversation's state, and the answer
+says x-router-turn, x-router-switched and x-router-switch. --redis URL (--redis-env VAR for a URL with a
+password) keeps that state and the budgets' ledger in Redis, shared by every proxy given the same URL.
 
 N endpoints: --endpoints FILE instead of the --edge-* and --cloud-* options (an endpoint spec whose
 every endpoint has base_url and model; keys through each one's key_env, extra request parameters
@@ -473,3 +542,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "requests pass their metadata in the body's `metadata` object",
     )
     bundle.add_argument("--policy-interval-s", type=float, default=5.0, metavar="S", help="(default 5)")
+    shared = parser.add_argument_group("conversations and budgets")
+    shared.add_argument(
+        "--stickiness",
+        default="priced",
+        metavar="WEIGHT",
+        help="what moving a conversation to another endpoint weighs: never (every turn on its own), priced "
+        "(the re-read of its history at its price; default), always (stay while the last endpoint may serve), "
+        "or a weight >= 0 (docs/conversations.md)",
+    )
+    shared.add_argument(
+        "--redis",
+        metavar="URL",
+        help="keep conversation state and the budgets' ledger in this Redis (redis://HOST:PORT/DB), shared by every "
+        "proxy given it; default: in this process. Redis down: turns are decided without their state and "
+        "budgets read as spent (docs/conversations.md)",
+    )
+    shared.add_argument(
+        "--redis-env", metavar="VAR", help="the same URL read from this environment variable (one with a password)"
+    )

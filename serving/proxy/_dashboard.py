@@ -6,8 +6,9 @@ The proxy keeps a bounded window of its last `max_requests` routed requests (Rec
 where it counts them for /metrics: one RequestSummary per answer served (a stream: at its first
 chunk, so its calls' times run to their first chunk and its cost, known only at its end, is left
 out). A summary holds the zone, the endpoint that served, the fallback's short reason, each
-call's status and time, familiarity, the bundle's version and the measured cost: never the
-prompt, an answer, an error message or a key. A summary of three calls takes about 0.5 KB
+call's status and time, familiarity, the bundle's version, the measured cost and, in a
+conversation, its pseudonym, turn, whether it switched and what the switch cost: never the
+prompt, an answer, an error message, a key or a conversation id. A summary of three calls takes about 0.5 KB
 (tracemalloc: 4.7 MB for 10,000).
 
 Beside each summary the window keeps what drift reads of the request (serving.monitoring._drift.decision_record:
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from serving.dashboard._summary import Call, RequestSummary
 from serving.monitoring._drift import decision_record
+from serving.monitoring._outcome_log import pseudonym
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -41,9 +43,11 @@ MAX_REQUESTS = 10_000
 REFRESH_S = 30
 
 
-def summary_of(routing: RoutingInfo, when: float | None = None) -> RequestSummary:
-    """The dashboard's record of one routed request (module doc)."""
+def summary_of(routing: RoutingInfo, when: float | None = None, conversation: str | None = None) -> RequestSummary:
+    """The dashboard's record of one routed request (module doc); `conversation` its conversation's
+    id, kept as its pseudonym (serving.monitoring._outcome_log.pseudonym)."""
     decision = routing.decision
+    costs = decision.switch_costs
     return RequestSummary(
         time=time.time() if when is None else when,
         model_version=decision.model_version,
@@ -54,6 +58,10 @@ def summary_of(routing: RoutingInfo, when: float | None = None) -> RequestSummar
         calls=tuple(Call(s.name, s.status, round(s.seconds * 1000, 3)) for s in routing.steps),
         unfamiliar=decision.unfamiliar if decision.novelty is not None else None,
         cost=routing.estimated_cost,
+        conversation=pseudonym(conversation) if conversation is not None else None,
+        turn=decision.turn,
+        switched=decision.switched,
+        switch_cost=costs.get(routing.served_by) if costs is not None else None,
     )
 
 
@@ -67,8 +75,8 @@ class RecentRequests:
         self._recent: collections.deque[tuple[RequestSummary, JSONObject]] = collections.deque(maxlen=max_requests)
         self._lock = threading.Lock()
 
-    def add(self, routing: RoutingInfo) -> None:
-        entry = summary_of(routing), decision_record(routing.decision, routing.steps)
+    def add(self, routing: RoutingInfo, conversation: str | None = None) -> None:
+        entry = summary_of(routing, conversation=conversation), decision_record(routing.decision, routing.steps)
         with self._lock:
             self._recent.append(entry)
 

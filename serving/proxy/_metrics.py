@@ -14,6 +14,13 @@
     router_in_flight_requests                    chat requests being served
     router_degraded                              1 while the rule table decides (no usable bundle)
     router_bundle_info{model_version}            the bundle in use
+    router_conversation_turns_total              answered requests in a conversation
+    router_conversation_switches_total           those whose decision moved the conversation to another endpoint
+    router_conversation_state_errors_total       conversation store reads and writes that failed (a request
+                                                 decided without its state; a turn not written): the
+                                                 router's count, as telemetry's router.conversation.state_errors
+    router_budget_ledger_errors_total            budget ledger operations that could not reach Redis
+                                                 (--redis: budgets read as spent meanwhile); 0 in-process
 
 Labels take only fixed names and model versions, never a prompt, a key or a URL.
 """
@@ -23,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from serving.chat._routing_info import RoutingInfo
@@ -49,7 +56,16 @@ class _BundleState:
         degraded.add_metric([], 1.0 if self.router.degraded else 0.0)
         info = InfoMetricFamily("router_bundle", "The routing bundle in use")
         info.add_metric([], {"model_version": self.router.model_version})
-        return [degraded, info]
+        state = CounterMetricFamily(
+            "router_conversation_state_errors",
+            "Conversation store reads and writes that failed (requests decided without their state, turns not written)",
+        )
+        state.add_metric([], float(self.router.conversation_state_errors))
+        ledger = CounterMetricFamily(
+            "router_budget_ledger_errors", "Budget ledger operations that could not reach Redis (budgets read as spent)"
+        )
+        ledger.add_metric([], float(getattr(self.router.spending, "errors", 0)))
+        return [degraded, info, state, ledger]
 
 
 class ProxyMetrics:
@@ -89,6 +105,12 @@ class ProxyMetrics:
             registry=registry,
         )
         self.in_flight = Gauge("router_in_flight_requests", "Chat requests being served", registry=registry)
+        self.turns = Counter("router_conversation_turns", "Answered requests in a conversation", registry=registry)
+        self.switches = Counter(
+            "router_conversation_switches",
+            "Answered turns whose decision moved the conversation to another endpoint",
+            registry=registry,
+        )
         registry.register(_BundleState(router))
 
     def routed(self, routing: RoutingInfo) -> None:
@@ -99,6 +121,10 @@ class ProxyMetrics:
             self.fallbacks.labels(routing.fallback_kind).inc()
         for step in routing.steps:
             self.upstream.labels(step.name, step.status).observe(step.seconds)
+        if routing.switch is not None:  # a request in a conversation (its state read or not)
+            self.turns.inc()
+            if routing.switched:
+                self.switches.inc()
 
     def failed(self, reason: str, *, zone: str | None = None, steps: Iterable[Step] = ()) -> None:
         """A request answered with an error; a routed one counts its decision and calls too."""

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from serving._json_types import JSONObject
     from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+    from serving.conversations._store import ConversationStore
+    from serving.policy._budgets import RedisSpending
     from serving.routing._router import Router
 
 log = logging.getLogger("serving.proxy")
@@ -93,6 +95,30 @@ def _quiet_exit_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def conversation_store(config: ProxyConfig) -> ConversationStore | None:
+    """Where the proxy keeps conversation state: Redis with --redis, else None (the router's own
+    store, in this process)."""
+    if config.redis is None:
+        return None
+    from serving.conversations._store import RedisStore
+
+    return RedisStore(config.redis)
+
+
+def _check_redis(ledger: RedisSpending, config: ProxyConfig) -> None:
+    """Warn, once at start, when Redis does not answer: the proxy serves anyway (turns decided
+    without their state, budgets read as spent) until it does."""
+    try:
+        ledger.client.ping()
+    except Exception as exc:  # redis.RedisError, OSError
+        log.warning(
+            "Redis %s does not answer (%s): serving anyway; until it does, turns are decided without their "
+            "conversation's state and budgets read as spent",
+            config.redis_shown,
+            type(exc).__name__,
+        )
+
+
 def serve(config: ProxyConfig) -> int:
     """Run the proxy until it is told to stop: 0 after a clean shutdown, 1 when it cannot start
     (the address is taken, or with --strict the bundle cannot load)."""
@@ -100,6 +126,8 @@ def serve(config: ProxyConfig) -> int:
 
     from serving.bundle._bundle import BundleError
     from serving.chat._client import RoutedChat
+    from serving.conversations._switch import Stickiness
+    from serving.policy._budgets import RedisSpending
     from serving.policy._rules import PolicyFileError
     from serving.proxy._app import build_app
     from serving.proxy._protocol import with_deadlines
@@ -112,10 +140,21 @@ def serve(config: ProxyConfig) -> int:
     redacting.install()
     try:
         sock = bind(config.host, config.port)
-        router = Router.load(config.bundle, strict=config.strict, public_key=config.public_key, policy=config.policy)
+        router = Router.load(
+            config.bundle,
+            strict=config.strict,
+            public_key=config.public_key,
+            policy=config.policy,
+            conversations=conversation_store(config),
+            stickiness=Stickiness(config.stickiness_weight),
+        )
     except (OSError, BundleError, PolicyFileError) as exc:
         log.error("cannot start: %s", exc)
         return 1
+    if config.redis is not None:
+        ledger = RedisSpending(config.redis)
+        router.spending = ledger
+        _check_redis(ledger, config)
     mismatch = config.bundle_mismatch(router.endpoint_names)
     if mismatch is not None:
         sock.close()
@@ -144,7 +183,7 @@ def serve(config: ProxyConfig) -> int:
     redacting.install()  # uvicorn.Config set the handlers up again
     shown = f"[{host}]" if ":" in host else host
     log.info(
-        "serving on http://%s:%s/v1 (model %r; %s; bundle %s%s; %s)",
+        "serving on http://%s:%s/v1 (model %r; %s; bundle %s%s; %s; conversations %s, stickiness %s)",
         shown,
         port,
         config.served_model,
@@ -152,6 +191,8 @@ def serve(config: ProxyConfig) -> int:
         router.model_version,
         ", degraded" if router.degraded else "",
         "token required" if config.token else "no token",
+        f"and budgets in Redis {config.redis_shown}" if config.redis else "in this process",
+        config.stickiness,
     )
     with _quiet_exit_signals():
         server.run(sockets=[sock])
