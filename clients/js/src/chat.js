@@ -83,8 +83,8 @@ export class RoutedChat {
    * complete (a stream: its first token): each endpoint's call is cut to what is left, and once it
    * has passed the endpoints left are skipped (EndpointsFailed names them as timeouts).
    * conversation: the conversation's id (an app's): the turn is decided with its state and recorded
-   * (router.execute): a completion with its usage's completion_tokens, a stream when it opens (its
-   * answer's length is not known then: counted as 0 tokens).
+   * (router.execute): a completion with its usage's completion_tokens; a stream when it opens, its
+   * answer's length added at its end from the usage it reported (router.recordAnswer).
    * accept: checks the answers the decision checks (the edge's in the fallback zone; every answer
    * but the last of an N-endpoint cascade; every one with verifyEdgeZone): `(text, body) =>
    * boolean`, or "learned" for the bundle's check; not for streams. signal: the caller's
@@ -128,8 +128,8 @@ export class RoutedChat {
       }
       const execution = await this.execute(request, (up, callSignal) => up.openStream(messages, params, signal, callSignal), routed, signal);
       const upstream = this.upstreams[execution.served_by];
-      return new ChatStream(execution.response, routingInfo(execution, upstream.model),
-        { started, signal, onEnd: (routing) => this.answered(request.metadata, routing) });
+      return new ChatStream(execution.response, routingInfo(execution, upstream.model), { started, signal,
+        onEnd: (routing, usage) => this.streamed(request, routing, usage) });
     }
 
     const complete = (up, callSignal) => up.complete(messages, params, signal, callSignal);
@@ -174,6 +174,21 @@ export class RoutedChat {
     }
     if (typeof accept !== "function") throw new TypeError(`accept must be a function, "learned" or null, got ${typeof accept}`);
     return (answer) => accept(answer.text, answer.body);
+  }
+
+  /** A stream's end: its answer complete (answered), and in a conversation the answer's length from
+   * the usage it reported added to the turn execute() recorded when it opened (router.recordAnswer;
+   * a failure there is logged, never thrown). */
+  async streamed(request, routing, usage) {
+    const tokens = usage?.completion_tokens;
+    if (request.conversation !== null && Number.isInteger(tokens) && tokens > 0 && routing.decision.turn !== null) {
+      try {
+        await this.router.recordAnswer(request.conversation, { turn: routing.decision.turn, endpoint: routing.served_by, outputTokens: tokens });
+      } catch (error) {
+        this.logger.warn(`recording the stream's answer length failed: ${error}`);
+      }
+    }
+    await this.answered(request.metadata, routing);
   }
 
   /** A request's answer is complete (a stream: at its end): its cost counts against the budgets its

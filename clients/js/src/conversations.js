@@ -124,6 +124,15 @@ export class ConversationState {
     return new ConversationState({ turns: this.turns + 1, endpoint, outcome, history_tokens: history, held, updated: now });
   }
 
+  /** The same turn with its answer's length known later (a stream's, at its end): the history grows by
+   * `outputTokens`, and so does the prefix `endpoint`'s cache holds when it is on the device (it wrote
+   * the answer); a provider's cache holds the prompt it was sent. */
+  answered(endpoint, outputTokens, { onDevice }) {
+    const tokens = Math.max(0, Math.trunc(outputTokens));
+    const held = onDevice ? this.held.map((h) => (h.endpoint === endpoint ? new Held(h.endpoint, h.tokens + tokens, h.at) : h)) : this.held;
+    return new ConversationState({ ...this, history_tokens: this.history_tokens + tokens, held });
+  }
+
   /** The same state with the last turn's outcome changed (feedback: the app regenerated it). */
   marked(outcome) {
     return new ConversationState({ ...this, outcome: outcomeOf(outcome) });
@@ -314,6 +323,28 @@ export class Conversations {
       const after = state.after(endpoint, { inputTokens, outputTokens, onDevice, outcome, now: nowSeconds() });
       try {
         await this.store.put(conversation, after);
+      } catch (error) {
+        throw storeError(error, "writing", conversation);
+      }
+    } catch (error) {
+      if (!(error instanceof ConversationStoreError)) throw error;
+      this.unavailable++;
+      this.logger.warn(`conversation state not written: ${error.message}`);
+      return false;
+    }
+    return true;
+  }
+
+  /** Add the length of turn `turn`'s answer, known only later (a stream's, at its end), to the state
+   * written when the turn was recorded; nothing when another turn was recorded since or `endpoint` did
+   * not serve it. False when it was not written (that, or the store failing: logged, counted). */
+  async answered(conversation, turn, endpoint, outputTokens, { onDevice }) {
+    if (!(outputTokens > 0)) return false;
+    try {
+      const state = await this.read(conversation);
+      if (state === null || state.turns !== turn || state.endpoint !== endpoint) return false;
+      try {
+        await this.store.put(conversation, state.answered(endpoint, outputTokens, { onDevice }));
       } catch (error) {
         throw storeError(error, "writing", conversation);
       }

@@ -63,8 +63,16 @@ async function loadRouting(platform, source, { threads, unfamiliarPolicy, public
     if (error instanceof BundleError) throw error;
     throw new BundleError(`cannot load bundle ${source}: ${error?.message ?? error}`.slice(0, 500), { cause: error });
   }
+  if (Object.hasOwn(scorer.manifest.files, TURN_EVIDENCE)) {
+    logger.warn(`bundle ${scorer.manifest.modelVersion} carries ${TURN_EVIDENCE} (the previous turn as evidence, Python's ` +
+      "serving.conversations._evidence), which this SDK does not apply yet: its conversation turns are decided from their text " +
+      "alone, unlike the Python SDK's");
+  }
   return new Routing(scorer, { unfamiliarPolicy, logger, acceptor });
 }
+
+/** The file of a bundle's turn evidence weights (Python's serving.conversations._evidence.FILE). */
+const TURN_EVIDENCE = "turn_evidence.json";
 
 /** The Router of every platform; index.js (Node) and web.js (browsers) give it theirs. */
 export class BaseRouter {
@@ -215,6 +223,17 @@ export class BaseRouter {
     if (!Number.isFinite(inputTokens) || !Number.isFinite(outputTokens)) throw new TypeError("inputTokens and outputTokens must be numbers");
     const onDevice = endpoint !== null && this.routing.chooser.onDevice[names.indexOf(endpoint)];
     return this.conversations.record(conversation, endpoint, { inputTokens, outputTokens, onDevice, outcome });
+  }
+
+  /** Add the length of a turn's answer known only once it was read (a stream's, from the usage at its
+   * end; RoutedChat calls it) to what execute() recorded of turn `turn` (the Decision's). Resolves
+   * false when nothing was written: another turn recorded since, another endpoint recorded as serving
+   * it, no tokens, or the store failing. */
+  async recordAnswer(conversation, { turn, endpoint, outputTokens } = /** @type {any} */ ({})) {
+    const names = this.routing.chooser.names;
+    if (!names.includes(endpoint)) throw new RangeError(`endpoint=${pyRepr(endpoint)}: this router's endpoints are ${names.join(", ")}`);
+    const onDevice = this.routing.chooser.onDevice[names.indexOf(endpoint)];
+    return this.conversations.answered(conversation, turn, endpoint, outputTokens, { onDevice });
   }
 
   /** Decisions for many requests, scored in one onnxruntime call: Requests, or texts with

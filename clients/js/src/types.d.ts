@@ -259,6 +259,8 @@ export class ConversationState {
   after(endpoint: string | null, turn: { inputTokens: number; outputTokens: number; onDevice: boolean; outcome: TurnOutcome; now: number }):
     ConversationState;
   marked(outcome: TurnOutcome): ConversationState;
+  /** the same turn with its answer's length known later (a stream's, at its end) */
+  answered(endpoint: string, outputTokens: number, options: { onDevice: boolean }): ConversationState;
   /** the JSON text Python's to_json writes */
   toJson(): string;
   /** RangeError "not a conversation state: ..." for anything else */
@@ -359,6 +361,9 @@ export interface RouterMethods {
    * false when the store could not be written. */
   recordTurn(conversation: string, endpoint: string | null,
     turn: { inputTokens: number; outputTokens?: number; outcome?: TurnOutcome }): Promise<boolean>;
+  /** Add a turn's answer length known only once it was read (a stream's) to what execute() recorded of turn
+   * `turn`; false when nothing was written (another turn since, another endpoint, no tokens, the store failing). */
+  recordAnswer(conversation: string, answer: { turn: number; endpoint: string; outputTokens: number }): Promise<boolean>;
   /** The conversations' store and knob. */
   conversations: Conversations;
   /** Release the onnxruntime session. */
@@ -698,7 +703,7 @@ export interface CreateOptions {
   /** a performance.now() value by which the answer (a stream: its first token) must be there: each
    * endpoint's call is cut to what is left, and once it has passed the endpoints left are skipped */
   deadline?: number | null;
-  /** the conversation's id: the turn is decided with its state and recorded (a stream when it opens, its answer as 0 tokens) */
+  /** the conversation's id: the turn is decided with its state and recorded (a stream when it opens, its answer's length at its end) */
   conversation?: string | null;
   /** any other chat-completions parameter, sent as is (not `model` or `messages`) */
   [param: string]: unknown;

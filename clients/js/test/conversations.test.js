@@ -4,11 +4,16 @@
 // servers on 127.0.0.1 (node:http) as chat.test.js runs them. Parity with Python's decisions is
 // conversation-parity.test.js's.
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
 import http from "node:http";
+import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { ConversationState, ConversationStoreError, Endpoint, EndpointSpec, EndpointsFailed, Held, MemoryStore, PolicySet, Price,
   Request, RoutedChat, Router, Stickiness, switchCosts } from "../src/index.js";
-import { BUNDLE, ENDPOINT_BUNDLE, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
+import { BUNDLE, ENDPOINT_BUNDLE, bundleCopy, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
+import { parsePythonJson } from "../src/canonical-json.js";
+import { manifestDigest } from "../src/index.js";
 
 const NOW = 1_000_000;
 const now = () => Date.now() / 1000;
@@ -184,6 +189,14 @@ async function server({ status = 200, tokens = 7, name = "cloud" } = {}) {
     let body = "";
     for await (const part of req) body += part;
     received.push(JSON.parse(body));
+    if (status === 200 && JSON.parse(body).stream) {
+      const event = (delta, finish = null, extra = {}) =>
+        `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }], ...extra })}\n\n`;
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(event({ role: "assistant", content: `answer from ${name}` }) +
+        event({}, "stop", { usage: { prompt_tokens: 10, completion_tokens: tokens } }) + "data: [DONE]\n\n");
+      return;
+    }
     if (status !== 200) {
       res.writeHead(status, { "content-type": "application/json" });
       res.end('{"error": {"message": "overloaded"}}');
@@ -226,6 +239,34 @@ describe("the turns execute() and RoutedChat record", () => {
       assert.equal(edge.received.length, 1);  // the edge was not tried again
       state = store.get("talk");
       assert.deepEqual([state.turns, state.endpoint, state.outcome], [2, "cloud", "served"]);
+    } finally {
+      await edge.close();
+      await cloud.close();
+    }
+  });
+
+  test("a stream's turn is recorded when it opens, its answer's length added at its end from its usage", async () => {
+    const edge = await server({ name: "edge", tokens: 9 }), cloud = await server({ tokens: 13 });
+    try {
+      const chat = new RoutedChat(router, { edge: new Endpoint({ baseUrl: edge.url, model: "e" }), cloud: new Endpoint({ baseUrl: cloud.url, model: "c" }) });
+      const stream = await chat.create([{ role: "user", content: promptIn("cloud") }], { stream: true, conversation: "streamed" });
+      const opened = store.get("streamed");
+      const { n_tokens: tokens } = stream.routing.decision;
+      const served = stream.routing.served_by;
+      assert.deepEqual([opened.turns, opened.endpoint, opened.history_tokens], [1, served, tokens]);  // its answer not known yet
+      let text = "";
+      for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
+      assert.equal(text, `answer from ${served}`);
+      const usage = served === "cloud" ? 13 : 9;
+      for (let waited = 0; store.get("streamed").history_tokens === tokens && waited < 5000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+      const ended = store.get("streamed");
+      assert.deepEqual([ended.turns, ended.history_tokens], [1, tokens + usage]);
+      // a device's cache holds what it wrote; a provider's the prompt it was sent
+      assert.equal(ended.holds(served).tokens, served === "edge" ? tokens + usage : tokens);
+      assert.equal(await router.recordAnswer("streamed", { turn: 0, endpoint: served, outputTokens: 5 }), false);  // not that turn
+      assert.equal(await router.recordAnswer("streamed", { turn: 1, endpoint: served === "edge" ? "cloud" : "edge", outputTokens: 5 }), false);
+      assert.equal(await router.recordAnswer("streamed", { turn: 1, endpoint: served, outputTokens: 0 }), false);
+      await assert.rejects(router.recordAnswer("streamed", { turn: 1, endpoint: "mars", outputTokens: 5 }), /this router's endpoints are edge, cloud/);
     } finally {
       await edge.close();
       await cloud.close();
@@ -310,4 +351,25 @@ describe("stores", () => {
     await assert.rejects(Router.load(BUNDLE, { conversations: { get() {} } }), TypeError);
     await assert.rejects(Router.load(BUNDLE, { stickiness: { weight: -1 } }), RangeError);
   });
+});
+
+test("a bundle carrying turn evidence (Python's turn_evidence.json) loads, saying once that its turns ignore it", async () => {
+  const folder = bundleCopy();
+  const weights = '{"endpoints": {}}';
+  fs.writeFileSync(path.join(folder, "turn_evidence.json"), weights);
+  const file = path.join(folder, "manifest.json");
+  const digest = createHash("sha256").update(weights).digest("hex");
+  let text = fs.readFileSync(file, "utf8").replace(/"files": \{/, `"files": {"turn_evidence.json": "${digest}", `);
+  text = text.replace(/"manifest_sha256": "[0-9a-f]{64}"/, `"manifest_sha256": "${manifestDigest(parsePythonJson(text))}"`);
+  fs.writeFileSync(file, text);
+  fs.rmSync(path.join(folder, "manifest.sig"), { force: true });
+  const logger = quietLogger();
+  const router = await Router.load(folder, { strict: true, logger });
+  try {
+    assert.equal(logger.messages.length, 1);
+    assert.match(logger.messages[0], /carries turn_evidence\.json .* does not apply yet/);
+  } finally {
+    await router.close();
+    fs.rmSync(folder, { recursive: true, force: true });
+  }
 });

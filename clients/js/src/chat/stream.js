@@ -20,7 +20,8 @@ export class ChatStream {
   /**
    * @param {import("./upstream.js").OpenStream} opened
    * @param {object} routing
-   * @param {{started: number, signal: AbortSignal | null, onEnd: (routing: object) => void}} options
+   * @param {{started: number, signal: AbortSignal | null, onEnd: (routing: object, usage: object | null) => void}} options
+   *   `onEnd` hears the routing and the usage the stream reported (null when it reported none, or broke)
    */
   constructor(opened, routing, { started, signal, onEnd }) {
     this.routing = routing;
@@ -91,6 +92,6 @@ export class ChatStream {
     this.opened.close();
     this.routing.seconds = (performance.now() - this.started) / 1000;
     this.routing.estimated_cost = failed ? null : this.opened.upstream.endpoint.cost(this.usage);
-    this.onEnd(this.routing);
+    this.onEnd(this.routing, failed ? null : this.usage);
   }
 }
