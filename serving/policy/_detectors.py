@@ -6,10 +6,9 @@ precompiled regular expressions that propose candidates and a check that accepts
 (checksums, length tables, invalid ranges, placeholders, an id's name nearby). Spans are Python string
 indices (code points) of the text given.
 
-Normalisation: every detector reads the text folded by `fold` (Unicode NFKC character by character,
-format characters such as zero-width spaces and soft hyphens dropped, dashes, white space and digits of
-any script made ASCII), inside `Detector.spans` and `Detector.found_in` themselves, so no caller can skip
-it; findings are mapped back to the original's indices. ASCII text is not copied (str.isascii() is O(1)).
+Normalisation: every detector reads the text folded by `fold` (fold_char says how), inside
+`Detector.spans` and `Detector.found_in` themselves, so no caller can skip it; findings are mapped back
+to the original's indices.
 
 Speed: every pattern opens with a literal or a narrow character class (a digit, "+", "@", "eyJ", "=")
 so that the regex engine skips the rest of the text in C, and a rule with a required literal (an email's
@@ -183,12 +182,9 @@ def fold(text: str) -> Folded:
     if text.isascii():
         return Folded(text, text)
     size, window = len(text), WINDOW_CHARS
-    if size <= window:
-        may_fold = set(_MAY_FOLD.findall(text))
-    else:
-        may_fold = set()
-        for start in range(0, size, window):
-            may_fold.update(_MAY_FOLD.findall(text, start, start + window))
+    may_fold: set[str] = set()
+    for start in range(0, size, window):  # one window: text[0:size] is text itself, not a copy
+        may_fold.update(_MAY_FOLD.findall(text, start, start + window))
     table: dict[str, str] = {}
     for ch in may_fold:
         if ch in _stable:  # a membership test per character: _stable itself is never iterated
@@ -201,16 +197,10 @@ def fold(text: str) -> Folded:
     if not table:
         return Folded(text, text)
     if len(table) <= REPLACE_AT_MOST:
-        if size <= window:
-            result = _replaced(text, table)
-        else:
-            result = "".join([_replaced(text[start : start + window], table) for start in range(0, size, window)])
+        result = "".join([_replaced(text[start : start + window], table) for start in range(0, size, window)])
     else:
         mapping, window = {ord(ch): folded for ch, folded in table.items()}, TRANSLATE_CHARS
-        if size <= window:
-            result = text.translate(mapping)
-        else:
-            result = "".join([text[start : start + window].translate(mapping) for start in range(0, size, window)])
+        result = "".join([text[start : start + window].translate(mapping) for start in range(0, size, window)])
     lengths = {ord(ch): len(folded) for ch, folded in table.items() if len(folded) != 1}
     return Folded(result, text, lengths or None)
 
@@ -297,26 +287,12 @@ class Rule:
         object.__setattr__(self, "reach", reach(self.pattern))
 
     def spans(self, text: str) -> Iterator[Span]:
-        """Each span accepted, in text order."""
+        """Each span accepted, in text order. Matches start in a window of WINDOW_CHARS at a time,
+        the search reading `reach` characters past it, where any match starting in it ends (and
+        what its look-aheads read), so a match it finds there is the whole text's; the last window
+        (a short text's only one) runs on to the text's end."""
         if self.needs not in text:
             return
-        if len(text) > WINDOW_CHARS:
-            yield from self.windowed_spans(text)
-            return
-        pos, search = 0, self.pattern.search
-        while (match := search(text, pos)) is not None:
-            span = self.accept(text, match)
-            if span is None:  # a rejected candidate may hide a good one starting inside it
-                pos = match.start() + 1
-            else:
-                yield span
-                pos = max(span[1], match.start() + 1)
-
-    def windowed_spans(self, text: str) -> Iterator[Span]:
-        """spans(), the text's first positions searched a window of WINDOW_CHARS at a time: the search
-        reads `reach` characters past the window, where any match starting in it ends (and what its
-        look-aheads read), so a match it finds there is the whole text's; the last window runs on to
-        the text's end."""
         size, window, reach, search = len(text), WINDOW_CHARS, self.reach, self.pattern.search
         pos, end = 0, window
         while True:
@@ -328,7 +304,7 @@ class Rule:
             elif (match := search(text, pos)) is None:
                 return
             span = self.accept(text, match)
-            if span is None:
+            if span is None:  # a rejected candidate may hide a good one starting inside it
                 pos = match.start() + 1
             else:
                 yield span
