@@ -106,48 +106,6 @@ class ThresholdEntry(TypedDict, total=False):
     hi: float
 
 
-class TargetSection(TypedDict, total=False):
-    """What the thresholds were chosen for (training.config: target)."""
-
-    kind: str  # "quality" | "budget"
-    max_quality_drop: float
-    cloud_budget: float
-    fallback_catch_rate: float
-
-
-class SplitSection(TypedDict, total=False):
-    """How the training rows were split by prompt hash, so evaluation finds the unseen ones;
-    cv_folds > 0: the bundle was cross-fitted on every row."""
-
-    val_share: float
-    test_share: float
-    salt: str
-    offset: float
-    cv_folds: int
-
-
-class LabelSection(TypedDict, total=False):
-    """The margins that turned outcome pairs into cloud-needed labels (training.labels)."""
-
-    margin_binary: float
-    margin_graded: float
-
-
-class MlflowSection(TypedDict, total=False):
-    """The MLflow run that trained the bundle and the registered model it became a version of."""
-
-    run_id: str
-    tracking_uri: str
-    registered_model: str
-
-
-class EncoderSection(TypedDict, total=False):
-    """The sentence encoder tier and the key of the projection fitted on it."""
-
-    tier: str
-    key: str
-
-
 def band_of(thresholds: Mapping[str, ThresholdEntry], precision: str | None) -> Band:
     """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
     entry = thresholds.get(precision) if precision is not None else None
@@ -346,7 +304,7 @@ ENDPOINT_RULES = {
     "cheapest_within": "margin",
     "best_under_price": "price",
     "cascade": "start_margin",
-}  # rule -> its parameter
+}  # rule -> parameter
 ENDPOINTS_KEYS = ("endpoints", "output_tokens", "choice", "head_mode", "validation")
 
 
@@ -516,16 +474,18 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
     created_at: str = ""
     # Sections that describe the run, as training wrote them.
-    encoder: EncoderSection = field(default_factory=EncoderSection)
-    target: TargetSection = field(default_factory=TargetSection)
-    label: LabelSection = field(default_factory=LabelSection)
-    split: SplitSection = field(default_factory=SplitSection)
+    encoder: JSONObject = field(default_factory=dict)  # the encoder tier, and the key of the projection fitted on it
+    target: JSONObject = field(default_factory=dict)  # kind (quality, budget) and its figures (training.config)
+    label: JSONObject = field(default_factory=dict)  # margin_binary, margin_graded (training.labels)
+    # The split by prompt hash (val_share, test_share, salt, offset), so evaluation finds the
+    # unseen rows; cv_folds > 0: the bundle was cross-fitted on every row.
+    split: JSONObject = field(default_factory=dict)
     # The run's figures per split, in evaluation.figures.SplitSummary's JSON form (its
     # from_dict reads them), and "cv": the cross-validation estimates when cross-fitted.
     metrics: JSONObject = field(default_factory=dict)
     data: JSONObject = field(default_factory=dict)  # the logs' report: rows, sources, rejects, ...
     training: JSONObject = field(default_factory=dict)  # engine
-    mlflow: MlflowSection = field(default_factory=MlflowSection)
+    mlflow: JSONObject = field(default_factory=dict)  # run_id, tracking_uri, registered_model
     manifest_sha256: str = ""
 
     def band(self, precision: str | None) -> Band:
