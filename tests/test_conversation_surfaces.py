@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import redis
 
+import serving.conversations._keeper as keeper
 from data.sdk_logs import iter_outcome_log
 from serving import Request, Router
 from serving.chat import Endpoint, RoutedChat
-from serving.conversations._store import MemoryStore
+from serving.conversations._store import ConversationStoreError, MemoryStore
 from serving.conversations._switch import Stickiness
 from serving.dashboard import compute_views, from_record, render_page
 from serving.dashboard._summary import RecordShapeError
@@ -142,6 +143,49 @@ def test_a_full_waiting_list_drops_and_counts_spends():
     ledger.add({"user": "ana"}, 1.0, {"user"})  # three keys: hour, day, month
     ledger.add({"user": "bo"}, 1.0, {"user"})
     assert len(ledger) == 3 and ledger.dropped == 3
+
+
+# --- a conversation store that hangs ------------------------------------------------------------
+
+
+class HangingStore:
+    """A store behind a lost network: while `up` is False each call waits out its timeout, then fails."""
+
+    def __init__(self) -> None:
+        self.calls, self.up, self.states = 0, False, {}
+
+    def _call(self) -> None:
+        self.calls += 1
+        if not self.up:
+            time.sleep(0.2)
+            raise ConversationStoreError("conversation store: reading: TimeoutError: timed out")
+
+    def get(self, conversation):
+        self._call()
+        return self.states.get(conversation)
+
+    def put(self, conversation, state) -> None:
+        self._call()
+        self.states[conversation] = state
+
+
+def test_a_store_that_hangs_costs_one_timeout_a_second_not_two_per_request(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(keeper, "RETRY_S", 0.5)
+    store = HangingStore()
+    router = Router.load(tmp_path / "no-bundle", conversations=store)  # the rule table decides
+    started = time.perf_counter()
+    for _ in range(10):
+        execution = router.execute(Request("What is 2+2?", conversation="c"), lambda p: "edge", lambda p: "cloud")
+        assert execution.response in ("edge", "cloud")
+        assert "conversation state unavailable" in execution.decision.reason
+    assert store.calls == 1 and time.perf_counter() - started < 0.45  # one timeout, then not asked
+    assert router.conversation_state_errors == 20  # each request's read and write, counted
+    assert caplog.text.count("until the store answers") == 1  # one warning, not one per request
+    store.up = True
+    time.sleep(0.5)
+    execution = router.execute(Request("What is 2+2?", conversation="c"), lambda p: "edge", lambda p: "cloud")
+    assert "unavailable" not in execution.decision.reason and store.states["c"].turns == 1
+    assert "conversation store reachable again" in caplog.text
 
 
 # --- the routed chat client's turns -------------------------------------------------------------

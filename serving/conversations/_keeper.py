@@ -2,7 +2,9 @@
 decided, and writing the turn's outcome after it ran (Router.route, execute, aexecute,
 record_turn). A store that cannot be reached never fails a request: the turn is decided without
 the conversation's state, its reason says so, and telemetry counts it
-(router.conversation.state_errors)."""
+(router.conversation.state_errors). After a failure the store is not asked again for RETRY_S, so
+that a store that hangs (a Redis behind a lost network: each call waits out its timeout) costs a
+request nothing meanwhile; one warning when it goes, one when it answers again."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("serving")
 
+RETRY_S = 1.0  # after a failure, the store is not asked again for this long
+
 
 class Conversations:
     """A store (default: this process's MemoryStore) and what a switch weighs (Stickiness)."""
@@ -30,20 +34,55 @@ class Conversations:
     def __init__(self, store: ConversationStore | None = None, stickiness: Stickiness | None = None) -> None:
         self.store: ConversationStore = MemoryStore() if store is None else store
         self.stickiness = Stickiness() if stickiness is None else stickiness
-        self.unavailable = 0  # requests decided without their state (the store unreachable)
+        self.unavailable = 0  # store reads and writes that failed, or were not tried while it was down
+        self._down_until = 0.0  # time.monotonic() before which the store is not asked again
+        self._down = False
 
     def states(self, requests: Sequence[Request]) -> tuple[list[ConversationState | None] | None, str | None]:
         """(each request's conversation state, or None for all when none has a conversation or the
         store failed; what the reason says of a failure)."""
         if all(r.conversation is None for r in requests):
             return None, None
+        if self._skipping():
+            return (
+                None,
+                "conversation state unavailable (the store failed within the last second): decided as a turn on its own",
+            )
         try:
-            return [None if r.conversation is None else self.store.get(r.conversation) for r in requests], None
+            states = [None if r.conversation is None else self.store.get(r.conversation) for r in requests]
         except ConversationStoreError as exc:
-            self.unavailable += 1
-            telemetry.conversation_state_unavailable()
-            log.warning("deciding without conversation state: %s", exc)
+            self._failed("deciding without conversation state", exc)
             return None, f"conversation state unavailable ({exc}): decided as a turn on its own"
+        self._reachable_again()
+        return states, None
+
+    def _skipping(self) -> bool:
+        """Whether the store failed less than RETRY_S ago (then it is not asked: counted as failed)."""
+        if not self._down or time.monotonic() >= self._down_until:
+            return False
+        self.unavailable += 1
+        telemetry.conversation_state_unavailable()
+        return True
+
+    def _failed(self, doing: str, exc: ConversationStoreError) -> None:
+        self.unavailable += 1
+        telemetry.conversation_state_unavailable()
+        first, self._down, self._down_until = not self._down, True, time.monotonic() + RETRY_S
+        if first:
+            log.warning(
+                "%s: %s; until the store answers, turns are decided without their state and not written "
+                "(asked again every %g s; counted as router.conversation.state_errors)",
+                doing,
+                exc,
+                RETRY_S,
+            )
+        else:
+            log.debug("%s: %s", doing, exc)
+
+    def _reachable_again(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("conversation store reachable again")
 
     def record(
         self,
@@ -58,6 +97,8 @@ class Conversations:
         """Write a turn's outcome into the conversation's state; False (logged, counted) when the
         store cannot be reached: the app's answer is never lost for it."""
         check_conversation_id(conversation)
+        if self._skipping():
+            return False
         try:
             state = self.store.get(conversation) or ConversationState()
             after = state.after(
@@ -70,10 +111,9 @@ class Conversations:
             )
             self.store.put(conversation, after)
         except ConversationStoreError as exc:
-            self.unavailable += 1
-            telemetry.conversation_state_unavailable()
-            log.warning("conversation state not written: %s", exc)
+            self._failed("conversation state not written", exc)
             return False
+        self._reachable_again()
         return True
 
     def answered(self, conversation: str, turn: int, endpoint: str, output_tokens: int, *, on_device: bool) -> bool:
@@ -81,7 +121,7 @@ class Conversations:
         state written when the turn was recorded; nothing when another turn was recorded since or
         `endpoint` did not serve it. False when it was not written (that, or the store unreachable:
         logged, counted)."""
-        if output_tokens <= 0:
+        if output_tokens <= 0 or self._skipping():
             return False
         try:
             state = self.store.get(conversation)
@@ -89,9 +129,7 @@ class Conversations:
                 return False
             self.store.put(conversation, state.answered(endpoint, output_tokens, on_device=on_device))
         except ConversationStoreError as exc:
-            self.unavailable += 1
-            telemetry.conversation_state_unavailable()
-            log.warning("conversation state not written: %s", exc)
+            self._failed("conversation state not written", exc)
             return False
         return True
 
