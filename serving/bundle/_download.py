@@ -21,6 +21,7 @@ needs nothing more for it.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -238,7 +239,7 @@ def _too_slow(url: str, timeout_s: float) -> DownloadError:
 def _read(response: http.client.HTTPResponse, url: str, cap: int, into: Path | None) -> tuple[int, bytes | None]:
     """(bytes read, the body or None when written to `into`), until the server ends the body."""
     size, parts = 0, []
-    with open(into, "xb") if into is not None else _NoFile() as out:
+    with open(into, "xb") if into is not None else contextlib.nullcontext() as out:
         while block := response.read(READ_BLOCK):
             size += len(block)
             if size > cap:
@@ -248,14 +249,6 @@ def _read(response: http.client.HTTPResponse, url: str, cap: int, into: Path | N
             else:
                 parts.append(block)
     return size, None if into is not None else b"".join(parts)
-
-
-class _NoFile:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        return False
 
 
 def download_bundle(
