@@ -205,10 +205,10 @@ def request(
         return _Joined(current)
     instruments = _active()
     if instruments is None:
-        return _NOOP_SCOPE
+        return NOOP
     tracing, metering = instruments.listening()
     if not (tracing or metering):
-        return _NOOP_SCOPE
+        return NOOP
     return Trace(instruments, name, model, server, tracing, metering, carrier)
 
 
@@ -250,8 +250,6 @@ def endpoint_attributes(model: str, base_url: str) -> Attributes:
 class Scope:
     """What request() returns: enters to the Trace it stands for."""
 
-    owner = False
-
     def __enter__(self) -> Trace:
         raise NotImplementedError
 
@@ -261,16 +259,7 @@ class Scope:
     def keep_open(self) -> Callable[[], None]:
         """Do not end the request when the block ends: call the function returned, when the
         answer ends (a stream). A joined scope returns a no-op: the owner ends it."""
-        return _nothing
-
-
-def _nothing() -> None:
-    return None
-
-
-class _NoScope(Scope):
-    def __enter__(self) -> Trace:
-        return NOOP
+        return NOOP.end
 
 
 class _Joined(Scope):
@@ -289,8 +278,6 @@ class _Joined(Scope):
 
 class Trace(Scope):
     """One request's span and what its metrics will say; everything is written once, at end()."""
-
-    owner = True
 
     def __init__(
         self,
@@ -561,7 +548,8 @@ def _add_response(attributes: Attributes, model: str | None, usage: Any) -> None
 
 
 class _NoTrace(Trace):
-    """What a request is while nothing listens: every report is dropped, nothing is kept."""
+    """What a request is while nothing listens (request() returns it, current() too): every report
+    is dropped, nothing is kept, and it never ends (it is shared)."""
 
     def __init__(self) -> None:
         super().__init__(None, EXECUTE, None, False, False, False)
@@ -570,26 +558,11 @@ class _NoTrace(Trace):
     def __enter__(self) -> Trace:
         return self
 
-    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+    def _drop(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    def decided(self, decision: Decision) -> None:
-        return None
-
-    def executed(self, execution: Executed, fallback_kind: Callable[[Any], str | None]) -> None:
-        return None
-
-    def answered(self, *, fallback_kind: str | None, cost: float | None, usage: Any = None) -> None:
-        return None
-
-    def endpoints(self, attributes: Mapping[str, Attributes]) -> None:
-        return None
-
-    def failed(self, error: BaseException) -> None:
-        return None
-
-    def refused(self, status: int, reason: str) -> None:
-        return None
+    __exit__ = decided = executed = answered = endpoints = failed = refused = _drop
+    keep_open = Scope.keep_open  # NOOP.end, keeping nothing
 
 
 class within:  # lower case: used as a function, `with telemetry.within(request):`
@@ -612,4 +585,3 @@ class within:  # lower case: used as a function, `with telemetry.within(request)
 
 
 NOOP: Trace = _NoTrace()  # what current() returns with no request open
-_NOOP_SCOPE = _NoScope()
