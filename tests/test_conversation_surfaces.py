@@ -33,7 +33,7 @@ from serving.policy import FallbackForbidden, PolicySet
 from serving.policy._budgets import RedisSpending, window, window_end
 from tests.chat_stubs import ASK, LONG, fresh_stubs, stubs  # noqa: F401  (fixtures)
 from tests.redis_server import free_port
-from tests.test_dashboard import T0, Tables, counts, request_record
+from tests.test_dashboard import T0, Tables, counts, report, request_record
 
 BUDGET = {"rules": [{"name": "budget-user", "when": {"budget": {"key": "user", "limit": 0.01, "period": "day"}},
                      "then": "forbid", "endpoint": "cloud"}]}  # fmt: skip
@@ -447,3 +447,15 @@ def test_the_dashboard_counts_switches_per_conversation_and_the_reprefill_cost()
     with pytest.raises(RecordShapeError, match="field 'turn' must be a whole number"):
         from_record(request_record(9, conversation="a", turn="2"))
     assert T0  # the records' times (tests.test_dashboard)
+
+
+def test_make_report_shows_the_conversations_of_an_outcome_log(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    lines = [{**record, "prompt": None} for record in conversation_records()]
+    (folder / "outcomes-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "traffic.html"
+    done = report("--logs", str(folder), "--out", str(out), "--since", "2026-01-01", "--until", "2027-01-01")
+    assert done.returncode == 0, done.stderr
+    summary = {key: cells[1] for key, cells in Tables(out.read_text()).tables["conversation_summary"].items()}
+    assert (summary["conversations"], summary["switches"], summary["reprefill_cost"]) == ("2", "1", "0.002000")
