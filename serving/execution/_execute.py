@@ -1,60 +1,27 @@
-"""Carrying out a decision: its cascade, one endpoint after another, until an answer stands.
+"""Carrying out a decision: its cascade, one endpoint after another, until an answer stands
+(docs/sdk.md#executing-a-decision has the table of why an endpoint is left).
 
 execute() runs plain callables, aexecute() coroutines; both follow the same rules, which live in
 one place (_Cascade: what to call next, whether an answer stands, what the trace and the fallback
 reason say), and return the same Execution. Router.execute, the routed chat client (serving.chat,
-its streams too) and the proxy all come here.
+its streams too) and the proxy all come here. `endpoints` maps each endpoint's name to its call
+(or `edge=` and `cloud=`); each gets the prompt text, or the Routable request object as given, and
+each Step keeps what its call returned (`Step.result`), a rejected answer too.
 
-The calls: `endpoints` maps each endpoint's name to its call (a two-endpoint app may spell them
-`edge=` and `cloud=`). Each gets the prompt text, or a request object with a `prompt` attribute
-(Routable, such as serving.chat's ChatRequest), as given; each Step keeps what its call returned
-(`Step.result`), so a caller can read every answer a request produced, a rejected one too.
+In the decision's `cascade` order an endpoint is left when the policy forbids it (by name, or its
+side: "cloud" forbids every endpoint whose spec runs in the cloud; never called, a fallback
+included), the prompt exceeds its context limit (not called), its call raises, overruns its
+timeout (or what is left before `deadline`) or finds every pool worker held ("busy"), or the
+`accept` check rejects (or raises on) the answer of a `checked` endpoint; the last endpoint's answer
+always stands. Execution.tried says why each was left, Execution.expected_cost what the calls made
+are expected to cost (None when a called endpoint has no price). When none serves:
+FallbackForbidden naming the rule if the policy forbade one, else EndpointsFailed.
 
-The order is the decision's `cascade` (a two-endpoint bundle's edge zone is the edge then the
-cloud should the edge's call fail; serving.routing._decision). Each endpoint in it is left for the next when:
-- the policy forbids it (Decision.forbidden, by name; "cloud" forbids every endpoint whose spec runs
-  in the cloud, "edge" every one on the device): it is never called, a fallback included
-  ("forbidden"). A side forbidden without the specs that say where the endpoints run is a
-  ValueError before any call;
-- the prompt's tokens exceed its context limit (`specs[name].context_tokens`): not called ("context");
-- the call raises ("error"), overruns its timeout ("timeout": `timeouts[name]`, or what is left
-  before `deadline`), or finds every pool worker held by overrunning calls ("busy");
-- the `accept` check rejects its answer, or raises ("rejected"): it reads the answers of the
-  decision's `checked` endpoints (every answer but the last with verify_edge_zone=True); the last
-  endpoint's answer always stands.
-The first answer that is not left is served. Execution.tried lists each endpoint reached, in
-order, with why it was left (Tried), and Execution.expected_cost what the calls made are expected
-to cost (each called endpoint's Endpoint.call_cost at the prompt's input tokens and `output_tokens`
-expected answer tokens; None when a called endpoint has no record or no price). When no endpoint serves:
-FallbackForbidden (serving.policy) naming the rule if the policy forbade an endpoint, else
-EndpointsFailed (a CloudCallError) naming every attempt.
-
-Workers. A plain callable with a timeout (`timeouts`, `edge_timeout_s`) runs on an EdgePool: a fixed set
-of daemon threads (4 by default, started on first use) shared by every execute() call in
-the process, or pass `edge_pool=EdgePool(n)`, e.g. one per edge device, so that one
-device hanging does not hold the other's workers. To resize the shared pool, set
-`serving.execution._execute.default_edge_pool = EdgePool(n)` at start-up. A call waits up to its
-timeout in all for a free worker and for the answer. Python cannot stop a thread, so a call
-that overruns keeps its worker until it returns; when every worker is held that way, calls do
-not wait and do not start threads: the endpoint is left as "busy" (its step "skipped") and the
-next one serves, until the calls return. Without a timeout the call runs in the caller's
-thread, and may block it. A coroutine (aexecute) that overruns is cancelled instead.
-
-So write a callable that stops on its own soon after the timeout, so that an
-overrun frees its worker:
-- an HTTP or socket client: give it its own timeout no longer than edge_timeout_s,
-  e.g. `session.post(url, json={"prompt": prompt}, timeout=edge_timeout_s)`;
-- a generation loop: check a deadline (or a threading.Event that the host sets) between
-  tokens and raise when it has passed:
-
-      def edge(prompt):
-          deadline = time.monotonic() + EDGE_TIMEOUT_S
-          tokens = []
-          for token in model.generate(prompt):
-              if time.monotonic() > deadline:
-                  raise TimeoutError("edge generation overran")
-              tokens.append(token)
-          return "".join(tokens)
+Workers (docs/sdk.md#edge-workers-and-timeouts): a plain callable with a timeout runs on an
+EdgePool, a fixed set of daemon threads shared by the process (`default_edge_pool`) or given
+(`edge_pool=`). Python cannot stop a thread, so an overrunning call keeps its worker until it
+returns, and when all are held the endpoint is "busy" rather than a new thread started. Without a
+timeout a call runs in the caller's thread. A coroutine (aexecute) that overruns is cancelled.
 """
 
 from __future__ import annotations
@@ -94,26 +61,7 @@ if TYPE_CHECKING:
     AcceptCheck: TypeAlias = Callable[[Any], object]
 
 
-__all__ = [
-    "REASON_CHARS",
-    "CloudCallError",
-    "EdgeBusy",
-    "EdgePool",
-    "EndpointsFailed",
-    "Execution",
-    "Routable",
-    "Step",
-    "Subject",
-    "Tried",
-    "aexecute",
-    "check_names",
-    "default_edge_pool",
-    "execute",
-    "failure_kind",
-    "fallback_kind",
-    "prompt_text",
-    "tried_text",
-]
+__all__ = ["CloudCallError", "EndpointsFailed", "Execution", "Step", "Tried"]  # _steps' names imported from here
 
 
 class Routable(Protocol):
@@ -126,17 +74,6 @@ class Routable(Protocol):
 
 # What execute() hands the edge and cloud calls: the prompt text, or a Routable request.
 Subject = TypeVar("Subject", bound=Union[str, Routable])
-
-
-def prompt_text(subject: object) -> str:
-    """The text routed for `subject`: the string itself, or a Routable's `prompt`; TypeError for anything else."""
-    text = subject if isinstance(subject, str) else getattr(subject, "prompt", None)
-    if not isinstance(text, str):
-        raise TypeError(
-            f"prompt must be str, or a request whose .prompt is str (serving.execution._execute.Routable), "
-            f"got {type(subject).__name__}"
-        )
-    return text
 
 
 # Routing is CPU-bound (tokenization, the model, the policy's detectors: a 4 MiB prompt takes a
@@ -287,9 +224,6 @@ def _serve(jobs: queue.SimpleQueue[Job], free: threading.Semaphore) -> None:
 default_edge_pool = EdgePool()
 
 
-OUTCOMES = ("served", "error", "timeout", "busy", "context", "rejected", "forbidden")
-
-
 def tried_text(tried: list[Tried]) -> str:
     """Every attempt as `name=outcome`, comma-separated (the proxy's x-router-tried header)."""
     return ",".join(t.label() for t in tried)
@@ -331,14 +265,22 @@ class _Cascade:
         self,
         decision: Decision,
         endpoints: Mapping[str, Any],
-        *,
         specs: Mapping[str, Endpoint] | None,
+        edge_context_tokens: int | None,
         accept: AcceptCheck | None,
         verify_edge_zone: bool,
-        output_tokens: float = 0.0,
-        timeouts: Mapping[str, float] | None = None,
-        deadline: float | None = None,
+        output_tokens: float,
+        timeouts: Mapping[str, float] | None,
+        edge_timeout_s: float | None,
+        deadline: float | None,
     ) -> None:
+        """The two-endpoint spellings edge_context_tokens and edge_timeout_s are the edge's spec and timeout."""
+        if edge_context_tokens is not None:
+            from serving.endpoints._record import two_endpoints
+
+            specs = {EDGE: two_endpoints(edge_context_tokens)[0], **(specs or {})}
+        if edge_timeout_s is not None:
+            timeouts = {EDGE: edge_timeout_s, **(timeouts or {})}
         self.decision = decision
         self.output_tokens = output_tokens
         self.order = decision.cascade
@@ -526,7 +468,7 @@ def execute(
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
-        cascade = _cascade(
+        cascade = _Cascade(
             decision,
             calls,
             specs,
@@ -541,47 +483,6 @@ def execute(
         execution = _run(cascade, prompt, calls, edge_pool or default_edge_pool)
         trace.executed(execution, fallback_kind)
     return execution
-
-
-def _cascade(
-    decision: Decision,
-    calls: Mapping[str, Callable[[Any], Any]],
-    specs: Mapping[str, Endpoint] | None,
-    edge_context_tokens: int | None,
-    accept: AcceptCheck | None,
-    verify_edge_zone: bool,
-    output_tokens: float,
-    timeouts: Mapping[str, float] | None,
-    edge_timeout_s: float | None,
-    deadline: float | None,
-) -> _Cascade:
-    """The rules of one execute() or aexecute(), their two-endpoint spellings (edge_context_tokens,
-    edge_timeout_s) read as the edge's spec and timeout."""
-    return _Cascade(
-        decision,
-        calls,
-        specs=_specs(specs, edge_context_tokens),
-        accept=accept,
-        verify_edge_zone=verify_edge_zone,
-        output_tokens=output_tokens,
-        timeouts=_timeouts(timeouts, edge_timeout_s),
-        deadline=deadline,
-    )
-
-
-def _specs(specs: Mapping[str, Endpoint] | None, edge_context_tokens: int | None) -> Mapping[str, Endpoint] | None:
-    """The endpoints' specs: `specs`, and edge_context_tokens as the edge's context limit."""
-    if edge_context_tokens is None:
-        return specs
-    from serving.endpoints._record import two_endpoints
-
-    return {EDGE: two_endpoints(edge_context_tokens)[0], **(specs or {})}
-
-
-def _timeouts(timeouts: Mapping[str, float] | None, edge_timeout_s: float | None) -> Mapping[str, float] | None:
-    if edge_timeout_s is None:
-        return timeouts
-    return {EDGE: edge_timeout_s, **(timeouts or {})}
 
 
 def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any]], pool: EdgePool) -> Execution:
@@ -626,7 +527,7 @@ async def aexecute(
     with telemetry.request() as trace:
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
-        cascade = _cascade(
+        cascade = _Cascade(
             decision,
             calls,
             specs,
