@@ -81,33 +81,26 @@ if TYPE_CHECKING:
 
 # Each name's defining module, imported on first use.
 _HOMES = {
-    "BundleError": "serving.bundle._bundle",
-    "CloudCallError": "serving.execution._steps",
-    "ConfigError": "serving.proxy._config",
-    "ConversationStoreError": "serving.conversations._store",
-    "DownloadError": "serving.bundle._download",
-    "DriftInputError": "serving.monitoring._drift",
-    "EdgeBusy": "serving.execution._steps",
-    "EndpointSpecError": "serving.endpoints._record",
-    "EndpointsFailed": "serving.execution._steps",
-    "FallbackForbidden": "serving.policy._errors",
-    "LanguageDetectorMissing": "serving.features._language",
-    "ManifestError": "serving.bundle._manifest",
-    "NoFeasibleEndpoint": "serving.policy._errors",
-    "PolicyError": "serving.policy._errors",
-    "PolicyFileError": "serving.policy._rules",
-    "RecordError": "serving.monitoring._outcome_log",
-    "RecordShapeError": "serving.dashboard._summary",
-    "RequestError": "serving.proxy._app",
-    "SigningError": "serving.bundle._signing",
-    "SlowFirstToken": "serving.chat._errors",
-    "StreamInterrupted": "serving.chat._errors",
-    "UndeclaredText": "serving.monitoring._outcome_log",
-    "UpstreamError": "serving.chat._errors",
-    "UpstreamHTTPError": "serving.chat._errors",
-    "UpstreamMalformed": "serving.chat._errors",
-    "UpstreamTimeout": "serving.chat._errors",
-    "UpstreamUnreachable": "serving.chat._errors",
+    name: home
+    for home, names in {
+        "serving.bundle._bundle": "BundleError",
+        "serving.bundle._download": "DownloadError",
+        "serving.bundle._manifest": "ManifestError",
+        "serving.bundle._signing": "SigningError",
+        "serving.chat._errors": "SlowFirstToken StreamInterrupted UpstreamError UpstreamHTTPError UpstreamMalformed UpstreamTimeout UpstreamUnreachable",
+        "serving.conversations._store": "ConversationStoreError",
+        "serving.dashboard._summary": "RecordShapeError",
+        "serving.endpoints._record": "EndpointSpecError",
+        "serving.execution._steps": "CloudCallError EdgeBusy EndpointsFailed",
+        "serving.features._language": "LanguageDetectorMissing",
+        "serving.monitoring._drift": "DriftInputError",
+        "serving.monitoring._outcome_log": "RecordError UndeclaredText",
+        "serving.policy._errors": "FallbackForbidden NoFeasibleEndpoint PolicyError",
+        "serving.policy._rules": "PolicyFileError",
+        "serving.proxy._app": "RequestError",
+        "serving.proxy._config": "ConfigError",
+    }.items()
+    for name in names.split()
 }
 
 __all__ = [
