@@ -18,7 +18,6 @@ training chose for the configured false-reject rate.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
 
     # texts -> the router's feature rows for them (Scorer.features)
     AnswerFeatures = Callable[[list[str]], ArrayLike]
-
-log = logging.getLogger("serving")
 
 
 def answer_matrix(
@@ -89,7 +86,6 @@ class Acceptor:
         self.n_features = int(section["n_features"])
         calibration = section["calibration"]
         self._calibrate: Callable[[float], float] = float if calibration.get("in_model") else calibrator(calibration)
-        self.section = section
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, scorer: Scorer) -> "Acceptor | None":
@@ -151,6 +147,3 @@ class Acceptor:
             )
         p = float(self.probabilities([prompt], [answer], [logprob_mean], [logprob_min])[0])
         return Verdict(p, self.threshold, p >= self.threshold)
-
-    def accept(self, prompt: str, answer: str, **logprobs: float | None) -> bool:
-        return self.check(prompt, answer, **logprobs).accepted
