@@ -1,20 +1,14 @@
 """Poll for new bundles and update a Router when one is published (Router.update verifies it
-first; a refused bundle is reported once, then ignored until it changes again).
+first; a refused bundle is reported once, then ignored until it changes again); docs/sdk.md and
+docs/clients.md describe them for apps.
 
-- BundleWatcher(router, folder): a folder. Deliver bundles to it atomically, as `make train`
-  does (write beside, then rename): the watcher reads the manifest's own `manifest_sha256` to
-  notice a change and leaves every check to Router.update.
-- BundleURLWatcher(router, base_url): a bundle folder published over HTTP(S) (BASE/manifest.json
-  and the files it lists). A new manifest is downloaded with its files into a private staging
-  folder (serving.bundle._download: bounded sizes and time, plain names only, the store's
-  credentials kept to its origin), Router.update verifies and
-  loads it from there, and the folder is removed: a loaded bundle is held in memory, nothing is
-  read from disk after it was checked. A download that fails is retried at the next poll.
-- PolicyWatcher(router, path): a policy file (serving.policy._rules). When its bytes change, the
-  new file is loaded and checked whole, then becomes `router.policy` in one assignment; a file
-  that fails its checks (or cannot be read) leaves the current policy in place, logged with why.
-  A file read while it is being written is never loaded: a JSON document cut short does not
-  parse, and a YAML policy file must end with the line `...` (PolicySet.parse).
+- BundleWatcher(router, folder): a folder, its bundles delivered atomically (write beside, then
+  rename, as `make train` does); a change is noticed by the manifest's own `manifest_sha256`.
+- BundleURLWatcher(router, base_url): a bundle published over HTTP(S), downloaded with its files
+  into a private staging folder (serving.bundle._download), loaded from there by Router.update and
+  the folder removed; a failed download is retried at the next poll.
+- PolicyWatcher(router, path): a policy file (serving.policy._rules), loaded and checked whole when
+  its bytes change, then `router.policy` in one assignment; one that fails keeps the current policy.
 """
 
 from __future__ import annotations
