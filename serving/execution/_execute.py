@@ -266,21 +266,12 @@ class _Cascade:
         decision: Decision,
         endpoints: Mapping[str, Any],
         specs: Mapping[str, Endpoint] | None,
-        edge_context_tokens: int | None,
         accept: AcceptCheck | None,
         verify_edge_zone: bool,
         output_tokens: float,
         timeouts: Mapping[str, float] | None,
-        edge_timeout_s: float | None,
         deadline: float | None,
     ) -> None:
-        """The two-endpoint spellings edge_context_tokens and edge_timeout_s are the edge's spec and timeout."""
-        if edge_context_tokens is not None:
-            from serving.endpoints._record import two_endpoints
-
-            specs = {EDGE: two_endpoints(edge_context_tokens)[0], **(specs or {})}
-        if edge_timeout_s is not None:
-            timeouts = {EDGE: edge_timeout_s, **(timeouts or {})}
         self.decision = decision
         self.output_tokens = output_tokens
         self.order = decision.cascade
@@ -468,21 +459,27 @@ def execute(
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
-        cascade = _Cascade(
-            decision,
-            calls,
-            specs,
-            edge_context_tokens,
-            accept,
-            verify_edge_zone,
-            output_tokens,
-            timeouts,
-            edge_timeout_s,
-            deadline,
-        )
+        specs, timeouts = _edge_spelling(specs, edge_context_tokens, timeouts, edge_timeout_s)
+        cascade = _Cascade(decision, calls, specs, accept, verify_edge_zone, output_tokens, timeouts, deadline)
         execution = _run(cascade, prompt, calls, edge_pool or default_edge_pool)
         trace.executed(execution, fallback_kind)
     return execution
+
+
+def _edge_spelling(
+    specs: Mapping[str, Endpoint] | None,
+    edge_context_tokens: int | None,
+    timeouts: Mapping[str, float] | None,
+    edge_timeout_s: float | None,
+) -> tuple[Mapping[str, Endpoint] | None, Mapping[str, float] | None]:
+    """`specs` and `timeouts` with the two-endpoint spellings, the edge's context limit and timeout, in them."""
+    if edge_context_tokens is not None:
+        from serving.endpoints._record import two_endpoints
+
+        specs = {EDGE: two_endpoints(edge_context_tokens)[0], **(specs or {})}
+    if edge_timeout_s is not None:
+        timeouts = {EDGE: edge_timeout_s, **(timeouts or {})}
+    return specs, timeouts
 
 
 def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any]], pool: EdgePool) -> Execution:
@@ -527,18 +524,8 @@ async def aexecute(
     with telemetry.request() as trace:
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
-        cascade = _Cascade(
-            decision,
-            calls,
-            specs,
-            edge_context_tokens,
-            accept,
-            verify_edge_zone,
-            output_tokens,
-            timeouts,
-            edge_timeout_s,
-            deadline,
-        )
+        specs, timeouts = _edge_spelling(specs, edge_context_tokens, timeouts, edge_timeout_s)
+        cascade = _Cascade(decision, calls, specs, accept, verify_edge_zone, output_tokens, timeouts, deadline)
         execution = await _arun(cascade, prompt, calls)
         trace.executed(execution, fallback_kind)
     return execution
