@@ -137,10 +137,8 @@ class _Instruments:
     def _tracing(self) -> bool:
         if self.tracer_provider is not None:
             return True
-        from opentelemetry import trace
-
-        provider = trace.get_tracer_provider()
-        return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+        provider = self.trace.get_tracer_provider()
+        return not isinstance(provider, (self.trace.ProxyTracerProvider, self.trace.NoOpTracerProvider))
 
     def _metering(self) -> bool:
         if self.meter_provider is not None:
