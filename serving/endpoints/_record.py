@@ -37,7 +37,7 @@ from serving._contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
 from serving._json_values import finite_number
 from serving._router_error import RouterError
 from serving.features._documents import quoted, read_document
-from serving.features._language import serves
+from serving.features._language import CODE_SHAPE, serves
 
 if TYPE_CHECKING:
     from typing import TypeGuard
@@ -49,26 +49,12 @@ PRICE_KEYS = ("per_1m_input", "per_1m_output", "per_1m_cached_input", "per_call"
 PER_1K_KEYS = ("per_1k_input", "per_1k_output")  # the earlier spelling, still read (x 1000)
 CAPABILITY_FLAGS = ("images", "tools", "json")
 CAPABILITY_KEYS = (*CAPABILITY_FLAGS, "languages")
-ENDPOINT_KEYS = (
-    "name",
-    "where",
-    "price",
-    "latency_ms",
-    "context_tokens",
-    "capabilities",
-    "description",
-    "prefill_tokens_per_s",
+ENDPOINT_KEYS = tuple(
+    "name where price latency_ms context_tokens capabilities description prefill_tokens_per_s".split()
 )
 # How an endpoint is called, in a spec file (never in a manifest; never the key itself).
-CALL_KEYS = (
-    "base_url",
-    "model",
-    "timeout_s",
-    "connect_timeout_s",
-    "first_token_timeout_s",
-    "max_response_bytes",
-    "headers",
-    "params",
+CALL_KEYS = tuple(
+    "base_url model timeout_s connect_timeout_s first_token_timeout_s max_response_bytes headers params".split()
 )
 # What the decision reads: filled from another record where this one declares none (filled_from).
 DECISION_FIELDS = ("where", "price", "latency_ms", "context_tokens", "capabilities", "prefill_tokens_per_s")
@@ -592,7 +578,7 @@ def _capabilities(value: object, where: str) -> Capabilities:
         if not isinstance(languages, list) or not languages:
             raise EndpointSpecError(f"{where}.languages must be a non-empty list of language codes, or absent")
         for code in languages:
-            if not isinstance(code, str) or not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?", code):
+            if not isinstance(code, str) or not CODE_SHAPE.fullmatch(code):
                 raise EndpointSpecError(
                     f"{where}.languages: {quoted(code)} is not a language code such as 'en' or 'pt-BR'"
                 )
