@@ -31,7 +31,7 @@ EXTRA = "languages"  # pyproject.toml's optional dependencies that bring the det
 CONFIDENCE_FLOOR = 0.5  # below it a detection is unknown (make language-eval: the figures at this floor)
 MAX_CHARS = 128  # of the prompt read: the language shows early (make language-eval: the same figures at 64,
 # 128, 256 and all characters), and the cost grows with the text
-CODE_SHAPE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?")  # en, pt-BR (endpoint specs too: serving.endpoints._record)
+CODE_SHAPE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?")  # en, pt-BR; endpoint specs check with it too
 METADATA_KEY = "language"  # a request's declared language in its metadata (RoutedChat, the proxy)
 # The detector's codes for a variety of an ISO 639-1 language: Moroccan and Egyptian Arabic,
 # Cantonese and Wu Chinese, Southern Uzbek.

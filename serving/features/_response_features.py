@@ -31,29 +31,12 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 RESPONSE_FEATURES = (
-    "log_chars",
-    "log_lines",
-    "log_length_ratio",
-    "n_steps",
-    "n_wrong_steps",
-    "wrong_step_share",
-    "has_final_marker",
-    "last_line_has_answer",
-    "final_number_derived",
-    "final_number_fractional",
-    "log_distinct_numbers",
-    "hedges",
-    "refusals",
-    "self_corrections",
-    "repeated_trigram_share",
-    "repeated_line_share",
-    "ends_open",
-    "open_code_fence",
-    "prompt_numbers_used",
-    "unexplained_numbers",
-    "logprob_mean",
-    "logprob_min",
-)
+    "log_chars", "log_lines", "log_length_ratio", "n_steps", "n_wrong_steps", "wrong_step_share",
+    "has_final_marker", "last_line_has_answer", "final_number_derived", "final_number_fractional",
+    "log_distinct_numbers", "hedges", "refusals", "self_corrections", "repeated_trigram_share",
+    "repeated_line_share", "ends_open", "open_code_fence", "prompt_numbers_used", "unexplained_numbers",
+    "logprob_mean", "logprob_min",
+)  # fmt: skip
 DEFAULT_MAX_RESPONSE_CHARS = 2000
 
 _NUMBER = r"\$?\d[\d,]*(?:\.\d+)?%?"

@@ -20,22 +20,10 @@ if TYPE_CHECKING:
     from typing import AnyStr
 
 STAT_NAMES = (
-    "n_chars",
-    "n_lines",
-    "n_spaces",
-    "n_digits",
-    "digit_share",
-    "n_math_ops",
-    "n_latex",
-    "n_code_markers",
-    "n_options",
-    "n_questions",
-    "n_sentences",
-    "n_currency",
-    "upper_share",
-    "mean_word_len",
+    "n_chars", "n_lines", "n_spaces", "n_digits", "digit_share", "n_math_ops", "n_latex", "n_code_markers",
+    "n_options", "n_questions", "n_sentences", "n_currency", "upper_share", "mean_word_len",
     "ends_with_answer_cue",
-)
+)  # fmt: skip
 
 _DIGITS = b"0123456789"
 _MATH = "+-*/=^<>%×÷±≤≥"
