@@ -206,28 +206,29 @@ def fit_outcome_models(
     return OutcomeModels(names, mode, heads)
 
 
+def _known_cells(probability, quality, weight):
+    """The flat (probability, quality, weight) of the cells whose outcome is known."""
+    p, q, w = (np.asarray(a, float).ravel() for a in (probability, quality, weight))
+    known = np.isfinite(q) & (w > 0)
+    return p[known], q[known], w[known]
+
+
 def log_loss(probability, quality, weight) -> float:
     """Weighted mean log loss over the known cells (quality in [0, 1]: fractional successes)."""
-    p = np.clip(np.asarray(probability, float), 1e-9, 1 - 1e-9)
-    q, w = np.asarray(quality, float), np.asarray(weight, float)
-    known = np.isfinite(q) & (w > 0)
-    losses = -(q * np.log(p) + (1 - q) * np.log(1 - p))
-    return float(np.sum(w[known] * losses[known]) / np.sum(w[known]))
+    p, q, w = _known_cells(np.clip(np.asarray(probability, float), 1e-9, 1 - 1e-9), quality, weight)
+    return float(np.sum(w * -(q * np.log(p) + (1 - q) * np.log(1 - p))) / np.sum(w))
 
 
 def brier(probability, quality, weight) -> float:
     """Weighted mean squared error of the probabilities over the known cells."""
-    p, q, w = np.asarray(probability, float), np.asarray(quality, float), np.asarray(weight, float)
-    known = np.isfinite(q) & (w > 0)
-    return float(np.sum(w[known] * (p[known] - q[known]) ** 2) / np.sum(w[known]))
+    p, q, w = _known_cells(probability, quality, weight)
+    return float(np.sum(w * (p - q) ** 2) / np.sum(w))
 
 
 def calibration_gap(probability, quality, weight, bins: int = 10) -> float:
     """Expected calibration error: the weighted mean |mean predicted - mean observed| over
     probability deciles of the known cells."""
-    p, q, w = (np.asarray(a, float).ravel() for a in (probability, quality, weight))
-    known = np.isfinite(q) & (w > 0)
-    p, q, w = p[known], q[known], w[known]
+    p, q, w = _known_cells(probability, quality, weight)
     edges = np.quantile(p, np.linspace(0, 1, bins + 1))
     which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
     gap = 0.0

@@ -102,15 +102,19 @@ class Terms:
         term occurrence: 0.6 GB for 50,000 simulated prompts at once) instead of every prompt's."""
         from scipy.sparse import vstack
 
-        offsets = np.concatenate([[0], np.cumsum(tokens.lengths, dtype=np.int64)])
-        parts = [
-            cls.of(tokens.ids[offsets[a] : offsets[b]], tokens.lengths[a:b], vocabulary)
-            for a, b in ((a, min(a + chunk_rows, len(tokens))) for a in range(0, len(tokens), chunk_rows))
-        ]
+        parts = [terms for _, terms in cls.chunks(tokens, vocabulary, chunk_rows)]
         if len(parts) <= 1:
             return parts[0] if parts else cls.of(np.zeros(0, np.int64), np.zeros(0, np.int64), vocabulary)
         counts = vstack([part.counts for part in parts], format="csr")
         return cls(counts, np.concatenate([part.n_terms for part in parts]), vocabulary)
+
+    @classmethod
+    def chunks(cls, tokens: Any, vocabulary: int = VOCABULARY, chunk_rows: int = CHUNK_ROWS):
+        """(the chunk's rows, its Terms) of `tokens` (TokenRows), `chunk_rows` prompts at a time."""
+        offsets = np.concatenate([[0], np.cumsum(tokens.lengths, dtype=np.int64)])
+        for a in range(0, len(tokens), chunk_rows):
+            b = min(a + chunk_rows, len(tokens))
+            yield slice(a, b), cls.of(tokens.ids[offsets[a] : offsets[b]], tokens.lengths[a:b], vocabulary)
 
     @classmethod
     def of_rows(cls, rows: Sequence[Sequence[int]], vocabulary: int = VOCABULARY) -> "Terms":
@@ -263,11 +267,8 @@ class LexicalModel:
         """`margins` of prompts given as training.featurize.TokenRows, `chunk_rows` prompts'
         terms at a time (a prompt's margin reads its own row only: the same values as all at once)."""
         out = np.empty((len(tokens), len(self.bias)), dtype=np.float32)
-        offsets = np.concatenate([[0], np.cumsum(tokens.lengths, dtype=np.int64)])
-        for a in range(0, len(tokens), chunk_rows):
-            b = min(a + chunk_rows, len(tokens))
-            part = Terms.of(tokens.ids[offsets[a] : offsets[b]], tokens.lengths[a:b], self.vocabulary)
-            out[a:b] = self.margins(part)
+        for rows, part in Terms.chunks(tokens, self.vocabulary, chunk_rows):
+            out[rows] = self.margins(part)
         return out
 
     def margins_of_rows(self, rows: Sequence[Sequence[int] | None]) -> np.ndarray:
