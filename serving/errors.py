@@ -104,35 +104,12 @@ _HOMES = {
 }
 
 __all__ = [
-    "BundleError",
-    "CloudCallError",
-    "ConfigError",
-    "ConversationStoreError",
-    "DownloadError",
-    "DriftInputError",
-    "EdgeBusy",
-    "EndpointSpecError",
-    "EndpointsFailed",
-    "FallbackForbidden",
-    "LanguageDetectorMissing",
-    "ManifestError",
-    "NoFeasibleEndpoint",
-    "PolicyError",
-    "PolicyFileError",
-    "RecordError",
-    "RecordShapeError",
-    "RequestError",
-    "RouterError",
-    "SigningError",
-    "SlowFirstToken",
-    "StreamInterrupted",
-    "UndeclaredText",
-    "UpstreamError",
-    "UpstreamHTTPError",
-    "UpstreamMalformed",
-    "UpstreamTimeout",
-    "UpstreamUnreachable",
-]
+    "BundleError", "CloudCallError", "ConfigError", "ConversationStoreError", "DownloadError", "DriftInputError",
+    "EdgeBusy", "EndpointSpecError", "EndpointsFailed", "FallbackForbidden", "LanguageDetectorMissing",
+    "ManifestError", "NoFeasibleEndpoint", "PolicyError", "PolicyFileError", "RecordError", "RecordShapeError",
+    "RequestError", "RouterError", "SigningError", "SlowFirstToken", "StreamInterrupted", "UndeclaredText",
+    "UpstreamError", "UpstreamHTTPError", "UpstreamMalformed", "UpstreamTimeout", "UpstreamUnreachable",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> type[RouterError]:
