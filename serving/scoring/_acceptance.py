@@ -1,19 +1,12 @@
-"""The learned acceptance check: P(the edge answer is good), from the prompt and the answer.
+"""The learned acceptance check: P(the edge answer is good), from the prompt and the answer
+(docs/sdk.md, docs/training.md). Trained by `make train` when the logs carry edge answers
+(training.acceptance), shipped as `acceptance.onnx` with a manifest entry, and used by
+`router.execute(..., accept="learned")` or `router.acceptor.check(prompt, answer)`.
 
-Trained by `make train` when the logs carry edge answers (training.acceptance), shipped in
-the bundle as `acceptance.onnx` with a manifest entry, and used by
-`router.execute(..., accept="learned")` in the edge_with_cloud_fallback zone; apps that run
-their own loop call `router.acceptor.check(prompt, answer)` themselves.
-
-The model reads two groups of features of one answer:
-- serving.features._response_features: arithmetic, final-answer format, hedging, repetition,
-  truncation, grounding in the prompt's numbers, token log-probabilities when given;
-- the router's own features of the answer text (length, text statistics, embedding),
-  from the bundle's graph: what the answer is about and how it is written.
-The answer is cut to the manifest's `max_response_chars` (its end kept) before either, so a
-check costs about one route() call whatever the edge returned. The probability is
-calibrated on held-out answers; the answer is accepted when it reaches the threshold that
-training chose for the configured false-reject rate.
+The model reads serving.features._response_features of the answer, then the router's own
+features of its text (from the bundle's graph), the answer cut to the manifest's
+`max_response_chars` (its end kept) first, so a check costs about one route() call whatever the
+edge returned. The calibrated probability is accepted at the threshold training chose.
 """
 
 from __future__ import annotations
