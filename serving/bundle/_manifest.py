@@ -4,7 +4,7 @@ evaluation and `TrainConfig.from_manifest` read it.
 `Manifest.from_dict` checks every value before anything uses it (types, ranges,
 required keys, bounds from serving._contract) and raises ManifestError naming the key
 and the bad value; `to_dict` gives the JSON form back. Sections that only describe the
-run (metrics, data, training, mlflow) are kept as plain dicts.
+run (encoder, target, label, split, metrics, data, training, mlflow) are kept as plain dicts.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ def _fail(key: str, rule: str, value: Any) -> ManifestError:
     return ManifestError(f"manifest {key}: {rule}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
-def _section(data: JSONObject, key: str, *, required: bool = False) -> JSONObject:
-    """A dict-valued section; absent optional sections are empty."""
-    if key not in data and not required:
+def _section(data: JSONObject, key: str) -> JSONObject:
+    """A dict-valued section; an absent one is empty."""
+    if key not in data:
         return {}
-    value = data.get(key)
+    value = data[key]
     if not isinstance(value, dict):
         raise _fail(key, "must be an object", value)
     return value
