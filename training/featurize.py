@@ -307,13 +307,9 @@ def fit_projection(raw: np.ndarray, dim: int, *, seed: int) -> Projection:
 
 
 class ProjectionFitter:
-    """The PCA of training rows' raw embeddings, fed block by block (module doc).
-
-    Up to `exact_rows` rows are held and fitted by scikit-learn's PCA itself, so bundles
-    trained on up to that many rows are the same as a plain PCA fit would make. Past it, rows are folded
-    into a float64 sum and Gram matrix (width x width) and the components come from the
-    eigenvectors of the covariance: scikit-learn's own solver for many more rows than
-    columns (`covariance_eigh`), whose Gram matrix it computes in one product instead."""
+    """The PCA of training rows' raw embeddings, fed block by block: up to `exact_rows` rows held
+    and fitted by scikit-learn's PCA itself, past it folded into a float64 sum and Gram matrix
+    whose covariance's eigenvectors are the components (scikit-learn's `covariance_eigh`)."""
 
     def __init__(self, dim: int, *, seed: int, exact_rows: int = EXACT_PCA_ROWS):
         self.dim, self.seed, self.exact_rows = dim, seed, exact_rows

@@ -139,12 +139,9 @@ def stack_sides(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
 # count, LARGE_LOG_LEARNING_RATE from the second, log-linear in the rows between.
 LARGE_LOG_ROWS = (100_000, 500_000)
 LARGE_LOG_LEARNING_RATE = 0.1
-# Below this many rows a booster is fitted on one thread (threads_for). The engines make OpenMP
-# threads wait passively (training.engines.passive_openmp_waits), and each of a boosting round's
-# parallel regions then wakes a sleeping thread: on this project's 2-core VM, 200 rounds took 0.4 s
-# on one thread against 1.0 s on two at 1,200 rows, 1.4-1.7 against 2.5 s at 9,000, 2.3 against
-# 2.9-3.4 s at 30,000, and the same (5.5 s) at 100,000. The trees are the same on any number of
-# threads (column-wise histograms, one feature's on one thread, and `deterministic`).
+# Below this many rows a booster is fitted on one thread (threads_for): with OpenMP threads waiting
+# passively, one thread is faster there (docs/performance.md#training-at-scale), and the trees are
+# the same on any number of threads (column-wise histograms and `deterministic`).
 ONE_THREAD_BELOW_ROWS = 100_000
 
 
@@ -154,13 +151,9 @@ def threads_for(rows: int) -> int:
 
 
 def learning_rate_for(rows: int) -> float:
-    """The learning rate of a booster fitted on `rows` rows when the user sets none.
-
-    At 0.03, early stopping keeps more trees the more rows there are, and each tree costs in
-    proportion to the rows: 668 trees at 70,000 training rows, 3,237 at 690,000 (180 s of
-    fitting on two cores). At 0.1 the large log keeps 810 trees (53 s) for 0.003 less test
-    APGR (docs/scale-out.md); small logs, where the fit takes seconds, keep 0.03 and the
-    trees they had."""
+    """The learning rate of a booster fitted on `rows` rows when the user sets none: at 0.03 a
+    large log keeps several thousand trees, at 0.1 a few hundred for 0.003 less test APGR
+    (docs/scale-out.md); small logs keep 0.03 and the trees they had."""
     low, high = LARGE_LOG_ROWS
     small, large = DEFAULT_LGBM["learning_rate"], LARGE_LOG_LEARNING_RATE
     share = np.clip(np.log(max(rows, 1) / low) / np.log(high / low), 0.0, 1.0)

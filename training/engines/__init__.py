@@ -42,12 +42,9 @@ class Engine(Protocol):
 
 
 def passive_openmp_waits() -> None:
-    """LightGBM's OpenMP threads spin while they wait for each other. Where other processes
-    compete for the cores (a shared 2-core VM), a spinning thread waits for one that is not
-    running: a boosting round on 70,000 rows took 364 ms instead of 31 ms (docs/performance.md,
-    "Training at scale"). Passive waiting leaves the trees as they are. Called when an engine
-    is chosen, before it loads LightGBM (Dask's LocalCluster workers inherit it); a value
-    already set wins."""
+    """LightGBM's OpenMP threads wait passively instead of spinning, which on shared cores waited
+    for threads not running (docs/performance.md#training-at-scale); the trees are the same. Set
+    before an engine loads LightGBM (Dask's LocalCluster workers inherit it); a value set wins."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
