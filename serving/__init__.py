@@ -18,6 +18,7 @@ from serving._router_error import RouterError
 from serving.bundle._bundle import BundleError, read_bundle
 from serving.bundle._manifest import ManifestError
 from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+from serving.conversations._evidence import TurnEvidenceError
 from serving.conversations._state import ConversationState
 from serving.conversations._store import ConversationStore, ConversationStoreError, MemoryStore, RedisStore
 from serving.conversations._switch import Stickiness
@@ -90,6 +91,7 @@ __all__ = [
     "SigningError",
     "Step",
     "Stickiness",
+    "TurnEvidenceError",
     "UndeclaredText",
     "Update",
     "aexecute",

@@ -21,6 +21,8 @@ Python's own TypeError or ValueError, not a RouterError.
     ├── RecordError [ValueError]                an outcome record the log does not write
     │   └── UndeclaredText                      a string where STRING_FIELDS declares none
     ├── DriftInputError [ValueError]            records or a drift reference drift_report cannot read
+    ├── ConversationStoreError                  the conversation store could not be read or written (a turn is then decided on its own)
+    ├── TurnEvidenceError [ValueError]          a bundle's turn_evidence.json that cannot be used (a BundleError when a bundle loads)
     │   from `serving.policy`:
     ├── PolicyError [RuntimeError]              a request the policy leaves no way to serve (.rules)
     │   ├── NoFeasibleEndpoint                  the rules or the request's needs leave no endpoint
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
         UpstreamTimeout,
         UpstreamUnreachable,
     )
+    from serving.conversations._evidence import TurnEvidenceError
     from serving.conversations._store import ConversationStoreError
     from serving.dashboard._summary import RecordShapeError
     from serving.endpoints._record import EndpointSpecError
@@ -88,6 +91,7 @@ _HOMES = {
         "serving.bundle._manifest": "ManifestError",
         "serving.bundle._signing": "SigningError",
         "serving.chat._errors": "SlowFirstToken StreamInterrupted UpstreamError UpstreamHTTPError UpstreamMalformed UpstreamTimeout UpstreamUnreachable",
+        "serving.conversations._evidence": "TurnEvidenceError",
         "serving.conversations._store": "ConversationStoreError",
         "serving.dashboard._summary": "RecordShapeError",
         "serving.endpoints._record": "EndpointSpecError",
@@ -107,7 +111,7 @@ __all__ = [
     "BundleError", "CloudCallError", "ConfigError", "ConversationStoreError", "DownloadError", "DriftInputError",
     "EdgeBusy", "EndpointSpecError", "EndpointsFailed", "FallbackForbidden", "LanguageDetectorMissing",
     "ManifestError", "NoFeasibleEndpoint", "PolicyError", "PolicyFileError", "RecordError", "RecordShapeError",
-    "RequestError", "RouterError", "SigningError", "SlowFirstToken", "StreamInterrupted", "UndeclaredText",
+    "RequestError", "RouterError", "SigningError", "SlowFirstToken", "StreamInterrupted", "TurnEvidenceError", "UndeclaredText",
     "UpstreamError", "UpstreamHTTPError", "UpstreamMalformed", "UpstreamTimeout", "UpstreamUnreachable",
 ]  # fmt: skip
 
