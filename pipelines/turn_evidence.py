@@ -1,5 +1,13 @@
-"""`make turn-evidence`: what the previous turn adds to each endpoint's expected quality, on simulated
-conversations with known truth (docs/evaluation.md#the-previous-turn-as-evidence).
+"""`make turn-evidence`: the previous turn as evidence (serving.conversations._evidence).
+
+With `--bundle B --logs L --out-bundle O`: fit the weights for bundle B from logs whose rows link
+turns (metadata {conversation, turn}, every endpoint's outcome or the served one's; conversations
+B was not trained on) and write B again at O with turn_evidence.json (signed with
+`--signing-key`); prints the log loss without and with them, cross-validated over the logs'
+conversations first.
+
+Without `--bundle`: what it adds on simulated conversations with known truth
+(docs/conversations.md#the-previous-turn-as-evidence).
 
 Simulates conversations (data.simulator_conversations), trains an N-endpoint bundle on the turns
 of the first third, scores every turn of the rest with it (the SDK's route_batch), and
@@ -23,7 +31,15 @@ def main(
     folds: int = 5,
     out: Path = Path("reports/turn_evidence.json"),
     cache: Path = Path("data/cache"),
+    bundle: Path | None = None,
+    logs: list[Path] | None = None,
+    out_bundle: Path | None = None,
+    signing_key: Path | None = None,
+    output_tokens: float = 250.0,
 ) -> None:
+    if bundle is not None:
+        fit_for(bundle, logs or [], out_bundle, signing_key, folds, output_tokens, out)
+        return
     from data.endpoint_logs import read_endpoint_logs
     from data.simulator_conversations import load_simulation, write_conversations
     from evaluation.conversations import conversations_of
@@ -69,6 +85,39 @@ def main(
         f"{figures['with']:.4f} with the last turn; paired difference {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
     )
     print(f"written to {out}")
+
+
+def fit_for(
+    bundle: Path,
+    logs: list[Path],
+    out_bundle: Path | None,
+    signing_key: Path | None,
+    folds: int,
+    output_tokens: float,
+    out: Path,
+) -> None:
+    """The weights for `bundle` from linked `logs`, cross-validated, then fitted on every conversation."""
+    from data.endpoint_logs import read_endpoint_logs
+    from serving import Router
+    from training.turn_evidence import crossval, fit_turn_evidence, linked_designs, with_turn_evidence
+
+    if not logs or out_bundle is None:
+        raise SystemExit(
+            "--bundle needs --logs (linked turns) and --out-bundle (where the bundle with the weights goes)"
+        )
+    names = list(Router.load(bundle, strict=True).endpoint_names)
+    frame, rejected = read_endpoint_logs(logs, names)
+    parts = linked_designs(bundle, frame, names, output_tokens)
+    figures = {"conversations": len(parts), "rejected_rows": len(rejected), **crossval(parts, names, folds)}
+    written = with_turn_evidence(bundle, out_bundle, fit_turn_evidence(parts, names), signing_key=signing_key)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2))
+    d = figures["difference"]
+    print(
+        f"{len(parts)} conversations, {folds} folds: log loss {figures['without']:.4f} from the text alone, "
+        f"{figures['with']:.4f} with the last turn; paired difference {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+    )
+    print(f"the bundle with turn_evidence.json: {written}; figures in {out}")
 
 
 if __name__ == "__main__":

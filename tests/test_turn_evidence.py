@@ -126,3 +126,27 @@ def test_weights_that_change_nothing_change_nothing_and_bad_files_are_refused():
     ):
         with pytest.raises(TurnEvidenceError, match=match):
             TurnEvidence.from_json(raw, names)
+
+
+def test_make_turn_evidence_fits_a_bundles_weights_from_linked_logs_and_signs_it(linked, tmp_path):
+    """pipelines/turn_evidence.py --bundle: conversations the bundle never saw, scored through the
+    SDK; the bundle written again with the weights, signed, and loading with the team's key."""
+    import json
+
+    from data.simulator_conversations import load_simulation, write_conversations
+    from pipelines.turn_evidence import fit_for
+    from training.keys import generate
+    from training.turn_evidence import linked_designs
+
+    folder, _, names = linked
+    write_conversations(tmp_path / "later", load_simulation(None), 120, seed=8)
+    private, public = generate(tmp_path / "keys")
+    fit_for(folder, [tmp_path / "later"], tmp_path / "weighed", private, 3, 250.0, tmp_path / "figures.json")
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["conversations"] == 120 and len(figures["folds"]) == 3
+    router = Router.load(tmp_path / "weighed", strict=True, public_key=public)
+    from data.endpoint_logs import read_endpoint_logs
+
+    frame, _ = read_endpoint_logs([tmp_path / "later"], names)
+    expected = fit_turn_evidence(linked_designs(folder, frame, names, 250.0), names)
+    assert router._routing.chooser.evidence == expected  # the weights the logs give, in the bundle the SDK loads

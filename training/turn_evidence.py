@@ -12,8 +12,6 @@ that answered. Per endpoint, a logistic regression over serving.conversations._e
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -100,23 +98,36 @@ def held_out_loss(
     }
 
 
-def with_turn_evidence(bundle: str | Path, dest: str | Path, evidence: TurnEvidence) -> Path:
-    """A copy of `bundle` in `dest` with turn_evidence.json (its manifest's file table and digest
-    updated; a signature dropped: sign the copy again to deploy it)."""
-    import hashlib
+def with_turn_evidence(
+    bundle: str | Path, dest: str | Path, evidence: TurnEvidence, *, signing_key: Path | None = None
+) -> Path:
+    """`bundle` written again at `dest` with turn_evidence.json (training.writer: every file
+    checksummed, the manifest digested, signed with `signing_key` when given, published atomically)."""
+    from serving.bundle._bundle import read_bundle
+    from training.writer import write_bundle
 
-    from serving.bundle._bundle import manifest_digest
+    source = read_bundle(bundle)
+    files: dict[str, bytes | Path] = {name: source.content(name) for name in source.manifest.files}
+    files[FILE] = evidence.to_json().encode()
+    return write_bundle(Path(dest), files, source.manifest, signing_key=signing_key)
 
-    dest = Path(dest)
-    shutil.copytree(bundle, dest)
-    (dest / "manifest.sig").unlink(missing_ok=True)
-    raw = evidence.to_json().encode()
-    (dest / FILE).write_bytes(raw)
-    manifest = json.loads((dest / "manifest.json").read_text())
-    manifest["files"][FILE] = hashlib.sha256(raw).hexdigest()
-    manifest["manifest_sha256"] = manifest_digest(manifest)
-    (dest / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    return dest
+
+def linked_designs(bundle: str | Path, frame, names: Sequence[str], output_tokens: float) -> list:
+    """Each conversation's design (`design`) from logs whose rows link turns (metadata
+    {conversation, turn}: data.endpoint_logs' frame), every turn scored by the bundle through the
+    SDK (route_batch: the probabilities the router will read), endpoints in `names`' order."""
+    from evaluation.conversations import conversations_of
+    from serving import Router
+
+    conversations, _ = conversations_of(frame, names, output_tokens=output_tokens)
+    router = Router.load(bundle, strict=True, unfamiliar_policy="learned")
+    parts = []
+    for conversation in conversations:
+        decisions = router.route_batch(conversation.texts, conversation.precisions)
+        expected = np.array([[d.expected[n] for n in names] for d in decisions])  # type: ignore[index]
+        tokens = np.array([d.n_tokens for d in decisions])
+        parts.append(design(expected, conversation.quality, tokens, conversation.output_tokens, names))
+    return parts
 
 
 def crossval(parts: Sequence[dict[str, tuple[np.ndarray, np.ndarray]]], names: Sequence[str], folds: int = 5) -> dict:
