@@ -17,6 +17,7 @@ the reference as a file, and it is computed here from the graph's features and t
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
@@ -39,25 +40,19 @@ if TYPE_CHECKING:
     RunModel: TypeAlias = Callable[[list[str], dict[str, NDArray[Any]], None], list[NDArray[Any]]]
 
 
+@dataclass(slots=True, eq=False)
 class Scores:
     """What a bundle's graph said of a batch: token counts, and either one score per prompt with
     its heads (a two-endpoint bundle) or each endpoint's expected quality (an N-endpoint one);
     `note` says why scoring failed (degraded: the rule table, or price order, decides)."""
 
-    __slots__ = ("n_tokens", "scores", "heads", "novelty", "expected", "note")
-
-    def __init__(
-        self,
-        n_tokens: Sequence[float],
-        *,
-        scores: Sequence[float] | None = None,
-        heads: Sequence[tuple[float, ...]] | None = None,
-        novelty: Sequence[float] | None = None,
-        expected: NDArray[np.float64] | None = None,
-        note: str | None = None,
-    ) -> None:
-        self.n_tokens, self.scores, self.heads, self.novelty = n_tokens, scores, heads, novelty
-        self.expected, self.note = expected, note
+    n_tokens: Sequence[float]
+    _: KW_ONLY
+    scores: Sequence[float] | None = None
+    heads: Sequence[tuple[float, ...]] | None = None
+    novelty: Sequence[float] | None = None
+    expected: NDArray[np.float64] | None = None
+    note: str | None = None
 
 
 class Scorer:
