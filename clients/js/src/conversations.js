@@ -29,7 +29,8 @@
 // returning a Promise (a store shared by several processes: Redis, a database, the app's session).
 // A store that throws (or rejects, or gives something that is no ConversationState) never fails a
 // request: the turn is decided without the conversation's state and its reason says so; a turn it
-// cannot write is logged and lost, the answer never.
+// cannot write is logged and lost, the answer never. After a failure the store is not asked again for
+// RETRY_S (1 s): a store that hangs costs a request nothing meanwhile (Python's _keeper.py).
 import { parsePythonJson, PyFloat, pyFloatRepr, pyString } from "./canonical-json.js";
 import { firstCodePoints, codePointLength } from "./pytext.js";
 import { isPrintable, pyKind, pyRepr, strRepr } from "./pyrepr.js";
@@ -268,8 +269,21 @@ function storeError(error, doing, conversation) {
     { cause: error });
 }
 
-/** The router's side of conversations: a store (default a MemoryStore) and what a switch weighs. */
+/** After a store failure, the store is not asked again for this long (seconds; Python's
+ * serving.conversations._keeper.RETRY_S). */
+export const RETRY_S = 1.0;
+
+/** A monotonic clock in seconds (Python's time.monotonic()). */
+const monotonic = () => performance.now() / 1000;
+
+/** The router's side of conversations: a store (default a MemoryStore) and what a switch weighs. After
+ * a failure the store is not asked again for `retryS` (RETRY_S), so that a store that hangs (a Redis
+ * behind a lost network: each call waits out its timeout) costs a request nothing meanwhile; each read
+ * and write not tried is counted as a failure; one warning when it goes, one when it answers again. */
 export class Conversations {
+  #downUntil = 0;  // monotonic() before which the store is not asked again
+  #down = false;
+
   /**
    * @param {{get: Function, put: Function} | null} store
    * @param {Stickiness | {weight?: number, secondsPrice?: number} | null} stickiness
@@ -281,7 +295,8 @@ export class Conversations {
     this.store = store ?? new MemoryStore();
     this.stickiness = stickiness === null ? PRICED : stickiness instanceof Stickiness ? stickiness : new Stickiness(stickiness);
     this.logger = logger;
-    this.unavailable = 0;  // requests decided without their state, and turns not written (the store failing)
+    this.unavailable = 0;  // store reads and writes that failed, or were not tried while it was down
+    this.retryS = RETRY_S;
   }
 
   async read(conversation) {
@@ -302,15 +317,45 @@ export class Conversations {
    * failed; what the reason says of a failure]. */
   async states(requests) {
     if (requests.every((r) => r.conversation === null)) return [null, null];
+    if (this.skipping()) {
+      return [null, "conversation state unavailable (the store failed within the last second): decided as a turn on its own"];
+    }
+    const states = [];
     try {
-      const states = [];
       for (const request of requests) states.push(request.conversation === null ? null : await this.read(request.conversation));
-      return [states, null];
     } catch (error) {
       const failure = storeError(error, "reading", "?");
-      this.unavailable++;
-      this.logger.warn(`deciding without conversation state: ${failure.message}`);
+      this.failed("deciding without conversation state", failure);
       return [null, `conversation state unavailable (${failure.message}): decided as a turn on its own`];
+    }
+    this.reachableAgain();
+    return [states, null];
+  }
+
+  /** Whether the store failed less than retryS ago (then it is not asked: counted as failed). */
+  skipping() {
+    if (!this.#down || monotonic() >= this.#downUntil) return false;
+    this.unavailable++;
+    return true;
+  }
+
+  failed(doing, error) {
+    this.unavailable++;
+    const first = !this.#down;
+    this.#down = true;
+    this.#downUntil = monotonic() + this.retryS;
+    if (first) {
+      this.logger.warn(`${doing}: ${error.message}; until the store answers, turns are decided without their state and not written ` +
+        `(asked again every ${this.retryS} s; counted in router.conversations.unavailable)`);
+    } else {
+      this.logger.debug?.(`${doing}: ${error.message}`);
+    }
+  }
+
+  reachableAgain() {
+    if (this.#down) {
+      this.#down = false;
+      this.logger.warn("conversation store reachable again");
     }
   }
 
@@ -318,6 +363,7 @@ export class Conversations {
    * cannot be read or written: the app's answer is never lost for it. */
   async record(conversation, endpoint, { inputTokens, outputTokens, onDevice, outcome }) {
     checkConversationId(conversation);
+    if (this.skipping()) return false;
     try {
       const state = (await this.read(conversation)) ?? new ConversationState();
       const after = state.after(endpoint, { inputTokens, outputTokens, onDevice, outcome, now: nowSeconds() });
@@ -328,10 +374,10 @@ export class Conversations {
       }
     } catch (error) {
       if (!(error instanceof ConversationStoreError)) throw error;
-      this.unavailable++;
-      this.logger.warn(`conversation state not written: ${error.message}`);
+      this.failed("conversation state not written", error);
       return false;
     }
+    this.reachableAgain();
     return true;
   }
 
@@ -339,7 +385,7 @@ export class Conversations {
    * written when the turn was recorded; nothing when another turn was recorded since or `endpoint` did
    * not serve it. False when it was not written (that, or the store failing: logged, counted). */
   async answered(conversation, turn, endpoint, outputTokens, { onDevice }) {
-    if (!(outputTokens > 0)) return false;
+    if (!(outputTokens > 0) || this.skipping()) return false;
     try {
       const state = await this.read(conversation);
       if (state === null || state.turns !== turn || state.endpoint !== endpoint) return false;
@@ -350,8 +396,7 @@ export class Conversations {
       }
     } catch (error) {
       if (!(error instanceof ConversationStoreError)) throw error;
-      this.unavailable++;
-      this.logger.warn(`conversation state not written: ${error.message}`);
+      this.failed("conversation state not written", error);
       return false;
     }
     return true;

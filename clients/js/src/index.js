@@ -41,8 +41,8 @@ export { ChatStream, Endpoint, LocalModel, RoutedChat, SlowFirstToken, StreamInt
   UpstreamMalformed, UpstreamTimeout, UpstreamUnreachable, conversationPrompt } from "./chat.js";
 export { CLOUD, EDGE, ENDPOINT_RULES, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES, ZONES } from "./contract.js";
 export { Request } from "./request.js";
-export { CLOUD_CACHE_TTL_S, ConversationState, ConversationStoreError, Conversations, Held, MemoryStore, OUTCOMES as TURN_OUTCOMES, Stickiness,
-  switchCosts } from "./conversations.js";
+export { CLOUD_CACHE_TTL_S, ConversationState, ConversationStoreError, Conversations, Held, MemoryStore, OUTCOMES as TURN_OUTCOMES, RETRY_S,
+  Stickiness, switchCosts } from "./conversations.js";
 export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints, twoEndpointSpecs } from "./endpoints.js";
 export { CAPABILITIES, DETECTORS, ENDPOINTS, FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PERIODS,
   PolicyError, PolicyFileError, PolicySet, Spending, anyDetected, detect, fold, needsOf } from "./policy/index.js";

@@ -299,13 +299,18 @@ export class Stickiness {
   readonly never: boolean;
 }
 
-/** The router's side of conversations (router.conversations): its store, its knob, how often the store failed. */
+/** After a store failure, the store is not asked again for this long (seconds): 1. */
+export const RETRY_S: number;
+
+/** The router's side of conversations (router.conversations): its store, its knob, how often the store
+ * failed or was not asked (after a failure it is not asked again for `retryS` seconds, default RETRY_S). */
 export class Conversations {
   constructor(store?: ConversationStore | null, stickiness?: Stickiness | { weight?: number; secondsPrice?: number } | null,
-    options?: { logger?: { warn(message: string): void } });
+    options?: { logger?: { warn(message: string): void; debug?(message: string): void } });
   store: ConversationStore;
   stickiness: Stickiness;
   unavailable: number;
+  retryS: number;
 }
 
 /** [each endpoint's switch cost in dollars, the history tokens it would read again] for a turn of

@@ -9,7 +9,7 @@ import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { ConversationState, ConversationStoreError, Endpoint, EndpointSpec, EndpointsFailed, Held, MemoryStore, PolicySet, Price,
+import { ConversationState, ConversationStoreError, Conversations, Endpoint, EndpointSpec, EndpointsFailed, Held, MemoryStore, PolicySet, Price,
   Request, RoutedChat, Router, Stickiness, switchCosts } from "../src/index.js";
 import { BUNDLE, ENDPOINT_BUNDLE, bundleCopy, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
 import { parsePythonJson } from "../src/canonical-json.js";
@@ -334,12 +334,19 @@ describe("stores", () => {
       assert.deepEqual(decision.cascade, (await plain.route(prompt)).cascade);
       const execution = await router.execute(prompt, () => "edge", () => "cloud", { conversation: "lost" });
       assert.ok(["edge", "cloud"].includes(execution.response));  // the answer is never lost for it
+      // within a second of the failure the store is not asked again: the read and the write counted as failed
+      assert.match(execution.decision.reason, /; conversation state unavailable \(the store failed within the last second\): decided as a turn on its own$/);
       assert.equal(router.conversations.unavailable, 3);  // two reads (route, execute) and the write
       assert.equal(await router.recordTurn("lost", "edge", { inputTokens: 5 }), false);
-      assert.ok(logger.messages.some((m) => m.startsWith("conversation state not written")));
+      assert.equal(router.conversations.unavailable, 4);
+      assert.equal(logger.messages.length, 1);  // one warning when the store goes
+      assert.match(logger.messages[0], /^deciding without conversation state: .*; until the store answers, turns are decided without their state and not written/);
       const wrong = { get: () => ({ turns: 1 }), put: () => {} };  // not a ConversationState: the store failed
-      router.conversations.store = wrong;
+      router.conversations = new Conversations(wrong, null, { logger });
+      router.conversations.retryS = 0;  // asked again at once
       assert.match((await router.route(prompt, { conversation: "x" })).reason, /got object, not a ConversationState/);
+      assert.match((await router.route(prompt, { conversation: "x" })).reason, /got object, not a ConversationState/);
+      assert.equal(logger.messages.length, 2);  // one warning when this store went, none for its second failure
     } finally {
       await router.close();
       await plain.close();
@@ -351,6 +358,44 @@ describe("stores", () => {
     await assert.rejects(Router.load(BUNDLE, { conversations: { get() {} } }), TypeError);
     await assert.rejects(Router.load(BUNDLE, { stickiness: { weight: -1 } }), RangeError);
   });
+});
+
+test("a store that hangs costs one timeout a second, not two per request; it is read again once it answers", async () => {
+  const store = {
+    calls: 0, up: false, states: new Map(),
+    async call() {
+      this.calls++;
+      if (!this.up) {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        throw new ConversationStoreError("conversation store: reading: TimeoutError: timed out");
+      }
+    },
+    async get(id) { await this.call(); return this.states.get(id) ?? null; },
+    async put(id, state) { await this.call(); this.states.set(id, state); },
+  };
+  const logger = quietLogger();
+  const router = await Router.load("/nonexistent/no-bundle", { conversations: store, logger });  // the rule table decides
+  router.conversations.retryS = 0.5;
+  try {
+    const started = performance.now();
+    for (let k = 0; k < 10; k++) {
+      const execution = await router.execute(new Request("What is 2+2?", { conversation: "c" }), () => "edge", () => "cloud");
+      assert.ok(["edge", "cloud"].includes(execution.response));
+      assert.match(execution.decision.reason, /conversation state unavailable/);
+    }
+    assert.equal(store.calls, 1);  // one timeout, then not asked
+    assert.ok(performance.now() - started < 450);
+    assert.equal(router.conversations.unavailable, 20);  // each request's read and write, counted
+    assert.equal(logger.messages.filter((m) => m.includes("until the store answers")).length, 1);  // one warning, not one per request
+    store.up = true;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const execution = await router.execute(new Request("What is 2+2?", { conversation: "c" }), () => "edge", () => "cloud");
+    assert.doesNotMatch(execution.decision.reason, /unavailable/);
+    assert.equal(store.states.get("c").turns, 1);
+    assert.ok(logger.messages.includes("conversation store reachable again"));
+  } finally {
+    await router.close();
+  }
 });
 
 test("a bundle carrying turn evidence (Python's turn_evidence.json) loads, saying once that its turns ignore it", async () => {
