@@ -43,6 +43,11 @@
 // own exchange rate (its upper threshold over the cloud call's price), or, weight Infinity, the last
 // side kept while the edge may serve. The reason says whether the turn stays or moves and what the
 // re-read costs (serving.routing._chooser, word for word).
+//
+// A bundle carrying turn_evidence.json (evidence.js) first moves a conversation turn's scores by how its
+// last turn went (N endpoints: each endpoint's expected quality; two endpoints: the heads and the
+// expected-gain score), and the rule decides on those; the reason then ends "the last turn (<outcome> on
+// <endpoint>) weighed in".
 import { CLOUD, EDGE, ENDPOINT_RULES, FALLBACK, zoneFor } from "./contract.js";
 import { decisionOf, makeDecision, zoneCascade } from "./decision.js";
 import { NONE, bestUnderPrice, callCosts, cascade, cheapestWithin, escalation } from "./endpoint-choice.js";
@@ -52,6 +57,7 @@ import { declaresLanguages, lackingText, ruledOut, ruleName, withLanguage } from
 import { LanguageDetectorMissing, NoFeasibleEndpoint, PolicyFileError } from "./policy/errors.js";
 import { policySaid } from "./policy/rules.js";
 import { PRICED, nowSeconds, switchCosts } from "./conversations.js";
+import { withEvidence } from "./evidence.js";
 
 export { ENDPOINT_RULES, NoFeasibleEndpoint };
 
@@ -126,6 +132,9 @@ export class Chooser {
     this.capabilities = new Map(this.endpoints.map((e) => [e.name, e.capabilities]));
     this.readsLanguage = declaresLanguages(this.capabilities);
     this.detector = null;  // Router.load's languageDetector
+    /** How the previous turn moves each endpoint's expected quality (the bundle's turn_evidence.json:
+     * evidence.js's TurnEvidence), or null. */
+    this.evidence = null;
   }
 
   /** A policy must name this chooser's endpoints. */
@@ -144,8 +153,22 @@ export class Chooser {
   decisions(requests, scores, options = {}) {
     const feasible = this.feasible(requests, scores.nTokens, options);
     const { states = null, stickiness = PRICED, outputTokens = 0, now = null } = options;
-    if (states !== null) feasible.turns = this.turns(requests, feasible.tokens, states, stickiness, outputTokens, now);
-    return this.rule.decide(this, requests, scores, feasible);
+    if (states === null) return this.rule.decide(this, requests, scores, feasible);
+    feasible.turns = this.turns(requests, feasible.tokens, states, stickiness, outputTokens, now);
+    const evidence = this.evidence;
+    if (evidence === null) return this.rule.decide(this, requests, scores, feasible);
+    const gain = this.rule instanceof Bands && this.rule.expectedGain;
+    const weighed = withEvidence(scores, states, this.names, evidence, gain);
+    const decisions = this.rule.decide(this, requests, weighed, feasible);
+    if (weighed !== scores) {
+      decisions.forEach((decision, i) => {
+        const state = states[i] ?? null;
+        if (state !== null && state.turns > 0 && state.endpoint !== null) {
+          decision.reason += `; the last turn (${state.outcome ?? "None"} on ${state.endpoint}) weighed in`;
+        }
+      });
+    }
+    return decisions;
   }
 
   /** Each request's Turn: null without a conversation; a first turn's has no last endpoint. `now`:
@@ -247,7 +270,8 @@ export class Bands {
     this.rules = rules;
     this.edgeContextTokens = edgeContextTokens;
     this.unfamiliarPolicy = unfamiliarPolicy;
-    this.scoreName = manifest && manifest.score.kind === "expected_gain" ? "expected gain" : "score";
+    this.expectedGain = Boolean(manifest) && manifest.score.kind === "expected_gain";
+    this.scoreName = this.expectedGain ? "expected gain" : "score";
   }
 
   decide(chooser, requests, scores, feasible) {

@@ -1,7 +1,8 @@
 // The learned router (serving/routing/_router.py): bundle in, Decision out; the rule table whenever the
 // bundle cannot serve. Loading and routing never throw for valid arguments: a bad bundle gives a
 // router on the rule table (degraded), unless `strict`, which throws BundleError and only that.
-import { BundleError, verifiedBundle } from "./bundle.js";
+import { BundleError, content, verifiedBundle } from "./bundle.js";
+import { FILE as TURN_EVIDENCE, TurnEvidence } from "./evidence.js";
 import { UNFAMILIAR_POLICIES } from "./contract.js";
 import { Acceptor } from "./acceptance.js";
 import { Conversations, answerTokens, withNote } from "./conversations.js";
@@ -51,28 +52,25 @@ async function policyFor(policy, routing, platform) {
 }
 
 /** A verified, loaded bundle's Routing; BundleError for anything wrong with the bundle,
- * onnxruntime refusing it included. */
+ * onnxruntime refusing it included, or a turn_evidence.json that cannot be used (evidence.js). */
 async function loadRouting(platform, source, { threads, unfamiliarPolicy, publicKey, logger }) {
   let scorer, acceptor;
   try {
     const bundle = await verifiedBundle(String(source), platform.files(source), platform.crypto, { publicKey });
     scorer = await Scorer.create(bundle, platform.runtime, { threads });
     acceptor = await Acceptor.fromBundle(bundle, scorer, platform.runtime);
+    const routing = new Routing(scorer, { unfamiliarPolicy, logger, acceptor });
+    if (Object.hasOwn(scorer.manifest.files, TURN_EVIDENCE)) {  // the previous turn as evidence (evidence.js)
+      routing.chooser.evidence = TurnEvidence.fromJson(content(bundle, TURN_EVIDENCE), routing.chooser.names);
+    }
+    return routing;
   } catch (error) {
     await scorer?.release();
+    await acceptor?.release();
     if (error instanceof BundleError) throw error;
     throw new BundleError(`cannot load bundle ${source}: ${error?.message ?? error}`.slice(0, 500), { cause: error });
   }
-  if (Object.hasOwn(scorer.manifest.files, TURN_EVIDENCE)) {
-    logger.warn(`bundle ${scorer.manifest.modelVersion} carries ${TURN_EVIDENCE} (the previous turn as evidence, Python's ` +
-      "serving.conversations._evidence), which this SDK does not apply yet: its conversation turns are decided from their text " +
-      "alone, unlike the Python SDK's");
-  }
-  return new Routing(scorer, { unfamiliarPolicy, logger, acceptor });
 }
-
-/** The file of a bundle's turn evidence weights (Python's serving.conversations._evidence.FILE). */
-const TURN_EVIDENCE = "turn_evidence.json";
 
 /** The Router of every platform; index.js (Node) and web.js (browsers) give it theirs. */
 export class BaseRouter {

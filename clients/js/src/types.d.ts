@@ -313,6 +313,25 @@ export class Conversations {
   retryS: number;
 }
 
+/** The inputs of the previous turn's evidence, in order: logit_p, intercept, log_turn, log_history,
+ * served, served_trouble, trouble. */
+export const TURN_EVIDENCE_FEATURES: readonly string[];
+
+/** A turn_evidence.json that cannot be used; the message names what is wrong. */
+export class TurnEvidenceError extends Error {}
+
+/** The previous turn as evidence (a bundle's turn_evidence.json): each endpoint's weights over
+ * TURN_EVIDENCE_FEATURES, moving its expected quality by how the conversation's last turn went. */
+export class TurnEvidence {
+  constructor(weights: Record<string, number[]> | Map<string, number[]>, rows?: number);
+  readonly weights: ReadonlyMap<string, readonly number[]>;
+  readonly rows: number;
+  /** the weights a turn_evidence.json holds for `endpoints`; TurnEvidenceError naming what is wrong */
+  static fromJson(raw: string | Uint8Array, endpoints: readonly string[]): TurnEvidence;
+  /** each endpoint's expected quality (in `names`' order) given how the last turn went; a first turn's as it is */
+  adjusted(expected: readonly number[], names: readonly string[], state: ConversationState): number[];
+}
+
 /** [each endpoint's switch cost in dollars, the history tokens it would read again] for a turn of
  * `inputTokens` in a conversation in `state`, at `now` (seconds). */
 export function switchCosts(endpoints: readonly EndpointSpec[], state: ConversationState, inputTokens: number, outputTokens: number,

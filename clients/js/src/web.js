@@ -31,6 +31,7 @@ export { CLOUD, EDGE, ENDPOINT_RULES, FALLBACK, PRECISIONS, UNFAMILIAR_POLICIES,
 export { Request } from "./request.js";
 export { CLOUD_CACHE_TTL_S, ConversationState, ConversationStoreError, Conversations, Held, MemoryStore, OUTCOMES as TURN_OUTCOMES, RETRY_S,
   Stickiness, switchCosts } from "./conversations.js";
+export { FEATURES as TURN_EVIDENCE_FEATURES, TurnEvidence, TurnEvidenceError } from "./evidence.js";
 export { Capabilities, EndpointSpec, EndpointSpecError, Endpoints, Price, parseEndpoint, parseEndpoints, twoEndpointSpecs } from "./endpoints.js";
 export { CAPABILITIES, DETECTORS, ENDPOINTS, FallbackForbidden, LanguageDetectorMissing, Needs, NoFeasibleEndpoint, PERIODS,
   PolicyError, PolicyFileError, PolicySet, Spending, anyDetected, detect, fold, needsOf } from "./policy/index.js";

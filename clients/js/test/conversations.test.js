@@ -7,11 +7,12 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
+import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { ConversationState, ConversationStoreError, Conversations, Endpoint, EndpointSpec, EndpointsFailed, Held, MemoryStore, PolicySet, Price,
-  Request, RoutedChat, Router, Stickiness, switchCosts } from "../src/index.js";
-import { BUNDLE, ENDPOINT_BUNDLE, bundleCopy, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
+import { BundleError, ConversationState, ConversationStoreError, Conversations, Endpoint, EndpointSpec, EndpointsFailed, Held, MemoryStore, PolicySet, Price,
+  Request, RoutedChat, Router, Stickiness, TURN_EVIDENCE_FEATURES, TURN_OUTCOMES, TurnEvidence, TurnEvidenceError, switchCosts } from "../src/index.js";
+import { BUNDLE, ENDPOINT_BUNDLE, endpointVectors, promptIn, quietLogger } from "./fixtures.js";
 import { parsePythonJson } from "../src/canonical-json.js";
 import { manifestDigest } from "../src/index.js";
 
@@ -398,23 +399,111 @@ test("a store that hangs costs one timeout a second, not two per request; it is 
   }
 });
 
-test("a bundle carrying turn evidence (Python's turn_evidence.json) loads, saying once that its turns ignore it", async () => {
-  const folder = bundleCopy();
-  const weights = '{"endpoints": {}}';
-  fs.writeFileSync(path.join(folder, "turn_evidence.json"), weights);
+/** A copy of `bundle` carrying `text` as its turn_evidence.json (listed, digested, unsigned). */
+function withEvidenceFile(bundle, text) {
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "router-js-evidence-"));
+  for (const name of fs.readdirSync(bundle)) if (name !== "manifest.sig") fs.copyFileSync(path.join(bundle, name), path.join(folder, name));
+  fs.writeFileSync(path.join(folder, "turn_evidence.json"), text);
   const file = path.join(folder, "manifest.json");
-  const digest = createHash("sha256").update(weights).digest("hex");
-  let text = fs.readFileSync(file, "utf8").replace(/"files": \{/, `"files": {"turn_evidence.json": "${digest}", `);
-  text = text.replace(/"manifest_sha256": "[0-9a-f]{64}"/, `"manifest_sha256": "${manifestDigest(parsePythonJson(text))}"`);
-  fs.writeFileSync(file, text);
-  fs.rmSync(path.join(folder, "manifest.sig"), { force: true });
-  const logger = quietLogger();
-  const router = await Router.load(folder, { strict: true, logger });
-  try {
-    assert.equal(logger.messages.length, 1);
-    assert.match(logger.messages[0], /carries turn_evidence\.json .* does not apply yet/);
-  } finally {
-    await router.close();
-    fs.rmSync(folder, { recursive: true, force: true });
-  }
+  const digest = createHash("sha256").update(text).digest("hex");
+  let manifest = fs.readFileSync(file, "utf8").replace(/"files": \{/, `"files": {"turn_evidence.json": "${digest}", `);
+  manifest = manifest.replace(/"manifest_sha256": "[0-9a-f]{64}"/, `"manifest_sha256": "${manifestDigest(parsePythonJson(manifest))}"`);
+  fs.writeFileSync(file, manifest);
+  return folder;
+}
+
+/** A weights file: each endpoint its own hand-set weights over TURN_EVIDENCE_FEATURES. */
+function weightsText(names) {
+  const weights = Object.fromEntries(names.map((n, k) => [n, [0.8 + 0.1 * k, -0.3, 0.2, -0.4, 0.9, -1.6 + 0.2 * k, -0.7]]));
+  return JSON.stringify({ features: TURN_EVIDENCE_FEATURES, weights, rows: 10 }, null, 2);
+}
+
+describe("the previous turn as evidence (a bundle's turn_evidence.json)", () => {
+  const folders = [];
+  after(() => { for (const folder of folders) fs.rmSync(folder, { recursive: true, force: true }); });
+
+  test("N endpoints: each endpoint's expected quality moves as the weights say, the reason says so; a first turn as it is", async () => {
+    const plain = await Router.load(ENDPOINT_BUNDLE, { strict: true, unfamiliarPolicy: "learned" });
+    const names = plain.endpointNames;
+    const text = weightsText(names);
+    const folder = withEvidenceFile(ENDPOINT_BUNDLE, text);
+    folders.push(folder);
+    const store = new MemoryStore();
+    const router = await Router.load(folder, { strict: true, unfamiliarPolicy: "learned", conversations: store, stickiness: { weight: 0 } });
+    const evidence = TurnEvidence.fromJson(text, names);
+    try {
+      const prompt = "Following up on that: what is the derivative of x^3 sin(x)? Show the steps.";
+      const alone = (await plain.route(prompt)).expected;
+      const raw = names.map((n) => alone[n]);
+      const moved = new Set();
+      for (const outcome of TURN_OUTCOMES) {
+        const state = new ConversationState({ turns: 2, endpoint: names[0], outcome, history_tokens: 400, updated: now() });
+        const decision = await routed(router, store, state, prompt);
+        const expected = evidence.adjusted(raw, names, state);
+        assert.deepEqual(names.map((n) => decision.expected[n]), expected);
+        assert.ok(decision.reason.endsWith(`; the last turn (${outcome} on ${names[0]}) weighed in`), decision.reason);
+        moved.add(decision.expected[names[0]]);
+      }
+      assert.equal(moved.size, 2);  // served, and the four troubles alike (the same features)
+      // nothing served the last turn: the scores move (trouble), the reason names no endpoint
+      const failed = await routed(router, store, new ConversationState({ turns: 3, outcome: "failed", history_tokens: 900, updated: now() }), prompt);
+      assert.notDeepEqual(failed.expected, alone);
+      assert.doesNotMatch(failed.reason, /weighed in/);
+      // a first turn, and a request without a conversation, decide from the text alone
+      const first = await router.route(new Request(prompt, { conversation: "new" }));
+      assert.deepEqual(first.expected, alone);
+      assert.doesNotMatch(first.reason, /weighed in/);
+      assert.deepEqual((await router.route(prompt)).expected, alone);
+    } finally {
+      await router.close();
+      await plain.close();
+    }
+  });
+
+  test("two endpoints: the heads move, and the expected gain with them", async () => {
+    const plain = await Router.load(BUNDLE, { strict: true });
+    const text = weightsText(["edge", "cloud"]);
+    const folder = withEvidenceFile(BUNDLE, text);
+    folders.push(folder);
+    const store = new MemoryStore();
+    const router = await Router.load(folder, { strict: true, conversations: store, stickiness: { weight: 0 } });
+    try {
+      const prompt = promptIn("edge_with_cloud_fallback");
+      const alone = await plain.route(prompt);
+      const state = new ConversationState({ turns: 4, endpoint: "edge", outcome: "rejected", history_tokens: 2500, updated: now() });
+      const decision = await routed(router, store, state, prompt);
+      const [pEdge, pCloud] = TurnEvidence.fromJson(text, ["edge", "cloud"]).adjusted([alone.p_edge, alone.p_cloud], ["edge", "cloud"], state);
+      assert.deepEqual([decision.p_edge, decision.p_cloud, decision.score], [pEdge, pCloud, pCloud - pEdge]);
+      assert.ok(pEdge < alone.p_edge);  // a rejected edge answer last turn lowers the edge's odds
+      assert.match(decision.reason, /^expected gain [-0-9.]+ .*; conversation turn 5 .*; the last turn \(rejected on edge\) weighed in$/);
+    } finally {
+      await router.close();
+      await plain.close();
+    }
+  });
+
+  test("weights that change nothing change nothing; the features are Python's", () => {
+    const names = ["a", "b"];
+    const identity = new TurnEvidence({ a: [1, 0, 0, 0, 0, 0, 0], b: [1, 0, 0, 0, 0, 0, 0] });
+    const state = new ConversationState({ turns: 3, endpoint: "a", outcome: "rejected", history_tokens: 900 });
+    const [a, b] = identity.adjusted([0.3, 0.9], names, state);
+    assert.ok(Math.abs(a - 0.3) < 1e-12 && Math.abs(b - 0.9) < 1e-12);
+    assert.deepEqual(identity.adjusted([0.3, 0.9], names, new ConversationState()), [0.3, 0.9]);  // no turn yet: as it is
+    assert.deepEqual(TurnEvidence.fromJson(JSON.stringify({ features: TURN_EVIDENCE_FEATURES, weights: { a: [1, 0, 0, 0, 0, 0, 0],
+      b: [1, 0, 0, 0, 0, 0, 0] } }), names).weights, identity.weights);
+    assert.throws(() => TurnEvidence.fromJson('{"features": ["x"], "weights": {}}', names), TurnEvidenceError);
+  });
+
+  test("a bad file refuses the bundle when strict, and gives the rule table otherwise", async () => {
+    const folder = withEvidenceFile(BUNDLE, '{"features": ["x"], "weights": {}}');
+    folders.push(folder);
+    const why = `cannot load bundle ${folder}: turn_evidence.json: features ['x'], expected ['logit_p', 'intercept', 'log_turn', ` +
+      "'log_history', 'served', 'served_trouble', 'trouble']";
+    await assert.rejects(Router.load(folder, { strict: true }), (error) => error instanceof BundleError && error.message === why);
+    const logger = quietLogger();
+    const router = await Router.load(folder, { logger });
+    assert.ok(router.degraded);
+    assert.equal(router.degradedReason, why);
+    assert.deepEqual(logger.messages, [`routing bundle unavailable, using the rule table: ${why}`]);
+  });
 });

@@ -146,5 +146,11 @@ async function conversations(): Promise<void> {
   const [delta, missing] = switchCosts(twoEndpointSpecs(1024), state, 10, 0, 0.003, Date.now() / 1000);
   console.log(turn, moved, run.served_by, written, state.toJson(), ConversationState.fromJson(state.toJson()).turns, delta, missing,
     TURN_OUTCOMES, shared.conversations.unavailable, router.conversations.stickiness.always);
+  const { TurnEvidence, TurnEvidenceError, TURN_EVIDENCE_FEATURES, RETRY_S } = await import("../../src/index.js");
+  router.conversations.retryS = RETRY_S;
+  const evidence = new TurnEvidence({ edge: [1, 0, 0, 0, 0, 0, 0], cloud: [1, 0, 0, 0, 0, 0, 0] });
+  const read = TurnEvidence.fromJson(new TextEncoder().encode("{}"), ["edge", "cloud"]);
+  const moved2: number[] = evidence.adjusted([0.4, 0.8], ["edge", "cloud"], state);
+  console.log(read.rows, read.weights.get("edge"), moved2, TURN_EVIDENCE_FEATURES.length, new TurnEvidenceError("x").message);
 }
 void conversations;
