@@ -25,6 +25,8 @@ function fileFor(urlPath) {
     return path.join(rest[0] === "two" ? BUNDLE : ENDPOINT_BUNDLE, rest[2]);
   }
   if (root === "endpoints" && /^[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(ENDPOINT_BUNDLE, rest[1]);
+  // /evidence-loads/<i>/<file>: the two-endpoint bundle with a turn_evidence.json Python refuses (its manifest and file in handle)
+  if (root === "evidence-loads" && /^[0-9]+\/[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(BUNDLE, rest[1]);
   if (root === "page.html") return path.join(PACKAGE, "test-browser/page.html");
   if (root === "pkg") return fileUnder(PACKAGE, name);
   if ((root === "bundle" || root === "signed") && /^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) return path.join(BUNDLE, name);
@@ -93,12 +95,21 @@ function serve(onResult) {
         response.end(variant[2] === "manifest.json" ? text : "");
         return true;
       }
-      // /conversations/<kind>/<i>/: a variant of the conversation vectors, unsigned when its manifest is edited
-      const talk = /^\/conversations\/(two|n)\/([0-9]+)\/(manifest\.json|manifest\.sig)$/.exec(url.pathname);
-      const edited = talk ? conversationVectors().bundles[talk[1]].variants[Number(talk[2])]?.manifest_text : null;
+      // /conversations/<kind>/<i>/: a variant of the conversation vectors, unsigned when its manifest is edited, with its
+      // turn_evidence.json when it has one
+      const talk = /^\/conversations\/(two|n)\/([0-9]+)\/(manifest\.json|manifest\.sig|turn_evidence\.json)$/.exec(url.pathname);
+      const shown = talk ? conversationVectors().bundles[talk[1]].variants[Number(talk[2])] : null;
+      const edited = talk ? (talk[3] === "turn_evidence.json" ? shown?.evidence_text : shown?.manifest_text) : null;
       if (talk && edited !== null && edited !== undefined) {
         if (talk[3] === "manifest.sig") response.writeHead(404);
-        response.end(talk[3] === "manifest.json" ? edited : "");
+        response.end(talk[3] === "manifest.sig" ? "" : edited);
+        return true;
+      }
+      const refused = /^\/evidence-loads\/([0-9]+)\/(manifest\.json|manifest\.sig|turn_evidence\.json)$/.exec(url.pathname);
+      const bad = refused ? conversationVectors().evidence.loads[Number(refused[1])] : null;
+      if (bad) {
+        if (refused[2] === "manifest.sig") response.writeHead(404);
+        response.end(refused[2] === "manifest.json" ? bad.manifest_text : refused[2] === "turn_evidence.json" ? bad.evidence_text : "");
         return true;
       }
       if (url.pathname === "/signed/manifest.sig") {
@@ -162,12 +173,18 @@ test("the web build gives Python's decisions in headless Chromium", { timeout: 1
     assert.deepEqual(executions.mismatches, []);
     assert.equal(executions.scenarios, executeVectors().scenarios.length);
     const { conversations } = summary;
+    const ev = conversations.evidence;
     console.log(`browser: conversations: ${conversations.decisions} decisions equal (${conversations.moves} move, ${conversations.stays} stay, ` +
-      `${conversations.shifted} scores moved for the switch), ${conversations.routed} through route() and a store, ${conversations.switchCosts} ` +
-      `switchCosts rows, ${conversations.json} JSON texts`);
+      `${conversations.shifted} scores moved for the switch; ${conversations.withEvidence} on bundles with turn evidence, ${conversations.weighed} ` +
+      `with the last turn weighed in, max |expected - python| ${conversations.worstExpected.toExponential(1)}), ${conversations.routed} through ` +
+      `route() and a store, ${conversations.switchCosts} switchCosts rows, ${conversations.json} JSON texts; turn evidence: ${ev.adjusted} ` +
+      `adjusted probabilities (${ev.bitEqual} bit for bit, max |difference| ${ev.worst.toExponential(1)}), ${ev.refused} files refused and ` +
+      `${ev.taken} taken as Python's, ${conversations.loads} bundles refused alike`);
     assert.deepEqual(conversations.mismatches, []);
     assert.equal(conversations.decisions + conversations.errors,
       Object.values(conversationVectors().bundles).reduce((n, b) => n + b.decisions.length, 0));
+    assert.equal(conversations.loads, conversationVectors().evidence.loads.length);
+    assert.ok(conversations.weighed > 10_000 && ev.adjusted > 5000 && ev.refused > 20);
     const { nChat } = summary;
     const [first, second, third] = nChat.cascade;
     assert.deepEqual([nChat.served, nChat.text], [third, `answer from ${third}`]);

@@ -2,9 +2,9 @@
 // to /result, which browser.test.js checks. The bundle is served at /bundle/, the same bundle
 // with training.keys' signature at /signed/.
 import * as ort from "onnxruntime-web";
-import { ConversationState, Conversations, Endpoint, Held, Needs, NoFeasibleEndpoint, PolicySet, Request, RoutedChat, Router, RuleRouter,
-  Stickiness, detect, switchCosts } from "/pkg/src/web.js";
-import { replayConversations } from "/pkg/test/shared/conversation-parity.js";
+import { BundleError, ConversationState, Conversations, Endpoint, Held, Needs, NoFeasibleEndpoint, PolicySet, Request, RoutedChat, Router,
+  RuleRouter, Stickiness, TurnEvidence, TurnEvidenceError, detect, switchCosts } from "/pkg/src/web.js";
+import { replayConversations, replayEvidenceLoads } from "/pkg/test/shared/conversation-parity.js";
 import { replayScenarios } from "/pkg/test/shared/policy-parity.js";
 import { replayExecutions } from "/pkg/test/shared/execute-parity.js";
 import { errorClass, execute } from "/pkg/src/execute.js";
@@ -135,8 +135,20 @@ async function conversationParity() {
   const vectors = await (await fetch("/conversation-vectors.json")).json();
   const load = (kind, index, variant) => Router.load(`${location.origin}/conversations/${kind}/${index}/`,
     { strict: true, unfamiliarPolicy: variant.unfamiliar_policy });
-  return replayConversations(vectors, load, { Request, ConversationState, Held, Conversations, Stickiness, PolicySet, NoFeasibleEndpoint,
-    switchCosts }, { routeEvery: 20 });
+  const result = await replayConversations(vectors, load, { Request, ConversationState, Held, Conversations, Stickiness, PolicySet,
+    NoFeasibleEndpoint, switchCosts, TurnEvidence, TurnEvidenceError }, { routeEvery: 20 });
+  // bundles whose turn_evidence.json Python refuses (/evidence-loads/<i>/): refused alike, strict or not
+  const miss = (item) => { if (result.mismatches.length < 25) result.mismatches.push(item); };
+  const loadBad = async (index, row, strict) => {
+    const source = `${location.origin}/evidence-loads/${index}/`;
+    try {
+      return [await Router.load(source, { strict, logger: { warn() {} } }), null, source];
+    } catch (error) {
+      return [null, error, source];
+    }
+  };
+  result.loads = await replayEvidenceLoads(vectors.evidence, loadBad, BundleError, miss);
+  return result;
 }
 
 /** The policy vectors (scripts/policy_vectors.py) on the two bundles, and the detectors' findings. */

@@ -1,7 +1,8 @@
 // The conversation vectors (scripts/conversation_vectors.py: the Python SDK's turns on both bundles)
 // replayed on routers of this SDK: shared by the Node test (test/conversation-parity.test.js) and the
 // browser page (test-browser/page.js), which pass in the modules they import and how they load a
-// variant's router.
+// variant's router. A variant with `evidence_text` carries it as its turn_evidence.json; the vectors'
+// `evidence` section holds TurnEvidence itself (replayEvidence) and bundles it refuses (replayEvidenceLoads).
 
 // Every field compared exactly; the model's numbers within a tolerance (float32 graphs).
 export const EXACT = ["cascade", "reason", "degraded", "model_version", "on_device", "checked", "precision", "n_tokens", "truncated",
@@ -46,7 +47,7 @@ function retimed(state, shift, { ConversationState, Held }) {
 export async function replayConversations(vectors, load, modules, { routeEvery = 0 } = {}) {
   const { Request, ConversationState, Conversations, Stickiness, PolicySet, NoFeasibleEndpoint, switchCosts } = modules;
   const out = { decisions: 0, errors: 0, routed: 0, moves: 0, stays: 0, shifted: 0, priced: 0, firstTurns: 0, withPolicy: 0,
-    degraded: 0, byBundle: {}, switchCosts: 0, json: 0, mismatches: [] };
+    degraded: 0, weighed: 0, withEvidence: 0, worstExpected: 0, byBundle: {}, switchCosts: 0, json: 0, evidence: null, mismatches: [] };
   const miss = (item) => { if (out.mismatches.length < 25) out.mismatches.push(item); };
   const knobs = vectors.stickiness.map((k) => new Stickiness({ weight: k.weight === "inf" ? Infinity : k.weight, secondsPrice: k.seconds_price }));
   const now = vectors.now;
@@ -103,6 +104,9 @@ export async function replayConversations(vectors, load, modules, { routeEvery =
       if (row.error) { miss({ ...where, python: row.message, js: js.reason }); continue; }
       const py = row.decision;
       const wrong = differences(js, py);
+      if (py.expected !== null && js.expected !== null) {
+        for (const name of Object.keys(py.expected)) out.worstExpected = Math.max(out.worstExpected, Math.abs(js.expected[name] - py.expected[name]) || 0);
+      }
       if (JSON.stringify(js.switch_costs) !== JSON.stringify(row.switch_costs ?? null)) wrong.push("switch_costs");
       if (wrong.length) miss({ ...where, fields: wrong, js: Object.fromEntries(wrong.map((f) => [f, js[f]])), python: Object.fromEntries(wrong.map((f) => [f, py[f]])) });
       out.decisions++;
@@ -114,6 +118,8 @@ export async function replayConversations(vectors, load, modules, { routeEvery =
       if (py.reason.includes("which would read")) out.priced++;
       if (row.policy !== null) out.withPolicy++;
       if (row.degraded) out.degraded++;
+      if (py.reason.includes("weighed in")) out.weighed++;
+      if (part.variants[row.variant].evidence_text !== null && part.variants[row.variant].evidence_text !== undefined) out.withEvidence++;
       const atLimit = /_at_ttl$/.test(part.states[row.state].id);
       if (routeEvery && index % routeEvery === 0 && row.policy === null && !row.degraded && !atLimit) {
         // route() itself: the state read from a store, at the present time
@@ -142,5 +148,67 @@ export async function replayConversations(vectors, load, modules, { routeEvery =
       out.switchCosts++;
     }
   }
+  if (vectors.evidence) out.evidence = replayEvidence(vectors.evidence, modules, miss);
   return out;
+}
+
+/**
+ * The vectors' `evidence` section (TurnEvidence itself): each weights file read for its endpoints,
+ * adjusted() on the grid of probabilities and states (within 1e-12 of Python's; how many bit for bit,
+ * the largest difference), and the texts fromJson refuses (the error's class and message; a JSON syntax
+ * error's message is this parser's own, its prefix compared) or takes (the same weights and rows).
+ * `modules`: {TurnEvidence, TurnEvidenceError, ConversationState}.
+ */
+export function replayEvidence(evidence, { TurnEvidence, TurnEvidenceError, ConversationState }, miss) {
+  const out = { adjusted: 0, bitEqual: 0, worst: 0, refused: 0, taken: 0 };
+  const sets = evidence.sets.map((set) => ({ ...set, evidence: TurnEvidence.fromJson(set.text, set.endpoints) }));
+  for (const row of evidence.adjusted) {
+    const set = sets[row.set];
+    const js = set.evidence.adjusted(row.expected, set.endpoints, ConversationState.fromJson(row.state));
+    js.forEach((p, k) => {
+      const diff = Math.abs(p - row.adjusted[k]);
+      out.worst = Math.max(out.worst, diff);
+      if (p === row.adjusted[k]) out.bitEqual++;
+      if (!(diff <= 1e-12)) miss({ evidence: set.name, state: row.state, expected: row.expected, js, python: row.adjusted });
+    });
+    out.adjusted += js.length;
+  }
+  const bytes = (text) => new TextEncoder().encode(text);
+  for (const row of evidence.refused) {
+    let taken = null, error = null;
+    try { taken = TurnEvidence.fromJson(bytes(row.text), ["a", "b"]); } catch (e) { error = e; }
+    if (row.error === null) {
+      const weights = taken === null ? null : Object.fromEntries(taken.weights);
+      if (JSON.stringify(weights) !== JSON.stringify(row.weights) || taken.rows !== row.rows) {
+        miss({ fromJson: row.text, python: row.weights, js: weights ?? String(error) });
+      }
+      out.taken++;
+      continue;
+    }
+    const sameClass = row.error === "TurnEvidenceError" ? error instanceof TurnEvidenceError : error !== null && !(error instanceof TurnEvidenceError);
+    const syntax = row.message.startsWith("turn_evidence.json: JSONDecodeError: ");
+    const sameMessage = error !== null && (syntax ? error.message.startsWith("turn_evidence.json: JSONDecodeError: ") : error.message === row.message);
+    if (!sameClass || !sameMessage) miss({ fromJson: row.text, python: `${row.error}: ${row.message}`, js: taken ? "taken" : `${error?.name}: ${error?.message}` });
+    out.refused++;
+  }
+  return out;
+}
+
+/** Router.load of the vectors' bundles whose turn_evidence.json is refused: strict, a BundleError with
+ * Python's message; else the rule table, its degradedReason the same. `load(index, row, strict)` loads
+ * one and gives [the router or null, the error or null, the bundle's source as its messages name it]. */
+export async function replayEvidenceLoads(evidence, load, BundleError, miss) {
+  let count = 0;
+  for (const [index, row] of evidence.loads.entries()) {
+    const [, error, source] = await load(index, row, true);
+    const expected = row.message.replaceAll("{bundle}", source);
+    if (!(error instanceof BundleError) || error.message !== expected) miss({ load: row.evidence_text, strict: true, python: expected, js: String(error) });
+    const [router] = await load(index, row, false);
+    if (router === null || !router.degraded || router.degradedReason !== expected) {
+      miss({ load: row.evidence_text, strict: false, python: expected, js: router?.degradedReason ?? null });
+    }
+    await router?.close();
+    count++;
+  }
+  return count;
 }
