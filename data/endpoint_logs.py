@@ -10,7 +10,7 @@ outcome it holds) and `propensity` (the probability with which the logging polic
 two-endpoint rows do (data.schema). Today's `edge_quality` / `cloud_quality` columns are the
 two-endpoint spelling of `outcomes: {edge, cloud}`. `costs` ({endpoint: dollars}) is optional, and
 so is `metadata` ({key: text}: the app's request metadata, which policy rules read;
-evaluation.endpoint_policy).
+evaluation.rules_effect).
 
 Files are read by the same loaders as every log (data.logs: JSONL, CSV, Parquet, folders);
 each bad row is a Reject naming the field, as data.schema's are.

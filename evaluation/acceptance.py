@@ -1,11 +1,6 @@
-"""How well an acceptance check separates good edge answers from failures.
-
-A failure is an answer whose quality is below the good-quality bar (binary logs: wrong).
-At the check's threshold, the catch rate is the share of failures it rejects (the fallback
-then asks the cloud) and the false-reject rate the share of good answers it rejects (each
-costs a cloud call for nothing). AUC ranks failures against good answers over every
-threshold. Training (held-out folds, and its test split) and `make evaluate` (the SDK on
-held-out rows) report these same figures.
+"""How well an acceptance check separates good edge answers from failures: AUC, catch rate and
+false-reject rate (docs/metrics.md#the-acceptance-checks-figures), the same figures in training
+(held-out folds, its test split) and in `make evaluate` (the SDK on held-out rows).
 """
 
 from __future__ import annotations

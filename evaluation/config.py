@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from evaluation.metrics import DEFAULT_CLOUD_COSTS, DEFAULT_EDGE_MS, CostModel, LatencyModel
 from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import POLICIES, check_policies
-from evaluation.policy_metrics import DEFAULT_CLOUD_COSTS, DEFAULT_EDGE_MS, CostModel, LatencyModel
 
 SPLITS = ("test", "val", "train", "all")
 SPLIT_NOTES = {
@@ -95,9 +95,9 @@ class EvalConfig:
         return cls(**options)
 
     def cost_model(self) -> CostModel:
-        """$ per request (evaluation.policy_metrics.CostModel)."""
+        """$ per request (evaluation.metrics.CostModel)."""
         return CostModel(edge=self.edge_cost, cloud=dict(self.cloud_cost))
 
     def latency_model(self) -> LatencyModel:
-        """Milliseconds per path (evaluation.policy_metrics.LatencyModel)."""
+        """Milliseconds per path (evaluation.metrics.LatencyModel)."""
         return LatencyModel(edge_ms=dict(self.edge_ms), cloud_ms=self.cloud_ms, network_ms=self.network_ms)

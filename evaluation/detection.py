@@ -12,9 +12,9 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from evaluation.metrics import Z95
 from serving.policy import DETECTORS, Finding, detect
 
-Z95 = 1.959963984540054
 MATCHINGS = ("overlap", "exact")
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluation.off_policy import MIN_PROPENSITY
-from serving.dashboard._quality import snips
+from evaluation.metrics import area, envelope, first_reach, paired
+from evaluation.off_policy import logged_estimate
 from serving.endpoints._choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
 
 # Prices on cost (quality points per dollar) the curve sweeps: 0 (best expected quality) to a price
@@ -62,60 +62,12 @@ def curve(expected, expected_cost, quality, cost, feasible=None, prices=PRICE_GR
     return np.array(points, dtype=float)
 
 
-def envelope(costs, qualities) -> tuple[np.ndarray, np.ndarray]:
-    """The upper concave envelope of (cost, quality) points: what mixing two prices at random can
-    reach at every cost; returns its corners, by cost."""
-    order = np.lexsort((-np.asarray(qualities), np.asarray(costs)))
-    hull: list[tuple[float, float]] = []
-    for c, q in zip(np.asarray(costs)[order], np.asarray(qualities)[order]):
-        if hull and q <= hull[-1][1]:
-            continue  # costs more, no better
-        while len(hull) >= 2:
-            (c1, q1), (c2, q2) = hull[-2], hull[-1]
-            if (q2 - q1) * (c - c1) <= (q - q1) * (c2 - c1):  # the middle corner is under the chord
-                hull.pop()
-            else:
-                break
-        hull.append((float(c), float(q)))
-    corners = np.array(hull)
-    return corners[:, 0], corners[:, 1]
-
-
-def quality_at(cost_axis, corners_cost, corners_quality) -> np.ndarray:
-    """The envelope's quality at each cost (flat beyond its last corner; below its first, its first)."""
-    return np.interp(cost_axis, corners_cost, corners_quality)
-
-
-def area(corners_cost, corners_quality, *, low_cost, high_cost, low_quality, high_quality, points: int = 1001) -> float:
-    """Mean over cost x in [low_cost, high_cost] of (q(x) - low_quality) / (high_quality - low_quality),
-    q the envelope's quality (docs/endpoints.md#definitions); NaN when either span is empty."""
-    if not high_cost > low_cost or not high_quality > low_quality:
-        return float("nan")
-    x = np.linspace(low_cost, high_cost, points)
-    gain = (quality_at(x, corners_cost, corners_quality) - low_quality) / (high_quality - low_quality)
-    return float(np.trapezoid(gain, x) / (high_cost - low_cost))
-
-
-def cost_at_quality(corners_cost, corners_quality, target: float) -> float:
-    """The least cost at which the envelope reaches `target` quality; NaN when it never does."""
-    reach = np.flatnonzero(corners_quality >= target - 1e-12)
-    if not len(reach):
-        return float("nan")
-    i = reach[0]
-    if i == 0:
-        return float(corners_cost[0])
-    c0, c1, q0, q1 = corners_cost[i - 1], corners_cost[i], corners_quality[i - 1], corners_quality[i]
-    return float(c0 + (target - q0) / (q1 - q0) * (c1 - c0))
-
-
 def price_for_budget(expected, expected_cost, budget: float, feasible=None) -> float:
     """The least price on cost at which best_under_price's mean expected cost on these (validation)
     rows is <= `budget` (the mean cost falls as the price rises); the grid's largest if none."""
-    for price in PRICE_GRID:
-        choice = best_under_price(expected, expected_cost, price, feasible)
-        if realized(choice, expected, expected_cost)[1] <= budget + 1e-12:
-            return float(price)
-    return float(PRICE_GRID[-1])
+    points = curve(expected, expected_cost, expected, expected_cost, feasible)
+    within = np.flatnonzero(points[:, 1] <= budget + 1e-12)
+    return float(points[within[0], 0]) if len(within) else float(PRICE_GRID[-1])
 
 
 def price_for_quality(expected, expected_cost, quality, target: int, feasible=None) -> float:
@@ -134,33 +86,21 @@ def price_for_quality(expected, expected_cost, quality, target: int, feasible=No
     return best
 
 
+def singles(names, quality: np.ndarray, cost: np.ndarray) -> tuple[dict, str]:
+    """Each endpoint alone on these rows ({name: {quality, cost}}) and the best of them, the cheaper on ties."""
+    single = {
+        n: {"quality": float(quality[:, k].mean()), "cost": float(cost[:, k].mean())} for k, n in enumerate(names)
+    }
+    return single, max(names, key=lambda n: (single[n]["quality"], -single[n]["cost"]))
+
+
+def _saved(cost: float, best: dict) -> float:
+    """The share of the best single endpoint's cost saved."""
+    return 1.0 - cost / best["cost"] if best["cost"] > 0 else float("nan")
+
+
 def shares(choice: np.ndarray, names) -> dict[str, float]:
     return {name: float(np.mean(choice == k)) for k, name in enumerate(names)}
-
-
-def logged_estimate(choice: np.ndarray, routed: np.ndarray, propensity: np.ndarray, quality, cost) -> dict:
-    """Self-normalised inverse-propensity (SNIPS) estimates of the mean quality and cost a chooser
-    would get, from one-outcome rows: each row ran on `routed` (an endpoint index), chosen by the
-    logging policy with probability `propensity`, and logged that call's `quality` and `cost`. Only
-    rows where `choice` agrees with what ran count, weighted 1 / propensity; rows logged below
-    evaluation.off_policy.MIN_PROPENSITY are left out (their weights would swamp the rest).
-    `effective_rows`: (sum w)^2 / sum w^2, how many equally weighted rows the estimate is worth."""
-    kept = propensity >= MIN_PROPENSITY
-    agree = ((choice == routed) & kept).astype(np.float64)
-    p = np.where(kept, propensity, 1.0)
-    weights = agree / p
-    total, squares = float(weights.sum()), float((weights**2).sum())
-    return {
-        "quality": _or_nan(snips(agree, p, np.asarray(quality, dtype=np.float64))),
-        "cost": _or_nan(snips(agree, p, np.asarray(cost, dtype=np.float64))),
-        "agreeing_rows": int(agree.sum()),
-        "effective_rows": total**2 / squares if squares > 0 else 0.0,
-        "below_propensity_floor": int((~kept).sum()),
-    }
-
-
-def _or_nan(value: float | None) -> float:
-    return float("nan") if value is None else value
 
 
 def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
@@ -178,9 +118,7 @@ def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
         figures = logged_estimate(choice, routed, propensity, q, c)
         if best is not None:
             figures["quality_minus_best_single"] = figures["quality"] - single[best]["quality"]
-            figures["cost_saved_vs_best_single"] = (
-                1.0 - figures["cost"] / single[best]["cost"] if single[best]["cost"] > 0 else float("nan")
-            )
+            figures["cost_saved_vs_best_single"] = _saved(figures["cost"], single[best])
         out[point] = figures
     return out
 
@@ -201,35 +139,38 @@ def fold_figures(
     estimated off-policy (logged_figures)."""
     names = tuple(names)
     q, p, c, ec, ok = (test[k] for k in ("quality", "expected", "cost", "expected_cost", "feasible"))
-    single = {n: {"quality": float(q[:, k].mean()), "cost": float(c[:, k].mean())} for k, n in enumerate(names)}
-    best_name = max(names, key=lambda n: (single[n]["quality"], -single[n]["cost"]))
+    single, best_name = singles(names, q, c)
     cheap_name = min(names, key=lambda n: (single[n]["cost"], -single[n]["quality"]))
     best, cheap = single[best_name], single[cheap_name]
     oracle_q, oracle_c = oracle(q, c)
     points = curve(p, ec, q, c, ok)
     corners = envelope(points[:, 1], points[:, 2])
     span = dict(low_cost=cheap["cost"], high_cost=best["cost"], low_quality=cheap["quality"])
-    matched_cost = cost_at_quality(*corners, best["quality"])
 
-    # (a) cheapest within a margin of the best expected quality
-    margin_choice = cheapest_within(p, ec, choosers.margin, ok)
-    margin_q, margin_c = realized(margin_choice, q, c)
-    # (b) best expected quality under a budget: the price set on validation rows
+    # The settings chosen on validation rows: the price of (b) a budget, and of matched quality, the
+    # largest price at which validation rows show no loss against the best single endpoint
     val_best = int(np.argmax(val["quality"].mean(axis=0)))
     budget = choosers.budget_share * float(val["expected_cost"][:, val_best].mean())
     budget_price = price_for_budget(val["expected"], val["expected_cost"], budget, val["feasible"])
-    budget_choice = best_under_price(p, ec, budget_price, ok)
-    budget_q, budget_c = realized(budget_choice, q, c)
-    # matched quality: the largest price at which validation rows show no loss against the best single endpoint
     match_price = price_for_quality(val["expected"], val["expected_cost"], val["quality"], val_best, val["feasible"])
-    match_choice = best_under_price(p, ec, match_price, ok)
-    match_q, match_c = realized(match_choice, q, c)
-    # (c) the cascade: its expected figures from the models, and from the logged outcomes
-    orders = cascade(p, ec, choosers.start_margin, ok)
+
+    def choices(p, ec, ok) -> tuple[dict, list]:
+        """Each operating point's endpoint per row ((a) cheapest within a margin of the best expected
+        quality, (b) best expected quality under the budget, matched quality, (c) the cascade's first
+        step), and the cascades."""
+        orders = cascade(p, ec, choosers.start_margin, ok)
+        return {
+            "margin": cheapest_within(p, ec, choosers.margin, ok),
+            "budget": best_under_price(p, ec, budget_price, ok),
+            "matched": best_under_price(p, ec, match_price, ok),
+            "cascade_first": np.array([o[0] if o else NONE for o in orders]),
+        }, orders
+
+    chosen, orders = choices(p, ec, ok)
+    budget_c = realized(chosen["budget"], q, c)[1]
+    # the cascade: its expected figures from the logged outcomes, and from the models
     cascade_q, cascade_c = cascade_expectation(orders, q, c, choosers.catch_rate)
     predicted_q, predicted_c = cascade_expectation(orders, p, ec, choosers.catch_rate)
-    first = np.array([o[0] if o else NONE for o in orders])
-
     out = {
         "rows": int(len(q)),
         "single": single,
@@ -239,21 +180,17 @@ def fold_figures(
         "curve": {"price": points[:, 0].tolist(), "cost": points[:, 1].tolist(), "quality": points[:, 2].tolist()},
         "area_vs_best_single": area(*corners, **span, high_quality=best["quality"]),
         "area_vs_oracle": area(*corners, **span, high_quality=oracle_q),
-        "quality_at_best_single_cost_minus_best_single": float(
-            quality_at([best["cost"]], *corners)[0] - best["quality"]
-        ),
-        "cost_saved_at_best_single_quality": float(1.0 - matched_cost / best["cost"])
-        if best["cost"] > 0
-        else float("nan"),
-        "matched": _point(match_q, match_c, best, match_choice, names, price=match_price),
-        "margin": _point(margin_q, margin_c, best, margin_choice, names, margin=choosers.margin),
+        "quality_at_best_single_cost_minus_best_single": float(np.interp(best["cost"], *corners) - best["quality"]),
+        "cost_saved_at_best_single_quality": _saved(first_reach(*corners, best["quality"]), best),
+        "matched": _point(*realized(chosen["matched"], q, c), best, chosen["matched"], names, price=match_price),
+        "margin": _point(*realized(chosen["margin"], q, c), best, chosen["margin"], names, margin=choosers.margin),
         "budget": {
-            **_point(budget_q, budget_c, best, budget_choice, names, price=budget_price),
+            **_point(*realized(chosen["budget"], q, c), best, chosen["budget"], names, price=budget_price),
             "budget": budget,
             "over_budget": float(budget_c - budget),
         },
         "cascade": {
-            **_point(float(np.nanmean(cascade_q)), float(np.nanmean(cascade_c)), best, first, names),
+            **_point(float(np.nanmean(cascade_q)), float(np.nanmean(cascade_c)), best, chosen["cascade_first"], names),
             "predicted_quality": float(np.nanmean(predicted_q)),
             "predicted_cost": float(np.nanmean(predicted_c)),
             "mean_steps": float(np.mean([len(o) for o in orders])),
@@ -265,14 +202,8 @@ def fold_figures(
     if test.get("truth") is not None:
         out["recovery"] = recovery(names, test["truth"], p, ec, ok, choosers.truth_margin)
     if logged is not None and len(logged["routed"]):
-        lp, lec, lok = logged["expected"], logged["expected_cost"], logged["feasible"]
-        choices = {
-            "margin": cheapest_within(lp, lec, choosers.margin, lok),
-            "budget": best_under_price(lp, lec, budget_price, lok),
-            "matched": best_under_price(lp, lec, match_price, lok),
-            "cascade_first": np.array([o[0] if o else NONE for o in cascade(lp, lec, choosers.start_margin, lok)]),
-        }
-        out["logged"] = logged_figures(names, choices, logged)
+        at = choices(logged["expected"], logged["expected_cost"], logged["feasible"])[0]
+        out["logged"] = logged_figures(names, at, logged)
     return out
 
 
@@ -282,7 +213,7 @@ def _point(quality, cost, best, choice, names, **settings) -> dict:
         "quality": quality,
         "cost": cost,
         "quality_minus_best_single": quality - best["quality"],
-        "cost_saved_vs_best_single": 1.0 - cost / best["cost"] if best["cost"] > 0 else float("nan"),
+        "cost_saved_vs_best_single": _saved(cost, best),
         "shares": shares(choice, names),
         **settings,
     }
@@ -349,32 +280,6 @@ def figure_at(figures: dict, path) -> float:
     return float(figures)
 
 
-def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
-    """The router's quality-versus-cost curve (the folds' mean at each price), each endpoint
-    alone, the oracle and the operating points, on one chart (matplotlib's Agg canvas)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 5.0), dpi=100)
-    ax = fig.subplots()
-    mean = lambda *path: float(np.nanmean([figure_at(f, path) for f in per_fold]))  # noqa: E731
-    cost = np.nanmean([f["curve"]["cost"] for f in per_fold], axis=0)
-    quality = np.nanmean([f["curve"]["quality"] for f in per_fold], axis=0)
-    ax.plot(cost, quality, "-", lw=1.4, label="router: best expected quality - price x cost, every price")
-    for name in names:
-        ax.plot(mean("single", name, "cost"), mean("single", name, "quality"), "s", ms=7, label=f"{name} alone")
-    ax.plot(mean("oracle", "cost"), mean("oracle", "quality"), "*", ms=12, color="black", label="oracle")
-    for point, marker in (("matched", "o"), ("margin", "^"), ("budget", "v"), ("cascade", "D")):
-        ax.plot(mean(point, "cost"), mean(point, "quality"), marker, ms=8, mec="black", label=f"router: {point}")
-    ax.set_xscale("symlog", linthresh=1e-4)
-    ax.set_xlabel("mean cost per request ($)")
-    ax.set_ylabel("quality (logged outcome of the chosen endpoint)")
-    ax.set_title(f"Quality vs cost, {len(per_fold)} held-out folds (mean)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path)
-
-
 def bundle_figures(
     names,
     decisions,
@@ -406,29 +311,21 @@ def bundle_figures(
     }
     if complete.any():
         q, c, chosen = quality[complete], cost[complete], choice[complete]
-        single = {
-            name: {"quality": float(q[:, k].mean()), "cost": float(c[:, k].mean())} for k, name in enumerate(names)
-        }
-        best = max(names, key=lambda n: (single[n]["quality"], -single[n]["cost"]))
-        rows = np.arange(len(q))
-        mine = q[rows, chosen]
-        difference = mine - q[:, index[best]]
-        half = 1.96 * float(difference.std(ddof=1)) / np.sqrt(len(difference)) if len(difference) > 1 else float("nan")
+        single, best = singles(names, q, c)
+        router_q, router_c = realized(chosen, q, c)
+        # z 1.96, where the policy effects' intervals take the exact quantile: the figures as first reported
+        versus = paired(q[:, index[best]], q[np.arange(len(q)), chosen], z=1.96)
         cascade_q, cascade_c = cascade_expectation([o for o, k in zip(orders, complete) if k], q, c, catch_rate)
         out.update(
             single=single,
             best_single=best,
             oracle=dict(zip(("quality", "cost"), oracle(q, c))),
             router={
-                "quality": float(mine.mean()),
-                "cost": float(c[rows, chosen].mean()),
-                "quality_minus_best_single": float(difference.mean()),
-                "quality_minus_best_single_ci95": [float(difference.mean() - half), float(difference.mean() + half)],
-                "cost_saved_vs_best_single": (
-                    1.0 - float(c[rows, chosen].mean()) / single[best]["cost"]
-                    if single[best]["cost"] > 0
-                    else float("nan")
-                ),
+                "quality": router_q,
+                "cost": router_c,
+                "quality_minus_best_single": versus["difference"],
+                "quality_minus_best_single_ci95": versus["interval"],
+                "cost_saved_vs_best_single": _saved(router_c, single[best]),
             },
             cascade={"catch_rate": catch_rate, "quality": float(cascade_q.mean()), "cost": float(cascade_c.mean())},
         )
@@ -447,51 +344,3 @@ def bundle_figures(
                 },
             )
     return out
-
-
-def bundle_report(metrics: dict) -> str:
-    """report.md of an N-endpoint bundle's evaluation (bundle_figures under `figures`)."""
-    setup, figures = metrics["setup"], metrics["figures"]
-    lines = [
-        f"# N-endpoint bundle {setup['model_version']}",
-        "",
-        f"{figures['rows']} {setup['split']} rows of {', '.join(setup['logs']) or 'the logs'}, "
-        f"{figures['complete_rows']} with every endpoint's outcome; routed by the SDK (serving.Router.route_batch).",
-        "",
-    ]
-    if "router" in figures:
-        lines += ["| on the complete rows | quality | cost / request |", "| --- | ---: | ---: |"]
-        router = figures["router"]
-        lines.append(f"| **the bundle's first endpoint** | {router['quality']:.4f} | ${router['cost']:.5f} |")
-        for name, single in figures["single"].items():
-            best = " (best single)" if name == figures["best_single"] else ""
-            lines.append(f"| `{name}` alone{best} | {single['quality']:.4f} | ${single['cost']:.5f} |")
-        lines.append(f"| oracle | {figures['oracle']['quality']:.4f} | ${figures['oracle']['cost']:.5f} |")
-        cascade = figures["cascade"]
-        lines.append(
-            f"| the whole cascade (catch rate {cascade['catch_rate']:g}) | {cascade['quality']:.4f} | ${cascade['cost']:.5f} |"
-        )
-        low, high = router["quality_minus_best_single_ci95"]
-        lines += [
-            "",
-            f"Quality minus the best single endpoint: {router['quality_minus_best_single']:+.4f} "
-            f"[{low:+.4f}, {high:+.4f}] (95%, over the rows); cost saved: {router['cost_saved_vs_best_single']:.1%}.",
-        ]
-    lines += ["", "First calls: " + ", ".join(f"`{n}` {s:.1%}" for n, s in figures["shares"].items()) + "."]
-    lines.append(f"Unfamiliar prompts: {figures['unfamiliar_share']:.1%}.")
-    if "logged" in figures:
-        logged = figures["logged"]
-        lines.append(
-            f"One-outcome rows ({logged['rows']}): the bundle's choices' SNIPS quality {logged['router']['quality']:.4f} "
-            f"on {logged['router']['effective_rows']:.0f} effective rows."
-        )
-    if "acceptance" in metrics:
-        accepted = metrics["acceptance"]
-        shown = {
-            k: "—" if accepted[k] is None else f"{accepted[k]:.3f}" for k in ("auc", "catch_rate", "false_reject_rate")
-        }
-        lines.append(
-            f"Acceptance check on {accepted['rows']} logged answers: AUC {shown['auc']}, "
-            f"catch rate {shown['catch_rate']}, false rejects {shown['false_reject_rate']}."
-        )
-    return "\n".join(lines) + "\n"

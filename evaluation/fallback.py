@@ -1,18 +1,10 @@
-"""What the fallback zone is worth: the one place its expectation is written.
-
-An edge-first request in the edge_with_cloud_fallback zone runs on the edge; the app then
-rejects the answer (an error, a timeout, a rejecting accept check) and asks the cloud:
-- a wrong answer (probability 1 - q_edge) with probability `catch`, the catch rate;
-- a good answer (probability q_edge) with probability `false_reject`.
-So per request the fallback fires with probability catch * (1 - q_edge) + false_reject *
-q_edge, each firing costing one cloud call, and the expected quality is
-q_edge * (1 - false_reject) + that probability * q_cloud.
-
-Both rates are per request (`Catch`). Where the logs hold the edge's answer, the learned
-acceptance check's verdict on it is known, and both rates equal it (the share of that
-prompt's answers rejected): measured, not assumed. Elsewhere the configured catch rate is
-assumed, with no false rejects. Requests in the edge zone are not checked. Thresholds, the
-training summary and the offline evaluation all use the functions here.
+"""What the fallback zone is worth: the one place its expectation is written
+(docs/metrics.md#the-fallback-expectation), for thresholds, the training summary and the
+offline evaluation. A fallback-zone request fires with probability catch * (1 - q_edge) +
+false_reject * q_edge, one cloud call each time, and is worth q_edge * (1 - false_reject) + that
+probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`):
+the acceptance check's verdicts where the logs hold the edge's answer (measured), elsewhere the
+configured catch rate with no false rejects (assumed).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The typed figures of an offline comparison: what evaluation.policies computes and every
 reader (report tables, plots, the training summary, cross-validation, the scale and replay
-commands) reads, by attribute rather than by string key.
-
-- Population: the evaluated rows' fixed references (all-edge, all-cloud, oracle quality).
-- PolicyFigures: one policy's figures on those rows (curve, operating point, fallback, cost,
-  latency, and the point at the learned router's cloud share).
-- Comparison: a Population and the PolicyFigures of every policy compared on it.
-- KeyFigures / SplitSummary: the few figures a training run keeps per split (and an
-  evaluation per breakdown group) of each policy.
-
-Each has as_dict() for JSON and MLflow, in the shapes metrics.json and bundle manifests have
-always had, and from_dict() to read those back (a missing or unknown key is an error that
-names it).
+commands) reads by attribute: a Population (the evaluated rows' references), each policy's
+PolicyFigures on it (a Comparison), and the KeyFigures a training run keeps per split and an
+evaluation per breakdown group (SplitSummary). as_dict() gives the shapes metrics.json and
+bundle manifests have always had; from_dict() reads them back (a missing or unknown key is an
+error that names it).
 """
 
 from __future__ import annotations
@@ -40,13 +33,13 @@ class Record:
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
-def _fields_of(cls, data: dict[str, Any], *, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def _fields_of(cls, data: dict[str, Any]) -> dict[str, Any]:
     """`data`'s values of cls's fields: a clear error for a missing or unknown key."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.what}: expected a JSON object, got {type(data).__name__}")
     names = cls.names()
     missing = [n for n in names if n not in data]
-    unknown = [k for k in data if k not in names and k not in extra]
+    unknown = [k for k in data if k not in names]
     if missing or unknown:
         problem = f"missing {', '.join(missing)}" if missing else f"unknown key {unknown[0]!r}"
         raise ValueError(f"{cls.what}: {problem} (expected {', '.join(names)})")

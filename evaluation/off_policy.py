@@ -20,18 +20,9 @@ bundle picks had a non-zero probability under the logging policy. Without explor
 requests where the bundle disagrees with the logging router carry no information (p of
 the other side is 0) and the estimates say so through their width.
 
-**Propensity floor** (`min_propensity`, MIN_PROPENSITY = 0.01): a request logged with a
-smaller propensity is left out and reported by the reader (data.logs.below_propensity_floor),
-never weighted. One request at p = 1e-300 made IPS 2.5e297; at 5e-324, 1 / p overflows and
-every estimate was NaN. With the floor no weight exceeds 1 / min_propensity, so every
-estimate is finite. The SDK logs 1 - explore_rate or explore_rate: from explore_rate 0.01
-up, nothing it logs is below the floor. Leaving a request out is biased where the
-bundle picks a side that the logging policy chose with probability below the floor: IPS
-and SNIPS lose those requests' outcomes, DR falls back on the bundle's heads for them.
-Clipping the weight to 1 / min_propensity would bias less if the propensity were right,
-but a wrong one (the cases above) would still count 1 / min_propensity times, unseen;
-a rejected request is listed with its reason, and the floor can be lowered for a logging
-policy that explores that rarely, at the variance it costs.
+**Propensity floor** (`min_propensity`, MIN_PROPENSITY = 0.01): a request logged with a smaller
+propensity is left out and listed by the caller, never weighted, so no weight exceeds
+1 / min_propensity (why leave out rather than clip: docs/traffic.md#off-policy-evaluation-make-evaluate-on-the-log).
 
 The cloud share is the bundle's own decision on each prompt: known exactly, not estimated.
 The misroute rate needs both outcomes of a request: it is exact where both are known and,
@@ -46,7 +37,6 @@ import numpy as np
 
 from serving.dashboard._quality import snips  # one home for the formula: the dashboard shows it too
 
-SIDES = ("edge", "cloud")
 MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out (module doc)
 
 
@@ -73,7 +63,7 @@ def _estimates(a, b, p, r, q_a, q_b) -> dict:
     n = len(a)
     return {
         "ips": float((weighted * r).sum() / n),
-        "snips": float("nan") if (value := snips(match, p, r)) is None else value,
+        "snips": _or_nan(snips(match, p, r)),
         "dr": float((q_b + weighted * (r - q_a)).mean()),
     }
 
@@ -145,3 +135,29 @@ def off_policy(
         "assumptions": "the logging policy chose from what it logged; the side the bundle picks had a non-zero "
         "propensity (positivity); quality is that of the first answer, before any fallback",
     }
+
+
+def logged_estimate(choice: np.ndarray, routed: np.ndarray, propensity: np.ndarray, quality, cost) -> dict:
+    """Self-normalised inverse-propensity (SNIPS) estimates of the mean quality and cost a chooser
+    would get, from one-outcome rows: each row ran on `routed` (an endpoint index), chosen by the
+    logging policy with probability `propensity`, and logged that call's `quality` and `cost`. Only
+    rows where `choice` agrees with what ran count, weighted 1 / propensity; rows logged below
+    MIN_PROPENSITY are left out (their weights would swamp the rest). N endpoints' figures
+    (evaluation.endpoints) read it.
+    `effective_rows`: (sum w)^2 / sum w^2, how many equally weighted rows the estimate is worth."""
+    kept = propensity >= MIN_PROPENSITY
+    agree = ((choice == routed) & kept).astype(np.float64)
+    p = np.where(kept, propensity, 1.0)
+    weights = agree / p
+    total, squares = float(weights.sum()), float((weights**2).sum())
+    return {
+        "quality": _or_nan(snips(agree, p, np.asarray(quality, dtype=np.float64))),
+        "cost": _or_nan(snips(agree, p, np.asarray(cost, dtype=np.float64))),
+        "agreeing_rows": int(agree.sum()),
+        "effective_rows": total**2 / squares if squares > 0 else 0.0,
+        "below_propensity_floor": int((~kept).sum()),
+    }
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value

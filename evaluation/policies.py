@@ -1,12 +1,7 @@
-"""The routing policies compared offline on the same rows, and the figures of each.
-
-Policies (POLICIES): the learned router as the SDK ran it, the hand rule table of
-baseline.md with the domain from the log's label and inferred from the text, a tuned
-rule table (the same three rules, weights and thresholds grid-searched on training
-rows), the reference (evaluation.reference: TF-IDF + logistic regression per outcome, the
-baseline a learned router must beat), random routing at the learned router's cloud-first and
-fallback shares (its expectation), all-edge, all-cloud and the oracle. Figures: policy_figures (curve and
-operating point) plus evaluation.policy_metrics (matched share, fallback, cost, latency).
+"""The routing policies compared offline on the same rows (POLICIES, each described there: the
+learned router as the SDK ran it, the rule tables, the reference, random, all-edge, all-cloud, the
+oracle), and the figures of each: policy_figures (curve and operating point) plus
+evaluation.metrics (matched share, fallback, cost, latency).
 """
 
 from __future__ import annotations
@@ -19,21 +14,23 @@ import numpy as np
 
 from evaluation.fallback import Catch
 from evaluation.figures import AtShare, Comparison, Cost, KeyFigures, Latency, PolicyFigures, Population, SplitSummary
-from evaluation.metrics import curve_summary, operating_point, quality_curve
-from evaluation.policy_metrics import (
+from evaluation.metrics import (
     CostModel,
     LatencyModel,
     at_share,
     cost_figures,
+    curve_summary,
     fallback_figures,
     latency_figures,
+    operating_point,
     pgr,
+    quality_curve,
     random_zone_probabilities,
     zone_probabilities,
 )
-from evaluation.rows import Rows
+from evaluation.rows import Rows, zones_at
 from evaluation.thresholds import Thresholds, select_thresholds
-from serving._contract import CLOUD, EDGE, FALLBACK, zone_for
+from serving._contract import CLOUD, EDGE, FALLBACK
 from serving.routing._rule_table import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, rule_score
 
 if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
@@ -118,9 +115,7 @@ def unfamiliar_policy_zones(rows: Rows, policy: str):
     if policy == "learned":
         return None
     if policy == "rule_table":  # as the SDK's rule table: the domain from the text
-        return _rule_zones(
-            rule_table_scores(rows.n_tokens, rows.with_inferred_domains().inferred_domains, rows.precisions)
-        )
+        return _rule_table(rows, rows.with_inferred_domains().inferred_domains)[1]
     return np.full(len(rows), FALLBACK, dtype=object)
 
 
@@ -219,17 +214,13 @@ def tune_rule_table(
     return TunedRules(units, tuple(int(w) for w in weights), t.lo, t.hi, t.as_dict())
 
 
-def _rule_zones(scores, lo=RULE_LO, hi=RULE_HI) -> np.ndarray:
-    return np.array([zone_for(s, lo, hi) for s in scores], dtype=object)
-
-
 def _constant(zone: str, value: float):
     return lambda rows, fitted: (np.full(len(rows), value), np.full(len(rows), zone, dtype=object))
 
 
 def _rule_table(rows: Rows, domains):
     scores = rule_table_scores(rows.n_tokens, domains, rows.precisions)
-    return scores, _rule_zones(scores)
+    return scores, zones_at(scores, RULE_LO, RULE_HI)
 
 
 def _tuned(rows: Rows, fitted: dict):
@@ -237,7 +228,7 @@ def _tuned(rows: Rows, fitted: dict):
     if tuned is None:
         raise ValueError("the tuned rule table was not fitted (no train rows); leave it out of the policies")
     scores = tuned.scores(rows.n_tokens, rows.domains, rows.precisions)
-    return scores, _rule_zones(scores, tuned.lo, tuned.hi)
+    return scores, zones_at(scores, tuned.lo, tuned.hi)
 
 
 def _reference(rows: Rows, fitted: dict):

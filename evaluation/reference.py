@@ -1,15 +1,9 @@
-"""The reference every evaluation shows next to the learned router: a ten-minute baseline.
-
-Two logistic regressions over TF-IDF word 1-2-grams of the prompt plus its log length, one
-per outcome (P(edge good), P(cloud good)), ranked by the router's own expected-gain score
-P(cloud good) - P(edge good), with two fallback thresholds picked on validation rows for
-the learned router's target (evaluation.thresholds). scikit-learn only, deterministic, a
-few seconds on the shipped logs: a reader sees at once whether the router beats it.
-
-Graded judge scores count as fractional successes (`fit_outcome`, the one
-home of that fit); each outcome model learns from the rows where that outcome is known
-(NaN: unknown). Rows logged without text (privacy="embedding") cannot teach a text model:
-they are left out of the fit and counted (`rows["without_text"]`).
+"""The reference every evaluation shows next to the learned router: a ten-minute baseline
+(docs/evaluation.md#the-reference-a-ten-minute-baseline). A logistic regression per outcome over
+TF-IDF word 1-2-grams plus the log length, ranked by the router's expected-gain score, with two
+fallback thresholds picked on validation rows for the learned router's target. Graded judge
+scores count as fractional successes (`fit_outcome`, the one home of that fit); rows logged
+without text are left out of the fit and counted (`rows["without_text"]`).
 """
 
 from __future__ import annotations
@@ -19,9 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from evaluation.fallback import Catch
-from evaluation.rows import Rows
+from evaluation.rows import Rows, zones_at
 from evaluation.thresholds import Thresholds, select_thresholds
-from serving._contract import zone_for
 from serving.bundle._manifest import SCORE_KINDS, routing_score
 
 SCORE_KIND = "expected_gain"
@@ -206,8 +199,7 @@ class ReferencePolicy:
     def route(self, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         """(score, zone) of each request."""
         scores = self.model.scores(rows.prompts)
-        zones = np.array([zone_for(s, self.thresholds.lo, self.thresholds.hi) for s in scores], dtype=object)
-        return scores, zones
+        return scores, zones_at(scores, self.thresholds.lo, self.thresholds.hi)
 
     def as_dict(self) -> dict:
         """What metrics.json says about it: the rows each model learned from, the thresholds and their fit."""

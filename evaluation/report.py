@@ -1,14 +1,19 @@
-"""report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation.
+"""report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation:
+a two-endpoint bundle's, an N-endpoint bundle's (render_endpoints; make endpoints' quality-vs-cost
+plot), or the off-policy estimates alone.
 
 Tables read the typed figures of evaluation.figures (a Comparison, SplitSummary per breakdown
-group, HeldOutSource per left-out source) and the evaluation's other sections; plots use matplotlib's Agg canvas through `Figure`, imported lazily, so
-no display and no global pyplot state are needed.
+group, HeldOutSource per left-out source) and the evaluation's other sections; plots use
+matplotlib's Agg canvas through `Figure`, imported lazily, so no display and no global pyplot
+state are needed.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+import numpy as np
 
 from evaluation.figures import Comparison, HeldOutSource, KeyFigures, SplitSummary
 from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
@@ -39,6 +44,31 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def show(path: str, fmt: str = ".3f"):
+    """A column's cell: the figure at the dotted `path` (attributes or keys; "—" where one is
+    missing), as a share (`fmt` "%") or a number."""
+
+    def cell(value) -> str:
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+        return pct(value) if fmt == "%" else num(value, fmt)
+
+    return cell
+
+
+def columns_table(first: str, items, columns) -> str:
+    """A Markdown table of a row per (name, value) of `items`: the name, then a cell per
+    (header, cell of the value) of `columns`."""
+    return table(
+        [first, *(head for head, _ in columns)], [[name, *(cell(v) for _, cell in columns)] for name, v in items]
+    )
+
+
+def policy_table(figures: Comparison, columns) -> str:
+    """A row per policy compared (its PolicyFigures), a cell per column."""
+    return columns_table("policy", ((POLICIES[name].label, p) for name, p in figures.policies.items()), columns)
+
+
 def misroute_cell(p: KeyFigures) -> str:
     """ "total (under / over)": the misroute rate and its two halves."""
     return f"{pct(p.misroute_rate)} ({pct(p.under_routing)} / {pct(p.over_routing)})"
@@ -47,150 +77,87 @@ def misroute_cell(p: KeyFigures) -> str:
 def headline_table(figures: Comparison) -> str:
     """Policies at their operating point, at the learned router's cloud share, and over the curve."""
     share = pct(figures.matched_cloud_share)
-    header = [
-        "policy",
-        "cloud share",
-        "misroute (under / over)",
-        "quality",
-        "vs all-cloud",
-        "with fallback",
-        f"quality at {share} cloud",
-        f"PGR at {share}",
-        f"misroute at {share}",
-        "APGR",
-        "CPT(50%)",
-        "CPT(80%)",
+    columns = [
+        ("cloud share", show("cloud_share", "%")),
+        ("misroute (under / over)", misroute_cell),
+        ("quality", show("quality")),
+        ("vs all-cloud", show("quality_vs_all_cloud", "+.3f")),
+        ("with fallback", show("quality_with_fallback")),
+        (f"quality at {share} cloud", show("at_matched_share.quality")),
+        (f"PGR at {share}", show("at_matched_share.pgr")),
+        (f"misroute at {share}", show("at_matched_share.misroute_rate", "%")),
+        ("APGR", show("apgr")),
+        ("CPT(50%)", show("cpt50", "%")),
+        ("CPT(80%)", show("cpt80", "%")),
     ]
-    rows = []
-    for name, p in figures.policies.items():
-        matched = p.at_matched_share
-        rows.append(
-            [
-                POLICIES[name].label,
-                pct(p.cloud_share),
-                misroute_cell(p),
-                num(p.quality),
-                num(p.quality_vs_all_cloud, "+.3f"),
-                num(p.quality_with_fallback),
-                num(matched.quality if matched else None),
-                num(matched.pgr if matched else None),
-                pct(matched.misroute_rate if matched else None),
-                num(p.apgr),
-                pct(p.cpt50),
-                pct(p.cpt80),
-            ]
-        )
-    return table(header, rows)
+    return policy_table(figures, columns)
 
 
 def cost_latency_table(figures: Comparison) -> str:
     first = next(iter(figures.policies.values()))
     prices, devices = list(first.cost), list(first.latency)
-    header = [
-        "policy",
-        "expected cloud calls",
-        *(f"$/request ({p})" for p in prices),
-        *(f"cost reduction vs all-cloud ({p})" for p in prices),
-        *(f"latency {d} mean / p95 (ms)" for d in devices),
+    columns = [
+        ("expected cloud calls", show("expected_cloud_calls", "%")),
+        *((f"$/request ({c})", lambda p, c=c: f"{p.cost[c].per_request:.5f}") for c in prices),
+        *((f"cost reduction vs all-cloud ({c})", show(f"cost.{c}.reduction_vs_all_cloud", "%")) for c in prices),
+        *(
+            (f"latency {d} mean / p95 (ms)", lambda p, d=d: f"{p.latency[d].mean_ms:.0f} / {p.latency[d].p95_ms:.0f}")
+            for d in devices
+        ),
     ]
-    rows = [
-        [
-            POLICIES[name].label,
-            pct(p.expected_cloud_calls),
-            *(f"{p.cost[c].per_request:.5f}" for c in prices),
-            *(pct(p.cost[c].reduction_vs_all_cloud) for c in prices),
-            *(f"{p.latency[d].mean_ms:.0f} / {p.latency[d].p95_ms:.0f}" for d in devices),
-        ]
-        for name, p in figures.policies.items()
-    ]
-    return table(header, rows)
+    return policy_table(figures, columns)
 
 
 def fallback_table(figures: Comparison) -> str:
-    header = [
-        "policy",
-        "fallback-zone share",
-        "fallback fires (per request)",
-        "fires per fallback-zone request",
-        "quality recovered",
+    columns = [
+        ("fallback-zone share", show("fallback_share", "%")),
+        ("fallback fires (per request)", show("fallback_fires", "%")),
+        ("fires per fallback-zone request", show("fallback_fires_in_zone", "%")),
+        ("quality recovered", show("fallback_recovered_quality", "+.3f")),
     ]
-    rows = [
-        [
-            POLICIES[name].label,
-            pct(p.fallback_share),
-            pct(p.fallback_fires),
-            pct(p.fallback_fires_in_zone),
-            num(p.fallback_recovered_quality, "+.3f"),
-        ]
-        for name, p in figures.policies.items()
-    ]
-    return table(header, rows)
+    return policy_table(figures, columns)
 
 
 def breakdown_table(groups: dict[str, SplitSummary]) -> str:
     names = [n for n in BREAKDOWN_POLICIES if n in next(iter(groups.values())).policies]
     ranked = [n for n in ("learned", "reference") if n in names]  # the APGR to beat next to the router's
-    header = [
-        "group",
-        "rows",
-        "cloud needed",
-        "learned cloud share",
-        *(f"{POLICIES[n].short} misroute (under / over)" for n in names),
-        *(f"{POLICIES[n].short} APGR" for n in ranked),
+    columns = [
+        ("rows", lambda g: str(g.population.rows)),
+        ("cloud needed", show("population.cloud_needed_share", "%")),
+        ("learned cloud share", show("policies.learned.cloud_share", "%")),
+        *((f"{POLICIES[n].short} misroute (under / over)", lambda g, n=n: misroute_cell(g.policies[n])) for n in names),
+        *((f"{POLICIES[n].short} APGR", show(f"policies.{n}.apgr")) for n in ranked),
     ]
-    rows = [
-        [
-            group,
-            str(g.population.rows),
-            pct(g.population.cloud_needed_share),
-            pct(g.policies["learned"].cloud_share),
-            *(misroute_cell(g.policies[n]) for n in names),
-            *(num(g.policies[n].apgr) for n in ranked),
-        ]
-        for group, g in groups.items()
-    ]
-    return table(header, rows)
+    return columns_table("group", groups.items(), columns)
 
 
 def loso_table(loso: dict[str, HeldOutSource]) -> str:
-    header = [
-        "held-out source",
-        "rows",
-        "trained on",
-        "learned APGR",
-        "learned AUC",
-        "cloud share",
-        "misroute (under / over)",
-        "quality vs all-cloud",
-        "with fallback vs all-cloud",
-        "reference APGR",
-        "hand rule APGR",
-        "in-distribution APGR",
+    learned = "figures.policies.learned"
+    columns = [
+        ("rows", lambda r: str(r.figures.population.rows)),
+        ("trained on", lambda r: f"{r.trained_on_rows} rows"),
+        ("learned APGR", show(f"{learned}.apgr")),
+        ("learned AUC", show(f"{learned}.auc")),
+        ("cloud share", show(f"{learned}.cloud_share", "%")),
+        ("misroute (under / over)", lambda r: misroute_cell(r.figures.policies["learned"])),
+        ("quality vs all-cloud", show(f"{learned}.quality_vs_all_cloud", "+.3f")),
+        (
+            "with fallback vs all-cloud",
+            lambda r: num(
+                r.figures.policies["learned"].quality_with_fallback - r.figures.population.all_cloud_quality, "+.3f"
+            ),
+        ),
+        ("reference APGR", show("figures.policies.reference.apgr")),
+        ("hand rule APGR", show("figures.policies.rule_table.apgr")),
+        ("in-distribution APGR", show("in_distribution_apgr")),
     ]
-    rows = []
-    for source, r in loso.items():
-        if r.figures is None:
-            rows.append([source, "—", "—", f"failed: {r.error}", *["—"] * 8])
-            continue
-        policies, population = r.figures.policies, r.figures.population
-        p, reference = policies["learned"], policies.get("reference")
-        rows.append(
-            [
-                source,
-                str(population.rows),
-                f"{r.trained_on_rows} rows",
-                num(p.apgr),
-                num(p.auc),
-                pct(p.cloud_share),
-                misroute_cell(p),
-                num(p.quality_vs_all_cloud, "+.3f"),
-                num(p.quality_with_fallback - population.all_cloud_quality, "+.3f"),
-                num(reference.apgr if reference else None),
-                num(policies["rule_table"].apgr),
-                num(r.in_distribution_apgr),
-            ]
-        )
-    return table(header, rows)
+    rows = [
+        [source, "—", "—", f"failed: {r.error}", *["—"] * 8]
+        if r.figures is None
+        else [source, *(cell(r) for _, cell in columns)]
+        for source, r in loso.items()
+    ]
+    return table(["held-out source", *(head for head, _ in columns)], rows)
 
 
 def render(metrics: dict) -> str:
@@ -198,6 +165,8 @@ def render(metrics: dict) -> str:
     has both outcomes: the off-policy estimates alone)."""
     if "figures" not in metrics:
         return render_off_policy_only(metrics)
+    if "endpoints" in metrics["setup"]:
+        return render_endpoints(metrics)
     f: Comparison = metrics["figures"]
     setup, split, population = metrics["setup"], metrics["setup"]["split"], f.population
     parts = [
@@ -270,6 +239,54 @@ def render(metrics: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def render_endpoints(metrics: dict) -> str:
+    """report.md of an N-endpoint bundle's evaluation (evaluation.endpoints.bundle_figures)."""
+    setup, figures = metrics["setup"], metrics["figures"]
+    lines = [
+        f"# N-endpoint bundle {setup['model_version']}",
+        "",
+        f"{figures['rows']} {setup['split']} rows of {', '.join(setup['logs']) or 'the logs'}, "
+        f"{figures['complete_rows']} with every endpoint's outcome; routed by the SDK (serving.Router.route_batch).",
+        "",
+    ]
+    if "router" in figures:
+        router, cascade, best = figures["router"], figures["cascade"], figures["best_single"]
+        shown = [
+            ("**the bundle's first endpoint**", router),
+            *(
+                (f"`{name}` alone" + (" (best single)" if name == best else ""), f)
+                for name, f in figures["single"].items()
+            ),
+            ("oracle", figures["oracle"]),
+            (f"the whole cascade (catch rate {cascade['catch_rate']:g})", cascade),
+        ]
+        low, high = router["quality_minus_best_single_ci95"]
+        lines += [
+            table(
+                ["on the complete rows", "quality", "cost / request"],
+                [[n, f"{f['quality']:.4f}", f"${f['cost']:.5f}"] for n, f in shown],
+            ),
+            "",
+            f"Quality minus the best single endpoint: {router['quality_minus_best_single']:+.4f} "
+            f"[{low:+.4f}, {high:+.4f}] (95%, over the rows); cost saved: {router['cost_saved_vs_best_single']:.1%}.",
+        ]
+    lines += ["", "First calls: " + ", ".join(f"`{n}` {s:.1%}" for n, s in figures["shares"].items()) + "."]
+    lines.append(f"Unfamiliar prompts: {figures['unfamiliar_share']:.1%}.")
+    if "logged" in figures:
+        logged = figures["logged"]["router"]
+        lines.append(
+            f"One-outcome rows ({figures['logged']['rows']}): the bundle's choices' SNIPS quality "
+            f"{logged['quality']:.4f} on {logged['effective_rows']:.0f} effective rows."
+        )
+    if "acceptance" in metrics:
+        a = metrics["acceptance"]
+        lines.append(
+            f"Acceptance check on {a['rows']} logged answers: AUC {num(a['auc'])}, catch rate "
+            f"{num(a['catch_rate'])}, false rejects {num(a['false_reject_rate'])}."
+        )
+    return "\n".join(lines) + "\n"
+
+
 def render_off_policy_only(metrics: dict) -> str:
     setup = metrics["setup"]
     parts = [
@@ -293,17 +310,17 @@ def _left_out_text(ope: dict) -> str:
     return f"\n\n{left['rows']} logged requests left out, the lowest: {left['reason']}. Request ids{more}: {ids}."
 
 
+def _ci(interval) -> str:
+    return f"[{num(interval[0])}, {num(interval[1])}]" if interval else "—"
+
+
 def off_policy_text(ope: dict | None) -> str:
     if not ope:
         return "No logged request carries the side it ran on, its propensity and its outcome."
     if "skipped" in ope:
         return f"Skipped: {ope['skipped']}." + _left_out_text(ope)
-
-    def ci(x):
-        return f"[{num(x[0])}, {num(x[1])}]" if x else "—"
-
     q = ope["quality"]
-    rows = [[name.upper(), num(q[name]["estimate"]), ci(q[name]["ci95"])] for name in ("ips", "snips", "dr")]
+    rows = [[name.upper(), num(q[name]["estimate"]), _ci(q[name]["ci95"])] for name in ("ips", "snips", "dr")]
     m = ope["misroute_rate"]["model_completed"]
     return (
         f"{ope['requests']} logged requests (side that ran first, its propensity, its outcome). The bundle "
@@ -312,7 +329,7 @@ def off_policy_text(ope: dict | None) -> str:
         "\n\n"
         + table(["estimator", "bundle's quality (first answer)", "95% interval"], rows)
         + f"\n\nThe bundle's cloud-first share on these prompts: {pct(ope['cloud_share']['exact'])} (its own "
-        f"decisions, exact). Misroute rate {pct(m['estimate'])} (95% {ci(m['ci95'])}), exact on the "
+        f"decisions, exact). Misroute rate {pct(m['estimate'])} (95% {_ci(m['ci95'])}), exact on the "
         f"{ope['misroute_rate']['both_outcomes_known']} requests with both outcomes, completed with the bundle's "
         f"heads elsewhere. Assumptions: {ope['assumptions']}." + _left_out_text(ope)
     )
@@ -473,29 +490,27 @@ def summary_table(metrics: dict):
         for column in ("estimator", "quality", "95% interval"):
             table.add_column(column)
         for name, value in ((metrics.get("off_policy") or {}).get("quality") or {}).items():
-            interval = value["ci95"]
-            table.add_row(
-                name.upper(), num(value["estimate"]), f"[{num(interval[0])}, {num(interval[1])}]" if interval else "—"
-            )
+            table.add_row(name.upper(), num(value["estimate"]), _ci(value["ci95"]))
         return table
     figures = Comparison.from_dict(metrics["figures"])
     table = Table(
         title=f"{metrics['setup']['split']} split: {figures.population.rows} requests; matched cloud share "
         f"{pct(figures.matched_cloud_share)}"
     )
-    for column in ("policy", "cloud", "misroute", "under", "over", "quality", "matched", "APGR"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+    columns = [
+        ("cloud", show("cloud_share", "%")),
+        ("misroute", show("misroute_rate", "%")),
+        ("under", show("under_routing", "%")),
+        ("over", show("over_routing", "%")),
+        ("quality", show("quality")),
+        ("matched", show("at_matched_share.quality")),
+        ("APGR", show("apgr")),
+    ]
+    table.add_column("policy")
+    for head, _ in columns:
+        table.add_column(head, justify="right")
     for name, p in figures.policies.items():
-        table.add_row(
-            POLICIES[name].short,
-            pct(p.cloud_share),
-            pct(p.misroute_rate),
-            pct(p.under_routing),
-            pct(p.over_routing),
-            num(p.quality),
-            num(p.at_matched_share.quality if p.at_matched_share else None),
-            num(p.apgr),
-        )
+        table.add_row(POLICIES[name].short, *(cell(p) for _, cell in columns))
     return table
 
 
@@ -543,11 +558,34 @@ def plot_quality_vs_share(figures: Comparison, curves: dict, path: Path) -> None
     fig.savefig(path)
 
 
+def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
+    """The router's quality-versus-cost curve (the folds' mean at each price), each endpoint
+    alone, the oracle and the operating points, on one chart (matplotlib's Agg canvas)."""
+    from evaluation.endpoints import figure_at
+
+    fig, ax = _figure()
+    mean = lambda *path: float(np.nanmean([figure_at(f, path) for f in per_fold]))  # noqa: E731
+    cost = np.nanmean([f["curve"]["cost"] for f in per_fold], axis=0)
+    quality = np.nanmean([f["curve"]["quality"] for f in per_fold], axis=0)
+    ax.plot(cost, quality, "-", lw=1.4, label="router: best expected quality - price x cost, every price")
+    for name in names:
+        ax.plot(mean("single", name, "cost"), mean("single", name, "quality"), "s", ms=7, label=f"{name} alone")
+    ax.plot(mean("oracle", "cost"), mean("oracle", "quality"), "*", ms=12, color="black", label="oracle")
+    for point, marker in (("matched", "o"), ("margin", "^"), ("budget", "v"), ("cascade", "D")):
+        ax.plot(mean(point, "cost"), mean(point, "quality"), marker, ms=8, mec="black", label=f"router: {point}")
+    ax.set_xscale("symlog", linthresh=1e-4)
+    ax.set_xlabel("mean cost per request ($)")
+    ax.set_ylabel("quality (logged outcome of the chosen endpoint)")
+    ax.set_title(f"Quality vs cost, {len(per_fold)} held-out folds (mean)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def plot_misroute_by_domain(groups: dict[str, SplitSummary], path: Path) -> None:
     """Stacked under/over-routing per domain group, one bar per policy: the learned router, the
     reference and the rule tables."""
-    import numpy as np
-
     shown = ("learned", "reference", "rule_table", "tuned_rule_table")
     names = [n for n in shown if n in next(iter(groups.values())).policies]
     fig, ax = _figure(9.0, 5.0)
@@ -632,7 +670,7 @@ def plot_acceptance_roc(acceptance: dict, path: Path) -> None:
 
 def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:
     """The PNGs into `out` (the acceptance ROC when measured); returns their paths."""
-    if "figures" not in metrics:
+    if not curves:  # N-endpoint bundles and off-policy estimates alone have no plots
         return []
     paths = {key: out / file for key, file in PLOTS.items()}
     plot_quality_vs_share(metrics["figures"], curves, paths["quality"])

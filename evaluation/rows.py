@@ -17,16 +17,35 @@ def _objects(values) -> np.ndarray:
     return np.array(list(values), dtype=object)
 
 
-def learned_zones(
-    scores, precisions, n_tokens, band, *, edge_context_tokens: int, unfamiliar=None, unfamiliar_zones=None
-) -> np.ndarray:
-    """The zone the SDK gives each request: its precision's band (`band(precision)` -> (lo, hi)),
-    the cloud for prompts over the edge context limit, and for an unfamiliar prompt the zone of
-    the unfamiliar policy (`unfamiliar_zones`, None: the learned zone). serving.routing._router does the same."""
-    zones = [zone_for(s, *band(p)) for s, p in zip(scores, precisions)]
-    if unfamiliar is not None and unfamiliar_zones is not None:
-        zones = [z if not u else alt for z, u, alt in zip(zones, unfamiliar, unfamiliar_zones)]
-    return _objects([CLOUD if round(n) > edge_context_tokens else z for z, n in zip(zones, n_tokens)])
+def zones_at(scores, lo: float, hi: float) -> np.ndarray:
+    """The zone of each score at these thresholds (serving's zone_for)."""
+    return _objects(zone_for(s, lo, hi) for s in scores)
+
+
+def decide(router, prompts, precisions, *, batch_size: int | None = None, on_batch=None) -> tuple[list, list[int]]:
+    """The SDK's decisions of these prompts (Router.route_batch, `batch_size` at a time, None: all at
+    once) and the rows they are of: a batch that route_batch refuses with NoFeasibleEndpoint (a
+    prompt no endpoint's context holds) is decided one row at a time, leaving such rows out."""
+    from serving.policy import NoFeasibleEndpoint
+
+    prompts, precisions = list(prompts), list(precisions)
+    size = batch_size or max(len(prompts), 1)
+    decisions, kept = [], []
+    for start in range(0, len(prompts), size):
+        rows = range(start, min(start + size, len(prompts)))
+        try:
+            decisions += router.route_batch(prompts[start : start + size], precisions[start : start + size])
+            kept += rows
+        except NoFeasibleEndpoint:
+            for i in rows:
+                try:
+                    decisions.append(router.route(prompts[i], precision=precisions[i]))
+                    kept.append(i)
+                except NoFeasibleEndpoint:
+                    continue
+        if on_batch:
+            on_batch(len(rows))
+    return decisions, kept
 
 
 @dataclass(frozen=True)
@@ -115,12 +134,7 @@ class Rows:
     def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "Rows":
         """Prepared log rows, each routed by the SDK's `route_batch`: score, zone and token
         count are exactly what clients get."""
-        prompts, precisions = frame["prompt"].tolist(), frame["precision"].tolist()
-        decisions = []
-        for start in range(0, len(prompts), batch_size):
-            decisions += router.route_batch(prompts[start : start + batch_size], precisions[start : start + batch_size])
-            if on_batch:
-                on_batch(min(batch_size, len(prompts) - start))
+        decisions, _ = decide(router, frame["prompt"], frame["precision"], batch_size=batch_size, on_batch=on_batch)
         heads = {"edge": [d.p_edge for d in decisions], "cloud": [d.p_cloud for d in decisions]}
         heads = heads if all(d.p_edge is not None for d in decisions) else None
         rows = cls.from_frame(
@@ -148,17 +162,14 @@ class Rows:
         )
 
     def with_zones(self, band, *, edge_context_tokens: int, unfamiliar_zones=None) -> "Rows":
-        """These rows with the zones the SDK would give at these thresholds (learned_zones)."""
-        zones = learned_zones(
-            self.scores,
-            self.precisions,
-            self.n_tokens,
-            band,
-            edge_context_tokens=edge_context_tokens,
-            unfamiliar=self.unfamiliar,
-            unfamiliar_zones=unfamiliar_zones,
-        )
-        return dataclasses.replace(self, zones=zones)
+        """These rows with the zone the SDK gives each (serving.routing._router): its precision's band
+        (`band(precision)` -> (lo, hi)), the cloud for prompts over the edge context limit, and for an
+        unfamiliar prompt the zone of the unfamiliar policy (`unfamiliar_zones`, None: the learned zone)."""
+        zones = [zone_for(s, *band(p)) for s, p in zip(self.scores, self.precisions)]
+        if self.unfamiliar is not None and unfamiliar_zones is not None:
+            zones = [z if not u else alt for z, u, alt in zip(zones, self.unfamiliar, unfamiliar_zones)]
+        zones = [CLOUD if round(n) > edge_context_tokens else z for z, n in zip(zones, self.n_tokens)]
+        return dataclasses.replace(self, zones=_objects(zones))
 
     def with_novelty(self, novelty) -> "Rows":
         novelty = np.asarray(novelty, float)

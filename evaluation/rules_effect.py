@@ -1,59 +1,61 @@
-"""What a policy file (serving.policy, docs/policies.md) does to logged traffic, offline.
+"""What a policy file (serving.policy) does to logged traffic, offline, decided as the SDK decides
+(docs/policies.md#what-a-policy-does-to-your-traffic-offline, #on-n-endpoint-logs): per rule, the
+requests it decided and what it changed; the requests it leaves no endpoint (the SDK raises
+NoFeasibleEndpoint for them: counted by the rules that closed every endpoint, left out of every
+figure); on the requests servable both ways, the figures without and with the rules, paired per
+request with a 95% normal interval (evaluation.metrics.paired).
 
-`make evaluate POLICY=policy.yaml` applies the policy's rules to every evaluated request after the
-learned router decided, exactly as the SDK does (serving.policy._rules.PolicySet.apply on the SDK's
-own Decision), and reports:
+- rules_effect, two endpoints (`make evaluate POLICY=...`): the rules on the learned router's zone
+  (serving.routing._chooser.zone_decision); the figures of evaluation.policies (quality with
+  fallback, cloud calls, $ at each cloud price), exact expectations over fallback catches.
+- policy_effect, N endpoints (`make endpoints ARGS="--policy FILE"`): every held-out row decided by
+  the SDK's chooser without and with the policy, one row at a time so that a row the policy leaves
+  no endpoint raises for itself alone; the first endpoint's logged outcome and cost, and the whole
+  cascade's expectation.
 
-- per rule: how many requests it decided (`Decision.rule`), its action, and how it moved them
-  between zones (model zone -> zone after the rules);
-- requests no endpoint may serve (NoFeasibleEndpoint: the SDK raises for them), by the rules that
-  closed every endpoint;
-- the routing figures on the requests that stay servable, with the model's zones and with the
-  rules' (quality with fallback, cloud-first share, expected cloud calls, $ per request at each
-  cloud price), and their paired difference per request with a 95% normal interval.
-
-Every figure is an exact expectation over fallback catches, as in evaluation.policies. Rules read
-the request's metadata, which logs do not hold: one mapping (`--metadata key=value`) stands for
-every request. Budgets read the Router's spending ledger, which is empty offline: a budget
-condition never holds here, and the report says when the policy has one.
+Rules read the request's metadata: the row's own where logs hold it, `metadata` laid over it
+(what-if). Budgets read the Router's spending ledger and `needs` conditions the request's
+capabilities, neither of which logs hold: such conditions never hold here (the notes say so).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from evaluation import fallback
+from evaluation.endpoints import shares
 from evaluation.fallback import Catch
-from evaluation.policy_metrics import CostModel
+from evaluation.metrics import CostModel, paired, request_costs, zone_probabilities
 from serving._contract import CLOUD, EDGE, FALLBACK
+from serving.endpoints._choice import cascade_expectation
 from serving.routing._chooser import zone_decision
 from serving.routing._request import Request
 
 if TYPE_CHECKING:
     from evaluation.rows import Rows
     from serving.policy._rules import PolicySet
+    from serving.routing._chooser import Chooser
+    from serving.routing._decision import Decision
 
-Z = 1.959963984540054  # the normal 97.5% quantile
+FIGURES = ("quality", "cost", "cascade_quality", "cascade_cost")  # N endpoints, per row
 
 
 def _per_request(zones: np.ndarray, q_edge: np.ndarray, q_cloud: np.ndarray, catch: Catch, cost: CostModel) -> dict:
     """Per request, the expected quality with fallback, cloud calls and $ at each cloud price."""
-    in_fallback = zones == FALLBACK
-    fires = np.where(in_fallback, fallback.fires(q_edge, catch), 0.0)
+    probs = zone_probabilities(zones)
+    fires = probs[:, 1] * fallback.fires(q_edge, catch)
     quality = np.where(
-        zones == CLOUD, q_cloud, np.where(in_fallback, fallback.fallback_quality(q_edge, q_cloud, catch), q_edge)
+        zones == CLOUD, q_cloud, np.where(zones == FALLBACK, fallback.fallback_quality(q_edge, q_cloud, catch), q_edge)
     )
-    first_cloud = (zones == CLOUD).astype(np.float64)
-    calls = first_cloud + fires
-    dollars = {
-        name: first_cloud * price + (1 - first_cloud) * cost.edge + fires * price for name, price in cost.cloud.items()
-    }
-    return {"quality_with_fallback": quality, "cloud_first_share": first_cloud, "expected_cloud_calls": calls} | {
-        f"cost_per_request.{name}": values for name, values in dollars.items()
-    }
+    return {
+        "quality_with_fallback": quality,
+        "cloud_first_share": probs[:, 2],
+        "expected_cloud_calls": probs[:, 2] + fires,
+    } | {f"cost_per_request.{name}": values for name, values in request_costs(probs, fires, cost).items()}
 
 
 def metadata_pairs(items: Sequence[str]) -> dict[str, str]:
@@ -63,19 +65,6 @@ def metadata_pairs(items: Sequence[str]) -> dict[str, str]:
     if bad:
         raise ValueError(f"--metadata expects KEY=VALUE, got {bad[0]!r}")
     return dict(item.split("=", 1) for item in items)
-
-
-def paired(before: np.ndarray, after: np.ndarray) -> dict:
-    """Means without and with the rules, and the paired per-row difference with its normal 95% interval."""
-    diff = after - before
-    half = Z * float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
-    mean = float(diff.mean())
-    return {
-        "without_rules": float(before.mean()),
-        "with_rules": float(after.mean()),
-        "difference": mean,
-        "interval": [mean - half, mean + half],
-    }
 
 
 def rules_effect(
@@ -128,14 +117,10 @@ def rules_effect(
         "rules": by_rule,
         "no_feasible_endpoint": {
             "requests": int((~servable).sum()),
-            "by_rules": {" + ".join(names): count for names, count in sorted(closed.items())},
+            "by_rules": _by_rules(closed),
         },
-        "notes": [],
+        "notes": _notes(policy),
     }
-    if any(rule.budget is not None for rule in policy.rules):
-        result["notes"].append(
-            "budget conditions read the Router's spending ledger, empty offline: they never hold here"
-        )
     if not servable.any():
         result["notes"].append("no request stays servable: no routing figures")
         return result
@@ -152,3 +137,165 @@ def rules_effect(
         "with_rules": {z: int((zones_after == z).sum()) for z in (EDGE, FALLBACK, CLOUD)},
     }
     return result
+
+
+@dataclass
+class HeldOut:
+    """One fold's held-out rows that hold every endpoint's outcome: `expected` the fold's outcome
+    models' probabilities, `quality` and `cost` the logged outcome and price of each endpoint's
+    call ([rows, endpoints]), `n_tokens` each prompt's estimated input tokens, `metadata` each row's
+    own (None where it has none), `chooser` the SDK's chooser at the fold's rule and parameter."""
+
+    chooser: Chooser
+    prompts: Sequence[str]
+    precisions: Sequence[str | None]
+    n_tokens: Sequence[float]
+    expected: np.ndarray
+    quality: np.ndarray
+    cost: np.ndarray
+    metadata: Sequence[Mapping[str, str] | None]
+
+
+def _decide(chooser: Chooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
+    from serving.scoring._scorer import Scores
+
+    request = Request(fold.prompts[i], fold.precisions[i], metadata)
+    return chooser.decisions([request], Scores([fold.n_tokens[i]], expected=fold.expected[i : i + 1]), policy)[0]
+
+
+def _fired(policy: PolicySet, fold: HeldOut, i: int, metadata) -> list[str]:
+    """The rules the verdict on a servable row holds: the force, each endpoint's forbid, the prefer."""
+    verdict = policy.evaluate(fold.prompts[i], round(fold.n_tokens[i]), fold.precisions[i], metadata)
+    rules = [verdict.forced] + list((verdict.forbidden_by or {}).values()) + [verdict.preferred]
+    return list(dict.fromkeys(rule.name for rule in rules if rule is not None))
+
+
+def _figures(decision: Decision, names: tuple[str, ...], quality: np.ndarray, cost: np.ndarray, catch_rate: float):
+    assert decision.endpoint is not None
+    first = names.index(decision.endpoint)
+    order = [[names.index(name) for name in decision.cascade]]
+    q, c = cascade_expectation(order, quality[None, :], cost[None, :], catch_rate)
+    return first, (float(quality[first]), float(cost[first]), float(q[0]), float(c[0]))
+
+
+def policy_effect(
+    folds: Sequence[HeldOut], policy: PolicySet, *, metadata: Mapping[str, str] | None = None, catch_rate: float = 0.5
+) -> dict:
+    """The policy's effect on the folds' held-out rows (module doc); JSON-ready. `per_fold` holds
+    each fold's means without and with the policy, for intervals over the folds."""
+    from serving.policy._errors import NoFeasibleEndpoint
+
+    if not folds:
+        raise ValueError("policy_effect needs at least one fold of held-out rows")
+    names = folds[0].chooser.names
+    fired: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
+    closed: Counter[tuple[str, ...]] = Counter()
+    closing: Counter[str] = Counter()
+    no_rule = unservable_anyway = rows = 0
+    first_before: list[int] = []
+    first_after: list[int] = []
+    before: list[tuple[float, ...]] = []
+    after: list[tuple[float, ...]] = []
+    per_fold = []
+    for fold in folds:
+        start = len(before)
+        for i in range(len(fold.prompts)):
+            rows += 1
+            given = {**(fold.metadata[i] or {}), **(metadata or {})} or None
+            try:
+                plain = _decide(fold.chooser, fold, i, None, given)
+            except NoFeasibleEndpoint:
+                unservable_anyway += 1  # the context limits alone leave no endpoint: not the policy's doing
+                continue
+            try:
+                ruled = _decide(fold.chooser, fold, i, policy, given)
+            except NoFeasibleEndpoint as exc:
+                closed[tuple(exc.rules)] += 1
+                closing.update(dict.fromkeys(exc.rules, 1))
+                fired.update(dict.fromkeys(exc.rules, 1))
+                continue
+            names_fired = _fired(policy, fold, i, given)
+            fired.update(names_fired)
+            if not names_fired:
+                no_rule += 1
+            k0, plain_figures = _figures(plain, names, fold.quality[i], fold.cost[i], catch_rate)
+            k1, ruled_figures = _figures(ruled, names, fold.quality[i], fold.cost[i], catch_rate)
+            if k0 != k1:
+                changed.update(names_fired)
+            first_before.append(k0)
+            first_after.append(k1)
+            before.append(plain_figures)
+            after.append(ruled_figures)
+        b, a = np.array(before[start:], float).reshape(-1, 4), np.array(after[start:], float).reshape(-1, 4)
+        per_fold.append(
+            {
+                "rows": len(fold.prompts),
+                "servable_rows": len(b),
+                **{
+                    f: {
+                        "without_rules": _mean(b[:, j]),
+                        "with_rules": _mean(a[:, j]),
+                        "difference": _mean(a[:, j] - b[:, j]),
+                    }
+                    for j, f in enumerate(FIGURES)
+                },
+            }
+        )
+    unservable = sum(closed.values())
+    result: dict = {
+        "source": policy.source,
+        "version": policy.version,
+        "endpoints": list(names),
+        "metadata": dict(metadata or {}),
+        "rows_with_metadata": sum(1 for fold in folds for m in fold.metadata if m),
+        "rows": rows,
+        "rules": {
+            rule.name: {
+                "action": rule.action,
+                "endpoint": rule.endpoint,
+                "rows": fired[rule.name],
+                "share": fired[rule.name] / rows if rows else float("nan"),
+                "first_endpoint_changed": changed[rule.name],
+                "no_feasible_endpoint": closing[rule.name],
+            }
+            for rule in policy.rules
+        },
+        "no_rule": no_rule,
+        "no_feasible_endpoint": {
+            "rows": unservable,
+            "share": unservable / rows if rows else float("nan"),
+            "by_rules": _by_rules(closed),
+        },
+        "no_feasible_endpoint_without_policy": unservable_anyway,
+        "servable_rows": len(before),
+        "per_fold": per_fold,
+        "notes": _notes(policy),
+    }
+    if not before:
+        result["notes"].append("no row stays servable with the policy: no shares or figures")
+        return result
+    b, a = np.array(before, float), np.array(after, float)
+    result["shares"] = {
+        "without_rules": shares(np.array(first_before), names),
+        "with_rules": shares(np.array(first_after), names),
+    }
+    result["figures"] = {f: paired(b[:, j], a[:, j]) for j, f in enumerate(FIGURES)}
+    return result
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def _by_rules(closed: Counter) -> dict[str, int]:
+    return {" + ".join(rules): count for rules, count in sorted(closed.items())}
+
+
+def _notes(policy: PolicySet) -> list[str]:
+    notes = []
+    if any(rule.budget is not None for rule in policy.rules):
+        notes.append("budget conditions read the Router's spending ledger, empty offline: they never hold here")
+    if any(rule.needs for rule in policy.rules):
+        notes.append("needs conditions read the request's capabilities, which logs do not hold: they never hold here")
+    return notes

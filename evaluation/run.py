@@ -2,34 +2,97 @@
 
 Route the chosen split through the SDK, fit the tuned rule table on the train rows and the
 reference (evaluation.reference) on the train rows with thresholds on the val rows, compare
-every policy, calibration, breakdowns, and optionally leave-one-source-out. Loading the
-logs, retraining for leave-one-source-out and MLflow are the caller's (pipelines.evaluate),
-so this module runs on any frame of prepared rows.
+every policy, calibration, breakdowns, and optionally leave-one-source-out: for each source, a
+router trained on every other source routes the source's rows, next to the reference fitted on
+the same other sources' rows. Loading the logs, training (`train`: rows of the other sources and
+an empty work folder -> a bundle folder) and MLflow are the caller's (pipelines.evaluate), so
+this module runs on any frame of prepared rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
+import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from data.logs import below_propensity_floor
 from evaluation.config import SPLIT_NOTES, EvalConfig
-from evaluation.loso import Trainer, leave_one_source_out
+from evaluation.figures import HeldOutSource
+from evaluation.metrics import reliability
 from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import TunedRules, breakdowns, evaluate_policies, tune_rule_table
-from evaluation.policy_metrics import reliability
-from evaluation.rows import Rows
+from evaluation.reference import ReferencePolicy
+from evaluation.rows import Rows, decide
 from evaluation.rules_effect import rules_effect
 from serving.bundle._manifest import Manifest
 from serving.policy._rules import PolicySet
 from serving.routing._validation import check_metadata
 
-if TYPE_CHECKING:
-    from evaluation.reference import ReferencePolicy
+log = logging.getLogger(__name__)
+LOSO_POLICIES = ("learned", "rule_table", "rule_table_inferred", "reference", "random", "oracle")
+# (rows of the other sources as a prepared frame, an empty work folder) -> the trained bundle's folder
+Trainer = Callable[[object, Path], Path]
+
+
+def leave_one_source_out(
+    frame,
+    *,
+    train: Trainer,
+    sources=None,
+    batch_size: int = 256,
+    progress=None,
+    reference_target: dict | None = None,
+    **options,
+) -> dict[str, HeldOutSource]:
+    """{source: HeldOutSource: LOSO_POLICIES compared on its rows (evaluate_policies) by a router
+    trained on the other sources, or the error when that training failed}. Empty with one source.
+
+    `frame` is a prepared log frame (merged rows with split and label); `reference_target`
+    the threshold options of the reference (None: no reference); `options` go to
+    evaluate_policies (catch_rate, cost, latency).
+    """
+    from serving import Router
+
+    present = sorted(frame["source"].unique())
+    unknown = [s for s in sources or () if s not in present]
+    if unknown:
+        raise ValueError(f"holdout source {unknown[0]!r} is not in the logs; sources: {', '.join(present)}")
+    if len(present) < 2:
+        return {}
+    held_out = list(sources or present)
+    task = progress.add_task("leave-one-source-out", total=len(held_out)) if progress else None
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="loso-") as tmp:
+        for source in held_out:
+            work = Path(tmp) / re.sub(r"\W+", "_", source)
+            work.mkdir()
+            # Merged rows, so a prompt is never on both sides of the split.
+            rest, held = frame[frame["source"] != source], frame[frame["source"] == source]
+            try:
+                bundle = train(rest, work)
+            except Exception as exc:  # one failed training must not hide the other sources' figures
+                log.warning("leave-one-source-out: training without %s failed: %s", source, exc)
+                results[source] = HeldOutSource(None, error=f"{type(exc).__name__}: {exc}"[:300])
+            else:
+                rows = Rows.route(Router.load(bundle, strict=True), held, batch_size=batch_size)
+                reference = ReferencePolicy.fit_frame(rest, **reference_target) if reference_target else None
+                names = [n for n in LOSO_POLICIES if n != "reference" or reference is not None]
+                figures, _ = evaluate_policies(rows.with_inferred_domains(), names, reference=reference, **options)
+                results[source] = HeldOutSource(
+                    figures,
+                    trained_on_rows=int(len(rest)),
+                    unfamiliar_share=float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
+                )
+            if progress:
+                progress.advance(task)
+    return results
 
 
 @dataclass
@@ -59,23 +122,27 @@ def fit_tuned_rules(rows: Rows, manifest: Manifest, *, step: float) -> tuple[Tun
     return tuned, {**tuned.as_dict(), "target": target["target"]}
 
 
-def fit_reference(train: Rows, val: Rows, manifest: Manifest) -> tuple["ReferencePolicy", dict]:
+def fit_reference(train: Rows, val: Rows, manifest: Manifest) -> tuple[ReferencePolicy, dict]:
     """The reference on the train rows, thresholded on the val rows for the bundle's own target."""
-    from evaluation.reference import ReferencePolicy
-
     started = time.perf_counter()
     reference = ReferencePolicy.fit(train, val, **threshold_target(manifest))
     return reference, {**reference.as_dict(), "fit_seconds": round(time.perf_counter() - started, 2)}
 
 
-def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame, rows: Rows) -> dict:
-    return {
+def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame=None, rows: Rows | None = None) -> dict:
+    """metrics.json's `setup`; without `rows` (no request has both outcomes) the bundle and logs alone."""
+    read = {
         "bundle": str(config.bundle),
         "model_version": manifest.model_version,
         "mlflow_run_id": manifest.mlflow.get("run_id"),
         "logs": data_report["paths"],
         "rows_read": data_report["rows_read"],
         "rejected": data_report["rejected"],
+    }
+    if rows is None:
+        return {**read, "split": config.split, "evaluated_rows": 0}
+    return {
+        **read,
         "prompts": int(len(frame)),
         "rows_per_split": {k: int(v) for k, v in frame["split"].value_counts().items()},
         "split": config.split,
@@ -198,12 +265,7 @@ def logged_traffic(
         if not logged.any():
             return {"skipped": f"every logged request is below the propensity floor {min_propensity}", **left_out}
     rows = frame[logged]
-    prompts, precisions = rows["prompt"].tolist(), rows["precision"].tolist()
-    decisions = [
-        d
-        for start in range(0, len(prompts), batch_size)
-        for d in router.route_batch(prompts[start : start + batch_size], precisions[start : start + batch_size])
-    ]
+    decisions, _ = decide(router, rows["prompt"], rows["precision"], batch_size=batch_size)
     heads = [(d.p_edge, d.p_cloud) for d in decisions]
     if any(e is None for e, _ in heads):  # a bundle without outcome heads: its score stands in for neither
         return {"skipped": "the bundle has no outcome heads (P(edge good), P(cloud good)) for the DR estimate"}
@@ -266,23 +328,7 @@ def evaluate(
     both = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
     if not both.any() or not both[_chosen_rows(config, frame)].any():
         notes.append("no evaluated request has both outcomes: only the off-policy estimates are reported")
-        return Evaluation(
-            {
-                "setup": {
-                    "bundle": str(config.bundle),
-                    "model_version": manifest.model_version,
-                    "mlflow_run_id": manifest.mlflow.get("run_id"),
-                    "logs": data_report["paths"],
-                    "rows_read": data_report["rows_read"],
-                    "rejected": data_report["rejected"],
-                    "split": config.split,
-                    "evaluated_rows": 0,
-                },
-                "off_policy": traffic,
-                "notes": notes,
-            },
-            {},
-        )
+        return Evaluation({"setup": _setup(config, manifest, data_report), "off_policy": traffic, "notes": notes}, {})
     if not both.all():
         notes.append(f"{int((~both).sum())} requests with one outcome: in the off-policy estimates only")
         frame = frame[both]

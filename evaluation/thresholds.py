@@ -1,14 +1,9 @@
-"""Pick the two fallback thresholds per precision tag from calibrated validation scores.
-
-Zones: edge when score < lo; cloud when score > hi; edge_with_cloud_fallback in between
-(inclusive, like the rule table). Offline, an edge-first request in the fallback zone
-is worth evaluation.fallback.fallback_quality and costs evaluation.fallback.fires cloud
-calls (`catch_rate`: a number, the share of edge failures the app is assumed to see at run
-time, or a per-request evaluation.fallback.Catch with the acceptance check's measured rates).
-
-Targets: `quality` (default) is the fewest expected cloud calls whose expected quality
-is within `max_quality_drop` of all-cloud; `budget` is the best expected quality with
-expected cloud calls <= `cloud_budget`.
+"""Pick the two fallback thresholds per precision tag from calibrated validation scores
+(docs/training.md, step 7): edge when score < lo, cloud when score > hi, edge_with_cloud_fallback
+in between (inclusive), the fallback zone valued by evaluation.fallback (`catch_rate`: a number,
+assumed, or a per-request Catch with the acceptance check's measured rates). Targets: `quality`,
+the fewest expected cloud calls within `max_quality_drop` of all-cloud's quality; `budget`, the
+best expected quality with expected cloud calls <= `cloud_budget`.
 """
 
 from __future__ import annotations

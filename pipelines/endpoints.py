@@ -8,7 +8,7 @@ held-out folds against every endpoint alone and the oracle (evaluation.endpoints
 `metrics.json` and `quality_vs_cost.png` into `--out`; with `--bundle DIR`, also an N-endpoint
 bundle of the chosen head mode and `--rule` (training.endpoint_bundle). With `--policy FILE`, what
 that policy does to the held-out rows under `--rule`, decided by the SDK's own chooser
-(evaluation.endpoint_policy): metrics.json's `policy`.
+(evaluation.rules_effect): metrics.json's `policy`.
 """
 
 from __future__ import annotations
@@ -73,14 +73,14 @@ def _truth(paths: list[str], request_ids, names):
 
 
 def policy_folds(rows, fits, per_fold, endpoints, *, mode: str, rule: str, choosers, output_tokens: float, metadata):
-    """Each fold's held-out rows that hold every endpoint's outcome, as evaluation.endpoint_policy
+    """Each fold's held-out rows that hold every endpoint's outcome, as evaluation.rules_effect
     reads them: the fold's `mode` models' probabilities (`fits`: training.endpoints.FoldFit), the
     SDK's chooser at `rule` and the fold's parameter (best_under_price: the price the fold set on
     its validation rows, `per_fold`'s), the logged cost (the spec's price where none is logged)
     and each row's `metadata` (a sequence aligned with `rows`)."""
     import numpy as np
 
-    from evaluation.endpoint_policy import HeldOut
+    from evaluation.rules_effect import HeldOut
     from serving.bundle._manifest import EndpointsSection
     from serving.routing._chooser import Choice, Chooser
     from training.endpoints import CHARS_PER_TOKEN, expected_costs
@@ -207,7 +207,8 @@ def main(
 
     from data.endpoint_logs import read_endpoint_logs
     from data.simulator_endpoints import write_simulation
-    from evaluation.endpoints import Choosers, plot_quality_vs_cost
+    from evaluation.endpoints import Choosers
+    from evaluation.report import plot_quality_vs_cost
     from serving.bundle._manifest import ENDPOINT_RULES
     from serving.endpoints._record import EndpointSpecError
     from training.config import TrainConfig, parse_overrides
@@ -272,23 +273,16 @@ def main(
         rejects=len(rejects),
         seconds=time.perf_counter() - started,
     )
+    # what the policy's folds and the bundle are decided with
+    chosen = dict(mode=result["chosen_mode"], rule=rule, choosers=choosers, output_tokens=tokens)
     if rules is not None:
-        from evaluation.endpoint_policy import policy_effect
+        from evaluation.rules_effect import policy_effect
         from training.crossval import interval
         from training.endpoints import fold_correction
 
         own = frame["metadata"].tolist() if "metadata" in frame else [None] * len(frame)
-        held = policy_folds(
-            rows,
-            fits,
-            result["per_fold"],
-            endpoints,
-            mode=result["chosen_mode"],
-            rule=rule,
-            choosers=choosers,
-            output_tokens=tokens,
-            metadata=[m if isinstance(m, dict) else None for m in own],
-        )
+        own = [m if isinstance(m, dict) else None for m in own]
+        held = policy_folds(rows, fits, result["per_fold"], endpoints, **chosen, metadata=own)
         effect = policy_effect(held, rules, metadata=given, catch_rate=catch_rate)
         correction = fold_correction(folds, training.split.val_share)
         for name, figure in effect.get("figures", {}).items():
@@ -324,10 +318,7 @@ def main(
                 rows,
                 endpoints,
                 bundle,
-                mode=result["chosen_mode"],
-                rule=rule,
-                choosers=choosers,
-                output_tokens=tokens,
+                **chosen,
                 folds=folds,
                 config=training,
                 signing_key=signing_key,

@@ -99,21 +99,22 @@ def run(config: EvalConfig, *, console=None) -> EvalResult:
     router = Router.load(config.bundle, strict=True)  # a degraded router would evaluate the rule table
     manifest = router.manifest
     if manifest.endpoints is not None:
-        return run_endpoints(config, router, console=console)
-    with console.status("loading and validating logs"):
-        frame, data_report, notes, responses = load_rows(config, manifest, console)
-    with Progress(console=console, transient=True) as progress:
-        result = evaluate(
-            config,
-            router=router,
-            manifest=manifest,
-            frame=frame,
-            data_report=data_report,
-            train=retrainer(manifest, config),
-            progress=progress,
-            responses=responses,
-        )
-    result.metrics["notes"] = notes + result.metrics["notes"]
+        result = run_endpoints(config, router, console=console)
+    else:
+        with console.status("loading and validating logs"):
+            frame, data_report, notes, responses = load_rows(config, manifest, console)
+        with Progress(console=console, transient=True) as progress:
+            result = evaluate(
+                config,
+                router=router,
+                manifest=manifest,
+                frame=frame,
+                data_report=data_report,
+                train=retrainer(manifest, config),
+                progress=progress,
+                responses=responses,
+            )
+        result.metrics["notes"] = notes + result.metrics["notes"]
     metrics, files = write_report(result.metrics, result.curves, Path(config.out))
     run_id = None
     if config.mlflow:
@@ -152,46 +153,26 @@ def endpoint_rows(config: EvalConfig, manifest):
     return frame[masks[config.split]].reset_index(drop=True), rejects
 
 
-def _decided(router, prompts: list[str], precisions: list) -> tuple[list, list[int]]:
-    """(the SDK's decisions, the rows they are of): route_batch, and where it raises NoFeasibleEndpoint
-    (a prompt longer than every endpoint's context), one row at a time, leaving such rows out."""
-    from serving.policy import NoFeasibleEndpoint
-
-    try:
-        return router.route_batch(prompts, precisions), list(range(len(prompts)))
-    except NoFeasibleEndpoint:
-        decided = []
-        for i, (prompt, precision) in enumerate(zip(prompts, precisions)):
-            try:
-                decided.append((i, router.route(prompt, precision=precision)))
-            except NoFeasibleEndpoint:
-                continue
-        return [d for _, d in decided], [i for i, _ in decided]
-
-
-def run_endpoints(config: EvalConfig, router, *, console) -> EvalResult:
-    """`make evaluate` of an N-endpoint bundle: its unseen rows of N-endpoint logs routed by the SDK
-    (evaluation.endpoints.bundle_figures; the acceptance check on the rows' answers where the bundle has
-    one and the logs carry them); report.md and metrics.json into `out`, logged under the bundle's MLflow
-    run when it names one."""
-    import json
-
+def run_endpoints(config: EvalConfig, router, *, console):
+    """`make evaluate`'s figures of an N-endpoint bundle: its unseen rows of N-endpoint logs routed by
+    the SDK (evaluation.endpoints.bundle_figures; the acceptance check on the rows' answers where the
+    bundle has one and the logs carry them)."""
     import numpy as np
 
     from evaluation.acceptance import separation_by_source
-    from evaluation.endpoints import bundle_figures, bundle_report
-    from evaluation.report import json_ready
+    from evaluation.endpoints import bundle_figures
+    from evaluation.rows import decide
+    from evaluation.run import Evaluation
     from serving.endpoints._choice import call_costs
     from training.endpoint_bundle import answer_rows
     from training.endpoints import EndpointRows
-    from training.tracking import log_evaluation
 
     manifest = router.manifest
     section = manifest.endpoints
     with console.status("loading and validating logs"):
         frame, rejects = endpoint_rows(config, manifest)
     rows = EndpointRows.from_frame(frame, section.names)
-    decisions, kept = _decided(router, list(rows.prompts), rows.precisions)
+    decisions, kept = decide(router, rows.prompts, rows.precisions)
     if len(kept) < len(rows):  # prompts no endpoint's context holds: the SDK raises for them
         rows = rows.subset(np.asarray(kept, dtype=np.int64))
     price, _ = call_costs(list(section.spec), [d.n_tokens for d in decisions], section.output_tokens)
@@ -230,18 +211,7 @@ def run_endpoints(config: EvalConfig, router, *, console) -> EvalResult:
         probability = router.acceptor.probabilities(answers["prompt"].tolist(), answers["edge_response"].tolist())
         good = answers["edge_quality"].to_numpy() >= manifest.acceptance.get("good_quality", 0.5)
         metrics["acceptance"] = separation_by_source(probability, good, answers["source"], router.acceptor.threshold)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ready = json_ready(metrics)
-    (out / "metrics.json").write_text(json.dumps(ready, indent=2, allow_nan=False), encoding="utf-8")
-    (out / "report.md").write_text(bundle_report(metrics), encoding="utf-8")
-    files = [out / "report.md", out / "metrics.json"]
-    run_id = None
-    if config.mlflow:
-        run_id, why_not = log_evaluation(manifest, ready, files)
-        if why_not:
-            ready["notes"].append(f"not logged to MLflow: {why_not}")
-    return EvalResult(out, ready, files, run_id)
+    return Evaluation(metrics, {})
 
 
 def _metadata(items: list[str]) -> dict[str, str]:

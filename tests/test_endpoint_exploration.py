@@ -18,7 +18,7 @@ import pytest
 
 from data.endpoint_logs import read_endpoint_logs
 from data.simulator_endpoints import load_simulation, write_simulation
-from evaluation.endpoints import logged_estimate
+from evaluation.off_policy import logged_estimate
 from serving import Router
 from serving.chat import Endpoint, RoutedChat
 from serving.endpoints._capabilities import Needs

@@ -1,5 +1,5 @@
-"""Scoring choices among N endpoints on one-outcome logs (evaluation.endpoints.logged_estimate,
-logged_figures and fold_figures' `logged` rows): each request ran on one endpoint, chosen by the
+"""Scoring choices among N endpoints on one-outcome logs (evaluation.off_policy.logged_estimate,
+evaluation.endpoints.logged_figures and fold_figures' `logged` rows): each request ran on one endpoint, chosen by the
 logging policy with a known propensity. Checked against the full-information truth on the same
 synthetic requests, where every endpoint's outcome is known."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.endpoints import ESTIMATED, figure_at, fold_figures, logged_estimate, logged_figures
-from evaluation.off_policy import MIN_PROPENSITY
+from evaluation.endpoints import ESTIMATED, figure_at, fold_figures, logged_figures
+from evaluation.off_policy import MIN_PROPENSITY, logged_estimate
 
 NAMES = ("phone", "onprem", "mid", "frontier")
 PRICES = np.array([0.0, 0.0004, 0.0005, 0.005])

@@ -20,7 +20,8 @@ from data.simulator_endpoints import (
     simulate,
     write_simulation,
 )
-from evaluation.endpoints import area, cost_at_quality, envelope, oracle
+from evaluation.endpoints import oracle
+from evaluation.metrics import area, envelope, first_reach
 from serving.endpoints._choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
 from serving.endpoints._record import EndpointSpecError, load_endpoints, parse_endpoints
 
@@ -215,8 +216,8 @@ def test_the_curve_area_and_the_oracle_on_a_hand_made_case():
     assert area([0.0, 1.0], [0.5, 1.0], low_cost=0, high_cost=1, low_quality=0.5, high_quality=1.0) == pytest.approx(
         0.5
     )
-    assert cost_at_quality(costs, qualities, 0.7) == pytest.approx(0.3)
-    assert np.isnan(cost_at_quality(costs, qualities, 1.1))
+    assert first_reach(costs, qualities, 0.7) == pytest.approx(0.3)
+    assert np.isnan(first_reach(costs, qualities, 1.1))
     q = np.array([[0.0, 1.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
     assert oracle(q, np.array([[0.0, 1.0, 2.0]] * 3)) == pytest.approx((2 / 3, 1 / 3))
 

@@ -1,4 +1,4 @@
-"""A policy on N-endpoint logs (`make endpoints ARGS="--policy FILE"`, evaluation.endpoint_policy,
+"""A policy on N-endpoint logs (`make endpoints ARGS="--policy FILE"`, evaluation.rules_effect,
 docs/endpoints.md#policies-on-n-endpoint-logs): on a small simulated four-endpoint log whose rows
 carry request metadata (data/endpoints/four.yaml, 500 rows, 3 prompt-hash folds, separate heads),
 per-rule counts equal the rows each rule applies to, a forbidden endpoint gets no first call, a
@@ -15,7 +15,7 @@ import typer
 from data.endpoint_logs import check_endpoint_row, read_endpoint_logs
 from data.schema import RowError
 from data.simulator_endpoints import ROWS_FILE, load_simulation, write_simulation
-from evaluation.endpoint_policy import policy_effect
+from evaluation.rules_effect import policy_effect
 from serving.policy._rules import PolicySet
 
 N, FOLDS = 500, 3

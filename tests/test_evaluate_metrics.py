@@ -1,4 +1,4 @@
-"""Offline-evaluation figures (evaluation.policy_metrics, evaluation.policies) on cases computed by hand,
+"""Offline-evaluation figures (evaluation.metrics, evaluation.policies) on cases computed by hand,
 including the degenerate ones: one class, tied scores, zero and full cloud share, empty input."""
 
 from __future__ import annotations
@@ -10,16 +10,7 @@ import pytest
 
 from evaluation.fallback import fallback_quality, fires
 from evaluation.figures import Comparison, Cost, KeyFigures, SplitSummary
-from evaluation.policies import (
-    TunedRules,
-    check_policies,
-    evaluate_policies,
-    length_buckets,
-    policy_figures,
-    rule_table_scores,
-    tune_rule_table,
-)
-from evaluation.policy_metrics import (
+from evaluation.metrics import (
     CostModel,
     LatencyModel,
     at_share,
@@ -30,6 +21,15 @@ from evaluation.policy_metrics import (
     reliability,
     weighted_quantile,
     zone_probabilities,
+)
+from evaluation.policies import (
+    TunedRules,
+    check_policies,
+    evaluate_policies,
+    length_buckets,
+    policy_figures,
+    rule_table_scores,
+    tune_rule_table,
 )
 from evaluation.rows import Rows
 from serving._contract import CLOUD, EDGE, FALLBACK
