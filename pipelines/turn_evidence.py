@@ -22,8 +22,6 @@ import json
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 
 def main(
     conversations: int = 1500,
@@ -40,51 +38,54 @@ def main(
     if bundle is not None:
         fit_for(bundle, logs or [], out_bundle, signing_key, folds, output_tokens, out)
         return
+    from training.turn_evidence import crossval
+
+    with tempfile.TemporaryDirectory(prefix="turn-evidence-") as folder:
+        _, parts, names = simulated(Path(folder), conversations, seed, cache)
+    figures = {"conversations": len(parts), "seed": seed, **crossval(parts, names, folds)}
+    report(figures, folds, out, f"{len(parts)} held-out conversations")
+    print(f"written to {out}")
+
+
+def simulated(tmp: Path, conversations: int, seed: int, cache: Path, train_share: float = 1 / 3):
+    """(a bundle trained in `tmp` on the turns of the first `train_share` of `conversations` simulated
+    conversations, the other conversations' designs scored through the SDK, the endpoint names)."""
     from data.endpoint_logs import read_endpoint_logs
     from data.simulator_conversations import load_simulation, write_conversations
-    from evaluation.conversations import conversations_of
     from evaluation.endpoints import Choosers
-    from serving import Router
     from training.config import TrainConfig
     from training.endpoint_bundle import train_endpoint_bundle
     from training.endpoints import EndpointRows
-    from training.turn_evidence import crossval, design
+    from training.turn_evidence import linked_designs
 
     sim = load_simulation(None)
-    with tempfile.TemporaryDirectory(prefix="turn-evidence-") as folder:
-        tmp = Path(folder)
-        write_conversations(tmp / "logs", sim, conversations, seed=seed)
-        frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
-        ids = [m["conversation"] for m in frame["metadata"]]
-        first = set(sorted(set(ids))[: conversations // 3])
-        training = frame[[cid in first for cid in ids]].reset_index(drop=True)
-        made = train_endpoint_bundle(
-            EndpointRows.from_frame(training, sim.names),
-            sim.endpoints,
-            tmp / "bundle",
-            mode="separate",
-            rule="cheapest_within",
-            choosers=Choosers(),
-            output_tokens=sim.output_tokens,
-            config=TrainConfig(cache_dir=str(cache)),
-        )
-        others, _ = conversations_of(frame[[cid not in first for cid in ids]].reset_index(drop=True), sim.names)
-        router = Router.load(made.folder, strict=True, unfamiliar_policy="learned")
-        parts = []
-        for conversation in others:
-            decisions = router.route_batch(conversation.texts, conversation.precisions)
-            expected = np.array([[d.expected[n] for n in sim.names] for d in decisions])
-            tokens = np.array([d.n_tokens for d in decisions])
-            parts.append(design(expected, conversation.quality, tokens, conversation.output_tokens, sim.names))
-    figures = {"conversations": len(others), "seed": seed, **crossval(parts, list(sim.names), folds)}
+    write_conversations(tmp / "logs", sim, conversations, seed=seed)
+    frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
+    ids = [m["conversation"] for m in frame["metadata"]]
+    first = set(sorted(set(ids))[: round(conversations * train_share)])
+    made = train_endpoint_bundle(
+        EndpointRows.from_frame(frame[[cid in first for cid in ids]].reset_index(drop=True), sim.names),
+        sim.endpoints,
+        tmp / "bundle",
+        mode="separate",
+        rule="cheapest_within",
+        choosers=Choosers(),
+        output_tokens=sim.output_tokens,
+        config=TrainConfig(cache_dir=str(cache)),
+    )
+    others = frame[[cid not in first for cid in ids]].reset_index(drop=True)
+    return made.folder, linked_designs(made.folder, others, sim.names, sim.output_tokens), list(sim.names)
+
+
+def report(figures: dict, folds: int, out: Path, what: str) -> None:
+    """Write the figures to `out` and print the paired comparison."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(figures, indent=2))
     d = figures["difference"]
     print(
-        f"{len(others)} held-out conversations, {folds} folds: log loss {figures['without']:.4f} from the text alone, "
+        f"{what}, {folds} folds: log loss {figures['without']:.4f} from the text alone, "
         f"{figures['with']:.4f} with the last turn; paired difference {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
     )
-    print(f"written to {out}")
 
 
 def fit_for(
@@ -110,13 +111,7 @@ def fit_for(
     parts = linked_designs(bundle, frame, names, output_tokens)
     figures = {"conversations": len(parts), "rejected_rows": len(rejected), **crossval(parts, names, folds)}
     written = with_turn_evidence(bundle, out_bundle, fit_turn_evidence(parts, names), signing_key=signing_key)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(figures, indent=2))
-    d = figures["difference"]
-    print(
-        f"{len(parts)} conversations, {folds} folds: log loss {figures['without']:.4f} from the text alone, "
-        f"{figures['with']:.4f} with the last turn; paired difference {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
-    )
+    report(figures, folds, out, f"{len(parts)} conversations")
     print(f"the bundle with turn_evidence.json: {written}; figures in {out}")
 
 

@@ -19,42 +19,10 @@ from training.turn_evidence import crossval, design, fit_turn_evidence, held_out
 
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory, encoder_cache):
-    """(a bundle trained on 300 simulated conversations' turns, 200 others' designs, the names)."""
-    from data.endpoint_logs import read_endpoint_logs
-    from data.simulator_conversations import load_simulation, write_conversations
-    from evaluation.conversations import conversations_of
-    from evaluation.endpoints import Choosers
-    from training.config import TrainConfig
-    from training.endpoint_bundle import train_endpoint_bundle
-    from training.endpoints import EndpointRows
+    """(a bundle trained on 300 simulated conversations' turns, 600 others' designs, the names)."""
+    from pipelines.turn_evidence import simulated
 
-    tmp = tmp_path_factory.mktemp("turns")
-    sim = load_simulation(None)
-    write_conversations(tmp / "logs", sim, 500, seed=7)
-    frame, _ = read_endpoint_logs([tmp / "logs"], sim.names)
-    ids = [m["conversation"] for m in frame["metadata"]]
-    first = sorted(set(ids))[:300]
-    training = frame[[cid in set(first) for cid in ids]].reset_index(drop=True)
-    made = train_endpoint_bundle(
-        EndpointRows.from_frame(training, sim.names),
-        sim.endpoints,
-        tmp / "bundle",
-        mode="separate",
-        rule="cheapest_within",
-        choosers=Choosers(),
-        output_tokens=sim.output_tokens,
-        config=TrainConfig(cache_dir=str(encoder_cache)),
-    )
-    others = frame[[cid not in set(first) for cid in ids]].reset_index(drop=True)
-    conversations, _ = conversations_of(others, sim.names)
-    router = Router.load(made.folder, strict=True, unfamiliar_policy="learned")
-    parts = []
-    for conversation in conversations:
-        decisions = router.route_batch(conversation.texts, conversation.precisions)
-        expected = np.array([[d.expected[n] for n in sim.names] for d in decisions])
-        tokens = np.array([d.n_tokens for d in decisions])
-        parts.append(design(expected, conversation.quality, tokens, conversation.output_tokens, sim.names))
-    return made.folder, parts, list(sim.names)
+    return simulated(tmp_path_factory.mktemp("turns"), 900, 7, encoder_cache)
 
 
 def synthetic(conversations: int, seed: int, names=("small", "large")):
