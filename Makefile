@@ -140,6 +140,13 @@ replay: $(STAMP)
 turns: $(STAMP)
 	$(BIN)/python -m pipelines.mt_bench_turns --out reports/mt_bench_turns.json $(ARGS)
 
+# Conversations, offline (pipelines/conversations.py, docs/evaluation.md#conversations-make-conversations): simulated
+# conversations (or ARGS="--data logs/"), a bundle per conversation-hash fold, the held-out conversations replayed through
+# the SDK under each stickiness; writes reports/conversations/metrics.json.
+.PHONY: conversations
+conversations: $(STAMP)
+	$(BIN)/python -m pipelines.conversations $(ARGS)
+
 # Synthetic logs (labelled synthetic; never used for headline figures).
 simulate: $(STAMP)
 	$(BIN)/python -m pipelines.simulate --n $(N) --out $(OUT) $(ARGS)
