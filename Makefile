@@ -140,6 +140,13 @@ replay: $(STAMP)
 turns: $(STAMP)
 	$(BIN)/python -m pipelines.mt_bench_turns --out reports/mt_bench_turns.json $(ARGS)
 
+# The previous turn as evidence (pipelines/turn_evidence.py, docs/conversations.md): on simulated conversations, log loss of every endpoint's
+# P(good answer) from the text alone and with the last turn weighed, paired over folds (reports/turn_evidence.json);
+# ARGS="--bundle B --logs L --out-bundle O [--signing-key K]" fits B's weights from linked logs and writes B again at O.
+.PHONY: turn-evidence
+turn-evidence: $(STAMP)
+	$(BIN)/python -m pipelines.turn_evidence --out reports/turn_evidence.json $(ARGS)
+
 # Conversations, offline (pipelines/conversations.py, docs/evaluation.md#conversations-make-conversations): simulated
 # conversations (or ARGS="--data logs/"), a bundle per conversation-hash fold, the held-out conversations replayed through
 # the SDK under each stickiness; writes reports/conversations/metrics.json.
