@@ -153,7 +153,7 @@ class Replay:
     tokens: list[list[int]]  # each turn's input tokens as the SDK counted them
 
     def figures(self) -> dict[str, float]:
-        return {k: float(np.nanmean(v)) for k, v in self.per_conversation.items()}
+        return {k: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for k, v in self.per_conversation.items()}
 
 
 def _figures(conversations, served, priced) -> dict[str, np.ndarray]:
@@ -437,3 +437,37 @@ def _endpoint_records(bundle: str | Path):
     section = read_bundle(bundle).manifest.endpoints
     assert section is not None
     return section.spec
+
+
+def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output_tokens: float) -> dict | None:
+    """make evaluate's figures of the conversations in N-endpoint rows (`frame`, read_endpoint_logs'),
+    or None when the rows do not link turns: the conversations all of whose turns are in `frame` and
+    hold every endpoint's outcome, replayed through `bundle` as its rule decides under each of POLICIES
+    (module doc), the oracle beside them, and each policy minus own per conversation with its normal
+    95% interval over the conversations (evaluation.metrics.paired)."""
+    from evaluation.metrics import paired
+
+    try:
+        links = _links(frame)
+    except ValueError:
+        return None
+    turns: dict[str, set[int]] = {}
+    for link in links:
+        turns.setdefault(str(link["conversation"]), set()).add(int(link["turn"]))
+    whole = {c for c, ts in turns.items() if ts == set(range(1, max(ts) + 1))}
+    keep = [str(link["conversation"]) in whole for link in links]
+    conversations, incomplete = conversations_of(frame[keep], names, output_tokens=output_tokens)
+    out: dict = {"conversations": len(conversations), "partial": len(turns) - len(whole), "incomplete": incomplete}
+    if not conversations:
+        return out
+    runs = {name: replay(bundle, conversations, Stickiness(weight)) for name, weight in POLICIES.items()}
+    runs["oracle"] = oracle(list(_endpoint_records(bundle)), conversations, runs["own"].tokens)
+    out["policies"] = {name: run.figures() for name, run in runs.items()}
+    keys = [k for k in FIGURES if k not in ("turns", "expected_quality")]
+    out["minus_own"] = {}
+    for name in ("priced", "sticky"):
+        out["minus_own"][name] = {}
+        for key in keys:
+            both = paired(runs["own"].per_conversation[key], runs[name].per_conversation[key])
+            out["minus_own"][name][key] = {"difference": both["difference"], "interval": both["interval"]}
+    return out

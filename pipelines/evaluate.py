@@ -160,6 +160,7 @@ def run_endpoints(config: EvalConfig, router, *, console):
     import numpy as np
 
     from evaluation.acceptance import separation_by_source
+    from evaluation.conversations import logged_conversations
     from evaluation.endpoints import bundle_figures
     from evaluation.rows import decide
     from evaluation.run import Evaluation
@@ -206,6 +207,10 @@ def run_endpoints(config: EvalConfig, router, *, console):
             if given
         ],
     }
+    # rows that link turns (conversation, turn) are replayed as conversations too (evaluation.conversations)
+    linked = logged_conversations(config.bundle, frame, section.names, section.output_tokens)
+    if linked is not None:
+        metrics["conversations"] = linked
     answers = answer_rows(rows, {"test": np.ones(len(rows), bool), "val": np.zeros(len(rows), bool)})
     if router.acceptor is not None and answers is not None:
         probability = router.acceptor.probabilities(answers["prompt"].tolist(), answers["edge_response"].tolist())
@@ -287,6 +292,10 @@ def main(
         console.print((result.out / "report.md").read_text(encoding="utf-8"), soft_wrap=True, markup=False)
     else:
         console.print(summary_table(result.metrics))
+    for name, f in result.metrics.get("conversations", {}).get("policies", {}).items():
+        console.print(
+            f"conversations, {name}: quality {f['quality']:.4f}, ${f['cost']:.5f}, {f['switches']:.2f} switches"
+        )
     for note in result.metrics.get("notes", []):  # e.g. a cross-fitted bundle scored on its own training logs
         console.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     logged = f"MLflow run {result.mlflow_run_id}" if result.mlflow_run_id else "not logged to MLflow"

@@ -38,7 +38,7 @@ SIM = load_simulation(None)
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory, encoder_cache):
     """(a bundle trained with best_under_price on 300 simulated conversations' turns, the 80 conversations
-    held out of its training)."""
+    held out of its training, (the logs' folder, the held-out conversations' rows))."""
     from evaluation.endpoints import Choosers
     from training.config import TrainConfig
     from training.endpoint_bundle import train_endpoint_bundle
@@ -61,7 +61,7 @@ def simulated(tmp_path_factory, encoder_cache):
         folds=10,
         config=TrainConfig(cache_dir=str(encoder_cache)),
     )
-    return tmp / "bundle", conversations[:80]
+    return tmp / "bundle", conversations[:80], (tmp / "logs", frame[~train].reset_index(drop=True))
 
 
 def test_a_turn_is_priced_on_the_caches_it_finds():
@@ -132,7 +132,7 @@ def test_the_oracle_finds_the_best_sequence_with_the_switches_priced():
 
 
 def test_the_replay_decides_each_turn_as_the_sdk_does(simulated):
-    bundle, conversations = simulated
+    bundle, conversations, _ = simulated
     own = replay(bundle, conversations, Stickiness(0))
     # weight 0: every turn on its own, so each turn goes where route() sends its text without a conversation
     router = Router.load(bundle, strict=True)
@@ -158,7 +158,7 @@ def test_the_replay_decides_each_turn_as_the_sdk_does(simulated):
 
 
 def test_a_variant_decides_by_another_rule_with_the_same_models(simulated, tmp_path):
-    bundle, conversations = simulated
+    bundle, conversations, _ = simulated
     texts = [c.texts[0] for c in conversations]
     cheap = Router.load(with_rule(bundle, tmp_path / "cheap", "best_under_price", 1e6), strict=True).route_batch(texts)
     assert {d.cascade[0] for d in cheap} <= {"phone-3b", "onprem-8b"}  # a high price on cost: the cheapest that fits
@@ -210,3 +210,32 @@ def test_make_conversations_compares_the_policies_over_conversation_folds(tmp_pa
         np.mean([f["operating"]["priced"]["cost"] - f["operating"]["own"]["cost"] for f in folds])
     )
     assert report["correlations"]["difficulty"] > 0.2
+
+
+def test_make_evaluate_replays_the_conversations_of_its_rows(simulated, tmp_path):
+    from evaluation.conversations import logged_conversations
+    from pipelines.evaluate import main
+
+    bundle, conversations, (logs, held) = simulated
+    names = SIM.names
+    assert logged_conversations(bundle, held.drop(columns="metadata"), names, 250.0) is None  # rows on their own
+    longer = next(c.id for c in conversations if len(c) >= 3)
+    gap = np.array([m == {"conversation": longer, "turn": "2"} for m in held["metadata"]])
+    found = logged_conversations(bundle, held[~gap], names, 250.0)
+    assert found["conversations"] == 79 and found["partial"] == 1  # a conversation without its turn 2 is left out
+    main(
+        bundle=str(bundle),
+        logs=[str(logs)],
+        split="all",
+        leave_one_source_out=False,
+        out=str(tmp_path),
+        set_=["mlflow=false"],
+    )
+    linked = json.loads((tmp_path / "metrics.json").read_text())["conversations"]
+    assert linked["conversations"] == 380 and set(linked["policies"]) == {"own", "sticky", "priced", "oracle"}
+    assert linked["policies"]["sticky"]["switches"] < 0.1 < linked["policies"]["own"]["switches"]
+    difference = linked["minus_own"]["priced"]["cost"]
+    low, high = difference["interval"]
+    assert low <= difference["difference"] <= high
+    own, priced = linked["policies"]["own"]["cost"], linked["policies"]["priced"]["cost"]
+    assert difference["difference"] == pytest.approx(priced - own)
