@@ -96,8 +96,8 @@ class Turn:
         None for a turn without a last endpoint."""
         if self.last is None:
             return None
-        stay = float(self.switch[self.last])
-        return {name: float(self.switch[k]) - stay for k, name in enumerate(names)}
+        stay = self.switch[self.last]
+        return {name: cost - stay for name, cost in zip(names, self.switch)}
 
     def _move(self, names: Sequence[str], to: int, verb: str = "would read") -> str:
         extra = self.switch[to] - self.switch[self.last] if self.last is not None else 0.0
@@ -140,6 +140,7 @@ class Chooser:
     ) -> None:
         self.endpoints = tuple(endpoints)
         self.names = tuple(e.name for e in self.endpoints)
+        self.index = {name: k for k, name in enumerate(self.names)}
         self.on_device = tuple(e.where == "device" for e in self.endpoints)
         self.rule = rule
         self.model_version, self.max_chars = model_version, max_chars
@@ -201,7 +202,7 @@ class Chooser:
         """Each request's Turn: None without a conversation; a first turn's has no last endpoint.
         `now`: the time the caches' ages are read at (time.time() unless given)."""
 
-        now, index = time.time() if now is None else now, {n: k for k, n in enumerate(self.names)}
+        now, index = time.time() if now is None else now, self.index
         out: list[Turn | None] = []
         for request, n_tokens, state in zip(requests, tokens, states):
             if request.conversation is None:
@@ -504,17 +505,18 @@ class Bands:
         if last is None:
             zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
             return zone, f"{reason}; {turn.said(SIDES, 0, None)[1]}", truncated, None
-        plain, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
-        zone, shift = plain, 0.0
-        if turn.weight == math.inf:
-            if n_tokens <= self.edge_context_tokens:  # the edge may serve it: stay on the last side
-                zone = CLOUD if last == 1 else (plain if plain != CLOUD else FALLBACK)
-        elif turn.priced:
-            hi = (self._bands.get(request.precision) or self._band(request.precision))[1]
+        shift = 0.0
+        if turn.weight != math.inf and turn.priced:
+            lo, hi = (self._bands.get(request.precision) or self._band(request.precision))[:2]
             cloud_price = chooser.endpoints[1].call_cost(n_tokens) or 0.0
             if hi > 0 and cloud_price > 0:
                 shift = hi / cloud_price * turn.weight * (turn.switch[1] - turn.switch[0])
-                zone, reason, truncated = self._model_zone(request, score - shift, n_tokens, novelty)
+        zone, reason, truncated = self._model_zone(request, score - shift, n_tokens, novelty)
+        plain = zone  # the zone without the switch: the same unless the shift crossed a threshold
+        if shift and zone_for(score, lo, hi) != zone_for(score - shift, lo, hi):
+            plain = self._model_zone(request, score, n_tokens, novelty)[0]
+        if turn.weight == math.inf and n_tokens <= self.edge_context_tokens:  # stay on the last side
+            zone = CLOUD if last == 1 else (plain if plain != CLOUD else FALLBACK)
         switched, said = turn.said(SIDES, int(zone == CLOUD), int(plain == CLOUD))
         if shift:
             said += f" ({self._score_name} {score:.3f} {-shift:+.3f} for the switch)"
