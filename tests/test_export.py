@@ -161,6 +161,7 @@ def test_shared_heads_export_with_their_side_appended_in_the_graph():
     """One shared booster (training.model.SIDE_FEATURE) is two heads: each head's graph pads
     `features` with its side, so the SDK feeds both the same input and gets each head's
     calibrated probability."""
+    from training.config import TrainConfig
     from training.export import heads_to_onnx
     from training.model import fit_booster, fit_heads, stack_sides
 
@@ -181,7 +182,7 @@ def test_shared_heads_export_with_their_side_appended_in_the_graph():
         fit_booster_for,
         x[val],
         {c: v[val] for c, v in outcome.items()},
-        calibration="sigmoid",
+        TrainConfig(lexical={"mode": "none"}),
         shared=True,
     )
     assert [(h.name, h.side) for h in heads] == [("edge", 0), ("cloud", 1)] and heads[0].booster is heads[1].booster

@@ -47,7 +47,7 @@ def _terms(extractor, prompts):
 
 
 def test_terms_are_unigrams_and_hashed_bigrams_divided_by_their_number():
-    from training.lexical import BIGRAM_BUCKETS, VOCABULARY, Terms, lexical_matrix
+    from training.lexical import BIGRAM_BUCKETS, VOCABULARY, Terms
 
     terms = Terms.of_rows([[5, 6, 5], [], [7]])
     assert terms.n_terms.tolist() == [5, 0, 1]  # n ids: 2n - 1 terms
@@ -56,7 +56,7 @@ def test_terms_are_unigrams_and_hashed_bigrams_divided_by_their_number():
     assert row[VOCABULARY + (5 * 1_000_003 + 6) % BIGRAM_BUCKETS] == 1
     assert row[VOCABULARY + (6 * 1_000_003 + 5) % BIGRAM_BUCKETS] == 1
     assert terms.counts[1].nnz == 0 and terms.counts[2].nnz == 1
-    assert lexical_matrix([[5, 6, 5]])[0, 5] == pytest.approx(2 / 5)
+    assert Terms.of_rows([[5, 6, 5]]).normalized()[0, 5] == pytest.approx(2 / 5)
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 30522\)"):
         Terms.of_rows([[30522]])
 
@@ -192,29 +192,56 @@ def test_an_idf_fit_keeps_idf_times_coefficients_on_the_grid():
 def _memorizable(n: int = 300):
     """Prompts whose only signal is one token of their own, with a random outcome: an
     in-sample model learns each outcome; a held-out one cannot."""
-    from training.lexical import Terms
+    from training.featurize import TokenRows
 
     rng = np.random.default_rng(1)
-    ids = [[1000 + i, 1000 + i, 1000 + i] for i in range(n)]
+    ids = [np.full(3, 1000 + i, dtype=np.uint16) for i in range(n)]
     outcome = (rng.random(n) < 0.5).astype(float)
-    return Terms.of_rows(ids), np.c_[outcome, 1 - outcome], [f"prompt {i}" for i in range(n)]
+    return TokenRows.from_rows(ids), np.c_[outcome, 1 - outcome], [f"prompt {i}" for i in range(n)]
 
 
 def test_training_rows_get_out_of_fold_margins():
-    from training.lexical import cross_fitted, fold_numbers
+    from training.config import TrainConfig
+    from training.lexical import Terms, fold_numbers
+    from training.lexical_stage import for_training
 
-    terms, outcomes, prompts = _memorizable()
+    tokens, outcomes, prompts = _memorizable()
     train = np.arange(len(prompts)) < 225
-    folds = fold_numbers(np.array(prompts, dtype=object)[train], 5)
-    assert sorted(set(folds.tolist())) == [0, 1, 2, 3, 4] and np.bincount(folds).min() > 25
-    model, margins = cross_fitted(terms, outcomes, np.ones_like(outcomes), train, folds, c=64.0)
+    folds = np.full(len(prompts), -1)
+    folds[train] = fold_numbers(np.array(prompts, dtype=object)[train], 5)
+    assert sorted(set(folds[train].tolist())) == [0, 1, 2, 3, 4] and np.bincount(folds[train]).min() > 25
+    every = np.ones(len(prompts), dtype=bool)
+    config = TrainConfig(lexical={"weighting": "mean", "c": 64.0})
+    model, margins = for_training(
+        config, outcomes, np.ones_like(outcomes), tokens, every, train, every, folds, vocabulary=30522
+    )
 
+    terms = Terms.of(tokens.ids, tokens.lengths)
     in_sample = model.margins(terms.subset(train))[:, 0]
     assert np.corrcoef(in_sample, outcomes[train, 0])[0, 1] > 0.9  # the all-train model memorized them
     assert abs(np.corrcoef(margins[train, 0], outcomes[train, 0])[0, 1]) < 0.2  # their own margins did not
     assert np.max(np.abs(margins[train, 0] - in_sample)) > 0.5
     # every other row: the all-train model's margins, the ones the bundle computes
     np.testing.assert_allclose(margins[~train], model.margins(terms.subset(~train)), rtol=0, atol=1e-6)
+
+
+def _all_at_once(terms, outcomes, weights, train, folds, **options):
+    """The lexical stage from every row's terms at once, as it was computed before it was
+    streamed: the model fitted on every training row, margins out of fold on the training rows
+    (`folds`: each training row's fold; None: that model's on every row), that model's elsewhere."""
+    from training.lexical import LexicalModel
+
+    rows = np.flatnonzero(train)
+    model = LexicalModel.fit(terms.subset(rows), outcomes[rows], weights[rows], **options)
+    if folds is None:
+        return model, model.margins(terms)
+    margins = np.empty((len(terms), len(model.bias)), dtype=np.float32)
+    margins[~train] = model.margins(terms.subset(~train))
+    for fold in np.unique(folds):
+        held, fit_rows = rows[folds == fold], rows[folds != fold]
+        part = LexicalModel.fit(terms.subset(fit_rows), outcomes[fit_rows], weights[fit_rows], **options)
+        margins[held] = part.margins(terms.subset(held))
+    return model, margins
 
 
 def test_terms_are_the_canonical_matrix_of_summed_term_counts():
@@ -268,18 +295,18 @@ def _token_log(n: int = 400):
 )
 def test_below_the_sample_cap_the_lexical_stage_is_cross_fitted_bit_for_bit(options):
     """While the training rows are fewer than lexical.sample_rows (the shipped logs), the
-    streamed stage (the sample's terms only, margins chunk by chunk) gives what cross_fitted
-    gives from every row's terms at once: the same model and the same float32 margins, so
-    the bundles trained on them do not change."""
+    streamed stage (the sample's terms only, margins chunk by chunk) gives what every row's terms
+    at once give (_all_at_once): the same model and the same float32 margins, so the bundles
+    trained on them do not change."""
     from training.config import TrainConfig
-    from training.lexical import Terms, cross_fitted
+    from training.lexical import Terms
     from training.lexical_stage import for_training, outcome_arrays, training_rows
 
     tokens, frame, train = _token_log()
     config = TrainConfig(lexical=options)
-    sample, folds = training_rows(config, frame["prompt"], train, rows=len(frame))
+    sample, wanted, folds = training_rows(config, frame["prompt"], train, rows=len(frame))
     assert (sample == train).all() and (folds is None) == (config.lexical.mode == "blend" and not config.lexical.start)
-    wanted = np.ones(len(frame), dtype=bool) if folds is not None else ~train
+    assert (wanted == (np.ones(len(frame), dtype=bool) if folds is not None else ~train)).all()
     model, margins = for_training(
         config, *outcome_arrays(frame), tokens, np.ones(len(frame), bool), sample, wanted, folds, vocabulary=300
     )
@@ -287,7 +314,7 @@ def test_below_the_sample_cap_the_lexical_stage_is_cross_fitted_bit_for_bit(opti
     outcomes, weights = outcome_arrays(frame)
     terms = Terms.of(tokens.ids, tokens.lengths, 300)
     kwargs = {"c": config.lexical.c, "weighting": config.lexical.weighting}
-    expected, expected_margins = cross_fitted(
+    expected, expected_margins = _all_at_once(
         terms, outcomes, weights, train, None if folds is None else folds[train], **kwargs
     )
     np.testing.assert_array_equal(model.weights, expected.weights)
@@ -309,7 +336,7 @@ def test_above_the_sample_cap_the_regressions_read_a_nested_hash_sample():
     samples = {}
     for cap in (150, 400):
         config = TrainConfig(lexical={"sample_rows": cap})
-        samples[cap], folds = training_rows(config, frame["prompt"], train, rows=len(frame))
+        samples[cap], _, folds = training_rows(config, frame["prompt"], train, rows=len(frame))
         assert folds is None and not (samples[cap] & ~train).any()
         assert abs(int(samples[cap].sum()) - cap) < 0.25 * cap
     assert not (samples[150] & ~samples[400]).any()  # nested
@@ -777,20 +804,20 @@ def test_a_boosting_start_bundle_starts_each_heads_trees_from_its_out_of_fold_ma
         lexical={"start": True},
     )
     boosters, recorded = [], []
-    fit_booster, fitted_margins = training.model.fit_booster, training.lexical_stage.fitted_margins
+    fit_booster, for_training = training.model.fit_booster, training.lexical_stage.for_training
 
     def recording_fit(*args, **kwargs):
         boosters.append((args, kwargs))
         return fit_booster(*args, **kwargs)
 
-    def recording_margins(config, tokens, outcomes, weights, sample, wanted, folds, **kwargs):
-        model, margins = fitted_margins(config, tokens, outcomes, weights, sample, wanted, folds, **kwargs)
-        assert wanted.all()  # the trees start from every training row's margins
+    def recording_margins(config, outcomes, weights, tokens, kept, sample, wanted, folds, **kwargs):
+        model, margins = for_training(config, outcomes, weights, tokens, kept, sample, wanted, folds, **kwargs)
+        assert wanted.all()  # the trees start from every training row's margins (their ids all kept)
         recorded.append((folds, folds >= 0, margins, model.margins_of_tokens(tokens)))
         return model, margins
 
     monkeypatch.setattr(training.model, "fit_booster", recording_fit)
-    monkeypatch.setattr(training.lexical_stage, "fitted_margins", recording_margins)
+    monkeypatch.setattr(training.lexical_stage, "for_training", recording_margins)
     timings = {"start": 0.0}
     fitted = get_engine("local").fit(config, Console(quiet=True), timings)
     result = finish(config, fitted, timings)

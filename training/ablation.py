@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from training.lexical import Terms, cross_fitted, fold_numbers
+from training.featurize import TokenRows
+from training.lexical import VOCABULARY, fold_numbers
 
 VARIANTS = (
     "cloud needed, router features",
@@ -24,15 +25,16 @@ VARIANTS = (
 
 def lexical_margins(data: "Data", train: np.ndarray, *, c: float, folds: int = 5) -> dict[str, np.ndarray]:
     """{outcome: margins}: out of fold on the training rows (folds by prompt hash), the
-    all-train model's elsewhere (training.lexical.cross_fitted)."""
-    outcomes = np.c_[data.q_edge, data.q_cloud]
-    _, margins = cross_fitted(
-        data.lexical,
-        outcomes,
-        np.ones_like(outcomes),
-        train,
-        fold_numbers(np.asarray(data.prompts, dtype=object)[train], folds),
-        c=c,
+    all-train model's elsewhere (training.lexical_stage.for_training, "mean" weighting)."""
+    from training.config import TrainConfig
+    from training.lexical_stage import for_training
+
+    outcomes, every = np.c_[data.q_edge, data.q_cloud], np.ones(len(train), dtype=bool)
+    fold = np.full(len(train), -1)
+    fold[train] = fold_numbers(np.asarray(data.prompts, dtype=object)[train], folds)
+    config = TrainConfig(lexical={"weighting": "mean", "c": c})
+    _, margins = for_training(
+        config, outcomes, np.ones_like(outcomes), data.tokens, every, train, every, fold, vocabulary=data.vocabulary
     )
     return {"q_edge": margins[:, 0].astype(np.float64), "q_cloud": margins[:, 1].astype(np.float64)}
 
@@ -40,11 +42,12 @@ def lexical_margins(data: "Data", train: np.ndarray, *, c: float, folds: int = 5
 @dataclass
 class Data:
     features: np.ndarray
-    lexical: Terms
+    tokens: TokenRows  # each prompt's token ids, the lexical regressions' terms
     q_edge: np.ndarray
     q_cloud: np.ndarray
     needed: np.ndarray
     prompts: list[str]
+    vocabulary: int = VOCABULARY
 
 
 def _lightgbm(x, y, objective: str, train, val, *, init=None, seed: int = 0) -> np.ndarray:
@@ -118,12 +121,12 @@ def load(config) -> Data:
     prompts = frame["prompt"].tolist()
     train = (frame["split"] == "train").to_numpy()
     feats = featurize(config, prompts, frame["precision"].tolist(), train, keep_tokens=np.ones(len(prompts), bool))
-    vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
     return Data(
         feats.matrix,
-        Terms.of(feats.tokens.ids, feats.tokens.lengths, vocabulary),
+        feats.tokens,
         frame["edge_quality"].to_numpy(float),
         frame["cloud_quality"].to_numpy(float),
         frame["label"].to_numpy(),
         prompts,
+        feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size(),
     )

@@ -100,21 +100,13 @@ def fold_masks(prompts, *, folds: int, fold: int, val_share: float, salt: str = 
     return {name: split == name for name in ("train", "val", "test")}
 
 
-def featurized(rows: EndpointRows, train: np.ndarray, config: TrainConfig, keep_tokens=None):
-    """training.featurize's TrainingFeatures of every row (the matrix and the fitted feature plan,
-    whose graph a bundle carries), the projection fitted on the `train` rows; the token ids of the
-    rows where `keep_tokens` is true."""
-    from training.featurize import featurize
-
-    return featurize(config, rows.prompts, rows.precisions, np.asarray(train, bool), keep_tokens=keep_tokens)
-
-
 def served(rows: EndpointRows, train: np.ndarray, config: TrainConfig):
     """(the feature plan, the features, the rows as the heads read them): featurized, and with the
     lexical blend (`lexical.mode`, resolved as for two endpoints) each endpoint's lexical margin
     appended, from the regressions fitted on the training rows by the two-endpoint code
     (training.lexical_stage, one outcome per endpoint); NaN on the training rows, which the trees
     never read."""
+    from training.featurize import featurize
     from training.lexical_stage import for_training, training_rows
 
     mode = config.lexical.mode
@@ -124,14 +116,15 @@ def served(rows: EndpointRows, train: np.ndarray, config: TrainConfig):
             "lexical blend (lexical.mode=blend, without lexical.start) or none"
         )
     train = np.asarray(train, bool)
-    sample, _ = training_rows(config, rows.prompts, train, rows=len(rows)) if mode == "blend" else (train, None)
-    feats = featurized(rows, train, config, keep_tokens=None if mode == "none" else sample | ~train)
     if mode == "none":
+        feats = featurize(config, rows.prompts, rows.precisions, train)
         return feats.plan, feats.matrix, feats.matrix
+    lexical = training_rows(config, rows.prompts, train, rows=len(rows))
+    kept = lexical.sample | lexical.wanted
+    feats = featurize(config, rows.prompts, rows.precisions, train, keep_tokens=kept)
     vocabulary = feats.plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
-    kept = sample | ~train
     model, margins = for_training(
-        config, rows.quality, rows.weight, feats.tokens, kept, sample, ~train, None, vocabulary=vocabulary
+        config, rows.quality, rows.weight, feats.tokens, kept, *lexical, vocabulary=vocabulary
     )
     return feats.plan.with_lexical(model, mode), feats.matrix, np.concatenate([feats.matrix, margins], axis=1)
 
@@ -183,9 +176,8 @@ def fit_outcome_models(
         return np.asarray(x)[known, :width], rows.quality[known, k], rows.weight[known, k]
 
     def fit_booster_for(columns: tuple[str, ...], objective: str):
-        sides = [names.index(c) for c in columns]
         (x_tr, y_tr, w_tr), (x_va, y_va, w_va) = (
-            stack_sides([part(x, rows, k) for k in sides]) if len(sides) > 1 else part(x, rows, sides[0])
+            stack_sides([part(x, rows, names.index(c)) for c in columns])
             for x, rows in ((x_train, train), (x_val, val))
         )
         options = boosting(config, **config.endpoints.lgbm)
@@ -196,11 +188,9 @@ def fit_outcome_models(
         fit_booster_for,
         np.asarray(x_val),
         {name: val.quality[:, k] for k, name in enumerate(names)},
-        calibration=config.model.calibration,
+        config,
         weights_val={name: val.weight[:, k] for k, name in enumerate(names)},
         shared=mode == "shared",
-        blend=blend,
-        blend_form=config.lexical.blend,
         margins=tuple(f"lexical_{name}" for name in names),
     )
     return OutcomeModels(names, mode, heads)
@@ -264,13 +254,8 @@ def fit_fold(rows: EndpointRows, *, folds: int, fold: int, config: TrainConfig, 
             x[masks["train"]], parts["train"], x[masks["val"]], parts["val"], mode=mode, config=config
         )
         predictions[mode] = {split: models.predict(x[masks[split]]) for split in ("val", "test")}
-        test = parts["test"]
-        p = predictions[mode]["test"]
-        figures[mode] = {
-            "log_loss": log_loss(p, test.quality, test.weight),
-            "brier": brier(p, test.quality, test.weight),
-            "calibration_gap": calibration_gap(p, test.quality, test.weight),
-        }
+        test = (predictions[mode]["test"], parts["test"].quality, parts["test"].weight)
+        figures[mode] = {f.__name__: f(*test) for f in (log_loss, brier, calibration_gap)}
         trees[mode] = models.trees
     return FoldFit(fold, masks, predictions, figures, trees)
 

@@ -3,13 +3,15 @@ static encoder."""
 
 from __future__ import annotations
 
+MARGINS_OUTPUT = "lexical_margins"  # the tensor of the lexical margins alone (training.lexical's), what a blend reads
+
 
 def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
     """One graph from `features` to one output per head, `{name}_probabilities` [n, 2] (column 1
     the head's probability), and those output names. A bundle from before heads had one
     unnamed head whose output is `probabilities`; `cloud_needed` keeps that name. Heads with a
     lexical blend (training.model.LexicalBlend) read a second input, the lexical margins
-    (training.lexical.MARGINS_OUTPUT), and mix them in (`_blend_nodes`)."""
+    (MARGINS_OUTPUT), and mix them in (`_blend_nodes`)."""
     import onnx
     from onnx import compose, helper
 
@@ -24,20 +26,18 @@ def heads_to_onnx(heads, n_features: int) -> tuple[bytes, list[str]]:
         for h in heads
     ]
     for head, part in zip(heads, parts):  # every head reads the one shared `features` input
-        for node in part.graph.node:
-            node.input[:] = ["features" if i == f"{head.name}_features" else i for i in node.input]
+        _rename_input(part.graph, f"{head.name}_features", "features")
     features = helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features])
     inputs, nodes = [features], [n for p in parts for n in p.graph.node]
     initializers = [i for p in parts for i in p.graph.initializer]
     blended = [(head, part) for head, part in zip(heads, parts) if head.blend is not None]
     if blended:
-        from training.lexical import MARGINS_OUTPUT
-
         width = len(blended[0][0].blend.names)
         inputs.append(helper.make_tensor_value_info(MARGINS_OUTPUT, onnx.TensorProto.FLOAT, [None, width]))
         for head, part in blended:
             output = part.graph.output[0].name
-            _rename_output(part.graph, output, f"{head.name}_trees")
+            for node in part.graph.node:
+                node.output[:] = [f"{head.name}_trees" if o == output else o for o in node.output]
             new_nodes, new_initializers = _blend_nodes(head, output, MARGINS_OUTPUT)
             nodes.extend(new_nodes)
             initializers.extend(new_initializers)
@@ -158,9 +158,9 @@ def _blend_nodes(head, output: str, margins: str):
     return g.nodes, g.initializers
 
 
-def _rename_output(graph, old: str, new: str) -> None:
+def _rename_input(graph, old: str, new: str) -> None:
     for node in graph.node:
-        node.output[:] = [new if o == old else o for o in node.output]
+        node.input[:] = [new if i == old else i for i in node.input]
 
 
 def _for_onnx(booster):
@@ -228,21 +228,15 @@ def _append_side(model, side: int, n_features: int) -> None:
     """`features` [n, n_features] padded with a last column of `side` before the trees."""
     import numpy as np
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     graph = model.graph
     _default_opset_at_least(model, 13)  # Pad takes its pads and value as inputs from opset 11
-    for node in graph.node:
-        node.input[:] = ["features_with_side" if i == "features" else i for i in node.input]
-    graph.initializer.extend(
-        [
-            numpy_helper.from_array(np.array([0, 0, 0, 1], dtype=np.int64), "side_pads"),
-            numpy_helper.from_array(np.array(side, dtype=np.float32), "side_value"),
-        ]
-    )
-    graph.node.insert(
-        0, helper.make_node("Pad", ["features", "side_pads", "side_value"], ["features_with_side"], mode="constant")
-    )
+    _rename_input(graph, "features", "features_with_side")
+    g = Ops("side", ("features", "features_with_side"), graph.initializer)
+    pads, value = g.const("pads", [0, 0, 0, 1], np.int64), g.const("value", side, np.float32)
+    g.add("Pad", f"features {pads} {value}", "features_with_side", mode="constant")
+    graph.node.insert(0, g.nodes[0])
     graph.input[0].CopyFrom(helper.make_tensor_value_info("features", onnx.TensorProto.FLOAT, [None, n_features]))
 
 
@@ -302,7 +296,7 @@ def fuse(prefix: bytes, trees: bytes, *, trees_read: str = "features") -> bytes:
         if entry.domain == "":
             entry.version = default
     first = compose.add_prefix(first, "embed_", rename_inputs=False, rename_outputs=False)
-    # A blend's trees also read the prefix's lexical margins (training.lexical.MARGINS_OUTPUT).
+    # A blend's trees also read the prefix's lexical margins (MARGINS_OUTPUT).
     io_map = [(trees_read, "features")] + [(i.name, i.name) for i in second.graph.input if i.name != "features"]
     # `features` stays an output too: the SDK's familiarity measure reads the embedding part.
     merged = compose.merge_models(

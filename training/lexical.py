@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from evaluation.reference import fit_outcome  # noqa: F401  (the fit fit_known reproduces; docs name it here)
-from serving.features._spec import LEXICAL_MODES, LEXICAL_NAMES
+from training.export import MARGINS_OUTPUT, Ops
 
 VOCABULARY = 30522  # MiniLM's WordPiece vocabulary: the unigram terms
 BIGRAM_BUCKETS = 1 << 18  # hashed bigram terms
@@ -33,20 +33,8 @@ BIGRAM_MULTIPLIER = 1_000_003
 OUTCOMES = ("edge_quality", "cloud_quality")  # one regression each, in LEXICAL_NAMES' order
 FOLD_SALT = "lexical:"  # the folds' hash must not be the split's
 WEIGHT_BITS = 23  # a weight is an integer of at most 23 bits times its column's step
-MARGINS_OUTPUT = "lexical_margins"  # the graph's tensor of the margins alone (what a blend reads)
 EXACT_WEIGHTINGS = ("mean", "idf")  # whose margins the graph computes bit for bit (module doc)
 CHUNK_ROWS = 16_384  # prompts whose terms are built at a time for their margins (~50 MB at 300 terms each)
-
-__all__ = [
-    "LEXICAL_MODES",
-    "LEXICAL_NAMES",
-    "MARGINS_OUTPUT",
-    "LexicalModel",
-    "Terms",
-    "cross_fitted",
-    "fold_numbers",
-    "lexical_matrix",
-]
 
 
 @dataclass
@@ -184,11 +172,6 @@ def fit_known(x, known: np.ndarray, q: np.ndarray, weight: np.ndarray, *, c: flo
     return model.coef_[0].astype(np.float64), float(model.intercept_[0])
 
 
-def lexical_matrix(token_ids: Sequence[Sequence[int]], vocabulary: int = VOCABULARY):
-    """Sparse rows of unigram and hashed-bigram counts, each row divided by its number of terms."""
-    return Terms.of_rows(token_ids, vocabulary).normalized()
-
-
 def on_grid(coefficients: np.ndarray) -> np.ndarray:
     """The coefficients rounded to multiples of 2^(e - WEIGHT_BITS), 2^e the smallest power
     of two at or above the largest |coefficient|: float32 values whose sums are exact in
@@ -289,8 +272,6 @@ class LexicalModel:
         their idf; at least 1), plus the bias; `tfidf` weighting: _tfidf_nodes."""
         import onnx
         from onnx import TensorProto, helper, numpy_helper
-
-        from training.export import Ops
 
         model = onnx.load_from_string(prefix)
         graph = model.graph
@@ -398,30 +379,3 @@ def fold_numbers(prompts, folds: int, salt: str = "") -> np.ndarray:
     from data.prepare import hash_uniform
 
     return np.minimum((hash_uniform(prompts, FOLD_SALT + salt) * folds).astype(np.int64), folds - 1)
-
-
-def cross_fitted(
-    terms: Terms,
-    outcomes: np.ndarray,
-    weights: np.ndarray,
-    train: np.ndarray,
-    folds: np.ndarray | None,
-    *,
-    c: float,
-    weighting: str = "mean",
-) -> tuple[LexicalModel, np.ndarray]:
-    """(the model fitted on every training row, float32 margins [rows, outcomes]): out of
-    fold on the training rows (`folds`: each training row's fold), that model's elsewhere
-    (module doc). `folds` None: that model's on every row (blend mode: no tree reads them)."""
-    train = np.asarray(train, dtype=bool)
-    rows = np.flatnonzero(train)
-    model = LexicalModel.fit(terms.subset(rows), outcomes[rows], weights[rows], c=c, weighting=weighting)
-    margins = np.empty((len(terms), len(model.bias)), dtype=np.float32)
-    if folds is None:
-        return model, model.margins(terms)
-    margins[~train] = model.margins(terms.subset(~train))
-    for fold in np.unique(folds):
-        held, fit_rows = rows[folds == fold], rows[folds != fold]
-        part = LexicalModel.fit(terms.subset(fit_rows), outcomes[fit_rows], weights[fit_rows], c=c, weighting=weighting)
-        margins[held] = part.margins(terms.subset(held))
-    return model, margins

@@ -5,7 +5,7 @@ The terms and the regressions themselves are training.lexical's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -42,14 +42,15 @@ def sample_fraction_of(config: "TrainConfig", rows: int) -> float:
     return sample_fraction(config.lexical.sample_rows, rows * training_share(config))
 
 
-def note_sample(console: Any, report: dict[str, Any], config: "TrainConfig", fraction: float, rows: int) -> None:
+def note_sample(console: Any, report: dict[str, Any], config: "TrainConfig", rows: int, sampled: int) -> None:
     """Record (report[SAMPLE_NOTE], the manifest's data block) and say how many training prompts
-    the regressions read when `lexical_sample_rows` cuts them (`fraction` < 1)."""
+    (`sampled`) the regressions read when `lexical_sample_rows` cuts them among `rows` prepared rows."""
+    fraction = sample_fraction_of(config, rows)
     if fraction >= 1.0:
         return
-    report[SAMPLE_NOTE] = {"lexical_sample_rows": config.lexical.sample_rows, "fraction": fraction, "rows": rows}
+    report[SAMPLE_NOTE] = {"lexical_sample_rows": config.lexical.sample_rows, "fraction": fraction, "rows": sampled}
     console.print(
-        f"[bold]lexical sample[/]: the regressions read {rows} training prompts "
+        f"[bold]lexical sample[/]: the regressions read {sampled} training prompts "
         f"(lexical.sample_rows={config.lexical.sample_rows}, chosen by prompt hash)"
     )
 
@@ -66,44 +67,22 @@ def fit_sample(
     return LexicalModel.fit(terms, outcomes, weights, c=c, weighting=weighting)
 
 
-def fitted_margins(
-    config: "TrainConfig",
-    tokens: "TokenRows",
-    outcomes: np.ndarray,
-    weights: np.ndarray,
-    sample: np.ndarray,
-    wanted: np.ndarray,
-    folds: np.ndarray | None,
-    *,
-    vocabulary: int,
-) -> tuple["LexicalModel", np.ndarray]:
-    """(the model fitted on the `sample` rows, float32 margins [rows, outcomes]) from each
-    row's token ids (`tokens`, TokenRows, one per row of `outcomes`), NaN where `wanted` is
-    false. `folds`: each row's fold (-1: not a training row), or None. With folds, a training
-    row's margins are out of fold: from the model fitted on the sample rows of the other folds
-    (module doc); every other wanted row gets the shipped model's. Only the sample's terms
-    exist at once; the margins are computed CHUNK_ROWS prompts at a time. With every training
-    row in the sample, this is cross_fitted's result bit for bit."""
-    model = fit_sample(config, tokens.subset(sample), outcomes[sample], weights[sample], vocabulary=vocabulary)
-    margins = np.full((len(tokens), len(model.bias)), np.nan, dtype=np.float32)
-    shipped = wanted if folds is None else wanted & (folds < 0)
-    margins[shipped] = model.margins_of_tokens(tokens.subset(shipped))
-    for fold in () if folds is None else np.unique(folds[folds >= 0]):
-        rows = sample & (folds != fold)
-        part = fit_sample(config, tokens.subset(rows), outcomes[rows], weights[rows], vocabulary=vocabulary)
-        held = wanted & (folds == fold)
-        margins[held] = part.margins_of_tokens(tokens.subset(held))
-    return model, margins
+class LexicalRows(NamedTuple):
+    """Which rows the lexical stage reads (training_rows, for_training)."""
+
+    sample: np.ndarray  # the training rows the regressions are fitted on
+    wanted: np.ndarray  # the rows whose margins something reads (NaN elsewhere)
+    folds: np.ndarray | None  # each row's fold (-1 off the training rows), or None: no out-of-fold margins
 
 
-def training_rows(
-    config: "TrainConfig", prompts, train: np.ndarray, *, rows: int
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(the rows of `prompts` the regressions are fitted on, each row's fold or None): the training
-    rows whose sampling number (training.sampling.sample_numbers, the boosters' sample's) falls
-    below sample_fraction_of(`rows`, the prepared rows before any sampling). The folds (prompt
-    hash; -1 off the training rows) when the trees read the margins ("features") or start from
-    them (`lexical.start`), else None: a blend alone needs the shipped model only."""
+def training_rows(config: "TrainConfig", prompts, train: np.ndarray, *, rows: int, refit: bool = False) -> LexicalRows:
+    """The rows of `prompts` the regressions are fitted on: the training rows whose sampling number
+    (training.sampling.sample_numbers, the boosters' sample's) falls below sample_fraction_of(`rows`,
+    the prepared rows before any sampling). The folds (prompt hash; -1 off the training rows) when
+    the trees read the margins ("features") or start from them (`lexical.start`), else None: a blend
+    alone needs the shipped model only. The held-out rows' margins are always wanted (the blend is
+    fitted and scored on them); the training rows' only when the trees read them or start from them
+    (their out-of-fold margins) or cross-fitting's refit (`refit`) scores them in sample."""
     from training.sampling import sample_numbers
 
     prompts = np.asarray(prompts, dtype=object)
@@ -112,10 +91,10 @@ def training_rows(
     if fraction < 1.0:
         sample[train] = sample_numbers(prompts[train], config) < fraction
     if config.lexical.mode == "blend" and not config.lexical.start:
-        return sample, None
+        return LexicalRows(sample, np.ones(len(prompts), dtype=bool) if refit else ~train, None)
     folds = np.full(len(prompts), -1)
     folds[train] = fold_numbers(prompts[train], config.lexical.folds, config.split.salt)
-    return sample, folds
+    return LexicalRows(sample, np.ones(len(prompts), dtype=bool), folds)
 
 
 def for_training(
@@ -130,23 +109,27 @@ def for_training(
     *,
     vocabulary: int,
 ) -> tuple[LexicalModel, np.ndarray]:
-    """The lexical stage of the local engine and of N endpoints: fitted_margins on rows with
-    `outcomes` and `weights` [rows, outcomes] (outcome_arrays: two-endpoint rows'), whose token
-    ids (`tokens`, training.featurize.TokenRows) were kept for the rows where `kept` is true (the
-    `sample` and `wanted` rows among them); margins [rows, outcomes], NaN where not wanted."""
+    """The lexical stage of the local engine, of N endpoints and of the ablation: (the model fitted
+    on the `sample` rows, float32 margins [rows, outcomes], NaN where `wanted` is false) of rows
+    with `outcomes` and `weights` [rows, outcomes] (outcome_arrays: two-endpoint rows'), whose
+    token ids (`tokens`, training.featurize.TokenRows) were kept for the rows where `kept` is true
+    (the `sample` and `wanted` rows among them). `folds`: each row's fold (-1: not a training row),
+    or None. With folds, a training row's margins are out of fold: from the model fitted on the
+    sample rows of the other folds (module doc); every other wanted row gets the shipped model's.
+    Only the sample's terms exist at once; the margins are computed CHUNK_ROWS prompts at a time."""
     kept = np.asarray(kept, dtype=bool)
-    if (sample & ~kept).any() or (wanted & ~kept).any():
+    if ((sample | wanted) & ~kept).any():
         raise ValueError("the lexical stage needs the token ids of its sample and of every row it gives margins")
-    model, margins = fitted_margins(
-        config,
-        tokens,
-        outcomes[kept],
-        weights[kept],
-        sample[kept],
-        wanted[kept],
-        None if folds is None else folds[kept],
-        vocabulary=vocabulary,
-    )
+
+    def fit(rows: np.ndarray) -> LexicalModel:
+        return fit_sample(config, tokens.subset(rows[kept]), outcomes[rows], weights[rows], vocabulary=vocabulary)
+
+    def put(part: LexicalModel, rows: np.ndarray) -> None:
+        out[rows] = part.margins_of_tokens(tokens.subset(rows[kept]))
+
+    model = fit(sample)
     out = np.full((len(kept), len(model.bias)), np.nan, dtype=np.float32)
-    out[kept] = margins
+    put(model, wanted if folds is None else wanted & (folds < 0))
+    for fold in () if folds is None else np.unique(folds[kept & (folds >= 0)]):
+        put(fit(sample & (folds != fold)), wanted & (folds == fold))
     return model, out

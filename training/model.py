@@ -123,8 +123,11 @@ def with_side(x, side: int) -> np.ndarray:
 
 
 def stack_sides(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """One shared head's rows from each side's (x, y, weight or None), in side order: x with
-    SIDE_FEATURE appended, y, and the weights (None when no side has any)."""
+    """One booster's rows from each of its heads' (x, y, weight or None), in side order: one head's
+    as they are; a shared head's x with SIDE_FEATURE appended, y, and the weights (None when no
+    side has any)."""
+    if len(parts) == 1:
+        return parts[0]
     x = np.concatenate([with_side(xs, side) for side, (xs, _, _) in enumerate(parts)])
     y = np.concatenate([np.asarray(ys, dtype=np.float64) for _, ys, _ in parts])
     weights = None
@@ -425,23 +428,27 @@ def fit_calibration(raw_probability, labels, *, method: str = "sigmoid", sample_
         # One value only: nothing to calibrate against; keep the model's own probability.
         return {"method": "none", "note": "validation labels have one value"}
     if method == "sigmoid":
-        from sklearn.linear_model import LogisticRegression
-
-        # A graded label q counts as q of a success and 1 - q of a failure.
-        z = logit(raw_probability)[:, None]
-        lr = LogisticRegression(C=1e6, max_iter=1000)
-        lr.fit(
-            np.r_[z, z],
-            np.r_[np.ones(len(z)), np.zeros(len(z))],
-            sample_weight=np.r_[labels * weight, (1 - labels) * weight],
-        )
-        return {"method": "sigmoid", "a": float(lr.coef_[0, 0]), "b": float(lr.intercept_[0])}
+        coefficients, intercept = _graded_logistic(logit(raw_probability)[:, None], labels, weight)
+        return {"method": "sigmoid", "a": float(coefficients[0]), "b": intercept}
     from sklearn.isotonic import IsotonicRegression
 
     iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(
         raw_probability, labels, sample_weight=weight
     )
     return {"method": "isotonic", "x": iso.X_thresholds_.tolist(), "y": iso.y_thresholds_.tolist()}
+
+
+def _graded_logistic(z, target, weight) -> tuple[np.ndarray, float]:
+    """(coefficients, intercept) of an unregularized logistic regression of `target` in [0, 1] on
+    the columns of `z`, weighted: a graded target q counts as q of a success and 1 - q of a failure."""
+    from sklearn.linear_model import LogisticRegression
+
+    lr = LogisticRegression(C=1e6, max_iter=1000).fit(
+        np.r_[z, z],
+        np.r_[np.ones(len(z)), np.zeros(len(z))],
+        sample_weight=np.r_[target * weight, (1 - target) * weight],
+    )
+    return lr.coef_[0], float(lr.intercept_[0])
 
 
 def blend_for(
@@ -459,8 +466,6 @@ def blend_for(
 def fit_stack(trees, lexical_margin, target, *, outcome: int, sample_weight=None, names=LEXICAL_NAMES) -> LexicalBlend:
     """The stack sigmoid(a * logit(trees) + b * margin + c) of least (weighted) log loss against
     `target` in [0, 1] (graded: fractional successes), an unregularized logistic regression."""
-    from sklearn.linear_model import LogisticRegression
-
     target = np.asarray(target, dtype=np.float64)
     if not len(target):
         raise ValueError("no validation rows to fit the lexical stack on")
@@ -468,13 +473,8 @@ def fit_stack(trees, lexical_margin, target, *, outcome: int, sample_weight=None
     z = np.column_stack([stack_logit(trees), np.asarray(lexical_margin, dtype=np.float64)])
     if target.min() == target.max():  # one value: nothing to fit against; the trees alone
         return LexicalBlend(outcome, None, (1.0, 0.0, 0.0), names)
-    lr = LogisticRegression(C=1e6, max_iter=1000).fit(
-        np.r_[z, z],
-        np.r_[np.ones(len(z)), np.zeros(len(z))],
-        sample_weight=np.r_[target * weight, (1 - target) * weight],
-    )
-    a, b = (float(v) for v in lr.coef_[0])
-    return LexicalBlend(outcome, None, (a, b, float(lr.intercept_[0])), names)
+    (a, b), c = _graded_logistic(z, target, weight)
+    return LexicalBlend(outcome, None, (float(a), float(b), c), names)
 
 
 BLEND_GRID = np.linspace(0.0, 1.0, 21)  # the trees' weights a blend chooses among
@@ -506,24 +506,22 @@ def fit_heads(
     fit_booster_for,
     x_val,
     targets_val: dict,
+    config,
     *,
-    calibration: str,
     weights_val: dict | None = None,
     shared: bool = False,
-    calibrations: dict | None = None,
-    blend: bool = False,
-    blends: dict | None = None,
-    blend_form: str = "mixture",
+    refit=None,
     margins: tuple[str, ...] = LEXICAL_NAMES,
 ) -> list[Head]:
     """Every head of `objective` (OBJECTIVES, or {head: (column, LightGBM objective)} of N endpoints),
-    calibrated on validation. `fit_booster_for(columns, lgbm_objective)` fits one booster where the
-    engine keeps its rows: on one column's known rows, or with `shared` on every head's column,
-    stacked with SIDE_FEATURE appended (stack_sides). `targets_val` / `weights_val`: each column's
-    validation values (NaN where unknown) and weights (None: equal). With `blend` the rows of `x_val`
-    end with the lexical `margins`, one per head, and each head's blend (`blend_form`) with its own
-    is fitted after its calibration. `calibrations` and `blends` (by head name) are taken as they
-    are instead: cross-fitting fits them on out-of-fold outputs (training.crossval)."""
+    calibrated on validation as the TrainConfig `config` says (model.calibration, lexical.mode and
+    lexical.blend). `fit_booster_for(columns, lgbm_objective)` fits one booster where the engine
+    keeps its rows: on one column's known rows, or with `shared` on every head's column, stacked with
+    SIDE_FEATURE appended (stack_sides). `targets_val` / `weights_val`: each column's validation
+    values (NaN where unknown) and weights (None: equal). With the blend the rows of `x_val` end with
+    the lexical `margins`, one per head, and each head's blend with its own is fitted after its
+    calibration. `refit` (training.crossval.Refit): its calibrations and blends, by head name, are
+    taken as they are instead: cross-fitting fits them on out-of-fold outputs."""
     specs = OBJECTIVES[objective] if isinstance(objective, str) else objective
     if shared:
         kinds = {lgbm_objective for _, lgbm_objective in specs.values()}
@@ -536,20 +534,20 @@ def fit_heads(
             Head(name, fit_booster_for((column,), lgbm_objective), {})
             for name, (column, lgbm_objective) in specs.items()
         ]
-    if calibrations is not None:
+    if refit is not None:
         for head in unfitted:
-            head.calibration = calibrations[head.name]
-            head.blend = (blends or {}).get(head.name)
+            head.calibration, head.blend = refit.calibrations[head.name], refit.blends.get(head.name)
         return unfitted
     for outcome, (head, (column, _)) in enumerate(zip(unfitted, specs.values())):
         target = np.asarray(targets_val[column], dtype=np.float64)
         weight = np.ones(len(target)) if not weights_val else np.asarray(weights_val[column], dtype=np.float64)
         known = ~np.isnan(target) & (weight > 0)
         raw = head.raw(x_val[known])  # once: the calibration and the blend read the same trees' outputs
-        head.calibration = fit_calibration(raw, target[known], method=calibration, sample_weight=weight[known])
-        if blend:
+        method = config.model.calibration
+        head.calibration = fit_calibration(raw, target[known], method=method, sample_weight=weight[known])
+        if config.lexical.mode == "blend":
             rows = (x_val[known], target[known], weight[known])
-            head.blend = blend_for(head, outcome, *rows, form=blend_form, raw=raw, names=margins)
+            head.blend = blend_for(head, outcome, *rows, form=config.lexical.blend, raw=raw, names=margins)
     return unfitted
 
 

@@ -44,7 +44,7 @@ def _read_and_check(config: TrainConfig, folder: str):
 
     paths = config.data or default_data_paths()
     units = [str(u) for u in loading_units(paths)]
-    logs = dd.from_map(de.unit_frame, units, meta=de.unit_meta(), enforce_metadata=False)
+    logs = dd.from_map(de.unit_frame, units, meta=de.frame_meta(de.UNIT_COLUMNS), enforce_metadata=False)
     is_reject = logs["reject_reason"].notnull()
     weighing = {"estimator": config.model.partial_estimator, "max_weight": config.model.max_ipw_weight}
     valid = logs[~is_reject][list(COLUMNS)].map_partitions(de.with_keys, meta=de.frame_meta(COLUMNS, key=np.uint64))
@@ -276,31 +276,14 @@ def _lexical(
     the plan with lexical evidence and the model sent to every worker (for margin_partition)."""
     from training.engines import dask_partitions as de
     from training.featurize import TokenRows
-    from training.lexical_stage import fit_sample, note_sample, outcome_arrays, sample_fraction_of
+    from training.lexical_stage import fit_sample, note_sample, outcome_arrays
 
-    note_sample(console, report, config, sample_fraction_of(config, report["rows"]), len(rows))
+    note_sample(console, report, config, report["rows"], len(rows))
     vocabulary = plan.serving.featurizer().extractor.tokenizer.full.get_vocab_size()
     ids = rows[de.TOKEN_IDS].tolist()
     model = fit_sample(config, TokenRows.from_rows(ids), *outcome_arrays(rows), vocabulary=vocabulary)
     console.print(f"[bold]lexical evidence[/]: blended into the heads; fitted on {len(rows)} training prompts")
     return plan.with_lexical(model, config.lexical.mode), client.scatter(model, broadcast=True)
-
-
-def _collected(client: Any, val: Any, test: Any, train_sample: Any, model: Any) -> tuple[Any, Any, Any]:
-    """The validation and test samples here (pandas), with their lexical margins computed on the
-    workers that hold them when `model` (a scattered LexicalModel) is given, and the training
-    sample (or None). One sample at a time: its partitions and their concatenation are here
-    together, and both samples' at once were most of the client's peak (~1 GB at 200,000 rows
-    each)."""
-    from training.engines import dask_partitions as de
-
-    if model is not None:
-        val, test = (f.map_partitions(de.margin_partition, model, meta=de.margin_meta(f._meta)) for f in (val, test))
-    with de.stage("features"):
-        [val] = de.collected(client, val)
-        [test] = de.collected(client, test)
-        train_sample = de.collected(client, train_sample)[0] if train_sample is not None else None
-    return val, test, train_sample
 
 
 def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]) -> list:
@@ -335,7 +318,7 @@ def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]
         shared = len(heads) > 1
         parts = [rows_of(c, side if shared else None) for side, c in enumerate(heads)]
         rows = dd.concat([part for part, _ in parts]) if shared else parts[0][0]
-        x_v, y_v, w_v = stack_sides([v for _, v in parts]) if shared else parts[0][1]
+        x_v, y_v, w_v = stack_sides([v for _, v in parts])
         with de.stage(f"LightGBM training ({', '.join(heads)})"):
             return fit_booster_dask(
                 client,
@@ -358,11 +341,9 @@ def _fit_heads(client, config: TrainConfig, train, val, names, served: list[str]
         fit_booster_for,
         x_val,
         {c: val[c].to_numpy() for c in columns},
-        calibration=config.model.calibration,
+        config,
         shared=shared,
         weights_val={c: np.where(known, weights, 0.0) for c, (known, weights) in known_val.items()},
-        blend=config.lexical.mode == "blend",
-        blend_form=config.lexical.blend,
     )
 
 
@@ -391,12 +372,8 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
             clock.begin("merge")  # one pass: the repeated rows, and the projection sample's raw embeddings
             plan, prepared, pca_rows = _plan_and_rows(client, config, valid, repeated, report, folder)
             print_logs(console, report)
-            note_training_sample(
-                console,
-                report,
-                config,
-                sample_fraction(config.split.max_train_rows, report["rows"] * training_share(config)),
-            )
+            fraction = sample_fraction(config.split.max_train_rows, report["rows"] * training_share(config))
+            note_training_sample(console, report, config, fraction)
             clock.begin("featurize")
             train, val, test, train_sample, lexical_sample = _features(
                 client, config, plan, prepared, report, target_columns(config.model.objective), keep_train_rows
@@ -411,7 +388,16 @@ def fit(config: TrainConfig, console, timings: dict, *, keep_train_rows: bool = 
                     plan, model = _lexical(client, config, plan, rows, report, console)
                 del rows
                 clock.begin("featurize")
-            val, test, train_sample = _collected(client, val, test, train_sample, model)
+            # The samples here (pandas), the validation and test ones with their lexical margins computed on the
+            # workers that hold them. One sample at a time: its partitions and their concatenation are here
+            # together, and both samples' at once were most of the client's peak (~1 GB at 200,000 rows each).
+            if model is not None:
+                val, test = (
+                    f.map_partitions(de.margin_partition, model, meta=de.margin_meta(f._meta)) for f in (val, test)
+                )
+            with de.stage("features"):
+                [val], [test] = de.collected(client, val), de.collected(client, test)
+                train_sample = de.collected(client, train_sample)[0] if train_sample is not None else None
         names = plan.spec.feature_names
         served = list(plan.spec.served_names)  # the trees' columns, then a blend's margins
         console.print(

@@ -22,6 +22,8 @@ from training.stages import StageClock, return_freed_memory
 if TYPE_CHECKING:
     import pandas as pd
 
+    from training.lexical_stage import LexicalRows
+
 
 class Prepared(NamedTuple):
     frame: "pd.DataFrame"  # one row per prompt, with split, label and outcome weights
@@ -96,7 +98,10 @@ def read_valid_rows(paths, config: TrainConfig):
     logs, frames = LoadedLogs(rows=[]), []
     for unit in loading_units(paths):
         loaded = read_unit(unit)
-        frames.append(_prompts_as_objects(loaded.frame()))
+        frames.append(loaded.frame())
+        # Prompts as Python strings (object column), not an Arrow string column: filtering and merging then copy
+        # 8-byte references instead of every prompt's text, and a featurized chunk's list of prompts is free.
+        frames[-1]["prompt"] = frames[-1]["prompt"].astype(object)
         logs.rejects.extend(loaded.rejects)
         logs.token_rows.extend(loaded.token_rows)
         logs.n_read += loaded.n_read
@@ -110,14 +115,6 @@ def read_valid_rows(paths, config: TrainConfig):
         rejects_path=config.rejects_path,
     )
     return concat_like_one_frame(frames), logs
-
-
-def _prompts_as_objects(frame):
-    """Prompts as Python strings (object column), not an Arrow string column: filtering and
-    merging then copy 8-byte references instead of every prompt's text, and a featurized
-    chunk's list of prompts is free."""
-    frame["prompt"] = frame["prompt"].astype(object)
-    return frame
 
 
 def concat_like_one_frame(frames):
@@ -243,32 +240,8 @@ def _token_rows(plan, token_rows, data_report: dict, console):
     return matrix, token_rows[usable].reset_index(drop=True)
 
 
-class LexicalRows(NamedTuple):
-    """Which rows the lexical stage reads (training.lexical_stage.training_rows, for_training)."""
-
-    sample: np.ndarray  # the training rows the regressions are fitted on
-    wanted: np.ndarray  # the rows whose margins something reads (NaN elsewhere)
-    folds: np.ndarray | None  # each row's fold (-1 off the training rows), or None: no out-of-fold margins
-
-
-def _lexical_rows(
-    config: TrainConfig, frame, train: np.ndarray, rows: int, refit: bool, report, console
-) -> LexicalRows:
-    """The lexical stage's rows (LexicalRows) of `frame`, `rows` prepared rows before any
-    sampling. The held-out rows' margins are always read (the blend is fitted and scored on
-    them); the training rows' only when the trees read them or start from them (their
-    out-of-fold margins) or cross-fitting's refit scores them in sample. Above
-    `lexical_sample_rows` training prompts the report says how many the regressions read."""
-    from training.lexical_stage import note_sample, sample_fraction_of, training_rows
-
-    sample, folds = training_rows(config, frame["prompt"].to_numpy(), train, rows=rows)
-    wanted = np.ones(len(frame), dtype=bool) if folds is not None or refit else ~train
-    note_sample(console, report, config, sample_fraction_of(config, rows), int(sample.sum()))
-    return LexicalRows(sample, wanted, folds)
-
-
 def _with_lexical(
-    config: TrainConfig, frame: "pd.DataFrame", feats: Any, kept: np.ndarray, rows: LexicalRows, console: Any
+    config: TrainConfig, frame: "pd.DataFrame", feats: Any, kept: np.ndarray, rows: "LexicalRows", console: Any
 ) -> tuple[Any, np.ndarray]:
     """(the plan with lexical evidence, the feature matrix with its margins appended):
     training.lexical, out of fold on the training rows when the trees read them; NaN where
@@ -358,10 +331,15 @@ def fit(
     split = frame["split"].to_numpy()
     train, val = (split == "train"), (split == "val")
     # The ids kept: the held-out rows' (the familiarity fit reads them), and with lexical
-    # evidence those of its sample and of the rows whose margins are read (_lexical_rows).
+    # evidence those of its sample and of the rows whose margins are read (training_rows).
     keep_tokens = ~train if refit is None else both
     if config.lexical.mode != "none":
-        lexical_rows = _lexical_rows(config, frame, train, prepared_rows, refit is not None, data_report, console)
+        from training.lexical_stage import note_sample, training_rows
+
+        lexical_rows = training_rows(
+            config, frame["prompt"].to_numpy(), train, rows=prepared_rows, refit=refit is not None
+        )
+        note_sample(console, data_report, config, prepared_rows, int(lexical_rows.sample.sum()))
         keep_tokens = keep_tokens | lexical_rows.sample | lexical_rows.wanted
     with clock.span("features"):
         feats = _features(config, frame, console, keep_tokens, memo)
@@ -420,27 +398,17 @@ def fit(
 
     def fit_booster_for(columns: tuple[str, ...], objective: str):
         parts = [rows_of(c) for c in columns]  # shared: each side's rows, stacked
-        train_part, val_part = (
-            parts[0][:2]
-            if len(parts) == 1
-            else (stack_sides([t for t, _, _ in parts]), stack_sides([v for _, v, _ in parts]))
-        )
+        (x_fit, y_fit, w_fit), (x_val, y_val, w_val) = (stack_sides([part[k] for part in parts]) for k in (0, 1))
         init = val_init = None
         if start:  # each side's starting scores, stacked as its rows are
             init, val_init = (np.concatenate([starts[k] for _, _, starts in parts]) for k in (0, 1))
         if refit is not None:  # no validation rows: the rounds the folds' early stopping chose
-            val_part, val_init = (None, None, None), None
+            x_val = y_val = w_val = val_init = None
+        rounds = None if refit is None else refit.rounds[columns[0]]
+        options = dict(weight=w_fit, val_weight=w_val, init_score=init, val_init_score=val_init, objective=objective)
+        feature_names = list(names) + [SIDE_FEATURE] * (len(columns) > 1)
         return fit_booster(
-            *train_part[:2],
-            *val_part[:2],
-            weight=train_part[2],
-            val_weight=val_part[2],
-            feature_names=list(names) + [SIDE_FEATURE] * (len(columns) > 1),
-            objective=objective,
-            rounds=None if refit is None else refit.rounds[columns[0]],
-            init_score=init,
-            val_init_score=val_init,
-            **boosting(config),
+            x_fit, y_fit, x_val, y_val, feature_names=feature_names, rounds=rounds, **options, **boosting(config)
         )
 
     counts = sides_known(*(known_train[c][0] for c in columns))
@@ -455,13 +423,10 @@ def fit(
             fit_booster_for,
             x[val],
             {c: v[val] for c, v in targets.items()},
-            calibration=config.model.calibration,
+            config,
             weights_val={c: np.where(known[c][0], known[c][1], 0.0)[val] for c in columns},
             shared=shared,
-            calibrations=None if refit is None else refit.calibrations,
-            blend=config.lexical.mode == "blend",
-            blend_form=config.lexical.blend,
-            blends=None if refit is None else refit.blends,
+            refit=refit,
         )
     n_tokens = x[:, names.index("n_tokens")]
     # Thresholds and figures compare both outcomes of a request: the rows that have both
