@@ -60,6 +60,7 @@ CV_FOLDS = Rule(
     (0, DEFAULT_CV_FOLDS),
 )
 LGBM = mapping("LightGBM parameters")
+TARGET_OPTIONS = ("max_quality_drop", "cloud_budget", "fallback_catch_rate")  # the manifest's target, beside its kind
 
 
 @dataclass
@@ -377,7 +378,7 @@ engine.name={"|".join(e for e in ENGINES if e != "local")} needs split.cv_folds=
             },
             "routing": {
                 **({"target": target["kind"]} if "kind" in target else {}),
-                **{k: target[k] for k in ("max_quality_drop", "cloud_budget", "fallback_catch_rate") if k in target},
+                **{k: target[k] for k in TARGET_OPTIONS if k in target},
                 "edge_context_tokens": manifest.limits.edge_context_tokens,
             },
             # retraining from a bundle (leave-one-source-out) needs its split, not its cross-fitting

@@ -124,14 +124,6 @@ class FoldResult:
     out_of_fold: tuple | None = field(default=None, repr=False)
 
 
-def _policy_table(rows, names, *, tuned, reference, catch_rate: float) -> SplitSummary:
-    """The rows' reference qualities and every policy's key figures on them."""
-    from evaluation.policies import evaluate_policies
-
-    figures, _ = evaluate_policies(rows, names, tuned=tuned, reference=reference, catch_rate=catch_rate)
-    return figures.summary()
-
-
 def _fitted_policies(config: TrainConfig, fitted, val, notes: list[str]):
     """The tuned rule table and the reference policy, fitted on the fold's training rows and
     thresholded on its validation rows, as the learned router is; None (with a note) when
@@ -170,6 +162,7 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     read them once for every fold (training.engines.local.prepare_frame)."""
     from rich.console import Console
 
+    from evaluation.policies import evaluate_policies
     from training.engines import get_engine
     from training.held_out import fit_held_out_stages, with_learned_zones
     from training.stages import StageClock
@@ -187,13 +180,15 @@ def run_fold(config: TrainConfig, *, repeat: int, fold: int, prepared=None) -> F
     tuned, reference = _fitted_policies(config, fitted, held.splits["val"], notes)
     names = [n for n in POLICIES if (n != "tuned_rule_table" or tuned) and (n != "reference" or reference)]
     options = dict(tuned=tuned, reference=reference, catch_rate=config.routing.fallback_catch_rate)
-    table = _policy_table(test, names, **options)
-    sources = sorted(set(test.sources.tolist()))
-    by_source = {str(s): _policy_table(test.subset(test.sources == s), names, **options) for s in sources}
+
+    def table(rows) -> SplitSummary:  # the rows' reference qualities and every policy's key figures on them
+        return evaluate_policies(rows, names, **options)[0].summary()
+
+    by_source = {str(s): table(test.subset(test.sources == s)) for s in sorted(set(test.sources.tolist()))}
     raw = (fitted.raw or {}).get("test")
     trees = {h.name: h.booster.num_trees() for h in fitted.heads}
     train_rows = len(fitted.train_rows) if fitted.train_rows is not None else 0
-    figures = (len(test), train_rows, table, by_source, trees, time.perf_counter() - started, notes)
+    figures = (len(test), train_rows, table(test), by_source, trees, time.perf_counter() - started, notes)
     return FoldResult(
         repeat,
         fold,
@@ -246,10 +241,7 @@ class CrossValidation:
             "interval": INTERVAL,
             "level": LEVEL,
             "test_over_train": self.correction,
-            "rows": {
-                "test_per_fold": [r.test_rows for r in self.results],
-                "train_per_fold": [r.train_rows for r in self.results],
-            },
+            "rows": {f"{k}_per_fold": [getattr(r, f"{k}_rows") for r in self.results] for k in ("test", "train")},
             "policies": {p: {f: self.estimate(p, f) for f in FIGURES} for p in policies},
             "differences": {f"learned - {p}": {f: self.difference("learned", p, f) for f in FIGURES} for p in compared},
             "by_source": {
@@ -261,13 +253,7 @@ class CrossValidation:
             },
             "seconds": [r.seconds for r in self.results],
             "per_fold": [
-                {
-                    "repeat": r.repeat,
-                    "fold": r.fold,
-                    "test_rows": r.test_rows,
-                    "trees": r.trees,
-                    "figures": r.figures.as_dict(),
-                }
+                {**{k: getattr(r, k) for k in ("repeat", "fold", "test_rows", "trees")}, "figures": r.figures.as_dict()}
                 for r in self.results
             ],
             "notes": sorted({n for r in self.results for n in r.notes}),

@@ -80,24 +80,20 @@ def choice_parameter(rule: str, expected, cost, feasible, quality, *, choosers) 
     return price, {"budget": budget, "budget_share": choosers.budget_share}
 
 
-def _choices(rule: str, parameter: float, expected, cost, feasible) -> np.ndarray:
-    """Each row's first endpoint under the rule (serving.endpoints._choice), NONE where none is feasible."""
-    from serving.endpoints._choice import NONE, best_under_price, cascade, cheapest_within
-
-    if rule == "cheapest_within":
-        return cheapest_within(expected, cost, parameter, feasible)
-    if rule == "best_under_price":
-        return best_under_price(expected, cost, parameter, feasible)
-    return np.array([order[0] if order else NONE for order in cascade(expected, cost, parameter, feasible)])
-
-
 def _figures(names, rule: str, parameter: float, expected, cost, feasible, quality, logged_cost) -> dict:
     """The rule's choices on some rows: endpoint shares, mean expected quality and cost, and where
     every outcome is logged the realized quality and cost (`logged_cost`: the logged price, else
     the expected one) against each endpoint alone."""
     from evaluation.endpoints import realized, shares
+    from serving.endpoints._choice import NONE, best_under_price, cascade, cheapest_within
 
-    choice = _choices(rule, parameter, expected, cost, feasible)
+    # each row's first endpoint under the rule (serving.endpoints._choice), NONE where none is feasible
+    if rule == "cascade":
+        choice = np.array([order[0] if order else NONE for order in cascade(expected, cost, parameter, feasible)])
+    else:
+        choice = (cheapest_within if rule == "cheapest_within" else best_under_price)(
+            expected, cost, parameter, feasible
+        )
     out: dict[str, Any] = {"rows": int(len(choice)), "shares": shares(choice, names)}
     out["expected_quality"], out["expected_cost"] = realized(choice, expected, cost)
     complete = np.isfinite(quality).all(axis=1)
@@ -141,17 +137,6 @@ def answer_rows(rows: EndpointRows, masks: dict[str, np.ndarray]):
     )
 
 
-def _acceptance(config, answers, plan):
-    """The acceptance check fitted on every endpoint's answers (training.acceptance.fit_acceptance: an
-    answer is good when its endpoint's outcome reaches acceptance.good_quality; its figures per
-    endpoint, each answer's `source`), or the reason there is none."""
-    from training.acceptance import AcceptanceFit, fit_acceptance
-
-    if answers is None:
-        return AcceptanceFit({"file": None, "reason": "the training logs carry no answers (responses)"})
-    return fit_acceptance(config, answers, plan.serving.extractor())
-
-
 def _drift_reference(config, section, model_version: str, val, x_val, models, novelty, max_chars: int, acceptance):
     """The bundle's drift reference (training.drift_reference.decisions_reference): its validation
     rows as the SDK's chooser decides them (serving.routing._chooser.Choice, the bundle's unfamiliar policy)
@@ -188,13 +173,6 @@ def _drift_reference(config, section, model_version: str, val, x_val, models, no
     )
 
 
-def _edge_context(endpoints) -> int:
-    """The Limits a two-side reader sees: the smallest context among the endpoints on the device
-    (the largest endpoint's when none runs there)."""
-    device = [e.context_tokens for e in endpoints if e.where == "device"]
-    return min(device) if device else max(e.context_tokens for e in endpoints)
-
-
 def train_endpoint_bundle(
     rows: EndpointRows,
     endpoints,
@@ -214,6 +192,7 @@ def train_endpoint_bundle(
     (the head comparison), kept beside it in the manifest's `endpoints.head_mode`."""
     from serving.endpoints._choice import call_costs
     from serving.monitoring._drift import DRIFT_REFERENCE_FILE
+    from training.acceptance import AcceptanceFit, fit_acceptance
     from training.config import TrainConfig
     from training.endpoints import fit_outcome_models, fold_masks, served
     from training.engines.base import _calibration_section, checked_bundle
@@ -255,7 +234,11 @@ def train_endpoint_bundle(
     )
     # The acceptance check, as every bundle's (training.acceptance), on every endpoint's logged answers.
     answers = answer_rows(rows, masks)
-    acceptance = _acceptance(config, answers, plan)
+    acceptance = (
+        AcceptanceFit({"file": None, "reason": "the training logs carry no answers (responses)"})
+        if answers is None
+        else fit_acceptance(config, answers, plan.serving.extractor())
+    )
     files, familiar = bundle_files(plan, trees, reference, familiar, acceptance)
     model_version = f"edge-cloud-router@endpoints:{hashlib.sha256(files['model.onnx']).hexdigest()[:12]}"
 
@@ -282,7 +265,7 @@ def train_endpoint_bundle(
     validation = (parts["val"], x[masks["val"]], models, novelty["val"], plan.spec.max_chars, acceptance)
     files[DRIFT_REFERENCE_FILE] = _drift_reference(config, section, model_version, *validation).to_bytes()
     accepted = {k: acceptance.section[k] for k in ("cross_fitted", "test") if k in acceptance.section}
-    names = rows.names
+    names, on_device = rows.names, [e.context_tokens for e in endpoints if e.where == "device"]
     manifest = Manifest(
         model_version=model_version,
         feature_spec=plan.spec,
@@ -297,7 +280,8 @@ def train_endpoint_bundle(
             "salt": config.split.salt,
             "cv_folds": 0,
         },
-        limits=Limits(edge_context_tokens=_edge_context(endpoints)),
+        # what a two-side reader sees: the smallest context on the device (the largest anywhere when none runs there)
+        limits=Limits(edge_context_tokens=min(on_device or [max(e.context_tokens for e in endpoints)])),
         endpoints=section,
         novelty=familiar,
         acceptance=acceptance.section,

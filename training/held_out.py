@@ -80,20 +80,6 @@ def with_learned_zones(config: TrainConfig, rows: Rows, thresholds: dict) -> Row
     )
 
 
-def familiarity(config: TrainConfig, fitted: Fitted, splits: Splits) -> tuple[Novelty, dict, Splits]:
-    """Fit the familiarity reference on the validation rows (training.novelty); returns the
-    reference, its manifest figures (where it lives is bundle_files'), and `splits`
-    flagged with it."""
-    reference, info, novelty = fit_familiarity(
-        config,
-        fitted.plan,
-        {name: rows.prompts for name, rows in splits.items()},
-        fitted.embeddings,
-        fitted.tokens,
-    )
-    return reference, info, {name: rows.with_novelty(novelty[name]) for name, rows in splits.items()}
-
-
 def fit_familiarity(
     config: TrainConfig, plan, prompts: dict, embeddings: dict, tokens: dict | None = None
 ) -> tuple[Novelty, dict, dict]:
@@ -137,18 +123,6 @@ def bundle_files(plan, trees: bytes, reference: Novelty, section: dict, acceptan
     return {**files, **({ACCEPTANCE_FILE: acceptance.file} if acceptance.fitted else {})}, section
 
 
-def acceptance_check(config: TrainConfig, fitted: Fitted) -> tuple[AcceptanceFit, Splits]:
-    """Fit the acceptance check on the logged edge answers (training.acceptance); returns it and
-    the engine's validation and test rows, each marked with the share of its answers the check
-    rejects (held out)."""
-    from training.acceptance import fit_acceptance
-
-    fit = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
-    return fit, {
-        name: rows.with_rejections(fit.rejected_share(name, rows.prompts)) for name, rows in fitted.splits.items()
-    }
-
-
 @dataclass
 class HeldOutStages:
     """What the stages after the heads fit on the held-out rows (see fit_held_out_stages)."""
@@ -166,11 +140,19 @@ def fit_held_out_stages(config: TrainConfig, fitted: Fitted, clock) -> HeldOutSt
     (the thresholds count them as the fallback's rates), then the familiarity reference flags
     them. The engine's `fitted.splits` stay as they were; the marked rows are `splits` of the
     result. `make train` and every cross-validation fold (training.crossval) run exactly this."""
+    from training.acceptance import fit_acceptance
+
     check_held_out_rows(fitted.splits["val"].prompts, len(fitted.splits["test"]))
-    clock.begin("acceptance")
-    acceptance, verdicts = acceptance_check(config, fitted)
+    clock.begin("acceptance")  # fitted on the logged edge answers; each row marked with the share it rejects
+    acceptance = fit_acceptance(config, fitted.responses, fitted.plan.serving.extractor())
+    verdicts = {
+        name: rows.with_rejections(acceptance.rejected_share(name, rows.prompts))
+        for name, rows in fitted.splits.items()
+    }
     clock.begin("thresholds")
     thresholds = choose_thresholds(config, fitted, verdicts["val"])
-    clock.begin("familiarity")
-    reference, novelty, flagged = familiarity(config, fitted, verdicts)
-    return HeldOutStages(acceptance, thresholds, reference, novelty, flagged)
+    clock.begin("familiarity")  # fitted on the validation rows; each row flagged with its novelty
+    prompts = {name: rows.prompts for name, rows in verdicts.items()}
+    reference, info, novelty = fit_familiarity(config, fitted.plan, prompts, fitted.embeddings, fitted.tokens)
+    flagged = {name: rows.with_novelty(novelty[name]) for name, rows in verdicts.items()}
+    return HeldOutStages(acceptance, thresholds, reference, info, flagged)

@@ -20,7 +20,7 @@ import numpy as np
 from evaluation.figures import SplitSummary
 from evaluation.rows import Rows
 from serving.bundle._manifest import Limits, Manifest, ScoreSpec
-from training.config import TrainConfig
+from training.config import TARGET_OPTIONS, TrainConfig
 from training.fitted import Fitted
 from training.held_out import Splits, bundle_files, fit_held_out_stages, with_learned_zones
 from training.sampling import training_share
@@ -48,14 +48,8 @@ class TrainResult:
         """The test rows as a DataFrame: request_id, prompt, precision, score."""
         import pandas as pd
 
-        return pd.DataFrame(
-            {
-                "request_id": self.test.request_ids,
-                "prompt": self.test.prompts,
-                "precision": self.test.precisions,
-                "score": self.test.scores,
-            }
-        )
+        columns = {"request_id": "request_ids", "prompt": "prompts", "precision": "precisions", "score": "scores"}
+        return pd.DataFrame({name: getattr(self.test, field) for name, field in columns.items()})
 
 
 def split_and_label(frame, config: TrainConfig):
@@ -72,15 +66,8 @@ def label_of(frame, config: TrainConfig) -> np.ndarray:
     """Each row's cloud-needed label (training.labels)."""
     from training.labels import cloud_needed
 
-    return np.asarray(
-        cloud_needed(
-            frame["edge_quality"],
-            frame["cloud_quality"],
-            margin_binary=config.label.margin_binary,
-            margin_graded=config.label.margin_graded,
-        ),
-        dtype=np.int64,
-    )
+    labels = cloud_needed(frame["edge_quality"], frame["cloud_quality"], **vars(config.label))
+    return np.asarray(labels, dtype=np.int64)
 
 
 def note_training_sample(console, report: dict, config: TrainConfig, fraction: float, kept: int | None = None) -> None:
@@ -125,53 +112,6 @@ def split_figures(config: TrainConfig, splits: Splits, thresholds: dict) -> dict
     }
 
 
-def build_manifest(
-    config: TrainConfig,
-    fitted: Fitted,
-    thresholds: dict,
-    metrics: dict,
-    run_id: str,
-    outputs: list[str],
-    novelty: dict,
-    acceptance: dict,
-) -> Manifest:
-    """The bundle's manifest (serving.bundle._manifest), without its file table."""
-
-    spec = fitted.plan.spec
-    heads = tuple(h.name for h in fitted.heads)
-    return Manifest(
-        model_version=f"{config.mlflow.registered_model}@run:{run_id[:12]}",
-        feature_spec=spec,
-        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        encoder={"tier": config.features.tier, "key": fitted.plan.built.key},
-        score=ScoreSpec(fitted.objective, heads, tuple(outputs)),
-        # in_model: the trees already output the calibrated probability (training.export)
-        calibration={h.name: _calibration_section(h) for h in fitted.heads},
-        thresholds=thresholds,
-        target={
-            "kind": config.routing.target,
-            "max_quality_drop": config.routing.max_quality_drop,
-            "cloud_budget": config.routing.cloud_budget,
-            "fallback_catch_rate": config.routing.fallback_catch_rate,
-        },
-        label={"margin_binary": config.label.margin_binary, "margin_graded": config.label.margin_graded},
-        # How rows were split, so evaluation can find the rows this model never saw.
-        # cv_folds > 0: the bundle was fitted on every row, and no split of these logs is unseen.
-        split={**config.split.hashed, "cv_folds": config.split.cv_folds},
-        limits=Limits(edge_context_tokens=config.routing.edge_context_tokens),
-        novelty=novelty,
-        acceptance=acceptance,
-        metrics={k: metrics[k] for k in ("test", "val", "cv") if k in metrics},
-        data={k: v for k, v in fitted.data_report.items() if k != "paths"},
-        training={"engine": config.engine.name},
-        mlflow={
-            "run_id": run_id,
-            "tracking_uri": config.mlflow.tracking_uri,
-            "registered_model": config.mlflow.registered_model,
-        },
-    )
-
-
 def _calibration_section(head) -> dict:
     """A head's manifest calibration: its parameters, whether the graph applies them, and
     the lexical blend the graph computes after them (for readers; the SDK runs the graph)."""
@@ -181,15 +121,6 @@ def _calibration_section(head) -> dict:
     if head.blend is not None:
         section["lexical_blend"] = head.blend.as_dict()
     return section
-
-
-def _public_key(signing_key: Path | None):
-    """The public half of the signing key, so the parity check loads the bundle as a pinned SDK would."""
-    if signing_key is None:
-        return None
-    from cryptography.hazmat.primitives import serialization
-
-    return serialization.load_pem_private_key(signing_key.read_bytes(), password=None).public_key()
 
 
 def check_parity(folder: Path, prompts, precisions, expected: np.ndarray, *, public_key=None) -> float:
@@ -227,8 +158,13 @@ def checked_bundle(path, files: dict, manifest: Manifest, rows, expected, accept
     from training.acceptance import check_acceptance_parity
     from training.writer import staged_bundle
 
-    public_key = _public_key(Path(signing_key) if signing_key else None)
-    with staged_bundle(Path(path), files, manifest, signing_key=Path(signing_key) if signing_key else None) as staged:
+    signing_key = Path(signing_key) if signing_key else None
+    public_key = None  # the signing key's public half: the parity check loads the bundle as a pinned SDK would
+    if signing_key is not None:
+        from cryptography.hazmat.primitives import serialization
+
+        public_key = serialization.load_pem_private_key(signing_key.read_bytes(), password=None).public_key()
+    with staged_bundle(Path(path), files, manifest, signing_key=signing_key) as staged:
         parity = check_parity(staged.folder, *rows, expected, public_key=public_key)
         yield staged, parity, check_acceptance_parity(staged.folder, acceptance, answers, public_key=public_key)
 
@@ -281,23 +217,37 @@ def finish(config: TrainConfig, fitted: Fitted, timings: dict, *, cv=None) -> Tr
         files, novelty = bundle_files(
             fitted.plan, trees, reference, novelty, acceptance, with_encoder=config.bundle.encoder
         )
-        manifest = build_manifest(config, fitted, thresholds, metrics, run_id, outputs, novelty, acceptance.section)
+        manifest = Manifest(  # serving.bundle._manifest, without its file table
+            model_version=f"{config.mlflow.registered_model}@run:{run_id[:12]}",
+            feature_spec=fitted.plan.spec,
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            encoder={"tier": config.features.tier, "key": fitted.plan.built.key},
+            score=ScoreSpec(fitted.objective, tuple(h.name for h in fitted.heads), tuple(outputs)),
+            # in_model: the trees already output the calibrated probability (training.export)
+            calibration={h.name: _calibration_section(h) for h in fitted.heads},
+            thresholds=thresholds,
+            target={"kind": config.routing.target, **{k: getattr(config.routing, k) for k in TARGET_OPTIONS}},
+            label={"margin_binary": config.label.margin_binary, "margin_graded": config.label.margin_graded},
+            # How rows were split, so evaluation can find the rows this model never saw.
+            # cv_folds > 0: the bundle was fitted on every row, and no split of these logs is unseen.
+            split={**config.split.hashed, "cv_folds": config.split.cv_folds},
+            limits=Limits(edge_context_tokens=config.routing.edge_context_tokens),
+            novelty=novelty,
+            acceptance=acceptance.section,
+            metrics={k: metrics[k] for k in ("test", "val", "cv") if k in metrics},
+            data={k: v for k, v in fitted.data_report.items() if k != "paths"},
+            training={"engine": config.engine.name},
+            mlflow={"run_id": run_id, **{k: getattr(config.mlflow, k) for k in ("tracking_uri", "registered_model")}},
+        )
         with clock.span("drift_reference"):  # serving.monitoring._drift: what the bundle's traffic looked like
             files[DRIFT_REFERENCE_FILE] = drift_reference(config, held_out, manifest.model_version).to_bytes()
         # The bundle must score exactly like the pipeline that trained it, from raw text.
         test, checked = held_out.splits["test"], slice(0, config.bundle.parity_rows)
-        rows = (test.prompts[checked], test.precisions[checked])
+        parity = ((test.prompts[checked], test.precisions[checked]), test.scores[checked], acceptance, fitted.responses)
         with checked_bundle(
-            config.bundle.path,
-            files,
-            manifest,
-            rows,
-            test.scores[checked],
-            acceptance,
-            fitted.responses,
-            signing_key=config.bundle.signing_key,
-        ) as (staged, *parities):
-            metrics["parity_max_abs_diff"], metrics["acceptance_parity_max_abs_diff"] = parities
+            config.bundle.path, files, manifest, *parity, signing_key=config.bundle.signing_key
+        ) as done:
+            staged, metrics["parity_max_abs_diff"], metrics["acceptance_parity_max_abs_diff"] = done
             clock.begin("mlflow")
             staged.publish()  # still under the bundle's lock: what is registered is what was checked
             log_training(config, fitted.data_report, metrics)
