@@ -241,3 +241,10 @@ def test_make_endpoints_takes_the_training_options(tmp_path):
     assert done.exit_code == 2 and "endpoints.lgbm=7" in " ".join(done.output.split())
     assert not (tmp_path / "metrics.json").exists()
     assert TrainConfig().endpoints.lgbm == {"num_threads": 1}
+
+
+def test_every_engine_the_config_accepts_has_its_module():
+    from training.config import ENGINES
+    from training.engines import ENGINES as MODULES
+
+    assert list(MODULES) == list(ENGINES)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evaluation.acceptance import rejected_share_by_prompt, roc_points, separation_by_source
+from evaluation.acceptance import rejected_share_by_prompt, separation_by_source
 from serving.features._response_features import RESPONSE_FEATURES
 from serving.scoring._acceptance import answer_matrix
 from serving.scoring._calibration import apply_calibration
@@ -26,6 +26,7 @@ from training.config import TrainConfig
 ACCEPTANCE_FILE = "acceptance.onnx"
 MIN_OF_EACH = 20
 PARITY_ANSWERS = 500  # answers the bundle's acceptance check is compared on
+ANSWER_COLUMNS = ("prompt", "edge_response", "edge_logprob_mean", "edge_logprob_min")  # what the check reads of one
 # Small trees: a few hundred answers, ~70 features.
 ACCEPTANCE_LGBM = {
     "num_leaves": 15,
@@ -61,21 +62,9 @@ class AcceptanceFit:
         keys, wanted = (answered, prompts) if sources is None else (zip(answered, by), zip(prompts, sources))
         return rejected_share_by_prompt(list(keys), probability < self.section["threshold"], list(wanted))
 
-    def roc(self, split: str = "test") -> dict | None:
-        if split not in self.held_out:
-            return None
-        _, _, good, probability = self.held_out[split]
-        return roc_points(probability, good) if good.any() and (~good).any() else None
-
 
 def _absent(reason: str) -> AcceptanceFit:
     return AcceptanceFit({"file": None, "reason": reason})
-
-
-def _folds(prompts, k: int) -> np.ndarray:
-    from data.prepare import hash_uniform
-
-    return np.minimum((hash_uniform(prompts, salt="acceptance-folds") * k).astype(int), k - 1)
 
 
 def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
@@ -83,6 +72,7 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
     `extractor` computes the router's features of a text (training.featurize)."""
     import lightgbm as lgb
 
+    from data.prepare import hash_uniform
     from training.export import booster_to_onnx, calibration_in_model
     from training.model import fit_calibration, lgbm_params, threads_for
 
@@ -98,12 +88,8 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
             f"({n_good} good, {n_bad} failed); needs {config.acceptance.min_rows}, "
             f"and {MIN_OF_EACH} of each"
         )
-    prompts, answers = rows["prompt"].tolist(), rows["edge_response"].tolist()
     x = answer_matrix(
-        prompts,
-        answers,
-        rows["edge_logprob_mean"].tolist(),
-        rows["edge_logprob_min"].tolist(),
+        *(rows[c].tolist() for c in ANSWER_COLUMNS),
         answer_features=lambda texts: extractor.transform(texts, [None] * len(texts)),
         max_chars=config.acceptance.max_response_chars,
     )
@@ -114,16 +100,14 @@ def fit_acceptance(config: TrainConfig, rows, extractor) -> AcceptanceFit:
     )
 
     def booster(rows_mask):
-        return lgb.train(
-            params,
-            lgb.Dataset(x[rows_mask], label=good[rows_mask].astype(float)),
-            num_boost_round=config.acceptance.rounds,
-        )
+        data = lgb.Dataset(x[rows_mask], label=good[rows_mask].astype(float))
+        return lgb.train(params, data, num_boost_round=config.acceptance.rounds)
 
-    folds = _folds(rows["prompt"], config.acceptance.folds)
+    k = config.acceptance.folds
+    folds = np.minimum((hash_uniform(rows["prompt"], salt="acceptance-folds") * k).astype(int), k - 1)
     out_of_fold = np.zeros(len(rows))
-    for k in range(config.acceptance.folds):
-        held = fit & (folds == k)
+    for fold in range(k):
+        held = fit & (folds == fold)
         if held.any():
             out_of_fold[held] = booster(fit & ~held).predict(x[held])
     calibration = fit_calibration(out_of_fold[fit], good[fit], method="sigmoid")
@@ -177,12 +161,7 @@ def check_acceptance_parity(folder, fit: AcceptanceFit, rows, *, public_key=None
     test = rows.iloc[positions]
     bundle = read_bundle(folder, public_key=public_key)
     acceptor = Acceptor.from_bundle(bundle, Scorer(bundle))
-    sdk = acceptor.probabilities(
-        test["prompt"].tolist(),
-        test["edge_response"].tolist(),
-        test["edge_logprob_mean"].tolist(),
-        test["edge_logprob_min"].tolist(),
-    )
+    sdk = acceptor.probabilities(*(test[c].tolist() for c in ANSWER_COLUMNS))
     gap = float(np.max(np.abs(sdk - expected)))
     if gap > tolerance:
         raise RuntimeError(

@@ -165,10 +165,6 @@ class ChunkFeaturizer:
         else:  # only prepare() is used: no onnxruntime session
             self.extractor = FeatureExtractor(recipe.spec, FastTokenizer(recipe.tokenizer_json), None, None)
 
-    @property
-    def n_scalars(self) -> int:
-        return n_scalar_features(self.recipe.spec)
-
     def prepare(self, prompts: list[str], precisions: list) -> tuple[np.ndarray, TokenRows]:
         """(scalar features [n_tokens, statistics, precision] as float32, token ids)."""
         input_ids, mask, scalars, _, _ = self.extractor.prepare(prompts, precisions)
@@ -406,7 +402,8 @@ class FirstPassMemo:
     cross-fitting's folds and refit share (module doc). It answers only for the exact same
     prompts and precisions in the same order, checked by a digest of them."""
 
-    kept: tuple[str, np.ndarray, TokenRows] | None = None  # (digest, scalars, token ids)
+    digest: str | None = None  # digest_of the rows kept
+    kept: tuple[np.ndarray, TokenRows] | None = None  # their (scalars, token ids)
 
     @staticmethod
     def digest_of(recipe: FeatureRecipe, prompts, precisions) -> str:
@@ -416,17 +413,6 @@ class FirstPassMemo:
             digest.update(prompt.encode("utf-8", "surrogatepass"))
             digest.update(b"\x00" + (b"-" if precision is None else b"=" + str(precision).encode()) + b"\x00")
         return f"{len(prompts)}:{digest.hexdigest()}"
-
-    @property
-    def digest(self) -> str | None:
-        return None if self.kept is None else self.kept[0]
-
-    def recall(self, digest: str) -> tuple[np.ndarray, TokenRows] | None:
-        """(scalars, token ids) of the rows of this digest, None when it holds other rows."""
-        return self.kept[1:] if self.kept is not None and self.kept[0] == digest else None
-
-    def keep(self, digest: str, scalars: np.ndarray, tokens: TokenRows) -> None:
-        self.kept = (digest, scalars, tokens)
 
 
 def _remembered_first_passes(
@@ -520,7 +506,7 @@ def table_features(
     matrix = np.empty((n, n_scalars + embedding_dim), dtype=np.float32)
     fitter, tokens, start = ProjectionFitter(embedding_dim, seed=seed), [], 0
     digest = FirstPassMemo.digest_of(raw, prompts, precisions) if memo is not None else ""
-    remembered = memo.recall(digest) if memo is not None else None
+    remembered = memo.kept if memo is not None and memo.digest == digest else None
     passes = (
         _first_passes(raw, prompts, precisions, train_rows, chunk_rows, workers, pool_min_rows)
         if remembered is None
@@ -534,7 +520,7 @@ def table_features(
         if on_batch:
             on_batch(len(part.scalars))
     if memo is not None and remembered is None:
-        memo.keep(digest, matrix[:, :n_scalars].copy(), TokenRows.concat(tokens))
+        memo.digest, memo.kept = digest, (matrix[:, :n_scalars].copy(), TokenRows.concat(tokens))
     plan = plan_from(built, raw, fitter.projection())
     matrix = matrix[:, : len(plan.spec.feature_names)]  # fewer components than asked on tiny data
     featurizer = plan.serving.featurizer()

@@ -5,12 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def is_graded(edge_quality: np.ndarray, cloud_quality: np.ndarray) -> np.ndarray:
-    """Rows with judge-style scores (anything other than right/wrong 0/1 on both sides)."""
-    binary = np.isin(edge_quality, (0.0, 1.0)) & np.isin(cloud_quality, (0.0, 1.0))
-    return ~binary
-
-
 def cloud_needed(edge_quality, cloud_quality, *, margin_binary: float = 0.0, margin_graded: float = 0.1) -> np.ndarray:
     """1 where the cloud beats the edge by more than the margin; both right or both wrong is 0.
 
@@ -19,5 +13,6 @@ def cloud_needed(edge_quality, cloud_quality, *, margin_binary: float = 0.0, mar
     """
     edge = np.asarray(edge_quality, dtype=np.float64)
     cloud = np.asarray(cloud_quality, dtype=np.float64)
-    margin = np.where(is_graded(edge, cloud), margin_graded, margin_binary)
+    binary = np.isin(edge, (0.0, 1.0)) & np.isin(cloud, (0.0, 1.0))  # right/wrong rows; else judge scores
+    margin = np.where(binary, margin_binary, margin_graded)
     return (cloud - edge > margin).astype(np.int8)

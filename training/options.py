@@ -29,10 +29,6 @@ class Rule:
     good: tuple = ()
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def one_of(*choices) -> Rule:
     return Rule(lambda v: v in choices, f"must be one of {', '.join(map(str, choices))}", "<none of these>", choices)
 
@@ -60,7 +56,8 @@ def number(low: float, high: float | None = None, *, open_low: bool = False, ope
 
     def test(v) -> bool:
         return (
-            _is_number(v)
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
             and (v > low if open_low else v >= low)
             and (high is None or (v < high if open_high else v <= high))
         )

@@ -94,9 +94,10 @@ def both_known(frame: pd.DataFrame) -> np.ndarray:
     return (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
 
 
-def combined_report(counts: pd.DataFrame, *, estimator: str = "plug_in", max_weight: float = 20.0) -> dict:
-    """partial_report of a whole log from its parts' counts (one row per part, COUNTED columns)."""
-    totals = {k: int(counts[k].sum()) for k in COUNTED if k in counts}
+def combined_report(counts, *, estimator: str = "plug_in", max_weight: float = 20.0) -> dict:
+    """partial_report of a whole log from its parts' counts (one row per part, COUNTED columns; or
+    one part's, a mapping of COUNTED)."""
+    totals = {k: int(np.sum(counts[k])) for k in COUNTED if k in counts}
     clipped = totals.pop("weights_clipped", 0)
     return {
         **totals,
@@ -112,10 +113,5 @@ def partial_report(frame: pd.DataFrame, *, estimator: str = "plug_in", max_weigh
     clipped = 0
     if "propensity" in frame and one_side.any():
         clipped = int((1.0 / frame.loc[one_side, "propensity"].astype(float) > max_weight).sum())
-    return {
-        "both_outcomes": int((edge & cloud).sum()),
-        "edge_only": int((edge & ~cloud).sum()),
-        "cloud_only": int((~edge & cloud).sum()),
-        "estimator": estimator,
-        **({"max_ipw_weight": max_weight, "weights_clipped": clipped} if estimator == "ipw" else {}),
-    }
+    counts = ((edge & cloud).sum(), (edge & ~cloud).sum(), (~edge & cloud).sum(), clipped)
+    return combined_report(dict(zip(COUNTED, counts)), estimator=estimator, max_weight=max_weight)

@@ -20,48 +20,43 @@ from training.stages import STAGE_LOG_ENV, read_stage_log
 Sample = tuple[float, float, float]
 
 
-def tree_rss(process) -> tuple[int, int]:
-    """(sum, max) RSS in bytes over a psutil process and all its descendants."""
+def _each(processes, do) -> list:
+    """`do(p)` of each psutil process still there (one that exited since it was listed is passed over)."""
     import psutil
 
-    sizes = []
-    for p in [process, *process.children(recursive=True)]:
+    out = []
+    for p in processes:
         try:
-            sizes.append(p.memory_info().rss)
-        except psutil.Error:  # exited between listing and reading
+            out.append(do(p))
+        except psutil.Error:
             pass
+    return out
+
+
+def _tree(process) -> list:
+    return [process, *process.children(recursive=True)]
+
+
+def tree_rss(process) -> tuple[int, int]:
+    """(sum, max) RSS in bytes over a psutil process and all its descendants."""
+    sizes = _each(_tree(process), lambda p: p.memory_info().rss)
     return sum(sizes), max(sizes, default=0)
 
 
 def _record_tree_cpu(process, seen: dict[int, float]) -> None:
     """Record each live process's CPU seconds so far into `seen` by pid: a process that has
     exited keeps the last figure read, so short-lived children still count."""
-    import psutil
-
-    for p in [process, *process.children(recursive=True)]:
-        try:
-            times = p.cpu_times()
-            seen[p.pid] = times.user + times.system
-        except psutil.Error:
-            pass
+    seen.update(_each(_tree(process), lambda p: (p.pid, sum(p.cpu_times()[:2]))))  # user + system
 
 
 def _stop_tree(process) -> None:
     """Terminate a process and its descendants, then kill whatever is left after 15 s."""
     import psutil
 
-    tree = [process, *process.children(recursive=True)]
-    for p in tree:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
+    tree = _tree(process)
+    _each(tree, lambda p: p.terminate())
     psutil.wait_procs(tree, timeout=15)
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    _each(tree, lambda p: p.kill())
     process.wait()
 
 

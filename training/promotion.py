@@ -139,13 +139,6 @@ def decide(challenger: dict, champion: dict | None, *, margin: float) -> tuple[b
     return ok, "; ".join(why for _, why in reasons)
 
 
-def model_version_of(client, model: str, run_id: str):
-    versions = client.search_model_versions(f"name='{model}' and run_id='{run_id}'")
-    if not versions:
-        raise ValueError(f"the bundle's MLflow run {run_id} has no registered version of {model}")
-    return max(versions, key=lambda v: int(v.version))
-
-
 def promote(
     bundle: Path,
     *,
@@ -186,7 +179,10 @@ def promote(
     manifest = challenger_router.manifest
     tracking_uri = tracking_uri or manifest.mlflow.get("tracking_uri")
     client = MlflowClient(tracking_uri=tracking_uri)
-    version = model_version_of(client, model, manifest.mlflow["run_id"])
+    versions = client.search_model_versions(f"name='{model}' and run_id='{manifest.mlflow['run_id']}'")
+    if not versions:
+        raise ValueError(f"the bundle's MLflow run {manifest.mlflow['run_id']} has no registered version of {model}")
+    version = max(versions, key=lambda v: int(v.version))
     try:
         current = client.get_model_version_by_alias(model, ALIAS)
     except mlflow.exceptions.MlflowException:

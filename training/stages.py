@@ -89,27 +89,9 @@ class StageClock:
         self.timings["peak_mb"][name] = max(self.timings["peak_mb"].get(name, 0.0), peak)
         path = os.environ.get(STAGE_LOG_ENV)
         if path:
+            record = dict(stage=name, start=started_at, end=started_at + wall, wall_s=wall, peak_rss_mb=peak)
             with open(path, "a", encoding="utf-8") as fh:
-                fh.write(
-                    json.dumps(
-                        {
-                            "stage": name,
-                            "start": started_at,
-                            "end": started_at + wall,
-                            "wall_s": wall,
-                            "peak_rss_mb": peak,
-                        }
-                    )
-                    + "\n"
-                )
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        self.begin(name)
-        try:
-            yield
-        finally:
-            self.end()
+                fh.write(json.dumps(record) + "\n")
 
     def end_run(self) -> None:
         """End the running stage and set `total_s`: the run's wall time since the start that

@@ -36,10 +36,6 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
     return {k: v for k, v in _flatten("", metrics, {}).items() if v == v}
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _alive(owner: str) -> bool:
     host, _, pid = owner.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
@@ -91,7 +87,7 @@ def tracked_run(*, tracking_uri: str, artifact_root: str, experiment: str, run_n
             experiment_id = found.experiment_id
         fail_abandoned_runs(mlflow.tracking.MlflowClient(), experiment_id)
     mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=run_name, tags={OWNER_TAG: _owner()}) as run:
+    with mlflow.start_run(run_name=run_name, tags={OWNER_TAG: f"{socket.gethostname()}:{os.getpid()}"}) as run:
         yield run
 
 

@@ -12,17 +12,15 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from training.config import ENGINES as NAMES
 from training.config import TrainConfig
 
 if TYPE_CHECKING:
     from training.fitted import Fitted
 
-MODULES = {
+ENGINES = {  # every engine TrainConfig accepts (training.config.ENGINES)
     "local": "training.engines.local",  # every row in memory on this machine
     "dask": "training.engines.dask_cluster",  # logs as partitions on a Dask cluster
 }
-ENGINES = {name: MODULES[name] for name in NAMES}  # every engine TrainConfig accepts has its module
 
 
 class Engine(Protocol):

@@ -58,11 +58,6 @@ def _kind(column: str):
     return PREPARED.get(column, object if column in _text_columns() else float)
 
 
-def unit_meta() -> pd.DataFrame:
-    """The empty frame every unit partition looks like."""
-    return frame_meta(UNIT_COLUMNS)
-
-
 def unit_frame(path: str) -> pd.DataFrame:
     """One loading unit read and validated (data.logs.read_unit): its valid rows, then one
     row per reject carrying the file, location and reason. Rows = rows read."""
@@ -332,16 +327,16 @@ def scratch(config) -> Iterator[str]:
     import shutil
     import tempfile
 
-    from training.locks import held_lock
+    from training.locks import file_lock
 
     root = Path(config.engine.dask_scratch or Path(config.cache_dir) / "dask-scratch")
     root.mkdir(parents=True, exist_ok=True)
     for folder in root.glob("run-*/"):
-        with held_lock(folder / SCRATCH_LOCK) as abandoned:
+        with file_lock(folder / SCRATCH_LOCK) as abandoned:
             if abandoned:
                 shutil.rmtree(folder, ignore_errors=True)
     new = Path(tempfile.mkdtemp(prefix="new-", dir=root))  # not a run-* folder until its lock is held
-    with held_lock(new / SCRATCH_LOCK):
+    with file_lock(new / SCRATCH_LOCK):
         folder = new.rename(root / new.name.replace("new-", "run-", 1))
         try:
             yield str(folder)
