@@ -100,6 +100,31 @@ for _endpoint in DEFAULT_SPEC["endpoints"]:
     _endpoint["price"].update(_price)
     _endpoint["prefill_tokens_per_s"] = round(_rate, 1)
 
+# A scenario (docs/evaluation.md#conversations-make-conversations): two frontier providers of one price,
+# each a little stronger in some domains, both caching at a tenth, beside the phone and the mid-price
+# model; `make conversations ARGS="--spec two-frontier"`.
+TWO_FRONTIER_SPEC: dict[str, Any] = {
+    "description": "scenario (synthetic): phone 3B, mid-price cloud, two frontier providers of one price",
+    "endpoints": [
+        DEFAULT_SPEC["endpoints"][0],
+        DEFAULT_SPEC["endpoints"][2],
+        *({**DEFAULT_SPEC["endpoints"][3], "name": name} for name in ("frontier-a", "frontier-b")),
+    ],
+    "skills": {
+        "phone-3b": DEFAULT_SPEC["skills"]["phone-3b"],
+        "cloud-mid": {"intercept": 1.8, "slope": 1.1, "domains": {"legal": 1.0, "finance": 1.0, "medical": 1.0}},
+        "frontier-a": {
+            "intercept": 2.6,
+            "slope": 0.8,
+            "domains": {"legal": 0.6, "finance": 0.6, "medical": 0.6, "humanities": 0.4},
+        },
+        "frontier-b": {"intercept": 2.6, "slope": 0.8, "domains": {"code": 0.6, "math": 0.6, "science": 0.4}},
+    },
+    "output_tokens": 250,
+    "coupling": 0.5,
+}
+SPECS = {"default": DEFAULT_SPEC, "two-frontier": TWO_FRONTIER_SPEC}
+
 FOLLOW_UPS = (
     "Following up on that:",
     "Thanks. Related to this,",
@@ -137,9 +162,11 @@ CONVERSATIONS = ConversationModel()
 
 
 def load_simulation(path: str | Path | None) -> EndpointSimulation:
-    """The simulation spec at `path` (data.simulator_endpoints' format); DEFAULT_SPEC when None."""
-    if path is None:
-        return parse_simulation(DEFAULT_SPEC, source="data.simulator_conversations.DEFAULT_SPEC")
+    """The simulation spec at `path` (data.simulator_endpoints' format), or one of SPECS by name;
+    DEFAULT_SPEC when None."""
+    name = "default" if path is None else str(path)
+    if name in SPECS and not Path(name).is_file():
+        return parse_simulation(SPECS[name], source=f"data.simulator_conversations.SPECS[{name!r}]")
     return parse_simulation(read_spec_document(path), source=str(path))
 
 

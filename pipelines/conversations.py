@@ -136,7 +136,10 @@ def main(
     ] = None,
     spec: Annotated[
         Optional[Path],
-        typer.Option(help="simulation spec (endpoints + hidden skills); default: the four cached endpoints"),
+        typer.Option(
+            help="simulation spec (endpoints + hidden skills), or a built-in one: default (the four cached "
+            "endpoints), two-frontier (two frontier providers of one price)"
+        ),
     ] = None,
     conversations: Annotated[int, typer.Option(help="conversations to simulate")] = 1000,
     seed: Annotated[int, typer.Option(help="simulation seed")] = 0,

@@ -97,3 +97,13 @@ def test_the_folder_is_read_by_the_log_readers(tmp_path):
     assert frame["request_id"].str.match(r"sim-1-c\d+-t\d$").all()
     assert {m["conversation"] for m in frame["metadata"]} == {f"sim-1-c{k}" for k in range(30)}
     assert np.isfinite(frame[[f"q_{n}" for n in SIM.names]].to_numpy(float)).all()
+
+
+def test_a_built_in_scenario_is_named_and_a_file_is_read(tmp_path):
+    scenario = load_simulation("two-frontier")
+    assert scenario.names == ("phone-3b", "cloud-mid", "frontier-a", "frontier-b")
+    prices = {e.name: e.price for e in scenario.endpoints}
+    assert prices["frontier-a"] == prices["frontier-b"] and prices["frontier-a"].per_1m_cached_input == 0.5
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**json.loads(json.dumps(SIM.as_dict())), "output_tokens": 100}))
+    assert load_simulation(spec).output_tokens == 100
