@@ -32,37 +32,11 @@ from serving.monitoring._outcome_log import OutcomeLog, pseudonym
 from serving.policy import FallbackForbidden, PolicySet
 from serving.policy._budgets import RedisSpending, window, window_end
 from tests.chat_stubs import ASK, LONG, fresh_stubs, stubs  # noqa: F401  (fixtures)
-from tests.redis_server import free_port
+from tests.redis_server import free_port, redis_on
 from tests.test_dashboard import T0, Tables, counts, report, request_record
 
 BUDGET = {"rules": [{"name": "budget-user", "when": {"budget": {"key": "user", "limit": 0.01, "period": "day"}},
                      "then": "forbid", "endpoint": "cloud"}]}  # fmt: skip
-
-
-@contextmanager
-def redis_on(folder: Path, port: int | None = None):
-    """A real redis-server on 127.0.0.1 (`port`, or a free one): (its URL, its process)."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is not installed (apt install redis-server; make test installs it)"
-    port = port or free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0", process
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 # --- the budgets' ledger in Redis ------------------------------------------------------------------

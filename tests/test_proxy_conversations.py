@@ -26,7 +26,8 @@ from serving.conversations._switch import Stickiness
 from serving.policy._budgets import window
 from serving.proxy._config import ConfigError, ProxyConfig
 from tests.chat_stubs import ASK, CLOUD_KEY, LONG, fresh_stubs, stubs  # noqa: F401  (fixtures)
-from tests.test_conversation_surfaces import BACKGROUND, redis_on
+from tests.redis_server import redis_on
+from tests.test_conversation_surfaces import BACKGROUND
 from tests.test_dashboard import Tables, chromium_dom
 from tests.test_proxy import TOKEN, config_for, running_proxy, start_serving
 from tests.test_proxy_hardening import budget_rule, write_policy
