@@ -23,7 +23,7 @@ from serving.conversations._state import ConversationState
 GOOD = 0.5  # an outcome at or above this is a good answer
 
 
-def previous_states(
+def previous_state(
     n_tokens: Sequence[int], output_tokens: Sequence[float], served: str, good: bool, turn: int
 ) -> ConversationState:
     """The state after turn `turn` (1-based) of a conversation whose turns had `n_tokens` and
@@ -44,7 +44,7 @@ def design(
         for s, served in enumerate(names):
             if not np.isfinite(quality[t - 1, s]):
                 continue
-            state = previous_states(n_tokens, output_tokens, served, bool(quality[t - 1, s] >= GOOD), t)
+            state = previous_state(n_tokens, output_tokens, served, bool(quality[t - 1, s] >= GOOD), t)
             for e, name in enumerate(names):
                 if np.isfinite(quality[t, e]):
                     out[name][0].append(features(float(expected[t, e]), name, state))

@@ -505,7 +505,7 @@ class Bands:
         if last is None:
             zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
             return zone, f"{reason}; {turn.said(SIDES, 0, None)[1]}", truncated, None
-        shift = 0.0
+        shift = lo = hi = 0.0
         if turn.weight != math.inf and turn.priced:
             lo, hi = (self._bands.get(request.precision) or self._band(request.precision))[:2]
             cloud_price = chooser.endpoints[1].call_cost(n_tokens) or 0.0
