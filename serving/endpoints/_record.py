@@ -1,23 +1,11 @@
-"""Endpoints as data: the one record of a model a request may run on (docs/endpoints.md).
-
-`Endpoint` (`serving.Endpoint`, `serving.chat.Endpoint`) holds what the router decides with (where
-it runs, its `Price`, latency, context limit, `Capabilities`; None: not declared) and, all
-optional, how it is called (an endpoint a bundle's manifest describes is only decided about).
-`call_cost` is what a call of a given size is expected to cost (what the choosers price),
-`answer_cost` what an answer cost by its `usage` (what RoutedChat reports).
-
-Spec files and manifests hold `{"endpoints": [{"name": ..., "where": ..., "price": {...}, ...}]}`
-in the order figures list them (never a preference), or the two-endpoint spelling
-`{"edge": {...}, "cloud": {...}}` (each an endpoint without its name; missing fields default to
-baseline.md's figures). Prices are written per 1M tokens; the earlier `per_1k_*` keys are still
-read and priced with the figure given, so an old spec or bundle costs exactly what it did. Call
-settings come from spec files only (`call_settings=True`), never from a manifest, and a key
-never: the proxy's `--endpoints` file names the variable holding it (`key_env`).
+"""Endpoints as data: `Endpoint` (`serving.Endpoint`, `serving.chat.Endpoint`), the one record of a
+model a request may run on, and the spec files listing them (docs/sdk.md#the-endpoint-record: the
+fields, the two-endpoint spelling, the earlier per_1k_* prices; docs/clients.md: call settings).
 
 Every field is checked when parsed: EndpointSpecError names the source, the endpoint and the
-field on one line, values shortened (serving.features._documents.quoted). A spec file is read by
-serving.features._documents (size and nesting bounded, no YAML aliases, no key twice). Standard
-library only, so any part of the SDK can read it.
+field on one line, values shortened (quoted). A spec file is read by serving.features._documents
+(size and nesting bounded, no YAML aliases, no key twice). Standard library only, so any part of
+the SDK can read it.
 """
 
 from __future__ import annotations
@@ -58,8 +46,6 @@ CALL_KEYS = tuple(
 )
 # What the decision reads: filled from another record where this one declares none (filled_from).
 DECISION_FIELDS = ("where", "price", "latency_ms", "context_tokens", "capabilities", "prefill_tokens_per_s")
-# Set by the client for every request, never by an endpoint's params: the model is the endpoint's,
-# the messages the request's, and a stream is asked for by the caller.
 RESERVED_PARAMS = ("model", "messages", "stream", "stream_options")
 FILE_KEYS = ("endpoints", "description")
 MAX_ENDPOINTS = 64
@@ -93,13 +79,9 @@ def _scaled(value: float, digits: int) -> float:
 
 @dataclass(frozen=True)
 class Price:
-    """Per 1M input tokens, per 1M output tokens, per 1M cached input tokens (None: priced as
-    input), and per call; all >= 0, in one currency (dollars in the specs here).
-
-    Calls are priced per 1,000 tokens, as they always were: the per-1M figure / 1000 (in decimal,
-    so exactly the per-1k price a spec used to say), or, for a price read from `per_1k_*` keys
-    (Price.from_per_1k), the figure the spec gave, so an old spec or bundle prices every call
-    exactly as before."""
+    """Per 1M input, output and cached input tokens (None: priced as input) and per call; all >= 0,
+    in one currency. Calls are priced per 1,000 tokens as they always were (the per-1M figure / 1000
+    in decimal; from_per_1k: the per-1k figure given), so an old spec or bundle prices exactly as before."""
 
     per_1m_input: float = 0.0
     per_1m_output: float = 0.0
@@ -215,35 +197,11 @@ _FLOATS = ("latency_ms", "prefill_tokens_per_s", "timeout_s", "connect_timeout_s
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class Endpoint:
-    """One endpoint: what the router decides with (None: not declared), and how it is called.
-
-    name: a short code (letters, digits, _ . : -; at most 64); "" (the default): not named yet.
-        RoutedChat names an endpoint given as edge=, cloud= or endpoints={name: ...} by that key
-        when it has none.
-    where: "device" or "cloud".
-    price: a Price (per 1M tokens and per call); without one, answer_cost is None. The earlier
-        keywords `input_price_per_1m` and `output_price_per_1m` are still taken: they set those
-        two figures of the price (a figure not given is 0).
-    latency_ms: the expected latency of one call. context_tokens: the longest prompt it takes.
-    capabilities: serving.endpoints._record.Capabilities (a flag left out is false); when declared, a
-        request needing what it lacks is never sent to it.
-    prefill_tokens_per_s: how many prompt tokens a second it reads (not used by any decision yet).
-    base_url: the API root, as OpenAI clients take it, e.g. "http://127.0.0.1:8080/v1"; requests
-        go to `base_url + "/chat/completions"`. No credentials in it: the key goes in `api_key`,
-        which is sent as `Authorization: Bearer ...` and never shown (repr, str, logs).
-    model: the model name the server expects; always the one sent.
-    timeout_s (60): an answer, streamed or not, must be complete within this, from the call to its
-        last byte, however slowly the server sends. connect_timeout_s (5): for opening the connection.
-    first_token_timeout_s: a stream's first chunk must arrive within this (at most `timeout_s`).
-    max_response_bytes (8 MiB): a larger answer (or streamed event) is refused as malformed.
-    headers: sent with every request (e.g. an organisation header); not for the key.
-    params: chat-completions parameters merged into every request sent to it, e.g.
-        {"reasoning_effort": "high", "max_tokens": 512}; where the request gives one too, the
-        endpoint's wins (what the router chose is this endpoint as configured: one model at two
-        reasoning efforts is two endpoints). JSON values only, no NaN or infinity; never model,
-        messages, stream or stream_options.
-
-    Wrong values are an EndpointSpecError (a ValueError) naming the field.
+    """One endpoint: what the router decides with (None: not declared), and how it is called
+    (docs/sdk.md#the-endpoint-record; the call settings in docs/clients.md). `api_key` is sent as
+    `Authorization: Bearer ...` and never shown (repr, str, logs). The earlier keywords
+    `input_price_per_1m` and `output_price_per_1m` set those two figures of the price (one not
+    given keeps the price's, 0 without one). Wrong values are an EndpointSpecError naming the field.
     """
 
     name: str = ""
@@ -273,15 +231,10 @@ class Endpoint:
                 raise EndpointSpecError(key + error.format(value=quoted(value), kind=type(value).__name__))
         for key in _FLOATS:
             object.__setattr__(self, key, finite_number(getattr(self, key)))
-        if input_price_per_1m is not None or output_price_per_1m is not None:
-            base = self.price or Price()
-            price = Price(
-                base.per_1m_input if input_price_per_1m is None else input_price_per_1m,
-                base.per_1m_output if output_price_per_1m is None else output_price_per_1m,
-                base.per_call,
-                base.per_1m_cached_input,
-            )
-            object.__setattr__(self, "price", price)
+        figures = {"per_1m_input": input_price_per_1m, "per_1m_output": output_price_per_1m}
+        given = {key: value for key, value in figures.items() if value is not None}
+        if given:
+            object.__setattr__(self, "price", dataclasses.replace(self.price or Price(), **given))
         if self.base_url is not None:
             parts = urlsplit(self.base_url) if isinstance(self.base_url, str) else None
             if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -319,11 +272,9 @@ class Endpoint:
         return self.price.call_cost(input_tokens, output_tokens, cached_input_tokens)
 
     def answer_cost(self, usage: Any) -> float | None:
-        """The price of one answer from its `usage` ({"prompt_tokens", "completion_tokens"}, and
-        `prompt_tokens_details.cached_tokens` when the price has a cached-input figure): the call's
-        price at those counts. None without a price or usage, and None with a warning when the
-        counts are not token counts (integers from 0 to below MAX_TOKEN_COUNT: an upstream's
-        400-digit count is no price). Never raises, whatever the usage holds."""
+        """The price of one answer at its `usage`'s token counts (cached ones too when the price has a
+        cached-input figure). None without a price or usage, and None with a warning when the counts
+        are not token counts (token_counts). Never raises, whatever the usage holds."""
         if self.price is None or usage is None:
             return None
         counts = token_counts(usage)
@@ -583,10 +534,7 @@ def _capabilities(value: object, where: str) -> Capabilities:
                     f"{where}.languages: {quoted(code)} is not a language code such as 'en' or 'pt-BR'"
                 )
     return Capabilities(
-        images=flags["images"],
-        tools=flags["tools"],
-        json=flags["json"],
-        languages=None if languages is None else tuple(str(code).lower() for code in languages),
+        **flags, languages=None if languages is None else tuple(str(code).lower() for code in languages)
     )
 
 
