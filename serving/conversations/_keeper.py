@@ -41,19 +41,22 @@ class Conversations:
     def states(self, requests: Sequence[Request]) -> tuple[list[ConversationState | None] | None, str | None]:
         """(each request's conversation state, or None for all when none has a conversation or the
         store failed; what the reason says of a failure)."""
-        if all(r.conversation is None for r in requests):
+        ids = [r.conversation for r in requests]
+        if ids.count(None) == len(ids):
             return None, None
-        if self._skipping():
+        if self._down and self._skipping():
             return (
                 None,
                 "conversation state unavailable (the store failed within the last second): decided as a turn on its own",
             )
+        get = self.store.get
         try:
-            states = [None if r.conversation is None else self.store.get(r.conversation) for r in requests]
+            states = [None if conversation is None else get(conversation) for conversation in ids]
         except ConversationStoreError as exc:
             self._failed("deciding without conversation state", exc)
             return None, f"conversation state unavailable ({exc}): decided as a turn on its own"
-        self._reachable_again()
+        if self._down:
+            self._reachable_again()
         return states, None
 
     def _skipping(self) -> bool:

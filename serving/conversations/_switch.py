@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from serving.conversations._state import ConversationState
-    from serving.endpoints._record import Endpoint
+    from serving.endpoints._record import Endpoint, Price
 
 # Prefill rates where an endpoint declares none, from the seed's latency model (data/simulator.py:
 # a phone's edge model 0.15 ms a prompt token, the cloud 0.02 ms).
@@ -76,6 +76,53 @@ class Stickiness:
 PRICED = Stickiness()  # the default: a switch at its price
 
 
+class SwitchPricing:
+    """switch_costs for one set of endpoints, what it reads of each endpoint looked up once (a
+    chooser prices every conversation turn with one)."""
+
+    __slots__ = ("size", "_caching")
+
+    def __init__(self, endpoints: Sequence[Endpoint]) -> None:
+        self.size = len(endpoints)
+        # (index, name, on the device, its price when it has a cached-input price, prefill tokens a second)
+        self._caching: list[tuple[int, str, bool, Price | None, float]] = []
+        for k, endpoint in enumerate(endpoints):
+            on_device = endpoint.where == "device"
+            price = endpoint.price
+            cached_price = price if price is not None and price.per_1m_cached_input is not None else None
+            if on_device or cached_price is not None:  # else no cache: it reads everything on every turn
+                rate = endpoint.prefill_tokens_per_s or DEFAULT_PREFILL_TOKENS_PER_S[endpoint.where or "cloud"]
+                self._caching.append((k, endpoint.name, on_device, cached_price, rate))
+
+    def costs(
+        self,
+        state: ConversationState,
+        input_tokens: float,
+        output_tokens: float,
+        seconds_price: float,
+        now: float,
+    ) -> tuple[list[float], list[int]]:
+        """(each endpoint's delta in dollars, the history tokens it would read again) for a turn of
+        `input_tokens` (the whole conversation as sent) in a conversation in `state` (module doc).
+        Plain lists: a turn prices a handful of endpoints, where numpy's per-call cost would dominate."""
+        history = min(state.history_tokens, int(input_tokens))
+        delta = [0.0] * self.size
+        missing = [0] * self.size
+        for k, name, on_device, price, rate in self._caching:
+            held = state.holds(name)
+            holds = 0
+            if held is not None and (on_device or now - held.at <= CLOUD_CACHE_TTL_S):
+                holds = min(held.tokens, history)
+            missing[k] = lacking = history - holds
+            money = 0.0
+            if price is not None and holds:
+                money = price.call_cost(input_tokens, output_tokens, holds) - price.call_cost(
+                    input_tokens, output_tokens
+                )
+            delta[k] = money + lacking / rate * seconds_price
+        return delta, missing
+
+
 def switch_costs(
     endpoints: Sequence[Endpoint],
     state: ConversationState,
@@ -84,26 +131,5 @@ def switch_costs(
     seconds_price: float,
     now: float,
 ) -> tuple[list[float], list[int]]:
-    """(each endpoint's delta in dollars, the history tokens it would read again) for a turn of
-    `input_tokens` (the whole conversation as sent) in a conversation in `state` (module doc).
-    Plain lists: a turn prices a handful of endpoints, where numpy's per-call cost would dominate."""
-    history = min(state.history_tokens, int(input_tokens))
-    delta = [0.0] * len(endpoints)
-    missing = [0] * len(endpoints)
-    for k, endpoint in enumerate(endpoints):
-        on_device = endpoint.where == "device"
-        price = endpoint.price
-        cached_price = price is not None and price.per_1m_cached_input is not None
-        if not (on_device or cached_price):
-            continue  # no cache: it reads everything on every turn, wherever the conversation was
-        held = state.holds(endpoint.name)
-        holds = 0
-        if held is not None and (on_device or now - held.at <= CLOUD_CACHE_TTL_S):
-            holds = min(held.tokens, history)
-        missing[k] = lacking = history - holds
-        money = 0.0
-        if price is not None and cached_price and holds:
-            money = price.call_cost(input_tokens, output_tokens, holds) - price.call_cost(input_tokens, output_tokens)
-        rate = endpoint.prefill_tokens_per_s or DEFAULT_PREFILL_TOKENS_PER_S[endpoint.where or "cloud"]
-        delta[k] = money + lacking / rate * seconds_price
-    return delta, missing
+    """SwitchPricing(endpoints).costs(...): each endpoint's delta and the history it would read again."""
+    return SwitchPricing(endpoints).costs(state, input_tokens, output_tokens, seconds_price, now)
