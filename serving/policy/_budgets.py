@@ -1,39 +1,11 @@
 """Budgets for policy rules: what each budget holder (a value of a metadata key, such as a user id)
-has spent in the current hour, day or month, in this process.
+has spent in the current UTC hour, day or month.
 
-A rule's `budget` condition ({"key": "user", "limit": 0.50, "period": "day"}) holds when the
-holder the request's metadata names has spent at least `limit` in the current window (UTC
-windows: the clock hour, the calendar day, the calendar month). Spend is recorded by
-`Router.record_spend(metadata, amount)`, and by RoutedChat and the proxy from each answer's
-estimated cost (the endpoints' token prices), streams at their end.
-
-The ledger lives in the process that routes (it survives policy reloads: the Router owns it).
-Several processes behind one budget (proxy replicas, app servers) share one through Redis instead:
-RedisSpending, the same interface, each spend one atomic increment per holder and window
-(`router.spending = RedisSpending(url)`; the proxy's --redis). What it does when Redis cannot be
-reached is its class doc's: budgets read as spent (fail closed), spends wait in the process.
-
-Bounded, and a flood cannot reset a spent budget:
-
-- an entry is (metadata key, holder, period); a holder value longer than MAX_VALUE_CHARS is kept
-  as its SHA-256 digest (32 bytes), so an entry's size is bounded whatever the request sends, and
-  two values are one holder exactly when they are equal (a digest is never equal to a kept value:
-  one is bytes, the other str);
-- at most `max_holders` entries. A spend of nothing by a holder the ledger does not hold adds none.
-- An entry is *spent* when its total in the current window reaches the tightest limit of the
-  rules reading that key and period (`limits`, which Router.record_spend passes from its policy:
-  `limits_of`); a limit of 0 holds for every holder, ledger or not, so it protects no entry.
-  Spent entries are never evicted before their window ends. When a new entry needs room, the
-  ledger drops, in this order, a spent entry whose window has ended (it is no longer spent), else
-  the least recently charged entry that is not spent. Each is the oldest of its queue: O(1).
-- Full of spent entries in their current windows (max_holders holders that each spent a limit),
-  the ledger takes no new entry: a holder it does not hold is charged to one *shared account* of
-  its key and period, until that window ends. Every holder the ledger does not hold reads that
-  account's total as its own spend: a budget counts such holders together, so none spends past its
-  limit unnoticed; they reach it sooner (conservative: at worst they are kept off the cloud early).
-- What is lost: a holder not spent, dropped to make room, starts again from 0 if it comes back in
-  the same window (it was below every limit; the least recently charged goes first). A policy
-  reloaded with lower limits marks an entry spent at its next charge.
+`Spending` keeps it in the routing process (the Router owns it, so it survives policy reloads);
+`RedisSpending` shares it among every process that routes. Bounded: a long holder value is kept as
+its digest, at most `max_holders` entries, and a spent entry is never evicted before its window ends,
+so a flood of new holders cannot reset a spent budget. What counts, the eviction order, the shared
+account of a full ledger and failing closed without Redis: docs/policies.md#budgets.
 """
 
 from __future__ import annotations
@@ -82,11 +54,8 @@ def window_end(period: str, current: int) -> float:
     if period == "day":
         return (current + 1) * 86400.0
     if period == "month":
-        year, month = divmod(current, 12)  # window(): year * 12 + month, month 1..12
-        if month == 0:
-            year, month = year - 1, 12
-        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
-        return float(calendar.timegm((year, month, 1, 0, 0, 0)))
+        year, month = divmod(current, 12)  # the next month's year, and its number - 1
+        return float(calendar.timegm((year, month + 1, 1, 0, 0, 0)))
     raise ValueError(f"period {period!r}: use one of {', '.join(PERIODS)}")
 
 
@@ -124,7 +93,7 @@ def limits_of(policy: object) -> Limits:
 
 class Spending:
     """Spend per (metadata key, value, period) in the current window; bounded; safe across threads
-    (see the module doc for what is kept when full)."""
+    (what is kept when full: docs/policies.md#budgets)."""
 
     def __init__(self, max_holders: int = MAX_HOLDERS) -> None:
         if not isinstance(max_holders, int) or max_holders < 1:
@@ -162,7 +131,7 @@ class Spending:
 
     def spent(self, key: str, value: str, period: str, now: float | None = None) -> float:
         """What `value` of metadata key `key` has spent in the current `period` window (a holder
-        the ledger does not hold: its key's shared account, when the ledger was full; module doc)."""
+        the ledger does not hold: its key's shared account, when the ledger was full)."""
         current = window(period, time.time() if now is None else now)
         entry = (key, holder_id(value), period)
         with self._lock:
@@ -202,8 +171,8 @@ class Spending:
             self._open[entry] = (current, total)
 
     def _make_room(self, now: float) -> bool:
-        """Drop one entry (module doc: a spent one whose window ended, else the least recently
-        charged one not spent); False when every entry is spent in its current window."""
+        """Drop one entry (a spent one whose window ended, else the least recently charged one not
+        spent); False when every entry is spent in its current window."""
         for period, spent in self._spent.items():
             if spent:
                 entry, (seen, _) = next(iter(spent.items()))
@@ -224,29 +193,18 @@ class Spending:
 
 class RedisSpending(Spending):
     """The budgets' ledger in Redis (the `redis` extra), shared by every process that routes with
-    it: what a holder spent in one process counts in all, once. `client`: a redis.Redis, or a URL
-    such as "redis://127.0.0.1:6379/0" (its calls bounded by `timeout_s`).
+    it. `client`: a redis.Redis, or a URL such as "redis://127.0.0.1:6379/0" (its calls bounded by
+    `timeout_s`).
 
     One key per (metadata key, holder, period, window): `prefix` + "day:20420:4:user:ana" (the
     metadata key's length first, so no key and holder run into another; a holder over
-    MAX_VALUE_CHARS as "sha256:" and its digest). A spend is one MULTI/EXEC transaction of
-    INCRBYFLOAT and EXPIREAT per key (its window's end, as window() cuts them, plus an hour), so
-    concurrent spends in many processes add up exactly and Redis forgets a window after it ends;
-    a budget check is one GET. The windows are UTC, from each process's clock: keep the clocks
-    synchronised (NTP), or spends near a window's end land on either side of it.
+    MAX_VALUE_CHARS as "sha256:" and its digest). A spend is one MULTI/EXEC of INCRBYFLOAT and
+    EXPIREAT (its window's end plus an hour) per key; a budget check is one GET.
 
-    When Redis cannot be reached (refused, timed out, an error), the ledger fails closed and keeps
-    no one waiting:
-    - a budget check reads the holder as spent (math.inf), so every budget rule holds, and its
-      action applies, usually keeping the request off the priced endpoint: a budget is a limit,
-      and the ledger cannot show it is not reached (a rule with no other endpoint left refuses
-      the request: NoFeasibleEndpoint, as any forbid does);
-    - a spend waits in this process (`pending`, at most `max_pending` keys; beyond that it is
-      dropped and counted) and is written with the next spend once Redis answers again;
-    - after a failure Redis is not asked again for `retry_s`: checks meanwhile read spent at once,
-      without waiting out a timeout per request.
-    `errors` counts the operations that could not reach Redis (the proxy's /metrics shows it),
-    `dropped` the spends lost to a full `pending`; one warning when Redis goes, one when it is back.
+    When Redis cannot be reached it fails closed (docs/policies.md#budgets): a check reads math.inf,
+    a spend waits in `pending` (at most `max_pending` keys, beyond that counted in `dropped`) until
+    Redis answers, and Redis is not asked again for `retry_s` after a failure. `errors` counts the
+    operations that could not reach Redis (the proxy's /metrics shows it).
     """
 
     def __init__(

@@ -1,31 +1,12 @@
 """Content detectors: personal data, national ids and credentials in a prompt, found locally.
 
-`DETECTORS` maps a name to a `Detector`; `detect(text, names)` returns every `Finding` (detector name and
-span, never the matched text), `any_detected(text, names)` stops at the first one. Each detector is a few
-precompiled regular expressions that propose candidates and a check that accepts or rejects each one
-(checksums, length tables, invalid ranges, placeholders, an id's name nearby). Spans are Python string
-indices (code points) of the text given.
-
-Normalisation: every detector reads the text folded by `fold` (fold_char says how), inside
-`Detector.spans` and `Detector.found_in` themselves, so no caller can skip it; findings are mapped back
-to the original's indices.
-
-Speed: every pattern opens with a literal or a narrow character class (a digit, "+", "@", "eyJ", "=")
-so that the regex engine skips the rest of the text in C, and a rule with a required literal (an email's
-"@") is skipped when the text has none. Linear time: right after its first character each pattern looks
-behind and refuses to start inside a run of its own characters (or its check does, in bounded time), its
-repetitions are bounded, and a rejected candidate costs at most its bounded length, so the whole text is
-scanned in time linear in its length, however long (no cap: a cap would let personal data past it).
-
-Long texts, a window at a time: each regular-expression call starts matches in at most WINDOW_CHARS
-characters and reads at most the rule's reach past them (its longest match and what its look-aheads
-read after it, from the pattern itself: `reach`), so a match is the one the whole text gives; the
-checks read the whole text. fold() works a window at a time too. Python hands the GIL to another
-thread only between calls (every sys.getswitchinterval(), 5 ms): so a scan of a 4 MiB prompt on the
-proxy's routing thread holds its event loop for one window's call at a time, not for a whole scan.
-
-What each detector does and does not find, and its measured precision, recall and speed:
-docs/policies.md#content-detectors.
+`detect(text, names)` returns every `Finding` (detector name and span, never the matched text);
+`any_detected(text, names)` stops at the first one. Each detector's rules are precompiled regular
+expressions proposing candidates and a check accepting or rejecting each. Every detector reads the
+text folded by `fold` (inside `Detector.spans` and `Detector.found_in`, so no caller can skip it),
+and its findings are mapped back to the original's indices. Scans are linear in the text's length,
+with no cap, a window of WINDOW_CHARS at a time. What each detector finds, normalisation, speed
+and measured precision: docs/policies.md#content-detectors.
 """
 
 from __future__ import annotations
@@ -172,13 +153,9 @@ REPLACE_AT_MOST = 32  # distinct characters to fold replaced one by one (str.rep
 
 
 def fold(text: str) -> Folded:
-    """The text the detectors read: each character folded by fold_char (so NFKC, character by character,
-    with format characters dropped), exactly, whatever the Unicode version. Free on ASCII text
-    (str.isascii() is O(1) in CPython); otherwise a scan in C for the characters that may fold, a cached
-    look-up for each distinct one, and a few str.replace (or str.translate): linear, and in C but for the
-    look-ups. A long text is read and folded a window at a time (WINDOW_CHARS, TRANSLATE_CHARS for
-    str.translate), so that no call keeps the GIL for long; each character folds alone, so the windows
-    need no overlap."""
+    """The text the detectors read: each character folded by fold_char, exactly, whatever the Unicode
+    version. Free on ASCII text; otherwise linear, in C but for one cached look-up per distinct character,
+    a window at a time (each character folds alone, so the windows need no overlap)."""
     if text.isascii():
         return Folded(text, text)
     size, window = len(text), WINDOW_CHARS

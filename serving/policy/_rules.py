@@ -1,38 +1,10 @@
-"""Policy rules: a declarative file of ordered rules that force, forbid or prefer endpoints for a
-request, applied by the Router to every decision; the model cannot override them (docs/policies.md).
+"""Policy rules: a declarative file of ordered rules that force, forbid or prefer endpoints, or set
+the zone, for a request; the Router applies them to every decision and the model cannot override
+them. The file format, each condition and how matching rules combine: docs/policies.md#rules.
 
-    {"rules": [
-      {"name": "pii-stays-local", "when": {"detected": ["email", "iban"]}, "then": "force", "endpoint": "edge"},
-      {"name": "free-tier-edge", "when": {"metadata": {"user_tier": "free"}}, "then": "forbid", "endpoint": "cloud"},
-      {"name": "long-to-cloud", "when": {"min_tokens": 900}, "then": "prefer", "endpoint": "cloud"},
-      {"name": "contracts", "when": {"matches": "\\bcontract|\\blease\\b"}, "then": "route",
-       "zone": "edge_with_cloud_fallback"}
-    ]}
-
-A rule matches when every condition of its `when` holds (an empty `when` always matches):
-`metadata` (the app's request metadata: each key's value equals the rule's, or is one of its
-list), `detected` (any of the named content detectors finds something in the prompt),
-`min_tokens` / `max_tokens` / `min_chars` / `max_chars` (inclusive bounds on the prompt's size),
-`precision` (the declared precision, or a list of them; null for none declared), `matches` (a
-regular expression, or a list of them, found anywhere in the prompt or in its first `head_chars`
-characters; case-insensitive; RE2 syntax, run by RE2 in time linear in the prompt's length
-whatever the expression), `budget` ({"key": "user", "limit": 0.5, "period": "day"}: the
-holder the metadata names under `key` has spent at least `limit` in the current hour, day or
-month; serving.policy._budgets), `needs` (a capability, or a list: the request needs any of them;
-serving.endpoints._capabilities).
-
-How the matching rules combine: every matching `forbid` removes its endpoint; the first matching
-`force` allows its endpoint only (a force of an endpoint a matching forbid removed leaves nothing:
-NoFeasibleEndpoint); without a force, the first matching `prefer` whose endpoint is still allowed
-runs that endpoint first, and a `route` rule (the first matching `prefer` or `route` decides)
-sets today's zone outright (edge / edge_with_cloud_fallback / cloud) within what is allowed: the
-rule table is such a file (serving.routing._rule_table.as_policy). When no endpoint is left,
-NoFeasibleEndpoint: never a silent fallback.
-
-Endpoint names are data (`endpoints=`); today's router has two, "edge" and "cloud" (ENDPOINTS).
 Everything is checked and compiled when the file is loaded, so applying a policy costs a few
-dictionary look-ups per rule, and only the detectors rules name run, each at most once a request, on
-the prompt folded once (serving.policy._detectors.fold).
+dictionary look-ups per rule, and only the detectors rules name run, each at most once a request,
+on the prompt folded once (serving.policy._detectors.fold).
 """
 
 from __future__ import annotations

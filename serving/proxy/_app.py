@@ -6,53 +6,11 @@
     GET  /metrics               Prometheus text (serving.proxy._metrics)
     GET  /dashboard             the recent requests' traffic dashboard, HTML (serving.proxy._dashboard)
 
-Each answer says how it was served in headers: x-router-served-by (edge | cloud), x-router-zone,
-x-router-model (the upstream model), x-router-model-version (the bundle), x-router-fallback
-(the reason's short name) when the cloud answered an edge-first request, and x-router-rule (the
-policy rule that decided, serving.policy._rules) when one did. With N endpoints (`--endpoints
-FILE`), x-router-served-by is the serving endpoint's name, x-router-tried lists every endpoint
-the cascade reached and why each was left (`phone-3b=context,onprem-8b=error:UpstreamTimeout,
-frontier=served`; also on the error answer when none served), and x-router-expected-cost what the
-calls made are expected to cost by the endpoints' prices. A stream also ends with
-an SSE comment line `: routing {...}` (clients ignore comments) holding the whole RoutingInfo,
-timings and cost included, before `data: [DONE]`.
-
-Requests are bounded: a body must arrive whole within body_timeout_s (408 and the connection
-closed, else), and is read before the request takes one of max_concurrency slots, so a client
-that sends its body slowly holds only its own connection; at most `body_reads` bodies are read at
-once and at most max_concurrency requests served at once (others wait up to queue_timeout_s for
-their turn, then get 503 with Retry-After), so bodies being read take at most body_reads x
-max_body_bytes however many clients send slowly; bodies at most max_body_bytes (413, checked on
-Content-Length and again while reading). Headers, and bodies answered without being read, have
-their deadlines in the connection (serving.proxy._protocol). A body must be a JSON
-object with no NaN or Infinity (400). Errors use OpenAI's format, {"error": {"message", "type",
-"param", "code"}}: 400 a bad request, 401 no or a wrong token, 404 another model, 408, 413, 503;
-when the cloud fails too, 502 (504 for a timeout), or the cloud's own 400/404/413/422/429 when it
-refused the request itself. Error messages and the routing comment name the endpoints and
-models, never a URL, and hold no key or token (redacted where an upstream's text enters them).
-
-Policy (`--policy FILE`): a request passes its metadata for the rules in the body's `metadata`
-object, string to string (`{"metadata": {"user_tier": "free"}}`; 400 otherwise); the proxy
-consumes it and never forwards it upstream. A request the policy leaves no endpoint for gets
-403 (code `no_feasible_endpoint`); one whose allowed endpoint failed while the policy forbids the
-fallback gets 502 (504 for a timeout) with code `fallback_forbidden`, and x-router-rule names the
-rule: the forbidden endpoint is never called.
-
-Conversations: a request belongs to the conversation its `x-router-conversation` header names,
-else its body's `prompt_cache_key`, else its body's `user` (OpenAI's fields, sent upstream as the
-client sent them; a value that is no id, over 256 characters or unprintable, stands for the
-conversation as its SHA-256); x-router-* headers never go upstream. The router decides each turn
-with the conversation's state (docs/conversations.md), and the answer says x-router-turn (1 for the
-first), x-router-switched (true or false: whether the turn moved the conversation from the endpoint
-of its last turn) and x-router-switch (what the reason says of it, short; "conversation state
-unavailable: ..." when the store could not be read, and then no x-router-turn). A header naming an
-id that is not 1 to 256 printable characters gets 400.
-
-Capabilities: what a request needs (image parts, tools, a JSON response format) is read from its
-body (serving.endpoints._capabilities.needs_of, by RoutedChat); an upstream whose declared capabilities lack
-it (`--edge-capabilities`, `--cloud-capabilities`, an --endpoints file's specs) is never called,
-and x-router-rule names the built-in rule (needs:images). A request no upstream can take gets 400
-(code `no_capable_endpoint`).
+The x-router-* headers each answer carries, the error statuses and codes, policy metadata,
+conversations and capabilities: docs/clients.md#the-proxy. A body is read whole within
+body_timeout_s before its request takes one of max_concurrency slots, so a slow sender holds only
+its own connection, and at most `body_reads` bodies are read at once. Error messages and the
+routing comment name endpoints and models, never a URL, and hold no key or token.
 """
 
 from __future__ import annotations
@@ -142,7 +100,9 @@ class _Handlers:
         request.state.conversation = None
         try:
             body = await self._read_body(request)  # before a slot: a slow sender holds only its own connection
-            await self._take_slot()
+            await self._wait_for_turn(
+                self.slots, f"the router is serving {self.config.max_concurrency} requests", reason="overloaded"
+            )
         except RequestError as error:
             self.metrics.failed(error.reason)
             return error.response()
@@ -200,7 +160,7 @@ class _Handlers:
                 messages, precision=precision, stream=stream, metadata=metadata, conversation=conversation, **params
             )
         except ValueError as exc:  # the messages or the precision
-            raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
+            raise _bad_request(str(exc)) from None
         except CloudCallError as exc:
             raise self._cloud_failed(exc) from None
         except NoFeasibleEndpoint as exc:
@@ -222,19 +182,9 @@ class _Handlers:
         self.metrics.in_flight.dec()
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.config.served_model,
-                        "object": "model",
-                        "created": self.created,
-                        "owned_by": "edge-cloud-router",
-                    }
-                ],
-            }
-        )
+        model = self.config.served_model
+        entry = {"id": model, "object": "model", "created": self.created, "owned_by": "edge-cloud-router"}
+        return JSONResponse({"object": "list", "data": [entry]})
 
     async def health(self, request: Request) -> Response:
         router = self.chat.router
@@ -245,11 +195,6 @@ class _Handlers:
         return Response(content, media_type=content_type)
 
     # Steps.
-    async def _take_slot(self) -> None:
-        await self._wait_for_turn(
-            self.slots, f"the router is serving {self.config.max_concurrency} requests", reason="overloaded"
-        )
-
     async def _wait_for_turn(self, turns: asyncio.Semaphore, busy: str, *, reason: str) -> None:
         """Take one of `turns` within queue_timeout_s; else 503 with Retry-After, saying `busy`."""
         timeout = self.config.queue_timeout_s
@@ -333,15 +278,15 @@ class _Handlers:
             )
         stream = body.pop("stream", False)
         if not isinstance(stream, bool):
-            raise RequestError(400, "stream must be true or false", "invalid_request_error", reason="bad_request")
+            raise _bad_request("stream must be true or false")
         precision = body.pop("precision", None) or request.headers.get("x-router-precision") or None
         metadata = body.pop("metadata", None)  # the policy's input: never forwarded upstream
         try:
             check_metadata(metadata)
         except TypeError as exc:
-            raise RequestError(400, str(exc), "invalid_request_error", reason="bad_request") from None
+            raise _bad_request(str(exc)) from None
         if "messages" not in body:
-            raise RequestError(400, "messages is required", "invalid_request_error", reason="bad_request")
+            raise _bad_request("messages is required")
         return body.pop("messages"), stream, precision, metadata, body
 
     def _fallback_forbidden(self, exc: FallbackForbidden) -> RequestError:
@@ -361,7 +306,7 @@ class _Handlers:
         return error
 
     def _cloud_failed(self, exc: CloudCallError) -> RequestError:
-        """The error answer when the cloud failed too (see the module doc for the statuses)."""
+        """The error answer when the cloud failed too (its statuses: docs/clients.md#the-proxy)."""
         cause = exc.__cause__
         message = redact(str(exc), self.config.secrets)
         reason = f"cloud_{failure_kind(cause)}"
@@ -412,8 +357,9 @@ class _Handlers:
 
 
 def conversation_of(request: Request, params: JSONObject) -> str | None:
-    """The conversation a request belongs to (module doc): its x-router-conversation header (400 when
-    that is no id), else the body's prompt_cache_key, else its user; None when none is given."""
+    """The conversation a request belongs to: its x-router-conversation header (400 when that is no
+    id), else the body's prompt_cache_key, else its user, a long or unprintable one as its SHA-256;
+    None when none is given."""
     named = request.headers.get(CONVERSATION_HEADER)
     if named is not None:
         try:
@@ -451,7 +397,7 @@ def _json_response(body: JSONObject, headers: dict[str, str]) -> Response:
 
 
 def routing_headers(routing: RoutingInfo) -> dict[str, str]:
-    """How the answer was served, as response headers (see the module doc)."""
+    """How the answer was served, as response headers (docs/clients.md#the-proxy)."""
     headers = {
         "x-router-served-by": routing.served_by,
         "x-router-zone": routing.decision.zone,

@@ -1,11 +1,9 @@
 """The proxy's options: the command line of `python -m serving serve`, checked into a ProxyConfig
 before anything starts. Loads nothing heavy (the CLI imports it to build its help).
 
-Security rules enforced here:
-- it binds 127.0.0.1 unless told otherwise, and refuses any address beyond the loopback
-  without a client token (bearer auth), so it cannot become an open relay for the cloud key;
-- tokens and upstream keys come from environment variables, never from the command line, where
-  any local user can read them (`ps`), and none of them is ever printed.
+It binds 127.0.0.1 unless told otherwise and refuses any address beyond the loopback without a
+client token; tokens and upstream keys come from environment variables, never from the command
+line, and none is ever printed (docs/clients.md#security).
 """
 
 from __future__ import annotations

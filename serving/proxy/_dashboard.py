@@ -1,22 +1,11 @@
-"""The proxy's GET /dashboard: the traffic dashboard (serving.dashboard) of the requests it
-served recently, behind the same bearer token as the API (serving.proxy._security.BearerAuth
-guards every path but /health).
+"""The proxy's GET /dashboard: the traffic dashboard (serving.dashboard) of the requests it served
+recently, behind the same bearer token as the API (docs/observability.md).
 
-The proxy keeps a bounded window of its last `max_requests` routed requests (RecentRequests), fed
-where it counts them for /metrics: one RequestSummary per answer served (a stream: at its first
-chunk, so its calls' times run to their first chunk and its cost, known only at its end, is left
-out). A summary holds the zone, the endpoint that served, the fallback's short reason, each
-call's status and time, familiarity, the bundle's version, the measured cost and, in a
-conversation, its pseudonym, turn, whether it switched and what the switch cost: never the
-prompt, an answer, an error message, a key or a conversation id. A summary of three calls takes about 0.5 KB
-(tracemalloc: 4.7 MB for 10,000).
-
-Beside each summary the window keeps what drift reads of the request (serving.monitoring._drift.decision_record:
-the decision's numbers and codes, no text), and the page's drift panel compares them with the
-reference the router's current bundle carries (serving.monitoring._drift.drift_report).
-
-The page is drawn on request, in a worker thread (matplotlib, the `server` extra), and reloads
-itself every REFRESH_S seconds.
+The proxy keeps its last `max_requests` routed requests (RecentRequests), fed where it counts them
+for /metrics: one RequestSummary per answer served (a stream: at its first chunk, so its cost is
+left out) and what drift reads of it. Neither holds a prompt, an answer, an error message, a key
+or a conversation id. The page is drawn on request, in a worker thread, and reloads itself every
+REFRESH_S seconds.
 """
 
 from __future__ import annotations

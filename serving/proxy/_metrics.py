@@ -1,28 +1,6 @@
-"""The proxy's /metrics: Prometheus text exposition (prometheus_client, one registry per app).
-
-    router_decisions_total{zone}                 routing decisions (edge, edge_with_cloud_fallback, cloud)
-    router_served_total{served_by}               answers by the endpoint that served them
-    router_fallbacks_total{reason}               edge-first requests the cloud answered, by
-                                                 serving.chat._routing_info.fallback_kind
-    router_failed_requests_total{reason}         requests answered with an error: cloud_<kind> when
-                                                 the cloud failed too, bad_request, unauthorized,
-                                                 too_large, body_timeout, header_timeout, overloaded,
-                                                 too_many_bodies, model_not_found, stream_interrupted
-    router_request_duration_seconds{served_by,stream}   request to complete answer (a stream: to its end)
-    router_time_to_first_chunk_seconds{served_by}       streams: request to the first chunk sent
-    router_upstream_call_duration_seconds{step,status}  each edge / accept / cloud call (streams: to the first token)
-    router_in_flight_requests                    chat requests being served
-    router_degraded                              1 while the rule table decides (no usable bundle)
-    router_bundle_info{model_version}            the bundle in use
-    router_conversation_turns_total              answered requests in a conversation
-    router_conversation_switches_total           those whose decision moved the conversation to another endpoint
-    router_conversation_state_errors_total       conversation store reads and writes that failed (a request
-                                                 decided without its state; a turn not written): the
-                                                 router's count, as telemetry's router.conversation.state_errors
-    router_budget_ledger_errors_total            budget ledger operations that could not reach Redis
-                                                 (--redis: budgets read as spent meanwhile); 0 in-process
-
-Labels take only fixed names and model versions, never a prompt, a key or a URL.
+"""The proxy's /metrics: Prometheus text exposition (prometheus_client, one registry per app). The
+metrics, their labels and the failure reasons: docs/clients.md#the-proxy. Labels take only fixed
+names and model versions, never a prompt, a key or a URL.
 """
 
 from __future__ import annotations
@@ -69,7 +47,7 @@ class _BundleState:
 
 
 class ProxyMetrics:
-    """The proxy's counters and histograms (see the module doc)."""
+    """The proxy's counters and histograms (docs/clients.md#the-proxy lists them)."""
 
     def __init__(self, router: Router) -> None:
         self.registry = registry = CollectorRegistry()

@@ -1,20 +1,11 @@
 """The proxy's HTTP/1.1 connections: uvicorn's h11 protocol, with deadlines on what a client sends
-that nothing else bounds.
+that nothing else bounds (docs/clients.md#secrets-deadlines-and-request-validation).
 
-uvicorn reads a request's headers with no deadline (its keep-alive timer runs only between
-requests, and stops at the first byte of the next one), and once the app has answered a request
-without reading its body (401 before the body, /health) it reads and drops the rest of that body
-for as long as it comes. A client that sends its headers, or such a body, a byte now and then,
-or never finishes them, would hold its connection for ever. Here:
-
-- a request's headers must be complete within `header_timeout_s` of the connection opening (or
-  of the request's first byte on a kept-alive connection): else 408 with Connection: close;
-- the rest of a body the app answered without reading must arrive within `body_timeout_s` of
-  the answer: else the connection is closed.
-
-A body the app reads has the app's own deadline (serving.proxy._app, 408). The memory a slow
-client can hold is bounded too: h11 keeps at most 16 KiB of incomplete headers, and uvicorn
-stops reading a connection past 64 KiB of body the app has not taken.
+uvicorn reads a request's headers with no deadline, and reads and drops the rest of a body the app
+answered without reading for as long as it comes. Here a request's headers must be complete within
+`header_timeout_s` of the connection opening (or of the request's first byte on a kept-alive one),
+else 408 with Connection: close; the rest of an unread body must arrive within `body_timeout_s` of
+the answer, else the connection is closed. A body the app reads has the app's own deadline.
 """
 
 from __future__ import annotations
@@ -45,7 +36,7 @@ def with_deadlines(
 
 
 class DeadlineH11Protocol(H11Protocol):
-    """uvicorn's H11Protocol with the deadlines of the module doc; one timer per connection,
+    """uvicorn's H11Protocol with the module doc's deadlines; one timer per connection,
     armed for what the connection waits for ("headers" or "unread body") and kept while it waits
     for the same thing, so that every byte that arrives does not start it again."""
 

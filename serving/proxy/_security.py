@@ -1,12 +1,7 @@
-"""What keeps the proxy from leaking or relaying: bearer-token checks and log redaction.
-
-- BearerAuth: with a token configured, every request but the open paths (/health) needs
-  `Authorization: Bearer TOKEN`, compared in constant time (hmac.compare_digest); anything
-  else gets 401 in OpenAI's error format, before the request body is read.
-- RedactingFilter: put on the log handlers, it replaces every secret (the upstream keys, the
-  client token) in a record's message, arguments and traceback. The keys never enter a log
-  line in the first place (errors are redacted where they are made, serving.chat._errors);
-  this is the second line.
+"""What keeps the proxy from leaking or relaying (docs/clients.md#security): BearerAuth, the
+bearer-token check of every request but /health (constant time, 401 before the body is read), and
+RedactingFilter, which replaces every secret in the log records its handlers see (the second
+line: errors are redacted where they are made, serving.chat._errors).
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ def error_body(message: str, kind: str, code: str | None = None, param: str | No
 
 
 class BearerAuth:
-    """ASGI middleware: 401 unless the request carries the bearer token (see the module doc)."""
+    """ASGI middleware: 401 unless the request carries the bearer token (docs/clients.md#security)."""
 
     def __init__(
         self,
@@ -66,7 +61,7 @@ class BearerAuth:
 
 
 class RedactingFilter(logging.Filter):
-    """A handler filter that replaces the secrets in every record passing through (see the module doc)."""
+    """A handler filter that replaces the secrets in every record passing through (docs/clients.md#security)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()

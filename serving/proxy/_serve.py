@@ -1,11 +1,8 @@
 """`python -m serving serve`: load the bundle, build the app, and serve it with uvicorn until
 SIGTERM or Ctrl-C, after which in-flight requests get up to shutdown_timeout_s to finish.
 
-The socket is bound here, before uvicorn starts, so that port 0 works (the log line
-"serving on http://HOST:PORT" gives the port taken) and a refused bind fails before anything
-else. Connections speak HTTP/1.1 through serving.proxy._protocol (uvicorn's h11 protocol with
-deadlines on request headers and on bodies answered without being read). Logging goes to
-stderr, every handler behind a RedactingFilter that knows the keys and the token.
+The socket is bound here, before uvicorn starts, so that port 0 works and a refused bind fails
+before anything else. Every log handler is behind a RedactingFilter that knows the keys and the token.
 """
 
 from __future__ import annotations
