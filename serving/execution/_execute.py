@@ -1,27 +1,12 @@
 """Carrying out a decision: its cascade, one endpoint after another, until an answer stands
-(docs/sdk.md#executing-a-decision has the table of why an endpoint is left).
+(docs/sdk.md#executing-a-decision: why an endpoint is left, the Execution, the errors).
 
-execute() runs plain callables, aexecute() coroutines; both follow the same rules, which live in
-one place (_Cascade: what to call next, whether an answer stands, what the trace and the fallback
-reason say), and return the same Execution. Router.execute, the routed chat client (serving.chat,
-its streams too) and the proxy all come here. `endpoints` maps each endpoint's name to its call
-(or `edge=` and `cloud=`); each gets the prompt text, or the Routable request object as given, and
-each Step keeps what its call returned (`Step.result`), a rejected answer too.
-
-In the decision's `cascade` order an endpoint is left when the policy forbids it (by name, or its
-side: "cloud" forbids every endpoint whose spec runs in the cloud; never called, a fallback
-included), the prompt exceeds its context limit (not called), its call raises, overruns its
-timeout (or what is left before `deadline`) or finds every pool worker held ("busy"), or the
-`accept` check rejects (or raises on) the answer of a `checked` endpoint; the last endpoint's answer
-always stands. Execution.tried says why each was left, Execution.expected_cost what the calls made
-are expected to cost (None when a called endpoint has no price). When none serves:
-FallbackForbidden naming the rule if the policy forbade one, else EndpointsFailed.
-
-Workers (docs/sdk.md#edge-workers-and-timeouts): a plain callable with a timeout runs on an
-EdgePool, a fixed set of daemon threads shared by the process (`default_edge_pool`) or given
-(`edge_pool=`). Python cannot stop a thread, so an overrunning call keeps its worker until it
-returns, and when all are held the endpoint is "busy" rather than a new thread started. Without a
-timeout a call runs in the caller's thread. A coroutine (aexecute) that overruns is cancelled.
+execute() runs plain callables, aexecute() coroutines; both follow the same rules, kept in one
+place (_Cascade: what to call next, whether an answer stands, what the trace and the fallback
+reason say), and return the same Execution. Router.execute, the routed chat client (its streams
+too) and the proxy all come here. A plain call with a timeout runs on an EdgePool
+(docs/sdk.md#edge-workers-and-timeouts): Python cannot stop a thread, so an overrunning call keeps
+its worker until it returns; a coroutine that overruns is cancelled.
 """
 
 from __future__ import annotations
@@ -32,7 +17,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, Protocol, TypeVar, Union
 
 import serving.monitoring._telemetry as telemetry
 from serving._contract import CLOUD, EDGE, SIDE_OF
@@ -125,6 +110,9 @@ def failure_kind(error: BaseException | None) -> str:
     return "error"
 
 
+_LEFT_KINDS = {"context": "context_limit", "forbidden": "forbidden"}  # outcomes of endpoints never called
+
+
 def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
     """A short, fixed name for why the endpoint before the serving one was left (None when the
     first one reached served): context_limit, rejected, accept_error, forbidden, or its error's
@@ -133,13 +121,9 @@ def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None]
     if not left:
         return None
     last = left[-1]
-    if last.outcome == "context":
-        return "context_limit"
-    if last.outcome == "forbidden":
-        return "forbidden"
     if last.outcome == "rejected":
         return "accept_error" if last.error else "rejected"
-    return kind_of(last.exception)
+    return _LEFT_KINDS.get(last.outcome) or kind_of(last.exception)
 
 
 class EdgePool:
@@ -300,9 +284,11 @@ class _Cascade:
         self._forbade: str | None = None  # the first forbidden endpoint the cascade reached
         self._why = ""  # why the last endpoint left was left, in words (the fallback reason's end)
 
-    def to_call(self) -> list[tuple[str, bool]]:
-        """(name, whether it is the last of the order) of each endpoint, in order."""
-        return [(name, i == len(self.order) - 1) for i, name in enumerate(self.order)]
+    def to_call(self) -> Iterator[tuple[str, bool]]:
+        """(name, whether it is the last of the order) of each endpoint to call now (callable_now), in order."""
+        for i, name in enumerate(self.order):
+            if self.callable_now(name):
+                yield name, i == len(self.order) - 1
 
     def callable_now(self, name: str) -> bool:
         """Whether to call `name`; a forbidden endpoint, a prompt over its context or a passed
@@ -358,24 +344,22 @@ class _Cascade:
         """Whether the answer is served: an unchecked one, and the last one of the order unless the
         policy forbade what would follow it; a checked one when `accept` holds."""
         seconds = self.steps[-1].seconds
-        if name not in self.checked or (last and not self.decision.forbidden):
-            self.tried.append(Tried(name, "served", seconds, None, self._cost(name)))
-            return True
-        assert self.accept is not None  # checked is empty without it
-        try:
-            with _step(self.steps, "accept"):
-                accepted = bool(self.accept(response))
-        except Exception as exc:
-            if self.first_error is None and not self.tried:
-                self.first_error = exc  # what the next endpoint answered after, as a failed call's error
-            self._why = f"the accept check raised {exc!r}"
-            self.tried.append(Tried(name, "rejected", seconds, type(exc).__name__, self._cost(name), exc))
-            return False
-        if not accepted:
-            self._why = "the accept check rejected its answer"
-            self.steps[-1].status = "rejected"
-            self.tried.append(Tried(name, "rejected", seconds, None, self._cost(name)))
-            return False
+        if name in self.checked and not (last and not self.decision.forbidden):
+            assert self.accept is not None  # checked is empty without it
+            try:
+                with _step(self.steps, "accept"):
+                    accepted = bool(self.accept(response))
+            except Exception as exc:
+                if self.first_error is None and not self.tried:
+                    self.first_error = exc  # what the next endpoint answered after, as a failed call's error
+                self._why = f"the accept check raised {exc!r}"
+                self.tried.append(Tried(name, "rejected", seconds, type(exc).__name__, self._cost(name), exc))
+                return False
+            if not accepted:
+                self._why = "the accept check rejected its answer"
+                self.steps[-1].status = "rejected"
+                self.tried.append(Tried(name, "rejected", seconds, None, self._cost(name)))
+                return False
         self.tried.append(Tried(name, "served", seconds, None, self._cost(name)))
         return True
 
@@ -451,11 +435,10 @@ def execute(
     output_tokens: float = 0.0,
     deadline: float | None = None,
 ) -> Execution:
-    """Carry out a routing decision (module doc): each endpoint's call in the decision's cascade,
-    `endpoints` name -> call (or edge= and cloud=); `specs` name -> serving.endpoints._record.Endpoint
-    (context limits, prices, where each runs; edge_context_tokens: the edge's context limit),
-    `timeouts` name -> seconds (edge_timeout_s: the edge's), on `edge_pool` (default the process's shared one); `deadline` a time.monotonic()
-    value no call outlives; `output_tokens` the answer tokens Execution.expected_cost prices."""
+    """Carry out a routing decision: `endpoints` name -> call (or edge= and cloud=); `specs` name ->
+    Endpoint (context limits, prices, where each runs; edge_context_tokens: the edge's limit);
+    `timeouts` name -> seconds (edge_timeout_s: the edge's), run on `edge_pool` (default: the
+    process's); `deadline` a time.monotonic() no call outlives; `output_tokens` what expected_cost prices."""
     with telemetry.request() as trace:  # joins the request's span when a caller opened one
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
@@ -484,8 +467,6 @@ def _edge_spelling(
 
 def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any]], pool: EdgePool) -> Execution:
     for name, last in cascade.to_call():
-        if not cascade.callable_now(name):
-            continue
         call, limit = calls[name], cascade.timeout(name)
         try:
             with _step(cascade.steps, name, endpoint=name) as step:
@@ -517,10 +498,8 @@ async def aexecute(
     output_tokens: float = 0.0,
     deadline: float | None = None,
 ) -> Execution:
-    """execute() for coroutines: each call an async callable taking the prompt (or request). The
-    same rules (_Cascade) and the same Execution; a call that overruns its timeout is cancelled (a
-    coroutine can be stopped, unlike a thread, so no worker pool is needed) and the next endpoint
-    serves. `accept` is a plain callable run in the event loop; keep it quick. asyncio only."""
+    """execute() for coroutines (asyncio only): a call that overruns its timeout is cancelled, so no
+    worker pool is needed. `accept` is a plain callable run in the event loop; keep it quick."""
     with telemetry.request() as trace:
         trace.decided(decision)
         calls = named_calls(edge, cloud, endpoints)
@@ -533,8 +512,6 @@ async def aexecute(
 
 async def _arun(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> Execution:
     for name, last in cascade.to_call():
-        if not cascade.callable_now(name):
-            continue
         try:
             with _step(cascade.steps, name, endpoint=name) as step:
                 step.result = response = await _within(calls[name](prompt), cascade.timeout(name), f"{name} call")
