@@ -1,23 +1,8 @@
-"""The one chooser: scored requests -> Decisions, for every bundle and for the rule table.
-
-What may serve a request is settled here, once, whatever the bundle: each endpoint's context
-limit, the capabilities the request needs (serving.endpoints._capabilities: an endpoint lacking one is ruled
-out under the built-in rule needs:<capability>; the request's language, declared or detected,
-when an endpoint declares `languages`: serving.features._language) and the policy's verdict
-(serving.policy). The bundle's rule then orders the endpoints left into the cascade:
-
-- Bands, a two-endpoint bundle (edge, cloud): the score's thresholds give a zone, which is a
-  cascade: edge (the edge, the cloud should its call fail), edge_with_cloud_fallback (the same,
-  the edge's answer checked), cloud. A prompt over the edge's context limit goes to the cloud;
-  an unfamiliar one gets the unfamiliar policy (serving.scoring._novelty). The rule table is this rule
-  with its own score (serving.routing._rule_table).
-- Choice, an N-endpoint bundle: each endpoint's expected quality and price per call, the
-  bundle's choice rule (serving.endpoints._choice: the functions the offline evaluation runs, so
-  the SDK and `make endpoints` decide alike), then each costlier endpoint expected to do better.
-
-Policy rules name the chooser's endpoints: a forbidden endpoint is never in the cascade; a force
-leaves its endpoint alone; a prefer puts its endpoint first when it may serve. No endpoint left:
-NoFeasibleEndpoint, naming the rules and the limits involved; never a silent default.
+"""The one chooser: scored requests -> Decisions, for every bundle and for the rule table
+(docs/sdk.md, how the router chooses). What may serve a request (context limits, needs and
+languages, the policy's verdict) is settled once, here; the bundle's rule (Bands: two endpoints,
+a zone from the score's thresholds; Choice: N endpoints, expected quality and prices) then orders
+what is left into the cascade. No endpoint left: NoFeasibleEndpoint, never a silent default.
 """
 
 from __future__ import annotations
@@ -104,17 +89,15 @@ class Turn:
         return f"{names[to]}, which {verb} {self.missing[to]} history tokens again (${extra:+.5f} over staying)"
 
 
+@dataclasses.dataclass(slots=True)
 class Feasible:
     """What the policy and the needs leave for each of a batch of requests (the chooser's one
     policy point); the rule reads the context limits itself."""
 
-    __slots__ = ("tokens", "lacking", "verdicts", "turns")
-
-    def __init__(self, tokens: list[int], lacking: list[Lacking], verdicts: list[Verdict | None]) -> None:
-        self.tokens = tokens  # each request's token count
-        self.lacking = lacking  # per request: the endpoints its needs rule out
-        self.verdicts = verdicts  # per request: the policy's verdict (None without a policy)
-        self.turns: list[Turn | None] | None = None  # per request: its conversation (None: none has one)
+    tokens: list[int]  # each request's token count
+    lacking: list[Lacking]  # per request: the endpoints its needs rule out
+    verdicts: list[Verdict | None]  # per request: the policy's verdict (None without a policy)
+    turns: list[Turn | None] | None = None  # per request: its conversation (None: none has one)
 
     def allowed(self, names: Sequence[str]) -> NDArray[np.bool_]:
         """[requests, endpoints]: neither forbidden by the policy nor lacking what the request needs."""
@@ -201,7 +184,6 @@ class Chooser:
     ) -> list[Turn | None]:
         """Each request's Turn: None without a conversation; a first turn's has no last endpoint.
         `now`: the time the caches' ages are read at (time.time() unless given)."""
-
         now, index = time.time() if now is None else now, self.index
         out: list[Turn | None] = []
         for request, n_tokens, state in zip(requests, tokens, states):
@@ -227,9 +209,9 @@ class Chooser:
         """What may serve each request: NoFeasibleEndpoint when the policy forbids every endpoint."""
         tokens = [round(n) for n in n_tokens]
         n = len(requests)
-        needed: list[Needs | None] | None = None
-        lacking: list[Lacking] | None = None
-        if self.detector is not None or _needs_anything(requests):
+        needed: list[Needs | None] = [None] * n  # None: the request's own needs (PolicySet.evaluate)
+        lacking: list[Lacking] = _NOTHING_LACKING * n
+        if self.detector is not None or any(r.needs is not None or r.capabilities is not None for r in requests):
             needed = [r.needs for r in requests]
             known = [r.capabilities if r.capabilities is not None else self.capabilities for r in requests]
             # Each request's language (declared, else detected) only when an endpoint declares languages.
@@ -241,16 +223,8 @@ class Chooser:
                     for w, r, read in zip(needed, requests, reads)
                 ]
             lacking = [ruled_out(w, k, self.names) if w else {} for w, k in zip(needed, known)]
-        if lacking is None:
-            lacking = _NOTHING_LACKING * n
         if policy is None:
             return Feasible(tokens, lacking, [None] * n)
-        if needed is None:
-            if n == 1:  # route(): one request, needing nothing
-                request = requests[0]
-                verdict = policy.evaluate(request, tokens[0], spending=spending)
-                return Feasible(tokens, lacking, [verdict])
-            needed = [r.needs for r in requests]
         verdicts: list[Verdict | None] = [
             policy.evaluate(r, t, spending=spending, needs=w) for r, t, w in zip(requests, tokens, needed)
         ]
@@ -296,14 +270,6 @@ class Chooser:
         raise NoFeasibleEndpoint(f"no endpoint may serve this request: {'; '.join(parts)}", rules=rules)
 
 
-def _needs_anything(requests: Sequence[Request]) -> bool:
-    """Whether any request needs something, or brings endpoints' capabilities of its own."""
-    for request in requests:
-        if request.needs is not None or request.capabilities is not None:
-            return True
-    return False
-
-
 class Bands:
     """A two-endpoint bundle's rule (module doc): thresholds on the score by precision, the edge's
     context limit, the unfamiliar policy; or, given `rules`, the rule table alone."""
@@ -331,103 +297,64 @@ class Bands:
         out = []
         verdicts, lacking, model_version = feasible.verdicts, feasible.lacking, chooser.model_version
         for i, request in enumerate(requests):
+            turn = None
             if scores.scores is None:  # the rule table decides
-                ruled = self.rules.decide(request.text, request.precision, degraded=True, note=scores.note or "")
-                fields: dict[str, object] = {
-                    "precision": ruled.precision,
-                    "n_tokens": ruled.n_tokens,
-                    "truncated": ruled.truncated,
-                }
-                out.append(
-                    self.placed(
-                        chooser,
-                        ruled.zone,
-                        ruled.reason,
-                        ruled.score,
-                        ruled.model_version,
-                        fields,
-                        verdicts[i],
-                        lacking[i],
-                    )
-                )
-                continue
-            score, n_tokens = scores.scores[i], feasible.tokens[i]
-            heads = scores.heads[i] if scores.heads is not None else ()
-            novelty = scores.novelty[i] if scores.novelty is not None else None
-            turn = feasible.turns[i] if feasible.turns is not None else None
-            if turn is None:
-                zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
-                switched = None
+                decision = self.rules.decide(request.text, request.precision, degraded=True, note=scores.note or "")
             else:
-                zone, reason, truncated, switched = self._turn_zone(chooser, request, score, n_tokens, novelty, turn)
-            expected = {EDGE: heads[0], CLOUD: heads[1]} if len(heads) == 2 else None
-            unfamiliar = novelty is not None and novelty > 1.0
-            verdict = verdicts[i]
-            if (verdict is None or verdict.rule is None) and not lacking[i]:  # no rule, no need: the zone as it is
-                cascade, on_device, checked = zone_cascade(zone)
-                out.append(
-                    Decision(
-                        cascade,
-                        score,
-                        reason,
-                        False,
-                        model_version,
-                        on_device,
-                        checked,
-                        request.precision,
-                        n_tokens,
-                        truncated,
-                        novelty,
-                        unfamiliar,
-                        None,
-                        (),
-                        expected,
-                        turn.number if turn is not None else None,
-                        switched,
-                        turn.over_staying(SIDES) if turn is not None else None,
+                score, n_tokens = scores.scores[i], feasible.tokens[i]
+                heads = scores.heads[i] if scores.heads is not None else ()
+                novelty = scores.novelty[i] if scores.novelty is not None else None
+                turn = feasible.turns[i] if feasible.turns is not None else None
+                if turn is None:
+                    zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)
+                    switched = None
+                else:
+                    zone, reason, truncated, switched = self._turn_zone(
+                        chooser, request, score, n_tokens, novelty, turn
                     )
+                cascade, on_device, checked = zone_cascade(zone)
+                decision = Decision(
+                    cascade,
+                    score,
+                    reason,
+                    False,
+                    model_version,
+                    on_device,
+                    checked,
+                    request.precision,
+                    n_tokens,
+                    truncated,
+                    novelty,
+                    novelty is not None and novelty > 1.0,
+                    None,
+                    (),
+                    {EDGE: heads[0], CLOUD: heads[1]} if len(heads) == 2 else None,
+                    turn.number if turn is not None else None,
+                    switched,
+                    turn.over_staying(SIDES) if turn is not None else None,
                 )
-                continue
-            fields = {  # the policy's or the needs' say: the slow path
-                "precision": request.precision,
-                "n_tokens": n_tokens,
-                "truncated": truncated,
-                "novelty": novelty,
-                "unfamiliar": unfamiliar,
-                "expected": expected,
-                "turn": turn.number if turn is not None else None,
-                "switched": switched,
-                "switch_costs": turn.over_staying(SIDES) if turn is not None else None,
-            }
-            decision = self.placed(chooser, zone, reason, score, model_version, fields, verdicts[i], lacking[i])
-            if turn is not None and turn.last is not None:
-                _placed_turn(decision, turn)
+            verdict = verdicts[i]
+            if (verdict is not None and verdict.rule is not None) or lacking[i]:  # the policy's or the needs' say
+                self.placed(chooser, decision, verdict, lacking[i])
+                if turn is not None and turn.last is not None:
+                    _placed_turn(decision, turn)
             out.append(decision)
         return out
 
-    def placed(
-        self,
-        chooser: Chooser,
-        zone: str,
-        reason: str,
-        score: float,
-        model_version: str,
-        fields: dict[str, object],
-        verdict: Verdict | None,
-        lacking: Lacking,
-    ) -> Decision:
-        """The decision of one request's zone once the policy and its needs have their say."""
+    def placed(self, chooser: Chooser, decision: Decision, verdict: Verdict | None, lacking: Lacking) -> Decision:
+        """A decision of a zone once the policy and the request's needs have had their say; in place."""
+        zone = decision.zone
         if verdict is not None and verdict.rule is not None:
             soft = verdict.preferred
             if soft is not None and soft.zone is not None:
                 zone = _zone(soft.zone, verdict.allowed, None)
             else:
                 zone = _zone(zone, verdict.allowed, soft.endpoint if soft is not None else None)
-        reason, rule, forbidden = chooser.explained(reason, verdict, lacking)
+        reason, rule, forbidden = chooser.explained(decision.reason, verdict, lacking)
         if lacking:
             allowed = [side for side in SIDES if side not in forbidden]
             if not allowed:
-                chooser.none_feasible(int(fields["n_tokens"]), (True, True), verdict, lacking)  # type: ignore[call-overload]
+                chooser.none_feasible(decision.n_tokens, (True, True), verdict, lacking)
             if len(allowed) == 1:
                 zone = allowed[0]
         cascade, on_device, checked = zone_cascade(zone)
@@ -435,18 +362,9 @@ class Bands:
             keep = [k for k, name in enumerate(cascade) if name not in forbidden]
             cascade, on_device = tuple(cascade[k] for k in keep), tuple(on_device[k] for k in keep)
             checked = tuple(name for name in checked if name in cascade)
-        return Decision(
-            cascade,
-            score,
-            reason,
-            model_version == self.rules.model_version,
-            model_version,
-            on_device,
-            checked,
-            rule=rule,
-            forbidden=forbidden,
-            **fields,  # type: ignore[arg-type]
-        )
+        decision.cascade, decision.on_device, decision.checked = cascade, on_device, checked
+        decision.reason, decision.rule, decision.forbidden = reason, rule, forbidden
+        return decision
 
     def explored(
         self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
@@ -551,10 +469,12 @@ def zone_decision(
     (the offline evaluation's what-if: evaluation.rules_effect); NoFeasibleEndpoint as route()."""
     chooser = _two_sides()
     feasible = chooser.feasible((request,), (n_tokens,), policy, spending)
-    fields: dict[str, object] = {"precision": request.precision, "n_tokens": n_tokens}
+    decision = Decision.of_zone(
+        zone, score=0.0, reason="", degraded=False, model_version="", precision=request.precision, n_tokens=n_tokens
+    )
     rule = chooser.rule
     assert isinstance(rule, Bands)
-    return rule.placed(chooser, zone, "", 0.0, "", fields, feasible.verdicts[0], feasible.lacking[0])
+    return rule.placed(chooser, decision, feasible.verdicts[0], feasible.lacking[0])
 
 
 @functools.lru_cache(maxsize=1)
@@ -581,19 +501,8 @@ def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
 
 class Choice:
     """An N-endpoint bundle's rule (module doc), from its manifest's endpoints section, and what an
-    unfamiliar prompt (novelty above 1; a bundle with a familiarity reference) gets instead of the
-    rule's cascade, `unfamiliar_policy` (serving.scoring._novelty.UNFAMILIAR_POLICIES):
-
-    - edge_with_cloud_fallback: the cheapest endpoint on the device that may serve it first, its
-      answer checked, then the endpoint expected to answer best of the others: the two-endpoint
-      policy (the edge, the cloud behind it) for N endpoints. When no device endpoint may serve
-      it (its context, the policy, its needs), the rule's cascade stands, as a two-endpoint prompt
-      over the edge's context stays on the cloud.
-    - rule_table: what the bundle does without its model, by price: the cheapest endpoint that may
-      serve it first, then each costlier one.
-    - learned: the rule's cascade, the reason saying the prompt is unfamiliar.
-
-    A policy's prefer decides before either, as it does over a two-endpoint bundle's zone."""
+    unfamiliar prompt gets instead of the rule's cascade, `unfamiliar_policy` (docs/sdk.md,
+    unfamiliar prompts: the N-endpoint column). A policy's prefer decides before either."""
 
     def __init__(self, section: EndpointsSection, *, unfamiliar_policy: str | None = None) -> None:
         self.section = section
@@ -630,9 +539,25 @@ class Choice:
         notes: list[tuple[str | None, str | None]],
     ) -> list[list[int]]:
         """Each request's cascade at these prices (an unfamiliar prompt's say goes into `notes`)."""
-        if scores.expected is None:  # degraded: the cheapest feasible endpoint first, then each costlier one
+        expected = scores.expected
+        if expected is None:  # degraded: the cheapest feasible endpoint first, then each costlier one
             return _by_price(cost, usable)
-        orders = self._orders(chooser, scores.expected, cost, usable, feasible.verdicts)
+        index = chooser.index  # the rule's cascade, or from the endpoint a policy puts first
+        first = np.full(len(expected), NONE, dtype=np.int64)
+        for row, verdict in enumerate(feasible.verdicts):
+            soft = verdict.preferred if verdict is not None else None
+            if soft is not None and soft.endpoint is not None and usable[row, index[soft.endpoint]]:
+                first[row] = index[soft.endpoint]
+        plain = first == NONE
+        if self.rule != "cascade":
+            pick = cheapest_within if self.rule == "cheapest_within" else best_under_price
+            chosen = pick(expected, cost, self.parameter, usable)
+            orders = escalation(expected, cost, np.where(plain, chosen, first), usable)
+        else:
+            orders = cascade(expected, cost, self.parameter, usable)
+            if not plain.all():
+                steered = escalation(expected, cost, first, usable)
+                orders = [order if plain[row] else steered[row] for row, order in enumerate(orders)]
         if scores.novelty is not None:
             self._unfamiliar(chooser, scores, cost, usable, feasible.verdicts, orders, notes)
         return orders
@@ -666,13 +591,14 @@ class Choice:
                 first = orders[row][0]
                 notes[row] = (f"{note}: by price, the cheapest first, {names[first]} (${cost[row, first]:.5f})", None)
                 continue
-            device = [k for k in np.flatnonzero(usable[row]).tolist() if chooser.on_device[k]]
+            may_serve = np.flatnonzero(usable[row]).tolist()
+            device = [k for k in may_serve if chooser.on_device[k]]
             if not device:
                 notes[row] = (None, f"{note}, and no device endpoint may serve it: the rule's cascade kept")
                 continue
             first = min(device, key=lambda k: (cost[row, k], k))
             expected = scores.expected[row]
-            rest = [k for k in np.flatnonzero(usable[row]).tolist() if k != first]
+            rest = [k for k in may_serve if k != first]
             best = max(rest, key=lambda k: (expected[k], -cost[row, k], -k)) if rest else None
             orders[row] = [first] if best is None else [first, best]
             behind = f", then the best expected, {names[best]} ({expected[best]:.3f})" if best is not None else ""
@@ -698,43 +624,6 @@ class Choice:
         if first == decision.endpoint:
             return decision, False, decided
         return first_explored(decision, first, chooser.endpoints, rate), True, share
-
-    def _orders(
-        self,
-        chooser: Chooser,
-        expected: NDArray[np.float64],
-        cost: NDArray[np.float64],
-        feasible: NDArray[np.bool_],
-        verdicts: Sequence[Verdict | None],
-    ) -> list[list[int]]:
-        """Each request's cascade: the rule's, or from the endpoint a policy puts first."""
-        index = {name: k for k, name in enumerate(chooser.names)}
-        first = np.full(len(expected), NONE, dtype=np.int64)
-        for row, verdict in enumerate(verdicts):
-            soft = verdict.preferred if verdict is not None else None
-            if soft is not None and soft.endpoint is not None and feasible[row, index[soft.endpoint]]:
-                first[row] = index[soft.endpoint]
-        plain = first == NONE
-        if self.rule == "cascade":
-            orders = cascade(expected, cost, self.parameter, feasible)
-        else:
-            orders = escalation(expected, cost, np.where(plain, self._first(expected, cost, feasible), NONE), feasible)
-        if not plain.all():
-            steered = escalation(expected, cost, first, feasible)
-            orders = [steered[row] if not plain[row] else order for row, order in enumerate(orders)]
-        return orders
-
-    def _first(
-        self, expected: NDArray[np.float64], cost: NDArray[np.float64], feasible: NDArray[np.bool_]
-    ) -> NDArray[np.int64]:
-        """The rule's first endpoint per request (a cascade's first step), NONE where none is feasible."""
-        if self.rule == "cheapest_within":
-            return cheapest_within(expected, cost, self.parameter, feasible)
-        if self.rule == "best_under_price":
-            return best_under_price(expected, cost, self.parameter, feasible)
-        return np.array(
-            [o[0] if o else NONE for o in cascade(expected, cost, self.parameter, feasible)], dtype=np.int64
-        )
 
     def _decision(
         self,

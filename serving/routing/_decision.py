@@ -13,44 +13,11 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Decision:
-    """Where a request runs, in what order, and why; one vocabulary for every bundle.
-
-    cascade: the endpoints execute() tries, in order, while an answer fails (an error, a
-        timeout, the context limit, or the accept check on a checked answer); never one the
-        policy forbids or one lacking what the request needs. A two-endpoint bundle's is
-        ("edge",) or ("edge", "cloud") or ("cloud",)
-    checked: the endpoints of the cascade whose answers execute()'s accept check reads before
-        serving them: every one but the last for an N-endpoint bundle, the edge in a two-endpoint
-        bundle's uncertain band, none where the bundle is confident
-    on_device: for each endpoint of the cascade, whether it runs on the device (its spec's `where`)
-    score: what the bundle's rule ranked by. For two-endpoint bundles trained on expected gain
-        (the default), the cloud's expected gain p_cloud - p_edge, in [-1, 1], which the
-        thresholds cut; for older ones the calibrated probability that the cloud is needed; for
-        N-endpoint bundles the first endpoint's expected quality; for the rule table its score
-    expected: each endpoint's calibrated P(good answer) by name (None for older bundles, the rule
-        table, and an N-endpoint bundle that could not score)
-    novelty: how unlike the training data the prompt is (serving.scoring._novelty); above 1 the prompt is
-        `unfamiliar` and gets the unfamiliar policy, which the reason names (None for bundles
-        without a familiarity reference)
-    reason: short, human readable
-    degraded: True when the learned router was unavailable (the rule table, or price order, decided)
-    model_version: which model decided ("rule-table" for the rule table)
-    rule: the policy rule that decided (serving.policy._rules: a force, else the first forbid, else
-        a prefer; or the built-in needs:<capability>), or None; the reason then starts with it
-    forbidden: the endpoints the policy forbids for this request (and those lacking what it needs):
-        execute() never calls them, not as a fallback, an exploration or a shadow run
-    turn: the request's turn in its conversation (1 for the first), None for a request without a
-        conversation; switched: whether it moves the conversation from the endpoint that answered
-        its last turn (the reason says what the switch costs: serving.conversations._switch)
-    switch_costs: for a turn whose conversation has a last endpoint, each endpoint's price in dollars
-        over staying on that one (delta_e - delta_last of serving.conversations._switch, unweighted:
-        what re-reading the history there costs); None otherwise. Not in to_dict (the outcome
-        record carries the served endpoint's as `switch_cost`)
-
-    Derived, read-only, for two-endpoint code: `endpoint` (the cascade's first), `target` ("edge"
-    when that runs on the device, else "cloud"), `zone` (cloud when the cloud runs first;
-    edge_with_cloud_fallback when a checked device answer can fall back to the cloud; else edge),
-    `p_edge` and `p_cloud` (a two-endpoint bundle's expected).
+    """Where a request runs, in what order, and why; one vocabulary for every bundle. The fields
+    and the derived, read-only `endpoint`, `target`, `zone`, `p_edge` and `p_cloud` are described
+    in docs/sdk.md (the Decision table); `turn`, `switched` and `switch_costs` in
+    docs/conversations.md. `switch_costs` is not in to_dict (the outcome record carries the
+    served endpoint's as `switch_cost`).
 
     A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a tenth of a
     short prompt's route()); the router keeps no reference to it.

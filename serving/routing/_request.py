@@ -4,8 +4,7 @@
     decision = router.route(request)
     execution = router.execute(request, endpoints={"edge": on_device, "cloud": frontier})
 
-Every layer (the chooser, the policy, execute(), the outcome log, telemetry) reads the same
-record; route() and execute() also take a plain prompt and keywords and build it themselves.
+Every layer reads this one record (docs/sdk.md: the request).
 """
 
 from __future__ import annotations
@@ -24,23 +23,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request, checked when built (TypeError or ValueError naming the field).
-
-    text: what is routed: the prompt, or a conversation's text (serving.chat builds it from the
-        messages)
-    precision: the answer the app needs: "exact", "standard", "tolerant", or None (undeclared)
-    metadata: str -> str the policy's rules read (feature, user tier, declared privacy, ...)
-    needs: what the request needs of its endpoint (serving.endpoints._capabilities.Needs: images, tools, json,
-        a language); an endpoint lacking it is never chosen nor called
-    capabilities: endpoint name -> its Capabilities, overriding the bundle's own (None: the bundle's)
-    deadline: time.monotonic() by which the answer must be complete; execute() cuts each call's
-        timeout to what is left, and calls nothing once it has passed (None: no deadline)
-    conversation: the conversation the request belongs to (an app's id: 1 to 256 printable
-        characters), or None; its state between turns decides with it (docs/conversations.md)
-    messages: the chat messages `text` was built from, as the app sent them, or None
-    subject: what execute() passes to each endpoint's call: the text itself (None), or the app's
-        own request object (serving.chat's ChatRequest)
-    """
+    """One request, checked when built (TypeError or ValueError naming the field); docs/sdk.md
+    (the request) says what each field is. `deadline` is a time.monotonic() value; `subject` is
+    what each endpoint's call gets, the app's own request object (None: the text)."""
 
     text: str
     precision: str | None = None

@@ -101,21 +101,21 @@ class Routing:
         scorer = self._scorer
         prompts = [r.text for r in requests]
         if scorer is None:
-            return Scores([self._rules.count_tokens(p) for p in prompts], note=f"degraded: {self.degraded_reason}")
-        precisions = [r.precision for r in requests]
-        try:
-            return scorer.score(prompts, precisions)
-        except Exception as exc:  # the host app must never see a scoring failure
-            log.warning("scoring failed, the bundle's fallback decides: %r", exc)
-            counts = [self._rules.count_tokens(p) for p in prompts]
-            return Scores(counts, note=f"degraded: scoring failed: {exc!r}"[:300])
+            note = f"degraded: {self.degraded_reason}"
+        else:
+            try:
+                return scorer.score(prompts, [r.precision for r in requests])
+            except Exception as exc:  # the host app must never see a scoring failure
+                log.warning("scoring failed, the bundle's fallback decides: %r", exc)
+                note = f"degraded: scoring failed: {exc!r}"[:300]
+        return Scores([self._rules.count_tokens(p) for p in prompts], note=note)
 
     @property
     def degraded(self) -> bool:
         return self._scorer is None
 
     @property
-    def stages(self) -> "RouteStages | None":
+    def stages(self) -> RouteStages | None:
         """The stages route() runs on this bundle, for profiling (RouteStages); None when
         degraded (the rule table decides)."""
         return None if self._scorer is None else RouteStages(self)
@@ -150,7 +150,14 @@ class Routing:
         if privacy != "embedding":
             return {**inputs, "input_ids": ids[0][mask[0] > 0].tolist(), **names}
         if embedding is None:
-            self._warn_no_encoder()
+            if not self._warned_no_encoder:
+                self._warned_no_encoder = True
+                log.warning(
+                    'OutcomeLog(privacy="embedding"): bundle %s holds no encoder before its projection '
+                    "(encoder.onnx; a static-tier bundle carries it when trained with `--set bundle_encoder=true`):"
+                    " its requests are logged without model inputs, and no training can use them",
+                    self.model_version,
+                )
             return None
         return {
             **inputs,
@@ -158,16 +165,6 @@ class Routing:
             "embedding": embedding[0].tolist(),
             **names,
         }
-
-    def _warn_no_encoder(self) -> None:
-        if not self._warned_no_encoder:
-            self._warned_no_encoder = True
-            log.warning(
-                'OutcomeLog(privacy="embedding"): bundle %s holds no encoder before its projection '
-                "(encoder.onnx; a static-tier bundle carries it when trained with `--set bundle_encoder=true`):"
-                " its requests are logged without model inputs, and no training can use them",
-                self.model_version,
-            )
 
     def learned_accept(self, prompt: str) -> AcceptCheck | None:
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
