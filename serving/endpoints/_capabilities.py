@@ -1,29 +1,13 @@
 """What a request needs of the endpoint that serves it (images, tools, JSON output, a language),
-and which endpoints lack it (docs/policies.md#capabilities).
+and which endpoints lack it (docs/policies.md#capabilities, #languages).
 
     needs = needs_of(messages, params)        # Needs(images=True, tools=False, json=False)
     router.route(prompt, needs=needs)         # endpoints whose spec lacks images are never chosen
-    router.route(prompt, needs=Needs(language="pt"))  # nor those whose `languages` lack pt
 
-`needs_of` is the one place a chat-completions request is read for this: an image part in any
-message's content (`{"type": "image_url"}` or `{"type": "input_image"}`) -> images; a `tools`,
-`functions`, `tool_choice` or `function_call` parameter (not null) -> tools; a `response_format`
-of type `json_object` or `json_schema` -> json. It reads the request's shape, never its text.
-
-An endpoint's capabilities are its spec's (serving.endpoints._record.Capabilities: a flag left out of a
-spec is false, as the spec format has always said); an endpoint without a spec (a two-endpoint
-router's edge or cloud whose capabilities were not declared) is not a constraint. An endpoint
-lacking a needed capability is ruled out like a forbidden one, under the built-in rule name
-`needs:<capability>` (RULE_PREFIX), which reasons, headers and the outcome log carry.
-
-A language is a need of its own kind (serving.features._language): the app declares it (Needs.language, or
-the metadata key "language" where needs are read from a chat request), else an N-endpoint bundle
-whose specs declare `languages` detects it from the prompt (with_language). An endpoint whose
-spec declares `languages` without it lacks `language=<code>` (rule needs:language=pt); one that
-declares none serves every language: unlike a flag, a list of languages cannot default to "none"
-(no endpoint serves no language), and an endpoint described without one was described for the
-requests it already gets. An unknown language (no declaration, a detection below the floor)
-rules nothing out.
+`needs_of` is the one place a chat-completions request is read for this (its shape, never its
+text). An endpoint lacking a needed capability is ruled out like a forbidden one, under the
+built-in rule `needs:<capability>` (RULE_PREFIX). Capabilities not declared (None) are no
+constraint, nor is a spec without `languages` on the language; an unknown language rules nothing out.
 """
 
 from __future__ import annotations
@@ -130,12 +114,7 @@ def ruled_out(
 ) -> dict[str, tuple[str, ...]]:
     """name -> the needed capabilities it lacks, for each of `names` that lacks one (names without
     an entry in `capabilities` are not a constraint)."""
-    out = {}
-    for name in names:
-        missing = needs.lacking(capabilities.get(name))
-        if missing:
-            out[name] = missing
-    return out
+    return {name: missing for name in names if (missing := needs.lacking(capabilities.get(name)))}
 
 
 def rule_name(lacking: Mapping[str, tuple[str, ...]]) -> str:

@@ -1,18 +1,11 @@
-"""Choosing among N endpoints from each endpoint's expected quality and cost (docs/endpoints.md).
+"""Choosing among N endpoints from each endpoint's expected quality and cost
+(docs/sdk.md#how-the-router-chooses): the rules cheapest_within, best_under_price and cascade.
 
 Pure numpy over [requests, endpoints] matrices, so the SDK and the offline evaluation make the same
 decisions: `expected` holds P(endpoint answers well | prompt) from the outcome models, `cost` the
-expected price of the call (serving.endpoints._record.Endpoint.call_cost), `feasible` (optional, boolean) which
-endpoints a request may use at all (context limit, capabilities, policy). A request with no
-feasible endpoint gets -1: the caller must say so, never pick one silently.
-
-- cheapest_within: the cheapest feasible endpoint whose expected quality is within `margin` of the
-  best feasible one (today's quality target, generalised).
-- best_under_price: the largest expected quality minus `price` x cost (a price on cost, set on
-  validation rows to meet a budget: evaluation.endpoints.price_for_budget).
-- cascade: the cheapest plausible endpoint first (within `start_margin` of the best), then each
-  costlier endpoint that is expected to do better than every one before it, up to the best;
-  cascade_expectation gives the whole cascade's expected quality and cost.
+expected price of the call (call_costs), `feasible` (optional, boolean) which endpoints a request
+may use at all (context limit, capabilities, policy). A request with no feasible endpoint gets -1:
+the caller must say so, never pick one silently.
 """
 
 from __future__ import annotations
@@ -99,7 +92,9 @@ def best_under_price(
 def cascade(
     expected: npt.ArrayLike, cost: npt.ArrayLike, start_margin: float, feasible: npt.ArrayLike | None = None
 ) -> list[list[int]]:
-    """Per request, the endpoints to try in order (module doc); [] when none is feasible."""
+    """Per request, the endpoints to try in order: the cheapest feasible one within `start_margin`
+    of the best, then each costlier one expected to do better than every one before it, up to the
+    best; [] when none is feasible."""
     if not start_margin >= 0:
         raise ValueError(f"start_margin must be >= 0, got {start_margin!r}")
     p, c, ok = _inputs(expected, cost, feasible)

@@ -61,14 +61,11 @@ class Routable(Protocol):
 Subject = TypeVar("Subject", bound=Union[str, Routable])
 
 
-# Routing is CPU-bound (tokenization, the model, the policy's detectors: a 4 MiB prompt takes a
-# second or more), so the async calls (Router.aexecute, aexecute_endpoints) route a prompt of more
-# than INLINE_CHARS characters on a worker thread, and the event loop serves other requests
-# meanwhile (the proxy's /health among them). A shorter prompt routes inline: it takes 0.2-0.6 ms,
-# about the price of the hop to a thread and back (0.13 ms). One thread: a long prompt's routing
-# holds the GIL nearly throughout (regular expressions, Python), so a second adds no speed, and
-# each is one more the event loop waits for to get the GIL back (the proxy's /health with four
-# 4 MiB prompts in progress waited up to 0.46-0.48 s with two threads, 0.24-0.30 s with one).
+# Routing is CPU-bound (a 4 MiB prompt takes a second or more), so Router.aexecute routes a prompt
+# of more than INLINE_CHARS characters on a thread while the event loop serves other requests; a
+# shorter one routes inline (0.2-0.6 ms, about the hop to a thread and back, 0.13 ms). One thread:
+# routing holds the GIL nearly throughout, so a second adds no speed and only keeps the loop waiting
+# longer (the proxy's /health, four 4 MiB prompts in progress: 0.46-0.48 s with two, 0.24-0.30 s with one).
 ROUTING_THREADS = 1
 INLINE_CHARS = 2_048
 _routing_pool: ThreadPoolExecutor | None = None
