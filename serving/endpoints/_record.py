@@ -411,8 +411,7 @@ def _params(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def token_counts(usage: object) -> tuple[int, int] | None:
-    """(prompt_tokens, completion_tokens) of an answer's usage when both are token counts
-    (integers from 0 to below MAX_TOKEN_COUNT; JSON's true is not one), else None."""
+    """(prompt_tokens, completion_tokens) of an answer's usage when both are token counts, else None."""
     if not isinstance(usage, Mapping):
         return None
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -420,9 +419,8 @@ def token_counts(usage: object) -> tuple[int, int] | None:
 
 
 def cached_tokens(usage: Mapping[str, Any], prompt_tokens: int) -> int:
-    """The prompt tokens an answer's usage says were read from the cache
-    (`prompt_tokens_details.cached_tokens`); 0 when it says none, or nothing that is a count of at
-    most `prompt_tokens`."""
+    """The prompt tokens an answer's usage says were read from the cache (`prompt_tokens_details.
+    cached_tokens`); 0 when it says none, or nothing that is a count of at most `prompt_tokens`."""
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
     return cached if _is_count(cached) and cached <= prompt_tokens else 0
