@@ -158,11 +158,10 @@ class Chooser:
         first turn), whose switch costs the rule weighs as `stickiness` says; `output_tokens` the
         answers' expected length."""
         feasible = self.feasible(requests, scores.n_tokens, policy, spending)
-        if conversations is None:
-            return self.rule.decide(self, requests, scores, feasible)
-        feasible.turns = self.turns(requests, feasible.tokens, conversations, stickiness, output_tokens)
+        if conversations is not None:
+            feasible.turns = self.turns(requests, feasible.tokens, conversations, stickiness, output_tokens)
         evidence = self.evidence
-        if evidence is None:
+        if conversations is None or evidence is None:
             return self.rule.decide(self, requests, scores, feasible)
         gain = isinstance(self.rule, Bands) and self.rule.expected_gain
         weighed = with_evidence(scores, conversations, self.names, evidence, gain)
