@@ -1,12 +1,7 @@
-"""The policy layer: what runs before the model and the model must not override (docs/policies.md).
-
-- `detectors.py`: content detectors (personal data, national ids, credentials), local and linear
-  in the prompt's length.
-- `rules.py`: declarative policy files of ordered rules that force, forbid or prefer endpoints by
-  request metadata, detected content, prompt size and declared precision; the Router applies
-  them (`Router.load(bundle, policy="policy.json")`), and serving.bundle._watcher.PolicyWatcher reloads them.
-- `budgets.py`: what each budget holder spent: in this process (`Spending`, the Router's default) or
-  shared by every process through Redis (`RedisSpending`: `router.spending = RedisSpending(url)`).
+"""The policy layer: what runs before the model and the model must not override (docs/policies.md):
+content detectors (`detect`, `any_detected`), declarative policy files of ordered rules the Router
+applies (`PolicySet`; `Router.load(bundle, policy="policy.json")`), and the budgets' ledger, in this
+process (`Spending`, the Router's default) or shared through Redis (`RedisSpending`).
 """
 
 from serving.policy._budgets import RedisSpending, Spending

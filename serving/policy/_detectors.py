@@ -204,11 +204,10 @@ _REPEATS = frozenset(
 
 
 def reach(pattern: re.Pattern[str]) -> int:
-    """How far past the position a match of `pattern` starts at the regex engine may read the text:
-    its longest match, and the look-aheads and anchors (\\b, \\Z: two characters) after it.
-    Look-behinds read before the position, which a search from `pos` sees. A match starting at p is
-    therefore the same in text[:p + reach] as in the whole text. ValueError for a repetition without
-    a bound (no pattern here has one: that is what keeps the scan linear)."""
+    """How far past the position a match of `pattern` starts at the regex engine may read: its longest
+    match and the look-aheads and anchors after it, so a match starting at p is the same in
+    text[:p + reach] as in the whole text. ValueError for a repetition without a bound (no pattern
+    here has one: that is what keeps the scan linear)."""
     groups: dict[int, int] = {}
 
     def sequence(items: Any) -> tuple[int, int]:  # (longest advance, furthest read)
@@ -265,9 +264,7 @@ class Rule:
 
     def spans(self, text: str) -> Iterator[Span]:
         """Each span accepted, in text order. Matches start in a window of WINDOW_CHARS at a time,
-        the search reading `reach` characters past it, where any match starting in it ends (and
-        what its look-aheads read), so a match it finds there is the whole text's; the last window
-        (a short text's only one) runs on to the text's end."""
+        the search reading `reach` characters past it, so a match it finds there is the whole text's."""
         if self.needs not in text:
             return
         size, window, reach, search = len(text), WINDOW_CHARS, self.reach, self.pattern.search

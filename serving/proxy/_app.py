@@ -300,8 +300,7 @@ class _Handlers:
             reason="policy_fallback_forbidden",
             headers={"x-router-rule": _header_text(exc.rule)},
         )
-        error.zone, error.steps = exc.decision.zone, exc.steps
-        _add_tried(error, exc)
+        _add_calls(error, exc, exc.decision.zone)
         log.warning("request failed, fallback forbidden by policy: %s", message)
         return error
 
@@ -322,8 +321,7 @@ class _Handlers:
             error = RequestError(504, message, "upstream_error", code="upstream_timeout", reason=reason)
         else:
             error = RequestError(502, message, "upstream_error", code="upstream_failed", reason=reason)
-        error.zone, error.steps = exc.decision.zone if exc.decision else None, exc.steps
-        _add_tried(error, exc)
+        _add_calls(error, exc, exc.decision.zone if exc.decision else None)
         log.warning("request failed: %s", message)
         return error
 
@@ -375,8 +373,10 @@ def conversation_of(request: Request, params: JSONObject) -> str | None:
     return None
 
 
-def _add_tried(error: RequestError, exc: Exception) -> None:
-    """x-router-tried on the error answer of an N-endpoint request (every endpoint it tried, and why each was left)."""
+def _add_calls(error: RequestError, exc: CloudCallError | FallbackForbidden, zone: str | None) -> None:
+    """The routed request's zone and calls on its error answer (for /metrics), and x-router-tried with
+    N endpoints (every endpoint it tried, and why each was left)."""
+    error.zone, error.steps = zone, exc.steps
     tried = getattr(exc, "tried", None)
     if tried:
         error.headers["x-router-tried"] = _header_text(tried_text(tried), limit=1000)

@@ -43,13 +43,10 @@ UPSTREAM_KEYS = ("url", "model", "key_env", "timeout_s", "first_token_timeout_s"
 
 
 def load_endpoints_file(path: str, environ: Mapping[str, str] = os.environ, *, token_env: str = TOKEN_ENV) -> Endpoints:
-    """The proxy's N endpoints (`--endpoints FILE`, docs/endpoints.md#running-n-endpoints): an
-    endpoint spec (JSON, or YAML with PyYAML) whose every entry also says how the endpoint is called
-    (serving.endpoints._record.CALL_KEYS: base_url, model, timeout_s, connect_timeout_s,
-    first_token_timeout_s, max_response_bytes, headers, params) and `key_env`, the environment
-    variable holding its API key (never `token_env`, the proxy's client token; keys never go in the
-    file). The earlier `upstream: {url, model, key_env, timeout_s, first_token_timeout_s}` object is
-    read too. ConfigError naming the file, endpoint and field, on one line of bounded length."""
+    """The proxy's N endpoints (`--endpoints FILE`, docs/clients.md#the-endpoints-file): an endpoint
+    spec whose every entry also has its call settings (serving.endpoints._record.CALL_KEYS, or the
+    earlier `upstream` object) and `key_env`, the environment variable holding its API key (never
+    `token_env`). ConfigError naming the file, endpoint and field, on one line of bounded length."""
     from serving.endpoints._record import CALL_KEYS, Endpoints, EndpointSpecError, parse_endpoints, read_spec_document
 
     try:

@@ -32,13 +32,13 @@ MAX_REQUESTS = 10_000
 REFRESH_S = 30
 
 
-def summary_of(routing: RoutingInfo, when: float | None = None, conversation: str | None = None) -> RequestSummary:
+def summary_of(routing: RoutingInfo, conversation: str | None = None) -> RequestSummary:
     """The dashboard's record of one routed request (module doc); `conversation` its conversation's
     id, kept as its pseudonym (serving.monitoring._outcome_log.pseudonym)."""
     decision = routing.decision
     costs = decision.switch_costs
     return RequestSummary(
-        time=time.time() if when is None else when,
+        time=time.time(),
         model_version=decision.model_version,
         zone=decision.zone,
         target=decision.target,

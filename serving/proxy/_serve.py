@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from serving._json_types import JSONObject
     from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
-    from serving.conversations._store import ConversationStore
     from serving.policy._budgets import RedisSpending
     from serving.routing._router import Router
 
@@ -32,9 +31,8 @@ log = logging.getLogger("serving.proxy")
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (IPv4 or IPv6)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-        0
-    ]
+    addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = addresses[0]
     # IPPROTO_TCP, never 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
     # without it responses written in two parts wait ~40 ms for a delayed ACK (Nagle's algorithm)
     sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
@@ -92,16 +90,6 @@ def _quiet_exit_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def conversation_store(config: ProxyConfig) -> ConversationStore | None:
-    """Where the proxy keeps conversation state: Redis with --redis, else None (the router's own
-    store, in this process)."""
-    if config.redis is None:
-        return None
-    from serving.conversations._store import RedisStore
-
-    return RedisStore(config.redis)
-
-
 def _check_redis(ledger: RedisSpending, config: ProxyConfig) -> None:
     """Warn, once at start, when Redis does not answer: the proxy serves anyway (turns decided
     without their state, budgets read as spent) until it does."""
@@ -123,6 +111,7 @@ def serve(config: ProxyConfig) -> int:
 
     from serving.bundle._bundle import BundleError
     from serving.chat._client import RoutedChat
+    from serving.conversations._store import RedisStore
     from serving.conversations._switch import Stickiness
     from serving.policy._budgets import RedisSpending
     from serving.policy._rules import PolicyFileError
@@ -142,7 +131,7 @@ def serve(config: ProxyConfig) -> int:
             strict=config.strict,
             public_key=config.public_key,
             policy=config.policy,
-            conversations=conversation_store(config),
+            conversations=RedisStore(config.redis) if config.redis is not None else None,  # None: the router's own
             stickiness=Stickiness(config.stickiness_weight),
         )
     except (OSError, BundleError, PolicyFileError) as exc:
