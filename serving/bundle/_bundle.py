@@ -1,14 +1,6 @@
-"""Read and verify a routing bundle: manifest.json and the files it lists with their SHA-256.
-
-What loading checks, before anything of the bundle is used:
-- the manifest is a plain file of at most MAX_MANIFEST_BYTES, valid JSON, of this SDK's
-  schema version, unedited (its own `manifest_sha256`), and every value valid
-  (serving.bundle._manifest);
-- every listed file is a plain file directly inside the bundle folder (no path, no
-  symlink), at most MAX_FILE_BYTES, whose content matches its SHA-256. The content is
-  read once, verified, and handed to the runtime from memory: nothing the SDK uses is
-  read from disk after it was checked, and nothing unlisted is read at all (an ONNX
-  graph that points at external data fails to load from memory).
+"""Read and verify a routing bundle: manifest.json and the files it lists with their SHA-256
+(docs/sdk.md#loading-a-bundle). Every listed file is read once, verified, and handed to the runtime
+from memory: nothing the SDK uses is read from disk after it was checked, nothing unlisted at all.
 """
 
 from __future__ import annotations
@@ -114,7 +106,7 @@ def _check_signature(folder: Path, data: JSONObject, public_key: PinnedKey) -> N
 
 
 def read_bundle(folder: str | Path, *, public_key: PinnedKey | None = None) -> Bundle:
-    """Read, check and verify a bundle folder (see the module doc); BundleError on any problem.
+    """Read, check and verify a bundle folder (docs/sdk.md#loading-a-bundle); BundleError on any problem.
     With `public_key` (a path, PEM or raw bytes: serving.bundle._signing), the manifest must carry
     that key's signature too."""
     folder = Path(folder)

@@ -1,22 +1,11 @@
-"""Download a bundle published over HTTP(S) into a private staging folder, within bounds.
-
-A published bundle is a base URL serving the bundle folder's files: BASE/manifest.json, each
-file the manifest lists (BASE/model.onnx, ...), and BASE/manifest.sig when the bundle is
-signed. Nothing here trusts what it downloads: the file names are checked to be plain names
-(serving.bundle._manifest's rule) before any is fetched, every read is capped (the manifest at
-MAX_MANIFEST_BYTES, each file at MAX_FILE_BYTES, the whole bundle at MAX_BUNDLE_BYTES), and so
-is time: `timeout_s` is the deadline of a whole request (connecting, the headers, the body,
-redirects included), not of each read. A body is complete only when it is as long as its
-Content-Length says (a connection closed early is an error, not the end of the body).
-Redirects are followed to http and https only, never from https down to http, and the
-caller's headers (the store's credentials) are sent only to the origin of the URL they were
-given for, never to another host a redirect names. Each file's SHA-256 is checked against the
-manifest as it lands: a file that does not match is a failed download (the store does not hold
-the bundle its manifest lists, most often because it is still being uploaded file by file),
-so the watcher fetches it again at its next poll instead of refusing that bundle for good.
-Everything else (values, the pinned signature, the checksums again) is left to Router.update,
-which verifies the staged folder before using it. Standard library only, so the SDK's core
-needs nothing more for it.
+"""Download a bundle published over HTTP(S) into a private staging folder, within bounds
+(docs/clients.md#bundles-from-a-url). Nothing downloaded is trusted: the file names are checked before
+any is fetched, every read is capped (MAX_MANIFEST_BYTES, MAX_FILE_BYTES, MAX_BUNDLE_BYTES), `timeout_s`
+is the deadline of a whole request (redirects and the body included), a body shorter than its
+Content-Length is an error, redirects never go from https down to http, and the caller's headers go
+to the URL's origin only. A file whose SHA-256 is not the manifest's is a failed download, fetched
+again at the next poll (a store still being uploaded file by file), not a refused bundle; Router.update
+verifies the staged folder before using it. Standard library only.
 """
 
 from __future__ import annotations
@@ -149,10 +138,8 @@ class _Deadline:
         with self._lock:
             self.expired = True
             for sock in self._watched:
-                try:
+                with contextlib.suppress(OSError):  # already closed by the other side
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:  # already closed by the other side
-                    pass
 
     def watched(self, connection_class: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
         """A factory of `connection_class` (http.client's) whose connections this deadline watches."""
@@ -166,20 +153,20 @@ class _Deadline:
         return connection
 
 
-class _HTTPHandler(urllib.request.HTTPHandler):
+class _Watched:
+    """A urllib handler whose connections `deadline` watches."""
+
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self.deadline = deadline
 
+
+class _HTTPHandler(_Watched, urllib.request.HTTPHandler):
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self.deadline.watched(http.client.HTTPConnection), req)
 
 
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
-
+class _HTTPSHandler(_Watched, urllib.request.HTTPSHandler):
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         # urllib's HTTPSHandler keeps its SSL context in _context, which typeshed does not declare
         context = self._context  # type: ignore[attr-defined]
@@ -273,14 +260,8 @@ def download_bundle(
         (folder / MANIFEST_NAME).write_bytes(manifest_raw)
         total = len(manifest_raw)
         for name, expected in files.items():
-            url = f"{base_url}/{quote(name)}"
-            fetch(
-                url,
-                min(MAX_FILE_BYTES, MAX_BUNDLE_BYTES - total),
-                headers=headers,
-                timeout_s=timeout_s,
-                into=folder / name,
-            )
+            url, cap = f"{base_url}/{quote(name)}", min(MAX_FILE_BYTES, MAX_BUNDLE_BYTES - total)
+            fetch(url, cap, headers=headers, timeout_s=timeout_s, into=folder / name)
             actual = sha256_file(folder / name)
             if actual != expected:
                 raise DownloadError(

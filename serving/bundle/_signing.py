@@ -1,12 +1,9 @@
 """Ed25519 signatures of bundles: who wrote a bundle, not only whether it is intact.
 
-A bundle's SHA-256 list protects against corruption, not against someone who can write the
-bundle folder (rewrite a file and its checksum entry). Training signs the manifest's
-canonical JSON, which holds every file's SHA-256, with a private key the team keeps; the
-signature is the bundle's `manifest.sig`. An SDK given the matching public key accepts only
-bundles that carry a valid signature. The cryptography is the `cryptography` package's
-(OpenSSL's Ed25519), never written here; it is needed only where a key is used (the
-`[signing]` extra), so apps that pin no key keep the three core dependencies.
+The SHA-256 list stops corruption, not someone who can rewrite a file and its checksum: training
+signs the manifest's canonical JSON with the team's private key (`manifest.sig`), and an SDK given the
+public key accepts only bundles that carry a valid signature (docs/sdk.md, "Signed bundles"). The
+cryptography is the `cryptography` package's (the `[signing]` extra).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""Poll for new bundles and update a Router when one is published (Router.update verifies it
-first; a refused bundle is reported once, then ignored until it changes again); docs/sdk.md and
-docs/clients.md describe them for apps.
-
-- BundleWatcher(router, folder): a folder, its bundles delivered atomically (write beside, then
-  rename, as `make train` does); a change is noticed by the manifest's own `manifest_sha256`.
-- BundleURLWatcher(router, base_url): a bundle published over HTTP(S), downloaded with its files
-  into a private staging folder (serving.bundle._download), loaded from there by Router.update and
-  the folder removed; a failed download is retried at the next poll.
-- PolicyWatcher(router, path): a policy file (serving.policy._rules), loaded and checked whole when
-  its bytes change, then `router.policy` in one assignment; one that fails keeps the current policy.
+"""Poll for new bundles and policy files and update a Router when one changes (docs/sdk.md,
+docs/clients.md#bundles-from-a-url): BundleWatcher (a folder), BundleURLWatcher (a bundle published
+over HTTP(S)), PolicyWatcher (a policy file). Router.update verifies a bundle first; a refused bundle
+or policy is reported once, then ignored until it changes again.
 """
 
 from __future__ import annotations
@@ -103,15 +96,10 @@ class BundleWatcher(_Poller):
 
 
 class BundleURLWatcher(_Poller):
-    """`BundleURLWatcher(router, "https://host/bundles/live").start()` polls BASE/manifest.json.
-
-    headers: sent with every download (e.g. an Authorization header for a private store), to
-    the base URL's origin only: a redirect to another scheme, host or port goes without them.
-    timeout_s: the deadline of each request, from connecting to the body's last byte
-    (redirects included), however slowly a server sends. staging_root: where the private
-    staging folders are made (default the system's temporary folder). A published bundle the
-    router already runs is not downloaded.
-    """
+    """`BundleURLWatcher(router, "https://host/bundles/live").start()` polls BASE/manifest.json and
+    downloads a new bundle (not one the router already runs) into a staging folder under
+    `staging_root` (default the system's temporary folder). `headers` go to the base URL's origin
+    only; `timeout_s` is the deadline of each whole request (serving.bundle._download)."""
 
     name = "bundle-url-watcher"
 
@@ -208,16 +196,11 @@ class PolicyWatcher(_Poller):
             self.router.policy = policy  # PolicyFileError when it names other endpoints than the bundle's
         except PolicyFileError as exc:
             return self._kept(str(exc), digest)
-        log.info(
-            "policy reloaded from %s: version %s, %d rules (were %s)",
-            self.path,
-            policy.version,
-            len(policy.rules),
-            len(previous.rules) if previous is not None else "none",
-        )
-        self.last_reload = PolicyReload(
-            True, f"now version {policy.version} from {self.path}", policy.version, policy.version
-        )
+        were = len(previous.rules) if previous is not None else "none"
+        message = "policy reloaded from %s: version %s, %d rules (were %s)"
+        log.info(message, self.path, policy.version, len(policy.rules), were)
+        reason = f"now version {policy.version} from {self.path}"
+        self.last_reload = PolicyReload(True, reason, policy.version, policy.version)
         return self.last_reload
 
     def _kept(self, why: str, digest: str | None) -> PolicyReload | None:

@@ -1,14 +1,8 @@
 """The dashboard as one self-contained HTML page: the views (serving.dashboard._views) as inline
-SVG plots and plain tables, and the drift panel. Nothing is fetched: no script, no stylesheet,
-no image from elsewhere; the same page is the proxy's /dashboard and `make report`'s file.
-
-Every table has an id and every row a `data-key` (the zone, the endpoint, the reason, ...) so
-that a test or a script can read the numbers back from the page.
-
-The drift panel takes an optional dict (serving.monitoring._drift computes it):
-{"verdict": "stable" | "watch" | "retrain" | "unknown", "reason": "...", "checks": [{"name",
-"statistic", "value", "status"}]} (serving.monitoring._drift.DriftReport.as_dict); None renders "no drift
-reference".
+SVG plots and plain tables, and the drift panel (a DriftReport.as_dict(), or None: "no drift
+reference"). Nothing is fetched from elsewhere; the same page is the proxy's /dashboard and `make
+report`'s file. Every table has an id and every row a `data-key`, so that a test or a script can
+read the numbers back from the page.
 """
 
 from __future__ import annotations
@@ -41,7 +35,8 @@ svg { max-width: 100%; height: auto; }
 
 
 def check_drift(drift: Mapping[str, object] | None) -> None:
-    """ValueError naming what is wrong when `drift` is not None and not the panel's shape (module doc)."""
+    """ValueError naming what is wrong when `drift` is not None and not the panel's shape: a
+    DriftReport.as_dict() (a verdict among DRIFT_VERDICTS, checks with DRIFT_CHECK_FIELDS)."""
     if drift is None:
         return
     if not isinstance(drift, dict) or drift.get("verdict") not in DRIFT_VERDICTS:
@@ -85,10 +80,11 @@ def _table(table_id: str, header: Sequence[str], rows: Iterable[tuple[str, Seque
     return f'<table id="{_e(table_id)}"><tr>{head}</tr>{body}</table>'
 
 
-def _counts_table(table_id: str, label: str, counts: Mapping[str, int], whole: int) -> str:
-    return _table(
-        table_id, (label, "requests", "share"), ((k, (k, str(n), _share(n, whole))) for k, n in counts.items())
-    )
+def _counts_table(
+    table_id: str, label: str, counts: Mapping[str, int], whole: int, of: str = "requests", share: str = "share"
+) -> str:
+    """A table of counts (`of` what) and their share of `whole`."""
+    return _table(table_id, (label, of, share), ((k, (k, str(n), _share(n, whole))) for k, n in counts.items()))
 
 
 def _mix(views: Views, plots: bool) -> str:
@@ -109,22 +105,18 @@ def _fallbacks(views: Views) -> str:
         f'<p class="note">{total} of {views.edge_first} edge-first requests were answered by the cloud '
         f"({_share(total, views.edge_first)}).</p>"
     )
-    rows = ((k, (k, str(n), _share(n, views.edge_first))) for k, n in views.fallbacks.items())
-    table = _table("fallbacks", ("reason", "requests", "of edge-first"), rows) if views.fallbacks else ""
-    return f'<section id="fallback"><h2>Fallbacks by reason</h2>{note}{table}</section>'
+    table = _counts_table("fallbacks", "reason", views.fallbacks, views.edge_first, share="of edge-first")
+    return f'<section id="fallback"><h2>Fallbacks by reason</h2>{note}{table if views.fallbacks else ""}</section>'
 
 
 def _latency(views: Views, plots: bool) -> str:
     from serving.dashboard._plots import latency_plot
 
     header = ("endpoint", "calls", *(f"p{p} ms" for p in PERCENTILES), "max ms")
-    rows = (
-        (
-            row.endpoint,
-            (row.endpoint, str(row.calls), *(_number(row.percentiles_ms[p]) for p in PERCENTILES), _number(row.max_ms)),
-        )
-        for row in views.latency
-    )
+    rows = []
+    for row in views.latency:
+        percentiles = (_number(row.percentiles_ms[p]) for p in PERCENTILES)
+        rows.append((row.endpoint, (row.endpoint, str(row.calls), *percentiles, _number(row.max_ms))))
     note = '<p class="note">Each call made (status ok, error or timeout); percentiles by nearest rank.</p>'
     plot = latency_plot(views) if plots and views.latency else ""
     return (
@@ -157,19 +149,10 @@ def _cost(views: Views) -> str:
 
 
 def _familiarity(views: Views) -> str:
+    known, unfamiliar = views.familiarity_known, views.unfamiliar
     rows = [
-        (
-            "unfamiliar",
-            ("unfamiliar (novelty > 1)", str(views.unfamiliar), _share(views.unfamiliar, views.familiarity_known)),
-        ),
-        (
-            "known",
-            (
-                "with a familiarity reference",
-                str(views.familiarity_known),
-                _share(views.familiarity_known, views.requests),
-            ),
-        ),
+        ("unfamiliar", ("unfamiliar (novelty > 1)", str(unfamiliar), _share(unfamiliar, known))),
+        ("known", ("with a familiarity reference", str(known), _share(known, views.requests))),
     ]
     return f'<section id="familiarity"><h2>Unfamiliar prompts</h2>{_table("unfamiliar", ("", "requests", "share"), rows)}</section>'
 
@@ -187,18 +170,8 @@ def _quality(views: Views) -> str:
     rows = []
     for estimate in quality.estimates:
         interval = "-" if estimate.ci95 is None else f"{estimate.ci95[0]:.3f} - {estimate.ci95[1]:.3f}"
-        rows.append(
-            (
-                estimate.policy,
-                (
-                    estimate.policy,
-                    _number(estimate.estimate, 3),
-                    interval,
-                    str(estimate.agreeing),
-                    f"{100 * estimate.coverage:.1f}%",
-                ),
-            )
-        )
+        figures = (_number(estimate.estimate, 3), interval, str(estimate.agreeing), f"{100 * estimate.coverage:.1f}%")
+        rows.append((estimate.policy, (estimate.policy, *figures)))
     note = (
         f'<p class="note">{quality.labelled} requests carry the quality of the answer that ran first '
         f"(observed mean {_number(quality.observed, 3)}); {quality.unlabelled} have none yet"
@@ -227,11 +200,7 @@ def _conversations(views: Views) -> str:
         ("reprefill_cost", ("re-prefill cost ($, over staying)", _number(view.reprefill_cost, 6))),
         ("unavailable", ("turns decided without their state", str(view.unavailable))),
     ]
-    by = _table(
-        "switch_counts",
-        ("switches", "conversations", "share"),
-        ((k, (k, str(n), _share(n, view.conversations))) for k, n in view.by_switches.items()),
-    )
+    by = _counts_table("switch_counts", "switches", view.by_switches, view.conversations, of="conversations")
     note = (
         '<p class="note">A switch is a turn the router moved from the endpoint that answered the '
         "conversation's last turn. The re-prefill cost is what the served endpoints paid over staying "

@@ -1,28 +1,12 @@
 """Off-policy quality from the outcome log's feedback: how good the first answers of a routing
-policy would be on the logged traffic.
+policy ("router": the bundle without exploration, "all edge", "all cloud") would be on the logged
+traffic (docs/observability.md#dashboard-and-report).
 
-Each request with feedback ran first on side `a` (the record's `target`), chosen by the logging
-router with probability `p` (`propensity`), and feedback gave the quality `r` of that side's
-answer (a failed edge call is an edge outcome of 0). A policy picks side `b` per request:
-
-- "router": the bundle's own decision, exploration undone (`b = a` unless the request was
-  explored, then the other side): what the bundle does without `explore_rate`;
-- "all edge", "all cloud": the same side for every request.
-
-**SNIPS** (self-normalised inverse propensity scoring): sum(w r) / sum(w), w = 1[a = b] / p.
-`snips` here is the one home of the formula: evaluation.off_policy (what `make promote` and
-`make replay` report) computes its SNIPS with it; tests/test_dashboard.py checks that both give
-the same figure on the same requests.
-
-**Coverage**: a request where `b` differs from `a` and the logging router could not have run `b`
-first (`p` = 1: no exploration, a prompt over the edge context, a policy's forbid) carries no
-information about `b`. Coverage is the share of requests where `b` had a non-zero probability;
-below 1 the estimate speaks for the covered requests only (all edge without exploration: the
-edge-first ones), and the page says so.
-
-Requests logged with a propensity below MIN_PROPENSITY are left out and counted (a weight above
-1 / MIN_PROPENSITY would let one request dominate; evaluation.off_policy's floor).
-95% interval: percentile bootstrap over requests, BOOTSTRAP_ROUNDS resamples, fixed seed.
+SNIPS: sum(w r) / sum(w), w = 1[the policy picks the side that ran] / propensity; `snips` is the
+formula's one home (evaluation.off_policy computes with it). Coverage is the share of requests where
+the policy's side had a non-zero probability of running first: below 1 an estimate speaks for the
+covered requests only. Requests under MIN_PROPENSITY are left out and counted; the 95% interval is a
+percentile bootstrap over requests (BOOTSTRAP_ROUNDS, fixed seed).
 """
 
 from __future__ import annotations
@@ -123,13 +107,6 @@ def estimate_quality(requests: Sequence[RequestSummary], outcomes: Mapping[str, 
         agree = np.asarray([b == a for a, b in zip(first, picks[policy])], np.float64)
         covered = (agree > 0) | (p_arr < 1.0)
         value = snips(agree, p_arr, r_arr)
-        estimates.append(
-            PolicyEstimate(
-                policy,
-                value,
-                _interval(agree, p_arr, r_arr) if value is not None else None,
-                int(agree.sum()),
-                float(covered.mean()),
-            )
-        )
+        interval = _interval(agree, p_arr, r_arr) if value is not None else None
+        estimates.append(PolicyEstimate(policy, value, interval, int(agree.sum()), float(covered.mean())))
     return QualityView(len(first), unlabelled, below_floor, float(r_arr.mean()), tuple(estimates))

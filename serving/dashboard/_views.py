@@ -1,26 +1,7 @@
 """The dashboard's views, computed from request summaries (serving.dashboard._summary): one home
-for the proxy's /dashboard and `make report`.
-
-- routing mix: requests per zone and per serving endpoint (`failed` when no answer was served),
-  in total and per time bucket;
-- fallbacks: edge-first requests the cloud answered, by reason;
-- latency: per endpoint (edge, cloud: each call made, statuses ok, error, timeout alike), the
-  p50, p90 and p99 in milliseconds, nearest rank (the smallest value with at least that share of
-  calls at or below it: a value that was measured, never an interpolation);
-- cost against all-cloud: outcome-log records carry no price, so cost is estimated from the
-  calls made: each call costs its endpoint's price per call (CallPrices; by default edge 0, cloud
-  1, so the figure is in cloud calls), all-cloud costs one cloud call per request. Where the
-  proxy measured a request's price from the endpoints' token prices and the answer's usage
-  (RoutingInfo.estimated_cost), the measured total is shown too;
-- unfamiliar share: requests whose novelty exceeds 1, among those whose bundle has a familiarity
-  reference;
-- bundles in use: requests per model_version, first and last seen;
-- quality: with feedback, serving.dashboard._quality's off-policy estimates;
-- conversations: among requests in a conversation, the conversations and turns, the turns that
-  moved their conversation to another endpoint (switches) per conversation, and the re-prefill
-  cost: what the served endpoints paid over staying for re-reading the histories (each turn's
-  `switch_cost`, dollars; 0 for a turn that stayed), and the turns decided without their
-  conversation's state (the store unreachable: no turn number).
+for the proxy's /dashboard and `make report`. docs/observability.md#dashboard-and-report says what
+each panel shows; outcome-log records carry no price, so cost is estimated from the calls made
+(CallPrices), and latency percentiles are by nearest rank (a measured value, never interpolated).
 """
 
 from __future__ import annotations
@@ -101,9 +82,9 @@ SWITCH_COUNTS = ("0", "1", "2", "3+")  # conversations by how many of their turn
 
 @dataclass(frozen=True)
 class ConversationView:
-    """The conversations among the requests (module doc). `by_switches`: conversations by their
-    switches (SWITCH_COUNTS); `reprefill_cost` the sum of the turns' switch costs where known
-    (`priced_turns` of them), None when none is."""
+    """The conversations among the requests (docs/observability.md's panel). `by_switches`:
+    conversations by their switches (SWITCH_COUNTS); `reprefill_cost` the sum of the turns' switch
+    costs where known (`priced_turns` of them), None when none is."""
 
     conversations: int
     turns: int
@@ -231,12 +212,12 @@ def compute_views(
     by_endpoint: dict[str, list[float]] = collections.defaultdict(list)
     for call in made:
         by_endpoint[call.name].append(call.ms)
+    calls = _counts([c.name for c in made], ENDPOINT_ORDER)
     latency = []
-    for name in _counts([c.name for c in made], ENDPOINT_ORDER):
+    for name in calls:
         values = sorted(by_endpoint[name])
         latency.append(Latency(name, len(values), {p: nearest_rank(values, p) for p in PERCENTILES}, values[-1]))
 
-    calls = _counts([c.name for c in made], ENDPOINT_ORDER)
     priced = {name: n for name, n in calls.items() if name in prices.per_call}
     measured = [r.cost for r in ordered if r.cost is not None]
     cost = Cost(

@@ -1,43 +1,9 @@
 """Drift: is the traffic a bundle serves still like the traffic it was trained on?
 
-A bundle carries a `DriftReference` (DRIFT_REFERENCE_FILE, listed and checksummed in its
-manifest like every other file): training computes it from its held-out rows (out-of-fold
-when cross-fitted), scored as the bundle scores them. It summarises what the SDK's outcome
-records carry too (serving.monitoring._outcome_log):
-
-- numeric values, as decile bins and 200 quantiles: the routing `score`, `p_edge`,
-  `p_cloud`, `novelty`, and the prompt's length (`n_tokens` as the bundle estimates them,
-  which records carry in the token_ids and embedding privacy modes; `prompt_chars`, which
-  they carry in text mode);
-- categorical shares: the declared `precision` (undeclared counted as its own tag) and the `zone`;
-- rates: the unfamiliar (flagged) share, the acceptance check's acceptance rate and the edge's
-  failure rate (quality < 0.5) on requests sent to the edge first (on an N-endpoint bundle's: the
-  quality of the endpoint run first, on requests run on the device first, from `outcomes`).
-
-`drift_report(reference, records, thresholds)` compares the `request` records of an outcome
-log (with their `feedback`) with it, one `Check` per comparison:
-
-- `psi`: the population stability index of each numeric value over the reference's bins and
-  of each categorical share: sum over bins of (current - reference) * ln(current / reference),
-  shares floored at PSI_FLOOR. Under 0.1 stable, 0.1 to 0.25 watch, from 0.25 retrain: the
-  rule of thumb of credit scoring (Siddiqi, "Credit Risk Scorecards", Wiley 2006, ch. 8;
-  its sampling behaviour: Yurdakul, "Statistical properties of the population stability
-  index", 2018).
-- `ks`: the two-sample Kolmogorov-Smirnov statistic of the score against the reference's
-  quantiles, with its asymptotic p-value. A large log makes tiny differences significant,
-  so it flags `watch` only, when p < ks_alpha and the statistic is at least ks_min_statistic.
-- `change`: a rate's change in the direction that hurts (unfamiliar share up, acceptance
-  down, edge failures up), counted only as far as the near end of its 95% interval (normal
-  approximation of two proportions): at least rate_watch (0.05) watch, rate_retrain (0.10)
-  retrain.
-
-The verdict is the worst status of any check: `stable`, `watch` or `retrain`; `unknown` when
-the bundle carries no reference (bundles from before drift references load and route as
-before; the report says the reference is missing). Values the bundle computes (score,
-probabilities, novelty, zone and the rates) are compared only on records the same bundle
-version logged; `rescore` gives other records this bundle's decisions when they carry text.
-
-Numpy only: the SDK and the proxy run it.
+A bundle's `DriftReference` (DRIFT_REFERENCE_FILE) summarises its held-out rows as the bundle scores
+them; `drift_report` compares an outcome log's request records (with their feedback) with it, by PSI,
+KS and rate-change checks, and says stable, watch or retrain (docs/observability.md#drift: what is
+kept, each check and its thresholds). Numpy only: the SDK and the proxy run it.
 """
 
 from __future__ import annotations
@@ -214,15 +180,11 @@ class DriftReference:
             rates["unfamiliar"] = _rate(_finite(novelty) > 1.0)
         edge_first = np.asarray([z != CLOUD for z in zones])
         if rejected is not None:
-            answered = np.asarray(rejected, dtype=np.float64)[edge_first]
-            answered = answered[np.isfinite(answered)]
-            if len(answered):
-                rates["acceptance"] = Rate(float(1.0 - answered.mean()), len(answered))
+            answered = _finite(np.asarray(rejected, dtype=np.float64)[edge_first])
+            rates["acceptance"] = Rate(float(1.0 - answered.mean()), len(answered)) if len(answered) else None
         if edge_quality is not None:
-            quality = np.asarray(edge_quality, dtype=np.float64)[edge_first]
-            quality = quality[np.isfinite(quality)]
-            if len(quality):
-                rates["edge_failure"] = _rate(quality < FAILED_BELOW)
+            quality = _finite(np.asarray(edge_quality, dtype=np.float64)[edge_first])
+            rates["edge_failure"] = _rate(quality < FAILED_BELOW)
         return cls(model_version, n, numeric, categorical, {k: v for k, v in rates.items() if v is not None}, source)
 
     def to_dict(self) -> JSONObject:
@@ -304,7 +266,8 @@ def _rate(flags: NDArray[np.bool_]) -> Rate | None:
 
 # The statistics.
 def psi(reference: ArrayLike, current: ArrayLike, floor: float = PSI_FLOOR) -> float:
-    """Population stability index of two share vectors over the same bins (module doc)."""
+    """Population stability index of two share vectors over the same bins: the sum of
+    (current - reference) * ln(current / reference), shares floored at `floor`."""
     expected = np.maximum(np.asarray(reference, dtype=np.float64), floor)
     actual = np.maximum(np.asarray(current, dtype=np.float64), floor)
     if expected.shape != actual.shape or expected.ndim != 1:
@@ -338,7 +301,7 @@ def ks_test(reference_quantiles: ArrayLike, reference_n: int, current: ArrayLike
 
 @dataclass(frozen=True)
 class DriftThresholds:
-    """When a check says watch or retrain (module doc for each statistic)."""
+    """When a check says watch or retrain (docs/observability.md#drift for each statistic)."""
 
     psi_watch: float = 0.1
     psi_retrain: float = 0.25
@@ -562,13 +525,10 @@ def _kept(record: JSONObject) -> JSONObject:
 
 
 def read_records(path: str, left_out: list[str] | None = None) -> list[JSONObject]:
-    """The records of an outcome log folder (serving.monitoring._outcome_log.read_log_lines), in file order,
-    with the fields drift reads (READ_FIELDS); DriftInputError naming the file and line for a
-    folder without log files, a file that is not a regular file (a FIFO, a device) or cannot be
-    read, and a line that is not an outcome record (longer than MAX_LINE_BYTES, not UTF-8, not
-    JSON, nested too deeply, a number that is not a finite double, another format). A file's last
-    line cut short (a writer killed mid-write, or still at work) is left out, and said so in
-    `left_out` ("file line N: why")."""
+    """The records of an outcome log folder (read_log_lines), in file order, with the fields drift
+    reads (READ_FIELDS). DriftInputError naming the file and line for a folder without log files and
+    for a file or line read_log_lines cannot use; a file's last line cut short (a writer killed
+    mid-write, or still at work) is left out, and said so in `left_out` ("file line N: why")."""
     from pathlib import Path
 
     if not Path(path).is_dir() or not any(Path(path).glob(FILE_PATTERN)):
@@ -668,18 +628,10 @@ def drift_report(
     current = _read(records, version, left_out)
     skipped = tuple(left_out)
     if reference is None:
-        return DriftReport(
-            UNKNOWN,
-            (),
-            "the bundle carries no drift reference (trained before drift references): "
-            "retrain it to compare its traffic",
-            current.records,
-            0,
-            None,
-            True,
-            limits,
-            skipped,
+        reason = (
+            "the bundle carries no drift reference (trained before drift references): retrain it to compare its traffic"
         )
+        return DriftReport(UNKNOWN, (), reason, current.records, 0, None, True, limits, skipped)
     compared = sum(current.own.get("score", []))
     checks = _numeric_checks(reference, current, limits) + _rate_checks(reference, current, limits)
     judged = [c for c in checks if c.status in _RANK]
@@ -710,19 +662,10 @@ def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
     accept = next((step for step in steps if step.name == "accept"), None)
     first = next((step for step in steps if step.name == decision.endpoint), None)
     failed = 0.0 if first is not None and first.status in ("error", "timeout") else None
-    names = list(decision.expected or decision.cascade)
-    if decision.cascade[0] not in (EDGE, CLOUD):  # an N-endpoint bundle: the first endpoint's outcome
-        return {
-            **_record_of(decision, accept),
-            "endpoint": decision.endpoint,
-            "endpoints": names,
-            "outcomes": {decision.endpoint: failed} if failed is not None else None,
-        }
-    return {**_record_of(decision, accept), "edge_quality": failed if decision.endpoint == EDGE else None}
-
-
-def _record_of(decision: Decision, accept: Step | None) -> JSONObject:
-    return {
+    verdict = (
+        {"accepted": accept.status == "ok"} if accept is not None and accept.status in ("ok", "rejected") else None
+    )
+    record: JSONObject = {
         "log": LOG_FORMAT,
         "type": "request",
         "model_version": decision.model_version,
@@ -733,10 +676,15 @@ def _record_of(decision: Decision, accept: Step | None) -> JSONObject:
         "novelty": decision.novelty,
         "precision": decision.precision,
         "n_tokens": decision.n_tokens,
-        "accept": {"accepted": accept.status == "ok"}
-        if accept is not None and accept.status in ("ok", "rejected")
-        else None,
+        "accept": verdict,
     }
+    if decision.cascade[0] not in (EDGE, CLOUD):  # an N-endpoint bundle: the first endpoint's outcome
+        record["endpoint"] = decision.endpoint
+        record["endpoints"] = list(decision.expected or decision.cascade)
+        record["outcomes"] = {decision.endpoint: failed} if failed is not None else None
+    else:
+        record["edge_quality"] = failed if decision.endpoint == EDGE else None
+    return record
 
 
 class _Routes(Protocol):

@@ -1,50 +1,17 @@
 """The SDK's outcome log: what the router decided, what ran, and how it turned out.
 
-`Router.load(path, log=OutcomeLog("logs/"))` makes every `router.execute()` append one
-`request` record, and `router.feedback(request_id, edge_quality=...)` a `feedback` record
-that training joins to it later (a user rating, a downstream check, a judge's score;
-`make label` writes them too; for an N-endpoint bundle `outcomes={endpoint: quality}`, and the
-request record names the chosen `endpoint`, the bundle's `endpoints` and the `cascade`). Shadow
-runs (`shadow_rate`) append a `shadow` record with the other model's answer. The folder is a
-training input as is: `make train --data logs/` (`make endpoints --data logs/` for an
-N-endpoint bundle's) detects the format (data.sdk_logs).
-
-Writing never holds up a request: records (or callables that build them) go into a bounded
-queue, and one daemon thread takes what has gathered every `flush_interval_s` (50 ms), builds,
-serialises and appends it to JSON-lines files with write(2), rotated at `max_file_bytes`. So
-a killed process loses only the records still queued. `written` counts a record once the
-kernel has taken its whole line (with `fsync=True`, once it is on stable storage);
-`dropped` counts every other: a full queue, a record that could not be built, and what the
-disk refused (full, read-only, gone). A refused write is cut back to the last whole record,
-the log warns once and keeps the same file for the next batch: routing goes on either way.
-
-Privacy (`privacy=`, one of PRIVACY_MODES): every string a record holds is declared in
-STRING_FIELDS with what it is, and the writer applies the mode to each before anything is
-encoded; a record with a string anywhere else is refused and counted, so no field can carry
-request text past the mode.
-- "text" (the default; `store_prompts=True`): the prompt and answers are kept, and with
-  them every message that may quote them (exceptions, feedback sources), all through the
-  `redact(text) -> text` hook when one is given, whole, before a message is cut to length.
-- "token_ids" (`store_prompts=False`): no text; `features` holds the prompt's token ids
-  and scalar inputs as the bundle computed them. Token ids decode back to the prompt with
-  the bundle's tokenizer: this hides the text from a casual reader, not from anyone with
-  the bundle.
-- "embedding": no text and no ids; `features` holds the bundle encoder's pooled embedding
-  of the prompt before the run's projection, and its scalar inputs, with what identifies the
-  encoder. Only a training run with the same encoder and tokenizer can use the rows.
-In the modes without text, an exception is written as its class (and its cause's), a feedback
-`source` only when it is a label (LABEL), a fallback as its fixed reason.
-In every mode a conversation id (PSEUDONYM: the app's, which may name a user, as the proxy's
-fallback to the OpenAI `user` field does) is written as its pseudonym, never as it is: 32 hex
-characters of its SHA-256 (HMAC-SHA-256 under `conversation_key` when one is given), the same for
-every turn and process, so training links a conversation's turns without the id. Without a key,
-an id that can be guessed (a user name) can be confirmed by hashing guesses: give the log a
-secret `conversation_key`, or the requests random conversation ids.
+`execute()` appends a `request` record, `feedback()` a `feedback` record, a shadow run a `shadow`
+record (docs/traffic.md#the-outcome-log-sdk). Writing never holds up a request: a bounded queue that
+one daemon thread appends to rotating JSON-lines files. Every string a record holds is declared in
+STRING_FIELDS, and the writer applies the privacy mode (PRIVACY_MODES, docs/traffic.md "Privacy") to
+each before anything is encoded: a record with a string anywhere else is refused and counted, so no
+field can carry request text past the mode. A conversation id is always written as its pseudonym.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import hmac
 import json
@@ -75,7 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("serving")
 
 LOG_FORMAT = "edge-cloud-router/outcome/1"  # every record's "log" field: how readers detect the format
-RECORD_TYPES = ("request", "feedback", "shadow")
 FILE_PATTERN = "outcomes-*.jsonl"  # the log's files in a folder; their names sort in time order
 PRIVACY_MODES = ("text", "token_ids", "embedding")
 MESSAGE_CHARS = 300  # an error message is cut to this, after redaction
@@ -374,14 +340,12 @@ class OutcomeLog:
                 while kept < len(chunk) and size + len(chunk[kept]) <= done:
                     size += len(chunk[kept])
                     kept += 1
+            self._file_bytes += size
             if size < done:
                 try:
-                    os.ftruncate(self._fd, self._file_bytes + size)
+                    os.ftruncate(self._fd, self._file_bytes)
                 except OSError:
-                    self._file_bytes += size
                     self._close_file(cut_short=True)
-                    return kept, exc
-            self._file_bytes += size
             return kept, exc
         self._file_bytes += len(data)
         return len(chunk), None
@@ -398,15 +362,11 @@ class OutcomeLog:
         """Close the open file; one that holds no whole record (a first write refused) is removed."""
         if self._fd is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             os.close(self._fd)
-        except OSError:
-            pass
         if self._file_bytes == 0 and self._path is not None:  # set with _fd: never None here
-            try:
+            with contextlib.suppress(OSError):
                 self._path.unlink(missing_ok=True)
-            except OSError:
-                pass
         if cut_short:
             self._warn_once(
                 "cut",
@@ -439,8 +399,8 @@ _PSEUDONYM_DOMAIN = b"edge-cloud-router/conversation\0"
 
 
 def pseudonym(identifier: str, key: bytes | None = None) -> str:
-    """How the log writes an identifier of the app's (module doc): 32 hex characters of its SHA-256,
-    or of its HMAC-SHA-256 under `key`."""
+    """How the log writes an identifier of the app's: 32 hex characters of its SHA-256, or of its
+    HMAC-SHA-256 under `key` (without one, a guessable id can be confirmed by hashing guesses)."""
     data = identifier.encode("utf-8", "surrogatepass")
     if key is not None:
         return hmac.new(key, data, hashlib.sha256).hexdigest()[:32]
@@ -522,11 +482,9 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes and 
 
 @dataclass(frozen=True)
 class LoggedLine:
-    """One non-blank line of a log file as read back: its record (a dict of this log's format),
-    or why it is none (`problem`: not a regular file, longer than MAX_LINE_BYTES, not UTF-8, not
-    JSON, a number out of range, nested too deeply, not an outcome record). `last`: the file's last line with no
-    newline; `cut_short`: such a line whose JSON stops mid-way, what a process killed mid-write
-    (or a writer still at work) leaves."""
+    """One non-blank line of a log file as read back: its record (a dict of this log's format), or
+    why it is none (`problem`). `last`: the file's last line with no newline; `cut_short`: such a
+    line whose JSON stops mid-way, what a process killed mid-write (or a writer still at work) leaves."""
 
     file: str
     line: int
@@ -562,11 +520,10 @@ _CHECKED = json.JSONDecoder(parse_int=_checked_int, parse_float=_checked_float, 
 
 
 def parse_record_line(raw: bytes) -> tuple[Any, str | None, bool]:
-    """(value, None, False) of one line's JSON, or (None, why not, cut): not UTF-8 (the
-    writer's own surrogatepass bytes are read back as written), not JSON, nested too deeply, or
-    a number that is not a finite double (NaN, Infinity, 1e400, a 400-digit integer), more than
-    MAX_VALUES values or nested more than MAX_DEPTH deep. `cut`: the
-    text may be a record cut short (an object, or a character, that stops at the end of the text)."""
+    """(value, None, False) of one line's JSON, or (None, why not, cut): not UTF-8 (the writer's own
+    surrogatepass bytes are read back as written), not JSON, a number that is not a finite double
+    (NaN, 1e400, a 400-digit integer), more than MAX_VALUES values or nested deeper than MAX_DEPTH.
+    `cut`: the text may be a record cut short (an object, or a character, that stops at its end)."""
     try:
         text = raw.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
@@ -633,11 +590,10 @@ def open_log_file(file: str | Path) -> tuple[Any, str | None]:
 
 
 def read_log_lines(folder: str | Path) -> Iterator[LoggedLine]:
-    """Every non-blank line of the outcome log in `folder` (its FILE_PATTERN files, in name, so time,
-    order), parsed: the one reader of the format (training's data.sdk_logs, drift, make report,
-    make label). A file that is not a regular file or cannot be opened is one LoggedLine with line
-    0 and the reason; a line is read in bounded pieces (see MAX_LINE_BYTES); what each line holds
-    is the caller's to judge."""
+    """Every non-blank line of the outcome log in `folder` (its FILE_PATTERN files, in time order),
+    parsed: the one reader of the format (data.sdk_logs, drift, make report, make label). A file that
+    cannot be opened is one LoggedLine with line 0 and the reason; what each line holds is the caller's
+    to judge."""
     for file in sorted(Path(folder).glob(FILE_PATTERN)):
         fh, problem = open_log_file(file)
         if fh is None:

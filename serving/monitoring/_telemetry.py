@@ -1,25 +1,10 @@
 """Traces and metrics through OpenTelemetry: optional, and free when nobody listens.
 
-Needs only the API (`pip install 'edge-cloud-router[telemetry]'`, opentelemetry-api); the app
-brings the SDK, its exporters and the providers. Spans and metrics go to the global providers
-(opentelemetry.trace / metrics set_*_provider), or to the ones given to `use()`.
-
-What it costs:
-- without opentelemetry installed, or before anything in the process imported it (configuring a
-  provider does), every call here is a dictionary lookup and returns a shared no-op;
-- with the API imported but no provider set, a clock read per request (the global providers are
-  looked up again once a second: one set later is used from then on);
-- otherwise: one span per request, one child span per attempt, and a few metric points, with the
-  attributes built only for spans that record.
-
-One span per request, whichever layer opens it first: the proxy (SERVER span "chat <model>"),
-RoutedChat ("chat"), Router.execute / aexecute ("router.execute"); the layers below join it, so
-a proxied request is one span. Children: one CLIENT span per attempt, edge and cloud calls and
-shadow runs ("chat <endpoint model>" when the endpoint is known, else "router.<attempt>"). A
-stream's request span ends when the stream ends or is closed. The attributes are the GenAI
-semantic conventions' where they apply and the router's own under `router.`; no prompt, answer,
-key or exception message ever enters a span or a metric: an error is its class name (error.type).
-docs/observability.md#traces-and-metrics lists every span, attribute and metric.
+Needs only the API (the `telemetry` extra); spans and metrics go to the global providers, or to the
+ones given to `use()`. One span per request, whichever layer opens it first (the proxy, RoutedChat,
+Router.execute), the layers below joining it, and a child span per attempt. No prompt, answer, key or
+exception message ever enters a span or a metric: an error is its class name (error.type).
+docs/observability.md#traces-and-metrics lists every span, attribute and metric, and what each costs.
 """
 
 from __future__ import annotations
@@ -415,10 +400,8 @@ class Trace(Scope):
             return
         if self.recording:
             self.span.set_attributes(self._attributes(decision, served_by, fallback))
-            if self._error is not None:
-                self.span.set_status(
-                    instruments.trace.StatusCode.ERROR
-                )  # no description: a message may quote the prompt
+            if self._error is not None:  # no description: a message may quote the prompt
+                self.span.set_status(instruments.trace.StatusCode.ERROR)
         self.span.end()
 
     def _count(

@@ -1,46 +1,11 @@
-"""Learning from the app's own traffic, on the SDK side: exploration, shadow runs, and the
-outcome records of serving.monitoring._outcome_log.
+"""Learning from the app's own traffic, on the SDK side: exploration (`explore_rate`), shadow runs
+(`shadow_rate`) and the request, feedback and shadow records of serving.monitoring._outcome_log
+(docs/traffic.md: exploration, propensities, shadow runs and N-endpoint records).
 
-Exploration (`explore_rate`, default 0): with that probability a request goes to the side
-the router did not choose first: an edge-first request to the cloud, a cloud-first one to
-the edge with the cloud as fallback (prompts over the edge context limit are never
-explored). Each record carries the probability with which the logging policy chose the
-side it ran first (`propensity`: 1 - explore_rate, or explore_rate when explored, 1 when
-exploration was impossible, as for a request whose policy forbids an endpoint), which
-training's inverse-propensity weights and the off-policy estimators need: both sides must have a non-zero probability for a learned
-router to be judged on what it would do differently. 0.05-0.1 is a reasonable start: it
-costs at most that share of requests a less suitable first model.
-
-Shadow runs (`shadow_rate`, default 0): on that share of requests, after the answer was
-served, the side that did not answer runs too, on a background thread (at most
-`max_shadows` at once; when busy the shadow run is skipped), and its answer is logged
-(`shadow` record), so that `make label` can grade both answers: rows with both outcomes.
-An endpoint the policy forbids for a request (Decision.forbidden) is neither explored nor shadowed.
-
-N-endpoint bundles: a decision is explored on its first
-endpoint and never shadowed. With probability `explore_rate` the first endpoint is drawn uniformly
-among the k endpoints feasible for the request (feasible_first: the ones the policy and the
-request's needs allow, Decision.forbidden, whose context holds the prompt; never a forbidden one),
-and the cascade becomes that endpoint, then the decision's cascade in its order without it. The
-record's `endpoint` is the endpoint run first and `propensity` the probability that the logging
-policy chose it: 1 - explore_rate + explore_rate / k for the decided endpoint (explored or drawn
-again), explore_rate / k for each other; `explored` is true when it is not the decided one; k = 1
-(a forced endpoint, one capable endpoint) is propensity 1, never explored.
-`router.feedback(request_id, outcomes={endpoint: quality})` gives any endpoint's outcome
-(docs/endpoints.md#from-your-traffic-to-n-endpoint-training-rows).
-
-A request in a conversation (Request.conversation) adds `conversation` (the id, which the log
-writes as its pseudonym: serving.monitoring._outcome_log), `turn` and `switched` (the decision's:
-whether it moved the conversation from the endpoint of its last turn) and `switch_cost` (what the
-served endpoint paid over the last turn's for re-reading the history, in dollars:
-Decision.switch_costs; null on a first turn or when nothing served). Records of requests without
-one carry none of these fields, as before.
-
-Every request record has one shape, whatever the bundle: `endpoint` (run first), `endpoints` (the
-bundle's), `cascade`, `tried` and `outcomes` (the observed failures), beside what a two-endpoint
-record always held (zone, target, edge_quality / cloud_quality: what readers of two-endpoint logs
-read, data.sdk_logs among them); the served answer is `edge_response` / `cloud_response` from the
-endpoints named edge and cloud, else `response`.
+Every request record has one shape, whatever the bundle: `endpoint` (run first), `endpoints`,
+`cascade`, `tried` and `outcomes` (the observed failures) beside what a two-endpoint record always
+held (zone, target, edge_quality / cloud_quality: what readers of two-endpoint logs read); a request
+in a conversation adds `conversation`, `turn`, `switched` and `switch_cost`.
 """
 
 from __future__ import annotations
@@ -77,18 +42,17 @@ if TYPE_CHECKING:
 FAILED = ("error", "timeout")  # the outcomes of serving.execution._execute.Tried that are an endpoint's failure
 
 
-def _rate(name: str, value: object) -> float:
+_A_QUALITY = " (1 = a good answer)"
+
+
+def _rate(name: str, value: object, what: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name}={value!r}: must be a number in [0, 1]")
+        raise ValueError(f"{name}={value!r}: must be a number in [0, 1]{what}")
     return float(value)
 
 
 def _quality(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name}={value!r}: must be a number in [0, 1] (1 = a good answer)")
-    return float(value)
+    return None if value is None else _rate(name, value, _A_QUALITY)
 
 
 def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, float]:
@@ -104,10 +68,7 @@ def endpoint_outcomes(outcomes: object, names: tuple[str, ...]) -> dict[str, flo
             raise ValueError(
                 f"outcomes names {str(name)[:80]!r}, which is not an endpoint of this router ({', '.join(names)})"
             )
-        value = _quality(f"outcomes[{name!r}]", quality)
-        if value is None:
-            raise ValueError(f"outcomes[{name!r}]=None: must be a number in [0, 1] (1 = a good answer)")
-        checked[name] = value
+        checked[name] = _rate(f"outcomes[{name!r}]", quality, _A_QUALITY)  # None too: a quality is needed
     return checked
 
 
@@ -237,23 +198,16 @@ class Traffic:
         if not self._shadows.acquire(blocking=False):
             self.shadows_skipped += 1
             return False
-        fn = request.calls[side]
         span = telemetry.attempt("shadow", side)  # a child of the request's span, when one records it
+        args = (request.request_id, request.subject, side, request.calls[side], span)
         if request.asynchronous:
             import asyncio  # here, not at the top: it would add ~30 ms to Router.load
 
-            task = asyncio.get_running_loop().create_task(
-                self._ashadow(request.request_id, request.subject, side, fn, span)
-            )
+            task = asyncio.get_running_loop().create_task(self._ashadow(*args))
             self._tasks.add(task)  # the loop keeps only a weak reference
             task.add_done_callback(self._tasks.discard)
         else:
-            threading.Thread(
-                target=self._shadow,
-                args=(request.request_id, request.subject, side, fn, span),
-                daemon=True,
-                name="router-shadow",
-            ).start()
+            threading.Thread(target=self._shadow, args=args, daemon=True, name="router-shadow").start()
         return True
 
     def _shadow(
@@ -317,12 +271,8 @@ class Traffic:
 class LoggedRequest:
     """One execute() under an outcome log: the decision as carried out (explored or not), the
     accept check wrapped so that its verdict is kept, and on leaving `with request:` its record
-    and perhaps a shadow run.
-
-    The request pays only for queueing the record: it is a callable that the log's writer
-    thread turns into the record dict and encodes (in the privacy modes without text, the
-    writer also computes the prompt's model inputs, with the bundle that routed it).
-    """
+    (a callable the log's writer thread builds: the request pays only for queueing it) and perhaps
+    a shadow run."""
 
     def __init__(
         self,
