@@ -5,22 +5,9 @@ The rule. The prompt is
   2. then every other turn except the system messages, newest first, each as "role: text";
   3. then the system (or developer) messages, as "system: text";
 joined by blank lines. Text parts of a multi-part content are joined; other parts (images,
-audio) are left out, as are tool calls (only their text content counts).
-
-Why. The router computes its features from the first `max_chars` characters of the prompt
-(2,048 by default) and counts the tokens of the whole text, and a prompt longer than the edge
-model's context limit goes to the cloud. So:
-  - what the user asks now decides: it always comes first and whole within the feature
-    window, and a single-turn conversation without a system message routes exactly as
-    `router.route(that message)` does, which is what the router was trained on;
-  - the recent context counts before the old: turns enter the window newest first, so a long
-    history cannot push the question out of it;
-  - the system message comes last: it is usually the same boilerplate for every request and
-    would otherwise make every short request look alike; it enters the features only when
-    the turns leave room;
-  - every character the edge model would have to read is counted, so the edge context limit
-    holds for the whole conversation (nothing is truncated here).
-Pass `to_prompt=` to the client for another rule.
+audio) are left out, as are tool calls (only their text content counts). Nothing is truncated.
+Why this order: docs/clients.md#how-the-router-reads-a-conversation. Pass `to_prompt=` to the
+client for another rule.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """What can go wrong with an OpenAI-compatible endpoint, as exceptions the fallback rules
-understand, and the short names (`kind`) that metrics and response headers use for them.
+understand (every failure of an edge call falls back; a timeout is a TimeoutError, so the trace
+marks its step "timeout"), and the short names (`kind`) that metrics and response headers use.
 
-Every failure of an edge call, whatever its cause, falls back to the cloud (serving.execution._execute);
-a timeout is a TimeoutError, so the execution trace marks its step "timeout". Messages name
-the endpoint ("edge"/"cloud") and its model, never its URL or key, and any text an upstream
-sent back passes through `redact` with the client's keys, so a server that echoes a key cannot
-put it into an error, a log line or a proxy response. Redaction applies to the text as it will
-be read: a JSON value is redacted once decoded (`redact_value`), where an escaped `sk\\u002d...`
-reads as the key.
+Messages name the endpoint and its model, never its URL or key, and any text an upstream sent back
+passes through `redact` with the client's keys. A JSON value is redacted once decoded
+(`redact_value`), where an escaped `sk\\u002d...` reads as the key.
 """
 
 from __future__ import annotations
@@ -102,16 +99,13 @@ def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:
 
 class StreamRedactor:
     """One text that arrives in pieces (a stream's content, say), redacted across the pieces: each
-    push() gives the text that is safe to show so far, redacted; flush() the rest at the end. A key
-    split over any number of pieces is replaced as a whole, and the joined text is `redact` of the
-    joined pieces (a text cut short: with `cut`), however the text was cut into pieces.
+    push() gives the text that is safe to show so far, redacted; flush() the rest at the end. The
+    joined text is `redact` of the joined pieces (a text cut short: with `cut`), however it was cut.
 
-    What is held back is only what could still become a key: the end of the text seen so far that
-    begins one (so at most the longest key's length - 1 characters), kept unredacted until the next
-    piece says whether the key follows. Text that ends in no beginning of a key is passed on whole;
-    with no key to hunt every piece comes back as it went in. As `redact` replaces one key after
-    the other, each key has a stage of its own, fed what the stage before it gives. (The JS SDK's
-    StreamRedactor, clients/js/src/chat/errors.js, is the same.)"""
+    Held back is only the end of the text so far that begins a key (at most the longest key's
+    length - 1 characters), until the next piece says whether the key follows. As `redact` replaces
+    one key after the other, each key has a stage of its own, fed what the stage before it gives.
+    (The JS SDK's StreamRedactor, clients/js/src/chat/errors.js, is the same.)"""
 
     __slots__ = ("_stages",)
 

@@ -1,15 +1,10 @@
 """One chat request, checked once before anything is sent: ChatRequest.
 
-RoutedChat builds it (ChatRequest.build: the messages, the other chat-completions parameters,
-and the prompt the router routes, serving.chat._conversation), Router.execute routes it by its
-`prompt` and hands it whole to the edge and cloud calls, and serving.chat._upstream sends its
-messages and params to one endpoint.
-
 What it must hold: messages the API takes, no `model` or `messages` among the parameters, and
-only numbers JSON can carry. Python's json module reads NaN, Infinity and -Infinity, and a number too large for a double
-(1e999) as infinity, and writes them all back as NaN / Infinity, which is not JSON: a strict
-server refuses such a request, a lax one reads something else. So a request holding one is
-the caller's error, named with where it is, before any call (the proxy answers it with 400).
+only numbers JSON can carry. Python's json module reads NaN, Infinity and a number too large for
+a double (1e999, as infinity) and writes them back as NaN / Infinity, which is not JSON: a strict
+server refuses such a request, a lax one reads something else. So a request holding one is the
+caller's error, named with where it is, before any call (the proxy answers it with 400).
 """
 
 from __future__ import annotations

@@ -109,10 +109,9 @@ DELTA_TEXTS = ("content", "refusal", "reasoning_content", "reasoning")
 class ChunkRedactor:
     """A stream's chunks as the caller gets them, with each text they spell out (DELTA_TEXTS, a
     function call's or a tool call's arguments) redacted across chunks by a StreamRedactor of its
-    own: what could still become a key is held back, and given in the choice's finish chunk, or in
-    one more chunk by end() when the stream ends without one or breaks. A chunk is redacted on its
-    own before this (serving.chat._upstream), so each chunk holds no key either. With no key to hunt,
-    chunks pass as they are. (The JS SDK's ChunkRedactor, clients/js/src/chat/responses.js, is the same.)"""
+    own; what is held back comes in the choice's finish chunk, or in one more chunk by end(). With
+    no key to hunt, chunks pass as they are. (The JS SDK's ChunkRedactor, clients/js/src/chat/responses.js,
+    is the same.)"""
 
     def __init__(self, secrets: Sequence[str]) -> None:
         self._secrets = _hunted(secrets)

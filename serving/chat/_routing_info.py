@@ -16,40 +16,24 @@ if TYPE_CHECKING:
 
 
 def fallback_kind(execution: Execution) -> str | None:
-    """A short, fixed name for why the cloud answered an edge-first request (None when nothing
-    fell back): context_limit, rejected, accept_error, edge_busy, connection_error, timeout,
-    slow_first_token, http_error, malformed or error (serving.execution._execute.fallback_kind, with the chat
-    client's failure kinds)."""
+    """A short, fixed name for why the endpoint before the serving one was left (None when nothing fell
+    back): serving.execution._execute.fallback_kind, with the chat client's failure kinds."""
     return execution_fallback_kind(execution, failure_kind)
 
 
 @dataclass
 class RoutingInfo:
-    """How one request was served.
+    """How one request was served; each field is in docs/clients.md's `routing` table.
 
-    decision: the router's Decision (zone, score, reason, ...).
-    served_by: "edge" or "cloud"; model: the model that answered.
-    fallback_reason: why the cloud answered an edge-first request (None when nothing fell
-        back); fallback_kind: the same as a short fixed name (see `fallback_kind`).
-    steps: each call as a serving.execution._execute.Step (edge, accept, cloud) with its status and
-        seconds; for a stream, a step's seconds run to its first chunk.
-    estimated_cost: the price of every answer the request produced (a rejected edge answer
-        too), from each answer's usage and its endpoint's prices; None when any is unknown.
-        A stream's is known once it has ended, if the server sent usage (ask with
-        stream_options={"include_usage": True}).
-    seconds: from the call to the complete answer (a stream: to its end, once it has ended).
-    request_id: the id under which the router's outcome log recorded the request (for
-        router.feedback), when the router keeps one; None otherwise.
-    tried: N endpoints (RoutedChat(endpoints=...)): each endpoint the cascade reached, in order,
-        and why it was left (serving.execution._execute.Tried: served, error, timeout, busy, context, rejected,
-        forbidden); [] for two endpoints. expected_cost: what the calls made are expected to cost
-        by the endpoints' specs (None without specs, or for two endpoints).
-    turn, switched: a request in a conversation (RoutedChat.create(conversation=...)): its turn
-        (1 for the first) and whether the router moved the conversation from the endpoint that
-        answered its last turn (the decision's: a fallback may serve elsewhere, served_by says);
-        None without a conversation, or when the conversation's state could not be read (the
-        decision's reason then says so). switch: what the reason says of the conversation (stays,
-        moves and what the re-read costs, or that its state was unavailable), else None.
+    decision: the router's Decision; served_by: the serving endpoint's name; model: the model that answered.
+    fallback_reason, fallback_kind: why the endpoint before the serving one was left (None when the first served).
+    steps: each call as a serving.execution._execute.Step; for a stream, a step's seconds run to its first chunk.
+    estimated_cost: the price of every answer the request produced (a rejected edge answer too); None when
+        any is unknown. A stream's, and its `seconds`, are set once it has ended.
+    request_id: the id of the router's outcome log record (for router.feedback), else None.
+    tried, expected_cost: N endpoints only (serving.execution._execute.Tried); [] and None for two.
+    turn, switched, switch: a request in a conversation (the decision's); None without one, and turn
+        and switched when its state could not be read.
     """
 
     decision: Decision

@@ -1,23 +1,10 @@
-"""Streamed answers of the routed chat client.
+"""Streamed answers of the routed chat client (docs/clients.md#streaming).
 
 A stream is opened by the same fallback rules as any request (serving.execution._execute.aexecute): the
-"call" to an endpoint opens its stream and reads it up to the first chunk that carries the
-answer. So an edge-first stream falls back to the cloud when the edge refuses the connection,
-answers an HTTP error, sends something that is not a chunk, or has not sent its first token
-within `first_token_timeout_s`, all before anything has reached the caller.
-
-A key of the client that the endpoint spells out over several chunks is redacted too
-(serving.chat._responses.ChunkRedactor): the end of a chunk's text that could begin a key is held
-back until the next chunk says whether it does, and given with the choice's finish chunk, or in one
-more chunk when the stream ends or breaks without one (then the break is raised at the next step).
-The caller's joined text is the endpoint's with each key replaced by [redacted], however the
-endpoint cut it into chunks; a chunk whose text changed is relayed (`raw`) as written again.
-
-What cannot be checked mid-stream: once the first chunk has been handed to the caller there is
-no fallback. A stream that breaks later (connection lost, a malformed event, not complete
-within `timeout_s` of its request) raises StreamInterrupted to the caller, and the accept check
-never applies to streams, since an answer can only be judged once it is complete and by then it
-has been shown.
+"call" to an endpoint opens its stream and reads it up to the first chunk that carries the answer,
+so an edge-first stream falls back before anything has reached the caller; a stream that breaks
+after that raises StreamInterrupted. A key of the client spelled out over several chunks is
+redacted too (serving.chat._responses.ChunkRedactor).
 
 AsyncChatStream is the implementation; ChatStream gives the sync client the same stream by
 running it on the client's event loop thread (LoopThread, one per client, which runs its
@@ -72,10 +59,8 @@ class AsyncChatStream:
     ) -> None:
         self.routing = routing
         self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
-        self._trace, self._end_trace = (
-            trace,
-            end_trace,
-        )  # the request's span (serving.monitoring._telemetry), ended with the stream
+        # the request's span (serving.monitoring._telemetry), ended with the stream
+        self._trace, self._end_trace = trace, end_trace
         self._head = deque(opened.head)
         # the latest usage a chunk reported (Endpoint.answer_cost reads it)
         self._usage: Mapping[str, Any] | None = None
@@ -111,11 +96,7 @@ class AsyncChatStream:
             try:
                 item = await self._opened.events.__anext__()
             except StopAsyncIteration:
-                await self._finish()
-                held = self._redactor.end()
-                if held is None:
-                    raise
-                return json.dumps(held), held
+                return await self._ended(None)
             except (UpstreamError, httpx2.HTTPError) as exc:
                 text = redact(f"{type(exc).__name__}: {exc}", self._upstream.secrets)[:300]
                 interrupted = StreamInterrupted(
@@ -123,17 +104,23 @@ class AsyncChatStream:
                     f"the stream of {self._upstream.endpoint.model} broke after its first chunk: {text}",
                 )
                 self._trace.failed(interrupted)
-                await self._finish(failed=True)
-                held = self._redactor.end(cut=True)  # the text held back, then the break
-                if held is None:
-                    raise interrupted from None
-                self._broken = interrupted
-                return json.dumps(held), held
+                return await self._ended(interrupted)
         usage = chunk_usage(item[1])
         if usage is not None:
             self._usage = usage
         chunk = self._redactor.chunk(item[1])
         return item if chunk is item[1] else (json.dumps(chunk), chunk)
+
+    async def _ended(self, broken: StreamInterrupted | None) -> tuple[str, JSONObject]:
+        """The stream ended, or broke: the text held back as one more chunk, then the end or the break."""
+        await self._finish(failed=broken is not None)
+        held = self._redactor.end(cut=broken is not None)
+        if held is None:
+            if broken is None:
+                raise StopAsyncIteration
+            raise broken from None
+        self._broken = broken
+        return json.dumps(held), held
 
     async def aclose(self) -> None:
         """Stop reading and release the connection (safe to call more than once)."""

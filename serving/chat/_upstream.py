@@ -1,22 +1,16 @@
 """HTTP to one OpenAI-compatible endpoint, with httpx2 (the `client` extra): the chat completion
 of a ChatRequest (serving.chat._request), non-streamed (acomplete) or as a stream opened up to
-its first chunk (open_stream), both in an event loop (the routed chat client's sync calls run
-them on an event loop thread, serving.chat._streams.LoopThread). These two methods are the edge
-and cloud calls Router.execute / aexecute makes, given the request.
+its first chunk (open_stream): the edge and cloud calls Router.execute / aexecute makes.
 
 Every way a call can fail becomes one of serving.chat._errors' exceptions, so that the fallback
-rules (serving.execution._execute) treat an HTTP error status, a body that is not a chat completion, a
-timeout and a refused connection alike: the edge falls back, the cloud raises. Reads are
-bounded (`Endpoint.max_response_bytes`; 16 KiB of an error body) and so is time: an answer,
-streamed or not, must be complete within `timeout_s` of the call, connecting, the headers and the
-whole body included, and a stream's first token within `first_token_timeout_s`. httpx2's own
-timeouts bound each read, which a server sending a byte now and then never trips; these are
-deadlines of the whole, enforced by cancelling the call (asyncio.wait_for), which closes its
-connection.
+rules treat them alike. Reads are bounded (`Endpoint.max_response_bytes`; 16 KiB of an error
+body) and so is time: an answer, streamed or not, must be complete within `timeout_s` of the
+call, and a stream's first token within `first_token_timeout_s`. httpx2's own timeouts bound each
+read, which a server sending a byte now and then never trips; these are deadlines of the whole,
+enforced by cancelling the call (asyncio.wait_for), which closes its connection.
 
-What an endpoint sends back never carries a key of the client out: an answer, each stream chunk,
-an error body, an error event, a header quoted in a message and a transport error's text are
-redacted of every key the client holds (both endpoints'), as decoded (serving.chat._errors).
+What an endpoint sends back is redacted of every key the client holds (both endpoints'), as
+decoded (serving.chat._errors), before anything keeps it.
 """
 
 from __future__ import annotations
@@ -151,14 +145,18 @@ class Upstream:
             async with client.stream(
                 "POST", self.endpoint.url, content=self._body(request, False), headers=self._headers()
             ) as response:
-                body = _Body(self, response)
-                async for chunk in response.aiter_bytes():
-                    if not body.add(chunk):
-                        break
-                raw = body.content()
+                raw = await self._read(response)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
         return self._answer(response.status_code, raw)
+
+    async def _read(self, response: httpx2.Response) -> bytes:
+        """The body of `response`, read within its bounds (_Body)."""
+        body = _Body(self, response)
+        async for chunk in response.aiter_bytes():
+            if not body.add(chunk):
+                break
+        return body.content()
 
     def _answer(self, status: int, raw: bytes) -> Answer:
         if status >= 400:
@@ -213,11 +211,7 @@ class Upstream:
         events: Events | None = None
         try:
             if response.status_code >= 400:
-                body = _Body(self, response)
-                async for chunk in response.aiter_bytes():
-                    if not body.add(chunk):
-                        break
-                raise self._http_error(response.status_code, body.content())
+                raise self._http_error(response.status_code, await self._read(response))
             content_type = response.headers.get("content-type", "")
             if content_type.partition(";")[0].strip().lower() != "text/event-stream":
                 shown = redact(content_type, self.secrets)[:100] or "no content type"  # before any case change

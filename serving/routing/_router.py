@@ -151,20 +151,19 @@ class Router:
     ) -> "Router":
         """Load and verify a bundle folder (serving.bundle._bundle says what is checked).
 
-        strict=False: a missing, truncated, tampered, invalid or unknown bundle gives a router
-        that runs on the rule table, with one warning and `degraded_reason` set; it never raises.
+        strict=False: a bundle that cannot load (missing, truncated, tampered, invalid, unknown) gives a
+        router on the rule table, with one warning and `degraded_reason` set; it never raises.
         strict=True: the same problems raise BundleError, and only BundleError.
-        unfamiliar_policy: what a prompt unlike the training data gets (serving.scoring._novelty.UNFAMILIAR_POLICIES:
-        edge_with_cloud_fallback, rule_table, learned); default: the bundle's own setting.
-        public_key: pin the team's Ed25519 key (a path to router.pub, or its bytes): a bundle
-        without that key's signature counts as tampered (serving.bundle._signing).
-        log: a serving.monitoring._outcome_log.OutcomeLog; every execute() then appends its outcome record.
-        explore_rate, shadow_rate, seed: exploration and shadow runs (serving.monitoring._traffic); both need a log.
-        policy: a PolicySet or a policy file's path (see Router); a bad file raises PolicyFileError
-        whatever `strict` says: routing private data without its rules is never a fallback.
-        conversations: where conversation state lives between turns (serving.MemoryStore, the
-        default, in this process; serving.RedisStore for several processes); stickiness: what a
-        switch between endpoints weighs (serving.Stickiness; docs/conversations.md).
+        unfamiliar_policy: what a prompt unlike the training data gets
+        (serving.scoring._novelty.UNFAMILIAR_POLICIES); default: the bundle's own setting.
+        public_key: pin the team's Ed25519 key (serving.bundle._signing): a bundle without its
+        signature counts as tampered.
+        log, explore_rate, shadow_rate, seed: the OutcomeLog every execute() appends to, and exploration
+        and shadow runs (serving.monitoring._traffic; both need a log).
+        policy: a PolicySet or a policy file's path; a bad file raises PolicyFileError whatever `strict`
+        says: routing private data without its rules is never a fallback.
+        conversations, stickiness: where conversation state lives between turns (serving.MemoryStore by
+        default, serving.RedisStore) and what a switch between endpoints weighs (docs/conversations.md).
         """
         from serving.monitoring._traffic import Traffic
         from serving.scoring._novelty import UNFAMILIAR_POLICIES
@@ -289,10 +288,9 @@ class Router:
         it with what the call cost. Nothing is counted without a policy that has budgets.
         ValueError for an amount that is not a finite number >= 0."""
         from serving.policy._budgets import Spending, check_amount, limits_of
-
-        check_amount(amount)
         from serving.routing._validation import check_metadata
 
+        check_amount(amount)
         policy, metadata = self._policy, check_metadata(metadata)
         if policy is None or not policy.budget_keys or not metadata:
             return
@@ -348,9 +346,12 @@ class Router:
                 capabilities=capabilities,
                 conversation=conversation,
             )
+        return self._decision(request, self._routing)
+
+    def _decision(self, request: Request, routing: Routing) -> Decision:
         if request.conversation is None:
-            return self._routing.decisions((request,), self._policy, self._spending)[0]
-        return self._decided((request,), self._routing)[0]
+            return routing.decisions((request,), self._policy, self._spending)[0]
+        return self._decided((request,), routing)[0]
 
     def route_batch(
         self,
@@ -399,10 +400,7 @@ class Router:
         (None: none did), the prompt's and the answer's tokens, and how it went (served, fallback,
         rejected, failed, regenerated). execute(), aexecute() and RoutedChat record their turns
         themselves. False when the store could not be written (logged; never raises for it)."""
-        names = self._routing.chooser.names
-        if endpoint is not None and endpoint not in names:
-            raise ValueError(f"endpoint={endpoint!r}: this router's endpoints are {', '.join(names)}")
-        on_device = endpoint is not None and self._routing.chooser.on_device[names.index(endpoint)]
+        on_device = endpoint is not None and self._on_device(endpoint)
         return self._conversations.record(
             conversation,
             endpoint,
@@ -417,11 +415,16 @@ class Router:
         at its end; RoutedChat calls it) to what execute() recorded of turn `turn` (the
         Decision's). False when nothing was written: another turn recorded since, another endpoint
         recorded as serving it, no tokens, or the store unreachable."""
-        names = self._routing.chooser.names
-        if endpoint not in names:
-            raise ValueError(f"endpoint={endpoint!r}: this router's endpoints are {', '.join(names)}")
-        on_device = self._routing.chooser.on_device[names.index(endpoint)]
-        return self._conversations.answered(conversation, turn, endpoint, output_tokens, on_device=on_device)
+        return self._conversations.answered(
+            conversation, turn, endpoint, output_tokens, on_device=self._on_device(endpoint)
+        )
+
+    def _on_device(self, endpoint: str) -> bool:
+        """Whether the bundle's endpoint `endpoint` runs on the device; ValueError for a name it lacks."""
+        chooser = self._routing.chooser
+        if endpoint not in chooser.names:
+            raise ValueError(f"endpoint={endpoint!r}: this router's endpoints are {', '.join(chooser.names)}")
+        return chooser.on_device[chooser.names.index(endpoint)]
 
     @property
     def log(self) -> OutcomeLog | None:
@@ -473,30 +476,17 @@ class Router:
         capabilities: Mapping[str, Capabilities | None] | None = None,
         conversation: str | None = None,
     ) -> Execution:
-        """Route, then run the decision's cascade (serving.execution._execute): `endpoints` maps each of the
-        bundle's endpoints to its call (a two-endpoint app may give `edge` and `cloud`).
+        """Route, then run the decision's cascade (serving.execution._execute; docs/sdk.md#executing-a-decision).
 
-        prompt: a serving.Request, or its text with the request's fields as keywords (precision,
-        metadata, needs, capabilities: as route() takes them), or an app's request object whose
-        `prompt` attribute is the text (serving.execution._execute.Routable, such as serving.chat's
-        ChatRequest): each call gets the Request's `subject` (that object), else its text.
-
-        specs: the endpoints' records (serving.Endpoint: context limits, prices, where each runs,
-        capabilities), default the bundle's own; what a record leaves undeclared (None) is the
-        bundle's. Their declared capabilities are what the request's needs are checked against.
-        timeouts: name -> seconds (edge_timeout_s: the edge's), run on `edge_pool` (an EdgePool,
-        default the process's shared one); a Request's deadline cuts them.
-
-        accept: a callable(answer) -> bool, or "learned": the bundle's acceptance check on the answer
-        text (a call must return a str; anything else counts as a failed check). It reads the answers
-        the decision checks (Decision.checked; every answer but the last with verify_edge_zone). A
-        bundle without an acceptance model checks nothing, with one warning per bundle.
-
-        With an outcome log (Router.load(log=...)), the request is recorded, explored and shadowed as
-        serving.monitoring._traffic says; `request_id` (default: a new one, returned as Execution.request_id) is
-        what router.feedback() takes. An endpoint the policy forbids, or one lacking what the request
-        needs, is never called: FallbackForbidden (serving.policy) names the rule when the others did
-        not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
+        endpoints: each of the bundle's endpoints' call (a two-endpoint app may give `edge` and `cloud`).
+        prompt: a serving.Request, its text with the request's fields as keywords (as route() takes them),
+        or an app's request object whose `prompt` attribute is the text (serving.chat's ChatRequest):
+        each call gets that object, else the text. specs: the endpoints' records, default the bundle's;
+        what a record leaves undeclared is the bundle's. accept: a callable(answer) -> bool, or "learned"
+        (the bundle's acceptance check on the answer text). request_id: what router.feedback() takes,
+        under an outcome log (default: a new one, Execution.request_id). An endpoint the policy forbids,
+        or one lacking what the request needs, is never called: FallbackForbidden names the rule when the
+        others did not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
         from serving.execution._execute import execute
 
         request = as_request(
@@ -509,7 +499,7 @@ class Router:
         )
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():  # one span per request, routing included; a caller's span is joined
-            logged, arguments = self._started(
+            run, arguments = self._started(
                 request,
                 calls,
                 specs,
@@ -520,19 +510,8 @@ class Router:
                 verify_edge_zone=verify_edge_zone,
                 edge_pool=edge_pool,
             )
-            if request.conversation is None:
-                if logged is None:
-                    return execute(**arguments)
-                with logged:  # recorded on the way out, a failure included
-                    logged.execution = execute(**arguments)
-                return logged.execution
-            with self._turn(request, arguments["decision"]) as turn:
-                if logged is None:
-                    turn.execution = execute(**arguments)
-                else:
-                    with logged:
-                        turn.execution = logged.execution = execute(**arguments)
-            return turn.execution
+            with run:  # recorded on the way out, a failure included
+                return run.ran(execute(**arguments))
 
     async def aexecute(
         self,
@@ -584,24 +563,9 @@ class Router:
                 edge_timeout_s=edge_timeout_s,
                 verify_edge_zone=verify_edge_zone,
             )
-            logged, arguments = await off_loop(request.text, start)
-            if request.conversation is None:
-                if logged is None:
-                    return await aexecute(**arguments)
-                with logged:
-                    logged.execution = await aexecute(**arguments)
-                return logged.execution
-            with self._turn(request, arguments["decision"]) as turn:
-                if logged is None:
-                    turn.execution = await aexecute(**arguments)
-                else:
-                    with logged:
-                        turn.execution = logged.execution = await aexecute(**arguments)
-            return turn.execution
-
-    def _turn(self, request: Request, decision: Decision) -> _Turn:
-        """A conversation's turn being run: its outcome recorded on the way out, a failure included."""
-        return _Turn(self._conversations, request, decision, self._routing.count_tokens)
+            run, arguments = await off_loop(request.text, start)
+            with run:
+                return run.ran(await aexecute(**arguments))
 
     def _started(
         self,
@@ -613,8 +577,8 @@ class Router:
         asynchronous: bool = False,
         shadow: bool = True,
         **options: Any,  # Any: serving.execution._execute's options (timeouts, verify_edge_zone, ...), of their own types
-    ) -> tuple[LoggedRequest | None, dict[str, Any]]:
-        """What execute() and aexecute() both do before the calls: (the logged request or None, the
+    ) -> tuple[_Run, dict[str, Any]]:
+        """What execute() and aexecute() both do before the calls: (the run that records them, the
         arguments of serving.execution._execute: the decision as carried out, explored or not, and its options)."""
         given = None if specs is None else {e.name: e for e in specs} if not isinstance(specs, Mapping) else dict(specs)
         if given is not None and request.capabilities is None:
@@ -648,7 +612,8 @@ class Router:
             "deadline": request.deadline,
             **options,
         }
-        return logged, arguments
+        run = _Run(self._conversations, request, arguments["decision"], logged, routing.count_tokens)
+        return run, arguments
 
     def _prepared(
         self, request: Request, accept: AcceptCheck | Literal["learned"] | None
@@ -658,29 +623,39 @@ class Router:
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing
-        if request.conversation is None:
-            decision = routing.decisions((request,), self._policy, self._spending)[0]
-        else:
-            decision = self._decided((request,), routing)[0]
+        decision = self._decision(request, routing)
         return routing, decision, routing.learned_accept(request.text) if accept == "learned" else accept
 
 
-class _Turn:
-    """The context of one conversation turn's execution (Router._turn)."""
+@dataclass
+class _Run:
+    """One execute() or aexecute(): on the way out, a failure included, its execution goes to the
+    outcome log's request (when logged) and to its conversation's state (when it is in one)."""
 
-    def __init__(
-        self, conversations: Conversations, request: Request, decision: Decision, count: Callable[[str], int]
-    ) -> None:
-        self.conversations, self.request, self.decision, self.count = conversations, request, decision, count
-        self.execution: Execution | None = None
+    conversations: Conversations
+    request: Request
+    decision: Decision
+    logged: LoggedRequest | None
+    count: Callable[[str], int]  # the deciding bundle's token count, for an answer without usage
+    execution: Execution | None = None
 
-    def __enter__(self) -> _Turn:
+    def ran(self, execution: Execution) -> Execution:
+        self.execution = execution
+        return execution
+
+    def __enter__(self) -> _Run:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        execution = self.execution
-        tokens = 0 if execution is None else answer_tokens(execution.response, self.count)
-        self.conversations.executed(self.request, self.decision, execution, tokens)
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            if self.logged is not None:
+                self.logged.execution = self.execution
+                self.logged.__exit__(*exc_info)
+        finally:
+            if self.request.conversation is not None:
+                execution = self.execution
+                tokens = 0 if execution is None else answer_tokens(execution.response, self.count)
+                self.conversations.executed(self.request, self.decision, execution, tokens)
 
 
 def _checked(index: int, prompt: object, **fields: Any) -> Request:  # Any: Request's fields
