@@ -19,7 +19,7 @@ import numpy as np
 from serving._contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE, FALLBACK, SIDE_OF, zone_for
 from serving.bundle._manifest import ENDPOINT_RULES
 from serving.conversations._evidence import with_evidence
-from serving.conversations._switch import PRICED, Stickiness, switch_costs
+from serving.conversations._switch import PRICED, Stickiness, SwitchPricing
 from serving.endpoints._capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
 from serving.endpoints._choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
 from serving.features._language import shared_detector
@@ -125,6 +125,7 @@ class Chooser:
         self.names = tuple(e.name for e in self.endpoints)
         self.index = {name: k for k, name in enumerate(self.names)}
         self.on_device = tuple(e.where == "device" for e in self.endpoints)
+        self.switch_pricing = SwitchPricing(self.endpoints)  # what a conversation's turn costs on each
         self.rule = rule
         self.model_version, self.max_chars = model_version, max_chars
         # How the previous turn moves each endpoint's expected quality (the bundle's turn_evidence.json).
@@ -183,7 +184,7 @@ class Chooser:
     ) -> list[Turn | None]:
         """Each request's Turn: None without a conversation; a first turn's has no last endpoint.
         `now`: the time the caches' ages are read at (time.time() unless given)."""
-        now, index = time.time() if now is None else now, self.index
+        now, index, pricing = time.time() if now is None else now, self.index, self.switch_pricing
         out: list[Turn | None] = []
         for request, n_tokens, state in zip(requests, tokens, states):
             if request.conversation is None:
@@ -192,9 +193,7 @@ class Chooser:
                 turns = 0 if state is None else state.turns
                 out.append(Turn(turns + 1, None, [], [], stickiness.weight))
             else:
-                switch, missing = switch_costs(
-                    self.endpoints, state, n_tokens, output_tokens, stickiness.seconds_price, now
-                )
+                switch, missing = pricing.costs(state, n_tokens, output_tokens, stickiness.seconds_price, now)
                 out.append(Turn(state.turns + 1, index.get(state.endpoint), switch, missing, stickiness.weight))
         return out
 
