@@ -429,7 +429,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"OpenAI-compatible API root of the {side} model, e.g. http://127.0.0.1:8080/v1",
         )
         group.add_argument(
-            f"--{side}-model", metavar="NAME", help="model name the server expects (required with --{side}-url)"
+            f"--{side}-model", metavar="NAME", help=f"model name the server expects (required with --{side}-url)"
         )
         group.add_argument(f"--{side}-key-env", metavar="VAR", help="environment variable holding its API key")
         group.add_argument(
