@@ -300,11 +300,8 @@ def check_acceptance(data: Any, files: Collection[str]) -> AcceptanceSection:
     return cast("AcceptanceSection", data)
 
 
-ENDPOINT_RULES = {
-    "cheapest_within": "margin",
-    "best_under_price": "price",
-    "cascade": "start_margin",
-}  # rule -> parameter
+# rule -> parameter
+ENDPOINT_RULES = {"cheapest_within": "margin", "best_under_price": "price", "cascade": "start_margin"}
 ENDPOINTS_KEYS = ("endpoints", "output_tokens", "choice", "head_mode", "validation")
 
 

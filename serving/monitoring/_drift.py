@@ -416,7 +416,6 @@ def _n_tokens(record: Mapping[str, Any], where: str) -> float | None:
 
 
 def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_out: Sequence[str] = ()) -> _Current:
-    requests: dict[str, Mapping[str, Any]] = {}
     order: list[Mapping[str, Any]] = []
     edge_feedback: dict[str, float] = {}
     outcome_feedback: dict[str, dict[str, Any]] = {}  # request_id -> feedback `outcomes`, later over earlier
@@ -430,8 +429,6 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
             )
         if record.get("type") == "request":
             order.append(record)
-            if isinstance(record.get("request_id"), str):
-                requests[record["request_id"]] = record
         elif record.get("type") == "feedback" and isinstance(record.get("request_id"), str):
             quality = _number(record, "edge_quality", where)
             if quality is not None:  # records come in time order: later feedback wins

@@ -59,9 +59,6 @@ class Executed(Protocol):
     def served_by(self) -> str: ...
 
     @property
-    def fallback_reason(self) -> str | None: ...
-
-    @property
     def steps(self) -> Sequence[StepLike]: ...
 
 
