@@ -68,6 +68,32 @@ def timings_us(fns: dict[str, Callable[[], object]], *, repeat: int, rounds: int
     }
 
 
+def paired_difference_us(
+    base: Callable[[], object], other: Callable[[], object], *, repeat: int, rounds: int = 10
+) -> dict:
+    """What `other` adds to `base`, call by call: the two alternate, each pair's difference is
+    kept, and each round's median difference reported (their median, min and max), so that the
+    machine's drift, which moves both calls of a pair alike, cancels out of the figure."""
+    per_round = max(repeat // rounds, 1)
+    medians = []
+    for _ in range(rounds):
+        differences = []
+        for _ in range(per_round):
+            start = time.perf_counter_ns()
+            base()
+            middle = time.perf_counter_ns()
+            other()
+            differences.append((time.perf_counter_ns() - middle) - (middle - start))
+        medians.append(float(np.median(differences)) / 1000)
+    return {
+        "median_us": float(np.median(medians)),
+        "round_min_us": min(medians),
+        "round_max_us": max(medians),
+        "rounds": rounds,
+        "pairs": per_round * rounds,
+    }
+
+
 def noop_session():
     """An onnxruntime session whose graph is one Identity: the fixed cost of any call."""
     import onnxruntime as ort
@@ -489,7 +515,8 @@ def logging_figures(bundle: Path, prompt: str, repeat: int, *, pause_s: float = 
 def conversation_figures(bundle: Path, prompt: str, repeat: int, *, stored: int = 1_000_000) -> dict:
     """What conversation state adds to a turn, in this process: route() of the prompt alone, and as
     the second turn of a conversation whose state is in a MemoryStore (read, its switch costs
-    priced for every endpoint, weighed by the rule), interleaved; then the turn recorded
+    priced for every endpoint, weighed by the rule), interleaved, and their difference call by
+    call (paired_difference_us); then the turn recorded
     (record_turn: read, update, write); and the memory of `stored` conversations of two turns
     each in one MemoryStore (tracemalloc)."""
     import gc
@@ -516,6 +543,8 @@ def conversation_figures(bundle: Path, prompt: str, repeat: int, *, stored: int 
         repeat=repeat,
     )
     store.put("bench", state)
+    paired = paired_difference_us(lambda: router.route(alone), lambda: router.route(turn), repeat=repeat)
+    store.put("bench", state)
     gc.collect()
     tracemalloc.start()
     many = MemoryStore(max_conversations=stored)
@@ -532,6 +561,7 @@ def conversation_figures(bundle: Path, prompt: str, repeat: int, *, stored: int 
     return {
         **timings,
         "added_p50_us": timings["route_turn"]["p50_us"] - timings["route"]["p50_us"],
+        "added_paired_us": paired,
         "memory": {"conversations": len(many), "mb": round(traced / 1e6, 1), "bytes_each": round(traced / len(many))},
     }
 
@@ -539,7 +569,9 @@ def conversation_figures(bundle: Path, prompt: str, repeat: int, *, stored: int 
 def print_conversations(c: dict) -> None:
     print(
         f"conversation state: route() {c['route']['p50_us']:.1f} us, as a conversation's second turn "
-        f"{c['route_turn']['p50_us']:.1f} us (+{c['added_p50_us']:.1f} us), record_turn "
+        f"{c['route_turn']['p50_us']:.1f} us (+{c['added_p50_us']:.1f} us; call by call "
+        f"+{c['added_paired_us']['median_us']:.1f} us, rounds +{c['added_paired_us']['round_min_us']:.1f} to "
+        f"+{c['added_paired_us']['round_max_us']:.1f}), record_turn "
         f"{c['record_turn']['p50_us']:.1f} us; {c['memory']['conversations']:,} conversations in a MemoryStore: "
         f"{c['memory']['mb']} MB ({c['memory']['bytes_each']} bytes each)"
     )
