@@ -1,48 +1,35 @@
 """Offline evaluation of routing conversations (issue 47; docs/evaluation.md#conversations-make-conversations).
 
-Each held-out conversation is replayed turn by turn through the SDK's own Router (an N-endpoint
-bundle, a fresh MemoryStore per policy): every turn decided by route_batch over the conversations'
-k-th turns (Request(text, conversation=id)), served by the decision's first endpoint, its outcome
-the logged one, and recorded with record_turn(), so the next turn is decided with the state a
-deployment would have. A policy is a Stickiness: every turn on its own (own, weight 0), always
-sticky (sticky, inf), priced (1, and other weights); `tuned`, the priced stickiness chosen on
-validation conversations (choose). The oracle (oracle()) knows every endpoint's outcome on every
-turn. All turns of a replay run within seconds: no provider cache expires (conversations whose
-turns are minutes apart lose them; not modelled).
-
-What each turn costs is priced by the SDK's own switch_costs on the conversation's true cache state
-(before the turn is recorded): the call's price with the tokens the endpoint's cache holds at its
-cached-input price, so a move pays the history's re-read in full (money: seconds_price 0). Its time
-to first token: the endpoint's latency_ms + the tokens it reads (the prompt less what its cache
-holds; an endpoint with no cache reads it all) at its prefill rate.
-
-Per conversation: quality (the mean of its turns' outcomes), expected quality (the mean hidden
-probability of the served endpoints, when the simulator's truth is known), total cost, re-prefill
-(what its moves cost: each moved turn's price over its price on the same endpoint had that one
-served the turn before; what staying would have saved on the same path), switches (turns served
-elsewhere than the turn before), mean time to first token. A policy's figures on a set of conversations are their means.
+Held-out conversations are replayed turn by turn through the SDK's own Router (an N-endpoint bundle,
+a fresh MemoryStore per policy, record_turn after each turn), under each Stickiness of POLICIES,
+each turn priced by the SDK's switch_costs on the conversation's true cache state. All turns of a
+replay run within seconds: no provider cache expires (not modelled).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from evaluation.metrics import first_reach, paired
 from serving.conversations._state import ConversationState, Held
 from serving.conversations._store import MemoryStore
 from serving.conversations._switch import DEFAULT_PREFILL_TOKENS_PER_S, Stickiness, switch_costs
 from serving.routing._request import Request
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from serving.endpoints._record import Endpoint
 
 FIGURES = ("quality", "expected_quality", "cost", "reprefill", "switches", "ttft_s", "turns")
-# The policies compared (module doc): name -> weight; the other weights trace the priced curve.
+# The policies compared: name -> Stickiness weight (own: each turn on its own; sticky: always stay).
 POLICIES = {"own": 0.0, "sticky": math.inf, "priced": 1.0}
 CURVE_WEIGHTS = (0.25, 0.5, 2.0, 4.0)
 # What choose() tries on validation conversations: (weight, seconds_price), the SDK's default and none.
@@ -83,10 +70,9 @@ def conversation_ids(frame) -> list[str]:
 
 
 def conversations_of(frame, names: Sequence[str], truth=None, output_tokens: float = 250.0):
-    """(the conversations of data.endpoint_logs.read_endpoint_logs' `frame`, linked by `conversation`
-    and `turn` (_links), how many were left out for lacking an endpoint's outcome on some turn).
-    `truth`: the simulator's _truth.jsonl frame (hidden probabilities, answer lengths); without it every
-    answer is `output_tokens` long. ValueError when a row has no conversation or turn."""
+    """(the conversations of read_endpoint_logs' `frame`, linked by _links, how many were left out
+    for lacking an endpoint's outcome on some turn). `truth`: the simulator's _truth.jsonl frame
+    (hidden probabilities, answer lengths); without it every answer is `output_tokens` long."""
     names = list(names)
     rows = frame.assign(_cid=conversation_ids(frame), _turn=[int(m["turn"]) for m in _links(frame)])
     hidden = truth.set_index("request_id") if truth is not None else None
@@ -123,10 +109,9 @@ def turn_price(
     now: float,
     last_input: int | None = None,
 ) -> tuple[float, float, float]:
-    """(the turn's cost in dollars on endpoint k, its time to first token in seconds, its re-prefill)
-    for a conversation in `state` (module doc); `last_input`: the turn before's input tokens (None on
-    a first turn). Re-prefill: what the turn costs over its price on k had k served the turn before
-    (k's cache then holding that prompt, and on a device its answer too): the money the move cost."""
+    """(the turn's cost in dollars on endpoint k, its time to first token in seconds, its re-prefill:
+    its cost over that had k served the turn before) for a conversation in `state`; `last_input`:
+    the turn before's input tokens (None on a first turn)."""
     endpoint, price = endpoints[k], endpoints[k].price
     delta, missing = switch_costs(endpoints, state, input_tokens, output_tokens, 0.0, now)
     assert price is not None
@@ -175,9 +160,7 @@ def _figures(conversations, served, priced) -> dict[str, np.ndarray]:
 
 
 def replay(bundle: str | Path, conversations: Sequence[Conversation], stickiness: Stickiness) -> Replay:
-    """Every conversation replayed through a Router on `bundle` with `stickiness` (module doc)."""
-    import time
-
+    """Every conversation replayed through a Router on `bundle` with `stickiness`."""
     from serving.routing._router import Router
 
     store = MemoryStore(max_conversations=max(1, len(conversations)))
@@ -225,11 +208,9 @@ def _walk(endpoints, conversation: Conversation, tokens: Sequence[int], path: Se
 
 
 def oracle(endpoints: Sequence[Endpoint], conversations: Sequence[Conversation], tokens) -> Replay:
-    """Per conversation, the sequence of endpoints with the most good turns and, among those, the
-    least cost with every switch priced: a dynamic program over the endpoint that served the turn
-    before (a return to an endpoint whose older cache still holds a prefix is priced there as if it
-    held none, so the program may price a path above its true cost; the path's true cost is reported).
-    Each turn's endpoint must fit its context. `tokens`: each turn's input tokens (a Replay's)."""
+    """Per conversation, the endpoints with the most good turns and, among those, the least cost,
+    every switch priced: a dynamic program over the endpoint of the turn before (a return to an older
+    cache is priced as if it held none; the path's true cost is reported). `tokens`: a Replay's."""
     endpoints = list(endpoints)
     n = len(endpoints)
     limits = np.array([np.inf if e.context_tokens is None else e.context_tokens for e in endpoints])
@@ -268,11 +249,6 @@ def oracle(endpoints: Sequence[Endpoint], conversations: Sequence[Conversation],
 def with_rule(bundle: str | Path, folder: str | Path, rule: str, parameter: float) -> Path:
     """A copy of `bundle` in `folder` whose endpoints choose by `rule` at `parameter` (the same models:
     its files hard-linked where the file system allows, its manifest edited and re-digested, unsigned)."""
-    import json
-    import os
-    import shutil
-    from pathlib import Path
-
     from serving.bundle._bundle import manifest_digest
     from serving.bundle._manifest import ENDPOINT_RULES
 
@@ -304,12 +280,7 @@ def frontier(costs, qualities) -> tuple[np.ndarray, np.ndarray]:
 
 def cost_at(costs, qualities, target: float) -> float:
     """The least cost at which the curve reaches quality `target`, interpolated; NaN if it never does."""
-    c, q = frontier(costs, qualities)
-    hit = np.flatnonzero(q >= target - 1e-12)
-    if not len(hit):
-        return float("nan")
-    i = int(hit[0])
-    return float(c[0]) if i == 0 else float(c[i - 1] + (target - q[i - 1]) / (q[i] - q[i - 1]) * (c[i] - c[i - 1]))
+    return first_reach(*frontier(costs, qualities), target)
 
 
 def quality_at(costs, qualities, budget: float) -> float:
@@ -319,9 +290,6 @@ def quality_at(costs, qualities, budget: float) -> float:
 
 
 def _price_of(bundle: str | Path) -> float:
-    import json
-    from pathlib import Path
-
     choice = json.loads((Path(bundle) / "manifest.json").read_text(encoding="utf-8"))["endpoints"]["choice"]
     if choice["rule"] != "best_under_price":
         raise ValueError(f"{bundle}: the conversations' evaluation needs a bundle trained with best_under_price")
@@ -331,8 +299,6 @@ def _price_of(bundle: str | Path) -> float:
 def _curves(bundle, conversations, work, policies: dict[str, Stickiness], prices, done=None) -> dict[str, list]:
     """Each policy's figures at the bundle's price (`done`: replays made there already) and at every
     price of `prices` (bundle variants, with_rule)."""
-    from pathlib import Path
-
     price, done = _price_of(bundle), done or {}
     curves: dict[str, list[dict]] = {name: [] for name in policies}
     for p in sorted(set(prices) | {price}):
@@ -360,11 +326,9 @@ def _matched(curves: dict[str, list], measure: str, price: float) -> dict[str, d
 
 
 def choose(bundle, validation: Sequence[Conversation], work, *, prices, candidates=CANDIDATES) -> dict:
-    """The priced stickiness whose curve costs least at own's qualities on `validation` conversations
-    (the mean over own's points of cost_at(candidate) - cost_at(own); hidden expected quality when
-    known, else the outcomes), among `candidates` (weight, seconds_price)."""
-    from pathlib import Path
-
+    """Among `candidates` (weight, seconds_price), the priced stickiness whose curve costs least over
+    own's on `validation` conversations (mean excess cost_at at own's points; hidden expected quality
+    when known, else the outcomes)."""
     options = {f"weight {w:g}, seconds_price {p:g}": Stickiness(w, p) for w, p in candidates}
     curves = _curves(bundle, validation, Path(work) / "validation", {"own": Stickiness(0), **options}, prices)
     measure = "expected_quality" if np.isfinite(curves["own"][0]["expected_quality"]) else "quality"
@@ -387,21 +351,10 @@ def evaluate_fold(
     validation: Sequence[Conversation] = (),
     candidates: Sequence[tuple[float, float]] = CANDIDATES,
 ) -> dict:
-    """One fold's figures on its held-out `conversations` (module doc) for a bundle trained with
-    best_under_price (its price set on validation rows: the operating point):
-
-    - tuned: with `validation` conversations (neither trained on nor reported), the priced stickiness
-      chose there (choose), a policy `tuned` beside POLICIES;
-    - operating: each policy (and priced at `weights`) and the oracle at the bundle's price;
-    - cheapest_within: own, priced and sticky with the rule cheapest_within at `margin` instead;
-    - curves: each policy at every price of `prices`;
-    - matched: at each of own's points (every price; "operating" the bundle's), each policy's cost at
-      own's quality there and quality at own's cost there, read on its curve (frontier, cost_at,
-      quality_at), for the realized quality and, when known, the hidden expected quality;
-    - changed: the share of turns priced serves elsewhere than own at the operating point.
-    """
-    from pathlib import Path
-
+    """One fold's figures on its held-out `conversations` for a bundle trained with best_under_price:
+    each policy (`tuned` chosen on `validation` conversations when given; priced at `weights` too)
+    and the oracle at the bundle's price (`operating`), under cheapest_within at `margin`, at every
+    price of `prices` (`curves`) and `matched` there, and the share of turns priced moved off own's."""
     price = _price_of(bundle)
     policies = {name: Stickiness(w, seconds_price) for name, w in POLICIES.items()}
     tuned = choose(bundle, validation, work, prices=prices, candidates=candidates) if validation else None
@@ -440,13 +393,9 @@ def _endpoint_records(bundle: str | Path):
 
 
 def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output_tokens: float) -> dict | None:
-    """make evaluate's figures of the conversations in N-endpoint rows (`frame`, read_endpoint_logs'),
-    or None when the rows do not link turns: the conversations all of whose turns are in `frame` and
-    hold every endpoint's outcome, replayed through `bundle` as its rule decides under each of POLICIES
-    (module doc), the oracle beside them, and each policy minus own per conversation with its normal
-    95% interval over the conversations (evaluation.metrics.paired)."""
-    from evaluation.metrics import paired
-
+    """make evaluate's figures of the whole conversations in N-endpoint rows (None when the rows do
+    not link turns): each of POLICIES and the oracle, and each policy minus own per conversation with
+    its normal 95% interval."""
     try:
         links = _links(frame)
     except ValueError:

@@ -42,16 +42,8 @@ def drift_table(report: DriftReport):
 
     style = _STYLE.get(report.verdict, "")
     table = Table(title=f"drift: [{style}]{report.verdict}[/] ({report.records} requests)", title_justify="left")
-    for column, justify in (
-        ("check", "left"),
-        ("statistic", "left"),
-        ("value", "right"),
-        ("reference", "right"),
-        ("current", "right"),
-        ("n", "right"),
-        ("status", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for column in ("check", "statistic", "value", "reference", "current", "n", "status"):
+        table.add_column(column, justify="right" if column in ("value", "reference", "current", "n") else "left")
 
     def number(value: float | None) -> str:
         return "" if value is None else f"{value:.3f}"

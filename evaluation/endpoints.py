@@ -1,13 +1,9 @@
-"""Offline figures of routing among N endpoints (docs/endpoints.md#definitions), on rows where every
-endpoint's outcome is logged: each endpoint alone, the oracle, the router's quality-versus-cost
-curve and its area, cost saved at matched quality, the three choosers (serving.endpoints._choice)
-at their operating points, the whole-cascade expectation, and, on simulated logs, how often the
-router makes the simulator's true best-value choice.
+"""Offline figures of routing among N endpoints on rows where every endpoint's outcome is logged
+(definitions: docs/evaluation.md#definitions).
 
 Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected` the outcome
-models' probabilities, `cost` each call's logged price (the expected price where none is logged),
-`expected_cost` the price the chooser sees before the call (serving.endpoints._record.Endpoint.call_cost at
-the prompt's input tokens and the expected answer length), `feasible` the context limits.
+models' probabilities, `cost` each call's logged price (else the expected one), `expected_cost`
+the price the chooser sees before the call, `feasible` the context limits.
 """
 
 from __future__ import annotations
@@ -27,9 +23,8 @@ PRICE_GRID = np.concatenate([[0.0], np.logspace(-1, 6, 141)])
 
 @dataclass(frozen=True)
 class Choosers:
-    """The operating points' settings: `margin` of cheapest_within, `budget_share` (the budget as
-    a share of the best single endpoint's mean cost, met on validation rows), `start_margin` and
-    `catch_rate` of the cascade, `truth_margin` of the simulator's true best-value choice."""
+    """The operating points' settings: `budget_share` is the budget as a share of the best single
+    endpoint's mean cost; `truth_margin` that of the simulator's true best-value choice."""
 
     margin: float = 0.02
     budget_share: float = 0.5
@@ -38,13 +33,15 @@ class Choosers:
     truth_margin: float = 0.02
 
 
+def _picked(choice: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each row's value at its chosen endpoint; 0 where none was chosen (NONE)."""
+    taken = choice != NONE
+    return np.where(taken, values[np.arange(len(choice)), np.where(taken, choice, 0)], 0.0)
+
+
 def realized(choice: np.ndarray, quality: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
     """(mean quality, mean cost) of one endpoint per row; a row without one (NONE) counts 0 and $0."""
-    rows = np.arange(len(choice))
-    taken = choice != NONE
-    q = np.where(taken, quality[rows, np.where(taken, choice, 0)], 0.0)
-    c = np.where(taken, cost[rows, np.where(taken, choice, 0)], 0.0)
-    return float(q.mean()), float(c.mean())
+    return float(_picked(choice, quality).mean()), float(_picked(choice, cost).mean())
 
 
 def oracle(quality: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
@@ -64,7 +61,7 @@ def curve(expected, expected_cost, quality, cost, feasible=None, prices=PRICE_GR
 
 def price_for_budget(expected, expected_cost, budget: float, feasible=None) -> float:
     """The least price on cost at which best_under_price's mean expected cost on these (validation)
-    rows is <= `budget` (the mean cost falls as the price rises); the grid's largest if none."""
+    rows is <= `budget`; the grid's largest if none."""
     points = curve(expected, expected_cost, expected, expected_cost, feasible)
     within = np.flatnonzero(points[:, 1] <= budget + 1e-12)
     return float(points[within[0], 0]) if len(within) else float(PRICE_GRID[-1])
@@ -76,11 +73,8 @@ def price_for_quality(expected, expected_cost, quality, target: int, feasible=No
     difference (the largest price that merely matches it is chosen where luck favoured it, and
     falls short on new rows); 0 (the best expected quality) if no price does."""
     best = 0.0
-    rows = np.arange(len(quality))
     for price in PRICE_GRID:
-        choice = best_under_price(expected, expected_cost, price, feasible)
-        taken = choice != NONE
-        diff = np.where(taken, quality[rows, np.where(taken, choice, 0)], 0.0) - quality[:, target]
+        diff = _picked(best_under_price(expected, expected_cost, price, feasible), quality) - quality[:, target]
         if diff.mean() - diff.std(ddof=1) / np.sqrt(len(diff)) >= -1e-12:
             best = float(price)
     return best
@@ -104,9 +98,9 @@ def shares(choice: np.ndarray, names) -> dict[str, float]:
 
 
 def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
-    """Off-policy estimates on one fold's one-outcome test rows (`logged`: `routed`, `propensity`,
-    `quality`, `cost` of the call that ran): every endpoint alone, the best of them by its
-    estimated quality, and each chooser's choices (`choices`, endpoint indices per row) against it."""
+    """Off-policy estimates on one fold's one-outcome rows (`logged`: `routed`, `propensity`, and
+    `quality`, `cost` of the call that ran): every endpoint alone, the best of them, and each of
+    `choices` (endpoint indices per row) against it."""
     routed, propensity, q, c = (logged[k] for k in ("routed", "propensity", "quality", "cost"))
     n = len(routed)
     single = {name: logged_estimate(np.full(n, k), routed, propensity, q, c) for k, name in enumerate(names)}
@@ -131,12 +125,9 @@ def fold_figures(
     choosers: Choosers = Choosers(),
     logged: dict | None = None,
 ) -> dict:
-    """Every figure of one fold. `val` and `test` hold the rows' matrices: `quality`, `expected`,
-    `cost`, `expected_cost`, `feasible`, and on simulated rows `truth` (the hidden probabilities);
-    the price settings are chosen on `val` and every figure is measured on `test`. `logged`: the
-    fold's one-outcome test rows (`expected`, `expected_cost`, `feasible`, and `routed`,
-    `propensity`, `quality`, `cost` of the call that ran): the same choosers at the same settings,
-    estimated off-policy (logged_figures)."""
+    """Every figure of one fold: the price settings chosen on `val` rows, the figures measured on
+    `test` rows (each the module's matrices, and `truth`, the hidden probabilities, when
+    simulated). `logged`: the fold's one-outcome test rows, estimated off-policy (logged_figures)."""
     names = tuple(names)
     q, p, c, ec, ok = (test[k] for k in ("quality", "expected", "cost", "expected_cost", "feasible"))
     single, best_name = singles(names, q, c)
@@ -155,9 +146,7 @@ def fold_figures(
     match_price = price_for_quality(val["expected"], val["expected_cost"], val["quality"], val_best, val["feasible"])
 
     def choices(p, ec, ok) -> tuple[dict, list]:
-        """Each operating point's endpoint per row ((a) cheapest within a margin of the best expected
-        quality, (b) best expected quality under the budget, matched quality, (c) the cascade's first
-        step), and the cascades."""
+        """Each operating point's endpoint per row, and the cascades."""
         orders = cascade(p, ec, choosers.start_margin, ok)
         return {
             "margin": cheapest_within(p, ec, choosers.margin, ok),
@@ -220,9 +209,8 @@ def _point(quality, cost, best, choice, names, **settings) -> dict:
 
 
 def recovery(names, truth, expected, expected_cost, feasible, margin: float) -> dict:
-    """How often the router's choice (cheapest_within its expected quality) is the simulator's true
-    best-value choice (cheapest_within the hidden probabilities), against every fixed choice of one
-    endpoint, and the true expected quality and cost of each."""
+    """How often the router's cheapest_within choice is the simulator's true best-value choice (the
+    same on the hidden probabilities), against every fixed endpoint, and each one's true figures."""
     true_choice = cheapest_within(truth, expected_cost, margin, feasible)
     router_choice = cheapest_within(expected, expected_cost, margin, feasible)
     fixed = {n: float(np.mean(true_choice == k)) for k, n in enumerate(names)}
@@ -290,14 +278,10 @@ def bundle_figures(
     propensity: np.ndarray | None = None,
     catch_rate: float = 0.5,
 ) -> dict:
-    """`make evaluate`'s figures of an N-endpoint bundle on held-out rows, from the SDK's own
-    Decisions of them (Router.route_batch: the rule, the context limits, the unfamiliar policy). On
-    the rows with every outcome: the first endpoint's logged quality and cost (`cost`: logged, else
-    the spec's price) against each endpoint alone, the best single and the oracle, with the paired
-    difference from the best single and its 95% normal interval over the rows; each endpoint's share of
-    first calls; the whole cascade's expectation at `catch_rate` (cascade_expectation on the logged
-    outcomes); the unfamiliar share. On one-outcome rows (`routed`, `propensity`): the SNIPS estimate of
-    the same choices (logged_figures). JSON-ready."""
+    """`make evaluate`'s figures of an N-endpoint bundle from the SDK's own Decisions of held-out
+    rows: on the rows with every outcome, the first endpoint's against each endpoint alone, the best
+    single (paired, with a 95% normal interval) and the oracle, and the whole cascade's expectation;
+    first-call shares; on one-outcome rows (`routed`, `propensity`), SNIPS estimates. JSON-ready."""
     index = {name: k for k, name in enumerate(names)}
     choice = np.array([index[d.endpoint] for d in decisions], dtype=np.int64)
     orders = [[index[n] for n in d.cascade] for d in decisions]

@@ -1,10 +1,6 @@
-"""The typed figures of an offline comparison: what evaluation.policies computes and every
-reader (report tables, plots, the training summary, cross-validation, the scale and replay
-commands) reads by attribute: a Population (the evaluated rows' references), each policy's
-PolicyFigures on it (a Comparison), and the KeyFigures a training run keeps per split and an
-evaluation per breakdown group (SplitSummary). as_dict() gives the shapes metrics.json and
-bundle manifests have always had; from_dict() reads them back (a missing or unknown key is an
-error that names it).
+"""The typed figures of an offline comparison, as evaluation.policies computes them and every reader
+takes them. as_dict() gives the shapes metrics.json and bundle manifests have always had; from_dict()
+reads them back (a missing or unknown key is an error that names it).
 """
 
 from __future__ import annotations
@@ -48,8 +44,8 @@ def _fields_of(cls, data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Population(Record):
-    """The evaluated rows: how many, how often the cloud was needed, the qualities every policy
-    is measured against, and where the fallback's catch rates came from (evaluation.fallback)."""
+    """The evaluated rows, the qualities every policy is measured against, and where the fallback's
+    catch rates came from."""
 
     what: ClassVar[str] = "evaluated rows"
     rows: int
@@ -100,8 +96,7 @@ class Latency(Record):
 
 @dataclass(frozen=True)
 class KeyFigures(Record):
-    """The figures a training run keeps of a policy per split, and an evaluation per breakdown
-    group (docs/metrics.md defines each)."""
+    """What a training run keeps of a policy per split, and an evaluation per breakdown group."""
 
     what: ClassVar[str] = "policy figures"
     auc: float
@@ -121,9 +116,8 @@ class KeyFigures(Record):
 
 @dataclass(frozen=True)
 class PolicyFigures(KeyFigures):
-    """Everything evaluation.policies measures of one policy on one set of rows. The curve
-    figures are NaN for the fixed points (all-edge, all-cloud), which have no
-    `at_matched_share` either."""
+    """Everything measured of one policy on one set of rows; the fixed points (all-edge, all-cloud)
+    have NaN curve figures and no `at_matched_share`."""
 
     pgr: float
     fallback_fires: float
@@ -150,17 +144,12 @@ class PolicyFigures(KeyFigures):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicyFigures:
-        data = {"at_matched_share": None, **data}
-        values = _fields_of(cls, data)
+        values = _fields_of(cls, {"at_matched_share": None, **data})
         matched = values["at_matched_share"]
-        return cls(
-            **{
-                **values,
-                "cost": {k: Cost.from_dict(v) for k, v in values["cost"].items()},
-                "latency": {k: Latency.from_dict(v) for k, v in values["latency"].items()},
-                "at_matched_share": AtShare.from_dict(matched) if matched is not None else None,
-            }
-        )
+        values["cost"] = {k: Cost.from_dict(v) for k, v in values["cost"].items()}
+        values["latency"] = {k: Latency.from_dict(v) for k, v in values["latency"].items()}
+        values["at_matched_share"] = AtShare.from_dict(matched) if matched is not None else None
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -196,10 +185,8 @@ class Comparison:
 
 @dataclass(frozen=True)
 class SplitSummary:
-    """A split's (or breakdown group's) Population and the KeyFigures of each policy; a training
-    run adds the share of the split its router found unfamiliar, and marks figures that are the
-    means of cross-validation folds. As a dict (bundle manifests, metrics.json) the policies sit
-    beside the population's keys: {"rows": ..., "learned": {"apgr": ...}}."""
+    """A split's (or breakdown group's) Population and each policy's KeyFigures; as a dict the
+    policies sit beside the population's keys: {"rows": ..., "learned": {"apgr": ...}}."""
 
     population: Population
     policies: dict[str, KeyFigures]
@@ -233,8 +220,8 @@ class SplitSummary:
 
 @dataclass(frozen=True)
 class HeldOutSource:
-    """Leave-one-source-out: the policies compared on one source's rows by a router trained on
-    every other source, or the error that stopped its training."""
+    """Leave-one-source-out: one source's comparison by a router trained on the others, or the
+    error that stopped its training."""
 
     figures: Comparison | None
     trained_on_rows: int | None = None

@@ -1,10 +1,6 @@
 """The headline figures of a training run, as the terminal table `make train` prints and as the
-Markdown in README.md (`make results`). One list of rows, so the two never disagree.
-
-A cross-fitted run (cv_folds > 0, the default) shows each figure's cross-validated mean and 95%
-interval (training.crossval) for the learned router, the reference (TF-IDF + logistic
-regression) and the hand rule table, and the router's paired difference with the reference. A
-single-split run (cv_folds = 0) shows its test split's figures for the router and the rule table.
+Markdown in README.md (`make results`): one list of rows, so the two never disagree. A cross-fitted
+run shows cross-validated means with 95% intervals; a single-split run its test split's figures.
 """
 
 from __future__ import annotations

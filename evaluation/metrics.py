@@ -1,14 +1,8 @@
-"""Routing metrics (definitions: docs/metrics.md, the RouteLLM paper's; N endpoints:
-docs/endpoints.md#definitions): the quality curves and their areas, the figures at a cloud share,
-the fallback, cost and latency, calibration, and paired intervals.
+"""Routing metrics (definitions: docs/metrics.md; N endpoints: docs/endpoints.md#definitions).
 
-Two endpoints: per-request arrays `q_edge`, `q_cloud` in [0, 1], a router score (higher = more
-cloud) or a boolean `to_cloud` (first target is the cloud). A policy's figures beyond quality
-and misroutes read its zone probabilities, an (n, 3) array over serving's ZONES: one-hot for a
-deterministic router, constant rows for random routing; every figure is an exact expectation,
-never a sample (the fallback fires as evaluation.fallback says; edge-zone requests are not
-checked; p95 latency is the inverted-CDF 95th percentile of the exact mixture). N endpoints: the
-(cost, quality) points of a price sweep (evaluation.endpoints.curve), their envelope and its area.
+Two endpoints: per-request `q_edge`, `q_cloud` in [0, 1], and a score (higher = more cloud), a
+boolean `to_cloud`, or (n, 3) zone probabilities over serving's ZONES (one-hot for a deterministic
+router, constant rows for random routing). Every figure is an exact expectation, never a sample.
 """
 
 from __future__ import annotations
@@ -70,8 +64,7 @@ def cpt(curve: Curve, target: float) -> float:
 
 
 def first_reach(x, y, target: float) -> float:
-    """The least x at which the curve y(x) reaches `target`, interpolated between its points
-    (CPT on a PGR curve, the cost at a quality on an envelope); NaN when it never does."""
+    """The least x at which the curve y(x) reaches `target`, interpolated; NaN when it never does."""
     hit = np.flatnonzero(np.asarray(y) >= target - 1e-12)
     if not len(hit):
         return float("nan")
@@ -82,8 +75,8 @@ def first_reach(x, y, target: float) -> float:
 
 
 def envelope(costs, qualities) -> tuple[np.ndarray, np.ndarray]:
-    """The upper concave envelope of (cost, quality) points: what mixing two prices at random can
-    reach at every cost; returns its corners, by cost."""
+    """The corners, by cost, of the upper concave envelope of (cost, quality) points: what mixing
+    two prices at random can reach."""
     order = np.lexsort((-np.asarray(qualities), np.asarray(costs)))
     hull: list[tuple[float, float]] = []
     for c, q in zip(np.asarray(costs)[order], np.asarray(qualities)[order]):
@@ -101,9 +94,8 @@ def envelope(costs, qualities) -> tuple[np.ndarray, np.ndarray]:
 
 
 def area(corners_cost, corners_quality, *, low_cost, high_cost, low_quality, high_quality, points: int = 1001) -> float:
-    """APGR for N endpoints: the mean over cost x in [low_cost, high_cost] of (q(x) - low_quality) /
-    (high_quality - low_quality), q the envelope's quality at x, flat beyond its last corner
-    (docs/endpoints.md#definitions); NaN when either span is empty."""
+    """APGR for N endpoints (docs/endpoints.md#definitions): the envelope's mean normalized gain over
+    [low_cost, high_cost], flat beyond its last corner; NaN when either span is empty."""
     if not high_cost > low_cost or not high_quality > low_quality:
         return float("nan")
     x = np.linspace(low_cost, high_cost, points)
@@ -151,8 +143,8 @@ def curve_summary(scores, q_edge, q_cloud, needed) -> dict:
 
 
 def paired(before: np.ndarray, after: np.ndarray, *, z: float = Z95) -> dict:
-    """Means without and with a change (a policy's rules) on the same rows, and the paired per-row
-    difference with its normal 95% interval."""
+    """Means without and with a change on the same rows, and their paired difference with its
+    normal 95% interval."""
     diff = after - before
     half = z * float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
     mean = float(diff.mean())
@@ -264,8 +256,8 @@ def at_share(scores, q_edge, q_cloud, needed, share: float) -> dict:
 
 
 def fallback_figures(probs, q_edge, q_cloud, *, catch_rate) -> dict:
-    """How often the fallback fires (per request, and per fallback-zone request) and the
-    quality it recovers, net of good edge answers rejected (added to the mean quality)."""
+    """How often the fallback fires (per request, per fallback-zone request) and the quality it
+    recovers, net of good edge answers rejected."""
     q_edge, q_cloud = _arrays(q_edge, q_cloud)
     probs = _check_probabilities(probs, len(q_edge))
     fires = _fires(probs, q_edge, catch_rate)
@@ -330,8 +322,8 @@ def latency_figures(probs, q_edge, *, catch_rate, model: LatencyModel) -> dict:
 
 
 def reliability(scores, labels, *, bins: int = 10) -> dict:
-    """Reliability table over equal-width score bins and the expected calibration error
-    (sum over bins of rows share x |mean score - observed rate|; empty bins skipped)."""
+    """Reliability table over equal-width score bins (empty ones skipped) and the expected
+    calibration error."""
     if not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
     scores, labels = _arrays(scores, labels)

@@ -1,34 +1,12 @@
-"""Off-policy evaluation: what a bundle would do on traffic that another router logged.
+"""Off-policy evaluation: what a bundle would do on traffic another router logged (assumptions and
+the propensity floor: docs/traffic.md#off-policy-evaluation-make-evaluate-on-the-log).
 
-Each logged request ran first on one side `a` (routed_to), chosen by the logging policy
-with probability `p` (propensity), and its outcome `r` on that side is known (feedback,
-judge). The bundle under evaluation would send the same prompt first to `b`. Its expected
-quality (of the first answer, before any fallback) is estimated three ways:
-
-- **IPS** (inverse propensity scoring): mean over requests of 1[a = b] r / p. Unbiased
-  when the propensities are right and every side the bundle picks had p > 0; its variance
-  grows with 1 / p.
-- **SNIPS** (self-normalised IPS): the same sum divided by the sum of 1[a = b] / p instead
-  of the request count: a little bias, much less variance.
-- **DR** (doubly robust): mean of q̂_b(x) + 1[a = b] (r - q̂_a(x)) / p, where q̂ are the
-  bundle's own outcome heads (P(edge good), P(cloud good)): right if either the heads or
-  the propensities are.
-
-All three assume that the logging policy chose from what it logged (the SDK's decision is
-a function of the prompt and a logged exploration coin) and positivity: the side the
-bundle picks had a non-zero probability under the logging policy. Without exploration the
-requests where the bundle disagrees with the logging router carry no information (p of
-the other side is 0) and the estimates say so through their width.
-
-**Propensity floor** (`min_propensity`, MIN_PROPENSITY = 0.01): a request logged with a smaller
-propensity is left out and listed by the caller, never weighted, so no weight exceeds
-1 / min_propensity (why leave out rather than clip: docs/traffic.md#off-policy-evaluation-make-evaluate-on-the-log).
-
-The cloud share is the bundle's own decision on each prompt: known exactly, not estimated.
-The misroute rate needs both outcomes of a request: it is exact where both are known and,
-for requests with one, completed with the bundle's head for the side that did not run
-(so it leans on the heads, like DR); IPS and SNIPS cannot estimate it.
-95% intervals: percentile bootstrap over requests (`rounds` resamples, fixed seed).
+Each logged request ran first on side `a` (routed_to), chosen with probability `p` (propensity),
+its outcome `r` there known; the bundle would send it first to `b`. Its expected quality (first
+answer, before fallback): IPS, the mean of 1[a = b] r / p; SNIPS, that sum over the sum of
+1[a = b] / p; DR, the mean of q̂_b(x) + 1[a = b] (r - q̂_a(x)) / p, q̂ the bundle's own outcome
+heads. The misroute rate is exact where both outcomes are known, completed with the heads
+elsewhere. 95% intervals: percentile bootstrap over requests (`rounds` resamples, fixed seed).
 """
 
 from __future__ import annotations
@@ -37,7 +15,7 @@ import numpy as np
 
 from serving.dashboard._quality import snips  # one home for the formula: the dashboard shows it too
 
-MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out (module doc)
+MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out, never weighted
 
 
 def _arrays(routed_to, propensity, reward, target, min_propensity: float):
@@ -94,12 +72,10 @@ def off_policy(
     seed: int = 0,
     min_propensity: float = MIN_PROPENSITY,
 ) -> dict:
-    """The bundle's estimated figures on logged traffic, with 95% intervals, next to the
-    logging policy's observed ones (see the module doc). `reward`: the logged outcome of the
-    side that ran (`routed_to`); `target`: the bundle's first side per request; `p_edge`,
-    `p_cloud`: its heads; `edge_quality`, `cloud_quality`: both outcomes where known (NaN else).
-    ValueError when a propensity is below `min_propensity`: callers leave such requests out
-    and report them."""
+    """The bundle's estimated figures on logged traffic, with 95% intervals, next to the logging
+    policy's observed ones. `target`: the bundle's first side per request; `p_edge`, `p_cloud`: its
+    heads; `edge_quality`, `cloud_quality`: both outcomes where known (NaN else). ValueError when a
+    propensity is below `min_propensity`: callers leave such requests out and report them."""
     a, b, p, r = _arrays(routed_to, propensity, reward, target, min_propensity)
     q_edge, q_cloud = np.asarray(p_edge, np.float64), np.asarray(p_cloud, np.float64)
     q_a, q_b = np.where(a, q_cloud, q_edge), np.where(b, q_cloud, q_edge)
@@ -138,13 +114,9 @@ def off_policy(
 
 
 def logged_estimate(choice: np.ndarray, routed: np.ndarray, propensity: np.ndarray, quality, cost) -> dict:
-    """Self-normalised inverse-propensity (SNIPS) estimates of the mean quality and cost a chooser
-    would get, from one-outcome rows: each row ran on `routed` (an endpoint index), chosen by the
-    logging policy with probability `propensity`, and logged that call's `quality` and `cost`. Only
-    rows where `choice` agrees with what ran count, weighted 1 / propensity; rows logged below
-    MIN_PROPENSITY are left out (their weights would swamp the rest). N endpoints' figures
-    (evaluation.endpoints) read it.
-    `effective_rows`: (sum w)^2 / sum w^2, how many equally weighted rows the estimate is worth."""
+    """SNIPS estimates of the mean quality and cost a chooser's `choice` (endpoint indices) would get
+    on one-outcome rows that ran on `routed`, logged with `propensity`; rows below MIN_PROPENSITY
+    are left out. `effective_rows`: (sum w)^2 / sum w^2, what the estimate is worth in rows."""
     kept = propensity >= MIN_PROPENSITY
     agree = ((choice == routed) & kept).astype(np.float64)
     p = np.where(kept, propensity, 1.0)

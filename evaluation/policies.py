@@ -1,7 +1,5 @@
-"""The routing policies compared offline on the same rows (POLICIES, each described there: the
-learned router as the SDK ran it, the rule tables, the reference, random, all-edge, all-cloud, the
-oracle), and the figures of each: policy_figures (curve and operating point) plus
-evaluation.metrics (matched share, fallback, cost, latency).
+"""The routing policies compared offline on the same rows (POLICIES) and each one's figures
+(evaluate_policies; docs/evaluation.md#policies).
 """
 
 from __future__ import annotations
@@ -39,8 +37,8 @@ if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
 
 @dataclass(frozen=True)
 class Policy:
-    """A routing policy compared offline: its name in figures and files, its label in tables
-    and plots, a short label for narrow columns, and what it is."""
+    """A routing policy compared offline: its name in figures and files, its labels in tables and
+    plots (`short` for narrow columns), and what it is."""
 
     name: str
     label: str
@@ -129,8 +127,8 @@ def policy_figures(scores, zones, q_edge, q_cloud, needed) -> dict:
 
 
 def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
-    """(n, 3) 0/1: long prompt, rule-table domain, exact precision: the three conditions of
-    the hand rule table, read off serving.routing._rule_table.rule_score itself so they cannot drift."""
+    """(n, 3) 0/1: the hand rule table's three conditions (long prompt, rule-table domain, exact
+    precision), read off rule_score itself so they cannot drift."""
     return np.array(
         [
             [rule_score(n, None, None) > 0, rule_score(0, d, None) > 0, rule_score(0, None, p) > 0]
@@ -192,8 +190,7 @@ def tune_rule_table(
     n_tokens, domains, precisions, q_edge, q_cloud, *, step: float = 0.1, target: str = "quality", **threshold_options
 ) -> TunedRules:
     """Grid-search the three weights (multiples of `step` in [0, 1]) and, for each, the two
-    thresholds (evaluation.thresholds, every cut point) for `target`; the hand weights are tried
-    first, so they win ties."""
+    thresholds for `target`; the hand weights are tried first, so they win ties."""
     units = round(1 / step) if step > 0 else 0
     if units < 1 or abs(units * step - 1) > 1e-9:
         raise ValueError(f"rule weight step must divide 1 (e.g. 0.1, 0.05), got {step!r}")
@@ -264,12 +261,10 @@ def evaluate_policies(
     cost: CostModel | None = None,
     latency: LatencyModel | None = None,
 ) -> tuple[Comparison, dict]:
-    """(figures, curves): all-edge, all-cloud and oracle qualities and every policy's figures on
-    these rows, and the quality curve of each policy that has a score. `tuned` and `reference` are the fitted
-    tuned rule table and reference policy, needed when those names are asked for. Matched share = the learned router's
-    cloud-first share. The fallback's rates are the acceptance check's verdicts on the rows
-    with a logged edge answer (rows.rejected), `catch_rate` assumed on the rest
-    (evaluation.fallback); `fallback_rates` says how many of each."""
+    """(figures, curves): every policy's figures on these rows, and the quality curve of each that
+    has a score. `tuned` and `reference`: the fitted policies of those names, when asked for. The
+    fallback's rates are the acceptance check's verdicts where rows.rejected is known, `catch_rate`
+    assumed on the rest."""
     if len(rows) == 0:
         raise ValueError("no requests to evaluate: the input is empty")
     catch_rate = Catch.for_rows(rows.rejected, catch_rate)
@@ -323,8 +318,7 @@ SUMMARY_KEYS = KeyFigures.names()
 
 
 def summary(rows: Rows, *, catch_rate: float) -> SplitSummary:
-    """The training run's figures for one split: the rows' reference qualities, and the key
-    figures of the learned router (rows.zones) and of the hand rule table (the log's domain label)."""
+    """The training run's figures for one split: the learned router's and the hand rule table's."""
     figures, _ = evaluate_policies(rows, SUMMARY_POLICIES, catch_rate=catch_rate)
     return figures.summary()
 
@@ -348,7 +342,7 @@ def length_buckets(n_tokens) -> np.ndarray:
 
 def breakdowns(rows: Rows, names, **options) -> dict[str, dict[str, SplitSummary]]:
     """{dimension: {group: summary}} by source, domain group, declared precision and prompt length,
-    for the learned router, the rule tables and the reference (their key figures)."""
+    of BREAKDOWN_POLICIES."""
     dimensions = {
         "source": rows.sources,
         "domain": np.array([d or "unknown" for d in rows.domains], dtype=object),

@@ -1,9 +1,6 @@
-"""The reference every evaluation shows next to the learned router: a ten-minute baseline
-(docs/evaluation.md#the-reference-a-ten-minute-baseline). A logistic regression per outcome over
-TF-IDF word 1-2-grams plus the log length, ranked by the router's expected-gain score, with two
-fallback thresholds picked on validation rows for the learned router's target. Graded judge
-scores count as fractional successes (`fit_outcome`, the one home of that fit); rows logged
-without text are left out of the fit and counted (`rows["without_text"]`).
+"""The reference every evaluation shows next to the learned router: a ten-minute baseline, TF-IDF
+word 1-2-grams plus the log length and a logistic regression per outcome, thresholded on validation
+rows (docs/evaluation.md#the-reference-a-ten-minute-baseline).
 """
 
 from __future__ import annotations
@@ -44,9 +41,9 @@ def _outcome(name: str, q, n: int) -> np.ndarray:
 
 
 def fit_outcome(x, q: np.ndarray, weight: np.ndarray | None = None, *, c: float) -> tuple[np.ndarray, float]:
-    """(coefficients, intercept) of a logistic regression of an outcome in [0, 1] on the rows
-    of `x`: q counts as q of a success and 1 - q of a failure, each times the row's weight.
-    An outcome with no successes or no failures gets its smoothed log-odds and no terms."""
+    """(coefficients, intercept) of a logistic regression of an outcome in [0, 1] on the rows of
+    `x`, q counting as q of a success and 1 - q of a failure (times the row's weight); an outcome
+    with no successes or no failures gets its smoothed log-odds and no terms."""
     import scipy.sparse as sp
     from sklearn.linear_model import LogisticRegression
 
@@ -68,8 +65,8 @@ def fit_outcome(x, q: np.ndarray, weight: np.ndarray | None = None, *, c: float)
 
 @dataclass
 class ReferenceModel:
-    """The fitted TF-IDF vocabulary, the length column's scaling and the two outcome models,
-    each (coefficients, intercept) of a logistic regression over those features."""
+    """The fitted TF-IDF vocabulary, the length column's scaling and the two outcome models
+    ((coefficients, intercept) each)."""
 
     vectorizer: object
     length_mean: float
@@ -80,8 +77,7 @@ class ReferenceModel:
 
     @classmethod
     def fit(cls, prompts, q_edge, q_cloud, *, c: float = C) -> "ReferenceModel":
-        """Fit on these prompts; each outcome model on the rows where its outcome is known (an
-        outcome with no success or no failure among them gets its smoothed log-odds)."""
+        """Fit on these prompts; each outcome model on the rows with text where its outcome is known."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         prompts = list(prompts)
@@ -104,14 +100,8 @@ class ReferenceModel:
         texts = [p for p, k in zip(prompts, taught) if k]
         terms = vectorizer.fit_transform(texts)  # one pass over the text: vocabulary and rows
         lengths = _log_lengths(texts)
-        model = cls(
-            vectorizer,
-            float(lengths.mean()),
-            float(lengths.std()) or 1.0,
-            None,
-            None,
-            {**{side: int(rows.sum()) for side, rows in known.items()}, "without_text": int((~has_text).sum())},
-        )
+        counts = {**{side: int(rows.sum()) for side, rows in known.items()}, "without_text": int((~has_text).sum())}
+        model = cls(vectorizer, float(lengths.mean()), float(lengths.std()) or 1.0, None, None, counts)
         x = model._with_length(terms, texts)
         model.edge, model.cloud = (
             fit_outcome(x[known[side][taught]], q[known[side]], c=c)
@@ -157,10 +147,8 @@ class ReferencePolicy:
 
     @classmethod
     def fit(cls, train_rows: Rows, val_rows: Rows, **threshold_options) -> "ReferencePolicy":
-        """The model on `train_rows`; thresholds on the `val_rows` with both outcomes, for the
-        same target as the learned router (evaluation.thresholds.select_thresholds options:
-        target, max_quality_drop, cloud_budget, catch_rate). Where `val_rows` carry the
-        acceptance check's verdicts they are the fallback's rates, as in training."""
+        """The model on `train_rows`; thresholds (select_thresholds options) on the `val_rows` with
+        both outcomes, the acceptance check's verdicts as the fallback's rates where they carry them."""
         if len(train_rows) == 0:
             raise ValueError("no train rows to fit the reference on")
         model = ReferenceModel.fit(train_rows.prompts, train_rows.q_edge, train_rows.q_cloud)
@@ -185,9 +173,8 @@ class ReferencePolicy:
 
     @classmethod
     def fit_frame(cls, frame, **threshold_options) -> "ReferencePolicy":
-        """`fit` on prepared log rows (data.prepare) by their `split` column: the `train` rows fit
-        the model, the `val` rows the thresholds. No router scored them (the reference reads the
-        text, the outcomes and nothing else)."""
+        """`fit` on prepared log rows by their `split` column: `train` rows fit the model, `val` rows
+        the thresholds (no router scored them: the reference reads the text and the outcomes)."""
         parts = {}
         for split in ("train", "val"):
             rows = frame[(frame["split"] == split).to_numpy()]

@@ -1,11 +1,6 @@
-"""report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation:
-a two-endpoint bundle's, an N-endpoint bundle's (render_endpoints; make endpoints' quality-vs-cost
-plot), or the off-policy estimates alone.
-
-Tables read the typed figures of evaluation.figures (a Comparison, SplitSummary per breakdown
-group, HeldOutSource per left-out source) and the evaluation's other sections; plots use
-matplotlib's Agg canvas through `Figure`, imported lazily, so no display and no global pyplot
-state are needed.
+"""report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation
+(docs/evaluation.md#report). Plots draw on matplotlib's Agg canvas through `Figure`, imported
+lazily: no display, no global pyplot state.
 """
 
 from __future__ import annotations
@@ -19,6 +14,12 @@ from evaluation.figures import Comparison, HeldOutSource, KeyFigures, SplitSumma
 from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 
 PLOTS = {"quality": "quality_vs_cloud_share.png", "domain": "misroute_by_domain.png", "reliability": "reliability.png"}
+BREAKDOWNS = {
+    "domain": "domain group",
+    "source": "source",
+    "precision": "declared precision",
+    "length": "prompt length",
+}
 
 
 def _missing(x) -> bool:
@@ -213,12 +214,7 @@ def render(metrics: dict) -> str:
     ]
     if metrics.get("novelty"):
         parts += ["## Unfamiliar prompts", _novelty_text(metrics["novelty"], metrics.get("leave_one_source_out"))]
-    for dimension, title in (
-        ("domain", "domain group"),
-        ("source", "source"),
-        ("precision", "declared precision"),
-        ("length", "prompt length"),
-    ):
+    for dimension, title in BREAKDOWNS.items():
         parts += [f"## By {title}", breakdown_table(metrics["breakdowns"][dimension])]
     loso = metrics.get("leave_one_source_out")
     if loso:
@@ -535,6 +531,14 @@ def _figure(width: float = 7.5, height: float = 5.0):
     return fig, fig.subplots()
 
 
+def _save(fig, ax, path, *, grid_axis: str = "both", **legend) -> None:
+    """Every plot's finish: a light grid, the legend (`legend`: its options), the PNG."""
+    ax.grid(alpha=0.3, axis=grid_axis)
+    ax.legend(**legend)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def plot_quality_vs_share(figures: Comparison, curves: dict, path: Path) -> None:
     """Every policy's quality curve on one chart, operating points marked."""
     fig, ax = _figure()
@@ -552,10 +556,7 @@ def plot_quality_vs_share(figures: Comparison, curves: dict, path: Path) -> None
     ax.set_xlabel("cloud share (requests sent to the cloud first)")
     ax.set_ylabel("quality (before fallback)")
     ax.set_title(f"Quality vs cloud share ({figures.population.rows} requests; dots = operating points)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
+    _save(fig, ax, path, fontsize=8, loc="lower right")
 
 
 def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
@@ -577,10 +578,7 @@ def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
     ax.set_xlabel("mean cost per request ($)")
     ax.set_ylabel("quality (logged outcome of the chosen endpoint)")
     ax.set_title(f"Quality vs cost, {len(per_fold)} held-out folds (mean)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path)
+    _save(fig, ax, path, fontsize=7, loc="upper left")
 
 
 def plot_misroute_by_domain(groups: dict[str, SplitSummary], path: Path) -> None:
@@ -591,27 +589,17 @@ def plot_misroute_by_domain(groups: dict[str, SplitSummary], path: Path) -> None
     fig, ax = _figure(9.0, 5.0)
     x, width = np.arange(len(groups)), 0.8 / len(names)
     for i, name in enumerate(names):
+        at, label = x + i * width, POLICIES[name].label
         under = [g.policies[name].under_routing for g in groups.values()]
         over = [g.policies[name].over_routing for g in groups.values()]
-        bars = ax.bar(x + i * width, under, width, label=f"{POLICIES[name].label}: under")
-        ax.bar(
-            x + i * width,
-            over,
-            width,
-            bottom=under,
-            color=bars.patches[0].get_facecolor(),
-            alpha=0.45,
-            label=f"{POLICIES[name].label}: over",
-        )
+        bars = ax.bar(at, under, width, label=f"{label}: under")
+        ax.bar(at, over, width, bottom=under, color=bars.patches[0].get_facecolor(), alpha=0.45, label=f"{label}: over")
     ax.set_xticks(x + width * (len(names) - 1) / 2, list(groups), rotation=30, ha="right")
     ax.set_ylabel("misroute rate (solid: under-routing, light: over-routing)")
     ax.set_title("Misroute rate by domain group at each policy's operating point")
     ax.set_ylim(0, 1.3)  # room for the legend above the bars
     ax.set_yticks(np.linspace(0, 1, 6))
-    ax.legend(fontsize=7, ncol=len(names), loc="upper center")
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path)
+    _save(fig, ax, path, grid_axis="y", fontsize=7, ncol=len(names), loc="upper center")
 
 
 def plot_reliability(calibration: dict, path: Path) -> None:
@@ -620,29 +608,16 @@ def plot_reliability(calibration: dict, path: Path) -> None:
     ax.plot([0, 1], [0, 1], color="grey", ls=":", label="perfect calibration")
     for name, table_ in calibration.items():
         bins = table_["bins"]
-        ax.plot(
-            [b["mean_score"] for b in bins],
-            [b["observed_rate"] for b in bins],
-            "o-",
-            label=f"{name} (ECE {table_['ece']:.3f})",
-        )
-        for b in bins:
-            ax.annotate(
-                str(b["rows"]),
-                (b["mean_score"], b["observed_rate"]),
-                fontsize=7,
-                textcoords="offset points",
-                xytext=(4, -10),
-            )
+        means, observed = [b["mean_score"] for b in bins], [b["observed_rate"] for b in bins]
+        ax.plot(means, observed, "o-", label=f"{name} (ECE {table_['ece']:.3f})")
+        for b, point in zip(bins, zip(means, observed)):
+            ax.annotate(str(b["rows"]), point, fontsize=7, textcoords="offset points", xytext=(4, -10))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("mean predicted probability in bin")
     ax.set_ylabel("observed mean outcome")
     ax.set_title("Reliability (numbers = rows)")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
+    _save(fig, ax, path, fontsize=8, loc="upper left")
 
 
 def plot_acceptance_roc(acceptance: dict, path: Path) -> None:
@@ -651,21 +626,12 @@ def plot_acceptance_roc(acceptance: dict, path: Path) -> None:
     roc = acceptance["roc"]
     ax.plot(roc["false_reject_rate"], roc["catch_rate"], lw=1.6, label=f"learned check (AUC {acceptance['auc']:.3f})")
     ax.plot([0, 1], [0, 1], color="grey", ls=":", label="chance")
-    ax.plot(
-        acceptance["false_reject_rate"],
-        acceptance["catch_rate"],
-        "o",
-        ms=8,
-        mec="black",
-        label=f"threshold {acceptance['threshold']:.3f}",
-    )
+    chosen = (acceptance["false_reject_rate"], acceptance["catch_rate"])
+    ax.plot(*chosen, "o", ms=8, mec="black", label=f"threshold {acceptance['threshold']:.3f}")
     ax.set_xlabel("false-reject rate (good edge answers rejected)")
     ax.set_ylabel("catch rate (edge failures rejected)")
     ax.set_title(f"Acceptance check ROC ({acceptance['rows']} answers, {acceptance['failures']} failures)")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
+    _save(fig, ax, path, fontsize=8, loc="lower right")
 
 
 def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:

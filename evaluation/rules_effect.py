@@ -1,21 +1,8 @@
 """What a policy file (serving.policy) does to logged traffic, offline, decided as the SDK decides
-(docs/policies.md#what-a-policy-does-to-your-traffic-offline, #on-n-endpoint-logs): per rule, the
-requests it decided and what it changed; the requests it leaves no endpoint (the SDK raises
-NoFeasibleEndpoint for them: counted by the rules that closed every endpoint, left out of every
-figure); on the requests servable both ways, the figures without and with the rules, paired per
-request with a 95% normal interval (evaluation.metrics.paired).
-
-- rules_effect, two endpoints (`make evaluate POLICY=...`): the rules on the learned router's zone
-  (serving.routing._chooser.zone_decision); the figures of evaluation.policies (quality with
-  fallback, cloud calls, $ at each cloud price), exact expectations over fallback catches.
-- policy_effect, N endpoints (`make endpoints ARGS="--policy FILE"`): every held-out row decided by
-  the SDK's chooser without and with the policy, one row at a time so that a row the policy leaves
-  no endpoint raises for itself alone; the first endpoint's logged outcome and cost, and the whole
-  cascade's expectation.
-
-Rules read the request's metadata: the row's own where logs hold it, `metadata` laid over it
-(what-if). Budgets read the Router's spending ledger and `needs` conditions the request's
-capabilities, neither of which logs hold: such conditions never hold here (the notes say so).
+(docs/policies.md#what-a-policy-does-to-your-traffic-offline): rules_effect on two-endpoint rows
+(`make evaluate POLICY=...`), policy_effect on N-endpoint folds (`make endpoints ARGS="--policy
+FILE"`). Requests a policy leaves no endpoint are counted by the rules that closed them and left
+out of every figure; budget and `needs` conditions never hold offline (the notes say so).
 """
 
 from __future__ import annotations

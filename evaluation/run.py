@@ -1,12 +1,6 @@
-"""The offline evaluation of one bundle on prepared log rows (what `make evaluate` computes).
-
-Route the chosen split through the SDK, fit the tuned rule table on the train rows and the
-reference (evaluation.reference) on the train rows with thresholds on the val rows, compare
-every policy, calibration, breakdowns, and optionally leave-one-source-out: for each source, a
-router trained on every other source routes the source's rows, next to the reference fitted on
-the same other sources' rows. Loading the logs, training (`train`: rows of the other sources and
-an empty work folder -> a bundle folder) and MLflow are the caller's (pipelines.evaluate), so
-this module runs on any frame of prepared rows.
+"""The offline evaluation of one bundle on prepared log rows: every figure `make evaluate` reports
+(docs/evaluation.md). Loading the logs, training for leave-one-source-out (`train`) and MLflow are
+the caller's (pipelines.evaluate), so this runs on any frame of prepared rows.
 """
 
 from __future__ import annotations
@@ -51,13 +45,9 @@ def leave_one_source_out(
     reference_target: dict | None = None,
     **options,
 ) -> dict[str, HeldOutSource]:
-    """{source: HeldOutSource: LOSO_POLICIES compared on its rows (evaluate_policies) by a router
-    trained on the other sources, or the error when that training failed}. Empty with one source.
-
-    `frame` is a prepared log frame (merged rows with split and label); `reference_target`
-    the threshold options of the reference (None: no reference); `options` go to
-    evaluate_policies (catch_rate, cost, latency).
-    """
+    """{source: HeldOutSource}: LOSO_POLICIES compared on the source's rows by a router trained on
+    the other sources, or the error of that training; empty with one source. `reference_target`:
+    the reference's threshold options (None: no reference); `options` go to evaluate_policies."""
     from serving import Router
 
     present = sorted(frame["source"].unique())

@@ -1,9 +1,8 @@
 """Pick the two fallback thresholds per precision tag from calibrated validation scores
-(docs/training.md, step 7): edge when score < lo, cloud when score > hi, edge_with_cloud_fallback
-in between (inclusive), the fallback zone valued by evaluation.fallback (`catch_rate`: a number,
-assumed, or a per-request Catch with the acceptance check's measured rates). Targets: `quality`,
-the fewest expected cloud calls within `max_quality_drop` of all-cloud's quality; `budget`, the
-best expected quality with expected cloud calls <= `cloud_budget`.
+(docs/training.md, step 7): edge below lo, cloud above hi, edge_with_cloud_fallback in between
+(inclusive), the fallback zone valued by evaluation.fallback. Targets: `quality`, the fewest
+expected cloud calls within `max_quality_drop` of all-cloud's quality; `budget`, the best expected
+quality with expected cloud calls <= `cloud_budget`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""MT-Bench second turns: what knowing the first turn's outcome adds to routing (issue 47).
-
-Per conversation, the turn-2 target is the project's cloud-needed label (the caller passes
-training.labels.cloud_needed with its margins: evaluation sits below training). Predictors are
-fitted on the same repeated stratified K-fold splits (paired) and scored out of fold with the
-project's metrics; a percentile bootstrap over conversations gives every figure's interval and
-B - A's, each draw scoring one CV repeat's predictions (cycling through them), so the interval
-holds the partition's noise as well as the conversations' (the models are not refitted per draw).
-Docs: docs/evaluation.md, "Conversations: what the first turn tells about the second".
+"""MT-Bench second turns: what knowing the first turn's outcome adds to routing (issue 47;
+docs/evaluation.md#conversations-what-the-first-turn-tells-about-the-second). The turn-2 target is
+the cloud-needed label the caller passes (training.labels.cloud_needed: evaluation sits below training).
 """
 
 from __future__ import annotations
@@ -50,8 +44,8 @@ class Conversations:
 
 
 def read_conversations(folder: Path, label: Label) -> Conversations:
-    """Both turns of every MT-Bench question (data.routellm.iter_mt_bench, rows checked by
-    data.schema.check_row); a reject, or a turn without both scores, is an error."""
+    """Both turns of every MT-Bench question, rows checked by data.schema.check_row; a reject, or a
+    turn without both scores, is an error."""
     rejects: list[Reject] = []
     turns: dict[str, dict[int, dict]] = {}
     for raw in iter_mt_bench(Path(folder), rejects):
@@ -96,8 +90,7 @@ def out_of_fold(
     conv: Conversations, *, folds: int = 5, repeats: int = 20, seed: int = 0
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """P(cloud needed on turn 2) per predictor, [repeats, n], out of fold, every predictor on the same
-    splits (returned: each row's fold per repeat). Logistic regression on standardized features, L2,
-    C = 1 (scikit-learn's default, not tuned), Newton-CG as evaluation.reference."""
+    splits, and each row's fold per repeat. Logistic regression on standardized features, C = 1."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import RepeatedStratifiedKFold
     from sklearn.pipeline import make_pipeline
@@ -132,8 +125,9 @@ def figures(scores: np.ndarray, conv: Conversations, rows: np.ndarray, threshold
 def compare(
     conv: Conversations, scores: dict[str, np.ndarray], *, threshold: float = 0.5, draws: int = 2000, seed: int = 0
 ) -> dict:
-    """Point (mean over the CV repeats, all conversations) and 95% percentile bootstrap interval
-    of every predictor's figures and of the paired differences PAIRS, on the same draws."""
+    """Point (mean over the CV repeats) and 95% percentile bootstrap interval of every predictor's
+    figures and of the paired differences PAIRS, on the same draws; each draw scores one repeat's
+    predictions, cycling through them, so the interval holds the partition's noise too."""
     n, repeats = len(conv.ids), next(iter(scores.values())).shape[0]
     every = np.arange(n)
     point = {k: _mean([figures(s[r], conv, every, threshold) for r in range(repeats)]) for k, s in scores.items()}
