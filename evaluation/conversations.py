@@ -226,9 +226,8 @@ def oracle(endpoints: Sequence[Endpoint], conversations: Sequence[Conversation],
                 if turn == 0:
                     state = ConversationState()
                 else:
-                    device = endpoints[j].where == "device"
-                    prompt = counts[turn - 1]
-                    held = Held(endpoints[j].name, history if device else prompt, 0.0)
+                    held_tokens = history if endpoints[j].where == "device" else counts[turn - 1]
+                    held = Held(endpoints[j].name, held_tokens, 0.0)
                     state = ConversationState(turn, endpoints[j].name, "served", history, (held,), 0.0)
                 for k in range(n):
                     cost = turn_price(endpoints, state, k, count, out, 0.0)[0]

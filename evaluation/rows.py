@@ -152,14 +152,8 @@ class Rows:
         return len(self.prompts)
 
     def subset(self, mask) -> "Rows":
-        return dataclasses.replace(
-            self,
-            **{
-                f.name: getattr(self, f.name)[mask]
-                for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None
-            },
-        )
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **{name: v[mask] for name, v in values.items() if v is not None})
 
     def with_zones(self, band, *, edge_context_tokens: int, unfamiliar_zones=None) -> "Rows":
         """These rows with the zone the SDK gives each (serving.routing._router): its precision's band

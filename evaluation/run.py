@@ -187,12 +187,8 @@ def acceptance(router, manifest: Manifest, responses, split: str) -> tuple[dict,
     if rows is None or len(rows) == 0:
         return {"model": True, "rows": 0, "reason": f"no logged edge answers in the {split} rows"}, None, None
     acceptor = router.acceptor
-    probability = acceptor.probabilities(
-        rows["prompt"].tolist(),
-        rows["edge_response"].tolist(),
-        rows["edge_logprob_mean"].tolist(),
-        rows["edge_logprob_min"].tolist(),
-    )
+    columns = ("prompt", "edge_response", "edge_logprob_mean", "edge_logprob_min")
+    probability = acceptor.probabilities(*(rows[c].tolist() for c in columns))
     good = rows["edge_quality"].to_numpy() >= section.get("good_quality", 0.5)
     figures = {
         "model": True,
