@@ -209,7 +209,7 @@ class Chooser:
         n = len(requests)
         needed: list[Needs | None] = [None] * n  # None: the request's own needs (PolicySet.evaluate)
         lacking: list[Lacking] = _NOTHING_LACKING * n
-        if self.detector is not None or any(r.needs is not None or r.capabilities is not None for r in requests):
+        if self.detector is not None or _needs_anything(requests):
             needed = [r.needs for r in requests]
             known = [r.capabilities if r.capabilities is not None else self.capabilities for r in requests]
             # Each request's language (declared, else detected) only when an endpoint declares languages.
@@ -223,6 +223,10 @@ class Chooser:
             lacking = [ruled_out(w, k, self.names) if w else {} for w, k in zip(needed, known)]
         if policy is None:
             return Feasible(tokens, lacking, [None] * n)
+        if n == 1:  # route(): one request (a comprehension's frame costs it ~0.2 us)
+            return Feasible(
+                tokens, lacking, [policy.evaluate(requests[0], tokens[0], spending=spending, needs=needed[0])]
+            )
         verdicts: list[Verdict | None] = [
             policy.evaluate(r, t, spending=spending, needs=w) for r, t, w in zip(requests, tokens, needed)
         ]
@@ -778,3 +782,12 @@ def _policy_said(verdict: Verdict, forbidden: tuple[str, ...]) -> str:
 
 def _said(rule: Rule) -> str:
     return f"routes {rule.zone}" if rule.zone is not None else f"prefers {rule.endpoint}"
+
+
+def _needs_anything(requests: Sequence[Request]) -> bool:
+    """Whether any request needs something, or brings endpoints' capabilities of its own (a loop:
+    route() asks it of every request, and a generator costs it ~0.3 us more)."""
+    for request in requests:
+        if request.needs is not None or request.capabilities is not None:
+            return True
+    return False

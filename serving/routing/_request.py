@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from serving.endpoints._record import Capabilities
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class Request:
     """One request, checked when built (TypeError or ValueError naming the field); docs/sdk.md
     (the request) says what each field is. `deadline` is a time.monotonic() value; `subject` is
@@ -36,6 +36,35 @@ class Request:
     conversation: str | None = None
     messages: Sequence[Mapping[str, Any]] | None = None
     subject: Any = None  # Any: the app's own object, passed to its calls as it is
+
+    def __init__(
+        self,
+        text: str,
+        precision: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        needs: Needs | None = None,
+        capabilities: Mapping[str, Capabilities | None] | None = None,
+        deadline: float | None = None,
+        conversation: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        subject: Any = None,  # Any: the app's own object
+    ) -> None:
+        # Written out, as a frozen dataclass's own __init__ would be but for its nine setattr calls:
+        # every route() builds a Request, and one dict costs 0.5 us less (route() stays as fast as
+        # before the record, issue 46).
+        fields = {
+            "text": text,
+            "precision": precision,
+            "metadata": metadata,
+            "needs": needs,
+            "capabilities": capabilities,
+            "deadline": deadline,
+            "conversation": conversation,
+            "messages": messages,
+            "subject": subject,
+        }
+        object.__setattr__(self, "__dict__", fields)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if type(self.text) is not str:
