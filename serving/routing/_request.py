@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from serving._contract import PRECISIONS
 from serving.conversations._store import check_conversation_id
 from serving.endpoints._capabilities import check_capabilities, check_needs
 from serving.routing._validation import check_metadata, check_precision, check_prompt
@@ -52,6 +53,21 @@ class Request:
         # Written out, as a frozen dataclass's own __init__ would be but for its nine setattr calls:
         # every route() builds a Request, and one dict costs 0.5 us less (route() stays as fast as
         # before the record, issue 46).
+        if type(text) is not str:
+            check_prompt(text, "text")
+        if precision is not None and precision not in PRECISIONS:
+            check_precision(precision)
+        if metadata is not None:
+            check_metadata(metadata)
+        if needs is not None or capabilities is not None:
+            needs = check_needs(needs)
+            check_capabilities(capabilities)
+        if deadline is not None and not (
+            isinstance(deadline, (int, float)) and not isinstance(deadline, bool) and deadline == deadline
+        ):
+            raise TypeError(f"deadline must be a time.monotonic() value or None, got {deadline!r}")
+        if conversation is not None:
+            check_conversation_id(conversation)
         fields = {
             "text": text,
             "precision": precision,
@@ -64,26 +80,6 @@ class Request:
             "subject": subject,
         }
         object.__setattr__(self, "__dict__", fields)
-        self.__post_init__()
-
-    def __post_init__(self) -> None:
-        if type(self.text) is not str:
-            check_prompt(self.text, "text")
-        if self.precision is not None:
-            check_precision(self.precision)
-        if self.metadata is not None:
-            check_metadata(self.metadata)
-        if self.needs is not None or self.capabilities is not None:
-            object.__setattr__(self, "needs", check_needs(self.needs))
-            check_capabilities(self.capabilities)
-        if self.deadline is not None and not (
-            isinstance(self.deadline, (int, float))
-            and not isinstance(self.deadline, bool)
-            and self.deadline == self.deadline
-        ):
-            raise TypeError(f"deadline must be a time.monotonic() value or None, got {self.deadline!r}")
-        if self.conversation is not None:
-            check_conversation_id(self.conversation)
 
     @property
     def call_subject(self) -> Any:  # Any: the app's own object, or the text

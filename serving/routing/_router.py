@@ -346,7 +346,9 @@ class Router:
                 capabilities=capabilities,
                 conversation=conversation,
             )
-        return self._decision(request, self._routing)
+        if request.conversation is None:  # written out, not _decision: route()'s one call less
+            return self._routing.decisions((request,), self._policy, self._spending)[0]
+        return self._decided((request,), self._routing)[0]
 
     def _decision(self, request: Request, routing: Routing) -> Decision:
         if request.conversation is None:
