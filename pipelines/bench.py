@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import json
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -995,13 +997,13 @@ def timed_round(root: Path, request: dict) -> dict[str, float]:
     return json.loads(run.stdout)
 
 
-def versions_figures(bundle: Path, commit: str, *, rounds: int = 6, repeat: int = 2000) -> dict:
-    """Each case's route() p50 (us) for this SDK and the one at `commit` (module doc)."""
+def version_cases(bundle: Path) -> list[dict]:
+    """The cases both versions route (module doc): ~16 and ~128 tokens, without and with POLICY_20."""
     from serving import Router
 
     tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
     metadata = {"user_tier": "pro", "feature": "chat"}
-    cases = [
+    return [
         {
             "name": f"{n}_tokens{'_policy_20' if policy else ''}",
             "prompt": prompt_of(tokenizer, n),
@@ -1011,6 +1013,75 @@ def versions_figures(bundle: Path, commit: str, *, rounds: int = 6, repeat: int 
         for n in (16, 128)
         for policy in (False, True)
     ]
+
+
+# Instructions instead of time (--instructions): the same cases, each version's route() counted by
+# valgrind's callgrind, which counts only inside functools.reduce (--toggle-collect), so that loading
+# the bundle is left out. A count does not move with the machine's load: it shows a difference of a
+# few hundred nanoseconds that the timed rounds cannot tell from noise (docs/performance.md).
+INSTRUCTIONS_WORKER = """
+import functools, json, sys
+request = json.load(sys.stdin)
+import serving
+from serving import Router
+assert serving.__file__.startswith(request["root"]), serving.__file__
+case = request["case"]
+router = Router.load(request["bundle"], strict=True, **({"policy": request["policy"]} if case["policy"] else {}))
+call = lambda: router.route(case["prompt"], precision="exact", metadata=case["metadata"])
+for _ in range(50):
+    call()
+functools.reduce(lambda _, __: call(), range(request["calls"]), None)
+"""
+
+
+def counted_instructions(root: Path, request: dict) -> float:
+    """Instructions per route() of the SDK in `root` on `request`'s case (callgrind)."""
+    run = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-atstart=no",
+            "--toggle-collect=functools_reduce",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-c",
+            INSTRUCTIONS_WORKER,
+        ],
+        input=json.dumps({**request, "root": str(root)}),
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )
+    collected = re.search(r"Collected : (\d+)", run.stderr)
+    if run.returncode or collected is None:
+        raise SystemExit(f"counting route()'s instructions in {root} failed:\n{run.stderr[-2000:]}")
+    return int(collected.group(1)) / request["calls"]
+
+
+def instruction_figures(bundle: Path, commit: str, *, calls: int = 300) -> dict:
+    """Each case's instructions per route() for this SDK and the one at `commit`, and their difference."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    figures = {}
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        policy = Path(tmp) / "policy.json"
+        policy.write_text(json.dumps(POLICY_20))
+        roots = {"this": SDK_ROOT, commit: unpack_sdk(commit, Path(tmp) / "old")}
+        for case in version_cases(bundle):
+            request = {"bundle": str(bundle.resolve()), "case": case, "calls": calls, "policy": str(policy)}
+            counts = {name: counted_instructions(root, request) for name, root in roots.items()}
+            figures[case["name"]] = {
+                **counts,
+                "difference": counts["this"] - counts[commit],
+                "relative": counts["this"] / counts[commit] - 1,
+            }
+    return {"against": commit, "calls": calls, "cases": figures}
+
+
+def versions_figures(bundle: Path, commit: str, *, rounds: int = 6, repeat: int = 2000) -> dict:
+    """Each case's route() p50 (us) for this SDK and the one at `commit` (module doc)."""
+    cases = version_cases(bundle)
     with tempfile.TemporaryDirectory(prefix="bench-versions-") as tmp:
         policy = Path(tmp) / "policy.json"
         policy.write_text(json.dumps(POLICY_20))
@@ -1050,13 +1121,27 @@ def main(
     conversations_only: bool = False,
     against: str | None = None,
     rounds: int = 6,
+    instructions: bool = False,
 ) -> None:
     """Measure the SDK and write the results JSON (--policy-only: the policy layer's cost alone,
     printed and written to bench/policy.json; --telemetry-only: execute() with telemetry off and
     on, printed and written to bench/telemetry.json; --gap-only: route() taken apart, printed and
     written to bench/gap.json; --against COMMIT: route() of this SDK and the one at COMMIT, from
-    git, in alternating rounds, written to bench/versions.json; --conversations-only: what conversation
+    git, in alternating rounds, written to bench/versions.json, or with --instructions its instructions
+    counted by valgrind, written to bench/instructions.json; --conversations-only: what conversation
     state adds to a turn and the memory of 1e6 conversations, written to bench/conversations.json)."""
+    if against and instructions:
+        counted = instruction_figures(bundle, against)
+        path = out.with_name("instructions.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(counted, indent=2))
+        for case, figure in counted["cases"].items():
+            print(
+                f"{case}: this {figure['this']:,.0f} instructions a route(), {against} {figure[against]:,.0f}: "
+                f"{figure['difference']:+,.0f} ({figure['relative']:+.2%})"
+            )
+        print(f"written to {path}")
+        return
     if against:
         figures = versions_figures(bundle, against, rounds=rounds, repeat=repeat)
         path = out.with_name("versions.json")
