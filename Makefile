@@ -94,7 +94,7 @@ ui: $(STAMP)
 # The SDK's speed (pipelines/bench.py); AGAINST=<commit>: route() p50 of this SDK and the one at <commit>, from git,
 # interleaved in rounds in one run, without and with a 20-rule policy (bench/versions.json).
 bench: $(STAMP)
-	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE) $(if $(AGAINST),--against $(AGAINST))
+	$(BIN)/python -m pipelines.bench --bundle $(BUNDLE) $(if $(AGAINST),--against $(AGAINST)) $(ARGS)
 
 # The routing proxy under load on loopback: added latency over calling the stub directly; writes bench/proxy_load.json.
 loadtest: $(STAMP)
