@@ -2,7 +2,7 @@
 
 Held-out conversations are replayed turn by turn through the SDK's own Router (an N-endpoint bundle,
 a fresh MemoryStore per policy, record_turn after each turn), under each Stickiness of POLICIES,
-each turn priced by the SDK's switch_costs on the conversation's true cache state. All turns of a
+each turn priced by the SDK's SwitchPricing on the conversation's true cache state. All turns of a
 replay run within seconds: no provider cache expires (not modelled).
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 from evaluation.metrics import first_reach, paired
 from serving.conversations._state import ConversationState, Held
 from serving.conversations._store import MemoryStore
-from serving.conversations._switch import DEFAULT_PREFILL_TOKENS_PER_S, Stickiness, switch_costs
+from serving.conversations._switch import DEFAULT_PREFILL_TOKENS_PER_S, Stickiness, SwitchPricing
 from serving.routing._request import Request
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def turn_price(
     its cost over that had k served the turn before) for a conversation in `state`; `last_input`:
     the turn before's input tokens (None on a first turn)."""
     endpoint, price = endpoints[k], endpoints[k].price
-    delta, missing = switch_costs(endpoints, state, input_tokens, output_tokens, 0.0, now)
+    delta, missing = SwitchPricing(endpoints).costs(state, input_tokens, output_tokens, 0.0, now)
     assert price is not None
     cost = price.call_cost(input_tokens, output_tokens) + float(delta[k])
     history = min(state.history_tokens, int(input_tokens))

@@ -21,7 +21,7 @@ from data.simulator_conversations import (
 from data.simulator_endpoints import ROWS_FILE, read_truth
 from serving.chat._conversation import conversation_prompt
 from serving.conversations._state import ConversationState
-from serving.conversations._switch import switch_costs
+from serving.conversations._switch import SwitchPricing
 
 SIM = load_simulation(None)
 
@@ -79,7 +79,7 @@ def test_the_endpoints_declare_caches_and_prefill_rates():
     state = ConversationState().after(
         "frontier", input_tokens=2000, output_tokens=300, on_device=False, outcome="served", now=0.0
     )
-    delta, missing = switch_costs(list(SIM.endpoints), state, 2600, 250, 0.003, 1.0)
+    delta, missing = SwitchPricing(list(SIM.endpoints)).costs(state, 2600, 250, 0.003, 1.0)
     # the frontier's cache holds the prompt it read: its discount, less reading the answer at 50,000 tokens/s
     assert delta[3] == pytest.approx(-2000 * 4.5 / 1e6 + 300 / 50_000 * 0.003)
     assert [int(m) for m in missing] == [2300, 2300, 2300, 300] and delta[0] > delta[1] > 0

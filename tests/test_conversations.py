@@ -14,7 +14,7 @@ from serving import Request, Router
 from serving.conversations._keeper import Conversations
 from serving.conversations._state import ConversationState, Held
 from serving.conversations._store import ConversationStoreError, MemoryStore, RedisStore
-from serving.conversations._switch import Stickiness, switch_costs
+from serving.conversations._switch import Stickiness, SwitchPricing
 from serving.endpoints._choice import call_costs, cheapest_within
 from serving.endpoints._record import Endpoint, Price
 from serving.policy import PolicySet
@@ -56,7 +56,7 @@ def test_the_price_of_a_turn_counts_the_history_each_cache_lacks():
     cached = Endpoint(name="cached", where="cloud", price=Price(2.0, 8.0, per_1m_cached_input=0.5))
     plain = Endpoint(name="plain", where="cloud", price=Price(2.0, 8.0))
     state = ConversationState(2, "cached", "served", 3000, (Held("phone", 2000, NOW), Held("cached", 3000, NOW)), NOW)
-    delta, missing = switch_costs((device, cached, plain), state, 3500, 100, 0.01, NOW)
+    delta, missing = SwitchPricing((device, cached, plain)).costs(state, 3500, 100, 0.01, NOW)
     # phone: 1,000 history tokens after its prefix, read at 1,000 tokens/s, a second priced at $0.01
     assert missing == [1000, 0, 0]
     assert delta[0] == pytest.approx(0.01)
@@ -64,14 +64,14 @@ def test_the_price_of_a_turn_counts_the_history_each_cache_lacks():
     assert delta[1] == pytest.approx(-3000 * 1.5 / 1e6)
     assert delta[2] == 0.0  # no cache: it reads everything on every turn, wherever the conversation was
     # a provider's cache expires: after five minutes the cached endpoint reads it all again
-    later = switch_costs((device, cached, plain), state, 3500, 100, 0.01, NOW + 301)
+    later = SwitchPricing((device, cached, plain)).costs(state, 3500, 100, 0.01, NOW + 301)
     assert later[1] == [1000, 3000, 0] and later[0][1] > 0
 
 
 def test_a_history_longer_than_the_prompt_counts_as_the_prompt():
     device = Endpoint(name="phone", where="device", price=Price(per_call=0.0), prefill_tokens_per_s=100)
     state = ConversationState(3, "cloud", "served", 5000, (), NOW)
-    _, missing = switch_costs((device,), state, 800, 0, 1.0, NOW)
+    _, missing = SwitchPricing((device,)).costs(state, 800, 0, 1.0, NOW)
     assert missing == [800]  # the app cut the history: only what is sent is read
 
 
@@ -224,8 +224,8 @@ def test_priced_turns_go_where_the_rule_prices_them_switch_included(cached_bundl
             decision = routed(router, store, state, prompt)
             expected = np.array([[decision.expected[n] for n in chooser.names]])
             cost, fits = call_costs(chooser.endpoints, [decision.n_tokens], section.output_tokens)
-            delta, _ = switch_costs(
-                chooser.endpoints, state, decision.n_tokens, section.output_tokens, 0.5, time.time()
+            delta, _ = SwitchPricing(chooser.endpoints).costs(
+                state, decision.n_tokens, section.output_tokens, 0.5, time.time()
             )
             first = cheapest_within(expected, cost + np.array(delta), section.parameter, fits)[0]
             plain = cheapest_within(expected, cost, section.parameter, fits)[0]

@@ -77,8 +77,8 @@ PRICED = Stickiness()  # the default: a switch at its price
 
 
 class SwitchPricing:
-    """switch_costs for one set of endpoints, what it reads of each endpoint looked up once (a
-    chooser prices every conversation turn with one)."""
+    """What a turn costs on each of a set of endpoints given where its conversation has been (module
+    doc), what it reads of each endpoint looked up once (a chooser prices every turn with one)."""
 
     __slots__ = ("size", "_caching")
 
@@ -121,15 +121,3 @@ class SwitchPricing:
                 )
             delta[k] = money + lacking / rate * seconds_price
         return delta, missing
-
-
-def switch_costs(
-    endpoints: Sequence[Endpoint],
-    state: ConversationState,
-    input_tokens: float,
-    output_tokens: float,
-    seconds_price: float,
-    now: float,
-) -> tuple[list[float], list[int]]:
-    """SwitchPricing(endpoints).costs(...): each endpoint's delta and the history it would read again."""
-    return SwitchPricing(endpoints).costs(state, input_tokens, output_tokens, seconds_price, now)

@@ -19,7 +19,7 @@ unsigned; `manifest_text` holds it, so the other runtime loads these bytes): pro
 per-token clouds (per_1m_cached_input a tenth of per_1m_input) and a prefill rate declared on one,
 under its own choice rule and the two others; and loaded with other unfamiliar policies. `degraded`
 rows: the scores of a bundle that could not score (the rule table for two endpoints, price order for
-N). `switch_costs`: switch_costs itself on each variant's endpoints. `json`: ConversationState.to_json
+N). `switch_costs`: SwitchPricing.costs itself on each variant's endpoints. `json`: ConversationState.to_json
 texts, and texts from_json refuses.
 
 The previous turn as evidence (serving.conversations._evidence): variants carrying turn_evidence.json
@@ -367,8 +367,8 @@ def bundle_vectors(variants: list[dict], cases: list[tuple[str, str]], kind: str
 
 
 def switch_cost_rows(endpoint_sets: list[tuple[int, tuple]], states: list[tuple[str, object]]) -> list[dict]:
-    """switch_costs on each variant's endpoints, for every state, prompt length, answer length, price of a second."""
-    from serving.conversations._switch import switch_costs
+    """SwitchPricing.costs on each variant's endpoints, for every state, prompt length, answer length, price of a second."""
+    from serving.conversations._switch import SwitchPricing
 
     rows = []
     for v, endpoints in endpoint_sets:
@@ -378,7 +378,7 @@ def switch_cost_rows(endpoint_sets: list[tuple[int, tuple]], states: list[tuple[
             for tokens in (20, 700, 5000):
                 for output in (0.0, 250.0):
                     for seconds in (0.0, 0.003, 0.5):
-                        delta, missing = switch_costs(endpoints, state, tokens, output, seconds, NOW)
+                        delta, missing = SwitchPricing(endpoints).costs(state, tokens, output, seconds, NOW)
                         rows.append(
                             {
                                 "variant": v,
