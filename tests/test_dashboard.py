@@ -147,13 +147,14 @@ def test_nearest_rank_is_a_measured_value():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"time": None}, "'time' must be a finite number, not missing"),
+        ({"time": None}, "'time' must be a finite number, not missing or null"),
         ({"time": "yesterday"}, "'time' must be a finite number, not str"),
         ({"model_version": 3}, "'model_version' must be text, not int"),
         ({"steps": [{"name": "edge", "status": "ok"}]}, r"steps\[0\]: field 'ms' must be a finite number"),
         ({"steps": "edge"}, "'steps' must be a list"),
         ({"propensity": 0.0}, r"'propensity' must be in \(0, 1\]"),
         ({"explored": "no"}, "'explored' must be true or false"),
+        ({"explored": None}, "'explored' must be true or false, not missing or null"),
         ({"type": "shadow"}, "not a request record"),
     ],
 )

@@ -116,7 +116,9 @@ class BundleURLWatcher(_Poller):
         from serving.bundle._download import check_base_url
 
         super().__init__(interval_s)
-        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
+        if not (
+            isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and 0 < timeout_s < float("inf")
+        ):
             raise ValueError(f"timeout_s={timeout_s!r}: must be a positive number of seconds")
         self.router, self.base_url = router, check_base_url(base_url)
         self.headers, self.timeout_s, self.staging_root = dict(headers or {}), timeout_s, staging_root

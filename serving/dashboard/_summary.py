@@ -111,7 +111,7 @@ def _flag(record: Mapping[str, object], key: str) -> bool | None:
 
 
 def _shown(value: object) -> str:
-    return "missing" if value is None else type(value).__name__
+    return "missing or null" if value is None else type(value).__name__
 
 
 def _calls(steps: object) -> tuple[Call, ...]:
