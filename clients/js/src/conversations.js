@@ -313,6 +313,15 @@ export class Conversations {
     return state;
   }
 
+  /** Put `state` in the store; its failure as a ConversationStoreError. */
+  async write(conversation, state) {
+    try {
+      await this.store.put(conversation, state);
+    } catch (error) {
+      throw storeError(error, "writing", conversation);
+    }
+  }
+
   /** [each request's conversation state, or null for all when none has a conversation or the store
    * failed; what the reason says of a failure]. */
   async states(requests) {
@@ -366,12 +375,7 @@ export class Conversations {
     if (this.skipping()) return false;
     try {
       const state = (await this.read(conversation)) ?? new ConversationState();
-      const after = state.after(endpoint, { inputTokens, outputTokens, onDevice, outcome, now: nowSeconds() });
-      try {
-        await this.store.put(conversation, after);
-      } catch (error) {
-        throw storeError(error, "writing", conversation);
-      }
+      await this.write(conversation, state.after(endpoint, { inputTokens, outputTokens, onDevice, outcome, now: nowSeconds() }));
     } catch (error) {
       if (!(error instanceof ConversationStoreError)) throw error;
       this.failed("conversation state not written", error);
@@ -389,11 +393,7 @@ export class Conversations {
     try {
       const state = await this.read(conversation);
       if (state === null || state.turns !== turn || state.endpoint !== endpoint) return false;
-      try {
-        await this.store.put(conversation, state.answered(endpoint, outputTokens, { onDevice }));
-      } catch (error) {
-        throw storeError(error, "writing", conversation);
-      }
+      await this.write(conversation, state.answered(endpoint, outputTokens, { onDevice }));
     } catch (error) {
       if (!(error instanceof ConversationStoreError)) throw error;
       this.failed("conversation state not written", error);
