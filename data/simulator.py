@@ -304,12 +304,7 @@ def write_shards(
     _check_int("n", n, minimum=1)
     _check_int("rows_per_shard", rows_per_shard, minimum=1)
     _check_int("seed", seed, minimum=0)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in [out / MANIFEST_NAME, *out.glob("part-*.parquet")]:
-        stale.unlink(missing_ok=True)
+    out = simulation_folder(out, stale="part-*.parquet")
 
     shards = []
     for index in range(math.ceil(n / rows_per_shard)):
@@ -333,7 +328,25 @@ def write_shards(
         "shards": [p.name for p in shards],
         "difficulty_model": asdict(model),
     }
+    write_manifest(out, manifest)
+    return shards
+
+
+def simulation_folder(out: str | Path, *, stale: str | None = None) -> Path:
+    """`out` as the folder a simulation is written into: created, its manifest from an earlier run
+    (and the files matching `stale`) removed, so that a smaller rerun leaves no stale rows behind;
+    ValueError when it is a file."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
+    out.mkdir(parents=True, exist_ok=True)
+    for path in [out / MANIFEST_NAME, *(out.glob(stale) if stale else ())]:
+        path.unlink(missing_ok=True)
+    return out
+
+
+def write_manifest(out: Path, manifest: dict) -> None:
+    """The manifest, written last and atomically: its presence means the folder is complete."""
     tmp = out / f".{MANIFEST_NAME}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, out / MANIFEST_NAME)
-    return shards

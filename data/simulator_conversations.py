@@ -49,9 +49,7 @@ the same seed gives the same conversations whatever their number.
 from __future__ import annotations
 
 import copy
-import json
 import math
-import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,7 +57,15 @@ from typing import Any
 
 import numpy as np
 
-from data.simulator import _PRECISION_CUM, MANIFEST_NAME, MODEL, RULE_DOMAINS, SOURCE, _check_int
+from data.simulator import (
+    _PRECISION_CUM,
+    MODEL,
+    RULE_DOMAINS,
+    SOURCE,
+    _check_int,
+    simulation_folder,
+    write_manifest,
+)
 from data.simulator_endpoints import (
     CHARS_PER_TOKEN,
     ROWS_FILE,
@@ -290,11 +296,7 @@ def write_conversations(
     model: ConversationModel = CONVERSATIONS,
 ) -> Path:
     """Write the rows, the hidden truth and the manifest (last) into folder `out`; return the rows file."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST_NAME).unlink(missing_ok=True)
+    out = simulation_folder(out)
     rows, truth = simulate(sim, conversations, seed=seed, model=model)
     _write_jsonl(out / ROWS_FILE, rows)
     _write_jsonl(out / TRUTH_FILE, truth)
@@ -312,9 +314,7 @@ def write_conversations(
         "files": [ROWS_FILE, TRUTH_FILE],
         "simulation": sim.as_dict(),
     }
-    tmp = out / f".{MANIFEST_NAME}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / MANIFEST_NAME)
+    write_manifest(out, manifest)
     return out / ROWS_FILE
 
 

@@ -31,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from data.simulator import BLOCK_ROWS, MANIFEST_NAME, SOURCE, _check_int, _sigmoid, generate_rows
+from data.simulator import (
+    BLOCK_ROWS,
+    SOURCE,
+    _check_int,
+    _sigmoid,
+    generate_rows,
+    simulation_folder,
+    write_manifest,
+)
 from data.simulator_text import DOMAIN_WEIGHTS
 from serving.endpoints._record import Endpoints, EndpointSpecError, parse_endpoints, read_spec_document
 
@@ -274,11 +282,7 @@ def write_simulation(
 ) -> Path:
     """Write the rows, the hidden truth and the manifest (last) into folder `out`; return the rows file.
     `answers`: the rows carry each outcome's answer text (simulate)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST_NAME).unlink(missing_ok=True)
+    out = simulation_folder(out)
     rows, truth = simulate(sim, n, seed=seed, one_outcome=one_outcome, answers=answers)
     _write_jsonl(out / ROWS_FILE, rows)
     _write_jsonl(out / TRUTH_FILE, truth)
@@ -296,9 +300,7 @@ def write_simulation(
         "files": [ROWS_FILE, TRUTH_FILE],
         "simulation": sim.as_dict(),
     }
-    tmp = out / f".{MANIFEST_NAME}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / MANIFEST_NAME)
+    write_manifest(out, manifest)
     return out / ROWS_FILE
 
 

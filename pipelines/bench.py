@@ -38,6 +38,20 @@ TEXT = (
 )
 
 
+def write_json(path: Path, figures: dict) -> Path:
+    """`figures` as indented JSON at `path`, its folder made; the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(figures, indent=2))
+    return path
+
+
+def bundle_tokenizer(bundle: Path):
+    """The bundle's full tokenizer (`tokenizers.Tokenizer`), to cut prompts of a given length."""
+    from serving import Router
+
+    return Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+
+
 def prompt_of(tokenizer, n_tokens: int) -> str:
     """A realistic prompt of about n_tokens tokens (TEXT repeated and cut on a token boundary)."""
     text = TEXT * (n_tokens // 40 + 2)
@@ -999,9 +1013,7 @@ def timed_round(root: Path, request: dict) -> dict[str, float]:
 
 def version_cases(bundle: Path) -> list[dict]:
     """The cases both versions route (module doc): ~16 and ~128 tokens, without and with POLICY_20."""
-    from serving import Router
-
-    tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+    tokenizer = bundle_tokenizer(bundle)
     metadata = {"user_tier": "pro", "feature": "chat"}
     return [
         {
@@ -1132,9 +1144,7 @@ def main(
     state adds to a turn and the memory of 1e6 conversations, written to bench/conversations.json)."""
     if against and instructions:
         counted = instruction_figures(bundle, against)
-        path = out.with_name("instructions.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(counted, indent=2))
+        path = write_json(out.with_name("instructions.json"), counted)
         for case, figure in counted["cases"].items():
             print(
                 f"{case}: this {figure['this']:,.0f} instructions a route(), {against} {figure[against]:,.0f}: "
@@ -1144,9 +1154,7 @@ def main(
         return
     if against:
         figures = versions_figures(bundle, against, rounds=rounds, repeat=repeat)
-        path = out.with_name("versions.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures, indent=2))
+        path = write_json(out.with_name("versions.json"), figures)
         for case, figure in figures["cases"].items():
             difference = figure["paired_difference_us"]
             print(
@@ -1168,9 +1176,7 @@ def main(
         dispatch = dispatch_figures(
             read_bundle(bundle).content("model.onnx"), repeat, route_python(router, prompt_of(tokenizer, 16))
         )
-        path = out.with_name("gap.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**gap, "dispatch": dispatch}, indent=2))
+        path = write_json(out.with_name("gap.json"), {**gap, "dispatch": dispatch})
         for length, figures in gap.items():
             print(length, ", ".join(f"{name} {v['p50_us']:.0f} us" for name, v in figures.items()))
         print(
@@ -1181,47 +1187,34 @@ def main(
         print(f"written to {path}")
         return
     if conversations_only:
-        from serving import Router
-
-        tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+        tokenizer = bundle_tokenizer(bundle)
         figures = conversation_figures(bundle, prompt_of(tokenizer, 128), repeat)
-        path = out.with_name("conversations.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures, indent=2))
+        path = write_json(out.with_name("conversations.json"), figures)
         print_conversations(figures)
         print(f"written to {path}")
         return
     if telemetry_only:
         from rich.console import Console
 
-        from serving import Router
-
-        tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+        tokenizer = bundle_tokenizer(bundle)
         telemetry = telemetry_figures(bundle, prompt_of(tokenizer, 16), repeat)
         if telemetry is None:
             raise SystemExit("--telemetry-only needs opentelemetry-sdk (the test extra)")
-        path = out.with_name("telemetry.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(telemetry, indent=2))
+        path = write_json(out.with_name("telemetry.json"), telemetry)
         print_telemetry(telemetry, Console())
         print(f"written to {path}")
         return
     if policy_only:
         from rich.console import Console
 
-        from serving import Router
-
-        tokenizer = Router.load(bundle, strict=True).stages.scorer.extractor.tokenizer.full
+        tokenizer = bundle_tokenizer(bundle)
         figures = policy_figures(bundle, prompt_of(tokenizer, 128), repeat)
-        path = out.with_name("policy.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures, indent=2))
+        path = write_json(out.with_name("policy.json"), figures)
         print_policy(figures, Console())
         print(f"written to {path}")
         return
     results = run(bundle, repeat=repeat, batch=batch, load_runs=load_runs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_json(out, results)
     print_report(results)
     print(f"written to {out}")
 
