@@ -308,6 +308,8 @@ def test_a_policy_must_name_the_bundles_endpoints(trained, tmp_path):
     router = Router.load(made.folder, strict=True, public_key=public)
     with pytest.raises(PolicyFileError):
         router.policy = two
+    router.policy = path  # the setter reads a path as load() does, with the bundle's names
+    assert router.route("hello").forbidden == ("frontier",)
 
 
 def test_scoring_failure_degrades_to_endpoints_by_price_with_the_policy_kept(trained, monkeypatch):

@@ -273,12 +273,9 @@ class Router:
         return self._policy
 
     @policy.setter
-    def policy(self, policy: PolicySet | None) -> None:
-        """Replace the policy: one reference, so each decision follows wholly the old or the new one."""
-        from serving.policy._rules import PolicySet
-
-        if policy is not None and not isinstance(policy, PolicySet):
-            raise TypeError(f"policy must be a serving.policy.PolicySet or None, got {type(policy).__name__}")
+    def policy(self, policy: PolicySet | str | Path | None) -> None:
+        """Replace the policy with what the constructor takes (a policy file's path is read with the
+        current bundle's endpoints): one reference, so each decision follows wholly the old or the new one."""
         self._policy = _policy(policy, self._routing)
 
     def record_spend(self, metadata: Mapping[str, str] | None, amount: float) -> None:
