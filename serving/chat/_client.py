@@ -29,8 +29,8 @@ from serving.chat._request import ChatRequest
 from serving.chat._routing_info import Completion, RoutingInfo
 from serving.chat._streams import AsyncChatStream, ChatStream, LoopThread
 from serving.chat._upstream import Answer, Upstream
-from serving.endpoints._record import Endpoint
-from serving.execution._execute import check_names
+from serving.endpoints._record import Endpoint, _is_count
+from serving.execution._execute import check_names, named_calls
 
 if TYPE_CHECKING:
     from serving.chat._conversation import Message
@@ -73,18 +73,12 @@ class RoutedChat:
         to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
         on_routed: Callable[[RoutingInfo], None] | None = None,
     ) -> None:
-        if endpoints is not None and (edge is not None or cloud is not None):
-            raise TypeError("give edge= and cloud=, or endpoints=, not both")
-        if endpoints is None and (edge is None or cloud is None):
-            raise TypeError("RoutedChat needs endpoints= (name -> Endpoint), or edge= and cloud=")
-        records: Mapping[str, object] = endpoints if endpoints is not None else {"edge": edge, "cloud": cloud}
+        records = named_calls(edge, cloud, endpoints, "RoutedChat needs endpoints= (name -> Endpoint)")
         check_names(records)
         if not all(isinstance(endpoint, Endpoint) for endpoint in records.values()):
             raise TypeError("edge and cloud (each of endpoints) must be serving.Endpoint records")
         given = None if specs is None else specs if isinstance(specs, Mapping) else specs.by_name()
-        named = {
-            name: _named(name, endpoint, given) for name, endpoint in records.items() if isinstance(endpoint, Endpoint)
-        }
+        named = {name: _named(name, endpoint, given) for name, endpoint in records.items()}
         self.router = router
         self.edge, self.cloud = named.get("edge"), named.get("cloud")
         self.endpoints: Mapping[str, Endpoint] = named
@@ -241,9 +235,9 @@ class RoutedChat:
     ) -> None:
         """A stream has ended (or was closed): a conversation's turn, recorded when the stream
         opened, gets its answer's length when the server reported usage; then as any answer."""
-        tokens = completion_tokens(usage)
+        tokens = usage.get("completion_tokens") if usage is not None else None
         turn = routing.decision.turn
-        if conversation is not None and turn is not None and tokens:
+        if conversation is not None and turn is not None and _is_count(tokens) and tokens:
             try:
                 self.router.record_answer(conversation, turn=turn, endpoint=routing.served_by, output_tokens=tokens)
             except Exception as exc:  # the answer is the app's already: never break it here
@@ -296,12 +290,6 @@ class RoutedChat:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def completion_tokens(usage: Mapping[str, Any] | None) -> int:
-    """A usage's completion_tokens when it is a count (an integer from 0 to below 10^9), else 0."""
-    value = usage.get("completion_tokens") if usage is not None else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9 else 0
 
 
 def _named(name: str, endpoint: Endpoint, specs: Mapping[str, Endpoint] | None) -> Endpoint:

@@ -166,19 +166,13 @@ class _KeyStage:
         return 0
 
 
-def redact_value(value: Any, secrets: Sequence[str]) -> Any:  # Any: a decoded JSON value, of any shape
+def redact_value(value: Any, secrets: Sequence[str], text: str | None = None) -> Any:  # Any: JSON of any shape
     """A decoded JSON value (dicts, lists, strings, numbers) with every secret in its strings and
-    keys replaced; `value` itself when none holds one (so a caller can tell nothing changed)."""
+    keys replaced; `value` itself when none holds one (so a caller can tell nothing changed).
+    text: the JSON text `value` was decoded from, if known (a str: bytes may be UTF-16); one holding
+    no secret and no escape decodes to strings holding none either, so `value` is not walked."""
     secrets = _hunted(secrets)
-    return _redacted(value, secrets) if secrets else value
-
-
-def redact_decoded(text: str, value: Any, secrets: Sequence[str]) -> Any:
-    """redact_value(value), where `value` was decoded from the JSON text `text` (a str: bytes may
-    be UTF-16): a text holding no secret and no escape decodes to strings holding none either, so
-    it is not walked."""
-    secrets = _hunted(secrets)
-    if not secrets or ("\\" not in text and not any(s in text for s in secrets)):
+    if not secrets or (text is not None and "\\" not in text and not any(s in text for s in secrets)):
         return value
     return _redacted(value, secrets)
 

@@ -63,29 +63,19 @@ class ChatRequest:
 
 def check_json_numbers(value: Any, where: str = "") -> None:
     """ValueError naming the first number in `value` (nested dicts and lists) that JSON cannot
-    carry, e.g. "temperature is NaN" or "messages[0].weight is Infinity"."""
-    found = non_json_number(value, where)
-    if found is not None:
-        path, number = found
-        shown = path if len(path) <= MAX_PATH_CHARS else path[:MAX_PATH_CHARS] + "..."
-        name = "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity"
-        raise ValueError(
-            f"{shown or 'the value'} is {name}: JSON has no NaN or Infinity (a number beyond "
-            "±1.8e308 reads as Infinity too); send a finite number"
-        )
-
-
-def non_json_number(value: Any, where: str = "") -> tuple[str, float] | None:
-    """(path, number) of the first non-finite float in `value`, or None. Walks with a stack of its
+    carry, e.g. "temperature is NaN" or "messages[0].weight is Infinity". Walks with a stack of its
     own, not by recursion, so a body nested as deep as the JSON parser allows is walked too."""
     stack = [(where, value)]
     while stack:
         path, item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return path, item
-        elif isinstance(item, Mapping):
+        if isinstance(item, float) and not math.isfinite(item):
+            shown = path if len(path) <= MAX_PATH_CHARS else path[:MAX_PATH_CHARS] + "..."
+            name = "NaN" if math.isnan(item) else "Infinity" if item > 0 else "-Infinity"
+            raise ValueError(
+                f"{shown or 'the value'} is {name}: JSON has no NaN or Infinity (a number beyond "
+                "±1.8e308 reads as Infinity too); send a finite number"
+            )
+        if isinstance(item, Mapping):
             stack.extend(reversed([(f"{path}.{key}" if path else str(key), v) for key, v in item.items()]))
         elif isinstance(item, (list, tuple)):
             stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(item)]))
-    return None

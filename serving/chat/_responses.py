@@ -76,12 +76,6 @@ def starts_answer(chunk: Mapping[str, Any]) -> bool:
     return False
 
 
-def chunk_usage(chunk: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The usage a chunk reports (the last chunk, when asked with stream_options.include_usage), or None."""
-    usage = chunk.get("usage")
-    return usage if isinstance(usage, Mapping) else None
-
-
 def error_detail(raw: bytes, secrets: Sequence[str]) -> str:
     """The message of an HTTP error body ({"error": {"message": ...}}, {"error": "..."}, or text),
     with the secrets redacted, shortened. Redacted as the message reads: after the JSON escapes
@@ -146,9 +140,8 @@ class ChunkRedactor:
     def end(self, *, cut: bool = False) -> JSONObject | None:
         """What is still held back, as one more chunk (None when nothing is); `cut`: the stream
         broke, so an end that begins a key goes too."""
-        indexes = list(dict.fromkeys(index for index, _ in self._texts))
         choices: list[Any] = []
-        for index in indexes:
+        for index in dict.fromkeys(key[0] for key in self._texts):  # each choice holding text, once
             delta = self._flushed(index, None, cut=cut)
             if delta is not None:
                 choices.append({"index": index, "delta": delta, "finish_reason": None})
@@ -159,11 +152,8 @@ class ChunkRedactor:
             "id": last.get("id", "chatcmpl-redacted"),
             "object": last.get("object", "chat.completion.chunk"),
         }
-        for name in ("created", "model"):
-            if name in last:
-                made[name] = last[name]
-        made["choices"] = choices
-        return made
+        made.update({name: last[name] for name in ("created", "model") if name in last})
+        return {**made, "choices": choices}
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> Mapping[str, Any]:
         """`delta` with its texts pushed through their redactors; `delta` itself when that changes none."""

@@ -7,18 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from serving.chat._errors import failure_kind
-from serving.execution._execute import Execution, Step, Tried
-from serving.execution._execute import fallback_kind as execution_fallback_kind
+from serving.execution._execute import Execution, Step, Tried, fallback_kind
 from serving.routing._decision import Decision
 
 if TYPE_CHECKING:
     from serving._json_types import JSONObject
-
-
-def fallback_kind(execution: Execution) -> str | None:
-    """A short, fixed name for why the endpoint before the serving one was left (None when nothing fell
-    back): serving.execution._execute.fallback_kind, with the chat client's failure kinds."""
-    return execution_fallback_kind(execution, failure_kind)
 
 
 @dataclass
@@ -58,7 +51,17 @@ class RoutingInfo:
 
     @property
     def switch(self) -> str | None:
-        return conversation_said(self.decision.reason)
+        """What the decision's reason says of the request's conversation: its part starting
+        "conversation turn N" (stays on, moves from ... to ..., with what the re-read costs) or, when
+        the store could not be read, that the state was unavailable (without the store's error); None
+        when it says nothing of one. The reasons begin so in serving.routing._chooser.Turn.said and
+        serving.conversations._keeper.Conversations.states."""
+        for part in self.decision.reason.split("; "):
+            if part.startswith("conversation turn "):
+                return part
+            if part.startswith("conversation state unavailable"):
+                return "conversation state unavailable: decided as a turn on its own"
+        return None
 
     @classmethod
     def of(cls, execution: Execution, model: str) -> "RoutingInfo":
@@ -67,7 +70,7 @@ class RoutingInfo:
             execution.served_by,
             model,
             execution.fallback_reason,
-            fallback_kind(execution),
+            fallback_kind(execution, failure_kind),  # with the chat client's failure kinds
             execution.steps,
             request_id=getattr(execution, "request_id", None),
             tried=execution.tried,
@@ -94,24 +97,6 @@ class RoutingInfo:
                 else {}
             ),
         }
-
-
-# How the router's reasons begin what they say of a conversation (serving.routing._chooser.Turn.said,
-# serving.conversations._keeper.Conversations.states).
-CONVERSATION_SAID = ("conversation turn ", "conversation state unavailable")
-
-
-def conversation_said(reason: str) -> str | None:
-    """What a decision's reason says of the request's conversation: its part starting "conversation
-    turn N" (stays on, moves from ... to ..., with what the re-read costs) or, when the store could
-    not be read, "conversation state unavailable" (without the store's error); None when it says
-    nothing of one."""
-    for part in reason.split("; "):
-        if part.startswith(CONVERSATION_SAID[0]):
-            return part
-        if part.startswith(CONVERSATION_SAID[1]):
-            return "conversation state unavailable: decided as a turn on its own"
-    return None
 
 
 @dataclass

@@ -19,18 +19,18 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping
 
 import httpx2
 
 import serving.monitoring._telemetry as telemetry
 from serving.chat._errors import StreamInterrupted, UpstreamError, redact
-from serving.chat._responses import ChunkRedactor, chunk_usage
+from serving.chat._responses import ChunkRedactor
 from serving.chat._routing_info import RoutingInfo
 from serving.chat._upstream import OpenStream, Upstream
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Mapping
+    from collections.abc import Coroutine
     from typing import TypeVar
 
     from serving._json_types import JSONObject
@@ -105,8 +105,8 @@ class AsyncChatStream:
                 )
                 self._trace.failed(interrupted)
                 return await self._ended(interrupted)
-        usage = chunk_usage(item[1])
-        if usage is not None:
+        usage = item[1].get("usage")  # the last chunk's, when asked with stream_options.include_usage
+        if isinstance(usage, Mapping):
             self._usage = usage
         chunk = self._redactor.chunk(item[1])
         return item if chunk is item[1] else (json.dumps(chunk), chunk)

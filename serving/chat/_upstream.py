@@ -35,14 +35,11 @@ from serving.chat._errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
     redact,
-    redact_decoded,
     redact_value,
 )
 from serving.chat._responses import check_chunk, completion_text, error_detail, parse_json_object, starts_answer
 
 if TYPE_CHECKING:
-    from typing import NoReturn
-
     from typing_extensions import TypeAlias
 
     from serving._json_types import JSONObject
@@ -151,12 +148,29 @@ class Upstream:
         return self._answer(response.status_code, raw)
 
     async def _read(self, response: httpx2.Response) -> bytes:
-        """The body of `response`, read within its bounds (_Body)."""
-        body = _Body(self, response)
+        """The body of `response`, read within bounds: an answer over the endpoint's
+        `max_response_bytes` is UpstreamMalformed (checked against Content-Length first); an error
+        body is cut at MAX_ERROR_BODY_BYTES and reading stops there."""
+        is_error = response.status_code >= 400
+        limit = MAX_ERROR_BODY_BYTES if is_error else self.endpoint.max_response_bytes
+        declared = response.headers.get("content-length", "")
+        if not is_error and declared.isdigit() and int(declared) > limit:
+            raise self._too_large(limit, int(declared))
+        parts: list[bytes] = []
+        size = 0
         async for chunk in response.aiter_bytes():
-            if not body.add(chunk):
-                break
-        return body.content()
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                if is_error:
+                    break
+                raise self._too_large(limit, size)
+        return b"".join(parts)[:limit]
+
+    def _too_large(self, limit: int, size: int) -> UpstreamMalformed:
+        return UpstreamMalformed(
+            self.name, f"the answer of {self.endpoint.model} is over {limit:,} bytes ({size:,} so far)"
+        )
 
     def _answer(self, status: int, raw: bytes) -> Answer:
         if status >= 400:
@@ -250,39 +264,5 @@ class Upstream:
             if not event.data:
                 continue
             chunk = parse_json_object(self.name, event.data, f"a stream event of {self.endpoint.model}")
-            clean = check_chunk(self.name, redact_decoded(event.data, chunk, self.secrets), self.secrets)
+            clean = check_chunk(self.name, redact_value(chunk, self.secrets, event.data), self.secrets)
             yield (event.data if clean is chunk else json.dumps(clean)), clean
-
-
-class _Body:
-    """A response body collected as it arrives, within bounds: an answer over the endpoint's
-    `max_response_bytes` is UpstreamMalformed (checked against Content-Length first); an error
-    body is cut at MAX_ERROR_BODY_BYTES and reading stops there."""
-
-    def __init__(self, upstream: Upstream, response: httpx2.Response) -> None:
-        self.upstream, self.size = upstream, 0
-        self.parts: list[bytes] = []
-        self.is_error = response.status_code >= 400
-        self.limit = MAX_ERROR_BODY_BYTES if self.is_error else upstream.endpoint.max_response_bytes
-        declared = response.headers.get("content-length", "")
-        if not self.is_error and declared.isdigit() and int(declared) > self.limit:
-            self._refuse(int(declared))
-
-    def add(self, chunk: bytes) -> bool:
-        """Keep `chunk`; False when an error body is complete enough to stop reading."""
-        self.parts.append(chunk)
-        self.size += len(chunk)
-        if self.size > self.limit:
-            if self.is_error:
-                return False
-            self._refuse(self.size)
-        return True
-
-    def content(self) -> bytes:
-        return b"".join(self.parts)[: self.limit]
-
-    def _refuse(self, size: int) -> NoReturn:
-        raise UpstreamMalformed(
-            self.upstream.name,
-            f"the answer of {self.upstream.endpoint.model} is over {self.limit:,} bytes ({size:,} so far)",
-        )

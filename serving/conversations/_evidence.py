@@ -111,22 +111,18 @@ def with_evidence(
     an N-endpoint bundle's `expected`; a two-endpoint bundle's heads, and its score when it is the
     expected gain p_cloud - p_edge (an older bundle's score is left as it is). The same object when
     no request has a last turn."""
-    rows = [i for i, state in enumerate(states) if state is not None and state.turns > 0]
+    rows = [(i, state) for i, state in enumerate(states) if state is not None and state.turns > 0]
     if not rows or scores.note is not None:
         return scores
     if scores.expected is not None:
         expected = scores.expected.copy()
-        for i in rows:
-            state = states[i]
-            assert state is not None
+        for i, state in rows:
             expected[i] = evidence.adjusted(expected[i].tolist(), names, state)
         return Scores(scores.n_tokens, novelty=scores.novelty, expected=expected)
     if scores.heads is None or scores.scores is None or not expected_gain:
         return scores
     heads, values = list(scores.heads), list(scores.scores)
-    for i in rows:
-        state = states[i]
-        assert state is not None
+    for i, state in rows:
         p_edge, p_cloud = evidence.adjusted(heads[i], names, state)
         heads[i], values[i] = (p_edge, p_cloud), p_cloud - p_edge
     return Scores(scores.n_tokens, scores=values, heads=heads, novelty=scores.novelty)

@@ -141,27 +141,19 @@ class Conversations:
         error, a rejected answer), or that nothing served it."""
         if request.conversation is None:
             return
-        if execution is None:
-            self.record(
-                request.conversation,
-                None,
-                input_tokens=decision.n_tokens,
-                output_tokens=0,
-                on_device=False,
-                outcome="failed",
-            )
-            return
-        served = execution.served_by
-        if execution.fallback_reason is None:
-            outcome = "served"
-        else:
-            outcome = "rejected" if any(t.outcome == "rejected" for t in execution.tried) else "fallback"
-        on_device = dict(zip(decision.cascade, decision.on_device)).get(served, False)
+        served, on_device, outcome = None, False, "failed"  # nothing served it
+        if execution is not None:
+            served = execution.served_by
+            on_device = dict(zip(decision.cascade, decision.on_device)).get(served, False)
+            if execution.fallback_reason is None:
+                outcome = "served"
+            else:
+                outcome = "rejected" if any(t.outcome == "rejected" for t in execution.tried) else "fallback"
         self.record(
             request.conversation,
             served,
             input_tokens=decision.n_tokens,
-            output_tokens=output_tokens,
+            output_tokens=0 if execution is None else output_tokens,
             on_device=on_device,
             outcome=outcome,
         )

@@ -71,6 +71,7 @@ INLINE_CHARS = 2_048
 _routing_pool: ThreadPoolExecutor | None = None
 _routing_pool_lock = threading.Lock()
 Result = TypeVar("Result")
+Named = TypeVar("Named")  # what named_calls names: a call, or an Endpoint record
 
 
 async def off_loop(subject: object, fn: Callable[..., Result], *args: Any) -> Result:
@@ -225,17 +226,20 @@ def check_names(endpoints: Mapping[str, object], what: str = "endpoints", *, cal
 
 
 def named_calls(
-    edge: object, cloud: object, endpoints: Mapping[str, Callable[[Any], Any]] | None
-) -> Mapping[str, Callable[[Any], Any]]:
-    """The calls by endpoint name: `endpoints`, or edge= and cloud= as the endpoints "edge" and
-    "cloud"; TypeError for a mix, or neither."""
+    edge: Named | None,
+    cloud: Named | None,
+    endpoints: Mapping[str, Named] | None,
+    needs: str = "execute() needs endpoints= (name -> call)",
+) -> Mapping[str, Named]:
+    """The calls (or RoutedChat's Endpoint records) by endpoint name: `endpoints`, or edge= and
+    cloud= as the endpoints "edge" and "cloud"; TypeError for a mix, or neither (`needs` says what)."""
     if endpoints is not None:
         if edge is not None or cloud is not None:
             raise TypeError("give edge= and cloud=, or endpoints=, not both")
         return endpoints
     if edge is None or cloud is None:
-        raise TypeError("execute() needs endpoints= (name -> call), or edge= and cloud=")
-    return {EDGE: edge, CLOUD: cloud}  # type: ignore[dict-item]  # checked as callables by _Cascade
+        raise TypeError(f"{needs}, or edge= and cloud=")
+    return {EDGE: edge, CLOUD: cloud}
 
 
 class _Cascade:

@@ -135,17 +135,16 @@ def timed_step(steps: list[Step], name: str, *, endpoint: str | None = None) -> 
     attempt = telemetry.attempt(name, endpoint=endpoint)  # a child span while a tracer records the request; else None
     try:
         yield step
-    except (TimeoutError, EdgeBusy) as exc:
-        status = "timeout" if isinstance(exc, TimeoutError) else "skipped"
-        steps.append(Step(name, status, time.perf_counter() - start, str(exc)))
+    except BaseException as exc:
+        status = "cancelled"  # not an Exception (asyncio's cancellation, an interrupt): no step
+        if isinstance(exc, (TimeoutError, EdgeBusy)):
+            status = "timeout" if isinstance(exc, TimeoutError) else "skipped"
+            steps.append(Step(name, status, time.perf_counter() - start, str(exc)))
+        elif isinstance(exc, Exception):
+            status = "error"
+            steps.append(Step(name, status, time.perf_counter() - start, repr(exc)[:500]))
         if attempt is not None:
             attempt.ended(status, error=exc)
-        raise
-    except BaseException as exc:
-        if isinstance(exc, Exception):
-            steps.append(Step(name, "error", time.perf_counter() - start, repr(exc)[:500]))
-        if attempt is not None:
-            attempt.ended("error" if isinstance(exc, Exception) else "cancelled", error=exc)
         raise
     step.seconds = time.perf_counter() - start
     steps.append(step)
