@@ -23,7 +23,7 @@ from serving.conversations._switch import PRICED, Stickiness, SwitchPricing
 from serving.endpoints._capabilities import declares_languages, lacking_text, rule_name, ruled_out, with_language
 from serving.endpoints._choice import NONE, best_under_price, call_costs, cascade, cheapest_within, escalation
 from serving.features._language import shared_detector
-from serving.routing._decision import Decision, zone_cascade
+from serving.routing._decision import ZONES, Decision
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -314,7 +314,7 @@ class Bands:
                     zone, reason, truncated, switched = self._turn_zone(
                         chooser, request, score, n_tokens, novelty, turn
                     )
-                cascade, on_device, checked = zone_cascade(zone)
+                cascade, on_device, checked = ZONES[zone]
                 decision = Decision(
                     cascade,
                     score,
@@ -359,7 +359,7 @@ class Bands:
                 chooser.none_feasible(decision.n_tokens, (True, True), verdict, lacking)
             if len(allowed) == 1:
                 zone = allowed[0]
-        cascade, on_device, checked = zone_cascade(zone)
+        cascade, on_device, checked = ZONES[zone]
         if forbidden and len(cascade) > 1:
             keep = [k for k, name in enumerate(cascade) if name not in forbidden]
             cascade, on_device = tuple(cascade[k] for k in keep), tuple(on_device[k] for k in keep)
@@ -380,7 +380,7 @@ class Bands:
             return decision, False, 1.0 - rate
         zone = CLOUD if decision.target == EDGE else FALLBACK
         first = CLOUD if zone == CLOUD else EDGE
-        cascade, on_device, checked = zone_cascade(zone)
+        cascade, on_device, checked = ZONES[zone]
         explored = dataclasses.replace(
             decision,
             cascade=cascade,
@@ -469,24 +469,24 @@ def zone_decision(
 ) -> Decision:
     """A two-endpoint decision of `zone` for `request` with `policy` applied, as route() applies it
     (the offline evaluation's what-if: evaluation.rules_effect); NoFeasibleEndpoint as route()."""
-    chooser = _two_sides()
+    chooser, bands = _two_sides()
     feasible = chooser.feasible((request,), (n_tokens,), policy, spending)
     decision = Decision.of_zone(
         zone, score=0.0, reason="", degraded=False, model_version="", precision=request.precision, n_tokens=n_tokens
     )
-    rule = chooser.rule
-    assert isinstance(rule, Bands)
-    return rule.placed(chooser, decision, feasible.verdicts[0], feasible.lacking[0])
+    return bands.placed(chooser, decision, feasible.verdicts[0], feasible.lacking[0])
 
 
 @functools.lru_cache(maxsize=1)
-def _two_sides() -> Chooser:
+def _two_sides() -> tuple[Chooser, Bands]:
     from serving.endpoints._record import two_endpoints
     from serving.routing._rule_table import RuleRouter
 
     rules = RuleRouter()
     bands = Bands(None, rules, edge_context_tokens=DEFAULT_EDGE_CONTEXT_TOKENS)
-    return Chooser(two_endpoints(DEFAULT_EDGE_CONTEXT_TOKENS), bands, model_version="", max_chars=rules.max_chars)
+    return Chooser(
+        two_endpoints(DEFAULT_EDGE_CONTEXT_TOKENS), bands, model_version="", max_chars=rules.max_chars
+    ), bands
 
 
 def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:
@@ -613,8 +613,17 @@ class Choice:
         """(the decision to carry out, whether explored, its propensity): with probability `rate`
         the first endpoint drawn uniformly among the k that may serve the request (the decided one
         included), then the cascade in its order without it; propensity 1 - rate + rate / k for
-        the decided endpoint, rate / k for another; k = 1 is never explored."""
-        feasible = feasible_first(decision, chooser.endpoints)
+        the decided endpoint, rate / k for another; k = 1 is never explored. May serve: not forbidden
+        (Decision.forbidden: the policy's and the needs', by name or by side as serving.execution._execute
+        reads it) and a context that holds the prompt."""
+        forbidden = decision.forbidden
+        feasible = [
+            e.name
+            for e in chooser.endpoints
+            if e.name not in forbidden
+            and (e.where is None or SIDE_OF[e.where] not in forbidden)
+            and e.fits(decision.n_tokens)
+        ]
         k = len(feasible)
         if not rate or k < 2 or decision.endpoint not in feasible:
             return decision, False, 1.0
@@ -625,7 +634,16 @@ class Choice:
         first = feasible[draw.randrange(k)]
         if first == decision.endpoint:
             return decision, False, decided
-        return first_explored(decision, first, chooser.endpoints, rate), True, share
+        cascade = (first, *(name for name in decision.cascade if name != first))
+        explored = dataclasses.replace(
+            decision,
+            cascade=cascade,
+            on_device=tuple(chooser.on_device[chooser.index[name]] for name in cascade),
+            checked=cascade[:-1],  # every answer but the last, as an N-endpoint cascade checks them
+            score=decision.expected[first] if decision.expected is not None else decision.score,
+            reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
+        )
+        return explored, True, share
 
     def _decision(
         self,
@@ -733,36 +751,6 @@ def _by_price(cost: NDArray[np.float64], usable: NDArray[np.bool_]) -> list[list
     first = best_under_price(np.zeros_like(cost), cost, 1.0, usable)
     by_price = np.argsort(np.argsort(cost, axis=1, kind="stable"), axis=1).astype(np.float64)
     return escalation(by_price, cost, first, usable)
-
-
-def feasible_first(decision: Decision, endpoints: Sequence[Endpoint]) -> list[str]:
-    """The endpoints a decision's first call may be explored to, in the bundle's order (`endpoints`):
-    the chooser's feasibility read back from the decision, i.e. not forbidden (Decision.forbidden,
-    which holds the policy's forbidden endpoints and those lacking what the request needs; by
-    name, or by side as serving.execution._execute reads it) and with a context that holds the prompt."""
-    forbidden = decision.forbidden
-    return [
-        e.name
-        for e in endpoints
-        if e.name not in forbidden
-        and (e.where is None or SIDE_OF[e.where] not in forbidden)
-        and e.fits(decision.n_tokens)
-    ]
-
-
-def first_explored(decision: Decision, first: str, endpoints: Sequence[Endpoint], rate: float) -> Decision:
-    """The decision with `first` run first, then its cascade in its order without it (every answer
-    but the last checked, as an N-endpoint cascade is), score `first`'s expected."""
-    cascade = (first, *(name for name in decision.cascade if name != first))
-    on_device = {e.name: e.where == "device" for e in endpoints}
-    return dataclasses.replace(
-        decision,
-        cascade=cascade,
-        on_device=tuple(on_device[name] for name in cascade),
-        checked=cascade[:-1],
-        score=decision.expected[first] if decision.expected is not None else decision.score,
-        reason=f"explored ({rate:g}): {first} first instead of {decision.endpoint}; {decision.reason}",
-    )
 
 
 def _policy_said(verdict: Verdict, forbidden: tuple[str, ...]) -> str:

@@ -45,7 +45,7 @@ class Decision:
     @classmethod
     def of_zone(cls, zone: str, **fields: Any) -> "Decision":  # Any: the other fields, of their own types
         """A two-endpoint decision from its zone (the rule table's, a bundle's bands')."""
-        cascade, on_device, checked = zone_cascade(zone)
+        cascade, on_device, checked = ZONES[zone]
         return cls(cascade=cascade, on_device=on_device, checked=checked, **fields)
 
     @property
@@ -92,14 +92,8 @@ class Decision:
 
 # A two-endpoint zone as a cascade: (cascade, on_device, checked). The edge alone is still left
 # for the cloud when its call fails.
-Placement = tuple[tuple[str, ...], tuple[bool, ...], tuple[str, ...]]
-_ZONES: dict[str, Placement] = {
+ZONES: dict[str, tuple[tuple[str, ...], tuple[bool, ...], tuple[str, ...]]] = {
     EDGE: ((EDGE, CLOUD), (True, False), ()),
     FALLBACK: ((EDGE, CLOUD), (True, False), (EDGE,)),
     CLOUD: ((CLOUD,), (False,), ()),
 }
-
-
-def zone_cascade(zone: str) -> Placement:
-    """The (cascade, on_device, checked) of a two-endpoint zone."""
-    return _ZONES[zone]

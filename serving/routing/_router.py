@@ -89,7 +89,7 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, p
         bundle = read_bundle(path, public_key=public_key)
         scorer = Scorer(bundle, threads=threads)
         acceptor = Acceptor.from_bundle(bundle, scorer)
-        routing = Routing(scorer, scorer.manifest, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
+        routing = Routing(scorer, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
         if FILE in scorer.manifest.files:  # the previous turn as evidence (serving.conversations._evidence)
             routing.chooser.evidence = TurnEvidence.from_json(bundle.content(FILE), routing.chooser.names)
     except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
@@ -178,7 +178,7 @@ class Router:
             if strict:
                 raise
             logger.warning("routing bundle unavailable, using the rule table: %s", error)
-            routing = Routing(None, None, degraded_reason=str(error))
+            routing = Routing(None, degraded_reason=str(error))
         return cls(
             routing, **options, traffic=traffic, policy=policy, conversations=conversations, stickiness=stickiness
         )

@@ -9,7 +9,6 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from serving._contract import DEFAULT_EDGE_CONTEXT_TOKENS, DEFAULT_MAX_CHARS
-from serving.bundle._manifest import Manifest
 from serving.conversations._switch import PRICED, Stickiness
 from serving.endpoints._record import two_endpoints
 from serving.routing._chooser import Bands, Choice, Chooser
@@ -37,7 +36,6 @@ class Routing:
     def __init__(
         self,
         scorer: Scorer | None,
-        manifest: Manifest | None,
         *,
         degraded_reason: str | None = None,
         unfamiliar_policy: str | None = None,
@@ -47,36 +45,38 @@ class Routing:
         self.acceptor = acceptor
         self._warned_no_acceptor = False
         self._warned_no_encoder = False
-        self.manifest = manifest
+        self.manifest = manifest = scorer.manifest if scorer is not None else None
         self.degraded_reason = degraded_reason
+        self.degraded = scorer is None
+        # The summary of its training traffic the bundle carries (Router.drift_reference).
+        self.drift_reference = scorer.drift_reference if scorer is not None else None
         self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
         self.model_version = manifest.model_version if manifest else RuleRouter.model_version
         tokenizer = scorer.extractor.tokenizer if scorer is not None else None
         max_chars = scorer.spec.max_chars if scorer is not None else DEFAULT_MAX_CHARS
         self._rules = RuleRouter(tokenizer, max_chars=max_chars)
+        # `text`'s length in the bundle's tokens (the rule table's count without a bundle).
+        self.count_tokens = self._rules.count_tokens
         # What an unfamiliar prompt gets (serving.scoring._novelty.UNFAMILIAR_POLICIES): the caller's choice, else the bundle's.
         self.unfamiliar_policy = unfamiliar_policy or (manifest.novelty.get("policy") if manifest else None)
-        section = manifest.endpoints if manifest is not None and scorer is not None else None
+        section = manifest.endpoints if manifest is not None else None
         rule: Bands | Choice
         if section is not None:
             endpoints, rule = tuple(section.spec), Choice(section, unfamiliar_policy=self.unfamiliar_policy)
         else:
             endpoints = two_endpoints(self.edge_context_tokens)
             rule = Bands(
-                manifest if scorer is not None else None,
+                manifest,
                 self._rules,
                 edge_context_tokens=self.edge_context_tokens,
                 unfamiliar_policy=self.unfamiliar_policy,
             )
         self.chooser = Chooser(endpoints, rule, model_version=self.model_version, max_chars=max_chars)
+        # The endpoints this bundle routes among, in its order: edge and cloud for a two-endpoint
+        # bundle and the rule table.
+        self.endpoint_names = self.chooser.names
         # The answer's expected tokens the calls' prices count: an N-endpoint bundle's own (what its choice priced).
         self.output_tokens = section.output_tokens if section is not None else 0.0
-
-    @property
-    def endpoint_names(self) -> tuple[str, ...]:
-        """The endpoints this bundle routes among, in its order: edge and cloud for a two-endpoint
-        bundle and the rule table."""
-        return self.chooser.names
 
     def decisions(
         self,
@@ -91,10 +91,6 @@ class Routing:
         endpoints) decides, `degraded` set."""
         scores = self.scores(requests)
         return self.chooser.decisions(requests, scores, policy, spending, conversations, stickiness, self.output_tokens)
-
-    def count_tokens(self, text: str) -> int:
-        """`text`'s length in the bundle's tokens (the rule table's count without a bundle)."""
-        return self._rules.count_tokens(text)
 
     def scores(self, requests: Sequence[Request]) -> Scores:
         """What the bundle's graph says of the requests; a failure is a degraded Scores, never raised."""
@@ -111,25 +107,17 @@ class Routing:
         return Scores([self._rules.count_tokens(p) for p in prompts], note=note)
 
     @property
-    def degraded(self) -> bool:
-        return self._scorer is None
-
-    @property
     def stages(self) -> RouteStages | None:
         """The stages route() runs on this bundle, for profiling (RouteStages); None when
         degraded (the rule table decides)."""
         return None if self._scorer is None else RouteStages(self)
-
-    @property
-    def drift_reference(self) -> bytes | None:
-        return None if self._scorer is None else self._scorer.drift_reference
 
     def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> JSONObject | None:
         """What training needs of a prompt whose text is not kept (serving.monitoring._outcome_log's privacy
         modes): the scalar inputs this bundle computes for it and either its token ids or, for
         "embedding", its encoder's pooled embedding before the projection, with what identifies
         them. None when degraded, or for "embedding" when the bundle holds no such encoder."""
-        if self._scorer is None or self.manifest is None:  # degraded: both or neither (Router)
+        if self._scorer is None or self.manifest is None:  # degraded: neither (the manifest is the scorer's)
             return None
         try:
             ids, mask, scalars, _, _ = self._scorer.extractor.prepare([prompt], [precision])

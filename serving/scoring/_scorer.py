@@ -27,14 +27,13 @@ from serving.bundle._bundle import Bundle, BundleError
 from serving.bundle._manifest import ENDPOINTS_KIND
 from serving.features._extractor import FastTokenizer, FeatureExtractor, OnnxEncoder, Projection, onnx_session
 from serving.scoring._calibration import calibrator
+from serving.scoring._novelty import Novelty
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from numpy.typing import NDArray
     from typing_extensions import TypeAlias
-
-    from serving.scoring._novelty import Novelty
 
     # An onnxruntime session's run: (output names, feeds by input name, run options) -> the outputs.
     RunModel: TypeAlias = Callable[[list[str], dict[str, NDArray[Any]], None], list[NDArray[Any]]]
@@ -98,7 +97,13 @@ class Scorer:
         section = self.manifest.novelty
         # novelty from the graph (`in_model`), from the reference file here, or none
         self.novelty_output = section.get("output") if section.get("in_model") else None
-        self.novelty = self._novelty(bundle) if self.novelty_output is None else None
+        self.novelty = None
+        if section and self.novelty_output is None:
+            self.novelty = Novelty.from_bytes(
+                bundle.content(section["file"]),
+                embedding_threshold=section["embedding_threshold"],
+                unseen_threshold=section["unseen_threshold"],
+            )
         self._encoder_onnx = (
             bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in self.manifest.files else None
         )
@@ -138,18 +143,6 @@ class Scorer:
                 f"the model's output {output!r} holds {width} endpoints' probabilities; the manifest lists "
                 f"{len(score.heads)} ({', '.join(score.heads)})"
             )
-
-    def _novelty(self, bundle: Bundle) -> Novelty | None:
-        from serving.scoring._novelty import Novelty
-
-        section = self.manifest.novelty
-        if not section:
-            return None
-        return Novelty.from_bytes(
-            bundle.content(section["file"]),
-            embedding_threshold=section["embedding_threshold"],
-            unseen_threshold=section["unseen_threshold"],
-        )
 
     def pooled_embedding(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32] | None:
         """The encoder's pooled embedding of prepared ids, before the projection (the bundle's
