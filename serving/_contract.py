@@ -9,9 +9,8 @@ from __future__ import annotations
 # Bundle layout
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-DRIFT_REFERENCE_FILE = (
-    "drift_reference.json"  # the summary of its training traffic a bundle carries (serving.monitoring._drift)
-)
+# The summary of its training traffic a bundle carries (serving.monitoring._drift).
+DRIFT_REFERENCE_FILE = "drift_reference.json"
 
 # What a client may declare about the answer it needs.
 PRECISIONS = ("exact", "standard", "tolerant")

@@ -11,7 +11,5 @@ __all__ = ["RouterError"]
 
 
 class RouterError(Exception):
-    """Any error the SDK raises on purpose: `except RouterError` catches them all. Each subclass
-    also keeps the standard base its callers catch (ValueError for a bad file or input,
-    RuntimeError for a failure while running, ConnectionError and TimeoutError for an upstream);
-    Python's own TypeError and ValueError for a wrong argument are not RouterErrors."""
+    """Any error the SDK raises on purpose: `except RouterError` catches them all. Each subclass also
+    keeps the standard base its callers catch (ValueError, RuntimeError, ...: serving/errors.py)."""

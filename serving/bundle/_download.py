@@ -36,13 +36,11 @@ if TYPE_CHECKING:
 
 MAX_BUNDLE_BYTES = 2 << 30
 READ_BLOCK = 1 << 20
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class DownloadError(RouterError, RuntimeError):
     """The bundle could not be fetched; the message says which file and why."""
-
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _origin(url: str) -> tuple[str, str, int]:
@@ -112,10 +110,6 @@ class _Deadline:
         for sock in watched:
             sock.close()
         return False
-
-    @property
-    def passed(self) -> bool:
-        return self.expired or time.monotonic() >= self.end
 
     def connect(
         self, address: tuple[str, int], timeout: object = None, source_address: tuple[str, int] | None = None
@@ -207,7 +201,7 @@ def fetch(
                 return None
             raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-            if deadline.passed:
+            if deadline.expired or time.monotonic() >= deadline.end:
                 raise _too_slow(url, timeout_s) from None
             raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from None
         if deadline.expired:  # a body cut at the deadline can end like a complete one

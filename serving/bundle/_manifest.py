@@ -9,7 +9,6 @@ run (encoder, target, label, split, metrics, data, training, mlflow) are kept as
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
@@ -23,6 +22,7 @@ from serving._contract import (
     PRECISIONS,
     SCHEMA_VERSION,
 )
+from serving._json_values import finite_number
 from serving._router_error import RouterError
 from serving.endpoints._record import Endpoints
 from serving.features._spec import LEXICAL_MODES, FeatureSpec
@@ -64,24 +64,11 @@ def _section(data: JSONObject, key: str) -> JSONObject:
     return value
 
 
-def _number(
-    section: JSONObject,
-    key: str,
-    path: str,
-    *,
-    lo: float = -math.inf,
-    hi: float = math.inf,
-    default: float | None = None,
-) -> float:
-    value = section.get(key, default)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not lo <= value <= hi
-    ):
-        raise _fail(f"{path}.{key}", f"must be a finite number in [{lo:g}, {hi:g}]", value)
-    return float(value)
+def _number(section: JSONObject, key: str, path: str, *, lo: float, hi: float) -> float:
+    number = finite_number(section.get(key))
+    if number is None or not lo <= number <= hi:
+        raise _fail(f"{path}.{key}", f"must be a finite number in [{lo:g}, {hi:g}]", section.get(key))
+    return number
 
 
 def _integer(section: JSONObject, key: str, path: str, *, lo: int, hi: int, default: int | None = None) -> int:
@@ -416,9 +403,7 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     return FeatureSpec.from_dict(data)
 
 
-def check_thresholds(
-    data: Any, tags: Sequence[str], bounds: tuple[float, float] = (0.0, 1.0)
-) -> dict[str, ThresholdEntry]:
+def check_thresholds(data: Any, tags: Sequence[str], bounds: tuple[float, float]) -> dict[str, ThresholdEntry]:
     """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra
     figures are kept."""
     if not isinstance(data, dict) or "default" not in data:

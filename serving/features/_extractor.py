@@ -161,13 +161,6 @@ class FeatureExtractor:
             mask[i, : len(ids)] = 1
         return input_ids, mask, n_tokens
 
-    def precision_row(self, precision: str | None) -> list[float]:
-        """The precision one-hot (all zeros when undeclared)."""
-        try:
-            return self._one_hot[precision]
-        except KeyError:
-            raise ValueError(f"precision {precision!r} is not one of {list(self.spec.precisions)} or None") from None
-
     def prepare(
         self, prompts: Sequence[str], precisions: Sequence[str | None]
     ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float32], list[str], list[float]]:
@@ -179,7 +172,12 @@ class FeatureExtractor:
         for n, prompt, head, precision in zip(n_tokens, prompts, heads, precisions):
             values.append(n)
             values += text_statistics(prompt, head)
-            values += self.precision_row(precision)
+            try:
+                values += self._one_hot[precision]  # the precision one-hot, all zeros when undeclared
+            except KeyError:
+                raise ValueError(
+                    f"precision {precision!r} is not one of {list(self.spec.precisions)} or None"
+                ) from None
         # Each value is rounded to float32 once, as the training matrix is.
         scalars = np.array(values, dtype=np.float32).reshape(len(prompts), self._n_scalars)
         return input_ids, mask, scalars, heads, n_tokens

@@ -60,12 +60,8 @@ class FeatureSpec:
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> "FeatureSpec":
+        """From a manifest's `feature_spec`, which serving.bundle._manifest.check_feature_spec has checked."""
         data = dict(data)
         data["stat_names"] = tuple(data.get("stat_names", STAT_NAMES))
         data["precisions"] = tuple(data.get("precisions", PRECISIONS))
-        if tuple(data["stat_names"]) != STAT_NAMES:
-            raise ValueError(
-                "bundle was built with different text statistics than this library computes: "
-                f"{list(data['stat_names'])} vs {list(STAT_NAMES)}"
-            )
         return cls(**data)

@@ -7,13 +7,7 @@ process (`Spending`, the Router's default) or shared through Redis (`RedisSpendi
 from serving.policy._budgets import RedisSpending, Spending
 from serving.policy._detectors import DETECTORS, Detector, Finding, any_detected, detect
 from serving.policy._errors import FallbackForbidden, NoFeasibleEndpoint, PolicyError
-from serving.policy._rules import (
-    ENDPOINTS,
-    PolicyFileError,
-    PolicySet,
-    Rule,
-    Verdict,
-)
+from serving.policy._rules import ENDPOINTS, PolicyFileError, PolicySet, Rule, Verdict
 from serving.routing._validation import check_metadata
 
 __all__ = [

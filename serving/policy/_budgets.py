@@ -134,12 +134,8 @@ class Spending:
         the ledger does not hold: its key's shared account, when the ledger was full)."""
         current = window(period, time.time() if now is None else now)
         entry = (key, holder_id(value), period)
-        with self._lock:
-            record = self._open.get(entry)
-            if record is None:
-                record = self._spent[period].get(entry)
-            if record is None:
-                record = self._shared.get((key, period))
+        with self._lock:  # a record is a (window, total) tuple: never false
+            record = self._open.get(entry) or self._spent[period].get(entry) or self._shared.get((key, period))
         if record is None:
             return 0.0
         seen, total = record
@@ -147,9 +143,7 @@ class Spending:
 
     def _charge(self, entry: Entry, amount: float, current: int, limit: float | None, now: float) -> None:
         key, _, period = entry
-        record = self._open.pop(entry, None)
-        if record is None:
-            record = self._spent[period].pop(entry, None)
+        record = self._open.pop(entry, None) or self._spent[period].pop(entry, None)
         if record is not None:
             seen, total = record
             total = (total if seen == current else 0.0) + amount
@@ -252,8 +246,7 @@ class RedisSpending(Spending):
         *,
         limits: Limits | None = None,
     ) -> None:
-        """Count `amount` against every holder the metadata names under `keys`, in every period, in
-        Redis (`limits` is not needed: Redis forgets each window when it ends)."""
+        """Spending.add, in Redis (`limits` is not needed: Redis forgets each window when it ends)."""
         check_amount(amount)
         now = time.time() if now is None else now
         writes: dict[bytes, tuple[float, float]] = {}
@@ -284,9 +277,8 @@ class RedisSpending(Spending):
         self._keep(writes)
 
     def spent(self, key: str, value: str, period: str, now: float | None = None) -> float:
-        """What `value` of metadata key `key` has spent in the current `period` window, in every
-        process (and this process's spends not yet written); math.inf while Redis cannot be read
-        (class doc: fail closed)."""
+        """Spending.spent, in every process (and this process's spends not yet written); math.inf while
+        Redis cannot be read (class doc: fail closed)."""
         name = self.key(key, value, period, window(period, time.time() if now is None else now))
         waiting = self.pending.get(name)
         if not self._reachable():

@@ -198,9 +198,7 @@ try:
 except ImportError:  # pragma: no cover - Python 3.10
     _parser = importlib.import_module("sre_parse")
 _ONE_CHARACTER = frozenset({_parser.LITERAL, _parser.NOT_LITERAL, _parser.ANY, _parser.IN})
-_REPEATS = frozenset(
-    {_parser.MAX_REPEAT, _parser.MIN_REPEAT, getattr(_parser, "POSSESSIVE_REPEAT", _parser.MAX_REPEAT)}
-)
+_REPEATS = frozenset({_parser.MAX_REPEAT, _parser.MIN_REPEAT})
 
 
 def reach(pattern: re.Pattern[str]) -> int:
@@ -234,17 +232,12 @@ def reach(pattern: re.Pattern[str]) -> int:
                 raise ValueError(f"{pattern.pattern!r} repeats without a bound")
             step, read = sequence(body)
             return (step * most, step * (most - 1) + read) if most else (0, 0)
-        if op is getattr(_parser, "ATOMIC_GROUP", None):
-            return sequence(av)
         if op in (_parser.ASSERT, _parser.ASSERT_NOT):
             return (0, sequence(av[1])[1]) if av[0] > 0 else (0, 0)  # a look-behind reads before
         if op is _parser.AT:
             return 0, 2
         if op is _parser.GROUPREF:
             return groups[av], groups[av]
-        if op is _parser.GROUPREF_EXISTS:
-            yes, no = sequence(av[1]), sequence(av[2] or [])
-            return max(yes[0], no[0]), max(yes[1], no[1])
         raise ValueError(f"{pattern.pattern!r}: no reach known for {op}")
 
     return sequence(_parser.parse(pattern.pattern, pattern.flags))[1]
@@ -302,7 +295,8 @@ class Detector:
     def found_in(self, text: str | Folded) -> bool:
         """Whether any rule accepts anything in the folded text: of `text`, or what fold() made of it (a
         Folded, not folded again: several detectors asking about one prompt fold it once)."""
-        return self.folded_found_in((text if isinstance(text, Folded) else fold(text)).text)
+        folded = (text if isinstance(text, Folded) else fold(text)).text
+        return any(next(rule.spans(folded), None) is not None for rule in self.rules)
 
     def folded_spans(self, folded: str) -> list[Span]:
         """spans() on a text fold() has already folded, in its indices."""
@@ -314,9 +308,6 @@ class Detector:
             else:
                 merged.append((start, end))
         return merged
-
-    def folded_found_in(self, folded: str) -> bool:
-        return any(next(rule.spans(folded), None) is not None for rule in self.rules)
 
 
 def compile_ascii(pattern: str) -> re.Pattern[str]:
@@ -801,5 +792,5 @@ def any_detected(text: str, names: Iterable[str] | None = None) -> bool:
     """Whether any of the named detectors (all when None) finds anything: stops at the first finding."""
     check_prompt(text, "text")
     detectors = chosen(names)
-    folded = fold(text).text
-    return any(d.folded_found_in(folded) for d in detectors)
+    folded = fold(text)
+    return any(d.found_in(folded) for d in detectors)
