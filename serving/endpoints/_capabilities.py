@@ -95,9 +95,7 @@ def with_language(
     floor). ValueError naming metadata.language for a declaration that is not a language code."""
     if needs is not None and needs.language is not None:
         return needs
-    language = declared_language(metadata)
-    if language is None:
-        language = detector.language(prompt)
+    language = declared_language(metadata) or detector.language(prompt)
     if language is None:
         return needs
     return Needs(language=language) if needs is None else replace(needs, language=language)

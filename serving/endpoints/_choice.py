@@ -100,11 +100,8 @@ def cascade(
     p, c, ok = _inputs(expected, cost, feasible)
     orders: list[list[int]] = []
     for row in range(len(p)):
-        usable = np.flatnonzero(ok[row])
-        if not len(usable):
-            orders.append([])
-            continue
-        floor = float(p[row, usable].max()) - start_margin - 1e-12
+        usable = np.flatnonzero(ok[row])  # none: floor -inf, and no step
+        floor = float(p[row, usable].max(initial=-np.inf)) - start_margin - 1e-12
         orders.append(_climb(p[row], c[row], usable, floor=floor))
     return orders
 

@@ -362,16 +362,11 @@ class Endpoint:
     def as_dict(self, *, call_settings: bool = False) -> dict[str, Any]:
         """The endpoint as a spec file (and a manifest) holds it; with `call_settings`, how it is
         called too (never the key)."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "where": self.where,
-            "price": None if self.price is None else self.price.as_dict(),
-            "latency_ms": self.latency_ms,
-            "context_tokens": self.context_tokens,
-            "capabilities": None if self.capabilities is None else self.capabilities.as_dict(),
-            "description": self.description,
-            "prefill_tokens_per_s": self.prefill_tokens_per_s,
-        }
+        out: dict[str, Any] = {key: getattr(self, key) for key in ENDPOINT_KEYS}
+        if self.price is not None:
+            out["price"] = self.price.as_dict()
+        if self.capabilities is not None:
+            out["capabilities"] = self.capabilities.as_dict()
         if call_settings and self.base_url is not None:
             out.update({key: getattr(self, key) for key in CALL_KEYS})
             out.update(headers=dict(self.headers), params=json.loads(json.dumps(self.params)))

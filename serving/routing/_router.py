@@ -191,8 +191,7 @@ class Router:
         try:
             new = _routing(path, **self._options)
             assert new.manifest is not None  # _routing builds it from a loaded bundle's Scorer
-            if self._policy is not None:
-                _policy(self._policy, new)  # the policy must name the new bundle's endpoints
+            _policy(self._policy, new)  # the policy must name the new bundle's endpoints
             created, now = new.manifest.created_at, current.manifest.created_at if current.manifest else ""
             if created < now and not force:
                 return self._refused(
@@ -237,9 +236,7 @@ class Router:
 
     @property
     def stages(self) -> RouteStages | None:
-        """The stages route() runs on the current bundle, as callables, with a way to time them
-        inside route() calls (serving.routing._stages.RouteStages; what `make bench` reports); None when
-        degraded. For profiling: route() does not pay for it."""
+        """The current bundle's serving.routing._stages.RouteStages (profiling); None when degraded."""
         return self._routing.stages
 
     @property

@@ -48,7 +48,6 @@ class Routing:
         self.manifest = manifest = scorer.manifest if scorer is not None else None
         self.degraded_reason = degraded_reason
         self.degraded = scorer is None
-        # The summary of its training traffic the bundle carries (Router.drift_reference).
         self.drift_reference = scorer.drift_reference if scorer is not None else None
         self.edge_context_tokens = manifest.limits.edge_context_tokens if manifest else DEFAULT_EDGE_CONTEXT_TOKENS
         self.model_version = manifest.model_version if manifest else RuleRouter.model_version
@@ -72,9 +71,7 @@ class Routing:
                 unfamiliar_policy=self.unfamiliar_policy,
             )
         self.chooser = Chooser(endpoints, rule, model_version=self.model_version, max_chars=max_chars)
-        # The endpoints this bundle routes among, in its order: edge and cloud for a two-endpoint
-        # bundle and the rule table.
-        self.endpoint_names = self.chooser.names
+        self.endpoint_names = self.chooser.names  # in the bundle's order (Router.endpoint_names)
         # The answer's expected tokens the calls' prices count: an N-endpoint bundle's own (what its choice priced).
         self.output_tokens = section.output_tokens if section is not None else 0.0
 
