@@ -65,16 +65,6 @@ def _read_plain_file(folder: Path, name: str, cap: int) -> bytes:
     return content
 
 
-def _parse_manifest(folder: Path, raw: bytes) -> JSONObject:
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise BundleError(f"{folder / MANIFEST_NAME} is not valid JSON: {exc}"[:300]) from None
-    if not isinstance(data, dict):
-        raise BundleError(f"{folder / MANIFEST_NAME} must hold a JSON object")
-    return data
-
-
 @dataclass(frozen=True)
 class Bundle:
     """A verified bundle: its manifest and the content of every listed file."""
@@ -112,8 +102,12 @@ def read_bundle(folder: str | Path, *, public_key: PinnedKey | None = None) -> B
     folder = Path(folder)
     if not folder.is_dir():
         raise BundleError(f"no bundle folder at {folder} (is this a bundle written by `make train`?)")
-    raw = _read_plain_file(folder, MANIFEST_NAME, MAX_MANIFEST_BYTES)
-    data = _parse_manifest(folder, raw)
+    try:
+        data = json.loads(_read_plain_file(folder, MANIFEST_NAME, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BundleError(f"{folder / MANIFEST_NAME} is not valid JSON: {exc}"[:300]) from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{folder / MANIFEST_NAME} must hold a JSON object")
     if data.get("schema_version") == SCHEMA_VERSION and data.get("manifest_sha256") != manifest_digest(data):
         raise BundleError(f"{folder / MANIFEST_NAME} does not match its manifest_sha256: edited after it was written")
     try:

@@ -6,6 +6,7 @@ or policy is reported once, then ignored until it changes again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -167,23 +168,19 @@ class PolicyWatcher(_Poller):
     name = "policy-watcher"
 
     def __init__(self, router: Router, path: str | Path, *, interval_s: float = 5.0) -> None:
-        from serving.policy._rules import MAX_POLICY_BYTES
-
         super().__init__(interval_s)
-        self.router, self.path, self._max_bytes = router, Path(path), MAX_POLICY_BYTES
+        self.router, self.path = router, Path(path)
         self.last_reload: PolicyReload | None = None
         current = router.policy
         self._seen: str | None = current.version if current is not None and current.source == str(self.path) else None
 
     def check_now(self) -> PolicyReload | None:
         """Reload the file if its bytes changed since the last check; returns the PolicyReload or None."""
-        import hashlib
-
-        from serving.policy._rules import PolicyFileError, PolicySet
+        from serving.policy._rules import MAX_POLICY_BYTES, PolicyFileError, PolicySet
 
         try:
             with self.path.open("rb") as file:
-                raw = file.read(self._max_bytes + 1)
+                raw = file.read(MAX_POLICY_BYTES + 1)
         except OSError as exc:
             return self._kept(f"cannot read {self.path}: {exc.strerror or exc}", None)
         digest = hashlib.sha256(raw).hexdigest()[:12]
@@ -191,8 +188,8 @@ class PolicyWatcher(_Poller):
             return None
         self._seen = digest
         try:
-            if len(raw) > self._max_bytes:
-                raise PolicyFileError(f"policy file {self.path}: over {self._max_bytes:,} bytes")
+            if len(raw) > MAX_POLICY_BYTES:
+                raise PolicyFileError(f"policy file {self.path}: over {MAX_POLICY_BYTES:,} bytes")
             policy = PolicySet.parse(raw, source=str(self.path), endpoints=self.router.policy_endpoints)
             previous = self.router.policy
             self.router.policy = policy  # PolicyFileError when it names other endpoints than the bundle's

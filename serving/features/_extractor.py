@@ -8,6 +8,7 @@ then concatenate [n_tokens, text statistics, precision one-hot, projected embedd
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
@@ -97,8 +98,6 @@ class Projection:
 
     def to_bytes(self) -> bytes:
         """The .npz file content (arrays only: loading needs no pickle)."""
-        import io
-
         buffer = io.BytesIO()
         np.savez(buffer, mean=self.mean, components=self.components)
         return buffer.getvalue()
@@ -106,8 +105,6 @@ class Projection:
     @classmethod
     def from_bytes(cls, content: bytes) -> "Projection":
         """From the .npz content written by to_bytes (no pickle)."""
-        import io
-
         with np.load(io.BytesIO(content), allow_pickle=False) as data:
             return cls(data["mean"], data["components"])
 

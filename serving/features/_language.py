@@ -1,22 +1,13 @@
-"""A request's language, for endpoints whose spec declares the languages they serve
-(docs/endpoints.md#capabilities-in-n-endpoint-routing).
+"""A request's language, for endpoints whose spec declares the languages they serve: where it comes
+from (the app's Needs, the request metadata's `language`, else detected here, only when some endpoint
+declares languages) and why codes compare by their primary subtag: docs/policies.md#languages.
 
     detector = LanguageDetector.load()       # py3langid's model, shipped in its package
     detector.detect("Wie spät ist es?")      # ("de", 0.95)
     detector.language("hi")                  # None: below the confidence floor, unknown
 
-The language is the app's when it declares one (serving.endpoints._capabilities.Needs(language="pt"), or
-the request's metadata {"language": "pt"} where needs are read from a chat request: RoutedChat,
-the proxy), else detected from the routed prompt's first MAX_CHARS characters. Only when some
-endpoint declares `languages`: otherwise nothing here runs (or is imported).
-
-Codes are ISO 639-1, compared by their primary subtag: "pt-BR" and "pt" are one language here
-(a detector cannot tell regional variants apart, so a declaration that did would refuse what it
-cannot check). A detection below CONFIDENCE_FLOOR is unknown: it rules no endpoint out.
-
-The detector is py3langid (BSD-3; numpy only; its model inside the package, never downloaded),
-the `languages` extra: `pip install 'edge-cloud-router[languages]'`. Without it, loading a bundle
-whose endpoints declare languages fails with LanguageDetectorMissing, naming the extra.
+The detector is py3langid (BSD-3; numpy only; its model inside the package, never downloaded), the
+`languages` extra; without it, LanguageDetector.load raises LanguageDetectorMissing, naming the extra.
 """
 
 from __future__ import annotations

@@ -120,11 +120,6 @@ def _steps(text: str) -> tuple[int, int, list[float]]:
     return len(checked), sum(_wrong(stated, computed) for computed, stated in checked), [s for _, s in checked]
 
 
-def _final_number(last_line: str) -> float | None:
-    found = _NUMBERS.findall(last_line)
-    return _number(found[-1]) if found else None
-
-
 def _repetition(words: list[str], lines: list[str]) -> tuple[float, float]:
     trigrams = list(zip(words, words[1:], words[2:]))
     repeated_trigrams = 1.0 - len(set(trigrams)) / len(trigrams) if trigrams else 0.0
@@ -153,7 +148,8 @@ def response_features(
     numbers = {n.replace(",", "") for n in _NUMBERS.findall(text)}
     prompt_numbers = {n.replace(",", "") for n in _NUMBERS.findall(prompt[:max_chars])}
     n_steps, n_wrong, results = _steps(text)
-    final = _final_number(last_line)
+    last_numbers = _NUMBERS.findall(last_line)
+    final = _number(last_numbers[-1]) if last_numbers else None
     repeated_trigrams, repeated_lines = _repetition(words, lines)
     values = (
         math.log1p(n_chars),
