@@ -293,9 +293,7 @@ class RoutedChat:
 
 
 def _named(name: str, endpoint: Endpoint, specs: Mapping[str, Endpoint] | None) -> Endpoint:
-    """The record RoutedChat calls `name` by: named so (a record named otherwise is a ValueError),
-    what it does not declare taken from `specs` (the earlier specs= argument), and callable (base_url
-    and model: EndpointSpecError naming it otherwise)."""
+    """The record RoutedChat calls `name` by: named so, filled from `specs`, callable (the class doc)."""
     if endpoint.name and endpoint.name != name:
         raise ValueError(
             f"RoutedChat was given the endpoint named {endpoint.name!r} as {name!r}: an endpoint's name is how "

@@ -104,66 +104,56 @@ class StreamRedactor:
 
     Held back is only the end of the text so far that begins a key (at most the longest key's
     length - 1 characters), until the next piece says whether the key follows. As `redact` replaces
-    one key after the other, each key has a stage of its own, fed what the stage before it gives.
+    one key after the other, each key holds back on its own what the key before it gives.
     (The JS SDK's StreamRedactor, clients/js/src/chat/errors.js, is the same.)"""
 
-    __slots__ = ("_stages",)
+    __slots__ = ("_secrets", "_tails")
 
     def __init__(self, secrets: Sequence[str]) -> None:
-        self._stages = tuple(_KeyStage(secret) for secret in _hunted(secrets))
+        self._secrets = _hunted(secrets)
+        self._tails = [""] * len(self._secrets)  # the end of the text held back for each key
 
     def push(self, piece: str) -> str:
         """The text of `piece` (and of what was held before it) that no later piece can make part of a key, redacted."""
-        for stage in self._stages:
-            piece = stage.push(piece)
+        for k, secret in enumerate(self._secrets):
+            piece, self._tails[k] = _held_back(secret, self._tails[k] + piece)
         return piece
 
     def flush(self, *, cut: bool = False) -> str:
         """What is held back, redacted (`cut`: the text stopped short, so an end that begins a key
         goes too); the redactor starts afresh."""
         text = ""
-        for stage in self._stages:
-            text = stage.push(text) + stage.flush(cut)
+        for k, secret in enumerate(self._secrets):
+            text, tail = _held_back(secret, self._tails[k] + text)
+            text += redact(tail, (secret,), cut=cut)
+            self._tails[k] = ""
         return text
 
     def __repr__(self) -> str:  # never the keys, nor what is held of them
-        return f"StreamRedactor({len(self._stages)} keys)"
+        return f"StreamRedactor({len(self._secrets)} keys)"
 
 
-class _KeyStage:
-    """One key of a StreamRedactor and the end of the text held back for it."""
+def _held_back(secret: str, text: str) -> tuple[str, str]:
+    """(`text` up to where `secret` may still begin, with `secret` redacted; the rest, held back)."""
+    cut = len(text) - _key_start(secret, text)
+    # Never cut in two a key `redact` replaces (found as str.replace finds them: leftmost
+    # first, not overlapping): one that starts before the cut is whole in `text`, so the cut
+    # moves to its end.
+    at = text.find(secret)
+    while at != -1 and at < cut:
+        cut = max(cut, at + len(secret))
+        at = text.find(secret, at + len(secret))
+    return text[:cut].replace(secret, REDACTED), text[cut:]
 
-    __slots__ = ("_secret", "_tail")
 
-    def __init__(self, secret: str) -> None:
-        self._secret, self._tail = secret, ""
-
-    def push(self, piece: str) -> str:
-        secret, text = self._secret, self._tail + piece
-        cut = len(text) - self._key_start(text)
-        # Never cut in two a key `redact` replaces (found as str.replace finds them: leftmost
-        # first, not overlapping): one that starts before the cut is whole in `text`, so the cut
-        # moves to its end.
-        at = text.find(secret)
-        while at != -1 and at < cut:
-            cut = max(cut, at + len(secret))
-            at = text.find(secret, at + len(secret))
-        self._tail = text[cut:]
-        return text[:cut].replace(secret, REDACTED)
-
-    def flush(self, cut: bool) -> str:
-        tail, self._tail = self._tail, ""
-        return redact(tail, (self._secret,), cut=cut) if tail else ""
-
-    def _key_start(self, text: str) -> int:
-        """The length of the longest end of `text` that begins the key (and is not all of it)."""
-        secret = self._secret
-        at = text.find(secret[0], max(0, len(text) - len(secret) + 1))
-        while at != -1:
-            if secret.startswith(text[at:]):
-                return len(text) - at
-            at = text.find(secret[0], at + 1)
-        return 0
+def _key_start(secret: str, text: str) -> int:
+    """The length of the longest end of `text` that begins the key (and is not all of it)."""
+    at = text.find(secret[0], max(0, len(text) - len(secret) + 1))
+    while at != -1:
+        if secret.startswith(text[at:]):
+            return len(text) - at
+        at = text.find(secret[0], at + 1)
+    return 0
 
 
 def redact_value(value: Any, secrets: Sequence[str], text: str | None = None) -> Any:  # Any: JSON of any shape

@@ -43,10 +43,8 @@ class ChatRequest:
         params: Mapping[str, Any],
         to_prompt: Callable[[Sequence[Message]], str] = conversation_prompt,
     ) -> "ChatRequest":
-        """The checked request, its prompt read by `to_prompt`. A request no endpoint should get
-        is the caller's error, before any call: TypeError for `model=` or `messages=` among the
-        params (or a prompt that is not a str), ValueError naming what is wrong with the messages
-        or where a number JSON cannot carry is."""
+        """The checked request (module doc), its prompt read by `to_prompt`: TypeError for `model=` or
+        `messages=` among the params or a prompt that is not a str, ValueError for bad messages or numbers."""
         for name in RESERVED:
             if name in params:
                 raise TypeError(

@@ -122,17 +122,16 @@ class ChunkRedactor:
         if not self._secrets or not isinstance(choices, list):
             return chunk
         self._last = chunk
-        out = []
+        out = list(choices)
         for position, choice in enumerate(choices):
-            if not isinstance(choice, Mapping):
-                out.append(choice)
-                continue
-            index = _index(choice, position)
-            delta = choice.get("delta")
-            new = self._delta(index, delta) if isinstance(delta, Mapping) else delta
-            if choice.get("finish_reason"):  # the choice's texts are complete
-                new = self._flushed(index, new)
-            out.append(choice if new is delta else {**choice, "delta": new})
+            if isinstance(choice, Mapping):
+                index = _index(choice, position)
+                delta = choice.get("delta")
+                new = self._delta(index, delta) if isinstance(delta, Mapping) else delta
+                if choice.get("finish_reason"):  # the choice's texts are complete
+                    new = self._flushed(index, new)
+                if new is not delta:
+                    out[position] = {**choice, "delta": new}
         if all(new is old for new, old in zip(out, choices)):
             return chunk
         return {**chunk, "choices": out}  # type: ignore[return-value]  # a chunk as the input was
@@ -170,19 +169,14 @@ class ChunkRedactor:
                 out["function_call"], changed = {**call, "arguments": arguments}, True
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
-            pushed = []
+            out["tool_calls"] = pushed = list(calls)
             for position, tool in enumerate(calls):
                 function = tool.get("function") if isinstance(tool, Mapping) else None
-                if not isinstance(function, Mapping) or not isinstance(function.get("arguments"), str):
-                    pushed.append(tool)
-                    continue
-                arguments = self._push(index, f"tool_calls/{_index(tool, position)}", function["arguments"])
-                if arguments == function["arguments"]:
-                    pushed.append(tool)
-                else:
-                    pushed.append({**tool, "function": {**function, "arguments": arguments}})
-                    changed = True
-            out["tool_calls"] = pushed
+                if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
+                    arguments = self._push(index, f"tool_calls/{_index(tool, position)}", function["arguments"])
+                    if arguments != function["arguments"]:
+                        pushed[position] = {**tool, "function": {**function, "arguments": arguments}}
+                        changed = True
         return out if changed else delta
 
     def _push(self, index: int, place: str, piece: str) -> str:

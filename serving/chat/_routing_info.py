@@ -16,18 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class RoutingInfo:
-    """How one request was served; each field is in docs/clients.md's `routing` table.
-
-    decision: the router's Decision; served_by: the serving endpoint's name; model: the model that answered.
-    fallback_reason, fallback_kind: why the endpoint before the serving one was left (None when the first served).
-    steps: each call as a serving.execution._execute.Step; for a stream, a step's seconds run to its first chunk.
-    estimated_cost: the price of every answer the request produced (a rejected edge answer too); None when
-        any is unknown. A stream's, and its `seconds`, are set once it has ended.
-    request_id: the id of the router's outcome log record (for router.feedback), else None.
-    tried, expected_cost: N endpoints only (serving.execution._execute.Tried); [] and None for two.
-    turn, switched, switch: a request in a conversation (the decision's); None without one, and turn
-        and switched when its state could not be read.
-    """
+    """How one request was served: the fields are described in docs/clients.md's `routing` table
+    (a stream's `estimated_cost` and `seconds` are set once it has ended)."""
 
     decision: Decision
     served_by: str
@@ -51,11 +41,9 @@ class RoutingInfo:
 
     @property
     def switch(self) -> str | None:
-        """What the decision's reason says of the request's conversation: its part starting
-        "conversation turn N" (stays on, moves from ... to ..., with what the re-read costs) or, when
-        the store could not be read, that the state was unavailable (without the store's error); None
-        when it says nothing of one. The reasons begin so in serving.routing._chooser.Turn.said and
-        serving.conversations._keeper.Conversations.states."""
+        """What the decision's reason says of the request's conversation (as serving.routing._chooser.Turn.said
+        and Conversations.states write it): its "conversation turn N" part (stays on, moves from ... to ...,
+        with what the re-read costs), or that the state was unavailable (not the store's error); else None."""
         for part in self.decision.reason.split("; "):
             if part.startswith("conversation turn "):
                 return part

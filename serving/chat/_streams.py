@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import threading
 import time
 from collections import deque
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
 
     A = TypeVar("A")
     T = TypeVar("T")
-
-log = logging.getLogger("serving.chat")
 
 
 class AsyncChatStream:

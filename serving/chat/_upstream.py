@@ -145,38 +145,32 @@ class Upstream:
                 raw = await self._read(response)
         except httpx2.HTTPError as exc:
             raise self._transport_error(exc) from None
-        return self._answer(response.status_code, raw)
+        if response.status_code >= 400:
+            raise self._http_error(response.status_code, raw)
+        body = redact_value(parse_json_object(self.name, raw, f"the answer of {self.endpoint.model}"), self.secrets)
+        return Answer(completion_text(self.name, body), body, self.name)
 
     async def _read(self, response: httpx2.Response) -> bytes:
-        """The body of `response`, read within bounds: an answer over the endpoint's
-        `max_response_bytes` is UpstreamMalformed (checked against Content-Length first); an error
-        body is cut at MAX_ERROR_BODY_BYTES and reading stops there."""
+        """The body of `response`, within the module doc's bounds: an answer over them is UpstreamMalformed
+        (Content-Length checked first), an error body is cut there and reading stops."""
         is_error = response.status_code >= 400
         limit = MAX_ERROR_BODY_BYTES if is_error else self.endpoint.max_response_bytes
         declared = response.headers.get("content-length", "")
         if not is_error and declared.isdigit() and int(declared) > limit:
             raise self._too_large(limit, int(declared))
-        parts: list[bytes] = []
-        size = 0
+        body = bytearray()
         async for chunk in response.aiter_bytes():
-            parts.append(chunk)
-            size += len(chunk)
-            if size > limit:
+            body += chunk
+            if len(body) > limit:
                 if is_error:
                     break
-                raise self._too_large(limit, size)
-        return b"".join(parts)[:limit]
+                raise self._too_large(limit, len(body))
+        return bytes(body[:limit])
 
     def _too_large(self, limit: int, size: int) -> UpstreamMalformed:
         return UpstreamMalformed(
             self.name, f"the answer of {self.endpoint.model} is over {limit:,} bytes ({size:,} so far)"
         )
-
-    def _answer(self, status: int, raw: bytes) -> Answer:
-        if status >= 400:
-            raise self._http_error(status, raw)
-        body = redact_value(parse_json_object(self.name, raw, f"the answer of {self.endpoint.model}"), self.secrets)
-        return Answer(completion_text(self.name, body), body, self.name)
 
     def _http_error(self, status: int, raw: bytes) -> UpstreamHTTPError:
         detail = error_detail(raw, self.secrets)

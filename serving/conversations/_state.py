@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 # The outcomes a turn records (what the next turn reads as evidence).
@@ -87,17 +87,9 @@ class ConversationState:
         return replace(self, outcome=outcome)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "turns": self.turns,
-                "endpoint": self.endpoint,
-                "outcome": self.outcome,
-                "history_tokens": self.history_tokens,
-                "held": [[h.endpoint, h.tokens, h.at] for h in self.held],
-                "updated": self.updated,
-            },
-            separators=(",", ":"),
-        )
+        """The fields in their order, each cache's prefix as [endpoint, tokens, at]."""
+        held = [[h.endpoint, h.tokens, h.at] for h in self.held]
+        return json.dumps({**asdict(self), "held": held}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ConversationState:

@@ -74,12 +74,11 @@ Result = TypeVar("Result")
 Named = TypeVar("Named")  # what named_calls names: a call, or an Endpoint record
 
 
-async def off_loop(subject: object, fn: Callable[..., Result], *args: Any) -> Result:
-    """fn(*args) for routing `subject` (a prompt, or a request whose `prompt` is the text): on the
-    routing thread when its text is longer than INLINE_CHARS (in a copy of this context), else here."""
+async def off_loop(text: str, fn: Callable[..., Result], *args: Any) -> Result:
+    """fn(*args) for routing `text`: on the routing thread when the text is longer than
+    INLINE_CHARS (in a copy of this context), else here."""
     global _routing_pool
-    text = subject if isinstance(subject, str) else getattr(subject, "prompt", None)
-    if not isinstance(text, str) or len(text) <= INLINE_CHARS:
+    if len(text) <= INLINE_CHARS:
         return fn(*args)
     import asyncio  # the SDK loads no asyncio until an async call
     import contextvars
@@ -112,9 +111,8 @@ _LEFT_KINDS = {"context": "context_limit", "forbidden": "forbidden"}  # outcomes
 
 
 def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
-    """A short, fixed name for why the endpoint before the serving one was left (None when the
-    first one reached served): context_limit, rejected, accept_error, forbidden, or its error's
-    kind (`kind_of`: edge_busy, timeout, connection_error, error, or the chat client's own)."""
+    """A short, fixed name for why the endpoint before the serving one was left (None when the first
+    one reached served): context_limit, rejected, accept_error, forbidden, or its error's `kind_of`."""
     left = execution.tried[:-1]
     if not left:
         return None
@@ -243,8 +241,7 @@ def named_calls(
 
 
 class _Cascade:
-    """The rules of one request (module doc), without the calls: what to call next, why each
-    endpoint was left, the Execution or the error. execute() and aexecute() make the calls."""
+    """The rules of one request (module doc), without the calls, which execute() and aexecute() make."""
 
     def __init__(
         self,
@@ -378,12 +375,9 @@ class _Cascade:
             response, name, self.decision, reason, self.steps, edge_error=self.first_error, fallback_code=code
         )
         execution.tried = self.tried
-        execution.expected_cost = self.expected_cost()
+        known = [t.cost for t in self.tried if t.cost is not None]  # None when a call had no spec
+        execution.expected_cost = float(sum(known)) if len(known) == len(self.tried) else None
         return execution
-
-    def expected_cost(self) -> float | None:
-        costs = [t.cost for t in self.tried]
-        return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
 
     def last_error(self) -> BaseException | None:
         """The error of the last endpoint called (the cause of EndpointsFailed)."""

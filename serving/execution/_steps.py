@@ -1,12 +1,10 @@
-"""What one request's execution records, and how each call in it is timed: Step, Tried, Execution,
-the errors (CloudCallError, EndpointsFailed, EdgeBusy), timed_step and within_deadline, for
-serving.execution._execute's cascade; apps import them from serving.
-"""
+"""What one request's execution records (its steps, tries and errors), and how each call in it is
+timed, for serving.execution._execute's cascade; apps import them from serving."""
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable
 
@@ -167,9 +165,7 @@ async def within_deadline(call: Awaitable[Any], timeout_s: float | None, what: s
         raise
     if not done:
         task.cancel()
-        try:
+        with suppress(asyncio.CancelledError, Exception):  # its own failure while cancelled is not the answer
             await task  # let the cancelled call unwind before this returns
-        except (asyncio.CancelledError, Exception):  # its own failure while cancelled is not the answer
-            pass
         raise TimeoutError(f"{what} exceeded {timeout_s:g} s")
     return task.result()
