@@ -91,21 +91,33 @@ class Request:
         return replace(self, **changes)
 
 
-def as_request(prompt: object, name: str = "prompt", **fields: Any) -> Request:  # Any: Request's fields
+_FIELDS = ("precision", "metadata", "needs", "capabilities", "conversation")  # as_request's, in order
+
+
+def as_request(
+    prompt: object,
+    precision: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    needs: Needs | None = None,
+    capabilities: Mapping[str, Capabilities | None] | None = None,
+    conversation: str | None = None,
+    name: str = "prompt",
+) -> Request:
     """`prompt` when it is a Request (TypeError when fields are given too), else a Request of the
     text: a str, or a request object whose `prompt` is the text (passed to the calls as it is).
     `name`: what errors call the argument."""
     if isinstance(prompt, Request):
-        given = [name for name, value in fields.items() if value is not None]
+        values = (precision, metadata, needs, capabilities, conversation)
+        given = [key for key, value in zip(_FIELDS, values) if value is not None]
         if given:
             raise TypeError(f"give {', '.join(given)} in the Request, not beside it")
         return prompt
     if isinstance(prompt, str):
-        return Request(prompt, **fields)
+        return Request(prompt, precision, metadata, needs, capabilities, conversation=conversation)
     text = getattr(prompt, "prompt", None)
     if not isinstance(text, str):
         raise TypeError(
             f"{name} must be str, a serving.Request, or a request whose .prompt is str "
             f"(serving.execution._execute.Routable), got {type(prompt).__name__}"
         )
-    return Request(text, subject=prompt, **fields)
+    return Request(text, precision, metadata, needs, capabilities, conversation=conversation, subject=prompt)

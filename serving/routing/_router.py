@@ -332,14 +332,7 @@ class Router:
         if type(prompt) is str:  # the usual call: the Request built here directly
             request = Request(prompt, precision, metadata, needs, capabilities, None, conversation)
         else:
-            request = as_request(
-                prompt,
-                precision=precision,
-                metadata=metadata,
-                needs=needs,
-                capabilities=capabilities,
-                conversation=conversation,
-            )
+            request = as_request(prompt, precision, metadata, needs, capabilities, conversation)
         if request.conversation is None:  # written out, not _decision: route()'s one call less
             return self._routing.decisions((request,), self._policy, self._spending)[0]
         return self._decided((request,), self._routing)[0]
@@ -485,14 +478,7 @@ class Router:
         others did not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
         from serving.execution._execute import execute
 
-        request = as_request(
-            prompt,
-            precision=precision,
-            metadata=metadata,
-            needs=needs,
-            capabilities=capabilities,
-            conversation=conversation,
-        )
+        request = as_request(prompt, precision, metadata, needs, capabilities, conversation)
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():  # one span per request, routing included; a caller's span is joined
             run, arguments = self._started(
@@ -536,14 +522,7 @@ class Router:
         (serving.execution._execute.off_loop), not on the event loop."""
         from serving.execution._execute import aexecute, off_loop
 
-        request = as_request(
-            prompt,
-            precision=precision,
-            metadata=metadata,
-            needs=needs,
-            capabilities=capabilities,
-            conversation=conversation,
-        )
+        request = as_request(prompt, precision, metadata, needs, capabilities, conversation)
         calls = named_calls(edge, cloud, endpoints)
         with telemetry.request():
             start = functools.partial(
@@ -657,7 +636,7 @@ class _Run:
 def _checked(index: int, prompt: object, **fields: Any) -> Request:  # Any: Request's fields
     """The Request of route_batch()'s `index`th prompt; its errors name the prompt."""
     try:
-        return as_request(prompt, f"prompts[{index}]", **fields)
+        return as_request(prompt, **fields, name=f"prompts[{index}]")
     except (TypeError, ValueError) as exc:
         if str(exc).startswith(f"prompts[{index}]"):
             raise
