@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, BinaryIO
 
 from serving._contract import PRECISIONS
-from serving.proxy._config import SERVE_HELP, ConfigError, ProxyConfig, add_arguments
+from serving.proxy._config import SERVE_HELP, ProxyConfig, add_arguments
 from serving.routing._router import Router
 
 if TYPE_CHECKING:
@@ -126,8 +126,7 @@ def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Check the options (exit code 2 with the reason when they are wrong), then run the proxy."""
     try:
         config = ProxyConfig.from_args(args)
-        config.chat_options()  # URLs, timeouts and prices checked before the start
-    except (ConfigError, ValueError) as exc:
+    except ValueError as exc:  # ConfigError, and any other wrong value an option holds
         parser.error(str(exc))
     try:
         from serving.proxy._serve import serve

@@ -107,31 +107,33 @@ class _Handlers:
             self.metrics.failed(error.reason)
             return error.response()
         self.metrics.in_flight.inc()
-        release = _once(self._release)
         try:
             result, end_trace = await self._traced(body, request)
         except RequestError as error:
-            release()
+            self._release()
             self.metrics.failed(error.reason, zone=error.zone, steps=error.steps)
             return error.response()
         except BaseException:
-            release()
+            self._release()
             raise
-        self._log_routed(result.routing)
-        self.metrics.routed(result.routing)
-        self.recent.add(result.routing, conversation=request.state.conversation)
-        headers = routing_headers(result.routing)
+        routing = result.routing
+        if routing.fallback_kind is not None:
+            fallback_reason = redact(routing.fallback_reason or "", self.config.secrets)
+            log.info("edge-first request served by the cloud (%s): %s", routing.fallback_kind, fallback_reason)
+        self.metrics.routed(routing)
+        self.recent.add(routing, conversation=request.state.conversation)
+        headers = routing_headers(routing)
         if isinstance(result, Completion):  # not streamed
-            release()
-            self.metrics.duration.labels(result.routing.served_by, "false").observe(time.perf_counter() - started)
+            self._release()
+            self.metrics.duration.labels(routing.served_by, "false").observe(time.perf_counter() - started)
             return _json_response(result.body, headers)
-        self.metrics.first_chunk.labels(result.routing.served_by).observe(time.perf_counter() - started)
+        self.metrics.first_chunk.labels(routing.served_by).observe(time.perf_counter() - started)
 
-        async def finish() -> None:  # however the response ends: sent, client gone, or never started
+        async def finish() -> None:  # once, however the response ends: sent, client gone, or never started
             await result.aclose()
             end_trace()
-            if release():
-                self.metrics.duration.labels(result.routing.served_by, "true").observe(time.perf_counter() - started)
+            self._release()
+            self.metrics.duration.labels(routing.served_by, "true").observe(time.perf_counter() - started)
 
         return _Relay(
             self._relay(result), finish, headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -161,8 +163,8 @@ class _Handlers:
             )
         except ValueError as exc:  # the messages or the precision
             raise _bad_request(str(exc)) from None
-        except CloudCallError as exc:
-            raise self._cloud_failed(exc) from None
+        except (CloudCallError, FallbackForbidden) as exc:
+            raise self._upstream_failed(exc) from None
         except NoFeasibleEndpoint as exc:
             log.warning("request refused by policy: %s", exc)
             capability = bool(exc.rules) and exc.rules[0].startswith(RULE_PREFIX)  # needs:images
@@ -174,8 +176,6 @@ class _Handlers:
                 reason="capability_no_endpoint" if capability else "policy_no_endpoint",
                 headers={"x-router-rule": _header_text(exc.rules[0])} if exc.rules else {},
             ) from None
-        except FallbackForbidden as exc:
-            raise self._fallback_forbidden(exc) from None
 
     def _release(self) -> None:
         self.slots.release()
@@ -246,15 +246,13 @@ class _Handlers:
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise too_large
-        parts: list[bytes] = []
-        size = 0
+        raw = bytearray()
         async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
+            raw += chunk
+            if len(raw) > limit:
                 raise too_large
-            parts.append(chunk)
         try:
-            body = json.loads(b"".join(parts))
+            body = json.loads(raw)
             check_json_numbers(body)  # json reads NaN, Infinity and 1e999; none is JSON, nor forwardable as such
         except RecursionError:
             raise _bad_request("the request body is not valid JSON: nested too deeply") from None
@@ -289,40 +287,37 @@ class _Handlers:
             raise _bad_request("messages is required")
         return body.pop("messages"), stream, precision, metadata, body
 
-    def _fallback_forbidden(self, exc: FallbackForbidden) -> RequestError:
-        """The error answer when the allowed endpoint failed and the policy forbids the fallback."""
+    def _upstream_failed(self, exc: CloudCallError | FallbackForbidden) -> RequestError:
+        """The error answer when the cloud failed too, or when the allowed endpoint failed and the policy
+        forbids the fallback (the statuses: docs/clients.md#the-proxy). It carries the routed request's
+        zone and calls (for /metrics), and x-router-tried with N endpoints (every endpoint tried, and why
+        each was left)."""
         message = redact(str(exc), self.config.secrets)
-        error = RequestError(
-            504 if isinstance(exc.edge_error, TimeoutError) else 502,
-            message,
-            "upstream_error",
-            code="fallback_forbidden",
-            reason="policy_fallback_forbidden",
-            headers={"x-router-rule": _header_text(exc.rule)},
-        )
-        _add_calls(error, exc, exc.decision.zone)
-        log.warning("request failed, fallback forbidden by policy: %s", message)
-        return error
-
-    def _cloud_failed(self, exc: CloudCallError) -> RequestError:
-        """The error answer when the cloud failed too (its statuses: docs/clients.md#the-proxy)."""
-        cause = exc.__cause__
-        message = redact(str(exc), self.config.secrets)
-        reason = f"cloud_{failure_kind(cause)}"
-        if isinstance(cause, UpstreamHTTPError) and cause.status in PASSED_ON_STATUSES:
+        if isinstance(exc, FallbackForbidden):
+            log.warning("request failed, fallback forbidden by policy: %s", message)
             error = RequestError(
-                cause.status,
+                504 if isinstance(exc.edge_error, TimeoutError) else 502,
                 message,
-                "rate_limit_error" if cause.status == 429 else "invalid_request_error",
-                code="upstream_refused",
-                reason=reason,
+                "upstream_error",
+                code="fallback_forbidden",
+                reason="policy_fallback_forbidden",
+                headers={"x-router-rule": _header_text(exc.rule)},
             )
-        elif isinstance(cause, TimeoutError):
-            error = RequestError(504, message, "upstream_error", code="upstream_timeout", reason=reason)
         else:
-            error = RequestError(502, message, "upstream_error", code="upstream_failed", reason=reason)
-        _add_calls(error, exc, exc.decision.zone if exc.decision else None)
-        log.warning("request failed: %s", message)
+            log.warning("request failed: %s", message)
+            cause = exc.__cause__
+            reason = f"cloud_{failure_kind(cause)}"
+            if isinstance(cause, UpstreamHTTPError) and cause.status in PASSED_ON_STATUSES:
+                kind = "rate_limit_error" if cause.status == 429 else "invalid_request_error"
+                error = RequestError(cause.status, message, kind, code="upstream_refused", reason=reason)
+            elif isinstance(cause, TimeoutError):
+                error = RequestError(504, message, "upstream_error", code="upstream_timeout", reason=reason)
+            else:
+                error = RequestError(502, message, "upstream_error", code="upstream_failed", reason=reason)
+        error.zone, error.steps = exc.decision.zone if exc.decision else None, exc.steps
+        tried = getattr(exc, "tried", None)
+        if tried:
+            error.headers["x-router-tried"] = _header_text(tried_text(tried), limit=1000)
         return error
 
     async def _relay(self, stream: AsyncChatStream) -> AsyncIterator[bytes]:
@@ -345,14 +340,6 @@ class _Handlers:
             message = "internal error in the router proxy while streaming"
             yield b"data: " + error_body(message, "server_error", "stream_error") + b"\n\ndata: [DONE]\n\n"
 
-    def _log_routed(self, routing: RoutingInfo) -> None:
-        if routing.fallback_kind is not None:
-            log.info(
-                "edge-first request served by the cloud (%s): %s",
-                routing.fallback_kind,
-                redact(routing.fallback_reason or "", self.config.secrets),
-            )
-
 
 def conversation_of(request: Request, params: JSONObject) -> str | None:
     """The conversation a request belongs to: its x-router-conversation header (400 when that is no
@@ -371,15 +358,6 @@ def conversation_of(request: Request, params: JSONObject) -> str | None:
                 return value
             return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
     return None
-
-
-def _add_calls(error: RequestError, exc: CloudCallError | FallbackForbidden, zone: str | None) -> None:
-    """The routed request's zone and calls on its error answer (for /metrics), and x-router-tried with
-    N endpoints (every endpoint it tried, and why each was left)."""
-    error.zone, error.steps = zone, exc.steps
-    tried = getattr(exc, "tried", None)
-    if tried:
-        error.headers["x-router-tried"] = _header_text(tried_text(tried), limit=1000)
 
 
 def _bad_request(message: str) -> RequestError:
@@ -415,29 +393,14 @@ def routing_headers(routing: RoutingInfo) -> dict[str, str]:
     if routing.turn is not None:
         headers["x-router-turn"] = str(routing.turn)
         headers["x-router-switched"] = "true" if routing.switched else "false"
-    switch = routing.switch
-    if switch is not None:  # e.g. conversation turn 3 stays on edge
-        headers["x-router-switch"] = _header_text(switch)
+    if routing.switch is not None:  # e.g. conversation turn 3 stays on edge
+        headers["x-router-switch"] = _header_text(routing.switch)
     return headers
 
 
 def _header_text(value: str, limit: int = 200) -> str:
     """Printable ASCII only, at most `limit` characters: safe as a header value."""
     return "".join(c if " " <= c <= "~" else "?" for c in value[:limit])
-
-
-def _once(fn: Callable[[], None]) -> Callable[[], bool]:
-    """`fn` that runs on the first call only (a slot is released exactly once); True on that call."""
-    done: list[bool] = []
-
-    def call() -> bool:
-        if done:
-            return False
-        done.append(True)
-        fn()
-        return True
-
-    return call
 
 
 class _Relay(StreamingResponse):
@@ -461,12 +424,11 @@ def build_app(
     chat: RoutedChat,
     config: ProxyConfig,
     *,
-    metrics: ProxyMetrics | None = None,
     on_shutdown: Iterable[Callable[[], None]] = (),
 ) -> Starlette:
     """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
     connections are closed then too)."""
-    metrics = metrics or ProxyMetrics(chat.router)
+    metrics = ProxyMetrics(chat.router)
     recent = RecentRequests()
     handlers = _Handlers(chat, config, metrics, recent)
 

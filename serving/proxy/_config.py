@@ -162,12 +162,12 @@ class ProxyConfig:
         for name, record in self.upstreams.items():
             if not record.has_call_settings:
                 raise ConfigError(f"the {name} endpoint needs base_url and model: where the proxy sends its requests")
-        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
-            raise ConfigError(
-                f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
-                "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-            )
         if self.token is not None:
+            if len(self.token) < MIN_TOKEN_CHARS:
+                raise ConfigError(
+                    f"the client token must have at least {MIN_TOKEN_CHARS} characters; make one with "
+                    "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+                )
             leaked = [name for name, options in self.upstreams.items() if options.api_key == self.token]
             if leaked:
                 raise ConfigError(
@@ -250,31 +250,27 @@ class ProxyConfig:
         names: edge and cloud for a two-endpoint bundle and the rule table) needs an upstream for
         each of its endpoints and no other."""
         names = tuple(self.upstreams)
-        if set(bundle_endpoints) == {"edge", "cloud"}:
-            if set(names) != {"edge", "cloud"}:
-                return (
-                    f"the bundle routes between edge and cloud, and the upstreams are {', '.join(names)}: "
-                    "give --edge-* and --cloud-*, or an --endpoints file naming edge and cloud"
-                )
+        if set(names) == set(bundle_endpoints):
             return None
-        if set(names) != set(bundle_endpoints):
-            missing = [n for n in bundle_endpoints if n not in names]
-            extra = [n for n in names if n not in bundle_endpoints]
+        if set(bundle_endpoints) == {"edge", "cloud"}:
             return (
-                f"the bundle routes among {', '.join(bundle_endpoints)}; the upstreams"
-                + (f" lack {', '.join(missing)}" if missing else "")
-                + (" and" if missing and extra else "")
-                + (f" add {', '.join(extra)}, which it never chooses" if extra else "")
-                + ": give --endpoints FILE with one upstream per endpoint of the bundle"
+                f"the bundle routes between edge and cloud, and the upstreams are {', '.join(names)}: "
+                "give --edge-* and --cloud-*, or an --endpoints file naming edge and cloud"
             )
-        return None
+        missing = [n for n in bundle_endpoints if n not in names]
+        extra = [n for n in names if n not in bundle_endpoints]
+        return (
+            f"the bundle routes among {', '.join(bundle_endpoints)}; the upstreams"
+            + (f" lack {', '.join(missing)}" if missing else "")
+            + (" and" if missing and extra else "")
+            + (f" add {', '.join(extra)}, which it never chooses" if extra else "")
+            + ": give --endpoints FILE with one upstream per endpoint of the bundle"
+        )
 
     def chat_options(self) -> dict[str, Any]:
         """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= (the records carry their
         context limits, prices, places and capabilities)."""
-        if self.endpoints is not None:
-            return {"endpoints": self.endpoints.by_name()}
-        return dict(self.upstreams)
+        return {"endpoints": self.upstreams} if self.endpoints is not None else self.upstreams
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "ProxyConfig":
@@ -289,7 +285,7 @@ class ProxyConfig:
         def upstream(side: str) -> Endpoint | None:
             # Any: an argparse option, of the type add_arguments gave it
             get: Callable[[str], Any] = lambda name: getattr(args, f"{side}_{name}")  # noqa: E731
-            if getattr(args, "endpoints", None) is not None:
+            if args.endpoints is not None:
                 if get("url") or get("model"):
                     raise ConfigError(f"give --endpoints FILE, or --{side}-url and --{side}-model, not both")
                 return None
@@ -313,16 +309,13 @@ class ProxyConfig:
                     timeout_s=get("timeout_s"),
                     first_token_timeout_s=get("first_token_timeout_s"),
                     price=None if prices == (None, None) else Price(prices[0] or 0.0, prices[1] or 0.0),
-                    capabilities=parse_capabilities(
-                        getattr(args, f"{side}_capabilities", None), f"--{side}-capabilities"
-                    ),
+                    capabilities=parse_capabilities(get("capabilities"), f"--{side}-capabilities"),
                 )
             except EndpointSpecError as exc:
                 raise ConfigError(f"--{side}-*: {exc}") from None
 
         token = secret(args.token_env, "--token-env", args.token_env != TOKEN_ENV)
-        endpoints_file = getattr(args, "endpoints", None)
-        redis, redis_env = getattr(args, "redis", None), getattr(args, "redis_env", None)
+        redis, redis_env = args.redis, args.redis_env
         if redis is not None and redis_env is not None:
             raise ConfigError("give --redis URL or --redis-env VAR, not both")
         if redis is not None and urllib.parse.urlsplit(redis).password:
@@ -339,8 +332,8 @@ class ProxyConfig:
             token=token,
             redis=redis,
             endpoints=(
-                load_endpoints_file(endpoints_file, environ, token_env=args.token_env or TOKEN_ENV)
-                if endpoints_file is not None
+                load_endpoints_file(args.endpoints, environ, token_env=args.token_env or TOKEN_ENV)
+                if args.endpoints is not None
                 else None
             ),
             **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in given},

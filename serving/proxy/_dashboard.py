@@ -1,7 +1,7 @@
 """The proxy's GET /dashboard: the traffic dashboard (serving.dashboard) of the requests it served
 recently, behind the same bearer token as the API (docs/observability.md).
 
-The proxy keeps its last `max_requests` routed requests (RecentRequests), fed where it counts them
+The proxy keeps its last MAX_REQUESTS routed requests (RecentRequests), fed where it counts them
 for /metrics: one RequestSummary per answer served (a stream: at its first chunk, so its cost is
 left out) and what drift reads of it. Neither holds a prompt, an answer, an error message, a key
 or a conversation id. The page is drawn on request, in a worker thread, and reloads itself every
@@ -55,13 +55,10 @@ def summary_of(routing: RoutingInfo, conversation: str | None = None) -> Request
 
 
 class RecentRequests:
-    """The last `max_requests` routed requests, oldest dropped first; safe across threads."""
+    """The last MAX_REQUESTS routed requests, oldest dropped first; safe across threads."""
 
-    def __init__(self, max_requests: int = MAX_REQUESTS) -> None:
-        if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
-            raise ValueError(f"max_requests={max_requests!r}: must be an integer >= 1")
-        self._capacity = max_requests
-        self._recent: collections.deque[tuple[RequestSummary, JSONObject]] = collections.deque(maxlen=max_requests)
+    def __init__(self) -> None:
+        self._recent: collections.deque[tuple[RequestSummary, JSONObject]] = collections.deque(maxlen=MAX_REQUESTS)
         self._lock = threading.Lock()
 
     def add(self, routing: RoutingInfo, conversation: str | None = None) -> None:
@@ -78,13 +75,6 @@ class RecentRequests:
         with self._lock:
             return [record for _, record in self._recent]
 
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def __len__(self) -> int:
-        return len(self._recent)
-
 
 def page_of(recent: RecentRequests, router: Router) -> str:
     """The dashboard page of the window's requests."""
@@ -94,7 +84,7 @@ def page_of(recent: RecentRequests, router: Router) -> str:
     requests = recent.snapshot()
     views = compute_views(requests) if requests else None
     source = (
-        f"this proxy's last {len(requests):,} requests (window {recent.capacity:,}); bundle now {router.model_version}"
+        f"this proxy's last {len(requests):,} requests (window {MAX_REQUESTS:,}); bundle now {router.model_version}"
     )
     return render_page(
         views, title="Router traffic (live)", source=source, refresh_s=REFRESH_S, drift=drift_of(recent, router)

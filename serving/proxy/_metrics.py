@@ -5,6 +5,7 @@ names and model versions, never a prompt, a key or a URL.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -51,43 +52,27 @@ class ProxyMetrics:
 
     def __init__(self, router: Router) -> None:
         self.registry = registry = CollectorRegistry()
-        self.decisions = Counter("router_decisions", "Routing decisions by zone", ["zone"], registry=registry)
-        self.served = Counter(
-            "router_served", "Answers by the endpoint that served them", ["served_by"], registry=registry
+        counter = functools.partial(Counter, registry=registry)
+        histogram = functools.partial(Histogram, buckets=LATENCY_BUCKETS, registry=registry)
+        self.decisions = counter("router_decisions", "Routing decisions by zone", ["zone"])
+        self.served = counter("router_served", "Answers by the endpoint that served them", ["served_by"])
+        self.fallbacks = counter("router_fallbacks", "Edge-first requests the cloud answered, by reason", ["reason"])
+        self.failures = counter("router_failed_requests", "Requests answered with an error, by reason", ["reason"])
+        self.duration = histogram(
+            "router_request_duration_seconds", "From the request to the complete answer", ["served_by", "stream"]
         )
-        self.fallbacks = Counter(
-            "router_fallbacks", "Edge-first requests the cloud answered, by reason", ["reason"], registry=registry
+        self.first_chunk = histogram(
+            "router_time_to_first_chunk_seconds", "Streams: from the request to the first chunk", ["served_by"]
         )
-        self.failures = Counter(
-            "router_failed_requests", "Requests answered with an error, by reason", ["reason"], registry=registry
-        )
-        self.duration = Histogram(
-            "router_request_duration_seconds",
-            "From the request to the complete answer",
-            ["served_by", "stream"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.first_chunk = Histogram(
-            "router_time_to_first_chunk_seconds",
-            "Streams: from the request to the first chunk",
-            ["served_by"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.upstream = Histogram(
+        self.upstream = histogram(
             "router_upstream_call_duration_seconds",
             "Each edge, accept and cloud call (streams: to the first token)",
             ["step", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
         )
         self.in_flight = Gauge("router_in_flight_requests", "Chat requests being served", registry=registry)
-        self.turns = Counter("router_conversation_turns", "Answered requests in a conversation", registry=registry)
-        self.switches = Counter(
-            "router_conversation_switches",
-            "Answered turns whose decision moved the conversation to another endpoint",
-            registry=registry,
+        self.turns = counter("router_conversation_turns", "Answered requests in a conversation")
+        self.switches = counter(
+            "router_conversation_switches", "Answered turns whose decision moved the conversation to another endpoint"
         )
         registry.register(_BundleState(router))
 

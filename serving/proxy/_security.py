@@ -17,27 +17,20 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 
-def error_body(message: str, kind: str, code: str | None = None, param: str | None = None) -> bytes:
-    """An error in OpenAI's format: {"error": {"message", "type", "param", "code"}}."""
-    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
+def error_body(message: str, kind: str, code: str | None = None) -> bytes:
+    """An error in OpenAI's format: {"error": {"message", "type", "param": null, "code"}}."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
 
 
 class BearerAuth:
     """ASGI middleware: 401 unless the request carries the bearer token (docs/clients.md#security)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        token: str | None,
-        open_paths: Iterable[str] = ("/health",),
-        on_reject: Callable[[str], None] = lambda reason: None,
-    ) -> None:
-        self.app, self.open_paths, self.on_reject = app, frozenset(open_paths), on_reject
+    def __init__(self, app: ASGIApp, *, token: str | None, on_reject: Callable[[str], None]) -> None:
+        self.app, self.on_reject = app, on_reject
         self.token = token.encode() if token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is None or scope["type"] != "http" or scope["path"] in self.open_paths:
+        if self.token is None or scope["type"] != "http" or scope["path"] == "/health":
             return await self.app(scope, receive, send)
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         scheme, _, credential = header.partition(b" ")

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from serving._json_types import JSONObject
     from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
-    from serving.policy._budgets import RedisSpending
     from serving.routing._router import Router
 
 log = logging.getLogger("serving.proxy")
@@ -42,13 +41,13 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def log_config(level: str = "INFO") -> JSONObject:
+def log_config() -> JSONObject:
     """uvicorn's logging setup, plus the root logger (the router's own lines) on the same handler."""
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
     config["formatters"]["default"]["fmt"] = "%(asctime)s %(levelprefix)s %(name)s: %(message)s"
-    config["loggers"][""] = {"handlers": ["default"], "level": level}
+    config["loggers"][""] = {"handlers": ["default"], "level": "INFO"}
     config["loggers"]["uvicorn"]["propagate"] = False
     config["loggers"]["httpx2"] = config["loggers"]["httpcore2"] = {"level": "WARNING"}
     return config
@@ -90,20 +89,6 @@ def _quiet_exit_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _check_redis(ledger: RedisSpending, config: ProxyConfig) -> None:
-    """Warn, once at start, when Redis does not answer: the proxy serves anyway (turns decided
-    without their state, budgets read as spent) until it does."""
-    try:
-        ledger.client.ping()
-    except Exception as exc:  # redis.RedisError, OSError
-        log.warning(
-            "Redis %s does not answer (%s): serving anyway; until it does, turns are decided without their "
-            "conversation's state and budgets read as spent",
-            config.redis_shown,
-            type(exc).__name__,
-        )
-
-
 def serve(config: ProxyConfig) -> int:
     """Run the proxy until it is told to stop: 0 after a clean shutdown, 1 when it cannot start
     (the address is taken, or with --strict the bundle cannot load)."""
@@ -138,9 +123,16 @@ def serve(config: ProxyConfig) -> int:
         log.error("cannot start: %s", exc)
         return 1
     if config.redis is not None:
-        ledger = RedisSpending(config.redis)
-        router.spending = ledger
-        _check_redis(ledger, config)
+        router.spending = ledger = RedisSpending(config.redis)
+        try:
+            ledger.client.ping()
+        except Exception as exc:  # redis.RedisError, OSError: the proxy serves anyway until Redis answers
+            log.warning(
+                "Redis %s does not answer (%s): serving anyway; until it does, turns are decided without their "
+                "conversation's state and budgets read as spent",
+                config.redis_shown,
+                type(exc).__name__,
+            )
     mismatch = config.bundle_mismatch(router.endpoint_names)
     if mismatch is not None:
         sock.close()
