@@ -1,8 +1,5 @@
-"""RouterError, the root of every exception the SDK raises (the hierarchy: serving/errors.py).
-
-A module of its own that imports nothing, so each module that defines an exception derives it
-from RouterError without importing any other, and serving.errors can name them all (for type
-checkers) without an import cycle. Import it from `serving` or `serving.errors`.
+"""RouterError, the root of every exception the SDK raises (the hierarchy, and why it has a module of
+its own: serving/errors.py). Import it from `serving` or `serving.errors`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Download a bundle published over HTTP(S) into a private staging folder, within bounds
 (docs/clients.md#bundles-from-a-url). Nothing downloaded is trusted: the file names are checked before
-any is fetched, every read is capped (MAX_MANIFEST_BYTES, MAX_FILE_BYTES, MAX_BUNDLE_BYTES), `timeout_s`
-is the deadline of a whole request (redirects and the body included), a body shorter than its
-Content-Length is an error, redirects never go from https down to http, and the caller's headers go
-to the URL's origin only. A file whose SHA-256 is not the manifest's is a failed download, fetched
-again at the next poll (a store still being uploaded file by file), not a refused bundle; Router.update
-verifies the staged folder before using it. Standard library only.
+any is fetched, each request is bounded (fetch, _Deadline) and redirected safely (_SafeRedirects), and
+Router.update verifies the staged folder before using it. Standard library only.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from serving.bundle._manifest import ManifestError, check_files
 from serving.bundle._signing import SIGNATURE_NAME
 
 if TYPE_CHECKING:
-    from typing import IO, Literal
+    from typing import IO
 
 MAX_BUNDLE_BYTES = 2 << 30
 READ_BLOCK = 1 << 20
@@ -103,13 +99,12 @@ class _Deadline:
         self._timer.start()
         return self
 
-    def __exit__(self, *exc: object) -> Literal[False]:
+    def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
         with self._lock:
             watched, self._watched = self._watched, []
         for sock in watched:
             sock.close()
-        return False
 
     def connect(
         self, address: tuple[str, int], timeout: object = None, source_address: tuple[str, int] | None = None
@@ -147,20 +142,16 @@ class _Deadline:
         return connection
 
 
-class _Watched:
-    """A urllib handler whose connections `deadline` watches."""
+class _Watched(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """urllib's http and https handler, whose connections `deadline` watches."""
 
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self.deadline = deadline
 
-
-class _HTTPHandler(_Watched, urllib.request.HTTPHandler):
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self.deadline.watched(http.client.HTTPConnection), req)
 
-
-class _HTTPSHandler(_Watched, urllib.request.HTTPSHandler):
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         # urllib's HTTPSHandler keeps its SSL context in _context, which typeshed does not declare
         context = self._context  # type: ignore[attr-defined]
@@ -189,7 +180,7 @@ def fetch(
     DownloadError for anything else that is not a complete 200."""
     request = urllib.request.Request(url, headers=dict(headers))
     with _Deadline(timeout_s) as deadline:
-        opener = urllib.request.build_opener(_SafeRedirects, _HTTPHandler(deadline), _HTTPSHandler(deadline))
+        opener = urllib.request.build_opener(_SafeRedirects, _Watched(deadline))
         try:
             with opener.open(request, timeout=timeout_s) as response:
                 declared = response.headers.get("Content-Length", "")

@@ -1,11 +1,7 @@
 """Budgets for policy rules: what each budget holder (a value of a metadata key, such as a user id)
-has spent in the current UTC hour, day or month.
-
-`Spending` keeps it in the routing process (the Router owns it, so it survives policy reloads);
-`RedisSpending` shares it among every process that routes. Bounded: a long holder value is kept as
-its digest, at most `max_holders` entries, and a spent entry is never evicted before its window ends,
-so a flood of new holders cannot reset a spent budget. What counts, the eviction order, the shared
-account of a full ledger and failing closed without Redis: docs/policies.md#budgets.
+has spent in the current UTC hour, day or month. `Spending` keeps it in the routing process (the Router
+owns it, so it survives policy reloads); `RedisSpending` shares it among every process that routes.
+What counts, the bounds, the eviction order and failing closed without Redis: docs/policies.md#budgets.
 """
 
 from __future__ import annotations
