@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from serving.bundle._bundle import Bundle
     from serving.execution._execute import Step
     from serving.routing._decision import Decision
+    from serving.routing._router import Router
 
 
 REFERENCE_FORMAT = "edge-cloud-router/drift-reference/1"
@@ -109,14 +110,9 @@ class Rate:
     value: float
     n: int
 
-    def to_dict(self) -> JSONObject:
-        return {"value": self.value, "n": self.n}
-
 
 def _numbers(value: Any, path: str) -> tuple[float, ...]:
-    if not isinstance(value, list) or not all(
-        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) for v in value
-    ):
+    if not isinstance(value, list) or any(finite_number(v) is None for v in value):
         raise DriftInputError(f"{path}: must be a list of finite numbers")
     return tuple(float(v) for v in value)
 
@@ -195,7 +191,7 @@ class DriftReference:
             "source": self.source,
             "numeric": {k: v.to_dict() for k, v in self.numeric.items()},
             "categorical": self.categorical,
-            "rates": {k: v.to_dict() for k, v in self.rates.items()},
+            "rates": {k: asdict(v) for k, v in self.rates.items()},
         }
 
     def to_bytes(self) -> bytes:
@@ -210,9 +206,8 @@ class DriftReference:
         if not isinstance(data.get("model_version"), str) or not isinstance(data.get("source", ""), str):
             raise DriftInputError("drift reference: model_version and source must be strings")
         numeric, categorical, rates = (data.get(k) for k in ("numeric", "categorical", "rates"))
-        if not all(isinstance(section, dict) for section in (numeric, categorical, rates)):
+        if not (isinstance(numeric, dict) and isinstance(categorical, dict) and isinstance(rates, dict)):
             raise DriftInputError("drift reference: numeric, categorical and rates must be objects")
-        assert isinstance(numeric, dict) and isinstance(categorical, dict) and isinstance(rates, dict)
         unknown = (set(numeric) - set(NUMERIC)) | (set(categorical) - set(CATEGORICAL)) | (set(rates) - set(RATES))
         if unknown:
             raise DriftInputError(f"drift reference: unknown value(s) {', '.join(sorted(unknown))}")
@@ -285,11 +280,8 @@ def ks_test(reference_quantiles: ArrayLike, reference_n: int, current: ArrayLike
     if not len(ref) or not len(cur):
         raise ValueError("the KS test needs values on both sides")
     points = np.concatenate([ref, cur])
-    d = float(
-        np.max(
-            np.abs(np.searchsorted(ref, points, "right") / len(ref) - np.searchsorted(cur, points, "right") / len(cur))
-        )
-    )
+    gaps = np.searchsorted(ref, points, "right") / len(ref) - np.searchsorted(cur, points, "right") / len(cur)
+    d = float(np.max(np.abs(gaps)))
     effective = math.sqrt(reference_n * len(cur) / (reference_n + len(cur)))
     lam = (effective + 0.12 + 0.11 / effective) * d
     if lam < 0.2:
@@ -460,17 +452,12 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
         request_id = record.get("request_id")
         logged = _number(record, "edge_quality", where)
         quality = edge_feedback.get(request_id, logged) if isinstance(request_id, str) else logged
-        if _n_endpoints(record):  # the endpoint run first: its observed failure, or its feedback
+        names = record.get("endpoints")
+        if isinstance(names, list) and names != [EDGE, CLOUD]:  # logged by an N-endpoint bundle
             quality = _first_outcome(record, outcome_feedback.get(request_id) if isinstance(request_id, str) else None)
         edge_first = zone in ZONES and zone != CLOUD
         current.add("edge_failure", None if quality is None or not edge_first else quality < FAILED_BELOW, own)
     return current
-
-
-def _n_endpoints(record: Mapping[str, Any]) -> bool:
-    """Whether an N-endpoint bundle logged the request: its `endpoints` are not edge and cloud."""
-    names = record.get("endpoints")
-    return isinstance(names, list) and names != [EDGE, CLOUD]
 
 
 def _first_outcome(record: Mapping[str, Any], feedback: Mapping[str, Any] | None) -> float | None:
@@ -684,13 +671,7 @@ def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
     return record
 
 
-class _Routes(Protocol):
-    """What rescore needs of a router (serving.routing._router.Router, which imports this module)."""
-
-    def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]: ...
-
-
-def rescore(records: Iterable[Mapping[str, Any]], router: _Routes) -> list[JSONObject]:
+def rescore(records: Iterable[Mapping[str, Any]], router: Router) -> list[JSONObject]:
     """The records with `router`'s decision (score, probabilities, novelty, zone, model_version)
     for every request record that kept its prompt text; others as they are. For comparing a log
     that another bundle wrote with this bundle's reference (the acceptance verdicts and outcomes

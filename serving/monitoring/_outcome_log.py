@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
-from serving._json_values import nests_deeper_than
+from serving._json_values import finite_number, nests_deeper_than
 from serving._router_error import RouterError
 
 if TYPE_CHECKING:
@@ -135,11 +135,8 @@ class OutcomeLog:
             raise ValueError(f"max_queue={max_queue!r}: must be an integer >= 1")
         if not isinstance(max_file_bytes, int) or max_file_bytes < 1024:
             raise ValueError(f"max_file_bytes={max_file_bytes!r}: must be an integer >= 1024")
-        if (
-            isinstance(flush_interval_s, bool)
-            or not isinstance(flush_interval_s, (int, float))
-            or not 0 < flush_interval_s <= 60
-        ):
+        interval = finite_number(flush_interval_s)  # None for a bool, NaN or what is not a number
+        if interval is None or not 0 < interval <= 60:
             raise ValueError(f"flush_interval_s={flush_interval_s!r}: must be a number of seconds in (0, 60]")
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable text -> text")

@@ -9,12 +9,13 @@ docs/observability.md#traces-and-metrics lists every span, attribute and metric,
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
+    from serving.execution._steps import Execution
     from serving.routing._decision import Decision
 
     Attributes = dict[str, AttributeValue]
@@ -40,26 +42,6 @@ MAX_TOKEN_COUNT = 10**9  # a usage count at or over this is not exported (as ser
 # gen_ai.response.model: a dated version ("gpt-4o" answered as "gpt-4o-2024-08-06" or "gpt-4-0613").
 DATED_VERSION = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{4})")
 RECHECK_S = 1.0  # how often the global providers are looked up (a provider set later is used within this)
-
-
-class StepLike(Protocol):
-    """What a request's record of one call tells telemetry (serving.execution._execute.Step)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def status(self) -> str: ...
-
-
-class Executed(Protocol):
-    """What a request's outcome tells telemetry (serving.execution._execute.Execution)."""
-
-    @property
-    def served_by(self) -> str: ...
-
-    @property
-    def steps(self) -> Sequence[StepLike]: ...
 
 
 def available() -> bool:
@@ -275,7 +257,7 @@ class Trace(Scope):
         self._instruments = instruments
         self._started = time.perf_counter()
         self._decision: Decision | None = None
-        self._execution: Executed | None = None
+        self._execution: Execution | None = None
         self._fallback_of: Callable[[Any], str | None] | None = None
         self._served_by: str | None = None
         self._fallback_kind: str | None = None
@@ -334,7 +316,7 @@ class Trace(Scope):
         """The decision carried out (after policy and exploration)."""
         self._decision = decision
 
-    def executed(self, execution: Executed, fallback_kind: Callable[[Any], str | None]) -> None:
+    def executed(self, execution: Execution, fallback_kind: Callable[[Any], str | None]) -> None:
         """Who served, and why the cloud did if it did (`fallback_kind(execution)`: the reason's
         short name, asked for only when a span or a metric needs it)."""
         self._execution, self._served_by, self._fallback_of = execution, execution.served_by, fallback_kind
@@ -543,23 +525,16 @@ class _NoTrace(Trace):
     keep_open = Scope.keep_open  # NOOP.end, keeping nothing
 
 
-class within:  # lower case: used as a function, `with telemetry.within(request):`
+@contextlib.contextmanager
+def within(request: Trace) -> Iterator[None]:
     """Make `request` the current one in this context (a coroutine run on another thread's event
     loop, such as the sync chat client's), so that the layers it calls join it."""
-
-    __slots__ = ("request", "_token")
-
-    def __init__(self, request: Trace) -> None:
-        self.request = request
-        self._token: Token[Trace | None] | None = None
-
-    def __enter__(self) -> None:
-        if self.request is not NOOP:
-            self._token = _current.set(self.request)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._token is not None:
-            _current.reset(self._token)
+    token = None if request is NOOP else _current.set(request)
+    try:
+        yield
+    finally:
+        if token is not None:
+            _current.reset(token)
 
 
 NOOP: Trace = _NoTrace()  # what current() returns with no request open

@@ -96,13 +96,6 @@ class Traffic:
         self._random = random.Random(seed)
         self._shadows = threading.BoundedSemaphore(max_shadows)
         self._tasks: set[asyncio.Task[None]] = set()
-        self.shadows_skipped = 0
-
-    def explore(self, decision: Decision, routing: Routing) -> tuple[Decision, bool, float]:
-        """(the decision to carry out, whether it was explored, its propensity): as the bundle's
-        rule explores (serving.routing._chooser: Bands flips a zone, Choice draws the first endpoint)."""
-        chooser = routing.chooser
-        return chooser.rule.explored(decision, chooser, self.explore_rate, self._random)
 
     def request(
         self,
@@ -196,8 +189,7 @@ class Traffic:
         if side in ran or side in execution.decision.forbidden:
             return False  # both already ran (a fallback), or the policy forbids the other side
         if not self._shadows.acquire(blocking=False):
-            self.shadows_skipped += 1
-            return False
+            return False  # max_shadows already running
         span = telemetry.attempt("shadow", side)  # a child of the request's span, when one records it
         args = (request.request_id, request.subject, side, request.calls[side], span)
         if request.asynchronous:
@@ -293,7 +285,10 @@ class LoggedRequest:
         self.subject = request.call_subject  # what a shadow call takes
         self.log = log  # the traffic's
         self.request_id = request_id or new_request_id()
-        self.decision, self.explored, self.propensity = traffic.explore(decision, routing)
+        chooser = routing.chooser  # its rule explores (serving.routing._chooser: Bands flips a zone, Choice draws)
+        self.decision, self.explored, self.propensity = chooser.rule.explored(
+            decision, chooser, traffic.explore_rate, traffic._random
+        )
         self.asynchronous = asynchronous
         self.verdicts: list[object] = []  # what the accept check returned: a bool or a Verdict
         self.accept = None if accept is None else self._keeping_verdicts(accept)
@@ -317,8 +312,7 @@ class LoggedRequest:
         if self.execution is not None:
             self.execution.request_id = self.request_id
         self.log.append(functools.partial(self._record, time.time(), self.execution, error))
-        if self.calls is not None:
-            self.traffic.maybe_shadow(self)
+        self.traffic.maybe_shadow(self)
         return False  # an exception goes on to the caller
 
     def _record(self, when: float, execution: Execution | None, error: BaseException | None) -> Record:
@@ -328,10 +322,9 @@ class LoggedRequest:
         decision = self.decision
         steps = execution.steps if execution is not None else getattr(error, "steps", [])
         served_by = execution.served_by if execution is not None else None
-        response = execution.response if execution is not None else None
         edge_step = next((s for s in steps if s.name == "edge"), None)
         tried = execution.tried if execution is not None else getattr(error, "tried", [])
-        answer = _kept(answer_text(response)) if served_by is not None else None
+        answer = _kept(answer_text(execution.response)) if execution is not None else None
         record: Record = {
             "log": LOG_FORMAT,
             "type": "request",

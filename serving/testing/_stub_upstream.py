@@ -114,11 +114,8 @@ class StubUpstream:
         problem = problem or _request_problem(body)
         if problem is not None:
             param, message = problem
-            return await _send_json(
-                send,
-                400,
-                {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}},
-            )
+            error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+            return await _send_json(send, 400, {"error": error})
         b = self.behaviour
         if await _client_left(receive, b.delay_s):
             return
@@ -181,22 +178,16 @@ class _Answer:
             "total_tokens": self.prompt_tokens + len(self.words),
         }
 
+    def _head(self, kind: str) -> JSONObject:
+        return {"id": self.id, "object": kind, "created": int(time.time()), "model": self.model}
+
     def completion(self) -> JSONObject:
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text}, "finish_reason": "stop"}],
-            "usage": self.usage(),
-        }
+        choice = {"index": 0, "message": {"role": "assistant", "content": self.text}, "finish_reason": "stop"}
+        return {**self._head("chat.completion"), "choices": [choice], "usage": self.usage()}
 
     def chunk(self, delta: JSONObject, finish: str | None = None) -> JSONObject:
         return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": self.model,
+            **self._head("chat.completion.chunk"),
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }
 
