@@ -180,11 +180,9 @@ class Chooser:
         states: Sequence[ConversationState | None],
         stickiness: Stickiness,
         output_tokens: float,
-        now: float | None = None,
     ) -> list[Turn | None]:
-        """Each request's Turn: None without a conversation; a first turn's has no last endpoint.
-        `now`: the time the caches' ages are read at (time.time() unless given)."""
-        now, index, pricing = time.time() if now is None else now, self.index, self.switch_pricing
+        """Each request's Turn: None without a conversation; a first turn's has no last endpoint."""
+        now, index, pricing = time.time(), self.index, self.switch_pricing
         out: list[Turn | None] = []
         for request, n_tokens, state in zip(requests, tokens, states):
             if request.conversation is None:

@@ -1,11 +1,8 @@
 """The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve.
 
-A Router holds one bundle's Routing (serving.routing._stages) and can replace it while the app runs
-(`update`): the new bundle is read, verified (checksums, values, the pinned signature),
-loaded and tried before the switch, which is one reference assignment, so every decision
-comes wholly from the old or wholly from the new bundle. A failed or refused update keeps
-the current bundle and says why.
-"""
+A Router holds one bundle's Routing (serving.routing._stages) and replaces it while the app runs
+(`update`) in one reference assignment, so every decision comes wholly from the old or wholly
+from the new bundle."""
 
 from __future__ import annotations
 
@@ -184,9 +181,9 @@ class Router:
         )
 
     def update(self, path: str | Path, *, force: bool = False) -> Update:
-        """Switch to the bundle at `path` once it is fully verified, loaded and has routed a
-        prompt; never raises. Refused: a bundle that fails any check, and one older than the
-        current (its `created_at`) unless `force`. The current bundle then stays."""
+        """Switch to the bundle at `path` once it is verified (checksums, values, the pinned signature),
+        loaded and has routed a prompt; never raises. Refused, the current bundle kept and the reason
+        said: a bundle that fails any check, and one older than the current (`created_at`) unless `force`."""
         current = self._routing
         try:
             new = _routing(path, **self._options)
@@ -333,14 +330,9 @@ class Router:
             request = Request(prompt, precision, metadata, needs, capabilities, None, conversation)
         else:
             request = as_request(prompt, precision, metadata, needs, capabilities, conversation)
-        if request.conversation is None:  # written out, not _decision: route()'s one call less
+        if request.conversation is None:
             return self._routing.decisions((request,), self._policy, self._spending)[0]
         return self._decided((request,), self._routing)[0]
-
-    def _decision(self, request: Request, routing: Routing) -> Decision:
-        if request.conversation is None:
-            return routing.decisions((request,), self._policy, self._spending)[0]
-        return self._decided((request,), routing)[0]
 
     def route_batch(
         self,
@@ -598,7 +590,10 @@ class Router:
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing
-        decision = self._decision(request, routing)
+        if request.conversation is None:  # route()'s, on this one Routing
+            decision = routing.decisions((request,), self._policy, self._spending)[0]
+        else:
+            decision = self._decided((request,), routing)[0]
         return routing, decision, routing.learned_accept(request.text) if accept == "learned" else accept
 
 
