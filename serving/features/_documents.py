@@ -138,22 +138,16 @@ def _strict_yaml_loader(yaml: Any) -> Any:  # Any: the yaml module, and a Loader
         depth = 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise ComposerError(
-                    None,
-                    None,
-                    f"found the alias *{event.anchor[:40]}: aliases are not accepted (write the value out)",
-                    event.start_mark,
-                )
             nests = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
-            if nests and self.depth >= MAX_DEPTH:
-                raise ComposerError(
-                    None,
-                    None,
-                    f"lists and mappings nested deeper than {MAX_DEPTH} levels",
-                    self.peek_event().start_mark,
+            problem = None  # what this node may not be: an alias, or a list or mapping too deep
+            if self.check_event(yaml.AliasEvent):
+                problem = (
+                    f"found the alias *{self.peek_event().anchor[:40]}: aliases are not accepted (write the value out)"
                 )
+            elif nests and self.depth >= MAX_DEPTH:
+                problem = f"lists and mappings nested deeper than {MAX_DEPTH} levels"
+            if problem is not None:
+                raise ComposerError(None, None, problem, self.peek_event().start_mark)
             self.depth += nests
             try:
                 return super().compose_node(parent, index)

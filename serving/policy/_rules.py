@@ -99,17 +99,13 @@ class _Facts:
         holder = self.metadata.get(key)
         return holder is not None and self.spending is not None and self.spending.spent(key, holder, period) >= limit
 
-    def folded(self) -> Folded:
-        """The prompt as the detectors read it (serving.policy._detectors.fold), folded once a request."""
-        if self._folded is None:
-            self._folded = fold(self.text)
-        return self._folded
-
     def detected(self, detectors: tuple[Detector, ...]) -> bool:
         for detector in detectors:
             found = self.found.get(detector.name)
             if found is None:
-                found = self.found[detector.name] = detector.found_in(self.folded())
+                if self._folded is None:  # the prompt as the detectors read it, folded once a request
+                    self._folded = fold(self.text)
+                found = self.found[detector.name] = detector.found_in(self._folded)
             if found:
                 return True
         return False
