@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -394,15 +395,24 @@ def _endpoint_records(bundle: str | Path):
 def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output_tokens: float) -> dict | None:
     """make evaluate's figures of the whole conversations in N-endpoint rows (None when the rows do
     not link turns): each of POLICIES and the oracle, and each policy minus own per conversation with
-    its normal 95% interval."""
+    its normal 95% interval. Turns are ordered by their number, whatever the first one's (0, 1...);
+    a conversation is whole when its numbers have no gap. ValueError naming a conversation that
+    numbers two rows alike."""
     try:
         links = _links(frame)
     except ValueError:
         return None
-    turns: dict[str, set[int]] = {}
+    turns: dict[str, Counter[int]] = {}
     for link in links:
-        turns.setdefault(str(link["conversation"]), set()).add(int(link["turn"]))
-    whole = {c for c, ts in turns.items() if ts == set(range(1, max(ts) + 1))}
+        turns.setdefault(str(link["conversation"]), Counter())[int(link["turn"])] += 1
+    for cid, numbers in turns.items():
+        repeated = sorted(k for k, rows in numbers.items() if rows > 1)
+        if repeated:
+            raise ValueError(
+                f"conversation {cid!r} has {numbers[repeated[0]]} rows numbered turn {repeated[0]}: "
+                "each of its turns needs a number of its own"
+            )
+    whole = {c for c, ts in turns.items() if len(ts) == max(ts) - min(ts) + 1}
     keep = [str(link["conversation"]) in whole for link in links]
     conversations, incomplete = conversations_of(frame[keep], names, output_tokens=output_tokens)
     out: dict = {"conversations": len(conversations), "partial": len(turns) - len(whole), "incomplete": incomplete}

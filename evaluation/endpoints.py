@@ -71,7 +71,10 @@ def price_for_quality(expected, expected_cost, quality, target: int, feasible=No
     """The largest price on cost at which best_under_price's logged quality on these (validation)
     rows is at least that of endpoint `target` alone by one standard error of their paired
     difference (the largest price that merely matches it is chosen where luck favoured it, and
-    falls short on new rows); 0 (the best expected quality) if no price does."""
+    falls short on new rows); 0 (the best expected quality) if no price does, and with fewer than two
+    rows, which give no standard error to require."""
+    if len(quality) < 2:
+        return 0.0
     best = 0.0
     for price in PRICE_GRID:
         diff = _picked(best_under_price(expected, expected_cost, price, feasible), quality) - quality[:, target]

@@ -263,16 +263,18 @@ def render_endpoints(metrics: dict) -> str:
                 [[n, f"{f['quality']:.4f}", f"${f['cost']:.5f}"] for n, f in shown],
             ),
             "",
-            f"Quality minus the best single endpoint: {router['quality_minus_best_single']:+.4f} "
-            f"[{low:+.4f}, {high:+.4f}] (95%, over the rows); cost saved: {router['cost_saved_vs_best_single']:.1%}.",
+            f"Quality minus the best single endpoint: {num(router['quality_minus_best_single'], '+.4f')} "
+            f"[{num(low, '+.4f')}, {num(high, '+.4f')}] (95%, over the rows); cost saved: "
+            f"{pct(router['cost_saved_vs_best_single'])}.",
         ]
-    lines += ["", "First calls: " + ", ".join(f"`{n}` {s:.1%}" for n, s in figures["shares"].items()) + "."]
-    lines.append(f"Unfamiliar prompts: {figures['unfamiliar_share']:.1%}.")
+    # No decisions (no rows) leave the shares NaN: "—", as every figure the report lacks.
+    lines += ["", "First calls: " + ", ".join(f"`{n}` {pct(s)}" for n, s in figures["shares"].items()) + "."]
+    lines.append(f"Unfamiliar prompts: {pct(figures['unfamiliar_share'])}.")
     if "logged" in figures:
         logged = figures["logged"]["router"]
         lines.append(
             f"One-outcome rows ({figures['logged']['rows']}): the bundle's choices' SNIPS quality "
-            f"{logged['quality']:.4f} on {logged['effective_rows']:.0f} effective rows."
+            f"{num(logged['quality'], '.4f')} on {logged['effective_rows']:.0f} effective rows."
         )
     if "acceptance" in metrics:
         a = metrics["acceptance"]

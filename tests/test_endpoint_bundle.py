@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -497,6 +498,20 @@ def test_make_evaluate_scores_an_n_endpoint_bundle_on_the_rows_it_never_saw(trai
     )
     assert printed.returncode == 0, printed.stderr
     assert "the bundle's first endpoint" in printed.stdout
+
+
+def test_the_n_endpoint_report_of_no_decisions_shows_missing_figures_as_dashes():
+    from evaluation.endpoints import bundle_figures
+    from evaluation.report import render
+
+    empty = np.empty((0, len(NAMES)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the mean share of no rows: NaN
+        figures = bundle_figures(NAMES, [], empty, empty)
+    setup = {"model_version": "v", "split": "test", "logs": ["logs"], "endpoints": list(NAMES)}
+    report = render({"setup": setup, "figures": figures})
+    assert "nan" not in report.lower()
+    assert "First calls: `phone-3b` —, `onprem-8b` —" in report and "Unfamiliar prompts: —." in report
 
 
 def test_unfamiliar_prompts_get_the_unfamiliar_policy_for_n_endpoints(trained):

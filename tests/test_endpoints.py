@@ -222,6 +222,20 @@ def test_the_curve_area_and_the_oracle_on_a_hand_made_case():
     assert oracle(q, np.array([[0.0, 1.0, 2.0]] * 3)) == pytest.approx((2 / 3, 1 / 3))
 
 
+def test_the_matched_quality_price_needs_two_rows_for_its_standard_error():
+    import warnings
+
+    from evaluation.endpoints import PRICE_GRID, price_for_quality
+
+    quality = np.array([[0.0, 1.0, 1.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NaN standard deviation (a RuntimeWarning) on one row
+        assert price_for_quality(P[:1], C[:1], quality[:1], target=2) == 0.0
+        assert price_for_quality(P[:0], C[:0], quality[:0], target=2) == 0.0
+        # three rows: up to a price at which rows 0 and 2 go to endpoint 0, which fails them
+        assert 0.0 < price_for_quality(P, C, quality, target=2) < PRICE_GRID[-1]
+
+
 # The claims on a small simulated log (4,000 rows, the four endpoints of data/endpoints/four.yaml,
 # 3 prompt-hash folds, separate heads: the mode paired cross-validation chose in docs/endpoints.md). Interval-based: the corrected 95% interval over the folds.
 

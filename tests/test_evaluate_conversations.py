@@ -212,6 +212,29 @@ def test_make_conversations_compares_the_policies_over_conversation_folds(tmp_pa
     assert report["correlations"]["difficulty"] > 0.2
 
 
+def test_logged_turns_are_ordered_by_their_number_whatever_the_first_and_must_not_repeat():
+    import pandas as pd
+
+    from evaluation.conversations import logged_conversations
+
+    def rows(links):
+        return pd.DataFrame(
+            {
+                "request_id": [f"r{i}" for i in range(len(links))],
+                "prompt": ["hello"] * len(links),
+                "precision": [None] * len(links),
+                "metadata": [{"conversation": c, "turn": t} for c, t in links],
+                **{f"q_{n}": [np.nan] * len(links) for n in ("a", "b")},
+            }
+        )
+
+    # numbered from 0 and from 5: whole (no bundle is needed: no turn has every outcome, none is replayed)
+    found = logged_conversations(None, rows([("x", 1), ("x", 0), ("y", 5), ("y", 6), ("z", 0), ("z", 2)]), "ab", 1.0)
+    assert found == {"conversations": 0, "partial": 1, "incomplete": 2}  # z lacks its turn 1
+    with pytest.raises(ValueError, match=r"conversation 'y' has 2 rows numbered turn 6: each of its turns needs"):
+        logged_conversations(None, rows([("x", 0), ("y", 5), ("y", 6), ("y", 6)]), "ab", 1.0)
+
+
 def test_make_evaluate_replays_the_conversations_of_its_rows(simulated, tmp_path):
     from evaluation.conversations import logged_conversations
     from pipelines.evaluate import main
@@ -223,6 +246,10 @@ def test_make_evaluate_replays_the_conversations_of_its_rows(simulated, tmp_path
     gap = np.array([m == {"conversation": longer, "turn": "2"} for m in held["metadata"]])
     found = logged_conversations(bundle, held[~gap], names, 250.0)
     assert found["conversations"] == 79 and found["partial"] == 1  # a conversation without its turn 2 is left out
+    # the same turns numbered from 0, rows in reverse: the same conversations, in the same turn order
+    from_zero = held[~gap].assign(metadata=[{**m, "turn": int(m["turn"]) - 1} for m in held[~gap]["metadata"]])
+    again = logged_conversations(bundle, from_zero.iloc[::-1], names, 250.0)
+    assert json.dumps(again, sort_keys=True) == json.dumps(found, sort_keys=True)
     main(
         bundle=str(bundle),
         logs=[str(logs)],
