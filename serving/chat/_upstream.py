@@ -69,9 +69,8 @@ class Answer(str):
 
 @dataclass
 class OpenStream:
-    """A stream read up to its first chunk: `head` holds the (raw data, chunk) pairs read so far,
-    the last of them the first to carry the answer; `events` yields the rest, each within the
-    stream's deadline."""
+    """A stream read up to its first chunk: `head`, the (raw data, chunk) pairs read, the last of
+    them the first to carry the answer; `events`, the rest (Events)."""
 
     endpoint: str
     response: httpx2.Response
@@ -80,10 +79,8 @@ class OpenStream:
 
 
 class Upstream:
-    """One endpoint's HTTP side: one pooled async client per event loop.
-
-    secrets: the other keys the client holds (the other endpoint's); they and this endpoint's
-    own key are redacted from everything this endpoint sends back (see the module doc)."""
+    """One endpoint's HTTP side: one pooled async client per event loop. secrets: the client's other
+    keys, redacted with this endpoint's own from all it sends back (module doc)."""
 
     def __init__(self, name: str, endpoint: Endpoint, *, secrets: Sequence[str | None] = ()) -> None:
         endpoint.check_callable(f"calling {name}")

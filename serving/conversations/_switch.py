@@ -45,13 +45,9 @@ CLOUD_CACHE_TTL_S = 300.0
 
 @dataclass(frozen=True)
 class Stickiness:
-    """How much a switch weighs (module doc).
-
-    weight: the multiple of the switch cost the chooser adds: 0 every turn on its own, 1 the
-        switch at its price, math.inf always stay while the last endpoint may serve.
-    seconds_price: dollars a second of time to first token is worth (re-reading history delays
-        the first token): by default one cloud call of the seed's price ($0.003) a second.
-    """
+    """How much a switch weighs (module doc): `weight`, the multiple of delta_e the chooser adds (0,
+    1 or math.inf, as the module doc says), and `seconds_price`, the dollars a second of time to first
+    token is worth (by default one cloud call of the seed's price, $0.003, a second)."""
 
     weight: float = 1.0
     seconds_price: float = 0.003
