@@ -455,8 +455,7 @@ class Bands:
 
     def _band(self, precision: str | None) -> tuple[float, float, str, str, str]:
         """(lo, hi) of a precision with their printed forms and its tag, kept for the next call."""
-        if self.manifest is None:  # only a scored prompt has a band, and only a bundle scores
-            raise RuntimeError("the rule table has no score bands")
+        assert self.manifest is not None  # only a scored prompt has a band, and only a bundle scores
         lo, hi = self.manifest.band(precision)
         band = self._bands[precision] = (lo, hi, f"{lo:.3f}", f"{hi:.3f}", precision or "undeclared precision")
         return band

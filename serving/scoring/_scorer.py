@@ -85,7 +85,6 @@ class Scorer:
         inputs = {i.name for i in self.session.get_inputs()}
         if inputs != feeds:
             raise BundleError(f"the model's inputs are {sorted(inputs)}, expected {sorted(feeds)}")
-        # Platt calibration is folded into the trees (training.export); others are applied here.
         score = self.manifest.score
         self.outputs, self.gain = list(score.outputs), score.kind == "expected_gain"
         self.endpoints = score.kind == ENDPOINTS_KIND  # one output: every endpoint's expected quality
@@ -98,23 +97,23 @@ class Scorer:
         # novelty from the graph (`in_model`), from the reference file here, or none
         self.novelty_output = section.get("output") if section.get("in_model") else None
         self.novelty = None
-        if section and self.novelty_output is None:
-            self.novelty = Novelty.from_bytes(
-                bundle.content(section["file"]),
-                embedding_threshold=section["embedding_threshold"],
-                unseen_threshold=section["unseen_threshold"],
-            )
-        self._encoder_onnx = (
-            bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in self.manifest.files else None
-        )
         if self.novelty_output is not None:
             if self.novelty_output not in {o.name for o in self.session.get_outputs()}:
                 raise BundleError(
                     f"the manifest's novelty output {self.novelty_output!r} is not an output of the model"
                 )
             self.outputs.append(self.novelty_output)
-        elif self.novelty is not None and self.spec.fused:
-            self.outputs.append("features")  # the embedding, for the familiarity measure
+        elif section:
+            self.novelty = Novelty.from_bytes(
+                bundle.content(section["file"]),
+                embedding_threshold=section["embedding_threshold"],
+                unseen_threshold=section["unseen_threshold"],
+            )
+            if self.spec.fused:
+                self.outputs.append("features")  # the embedding, for the familiarity measure
+        self._encoder_onnx = (
+            bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in self.manifest.files else None
+        )
         # InferenceSession.run re-checks the feed's names on every call, which costs about as
         # much as the tree model itself; they were checked once above, so call the compiled
         # session directly (the public method if a future onnxruntime hides it).
