@@ -29,12 +29,9 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class ConversationState:
-    """What the router knows of a conversation after its last turn.
-
-    turns: turns served so far. endpoint: where the last one was answered (None: none was).
-    outcome: how it went (OUTCOMES). history_tokens: the conversation's length after it (its
-    prompt and its answer). held: each endpoint's cached prefix. updated: time.time() of the turn.
-    """
+    """What the router knows of a conversation after its last turn (module doc): `endpoint` is None when
+    none answered it, `outcome` one of OUTCOMES, `history_tokens` the length after it (its prompt and
+    its answer), `held` each endpoint's cached prefix, `updated` the turn's time.time()."""
 
     turns: int = 0
     endpoint: str | None = None
