@@ -169,7 +169,7 @@ def test_the_proxy_watches_a_folder_or_a_url(tmp_path):
 
     from serving.bundle._watcher import BundleURLWatcher, BundleWatcher
     from serving.proxy._config import ProxyConfig
-    from serving.proxy._serve import watcher_for
+    from serving.proxy._serve import watchers_for
 
     router = SimpleNamespace(manifest=None, update=lambda path: None)  # all a watcher uses of a Router
     config = lambda watch: ProxyConfig(  # noqa: E731
@@ -179,9 +179,9 @@ def test_the_proxy_watches_a_folder_or_a_url(tmp_path):
         watch=watch,
         watch_interval_s=60,
     )
-    assert watcher_for(router, config(None)) is None
+    assert watchers_for(router, config(None)) == []
     for source, kind in ((str(tmp_path), BundleWatcher), ("http://127.0.0.1:9/bundles/live", BundleURLWatcher)):
-        watcher = watcher_for(router, config(source))
+        (watcher,) = watchers_for(router, config(source))
         try:
             assert type(watcher) is kind and watcher._thread.is_alive()
         finally:

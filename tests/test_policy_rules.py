@@ -38,7 +38,7 @@ from serving.policy._budgets import Spending, window
 from serving.policy._rules import _Facts
 from serving.proxy._app import build_app
 from serving.proxy._config import ConfigError, ProxyConfig, add_arguments
-from serving.proxy._serve import policy_watcher_for
+from serving.proxy._serve import watchers_for
 from serving.routing._rule_table import RuleRouter, as_policy
 from serving.testing import Behaviour, LocalServer, StubUpstream
 from tests.chat_stubs import fresh_stubs, stubs  # noqa: F401  (fixtures: edge and cloud stubs, reset per test)
@@ -703,12 +703,12 @@ def test_the_proxy_command_takes_a_policy_file_and_watches_it(tmp_path):
     with pytest.raises(ConfigError, match="policy_interval_s=0"):
         ProxyConfig.from_args(parser.parse_args([*serve, "--policy-interval-s", "0"]), environ={})
     router = Router.load(tmp_path / "no-bundle", policy=config.policy)
-    watcher = policy_watcher_for(router, config)
-    assert watcher is not None and watcher.path == path
+    (watcher,) = watchers_for(router, config)
+    assert watcher.path == path
     watcher.stop()
     path.write_text(json.dumps({"rules": [{**PII_RULE, "name": "pii-v2"}]}))
     assert watcher.check_now().reloaded and router.route(PII_PROMPT).rule == "pii-v2"
-    assert policy_watcher_for(router, ProxyConfig.from_args(parser.parse_args(serve[:-2]), environ={})) is None
+    assert watchers_for(router, ProxyConfig.from_args(parser.parse_args(serve[:-2]), environ={})) == []
 
 
 # --- budgets -------------------------------------------------------------------------------------

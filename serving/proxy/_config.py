@@ -32,6 +32,8 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MIN_TOKEN_CHARS = 16
 SERVED_MODEL = "router"
+# ProxyConfig's fields from_args builds itself; every other field is the `serve` option of its name
+BUILT_FIELDS = ("edge", "cloud", "token", "endpoints", "redis")
 
 
 class ConfigError(RouterError, ValueError):
@@ -325,7 +327,6 @@ class ProxyConfig:
             )
         if redis_env is not None:
             redis = secret(redis_env, "--redis-env", True)
-        given = ("edge", "cloud", "token", "endpoints", "redis")  # every other option is the command line's of its name
         return cls(
             edge=upstream("edge"),
             cloud=upstream("cloud"),
@@ -336,7 +337,7 @@ class ProxyConfig:
                 if args.endpoints is not None
                 else None
             ),
-            **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in given},
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in BUILT_FIELDS},
         )
 
 
@@ -457,35 +458,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "order (docs/endpoints.md#running-n-endpoints)",
     )
     net = parser.add_argument_group("server")
-    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    net.add_argument("--port", type=int, default=8000, help="0 for any free port (default 8000)")
+    net.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    net.add_argument("--port", type=int, help="0 for any free port (default 8000)")
     net.add_argument(
         "--token-env",
         default=TOKEN_ENV,
         metavar="VAR",
         help=f"environment variable holding the client token (default {TOKEN_ENV})",
     )
-    net.add_argument(
-        "--served-model",
-        default=SERVED_MODEL,
-        metavar="NAME",
-        help=f"model name clients ask for (default {SERVED_MODEL})",
-    )
-    net.add_argument(
-        "--max-body-bytes", type=int, default=4 << 20, metavar="N", help="larger requests get 413 (default 4 MiB)"
-    )
+    net.add_argument("--served-model", metavar="NAME", help=f"model name clients ask for (default {SERVED_MODEL})")
+    net.add_argument("--max-body-bytes", type=int, metavar="N", help="larger requests get 413 (default 4 MiB)")
     net.add_argument(
         "--max-concurrency",
         type=int,
-        default=64,
         metavar="N",
         help="requests served at once; more wait up to --queue-timeout-s, then get 503 (default 64)",
     )
-    net.add_argument("--queue-timeout-s", type=float, default=1.0, metavar="S", help="(default 1)")
+    net.add_argument("--queue-timeout-s", type=float, metavar="S", help="(default 1)")
     net.add_argument(
         "--body-timeout-s",
         type=float,
-        default=10.0,
         metavar="S",
         help="a request's whole body must arrive within this, else 408; it holds no slot while it "
         "arrives; a body answered without being read, within this of the answer, else the "
@@ -494,7 +486,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--header-timeout-s",
         type=float,
-        default=10.0,
         metavar="S",
         help="a request's headers must arrive whole within this of the connection (or of their first "
         "byte on a kept-alive one), else 408 (default 10)",
@@ -509,7 +500,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--shutdown-timeout-s",
         type=float,
-        default=10.0,
         metavar="S",
         help="on SIGTERM, how long in-flight requests may take to finish (default 10)",
     )
@@ -522,18 +512,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR_OR_URL",
         help="poll a folder or an http(s) URL for new bundles and switch to them (verified)",
     )
-    bundle.add_argument("--watch-interval-s", type=float, default=60.0, metavar="S", help="(default 60)")
+    bundle.add_argument("--watch-interval-s", type=float, metavar="S", help="(default 60)")
     bundle.add_argument(
         "--policy",
         metavar="FILE",
         help="policy rules (JSON, or YAML with the yaml extra; docs/policies.md), reloaded when the file changes; "
         "requests pass their metadata in the body's `metadata` object",
     )
-    bundle.add_argument("--policy-interval-s", type=float, default=5.0, metavar="S", help="(default 5)")
+    bundle.add_argument("--policy-interval-s", type=float, metavar="S", help="(default 5)")
     shared = parser.add_argument_group("conversations and budgets")
     shared.add_argument(
         "--stickiness",
-        default="priced",
         metavar="WEIGHT",
         help="what moving a conversation to another endpoint weighs: never (every turn on its own), priced "
         "(the re-read of its history at its price; default), always (stay while the last endpoint may serve), "
@@ -549,3 +538,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared.add_argument(
         "--redis-env", metavar="VAR", help="the same URL read from this environment variable (one with a password)"
     )
+    # every other option defaults to its ProxyConfig field's default (its help says which)
+    fields = [f for f in dataclasses.fields(ProxyConfig) if f.default is not dataclasses.MISSING]
+    parser.set_defaults(**{f.name: f.default for f in fields if f.name not in BUILT_FIELDS})

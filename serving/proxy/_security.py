@@ -11,6 +11,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from starlette.responses import Response
+
 from serving.chat._errors import MIN_SECRET_CHARS, redact
 
 if TYPE_CHECKING:
@@ -39,18 +41,8 @@ class BearerAuth:
         self.on_reject("unauthorized")
         message = "missing bearer token" if not header else "invalid bearer token"
         body = error_body(f"{message}: send 'Authorization: Bearer <token>'", "authentication_error", "invalid_api_key")
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="router"'),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        challenge = {"www-authenticate": 'Bearer realm="router"'}
+        await Response(body, 401, challenge, media_type="application/json")(scope, receive, send)
 
 
 class RedactingFilter(logging.Filter):

@@ -53,24 +53,17 @@ def log_config() -> JSONObject:
     return config
 
 
-def watcher_for(router: Router, config: ProxyConfig) -> BundleWatcher | BundleURLWatcher | None:
-    """A started bundle watcher for --watch (a folder or an http(s) URL), or None."""
-    if not config.watch:
-        return None
-    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher
+def watchers_for(router: Router, config: ProxyConfig) -> list[BundleWatcher | BundleURLWatcher | PolicyWatcher]:
+    """The started watchers: of --watch (a folder or an http(s) URL) and of the --policy file."""
+    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
 
-    if config.watch.startswith(("http://", "https://")):
-        return BundleURLWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
-    return BundleWatcher(router, config.watch, interval_s=config.watch_interval_s).start()
-
-
-def policy_watcher_for(router: Router, config: ProxyConfig) -> PolicyWatcher | None:
-    """A started watcher of the --policy file, or None."""
-    if not config.policy:
-        return None
-    from serving.bundle._watcher import PolicyWatcher
-
-    return PolicyWatcher(router, config.policy, interval_s=config.policy_interval_s).start()
+    watchers: list[BundleWatcher | BundleURLWatcher | PolicyWatcher] = []
+    if config.watch:
+        kind = BundleURLWatcher if config.watch.startswith(("http://", "https://")) else BundleWatcher
+        watchers.append(kind(router, config.watch, interval_s=config.watch_interval_s).start())
+    if config.policy:
+        watchers.append(PolicyWatcher(router, config.policy, interval_s=config.policy_interval_s).start())
+    return watchers
 
 
 @contextlib.contextmanager
@@ -139,7 +132,7 @@ def serve(config: ProxyConfig) -> int:
         log.error("cannot start: %s", mismatch)
         return 1
     chat = RoutedChat(router, **config.chat_options())
-    watchers = [w for w in (watcher_for(router, config), policy_watcher_for(router, config)) if w is not None]
+    watchers = watchers_for(router, config)
     app = build_app(chat, config, on_shutdown=[w.stop for w in watchers])
     host, port = sock.getsockname()[:2]
     protocol = with_deadlines(
