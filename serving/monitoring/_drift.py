@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -367,19 +368,17 @@ class DriftReport:
 # Reading the records.
 @dataclass
 class _Current:
-    """The values of the request records, per name, and which bundle version logged each."""
+    """The values of the request records, per name, and whether the reference's bundle version logged each."""
 
     records: int = 0
     values: dict[str, list[Any]] = field(default_factory=dict)
-    own: dict[str, list[bool]] = field(default_factory=dict)
+    own: list[bool] = field(default_factory=list)
 
-    def add(self, name: str, value: Any, own: bool) -> None:
+    def add(self, name: str, value: Any) -> None:
         self.values.setdefault(name, []).append(value)
-        self.own.setdefault(name, []).append(own)
 
     def of(self, name: str, own_only: bool) -> list[Any]:
-        values, own = self.values.get(name, []), self.own.get(name, [])
-        return [v for v, o in zip(values, own) if o or not own_only]
+        return [v for v, o in zip(self.values.get(name, []), self.own) if o or not own_only]
 
 
 def _number(record: Mapping[str, Any], key: str, where: str) -> float | None:
@@ -435,20 +434,20 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
     current = _Current(records=len(order))
     for index, record in enumerate(order):
         where = f"request record {index + 1}"
-        own = model_version is not None and record.get("model_version") == model_version
+        current.own.append(model_version is not None and record.get("model_version") == model_version)
         for key in ("score", "p_edge", "p_cloud", "novelty"):
-            current.add(key, _number(record, key, where), own)
+            current.add(key, _number(record, key, where))
         novelty = _number(record, "novelty", where)
-        current.add("unfamiliar", None if novelty is None else novelty > 1.0, own)
-        current.add("n_tokens", _n_tokens(record, where), own)
+        current.add("unfamiliar", None if novelty is None else novelty > 1.0)
+        current.add("n_tokens", _n_tokens(record, where))
         prompt = record.get("prompt")
-        current.add("prompt_chars", float(len(prompt)) if isinstance(prompt, str) else None, own)
+        current.add("prompt_chars", float(len(prompt)) if isinstance(prompt, str) else None)
         precision = record.get("precision")
-        current.add("precision", precision if precision in PRECISIONS else UNDECLARED, own)
+        current.add("precision", precision if precision in PRECISIONS else UNDECLARED)
         zone = record.get("zone")
-        current.add("zone", zone if zone in ZONES else None, own)
+        current.add("zone", zone if zone in ZONES else None)
         accept = record.get("accept")
-        current.add("acceptance", bool(accept.get("accepted")) if isinstance(accept, dict) else None, own)
+        current.add("acceptance", bool(accept.get("accepted")) if isinstance(accept, dict) else None)
         request_id = record.get("request_id")
         logged = _number(record, "edge_quality", where)
         quality = edge_feedback.get(request_id, logged) if isinstance(request_id, str) else logged
@@ -456,7 +455,7 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
         if isinstance(names, list) and names != [EDGE, CLOUD]:  # logged by an N-endpoint bundle
             quality = _first_outcome(record, outcome_feedback.get(request_id) if isinstance(request_id, str) else None)
         edge_first = zone in ZONES and zone != CLOUD
-        current.add("edge_failure", None if quality is None or not edge_first else quality < FAILED_BELOW, own)
+        current.add("edge_failure", None if quality is None or not edge_first else quality < FAILED_BELOW)
     return current
 
 
@@ -513,8 +512,6 @@ def read_records(path: str, left_out: list[str] | None = None) -> list[JSONObjec
     reads (READ_FIELDS). DriftInputError naming the file and line for a folder without log files and
     for a file or line read_log_lines cannot use; a file's last line cut short (a writer killed
     mid-write, or still at work) is left out, and said so in `left_out` ("file line N: why")."""
-    from pathlib import Path
-
     if not Path(path).is_dir() or not any(Path(path).glob(FILE_PATTERN)):
         raise DriftInputError(f"{path}: no {FILE_PATTERN} files (an OutcomeLog folder is needed)")
     out: list[JSONObject] = []
@@ -616,7 +613,7 @@ def drift_report(
             "the bundle carries no drift reference (trained before drift references): retrain it to compare its traffic"
         )
         return DriftReport(UNKNOWN, (), reason, current.records, 0, None, True, limits, skipped)
-    compared = sum(current.own.get("score", []))
+    compared = sum(current.own)
     checks = _numeric_checks(reference, current, limits) + _rate_checks(reference, current, limits)
     judged = [c for c in checks if c.status in _RANK]
     verdict = max((c.status for c in judged), key=_RANK.__getitem__, default=STABLE)
@@ -680,13 +677,7 @@ def rescore(records: Iterable[Mapping[str, Any]], router: Router) -> list[JSONOb
     targets = [r for r in out if r.get("type") == "request" and isinstance(r.get("prompt"), str) and r["prompt"]]
     precisions = [r.get("precision") if r.get("precision") in PRECISIONS else None for r in targets]
     decisions = router.route_batch([r["prompt"] for r in targets], precisions) if targets else []
+    decided = ("score", "p_edge", "p_cloud", "novelty", "zone", "model_version")
     for record, decision in zip(targets, decisions):
-        record.update(
-            score=decision.score,
-            p_edge=decision.p_edge,
-            p_cloud=decision.p_cloud,
-            novelty=decision.novelty,
-            zone=decision.zone,
-            model_version=decision.model_version,
-        )
+        record.update({key: getattr(decision, key) for key in decided})
     return out

@@ -305,12 +305,6 @@ class Trace(Scope):
         self._kept = True
         return self.end
 
-    def _context(self) -> Context:
-        if self._parent is None:
-            assert self.span is not None and self._instruments is not None
-            self._parent = self._instruments.trace.set_span_in_context(self.span)
-        return self._parent
-
     # What the layers report.
     def decided(self, decision: Decision) -> None:
         """The decision carried out (after policy and exploration)."""
@@ -353,9 +347,11 @@ class Trace(Scope):
             attributes["router.side"] = side
         if endpoint_name is not None:
             attributes["router.endpoint"] = endpoint_name
+        if self._parent is None:  # the context of the request's span, the attempts' parent: made once
+            self._parent = self._instruments.trace.set_span_in_context(self.span)
         span = self._instruments.tracer.start_span(
             f"{CHAT} {model}" if model else f"router.{name}",
-            context=self._context(),
+            context=self._parent,
             kind=self._instruments.trace.SpanKind.CLIENT,
             attributes=attributes,
         )
@@ -441,9 +437,7 @@ class Attempt:
 
     __slots__ = ("request", "span", "_token", "_api", "_declared")
 
-    def __init__(
-        self, request: Trace, span: Span, api: _Instruments, *, attach: bool, declared: str | None = None
-    ) -> None:
+    def __init__(self, request: Trace, span: Span, api: _Instruments, *, attach: bool, declared: str | None) -> None:
         self.request, self.span, self._token, self._api = request, span, None, api
         self._declared = declared  # the endpoint's model as its record declares it (None: unknown)
         if attach:

@@ -203,45 +203,31 @@ class Traffic:
         return True
 
     def _shadow(
-        self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Any], span: Attempt | None = None
+        self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Any], span: Attempt | None
     ) -> None:
         start, response, error = time.perf_counter(), None, None
         try:
             response = fn(prompt)
         except BaseException as exc:  # a shadow run never reaches the app
             error = exc
-        finally:
-            self._shadows.release()
         self._shadow_record(request_id, side, start, response, error, span)
 
     async def _ashadow(
-        self,
-        request_id: str,
-        prompt: object,
-        side: str,
-        fn: Callable[[Any], Awaitable[Any]],
-        span: Attempt | None = None,
+        self, request_id: str, prompt: object, side: str, fn: Callable[[Any], Awaitable[Any]], span: Attempt | None
     ) -> None:
         start, response, error = time.perf_counter(), None, None
         try:
             response = await fn(prompt)
         except BaseException as exc:  # cancelled with its loop, or failed: never reaches the app
             error = exc
-        finally:
-            self._shadows.release()
         self._shadow_record(request_id, side, start, response, error, span)
 
     def _shadow_record(
-        self,
-        request_id: str,
-        side: str,
-        start: float,
-        response: Any,
-        error: BaseException | None,
-        span: Attempt | None = None,
+        self, request_id: str, side: str, start: float, response: Any, error: BaseException | None, span: Attempt | None
     ) -> None:
-        """The shadow record; its answer and error go to the log as they are, which writes them
-        as its privacy mode says (serving.monitoring._outcome_log.STRING_FIELDS)."""
+        """Free the shadow run's slot and append its record: its answer and error go in as they are,
+        and the log writes them as its privacy mode says (serving.monitoring._outcome_log.STRING_FIELDS)."""
+        self._shadows.release()
         if span is not None:
             span.ended("ok" if error is None else "error", response, error)
         assert self.log is not None  # shadow runs need a log (checked in __init__)
@@ -360,10 +346,8 @@ class LoggedRequest:
             # else is known only from later feedback (router.feedback, make label).
             "edge_quality": 0.0 if edge_step is not None and edge_step.status in ("error", "timeout") else None,
             "cloud_quality": None,
-            # Every bundle's record: the endpoint run first (with probability `propensity`), the bundle's
-            # endpoints, the cascade carried out, each endpoint reached and why it was left, and as for
-            # the edge, each endpoint whose call failed or timed out as an observed failure (0); every
-            # other outcome is known only from later feedback (router.feedback(outcomes=...)).
+            # Every bundle's: the endpoint run first (with probability `propensity`); `outcomes`, as
+            # edge_quality, holds the observed failures (0) only, the rest comes from feedback(outcomes=...).
             "endpoint": decision.endpoint,
             "endpoints": list(self.routing.endpoint_names),
             "cascade": list(decision.cascade),

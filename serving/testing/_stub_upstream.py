@@ -1,12 +1,10 @@
 """StubUpstream: a stand-in OpenAI-compatible chat-completions server on 127.0.0.1.
 
 It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true`, ending with
-`data: [DONE]`, and a usage chunk when `stream_options.include_usage` is set) and GET
-/v1/models; a malformed request (not a JSON object, NaN in it, `messages` not a list of objects,
-`stream` not a boolean, `stream_options` not an object) gets 400 naming the parameter, as a real
-server answers it. Knobs (`Behaviour`) for the failures a client must survive: latency, an HTTP
-error status, a body that is not JSON, a slow first token, a stream that breaks after its first
-chunk. The answer names the stub ("answer from edge"), so a test can tell who served.
+`data: [DONE]`, and a usage chunk when `stream_options.include_usage` is set) and GET /v1/models,
+and a malformed request (_request_problem) with 400 naming the parameter, as a real server does.
+`Behaviour` makes it fail in the ways a client must survive. The answer names the stub ("answer
+from edge"), so a test can tell who served.
 """
 
 from __future__ import annotations
@@ -127,18 +125,12 @@ class StubUpstream:
         if body.get("stream"):
             return await self._stream(receive, send, answer, body)
         if b.malformed:
-            return await _send(send, 200, b"{this is not json", "application/json")
+            return await _send(send, 200, b"{this is not json")
         await _send_json(send, 200, answer.completion())
 
     async def _stream(self, receive: Receive, send: Send, answer: "_Answer", body: JSONObject) -> None:
         b = self.behaviour
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
-            }
-        )
+        await _start(send, 200, [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")])
 
         async def event(data: str) -> None:
             await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
@@ -217,22 +209,20 @@ async def _client_left(receive: Receive, seconds: float) -> bool:
         return False
     try:
         message = await asyncio.wait_for(receive(), seconds)
-        left: bool = message["type"] == "http.disconnect"
-        return left
+        return bool(message["type"] == "http.disconnect")
     except asyncio.TimeoutError:
         return False
 
 
-async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
-        }
-    )
+async def _start(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _send(send: Send, status: int, body: bytes) -> None:
+    """A whole JSON response (or one that claims to be)."""
+    await _start(send, status, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())])
     await send({"type": "http.response.body", "body": body})
 
 
 async def _send_json(send: Send, status: int, value: object) -> None:
-    await _send(send, status, json.dumps(value).encode(), "application/json")
+    await _send(send, status, json.dumps(value).encode())
