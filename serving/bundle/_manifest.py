@@ -56,9 +56,7 @@ def _fail(key: str, rule: str, value: Any) -> ManifestError:
 
 def _section(data: JSONObject, key: str) -> JSONObject:
     """A dict-valued section; an absent one is empty."""
-    if key not in data:
-        return {}
-    value = data[key]
+    value = data.get(key, {})
     if not isinstance(value, dict):
         raise _fail(key, "must be an object", value)
     return value
@@ -196,10 +194,6 @@ class ScoreSpec:
     kind: str = "cloud_needed"
     heads: tuple[str, ...] = ("cloud_needed",)
     outputs: tuple[str, ...] = ("probabilities",)
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        return (0.0, 1.0) if self.kind == ENDPOINTS_KIND else SCORE_KINDS[self.kind][1]
 
     def to_dict(self) -> JSONObject:
         return {"kind": self.kind, "heads": list(self.heads), "outputs": list(self.outputs)}
@@ -403,9 +397,16 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     return FeatureSpec.from_dict(data)
 
 
-def check_thresholds(data: Any, tags: Sequence[str], bounds: tuple[float, float]) -> dict[str, ThresholdEntry]:
-    """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra
-    figures are kept."""
+def check_thresholds(data: Any, tags: Sequence[str], score: ScoreSpec) -> dict[str, ThresholdEntry]:
+    """Per precision tag (and "default"): lo <= hi, both within the score's bounds; extra figures are
+    kept. An endpoints bundle has none (its choice rule decides)."""
+    if score.kind == ENDPOINTS_KIND:
+        if data not in (None, {}):
+            raise _fail(
+                "thresholds", f"must be empty for score.kind {ENDPOINTS_KIND!r} (its choice rule decides)", data
+            )
+        return {}
+    bounds = SCORE_KINDS[score.kind][1]
     if not isinstance(data, dict) or "default" not in data:
         raise _fail("thresholds", 'must be an object with a "default" entry', data)
     for key, entry in data.items():
@@ -418,13 +419,6 @@ def check_thresholds(data: Any, tags: Sequence[str], bounds: tuple[float, float]
         if lo > hi:
             raise _fail(f"thresholds.{key}", "needs lo <= hi", (lo, hi))
     return cast("dict[str, ThresholdEntry]", data)
-
-
-def _no_thresholds(data: Any) -> dict[str, ThresholdEntry]:
-    """An endpoints bundle's thresholds: none (its choice rule decides)."""
-    if data not in (None, {}):
-        raise _fail("thresholds", f"must be empty for score.kind {ENDPOINTS_KIND!r} (its choice rule decides)", data)
-    return {}
 
 
 def check_files(data: Any) -> dict[str, str]:
@@ -502,11 +496,7 @@ class Manifest:
             feature_spec=spec,
             calibration=check_calibrations(data, score),
             score=score,
-            thresholds=(
-                check_thresholds(data.get("thresholds"), spec.precisions, score.bounds)
-                if score.kind != ENDPOINTS_KIND
-                else _no_thresholds(data.get("thresholds"))
-            ),
+            thresholds=check_thresholds(data.get("thresholds"), spec.precisions, score),
             endpoints=check_endpoints(data.get("endpoints"), score),
             limits=Limits(
                 _integer(

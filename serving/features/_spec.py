@@ -36,9 +36,8 @@ class FeatureSpec:
     @property
     def feature_names(self) -> list[str]:
         """The extractor's columns (the fused graph's `features` output): scalars, then the embedding."""
-        return ["n_tokens", *self.stat_names, *(f"precision_{p}" for p in self.precisions)] + [
-            f"emb_{i}" for i in range(self.embedding_dim)
-        ]
+        scalars = ["n_tokens", *self.stat_names, *(f"precision_{p}" for p in self.precisions)]
+        return scalars + [f"emb_{i}" for i in range(self.embedding_dim)]
 
     @property
     def model_feature_names(self) -> list[str]:

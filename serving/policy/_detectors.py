@@ -11,6 +11,7 @@ and measured precision: docs/policies.md#content-detectors.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import unicodedata
@@ -55,13 +56,11 @@ _IGNORABLE = frozenset(
     + "".join(map(chr, range(0xFE00, 0xFE10)))
     + "".join(map(chr, range(0xE0100, 0xE01F0)))
 )
-FOLD_CACHE_SIZE = 20_000  # characters whose folding is remembered (the rest are folded again each time)
-_fold_cache: dict[str, str] = {}
+FOLD_CACHE_SIZE = 20_000  # characters whose folding is remembered, the most recently folded
 
 
 def _fold_simple(ch: str) -> str:
-    """The folding that NFKC does not do: invisible characters dropped, dashes and white space made ASCII,
-    decimal digits of any script made 0-9; any other character as it is."""
+    """fold_char but for NFKC; any other character as it is."""
     if ch < "\x80":
         return ch
     if ch in _DASHES:
@@ -78,21 +77,18 @@ def _fold_simple(ch: str) -> str:
     return ch
 
 
+@functools.lru_cache(maxsize=FOLD_CACHE_SIZE)
 def fold_char(ch: str) -> str:
     """What one character becomes before the detectors read it: "" for an invisible one (category Cf, such
     as a zero-width space or a soft hyphen, and the other default-ignorables), "-" for a dash, " " or "\\n"
     for white space, 0-9 for a decimal digit of any script, else its NFKC form (full-width letters, digits
     and "@" become ASCII), whose characters are folded the same way. Folding a folded character changes
     nothing (tests/test_detector_forms.py checks every code point)."""
-    folded = _fold_cache.get(ch)
-    if folded is None:
-        folded = _fold_simple(ch)
-        if folded == ch:
-            nfkc = unicodedata.normalize("NFKC", ch)
-            if nfkc != ch:
-                folded = "".join(map(_fold_simple, nfkc))
-        if len(_fold_cache) < FOLD_CACHE_SIZE:
-            _fold_cache[ch] = folded
+    folded = _fold_simple(ch)
+    if folded == ch:
+        nfkc = unicodedata.normalize("NFKC", ch)
+        if nfkc != ch:
+            folded = "".join(map(_fold_simple, nfkc))
     return folded
 
 

@@ -35,18 +35,8 @@ ENDPOINTS = (EDGE, CLOUD)  # the endpoints of today's two-endpoint router
 ACTIONS = ("force", "forbid", "prefer", "route")
 SOFT_ACTIONS = ("prefer", "route")  # they order or pick among the allowed endpoints; the first that matches decides
 RULE_KEYS = ("name", "when", "then", "endpoint", "zone", "description")
-WHEN_KEYS = (
-    "metadata",
-    "detected",
-    "min_tokens",
-    "max_tokens",
-    "min_chars",
-    "max_chars",
-    "precision",
-    "matches",
-    "budget",
-    "needs",
-)
+_SIZE_KEYS = ("min_tokens", "max_tokens", "min_chars", "max_chars")
+WHEN_KEYS = ("metadata", "detected", *_SIZE_KEYS, "precision", "matches", "budget", "needs")
 BUDGET_KEYS = ("key", "limit", "period")
 MAX_PATTERN_CHARS = 4096  # one `matches` expression
 MAX_REPEAT = 1000  # RE2's largest repetition count: a{n}, a{m,n}
@@ -54,7 +44,6 @@ FILE_KEYS = ("rules", "description")
 MAX_POLICY_BYTES = 1 << 20
 # A rule name is written to logs, reasons and response headers as is: a short code, no spaces.
 NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
-_SIZE_KEYS = ("min_tokens", "max_tokens", "min_chars", "max_chars")
 _YAML_END = re.compile(rb"\.\.\.(?:[ \t]+#.*)?")  # a YAML file's last line: the end-of-document marker
 
 
