@@ -3,8 +3,6 @@
 Modules import it under `if TYPE_CHECKING:` only, so it adds nothing to `import serving`.
 """
 
-from __future__ import annotations
-
 from typing import Any, Dict
 
 # A decoded JSON object (a manifest, a section that describes a training run, a chat

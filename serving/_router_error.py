@@ -2,10 +2,6 @@
 its own: serving/errors.py). Import it from `serving` or `serving.errors`.
 """
 
-from __future__ import annotations
-
-__all__ = ["RouterError"]
-
 
 class RouterError(Exception):
     """Any error the SDK raises on purpose: `except RouterError` catches them all. Each subclass also

@@ -120,14 +120,6 @@ def _steps(text: str) -> tuple[int, int, list[float]]:
     return len(checked), sum(_wrong(stated, computed) for computed, stated in checked), [s for _, s in checked]
 
 
-def _repetition(words: list[str], lines: list[str]) -> tuple[float, float]:
-    trigrams = list(zip(words, words[1:], words[2:]))
-    repeated_trigrams = 1.0 - len(set(trigrams)) / len(trigrams) if trigrams else 0.0
-    kept = [line.strip() for line in lines if len(line.strip()) > 8]
-    repeated_lines = 1.0 - len(set(kept)) / len(kept) if kept else 0.0
-    return repeated_trigrams, repeated_lines
-
-
 def response_features(
     prompt: str,
     response: str,
@@ -150,7 +142,8 @@ def response_features(
     n_steps, n_wrong, results = _steps(text)
     last_numbers = _NUMBERS.findall(last_line)
     final = _number(last_numbers[-1]) if last_numbers else None
-    repeated_trigrams, repeated_lines = _repetition(words, lines)
+    trigrams = list(zip(words, words[1:], words[2:]))
+    long_lines = [line.strip() for line in lines if len(line.strip()) > 8]
     values = (
         math.log1p(n_chars),
         math.log1p(len(lines)),
@@ -166,8 +159,8 @@ def response_features(
         phrases.count("hedge"),
         phrases.count("refusal"),
         phrases.count("correction"),
-        repeated_trigrams,
-        repeated_lines,
+        1.0 - len(set(trigrams)) / len(trigrams) if trigrams else 0.0,
+        1.0 - len(set(long_lines)) / len(long_lines) if long_lines else 0.0,
         float(bool(stripped) and not stripped.endswith(_CLOSERS)),
         float(text.count("```") % 2 == 1),
         len(prompt_numbers & numbers) / len(prompt_numbers) if prompt_numbers else 0.0,

@@ -13,8 +13,6 @@ from serving._router_error import RouterError
 if TYPE_CHECKING:
     from serving.routing._decision import Decision
 
-__all__ = ["FallbackForbidden", "NoFeasibleEndpoint", "PolicyError"]
-
 
 class PolicyError(RouterError, RuntimeError):
     """A request the policy leaves no way to serve. `rules`: the names of the rules involved."""

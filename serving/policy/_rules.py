@@ -230,17 +230,15 @@ class PolicySet:
         rules = data.get("rules")
         if not isinstance(rules, list):
             raise PolicyFileError(f"{source}: key 'rules' must be a list of rules, got {_kind(rules)}")
-        checked: list[Rule] = []
-        names: dict[str, int] = {}
+        checked: dict[str, Rule] = {}  # by name, in the file's order
         for index, item in enumerate(rules):
             rule = _rule(item, index, source, endpoints)
-            if rule.name in names:
-                raise _error(source, index, rule.name, "name", f"also the name of rules[{names[rule.name]}]")
-            names[rule.name] = index
-            checked.append(rule)
+            if rule.name in checked:
+                raise _error(source, index, rule.name, "name", f"also the name of rules[{checked[rule.name].index}]")
+            checked[rule.name] = rule
         if not version:
             version = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
-        return cls(checked, endpoints=endpoints, source=source, version=version)
+        return cls(tuple(checked.values()), endpoints=endpoints, source=source, version=version)
 
     # Applying.
     def evaluate(
