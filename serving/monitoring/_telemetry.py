@@ -364,8 +364,7 @@ class Trace(Scope):
             return
         self._ended = True
         instruments, decision, served_by = self._instruments, self._decision, self._served_by
-        if instruments is None:
-            return
+        assert instruments is not None  # only NOOP has none, and it is ended from the start
         fallback = self._fallback_kind
         if fallback is None and self._fallback_of is not None and self._execution is not None:
             fallback = self._fallback_of(self._execution)
@@ -423,9 +422,8 @@ class Trace(Scope):
                 attributes["router.accept"] = "accepted" if accept == "ok" else accept
         if self._cost is not None:
             attributes["router.cost"] = self._cost
-        model, usage = self._response
         if served_by is not None:
-            _add_response(attributes, model, usage)
+            _add_response(attributes, *self._response)
         if self._error is not None:
             attributes["error.type"] = self._error
         return attributes

@@ -163,10 +163,7 @@ class Traffic:
         if self.log is None:
             return False
         record: Record = {"log": LOG_FORMAT, "type": "feedback", "request_id": request_id, "time": time.time()}
-        if given is not None:
-            record["outcomes"] = given
-        else:
-            record.update(edge_quality=edge, cloud_quality=cloud)
+        record.update({"outcomes": given} if given is not None else {"edge_quality": edge, "cloud_quality": cloud})
         record["source"] = source
         return self.log.append(record)
 
