@@ -71,9 +71,13 @@ class Routing:
                 unfamiliar_policy=self.unfamiliar_policy,
             )
         self.chooser = Chooser(endpoints, rule, model_version=self.model_version, max_chars=max_chars)
-        self.endpoint_names = self.chooser.names  # in the bundle's order (Router.endpoint_names)
         # The answer's expected tokens the calls' prices count: an N-endpoint bundle's own (what its choice priced).
         self.output_tokens = section.output_tokens if section is not None else 0.0
+
+    @property
+    def endpoint_names(self) -> tuple[str, ...]:
+        """The chooser's, in the bundle's order (Router.endpoint_names)."""
+        return self.chooser.names
 
     def decisions(
         self,
