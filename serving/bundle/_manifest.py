@@ -365,8 +365,7 @@ def check_feature_spec(data: Any) -> FeatureSpec:
     """The feature spec, with every field typed and bounded."""
     if not isinstance(data, dict):
         raise _fail("feature_spec", "must be an object", data)
-    known = {f.name for f in fields(FeatureSpec)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - {f.name for f in fields(FeatureSpec)})
     if unknown:
         raise _fail("feature_spec", f"has unknown field(s) {', '.join(unknown)}", unknown)
     if not isinstance(data.get("tier"), str):

@@ -222,8 +222,7 @@ class RedisSpending(Spending):
         self.client: Any = client  # Any: redis.Redis, untyped here so that the core never imports it
         self.prefix, self.retry_s, self.max_pending = prefix, float(retry_s), max_pending
         self.pending: dict[bytes, tuple[float, float]] = {}  # key -> (amount, expires at): not yet written
-        self.errors = 0
-        self.dropped = 0
+        self.errors = self.dropped = 0
         self._down_until = 0.0  # time.monotonic() before which Redis is not asked again
         self._down = False
 

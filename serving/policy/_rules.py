@@ -9,6 +9,7 @@ on the prompt folded once (serving.policy._detectors.fold).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -325,10 +326,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
     if not isinstance(item, dict):
         raise PolicyFileError(f"{source}: rules[{index}] must be an object, got {_kind(item)}")
     name = item.get("name")
-
-    def fail(key: str, message: str) -> PolicyFileError:
-        return _error(source, index, name, key, message)
-
+    fail = functools.partial(_error, source, index, name)  # fail(key, message): the error naming this rule
     for key in item:
         if key not in RULE_KEYS:
             raise fail(key, f"unknown key; a rule has {', '.join(RULE_KEYS)}")
