@@ -85,8 +85,7 @@ def _routing(path: str | Path, *, threads: int, unfamiliar_policy: str | None, p
     try:
         bundle = read_bundle(path, public_key=public_key)
         scorer = Scorer(bundle, threads=threads)
-        acceptor = Acceptor.from_bundle(bundle, scorer)
-        routing = Routing(scorer, unfamiliar_policy=unfamiliar_policy, acceptor=acceptor)
+        routing = Routing(scorer, unfamiliar_policy=unfamiliar_policy, acceptor=Acceptor.from_bundle(bundle, scorer))
         if FILE in scorer.manifest.files:  # the previous turn as evidence (serving.conversations._evidence)
             routing.chooser.evidence = TurnEvidence.from_json(bundle.content(FILE), routing.chooser.names)
     except Exception as exc:  # anything wrong with the bundle, including onnxruntime refusing it
@@ -381,13 +380,12 @@ class Router:
         (None: none did), the prompt's and the answer's tokens, and how it went (served, fallback,
         rejected, failed, regenerated). execute(), aexecute() and RoutedChat record their turns
         themselves. False when the store could not be written (logged; never raises for it)."""
-        on_device = endpoint is not None and self._on_device(endpoint)
         return self._conversations.record(
             conversation,
             endpoint,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
-            on_device=on_device,
+            on_device=endpoint is not None and self._on_device(endpoint),
             outcome=outcome,
         )
 
