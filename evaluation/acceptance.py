@@ -49,9 +49,7 @@ def roc_points(probability, good) -> dict:
 def rejected_share_by_prompt(prompts, rejected, wanted) -> np.ndarray:
     """Per prompt in `wanted`: the share of its logged answers the check rejects (a prompt may
     be logged more than once), NaN for prompts without an answer."""
-    totals: dict[str, list[float]] = {}
-    for prompt, r in zip(prompts, rejected):
-        entry = totals.setdefault(prompt, [0.0, 0.0])
-        entry[0] += float(r)
-        entry[1] += 1.0
-    return np.array([totals[p][0] / totals[p][1] if p in totals else np.nan for p in wanted], dtype=float)
+    import pandas as pd
+
+    share = pd.Series(np.asarray(rejected, float), index=list(prompts)).groupby(level=0).mean()
+    return share.reindex(list(wanted)).to_numpy(float)

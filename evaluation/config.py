@@ -95,9 +95,7 @@ class EvalConfig:
         return cls(**options)
 
     def cost_model(self) -> CostModel:
-        """$ per request (evaluation.metrics.CostModel)."""
         return CostModel(edge=self.edge_cost, cloud=dict(self.cloud_cost))
 
     def latency_model(self) -> LatencyModel:
-        """Milliseconds per path (evaluation.metrics.LatencyModel)."""
         return LatencyModel(edge_ms=dict(self.edge_ms), cloud_ms=self.cloud_ms, network_ms=self.network_ms)

@@ -93,14 +93,6 @@ def conversations_of(frame, names: Sequence[str], truth=None, output_tokens: flo
     return out, incomplete
 
 
-def _has_cache(endpoint: Endpoint) -> bool:
-    return endpoint.where == "device" or (endpoint.price is not None and endpoint.price.per_1m_cached_input is not None)
-
-
-def _rate(endpoint: Endpoint) -> float:
-    return endpoint.prefill_tokens_per_s or DEFAULT_PREFILL_TOKENS_PER_S[endpoint.where or "cloud"]
-
-
 def turn_price(
     endpoints: Sequence[Endpoint],
     state: ConversationState,
@@ -117,12 +109,12 @@ def turn_price(
     delta, missing = SwitchPricing(endpoints).costs(state, input_tokens, output_tokens, 0.0, now)
     assert price is not None
     cost = price.call_cost(input_tokens, output_tokens) + float(delta[k])
-    history = min(state.history_tokens, int(input_tokens))
-    held = history - int(missing[k]) if _has_cache(endpoint) else 0
-    ttft = (endpoint.latency_ms or 0.0) / 1000.0 + (input_tokens - held) / _rate(endpoint)
+    history, device = min(state.history_tokens, int(input_tokens)), endpoint.where == "device"
+    held = history - int(missing[k]) if device or price.per_1m_cached_input is not None else 0  # else no cache
+    rate = endpoint.prefill_tokens_per_s or DEFAULT_PREFILL_TOKENS_PER_S[endpoint.where or "cloud"]
+    ttft = (endpoint.latency_ms or 0.0) / 1000.0 + (input_tokens - held) / rate
     reprefill = 0.0
     if last_input is not None and state.endpoint != endpoint.name and missing[k]:
-        device = endpoint.where == "device"
         stayed = replace(
             state, endpoint=endpoint.name, held=(Held(endpoint.name, history if device else last_input, now),)
         )
@@ -137,6 +129,7 @@ class Replay:
     per_conversation: dict[str, np.ndarray]
     served: list[list[int]]
     tokens: list[list[int]]  # each turn's input tokens as the SDK counted them
+    endpoints: list[Endpoint]  # the bundle's, which `served` indexes
 
     def figures(self) -> dict[str, float]:
         return {k: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan for k, v in self.per_conversation.items()}
@@ -187,7 +180,7 @@ def replay(bundle: str | Path, conversations: Sequence[Conversation], stickiness
             served[i].append(k)
             tokens[i].append(decision.n_tokens)
             router.record_turn(conversation.id, names[k], input_tokens=decision.n_tokens, output_tokens=round(out))
-    return Replay(_figures(conversations, served, priced), served, tokens)
+    return Replay(_figures(conversations, served, priced), served, tokens, endpoints)
 
 
 def _walk(endpoints, conversation: Conversation, tokens: Sequence[int], path: Sequence[int]) -> list[tuple]:
@@ -243,7 +236,7 @@ def oracle(endpoints: Sequence[Endpoint], conversations: Sequence[Conversation],
             path.append(int(pointers[path[-1]]))
         paths.append(path[::-1])
     walked = [_walk(endpoints, c, t, p) for c, t, p in zip(conversations, tokens, paths)]
-    return Replay(_figures(conversations, paths, walked), paths, [list(t) for t in tokens])
+    return Replay(_figures(conversations, paths, walked), paths, [list(t) for t in tokens], endpoints)
 
 
 def with_rule(bundle: str | Path, folder: str | Path, rule: str, parameter: float) -> Path:
@@ -362,9 +355,8 @@ def evaluate_fold(
         policies["tuned"] = Stickiness(tuned["weight"], tuned["seconds_price"])
     extra = {f"priced x{w:g}": Stickiness(w, seconds_price) for w in weights}
     runs = {name: replay(bundle, conversations, s) for name, s in {**policies, **extra}.items()}
-    endpoints = list(_endpoint_records(bundle))
     operating = {name: run.figures() for name, run in runs.items()}
-    operating["oracle"] = oracle(endpoints, conversations, runs["own"].tokens).figures()
+    operating["oracle"] = oracle(runs["own"].endpoints, conversations, runs["own"].tokens).figures()
     turns = sum(len(s) for s in runs["own"].served)
     changed = sum(a != b for x, y in zip(runs["own"].served, runs["priced"].served) for a, b in zip(x, y))
     variant = with_rule(bundle, Path(work) / "cheapest_within", "cheapest_within", margin)
@@ -382,14 +374,6 @@ def evaluate_fold(
         "matched": {measure: _matched(curves, measure, price) for measure in measures},
         "changed": changed / turns,
     }
-
-
-def _endpoint_records(bundle: str | Path):
-    from serving.bundle._bundle import read_bundle
-
-    section = read_bundle(bundle).manifest.endpoints
-    assert section is not None
-    return section.spec
 
 
 def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output_tokens: float) -> dict | None:
@@ -419,7 +403,7 @@ def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output
     if not conversations:
         return out
     runs = {name: replay(bundle, conversations, Stickiness(weight)) for name, weight in POLICIES.items()}
-    runs["oracle"] = oracle(list(_endpoint_records(bundle)), conversations, runs["own"].tokens)
+    runs["oracle"] = oracle(runs["own"].endpoints, conversations, runs["own"].tokens)
     out["policies"] = {name: run.figures() for name, run in runs.items()}
     keys = [k for k in FIGURES if k not in ("turns", "expected_quality")]
     out["minus_own"] = {}

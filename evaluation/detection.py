@@ -80,8 +80,7 @@ def score(
     counts = {m: {name: Counts() for name in names} for m in MATCHINGS}
     misses: list[Miss] = []
     for i, line in enumerate(lines):
-        text = line["text"]
-        labels = line["labels"]
+        text, labels = line["text"], line["labels"]
         if not isinstance(text, str) or not isinstance(labels, list):
             raise ValueError(f"line {i + 1}: needs a str 'text' and a list 'labels'")
         found = find(text)

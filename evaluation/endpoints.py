@@ -233,6 +233,7 @@ def recovery(names, truth, expected, expected_cost, feasible, margin: float) -> 
     }
 
 
+POINT_FIGURES = ("quality", "cost", "quality_minus_best_single", "cost_saved_vs_best_single")  # an operating point's
 # The figures estimated over folds with an interval (paths into fold_figures' output).
 ESTIMATED = (
     ("area_vs_best_single",),
@@ -241,11 +242,7 @@ ESTIMATED = (
     ("quality_at_best_single_cost_minus_best_single",),
     ("oracle", "quality"),
     ("oracle", "cost"),
-    *(
-        (point, figure)
-        for point in ("matched", "margin", "budget", "cascade")
-        for figure in ("quality", "cost", "quality_minus_best_single", "cost_saved_vs_best_single")
-    ),
+    *((point, figure) for point in ("matched", "margin", "budget", "cascade") for figure in POINT_FIGURES),
     ("budget", "over_budget"),
     ("cascade", "predicted_quality"),
     ("cascade", "predicted_cost"),
@@ -257,7 +254,7 @@ ESTIMATED = (
     *(
         ("logged", point, figure)
         for point in ("margin", "budget", "matched", "cascade_first")
-        for figure in ("quality", "cost", "quality_minus_best_single", "cost_saved_vs_best_single")
+        for figure in POINT_FIGURES
     ),
 )
 

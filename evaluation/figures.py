@@ -13,12 +13,14 @@ R = TypeVar("R", bound="Record")
 
 
 class Record:
-    """as_dict / from_dict for a flat dataclass of plain values."""
+    """as_dict / from_dict for a dataclass of plain values; an optional field (default None) is left
+    out of as_dict when None, and None when from_dict's data lacks it."""
 
     what: ClassVar[str] = "figures"
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        values = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {k: v for k, v in values.items() if v is not None or k not in _optional(type(self))}
 
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:
@@ -29,17 +31,21 @@ class Record:
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
+def _optional(cls: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.default is None}
+
+
 def _fields_of(cls, data: dict[str, Any]) -> dict[str, Any]:
     """`data`'s values of cls's fields: a clear error for a missing or unknown key."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.what}: expected a JSON object, got {type(data).__name__}")
     names = cls.names()
-    missing = [n for n in names if n not in data]
+    missing = [n for n in names if n not in data and n not in _optional(cls)]
     unknown = [k for k in data if k not in names]
     if missing or unknown:
         problem = f"missing {', '.join(missing)}" if missing else f"unknown key {unknown[0]!r}"
         raise ValueError(f"{cls.what}: {problem} (expected {', '.join(names)})")
-    return {n: data[n] for n in names}
+    return {n: data.get(n) for n in names}
 
 
 @dataclass(frozen=True)
@@ -54,11 +60,7 @@ class Population(Record):
     all_cloud_quality: float
     oracle_quality: float
     # measured_rows, assumed_rows, assumed_catch_rate (evaluation.fallback); None for pooled folds
-    fallback_rates: dict[str, Any] | None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Population:
-        return cls(**_fields_of(cls, {"fallback_rates": None, **data}))
+    fallback_rates: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,26 +127,14 @@ class PolicyFigures(KeyFigures):
     fallback_recovered_quality: float
     cost: dict[str, Cost]  # by cloud price name
     latency: dict[str, Latency]  # by edge device
-    at_matched_share: AtShare | None
+    at_matched_share: AtShare | None = None
 
     def key_figures(self) -> KeyFigures:
         return KeyFigures(**{name: getattr(self, name) for name in KeyFigures.names()})
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {
-            **super().as_dict(),
-            "cost": {k: v.as_dict() for k, v in self.cost.items()},
-            "latency": {k: v.as_dict() for k, v in self.latency.items()},
-        }
-        if self.at_matched_share is None:
-            del out["at_matched_share"]
-        else:
-            out["at_matched_share"] = self.at_matched_share.as_dict()
-        return out
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicyFigures:
-        values = _fields_of(cls, {"at_matched_share": None, **data})
+        values = _fields_of(cls, data)
         matched = values["at_matched_share"]
         values["cost"] = {k: Cost.from_dict(v) for k, v in values["cost"].items()}
         values["latency"] = {k: Latency.from_dict(v) for k, v in values["latency"].items()}
@@ -194,11 +184,8 @@ class SplitSummary:
     cross_validated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        population = self.population.as_dict()
-        if population["fallback_rates"] is None:
-            del population["fallback_rates"]
         return {
-            **population,
+            **self.population.as_dict(),
             **({"cross_validated": True} if self.cross_validated else {}),
             **({"unfamiliar_share": self.unfamiliar_share} if self.unfamiliar_share is not None else {}),
             **{name: p.as_dict() for name, p in self.policies.items()},

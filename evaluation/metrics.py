@@ -48,8 +48,7 @@ def quality_curve(scores, q_edge, q_cloud) -> Curve:
     k = np.arange(n + 1)
     quality = (q_edge.sum() + np.interp(k, ends, gain[ends])) / n
     edge, cloud = q_edge.mean(), q_cloud.mean()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pgr = (quality - edge) / (cloud - edge) if cloud != edge else np.full(n + 1, np.nan)
+    pgr = (quality - edge) / (cloud - edge) if cloud != edge else np.full(n + 1, np.nan)
     return Curve(k / n, quality, pgr)
 
 
@@ -105,9 +104,7 @@ def area(corners_cost, corners_quality, *, low_cost, high_cost, low_quality, hig
 
 def auc(labels, scores) -> float:
     """ROC AUC of the score for the cloud-needed label; NaN when only one class is present."""
-    labels, scores = np.asarray(labels), np.asarray(scores, dtype=np.float64)
-    if len(labels) == 0:
-        raise ValueError("no requests to evaluate: the input is empty")
+    labels, scores = _arrays(labels, scores)
     if labels.min() == labels.max():
         return float("nan")
     from scipy.stats import rankdata
@@ -120,8 +117,7 @@ def auc(labels, scores) -> float:
 
 def operating_point(to_cloud, q_edge, q_cloud, needed) -> dict:
     """Cloud share, quality (before fallback) and misroutes of one set of decisions."""
-    to_cloud = np.asarray(to_cloud, dtype=bool)
-    needed = np.asarray(needed, dtype=bool)
+    to_cloud, needed = np.asarray(to_cloud, dtype=bool), np.asarray(needed, dtype=bool)
     q_edge, q_cloud = _arrays(q_edge, q_cloud)
     quality = np.where(to_cloud, q_cloud, q_edge).mean()
     under = (~to_cloud & needed).mean()

@@ -38,9 +38,8 @@ def _arrays(routed_to, propensity, reward, target, min_propensity: float):
 def _estimates(a, b, p, r, q_a, q_b) -> dict:
     match = (a == b).astype(np.float64)
     weighted = match / p
-    n = len(a)
     return {
-        "ips": float((weighted * r).sum() / n),
+        "ips": float((weighted * r).sum() / len(a)),
         "snips": _or_nan(snips(match, p, r)),
         "dr": float((q_b + weighted * (r - q_a)).mean()),
     }
@@ -85,9 +84,8 @@ def off_policy(
     # P(cloud needed) per request: observed sides as observed, the other from the heads.
     edge = np.where(np.isnan(edge_known), q_edge, edge_known)
     cloud = np.where(np.isnan(cloud_known), q_cloud, cloud_known)
-    needed = np.where(
-        ~np.isnan(edge_known) & ~np.isnan(cloud_known), (cloud - edge > margin).astype(float), cloud * (1.0 - edge)
-    )
+    both = ~np.isnan(edge_known) & ~np.isnan(cloud_known)
+    needed = np.where(both, (cloud - edge > margin).astype(float), cloud * (1.0 - edge))
     misroute = np.where(b, 1.0 - needed, needed)
 
     def figures(index):
@@ -105,7 +103,7 @@ def off_policy(
         "cloud_share": {"exact": float(b.mean())},
         "misroute_rate": {
             "model_completed": {"estimate": float(misroute.mean()), "ci95": misroute_interval},
-            "both_outcomes_known": int((~np.isnan(edge_known) & ~np.isnan(cloud_known)).sum()),
+            "both_outcomes_known": int(both.sum()),
         },
         "logging_policy": {"quality": float(r.mean()), "cloud_share": float(a.mean())},
         "assumptions": "the logging policy chose from what it logged; the side the bundle picks had a non-zero "

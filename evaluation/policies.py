@@ -157,16 +157,10 @@ class TunedRules:
         return _capped(rule_bits(n_tokens, domains, precisions), self.weights, self.units)
 
     def as_dict(self) -> dict:
-        return {
-            "weights": {
-                "long_prompt": self.weights[0] / self.units,
-                "rule_domain": self.weights[1] / self.units,
-                "exact_precision": self.weights[2] / self.units,
-            },
-            "lo": self.lo,
-            "hi": self.hi,
-            "fit": self.fit,
+        weights = {
+            name: w / self.units for name, w in zip(("long_prompt", "rule_domain", "exact_precision"), self.weights)
         }
+        return {"weights": weights, "lo": self.lo, "hi": self.hi, "fit": self.fit}
 
 
 def _rank(t: Thresholds, target: str) -> tuple:

@@ -22,20 +22,15 @@ BREAKDOWNS = {
 }
 
 
-def _missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
-def _tidy(x: float) -> float:
-    return 0.0 if abs(x) < 1e-12 else x  # no "-0.0%" from float round-off
-
-
-def pct(x, digits: int = 1) -> str:
-    return "—" if _missing(x) else f"{_tidy(x):.{digits}%}"
-
-
 def num(x, fmt: str = ".3f") -> str:
-    return "—" if _missing(x) else format(_tidy(x), fmt)
+    """`x` in format `fmt`; "—" for a missing figure (None, NaN)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return format(0.0 if abs(x) < 1e-12 else x, fmt)  # no "-0.0%" from float round-off
+
+
+def pct(x) -> str:
+    return num(x, ".1%")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -47,12 +42,12 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def show(path: str, fmt: str = ".3f"):
     """A column's cell: the figure at the dotted `path` (attributes or keys; "—" where one is
-    missing), as a share (`fmt` "%") or a number."""
+    missing) in format `fmt`."""
 
     def cell(value) -> str:
         for key in path.split("."):
             value = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
-        return pct(value) if fmt == "%" else num(value, fmt)
+        return num(value, fmt)
 
     return cell
 
@@ -79,17 +74,17 @@ def headline_table(figures: Comparison) -> str:
     """Policies at their operating point, at the learned router's cloud share, and over the curve."""
     share = pct(figures.matched_cloud_share)
     columns = [
-        ("cloud share", show("cloud_share", "%")),
+        ("cloud share", show("cloud_share", ".1%")),
         ("misroute (under / over)", misroute_cell),
         ("quality", show("quality")),
         ("vs all-cloud", show("quality_vs_all_cloud", "+.3f")),
         ("with fallback", show("quality_with_fallback")),
         (f"quality at {share} cloud", show("at_matched_share.quality")),
         (f"PGR at {share}", show("at_matched_share.pgr")),
-        (f"misroute at {share}", show("at_matched_share.misroute_rate", "%")),
+        (f"misroute at {share}", show("at_matched_share.misroute_rate", ".1%")),
         ("APGR", show("apgr")),
-        ("CPT(50%)", show("cpt50", "%")),
-        ("CPT(80%)", show("cpt80", "%")),
+        ("CPT(50%)", show("cpt50", ".1%")),
+        ("CPT(80%)", show("cpt80", ".1%")),
     ]
     return policy_table(figures, columns)
 
@@ -98,9 +93,9 @@ def cost_latency_table(figures: Comparison) -> str:
     first = next(iter(figures.policies.values()))
     prices, devices = list(first.cost), list(first.latency)
     columns = [
-        ("expected cloud calls", show("expected_cloud_calls", "%")),
+        ("expected cloud calls", show("expected_cloud_calls", ".1%")),
         *((f"$/request ({c})", lambda p, c=c: f"{p.cost[c].per_request:.5f}") for c in prices),
-        *((f"cost reduction vs all-cloud ({c})", show(f"cost.{c}.reduction_vs_all_cloud", "%")) for c in prices),
+        *((f"cost reduction vs all-cloud ({c})", show(f"cost.{c}.reduction_vs_all_cloud", ".1%")) for c in prices),
         *(
             (f"latency {d} mean / p95 (ms)", lambda p, d=d: f"{p.latency[d].mean_ms:.0f} / {p.latency[d].p95_ms:.0f}")
             for d in devices
@@ -111,9 +106,9 @@ def cost_latency_table(figures: Comparison) -> str:
 
 def fallback_table(figures: Comparison) -> str:
     columns = [
-        ("fallback-zone share", show("fallback_share", "%")),
-        ("fallback fires (per request)", show("fallback_fires", "%")),
-        ("fires per fallback-zone request", show("fallback_fires_in_zone", "%")),
+        ("fallback-zone share", show("fallback_share", ".1%")),
+        ("fallback fires (per request)", show("fallback_fires", ".1%")),
+        ("fires per fallback-zone request", show("fallback_fires_in_zone", ".1%")),
         ("quality recovered", show("fallback_recovered_quality", "+.3f")),
     ]
     return policy_table(figures, columns)
@@ -124,8 +119,8 @@ def breakdown_table(groups: dict[str, SplitSummary]) -> str:
     ranked = [n for n in ("learned", "reference") if n in names]  # the APGR to beat next to the router's
     columns = [
         ("rows", lambda g: str(g.population.rows)),
-        ("cloud needed", show("population.cloud_needed_share", "%")),
-        ("learned cloud share", show("policies.learned.cloud_share", "%")),
+        ("cloud needed", show("population.cloud_needed_share", ".1%")),
+        ("learned cloud share", show("policies.learned.cloud_share", ".1%")),
         *((f"{POLICIES[n].short} misroute (under / over)", lambda g, n=n: misroute_cell(g.policies[n])) for n in names),
         *((f"{POLICIES[n].short} APGR", show(f"policies.{n}.apgr")) for n in ranked),
     ]
@@ -139,7 +134,7 @@ def loso_table(loso: dict[str, HeldOutSource]) -> str:
         ("trained on", lambda r: f"{r.trained_on_rows} rows"),
         ("learned APGR", show(f"{learned}.apgr")),
         ("learned AUC", show(f"{learned}.auc")),
-        ("cloud share", show(f"{learned}.cloud_share", "%")),
+        ("cloud share", show(f"{learned}.cloud_share", ".1%")),
         ("misroute (under / over)", lambda r: misroute_cell(r.figures.policies["learned"])),
         ("quality vs all-cloud", show(f"{learned}.quality_vs_all_cloud", "+.3f")),
         (
@@ -267,7 +262,6 @@ def render_endpoints(metrics: dict) -> str:
             f"[{num(low, '+.4f')}, {num(high, '+.4f')}] (95%, over the rows); cost saved: "
             f"{pct(router['cost_saved_vs_best_single'])}.",
         ]
-    # No decisions (no rows) leave the shares NaN: "—", as every figure the report lacks.
     lines += ["", "First calls: " + ", ".join(f"`{n}` {pct(s)}" for n, s in figures["shares"].items()) + "."]
     lines.append(f"Unfamiliar prompts: {pct(figures['unfamiliar_share'])}.")
     if "logged" in figures:
@@ -496,10 +490,10 @@ def summary_table(metrics: dict):
         f"{pct(figures.matched_cloud_share)}"
     )
     columns = [
-        ("cloud", show("cloud_share", "%")),
-        ("misroute", show("misroute_rate", "%")),
-        ("under", show("under_routing", "%")),
-        ("over", show("over_routing", "%")),
+        ("cloud", show("cloud_share", ".1%")),
+        ("misroute", show("misroute_rate", ".1%")),
+        ("under", show("under_routing", ".1%")),
+        ("over", show("over_routing", ".1%")),
         ("quality", show("quality")),
         ("matched", show("at_matched_share.quality")),
         ("APGR", show("apgr")),

@@ -59,7 +59,7 @@ def rules_effect(
     policy: PolicySet,
     *,
     metadata: Mapping[str, str] | None = None,
-    catch_rate: float | Catch = 0.5,
+    catch_rate: float = 0.5,
     cost: CostModel | None = None,
 ) -> dict:
     """The policy's effect on these rows (routed by the learned router: rows.zones are the SDK's)."""
@@ -68,21 +68,18 @@ def rules_effect(
     if rows.zones is None:
         raise ValueError("rules_effect needs the rows' learned zones (Rows.route or Rows.with_zones)")
     cost = cost or CostModel()
-    catch = catch_rate if isinstance(catch_rate, Catch) else Catch.for_rows(rows.rejected, catch_rate)
-    after: list[str | None] = []
-    fired: list[str | None] = []
+    catch = Catch.for_rows(rows.rejected, catch_rate)
+    decisions: list[Decision | None] = []  # None: the rules leave no endpoint
     closed: Counter[tuple[str, ...]] = Counter()
     for prompt, precision, n_tokens, zone in zip(rows.prompts, rows.precisions, rows.n_tokens, rows.zones):
         try:
-            decision = zone_decision(zone, Request(prompt, precision, metadata), int(round(n_tokens)), policy)
+            decisions.append(zone_decision(zone, Request(prompt, precision, metadata), int(round(n_tokens)), policy))
         except NoFeasibleEndpoint as exc:
             closed[tuple(exc.rules)] += 1
-            after.append(None)
-            fired.append(None)
-            continue
-        after.append(decision.zone)
-        fired.append(decision.rule)
-    servable = np.array([z is not None for z in after], dtype=bool)
+            decisions.append(None)
+    after = [d.zone if d is not None else None for d in decisions]
+    fired = [d.rule if d is not None else None for d in decisions]
+    servable = np.array([d is not None for d in decisions], dtype=bool)
     n = len(rows)
     by_rule: dict[str, dict] = {}
     for rule in policy.rules:
@@ -100,7 +97,7 @@ def rules_effect(
         "version": policy.version,
         "metadata": dict(metadata or {}),
         "rows": n,
-        "no_rule": sum(1 for name, z in zip(fired, after) if name is None and z is not None),
+        "no_rule": sum(1 for d in decisions if d is not None and d.rule is None),
         "rules": by_rule,
         "no_feasible_endpoint": {
             "requests": int((~servable).sum()),

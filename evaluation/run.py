@@ -21,13 +21,12 @@ from evaluation.config import SPLIT_NOTES, EvalConfig
 from evaluation.figures import HeldOutSource
 from evaluation.metrics import reliability
 from evaluation.off_policy import MIN_PROPENSITY
-from evaluation.policies import TunedRules, breakdowns, evaluate_policies, tune_rule_table
+from evaluation.policies import breakdowns, evaluate_policies, tune_rule_table
 from evaluation.reference import ReferencePolicy
 from evaluation.rows import Rows, decide
 from evaluation.rules_effect import rules_effect
 from serving.bundle._manifest import Manifest
 from serving.policy._rules import PolicySet
-from serving.routing._validation import check_metadata
 
 log = logging.getLogger(__name__)
 LOSO_POLICIES = ("learned", "rule_table", "rule_table_inferred", "reference", "random", "oracle")
@@ -101,22 +100,6 @@ def threshold_target(manifest: Manifest) -> dict:
         "cloud_budget": target.get("cloud_budget", 0.3),
         "catch_rate": target.get("fallback_catch_rate", 0.5),
     }
-
-
-def fit_tuned_rules(rows: Rows, manifest: Manifest, *, step: float) -> tuple[TunedRules, dict]:
-    """The tuned rule table for the bundle's own threshold target."""
-    target = threshold_target(manifest)
-    tuned = tune_rule_table(
-        rows.n_tokens, rows.domains, rows.precisions, rows.q_edge, rows.q_cloud, step=step, **target
-    )
-    return tuned, {**tuned.as_dict(), "target": target["target"]}
-
-
-def fit_reference(train: Rows, val: Rows, manifest: Manifest) -> tuple[ReferencePolicy, dict]:
-    """The reference on the train rows, thresholded on the val rows for the bundle's own target."""
-    started = time.perf_counter()
-    reference = ReferencePolicy.fit(train, val, **threshold_target(manifest))
-    return reference, {**reference.as_dict(), "fit_seconds": round(time.perf_counter() - started, 2)}
 
 
 def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame=None, rows: Rows | None = None) -> dict:
@@ -252,8 +235,7 @@ def logged_traffic(
             return {"skipped": f"every logged request is below the propensity floor {min_propensity}", **left_out}
     rows = frame[logged]
     decisions, _ = decide(router, rows["prompt"], rows["precision"], batch_size=batch_size)
-    heads = [(d.p_edge, d.p_cloud) for d in decisions]
-    if any(e is None for e, _ in heads):  # a bundle without outcome heads: its score stands in for neither
+    if any(d.p_edge is None for d in decisions):  # a bundle without outcome heads: its score stands in for neither
         return {"skipped": "the bundle has no outcome heads (P(edge good), P(cloud good)) for the DR estimate"}
     return {
         **off_policy(
@@ -261,8 +243,8 @@ def logged_traffic(
             propensity=rows["propensity"].to_numpy(float),
             reward=side_quality[logged].astype(float),
             target=[d.target for d in decisions],
-            p_edge=[e for e, _ in heads],
-            p_cloud=[c for _, c in heads],
+            p_edge=[d.p_edge for d in decisions],
+            p_cloud=[d.p_cloud for d in decisions],
             edge_quality=rows["edge_quality"].to_numpy(float),
             cloud_quality=rows["cloud_quality"].to_numpy(float),
             margin=margin,
@@ -304,22 +286,23 @@ def evaluate(
             "training logs: none of those rows is unseen, so figures on them are in sample; its estimates "
             "are the cross-validated ones (manifest metrics.cv, `make evaluate CV=5`)"
         )
+    chosen = _chosen_rows(config, frame)
     traffic = logged_traffic(
         router,
-        frame[_chosen_rows(config, frame)],
+        frame[chosen],
         batch_size=config.batch_size,
         margin=manifest.label.get("margin_binary", 0.0),
         min_propensity=config.min_propensity,
     )
     both = (frame["edge_quality"].notna() & frame["cloud_quality"].notna()).to_numpy()
-    if not both.any() or not both[_chosen_rows(config, frame)].any():
+    if not both[chosen].any():
         notes.append("no evaluated request has both outcomes: only the off-policy estimates are reported")
         return Evaluation({"setup": _setup(config, manifest, data_report), "off_policy": traffic, "notes": notes}, {})
     if not both.all():
         notes.append(f"{int((~both).sum())} requests with one outcome: in the off-policy estimates only")
-        frame = frame[both]
-    chosen, fit_rows = _chosen_rows(config, frame), (frame["split"] == "train").to_numpy()
-    val_rows = (frame["split"] == "val").to_numpy()
+        frame, chosen = frame[both], chosen[both]
+    fit_rows, val_rows = ((frame["split"] == split).to_numpy() for split in ("train", "val"))
+    target = threshold_target(manifest)  # the tuned rule table and the reference are thresholded for it
     policies, tuned, tuned_info = list(config.policies), None, {"skipped": "not requested"}
     if "tuned_rule_table" in policies and not fit_rows.any():
         policies.remove("tuned_rule_table")
@@ -350,16 +333,18 @@ def evaluate(
         from evaluation.acceptance import rejected_share_by_prompt
 
         rows = rows.with_rejections(rejected_share_by_prompt(*verdicts, rows.prompts))
+    fit = routed_rows.subset(fit_rows[routed])  # what the tuned rule table and the reference are fitted on
     if "tuned_rule_table" in policies:
-        tuned, tuned_info = fit_tuned_rules(
-            routed_rows.subset(fit_rows[routed]), manifest, step=config.rule_weight_step
+        tuned = tune_rule_table(
+            fit.n_tokens, fit.domains, fit.precisions, fit.q_edge, fit.q_cloud, step=config.rule_weight_step, **target
         )
+        tuned_info = {**tuned.as_dict(), "target": target["target"]}
         if config.split in ("train", "all"):
             notes.append("the tuned rule table was fitted on the train rows, which this split includes")
     if "reference" in policies:
-        reference, reference_info = fit_reference(
-            routed_rows.subset(fit_rows[routed]), routed_rows.subset(val_rows[routed]), manifest
-        )
+        started = time.perf_counter()
+        reference = ReferencePolicy.fit(fit, routed_rows.subset(val_rows[routed]), **target)
+        reference_info = {**reference.as_dict(), "fit_seconds": round(time.perf_counter() - started, 2)}
         if config.split != "test":
             notes.append(
                 "the reference was fitted on the train rows and thresholded on the val rows: this split "
@@ -380,11 +365,7 @@ def evaluate(
     }
     if policy is not None:
         metrics["rules"] = rules_effect(
-            rows,
-            policy,
-            metadata=check_metadata(config.metadata),
-            catch_rate=config.catch_rate,
-            cost=config.cost_model(),
+            rows, policy, metadata=config.metadata, catch_rate=config.catch_rate, cost=options["cost"]
         )
     if accepted.get("rows"):
         accepted["assumption_check"] = assumption_check(rows, config.catch_rate)
@@ -395,7 +376,7 @@ def evaluate(
             frame,
             train=train,
             sources=config.holdout_sources,
-            reference_target=threshold_target(manifest) if reference else None,
+            reference_target=target if reference else None,
             batch_size=config.batch_size,
             progress=progress,
             **options,

@@ -126,12 +126,13 @@ def select_per_precision(
     chosen = {"default": {**overall.as_dict(), "source": "all validation rows"}}
     for tag in tags:
         rows = precisions == tag
-        if rows.sum() >= min_rows:
+        count = int(rows.sum())
+        if count >= min_rows:
             t = select_thresholds(scores[rows], q_edge[rows], q_cloud[rows], catch_rate=rates.take(rows), **options)
-            chosen[tag] = {**t.as_dict(), "source": f"{int(rows.sum())} validation rows tagged {tag}"}
+            chosen[tag] = {**t.as_dict(), "source": f"{count} validation rows tagged {tag}"}
         else:
             chosen[tag] = {
                 **overall.as_dict(),
-                "source": f"only {int(rows.sum())} rows tagged {tag} (< {min_rows}): default thresholds",
+                "source": f"only {count} rows tagged {tag} (< {min_rows}): default thresholds",
             }
     return chosen

@@ -63,8 +63,7 @@ def read_conversations(folder: Path, label: Label) -> Conversations:
     if rejects or incomplete or not turns:
         raise ValueError(f"MT-Bench in {folder}: rejects {[str(r) for r in rejects][:5]}, incomplete {incomplete[:5]}")
     ids = sorted(turns, key=lambda q: int(q.rsplit("/", 1)[1]))
-    q_edge = np.array([[turns[q][k]["edge_quality"] for k in (1, 2)] for q in ids])
-    q_cloud = np.array([[turns[q][k]["cloud_quality"] for k in (1, 2)] for q in ids])
+    q_edge, q_cloud = (np.array([[turns[q][k][f] for k in (1, 2)] for q in ids]) for f in qualities)
     return Conversations(
         ids=ids,
         category=[CATEGORY.get((turns[q][2]["domain"], turns[q][2]["precision"]), "other") for q in ids],
@@ -137,9 +136,8 @@ def compare(
         rows = rng.integers(0, n, n)
         for k, s in scores.items():
             boot[k].append(figures(s[b % repeats], conv, rows, threshold))
-    result: dict = {"predictors": {}, "differences": {}}
-    for k in scores:
-        result["predictors"][k] = {m: _interval(point[k][m], [d[m] for d in boot[k]]) for m in point[k]}
+    predictors = {k: {m: _interval(point[k][m], [d[m] for d in boot[k]]) for m in point[k]} for k in scores}
+    result: dict = {"predictors": predictors, "differences": {}}
     for b_name, a_name in PAIRS:
         diff = {m: [x[m] - y[m] for x, y in zip(boot[b_name], boot[a_name])] for m in point[b_name]}
         result["differences"][f"{b_name} - {a_name}"] = {
