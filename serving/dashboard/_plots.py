@@ -54,23 +54,16 @@ def _svg(figure: Figure, salt: str) -> str:
     return text[text.index("<svg") :]
 
 
-def _tick_label(epoch: float, width_s: int) -> str:
-    return time.strftime(
-        "%H:%M:%S" if width_s < 60 else "%m-%d %H:%M" if width_s < 86400 else "%Y-%m-%d", time.gmtime(epoch)
-    )
-
-
-def _stacked(
-    axes: Axes, starts: Sequence[float], series: Mapping[str, Sequence[int]], width_s: int, title: str
-) -> None:
-    """Bars per time bucket (UTC), one colour per series, stacked."""
-    positions = list(range(len(starts)))
-    bottom = [0] * len(starts)
+def _stacked(axes: Axes, views: Views, series: Mapping[str, Sequence[int]], title: str) -> None:
+    """Bars per time bucket of `views` (UTC), one colour per series, stacked."""
+    positions = list(range(len(views.buckets)))
+    bottom = [0] * len(views.buckets)
     for name, counts in series.items():
         axes.bar(positions, counts, width=0.9, bottom=bottom, label=_label(name), color=COLOURS.get(name))
         bottom = [b + c for b, c in zip(bottom, counts)]
     ticks = positions[:: max(1, -(-len(positions) // 4))]
-    axes.set_xticks(ticks, [_tick_label(starts[i], width_s) for i in ticks], fontsize=8)
+    shown = "%H:%M:%S" if views.bucket_s < 60 else "%m-%d %H:%M" if views.bucket_s < 86400 else "%Y-%m-%d"
+    axes.set_xticks(ticks, [time.strftime(shown, time.gmtime(views.buckets[i])) for i in ticks], fontsize=8)
     axes.set_title(title, fontsize=10)
     axes.set_ylabel("requests")
     axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
@@ -84,31 +77,25 @@ def mix_plot(views: Views) -> str:
         figure = Figure(figsize=(10, 2.8))
         left, right = figure.subplots(1, 2)
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(views.start))
-        _stacked(
-            left, views.buckets, views.zones_over_time, views.bucket_s, f"zone, per {views.bucket_s} s from {when}"
-        )
-        _stacked(right, views.buckets, views.served_over_time, views.bucket_s, "served by")
+        _stacked(left, views, views.zones_over_time, f"zone, per {views.bucket_s} s from {when}")
+        _stacked(right, views, views.served_over_time, "served by")
         return _svg(figure, "mix")
 
 
 def latency_plot(views: Views) -> str:
     """p50, p90, p99 per endpoint, milliseconds, grouped bars."""
+    import numpy as np
     from matplotlib.figure import Figure
 
     with _drawing:
         figure = Figure(figsize=(5, 2.8))
         axes = figure.subplots()
-        names = [_label(row.endpoint) for row in views.latency]
+        positions = np.arange(len(views.latency))
         percentiles = sorted(views.latency[0].percentiles_ms) if views.latency else []
         step = 0.8 / max(1, len(percentiles))
         for i, p in enumerate(percentiles):
-            axes.bar(
-                [j + i * step for j in range(len(names))],
-                [row.percentiles_ms[p] for row in views.latency],
-                width=step,
-                label=f"p{p}",
-            )
-        axes.set_xticks([j + step * (len(percentiles) - 1) / 2 for j in range(len(names))], names)
+            axes.bar(positions + i * step, [row.percentiles_ms[p] for row in views.latency], width=step, label=f"p{p}")
+        axes.set_xticks(positions + step * (len(percentiles) - 1) / 2, [_label(row.endpoint) for row in views.latency])
         axes.set_ylabel("ms per call")
         axes.set_title("latency by endpoint", fontsize=10)
         axes.legend(fontsize=8, frameon=False)

@@ -78,7 +78,7 @@ def _interval(agree: np.ndarray, propensity: np.ndarray, reward: np.ndarray) -> 
 def estimate_quality(requests: Sequence[RequestSummary], outcomes: Mapping[str, Outcomes]) -> QualityView | None:
     """The feedback panel (module doc) for `requests`, whose outcomes `outcomes` holds by request
     id; None when no request has the outcome of the side that ran first."""
-    first, explored, propensity, reward = [], [], [], []
+    rows: list[tuple[str | None, bool, float, float]] = []  # (the side that ran first, explored, propensity, reward)
     unlabelled = below_floor = 0
     for request in requests:
         known = outcomes.get(request.request_id or "")
@@ -90,12 +90,10 @@ def estimate_quality(requests: Sequence[RequestSummary], outcomes: Mapping[str, 
         if p < MIN_PROPENSITY:
             below_floor += 1
             continue
-        first.append(request.target)
-        explored.append(request.explored)
-        propensity.append(p)
-        reward.append(r)
-    if not first:
+        rows.append((request.target, request.explored, p, r))
+    if not rows:
         return None
+    first, explored, propensity, reward = zip(*rows)
     p_arr, r_arr = np.asarray(propensity, np.float64), np.asarray(reward, np.float64)
     picks = {
         "router": [_other(a) if e else a for a, e in zip(first, explored)],

@@ -237,10 +237,7 @@ def outcomes_from_feedback(
     then its `feedback` records in time order, a later one replacing an earlier one per side
     (as data.sdk_logs joins them for training). Feedback for a request not among `requests` is
     left out; RecordShapeError for a feedback record without the fields the SDK writes."""
-    known: dict[str, Outcomes] = {}
-    for summary in requests:
-        if summary.request_id is not None:
-            known[summary.request_id] = Outcomes(edge=summary.edge_quality)
+    known = {r.request_id: Outcomes(edge=r.edge_quality) for r in requests if r.request_id is not None}
     parsed = []
     for record in feedback:
         request_id = _code(record, "request_id", required=True)
@@ -250,10 +247,9 @@ def outcomes_from_feedback(
         for name, value in (("edge_quality", edge), ("cloud_quality", cloud)):
             if value is not None and not 0 <= value <= 1:
                 raise RecordShapeError(f"field {name!r} must be in [0, 1], not {value!r}")
-        parsed.append((when, request_id, edge, cloud))
+        if request_id in known:
+            parsed.append((when, request_id, edge, cloud))
     for _, request_id, edge, cloud in sorted(parsed, key=lambda item: item[0]):
-        if request_id not in known:
-            continue
         now = known[request_id]
         known[request_id] = Outcomes(
             edge=edge if edge is not None else now.edge, cloud=cloud if cloud is not None else now.cloud

@@ -24,10 +24,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import serving.monitoring._telemetry as telemetry
@@ -41,7 +42,7 @@ from serving.endpoints._capabilities import RULE_PREFIX
 from serving.execution._execute import CloudCallError, tried_text
 from serving.policy._errors import FallbackForbidden, NoFeasibleEndpoint
 from serving.proxy._config import ProxyConfig
-from serving.proxy._dashboard import RecentRequests, dashboard_route
+from serving.proxy._dashboard import RecentRequests, page_of
 from serving.proxy._metrics import ProxyMetrics
 from serving.proxy._security import BearerAuth, error_body
 from serving.routing._validation import check_metadata
@@ -88,8 +89,8 @@ class RequestError(RouterError):
 
 
 class _Handlers:
-    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics, recent: RecentRequests) -> None:
-        self.chat, self.config, self.metrics, self.recent = chat, config, metrics, recent
+    def __init__(self, chat: RoutedChat, config: ProxyConfig, metrics: ProxyMetrics) -> None:
+        self.chat, self.config, self.metrics, self.recent = chat, config, metrics, RecentRequests()
         self.slots = asyncio.Semaphore(config.max_concurrency)
         self.body_reads = asyncio.Semaphore(config.body_reads)
         self.created = int(time.time())
@@ -194,6 +195,10 @@ class _Handlers:
         content, content_type = self.metrics.exposition(request.headers.get("accept", ""))
         return Response(content, media_type=content_type)
 
+    async def dashboard(self, request: Request) -> Response:
+        page = await run_in_threadpool(page_of, self.recent, self.chat.router)  # drawn in a worker thread
+        return HTMLResponse(page, headers={"cache-control": "no-store"})
+
     # Steps.
     async def _wait_for_turn(self, turns: asyncio.Semaphore, busy: str, *, reason: str) -> None:
         """Take one of `turns` within queue_timeout_s; else 503 with Retry-After, saying `busy`."""
@@ -213,9 +218,8 @@ class _Handlers:
             ) from None
 
     async def _read_body(self, request: Request) -> JSONObject:
-        """The request's JSON object, read whole within body_timeout_s: else 408, and the connection
-        is closed (the rest of the body is not waited for). At most `body_reads` bodies are read at
-        once: a request waits its turn like one waiting for a slot (503 past queue_timeout_s)."""
+        """The request's JSON object (module doc): 408 past body_timeout_s, closing the connection (the
+        rest of the body is not waited for); a turn among `body_reads` is waited for like a slot."""
         await self._wait_for_turn(
             self.body_reads, f"the router is reading {self.config.body_reads} request bodies", reason="too_many_bodies"
         )
@@ -429,8 +433,7 @@ def build_app(
     """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
     connections are closed then too)."""
     metrics = ProxyMetrics(chat.router)
-    recent = RecentRequests()
-    handlers = _Handlers(chat, config, metrics, recent)
+    handlers = _Handlers(chat, config, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -455,7 +458,7 @@ def build_app(
             Route("/v1/models", handlers.models, methods=["GET"]),
             Route("/health", handlers.health, methods=["GET"]),
             Route("/metrics", handlers.metrics_page, methods=["GET"]),
-            dashboard_route(recent, chat.router),
+            Route("/dashboard", handlers.dashboard, methods=["GET"]),
         ],
         middleware=[Middleware(BearerAuth, token=config.token, on_reject=lambda reason: metrics.failed(reason))],
         # starlette types every handler as taking an Exception; it calls http_error with HTTPExceptions only

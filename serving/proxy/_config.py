@@ -58,12 +58,9 @@ def load_endpoints_file(path: str, environ: Mapping[str, str] = os.environ, *, t
     items = document.get("endpoints") if isinstance(document, dict) else None
     if not isinstance(items, list):
         raise ConfigError(f'--endpoints {path}: the file is an endpoint spec {{"endpoints": [...]}}')
-    key_envs: list[object] = []
-    entries = []
+    entries, key_envs = list(items), [None] * len(items)  # an entry that is no object: parse_endpoints refuses it
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            entries.append(item)  # parse_endpoints says what is wrong with it
-            key_envs.append(None)
             continue
         entry = {key: value for key, value in item.items() if key not in ("upstream", "key_env")}
         key_env = item.get("key_env")
@@ -84,8 +81,7 @@ def load_endpoints_file(path: str, environ: Mapping[str, str] = os.environ, *, t
                 )
             entry.update({"base_url" if key == "url" else key: v for key, v in upstream.items() if key != "key_env"})
             key_env = upstream.get("key_env")
-        entries.append(entry)
-        key_envs.append(key_env)
+        entries[index], key_envs[index] = entry, key_env
     try:
         records = parse_endpoints({**document, "endpoints": entries}, source=str(path))
     except EndpointSpecError as exc:

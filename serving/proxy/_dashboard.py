@@ -20,10 +20,6 @@ from serving.monitoring._drift import decision_record
 from serving.monitoring._outcome_log import pseudonym
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-
     from serving._json_types import JSONObject
     from serving.chat._routing_info import RoutingInfo
     from serving.routing._router import Router
@@ -36,7 +32,6 @@ def summary_of(routing: RoutingInfo, conversation: str | None = None) -> Request
     """The dashboard's record of one routed request (module doc); `conversation` its conversation's
     id, kept as its pseudonym (serving.monitoring._outcome_log.pseudonym)."""
     decision = routing.decision
-    costs = decision.switch_costs
     return RequestSummary(
         time=time.time(),
         model_version=decision.model_version,
@@ -50,7 +45,7 @@ def summary_of(routing: RoutingInfo, conversation: str | None = None) -> Request
         conversation=pseudonym(conversation) if conversation is not None else None,
         turn=decision.turn,
         switched=decision.switched,
-        switch_cost=costs.get(routing.served_by) if costs is not None else None,
+        switch_cost=decision.switch_costs.get(routing.served_by) if decision.switch_costs is not None else None,
     )
 
 
@@ -102,16 +97,3 @@ def drift_of(recent: RecentRequests, router: Router) -> JSONObject | None:
     if reference is None or not records:
         return None
     return drift_report(reference, records).as_dict()
-
-
-def dashboard_route(recent: RecentRequests, router: Router) -> Route:
-    """GET /dashboard, drawing the page of `recent` in a worker thread."""
-    from starlette.concurrency import run_in_threadpool
-    from starlette.responses import HTMLResponse
-    from starlette.routing import Route
-
-    async def dashboard(request: Request) -> Response:
-        page = await run_in_threadpool(page_of, recent, router)
-        return HTMLResponse(page, headers={"cache-control": "no-store"})
-
-    return Route("/dashboard", dashboard, methods=["GET"])

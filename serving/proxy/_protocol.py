@@ -20,7 +20,7 @@ from serving.proxy._security import error_body
 
 
 def with_deadlines(
-    header_timeout_s: float, body_timeout_s: float, on_header_timeout: Callable[[], None] = lambda: None
+    header_timeout_s: float, body_timeout_s: float, on_header_timeout: Callable[[], None]
 ) -> type[H11Protocol]:
     """The protocol class to give uvicorn (`uvicorn.Config(http=...)`); `on_header_timeout` is
     called for each 408 it sends (the proxy counts them)."""
@@ -40,9 +40,9 @@ class DeadlineH11Protocol(H11Protocol):
     armed for what the connection waits for ("headers" or "unread body") and kept while it waits
     for the same thing, so that every byte that arrives does not start it again."""
 
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 10.0
-    on_header_timeout: Callable[[], None] = staticmethod(lambda: None)
+    header_timeout_s: float  # these three are set by with_deadlines
+    body_timeout_s: float
+    on_header_timeout: Callable[[], None]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # uvicorn's arguments, passed on as they are
         super().__init__(*args, **kwargs)

@@ -132,8 +132,7 @@ def serve(config: ProxyConfig) -> int:
         log.error("cannot start: %s", mismatch)
         return 1
     chat = RoutedChat(router, **config.chat_options())
-    watchers = watchers_for(router, config)
-    app = build_app(chat, config, on_shutdown=[w.stop for w in watchers])
+    app = build_app(chat, config, on_shutdown=[w.stop for w in watchers_for(router, config)])
     host, port = sock.getsockname()[:2]
     protocol = with_deadlines(
         config.header_timeout_s,
