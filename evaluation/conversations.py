@@ -84,7 +84,7 @@ def conversations_of(frame, names: Sequence[str], truth=None, output_tokens: flo
             incomplete += 1
             continue
         expected, tokens = None, np.full(len(turns), float(output_tokens))
-        if hidden is not None and set(turns["request_id"]) <= set(hidden.index):
+        if hidden is not None and turns["request_id"].isin(hidden.index).all():
             known = hidden.loc[turns["request_id"]]
             expected = known[[f"p_{n}" for n in names]].to_numpy(float)
             tokens = known["output_tokens"].to_numpy(float)
@@ -220,13 +220,11 @@ def oracle(endpoints: Sequence[Endpoint], conversations: Sequence[Conversation],
                 if turn == 0:
                     state = ConversationState()
                 else:
-                    held_tokens = history if endpoints[j].where == "device" else counts[turn - 1]
-                    held = Held(endpoints[j].name, held_tokens, 0.0)
+                    held = Held(endpoints[j].name, history if endpoints[j].where == "device" else counts[turn - 1], 0.0)
                     state = ConversationState(turn, endpoints[j].name, "served", history, (held,), 0.0)
                 for k in range(n):
                     cost = turn_price(endpoints, state, k, count, out, 0.0)[0]
-                    fits = count <= limits[k]
-                    gain[j, k] = 10.0 * conversation.quality[turn, k] - cost if fits else -np.inf
+                    gain[j, k] = 10.0 * conversation.quality[turn, k] - cost if count <= limits[k] else -np.inf
             total = value[:, None] + gain if turn else gain[:1].repeat(n, axis=0)
             back.append(np.argmax(total, axis=0))
             value = total.max(axis=0)
@@ -318,11 +316,11 @@ def _matched(curves: dict[str, list], measure: str, price: float) -> dict[str, d
     }
 
 
-def choose(bundle, validation: Sequence[Conversation], work, *, prices, candidates=CANDIDATES) -> dict:
-    """Among `candidates` (weight, seconds_price), the priced stickiness whose curve costs least over
+def choose(bundle, validation: Sequence[Conversation], work, *, prices) -> dict:
+    """Among CANDIDATES (weight, seconds_price), the priced stickiness whose curve costs least over
     own's on `validation` conversations (mean excess cost_at at own's points; hidden expected quality
     when known, else the outcomes)."""
-    options = {f"weight {w:g}, seconds_price {p:g}": Stickiness(w, p) for w, p in candidates}
+    options = {f"weight {w:g}, seconds_price {p:g}": Stickiness(w, p) for w, p in CANDIDATES}
     curves = _curves(bundle, validation, Path(work) / "validation", {"own": Stickiness(0), **options}, prices)
     measure = "expected_quality" if np.isfinite(curves["own"][0]["expected_quality"]) else "quality"
     points = _matched(curves, measure, _price_of(bundle)).values()
@@ -342,7 +340,6 @@ def evaluate_fold(
     seconds_price: float = Stickiness().seconds_price,
     margin: float = 0.02,
     validation: Sequence[Conversation] = (),
-    candidates: Sequence[tuple[float, float]] = CANDIDATES,
 ) -> dict:
     """One fold's figures on its held-out `conversations` for a bundle trained with best_under_price:
     each policy (`tuned` chosen on `validation` conversations when given; priced at `weights` too)
@@ -350,7 +347,7 @@ def evaluate_fold(
     price of `prices` (`curves`) and `matched` there, and the share of turns priced moved off own's."""
     price = _price_of(bundle)
     policies = {name: Stickiness(w, seconds_price) for name, w in POLICIES.items()}
-    tuned = choose(bundle, validation, work, prices=prices, candidates=candidates) if validation else None
+    tuned = choose(bundle, validation, work, prices=prices) if validation else None
     if tuned is not None:
         policies["tuned"] = Stickiness(tuned["weight"], tuned["seconds_price"])
     extra = {f"priced x{w:g}": Stickiness(w, seconds_price) for w in weights}

@@ -24,15 +24,12 @@ def bundle_drift(
     reference = DriftReference.from_bundle(verified)
     left_out: list[str] = []  # a file's last line cut short: said in the report, not dropped silently
     records = [record for folder in logs for record in read_records(str(folder), left_out)]
-    if rescored and reference is not None and _other_versions(records, reference.model_version):
+    logged = {r.get("model_version") for r in records if isinstance(r, dict) and r.get("type") == "request"}
+    if rescored and reference is not None and logged - {reference.model_version}:
         from serving.routing._router import Router
 
         records = rescore(records, Router.load(bundle))
     return drift_report(reference, records, thresholds, left_out=left_out)
-
-
-def _other_versions(records: list, version: str) -> bool:
-    return any(r.get("type") == "request" and r.get("model_version") != version for r in records if isinstance(r, dict))
 
 
 def drift_table(report: DriftReport):

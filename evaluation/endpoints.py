@@ -108,9 +108,8 @@ def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
     n = len(routed)
     single = {name: logged_estimate(np.full(n, k), routed, propensity, q, c) for k, name in enumerate(names)}
     defined = [name for name in names if np.isfinite(single[name]["quality"])]
-    out: dict = {"rows": n, "single": single}
     best = max(defined, key=lambda name: (single[name]["quality"], -single[name]["cost"])) if defined else None
-    out["best_single"] = best
+    out: dict = {"rows": n, "single": single, "best_single": best}
     for point, choice in choices.items():
         figures = logged_estimate(choice, routed, propensity, q, c)
         if best is not None:
@@ -120,14 +119,7 @@ def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
     return out
 
 
-def fold_figures(
-    names,
-    *,
-    val: dict,
-    test: dict,
-    choosers: Choosers = Choosers(),
-    logged: dict | None = None,
-) -> dict:
+def fold_figures(names, *, val: dict, test: dict, choosers: Choosers = Choosers(), logged: dict | None = None) -> dict:
     """Every figure of one fold: the price settings chosen on `val` rows, the figures measured on
     `test` rows (each the module's matrices, and `truth`, the hidden probabilities, when
     simulated). `logged`: the fold's one-outcome test rows, estimated off-policy (logged_figures)."""
@@ -216,7 +208,7 @@ def recovery(names, truth, expected, expected_cost, feasible, margin: float) -> 
     same on the hidden probabilities), against every fixed endpoint, and each one's true figures."""
     true_choice = cheapest_within(truth, expected_cost, margin, feasible)
     router_choice = cheapest_within(expected, expected_cost, margin, feasible)
-    fixed = {n: float(np.mean(true_choice == k)) for k, n in enumerate(names)}
+    fixed = shares(true_choice, names)  # how often each endpoint alone is the true choice
     best_fixed = max(fixed, key=lambda n: fixed[n])
     agreement = float(np.mean(router_choice == true_choice))
     truth_q, truth_c = realized(true_choice, truth, expected_cost)
@@ -227,7 +219,7 @@ def recovery(names, truth, expected, expected_cost, feasible, margin: float) -> 
         "fixed_agreement": fixed,
         "best_fixed": best_fixed,
         "agreement_minus_best_fixed": agreement - fixed[best_fixed],
-        "true_choice": {"quality": truth_q, "cost": truth_c, "shares": shares(true_choice, names)},
+        "true_choice": {"quality": truth_q, "cost": truth_c, "shares": fixed},
         "router_choice": {"quality": router_q, "cost": router_c, "shares": shares(router_choice, names)},
         "true_quality_lost": truth_q - router_q,
     }
@@ -316,15 +308,7 @@ def bundle_figures(
     if routed is not None and propensity is not None:
         one = ~complete & (routed >= 0) & np.isfinite(propensity)
         if one.any():
-            picked = routed[one][:, None]
-            out["logged"] = logged_figures(
-                names,
-                {"router": choice[one]},
-                {
-                    "routed": routed[one],
-                    "propensity": propensity[one],
-                    "quality": np.take_along_axis(quality[one], picked, 1)[:, 0],
-                    "cost": np.take_along_axis(cost[one], picked, 1)[:, 0],
-                },
-            )
+            ran = routed[one]  # the endpoint each of those rows ran on, whose outcome it holds
+            logged = dict(routed=ran, propensity=propensity[one], quality=quality[one, ran], cost=cost[one, ran])
+            out["logged"] = logged_figures(names, {"router": choice[one]}, logged)
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from evaluation.figures import SplitSummary
 from evaluation.policies import POLICIES
+from evaluation.report import table
 
 # (label, key in the split's policy figures, format)
 ROWS = (
@@ -83,24 +84,22 @@ def cells(metrics: dict) -> list[list[str]]:
 
 
 def markdown(metrics: dict) -> str:
-    """The README table (rows and header line included)."""
-    columns = heads(metrics)
-    lines = [f"| {title(metrics)} | {' | '.join(columns)} |", "| --- |" + " ---: |" * len(columns)]
-    lines += [
-        f"| {label.strip() if not label.startswith('  ') else '&nbsp;&nbsp;' + label.strip()} | {' | '.join(values)} |"
+    """The README table (rows and header line included); an indented label stays indented."""
+    rows = [
+        [label.strip() if not label.startswith("  ") else "&nbsp;&nbsp;" + label.strip(), *values]
         for label, *values in cells(metrics)
     ]
-    return "\n".join(lines)
+    return table([title(metrics), *heads(metrics)], rows)
 
 
 def rich_table(metrics: dict):
     """The same figures for the terminal."""
     from rich.table import Table
 
-    table = Table(title=title(metrics))
-    table.add_column("figure")
+    terminal = Table(title=title(metrics))
+    terminal.add_column("figure")
     for head in heads(metrics):
-        table.add_column(head, justify="right")
+        terminal.add_column(head, justify="right")
     for label, *values in cells(metrics):
-        table.add_row(label.replace("**", ""), *values)
-    return table
+        terminal.add_row(label.replace("**", ""), *values)
+    return terminal

@@ -19,10 +19,8 @@ MIN_PROPENSITY = 0.01  # requests logged with a smaller propensity are left out,
 
 
 def _arrays(routed_to, propensity, reward, target, min_propensity: float):
-    a = np.asarray([s == "cloud" for s in routed_to], dtype=bool)
-    b = np.asarray([s == "cloud" for s in target], dtype=bool)
-    p = np.asarray(propensity, dtype=np.float64)
-    r = np.asarray(reward, dtype=np.float64)
+    a, b = (np.asarray([s == "cloud" for s in sides], dtype=bool) for sides in (routed_to, target))
+    p, r = np.asarray(propensity, dtype=np.float64), np.asarray(reward, dtype=np.float64)
     if not 0 < min_propensity <= 1:
         raise ValueError(f"min_propensity={min_propensity!r} must be in (0, 1]")
     if np.isnan(p).any() or (p < min_propensity).any() or (p > 1).any():

@@ -164,20 +164,11 @@ class TunedRules:
 
 
 def _rank(t: Thresholds, target: str) -> tuple:
-    """Larger is better, under the same target as the learned router's thresholds."""
-    if target == "quality":
-        return (
-            t.met_target,
-            -t.expected_cloud_calls if t.met_target else t.expected_quality,
-            t.expected_quality,
-            -t.fallback_share,
-        )
-    return (
-        t.met_target,
-        t.expected_quality if t.met_target else -t.expected_cloud_calls,
-        -t.expected_cloud_calls,
-        -t.fallback_share,
-    )
+    """Larger is better, under the same target as the learned router's thresholds: met, its aim
+    (fewer cloud calls for `quality`, more quality for `budget`), else the other figure first."""
+    calls, quality = -t.expected_cloud_calls, t.expected_quality
+    aim, other = (calls, quality) if target == "quality" else (quality, calls)
+    return (t.met_target, aim if t.met_target else other, other, -t.fallback_share)
 
 
 def tune_rule_table(

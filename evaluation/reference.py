@@ -19,17 +19,6 @@ C = 1.0  # inverse L2 strength of both outcome models: scikit-learn's default, n
 MAX_FEATURES = 200_000  # word 1-2-grams kept (the most frequent); the shipped logs have fewer
 
 
-def _text(prompts) -> list[str]:
-    prompts = list(prompts)
-    missing = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
-    if missing:
-        raise ValueError(
-            f"{len(missing)} of {len(prompts)} rows have no prompt text (first: row {missing[0]}, "
-            f"{prompts[missing[0]]!r}); the reference reads the text"
-        )
-    return prompts
-
-
 def _outcome(name: str, q, n: int) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64)
     if q.shape != (n,):
@@ -111,7 +100,13 @@ class ReferenceModel:
 
     def features(self, prompts):
         """TF-IDF word 1-2-grams and the standardized log character length, one sparse row per prompt."""
-        prompts = _text(prompts)
+        prompts = list(prompts)
+        missing = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} of {len(prompts)} rows have no prompt text (first: row {missing[0]}, "
+                f"{prompts[missing[0]]!r}); the reference reads the text"
+            )
         return self._with_length(self.vectorizer.transform(prompts), prompts)
 
     def _with_length(self, terms, prompts):
@@ -146,7 +141,9 @@ class ReferencePolicy:
     target: str  # the threshold target it was fitted for (evaluation.thresholds.TARGETS)
 
     @classmethod
-    def fit(cls, train_rows: Rows, val_rows: Rows, **threshold_options) -> "ReferencePolicy":
+    def fit(
+        cls, train_rows: Rows, val_rows: Rows, *, catch_rate: float = 0.5, **threshold_options
+    ) -> "ReferencePolicy":
         """The model on `train_rows`; thresholds (select_thresholds options) on the `val_rows` with
         both outcomes, the acceptance check's verdicts as the fallback's rates where they carry them."""
         if len(train_rows) == 0:
@@ -159,17 +156,15 @@ class ReferencePolicy:
                 "thresholds cannot be picked"
             )
         val = val_rows.subset(both)
-        options = dict(threshold_options)
-        catch = Catch.for_rows(val.rejected, options.pop("catch_rate", 0.5))
         thresholds = select_thresholds(
             model.scores(val.prompts),
             val.q_edge,
             val.q_cloud,
-            catch_rate=catch,
+            catch_rate=Catch.for_rows(val.rejected, catch_rate),
             bounds=SCORE_KINDS[SCORE_KIND][1],
-            **options,
+            **threshold_options,
         )
-        return cls(model, thresholds, options.get("target", "quality"))
+        return cls(model, thresholds, threshold_options.get("target", "quality"))
 
     @classmethod
     def fit_frame(cls, frame, **threshold_options) -> "ReferencePolicy":

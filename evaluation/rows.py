@@ -4,6 +4,7 @@ from the SDK's own decisions; every figure and threshold reads it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -38,11 +39,9 @@ def decide(router, prompts, precisions, *, batch_size: int | None = None, on_bat
             kept += rows
         except NoFeasibleEndpoint:
             for i in rows:
-                try:
+                with contextlib.suppress(NoFeasibleEndpoint):
                     decisions.append(router.route(prompts[i], precision=precisions[i]))
                     kept.append(i)
-                except NoFeasibleEndpoint:
-                    continue
         if on_batch:
             on_batch(len(rows))
     return decisions, kept

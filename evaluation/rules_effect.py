@@ -99,10 +99,7 @@ def rules_effect(
         "rows": n,
         "no_rule": sum(1 for d in decisions if d is not None and d.rule is None),
         "rules": by_rule,
-        "no_feasible_endpoint": {
-            "requests": int((~servable).sum()),
-            "by_rules": _by_rules(closed),
-        },
+        "no_feasible_endpoint": {"requests": int((~servable).sum()), "by_rules": _by_rules(closed)},
         "notes": _notes(policy),
     }
     if not servable.any():
@@ -110,10 +107,8 @@ def rules_effect(
         return result
     zones_before = np.asarray(rows.zones, dtype=object)[servable]
     zones_after = np.array([z for z in after if z is not None], dtype=object)
-    q_edge, q_cloud = rows.q_edge[servable], rows.q_cloud[servable]
-    kept = catch.take(servable)
-    before = _per_request(zones_before, q_edge, q_cloud, kept, cost)
-    now = _per_request(zones_after, q_edge, q_cloud, kept, cost)
+    same = (rows.q_edge[servable], rows.q_cloud[servable], catch.take(servable), cost)  # the outcomes, rates, prices
+    before, now = _per_request(zones_before, *same), _per_request(zones_after, *same)
     result["servable_rows"] = int(servable.sum())
     result["figures"] = {name: paired(before[name], now[name]) for name in before}
     result["zones"] = {
@@ -212,20 +207,9 @@ def policy_effect(
             before.append(plain_figures)
             after.append(ruled_figures)
         b, a = np.array(before[start:], float).reshape(-1, 4), np.array(after[start:], float).reshape(-1, 4)
-        per_fold.append(
-            {
-                "rows": len(fold.prompts),
-                "servable_rows": len(b),
-                **{
-                    f: {
-                        "without_rules": _mean(b[:, j]),
-                        "with_rules": _mean(a[:, j]),
-                        "difference": _mean(a[:, j] - b[:, j]),
-                    }
-                    for j, f in enumerate(FIGURES)
-                },
-            }
-        )
+        means = {"without_rules": b, "with_rules": a, "difference": a - b}
+        figures = {f: {k: _mean(x[:, j]) for k, x in means.items()} for j, f in enumerate(FIGURES)}
+        per_fold.append({"rows": len(fold.prompts), "servable_rows": len(b), **figures})
     unservable = sum(closed.values())
     result: dict = {
         "source": policy.source,

@@ -42,11 +42,13 @@ def leave_one_source_out(
     batch_size: int = 256,
     progress=None,
     reference_target: dict | None = None,
+    in_distribution: dict[str, float] | None = None,
     **options,
 ) -> dict[str, HeldOutSource]:
     """{source: HeldOutSource}: LOSO_POLICIES compared on the source's rows by a router trained on
     the other sources, or the error of that training; empty with one source. `reference_target`:
-    the reference's threshold options (None: no reference); `options` go to evaluate_policies."""
+    the reference's threshold options (None: no reference); `in_distribution`: the bundle's own
+    APGR per source; `options` go to evaluate_policies."""
     from serving import Router
 
     present = sorted(frame["source"].unique())
@@ -78,6 +80,7 @@ def leave_one_source_out(
                     figures,
                     trained_on_rows=int(len(rest)),
                     unfamiliar_share=float(rows.unfamiliar.mean()) if rows.unfamiliar is not None else None,
+                    in_distribution_apgr=(in_distribution or {}).get(source),
                 )
             if progress:
                 progress.advance(task)
@@ -254,16 +257,6 @@ def logged_traffic(
     }
 
 
-def _chosen_rows(config: EvalConfig, frame) -> np.ndarray:
-    chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
-    if not chosen.any():
-        raise ValueError(
-            f"no rows of split {config.split!r} in these logs (rows per split: "
-            f"{frame['split'].value_counts().to_dict()}); try --split all"
-        )
-    return chosen
-
-
 def evaluate(
     config: EvalConfig,
     *,
@@ -286,7 +279,12 @@ def evaluate(
             "training logs: none of those rows is unseen, so figures on them are in sample; its estimates "
             "are the cross-validated ones (manifest metrics.cv, `make evaluate CV=5`)"
         )
-    chosen = _chosen_rows(config, frame)
+    chosen = np.ones(len(frame), bool) if config.split == "all" else (frame["split"] == config.split).to_numpy()
+    if not chosen.any():
+        raise ValueError(
+            f"no rows of split {config.split!r} in these logs (rows per split: "
+            f"{frame['split'].value_counts().to_dict()}); try --split all"
+        )
     traffic = logged_traffic(
         router,
         frame[chosen],
@@ -372,23 +370,17 @@ def evaluate(
     if config.leave_one_source_out:
         if train is None:
             raise ValueError("leave-one-source-out needs a way to train (the `train` argument)")
-        loso = leave_one_source_out(
+        metrics["leave_one_source_out"] = leave_one_source_out(
             frame,
             train=train,
             sources=config.holdout_sources,
             reference_target=target if reference else None,
+            in_distribution={s: g.policies["learned"].apgr for s, g in metrics["breakdowns"]["source"].items()},
             batch_size=config.batch_size,
             progress=progress,
             **options,
         )
-        by_source = metrics["breakdowns"]["source"]
-        metrics["leave_one_source_out"] = {
-            source: dataclasses.replace(
-                result, in_distribution_apgr=by_source[source].policies["learned"].apgr if source in by_source else None
-            )
-            for source, result in loso.items()
-        }
-        if not loso:
+        if not metrics["leave_one_source_out"]:
             notes.append("leave-one-source-out skipped: the logs hold a single source")
     over_limit = int((rows.n_tokens > router.edge_context_tokens).sum())
     metrics["notes"] = notes + [

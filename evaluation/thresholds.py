@@ -33,16 +33,6 @@ class Thresholds:
         return asdict(self)
 
 
-def _cut_points(sorted_scores: np.ndarray, max_points: int) -> np.ndarray:
-    """Positions (0..n) that split between distinct scores, thinned to at most max_points."""
-    n = len(sorted_scores)
-    cuts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_scores) != 0) + 1, [n]])
-    if len(cuts) > max_points:
-        keep = np.unique(np.round(np.linspace(0, len(cuts) - 1, max_points)).astype(int))
-        cuts = cuts[keep]
-    return cuts
-
-
 def _threshold_at(sorted_scores: np.ndarray, cut: int, *, empty: float) -> float:
     """Midpoint between the scores either side of a cut; `empty` when the cut is at an end."""
     if cut == 0 or cut == len(sorted_scores):
@@ -80,7 +70,9 @@ def select_thresholds(
         return np.concatenate([[0.0], np.cumsum(x)])
 
     p_edge, p_fb, p_fbc, p_cloud = prefix(qe), prefix(fallback_value), prefix(fallback_calls), prefix(qc)
-    cuts = _cut_points(s, max_points)
+    cuts = np.concatenate([[0], np.flatnonzero(np.diff(s) != 0) + 1, [n]])  # positions between distinct scores
+    if len(cuts) > max_points:  # thinned to max_points
+        cuts = cuts[np.unique(np.round(np.linspace(0, len(cuts) - 1, max_points)).astype(int))]
     a, b = np.meshgrid(cuts, cuts, indexing="ij")  # edge = [0, a), fallback = [a, b), cloud = [b, n)
     valid = a <= b
     quality = (p_edge[a] + (p_fb[b] - p_fb[a]) + (p_cloud[n] - p_cloud[b])) / n
