@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from evaluation.metrics import DEFAULT_CLOUD_COSTS, DEFAULT_EDGE_MS, CostModel, LatencyModel
 from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import POLICIES, check_policies
+from serving.routing._validation import check_metadata
 
 SPLITS = ("test", "val", "train", "all")
 SPLIT_NOTES = {
@@ -74,8 +75,6 @@ class EvalConfig:
         self.policies = check_policies(self.policies)
         if self.policy is not None and not isinstance(self.policy, str):
             raise ValueError(f"policy={self.policy!r} must be the path of a policy file")
-        from serving.routing._validation import check_metadata
-
         try:
             check_metadata(self.metadata)
         except TypeError as exc:

@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from evaluation.metrics import first_reach, paired
+from serving.bundle._bundle import manifest_digest
+from serving.bundle._manifest import ENDPOINT_RULES
 from serving.conversations._state import ConversationState, Held
 from serving.conversations._store import MemoryStore
 from serving.conversations._switch import DEFAULT_PREFILL_TOKENS_PER_S, Stickiness, SwitchPricing
 from serving.routing._request import Request
+from serving.routing._router import Router
 
 if TYPE_CHECKING:
     from serving.endpoints._record import Endpoint
@@ -137,13 +140,12 @@ class Replay:
 
 def _figures(conversations, served, priced) -> dict[str, np.ndarray]:
     """Per conversation (FIGURES) from each turn's endpoint and its turn_price."""
-    quality = [float(c.quality[np.arange(len(c)), s].mean()) for c, s in zip(conversations, served)]
     expected = [
         float(c.expected[np.arange(len(c)), s].mean()) if c.expected is not None else np.nan
         for c, s in zip(conversations, served)
     ]
     return {
-        "quality": np.array(quality),
+        "quality": np.array([float(c.quality[np.arange(len(c)), s].mean()) for c, s in zip(conversations, served)]),
         "expected_quality": np.array(expected),
         "cost": np.array([sum(t[0] for t in turns) for turns in priced]),
         "reprefill": np.array([sum(t[2] for t in turns) for turns in priced]),
@@ -155,8 +157,6 @@ def _figures(conversations, served, priced) -> dict[str, np.ndarray]:
 
 def replay(bundle: str | Path, conversations: Sequence[Conversation], stickiness: Stickiness) -> Replay:
     """Every conversation replayed through a Router on `bundle` with `stickiness`."""
-    from serving.routing._router import Router
-
     store = MemoryStore(max_conversations=max(1, len(conversations)))
     router = Router.load(bundle, strict=True, conversations=store, stickiness=stickiness)
     assert router.manifest is not None and router.manifest.endpoints is not None
@@ -185,18 +185,17 @@ def replay(bundle: str | Path, conversations: Sequence[Conversation], stickiness
 
 def _walk(endpoints, conversation: Conversation, tokens: Sequence[int], path: Sequence[int]) -> list[tuple]:
     """Each turn's turn_price serving `conversation` along `path`, the caches as the SDK's state keeps them."""
-    state, now = ConversationState(), 0.0
-    priced = []
+    state, priced = ConversationState(), []
     for turn, k in enumerate(path):
         out = float(conversation.output_tokens[turn])
-        priced.append(turn_price(endpoints, state, k, tokens[turn], out, now, tokens[turn - 1] if turn else None))
+        priced.append(turn_price(endpoints, state, k, tokens[turn], out, 0.0, tokens[turn - 1] if turn else None))
         state = state.after(
             endpoints[k].name,
             input_tokens=tokens[turn],
             output_tokens=round(out),
             on_device=endpoints[k].where == "device",
             outcome="served",
-            now=now,
+            now=0.0,
         )
     return priced
 
@@ -240,9 +239,6 @@ def oracle(endpoints: Sequence[Endpoint], conversations: Sequence[Conversation],
 def with_rule(bundle: str | Path, folder: str | Path, rule: str, parameter: float) -> Path:
     """A copy of `bundle` in `folder` whose endpoints choose by `rule` at `parameter` (the same models:
     its files hard-linked where the file system allows, its manifest edited and re-digested, unsigned)."""
-    from serving.bundle._bundle import manifest_digest
-    from serving.bundle._manifest import ENDPOINT_RULES
-
     source, folder = Path(bundle), Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((source / "manifest.json").read_text(encoding="utf-8"))
@@ -387,11 +383,10 @@ def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output
     for link in links:
         turns.setdefault(str(link["conversation"]), Counter())[int(link["turn"])] += 1
     for cid, numbers in turns.items():
-        repeated = sorted(k for k, rows in numbers.items() if rows > 1)
-        if repeated:
+        turn, rows = numbers.most_common(1)[0]
+        if rows > 1:
             raise ValueError(
-                f"conversation {cid!r} has {numbers[repeated[0]]} rows numbered turn {repeated[0]}: "
-                "each of its turns needs a number of its own"
+                f"conversation {cid!r} has {rows} rows numbered turn {turn}: each of its turns needs a number of its own"
             )
     whole = {c for c, ts in turns.items() if len(ts) == max(ts) - min(ts) + 1}
     keep = [str(link["conversation"]) in whole for link in links]

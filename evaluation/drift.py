@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from serving.bundle._bundle import read_bundle
 from serving.monitoring._drift import DriftReference, DriftReport, DriftThresholds, drift_report, read_records, rescore
+from serving.routing._router import Router
 
 _STYLE = {"stable": "green", "watch": "yellow", "retrain": "red", "unknown": "magenta", "skipped": "dim"}
 
@@ -18,16 +20,12 @@ def bundle_drift(
     `rescored`, requests another bundle version logged are given this bundle's decision first
     when they carry their text (serving.monitoring._drift.rescore), so that its score, probabilities,
     novelty and zone are compared too. BundleError, DriftInputError on bad input."""
-    from serving.bundle._bundle import read_bundle
-
     verified = read_bundle(bundle)
     reference = DriftReference.from_bundle(verified)
     left_out: list[str] = []  # a file's last line cut short: said in the report, not dropped silently
     records = [record for folder in logs for record in read_records(str(folder), left_out)]
     logged = {r.get("model_version") for r in records if isinstance(r, dict) and r.get("type") == "request"}
     if rescored and reference is not None and logged - {reference.model_version}:
-        from serving.routing._router import Router
-
         records = rescore(records, Router.load(bundle))
     return drift_report(reference, records, thresholds, left_out=left_out)
 

@@ -208,13 +208,15 @@ def random_zone_probabilities(n: int, *, cloud_share: float, fallback_share: flo
     return np.tile([edge, fallback_share, cloud_share], (n, 1)).astype(np.float64)
 
 
-def _check_probabilities(probs, n_rows: int) -> np.ndarray:
-    probs = np.asarray(probs, dtype=np.float64)
+def _check_probabilities(probs, *arrays) -> list[np.ndarray]:
+    """[probs, *arrays]: the arrays checked (_arrays), then `probs` as their (n, 3) zone probabilities."""
+    arrays, probs = _arrays(*arrays), np.asarray(probs, dtype=np.float64)
+    n_rows = len(arrays[0])
     if probs.shape != (n_rows, 3):
         raise ValueError(f"zone probabilities must have shape ({n_rows}, 3), got {probs.shape}")
     if not np.allclose(probs.sum(axis=1), 1.0) or (probs < 0).any():
         raise ValueError("zone probabilities must be >= 0 and sum to 1 per request")
-    return probs
+    return [probs, *arrays]
 
 
 def _fires(probs, q_edge, catch_rate) -> np.ndarray:
@@ -254,8 +256,7 @@ def at_share(scores, q_edge, q_cloud, needed, share: float) -> dict:
 def fallback_figures(probs, q_edge, q_cloud, *, catch_rate) -> dict:
     """How often the fallback fires (per request, per fallback-zone request) and the quality it
     recovers, net of good edge answers rejected."""
-    q_edge, q_cloud = _arrays(q_edge, q_cloud)
-    probs = _check_probabilities(probs, len(q_edge))
+    probs, q_edge, q_cloud = _check_probabilities(probs, q_edge, q_cloud)
     fires = _fires(probs, q_edge, catch_rate)
     in_zone = probs[:, 1].sum()
     recovered = probs[:, 1] * (fallback.fallback_quality(q_edge, q_cloud, catch_rate) - q_edge)
@@ -275,8 +276,7 @@ def request_costs(probs: np.ndarray, fires: np.ndarray, model: CostModel) -> dic
 
 def cost_figures(probs, q_edge, *, catch_rate, model: CostModel) -> dict:
     """Per cloud price: mean $ per request, total $, and the reduction vs sending all to the cloud."""
-    (q_edge,) = _arrays(q_edge)
-    probs = _check_probabilities(probs, len(q_edge))
+    probs, q_edge = _check_probabilities(probs, q_edge)
     out = {}
     for name, per_row in request_costs(probs, _fires(probs, q_edge, catch_rate), model).items():
         total, all_cloud = float(per_row.sum()), model.cloud[name] * len(per_row)
@@ -302,8 +302,7 @@ def weighted_quantile(values, weights, q: float) -> float:
 def latency_figures(probs, q_edge, *, catch_rate, model: LatencyModel) -> dict:
     """Per edge device: mean and p95 latency (ms). Edge-first = edge; cloud-first = cloud +
     network; a fired fallback = edge, then cloud + network."""
-    (q_edge,) = _arrays(q_edge)
-    probs = _check_probabilities(probs, len(q_edge))
+    probs, q_edge = _check_probabilities(probs, q_edge)
     fires = _fires(probs, q_edge, catch_rate)
     cloud = model.cloud_ms + model.network_ms
     weights = np.stack([probs[:, 0] + probs[:, 1] - fires, probs[:, 2], fires], axis=1)

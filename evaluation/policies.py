@@ -185,14 +185,11 @@ def tune_rule_table(
     # The hand table's weights, read off rule_score on rows that meet one condition each.
     one_condition = ((LONG_PROMPT_TOKENS + 1, None, None), (0, min(RULE_DOMAINS), None), (0, None, "exact"))
     hand = tuple(round(rule_score(*row) * units) for row in one_condition)
-    grid = itertools.product(range(units + 1), repeat=3)
-    best, best_rank = None, None
-    for weights in itertools.chain([hand], grid):
-        t = select_thresholds(_capped(bits, weights, units), q_edge, q_cloud, target=target, **threshold_options)
-        rank = _rank(t, target)
-        if best_rank is None or rank > best_rank:
-            best, best_rank = (weights, t), rank
-    weights, t = best
+    fits = (
+        (weights, select_thresholds(_capped(bits, weights, units), q_edge, q_cloud, target=target, **threshold_options))
+        for weights in itertools.chain([hand], itertools.product(range(units + 1), repeat=3))
+    )
+    weights, t = max(fits, key=lambda fit: _rank(fit[1], target))  # max keeps the first of equal ranks
     return TunedRules(units, tuple(int(w) for w in weights), t.lo, t.hi, t.as_dict())
 
 
@@ -256,8 +253,8 @@ def evaluate_policies(
     cost, latency = cost or CostModel(), latency or LatencyModel()
     qe, qc, needed = rows.q_edge, rows.q_cloud, rows.needed
     all_edge, all_cloud = float(qe.mean()), float(qc.mean())
-    learned = policy_figures(rows.scores, rows.zones, qe, qc, needed)
-    share, fallback_share = learned["cloud_share"], learned["fallback_share"]
+    learned = np.asarray(rows.zones)  # the learned router's zones: `random` routes at their shares
+    share, fallback_share = float((learned == CLOUD).mean()), float((learned == FALLBACK).mean())
     figures: dict[str, PolicyFigures] = {}
     curves, fitted = {}, {"tuned_rule_table": tuned, "reference": reference}
     for name in check_policies(names):

@@ -5,11 +5,13 @@ lazily: no display, no global pyplot state.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 
+from evaluation.endpoints import figure_at
 from evaluation.figures import Comparison, HeldOutSource, KeyFigures, SplitSummary
 from evaluation.policies import BREAKDOWN_POLICIES, POLICIES
 
@@ -70,10 +72,10 @@ def misroute_cell(p: KeyFigures) -> str:
     return f"{pct(p.misroute_rate)} ({pct(p.under_routing)} / {pct(p.over_routing)})"
 
 
-def headline_table(figures: Comparison) -> str:
+def headline_columns(figures: Comparison) -> list:
     """Policies at their operating point, at the learned router's cloud share, and over the curve."""
     share = pct(figures.matched_cloud_share)
-    columns = [
+    return [
         ("cloud share", show("cloud_share", ".1%")),
         ("misroute (under / over)", misroute_cell),
         ("quality", show("quality")),
@@ -86,13 +88,12 @@ def headline_table(figures: Comparison) -> str:
         ("CPT(50%)", show("cpt50", ".1%")),
         ("CPT(80%)", show("cpt80", ".1%")),
     ]
-    return policy_table(figures, columns)
 
 
-def cost_latency_table(figures: Comparison) -> str:
+def cost_latency_columns(figures: Comparison) -> list:
     first = next(iter(figures.policies.values()))
     prices, devices = list(first.cost), list(first.latency)
-    columns = [
+    return [
         ("expected cloud calls", show("expected_cloud_calls", ".1%")),
         *((f"$/request ({c})", lambda p, c=c: f"{p.cost[c].per_request:.5f}") for c in prices),
         *((f"cost reduction vs all-cloud ({c})", show(f"cost.{c}.reduction_vs_all_cloud", ".1%")) for c in prices),
@@ -101,17 +102,14 @@ def cost_latency_table(figures: Comparison) -> str:
             for d in devices
         ),
     ]
-    return policy_table(figures, columns)
 
 
-def fallback_table(figures: Comparison) -> str:
-    columns = [
-        ("fallback-zone share", show("fallback_share", ".1%")),
-        ("fallback fires (per request)", show("fallback_fires", ".1%")),
-        ("fires per fallback-zone request", show("fallback_fires_in_zone", ".1%")),
-        ("quality recovered", show("fallback_recovered_quality", "+.3f")),
-    ]
-    return policy_table(figures, columns)
+FALLBACK_COLUMNS = [
+    ("fallback-zone share", show("fallback_share", ".1%")),
+    ("fallback fires (per request)", show("fallback_fires", ".1%")),
+    ("fires per fallback-zone request", show("fallback_fires_in_zone", ".1%")),
+    ("quality recovered", show("fallback_recovered_quality", "+.3f")),
+]
 
 
 def breakdown_table(groups: dict[str, SplitSummary]) -> str:
@@ -175,33 +173,19 @@ def render(metrics: dict) -> str:
         f"{num(population.all_cloud_quality)}, oracle {num(population.oracle_quality)}. Matched cloud share = the "
         f"learned router's cloud-first share, {pct(f.matched_cloud_share)}. Fallback catch rate "
         f"{setup['catch_rate']}.",
-        headline_table(f),
+        policy_table(f, headline_columns(f)),
         "## Cost and latency\n\nExpectations under the cost model (edge "
         f"${setup['cost']['edge']:g} a request, cloud {_pairs(setup['cost']['cloud'], '${v:g} ({k})')}) and the "
         f"latency model (edge {_pairs(setup['latency']['edge_ms'], '{v:g} ms ({k})')}, cloud "
         f"{setup['latency']['cloud_ms']:g} ms + {setup['latency']['network_ms']:g} ms network; a fired fallback "
         "pays edge, then cloud).",
-        cost_latency_table(f),
+        policy_table(f, cost_latency_columns(f)),
         "## Fallback\n\n" + _fallback_text(population.fallback_rates, setup["catch_rate"]),
-        fallback_table(f),
+        policy_table(f, FALLBACK_COLUMNS),
         "## Acceptance check\n\n" + _acceptance_text(metrics.get("acceptance") or {}),
         "## Calibration of the learned probabilities\n\nPer probability the router outputs: the mean "
         "prediction in each bin against the mean observed outcome (quality, or the cloud-needed label).",
-        *(
-            part
-            for name, table_ in metrics["calibration"].items()
-            for part in (
-                f"**{name}**: expected calibration error {num(table_['ece'], '.4f')} over {len(table_['bins'])} "
-                "non-empty bins.",
-                table(
-                    ["bin", "rows", "mean prediction", "observed"],
-                    [
-                        [f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
-                        for b in table_["bins"]
-                    ],
-                ),
-            )
-        ),
+        *(_calibration_text(name, reliability) for name, reliability in metrics["calibration"].items()),
         "## Tuned rule table",
         _tuned_text(metrics["tuned_rule_table"]),
         "## Reference",
@@ -228,6 +212,17 @@ def render(metrics: dict) -> str:
         parts += ["## Notes", "\n".join(f"- {n}" for n in metrics["notes"])]
     parts += ["## Plots", *(f"![{name}]({file})" for name, file in PLOTS.items())]
     return "\n\n".join(parts) + "\n"
+
+
+def _calibration_text(name: str, reliability: dict) -> str:
+    bins = [
+        [f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["rows"]), num(b["mean_score"]), num(b["observed_rate"])]
+        for b in reliability["bins"]
+    ]
+    return (
+        f"**{name}**: expected calibration error {num(reliability['ece'], '.4f')} over {len(bins)} non-empty bins.\n\n"
+        + table(["bin", "rows", "mean prediction", "observed"], bins)
+    )
 
 
 def render_endpoints(metrics: dict) -> str:
@@ -558,8 +553,6 @@ def plot_quality_vs_share(figures: Comparison, curves: dict, path: Path) -> None
 def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
     """The router's quality-versus-cost curve (the folds' mean at each price), each endpoint
     alone, the oracle and the operating points, on one chart (matplotlib's Agg canvas)."""
-    from evaluation.endpoints import figure_at
-
     fig, ax = _figure()
     mean = lambda *path: float(np.nanmean([figure_at(f, path) for f in per_fold]))  # noqa: E731
     cost = np.nanmean([f["curve"]["cost"] for f in per_fold], axis=0)
@@ -646,8 +639,6 @@ def write_plots(metrics: dict, curves: dict, out: Path) -> list[Path]:
 
 def write_report(metrics: dict, curves: dict, out: Path) -> tuple[dict, list[Path]]:
     """metrics.json, report.md and the plots into `out`; returns the JSON-ready metrics and the files."""
-    import json
-
     out.mkdir(parents=True, exist_ok=True)
     ready = json_ready(metrics)
     (out / "metrics.json").write_text(json.dumps(ready, indent=2, allow_nan=False), encoding="utf-8")

@@ -19,8 +19,10 @@ from evaluation.fallback import Catch
 from evaluation.metrics import CostModel, paired, request_costs, zone_probabilities
 from serving._contract import CLOUD, EDGE, FALLBACK
 from serving.endpoints._choice import cascade_expectation
+from serving.policy._errors import NoFeasibleEndpoint
 from serving.routing._chooser import zone_decision
 from serving.routing._request import Request
+from serving.scoring._scorer import Scores
 
 if TYPE_CHECKING:
     from evaluation.rows import Rows
@@ -63,8 +65,6 @@ def rules_effect(
     cost: CostModel | None = None,
 ) -> dict:
     """The policy's effect on these rows (routed by the learned router: rows.zones are the SDK's)."""
-    from serving.policy._errors import NoFeasibleEndpoint
-
     if rows.zones is None:
         raise ValueError("rules_effect needs the rows' learned zones (Rows.route or Rows.with_zones)")
     cost = cost or CostModel()
@@ -136,8 +136,6 @@ class HeldOut:
 
 
 def _decide(chooser: Chooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
-    from serving.scoring._scorer import Scores
-
     request = Request(fold.prompts[i], fold.precisions[i], metadata)
     return chooser.decisions([request], Scores([fold.n_tokens[i]], expected=fold.expected[i : i + 1]), policy)[0]
 
@@ -162,8 +160,6 @@ def policy_effect(
 ) -> dict:
     """The policy's effect on the folds' held-out rows (module doc); JSON-ready. `per_fold` holds
     each fold's means without and with the policy, for intervals over the folds."""
-    from serving.policy._errors import NoFeasibleEndpoint
-
     if not folds:
         raise ValueError("policy_effect needs at least one fold of held-out rows")
     names = folds[0].chooser.names
@@ -171,16 +167,14 @@ def policy_effect(
     changed: Counter[str] = Counter()
     closed: Counter[tuple[str, ...]] = Counter()
     closing: Counter[str] = Counter()
-    no_rule = unservable_anyway = rows = 0
-    first_before: list[int] = []
-    first_after: list[int] = []
+    no_rule = unservable_anyway = 0
+    firsts: list[tuple[int, int]] = []  # each servable row's first endpoint without and with the policy
     before: list[tuple[float, ...]] = []
     after: list[tuple[float, ...]] = []
     per_fold = []
     for fold in folds:
         start = len(before)
         for i in range(len(fold.prompts)):
-            rows += 1
             given = {**(fold.metadata[i] or {}), **(metadata or {})} or None
             try:
                 plain = _decide(fold.chooser, fold, i, None, given)
@@ -202,15 +196,14 @@ def policy_effect(
             k1, ruled_figures = _figures(ruled, names, fold.quality[i], fold.cost[i], catch_rate)
             if k0 != k1:
                 changed.update(names_fired)
-            first_before.append(k0)
-            first_after.append(k1)
+            firsts.append((k0, k1))
             before.append(plain_figures)
             after.append(ruled_figures)
         b, a = np.array(before[start:], float).reshape(-1, 4), np.array(after[start:], float).reshape(-1, 4)
         means = {"without_rules": b, "with_rules": a, "difference": a - b}
         figures = {f: {k: _mean(x[:, j]) for k, x in means.items()} for j, f in enumerate(FIGURES)}
         per_fold.append({"rows": len(fold.prompts), "servable_rows": len(b), **figures})
-    unservable = sum(closed.values())
+    unservable, rows = sum(closed.values()), sum(len(fold.prompts) for fold in folds)
     result: dict = {
         "source": policy.source,
         "version": policy.version,
@@ -245,8 +238,8 @@ def policy_effect(
         return result
     b, a = np.array(before, float), np.array(after, float)
     result["shares"] = {
-        "without_rules": shares(np.array(first_before), names),
-        "with_rules": shares(np.array(first_after), names),
+        "without_rules": shares(np.array([k0 for k0, _ in firsts]), names),
+        "with_rules": shares(np.array([k1 for _, k1 in firsts]), names),
     }
     result["figures"] = {f: paired(b[:, j], a[:, j]) for j, f in enumerate(FIGURES)}
     return result

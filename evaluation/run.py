@@ -17,14 +17,16 @@ from typing import Callable
 import numpy as np
 
 from data.logs import below_propensity_floor
+from evaluation.acceptance import rejected_share_by_prompt, roc_points, separation_by_source
 from evaluation.config import SPLIT_NOTES, EvalConfig
 from evaluation.figures import HeldOutSource
 from evaluation.metrics import reliability
-from evaluation.off_policy import MIN_PROPENSITY
+from evaluation.off_policy import MIN_PROPENSITY, off_policy
 from evaluation.policies import breakdowns, evaluate_policies, tune_rule_table
 from evaluation.reference import ReferencePolicy
 from evaluation.rows import Rows, decide
 from evaluation.rules_effect import rules_effect
+from serving import Router
 from serving.bundle._manifest import Manifest
 from serving.policy._rules import PolicySet
 
@@ -49,8 +51,6 @@ def leave_one_source_out(
     the other sources, or the error of that training; empty with one source. `reference_target`:
     the reference's threshold options (None: no reference); `in_distribution`: the bundle's own
     APGR per source; `options` go to evaluate_policies."""
-    from serving import Router
-
     present = sorted(frame["source"].unique())
     unknown = [s for s in sources or () if s not in present]
     if unknown:
@@ -163,8 +163,6 @@ def familiarity(rows: Rows) -> dict | None:
 def acceptance(router, manifest: Manifest, responses, split: str) -> tuple[dict, dict | None, object]:
     """The bundle's acceptance check on the evaluated split's logged edge answers, through the
     SDK: (figures for metrics.json, ROC points or None, (prompts, rejected) or None)."""
-    from evaluation.acceptance import roc_points, separation_by_source
-
     section = manifest.acceptance
     if router.acceptor is None:
         why = section.get("reason") if section else "the bundle was trained before acceptance checks"
@@ -212,8 +210,6 @@ def logged_traffic(
     those with the side that ran first, its propensity and its outcome; None when there are none.
     Requests logged with a propensity below `min_propensity` are left out and listed
     (`below_min_propensity`: how many, the first request ids, why)."""
-    from evaluation.off_policy import off_policy
-
     if "propensity" not in frame or "routed_to" not in frame:
         return None
     side_quality = np.where(frame["routed_to"] == "cloud", frame["cloud_quality"], frame["edge_quality"])
@@ -328,8 +324,6 @@ def evaluate(
     rows = routed_rows.subset(chosen[routed]).with_inferred_domains()
     accepted, roc, verdicts = acceptance(router, manifest, responses, config.split)
     if verdicts is not None:
-        from evaluation.acceptance import rejected_share_by_prompt
-
         rows = rows.with_rejections(rejected_share_by_prompt(*verdicts, rows.prompts))
     fit = routed_rows.subset(fit_rows[routed])  # what the tuned rule table and the reference are fitted on
     if "tuned_rule_table" in policies:
