@@ -297,6 +297,37 @@ def test_a_full_proxy_answers_503_with_retry_after(router, stubs):
         assert client(url).chat.completions.create(model="router", messages=ASK).choices[0].message.content
 
 
+def test_a_failure_after_the_answer_frees_its_slot(router, stubs):
+    """The bookkeeping after an answer (metrics, the recent-requests panel, the headers) failing
+    must not keep the answer's slot, span or upstream stream: with one slot, the next request is
+    served, not refused as overloaded."""
+    config = config_for(stubs, max_concurrency=1, queue_timeout_s=0.1)
+    chat = RoutedChat(router, edge=config.edge, cloud=config.cloud)
+    app = build_app(chat, config)
+    metrics, failed = app.state.metrics, []
+    counted = metrics.routed
+
+    def routed(routing) -> None:  # the metrics backend fails for the first two answers
+        if len(failed) < 2:
+            failed.append(routing.served_by)
+            raise RuntimeError("metrics backend down")
+        counted(routing)
+
+    metrics.routed = routed
+    server = LocalServer(app, name="proxy", lifespan="on").start()
+    try:
+        url, auth = f"http://127.0.0.1:{server.port}", {"authorization": f"Bearer {TOKEN}"}
+        plain = httpx2.post(f"{url}/v1/chat/completions", json={"messages": ASK}, headers=auth)
+        streamed = httpx2.post(f"{url}/v1/chat/completions", json={"messages": ASK, "stream": True}, headers=auth)
+        assert (plain.status_code, streamed.status_code) == (500, 500) and len(failed) == 2
+        assert client(url).chat.completions.create(model="router", messages=ASK).choices[0].message.content
+        assert content_of(client(url).chat.completions.create(model="router", messages=ASK, stream=True))
+        assert "router_in_flight_requests 0.0" in httpx2.get(f"{url}/metrics", headers=auth).text
+    finally:
+        server.stop()
+        chat.close()
+
+
 SERVE = [
     "serve",
     "--bundle",

@@ -118,22 +118,33 @@ class _Handlers:
             self._release()
             raise
         routing = result.routing
-        if routing.fallback_kind is not None:
-            fallback_reason = redact(routing.fallback_reason or "", self.config.secrets)
-            log.info("edge-first request served by the cloud (%s): %s", routing.fallback_kind, fallback_reason)
-        self.metrics.routed(routing)
-        self.recent.add(routing, conversation=request.state.conversation)
-        headers = routing_headers(routing)
+
+        async def release() -> None:  # what the answer holds: its slot, its span, its upstream stream
+            async with contextlib.AsyncExitStack() as held:  # each step runs, whatever the one before raised
+                held.callback(self._release)
+                held.callback(end_trace)
+                if not isinstance(result, Completion):
+                    await result.aclose()
+
+        try:
+            if routing.fallback_kind is not None:
+                fallback_reason = redact(routing.fallback_reason or "", self.config.secrets)
+                log.info("edge-first request served by the cloud (%s): %s", routing.fallback_kind, fallback_reason)
+            self.metrics.routed(routing)
+            self.recent.add(routing, conversation=request.state.conversation)
+            headers = routing_headers(routing)
+            if not isinstance(result, Completion):
+                self.metrics.first_chunk.labels(routing.served_by).observe(time.perf_counter() - started)
+        except BaseException:  # the answer will not be sent (the app answers 500): free what it holds
+            await release()
+            raise
         if isinstance(result, Completion):  # not streamed
-            self._release()
+            await release()
             self.metrics.duration.labels(routing.served_by, "false").observe(time.perf_counter() - started)
             return _json_response(result.body, headers)
-        self.metrics.first_chunk.labels(routing.served_by).observe(time.perf_counter() - started)
 
         async def finish() -> None:  # once, however the response ends: sent, client gone, or never started
-            await result.aclose()
-            end_trace()
-            self._release()
+            await release()
             self.metrics.duration.labels(routing.served_by, "true").observe(time.perf_counter() - started)
 
         return _Relay(
