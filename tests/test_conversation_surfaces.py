@@ -24,6 +24,7 @@ import serving.conversations._keeper as keeper
 from data.sdk_logs import iter_outcome_log
 from serving import Request, Router
 from serving.chat import Endpoint, RoutedChat
+from serving.conversations._state import ConversationState
 from serving.conversations._store import ConversationStoreError, MemoryStore
 from serving.conversations._switch import Stickiness
 from serving.dashboard import compute_views, from_record, render_page
@@ -160,6 +161,21 @@ def test_a_store_that_hangs_costs_one_timeout_a_second_not_two_per_request(tmp_p
     execution = router.execute(Request("What is 2+2?", conversation="c"), lambda p: "edge", lambda p: "cloud")
     assert "unavailable" not in execution.decision.reason and store.states["c"].turns == 1
     assert "conversation store reachable again" in caplog.text
+
+
+def test_an_answers_length_written_after_an_outage_says_the_store_is_back(caplog, monkeypatch):
+    monkeypatch.setattr(keeper, "RETRY_S", 0.05)
+    store = HangingStore()
+    conversations = keeper.Conversations(store)
+    assert not conversations.record("c", None, input_tokens=10, output_tokens=0, on_device=False, outcome="failed")
+    store.up = True
+    store.states["c"] = ConversationState().after(
+        "edge", input_tokens=10, output_tokens=0, on_device=True, outcome="served", now=time.time()
+    )
+    time.sleep(0.05)
+    assert conversations.answered("c", 1, "edge", 25, on_device=True)  # a stream's length, at its end
+    assert store.states["c"].history_tokens == 35 and "conversation store reachable again" in caplog.text
+    assert not conversations.answered("c", 2, "edge", 25, on_device=True)  # not the turn the state holds
 
 
 # --- the routed chat client's turns -------------------------------------------------------------

@@ -126,15 +126,17 @@ class Conversations:
         logged, counted)."""
         if output_tokens <= 0 or self._skipping():
             return False
+        written = False
         try:
             state = self.store.get(conversation)
-            if state is None or state.turns != turn or state.endpoint != endpoint:
-                return False
-            self.store.put(conversation, state.answered(endpoint, output_tokens, on_device=on_device))
+            if state is not None and state.turns == turn and state.endpoint == endpoint:
+                self.store.put(conversation, state.answered(endpoint, output_tokens, on_device=on_device))
+                written = True
         except ConversationStoreError as exc:
             self._failed("conversation state not written", exc)
             return False
-        return True
+        self._reachable_again()
+        return written
 
     def executed(self, request: Request, decision: Decision, execution: Execution | None, output_tokens: int) -> None:
         """Record the turn execute() ran: who served it and how (served, a fallback after an
