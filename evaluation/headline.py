@@ -55,10 +55,6 @@ def _with_interval(estimate: dict, fmt: str) -> str:
     return f"{fmt.format(estimate['mean'])} [{fmt.format(estimate['low'])}, {fmt.format(estimate['high'])}]"
 
 
-def _signed(fmt: str) -> str:
-    return fmt if "+" in fmt else fmt.replace("{:", "{:+")
-
-
 def heads(metrics: dict) -> list[str]:
     if "cv" not in metrics:
         return [POLICIES[name].label for name in SPLIT_POLICIES]
@@ -78,7 +74,8 @@ def cells(metrics: dict) -> list[list[str]]:
             *(_with_interval(cv["policies"][name][key], fmt) for name in CV_POLICIES if name in cv["policies"]),
         ]
         if PAIRED[0] in cv["differences"]:
-            row.append(_with_interval(cv["differences"][PAIRED[0]][key], _signed(fmt)))
+            signed = fmt if "+" in fmt else fmt.replace("{:", "{:+")  # a difference shows its sign
+            row.append(_with_interval(cv["differences"][PAIRED[0]][key], signed))
         rows.append(row)
     return rows
 
@@ -94,12 +91,9 @@ def markdown(metrics: dict) -> str:
 
 def rich_table(metrics: dict):
     """The same figures for the terminal."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    terminal = Table(title=title(metrics))
-    terminal.add_column("figure")
-    for head in heads(metrics):
-        terminal.add_column(head, justify="right")
+    terminal = Table("figure", *(Column(head, justify="right") for head in heads(metrics)), title=title(metrics))
     for label, *values in cells(metrics):
         terminal.add_row(label.replace("**", ""), *values)
     return terminal

@@ -327,10 +327,8 @@ def reliability(scores, labels, *, bins: int = 10) -> dict:
     edges = np.linspace(0.0, 1.0, bins + 1)
     index = np.minimum(np.searchsorted(edges, scores, side="right") - 1, bins - 1)  # 1.0 joins the last bin
     table, ece = [], 0.0
-    for b in range(bins):
+    for b in np.unique(index):  # the non-empty bins, in order
         rows = index == b
-        if not rows.any():
-            continue
         mean_score, rate = float(scores[rows].mean()), float(labels[rows].mean())
         ece += rows.mean() * abs(mean_score - rate)
         table.append(

@@ -33,16 +33,6 @@ def _arrays(routed_to, propensity, reward, target, min_propensity: float):
     return a, b, p, r
 
 
-def _estimates(a, b, p, r, q_a, q_b) -> dict:
-    match = (a == b).astype(np.float64)
-    weighted = match / p
-    return {
-        "ips": float((weighted * r).sum() / len(a)),
-        "snips": _or_nan(snips(match, p, r)),
-        "dr": float((q_b + weighted * (r - q_a)).mean()),
-    }
-
-
 def _bootstrap(fn, n: int, rounds: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     draws = [fn(rng.integers(0, n, n)) for _ in range(rounds)]
@@ -86,8 +76,15 @@ def off_policy(
     needed = np.where(both, (cloud - edge > margin).astype(float), cloud * (1.0 - edge))
     misroute = np.where(b, 1.0 - needed, needed)
 
-    def figures(index):
-        return _estimates(a[index], b[index], p[index], r[index], q_a[index], q_b[index])
+    def figures(index) -> dict:
+        """IPS, SNIPS and DR (module doc) on the requests `index` picks."""
+        match, outcome = (a[index] == b[index]).astype(np.float64), r[index]
+        weighted = match / p[index]
+        return {
+            "ips": float((weighted * outcome).sum() / len(match)),
+            "snips": _or_nan(snips(match, p[index], outcome)),
+            "dr": float((q_b[index] + weighted * (outcome - q_a[index])).mean()),
+        }
 
     point = figures(np.arange(n))
     intervals = _bootstrap(figures, n, rounds, seed)

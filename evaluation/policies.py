@@ -295,14 +295,12 @@ def evaluate_policies(
     return Comparison(population, share, figures), curves
 
 
-SUMMARY_POLICIES = ("learned", "rule_table")
 SUMMARY_KEYS = KeyFigures.names()
 
 
 def summary(rows: Rows, *, catch_rate: float) -> SplitSummary:
     """The training run's figures for one split: the learned router's and the hand rule table's."""
-    figures, _ = evaluate_policies(rows, SUMMARY_POLICIES, catch_rate=catch_rate)
-    return figures.summary()
+    return evaluate_policies(rows, ("learned", "rule_table"), catch_rate=catch_rate)[0].summary()
 
 
 # Labels double as MLflow metric-name parts, so only letters, digits, spaces and dashes.
@@ -338,6 +336,5 @@ def breakdowns(rows: Rows, names, **options) -> dict[str, dict[str, SplitSummary
         present = set(groups.tolist())
         ordered = [b for _, b in LENGTH_BUCKETS if b in present] if dimension == "length" else sorted(present)
         for group in ordered:
-            figures, _ = evaluate_policies(rows.subset(groups == group), wanted, **options)
-            out[dimension][str(group)] = figures.summary()
+            out[dimension][str(group)] = evaluate_policies(rows.subset(groups == group), wanted, **options)[0].summary()
     return out

@@ -331,17 +331,14 @@ def rules_text(effect: dict) -> str:
         f"applies it, to {effect['rows']} requests (request metadata: {given}). {effect['no_rule']} were left to "
         f"the model; {closed['requests']} have no endpoint left (the SDK raises NoFeasibleEndpoint)"
         + (f": {_pairs(closed['by_rules'], '{k} {v}')}." if closed["by_rules"] else "."),
-        table(
-            ["rule", "action", "requests", "share", "zone changes"],
+        columns_table(
+            "rule",
+            effect["rules"].items(),
             [
-                [
-                    name,
-                    f"{r['action']} {r['endpoint']}",
-                    str(r["requests"]),
-                    pct(r["share"]),
-                    _pairs(r["zone_changes"], "{k} {v}") or "none",
-                ]
-                for name, r in effect["rules"].items()
+                ("action", lambda r: f"{r['action']} {r['endpoint']}"),
+                ("requests", lambda r: str(r["requests"])),
+                ("share", show("share", ".1%")),
+                ("zone changes", lambda r: _pairs(r["zone_changes"], "{k} {v}") or "none"),
             ],
         ),
     ]
@@ -349,16 +346,16 @@ def rules_text(effect: dict) -> str:
         lines += [
             f"On the {effect['servable_rows']} servable requests, the model's zones against the rules' (paired per "
             "request; 95% normal interval of the mean difference):",
-            table(
-                ["figure", "without rules", "with rules", "difference"],
+            columns_table(
+                "figure",
+                effect["figures"].items(),
                 [
-                    [
-                        name,
-                        num(f["without_rules"], ".4f"),
-                        num(f["with_rules"], ".4f"),
-                        f"{f['difference']:+.4f} [{f['interval'][0]:+.4f}, {f['interval'][1]:+.4f}]",
-                    ]
-                    for name, f in effect["figures"].items()
+                    ("without rules", show("without_rules", ".4f")),
+                    ("with rules", show("with_rules", ".4f")),
+                    (
+                        "difference",
+                        lambda f: f"{f['difference']:+.4f} [{f['interval'][0]:+.4f}, {f['interval'][1]:+.4f}]",
+                    ),
                 ],
             ),
         ]
@@ -470,20 +467,14 @@ def _reference_text(reference: dict) -> str:
 
 def summary_table(metrics: dict):
     """The headline figures of an evaluation's metrics.json as a rich Table, for the terminal."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
     if "figures" not in metrics:
-        table = Table(title="off-policy estimates on logged traffic")
-        for column in ("estimator", "quality", "95% interval"):
-            table.add_column(column)
+        table = Table("estimator", "quality", "95% interval", title="off-policy estimates on logged traffic")
         for name, value in ((metrics.get("off_policy") or {}).get("quality") or {}).items():
             table.add_row(name.upper(), num(value["estimate"]), _ci(value["ci95"]))
         return table
     figures = Comparison.from_dict(metrics["figures"])
-    table = Table(
-        title=f"{metrics['setup']['split']} split: {figures.population.rows} requests; matched cloud share "
-        f"{pct(figures.matched_cloud_share)}"
-    )
     columns = [
         ("cloud", show("cloud_share", ".1%")),
         ("misroute", show("misroute_rate", ".1%")),
@@ -493,9 +484,12 @@ def summary_table(metrics: dict):
         ("matched", show("at_matched_share.quality")),
         ("APGR", show("apgr")),
     ]
-    table.add_column("policy")
-    for head, _ in columns:
-        table.add_column(head, justify="right")
+    table = Table(
+        "policy",
+        *(Column(head, justify="right") for head, _ in columns),
+        title=f"{metrics['setup']['split']} split: {figures.population.rows} requests; matched cloud share "
+        f"{pct(figures.matched_cloud_share)}",
+    )
     for name, p in figures.policies.items():
         table.add_row(POLICIES[name].short, *(cell(p) for _, cell in columns))
     return table

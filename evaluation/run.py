@@ -93,18 +93,6 @@ class Evaluation:
     curves: dict  # policy -> quality curve, for the plots
 
 
-def threshold_target(manifest: Manifest) -> dict:
-    """The bundle's own threshold target, as evaluation.thresholds options: the tuned rule
-    table and the reference are thresholded for what the learned router was."""
-    target = manifest.target
-    return {
-        "target": target.get("kind", "quality"),
-        "max_quality_drop": target.get("max_quality_drop", 0.01),
-        "cloud_budget": target.get("cloud_budget", 0.3),
-        "catch_rate": target.get("fallback_catch_rate", 0.5),
-    }
-
-
 def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame=None, rows: Rows | None = None) -> dict:
     """metrics.json's `setup`; without `rows` (no request has both outcomes) the bundle and logs alone."""
     read = {
@@ -134,12 +122,10 @@ def _setup(config: EvalConfig, manifest: Manifest, data_report: dict, frame=None
 def calibration(rows: Rows, *, bins: int) -> dict:
     """Reliability of each probability the router outputs, against what was observed: the
     outcome heads against each endpoint's quality, or P(cloud needed) against the label."""
-    if rows.p_edge is not None:
-        return {
-            "P(edge good)": reliability(rows.p_edge, rows.q_edge, bins=bins),
-            "P(cloud good)": reliability(rows.p_cloud, rows.q_cloud, bins=bins),
-        }
-    return {"P(cloud needed)": reliability(rows.scores, rows.needed, bins=bins)}
+    pairs = {"P(edge good)": (rows.p_edge, rows.q_edge), "P(cloud good)": (rows.p_cloud, rows.q_cloud)}
+    if rows.p_edge is None:
+        pairs = {"P(cloud needed)": (rows.scores, rows.needed)}
+    return {name: reliability(*pair, bins=bins) for name, pair in pairs.items()}
 
 
 def familiarity(rows: Rows) -> dict | None:
@@ -194,8 +180,7 @@ def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
     keys = ("fallback_fires", "quality_with_fallback", "expected_cloud_calls")
     out = {"rows": len(answered)}
     for name, version in (("measured", answered), ("assumed", dataclasses.replace(answered, rejected=None))):
-        figures, _ = evaluate_policies(version, ["learned"], catch_rate=catch_rate)
-        learned = figures.policies["learned"]
+        learned = evaluate_policies(version, ["learned"], catch_rate=catch_rate)[0].policies["learned"]
         out[name] = {k: getattr(learned, k) for k in keys}
     return out
 
@@ -296,7 +281,15 @@ def evaluate(
         notes.append(f"{int((~both).sum())} requests with one outcome: in the off-policy estimates only")
         frame, chosen = frame[both], chosen[both]
     fit_rows, val_rows = ((frame["split"] == split).to_numpy() for split in ("train", "val"))
-    target = threshold_target(manifest)  # the tuned rule table and the reference are thresholded for it
+    # The bundle's own threshold target, as evaluation.thresholds options: the tuned rule table and
+    # the reference are thresholded for what the learned router was.
+    given = manifest.target
+    target = {
+        "target": given.get("kind", "quality"),
+        "max_quality_drop": given.get("max_quality_drop", 0.01),
+        "cloud_budget": given.get("cloud_budget", 0.3),
+        "catch_rate": given.get("fallback_catch_rate", 0.5),
+    }
     policies, tuned, tuned_info = list(config.policies), None, {"skipped": "not requested"}
     if "tuned_rule_table" in policies and not fit_rows.any():
         policies.remove("tuned_rule_table")

@@ -119,12 +119,9 @@ def select_per_precision(
     for tag in tags:
         rows = precisions == tag
         count = int(rows.sum())
+        t, source = overall, f"only {count} rows tagged {tag} (< {min_rows}): default thresholds"
         if count >= min_rows:
             t = select_thresholds(scores[rows], q_edge[rows], q_cloud[rows], catch_rate=rates.take(rows), **options)
-            chosen[tag] = {**t.as_dict(), "source": f"{count} validation rows tagged {tag}"}
-        else:
-            chosen[tag] = {
-                **overall.as_dict(),
-                "source": f"only {count} rows tagged {tag} (< {min_rows}): default thresholds",
-            }
+            source = f"{count} validation rows tagged {tag}"
+        chosen[tag] = {**t.as_dict(), "source": source}
     return chosen

@@ -137,13 +137,11 @@ def compare(
         for k, s in scores.items():
             boot[k].append(figures(s[b % repeats], conv, rows, threshold))
     predictors = {k: {m: _interval(point[k][m], [d[m] for d in boot[k]]) for m in point[k]} for k in scores}
-    result: dict = {"predictors": predictors, "differences": {}}
+    differences: dict = {}
     for b_name, a_name in PAIRS:
         diff = {m: [x[m] - y[m] for x, y in zip(boot[b_name], boot[a_name])] for m in point[b_name]}
-        result["differences"][f"{b_name} - {a_name}"] = {
-            m: _interval(point[b_name][m] - point[a_name][m], diff[m]) for m in diff
-        }
-    return result
+        differences[f"{b_name} - {a_name}"] = {m: _interval(point[b_name][m] - point[a_name][m], diff[m]) for m in diff}
+    return {"predictors": predictors, "differences": differences}
 
 
 def label_counts(conv: Conversations) -> dict:
