@@ -7,6 +7,11 @@ from __future__ import annotations
 import math
 
 
+def json_kind(value: object) -> str:
+    """What a decoded JSON value is, as an error message names it: "null", or its Python type's name."""
+    return "null" if value is None else type(value).__name__
+
+
 def nests_deeper_than(value: object, limit: int) -> bool:
     """Whether lists and objects nest more than `limit` levels in `value` (walked without recursion,
     so a value nested 100,000 deep is answered, not a RecursionError)."""

@@ -134,3 +134,17 @@ def test_nothing_spent_adds_no_entry():
     assert len(spending) == 0 and spending.spent("user", "ana", "day", NOON) == 0.0
     with pytest.raises(ValueError, match="max_holders"):
         Spending(max_holders=0)
+
+
+@pytest.mark.parametrize("amount", [-1, float("nan"), float("inf"), True, "0.1", 10**400])
+def test_a_spend_that_is_not_a_finite_amount_is_refused_by_name(amount):
+    with pytest.raises(ValueError, match="a spend must be a finite number >= 0"):  # 10**400: not an OverflowError
+        Spending().add({"user": "ana"}, amount, ("user",), NOON)
+
+
+@pytest.mark.parametrize("retry_s", [-1, float("nan"), float("inf"), True, 10**400])
+def test_a_redis_ledger_refuses_a_retry_time_that_is_not_seconds(retry_s):
+    from serving.policy._budgets import RedisSpending
+
+    with pytest.raises(ValueError, match="retry_s="):
+        RedisSpending("redis://127.0.0.1:9", retry_s=retry_s)

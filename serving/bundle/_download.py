@@ -24,7 +24,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from serving._contract import MANIFEST_NAME, MAX_FILE_BYTES
 from serving._router_error import RouterError
 from serving.bundle._bundle import sha256_file
-from serving.bundle._manifest import ManifestError, check_files
+from serving.bundle._manifest import check_files
 from serving.bundle._signing import SIGNATURE_NAME
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def download_bundle(
     try:
         manifest = json.loads(manifest_raw)
         files = check_files(manifest.get("files") if isinstance(manifest, dict) else None)
-    except (ValueError, RecursionError, ManifestError) as exc:
+    except (ValueError, RecursionError) as exc:  # a ManifestError is a ValueError
         raise DownloadError(f"{base_url}/{MANIFEST_NAME} cannot be used: {exc}"[:500]) from None
     folder = Path(tempfile.mkdtemp(prefix="bundle-download-", dir=staging_root))  # mkdtemp: mode 700
     try:

@@ -56,7 +56,7 @@ LIMITS = httpx2.Limits(max_connections=256, max_keepalive_connections=64)
 class Answer(str):
     """A non-streamed answer as the fallback rules see it: the assistant text, so that an
     accept check (a callable, or the router's own) reads the text; `body` is the whole chat
-    completion and `endpoint` who gave it ("edge" or "cloud")."""
+    completion and `endpoint` the name of the endpoint that gave it."""
 
     body: JSONObject
     endpoint: str

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from serving.dashboard._views import PERCENTILES
+from serving.monitoring._drift import VERDICTS
 from serving.monitoring._outcome_log import printable
 
 if TYPE_CHECKING:
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
 
     from serving.dashboard._views import Views
 
-DRIFT_VERDICTS = ("stable", "watch", "retrain", "unknown")  # serving.monitoring._drift.VERDICTS
 DRIFT_CHECK_FIELDS = ("name", "statistic", "value", "status")
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 72em; color: #222; }
@@ -36,11 +36,11 @@ svg { max-width: 100%; height: auto; }
 
 def check_drift(drift: Mapping[str, object] | None) -> None:
     """ValueError naming what is wrong when `drift` is not None and not the panel's shape: a
-    DriftReport.as_dict() (a verdict among DRIFT_VERDICTS, checks with DRIFT_CHECK_FIELDS)."""
+    DriftReport.as_dict() (a verdict among VERDICTS, checks with DRIFT_CHECK_FIELDS)."""
     if drift is None:
         return
-    if not isinstance(drift, dict) or drift.get("verdict") not in DRIFT_VERDICTS:
-        raise ValueError(f"drift: expected a dict with verdict one of {', '.join(DRIFT_VERDICTS)}")
+    if not isinstance(drift, dict) or drift.get("verdict") not in VERDICTS:
+        raise ValueError(f"drift: expected a dict with verdict one of {', '.join(VERDICTS)}")
     checks = drift.get("checks")
     if not isinstance(checks, list):
         raise ValueError("drift: 'checks' must be a list")

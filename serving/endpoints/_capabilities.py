@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from serving.endpoints._record import Capabilities
+from serving.endpoints._record import CAPABILITY_FLAGS, Capabilities
 from serving.features._language import check_language, declared_language, serves
 
 if TYPE_CHECKING:
     from serving.features._language import LanguageDetector
 
-CAPABILITIES = ("images", "tools", "json")  # in the order reasons and rule names take them
+CAPABILITIES = CAPABILITY_FLAGS  # in the order reasons and rule names take them
 LANGUAGE = "language"  # a lacked language, after the flags: language=pt (rule needs:language=pt)
 RULE_PREFIX = "needs:"  # the built-in rule that rules an endpoint out for a capability: needs:images
 IMAGE_PARTS = ("image_url", "input_image", "image")

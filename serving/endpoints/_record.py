@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from serving._contract import CLOUD, DEFAULT_EDGE_CONTEXT_TOKENS, EDGE
-from serving._json_values import finite_number
+from serving._json_values import finite_number, json_kind
 from serving._router_error import RouterError
 from serving.features._documents import quoted, read_document
 from serving.features._language import CODE_SHAPE, serves
@@ -457,15 +457,11 @@ class Endpoints:
         return {"endpoints": [e.as_dict(call_settings=call_settings) for e in self.endpoints]}
 
 
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def _number(value: object, where: str, *, integer: bool = False, positive: bool = False) -> float:
     """A finite number >= 0 (> 0 with `positive`; whole with `integer`), or EndpointSpecError at `where`."""
     number = finite_number(value)
     if number is None:
-        raise EndpointSpecError(f"{where} must be a finite number, got {_kind(value)} {quoted(value)}")
+        raise EndpointSpecError(f"{where} must be a finite number, got {json_kind(value)} {quoted(value)}")
     if number < 0 or (positive and number == 0):
         raise EndpointSpecError(f"{where} must be {'> 0' if positive else '>= 0'}, got {quoted(value)}")
     if integer and number != int(number):
@@ -475,7 +471,7 @@ def _number(value: object, where: str, *, integer: bool = False, positive: bool 
 
 def _object(value: object, where: str, allowed: Sequence[str]) -> Mapping[str, object]:
     if not isinstance(value, dict):
-        raise EndpointSpecError(f"{where} must be an object, got {_kind(value)}")
+        raise EndpointSpecError(f"{where} must be an object, got {json_kind(value)}")
     for key in value:
         if key not in allowed:
             raise EndpointSpecError(f"{where}: unknown key {quoted(key)}; allowed: {', '.join(allowed)}")
@@ -515,7 +511,7 @@ def _capabilities(value: object, where: str) -> Capabilities:
     for key in CAPABILITY_FLAGS:
         flag = caps.get(key, False)
         if not isinstance(flag, bool):
-            raise EndpointSpecError(f"{where}.{key} must be true or false, got {_kind(flag)} {quoted(flag)}")
+            raise EndpointSpecError(f"{where}.{key} must be true or false, got {json_kind(flag)} {quoted(flag)}")
         flags[key] = flag
     languages = caps.get("languages")
     if languages is not None:
@@ -535,11 +531,11 @@ def parse_endpoint(item: object, *, where: str, name: str | None = None, call_se
     """One endpoint from its object; `name` given (the two-endpoint spelling) when the object has
     none. With `call_settings`, the object may say how the endpoint is called (CALL_KEYS)."""
     if not isinstance(item, dict):
-        raise EndpointSpecError(f"{where} must be an object, got {_kind(item)}")
+        raise EndpointSpecError(f"{where} must be an object, got {json_kind(item)}")
     if name is None:
         given = item.get("name")
         if not isinstance(given, str) or not NAME_SHAPE.fullmatch(given):
-            raise EndpointSpecError(f"{where}.name must be {_NAME_MUST}, got {_kind(given)} {quoted(given)}")
+            raise EndpointSpecError(f"{where}.name must be {_NAME_MUST}, got {json_kind(given)} {quoted(given)}")
         name = given
         where = f"{where} ({quoted(name)})"
     elif "name" in item and item["name"] != name:
@@ -558,7 +554,7 @@ def parse_endpoint(item: object, *, where: str, name: str | None = None, call_se
         raise EndpointSpecError(f"{where}.where must be one of {', '.join(WHERE)}, got {quoted(place)}")
     description = fields.get("description", "")
     if not isinstance(description, str):
-        raise EndpointSpecError(f"{where}.description must be text, got {_kind(description)}")
+        raise EndpointSpecError(f"{where}.description must be text, got {json_kind(description)}")
     prefill = fields.get("prefill_tokens_per_s")
     calls: dict[str, Any] = {key: fields[key] for key in CALL_KEYS if key in fields}  # Any: checked by Endpoint
     try:
@@ -590,7 +586,9 @@ def parse_endpoints(data: object, *, source: str = "<endpoints>", call_settings:
     `{"edge": {...}, "cloud": {...}}` (module doc). `call_settings=False` (a manifest) refuses
     how to call them. EndpointSpecError names what is wrong."""
     if not isinstance(data, dict):
-        raise EndpointSpecError(f'{source}: an endpoint spec is an object {{"endpoints": [...]}}, got {_kind(data)}')
+        raise EndpointSpecError(
+            f'{source}: an endpoint spec is an object {{"endpoints": [...]}}, got {json_kind(data)}'
+        )
     if set(data) <= {EDGE, CLOUD} and data:
         return _two_endpoints(data, source, call_settings)
     for key in data:
@@ -601,7 +599,9 @@ def parse_endpoints(data: object, *, source: str = "<endpoints>", call_settings:
             )
     items = data.get("endpoints")
     if not isinstance(items, list) or not items:
-        raise EndpointSpecError(f"{source}: key 'endpoints' must be a non-empty list of endpoints, got {_kind(items)}")
+        raise EndpointSpecError(
+            f"{source}: key 'endpoints' must be a non-empty list of endpoints, got {json_kind(items)}"
+        )
     if len(items) > MAX_ENDPOINTS:
         raise EndpointSpecError(f"{source}: {len(items)} endpoints, more than {MAX_ENDPOINTS}")
     endpoints: list[Endpoint] = []
@@ -628,7 +628,7 @@ def _two_endpoints(data: Mapping[str, object], source: str, call_settings: bool)
         item = {} if data[side] is None else data[side]
         if not isinstance(item, dict):
             raise EndpointSpecError(
-                f"{source}: {side} must be an object (an endpoint without its name), got {_kind(item)}"
+                f"{source}: {side} must be an object (an endpoint without its name), got {json_kind(item)}"
             )
         merged = {**TWO_ENDPOINT_DEFAULTS[side], **item}
         endpoints.append(parse_endpoint(merged, where=f"{source}: {side}", name=side, call_settings=call_settings))

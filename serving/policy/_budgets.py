@@ -16,6 +16,8 @@ import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
+from serving._json_values import finite_number
+
 if TYPE_CHECKING:
     from redis import Redis
     from typing_extensions import TypeAlias
@@ -57,7 +59,8 @@ def window_end(period: str, current: int) -> float:
 
 def check_amount(amount: object) -> None:
     """ValueError unless `amount` is a finite number >= 0 (a spend)."""
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
+    number = finite_number(amount)
+    if number is None or number < 0:
         raise ValueError(f"a spend must be a finite number >= 0, got {amount!r}")
 
 
@@ -215,12 +218,13 @@ class RedisSpending(Spending):
                     "RedisSpending needs the Redis client: pip install 'edge-cloud-router[redis]'"
                 ) from exc
             client = redis.Redis.from_url(client, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        if isinstance(retry_s, bool) or not isinstance(retry_s, (int, float)) or not 0 <= retry_s < math.inf:
+        seconds = finite_number(retry_s)
+        if seconds is None or seconds < 0:
             raise ValueError(f"retry_s={retry_s!r}: must be a number of seconds >= 0")
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 0:
             raise ValueError(f"max_pending={max_pending!r}: must be a whole number >= 0")
         self.client: Any = client  # Any: redis.Redis, untyped here so that the core never imports it
-        self.prefix, self.retry_s, self.max_pending = prefix, float(retry_s), max_pending
+        self.prefix, self.retry_s, self.max_pending = prefix, seconds, max_pending
         self.pending: dict[bytes, tuple[float, float]] = {}  # key -> (amount, expires at): not yet written
         self.errors = self.dropped = 0
         self._down_until = 0.0  # time.monotonic() before which Redis is not asked again

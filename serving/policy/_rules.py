@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from serving._contract import CLOUD, EDGE, PRECISIONS, ZONES, first_target
-from serving._json_values import finite_number
+from serving._json_values import finite_number, json_kind
 from serving._router_error import RouterError
 from serving.endpoints._capabilities import CAPABILITIES, RULE_PREFIX
 from serving.features._documents import decode_document, quoted, read_bytes
@@ -224,13 +224,13 @@ class PolicySet:
         """A policy from its decoded document `{"rules": [...]}`; PolicyFileError naming what is wrong."""
         endpoints = tuple(endpoints)
         if not isinstance(data, dict):
-            raise PolicyFileError(f'{source}: a policy is an object {{"rules": [...]}}, got {_kind(data)}')
+            raise PolicyFileError(f'{source}: a policy is an object {{"rules": [...]}}, got {json_kind(data)}')
         for key in data:
             if key not in FILE_KEYS:
                 raise PolicyFileError(f"{source}: unknown key {quoted(key)}; a policy has {', '.join(FILE_KEYS)}")
         rules = data.get("rules")
         if not isinstance(rules, list):
-            raise PolicyFileError(f"{source}: key 'rules' must be a list of rules, got {_kind(rules)}")
+            raise PolicyFileError(f"{source}: key 'rules' must be a list of rules, got {json_kind(rules)}")
         checked: dict[str, Rule] = {}  # by name, in the file's order
         for index, item in enumerate(rules):
             rule = _rule(item, index, source, endpoints)
@@ -313,10 +313,6 @@ def _screened(rule: Rule) -> tuple[Rule, str | None, frozenset[str]]:
 
 
 # Checking one rule.
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def _error(source: str, index: int, name: object, key: str, message: str) -> PolicyFileError:
     shown = f" ({quoted(name)})" if isinstance(name, str) else ""
     return PolicyFileError(f"{source}: rules[{index}]{shown}, key {quoted(key)}: {message}")
@@ -324,7 +320,7 @@ def _error(source: str, index: int, name: object, key: str, message: str) -> Pol
 
 def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> Rule:
     if not isinstance(item, dict):
-        raise PolicyFileError(f"{source}: rules[{index}] must be an object, got {_kind(item)}")
+        raise PolicyFileError(f"{source}: rules[{index}] must be an object, got {json_kind(item)}")
     name = item.get("name")
     fail = functools.partial(_error, source, index, name)  # fail(key, message): the error naming this rule
     for key in item:
@@ -354,10 +350,10 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
             raise fail("endpoint", f"unknown endpoint {quoted(endpoint)}; the endpoints are {', '.join(endpoints)}")
     description = item.get("description", "")
     if not isinstance(description, str):
-        raise fail("description", f"must be a string, got {_kind(description)}")
+        raise fail("description", f"must be a string, got {json_kind(description)}")
     when = item.get("when", {})
     if not isinstance(when, dict):
-        raise fail("when", f"must be an object of conditions, got {_kind(when)}")
+        raise fail("when", f"must be an object of conditions, got {json_kind(when)}")
     for key in when:
         if key not in WHEN_KEYS:
             raise fail(f"when.{key}", f"unknown condition; conditions are {', '.join(WHEN_KEYS)}")
@@ -535,7 +531,7 @@ def _repeat_problem(pattern: str) -> str | None:
 def _budget(value: object, fail: Any) -> tuple[str, float, str]:
     """`budget`: {"key": metadata key, "limit": amount >= 0, "period": hour | day | month}."""
     if not isinstance(value, dict):
-        raise fail("when.budget", f'must be an object {{"key", "limit", "period"}}, got {_kind(value)}')
+        raise fail("when.budget", f'must be an object {{"key", "limit", "period"}}, got {json_kind(value)}')
     for key in value:
         if key not in BUDGET_KEYS:
             raise fail(f"when.budget.{key}", f"unknown key; a budget has {', '.join(BUDGET_KEYS)}")

@@ -384,7 +384,8 @@ def is_loopback(host: str) -> bool:
 
 SERVE_HELP = f"""\
 An OpenAI-compatible server in front of the two endpoints (or N): POST /v1/chat/completions (JSON or
-stream), GET /v1/models, /health, /metrics (Prometheus). Point any OpenAI client at
+stream), GET /v1/models, /health, /metrics (Prometheus), /dashboard (the recent requests and drift,
+one HTML page). Point any OpenAI client at
 http://HOST:PORT/v1 with the model name "{SERVED_MODEL}"; a request may declare its precision in
 the body ("precision": "exact") or the x-router-precision header.
 

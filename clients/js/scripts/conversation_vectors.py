@@ -10,7 +10,7 @@ the last turn on each endpoint with histories of several lengths, several caches
 cache expired or exactly at its age limit, a device's old cache, an endpoint this bundle does not
 have), under several Stickiness knobs (weight 0, 1, 2.5, inf; seconds_price 0, 0.003, 0.05, 0.5),
 with and without a policy that forbids the endpoint that answered the last turn. Every decision is
-made at the fixed time NOW (Chooser.turns(now=...)), the states' times relative to it, so both SDKs
+made at the fixed time NOW (the chooser's clock set to it), the states' times relative to it, so both SDKs
 read the same cache ages. The steps are Chooser.decisions' own (feasible, turns, the rule), one
 request at a time so that a request no endpoint may serve is written as its NoFeasibleEndpoint.
 
