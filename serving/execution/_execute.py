@@ -1,10 +1,7 @@
 """Carrying out a decision: its cascade, one endpoint after another, until an answer stands
-(docs/sdk.md#executing-a-decision: why an endpoint is left, the Execution, the errors).
-
-execute() runs plain callables, aexecute() coroutines; both follow the same rules, kept in one
-place (_Cascade: what to call next, whether an answer stands, what the trace and the fallback
-reason say), and return the same Execution. Router.execute, the routed chat client (its streams
-too) and the proxy all come here. A plain call with a timeout runs on an EdgePool
+(docs/sdk.md#executing-a-decision). Router.execute, the routed chat client (its streams too) and
+the proxy all come here. execute() calls plain callables, aexecute() coroutines, under the same
+rules (_Cascade), and both return the same Execution. A plain call with a timeout runs on an EdgePool
 (docs/sdk.md#edge-workers-and-timeouts): Python cannot stop a thread, so an overrunning call keeps
 its worker until it returns; a coroutine that overruns is cancelled.
 """
@@ -137,12 +134,7 @@ class EdgePool:
         self._free = threading.Semaphore(self.size)  # workers not running a call
         self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
-        self._overrunning = 0  # calls whose caller timed out; each still holds a worker
-
-    @property
-    def overrunning(self) -> int:
-        """How many workers are held by calls that overran their timeout."""
-        return self._overrunning
+        self.overrunning = 0  # calls whose caller timed out; each still holds a worker
 
     def call(self, fn: Callable[[Subject], Any], prompt: Subject, timeout_s: float, what: str = "edge call") -> Any:
         """fn(prompt) on a worker. TimeoutError naming `what` if it has not returned within
@@ -151,10 +143,10 @@ class EdgePool:
         if self._pid != os.getpid():  # a forked child inherits this state but none of the threads
             self._reset()
         deadline = time.monotonic() + max(0.0, timeout_s)
-        if self._overrunning >= self.size or not self._free.acquire(timeout=max(0.0, timeout_s)):
+        if self.overrunning >= self.size or not self._free.acquire(timeout=max(0.0, timeout_s)):
             raise EdgeBusy(
                 f"edge busy: all {self.size} edge workers are running earlier calls"
-                f" ({self._overrunning} past their timeout)"
+                f" ({self.overrunning} past their timeout)"
             )
         try:
             self._start_workers()
@@ -167,14 +159,14 @@ class EdgePool:
             future.exception(timeout=max(0.0, deadline - time.monotonic()))  # waits; raises only on timeout
         except FutureTimeout:
             with self._lock:
-                self._overrunning += 1
+                self.overrunning += 1
             future.add_done_callback(self._overrun_ended)  # runs at once if the call has just returned
             raise TimeoutError(f"{what} exceeded {timeout_s:g} s") from None
         return future.result()
 
     def _overrun_ended(self, _future: Future[Any]) -> None:
         with self._lock:
-            self._overrunning -= 1
+            self.overrunning -= 1
 
     def _start_workers(self) -> None:
         if len(self._workers) == self.size:
@@ -241,7 +233,8 @@ def named_calls(
 
 
 class _Cascade:
-    """The rules of one request (module doc), without the calls, which execute() and aexecute() make."""
+    """One request's rules (what to call next, whether an answer stands, what the trace and the
+    fallback reason say), without the calls, which execute() and aexecute() make."""
 
     def __init__(
         self,
@@ -364,7 +357,8 @@ class _Cascade:
     def _reason(self) -> str:
         return "; ".join(t.label() for t in self.tried)
 
-    def served(self, response: Any, name: str) -> Execution:
+    def served(self, response: Any, name: str, trace: telemetry.Trace) -> Execution:
+        """The Execution of `name`'s answer, reported to the request's trace."""
         left = self.tried[:-1]
         reason = code = None
         if left:
@@ -377,6 +371,7 @@ class _Cascade:
         execution.tried = self.tried
         known = [t.cost for t in self.tried if t.cost is not None]  # None when a call had no spec
         execution.expected_cost = float(sum(known)) if len(known) == len(self.tried) else None
+        trace.executed(execution, fallback_kind)
         return execution
 
     def last_error(self) -> BaseException | None:
@@ -439,9 +434,21 @@ def execute(
         calls = named_calls(edge, cloud, endpoints)
         specs, timeouts = _edge_spelling(specs, edge_context_tokens, timeouts, edge_timeout_s)
         cascade = _Cascade(decision, calls, specs, accept, verify_edge_zone, output_tokens, timeouts, deadline)
-        execution = _run(cascade, prompt, calls, edge_pool or default_edge_pool)
-        trace.executed(execution, fallback_kind)
-    return execution
+        pool = edge_pool or default_edge_pool
+        for name, last in cascade.to_call():
+            call, limit = calls[name], cascade.timeout(name)
+            try:
+                with _step(cascade.steps, name, endpoint=name) as step:
+                    if limit is None:
+                        step.result = response = call(prompt)
+                    else:
+                        step.result = response = pool.call(call, prompt, limit, f"{name} call")
+            except Exception as exc:
+                cascade.failed(name, exc)
+                continue
+            if cascade.stands(name, response, last):
+                return cascade.served(response, name, trace)
+        raise cascade.exhausted() from cascade.last_error()
 
 
 def _edge_spelling(
@@ -458,23 +465,6 @@ def _edge_spelling(
     if edge_timeout_s is not None:
         timeouts = {EDGE: edge_timeout_s, **(timeouts or {})}
     return specs, timeouts
-
-
-def _run(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Any]], pool: EdgePool) -> Execution:
-    for name, last in cascade.to_call():
-        call, limit = calls[name], cascade.timeout(name)
-        try:
-            with _step(cascade.steps, name, endpoint=name) as step:
-                if limit is None:
-                    step.result = response = call(prompt)
-                else:
-                    step.result = response = pool.call(call, prompt, limit, f"{name} call")
-        except Exception as exc:
-            cascade.failed(name, exc)
-            continue
-        if cascade.stands(name, response, last):
-            return cascade.served(response, name)
-    raise cascade.exhausted() from cascade.last_error()
 
 
 async def aexecute(
@@ -500,19 +490,13 @@ async def aexecute(
         calls = named_calls(edge, cloud, endpoints)
         specs, timeouts = _edge_spelling(specs, edge_context_tokens, timeouts, edge_timeout_s)
         cascade = _Cascade(decision, calls, specs, accept, verify_edge_zone, output_tokens, timeouts, deadline)
-        execution = await _arun(cascade, prompt, calls)
-        trace.executed(execution, fallback_kind)
-    return execution
-
-
-async def _arun(cascade: _Cascade, prompt: Any, calls: Mapping[str, Callable[[Any], Awaitable[Any]]]) -> Execution:
-    for name, last in cascade.to_call():
-        try:
-            with _step(cascade.steps, name, endpoint=name) as step:
-                step.result = response = await _within(calls[name](prompt), cascade.timeout(name), f"{name} call")
-        except Exception as exc:
-            cascade.failed(name, exc)
-            continue
-        if cascade.stands(name, response, last):
-            return cascade.served(response, name)
-    raise cascade.exhausted() from cascade.last_error()
+        for name, last in cascade.to_call():
+            try:
+                with _step(cascade.steps, name, endpoint=name) as step:
+                    step.result = response = await _within(calls[name](prompt), cascade.timeout(name), f"{name} call")
+            except Exception as exc:
+                cascade.failed(name, exc)
+                continue
+            if cascade.stands(name, response, last):
+                return cascade.served(response, name, trace)
+        raise cascade.exhausted() from cascade.last_error()
