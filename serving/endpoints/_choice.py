@@ -84,9 +84,7 @@ def best_under_price(
     if not price >= 0:
         raise ValueError(f"price must be >= 0, got {price!r}")
     p, c, ok = _inputs(expected, cost, feasible)
-    value = p - price * c
-    cheapest_on_ties = value - 1e-12 * c
-    return _pick(cheapest_on_ties, ok)
+    return _pick(p - price * c - 1e-12 * c, ok)  # less 1e-12 x cost: the cheaper one on ties
 
 
 def cascade(

@@ -250,8 +250,7 @@ class Endpoint:
         object.__setattr__(self, "params", _params(self.params))
 
     def __repr__(self) -> str:
-        """The fields that say something (None, empty and default values left out); never the key
-        or the headers."""
+        """The fields that say something (not None, empty or a default); never the key or the headers."""
         shown = [
             f"{f.name}={value!r}"
             for f in dataclasses.fields(self)
@@ -267,9 +266,7 @@ class Endpoint:
     ) -> float | None:
         """The expected price of one call with that many input (of them cached) and output tokens:
         what the choosers price (serving.endpoints._choice.call_costs); None without a price."""
-        if self.price is None:
-            return None
-        return self.price.call_cost(input_tokens, output_tokens, cached_input_tokens)
+        return None if self.price is None else self.price.call_cost(input_tokens, output_tokens, cached_input_tokens)
 
     def answer_cost(self, usage: Any) -> float | None:
         """The price of one answer at its `usage`'s token counts (cached ones too when the price has a

@@ -71,9 +71,8 @@ class Turn:
         if last is None:
             return None, f"conversation turn {self.number}"
         if first == last:
-            if plain is not None and plain != last:
-                return False, f"conversation turn {self.number} stays on {names[last]}: {self._move(names, plain)}"
-            return False, f"conversation turn {self.number} stays on {names[last]}"
+            why = f": {self._move(names, plain)}" if plain is not None and plain != last else ""
+            return False, f"conversation turn {self.number} stays on {names[last]}{why}"
         return True, f"conversation turn {self.number} moves from {names[last]} to {self._move(names, first, 'reads')}"
 
     def over_staying(self, names: Sequence[str]) -> dict[str, float] | None:
@@ -238,9 +237,7 @@ class Chooser:
         names = self.names
         forbidden: tuple[str, ...] = ()
         rule_said = None
-        rule = verdict.rule if verdict is not None else None
-        if rule is not None:
-            assert verdict is not None
+        if verdict is not None and (rule := verdict.rule) is not None:
             forbidden = tuple(n for n in names if n not in verdict.allowed)
             reason = f"policy '{rule.name}': {_policy_said(verdict, forbidden)}; model: {reason}"
             rule_said = rule.name
@@ -481,9 +478,8 @@ def _two_sides() -> tuple[Chooser, Bands]:
 
     rules = RuleRouter()
     bands = Bands(None, rules, edge_context_tokens=DEFAULT_EDGE_CONTEXT_TOKENS)
-    return Chooser(
-        two_endpoints(DEFAULT_EDGE_CONTEXT_TOKENS), bands, model_version="", max_chars=rules.max_chars
-    ), bands
+    chooser = Chooser(two_endpoints(DEFAULT_EDGE_CONTEXT_TOKENS), bands, model_version="", max_chars=rules.max_chars)
+    return chooser, bands
 
 
 def _zone(model_zone: str, allowed: tuple[str, ...], first: str | None) -> str:

@@ -13,15 +13,13 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Decision:
-    """Where a request runs, in what order, and why; one vocabulary for every bundle. The fields
-    and the derived, read-only `endpoint`, `target`, `zone`, `p_edge` and `p_cloud` are described
-    in docs/sdk.md (the Decision table); `turn`, `switched` and `switch_costs` in
-    docs/conversations.md. `switch_costs` is not in to_dict (the outcome record carries the
-    served endpoint's as `switch_cost`).
+    """Where a request runs, in what order, and why; one vocabulary for every bundle. docs/sdk.md (the
+    Decision table) describes the fields and the derived, read-only `endpoint`, `target`, `zone`, `p_edge`
+    and `p_cloud`; docs/conversations.md `turn`, `switched` and `switch_costs` (not in to_dict: the
+    outcome record carries the served endpoint's as `switch_cost`).
 
-    A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a tenth of a
-    short prompt's route()); the router keeps no reference to it.
-    """
+    A plain record (slots, not frozen: a frozen dataclass's __init__ costs ~5 us, a tenth of a short
+    prompt's route()); the router keeps no reference to it."""
 
     cascade: tuple[str, ...]
     score: float

@@ -1,8 +1,6 @@
-"""The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve.
-
-A Router holds one bundle's Routing (serving.routing._stages) and replaces it while the app runs
-(`update`) in one reference assignment, so every decision comes wholly from the old or wholly
-from the new bundle."""
+"""The learned router: bundle in, Decision out; the rule table whenever the bundle cannot serve. A
+Router holds one bundle's Routing (serving.routing._stages) and swaps it in one reference assignment
+(`update`), so every decision comes wholly from the old or wholly from the new bundle."""
 
 from __future__ import annotations
 
@@ -548,9 +546,8 @@ class Router:
         given = None if specs is None else {e.name: e for e in specs} if not isinstance(specs, Mapping) else dict(specs)
         if given is not None and request.capabilities is None:
             declared = {name: e.capabilities for name, e in given.items() if e.capabilities is not None}
-            # The given records' capabilities decide when the request needs something, or when one of
-            # them declares languages (every request has a language); a record declaring none leaves it
-            # to the bundle's.
+            # The given records' capabilities decide when the request needs something or one declares
+            # languages (every request has a language); a record declaring none leaves it to the bundle's.
             if declared and (request.needs is not None or declares_languages(declared)):
                 request = request.but(capabilities=declared)
         routing, decision, check = self._prepared(request, accept)

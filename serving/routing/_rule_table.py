@@ -40,11 +40,8 @@ def infer_rule_domain(text: str, *, head_chars: int = DEFAULT_MAX_CHARS) -> str 
 
 
 def rule_score(seq_len: float, domain: str | None, precision: str | None) -> float:
-    """Complexity score of the rule table, capped at 1.0.
-
-    Summed in tenths and divided once: 0.4 + 0.3 in floats is 0.7000000000000001, which
-    would wrongly leave the inclusive 0.3-0.7 band.
-    """
+    """Complexity score of the rule table, capped at 1.0; summed in tenths and divided once (0.4 + 0.3
+    in floats is 0.7000000000000001, which would wrongly leave the inclusive 0.3-0.7 band)."""
     tenths = (
         (4 if seq_len > LONG_PROMPT_TOKENS else 0)
         + (3 if domain in RULE_DOMAINS else 0)

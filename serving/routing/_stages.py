@@ -43,8 +43,7 @@ class Routing:
     ) -> None:
         self._scorer = scorer
         self.acceptor = acceptor
-        self._warned_no_acceptor = False
-        self._warned_no_encoder = False
+        self._warned_no_acceptor = self._warned_no_encoder = False
         self.manifest = manifest = scorer.manifest if scorer is not None else None
         self.degraded_reason = degraded_reason
         self.degraded = scorer is None
@@ -126,9 +125,8 @@ class Routing:
         except Exception:  # never let the record cost the request
             return None
         spec = self._scorer.spec
-        # What a later training run checks before it uses them (training.token_rows): the
-        # same tokenizer (its SHA-256 in this bundle's manifest), token limit and scalars, and
-        # for an embedding the same encoder.
+        # What a later training run checks before using them (training.token_rows): the same tokenizer
+        # (its SHA-256 in this bundle's manifest), token limit and scalars, and for an embedding the same encoder.
         inputs = {
             "model_version": self.model_version,
             "tokenizer_sha256": self.manifest.files.get("tokenizer.json"),
@@ -181,8 +179,7 @@ class RouteStages:
         tokenizer, the text statistics and the input arrays (FeatureExtractor.prepare)
     encoder(ids, mask, texts) -> embeddings: the staged layout's encoder; None when fused
     model(output_names, feeds, None) -> outputs: the onnxruntime call (Scorer.run_model)
-    decision(requests, scores, policy=None, spending=None) -> Decisions: the chooser
-        (serving.routing._chooser: feasibility, the policy, the bundle's rule, the reasons, the Decisions)
+    decision(requests, scores, policy=None, spending=None) -> Decisions: the chooser (serving.routing._chooser)
     scorer: the Scorer they belong to (spec, extractor, outputs, calibrators)
     names: the stages route() runs, in order
     What route() does between them (argument checks, calibration, familiarity) is no stage.
@@ -205,10 +202,9 @@ class RouteStages:
 
     @contextmanager
     def timed(self, record: Callable[[str, int], object]) -> Iterator[None]:
-        """While the block runs, each call of a stage on this bundle also calls
-        record(stage name, nanoseconds it took): route() and route_batch() calls, from any
-        thread. Profiling only: the stages are swapped on the bundle's objects for the block's
-        duration, and put back as they were when it ends."""
+        """While the block runs, each stage call on this bundle (route()'s and route_batch()'s, from any
+        thread) also calls record(stage name, nanoseconds it took). Profiling only: the stages are swapped
+        on the bundle's objects for the block and put back as they were when it ends."""
         saved = {name: owner.__dict__.get(attr) for name, (owner, attr) in self._owners.items()}
         for name, (owner, attr) in self._owners.items():
             setattr(owner, attr, _recorded(name, getattr(owner, attr), record))

@@ -1,13 +1,10 @@
 """The learned acceptance check: P(the edge answer is good), from the prompt and the answer
 (docs/sdk.md, docs/training.md). Trained by `make train` when the logs carry edge answers
 (training.acceptance), shipped as `acceptance.onnx` with a manifest entry, and used by
-`router.execute(..., accept="learned")` or `router.acceptor.check(prompt, answer)`.
-
-The model reads serving.features._response_features of the answer, then the router's own
-features of its text (from the bundle's graph), the answer cut to the manifest's
-`max_response_chars` (its end kept) first, so a check costs about one route() call whatever the
-edge returned. The calibrated probability is accepted at the threshold training chose.
-"""
+`router.execute(..., accept="learned")` or `router.acceptor.check(prompt, answer)`. It reads
+answer_matrix's rows, each answer cut to the manifest's `max_response_chars` (its end kept), so a
+check costs about one route() call whatever the edge returned; the calibrated probability is
+accepted at the threshold training chose."""
 
 from __future__ import annotations
 
@@ -73,7 +70,7 @@ class Acceptor:
 
     def __init__(self, session: InferenceSession, section: AcceptanceSection, answer_features: AnswerFeatures) -> None:
         self._run: RunModel = getattr(session, "_sess", session).run  # see serving.scoring._scorer: names checked once
-        self._answer_features = answer_features  # texts -> the router's feature rows for them
+        self._answer_features = answer_features
         self.threshold = float(section["threshold"])
         self.max_response_chars = int(section["max_response_chars"])
         self.n_features = int(section["n_features"])

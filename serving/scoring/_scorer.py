@@ -1,19 +1,17 @@
 """Bundle -> calibrated scores with onnxruntime.
 
 Two bundle layouts, chosen at training time and named in the manifest's feature spec:
-- fused (static tier): `model.onnx` takes token ids, mask and scalar features and runs
-  embedding + trees in one onnxruntime call;
-- staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`,
-  `router.onnx`.
-Both end in one output per head (the manifest's `score.outputs`): column 1 is that head's
-probability, calibrated when its calibration says `in_model` (Platt, folded into the trees)
-and calibrated here otherwise (serving.scoring._calibration, e.g. isotonic). The routing score is
-P(cloud good) - P(edge good) for `expected_gain` bundles, P(cloud needed) for older ones.
+- fused (static tier): `model.onnx` takes token ids, mask and scalar features and runs embedding +
+  trees in one onnxruntime call;
+- staged (transformer tier): `encoder.onnx` (one prompt per call), `projection.npz`, `router.onnx`.
+Both end in one output per head (the manifest's `score.outputs`): column 1 is that head's probability,
+calibrated in the graph when its calibration says `in_model` (Platt, folded into the trees), else here
+(serving.scoring._calibration, e.g. isotonic). The routing score is P(cloud good) - P(edge good) for
+`expected_gain` bundles, P(cloud needed) for older ones.
 
 Novelty (serving.scoring._novelty): a fused bundle whose manifest says `novelty.in_model` computes it
-in the graph (one more output, `novelty.output`); older fused bundles and staged ones carry
-the reference as a file, and it is computed here from the graph's features and the ids.
-"""
+in the graph (one more output, `novelty.output`); older fused bundles and staged ones carry the
+reference as a file, and it is computed here from the graph's features and the ids."""
 
 from __future__ import annotations
 
@@ -67,9 +65,8 @@ class Scorer:
         self.drift_reference: bytes | None = (
             bundle.content(DRIFT_REFERENCE_FILE) if DRIFT_REFERENCE_FILE in self.manifest.files else None
         )
-        # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle
-        # runs it anyway; a fused one carries it (encoder.onnx) when trained with bundle_encoder,
-        # and its session is built on first use.
+        # The encoder before the projection, for OutcomeLog(privacy="embedding"): a staged bundle runs
+        # it anyway; a fused one carries it (encoder.onnx) if trained with bundle_encoder, loaded on first use.
         self._raw_encoder: OnnxEncoder | None = None
         if self.spec.fused:
             self.session = onnx_session(bundle.content("model.onnx"), threads=threads)
@@ -114,9 +111,8 @@ class Scorer:
         self._encoder_onnx = (
             bundle.content("encoder.onnx") if self.spec.fused and "encoder.onnx" in self.manifest.files else None
         )
-        # InferenceSession.run re-checks the feed's names on every call, which costs about as
-        # much as the tree model itself; they were checked once above, so call the compiled
-        # session directly (the public method if a future onnxruntime hides it).
+        # InferenceSession.run re-checks the feed's names on every call (about the tree model's own cost);
+        # they were checked once above, so call the compiled session (the public method if onnxruntime hides it).
         self.run_model: RunModel = getattr(self.session, "_sess", self.session).run
 
     def _check_endpoint_graph(self) -> None:
