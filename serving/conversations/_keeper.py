@@ -1,10 +1,7 @@
-"""The router's side of conversations: reading each request's conversation state before it is
-decided, and writing the turn's outcome after it ran (Router.route, execute, aexecute,
-record_turn). A store that cannot be reached never fails a request: the turn is decided without
-the conversation's state, its reason says so, and telemetry counts it
-(router.conversation.state_errors). After a failure the store is not asked again for RETRY_S, so
-that a store that hangs (a Redis behind a lost network: each call waits out its timeout) costs a
-request nothing meanwhile; one warning when it goes, one when it answers again."""
+"""The router's side of conversations: reading each request's state before it is decided, writing
+the turn's outcome after it ran (Router.route, execute, aexecute, record_turn). A store that cannot
+be reached never fails a request, and after a failure is not asked again for RETRY_S, so that a store
+that hangs costs a request nothing meanwhile (docs/conversations.md#when-the-store-is-down)."""
 
 from __future__ import annotations
 
@@ -26,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("serving")
 
 RETRY_S = 1.0  # after a failure, the store is not asked again for this long
+_UNAVAILABLE = "conversation state unavailable ({}): decided as a turn on its own"  # a decision's reason ends so
 
 
 class Conversations:
@@ -45,16 +43,13 @@ class Conversations:
         if ids.count(None) == len(ids):
             return None, None
         if self._down and self._skipping():
-            return (
-                None,
-                "conversation state unavailable (the store failed within the last second): decided as a turn on its own",
-            )
+            return None, _UNAVAILABLE.format("the store failed within the last second")
         get = self.store.get
         try:
             states = [None if conversation is None else get(conversation) for conversation in ids]
         except ConversationStoreError as exc:
             self._failed("deciding without conversation state", exc)
-            return None, f"conversation state unavailable ({exc}): decided as a turn on its own"
+            return None, _UNAVAILABLE.format(exc)
         if self._down:
             self._reachable_again()
         return states, None
@@ -121,9 +116,8 @@ class Conversations:
 
     def answered(self, conversation: str, turn: int, endpoint: str, output_tokens: int, *, on_device: bool) -> bool:
         """Add the length of turn `turn`'s answer, known only later (a stream's, at its end), to the
-        state written when the turn was recorded; nothing when another turn was recorded since or
-        `endpoint` did not serve it. False when it was not written (that, or the store unreachable:
-        logged, counted)."""
+        state recorded for it. False when not written: another turn was recorded since, `endpoint`
+        did not serve it, or the store is unreachable (logged, counted)."""
         if output_tokens <= 0 or self._skipping():
             return False
         written = False

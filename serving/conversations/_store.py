@@ -1,10 +1,7 @@
-"""Where conversation state lives between turns.
-
-MemoryStore (the default): in this process, bounded by count (the least recently used goes
-first) and by age. RedisStore: in a Redis server, so that several processes (proxy workers, app
-servers behind a load balancer) continue each other's conversations; each conversation one key
-that expires with its age. A store that cannot be reached raises ConversationStoreError: the
-router then decides without the conversation's state and says so (Decision.reason, a metric).
+"""Where conversation state lives between turns: in this process (MemoryStore, the default), or in
+Redis (RedisStore), so that several processes (proxy workers, app servers behind a load balancer)
+continue each other's conversations. A store that cannot be reached raises ConversationStoreError:
+the router then decides without the conversation's state and says so (Decision.reason, a metric).
 """
 
 from __future__ import annotations

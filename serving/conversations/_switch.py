@@ -110,10 +110,9 @@ class SwitchPricing:
             if held is not None and (on_device or now - held.at <= CLOUD_CACHE_TTL_S):
                 holds = min(held.tokens, history)
             missing[k] = lacking = history - holds
-            money = 0.0
-            if price is not None and holds:
-                money = price.call_cost(input_tokens, output_tokens, holds) - price.call_cost(
+            delta[k] = lacking / rate * seconds_price
+            if price is not None and holds:  # its cache's discount
+                delta[k] += price.call_cost(input_tokens, output_tokens, holds) - price.call_cost(
                     input_tokens, output_tokens
                 )
-            delta[k] = money + lacking / rate * seconds_price
         return delta, missing

@@ -21,13 +21,11 @@ REASON_CHARS = 300  # a fallback reason is cut to this on the Execution (the out
 
 @dataclass
 class Tried:
-    """One endpoint of a decision's cascade (serving.execution._execute), and why it was left:
-    error, timeout, busy, context, rejected, forbidden; or `served`.
-
-    error: the class name of what ended it (an error, a timeout, a busy pool, a raising accept
-    check), never its text. cost: the expected cost of the call (its spec's price at the prompt's
-    input tokens); 0 when it was not called, None when called without a spec. `exception` is the
-    exception itself (never shown, compared, logged or sent: the error kinds of headers read it)."""
+    """One endpoint of a decision's cascade; `outcome`: served, or why it was left (error, timeout,
+    busy, context, rejected, forbidden). error: the class name of what ended it (an error, a timeout,
+    a busy pool, a raising accept check), never its text. cost: the call's expected cost at its
+    spec's price (0 when not called, None when called without a spec). `exception`: the exception
+    itself, never shown, compared, logged or sent (the headers' error kinds read it)."""
 
     endpoint: str
     outcome: str
@@ -77,13 +75,11 @@ class Execution:
     steps: list[Step] = field(default_factory=list)
     edge_error: BaseException | None = None  # the edge failure the cloud answered after, if any
     request_id: str | None = None  # set by Router.execute: the id router.feedback() takes
-    # The fallback reason without anything from the request: an exception is named by its
-    # class ("left edge=error:ConnectionError"). The outcome log writes this one.
+    # The fallback reason without anything from the request, errors named by their class
+    # ("left edge=error:ConnectionError"): what the outcome log writes.
     fallback_code: str | None = None
-    # Each endpoint of the cascade reached, in order, and why it was left; the expected cost of
-    # the calls made (None when one has no spec).
-    tried: list[Tried] = field(default_factory=list)
-    expected_cost: float | None = None
+    tried: list[Tried] = field(default_factory=list)  # each endpoint of the cascade reached, in order
+    expected_cost: float | None = None  # of the calls made; None when one has no spec
 
     @property
     def fell_back(self) -> bool:
@@ -125,10 +121,9 @@ class EdgeBusy(RouterError, RuntimeError):
 
 @contextmanager
 def timed_step(steps: list[Step], name: str, *, endpoint: str | None = None) -> Iterator[Step]:
-    """Record the enclosed call as a Step: ok, timeout (TimeoutError), skipped (EdgeBusy) or error.
-    A plain context manager, so the sync and the async paths time their calls the same way. The
-    call sets the yielded step's `result`; that step is the one recorded when the call returns.
-    `endpoint`: a named endpoint's call (N endpoints), whose span carries the name."""
+    """Record the enclosed call as a Step: ok (the yielded step, whose `result` the call sets),
+    timeout (TimeoutError), skipped (EdgeBusy) or error; a plain context manager, so the sync and
+    async paths time their calls alike. `endpoint`: an endpoint's name, which its span carries."""
     start, step = time.perf_counter(), Step(name, "ok", 0.0)
     attempt = telemetry.attempt(name, endpoint=endpoint)  # a child span while a tracer records the request; else None
     try:
