@@ -41,16 +41,14 @@ if TYPE_CHECKING:
 
 # Names whose modules `import serving` does not load: each name's module, imported on first use.
 _LAZY = {
-    "DownloadError": "serving.bundle._download",
-    "DriftInputError": "serving.monitoring._drift",
-    "DriftReference": "serving.monitoring._drift",
-    "DriftThresholds": "serving.monitoring._drift",
-    "OutcomeLog": "serving.monitoring._outcome_log",
-    "RecordError": "serving.monitoring._outcome_log",
-    "SigningError": "serving.bundle._signing",
-    "UndeclaredText": "serving.monitoring._outcome_log",
-    "drift_report": "serving.monitoring._drift",
-    "read_records": "serving.monitoring._drift",
+    name: home
+    for home, names in {
+        "serving.bundle._download": "DownloadError",
+        "serving.bundle._signing": "SigningError",
+        "serving.monitoring._drift": "DriftInputError DriftReference DriftThresholds drift_report read_records",
+        "serving.monitoring._outcome_log": "OutcomeLog RecordError UndeclaredText",
+    }.items()
+    for name in names.split()
 }
 
 __all__ = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import json
 import os
 import shutil
@@ -210,17 +211,14 @@ def _too_slow(url: str, timeout_s: float) -> DownloadError:
 
 def _read(response: http.client.HTTPResponse, url: str, cap: int, into: Path | None) -> tuple[int, bytes | None]:
     """(bytes read, the body or None when written to `into`), until the server ends the body."""
-    size, parts = 0, []
-    with open(into, "xb") if into is not None else contextlib.nullcontext() as out:
+    size = 0
+    with open(into, "xb") if into is not None else io.BytesIO() as out:
         while block := response.read(READ_BLOCK):
             size += len(block)
             if size > cap:
                 raise DownloadError(f"{url} is over the limit of {cap:,} bytes")
-            if out is not None:  # writing to `into`
-                out.write(block)
-            else:
-                parts.append(block)
-    return size, None if into is not None else b"".join(parts)
+            out.write(block)
+        return size, out.getvalue() if isinstance(out, io.BytesIO) else None
 
 
 def download_bundle(

@@ -1,10 +1,8 @@
-"""The bundle manifest as a typed, validated record: training writes it, the SDK,
-evaluation and `TrainConfig.from_manifest` read it.
-
-`Manifest.from_dict` checks every value before anything uses it (types, ranges,
-required keys, bounds from serving._contract) and raises ManifestError naming the key
-and the bad value; `to_dict` gives the JSON form back. Sections that only describe the
-run (encoder, target, label, split, metrics, data, training, mlflow) are kept as plain dicts.
+"""The bundle manifest as a typed, validated record: training writes it; the SDK, evaluation and
+`TrainConfig.from_manifest` read it. `Manifest.from_dict` checks every value before anything uses it
+(types, ranges, required keys, bounds from serving._contract), raising ManifestError naming the key
+and the bad value. Sections that only describe the run (encoder, target, label, split, metrics, data,
+training, mlflow) are kept as plain dicts.
 """
 
 from __future__ import annotations
@@ -180,16 +178,14 @@ def check_calibration(data: Any, path: str = "calibration") -> CalibrationParams
 
 @dataclass(frozen=True)
 class ScoreSpec:
-    """What the model outputs and how they make the routing score.
-
-    `expected_gain`: one head per endpoint, P(edge good) and P(cloud good); the score is
-    their difference, in [-1, 1]. `cloud_needed` (bundles from before expected gain, the
-    default when a manifest has no `score` section): one head, P(cloud needed), in [0, 1].
-    `outputs` are the graph's output names, one per head, whose column 1 is that head's
-    probability. `endpoints` (N-endpoint bundles, docs/endpoints.md#n-endpoint-bundles): one head
-    per endpoint of the manifest's `endpoints` section, in its order, and one output [n, N] of
-    their calibrated probabilities; the choice rule, not thresholds, decides.
-    """
+    """What the model outputs and how they make the routing score. `expected_gain`: one head per
+    endpoint, P(edge good) and P(cloud good); the score is their difference, in [-1, 1].
+    `cloud_needed` (bundles from before expected gain, the default when a manifest has no `score`
+    section): one head, P(cloud needed), in [0, 1]. `outputs` are the graph's output names, one per
+    head, whose column 1 is that head's probability. `endpoints` (N-endpoint bundles,
+    docs/endpoints.md#n-endpoint-bundles): one head per endpoint of the manifest's `endpoints`
+    section, in its order, and one output [n, N] of their calibrated probabilities; the choice
+    rule, not thresholds, decides."""
 
     kind: str = "cloud_needed"
     heads: tuple[str, ...] = ("cloud_needed",)
@@ -288,12 +284,11 @@ ENDPOINTS_KEYS = ("endpoints", "output_tokens", "choice", "head_mode", "validati
 
 @dataclass(frozen=True)
 class EndpointsSection:
-    """An N-endpoint bundle's endpoints and how it chooses among them (docs/endpoints.md):
-    `spec` the endpoints in the graph's head order (serving.endpoints._record), `output_tokens` the answer
-    length prices assume, `rule` (ENDPOINT_RULES: serving.endpoints._choice's function) and its one
-    `parameter` (cheapest_within's margin, best_under_price's price on cost, cascade's
-    start_margin), set on validation rows; `extra` what training wrote about it (head mode,
-    validation figures), kept as it is."""
+    """An N-endpoint bundle's endpoints and how it chooses among them (docs/endpoints.md): `spec` the
+    endpoints in the graph's head order (serving.endpoints._record), `output_tokens` the answer length
+    prices assume, `rule` (ENDPOINT_RULES: serving.endpoints._choice's function) and its one
+    `parameter` (cheapest_within's margin, best_under_price's price on cost, cascade's start_margin),
+    set on validation rows; `extra` what training wrote about it (head mode, validation figures)."""
 
     spec: Endpoints
     output_tokens: float

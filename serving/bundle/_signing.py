@@ -31,17 +31,6 @@ class SigningError(RouterError, ValueError):
     """A key could not be read, or a signature does not verify."""
 
 
-def _crypto() -> None:
-    """SigningError unless the `cryptography` package is installed; the callers then import
-    what they use of it (imported there, so that each name keeps its type)."""
-    try:
-        import cryptography  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - the [signing] extra is installed in tests
-        raise SigningError(
-            "verifying signed bundles needs the `cryptography` package: pip install 'edge-cloud-router[signing]'"
-        ) from exc
-
-
 def signed_bytes(manifest: JSONObject) -> bytes:
     """What is signed: the manifest's canonical JSON (it lists every file's SHA-256)."""
     return json.dumps(manifest, sort_keys=True, ensure_ascii=True).encode()
@@ -49,9 +38,13 @@ def signed_bytes(manifest: JSONObject) -> bytes:
 
 def load_public_key(key: str | Path | bytes) -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file's path, PEM bytes, or the 32 raw key bytes."""
-    _crypto()
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError as exc:  # pragma: no cover - the [signing] extra is installed in tests
+        raise SigningError(
+            "verifying signed bundles needs the `cryptography` package: pip install 'edge-cloud-router[signing]'"
+        ) from exc
 
     data = key if isinstance(key, bytes) else Path(key).read_bytes()
     try:
@@ -67,8 +60,7 @@ def load_public_key(key: str | Path | bytes) -> Ed25519PublicKey:
 
 def verify(manifest: JSONObject, signature: bytes, public_key: Ed25519PublicKey) -> None:
     """SigningError unless `signature` is `public_key`'s signature of the manifest."""
-    _crypto()
-    from cryptography.exceptions import InvalidSignature
+    from cryptography.exceptions import InvalidSignature  # installed: public_key is one of its keys
 
     if len(signature) != SIGNATURE_BYTES:
         raise SigningError(f"{SIGNATURE_NAME} holds {len(signature)} bytes, not an Ed25519 signature")

@@ -37,8 +37,7 @@ _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = _SHORT.maxfr
 
 def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
     """`repr(value)` for an error message, in at most `limit` characters and one line: a long
-    string keeps its start and end around "...", a large or deep list or object its first items.
-    Every message about a value read from a file quotes it with this."""
+    string keeps its start and end around "...", a large or deep list or object its first items."""
     if isinstance(value, (bytes, bytearray)):
         value = bytes(value[: limit + 1])
     try:
@@ -49,8 +48,7 @@ def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
 
 
 def one_line(message: str, limit: int = MESSAGE_CHARS) -> str:
-    """`message` on one line (runs of whitespace, newlines included, become one space), at most
-    `limit` characters."""
+    """`message` on one line (runs of whitespace, newlines included, become one space), at most `limit` long."""
     flat = " ".join(message.split())
     return flat if len(flat) <= limit else f"{flat[: limit - 3]}..."
 
@@ -76,8 +74,7 @@ def read_bytes(path: str | Path, *, what: str, error: type[Exception], max_bytes
 
 
 def decode_document(raw: bytes, *, source: str, what: str, error: type[Exception]) -> Any:
-    """A file's bytes decoded by its name's suffix: .json, or .yaml / .yml with PyYAML (the module
-    doc says what either may hold)."""
+    """A file's bytes decoded by its suffix: .json, or .yaml / .yml with PyYAML (module doc: what either may hold)."""
     if source.endswith((".yaml", ".yml")):
         try:  # by name: PyYAML is an extra, and ships no type information
             yaml = importlib.import_module("yaml")
@@ -106,8 +103,7 @@ def decode_document(raw: bytes, *, source: str, what: str, error: type[Exception
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json's object_pairs_hook: the object, or ValueError when a key is given twice (json.loads
-    would keep the last silently)."""
+    """json's object_pairs_hook: the object, or ValueError for a key given twice (json.loads keeps the last)."""
     data: dict[str, Any] = {}
     for key, value in pairs:
         if key in data:

@@ -1,9 +1,7 @@
-"""Prompt text (+ declared precision) -> feature matrix. The one implementation that
-training and the SDK share; it needs only numpy, tokenizers and onnxruntime.
-
-Pipeline per batch: cut the text to `max_chars`, tokenize, keep `max_tokens` ids,
-encoder.onnx (token ids -> raw embedding), projection (PCA fitted at training time),
-then concatenate [n_tokens, text statistics, precision one-hot, projected embedding].
+"""Prompt text (+ declared precision) -> feature matrix, the one implementation training and the SDK
+share (it needs only numpy, tokenizers and onnxruntime). Per batch: cut the text to `max_chars`,
+tokenize, keep `max_tokens` ids, encoder.onnx (token ids -> raw embedding), projection (PCA fitted at
+training time), then concatenate [n_tokens, text statistics, precision one-hot, projected embedding].
 """
 
 from __future__ import annotations
@@ -34,12 +32,10 @@ class Encoder(Protocol):
 
 
 def onnx_session(model: str | Path | bytes, *, threads: int = 1) -> InferenceSession:
-    """An onnxruntime CPU session on `threads` threads, from a graph's path or bytes.
-
-    Graphs given as bytes may not read external data from disk: the external-data folder is
-    set to an empty temporary folder for the session's creation, so a graph that points at
-    any file (an unverified weights file beside the bundle, or `../` anywhere) fails to load.
-    """
+    """An onnxruntime CPU session on `threads` threads, from a graph's path or bytes. A graph given as
+    bytes may not read external data from disk: the external-data folder is an empty temporary one
+    while the session is created, so a graph that points at any file (an unverified weights file
+    beside the bundle, or `../` anywhere) fails to load."""
     import tempfile
 
     import onnxruntime as ort
@@ -56,11 +52,9 @@ def onnx_session(model: str | Path | bytes, *, threads: int = 1) -> InferenceSes
 
 class OnnxEncoder:
     """Runs an encoder.onnx with inputs `input_ids`, `attention_mask` and output `embedding`.
-
-    `row_wise` encodes one unpadded prompt per call. Encoders with dynamic int8
-    quantization need it: their activation scale comes from the whole input tensor,
-    so a batched prompt's embedding would depend on its neighbours.
-    """
+    `row_wise` encodes one unpadded prompt per call, as encoders with dynamic int8 quantization need:
+    their activation scale comes from the whole input tensor, so a batched prompt's embedding would
+    depend on its neighbours."""
 
     def __init__(self, model: str | Path | bytes, *, threads: int = 1, row_wise: bool = False) -> None:
         self.session = onnx_session(model, threads=threads)
@@ -110,11 +104,8 @@ class Projection:
 
 
 class FeatureExtractor:
-    """Builds the router's feature matrix from prompts; see the module doc.
-
-    This runs on every route() call, so the per-prompt work stays in plain Python lists and
-    each batch becomes numpy arrays once (a few arrays per call, whatever the batch size).
-    """
+    """Builds the router's feature matrix from prompts (module doc). It runs on every route() call, so
+    the per-prompt work stays in plain Python lists and each batch becomes a few numpy arrays once."""
 
     def __init__(
         self, spec: FeatureSpec, tokenizer: FastTokenizer, encoder: Encoder | None, projection: Projection | None

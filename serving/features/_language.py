@@ -72,8 +72,7 @@ class LanguageDetector:
 
     @classmethod
     def load(cls, *, floor: float = CONFIDENCE_FLOOR, max_chars: int = MAX_CHARS) -> LanguageDetector:
-        """The detector with py3langid's packaged model (about a second);
-        LanguageDetectorMissing naming the extra without it."""
+        """The detector with py3langid's packaged model (about a second); LanguageDetectorMissing without it."""
         try:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier  # type: ignore[import-untyped]
         except ImportError as exc:

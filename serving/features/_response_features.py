@@ -9,13 +9,11 @@ What a reader looks at to doubt an answer, none specific to one dataset:
 - doubt: hedging, apology and refusal phrases, self-corrections ("wait", "actually");
 - degeneration: repeated word trigrams, repeated lines;
 - truncation: no closing punctuation, an unclosed code fence;
-- grounding: how many of the prompt's numbers the answer uses, how many of its own
-  numbers come from nowhere;
-- token log-probabilities when the edge runtime returns them (NaN otherwise; the trees
-  treat NaN as missing).
+- grounding: how many of the prompt's numbers the answer uses, how many of its own numbers come from nowhere;
+- token log-probabilities when the edge runtime returns them (NaN otherwise; the trees treat NaN as missing).
 
-The answer is cut to `max_chars` first (its end is kept: the end carries the final answer
-and the truncation), so the cost is bounded whatever the edge returned.
+The answer is cut to `max_chars` first, keeping its end (which carries the final answer and the
+truncation), so the cost is bounded whatever the edge returned.
 """
 
 from __future__ import annotations

@@ -51,18 +51,17 @@ _SHARED: weakref.WeakValueDictionary[str, FastTokenizer] = weakref.WeakValueDict
 
 
 class FastTokenizer:
-    """The bundle's tokenizer, with a shortcut for plain ASCII text and the same ids.
+    """The bundle's tokenizer, with a shortcut for plain ASCII text that gives the same ids.
 
-    For a BERT WordPiece tokenizer, on ASCII text without control characters or added-token
-    strings ([CLS], [MASK], ...), the normaliser only lower-cases and the pre-tokeniser splits
-    on whitespace, then between letters/digits and punctuation; most whitespace-separated
-    chunks are then a single vocabulary look-up (the rest go through one regex). Doing that in Python is
-    5-7x faster than `tokenizers`, whose per-call and per-character bookkeeping (offsets,
-    alignments) costs more than the look-ups. Words missing from the vocabulary go through
-    the tokenizer's own WordPiece model, so sub-word splitting is never reimplemented.
-    Everything else (other scripts, control characters, special tokens requested, other
-    tokenizer types) takes the full tokenizer. Identical ids are tested, on real prompts and
-    on generated ASCII text.
+    For a BERT WordPiece tokenizer, on ASCII text without control characters or added-token strings
+    ([CLS], [MASK], ...), the normaliser only lower-cases and the pre-tokeniser splits on whitespace,
+    then between letters/digits and punctuation: most whitespace-separated chunks are one vocabulary
+    look-up (the rest go through one regex). In Python that is 5-7x faster than `tokenizers`, whose
+    per-call and per-character bookkeeping (offsets, alignments) costs more than the look-ups. Words
+    missing from the vocabulary go through the tokenizer's own WordPiece model, so sub-word splitting
+    is never reimplemented. Everything else (other scripts, control characters, special tokens
+    requested, other tokenizer types) takes the full tokenizer. Identical ids are tested, on real
+    prompts and on generated ASCII text.
     """
 
     def __init__(self, source: str | Path | bytes) -> None:

@@ -91,8 +91,7 @@ def limits_of(policy: object) -> Limits:
 
 
 class Spending:
-    """Spend per (metadata key, value, period) in the current window; bounded; safe across threads
-    (what is kept when full: docs/policies.md#budgets)."""
+    """Spend per (metadata key, value, period) in its current window; thread-safe, bounded: docs/policies.md#budgets."""
 
     def __init__(self, max_holders: int = MAX_HOLDERS) -> None:
         if not isinstance(max_holders, int) or max_holders < 1:
@@ -185,9 +184,8 @@ class Spending:
 
 
 class RedisSpending(Spending):
-    """The budgets' ledger in Redis (the `redis` extra), shared by every process that routes with
-    it. `client`: a redis.Redis, or a URL such as "redis://127.0.0.1:6379/0" (its calls bounded by
-    `timeout_s`).
+    """The budgets' ledger in Redis (the `redis` extra), shared by every process that routes with it.
+    `client`: a redis.Redis, or a URL such as "redis://127.0.0.1:6379/0" (its calls bounded by `timeout_s`).
 
     One key per (metadata key, holder, period, window): `prefix` + "day:20420:4:user:ana" (the
     metadata key's length first, so no key and holder run into another; a holder over

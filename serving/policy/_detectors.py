@@ -1,12 +1,11 @@
 """Content detectors: personal data, national ids and credentials in a prompt, found locally.
 
-`detect(text, names)` returns every `Finding` (detector name and span, never the matched text);
-`any_detected(text, names)` stops at the first one. Each detector's rules are precompiled regular
-expressions proposing candidates and a check accepting or rejecting each. Every detector reads the
-text folded by `fold` (inside `Detector.spans` and `Detector.found_in`, so no caller can skip it),
-and its findings are mapped back to the original's indices. Scans are linear in the text's length,
-with no cap, a window of WINDOW_CHARS at a time. What each detector finds, normalisation, speed
-and measured precision: docs/policies.md#content-detectors.
+`detect(text, names)` returns every `Finding`; `any_detected(text, names)` stops at the first one.
+Each detector's rules are precompiled regular expressions proposing candidates, each accepted or not
+by a check. Every detector reads the text folded by `fold` (inside `Detector.spans` and `found_in`,
+so no caller can skip it), its findings mapped back to the original's indices. Scans are linear in
+the text's length, with no cap, a window of WINDOW_CHARS at a time. What each detector finds,
+normalisation, speed and measured precision: docs/policies.md#content-detectors.
 """
 
 from __future__ import annotations
@@ -283,8 +282,7 @@ class Detector:
     rules: tuple[Rule, ...]
 
     def spans(self, text: str) -> list[Span]:
-        """Every span any rule accepts in the folded text, overlapping ones merged, in text order, as
-        spans of text."""
+        """Every span any rule accepts in the folded text, overlapping ones merged, in text order, in `text`."""
         folded = fold(text)
         return folded.spans(self.folded_spans(folded.text))
 

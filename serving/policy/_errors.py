@@ -1,8 +1,6 @@
-"""What the policy layer raises when it leaves a request no way to be served (docs/policies.md#errors).
-
-Its own module, importing nothing of the project at run time, so that modules the rules read
-(serving.endpoints._capabilities) can raise them too.
-"""
+"""What the policy layer raises when it leaves a request no way to be served (docs/policies.md#errors),
+in a module importing only RouterError at run time, so that modules the rules read
+(serving.endpoints._capabilities) can raise them too."""
 
 from __future__ import annotations
 

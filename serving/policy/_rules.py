@@ -70,8 +70,7 @@ class _Facts:
         self.text, self.n_tokens, self.precision = text, n_tokens, precision
         self.metadata: Mapping[str, str] = metadata or {}
         self.found: dict[str, bool] = {}
-        self.spending = spending
-        self.needs = needs
+        self.spending, self.needs = spending, needs
         self._utf8: dict[int | None, bytes] = {}
         self._folded: Folded | None = None
 
@@ -169,8 +168,7 @@ class Verdict:
 
 
 class PolicySet:
-    """An ordered, checked set of rules for the endpoints `endpoints` (see the module doc).
-    Build it with PolicySet.load(path) or PolicySet.from_dict(data)."""
+    """An ordered, checked set of rules for `endpoints` (module doc), built by load, parse or from_dict."""
 
     def __init__(
         self,
@@ -194,7 +192,6 @@ class PolicySet:
     def __repr__(self) -> str:
         return f"PolicySet({len(self.rules)} rules from {self.source}, version {self.version})"
 
-    # Loading.
     @classmethod
     def load(cls, path: str | Path, *, endpoints: Sequence[str] = ENDPOINTS) -> "PolicySet":
         """The policy file at `path`: JSON (.json), or YAML (.yaml / .yml) when PyYAML is installed
@@ -241,7 +238,6 @@ class PolicySet:
             version = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
         return cls(tuple(checked.values()), endpoints=endpoints, source=source, version=version)
 
-    # Applying.
     def evaluate(
         self,
         request: Request | str,
@@ -260,14 +256,8 @@ class PolicySet:
         else:
             if precision is not None or metadata is not None:
                 raise TypeError("give precision and metadata in the Request, not beside it")
-            facts = _Facts(
-                request.text,
-                n_tokens,
-                request.precision,
-                request.metadata,
-                spending,
-                request.needs if needs is None else needs,
-            )
+            needs = request.needs if needs is None else needs
+            facts = _Facts(request.text, n_tokens, request.precision, request.metadata, spending, needs)
         given = facts.metadata
         forced: Rule | None = None
         forbidden_by: dict[str, Rule] = {}
@@ -517,12 +507,10 @@ def _repeat_problem(pattern: str) -> str | None:
                 index += 1
             continue
         elif char == "{" and (repeat := _REPEAT.match(pattern, index)) is not None:
-            low, comma, high = repeat.groups()
-            if not low and not comma:
-                pass  # {} is text to both
-            elif not low:
+            low, comma, high = repeat.groups()  # all three empty: {}, text to both
+            if comma and not low:
                 return f"{repeat.group()} is a repetition to Python's re and text to RE2: write {{0,{high}}}"
-            elif any(len(count) > 4 or int(count) > MAX_REPEAT for count in (low, high) if count):
+            if any(len(count) > 4 or int(count) > MAX_REPEAT for count in (low, high) if count):
                 return f"the repetition {quoted(repeat.group(), 40)} counts over {MAX_REPEAT}, RE2's limit"
         index += 1
     return None
