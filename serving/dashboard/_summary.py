@@ -1,17 +1,16 @@
 """One request as the dashboard sees it: where it went, what ran, how long each call took.
 
-A RequestSummary holds codes, numbers and the bundle's version only: never the prompt, an
-answer, an error message or a key. It is built from an outcome-log `request` record
-(`from_record`, serving.monitoring._outcome_log) or, in the proxy, from a RoutingInfo
-(serving.proxy._dashboard). Feedback records join by request id (`outcomes_from_feedback`).
+A RequestSummary holds codes, numbers and the bundle's version only, never the prompt, an answer, an
+error message or a key: built from an outcome-log `request` record (`from_record`) or, in the proxy,
+from a RoutingInfo (serving.proxy._dashboard). Feedback joins by request id (`outcomes_from_feedback`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from serving._json_values import finite_number
 from serving._router_error import RouterError
 
 if TYPE_CHECKING:
@@ -40,15 +39,13 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class RequestSummary:
-    """One routed request (module doc). `served_by` is None when no answer was served (the cloud
-    failed too); `fallback` the short reason the cloud answered an edge-first request;
-    `unfamiliar` None when the bundle has no familiarity reference; `cost` the measured price
-    of its answers where the proxy knew it (endpoint prices configured), else None.
-    A request in a conversation: `conversation` its id's pseudonym (never the id:
-    serving.monitoring._outcome_log.pseudonym), `turn` (None when its state could not be read),
-    `switched` (the decision moved it from its last turn's endpoint) and `switch_cost` (what the
-    served endpoint paid over the last one for re-reading the history, dollars; None on a first
-    turn); all None outside a conversation."""
+    """One routed request (module doc). `served_by`: None when no answer was served (the cloud failed
+    too); `fallback`: the short reason the cloud answered an edge-first request; `unfamiliar`: None
+    without a familiarity reference; `cost`: the measured price of its answers where the proxy knew it
+    (endpoint prices configured), else None. In a conversation (else all None): `conversation` its id's
+    pseudonym (serving.monitoring._outcome_log.pseudonym, never the id), `turn` (None when its state
+    could not be read), `switched` (moved from its last turn's endpoint) and `switch_cost` (dollars the
+    served endpoint paid over the last one to re-read the history; None on a first turn)."""
 
     time: float
     model_version: str
@@ -75,11 +72,8 @@ def _number(record: Mapping[str, object], key: str, *, required: bool = False) -
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RecordShapeError(f"field {key!r} must be a finite number, not {_shown(value)}")
-    try:  # float() of an integer too large for a double (400 digits) raises OverflowError
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
+    number = finite_number(value)  # None for NaN, an infinity or an integer too large for a double
+    if number is None:
         shown = repr(value) if isinstance(value, float) else f"an integer of {value.bit_length()} bits"
         raise RecordShapeError(f"field {key!r} must be a finite number, not {shown}")
     return number
@@ -154,8 +148,7 @@ def fallback_kind(calls: tuple[Call, ...], reason: str | None) -> str | None:
     return f"edge error ({cause})" if cause else "edge error"
 
 
-# A record's reason for leaving an endpoint (its `tried`, serving.execution._execute)
-# as the short reason of fallback_kind.
+# A `tried` entry's reason for leaving an endpoint (serving.execution._execute) as fallback_kind names it.
 TRIED_KINDS = {"context": "context_limit", "busy": "edge_busy", "timeout": "timeout", "forbidden": "forbidden"}
 
 

@@ -158,8 +158,7 @@ def nearest_rank(sorted_values: Sequence[float], percent: float) -> float:
 
 def bucket_width(span_s: float) -> int:
     """The smallest BUCKET_WIDTHS_S that cuts `span_s` into at most MAX_BUCKETS buckets; beyond
-    MAX_BUCKETS weeks, the smallest number of weeks that does (a log over years: never a
-    bucket per week of them)."""
+    MAX_BUCKETS weeks, the smallest number of weeks that does (a log over years: never a week each)."""
     for width in BUCKET_WIDTHS_S:
         if span_s / width < MAX_BUCKETS:
             return width

@@ -333,9 +333,6 @@ class Check:
     p_value: float | None = None
     note: str = ""
 
-    def as_dict(self) -> JSONObject:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class DriftReport:
@@ -355,7 +352,7 @@ class DriftReport:
         return {
             "verdict": self.verdict,
             "reason": self.reason,
-            "checks": [c.as_dict() for c in self.checks],
+            "checks": [asdict(c) for c in self.checks],
             "records": self.records,
             "compared": self.compared,
             "model_version": self.model_version,

@@ -32,9 +32,8 @@ from serving._router_error import RouterError
 if TYPE_CHECKING:
     from typing_extensions import TypeAlias
 
-    # A record as the router or the app hands it in: field -> a JSON value, or an exception
-    # that the writer turns into text as the privacy mode says (Any: the writer checks every
-    # value itself, see _private and _codes_only).
+    # A record as handed in: field -> a JSON value, or an exception the writer turns into text as the
+    # privacy mode says (Any: the writer checks every value itself, see _private and _codes_only).
     Record: TypeAlias = dict[str, Any]
     # A record, or a callable the writer thread calls to build it (the request pays for queueing only).
     RecordSource: TypeAlias = Union[Record, Callable[[], Record]]
@@ -173,9 +172,8 @@ class OutcomeLog:
 
     # The request path: never blocks, never raises.
     def append(self, record: RecordSource) -> bool:
-        """Queue one record, or a callable that returns it: the writer thread calls it, so the
-        request pays only for queueing. False (and counted in `dropped`) when the queue is
-        full or closed."""
+        """Queue a record, or a callable the writer thread calls to build it (the request pays only for
+        queueing); False, counted in `dropped`, when the queue is full or closed."""
         if self._closed:
             self._count_dropped(1)
             return False
@@ -443,28 +441,23 @@ def new_request_id() -> str:
 def answer_text(response: object) -> str | None:
     """The text of an answer for the log: a str as is, the message of a chat-completions body,
     else None (the log keeps no opaque objects)."""
-    if isinstance(response, str):
-        return response
     if isinstance(response, dict):
         try:
-            content = response["choices"][0]["message"]["content"]
+            response = response["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             return None
-        return content if isinstance(content, str) else None
-    return None
+    return response if isinstance(response, str) else None
 
 
-# Reading the log back. Each file is opened only when it is a regular file (a FIFO, a device or a
-# socket named like a log would block the reader or never end), and read in bounded pieces: a line
-# longer than MAX_LINE_BYTES is skipped to its newline without being held, so a reader's memory is
-# about MAX_LINE_BYTES (and what it keeps of each record) whatever the file holds.
+# Reading the log back: regular files only (open_log_file), read in bounded pieces: a line longer than
+# MAX_LINE_BYTES is skipped to its newline without being held, so a reader's memory is about
+# MAX_LINE_BYTES (and what it keeps of each record) whatever the file holds.
 MAX_LINE_BYTES = 8 << 20  # one record's line; the SDK's longest records (long prompt and answer) are far below it
 _SKIP_BYTES = 1 << 20  # the piece an over-long line is skipped in
-# Numbers that are not a finite double: NaN and Infinity are refused as the parser meets them; an
-# integer beyond 1.8e308 (309+ digits) or a float that overflows (1e400) only on a line where, with
-# every digit read as 0 and "+" left out, 200 zeros or "0e000" occur (an exponent of 3+ digits),
-# which is parsed with a check on each number (two C-speed searches, instead of a Python call per
-# number on every line).
+# Numbers that are not a finite double: NaN and Infinity are refused as the parser meets them. An
+# integer beyond 1.8e308 (309+ digits) or an overflowing float (1e400) can only be on a line where,
+# digits read as 0 and "+" left out, 200 zeros or "0e000" (a 3-digit exponent) occur: only such a
+# line is parsed with a check per number (two C-speed searches, not a Python call per number).
 _AS_ZEROS = bytes.maketrans(b"123456789E", b"000000000e")
 _LONG_RUN, _BIG_EXPONENT = b"0" * 200, b"0e000"
 _FLOAT_MAX_INT = int(1.7976931348623157e308)
@@ -587,10 +580,9 @@ def open_log_file(file: str | Path) -> tuple[Any, str | None]:
 
 
 def read_log_lines(folder: str | Path) -> Iterator[LoggedLine]:
-    """Every non-blank line of the outcome log in `folder` (its FILE_PATTERN files, in time order),
-    parsed: the one reader of the format (data.sdk_logs, drift, make report, make label). A file that
-    cannot be opened is one LoggedLine with line 0 and the reason; what each line holds is the caller's
-    to judge."""
+    """Every non-blank line of the outcome log in `folder` (its FILE_PATTERN files, in time order), parsed:
+    the one reader of the format (data.sdk_logs, drift, make report, make label). A file that cannot be
+    opened is one LoggedLine with line 0 and the reason; what a line holds is the caller's to judge."""
     for file in sorted(Path(folder).glob(FILE_PATTERN)):
         fh, problem = open_log_file(file)
         if fh is None:

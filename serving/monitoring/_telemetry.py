@@ -60,7 +60,7 @@ class _Instruments:
     def __init__(self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None) -> None:
         from opentelemetry import context, metrics, trace
 
-        self.trace, self.context = trace, context  # the API's modules, for the calls below (no import per call)
+        self.trace, self.context, self.metrics = trace, context, metrics  # for the calls below (no import per call)
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self._listening, self._recheck_at = (False, False), -math.inf
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
@@ -107,10 +107,9 @@ class _Instruments:
     def _metering(self) -> bool:
         if self.meter_provider is not None:
             return True
-        from opentelemetry import metrics
-
-        provider = metrics.get_meter_provider()
-        return not isinstance(provider, metrics.NoOpMeterProvider) and type(provider).__name__ != "_ProxyMeterProvider"
+        provider = self.metrics.get_meter_provider()
+        proxy = type(provider).__name__ == "_ProxyMeterProvider"  # the API's global stand-in, not exported
+        return not (proxy or isinstance(provider, self.metrics.NoOpMeterProvider))
 
 
 _instruments: _Instruments | None = None  # made on first use, or by use()
@@ -150,18 +149,15 @@ def _active() -> _Instruments | None:
     return _instruments
 
 
-# Requests.
 def request(
     name: str = EXECUTE, *, model: str | None = None, server: bool = False, carrier: Mapping[str, str] | None = None
 ) -> Scope:
-    """The span of one request, as a context manager yielding its Trace: a new one, or the
-    request already open in this context (a layer above: RoutedChat, the proxy), which it joins.
-
-    name: EXECUTE, CHAT (then gen_ai.operation.name is "chat"); model: the model the caller
-    asked for (gen_ai.request.model, and the span is "chat <model>"); server: a SERVER span (the proxy);
-    carrier: the incoming request's headers, whose trace context (W3C traceparent, or whatever
-    propagator the app set) the span continues.
-    The span ends when the block ends, unless `keep_open()` hands its end to a stream."""
+    """The span of one request, as a context manager yielding its Trace: a new one, or the one a
+    layer above (RoutedChat, the proxy) opened in this context, which it joins. name: EXECUTE or
+    CHAT (then gen_ai.operation.name is "chat"); model: the model the caller asked for
+    (gen_ai.request.model; the span is "chat <model>"); server: a SERVER span (the proxy); carrier:
+    the incoming request's headers, whose trace context (W3C traceparent, or the app's propagator)
+    the span continues. The span ends with the block, unless `keep_open()` hands its end to a stream."""
     current = _current.get()
     if current is not None:
         return _Joined(current)
@@ -287,7 +283,6 @@ class Trace(Scope):
                 if model:
                     self._extra["gen_ai.request.model"] = model[:MAX_TEXT]
 
-    # The scope.
     def __enter__(self) -> Trace:
         self._token = _current.set(self)
         return self
@@ -339,9 +334,8 @@ class Trace(Scope):
 
     def attempt(self, name: str, side: str | None = None, endpoint_name: str | None = None) -> Attempt:
         assert self._instruments is not None and self.span is not None  # a recording request has both
-        endpoint = self._endpoints.get(endpoint_name or side or name)
-        model = endpoint.get("gen_ai.request.model") if endpoint else None
-        attributes: Attributes = {**endpoint} if endpoint else {}
+        attributes: Attributes = dict(self._endpoints.get(endpoint_name or side or name) or {})
+        model = attributes.get("gen_ai.request.model")
         attributes["router.attempt"] = name
         if side is not None:
             attributes["router.side"] = side

@@ -1,11 +1,7 @@
 """Learning from the app's own traffic, on the SDK side: exploration (`explore_rate`), shadow runs
 (`shadow_rate`) and the request, feedback and shadow records of serving.monitoring._outcome_log
-(docs/traffic.md: exploration, propensities, shadow runs and N-endpoint records).
-
-Every request record has one shape, whatever the bundle: `endpoint` (run first), `endpoints`,
-`cascade`, `tried` and `outcomes` (the observed failures) beside what a two-endpoint record always
-held (zone, target, edge_quality / cloud_quality: what readers of two-endpoint logs read); a request
-in a conversation adds `conversation`, `turn`, `switched` and `switch_cost`.
+(docs/traffic.md: exploration, propensities, shadow runs and N-endpoint records). A request record
+has one shape whatever the bundle: the N-endpoint fields beside the two-endpoint ones (_record).
 """
 
 from __future__ import annotations
@@ -113,17 +109,8 @@ class Traffic:
         the endpoints' calls, of which a shadow run makes one (shadow=False: none)."""
         if self.log is None:
             return None
-        return LoggedRequest(
-            self,
-            routing,
-            request,
-            decision,
-            log=self.log,
-            accept=accept,
-            calls=calls if shadow else None,
-            request_id=request_id,
-            asynchronous=asynchronous,
-        )
+        shadow_calls = calls if shadow else None
+        return LoggedRequest(self, self.log, routing, request, decision, accept, shadow_calls, request_id, asynchronous)
 
     def feedback(
         self,
@@ -136,10 +123,9 @@ class Traffic:
         source: str | None = None,
     ) -> bool:
         """Append a later outcome for a request; False when there is no log or it dropped the record.
-        `outcomes` ({endpoint: quality}, naming the router's `endpoints`), for every bundle: a feedback
-        record with `outcomes`; for the endpoints edge and cloud, the other spelling of edge_quality /
-        cloud_quality, written as they are (what readers of two-endpoint logs read), which only they
-        take. ValueError for bad input."""
+        `outcomes` ({endpoint: quality} over `endpoints`) serves every bundle; for the endpoints edge
+        and cloud it is written as edge_quality / cloud_quality (what readers of two-endpoint logs
+        read), which only they take. ValueError for bad input."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id={request_id!r}: must be the non-empty id execute() returned")
         two = tuple(endpoints) == (EDGE, CLOUD)
@@ -167,19 +153,19 @@ class Traffic:
         record["source"] = source
         return self.log.append(record)
 
-    def maybe_shadow(self, request: "LoggedRequest") -> bool:
+    def maybe_shadow(self, logged: "LoggedRequest") -> bool:
         """Run the side that did not answer, off the request path, on a sampled share of requests:
         on a thread, or for an async request as a task on its event loop."""
-        execution = request.execution
+        execution = logged.execution
         if (
-            request.calls is None
+            logged.calls is None
             or not self.shadow_rate
             or execution is None
             or self._random.random() >= self.shadow_rate
         ):
             return False
-        names = request.routing.endpoint_names
-        if len(names) != 2 or set(request.calls) != set(names):
+        names = logged.routing.endpoint_names
+        if len(names) != 2 or set(logged.calls) != set(names):
             return False  # which of N endpoints would shadow is a choice of its own: none does
         ran = {s.name for s in execution.steps if s.status not in ("skipped",)}
         side = names[1] if execution.served_by == names[0] else names[0]
@@ -188,8 +174,8 @@ class Traffic:
         if not self._shadows.acquire(blocking=False):
             return False  # max_shadows already running
         span = telemetry.attempt("shadow", side)  # a child of the request's span, when one records it
-        args = (request.request_id, request.subject, side, request.calls[side], span)
-        if request.asynchronous:
+        args = (logged.request_id, logged.request.call_subject, side, logged.calls[side], span)
+        if logged.asynchronous:
             import asyncio  # here, not at the top: it would add ~30 ms to Router.load
 
             task = asyncio.get_running_loop().create_task(self._ashadow(*args))
@@ -222,8 +208,7 @@ class Traffic:
     def _shadow_record(
         self, request_id: str, side: str, start: float, response: Any, error: BaseException | None, span: Attempt | None
     ) -> None:
-        """Free the shadow run's slot and append its record: its answer and error go in as they are,
-        and the log writes them as its privacy mode says (serving.monitoring._outcome_log.STRING_FIELDS)."""
+        """Free the shadow run's slot and append its record (answer and error as in _record)."""
         self._shadows.release()
         if span is not None:
             span.ended("ok" if error is None else "error", response, error)
@@ -244,29 +229,23 @@ class Traffic:
 
 
 class LoggedRequest:
-    """One execute() under an outcome log: the decision as carried out (explored or not), the
-    accept check wrapped so that its verdict is kept, and on leaving `with request:` its record
-    (a callable the log's writer thread builds: the request pays only for queueing it) and perhaps
-    a shadow run."""
+    """One execute() under an outcome log: the decision as carried out (explored or not), the accept
+    check wrapped to keep its verdict, and at __exit__ (the router's run ending) its record (built in
+    the log's writer thread: the request pays only for queueing it) and perhaps a shadow run."""
 
     def __init__(
         self,
         traffic: Traffic,
+        log: OutcomeLog,  # the traffic's
         routing: Routing,
         request: RouterRequest,
         decision: Decision,
-        *,
-        log: OutcomeLog,
         accept: AcceptCheck | None,
         calls: Mapping[str, Call] | None,
         request_id: str | None,
-        asynchronous: bool = False,
+        asynchronous: bool,
     ) -> None:
-        self.traffic, self.routing = traffic, routing
-        self.prompt, self.precision = request.text, request.precision
-        self.conversation = request.conversation
-        self.subject = request.call_subject  # what a shadow call takes
-        self.log = log  # the traffic's
+        self.traffic, self.log, self.routing, self.request = traffic, log, routing, request
         self.request_id = request_id or new_request_id()
         chooser = routing.chooser  # its rule explores (serving.routing._chooser: Bands flips a zone, Choice draws)
         self.decision, self.explored, self.propensity = chooser.rule.explored(
@@ -286,9 +265,6 @@ class LoggedRequest:
 
         return accept
 
-    def __enter__(self) -> "LoggedRequest":
-        return self
-
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> Literal[False]:
@@ -301,21 +277,21 @@ class LoggedRequest:
     def _record(self, when: float, execution: Execution | None, error: BaseException | None) -> Record:
         """The request record (in the writer thread). Texts and exceptions go in as they are: the
         log writes them as its privacy mode says (serving.monitoring._outcome_log.STRING_FIELDS)."""
-        privacy = self.log.privacy
-        decision = self.decision
+        privacy, decision, request = self.log.privacy, self.decision, self.request
         steps = execution.steps if execution is not None else getattr(error, "steps", [])
         served_by = execution.served_by if execution is not None else None
         edge_step = next((s for s in steps if s.name == "edge"), None)
         tried = execution.tried if execution is not None else getattr(error, "tried", [])
         answer = _kept(answer_text(execution.response)) if execution is not None else None
+        features = None if privacy == "text" else self.routing.model_inputs(request.text, request.precision, privacy)
         record: Record = {
             "log": LOG_FORMAT,
             "type": "request",
             "request_id": self.request_id,
             "time": when,
-            "prompt": self.prompt,
-            "features": None if privacy == "text" else self.routing.model_inputs(self.prompt, self.precision, privacy),
-            "precision": self.precision,
+            "prompt": request.text,
+            "features": features,
+            "precision": request.precision,
             "n_tokens": decision.n_tokens,
             "model_version": decision.model_version,
             "score": decision.score,
@@ -352,10 +328,10 @@ class LoggedRequest:
             "expected_cost": execution.expected_cost if execution is not None else None,
             "outcomes": {t.endpoint: 0.0 for t in tried if t.outcome in FAILED},
         }
-        if self.conversation is not None:
+        if request.conversation is not None:
             costs = decision.switch_costs
             record.update(
-                conversation=self.conversation,  # the log writes its pseudonym
+                conversation=request.conversation,  # the log writes its pseudonym
                 turn=decision.turn,
                 switched=decision.switched,
                 switch_cost=costs.get(served_by) if costs is not None and served_by is not None else None,

@@ -68,7 +68,6 @@ class StubUpstream:
         """The API root to give a client, e.g. http://127.0.0.1:PORT/v1."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    # Serving.
     def start(self, port: int = 0) -> "StubUpstream":
         """Serve on 127.0.0.1 (an ephemeral port by default) from a daemon thread."""
         self._server = LocalServer(self, port=port, name=f"stub-{self.name}").start()
@@ -86,7 +85,6 @@ class StubUpstream:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # The ASGI app.
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
