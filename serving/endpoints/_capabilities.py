@@ -7,8 +7,7 @@ and which endpoints lack it (docs/policies.md#capabilities, #languages).
 `needs_of` is the one place a chat-completions request is read for this (its shape, never its
 text). An endpoint lacking a needed capability is ruled out like a forbidden one, under the
 built-in rule `needs:<capability>` (RULE_PREFIX). Capabilities not declared (None) are no
-constraint, nor is a spec without `languages` on the language; an unknown language rules nothing out.
-"""
+constraint, nor is a spec without `languages` on the language; an unknown language rules nothing out."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ Pure numpy over [requests, endpoints] matrices, so the SDK and the offline evalu
 decisions: `expected` holds P(endpoint answers well | prompt) from the outcome models, `cost` the
 expected price of the call (call_costs), `feasible` (optional, boolean) which endpoints a request
 may use at all (context limit, capabilities, policy). A request with no feasible endpoint gets -1:
-the caller must say so, never pick one silently.
-"""
+the caller must say so, never pick one silently."""
 
 from __future__ import annotations
 

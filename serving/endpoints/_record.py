@@ -5,8 +5,7 @@ fields, the two-endpoint spelling, the earlier per_1k_* prices; docs/clients.md:
 Every field is checked when parsed: EndpointSpecError names the source, the endpoint and the
 field on one line, values shortened (quoted). A spec file is read by serving.features._documents
 (size and nesting bounded, no YAML aliases, no key twice). Standard library only, so any part of
-the SDK can read it.
-"""
+the SDK can read it."""
 
 from __future__ import annotations
 
@@ -201,8 +200,7 @@ class Endpoint:
     (docs/sdk.md#the-endpoint-record; the call settings in docs/clients.md). `api_key` is sent as
     `Authorization: Bearer ...` and never shown (repr, str, logs). The earlier keywords
     `input_price_per_1m` and `output_price_per_1m` set those two figures of the price (one not
-    given keeps the price's, 0 without one). Wrong values are an EndpointSpecError naming the field.
-    """
+    given keeps the price's, 0 without one). Wrong values are an EndpointSpecError naming the field."""
 
     name: str = ""
     where: str | None = None
@@ -633,9 +631,8 @@ def _two_endpoints(data: Mapping[str, object], source: str, call_settings: bool)
 
 
 def two_endpoints(edge_context_tokens: int) -> tuple[Endpoint, Endpoint]:
-    """A two-endpoint bundle's endpoints as its router sees them: the edge on the device with the
-    bundle's context limit, the cloud with none declared (the prices are the two-endpoint
-    spelling's defaults; capabilities not declared)."""
+    """A two-endpoint bundle's endpoints as its router sees them: the two-endpoint spelling's defaults,
+    with the bundle's context limit on the edge and none on the cloud; capabilities not declared."""
     defaults = {EDGE: {"context_tokens": edge_context_tokens}, CLOUD: {}}
     edge, cloud = parse_endpoints(defaults, source="the two-endpoint defaults")
     return (

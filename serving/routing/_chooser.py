@@ -2,8 +2,7 @@
 (docs/sdk.md, how the router chooses). What may serve a request (context limits, needs and
 languages, the policy's verdict) is settled once, here; the bundle's rule (Bands: two endpoints,
 a zone from the score's thresholds; Choice: N endpoints, expected quality and prices) then orders
-what is left into the cascade. No endpoint left: NoFeasibleEndpoint, never a silent default.
-"""
+what is left into the cascade. No endpoint left: NoFeasibleEndpoint, never a silent default."""
 
 from __future__ import annotations
 
@@ -113,12 +112,7 @@ class Chooser:
     """One bundle's choice among its endpoints (module doc); built once per bundle."""
 
     def __init__(
-        self,
-        endpoints: Sequence[Endpoint],
-        rule: Bands | Choice,
-        *,
-        model_version: str,
-        max_chars: int,
+        self, endpoints: Sequence[Endpoint], rule: Bands | Choice, *, model_version: str, max_chars: int
     ) -> None:
         self.endpoints = tuple(endpoints)
         self.names = tuple(e.name for e in self.endpoints)
@@ -154,9 +148,8 @@ class Chooser:
         output_tokens: float = 0.0,
     ) -> list[Decision]:
         """The Decisions of scored requests; NoFeasibleEndpoint for the first no endpoint may serve.
-        `conversations`: each request's conversation state (None: not in a conversation, or its
-        first turn), whose switch costs the rule weighs as `stickiness` says; `output_tokens` the
-        answers' expected length."""
+        `conversations`: each request's state (None: not in one, or its first turn), whose switch costs
+        the rule weighs as `stickiness` says; `output_tokens`: the answers' expected length."""
         feasible = self.feasible(requests, scores.n_tokens, policy, spending)
         if conversations is not None:
             feasible.turns = self.turns(requests, feasible.tokens, conversations, stickiness, output_tokens)
@@ -603,12 +596,11 @@ class Choice:
     def explored(
         self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
     ) -> tuple[Decision, bool, float]:
-        """(the decision to carry out, whether explored, its propensity): with probability `rate`
-        the first endpoint drawn uniformly among the k that may serve the request (the decided one
-        included), then the cascade in its order without it; propensity 1 - rate + rate / k for
-        the decided endpoint, rate / k for another; k = 1 is never explored. May serve: not forbidden
-        (Decision.forbidden: the policy's and the needs', by name or by side as serving.execution._execute
-        reads it) and a context that holds the prompt."""
+        """As Bands.explored: with probability `rate` the first endpoint drawn uniformly among the k that
+        may serve the request (the decided one included), then the cascade in its order without it;
+        propensity 1 - rate + rate / k for the decided endpoint, rate / k for another; k = 1 is never
+        explored. May serve: not forbidden (Decision.forbidden: the policy's and the needs', by name or
+        by side as serving.execution._execute reads it) and a context that holds the prompt."""
         forbidden = decision.forbidden
         feasible = [
             e.name

@@ -4,8 +4,7 @@
     decision = router.route(request)
     execution = router.execute(request, endpoints={"edge": on_device, "cloud": frontier})
 
-Every layer reads this one record (docs/sdk.md: the request).
-"""
+Every layer reads this one record (docs/sdk.md: the request)."""
 
 from __future__ import annotations
 

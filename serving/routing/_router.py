@@ -97,8 +97,7 @@ class Router:
     policy: a serving.policy.PolicySet, or the path of a policy file (docs/policies.md): its rules
     force, forbid or prefer endpoints for each request before the model's decision stands, and
     execute() never calls an endpoint they forbid. Replace it while the app runs by assigning
-    `router.policy` (serving.bundle._watcher.PolicyWatcher does so when the file changes).
-    """
+    `router.policy` (serving.bundle._watcher.PolicyWatcher does so when the file changes)."""
 
     def __init__(
         self,
@@ -150,15 +149,13 @@ class Router:
         strict=True: the same problems raise BundleError, and only BundleError.
         unfamiliar_policy: what a prompt unlike the training data gets
         (serving.scoring._novelty.UNFAMILIAR_POLICIES); default: the bundle's own setting.
-        public_key: pin the team's Ed25519 key (serving.bundle._signing): a bundle without its
-        signature counts as tampered.
+        public_key: pin the team's Ed25519 key (serving.bundle._signing): a bundle it did not sign counts as tampered.
         log, explore_rate, shadow_rate, seed: the OutcomeLog every execute() appends to, and exploration
         and shadow runs (serving.monitoring._traffic; both need a log).
         policy: a PolicySet or a policy file's path; a bad file raises PolicyFileError whatever `strict`
         says: routing private data without its rules is never a fallback.
         conversations, stickiness: where conversation state lives between turns (serving.MemoryStore by
-        default, serving.RedisStore) and what a switch between endpoints weighs (docs/conversations.md).
-        """
+        default, serving.RedisStore) and what a switch between endpoints weighs (docs/conversations.md)."""
         from serving.monitoring._traffic import Traffic
         from serving.scoring._novelty import UNFAMILIAR_POLICIES
 
@@ -319,9 +316,8 @@ class Router:
     ) -> Decision:
         """Where one request should run; see Decision. `prompt`: a serving.Request, or its text with
         the request's other fields as keywords (serving.routing._request.Request says what each is).
-        A request with a `conversation` id is decided with that conversation's state (its turn, where
-        it ran, what moving it costs: docs/conversations.md); route() reads the state, execute()
-        and record_turn() write it.
+        A request with a `conversation` id is decided with that conversation's state (its turn, where it
+        ran, what moving it costs: docs/conversations.md), which execute() and record_turn() write.
         NoFeasibleEndpoint (serving.policy) when the policy or the needs leave no endpoint."""
         if type(prompt) is str:  # the usual call: the Request built here directly
             request = Request(prompt, precision, metadata, needs, capabilities, None, conversation)
@@ -419,11 +415,9 @@ class Router:
     ) -> bool:
         """Record a later outcome of an executed request (a rating, a downstream check, a judge's
         score; qualities in [0, 1]); training joins it to the request. False without a log.
-        outcomes: {endpoint: quality}, naming the bundle's endpoints, for every bundle (an N-endpoint
-        bundle takes only it; a two-endpoint router takes edge_quality / cloud_quality too, and writes
-        {"edge": ..., "cloud": ...} as them).
-        ValueError for a missing id, a quality outside [0, 1], an endpoint the current bundle does
-        not have, or outcomes given with edge_quality / cloud_quality."""
+        outcomes: {endpoint: quality} for any bundle; a two-endpoint router also takes edge_quality /
+        cloud_quality, written as {"edge": ..., "cloud": ...}. ValueError for a missing id, a quality
+        outside [0, 1], an endpoint the current bundle lacks, or outcomes with edge_quality / cloud_quality."""
         return self._traffic.feedback(
             request_id,
             edge_quality=edge_quality,
@@ -506,8 +500,7 @@ class Router:
         """execute() for asyncio: each call an async callable (serving.execution._execute.aexecute: an
         overrunning call is cancelled). The same decision, accept check, outcome record, exploration
         and shadow runs (as a task on this loop; shadow=False for calls whose answers are not plain
-        values, such as streams). Routing a long prompt runs on a worker thread
-        (serving.execution._execute.off_loop), not on the event loop."""
+        values, such as streams); a long prompt is routed on a worker thread (serving.execution._execute.off_loop)."""
         from serving.execution._execute import aexecute, off_loop
 
         request = as_request(prompt, precision, metadata, needs, capabilities, conversation)

@@ -86,9 +86,8 @@ class Routing:
         conversations: Sequence[ConversationState | None] | None = None,
         stickiness: Stickiness = PRICED,
     ) -> list[Decision]:
-        """Decisions for checked requests, `policy` applied, each conversation's switch costs
-        weighed; when the bundle cannot score, the rule table (two endpoints) or price order (N
-        endpoints) decides, `degraded` set."""
+        """Decisions for checked requests, `policy` applied, switch costs weighed; when the bundle cannot
+        score, the rule table (two endpoints) or price order (N endpoints) decides, `degraded` set."""
         scores = self.scores(requests)
         return self.chooser.decisions(requests, scores, policy, spending, conversations, stickiness, self.output_tokens)
 
@@ -146,12 +145,8 @@ class Routing:
                     self.model_version,
                 )
             return None
-        return {
-            **inputs,
-            "encoder_sha256": self.manifest.files["encoder.onnx"],
-            "embedding": embedding[0].tolist(),
-            **names,
-        }
+        encoder = {"encoder_sha256": self.manifest.files["encoder.onnx"], "embedding": embedding[0].tolist()}
+        return {**inputs, **encoder, **names}
 
     def learned_accept(self, prompt: str) -> AcceptCheck | None:
         """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
@@ -182,8 +177,7 @@ class RouteStages:
     decision(requests, scores, policy=None, spending=None) -> Decisions: the chooser (serving.routing._chooser)
     scorer: the Scorer they belong to (spec, extractor, outputs, calibrators)
     names: the stages route() runs, in order
-    What route() does between them (argument checks, calibration, familiarity) is no stage.
-    """
+    What route() does between them (argument checks, calibration, familiarity) is no stage."""
 
     def __init__(self, routing: Routing) -> None:
         scorer = routing._scorer

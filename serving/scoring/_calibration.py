@@ -27,8 +27,7 @@ def calibrator(params: CalibrationParams) -> Callable[[float], float]:
     (Platt); `isotonic`: piecewise linear through the fitted points; `none`: p unchanged.
 
     Scalar math on purpose: a prompt gets the same bits alone and in a batch (vectorised
-    kernels may round a batch differently), at well under a microsecond a prompt.
-    """
+    kernels may round a batch differently), at well under a microsecond a prompt."""
     method = params.get("method")
     if method == "sigmoid":
         a, b = float(params["a"]), float(params["b"])

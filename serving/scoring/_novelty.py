@@ -7,8 +7,7 @@ Two measures, each divided by its threshold, and the novelty is the larger:
   unknown tokens, vocabulary of another domain).
 A prompt is unfamiliar when its novelty exceeds 1. The thresholds are chosen at training
 time so that a configured share of held-out in-distribution prompts is flagged. Both
-measures use what routing computes anyway (token ids, the embedding): a few microseconds.
-"""
+measures use what routing computes anyway (token ids, the embedding): a few microseconds."""
 
 from __future__ import annotations
 
@@ -39,10 +38,9 @@ class Novelty:
     def components_flat(
         self, embeddings: ArrayLike, ids: ArrayLike, lengths: ArrayLike, chunk_rows: int = CHUNK_ROWS
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """(embedding distance, unseen-token share) per row, from the rows' ids one after
-        another (`lengths` ids each), unpadded. Rows go `chunk_rows` at a time: the per-token
-        temporaries of 200,000 prompts at once took ~0.8 GB. Each row's figures are the same
-        whatever the chunk."""
+        """(embedding distance, unseen-token share) per row, from the rows' unpadded ids one after another
+        (`lengths` ids each). Rows go `chunk_rows` at a time (the per-token temporaries of 200,000 prompts
+        at once took ~0.8 GB); each row's figures are the same whatever the chunk."""
         embeddings, ids = np.asarray(embeddings), np.asarray(ids)
         lengths = np.asarray(lengths, dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])

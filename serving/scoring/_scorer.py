@@ -92,14 +92,12 @@ class Scorer:
         ]
         section = self.manifest.novelty
         # novelty from the graph (`in_model`), from the reference file here, or none
-        self.novelty_output = section.get("output") if section.get("in_model") else None
+        self.novelty_output = output = section.get("output") if section.get("in_model") else None
         self.novelty = None
-        if self.novelty_output is not None:
-            if self.novelty_output not in {o.name for o in self.session.get_outputs()}:
-                raise BundleError(
-                    f"the manifest's novelty output {self.novelty_output!r} is not an output of the model"
-                )
-            self.outputs.append(self.novelty_output)
+        if output is not None:
+            if output not in {o.name for o in self.session.get_outputs()}:
+                raise BundleError(f"the manifest's novelty output {output!r} is not an output of the model")
+            self.outputs.append(output)
         elif section:
             self.novelty = Novelty.from_bytes(
                 bundle.content(section["file"]),
