@@ -276,30 +276,26 @@ class _Cascade:
         self._why = ""  # why the last endpoint left was left, in words (the fallback reason's end)
 
     def to_call(self) -> Iterator[tuple[str, bool]]:
-        """(name, whether it is the last of the order) of each endpoint to call now (callable_now), in order."""
+        """(name, whether it is the last of the order) of each endpoint to call now, in order; a forbidden
+        endpoint, a prompt over its context or a passed deadline is recorded as left instead."""
+        forbidden, tokens = self.decision.forbidden, self.decision.n_tokens
         for i, name in enumerate(self.order):
-            if self.callable_now(name):
+            spec = self.specs.get(name)
+            # Forbidden by name, or as a side: "cloud" forbids every endpoint whose spec runs in the cloud,
+            # "edge" every one on the device (a policy written for two endpoints keeps its meaning).
+            if name in forbidden or (spec is not None and spec.where is not None and SIDE_OF[spec.where] in forbidden):
+                self._forbade = self._forbade or name
+                self._why = f"policy '{self.decision.rule}' forbids it"
+                self.tried.append(Tried(name, "forbidden"))
+            elif spec is not None and not spec.fits(tokens):
+                self._why = f"prompt of ~{tokens} tokens exceeds the context limit of {spec.context_tokens}"
+                self.steps.append(Step(name, "skipped", 0.0, self._why))
+                self.tried.append(Tried(name, "context"))
+            elif self.deadline is not None and time.monotonic() >= self.deadline:
+                self.steps.append(Step(name, "skipped", 0.0, "the request's deadline has passed"))
+                self.failed(name, TimeoutError("the request's deadline has passed"))
+            else:
                 yield name, i == len(self.order) - 1
-
-    def callable_now(self, name: str) -> bool:
-        """Whether to call `name`; a forbidden endpoint, a prompt over its context or a passed
-        deadline is recorded as left."""
-        if self._forbidden(name):
-            self._forbade = self._forbade or name
-            self._why = f"policy '{self.decision.rule}' forbids it"
-            self.tried.append(Tried(name, "forbidden"))
-            return False
-        spec = self.specs.get(name)
-        if spec is not None and not spec.fits(self.decision.n_tokens):
-            self._why = f"prompt of ~{self.decision.n_tokens} tokens exceeds the context limit of {spec.context_tokens}"
-            self.steps.append(Step(name, "skipped", 0.0, self._why))
-            self.tried.append(Tried(name, "context"))
-            return False
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            self.steps.append(Step(name, "skipped", 0.0, "the request's deadline has passed"))
-            self.failed(name, TimeoutError("the request's deadline has passed"))
-            return False
-        return True
 
     def timeout(self, name: str) -> float | None:
         """The call's time limit: its own timeout, cut to what is left before the deadline."""
@@ -308,15 +304,6 @@ class _Cascade:
             return limit
         left = max(0.0, self.deadline - time.monotonic())
         return left if limit is None else min(limit, left)
-
-    def _forbidden(self, name: str) -> bool:
-        """Forbidden by name, or as a side: "cloud" forbids every endpoint whose spec runs in the
-        cloud, "edge" every one on the device (a policy written for two endpoints keeps its meaning)."""
-        forbidden = self.decision.forbidden
-        if name in forbidden:
-            return True
-        spec = self.specs.get(name)
-        return spec is not None and spec.where is not None and SIDE_OF[spec.where] in forbidden
 
     def _cost(self, name: str) -> float | None:
         spec = self.specs.get(name)
