@@ -305,7 +305,7 @@ def proxy(router, stubs, edge_caps, cloud_caps):
         edge=Endpoint(edge.url, "edge-model", timeout_s=2, capabilities=edge_caps),
         cloud=Endpoint(cloud.url, "cloud-model", timeout_s=2, capabilities=cloud_caps),
     )
-    chat = RoutedChat(router, **config.chat_options())
+    chat = RoutedChat(router, endpoints=config.upstreams)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
     try:
         yield httpx2.Client(

@@ -127,7 +127,7 @@ def test_the_proxy_refuses_upstreams_that_do_not_match_the_bundle(router, upstre
     assert "routes among phone-3b, onprem-8b, cloud-mid, frontier" in two.bundle_mismatch(NAMES)
     assert two.bundle_mismatch(("edge", "cloud")) is None
     assert "routes between edge and cloud" in config.bundle_mismatch(("edge", "cloud"))
-    assert isinstance(config.chat_options()["endpoints"]["frontier"], Endpoint)
+    assert isinstance(config.upstreams["frontier"], Endpoint)
 
 
 # --- capabilities (serving.endpoints._capabilities; docs/policies.md#capabilities) -------------------------
@@ -195,7 +195,7 @@ def test_the_proxy_sends_image_and_tool_requests_only_to_endpoints_that_take_the
     assert all(upstreams[name].received == [] for name in NAMES[:3])  # not as a fallback either
     # an --endpoints file whose records declare no images: the records stand, no endpoint is left
     config = config_for(upstreams, tmp_path)
-    chat = RoutedChat(router, **config.chat_options())
+    chat = RoutedChat(router, endpoints=config.upstreams)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
     try:
         with httpx2.Client(

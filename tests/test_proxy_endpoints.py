@@ -205,7 +205,7 @@ def endpoints_file(tmp_path, upstreams, *, spelling: str = "flat", **overrides) 
 
 @contextlib.contextmanager
 def running_proxy(router, config: ProxyConfig):
-    chat = RoutedChat(router, **config.chat_options())
+    chat = RoutedChat(router, endpoints=config.upstreams)
     server = LocalServer(build_app(chat, config), name="proxy", lifespan="on").start()
     try:
         yield httpx2.Client(
@@ -271,9 +271,9 @@ def test_the_endpoints_file_is_checked_like_any_option(tmp_path, upstreams):
         parser.parse_args(["--bundle", "b", "--endpoints", path]), environ={"FRONTIER_KEY": FRONTIER_KEY}
     )
     assert list(config.upstreams) == list(ORDER) and config.endpoints["phone-3b"].context_tokens == 64
-    options = config.chat_options()
-    assert list(options) == ["endpoints"] and options["endpoints"]["frontier"].api_key == FRONTIER_KEY
-    onprem = options["endpoints"]["onprem-8b"]  # one record: the spec's fields and how it is called
+    options = config.upstreams
+    assert config.endpoints is not None and options["frontier"].api_key == FRONTIER_KEY
+    onprem = options["onprem-8b"]  # one record: the spec's fields and how it is called
     assert onprem.price.per_1m_input == 0.2 and onprem.where == "device" and onprem.model == "onprem-8b-model"
     assert onprem.call_cost(1000) == SPECS["onprem-8b"].call_cost(1000)  # 0.0002 per 1k, priced as before
     # the earlier spelling, an `upstream` object per entry, reads as the same records

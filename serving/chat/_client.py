@@ -44,8 +44,7 @@ _ROUTER_DEFAULT = object()  # accept not given: Router.execute's own default app
 
 
 class RoutedChat:
-    """Chat completions from the edge or the cloud, as the router decides (see the module doc and
-    docs/clients.md#the-routed-chat-client).
+    """Chat completions from the endpoints, as the router decides (module doc; docs/clients.md#the-routed-chat-client).
 
     edge, cloud: the two endpoints (serving.Endpoint records, each with base_url and model); or
     endpoints: N records by name (the bundle's endpoint names), tried in each decision's cascade
@@ -93,8 +92,7 @@ class RoutedChat:
         self._loop_lock = threading.Lock()
 
     # Requests.
-    # Any: **params are chat-completions parameters, JSON values of any shape. accept: a callable,
-    # "learned", None, or _ROUTER_DEFAULT (as Router.execute takes it).
+    # Any: **params are JSON values of any shape. accept: as Router.execute takes it, or _ROUTER_DEFAULT.
     def create(
         self,
         messages: Sequence[Message],
@@ -198,8 +196,8 @@ class RoutedChat:
             execution = await self.router.aexecute(request, endpoints=opens, **options)
         upstream = self._upstreams[execution.served_by]
         routing = RoutingInfo.of(execution, upstream.model)
-        # the request's span ends with the stream
         ended = functools.partial(self._stream_ended, options["metadata"], options["conversation"])
+        # the request's span ends with the stream
         return AsyncChatStream(execution.response, upstream, routing, started, ended, trace, scope.keep_open())
 
     # Results.
@@ -215,9 +213,9 @@ class RoutedChat:
         return Completion(answer.body, routing, str(answer))
 
     def _cost(self, steps: Sequence[Step]) -> float | None:
-        """The price of every answer the request produced (each call's Step.result: a rejected edge
-        answer too), by its endpoint's prices; None when any is unknown (Endpoint.answer_cost: usage
-        that is not token counts is unknown, never an error that would lose the answer)."""
+        """The price of every answer the request produced (a rejected edge answer too) at its endpoint's
+        prices; None when any is unknown (Endpoint.answer_cost: usage that is not token counts is
+        unknown, never an error that would lose the answer)."""
         costs = [
             self._upstreams[step.name].endpoint.answer_cost(step.result.body.get("usage"))
             for step in steps

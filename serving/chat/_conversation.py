@@ -1,10 +1,9 @@
-"""What the router sees of a chat conversation: one prompt text built from the messages.
-
-The rule. The prompt is
+"""What the router sees of a chat conversation: one prompt text built from the messages, joined by
+blank lines:
   1. the latest user message, as it is (no label);
   2. then every other turn except the system messages, newest first, each as "role: text";
-  3. then the system (or developer) messages, as "system: text";
-joined by blank lines. Text parts of a multi-part content are joined; other parts (images,
+  3. then the system (or developer) messages, each as "role: text" too.
+Text parts of a multi-part content are joined; other parts (images,
 audio) are left out, as are tool calls (only their text content counts). Nothing is truncated.
 Why this order: docs/clients.md#how-the-router-reads-a-conversation. Pass `to_prompt=` to the
 client for another rule.

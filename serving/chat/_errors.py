@@ -1,9 +1,8 @@
 """What can go wrong with an OpenAI-compatible endpoint, as exceptions the fallback rules
 understand (every failure of an edge call falls back; a timeout is a TimeoutError, so the trace
 marks its step "timeout"), and the short names (`kind`) that metrics and response headers use.
-
 Messages name the endpoint and its model, never its URL or key, and any text an upstream sent back
-passes through `redact` with the client's keys. A JSON value is redacted once decoded
+passes through `redact` with the client's keys; a JSON value is redacted once decoded
 (`redact_value`), where an escaped `sk\\u002d...` reads as the key.
 """
 
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from serving._router_error import RouterError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
 REDACTED = "[redacted]"
 MAX_DETAIL_CHARS = 300  # of an upstream's error text kept in a message
@@ -23,7 +22,7 @@ MIN_SECRET_CHARS = 4  # shorter "keys" (a local server's placeholder such as "x"
 
 
 class UpstreamError(RouterError):
-    """An endpoint did not give a usable answer. `endpoint` is "edge" or "cloud"."""
+    """An endpoint did not give a usable answer; `endpoint` is its name ("edge", "cloud", or any of N)."""
 
     kind = "error"
 
@@ -83,10 +82,9 @@ def failure_kind(error: BaseException | None) -> str:
 
 
 def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:
-    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted].
-
-    cut: `text` may end where a read stopped (a body read up to a limit), so an end that begins
-    a secret (its first MIN_SECRET_CHARS characters or more) is replaced too."""
+    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted]. cut: `text` may
+    end where a read stopped (a body read up to a limit), so an end that begins a secret (its first
+    MIN_SECRET_CHARS characters or more) is replaced too."""
     for secret in _hunted(secrets):
         text = text.replace(secret, REDACTED)
         if cut:
@@ -172,7 +170,7 @@ def redacted_json(value: Any, secrets: Sequence[str]) -> str:
     return redact(json.dumps(redact_value(value, secrets), default=str), secrets)
 
 
-def _hunted(secrets: Sequence[str]) -> tuple[str, ...]:
+def _hunted(secrets: Iterable[str]) -> tuple[str, ...]:
     return tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
 
 

@@ -1,10 +1,9 @@
-"""One chat request, checked once before anything is sent: ChatRequest.
-
-What it must hold: messages the API takes, no `model` or `messages` among the parameters, and
-only numbers JSON can carry. Python's json module reads NaN, Infinity and a number too large for
-a double (1e999, as infinity) and writes them back as NaN / Infinity, which is not JSON: a strict
-server refuses such a request, a lax one reads something else. So a request holding one is the
-caller's error, named with where it is, before any call (the proxy answers it with 400).
+"""One chat request, checked once before anything is sent (ChatRequest): messages the API takes,
+no `model` or `messages` among the parameters, and only numbers JSON can carry. Python's json
+module reads NaN, Infinity and a number too large for a double (1e999, as infinity) and writes
+them back as NaN / Infinity, which is not JSON: a strict server refuses such a request, a lax one
+reads something else. So a request holding one is the caller's error, named with where it is,
+before any call (the proxy answers it with 400).
 """
 
 from __future__ import annotations
@@ -25,11 +24,10 @@ RESERVED = ("model", "messages")  # set by the client, never a request parameter
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """A chat request as checked: `messages`, `params` (every other chat-completions parameter,
-    JSON values sent as they are), `prompt`, the text the router routes (a
-    serving.execution._execute.Routable), and `needs`, the capabilities it needs of its endpoint (image
-    parts, tools, a JSON response format: serving.endpoints._capabilities.needs_of). Build it with
-    ChatRequest.build."""
+    """A chat request as checked (ChatRequest.build builds it): `messages`, `params` (every other
+    chat-completions parameter, JSON values sent as they are), `prompt`, the text the router routes
+    (a serving.execution._execute.Routable), and `needs`, the capabilities it needs of its endpoint
+    (image parts, tools, a JSON response format: serving.endpoints._capabilities.needs_of)."""
 
     messages: Sequence[Message]
     params: Mapping[str, Any]  # Any: JSON values of any shape

@@ -94,9 +94,8 @@ def error_detail(raw: bytes, secrets: Sequence[str]) -> str:
     return redact(" ".join(text.split()), secrets, cut=body is None)[:MAX_DETAIL_CHARS]
 
 
-# The texts a stream spells out piece by piece in its chunks' deltas, which a caller joins: each
-# choice's content (and refusal, reasoning), a function call's and each tool call's arguments.
-# Other delta fields (role, a tool call's id or name) come whole in one chunk.
+# A choice's delta fields a stream spells out piece by piece, which a caller joins (as it does a function
+# call's and each tool call's arguments); the others (role, a tool call's id or name) come whole.
 DELTA_TEXTS = ("content", "refusal", "reasoning_content", "reasoning")
 
 
@@ -104,8 +103,7 @@ class ChunkRedactor:
     """A stream's chunks as the caller gets them, with each text they spell out (DELTA_TEXTS, a
     function call's or a tool call's arguments) redacted across chunks by a StreamRedactor of its
     own; what is held back comes in the choice's finish chunk, or in one more chunk by end(). With
-    no key to hunt, chunks pass as they are. (The JS SDK's ChunkRedactor, clients/js/src/chat/responses.js,
-    is the same.)"""
+    no key to hunt, chunks pass as they are. (clients/js/src/chat/responses.js's ChunkRedactor is the same.)"""
 
     def __init__(self, secrets: Sequence[str]) -> None:
         self._secrets = _hunted(secrets)
@@ -147,11 +145,8 @@ class ChunkRedactor:
         if not choices:
             return None
         last = self._last or {}
-        made: JSONObject = {
-            "id": last.get("id", "chatcmpl-redacted"),
-            "object": last.get("object", "chat.completion.chunk"),
-        }
-        made.update({name: last[name] for name in ("created", "model") if name in last})
+        made: JSONObject = {"id": "chatcmpl-redacted", "object": "chat.completion.chunk"}
+        made.update({name: last[name] for name in ("id", "object", "created", "model") if name in last})
         return {**made, "choices": choices}
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -205,13 +200,12 @@ class ChunkRedactor:
                 number = int(place.split("/")[1])
                 calls = list(out["tool_calls"]) if isinstance(out.get("tool_calls"), list) else []
                 at = next((i for i, c in enumerate(calls) if isinstance(c, Mapping) and _index(c, i) == number), None)
-                tool: Mapping[str, Any] = calls[at] if at is not None else {"index": number, "function": {}}
+                if at is None:  # the delta has no entry for this tool call: one is added
+                    at = len(calls)
+                    calls.append({"index": number, "function": {}})
+                tool: Mapping[str, Any] = calls[at]
                 function: Mapping[str, Any] = tool["function"] if isinstance(tool.get("function"), Mapping) else {}
-                joined = {**tool, "function": {**function, "arguments": _text(function.get("arguments")) + tail}}
-                if at is None:
-                    calls.append(joined)
-                else:
-                    calls[at] = joined
+                calls[at] = {**tool, "function": {**function, "arguments": _text(function.get("arguments")) + tail}}
                 out["tool_calls"] = calls
         return out
 

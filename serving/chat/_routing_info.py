@@ -66,7 +66,7 @@ class RoutingInfo:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "decision": self.decision.to_dict(),
             "served_by": self.served_by,
             "model": self.model,
@@ -79,12 +79,10 @@ class RoutingInfo:
             "estimated_cost": self.estimated_cost,
             "seconds": self.seconds,
             "request_id": self.request_id,
-            **(
-                {"tried": [t.as_record() for t in self.tried], "expected_cost": self.expected_cost}
-                if self.tried
-                else {}
-            ),
         }
+        if self.tried:
+            record.update(tried=[t.as_record() for t in self.tried], expected_cost=self.expected_cost)
+        return record
 
 
 @dataclass

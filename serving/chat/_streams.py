@@ -1,14 +1,11 @@
 """Streamed answers of the routed chat client (docs/clients.md#streaming).
 
-A stream is opened by the same fallback rules as any request (serving.execution._execute.aexecute): the
-"call" to an endpoint opens its stream and reads it up to the first chunk that carries the answer,
-so an edge-first stream falls back before anything has reached the caller; a stream that breaks
-after that raises StreamInterrupted. A key of the client spelled out over several chunks is
-redacted too (serving.chat._responses.ChunkRedactor).
-
-AsyncChatStream is the implementation; ChatStream gives the sync client the same stream by
-running it on the client's event loop thread (LoopThread, one per client, which runs its
-non-streamed sync calls too), so both share every rule.
+A stream is opened by the same fallback rules as any request (serving.execution._execute.aexecute):
+the "call" to an endpoint opens its stream and reads it up to the first chunk that carries the
+answer, so an edge-first stream falls back before anything has reached the caller; a stream that
+breaks after that raises StreamInterrupted. A key of the client spelled out over several chunks is
+redacted too (serving.chat._responses.ChunkRedactor). ChatStream, the sync client's, runs the
+AsyncChatStream on the client's event loop thread (LoopThread, which runs its sync calls too).
 """
 
 from __future__ import annotations
@@ -56,11 +53,9 @@ class AsyncChatStream:
     ) -> None:
         self.routing = routing
         self._opened, self._upstream, self._started, self._on_end = opened, upstream, started, on_end
-        # the request's span (serving.monitoring._telemetry), ended with the stream
-        self._trace, self._end_trace = trace, end_trace
+        self._trace, self._end_trace = trace, end_trace  # the request's span, ended with the stream
         self._head = deque(opened.head)
-        # the latest usage a chunk reported (Endpoint.answer_cost reads it)
-        self._usage: Mapping[str, Any] | None = None
+        self._usage: Mapping[str, Any] | None = None  # the latest a chunk reported (Endpoint.answer_cost reads it)
         self._done = False
         self._redactor = ChunkRedactor(upstream.secrets)  # keys spelled out over several chunks
         self._broken: StreamInterrupted | None = None  # raised once the text held back has been given

@@ -1,16 +1,14 @@
 """HTTP to one OpenAI-compatible endpoint, with httpx2 (the `client` extra): the chat completion
 of a ChatRequest (serving.chat._request), non-streamed (acomplete) or as a stream opened up to
-its first chunk (open_stream): the edge and cloud calls Router.execute / aexecute makes.
+its first chunk (open_stream): the calls Router.execute / aexecute makes.
 
-Every way a call can fail becomes one of serving.chat._errors' exceptions, so that the fallback
-rules treat them alike. Reads are bounded (`Endpoint.max_response_bytes`; 16 KiB of an error
-body) and so is time: an answer, streamed or not, must be complete within `timeout_s` of the
-call, and a stream's first token within `first_token_timeout_s`. httpx2's own timeouts bound each
-read, which a server sending a byte now and then never trips; these are deadlines of the whole,
-enforced by cancelling the call (asyncio.wait_for), which closes its connection.
-
-What an endpoint sends back is redacted of every key the client holds (both endpoints'), as
-decoded (serving.chat._errors), before anything keeps it.
+Every way a call can fail becomes one of serving.chat._errors' exceptions, which the fallback rules
+treat alike. Reads are bounded (`Endpoint.max_response_bytes`; 16 KiB of an error body) and so is
+time: an answer, streamed or not, must be complete within `timeout_s` of the call, and a stream's
+first token within `first_token_timeout_s`. httpx2's own timeouts bound each read, which a server
+sending a byte now and then never trips; these are deadlines of the whole, enforced by cancelling
+the call (asyncio.wait_for), which closes its connection. What an endpoint sends back is redacted
+of every key the client holds (every endpoint's), as decoded, before anything keeps it.
 """
 
 from __future__ import annotations
@@ -54,9 +52,9 @@ LIMITS = httpx2.Limits(max_connections=256, max_keepalive_connections=64)
 
 
 class Answer(str):
-    """A non-streamed answer as the fallback rules see it: the assistant text, so that an
-    accept check (a callable, or the router's own) reads the text; `body` is the whole chat
-    completion and `endpoint` the name of the endpoint that gave it."""
+    """A non-streamed answer as the fallback rules see it: the assistant text, which an accept check
+    (a callable, or the router's own) reads; `body` is the whole chat completion and `endpoint` the
+    name of the endpoint that gave it."""
 
     body: JSONObject
     endpoint: str

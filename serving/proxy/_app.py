@@ -303,10 +303,9 @@ class _Handlers:
         return body.pop("messages"), stream, precision, metadata, body
 
     def _upstream_failed(self, exc: CloudCallError | FallbackForbidden) -> RequestError:
-        """The error answer when the cloud failed too, or when the allowed endpoint failed and the policy
-        forbids the fallback (the statuses: docs/clients.md#the-proxy). It carries the routed request's
-        zone and calls (for /metrics), and x-router-tried with N endpoints (every endpoint tried, and why
-        each was left)."""
+        """The error answer when the cloud failed too, or the allowed endpoint failed and the policy forbids
+        the fallback (statuses: docs/clients.md#the-proxy), with the routed request's zone and calls (for
+        /metrics) and, with N endpoints, x-router-tried (every endpoint tried, and why each was left)."""
         message = redact(str(exc), self.config.secrets)
         if isinstance(exc, FallbackForbidden):
             log.warning("request failed, fallback forbidden by policy: %s", message)
@@ -380,8 +379,7 @@ def _bad_request(message: str) -> RequestError:
 
 
 def _json_response(body: JSONObject, headers: dict[str, str]) -> Response:
-    """The upstream's answer as JSON; with ASCII escapes when it holds a lone surrogate (which
-    UTF-8 cannot carry)."""
+    """The upstream's answer as JSON; ASCII-escaped when it holds a lone surrogate (UTF-8 cannot carry one)."""
     try:
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:
@@ -435,12 +433,7 @@ class _Relay(StreamingResponse):
             await self._finish()
 
 
-def build_app(
-    chat: RoutedChat,
-    config: ProxyConfig,
-    *,
-    on_shutdown: Iterable[Callable[[], None]] = (),
-) -> Starlette:
+def build_app(chat: RoutedChat, config: ProxyConfig, *, on_shutdown: Iterable[Callable[[], None]] = ()) -> Starlette:
     """The ASGI app. `on_shutdown`: callables run when the server stops (the chat client's
     connections are closed then too)."""
     metrics = ProxyMetrics(chat.router)

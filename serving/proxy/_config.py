@@ -1,9 +1,8 @@
 """The proxy's options: the command line of `python -m serving serve`, checked into a ProxyConfig
-before anything starts. Loads nothing heavy (the CLI imports it to build its help).
-
-It binds 127.0.0.1 unless told otherwise and refuses any address beyond the loopback without a
-client token; tokens and upstream keys come from environment variables, never from the command
-line, and none is ever printed (docs/clients.md#security).
+before anything starts. Loads nothing heavy (the CLI imports it to build its help). It binds
+127.0.0.1 unless told otherwise and refuses any address beyond the loopback without a client
+token; tokens and upstream keys come from environment variables, never from the command line,
+and none is ever printed (docs/clients.md#security).
 """
 
 from __future__ import annotations
@@ -34,14 +33,12 @@ MIN_TOKEN_CHARS = 16
 SERVED_MODEL = "router"
 # ProxyConfig's fields from_args builds itself; every other field is the `serve` option of its name
 BUILT_FIELDS = ("edge", "cloud", "token", "endpoints", "redis")
+# The earlier spelling of an --endpoints entry's call settings: an `upstream` object with these keys.
+UPSTREAM_KEYS = ("url", "model", "key_env", "timeout_s", "first_token_timeout_s")
 
 
 class ConfigError(RouterError, ValueError):
     """An option is missing or wrong; the message says which and what to do."""
-
-
-# The earlier spelling of an --endpoints entry's call settings: an `upstream` object with these keys.
-UPSTREAM_KEYS = ("url", "model", "key_env", "timeout_s", "first_token_timeout_s")
 
 
 def load_endpoints_file(path: str, environ: Mapping[str, str] = os.environ, *, token_env: str = TOKEN_ENV) -> Endpoints:
@@ -265,11 +262,6 @@ class ProxyConfig:
             + ": give --endpoints FILE with one upstream per endpoint of the bundle"
         )
 
-    def chat_options(self) -> dict[str, Any]:
-        """RoutedChat's endpoint arguments: edge= and cloud=, or endpoints= (the records carry their
-        context limits, prices, places and capabilities)."""
-        return {"endpoints": self.upstreams} if self.endpoints is not None else self.upstreams
-
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> "ProxyConfig":
         def secret(variable: str | None, what: str, required: bool) -> str | None:
@@ -385,9 +377,8 @@ def is_loopback(host: str) -> bool:
 SERVE_HELP = f"""\
 An OpenAI-compatible server in front of the two endpoints (or N): POST /v1/chat/completions (JSON or
 stream), GET /v1/models, /health, /metrics (Prometheus), /dashboard (the recent requests and drift,
-one HTML page). Point any OpenAI client at
-http://HOST:PORT/v1 with the model name "{SERVED_MODEL}"; a request may declare its precision in
-the body ("precision": "exact") or the x-router-precision header.
+one HTML page). Point any OpenAI client at http://HOST:PORT/v1 with the model name "{SERVED_MODEL}"; a
+request may declare its precision in the body ("precision": "exact") or the x-router-precision header.
 
 Keys are read from environment variables, never from the command line: --edge-key-env NAME,
 --cloud-key-env NAME, and the client token from {TOKEN_ENV} (or --token-env NAME). With a
@@ -400,9 +391,8 @@ says x-router-turn, x-router-switched and x-router-switch. --redis URL (--redis-
 password) keeps that state and the budgets' ledger in Redis, shared by every proxy given the same URL.
 
 N endpoints: --endpoints FILE instead of the --edge-* and --cloud-* options (an endpoint spec whose
-every endpoint has base_url and model; keys through each one's key_env, extra request parameters
-in its params); one upstream per endpoint of an N-endpoint bundle, tried in each request's cascade
-order.
+every endpoint has base_url and model; keys through each one's key_env, extra request parameters in
+its params); one upstream per endpoint of an N-endpoint bundle, tried in each request's cascade order.
 
 Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight requests finish, up to
 --shutdown-timeout-s); 1 when it cannot start (the address is taken; with --strict, the bundle
@@ -458,10 +448,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     net.add_argument("--port", type=int, help="0 for any free port (default 8000)")
     net.add_argument(
-        "--token-env",
-        default=TOKEN_ENV,
-        metavar="VAR",
-        help=f"environment variable holding the client token (default {TOKEN_ENV})",
+        "--token-env", default=TOKEN_ENV, metavar="VAR", help=f"variable holding the client token (default {TOKEN_ENV})"
     )
     net.add_argument("--served-model", metavar="NAME", help=f"model name clients ask for (default {SERVED_MODEL})")
     net.add_argument("--max-body-bytes", type=int, metavar="N", help="larger requests get 413 (default 4 MiB)")
@@ -505,9 +492,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bundle.add_argument("--strict", action="store_true", help="refuse to start when the bundle cannot load")
     bundle.add_argument("--public-key", metavar="FILE", help="accept only bundles signed with this key")
     bundle.add_argument(
-        "--watch",
-        metavar="DIR_OR_URL",
-        help="poll a folder or an http(s) URL for new bundles and switch to them (verified)",
+        "--watch", metavar="DIR_OR_URL", help="poll a folder or http(s) URL for new bundles; switch to them (verified)"
     )
     bundle.add_argument("--watch-interval-s", type=float, metavar="S", help="(default 60)")
     bundle.add_argument(

@@ -1,11 +1,9 @@
 """The proxy's GET /dashboard: the traffic dashboard (serving.dashboard) of the requests it served
-recently, behind the same bearer token as the API (docs/observability.md).
-
-The proxy keeps its last MAX_REQUESTS routed requests (RecentRequests), fed where it counts them
-for /metrics: one RequestSummary per answer served (a stream: at its first chunk, so its cost is
-left out) and what drift reads of it. Neither holds a prompt, an answer, an error message, a key
-or a conversation id. The page is drawn on request, in a worker thread, and reloads itself every
-REFRESH_S seconds.
+recently, behind the same bearer token as the API (docs/observability.md). The proxy keeps its
+last MAX_REQUESTS routed requests (RecentRequests), fed where it counts them for /metrics: one
+RequestSummary per answer served (a stream: at its first chunk, so its cost is left out) and what
+drift reads of it. Neither holds a prompt, an answer, an error message, a key or a conversation
+id. The page is drawn on request, in a worker thread, and reloads itself every REFRESH_S seconds.
 """
 
 from __future__ import annotations
@@ -61,14 +59,10 @@ class RecentRequests:
         with self._lock:
             self._recent.append(entry)
 
-    def snapshot(self) -> list[RequestSummary]:
+    def snapshot(self) -> list[tuple[RequestSummary, JSONObject]]:
+        """Each request's summary and what drift reads of it (serving.monitoring._drift.decision_record)."""
         with self._lock:
-            return [summary for summary, _ in self._recent]
-
-    def drift_records(self) -> list[JSONObject]:
-        """What drift reads of each request in the window (serving.monitoring._drift.decision_record)."""
-        with self._lock:
-            return [record for _, record in self._recent]
+            return list(self._recent)
 
 
 def page_of(recent: RecentRequests, router: Router) -> str:
@@ -76,7 +70,7 @@ def page_of(recent: RecentRequests, router: Router) -> str:
     from serving.dashboard._page import render_page
     from serving.dashboard._views import compute_views
 
-    requests = recent.snapshot()
+    requests = [summary for summary, _ in recent.snapshot()]
     views = compute_views(requests) if requests else None
     source = (
         f"this proxy's last {len(requests):,} requests (window {MAX_REQUESTS:,}); bundle now {router.model_version}"
@@ -93,7 +87,7 @@ def drift_of(recent: RecentRequests, router: Router) -> JSONObject | None:
     from serving.monitoring._drift import drift_report
 
     reference = router.drift_reference()
-    records = recent.drift_records()
+    records = [record for _, record in recent.snapshot()]
     if reference is None or not records:
         return None
     return drift_report(reference, records).as_dict()

@@ -1,8 +1,7 @@
 """The proxy's HTTP/1.1 connections: uvicorn's h11 protocol, with deadlines on what a client sends
-that nothing else bounds (docs/clients.md#secrets-deadlines-and-request-validation).
-
-uvicorn reads a request's headers with no deadline, and reads and drops the rest of a body the app
-answered without reading for as long as it comes. Here a request's headers must be complete within
+that nothing else bounds (docs/clients.md#secrets-deadlines-and-request-validation). uvicorn reads
+a request's headers with no deadline, and reads and drops the rest of a body the app answered
+without reading for as long as it comes. Here a request's headers must be complete within
 `header_timeout_s` of the connection opening (or of the request's first byte on a kept-alive one),
 else 408 with Connection: close; the rest of an unread body must arrive within `body_timeout_s` of
 the answer, else the connection is closed. A body the app reads has the app's own deadline.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from starlette.responses import Response
 
-from serving.chat._errors import MIN_SECRET_CHARS, redact
+from serving.chat._errors import _hunted, redact
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -50,7 +50,7 @@ class RedactingFilter(logging.Filter):
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        self.secrets = tuple(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
+        self.secrets = _hunted(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:

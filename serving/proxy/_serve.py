@@ -1,7 +1,6 @@
 """`python -m serving serve`: load the bundle, build the app, and serve it with uvicorn until
-SIGTERM or Ctrl-C, after which in-flight requests get up to shutdown_timeout_s to finish.
-
-The socket is bound here, before uvicorn starts, so that port 0 works and a refused bind fails
+SIGTERM or Ctrl-C, after which in-flight requests get up to shutdown_timeout_s to finish. The
+socket is bound here, before uvicorn starts, so that port 0 works and a refused bind fails
 before anything else. Every log handler is behind a RedactingFilter that knows the keys and the token.
 """
 
@@ -131,7 +130,7 @@ def serve(config: ProxyConfig) -> int:
         sock.close()
         log.error("cannot start: %s", mismatch)
         return 1
-    chat = RoutedChat(router, **config.chat_options())
+    chat = RoutedChat(router, endpoints=config.upstreams)
     app = build_app(chat, config, on_shutdown=[w.stop for w in watchers_for(router, config)])
     host, port = sock.getsockname()[:2]
     protocol = with_deadlines(
