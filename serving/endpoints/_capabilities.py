@@ -130,8 +130,7 @@ def lacking_text(lacking: Mapping[str, tuple[str, ...]]) -> str:
 
 
 def declares_languages(capabilities: Mapping[str, Capabilities | None]) -> bool:
-    """Whether any endpoint among `capabilities` declares the languages it serves: only then is a
-    request's language read (with_language)."""
+    """Whether any endpoint in `capabilities` declares its languages (only then is a request's language read)."""
     return any(caps is not None and caps.languages is not None for caps in capabilities.values())
 
 

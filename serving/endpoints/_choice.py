@@ -89,9 +89,8 @@ def best_under_price(
 def cascade(
     expected: npt.ArrayLike, cost: npt.ArrayLike, start_margin: float, feasible: npt.ArrayLike | None = None
 ) -> list[list[int]]:
-    """Per request, the endpoints to try in order: the cheapest feasible one within `start_margin`
-    of the best, then each costlier one expected to do better than every one before it, up to the
-    best; [] when none is feasible."""
+    """Per request, the endpoints to try in order: the cheapest feasible one within `start_margin` of the best, then
+    each costlier one expected to do better than every one before it, up to the best; [] when none is feasible."""
     if not start_margin >= 0:
         raise ValueError(f"start_margin must be >= 0, got {start_margin!r}")
     p, c, ok = _inputs(expected, cost, feasible)

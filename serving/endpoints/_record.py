@@ -119,8 +119,7 @@ class Price:
         return price
 
     def call_cost(self, input_tokens: float, output_tokens: float = 0.0, cached_input_tokens: float = 0.0) -> float:
-        """The price of one call with that many input tokens (of them `cached_input_tokens` read
-        from the endpoint's prompt cache) and output tokens."""
+        """The price of one call of that many input tokens (`cached_input_tokens` of them cached) and output tokens."""
         if not cached_input_tokens:  # the arithmetic every price has always had
             return self.per_call + self._input_1k * input_tokens / 1000.0 + self._output_1k * output_tokens / 1000.0
         cached = min(cached_input_tokens, input_tokens)
@@ -304,8 +303,7 @@ class Endpoint:
         return self.base_url is not None and self.model is not None
 
     def check_callable(self, who: str) -> None:
-        """EndpointSpecError naming the endpoint unless it has base_url and model (`who` is what
-        was about to call it)."""
+        """EndpointSpecError naming the endpoint and `who` (its would-be caller) unless it has base_url and model."""
         if not self.has_call_settings:
             missing = " and ".join(k for k in ("base_url", "model") if getattr(self, k) is None)
             raise EndpointSpecError(
@@ -355,8 +353,7 @@ class Endpoint:
         return filled
 
     def as_dict(self, *, call_settings: bool = False) -> dict[str, Any]:
-        """The endpoint as a spec file (and a manifest) holds it; with `call_settings`, how it is
-        called too (never the key)."""
+        """The endpoint as a spec file or a manifest holds it; `call_settings`: how it is called too (never the key)."""
         out: dict[str, Any] = {key: getattr(self, key) for key in ENDPOINT_KEYS}
         if self.price is not None:
             out["price"] = self.price.as_dict()
@@ -577,9 +574,8 @@ def parse_endpoint(item: object, *, where: str, name: str | None = None, call_se
 
 
 def parse_endpoints(data: object, *, source: str = "<endpoints>", call_settings: bool = True) -> Endpoints:
-    """Endpoints from a decoded spec: `{"endpoints": [...]}`, or the two-endpoint spelling
-    `{"edge": {...}, "cloud": {...}}` (module doc). `call_settings=False` (a manifest) refuses
-    how to call them. EndpointSpecError names what is wrong."""
+    """Endpoints from a decoded spec, `{"endpoints": [...]}` or the two-endpoint `{"edge": {...}, "cloud": {...}}`;
+    `call_settings=False` (a manifest) refuses how to call them. EndpointSpecError names what is wrong."""
     if not isinstance(data, dict):
         raise EndpointSpecError(
             f'{source}: an endpoint spec is an object {{"endpoints": [...]}}, got {json_kind(data)}'
@@ -648,6 +644,5 @@ def load_endpoints(path: str | Path, *, call_settings: bool = True) -> Endpoints
 
 
 def read_spec_document(path: str | Path) -> Any:
-    """The decoded document of a spec file (JSON, or YAML with PyYAML), unchecked; EndpointSpecError
-    when it cannot be read or decoded."""
+    """A spec file's decoded document (JSON, or YAML with PyYAML), unchecked; EndpointSpecError if unreadable."""
     return read_document(path, what="endpoint spec", error=EndpointSpecError, max_bytes=MAX_SPEC_BYTES)

@@ -75,8 +75,7 @@ class Turn:
         return True, f"conversation turn {self.number} moves from {names[last]} to {self._move(names, first, 'reads')}"
 
     def over_staying(self, names: Sequence[str]) -> dict[str, float] | None:
-        """Each endpoint's switch cost over staying on the last turn's (Decision.switch_costs), or
-        None for a turn without a last endpoint."""
+        """Each endpoint's switch cost over staying on the last turn's (Decision.switch_costs); None without one."""
         if self.last is None:
             return None
         stay = self.switch[self.last]
@@ -89,8 +88,7 @@ class Turn:
 
 @dataclasses.dataclass(slots=True)
 class Feasible:
-    """What the policy and the needs leave for each of a batch of requests (the chooser's one
-    policy point); the rule reads the context limits itself."""
+    """What the policy and the needs leave each request (the chooser's one policy point; context limits: the rule's)."""
 
     tokens: list[int]  # each request's token count
     lacking: list[Lacking]  # per request: the endpoints its needs rule out
@@ -359,9 +357,8 @@ class Bands:
     def explored(
         self, decision: Decision, chooser: Chooser, rate: float, draw: random.Random
     ) -> tuple[Decision, bool, float]:
-        """(the decision to carry out, whether explored, its propensity): with probability `rate`
-        the other side first (edge first -> cloud; cloud first -> edge with the cloud as fallback);
-        never a prompt over the edge's context or a request whose policy forbids an endpoint."""
+        """(the decision to carry out, whether explored, its propensity): with probability `rate` the other side first
+        (edge -> cloud; cloud -> edge, cloud fallback); never over the edge's context, nor with a forbidden endpoint."""
         if not rate or decision.n_tokens > self.edge_context_tokens or decision.forbidden:
             return decision, False, 1.0
         if draw.random() >= rate:
@@ -431,8 +428,7 @@ class Bands:
         return zone, f"{reason}; {said}", truncated, switched
 
     def _familiar(self, request: Request, zone: str, reason: str, n_tokens: int, novelty: float) -> tuple[str, str]:
-        """An unfamiliar prompt gets the unfamiliar policy. Prompts over the edge context limit
-        stay on the cloud whatever the policy."""
+        """An unfamiliar prompt gets the unfamiliar policy, except one too long for the edge: it stays on the cloud."""
         if self.unfamiliar_policy == "learned":
             return zone, reason + f"; unfamiliar prompt (novelty {novelty:.2f}), learned zone kept"
         note = f"unfamiliar prompt (novelty {novelty:.2f} > 1)"
@@ -693,9 +689,8 @@ class Choice:
 
 
 def _placed_turn(decision: Decision, turn: Turn) -> None:
-    """A two-endpoint turn once the policy or the needs had their say (Bands.placed): when they
-    changed the endpoint run first (a forbidden last endpoint is never stayed on), `switched` and
-    the reason's conversation part say what runs now; in place."""
+    """A two-endpoint turn after the policy or the needs had their say (Bands.placed), in place: when they moved the
+    first endpoint (a forbidden last one is never stayed on), `switched` and the reason's conversation part say so."""
     moved, said = turn.said(SIDES, SIDES.index(decision.endpoint), None)
     if moved == decision.switched:
         return

@@ -88,8 +88,7 @@ class Decision:
         return data
 
 
-# A two-endpoint zone as a cascade: (cascade, on_device, checked). The edge alone is still left
-# for the cloud when its call fails.
+# A two-endpoint zone as (cascade, on_device, checked); the edge alone is still left for the cloud when its call fails.
 ZONES: dict[str, tuple[tuple[str, ...], tuple[bool, ...], tuple[str, ...]]] = {
     EDGE: ((EDGE, CLOUD), (True, False), ()),
     FALLBACK: ((EDGE, CLOUD), (True, False), (EDGE,)),

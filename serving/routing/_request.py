@@ -49,9 +49,8 @@ class Request:
         messages: Sequence[Mapping[str, Any]] | None = None,
         subject: Any = None,  # Any: the app's own object
     ) -> None:
-        # Written out, as a frozen dataclass's own __init__ would be but for its nine setattr calls:
-        # every route() builds a Request, and one dict costs 0.5 us less (route() stays as fast as
-        # before the record, issue 46).
+        # Written out (a frozen dataclass's own __init__ makes nine setattr calls): every route() builds a
+        # Request, and one dict costs 0.5 us less, so route() stays as fast as before the record (issue 46).
         if type(text) is not str:
             check_prompt(text, "text")
         if precision is not None and precision not in PRECISIONS:
@@ -102,9 +101,8 @@ def as_request(
     conversation: str | None = None,
     name: str = "prompt",
 ) -> Request:
-    """`prompt` when it is a Request (TypeError when fields are given too), else a Request of the
-    text: a str, or a request object whose `prompt` is the text (passed to the calls as it is).
-    `name`: what errors call the argument."""
+    """`prompt` when it is a Request (TypeError when fields are given too), else a Request of the text: a str, or a
+    request object whose `prompt` is the text (passed to the calls as it is); `name`: what errors call the argument."""
     if isinstance(prompt, Request):
         values = (precision, metadata, needs, capabilities, conversation)
         given = [key for key, value in zip(_FIELDS, values) if value is not None]

@@ -237,9 +237,8 @@ class Router:
         return self._routing.acceptor
 
     def drift_reference(self) -> DriftReference | None:
-        """The summary of its training traffic the current bundle carries (serving.monitoring._drift: what
-        drift_report compares recent requests with); None when it carries none (trained before
-        drift references) or the router is degraded."""
+        """The current bundle's summary of its training traffic (serving.monitoring._drift: what drift_report compares
+        recent requests with); None when it has none (trained before drift references) or the router is degraded."""
         raw = self._routing.drift_reference
         if raw is None:
             return None
@@ -573,8 +572,7 @@ class Router:
     def _prepared(
         self, request: Request, accept: AcceptCheck | Literal["learned"] | None
     ) -> tuple[Routing, Decision, AcceptCheck | None]:
-        """(the bundle serving this request, its decision, the accept check): all from one Routing,
-        so an update() meanwhile changes none of them."""
+        """(the bundle serving this request, its decision, the accept check), all from one Routing despite update()."""
         if accept is not None and accept != "learned" and not callable(accept):
             raise TypeError(f'accept must be a callable, "learned" or None, got {accept!r}')
         routing = self._routing

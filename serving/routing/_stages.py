@@ -107,8 +107,7 @@ class Routing:
 
     @property
     def stages(self) -> RouteStages | None:
-        """The stages route() runs on this bundle, for profiling (RouteStages); None when
-        degraded (the rule table decides)."""
+        """The bundle's RouteStages (profiling); None when degraded (the rule table decides)."""
         return None if self._scorer is None else RouteStages(self)
 
     def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> JSONObject | None:
@@ -149,8 +148,7 @@ class Routing:
         return {**inputs, **encoder, **names}
 
     def learned_accept(self, prompt: str) -> AcceptCheck | None:
-        """accept="learned" for one request: a callable(answer) -> Verdict, or None (no check)
-        when this bundle has no acceptance model."""
+        """accept="learned" for one request: a callable(answer) -> Verdict, or None without an acceptance model."""
         acceptor = self.acceptor
         if acceptor is None:
             if not self._warned_no_acceptor:

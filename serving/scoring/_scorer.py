@@ -138,8 +138,7 @@ class Scorer:
             )
 
     def pooled_embedding(self, ids: NDArray[np.int64], mask: NDArray[np.int64]) -> NDArray[np.float32] | None:
-        """The encoder's pooled embedding of prepared ids, before the projection (the bundle's
-        encoder.onnx); None when the bundle holds no such encoder."""
+        """The pooled embedding of prepared ids by the bundle's encoder.onnx, before the projection; None without it."""
         if self._raw_encoder is None and self._encoder_onnx is not None:
             self._raw_encoder = OnnxEncoder(self._encoder_onnx, row_wise=self.spec.encoder_row_wise)
         return None if self._raw_encoder is None else np.asarray(self._raw_encoder(ids, mask), dtype=np.float32)
@@ -163,8 +162,7 @@ class Scorer:
     def score_batch(
         self, prompts: Sequence[str], precisions: Sequence[str | None]
     ) -> tuple[list[float], list[float], list[tuple[float, ...]], list[float] | None]:
-        """(scores, token counts, head probabilities as one tuple per prompt, novelty per prompt
-        or None) as lists, in one model call."""
+        """(scores, token counts, each prompt's head probabilities as a tuple, novelty or None), in one model call."""
         ids, mask, scalars, _, n_tokens = self.extractor.prepare(prompts, precisions)
         feeds: dict[str, NDArray[Any]]
         if self.spec.fused:
