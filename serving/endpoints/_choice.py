@@ -1,11 +1,10 @@
 """Choosing among N endpoints from each endpoint's expected quality and cost
 (docs/sdk.md#how-the-router-chooses): the rules cheapest_within, best_under_price and cascade.
 
-Pure numpy over [requests, endpoints] matrices, so the SDK and the offline evaluation make the same
-decisions: `expected` holds P(endpoint answers well | prompt) from the outcome models, `cost` the
-expected price of the call (call_costs), `feasible` (optional, boolean) which endpoints a request
-may use at all (context limit, capabilities, policy). A request with no feasible endpoint gets -1:
-the caller must say so, never pick one silently."""
+Pure numpy over [requests, endpoints] matrices, so the SDK and the offline evaluation make the same decisions:
+`expected` holds P(endpoint answers well | prompt) from the outcome models, `cost` the expected price of the call
+(call_costs), `feasible` (optional, boolean) which endpoints a request may use at all (context limit,
+capabilities, policy). A request with no feasible endpoint gets -1: the caller must say so, never pick one silently."""
 
 from __future__ import annotations
 
@@ -105,9 +104,8 @@ def cascade(
 def escalation(
     expected: npt.ArrayLike, cost: npt.ArrayLike, first: npt.ArrayLike, feasible: npt.ArrayLike | None = None
 ) -> list[list[int]]:
-    """Per request, `first` (its chosen endpoint, e.g. cheapest_within's) and then, as cascade
-    climbs, each costlier feasible endpoint expected to do better than every one before it: the
-    order to try them in when an answer fails. [] where `first` is NONE."""
+    """Per request, `first` (its chosen endpoint, e.g. cheapest_within's), then, as cascade climbs, each costlier
+    feasible endpoint expected to beat every one before it: the order to try as answers fail; [] for a NONE `first`."""
     p, c, ok = _inputs(expected, cost, feasible)
     starts = np.asarray(first, dtype=np.int64)
     if starts.shape != (len(p),):
@@ -140,11 +138,10 @@ def _climb(
 def cascade_expectation(
     orders: list[list[int]], quality: npt.ArrayLike, cost: npt.ArrayLike, catch_rate: float
 ) -> tuple[Matrix, Matrix]:
-    """(expected quality, expected cost) per request of running its cascade, where `quality` is
-    each endpoint's probability of a good answer (the models' expectation, or the logged outcome)
-    and a bad answer is caught, and the next endpoint tried, with probability `catch_rate`; the
-    last step's answer stands. Outcomes are taken as independent given `quality` (exact for
-    logged 0/1 outcomes, which carry their own dependence)."""
+    """(expected quality, expected cost) per request of running its cascade, where `quality` is each endpoint's
+    probability of a good answer (the models' expectation, or the logged outcome) and a bad answer is caught, and
+    the next endpoint tried, with probability `catch_rate`; the last step's answer stands. Outcomes are taken as
+    independent given `quality` (exact for logged 0/1 outcomes, which carry their own dependence)."""
     if not 0.0 <= catch_rate <= 1.0:
         raise ValueError(f"catch_rate must be in [0, 1], got {catch_rate!r}")
     q = np.asarray(quality, dtype=np.float64)

@@ -2,10 +2,9 @@
 model a request may run on, and the spec files listing them (docs/sdk.md#the-endpoint-record: the
 fields, the two-endpoint spelling, the earlier per_1k_* prices; docs/clients.md: call settings).
 
-Every field is checked when parsed: EndpointSpecError names the source, the endpoint and the
-field on one line, values shortened (quoted). A spec file is read by serving.features._documents
-(size and nesting bounded, no YAML aliases, no key twice). Standard library only, so any part of
-the SDK can read it."""
+Every field is checked when parsed: EndpointSpecError names the source, the endpoint and the field on one
+line, values shortened (quoted). A spec file is read by serving.features._documents (size and nesting bounded,
+no YAML aliases, no key twice). Standard library only, so any part of the SDK can read it."""
 
 from __future__ import annotations
 
@@ -266,9 +265,8 @@ class Endpoint:
         return None if self.price is None else self.price.call_cost(input_tokens, output_tokens, cached_input_tokens)
 
     def answer_cost(self, usage: Any) -> float | None:
-        """The price of one answer at its `usage`'s token counts (cached ones too when the price has a
-        cached-input figure). None without a price or usage, and None with a warning when the counts
-        are not token counts (token_counts). Never raises, whatever the usage holds."""
+        """The price of one answer at its `usage`'s token counts (cached ones too if the price has a cached-input
+        figure); None without a price or usage, or, warned, without token counts (token_counts). Never raises."""
         if self.price is None or usage is None:
             return None
         counts = token_counts(usage)

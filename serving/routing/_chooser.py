@@ -1,8 +1,7 @@
-"""The one chooser: scored requests -> Decisions, for every bundle and for the rule table
-(docs/sdk.md, how the router chooses). What may serve a request (context limits, needs and
-languages, the policy's verdict) is settled once, here; the bundle's rule (Bands: two endpoints,
-a zone from the score's thresholds; Choice: N endpoints, expected quality and prices) then orders
-what is left into the cascade. No endpoint left: NoFeasibleEndpoint, never a silent default."""
+"""The one chooser: scored requests -> Decisions, for every bundle and for the rule table (docs/sdk.md, how the router
+chooses). What may serve a request (context limits, needs and languages, the policy's verdict) is settled once, here;
+the bundle's rule (Bands: two endpoints, a zone from the score's thresholds; Choice: N endpoints, expected quality and
+prices) then orders what is left into the cascade. No endpoint left: NoFeasibleEndpoint, never a silent default."""
 
 from __future__ import annotations
 
@@ -47,10 +46,9 @@ SIDES = (EDGE, CLOUD)
 
 @dataclasses.dataclass(slots=True)
 class Turn:
-    """One request's conversation as the rule reads it: its turn number, the endpoint (by index)
-    that answered the last turn (None: none of this chooser's), each endpoint's price change in
-    dollars for where the conversation has been and the history tokens it would read again
-    (serving.conversations._switch: delta, missing), and the weight."""
+    """One request's conversation as the rule reads it: its turn number, the endpoint (by index) that answered
+    the last turn (None: none of this chooser's), each endpoint's dollar price change for where the conversation
+    has been and the history tokens it would read again (serving.conversations._switch: delta, missing), the weight."""
 
     number: int
     last: int | None
@@ -402,10 +400,9 @@ class Bands:
     def _turn_zone(
         self, chooser: Chooser, request: Request, score: float, n_tokens: int, novelty: float | None, turn: Turn
     ) -> tuple[str, str, bool, bool | None]:
-        """_model_zone for a conversation's turn, and whether it moves the conversation: the switch
-        costs move the score in the bundle's own exchange rate (its upper threshold is what a cloud
-        call is worth: the rate is that threshold over the cloud call's price), or, weight inf,
-        the last turn's side first while it may serve (serving.conversations._switch)."""
+        """_model_zone for a conversation's turn, and whether the conversation moves: the switch costs move the
+        score in the bundle's own exchange rate (its upper threshold is what a cloud call is worth: the rate is
+        that threshold over the cloud call's price), or, weight inf, the last side first while it may serve."""
         last = turn.last
         if last is None:
             zone, reason, truncated = self._model_zone(request, score, n_tokens, novelty)

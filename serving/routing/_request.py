@@ -23,9 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, init=False)
 class Request:
-    """One request, checked when built (TypeError or ValueError naming the field); docs/sdk.md
-    (the request) says what each field is. `deadline` is a time.monotonic() value; `subject` is
-    what each endpoint's call gets, the app's own request object (None: the text)."""
+    """One request, checked when built (TypeError or ValueError naming the field); docs/sdk.md (the request) describes
+    the fields. `deadline`: a time.monotonic() value; `subject`: the app's object each call gets (None: the text)."""
 
     text: str
     precision: str | None = None

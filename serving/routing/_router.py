@@ -266,11 +266,10 @@ class Router:
         self._policy = _policy(policy, self._routing)
 
     def record_spend(self, metadata: Mapping[str, str] | None, amount: float) -> None:
-        """Count what a request cost against the budgets its metadata names (the metadata keys the
-        policy's `budget` conditions read; docs/policies.md#budgets). RoutedChat and the proxy call
-        it with each answer's estimated cost; an app calling execute() with its own callables calls
-        it with what the call cost. Nothing is counted without a policy that has budgets.
-        ValueError for an amount that is not a finite number >= 0."""
+        """Count what a request cost against the budgets its metadata names (the keys the policy's `budget`
+        conditions read; docs/policies.md#budgets). RoutedChat and the proxy call it with each answer's
+        estimated cost, an app running its own calls with what they cost. Nothing is counted without a
+        policy that has budgets. ValueError for an amount that is not a finite number >= 0."""
         from serving.policy._budgets import Spending, check_amount, limits_of
         from serving.routing._validation import check_metadata
 
@@ -369,10 +368,9 @@ class Router:
         output_tokens: int = 0,
         outcome: str = "served",
     ) -> bool:
-        """Record a conversation's turn that the app ran itself after route(): which endpoint answered
-        (None: none did), the prompt's and the answer's tokens, and how it went (served, fallback,
-        rejected, failed, regenerated). execute(), aexecute() and RoutedChat record their turns
-        themselves. False when the store could not be written (logged; never raises for it)."""
+        """Record a conversation's turn the app ran itself after route(): which endpoint answered (None: none),
+        the prompt's and the answer's tokens, and how it went (served, fallback, rejected, failed, regenerated);
+        execute(), aexecute() and RoutedChat record theirs. False, logged, never raised, when the store fails."""
         return self._conversations.record(
             conversation,
             endpoint,
@@ -383,10 +381,9 @@ class Router:
         )
 
     def record_answer(self, conversation: str, *, turn: int, endpoint: str, output_tokens: int) -> bool:
-        """Add the length of a turn's answer known only once it was read (a stream's, from the usage
-        at its end; RoutedChat calls it) to what execute() recorded of turn `turn` (the
-        Decision's). False when nothing was written: another turn recorded since, another endpoint
-        recorded as serving it, no tokens, or the store unreachable."""
+        """Add an answer's length known only once read (a stream's, from its final usage; RoutedChat calls it) to
+        what execute() recorded of turn `turn` (the Decision's). False when nothing was written: another turn
+        recorded since, another endpoint recorded as serving it, no tokens, or the store unreachable."""
         return self._conversations.answered(
             conversation, turn, endpoint, output_tokens, on_device=self._on_device(endpoint)
         )
@@ -448,14 +445,13 @@ class Router:
     ) -> Execution:
         """Route, then run the decision's cascade (serving.execution._execute; docs/sdk.md#executing-a-decision).
 
-        endpoints: each of the bundle's endpoints' call (a two-endpoint app may give `edge` and `cloud`).
-        prompt: a serving.Request, its text with the request's fields as keywords (as route() takes them),
-        or an app's request object whose `prompt` attribute is the text (serving.chat's ChatRequest):
-        each call gets that object, else the text. specs: the endpoints' records, default the bundle's;
-        what a record leaves undeclared is the bundle's. accept: a callable(answer) -> bool, or "learned"
-        (the bundle's acceptance check on the answer text). request_id: what router.feedback() takes,
-        under an outcome log (default: a new one, Execution.request_id). An endpoint the policy forbids,
-        or one lacking what the request needs, is never called: FallbackForbidden names the rule when the
+        endpoints: each of the bundle's endpoints' call (a two-endpoint app may give `edge` and `cloud`). prompt: a
+        serving.Request, its text with the request's fields as keywords (as route() takes them), or an app's request
+        object whose `prompt` attribute is the text (serving.chat's ChatRequest): each call gets that object, else the
+        text. specs: the endpoints' records (the bundle's by default, and for what a record leaves undeclared). accept:
+        a callable(answer) -> bool, or "learned" (the bundle's acceptance check on the answer text). request_id: what
+        router.feedback() takes, under an outcome log (default: a new one, Execution.request_id). An endpoint the policy
+        forbids, or one lacking what the request needs, is never called: FallbackForbidden names the rule when the
         others did not serve, NoFeasibleEndpoint when none was left; EndpointsFailed when every call failed."""
         from serving.execution._execute import execute
 

@@ -51,10 +51,9 @@ def rule_score(seq_len: float, domain: str | None, precision: str | None) -> flo
 
 
 def as_policy() -> dict[str, object]:
-    """The rule table as a policy document (serving.policy._rules, docs/policies.md): applied to a
-    learned router's decisions, its route rules give every prompt the rule table's zone. The
-    first matching rule decides: all three signals (score 1.0) -> cloud; any one or two (0.3-0.7,
-    inclusive) -> edge with cloud fallback; none -> edge."""
+    """The rule table as a policy document (serving.policy._rules, docs/policies.md): applied to a learned router's
+    decisions, its route rules give every prompt the rule table's zone. The first matching rule decides: all three
+    signals (score 1.0) -> cloud; any one or two (0.3-0.7, inclusive) -> edge with cloud fallback; none -> edge."""
     keywords = {"pattern": sorted(_DOMAIN_WORDS.values()), "head_chars": DEFAULT_MAX_CHARS}
     long = {"min_tokens": LONG_PROMPT_TOKENS + 1}
     exact = {"precision": "exact"}

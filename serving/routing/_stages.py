@@ -111,10 +111,9 @@ class Routing:
         return None if self._scorer is None else RouteStages(self)
 
     def model_inputs(self, prompt: str, precision: str | None, privacy: str = "token_ids") -> JSONObject | None:
-        """What training needs of a prompt whose text is not kept (serving.monitoring._outcome_log's privacy
-        modes): the scalar inputs this bundle computes for it and either its token ids or, for
-        "embedding", its encoder's pooled embedding before the projection, with what identifies
-        them. None when degraded, or for "embedding" when the bundle holds no such encoder."""
+        """What training needs of a prompt whose text is not kept (serving.monitoring._outcome_log's privacy modes):
+        this bundle's scalar inputs for it and its token ids or, for "embedding", its encoder's pooled embedding
+        before the projection, with what identifies them. None when degraded, or for "embedding" without one."""
         if self._scorer is None or self.manifest is None:  # degraded: neither (the manifest is the scorer's)
             return None
         try:
@@ -164,9 +163,8 @@ class Routing:
 
 
 class RouteStages:
-    """The stages one route() call runs on a bundle, as the callables it calls, so that a
-    profiler (`make bench`) can time each alone and inside route() without reaching into the
-    SDK. Nothing here is on route()'s path: route() pays for none of it unless `timed` is active.
+    """The stages one route() call runs on a bundle, as callables a profiler (`make bench`) can time alone and
+    inside route() without reaching into the SDK; route() pays for none of it unless `timed` is active.
 
     features(prompts, precisions) -> (ids, mask, scalars, heads, n_tokens): the cut, the
         tokenizer, the text statistics and the input arrays (FeatureExtractor.prepare)
@@ -194,9 +192,8 @@ class RouteStages:
 
     @contextmanager
     def timed(self, record: Callable[[str, int], object]) -> Iterator[None]:
-        """While the block runs, each stage call on this bundle (route()'s and route_batch()'s, from any
-        thread) also calls record(stage name, nanoseconds it took). Profiling only: the stages are swapped
-        on the bundle's objects for the block and put back as they were when it ends."""
+        """While the block runs, each stage call on this bundle (by route() or route_batch(), any thread) also calls
+        record(stage name, its nanoseconds). Profiling only: stages are swapped on the bundle's objects till it ends."""
         saved = {name: owner.__dict__.get(attr) for name, (owner, attr) in self._owners.items()}
         for name, (owner, attr) in self._owners.items():
             setattr(owner, attr, _recorded(name, getattr(owner, attr), record))

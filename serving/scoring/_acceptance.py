@@ -37,9 +37,8 @@ def answer_matrix(
     answer_features: AnswerFeatures,
     max_chars: int,
 ) -> NDArray[np.float32]:
-    """The acceptance model's input rows (float32): serving.features._response_features of each answer
-    (cut to its last `max_chars` characters), then `answer_features(cut answers)`, the
-    router's feature rows of their text. Training and the SDK both build rows here."""
+    """The acceptance model's input rows (float32), for training and the SDK alike: serving.features._response_features
+    of each answer cut to its last `max_chars` characters, then the router's feature rows of it (`answer_features`)."""
     n = len(answers)
     means: list[float | None] = [None] * n if logprob_means is None else list(logprob_means)
     mins: list[float | None] = [None] * n if logprob_mins is None else list(logprob_mins)
@@ -122,9 +121,8 @@ class Acceptor:
         """Calibrated P(good) per answer, in one model call."""
         if not answers:
             return np.zeros(0)
-        (out,) = self._run(
-            ["probabilities"], {"features": self.features(prompts, answers, logprob_means, logprob_mins)}, None
-        )
+        features = self.features(prompts, answers, logprob_means, logprob_mins)
+        (out,) = self._run(["probabilities"], {"features": features}, None)
         return np.array([self._calibrate(p) for p in out[:, 1].tolist()])
 
     def check(

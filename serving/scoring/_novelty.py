@@ -65,9 +65,8 @@ class Novelty:
         return np.maximum(distance / self.embedding_threshold, unseen / self.unseen_threshold)
 
     def score_one(self, embedding: NDArray[np.floating[Any]], ids: NDArray[np.integer[Any]]) -> float:
-        """`scores` for one prompt's embedding row and its unpadded ids, with the fewest numpy calls.
-        The squares are summed as `mean(axis=1)` sums a row (pairwise), not by `dot` (BLAS, another
-        order), so a prompt scores to the last bit as it does in a batch."""
+        """`scores` for one prompt's embedding row and unpadded ids, in the fewest numpy calls; squares summed as
+        `mean(axis=1)` sums a row (pairwise), not by `dot` (BLAS, another order): bit for bit as in a batch."""
         z = (embedding - self.mean) * self.inverse_scale
         unseen = 1.0 - float(self.seen[np.minimum(ids, len(self.seen) - 1)].sum()) / len(ids) if len(ids) else 0.0
         return max(float((z * z).sum()) / len(z) / self.embedding_threshold, unseen / self.unseen_threshold)

@@ -39,9 +39,8 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True, eq=False)
 class Scores:
-    """What a bundle's graph said of a batch: token counts, and either one score per prompt with
-    its heads (a two-endpoint bundle) or each endpoint's expected quality (an N-endpoint one);
-    `note` says why scoring failed (degraded: the rule table, or price order, decides)."""
+    """What a bundle's graph said of a batch: token counts, and one score per prompt with its heads (two endpoints) or
+    each endpoint's expected quality (N); `note`: why scoring failed (degraded: rule table or price order decides)."""
 
     n_tokens: Sequence[float]
     _: KW_ONLY
@@ -208,9 +207,8 @@ class Scorer:
         mask: NDArray[np.int64],
         features: NDArray[np.float32] | None,
     ) -> list[float] | None:
-        """Each prompt's novelty, taken off the end of the graph's `outputs`: the graph's own (`in_model`),
-        or from the reference file on the embedding (a fused graph's `features` output, else the staged
-        layout's `features`); None without a familiarity reference."""
+        """Each prompt's novelty, popped off the end of `outputs`: the graph's own (`in_model`), or the reference
+        file's on the embedding (a fused graph's `features` output, else the staged `features`); else None."""
         if self.novelty_output is not None:
             return outputs.pop().tolist()  # type: ignore[no-any-return]
         if self.novelty is None:
