@@ -1,4 +1,4 @@
-"""Conversations: what the router keeps of each conversation between its turns (_state), where it
-keeps it (_store: in this process, or in Redis for several processes) and what moving a
-conversation to another endpoint costs (_switch: re-reading its history). Public names are
-exported from `serving`."""
+"""Conversations: what the router keeps of each between its turns (_state) and where (_store: in this
+process, or in Redis for several processes), what moving one to another endpoint costs (_switch),
+the previous turn as evidence (_evidence), and the router's reading and writing of it (_keeper).
+Public names are exported from `serving`."""

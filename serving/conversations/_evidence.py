@@ -38,17 +38,13 @@ class TurnEvidenceError(RouterError, ValueError):
     """A turn_evidence.json that cannot be used; the message names what is wrong."""
 
 
-def logit(p: float) -> float:
-    p = min(max(p, _EPS), 1 - _EPS)
-    return math.log(p / (1 - p))
-
-
 def features(p: float, endpoint: str, state: ConversationState) -> list[float]:
     """The model's inputs for endpoint `endpoint` with P(good) `p`, in the order of FEATURES."""
+    p = min(max(p, _EPS), 1 - _EPS)  # so that its logit is finite
     served = 1.0 if state.endpoint == endpoint else 0.0
     trouble = 1.0 if state.outcome in TROUBLE else 0.0
     return [
-        logit(p),
+        math.log(p / (1 - p)),
         1.0,
         math.log(state.turns + 1),
         math.log1p(state.history_tokens) / 10,

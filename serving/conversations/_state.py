@@ -1,10 +1,8 @@
 """One conversation's state between turns: how many turns were served, where the last one ran and
-how it went, how long the history is, and how much of it each endpoint's cache holds.
-
-A cache holds a prefix of the conversation: a device's KV cache what it read and wrote (its
-prompt and its answer), a provider's prompt cache the prompt it was sent. A turn served elsewhere
-leaves the others' prefixes as they were: going back to an endpoint re-reads only what came
-after its prefix (while its cache lives: serving.conversations._switch).
+how it went, how long the history is, and the prefix of it each endpoint's cache holds: a device's
+KV cache what it read and wrote (its prompt and its answer), a provider's prompt cache the prompt it
+was sent. A turn served elsewhere leaves the others' prefixes as they were, so going back to an
+endpoint re-reads only what came after its prefix (while its cache lives: serving.conversations._switch).
 """
 
 from __future__ import annotations

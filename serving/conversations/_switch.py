@@ -17,12 +17,11 @@ An endpoint with no cache at all (no cached-input price, not on the device) read
 every turn wherever the conversation was: its delta is 0. The endpoint that answered the last
 turn holds the history: its delta is its discount alone.
 
-The chooser prices each endpoint at its call price + weight x delta_e (N endpoints), or moves
-the score by the same prices in the bundle's own exchange rate (two endpoints:
-serving.routing._chooser), so each turn goes where expected quality net of price, switch cost
-included, is best. weight 0: every turn on its own (as without conversations); 1: the turn at
-its price; inf: always stay while the last endpoint may serve. A policy still forces and
-forbids: a forbidden endpoint is never stayed on.
+The chooser (serving.routing._chooser) prices each endpoint at its call price + weight x delta_e
+(N endpoints), or moves the score by the same dollars at the bundle's own exchange rate (two
+endpoints), so each turn goes where expected quality net of price, switch cost included, is best.
+weight 0: every turn on its own (as without conversations); 1: the turn at its price; inf: always
+stay while the last endpoint may serve. A policy still forces and forbids: a forbidden endpoint is never stayed on.
 """
 
 from __future__ import annotations
@@ -45,9 +44,9 @@ CLOUD_CACHE_TTL_S = 300.0
 
 @dataclass(frozen=True)
 class Stickiness:
-    """How much a switch weighs (module doc): `weight`, the multiple of delta_e the chooser adds (0,
-    1 or math.inf, as the module doc says), and `seconds_price`, the dollars a second of time to first
-    token is worth (by default one cloud call of the seed's price, $0.003, a second)."""
+    """How much a switch weighs (module doc): `weight`, the multiple of delta_e the chooser adds, and
+    `seconds_price`, the dollars a second of time to first token is worth (by default one cloud call
+    of the seed's price, $0.003, a second)."""
 
     weight: float = 1.0
     seconds_price: float = 0.003

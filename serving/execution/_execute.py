@@ -18,15 +18,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, P
 
 import serving.monitoring._telemetry as telemetry
 from serving._contract import CLOUD, EDGE, SIDE_OF
-from serving.execution._steps import (  # the records, the errors and the call timing
-    REASON_CHARS,
-    CloudCallError,
-    EdgeBusy,
-    EndpointsFailed,
-    Execution,
-    Step,
-    Tried,
-)
+from serving.execution._steps import REASON_CHARS, CloudCallError, EdgeBusy, EndpointsFailed, Execution, Step, Tried
 from serving.execution._steps import timed_step as _step
 from serving.execution._steps import within_deadline as _within
 from serving.routing._decision import Decision
@@ -110,10 +102,9 @@ _LEFT_KINDS = {"context": "context_limit", "forbidden": "forbidden"}  # outcomes
 def fallback_kind(execution: Execution, kind_of: Callable[[BaseException | None], str] = failure_kind) -> str | None:
     """A short, fixed name for why the endpoint before the serving one was left (None when the first
     one reached served): context_limit, rejected, accept_error, forbidden, or its error's `kind_of`."""
-    left = execution.tried[:-1]
-    if not left:
+    if len(execution.tried) < 2:
         return None
-    last = left[-1]
+    last = execution.tried[-2]
     if last.outcome == "rejected":
         return "accept_error" if last.error else "rejected"
     return _LEFT_KINDS.get(last.outcome) or kind_of(last.exception)
@@ -143,16 +134,12 @@ class EdgePool:
         if self._pid != os.getpid():  # a forked child inherits this state but none of the threads
             self._reset()
         deadline = time.monotonic() + max(0.0, timeout_s)
+        self._start_workers()
         if self.overrunning >= self.size or not self._free.acquire(timeout=max(0.0, timeout_s)):
             raise EdgeBusy(
                 f"edge busy: all {self.size} edge workers are running earlier calls"
                 f" ({self.overrunning} past their timeout)"
             )
-        try:
-            self._start_workers()
-        except BaseException:
-            self._free.release()
-            raise
         future: Future[Any] = Future()
         self._jobs.put((fn, prompt, future))
         try:
