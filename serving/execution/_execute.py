@@ -299,7 +299,7 @@ class _Cascade:
     def failed(self, name: str, error: BaseException) -> None:
         """The call raised, timed out, or found no free worker."""
         outcome = "busy" if isinstance(error, EdgeBusy) else "timeout" if isinstance(error, TimeoutError) else "error"
-        if self.first_error is None and not self.tried and (name != self.order[-1] or self.decision.forbidden):
+        if not self.tried and (name != self.order[-1] or self.decision.forbidden):
             self.first_error = error  # the first endpoint's error, when another was to follow (or was forbidden)
         self._why = str(error) if isinstance(error, EdgeBusy) else repr(error)
         seconds = self.steps[-1].seconds if self.steps else 0.0
@@ -315,7 +315,7 @@ class _Cascade:
                 with _step(self.steps, "accept"):
                     accepted = bool(self.accept(response))
             except Exception as exc:
-                if self.first_error is None and not self.tried:
+                if not self.tried:
                     self.first_error = exc  # what the next endpoint answered after, as a failed call's error
                 self._why = f"the accept check raised {exc!r}"
                 self.tried.append(Tried(name, "rejected", seconds, type(exc).__name__, self._cost(name), exc))

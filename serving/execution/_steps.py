@@ -116,7 +116,7 @@ class EndpointsFailed(CloudCallError):
 
 
 class EdgeBusy(RouterError, RuntimeError):
-    """No edge worker came free in time: the edge step is skipped and the cloud serves."""
+    """No pool worker came free in time: the call is skipped (a `busy` try) and the cascade goes on."""
 
 
 @contextmanager
