@@ -39,8 +39,7 @@ if TYPE_CHECKING:
     from serving.monitoring._drift import DriftInputError, DriftReference, DriftThresholds, drift_report, read_records
     from serving.monitoring._outcome_log import OutcomeLog, RecordError, UndeclaredText
 
-# Names whose modules `import serving` does not load: each name's module, imported on first use.
-_LAZY = {
+_LAZY = {  # the names whose modules are loaded when first used (module doc)
     name: home
     for home, names in {
         "serving.bundle._download": "DownloadError",

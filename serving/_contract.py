@@ -1,8 +1,6 @@
-"""The contract between training and the SDK: names and bounds that both sides must agree on.
-
-Training writes bundles with these values; the SDK, evaluation and the log loaders read
-them from here. Nothing in this module imports anything of the project.
-"""
+"""The contract between training and the SDK: names and bounds both sides must agree on. Training
+writes bundles with these values; the SDK, evaluation and the log loaders read them from here. This
+module imports nothing of the project."""
 
 from __future__ import annotations
 
@@ -43,8 +41,3 @@ def zone_for(score: float, lo: float, hi: float) -> str:
     if score > hi:
         return CLOUD
     return FALLBACK
-
-
-def first_target(zone: str) -> str:
-    """Where a request in this zone runs first."""
-    return "cloud" if zone == CLOUD else "edge"

@@ -5,6 +5,7 @@ refuses the same hostile values the same way."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 def json_kind(value: object) -> str:
@@ -15,14 +16,12 @@ def json_kind(value: object) -> str:
 def nests_deeper_than(value: object, limit: int) -> bool:
     """Whether lists and objects nest more than `limit` levels in `value` (walked without recursion,
     so a value nested 100,000 deep is answered, not a RecursionError)."""
-    stack: list[tuple[object, int]] = [(value, 1)]
+    stack: list[tuple[dict[Any, Any] | list[Any], int]] = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
         if depth > limit:
             return True
+        children = item.values() if isinstance(item, dict) else item
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
 

@@ -1,11 +1,10 @@
 """Every exception the SDK raises, in one place: `except serving.errors.RouterError` catches them all.
 
-Each class stays in the module that raises it and is importable from there, from its package
-(`serving`, `serving.chat`, `serving.policy`, `serving.dashboard`) and from here. Each also keeps
-the standard base code caught before RouterError existed, given in brackets: a bad file or input
-is a ValueError, a failure while running a RuntimeError, an unreachable or slow upstream a
-ConnectionError or TimeoutError. A wrong argument (a non-str prompt, an unknown precision) is
-Python's own TypeError or ValueError, not a RouterError.
+Each class stays in the module that raises it and is importable from there, from its package (the
+tree's headings) and from here. Each also keeps the standard base code caught before RouterError
+existed, given in brackets: a bad file or input is a ValueError, a failure while running a
+RuntimeError, an unreachable or slow upstream a ConnectionError or TimeoutError. A wrong argument (a
+non-str prompt, an unknown precision) is Python's own TypeError or ValueError, not a RouterError.
 
     RouterError
     │   importable from `serving`:
@@ -82,8 +81,7 @@ if TYPE_CHECKING:
     from serving.proxy._app import RequestError
     from serving.proxy._config import ConfigError
 
-# Each name's defining module, imported on first use.
-_HOMES = {
+_HOMES = {  # each name's defining module, imported on first use
     name: home
     for home, names in {
         "serving.bundle._bundle": "BundleError",

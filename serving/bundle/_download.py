@@ -53,9 +53,8 @@ def _shown(url: str) -> str:
 
 
 class _SafeRedirects(urllib.request.HTTPRedirectHandler):
-    """Redirects to http(s) only, never from https down to http; and a redirect to another origin
-    goes without the caller's headers (urllib would copy them, Authorization included, to any
-    host the redirect names)."""
+    """Redirects to http(s) only, never from https down to http; a redirect to another origin goes without
+    the caller's headers (urllib would copy them, Authorization included, to any host it names)."""
 
     def redirect_request(
         self,
@@ -79,16 +78,17 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
         return redirected
 
 
-class _Deadline:
-    """The end of one request, redirects included: connecting, the headers and the whole body.
-
-    A socket timeout bounds each read, so a server that sends a byte now and then could hold a
-    request for ever. At the deadline every connection the request opened is shut down, which
-    ends whatever read is waiting on it, TLS or not. Each connection is watched through a
-    duplicate of its socket: the duplicate stays valid when TLS takes the socket over, and its
-    descriptor cannot be reused by another connection before the request ends."""
+class _Deadline(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
+    """The end of one request, redirects included: connecting, the headers and the whole body; and
+    urllib's http and https handler for it, whose connections it watches. A socket timeout bounds
+    each read, so a server that sends a byte now and then could hold a request for ever: at the
+    deadline every connection the request opened is shut down, which ends whatever read is waiting
+    on it, TLS or not. Each connection is watched through a duplicate of its socket: the duplicate
+    stays valid when TLS takes the socket over, and its descriptor cannot be reused by another
+    connection before the request ends."""
 
     def __init__(self, timeout_s: float) -> None:
+        super().__init__()
         self.timeout_s, self.end = timeout_s, time.monotonic() + timeout_s
         self.expired = False
         self._watched: list[socket.socket] = []
@@ -142,21 +142,13 @@ class _Deadline:
 
         return connection
 
-
-class _Watched(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
-    """urllib's http and https handler, whose connections `deadline` watches."""
-
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
-
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(self.deadline.watched(http.client.HTTPConnection), req)
+        return self.do_open(self.watched(http.client.HTTPConnection), req)
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         # urllib's HTTPSHandler keeps its SSL context in _context, which typeshed does not declare
         context = self._context  # type: ignore[attr-defined]
-        return self.do_open(self.deadline.watched(http.client.HTTPSConnection), req, context=context)
+        return self.do_open(self.watched(http.client.HTTPSConnection), req, context=context)
 
 
 def check_base_url(url: str) -> str:
@@ -181,7 +173,7 @@ def fetch(
     DownloadError for anything else that is not a complete 200."""
     request = urllib.request.Request(url, headers=dict(headers))
     with _Deadline(timeout_s) as deadline:
-        opener = urllib.request.build_opener(_SafeRedirects, _Watched(deadline))
+        opener = urllib.request.build_opener(_SafeRedirects, deadline)
         try:
             with opener.open(request, timeout=timeout_s) as response:
                 declared = response.headers.get("Content-Length", "")

@@ -258,8 +258,7 @@ def check_novelty(data: Any, files: Collection[str]) -> NoveltySection:
 
 def check_acceptance(data: Any, files: Collection[str]) -> AcceptanceSection:
     """The acceptance check (serving.scoring._acceptance): its graph, feature count, calibration and
-    threshold; or `{"file": null, "reason": ...}` when training had no answers to learn from;
-    {} for bundles from before acceptance checks."""
+    threshold; `{"file": null, "reason": ...}` when training had no answers; {} before acceptance checks."""
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -1,10 +1,8 @@
-"""Ed25519 signatures of bundles: who wrote a bundle, not only whether it is intact.
-
-The SHA-256 list stops corruption, not someone who can rewrite a file and its checksum: training
-signs the manifest's canonical JSON with the team's private key (`manifest.sig`), and an SDK given the
-public key accepts only bundles that carry a valid signature (docs/sdk.md, "Signed bundles"). The
-cryptography is the `cryptography` package's (the `[signing]` extra).
-"""
+"""Ed25519 signatures of bundles: who wrote a bundle, not only whether it is intact. The SHA-256 list
+stops corruption, not someone who can rewrite a file and its checksum: training signs the manifest's
+canonical JSON with the team's private key (`manifest.sig`), and an SDK given the public key accepts
+only bundles that carry a valid signature (docs/sdk.md, "Signed bundles"). The cryptography is the
+`cryptography` package's (the `[signing]` extra)."""
 
 from __future__ import annotations
 

@@ -59,9 +59,8 @@ def declared_language(metadata: Mapping[str, str] | None) -> str | None:
 
 
 class LanguageDetector:
-    """py3langid's naive Bayes identifier (97 languages and some varieties), probabilities
-    normalised; a detection below `floor` is unknown. Thread-safe: classification reads the
-    model only."""
+    """py3langid's naive Bayes identifier (97 languages and some varieties), probabilities normalised; a
+    detection below `floor` is unknown. Thread-safe: classification reads the model only."""
 
     def __init__(self, identifier: Any, *, floor: float = CONFIDENCE_FLOOR, max_chars: int = MAX_CHARS) -> None:
         if not 0.0 <= floor < 1.0:
@@ -90,8 +89,7 @@ class LanguageDetector:
 
     def language(self, text: str) -> str | None:
         """The text's language, or None when unknown (below the floor, or no language at all)."""
-        code, confidence = self.detect(text)
-        return language_at(code, confidence, self.floor)
+        return language_at(*self.detect(text), self.floor)
 
 
 def language_at(code: str, confidence: float, floor: float) -> str | None:

@@ -134,10 +134,7 @@ class Spending:
         entry = (key, holder_id(value), period)
         with self._lock:  # a record is a (window, total) tuple: never false
             record = self._open.get(entry) or self._spent[period].get(entry) or self._shared.get((key, period))
-        if record is None:
-            return 0.0
-        seen, total = record
-        return total if seen == current else 0.0
+        return record[1] if record is not None and record[0] == current else 0.0
 
     def _charge(self, entry: Entry, amount: float, current: int, limit: float | None, now: float) -> None:
         key, _, period = entry

@@ -16,19 +16,15 @@ IBAN_LENGTHS: dict[str, int] = {
     "SV": 28, "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20,
 }  # fmt: skip
 
+_LUHN_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)  # a digit doubled, less 9 when over 9
 DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"  # the control letter of a DNI number n is DNI_LETTERS[n % 23]
 NIE_PREFIX = {"X": "0", "Y": "1", "Z": "2"}  # an NIE's leading letter stands for this digit
 
 
 def luhn_valid(digits: str) -> bool:
     """The Luhn (mod 10) check over a string of ASCII digits, the last one the check digit."""
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2 == 1:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
+    doubled = sum(_LUHN_DOUBLED[ord(ch) - 48] for ch in digits[-2::-2])  # every second digit from the right
+    return (sum(ord(ch) - 48 for ch in digits[-1::-2]) + doubled) % 10 == 0
 
 
 def iban_valid(iban: str) -> bool:

@@ -197,10 +197,9 @@ _REPEATS = frozenset({_parser.MAX_REPEAT, _parser.MIN_REPEAT})
 
 
 def reach(pattern: re.Pattern[str]) -> int:
-    """How far past the position a match of `pattern` starts at the regex engine may read: its longest
-    match and the look-aheads and anchors after it, so a match starting at p is the same in
-    text[:p + reach] as in the whole text. ValueError for a repetition without a bound (no pattern
-    here has one: that is what keeps the scan linear)."""
+    """How far past where a match of `pattern` starts the regex engine may read: its longest match and
+    the look-aheads and anchors after it, so a match starting at p is the same in text[:p + reach] as
+    in the whole text. ValueError for a repetition without a bound (none here: that keeps scans linear)."""
     groups: dict[int, int] = {}
 
     def sequence(items: Any) -> tuple[int, int]:  # (longest advance, furthest read)

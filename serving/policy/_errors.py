@@ -25,10 +25,9 @@ class NoFeasibleEndpoint(PolicyError):
 
 
 class FallbackForbidden(PolicyError):
-    """execute(): the allowed endpoint did not serve (it failed, timed out, was busy or rejected,
-    or the prompt exceeds its context) and the policy forbids the fallback. `rule` forbade
-    `endpoint`; `edge_error`, `steps` and `decision` as on CloudCallError. The forbidden endpoint
-    was never called."""
+    """execute(): the allowed endpoint did not serve (it failed, timed out, was busy or rejected, or the
+    prompt exceeds its context) and the policy forbids the fallback. `rule` forbade `endpoint`, which
+    was never called; `edge_error`, `steps` and `decision` as on CloudCallError."""
 
     def __init__(
         self,

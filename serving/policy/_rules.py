@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from serving._contract import CLOUD, EDGE, PRECISIONS, ZONES, first_target
+from serving._contract import CLOUD, EDGE, PRECISIONS, ZONES
 from serving._json_values import finite_number, json_kind
 from serving._router_error import RouterError
 from serving.endpoints._capabilities import CAPABILITIES, RULE_PREFIX
@@ -79,8 +79,7 @@ class _Facts:
         (encoded once a request; a lone surrogate, which UTF-8 cannot hold, stays as its 3 bytes)."""
         data = self._utf8.get(head_chars)
         if data is None:
-            text = self.text if head_chars is None else self.text[:head_chars]
-            data = self._utf8[head_chars] = text.encode("utf-8", "surrogatepass")
+            data = self._utf8[head_chars] = self.text[:head_chars].encode("utf-8", "surrogatepass")
         return data
 
     def over_budget(self, key: str, limit: float, period: str) -> bool:
@@ -148,9 +147,8 @@ class Rule:
 
 @dataclass
 class Verdict:
-    """What the matching rules say of one request: the endpoints allowed, in the policy's order, and
-    the rules that decided (the force, the first forbid of each removed endpoint, the first
-    matching prefer or route rule)."""
+    """What the matching rules say of one request: the endpoints allowed, in the policy's order, and the
+    rules that decided (the force, each removed endpoint's first forbid, the first matching prefer or route)."""
 
     allowed: tuple[str, ...]
     forced: Rule | None = None
@@ -332,7 +330,7 @@ def _rule(item: object, index: int, source: str, endpoints: tuple[str, ...]) -> 
             raise fail("zone", f"a route rule sets a zone: one of {', '.join(ZONES)}, got {quoted(zone)}")
         if "endpoint" in item:
             raise fail("endpoint", "a route rule names a zone, not an endpoint")
-        endpoint = first_target(zone)
+        endpoint = CLOUD if zone == CLOUD else EDGE  # where a request in this zone runs first
     else:
         if "zone" in item:
             raise fail("zone", f"only route rules set a zone; a {action} rule names an endpoint")
