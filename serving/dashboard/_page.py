@@ -1,8 +1,7 @@
-"""The dashboard as one self-contained HTML page: the views (serving.dashboard._views) as inline
-SVG plots and plain tables, and the drift panel (a DriftReport.as_dict(), or None: "no drift
-reference"). Nothing is fetched from elsewhere; the same page is the proxy's /dashboard and `make
-report`'s file. Every table has an id and every row a `data-key`, so that a test or a script can
-read the numbers back from the page.
+"""The dashboard as one self-contained HTML page (nothing fetched from elsewhere): the views as inline SVG
+plots and plain tables, and the drift panel (a DriftReport.as_dict(), or None: "no drift reference"). The
+same page is the proxy's /dashboard and `make report`'s file. Every table has an id and every row a
+`data-key`, so that a test or a script can read the numbers back from the page.
 """
 
 from __future__ import annotations
@@ -50,8 +49,7 @@ def check_drift(drift: Mapping[str, object] | None) -> None:
 
 
 def _e(value: object) -> str:
-    """Text for the page: control characters, bidi overrides and lone surrogates shown as escapes
-    (serving.monitoring._outcome_log.printable: a log's bytes cannot hide text or break the file's UTF-8),
+    """Text for the page: what could hide text or break the file's UTF-8 shown as escapes (printable),
     then HTML-escaped (quotes too: attribute values)."""
     return html.escape(printable(str(value)), quote=True)
 
@@ -87,16 +85,16 @@ def _counts_table(
     return _table(table_id, (label, of, share), ((k, (k, str(n), _share(n, whole))) for k, n in counts.items()))
 
 
+def _section(section_id: str, title: str, *parts: str) -> str:
+    return f'<section id="{section_id}"><h2>{title}</h2>{"".join(parts)}</section>'
+
+
 def _mix(views: Views, plots: bool) -> str:
     from serving.dashboard._plots import mix_plot
 
-    return (
-        '<section id="mix"><h2>Routing mix</h2>'
-        + (mix_plot(views) if plots else "")
-        + _counts_table("zones", "zone", views.zones, views.requests)
-        + _counts_table("served", "served by", views.served, views.requests)
-        + "</section>"
-    )
+    zones = _counts_table("zones", "zone", views.zones, views.requests)
+    served = _counts_table("served", "served by", views.served, views.requests)
+    return _section("mix", "Routing mix", mix_plot(views) if plots else "", zones, served)
 
 
 def _fallbacks(views: Views) -> str:
@@ -106,7 +104,7 @@ def _fallbacks(views: Views) -> str:
         f"({_share(total, views.edge_first)}).</p>"
     )
     table = _counts_table("fallbacks", "reason", views.fallbacks, views.edge_first, share="of edge-first")
-    return f'<section id="fallback"><h2>Fallbacks by reason</h2>{note}{table if views.fallbacks else ""}</section>'
+    return _section("fallback", "Fallbacks by reason", note, table if views.fallbacks else "")
 
 
 def _latency(views: Views, plots: bool) -> str:
@@ -119,17 +117,13 @@ def _latency(views: Views, plots: bool) -> str:
         rows.append((row.endpoint, (row.endpoint, str(row.calls), *percentiles, _number(row.max_ms))))
     note = '<p class="note">Each call made (status ok, error or timeout); percentiles by nearest rank.</p>'
     plot = latency_plot(views) if plots and views.latency else ""
-    return (
-        f'<section id="latency"><h2>Latency by endpoint</h2>{note}{plot}{_table("latencies", header, rows)}</section>'
-    )
+    return _section("latency", "Latency by endpoint", note, plot, _table("latencies", header, rows))
 
 
 def _cost(views: Views) -> str:
     cost = views.cost
     rows: list[tuple[str, Sequence[str]]] = [
-        (f"calls:{name}", (f"{name} calls", str(n))) for name, n in cost.calls.items()
-    ]
-    rows += [
+        *((f"calls:{name}", (f"{name} calls", str(n))) for name, n in cost.calls.items()),
         ("estimated", (f"estimated cost ({cost.unit})", _number(cost.estimated, 2))),
         ("all_cloud", (f"all-cloud cost ({cost.unit})", _number(cost.all_cloud, 2))),
         ("saving", ("saved against all-cloud", "-" if cost.saving is None else f"{100 * cost.saving:.1f}%")),
@@ -145,7 +139,7 @@ def _cost(views: Views) -> str:
         + (f" {cost.unpriced_calls} calls to endpoints without a price are left out." if cost.unpriced_calls else "")
         + "</p>"
     )
-    return f'<section id="cost"><h2>Cost against all-cloud</h2>{note}{_table("costs", ("", "value"), rows)}</section>'
+    return _section("cost", "Cost against all-cloud", note, _table("costs", ("", "value"), rows))
 
 
 def _familiarity(views: Views) -> str:
@@ -154,19 +148,19 @@ def _familiarity(views: Views) -> str:
         ("unfamiliar", ("unfamiliar (novelty > 1)", str(unfamiliar), _share(unfamiliar, known))),
         ("known", ("with a familiarity reference", str(known), _share(known, views.requests))),
     ]
-    return f'<section id="familiarity"><h2>Unfamiliar prompts</h2>{_table("unfamiliar", ("", "requests", "share"), rows)}</section>'
+    return _section("familiarity", "Unfamiliar prompts", _table("unfamiliar", ("", "requests", "share"), rows))
 
 
 def _bundles(views: Views) -> str:
     rows = ((b.model_version, (b.model_version, str(b.requests), _when(b.first), _when(b.last))) for b in views.bundles)
     table = _table("bundles", ("model_version", "requests", "first seen", "last seen"), rows)
-    return f'<section id="bundle"><h2>Bundles in use</h2>{table}</section>'
+    return _section("bundle", "Bundles in use", table)
 
 
 def _quality(views: Views) -> str:
     quality = views.quality
     if quality is None:
-        return '<section id="quality"><h2>Quality (feedback)</h2><p class="note">No feedback for these requests.</p></section>'
+        return _section("quality", "Quality (feedback)", '<p class="note">No feedback for these requests.</p>')
     rows = []
     for estimate in quality.estimates:
         interval = "-" if estimate.ci95 is None else f"{estimate.ci95[0]:.3f} - {estimate.ci95[1]:.3f}"
@@ -181,16 +175,13 @@ def _quality(views: Views) -> str:
         "coverage an estimate speaks for the covered requests only.</p>"
     )
     table = _table("quality_estimates", ("policy", "estimate", "95% interval", "agreeing requests", "coverage"), rows)
-    return f'<section id="quality"><h2>Quality (feedback, off-policy)</h2>{note}{table}</section>'
+    return _section("quality", "Quality (feedback, off-policy)", note, table)
 
 
 def _conversations(views: Views) -> str:
     view = views.conversations
     if view is None:
-        return (
-            '<section id="conversations"><h2>Conversations</h2>'
-            '<p class="note">No request in a conversation.</p></section>'
-        )
+        return _section("conversations", "Conversations", '<p class="note">No request in a conversation.</p>')
     rows: list[tuple[str, Sequence[str]]] = [
         ("conversations", ("conversations", str(view.conversations))),
         ("turns", ("turns", str(view.turns))),
@@ -209,22 +200,19 @@ def _conversations(views: Views) -> str:
         "read.</p>"
     )
     summary = _table("conversation_summary", ("", "value"), rows)
-    return f'<section id="conversations"><h2>Conversations</h2>{note}{summary}{by}</section>'
+    return _section("conversations", "Conversations", note, summary, by)
 
 
 def _drift(drift: Mapping[str, object] | None) -> str:
     if drift is None:
-        return '<section id="drift"><h2>Drift</h2><p class="verdict">no drift reference</p></section>'
+        return _section("drift", "Drift", '<p class="verdict">no drift reference</p>')
     verdict = str(drift["verdict"])
     checks = drift["checks"]
     assert isinstance(checks, list)  # check_drift
     rows = ((str(c["name"]), (c["name"], c["statistic"], c["value"], c["status"])) for c in checks)
     table = _table("drift_checks", ("check", "statistic", "value", "status"), rows)
     reason = f'<p class="note" id="drift_reason">{_e(drift["reason"])}</p>' if drift.get("reason") else ""
-    return (
-        f'<section id="drift"><h2>Drift</h2><p class="verdict verdict-{_e(verdict)}">{_e(verdict)}</p>'
-        f"{reason}{table}</section>"
-    )
+    return _section("drift", "Drift", f'<p class="verdict verdict-{_e(verdict)}">{_e(verdict)}</p>', reason, table)
 
 
 def render_page(
@@ -237,9 +225,8 @@ def render_page(
     refresh_s: int | None = None,
     plots: bool = True,
 ) -> str:
-    """The page (module doc). `views` None: nothing to show yet (a proxy that has served no
-    request); `source` says where the requests come from; `refresh_s` makes the browser reload
-    the page that often; `plots` False leaves the SVG plots out (tables only)."""
+    """The page (module doc). `views` None: nothing to show yet (a proxy that has served no request);
+    `source`: where the requests come from; `refresh_s`: the browser's reload period; `plots` False: tables only."""
     check_drift(drift)
     generated = _when(time.time() if generated_at is None else generated_at)
     if views is None:

@@ -27,9 +27,8 @@ _drawing = threading.Lock()  # matplotlib's font cache and text layout are share
 
 
 def _label(name: str) -> str:
-    """A name from the records (a zone, an endpoint) as a plot label, shown as it is: control
-    characters escaped (serving.monitoring._outcome_log.printable), `$` not read as matplotlib's mathtext, and
-    a leading `_` not taken as "leave out of the legend"."""
+    """A name from the records (a zone, an endpoint) as a plot label, shown as it is: control characters
+    escaped (printable), `$` not read as mathtext, a leading `_` not taken as "leave out of the legend"."""
     from serving.monitoring._outcome_log import printable
 
     text = printable(name).replace("$", r"\$")
@@ -37,8 +36,7 @@ def _label(name: str) -> str:
 
 
 def _svg(figure: Figure, salt: str) -> str:
-    """The figure as an <svg> element (the XML prolog dropped), ids salted per figure so that
-    several figures on one page never share an id."""
+    """The figure as an <svg> element (no XML prolog), ids salted per figure: figures on one page never share one."""
     from matplotlib import rc_context
 
     buffer = io.StringIO()

@@ -2,11 +2,10 @@
 policy ("router": the bundle without exploration, "all edge", "all cloud") would be on the logged
 traffic (docs/observability.md#dashboard-and-report).
 
-SNIPS: sum(w r) / sum(w), w = 1[the policy picks the side that ran] / propensity; `snips` is the
-formula's one home (evaluation.off_policy computes with it). Coverage is the share of requests where
-the policy's side had a non-zero probability of running first: below 1 an estimate speaks for the
-covered requests only. Requests under MIN_PROPENSITY are left out and counted; the 95% interval is a
-percentile bootstrap over requests (BOOTSTRAP_ROUNDS, fixed seed).
+SNIPS: sum(w r) / sum(w), w = 1[the policy picks the side that ran] / propensity (`snips`, the formula's
+one home: evaluation.off_policy computes with it). Coverage: the share of requests whose policy side could
+run first; below 1 an estimate speaks for the covered requests only. Requests under MIN_PROPENSITY are left
+out and counted; the 95% interval is a percentile bootstrap over requests (BOOTSTRAP_ROUNDS, fixed seed).
 """
 
 from __future__ import annotations
@@ -47,10 +46,6 @@ class QualityView:
     below_floor: int
     observed: float | None
     estimates: tuple[PolicyEstimate, ...]
-
-
-def _other(side: str) -> str:
-    return "cloud" if side == "edge" else "edge"
 
 
 def snips(agree: np.ndarray, propensity: np.ndarray, reward: np.ndarray) -> float | None:
@@ -95,14 +90,14 @@ def estimate_quality(requests: Sequence[RequestSummary], outcomes: Mapping[str, 
         return None
     first, explored, propensity, reward = zip(*rows)
     p_arr, r_arr = np.asarray(propensity, np.float64), np.asarray(reward, np.float64)
-    picks = {
-        "router": [_other(a) if e else a for a, e in zip(first, explored)],
-        "all edge": ["edge"] * len(first),
-        "all cloud": ["cloud"] * len(first),
+    agreeing = {  # with the side that ran first: an explored request's router ran the other side
+        "router": [not e for e in explored],
+        "all edge": [a == "edge" for a in first],
+        "all cloud": [a == "cloud" for a in first],
     }
     estimates = []
     for policy in POLICIES:
-        agree = np.asarray([b == a for a, b in zip(first, picks[policy])], np.float64)
+        agree = np.asarray(agreeing[policy], np.float64)
         covered = (agree > 0) | (p_arr < 1.0)
         value = snips(agree, p_arr, r_arr)
         interval = _interval(agree, p_arr, r_arr) if value is not None else None

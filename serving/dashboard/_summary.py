@@ -128,10 +128,9 @@ def _calls(steps: object) -> tuple[Call, ...]:
 
 
 def fallback_kind(calls: tuple[Call, ...], reason: str | None) -> str | None:
-    """The short reason an edge-first request was served by the cloud, from its logged steps and
-    fallback code: context_limit, rejected, accept_error, edge_busy, timeout, or `edge error
-    (Class)` as the log names the exception (the proxy's live window has the finer
-    serving.chat._routing_info.fallback_kind). None when nothing fell back."""
+    """The short reason the cloud served an edge-first request, from its logged steps and fallback code:
+    context_limit, rejected, accept_error, edge_busy, timeout, or `edge error (Class)` as the log names the
+    exception (the proxy's live window has the finer serving.chat._routing_info.fallback_kind); else None."""
     if reason is None:
         return None
     before_cloud = [c for c in calls if c.name != "cloud"]
@@ -153,9 +152,8 @@ TRIED_KINDS = {"context": "context_limit", "busy": "edge_busy", "timeout": "time
 
 
 def tried_fallback_kind(tried: object) -> str | None:
-    """The short reason the endpoint before the serving one was left, from an N-endpoint record's
-    `tried` list: as fallback_kind names them, `rejected` / `accept_error`, or `error (Class)`;
-    None when the first endpoint served (or the list is not one)."""
+    """Why the endpoint before the serving one was left, from an N-endpoint record's `tried`: fallback_kind's
+    short reasons, `rejected` / `accept_error`, or `error (Class)`; None when the first served (or no list)."""
     if not isinstance(tried, list) or len(tried) < 2 or not all(isinstance(t, dict) for t in tried):
         return None
     left = tried[-2]
@@ -226,10 +224,9 @@ class Outcomes:
 def outcomes_from_feedback(
     requests: Iterable[RequestSummary], feedback: Iterable[Mapping[str, object]]
 ) -> dict[str, Outcomes]:
-    """request id -> its outcomes: the request's own (a failed edge call is an edge outcome of 0),
-    then its `feedback` records in time order, a later one replacing an earlier one per side
-    (as data.sdk_logs joins them for training). Feedback for a request not among `requests` is
-    left out; RecordShapeError for a feedback record without the fields the SDK writes."""
+    """request id -> its outcomes: the request's own (a failed edge call is an edge outcome of 0), then its
+    `feedback` in time order, a later record replacing an earlier one per side (as data.sdk_logs joins them).
+    Feedback for other requests is left out; RecordShapeError for a feedback record without the SDK's fields."""
     known = {r.request_id: Outcomes(edge=r.edge_quality) for r in requests if r.request_id is not None}
     parsed = []
     for record in feedback:

@@ -31,8 +31,7 @@ MAX_BUCKETS_GIVEN = 2000  # with a bucket width given (bucket_s): more would onl
 
 @dataclass(frozen=True)
 class CallPrices:
-    """Price of one call per endpoint (any unit; default: cloud calls). An endpoint without a
-    price is counted apart and left out of the estimate."""
+    """Price per call of each endpoint (any unit; default: cloud calls); an unpriced one is left out of the estimate."""
 
     per_call: Mapping[str, float] = field(default_factory=lambda: {"edge": 0.0, "cloud": 1.0})
     unit: str = "cloud calls"
@@ -82,9 +81,8 @@ SWITCH_COUNTS = ("0", "1", "2", "3+")  # conversations by how many of their turn
 
 @dataclass(frozen=True)
 class ConversationView:
-    """The conversations among the requests (docs/observability.md's panel). `by_switches`:
-    conversations by their switches (SWITCH_COUNTS); `reprefill_cost` the sum of the turns' switch
-    costs where known (`priced_turns` of them), None when none is."""
+    """The conversations among the requests (docs/observability.md's panel). `by_switches`: conversations
+    by SWITCH_COUNTS; `reprefill_cost`: the sum of the known switch costs (`priced_turns` of them), else None."""
 
     conversations: int
     turns: int
@@ -105,17 +103,15 @@ def conversation_view(requests: Sequence[RequestSummary]) -> ConversationView | 
     turns = [r for r in requests if r.conversation is not None]
     if not turns:
         return None
-    switches: dict[str, int] = collections.Counter()
-    for request in turns:
-        assert request.conversation is not None  # selected above
-        switches[request.conversation] += request.switched is True
-    by = collections.Counter(SWITCH_COUNTS[min(n, 3)] for n in switches.values())
+    switched = collections.Counter(r.conversation for r in turns if r.switched is True)
+    switches = [switched[c] for c in {r.conversation for r in turns}]  # per conversation
+    by = collections.Counter(SWITCH_COUNTS[min(n, 3)] for n in switches)
     costs = [r.switch_cost for r in turns if r.switch_cost is not None]
     return ConversationView(
         conversations=len(switches),
         turns=len(turns),
-        switches=sum(switches.values()),
-        max_switches=max(switches.values()),
+        switches=sum(switches),
+        max_switches=max(switches),
         by_switches={name: by.get(name, 0) for name in SWITCH_COUNTS},
         reprefill_cost=math.fsum(costs) if costs else None,
         priced_turns=len(costs),
@@ -180,8 +176,7 @@ def compute_views(
     prices: CallPrices | None = None,
     bucket_s: int | None = None,
 ) -> Views:
-    """The views of `requests` (at least one); `outcomes` (request id -> feedback,
-    summary.outcomes_from_feedback) adds the quality panel."""
+    """The views of `requests` (at least one); `outcomes` (outcomes_from_feedback's) adds the quality panel."""
     if not requests:
         raise ValueError("no requests to show")
     prices = prices or CallPrices()

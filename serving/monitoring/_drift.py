@@ -273,9 +273,8 @@ def psi(reference: ArrayLike, current: ArrayLike, floor: float = PSI_FLOOR) -> f
 
 def ks_test(reference_quantiles: ArrayLike, reference_n: int, current: ArrayLike) -> tuple[float, float]:
     """(D, p): the two-sample Kolmogorov-Smirnov statistic of `current` against a reference known by
-    evenly spaced quantiles (its CDF to within one step), and the asymptotic p-value with
-    Stephens' small-sample correction (Numerical Recipes, 3rd ed., 14.3.3), for samples of
-    `reference_n` and len(current)."""
+    evenly spaced quantiles (its CDF to within one step), and the asymptotic p-value with Stephens'
+    small-sample correction (Numerical Recipes, 3rd ed., 14.3.3) for samples of `reference_n` and len(current)."""
     ref = np.sort(_finite(reference_quantiles))
     cur = np.sort(_finite(current))
     if not len(ref) or not len(cur):
@@ -457,9 +456,8 @@ def _read(records: Iterable[Mapping[str, Any]], model_version: str | None, left_
 
 
 def _first_outcome(record: Mapping[str, Any], feedback: Mapping[str, Any] | None) -> float | None:
-    """The quality of an N-endpoint request's first endpoint (`endpoint`): its feedback's, else the
-    request's observed failure (`outcomes`), else unknown; what edge_failure counts on a request run
-    on the device first (zone), as edge_quality is for two endpoints."""
+    """The quality of an N-endpoint request's first endpoint (`endpoint`): its feedback's, else its observed
+    failure (`outcomes`), else None; edge_failure counts it for edge-first zones, as edge_quality for two."""
     first = record.get("endpoint")
     logged = record.get("outcomes")
     for source in (feedback, logged if isinstance(logged, Mapping) else None):
@@ -597,10 +595,9 @@ def drift_report(
     *,
     left_out: Sequence[str] = (),
 ) -> DriftReport:
-    """Compare an outcome log's records (dicts, as read from its JSON lines: request and feedback
-    records; shadow records are ignored) with a bundle's reference (module doc). DriftInputError
-    for no request records or a record of another log format. `left_out`: the lines read_records
-    left out, carried into the report and its reason."""
+    """Compare an outcome log's records (dicts as read from its JSON lines: request and feedback records;
+    shadow records are ignored) with a bundle's reference (module doc). DriftInputError for no request
+    records or a record of another log format. `left_out`: lines read_records left out, for the report."""
     limits = thresholds or DriftThresholds()
     version = reference.model_version if reference is not None else None
     current = _read(records, version, left_out)
@@ -633,10 +630,9 @@ def drift_report(
 
 
 def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
-    """What drift reads of one request, from its decision and its calls, in the shape of an outcome
-    log's request record and without any text: a live window's records (the proxy's dashboard).
-    The first endpoint's failure (an error or a timeout) is its outcome 0: edge_quality for a
-    two-endpoint bundle, `outcomes` of the first endpoint for an N-endpoint one, as _read reads them."""
+    """What drift reads of one request, from its decision and calls, shaped as an outcome log's request
+    record without any text (the proxy dashboard's live window). The first endpoint's failure (an error or
+    a timeout) is its outcome 0: edge_quality for two endpoints, `outcomes` for N, as _read reads them."""
     accept = next((step for step in steps if step.name == "accept"), None)
     first = next((step for step in steps if step.name == decision.endpoint), None)
     failed = 0.0 if first is not None and first.status in ("error", "timeout") else None
@@ -666,10 +662,9 @@ def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
 
 
 def rescore(records: Iterable[Mapping[str, Any]], router: Router) -> list[JSONObject]:
-    """The records with `router`'s decision (score, probabilities, novelty, zone, model_version)
-    for every request record that kept its prompt text; others as they are. For comparing a log
-    that another bundle wrote with this bundle's reference (the acceptance verdicts and outcomes
-    stay those of the bundle that served)."""
+    """The records with `router`'s decision (score, probabilities, novelty, zone, model_version) for each
+    request record that kept its prompt text, others as they are: another bundle's log, made comparable with
+    this bundle's reference (acceptance verdicts and outcomes stay those of the bundle that served)."""
     out = [dict(r) for r in records]
     targets = [r for r in out if r.get("type") == "request" and isinstance(r.get("prompt"), str) and r["prompt"]]
     precisions = [r.get("precision") if r.get("precision") in PRECISIONS else None for r in targets]

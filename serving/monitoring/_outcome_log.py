@@ -145,10 +145,9 @@ class OutcomeLog:
         self.folder, self.privacy, self.redact = Path(folder), _privacy(privacy, store_prompts), redact
         self.max_queue, self.max_file_bytes, self.flush_interval_s = max_queue, max_file_bytes, flush_interval_s
         self.fsync = bool(fsync)
-        # A deque, not a queue.Queue: appending takes no lock and wakes no thread (~0.1 us
-        # instead of ~1-3 us), and the writer takes what has gathered every flush_interval_s.
-        # Woken per record instead, the writer took the GIL from the request thread on every
-        # request: +85 us p50 back to back, measured, against +13 us for the record itself.
+        # A deque, not a queue.Queue: appending takes no lock and wakes no thread (~0.1 us, not ~1-3 us);
+        # the writer takes what gathered every flush_interval_s. Woken per record, it took the GIL from the
+        # request thread on every request: +85 us p50 back to back, measured, against +13 us for the record.
         self._pending: collections.deque[RecordSource] = collections.deque()
         self._wake = threading.Event()
         self._busy = False  # the writer holds records it took from _pending
@@ -226,11 +225,9 @@ class OutcomeLog:
             if callable(record):
                 record = record()
             private = self._private(record)
-        except RecordError as exc:
-            self._not_written(type(exc).__name__, str(exc))
-            return None
-        except Exception as exc:  # a record builder or redact hook that raised: its text may quote the request
-            self._not_written(type(exc).__name__, f"{error_code(exc)} raised while building it")
+        except Exception as exc:  # a RecordError's text is safe; a builder's or redact hook's may quote the request
+            why = str(exc) if isinstance(exc, RecordError) else f"{error_code(exc)} raised while building it"
+            self._not_written(type(exc).__name__, why)
             return None
         try:
             line = (json.dumps(private, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
@@ -248,8 +245,7 @@ class OutcomeLog:
 
     # Privacy: every string of a record passes here (module doc).
     def _private(self, record: Record) -> Record:
-        """The record as this log's privacy mode writes it; UndeclaredText for a string that
-        STRING_FIELDS does not declare."""
+        """The record as this privacy mode writes it; UndeclaredText for a string STRING_FIELDS does not declare."""
         out: Record = {}
         for key, value in record.items():
             kind = STRING_FIELDS.get(key)
@@ -309,8 +305,7 @@ class OutcomeLog:
                 return
 
     def _fitting(self, lines: list[bytes], at: int) -> int:
-        """The end of the lines from `at` that go into the open file: at least one, and more while
-        the file is under max_file_bytes."""
+        """The end of the lines from `at` for the open file: at least one, more while it is under max_file_bytes."""
         size, end = self._file_bytes + len(lines[at]), at + 1
         while end < len(lines) and size < self.max_file_bytes:
             size += len(lines[end])
@@ -318,9 +313,8 @@ class OutcomeLog:
         return end
 
     def _append(self, chunk: list[bytes]) -> tuple[int, OSError | None]:
-        """(how many of the chunk's lines are now in the file whole, the error that stopped the
-        rest). A refused write leaves no part of a line behind: the file is cut back to its
-        last whole record (or, when it cannot be, closed, and the next batch starts a new one)."""
+        """(how many of the chunk's lines are now whole in the file, the error that stopped the rest). A
+        refused write leaves no part of a line: the file is cut back to its last whole record, or closed."""
         assert self._fd is not None  # _write opened the file
         data = memoryview(b"".join(chunk))
         done = 0
@@ -439,8 +433,7 @@ def new_request_id() -> str:
 
 
 def answer_text(response: object) -> str | None:
-    """The text of an answer for the log: a str as is, the message of a chat-completions body,
-    else None (the log keeps no opaque objects)."""
+    """The text of an answer for the log: a str as is, a chat-completions body's message, else None (no objects)."""
     if isinstance(response, dict):
         try:
             response = response["choices"][0]["message"]["content"]

@@ -1,9 +1,8 @@
 """Traces and metrics through OpenTelemetry: optional, and free when nobody listens.
 
-Needs only the API (the `telemetry` extra); spans and metrics go to the global providers, or to the
-ones given to `use()`. One span per request, whichever layer opens it first (the proxy, RoutedChat,
-Router.execute), the layers below joining it, and a child span per attempt. No prompt, answer, key or
-exception message ever enters a span or a metric: an error is its class name (error.type).
+Needs only the API (the `telemetry` extra). One span per request, whichever layer opens it first (the
+proxy, RoutedChat, Router.execute), the layers below joining it, and a child span per attempt. No prompt,
+answer, key or exception message ever enters a span or a metric: an error is its class name (error.type).
 docs/observability.md#traces-and-metrics lists every span, attribute and metric, and what each costs.
 """
 
@@ -87,9 +86,8 @@ class _Instruments:
         )
 
     def listening(self) -> tuple[bool, bool]:
-        """(whether spans, whether metric points have anywhere to go): a provider given, or a
-        global one set. The global providers are looked up again at most every RECHECK_S, so
-        that a request costs no lookup while none is set, and one set later is used soon."""
+        """(whether spans, whether metric points have anywhere to go): a provider given, or a global one
+        set, looked up at most every RECHECK_S (no lookup per request; one set later is used soon)."""
         now = time.monotonic()
         if now >= self._recheck_at:
             self._listening = (self._tracing(), self._metering())
@@ -135,8 +133,7 @@ def use(tracer_provider: TracerProvider | None = None, meter_provider: MeterProv
 
 
 def _active() -> _Instruments | None:
-    """The instruments, or None when nothing can listen (checked per request, so that a provider
-    set while the app runs is used from then on)."""
+    """The instruments, or None when nothing can listen (checked per request: a provider set later is used)."""
     global _instruments, _unavailable
     if _instruments is None:
         if _unavailable or "opentelemetry" not in sys.modules:  # no provider without importing the API first
@@ -180,8 +177,7 @@ def attempt(name: str, side: str | None = None, *, endpoint: str | None = None) 
     (`endpoint`: its name; the attempt "endpoint" with attribute router.endpoint), or a shadow run
     ("shadow"; `side`: the endpoint it calls); None when no span records it. End it with Attempt.ended."""
     request = _current.get()
-    if endpoint is not None:
-        name = "endpoint"
+    name = "endpoint" if endpoint is not None else name
     if request is None or not request.recording or name not in ATTEMPTS:
         return None
     return request.attempt(name, side, endpoint)
@@ -424,8 +420,7 @@ class Trace(Scope):
 
 
 class Attempt:
-    """One attempt's child span (an edge or cloud call, a shadow run); current while its call runs
-    in this context, unless it runs elsewhere (a shadow run)."""
+    """One attempt's child span: an endpoint's call, current in this context while it runs, or a shadow run's."""
 
     __slots__ = ("request", "span", "_token", "_api", "_declared")
 
@@ -455,9 +450,8 @@ class Attempt:
 
 
 def _answer_facts(result: Any, declared: str | None) -> tuple[str | None, Any]:
-    """(model, usage) of an OpenAI-style answer: a non-streamed answer's `body`, or the first chunks
-    of a stream (`head`, as serving.chat._upstream keeps them); (None, None) for anything else. The
-    model only when it names the endpoint's `declared` model (response_model)."""
+    """(model, usage) of an OpenAI-style answer's `body`, or of a stream's first chunks (`head`, as
+    serving.chat._upstream keeps them), else (None, None); the model only when response_model allows it."""
     body = getattr(result, "body", None)
     if not isinstance(body, Mapping):
         head = getattr(result, "head", None)
@@ -468,10 +462,9 @@ def _answer_facts(result: Any, declared: str | None) -> tuple[str | None, Any]:
 
 
 def response_model(sent: object, declared: str | None) -> str | None:
-    """What gen_ai.response.model may say of an answer whose `model` field is `sent`: the endpoint's
-    `declared` model when `sent` is that name, or that name with a dated version (DATED_VERSION);
-    else None, not exported. An upstream writes what it likes there (one that echoes the prompt
-    would put prompt text into spans); an endpoint's record is the app's own configuration."""
+    """What gen_ai.response.model may say of an answer whose `model` is `sent`: `sent` when it is the
+    endpoint's `declared` model, or that with a dated version (DATED_VERSION); else None, not exported. An
+    upstream writes what it likes there (an echo of the prompt would reach spans); a record is the app's own."""
     if not isinstance(sent, str) or not declared or len(sent) > MAX_TEXT:
         return None
     if sent == declared or (sent.startswith(declared) and DATED_VERSION.fullmatch(sent, len(declared))):

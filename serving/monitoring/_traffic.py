@@ -154,8 +154,7 @@ class Traffic:
         return self.log.append(record)
 
     def maybe_shadow(self, logged: "LoggedRequest") -> bool:
-        """Run the side that did not answer, off the request path, on a sampled share of requests:
-        on a thread, or for an async request as a task on its event loop."""
+        """Run the side that did not answer on a sampled share of requests: on a thread, or an async one's loop."""
         execution = logged.execution
         if (
             logged.calls is None

@@ -1,8 +1,7 @@
-"""Test doubles for code that talks to OpenAI-compatible servers: the routed chat client, the
-proxy, or an app built on them. Everything runs on 127.0.0.1 in the test's own process; nothing
-reaches a network. The router, the chat client and the proxy never import this package: it is
-for tests, load tests and examples only. Needs the `server` extra (uvicorn):
-`pip install 'edge-cloud-router[server]'`. Guide: docs/clients.md, "Testing your app".
+"""Test doubles for code that talks to OpenAI-compatible servers: the routed chat client, the proxy, or an
+app built on them. Everything runs on 127.0.0.1 in the test's own process; nothing reaches a network. For
+tests, load tests and examples only: the router, the chat client and the proxy never import it. Needs the
+`server` extra (uvicorn): `pip install 'edge-cloud-router[server]'`. Guide: docs/clients.md, "Testing your app".
 
     from serving.testing import StubUpstream
 

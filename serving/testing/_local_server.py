@@ -65,8 +65,7 @@ class LocalServer:
 
 
 def dead_url() -> str:
-    """An API root on 127.0.0.1 where nothing listens, so connections are refused: an endpoint
-    that is down (`Endpoint(dead_url(), "small")`)."""
+    """An API root on 127.0.0.1 where nothing listens (connections refused): `Endpoint(dead_url(), "small")` is down."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

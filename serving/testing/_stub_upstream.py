@@ -1,10 +1,9 @@
 """StubUpstream: a stand-in OpenAI-compatible chat-completions server on 127.0.0.1.
 
-It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true`, ending with
-`data: [DONE]`, and a usage chunk when `stream_options.include_usage` is set) and GET /v1/models,
-and a malformed request (_request_problem) with 400 naming the parameter, as a real server does.
-`Behaviour` makes it fail in the ways a client must survive. The answer names the stub ("answer
-from edge"), so a test can tell who served.
+It answers POST /v1/chat/completions (JSON, or SSE chunks with `stream: true` ending with `data: [DONE]`,
+and a usage chunk when `stream_options.include_usage` is set) and GET /v1/models, and a malformed request
+(_request_problem) with 400 naming the parameter, as a real server does. `Behaviour` makes it fail in the
+ways a client must survive; the answer names the stub ("answer from edge"), so a test can tell who served.
 """
 
 from __future__ import annotations
