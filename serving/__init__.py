@@ -1,6 +1,5 @@
-"""Embedded routing SDK: decides edge / edge-with-cloud-fallback / cloud per request.
-
-Runtime dependencies: numpy, onnxruntime, tokenizers, google-re2. Guide: docs/sdk.md.
+"""Embedded routing SDK: decides edge / edge-with-cloud-fallback / cloud per request. Runtime
+dependencies: numpy, onnxruntime, tokenizers, google-re2. Guide: docs/sdk.md.
 
 Every name the guides use is importable from here, or from its subpackage: `serving.chat` (the
 routed chat client), `serving.policy`, `serving.dashboard`, `serving.testing` (test doubles);

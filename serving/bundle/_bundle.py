@@ -96,9 +96,8 @@ def _check_signature(folder: Path, data: JSONObject, public_key: PinnedKey) -> N
 
 
 def read_bundle(folder: str | Path, *, public_key: PinnedKey | None = None) -> Bundle:
-    """Read, check and verify a bundle folder (docs/sdk.md#loading-a-bundle); BundleError on any problem.
-    With `public_key` (a path, PEM or raw bytes: serving.bundle._signing), the manifest must carry
-    that key's signature too."""
+    """Read, check and verify a bundle folder (module doc); BundleError on any problem. With `public_key`
+    (a path, PEM or raw bytes: serving.bundle._signing), the manifest must carry its signature too."""
     folder = Path(folder)
     if not folder.is_dir():
         raise BundleError(f"no bundle folder at {folder} (is this a bundle written by `make train`?)")

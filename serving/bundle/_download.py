@@ -168,9 +168,8 @@ def fetch(
     missing_ok: bool = False,
     into: Path | None = None,
 ) -> bytes | None:
-    """The body at `url`, at most `cap` bytes (written to `into` instead, when given), complete
-    within `timeout_s` and as long as its Content-Length says; None for a 404 when `missing_ok`.
-    DownloadError for anything else that is not a complete 200."""
+    """The body at `url`, at most `cap` bytes (written to `into` instead, when given), complete within
+    `timeout_s` and as long as its Content-Length says; None for a 404 when `missing_ok`; else DownloadError."""
     request = urllib.request.Request(url, headers=dict(headers))
     with _Deadline(timeout_s) as deadline:
         opener = urllib.request.build_opener(_SafeRedirects, deadline)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from serving._contract import (
     DEFAULT_EDGE_CONTEXT_TOKENS,
@@ -74,13 +74,6 @@ def _integer(section: JSONObject, key: str, path: str, *, lo: int, hi: int, defa
     return value
 
 
-class Band(NamedTuple):
-    """The fallback zone of one precision tag: edge below `lo`, cloud above `hi`."""
-
-    lo: float
-    hi: float
-
-
 class ThresholdEntry(TypedDict, total=False):
     """One precision tag's fallback zone (evaluation.thresholds chose it) and the validation
     figures behind the choice (expected_quality, expected_cloud_calls, met_target, ...)."""
@@ -89,11 +82,12 @@ class ThresholdEntry(TypedDict, total=False):
     hi: float
 
 
-def band_of(thresholds: Mapping[str, ThresholdEntry], precision: str | None) -> Band:
-    """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
+def band_of(thresholds: Mapping[str, ThresholdEntry], precision: str | None) -> tuple[float, float]:
+    """(lo, hi), the fallback zone of a declared precision: edge below lo, cloud above hi. Undeclared or
+    untuned tags use "default"."""
     entry = thresholds.get(precision) if precision is not None else None
     entry = entry or thresholds["default"]
-    return Band(float(entry["lo"]), float(entry["hi"]))
+    return float(entry["lo"]), float(entry["hi"])
 
 
 @dataclass(frozen=True)
@@ -178,14 +172,13 @@ def check_calibration(data: Any, path: str = "calibration") -> CalibrationParams
 
 @dataclass(frozen=True)
 class ScoreSpec:
-    """What the model outputs and how they make the routing score. `expected_gain`: one head per
-    endpoint, P(edge good) and P(cloud good); the score is their difference, in [-1, 1].
-    `cloud_needed` (bundles from before expected gain, the default when a manifest has no `score`
-    section): one head, P(cloud needed), in [0, 1]. `outputs` are the graph's output names, one per
-    head, whose column 1 is that head's probability. `endpoints` (N-endpoint bundles,
-    docs/endpoints.md#n-endpoint-bundles): one head per endpoint of the manifest's `endpoints`
-    section, in its order, and one output [n, N] of their calibrated probabilities; the choice
-    rule, not thresholds, decides."""
+    """What the model outputs and how they make the routing score. `expected_gain`: one head per endpoint,
+    P(edge good) and P(cloud good); the score is their difference, in [-1, 1]. `cloud_needed` (bundles
+    from before expected gain, the default without a `score` section): one head, P(cloud needed), in
+    [0, 1]. `outputs` are the graph's output names, one per head, whose column 1 is that head's
+    probability. `endpoints` (N-endpoint bundles, docs/endpoints.md#n-endpoint-bundles): one head per
+    endpoint of the manifest's `endpoints` section, in its order, and one output [n, N] of their
+    calibrated probabilities; the choice rule, not thresholds, decides."""
 
     kind: str = "cloud_needed"
     heads: tuple[str, ...] = ("cloud_needed",)
@@ -457,8 +450,8 @@ class Manifest:
     mlflow: JSONObject = field(default_factory=dict)  # run_id, tracking_uri, registered_model
     manifest_sha256: str = ""
 
-    def band(self, precision: str | None) -> Band:
-        """The thresholds of a declared precision; undeclared or untuned tags use "default"."""
+    def band(self, precision: str | None) -> tuple[float, float]:
+        """The (lo, hi) of a precision tag in this manifest's thresholds (band_of)."""
         return band_of(self.thresholds, precision)
 
     @classmethod

@@ -160,10 +160,9 @@ class PolicyReload:
 
 
 class PolicyWatcher(_Poller):
-    """`PolicyWatcher(router, "policy.json").start()` reloads the policy file when it changes;
-    `stop()` ends the polling thread. A file read half-written fails its checks (JSON cut short
-    does not parse; a YAML policy file ends with the line `...`), is kept out, and is read again
-    when it changes. Writing it atomically (beside, then rename) still avoids the warning."""
+    """`PolicyWatcher(router, "policy.json").start()` reloads the policy file when it changes. A file read
+    half-written fails its checks (JSON cut short does not parse; a YAML policy file ends with the line
+    `...`), is kept out and read again when it changes; writing it beside, then renaming, avoids the warning."""
 
     name = "policy-watcher"
 

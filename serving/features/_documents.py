@@ -47,10 +47,10 @@ def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def one_line(message: str, limit: int = MESSAGE_CHARS) -> str:
-    """`message` on one line (runs of whitespace, newlines included, become one space), at most `limit` long."""
+def one_line(message: str) -> str:
+    """`message` on one line (runs of whitespace, newlines included, become one space), at most MESSAGE_CHARS."""
     flat = " ".join(message.split())
-    return flat if len(flat) <= limit else f"{flat[: limit - 3]}..."
+    return flat if len(flat) <= MESSAGE_CHARS else f"{flat[: MESSAGE_CHARS - 3]}..."
 
 
 def read_document(path: str | Path, *, what: str, error: type[Exception], max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:

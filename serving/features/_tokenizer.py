@@ -88,10 +88,9 @@ class FastTokenizer:
 
     @classmethod
     def shared(cls, content: bytes) -> FastTokenizer:
-        """The tokenizer of this tokenizer.json content, built once while anything holds it:
-        a bundle swapped for another with the same tokenizer (Router.update, nearly always the
-        case) reuses it instead of building it again, about 90 ms of a 150 ms swap. It holds no
-        state that calls change, so routers and threads can share it."""
+        """The tokenizer of this tokenizer.json content, built once while anything holds it: a bundle
+        swapped for one with the same tokenizer (Router.update, nearly always) reuses it instead of
+        building it again, about 90 ms of a 150 ms swap. No call changes it: routers and threads share it."""
         key = hashlib.sha256(content).hexdigest()
         tokenizer = _SHARED.get(key)
         if tokenizer is None:

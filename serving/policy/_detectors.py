@@ -390,8 +390,7 @@ def digit_count(value: str) -> int:
 
 
 def accept_international_phone(text: str, match: re.Match[str]) -> Span | None:
-    digits = digit_count(match[0].replace("(0)", ""))
-    return match.span() if 8 <= digits <= 15 else None
+    return match.span() if 8 <= digit_count(match[0].replace("(0)", "")) <= 15 else None
 
 
 def accept_trunk_phone(text: str, match: re.Match[str]) -> Span | None:
@@ -682,8 +681,7 @@ VERSION_BEFORE_CHARS = 16  # the longest name and spacing looked back at
 def accept_ipv4(text: str, match: re.Match[str]) -> Span | None:
     """Four octets 0-255 without leading zeros, not right after a version's or a section's name, not
     right before "am" or "pm" (or "h", "Uhr", ...)."""
-    octets = match[0].split(".")
-    if not all(int(o) <= 255 and (o == "0" or o[0] != "0") for o in octets):
+    if not all(int(o) <= 255 and (o == "0" or o[0] != "0") for o in match[0].split(".")):
         return None
     if _VERSION_BEFORE.search(text, max(0, match.start() - VERSION_BEFORE_CHARS), match.start()):
         return None
@@ -784,6 +782,5 @@ def detect(text: str, names: Iterable[str] | None = None) -> list[Finding]:
 def any_detected(text: str, names: Iterable[str] | None = None) -> bool:
     """Whether any of the named detectors (all when None) finds anything: stops at the first finding."""
     check_prompt(text, "text")
-    detectors = chosen(names)
     folded = fold(text)
-    return any(d.found_in(folded) for d in detectors)
+    return any(d.found_in(folded) for d in chosen(names))

@@ -209,8 +209,7 @@ class PolicySet:
                 f"{source}: a YAML policy file ends with the line `...` (YAML's end-of-document marker), and this one "
                 "does not: it may have been read while being written, with rules missing. Add the line `...` at its end"
             )
-        version = hashlib.sha256(raw).hexdigest()[:12]
-        return cls.from_dict(data, source=source, endpoints=endpoints, version=version)
+        return cls.from_dict(data, source=source, endpoints=endpoints, version=hashlib.sha256(raw).hexdigest()[:12])
 
     @classmethod
     def from_dict(
