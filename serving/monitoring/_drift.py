@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from serving.bundle._bundle import Bundle
     from serving.execution._execute import Step
     from serving.routing._decision import Decision
-    from serving.routing._router import Router
 
 
 REFERENCE_FORMAT = "edge-cloud-router/drift-reference/1"
@@ -661,7 +660,13 @@ def decision_record(decision: Decision, steps: Sequence[Step]) -> JSONObject:
     return record
 
 
-def rescore(records: Iterable[Mapping[str, Any]], router: Router) -> list[JSONObject]:
+class _Routes(Protocol):
+    """What rescore needs of a router (serving.routing._router.Router, which imports this module)."""
+
+    def route_batch(self, prompts: Sequence[str], precisions: Sequence[str | None] | None = None) -> list[Decision]: ...
+
+
+def rescore(records: Iterable[Mapping[str, Any]], router: _Routes) -> list[JSONObject]:
     """The records with `router`'s decision (score, probabilities, novelty, zone, model_version) for each
     request record that kept its prompt text, others as they are: another bundle's log, made comparable with
     this bundle's reference (acceptance verdicts and outcomes stay those of the bundle that served)."""

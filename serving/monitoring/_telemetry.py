@@ -14,7 +14,7 @@ import math
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
-    from serving.execution._steps import Execution
     from serving.routing._decision import Decision
 
     Attributes = dict[str, AttributeValue]
@@ -41,6 +40,17 @@ MAX_TOKEN_COUNT = 10**9  # a usage count at or over this is not exported (as ser
 # gen_ai.response.model: a dated version ("gpt-4o" answered as "gpt-4o-2024-08-06" or "gpt-4-0613").
 DATED_VERSION = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{4})")
 RECHECK_S = 1.0  # how often the global providers are looked up (a provider set later is used within this)
+
+
+class Executed(Protocol):
+    """What a request's outcome tells telemetry (serving.execution._steps.Execution, which imports
+    this module): who served it, and each call's name and status."""
+
+    @property
+    def served_by(self) -> str: ...
+
+    @property
+    def steps(self) -> Sequence[Any]: ...  # Any: serving.execution._steps.Step (.name, .status)
 
 
 def available() -> bool:
@@ -249,7 +259,7 @@ class Trace(Scope):
         self._instruments = instruments
         self._started = time.perf_counter()
         self._decision: Decision | None = None
-        self._execution: Execution | None = None
+        self._execution: Executed | None = None
         self._fallback_of: Callable[[Any], str | None] | None = None
         self._served_by: str | None = None
         self._fallback_kind: str | None = None
@@ -301,7 +311,7 @@ class Trace(Scope):
         """The decision carried out (after policy and exploration)."""
         self._decision = decision
 
-    def executed(self, execution: Execution, fallback_kind: Callable[[Any], str | None]) -> None:
+    def executed(self, execution: Executed, fallback_kind: Callable[[Any], str | None]) -> None:
         """Who served, and why the cloud did if it did (`fallback_kind(execution)`: the reason's
         short name, asked for only when a span or a metric needs it)."""
         self._execution, self._served_by, self._fallback_of = execution, execution.served_by, fallback_kind
