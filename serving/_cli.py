@@ -17,21 +17,19 @@ if TYPE_CHECKING:
     from serving._json_types import JSONObject
 
 STREAM_HELP = """\
---jsonl: each input line is a JSON object {"prompt": str, "precision"?: str, "id"?: any},
-read as UTF-8 line by line, so a bad byte spoils only its own line. Each non-blank line
-gets one output line, in input order: the decision (with the "id" echoed), or
-{"line": N, "error": "..."} when the line cannot be answered (invalid UTF-8, not JSON,
-nested too deeply, not an object, no prompt, prompt not a string, bad precision, an id
-holding NaN or Infinity, which JSON output cannot carry).
-Blank lines are skipped; lines are counted from 1, blank ones included.
+--jsonl: each input line is a JSON object {"prompt": str, "precision"?: str, "id"?: any}, read
+as UTF-8 line by line, so a bad byte spoils only its own line. Each non-blank line gets one
+output line, in input order: the decision (with the "id" echoed), or {"line": N, "error": "..."}
+when the line cannot be answered (invalid UTF-8, not JSON, nested too deeply, not an object, no
+prompt, prompt not a string, bad precision, an id holding NaN or Infinity, which JSON output
+cannot carry). Blank lines are skipped; lines are counted from 1, blank ones included.
 
 Output is UTF-8, one valid JSON value per line. A record holding a lone surrogate (only
 an input escape such as "\\ud800" can produce one) is written with ASCII \\u escapes,
 so the line stays valid UTF-8 and the id reads back exactly as it was sent.
 
-Exit code: 0 when every line got a decision; 1 when any line got an error record (the
-other lines are still answered) or, with --strict, when the bundle cannot load; 2 for
-bad arguments."""
+Exit code: 0 when every line got a decision; 1 when any line got an error record (the other
+lines are still answered) or, with --strict, when the bundle cannot load; 2 for bad arguments."""
 
 
 def _encode(record: JSONObject) -> bytes:

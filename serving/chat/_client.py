@@ -1,6 +1,5 @@
-"""RoutedChat: an OpenAI-style chat client over the bundle's endpoints (the edge and the cloud, or N by
-name) that asks the router where each conversation runs and carries the decision out, falling back
-by the cascade.
+"""RoutedChat: an OpenAI-style chat client over the bundle's endpoints (edge and cloud, or N by name)
+that asks the router where each conversation runs and carries the decision out, falling back by the cascade.
 
     chat = RoutedChat(router, edge=Endpoint("http://127.0.0.1:8080/v1", "llama-3.2-3b"),
                       cloud=Endpoint("https://api.example.com/v1", "big-model", api_key=key))
@@ -91,7 +90,6 @@ class RoutedChat:
         self._loop: LoopThread | None = None
         self._loop_lock = threading.Lock()
 
-    # Requests.
     # Any: **params are JSON values of any shape. accept: as Router.execute takes it, or _ROUTER_DEFAULT.
     def create(
         self,
@@ -200,7 +198,6 @@ class RoutedChat:
         # the request's span ends with the stream
         return AsyncChatStream(execution.response, upstream, routing, started, ended, trace, scope.keep_open())
 
-    # Results.
     def _completed(
         self, execution: Execution, started: float, trace: telemetry.Trace, metadata: Mapping[str, str] | None
     ) -> Completion:
@@ -214,8 +211,7 @@ class RoutedChat:
 
     def _cost(self, steps: Sequence[Step]) -> float | None:
         """The price of every answer the request produced (a rejected edge answer too) at its endpoint's
-        prices; None when any is unknown (Endpoint.answer_cost: usage that is not token counts is
-        unknown, never an error that would lose the answer)."""
+        prices; None when any is unknown (Endpoint.answer_cost: usage not in token counts is unknown, not an error)."""
         costs = [
             self._upstreams[step.name].endpoint.answer_cost(step.result.body.get("usage"))
             for step in steps
@@ -256,7 +252,6 @@ class RoutedChat:
             except Exception as exc:  # an observer must never break the app's request
                 log.warning("on_routed raised: %r", exc)
 
-    # Lifetime.
     def _sync_loop(self) -> LoopThread:
         with self._loop_lock:
             if self._loop is None:

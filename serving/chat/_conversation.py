@@ -1,12 +1,10 @@
-"""What the router sees of a chat conversation: one prompt text built from the messages, joined by
-blank lines:
+"""What the router sees of a chat conversation: one prompt text, these parts joined by blank lines:
   1. the latest user message, as it is (no label);
   2. then every other turn except the system messages, newest first, each as "role: text";
   3. then the system (or developer) messages, each as "role: text" too.
-Text parts of a multi-part content are joined; other parts (images,
-audio) are left out, as are tool calls (only their text content counts). Nothing is truncated.
-Why this order: docs/clients.md#how-the-router-reads-a-conversation. Pass `to_prompt=` to the
-client for another rule.
+Text parts of a multi-part content are joined; other parts (images, audio) are left out, as are tool
+calls (only their text content counts). Nothing is truncated. Pass `to_prompt=` to the client for
+another rule; why this one: docs/clients.md#how-the-router-reads-a-conversation.
 """
 
 from __future__ import annotations

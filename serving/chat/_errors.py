@@ -82,9 +82,9 @@ def failure_kind(error: BaseException | None) -> str:
 
 
 def redact(text: str, secrets: Sequence[str], *, cut: bool = False) -> str:
-    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted]. cut: `text` may
-    end where a read stopped (a body read up to a limit), so an end that begins a secret (its first
-    MIN_SECRET_CHARS characters or more) is replaced too."""
+    """`text` with every secret (of MIN_SECRET_CHARS or more) replaced by [redacted]. cut: `text` may end
+    where a read stopped (a body read up to a limit), so an end that begins a secret (MIN_SECRET_CHARS
+    of it or more) goes too."""
     for secret in _hunted(secrets):
         text = text.replace(secret, REDACTED)
         if cut:
@@ -99,11 +99,10 @@ class StreamRedactor:
     """One text that arrives in pieces (a stream's content, say), redacted across the pieces: each
     push() gives the text that is safe to show so far, redacted; flush() the rest at the end. The
     joined text is `redact` of the joined pieces (a text cut short: with `cut`), however it was cut.
-
-    Held back is only the end of the text so far that begins a key (at most the longest key's
-    length - 1 characters), until the next piece says whether the key follows. As `redact` replaces
-    one key after the other, each key holds back on its own what the key before it gives.
-    (The JS SDK's StreamRedactor, clients/js/src/chat/errors.js, is the same.)"""
+    Held back is only the end of the text so far that begins a key (at most one character less than
+    the longest key), until the next piece says whether the key follows; as `redact` replaces one key
+    after the other, each key holds back on its own what the key before it gives.
+    (clients/js/src/chat/errors.js's StreamRedactor is the same.)"""
 
     __slots__ = ("_secrets", "_tails")
 
@@ -134,9 +133,8 @@ class StreamRedactor:
 def _held_back(secret: str, text: str) -> tuple[str, str]:
     """(`text` up to where `secret` may still begin, with `secret` redacted; the rest, held back)."""
     cut = len(text) - _key_start(secret, text)
-    # Never cut in two a key `redact` replaces (found as str.replace finds them: leftmost
-    # first, not overlapping): one that starts before the cut is whole in `text`, so the cut
-    # moves to its end.
+    # Never cut in two a key `redact` replaces (as str.replace finds them: leftmost first, not
+    # overlapping): one that starts before the cut is whole in `text`, so the cut moves to its end.
     at = text.find(secret)
     while at != -1 and at < cut:
         cut = max(cut, at + len(secret))

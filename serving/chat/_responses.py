@@ -1,6 +1,5 @@
-"""Reading what an OpenAI-compatible server sent back: a chat completion, or the chunks of a
-streamed one. Anything that is not one is UpstreamMalformed, which falls back like any other
-edge failure."""
+"""Reading what an OpenAI-compatible server sent back: a chat completion, or the chunks of a streamed
+one. Anything that is not one is UpstreamMalformed, which falls back like any other edge failure."""
 
 from __future__ import annotations
 
@@ -152,16 +151,12 @@ class ChunkRedactor:
     def _delta(self, index: int, delta: Mapping[str, Any]) -> Mapping[str, Any]:
         """`delta` with its texts pushed through their redactors; `delta` itself when that changes none."""
         out = dict(delta)
-        changed = False
         for field in DELTA_TEXTS:
             if isinstance(delta.get(field), str):
                 out[field] = self._push(index, field, delta[field])
-                changed = changed or out[field] != delta[field]
         call = delta.get("function_call")
         if isinstance(call, Mapping) and isinstance(call.get("arguments"), str):
-            arguments = self._push(index, "function_call", call["arguments"])
-            if arguments != call["arguments"]:
-                out["function_call"], changed = {**call, "arguments": arguments}, True
+            out["function_call"] = {**call, "arguments": self._push(index, "function_call", call["arguments"])}
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             out["tool_calls"] = pushed = list(calls)
@@ -169,10 +164,8 @@ class ChunkRedactor:
                 function = tool.get("function") if isinstance(tool, Mapping) else None
                 if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
                     arguments = self._push(index, f"tool_calls/{_index(tool, position)}", function["arguments"])
-                    if arguments != function["arguments"]:
-                        pushed[position] = {**tool, "function": {**function, "arguments": arguments}}
-                        changed = True
-        return out if changed else delta
+                    pushed[position] = {**tool, "function": {**function, "arguments": arguments}}
+        return out if out != delta else delta
 
     def _push(self, index: int, place: str, piece: str) -> str:
         redactor = self._texts.get((index, place))

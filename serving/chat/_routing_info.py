@@ -87,9 +87,8 @@ class RoutingInfo:
 
 @dataclass
 class Completion:
-    """A non-streamed answer: `body` is the chat completion JSON of whichever model served it,
-    exactly as that server sent it (a dict; a key of the client in it reads [redacted]), `routing`
-    how it was served, `text` the assistant text."""
+    """A non-streamed answer: `body`, the chat completion JSON exactly as the serving model's server sent
+    it (a key of the client in it reads [redacted]); `routing`, how it was served; `text`, the assistant text."""
 
     body: JSONObject
     routing: RoutingInfo

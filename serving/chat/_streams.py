@@ -1,11 +1,10 @@
-"""Streamed answers of the routed chat client (docs/clients.md#streaming).
-
-A stream is opened by the same fallback rules as any request (serving.execution._execute.aexecute):
-the "call" to an endpoint opens its stream and reads it up to the first chunk that carries the
-answer, so an edge-first stream falls back before anything has reached the caller; a stream that
-breaks after that raises StreamInterrupted. A key of the client spelled out over several chunks is
-redacted too (serving.chat._responses.ChunkRedactor). ChatStream, the sync client's, runs the
-AsyncChatStream on the client's event loop thread (LoopThread, which runs its sync calls too).
+"""Streamed answers of the routed chat client (docs/clients.md#streaming), opened by the same
+fallback rules as any request (serving.execution._execute.aexecute): the "call" to an endpoint opens
+its stream and reads it up to the first chunk that carries the answer, so an edge-first stream falls
+back before anything has reached the caller; a stream that breaks after that raises
+StreamInterrupted. A key of the client spelled out over several chunks is redacted too
+(serving.chat._responses.ChunkRedactor). ChatStream, the sync client's, runs the AsyncChatStream on
+the client's event loop thread (LoopThread, which runs its sync calls too).
 """
 
 from __future__ import annotations
@@ -146,11 +145,7 @@ class ChatStream:
     (`close`, or `with`) when not reading it to the end."""
 
     def __init__(self, stream: AsyncChatStream, loop: "LoopThread") -> None:
-        self._stream, self._loop = stream, loop
-
-    @property
-    def routing(self) -> RoutingInfo:
-        return self._stream.routing
+        self._stream, self._loop, self.routing = stream, loop, stream.routing
 
     def __iter__(self) -> "ChatStream":
         return self

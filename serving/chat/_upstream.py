@@ -53,8 +53,7 @@ LIMITS = httpx2.Limits(max_connections=256, max_keepalive_connections=64)
 
 class Answer(str):
     """A non-streamed answer as the fallback rules see it: the assistant text, which an accept check
-    (a callable, or the router's own) reads; `body` is the whole chat completion and `endpoint` the
-    name of the endpoint that gave it."""
+    reads; `body` is the whole chat completion and `endpoint` the name of the endpoint that gave it."""
 
     body: JSONObject
     endpoint: str
@@ -86,14 +85,13 @@ class Upstream:
         self.name, self.endpoint, self.model = name, endpoint, endpoint.model
         self.secrets = tuple(s for s in (endpoint.api_key, *secrets) if s)
         self._timeout = httpx2.Timeout(endpoint.timeout_s, connect=endpoint.connect_timeout_s)
+        self._headers = {**endpoint.request_headers(), "Content-Type": "application/json"}
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = (
             weakref.WeakKeyDictionary()
         )  # event loop -> its AsyncClient
         self._lock = threading.Lock()
 
-    # The request.
     def _body(self, request: ChatRequest, stream: bool) -> bytes:
-        # the request's parameters, the endpoint's params over them, its model (docs/clients.md)
         body = self.endpoint.request_body(request.params, request.messages)
         if stream:
             body["stream"] = True
@@ -102,10 +100,6 @@ class Upstream:
         except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the caller's JSON): sent escaped instead
             return json.dumps(body).encode("ascii")
 
-    def _headers(self) -> dict[str, str]:
-        return {**self.endpoint.request_headers(), "Content-Type": "application/json"}
-
-    # Clients.
     def _async_client(self) -> httpx2.AsyncClient:
         loop = asyncio.get_running_loop()
         with self._lock:  # event loops in several threads may share this endpoint
@@ -123,7 +117,6 @@ class Upstream:
         if client is not None:
             await client.aclose()
 
-    # Non-streamed answers.
     async def acomplete(self, request: ChatRequest) -> Answer:
         """The endpoint's chat completion of `request`, complete within `timeout_s`; an UpstreamError for anything else."""
         client = self._async_client()  # outside the deadline: the first one of a loop takes a while to make
@@ -135,7 +128,7 @@ class Upstream:
     async def _acomplete(self, client: httpx2.AsyncClient, request: ChatRequest) -> Answer:
         try:
             async with client.stream(
-                "POST", self.endpoint.url, content=self._body(request, False), headers=self._headers()
+                "POST", self.endpoint.url, content=self._body(request, False), headers=self._headers
             ) as response:
                 raw = await self._read(response)
         except httpx2.HTTPError as exc:
@@ -190,7 +183,6 @@ class Upstream:
             return UpstreamMalformed(self.name, f"unreadable answer from {model} ({text})")
         return UpstreamUnreachable(self.name, f"connection to {model} failed ({text})")
 
-    # Streams.
     async def open_stream(self, request: ChatRequest) -> OpenStream:
         """The endpoint's stream of `request`, read up to the first chunk that carries the answer, which must
         arrive within `first_token_timeout_s` (else SlowFirstToken); closed again on any failure.
@@ -204,9 +196,7 @@ class Upstream:
             raise SlowFirstToken(self.name, f"no first token from {self.endpoint.model} within {limit:g} s") from None
 
     async def _open_stream(self, client: httpx2.AsyncClient, request: ChatRequest, deadline: float) -> OpenStream:
-        sent = client.build_request(
-            "POST", self.endpoint.url, content=self._body(request, True), headers=self._headers()
-        )
+        sent = client.build_request("POST", self.endpoint.url, content=self._body(request, True), headers=self._headers)
         try:
             response = await client.send(sent, stream=True)
         except httpx2.HTTPError as exc:

@@ -95,7 +95,6 @@ class _Handlers:
         self.body_reads = asyncio.Semaphore(config.body_reads)
         self.created = int(time.time())
 
-    # Endpoints.
     async def chat_completions(self, request: Request) -> Response:
         started = time.perf_counter()
         request.state.conversation = None
@@ -210,7 +209,6 @@ class _Handlers:
         page = await run_in_threadpool(page_of, self.recent, self.chat.router)  # drawn in a worker thread
         return HTMLResponse(page, headers={"cache-control": "no-store"})
 
-    # Steps.
     async def _wait_for_turn(self, turns: asyncio.Semaphore, busy: str, *, reason: str) -> None:
         """Take one of `turns` within queue_timeout_s; else 503 with Retry-After, saying `busy`."""
         timeout = self.config.queue_timeout_s
@@ -335,9 +333,8 @@ class _Handlers:
         return error
 
     async def _relay(self, stream: AsyncChatStream) -> AsyncIterator[bytes]:
-        """The SSE body of a streamed answer: its chunks as sent, the routing comment, [DONE]. It
-        always ends with [DONE], after an error event when the stream broke or anything failed here
-        (the client never sees a stream cut with neither)."""
+        """The SSE body of a streamed answer: its chunks as sent, the routing comment, [DONE]; when the
+        stream broke or anything failed here, an error event and [DONE] (a client never sees it cut)."""
         try:
             async for data in stream.raw():
                 yield f"data: {data}\n\n".encode()
@@ -356,9 +353,8 @@ class _Handlers:
 
 
 def conversation_of(request: Request, params: JSONObject) -> str | None:
-    """The conversation a request belongs to: its x-router-conversation header (400 when that is no
-    id), else the body's prompt_cache_key, else its user, a long or unprintable one as its SHA-256;
-    None when none is given."""
+    """The conversation a request belongs to: its x-router-conversation header (400 when that is no id),
+    else the body's prompt_cache_key, else its user (a long or unprintable one as its SHA-256); or None."""
     named = request.headers.get(CONVERSATION_HEADER)
     if named is not None:
         try:

@@ -117,9 +117,8 @@ def _key(key_env: object, where: str, environ: Mapping[str, str], token_env: str
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    """Everything the proxy needs; `from_args` builds it from the command line. Its upstreams are
-    `edge` and `cloud`, or N `endpoints` (load_endpoints_file): serving.Endpoint records, each
-    with base_url and model."""
+    """Everything the proxy needs; `from_args` builds it from the command line. Its upstreams are `edge`
+    and `cloud`, or N `endpoints` (load_endpoints_file): serving.Endpoint records with base_url and model."""
 
     bundle: str
     edge: Endpoint | None = None
@@ -241,9 +240,8 @@ class ProxyConfig:
         return {"edge": self.edge, "cloud": self.cloud}
 
     def bundle_mismatch(self, bundle_endpoints: tuple[str, ...]) -> str | None:
-        """Why these upstreams cannot serve a bundle's decisions, or None: the bundle (its endpoint
-        names: edge and cloud for a two-endpoint bundle and the rule table) needs an upstream for
-        each of its endpoints and no other."""
+        """Why these upstreams cannot serve a bundle's decisions, or None: the bundle (its endpoint names:
+        edge and cloud for a two-endpoint bundle and the rule table) needs an upstream for each, no other."""
         names = tuple(self.upstreams)
         if set(names) == set(bundle_endpoints):
             return None

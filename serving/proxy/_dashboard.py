@@ -81,9 +81,8 @@ def page_of(recent: RecentRequests, router: Router) -> str:
 
 
 def drift_of(recent: RecentRequests, router: Router) -> JSONObject | None:
-    """The drift panel: the window's requests against the current bundle's reference (requests a
-    bundle before it decided are compared on what does not depend on the bundle); None when the
-    bundle carries no reference or nothing was routed yet."""
+    """The drift panel: the window's requests against the current bundle's reference (those an earlier
+    bundle decided on what does not depend on the bundle); None without a reference or a request."""
     from serving.monitoring._drift import drift_report
 
     reference = router.drift_reference()

@@ -35,9 +35,8 @@ def with_deadlines(
 
 
 class DeadlineH11Protocol(H11Protocol):
-    """uvicorn's H11Protocol with the module doc's deadlines; one timer per connection,
-    armed for what the connection waits for ("headers" or "unread body") and kept while it waits
-    for the same thing, so that every byte that arrives does not start it again."""
+    """uvicorn's H11Protocol with the module doc's deadlines: one timer per connection, for what it waits
+    for ("headers" or "unread body"), not started again by each byte that arrives while it waits."""
 
     header_timeout_s: float  # these three are set by with_deadlines
     body_timeout_s: float

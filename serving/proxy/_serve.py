@@ -15,14 +15,26 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
+import uvicorn
+from uvicorn.config import LOGGING_CONFIG
+
+from serving.bundle._bundle import BundleError
+from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
+from serving.chat._client import RoutedChat
+from serving.conversations._store import RedisStore
+from serving.conversations._switch import Stickiness
+from serving.policy._budgets import RedisSpending
+from serving.policy._rules import PolicyFileError
+from serving.proxy._app import build_app
 from serving.proxy._config import ProxyConfig
+from serving.proxy._protocol import with_deadlines
+from serving.proxy._security import RedactingFilter
+from serving.routing._router import Router
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from serving._json_types import JSONObject
-    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
-    from serving.routing._router import Router
 
 log = logging.getLogger("serving.proxy")
 
@@ -42,8 +54,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 def log_config() -> JSONObject:
     """uvicorn's logging setup, plus the root logger (the router's own lines) on the same handler."""
-    from uvicorn.config import LOGGING_CONFIG
-
     config = copy.deepcopy(LOGGING_CONFIG)
     config["formatters"]["default"]["fmt"] = "%(asctime)s %(levelprefix)s %(name)s: %(message)s"
     config["loggers"][""] = {"handlers": ["default"], "level": "INFO"}
@@ -54,8 +64,6 @@ def log_config() -> JSONObject:
 
 def watchers_for(router: Router, config: ProxyConfig) -> list[BundleWatcher | BundleURLWatcher | PolicyWatcher]:
     """The started watchers: of --watch (a folder or an http(s) URL) and of the --policy file."""
-    from serving.bundle._watcher import BundleURLWatcher, BundleWatcher, PolicyWatcher
-
     watchers: list[BundleWatcher | BundleURLWatcher | PolicyWatcher] = []
     if config.watch:
         kind = BundleURLWatcher if config.watch.startswith(("http://", "https://")) else BundleWatcher
@@ -67,9 +75,8 @@ def watchers_for(router: Router, config: ProxyConfig) -> list[BundleWatcher | Bu
 
 @contextlib.contextmanager
 def _quiet_exit_signals() -> Iterator[None]:
-    """SIGTERM and SIGINT while serving mean a clean shutdown and exit code 0. uvicorn shuts down on
-    them, then raises the signal again for the handler it found; this is that handler, and it
-    does nothing, so the process is not killed after its clean shutdown."""
+    """SIGTERM and SIGINT while serving mean a clean shutdown and exit code 0: uvicorn shuts down on them,
+    then raises the signal again for the handler it found: this one, which does nothing, so nothing is killed."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -82,21 +89,8 @@ def _quiet_exit_signals() -> Iterator[None]:
 
 
 def serve(config: ProxyConfig) -> int:
-    """Run the proxy until it is told to stop: 0 after a clean shutdown, 1 when it cannot start
-    (the address is taken, or with --strict the bundle cannot load)."""
-    import uvicorn
-
-    from serving.bundle._bundle import BundleError
-    from serving.chat._client import RoutedChat
-    from serving.conversations._store import RedisStore
-    from serving.conversations._switch import Stickiness
-    from serving.policy._budgets import RedisSpending
-    from serving.policy._rules import PolicyFileError
-    from serving.proxy._app import build_app
-    from serving.proxy._protocol import with_deadlines
-    from serving.proxy._security import RedactingFilter
-    from serving.routing._router import Router
-
+    """Run the proxy until it is told to stop: 0 after a clean shutdown, 1 when it cannot start (the
+    address is taken; with --strict, the bundle cannot load; the upstreams are not the bundle's endpoints)."""
     logging_setup = log_config()
     logging.config.dictConfig(logging_setup)
     redacting = RedactingFilter(config.secrets)
