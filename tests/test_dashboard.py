@@ -134,8 +134,9 @@ def test_cost_uses_the_prices_given_and_the_measured_costs_where_known():
     assert (compute_views(measured).cost.measured, compute_views(measured).cost.measured_requests) == (0.75, 2)
     with pytest.raises(ValueError, match="cloud's price"):
         CallPrices({"edge": 0.0})
-    with pytest.raises(ValueError, match="not a non-negative number"):
-        CallPrices({"cloud": -1.0})
+    for price in (-1.0, float("nan"), float("inf"), True, 10**400):  # 10**400: not an OverflowError later
+        with pytest.raises(ValueError, match="not a non-negative number"):
+            CallPrices({"cloud": price})
 
 
 def test_nearest_rank_is_a_measured_value():

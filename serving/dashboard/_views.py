@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from serving._contract import CLOUD, EDGE, ZONES
+from serving._json_values import finite_number
 from serving.dashboard._summary import JUDGING_STEPS, NOT_CALLED
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ class CallPrices:
 
     def __post_init__(self) -> None:
         for name, price in self.per_call.items():
-            if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < math.inf:
+            number = finite_number(price)
+            if number is None or number < 0:
                 raise ValueError(f"price of a {name} call: {price!r} is not a non-negative number")
         if "cloud" not in self.per_call:
             raise ValueError("CallPrices needs the cloud's price: all-cloud is what the cost is compared with")

@@ -19,8 +19,6 @@ from serving.routing._decision import Decision
 
 if TYPE_CHECKING:
     import asyncio
-    from types import TracebackType
-    from typing import Literal
 
     from typing_extensions import TypeAlias
 
@@ -229,7 +227,7 @@ class Traffic:
 
 class LoggedRequest:
     """One execute() under an outcome log: the decision as carried out (explored or not), the accept
-    check wrapped to keep its verdict, and at __exit__ (the router's run ending) its record (built in
+    check wrapped to keep its verdict, and when the router's run has ended (finished) its record (built in
     the log's writer thread: the request pays only for queueing it) and perhaps a shadow run."""
 
     def __init__(
@@ -264,14 +262,12 @@ class LoggedRequest:
 
         return accept
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> Literal[False]:
+    def finished(self, error: BaseException | None) -> None:
+        """The run has ended (`error`: what it raised, which goes on to the caller): queue its record."""
         if self.execution is not None:
             self.execution.request_id = self.request_id
         self.log.append(functools.partial(self._record, time.time(), self.execution, error))
         self.traffic.maybe_shadow(self)
-        return False  # an exception goes on to the caller
 
     def _record(self, when: float, execution: Execution | None, error: BaseException | None) -> Record:
         """The request record (in the writer thread). Texts and exceptions go in as they are: the

@@ -602,7 +602,7 @@ class _Run:
         try:
             if self.logged is not None:
                 self.logged.execution = self.execution
-                self.logged.__exit__(*exc_info)
+                self.logged.finished(exc_info[1])
         finally:
             if self.request.conversation is not None:
                 execution = self.execution
