@@ -1,9 +1,7 @@
-"""Offline evaluation of routing conversations (issue 47; docs/evaluation.md#conversations-make-conversations).
-
-Held-out conversations are replayed turn by turn through the SDK's own Router (an N-endpoint bundle,
-a fresh MemoryStore per policy, record_turn after each turn), under each Stickiness of POLICIES,
-each turn priced by the SDK's SwitchPricing on the conversation's true cache state. All turns of a
-replay run within seconds: no provider cache expires (not modelled).
+"""Offline evaluation of routing conversations (issue 47; docs/evaluation.md#conversations-make-conversations):
+held-out conversations replayed turn by turn through the SDK's Router on an N-endpoint bundle (a fresh
+MemoryStore per policy, record_turn after each turn) under each Stickiness of POLICIES, each turn priced by
+SwitchPricing on the conversation's true cache state. A replay takes seconds: no provider cache expires.
 """
 
 from __future__ import annotations
@@ -42,16 +40,14 @@ CANDIDATES = tuple((w, p) for w in (0.25, 0.5, 1.0, 2.0) for p in (0.0, Stickine
 
 @dataclass
 class Conversation:
-    """One conversation's turns in order: the request texts, declared precisions, every endpoint's
-    outcome [turns, N], the hidden probabilities [turns, N] (None unless simulated), the answers'
-    lengths in tokens."""
+    """One conversation's turns in order."""
 
     id: str
-    texts: list[str]
-    precisions: list[str | None]
-    quality: np.ndarray
-    expected: np.ndarray | None
-    output_tokens: np.ndarray
+    texts: list[str]  # the requests
+    precisions: list[str | None]  # as declared
+    quality: np.ndarray  # every endpoint's outcome [turns, N]
+    expected: np.ndarray | None  # the hidden probabilities [turns, N] (None unless simulated)
+    output_tokens: np.ndarray  # the answers' lengths in tokens
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -370,11 +366,10 @@ def evaluate_fold(
 
 
 def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output_tokens: float) -> dict | None:
-    """make evaluate's figures of the whole conversations in N-endpoint rows (None when the rows do
-    not link turns): each of POLICIES and the oracle, and each policy minus own per conversation with
-    its normal 95% interval. Turns are ordered by their number, whatever the first one's (0, 1...);
-    a conversation is whole when its numbers have no gap. ValueError naming a conversation that
-    numbers two rows alike."""
+    """make evaluate's figures of the whole conversations in N-endpoint rows (None when the rows do not
+    link turns): each of POLICIES and the oracle, and each policy minus own per conversation with its
+    normal 95% interval. Turns go by their number, whatever the first (0, 1...); a conversation is whole
+    when its numbers have no gap. ValueError naming a conversation that numbers two rows alike."""
     try:
         links = _links(frame)
     except ValueError:
@@ -397,11 +392,9 @@ def logged_conversations(bundle: str | Path, frame, names: Sequence[str], output
     runs = {name: replay(bundle, conversations, Stickiness(weight)) for name, weight in POLICIES.items()}
     runs["oracle"] = oracle(runs["own"].endpoints, conversations, runs["own"].tokens)
     out["policies"] = {name: run.figures() for name, run in runs.items()}
-    keys = [k for k in FIGURES if k not in ("turns", "expected_quality")]
-    out["minus_own"] = {}
-    for name in ("priced", "sticky"):
-        out["minus_own"][name] = {}
-        for key in keys:
+    out["minus_own"] = {"priced": {}, "sticky": {}}
+    for name, minus_own in out["minus_own"].items():
+        for key in (k for k in FIGURES if k not in ("turns", "expected_quality")):
             both = paired(runs["own"].per_conversation[key], runs[name].per_conversation[key])
-            out["minus_own"][name][key] = {"difference": both["difference"], "interval": both["interval"]}
+            minus_own[key] = {"difference": both["difference"], "interval": both["interval"]}
     return out

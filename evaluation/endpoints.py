@@ -1,9 +1,7 @@
-"""Offline figures of routing among N endpoints on rows where every endpoint's outcome is logged
-(definitions: docs/evaluation.md#definitions).
-
-Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected` the outcome
-models' probabilities, `cost` each call's logged price (else the expected one), `expected_cost`
-the price the chooser sees before the call, `feasible` the context limits.
+"""Offline figures of routing among N endpoints on rows where every endpoint's outcome is logged (definitions:
+docs/evaluation.md#definitions). Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected`
+the outcome models' probabilities, `cost` each call's logged price (else the expected one), `expected_cost` the
+price the chooser sees before the call, `feasible` the context limits.
 """
 
 from __future__ import annotations
@@ -23,14 +21,13 @@ PRICE_GRID = np.concatenate([[0.0], np.logspace(-1, 6, 141)])
 
 @dataclass(frozen=True)
 class Choosers:
-    """The operating points' settings: `budget_share` is the budget as a share of the best single
-    endpoint's mean cost; `truth_margin` that of the simulator's true best-value choice."""
+    """The operating points' settings."""
 
     margin: float = 0.02
-    budget_share: float = 0.5
+    budget_share: float = 0.5  # the budget, as a share of the best single endpoint's mean cost
     start_margin: float = 0.15
     catch_rate: float = 0.5
-    truth_margin: float = 0.02
+    truth_margin: float = 0.02  # the margin of the simulator's true best-value choice
 
 
 def _picked(choice: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -68,11 +65,10 @@ def price_for_budget(expected, expected_cost, budget: float, feasible=None) -> f
 
 
 def price_for_quality(expected, expected_cost, quality, target: int, feasible=None) -> float:
-    """The largest price on cost at which best_under_price's logged quality on these (validation)
-    rows is at least that of endpoint `target` alone by one standard error of their paired
-    difference (the largest price that merely matches it is chosen where luck favoured it, and
-    falls short on new rows); 0 (the best expected quality) if no price does, and with fewer than two
-    rows, which give no standard error to require."""
+    """The largest price on cost at which best_under_price's logged quality on these (validation) rows
+    beats endpoint `target` alone by at least one standard error of their paired difference (a price that
+    merely matches it is chosen where luck favoured it, and falls short on new rows); 0 (the best expected
+    quality) if no price does, and with fewer than two rows, which give no standard error."""
     if len(quality) < 2:
         return 0.0
     best = 0.0
@@ -133,8 +129,8 @@ def fold_figures(names, *, val: dict, test: dict, choosers: Choosers = Choosers(
     corners = envelope(points[:, 1], points[:, 2])
     span = dict(low_cost=cheap["cost"], high_cost=best["cost"], low_quality=cheap["quality"])
 
-    # The settings chosen on validation rows: the price of (b) a budget, and of matched quality, the
-    # largest price at which validation rows show no loss against the best single endpoint
+    # Chosen on validation rows: the price that keeps a budget, and that of matched quality (the
+    # largest price at which they show no loss against the best single endpoint)
     val_best = int(np.argmax(val["quality"].mean(axis=0)))
     budget = choosers.budget_share * float(val["expected_cost"][:, val_best].mean())
     budget_price = price_for_budget(val["expected"], val["expected_cost"], budget, val["feasible"])

@@ -1,10 +1,9 @@
-"""What the fallback zone is worth: the one place its expectation is written
-(docs/metrics.md#the-fallback-expectation), for thresholds, the training summary and the
-offline evaluation. A fallback-zone request fires with probability catch * (1 - q_edge) +
-false_reject * q_edge, one cloud call each time, and is worth q_edge * (1 - false_reject) + that
-probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`):
-the acceptance check's verdicts where the logs hold the edge's answer (measured), elsewhere the
-configured catch rate with no false rejects (assumed).
+"""What the fallback zone is worth: the one place its expectation is written (docs/metrics.md#the-fallback-expectation),
+for thresholds, the training summary and the offline evaluation. A fallback-zone request fires with probability
+catch * (1 - q_edge) + false_reject * q_edge, one cloud call each time, and is worth q_edge * (1 - false_reject) +
+that probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`): the
+acceptance check's verdicts where the edge's answer is logged (measured), else the configured catch rate and no
+false rejects (assumed).
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ def check_catch_rate(catch_rate: float) -> float:
 
 @dataclass(frozen=True)
 class Catch:
-    """Per request: P(reject | wrong edge answer) and P(reject | good edge answer); floats
-    apply to every request, arrays align with the requests. `measured` marks the requests
-    whose rates are the acceptance check's verdicts (None: all assumed)."""
+    """The acceptance check's reject rates per request: floats apply to every request, arrays align with them."""
 
-    catch: float | np.ndarray
-    false_reject: float | np.ndarray = 0.0
-    measured: np.ndarray | None = None
+    catch: float | np.ndarray  # P(reject | wrong edge answer)
+    false_reject: float | np.ndarray = 0.0  # P(reject | good edge answer)
+    measured: np.ndarray | None = None  # requests whose rates are the acceptance check's verdicts (None: all assumed)
 
     @classmethod
     def of(cls, value) -> "Catch":
@@ -37,9 +34,8 @@ class Catch:
 
     @classmethod
     def for_rows(cls, rejected, assumed_catch_rate: float) -> "Catch":
-        """Measured where `rejected` (share of the request's logged answers the check rejects)
-        is known, the assumed catch rate (and no false rejects) where it is NaN; all assumed
-        when `rejected` is None."""
+        """Measured where `rejected` (share of the request's logged answers the check rejects) is known,
+        the assumed catch rate (and no false rejects) where it is NaN; all assumed when it is None."""
         assumed = check_catch_rate(assumed_catch_rate)
         if rejected is None:
             return cls(assumed)
@@ -74,7 +70,6 @@ def fires(q_edge, catch_rate) -> np.ndarray:
 
 
 def fallback_quality(q_edge, q_cloud, catch_rate) -> np.ndarray:
-    """Per fallback-zone request: expected quality, the edge answers kept plus what the cloud
-    answers when the fallback fires."""
+    """Per fallback-zone request: expected quality, the edge answers kept plus the cloud's when the fallback fires."""
     rates, q_edge = Catch.of(catch_rate), np.asarray(q_edge, dtype=np.float64)
     return q_edge * (1.0 - rates.false_reject) + fires(q_edge, rates) * np.asarray(q_cloud, dtype=np.float64)

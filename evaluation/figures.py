@@ -50,8 +50,7 @@ def _fields_of(cls, data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Population(Record):
-    """The evaluated rows, the qualities every policy is measured against, and where the fallback's
-    catch rates came from."""
+    """The evaluated rows, the qualities every policy is measured against, where the fallback's rates came from."""
 
     what: ClassVar[str] = "evaluated rows"
     rows: int
@@ -196,10 +195,9 @@ class SplitSummary:
         if not isinstance(data, dict):
             raise TypeError(f"a split summary must be a JSON object, got {type(data).__name__}")
         own = (*Population.names(), "unfamiliar_share", "cross_validated")
-        policies = {k: v for k, v in data.items() if k not in own}
         return cls(
             Population.from_dict({k: v for k, v in data.items() if k in Population.names()}),
-            {name: KeyFigures.from_dict(p) for name, p in policies.items()},
+            {name: KeyFigures.from_dict(p) for name, p in data.items() if name not in own},
             unfamiliar_share=data.get("unfamiliar_share"),
             cross_validated=bool(data.get("cross_validated", False)),
         )
@@ -207,8 +205,7 @@ class SplitSummary:
 
 @dataclass(frozen=True)
 class HeldOutSource:
-    """Leave-one-source-out: one source's comparison by a router trained on the others, or the
-    error that stopped its training."""
+    """Leave-one-source-out: one source's comparison by a router trained on the others, or that training's error."""
 
     figures: Comparison | None
     trained_on_rows: int | None = None

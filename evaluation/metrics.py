@@ -139,8 +139,7 @@ def curve_summary(scores, q_edge, q_cloud, needed) -> dict:
 
 
 def paired(before: np.ndarray, after: np.ndarray, *, z: float = Z95) -> dict:
-    """Means without and with a change on the same rows, and their paired difference with its
-    normal 95% interval."""
+    """Means without and with a change on the same rows, and their paired difference with its normal 95% interval."""
     diff = after - before
     half = z * float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
     mean = float(diff.mean())
@@ -200,8 +199,7 @@ def zone_probabilities(zones) -> np.ndarray:
 
 
 def random_zone_probabilities(n: int, *, cloud_share: float, fallback_share: float = 0.0) -> np.ndarray:
-    """Every request in the cloud with probability `cloud_share`, in the fallback zone with
-    `fallback_share`, on the edge otherwise."""
+    """Each request in the cloud with probability `cloud_share`, the fallback zone `fallback_share`, else the edge."""
     if not (0 <= cloud_share <= 1 and 0 <= fallback_share <= 1 and cloud_share + fallback_share <= 1 + 1e-12):
         raise ValueError(f"bad random shares: cloud={cloud_share!r}, fallback={fallback_share!r}")
     edge = max(1.0 - cloud_share - fallback_share, 0.0)
@@ -317,8 +315,7 @@ def latency_figures(probs, q_edge, *, catch_rate, model: LatencyModel) -> dict:
 
 
 def reliability(scores, labels, *, bins: int = 10) -> dict:
-    """Reliability table over equal-width score bins (empty ones skipped) and the expected
-    calibration error."""
+    """Reliability table over equal-width score bins (empty ones skipped) and the expected calibration error."""
     if not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
     scores, labels = _arrays(scores, labels)

@@ -37,57 +37,44 @@ if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
 
 @dataclass(frozen=True)
 class Policy:
-    """A routing policy compared offline: its name in figures and files, its labels in tables and
-    plots (`short` for narrow columns), and what it is."""
+    """A routing policy compared offline: its labels in tables and plots (`short` for narrow
+    columns), and what it is."""
 
-    name: str
     label: str
     short: str
     description: str
 
 
-# Every policy, in the order tables list them: the one home of their names and labels.
+# Every policy by its name in figures and files, in the order tables list them: the one home of their labels.
 POLICIES: dict[str, Policy] = {
-    p.name: p
-    for p in (
-        Policy(
-            "learned", "learned router", "learned", "the bundle's router through the SDK, at its calibrated thresholds"
-        ),
-        Policy(
-            "rule_table",
-            "hand rule table (label domain)",
-            "hand rule",
-            "hand rule table (baseline.md), domain from the log's label",
-        ),
-        Policy(
-            "rule_table_inferred",
-            "hand rule table (inferred domain)",
-            "hand rule (text)",
-            "hand rule table, domain inferred from the text (the SDK's degraded mode)",
-        ),
-        Policy(
-            "tuned_rule_table",
-            "tuned rule table",
-            "tuned rule",
-            "the same three rules, weights and thresholds grid-searched on the train split",
-        ),
-        Policy(
-            "reference",
-            "reference (TF-IDF + logistic regression)",
-            "reference",
-            "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train split, "
-            "thresholds on the val split: the ten-minute baseline to beat",
-        ),
-        Policy(
-            "random",
-            "random (matched share)",
-            "random",
-            "random routing at the learned router's cloud-first and fallback shares (expectation)",
-        ),
-        Policy("all_edge", "all-edge", "all-edge", "every request on the edge, no fallback"),
-        Policy("all_cloud", "all-cloud", "all-cloud", "every request to the cloud"),
-        Policy("oracle", "oracle", "oracle", "the cloud exactly when the cloud is needed (the label)"),
-    )
+    "learned": Policy("learned router", "learned", "the bundle's router through the SDK, at its calibrated thresholds"),
+    "rule_table": Policy(
+        "hand rule table (label domain)", "hand rule", "hand rule table (baseline.md), domain from the log's label"
+    ),
+    "rule_table_inferred": Policy(
+        "hand rule table (inferred domain)",
+        "hand rule (text)",
+        "hand rule table, domain inferred from the text (the SDK's degraded mode)",
+    ),
+    "tuned_rule_table": Policy(
+        "tuned rule table",
+        "tuned rule",
+        "the same three rules, weights and thresholds grid-searched on the train split",
+    ),
+    "reference": Policy(
+        "reference (TF-IDF + logistic regression)",
+        "reference",
+        "TF-IDF word 1-2-grams + log length, a logistic regression per outcome fitted on the train split, "
+        "thresholds on the val split: the ten-minute baseline to beat",
+    ),
+    "random": Policy(
+        "random (matched share)",
+        "random",
+        "random routing at the learned router's cloud-first and fallback shares (expectation)",
+    ),
+    "all_edge": Policy("all-edge", "all-edge", "every request on the edge, no fallback"),
+    "all_cloud": Policy("all-cloud", "all-cloud", "every request to the cloud"),
+    "oracle": Policy("oracle", "oracle", "the cloud exactly when the cloud is needed (the label)"),
 }
 FIXED_POINTS = ("all_edge", "all_cloud")  # no score curve to speak of
 CURVE_KEYS = ("auc", "apgr", "cpt50", "cpt80")
@@ -243,10 +230,9 @@ def evaluate_policies(
     cost: CostModel | None = None,
     latency: LatencyModel | None = None,
 ) -> tuple[Comparison, dict]:
-    """(figures, curves): every policy's figures on these rows, and the quality curve of each that
-    has a score. `tuned` and `reference`: the fitted policies of those names, when asked for. The
-    fallback's rates are the acceptance check's verdicts where rows.rejected is known, `catch_rate`
-    assumed on the rest."""
+    """(figures, curves): every policy's figures on these rows, and the quality curve of each scored
+    one; `tuned`, `reference`: those policies fitted, when asked for. The fallback's rates are the
+    acceptance check's verdicts where rows.rejected is known, `catch_rate` assumed elsewhere."""
     if len(rows) == 0:
         raise ValueError("no requests to evaluate: the input is empty")
     catch_rate = Catch.for_rows(rows.rejected, catch_rate)

@@ -54,8 +54,7 @@ def fit_outcome(x, q: np.ndarray, weight: np.ndarray | None = None, *, c: float)
 
 @dataclass
 class ReferenceModel:
-    """The fitted TF-IDF vocabulary, the length column's scaling and the two outcome models
-    ((coefficients, intercept) each)."""
+    """The TF-IDF vocabulary, the length column's scaling and the two outcome models, each (coefficients, intercept)."""
 
     vectorizer: object
     length_mean: float
@@ -65,7 +64,7 @@ class ReferenceModel:
     rows: dict  # {"edge": rows its model learned from, "cloud": ..., "without_text": rows left out}
 
     @classmethod
-    def fit(cls, prompts, q_edge, q_cloud, *, c: float = C) -> "ReferenceModel":
+    def fit(cls, prompts, q_edge, q_cloud, *, c: float = C) -> ReferenceModel:
         """Fit on these prompts; each outcome model on the rows with text where its outcome is known."""
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -141,9 +140,7 @@ class ReferencePolicy:
     target: str  # the threshold target it was fitted for (evaluation.thresholds.TARGETS)
 
     @classmethod
-    def fit(
-        cls, train_rows: Rows, val_rows: Rows, *, catch_rate: float = 0.5, **threshold_options
-    ) -> "ReferencePolicy":
+    def fit(cls, train_rows: Rows, val_rows: Rows, *, catch_rate: float = 0.5, **threshold_options) -> ReferencePolicy:
         """The model on `train_rows`; thresholds (select_thresholds options) on the `val_rows` with
         both outcomes, the acceptance check's verdicts as the fallback's rates where they carry them."""
         if len(train_rows) == 0:
@@ -167,7 +164,7 @@ class ReferencePolicy:
         return cls(model, thresholds, threshold_options.get("target", "quality"))
 
     @classmethod
-    def fit_frame(cls, frame, **threshold_options) -> "ReferencePolicy":
+    def fit_frame(cls, frame, **threshold_options) -> ReferencePolicy:
         """`fit` on prepared log rows by their `split` column: `train` rows fit the model, `val` rows
         the thresholds (no router scored them: the reference reads the text and the outcomes)."""
         parts = {}

@@ -43,8 +43,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def show(path: str, fmt: str = ".3f"):
-    """A column's cell: the figure at the dotted `path` (attributes or keys; "—" where one is
-    missing) in format `fmt`."""
+    """A column's cell: the figure at the dotted `path` (attributes or keys; "—" if missing) in format `fmt`."""
 
     def cell(value) -> str:
         for key in path.split("."):
@@ -55,8 +54,7 @@ def show(path: str, fmt: str = ".3f"):
 
 
 def columns_table(first: str, items, columns) -> str:
-    """A Markdown table of a row per (name, value) of `items`: the name, then a cell per
-    (header, cell of the value) of `columns`."""
+    """A Markdown table, a row per (name, value) of `items`: the name, then a cell per (header, cell) of `columns`."""
     return table(
         [first, *(head for head, _ in columns)], [[name, *(cell(v) for _, cell in columns)] for name, v in items]
     )
@@ -496,8 +494,7 @@ def summary_table(metrics: dict):
 
 
 def json_ready(value):
-    """For strict JSON (metrics.json): typed figures as their dicts, NaN -> None, numpy scalars ->
-    Python numbers."""
+    """For strict JSON (metrics.json): typed figures as their dicts, NaN -> None, numpy scalars -> Python numbers."""
     if hasattr(value, "as_dict"):
         return json_ready(value.as_dict())
     if isinstance(value, dict):
@@ -545,8 +542,7 @@ def plot_quality_vs_share(figures: Comparison, curves: dict, path: Path) -> None
 
 
 def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
-    """The router's quality-versus-cost curve (the folds' mean at each price), each endpoint
-    alone, the oracle and the operating points, on one chart (matplotlib's Agg canvas)."""
+    """The router's quality-cost curve (the folds' mean), each endpoint alone, the oracle and the operating points."""
     fig, ax = _figure()
     mean = lambda *path: float(np.nanmean([figure_at(f, path) for f in per_fold]))  # noqa: E731
     cost = np.nanmean([f["curve"]["cost"] for f in per_fold], axis=0)
@@ -565,8 +561,7 @@ def plot_quality_vs_cost(per_fold: list[dict], names, path) -> None:
 
 
 def plot_misroute_by_domain(groups: dict[str, SplitSummary], path: Path) -> None:
-    """Stacked under/over-routing per domain group, one bar per policy: the learned router, the
-    reference and the rule tables."""
+    """Stacked under/over-routing per domain group: a bar each for the learned router, reference and rule tables."""
     shown = ("learned", "reference", "rule_table", "tuned_rule_table")
     names = [n for n in shown if n in next(iter(groups.values())).policies]
     fig, ax = _figure(9.0, 5.0)

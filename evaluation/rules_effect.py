@@ -120,19 +120,16 @@ def rules_effect(
 
 @dataclass
 class HeldOut:
-    """One fold's held-out rows that hold every endpoint's outcome: `expected` the fold's outcome
-    models' probabilities, `quality` and `cost` the logged outcome and price of each endpoint's
-    call ([rows, endpoints]), `n_tokens` each prompt's estimated input tokens, `metadata` each row's
-    own (None where it has none), `chooser` the SDK's chooser at the fold's rule and parameter."""
+    """One fold's held-out rows that hold every endpoint's outcome; its arrays are [rows, endpoints]."""
 
-    chooser: Chooser
+    chooser: Chooser  # the SDK's chooser at the fold's rule and parameter
     prompts: Sequence[str]
     precisions: Sequence[str | None]
-    n_tokens: Sequence[float]
-    expected: np.ndarray
-    quality: np.ndarray
-    cost: np.ndarray
-    metadata: Sequence[Mapping[str, str] | None]
+    n_tokens: Sequence[float]  # each prompt's estimated input tokens
+    expected: np.ndarray  # the fold's outcome models' probabilities
+    quality: np.ndarray  # each endpoint's logged outcome
+    cost: np.ndarray  # each endpoint's logged price
+    metadata: Sequence[Mapping[str, str] | None]  # each row's own (None if none)
 
 
 def _decide(chooser: Chooser, fold: HeldOut, i: int, policy, metadata) -> Decision:
@@ -236,11 +233,8 @@ def policy_effect(
     if not before:
         result["notes"].append("no row stays servable with the policy: no shares or figures")
         return result
-    b, a = np.array(before, float), np.array(after, float)
-    result["shares"] = {
-        "without_rules": shares(np.array([k0 for k0, _ in firsts]), names),
-        "with_rules": shares(np.array([k1 for _, k1 in firsts]), names),
-    }
+    b, a, first = np.array(before, float), np.array(after, float), np.array(firsts)
+    result["shares"] = {"without_rules": shares(first[:, 0], names), "with_rules": shares(first[:, 1], names)}
     result["figures"] = {f: paired(b[:, j], a[:, j]) for j, f in enumerate(FIGURES)}
     return result
 

@@ -47,10 +47,9 @@ def leave_one_source_out(
     in_distribution: dict[str, float] | None = None,
     **options,
 ) -> dict[str, HeldOutSource]:
-    """{source: HeldOutSource}: LOSO_POLICIES compared on the source's rows by a router trained on
-    the other sources, or the error of that training; empty with one source. `reference_target`:
-    the reference's threshold options (None: no reference); `in_distribution`: the bundle's own
-    APGR per source; `options` go to evaluate_policies."""
+    """{source: HeldOutSource}: LOSO_POLICIES compared on the source's rows by a router trained on the
+    other sources (or that training's error); empty with one source. `reference_target`: the reference's
+    threshold options (None: no reference); `in_distribution`: the bundle's own APGR per source."""
     present = sorted(frame["source"].unique())
     unknown = [s for s in sources or () if s not in present]
     if unknown:
@@ -171,9 +170,8 @@ def acceptance(router, manifest: Manifest, responses, split: str) -> tuple[dict,
 
 
 def assumption_check(rows: Rows, catch_rate: float) -> dict | None:
-    """On the requests whose edge answer the check judged: the learned router's fallback
-    figures with the measured verdicts against what the assumed catch rate (no false
-    rejects) would have claimed for the same requests."""
+    """On the requests whose edge answer the check judged: the learned router's fallback figures with
+    the measured verdicts, against those the assumed catch rate (no false rejects) would have claimed."""
     if rows.rejected is None or np.isnan(rows.rejected).all():
         return None
     answered = rows.subset(~np.isnan(rows.rejected))
@@ -191,16 +189,13 @@ LISTED_IDS = 20  # request ids listed of the requests left out below the propens
 def logged_traffic(
     router, frame, *, batch_size: int, margin: float = 0.0, min_propensity: float = MIN_PROPENSITY
 ) -> dict | None:
-    """Off-policy estimates (evaluation.off_policy) of the bundle on the rows an SDK logged:
-    those with the side that ran first, its propensity and its outcome; None when there are none.
-    Requests logged with a propensity below `min_propensity` are left out and listed
-    (`below_min_propensity`: how many, the first request ids, why)."""
+    """Off-policy estimates (evaluation.off_policy) of the bundle on the rows an SDK logged with the side
+    that ran first, its propensity and its outcome (None without any). Requests below `min_propensity`
+    are left out and listed (`below_min_propensity`: how many, the first request ids, why)."""
     if "propensity" not in frame or "routed_to" not in frame:
         return None
-    side_quality = np.where(frame["routed_to"] == "cloud", frame["cloud_quality"], frame["edge_quality"])
-    logged = (frame["propensity"].notna() & frame["routed_to"].notna()).to_numpy() & ~np.isnan(
-        side_quality.astype(float)
-    )
+    side_quality = np.where(frame["routed_to"] == "cloud", frame["cloud_quality"], frame["edge_quality"]).astype(float)
+    logged = (frame["propensity"].notna() & frame["routed_to"].notna()).to_numpy() & ~np.isnan(side_quality)
     if not logged.any():
         return None
     below = logged & (frame["propensity"] < min_propensity).to_numpy()
@@ -225,7 +220,7 @@ def logged_traffic(
         **off_policy(
             routed_to=rows["routed_to"].tolist(),
             propensity=rows["propensity"].to_numpy(float),
-            reward=side_quality[logged].astype(float),
+            reward=side_quality[logged],
             target=[d.target for d in decisions],
             p_edge=[d.p_edge for d in decisions],
             p_cloud=[d.p_cloud for d in decisions],

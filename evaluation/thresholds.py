@@ -1,8 +1,7 @@
-"""Pick the two fallback thresholds per precision tag from calibrated validation scores
-(docs/training.md, step 7): edge below lo, cloud above hi, edge_with_cloud_fallback in between
-(inclusive), the fallback zone valued by evaluation.fallback. Targets: `quality`, the fewest
-expected cloud calls within `max_quality_drop` of all-cloud's quality; `budget`, the best expected
-quality with expected cloud calls <= `cloud_budget`.
+"""Pick the two fallback thresholds per precision tag from calibrated validation scores (docs/training.md,
+step 7): edge below lo, cloud above hi, edge_with_cloud_fallback in between (inclusive), the fallback zone
+valued by evaluation.fallback. Targets: `quality`, the fewest expected cloud calls within `max_quality_drop`
+of all-cloud's quality; `budget`, the best expected quality with expected cloud calls <= `cloud_budget`.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ def select_thresholds(
     target: str = "quality",
     max_quality_drop: float = 0.01,
     cloud_budget: float = 0.3,
-    catch_rate: "float | Catch" = 0.5,
+    catch_rate: float | Catch = 0.5,
     max_points: int = 256,
     bounds: tuple[float, float] = (0.0, 1.0),
 ) -> Thresholds:
@@ -64,12 +63,9 @@ def select_thresholds(
     qe, qc = np.asarray(q_edge, float)[order], np.asarray(q_cloud, float)[order]
     n = len(s)
     rates = Catch.of(catch_rate).take(order)
-    fallback_calls, fallback_value = fires(qe, rates), fallback_quality(qe, qc, rates)
-
-    def prefix(x):
-        return np.concatenate([[0.0], np.cumsum(x)])
-
-    p_edge, p_fb, p_fbc, p_cloud = prefix(qe), prefix(fallback_value), prefix(fallback_calls), prefix(qc)
+    p_edge, p_fb, p_fbc, p_cloud = (  # prefix sums
+        np.concatenate([[0.0], np.cumsum(x)]) for x in (qe, fallback_quality(qe, qc, rates), fires(qe, rates), qc)
+    )
     cuts = np.concatenate([[0], np.flatnonzero(np.diff(s) != 0) + 1, [n]])  # positions between distinct scores
     if len(cuts) > max_points:  # thinned to max_points
         cuts = cuts[np.unique(np.round(np.linspace(0, len(cuts) - 1, max_points)).astype(int))]
