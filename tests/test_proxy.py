@@ -186,6 +186,9 @@ def test_models_health_and_bad_requests(proxy):
         response = httpx2.post(f"{proxy}/v1/chat/completions", content=body, headers=auth)
         assert response.status_code == 400 and text in response.json()["error"]["message"], body
     assert httpx2.get(f"{proxy}/v1/nowhere", headers=auth).json()["error"]["type"] == "not_found_error"
+    wrong_method = httpx2.get(f"{proxy}/v1/chat/completions", headers=auth)  # 405 says what is allowed
+    assert (wrong_method.status_code, wrong_method.headers.get("allow")) == (405, "POST")
+    assert wrong_method.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_precision_is_taken_from_the_body_or_a_header(proxy):
@@ -350,6 +353,14 @@ def test_it_refuses_to_listen_beyond_the_loopback_without_a_token(host, capsys, 
         cli.main([*SERVE, "--host", host])
     assert caught.value.code == 2
     assert f"refusing to listen on {host}" in capsys.readouterr().err
+
+
+def test_without_the_server_extra_serve_says_which_extra_to_install():
+    """The server's packages missing (uvicorn here) is exit code 2 naming the extra, not a traceback."""
+    script = "import sys; sys.modules['uvicorn'] = None; from serving._cli import main; sys.exit(main(sys.argv[1:]))"
+    run = subprocess.run([sys.executable, "-c", script, *SERVE], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 2 and "the proxy needs the server extra" in run.stderr, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
 
 
 def test_token_and_key_options_are_checked_before_anything_starts(capsys, monkeypatch):

@@ -444,7 +444,9 @@ def build_app(chat: RoutedChat, config: ProxyConfig, *, on_shutdown: Iterable[Ca
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return Response(error_body(str(exc.detail), kind), exc.status_code, media_type="application/json")
+        return Response(  # its headers too: a 405's Allow
+            error_body(str(exc.detail), kind), exc.status_code, headers=exc.headers, media_type="application/json"
+        )
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.error("internal error: %s", redact(repr(exc), config.secrets))
