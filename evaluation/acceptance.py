@@ -1,7 +1,6 @@
-"""How well an acceptance check separates good edge answers from failures: AUC, catch rate and
-false-reject rate (docs/metrics.md#the-acceptance-checks-figures), the same figures in training
-(held-out folds, its test split) and in `make evaluate` (the SDK on held-out rows).
-"""
+"""How well an acceptance check separates good edge answers from failures: AUC, catch rate and false-reject rate
+(docs/metrics.md#the-acceptance-checks-figures), the same figures in training (held-out folds, its test split) and in
+`make evaluate` (the SDK on held-out rows)."""
 
 from __future__ import annotations
 

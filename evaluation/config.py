@@ -44,9 +44,8 @@ class EvalConfig:
     loso_overrides: dict = field(default_factory=dict)  # TrainConfig options for those trainings
     cache_dir: str = "data/cache"
     mlflow: bool = True
-    # engine=dask: logs read, validated and split on a Dask cluster; the rows scored here are
-    # a hash sample of at most `sample_rows` per split (the train and val rows that fit the tuned
-    # rule table and the reference too).
+    # engine=dask: logs read, validated and split on a Dask cluster; scored here, a hash sample of at most
+    # `sample_rows` rows per split (the train and val rows that fit the tuned rule table and the reference too).
     engine: str = "local"
     dask_scheduler: str | None = None  # empty: $DASK_SCHEDULER, else a LocalCluster
     dask_workers: int | None = None

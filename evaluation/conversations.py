@@ -1,8 +1,7 @@
-"""Offline evaluation of routing conversations (issue 47; docs/evaluation.md#conversations-make-conversations):
-held-out conversations replayed turn by turn through the SDK's Router on an N-endpoint bundle (a fresh
-MemoryStore per policy, record_turn after each turn) under each Stickiness of POLICIES, each turn priced by
-SwitchPricing on the conversation's true cache state. A replay takes seconds: no provider cache expires.
-"""
+"""Offline evaluation of routing conversations (issue 47; docs/evaluation.md#conversations-make-conversations): held-out
+conversations replayed turn by turn through the SDK's Router on an N-endpoint bundle (a fresh MemoryStore per policy,
+record_turn after each turn) under each Stickiness of POLICIES, each turn priced by SwitchPricing on the conversation's
+true cache state. A replay takes seconds: no provider cache expires."""
 
 from __future__ import annotations
 

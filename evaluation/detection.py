@@ -1,10 +1,8 @@
-"""Precision and recall of the content detectors (serving.policy) on a labelled set, span by span.
-
-A labelled line is {"text": ..., "labels": [{"detector", "start", "end"}, ...]}. Two matchings, both per
-detector: `overlap` (a found span is right when it overlaps a labelled span of the same detector; a label
-is recalled when a found span of its detector overlaps it) and `exact` (the same with equal spans). Each
-proportion comes with its Wilson 95% interval, which stays inside [0, 1] and is sound at 0 or n errors.
-"""
+"""Precision and recall of the content detectors (serving.policy) on a labelled set, span by span, per detector
+(docs/policies.md#measured-precision-and-recall): `overlap` matching (a found span is right when it overlaps a labelled
+span of its detector; a label is recalled when a found span of its detector overlaps it) and `exact` (equal spans). A
+labelled line is {"text": ..., "labels": [{"detector", "start", "end"}, ...]}; each proportion comes with its Wilson 95%
+interval, which stays inside [0, 1] and is sound at 0 or n errors."""
 
 from __future__ import annotations
 

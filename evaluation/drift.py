@@ -16,10 +16,9 @@ _STYLE = {"stable": "green", "watch": "yellow", "retrain": "red", "unknown": "ma
 def bundle_drift(
     bundle: str | Path, logs: Sequence[str | Path], thresholds: DriftThresholds | None = None, *, rescored: bool = True
 ) -> DriftReport:
-    """The drift report of `bundle` on the records of the outcome log folders `logs`. With
-    `rescored`, requests another bundle version logged are given this bundle's decision first
-    when they carry their text (serving.monitoring._drift.rescore), so that its score, probabilities,
-    novelty and zone are compared too. BundleError, DriftInputError on bad input."""
+    """The drift report of `bundle` on the records of the outcome log folders `logs`; with `rescored`, requests another
+    bundle version logged that carry their text get this bundle's decision first (serving.monitoring._drift.rescore),
+    so its score, probabilities, novelty and zone are compared too. BundleError, DriftInputError on bad input."""
     verified = read_bundle(bundle)
     reference = DriftReference.from_bundle(verified)
     left_out: list[str] = []  # a file's last line cut short: said in the report, not dropped silently

@@ -1,8 +1,7 @@
 """Offline figures of routing among N endpoints on rows where every endpoint's outcome is logged (definitions:
-docs/evaluation.md#definitions). Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected`
-the outcome models' probabilities, `cost` each call's logged price (else the expected one), `expected_cost` the
-price the chooser sees before the call, `feasible` the context limits.
-"""
+docs/evaluation.md#definitions). Inputs are [rows, endpoints] matrices: `quality` the logged outcomes, `expected` the
+outcome models' probabilities, `cost` each call's logged price (else the expected one), `expected_cost` the price the
+chooser sees before the call, `feasible` the context limits."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from evaluation.metrics import area, envelope, first_reach, paired
 from evaluation.off_policy import logged_estimate
 from serving.endpoints._choice import NONE, best_under_price, cascade, cascade_expectation, cheapest_within
 
-# Prices on cost (quality points per dollar) the curve sweeps: 0 (best expected quality) to a price
-# at which every request goes to its cheapest endpoint.
+# Prices on cost (quality points per dollar) the curve sweeps: 0 (best expected quality) up to all on the cheapest.
 PRICE_GRID = np.concatenate([[0.0], np.logspace(-1, 6, 141)])
 
 

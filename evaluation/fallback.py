@@ -1,10 +1,8 @@
 """What the fallback zone is worth: the one place its expectation is written (docs/metrics.md#the-fallback-expectation),
 for thresholds, the training summary and the offline evaluation. A fallback-zone request fires with probability
 catch * (1 - q_edge) + false_reject * q_edge, one cloud call each time, and is worth q_edge * (1 - false_reject) +
-that probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`): the
-acceptance check's verdicts where the edge's answer is logged (measured), else the configured catch rate and no
-false rejects (assumed).
-"""
+that probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`): the acceptance
+check's verdicts where its answer is logged (measured), else the configured catch rate, no false rejects (assumed)."""
 
 from __future__ import annotations
 

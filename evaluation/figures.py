@@ -1,7 +1,6 @@
-"""The typed figures of an offline comparison, as evaluation.policies computes them and every reader
-takes them. as_dict() gives the shapes metrics.json and bundle manifests have always had; from_dict()
-reads them back (a missing or unknown key is an error that names it).
-"""
+"""The typed figures of an offline comparison, as evaluation.policies computes them and every reader takes them.
+as_dict() gives the shapes metrics.json and bundle manifests have always had; from_dict() reads them back (a missing or
+unknown key is an error that names it)."""
 
 from __future__ import annotations
 

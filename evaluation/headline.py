@@ -1,7 +1,6 @@
-"""The headline figures of a training run, as the terminal table `make train` prints and as the
-Markdown in README.md (`make results`): one list of rows, so the two never disagree. A cross-fitted
-run shows cross-validated means with 95% intervals; a single-split run its test split's figures.
-"""
+"""The headline figures of a training run, as the terminal table `make train` prints and as the Markdown in README.md
+(`make results`): one list of rows, so the two never disagree. A cross-fitted run shows cross-validated means with 95%
+intervals; a single-split run its test split's figures."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Routing metrics (definitions: docs/metrics.md; N endpoints: docs/endpoints.md#definitions).
-
-Two endpoints: per-request `q_edge`, `q_cloud` in [0, 1], and a score (higher = more cloud), a
-boolean `to_cloud`, or (n, 3) zone probabilities over serving's ZONES (one-hot for a deterministic
-router, constant rows for random routing). Every figure is an exact expectation, never a sample.
-"""
+"""Routing metrics (definitions: docs/metrics.md; N endpoints: docs/endpoints.md#definitions). Two endpoints:
+per-request `q_edge`, `q_cloud` in [0, 1], and a score (higher = more cloud), a boolean `to_cloud`, or (n, 3) zone
+probabilities over serving's ZONES (one-hot for a deterministic router, constant rows for random routing). Every figure
+is an exact expectation, never a sample."""
 
 from __future__ import annotations
 

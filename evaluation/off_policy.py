@@ -1,13 +1,10 @@
-"""Off-policy evaluation: what a bundle would do on traffic another router logged (assumptions and
-the propensity floor: docs/traffic.md#off-policy-evaluation-make-evaluate-on-the-log).
-
-Each logged request ran first on side `a` (routed_to), chosen with probability `p` (propensity),
-its outcome `r` there known; the bundle would send it first to `b`. Its expected quality (first
-answer, before fallback): IPS, the mean of 1[a = b] r / p; SNIPS, that sum over the sum of
-1[a = b] / p; DR, the mean of q̂_b(x) + 1[a = b] (r - q̂_a(x)) / p, q̂ the bundle's own outcome
-heads. The misroute rate is exact where both outcomes are known, completed with the heads
-elsewhere. 95% intervals: percentile bootstrap over requests (`rounds` resamples, fixed seed).
-"""
+"""Off-policy evaluation: what a bundle would do on traffic another router logged (assumptions and the propensity floor:
+docs/traffic.md#off-policy-evaluation-make-evaluate-on-the-log). Each logged request ran first on side `a` (routed_to),
+chosen with probability `p` (propensity), its outcome `r` there known; the bundle would send it first to `b`. Its
+expected quality (first answer, before fallback): IPS, the mean of 1[a = b] r / p; SNIPS, that sum over the sum of
+1[a = b] / p; DR, the mean of q̂_b(x) + 1[a = b] (r - q̂_a(x)) / p, q̂ the bundle's own outcome heads. The misroute rate
+is exact where both outcomes are known, completed with the heads elsewhere. 95% intervals: percentile bootstrap over
+requests (`rounds` resamples, fixed seed)."""
 
 from __future__ import annotations
 

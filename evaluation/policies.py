@@ -1,6 +1,5 @@
-"""The routing policies compared offline on the same rows (POLICIES) and each one's figures
-(evaluate_policies; docs/evaluation.md#policies).
-"""
+"""The routing policies compared offline on the same rows (POLICIES) and each one's figures (evaluate_policies;
+docs/evaluation.md#policies)."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
 
 @dataclass(frozen=True)
 class Policy:
-    """A routing policy compared offline: its labels in tables and plots (`short` for narrow
-    columns), and what it is."""
+    """A routing policy compared offline: its table and plot labels (`short` for narrow columns) and what it is."""
 
     label: str
     short: str
@@ -307,8 +305,7 @@ def length_buckets(n_tokens) -> np.ndarray:
 
 
 def breakdowns(rows: Rows, names, **options) -> dict[str, dict[str, SplitSummary]]:
-    """{dimension: {group: summary}} by source, domain group, declared precision and prompt length,
-    of BREAKDOWN_POLICIES."""
+    """{dimension: {group: summary}} of BREAKDOWN_POLICIES by source, domain group, declared precision and length."""
     dimensions = {
         "source": rows.sources,
         "domain": np.array([d or "unknown" for d in rows.domains], dtype=object),

@@ -1,7 +1,6 @@
-"""The reference every evaluation shows next to the learned router: a ten-minute baseline, TF-IDF
-word 1-2-grams plus the log length and a logistic regression per outcome, thresholded on validation
-rows (docs/evaluation.md#the-reference-a-ten-minute-baseline).
-"""
+"""The reference every evaluation shows next to the learned router: a ten-minute baseline, TF-IDF word 1-2-grams plus
+the log length and a logistic regression per outcome, thresholded on validation rows
+(docs/evaluation.md#the-reference-a-ten-minute-baseline)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """report.md, metrics.json values, the terminal summary and the PNG plots of an offline evaluation
-(docs/evaluation.md#report). Plots draw on matplotlib's Agg canvas through `Figure`, imported
-lazily: no display, no global pyplot state.
-"""
+(docs/evaluation.md#report). Plots draw on matplotlib's Agg canvas (`Figure`, imported lazily): no pyplot state."""
 
 from __future__ import annotations
 

@@ -131,8 +131,7 @@ class Rows:
 
     @classmethod
     def route(cls, router, frame, *, batch_size: int = 256, on_batch=None) -> "Rows":
-        """Prepared log rows, each routed by the SDK's `route_batch`: score, zone and token
-        count are exactly what clients get."""
+        """Prepared log rows routed by the SDK's `route_batch`: the score, zone and token count clients get."""
         decisions, _ = decide(router, frame["prompt"], frame["precision"], batch_size=batch_size, on_batch=on_batch)
         heads = {"edge": [d.p_edge for d in decisions], "cloud": [d.p_cloud for d in decisions]}
         heads = heads if all(d.p_edge is not None for d in decisions) else None
@@ -172,8 +171,7 @@ class Rows:
         return dataclasses.replace(self, rejected=None if rejected is None else np.asarray(rejected, float))
 
     def with_inferred_domains(self) -> "Rows":
-        """These rows with the rule table's text-inferred domain (a keyword scan: computed once,
-        on demand, and kept by `subset`)."""
+        """With the rule table's text-inferred domain: a keyword scan, done once on demand and kept by `subset`."""
         if self.inferred_domains is not None:
             return self
         return dataclasses.replace(self, inferred_domains=_objects(infer_rule_domain(p) for p in self.prompts))

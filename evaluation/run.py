@@ -1,7 +1,6 @@
-"""The offline evaluation of one bundle on prepared log rows: every figure `make evaluate` reports
-(docs/evaluation.md). Loading the logs, training for leave-one-source-out (`train`) and MLflow are
-the caller's (pipelines.evaluate), so this runs on any frame of prepared rows.
-"""
+"""The offline evaluation of one bundle on prepared log rows: every figure `make evaluate` reports (docs/evaluation.md).
+Loading the logs, training for leave-one-source-out (`train`) and MLflow are the caller's (pipelines.evaluate), so this
+runs on any frame of prepared rows."""
 
 from __future__ import annotations
 

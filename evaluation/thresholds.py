@@ -1,8 +1,7 @@
-"""Pick the two fallback thresholds per precision tag from calibrated validation scores (docs/training.md,
-step 7): edge below lo, cloud above hi, edge_with_cloud_fallback in between (inclusive), the fallback zone
-valued by evaluation.fallback. Targets: `quality`, the fewest expected cloud calls within `max_quality_drop`
-of all-cloud's quality; `budget`, the best expected quality with expected cloud calls <= `cloud_budget`.
-"""
+"""Pick the two fallback thresholds per precision tag from calibrated validation scores (docs/training.md, step 7): edge
+below lo, cloud above hi, edge_with_cloud_fallback in between (inclusive), the fallback zone valued by
+evaluation.fallback. Targets: `quality`, the fewest expected cloud calls within `max_quality_drop` of all-cloud's
+quality; `budget`, the best expected quality with expected cloud calls <= `cloud_budget`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """MT-Bench second turns: what knowing the first turn's outcome adds to routing (issue 47;
-docs/evaluation.md#conversations-what-the-first-turn-tells-about-the-second). The turn-2 target is
-the cloud-needed label the caller passes (training.labels.cloud_needed: evaluation sits below training).
-"""
+docs/evaluation.md#conversations-what-the-first-turn-tells-about-the-second). The turn-2 target is the cloud-needed
+label the caller passes (training.labels.cloud_needed: evaluation sits below training)."""
 
 from __future__ import annotations
 
