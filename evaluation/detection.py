@@ -31,13 +31,10 @@ class Proportion:
     successes: int
     n: int
 
-    @property
-    def value(self) -> float | None:
-        return self.successes / self.n if self.n else None
-
     def as_dict(self) -> dict[str, object]:
         lo, hi = wilson(self.successes, self.n)
-        return {"value": self.value, "successes": self.successes, "n": self.n, "wilson95": [lo, hi]}
+        value = self.successes / self.n if self.n else None
+        return {"value": value, "successes": self.successes, "n": self.n, "wilson95": [lo, hi]}
 
 
 @dataclass(frozen=True)

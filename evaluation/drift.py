@@ -19,8 +19,7 @@ def bundle_drift(
     """The drift report of `bundle` on the records of the outcome log folders `logs`; with `rescored`, requests another
     bundle version logged that carry their text get this bundle's decision first (serving.monitoring._drift.rescore),
     so its score, probabilities, novelty and zone are compared too. BundleError, DriftInputError on bad input."""
-    verified = read_bundle(bundle)
-    reference = DriftReference.from_bundle(verified)
+    reference = DriftReference.from_bundle(read_bundle(bundle))
     left_out: list[str] = []  # a file's last line cut short: said in the report, not dropped silently
     records = [record for folder in logs for record in read_records(str(folder), left_out)]
     logged = {r.get("model_version") for r in records if isinstance(r, dict) and r.get("type") == "request"}

@@ -41,8 +41,7 @@ def realized(choice: np.ndarray, quality: np.ndarray, cost: np.ndarray) -> tuple
 
 def oracle(quality: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
     """Per row the cheapest endpoint among those with the best logged outcome: (quality, cost)."""
-    best = quality.max(axis=1, keepdims=True)
-    choice = np.argmin(np.where(quality >= best, cost, np.inf), axis=1)
+    choice = np.argmin(np.where(quality >= quality.max(axis=1, keepdims=True), cost, np.inf), axis=1)
     return realized(choice, quality, cost)
 
 

@@ -1,8 +1,7 @@
 """What the fallback zone is worth: the one place its expectation is written (docs/metrics.md#the-fallback-expectation),
 for thresholds, the training summary and the offline evaluation. A fallback-zone request fires with probability
 catch * (1 - q_edge) + false_reject * q_edge, one cloud call each time, and is worth q_edge * (1 - false_reject) +
-that probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`): the acceptance
-check's verdicts where its answer is logged (measured), else the configured catch rate, no false rejects (assumed)."""
+that probability * q_cloud; edge-zone requests are not checked. Both rates are per request (`Catch`)."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ class Catch:
 
 
 def fires(q_edge, catch_rate) -> np.ndarray:
-    """Per fallback-zone request: probability that the fallback fires (= expected cloud calls).
-    `catch_rate`: a Catch, or a number (assumed catch rate, no false rejects)."""
+    """Per fallback-zone request: probability the fallback fires (= expected cloud calls); `catch_rate`: as Catch.of."""
     rates, q_edge = Catch.of(catch_rate), np.asarray(q_edge, dtype=np.float64)
     return rates.catch * (1.0 - q_edge) + rates.false_reject * q_edge
 

@@ -160,9 +160,8 @@ class Comparison:
     def from_dict(cls, data: dict[str, Any]) -> Comparison:
         if not isinstance(data, dict) or "policies" not in data or "matched_cloud_share" not in data:
             raise ValueError("a policy comparison needs `matched_cloud_share` and `policies`")
-        rest = {k: v for k, v in data.items() if k not in ("matched_cloud_share", "policies")}
         return cls(
-            Population.from_dict(rest),
+            Population.from_dict({k: v for k, v in data.items() if k not in ("matched_cloud_share", "policies")}),
             data["matched_cloud_share"],
             {name: PolicyFigures.from_dict(p) for name, p in data["policies"].items()},
         )

@@ -33,9 +33,7 @@ class Thresholds:
 
 def _threshold_at(sorted_scores: np.ndarray, cut: int, *, empty: float) -> float:
     """Midpoint between the scores either side of a cut; `empty` when the cut is at an end."""
-    if cut == 0 or cut == len(sorted_scores):
-        return empty
-    return float((sorted_scores[cut - 1] + sorted_scores[cut]) / 2)
+    return empty if cut in (0, len(sorted_scores)) else float((sorted_scores[cut - 1] + sorted_scores[cut]) / 2)
 
 
 def select_thresholds(

@@ -22,13 +22,9 @@ CATEGORY = {
 }
 PREDICTORS = {"A": ("text",), "B": ("text", "turn1"), "A+": ("text", "category"), "B+": ("text", "category", "turn1")}
 CARRY = "carry"  # turn 2 goes where turn 1 should have gone: turn 1's oracle, fitted to nothing
-DESCRIPTION = {
-    "A": "turn-2 text",
-    "B": "turn-2 text + turn-1 outcome",
-    "A+": "turn-2 text + category",
-    "B+": "turn-2 text + category + turn-1 outcome",
-    CARRY: "turn 1's oracle carried over",
-}
+FEATURE_NAMES = {"text": "turn-2 text", "category": "category", "turn1": "turn-1 outcome"}
+DESCRIPTION = {name: " + ".join(FEATURE_NAMES[g] for g in used) for name, used in PREDICTORS.items()}
+DESCRIPTION[CARRY] = "turn 1's oracle carried over"
 PAIRS = (("B", "A"), ("B+", "A+"), (CARRY, "A"), ("B", CARRY))
 
 
