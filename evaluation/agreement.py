@@ -10,9 +10,8 @@ import numpy as np
 
 
 def agreement(old, new, prompts: Sequence[str], precisions: Sequence[str | None]) -> dict:
-    """Shares of the prompts on which the routers `old` and `new` (serving.Router) give the
-    same zone and the same first side, the scores' correlation and largest difference, and
-    how many prompts moved from each zone to each other (`moves`: "old -> new": count)."""
+    """Shares of the prompts on which routers `old` and `new` (serving.Router) agree on the zone and on the first side,
+    the scores' correlation and largest difference, and the zone moves (`moves`: "old -> new": count)."""
     a, b = old.route_batch(list(prompts), list(precisions)), new.route_batch(list(prompts), list(precisions))
     zones_a, zones_b = np.array([d.zone for d in a]), np.array([d.zone for d in b])
     first_a, first_b = np.array([d.target for d in a]), np.array([d.target for d in b])

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -23,11 +23,9 @@ from serving.bundle._manifest import ENDPOINT_RULES
 from serving.conversations._state import ConversationState, Held
 from serving.conversations._store import MemoryStore
 from serving.conversations._switch import DEFAULT_PREFILL_TOKENS_PER_S, Stickiness, SwitchPricing
+from serving.endpoints._record import Endpoint
 from serving.routing._request import Request
 from serving.routing._router import Router
-
-if TYPE_CHECKING:
-    from serving.endpoints._record import Endpoint
 
 FIGURES = ("quality", "expected_quality", "cost", "reprefill", "switches", "ttft_s", "turns")
 # The policies compared: name -> Stickiness weight (own: each turn on its own; sticky: always stay).
@@ -100,9 +98,8 @@ def turn_price(
     now: float,
     last_input: int | None = None,
 ) -> tuple[float, float, float]:
-    """(the turn's cost in dollars on endpoint k, its time to first token in seconds, its re-prefill:
-    its cost over that had k served the turn before) for a conversation in `state`; `last_input`:
-    the turn before's input tokens (None on a first turn)."""
+    """($ cost on endpoint k, time to first token in s, re-prefill: the cost over that had k served the turn before) of
+    a turn in `state`; `last_input`: the turn before's input tokens (None on a first turn)."""
     endpoint, price = endpoints[k], endpoints[k].price
     delta, missing = SwitchPricing(endpoints).costs(state, input_tokens, output_tokens, 0.0, now)
     assert price is not None
@@ -308,9 +305,8 @@ def _matched(curves: dict[str, list], measure: str, price: float) -> dict[str, d
 
 
 def choose(bundle, validation: Sequence[Conversation], work, *, prices) -> dict:
-    """Among CANDIDATES (weight, seconds_price), the priced stickiness whose curve costs least over
-    own's on `validation` conversations (mean excess cost_at at own's points; hidden expected quality
-    when known, else the outcomes)."""
+    """Among CANDIDATES (weight, seconds_price), the priced stickiness whose curve costs least over own's on
+    `validation` (mean excess cost_at at own's points, on hidden expected quality when known, else the outcomes)."""
     options = {f"weight {w:g}, seconds_price {p:g}": Stickiness(w, p) for w, p in CANDIDATES}
     curves = _curves(bundle, validation, Path(work) / "validation", {"own": Stickiness(0), **options}, prices)
     measure = "expected_quality" if np.isfinite(curves["own"][0]["expected_quality"]) else "quality"

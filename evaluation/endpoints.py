@@ -94,9 +94,8 @@ def shares(choice: np.ndarray, names) -> dict[str, float]:
 
 
 def logged_figures(names, choices: dict[str, np.ndarray], logged: dict) -> dict:
-    """Off-policy estimates on one fold's one-outcome rows (`logged`: `routed`, `propensity`, and
-    `quality`, `cost` of the call that ran): every endpoint alone, the best of them, and each of
-    `choices` (endpoint indices per row) against it."""
+    """Off-policy estimates on a fold's one-outcome rows (`logged`: `routed`, `propensity`, the `quality` and `cost` of
+    the call that ran): each endpoint alone, the best, and each of `choices` (endpoint indices per row) against it."""
     routed, propensity, q, c = (logged[k] for k in ("routed", "propensity", "quality", "cost"))
     n = len(routed)
     single = {name: logged_estimate(np.full(n, k), routed, propensity, q, c) for k, name in enumerate(names)}

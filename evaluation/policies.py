@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,13 +24,11 @@ from evaluation.metrics import (
     random_zone_probabilities,
     zone_probabilities,
 )
+from evaluation.reference import ReferencePolicy
 from evaluation.rows import Rows, zones_at
 from evaluation.thresholds import Thresholds, select_thresholds
 from serving._contract import CLOUD, EDGE, FALLBACK
 from serving.routing._rule_table import LONG_PROMPT_TOKENS, RULE_DOMAINS, RULE_HI, RULE_LO, rule_score
-
-if TYPE_CHECKING:  # scikit-learn is imported only where the reference is fitted
-    from evaluation.reference import ReferencePolicy
 
 
 @dataclass(frozen=True)
@@ -223,7 +220,7 @@ def evaluate_policies(
     names,
     *,
     tuned: TunedRules | None = None,
-    reference: "ReferencePolicy | None" = None,
+    reference: ReferencePolicy | None = None,
     catch_rate: float = 0.5,
     cost: CostModel | None = None,
     latency: LatencyModel | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -17,18 +17,15 @@ from evaluation import fallback
 from evaluation.endpoints import shares
 from evaluation.fallback import Catch
 from evaluation.metrics import CostModel, paired, request_costs, zone_probabilities
+from evaluation.rows import Rows
 from serving._contract import CLOUD, EDGE, FALLBACK
 from serving.endpoints._choice import cascade_expectation
 from serving.policy._errors import NoFeasibleEndpoint
-from serving.routing._chooser import zone_decision
+from serving.policy._rules import PolicySet
+from serving.routing._chooser import Chooser, zone_decision
+from serving.routing._decision import Decision
 from serving.routing._request import Request
 from serving.scoring._scorer import Scores
-
-if TYPE_CHECKING:
-    from evaluation.rows import Rows
-    from serving.policy._rules import PolicySet
-    from serving.routing._chooser import Chooser
-    from serving.routing._decision import Decision
 
 FIGURES = ("quality", "cost", "cascade_quality", "cascade_cost")  # N endpoints, per row
 
