@@ -46,8 +46,7 @@ def roc_points(probability, good) -> dict:
 
 
 def rejected_share_by_prompt(prompts, rejected, wanted) -> np.ndarray:
-    """Per prompt in `wanted`: the share of its logged answers the check rejects (a prompt may
-    be logged more than once), NaN for prompts without an answer."""
+    """Per prompt in `wanted`: the share of its logged answers (maybe several) the check rejects; NaN if none."""
     import pandas as pd
 
     share = pd.Series(np.asarray(rejected, float), index=list(prompts)).groupby(level=0).mean()

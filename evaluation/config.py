@@ -10,8 +10,7 @@ from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import POLICIES, check_policies
 from serving.routing._validation import check_metadata
 
-SPLITS = ("test", "val", "train", "all")
-SPLIT_NOTES = {
+SPLIT_NOTES = {  # the splits `--split` takes, and what each holds
     "test": "rows the bundle never saw: same hash split as its training",
     "val": "the bundle's validation rows, used for early stopping, calibration and thresholds",
     "train": "the rows the bundle was fitted on: optimistic",
@@ -62,8 +61,8 @@ class EvalConfig:
                 setattr(self, name, getattr(self, name).split(",") if name == "policies" else [getattr(self, name)])
         if not isinstance(self.engine, str):  # the engine registry (training.engines) checks the name
             raise ValueError(f"engine={self.engine!r} must be an engine name")
-        if self.split not in SPLITS:
-            raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLITS)}")
+        if self.split not in SPLIT_NOTES:
+            raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLIT_NOTES)}")
         if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:
             raise ValueError(f"catch_rate={self.catch_rate!r} must be a number in [0, 1]")
         if not isinstance(self.min_propensity, (int, float)) or not 0 < self.min_propensity <= 1:

@@ -67,11 +67,9 @@ def cells(metrics: dict) -> list[list[str]]:
         test = SplitSummary.from_dict(metrics["test"]).policies
         return [[label, *(fmt.format(getattr(test[name], key)) for name in SPLIT_POLICIES)] for label, key, fmt in ROWS]
     cv, rows = metrics["cv"], []
+    shown = [name for name in CV_POLICIES if name in cv["policies"]]
     for label, key, fmt in ROWS:
-        row = [
-            label,
-            *(_with_interval(cv["policies"][name][key], fmt) for name in CV_POLICIES if name in cv["policies"]),
-        ]
+        row = [label, *(_with_interval(cv["policies"][name][key], fmt) for name in shown)]
         if PAIRED[0] in cv["differences"]:
             signed = fmt if "+" in fmt else fmt.replace("{:", "{:+")  # a difference shows its sign
             row.append(_with_interval(cv["differences"][PAIRED[0]][key], signed))

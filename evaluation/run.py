@@ -198,15 +198,13 @@ def logged_traffic(
     if not logged.any():
         return None
     below = logged & (frame["propensity"] < min_propensity).to_numpy()
-    left_out = {}
+    left_out: dict = {}
     if below.any():
         low = frame[below]
-        left_out = {
-            "below_min_propensity": {
-                "rows": int(below.sum()),
-                "request_ids": low["request_id"].tolist()[:LISTED_IDS],
-                "reason": below_propensity_floor(float(low["propensity"].min()), min_propensity),
-            }
+        left_out["below_min_propensity"] = {
+            "rows": int(below.sum()),
+            "request_ids": low["request_id"].tolist()[:LISTED_IDS],
+            "reason": below_propensity_floor(float(low["propensity"].min()), min_propensity),
         }
         logged &= ~below
         if not logged.any():
@@ -302,12 +300,8 @@ def evaluate(
         routed |= val_rows
     options = dict(catch_rate=config.catch_rate, cost=config.cost_model(), latency=config.latency_model())
     task = progress.add_task("routing through the SDK", total=int(routed.sum())) if progress else None
-    routed_rows = Rows.route(
-        router,
-        frame[routed],
-        batch_size=config.batch_size,
-        on_batch=(lambda n: progress.advance(task, n)) if progress else None,
-    )
+    advance = (lambda n: progress.advance(task, n)) if progress else None
+    routed_rows = Rows.route(router, frame[routed], batch_size=config.batch_size, on_batch=advance)
     rows = routed_rows.subset(chosen[routed]).with_inferred_domains()
     accepted, roc, verdicts = acceptance(router, manifest, responses, config.split)
     if verdicts is not None:

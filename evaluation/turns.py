@@ -15,7 +15,6 @@ from data.schema import Reject, RowError, check_row
 from evaluation.metrics import apgr, auc, operating_point, quality_curve
 from serving.features._text_stats import text_statistics
 
-Label = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # (domain, precision) as the loader writes them -> MT-Bench category; writing and roleplay share one pair.
 CATEGORY = {
     pair: "/".join(c for c, p in MT_BENCH_CATEGORY.items() if p == pair) for pair in set(MT_BENCH_CATEGORY.values())
@@ -38,7 +37,7 @@ class Conversations:
     needed: np.ndarray  # [n, 2] the cloud-needed label per turn
 
 
-def read_conversations(folder: Path, label: Label) -> Conversations:
+def read_conversations(folder: Path, label: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Conversations:
     """Both turns of every MT-Bench question, rows checked by data.schema.check_row; a reject, or a
     turn without both scores, is an error."""
     rejects: list[Reject] = []
