@@ -61,7 +61,7 @@ class EvalConfig:
                 setattr(self, name, getattr(self, name).split(",") if name == "policies" else [getattr(self, name)])
         if not isinstance(self.engine, str):  # the engine registry (training.engines) checks the name
             raise ValueError(f"engine={self.engine!r} must be an engine name")
-        if self.split not in SPLIT_NOTES:
+        if not isinstance(self.split, str) or self.split not in SPLIT_NOTES:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLIT_NOTES)}")
         if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:
             raise ValueError(f"catch_rate={self.catch_rate!r} must be a number in [0, 1]")

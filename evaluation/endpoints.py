@@ -143,7 +143,7 @@ def fold_figures(names, *, val: dict, test: dict, choosers: Choosers = Choosers(
         }, orders
 
     chosen, orders = choices(p, ec, ok)
-    budget_c = realized(chosen["budget"], q, c)[1]
+    budget_point = _point(*realized(chosen["budget"], q, c), best, chosen["budget"], names, price=budget_price)
     # the cascade: its expected figures from the logged outcomes, and from the models
     cascade_q, cascade_c = cascade_expectation(orders, q, c, choosers.catch_rate)
     predicted_q, predicted_c = cascade_expectation(orders, p, ec, choosers.catch_rate)
@@ -160,11 +160,7 @@ def fold_figures(names, *, val: dict, test: dict, choosers: Choosers = Choosers(
         "cost_saved_at_best_single_quality": _saved(first_reach(*corners, best["quality"]), best),
         "matched": _point(*realized(chosen["matched"], q, c), best, chosen["matched"], names, price=match_price),
         "margin": _point(*realized(chosen["margin"], q, c), best, chosen["margin"], names, margin=choosers.margin),
-        "budget": {
-            **_point(*realized(chosen["budget"], q, c), best, chosen["budget"], names, price=budget_price),
-            "budget": budget,
-            "over_budget": float(budget_c - budget),
-        },
+        "budget": {**budget_point, "budget": budget, "over_budget": float(budget_point["cost"] - budget)},
         "cascade": {
             **_point(float(np.nanmean(cascade_q)), float(np.nanmean(cascade_c)), best, chosen["cascade_first"], names),
             "predicted_quality": float(np.nanmean(predicted_q)),

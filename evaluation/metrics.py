@@ -296,8 +296,7 @@ def weighted_quantile(values, weights, q: float) -> float:
 
 
 def latency_figures(probs, q_edge, *, catch_rate, model: LatencyModel) -> dict:
-    """Per edge device: mean and p95 latency (ms). Edge-first = edge; cloud-first = cloud +
-    network; a fired fallback = edge, then cloud + network."""
+    """Per edge device, mean and p95 ms: edge-first = edge; cloud-first = cloud + network; a fired fallback, both."""
     probs, q_edge = _check_probabilities(probs, q_edge)
     fires = _fires(probs, q_edge, catch_rate)
     cloud = model.cloud_ms + model.network_ms

@@ -109,8 +109,7 @@ def policy_figures(scores, zones, q_edge, q_cloud, needed) -> dict:
 
 
 def rule_bits(n_tokens, domains, precisions) -> np.ndarray:
-    """(n, 3) 0/1: the hand rule table's three conditions (long prompt, rule-table domain, exact
-    precision), read off rule_score itself so they cannot drift."""
+    """(n, 3) 0/1: the hand rule table's three conditions, read off rule_score itself so they cannot drift."""
     return np.array(
         [
             [rule_score(n, None, None) > 0, rule_score(0, d, None) > 0, rule_score(0, None, p) > 0]

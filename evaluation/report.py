@@ -123,10 +123,6 @@ def breakdown_table(groups: dict[str, SplitSummary]) -> str:
 
 def loso_table(loso: dict[str, HeldOutSource]) -> str:
     learned = "figures.policies.learned"
-
-    def with_fallback(r: HeldOutSource) -> str:  # the learned router's quality with fallback, minus all-cloud's
-        return num(r.figures.policies["learned"].quality_with_fallback - r.figures.population.all_cloud_quality, "+.3f")
-
     columns = [
         ("rows", lambda r: str(r.figures.population.rows)),
         ("trained on", lambda r: f"{r.trained_on_rows} rows"),
@@ -135,7 +131,12 @@ def loso_table(loso: dict[str, HeldOutSource]) -> str:
         ("cloud share", show(f"{learned}.cloud_share", ".1%")),
         ("misroute (under / over)", lambda r: misroute_cell(r.figures.policies["learned"])),
         ("quality vs all-cloud", show(f"{learned}.quality_vs_all_cloud", "+.3f")),
-        ("with fallback vs all-cloud", with_fallback),
+        (
+            "with fallback vs all-cloud",
+            lambda r: num(
+                r.figures.policies["learned"].quality_with_fallback - r.figures.population.all_cloud_quality, "+.3f"
+            ),
+        ),
         ("reference APGR", show("figures.policies.reference.apgr")),
         ("hand rule APGR", show("figures.policies.rule_table.apgr")),
         ("in-distribution APGR", show("in_distribution_apgr")),
@@ -317,6 +318,19 @@ def off_policy_text(ope: dict | None) -> str:
     )
 
 
+RULE_COLUMNS = [
+    ("action", lambda r: f"{r['action']} {r['endpoint']}"),
+    ("requests", lambda r: str(r["requests"])),
+    ("share", show("share", ".1%")),
+    ("zone changes", lambda r: _pairs(r["zone_changes"], "{k} {v}") or "none"),
+]
+EFFECT_COLUMNS = [
+    ("without rules", show("without_rules", ".4f")),
+    ("with rules", show("with_rules", ".4f")),
+    ("difference", lambda f: f"{f['difference']:+.4f} [{f['interval'][0]:+.4f}, {f['interval'][1]:+.4f}]"),
+]
+
+
 def rules_text(effect: dict) -> str:
     """The policy file's rules on these requests (evaluation.rules_effect)."""
     given = _pairs(effect["metadata"], "{k}={v}") if effect["metadata"] else "none"
@@ -326,33 +340,13 @@ def rules_text(effect: dict) -> str:
         f"applies it, to {effect['rows']} requests (request metadata: {given}). {effect['no_rule']} were left to "
         f"the model; {closed['requests']} have no endpoint left (the SDK raises NoFeasibleEndpoint)"
         + (f": {_pairs(closed['by_rules'], '{k} {v}')}." if closed["by_rules"] else "."),
-        columns_table(
-            "rule",
-            effect["rules"].items(),
-            [
-                ("action", lambda r: f"{r['action']} {r['endpoint']}"),
-                ("requests", lambda r: str(r["requests"])),
-                ("share", show("share", ".1%")),
-                ("zone changes", lambda r: _pairs(r["zone_changes"], "{k} {v}") or "none"),
-            ],
-        ),
+        columns_table("rule", effect["rules"].items(), RULE_COLUMNS),
     ]
     if "figures" in effect:
         lines += [
             f"On the {effect['servable_rows']} servable requests, the model's zones against the rules' (paired per "
             "request; 95% normal interval of the mean difference):",
-            columns_table(
-                "figure",
-                effect["figures"].items(),
-                [
-                    ("without rules", show("without_rules", ".4f")),
-                    ("with rules", show("with_rules", ".4f")),
-                    (
-                        "difference",
-                        lambda f: f"{f['difference']:+.4f} [{f['interval'][0]:+.4f}, {f['interval'][1]:+.4f}]",
-                    ),
-                ],
-            ),
+            columns_table("figure", effect["figures"].items(), EFFECT_COLUMNS),
         ]
     lines += [f"- {note}" for note in effect["notes"]]
     return "\n\n".join(lines)

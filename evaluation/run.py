@@ -198,7 +198,7 @@ def logged_traffic(
     if not logged.any():
         return None
     below = logged & (frame["propensity"] < min_propensity).to_numpy()
-    left_out: dict = {}
+    left_out: dict[str, object] = {}
     if below.any():
         low = frame[below]
         left_out["below_min_propensity"] = {
