@@ -116,8 +116,7 @@ class KeyFigures(Record):
 
 @dataclass(frozen=True)
 class PolicyFigures(KeyFigures):
-    """Everything measured of one policy on one set of rows; the fixed points (all-edge, all-cloud)
-    have NaN curve figures and no `at_matched_share`."""
+    """Everything measured of one policy on one set of rows."""
 
     pgr: float
     fallback_fires: float
@@ -125,7 +124,7 @@ class PolicyFigures(KeyFigures):
     fallback_recovered_quality: float
     cost: dict[str, Cost]  # by cloud price name
     latency: dict[str, Latency]  # by edge device
-    at_matched_share: AtShare | None = None
+    at_matched_share: AtShare | None = None  # None for the fixed points (all-edge, all-cloud); their curve figures: NaN
 
     def key_figures(self) -> KeyFigures:
         return KeyFigures(**{name: getattr(self, name) for name in KeyFigures.names()})
@@ -142,11 +141,10 @@ class PolicyFigures(KeyFigures):
 
 @dataclass(frozen=True)
 class Comparison:
-    """Every compared policy's figures on one Population; `matched_cloud_share` is the learned
-    router's cloud-first share, where `at_matched_share` puts every scored policy."""
+    """Every compared policy's figures on one Population."""
 
     population: Population
-    matched_cloud_share: float
+    matched_cloud_share: float  # the learned router's cloud-first share, where `at_matched_share` puts scored policies
     policies: dict[str, PolicyFigures]  # in evaluation.policies.POLICIES order
 
     def as_dict(self) -> dict[str, Any]:
