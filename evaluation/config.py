@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from evaluation.fallback import check_catch_rate
 from evaluation.metrics import DEFAULT_CLOUD_COSTS, DEFAULT_EDGE_MS, CostModel, LatencyModel
 from evaluation.off_policy import MIN_PROPENSITY
 from evaluation.policies import POLICIES, check_policies
@@ -63,8 +64,7 @@ class EvalConfig:
             raise ValueError(f"engine={self.engine!r} must be an engine name")
         if not isinstance(self.split, str) or self.split not in SPLIT_NOTES:
             raise ValueError(f"split={self.split!r} is unknown; choose one of {', '.join(SPLIT_NOTES)}")
-        if not isinstance(self.catch_rate, (int, float)) or not 0 <= self.catch_rate <= 1:
-            raise ValueError(f"catch_rate={self.catch_rate!r} must be a number in [0, 1]")
+        check_catch_rate(self.catch_rate)  # a bool is not a rate
         if not isinstance(self.min_propensity, (int, float)) or not 0 < self.min_propensity <= 1:
             raise ValueError(f"min_propensity={self.min_propensity!r} must be a number in (0, 1]")
         for name in ("calibration_bins", "batch_size", "sample_rows"):

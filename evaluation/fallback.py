@@ -12,7 +12,7 @@ import numpy as np
 
 def check_catch_rate(catch_rate: float) -> float:
     if isinstance(catch_rate, bool) or not isinstance(catch_rate, (int, float)) or not 0.0 <= catch_rate <= 1.0:
-        raise ValueError(f"catch_rate must be a number in [0, 1], got {catch_rate!r}")
+        raise ValueError(f"catch_rate={catch_rate!r}: must be a number in [0, 1]")
     return float(catch_rate)
 
 

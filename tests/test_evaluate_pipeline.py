@@ -310,8 +310,9 @@ def test_mlflow_is_skipped_with_a_reason_for_a_bundle_from_elsewhere(bundle, tmp
 def test_config_errors_quote_the_value():
     with pytest.raises(ValueError, match="'bogus'"):
         EvalConfig(split="bogus")
-    with pytest.raises(ValueError, match="catch_rate=2"):
-        EvalConfig(catch_rate=2)
+    for rate in (2, True, float("nan")):  # True is not a rate of 1
+        with pytest.raises(ValueError, match=f"catch_rate={rate!r}: must be a number in"):
+            EvalConfig(catch_rate=rate)
     with pytest.raises(ValueError, match="'colour'"):
         EvalConfig.from_options(colour="red")
     with pytest.raises(ValueError, match="-0.5"):
