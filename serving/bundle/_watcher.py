@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from serving._contract import MANIFEST_NAME, MAX_MANIFEST_BYTES
+from serving._json_values import finite_number
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -117,9 +118,8 @@ class BundleURLWatcher(_Poller):
         from serving.bundle._download import check_base_url
 
         super().__init__(interval_s)
-        if not (
-            isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and 0 < timeout_s < float("inf")
-        ):
+        seconds = finite_number(timeout_s)  # 10**400 too: it would overflow as a deadline
+        if seconds is None or seconds <= 0:
             raise ValueError(f"timeout_s={timeout_s!r}: must be a positive number of seconds")
         self.router, self.base_url = router, check_base_url(base_url)
         self.headers, self.timeout_s, self.staging_root = dict(headers or {}), timeout_s, staging_root
