@@ -223,3 +223,25 @@ def test_the_proxy_exits_1_when_it_cannot_listen(tmp_path):
             timeout=60,
         )
     assert done.returncode == 1 and "cannot start" in done.stderr and "Address already in use" in done.stderr
+
+
+def test_a_bundle_that_cannot_load_frees_the_bound_address(tmp_path):
+    """serve() binds before it loads the bundle; when the load fails (--strict) the socket is closed.
+    In a process of its own: serve() sets up the process's logging."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = f"""
+import serving.proxy._serve as s
+from serving.chat import Endpoint
+from serving.proxy._config import ProxyConfig
+bound, bind = [], s.bind
+s.bind = lambda host, port: bound.append(bind(host, port)) or bound[-1]
+config = ProxyConfig(bundle={str(tmp_path / "no-bundle")!r}, strict=True, port=0,
+                     edge=Endpoint("http://127.0.0.1:9/v1", "e"), cloud=Endpoint("http://127.0.0.1:9/v1", "c"))
+print(s.serve(config), len(bound), bound[0].fileno())
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["1", "1", "-1"], done.stderr[-2000:]  # exit code 1, one socket, closed

@@ -97,6 +97,10 @@ def serve(config: ProxyConfig) -> int:
     redacting.install()
     try:
         sock = bind(config.host, config.port)
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    try:
         router = Router.load(
             config.bundle,
             strict=config.strict,
@@ -106,6 +110,7 @@ def serve(config: ProxyConfig) -> int:
             stickiness=Stickiness(config.stickiness_weight),
         )
     except (OSError, BundleError, PolicyFileError) as exc:
+        sock.close()  # the address is free again at once, for a retry or another process
         log.error("cannot start: %s", exc)
         return 1
     if config.redis is not None:
