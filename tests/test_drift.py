@@ -416,7 +416,7 @@ def test_the_proxy_dashboards_window_judges_drift_as_the_outcome_log_does(drift_
             done = router.execute(row.prompt, edge=lambda p: "edge", cloud=lambda p: "cloud", precision=precision)
             window.add(RoutingInfo.of(done, model="stub"))
         log.close()
-        live = drift_of(window, router)
+        live = drift_of([record for _, record in window.snapshot()], router)
         logged = drift_report(router.drift_reference(), read_records(str(tmp_path / f"log{seed}"))).as_dict()
         assert live is not None and live["verdict"] == logged["verdict"] == verdict, (live, logged)
         assert live["records"] == logged["records"] == ROUTED

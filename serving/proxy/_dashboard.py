@@ -18,6 +18,8 @@ from serving.monitoring._drift import decision_record
 from serving.monitoring._outcome_log import pseudonym
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from serving._json_types import JSONObject
     from serving.chat._routing_info import RoutingInfo
     from serving.routing._router import Router
@@ -70,23 +72,23 @@ def page_of(recent: RecentRequests, router: Router) -> str:
     from serving.dashboard._page import render_page
     from serving.dashboard._views import compute_views
 
-    requests = [summary for summary, _ in recent.snapshot()]
+    window = recent.snapshot()  # one read: the panels and the drift describe the same requests
+    requests = [summary for summary, _ in window]
     views = compute_views(requests) if requests else None
     source = (
         f"this proxy's last {len(requests):,} requests (window {MAX_REQUESTS:,}); bundle now {router.model_version}"
     )
-    return render_page(
-        views, title="Router traffic (live)", source=source, refresh_s=REFRESH_S, drift=drift_of(recent, router)
-    )
+    drift = drift_of([record for _, record in window], router)
+    return render_page(views, title="Router traffic (live)", source=source, refresh_s=REFRESH_S, drift=drift)
 
 
-def drift_of(recent: RecentRequests, router: Router) -> JSONObject | None:
-    """The drift panel: the window's requests against the current bundle's reference (those an earlier
-    bundle decided on what does not depend on the bundle); None without a reference or a request."""
+def drift_of(records: Sequence[JSONObject], router: Router) -> JSONObject | None:
+    """The drift panel: the window's request records (RecentRequests.snapshot) against the current bundle's
+    reference (those an earlier bundle decided on what does not depend on the bundle); None without a
+    reference or a request."""
     from serving.monitoring._drift import drift_report
 
     reference = router.drift_reference()
-    records = [record for _, record in recent.snapshot()]
     if reference is None or not records:
         return None
     return drift_report(reference, records).as_dict()
