@@ -4,6 +4,8 @@ separators and answers whether they are consistent; none of them is cryptography
 
 from __future__ import annotations
 
+import re
+
 # ISO 13616 (SWIFT IBAN registry): country code -> total IBAN length.
 IBAN_LENGTHS: dict[str, int] = {
     "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
@@ -18,6 +20,7 @@ IBAN_LENGTHS: dict[str, int] = {
 
 _LUHN_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)  # a digit doubled, less 9 when over 9
 DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"  # the control letter of a DNI number n is DNI_LETTERS[n % 23]
+_NOT_ALNUM = re.compile(r"[^A-Z0-9]")  # in an IBAN's compact uppercase form
 NIE_PREFIX = {"X": "0", "Y": "1", "Z": "2"}  # an NIE's leading letter stands for this digit
 
 
@@ -30,8 +33,8 @@ def luhn_valid(digits: str) -> bool:
 def iban_valid(iban: str) -> bool:
     """An IBAN in its compact uppercase form: its country's length and remainder 1 mod 97 after moving the
     first four characters to the end and reading letters as 10..35."""
-    if IBAN_LENGTHS.get(iban[:2]) != len(iban) or not iban[2:4].isdigit():
-        return False
+    if IBAN_LENGTHS.get(iban[:2]) != len(iban) or not iban[2:4].isdigit() or _NOT_ALNUM.search(iban):
+        return False  # a space or dash inside is not an IBAN (it would count as a digit of -16 or -3)
     remainder = 0
     for ch in iban[4:] + iban[:4]:
         value = ord(ch) - 48 if ch <= "9" else ord(ch) - 55

@@ -30,7 +30,8 @@ export function luhnValid(digits) {
 
 /** An IBAN in its compact uppercase form: its country's length and remainder 1 mod 97. */
 export function ibanValid(iban) {
-  if (IBAN_LENGTHS[iban.slice(0, 2)] !== iban.length || !/^[0-9]{2}$/.test(iban.slice(2, 4))) return false;
+  // A space or dash inside is not an IBAN (it would count as a digit of -16 or -3).
+  if (IBAN_LENGTHS[iban.slice(0, 2)] !== iban.length || !/^[0-9]{2}$/.test(iban.slice(2, 4)) || /[^A-Z0-9]/.test(iban)) return false;
   let remainder = 0;
   for (const ch of iban.slice(4) + iban.slice(0, 4)) {
     const code = ch.charCodeAt(0);
